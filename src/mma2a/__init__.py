@@ -1,0 +1,76 @@
+"""mma2a: modality-native routing for A2A agent networks.
+
+A multimodal extension of A2A 1.0 (each part carries its modality, encoding and features;
+big payloads travel by reference) and a gateway that routes every part natively.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("mma2a")
+except PackageNotFoundError:  # running from a source tree without install
+    __version__ = "0.0.0"
+
+from .errors import (
+    ContentTypeNotSupported,
+    ExtensionError,
+    FeatureSchemaError,
+    InvalidModality,
+    MMA2AError,
+    RuleError,
+    UnsupportedExtensionVersion,
+)
+from .ext import (
+    EXTENSION_URI,
+    PROTOCOL,
+    FeatureSource,
+    MessageExtension,
+    PartExtension,
+    PayloadRef,
+    Session,
+    StreamRef,
+    Thumbnail,
+    downgrade_message,
+    read_message,
+    read_part,
+    write_message,
+    write_part,
+)
+from .modality import DEFAULT_REGISTRY, Modality, ModalityRegistry, accepts, modality_matches, parse_modality
+from .view import MessageView, PartView, view_message
+
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "EXTENSION_URI",
+    "PROTOCOL",
+    "ContentTypeNotSupported",
+    "ExtensionError",
+    "FeatureSchemaError",
+    "FeatureSource",
+    "InvalidModality",
+    "MMA2AError",
+    "MessageExtension",
+    "MessageView",
+    "Modality",
+    "ModalityRegistry",
+    "PartExtension",
+    "PartView",
+    "PayloadRef",
+    "RuleError",
+    "Session",
+    "StreamRef",
+    "Thumbnail",
+    "UnsupportedExtensionVersion",
+    "__version__",
+    "accepts",
+    "downgrade_message",
+    "modality_matches",
+    "parse_modality",
+    "read_message",
+    "read_part",
+    "view_message",
+    "write_message",
+    "write_part",
+]

@@ -1,0 +1,3 @@
+"""Every command group of the CLI, imported once so each registers itself on `app`."""
+
+from __future__ import annotations

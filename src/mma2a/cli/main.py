@@ -1,0 +1,47 @@
+"""The root `mma2a` command: `--version [--json]` and the registration of every command group."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from .. import __version__
+from ..ext import EXTENSION_URI, PROTOCOL
+
+app = typer.Typer(
+    name="mma2a",
+    help="Modality-native routing for A2A agent networks.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --version: print JSON.")] = False,
+) -> None:
+    """mma2a: a multimodal A2A 1.0 extension and a gateway that routes every part natively."""
+    if version:
+        if as_json:
+            typer.echo(json.dumps({"version": __version__, "extension": EXTENSION_URI, "protocol": PROTOCOL}))
+        else:
+            typer.echo(f"mma2a {__version__} ({PROTOCOL}, {EXTENSION_URI})")
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+def _register() -> None:
+    """Command groups register themselves here, one import each."""
+    from . import commands  # noqa: F401
+
+
+def main() -> None:
+    _register()
+    app()

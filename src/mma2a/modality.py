@@ -1,0 +1,283 @@
+"""Modalities: MIME types with parameters, wildcard matching, and the registry of known types.
+
+A modality is a media type (`audio/ogg; codecs=opus`). Matching follows HTTP `Accept`
+semantics: `image/png` matches `image/png`, `image/*` and `*/*`; parameters in a pattern
+must be present with the same value in the candidate, extra candidate parameters are fine.
+The registry knows each type's feature schema (JSON Schema) and its version, and takes
+custom `x-` types at run time.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from .errors import FeatureSchemaError, InvalidModality, UnknownModality
+from .schemas import BUILTIN_SCHEMAS
+
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_TOKEN_RE = re.compile(rf"^{_TOKEN}$")
+_PARAM_RE = re.compile(rf'^\s*({_TOKEN})\s*=\s*("(?:[^"\\]|\\.)*"|{_TOKEN})\s*$')
+
+MULTIPART_MIXED = "multipart/mixed"
+EMBEDDING = "application/x-a2a-embedding"
+SENSOR_DATA = "application/x-a2a-sensor-data"
+
+
+@dataclass(frozen=True, slots=True)
+class Modality:
+    """A parsed, normalised media type: lower-case type and subtype, sorted parameters."""
+
+    type: str
+    subtype: str
+    params: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def essence(self) -> str:
+        """`type/subtype` without parameters."""
+        return f"{self.type}/{self.subtype}"
+
+    @property
+    def is_wildcard(self) -> bool:
+        return self.type == "*" or self.subtype == "*"
+
+    def param(self, name: str) -> str | None:
+        for k, v in self.params:
+            if k == name:
+                return v
+        return None
+
+    def matches(self, pattern: Modality) -> bool:
+        """True when this (concrete) modality is accepted by `pattern` (which may hold wildcards)."""
+        if pattern.type != "*" and pattern.type != self.type:
+            return False
+        if pattern.subtype != "*" and pattern.subtype != self.subtype:
+            return False
+        if pattern.params:
+            mine = dict(self.params)
+            return all(mine.get(k) == v for k, v in pattern.params)
+        return True
+
+    def __str__(self) -> str:
+        if not self.params:
+            return self.essence
+        return self.essence + "".join(f"; {k}={_quote(v)}" for k, v in self.params)
+
+
+def _quote(value: str) -> str:
+    return value if _TOKEN_RE.match(value) else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _split_params(text: str) -> list[str]:
+    """Split on `;` outside double quotes."""
+    out, buf, quoted, escaped = [], [], False, False
+    for ch in text:
+        if escaped:
+            buf.append(ch)
+            escaped = False
+        elif ch == "\\" and quoted:
+            buf.append(ch)
+            escaped = True
+        elif ch == '"':
+            buf.append(ch)
+            quoted = not quoted
+        elif ch == ";" and not quoted:
+            out.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    if quoted:
+        raise InvalidModality("unterminated quoted parameter value")
+    out.append("".join(buf))
+    return out
+
+
+_CACHE: dict[str, Modality] = {}
+
+
+def parse_modality(text: str, *, field: str = "modality") -> Modality:
+    """Parse and normalise a media type; raise `InvalidModality` naming `field` when it is malformed."""
+    cached = _CACHE.get(text)
+    if cached is not None:
+        return cached
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidModality(f"{field}: empty media type", field=field)
+    try:
+        head, *raw_params = _split_params(text)
+    except InvalidModality as exc:
+        raise InvalidModality(f"{field}: {exc.message} in {text!r}", field=field) from None
+    if "/" not in head:
+        raise InvalidModality(f"{field}: {text!r} is not a media type (expected type/subtype)", field=field)
+    type_, _, subtype = head.strip().partition("/")
+    type_, subtype = type_.strip().lower(), subtype.strip().lower()
+    if not _TOKEN_RE.match(type_) or not _TOKEN_RE.match(subtype):
+        raise InvalidModality(f"{field}: {text!r} has an invalid type or subtype", field=field)
+    if type_ == "*" and subtype != "*":
+        raise InvalidModality(f"{field}: {text!r}: a wildcard type needs a wildcard subtype", field=field)
+    params: dict[str, str] = {}
+    for raw in raw_params:
+        if not raw.strip():
+            continue
+        m = _PARAM_RE.match(raw)
+        if not m:
+            raise InvalidModality(f"{field}: {text!r} has a malformed parameter {raw.strip()!r}", field=field)
+        name, value = m.group(1).lower(), m.group(2)
+        if value.startswith('"'):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        if name == "charset":
+            value = value.lower()
+        params[name] = value
+    mod = Modality(type_, subtype, tuple(sorted(params.items())))
+    if len(_CACHE) < 4096:
+        _CACHE[text] = mod
+    return mod
+
+
+def normalize_modality(text: str) -> str:
+    """The canonical string form of a media type."""
+    return str(parse_modality(text))
+
+
+def modality_matches(candidate: str | Modality, pattern: str | Modality) -> bool:
+    """Does `candidate` fall under `pattern` (`image/png` under `image/*`)?"""
+    c = candidate if isinstance(candidate, Modality) else parse_modality(candidate)
+    p = pattern if isinstance(pattern, Modality) else parse_modality(pattern, field="pattern")
+    return c.matches(p)
+
+
+def accepts(modes: Iterable[str], candidate: str | Modality) -> bool:
+    """True when any of `modes` (an Agent Card's input modes, wildcards allowed) accepts `candidate`."""
+    c = candidate if isinstance(candidate, Modality) else parse_modality(candidate)
+    for mode in modes:
+        try:
+            if c.matches(parse_modality(mode, field="inputModes")):
+                return True
+        except InvalidModality:
+            continue
+    return False
+
+
+@dataclass(frozen=True)
+class ModalityType:
+    """A registered modality: its pattern (exact or `type/*`), feature schema id and version, JSON Schema."""
+
+    pattern: str
+    schema_id: str
+    version: int
+    schema: Mapping[str, Any]
+    description: str = ""
+    builtin: bool = True
+    _validator: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def feature_schema(self) -> str:
+        """The `featureSchema` value for parts of this type, e.g. `image/1`."""
+        return f"{self.schema_id}/{self.version}"
+
+
+class ModalityRegistry:
+    """Known modalities with their feature schemas; custom `x-` types may be added at run time.
+
+    Lookups go most specific first: the exact essence, then `type/*`.
+    Registration is copy-on-write so readers never see a half-built table.
+    """
+
+    def __init__(self, *, builtins: bool = True) -> None:
+        self._lock = threading.Lock()
+        self._types: dict[str, ModalityType] = {}
+        if builtins:
+            for pattern, (schema_id, version, schema, description) in BUILTIN_SCHEMAS.items():
+                self._types[pattern] = self._make(pattern, schema_id, version, schema, description, builtin=True)
+
+    @staticmethod
+    def _make(
+        pattern: str, schema_id: str, version: int, schema: Mapping[str, Any], description: str, *, builtin: bool
+    ) -> ModalityType:
+        try:
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise FeatureSchemaError(f"schema for {pattern}: invalid JSON Schema: {exc.message}", field="schema") from None
+        return ModalityType(pattern, schema_id, version, schema, description, builtin, cls(schema))
+
+    def register(
+        self,
+        modality: str,
+        *,
+        schema: Mapping[str, Any] | None = None,
+        version: int = 1,
+        schema_id: str | None = None,
+        description: str = "",
+    ) -> ModalityType:
+        """Register a custom modality (its subtype must start with `x-`, or `vnd.`/`prs.` trees)."""
+        mod = parse_modality(modality)
+        if mod.params:
+            raise InvalidModality(f"modality: register {mod.essence!r} without parameters", field="modality")
+        if mod.is_wildcard:
+            raise InvalidModality("modality: cannot register a wildcard", field="modality")
+        if not mod.subtype.startswith(("x-", "vnd.", "prs.")):
+            raise InvalidModality(
+                f"modality: custom types must use an x-, vnd. or prs. subtype, got {mod.essence!r}", field="modality"
+            )
+        if not isinstance(version, int) or version < 1:
+            raise FeatureSchemaError("version: must be a positive integer", field="version")
+        sid = schema_id or mod.essence
+        mtype = self._make(mod.essence, sid, version, schema or {"type": "object"}, description, builtin=False)
+        with self._lock:
+            existing = self._types.get(mod.essence)
+            if existing is not None and existing.builtin:
+                raise InvalidModality(f"modality: {mod.essence!r} is built in and cannot be replaced", field="modality")
+            if existing is not None and existing.version > version:
+                raise FeatureSchemaError(
+                    f"version: {mod.essence!r} is registered at version {existing.version}; {version} is older",
+                    field="version",
+                )
+            types = dict(self._types)
+            types[mod.essence] = mtype
+            self._types = types
+        return mtype
+
+    def unregister(self, modality: str) -> None:
+        essence = parse_modality(modality).essence
+        with self._lock:
+            existing = self._types.get(essence)
+            if existing is None:
+                raise UnknownModality(f"modality: {essence!r} is not registered", field="modality")
+            if existing.builtin:
+                raise InvalidModality(f"modality: {essence!r} is built in and cannot be removed", field="modality")
+            types = dict(self._types)
+            del types[essence]
+            self._types = types
+
+    def lookup(self, modality: str | Modality) -> ModalityType | None:
+        """The registered type for a modality, most specific first, or None."""
+        mod = modality if isinstance(modality, Modality) else parse_modality(modality)
+        types = self._types
+        return types.get(mod.essence) or types.get(f"{mod.type}/*")
+
+    def types(self) -> list[ModalityType]:
+        return list(self._types.values())
+
+    def validate_features(self, modality: str | Modality, features: Mapping[str, Any], *, field: str = "features") -> None:
+        """Raise `FeatureSchemaError` naming the offending feature when `features` break the schema."""
+        if not isinstance(features, Mapping):
+            raise FeatureSchemaError(f"{field}: must be an object", field=field)
+        mtype = self.lookup(modality)
+        if mtype is None:
+            return
+        errors = sorted(mtype._validator.iter_errors(dict(features)), key=lambda e: list(e.path))
+        if errors:
+            err = errors[0]
+            where = ".".join(str(p) for p in err.path)
+            name = f"{field}.{where}" if where else field
+            raise FeatureSchemaError(
+                f"{name}: {err.message} (schema {mtype.feature_schema})", field=name, data={"schema": mtype.feature_schema}
+            )
+
+
+DEFAULT_REGISTRY = ModalityRegistry()

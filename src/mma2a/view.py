@@ -1,0 +1,96 @@
+"""The routing view of a message: per part its modality and features, per message its intent.
+
+Built once per request from the JSON form (`view_message`), immutable, and all the routing
+engine ever reads; the engine never touches raw parts or protobuf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ExtensionError, InvalidRequest
+from .ext import PartExtension, Session, part_kind, read_message, read_part
+from .modality import Modality, ModalityRegistry, parse_modality
+
+
+@dataclass(frozen=True, slots=True)
+class PartView:
+    """What the router knows of one part."""
+
+    index: int
+    modality: Modality
+    features: Mapping[str, Any]
+    kind: str = "text"
+    size: int | None = None
+    ext: PartExtension = field(default_factory=PartExtension)
+
+    @property
+    def modality_str(self) -> str:
+        return str(self.modality)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    """What the router knows of one message."""
+
+    message_id: str
+    parts: tuple[PartView, ...]
+    receivers: tuple[str, ...] = ()
+    session: Session | None = None
+    hops: int = 0
+    priority: int = 5
+    accepted_output_modes: tuple[str, ...] = ()
+    extension: bool = False
+
+
+def part_size(part: Mapping[str, Any], ext: PartExtension) -> int | None:
+    if ext.payload is not None:
+        return ext.payload.size
+    if "raw" in part and isinstance(part["raw"], str):
+        return len(part["raw"]) * 3 // 4
+    if "text" in part and isinstance(part["text"], str):
+        return len(part["text"])
+    return None
+
+
+def view_part(part: Mapping[str, Any], index: int, registry: ModalityRegistry | None = None) -> PartView:
+    where = f"message.parts[{index}]"
+    if not isinstance(part, dict):
+        raise InvalidRequest(f"{where}: must be an object", field=where)
+    ext = read_part(part, where)
+    assert ext.modality is not None
+    modality = parse_modality(ext.modality, field=f"{where}.modality")
+    if registry is not None and ext.features:
+        registry.validate_features(modality, ext.features, field=f"{where}.features")
+    return PartView(index, modality, ext.features, part_kind(part), part_size(part, ext), ext)
+
+
+def view_message(
+    message: Mapping[str, Any],
+    *,
+    accepted_output_modes: tuple[str, ...] = (),
+    registry: ModalityRegistry | None = None,
+) -> MessageView:
+    """Read a message (A2A 1.0 JSON form) into the routing view; errors name the field."""
+    if not isinstance(message, dict):
+        raise InvalidRequest("message: must be an object", field="message")
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise InvalidRequest("message.parts: must be a non-empty list", field="message.parts")
+    mext = read_message(message)
+    try:
+        views = tuple(view_part(p, i, registry) for i, p in enumerate(parts))
+    except ExtensionError:
+        raise
+    return MessageView(
+        message_id=str(message.get("messageId", "")),
+        parts=views,
+        receivers=mext.receivers if mext else (),
+        session=mext.session if mext else None,
+        hops=mext.hops if mext else 0,
+        priority=mext.priority if mext else 5,
+        accepted_output_modes=accepted_output_modes,
+        extension=mext is not None,
+    )
