@@ -136,6 +136,18 @@ class PayloadNotFound(PayloadError):
     code, http_status = INVALID_PARAMS, 404
 
 
+class RangeNotSatisfiable(PayloadError):
+    """A byte range or stream offset outside what is stored or still buffered."""
+
+    http_status = 416
+
+
+class UploadOffsetMismatch(PayloadError):
+    """A resumable upload chunk sent at an offset other than the upload's current end."""
+
+    http_status = 409
+
+
 class SignatureError(PayloadError):
     """A signed URL or extension signature that is tampered with, expired or for another method."""
 
