@@ -178,3 +178,7 @@ class RateLimited(MMA2AError):
     def __init__(self, message: str, *, retry_after: float):
         super().__init__(message, data={"retryAfter": retry_after})
         self.retry_after = retry_after
+
+
+class MediaError(InvalidParams):
+    """Media bytes that are corrupt, truncated, of the wrong type, or over a decoding limit."""
