@@ -6,7 +6,8 @@
 `run_agent` binds a free 127.0.0.1 port, fills in the card's JSON-RPC interface URL,
 serves the card plus JSON-RPC (A2A 1.0, and v0.3 through the SDK's compat layer) under
 uvicorn, and stops the server on exit. `RecordingExecutor` keeps every request it gets
-(message and requested extensions) and completes the task with a short text reply.
+(message and requested extensions) and completes the task with a short text reply (or
+echoes the parts back). `serve_app` serves any ASGI app the same way (media files, ...).
 """
 
 from __future__ import annotations
@@ -68,9 +69,11 @@ class Received:
 
 @dataclass
 class RecordingExecutor(AgentExecutor):
-    """Records every message it is given and completes the task with a text reply."""
+    """Records every message it is given and completes the task with a text reply
+    (`reply`), or with a copy of the parts it received when `echo` is set."""
 
     reply: str = "ok"
+    echo: bool = False
     received: list[Received] = field(default_factory=list)
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -82,10 +85,17 @@ class RecordingExecutor(AgentExecutor):
         if context.current_task is None:
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
-        await updater.complete(updater.new_agent_message([Part(text=self.reply)]))
+        parts = [Part(text=self.reply)] if not self.echo else [_copy(p) for p in context.message.parts]
+        await updater.complete(updater.new_agent_message(parts))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         raise NotImplementedError
+
+
+def _copy(part: Part) -> Part:
+    out = Part()
+    out.CopyFrom(part)
+    return out
 
 
 def _bind_loopback() -> socket.socket:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import ExtensionError, UnsupportedExtensionVersion
+from .errors import ExtensionError, InvalidModality, UnsupportedExtensionVersion
 from .modality import parse_modality
 
 EXTENSION_URI = "https://mma2a.dev/ext/multimodal/v1"
@@ -401,12 +401,16 @@ def carries_extension(message: Mapping[str, Any]) -> bool:
     )
 
 
-def downgrade_message(message: Mapping[str, Any]) -> dict[str, Any]:
+def downgrade_message(message: Mapping[str, Any], *, input_modes: Iterable[str] | None = None) -> dict[str, Any]:
     """A plain A2A 1.0 message for an agent that does not declare the extension.
 
     Extension metadata and the URI go; what a plain agent can use stays: the content,
     `mediaType` (taken from the modality when the part had none), `filename`, other metadata.
+    With `input_modes` (the target card's modes), a `mediaType` the card does not spell
+    literally but accepts (`audio/ogg; codecs=opus` under `audio/ogg`) is rewritten to the
+    card's own string, since SDK servers compare media types as plain strings.
     """
+    modes = None if input_modes is None else list(input_modes)
     out = {k: v for k, v in message.items() if k not in ("metadata", "extensions", "parts")}
     meta = {k: v for k, v in (message.get("metadata") or {}).items() if k != EXTENSION_URI}
     if meta:
@@ -414,11 +418,12 @@ def downgrade_message(message: Mapping[str, Any]) -> dict[str, Any]:
     exts = [e for e in (message.get("extensions") or []) if e != EXTENSION_URI]
     if exts:
         out["extensions"] = exts
-    out["parts"] = [downgrade_part(p) for p in message.get("parts", [])]
+    out["parts"] = [downgrade_part(p, input_modes=modes) for p in message.get("parts", [])]
     return out
 
 
-def downgrade_part(part: Mapping[str, Any]) -> dict[str, Any]:
+def downgrade_part(part: Mapping[str, Any], *, input_modes: Iterable[str] | None = None) -> dict[str, Any]:
+    """One part without the extension; see `downgrade_message`."""
     out = {k: v for k, v in part.items() if k != "metadata"}
     pmeta = part.get("metadata") or {}
     ext = pmeta.get(EXTENSION_URI)
@@ -428,4 +433,25 @@ def downgrade_part(part: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(ext, dict) and "mediaType" not in out and isinstance(ext.get("modality"), str):
         if "text" not in out or ext["modality"] != "text/plain":
             out["mediaType"] = ext["modality"]
+    if input_modes is not None and isinstance(out.get("mediaType"), str):
+        out["mediaType"] = _spell_as_card(out["mediaType"], input_modes)
     return out
+
+
+def _spell_as_card(media_type: str, input_modes: Iterable[str]) -> str:
+    """The card's own spelling of the first concrete input mode that accepts `media_type`, else `media_type`."""
+    modes = list(input_modes)
+    if media_type in modes:
+        return media_type
+    try:
+        mod = parse_modality(media_type, field="mediaType")
+    except InvalidModality:
+        return media_type
+    for mode in modes:
+        try:
+            pattern = parse_modality(mode, field="inputModes")
+        except InvalidModality:
+            continue
+        if not pattern.is_wildcard and mod.matches(pattern):
+            return mode
+    return media_type

@@ -7,6 +7,7 @@ back through `normalize_json`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from a2a.types import Message, Part
@@ -62,6 +63,6 @@ def set_message_extension(message: Message, ext: MessageExtension) -> Message:
     return message
 
 
-def downgrade(message: Message) -> Message:
-    """The plain A2A message an agent without the extension receives."""
-    return message_from_json(downgrade_message(message_to_json(message)))
+def downgrade(message: Message, *, input_modes: Iterable[str] | None = None) -> Message:
+    """The plain A2A message an agent without the extension receives (see `ext.downgrade_message`)."""
+    return message_from_json(downgrade_message(message_to_json(message), input_modes=input_modes))

@@ -59,12 +59,16 @@ def view_part(part: Mapping[str, Any], index: int, registry: ModalityRegistry | 
     where = f"message.parts[{index}]"
     if not isinstance(part, dict):
         raise InvalidRequest(f"{where}: must be an object", field=where)
+    kind = part_kind(part)
+    if kind == "none":
+        hint = f"; a v0.3 part (kind: {part['kind']}) belongs to message/send" if isinstance(part.get("kind"), str) else ""
+        raise InvalidRequest(f"{where}: carries no content (one of text, raw, url, data){hint}", field=where)
     ext = read_part(part, where)
     assert ext.modality is not None
     modality = parse_modality(ext.modality, field=f"{where}.modality")
     if registry is not None and ext.features:
         registry.validate_features(modality, ext.features, field=f"{where}.features")
-    return PartView(index, modality, ext.features, part_kind(part), part_size(part, ext), ext)
+    return PartView(index, modality, ext.features, kind, part_size(part, ext), ext)
 
 
 def view_message(
