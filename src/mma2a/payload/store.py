@@ -1,0 +1,391 @@
+"""Blob stores: content-addressed by SHA-256, streamed in chunks, never whole in memory.
+
+`BlobStore` is the interface the gateway and the offloader talk to; `LocalBlobStore` is the
+embedded default, a directory on disk. Writes go to a temporary file and are renamed into
+place atomically once their digest is known, so a reader never sees a half-written blob.
+Resumable uploads keep their bytes in `uploads/` until `finish`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..errors import PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable, UploadOffsetMismatch
+
+CHUNK_SIZE = 256 * 1024
+"""Bytes read from disk per chunk; also the size of each write batch."""
+
+DEFAULT_MEDIA_TYPE = "application/octet-stream"
+_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+_UPLOAD_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass(frozen=True, slots=True)
+class BlobInfo:
+    """A stored blob: its key (the SHA-256 of its bytes, lower-case hex), size and media type."""
+
+    key: str
+    size: int
+    media_type: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sha256": self.key, "size": self.size, "mediaType": self.media_type}
+
+
+def check_key(key: str) -> str:
+    """A blob key must be 64 lower-case hex digits; anything else (a path, `..`) is refused."""
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise PayloadError(f"blob key {key!r} is not a SHA-256 hex digest (64 lower-case hex digits)", field="key")
+    return key
+
+
+def check_sha256(value: str, field: str = "sha256") -> str:
+    """A client-supplied digest: hex, either case; returned lower-case."""
+    low = value.strip().lower() if isinstance(value, str) else value
+    if not isinstance(low, str) or not _KEY_RE.match(low):
+        raise PayloadError(f"{field}: {value!r} is not a SHA-256 hex digest (64 hex digits)", field=field)
+    return low
+
+
+def check_upload_id(upload_id: str) -> str:
+    if not isinstance(upload_id, str) or not _UPLOAD_RE.match(upload_id):
+        raise PayloadError(f"upload id {upload_id!r} is not valid (32 lower-case hex digits)", field="uploadId")
+    return upload_id
+
+
+class BlobStore(abc.ABC):
+    """Where payloads sent by reference live. Every method streams; none holds a whole blob."""
+
+    @abc.abstractmethod
+    async def put_stream(
+        self,
+        chunks: AsyncIterator[bytes],
+        media_type: str = DEFAULT_MEDIA_TYPE,
+        *,
+        sha256: str | None = None,
+        max_size: int | None = None,
+    ) -> BlobInfo:
+        """Store the bytes `chunks` yields; check them against `sha256` and `max_size` if given."""
+
+    @abc.abstractmethod
+    def open_range(self, key: str, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
+        """Bytes `start` (inclusive) to `end` (exclusive; None = to the end) of a blob, in chunks."""
+
+    @abc.abstractmethod
+    async def stat(self, key: str) -> BlobInfo:
+        """The blob's info; `PayloadNotFound` if there is none."""
+
+    @abc.abstractmethod
+    async def delete(self, key: str) -> None:
+        """Remove a blob; `PayloadNotFound` if there is none."""
+
+    @abc.abstractmethod
+    async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE) -> str:
+        """Start a resumable upload; returns its id."""
+
+    @abc.abstractmethod
+    async def upload_offset(self, upload_id: str) -> int:
+        """How many bytes of an upload are stored (where the next `append` must start)."""
+
+    @abc.abstractmethod
+    async def append(
+        self, upload_id: str, offset: int, chunks: AsyncIterator[bytes], *, max_size: int | None = None
+    ) -> int:
+        """Append bytes at `offset`, which must be the upload's current end; returns the new end."""
+
+    @abc.abstractmethod
+    async def finish(self, upload_id: str, sha256: str | None = None) -> BlobInfo:
+        """Turn a finished upload into a blob; check its digest against `sha256` if given."""
+
+    @abc.abstractmethod
+    async def abort_upload(self, upload_id: str) -> None:
+        """Drop an upload and its bytes."""
+
+    async def read_all(self, key: str) -> bytes:
+        """The whole blob in memory: for small blobs and tests only."""
+        return b"".join([c async for c in self.open_range(key)])
+
+    async def put_bytes(self, data: bytes, media_type: str = DEFAULT_MEDIA_TYPE) -> BlobInfo:
+        """Store bytes already in memory."""
+
+        async def one() -> AsyncIterator[bytes]:
+            yield data
+
+        return await self.put_stream(one(), media_type)
+
+
+class _Sink:
+    """A file being written with a running SHA-256; writes batched to `CHUNK_SIZE` and done off the loop."""
+
+    def __init__(self, fh: BinaryIO, hasher: Any = None):
+        self.fh = fh
+        self.hasher = hasher if hasher is not None else hashlib.sha256()
+        self.size = 0
+        self._buf: list[bytes] = []
+        self._buffered = 0
+
+    def _write(self, blobs: list[bytes]) -> None:
+        for b in blobs:
+            self.fh.write(b)
+            self.hasher.update(b)
+
+    async def add(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self._buf.append(chunk)
+        self._buffered += len(chunk)
+        self.size += len(chunk)
+        if self._buffered >= CHUNK_SIZE:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self._buf:
+            blobs, self._buf, self._buffered = self._buf, [], 0
+            await asyncio.to_thread(self._write, blobs)
+
+
+def _hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1024 * 1024):
+            h.update(block)
+    return h.hexdigest()
+
+
+class LocalBlobStore(BlobStore):
+    """Blobs in a local directory: `objects/ab/<key>` with a `<key>.json` sidecar for the media type."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root)
+        self._objects = self.root / "objects"
+        self._tmp = self.root / "tmp"
+        self._uploads = self.root / "uploads"
+        for d in (self._objects, self._tmp, self._uploads):
+            d.mkdir(parents=True, exist_ok=True)
+        self._upload_locks: dict[str, asyncio.Lock] = {}
+        # Running digests of uploads written by this process: upload id -> (offset, hasher).
+        self._upload_hashes: dict[str, tuple[int, Any]] = {}
+
+    # --- paths ----------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        check_key(key)
+        return self._objects / key[:2] / key
+
+    def _meta_path(self, key: str) -> Path:
+        return self._path(key).with_suffix(".json")
+
+    def _upload_path(self, upload_id: str) -> Path:
+        return self._uploads / f"{check_upload_id(upload_id)}.part"
+
+    # --- blobs ----------------------------------------------------------------------
+
+    async def put_stream(
+        self,
+        chunks: AsyncIterator[bytes],
+        media_type: str = DEFAULT_MEDIA_TYPE,
+        *,
+        sha256: str | None = None,
+        max_size: int | None = None,
+    ) -> BlobInfo:
+        expected = None if sha256 is None else check_sha256(sha256)
+        tmp = self._tmp / f"{secrets.token_hex(16)}.tmp"
+        fh = await asyncio.to_thread(tmp.open, "wb")
+        try:
+            sink = _Sink(fh)
+            async for chunk in chunks:
+                await sink.add(chunk)
+                if max_size is not None and sink.size > max_size:
+                    raise PayloadTooLarge(f"blob is larger than the limit of {max_size} bytes", field="body")
+            await sink.flush()
+            await asyncio.to_thread(fh.close)
+            key = sink.hasher.hexdigest()
+            if expected is not None and key != expected:
+                raise PayloadError(
+                    f"sha256 mismatch: the body hashes to {key}, the client said {expected}", field="sha256"
+                )
+            await self._commit(tmp, key, sink.size, media_type)
+            return BlobInfo(key, sink.size, media_type)
+        finally:
+            fh.close()
+            tmp.unlink(missing_ok=True)
+
+    async def _commit(self, tmp: Path, key: str, size: int, media_type: str) -> None:
+        """Rename a fully written temp file into place (atomic) and write its sidecar."""
+
+        def commit() -> None:
+            dest = self._path(key)
+            dest.parent.mkdir(exist_ok=True)
+            meta_tmp = tmp.with_suffix(".meta")
+            meta_tmp.write_text(json.dumps({"size": size, "mediaType": media_type}))
+            os.replace(meta_tmp, self._meta_path(key))
+            if dest.exists():  # same content already stored: keep the old file, drop the new one
+                tmp.unlink(missing_ok=True)
+            else:
+                os.replace(tmp, dest)
+
+        await asyncio.to_thread(commit)
+
+    async def stat(self, key: str) -> BlobInfo:
+        path = self._path(key)
+
+        def read() -> BlobInfo:
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                raise PayloadNotFound(f"blob {key} not found", field="key") from None
+            media_type = DEFAULT_MEDIA_TYPE
+            try:
+                media_type = json.loads(self._meta_path(key).read_text()).get("mediaType", media_type)
+            except (OSError, ValueError):
+                pass
+            return BlobInfo(key, size, media_type)
+
+        return await asyncio.to_thread(read)
+
+    async def open_range(self, key: str, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
+        info = await self.stat(key)
+        stop = info.size if end is None else end
+        if start < 0 or stop > info.size or start > stop:
+            raise RangeNotSatisfiable(
+                f"range {start}-{stop} is outside blob {key} of {info.size} bytes", field="range"
+            )
+        fh = await asyncio.to_thread(self._path(key).open, "rb")
+        try:
+            await asyncio.to_thread(fh.seek, start)
+            left = stop - start
+            while left > 0:
+                block = await asyncio.to_thread(fh.read, min(CHUNK_SIZE, left))
+                if not block:
+                    raise PayloadError(f"blob {key} ended early (truncated on disk)", field="key")
+                left -= len(block)
+                yield block
+        finally:
+            fh.close()
+
+    async def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            await asyncio.to_thread(path.unlink)
+        except FileNotFoundError:
+            raise PayloadNotFound(f"blob {key} not found", field="key") from None
+        self._meta_path(key).unlink(missing_ok=True)
+
+    # --- resumable uploads ----------------------------------------------------------
+
+    async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE) -> str:
+        upload_id = secrets.token_hex(16)
+        path = self._upload_path(upload_id)
+
+        def create() -> None:
+            path.with_suffix(".json").write_text(json.dumps({"mediaType": media_type}))
+            path.touch()
+
+        await asyncio.to_thread(create)
+        self._upload_hashes[upload_id] = (0, hashlib.sha256())
+        return upload_id
+
+    async def upload_offset(self, upload_id: str) -> int:
+        path = self._upload_path(upload_id)
+        try:
+            return (await asyncio.to_thread(path.stat)).st_size
+        except FileNotFoundError:
+            raise PayloadNotFound(f"upload {upload_id} not found", field="uploadId") from None
+
+    def _lock(self, upload_id: str) -> asyncio.Lock:
+        return self._upload_locks.setdefault(upload_id, asyncio.Lock())
+
+    async def append(
+        self, upload_id: str, offset: int, chunks: AsyncIterator[bytes], *, max_size: int | None = None
+    ) -> int:
+        path = self._upload_path(upload_id)
+        async with self._lock(upload_id):
+            current = await self.upload_offset(upload_id)
+            if offset != current:
+                raise UploadOffsetMismatch(
+                    f"upload {upload_id}: chunk sent at offset {offset}, expected offset {current}",
+                    field="Upload-Offset",
+                    data={"expectedOffset": current},
+                )
+            known = self._upload_hashes.pop(upload_id, None)
+            hasher = known[1] if known is not None and known[0] == current else None
+            fh = await asyncio.to_thread(path.open, "ab")
+            sink = _Sink(fh, hasher)
+            try:
+                async for chunk in chunks:
+                    await sink.add(chunk)
+                    if max_size is not None and current + sink.size > max_size:
+                        raise PayloadTooLarge(
+                            f"upload {upload_id} is larger than the limit of {max_size} bytes", field="body"
+                        )
+                await sink.flush()
+            except PayloadTooLarge:
+                await asyncio.to_thread(fh.truncate, current)  # the whole chunk is refused
+                raise
+            except BaseException:
+                # The client went away mid-chunk: keep what arrived so it resumes from `upload_offset`;
+                # the running digest no longer matches, so `finish` rehashes the file.
+                hasher = None
+                sink.hasher = hashlib.sha256()
+                await asyncio.shield(sink.flush())
+                raise
+            finally:
+                fh.close()
+            new_offset = current + sink.size
+            if hasher is not None:
+                self._upload_hashes[upload_id] = (new_offset, hasher)
+            return new_offset
+
+    async def finish(self, upload_id: str, sha256: str | None = None) -> BlobInfo:
+        path = self._upload_path(upload_id)
+        expected = None if sha256 is None else check_sha256(sha256)
+        async with self._lock(upload_id):
+            size = await self.upload_offset(upload_id)
+            known = self._upload_hashes.get(upload_id)
+            if known is not None and known[0] == size:
+                key = known[1].hexdigest()
+            else:
+                key = await asyncio.to_thread(_hash_file, path)
+            if expected is not None and key != expected:
+                raise PayloadError(
+                    f"sha256 mismatch: upload {upload_id} hashes to {key}, the client said {expected}", field="sha256"
+                )
+            meta_path = path.with_suffix(".json")
+            try:
+                media_type = json.loads(meta_path.read_text()).get("mediaType", DEFAULT_MEDIA_TYPE)
+            except (OSError, ValueError):
+                media_type = DEFAULT_MEDIA_TYPE
+            await self._commit(path, key, size, media_type)
+            meta_path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+            self._upload_hashes.pop(upload_id, None)
+        self._upload_locks.pop(upload_id, None)
+        return BlobInfo(key, size, media_type)
+
+    async def abort_upload(self, upload_id: str) -> None:
+        path = self._upload_path(upload_id)
+        async with self._lock(upload_id):
+            if not path.exists():
+                raise PayloadNotFound(f"upload {upload_id} not found", field="uploadId")
+            path.unlink(missing_ok=True)
+            path.with_suffix(".json").unlink(missing_ok=True)
+            self._upload_hashes.pop(upload_id, None)
+        self._upload_locks.pop(upload_id, None)
+
+    def clear(self) -> None:
+        """Remove every blob and upload (for tests and `mma2a` maintenance commands)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        for d in (self._objects, self._tmp, self._uploads):
+            d.mkdir(parents=True, exist_ok=True)
+

@@ -1,0 +1,324 @@
+"""Live streams: one producer, many consumers, bounded memory, resumable by byte offset.
+
+A stream's chunks are numbered (`seq`) and placed (`offset`, the byte position of the
+chunk's first byte). The hub keeps only a ring of the most recent chunks per stream, so
+memory stays bounded by ring size × chunk size whatever the stream's length; a consumer that
+reconnects with an offset still in the ring resumes with no loss and no duplicate, an older
+offset gets a clear error.
+
+Frames follow the shape of A2A's proposed `SendLiveMessage` media frames (`start`,
+`delta`, `stop`, per-stream sequence numbers, the media bytes as the part's raw payload):
+a frame is a JSON header plus, for `delta`, the bytes. On the wire (WebSocket binary
+message or chunked HTTP body) a frame is `u32 header length (big endian) | header JSON | bytes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import struct
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from ..errors import PayloadError, PayloadNotFound, RangeNotSatisfiable
+
+FrameType = Literal["start", "delta", "stop", "error"]
+_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_HEADER = struct.Struct(">I")
+MAX_HEADER = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One stream frame: `start` (media type, session), `delta` (bytes at `offset`), `stop`, or `error`."""
+
+    type: FrameType
+    stream_id: str
+    seq: int
+    offset: int
+    data: bytes = b""
+    media_type: str | None = None
+    session_id: str | None = None
+    reason: str | None = None
+    status: int | None = None
+
+    def header(self) -> dict[str, Any]:
+        h: dict[str, Any] = {"type": self.type, "streamId": self.stream_id, "seq": self.seq, "offset": self.offset}
+        if self.type == "delta":
+            h["size"] = len(self.data)
+        if self.media_type is not None:
+            h["mediaType"] = self.media_type
+        if self.session_id is not None:
+            h["sessionId"] = self.session_id
+        if self.reason is not None:
+            h["reason"] = self.reason
+        if self.status is not None:
+            h["status"] = self.status
+        return h
+
+    def encode(self) -> bytes:
+        head = orjson.dumps(self.header())
+        return _HEADER.pack(len(head)) + head + self.data
+
+    @classmethod
+    def from_header(cls, h: dict[str, Any], data: bytes = b"") -> Frame:
+        return cls(
+            type=h["type"],
+            stream_id=h.get("streamId", ""),
+            seq=int(h.get("seq", 0)),
+            offset=int(h.get("offset", 0)),
+            data=data,
+            media_type=h.get("mediaType"),
+            session_id=h.get("sessionId"),
+            reason=h.get("reason"),
+            status=h.get("status"),
+        )
+
+
+def decode_frame(blob: bytes) -> Frame:
+    """Decode one whole encoded frame (a WebSocket binary message)."""
+    frames = FrameDecoder().feed(blob)
+    if len(frames) != 1:
+        raise PayloadError(f"expected one stream frame, got {len(frames)}", field="frame")
+    return frames[0]
+
+
+class FrameDecoder:
+    """Incremental decoder for a byte stream of frames (a chunked HTTP body)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buf += data
+        out: list[Frame] = []
+        while len(self._buf) >= _HEADER.size:
+            (hlen,) = _HEADER.unpack_from(self._buf)
+            if hlen > MAX_HEADER:
+                raise PayloadError(f"stream frame header of {hlen} bytes is over the limit of {MAX_HEADER}", field="frame")
+            if len(self._buf) < _HEADER.size + hlen:
+                break
+            try:
+                header = orjson.loads(bytes(self._buf[_HEADER.size : _HEADER.size + hlen]))
+            except orjson.JSONDecodeError:
+                raise PayloadError("stream frame header is not JSON", field="frame") from None
+            size = int(header.get("size", 0)) if header.get("type") == "delta" else 0
+            end = _HEADER.size + hlen + size
+            if len(self._buf) < end:
+                break
+            out.append(Frame.from_header(header, bytes(self._buf[_HEADER.size + hlen : end])))
+            del self._buf[:end]
+        return out
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
+
+def check_stream_id(stream_id: str) -> str:
+    if not isinstance(stream_id, str) or not _ID_RE.match(stream_id):
+        raise PayloadError(
+            f"stream id {stream_id!r} is not valid (1 to 64 letters, digits, '-' or '_')", field="streamId"
+        )
+    return stream_id
+
+
+@dataclass
+class _Stream:
+    id: str
+    media_type: str
+    session_id: str
+    created: float
+    ring: deque[Frame] = field(default_factory=deque)
+    ring_bytes: int = 0
+    next_seq: int = 1
+    size: int = 0
+    closed: bool = False
+    close_reason: str | None = None
+    closed_at: float | None = None
+    producing: bool = False
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    @property
+    def first_offset(self) -> int:
+        return self.ring[0].offset if self.ring else self.size
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    id: str
+    media_type: str
+    session_id: str
+    size: int
+    chunks: int
+    open: bool
+    first_offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "mediaType": self.media_type,
+            "sessionId": self.session_id,
+            "size": self.size,
+            "chunks": self.chunks,
+            "open": self.open,
+            "firstOffset": self.first_offset,
+        }
+
+
+class StreamHub:
+    """In-memory streams: each keeps a ring of its last `ring_chunks` chunks (and at most `ring_bytes`).
+
+    Closed streams stay readable for `closed_ttl` seconds so late or reconnecting consumers
+    can read the tail; at most `max_streams` live at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        ring_chunks: int = 256,
+        ring_bytes: int = 16 * 1024 * 1024,
+        chunk_size: int = 64 * 1024,
+        max_streams: int = 1024,
+        closed_ttl: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if ring_chunks < 1 or chunk_size < 1 or ring_bytes < chunk_size:
+            raise PayloadError("StreamHub: ring_chunks and chunk_size must be >= 1 and ring_bytes >= chunk_size", field="ring")
+        self.ring_chunks = ring_chunks
+        self.ring_bytes = ring_bytes
+        self.chunk_size = chunk_size
+        self.max_streams = max_streams
+        self.closed_ttl = closed_ttl
+        self._clock = clock
+        self._streams: dict[str, _Stream] = {}
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for sid in [s.id for s in self._streams.values() if s.closed_at is not None and now - s.closed_at > self.closed_ttl]:
+            del self._streams[sid]
+
+    def create(self, media_type: str = "application/octet-stream", *, stream_id: str | None = None, session_id: str | None = None) -> StreamInfo:
+        """Open a new stream (a random id unless given)."""
+        self._expire()
+        sid = check_stream_id(stream_id) if stream_id is not None else secrets.token_urlsafe(12)
+        if sid in self._streams:
+            raise PayloadError(f"stream {sid} already exists", field="streamId")
+        if len(self._streams) >= self.max_streams:
+            raise PayloadError(f"too many open streams (limit {self.max_streams})", field="streamId")
+        self._streams[sid] = _Stream(sid, media_type, session_id or sid, self._clock())
+        return self.info(sid)
+
+    def _get(self, stream_id: str) -> _Stream:
+        check_stream_id(stream_id)
+        self._expire()
+        s = self._streams.get(stream_id)
+        if s is None:
+            raise PayloadNotFound(f"stream {stream_id} not found", field="streamId")
+        return s
+
+    def info(self, stream_id: str) -> StreamInfo:
+        s = self._get(stream_id)
+        return StreamInfo(s.id, s.media_type, s.session_id, s.size, s.next_seq - 1, not s.closed, s.first_offset)
+
+    def __contains__(self, stream_id: str) -> bool:
+        return stream_id in self._streams
+
+    # --- producing ------------------------------------------------------------------
+
+    def attach_producer(self, stream_id: str) -> None:
+        """Claim the stream for a producer; a second producer, or one for a closed stream, is refused."""
+        s = self._get(stream_id)
+        if s.closed:
+            raise PayloadError(f"stream {stream_id} is closed", field="streamId")
+        if s.producing:
+            raise PayloadError(f"stream {stream_id} already has a producer", field="streamId")
+        s.producing = True
+
+    async def publish(self, stream_id: str, data: bytes) -> int:
+        """Append bytes (split into chunks of at most `chunk_size`); returns the stream's new size."""
+        s = self._get(stream_id)
+        if s.closed:
+            raise PayloadError(f"stream {stream_id} is closed", field="streamId")
+        if not data:
+            return s.size
+        async with s.changed:
+            view = memoryview(data)
+            for i in range(0, len(data), self.chunk_size):
+                piece = bytes(view[i : i + self.chunk_size])
+                s.ring.append(Frame("delta", s.id, s.next_seq, s.size, piece))
+                s.ring_bytes += len(piece)
+                s.next_seq += 1
+                s.size += len(piece)
+                while len(s.ring) > self.ring_chunks or s.ring_bytes > self.ring_bytes:
+                    s.ring_bytes -= len(s.ring.popleft().data)
+            s.changed.notify_all()
+        return s.size
+
+    async def close(self, stream_id: str, reason: str = "producer closed") -> None:
+        """End the stream for every consumer (they get a `stop` frame after the last chunk)."""
+        s = self._get(stream_id)
+        async with s.changed:
+            if not s.closed:
+                s.closed, s.close_reason, s.closed_at = True, reason, self._clock()
+                s.producing = False
+            s.changed.notify_all()
+
+    # --- consuming ------------------------------------------------------------------
+
+    def _from_offset(self, s: _Stream, offset: int) -> list[Frame]:
+        """Chunks from byte `offset` on (the first one cut so it starts exactly at `offset`)."""
+        if offset < s.first_offset:
+            raise RangeNotSatisfiable(
+                f"stream {s.id}: offset {offset} is no longer buffered (oldest buffered offset is {s.first_offset})",
+                field="offset",
+                data={"firstOffset": s.first_offset},
+            )
+        out: list[Frame] = []
+        for f in s.ring:
+            end = f.offset + len(f.data)
+            if end <= offset:
+                continue
+            if f.offset < offset:
+                cut = offset - f.offset
+                f = Frame("delta", f.stream_id, f.seq, offset, f.data[cut:])
+            out.append(f)
+        return out
+
+    async def subscribe(self, stream_id: str, offset: int = 0) -> AsyncGenerator[Frame, None]:
+        """`start`, then every chunk from `offset` as it arrives, then `stop` once the producer closes.
+
+        Raises `RangeNotSatisfiable` for an offset no longer buffered (also mid-stream, when
+        this consumer falls more than the ring behind) or past the end of a closed stream.
+        """
+        s = self._get(stream_id)
+        if offset < 0:
+            raise RangeNotSatisfiable(f"stream {stream_id}: offset must be >= 0, got {offset}", field="offset")
+        if s.closed and offset > s.size:
+            raise RangeNotSatisfiable(
+                f"stream {stream_id}: offset {offset} is past the end of the stream ({s.size} bytes)", field="offset"
+            )
+        self._from_offset(s, offset)  # fail fast on an evicted offset
+        yield Frame("start", s.id, 0, offset, media_type=s.media_type, session_id=s.session_id)
+        pos = offset
+        while True:
+            async with s.changed:
+                frames = self._from_offset(s, pos)
+                if not frames and not s.closed:
+                    await s.changed.wait()
+                    continue
+                closed, seq, reason = s.closed, s.next_seq, s.close_reason
+            for f in frames:
+                yield f
+                pos = f.offset + len(f.data)
+            if not frames and closed:
+                yield Frame("stop", s.id, seq, pos, reason=reason)
+                return
