@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,6 +27,8 @@ ENCODINGS_KNOWN = frozenset({"native", "raw", "base64", "h264", "h265", "vp8", "
 FEATURE_SOURCES = frozenset({"producer", "router", "hybrid"})
 INTENTS = frozenset({"auto", "explicit"})
 MAX_HOPS = 8
+_PROTOCOL_RE = re.compile(rf"{re.escape(PROTOCOL_NAME)}/([0-9]+)(?:\.[0-9]+)?")
+_FEATURE_SCHEMA_RE = re.compile(r"\S+/[0-9]+")
 THUMBNAIL_MAX_BYTES = 16 * 1024
 
 
@@ -73,9 +76,9 @@ class FeatureSource:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
-        if self.extractor:
+        if self.extractor is not None:
             out["extractor"] = self.extractor
-        if self.version:
+        if self.version is not None:
             out["version"] = self.version
         return out
 
@@ -85,14 +88,14 @@ class FeatureSource:
             data = {"kind": data}
         _expect(data, dict, where, "an object or one of producer/router/hybrid")
         kind = data.get("kind", "producer")
-        if kind not in FEATURE_SOURCES:
+        if not isinstance(kind, str) or kind not in FEATURE_SOURCES:
             raise ExtensionError(f"{where}.kind: must be one of producer, router, hybrid, got {kind!r}", field=f"{where}.kind")
         extractor = data.get("extractor")
         version = data.get("version")
         if extractor is not None:
             _expect(extractor, str, f"{where}.extractor", "a string")
         if version is not None:
-            version = str(version)
+            _expect(version, str, f"{where}.version", "a version string")
         return cls(kind, extractor, version)
 
 
@@ -225,8 +228,7 @@ class PartExtension:
         schema = data.get("featureSchema")
         if schema is not None:
             _expect(schema, str, _where(where, "featureSchema"), "a string like image/1")
-            _, slash, ver = schema.rpartition("/")
-            if not slash or not ver.isdigit():
+            if not _FEATURE_SCHEMA_RE.fullmatch(schema):
                 raise ExtensionError(
                     f"{_where(where, 'featureSchema')}: must be id/version, e.g. image/1, got {schema!r}",
                     field=_where(where, "featureSchema"),
@@ -300,9 +302,12 @@ class MessageExtension:
         _expect(receivers, list, _where(where, "receivers"), "a list of agent names")
         for i, r in enumerate(receivers):
             _expect(r, str, f"{_where(where, 'receivers')}[{i}]", "an agent name")
-        intent = data.get("intent", "explicit" if receivers else "auto")
-        if intent not in INTENTS:
-            raise ExtensionError(f"{_where(where, 'intent')}: must be auto or explicit, got {intent!r}", field=_where(where, "intent"))
+        raw_intent = data.get("intent", "explicit" if receivers else "auto")
+        if raw_intent not in ("auto", "explicit"):
+            raise ExtensionError(
+                f"{_where(where, 'intent')}: must be auto or explicit, got {raw_intent!r}", field=_where(where, "intent")
+            )
+        intent: Literal["auto", "explicit"] = "explicit" if raw_intent == "explicit" else "auto"
         if intent == "explicit" and not receivers:
             raise ExtensionError(
                 f"{_where(where, 'receivers')}: explicit intent needs at least one receiver", field=_where(where, "receivers")
@@ -321,18 +326,17 @@ class MessageExtension:
             priority=priority,
             session=None if session is None else Session.from_json(session, _where(where, "session")),
             hops=_int(data.get("hops", 0), _where(where, "hops")),
-            signature=signature,
+            signature=None if signature is None else normalize_json(signature),
         )
 
 
 def check_protocol(protocol: Any, where: str = "protocol") -> None:
     """Accept `a2a-multimodal/1.x`; anything else is a typed error naming the field."""
     _expect(protocol, str, where, "a protocol token like a2a-multimodal/1.0")
-    name, _, version = protocol.partition("/")
-    major = version.partition(".")[0]
-    if name != PROTOCOL_NAME or not major.isdigit():
+    m = _PROTOCOL_RE.fullmatch(protocol)
+    if m is None:
         raise ExtensionError(f"{where}: {protocol!r} is not an a2a-multimodal protocol token", field=where)
-    if int(major) != PROTOCOL_MAJOR:
+    if int(m.group(1)) != PROTOCOL_MAJOR:
         raise UnsupportedExtensionVersion(
             f"{where}: extension version {protocol!r} is not supported (this gateway speaks {PROTOCOL})", field=where
         )

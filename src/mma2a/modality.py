@@ -21,8 +21,10 @@ from .errors import FeatureSchemaError, InvalidModality, UnknownModality
 from .schemas import BUILTIN_SCHEMAS
 
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_TOKEN_RE = re.compile(rf"^{_TOKEN}$")
-_PARAM_RE = re.compile(rf'^\s*({_TOKEN})\s*=\s*("(?:[^"\\]|\\.)*"|{_TOKEN})\s*$')
+_TOKEN_RE = re.compile(_TOKEN)  # used with fullmatch: `$` would also accept a trailing newline
+_PARAM_RE = re.compile(rf'\s*({_TOKEN})\s*=\s*("(?:[^"\\]|\\.)*"|{_TOKEN})\s*', re.DOTALL)
+_UNESCAPE_RE = re.compile(r"\\(.)", re.DOTALL)
+_SCHEMA_ID_RE = re.compile(r"\S+")  # `featureSchema` on the wire is `{id}/{version}`
 
 MULTIPART_MIXED = "multipart/mixed"
 EMBEDDING = "application/x-a2a-embedding"
@@ -70,7 +72,7 @@ class Modality:
 
 
 def _quote(value: str) -> str:
-    return value if _TOKEN_RE.match(value) else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return value if _TOKEN_RE.fullmatch(value) else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _split_params(text: str) -> list[str]:
@@ -102,10 +104,12 @@ _CACHE: dict[str, Modality] = {}
 
 def parse_modality(text: str, *, field: str = "modality") -> Modality:
     """Parse and normalise a media type; raise `InvalidModality` naming `field` when it is malformed."""
+    if not isinstance(text, str):
+        raise InvalidModality(f"{field}: must be a media type string, got {type(text).__name__}", field=field)
     cached = _CACHE.get(text)
     if cached is not None:
         return cached
-    if not isinstance(text, str) or not text.strip():
+    if not text.strip():
         raise InvalidModality(f"{field}: empty media type", field=field)
     try:
         head, *raw_params = _split_params(text)
@@ -115,7 +119,7 @@ def parse_modality(text: str, *, field: str = "modality") -> Modality:
         raise InvalidModality(f"{field}: {text!r} is not a media type (expected type/subtype)", field=field)
     type_, _, subtype = head.strip().partition("/")
     type_, subtype = type_.strip().lower(), subtype.strip().lower()
-    if not _TOKEN_RE.match(type_) or not _TOKEN_RE.match(subtype):
+    if not _TOKEN_RE.fullmatch(type_) or not _TOKEN_RE.fullmatch(subtype):
         raise InvalidModality(f"{field}: {text!r} has an invalid type or subtype", field=field)
     if type_ == "*" and subtype != "*":
         raise InvalidModality(f"{field}: {text!r}: a wildcard type needs a wildcard subtype", field=field)
@@ -123,12 +127,12 @@ def parse_modality(text: str, *, field: str = "modality") -> Modality:
     for raw in raw_params:
         if not raw.strip():
             continue
-        m = _PARAM_RE.match(raw)
+        m = _PARAM_RE.fullmatch(raw)
         if not m:
             raise InvalidModality(f"{field}: {text!r} has a malformed parameter {raw.strip()!r}", field=field)
         name, value = m.group(1).lower(), m.group(2)
         if value.startswith('"'):
-            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+            value = _UNESCAPE_RE.sub(r"\1", value[1:-1])
         if name == "charset":
             value = value.lower()
         params[name] = value
@@ -198,11 +202,13 @@ class ModalityRegistry:
     def _make(
         pattern: str, schema_id: str, version: int, schema: Mapping[str, Any], description: str, *, builtin: bool
     ) -> ModalityType:
+        if not isinstance(schema, Mapping):
+            raise FeatureSchemaError(f"schema: must be a JSON Schema object, got {type(schema).__name__}", field="schema")
         try:
             cls = jsonschema.validators.validator_for(schema)
             cls.check_schema(schema)
         except jsonschema.SchemaError as exc:
-            raise FeatureSchemaError(f"schema for {pattern}: invalid JSON Schema: {exc.message}", field="schema") from None
+            raise FeatureSchemaError(f"schema: invalid JSON Schema for {pattern!r}: {exc.message}", field="schema") from None
         return ModalityType(pattern, schema_id, version, schema, description, builtin, cls(schema))
 
     def register(
@@ -224,10 +230,14 @@ class ModalityRegistry:
             raise InvalidModality(
                 f"modality: custom types must use an x-, vnd. or prs. subtype, got {mod.essence!r}", field="modality"
             )
-        if not isinstance(version, int) or version < 1:
-            raise FeatureSchemaError("version: must be a positive integer", field="version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise FeatureSchemaError(f"version: must be a positive integer, got {version!r}", field="version")
+        if schema_id is not None and (not isinstance(schema_id, str) or not _SCHEMA_ID_RE.fullmatch(schema_id)):
+            raise FeatureSchemaError(
+                f"schema_id: must be a non-empty name without spaces, got {schema_id!r}", field="schema_id"
+            )
         sid = schema_id or mod.essence
-        mtype = self._make(mod.essence, sid, version, schema or {"type": "object"}, description, builtin=False)
+        mtype = self._make(mod.essence, sid, version, {"type": "object"} if schema is None else schema, description, builtin=False)
         with self._lock:
             existing = self._types.get(mod.essence)
             if existing is not None and existing.builtin:
@@ -270,7 +280,7 @@ class ModalityRegistry:
         mtype = self.lookup(modality)
         if mtype is None:
             return
-        errors = sorted(mtype._validator.iter_errors(dict(features)), key=lambda e: list(e.path))
+        errors = sorted(mtype._validator.iter_errors(dict(features)), key=lambda e: [str(p) for p in e.path])
         if errors:
             err = errors[0]
             where = ".".join(str(p) for p in err.path)
