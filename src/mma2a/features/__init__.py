@@ -1,0 +1,45 @@
+"""Content features: offline extractors per modality, the budgeted pipeline, hybrid policy,
+windowed extraction for live streams, and the producer's `build_part`.
+
+Heavy packages (Pillow, OpenCV, PyAV, pocketsphinx, tesserocr, langdetect) load lazily;
+an extractor whose package is missing is skipped and says so.
+"""
+
+from __future__ import annotations
+
+from .audio import AudioExtractor, SpeechKeywordExtractor
+from .base import Extractor, Limits
+from .embedding import EmbeddingExtractor
+from .image import ImageExtractor
+from .mesh import MeshExtractor
+from .pipeline import FeaturePipeline, FeatureResult, default_extractors
+from .policy import FeaturePolicy, enrich_part
+from .producer import Uploader, build_part, sniff_modality
+from .text import TextExtractor
+from .video import VideoExtractor
+from .vision import OCRExtractor, VisionExtractor
+from .window import WindowedExtractor, WindowFeatures
+
+__all__ = [
+    "AudioExtractor",
+    "EmbeddingExtractor",
+    "Extractor",
+    "FeaturePipeline",
+    "FeaturePolicy",
+    "FeatureResult",
+    "ImageExtractor",
+    "Limits",
+    "MeshExtractor",
+    "OCRExtractor",
+    "SpeechKeywordExtractor",
+    "TextExtractor",
+    "Uploader",
+    "VideoExtractor",
+    "VisionExtractor",
+    "WindowFeatures",
+    "WindowedExtractor",
+    "build_part",
+    "default_extractors",
+    "enrich_part",
+    "sniff_modality",
+]

@@ -1,0 +1,347 @@
+"""Audio facts: duration, sample rate, channels, loudness (dBFS), voice activity; spoken keywords.
+
+WAV and raw PCM (`audio/pcm` little-endian, `audio/L16` big-endian, with `rate` and
+`channels` parameters) decode with the standard library and numpy; other containers
+(Ogg, MP3, FLAC, M4A, WebM) through PyAV when it is installed. Voice activity is an energy
+detector over 30 ms frames; keyword spotting uses pocketsphinx with its bundled en-US model.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import tempfile
+import threading
+import wave
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import MediaError
+from ..modality import Modality
+from .base import Limits, check_deadline
+
+FRAME_S = 0.03
+SILENCE_DB = -120.0
+_local = threading.local()
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedAudio:
+    """Samples as float32 in [-1, 1], shape (frames, channels)."""
+
+    samples: Any
+    rate: int
+    channels: int
+    format: str
+
+    @property
+    def duration(self) -> float:
+        return float(self.samples.shape[0]) / self.rate if self.rate else 0.0
+
+    def mono(self) -> Any:
+        return self.samples.mean(axis=1) if self.channels > 1 else self.samples[:, 0]
+
+
+def sniff_audio(data: bytes) -> str | None:
+    """The container of audio bytes from their magic number, or None."""
+    head = data[:16]
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "wav"
+    if head[:4] == b"OggS":
+        return "ogg"
+    if head[:4] == b"fLaC":
+        return "flac"
+    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return "mp3"
+    if head[4:8] == b"ftyp":
+        return "mp4"
+    if head[:4] == b"\x1a\x45\xdf\xa3":
+        return "webm"
+    return None
+
+
+def _pcm_params(modality: Modality, default_rate: int | None = None) -> tuple[int, int]:
+    rate_s, ch_s = modality.param("rate"), modality.param("channels")
+    if rate_s is None and default_rate is None:
+        raise MediaError(f"audio: {modality.essence} needs a rate parameter, e.g. {modality.essence}; rate=16000")
+    try:
+        rate = int(rate_s) if rate_s is not None else int(default_rate or 0)
+        channels = int(ch_s) if ch_s is not None else 1
+    except ValueError:
+        raise MediaError(f"audio: rate and channels parameters must be integers in {modality}") from None
+    if rate < 1 or channels < 1 or channels > 64:
+        raise MediaError(f"audio: invalid rate {rate} or channels {channels} in {modality}")
+    return rate, channels
+
+
+def decode_pcm(data: bytes, rate: int, channels: int, *, big_endian: bool = False, fmt: str = "pcm") -> DecodedAudio:
+    """Signed 16-bit PCM bytes to samples."""
+    import numpy as np
+
+    usable = len(data) - len(data) % (2 * channels)
+    pcm = np.frombuffer(data[:usable], dtype=">i2" if big_endian else "<i2")
+    samples = (pcm.astype(np.float32) / 32768.0).reshape(-1, channels)
+    return DecodedAudio(samples, rate, channels, fmt)
+
+
+def _decode_wav(data: bytes, limits: Limits) -> DecodedAudio:
+    import numpy as np
+
+    try:
+        with wave.open(io.BytesIO(data)) as w:
+            rate, channels, width, declared = w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()
+            if rate < 1 or channels < 1:
+                raise MediaError(f"audio: WAV header has an invalid rate {rate} or channels {channels}")
+            if declared / rate > limits.max_audio_seconds:
+                raise MediaError(
+                    f"audio: WAV declares {declared / rate:.1f} s, over the {limits.max_audio_seconds:.0f} s limit; not decoded"
+                )
+            raw = w.readframes(declared)
+    except (wave.Error, EOFError) as exc:
+        raise MediaError(f"audio: corrupt or unsupported WAV: {exc}") from None
+    got = len(raw) // (width * channels)
+    if got < declared:
+        raise MediaError(f"audio: truncated WAV: header declares {declared} frames, only {got} present")
+    if width == 1:
+        pcm = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 2:
+        pcm = np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
+    elif width == 3:
+        b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
+        v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
+        pcm = np.where(v >= 1 << 23, v - (1 << 24), v).astype(np.float32) / float(1 << 23)
+    elif width == 4:
+        pcm = np.frombuffer(raw, "<i4").astype(np.float32) / float(1 << 31)
+    else:
+        raise MediaError(f"audio: WAV sample width of {width} bytes is not supported")
+    return DecodedAudio(pcm.reshape(-1, channels), rate, channels, "wav")
+
+
+def _decode_av(data: bytes, fmt: str | None, limits: Limits) -> DecodedAudio:
+    try:
+        import av
+    except ImportError:
+        raise MediaError(
+            f"audio: decoding {fmt or 'this audio'} needs PyAV (pip install 'mma2a[video]'); WAV and PCM need nothing"
+        ) from None
+    import numpy as np
+
+    try:
+        container = av.open(io.BytesIO(data), mode="r")
+    except av.FFmpegError as exc:
+        raise MediaError(f"audio: not a readable audio container: {exc}") from None
+    with container:
+        if not container.streams.audio:
+            raise MediaError(f"audio: the {container.format.name} container has no audio stream")
+        stream = container.streams.audio[0]
+        rate = stream.codec_context.sample_rate or stream.rate or 0
+        channels = stream.codec_context.channels or 1
+        if rate < 1:
+            raise MediaError("audio: the audio stream has no sample rate")
+        resampler = av.AudioResampler(format="flt", layout=stream.layout.name if stream.layout else "mono", rate=rate)
+        chunks: list[Any] = []
+        total = 0
+        try:
+            for frame in container.decode(stream):
+                check_deadline("audio decode")
+                for out in resampler.resample(frame):
+                    arr = out.to_ndarray().reshape(-1, channels)
+                    chunks.append(arr)
+                    total += arr.shape[0]
+                if total / rate > limits.max_audio_seconds:
+                    raise MediaError(f"audio: longer than the {limits.max_audio_seconds:.0f} s limit; decoding stopped")
+        except av.FFmpegError as exc:
+            raise MediaError(f"audio: corrupt {container.format.name} audio: {exc}") from None
+        name = fmt or container.format.name.split(",")[0]
+    if not chunks:
+        raise MediaError(f"audio: the {name} stream holds no decodable samples")
+    samples = np.concatenate(chunks).astype(np.float32)
+    return DecodedAudio(samples, int(rate), channels, name)
+
+
+def decode_audio(data: bytes, modality: Modality, limits: Limits) -> DecodedAudio:
+    """Decode any supported audio to float samples, within `limits`; MediaError with a clear message otherwise."""
+    limits.check_size(data, "audio")
+    sub = modality.subtype
+    if sub in ("pcm", "x-pcm", "l16"):
+        rate, channels = _pcm_params(modality)
+        if len(data) / (2 * channels * rate) > limits.max_audio_seconds:
+            raise MediaError(f"audio: longer than the {limits.max_audio_seconds:.0f} s limit; not decoded")
+        return decode_pcm(data, rate, channels, big_endian=sub == "l16", fmt="l16" if sub == "l16" else "pcm")
+    if not data:
+        raise MediaError("audio: empty payload")
+    fmt = sniff_audio(data)
+    if fmt == "wav":
+        try:
+            return _decode_wav(data, limits)
+        except MediaError as exc:
+            if "unknown format" not in exc.message:  # e.g. float WAV: let PyAV try it
+                raise
+            return _decode_av(data, "wav", limits)
+    if fmt is None:
+        raise MediaError(f"audio: bytes are not a known audio container (declared {modality.essence}, starts {data[:8]!r})")
+    return _decode_av(data, fmt, limits)
+
+
+def frame_levels(mono: Any, rate: int, frame_s: float = FRAME_S) -> Any:
+    """RMS level in dBFS of each `frame_s` frame (floor -120)."""
+    import numpy as np
+
+    n = max(1, int(rate * frame_s))
+    count = mono.shape[0] // n
+    if count == 0:
+        frames = mono.reshape(1, -1) if mono.shape[0] else np.zeros((1, 1), np.float32)
+    else:
+        frames = mono[: count * n].reshape(count, n)
+    rms = np.sqrt(np.mean(np.square(frames, dtype=np.float64), axis=1))
+    return np.maximum(20.0 * np.log10(np.maximum(rms, 1e-12)), SILENCE_DB)
+
+
+def loudness_db(mono: Any) -> float:
+    import numpy as np
+
+    if mono.shape[0] == 0:
+        return SILENCE_DB
+    rms = math.sqrt(float(np.mean(np.square(mono, dtype=np.float64))))
+    return round(max(20.0 * math.log10(max(rms, 1e-12)), SILENCE_DB), 2)
+
+
+def voice_activity(levels: Any, *, floor_db: float = -45.0) -> float:
+    """Share of frames above an adaptive energy threshold: 10 dB over the noise floor, at most
+    30 dB under the loudest frame, never below `floor_db`."""
+    import numpy as np
+
+    if levels.shape[0] == 0:
+        return 0.0
+    noise = float(np.percentile(levels, 10))
+    loudest = float(levels.max())
+    threshold = max(floor_db, min(noise + 10.0, loudest - 30.0))
+    return round(float(np.mean(levels > threshold)), 3)
+
+
+def describe(audio: DecodedAudio, *, floor_db: float = -45.0) -> dict[str, Any]:
+    """The audio/1 facts of decoded audio."""
+    mono = audio.mono()
+    return {
+        "format": audio.format,
+        "duration": round(audio.duration, 3),
+        "sampleRate": audio.rate,
+        "channels": audio.channels,
+        "loudness": loudness_db(mono),
+        "voiceActivity": voice_activity(frame_levels(mono, audio.rate), floor_db=floor_db),
+    }
+
+
+class AudioExtractor:
+    """duration, sampleRate, channels, loudness (dBFS RMS), voiceActivity (energy VAD)."""
+
+    name = "audio-basic"
+    version = "1.0"
+    modalities = ("audio/*",)
+    requires = ("numpy",)
+    extra = "audio"
+
+    def __init__(self, *, limits: Limits | None = None, vad_floor_db: float = -45.0) -> None:
+        self.limits = limits or Limits()
+        self.vad_floor_db = vad_floor_db
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        return describe(decode_audio(data, modality, self.limits), floor_db=self.vad_floor_db)
+
+
+def to_16k_int16(audio: DecodedAudio) -> bytes:
+    """Mono 16 kHz signed 16-bit PCM (linear interpolation), what pocketsphinx models expect."""
+    import numpy as np
+
+    mono = audio.mono().astype(np.float64)
+    if audio.rate != 16000 and mono.shape[0]:
+        n_out = int(mono.shape[0] * 16000 / audio.rate)
+        t_out = np.arange(n_out) / 16000.0
+        mono = np.interp(t_out, np.arange(mono.shape[0]) / audio.rate, mono)
+    return bytes((np.clip(mono, -1.0, 1.0) * 32767.0).astype("<i2").tobytes())
+
+
+SpotMode = Literal["transcribe", "kws", "grammar"]
+
+
+class SpeechKeywordExtractor:
+    """Spoken `keywords` (from a configured list) and a `transcript` with pocketsphinx (the `audio` extra).
+
+    Modes: `transcribe` decodes with the bundled en-US language model and reports the listed
+    phrases heard in the transcript; `grammar` decodes against a JSGF grammar (robust for
+    command sets); `kws` runs pocketsphinx keyword search with `threshold`.
+    """
+
+    name = "pocketsphinx-keywords"
+    version = "1.0"
+    modalities = ("audio/*",)
+    requires = ("pocketsphinx", "numpy")
+    extra = "audio"
+
+    def __init__(
+        self,
+        keywords: Sequence[str] = (),
+        *,
+        grammar: str | None = None,
+        mode: SpotMode | None = None,
+        threshold: float = 1e-30,
+        limits: Limits | None = None,
+    ) -> None:
+        self.keywords = tuple(" ".join(k.lower().split()) for k in keywords if k.strip())
+        self.grammar = grammar
+        self.mode: SpotMode = mode or ("grammar" if grammar else "transcribe")
+        if self.mode == "grammar" and not grammar:
+            raise ValueError("grammar mode needs a JSGF grammar")
+        if self.mode == "kws" and not self.keywords:
+            raise ValueError("kws mode needs at least one keyword")
+        self.threshold = threshold
+        self.limits = limits or Limits(max_audio_seconds=120.0)
+
+    def _decoder(self) -> Any:
+        from pocketsphinx import Decoder
+
+        key = (self.mode, self.keywords, self.grammar, self.threshold)
+        cache: dict[Any, Any] = getattr(_local, "decoders", None) or {}
+        _local.decoders = cache
+        dec = cache.get(key)
+        if dec is None:
+            dec = Decoder(samprate=16000, loglevel="FATAL")
+            if self.mode == "grammar":
+                dec.add_jsgf_string("grammar", self.grammar)
+                dec.activate_search("grammar")
+            elif self.mode == "kws":
+                with tempfile.NamedTemporaryFile("w", suffix=".kws", delete=True) as f:
+                    f.write("".join(f"{k} /{self.threshold:g}/\n" for k in self.keywords))
+                    f.flush()
+                    dec.add_kws("keywords", f.name)
+                dec.activate_search("keywords")
+            cache[key] = dec
+        return dec
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        audio = decode_audio(data, modality, self.limits)
+        pcm = to_16k_int16(audio)
+        dec = self._decoder()
+        step = 16000 * 2 // 4  # 250 ms
+        heard: list[str] = []
+        dec.start_utt()
+        try:
+            for i in range(0, len(pcm), step):
+                check_deadline(self.name)
+                dec.process_raw(pcm[i : i + step], False, False)
+                if self.mode == "kws" and dec.hyp() is not None:
+                    heard.append(dec.hyp().hypstr.strip())
+                    dec.end_utt()
+                    dec.start_utt()
+        finally:
+            dec.end_utt()
+        if self.mode == "kws":
+            if dec.hyp() is not None:
+                heard.append(dec.hyp().hypstr.strip())
+            found = [k for k in self.keywords if k in heard]
+            return {"keywords": found}
+        hyp = dec.hyp()
+        transcript = " ".join(hyp.hypstr.split()) if hyp is not None else ""
+        padded = f" {transcript} "
+        return {"keywords": [k for k in self.keywords if f" {k} " in padded], "transcript": transcript}

@@ -1,0 +1,302 @@
+"""The feature pipeline: pick the extractors for a modality, run them in a bounded worker pool
+within a per-message time budget, merge and validate what they found.
+
+Nothing here raises for bad media: a corrupt, truncated, over-limit or wrong-type payload
+gives `features: {"error": "..."}`; an extractor that does not finish in time is recorded
+and skipped; an extractor whose package is missing is skipped and says so. The event loop
+never runs extractor code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import FeatureSchemaError, MediaError
+from ..ext import FeatureSource, Thumbnail
+from ..modality import DEFAULT_REGISTRY, Modality, ModalityRegistry, parse_modality
+from .base import THUMBNAIL_KEY, Extractor, Limits, handles, missing_packages, set_deadline
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureResult:
+    """What the router extracted from one payload, and how that went."""
+
+    features: dict[str, Any]
+    thumbnail: Thumbnail | None = None
+    source: FeatureSource | None = None
+    schema: str | None = None
+    errors: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    skipped: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return "error" not in self.features
+
+
+@dataclass(slots=True)
+class _Outcome:
+    extractor: Extractor
+    features: dict[str, Any] | None = None
+    error: str | None = None
+    timeout: bool = False
+    seconds: float = 0.0
+
+
+def default_extractors(
+    *,
+    limits: Limits | None = None,
+    thumbnails: bool = True,
+    ocr: bool = True,
+    keywords: Sequence[str] = (),
+    grammar: str | None = None,
+) -> list[Extractor]:
+    """One extractor per fact family, configured with `limits`. Keyword spotting runs only when
+    `keywords` or a JSGF `grammar` is given; OCR only when `ocr` (and the `ocr` extra is installed)."""
+    from .audio import AudioExtractor, SpeechKeywordExtractor
+    from .embedding import EmbeddingExtractor
+    from .image import ImageExtractor
+    from .mesh import MeshExtractor
+    from .text import TextExtractor
+    from .video import VideoExtractor
+    from .vision import OCRExtractor, VisionExtractor
+
+    lim = limits or Limits()
+    out: list[Extractor] = [
+        ImageExtractor(limits=lim, thumbnail=thumbnails),
+        VisionExtractor(limits=lim),
+        AudioExtractor(limits=lim),
+        TextExtractor(limits=lim),
+        VideoExtractor(limits=lim, thumbnail=thumbnails),
+        MeshExtractor(limits=lim),
+        EmbeddingExtractor(limits=lim),
+    ]
+    if ocr:
+        out.append(OCRExtractor(limits=lim))
+    if keywords or grammar:
+        out.append(SpeechKeywordExtractor(keywords, grammar=grammar, limits=lim))
+    return out
+
+
+def _run(extractor: Extractor, data: bytes, modality: Modality, deadline: float) -> _Outcome:
+    """One extractor on one payload, on a worker thread; every failure becomes an outcome."""
+    start = time.monotonic()
+    outcome = _Outcome(extractor)
+    if start >= deadline:
+        outcome.timeout = True
+        outcome.error = f"{extractor.name}: not started within the time budget; skipped"
+        return outcome
+    set_deadline(deadline)
+    try:
+        outcome.features = extractor.extract(data, modality)
+    except MediaError as exc:
+        outcome.error = exc.message
+    except TimeoutError as exc:
+        outcome.timeout = True
+        outcome.error = str(exc) or f"{extractor.name}: stopped, over the time budget"
+    except MemoryError:
+        outcome.error = f"{extractor.name}: out of memory while decoding"
+    except Exception as exc:  # a bug or an unexpected library error must not escape into the gateway
+        outcome.error = f"{extractor.name}: {type(exc).__name__}: {exc}"
+    finally:
+        set_deadline(None)
+        outcome.seconds = time.monotonic() - start
+    return outcome
+
+
+class FeaturePipeline:
+    """Runs the extractors that handle a modality in a bounded thread pool, within a time budget.
+
+    `max_in_flight` bounds the jobs queued or running (including ones that outlived their
+    budget and are winding down): beyond it, new work is skipped at once instead of queueing,
+    so a flood of heavy media cannot stall the gateway.
+    """
+
+    def __init__(
+        self,
+        extractors: Iterable[Extractor] | None = None,
+        *,
+        limits: Limits | None = None,
+        registry: ModalityRegistry | None = None,
+        max_workers: int | None = None,
+        max_in_flight: int = 64,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.extractors: tuple[Extractor, ...] = tuple(
+            extractors if extractors is not None else default_extractors(limits=self.limits)
+        )
+        self.registry = registry or DEFAULT_REGISTRY
+        self.max_workers = max_workers or min(4, os.cpu_count() or 1)
+        self.max_in_flight = max_in_flight
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._missing: dict[str, str | None] = {}
+
+    # --- planning ------------------------------------------------------------------------
+
+    def plan(self, modality: Modality) -> tuple[list[Extractor], list[str]]:
+        """The extractors that will run for `modality`, and why others that handle it are skipped."""
+        runnable: list[Extractor] = []
+        skipped: list[str] = []
+        for ex in self.extractors:
+            if not handles(ex, modality):
+                continue
+            key = f"{ex.name}/{ex.version}"
+            if key not in self._missing:
+                self._missing[key] = missing_packages(ex)
+            reason = self._missing[key]
+            if reason is None:
+                runnable.append(ex)
+            else:
+                skipped.append(reason)
+        return runnable, skipped
+
+    # --- running -------------------------------------------------------------------------
+
+    def _executor(self) -> cf.ThreadPoolExecutor:
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = cf.ThreadPoolExecutor(self.max_workers, thread_name_prefix="mma2a-features")
+        return self._pool
+
+    def _release(self, _: Any) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _submit(
+        self, modality: str | Modality, data: bytes, budget_s: float
+    ) -> tuple[Modality, list[tuple[Extractor, cf.Future[_Outcome]]], list[str], list[str]]:
+        mod = modality if isinstance(modality, Modality) else parse_modality(modality)
+        if budget_s <= 0:
+            raise ValueError("budget_s must be positive")
+        runnable, skipped = self.plan(mod)
+        errors: list[str] = []
+        jobs: list[tuple[Extractor, cf.Future[_Outcome]]] = []
+        if not runnable:
+            return mod, jobs, skipped, errors
+        if len(data) > self.limits.max_bytes:
+            errors.append(
+                f"{mod.type}: {len(data)} bytes is over the feature-extraction limit of {self.limits.max_bytes} bytes"
+            )
+            return mod, jobs, skipped, errors
+        with self._lock:
+            room = self.max_in_flight - self._in_flight
+            if room < len(runnable):
+                skipped.append(f"features: extractor pool busy ({self._in_flight} jobs in flight); extraction skipped")
+                return mod, jobs, skipped, errors
+            self._in_flight += len(runnable)
+        deadline = time.monotonic() + budget_s
+        pool = self._executor()
+        for ex in runnable:
+            fut = pool.submit(_run, ex, data, mod, deadline)
+            fut.add_done_callback(self._release)
+            jobs.append((ex, fut))
+        return mod, jobs, skipped, errors
+
+    def _merge(
+        self,
+        mod: Modality,
+        data: bytes,
+        jobs: list[tuple[Extractor, cf.Future[_Outcome]]],
+        skipped: list[str],
+        errors: list[str],
+        budget_s: float,
+    ) -> FeatureResult:
+        features: dict[str, Any] = {}
+        failures: list[str] = list(errors)
+        notes: list[str] = []
+        thumbnail: Thumbnail | None = None
+        timed_out = False
+        ran: list[Extractor] = []
+        timings: dict[str, float] = {}
+        for ex, fut in jobs:
+            if not fut.done():
+                fut.cancel()
+                timed_out = True
+                notes.append(f"{ex.name}: not done within the {budget_s:g} s budget; skipped")
+                continue
+            out = fut.result()
+            timings[ex.name] = out.seconds
+            ran.append(ex)
+            if out.timeout:
+                timed_out = True
+                notes.append(out.error or f"{ex.name}: over the time budget")
+                continue
+            if out.error is not None:
+                failures.append(out.error)
+                continue
+            found = dict(out.features or {})
+            thumb = found.pop(THUMBNAIL_KEY, None)
+            if isinstance(thumb, Thumbnail) and thumbnail is None:
+                thumbnail = thumb
+            try:
+                self.registry.validate_features(mod, found)
+            except FeatureSchemaError as exc:
+                failures.append(f"{ex.name}: produced invalid features: {exc.message}")
+                continue
+            for k, v in found.items():
+                features.setdefault(k, v)
+        if jobs and (features or failures):
+            features.setdefault("size", len(data))
+        if failures:
+            unique = list(dict.fromkeys(failures))
+            features["error"] = "; ".join(unique)
+        mtype = self.registry.lookup(mod)
+        source = None
+        if ran:
+            source = FeatureSource("router", "+".join(e.name for e in ran), "+".join(e.version for e in ran))
+        return FeatureResult(
+            features=features,
+            thumbnail=thumbnail,
+            source=source,
+            schema=mtype.feature_schema if mtype is not None else None,
+            errors=list(dict.fromkeys(failures)) + notes,
+            timed_out=timed_out,
+            skipped=skipped,
+            timings=timings,
+        )
+
+    async def extract(self, modality: str | Modality, data: bytes, *, budget_s: float = 1.0) -> FeatureResult:
+        """Features of `data` within `budget_s` seconds; never raises for bad media."""
+        mod, jobs, skipped, errors = self._submit(modality, data, budget_s)
+        if jobs:
+            waiters = [asyncio.wrap_future(f) for _, f in jobs]
+            _, pending = await asyncio.wait(waiters, timeout=budget_s)
+            for w in pending:
+                w.cancel()
+        return self._merge(mod, data, jobs, skipped, errors, budget_s)
+
+    def extract_blocking(self, modality: str | Modality, data: bytes, *, budget_s: float = 1.0) -> FeatureResult:
+        """`extract` for synchronous callers (the CLI, the producer helper); not for the event loop."""
+        mod, jobs, skipped, errors = self._submit(modality, data, budget_s)
+        if jobs:
+            cf.wait([f for _, f in jobs], timeout=budget_s)
+        return self._merge(mod, data, jobs, skipped, errors, budget_s)
+
+    def close(self) -> None:
+        """Stop taking work; running extractions finish on their own deadline."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> FeaturePipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> FeaturePipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
