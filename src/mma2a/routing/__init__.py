@@ -1,0 +1,81 @@
+"""The routing engine: rules, Agent Card capabilities and the transform planner decide where each part goes.
+
+Pure logic: no I/O, no clock, no globals. The gateway loads rules (`load_rules`), builds a
+`Snapshot` of rules and agents (`build_snapshot`), and calls `decide(view, snapshot)` for
+each message. `decide_linear` is the reference evaluator the compiled engine is tested
+against. See docs/rules.md for the rule language.
+"""
+
+from __future__ import annotations
+
+from .agents import AgentInfo, SkillInfo, agent_info_from_card
+from .balance import Load, pick_least_inflight, pick_round_robin, pick_weighted
+from .decision import (
+    CandidateCheck,
+    Explanation,
+    Failure,
+    PartExplanation,
+    PartRoute,
+    RouteDecision,
+    Target,
+    TransformStep,
+)
+from .engine import decide, decide_linear
+from .loader import load_rules, parse_rules
+from .planner import plan_transforms
+from .rules import (
+    Action,
+    BroadcastTo,
+    Capability,
+    Clause,
+    CloneAndRouteTo,
+    Condition,
+    Drop,
+    LoadBalance,
+    RouteTo,
+    Rule,
+    RuleSet,
+    Transform,
+)
+from .sessions import SessionPins, decide_pinned
+from .snapshot import MODES, Snapshot, build_snapshot
+
+__all__ = [
+    "MODES",
+    "Action",
+    "AgentInfo",
+    "BroadcastTo",
+    "CandidateCheck",
+    "Capability",
+    "Clause",
+    "CloneAndRouteTo",
+    "Condition",
+    "Drop",
+    "Explanation",
+    "Failure",
+    "Load",
+    "LoadBalance",
+    "PartExplanation",
+    "PartRoute",
+    "RouteDecision",
+    "RouteTo",
+    "Rule",
+    "RuleSet",
+    "SessionPins",
+    "SkillInfo",
+    "Snapshot",
+    "Target",
+    "Transform",
+    "TransformStep",
+    "agent_info_from_card",
+    "build_snapshot",
+    "decide",
+    "decide_linear",
+    "decide_pinned",
+    "load_rules",
+    "parse_rules",
+    "pick_least_inflight",
+    "pick_round_robin",
+    "pick_weighted",
+    "plan_transforms",
+]

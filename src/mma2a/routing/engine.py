@@ -1,0 +1,318 @@
+"""Deciding routes: rules per part, then actions, capability routing, the planner and the text bottleneck.
+
+`decide` uses the compiled index to find candidate rules; `decide_linear` tests every rule
+in order. Everything after matching is shared, so the two differ only in how they find
+the rules that apply, and must return equal decisions. Nothing here reads a clock: the
+caller may pass one (`clock=time.perf_counter`) to get step timings in the explanation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from ..errors import AgentNotFound, ContentTypeNotSupported
+from ..modality import Modality, parse_modality
+from ..view import MessageView, PartView
+from .balance import NO_LOAD, Load, pick_least_inflight, pick_round_robin, pick_weighted
+from .decision import Explanation, PartExplanation, PartRoute, RouteDecision, Target, TransformStep
+from .match import MatchResult, match_linear
+from .planner import plan_transforms
+from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadBalance, RouteTo, Transform
+from .snapshot import Snapshot, _remember
+
+TEXT_PLAIN = parse_modality("text/plain")
+Clock = Callable[[], float]
+Matcher = Callable[[Snapshot, PartView], MatchResult]
+
+
+def decide(view: MessageView, snapshot: Snapshot, *, load: Load | None = None, clock: Clock | None = None) -> RouteDecision:
+    """Route every part of `view` with the compiled engine."""
+    return _decide(view, snapshot, load or NO_LOAD, clock, _match_compiled)
+
+
+def decide_linear(
+    view: MessageView, snapshot: Snapshot, *, load: Load | None = None, clock: Clock | None = None
+) -> RouteDecision:
+    """Route every part of `view` with the linear reference evaluator (same answers as `decide`, slower)."""
+    return _decide(view, snapshot, load or NO_LOAD, clock, _match_linear)
+
+
+def _match_compiled(snapshot: Snapshot, part: PartView) -> MatchResult:
+    return snapshot.index.match(part)
+
+
+def _match_linear(snapshot: Snapshot, part: PartView) -> MatchResult:
+    return match_linear(snapshot.rules.rules, snapshot.keys, part)
+
+
+def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | None, matcher: Matcher) -> RouteDecision:
+    routes: list[PartRoute] = []
+    explanations: list[PartExplanation] = []
+    timings: dict[str, float] = {}
+    for part in view.parts:
+        start = clock() if clock is not None else 0.0
+        route, explanation = _route_part(view, part, snapshot, load, matcher)
+        routes.append(route)
+        explanations.append(explanation)
+        if clock is not None:
+            timings[f"part[{part.index}]"] = clock() - start
+    return RouteDecision(view.message_id, tuple(routes), Explanation(tuple(explanations), timings), snapshot.version)
+
+
+class _Outcome:
+    """What the actions run for one part produce, accumulated over matching rules."""
+
+    __slots__ = ("targets", "actions", "dropped", "pin", "notes")
+
+    def __init__(self) -> None:
+        self.targets: list[Target] = []
+        self.actions: list[str] = []
+        self.dropped: str | None = None
+        self.pin = False
+        self.notes: list[str] = []
+
+    def add(self, target: Target) -> None:
+        for t in self.targets:
+            if t.agent == target.agent and t.via == target.via:
+                return
+        self.targets.append(target)
+
+
+class _Part(NamedTuple):
+    """The part as routed: its index, its modality (text/plain after a bottleneck) and the chain so far."""
+
+    part: int
+    original: Modality
+    modality: Modality
+    prefix: tuple[TransformStep, ...]
+    outputs: tuple[str, ...]
+
+
+def _route_part(
+    view: MessageView, part: PartView, snapshot: Snapshot, load: Load, matcher: Matcher
+) -> tuple[PartRoute, PartExplanation]:
+    out = _Outcome()
+    routed = part
+    prefix: tuple[TransformStep, ...] = ()
+    if snapshot.mode == "text-bottleneck" and part.modality.type != "text":
+        planned = plan_transforms(snapshot, part.modality, _is_text_plain, "text/plain")
+        if planned is None:
+            raise ContentTypeNotSupported(
+                f"part {part.index} ({part.modality}): text-bottleneck mode: no transform chain reaches text/plain"
+            )
+        prefix = planned[0]
+        routed = PartView(part.index, TEXT_PLAIN, {}, part.kind, part.size)
+        out.notes.append(f"text-bottleneck: {part.modality} -> text/plain via {_chain(prefix)}")
+    ctx = _Part(part.index, part.modality, routed.modality, prefix, view.accepted_output_modes)
+    if view.receivers:
+        for name in view.receivers:
+            if name not in snapshot.agents:
+                raise AgentNotFound(f"receivers: unknown agent '{name}'", field="receivers")
+            out.add(_deliver(snapshot, ctx, ctx.modality, name, "receiver"))
+        out.actions.append("receivers:" + ",".join(view.receivers))
+        result = MatchResult((), (), len(snapshot.rules.rules))
+    else:
+        result = matcher(snapshot, routed)
+        if result.matched:
+            for rule in result.matched:
+                _run(snapshot, ctx, ctx.modality, rule.action, f"rule:{rule.name}", load, out)
+        else:
+            out.notes.append("no rule matched: default action")
+            default = snapshot.rules.default
+            reason = "capability" if isinstance(default, Capability) else "default"
+            _run(snapshot, ctx, ctx.modality, default, reason, load, out)
+    targets = () if out.dropped is not None else tuple(out.targets)
+    if prefix:
+        targets = tuple(Target(t.agent, prefix + t.via, t.reason) for t in targets)
+    bottleneck = part.modality.type != "text" and any(
+        t.via and t.via[-1].to_modality.startswith("text/") for t in targets
+    )
+    for t in targets:
+        if t.via and not prefix:
+            out.notes.append(f"{t.agent}: {part.modality} -> {t.via[-1].to_modality} via {_chain(t.via)}")
+    route = PartRoute(
+        part.index,
+        part.modality_str,
+        tuple(r.name for r in result.matched),
+        targets,
+        tuple(out.actions),
+        out.dropped,
+        bottleneck,
+        out.pin,
+    )
+    explanation = PartExplanation(
+        part.index, part.modality_str, result.candidates, result.skipped, tuple(out.actions), tuple(out.notes)
+    )
+    return route, explanation
+
+
+def _is_text_plain(mod: Modality) -> bool:
+    return mod.essence == "text/plain"
+
+
+def _chain(steps: tuple[TransformStep, ...]) -> str:
+    return " -> ".join(s.agent for s in steps)
+
+
+def _unsupported(ctx: _Part, modality: Modality, what: str) -> ContentTypeNotSupported:
+    shown = f"{ctx.original}" if modality == ctx.original else f"{ctx.original}, routed as {modality}"
+    return ContentTypeNotSupported(f"part {ctx.part} ({shown}): {what}")
+
+
+def _run(
+    snapshot: Snapshot, ctx: _Part, modality: Modality, action: Action, reason: str, load: Load, out: _Outcome
+) -> list[Target]:
+    """Run one action for a part of `modality`; add its targets to `out` and return them."""
+    out.actions.append(action.label())
+    if action.pin_session:
+        out.pin = True
+    made: list[Target] = []
+    if isinstance(action, Capability):
+        made.append(_capability(snapshot, ctx, modality, action.group, reason, load))
+    elif isinstance(action, RouteTo):
+        made.append(_route_to(snapshot, ctx, modality, action.agent, reason, load))
+    elif isinstance(action, CloneAndRouteTo):
+        made.extend(_route_to(snapshot, ctx, modality, name, reason, load) for name in action.targets)
+    elif isinstance(action, BroadcastTo):
+        made.extend(_broadcast(snapshot, ctx, modality, action.group, reason))
+    elif isinstance(action, LoadBalance):
+        made.append(_load_balance(snapshot, ctx, modality, action, reason, load))
+    elif isinstance(action, Drop):
+        out.dropped = action.reason
+    else:
+        made.extend(_transform(snapshot, ctx, modality, action, reason, load, out))
+        return made  # the nested action already added its targets
+    for t in made:
+        out.add(t)
+    return made
+
+
+def _transform(
+    snapshot: Snapshot, ctx: _Part, modality: Modality, action: Transform, reason: str, load: Load, out: _Outcome
+) -> list[Target]:
+    want = action.to
+    if modality.matches(want):
+        chain: tuple[TransformStep, ...] = ()
+        result = modality
+    else:
+        planned = plan_transforms(snapshot, modality, want.matches, ("to", want))
+        if planned is None:
+            raise _unsupported(ctx, modality, f"transform to {want}: no chain of transformer agents produces it")
+        chain, result = planned
+    inner = _Outcome()
+    made = _run(snapshot, ctx, result, action.then, reason, load, inner)
+    out.actions.extend(inner.actions)
+    out.pin = out.pin or inner.pin
+    targets = [Target(t.agent, chain + t.via, t.reason) for t in made]
+    for t in targets:
+        out.add(t)
+    return targets
+
+
+def _deliver(snapshot: Snapshot, ctx: _Part, modality: Modality, agent: str, reason: str) -> Target:
+    """A target for `agent`: natively when its card accepts the part, else through the shortest chain."""
+    if snapshot.accepts(agent, modality) >= 0:
+        return Target(agent, (), reason)
+    planned = plan_transforms(snapshot, modality, lambda m: snapshot.accepts(agent, m) >= 0, ("agent", agent))
+    if planned is None:
+        raise _unsupported(ctx, modality, f"agent '{agent}' does not accept it and no transform chain reaches a mode it accepts")
+    return Target(agent, planned[0], reason)
+
+
+def _reachable(snapshot: Snapshot, modality: Modality, agent: str) -> bool:
+    if snapshot.accepts(agent, modality) >= 0:
+        return True
+    return plan_transforms(snapshot, modality, lambda m: snapshot.accepts(agent, m) >= 0, ("agent", agent)) is not None
+
+
+def _route_to(snapshot: Snapshot, ctx: _Part, modality: Modality, name: str, reason: str, load: Load) -> Target:
+    if snapshot.is_group(name):
+        return _capability(snapshot, ctx, modality, name, reason, load)
+    return _deliver(snapshot, ctx, modality, name, reason)
+
+
+def _broadcast(snapshot: Snapshot, ctx: _Part, modality: Modality, name: str, reason: str) -> list[Target]:
+    if not snapshot.is_group(name):
+        return [_deliver(snapshot, ctx, modality, name, reason)]
+    made = [
+        _deliver(snapshot, ctx, modality, m, reason)
+        for m in snapshot.members(name)
+        if snapshot.agents[m].available and _reachable(snapshot, modality, m)
+    ]
+    if not made:
+        raise _unsupported(ctx, modality, f"no healthy member of group '{name}' accepts it")
+    return made
+
+
+def _load_balance(
+    snapshot: Snapshot, ctx: _Part, modality: Modality, action: LoadBalance, reason: str, load: Load
+) -> Target:
+    eligible = [
+        m for m in snapshot.members(action.pool) if snapshot.agents[m].available and _reachable(snapshot, modality, m)
+    ]
+    if not eligible:
+        raise _unsupported(ctx, modality, f"no healthy member of pool '{action.pool}' accepts it")
+    if action.strategy == "round_robin":
+        chosen = pick_round_robin(eligible, load.tick)
+    elif action.strategy == "least_inflight":
+        chosen = pick_least_inflight(eligible, load.inflight)
+    else:
+        chosen = pick_weighted(eligible, [snapshot.agents[m].weight for m in eligible], load.tick)
+    return _deliver(snapshot, ctx, modality, chosen, reason)
+
+
+def _capability(
+    snapshot: Snapshot, ctx: _Part, modality: Modality, group: str | None, reason: str, load: Load
+) -> Target:
+    """The best agent (optionally within a group) accepting the part natively, else through the shortest chain."""
+    outputs = ctx.outputs
+    tier = _best_tier(snapshot, modality, group, outputs)
+    via: tuple[TransformStep, ...] = ()
+    if not tier:
+        planned = plan_transforms(
+            snapshot, modality, lambda m: bool(_best_tier(snapshot, m, group, outputs)), ("cap", group, outputs)
+        )
+        if planned is None:
+            where = f"in group '{group}' " if group is not None else ""
+            raise _unsupported(ctx, modality, f"no agent {where}accepts it and no transform chain reaches one that does")
+        via, final = planned
+        tier = _best_tier(snapshot, final, group, outputs)
+    if len(tier) == 1 or not load.inflight:
+        chosen = tier[0]
+    else:
+        chosen = pick_least_inflight(tier, load.inflight)
+    return Target(chosen, via, reason)
+
+
+def _best_tier(
+    snapshot: Snapshot, modality: Modality, group: str | None, outputs: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The agents that tie for best on (non-transformer, specificity, output fit), by name; () when none accepts."""
+    key = ("tier", modality, group, outputs)
+    memo = snapshot.memo
+    found: tuple[str, ...] | None = memo.get(key)
+    if found is not None:
+        return found
+    names = snapshot.members(group) if group is not None else tuple(sorted(snapshot.agents))
+    wanted = tuple(parse_modality(o, field="acceptedOutputModes") for o in outputs)
+    ranked: list[tuple[tuple[int, int, int], str]] = []
+    for name in names:
+        agent = snapshot.agents[name]
+        if not agent.available:
+            continue
+        spec = snapshot.accepts(name, modality)
+        if spec < 0:
+            continue
+        fit = 0
+        if wanted:
+            produced = snapshot.outputs_for(name, modality)
+            fit = int(any(o.matches(w) or w.matches(o) for o in produced for w in wanted))
+        ranked.append(((int(agent.transformer), -spec, -fit), name))
+    if ranked:
+        best = min(r[0] for r in ranked)
+        found = tuple(sorted(name for rank, name in ranked if rank == best))
+    else:
+        found = ()
+    _remember(memo, key, found)
+    return found

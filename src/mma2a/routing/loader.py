@@ -1,0 +1,531 @@
+"""Load and validate rule files (YAML or JSON) into a `RuleSet`.
+
+Every problem is collected, not just the first; each message names the rule (by name, or
+by index when the name itself is wrong), the field, and the line when the rules came from
+text. Line numbers come from composing the YAML node tree, which also catches duplicate
+keys that a plain `yaml.safe_load` would silently merge.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import InvalidModality, RuleError
+from ..modality import Modality, parse_modality
+from .rules import (
+    OPERATORS,
+    STRATEGIES,
+    Action,
+    BroadcastTo,
+    Capability,
+    Clause,
+    CloneAndRouteTo,
+    Condition,
+    Drop,
+    LoadBalance,
+    RouteTo,
+    Rule,
+    RuleSet,
+    Scalar,
+    Transform,
+)
+
+RULES_VERSION = 1
+TOP_KEYS = ("version", "default", "groups", "rules")
+RULE_KEYS = ("name", "description", "priority", "match", "action", "continue")
+MATCH_KEYS = ("modality", "features", "any")
+ACTION_KEYS = ("route_to", "broadcast_to", "load_balance", "transform", "drop", "clone_and_route_to", "capability")
+ACTION_OPTIONS = {"strategy": "load_balance", "then": "transform"}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+Path_ = tuple[str | int, ...]
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, (str, int, bool))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _hint(word: str, choices: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+class _LineMap:
+    """Line numbers (1-based) of the nodes of a composed YAML document, by path."""
+
+    def __init__(self) -> None:
+        self.lines: dict[Path_, int] = {}
+        self.duplicates: list[tuple[Path_, str, int]] = []
+
+    def walk(self, node: yaml.Node, path: Path_ = ()) -> None:
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                if key == "<<":
+                    continue
+                if key in seen:
+                    self.duplicates.append((path, key, key_node.start_mark.line + 1))
+                seen.add(key)
+                self.lines[path + (key,)] = key_node.start_mark.line + 1
+                self.walk(value_node, path + (key,))
+                self.lines[path + (key,)] = key_node.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self.walk(item, path + (i,))
+
+    def line(self, path: Path_) -> int | None:
+        while True:
+            if path in self.lines:
+                return self.lines[path]
+            if not path:
+                return None
+            path = path[:-1]
+
+
+class _Validator:
+    def __init__(self, source: str, lines: _LineMap | None) -> None:
+        self.source = source
+        self.lines = lines
+        self.errors: list[str] = []
+
+    def error(self, path: Path_, message: str, *, rule: str | None = None, rel: int = 0) -> None:
+        """Record `message` about the field at `path`; `rel` = how many leading path items are the rule's."""
+        line = self.lines.line(path) if self.lines is not None else None
+        where = f"{self.source}:{line}" if line is not None else self.source
+        field = _dotted(path[rel:]) if rule is not None else _dotted(path)
+        head = f"{where}: {rule}" if rule is not None else where
+        self.errors.append(f"{head}: {field}: {message}" if field else f"{head}: {message}")
+
+
+def _dotted(path: Path_) -> str:
+    out = ""
+    for p in path:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += ("." if out else "") + p
+    return out
+
+
+class _RuleContext:
+    """Reports errors for one rule: prefixes its label and keeps paths relative to it."""
+
+    def __init__(self, v: _Validator, base: Path_, label: str) -> None:
+        self.v, self.base, self.label = v, base, label
+
+    def error(self, rel: Path_, message: str) -> None:
+        self.v.error(self.base + rel, message, rule=self.label, rel=len(self.base))
+
+
+def parse_rules(obj: Any, *, source: str = "<rules>", _lines: _LineMap | None = None) -> RuleSet:
+    """Validate a parsed rule document (a mapping) and build the `RuleSet`; raise `RuleError` listing every problem."""
+    v = _Validator(source, _lines)
+    if _lines is not None:
+        for path, key, line in _lines.duplicates:
+            where = f"{source}:{line}"
+            v.errors.append(f"{where}: {_dotted(path + (key,))}: duplicate key '{key}'")
+    if obj is None:
+        v.error((), "the rule file is empty; expected a mapping with a 'rules' list")
+        _raise(v)
+    if not isinstance(obj, dict):
+        v.error((), f"the rule file must be a mapping with a 'rules' list, got {_type_name(obj)}")
+        _raise(v)
+    for key in obj:
+        if key not in TOP_KEYS:
+            v.error((str(key),), f"unknown field (expected one of {', '.join(TOP_KEYS)}){_hint(str(key), TOP_KEYS)}")
+    version = obj.get("version", RULES_VERSION)
+    if version != RULES_VERSION or isinstance(version, bool):
+        v.error(("version",), f"unsupported rules version {version!r} (this build reads version {RULES_VERSION})")
+    groups = _parse_groups(v, obj.get("groups", {}))
+    default: Action = Capability()
+    if "default" in obj:
+        ctx = _RuleContext(v, ("default",), "default")
+        parsed = _parse_action(ctx, obj["default"], ())
+        if parsed is not None:
+            default = parsed
+    raw_rules = obj.get("rules")
+    rules: list[Rule] = []
+    if "rules" not in obj:
+        v.error((), "missing field 'rules' (a list of rules, may be empty)")
+    elif not isinstance(raw_rules, list):
+        v.error(("rules",), f"must be a list of rules, got {_type_name(raw_rules)}")
+    else:
+        names: dict[str, int] = {}
+        for i, raw in enumerate(raw_rules):
+            rule = _parse_rule(v, raw, i, names)
+            if rule is not None:
+                rules.append(rule)
+    _raise(v)
+    ordered = sorted(rules, key=lambda r: (-r.priority, r.index))
+    final = tuple(
+        Rule(r.name, r.index, r.priority, r.clauses, r.action, r.cont, r.line, order) for order, r in enumerate(ordered)
+    )
+    return RuleSet(final, default, groups, RULES_VERSION, source, obj)
+
+
+def _raise(v: _Validator) -> None:
+    if not v.errors:
+        return
+    first = v.errors[0]
+    extra = len(v.errors) - 1
+    message = first if not extra else f"{first} (and {extra} more error{'s' if extra > 1 else ''})"
+    raise RuleError(message, errors=v.errors)
+
+
+def _parse_groups(v: _Validator, raw: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(raw, dict):
+        v.error(("groups",), f"must be a mapping of group name to a list of agent names, got {_type_name(raw)}")
+        return {}
+    out: dict[str, tuple[str, ...]] = {}
+    for name, members in raw.items():
+        if members is None:
+            members = []
+        if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):
+            v.error(("groups", str(name)), "must be a list of agent names (may be empty)")
+            continue
+        out[str(name)] = tuple(dict.fromkeys(members))
+    return out
+
+
+def _parse_rule(v: _Validator, raw: Any, i: int, names: dict[str, int]) -> Rule | None:
+    base: Path_ = ("rules", i)
+    if not isinstance(raw, dict):
+        v.error(base, f"must be a mapping with name, match and action, got {_type_name(raw)}", rule=f"rules[{i}]", rel=2)
+        return None
+    name = raw.get("name")
+    label = f"rule '{name}'" if isinstance(name, str) and NAME_RE.match(name) else f"rules[{i}]"
+    ctx = _RuleContext(v, base, label)
+    ok = True
+    if "name" not in raw:
+        ctx.error(("name",), "missing (every rule needs a unique name)")
+        ok = False
+    elif not isinstance(name, str) or not NAME_RE.match(name):
+        ctx.error(
+            ("name",),
+            f"{name!r} is not a valid rule name (1 to 128 letters, digits, '.', '_', ':' or '-', "
+            "starting with a letter or digit)",
+        )
+        ok = False
+    elif name in names:
+        ctx.error(("name",), f"duplicate rule name (first used by rules[{names[name]}])")
+        ok = False
+    else:
+        names[name] = i
+    for key in raw:
+        if key not in RULE_KEYS:
+            ctx.error((str(key),), f"unknown field (expected one of {', '.join(RULE_KEYS)}){_hint(str(key), RULE_KEYS)}")
+            ok = False
+    if "description" in raw and not isinstance(raw["description"], str):
+        ctx.error(("description",), f"must be a string, got {_type_name(raw['description'])}")
+        ok = False
+    priority = raw.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        ctx.error(("priority",), f"must be an integer, got {_type_name(priority)}")
+        ok = False
+    cont = raw.get("continue", False)
+    if not isinstance(cont, bool):
+        ctx.error(("continue",), f"must be true or false, got {_type_name(cont)}")
+        ok = False
+    clauses: tuple[Clause, ...] | None = None
+    if "match" not in raw:
+        ctx.error(("match",), "missing (use match: {} to match every part)")
+        ok = False
+    else:
+        clauses = _parse_match(ctx, raw["match"])
+    action: Action | None = None
+    if "action" not in raw:
+        ctx.error(("action",), "missing")
+        ok = False
+    else:
+        action = _parse_action(ctx, raw["action"], ("action",))
+        if isinstance(action, Drop) and cont is True:
+            ctx.error(("continue",), "a drop action ends evaluation; it cannot continue")
+            ok = False
+    if not ok or clauses is None or action is None:
+        return None
+    line = v.lines.line(base) if v.lines is not None else None
+    assert isinstance(name, str) and isinstance(priority, int)
+    return Rule(name, i, priority, clauses, action, cont, line)
+
+
+def _parse_match(ctx: _RuleContext, raw: Any) -> tuple[Clause, ...] | None:
+    if not isinstance(raw, dict):
+        ctx.error(("match",), f"must be a mapping (modality, features, or any), got {_type_name(raw)}")
+        return None
+    if "any" in raw:
+        others = [k for k in raw if k != "any"]
+        if others:
+            ctx.error(("match",), f"'any' cannot be combined with {', '.join(map(str, others))}; put them inside each 'any' entry")
+            return None
+        alts = raw["any"]
+        if not isinstance(alts, list) or not alts:
+            ctx.error(("match", "any"), "must be a non-empty list of conditions (an OR of ANDs)")
+            return None
+        clauses: list[Clause] = []
+        for j, alt in enumerate(alts):
+            if isinstance(alt, dict) and "any" in alt:
+                ctx.error(("match", "any", j, "any"), "'any' cannot be nested (a rule is an OR of ANDs, two levels)")
+                return None
+            clause = _parse_clause(ctx, alt, ("match", "any", j))
+            if clause is None:
+                return None
+            clauses.append(clause)
+        return tuple(clauses)
+    clause = _parse_clause(ctx, raw, ("match",))
+    return None if clause is None else (clause,)
+
+
+def _parse_clause(ctx: _RuleContext, raw: Any, path: Path_) -> Clause | None:
+    if not isinstance(raw, dict):
+        ctx.error(path, f"must be a mapping with modality and/or features, got {_type_name(raw)}")
+        return None
+    ok = True
+    for key in raw:
+        if key not in MATCH_KEYS:
+            ctx.error(path + (str(key),), f"unknown field (expected modality, features or any){_hint(str(key), MATCH_KEYS)}")
+            ok = False
+    modality: Modality | None = None
+    if "modality" in raw:
+        mod = raw["modality"]
+        if not isinstance(mod, str):
+            ctx.error(path + ("modality",), f"must be a media type such as image/* , got {_type_name(mod)}")
+            ok = False
+        else:
+            try:
+                modality = parse_modality(mod, field="modality")
+            except InvalidModality as exc:
+                ctx.error(path + ("modality",), exc.message.removeprefix("modality: "))
+                ok = False
+    conditions: list[Condition] = []
+    feats = raw.get("features", {})
+    if not isinstance(feats, dict):
+        ctx.error(path + ("features",), f"must be a mapping of feature name to condition, got {_type_name(feats)}")
+        ok = False
+    else:
+        for fname, spec in feats.items():
+            conds = _parse_conditions(ctx, str(fname), spec, path + ("features", str(fname)))
+            if conds is None:
+                ok = False
+            else:
+                conditions.extend(conds)
+    return Clause(modality, tuple(conditions)) if ok else None
+
+
+def _parse_conditions(ctx: _RuleContext, feature: str, spec: Any, path: Path_) -> list[Condition] | None:
+    if not feature:
+        ctx.error(path, "feature names must not be empty")
+        return None
+    if isinstance(spec, list):
+        ctx.error(path, "a bare list is ambiguous; write {in: [...]} for one of several values")
+        return None
+    if not isinstance(spec, dict):
+        if not _is_scalar(spec):
+            ctx.error(path, f"must be a value or a mapping of operator to operand, got {_type_name(spec)}")
+            return None
+        return [Condition(feature, "is", spec)]
+    if not spec:
+        ctx.error(path, f"needs at least one operator ({', '.join(OPERATORS)})")
+        return None
+    out: list[Condition] = []
+    ok = True
+    for op, operand in spec.items():
+        op = str(op)
+        where = path + (op,)
+        if op not in OPERATORS:
+            ctx.error(path, f"unknown operator '{op}' (expected one of {', '.join(OPERATORS)}){_hint(op, OPERATORS)}")
+            ok = False
+        elif op == "eq" or op == "contains":
+            if not _is_scalar(operand):
+                ctx.error(where, f"must be a string, number or boolean, got {_type_name(operand)}")
+                ok = False
+            else:
+                out.append(Condition(feature, op, operand))
+        elif op == "in":
+            if not isinstance(operand, list) or not operand or not all(_is_scalar(x) for x in operand):
+                ctx.error(where, "must be a non-empty list of strings, numbers or booleans")
+                ok = False
+            else:
+                vals: frozenset[Scalar] = frozenset(operand)
+                out.append(Condition(feature, "in", tuple(operand), vals))
+        elif op == "exists":
+            if not isinstance(operand, bool):
+                ctx.error(where, f"must be true or false, got {_type_name(operand)}")
+                ok = False
+            else:
+                out.append(Condition(feature, "exists", operand))
+        elif op == "prefix":
+            if not isinstance(operand, str) or not operand:
+                ctx.error(where, f"must be a non-empty string, got {_type_name(operand)}")
+                ok = False
+            else:
+                out.append(Condition(feature, "prefix", operand))
+        else:  # gt gte lt lte
+            if not _is_number(operand):
+                ctx.error(where, f"must be a number, got {_type_name(operand)}")
+                ok = False
+            else:
+                out.append(Condition(feature, op, operand))
+    return out if ok else None
+
+
+def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
+    if not isinstance(raw, dict):
+        ctx.error(path, f"must be a mapping with one of {', '.join(ACTION_KEYS)}, got {_type_name(raw)}")
+        return None
+    kinds = [k for k in raw if k in ACTION_KEYS]
+    ok = True
+    for key in raw:
+        if key not in ACTION_KEYS and key not in ACTION_OPTIONS and key != "pin_session":
+            allowed = ACTION_KEYS + tuple(ACTION_OPTIONS) + ("pin_session",)
+            ctx.error(path + (str(key),), f"unknown field (expected one of {', '.join(allowed)}){_hint(str(key), allowed)}")
+            ok = False
+    if not kinds:
+        if ok:
+            ctx.error(path, f"needs one of {', '.join(ACTION_KEYS)}")
+        return None
+    if len(kinds) > 1:
+        ctx.error(path, f"has several actions ({', '.join(kinds)}); a rule takes exactly one (use continue: true to apply more)")
+        return None
+    kind = kinds[0]
+    for opt, owner in ACTION_OPTIONS.items():
+        if opt in raw and kind != owner:
+            ctx.error(path + (opt,), f"only applies to {owner}, not {kind}")
+            ok = False
+    pin = raw.get("pin_session", False)
+    if not isinstance(pin, bool):
+        ctx.error(path + ("pin_session",), f"must be true or false, got {_type_name(pin)}")
+        ok = False
+    value = raw[kind]
+    where = path + (kind,)
+
+    def name_or_error(val: Any, at: Path_, what: str) -> str | None:
+        if isinstance(val, str) and val.strip():
+            return val
+        ctx.error(at, f"must be {what}, got {_type_name(val)}")
+        return None
+
+    if kind == "route_to":
+        agent = name_or_error(value, where, "an agent or group name")
+        return RouteTo(agent, pin) if agent and ok else None
+    if kind == "broadcast_to":
+        group = name_or_error(value, where, "a group name")
+        return BroadcastTo(group, pin) if group and ok else None
+    if kind == "load_balance":
+        pool = name_or_error(value, where, "a pool (group) name")
+        strategy = raw.get("strategy", "round_robin")
+        if strategy not in STRATEGIES:
+            ctx.error(
+                path + ("strategy",),
+                f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})"
+                + (_hint(strategy, STRATEGIES) if isinstance(strategy, str) else ""),
+            )
+            return None
+        return LoadBalance(pool, str(strategy), pin) if pool and ok else None
+    if kind == "drop":
+        reason = name_or_error(value, where, "a reason (a non-empty string)")
+        return Drop(reason, pin) if reason and ok else None
+    if kind == "clone_and_route_to":
+        if not isinstance(value, list) or not value or not all(isinstance(x, str) and x.strip() for x in value):
+            ctx.error(where, "must be a non-empty list of agent names")
+            return None
+        if len(set(value)) != len(value):
+            ctx.error(where, "lists the same agent twice")
+            return None
+        return CloneAndRouteTo(tuple(value), pin) if ok else None
+    if kind == "capability":
+        group = name_or_error(value, where, "'any' or a group name")
+        if group is None or not ok:
+            return None
+        return Capability(None if group == "any" else group, pin)
+    # transform
+    if not isinstance(value, str):
+        ctx.error(where, f"must be a media type such as text/plain, got {_type_name(value)}")
+        return None
+    try:
+        to = parse_modality(value, field="transform")
+    except InvalidModality as exc:
+        ctx.error(where, exc.message.removeprefix("transform: "))
+        return None
+    then: Action = Capability()
+    if "then" in raw:
+        nested = _parse_action(ctx, raw["then"], path + ("then",))
+        if nested is None:
+            return None
+        if isinstance(nested, Drop):
+            ctx.error(path + ("then",), "cannot drop after a transform; drop the part instead")
+            return None
+        then = nested
+    return Transform(to, then, pin) if ok else None
+
+
+def load_rules(source: str | os.PathLike[str]) -> RuleSet:
+    """Read rules from a path, or from YAML/JSON text; raise `RuleError` with file:line in every message."""
+    if isinstance(source, os.PathLike) or (
+        isinstance(source, str) and "\n" not in source and ":" not in source and not source.lstrip().startswith("{")
+    ):
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise RuleError(f"{path}: no such rule file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RuleError(f"{path}: cannot read the rule file: {exc}") from None
+        return _load_text(text, str(path))
+    return _load_text(str(source), "<rules>")
+
+
+def _load_text(text: str, name: str) -> RuleSet:
+    lines = _LineMap()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{name}:{mark.line + 1}" if mark is not None else name
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise RuleError(f"{where}: not valid YAML or JSON: {problem}") from None
+        return parse_rules(data, source=name)
+    if node is not None:
+        lines.walk(node)
+    return parse_rules(data, source=name, _lines=lines)
+
+
+def rules_to_json(rules: RuleSet) -> Mapping[str, Any]:
+    """The rule document a `RuleSet` was built from (for admin APIs that show the rules back)."""
+    return dict(rules.data)

@@ -1,0 +1,195 @@
+"""The rule language as typed values: conditions, clauses, actions, rules and the rule set.
+
+A rule is `match` (an OR of ANDs: each clause is a modality pattern plus feature
+conditions) and one `action`. These values are built by `mma2a.routing.loader` from YAML
+or JSON and never change; the engines only read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from ..modality import Modality
+
+OPERATORS = ("eq", "in", "contains", "exists", "gt", "gte", "lt", "lte", "prefix")
+"""Feature operators, in the order the docs list them. A bare value is the pseudo-operator `is`."""
+
+EQUALITY_OPS = frozenset({"eq", "in", "contains", "is"})
+"""Operators whose operand values go into the compiled engine's inverted index."""
+
+NUMERIC_OPS = frozenset({"gt", "gte", "lt", "lte"})
+
+STRATEGIES = ("round_robin", "least_inflight", "weighted")
+
+Scalar = Union[str, int, float, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One test on one feature: `features.<feature>.<op>: <value>`.
+
+    `op` is one of OPERATORS or `is` (a bare value: `contains` on a list feature, `eq`
+    otherwise). For `in`, `value` is a tuple of scalars and `values` the same as a set.
+    """
+
+    feature: str
+    op: str
+    value: Any
+    values: frozenset[Scalar] = frozenset()
+
+    def describe(self) -> str:
+        """The condition as an author wrote it, for explanations: `blur lt 50`."""
+        if self.op == "is":
+            return f"{self.feature} is {self.value!r}"
+        if self.op == "in":
+            return f"{self.feature} in {list(self.value)!r}"
+        return f"{self.feature} {self.op} {self.value!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class Clause:
+    """An AND of an optional modality pattern and feature conditions."""
+
+    modality: Modality | None
+    conditions: tuple[Condition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTo:
+    """Send the part to one agent; a group name means capability routing within the group."""
+
+    agent: str
+    pin_session: bool = False
+
+    def label(self) -> str:
+        return f"route_to:{self.agent}"
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastTo:
+    """Send the part to every healthy member of a group that can take it."""
+
+    group: str
+    pin_session: bool = False
+
+    def label(self) -> str:
+        return f"broadcast_to:{self.group}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBalance:
+    """Send the part to one member of a pool, chosen by `strategy`."""
+
+    pool: str
+    strategy: str = "round_robin"
+    pin_session: bool = False
+
+    def label(self) -> str:
+        return f"load_balance:{self.pool}:{self.strategy}"
+
+
+@dataclass(frozen=True, slots=True)
+class Transform:
+    """Turn the part into `to` through transformer agents, then apply `then` to the result."""
+
+    to: Modality
+    then: Action
+    pin_session: bool = False
+
+    def label(self) -> str:
+        return f"transform:{self.to}"
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Deliver the part to nobody, for a stated reason."""
+
+    reason: str
+    pin_session: bool = False
+
+    def label(self) -> str:
+        return "drop"
+
+
+@dataclass(frozen=True, slots=True)
+class CloneAndRouteTo:
+    """Send a copy of the part to each named agent (or group, by capability)."""
+
+    targets: tuple[str, ...]
+    pin_session: bool = False
+
+    def label(self) -> str:
+        return "clone_and_route_to:" + ",".join(self.targets)
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """Pick the best agent whose card accepts the part (`group=None`: any agent)."""
+
+    group: str | None = None
+    pin_session: bool = False
+
+    def label(self) -> str:
+        return f"capability:{self.group or 'any'}"
+
+
+Action = Union[RouteTo, BroadcastTo, LoadBalance, Transform, Drop, CloneAndRouteTo, Capability]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A named rule. `order` is its position after sorting (priority high first, file order)."""
+
+    name: str
+    index: int
+    priority: int
+    clauses: tuple[Clause, ...]
+    action: Action
+    cont: bool = False
+    line: int | None = None
+    order: int = 0
+
+    @property
+    def any_of(self) -> bool:
+        """True when `match` was written as `any:` (an OR of several clauses)."""
+        return len(self.clauses) != 1
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """A validated rule file: rules in evaluation order, the default action, declared groups."""
+
+    rules: tuple[Rule, ...]
+    default: Action = field(default_factory=Capability)
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    version: int = 1
+    source: str = "<rules>"
+    data: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def rule(self, name: str) -> Rule:
+        for r in self.rules:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+
+def action_names(action: Action) -> list[str]:
+    """Every agent, group or pool name an action refers to (nested `then` included)."""
+    if isinstance(action, RouteTo):
+        return [action.agent]
+    if isinstance(action, BroadcastTo):
+        return [action.group]
+    if isinstance(action, LoadBalance):
+        return [action.pool]
+    if isinstance(action, CloneAndRouteTo):
+        return list(action.targets)
+    if isinstance(action, Capability):
+        return [] if action.group is None else [action.group]
+    if isinstance(action, Transform):
+        return action_names(action.then)
+    return []

@@ -1,0 +1,106 @@
+"""Session pinning: later chunks of a stream take the route its first chunk got.
+
+A pin holds the snapshot version it was made under; it is used only while that version
+is current, so any change of rules or agents (a new snapshot) re-routes the session.
+A failed target invalidates every pin through it. The gateway owns one `SessionPins`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from ..view import MessageView
+from .balance import Load
+from .decision import Explanation, PartExplanation, PartRoute, RouteDecision
+from .engine import decide
+from .snapshot import Snapshot
+
+
+class SessionPins:
+    """Pinned routes by session id, least recently used dropped beyond `max_sessions`."""
+
+    def __init__(self, max_sessions: int = 100_000) -> None:
+        if max_sessions < 1:
+            raise ValueError("max_sessions must be at least 1")
+        self._max = max_sessions
+        self._pins: OrderedDict[str, tuple[int, tuple[PartRoute, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._pins)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._pins
+
+    def pin(self, session_id: str, version: int, routes: tuple[PartRoute, ...]) -> None:
+        """Remember `routes` for `session_id`, made under snapshot `version`."""
+        with self._lock:
+            self._pins[session_id] = (version, tuple(routes))
+            self._pins.move_to_end(session_id)
+            while len(self._pins) > self._max:
+                self._pins.popitem(last=False)
+
+    def lookup(self, session_id: str, version: int) -> tuple[PartRoute, ...] | None:
+        """The pinned routes, only while the snapshot version is unchanged (a stale pin is dropped)."""
+        with self._lock:
+            entry = self._pins.get(session_id)
+            if entry is None:
+                return None
+            if entry[0] != version:
+                del self._pins[session_id]
+                return None
+            self._pins.move_to_end(session_id)
+            return entry[1]
+
+    def release(self, session_id: str) -> None:
+        """Forget a session (its stream ended)."""
+        with self._lock:
+            self._pins.pop(session_id, None)
+
+    def invalidate(self, agent: str) -> int:
+        """Drop every pin whose route goes to or through `agent`; return how many were dropped."""
+        with self._lock:
+            stale = [
+                sid
+                for sid, (_, routes) in self._pins.items()
+                if any(t.agent == agent or any(s.agent == agent for s in t.via) for r in routes for t in r.targets)
+            ]
+            for sid in stale:
+                del self._pins[sid]
+            return len(stale)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pins.clear()
+
+
+def decide_pinned(
+    view: MessageView, snapshot: Snapshot, pins: SessionPins, *, load: Load | None = None
+) -> RouteDecision:
+    """Route a message of a session: reuse the pinned route when it still fits, else decide and pin.
+
+    A pinned route fits when it was made under this snapshot version and covers the
+    message's parts with the same modalities. A route is pinned when any part's action
+    asked for `pin_session`; the final chunk (`session.final`) releases the pin.
+    """
+    session = view.session
+    if session is None:
+        return decide(view, snapshot, load=load)
+    pinned = pins.lookup(session.id, snapshot.version)
+    if pinned is not None and len(pinned) == len(view.parts) and all(
+        r.modality == p.modality_str for r, p in zip(pinned, view.parts)
+    ):
+        if session.final:
+            pins.release(session.id)
+        notes = ("pinned: session route reused",)
+        explanation = Explanation(
+            tuple(PartExplanation(r.index, r.modality, (), len(snapshot.rules.rules), r.actions, notes) for r in pinned)
+        )
+        return RouteDecision(view.message_id, pinned, explanation, snapshot.version, pinned=True)
+    decision = decide(view, snapshot, load=load)
+    if session.final:
+        pins.release(session.id)
+    elif any(r.pin_session for r in decision.parts):
+        pins.pin(session.id, snapshot.version, decision.parts)
+    return decision

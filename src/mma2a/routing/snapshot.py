@@ -1,0 +1,161 @@
+"""The immutable routing state: compiled rules, the agent table, groups and the transform graph.
+
+The gateway builds a new `Snapshot` whenever rules or agents change and swaps it in
+atomically; a decision reads one snapshot and nothing else. Lookups that depend only on
+the snapshot (who accepts `image/png`, the chain from audio to text) are memoised inside
+it: the memo is private, bounded, and never changes an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidParams, RuleError
+from ..modality import Modality
+from .agents import AgentInfo, SkillModes, effective_skills
+from .index import RuleIndex
+from .match import ClauseKey, clause_key
+from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, LoadBalance, RouteTo, RuleSet, Transform
+
+MODES = ("native", "text-bottleneck")
+_MEMO_LIMIT = 8192
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """Everything a decision reads. Build it with `build_snapshot`."""
+
+    rules: RuleSet
+    agents: Mapping[str, AgentInfo]
+    groups: Mapping[str, tuple[str, ...]]
+    index: RuleIndex = field(repr=False)
+    keys: Mapping[str, tuple[ClauseKey, ...]] = field(repr=False)
+    skills: Mapping[str, tuple[SkillModes, ...]] = field(repr=False)
+    transformers: tuple[tuple[str, SkillModes], ...] = field(repr=False)
+    mode: str = "native"
+    version: int = 0
+    memo: dict[Any, Any] = field(repr=False, default_factory=dict)
+
+    def members(self, name: str) -> tuple[str, ...]:
+        """The agents a group, pool or single agent name stands for (group names win)."""
+        group = self.groups.get(name)
+        if group is not None:
+            return group
+        return (name,) if name in self.agents else ()
+
+    def is_group(self, name: str) -> bool:
+        return name in self.groups
+
+    def accepts(self, agent: str, modality: Modality) -> int:
+        """How well `agent` accepts `modality` natively: -1 not at all, else the best specificity (0..2)."""
+        key = ("acc", agent, modality)
+        memo = self.memo
+        found = memo.get(key)
+        if found is None:
+            best = -1
+            for skill in self.skills.get(agent, ()):
+                for pattern in skill.inputs:
+                    if modality.matches(pattern):
+                        spec = 0 if pattern.type == "*" else 1 if pattern.subtype == "*" else 2
+                        if spec > best:
+                            best = spec
+            found = best
+            _remember(memo, key, found)
+        return int(found)
+
+    def outputs_for(self, agent: str, modality: Modality) -> tuple[Modality, ...]:
+        """What `agent` produces from a part of `modality`: the output modes of the skills that accept it."""
+        out: list[Modality] = []
+        for skill in self.skills.get(agent, ()):
+            if any(modality.matches(p) for p in skill.inputs):
+                out.extend(o for o in skill.outputs if o not in out)
+        return tuple(out)
+
+    def __len__(self) -> int:
+        return len(self.rules.rules)
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+
+
+def build_snapshot(
+    rules: RuleSet, agents: Iterable[AgentInfo], *, mode: str = "native", version: int = 0
+) -> Snapshot:
+    """Compile `rules` against `agents`; raise `RuleError` when a rule names an agent or group that does not exist.
+
+    A group declared in the rule file's `groups:` may be empty (its agents may register
+    later); a rule naming it is valid and a part routed to it while it is empty fails at
+    decision time with `ContentTypeNotSupported`.
+    """
+    if mode not in MODES:
+        raise InvalidParams(f"mode: must be native or text-bottleneck, got {mode!r}", field="mode")
+    table: dict[str, AgentInfo] = {}
+    for agent in agents:
+        if agent.name in table:
+            raise InvalidParams(f"agents: duplicate agent name '{agent.name}'", field="agents")
+        table[agent.name] = agent
+    names = sorted(table)
+    member_lists: dict[str, list[str]] = {g: [m for m in members if m in table] for g, members in rules.groups.items()}
+    for name in names:
+        for g in table[name].groups:
+            lst = member_lists.setdefault(g, [])
+            if name not in lst:
+                lst.append(name)
+    groups = {g: tuple(sorted(lst)) for g, lst in member_lists.items()}
+    errors: list[str] = []
+    for rule in rules.rules:
+        where = f"{rules.source}:{rule.line}" if rule.line is not None else rules.source
+        _check_names(rule.action, "action", f"{where}: rule '{rule.name}'", table, groups, errors)
+    _check_names(rules.default, "default", rules.source, table, groups, errors)
+    if errors:
+        extra = len(errors) - 1
+        message = errors[0] if not extra else f"{errors[0]} (and {extra} more error{'s' if extra > 1 else ''})"
+        raise RuleError(message, errors=errors)
+    keys = {r.name: tuple(clause_key(c) for c in r.clauses) for r in rules.rules}
+    skills = {name: effective_skills(table[name]) for name in names}
+    transformers = tuple(
+        (name, skill) for name in names if table[name].transformer and table[name].available for skill in skills[name]
+    )
+    return Snapshot(
+        rules=rules,
+        agents=table,
+        groups=groups,
+        mode=mode,
+        version=version,
+        index=RuleIndex(rules.rules, keys),
+        keys=keys,
+        skills=skills,
+        transformers=transformers,
+    )
+
+
+def _check_names(
+    action: Action,
+    path: str,
+    where: str,
+    agents: Mapping[str, AgentInfo],
+    groups: Mapping[str, tuple[str, ...]],
+    errors: list[str],
+) -> None:
+    def check(name: str, field_: str, what: str) -> None:
+        if name not in agents and name not in groups:
+            errors.append(f"{where}: {path}.{field_}: unknown {what} '{name}'")
+
+    if isinstance(action, RouteTo):
+        check(action.agent, "route_to", "agent or group")
+    elif isinstance(action, BroadcastTo):
+        check(action.group, "broadcast_to", "group or agent")
+    elif isinstance(action, LoadBalance):
+        check(action.pool, "load_balance", "pool (group) or agent")
+    elif isinstance(action, CloneAndRouteTo):
+        for i, name in enumerate(action.targets):
+            check(name, f"clone_and_route_to[{i}]", "agent or group")
+    elif isinstance(action, Capability) and action.group is not None:
+        check(action.group, "capability", "group")
+    elif isinstance(action, Transform):
+        _check_names(action.then, f"{path}.then", where, agents, groups, errors)
