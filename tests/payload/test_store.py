@@ -1,0 +1,163 @@
+"""LocalBlobStore: content addressing, ranges, key validation, resumable uploads, bounded memory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tracemalloc
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from mma2a.errors import PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable, UploadOffsetMismatch
+from mma2a.payload import LocalBlobStore
+
+
+async def chunks_of(data: bytes, size: int = 100_000) -> AsyncIterator[bytes]:
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+async def file_chunks(path: Path, size: int = 1 << 20) -> AsyncIterator[bytes]:
+    with path.open("rb") as fh:
+        while block := fh.read(size):
+            yield block
+
+
+async def test_put_stream_is_content_addressed(store: LocalBlobStore) -> None:
+    data = os.urandom(1_000_003)
+    info = await store.put_stream(chunks_of(data), "image/png")
+    assert info.key == hashlib.sha256(data).hexdigest()
+    assert (info.size, info.media_type) == (len(data), "image/png")
+    assert await store.read_all(info.key) == data
+    assert await store.stat(info.key) == info
+    again = await store.put_stream(chunks_of(data, 7777), "image/png")
+    assert again == info
+    files = [p for p in (store.root / "objects").rglob("*") if p.is_file() and p.suffix != ".json"]
+    assert len(files) == 1
+    assert list((store.root / "tmp").iterdir()) == []
+
+
+async def test_open_range_reads_slices(store: LocalBlobStore) -> None:
+    data = os.urandom(600_000)
+    info = await store.put_bytes(data)
+    for start, end in [(0, 1), (10, 300_000), (299_999, 600_000), (600_000, 600_000)]:
+        got = b"".join([c async for c in store.open_range(info.key, start, end)])
+        assert got == data[start:end]
+    with pytest.raises(RangeNotSatisfiable) as exc:
+        [c async for c in store.open_range(info.key, 10, 600_001)]
+    assert exc.value.message == f"range 10-600001 is outside blob {info.key} of 600000 bytes"
+
+
+@pytest.mark.parametrize("key", ["../../etc/passwd", "..", "ABC", "a" * 63, "A" * 64, "g" * 64, "a" * 64 + "/x"])
+async def test_bad_keys_are_refused(store: LocalBlobStore, key: str) -> None:
+    with pytest.raises(PayloadError) as exc:
+        await store.stat(key)
+    assert exc.value.http_status == 400
+    assert exc.value.message == f"blob key {key!r} is not a SHA-256 hex digest (64 lower-case hex digits)"
+
+
+async def test_unknown_blob(store: LocalBlobStore) -> None:
+    key = "0" * 64
+    with pytest.raises(PayloadNotFound) as exc:
+        await store.stat(key)
+    assert (exc.value.message, exc.value.http_status) == (f"blob {key} not found", 404)
+    with pytest.raises(PayloadNotFound):
+        await store.delete(key)
+
+
+async def test_delete(store: LocalBlobStore) -> None:
+    info = await store.put_bytes(b"hello")
+    await store.delete(info.key)
+    with pytest.raises(PayloadNotFound):
+        await store.stat(info.key)
+
+
+async def test_sha256_check_and_size_limit(store: LocalBlobStore) -> None:
+    data = b"x" * 1000
+    wrong = "f" * 64
+    with pytest.raises(PayloadError) as exc:
+        await store.put_stream(chunks_of(data), sha256=wrong)
+    assert exc.value.message == f"sha256 mismatch: the body hashes to {hashlib.sha256(data).hexdigest()}, the client said {wrong}"
+    with pytest.raises(PayloadError) as exc:
+        await store.put_stream(chunks_of(data), sha256="nothex")
+    assert exc.value.message == "sha256: 'nothex' is not a SHA-256 hex digest (64 hex digits)"
+    with pytest.raises(PayloadTooLarge) as exc2:
+        await store.put_stream(chunks_of(data, 100), max_size=500)
+    assert exc2.value.message == "blob is larger than the limit of 500 bytes"
+    assert list((store.root / "tmp").iterdir()) == []
+    ok = await store.put_stream(chunks_of(data), sha256=hashlib.sha256(data).hexdigest().upper())
+    assert ok.size == 1000
+
+
+async def test_resumable_upload(store: LocalBlobStore) -> None:
+    data = os.urandom(700_000)
+    uid = await store.begin_upload("video/mp4")
+    assert await store.upload_offset(uid) == 0
+    off = await store.append(uid, 0, chunks_of(data[:300_000]))
+    assert off == 300_000
+    with pytest.raises(UploadOffsetMismatch) as exc:
+        await store.append(uid, 0, chunks_of(data[300_000:]))
+    assert exc.value.message == f"upload {uid}: chunk sent at offset 0, expected offset 300000"
+    assert (exc.value.http_status, exc.value.data["expectedOffset"]) == (409, 300000)
+    off = await store.append(uid, 300_000, chunks_of(data[300_000:]))
+    assert off == 700_000
+    info = await store.finish(uid, hashlib.sha256(data).hexdigest())
+    assert (info.key, info.size, info.media_type) == (hashlib.sha256(data).hexdigest(), 700_000, "video/mp4")
+    assert await store.read_all(info.key) == data
+    with pytest.raises(PayloadNotFound) as exc2:
+        await store.upload_offset(uid)
+    assert exc2.value.message == f"upload {uid} not found"
+
+
+async def test_upload_interrupted_keeps_received_bytes_and_rehashes(store: LocalBlobStore) -> None:
+    data = os.urandom(200_000)
+    uid = await store.begin_upload()
+
+    async def broken() -> AsyncIterator[bytes]:
+        yield data[:50_000]
+        raise ConnectionResetError("client went away")
+
+    with pytest.raises(ConnectionResetError):
+        await store.append(uid, 0, broken())
+    assert await store.upload_offset(uid) == 50_000
+    await store.append(uid, 50_000, chunks_of(data[50_000:]))
+    info = await store.finish(uid)
+    assert info.key == hashlib.sha256(data).hexdigest()
+
+
+async def test_upload_errors(store: LocalBlobStore) -> None:
+    with pytest.raises(PayloadError) as exc:
+        await store.append("../x", 0, chunks_of(b"a"))
+    assert exc.value.message == "upload id '../x' is not valid (32 lower-case hex digits)"
+    uid = await store.begin_upload()
+    with pytest.raises(PayloadTooLarge) as exc2:
+        await store.append(uid, 0, chunks_of(b"a" * 1000, 100), max_size=500)
+    assert exc2.value.message == f"upload {uid} is larger than the limit of 500 bytes"
+    assert await store.upload_offset(uid) == 0
+    await store.append(uid, 0, chunks_of(b"abc"))
+    with pytest.raises(PayloadError) as exc3:
+        await store.finish(uid, "0" * 64)
+    assert exc3.value.message == f"sha256 mismatch: upload {uid} hashes to {hashlib.sha256(b'abc').hexdigest()}, the client said {'0' * 64}"
+    await store.abort_upload(uid)
+    with pytest.raises(PayloadNotFound):
+        await store.abort_upload(uid)
+
+
+async def test_memory_stays_bounded_by_chunk_size(store: LocalBlobStore, tmp_path: Path) -> None:
+    src = tmp_path / "big.bin"
+    with src.open("wb") as fh:
+        for _ in range(32):
+            fh.write(os.urandom(1 << 20))
+    tracemalloc.start()
+    try:
+        info = await store.put_stream(file_chunks(src, 256 * 1024))
+        h = hashlib.sha256()
+        async for c in store.open_range(info.key):
+            h.update(c)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.size == 32 << 20 and h.hexdigest() == info.key
+    assert peak < 4 << 20, f"peak traced memory {peak} bytes for a 32 MiB blob"
