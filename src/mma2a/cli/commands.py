@@ -1,3 +1,4 @@
 """Every command group of the CLI, imported once so each registers itself on `app`."""
 
 from __future__ import annotations
+from . import features  # noqa: F401  (mma2a features)

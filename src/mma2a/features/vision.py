@@ -55,6 +55,16 @@ def _hog() -> Any:
     return hog
 
 
+def _iou(a: Any, b: Any) -> float:
+    ax, ay, aw, ah = (float(v) for v in a)
+    bx, by, bw, bh = (float(v) for v in b)
+    ix = max(0.0, min(ax + aw, bx + bw) - max(ax, bx))
+    iy = max(0.0, min(ay + ah, by + bh) - max(ay, by))
+    inter = ix * iy
+    union = aw * ah + bw * bh - inter
+    return inter / union if union > 0 else 0.0
+
+
 class VisionExtractor:
     """faces, people, catFaces, qr (decoded texts) and `objects` (labels seen) with OpenCV."""
 
@@ -90,13 +100,16 @@ class VisionExtractor:
         out: dict[str, Any] = {}
         objects: list[str] = []
         grey = _grey_array(im, self.detect_side)
+        faces: list[Any] = []
         if self.enabled["faces"]:
             eq = cv2.equalizeHist(grey)
-            found = _cascade("haarcascade_frontalface_default.xml").detectMultiScale(
-                eq, scaleFactor=1.1, minNeighbors=5, minSize=(24, 24)
+            faces = list(
+                _cascade("haarcascade_frontalface_default.xml").detectMultiScale(
+                    eq, scaleFactor=1.1, minNeighbors=5, minSize=(24, 24)
+                )
             )
-            out["faces"] = len(found)
-            if len(found):
+            out["faces"] = len(faces)
+            if faces:
                 objects.append("face")
         if self.enabled["people"]:
             rects, _ = _hog().detectMultiScale(grey, winStride=(8, 8), padding=(8, 8), scale=1.1)
@@ -104,11 +117,13 @@ class VisionExtractor:
             if len(rects):
                 objects.append("person")
         if self.enabled["cats"]:
-            found = _cascade("haarcascade_frontalcatface_extended.xml").detectMultiScale(
+            cats = _cascade("haarcascade_frontalcatface_extended.xml").detectMultiScale(
                 grey, scaleFactor=1.1, minNeighbors=5, minSize=(24, 24)
             )
-            out["catFaces"] = len(found)
-            if len(found):
+            # the cat cascade also fires on human faces: a cat box over a face box is the face
+            cats = [c for c in cats if all(_iou(c, f) < 0.3 for f in faces)]
+            out["catFaces"] = len(cats)
+            if cats:
                 objects.append("cat")
         if self.enabled["qr"]:
             texts = self.read_qr(im)
