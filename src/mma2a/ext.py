@@ -37,6 +37,8 @@ def _where(prefix: str, name: str) -> str:
 
 
 def _expect(value: Any, types: type | tuple[type, ...], where: str, what: str) -> Any:
+    if value is None and type(None) not in (types if isinstance(types, tuple) else (types,)):
+        raise ExtensionError(f"{where}: is required ({what})", field=where)
     if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
         raise ExtensionError(f"{where}: must be {what}, got {type(value).__name__}", field=where)
     if not isinstance(value, types):

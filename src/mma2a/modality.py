@@ -276,15 +276,14 @@ class ModalityRegistry:
     def validate_features(self, modality: str | Modality, features: Mapping[str, Any], *, field: str = "features") -> None:
         """Raise `FeatureSchemaError` naming the offending feature when `features` break the schema."""
         if not isinstance(features, Mapping):
-            raise FeatureSchemaError(f"{field}: must be an object", field=field)
+            raise FeatureSchemaError(f"{field}: must be an object, got {type(features).__name__}", field=field)
         mtype = self.lookup(modality)
         if mtype is None:
             return
         errors = sorted(mtype._validator.iter_errors(dict(features)), key=lambda e: [str(p) for p in e.path])
         if errors:
             err = errors[0]
-            where = ".".join(str(p) for p in err.path)
-            name = f"{field}.{where}" if where else field
+            name = field + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
             raise FeatureSchemaError(
                 f"{name}: {err.message} (schema {mtype.feature_schema})", field=name, data={"schema": mtype.feature_schema}
             )
