@@ -32,6 +32,8 @@ def root(
         else:
             typer.echo(f"mma2a {__version__} ({PROTOCOL}, {EXTENSION_URI})")
         raise typer.Exit(0)
+    if as_json and ctx.invoked_subcommand is None:
+        raise typer.BadParameter("only meaningful with --version", param_hint="'--json'")
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
