@@ -26,15 +26,19 @@ from .ext import (
 
 
 def message_to_json(message: Message) -> dict[str, Any]:
-    return json_format.MessageToDict(message)
+    out: dict[str, Any] = json_format.MessageToDict(message)
+    return out
 
 
 def message_from_json(data: dict[str, Any]) -> Message:
-    return json_format.ParseDict(data, Message(), ignore_unknown_fields=True)
+    out = Message()
+    json_format.ParseDict(data, out, ignore_unknown_fields=True)
+    return out
 
 
 def part_to_json(part: Part) -> dict[str, Any]:
-    return json_format.MessageToDict(part)
+    out: dict[str, Any] = json_format.MessageToDict(part)
+    return out
 
 
 def get_part_extension(part: Part, where: str = "part") -> PartExtension:
