@@ -1,0 +1,149 @@
+"""The admin API under `/admin` (bearer token): rules, agents, modalities, dry-run explain.
+
+Every change is validated first and swapped atomically; a rejected change leaves what was
+in force untouched and answers 400 with the errors.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import ContentTypeNotSupported, Forbidden, InvalidParams, MMA2AError, RuleError, Unauthorized
+from ..routing import load_rules
+from ..routing.loader import rules_to_json
+from .config import AgentConfig
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def error_response(exc: MMA2AError) -> Response:
+    body: dict[str, Any] = {"error": {"code": exc.code, "message": exc.message}}
+    if exc.data:
+        body["error"]["data"] = exc.data
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    return Response(orjson.dumps(body), status_code=exc.http_status, media_type="application/json", headers=headers)
+
+
+async def _json_body(request: Request) -> Any:
+    body = await request.body()
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidParams(f"body: not valid JSON: {exc}", field="body") from None
+
+
+def admin_routes(gw: Gateway) -> list[Route]:
+    def guard(handler: Any) -> Any:
+        async def endpoint(request: Request) -> Response:
+            token = gw.admin_token
+            if not token:
+                return error_response(Forbidden("admin API disabled: set the admin token (admin.token_env) to enable it"))
+            auth = request.headers.get("authorization", "")
+            scheme, _, given = auth.partition(" ")
+            if scheme.lower() != "bearer" or not given:
+                return error_response(Unauthorized("admin API: missing bearer token"))
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return error_response(Forbidden("admin API: invalid token"))
+            try:
+                return await handler(request)  # type: ignore[no-any-return]
+            except MMA2AError as exc:
+                return error_response(exc)
+
+        return endpoint
+
+    async def get_rules(request: Request) -> Response:
+        st = gw.state
+        return json_response({"version": st.snapshot.version, "mode": st.mode, "rules": rules_to_json(st.rules)})
+
+    async def put_rules(request: Request) -> Response:
+        text = (await request.body()).decode("utf-8", errors="replace")
+        if not text.strip():
+            raise RuleError("rules: body is empty", errors=["rules: body is empty"])
+        rules = load_rules(text)
+        snapshot = gw.state.set_rules(rules, source=text)
+        gw.pipeline.pins.clear()
+        return json_response({"version": snapshot.version, "rules": len(rules.rules)})
+
+    async def list_agents(request: Request) -> Response:
+        return json_response({"agents": [e.to_json() for e in gw.directory.entries()]})
+
+    async def add_agent(request: Request) -> Response:
+        data = await _json_body(request)
+        try:
+            cfg = AgentConfig.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "body"
+            raise InvalidParams(f"{where}: {err['msg']}", field=where) from None
+        entry = await gw.directory.add(cfg)
+        return json_response(entry.to_json(), status=201)
+
+    async def delete_agent(request: Request) -> Response:
+        gw.directory.remove(request.path_params["name"])
+        return Response(status_code=204)
+
+    async def drain_agent(request: Request) -> Response:
+        name = request.path_params["name"]
+        gw.directory.drain(name, True)
+        return json_response(gw.directory.get(name).to_json())
+
+    async def add_modality(request: Request) -> Response:
+        data = await _json_body(request)
+        if not isinstance(data, dict) or not isinstance(data.get("modality"), str):
+            raise InvalidParams("modality: required, a media type string such as application/x-lidar", field="modality")
+        mtype = gw.registry.register(
+            data["modality"], schema=data.get("schema"), version=data.get("version", 1), description=data.get("description", "")
+        )
+        return json_response({"modality": mtype.pattern, "featureSchema": mtype.feature_schema}, status=201)
+
+    async def list_modalities(request: Request) -> Response:
+        return json_response({"modalities": [
+            {"modality": t.pattern, "featureSchema": t.feature_schema, "builtin": t.builtin, "description": t.description}
+            for t in gw.registry.types()
+        ]})
+
+    async def explain(request: Request) -> Response:
+        data = await _json_body(request)
+        if not isinstance(data, dict) or not isinstance(data.get("message"), dict):
+            raise InvalidParams("message: required, an A2A 1.0 message object", field="message")
+        view = gw.pipeline.view(data["message"], data.get("configuration"), data.get("agent"))
+        try:
+            decision = gw.pipeline.route(view)
+        except ContentTypeNotSupported as exc:
+            return json_response({"error": exc.to_jsonrpc()}, status=200)
+        return json_response(decision.to_json())
+
+    async def set_mode(request: Request) -> Response:
+        data = await _json_body(request)
+        mode = data.get("mode") if isinstance(data, dict) else None
+        if mode not in ("native", "text-bottleneck"):
+            raise InvalidParams(f"mode: must be native or text-bottleneck, got {mode!r}", field="mode")
+        snapshot = gw.state.set_mode(mode)
+        gw.pipeline.pins.clear()
+        return json_response({"mode": mode, "version": snapshot.version})
+
+    return [
+        Route("/admin/rules", guard(get_rules), methods=["GET"]),
+        Route("/admin/rules", guard(put_rules), methods=["PUT"]),
+        Route("/admin/agents", guard(list_agents), methods=["GET"]),
+        Route("/admin/agents", guard(add_agent), methods=["POST"]),
+        Route("/admin/agents/{name}", guard(delete_agent), methods=["DELETE"]),
+        Route("/admin/agents/{name}/drain", guard(drain_agent), methods=["POST"]),
+        Route("/admin/modalities", guard(list_modalities), methods=["GET"]),
+        Route("/admin/modalities", guard(add_modality), methods=["POST"]),
+        Route("/admin/explain", guard(explain), methods=["POST"]),
+        Route("/admin/mode", guard(set_mode), methods=["PUT"]),
+    ]
+

@@ -1,0 +1,146 @@
+"""The gateway: an A2A 1.0 server in front of many agents (ASGI app + lifecycle).
+
+`Gateway(config)` wires the directory, routing state, pipeline, ingress bindings, admin
+API and metrics; `await gateway.start()` registers the agents; `gateway.app` is the
+Starlette application to serve (see `mma2a.gateway.server`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from a2a.server.routes import create_rest_routes
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ..errors import MMA2AError
+from ..modality import DEFAULT_REGISTRY, ModalityRegistry
+from ..routing import load_rules, parse_rules
+from .admin import admin_routes, error_response, json_response
+from .cards import agent_card_through, gateway_card
+from .config import GatewayConfig
+from .directory import AgentDirectory
+from .ingress import JsonRpcIngress
+from .metrics import GatewayMetrics
+from .pipeline import Pipeline
+from .sdk_binding import PipelineRequestHandler, TargetContextBuilder
+from .state import RoutingState
+from .transport import Transport
+
+log = logging.getLogger("mma2a.gateway")
+
+
+class Gateway:
+    """One gateway process's worth of state and its ASGI app."""
+
+    def __init__(self, config: GatewayConfig, *, registry: ModalityRegistry | None = None) -> None:
+        self.config = config
+        self.registry = registry or DEFAULT_REGISTRY
+        self.metrics = GatewayMetrics()
+        self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries)
+        self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
+        self.state = RoutingState(self.directory, mode=config.mode)
+        self.pipeline = Pipeline(
+            directory=self.directory, state=self.state, transport=self.transport, metrics=self.metrics,
+            registry=self.registry, log_decisions=config.log_decisions,
+        )
+        self.public_url = config.public_url or f"http://{config.listen}"
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.startup_errors: list[str] = []
+        self.app = self._build_app()
+
+    @property
+    def admin_token(self) -> str | None:
+        return self.config.admin.resolve_token()
+
+    def _agents_changed(self) -> None:
+        if hasattr(self, "state"):
+            try:
+                self.state.rebuild()
+            except MMA2AError as exc:  # rules name an agent that just left: keep routing on the old snapshot
+                log.warning("routing snapshot not rebuilt after an agent change: %s", exc.message)
+            self.pipeline.pins.clear()
+        healthy = sum(1 for e in self.directory.entries() if e.healthy)
+        self.metrics.agents.labels("healthy").set(healthy)
+        self.metrics.agents.labels("unhealthy").set(len(self.directory.entries()) - healthy)
+
+    async def start(self) -> None:
+        """Register the configured agents, load the rules, start health checks."""
+        self.startup_errors = await self.directory.add_many(self.config.agents)
+        source = self.config.rules_source()
+        if source is not None:
+            rules = parse_rules(source, source="config") if isinstance(source, dict) else load_rules(source)
+            self.state.set_rules(rules, source=source)
+        self._tasks.append(asyncio.create_task(self._health_loop()))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        await self.transport.close()
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            try:
+                await self.directory.check_all()
+            except Exception:  # never let the loop die
+                log.exception("health check failed")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
+
+    def _build_app(self) -> Starlette:
+        handler = PipelineRequestHandler(self.pipeline, card_fn=lambda: gateway_card(self.directory, self.public_url))
+        ctx = TargetContextBuilder()
+        dispatcher = JsonRpcDispatcher(request_handler=handler, context_builder=ctx, enable_v0_3_compat=True)
+        rpc = JsonRpcIngress(self.pipeline, dispatcher, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics)
+
+        async def root_card(request: Request) -> Response:
+            return json_response(gateway_card(self.directory, self.public_url))
+
+        async def agent_card(request: Request) -> Response:
+            try:
+                entry = self.directory.get(request.path_params["agent"])
+            except MMA2AError as exc:
+                return error_response(exc)
+            return json_response(agent_card_through(entry, self.public_url))
+
+        async def metrics(request: Request) -> Response:
+            return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
+
+        async def health(request: Request) -> Response:
+            entries = self.directory.entries()
+            return json_response({
+                "status": "ok", "agents": len(entries), "healthy": sum(1 for e in entries if e.healthy),
+                "rulesVersion": self.state.snapshot.version, "mode": self.state.mode,
+            })
+
+        routes: list[BaseRoute] = [
+            Route("/.well-known/agent-card.json", root_card, methods=["GET"]),
+            Route("/agents/{agent}/.well-known/agent-card.json", agent_card, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/healthz", health, methods=["GET"]),
+            *admin_routes(self),
+            Route("/", rpc, methods=["POST"]),
+            Route("/agents/{agent}/", rpc, methods=["POST"]),
+            Route("/agents/{agent}", rpc, methods=["POST"]),
+        ]
+        routes += create_rest_routes(handler, context_builder=ctx, enable_v0_3_compat=True, path_prefix="/agents/{agent}")
+        routes += create_rest_routes(handler, context_builder=ctx, enable_v0_3_compat=True)
+        return Starlette(routes=routes, lifespan=self.lifespan)

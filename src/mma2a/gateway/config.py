@@ -1,0 +1,130 @@
+"""Gateway configuration: a YAML file validated by pydantic at the edge (see docs/operations.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import MMA2AError
+
+
+class ConfigError(MMA2AError):
+    """The gateway configuration does not validate; the message names the field."""
+
+    http_status = 400
+
+
+class AgentConfig(BaseModel):
+    """One downstream agent: where its Agent Card lives and how the gateway treats it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    url: str
+    groups: list[str] = Field(default_factory=list)
+    weight: float = Field(default=1.0, gt=0)
+    transformer: bool = False
+    token_env: str | None = None
+    timeout_s: float | None = Field(default=None, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v.rstrip("/")
+
+
+class AdminConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    token_env: str | None = "MMA2A_ADMIN_TOKEN"
+    token: str | None = None
+
+    def resolve_token(self) -> str | None:
+        if self.token:
+            return self.token
+        return os.environ.get(self.token_env) if self.token_env else None
+
+
+class GatewayConfig(BaseModel):
+    """Everything `mma2a serve` needs; every field has a sensible default but `agents`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    listen: str = "127.0.0.1:8800"
+    public_url: str | None = None
+    rules: str | dict[str, Any] | None = None
+    mode: Literal["native", "text-bottleneck"] = "native"
+    agents: list[AgentConfig] = Field(default_factory=list)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+    timeout_s: float = Field(default=30.0, gt=0)
+    retries: int = Field(default=1, ge=0, le=5)
+    card_refresh_s: float = Field(default=60.0, gt=0)
+    health_interval_s: float = Field(default=10.0, gt=0)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    offload_threshold: int = Field(default=256 * 1024, ge=0)
+    blob_dir: str | None = None
+    features: bool = True
+    log_decisions: bool = True
+    base_dir: str = "."
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError("must be HOST:PORT")
+        return v
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    def rules_source(self) -> str | dict[str, Any] | None:
+        """Inline rules (a mapping), rules file text, or None for the default."""
+        if self.rules is None or isinstance(self.rules, dict):
+            return self.rules
+        if "\n" in self.rules or self.rules.lstrip().startswith(("{", "version")):
+            return self.rules
+        path = Path(self.base_dir) / self.rules
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"rules: cannot read {path}: {exc.strerror}", field="rules") from None
+
+
+def parse_config(data: Any, *, base_dir: str = ".") -> GatewayConfig:
+    """Validate a config mapping; the error names the first bad field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("config: must be a mapping", field="config")
+    data = {**data, "base_dir": data.get("base_dir", base_dir)}
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "config"
+        raise ConfigError(f"{where}: {err['msg']}", field=where) from None
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {p}: {exc.strerror}", field="config") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config: {p} is not valid YAML: {exc}", field="config") from None
+    return parse_config(data, base_dir=str(p.parent))

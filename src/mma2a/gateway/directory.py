@@ -1,0 +1,195 @@
+"""The agent directory: each downstream agent's card, address, health and load.
+
+Cards are fetched from `/.well-known/agent-card.json` and refreshed; health is the card
+endpoint answering; in-flight counts feed least-loaded balancing. Every change bumps
+`version`, so the gateway rebuilds its routing snapshot atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import AgentNotFound, DispatchError
+from ..routing import AgentInfo, agent_info_from_card
+from .config import AgentConfig
+from .transport import Transport
+
+log = logging.getLogger("mma2a.gateway.directory")
+
+CARD_PATH = "/.well-known/agent-card.json"
+
+
+@dataclass
+class AgentEntry:
+    """One registered agent as the gateway sees it."""
+
+    config: AgentConfig
+    card: dict[str, Any]
+    rpc_url: str
+    inflight: int = 0
+    healthy: bool = True
+    draining: bool = False
+    failures: int = 0
+    last_error: str | None = None
+    sent: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def token(self) -> str | None:
+        return os.environ.get(self.config.token_env) if self.config.token_env else None
+
+    def info(self) -> AgentInfo:
+        """The routing engine's view of this agent, with its current health."""
+        base = agent_info_from_card(
+            self.name, self.card, groups=tuple(self.config.groups), weight=self.config.weight, transformer=self.config.transformer
+        )
+        return dataclasses.replace(base, healthy=self.healthy, draining=self.draining)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "url": self.config.url,
+            "rpcUrl": self.rpc_url,
+            "groups": list(self.config.groups),
+            "weight": self.config.weight,
+            "transformer": self.config.transformer,
+            "healthy": self.healthy,
+            "draining": self.draining,
+            "inflight": self.inflight,
+            "sent": self.sent,
+            "lastError": self.last_error,
+            "inputModes": self.card.get("defaultInputModes", []),
+            "outputModes": self.card.get("defaultOutputModes", []),
+            "skills": [
+                {"id": s.get("id"), "inputModes": s.get("inputModes", []), "outputModes": s.get("outputModes", [])}
+                for s in self.card.get("skills", [])
+            ],
+        }
+
+
+def rpc_url_from_card(card: dict[str, Any], fallback: str) -> str:
+    """The JSON-RPC address an A2A 1.0 card advertises (or the registration URL)."""
+    for iface in card.get("supportedInterfaces") or []:
+        if isinstance(iface, dict) and str(iface.get("protocolBinding", "")).upper() == "JSONRPC" and iface.get("url"):
+            return str(iface["url"])
+    if isinstance(card.get("url"), str):  # v0.3 cards
+        return str(card["url"])
+    return fallback
+
+
+def validate_card(card: Any, url: str) -> dict[str, Any]:
+    if not isinstance(card, dict) or not isinstance(card.get("name"), str):
+        raise DispatchError(f"agent card at {url} is not an A2A Agent Card (no name)", data={"url": url})
+    return card
+
+
+class AgentDirectory:
+    """Registered agents by name; safe to read from the request path (dict swaps only)."""
+
+    def __init__(self, transport: Transport, *, on_change: Callable[[], None] | None = None) -> None:
+        self.transport = transport
+        self._agents: dict[str, AgentEntry] = {}
+        self._on_change = on_change
+        self.version = 0
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self._on_change is not None:
+            self._on_change()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._agents
+
+    def get(self, name: str) -> AgentEntry:
+        try:
+            return self._agents[name]
+        except KeyError:
+            raise AgentNotFound(f"agent {name!r} is not registered", field="agent") from None
+
+    def entries(self) -> list[AgentEntry]:
+        return list(self._agents.values())
+
+    def infos(self) -> list[AgentInfo]:
+        return [e.info() for e in self._agents.values()]
+
+    async def fetch_card(self, config: AgentConfig) -> dict[str, Any]:
+        url = config.url + CARD_PATH
+        return validate_card(await self.transport.fetch_json(url, timeout_s=10.0), url)
+
+    async def add(self, config: AgentConfig, card: dict[str, Any] | None = None) -> AgentEntry:
+        """Register (or replace) an agent; fetches its card unless given."""
+        card = card if card is not None else await self.fetch_card(config)
+        entry = AgentEntry(config, card, rpc_url_from_card(card, config.url + "/"))
+        agents = dict(self._agents)
+        agents[config.name] = entry
+        self._agents = agents
+        self._changed()
+        return entry
+
+    async def add_many(self, configs: Iterable[AgentConfig]) -> list[str]:
+        """Register several agents concurrently; returns the errors (agents that failed stay out)."""
+        configs = list(configs)
+        results = await asyncio.gather(*(self.add(c) for c in configs), return_exceptions=True)
+        errors = []
+        for c, r in zip(configs, results):
+            if isinstance(r, BaseException):
+                errors.append(f"agent {c.name}: {r}")
+                log.warning("agent %s not registered: %s", c.name, r)
+        return errors
+
+    def remove(self, name: str) -> None:
+        self.get(name)
+        agents = dict(self._agents)
+        del agents[name]
+        self._agents = agents
+        self._changed()
+
+    def drain(self, name: str, draining: bool = True) -> None:
+        self.get(name).draining = draining
+        self._changed()
+
+    def mark(self, name: str, *, ok: bool, error: str | None = None) -> None:
+        """Record a call's outcome; three failures in a row eject the agent until a health check passes."""
+        entry = self._agents.get(name)
+        if entry is None:
+            return
+        if ok:
+            entry.failures = 0
+            if not entry.healthy:
+                entry.healthy = True
+                self._changed()
+            return
+        entry.failures += 1
+        entry.last_error = error
+        if entry.failures >= 3 and entry.healthy:
+            entry.healthy = False
+            log.warning("agent %s ejected after %d failures: %s", name, entry.failures, error)
+            self._changed()
+
+    async def check(self, entry: AgentEntry) -> None:
+        """Health check = the card endpoint answers; a changed card is taken."""
+        try:
+            card = await self.fetch_card(entry.config)
+        except DispatchError as exc:
+            entry.last_error = exc.message
+            if entry.healthy:
+                entry.healthy = False
+                self._changed()
+            return
+        changed = card != entry.card or not entry.healthy
+        entry.card, entry.rpc_url = card, rpc_url_from_card(card, entry.config.url + "/")
+        entry.healthy, entry.failures = True, 0
+        if changed:
+            self._changed()
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(e) for e in self.entries()))

@@ -1,0 +1,138 @@
+"""Ingress: the fast JSON-RPC path, and the hand-off to the SDK's bindings for the rest.
+
+`SendMessage`, `GetTask` and `CancelTask` on A2A 1.x are parsed once with orjson and
+answered from the pipeline without a protobuf round trip. Every other request (streaming,
+v0.3 `message/send`, push configs, …) goes to the SDK's `JsonRpcDispatcher` with the same
+pipeline behind it, so conformance comes from the SDK where speed matters less.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..card import VERSION_HEADER
+from ..errors import (
+    INTERNAL_ERROR,
+    InvalidParams,
+    InvalidRequest,
+    MMA2AError,
+    ParseError,
+    PayloadTooLarge,
+)
+from .pipeline import Pipeline
+
+log = logging.getLogger("mma2a.gateway")
+
+FAST_METHODS = frozenset({"SendMessage", "GetTask", "CancelTask"})
+_PART_KINDS = ("text", "raw", "url", "data")
+
+
+def rpc_response(rid: Any, result: Any) -> Response:
+    return Response(orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result}), media_type="application/json")
+
+
+def rpc_error(rid: Any, exc: MMA2AError) -> Response:
+    return Response(orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": exc.to_jsonrpc()}), media_type="application/json")
+
+
+def check_message(message: Any) -> dict[str, Any]:
+    """Shape checks of an A2A 1.0 message, each error naming the field."""
+    if not isinstance(message, dict):
+        raise InvalidParams("params.message: required, must be an object", field="params.message")
+    if not isinstance(message.get("messageId"), str) or not message["messageId"]:
+        raise InvalidParams("params.message.messageId: required, must be a non-empty string", field="params.message.messageId")
+    role = message.get("role")
+    if role not in ("ROLE_USER", "ROLE_AGENT", "user", "agent"):
+        raise InvalidParams(f"params.message.role: must be ROLE_USER or ROLE_AGENT, got {role!r}", field="params.message.role")
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise InvalidParams("params.message.parts: required, must be a non-empty list", field="params.message.parts")
+    for i, part in enumerate(parts):
+        where = f"params.message.parts[{i}]"
+        if not isinstance(part, dict):
+            raise InvalidParams(f"{where}: must be an object", field=where)
+        kinds = [k for k in _PART_KINDS if k in part]
+        if len(kinds) != 1:
+            raise InvalidParams(f"{where}: must carry exactly one of text, raw, url, data (got {kinds or 'none'})", field=where)
+        kind = kinds[0]
+        if kind in ("text", "raw", "url") and not isinstance(part[kind], str):
+            raise InvalidParams(f"{where}.{kind}: must be a string", field=f"{where}.{kind}")
+        if "metadata" in part and not isinstance(part["metadata"], dict):
+            raise InvalidParams(f"{where}.metadata: must be an object", field=f"{where}.metadata")
+    if "metadata" in message and not isinstance(message["metadata"], dict):
+        raise InvalidParams("params.message.metadata: must be an object", field="params.message.metadata")
+    return message
+
+
+class JsonRpcIngress:
+    """The POST endpoint of the JSON-RPC binding at `/` and `/agents/{agent}/`."""
+
+    def __init__(self, pipeline: Pipeline, sdk_dispatcher: Any, *, max_body_bytes: int, metrics: Any) -> None:
+        self.pipeline = pipeline
+        self.sdk = sdk_dispatcher
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, request: Request) -> Response:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            return _too_large(self.max_body_bytes)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_body_bytes:
+                return _too_large(self.max_body_bytes)
+        request._body = bytes(body)  # the SDK dispatcher reads the cached body
+        self.metrics.bytes_in.labels("jsonrpc").inc(len(body))
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return rpc_error(None, ParseError(f"request body is not valid JSON: {exc}"))
+        if not isinstance(doc, dict):
+            return rpc_error(None, InvalidRequest("request must be a JSON-RPC 2.0 object (batches are not supported)"))
+        rid = doc.get("id")
+        method = doc.get("method")
+        if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
+            return rpc_error(rid, InvalidRequest("request must have jsonrpc: \"2.0\" and a string method", field="method"))
+        version = request.headers.get(VERSION_HEADER, "")
+        if method not in FAST_METHODS or not version.startswith("1."):
+            return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
+        target = request.path_params.get("agent")
+        params = doc.get("params")
+        try:
+            if not isinstance(params, dict):
+                raise InvalidParams("params: required, must be an object", field="params")
+            if method == "SendMessage":
+                message = check_message(params.get("message"))
+                config = params.get("configuration")
+                if config is not None and not isinstance(config, dict):
+                    raise InvalidParams("params.configuration: must be an object", field="params.configuration")
+                result: Any = await self.pipeline.send(message, config, target=target)
+            else:
+                tid = params.get("id")
+                if not isinstance(tid, str) or not tid:
+                    raise InvalidParams("params.id: required, must be a task id string", field="params.id")
+                if method == "GetTask":
+                    hl = params.get("historyLength")
+                    result = await self.pipeline.get_task(tid, hl if isinstance(hl, int) else None)
+                else:
+                    result = await self.pipeline.cancel_task(tid)
+        except MMA2AError as exc:
+            return rpc_error(rid, exc)
+        except Exception:  # a bug of ours: no stack trace on the wire
+            log.exception("internal error in %s", method)
+            err = MMA2AError("internal error")
+            err.code = INTERNAL_ERROR
+            return rpc_error(rid, err)
+        return rpc_response(rid, result)
+
+
+def _too_large(limit: int) -> Response:
+    err = PayloadTooLarge(f"request body exceeds {limit} bytes; send large media by reference (POST /blobs)")
+    return Response(orjson.dumps({"jsonrpc": "2.0", "id": None, "error": err.to_jsonrpc()}), status_code=413,
+                    media_type="application/json")

@@ -1,0 +1,29 @@
+"""Prometheus metrics of one gateway (its own registry, so several gateways can share a process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("mma2a_requests", "Messages handled, by outcome", ["outcome"], registry=r)
+        self.parts = Counter("mma2a_parts", "Parts routed, by modality", ["modality"], registry=r)
+        self.rule_hits = Counter("mma2a_rule_matches", "Rule matches, by rule", ["rule"], registry=r)
+        self.pinned = Counter("mma2a_session_pinned", "Messages routed by a pinned session route", registry=r)
+        self.agent_errors = Counter("mma2a_agent_errors", "Failed calls, by agent", ["agent"], registry=r)
+        self.agent_seconds = Histogram("mma2a_agent_seconds", "Agent call latency", ["agent"], buckets=_LATENCY, registry=r)
+        self.transform_seconds = Histogram("mma2a_transform_seconds", "Transform latency, by transformer", ["agent"],
+                                           buckets=_LATENCY, registry=r)
+        self.request_seconds = Histogram("mma2a_request_seconds", "Whole-request latency", buckets=_LATENCY, registry=r)
+        self.decision_seconds = Histogram("mma2a_decision_seconds", "Routing decision time",
+                                          buckets=(1e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 5e-4, 1e-3, 1e-2), registry=r)
+        self.bytes_in = Counter("mma2a_bytes_in", "Request body bytes", ["binding"], registry=r)
+        self.bytes_out = Counter("mma2a_bytes_out", "Response body bytes", ["binding"], registry=r)
+        self.agents = Gauge("mma2a_agents", "Registered agents, by health", ["health"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,386 @@
+"""The request pipeline: view → route → adapt → dispatch → aggregate, each a small step.
+
+Works on the A2A 1.0 JSON form only (parsed once with orjson at ingress); the ingress
+bindings (fast JSON-RPC, the SDK's REST/SSE/v0.3 adapters) all call `Pipeline`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..errors import ContentTypeNotSupported, DispatchError, InvalidRequest, MMA2AError
+from ..ext import EXTENSION_URI, MAX_HOPS, MessageExtension, downgrade_message, read_message, write_message
+from ..modality import ModalityRegistry
+from ..routing import Load, RouteDecision, SessionPins, decide_pinned
+from ..view import MessageView, view_message
+from .aggregate import FAILED, LegResult, aggregate, failed_task
+from .directory import AgentDirectory, AgentEntry
+from .metrics import GatewayMetrics
+from .state import RoutingState
+from .tasks import DownstreamTask, TaskMap, TaskRecord
+from .transport import AgentRPCError, Transport
+
+log = logging.getLogger("mma2a.decisions")
+
+
+@dataclass
+class Leg:
+    """What one agent receives for one message: its parts (after transforms) and why."""
+
+    agent: str
+    parts: list[tuple[int, dict[str, Any]]]
+
+
+def route_summary(decision: RouteDecision) -> list[dict[str, Any]]:
+    """The per-part route as recorded in task metadata and logs."""
+    out = []
+    for pr in decision.parts:
+        out.append({
+            "index": pr.index,
+            "modality": pr.modality,
+            "matched": list(pr.matched),
+            "targets": [t.agent for t in pr.targets],
+            "via": [[{"agent": s.agent, "from": s.from_modality, "to": s.to_modality} for s in t.via] for t in pr.targets],
+            "actions": list(pr.actions),
+            "dropped": pr.dropped,
+            "bottleneck": pr.bottleneck,
+        })
+    return out
+
+
+class Pipeline:
+    """The gateway's request path over one directory, one routing state, one transport."""
+
+    def __init__(
+        self,
+        *,
+        directory: AgentDirectory,
+        state: RoutingState,
+        transport: Transport,
+        metrics: GatewayMetrics,
+        registry: ModalityRegistry,
+        tasks: TaskMap | None = None,
+        pre_route: Sequence[Callable[[dict[str, Any]], Any]] = (),
+        log_decisions: bool = True,
+    ) -> None:
+        self.directory = directory
+        self.state = state
+        self.transport = transport
+        self.metrics = metrics
+        self.registry = registry
+        self.tasks = tasks or TaskMap()
+        self.pre_route = list(pre_route)
+        self.pins = SessionPins()
+        self.log_decisions = log_decisions
+        self._tick = 0
+
+    # --- stage 1: the view ------------------------------------------------------------
+    def view(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None) -> MessageView:
+        accepted = tuple((configuration or {}).get("acceptedOutputModes") or ())
+        view = view_message(message, accepted_output_modes=accepted, registry=self.registry)
+        if view.hops >= MAX_HOPS:
+            raise InvalidRequest(
+                f"message.metadata[{EXTENSION_URI}].hops: {view.hops} hops, the limit is {MAX_HOPS} (routing loop?)",
+                field="hops",
+            )
+        if target is not None:
+            self.directory.get(target)
+            view = dataclasses.replace(view, receivers=(target,))
+        return view
+
+    # --- stage 2: routing -------------------------------------------------------------
+    def route(self, view: MessageView) -> RouteDecision:
+        """Decide (or reuse a session's pinned route); the decision time goes to metrics."""
+        snapshot = self.state.snapshot
+        self._tick += 1
+        inflight = {e.name: e.inflight for e in self.directory.entries()}
+        t0 = time.perf_counter()
+        decision = decide_pinned(view, snapshot, self.pins, load=Load(inflight=inflight, tick=self._tick))
+        self.metrics.decision_seconds.observe(time.perf_counter() - t0)
+        if decision.pinned:
+            self.metrics.pinned.inc()
+        return decision
+
+    # --- stage 3: adapt (transforms, per-target messages) ---------------------------
+    async def transform(self, part: dict[str, Any], route_via: Sequence[Any], message: dict[str, Any]) -> dict[str, Any]:
+        """Run a part through its chain of transformer agents; returns the final part."""
+        current = part
+        for step in route_via:
+            entry = self.directory.get(step.agent)
+            msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [current]}
+            if not _declares(entry):
+                msg = downgrade_message(msg)
+            t0 = time.perf_counter()
+            result = await self._call(entry, "SendMessage", {"message": msg})
+            self.metrics.transform_seconds.labels(step.agent).observe(time.perf_counter() - t0)
+            out = _pick_part(result, step.to_modality)
+            if out is None:
+                raise DispatchError(
+                    f"transformer {step.agent} returned no {step.to_modality} part for {step.from_modality}",
+                    data={"agent": step.agent},
+                )
+            meta = dict(out.get("metadata") or {})
+            ext = dict(meta.get(EXTENSION_URI) or {})
+            ext.setdefault("modality", step.to_modality)
+            ext["transformedFrom"] = {"modality": step.from_modality, "agent": step.agent}
+            ext["featureSource"] = {"kind": "router", "extractor": f"transform:{step.agent}"}
+            meta[EXTENSION_URI] = ext
+            current = {**out, "metadata": meta}
+        return current
+
+    async def legs(self, message: dict[str, Any], decision: RouteDecision) -> list[Leg]:
+        parts = message["parts"]
+        by_agent: dict[str, Leg] = {}
+        jobs = []
+        for pr in decision.parts:
+            for target in pr.targets:
+                leg = by_agent.setdefault(target.agent, Leg(target.agent, []))
+                if target.via:
+                    jobs.append((leg, pr.index, self.transform(parts[pr.index], target.via, message)))
+                else:
+                    leg.parts.append((pr.index, parts[pr.index]))
+        if jobs:
+            results = await asyncio.gather(*(j[2] for j in jobs))
+            for (leg, index, _), part in zip(jobs, results):
+                leg.parts.append((index, part))
+        for leg in by_agent.values():
+            leg.parts.sort(key=lambda ip: ip[0])
+        return list(by_agent.values())
+
+    def leg_message(self, message: dict[str, Any], leg: Leg, entry: AgentEntry) -> dict[str, Any]:
+        """The message one agent receives: its parts only; the extension kept only if its card declares it."""
+        out = {k: v for k, v in message.items() if k != "parts"}
+        out["parts"] = [p for _, p in leg.parts]
+        if _declares(entry):
+            mext = read_message(message) or MessageExtension()
+            write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto"))
+            return out
+        return downgrade_message(out)
+
+    # --- stage 4: dispatch --------------------------------------------------------------
+    async def _call(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
+        entry.inflight += 1
+        t0 = time.perf_counter()
+        try:
+            result = await self.transport.call(
+                entry.name, entry.rpc_url, method, params, extension=_declares(entry), token=entry.token,
+                timeout_s=entry.config.timeout_s,
+            )
+        except DispatchError as exc:
+            self.directory.mark(entry.name, ok=False, error=exc.message)
+            self.metrics.agent_errors.labels(entry.name).inc()
+            raise
+        finally:
+            entry.inflight -= 1
+            self.metrics.agent_seconds.labels(entry.name).observe(time.perf_counter() - t0)
+        entry.sent += 1
+        self.directory.mark(entry.name, ok=True)
+        return result
+
+    async def dispatch(self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None) -> LegResult:
+        entry = self.directory.get(leg.agent)
+        params: dict[str, Any] = {"message": self.leg_message(message, leg, entry)}
+        if configuration:
+            params["configuration"] = dict(configuration)
+        try:
+            result = await self._call(entry, "SendMessage", params)
+        except AgentRPCError as exc:
+            return LegResult(leg.agent, error=f"agent error {exc.code}: {exc.message}")
+        except DispatchError as exc:
+            return LegResult(leg.agent, error=exc.message)
+        if not isinstance(result, dict) or not ({"task", "message"} & result.keys()):
+            return LegResult(leg.agent, error="agent answered with neither a task nor a message")
+        return LegResult(leg.agent, result=result)
+
+    # --- the whole path -----------------------------------------------------------------
+    async def prepare(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
+    ) -> tuple[MessageView, RouteDecision]:
+        for step in self.pre_route:
+            res = step(message)
+            if asyncio.iscoroutine(res):
+                await res
+        view = self.view(message, configuration, target)
+        if message.get("taskId"):
+            rec = self.tasks.find(message["taskId"])
+            if rec is not None and not rec.fanned_out and len(rec.legs) == 1:
+                # a follow-up on a task: it goes where the task lives
+                view = dataclasses.replace(view, receivers=(rec.legs[0].agent,))
+        try:
+            decision = self.route(view)
+        except ContentTypeNotSupported:
+            self.metrics.requests.labels("unroutable").inc()
+            raise
+        for pr in decision.parts:
+            self.metrics.parts.labels(pr.modality.split(";")[0]).inc()
+            for name in pr.matched:
+                self.metrics.rule_hits.labels(name).inc()
+        return view, decision
+
+    async def send(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
+    ) -> dict[str, Any]:
+        """SendMessage through the gateway; returns the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
+        t0 = time.perf_counter()
+        view, decision = await self.prepare(message, configuration, target)
+        route = route_summary(decision)
+        if self.log_decisions:
+            log.info("decision", extra={"decision": {"messageId": view.message_id, "route": route}})
+        if all(pr.dropped for pr in decision.parts):
+            reasons = "; ".join(f"part {pr.index}: {pr.dropped}" for pr in decision.parts)
+            self.metrics.requests.labels("dropped").inc()
+            return {"task": failed_task(f"dropped by rule: {reasons}", message=message, state="TASK_STATE_REJECTED", route=route)}
+        try:
+            legs = await self.legs(message, decision)
+        except MMA2AError as exc:
+            self.metrics.requests.labels("failed").inc()
+            return {"task": failed_task(f"transform failed: {exc.message}", message=message, route=route)}
+        results = await asyncio.gather(*(self.dispatch(leg, message, configuration) for leg in legs))
+        self.metrics.request_seconds.observe(time.perf_counter() - t0)
+        if len(results) == 1:
+            res = results[0]
+            if res.error is not None:
+                self.metrics.requests.labels("failed").inc()
+                task = failed_task(res.error, message=message, route=route)
+                self.tasks.put(TaskRecord(task["id"], [], aggregate=task, route=route))
+                return {"task": task}
+            self.metrics.requests.labels("ok").inc()
+            result = res.result or {}
+            task = result.get("task")
+            if task is not None:
+                meta = task.setdefault("metadata", {})
+                meta[EXTENSION_URI] = {**(meta.get(EXTENSION_URI) or {}), "route": route}
+                self.tasks.put(TaskRecord(task["id"], [DownstreamTask(res.agent, task["id"], task.get("contextId"))], route=route))
+            return result
+        task = aggregate(results, message=message, route=route)
+        state = task["status"]["state"]
+        self.metrics.requests.labels("failed" if state == FAILED else "ok").inc()
+        legs_ = [DownstreamTask(r.agent, r.task["id"], r.task.get("contextId")) for r in results if r.task]
+        self.tasks.put(TaskRecord(task["id"], legs_, aggregate=task, route=route))
+        return {"task": task}
+
+    async def send_stream(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """SendStreamingMessage: one target streams through as it is; a fan-out streams the aggregate."""
+        view, decision = await self.prepare(message, configuration, target)
+        route = route_summary(decision)
+        legs = await self.legs(message, decision) if not all(pr.dropped for pr in decision.parts) else []
+        if len(legs) != 1:
+            yield await self.send(message, configuration, target=target)
+            return
+        leg = legs[0]
+        entry = self.directory.get(leg.agent)
+        params: dict[str, Any] = {"message": self.leg_message(message, leg, entry)}
+        if configuration:
+            params["configuration"] = dict(configuration)
+        entry.inflight += 1
+        recorded = False
+        try:
+            async for event in self.transport.stream(
+                entry.name, entry.rpc_url, "SendStreamingMessage", params, extension=_declares(entry), token=entry.token,
+                timeout_s=entry.config.timeout_s,
+            ):
+                if not recorded and isinstance(event, dict):
+                    tid = (event.get("task") or {}).get("id") or (event.get("statusUpdate") or {}).get("taskId")
+                    if tid:
+                        self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid)], route=route))
+                        recorded = True
+                yield event
+        except AgentRPCError:
+            raise
+        except DispatchError as exc:
+            self.directory.mark(entry.name, ok=False, error=exc.message)
+            yield {"task": failed_task(exc.message, message=message, route=route)}
+        finally:
+            entry.inflight -= 1
+
+    # --- tasks --------------------------------------------------------------------------
+    async def get_task(self, task_id: str, history_length: int | None = None) -> dict[str, Any]:
+        rec = self.tasks.get(task_id)
+        if not rec.fanned_out:
+            leg = rec.legs[0]
+            params: dict[str, Any] = {"id": leg.task_id}
+            if history_length is not None:
+                params["historyLength"] = history_length
+            task = await self._call(self.directory.get(leg.agent), "GetTask", params)
+            if isinstance(task, dict):
+                meta = task.setdefault("metadata", {})
+                meta[EXTENSION_URI] = {**(meta.get(EXTENSION_URI) or {}), "route": rec.route}
+            return task  # type: ignore[no-any-return]
+        legs = []
+        for leg in rec.legs:
+            try:
+                task = await self._call(self.directory.get(leg.agent), "GetTask", {"id": leg.task_id})
+                legs.append(LegResult(leg.agent, result={"task": task}))
+            except MMA2AError as exc:
+                legs.append(LegResult(leg.agent, error=exc.message))
+        if not legs:
+            return rec.aggregate or {}
+        fresh = aggregate(legs, message=(rec.aggregate or {}).get("history", [{}])[0], route=rec.route)
+        fresh["id"], fresh["contextId"] = rec.task_id, (rec.aggregate or {}).get("contextId", fresh["contextId"])
+        rec.aggregate = fresh
+        return fresh
+
+    async def cancel_task(self, task_id: str) -> dict[str, Any]:
+        rec = self.tasks.get(task_id)
+        errors = []
+        for leg in rec.legs:
+            try:
+                await self._call(self.directory.get(leg.agent), "CancelTask", {"id": leg.task_id})
+            except AgentRPCError as exc:
+                errors.append(exc)
+        if errors and len(errors) == len(rec.legs):
+            raise errors[0]
+        return await self.get_task(task_id)
+
+    async def subscribe(self, task_id: str) -> AsyncIterator[dict[str, Any]]:
+        rec = self.tasks.get(task_id)
+        if rec.fanned_out or not rec.legs:
+            yield {"task": await self.get_task(task_id)}
+            return
+        leg = rec.legs[0]
+        entry = self.directory.get(leg.agent)
+        async for event in self.transport.stream(
+            entry.name, entry.rpc_url, "SubscribeToTask", {"id": leg.task_id}, extension=_declares(entry), token=entry.token
+        ):
+            yield event
+
+
+def _declares(entry: AgentEntry) -> bool:
+    exts = (entry.card.get("capabilities") or {}).get("extensions") or []
+    return any(isinstance(e, dict) and e.get("uri") == EXTENSION_URI for e in exts)
+
+
+def _pick_part(result: Any, modality: str) -> dict[str, Any] | None:
+    """The first part of a transformer's answer whose modality is the one asked for."""
+    from ..ext import read_part
+    from ..modality import modality_matches
+
+    candidates: list[dict[str, Any]] = []
+    if isinstance(result, dict):
+        if "task" in result:
+            for art in result["task"].get("artifacts") or []:
+                candidates.extend(art.get("parts") or [])
+            status_msg = (result["task"].get("status") or {}).get("message")
+            if status_msg:
+                candidates.extend(status_msg.get("parts") or [])
+        elif "message" in result:
+            candidates.extend(result["message"].get("parts") or [])
+    for part in candidates:
+        try:
+            ext = read_part(part)
+        except MMA2AError:
+            continue
+        if ext.modality and modality_matches(ext.modality, modality.split(";")[0]):
+            return part
+    return None

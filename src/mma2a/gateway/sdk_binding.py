@@ -1,0 +1,131 @@
+"""The SDK's bindings in front of the pipeline: REST (HTTP+JSON), SSE and v0.3 compat.
+
+`a2a-sdk`'s JsonRpcDispatcher and REST routes call this `RequestHandler`; it converts
+protobuf to the JSON form once, runs the same `Pipeline` as the fast JSON-RPC path, and
+maps mma2a errors onto the SDK's error types (same codes on every binding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import RequestHandler
+from a2a.server.routes import DefaultServerCallContextBuilder
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+)
+from a2a.utils import errors as sdk_errors
+from google.protobuf import json_format
+from starlette.requests import Request
+
+from ..errors import MMA2AError
+from .pipeline import Pipeline
+
+_BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk_errors.JSON_RPC_ERROR_CODE_MAP.items()}
+
+
+def to_sdk_error(exc: MMA2AError) -> sdk_errors.A2AError:
+    """The SDK error with the same JSON-RPC code as an mma2a error."""
+    cls = _BY_CODE.get(exc.code, sdk_errors.InvalidParamsError if exc.http_status < 500 else sdk_errors.InternalError)
+    return cls(exc.message, data=exc.data or None)
+
+
+class TargetContextBuilder(DefaultServerCallContextBuilder):
+    """Carries the `/agents/{name}` path parameter into the call context."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        ctx = super().build(request)
+        ctx.state["target"] = request.path_params.get("agent")
+        return ctx
+
+
+def _to_stream_event(event: dict[str, Any]) -> Any:
+    resp = json_format.ParseDict(event, StreamResponse(), ignore_unknown_fields=True)
+    which = resp.WhichOneof("payload")
+    return getattr(resp, which) if which else None
+
+
+class PipelineRequestHandler(RequestHandler):
+    """An SDK `RequestHandler` whose every method runs through the gateway's pipeline."""
+
+    def __init__(self, pipeline: Pipeline, card_fn: Any) -> None:
+        self.pipeline = pipeline
+        self.card_fn = card_fn
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        message = json_format.MessageToDict(params.message)
+        config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
+        try:
+            result = await self.pipeline.send(message, config, target=context.state.get("target"))
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+        if "message" in result:
+            return json_format.ParseDict(result["message"], Message(), ignore_unknown_fields=True)
+        return json_format.ParseDict(result["task"], Task(), ignore_unknown_fields=True)
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Any]:
+        message = json_format.MessageToDict(params.message)
+        config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
+        try:
+            async for event in self.pipeline.send_stream(message, config, target=context.state.get("target")):
+                ev = _to_stream_event(event)
+                if ev is not None:
+                    yield ev
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        try:
+            hl = params.history_length if params.HasField("history_length") else None
+            task = await self.pipeline.get_task(params.id, hl)
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+        return json_format.ParseDict(task, Task(), ignore_unknown_fields=True)
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        try:
+            task = await self.pipeline.cancel_task(params.id)
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+        return json_format.ParseDict(task, Task(), ignore_unknown_fields=True)
+
+    async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator[Any]:
+        try:
+            async for event in self.pipeline.subscribe(params.id):
+                ev = _to_stream_event(event)
+                if ev is not None:
+                    yield ev
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        raise sdk_errors.UnsupportedOperationError("ListTasks: the gateway does not list tasks across agents")
+
+    async def on_create_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
+        raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
+
+    async def on_get_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
+        raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
+
+    async def on_list_task_push_notification_configs(self, params: Any, context: ServerCallContext) -> Any:
+        raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
+
+    async def on_delete_task_push_notification_config(self, params: Any, context: ServerCallContext) -> None:
+        raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
+
+    async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest, context: ServerCallContext) -> AgentCard:
+        raise sdk_errors.ExtendedAgentCardNotConfiguredError("the gateway has no extended agent card")

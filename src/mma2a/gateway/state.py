@@ -1,0 +1,46 @@
+"""The routing state: rules + agents + mode → one immutable snapshot, swapped atomically.
+
+A rules PUT or an agent change builds a new snapshot first; only a snapshot that builds
+replaces the old one, so a bad change leaves the old rules in force.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ..routing import RuleSet, Snapshot, build_snapshot, parse_rules
+from .directory import AgentDirectory
+
+DEFAULT_RULES: dict[str, Any] = {"version": 1, "default": {"capability": "any"}, "rules": []}
+
+
+class RoutingState:
+    """Owns the current `Snapshot`; readers take `state.snapshot` once per request."""
+
+    def __init__(self, directory: AgentDirectory, *, rules: RuleSet | None = None, mode: str = "native") -> None:
+        self.directory = directory
+        self.mode = mode
+        self.rules = rules if rules is not None else parse_rules(DEFAULT_RULES, source="<default>")
+        self.rules_source: Any = None
+        self._versions = itertools.count(1)
+        self.snapshot: Snapshot = self._build(self.rules, self.mode)
+
+    def _build(self, rules: RuleSet, mode: str) -> Snapshot:
+        return build_snapshot(rules, self.directory.infos(), mode=mode, version=next(self._versions))
+
+    def set_rules(self, rules: RuleSet, source: Any = None) -> Snapshot:
+        """Validate against the current agents, then swap; raises and keeps the old rules on error."""
+        snapshot = self._build(rules, self.mode)
+        self.rules, self.rules_source, self.snapshot = rules, source, snapshot
+        return snapshot
+
+    def set_mode(self, mode: str) -> Snapshot:
+        snapshot = self._build(self.rules, mode)
+        self.mode, self.snapshot = mode, snapshot
+        return snapshot
+
+    def rebuild(self) -> Snapshot:
+        """After an agent change. If the rules no longer fit the agents, keep them and route by what fits."""
+        self.snapshot = self._build(self.rules, self.mode)
+        return self.snapshot

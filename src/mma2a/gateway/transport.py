@@ -1,0 +1,176 @@
+"""Downstream transport: pooled aiohttp connections speaking A2A JSON-RPC to agents.
+
+The gateway's hot path: one persistent `ClientSession` with keep-alive pools, orjson
+in and out, timeouts on every call, retries only where a request cannot have reached
+the agent (connection refused or reset before a response).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ..card import EXTENSIONS_HEADER, VERSION_HEADER
+from ..errors import DispatchError, MMA2AError
+from ..ext import EXTENSION_URI
+
+_ids = itertools.count(1)
+
+
+class AgentRPCError(MMA2AError):
+    """The agent answered with a JSON-RPC error; its code and message are kept as they were."""
+
+    http_status = 502
+
+    def __init__(self, agent: str, error: Mapping[str, Any]):
+        code = error.get("code", -32603)
+        msg = str(error.get("message", "agent error"))
+        super().__init__(msg, data=dict(error.get("data") or {}) | {"agent": agent})
+        self.code = code if isinstance(code, int) else -32603
+        self.agent = agent
+
+
+class Transport:
+    """Pooled HTTP client for agent calls (JSON-RPC binding of A2A 1.0)."""
+
+    def __init__(self, *, timeout_s: float = 30.0, retries: int = 1, pool_size: int = 256) -> None:
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self._pool_size = pool_size
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=self._pool_size, keepalive_timeout=30)
+            self._session = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def fetch_json(self, url: str, *, timeout_s: float | None = None, headers: Mapping[str, str] | None = None) -> Any:
+        """GET a JSON document (an Agent Card); errors are `DispatchError` naming the URL."""
+        try:
+            async with self.session.get(
+                url, timeout=aiohttp.ClientTimeout(total=timeout_s or self.timeout_s), headers=headers
+            ) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise DispatchError(f"GET {url}: HTTP {resp.status}", data={"url": url, "status": resp.status})
+                return orjson.loads(body)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise DispatchError(f"GET {url}: {_describe(exc)}", data={"url": url}) from None
+        except orjson.JSONDecodeError:
+            raise DispatchError(f"GET {url}: response is not JSON", data={"url": url}) from None
+
+    def _headers(self, extension: bool, token: str | None) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", VERSION_HEADER: "1.0"}
+        if extension:
+            headers[EXTENSIONS_HEADER] = EXTENSION_URI
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    async def call(
+        self,
+        agent: str,
+        url: str,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        extension: bool = False,
+        token: str | None = None,
+        timeout_s: float | None = None,
+        retry: bool = True,
+    ) -> Any:
+        """One JSON-RPC call; returns `result`, raises `AgentRPCError` or `DispatchError`."""
+        body = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
+        headers = self._headers(extension, token)
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        attempts = 1 + (self.retries if retry else 0)
+        for attempt in range(attempts):
+            try:
+                async with self.session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+                break
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+                if attempt + 1 >= attempts:
+                    raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
+                await asyncio.sleep(0.05 * (2**attempt))
+            except asyncio.TimeoutError:
+                raise DispatchError(
+                    f"agent {agent} timed out after {timeout.total:g} s", data={"agent": agent, "timeout": timeout.total}
+                ) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise DispatchError(f"agent {agent} failed: {_describe(exc)}", data={"agent": agent}) from None
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise DispatchError(f"agent {agent} answered HTTP {status} with a body that is not JSON", data={"agent": agent}) from None
+        if not isinstance(doc, dict):
+            raise DispatchError(f"agent {agent} answered with a JSON value that is not a JSON-RPC response", data={"agent": agent})
+        if "error" in doc and isinstance(doc["error"], dict):
+            raise AgentRPCError(agent, doc["error"])
+        if "result" not in doc:
+            raise DispatchError(f"agent {agent} answered HTTP {status} without a JSON-RPC result", data={"agent": agent})
+        return doc["result"]
+
+    async def stream(
+        self,
+        agent: str,
+        url: str,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        extension: bool = False,
+        token: str | None = None,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[Any]:
+        """A JSON-RPC streaming call (SSE); yields each event's `result`."""
+        body = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
+        headers = self._headers(extension, token) | {"Accept": "text/event-stream"}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s or self.timeout_s, sock_read=timeout_s or self.timeout_s)
+        try:
+            async with self.session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise DispatchError(f"agent {agent} answered HTTP {resp.status} to a stream", data={"agent": agent})
+                ctype = resp.headers.get("Content-Type", "")
+                if "text/event-stream" not in ctype:
+                    doc = orjson.loads(await resp.read())
+                    if isinstance(doc, dict) and "error" in doc:
+                        raise AgentRPCError(agent, doc["error"])
+                    yield doc.get("result") if isinstance(doc, dict) else doc
+                    return
+                data: list[bytes] = []
+                async for line in resp.content:
+                    line = line.rstrip(b"\r\n")
+                    if line.startswith(b"data:"):
+                        data.append(line[5:].lstrip())
+                    elif not line and data:
+                        doc = orjson.loads(b"\n".join(data))
+                        data = []
+                        if isinstance(doc, dict) and "error" in doc:
+                            raise AgentRPCError(agent, doc["error"])
+                        yield doc.get("result") if isinstance(doc, dict) else doc
+        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+            raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
+        except asyncio.TimeoutError:
+            raise DispatchError(f"agent {agent} stream stalled for {timeout_s or self.timeout_s:g} s", data={"agent": agent}) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise DispatchError(f"agent {agent} failed: {_describe(exc)}", data={"agent": agent}) from None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect to {exc.host}:{exc.port} ({exc.os_error.strerror or exc.os_error})"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,63 @@
+"""Gateway fixtures: real a2a-sdk agents on loopback ports and a real gateway in front of them."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.types import AgentCard
+
+from mma2a.card import declare_extension
+from mma2a.gateway import Gateway, parse_config
+from mma2a.serving import free_port, running
+from tests.agents import RecordingExecutor, make_card, run_agent
+
+ADMIN = "test-admin-token"
+
+
+@contextlib.asynccontextmanager
+async def agents(specs: Mapping[str, tuple[AgentCard, Any]]) -> AsyncIterator[dict[str, str]]:
+    """Start every (card, executor) in `specs`; yields name -> base URL."""
+    async with contextlib.AsyncExitStack() as stack:
+        urls = {}
+        for name, (card, executor) in specs.items():
+            urls[name] = (await stack.enter_async_context(run_agent(card, executor))).rstrip("/")
+        yield urls
+
+
+@contextlib.asynccontextmanager
+async def gateway(config: dict[str, Any]) -> AsyncIterator[tuple[Gateway, str]]:
+    """A gateway on a free loopback port (lifespan on: agents registered, rules loaded)."""
+    port = free_port()
+    cfg = {"listen": f"127.0.0.1:{port}", "admin": {"token": ADMIN}, "health_interval_s": 3600, **config}
+    gw = Gateway(parse_config(cfg))
+    async with running(gw.app, "127.0.0.1", port) as url:
+        yield gw, url
+
+
+def agent(name: str, modes: list[str], *, out: list[str] | None = None, reply: str | None = None, ext: bool = True,
+          echo: bool = False) -> tuple[AgentCard, RecordingExecutor]:
+    card = make_card(name, input_modes=modes, output_modes=out or ["text/plain"])
+    if ext:
+        declare_extension(card)
+    return card, RecordingExecutor(reply=reply or f"{name} ok", echo=echo)
+
+
+async def sdk_client(url: str) -> Any:
+    return await create_client(url, ClientConfig(streaming=False))
+
+
+async def rpc(url: str, method: str, params: dict[str, Any], *, version: str | None = "1.0", path: str = "/") -> dict[str, Any]:
+    headers = {"A2A-Version": version} if version else {}
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(url + path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers)
+    return r.json()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def admin_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN}"}
