@@ -127,13 +127,15 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits) -> DecodedAudio:
         ) from None
     import numpy as np
 
+    from .video import av_reason
+
     try:
         container = av.open(io.BytesIO(data), mode="r")
     except av.FFmpegError as exc:
         raise MediaError(f"audio: not a readable audio container: {exc}") from None
     with container:
         if not container.streams.audio:
-            raise MediaError(f"audio: the {container.format.name} container has no audio stream")
+            raise MediaError(f"audio: the {container.format.name.split(',')[0]} container has no audio stream")
         stream = container.streams.audio[0]
         rate = stream.codec_context.sample_rate or stream.rate or 0
         channels = stream.codec_context.channels or 1
@@ -152,7 +154,7 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits) -> DecodedAudio:
                 if total / rate > limits.max_audio_seconds:
                     raise MediaError(f"audio: longer than the {limits.max_audio_seconds:.0f} s limit; decoding stopped")
         except av.FFmpegError as exc:
-            raise MediaError(f"audio: corrupt {container.format.name} audio: {exc}") from None
+            raise MediaError(f"audio: corrupt {container.format.name.split(',')[0]} audio: {av_reason(exc)}") from None
         name = fmt or container.format.name.split(",")[0]
     if not chunks:
         raise MediaError(f"audio: the {name} stream holds no decodable samples")

@@ -8,6 +8,7 @@ the grey image scaled to at most 1024 px on its long side: low means blurry.
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +36,12 @@ def open_image(data: bytes, limits: Limits, what: str = "image") -> Image:
             im = PILImage.open(io.BytesIO(data))
     except UnidentifiedImageError:
         raise MediaError(f"{what}: not a readable image (unknown or corrupt format, {len(data)} bytes)") from None
-    except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
-        raise MediaError(f"{what}: too many pixels (decompression bomb guard); not decoded") from None
+    except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning) as exc:
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        count = f"{found.group(1)} pixels" if found else "too many pixels"
+        raise MediaError(
+            f"{what}: {count} is over the limit of {limits.max_pixels} pixels (decompression bomb guard); not decoded"
+        ) from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise MediaError(f"{what}: corrupt image header: {exc}") from None
     width, height = im.size

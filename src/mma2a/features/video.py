@@ -16,6 +16,12 @@ from .image import make_thumbnail
 _CONTAINERS = {"mov,mp4,m4a,3gp,3g2,mj2": "mp4", "matroska,webm": "webm"}
 
 
+def av_reason(exc: BaseException) -> str:
+    """FFmpeg's reason without PyAV's errno and file-name decoration."""
+    reason = getattr(exc, "strerror", None)
+    return str(reason) if reason else str(exc)
+
+
 class VideoExtractor:
     """container, codec, fps, duration, width, height, frames; a keyframe thumbnail."""
 
@@ -39,10 +45,13 @@ class VideoExtractor:
         try:
             container = av.open(io.BytesIO(data), mode="r")
         except av.FFmpegError as exc:
-            raise MediaError(f"video: not a readable video container: {exc}") from None
+            raise MediaError(f"video: not a readable video container: {av_reason(exc)}") from None
         with container:
+            fmt = container.format.name
+            if fmt.endswith("_pipe") or fmt == "image2":
+                raise MediaError(f"video: the bytes are a still image ({fmt.removesuffix('_pipe')}), not a video")
             if not container.streams.video:
-                raise MediaError(f"video: the {container.format.name} container has no video stream")
+                raise MediaError(f"video: the {_CONTAINERS.get(fmt, fmt)} container has no video stream")
             stream = container.streams.video[0]
             ctx = stream.codec_context
             width, height = int(ctx.width or 0), int(ctx.height or 0)
@@ -55,7 +64,6 @@ class VideoExtractor:
                 duration = container.duration / 1_000_000
             if duration > self.limits.max_video_seconds:
                 raise MediaError(f"video: {duration:.0f} s is over the {self.limits.max_video_seconds:.0f} s limit")
-            fmt = container.format.name
             out: dict[str, Any] = {
                 "container": _CONTAINERS.get(fmt, fmt.split(",")[0]),
                 "codec": ctx.name,
@@ -70,7 +78,7 @@ class VideoExtractor:
                     container.seek(0)
                 out["frames"] = int(stream.frames) if stream.frames else self._count_frames(container, stream)
             except av.FFmpegError as exc:
-                raise MediaError(f"video: corrupt {ctx.name} stream: {exc}") from None
+                raise MediaError(f"video: corrupt {ctx.name} stream: {av_reason(exc)}") from None
         return out
 
     def _keyframe_thumbnail(self, container: Any, stream: Any) -> Any:
