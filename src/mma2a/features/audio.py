@@ -95,7 +95,7 @@ def _decode_wav(data: bytes, limits: Limits) -> DecodedAudio:
                 raise MediaError(f"audio: WAV header has an invalid rate {rate} or channels {channels}")
             if declared / rate > limits.max_audio_seconds:
                 raise MediaError(
-                    f"audio: WAV declares {declared / rate:.1f} s, over the {limits.max_audio_seconds:.0f} s limit; not decoded"
+                    f"audio: WAV declares {declared / rate:.1f} s, over the {limits.max_audio_seconds:g} s limit; not decoded"
                 )
             raw = w.readframes(declared)
     except (wave.Error, EOFError) as exc:
@@ -152,7 +152,7 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits) -> DecodedAudio:
                     chunks.append(arr)
                     total += arr.shape[0]
                 if total / rate > limits.max_audio_seconds:
-                    raise MediaError(f"audio: longer than the {limits.max_audio_seconds:.0f} s limit; decoding stopped")
+                    raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; decoding stopped")
         except av.FFmpegError as exc:
             raise MediaError(f"audio: corrupt {container.format.name.split(',')[0]} audio: {av_reason(exc)}") from None
         name = fmt or container.format.name.split(",")[0]
@@ -169,7 +169,7 @@ def decode_audio(data: bytes, modality: Modality, limits: Limits) -> DecodedAudi
     if sub in ("pcm", "x-pcm", "l16"):
         rate, channels = _pcm_params(modality)
         if len(data) / (2 * channels * rate) > limits.max_audio_seconds:
-            raise MediaError(f"audio: longer than the {limits.max_audio_seconds:.0f} s limit; not decoded")
+            raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; not decoded")
         return decode_pcm(data, rate, channels, big_endian=sub == "l16", fmt="l16" if sub == "l16" else "pcm")
     if not data:
         raise MediaError("audio: empty payload")

@@ -114,14 +114,16 @@ def _ply(text: str, limits: Limits) -> dict[str, Any]:
     nv, nf = counts.get("vertex", 0), counts.get("face", 0)
     if nv + nf > limits.max_mesh_elements:
         raise MediaError(f"model: PLY declares {nv + nf} elements, over the {limits.max_mesh_elements} limit")
+    declared = sum(counts.values())
+    present = sum(1 for ln in lines[end:] if ln.strip())
+    if present < declared:
+        raise MediaError(f"model: truncated PLY: header declares {declared} elements, found {present} lines")
     start = end
     for name in order:
         if name == "vertex":
             break
         start += counts[name]
     body = lines[start : start + nv]
-    if len(body) < nv:
-        raise MediaError(f"model: truncated PLY: header declares {nv} vertices, found {len(body)}")
     xyz = _floats([ln.split()[:3] for ln in body], "PLY")
     return {"format": "ply", "vertices": nv, "faces": nf, "bounds": _bounds(xyz)}
 

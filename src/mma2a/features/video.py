@@ -63,7 +63,7 @@ class VideoExtractor:
             elif container.duration is not None:
                 duration = container.duration / 1_000_000
             if duration > self.limits.max_video_seconds:
-                raise MediaError(f"video: {duration:.0f} s is over the {self.limits.max_video_seconds:.0f} s limit")
+                raise MediaError(f"video: {duration:.0f} s is over the {self.limits.max_video_seconds:g} s limit")
             out: dict[str, Any] = {
                 "container": _CONTAINERS.get(fmt, fmt.split(",")[0]),
                 "codec": ctx.name,
