@@ -115,13 +115,13 @@ class URLPolicy:
         return ip is not None and any(ip in net for net in self._networks)
 
     def address_allowed(self, ip: IPAddress) -> str | None:
-        """None if the gateway may connect to this address, else the reason it may not."""
+        """None if the gateway may connect to this address, else what is wrong with it ("a loopback address")."""
         problem = address_problem(ip)
         if problem is None:
-            return None if self.allow_public else f"{ip} is not in the allowlist"
+            return None if self.allow_public else "not in the allowlist"
         if self.allow_private or any(ip in net for net in self._networks):
             return None
-        return f"{ip} is {problem}"
+        return problem
 
     async def check_url(self, url: str) -> list[IPAddress]:
         return await check_url(url, self)
@@ -165,6 +165,12 @@ async def _resolve(host: str, port: int) -> list[IPAddress]:
     return out
 
 
+def _explain(host: str, ip: IPAddress, problem: str) -> str:
+    if _parse_ip(host.strip("[]")) is not None:
+        return f"{ip} is {problem}"
+    return f"{host} resolves to {ip}, which is {problem}"
+
+
 async def check_url(url: str, policy: URLPolicy | None = None) -> list[IPAddress]:
     """Refuse (`URLForbidden`, naming the URL and the reason) a URL the policy does not allow.
 
@@ -181,8 +187,7 @@ async def check_url(url: str, policy: URLPolicy | None = None) -> list[IPAddress
     for ip in addrs:
         reason = policy.address_allowed(ip)
         if reason is not None:
-            shown = reason if str(ip) == host.strip("[]") else f"{host} resolves to {reason}"
-            raise URLForbidden(f"refused to fetch {url}: {shown}", field="url")
+            raise URLForbidden(f"refused to fetch {url}: {_explain(host, ip, reason)}", field="url")
     return addrs
 
 
@@ -200,7 +205,7 @@ class _GuardedResolver(AbstractResolver):
             if not trusted:
                 reason = self.policy.address_allowed(ip)
                 if reason is not None:
-                    raise URLForbidden(f"refused to connect to {host}:{port}: {host} resolves to {reason}", field="url")
+                    raise URLForbidden(f"refused to connect to {host}:{port}: {_explain(host, ip, reason)}", field="url")
             fam = socket.AF_INET if ip.version == 4 else socket.AF_INET6
             out.append(
                 ResolveResult(hostname=host, host=str(ip), port=port, family=fam, proto=0, flags=socket.AI_NUMERICHOST)

@@ -13,6 +13,7 @@ WebSocket errors arrive as an `error` frame, then a close with code 4000 + HTTP 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -212,16 +213,32 @@ class StreamEndpoints:
             await self._fail(ws, sid, exc)
             return
         await ws.accept()
+
+        async def pump() -> None:
+            try:
+                await ws.send_bytes(first.encode())
+                async for f in frames:
+                    await ws.send_bytes(f.encode())
+                await ws.close(1000)
+            except MMA2AError as exc:
+                await self._fail(ws, sid, exc)
+
+        async def until_disconnect() -> None:
+            # A consumer only listens; reading here notices it leaving even while the stream is idle.
+            while (await ws.receive())["type"] != "websocket.disconnect":
+                pass
+
+        tasks = [asyncio.create_task(pump()), asyncio.create_task(until_disconnect())]
         try:
-            await ws.send_bytes(first.encode())
-            async for f in frames:
-                await ws.send_bytes(f.encode())
-            await ws.close(1000)
-        except MMA2AError as exc:
-            await self._fail(ws, sid, exc)
-        except (WebSocketDisconnect, OSError):
-            pass
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                try:
+                    await t
+                except (asyncio.CancelledError, WebSocketDisconnect, OSError, RuntimeError):
+                    pass
             await frames.aclose()
 
     def routes(self) -> list[BaseRoute]:
