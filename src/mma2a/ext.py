@@ -437,11 +437,19 @@ def downgrade_part(part: Mapping[str, Any], *, input_modes: Iterable[str] | None
     if rest:
         out["metadata"] = rest
     if isinstance(ext, dict) and "mediaType" not in out and isinstance(ext.get("modality"), str):
-        if "text" not in out or ext["modality"] != "text/plain":
+        if "text" not in out or not _is_plain_text(ext["modality"]):
             out["mediaType"] = ext["modality"]
     if input_modes is not None and isinstance(out.get("mediaType"), str):
         out["mediaType"] = _spell_as_card(out["mediaType"], input_modes)
     return out
+
+
+def _is_plain_text(modality: str) -> bool:
+    """`text/plain` with any parameters: what a plain agent assumes of a text part anyway."""
+    try:
+        return parse_modality(modality).essence == "text/plain"
+    except InvalidModality:
+        return False
 
 
 def _spell_as_card(media_type: str, input_modes: Iterable[str]) -> str:

@@ -7,7 +7,6 @@ import io
 import wave
 
 import httpx
-import pytest
 from a2a.client import ClientCallContext, ClientConfig, create_client
 from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 from starlette.applications import Starlette
@@ -17,7 +16,7 @@ from starlette.routing import Route
 
 from mma2a.card import EXTENSIONS_HEADER, card_declares_extension, declare_extension
 from mma2a.ext import EXTENSION_URI, FeatureSource, MessageExtension, PartExtension, PayloadRef, Session, Thumbnail
-from mma2a.proto import downgrade, get_message_extension, get_part_extension, set_message_extension, set_part_extension
+from mma2a.proto import get_message_extension, get_part_extension, set_message_extension, set_part_extension
 from tests.agents import RecordingExecutor, make_card, run_agent, serve_app
 from tests.media import png_bytes, wav_bytes
 

@@ -13,19 +13,18 @@ import base64
 from typing import Any
 
 import httpx
+import pytest
 from a2a.client import ClientCallContext, ClientConfig, create_client
-from a2a.types import AgentInterface, Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import AgentInterface, Part, SendMessageRequest, TaskState
 from google.protobuf import struct_pb2
 
 from mma2a.card import declare_extension
 from mma2a.errors import InvalidRequest
 from mma2a.ext import EXTENSION_URI, MessageExtension, PartExtension, PayloadRef, read_message, read_part
-from mma2a.proto import get_message_extension, get_part_extension, message_to_json, set_message_extension, set_part_extension
+from mma2a.proto import get_message_extension, get_part_extension, message_to_json, set_part_extension
 from mma2a.view import view_message
 from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.ext.test_sdk_roundtrip import PNG, _message
-
-import pytest
 
 MODES = ["text/plain", "image/png", "audio/wav"]
 TEXT_EXT = PartExtension(modality="text/markdown", features={"language": "en", "length": 11})
@@ -170,5 +169,5 @@ async def test_v03_parts_sent_to_the_1_0_method_arrive_empty_and_mma2a_refuses_t
         "a v0.3 part (kind: file) belongs to message/send"
     )
     assert info.value.field == "message.parts[1]"
-    # (read_message/message_to_json are the same on both sides: nothing else to check here)
+    # what did survive on the 1.0 path: the message-level extension
     assert read_message(message_to_json(got.message)) == MSG_EXT
