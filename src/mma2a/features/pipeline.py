@@ -228,9 +228,9 @@ class FeaturePipeline:
             out = fut.result()
             timings[ex.name] = out.seconds
             ran.append(ex)
-            if out.timeout:
+            if out.timeout:  # gave up at its deadline: the same outcome as still running
                 timed_out = True
-                notes.append(out.error or f"{ex.name}: over the time budget")
+                notes.append(f"{ex.name}: not done within the {budget_s:g} s budget; skipped")
                 continue
             if out.error is not None:
                 failures.append(out.error)

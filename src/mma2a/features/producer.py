@@ -92,7 +92,7 @@ def sniff_modality(data: bytes, filename: str | None = None) -> str:
     mesh = sniff_mesh(data)
     if mesh in ("ply",):
         return "model/x-ply"
-    if mesh in ("stl",):
+    if mesh in ("stl", "stl-binary"):
         return "model/stl"
     try:
         text = data.decode("utf-8")

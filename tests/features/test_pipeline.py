@@ -1,0 +1,140 @@
+"""The pipeline's contract: budget, skipped packages, failures contained, bounded pool, schema checks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from mma2a.features import FeaturePipeline, ImageExtractor, Limits
+from mma2a.features.base import check_deadline
+from mma2a.modality import Modality
+
+from . import media as m
+
+
+class SlowExtractor:
+    """Works for `seconds` in small steps, checking its deadline like the real decoders do."""
+
+    name = "slow"
+    version = "0.1"
+    modalities = ("image/*",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.stopped = threading.Event()
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        end = time.monotonic() + self.seconds
+        try:
+            while time.monotonic() < end:
+                check_deadline(self.name)
+                time.sleep(0.005)
+        except TimeoutError:
+            self.stopped.set()
+            raise
+        return {"blur": 1.0}
+
+
+class NeedsMissingPackage:
+    name = "needs-missing"
+    version = "1.0"
+    modalities = ("image/*",)
+    requires = ("mma2a_no_such_package_xyz",)
+    extra = "vision"
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        raise AssertionError("must not run")
+
+
+class Buggy:
+    name = "buggy"
+    version = "1.0"
+    modalities = ("text/*",)
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        raise KeyError("oops")
+
+
+class BreaksSchema:
+    name = "breaks-schema"
+    version = "1.0"
+    modalities = ("image/*",)
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        return {"width": "wide"}
+
+
+async def test_work_over_budget_is_skipped_and_recorded_and_the_loop_keeps_running() -> None:
+    slow = SlowExtractor(30.0)
+    with FeaturePipeline([ImageExtractor(thumbnail=False), slow], max_workers=2) as p:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(ticker())
+        result = await p.extract("image/png", m.png(m.halves()), budget_s=1.0)
+        task.cancel()
+        assert result.timed_out
+        assert result.features["width"] == 320 and "blur" in result.features  # the fast extractor's work is kept
+        assert result.errors == ["slow: not done within the 1 s budget; skipped"]
+        assert ticks > 5  # the event loop ran while the extractors worked
+        assert slow.stopped.wait(5)  # the worker gave up at its deadline instead of running on
+
+
+async def test_missing_package_is_skipped_and_said() -> None:
+    with FeaturePipeline([NeedsMissingPackage(), ImageExtractor(thumbnail=False)]) as p:
+        result = await p.extract("image/png", m.png(m.halves()))
+    assert result.skipped == [
+        "needs-missing: skipped, needs the Python package 'mma2a_no_such_package_xyz' (pip install 'mma2a[vision]')"
+    ]
+    assert result.features["width"] == 320 and result.source is not None and result.source.extractor == "pillow-image"
+
+
+async def test_an_extractor_bug_is_contained() -> None:
+    with FeaturePipeline([Buggy()]) as p:
+        result = await p.extract("text/plain", b"hello")
+    assert result.features == {"size": 5, "error": "buggy: KeyError: 'oops'"}
+
+
+async def test_output_that_breaks_the_schema_is_dropped() -> None:
+    with FeaturePipeline([BreaksSchema(), ImageExtractor(thumbnail=False)]) as p:
+        result = await p.extract("image/png", m.png(m.halves()))
+    assert result.features["width"] == 320
+    assert result.errors == ["breaks-schema: produced invalid features: features.width: 'wide' is not of type 'integer' (schema image/1)"]
+
+
+async def test_byte_limit_refuses_before_any_work() -> None:
+    with FeaturePipeline([ImageExtractor()], limits=Limits(max_bytes=10)) as p:
+        result = await p.extract("image/png", m.png(m.halves()))
+    assert result.features == {"error": "image: 666 bytes is over the feature-extraction limit of 10 bytes"}
+    assert result.source is None
+
+
+async def test_a_full_pool_skips_instead_of_queueing() -> None:
+    slow = SlowExtractor(0.5)
+    with FeaturePipeline([slow], max_workers=1, max_in_flight=1) as p:
+        first = asyncio.create_task(p.extract("image/png", b"x", budget_s=2))
+        await asyncio.sleep(0.05)
+        second = await p.extract("image/png", b"x", budget_s=2)
+        assert second.skipped == ["features: extractor pool busy (1 jobs in flight); extraction skipped"]
+        assert second.features == {}
+        assert (await first).features == {"blur": 1.0, "size": 1}
+
+
+async def test_modality_without_extractors_gives_nothing() -> None:
+    with FeaturePipeline() as p:
+        result = await p.extract("application/octet-stream", b"\x00\x01")
+    assert result == result.__class__(features={})
+
+
+async def test_invalid_budget() -> None:
+    with FeaturePipeline([ImageExtractor()]) as p, pytest.raises(ValueError, match="budget_s must be positive"):
+        await p.extract("image/png", b"x", budget_s=0)
