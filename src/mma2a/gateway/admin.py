@@ -123,7 +123,7 @@ def admin_routes(gw: Gateway) -> list[Route]:
             decision = gw.pipeline.route(view)
         except ContentTypeNotSupported as exc:
             return json_response({"error": exc.to_jsonrpc()}, status=200)
-        return json_response(decision.to_json())
+        return json_response(decision.to_json(detail=True))
 
     async def set_mode(request: Request) -> Response:
         data = await _json_body(request)

@@ -18,7 +18,7 @@ from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from ..errors import MMA2AError
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
@@ -137,10 +137,14 @@ class Gateway:
             Route("/metrics", metrics, methods=["GET"]),
             Route("/healthz", health, methods=["GET"]),
             *admin_routes(self),
-            Route("/", rpc, methods=["POST"]),
-            Route("/agents/{agent}/", rpc, methods=["POST"]),
-            Route("/agents/{agent}", rpc, methods=["POST"]),
+            Route("/", rpc.handle, methods=["POST"]),
+            Route("/agents/{agent}/", rpc.handle, methods=["POST"]),
+            Route("/agents/{agent}", rpc.handle, methods=["POST"]),
         ]
-        routes += create_rest_routes(handler, context_builder=ctx, enable_v0_3_compat=True, path_prefix="/agents/{agent}")
-        routes += create_rest_routes(handler, context_builder=ctx, enable_v0_3_compat=True)
+        # REST (HTTP+JSON): root routes, then /agents/{agent}/…, then the SDK's catch-all /{tenant} mount last
+        root_rest = create_rest_routes(handler, context_builder=ctx, enable_v0_3_compat=True)
+        agent_rest = create_rest_routes(handler, context_builder=ctx, enable_v0_3_compat=True, path_prefix="/agents/{agent}")
+        routes += [r for r in root_rest if not isinstance(r, Mount)]
+        routes += [r for r in agent_rest if not isinstance(r, Mount)]
+        routes += [r for r in root_rest if isinstance(r, Mount)]
         return Starlette(routes=routes, lifespan=self.lifespan)

@@ -78,7 +78,7 @@ class JsonRpcIngress:
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
 
-    async def __call__(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             return _too_large(self.max_body_bytes)

@@ -118,7 +118,7 @@ class Pipeline:
             entry = self.directory.get(step.agent)
             msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [current]}
             if not _declares(entry):
-                msg = downgrade_message(msg)
+                msg = downgrade_message(msg, input_modes=_input_modes(entry))
             t0 = time.perf_counter()
             result = await self._call(entry, "SendMessage", {"message": msg})
             self.metrics.transform_seconds.labels(step.agent).observe(time.perf_counter() - t0)
@@ -164,7 +164,7 @@ class Pipeline:
             mext = read_message(message) or MessageExtension()
             write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto"))
             return out
-        return downgrade_message(out)
+        return downgrade_message(out, input_modes=_input_modes(entry))
 
     # --- stage 4: dispatch --------------------------------------------------------------
     async def _call(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
@@ -232,9 +232,17 @@ class Pipeline:
         """SendMessage through the gateway; returns the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
         t0 = time.perf_counter()
         view, decision = await self.prepare(message, configuration, target)
+        result = await self.execute(message, configuration, decision)
+        self.metrics.request_seconds.observe(time.perf_counter() - t0)
+        return result
+
+    async def execute(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision
+    ) -> dict[str, Any]:
+        """Adapt, dispatch and aggregate a decided message."""
         route = route_summary(decision)
         if self.log_decisions:
-            log.info("decision", extra={"decision": {"messageId": view.message_id, "route": route}})
+            log.info("decision", extra={"decision": {"messageId": decision.message_id, "route": route}})
         if all(pr.dropped for pr in decision.parts):
             reasons = "; ".join(f"part {pr.index}: {pr.dropped}" for pr in decision.parts)
             self.metrics.requests.labels("dropped").inc()
@@ -245,7 +253,6 @@ class Pipeline:
             self.metrics.requests.labels("failed").inc()
             return {"task": failed_task(f"transform failed: {exc.message}", message=message, route=route)}
         results = await asyncio.gather(*(self.dispatch(leg, message, configuration) for leg in legs))
-        self.metrics.request_seconds.observe(time.perf_counter() - t0)
         if len(results) == 1:
             res = results[0]
             if res.error is not None:
@@ -274,10 +281,13 @@ class Pipeline:
         """SendStreamingMessage: one target streams through as it is; a fan-out streams the aggregate."""
         view, decision = await self.prepare(message, configuration, target)
         route = route_summary(decision)
-        legs = await self.legs(message, decision) if not all(pr.dropped for pr in decision.parts) else []
-        if len(legs) != 1:
-            yield await self.send(message, configuration, target=target)
+        targets = decision.targets()
+        single = len(targets) == 1 and not any(pr.dropped for pr in decision.parts) and not any(
+            t.via for pr in decision.parts for t in pr.targets)
+        if not single or not ((self.directory.get(targets[0]).card.get("capabilities") or {}).get("streaming")):
+            yield await self.execute(message, configuration, decision)
             return
+        legs = await self.legs(message, decision)
         leg = legs[0]
         entry = self.directory.get(leg.agent)
         params: dict[str, Any] = {"message": self.leg_message(message, leg, entry)}
@@ -359,6 +369,13 @@ class Pipeline:
 def _declares(entry: AgentEntry) -> bool:
     exts = (entry.card.get("capabilities") or {}).get("extensions") or []
     return any(isinstance(e, dict) and e.get("uri") == EXTENSION_URI for e in exts)
+
+
+def _input_modes(entry: AgentEntry) -> list[str]:
+    modes = list(entry.card.get("defaultInputModes") or [])
+    for skill in entry.card.get("skills") or []:
+        modes += [m for m in skill.get("inputModes") or [] if m not in modes]
+    return modes
 
 
 def _pick_part(result: Any, modality: str) -> dict[str, Any] | None:

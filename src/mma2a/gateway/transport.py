@@ -30,7 +30,8 @@ class AgentRPCError(MMA2AError):
     def __init__(self, agent: str, error: Mapping[str, Any]):
         code = error.get("code", -32603)
         msg = str(error.get("message", "agent error"))
-        super().__init__(msg, data=dict(error.get("data") or {}) | {"agent": agent})
+        data = error.get("data")
+        super().__init__(msg, data=(data if isinstance(data, dict) else {"detail": data} if data else {}) | {"agent": agent})
         self.code = code if isinstance(code, int) else -32603
         self.agent = agent
 
