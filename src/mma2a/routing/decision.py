@@ -37,11 +37,10 @@ class Target(NamedTuple):
         return {"agent": self.agent, "via": [s.to_json() for s in self.via], "reason": self.reason}
 
 
-@dataclass(frozen=True, slots=True)
-class PartRoute:
+class PartRoute(NamedTuple):
     """The route of one part."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: the field the API names
     modality: str
     matched: tuple[str, ...]
     targets: tuple[Target, ...]
@@ -111,11 +110,10 @@ class CandidateCheck(NamedTuple):
         return {"rule": self.rule, "matched": self.matched, "reason": self.reason}
 
 
-@dataclass(frozen=True, slots=True)
-class PartExplanation:
+class PartExplanation(NamedTuple):
     """How one part was routed: candidate rules in evaluation order, rules skipped, actions, notes."""
 
-    index: int
+    index: int  # type: ignore[assignment]
     modality: str
     candidates: tuple[CandidateCheck, ...]
     skipped: int

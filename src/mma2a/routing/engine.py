@@ -94,17 +94,20 @@ def _route_part(
 ) -> tuple[PartRoute, PartExplanation]:
     out = _Outcome()
     routed = part
+    modality = part.modality
+    mod_str = str(modality)
     prefix: tuple[TransformStep, ...] = ()
-    if snapshot.mode == "text-bottleneck" and part.modality.type != "text":
-        planned = plan_transforms(snapshot, part.modality, _is_text_plain, "text/plain")
+    if snapshot.mode == "text-bottleneck" and modality.type != "text":
+        planned = plan_transforms(snapshot, modality, _is_text_plain, "text/plain")
         if planned is None:
             raise ContentTypeNotSupported(
-                f"part {part.index} ({part.modality}): text-bottleneck mode: no transform chain reaches text/plain"
+                f"part {part.index} ({mod_str}): text-bottleneck mode: no transform chain reaches text/plain"
             )
         prefix = planned[0]
         routed = PartView(part.index, TEXT_PLAIN, {}, part.kind, part.size)
-        out.notes.append(f"text-bottleneck: {part.modality} -> text/plain via {_chain(prefix)}")
-    ctx = _Part(part.index, part.modality, routed.modality, prefix, view.accepted_output_modes)
+        out.notes.append(f"text-bottleneck: {mod_str} -> text/plain via {_chain(prefix)}")
+    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes)
+    matched_names: tuple[str, ...] = ()
     if view.receivers:
         for name in view.receivers:
             if name not in snapshot.agents:
@@ -115,35 +118,29 @@ def _route_part(
     else:
         result = matcher(snapshot, routed)
         if result.matched:
+            reasons = snapshot.reasons
             for rule in result.matched:
-                _run(snapshot, ctx, ctx.modality, rule.action, f"rule:{rule.name}", load, out)
+                _run(snapshot, ctx, ctx.modality, rule.action, reasons[rule.name], load, out)
+            matched_names = tuple([r.name for r in result.matched])
         else:
             out.notes.append("no rule matched: default action")
             default = snapshot.rules.default
             reason = "capability" if isinstance(default, Capability) else "default"
             _run(snapshot, ctx, ctx.modality, default, reason, load, out)
     targets = () if out.dropped is not None else tuple(out.targets)
-    if prefix:
-        targets = tuple(Target(t.agent, prefix + t.via, t.reason) for t in targets)
-    bottleneck = part.modality.type != "text" and any(
-        t.via and t.via[-1].to_modality.startswith("text/") for t in targets
-    )
+    bottleneck = False
     for t in targets:
-        if t.via and not prefix:
-            out.notes.append(f"{t.agent}: {part.modality} -> {t.via[-1].to_modality} via {_chain(t.via)}")
-    route = PartRoute(
-        part.index,
-        part.modality_str,
-        tuple(r.name for r in result.matched),
-        targets,
-        tuple(out.actions),
-        out.dropped,
-        bottleneck,
-        out.pin,
-    )
-    explanation = PartExplanation(
-        part.index, part.modality_str, result.candidates, result.skipped, tuple(out.actions), tuple(out.notes)
-    )
+        if t.via:
+            if modality.type != "text" and t.via[-1].to_modality.startswith("text/"):
+                bottleneck = True
+            if not prefix:
+                out.notes.append(f"{t.agent}: {mod_str} -> {t.via[-1].to_modality} via {_chain(t.via)}")
+    if prefix:
+        targets = tuple([Target(t.agent, prefix + t.via, t.reason) for t in targets])
+        bottleneck = modality.type != "text"
+    actions = tuple(out.actions)
+    route = PartRoute(part.index, mod_str, matched_names, targets, actions, out.dropped, bottleneck, out.pin)
+    explanation = PartExplanation(part.index, mod_str, result.candidates, result.skipped, actions, tuple(out.notes))
     return route, explanation
 
 
@@ -164,7 +161,7 @@ def _run(
     snapshot: Snapshot, ctx: _Part, modality: Modality, action: Action, reason: str, load: Load, out: _Outcome
 ) -> list[Target]:
     """Run one action for a part of `modality`; add its targets to `out` and return them."""
-    out.actions.append(action.label())
+    out.actions.append(snapshot.labels[id(action)])
     if action.pin_session:
         out.pin = True
     made: list[Target] = []

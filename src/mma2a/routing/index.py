@@ -10,40 +10,63 @@ pre-filter of `mma2a.routing.match`, evaluated in rule order with the same stop 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..view import PartView
 from .decision import CandidateCheck
-from .match import ClauseKey, MatchResult, check_rule
+from .match import ClauseKey, MatchResult, compile_rule
 from .rules import Rule
 
 _SCALARS = (str, int, float, bool)
 
 
 class _Bucket:
-    __slots__ = ("always", "presence", "values")
+    """The rules of one modality family: always candidates, and per key feature a presence list and value postings."""
+
+    __slots__ = ("always", "features")
 
     def __init__(self) -> None:
         self.always: list[int] = []
-        self.presence: dict[str, list[int]] = {}
-        self.values: dict[str, dict[object, list[int]]] = {}
+        self.features: dict[str, tuple[list[int], dict[object, list[int]]]] = {}
+
+    def entry(self, feature: str) -> tuple[list[int], dict[object, list[int]]]:
+        found = self.features.get(feature)
+        if found is None:
+            found = self.features[feature] = ([], {})
+        return found
+
+    def merge(self, other: _Bucket) -> None:
+        self.always.extend(other.always)
+        for f, (presence, values) in other.features.items():
+            mine_p, mine_v = self.entry(f)
+            mine_p.extend(presence)
+            for v, lst in values.items():
+                mine_v.setdefault(v, []).extend(lst)
 
     def freeze(self) -> None:
         self.always = sorted(set(self.always))
-        for f, lst in self.presence.items():
-            self.presence[f] = sorted(set(lst))
-        for vd in self.values.values():
-            for v, lst in vd.items():
-                vd[v] = sorted(set(lst))
+        for presence, values in self.features.values():
+            presence[:] = sorted(set(presence))
+            for v, lst in values.items():
+                values[v] = sorted(set(lst))
+
+
+_CACHE_LIMIT = 1024
 
 
 class RuleIndex:
-    """Candidate lookup for one rule set; immutable once built."""
+    """Candidate lookup for one rule set; immutable once built.
 
-    __slots__ = ("rules", "_buckets", "_families")
+    Per modality essence seen, the four family buckets that apply (`image/png`, `image/*`,
+    `*/*`, none) are merged into one, so a part costs one bucket lookup and one probe per
+    feature it carries, whatever the number of rules.
+    """
 
-    def __init__(self, rules: Sequence[Rule], keys: dict[str, tuple[ClauseKey, ...]]) -> None:
+    __slots__ = ("rules", "checks", "_buckets", "_merged")
+
+    def __init__(self, rules: Sequence[Rule], keys: Mapping[str, tuple[ClauseKey, ...]]) -> None:
         self.rules = tuple(rules)
+        self.checks = tuple(compile_rule(r) for r in self.rules)
         buckets: dict[str | None, _Bucket] = {}
         for pos, rule in enumerate(self.rules):
             for key in keys[rule.name]:
@@ -53,71 +76,70 @@ class RuleIndex:
                 if key.feature is None:
                     b.always.append(pos)
                 elif key.values is None:
-                    b.presence.setdefault(key.feature, []).append(pos)
+                    b.entry(key.feature)[0].append(pos)
                 else:
-                    vd = b.values.setdefault(key.feature, {})
+                    values = b.entry(key.feature)[1]
                     for v in key.values:
-                        vd.setdefault(v, []).append(pos)
-        for b in buckets.values():
-            b.freeze()
+                        values.setdefault(v, []).append(pos)
         self._buckets = buckets
-        self._families: dict[str, tuple[_Bucket, ...]] = {}
+        self._merged: dict[str, _Bucket] = {}
+        for family in buckets:
+            if family is not None and not family.endswith("/*"):
+                self._merge_for(family)
 
-    def _buckets_for(self, essence: str, type_: str) -> tuple[_Bucket, ...]:
-        found = self._families.get(essence)
-        if found is None:
-            found = tuple(
-                b for b in (self._buckets.get(k) for k in (essence, f"{type_}/*", "*/*", None)) if b is not None
-            )
-            if len(self._families) < 4096:
-                self._families[essence] = found
-        return found
+    def _merge_for(self, essence: str) -> _Bucket:
+        merged = _Bucket()
+        type_ = essence.partition("/")[0]
+        for family in (essence, f"{type_}/*", "*/*", None):
+            b = self._buckets.get(family)
+            if b is not None:
+                merged.merge(b)
+        merged.freeze()
+        if len(self._merged) < _CACHE_LIMIT:
+            self._merged[essence] = merged
+        return merged
 
     def candidates(self, part: PartView) -> list[int]:
         """Positions (in evaluation order) of the rules that pass the pre-filter for `part`."""
-        mod = part.modality
-        feats = part.features
-        hits: set[int] = set()
-        for b in self._buckets_for(mod.essence, mod.type):
-            if b.always:
-                hits.update(b.always)
-            presence, values = b.presence, b.values
-            if not presence and not values:
-                continue
-            for f, v in feats.items():
-                if v is None:
+        essence = part.modality.essence
+        bucket = self._merged.get(essence)
+        if bucket is None:
+            bucket = self._merge_for(essence)
+        hits = set(bucket.always)
+        features = bucket.features
+        if features:
+            for f, v in part.features.items():
+                entry = features.get(f)
+                if entry is None or v is None:
                     continue
+                presence, values = entry
                 if presence:
-                    p = presence.get(f)
-                    if p is not None:
-                        hits.update(p)
+                    hits.update(presence)
                 if values:
-                    vd = values.get(f)
-                    if vd is None:
-                        continue
                     if isinstance(v, (list, tuple)):
                         for e in v:
                             if isinstance(e, _SCALARS):
-                                lst = vd.get(e)
+                                lst = values.get(e)
                                 if lst is not None:
                                     hits.update(lst)
                     elif isinstance(v, _SCALARS):
-                        lst = vd.get(v)
+                        lst = values.get(v)
                         if lst is not None:
                             hits.update(lst)
         return sorted(hits)
 
     def match(self, part: PartView) -> MatchResult:
         """Evaluate only the candidates, in order, stopping like the linear evaluator."""
-        rules = self.rules
+        rules, checks = self.rules, self.checks
+        mod, feats = part.modality, part.features
         matched: list[Rule] = []
-        checks: list[CandidateCheck] = []
+        results: list[CandidateCheck] = []
         for pos in self.candidates(part):
-            rule = rules[pos]
-            check = check_rule(rule, part)
-            checks.append(check)
+            check = checks[pos](mod, feats)
+            results.append(check)
             if check.matched:
+                rule = rules[pos]
                 matched.append(rule)
                 if not rule.cont:
                     break
-        return MatchResult(tuple(matched), tuple(checks), len(rules) - len(checks))
+        return MatchResult(tuple(matched), tuple(results), len(rules) - len(results))

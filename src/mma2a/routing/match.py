@@ -11,9 +11,10 @@ evaluator tests every rule and is the reference both must agree with.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from ..modality import Modality
 from ..view import PartView
 from .decision import CandidateCheck, Failure
 from .rules import EQUALITY_OPS, NUMERIC_OPS, Clause, Condition, Rule, Scalar
@@ -112,19 +113,39 @@ def modality_family(clause: Clause) -> str | None:
     return mod.essence
 
 
-def clause_key(clause: Clause) -> ClauseKey:
-    """The pre-filter key of a clause: its most selective equality test, else a presence test."""
+def clause_keys(clauses: Sequence[Clause]) -> list[ClauseKey]:
+    """The pre-filter key of each clause: its most selective equality test, else a presence test.
+
+    Most selective = the equality condition whose values are shared by the fewest clauses
+    of the same modality family (a tenant id beats a language), counted over the whole set,
+    so posting lists stay short. Ties keep the condition written first.
+    """
+    counts: dict[tuple[str | None, str, Any], int] = {}
+    for clause in clauses:
+        family = modality_family(clause)
+        for cond in clause.conditions:
+            if cond.op in EQUALITY_OPS:
+                for v in _equality_values(cond):
+                    k = (family, cond.feature, v)
+                    counts[k] = counts.get(k, 0) + 1
+    return [_clause_key(clause, counts) for clause in clauses]
+
+
+def _equality_values(cond: Condition) -> frozenset[Scalar]:
+    return cond.values if cond.op == "in" else frozenset((cond.value,))
+
+
+def _clause_key(clause: Clause, counts: Mapping[tuple[str | None, str, Any], int]) -> ClauseKey:
     family = modality_family(clause)
     best: Condition | None = None
-    best_n = 0
+    best_cost = 0
     for cond in clause.conditions:
         if cond.op in EQUALITY_OPS:
-            n = len(cond.values) if cond.op == "in" else 1
-            if best is None or n < best_n:
-                best, best_n = cond, n
+            cost = sum(counts.get((family, cond.feature, v), 0) for v in _equality_values(cond))
+            if best is None or cost < best_cost:
+                best, best_cost = cond, cost
     if best is not None:
-        values = best.values if best.op == "in" else frozenset((best.value,))
-        return ClauseKey(family, best.feature, values)
+        return ClauseKey(family, best.feature, _equality_values(best))
     for cond in clause.conditions:
         if cond.op in NUMERIC_OPS or cond.op == "prefix" or (cond.op == "exists" and cond.value is True):
             return ClauseKey(family, cond.feature, None)
@@ -173,3 +194,201 @@ def match_linear(rules: Sequence[Rule], keys: Mapping[str, tuple[ClauseKey, ...]
             if not rule.cont:
                 break
     return MatchResult(tuple(matched), tuple(checks), len(rules) - len(checks))
+
+
+# --- compiled checks -----------------------------------------------------------------------
+# The same semantics as `check_rule`, specialised per rule into closures once per snapshot,
+# so the compiled engine does no operator dispatch per part. The property tests hold the
+# compiled engine (closures + index) to the plain interpreter above.
+
+RuleCheck = Callable[[Modality, Mapping[str, Any]], CandidateCheck]
+_ClauseCheck = Callable[[Modality, Mapping[str, Any]], "Failure | None"]
+_NUM = (int, float)
+
+
+def _condition_test(cond: Condition) -> Callable[[Any], bool]:
+    op, x = cond.op, cond.value
+    if op == "exists":
+        if x:
+            return lambda v: v is not None
+        return lambda v: v is None
+    if op in ("gt", "gte", "lt", "lte"):
+        if op == "gt":
+            return lambda v: v is not None and type(v) is not bool and isinstance(v, _NUM) and v > x
+        if op == "gte":
+            return lambda v: v is not None and type(v) is not bool and isinstance(v, _NUM) and v >= x
+        if op == "lt":
+            return lambda v: v is not None and type(v) is not bool and isinstance(v, _NUM) and v < x
+        return lambda v: v is not None and type(v) is not bool and isinstance(v, _NUM) and v <= x
+    if op == "prefix":
+        return lambda v: isinstance(v, str) and v.startswith(x)
+    if op == "in":
+        values, options = cond.values, cond.value
+
+        def test_in(v: Any) -> bool:
+            if v is None:
+                return False
+            if isinstance(v, (list, tuple)):
+                return any(_hashable(e) and e in values and _in(e, options) for e in v)
+            return _hashable(v) and v in values and _in(v, options)
+
+        return test_in
+    xt = type(x)
+    if xt is str:
+        # strings equal only strings: no JSON type subtleties
+        if op == "eq":
+            return lambda v: v == x and type(v) is str
+        if op == "contains":
+            return lambda v: isinstance(v, (list, tuple)) and x in v and any(type(e) is str and e == x for e in v)
+
+        def test_is_str(v: Any) -> bool:
+            if isinstance(v, (list, tuple)):
+                return x in v and any(type(e) is str and e == x for e in v)
+            return v == x and type(v) is str
+
+        return test_is_str
+    if op == "eq":
+        return lambda v: v is not None and not isinstance(v, (list, tuple)) and json_equal(v, x)
+    if op == "contains":
+        return lambda v: isinstance(v, (list, tuple)) and any(json_equal(e, x) for e in v)
+
+    def test_is(v: Any) -> bool:
+        if v is None:
+            return False
+        if isinstance(v, (list, tuple)):
+            return any(json_equal(e, x) for e in v)
+        return json_equal(v, x)
+
+    return test_is
+
+
+def _modality_test(pattern: Modality | None) -> Callable[[Modality], bool] | None:
+    if pattern is None:
+        return None
+    if pattern.params:
+        return lambda m: m.matches(pattern)
+    t, s = pattern.type, pattern.subtype
+    if t == "*":
+        return None
+    if s == "*":
+        return lambda m: m.type == t
+    return lambda m: m.subtype == s and m.type == t
+
+
+def _clause_check(clause: Clause, j: int) -> _ClauseCheck:
+    mod_test = _modality_test(clause.modality)
+    pattern = clause.modality
+    tests = tuple((c.feature, _condition_test(c), c) for c in clause.conditions)
+
+    def check(mod: Modality, feats: Mapping[str, Any]) -> Failure | None:
+        if mod_test is not None and not mod_test(mod):
+            assert pattern is not None
+            return Failure(j, pattern, str(mod))
+        for feature, test, cond in tests:
+            v = feats.get(feature)
+            if not test(v):
+                return Failure(j, cond, v)
+        return None
+
+    return check
+
+
+def _test_expr(cond: Condition, i: int, ns: dict[str, Any]) -> str:
+    """A Python expression on `v` equal to `_condition_test(cond)(v)`; values live in `ns`, never in the source."""
+    x = f"x{i}"
+    ns[x] = cond.value
+    op = cond.op
+    if op == "exists":
+        return "v is not None" if cond.value else "v is None"
+    if op in NUMERIC_OPS:
+        sym = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}[op]
+        return f"(v.__class__ is int or v.__class__ is float) and v {sym} {x}"
+    if op == "prefix":
+        return f"v.__class__ is str and v.startswith({x})"
+    xt = type(cond.value)
+    seq = "(v.__class__ is list or v.__class__ is tuple)"
+    # A str equals only a str, so for string operands plain == and `in` are already JSON-exact.
+    if xt is str:
+        if op == "eq":
+            return f"v == {x}"
+        if op == "contains":
+            return f"{seq} and {x} in v"
+        if op == "is":
+            return f"v == {x} or ({seq} and {x} in v)"
+    if xt is bool and op == "eq":
+        return f"v is {x}"
+    if (xt is int or xt is float) and op == "eq":
+        return f"(v.__class__ is int or v.__class__ is float) and v == {x}"
+    if op == "in" and all(type(o) is str for o in cond.value):
+        ns[x] = cond.values
+        return f"(v.__class__ is str and v in {x}) or ({seq} and _any_str_in(v, {x}))"
+    ns[f"t{i}"] = _condition_test(cond)
+    return f"t{i}(v)"
+
+
+def _any_str_in(items: Sequence[Any], options: frozenset[Scalar]) -> bool:
+    """Does any element of a list feature equal one of the (string) options?"""
+    try:
+        return not options.isdisjoint(items)
+    except TypeError:  # an unhashable element (a nested object): test one by one
+        return any(e.__class__ is str and e in options for e in items)
+
+
+def _generate_single(rule: Rule) -> RuleCheck:
+    """One straight-line function for a one-clause rule: no call per condition."""
+    clause = rule.clauses[0]
+    ns: dict[str, Any] = {
+        "HIT": CandidateCheck(rule.name, True, (), False),
+        "Check": CandidateCheck,
+        "Failure": Failure,
+        "NAME": rule.name,
+        "P": clause.modality,
+        "_any_str_in": _any_str_in,
+    }
+    lines = ["def check(mod, feats):"]
+    pattern = clause.modality
+    if pattern is not None and (pattern.params or pattern.type != "*"):
+        if pattern.params:
+            cond_src = "mod.matches(P)"
+        elif pattern.subtype == "*":
+            ns["T"] = pattern.type
+            cond_src = "mod.type == T"
+        else:
+            ns["T"], ns["S"] = pattern.type, pattern.subtype
+            cond_src = "mod.subtype == S and mod.type == T"
+        lines.append(f"    if not ({cond_src}):")
+        lines.append("        return Check(NAME, False, (Failure(0, P, str(mod)),), False)")
+    for i, cond in enumerate(clause.conditions):
+        ns[f"f{i}"], ns[f"c{i}"] = cond.feature, cond
+        lines.append(f"    v = feats.get(f{i})")
+        lines.append(f"    if not ({_test_expr(cond, i, ns)}):")
+        lines.append(f"        return Check(NAME, False, (Failure(0, c{i}, v),), False)")
+    lines.append("    return HIT")
+    exec(compile("\n".join(lines), f"<rule {rule.name}>", "exec"), ns)  # noqa: S102 - structure only; values via ns
+    fn: RuleCheck = ns["check"]
+    return fn
+
+
+def compile_rule(rule: Rule) -> RuleCheck:
+    """A function doing `check_rule(rule, part)` for a part's modality and features.
+
+    One-clause rules become one generated straight-line function (its source holds only
+    structure; every value the author wrote is bound by name, never pasted as code);
+    OR rules combine one closure per clause.
+    """
+    if len(rule.clauses) == 1:
+        return _generate_single(rule)
+    name, any_of = rule.name, rule.any_of
+    hit = CandidateCheck(name, True, (), any_of)
+    checks = tuple(_clause_check(c, j) for j, c in enumerate(rule.clauses))
+
+    def check_any(mod: Modality, feats: Mapping[str, Any]) -> CandidateCheck:
+        failures = []
+        for c in checks:
+            failure = c(mod, feats)
+            if failure is None:
+                return hit
+            failures.append(failure)
+        return CandidateCheck(name, False, tuple(failures), any_of)
+
+    return check_any

@@ -16,7 +16,7 @@ from ..errors import InvalidParams, RuleError
 from ..modality import Modality
 from .agents import AgentInfo, SkillModes, effective_skills
 from .index import RuleIndex
-from .match import ClauseKey, clause_key
+from .match import ClauseKey, clause_keys
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, LoadBalance, RouteTo, RuleSet, Transform
 
 MODES = ("native", "text-bottleneck")
@@ -34,6 +34,8 @@ class Snapshot:
     keys: Mapping[str, tuple[ClauseKey, ...]] = field(repr=False)
     skills: Mapping[str, tuple[SkillModes, ...]] = field(repr=False)
     transformers: tuple[tuple[str, SkillModes], ...] = field(repr=False)
+    reasons: Mapping[str, str] = field(repr=False, default_factory=dict)
+    labels: Mapping[int, str] = field(repr=False, default_factory=dict)
     mode: str = "native"
     version: int = 0
     memo: dict[Any, Any] = field(repr=False, default_factory=dict)
@@ -116,13 +118,26 @@ def build_snapshot(
         extra = len(errors) - 1
         message = errors[0] if not extra else f"{errors[0]} (and {extra} more error{'s' if extra > 1 else ''})"
         raise RuleError(message, errors=errors)
-    keys = {r.name: tuple(clause_key(c) for c in r.clauses) for r in rules.rules}
+    flat = [(r.name, c) for r in rules.rules for c in r.clauses]
+    per_rule: dict[str, list[ClauseKey]] = {r.name: [] for r in rules.rules}
+    for (name, _), key in zip(flat, clause_keys([c for _, c in flat])):
+        per_rule[name].append(key)
+    keys = {name: tuple(ks) for name, ks in per_rule.items()}
     skills = {name: effective_skills(table[name]) for name in names}
     transformers = tuple(
         (name, skill) for name in names if table[name].transformer and table[name].available for skill in skills[name]
     )
+    labels: dict[int, str] = {}
+    for action in [r.action for r in rules.rules] + [rules.default]:
+        while True:
+            labels[id(action)] = action.label()
+            if not isinstance(action, Transform):
+                break
+            action = action.then
     return Snapshot(
         rules=rules,
+        reasons={r.name: f"rule:{r.name}" for r in rules.rules},
+        labels=labels,
         agents=table,
         groups=groups,
         mode=mode,
