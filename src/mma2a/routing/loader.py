@@ -76,7 +76,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+_SYNONYMS = {
+    "less": "lt", "less_than": "lt", "greater": "gt", "greater_than": "gt", "equals": "eq", "equal": "eq",
+    "is": "eq", "has": "contains", "startswith": "prefix", "starts_with": "prefix", "one_of": "in",
+    "present": "exists", "routeto": "route_to", "route": "route_to", "broadcast": "broadcast_to",
+    "clone": "clone_and_route_to", "balance": "load_balance",
+}  # fmt: skip
+
+
 def _hint(word: str, choices: tuple[str, ...]) -> str:
+    synonym = _SYNONYMS.get(word.lower())
+    if synonym in choices:
+        return f"; did you mean '{synonym}'?"
     close = difflib.get_close_matches(word, choices, n=1)
     return f"; did you mean '{close[0]}'?" if close else ""
 
@@ -321,7 +332,7 @@ def _parse_clause(ctx: _RuleContext, raw: Any, path: Path_) -> Clause | None:
     if "modality" in raw:
         mod = raw["modality"]
         if not isinstance(mod, str):
-            ctx.error(path + ("modality",), f"must be a media type such as image/* , got {_type_name(mod)}")
+            ctx.error(path + ("modality",), f"must be a media type such as image/*, got {_type_name(mod)}")
             ok = False
         else:
             try:
@@ -434,7 +445,7 @@ def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
     def name_or_error(val: Any, at: Path_, what: str) -> str | None:
         if isinstance(val, str) and val.strip():
             return val
-        ctx.error(at, f"must be {what}, got {_type_name(val)}")
+        ctx.error(at, f"must be {what}, got " + ("an empty string" if isinstance(val, str) else _type_name(val)))
         return None
 
     if kind == "route_to":
@@ -494,7 +505,11 @@ def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
 def load_rules(source: str | os.PathLike[str]) -> RuleSet:
     """Read rules from a path, or from YAML/JSON text; raise `RuleError` with file:line in every message."""
     if isinstance(source, os.PathLike) or (
-        isinstance(source, str) and "\n" not in source and ":" not in source and not source.lstrip().startswith("{")
+        isinstance(source, str)
+        and source.strip()
+        and "\n" not in source
+        and ":" not in source
+        and not source.lstrip().startswith("{")
     ):
         path = Path(source)
         try:
