@@ -15,8 +15,8 @@ from ..errors import AgentNotFound, ContentTypeNotSupported
 from ..modality import Modality, parse_modality
 from ..view import MessageView, PartView
 from .balance import NO_LOAD, Load, pick_least_inflight, pick_round_robin, pick_weighted
-from .decision import Explanation, PartExplanation, PartRoute, RouteDecision, Target, TransformStep
-from .match import MatchResult, match_linear
+from .decision import CandidateCheck, Explanation, PartExplanation, PartRoute, RouteDecision, Target, TransformStep
+from .match import MatchResult, check_rule, match_linear
 from .planner import plan_transforms
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadBalance, RouteTo, Transform
 from .snapshot import Snapshot, _remember
@@ -36,6 +36,16 @@ def decide_linear(
 ) -> RouteDecision:
     """Route every part of `view` with the linear reference evaluator (same answers as `decide`, slower)."""
     return _decide(view, snapshot, load or NO_LOAD, clock, _match_linear)
+
+
+def explain_rules(part: PartView, snapshot: Snapshot) -> tuple[CandidateCheck, ...]:
+    """Every rule checked against one part, in evaluation order, with the reason each failed (for dry runs).
+
+    A decision's explanation lists only the candidates the engine looked at; this is the
+    exhaustive view an operator wants when asking why a rule did not apply. It ignores
+    `continue` and stops nowhere.
+    """
+    return tuple(check_rule(rule, part) for rule in snapshot.rules.rules)
 
 
 def _match_compiled(snapshot: Snapshot, part: PartView) -> MatchResult:
