@@ -1,0 +1,227 @@
+"""`mma2a rules check|explain`: validate a rule file, and show how it routes sample messages."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .main import app
+
+rules_app = typer.Typer(help="Check routing rules and explain how they route messages.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+OPERATOR_KEY = "x-mma2a"
+"""Optional key in a card file of `--cards DIR` holding operator facts: groups, weight, transformer, healthy, draining."""
+
+
+def _fail(lines: list[str], code: int = 1) -> None:
+    for line in lines:
+        typer.echo(line, err=True)
+    raise typer.Exit(code)
+
+
+def load_cards(directory: Path) -> list[Any]:
+    """Agents from `DIR/NAME.json` Agent Cards (A2A 1.0 JSON); the file name is the agent name."""
+    from ..errors import MMA2AError
+    from ..routing import agent_info_from_card
+
+    if not directory.is_dir():
+        _fail([f"{directory}: not a directory of agent cards (NAME.json)"])
+    agents = []
+    errors = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            card = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            errors.append(f"{path}: not a JSON agent card: {exc}")
+            continue
+        if not isinstance(card, dict):
+            errors.append(f"{path}: not a JSON agent card: expected an object")
+            continue
+        extra = card.get(OPERATOR_KEY) or {}
+        try:
+            if not isinstance(extra, dict):
+                raise ValueError(f"{OPERATOR_KEY}: must be an object")
+            info = agent_info_from_card(
+                path.stem,
+                card,
+                groups=tuple(extra.get("groups", ())),
+                weight=extra.get("weight", 1.0),
+                transformer=bool(extra.get("transformer", False)),
+            )
+            info = replace(info, healthy=bool(extra.get("healthy", True)), draining=bool(extra.get("draining", False)))
+        except (MMA2AError, ValueError, TypeError) as exc:
+            errors.append(f"{path}: {getattr(exc, 'message', exc)}")
+            continue
+        agents.append(info)
+    if errors:
+        _fail(errors)
+    if not agents:
+        _fail([f"{directory}: no agent cards (NAME.json) found"])
+    return agents
+
+
+def placeholder_agents(rules: Any) -> list[Any]:
+    """Without cards: every agent, group or pool a rule names, as an agent accepting every modality,
+    plus one transformer (`placeholder-transformer`) producing every modality a transform asks for."""
+    from ..routing import AgentInfo, Transform
+    from ..routing.rules import action_names
+
+    names: dict[str, None] = {}
+    outputs: dict[str, None] = {}
+    for action in [r.action for r in rules.rules] + [rules.default]:
+        names.update(dict.fromkeys(action_names(action)))
+        while isinstance(action, Transform):
+            if not action.to.is_wildcard:
+                outputs[str(action.to)] = None
+            action = action.then
+    for group, members in rules.groups.items():
+        names.update(dict.fromkeys(members))
+        names.pop(group, None)
+    agents = [AgentInfo(n, ("*/*",), ("*/*",)) for n in names] or [AgentInfo("any-agent", ("*/*",), ("*/*",))]
+    if outputs:
+        agents.append(AgentInfo("placeholder-transformer", ("*/*",), tuple(outputs), transformer=True))
+    return agents
+
+
+def _load(rules_path: Path) -> Any:
+    from ..errors import RuleError
+    from ..routing import load_rules
+
+    try:
+        return load_rules(rules_path)
+    except RuleError as exc:
+        _fail(exc.errors)
+
+
+def _snapshot(rules: Any, cards: Path | None, mode: str) -> Any:
+    from ..errors import MMA2AError
+    from ..routing import build_snapshot
+
+    agents = load_cards(cards) if cards is not None else placeholder_agents(rules)
+    try:
+        return build_snapshot(rules, agents, mode=mode)
+    except MMA2AError as exc:
+        _fail(list(exc.data.get("errors", [exc.message])))
+
+
+@rules_app.command("check")
+def check(
+    rules: Annotated[Path, typer.Argument(help="The rule file (YAML or JSON).")],
+    cards: Annotated[Path | None, typer.Option(help="A directory of agent cards (NAME.json): also check agent and group names.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+) -> None:
+    """Validate a rule file: exit 0, or 1 with every error (file:line: rule: field: problem) on stderr."""
+    rule_set = _load(rules)
+    if cards is not None:
+        _snapshot(rule_set, cards, "native")
+    if as_json:
+        typer.echo(json.dumps({"ok": True, "file": str(rules), "rules": len(rule_set.rules), "default": rule_set.default.label()}))
+    else:
+        typer.echo(f"{rules}: {len(rule_set.rules)} rules OK (default {rule_set.default.label()})")
+
+
+def _read_messages(path: Path) -> list[tuple[int, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail([f"{path}: cannot read: {exc}"])
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            out.append((n, line))
+    return out
+
+
+def _view(obj: Any) -> Any:
+    """A message line: an A2A 1.0 message, or SendMessage params (`message` + `configuration`)."""
+    from ..errors import InvalidRequest
+    from ..view import view_message
+
+    outputs: tuple[str, ...] = ()
+    if isinstance(obj, dict) and "message" in obj and "parts" not in obj:
+        config = obj.get("configuration") or {}
+        modes = (config.get("acceptedOutputModes") or []) if isinstance(config, dict) else []
+        if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
+            raise InvalidRequest("configuration.acceptedOutputModes: must be a list of media types")
+        outputs = tuple(modes)
+        obj = obj["message"]
+    return view_message(obj, accepted_output_modes=outputs)
+
+
+@rules_app.command("explain")
+def explain(
+    rules: Annotated[Path, typer.Argument(help="The rule file (YAML or JSON).")],
+    messages: Annotated[Path, typer.Argument(help="JSON Lines: one A2A 1.0 message (or SendMessage params) per line.")],
+    cards: Annotated[Path | None, typer.Option(help="A directory of agent cards (NAME.json). Without it, every agent a rule names is assumed to accept everything.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per input line.")] = False,
+    mode: Annotated[str, typer.Option(help="native or text-bottleneck.")] = "native",
+    all_rules: Annotated[bool, typer.Option("--all", help="Also say why every other rule did not match.")] = False,
+) -> None:
+    """Route each message of MESSAGES with RULES and show the decision and its explanation."""
+    from ..errors import MMA2AError, ParseError
+    from ..routing import decide, explain_rules
+
+    rule_set = _load(rules)
+    if cards is None and not as_json:
+        typer.echo(
+            "note: no --cards: every agent named in the rules is assumed to accept every modality "
+            "(transforms go through placeholder-transformer)",
+            err=True,
+        )
+    snap = _snapshot(rule_set, cards, mode)
+    failed = False
+    for n, line in _read_messages(messages):
+        message_id = None
+        try:
+            try:
+                obj = json.loads(line)
+            except ValueError as exc:
+                raise ParseError(f"not valid JSON: {exc}") from None
+            if isinstance(obj, dict):
+                raw = obj.get("message", obj) if "parts" not in obj else obj
+                message_id = raw.get("messageId") if isinstance(raw, dict) else None
+            view = _view(obj)
+            decision = decide(view, snap)
+        except MMA2AError as exc:
+            failed = True
+            if as_json:
+                typer.echo(json.dumps({"message_id": message_id, "line": n, "error": {"code": exc.code, "message": exc.message}}))
+            else:
+                typer.echo(f"{messages}:{n}: error: {exc.message}", err=True)
+            continue
+        if as_json:
+            typer.echo(json.dumps(decision.to_json()))
+        else:
+            typer.echo(_render(decision, [explain_rules(p, snap) for p in view.parts] if all_rules else None))
+    if failed:
+        raise typer.Exit(1)
+
+
+def _render(decision: Any, everything: list[Any] | None) -> str:
+    lines = [f"message {decision.message_id}"]
+    for route, why in zip(decision.parts, decision.explanation.parts):
+        lines.append(f"  part {route.index} {route.modality}" + ("  [text bottleneck]" if route.bottleneck else ""))
+        lines.append(f"    matched: {', '.join(route.matched) if route.matched else '(none)'}")
+        lines.append(f"    actions: {', '.join(route.actions)}")
+        if route.dropped is not None:
+            lines.append(f"    dropped: {route.dropped}")
+        for t in route.targets:
+            via = ""
+            if t.via:
+                via = " via " + " -> ".join(f"{s.agent} ({s.from_modality} -> {s.to_modality})" for s in t.via)
+            lines.append(f"    -> {t.agent}{via}  [{t.reason}]")
+        if route.pin_session:
+            lines.append("    session: pinned")
+        checks = everything[route.index] if everything is not None else why.candidates
+        title = "rules" if everything is not None else f"candidates ({why.skipped} other rules skipped by the index)"
+        lines.append(f"    {title}:")
+        for c in checks:
+            lines.append(f"      {'+' if c.matched else '-'} {c.rule}" + ("" if c.matched else f": {c.reason}"))
+        for note in why.notes:
+            lines.append(f"    note: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""`mma2a rules check|explain` and `mma2a bench routing`, through typer's CliRunner, on files made here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from mma2a.cli.main import _register, app
+from mma2a.ext import EXTENSION_URI
+
+from .helpers import card_json
+
+_register()
+
+RULES = """version: 1
+default: {capability: any}
+rules:
+  - name: cats
+    priority: 10
+    match: {modality: image/*, features: {objects: {contains: cat}}}
+    action: {route_to: vision}
+  - name: blurry
+    match: {modality: image/*, features: {blur: {lt: 50}}}
+    action: {drop: too blurry}
+  - name: speech
+    match: {modality: audio/*}
+    action: {transform: text/plain, then: {route_to: reasoner}}
+"""
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    (cards / "vision.json").write_text(json.dumps(card_json("vision", ["image/*"], ["text/plain"], extension=True)))
+    (cards / "reasoner.json").write_text(json.dumps(card_json("reasoner", ["text/plain"], ["text/plain"])))
+    asr = card_json("asr", ["audio/*"], ["text/plain"]) | {"x-mma2a": {"transformer": True}}
+    (cards / "asr.json").write_text(json.dumps(asr))
+
+    def part(modality: str, **features: Any) -> dict[str, Any]:
+        return {"url": "https://blobs.example/1", "mediaType": modality, "metadata": {EXTENSION_URI: {"features": features}}}
+
+    lines = [
+        {"messageId": "m1", "role": "ROLE_USER", "parts": [part("image/png", objects=["cat"], blur=5), part("audio/wav")]},
+        {
+            "message": {"messageId": "m2", "role": "ROLE_USER", "parts": [part("image/jpeg", blur=10)]},
+            "configuration": {"acceptedOutputModes": ["text/plain"]},
+        },
+        {"messageId": "m3", "role": "ROLE_USER", "parts": [{"text": "hello"}]},
+    ]
+    messages = tmp_path / "messages.jsonl"
+    messages.write_text("\n".join(json.dumps(m) for m in lines) + "\n\n")
+    return {"rules": rules, "cards": cards, "messages": messages, "dir": tmp_path}
+
+
+def test_check_ok(files: dict[str, Path]) -> None:
+    result = run("rules", "check", str(files["rules"]))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{files['rules']}: 3 rules OK (default capability:any)\n"
+    result = run("rules", "check", str(files["rules"]), "--cards", str(files["cards"]), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"ok": True, "file": str(files["rules"]), "rules": 3, "default": "capability:any"}
+
+
+def test_check_reports_every_error_with_file_and_line(files: dict[str, Path]) -> None:
+    bad = files["dir"] / "bad.yaml"
+    bad.write_text("rules:\n  - name: a\n    match: {modality: imag}\n    action: {route_to: x}\n  - name: b\n    match: {}\n    action: {drop: x}\n    continue: true\n")
+    result = run("rules", "check", str(bad))
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"{bad}:3: rule 'a': match.modality: 'imag' is not a media type (expected type/subtype)",
+        f"{bad}:8: rule 'b': continue: a drop action ends evaluation; it cannot continue",
+    ]
+
+
+def test_check_with_cards_finds_unknown_agents(files: dict[str, Path]) -> None:
+    (files["cards"] / "vision.json").unlink()
+    result = run("rules", "check", str(files["rules"]), "--cards", str(files["cards"]))
+    assert result.exit_code == 1
+    assert result.stderr == f"{files['rules']}:4: rule 'cats': action.route_to: unknown agent or group 'vision'\n"
+
+
+def test_check_missing_file(files: dict[str, Path]) -> None:
+    result = run("rules", "check", str(files["dir"] / "nope.yaml"))
+    assert result.exit_code == 1
+    assert result.stderr == f"{files['dir'] / 'nope.yaml'}: no such rule file\n"
+
+
+def test_explain_json_one_object_per_line(files: dict[str, Path]) -> None:
+    result = run("rules", "explain", str(files["rules"]), str(files["messages"]), "--cards", str(files["cards"]), "--json")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {
+            "message_id": "m1",
+            "parts": [
+                {"index": 0, "modality": "image/png", "matched": ["cats"], "targets": ["vision"], "actions": ["route_to:vision"], "dropped": None},
+                {
+                    "index": 1,
+                    "modality": "audio/wav",
+                    "matched": ["speech"],
+                    "targets": ["reasoner"],
+                    "actions": ["transform:text/plain", "route_to:reasoner"],
+                    "dropped": None,
+                },
+            ],
+        },
+        {
+            "message_id": "m2",
+            "parts": [{"index": 0, "modality": "image/jpeg", "matched": ["blurry"], "targets": [], "actions": ["drop"], "dropped": "too blurry"}],
+        },
+        {
+            "message_id": "m3",
+            "parts": [{"index": 0, "modality": "text/plain", "matched": [], "targets": ["reasoner"], "actions": ["capability:any"], "dropped": None}],
+        },
+    ]
+
+
+def test_explain_human_output(files: dict[str, Path]) -> None:
+    result = run("rules", "explain", str(files["rules"]), str(files["messages"]), "--cards", str(files["cards"]))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "message m1\n  part 0 image/png\n    matched: cats\n    actions: route_to:vision\n    -> vision  [rule:cats]\n" in out
+    assert "  part 1 audio/wav  [text bottleneck]\n" in out
+    assert "    -> reasoner via asr (audio/wav -> text/plain)  [rule:speech]\n" in out
+    assert "    dropped: too blurry\n" in out
+    assert "    candidates (2 other rules skipped by the index):\n      + blurry\n" in out
+    result = run("rules", "explain", str(files["rules"]), str(files["messages"]), "--cards", str(files["cards"]), "--all")
+    assert "    rules:\n      - cats: features.objects: missing (wanted objects contains 'cat')\n      + blurry\n      - speech: modality image/jpeg is not audio/*\n" in result.stdout
+
+
+def test_explain_without_cards_assumes_named_agents_accept_everything(files: dict[str, Path]) -> None:
+    result = run("rules", "explain", str(files["rules"]), str(files["messages"]))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "note: no --cards: every agent named in the rules is assumed to accept every modality "
+        "(transforms go through placeholder-transformer)\n"
+    )
+    assert "    -> reasoner via placeholder-transformer (audio/wav -> text/plain)  [rule:speech]\n" in result.stdout
+
+
+def test_explain_bad_lines_are_reported_and_fail_the_run(files: dict[str, Path]) -> None:
+    messages = files["dir"] / "bad.jsonl"
+    messages.write_text(
+        '{"messageId": "ok", "role": "ROLE_USER", "parts": [{"text": "hi"}]}\n'
+        "{oops\n"
+        '{"messageId": "x", "parts": []}\n'
+        '{"messageId": "y", "role": "ROLE_USER", "parts": [{"url": "https://b/1", "mediaType": "video/mp4"}]}\n'
+    )
+    result = run("rules", "explain", str(files["rules"]), str(messages), "--cards", str(files["cards"]), "--json")
+    assert result.exit_code == 1
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines[0]["message_id"] == "ok"
+    assert lines[1] == {
+        "message_id": None,
+        "line": 2,
+        "error": {"code": -32700, "message": "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"},
+    }
+    assert lines[2] == {"message_id": "x", "line": 3, "error": {"code": -32600, "message": "message.parts: must be a non-empty list"}}
+    assert lines[3] == {
+        "message_id": "y",
+        "line": 4,
+        "error": {"code": -32005, "message": "part 0 (video/mp4): no agent accepts it and no transform chain reaches one that does"},
+    }
+    result = run("rules", "explain", str(files["rules"]), str(messages), "--cards", str(files["cards"]))
+    assert f"{messages}:3: error: message.parts: must be a non-empty list" in result.stderr
+
+
+def test_explain_text_bottleneck_mode(files: dict[str, Path]) -> None:
+    captioner = card_json("captioner", ["image/*"], ["text/plain"]) | {"x-mma2a": {"transformer": True}}
+    (files["cards"] / "captioner.json").write_text(json.dumps(captioner))
+    result = run(
+        "rules", "explain", str(files["rules"]), str(files["messages"]), "--cards", str(files["cards"]), "--mode", "text-bottleneck", "--json"
+    )
+    first = json.loads(result.stdout.splitlines()[0])
+    assert first["parts"][0]["targets"] == ["reasoner"]  # the image became a caption; no image rule applies to text
+
+
+def test_bad_cards_directory(files: dict[str, Path]) -> None:
+    result = run("rules", "explain", str(files["rules"]), str(files["messages"]), "--cards", str(files["dir"] / "none"))
+    assert result.exit_code == 1
+    assert result.stderr == f"{files['dir'] / 'none'}: not a directory of agent cards (NAME.json)\n"
+    (files["cards"] / "broken.json").write_text('{"defaultInputModes": ["nope"]}')
+    result = run("rules", "check", str(files["rules"]), "--cards", str(files["cards"]))
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"{files['cards'] / 'broken.json'}: card 'broken'.defaultInputModes[0]: 'nope' is not a media type (expected type/subtype)\n"
+    )
+
+
+def test_bench_routing_json_shape_and_equal_decisions() -> None:
+    result = run("bench", "routing", "--rules", "10", "--rules", "200", "--messages", "40", "--linear-messages", "10", "--rounds", "1", "--json")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["rules"] for r in rows] == [10, 200]
+    for r in rows:
+        assert set(r) == {"rules", "compiled_us_p50", "linear_us_p50", "speedup"}
+        assert r["compiled_us_p50"] > 0 and r["linear_us_p50"] > 0
+        assert r["speedup"] == pytest.approx(r["linear_us_p50"] / r["compiled_us_p50"], rel=0.05)
+
+
+def test_bench_routing_table_and_bad_arguments() -> None:
+    result = run("bench", "routing", "--rules", "5", "--messages", "20", "--linear-messages", "5", "--rounds", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0].split() == ["rules", "compiled", "p50", "us", "linear", "p50", "us", "speedup", "candidates/part"]
+    result = run("bench", "routing", "--rounds", "0")
+    assert result.exit_code == 2
+    assert result.stderr == "--rules must be >= 0; --messages, --linear-messages and --rounds must be >= 1\n"
