@@ -99,13 +99,13 @@ def test_keyword_extractor_configuration_errors() -> None:
 
 def test_broken_audio(pipeline: FeaturePipeline) -> None:
     tone = m.wav(m.tone(1.0), 16000)
-    r = pipeline.extract_blocking("audio/wav", tone[:5000])
+    r = pipeline.extract_blocking("audio/wav", tone[:5000], budget_s=10)
     assert r.features["error"] == "audio: truncated WAV: header declares 16000 frames, only 2478 present"
-    r = pipeline.extract_blocking("audio/mpeg", b"hello there")
+    r = pipeline.extract_blocking("audio/mpeg", b"hello there", budget_s=10)
     assert r.features["error"] == "audio: bytes are not a known audio container (declared audio/mpeg, starts b'hello th')"
-    r = pipeline.extract_blocking("audio/ogg", b"OggS" + b"\0" * 100)
+    r = pipeline.extract_blocking("audio/ogg", b"OggS" + b"\0" * 100, budget_s=10)
     assert r.features["error"].startswith("audio: not a readable audio container: ")
-    r = pipeline.extract_blocking("audio/wav", m.h264_clip())
+    r = pipeline.extract_blocking("audio/wav", m.h264_clip(), budget_s=10)
     assert r.features["error"] == "audio: the mov container has no audio stream"
     with pytest.raises(MediaError) as err:
         AudioExtractor(limits=Limits(max_audio_seconds=0.5)).extract(tone, WAV)

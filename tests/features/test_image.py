@@ -128,12 +128,12 @@ def test_byte_limit_is_refused(pipeline: FeaturePipeline) -> None:
 
 def test_corrupt_truncated_and_wrong_type_images(pipeline: FeaturePipeline) -> None:
     garbage = b"definitely not an image" * 4
-    r = pipeline.extract_blocking("image/png", garbage)
+    r = pipeline.extract_blocking("image/png", garbage, budget_s=10)
     assert r.features == {"size": len(garbage), "error": "image: not a readable image (unknown or corrupt format, 92 bytes)"}
     truncated = m.png(m.halves())[:300]
-    r = pipeline.extract_blocking("image/png", truncated)
+    r = pipeline.extract_blocking("image/png", truncated, budget_s=10)
     assert r.features["error"] == "image: cannot decode PNG data: image file is truncated"
     wav = m.wav(m.tone(0.1), 16000)
-    r = pipeline.extract_blocking("image/jpeg", wav)
+    r = pipeline.extract_blocking("image/jpeg", wav, budget_s=10)
     assert r.features["error"] == f"image: not a readable image (unknown or corrupt format, {len(wav)} bytes)"
     assert r.errors == [r.features["error"]]

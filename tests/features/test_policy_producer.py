@@ -34,8 +34,8 @@ LIE = {"objects": ["cat"], "catFaces": 3}
 
 
 async def test_trusted_sender_keeps_its_features_and_the_router_fills_the_rest(pipeline: FeaturePipeline) -> None:
-    policy = FeaturePolicy(trusted_senders=frozenset({"camera-1"}))
-    part = await enrich_part(image_part(QR, dict(LIE)), QR, sender="camera-1", policy=policy, pipeline=pipeline)
+    policy = FeaturePolicy(budget_s=10, trusted_senders=frozenset({"camera-1"}))
+    part = await enrich_part(image_part(QR, dict(LIE)), QR, sender="camera-1", policy=policy, pipeline=pipeline, budget_s=10)
     ext = read_part(part)
     assert ext.features["objects"] == ["cat"] and ext.features["catFaces"] == 3  # trusted, kept as sent
     assert ext.features["qr"] == ["https://mma2a.dev/cat"] and ext.features["width"] == 232  # filled in
@@ -45,17 +45,17 @@ async def test_trusted_sender_keeps_its_features_and_the_router_fills_the_rest(p
 
 
 async def test_untrusted_features_are_reextracted(pipeline: FeaturePipeline) -> None:
-    policy = FeaturePolicy(untrusted="reextract")
-    part = await enrich_part(image_part(QR, dict(LIE), source="router"), QR, sender="stranger", policy=policy, pipeline=pipeline)
+    policy = FeaturePolicy(budget_s=10, untrusted="reextract")
+    part = await enrich_part(image_part(QR, dict(LIE), source="router"), QR, sender="stranger", policy=policy, pipeline=pipeline, budget_s=10)
     ext = read_part(part)
     assert ext.features["objects"] == ["qr"] and ext.features["catFaces"] == 0
     assert ext.feature_source is not None and ext.feature_source.kind == "router"
 
 
 async def test_untrusted_features_are_validated_key_by_key(pipeline: FeaturePipeline) -> None:
-    policy = FeaturePolicy(untrusted="validate", fill_missing=False)
+    policy = FeaturePolicy(budget_s=10, untrusted="validate", fill_missing=False)
     claimed = {"width": "huge", "objects": ["cat"], "faces": -1}
-    part = await enrich_part(image_part(QR, claimed), QR, sender=None, policy=policy, pipeline=pipeline)
+    part = await enrich_part(image_part(QR, claimed), QR, sender=None, policy=policy, pipeline=pipeline, budget_s=10)
     ext = read_part(part)
     assert ext.features == {
         "objects": ["cat"],
@@ -68,29 +68,30 @@ async def test_untrusted_features_are_validated_key_by_key(pipeline: FeaturePipe
 
 
 async def test_validate_then_fill_is_hybrid(pipeline: FeaturePipeline) -> None:
-    policy = FeaturePolicy(untrusted="validate")
-    part = await enrich_part(image_part(QR, {"objects": ["cat"]}), QR, sender="x", policy=policy, pipeline=pipeline)
+    policy = FeaturePolicy(budget_s=10, untrusted="validate")
+    part = await enrich_part(image_part(QR, {"objects": ["cat"]}), QR, sender="x", policy=policy, pipeline=pipeline, budget_s=10)
     ext = read_part(part)
     assert ext.features["objects"] == ["cat"] and ext.features["qr"] == ["https://mma2a.dev/cat"]
     assert ext.feature_source is not None and ext.feature_source.kind == "hybrid"
 
 
 async def test_drop_without_fill_leaves_no_features(pipeline: FeaturePipeline) -> None:
-    policy = FeaturePolicy(untrusted="drop", fill_missing=False)
-    part = await enrich_part(image_part(QR, dict(LIE)), QR, sender="x", policy=policy, pipeline=pipeline)
+    policy = FeaturePolicy(budget_s=10, untrusted="drop", fill_missing=False)
+    part = await enrich_part(image_part(QR, dict(LIE)), QR, sender="x", policy=policy, pipeline=pipeline, budget_s=10)
     assert part["metadata"][EXTENSION_URI] == {"modality": "image/png"}
 
 
 async def test_without_bytes_only_the_producer_features_are_judged(pipeline: FeaturePipeline) -> None:
     part = {"url": "https://example.org/x.png", "mediaType": "image/png",
             "metadata": {EXTENSION_URI: {"features": {"width": 10, "height": "x"}}}}
-    out = await enrich_part(part, None, sender="x", policy=FeaturePolicy(untrusted="validate"), pipeline=pipeline)
+    out = await enrich_part(part, None, sender="x", policy=FeaturePolicy(budget_s=10, untrusted="validate"), pipeline=pipeline, budget_s=10)
     assert read_part(out).features == {"width": 10, "rejected": ["features.height: 'x' is not of type 'integer' (schema image/1)"]}
 
 
 async def test_plain_text_part_gets_router_features(pipeline: FeaturePipeline) -> None:
     part = {"text": "Bonjour, je voudrais réserver une table pour deux personnes ce soir."}
-    out = await enrich_part(part, part["text"].encode(), sender=None, policy=FeaturePolicy(), pipeline=pipeline)
+    policy = FeaturePolicy(budget_s=10)  # generous: the machine running the tests may be busy
+    out = await enrich_part(part, part["text"].encode(), sender=None, policy=policy, pipeline=pipeline, budget_s=10)
     ext = out["metadata"][EXTENSION_URI]
     assert ext["features"]["language"] == "fr" and ext["featureSchema"] == "text/1"
     assert ext["featureSource"] == {"kind": "router", "extractor": "text-basic", "version": "1.0"}
@@ -99,7 +100,7 @@ async def test_plain_text_part_gets_router_features(pipeline: FeaturePipeline) -
 
 async def test_corrupt_bytes_give_an_error_feature_not_an_exception(pipeline: FeaturePipeline) -> None:
     bad = b"\x89PNG\r\n\x1a\n" + b"\0" * 40
-    out = await enrich_part(image_part(bad), bad, sender=None, policy=FeaturePolicy(), pipeline=pipeline)
+    out = await enrich_part(image_part(bad), bad, sender=None, policy=FeaturePolicy(budget_s=10), pipeline=pipeline, budget_s=10)
     assert read_part(out).features["error"].startswith("image: ")
 
 
@@ -110,7 +111,7 @@ def test_policy_rejects_unknown_action() -> None:
 
 
 def test_build_part_from_image_bytes(pipeline: FeaturePipeline) -> None:
-    part = build_part(QR, pipeline=pipeline)
+    part = build_part(QR, pipeline=pipeline, budget_s=10)
     assert base64.b64decode(part["raw"]) == QR and part["mediaType"] == "image/png"
     ext = read_part(part)
     assert ext.modality == "image/png" and ext.encoding == "raw" and ext.feature_schema == "image/1"
@@ -123,10 +124,10 @@ def test_build_part_from_image_bytes(pipeline: FeaturePipeline) -> None:
 def test_build_part_from_a_path_text_and_overrides(tmp_path: Path, pipeline: FeaturePipeline) -> None:
     mesh = tmp_path / "cube.obj"
     mesh.write_bytes(m.cube_obj())
-    part = build_part(mesh, pipeline=pipeline, thumbnail=False)
+    part = build_part(mesh, pipeline=pipeline, thumbnail=False, budget_s=10)
     assert part["filename"] == "cube.obj" and part["mediaType"] == "model/obj"
     assert read_part(part).features["vertices"] == 8
-    text = build_part("hello world, hello routing".encode(), modality="text/plain", pipeline=pipeline)
+    text = build_part("hello world, hello routing".encode(), modality="text/plain", pipeline=pipeline, budget_s=10)
     assert text["text"] == "hello world, hello routing" and "raw" not in text
     bare = build_part(str(mesh), features=False, thumbnail=False)
     assert bare["metadata"][EXTENSION_URI] == {"modality": "model/obj", "encoding": "raw"}
@@ -141,7 +142,7 @@ def test_build_part_uploads_big_payloads(pipeline: FeaturePipeline) -> None:
         return url
 
     wav = m.wav(m.tone(1.0), 16000)
-    part = build_part(wav, uploader=upload, inline_limit=1000, pipeline=pipeline)
+    part = build_part(wav, uploader=upload, inline_limit=1000, pipeline=pipeline, budget_s=10)
     assert "raw" not in part and stored[part["url"]] == wav
     ext = read_part(part)
     assert ext.encoding == "native" and ext.payload is not None

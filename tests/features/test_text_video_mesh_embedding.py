@@ -75,11 +75,11 @@ def test_h264_in_matroska() -> None:
 
 def test_broken_and_wrong_type_video(pipeline: FeaturePipeline) -> None:
     clip = m.h264_clip()
-    r = pipeline.extract_blocking("video/mp4", clip[: len(clip) // 2])
+    r = pipeline.extract_blocking("video/mp4", clip[: len(clip) // 2], budget_s=10)
     assert r.features["error"] == "video: not a readable video container: Invalid data found when processing input"
-    r = pipeline.extract_blocking("video/mp4", m.png(m.halves()))
+    r = pipeline.extract_blocking("video/mp4", m.png(m.halves()), budget_s=10)
     assert r.features["error"] == "video: the bytes are a still image (png), not a video"
-    r = pipeline.extract_blocking("video/mp4", m.wav(m.tone(0.2), 16000))
+    r = pipeline.extract_blocking("video/mp4", m.wav(m.tone(0.2), 16000), budget_s=10)
     assert r.features["error"] == "video: the wav container has no video stream"
     with pytest.raises(MediaError) as err:
         VideoExtractor(limits=Limits(max_pixels=1000)).extract(clip, parse_modality("video/mp4"))

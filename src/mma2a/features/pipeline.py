@@ -160,6 +160,17 @@ class FeaturePipeline:
                 skipped.append(reason)
         return runnable, skipped
 
+    def warm_up(self) -> list[str]:
+        """Load what extractors load lazily (language profiles, ...) now, not on the first message;
+        returns the names warmed. Call it once at start-up, off the event loop."""
+        warmed = []
+        for ex in self.extractors:
+            warm = getattr(ex, "warm_up", None)
+            if callable(warm) and missing_packages(ex) is None:
+                warm()
+                warmed.append(ex.name)
+        return warmed
+
     # --- running -------------------------------------------------------------------------
 
     def _executor(self) -> cf.ThreadPoolExecutor:

@@ -1,0 +1,176 @@
+"""Time per extractor on a 1920x1080 JPEG, 10 s of 16 kHz speech-like audio and a 5 s 720p H.264 clip.
+
+    .venv/bin/python bench/features.py [--runs 15] [--markdown]
+
+Each extractor runs alone, in this process, on the same bytes, after one warm-up call
+(model and profile loading is reported separately as `first call`). Also measured: the
+whole pipeline per medium (extractors in the thread pool, as the gateway runs them), and
+thread pool vs sequential throughput for images, to see whether the GIL bites.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import time
+import wave
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from mma2a.features import (  # noqa: E402
+    AudioExtractor,
+    FeaturePipeline,
+    ImageExtractor,
+    OCRExtractor,
+    SpeechKeywordExtractor,
+    TextExtractor,
+    VideoExtractor,
+    VisionExtractor,
+    default_extractors,
+)
+from mma2a.modality import parse_modality  # noqa: E402
+
+
+GRAMMAR = "#JSGF V1.0;\ngrammar cmd;\npublic <cmd> = (open | close) the (door | window);\n"
+
+
+def photo_1080p() -> bytes:
+    rng = np.random.default_rng(1)
+    base = (rng.random((1080, 1920, 3)) * 40).astype(np.uint8)
+    im = Image.fromarray(base + np.linspace(0, 180, 1920, dtype=np.uint8)[None, :, None])
+    d = ImageDraw.Draw(im)
+    for i in range(12):
+        d.ellipse([100 + i * 140, 300, 220 + i * 140, 460], fill=(200, 150 - i * 10, 40 + i * 15))
+    d.text((100, 800), "invoice 2026-04 total 1234.56", fill=(255, 255, 255))
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=85)
+    return buf.getvalue()
+
+
+def audio_10s() -> bytes:
+    rate = 16000
+    t = np.arange(10 * rate) / rate
+    voiced = (np.sin(2 * np.pi * 3 * t) > 0).astype(float)  # 3 Hz on/off bursts
+    sig = 0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 5 * t)) * voiced
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((sig * 32767).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def clip_720p(seconds: int = 5, fps: int = 25) -> bytes:
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = 1280, 720, "yuv420p"
+        stream.options = {"preset": "ultrafast"}
+        for i in range(seconds * fps):
+            img = np.zeros((720, 1280, 3), np.uint8)
+            img[:, :, 2] = 120
+            img[200:400, (i * 9) % 1000 : (i * 9) % 1000 + 200] = (250, 220, 0)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def timed(fn: Any, runs: int) -> tuple[float, float, float]:
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    samples.sort()
+    p95 = samples[min(len(samples) - 1, int(round(0.95 * (len(samples) - 1))))]
+    return first, statistics.median(samples), p95
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+
+    jpeg, wav, mp4 = photo_1080p(), audio_10s(), clip_720p()
+    text = ("The gateway routes every part natively to the agent best able to use it. " * 20).encode()
+    cases: list[tuple[str, str, Any, bytes]] = [
+        ("1920x1080 JPEG", "image/jpeg", ImageExtractor(), jpeg),
+        ("1920x1080 JPEG", "image/jpeg", VisionExtractor(), jpeg),
+        ("1920x1080 JPEG", "image/jpeg", OCRExtractor(), jpeg),
+        ("10 s 16 kHz WAV", "audio/wav", AudioExtractor(), wav),
+        ("10 s 16 kHz WAV", "audio/wav", SpeechKeywordExtractor(["open the door", "weather"]), wav),
+        ("10 s 16 kHz WAV", "audio/wav", SpeechKeywordExtractor(["open the door", "weather"], mode="kws"), wav),
+        ("10 s 16 kHz WAV", "audio/wav", SpeechKeywordExtractor(grammar=GRAMMAR), wav),
+        ("5 s 720p H.264 MP4", "video/mp4", VideoExtractor(), mp4),
+        ("1.5 KB English text", "text/plain", TextExtractor(), text),
+    ]
+    rows = []
+    for label, mod, ex, data in cases:
+        m = parse_modality(mod)
+        first, med, p95 = timed(lambda: ex.extract(data, m), args.runs)
+        name = ex.name if not isinstance(ex, SpeechKeywordExtractor) else f"{ex.name} ({ex.mode})"
+        rows.append((label, name, first, med, p95))
+
+    pipe_rows = []
+    with FeaturePipeline(default_extractors(keywords=["open the door", "weather"])) as p:
+        for label, mod, data in (("1920x1080 JPEG", "image/jpeg", jpeg), ("10 s 16 kHz WAV", "audio/wav", wav),
+                                 ("5 s 720p H.264 MP4", "video/mp4", mp4)):
+            first, med, p95 = timed(lambda: p.extract_blocking(mod, data, budget_s=30), args.runs)
+            pipe_rows.append((label, med, p95))
+
+    # thread pool vs one-at-a-time for image extraction: does the GIL bite?
+    ex_img, ex_vis, m_jpeg = ImageExtractor(), VisionExtractor(), parse_modality("image/jpeg")
+    n = 8
+
+    def one() -> None:
+        ex_img.extract(jpeg, m_jpeg)
+        ex_vis.extract(jpeg, m_jpeg)
+
+    t0 = time.perf_counter()
+    for _ in range(n):
+        one()
+    seq = time.perf_counter() - t0
+    with ThreadPoolExecutor(2) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(lambda _: one(), range(n)))
+        par = time.perf_counter() - t0
+
+    if args.markdown:
+        print("| input | extractor | first call (ms) | median (ms) | p95 (ms) |")
+        print("|---|---|---:|---:|---:|")
+        for label, name, first, med, p95 in rows:
+            print(f"| {label} | {name} | {first * 1e3:.1f} | {med * 1e3:.1f} | {p95 * 1e3:.1f} |")
+        print()
+        print("| input | whole pipeline median (ms) | p95 (ms) |")
+        print("|---|---:|---:|")
+        for label, med, p95 in pipe_rows:
+            print(f"| {label} | {med * 1e3:.1f} | {p95 * 1e3:.1f} |")
+        print()
+        print(f"Image + vision on {n} JPEGs: sequential {seq:.2f} s, 2 threads {par:.2f} s (speed-up {seq / par:.2f}x).")
+    else:
+        for row in rows:
+            print(f"{row[0]:22} {row[1]:24} first {row[2] * 1e3:8.1f} ms  median {row[3] * 1e3:8.1f} ms  p95 {row[4] * 1e3:8.1f} ms")
+        for label, med, p95 in pipe_rows:
+            print(f"{label:22} {'pipeline':24} median {med * 1e3:8.1f} ms  p95 {p95 * 1e3:8.1f} ms")
+        print(f"image+vision x{n}: sequential {seq:.2f} s, 2 threads {par:.2f} s, speed-up {seq / par:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
