@@ -35,7 +35,7 @@ LIE = {"objects": ["cat"], "catFaces": 3}
 
 async def test_trusted_sender_keeps_its_features_and_the_router_fills_the_rest(pipeline: FeaturePipeline) -> None:
     policy = FeaturePolicy(budget_s=10, trusted_senders=frozenset({"camera-1"}))
-    part = await enrich_part(image_part(QR, dict(LIE)), QR, sender="camera-1", policy=policy, pipeline=pipeline, budget_s=10)
+    part = await enrich_part(image_part(QR, dict(LIE)), QR, sender="camera-1", policy=policy, pipeline=pipeline)
     ext = read_part(part)
     assert ext.features["objects"] == ["cat"] and ext.features["catFaces"] == 3  # trusted, kept as sent
     assert ext.features["qr"] == ["https://mma2a.dev/cat"] and ext.features["width"] == 232  # filled in
@@ -46,7 +46,7 @@ async def test_trusted_sender_keeps_its_features_and_the_router_fills_the_rest(p
 
 async def test_untrusted_features_are_reextracted(pipeline: FeaturePipeline) -> None:
     policy = FeaturePolicy(budget_s=10, untrusted="reextract")
-    part = await enrich_part(image_part(QR, dict(LIE), source="router"), QR, sender="stranger", policy=policy, pipeline=pipeline, budget_s=10)
+    part = await enrich_part(image_part(QR, dict(LIE), source="router"), QR, sender="stranger", policy=policy, pipeline=pipeline)
     ext = read_part(part)
     assert ext.features["objects"] == ["qr"] and ext.features["catFaces"] == 0
     assert ext.feature_source is not None and ext.feature_source.kind == "router"
@@ -55,7 +55,7 @@ async def test_untrusted_features_are_reextracted(pipeline: FeaturePipeline) -> 
 async def test_untrusted_features_are_validated_key_by_key(pipeline: FeaturePipeline) -> None:
     policy = FeaturePolicy(budget_s=10, untrusted="validate", fill_missing=False)
     claimed = {"width": "huge", "objects": ["cat"], "faces": -1}
-    part = await enrich_part(image_part(QR, claimed), QR, sender=None, policy=policy, pipeline=pipeline, budget_s=10)
+    part = await enrich_part(image_part(QR, claimed), QR, sender=None, policy=policy, pipeline=pipeline)
     ext = read_part(part)
     assert ext.features == {
         "objects": ["cat"],
@@ -69,7 +69,7 @@ async def test_untrusted_features_are_validated_key_by_key(pipeline: FeaturePipe
 
 async def test_validate_then_fill_is_hybrid(pipeline: FeaturePipeline) -> None:
     policy = FeaturePolicy(budget_s=10, untrusted="validate")
-    part = await enrich_part(image_part(QR, {"objects": ["cat"]}), QR, sender="x", policy=policy, pipeline=pipeline, budget_s=10)
+    part = await enrich_part(image_part(QR, {"objects": ["cat"]}), QR, sender="x", policy=policy, pipeline=pipeline)
     ext = read_part(part)
     assert ext.features["objects"] == ["cat"] and ext.features["qr"] == ["https://mma2a.dev/cat"]
     assert ext.feature_source is not None and ext.feature_source.kind == "hybrid"
@@ -77,21 +77,21 @@ async def test_validate_then_fill_is_hybrid(pipeline: FeaturePipeline) -> None:
 
 async def test_drop_without_fill_leaves_no_features(pipeline: FeaturePipeline) -> None:
     policy = FeaturePolicy(budget_s=10, untrusted="drop", fill_missing=False)
-    part = await enrich_part(image_part(QR, dict(LIE)), QR, sender="x", policy=policy, pipeline=pipeline, budget_s=10)
+    part = await enrich_part(image_part(QR, dict(LIE)), QR, sender="x", policy=policy, pipeline=pipeline)
     assert part["metadata"][EXTENSION_URI] == {"modality": "image/png"}
 
 
 async def test_without_bytes_only_the_producer_features_are_judged(pipeline: FeaturePipeline) -> None:
     part = {"url": "https://example.org/x.png", "mediaType": "image/png",
             "metadata": {EXTENSION_URI: {"features": {"width": 10, "height": "x"}}}}
-    out = await enrich_part(part, None, sender="x", policy=FeaturePolicy(budget_s=10, untrusted="validate"), pipeline=pipeline, budget_s=10)
+    out = await enrich_part(part, None, sender="x", policy=FeaturePolicy(budget_s=10, untrusted="validate"), pipeline=pipeline)
     assert read_part(out).features == {"width": 10, "rejected": ["features.height: 'x' is not of type 'integer' (schema image/1)"]}
 
 
 async def test_plain_text_part_gets_router_features(pipeline: FeaturePipeline) -> None:
     part = {"text": "Bonjour, je voudrais réserver une table pour deux personnes ce soir."}
     policy = FeaturePolicy(budget_s=10)  # generous: the machine running the tests may be busy
-    out = await enrich_part(part, part["text"].encode(), sender=None, policy=policy, pipeline=pipeline, budget_s=10)
+    out = await enrich_part(part, part["text"].encode(), sender=None, policy=policy, pipeline=pipeline)
     ext = out["metadata"][EXTENSION_URI]
     assert ext["features"]["language"] == "fr" and ext["featureSchema"] == "text/1"
     assert ext["featureSource"] == {"kind": "router", "extractor": "text-basic", "version": "1.0"}
@@ -100,7 +100,7 @@ async def test_plain_text_part_gets_router_features(pipeline: FeaturePipeline) -
 
 async def test_corrupt_bytes_give_an_error_feature_not_an_exception(pipeline: FeaturePipeline) -> None:
     bad = b"\x89PNG\r\n\x1a\n" + b"\0" * 40
-    out = await enrich_part(image_part(bad), bad, sender=None, policy=FeaturePolicy(budget_s=10), pipeline=pipeline, budget_s=10)
+    out = await enrich_part(image_part(bad), bad, sender=None, policy=FeaturePolicy(budget_s=10), pipeline=pipeline)
     assert read_part(out).features["error"].startswith("image: ")
 
 
