@@ -266,6 +266,9 @@ class Pipeline:
             if task is not None:
                 meta = task.setdefault("metadata", {})
                 meta[EXTENSION_URI] = {**(meta.get(EXTENSION_URI) or {}), "route": route}
+                for art in task.get("artifacts") or []:
+                    ameta = art.setdefault("metadata", {})
+                    ameta[EXTENSION_URI] = {**(ameta.get(EXTENSION_URI) or {}), "source": res.agent}
                 self.tasks.put(TaskRecord(task["id"], [DownstreamTask(res.agent, task["id"], task.get("contextId"))], route=route))
             return result
         task = aggregate(results, message=message, route=route)

@@ -1,0 +1,5 @@
+"""`python -m mma2a.cli`."""
+
+from . import main
+
+main()
