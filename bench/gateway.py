@@ -1,0 +1,142 @@
+"""bench/gateway: the same a2a-sdk echo agent, called directly and through the gateway, side by side.
+
+wrk (Debian package `wrk`) drives both at the same concurrency, interleaved in rounds so
+the machine's noise hits both alike. Reports added p50/p99 latency and the throughput ratio.
+
+    .venv/bin/python bench/gateway.py [--rounds 3] [--seconds 8] [--connections 16] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = ('{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER",'
+        '"parts":[{"text":"hello"}]}}}')
+LUA = f"""wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["A2A-Version"] = "1.0"
+wrk.body = '{BODY}'
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, timeout: float = 20.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if httpx.get(url + "/.well-known/agent-card.json", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def parse_ms(value: str) -> float:
+    m = re.match(r"([\d.]+)(us|ms|s)", value)
+    assert m, value
+    n, unit = float(m.group(1)), m.group(2)
+    return n / 1000 if unit == "us" else n if unit == "ms" else n * 1000
+
+
+def run_wrk(url: str, seconds: int, connections: int, script: str) -> dict[str, float]:
+    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url],
+                         capture_output=True, text=True, check=True).stdout
+    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50_ms": parse_ms(lat["50"]),
+            "p99_ms": parse_ms(lat["99"]), "requests": total,
+            "errors": (int(errors.group(1)) if errors else 0) + (sum(map(int, sock.groups())) if sock else 0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get install wrk")
+    procs = []
+    tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-"))
+    try:
+        agent_port, gw_port = free_port(), free_port()
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "bench" / "echo_agent.py"), "--port", str(agent_port)]))
+        agent_url = f"http://127.0.0.1:{agent_port}"
+        wait_ready(agent_url)
+        cfg = tmp / "gateway.yaml"
+        cfg.write_text(f"listen: 127.0.0.1:{gw_port}\nlog_decisions: false\nfeatures: false\n"
+                       f"agents:\n  - {{name: echo, url: {agent_url}}}\n")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "warning"],
+                                      env=env))
+        gw_url = f"http://127.0.0.1:{gw_port}"
+        wait_ready(gw_url)
+        script = tmp / "post.lua"
+        script.write_text(LUA)
+        for url in (agent_url, gw_url):  # warm up both
+            run_wrk(url + "/", 2, args.connections, str(script))
+        direct, through = [], []
+        for _ in range(args.rounds):
+            direct.append(run_wrk(agent_url + "/", args.seconds, args.connections, str(script)))
+            through.append(run_wrk(gw_url + "/", args.seconds, args.connections, str(script)))
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def med(rows: list[dict[str, float]], key: str) -> float:
+        return statistics.median(r[key] for r in rows)
+
+    result = {
+        "connections": args.connections, "rounds": args.rounds, "seconds": args.seconds,
+        "direct": {k: med(direct, k) for k in ("rps", "p50_ms", "p99_ms")},
+        "gateway": {k: med(through, k) for k in ("rps", "p50_ms", "p99_ms")},
+        "requests": {"direct": sum(r["requests"] for r in direct), "gateway": sum(r["requests"] for r in through)},
+        "errors": {"direct": sum(r["errors"] for r in direct), "gateway": sum(r["errors"] for r in through)},
+        "per_round": [{"direct": d, "gateway": g} for d, g in zip(direct, through)],
+    }
+    result["added_p50_ms"] = round(result["gateway"]["p50_ms"] - result["direct"]["p50_ms"], 3)
+    result["added_p99_ms"] = round(result["gateway"]["p99_ms"] - result["direct"]["p99_ms"], 3)
+    result["throughput_ratio"] = round(result["gateway"]["rps"] / result["direct"]["rps"], 3)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        d, g = result["direct"], result["gateway"]
+        print(f"direct : {d['rps']:.0f} req/s  p50 {d['p50_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms")
+        print(f"gateway: {g['rps']:.0f} req/s  p50 {g['p50_ms']:.2f} ms  p99 {g['p99_ms']:.2f} ms")
+        print(f"added p50 {result['added_p50_ms']} ms, added p99 {result['added_p99_ms']} ms, "
+              f"throughput ratio {result['throughput_ratio']}  (requests {result['requests']}, errors {result['errors']})")
+
+
+if __name__ == "__main__":
+    main()
