@@ -202,7 +202,6 @@ def match_linear(rules: Sequence[Rule], keys: Mapping[str, tuple[ClauseKey, ...]
 # compiled engine (closures + index) to the plain interpreter above.
 
 RuleCheck = Callable[[Modality, Mapping[str, Any]], CandidateCheck]
-_ClauseCheck = Callable[[Modality, Mapping[str, Any]], "Failure | None"]
 _NUM = (int, float)
 
 
@@ -262,38 +261,7 @@ def _condition_test(cond: Condition) -> Callable[[Any], bool]:
     return test_is
 
 
-def _modality_test(pattern: Modality | None) -> Callable[[Modality], bool] | None:
-    if pattern is None:
-        return None
-    if pattern.params:
-        return lambda m: m.matches(pattern)
-    t, s = pattern.type, pattern.subtype
-    if t == "*":
-        return None
-    if s == "*":
-        return lambda m: m.type == t
-    return lambda m: m.subtype == s and m.type == t
-
-
-def _clause_check(clause: Clause, j: int) -> _ClauseCheck:
-    mod_test = _modality_test(clause.modality)
-    pattern = clause.modality
-    tests = tuple((c.feature, _condition_test(c), c) for c in clause.conditions)
-
-    def check(mod: Modality, feats: Mapping[str, Any]) -> Failure | None:
-        if mod_test is not None and not mod_test(mod):
-            assert pattern is not None
-            return Failure(j, pattern, str(mod))
-        for feature, test, cond in tests:
-            v = feats.get(feature)
-            if not test(v):
-                return Failure(j, cond, v)
-        return None
-
-    return check
-
-
-def _test_expr(cond: Condition, i: int, ns: dict[str, Any]) -> str:
+def _test_expr(cond: Condition, i: str, ns: dict[str, Any]) -> str:
     """A Python expression on `v` equal to `_condition_test(cond)(v)`; values live in `ns`, never in the source."""
     x = f"x{i}"
     ns[x] = cond.value
@@ -334,36 +302,59 @@ def _any_str_in(items: Sequence[Any], options: frozenset[Scalar]) -> bool:
         return any(e.__class__ is str and e in options for e in items)
 
 
-def _generate_single(rule: Rule) -> RuleCheck:
-    """One straight-line function for a one-clause rule: no call per condition."""
-    clause = rule.clauses[0]
+def _modality_src(pattern: Modality | None, j: int, ns: dict[str, Any]) -> str | None:
+    """A Python expression on `mod` equal to `mod.matches(pattern)`, or None when every modality passes."""
+    if pattern is None or (pattern.type == "*" and not pattern.params):
+        return None
+    ns[f"P{j}"] = pattern
+    if pattern.params:
+        return f"mod.matches(P{j})"
+    ns[f"T{j}"] = pattern.type
+    if pattern.subtype == "*":
+        return f"mod.type == T{j}"
+    ns[f"S{j}"] = pattern.subtype
+    return f"mod.subtype == S{j} and mod.type == T{j}"
+
+
+def _generate(rule: Rule) -> RuleCheck:
+    """One straight-line function per rule: no call per condition.
+
+    A one-clause rule returns at its first failing test. An OR rule runs each clause in a
+    `while True: ... break` block, recording the clause's first failure and moving on.
+    """
     ns: dict[str, Any] = {
-        "HIT": CandidateCheck(rule.name, True, (), False),
+        "HIT": CandidateCheck(rule.name, True, (), rule.any_of),
         "Check": CandidateCheck,
         "Failure": Failure,
         "NAME": rule.name,
-        "P": clause.modality,
+        "ANY": rule.any_of,
         "_any_str_in": _any_str_in,
+        "new": tuple.__new__,  # NamedTuple construction without its Python-level __new__
     }
     lines = ["def check(mod, feats):"]
-    pattern = clause.modality
-    if pattern is not None and (pattern.params or pattern.type != "*"):
-        if pattern.params:
-            cond_src = "mod.matches(P)"
-        elif pattern.subtype == "*":
-            ns["T"] = pattern.type
-            cond_src = "mod.type == T"
+    single = len(rule.clauses) == 1
+    if not single:
+        lines.append("    fails = []")
+    for j, clause in enumerate(rule.clauses):
+        ind = "    " if single else "        "
+        if single:
+            fail = "        return new(Check, (NAME, False, (new(Failure, ({j}, {what}, {actual})),), ANY))"
         else:
-            ns["T"], ns["S"] = pattern.type, pattern.subtype
-            cond_src = "mod.subtype == S and mod.type == T"
-        lines.append(f"    if not ({cond_src}):")
-        lines.append("        return Check(NAME, False, (Failure(0, P, str(mod)),), False)")
-    for i, cond in enumerate(clause.conditions):
-        ns[f"f{i}"], ns[f"c{i}"] = cond.feature, cond
-        lines.append(f"    v = feats.get(f{i})")
-        lines.append(f"    if not ({_test_expr(cond, i, ns)}):")
-        lines.append(f"        return Check(NAME, False, (Failure(0, c{i}, v),), False)")
-    lines.append("    return HIT")
+            lines.append("    while True:")
+            fail = "            fails.append(new(Failure, ({j}, {what}, {actual})))\n            break"
+        mod_src = _modality_src(clause.modality, j, ns)
+        if mod_src is not None:
+            lines.append(f"{ind}if not ({mod_src}):")
+            lines.append(fail.format(j=j, what=f"P{j}", actual="str(mod)"))
+        for i, cond in enumerate(clause.conditions):
+            k = f"{j}_{i}"
+            ns[f"f{k}"], ns[f"c{k}"] = cond.feature, cond
+            lines.append(f"{ind}v = feats.get(f{k})")
+            lines.append(f"{ind}if not ({_test_expr(cond, k, ns)}):")
+            lines.append(fail.format(j=j, what=f"c{k}", actual="v"))
+        lines.append(f"{ind}return HIT")
+    if not single:
+        lines.append("    return new(Check, (NAME, False, tuple(fails), ANY))")
     exec(compile("\n".join(lines), f"<rule {rule.name}>", "exec"), ns)  # noqa: S102 - structure only; values via ns
     fn: RuleCheck = ns["check"]
     return fn
@@ -372,23 +363,8 @@ def _generate_single(rule: Rule) -> RuleCheck:
 def compile_rule(rule: Rule) -> RuleCheck:
     """A function doing `check_rule(rule, part)` for a part's modality and features.
 
-    One-clause rules become one generated straight-line function (its source holds only
-    structure; every value the author wrote is bound by name, never pasted as code);
-    OR rules combine one closure per clause.
+    The function is generated Python: its source holds only structure (which feature,
+    which comparison); every value the author wrote is bound by name in its namespace,
+    never pasted into the source.
     """
-    if len(rule.clauses) == 1:
-        return _generate_single(rule)
-    name, any_of = rule.name, rule.any_of
-    hit = CandidateCheck(name, True, (), any_of)
-    checks = tuple(_clause_check(c, j) for j, c in enumerate(rule.clauses))
-
-    def check_any(mod: Modality, feats: Mapping[str, Any]) -> CandidateCheck:
-        failures = []
-        for c in checks:
-            failure = c(mod, feats)
-            if failure is None:
-                return hit
-            failures.append(failure)
-        return CandidateCheck(name, False, tuple(failures), any_of)
-
-    return check_any
+    return _generate(rule)
