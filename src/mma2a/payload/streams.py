@@ -283,14 +283,14 @@ class StreamHub:
                 data={"firstOffset": s.first_offset},
             )
         out: list[Frame] = []
-        for f in s.ring:
-            end = f.offset + len(f.data)
-            if end <= offset:
-                continue
-            if f.offset < offset:
-                cut = offset - f.offset
-                f = Frame("delta", f.stream_id, f.seq, offset, f.data[cut:])
+        for f in reversed(s.ring):  # consumers are usually near the end: walk back only over what is new
+            if f.offset + len(f.data) <= offset:
+                break
             out.append(f)
+        out.reverse()
+        if out and out[0].offset < offset:
+            f = out[0]
+            out[0] = Frame("delta", f.stream_id, f.seq, offset, f.data[offset - f.offset :])
         return out
 
     async def subscribe(self, stream_id: str, offset: int = 0) -> AsyncGenerator[Frame, None]:
