@@ -22,20 +22,22 @@ from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadB
 from .snapshot import Snapshot, _remember
 
 TEXT_PLAIN = parse_modality("text/plain")
+_new = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (hot path)
 Clock = Callable[[], float]
-Matcher = Callable[[Snapshot, PartView], MatchResult]
+Matcher = Callable[[PartView], MatchResult]
 
 
 def decide(view: MessageView, snapshot: Snapshot, *, load: Load | None = None, clock: Clock | None = None) -> RouteDecision:
     """Route every part of `view` with the compiled engine."""
-    return _decide(view, snapshot, load or NO_LOAD, clock, _match_compiled)
+    return _decide(view, snapshot, load or NO_LOAD, clock, snapshot.index.match)
 
 
 def decide_linear(
     view: MessageView, snapshot: Snapshot, *, load: Load | None = None, clock: Clock | None = None
 ) -> RouteDecision:
     """Route every part of `view` with the linear reference evaluator (same answers as `decide`, slower)."""
-    return _decide(view, snapshot, load or NO_LOAD, clock, _match_linear)
+    rules, keys = snapshot.rules.rules, snapshot.keys
+    return _decide(view, snapshot, load or NO_LOAD, clock, lambda part: match_linear(rules, keys, part))
 
 
 def explain_rules(part: PartView, snapshot: Snapshot) -> tuple[CandidateCheck, ...]:
@@ -46,14 +48,6 @@ def explain_rules(part: PartView, snapshot: Snapshot) -> tuple[CandidateCheck, .
     `continue` and stops nowhere.
     """
     return tuple(check_rule(rule, part) for rule in snapshot.rules.rules)
-
-
-def _match_compiled(snapshot: Snapshot, part: PartView) -> MatchResult:
-    return snapshot.index.match(part)
-
-
-def _match_linear(snapshot: Snapshot, part: PartView) -> MatchResult:
-    return match_linear(snapshot.rules.rules, snapshot.keys, part)
 
 
 def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | None, matcher: Matcher) -> RouteDecision:
@@ -126,7 +120,7 @@ def _route_part(
         out.actions.append("receivers:" + ",".join(view.receivers))
         result = MatchResult((), (), len(snapshot.rules.rules))
     else:
-        result = matcher(snapshot, routed)
+        result = matcher(routed)
         if result.matched:
             reasons = snapshot.reasons
             for rule in result.matched:
@@ -149,8 +143,10 @@ def _route_part(
         targets = tuple([Target(t.agent, prefix + t.via, t.reason) for t in targets])
         bottleneck = modality.type != "text"
     actions = tuple(out.actions)
-    route = PartRoute(part.index, mod_str, matched_names, targets, actions, out.dropped, bottleneck, out.pin)
-    explanation = PartExplanation(part.index, mod_str, result.candidates, result.skipped, actions, tuple(out.notes))
+    route = _new(PartRoute, (part.index, mod_str, matched_names, targets, actions, out.dropped, bottleneck, out.pin))
+    explanation = _new(
+        PartExplanation, (part.index, mod_str, result.candidates, result.skipped, actions, tuple(out.notes))
+    )
     return route, explanation
 
 
@@ -220,7 +216,7 @@ def _transform(
 def _deliver(snapshot: Snapshot, ctx: _Part, modality: Modality, agent: str, reason: str) -> Target:
     """A target for `agent`: natively when its card accepts the part, else through the shortest chain."""
     if snapshot.accepts(agent, modality) >= 0:
-        return Target(agent, (), reason)
+        return _new(Target, (agent, (), reason))
     planned = plan_transforms(snapshot, modality, lambda m: snapshot.accepts(agent, m) >= 0, ("agent", agent))
     if planned is None:
         raise _unsupported(ctx, modality, f"agent '{agent}' does not accept it and no transform chain reaches a mode it accepts")
@@ -289,7 +285,7 @@ def _capability(
         chosen = tier[0]
     else:
         chosen = pick_least_inflight(tier, load.inflight)
-    return Target(chosen, via, reason)
+    return _new(Target, (chosen, via, reason))
 
 
 def _best_tier(

@@ -142,4 +142,4 @@ class RuleIndex:
                 matched.append(rule)
                 if not rule.cont:
                     break
-        return MatchResult(tuple(matched), tuple(results), len(rules) - len(results))
+        return tuple.__new__(MatchResult, (tuple(matched), tuple(results), len(rules) - len(results)))

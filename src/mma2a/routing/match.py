@@ -157,9 +157,9 @@ def part_families(part: PartView) -> tuple[str, str, str]:
     return (mod.essence, f"{mod.type}/*", "*/*")
 
 
-def passes_prefilter(key: ClauseKey, part: PartView) -> bool:
+def passes_prefilter(key: ClauseKey, part: PartView, families: tuple[str, ...] | None = None) -> bool:
     """The pre-filter, stated plainly (the compiled index implements exactly this)."""
-    if key.family is not None and key.family not in part_families(part):
+    if key.family is not None and key.family not in (families or part_families(part)):
         return False
     if key.feature is None:
         return True
@@ -173,6 +173,17 @@ def passes_prefilter(key: ClauseKey, part: PartView) -> bool:
     return _hashable(value) and value in key.values
 
 
+def rule_holds(rule: Rule, part: PartView) -> bool:
+    """Does any clause of `rule` hold for `part`? (`check_rule` without the failure records.)"""
+    feats = part.features
+    for clause in rule.clauses:
+        if clause.modality is not None and not part.modality.matches(clause.modality):
+            continue
+        if all(test_condition(c, feats.get(c.feature)) for c in clause.conditions):
+            return True
+    return False
+
+
 class MatchResult(NamedTuple):
     """Rules that matched (in evaluation order), the candidate checks, how many rules were not candidates."""
 
@@ -182,14 +193,20 @@ class MatchResult(NamedTuple):
 
 
 def match_linear(rules: Sequence[Rule], keys: Mapping[str, tuple[ClauseKey, ...]], part: PartView) -> MatchResult:
-    """The reference: test every rule in order, stop at the first match that does not continue."""
+    """The reference: test every rule in order, stop at the first match that does not continue.
+
+    Every rule is tested in full (a match the pre-filter would have missed is still found
+    and reported, so an index bug shows up as a difference); the failure records of the
+    explanation are built for the candidates only.
+    """
     matched: list[Rule] = []
     checks: list[CandidateCheck] = []
+    families = part_families(part)
     for rule in rules:
-        check = check_rule(rule, part)
-        if check.matched or any(passes_prefilter(k, part) for k in keys[rule.name]):
-            checks.append(check)
-        if check.matched:
+        holds = rule_holds(rule, part)
+        if holds or any(passes_prefilter(k, part, families) for k in keys[rule.name]):
+            checks.append(check_rule(rule, part))
+        if holds:
             matched.append(rule)
             if not rule.cont:
                 break
