@@ -1,11 +1,12 @@
 """Synthetic rule sets, agents and messages for benchmarks and property tests (seeded, reproducible).
 
-The shape imitates an operator's rule file at scale: rules multiply with tenants, cameras,
-objects and languages, so nearly every rule keys on one of them (equality, `in`,
-`contains`), and half add numeric, prefix or `exists` refinements; policies that key on no
-value (`blur lt 50` for every image) do not multiply with tenants, so there are about
-fifteen of them whatever the size (30% of a small set). 3% of rules are OR rules, one in
-ten continues. Messages carry two parts with the same feature vocabulary.
+The shape imitates an operator's rule file at scale: rules multiply with tenants, cameras
+and detected objects, so nearly every rule keys on one of them (`eq`, a bare value,
+`contains`) and most add refinements (`in` a language list, numeric bounds, `prefix`,
+`exists`); policies that key on no value (`blur lt 50` for every image) do not multiply
+with tenants, so there are about fifteen of them whatever the size (30% of a small set).
+3% of rules are OR rules, one in ten continues. Messages carry two parts with the same
+feature vocabulary.
 """
 
 from __future__ import annotations
