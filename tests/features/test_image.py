@@ -137,3 +137,18 @@ def test_corrupt_truncated_and_wrong_type_images(pipeline: FeaturePipeline) -> N
     r = pipeline.extract_blocking("image/jpeg", wav, budget_s=10)
     assert r.features["error"] == f"image: not a readable image (unknown or corrupt format, {len(wav)} bytes)"
     assert r.errors == [r.features["error"]]
+
+
+def test_vision_detectors_on_an_image_smaller_than_the_people_window():
+    """OpenCV's HOG crashes the process on images under 64x128; the extractor must not call it there."""
+    import io
+
+    from PIL import Image
+
+    from mma2a.features.vision import VisionExtractor
+    from mma2a.modality import parse_modality
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(buf, "PNG")
+    out = VisionExtractor().extract(buf.getvalue(), parse_modality("image/png"))
+    assert out["people"] == 0 and out["objects"] == []

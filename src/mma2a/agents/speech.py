@@ -56,14 +56,9 @@ def transcribe(data: bytes, modality: str = "audio/wav", grammar: str = COMPLAIN
 
     with _recognizer_lock:
         recognizer = _recognizers.get(grammar)
-        fresh = recognizer is None
         if recognizer is None:
             recognizer = _recognizers[grammar] = SpeechKeywordExtractor(grammar=grammar)
         result = recognizer.extract(data, parse_modality(modality))
-        if fresh:
-            # pocketsphinx normalises cepstra with a running mean: a fresh decoder's first
-            # utterance is decoded with a default mean and comes out wrong; decode it again
-            result = recognizer.extract(data, parse_modality(modality))
     if "error" in result:
         raise ValueError(str(result["error"]))
     return str(result.get("transcript", ""))

@@ -300,7 +300,7 @@ class SpeechKeywordExtractor:
         self.threshold = threshold
         self.limits = limits or Limits(max_audio_seconds=120.0)
 
-    def _decoder(self) -> Any:
+    def _decoder(self) -> tuple[Any, str]:
         from pocketsphinx import Decoder
 
         key = (self.mode, self.keywords, self.grammar, self.threshold)
@@ -319,14 +319,11 @@ class SpeechKeywordExtractor:
                     dec.add_kws("keywords", f.name)
                 dec.activate_search("keywords")
             cache[key] = dec
-        return dec
+            cache[("cmn0", key)] = dec.get_cmn(False)
+        return dec, cache[("cmn0", key)]
 
-    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
-        audio = decode_audio(data, modality, self.limits)
-        pcm = to_16k_int16(audio)
-        dec = self._decoder()
+    def _decode(self, dec: Any, pcm: bytes, heard: list[str]) -> None:
         step = 16000 * 2 // 4  # 250 ms
-        heard: list[str] = []
         dec.start_utt()
         try:
             for i in range(0, len(pcm), step):
@@ -338,6 +335,18 @@ class SpeechKeywordExtractor:
                     dec.start_utt()
         finally:
             dec.end_utt()
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        audio = decode_audio(data, modality, self.limits)
+        pcm = to_16k_int16(audio)
+        dec, cmn0 = self._decoder()
+        # pocketsphinx normalises cepstra with a running mean carried from utterance to
+        # utterance: reset it, let a first pass adapt it to this recording, keep the second
+        # pass — the result then depends on this audio alone, not on what came before.
+        dec.set_cmn(cmn0)
+        self._decode(dec, pcm, [])
+        heard: list[str] = []
+        self._decode(dec, pcm, heard)
         if self.mode == "kws":
             if dec.hyp() is not None:
                 heard.append(dec.hyp().hypstr.strip())

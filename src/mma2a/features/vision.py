@@ -112,7 +112,9 @@ class VisionExtractor:
             if faces:
                 objects.append("face")
         if self.enabled["people"]:
-            rects, _ = _hog().detectMultiScale(grey, winStride=(8, 8), padding=(8, 8), scale=1.1)
+            # OpenCV's HOG segfaults on an image smaller than its 64x128 window: nobody fits there anyway
+            small = grey.shape[0] < 128 or grey.shape[1] < 64
+            rects = [] if small else _hog().detectMultiScale(grey, winStride=(8, 8), padding=(8, 8), scale=1.1)[0]
             out["people"] = len(rects)
             if len(rects):
                 objects.append("person")

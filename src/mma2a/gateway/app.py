@@ -21,12 +21,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from ..errors import MMA2AError
+from ..features.pipeline import FeaturePipeline
+from ..features.policy import FeaturePolicy
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
 from ..routing import load_rules, parse_rules
 from .admin import admin_routes, error_response, json_response
 from .cards import agent_card_through, gateway_card
 from .config import GatewayConfig
 from .directory import AgentDirectory
+from .enrich import FeatureStage
 from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
 from .pipeline import Pipeline
@@ -47,14 +50,23 @@ class Gateway:
         self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries)
         self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
         self.state = RoutingState(self.directory, mode=config.mode)
+        self.features = self._feature_stage(config)
         self.pipeline = Pipeline(
             directory=self.directory, state=self.state, transport=self.transport, metrics=self.metrics,
-            registry=self.registry, log_decisions=config.log_decisions,
+            registry=self.registry, features=self.features, log_decisions=config.log_decisions,
         )
         self.public_url = config.public_url or f"http://{config.listen}"
         self._tasks: list[asyncio.Task[Any]] = []
         self.startup_errors: list[str] = []
         self.app = self._build_app()
+
+    def _feature_stage(self, config: GatewayConfig) -> FeatureStage | None:
+        fc = config.features
+        if not fc.enabled:
+            return None
+        policy = FeaturePolicy(trusted_senders=frozenset(fc.trusted_senders), untrusted=fc.untrusted,
+                               fill_missing=fc.fill_missing, budget_s=fc.budget_s)
+        return FeatureStage(FeaturePipeline(registry=self.registry), policy)
 
     @property
     def admin_token(self) -> str | None:
@@ -74,6 +86,8 @@ class Gateway:
     async def start(self) -> None:
         """Register the configured agents, load the rules, start health checks."""
         self.startup_errors = await self.directory.add_many(self.config.agents)
+        if self.features is not None:  # load detectors and language profiles before the first request
+            await asyncio.to_thread(self.features.pipeline.warm_up)
         source = self.config.rules_source()
         if source is not None:
             rules = parse_rules(source, source="config") if isinstance(source, dict) else load_rules(source)

@@ -39,6 +39,18 @@ class AgentConfig(BaseModel):
         return v.rstrip("/")
 
 
+class FeatureConfig(BaseModel):
+    """Content features for routing (docs/features.md): who is trusted, what happens to the others."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    trusted_senders: list[str] = Field(default_factory=list)
+    untrusted: Literal["validate", "reextract", "drop"] = "validate"
+    fill_missing: bool = True
+    budget_s: float = Field(default=0.5, gt=0)
+
+
 class AdminConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -69,9 +81,14 @@ class GatewayConfig(BaseModel):
     max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     offload_threshold: int = Field(default=256 * 1024, ge=0)
     blob_dir: str | None = None
-    features: bool = True
+    features: FeatureConfig = Field(default_factory=FeatureConfig)
     log_decisions: bool = True
     base_dir: str = "."
+
+    @field_validator("features", mode="before")
+    @classmethod
+    def _features(cls, v: Any) -> Any:
+        return {"enabled": v} if isinstance(v, bool) else v
 
     @field_validator("listen")
     @classmethod

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from ..routing import Load, RouteDecision, SessionPins, decide_pinned
 from ..view import MessageView, view_message
 from .aggregate import FAILED, LegResult, aggregate, failed_task
 from .directory import AgentDirectory, AgentEntry
+from .enrich import FeatureStage
 from .metrics import GatewayMetrics
 from .state import RoutingState
 from .tasks import DownstreamTask, TaskMap, TaskRecord
@@ -69,7 +70,7 @@ class Pipeline:
         metrics: GatewayMetrics,
         registry: ModalityRegistry,
         tasks: TaskMap | None = None,
-        pre_route: Sequence[Callable[[dict[str, Any]], Any]] = (),
+        features: FeatureStage | None = None,
         log_decisions: bool = True,
     ) -> None:
         self.directory = directory
@@ -78,7 +79,7 @@ class Pipeline:
         self.metrics = metrics
         self.registry = registry
         self.tasks = tasks or TaskMap()
-        self.pre_route = list(pre_route)
+        self.features = features
         self.pins = SessionPins()
         self.log_decisions = log_decisions
         self._tick = 0
@@ -205,10 +206,8 @@ class Pipeline:
     async def prepare(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
     ) -> tuple[MessageView, RouteDecision]:
-        for step in self.pre_route:
-            res = step(message)
-            if asyncio.iscoroutine(res):
-                await res
+        if self.features is not None:
+            await self.features.apply(message, self.state.snapshot)
         view = self.view(message, configuration, target)
         if message.get("taskId"):
             rec = self.tasks.find(message["taskId"])
