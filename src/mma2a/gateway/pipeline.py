@@ -26,6 +26,7 @@ from .aggregate import FAILED, LegResult, aggregate, failed_task
 from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
 from .metrics import GatewayMetrics
+from .outputs import adapt_outputs
 from .state import RoutingState
 from .tasks import DownstreamTask, TaskMap, TaskRecord
 from .transport import AgentRPCError, Transport
@@ -238,7 +239,16 @@ class Pipeline:
     async def execute(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision
     ) -> dict[str, Any]:
-        """Adapt, dispatch and aggregate a decided message."""
+        """Adapt, dispatch and aggregate a decided message; then fit the reply to the accepted output modes."""
+        result = await self._execute(message, configuration, decision)
+        accepted = (configuration or {}).get("acceptedOutputModes") or []
+        if accepted:
+            await adapt_outputs(result, accepted, self.state.snapshot, lambda part, via: self.transform(part, via, message))
+        return result
+
+    async def _execute(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision
+    ) -> dict[str, Any]:
         route = route_summary(decision)
         if self.log_decisions:
             log.info("decision", extra={"decision": {"messageId": decision.message_id, "route": route}})
