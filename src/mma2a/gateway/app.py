@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +27,7 @@ from ..errors import MMA2AError
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
+from ..payload import LocalBlobStore, StreamHub, URLSigner, payload_routes
 from ..routing import load_rules, parse_rules
 from .admin import admin_routes, error_response, json_response
 from .cards import agent_card_through, gateway_card
@@ -32,6 +36,7 @@ from .directory import AgentDirectory
 from .enrich import FeatureStage
 from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
+from .offload import OffloadStage
 from .pipeline import Pipeline
 from .sdk_binding import PipelineRequestHandler, TargetContextBuilder
 from .state import RoutingState
@@ -51,11 +56,17 @@ class Gateway:
         self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
         self.state = RoutingState(self.directory, mode=config.mode)
         self.features = self._feature_stage(config)
+        self.public_url = (config.public_url or f"http://{config.listen}").rstrip("/")
+        self._blob_tmp = None if config.blob_dir else tempfile.TemporaryDirectory(prefix="mma2a-blobs-")
+        self.store = LocalBlobStore(config.blob_dir or self._blob_tmp.name)  # type: ignore[union-attr]
+        secret = os.environ.get(config.url_secret_env) if config.url_secret_env else None
+        self.signer = URLSigner(secret.encode() if secret else secrets.token_bytes(32), default_expires_in=config.url_expires_s)
+        self.streams = StreamHub()
         self.pipeline = Pipeline(
             directory=self.directory, state=self.state, transport=self.transport, metrics=self.metrics,
             registry=self.registry, features=self.features, log_decisions=config.log_decisions,
+            offload=OffloadStage(self.store, self.signer, threshold=config.offload_threshold, base_url=self.public_url),
         )
-        self.public_url = config.public_url or f"http://{config.listen}"
         self._tasks: list[asyncio.Task[Any]] = []
         self.startup_errors: list[str] = []
         self.app = self._build_app()
@@ -102,6 +113,8 @@ class Gateway:
                 await t
         self._tasks.clear()
         await self.transport.close()
+        if self._blob_tmp is not None:
+            self._blob_tmp.cleanup()
 
     async def _health_loop(self) -> None:
         while True:
@@ -151,6 +164,9 @@ class Gateway:
             Route("/metrics", metrics, methods=["GET"]),
             Route("/healthz", health, methods=["GET"]),
             *admin_routes(self),
+            *payload_routes(self.store, self.signer, public_base_url_fn=lambda conn: self.public_url,
+                            max_upload_bytes=self.config.max_upload_bytes, hub=self.streams,
+                            url_expires_in=self.config.url_expires_s),
             Route("/", rpc.handle, methods=["POST"]),
             Route("/agents/{agent}/", rpc.handle, methods=["POST"]),
             Route("/agents/{agent}", rpc.handle, methods=["POST"]),

@@ -80,7 +80,10 @@ class GatewayConfig(BaseModel):
     health_interval_s: float = Field(default=10.0, gt=0)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     offload_threshold: int = Field(default=256 * 1024, ge=0)
-    blob_dir: str | None = None
+    blob_dir: str | None = None  # default: a fresh temporary directory per process
+    url_secret_env: str | None = "MMA2A_URL_SECRET"  # HMAC key for signed payload URLs (random per process if unset)
+    url_expires_s: int = Field(default=3600, gt=0, le=7 * 24 * 3600)
+    max_upload_bytes: int = Field(default=8 * 1024**3, gt=0)
     features: FeatureConfig = Field(default_factory=FeatureConfig)
     log_decisions: bool = True
     base_dir: str = "."

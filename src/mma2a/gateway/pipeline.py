@@ -25,6 +25,7 @@ from ..view import MessageView, view_message
 from .aggregate import FAILED, LegResult, aggregate, failed_task
 from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
+from .offload import OffloadStage
 from .metrics import GatewayMetrics
 from .outputs import adapt_outputs
 from .state import RoutingState
@@ -72,6 +73,7 @@ class Pipeline:
         registry: ModalityRegistry,
         tasks: TaskMap | None = None,
         features: FeatureStage | None = None,
+        offload: OffloadStage | None = None,
         log_decisions: bool = True,
     ) -> None:
         self.directory = directory
@@ -81,6 +83,7 @@ class Pipeline:
         self.registry = registry
         self.tasks = tasks or TaskMap()
         self.features = features
+        self.offload = offload
         self.pins = SessionPins()
         self.log_decisions = log_decisions
         self._tick = 0
@@ -206,9 +209,12 @@ class Pipeline:
     # --- the whole path -----------------------------------------------------------------
     async def prepare(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
-    ) -> tuple[MessageView, RouteDecision]:
+    ) -> tuple[dict[str, Any], MessageView, RouteDecision]:
+        """Features, offload, view, route: the message as it will travel on, and where each part goes."""
         if self.features is not None:
             await self.features.apply(message, self.state.snapshot)
+        if self.offload is not None:
+            message = await self.offload.apply(message)
         view = self.view(message, configuration, target)
         if message.get("taskId"):
             rec = self.tasks.find(message["taskId"])
@@ -224,14 +230,14 @@ class Pipeline:
             self.metrics.parts.labels(pr.modality.split(";")[0]).inc()
             for name in pr.matched:
                 self.metrics.rule_hits.labels(name).inc()
-        return view, decision
+        return message, view, decision
 
     async def send(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
     ) -> dict[str, Any]:
         """SendMessage through the gateway; returns the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
         t0 = time.perf_counter()
-        view, decision = await self.prepare(message, configuration, target)
+        message, view, decision = await self.prepare(message, configuration, target)
         result = await self.execute(message, configuration, decision)
         self.metrics.request_seconds.observe(time.perf_counter() - t0)
         return result
@@ -291,7 +297,7 @@ class Pipeline:
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """SendStreamingMessage: one target streams through as it is; a fan-out streams the aggregate."""
-        view, decision = await self.prepare(message, configuration, target)
+        message, view, decision = await self.prepare(message, configuration, target)
         route = route_summary(decision)
         targets = decision.targets()
         single = len(targets) == 1 and not any(pr.dropped for pr in decision.parts) and not any(
