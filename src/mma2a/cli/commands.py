@@ -2,5 +2,5 @@
 
 from __future__ import annotations
 from . import features  # noqa: F401  (mma2a features)
-from . import agents, demo, serve  # noqa: F401  (mma2a agent/agents, demo, serve)
+from . import agents, demo, send, serve  # noqa: F401  (mma2a agent/agents, demo, send, serve)
 from . import bench, rules  # noqa: F401  (mma2a bench, mma2a rules)
