@@ -37,7 +37,9 @@ from .enrich import FeatureStage
 from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
+from .faults import Drain
 from .pipeline import Pipeline
+from .security import install_security, security_middleware
 from .sdk_binding import PipelineRequestHandler, TargetContextBuilder
 from .state import RoutingState
 from .transport import Transport
@@ -69,6 +71,8 @@ class Gateway:
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.startup_errors: list[str] = []
+        self.drain = Drain()
+        install_security(self)
         self.app = self._build_app()
 
     def _feature_stage(self, config: GatewayConfig) -> FeatureStage | None:
@@ -177,4 +181,4 @@ class Gateway:
         routes += [r for r in root_rest if not isinstance(r, Mount)]
         routes += [r for r in agent_rest if not isinstance(r, Mount)]
         routes += [r for r in root_rest if isinstance(r, Mount)]
-        return Starlette(routes=routes, lifespan=self.lifespan)
+        return Starlette(routes=routes, lifespan=self.lifespan, middleware=security_middleware(self))

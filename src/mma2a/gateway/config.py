@@ -10,6 +10,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import MMA2AError
+from .faults import FaultsConfig
+from .security import AuthConfig, LimitsConfig, RateLimitConfig, SigningConfig, URLConfig
 
 
 class ConfigError(MMA2AError):
@@ -85,6 +87,12 @@ class GatewayConfig(BaseModel):
     url_expires_s: int = Field(default=3600, gt=0, le=7 * 24 * 3600)
     max_upload_bytes: int = Field(default=8 * 1024**3, gt=0)
     features: FeatureConfig = Field(default_factory=FeatureConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)  # security: docs/security.md
+    rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    urls: URLConfig = Field(default_factory=URLConfig)
+    signing: SigningConfig = Field(default_factory=SigningConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
     log_decisions: bool = True
     base_dir: str = "."
 

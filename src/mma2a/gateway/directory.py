@@ -157,8 +157,9 @@ class AgentDirectory:
         self.get(name).draining = draining
         self._changed()
 
-    def mark(self, name: str, *, ok: bool, error: str | None = None) -> None:
-        """Record a call's outcome; three failures in a row eject the agent until a health check passes."""
+    def mark(self, name: str, *, ok: bool, error: str | None = None, eject: bool = False) -> None:
+        """Record a call's outcome; three failures in a row (or one with `eject`: the agent is gone) eject
+        the agent until a health check passes."""
         entry = self._agents.get(name)
         if entry is None:
             return
@@ -170,7 +171,7 @@ class AgentDirectory:
             return
         entry.failures += 1
         entry.last_error = error
-        if entry.failures >= 3 and entry.healthy:
+        if (entry.failures >= 3 or eject) and entry.healthy:
             entry.healthy = False
             log.warning("agent %s ejected after %d failures: %s", name, entry.failures, error)
             self._changed()

@@ -27,6 +27,7 @@ from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
 from .offload import OffloadStage
 from .metrics import GatewayMetrics
+from .security import current_sender
 from .outputs import adapt_outputs
 from .state import RoutingState
 from .tasks import DownstreamTask, TaskMap, TaskRecord
@@ -87,6 +88,9 @@ class Pipeline:
         self.pins = SessionPins()
         self.log_decisions = log_decisions
         self._tick = 0
+        self.guard: Any = None  # security.MessageGuard: limits, modality lists, URLs, signatures
+        self.dedupe: Any = None  # faults.Deduper: same (sender, messageId) answered once
+        self.failover: Any = None  # faults.fail_over: another pool member when an agent is gone
 
     # --- stage 1: the view ------------------------------------------------------------
     def view(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None) -> MessageView:
@@ -191,7 +195,9 @@ class Pipeline:
         self.directory.mark(entry.name, ok=True)
         return result
 
-    async def dispatch(self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None) -> LegResult:
+    async def dispatch(
+        self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: Any = None
+    ) -> LegResult:
         entry = self.directory.get(leg.agent)
         params: dict[str, Any] = {"message": self.leg_message(message, leg, entry)}
         if configuration:
@@ -201,6 +207,10 @@ class Pipeline:
         except AgentRPCError as exc:
             return LegResult(leg.agent, error=f"agent error {exc.code}: {exc.message}")
         except DispatchError as exc:
+            if self.failover is not None and decision is not None:
+                moved = await self.failover(self, leg, message, configuration, decision, exc)
+                if moved is not None:
+                    return moved  # type: ignore[no-any-return]
             return LegResult(leg.agent, error=exc.message)
         if not isinstance(result, dict) or not ({"task", "message"} & result.keys()):
             return LegResult(leg.agent, error="agent answered with neither a task nor a message")
@@ -208,11 +218,15 @@ class Pipeline:
 
     # --- the whole path -----------------------------------------------------------------
     async def prepare(
-        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None,
+        sender: str | None = None,
     ) -> tuple[dict[str, Any], MessageView, RouteDecision]:
-        """Features, offload, view, route: the message as it will travel on, and where each part goes."""
+        """Security checks, features, offload, view, route: the message as it will travel on, and where each part goes."""
+        sender = sender if sender is not None else current_sender()
+        if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
+            sender = await self.guard.admit(message, configuration, target, sender)
         if self.features is not None:
-            await self.features.apply(message, self.state.snapshot)
+            await self.features.apply(message, self.state.snapshot, sender=sender)
         if self.offload is not None:
             message = await self.offload.apply(message)
         view = self.view(message, configuration, target)
@@ -226,6 +240,8 @@ class Pipeline:
         except ContentTypeNotSupported:
             self.metrics.requests.labels("unroutable").inc()
             raise
+        if self.guard is not None:
+            self.guard.check_targets(decision)
         for pr in decision.parts:
             self.metrics.parts.labels(pr.modality.split(";")[0]).inc()
             for name in pr.matched:
@@ -236,6 +252,13 @@ class Pipeline:
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
     ) -> dict[str, Any]:
         """SendMessage through the gateway; returns the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
+        if self.dedupe is not None and isinstance(message.get("messageId"), str):
+            return await self.dedupe.run(  # type: ignore[no-any-return]
+                current_sender(), message["messageId"], lambda: self._send(message, configuration, target))
+        return await self._send(message, configuration, target)
+
+    async def _send(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
+                    ) -> dict[str, Any]:
         t0 = time.perf_counter()
         message, view, decision = await self.prepare(message, configuration, target)
         result = await self.execute(message, configuration, decision)
@@ -267,7 +290,7 @@ class Pipeline:
         except MMA2AError as exc:
             self.metrics.requests.labels("failed").inc()
             return {"task": failed_task(f"transform failed: {exc.message}", message=message, route=route)}
-        results = await asyncio.gather(*(self.dispatch(leg, message, configuration) for leg in legs))
+        results = await asyncio.gather(*(self.dispatch(leg, message, configuration, decision) for leg in legs))
         if len(results) == 1:
             res = results[0]
             if res.error is not None:

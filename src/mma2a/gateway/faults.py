@@ -1,0 +1,194 @@
+"""Fault tolerance: graceful drain, duplicate sends, failover within a pool.
+
+- `Drain`: counts in-flight requests; on SIGTERM the gateway refuses new work (503 with
+  `Retry-After`, from `SecurityMiddleware`), waits for what it accepted to finish, then
+  lets uvicorn close (`DrainingServer`).
+- `Deduper`: a client that retries a `SendMessage` with the same `messageId` (after a
+  timeout, a lost connection) gets the first attempt's answer, never a second delivery.
+  Keyed by (sender, messageId), bounded, with a time to live.
+- `failover_parts`: which parts of a failed leg may go to another member of their pool
+  (the route came from `load_balance` or capability routing, never a broadcast, which
+  already reached every member).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import uvicorn
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import DispatchError
+
+log = logging.getLogger("mma2a.gateway.faults")
+
+
+class Drain:
+    """In-flight request count and the draining flag."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        self.inflight += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.inflight -= 1
+        if self.inflight <= 0:
+            self.inflight = 0
+            self._idle.set()
+
+    def begin(self) -> None:
+        if not self.draining:
+            log.warning("draining: new work is refused, %d requests in flight", self.inflight)
+        self.draining = True
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no request is in flight; False if `timeout_s` passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn that, on the first SIGTERM/SIGINT, drains before closing (a second signal exits at once)."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain, *, grace_s: float = 0.5, timeout_s: float = 30.0) -> None:
+        super().__init__(config)
+        self.drain = drain
+        self.grace_s = grace_s
+        self.drain_timeout_s = timeout_s
+        self._drain_task: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.drain.draining:
+            super().handle_exit(sig, frame)
+            return
+        self.drain.begin()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            super().handle_exit(sig, frame)
+            return
+        self._drain_task = loop.create_task(self._finish(sig, frame))
+
+    async def _finish(self, sig: int, frame: Any) -> None:
+        # keep answering 503 for a moment so keep-alive clients learn to go elsewhere (Connection: close)
+        await asyncio.sleep(self.grace_s)
+        done = await self.drain.wait_idle(self.drain_timeout_s)
+        if not done:
+            log.warning("drain timed out with %d requests in flight", self.drain.inflight)
+        super().handle_exit(sig, frame)
+
+
+class Deduper:
+    """The answer to a (sender, messageId) already seen, or the pending first attempt to wait for."""
+
+    def __init__(self, ttl_s: float = 600.0, capacity: int = 20_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.capacity = capacity
+        self.clock = clock
+        self._seen: OrderedDict[tuple[str | None, str], tuple[float, asyncio.Future[Any]]] = OrderedDict()
+
+    async def run(self, sender: str | None, message_id: str, attempt: Callable[[], Awaitable[Any]]) -> Any:
+        """`attempt()` once per (sender, messageId) within the TTL; later calls share its outcome.
+
+        A first attempt that raised is forgotten, so a retry after a refusal is tried afresh.
+        """
+        key = (sender, message_id)
+        now = self.clock()
+        self._expire(now)
+        hit = self._seen.get(key)
+        if hit is not None:
+            return await asyncio.shield(hit[1])
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._seen[key] = (now, fut)
+        try:
+            result = await attempt()
+        except BaseException as exc:
+            self._seen.pop(key, None)
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        fut.set_result(result)
+        return result
+
+    def _expire(self, now: float) -> None:
+        while self._seen:
+            key, (t, fut) = next(iter(self._seen.items()))
+            if (now - t <= self.ttl_s and len(self._seen) < self.capacity) or not fut.done():
+                break
+            self._seen.popitem(last=False)
+
+
+def is_unreachable(exc: DispatchError) -> bool:
+    """A failure that says the agent is gone (refused, reset, disconnected mid-request), not slow or wrong."""
+    return exc.data.get("unreachable") is True or " unreachable: " in exc.message
+
+
+def failover_parts(decision: Any, agent: str) -> list[int] | None:
+    """Indexes of the parts sent to `agent` when every one of them may go to another pool member, else None."""
+    indexes = []
+    for pr in decision.parts:
+        if agent not in pr.agents():
+            continue
+        if not any(a.startswith(("load_balance:", "capability")) for a in pr.actions) or len(pr.targets) != 1:
+            return None
+        if pr.targets[0].via:
+            return None
+        indexes.append(pr.index)
+    return indexes or None
+
+
+class FaultsConfig(BaseModel):
+    """The `faults` section: duplicate suppression, failover, drain."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dedupe_ttl_s: float = Field(default=0.0, ge=0)  # 0: off (clients that reuse messageIds keep working)
+    failover: bool = True
+    drain_timeout_s: float = Field(default=30.0, gt=0)
+
+
+async def fail_over(
+    pipeline: Any, leg: Any, message: dict[str, Any], configuration: Any, decision: Any, exc: DispatchError
+) -> Any:
+    """Send a gone agent's leg to another member of its pool; None when that is not possible.
+
+    The agent is ejected at once (the health check re-admits it when its card answers
+    again), the message is routed afresh without it, and the leg's parts go to the one
+    agent the new decision names. Repeats while members remain.
+    """
+    from ..errors import MMA2AError
+    from .pipeline import Leg
+
+    if not is_unreachable(exc):
+        return None
+    indexes = failover_parts(decision, leg.agent)
+    if indexes is None:
+        return None
+    pipeline.directory.mark(leg.agent, ok=False, error=exc.message, eject=True)
+    try:
+        new = pipeline.route(pipeline.view(message, configuration, None))
+    except MMA2AError:
+        return None
+    by_index = {pr.index: pr for pr in new.parts}
+    agents = {t.agent for i in indexes if i in by_index for t in by_index[i].targets}
+    if len(agents) != 1 or leg.agent in agents:
+        return None
+    other = agents.pop()
+    log.warning("failover: %s is unreachable (%s); parts %s go to %s", leg.agent, exc.message, indexes, other)
+    pipeline.metrics.agent_errors.labels(leg.agent).inc()
+    return await pipeline.dispatch(Leg(other, leg.parts), message, configuration, new)
