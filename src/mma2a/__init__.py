@@ -39,10 +39,30 @@ from .ext import (
     write_part,
 )
 from .modality import DEFAULT_REGISTRY, Modality, ModalityRegistry, accepts, modality_matches, parse_modality
+from .routing import AgentInfo, RouteDecision, Rule, RuleSet, Snapshot, build_snapshot, decide, load_rules
 from .view import MessageView, PartView, view_message
 
+
+def __getattr__(name: str) -> object:
+    """`Gateway` and `GatewayConfig` load the web stack only when asked for."""
+    if name in ("Gateway", "GatewayConfig"):
+        from . import gateway
+
+        return getattr(gateway, name)
+    raise AttributeError(f"module 'mma2a' has no attribute {name!r}")
+
 __all__ = [
+    "AgentInfo",
     "DEFAULT_REGISTRY",
+    "Gateway",
+    "GatewayConfig",
+    "RouteDecision",
+    "Rule",
+    "RuleSet",
+    "Snapshot",
+    "build_snapshot",
+    "decide",
+    "load_rules",
     "EXTENSION_URI",
     "PROTOCOL",
     "ContentTypeNotSupported",
