@@ -182,3 +182,9 @@ class RateLimited(MMA2AError):
 
 class MediaError(InvalidParams):
     """Media bytes that are corrupt, truncated, of the wrong type, or over a decoding limit."""
+
+
+class ClusterError(MMA2AError):
+    """Cluster mode (NATS JetStream) is misconfigured, unreachable, or refused an operation."""
+
+    code, http_status = INTERNAL_ERROR, 503

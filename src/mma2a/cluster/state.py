@@ -1,0 +1,425 @@
+"""`ClusterState`: one gateway's link to the cluster's shared state in NATS JetStream KV.
+
+Rules (and the mode), agents and modalities live in three KV buckets. Every gateway
+watches them and applies each entry through the same code the admin API uses
+(`RoutingState.set_rules`, `AgentDirectory.add/remove/drain`, `ModalityRegistry.register`),
+so a change made through any gateway takes effect on all. Applying is idempotent: an
+entry already in force (the one this gateway just wrote) is only recorded, not re-applied.
+A rule set that does not build yet (it names an agent whose entry has not arrived) is
+kept pending and retried after the next agent change. Membership is a KV bucket with a
+TTL refreshed by a heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import nats
+import orjson
+from nats.js import api
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from .. import __version__
+from ..errors import ClusterError, MMA2AError
+from ..routing import load_rules, parse_rules
+from ..routing.decision import RouteDecision
+from ..view import MessageView
+from .config import ClusterConfig
+from .delivery import DurableDelivery
+from .objects import ObjectBlobStore
+from .pins import ClusterSessionPins
+
+if TYPE_CHECKING:
+    from ..gateway.aggregate import LegResult
+    from ..gateway.app import Gateway
+    from ..gateway.directory import AgentEntry
+    from ..gateway.pipeline import Pipeline
+
+log = logging.getLogger("mma2a.cluster")
+
+CONFIG_BUCKETS = ("rules", "agents", "modalities")
+
+
+@dataclass(frozen=True)
+class Names:
+    """Every bucket, stream and subject of one cluster, derived from its name."""
+
+    cluster: str
+
+    def bucket(self, kind: str) -> str:
+        return f"{self.cluster}_{kind}"
+
+    @property
+    def delivery_stream(self) -> str:
+        return f"{self.cluster}_delivery".upper()
+
+    def deliver_subject(self, agent: str) -> str:
+        return f"{self.cluster}.deliver.{agent}"
+
+    @property
+    def deliver_filter(self) -> str:
+        return f"{self.cluster}.deliver.>"
+
+    def reply_subject(self, member: str) -> str:
+        return f"{self.cluster}.reply.{member}"
+
+    @property
+    def blobs_bucket(self) -> str:
+        return f"{self.cluster}_blobs"
+
+
+async def connect(config: ClusterConfig, *, name: str = "mma2a", **callbacks: Any) -> Any:
+    """A NATS connection that reconnects forever; a clear `ClusterError` if the first connect fails."""
+    try:
+        return await nats.connect(
+            servers=config.servers(), name=name, connect_timeout=config.connect_timeout_s,
+            max_reconnect_attempts=-1, reconnect_time_wait=0.25, allow_reconnect=True, **callbacks,
+        )
+    except Exception as exc:  # nats raises NoServersError, TimeoutError, OSError
+        raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: {exc or type(exc).__name__}",
+                           field="cluster.nats") from None
+
+
+async def ensure_kv(js: Any, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1) -> KeyValue:
+    """Open a KV bucket, creating it on first use (creation is idempotent between gateways)."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        cfg = api.KeyValueConfig(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
+        return await js.create_key_value(config=cfg)
+
+
+class ClusterState:
+    """Connects a `Gateway` to the cluster: shared config, session pins, blobs, durable delivery, membership."""
+
+    def __init__(self, gateway: Gateway, config: ClusterConfig) -> None:
+        self.gw = gateway
+        self.config = config
+        self.id = config.id or f"{socket.gethostname().split('.')[0]}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.names = Names(config.name)
+        self.nc: Any = None
+        self.js: Any = None
+        self.kv: dict[str, KeyValue] = {}
+        self.applied: dict[str, int] = {b: 0 for b in CONFIG_BUCKETS}
+        self.rules_revision = 0
+        self.last_error: str | None = None
+        self.pins = ClusterSessionPins(self)
+        self.store = ObjectBlobStore(self)
+        self.delivery = DurableDelivery(self)
+        self._pending_rules: Any = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._watchers: list[Any] = []
+        self._apply_lock = asyncio.Lock()
+        self._ready = asyncio.Event()
+        self.started_at = time.time()
+        self.reconnects = 0
+
+    # --- lifecycle ------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect, open buckets, seed them from this gateway's config if empty, then adopt and watch them."""
+        self.nc = await connect(self.config, name=f"mma2a-{self.id}", reconnected_cb=self._reconnected,
+                                disconnected_cb=self._disconnected, error_cb=self._error)
+        self.js = self.nc.jetstream(timeout=5.0)
+        c = self.config
+        for kind in CONFIG_BUCKETS:
+            self.kv[kind] = await ensure_kv(self.js, self.names.bucket(kind), history=5, replicas=c.replicas)
+        self.kv["sessions"] = await ensure_kv(self.js, self.names.bucket("sessions"), ttl=c.session_ttl_s, replicas=c.replicas)
+        self.kv["members"] = await ensure_kv(self.js, self.names.bucket("members"), ttl=c.member_ttl_s, replicas=c.replicas)
+        await self.store.setup()
+        await self._seed()
+        for kind in CONFIG_BUCKETS:
+            await self._catch_up(kind)
+        await self._watch_all()
+        await self.delivery.setup()
+        self.gw.pipeline.pins = self.pins
+        self.gw.pipeline.cluster = self
+        await self.heartbeat()
+        self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
+        log.info("joined cluster %s as %s", c.name, self.id)
+
+    async def stop(self) -> None:
+        await self.delivery.stop()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        await self._unwatch()
+        if self.nc is not None and self.nc.is_connected:
+            with contextlib.suppress(Exception):
+                await self.kv["members"].delete(self.id)
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+        self.nc = None
+
+    async def _disconnected(self) -> None:
+        log.warning("cluster %s: disconnected from NATS, reconnecting", self.config.name)
+
+    async def _reconnected(self) -> None:
+        """After NATS comes back, restart the watches from what was applied (ordered consumers may be gone)."""
+        self.reconnects += 1
+        log.info("cluster %s: reconnected to %s", self.config.name, self.nc.connected_url.netloc if self.nc else "?")
+        self._tasks.append(asyncio.create_task(self._rewatch()))
+
+    async def _rewatch(self) -> None:
+        await self._unwatch()
+        for _ in range(100):
+            try:
+                for kind in CONFIG_BUCKETS:
+                    await self._catch_up(kind)
+                await self._watch_all()
+                return
+            except Exception as exc:  # JetStream may still be recovering its streams
+                log.info("cluster: re-watch after reconnect failed (%s), retrying", exc)
+                await asyncio.sleep(0.2)
+
+    async def _error(self, exc: Exception) -> None:
+        log.debug("nats: %s", exc)
+
+    # --- seeding and applying -------------------------------------------------------
+    async def _seed(self) -> None:
+        """First gateway of a cluster: its configured rules, mode and agents become the cluster's (create = only if absent)."""
+        rules_kv, agents_kv = self.kv["rules"], self.kv["agents"]
+        st = self.gw.state
+        if st.rules_source is not None:
+            with contextlib.suppress(Exception):
+                await rules_kv.create("rules", self._doc(source=st.rules_source))
+        with contextlib.suppress(Exception):
+            await rules_kv.create("mode", self._doc(mode=st.mode))
+        for entry in self.gw.directory.entries():
+            with contextlib.suppress(Exception):
+                await agents_kv.create(entry.name, self._agent_doc(entry))
+
+    def _doc(self, **fields: Any) -> bytes:
+        return orjson.dumps({**fields, "origin": self.id, "at": time.time()})
+
+    def _agent_doc(self, entry: AgentEntry) -> bytes:
+        return self._doc(config=entry.config.model_dump(), card=entry.card, draining=entry.draining)
+
+    async def _catch_up(self, kind: str) -> None:
+        """Apply the current value of every key of a config bucket (used at start and after a reconnect)."""
+        kv = self.kv[kind]
+        try:
+            keys = await kv.keys()
+        except Exception as exc:
+            if "no keys" in str(exc).lower() or type(exc).__name__ == "NoKeysError":
+                return
+            raise
+        entries = []
+        for key in keys:
+            with contextlib.suppress(KeyNotFoundError):
+                entries.append(await kv.get(key))
+        # agents first within rules order: apply in stream order
+        for entry in sorted(entries, key=lambda e: e.revision):
+            await self.apply(kind, entry.key, entry.value, entry.revision, entry.operation)
+
+    async def _watch_all(self) -> None:
+        for kind in (*CONFIG_BUCKETS, "sessions"):
+            watcher = await self.kv[kind].watchall(include_history=False)
+            self._watchers.append(watcher)
+            self._tasks.append(asyncio.create_task(self._follow(kind, watcher)))
+
+    async def _unwatch(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for w in watchers:
+            with contextlib.suppress(Exception):
+                await w.stop()
+
+    async def _follow(self, kind: str, watcher: Any) -> None:
+        while True:
+            try:
+                entry = await watcher.updates(timeout=3600)
+            except (asyncio.TimeoutError, TimeoutError, nats.errors.TimeoutError):
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the watcher's subscription went away (reconnect restarts it)
+                log.debug("cluster watch %s ended: %s", kind, exc)
+                return
+            if entry is None:  # end of the initial values
+                continue
+            try:
+                if kind == "sessions":
+                    self.pins.on_entry(entry.key, entry.value, entry.operation)
+                else:
+                    await self.apply(kind, entry.key, entry.value, entry.revision, entry.operation)
+            except Exception:
+                log.exception("cluster: applying %s/%s failed", kind, entry.key)
+
+    async def apply(self, kind: str, key: str, value: bytes | None, revision: int, op: str | None) -> None:
+        """Apply one config entry unless already applied (by revision) or already in force (by value)."""
+        async with self._apply_lock:
+            if revision <= self.applied[kind]:
+                return
+            self.applied[kind] = revision
+            deleted = op in (KV_DEL, KV_PURGE)
+            doc = {} if deleted or not value else orjson.loads(value)
+            try:
+                if kind == "rules":
+                    await self._apply_rules(key, doc, revision, deleted)
+                elif kind == "agents":
+                    await self._apply_agent(key, doc, deleted)
+                    if self._pending_rules is not None:
+                        pending, self._pending_rules = self._pending_rules, None
+                        await self._apply_rules("rules", pending[0], pending[1], False)
+                elif kind == "modalities" and not deleted:
+                    self._apply_modality(doc)
+            except MMA2AError as exc:
+                self.last_error = f"{kind}/{key} (revision {revision}): {exc.message}"
+                log.warning("cluster: not applied: %s", self.last_error)
+
+    async def _apply_rules(self, key: str, doc: dict[str, Any], revision: int, deleted: bool) -> None:
+        st = self.gw.state
+        if key == "mode":
+            if not deleted and doc.get("mode") and doc["mode"] != st.mode:
+                st.set_mode(doc["mode"])
+                self.pins.clear()
+            return
+        if key != "rules" or deleted:
+            return
+        source = doc.get("source")
+        if source == st.rules_source:
+            self.rules_revision = revision
+            return
+        rules = parse_rules(source, source="cluster") if isinstance(source, dict) else load_rules(source)
+        try:
+            st.set_rules(rules, source=source)
+        except MMA2AError:
+            self._pending_rules = (doc, revision)  # retried after the next agent change
+            raise
+        self.rules_revision = revision
+        self.last_error = None
+        self.pins.clear()
+
+    async def _apply_agent(self, name: str, doc: dict[str, Any], deleted: bool) -> None:
+        from ..gateway.config import AgentConfig
+
+        directory = self.gw.directory
+        if deleted:
+            if name in directory:
+                directory.remove(name)
+            return
+        cfg = AgentConfig.model_validate(doc["config"])
+        card = doc.get("card")
+        current = directory.get(name) if name in directory else None
+        if current is None or current.config != cfg or (card is not None and current.card != card):
+            await directory.add(cfg, card=card)
+        if bool(doc.get("draining")) != directory.get(name).draining:
+            directory.drain(name, bool(doc.get("draining")))
+
+    def _apply_modality(self, doc: dict[str, Any]) -> None:
+        reg = self.gw.registry
+        existing = reg.lookup(doc["modality"]) if "/" in doc.get("modality", "") else None
+        if existing is not None and not existing.builtin and existing.version == doc.get("version", 1) and \
+                dict(existing.schema) == (doc.get("schema") or {"type": "object"}):
+            return
+        reg.register(doc["modality"], schema=doc.get("schema"), version=doc.get("version", 1),
+                     description=doc.get("description", ""))
+
+    # --- publishing changes made through this gateway's admin API ---------------------
+    async def _put(self, kind: str, key: str, data: bytes) -> int:
+        try:
+            return int(await self.kv[kind].put(key, data))
+        except Exception as exc:
+            raise ClusterError(f"cluster: the change was applied here but not shared ({kind}/{key}): {exc}",
+                               field=kind) from None
+
+    async def publish_rules(self, source: Any) -> int:
+        rev = await self._put("rules", "rules", self._doc(source=source))
+        self.rules_revision = max(self.rules_revision, rev)
+        return rev
+
+    async def publish_mode(self, mode: str) -> int:
+        return await self._put("rules", "mode", self._doc(mode=mode))
+
+    async def publish_agent(self, name: str) -> int:
+        return await self._put("agents", name, self._agent_doc(self.gw.directory.get(name)))
+
+    async def publish_agent_removed(self, name: str) -> None:
+        try:
+            await self.kv["agents"].delete(name)
+        except Exception as exc:
+            raise ClusterError(f"cluster: agent {name} removed here but not shared: {exc}", field="agents") from None
+
+    async def publish_modality(self, modality: str, *, schema: Any, version: int, description: str) -> int:
+        key = modality_key(modality)
+        return await self._put("modalities", key, self._doc(modality=modality, schema=schema, version=version,
+                                                             description=description))
+
+    # --- hooks called by the pipeline -------------------------------------------------
+    def epoch(self) -> str:
+        """The cluster config this gateway runs: equal on two gateways that applied the same changes."""
+        return f"{self.applied['rules']}.{self.applied['agents']}.{self.applied['modalities']}"
+
+    async def route(self, pipeline: Pipeline, view: MessageView) -> RouteDecision:
+        """Route a message of a session: the pin may come from another gateway, and a new pin is shared before dispatch."""
+        assert view.session is not None
+        await self.pins.fetch(view.session.id)
+        decision = pipeline.route(view)
+        await self.pins.flush(view.session.id)
+        return decision
+
+    def durable_for(self, agent: str) -> bool:
+        return self.config.durable_for(agent)
+
+    async def deliver(self, agent: str, params: dict[str, Any]) -> LegResult:
+        return await self.delivery.deliver(agent, params)
+
+    # --- membership -------------------------------------------------------------------
+    async def lag(self) -> int:
+        """Config changes in the buckets this gateway has not applied yet."""
+        total = 0
+        for kind in CONFIG_BUCKETS:
+            info = await self.js.stream_info(f"KV_{self.names.bucket(kind)}")
+            total += max(0, int(info.state.last_seq) - self.applied[kind])
+        return total
+
+    async def member_doc(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "url": self.gw.public_url, "version": __version__, "pid": os.getpid(),
+            "rulesRevision": self.rules_revision, "snapshotVersion": self.gw.state.snapshot.version,
+            "epoch": self.epoch(), "lag": await self.lag(), "agents": len(self.gw.directory.entries()),
+            "dispatch": self.config.dispatch, "delivery": self.delivery.stats(), "lastError": self.last_error,
+            "started": self.started_at, "at": time.time(), "reconnects": self.reconnects,
+        }
+
+    async def heartbeat(self) -> None:
+        await self.kv["members"].put(self.id, orjson.dumps(await self.member_doc()))
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_s)
+            try:
+                await self.heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS down: the next beat retries
+                log.debug("heartbeat failed: %s", exc)
+
+    async def is_alive(self, member: str) -> bool:
+        """A member is alive while its heartbeat entry is fresh."""
+        if member == self.id:
+            return True
+        try:
+            entry = await self.kv["members"].get(member)
+        except KeyNotFoundError:
+            return False
+        doc = orjson.loads(entry.value)
+        return time.time() - float(doc.get("at", 0)) < self.config.member_ttl_s
+
+
+def modality_key(modality: str) -> str:
+    """A KV key for a media type: base64url of it (KV keys allow only `-_=./` and alphanumerics)."""
+    import base64
+
+    return base64.urlsafe_b64encode(modality.encode()).decode()
