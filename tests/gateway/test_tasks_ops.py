@@ -1,0 +1,134 @@
+"""Task ids through the gateway, the directory (drain), metrics, decision logs, and `mma2a serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import signal
+import sys
+
+import httpx
+
+from mma2a.ext import EXTENSION_URI
+from mma2a.gateway.server import JsonLogFormatter
+from mma2a.serving import free_port
+from tests.gateway.conftest import ADMIN, agent, agents, gateway, rpc
+from tests.media import png_bytes
+
+PNG = base64.b64encode(png_bytes()).decode()
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+
+
+def img(mid: str) -> dict:
+    return {"messageId": mid, "role": "ROLE_USER", "parts": [{"raw": PNG, "mediaType": "image/png"}]}
+
+
+async def test_get_and_cancel_reach_the_agents_behind_single_and_fan_out_tasks():
+    specs = {n: agent(n, ["image/*"]) for n in ("a", "b")}
+    rules = {"version": 1, "rules": [{"name": "both", "match": {"modality": "image/*"}, "action": {"clone_and_route_to": ["a", "b"]}}]}
+    async with agents(specs) as urls:
+        async with gateway({"agents": [{"name": n, "url": u} for n, u in urls.items()]}) as (gw, url):
+            single = (await rpc(url, "SendMessage", {"message": img("t1")}, path="/agents/a/"))["result"]["task"]
+            got = await rpc(url, "GetTask", {"id": single["id"]})
+            cancel = await rpc(url, "CancelTask", {"id": single["id"]})
+            async with httpx.AsyncClient() as c:
+                await c.put(url + "/admin/rules", json=rules, headers=AUTH)
+            fan = (await rpc(url, "SendMessage", {"message": img("t2")}))["result"]["task"]
+            got_fan = await rpc(url, "GetTask", {"id": fan["id"]})
+    assert got["result"]["id"] == single["id"] and got["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert got["result"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["a"]
+    # the agent's own answer comes back: a completed task cannot be canceled
+    assert cancel["error"]["code"] == -32002
+    assert fan["id"].startswith("gw-")
+    legs = got_fan["result"]["metadata"][EXTENSION_URI]["downstream"]
+    assert sorted(leg["agent"] for leg in legs) == ["a", "b"] and all(leg["state"] == "TASK_STATE_COMPLETED" for leg in legs)
+    assert got_fan["result"]["id"] == fan["id"]
+
+
+async def test_drained_agent_gets_no_new_work_from_capability_routing():
+    specs = {n: agent(n, ["image/*"]) for n in ("a", "b")}
+    async with agents(specs) as urls:
+        async with gateway({"agents": [{"name": n, "url": u} for n, u in urls.items()]}) as (gw, url):
+            first = await rpc(url, "SendMessage", {"message": img("d1")})
+            chosen = first["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"][0]
+            async with httpx.AsyncClient() as c:
+                drained = await c.post(url + f"/admin/agents/{chosen}/drain", headers=AUTH)
+            after = await rpc(url, "SendMessage", {"message": img("d2")})
+            card = (await httpx.AsyncClient().get(url + "/.well-known/agent-card.json")).json()
+    other = "b" if chosen == "a" else "a"
+    assert drained.json()["draining"] is True
+    assert after["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == [other]
+    assert all(not s["id"].startswith(chosen + "/") for s in card["skills"])
+
+
+async def test_metrics_count_requests_parts_rules_and_agents():
+    specs = {"a": agent("a", ["image/*"])}
+    rules = {"version": 1, "rules": [{"name": "to-a", "match": {"modality": "image/*"}, "action": {"route_to": "a"}}]}
+    async with agents(specs) as urls:
+        async with gateway({"rules": rules, "agents": [{"name": "a", "url": urls["a"]}]}) as (gw, url):
+            for i in range(3):
+                await rpc(url, "SendMessage", {"message": img(f"m{i}")})
+            text = (await httpx.AsyncClient().get(url + "/metrics")).text
+    assert 'mma2a_requests_total{outcome="ok"} 3.0' in text
+    assert 'mma2a_parts_total{modality="image/png"} 3.0' in text
+    assert 'mma2a_rule_matches_total{rule="to-a"} 3.0' in text
+    assert 'mma2a_agent_seconds_count{agent="a"} 3.0' in text
+    assert 'mma2a_agents{health="healthy"} 1.0' in text
+
+
+async def test_decisions_are_logged_as_json_lines():
+    records: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(JsonLogFormatter().format(record))
+
+    handler = Capture()
+    logging.getLogger("mma2a.decisions").addHandler(handler)
+    logging.getLogger("mma2a.decisions").setLevel(logging.INFO)
+    try:
+        async with agents({"a": agent("a", ["image/*"])}) as urls:
+            async with gateway({"agents": [{"name": "a", "url": urls["a"]}]}) as (gw, url):
+                await rpc(url, "SendMessage", {"message": img("log1")})
+    finally:
+        logging.getLogger("mma2a.decisions").removeHandler(handler)
+    doc = json.loads(records[-1])
+    assert doc["msg"] == "decision" and doc["decision"]["messageId"] == "log1"
+    assert doc["decision"]["route"][0]["targets"] == ["a"]
+
+
+async def test_serve_command_runs_a_gateway_from_a_config_file(tmp_path):
+    async with agents({"a": agent("a", ["image/*"])}) as urls:
+        port = free_port()
+        cfg = tmp_path / "gateway.yaml"
+        cfg.write_text(f"listen: 127.0.0.1:{port}\nagents:\n  - {{name: a, url: {urls['a']}}}\nfeatures: false\n")
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg),
+                                                    stderr=asyncio.subprocess.PIPE)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            for _ in range(200):
+                try:
+                    health = (await httpx.AsyncClient().get(url + "/healthz")).json()
+                    break
+                except httpx.HTTPError:
+                    await asyncio.sleep(0.05)
+            doc = await rpc(url, "SendMessage", {"message": img("s1")})
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert health == {"status": "ok", "agents": 1, "healthy": 1, "rulesVersion": health["rulesVersion"], "mode": "native"}
+    assert doc["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert proc.returncode == 0
+    assert f"mma2a gateway on http://127.0.0.1:{port}" in err.decode()
+
+
+async def test_serve_with_a_bad_config_names_the_field(tmp_path):
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text("listen: nowhere\n")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg),
+                                                stderr=asyncio.subprocess.PIPE, env={**os.environ})
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2 and "error: listen: Value error, must be HOST:PORT" in err.decode()
