@@ -34,62 +34,51 @@ class Drain:
     def __init__(self) -> None:
         self.draining = False
         self.inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     def enter(self) -> None:
         self.inflight += 1
-        self._idle.clear()
 
     def leave(self) -> None:
-        self.inflight -= 1
-        if self.inflight <= 0:
-            self.inflight = 0
-            self._idle.set()
+        self.inflight = max(0, self.inflight - 1)
 
     def begin(self) -> None:
         if not self.draining:
             log.warning("draining: new work is refused, %d requests in flight", self.inflight)
         self.draining = True
 
-    async def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until no request is in flight; False if `timeout_s` passed first."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-            return True
-        except asyncio.TimeoutError:
-            return False
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn that, on the first SIGTERM/SIGINT, drains before closing (a second signal exits at once)."""
+    """uvicorn that, on the first SIGTERM/SIGINT, drains before closing (a second signal closes at once).
+
+    Draining: new work is refused with 503 (`SecurityMiddleware`) for at least `grace_s`,
+    until no accepted request is in flight (or `timeout_s` passed); then uvicorn's own
+    graceful shutdown runs.
+    """
 
     def __init__(self, config: uvicorn.Config, drain: Drain, *, grace_s: float = 0.5, timeout_s: float = 30.0) -> None:
         super().__init__(config)
         self.drain = drain
         self.grace_s = grace_s
         self.drain_timeout_s = timeout_s
-        self._drain_task: asyncio.Task[None] | None = None
+        self._pending: tuple[int, Any, float] | None = None
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        if self.drain.draining:
+        if self._pending is not None:
             super().handle_exit(sig, frame)
             return
         self.drain.begin()
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            super().handle_exit(sig, frame)
-            return
-        self._drain_task = loop.create_task(self._finish(sig, frame))
+        self._pending = (sig, frame, time.monotonic())
 
-    async def _finish(self, sig: int, frame: Any) -> None:
-        # keep answering 503 for a moment so keep-alive clients learn to go elsewhere (Connection: close)
-        await asyncio.sleep(self.grace_s)
-        done = await self.drain.wait_idle(self.drain_timeout_s)
-        if not done:
-            log.warning("drain timed out with %d requests in flight", self.drain.inflight)
-        super().handle_exit(sig, frame)
+    async def on_tick(self, counter: int) -> bool:
+        if self._pending is not None and not self.should_exit:
+            sig, frame, t0 = self._pending
+            waited = time.monotonic() - t0
+            if (waited >= self.grace_s and self.drain.inflight == 0) or waited >= self.drain_timeout_s:
+                if self.drain.inflight:
+                    log.warning("drain timed out with %d requests in flight", self.drain.inflight)
+                super().handle_exit(sig, frame)
+        return await super().on_tick(counter)
 
 
 class Deduper:
@@ -135,7 +124,7 @@ class Deduper:
 
 def is_unreachable(exc: DispatchError) -> bool:
     """A failure that says the agent is gone (refused, reset, disconnected mid-request), not slow or wrong."""
-    return exc.data.get("unreachable") is True or " unreachable: " in exc.message
+    return " unreachable: " in exc.message or "ClientOSError" in exc.message or "Connection reset" in exc.message
 
 
 def failover_parts(decision: Any, agent: str) -> list[int] | None:

@@ -494,7 +494,8 @@ _PUBLIC = frozenset({"/healthz", "/.well-known/agent-card.json"})
 
 def classify(path: str, method: str, query: str) -> PathKind:
     """Which credential a path needs: none, the admin token, a URL signature, or a client credential."""
-    if path in _PUBLIC or (path.startswith("/agents/") and path.endswith("/.well-known/agent-card.json")):
+    if path in _PUBLIC or path == "/v1/card" or (
+            path.startswith("/agents/") and path.endswith(("/.well-known/agent-card.json", "/v1/card"))):
         return "public"
     if path == "/metrics":
         return "metrics"

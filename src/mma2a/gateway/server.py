@@ -12,6 +12,7 @@ import uvicorn
 from ..serving import running, uvicorn_config
 from .app import Gateway
 from .config import GatewayConfig
+from .faults import DrainingServer
 
 __all__ = ["JsonLogFormatter", "configure_logging", "running", "serve"]
 
@@ -47,4 +48,5 @@ def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
 def serve(config: GatewayConfig) -> None:
     """Run a gateway until SIGINT/SIGTERM (uvicorn finishes in-flight requests first)."""
     gateway = Gateway(config)
-    uvicorn.Server(uvicorn_config(gateway.app, config.host, config.port, timeout_graceful_shutdown=30)).run()
+    config_ = uvicorn_config(gateway.app, config.host, config.port, timeout_graceful_shutdown=30)
+    DrainingServer(config_, gateway.drain, timeout_s=config.faults.drain_timeout_s).run()  # SIGTERM: drain, then close
