@@ -47,6 +47,6 @@ async def secured(extra: dict[str, Any] | None = None, *, monkeypatch: Any = Non
 
 async def post(url: str, path: str, body: Any = None, headers: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
     async with httpx.AsyncClient(timeout=30) as c:
-        if body is not None and not isinstance(body, (bytes, str)):
+        if body is not None and isinstance(body, (dict, list)):
             return await c.post(url + path, json=body, headers=headers, **kw)
         return await c.post(url + path, content=body, headers=headers, **kw)

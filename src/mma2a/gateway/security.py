@@ -649,6 +649,11 @@ class SecurityMiddleware:
             body = msg.get("body", b"")
             size += len(body)
             if size > self.max_body_bytes:
+                # read (and drop) a bounded tail so the client sees the 413 rather than a reset connection
+                extra = 0
+                while msg.get("more_body", False) and extra < (1 << 20):
+                    msg = await receive()
+                    extra += len(msg.get("body", b""))
                 await self._refuse(PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes; "
                                                    "send large media by reference (POST /blobs)"), path, method, send)
                 return None
