@@ -1,0 +1,207 @@
+"""Threat-table rows through a real gateway: SSRF through every URL field, malformed requests without
+stack traces, unknown methods, decompression bombs, forged and replayed signed features."""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+
+import httpx
+import pytest
+from google.protobuf import json_format
+from PIL import Image
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+from mma2a.ext import EXTENSION_URI
+from mma2a.signing import new_private_key, public_key_text, sign_message
+from tests.agents import serve_app
+from tests.gateway.conftest import agent, agents, gateway
+from tests.security.conftest import TOKEN, bearer, post, secured, send_body
+
+STREAM = f"params.message.parts[0].metadata[{EXTENSION_URI}].stream.url"
+
+
+@pytest.fixture
+async def canary():
+    """An internal service on loopback that must never be reached; counts its hits."""
+    hits: list[str] = []
+
+    async def anything(request):
+        hits.append(str(request.url))
+        return Response(b"secret")
+
+    app = Starlette(routes=[Route("/{p:path}", anything, methods=["GET", "POST"])])
+    async with serve_app(app) as url:
+        yield url.rstrip("/"), hits
+
+
+async def test_ssrf_through_every_url_field_is_refused(canary) -> None:
+    internal, hits = canary
+    fields = {
+        "params.message.parts[0].url": send_body(parts=[{"url": internal + "/latest/meta-data", "mediaType": "image/png"}]),
+        "metadata": send_body(parts=[{"url": "http://169.254.169.254/latest/meta-data/iam", "mediaType": "image/png"}]),
+        "file": send_body(parts=[{"url": "file:///etc/passwd", "mediaType": "text/plain"}]),
+        "gopher": send_body(parts=[{"url": "gopher://127.0.0.1:25/", "mediaType": "text/plain"}]),
+        "v6": send_body(parts=[{"url": "http://[::ffff:127.0.0.1]/", "mediaType": "image/png"}]),
+        "private": send_body(parts=[{"url": "http://10.0.0.8/x.png", "mediaType": "image/png"}]),
+        STREAM: send_body(parts=[{"text": "live", "metadata": {EXTENSION_URI: {
+            "modality": "audio/wav", "stream": {"url": internal.replace("http", "ws") + "/s", "sessionId": "s1"}}}}]),
+        "params.configuration.taskPushNotificationConfig.url": send_body(
+            configuration={"taskPushNotificationConfig": {"url": internal + "/hook"}}),
+    }
+    async with secured() as (gw, url, _):
+        answers = {k: await post(url, "/", body, bearer(TOKEN)) for k, body in fields.items()}
+        rest = await post(url, "/message:send", {"message": fields["metadata"]["params"]["message"]}, bearer(TOKEN))
+        listed = await post(url, "/", send_body(parts=[{"url": internal + "/x", "mediaType": "image/png"}]), bearer(TOKEN))
+    port = internal.rsplit(":", 1)[1]
+    errors = {k: r.json()["error"] for k, r in answers.items()}
+    assert errors["params.message.parts[0].url"] == {"code": -32602, "message": (
+        f"params.message.parts[0].url: refused to fetch {internal}/latest/meta-data: 127.0.0.1 is a loopback address"),
+        "data": {"field": "params.message.parts[0].url"}}
+    assert errors["metadata"]["message"] == ("params.message.parts[0].url: refused to fetch http://169.254.169.254/latest/"
+                                             "meta-data/iam: 169.254.169.254 is a link-local address (169.254.0.0/16, cloud metadata)")
+    assert errors["file"]["message"] == ("params.message.parts[0].url: refused to fetch file:///etc/passwd: scheme 'file' "
+                                         "is not allowed (allowed: https, http, wss, ws)")
+    assert "scheme 'gopher' is not allowed" in errors["gopher"]["message"]
+    assert errors["v6"]["message"].endswith("127.0.0.1 is a loopback address")
+    assert errors["private"]["message"].endswith("10.0.0.8 is a private address")
+    assert errors[STREAM]["message"] == (f"{STREAM}: refused to fetch ws://127.0.0.1:{port}/s: 127.0.0.1 is a loopback address")
+    assert errors["params.configuration.taskPushNotificationConfig.url"]["message"].startswith(
+        "params.configuration.taskPushNotificationConfig.url: refused to fetch")
+    assert rest.status_code == 400 and "link-local" in rest.json()["error"]["message"]
+    assert "error" in listed.json()
+    assert hits == []  # nobody (gateway or agent) ever reached the internal service
+    assert all(not spec[1].received for spec in gw.test_specs.values())
+
+
+async def test_allowlisted_hosts_and_own_blob_urls_pass(canary) -> None:
+    internal, hits = canary
+    host = internal.split("//")[1]
+    async with secured({"urls": {"allow_hosts": [host]}}) as (gw, url, _):
+        ok = await post(url, "/", send_body(parts=[{"url": internal + "/ok.png", "mediaType": "image/png"}]), bearer(TOKEN))
+        async with httpx.AsyncClient() as c:
+            blob = (await c.post(url + "/blobs", content=b"img", headers={"Content-Type": "image/png", **bearer(TOKEN)})).json()
+        own = await post(url, "/", send_body("m-2", parts=[{"url": blob["url"], "mediaType": "image/png"}]), bearer(TOKEN))
+    assert ok.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert own.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_malformed_requests_get_defined_errors_without_stack_traces() -> None:
+    async with secured() as (gw, url, _):
+        h = {**bearer(TOKEN), "Content-Type": "application/json"}
+        cases = {
+            "not json": await post(url, "/", b"{not json", h),
+            "truncated": await post(url, "/", b'{"jsonrpc": "2.0", "method": "SendMessage", "params": {', h),
+            "array": await post(url, "/", b"[1, 2]", h),
+            "no version": await post(url, "/", {"id": 1, "method": "SendMessage"}, h),
+            "method type": await post(url, "/", {"jsonrpc": "2.0", "id": 2, "method": 7}, h),
+            "unknown": await post(url, "/", {"jsonrpc": "2.0", "id": 3, "method": "DropTables", "params": {}}, h),
+            "params": await post(url, "/", {"jsonrpc": "2.0", "id": 4, "method": "SendMessage", "params": [1]}, h),
+            "part": await post(url, "/", send_body(parts=[{"text": 5}]), h),
+            "utf8": await post(url, "/", b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":"\xff\xfe"}', h),
+            "rest json": await post(url, "/message:send", b"{oops", h),
+            "rest proto": await post(url, "/message:send", {"message": {"parts": "not a list"}}, h),
+            "rest unknown field": await post(url, "/message:send", {"mesage": {}}, h),
+        }
+    codes = {k: (r.json().get("error") or {}).get("code") for k, r in cases.items()}
+    assert codes["not json"] == codes["truncated"] == codes["utf8"] == -32700
+    assert codes["array"] == codes["no version"] == codes["method type"] == -32600
+    assert codes["unknown"] == -32601 and codes["params"] == codes["part"] == -32602
+    assert cases["part"].json()["error"]["message"] == "params.message.parts[0].text: must be a string"
+    for k in ("rest json", "rest proto", "rest unknown field"):
+        assert cases[k].status_code == 400 and cases[k].json()["error"]["status"] == "INVALID_ARGUMENT"
+    for k, r in cases.items():
+        assert r.status_code < 500, k
+        assert "Traceback" not in r.text and 'File "' not in r.text and ".py" not in r.text, k
+
+
+def _bomb_png(width: int, height: int) -> str:
+    """A real PNG whose header claims width x height; the pixel data compresses to almost nothing."""
+    img = Image.new("1", (width, height))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", optimize=True)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+async def test_decompression_bomb_through_the_gateway_is_not_decoded() -> None:
+    bomb = _bomb_png(12_000, 12_000)  # 144 Mpx (over the 40 Mpx guard) in a few KB
+    assert len(bomb) < 64 * 1024
+    specs = {"vision": agent("vision", ["image/*"]), "text": agent("text", ["text/plain"], ext=False)}
+    rules = {"version": 1, "rules": [{"name": "wide", "match": {"modality": "image/*", "features": {"width": {"gt": 100}}},
+                                      "action": {"route_to": "vision"}}], "default": {"route_to": "vision"}}
+    async with agents(specs) as urls:
+        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], "rules": rules}
+        async with gateway(cfg) as (gw, url):
+            t0 = time.monotonic()
+            r = await post(url, "/", send_body(parts=[{"raw": bomb, "mediaType": "image/png"}]), {"A2A-Version": "1.0"})
+            took = time.monotonic() - t0
+    assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    got = json_format.MessageToDict(specs["vision"][1].received[0].message.parts[0])
+    features = got["metadata"][EXTENSION_URI]["features"]
+    assert "decompression bomb guard" in features["error"] and "width" not in features
+    assert took < 30  # bounded by the feature budget, not by decoding 144 Mpx
+
+
+def _signing_cfg(policy: str, key) -> dict:
+    return {"signing": {"senders": {"camera-1": public_key_text(key)}, "policy": policy},
+            "features": {"trusted_senders": ["camera-1"], "untrusted": "drop", "fill_missing": False},
+            "rules": {"version": 1, "rules": [{"name": "cats", "match": {"modality": "image/*",
+                      "features": {"objects": {"contains": "cat"}}}, "action": {"route_to": "vision"}}],
+                      "default": {"route_to": "text"}}}
+
+
+def _image_msg(mid: str) -> dict:
+    from tests.security.conftest import PNG_1PX
+
+    return {"messageId": mid, "role": "ROLE_USER", "parts": [{"raw": PNG_1PX, "mediaType": "image/png", "metadata": {
+        EXTENSION_URI: {"modality": "image/png", "features": {"objects": ["cat"]}}}}]}
+
+
+async def test_signed_features_route_forged_and_replayed_ones_are_rejected() -> None:
+    key = new_private_key()
+    specs = {"vision": agent("vision", ["image/*"]), "text": agent("text", ["image/*", "text/plain"])}
+    async with agents(specs) as urls:
+        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], **_signing_cfg("reject", key)}
+        async with gateway(cfg) as (gw, url):
+            good = _image_msg("s-1")
+            sign_message(good, key, signer="camera-1", ts=int(time.time()))
+            ok = await post(url, "/", {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": good}},
+                            {"A2A-Version": "1.0"})
+            replay = await post(url, "/", {"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": good}},
+                                {"A2A-Version": "1.0"})
+            forged = _image_msg("s-2")
+            sign_message(forged, new_private_key(), signer="camera-1", ts=int(time.time()))
+            bad = await post(url, "/", {"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {"message": forged}},
+                             {"A2A-Version": "1.0"})
+            unsigned = await post(url, "/", {"jsonrpc": "2.0", "id": 4, "method": "SendMessage",
+                                             "params": {"message": _image_msg("s-3")}}, {"A2A-Version": "1.0"})
+            rest_good = _image_msg("s-4")
+            sign_message(rest_good, key, signer="camera-1", ts=int(time.time()))
+            rest = await post(url, "/message:send", {"message": rest_good}, {"A2A-Version": "1.0"})
+    sig = f"message.metadata[{EXTENSION_URI}].signature"
+    assert ok.json()["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["vision"]
+    assert replay.json()["error"]["message"] == f"{sig}.nonce: nonce already used by camera-1 (replayed message)"
+    assert bad.json()["error"] == {"code": -32602, "message": f"{sig}: does not verify for signer 'camera-1' "
+                                   "(extension metadata or content changed, or forged)", "data": {"field": sig}}
+    assert unsigned.json()["error"]["message"] == f"{sig}: missing (this gateway requires signed extension fields)"
+    assert rest.status_code == 200 and rest.json()["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["vision"]
+    assert len(specs["vision"][1].received) == 2 and not specs["text"][1].received
+
+
+async def test_strip_policy_drops_forged_features_before_routing() -> None:
+    key = new_private_key()
+    specs = {"vision": agent("vision", ["image/*"]), "text": agent("text", ["image/*", "text/plain"])}
+    async with agents(specs) as urls:
+        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], **_signing_cfg("strip", key)}
+        async with gateway(cfg) as (gw, url):
+            forged = _image_msg("x-1")
+            sign_message(forged, key, signer="camera-1", ts=int(time.time()))
+            forged["parts"][0]["metadata"][EXTENSION_URI]["features"]["objects"] = ["cat", "dog"]
+            r = await post(url, "/", {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": forged}},
+                           {"A2A-Version": "1.0"})
+    assert r.json()["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["text"]
+    got = json_format.MessageToDict(specs["text"][1].received[0].message.parts[0])
+    assert "features" not in got["metadata"][EXTENSION_URI]
