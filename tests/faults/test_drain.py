@@ -1,0 +1,79 @@
+"""A gateway process sent SIGTERM under load loses no accepted message.
+
+"Accepted" = the client got a response that carries the agent's answer. Every request ends
+in one of: a complete answer (and the agent did the work), a clean refusal (503 "shutting
+down", or a connection refused before anything was sent), or, at the very end, a
+connection closed with no response, in which case the agent never saw the message (so a
+retry elsewhere is safe). Nothing else is allowed: no 5xx, no half answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.faults.procs import agent_process, gateway_process, log_lines
+
+
+async def _client(url: str, n: int, outcomes: list[tuple[str, str, float, float]], stop: asyncio.Event) -> None:
+    async with httpx.AsyncClient(timeout=30) as c:
+        i = 0
+        while not stop.is_set():
+            mid = f"c{n}-{i}"
+            i += 1
+            body = {"jsonrpc": "2.0", "id": i, "method": "SendMessage",
+                    "params": {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "load"}]}}}
+            t0 = time.monotonic()
+            try:
+                r = await c.post(url + "/", json=body, headers={"A2A-Version": "1.0"})
+            except httpx.ConnectError:
+                outcomes.append(("refused", mid, t0, time.monotonic()))
+                await asyncio.sleep(0.05)
+                continue
+            except httpx.RemoteProtocolError:
+                outcomes.append(("unanswered", mid, t0, time.monotonic()))
+                continue
+            t1 = time.monotonic()
+            doc = r.json()
+            if r.status_code == 503 and doc["error"]["message"].startswith("the gateway is shutting down"):
+                outcomes.append(("503", mid, t0, t1))
+                await asyncio.sleep(0.05)
+            elif r.status_code == 200 and doc["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED":
+                outcomes.append(("ok", mid, t0, t1))
+            else:
+                outcomes.append((f"bad {r.status_code} {r.text[:200]}", mid, t0, t1))
+
+
+async def test_sigterm_under_load_loses_no_accepted_message(tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    with agent_process("worker", log, delay=0.3) as (agent_url, _):
+        with gateway_process({"agents": [{"name": "worker", "url": agent_url}], "timeout_s": 20}, tmp_path) as (url, gw):
+            outcomes: list[tuple[str, str, float, float]] = []
+            stop = asyncio.Event()
+            clients = [asyncio.create_task(_client(url, n, outcomes, stop)) for n in range(8)]
+            await asyncio.sleep(1.5)
+            sent_at = time.monotonic()
+            gw.send_signal(signal.SIGTERM)
+            while gw.poll() is None and time.monotonic() - sent_at < 30:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            stop.set()
+            await asyncio.gather(*clients)
+            code = gw.wait()
+    done = {line.split(" ", 1)[1] for line in log_lines(log) if line.startswith("done ")}
+    got = {line.split(" ", 1)[1] for line in log_lines(log) if line.startswith("got ")}
+    kinds = [o[0] for o in outcomes]
+    ok = [o for o in outcomes if o[0] == "ok"]
+    assert not [k for k in kinds if k.startswith("bad")], [o for o in outcomes if o[0].startswith("bad")]
+    assert {o[1] for o in ok} <= done  # every accepted message was done by the agent
+    in_flight_at_sigterm = [o for o in ok if o[2] < sent_at < o[3]]
+    assert in_flight_at_sigterm  # requests running at SIGTERM finished with their answers
+    assert "503" in kinds and "refused" in kinds  # new work was refused cleanly, then the port closed
+    assert all(o[2] > sent_at for o in outcomes if o[0] in ("503", "refused"))
+    unanswered = {o[1] for o in outcomes if o[0] == "unanswered"}
+    assert not (unanswered & got)  # a request closed without an answer never reached the agent
+    assert code in (0, -signal.SIGTERM)
