@@ -188,3 +188,24 @@ class ClusterError(MMA2AError):
     """Cluster mode (NATS JetStream) is misconfigured, unreachable, or refused an operation."""
 
     code, http_status = INTERNAL_ERROR, 503
+
+
+# --- what an SDK user hits (mma2a.sdk) ---------------------------------------------------------
+
+
+class PayloadExpired(SignatureError):
+    """A payload or stream URL whose signed expiry has passed before it was read."""
+
+
+class DigestMismatch(PayloadError):
+    """Bytes whose SHA-256 or size differ from what the part's `payload` reference promised."""
+
+
+class GatewayUnreachable(MMA2AError):
+    """The gateway (or agent) cannot be reached: connection refused, DNS failure, timeout."""
+
+    code, http_status = INTERNAL_ERROR, 503
+
+
+class ModalityRefused(ContentTypeNotSupported):
+    """The receiver (an agent, or the gateway on its behalf) refuses a part's modality (-32005)."""

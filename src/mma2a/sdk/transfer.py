@@ -1,0 +1,112 @@
+"""Talking to the gateway's payload endpoints: streamed uploads to `POST /blobs`, live streams under `/streams`.
+
+Files are read from disk a chunk at a time while they upload (hashed on the way, the
+digest compared with what the store reports), so memory stays at a chunk whatever the size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterable, AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..errors import DigestMismatch, GatewayUnreachable, PayloadError, PayloadTooLarge, SignatureError
+
+CHUNK = 1024 * 1024
+
+
+def unreachable(url: str, exc: BaseException) -> GatewayUnreachable:
+    reason = str(exc) or type(exc).__name__
+    return GatewayUnreachable(f"cannot reach the gateway at {url}: {reason}", field="url")
+
+
+def _failure(what: str, resp: httpx.Response) -> PayloadError:
+    try:
+        message = resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = resp.text[:200] or resp.reason_phrase
+    cls: type[PayloadError] = PayloadError
+    if resp.status_code == 403:
+        cls = SignatureError
+    err = cls(f"{what} failed: HTTP {resp.status_code}: {message}", data={"status": resp.status_code})
+    if resp.status_code == 413:
+        return PayloadTooLarge(err.message, data=err.data)  # type: ignore[return-value]
+    return err
+
+
+class GatewayStore:
+    """The blob store and stream hub of one gateway, over a shared httpx client."""
+
+    def __init__(self, base_url: str, http: httpx.AsyncClient) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.http = http
+
+    async def _post(self, what: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            resp = await self.http.post(self.base_url + path, **kwargs)
+        except httpx.RequestError as exc:
+            raise unreachable(self.base_url, exc) from None
+        if resp.status_code != 201:
+            raise _failure(what, resp)
+        doc: dict[str, Any] = resp.json()
+        return doc
+
+    async def upload_file(self, path: Path, media_type: str) -> dict[str, Any]:
+        """Stream a file to `POST /blobs`; returns `{url, sha256, size, mediaType, expires}`."""
+        size = path.stat().st_size
+        digest = hashlib.sha256()
+
+        async def body() -> AsyncIterator[bytes]:
+            with path.open("rb") as f:
+                while block := await asyncio.to_thread(f.read, CHUNK):
+                    digest.update(block)
+                    yield block
+
+        info = await self._post(f"upload of {path.name}", "/blobs", content=body(),
+                                headers={"Content-Type": media_type, "Content-Length": str(size)})
+        local = digest.hexdigest()
+        if info.get("sha256") != local:
+            raise DigestMismatch(
+                f"upload of {path.name}: the gateway stored sha256 {info.get('sha256')}, the file hashes to {local} "
+                "(did it change while uploading?)",
+                field="sha256",
+            )
+        return info
+
+    async def upload_bytes(self, data: bytes, media_type: str, name: str = "bytes") -> dict[str, Any]:
+        local = hashlib.sha256(data).hexdigest()
+        return await self._post(f"upload of {name}", "/blobs", content=data,
+                                headers={"Content-Type": media_type, "X-Content-SHA256": local})
+
+    async def open_stream(self, media_type: str, session_id: str | None = None) -> dict[str, Any]:
+        """`POST /streams`: signed producer and consumer URLs and the `stream` extension field."""
+        doc: dict[str, Any] = {"mediaType": media_type}
+        if session_id:
+            doc["sessionId"] = session_id
+        return await self._post("opening a stream", "/streams", json=doc)
+
+    async def push(self, producer_url: str, chunks: AsyncIterable[bytes]) -> dict[str, Any]:
+        """Send chunks as they come in one chunked `POST` (its end closes the stream); returns the stream's info."""
+        sent = 0
+
+        async def body() -> AsyncIterator[bytes]:
+            nonlocal sent
+            async for chunk in chunks:
+                if chunk:
+                    sent += len(chunk)
+                    yield bytes(chunk)
+
+        try:
+            resp = await self.http.post(producer_url, content=body(), timeout=httpx.Timeout(30.0, read=None, write=None))
+        except httpx.RequestError as exc:
+            raise unreachable(self.base_url, exc) from None
+        if resp.status_code != 200:
+            raise _failure("streaming", resp)
+        info: dict[str, Any] = resp.json()
+        if info.get("size") != sent:
+            raise PayloadError(f"streaming: sent {sent} bytes but the gateway holds {info.get('size')}", field="stream")
+        return info
