@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from a2a.types import AgentCard
 
-from . import captioner, reasoner, speech, vision
+from . import captioner, keyword, reasoner, speech, vision
 from .runtime import Reply
 
 
@@ -27,6 +27,7 @@ CATALOG: dict[str, ReferenceAgent] = {
         ReferenceAgent(speech.STT_NAME, speech.stt_card, speech.stt_reply, transformer=True, summary="speech to text"),
         ReferenceAgent(speech.TTS_NAME, speech.tts_card, speech.tts_reply, transformer=True, summary="text to speech"),
         ReferenceAgent(captioner.NAME, captioner.card, captioner.reply, transformer=True, summary="image to text caption"),
-        ReferenceAgent(reasoner.NAME, reasoner.card, reasoner.reply, summary="text reasoner"),
+        ReferenceAgent(reasoner.NAME, reasoner.card, reasoner.reply, summary="reasoner: text, and photos on their pixels"),
+        ReferenceAgent(keyword.NAME, keyword.card, keyword.reply, summary="keyword-only reasoner (the ablation)"),
     )
 }

@@ -1,34 +1,179 @@
-"""Text reasoner: answers from text alone (the analyst every route ends at)."""
+"""The analyst: the capable reasoner. Reads text reports, transcripts and captions, and photos
+on their pixels when they reach it natively (the vision inspector's perception, in process).
+
+It is deterministic, not a language model: it recognises a handful of customer-service
+questions (`questions.py`) and answers each from the best evidence it was given — image
+findings when a photo arrived, else whatever the texts (a caption, a transcript, the
+report) say, else a stated default guess. A report without a recognised question gets a
+summary: issues named, urgency, what the photos show.
+"""
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from a2a.types import AgentCard
 
-from .runtime import ReceivedPart, make_card
+from . import questions as q
+from .runtime import ReceivedPart, make_card, run_blocking
+from .vision import COLOUR_NAMES, colour_name, describe, hex_rgb, inspect_image
 
 NAME = "analyst"
 
-_ISSUES = ("crack", "cracked", "broken", "scratch", "dent", "leak", "noise", "rattle", "defect", "stain", "mark", "fault")
+_ISSUES = ("crack", "cracked", "broken", "scratch", "scratched", "dent", "leak", "leaking", "noise", "rattle", "defect",
+           "stain", "stained", "mark", "fault", "loose", "bent", "dead", "missing")
+COLOUR_TOLERANCE = 32.0
+"""Largest RGB distance between an ordered and a seen colour that still counts as the same colour."""
 
 
 def card() -> AgentCard:
-    return make_card(NAME, "Reads text reports and answers: what is wrong, how urgent.",
-                     input_modes=["text/plain", "text/markdown"], output_modes=["text/plain"], skill="analyse-report")
+    return make_card(NAME, "Answers customer-service questions from text reports, transcripts and photos (reads "
+                     "pixels: defect places and counts, QR labels, status lights, colours); summarises other reports.",
+                     input_modes=["text/plain", "text/markdown", "image/png", "image/jpeg", "image/webp"],
+                     output_modes=["text/plain", "application/json"], skill="analyse-report")
 
 
-def analyse(text: str) -> str:
-    words = re.findall(r"[a-z']+", text.lower())
-    issues = sorted({w for w in words if w in _ISSUES})
-    urgent = any(w in words for w in ("urgent", "immediately", "dangerous", "smoke", "fire"))
-    verdict = f"issues: {', '.join(issues)}" if issues else "no issue named"
-    return f"{verdict}; urgency: {'high' if urgent else 'normal'} ({len(words)} words read)"
+@dataclass
+class Evidence:
+    """What the analyst was given: the report, texts derived from other media, image findings."""
+
+    report: str = ""
+    derived: list[str] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def statement(self) -> str:
+        """The report without its question (a question's words are not evidence)."""
+        idx = self.report.lower().rfind("question:")
+        return self.report[:idx] if idx >= 0 else self.report
+
+    @property
+    def said(self) -> str:
+        return " ".join([self.statement, *self.derived])
+
+
+async def gather(parts: list[ReceivedPart]) -> Evidence:
+    ev = Evidence()
+    reports = []
+    for p in parts:
+        if p.text is not None:
+            (ev.derived if p.transformed_from else reports).append(p.text)
+        elif p.data is not None and p.modality.startswith("image/"):
+            ev.findings.append(await run_blocking(inspect_image, p.data))
+    ev.report = "\n".join(reports)
+    return ev
+
+
+def _count_in_text(text: str) -> int | None:
+    m = re.search(r"\b(\w+) (?:dark )?(?:marks?|dents?|cracks?|spots?)\b", text.lower())
+    if m and m.group(1) in q.NUMBERS:
+        return q.NUMBERS[m.group(1)]
+    if m and m.group(1).isdigit():
+        return int(m.group(1))
+    return None
+
+
+def _light_colour_in_text(text: str) -> str | None:
+    m = re.search(r"\b(" + "|".join(q.NAMED_COLOURS) + r")\b(?: and [\w ]+?)? lights?\b", text.lower())
+    return m.group(1) if m else None
+
+
+def _dist(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)))
+
+
+def solve(kind: str, ev: Evidence) -> str:
+    """The answer to a question of `kind` from the evidence (deterministic)."""
+    defects = [(f, d) for f in ev.findings for d in f.get("defects") or []]
+    lights = [li for f in ev.findings for li in f.get("lights") or []]
+    labels = [lab for f in ev.findings for lab in f.get("qr") or []]
+    derived = " ".join(ev.derived)
+    if kind == "location":
+        if defects:
+            f, d = max(defects, key=lambda fd: fd[1]["area"])
+            return q.grid_cell(d["center"][0], d["center"][1], (0, 0, f["width"], f["height"]))
+        return q.find_phrase(ev.statement, q.GRID) or "center"
+    if kind == "count":
+        if ev.findings:
+            return str(len(defects))
+        n = _count_in_text(derived)
+        return str(n) if n is not None else "1"
+    if kind == "colour_match":
+        ordered = q.HEX.search(ev.statement)
+        if ordered and ev.findings:
+            seen = hex_rgb(ev.findings[0]["surfaceColor"])
+            return "yes" if _dist(seen, hex_rgb(ordered.group(0))) <= COLOUR_TOLERANCE else "no"
+        m = re.search(r"\bmostly (\w+)", derived.lower())
+        if ordered and m and m.group(1) in COLOUR_NAMES:
+            return "yes" if colour_name(ordered.group(0)) == m.group(1) else "no"
+        return "no"  # nothing seen: the customer's word stands
+    if kind == "status_light":
+        order = q.manual_order(ev.statement)
+        fault = re.search(r"\ban? (\w+) light marks the fault", ev.statement.lower())
+        if lights and order and len(order) == len(lights) and fault and fault.group(1) in q.NAMED_COLOURS:
+            want = q.NAMED_COLOURS[fault.group(1)]
+            ranked = sorted(lights, key=lambda li: li["center"][0])
+            idx = min(range(len(ranked)), key=lambda i: _dist(hex_rgb(ranked[i]["color"]), want))
+            return order[idx]
+        return order[0] if order else "unknown"
+    if kind == "severity":
+        meanings = q.manual_colours(ev.statement)
+        seen_rgb: tuple[int, int, int] | None = hex_rgb(lights[0]["color"]) if lights else None
+        if seen_rgb is None:
+            word = _light_colour_in_text(derived)
+            seen_rgb = q.NAMED_COLOURS.get(word) if word else None
+        if meanings and seen_rgb is not None:
+            colour = q.nearest_colour(seen_rgb, meanings)
+            if colour is not None:
+                return meanings[colour]
+        return next(iter(meanings.values()), "unknown")
+    if kind == "request":
+        return q.spoken_request(ev.said) or "check"
+    if kind == "part":
+        return q.spoken_part(ev.said) or "unknown"
+    if kind == "label_action":
+        request = q.spoken_request(ev.said) or "check"
+        serials = [lab["text"] for lab in labels if q.SERIAL.fullmatch(lab["text"])] or q.SERIAL.findall(ev.said)
+        return f"{request} {serials[0] if serials else 'unknown'}"
+    if kind == "damaged_unit":
+        if defects and labels:
+            f, d = max(defects, key=lambda fd: fd[1]["area"])
+            near = min(labels, key=lambda lab: math.dist(lab["center"], d["center"]))
+            return str(near["text"])
+        found = q.SERIAL.findall(ev.said)
+        return found[0] if found else "unknown"
+    if kind == "confirm":
+        part = q.spoken_part(ev.said) or "unknown"
+        damaged = bool(defects) if ev.findings else bool(re.search(r"\b(?:dark )?marks?\b", derived.lower()))
+        return f"{part} {'yes' if damaged else 'no'}"
+    raise ValueError(f"question: unknown kind {kind!r}")
+
+
+def summarise(ev: Evidence) -> str:
+    """A report without a known question: the issues it names, its urgency, what the photos show."""
+    text = ev.said
+    found = q.words(text)
+    issues = sorted({w for w in found if w in _ISSUES})
+    urgent = any(w in found for w in ("urgent", "immediately", "dangerous", "smoke", "fire"))
+    out = (f"issues: {', '.join(issues)}" if issues else "no issue named") + f"; urgency: {'high' if urgent else 'normal'}"
+    for f in ev.findings:
+        out += "; photo: " + describe(f)
+    return out
 
 
 async def reply(parts: list[ReceivedPart]) -> list[dict[str, Any]]:
-    texts = [p.text for p in parts if p.text is not None]
-    if not texts:
-        raise ValueError("no text part to read")
-    return [{"text": analyse("\n".join(texts)), "mediaType": "text/plain"}]
+    ev = await gather(parts)
+    if not ev.report and not ev.derived and not ev.findings:
+        raise ValueError("no text or image part to read")
+    kind = q.classify(q.question_of(ev.report)) if ev.report else None
+    if kind is None:
+        summary = summarise(ev)
+        return [{"text": summary, "mediaType": "text/plain"},
+                {"data": {"summary": summary, "findings": ev.findings}, "mediaType": "application/json"}]
+    answer = solve(kind, ev)
+    return [{"text": answer, "mediaType": "text/plain"},
+            {"data": {"answer": answer, "question": kind, "usedPixels": bool(ev.findings), "findings": ev.findings},
+             "mediaType": "application/json"}]

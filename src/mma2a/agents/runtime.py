@@ -26,7 +26,7 @@ from google.protobuf import json_format
 from starlette.applications import Starlette
 
 from ..card import declare_extension
-from ..ext import read_part
+from ..ext import EXTENSION_URI, read_part
 
 
 @dataclass
@@ -39,6 +39,13 @@ class ReceivedPart:
     data: bytes | None = None
     filename: str | None = None
     json: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def transformed_from(self) -> str | None:
+        """The modality this part was made from by a gateway transform (a caption: `image/png`), if any."""
+        meta = ((self.json.get("metadata") or {}).get(EXTENSION_URI) or {}).get("transformedFrom") or {}
+        source = meta.get("modality") if isinstance(meta, dict) else None
+        return str(source) if source else None
 
 
 Reply = Callable[[list[ReceivedPart]], Awaitable[list[dict[str, Any]]]]

@@ -1,4 +1,9 @@
-"""Vision inspector: works on pixels — size, colours, dark defect regions, QR codes."""
+"""Vision inspector: works on pixels — dark defects (each with its box), QR labels (text and
+place), status lights (colour and place), the surface colour, all as structured findings.
+
+`inspect_image` is the perception every pixel-reading agent shares (the analyst sees the
+same findings; the captioner verbalises them and drops what a caption cannot say).
+"""
 
 from __future__ import annotations
 
@@ -11,58 +16,158 @@ from .runtime import ReceivedPart, make_card, run_blocking
 
 NAME = "vision"
 
+WORK_SIDE = 1024
+"""Images are analysed at most this large (longest side); coordinates are reported in the original's pixels."""
+
+COLOUR_NAMES: dict[str, tuple[int, int, int]] = {
+    "red": (205, 45, 40), "orange": (235, 135, 30), "yellow": (225, 205, 45), "green": (50, 160, 70),
+    "blue": (45, 90, 205), "purple": (130, 60, 170), "pink": (230, 130, 170), "brown": (130, 85, 50),
+    "white": (238, 238, 238), "grey": (128, 128, 128), "black": (25, 25, 25),
+}
+"""The colour words of a caption, with a typical RGB for each (nearest wins)."""
+
 
 def card() -> AgentCard:
-    return make_card(NAME, "Inspects images on their pixels: size, colours, dark defect regions, QR codes.",
+    return make_card(NAME, "Inspects images on their pixels: dark defects with their boxes, QR labels (decoded, "
+                     "with their place), status lights (colour, place), the surface colour. Answers JSON findings "
+                     "and a one-line description.",
                      input_modes=["image/png", "image/jpeg", "image/webp", "image/*"],
-                     output_modes=["text/plain", "application/json"], skill="inspect-image")
+                     output_modes=["application/json", "text/plain"], skill="inspect-image")
+
+
+def colour_name(rgb: tuple[int, int, int] | str) -> str:
+    """The caption word for a colour, from RGB or `#rrggbb`: white/grey/black when unsaturated, else the nearest hue word."""
+    if isinstance(rgb, str):
+        rgb = hex_rgb(rgb)
+    hi, lo = max(rgb), min(rgb)
+    if hi - lo < 0.2 * max(hi, 1) or hi - lo < 25:
+        return "white" if hi > 215 else "black" if hi < 50 else "grey"
+    chromatic = [n for n in COLOUR_NAMES if n not in ("white", "grey", "black")]
+    return min(chromatic, key=lambda n: sum((a - b) ** 2 for a, b in zip(rgb, COLOUR_NAMES[n])))
+
+
+def hex_rgb(value: str) -> tuple[int, int, int]:
+    v = value.lstrip("#")
+    if len(v) != 6:
+        raise ValueError(f"colour: expected #rrggbb, got {value!r}")
+    return int(v[0:2], 16), int(v[2:4], 16), int(v[4:6], 16)
+
+
+def _hex(rgb: Any) -> str:
+    return "#%02x%02x%02x" % tuple(int(round(float(c))) for c in rgb)
 
 
 def inspect_image(data: bytes) -> dict[str, Any]:
-    """Findings from the pixels: dimensions, mean colour, the bounding box of unusually dark pixels, QR texts."""
+    """Findings from the pixels (see the module docstring); blocking — run it off the event loop."""
+    import cv2
     import numpy as np
     from PIL import Image
 
-    with Image.open(io.BytesIO(data)) as im:
-        im.draft("RGB", (1024, 1024))
-        rgb = im.convert("RGB")
-        width, height = im.size
-    arr = np.asarray(rgb, dtype=np.float32)
-    gray = arr.mean(axis=2)
-    median = float(np.median(gray))
-    dark = gray < median * 0.4  # much darker than the typical surface: cracks, holes, burns
-    findings: dict[str, Any] = {
-        "width": width, "height": height,
-        "meanColor": "#%02x%02x%02x" % tuple(int(c) for c in arr.reshape(-1, 3).mean(axis=0)),
-    }
-    ratio = float(dark.mean())
-    if 0.0005 < ratio < 0.5:
-        ys, xs = np.nonzero(dark)
-        sx, sy = width / rgb.size[0], height / rgb.size[1]
-        findings["defect"] = {
-            "region": [int(xs.min() * sx), int(ys.min() * sy), int((xs.max() + 1) * sx), int((ys.max() + 1) * sy)],
-            "area": round(ratio, 4),
-        }
     try:
-        import cv2
+        with Image.open(io.BytesIO(data)) as im:
+            width, height = im.size
+            rgb_im = im.convert("RGB")
+    except Exception as exc:  # PIL raises many types for bad input
+        raise ValueError(f"image: cannot decode ({type(exc).__name__})") from None
+    scale = min(1.0, WORK_SIDE / max(width, height))
+    if scale < 1.0:
+        rgb_im = rgb_im.resize((max(1, round(width * scale)), max(1, round(height * scale))), Image.Resampling.BILINEAR)
+    arr = np.asarray(rgb_im, dtype=np.uint8)
+    h, w = arr.shape[:2]
+    back = 1.0 / scale
 
-        ok, texts, _, _ = cv2.QRCodeDetector().detectAndDecodeMulti(np.asarray(rgb)[:, :, ::-1].copy())
-        if ok:
-            findings["qr"] = [t for t in texts if t]
-    except ImportError:
-        pass
+    def box(x0: float, y0: float, x1: float, y1: float) -> list[int]:
+        return [int(x0 * back), int(y0 * back), int(x1 * back), int(y1 * back)]
+
+    findings: dict[str, Any] = {"width": width, "height": height, "meanColor": _hex(arr.reshape(-1, 3).mean(axis=0))}
+
+    # QR labels first: their black modules are dark but are not defects
+    label_mask = np.zeros((h, w), dtype=np.uint8)
+    qr: list[dict[str, Any]] = []
+    grey8 = cv2.cvtColor(arr, cv2.COLOR_RGB2GRAY)
+    try:  # the ArUco-based detector finds several codes where the classic one often finds none
+        ok, texts, points, _ = cv2.QRCodeDetectorAruco().detectAndDecodeMulti(grey8)
+    except cv2.error:
+        ok, texts, points = False, (), None
+    if not ok:
+        try:
+            text, quad, _ = cv2.QRCodeDetector().detectAndDecode(grey8)
+        except cv2.error:
+            text, quad = "", None
+        ok, texts, points = bool(text) and quad is not None, (text,), quad
+    if ok and points is not None:
+        for text, quad in zip(texts, points):
+            xs, ys = quad[:, 0], quad[:, 1]
+            side = max(xs.max() - xs.min(), ys.max() - ys.min())
+            pad = side * 0.25  # the quiet zone and the label around it
+            x0, y0 = max(0, int(xs.min() - pad)), max(0, int(ys.min() - pad))
+            x1, y1 = min(w, int(xs.max() + pad) + 1), min(h, int(ys.max() + pad) + 1)
+            label_mask[y0:y1, x0:x1] = 1
+            if text:
+                qr.append({"text": text, "region": box(xs.min(), ys.min(), xs.max(), ys.max()),
+                           "center": [int(xs.mean() * back), int(ys.mean() * back)]})
+    qr.sort(key=lambda q: (q["center"][0], q["center"][1]))
+    findings["qr"] = qr
+
+    # a defect is a dark valley: much darker than the surface a closing (kernel wider than any crack or dent)
+    # fills in around it; the edge between a dark product and a light background is a step, not a valley
+    k = max(15, round(min(h, w) * 0.065)) | 1
+    closed = cv2.morphologyEx(grey8, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
+    grey, surface_level = grey8.astype(np.int16), closed.astype(np.int16)
+    dark = (((surface_level - grey) > 45) & (grey * 10 < surface_level * 6) & (label_mask == 0)).astype(np.uint8)
+    dark = cv2.morphologyEx(dark, cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))
+    defects: list[dict[str, Any]] = []
+    min_area = max(12, int(h * w * 0.00008))
+    if 0 < dark.mean() < 0.5:
+        n, _, stats, cents = cv2.connectedComponentsWithStats(dark, connectivity=8)
+        for i in range(1, n):
+            x, y, bw, bh, area = (int(v) for v in stats[i])
+            if area < min_area:
+                continue
+            defects.append({"region": box(x, y, x + bw, y + bh), "center": [int(cents[i][0] * back), int(cents[i][1] * back)],
+                            "area": round(area / (h * w), 5), "shape": "line" if area < 0.45 * bw * bh else "spot"})
+    defects.sort(key=lambda d: (-d["area"], d["center"]))
+    findings["defects"] = defects
+
+    hsv = cv2.cvtColor(arr, cv2.COLOR_RGB2HSV)
+    lit = ((hsv[:, :, 1] > 110) & (hsv[:, :, 2] > 150)).astype(np.uint8)
+    lights: list[dict[str, Any]] = []
+    if lit.any():
+        n, labels, stats, cents = cv2.connectedComponentsWithStats(lit, connectivity=8)
+        for i in range(1, n):
+            x, y, bw, bh, area = (int(v) for v in stats[i])
+            # a light is a small, roughly round blob; a coloured product surface is not
+            if area < max(30, h * w * 0.0002) or area > h * w * 0.02 or area < 0.5 * bw * bh or not 0.5 < bw / bh < 2:
+                continue
+            colour = arr[labels == i].mean(axis=0)
+            lights.append({"center": [int(cents[i][0] * back), int(cents[i][1] * back)], "region": box(x, y, x + bw, y + bh),
+                           "color": _hex(colour), "colorName": colour_name(tuple(int(c) for c in colour))})
+    lights.sort(key=lambda li: (li["center"][0], li["center"][1]))
+    findings["lights"] = lights
+
+    # the surface: the middle of the frame, without defects, labels or lights
+    cy0, cy1, cx0, cx1 = h // 4, h - h // 4, w // 4, w - w // 4
+    keep = (dark == 0) & (label_mask == 0) & (lit == 0)
+    core = arr[cy0:cy1, cx0:cx1][keep[cy0:cy1, cx0:cx1]]
+    surface = np.median(core, axis=0) if len(core) else np.median(arr.reshape(-1, 3), axis=0)
+    findings["surfaceColor"] = _hex(surface)
     return findings
 
 
 def describe(f: dict[str, Any]) -> str:
-    text = f"{f['width']}x{f['height']} image, mean colour {f['meanColor']}"
-    if "defect" in f:
-        x0, y0, x1, y1 = f["defect"]["region"]
-        text += f"; dark defect region at ({x0},{y0})-({x1},{y1}), {f['defect']['area'] * 100:.2f}% of the surface"
+    """The findings in one line (for people; agents read the JSON)."""
+    text = f"{f['width']}x{f['height']} image, surface {f['surfaceColor']}"
+    defects = f.get("defects") or []
+    if defects:
+        spots = "; ".join(f"({d['region'][0]},{d['region'][1]})-({d['region'][2]},{d['region'][3]})" for d in defects)
+        text += f"; {len(defects)} dark defect region{'s' if len(defects) > 1 else ''} at {spots}"
     else:
         text += "; no defect region found"
     if f.get("qr"):
-        text += "; QR: " + ", ".join(f["qr"])
+        text += "; QR: " + ", ".join(f"{q['text']} at ({q['center'][0]},{q['center'][1]})" for q in f["qr"])
+    if f.get("lights"):
+        text += "; lights: " + ", ".join(f"{li['colorName']} {li['color']} at ({li['center'][0]},{li['center'][1]})"
+                                         for li in f["lights"])
     return text
 
 
@@ -72,7 +177,7 @@ async def reply(parts: list[ReceivedPart]) -> list[dict[str, Any]]:
         if p.data is None or not p.modality.startswith("image/"):
             continue
         findings = await run_blocking(inspect_image, p.data)
-        out.append({"text": describe(findings)})
+        out.append({"text": describe(findings), "mediaType": "text/plain"})
         out.append({"data": findings, "mediaType": "application/json"})
     if not out:
         raise ValueError("no image part to inspect")

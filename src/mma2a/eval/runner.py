@@ -1,0 +1,216 @@
+"""Running the CrossModal tasks through real gateways in four arms, and scoring them.
+
+One set of reference agents (each an a2a-sdk server on a loopback port) sits behind two
+gateways, one in `native` mode and one in `text-bottleneck` mode. Every task is sent, as
+one multimodal A2A message, to the reasoner's address on a gateway (`/agents/{name}/`):
+the gateway decides how each part reaches that reasoner — natively when its Agent Card
+accepts the part, through transformer agents (speech to text, captioning) when not, or
+through text first for everything in bottleneck mode. The four arms are {native,
+bottleneck} × {capable reasoner, keyword reasoner}; the tasks, agents and message bytes are
+the same in all four. Arms run interleaved, task by task, so load on the machine falls on
+all of them alike.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+
+from ..agents.catalog import CATALOG
+from ..agents.chat import ChatReasoner, ChatReasonerConfig
+from ..agents.questions import normalize
+from ..agents.runtime import Reply, SkillExecutor, run_agent
+from ..ext import EXTENSION_URI, MessageExtension, PartExtension, write_message, write_part
+from ..gateway import Gateway, parse_config
+from ..serving import free_port, running
+from . import stats
+from .tasks import CATEGORIES, CrossModalTask, generate_tasks
+
+ARMS: dict[str, tuple[str, str]] = {
+    "native": ("native", "capable"),
+    "bottleneck": ("text-bottleneck", "capable"),
+    "keyword_native": ("native", "keyword"),
+    "keyword_bottleneck": ("text-bottleneck", "keyword"),
+}
+"""arm → (gateway routing mode, reasoner)."""
+
+ACCEPTED_OUTPUTS = ["text/plain", "application/json"]
+
+
+@dataclass
+class TaskResult:
+    task: str
+    category: str
+    kind: str
+    arm: str
+    gold: str
+    answer: str | None
+    correct: bool
+    latency_ms: float
+    paths: list[str]
+    error: str | None = None
+
+
+@dataclass
+class EvalNetwork:
+    gateways: dict[str, str]
+    reasoners: dict[str, str]
+
+
+def task_message(task: CrossModalTask, message_id: str) -> dict[str, Any]:
+    """The task as one A2A 1.0 message (JSON form): the report, then the photo, then the voice note."""
+    parts: list[dict[str, Any]] = [{"text": task.text, "mediaType": "text/plain"}]
+    for media in (task.image, task.audio):
+        if media is not None:
+            parts.append(write_part({"raw": base64.b64encode(media.data).decode("ascii"), "mediaType": media.media_type,
+                                     "filename": media.filename},
+                                    PartExtension(modality=media.media_type, encoding="base64")))
+    msg: dict[str, Any] = {"messageId": message_id, "role": "ROLE_USER", "parts": parts}
+    return write_message(msg, MessageExtension(intent="auto"))
+
+
+def answer_of(result: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(answer, error) from a SendMessage result: the `answer` of a data part, else the first text."""
+    task = result.get("task")
+    if task is None:
+        return None, "the gateway answered without a task"
+    status = task.get("status") or {}
+    if status.get("state") != "TASK_STATE_COMPLETED":
+        why = " ".join(p.get("text", "") for p in (status.get("message") or {}).get("parts", []))
+        return None, f"{status.get('state')}: {why}".strip()
+    texts = []
+    for art in task.get("artifacts") or []:
+        for part in art.get("parts") or []:
+            data = part.get("data")
+            if isinstance(data, dict) and isinstance(data.get("answer"), str):
+                return data["answer"], None
+            if "text" in part:
+                texts.append(part["text"])
+    return (texts[0], None) if texts else (None, "no answer part")
+
+
+def paths_of(result: dict[str, Any]) -> list[str]:
+    """How each part travelled: "native" or the chain of transformer agents."""
+    route = (((result.get("task") or {}).get("metadata") or {}).get(EXTENSION_URI) or {}).get("route") or []
+    out = []
+    for r in route:
+        for via in r.get("via") or [[]]:
+            out.append(f"{r['modality'].split(';')[0]}:" + ("native" if not via else ">".join(s["agent"] for s in via)))
+    return out
+
+
+@contextlib.asynccontextmanager
+async def eval_network(llm: ChatReasonerConfig | None = None) -> AsyncIterator[EvalNetwork]:
+    """The reference agents (plus the chat reasoner when configured) behind a native and a bottleneck gateway."""
+    async with contextlib.AsyncExitStack() as stack:
+        agents = []
+        replies: list[tuple[str, Callable[[], Any], Reply, bool]] = [
+            (r.name, r.card, r.reply, r.transformer) for r in CATALOG.values()]
+        capable = "analyst"
+        if llm is not None:
+            chat = ChatReasoner(llm)
+            replies.append((chat.name, chat.card, chat.reply, False))
+            capable = chat.name
+        for name, card, reply, transformer in replies:
+            url = await stack.enter_async_context(run_agent(card(), SkillExecutor(reply)))
+            agents.append({"name": name, "url": url, "transformer": transformer})
+        gateways = {}
+        for mode in ("native", "text-bottleneck"):
+            port = free_port()
+            gw = Gateway(parse_config({"listen": f"127.0.0.1:{port}", "mode": mode, "agents": agents, "log_decisions": False,
+                                       "admin": {"token_env": None}, "timeout_s": 120}))
+            gateways[mode] = await stack.enter_async_context(running(gw.app, "127.0.0.1", port))
+        yield EvalNetwork(gateways, {"capable": capable, "keyword": "keyword"})
+
+
+async def run_task(http: httpx.AsyncClient, net: EvalNetwork, task: CrossModalTask, arm: str) -> TaskResult:
+    mode, reasoner = ARMS[arm]
+    url = f"{net.gateways[mode]}/agents/{net.reasoners[reasoner]}/"
+    body = {"jsonrpc": "2.0", "id": f"{task.id}/{arm}", "method": "SendMessage",
+            "params": {"message": task_message(task, f"{task.id}-{arm}"),
+                       "configuration": {"acceptedOutputModes": ACCEPTED_OUTPUTS}}}
+    t0 = time.perf_counter()
+    resp = await http.post(url, json=body, headers={"A2A-Version": "1.0", "A2A-Extensions": EXTENSION_URI})
+    latency = (time.perf_counter() - t0) * 1000
+    payload = resp.json()
+    if "error" in payload:
+        answer, error, paths = None, f"JSON-RPC {payload['error'].get('code')}: {payload['error'].get('message')}", []
+    else:
+        answer, error = answer_of(payload["result"])
+        paths = paths_of(payload["result"])
+    correct = answer is not None and normalize(answer) == normalize(task.gold)
+    return TaskResult(task.id, task.category, task.kind, arm, task.gold, answer, correct, round(latency, 2), paths, error)
+
+
+async def run_crossmodal(n: int = 50, seed: int = 7, *, llm: ChatReasonerConfig | None = None,
+                         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Generate the tasks, run all four arms, return the full report (see `summarize`)."""
+    tasks = generate_tasks(n, seed)
+    results: list[TaskResult] = []
+    async with eval_network(llm) as net, httpx.AsyncClient(timeout=300) as http:
+        arms = list(ARMS)
+        for arm in arms:  # warm-up: connections, recogniser and detector start-up; not scored
+            await run_task(http, net, tasks[0], arm)
+        for i, task in enumerate(tasks):
+            order = arms[i % 4:] + arms[:i % 4]  # rotate which arm goes first
+            for arm in order:
+                results.append(await run_task(http, net, task, arm))
+            if progress is not None:
+                progress(i + 1, len(tasks))
+    return summarize(results, n=n, seed=seed, reasoner=net.reasoners["capable"])
+
+
+def summarize(results: list[TaskResult], *, n: int, seed: int, reasoner: str = "analyst") -> dict[str, Any]:
+    """The full report: per arm and category completion, latency, the paired tests; `results` per task."""
+    by_arm: dict[str, list[TaskResult]] = {arm: sorted((r for r in results if r.arm == arm), key=lambda r: r.task)
+                                           for arm in ARMS}
+    ok = {arm: [r.correct for r in rs] for arm, rs in by_arm.items()}
+
+    def tca(xs: list[bool]) -> float:
+        return round(sum(xs) / len(xs), 4) if xs else 0.0
+
+    arms = {arm: {"tca": tca(ok[arm]), "latency_ms_p50": round(stats.percentile([r.latency_ms for r in rs], 50), 1)}
+            for arm, rs in by_arm.items()}
+    b, c = stats.discordant(ok["native"], ok["bottleneck"])
+    kb, kc = stats.discordant(ok["keyword_native"], ok["keyword_bottleneck"])
+    summary = {
+        "arms": arms,
+        "delta_pp": round((arms["native"]["tca"] - arms["bottleneck"]["tca"]) * 100, 1),
+        "ci95": list(stats.bootstrap_ci(ok["native"], ok["bottleneck"], seed=seed)),
+        "mcnemar_p": stats.mcnemar_exact(b, c),
+        "keyword_delta_pp": round((arms["keyword_native"]["tca"] - arms["keyword_bottleneck"]["tca"]) * 100, 1),
+        "keyword_mcnemar_p": stats.mcnemar_exact(kb, kc),
+    }
+    categories = {
+        cat: {arm: {"tca": tca([r.correct for r in rs if r.category == cat]), "n": sum(1 for r in rs if r.category == cat)}
+              for arm, rs in by_arm.items()}
+        for cat in CATEGORIES
+    }
+    return {
+        "summary": summary,
+        "tasks": n,
+        "seed": seed,
+        "reasoner": reasoner,
+        "keyword_ci95": list(stats.bootstrap_ci(ok["keyword_native"], ok["keyword_bottleneck"], seed=seed)),
+        "discordant": {"native_only": b, "bottleneck_only": c, "keyword_native_only": kb, "keyword_bottleneck_only": kc},
+        "latency_ratio": round(arms["native"]["latency_ms_p50"] / arms["bottleneck"]["latency_ms_p50"], 3)
+        if arms["bottleneck"]["latency_ms_p50"] else None,
+        "categories": categories,
+        "results": [asdict(r) for r in sorted(results, key=lambda r: (r.task, list(ARMS).index(r.arm)))],
+    }
+
+
+def outcomes(report: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a report that must not change between runs with the same seed (all but latencies)."""
+    s = report["summary"]
+    return {
+        "tca": {arm: v["tca"] for arm, v in s["arms"].items()},
+        **{k: s[k] for k in ("delta_pp", "ci95", "mcnemar_p", "keyword_delta_pp", "keyword_mcnemar_p")},
+        "answers": [(r["task"], r["arm"], r["answer"], r["correct"], r["paths"]) for r in report["results"]],
+    }

@@ -1,0 +1,260 @@
+"""The CrossModal task set: customer-service tasks whose answers need what the media contain.
+
+Each task is a report (text, ending with a question), a drawn photo and/or a synthesized
+voice note, and a gold answer. The set is generated from a seed and is the same for the
+same seed and count. Categories and the kinds of question in each:
+
+- product-defect: where the crack is (3x3 grid), how many dents, whether the delivered
+  colour matches the ordered one (a hex colour; mismatches are sometimes a near shade).
+- troubleshooting: which subsystem's status light is red (the manual lists them left to
+  right), whether a light means a warning or a failure (amber or red).
+- voice-complaint: what the caller asks for, which part they name (spoken only).
+- mixed: action from the voice note plus the serial on the photo's QR label; which serial
+  belongs to the cracked unit on a shelf photo; the part named by voice plus whether the
+  photo shows damage.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..agents.questions import GRID, SIDES, THINGS
+from ..errors import InvalidParams
+from . import media
+from .media import Label, Mark
+
+CATEGORIES: dict[str, tuple[str, ...]] = {
+    "product-defect": ("location", "count", "colour_match"),
+    "troubleshooting": ("status_light", "severity"),
+    "voice-complaint": ("request", "part"),
+    "mixed": ("label_action", "damaged_unit", "confirm"),
+}
+
+NEEDS = {
+    "location": "the defect's place (pixels)", "count": "the number of dents (pixels)",
+    "colour_match": "the exact colour (pixels)", "status_light": "which light is red (its place)",
+    "severity": "the light's colour", "request": "the spoken words", "part": "the spoken words",
+    "label_action": "the QR label's text and the spoken request", "damaged_unit": "the crack's place and the QR labels",
+    "confirm": "the spoken part and whether the photo shows damage",
+}
+"""What each kind of question needs from the media (documented in docs/evaluation.md)."""
+
+SHADES: dict[str, tuple[tuple[str, media.RGB], ...]] = {
+    "blue": (("ocean blue", (50, 95, 200)), ("sky blue", (95, 140, 225))),
+    "red": (("signal red", (205, 45, 40)), ("coral red", (225, 85, 72))),
+    "green": (("forest green", (40, 130, 60)), ("lime green", (90, 185, 70))),
+    "grey": (("slate grey", (112, 118, 128)), ("silver", (170, 172, 176))),
+    "yellow": (("lemon yellow", (230, 210, 50)), ("mustard yellow", (205, 175, 45))),
+}
+"""Product colours: two shades per colour word, told apart by pixels but not by a caption."""
+
+NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goran", "Hana", "Ivo", "June", "Kofi", "Lena")
+PRODUCTS = ("coffee machine", "printer", "speaker", "washing machine", "monitor", "kettle", "air purifier", "router")
+DEVICES = ("router", "server", "charger", "storage box", "heat pump", "alarm unit")
+SUBSYSTEMS = ("power", "network", "storage", "cooling", "display", "sensor", "memory")
+STATES = ("cracked", "broken", "loose", "bent", "scratched", "stained", "leaking", "noisy", "dead")
+LIGHT = {"green": (40, 200, 70), "red": (232, 40, 35), "amber": (255, 172, 0)}
+
+
+@dataclass(frozen=True)
+class MediaFile:
+    data: bytes
+    media_type: str
+    filename: str
+
+
+@dataclass(frozen=True)
+class CrossModalTask:
+    """One task: the report text (with its question), optional photo and voice note, the gold answer."""
+
+    id: str
+    category: str
+    kind: str
+    text: str
+    gold: str
+    image: MediaFile | None = None
+    audio: MediaFile | None = None
+    spoken: str | None = None
+    facts: dict[str, object] = field(default_factory=dict)
+
+
+Synthesize = Callable[[str], bytes]
+
+
+def _photo(rng: random.Random, draw: Callable[[str], bytes]) -> MediaFile:
+    fmt = "jpeg" if rng.random() < 0.7 else "png"
+    return MediaFile(draw(fmt), f"image/{fmt}", f"photo.{'jpg' if fmt == 'jpeg' else 'png'}")
+
+
+def _place_in_cell(rng: random.Random, cell: str, size: tuple[int, int]) -> tuple[float, float]:
+    i = GRID.index(cell)
+    row, col = divmod(i, 3)
+    x0, y0, x1, y1 = media.object_box(*size)
+    cw, ch = (x1 - x0) / 3, (y1 - y0) / 3
+    return x0 + cw * (col + 0.5 + rng.uniform(-0.2, 0.2)), y0 + ch * (row + 0.5 + rng.uniform(-0.2, 0.2))
+
+
+def _spread(rng: random.Random, n: int, size: tuple[int, int], min_gap: float) -> list[tuple[float, float]]:
+    x0, y0, x1, y1 = media.object_box(*size)
+    pts: list[tuple[float, float]] = []
+    while len(pts) < n:
+        p = (rng.uniform(x0 + 40, x1 - 40), rng.uniform(y0 + 40, y1 - 40))
+        if all((p[0] - q[0]) ** 2 + (p[1] - q[1]) ** 2 >= min_gap ** 2 for q in pts):
+            pts.append(p)
+    return pts
+
+
+def _product_colour(rng: random.Random) -> media.RGB:
+    return rng.choice([c for shades in SHADES.values() for _, c in shades])
+
+
+def _serial(rng: random.Random) -> str:
+    return f"SN-{rng.randint(10000, 99999)}"
+
+
+def _complaint(rng: random.Random, *, side: bool = True, request: str | None = None) -> tuple[str, str, str]:
+    """A spoken complaint from the speech agent's grammar: (sentence, part, state)."""
+    thing = rng.choice(THINGS)
+    part = f"{rng.choice(SIDES)} {thing}" if side else thing
+    state = rng.choice(STATES)
+    sentence = f"the {part} is {state}"
+    if request:
+        sentence += f" and please {request} it"
+    return sentence, part, state
+
+
+def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synthesize) -> CrossModalTask:
+    rng = random.Random(f"crossmodal:{seed}:{index}")
+    name, product = rng.choice(NAMES), rng.choice(PRODUCTS)
+    tid = f"t{index:03d}-{kind}"
+    size = (640, 480)
+
+    def voice(sentence: str) -> MediaFile:
+        return MediaFile(synthesize(sentence), "audio/wav", "voice-note.wav")
+
+    if kind == "location":
+        cell = rng.choice(GRID)
+        x, y = _place_in_cell(rng, cell, size)
+        colour = _product_colour(rng)
+        hint = f", at the {cell} of the panel" if rng.random() < 0.3 else ""
+        text = (f"{name} writes: my {product} arrived with a crack in its front panel{hint}. A photo is attached. "
+                "Question: where on the front panel is the crack? Answer with its place on a three by three grid.")
+        image = _photo(rng, lambda fmt: media.product_photo(rng, colour, [Mark("crack", x, y)], fmt=fmt))
+        return CrossModalTask(tid, category, kind, text, cell, image=image, facts={"hint": bool(hint)})
+    if kind == "count":
+        n = rng.randint(1, 6)
+        colour = _product_colour(rng)
+        marks = [Mark("dent", x, y) for x, y in _spread(rng, n, size, 80)]
+        text = (f"{name} writes: the {product} was delivered with dents in its front panel; photo attached. "
+                "Question: how many dents are there? Answer with a number.")
+        image = _photo(rng, lambda fmt: media.product_photo(rng, colour, marks, fmt=fmt))
+        return CrossModalTask(tid, category, kind, text, str(n), image=image)
+    if kind == "colour_match":
+        family = rng.choice(sorted(SHADES))
+        shade_name, ordered = rng.choice(SHADES[family])
+        roll = rng.random()
+        if roll < 0.5:
+            delivered, how = ordered, "same"
+        elif roll < 0.75:
+            delivered, how = next(c for n_, c in SHADES[family] if n_ != shade_name), "near shade"
+        else:
+            other = rng.choice(sorted(set(SHADES) - {family}))
+            delivered, how = rng.choice(SHADES[other])[1], "other colour"
+        hexcode = "#%02x%02x%02x" % ordered
+        text = (f"{name} writes: I ordered the {product} in {shade_name} ({hexcode}) and I think the wrong colour came; "
+                "photo attached. Question: does the delivered colour match the order? Answer yes or no.")
+        image = _photo(rng, lambda fmt: media.product_photo(rng, delivered, fmt=fmt))
+        return CrossModalTask(tid, category, kind, text, "yes" if delivered == ordered else "no", image=image,
+                              facts={"delivered": how})
+    if kind == "status_light":
+        n = rng.randint(3, 5)
+        order = rng.sample(SUBSYSTEMS, n)
+        fault = rng.randrange(n)
+        device = rng.choice(DEVICES)
+        listed = ", ".join(order[:-1]) + " and " + order[-1]
+        text = (f"{name} writes: my {device} stopped working and one status light turned red; photo attached. "
+                f"The manual says: the status lights are, from left to right: {listed}; a red light marks the fault. "
+                "Question: which subsystem has the fault?")
+        lights = [LIGHT["red"] if i == fault else LIGHT["green"] for i in range(n)]
+        image = _photo(rng, lambda fmt: media.status_panel(rng, lights, fmt=fmt))
+        return CrossModalTask(tid, category, kind, text, order[fault], image=image)
+    if kind == "severity":
+        colour = rng.choice(("amber", "red"))
+        device = rng.choice(DEVICES)
+        rules = ["an amber light means a warning", "a red light means a failure"]
+        rng.shuffle(rules)
+        text = (f"{name} writes: a light came on at the front of my {device}; photo attached. "
+                f"The manual says: {rules[0]} and {rules[1]}. Question: is it a warning or a failure?")
+        image = _photo(rng, lambda fmt: media.status_panel(rng, [LIGHT[colour]], fmt=fmt))
+        return CrossModalTask(tid, category, kind, text, "warning" if colour == "amber" else "failure", image=image)
+    if kind == "request":
+        request = rng.choice(("fix", "replace", "refund", "check"))
+        sentence, _, _ = _complaint(rng, request=request)
+        if rng.random() < 0.4:
+            sentence += " and it is urgent"
+        text = f"{name} left a voice message about the {product} (attached). Question: what does the customer ask us to do?"
+        return CrossModalTask(tid, category, kind, text, request, audio=voice(sentence), spoken=sentence)
+    if kind == "part":
+        sentence, part, _ = _complaint(rng)
+        if rng.random() < 0.5:
+            sentence += f" and it makes a {rng.choice(('noise', 'rattle', 'click', 'hum'))}"
+        text = f"{name} left a voice message about the {product} (attached). Question: which part is affected?"
+        return CrossModalTask(tid, category, kind, text, part, audio=voice(sentence), spoken=sentence)
+    if kind == "label_action":
+        request, serial = rng.choice(("fix", "replace", "refund", "check")), _serial(rng)
+        sentence, _, _ = _complaint(rng, side=False, request=request)
+        colour = _product_colour(rng)
+        lx, ly = rng.uniform(200, 440), rng.uniform(140, 340)
+        marks = [Mark("crack", 560 if lx < 320 else 90, ly)] if rng.random() < 0.5 else []
+        text = (f"{name} sent a photo of the unit's label and a voice note about the {product}. "
+                "Question: what should we do, and for which serial number? Answer with the action then the serial number.")
+        image = _photo(rng, lambda fmt: media.product_photo(rng, colour, marks, [Label(serial, lx, ly)], fmt=fmt))
+        return CrossModalTask(tid, category, kind, text, f"{request} {serial}", image=image, audio=voice(sentence),
+                              spoken=sentence)
+    if kind == "damaged_unit":
+        n = rng.randint(2, 3)
+        serials = [_serial(rng) for _ in range(n)]
+        broken = rng.randrange(n)
+        units = [(_product_colour(rng), serials[i], i == broken) for i in range(n)]
+        sentence = f"the {rng.choice(THINGS)} is cracked and please replace it"
+        text = (f"{name} runs a shop and sent a photo of the {product}s on the shelf and a voice note. "
+                "Question: which serial number belongs to the damaged unit?")
+        image = _photo(rng, lambda fmt: media.units_photo(rng, units, fmt=fmt))
+        return CrossModalTask(tid, category, kind, text, serials[broken], image=image, audio=voice(sentence), spoken=sentence)
+    if kind == "confirm":
+        sentence, part, _ = _complaint(rng)
+        damaged = rng.random() < 0.5
+        colour = _product_colour(rng)
+        marks = [Mark("crack", *_place_in_cell(rng, rng.choice(GRID), size))] if damaged else []
+        text = (f"{name} reports damage to the {product} in a voice note and sent a photo. Question: which part does the "
+                "customer name, and does the photo show damage? Answer with the part then yes or no.")
+        image = _photo(rng, lambda fmt: media.product_photo(rng, colour, marks, fmt=fmt))
+        return CrossModalTask(tid, category, kind, text, f"{part} {'yes' if damaged else 'no'}", image=image,
+                              audio=voice(sentence), spoken=sentence)
+    raise InvalidParams(f"kind: unknown task kind {kind!r}", field="kind")
+
+
+def schedule(n: int) -> list[tuple[str, str]]:
+    """(category, kind) for tasks 0..n-1: categories in turn, each cycling through its kinds."""
+    cats = list(CATEGORIES)
+    seen = dict.fromkeys(cats, 0)
+    out = []
+    for i in range(n):
+        cat = cats[i % len(cats)]
+        kinds = CATEGORIES[cat]
+        out.append((cat, kinds[seen[cat] % len(kinds)]))
+        seen[cat] += 1
+    return out
+
+
+def generate_tasks(n: int = 50, seed: int = 7, *, synthesize: Synthesize | None = None) -> list[CrossModalTask]:
+    """`n` tasks for `seed`: the same media bytes and answers every time."""
+    if n < 1:
+        raise InvalidParams(f"tasks: must be at least 1, got {n}", field="tasks")
+    if synthesize is None:
+        from ..agents.speech import synthesize as speak
+
+        synthesize = speak
+    return [make_task(i, kind, cat, seed, synthesize) for i, (cat, kind) in enumerate(schedule(n))]
