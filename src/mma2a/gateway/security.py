@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..errors import (
     INVALID_REQUEST,
     Forbidden,
+    InvalidRequest,
     InvalidParams,
     MMA2AError,
     PayloadTooLarge,
@@ -360,6 +361,8 @@ class MessageGuard:
             allow_hosts=tuple(urls.allow_hosts), allow_private=urls.allow_private, allowed_schemes=tuple(urls.schemes)
         )
         self.own_prefixes = tuple(f"{own_url.rstrip('/')}/{p}/" for p in ("blobs", "streams")) if own_url else ()
+        if own_url and own_url.startswith("http"):  # the ws:// subscribe URLs its own /streams hand out
+            self.own_prefixes += (f"ws{own_url.rstrip('/')[4:]}/streams/",)
         self.signing = signing
         self.keys = {name: public_key_from_text(_key_text(name, k), field=f"signing.senders.{name}.public_key")
                      for name, k in signing.senders.items()}
@@ -607,10 +610,14 @@ class SecurityMiddleware:
             await self._refuse(exc, path, method, send)
             return
         if (kind == "api" and scope["type"] == "http" and method in ("POST", "PUT", "PATCH")
-                and headers.get("content-length") is None and not path.startswith(("/blobs", "/streams"))):
-            receive = await self._capped(receive, path, method, send)
-            if receive is None:
+                and not path.startswith(("/blobs", "/streams"))
+                and (headers.get("content-length") is None or not is_jsonrpc(path, method))):
+            # bodies without a length are capped here; REST bodies are checked to be JSON here, since the
+            # SDK's REST binding answers 500 to bytes that are not UTF-8
+            capped = await self._capped(receive, path, method, send, check_json=not is_jsonrpc(path, method))
+            if capped is None:
                 return
+            receive = capped
         token = current_client.set(client)
         counted = self.drain is not None and scope["type"] == "http"
         if counted:
@@ -638,8 +645,9 @@ class SecurityMiddleware:
         if agent not in client.agents:
             raise Forbidden(f"client {client.name} may not call agent {agent}", field="agent")
 
-    async def _capped(self, receive: Receive, path: str, method: str, send: Send) -> Receive | None:
-        """Read a body sent without Content-Length up to the limit (413 past it), then replay it."""
+    async def _capped(self, receive: Receive, path: str, method: str, send: Send, *, check_json: bool = False
+                      ) -> Receive | None:
+        """Read a body up to the limit (413 past it; 400 if `check_json` and it is not JSON), then replay it."""
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -661,6 +669,12 @@ class SecurityMiddleware:
             if not msg.get("more_body", False):
                 break
         data = b"".join(chunks)
+        if check_json and data:
+            try:
+                orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                await self._refuse(InvalidRequest(f"request body is not valid JSON: {exc}", field="body"), path, method, send)
+                return None
         sent = False
 
         async def replay() -> dict[str, Any]:
