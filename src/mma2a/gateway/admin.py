@@ -71,7 +71,7 @@ def admin_routes(gw: Gateway) -> list[Route]:
         text = (await request.body()).decode("utf-8", errors="replace")
         if not text.strip():
             raise RuleError("rules: body is empty", errors=["rules: body is empty"])
-        rules = load_rules(text)
+        rules = load_rules(text if "\n" in text else text + "\n")  # a body is rule text, never a path to read
         snapshot = gw.state.set_rules(rules, source=text)
         gw.pipeline.pins.clear()
         return json_response({"version": snapshot.version, "rules": len(rules.rules)})

@@ -22,6 +22,7 @@ from ..errors import (
     InvalidRequest,
     MMA2AError,
     ParseError,
+    VERSION_NOT_SUPPORTED,
     PayloadTooLarge,
 )
 from .pipeline import Pipeline
@@ -100,6 +101,11 @@ class JsonRpcIngress:
         if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
             return rpc_error(rid, InvalidRequest("request must have jsonrpc: \"2.0\" and a string method", field="method"))
         version = request.headers.get(VERSION_HEADER, "")
+        if "/" in method and version.startswith("1."):  # the SDK would answer -32603 (internal error)
+            err = InvalidRequest(f"method {method!r} is A2A 0.3; with A2A-Version {version} use the 1.0 method names "
+                                 "(SendMessage, GetTask, ...) or send A2A-Version: 0.3", field="method")
+            err.code = VERSION_NOT_SUPPORTED
+            return rpc_error(rid, err)
         if method not in FAST_METHODS or not version.startswith("1."):
             return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
         target = request.path_params.get("agent")
