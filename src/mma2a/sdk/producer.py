@@ -39,6 +39,7 @@ from ..errors import (
     MethodNotFound,
     MMA2AError,
     ModalityRefused,
+    SignatureError,
     TaskNotFound,
     UnsupportedExtensionVersion,
     UnsupportedOperation,
@@ -343,9 +344,12 @@ class MultimodalClient:
             raise DispatchError(f"{who}: {exc.message}") from None
         except a2a_errors.A2AError as exc:
             cls = _A2A_ERRORS.get(type(exc), DispatchError)
+            data = exc.data if isinstance(exc.data, dict) else None
             if cls is ModalityRefused:
-                raise ModalityRefused(f"{who} refuses the message: {exc.message}", data=exc.data) from None
-            raise cls(f"{who}: {exc.message}", data=exc.data) from None
+                raise ModalityRefused(f"{who} refuses the message: {exc.message}", data=data) from None
+            if cls is InvalidParams and "].signature" in exc.message:
+                cls = SignatureError  # the gateway refused the signed extension fields
+            raise cls(f"{who}: {exc.message}", data=data) from None
 
     async def get_task(self, task_id: str) -> Reply:
         from a2a.types import GetTaskRequest
