@@ -11,6 +11,7 @@ import ctypes
 import io
 import threading
 import wave
+from collections.abc import Sequence
 from typing import Any
 
 from a2a.types import AgentCard
@@ -105,6 +106,24 @@ def synthesize(text: str, *, voice: str = "en-us", rate_wpm: int = 140) -> bytes
         w.setframerate(rate)
         w.writeframes(bytes(buf))
     return out.getvalue()
+
+
+def _synthesize_all(texts: list[str]) -> list[bytes]:
+    return [synthesize(t) for t in texts]
+
+
+def synthesize_fresh(texts: Sequence[str]) -> list[bytes]:
+    """Speech for each text, made in a new process: the same texts give the same bytes in every run.
+
+    eSpeak NG carries state from one utterance to the next inside a process (the same text
+    twice gives slightly different samples), so reproducible media come from a fresh one.
+    """
+    import multiprocessing
+
+    if not texts:
+        return []
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return list(pool.apply(_synthesize_all, (list(texts),)))
 
 
 async def stt_reply(parts: list[ReceivedPart]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ same seed and count. Categories and the kinds of question in each:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -249,12 +250,31 @@ def schedule(n: int) -> list[tuple[str, str]]:
     return out
 
 
-def generate_tasks(n: int = 50, seed: int = 7, *, synthesize: Synthesize | None = None) -> list[CrossModalTask]:
-    """`n` tasks for `seed`: the same media bytes and answers every time."""
+def generate_tasks(n: int = 50, seed: int = 7, *, synthesize: Callable[[list[str]], list[bytes]] | None = None
+                   ) -> list[CrossModalTask]:
+    """`n` tasks for `seed`: the same media bytes and answers every time (and the first k of n are the k-task set).
+
+    Voice notes are synthesized together, in generation order, by `synthesize` (default: eSpeak NG
+    in a fresh process — see `speech.synthesize_fresh`).
+    """
     if n < 1:
         raise InvalidParams(f"tasks: must be at least 1, got {n}", field="tasks")
     if synthesize is None:
-        from ..agents.speech import synthesize as speak
+        from ..agents.speech import synthesize_fresh
 
-        synthesize = speak
-    return [make_task(i, kind, cat, seed, synthesize) for i, (cat, kind) in enumerate(schedule(n))]
+        synthesize = synthesize_fresh
+    plan = schedule(n)
+    sentences: list[str] = []
+
+    def record(text: str) -> bytes:
+        sentences.append(text)
+        return b""
+
+    drafts = [make_task(i, kind, cat, seed, record) for i, (cat, kind) in enumerate(plan)]
+    audio = iter(synthesize(sentences))
+    out = []
+    for task in drafts:
+        if task.audio is not None:
+            task = dataclasses.replace(task, audio=dataclasses.replace(task.audio, data=next(audio)))
+        out.append(task)
+    return out
