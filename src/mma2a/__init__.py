@@ -43,12 +43,20 @@ from .routing import AgentInfo, RouteDecision, Rule, RuleSet, Snapshot, build_sn
 from .view import MessageView, PartView, view_message
 
 
+_SDK = ("MultimodalClient", "MultimodalExecutor", "IncomingMessage", "IncomingPart", "Reply", "ReplyStream", "Live",
+        "PayloadReader")
+
+
 def __getattr__(name: str) -> object:
     """`Gateway` and `GatewayConfig` load the web stack only when asked for."""
     if name in ("Gateway", "GatewayConfig"):
         from . import gateway
 
         return getattr(gateway, name)
+    if name in _SDK:  # the agent SDK (a2a-sdk client and server pieces) also loads on first use
+        from . import sdk
+
+        return getattr(sdk, name)
     raise AttributeError(f"module 'mma2a' has no attribute {name!r}")
 
 __all__ = [
@@ -93,4 +101,13 @@ __all__ = [
     "view_message",
     "write_message",
     "write_part",
+    # the agent SDK (mma2a.sdk), loaded on first use
+    "IncomingMessage",
+    "IncomingPart",
+    "Live",
+    "MultimodalClient",
+    "MultimodalExecutor",
+    "PayloadReader",
+    "Reply",
+    "ReplyStream",
 ]
