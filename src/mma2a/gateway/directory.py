@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentNotFound, DispatchError

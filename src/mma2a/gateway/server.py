@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 import orjson
-import uvicorn
 
 from ..serving import running, uvicorn_config
 from .app import Gateway
