@@ -100,6 +100,8 @@ def _decode_wav(data: bytes, limits: Limits) -> DecodedAudio:
             raw = w.readframes(declared)
     except (wave.Error, EOFError) as exc:
         raise MediaError(f"audio: corrupt or unsupported WAV: {exc}") from None
+    except RuntimeError:  # the wave module's chunk reader, on a chunk size past the end (found by bench/fuzz.py)
+        raise MediaError("audio: corrupt WAV: a chunk size runs past the end of the data") from None
     got = len(raw) // (width * channels)
     if got < declared:
         raise MediaError(f"audio: truncated WAV: header declares {declared} frames, only {got} present")
