@@ -132,6 +132,7 @@ def inspect_image(data: bytes) -> dict[str, Any]:
     hsv = cv2.cvtColor(arr, cv2.COLOR_RGB2HSV)
     lit = ((hsv[:, :, 1] > 110) & (hsv[:, :, 2] > 150)).astype(np.uint8)
     lights: list[dict[str, Any]] = []
+    light_mask = np.zeros((h, w), dtype=bool)
     if lit.any():
         n, labels, stats, cents = cv2.connectedComponentsWithStats(lit, connectivity=8)
         for i in range(1, n):
@@ -139,7 +140,9 @@ def inspect_image(data: bytes) -> dict[str, Any]:
             # a light is a small, roughly round blob; a coloured product surface is not
             if area < max(30, h * w * 0.0002) or area > h * w * 0.02 or area < 0.5 * bw * bh or not 0.5 < bw / bh < 2:
                 continue
-            colour = arr[labels == i].mean(axis=0)
+            blob = labels == i
+            light_mask |= blob
+            colour = arr[blob].mean(axis=0)
             lights.append({"center": [int(cents[i][0] * back), int(cents[i][1] * back)], "region": box(x, y, x + bw, y + bh),
                            "color": _hex(colour), "colorName": colour_name(tuple(int(c) for c in colour))})
     lights.sort(key=lambda li: (li["center"][0], li["center"][1]))
@@ -147,7 +150,7 @@ def inspect_image(data: bytes) -> dict[str, Any]:
 
     # the surface: the middle of the frame, without defects, labels or lights
     cy0, cy1, cx0, cx1 = h // 4, h - h // 4, w // 4, w - w // 4
-    keep = (dark == 0) & (label_mask == 0) & (lit == 0)
+    keep = (dark == 0) & (label_mask == 0) & ~light_mask
     core = arr[cy0:cy1, cx0:cx1][keep[cy0:cy1, cx0:cx1]]
     surface = np.median(core, axis=0) if len(core) else np.median(arr.reshape(-1, 3), axis=0)
     findings["surfaceColor"] = _hex(surface)

@@ -1,0 +1,45 @@
+"""Speech agents: eSpeak NG synthesis recognised exactly by the grammar recogniser; reproducible
+synthesis in a fresh process; the served speaker answers WAV audio."""
+
+from __future__ import annotations
+
+import io
+import wave
+
+import pytest
+
+from mma2a.agents import speech
+from mma2a.agents.runtime import SkillExecutor, run_agent
+
+from .conftest import answer_parts, failure, raw_part, send
+
+pytest.importorskip("pocketsphinx")
+pytest.importorskip("espeakng_loader")
+
+
+def test_synthesized_complaint_is_transcribed_exactly():
+    text = "the top panel is stained and please refund it"
+    assert speech.transcribe(speech.synthesize(text)) == text
+
+
+def test_fresh_synthesis_is_reproducible():
+    texts = ["the left door is loose", "it is urgent"]
+    first = speech.synthesize_fresh(texts)
+    assert first == speech.synthesize_fresh(texts)
+    assert speech.synthesize_fresh([]) == []
+    with wave.open(io.BytesIO(first[0])) as w:
+        assert w.getnchannels() == 1 and w.getsampwidth() == 2 and w.getnframes() > w.getframerate() // 2
+
+
+async def test_speaker_answers_audio_and_speech_agent_reads_it_back():
+    async with run_agent(speech.tts_card(), SkillExecutor(speech.tts_reply)) as tts, \
+            run_agent(speech.stt_card(), SkillExecutor(speech.stt_reply)) as stt:
+        parts = answer_parts(await send(tts, [{"text": "the right fan is noisy"}]))
+        assert parts[0]["mediaType"] == "audio/wav" and parts[0]["filename"] == "speech.wav"
+        import base64
+
+        wav = base64.b64decode(parts[0]["raw"])
+        heard = answer_parts(await send(stt, [raw_part(wav, "audio/wav")]))
+        assert heard[0]["text"] == "the right fan is noisy"
+        assert failure(await send(tts, [{"text": "  "}])) == "ValueError: no text to speak"
+        assert failure(await send(stt, [{"text": "hi"}])) == "ValueError: no audio part to transcribe"
