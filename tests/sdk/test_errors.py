@@ -29,7 +29,7 @@ from mma2a.ext import EXTENSION_URI, PayloadRef, StreamRef
 from mma2a.sdk import GatewayStore, Live, MultimodalClient, PayloadReader, run_agent
 from mma2a.serving import free_port
 from tests.gateway.conftest import gateway, rpc
-from tests.media import png_bytes, wav_bytes
+from tests.media import wav_bytes
 from tests.sdk.conftest import SavingConsumer, consumer_behind_gateway
 
 

@@ -3,7 +3,6 @@ and an SDK producer to plain a2a-sdk agents, directly and through a real gateway
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 from pathlib import Path

@@ -33,6 +33,7 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, 
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf import json_format
 from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 
 from ..card import declare_extension
 from ..errors import ContentTypeNotSupported, MMA2AError
@@ -234,7 +235,7 @@ def agent_app(card: AgentCard, executor: AgentExecutor, url: str) -> Starlette:
     served.ClearField("supported_interfaces")
     served.supported_interfaces.append(AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"))
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=served)
-    routes = create_agent_card_routes(served) + create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)
+    routes: list[BaseRoute] = [*create_agent_card_routes(served), *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)]
     routes += create_rest_routes(handler, enable_v0_3_compat=True)
     return Starlette(routes=routes)
 

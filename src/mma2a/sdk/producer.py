@@ -13,7 +13,6 @@ the extension the message is a plain A2A one. Failures surface as `mma2a.errors`
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import struct
 import time
 import uuid
@@ -26,7 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError
-from a2a.types import AgentCard, Message, SendMessageRequest, StreamResponse, Task
+from a2a.types import AgentCard, SendMessageRequest, StreamResponse
 from a2a.utils import errors as a2a_errors
 from google.protobuf import json_format
 
@@ -49,7 +48,7 @@ from ..features.producer import build_part, sniff_modality
 from ..modality import EMBEDDING, parse_modality
 from ..proto import message_from_json, part_to_json
 from .items import Blob, Embedding, File, Item, Live, Text, as_item
-from .parts import IncomingPart, PayloadReader, view_parts
+from .parts import PayloadReader
 from .reply import Reply, ReplyStream, reply_from_events
 from .transfer import GatewayStore, unreachable
 
@@ -210,11 +209,12 @@ class MultimodalClient:
             if store is None:
                 raise InvalidParams(f"items[{index}]: a live stream needs an mma2a gateway to carry it; "
                                     f"{self.url} is not one (pass gateway=...)", field=f"items[{index}]")
-            chunks, mod = item.chunks, item.modality
-            if mod is None:
+            chunks: AsyncIterable[bytes] = item.chunks
+            sniffed = item.modality
+            if sniffed is None:
                 first, chunks = await _peek(item.chunks)
-                mod = sniff_modality(first)
-            mod = str(parse_modality(mod))
+                sniffed = sniff_modality(first)
+            mod = str(parse_modality(sniffed))
             info = await store.open_stream(mod, item.session_id)
             lives.append((info["producerUrl"], chunks))
             ext = PartExtension(modality=mod, encoding="native",
@@ -227,7 +227,8 @@ class MultimodalClient:
         found: dict[str, Any] = {"size": info["size"], "sha256": info["sha256"]} if features else {}
         source, schema, thumb = FeatureSource("producer", "mma2a-sdk", "1"), None, None
         if (features or thumbnail) and (data is not None or path is not None):
-            full = await asyncio.to_thread(build_part, data if data is not None else path, modality=modality,
+            source_bytes: bytes | Path = data if data is not None else path  # type: ignore[assignment]
+            full = await asyncio.to_thread(build_part, source_bytes, modality=modality,
                                            features=features, thumbnail=thumbnail)
             ext = full["metadata"][EXTENSION_URI]
             if features:

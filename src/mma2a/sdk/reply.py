@@ -16,7 +16,8 @@ from .parts import IncomingPart, PayloadReader, view_parts
 
 def state_name(state: int) -> str:
     """`TASK_STATE_INPUT_REQUIRED` -> `input-required`."""
-    return TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
+    name: str = TaskState.Name(state)
+    return name.removeprefix("TASK_STATE_").lower().replace("_", "-")
 
 
 def _texts(parts: Sequence[IncomingPart]) -> str:
