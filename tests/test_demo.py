@@ -1,4 +1,4 @@
-"""`mma2a demo` end to end: real reference agents, a real gateway, real synthesized speech and a drawn photo."""
+"""`mma2a demo` end to end: real reference agents, a real gateway, real synthesized speech and drawn photos."""
 
 from __future__ import annotations
 
@@ -7,26 +7,35 @@ import sys
 
 import pytest
 
-from mma2a.demo import run_demo
+from mma2a.demo import SERIAL, run_demo, wav_seconds
 
 
-async def test_demo_routes_each_part_natively_and_through_the_bottleneck():
+async def test_demo_routes_each_part_natively_and_through_the_bottleneck(tmp_path):
     pytest.importorskip("pocketsphinx")
-    results = await run_demo()
-    native = {r.part: r for r in results["native"]}
-    assert (native[0].target, native[0].why) == ("analyst", "rule reports-to-analyst")
-    assert (native[1].target, native[1].via) == ("vision", "native")
-    assert "dark defect region at" in native[1].answer  # the vision agent saw the pixels
-    assert native[2].via == "speech (audio/wav→text/plain) [text bottleneck]" and native[2].target == "analyst"
-    assert "rattle" in native[2].answer  # the voice note was transcribed and read
-    bottleneck = {r.part: r for r in results["text-bottleneck"]}
-    assert bottleneck[1].via == "captioner (image/png→text/plain) [text bottleneck]"
-    assert "region at" not in bottleneck[1].answer  # the caption lost where the crack is
+    result = await run_demo(out_dir=str(tmp_path))
+    native = {(r.part, r.target): r for r in result.defect["native"]}
+    assert native[(0, "analyst")].why == "rule reports-to-analyst"
+    assert native[(1, "vision")].via == "native" and native[(1, "analyst")].via == "native"
+    assert "1 dark defect region at" in native[(1, "vision")].answer and f"QR: {SERIAL}" in native[(1, "vision")].answer
+    assert native[(2, "analyst")].via == "speech (audio/wav→text/plain) [text bottleneck]"
+    assert native[(0, "analyst")].answer == f"replace {SERIAL}"  # the voice note's request, the label's serial
+    bottleneck = {(r.part, r.target): r for r in result.defect["text-bottleneck"]}
+    assert bottleneck[(1, "analyst")].via == "captioner (image/png→text/plain) [text bottleneck]"
+    assert bottleneck[(0, "analyst")].answer == "replace unknown"  # the caption lost the label's text
+    field = result.field
+    assert field is not None and field.spoken_by == "speaker"
+    assert field.summary.endswith("the fault is in the storage subsystem")
+    assert [li["colorName"] for li in field.analysis["findings"][0]["lights"]] == ["green", "green", "red", "green"]
+    assert wav_seconds(field.audio) > 2 and (tmp_path / "field-summary.wav").read_bytes() == field.audio
 
 
-def test_demo_command_exits_zero_and_prints_the_table():
+def test_demo_command_exits_zero_and_prints_the_tables(tmp_path):
     pytest.importorskip("pocketsphinx")
-    out = subprocess.run([sys.executable, "-m", "mma2a.cli", "demo"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "mma2a.cli", "demo", "--out", str(tmp_path)], capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "routing mode: native" in out.stdout and "routing mode: text-bottleneck" in out.stdout
-    assert "photos-to-vision" in out.stdout
+    assert "photos-to-vision" in out.stdout and "spoken summary: audio/wav from the speaker agent" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "mma2a.cli", "demo", "--out", str(tmp_path / "nope")], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip() == f"error: --out: directory {tmp_path / 'nope'} does not exist"

@@ -28,7 +28,7 @@ rules:
   - name: photos-to-vision
     priority: 10
     match: {modality: image/*}
-    action: {route_to: vision}
+    action: {clone_and_route_to: [vision, analyst]}
   - name: voice-notes-as-text
     match: {modality: audio/*}
     action: {transform: text/plain, then: {route_to: analyst}}
@@ -37,22 +37,32 @@ rules:
     action: {route_to: analyst}
 """
 
-REPORT = "Customer report: the left hinge of the lid cracked after one week and now it makes a rattle."
-VOICE = "the left hinge is cracked and it makes a rattle"
+REPORT = ("Customer report: the lid of my coffee machine cracked after one week and now it makes a rattle; "
+          "photo of the unit's label and a voice note attached. "
+          "Question: what should we do, and for which serial number?")
+VOICE = "the left hinge is cracked and it makes a rattle and please replace it"
+SERIAL = "SN-20417"
+FIELD_REPORT = ("Field report from pump station 4: the pump stopped with a fault; panel photo attached. The manual says: "
+                "the status lights are, from left to right: power, network, storage and cooling; a red light marks the fault.")
 
 
 def defect_photo() -> bytes:
-    """A product photo: a grey lid with a dark crack near its left hinge (drawn, 640x480 PNG)."""
-    from PIL import Image, ImageDraw
+    """A product photo: a grey lid with a dark crack near its left hinge and a QR label (drawn, 640x480 PNG)."""
+    import random
 
-    img = Image.new("RGB", (640, 480), (210, 214, 220))
-    d = ImageDraw.Draw(img)
-    d.rectangle((80, 90, 560, 390), fill=(150, 156, 165), outline=(90, 95, 100), width=4)
-    d.rectangle((60, 180, 95, 300), fill=(110, 112, 118))  # the left hinge
-    d.line([(100, 200), (130, 228), (118, 256), (150, 290)], fill=(15, 15, 18), width=7)  # the crack
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
+    from .eval.media import Label, Mark, product_photo
+
+    return product_photo(random.Random(0), (170, 172, 176), [Mark("crack", 120, 250)], [Label(SERIAL, 420, 200)])
+
+
+def panel_photo() -> bytes:
+    """A field photo: a device panel whose third of four status lights is red (drawn, 640x360 PNG)."""
+    import random
+
+    from .eval.media import status_panel
+
+    green, red = (40, 200, 70), (232, 40, 35)
+    return status_panel(random.Random(0), [green, green, red, green])
 
 
 def demo_message(photo: bytes, voice: bytes | None) -> dict[str, Any]:
@@ -107,11 +117,75 @@ def rows_of(task: dict[str, Any]) -> list[DemoRow]:
     return rows
 
 
-async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck")) -> dict[str, list[DemoRow]]:
-    """Send the scripted report through a gateway in each mode; returns the rows per mode."""
+@dataclass
+class FieldResult:
+    """The field report's reply: the image analysis, the summary that was spoken, and the audio the speaker made."""
+
+    route: list[DemoRow]
+    analysis: dict[str, Any]
+    summary: str
+    audio: bytes
+    audio_path: str
+    spoken_by: str
+
+
+def wav_seconds(data: bytes) -> float:
+    import wave
+
+    with wave.open(io.BytesIO(data)) as w:
+        return w.getnframes() / w.getframerate()
+
+
+async def _send(url: str, message: dict[str, Any], accepted: list[str] | None = None) -> dict[str, Any]:
+    """One message through the gateway with the a2a-sdk client; the final task in JSON form."""
     from a2a.client import ClientConfig, create_client
     from a2a.types import SendMessageRequest
     from google.protobuf import json_format
+
+    body: dict[str, Any] = {"message": message}
+    if accepted:
+        body["configuration"] = {"acceptedOutputModes": accepted}
+    async with httpx.AsyncClient(timeout=60) as http:
+        client = await create_client(url, ClientConfig(streaming=False, httpx_client=http))
+        events = [ev async for ev in client.send_message(json_format.ParseDict(body, SendMessageRequest()))]
+    return dict(json_format.MessageToDict(events[-1].task))
+
+
+async def field_report(url: str, out_dir: str) -> FieldResult:
+    """Text + panel photo to the analyst; the client accepts audio and JSON, so the summary comes back spoken."""
+    import os
+
+    photo = panel_photo()
+    parts: list[dict[str, Any]] = [{"text": FIELD_REPORT, "mediaType": "text/plain"},
+                                   write_part({"raw": base64.b64encode(photo).decode(), "mediaType": "image/png",
+                                               "filename": "panel.png"}, PartExtension(modality="image/png", encoding="base64"))]
+    msg = write_message({"messageId": "demo-field-report", "role": "ROLE_USER", "parts": parts}, MessageExtension(intent="auto"))
+    task = await _send(url.rstrip("/") + "/agents/analyst/", msg, ["audio/wav", "application/json"])
+    analysis: dict[str, Any] = {}
+    audio, spoken_by = b"", "-"
+    for art in task.get("artifacts") or []:
+        for p in art.get("parts") or []:
+            if isinstance(p.get("data"), dict):
+                analysis = p["data"]
+            elif p.get("mediaType") == "audio/wav" and "raw" in p:
+                audio = base64.b64decode(p["raw"])
+                spoken_by = ((p.get("metadata") or {}).get(EXTENSION_URI) or {}).get("transformedFrom", {}).get("agent", "-")
+    path = os.path.join(out_dir, "field-summary.wav")
+    if audio:
+        with open(path, "wb") as fh:
+            fh.write(audio)
+    return FieldResult(rows_of(task), analysis, str(analysis.get("summary", "")), audio, path, spoken_by)
+
+
+@dataclass
+class DemoResult:
+    defect: dict[str, list[DemoRow]]
+    field: FieldResult | None
+
+
+async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), out_dir: str | None = None) -> DemoResult:
+    """The scripted defect report through a gateway in each mode, then the field report (native); rows and answers."""
+    import tempfile
 
     photo = defect_photo()
     try:
@@ -120,13 +194,11 @@ async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck")) ->
         voice: bytes | None = synthesize(VOICE)
     except (ImportError, OSError):
         voice = None
-    results: dict[str, list[DemoRow]] = {}
+    defect: dict[str, list[DemoRow]] = {}
+    field = None
     for mode in modes:
         async with demo_network(mode) as (gw, url):
-            async with httpx.AsyncClient(timeout=60) as http:
-                client = await create_client(url, ClientConfig(streaming=False, httpx_client=http))
-                request = json_format.ParseDict({"message": demo_message(photo, voice)}, SendMessageRequest())
-                events = [ev async for ev in client.send_message(request)]
-            task = json_format.MessageToDict(events[-1].task)
-            results[mode] = rows_of(task)
-    return results
+            defect[mode] = rows_of(await _send(url, demo_message(photo, voice)))
+            if mode == "native" and voice is not None:
+                field = await field_report(url, out_dir or tempfile.mkdtemp(prefix="mma2a-demo-"))
+    return DemoResult(defect, field)

@@ -19,7 +19,7 @@ from a2a.types import AgentCard
 
 from . import questions as q
 from .runtime import ReceivedPart, make_card, run_blocking
-from .vision import COLOUR_NAMES, colour_name, describe, hex_rgb, inspect_image
+from .vision import COLOUR_NAMES, colour_name, hex_rgb, inspect_image
 
 NAME = "analyst"
 
@@ -152,15 +152,33 @@ def solve(kind: str, ev: Evidence) -> str:
     raise ValueError(f"question: unknown kind {kind!r}")
 
 
+def speakable(f: dict[str, Any]) -> str:
+    """A photo's findings in words a person (or a speech synthesiser) can follow."""
+    bits = []
+    lights = f.get("lights") or []
+    if lights:
+        bits.append(f"{len(lights)} status light{'s' if len(lights) > 1 else ''}, left to right: "
+                    + ", ".join(li["colorName"] for li in lights))
+    defects = f.get("defects") or []
+    if defects:
+        places = ", ".join(q.grid_cell(d["center"][0], d["center"][1], (0, 0, f["width"], f["height"])) for d in defects)
+        bits.append(f"{len(defects)} dark mark{'s' if len(defects) > 1 else ''} ({places})")
+    for lab in f.get("qr") or []:
+        bits.append(f"a label reading {lab['text']}")
+    return "the photo shows " + ("; ".join(bits) if bits else "nothing unusual")
+
+
 def summarise(ev: Evidence) -> str:
-    """A report without a known question: the issues it names, its urgency, what the photos show."""
+    """A report without a known question: the issues it names, its urgency, what the photos show, the faulty subsystem."""
     text = ev.said
     found = q.words(text)
     issues = sorted({w for w in found if w in _ISSUES})
     urgent = any(w in found for w in ("urgent", "immediately", "dangerous", "smoke", "fire"))
     out = (f"issues: {', '.join(issues)}" if issues else "no issue named") + f"; urgency: {'high' if urgent else 'normal'}"
     for f in ev.findings:
-        out += "; photo: " + describe(f)
+        out += "; " + speakable(f)
+    if q.manual_order(ev.statement) and ev.findings:
+        out += f"; the fault is in the {solve('status_light', ev)} subsystem"
     return out
 
 

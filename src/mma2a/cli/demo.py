@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -12,22 +14,41 @@ from .main import app
 
 
 @app.command()
-def demo() -> None:
-    """Start reference agents and a gateway in-process, send a multimodal defect report, show the routes."""
-    from ..demo import REPORT, VOICE, run_demo
+def demo(
+    out: Annotated[Path | None, typer.Option("--out", help="Directory for the spoken summary (WAV); default a temp dir")] = None,
+) -> None:
+    """Start reference agents and a gateway in-process, send a multimodal defect report and a field report, show the routes."""
+    from ..demo import FIELD_REPORT, REPORT, SERIAL, VOICE, run_demo, wav_seconds
 
+    if out is not None and not out.is_dir():
+        typer.echo(f"error: --out: directory {out} does not exist", err=True)
+        raise typer.Exit(2)
     console = Console(width=max(Console().width, 150))
     console.print("[bold]mma2a demo[/]: a product-defect report — text, a photo, a voice note — through the gateway")
-    console.print(f"  text: {REPORT!r}\n  photo: 640x480 PNG of a lid with a crack by its left hinge\n"
-                  f"  voice note: synthesized speech, {VOICE!r}\n")
-    results = asyncio.run(run_demo())
-    for mode, rows in results.items():
+    console.print(f"  text: {REPORT!r}\n  photo: 640x480 PNG of a lid with a crack by its left hinge and a QR label "
+                  f"({SERIAL})\n  voice note: synthesized speech, {VOICE!r}\n")
+    result = asyncio.run(run_demo(out_dir=str(out) if out else None))
+    for mode, rows in result.defect.items():
         table = Table(title=f"routing mode: {mode}", show_lines=True)
         for col in ("part", "modality", "why", "target", "path", "answer"):
             table.add_column(col, overflow="fold")
         for r in rows:
             table.add_row(str(int(r.part)), r.modality, r.why, r.target, r.via, r.answer)
         console.print(table)
-    console.print("Native routing hands the photo's pixels to the vision agent (it reports where the crack is); "
-                  "the text bottleneck keeps only what a caption can say.")
+    console.print("Native routing hands the photo's pixels to the vision inspector and the analyst (they read the label "
+                  "and see where the crack is); the text bottleneck keeps only what a caption can say.\n")
+    field = result.field
+    if field is None:
+        console.print("field report skipped: speech synthesis (eSpeak NG) is not installed")
+        raise typer.Exit(0)
+    console.print(f"[bold]field report[/] → the analyst, accepting audio/wav and JSON:\n  text: {FIELD_REPORT!r}\n"
+                  "  photo: 640x360 PNG of a panel with four status lights")
+    for r in field.route:
+        console.print(f"  part {r.part} ({r.modality}) → {r.target}: {r.via}")
+    lights = ", ".join(f"{li['colorName']} at x={li['center'][0]}" for f in field.analysis.get("findings", [])
+                       for li in f.get("lights", []))
+    console.print(f"  image analysis: status lights {lights}")
+    console.print(f"  summary: {field.summary}")
+    console.print(f"  spoken summary: audio/wav from the {field.spoken_by} agent, {wav_seconds(field.audio):.1f} s, "
+                  f"saved to {field.audio_path}")
     raise typer.Exit(0)
