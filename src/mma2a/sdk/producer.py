@@ -16,7 +16,7 @@ import asyncio
 import struct
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,7 @@ class MultimodalClient:
         signer: str | None = None,
         reader: PayloadReader | None = None,
         owns_http: bool = True,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.card = card
@@ -100,6 +101,7 @@ class MultimodalClient:
         self._store: GatewayStore | None = None
         self._clients: dict[bool, Client] = {}
         self._owns_http = owns_http
+        self.progress = progress  # upload progress: (file name, bytes just sent, file size)
         origin = urlsplit(self.url)
         self.reader = reader or PayloadReader.for_gateway([gateway or f"{origin.scheme}://{origin.netloc}"])
 
@@ -201,7 +203,7 @@ class MultimodalClient:
             with path.open("rb") as f:
                 head = f.read(4096)
             mod = str(parse_modality(item.modality or sniff_modality(head, path.name)))
-            info = await store.upload_file(path, mod)
+            info = await store.upload_file(path, mod, self.progress)
             return await self._reference(info, mod, item.filename or path.name, features, thumbnail,
                                          path=path if size <= EXTRACT_LIMIT else None)
         if isinstance(item, Live):

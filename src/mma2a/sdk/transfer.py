@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,13 @@ class GatewayStore:
         doc: dict[str, Any] = resp.json()
         return doc
 
-    async def upload_file(self, path: Path, media_type: str) -> dict[str, Any]:
-        """Stream a file to `POST /blobs`; returns `{url, sha256, size, mediaType, expires}`."""
+    async def upload_file(
+        self, path: Path, media_type: str, progress: Callable[[str, int, int], None] | None = None
+    ) -> dict[str, Any]:
+        """Stream a file to `POST /blobs`; returns `{url, sha256, size, mediaType, expires}`.
+
+        `progress(name, bytes_sent_now, total)` is called after each chunk (for progress bars).
+        """
         size = path.stat().st_size
         digest = hashlib.sha256()
 
@@ -64,6 +69,8 @@ class GatewayStore:
             with path.open("rb") as f:
                 while block := await asyncio.to_thread(f.read, CHUNK):
                     digest.update(block)
+                    if progress is not None:
+                        progress(path.name, len(block), size)
                     yield block
 
         info = await self._post(f"upload of {path.name}", "/blobs", content=body(),
