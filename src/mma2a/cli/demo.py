@@ -45,7 +45,7 @@ def demo(
                   "  photo: 640x360 PNG of a panel with four status lights")
     for r in field.route:
         console.print(f"  part {r.part} ({r.modality}) → {r.target}: {r.via}")
-    lights = ", ".join(f"{li['colorName']} at x={li['center'][0]}" for f in field.analysis.get("findings", [])
+    lights = ", ".join(f"{li['colorName']} at x={int(li['center'][0])}" for f in field.analysis.get("findings", [])
                        for li in f.get("lights", []))
     console.print(f"  image analysis: status lights {lights}")
     console.print(f"  summary: {field.summary}")
