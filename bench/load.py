@@ -6,7 +6,8 @@ and an audio blob uploaded first. wrk drives it with a Lua script that rotates t
 (text; text + image by reference; audio by reference), a fresh messageId per request, and
 counts answers that are JSON-RPC errors.
 
-1. Find the rate: short runs at rising concurrency; keep the highest throughput whose p99 < 100 ms.
+1. Find the rate: short runs at rising concurrency; keep the highest throughput whose p99 < 75 ms
+   (a margin under the 100 ms target, since short probes are noisy).
 2. Hold it: one run of --seconds (default 60) at that concurrency; report rate, p50/p99,
    errors (non-2xx, socket errors, JSON-RPC errors) and the gateway's RSS at start and end.
 
@@ -113,6 +114,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--probe-seconds", type=int, default=8)
     ap.add_argument("--levels", default="1,2,4,8,16,32")
+    ap.add_argument("--target-p99", type=float, default=100.0, help="milliseconds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
@@ -140,7 +142,9 @@ def main() -> None:
         script.write_text(LUA)
         run_wrk(url + "/", 3, 4, str(script), img, aud)  # warm up
         probes = [run_wrk(url + "/", args.probe_seconds, c, str(script), img, aud) for c in map(int, args.levels.split(","))]
-        fit = [p for p in probes if p["p99_ms"] < 100 and p["errors"] == 0] or [min(probes, key=lambda p: p["p99_ms"])]
+        # a margin under the 100 ms target: an 8 s probe's p99 is noisier than a 60 s run's
+        fit = [p for p in probes if p["p99_ms"] < 0.75 * args.target_p99 and p["errors"] == 0] or [
+            min(probes, key=lambda p: p["p99_ms"])]
         best = max(fit, key=lambda p: p["rps"])
         rss_start = rss_kb(gw.pid)
         t0 = time.time()

@@ -47,7 +47,8 @@ from ..errors import (
     URLForbidden,
 )
 from ..ext import EXTENSION_URI
-from ..modality import InvalidModality, parse_modality
+from ..errors import InvalidModality
+from ..modality import parse_modality
 from ..payload.ssrf import URLPolicy, check_url
 from ..signing import ReplayGuard, carries_features, public_key_from_text, signature_of, strip_features, verify_message
 
