@@ -79,14 +79,21 @@ class Names:
 
 async def connect(config: ClusterConfig, *, name: str = "mma2a", **callbacks: Any) -> Any:
     """A NATS connection that reconnects forever; a clear `ClusterError` if the first connect fails."""
-    try:
-        return await nats.connect(
+    callbacks.setdefault("error_cb", _quiet)
+    try:  # a few attempts at first; once connected, reconnect forever
+        nc = await nats.connect(
             servers=config.servers(), name=name, connect_timeout=config.connect_timeout_s,
-            max_reconnect_attempts=-1, reconnect_time_wait=0.25, allow_reconnect=True, **callbacks,
+            max_reconnect_attempts=2, reconnect_time_wait=0.25, allow_reconnect=True, **callbacks,
         )
     except Exception as exc:  # nats raises NoServersError, TimeoutError, OSError
         raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: {exc or type(exc).__name__}",
                            field="cluster.nats") from None
+    nc.options["max_reconnect_attempts"] = -1
+    return nc
+
+
+async def _quiet(exc: Exception) -> None:
+    log.debug("nats: %s", exc)
 
 
 async def ensure_kv(js: Any, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1) -> KeyValue:

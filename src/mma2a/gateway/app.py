@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from ..cluster import cluster_state
 from ..errors import MMA2AError
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
@@ -60,7 +61,8 @@ class Gateway:
         self.features = self._feature_stage(config)
         self.public_url = (config.public_url or f"http://{config.listen}").rstrip("/")
         self._blob_tmp = None if config.blob_dir else tempfile.TemporaryDirectory(prefix="mma2a-blobs-")
-        self.store = LocalBlobStore(config.blob_dir or self._blob_tmp.name)  # type: ignore[union-attr]
+        self.cluster = cluster_state(self, config.cluster)  # None unless clustered (mma2a.cluster: NATS JetStream)
+        self.store = self.cluster.store if self.cluster else LocalBlobStore(config.blob_dir or self._blob_tmp.name)  # type: ignore[union-attr]
         secret = os.environ.get(config.url_secret_env) if config.url_secret_env else None
         self.signer = URLSigner(secret.encode() if secret else secrets.token_bytes(32), default_expires_in=config.url_expires_s)
         self.streams = StreamHub()
@@ -107,9 +109,13 @@ class Gateway:
         if source is not None:
             rules = parse_rules(source, source="config") if isinstance(source, dict) else load_rules(source)
             self.state.set_rules(rules, source=source)
+        if self.cluster is not None:  # share (or adopt) rules, agents, modalities; pins, blobs, deliveries
+            await self.cluster.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
 
     async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

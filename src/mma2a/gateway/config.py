@@ -9,6 +9,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..cluster.config import ClusterConfig
 from ..errors import MMA2AError
 from .faults import FaultsConfig
 from .security import AuthConfig, LimitsConfig, RateLimitConfig, SigningConfig, URLConfig
@@ -93,6 +94,7 @@ class GatewayConfig(BaseModel):
     urls: URLConfig = Field(default_factory=URLConfig)
     signing: SigningConfig = Field(default_factory=SigningConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    cluster: ClusterConfig | None = None  # cluster mode on NATS JetStream (docs/operations.md, "Cluster mode")
     log_decisions: bool = True
     base_dir: str = "."
 

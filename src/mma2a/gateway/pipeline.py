@@ -91,6 +91,7 @@ class Pipeline:
         self.guard: Any = None  # security.MessageGuard: limits, modality lists, URLs, signatures
         self.dedupe: Any = None  # faults.Deduper: same (sender, messageId) answered once
         self.failover: Any = None  # faults.fail_over: another pool member when an agent is gone
+        self.cluster: Any = None  # mma2a.cluster.ClusterState: shared session pins, durable delivery
 
     # --- stage 1: the view ------------------------------------------------------------
     def view(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None) -> MessageView:
@@ -202,6 +203,8 @@ class Pipeline:
         params: dict[str, Any] = {"message": self.leg_message(message, leg, entry)}
         if configuration:
             params["configuration"] = dict(configuration)
+        if self.cluster is not None and self.cluster.durable_for(leg.agent):
+            return await self.cluster.deliver(leg.agent, params)  # type: ignore[no-any-return]
         try:
             result = await self._call(entry, "SendMessage", params)
         except AgentRPCError as exc:
@@ -236,7 +239,7 @@ class Pipeline:
                 # a follow-up on a task: it goes where the task lives
                 view = dataclasses.replace(view, receivers=(rec.legs[0].agent,))
         try:
-            decision = self.route(view)
+            decision = await self.cluster.route(self, view) if self.cluster is not None and view.session else self.route(view)
         except ContentTypeNotSupported:
             self.metrics.requests.labels("unroutable").inc()
             raise

@@ -1,0 +1,62 @@
+"""`mma2a cluster status`: the gateways of a cluster, the rule set each runs, lag, deliveries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, Any
+
+import typer
+
+from .main import app
+
+cluster_app = typer.Typer(help="Cluster mode on NATS JetStream.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+
+
+def _render(st: dict[str, Any]) -> str:
+    lines = [
+        f"cluster {st['cluster']} on {st['nats']}: rules revision {st['rulesRevision']}, mode {st['mode'] or 'native'}, "
+        f"{st['agents']} agents, {st['modalities']} custom modalities, {st['sessions']} pinned sessions",
+    ]
+    gws = st["gateways"]
+    if not gws:
+        lines.append("no gateways (none has sent a heartbeat within the member TTL)")
+    else:
+        lines.append(f"{'gateway':<32} {'url':<26} {'version':<8} {'rules':>5} {'lag':>4} {'beat':>6}  state")
+        for g in gws:
+            state = "current" if g.get("current") else "behind"
+            if g.get("lastError"):
+                state += f" (error: {g['lastError']})"
+            lines.append(f"{g.get('id', '?'):<32} {g.get('url', ''):<26} {g.get('version', ''):<8} "
+                         f"{g.get('rulesRevision', 0):>5} {g.get('lag', 0):>4} {g.get('age_s', 0):>5.1f}s  {state}")
+    d = st["delivery"]
+    if "messages" in d:
+        lines.append(f"durable delivery: {d['messages']} in the stream, {d.get('pending', 0)} waiting, "
+                     f"{d.get('ackPending', 0)} being delivered, {d.get('redelivered', 0)} redelivered")
+    b = st["blobs"]
+    if "bytes" in b:
+        lines.append(f"blobs: {b['bytes']} bytes in {b['messages']} chunks and infos")
+    return "\n".join(lines)
+
+
+@cluster_app.command("status")
+def status(
+    nats: Annotated[str, typer.Option("--nats", help="nats://HOST:PORT of the cluster's NATS")],
+    name: Annotated[str, typer.Option(help="The cluster's name (cluster.name in the config)")] = "mma2a",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """List the gateways of a cluster, the rule set revision each runs, their lag, and delivery backlog."""
+    from ..errors import MMA2AError
+    from ..gateway.config import ConfigError, parse_config
+
+    try:
+        cfg = parse_config({"cluster": {"nats": nats, "name": name}}).cluster
+        assert cfg is not None
+        from ..cluster.status import cluster_status
+
+        st = asyncio.run(cluster_status(cfg))
+    except (MMA2AError, ConfigError) as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(json.dumps(st, indent=2, default=str) if as_json else _render(st))

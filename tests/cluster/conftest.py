@@ -1,0 +1,131 @@
+"""Cluster fixtures: a real `nats-server -js` (session-scoped, temp store) and gateway processes.
+
+Gateways run as subprocesses (`python -m mma2a.cli serve --config ...`) so one can be
+SIGKILLed; agents are real a2a-sdk servers in the test process (tests/agents.py).
+Every test uses its own cluster name, so their buckets and streams never meet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from mma2a.cluster.server import NatsServer
+from mma2a.ext import EXTENSION_URI
+from mma2a.serving import free_port
+
+ADMIN = "cluster-admin-token"
+SECRET = "cluster-test-url-secret-0123456789"
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """One nats-server with JetStream for the whole session, on a free port, storing in a temp dir."""
+    server = NatsServer(tmp_path_factory.mktemp("nats"))
+    server.start()
+    yield server
+    server.stop()
+
+
+def cluster_name() -> str:
+    return f"t{os.getpid()}n{next(_names)}"
+
+
+class GatewayProc:
+    """One `mma2a serve` process of a cluster."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = {"listen": f"127.0.0.1:{self.port}", "admin": {"token": ADMIN}, "features": False,
+                       "health_interval_s": 3600, "log_decisions": False, **config}
+        self.path = workdir / f"gateway-{self.port}.yaml"
+        self.path.write_text(yaml.safe_dump(self.config))
+        self.log = workdir / f"gateway-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> GatewayProc:
+        env = {**os.environ, "MMA2A_URL_SECRET": SECRET}
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(self.path),
+                                          "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env)
+        return self
+
+    async def ready(self, timeout_s: float = 30.0) -> GatewayProc:
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=2) as c:
+            while time.monotonic() < deadline:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await c.get(self.url + "/healthz")).status_code == 200:
+                        return self
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"gateway not ready in {timeout_s} s:\n{self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM (drain, leave the cluster); a second SIGTERM after a moment closes at once."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+@contextlib.asynccontextmanager
+async def gateways(configs: list[dict[str, Any]], workdir: Path) -> AsyncIterator[list[GatewayProc]]:
+    """Start gateway processes (in parallel) and stop them at the end."""
+    procs = [GatewayProc(c, workdir).start() for c in configs]
+    try:
+        await asyncio.gather(*(p.ready() for p in procs))
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def admin(token: str = ADMIN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def text_message(text: str, *, message_id: str | None = None, session: dict[str, Any] | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"messageId": message_id or str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
+    if session is not None:
+        msg["extensions"] = [EXTENSION_URI]
+        msg["metadata"] = {EXTENSION_URI: {"protocol": "a2a-multimodal/1.0", "session": session}}
+    return msg
+
+
+async def send(client: httpx.AsyncClient, url: str, message: dict[str, Any]) -> dict[str, Any]:
+    r = await client.post(url + "/", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}},
+                          headers={"A2A-Version": "1.0"})
+    return r.json()  # type: ignore[no-any-return]
+
+
+def task_state(reply: dict[str, Any]) -> str | None:
+    return ((reply.get("result") or {}).get("task") or {}).get("status", {}).get("state")
