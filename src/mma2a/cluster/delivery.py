@@ -64,6 +64,7 @@ class DurableDelivery:
         self._task: asyncio.Task[Any] | None = None
         self._active: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        self._delivering: set[str] = set()
         self.counts = {"published": 0, "duplicatePublish": 0, "delivered": 0, "duplicates": 0, "inDoubt": 0,
                        "retried": 0, "failed": 0, "notAccepted": 0}
 
@@ -73,7 +74,7 @@ class DurableDelivery:
     @property
     def ack_wait(self) -> float:
         gw = self.cluster.gw.config
-        return max(self.cluster.config.ack_wait_s, gw.timeout_s * (gw.retries + 1) + 5.0)
+        return max(self.cluster.config.ack_wait_s, gw.timeout_s * (gw.retries + 1) + 1.0)
 
     async def setup(self) -> None:
         from .state import ensure_kv
@@ -125,12 +126,8 @@ class DurableDelivery:
                 return LegResult(agent, error=f"durable delivery to {agent}: message {message_id} not accepted "
                                               f"(NATS: {exc or type(exc).__name__}); retry with the same messageId")
             self.counts["duplicatePublish" if ack.duplicate else "published"] += 1
-            timeout = self.ack_wait
             try:
-                if ack.duplicate:
-                    outcome = await self._await_record(mid, fut, timeout)
-                else:
-                    outcome = await asyncio.wait_for(asyncio.shield(fut), timeout)
+                outcome = await self._await_record(mid, fut, self.ack_wait, first_wait=0.0 if ack.duplicate else 1.0)
             except (asyncio.TimeoutError, TimeoutError):
                 return LegResult(agent, result={"task": _submitted(message, agent, mid, ack)})
         finally:
@@ -144,21 +141,26 @@ class DurableDelivery:
             return LegResult(agent, error=outcome["error"])
         return LegResult(agent, result=outcome["result"])
 
-    async def _await_record(self, mid: str, fut: asyncio.Future[dict[str, Any]], timeout: float) -> dict[str, Any]:
-        """A duplicate publish: the first copy's outcome, from its reply or from the delivered record."""
+    async def _await_record(self, mid: str, fut: asyncio.Future[dict[str, Any]], timeout: float, *,
+                            first_wait: float) -> dict[str, Any]:
+        """The delivery's outcome: from the dispatcher's reply, else (a duplicate publish, a reply lost in a
+        NATS restart) from the delivered record, polled with a growing interval."""
         deadline = time.monotonic() + timeout
         key = record_key(mid)
+        wait = first_wait
         while True:
+            if wait > 0:
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(fut), min(wait, max(0.0, deadline - time.monotonic())))
             if fut.done():
                 return fut.result()
-            with contextlib.suppress(KeyNotFoundError):
+            with contextlib.suppress(Exception):  # not there yet, or NATS briefly away
                 rec = orjson.loads((await self.delivered_kv.get(key)).value)
                 if rec.get("state") == "done":
                     return rec["outcome"]  # type: ignore[no-any-return]
-            if time.monotonic() > deadline:
+            if time.monotonic() >= deadline:
                 raise TimeoutError
-            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(asyncio.shield(fut), 0.05)
+            wait = min(0.5, max(0.05, wait * 2))
 
     async def _on_reply(self, msg: Any) -> None:
         mid = (msg.headers or {}).get("Nats-Msg-Id")
@@ -204,14 +206,23 @@ class DurableDelivery:
                 await asyncio.sleep(0.25)
 
     async def _handle(self, msg: Any) -> None:
-        try:
-            await self._deliver_one(msg)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # NATS trouble mid-delivery: JetStream redelivers after ack_wait
-            log.warning("dispatcher: %s left for redelivery: %s", (msg.headers or {}).get("Nats-Msg-Id"), exc)
-            with contextlib.suppress(Exception):
-                await msg.nak(delay=0.5)
+        """Deliver one message; NATS trouble mid-way (a restart) is retried here while the message is ours."""
+        deadline = time.monotonic() + self.ack_wait * 0.8
+        while True:
+            try:
+                await self._deliver_one(msg)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if time.monotonic() > deadline or self._stopping:  # JetStream redelivers after ack_wait
+                    log.warning("dispatcher: %s left for redelivery: %s", (msg.headers or {}).get("Nats-Msg-Id"), exc)
+                    with contextlib.suppress(Exception):
+                        await msg.nak(delay=0.5)
+                    return
+                await asyncio.sleep(0.25)
+                with contextlib.suppress(Exception):
+                    await msg.in_progress()
 
     async def _deliver_one(self, msg: Any) -> None:
         headers = msg.headers or {}
@@ -232,7 +243,8 @@ class DurableDelivery:
                 await self._reply(reply, mid, rec["outcome"])
                 return
             owner = rec.get("owner", "")
-            if owner == me or await self.cluster.is_alive(owner):
+            fresh = time.time() - float(rec.get("at", 0)) < self.ack_wait
+            if mid in self._delivering or (fresh and owner != me and await self.cluster.is_alive(owner)):
                 await msg.nak(delay=1.0)  # being delivered right now: look again later
                 return
             try:
@@ -248,6 +260,14 @@ class DurableDelivery:
             except KeyWrongLastSequenceError:
                 await msg.nak(delay=0.5)
                 return
+        self._delivering.add(mid)
+        try:
+            await self._call_agent(msg, mid, key, reply)
+        finally:
+            self._delivering.discard(mid)
+
+    async def _call_agent(self, msg: Any, mid: str, key: str, reply: str | None) -> None:
+        kv, me = self.delivered_kv, self.cluster.id
         body = orjson.loads(msg.data)
         agent, params = body["agent"], body["params"]
         pipeline = self.cluster.gw.pipeline
@@ -257,6 +277,8 @@ class DurableDelivery:
         except AgentRPCError as exc:  # the agent got it and said no: delivered
             outcome = {"error": f"agent error {exc.code}: {exc.message}"}
         except MMA2AError as exc:
+            if "unreachable" not in exc.message:  # a timeout or a broken answer: the agent may have it
+                self.counts["inDoubt"] += 1
             deliveries = msg.metadata.num_delivered if msg.metadata else 1
             if deliveries < self.cluster.config.max_deliver:
                 with contextlib.suppress(Exception):
@@ -266,8 +288,18 @@ class DurableDelivery:
                 return
             self.counts["failed"] += 1
             outcome = {"error": f"durable delivery to {agent} failed after {deliveries} attempts: {exc.message}"}
-        await kv.put(key, orjson.dumps({"state": "done", "owner": me, "at": time.time(), "id": mid, "outcome": outcome}))
-        await msg.ack()
+        done = orjson.dumps({"state": "done", "owner": me, "at": time.time(), "id": mid, "outcome": outcome})
+        deadline = time.monotonic() + self.ack_wait * 4
+        while True:  # the agent has it: the record must be written, even across a NATS restart
+            try:
+                await kv.put(key, done)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.25)
+        with contextlib.suppress(Exception):  # a lost ack only brings a redelivery, answered from the record
+            await msg.ack()
         self.counts["delivered"] += 1
         await self._reply(reply, mid, outcome)
 

@@ -1,0 +1,147 @@
+"""Durable delivery: 1,000 messages in flight, a gateway SIGKILLed, NATS restarted — none lost, none twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.server.agent_execution import RequestContext
+from a2a.server.events import EventQueue
+
+from mma2a.cluster.server import NatsServer
+from tests.agents import RecordingExecutor, make_card, run_agent
+
+from .conftest import admin, cluster_name, gateways, send, task_state, text_message
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@dataclass
+class CountingExecutor(RecordingExecutor):
+    """Counts each messageId it is given (a duplicate would show as a count of 2); a little work per message."""
+
+    seen: Counter[str] = field(default_factory=Counter)
+    delay_s: float = 0.002
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.message is not None
+        self.seen[context.message.message_id] += 1
+        await asyncio.sleep(self.delay_s)
+        await super().execute(context, event_queue)
+
+
+def durable_config(nats_url: str, name: str, agent_url: str, *, dispatch: bool) -> dict[str, Any]:
+    return {
+        "agents": [{"name": "sink", "url": agent_url}], "timeout_s": 20, "retries": 0,
+        "rules": json.dumps({"version": 1, "rules": [
+            {"name": "sink", "match": {"modality": "*/*"}, "action": {"route_to": "sink"}}]}),
+        "cluster": {"nats": nats_url, "name": name, "durable": True, "dispatch": dispatch, "ack_wait_s": 2,
+                    "heartbeat_s": 0.5, "member_ttl_s": 2, "dispatch_concurrency": 32},
+    }
+
+
+async def deliver_all(client: httpx.AsyncClient, ids: list[str], pick: Any, *, concurrency: int,
+                      progress: list[int]) -> dict[str, int]:
+    """Send every id until the gateway answers COMPLETED (a retry reuses the messageId); returns attempts per id."""
+    attempts: Counter[str] = Counter()
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(mid: str) -> None:
+        async with sem:
+            while True:
+                attempts[mid] += 1
+                try:
+                    reply = await send(client, pick(mid, attempts[mid]), text_message(f"m {mid}", message_id=mid))
+                except httpx.HTTPError:
+                    reply = {}
+                if task_state(reply) == "TASK_STATE_COMPLETED":
+                    progress[0] += 1
+                    return
+                await asyncio.sleep(0.05 + random.random() * 0.1)
+
+    await asyncio.gather(*(one(m) for m in ids))
+    return dict(attempts)
+
+
+async def until_delivered(ex: CountingExecutor, ids: list[str], timeout_s: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not all(ex.seen[m] for m in ids) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+
+
+async def test_sigkill_of_a_gateway_with_1000_messages_in_flight_loses_none_and_duplicates_none(
+        nats_server: NatsServer, tmp_path: Path) -> None:
+    ex = CountingExecutor(reply="ok")
+    async with run_agent(make_card("sink"), ex) as agent_url:
+        name = cluster_name()
+        # gateway 0 only accepts (its dispatcher off), gateway 1 accepts and dispatches
+        configs = [durable_config(nats_server.url, name, agent_url, dispatch=False),
+                   durable_config(nats_server.url, name, agent_url, dispatch=True)]
+        async with gateways(configs, tmp_path) as gws:
+            urls = [g.url for g in gws]
+            alive = [True, True]
+
+            def pick(mid: str, attempt: int) -> str:
+                i = int(mid.split("-")[1]) % 2 if attempt == 1 else 1
+                return urls[i if alive[i] else 1]
+
+            ids = [f"msg-{i:04d}" for i in range(1000)]
+            progress = [0]
+            limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+            async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+                sending = asyncio.create_task(deliver_all(client, ids, pick, concurrency=1000, progress=progress))
+                while progress[0] < 150 and not sending.done():
+                    await asyncio.sleep(0.005)
+                in_flight = 1000 - progress[0]
+                gws[0].kill()  # SIGKILL: no drain, no goodbye
+                alive[0] = False
+                attempts = await asyncio.wait_for(sending, 80)
+            await until_delivered(ex, ids)
+            async with httpx.AsyncClient(timeout=5) as c:
+                members = (await c.get(urls[1] + "/healthz")).json()
+    assert in_flight >= 700, f"only {in_flight} messages were in flight when the gateway was killed"
+    assert sum(1 for a in attempts.values() if a > 1) > 0, "the kill interrupted no request: the test proved nothing"
+    assert [m for m in ids if ex.seen[m] == 0] == [], "lost"
+    assert {m: n for m, n in ex.seen.items() if n > 1} == {}, "delivered twice"
+    assert sorted(ex.seen) == ids
+    assert members["status"] == "ok"
+
+
+async def test_nats_restart_mid_run_gateways_reconnect_and_nothing_accepted_is_lost(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "nats").start()  # its own server: restarting it must not disturb other tests
+    try:
+        ex = CountingExecutor(reply="ok")
+        async with run_agent(make_card("sink"), ex) as agent_url:
+            name = cluster_name()
+            configs = [durable_config(server.url, name, agent_url, dispatch=True) for _ in range(2)]
+            async with gateways(configs, tmp_path) as gws:
+                urls = [g.url for g in gws]
+                ids = [f"msg-{i:04d}" for i in range(400)]
+                progress = [0]
+                async with httpx.AsyncClient(timeout=30) as client:
+                    sending = asyncio.create_task(
+                        deliver_all(client, ids, lambda m, a: urls[(int(m.split("-")[1]) + a) % 2], concurrency=50,
+                                    progress=progress))
+                    while progress[0] < 100 and not sending.done():
+                        await asyncio.sleep(0.005)
+                    await asyncio.to_thread(server.restart)
+                    restarted_at = progress[0]
+                    attempts = await asyncio.wait_for(sending, 80)
+                    await until_delivered(ex, ids)
+                    # both gateways are back in the cluster: heartbeats written after the restart
+                    health = [(await client.get(u + "/healthz")).status_code for u in urls]
+    finally:
+        server.stop()
+    assert restarted_at < 400, "NATS restarted after the run: the test proved nothing"
+    assert health == [200, 200]
+    assert [m for m in ids if ex.seen[m] == 0] == []
+    assert {m: n for m, n in ex.seen.items() if n > 1} == {}
+    assert max(attempts.values()) >= 1
