@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 from a2a.server.agent_execution import RequestContext
@@ -18,7 +19,7 @@ from a2a.server.events import EventQueue
 from mma2a.cluster.server import NatsServer
 from tests.agents import RecordingExecutor, make_card, run_agent
 
-from .conftest import admin, cluster_name, gateways, send, task_state, text_message
+from .conftest import cluster_name, gateways, task_state, text_message
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -47,7 +48,7 @@ def durable_config(nats_url: str, name: str, agent_url: str, *, dispatch: bool) 
     }
 
 
-async def deliver_all(client: httpx.AsyncClient, ids: list[str], pick: Any, *, concurrency: int,
+async def deliver_all(client: aiohttp.ClientSession, ids: list[str], pick: Any, *, concurrency: int,
                       progress: list[int]) -> dict[str, int]:
     """Send every id until the gateway answers COMPLETED (a retry reuses the messageId); returns attempts per id."""
     attempts: Counter[str] = Counter()
@@ -57,9 +58,12 @@ async def deliver_all(client: httpx.AsyncClient, ids: list[str], pick: Any, *, c
         async with sem:
             while True:
                 attempts[mid] += 1
+                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                        "params": {"message": text_message(f"m {mid}", message_id=mid)}}
                 try:
-                    reply = await send(client, pick(mid, attempts[mid]), text_message(f"m {mid}", message_id=mid))
-                except httpx.HTTPError:
+                    async with client.post(pick(mid, attempts[mid]) + "/", json=body, headers={"A2A-Version": "1.0"}) as r:
+                        reply = await r.json()
+                except (aiohttp.ClientError, asyncio.TimeoutError):
                     reply = {}
                 if task_state(reply) == "TASK_STATE_COMPLETED":
                     progress[0] += 1
@@ -95,8 +99,8 @@ async def test_sigkill_of_a_gateway_with_1000_messages_in_flight_loses_none_and_
 
             ids = [f"msg-{i:04d}" for i in range(1000)]
             progress = [0]
-            limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
-            async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000),
+                                             timeout=aiohttp.ClientTimeout(total=30)) as client:
                 sending = asyncio.create_task(deliver_all(client, ids, pick, concurrency=1000, progress=progress))
                 while progress[0] < 150 and not sending.done():
                     await asyncio.sleep(0.005)
@@ -126,7 +130,7 @@ async def test_nats_restart_mid_run_gateways_reconnect_and_nothing_accepted_is_l
                 urls = [g.url for g in gws]
                 ids = [f"msg-{i:04d}" for i in range(400)]
                 progress = [0]
-                async with httpx.AsyncClient(timeout=30) as client:
+                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
                     sending = asyncio.create_task(
                         deliver_all(client, ids, lambda m, a: urls[(int(m.split("-")[1]) + a) % 2], concurrency=50,
                                     progress=progress))
@@ -137,7 +141,10 @@ async def test_nats_restart_mid_run_gateways_reconnect_and_nothing_accepted_is_l
                     attempts = await asyncio.wait_for(sending, 80)
                     await until_delivered(ex, ids)
                     # both gateways are back in the cluster: heartbeats written after the restart
-                    health = [(await client.get(u + "/healthz")).status_code for u in urls]
+                    health = []
+                    for u in urls:
+                        async with client.get(u + "/healthz") as r:
+                            health.append(r.status)
     finally:
         server.stop()
     assert restarted_at < 400, "NATS restarted after the run: the test proved nothing"

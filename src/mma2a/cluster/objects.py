@@ -105,8 +105,8 @@ class ObjectBlobStore(BlobStore):
                     window.clear()
             await asyncio.gather(*window)
         except BaseException:
-            for f in window:
-                f.cancel()
+            with contextlib.suppress(Exception):  # let published chunks land, then drop them all
+                await asyncio.wait_for(asyncio.gather(*window, return_exceptions=True), 5)
             with contextlib.suppress(Exception):
                 await js.purge_stream(self.stream, subject=subject)
             raise
