@@ -136,6 +136,12 @@ def admin_routes(gw: Gateway) -> list[Route]:
             return json_response({"error": exc.to_jsonrpc()}, status=200)
         return json_response(decision.to_json(detail=True))
 
+    async def decisions(request: Request) -> Response:
+        after = request.query_params.get("after", "0")
+        if not after.isdigit():
+            raise InvalidParams(f"after: must be a decision sequence number, got {after!r}", field="after")
+        return json_response({"decisions": gw.pipeline.feed.since(int(after))})
+
     async def set_mode(request: Request) -> Response:
         data = await _json_body(request)
         mode = data.get("mode") if isinstance(data, dict) else None
@@ -157,6 +163,7 @@ def admin_routes(gw: Gateway) -> list[Route]:
         Route("/admin/modalities", guard(list_modalities), methods=["GET"]),
         Route("/admin/modalities", guard(add_modality), methods=["POST"]),
         Route("/admin/explain", guard(explain), methods=["POST"]),
+        Route("/admin/decisions", guard(decisions), methods=["GET"]),
         Route("/admin/mode", guard(set_mode), methods=["PUT"]),
     ]
 

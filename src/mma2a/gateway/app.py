@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import tempfile
+from importlib import resources
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -158,6 +159,14 @@ class Gateway:
                 return error_response(exc)
             return json_response(agent_card_through(entry, self.public_url))
 
+        console_html = resources.files("mma2a.gateway").joinpath("console.html").read_bytes()
+
+        async def console(request: Request) -> Response:
+            return Response(console_html, media_type="text/html; charset=utf-8", headers={
+                "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'unsafe-inline'; "
+                                           "script-src 'unsafe-inline'; connect-src 'self'",
+                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
+
         async def metrics(request: Request) -> Response:
             return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -169,15 +178,16 @@ class Gateway:
             })
 
         routes: list[BaseRoute] = [
+            Route("/", rpc.handle, methods=["POST"]),  # first: the hot path matches at once
             Route("/.well-known/agent-card.json", root_card, methods=["GET"]),
             Route("/agents/{agent}/.well-known/agent-card.json", agent_card, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
+            Route("/console", console, methods=["GET"]),
             Route("/healthz", health, methods=["GET"]),
             *admin_routes(self),
             *payload_routes(self.store, self.signer, public_base_url_fn=lambda conn: self.public_url,
                             max_upload_bytes=self.config.max_upload_bytes, hub=self.streams,
                             url_expires_in=self.config.url_expires_s),
-            Route("/", rpc.handle, methods=["POST"]),
             Route("/agents/{agent}/", rpc.handle, methods=["POST"]),
             Route("/agents/{agent}", rpc.handle, methods=["POST"]),
         ]

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 
 from ..errors import ContentTypeNotSupported, DispatchError, InvalidRequest, MMA2AError
 from ..ext import EXTENSION_URI, MAX_HOPS, MessageExtension, downgrade_message, read_message, write_message
@@ -25,6 +24,7 @@ from ..view import MessageView, view_message
 from .aggregate import FAILED, LegResult, aggregate, failed_task
 from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
+from .feed import DecisionFeed
 from .offload import OffloadStage
 from .metrics import GatewayMetrics
 from .security import current_sender
@@ -85,6 +85,7 @@ class Pipeline:
         self.tasks = tasks or TaskMap()
         self.features = features
         self.offload = offload
+        self.feed = DecisionFeed()
         self.pins = SessionPins()
         self.log_decisions = log_decisions
         self._tick = 0
@@ -170,6 +171,14 @@ class Pipeline:
         """The message one agent receives: its parts only; the extension kept only if its card declares it."""
         out = {k: v for k, v in message.items() if k != "parts"}
         out["parts"] = [p for _, p in leg.parts]
+        if "taskId" in out:  # a follow-up: each agent continues its own task, or starts one
+            rec = self.tasks.find(out["taskId"])
+            if rec is not None:
+                mine = next((d for d in rec.legs if d.agent == leg.agent), None)
+                if mine is None:
+                    del out["taskId"]
+                else:
+                    out["taskId"] = mine.task_id
         if _declares(entry):
             mext = read_message(message) or MessageExtension()
             write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto"))
@@ -263,9 +272,16 @@ class Pipeline:
     async def _send(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
                     ) -> dict[str, Any]:
         t0 = time.perf_counter()
-        message, view, decision = await self.prepare(message, configuration, target)
+        try:
+            message, view, decision = await self.prepare(message, configuration, target)
+        except MMA2AError as exc:
+            self.feed.record(message, [], f"refused {exc.code}: {exc.message}")
+            raise
         result = await self.execute(message, configuration, decision)
         self.metrics.request_seconds.observe(time.perf_counter() - t0)
+        task = result.get("task")
+        self.feed.record(message, route_summary(decision),
+                         str((task.get("status") or {}).get("state", "")) if task is not None else "message")
         return result
 
     async def execute(
