@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..cluster.config import ClusterConfig
 from ..errors import MMA2AError
 from .faults import FaultsConfig
-from .security import AuthConfig, LimitsConfig, RateLimitConfig, SigningConfig, URLConfig
+from .access import AuthConfig, RateLimitConfig
+from .guard import LimitsConfig, SigningConfig, URLConfig
 
 
 class ConfigError(MMA2AError):

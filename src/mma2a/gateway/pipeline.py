@@ -27,7 +27,7 @@ from .enrich import FeatureStage
 from .feed import DecisionFeed
 from .offload import OffloadStage
 from .metrics import GatewayMetrics
-from .security import current_sender
+from .access import current_sender
 from .outputs import adapt_outputs
 from .state import RoutingState
 from .tasks import DownstreamTask, TaskMap, TaskRecord

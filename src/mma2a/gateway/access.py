@@ -1,0 +1,171 @@
+"""Who is calling and how often: client credentials (bearer tokens, API keys) and per-sender rate limits.
+
+Secrets are never kept or logged: clients are named, tokens are compared by SHA-256 digest
+in constant time. The authenticated client of a request is in `current_client`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import hmac
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import Unauthorized
+
+log = logging.getLogger("mma2a.gateway.security")
+
+
+# --- configuration (the `auth` and `rate_limit` sections) -------------------------------------
+
+
+class ClientConfig(BaseModel):
+    """One client of the gateway and its credential (a value, or the name of an env variable holding it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+    token: str | None = None
+    token_env: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None
+    agents: list[str] | None = None  # the /agents/{name} routes this client may call (None: all)
+    rate: float | None = Field(default=None, gt=0)
+    burst: int | None = Field(default=None, ge=1)
+
+    def secrets(self) -> list[tuple[str, str]]:
+        """(scheme, secret) pairs, env variables resolved now."""
+        out = []
+        for scheme, value, env in (("bearer", self.token, self.token_env), ("api_key", self.api_key, self.api_key_env)):
+            secret = value or (os.environ.get(env) if env else None)
+            if secret:
+                out.append((scheme, secret))
+        return out
+
+
+class AuthConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None  # default: on when clients are configured
+    clients: list[ClientConfig] = Field(default_factory=list)
+    api_key_header: str = "X-API-Key"
+    protect_metrics: bool = True
+
+    @property
+    def active(self) -> bool:
+        return bool(self.clients) if self.enabled is None else self.enabled
+
+
+class RateLimitConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    rate: float = Field(default=100.0, gt=0)  # requests per second, per sender
+    burst: int = Field(default=200, ge=1)
+
+
+# --- who is calling ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """An authenticated caller (never holds its secret)."""
+
+    name: str
+    scheme: str
+    agents: frozenset[str] | None = None
+    rate: float | None = None
+    burst: int | None = None
+
+
+current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("mma2a_client", default=None)
+
+
+def current_sender() -> str | None:
+    client = current_client.get()
+    return client.name if client is not None else None
+
+
+def digest_secret(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8")).digest()
+
+
+class Authenticator:
+    """Bearer tokens and API keys → clients, compared by SHA-256 digest in constant time."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        self.active = config.active
+        self.header = config.api_key_header.lower()
+        self._by_digest: dict[tuple[str, bytes], Client] = {}
+        for c in config.clients:
+            client = Client(c.name, "", frozenset(c.agents) if c.agents is not None else None, c.rate, c.burst)
+            for scheme, secret in c.secrets():
+                self._by_digest[(scheme, digest_secret(secret))] = Client(client.name, scheme, client.agents, c.rate, c.burst)
+        if self.active and not self._by_digest:
+            log.warning("auth is on but no client has a credential (check token_env / api_key_env): every call will be refused")
+
+    def _find(self, scheme: str, secret: str) -> Client | None:
+        d = digest_secret(secret)
+        found = None
+        for (s, digest), client in self._by_digest.items():  # constant time over the whole table
+            if hmac.compare_digest(digest, d) and s == scheme:
+                found = client
+        return found
+
+    def authenticate(self, headers: Mapping[str, str]) -> Client:
+        """The client the request's credential names; `Unauthorized` (401) when there is none or it is wrong."""
+        auth = headers.get("authorization")
+        key = headers.get(self.header)
+        if auth:
+            scheme, _, given = auth.partition(" ")
+            if scheme.lower() != "bearer" or not given.strip():
+                raise Unauthorized("Authorization: only the Bearer scheme is accepted", field="Authorization")
+            client = self._find("bearer", given.strip())
+            if client is None:
+                raise Unauthorized("Authorization: invalid bearer token", field="Authorization")
+            return client
+        if key:
+            client = self._find("api_key", key.strip())
+            if client is None:
+                raise Unauthorized(f"{self.header}: invalid API key", field=self.header)
+            return client
+        raise Unauthorized(
+            "missing credentials: send Authorization: Bearer <token> or an API key header", field="Authorization"
+        )
+
+
+# --- how often -----------------------------------------------------------------------------------
+
+
+class RateLimiter:
+    """Token buckets per sender: `rate` tokens a second, at most `burst`; idle buckets are forgotten."""
+
+    def __init__(self, rate: float, burst: int, *, capacity: int = 50_000) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.capacity = capacity
+        self._buckets: OrderedDict[str, list[float]] = OrderedDict()
+
+    def take(self, key: str, now: float, *, rate: float | None = None, burst: int | None = None) -> float | None:
+        """Take one token; None when allowed, else the seconds until one is available."""
+        rate = rate or self.rate
+        burst = burst or self.burst
+        b = self._buckets.get(key)
+        if b is None:
+            b = self._buckets[key] = [float(burst), now]
+            while len(self._buckets) > self.capacity:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+            b[0] = min(float(burst), b[0] + (now - b[1]) * rate)
+            b[1] = now
+        if b[0] >= 1.0:
+            b[0] -= 1.0
+            return None
+        return (1.0 - b[0]) / rate

@@ -1,0 +1,313 @@
+"""What a message may carry: parts, inline bytes, features size, modalities, URLs, signatures.
+
+`MessageGuard.admit` runs in `Pipeline.prepare` on every binding, before features and
+routing: the limits, modality allow/deny lists (gateway-wide and per agent), the SSRF guard
+on every field that carries a URL, and the Ed25519 signature of the extension fields
+(reject or strip). It returns the sender whose features the feature policy judges.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..errors import Forbidden, InvalidModality, MMA2AError, PayloadTooLarge, SignatureError, URLForbidden
+from ..ext import EXTENSION_URI
+from ..modality import parse_modality
+from ..payload.ssrf import URLPolicy, check_url
+from ..signing import ReplayGuard, carries_features, public_key_from_text, signature_of, strip_features, verify_message
+
+log = logging.getLogger("mma2a.gateway.security")
+
+
+# --- configuration (the `limits`, `urls` and `signing` sections) -----------------------------
+
+
+class ModalityLists(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[str] = Field(default_factory=list)  # empty: everything not denied
+    deny: list[str] = Field(default_factory=list)
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        for m in v:
+            try:
+                parse_modality(m)
+            except InvalidModality as exc:
+                raise ValueError(exc.message) from None
+        return v
+
+
+class LimitsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_parts: int = Field(default=64, ge=1)
+    max_inline_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
+    max_features_bytes: int = Field(default=16 * 1024, ge=0)
+    max_url_length: int = Field(default=4096, ge=16)
+    modalities: ModalityLists = Field(default_factory=ModalityLists)
+    agents: dict[str, ModalityLists] = Field(default_factory=dict)
+
+
+class URLConfig(BaseModel):
+    """What URLs a message may carry (the gateway and its agents fetch them): docs/security.md."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check: bool = True
+    allow_hosts: list[str] = Field(default_factory=list)
+    allow_private: bool = False
+    schemes: list[str] = Field(default_factory=lambda: ["https", "http", "wss", "ws"])
+
+
+class SenderKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    public_key: str | None = None
+    public_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SenderKey:
+        if not self.public_key and not self.public_key_env:
+            raise ValueError("public_key or public_key_env is required")
+        return self
+
+
+class SigningConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    senders: dict[str, SenderKey] = Field(default_factory=dict)
+    policy: Literal["reject", "strip"] = "reject"
+    window_s: float = Field(default=300.0, gt=0)
+
+    @field_validator("senders", mode="before")
+    @classmethod
+    def _short(cls, v: Any) -> Any:
+        return {k: ({"public_key": s} if isinstance(s, str) else s) for k, s in v.items()} if isinstance(v, dict) else v
+
+    @property
+    def active(self) -> bool:
+        return bool(self.senders)
+
+
+# --- what a message may carry ----------------------------------------------------------------------
+
+
+def _matches_any(modality: str, patterns: list[str]) -> bool:
+    try:
+        mod = parse_modality(modality)
+    except InvalidModality:
+        return False
+    return any(mod.matches(parse_modality(p)) for p in patterns)
+
+
+def modality_refusal(modality: str, lists: ModalityLists) -> str | None:
+    """Why `lists` refuses `modality`, or None."""
+    if lists.deny and _matches_any(modality, lists.deny):
+        return "is on the deny list"
+    if lists.allow and not _matches_any(modality, lists.allow):
+        return "is not on the allow list"
+    return None
+
+
+def _part_ext(part: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = part.get("metadata")
+    ext = meta.get(EXTENSION_URI) if isinstance(meta, Mapping) else None
+    return ext if isinstance(ext, Mapping) else {}
+
+
+def _raw_size(raw: str) -> int:
+    n = len(raw.rstrip("="))
+    return n * 3 // 4
+
+
+def _part_modality(part: Mapping[str, Any]) -> str:
+    ext = _part_ext(part)
+    m = ext.get("modality") or part.get("mediaType")
+    if isinstance(m, str) and m:
+        return m
+    return "text/plain" if "text" in part else "application/json" if "data" in part else "application/octet-stream"
+
+
+def message_urls(message: Mapping[str, Any], configuration: Mapping[str, Any] | None) -> Iterator[tuple[str, Any]]:
+    """(field, value) of every field of a request that carries a URL someone will fetch."""
+    for i, part in enumerate(message.get("parts") or []):
+        if not isinstance(part, Mapping):
+            continue
+        if "url" in part:
+            yield f"params.message.parts[{i}].url", part["url"]
+        stream = _part_ext(part).get("stream")
+        if isinstance(stream, Mapping) and "url" in stream:
+            yield f"params.message.parts[{i}].metadata[{EXTENSION_URI}].stream.url", stream["url"]
+    if isinstance(configuration, Mapping):
+        yield from _urls_in(configuration, "params.configuration", 0)
+
+
+def _urls_in(value: Any, where: str, depth: int) -> Iterator[tuple[str, Any]]:
+    if depth > 8:
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if k in ("url", "uri") or (isinstance(k, str) and k.lower().endswith("url")):
+                yield f"{where}.{k}", v
+            else:
+                yield from _urls_in(v, f"{where}.{k}", depth + 1)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _urls_in(v, f"{where}[{i}]", depth + 1)
+
+
+class MessageGuard:
+    """The per-message checks every binding runs before features and routing (see module doc)."""
+
+    def __init__(
+        self,
+        limits: LimitsConfig,
+        urls: URLConfig,
+        signing: SigningConfig,
+        *,
+        own_url: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.limits = limits
+        self.urls = urls
+        self.url_policy = URLPolicy(
+            allow_hosts=tuple(urls.allow_hosts), allow_private=urls.allow_private, allowed_schemes=tuple(urls.schemes)
+        )
+        self.own_prefixes = tuple(f"{own_url.rstrip('/')}/{p}/" for p in ("blobs", "streams")) if own_url else ()
+        if own_url and own_url.startswith("http"):  # the ws:// subscribe URLs its own /streams hand out
+            self.own_prefixes += (f"ws{own_url.rstrip('/')[4:]}/streams/",)
+        self.signing = signing
+        self.keys = {name: public_key_from_text(_key_text(name, k), field=f"signing.senders.{name}.public_key")
+                     for name, k in signing.senders.items()}
+        self.replay = ReplayGuard(signing.window_s)
+        self.clock = clock
+        self._url_ok: OrderedDict[str, float] = OrderedDict()
+
+    async def admit(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None, sender: str | None
+    ) -> str | None:
+        """Check one message (changed in place only by the `strip` policy); returns the features' sender."""
+        self.check_limits(message)
+        self.check_modalities(message, target)
+        await self.check_urls(message, configuration)
+        return self.check_signature(message, sender)
+
+    def check_limits(self, message: Mapping[str, Any]) -> None:
+        parts = message.get("parts") or []
+        lim = self.limits
+        if len(parts) > lim.max_parts:
+            raise PayloadTooLarge(f"params.message.parts: {len(parts)} parts, the limit is {lim.max_parts}",
+                                  field="params.message.parts")
+        inline = 0
+        for i, part in enumerate(parts):
+            if not isinstance(part, Mapping):
+                continue
+            if isinstance(part.get("raw"), str):
+                inline += _raw_size(part["raw"])
+            elif isinstance(part.get("text"), str):
+                inline += len(part["text"])
+            if inline > lim.max_inline_bytes:
+                raise PayloadTooLarge(
+                    f"params.message.parts[{i}]: inline content passes {lim.max_inline_bytes} bytes; "
+                    "send large media by reference (POST /blobs)", field=f"params.message.parts[{i}]")
+            features = _part_ext(part).get("features")
+            if features:
+                size = len(orjson.dumps(features, option=orjson.OPT_NON_STR_KEYS)) if _jsonable(features) else math.inf
+                if size > lim.max_features_bytes:
+                    where = f"params.message.parts[{i}].metadata[{EXTENSION_URI}].features"
+                    raise PayloadTooLarge(f"{where}: {size} bytes, the limit is {lim.max_features_bytes}", field=where)
+
+    def check_modalities(self, message: Mapping[str, Any], target: str | None) -> None:
+        lists = [("this gateway", self.limits.modalities)]
+        if target is not None and target in self.limits.agents:
+            lists.append((f"agent {target}", self.limits.agents[target]))
+        for i, part in enumerate(message.get("parts") or []):
+            if not isinstance(part, Mapping):
+                continue
+            modality = _part_modality(part)
+            for who, ml in lists:
+                why = modality_refusal(modality, ml)
+                if why is not None:
+                    raise Forbidden(f"params.message.parts[{i}]: modality {modality} {why} of {who}",
+                                    field=f"params.message.parts[{i}]")
+
+    def check_targets(self, decision: Any) -> None:
+        """Per-agent allow/deny lists against where the router sent each part."""
+        if not self.limits.agents:
+            return
+        for pr in decision.parts:
+            for agent in pr.agents():
+                ml = self.limits.agents.get(agent)
+                why = modality_refusal(pr.modality, ml) if ml is not None else None
+                if why is not None:
+                    raise Forbidden(f"params.message.parts[{pr.index}]: modality {pr.modality} {why} of agent {agent}",
+                                    field=f"params.message.parts[{pr.index}]")
+
+    async def check_urls(self, message: Mapping[str, Any], configuration: Mapping[str, Any] | None) -> None:
+        if not self.urls.check:
+            return
+        for where, url in message_urls(message, configuration):
+            if not isinstance(url, str):
+                continue  # shape errors are the ingress's to report
+            if len(url) > self.limits.max_url_length:
+                raise URLForbidden(f"{where}: URL of {len(url)} characters, the limit is {self.limits.max_url_length}",
+                                   field=where)
+            if self.own_prefixes and url.startswith(self.own_prefixes):
+                continue
+            now = self.clock()
+            seen = self._url_ok.get(url)
+            if seen is not None and now - seen < 60:
+                continue
+            try:
+                await check_url(url, self.url_policy)
+            except URLForbidden as exc:
+                raise URLForbidden(f"{where}: {exc.message}", field=where) from None
+            except MMA2AError as exc:  # unresolvable host
+                raise URLForbidden(f"{where}: refused: {exc.message}", field=where) from None
+            self._url_ok[url] = now
+            while len(self._url_ok) > 10_000:
+                self._url_ok.popitem(last=False)
+
+    def check_signature(self, message: dict[str, Any], sender: str | None) -> str | None:
+        if not self.signing.active:
+            return sender
+        signed = signature_of(message) is not None
+        if not signed and not carries_features(message):
+            return sender  # nothing to believe or doubt
+        try:
+            return verify_message(message, self.keys, now=self.clock(), replay=self.replay)
+        except SignatureError as exc:
+            if self.signing.policy == "reject":
+                raise
+            n = strip_features(message)
+            log.info("features stripped from %d parts of %s: %s", n, message.get("messageId"), exc.message)
+            return sender
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return False
+    return True
+
+
+def _key_text(name: str, key: SenderKey) -> str:
+    if key.public_key:
+        return key.public_key
+    value = os.environ.get(key.public_key_env or "")
+    if not value:
+        raise SignatureError(f"signing.senders.{name}.public_key_env: ${key.public_key_env} is not set",
+                             field=f"signing.senders.{name}.public_key_env")
+    return value
