@@ -11,9 +11,9 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 from ..errors import ContentTypeNotSupported, DispatchError, InvalidRequest, MMA2AError
@@ -32,6 +32,13 @@ from .outputs import adapt_outputs
 from .state import RoutingState
 from .tasks import DownstreamTask, TaskMap, TaskRecord
 from .transport import AgentRPCError, Transport
+
+if TYPE_CHECKING:
+    from ..cluster.state import ClusterState
+    from .faults import Deduper
+    from .guard import MessageGuard
+
+    FailOver = Callable[..., Awaitable[Any]]
 
 log = logging.getLogger("mma2a.decisions")
 
@@ -89,10 +96,11 @@ class Pipeline:
         self.pins = SessionPins()
         self.log_decisions = log_decisions
         self._tick = 0
-        self.guard: Any = None  # security.MessageGuard: limits, modality lists, URLs, signatures
-        self.dedupe: Any = None  # faults.Deduper: same (sender, messageId) answered once
-        self.failover: Any = None  # faults.fail_over: another pool member when an agent is gone
-        self.cluster: Any = None  # mma2a.cluster.ClusterState: shared session pins, durable delivery
+        # optional stages, set by the gateway from its config (install_security, the cluster)
+        self.guard: MessageGuard | None = None  # limits, modality lists, URLs, signatures
+        self.dedupe: Deduper | None = None  # the same (sender, messageId) answered once
+        self.failover: FailOver | None = None  # another pool member when an agent is gone
+        self.cluster: ClusterState | None = None  # shared session pins, durable delivery
 
     # --- stage 1: the view ------------------------------------------------------------
     def view(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None) -> MessageView:

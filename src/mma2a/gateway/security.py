@@ -1,11 +1,11 @@
 """Ingress security: who is calling, how often, how much, which modalities, which URLs, whose signatures.
 
-Two places, one policy:
-- `SecurityMiddleware` (pure ASGI, in front of every route): authentication (bearer token or
+Two places, one policy (credentials and rate limits in `access`, message checks in `guard`):
+- `SecurityMiddleware` (here; pure ASGI, in front of every route): authentication (bearer token or
   API key per client, from config or env), per-sender token-bucket rate limits (429 +
   `Retry-After`), the body size limit for every binding (413), refusal while draining
   (503). The authenticated client is put in `current_client` for the request.
-- `MessageGuard.admit` (called by `Pipeline.prepare` on every binding): parts per message,
+- `guard.MessageGuard.admit` (called by `Pipeline.prepare` on every binding): parts per message,
   inline bytes, features size, modality allow/deny lists (gateway-wide and per agent),
   the SSRF guard on every field that carries a URL, and the Ed25519 signature of the
   extension fields (reject or strip). It returns the sender whose features the feature
