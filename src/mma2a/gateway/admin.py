@@ -15,7 +15,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import ContentTypeNotSupported, Forbidden, InvalidParams, MMA2AError, RuleError, Unauthorized
+from ..errors import (
+    ContentTypeNotSupported,
+    Forbidden,
+    InvalidParams,
+    MMA2AError,
+    RuleError,
+    Unauthorized,
+)
 from ..routing import load_rules
 from ..routing.loader import rules_to_json
 from .config import AgentConfig

@@ -13,13 +13,14 @@ import logging
 import os
 import secrets
 import tempfile
-from importlib import resources
 from collections.abc import AsyncIterator
+from importlib import resources
 from typing import Any
 
 from a2a.server.routes import create_rest_routes
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -36,14 +37,16 @@ from .cards import agent_card_through, gateway_card
 from .config import GatewayConfig
 from .directory import AgentDirectory
 from .enrich import FeatureStage
+from .faults import Drain
 from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
-from .faults import Drain
 from .pipeline import Pipeline
-from .security import install_security, security_middleware
 from .sdk_binding import PipelineRequestHandler, TargetContextBuilder
+from .security import install_security, security_middleware
 from .state import RoutingState
+from .tracing import TracingMiddleware
+from .tracing import enabled as tracing_enabled
 from .transport import Transport
 
 log = logging.getLogger("mma2a.gateway")
@@ -197,4 +200,5 @@ class Gateway:
         routes += [r for r in root_rest if not isinstance(r, Mount)]
         routes += [r for r in agent_rest if not isinstance(r, Mount)]
         routes += [r for r in root_rest if isinstance(r, Mount)]
-        return Starlette(routes=routes, lifespan=self.lifespan, middleware=security_middleware(self))
+        middleware = [Middleware(TracingMiddleware), *security_middleware(self)] if tracing_enabled() else security_middleware(self)
+        return Starlette(routes=routes, lifespan=self.lifespan, middleware=middleware)

@@ -11,9 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..cluster.config import ClusterConfig
 from ..errors import MMA2AError
-from .faults import FaultsConfig
 from .access import AuthConfig, RateLimitConfig
+from .faults import FaultsConfig
 from .guard import LimitsConfig, SigningConfig, URLConfig
+from .tracing import TracingConfig
 
 
 class ConfigError(MMA2AError):
@@ -96,6 +97,7 @@ class GatewayConfig(BaseModel):
     signing: SigningConfig = Field(default_factory=SigningConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
     cluster: ClusterConfig | None = None  # cluster mode on NATS JetStream (docs/operations.md, "Cluster mode")
+    tracing: TracingConfig = Field(default_factory=TracingConfig)  # OpenTelemetry (the otel extra)
     log_decisions: bool = True
     base_dir: str = "."
 

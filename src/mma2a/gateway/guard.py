@@ -19,11 +19,25 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import Forbidden, InvalidModality, MMA2AError, PayloadTooLarge, SignatureError, URLForbidden
+from ..errors import (
+    Forbidden,
+    InvalidModality,
+    MMA2AError,
+    PayloadTooLarge,
+    SignatureError,
+    URLForbidden,
+)
 from ..ext import EXTENSION_URI
 from ..modality import parse_modality
 from ..payload.ssrf import URLPolicy, check_url
-from ..signing import ReplayGuard, carries_features, public_key_from_text, signature_of, strip_features, verify_message
+from ..signing import (
+    ReplayGuard,
+    carries_features,
+    public_key_from_text,
+    signature_of,
+    strip_features,
+    verify_message,
+)
 
 log = logging.getLogger("mma2a.gateway.security")
 

@@ -18,11 +18,11 @@ from starlette.responses import Response
 from ..card import VERSION_HEADER
 from ..errors import (
     INTERNAL_ERROR,
+    VERSION_NOT_SUPPORTED,
     InvalidParams,
     InvalidRequest,
     MMA2AError,
     ParseError,
-    VERSION_NOT_SUPPORTED,
     PayloadTooLarge,
 )
 from .pipeline import Pipeline

@@ -15,22 +15,29 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-
 from ..errors import ContentTypeNotSupported, DispatchError, InvalidRequest, MMA2AError
-from ..ext import EXTENSION_URI, MAX_HOPS, MessageExtension, downgrade_message, read_message, write_message
+from ..ext import (
+    EXTENSION_URI,
+    MAX_HOPS,
+    MessageExtension,
+    downgrade_message,
+    read_message,
+    write_message,
+)
 from ..modality import ModalityRegistry
 from ..routing import Load, RouteDecision, SessionPins, decide_pinned
 from ..view import MessageView, view_message
+from .access import current_sender
 from .aggregate import FAILED, LegResult, aggregate, failed_task
 from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
 from .feed import DecisionFeed
-from .offload import OffloadStage
 from .metrics import GatewayMetrics
-from .access import current_sender
+from .offload import OffloadStage
 from .outputs import adapt_outputs
 from .state import RoutingState
 from .tasks import DownstreamTask, TaskMap, TaskRecord
+from .tracing import span
 from .transport import AgentRPCError, Transport
 
 if TYPE_CHECKING:
@@ -139,7 +146,8 @@ class Pipeline:
             if not _declares(entry):
                 msg = downgrade_message(msg, input_modes=_input_modes(entry))
             t0 = time.perf_counter()
-            result = await self._call(entry, "SendMessage", {"message": msg})
+            with span("mma2a.transform", agent=step.agent, source=step.from_modality, goal=step.to_modality):
+                result = await self._call(entry, "SendMessage", {"message": msg})
             self.metrics.transform_seconds.labels(step.agent).observe(time.perf_counter() - t0)
             out = _pick_part(result, step.to_modality)
             if out is None:
@@ -223,7 +231,8 @@ class Pipeline:
         if self.cluster is not None and self.cluster.durable_for(leg.agent):
             return await self.cluster.deliver(leg.agent, params)  # type: ignore[no-any-return]
         try:
-            result = await self._call(entry, "SendMessage", params)
+            with span("mma2a.dispatch", kind="client", agent=leg.agent, parts=len(leg.parts)):
+                result = await self._call(entry, "SendMessage", params)
         except AgentRPCError as exc:
             return LegResult(leg.agent, error=f"agent error {exc.code}: {exc.message}")
         except DispatchError as exc:
@@ -280,11 +289,16 @@ class Pipeline:
     async def _send(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
                     ) -> dict[str, Any]:
         t0 = time.perf_counter()
-        try:
-            message, view, decision = await self.prepare(message, configuration, target)
-        except MMA2AError as exc:
-            self.feed.record(message, [], f"refused {exc.code}: {exc.message}")
-            raise
+        with span("mma2a.route", message_id=message.get("messageId"), parts=len(message.get("parts") or ())) as s:
+            try:
+                message, view, decision = await self.prepare(message, configuration, target)
+            except MMA2AError as exc:
+                self.feed.record(message, [], f"refused {exc.code}: {exc.message}")
+                raise
+            if s is not None:
+                s.set_attribute("mma2a.modalities", [p.modality for p in decision.parts])
+                s.set_attribute("mma2a.targets", list(decision.targets()))
+                s.set_attribute("mma2a.rules", sorted({r for p in decision.parts for r in p.matched}))
         result = await self.execute(message, configuration, decision)
         self.metrics.request_seconds.observe(time.perf_counter() - t0)
         task = result.get("task")

@@ -12,6 +12,7 @@ from ..serving import running, uvicorn_config
 from .app import Gateway
 from .config import GatewayConfig
 from .faults import DrainingServer
+from .tracing import configure_tracing
 
 __all__ = ["JsonLogFormatter", "configure_logging", "running", "serve"]
 
@@ -46,6 +47,7 @@ def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
 
 def serve(config: GatewayConfig) -> None:
     """Run a gateway until SIGINT/SIGTERM (uvicorn finishes in-flight requests first)."""
+    configure_tracing(config.tracing)
     gateway = Gateway(config)
     config_ = uvicorn_config(gateway.app, config.host, config.port, timeout_graceful_shutdown=30)
     DrainingServer(config_, gateway.drain, timeout_s=config.faults.drain_timeout_s).run()  # SIGTERM: drain, then close

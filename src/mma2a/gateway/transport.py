@@ -18,6 +18,7 @@ import orjson
 from ..card import EXTENSIONS_HEADER, VERSION_HEADER
 from ..errors import DispatchError, MMA2AError
 from ..ext import EXTENSION_URI
+from .tracing import inject
 
 _ids = itertools.count(1)
 
@@ -78,7 +79,7 @@ class Transport:
             headers[EXTENSIONS_HEADER] = EXTENSION_URI
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        return headers
+        return inject(headers)  # type: ignore[return-value]  # W3C traceparent of the current span
 
     async def call(
         self,
