@@ -1,9 +1,8 @@
 """OpenTelemetry traces across hops: a server span per request, child spans per routing step,
 and W3C `traceparent` passed on to every agent the gateway calls.
 
-The API is optional (the `otel` extra): without it every call here is a no-op. With it but
-no exporter configured, spans are the API's non-recording no-ops — the hot path pays a
-context lookup, nothing more. `configure_tracing` installs the SDK with an exporter
+The API is optional (the `otel` extra): without it, or with no tracer provider installed,
+every call here returns at once — the hot path pays one `isinstance` check. `configure_tracing` installs the SDK with an exporter
 (`console`, or `otlp` to an OTLP/HTTP collector). Span attributes never carry secrets:
 no headers, no payloads, only names, modalities, agents and rule names.
 """
@@ -39,6 +38,11 @@ def enabled() -> bool:
     return trace is not None
 
 
+def active() -> bool:
+    """A tracer provider is installed (ours or the host's): spans are worth making."""
+    return trace is not None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def configure_tracing(config: TracingConfig) -> None:
     """Install an SDK tracer provider with the configured exporter (once per process)."""
     if config.exporter == "none":
@@ -69,8 +73,8 @@ def configure_tracing(config: TracingConfig) -> None:
 
 @contextlib.contextmanager
 def span(name: str, *, kind: str = "internal", **attributes: Any) -> Iterator[Any]:
-    """A child span of the current one (no-op without OpenTelemetry)."""
-    if trace is None:
+    """A child span of the current one (no-op without OpenTelemetry or a provider)."""
+    if not active():
         yield None
         return
     attrs = {f"mma2a.{k}": v for k, v in attributes.items() if v is not None}
@@ -81,7 +85,7 @@ def span(name: str, *, kind: str = "internal", **attributes: Any) -> Iterator[An
 
 def inject(headers: MutableMapping[str, str]) -> MutableMapping[str, str]:
     """Add `traceparent` (and `tracestate`) of the current span to outgoing headers."""
-    if trace is not None:
+    if active():
         propagate.inject(headers)
     return headers
 
@@ -93,7 +97,7 @@ class TracingMiddleware:
         self.app = app
 
     async def __call__(self, scope: Mapping[str, Any], receive: Any, send: Any) -> None:
-        if trace is None or scope.get("type") != "http":
+        if scope.get("type") != "http" or not active():
             await self.app(scope, receive, send)
             return
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or ()
