@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from gateway import free_port, parse_ms, wait_ready  # noqa: E402  (bench/gateway.py helpers)
+from common import free_port, run_wrk, stop, wait_ready  # noqa: E402  (bench/common.py)
 
 from mma2a.cluster.server import NatsServer  # noqa: E402
 
@@ -49,13 +48,8 @@ _runs = iter(range(1, 1 << 30))
 
 
 def wrk(url: str, seconds: int, connections: int, script: str) -> dict[str, float]:
-    threads = max(1, min(2, connections))
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url,
-                          "--", f"r{os.getpid()}x{next(_runs)}"], capture_output=True, text=True, check=True).stdout
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50_ms": parse_ms(lat["50"]),
-            "p99_ms": parse_ms(lat["99"]), "errors": int(errors.group(1)) if errors else 0}
+    """A run whose message ids are unique across runs (durable delivery dedupes by id)."""
+    return run_wrk(url, seconds, connections, script, f"r{os.getpid()}x{next(_runs)}")
 
 
 def wrk_together(urls: list[str], seconds: int, connections: int, script: str) -> dict[str, float]:
@@ -123,13 +117,7 @@ def main() -> None:
             rows["direct_c1"].append(wrk(g1 + "/", args.seconds, 1, str(script)))
             rows["durable_c1"].append(wrk(gd + "/", args.seconds, 1, str(script)))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         nats.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
+from common import free_port, run_wrk, stop, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = ('{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER",'
@@ -32,45 +30,6 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.headers["A2A-Version"] = "1.0"
 wrk.body = '{BODY}'
 """
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(url: str, timeout: float = 20.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if httpx.get(url + "/.well-known/agent-card.json", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
-
-
-def parse_ms(value: str) -> float:
-    m = re.match(r"([\d.]+)(us|ms|s)", value)
-    assert m, value
-    n, unit = float(m.group(1)), m.group(2)
-    return n / 1000 if unit == "us" else n if unit == "ms" else n * 1000
-
-
-def run_wrk(url: str, seconds: int, connections: int, script: str) -> dict[str, float]:
-    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url],
-                         capture_output=True, text=True, check=True).stdout
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
-    total = int(re.search(r"(\d+) requests in", out).group(1))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50_ms": parse_ms(lat["50"]),
-            "p99_ms": parse_ms(lat["99"]), "requests": total,
-            "errors": (int(errors.group(1)) if errors else 0) + (sum(map(int, sock.groups())) if sock else 0)}
 
 
 def main() -> None:
@@ -111,13 +70,7 @@ def main() -> None:
             through.append(run_wrk(gw_url + "/", args.seconds, args.connections, str(script)))
             featured.append(run_wrk(gwf_url + "/", args.seconds, args.connections, str(script)))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
 
     def med(rows: list[dict[str, float]], key: str) -> float:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +30,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from gateway import free_port, parse_ms, wait_ready  # noqa: E402
+from common import free_port, run_wrk, stop, wait_ready  # noqa: E402  (bench/common.py)
 
 TOKEN = "bench-load-token-3e1f"
 
@@ -94,21 +93,6 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def run_wrk(url: str, seconds: int, connections: int, script: str, img: str, aud: str) -> dict[str, float]:
-    threads = min(2, connections)
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url,
-                          "--", img, aud], capture_output=True, text=True, check=True).stdout
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
-    total = int(re.search(r"(\d+) requests in", out).group(1))
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    rpc = re.search(r"RPC_ERRORS (\d+)", out)
-    return {"connections": connections, "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-            "p50_ms": parse_ms(lat["50"]), "p99_ms": parse_ms(lat["99"]), "requests": total,
-            "errors": (int(non2xx.group(1)) if non2xx else 0) + (sum(map(int, sock.groups())) if sock else 0)
-            + (int(rpc.group(1)) if rpc else 0)}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=60)
@@ -152,13 +136,7 @@ def main() -> None:
         rss_end = rss_kb(gw.pid)
         took = time.time() - t0
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
     result = {"probes": probes, "chosen_connections": best["connections"], "held": held, "seconds": round(took, 1),
               "rss_start_mb": round(rss_start / 1024, 1), "rss_end_mb": round(rss_end / 1024, 1),
