@@ -190,7 +190,9 @@ class DurableDelivery:
                     await asyncio.wait(list(self._active), return_when=asyncio.FIRST_COMPLETED)
                     continue
                 try:
-                    msgs = await sub.fetch(batch=free, timeout=1.0)
+                    # one at a time, each returned the moment it arrives: a batch fetch holds its first
+                    # message until the batch fills or the fetch times out (up to 1 s at low load)
+                    msgs = await sub.fetch(batch=1, timeout=1.0)
                 except (asyncio.TimeoutError, nats.errors.TimeoutError):
                     continue
                 for m in msgs:
