@@ -62,3 +62,16 @@ async def test_text_only_messages_skip_extraction_when_no_rule_needs_features():
     assert doc["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     sent = specs["analyst"][1].received[0].message.parts[0]
     assert EXTENSION_URI not in sent.metadata  # nothing was extracted or added
+
+
+async def test_media_limits_from_the_gateway_config_refuse_big_images_before_decoding():
+    specs = {"label-reader": agent("label-reader", ["image/*"]), "inspector": agent("inspector", ["image/*"])}
+    png = media.png(media.halves(320, 200))  # 64,000 pixels
+    async with agents(specs) as urls:
+        async with gateway({"rules": RULES, "agents": [{"name": n, "url": u} for n, u in urls.items()],
+                            "features": {"budget_s": 5, "max_pixels": 10_000}}) as (gw, url):
+            doc = await rpc(url, "SendMessage", {"message": {"messageId": "f5", "role": "ROLE_USER", "parts": [image_part(png)]}})
+    assert doc["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["inspector"]
+    sent = specs["inspector"][1].received[0].message.parts[0]
+    error = dict(sent.metadata[EXTENSION_URI])["features"]["error"]
+    assert "320x200 = 64000 pixels is over the limit of 10000 pixels (decompression bomb guard); not decoded" in error

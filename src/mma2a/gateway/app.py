@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from ..cluster import cluster_state
 from ..errors import MMA2AError
+from ..features.base import Limits
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
@@ -87,7 +88,9 @@ class Gateway:
             return None
         policy = FeaturePolicy(trusted_senders=frozenset(fc.trusted_senders), untrusted=fc.untrusted,
                                fill_missing=fc.fill_missing, budget_s=fc.budget_s)
-        return FeatureStage(FeaturePipeline(registry=self.registry), policy)
+        limits = Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
+                        max_video_seconds=fc.max_video_seconds)
+        return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits), policy)
 
     @property
     def admin_token(self) -> str | None:

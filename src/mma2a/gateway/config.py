@@ -54,6 +54,11 @@ class FeatureConfig(BaseModel):
     untrusted: Literal["validate", "reextract", "drop"] = "validate"
     fill_missing: bool = True
     budget_s: float = Field(default=0.5, gt=0)
+    # what the gateway agrees to decode (hostile media): refused before decoding, reported as features.error
+    max_media_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    max_pixels: int = Field(default=40_000_000, gt=0)
+    max_audio_seconds: float = Field(default=600.0, gt=0)
+    max_video_seconds: float = Field(default=3600.0, gt=0)
 
 
 class AdminConfig(BaseModel):

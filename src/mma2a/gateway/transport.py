@@ -123,6 +123,9 @@ class Transport:
         if "error" in doc and isinstance(doc["error"], dict):
             raise AgentRPCError(agent, doc["error"])
         if "result" not in doc:
+            if status in (401, 403):
+                raise DispatchError(f"agent {agent} refused the gateway's credentials (HTTP {status}); check its token_env",
+                                    data={"agent": agent, "status": status})
             raise DispatchError(f"agent {agent} answered HTTP {status} without a JSON-RPC result", data={"agent": agent})
         return doc["result"]
 
