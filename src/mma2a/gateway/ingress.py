@@ -17,7 +17,6 @@ from starlette.responses import Response
 
 from ..card import VERSION_HEADER
 from ..errors import (
-    INTERNAL_ERROR,
     VERSION_NOT_SUPPORTED,
     InvalidParams,
     InvalidRequest,
@@ -132,9 +131,7 @@ class JsonRpcIngress:
             return rpc_error(rid, exc)
         except Exception:  # a bug of ours: no stack trace on the wire
             log.exception("internal error in %s", method)
-            err = MMA2AError("internal error")
-            err.code = INTERNAL_ERROR
-            return rpc_error(rid, err)
+            return rpc_error(rid, MMA2AError("internal error"))  # code -32603
         return rpc_response(rid, result)
 
 
