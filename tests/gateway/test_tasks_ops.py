@@ -133,3 +133,23 @@ async def test_serve_with_a_bad_config_names_the_field(tmp_path):
                                                 stderr=asyncio.subprocess.PIPE, env={**os.environ})
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2 and "error: listen: Value error, must be HOST:PORT" in err.decode()
+
+
+async def test_fan_out_streams_each_legs_artifacts_then_the_final_status():
+    specs = {n: agent(n, ["image/*"]) for n in ("a", "b")}
+    rules = {"version": 1, "rules": [{"name": "both", "match": {"modality": "image/*"}, "action": {"clone_and_route_to": ["a", "b"]}}]}
+    async with agents(specs) as urls:
+        async with gateway({"rules": rules, "agents": [{"name": n, "url": u} for n, u in urls.items()]}) as (gw, url):
+            async with httpx.AsyncClient(timeout=30) as c:
+                async with c.stream("POST", url + "/", json={"jsonrpc": "2.0", "id": 7, "method": "SendStreamingMessage",
+                                                          "params": {"message": img("fs1")}},
+                                    headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}) as sse:
+                    events = [json.loads(ln[5:])["result"] async for ln in sse.aiter_lines() if ln.startswith("data:")]
+            got = await rpc(url, "GetTask", {"id": events[0]["task"]["id"]})
+    first, *updates, last = events
+    tid = first["task"]["id"]
+    assert tid.startswith("gw-") and first["task"]["status"]["state"] == "TASK_STATE_WORKING"
+    assert sorted(u["artifactUpdate"]["artifact"]["name"].split("/")[0] for u in updates) == ["a", "b"]
+    assert all(u["artifactUpdate"]["taskId"] == tid for u in updates)
+    assert last["statusUpdate"]["taskId"] == tid and last["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert got["result"]["id"] == tid and len(got["result"]["metadata"][EXTENSION_URI]["downstream"]) == 2

@@ -73,7 +73,8 @@ def failed_task(reason: str, *, message: dict[str, Any] | None, task_id: str | N
     return task
 
 
-def _artifacts_of(leg: LegResult) -> list[dict[str, Any]]:
+def artifacts_of(leg: LegResult) -> list[dict[str, Any]]:
+    """One leg's artifacts, named `agent/name` and marked with their source (a direct reply becomes one)."""
     out: list[dict[str, Any]] = []
     if leg.task is not None:
         status_msg = (leg.task.get("status") or {}).get("message")
@@ -108,7 +109,7 @@ def aggregate(legs: Sequence[LegResult], *, message: dict[str, Any], route: list
     status: dict[str, Any] = {"state": state, "timestamp": now_iso()}
     if reasons:
         status["message"] = agent_text_message("; ".join(reasons), task_id=tid, context_id=ctx)
-    artifacts = [a for leg in legs for a in _artifacts_of(leg)]
+    artifacts = [a for leg in legs for a in artifacts_of(leg)]
     downstream = [
         {"agent": leg.agent, "taskId": (leg.task or {}).get("id"), "state": leg.state, **({"error": leg.error} if leg.error else {})}
         for leg in legs

@@ -28,7 +28,7 @@ from ..modality import ModalityRegistry
 from ..routing import Load, RouteDecision, SessionPins, decide_pinned
 from ..view import MessageView, view_message
 from .access import current_sender
-from .aggregate import FAILED, LegResult, aggregate, failed_task
+from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, failed_task, now_iso
 from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
 from .feed import DecisionFeed
@@ -360,12 +360,17 @@ class Pipeline:
     async def send_stream(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:
-        """SendStreamingMessage: one target streams through as it is; a fan-out streams the aggregate."""
+        """SendStreamingMessage: one target streams through as it is; a fan-out streams each leg's
+        artifacts as the leg finishes, then the aggregate's final status."""
         message, view, decision = await self.prepare(message, configuration, target)
         route = route_summary(decision)
         targets = decision.targets()
-        single = len(targets) == 1 and not any(pr.dropped for pr in decision.parts) and not any(
-            t.via for pr in decision.parts for t in pr.targets)
+        dropped = any(pr.dropped for pr in decision.parts)
+        if len(targets) > 1 and not dropped and not (configuration or {}).get("acceptedOutputModes"):
+            async for event in self._stream_fan_out(message, configuration, decision, route):
+                yield event
+            return
+        single = len(targets) == 1 and not dropped and not any(t.via for pr in decision.parts for t in pr.targets)
         if not single or not ((self.directory.get(targets[0]).card.get("capabilities") or {}).get("streaming")):
             yield await self.execute(message, configuration, decision)
             return
@@ -395,6 +400,35 @@ class Pipeline:
             yield {"task": failed_task(exc.message, message=message, route=route)}
         finally:
             entry.inflight -= 1
+
+    async def _stream_fan_out(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+        route: list[dict[str, Any]],
+    ) -> AsyncIterator[dict[str, Any]]:
+        tid, ctx = f"gw-{uuid.uuid4()}", message.get("contextId") or str(uuid.uuid4())
+        yield {"task": {"id": tid, "contextId": ctx, "status": {"state": WORKING, "timestamp": now_iso()},
+                        "history": [message], "metadata": {EXTENSION_URI: {"route": route}}}}
+        try:
+            legs = await self.legs(message, decision)
+        except MMA2AError as exc:
+            failed = failed_task(f"transform failed: {exc.message}", message=message, task_id=tid, route=route)
+            yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": failed["status"]}}
+            return
+        results = []
+        for done in asyncio.as_completed([self.dispatch(leg, message, configuration, decision) for leg in legs]):
+            res = await done
+            results.append(res)
+            for art in artifacts_of(res):
+                yield {"artifactUpdate": {"taskId": tid, "contextId": ctx, "artifact": art, "lastChunk": True}}
+        task = aggregate(results, message=message, route=route)
+        task["id"], task["contextId"] = tid, ctx
+        for m in [task["status"].get("message")] if task["status"].get("message") else []:
+            m["taskId"], m["contextId"] = tid, ctx
+        self.tasks.put(TaskRecord(tid, [DownstreamTask(r.agent, r.task["id"], r.task.get("contextId"))
+                                        for r in results if r.task], aggregate=task, route=route))
+        self.feed.record(message, route, str(task["status"]["state"]))
+        yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": task["status"],
+                                "metadata": task["metadata"]}}
 
     # --- tasks --------------------------------------------------------------------------
     async def get_task(self, task_id: str, history_length: int | None = None) -> dict[str, Any]:
