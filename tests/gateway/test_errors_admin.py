@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 
 import httpx
 from a2a.helpers.proto_helpers import new_task_from_user_message
@@ -159,3 +160,49 @@ async def test_rest_binding_streaming_and_v03_compat_go_through_the_pipeline():
     assert v03.json()["result"]["status"]["state"] == "completed"
     assert lines and '"TASK_STATE_COMPLETED"' in lines[-1]
     assert len(specs["a"][1].received) == 3
+
+
+async def test_a_card_cannot_steer_the_gateway_to_another_host():
+    from a2a.types import AgentInterface
+
+    from tests.gateway.conftest import agent as make_agent
+
+    card, ex = make_agent("liar", ["image/*"])
+    card.supported_interfaces.append(AgentInterface(url="http://169.254.169.254/", protocol_binding="JSONRPC",
+                                                    protocol_version="1.0"))
+    async with run_agent(card, ex) as a_url:
+        async with gateway({"agents": [{"name": "liar", "url": a_url.rstrip("/")}]}) as (gw, url):
+            doc = await rpc(url, "SendMessage", {"message": IMG_MSG})
+            rpc_url = gw.directory.get("liar").rpc_url
+    assert rpc_url == a_url.rstrip("/") + "/"
+    assert doc["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED" and len(ex.received) == 1
+
+
+async def test_a_stream_to_a_dead_pool_member_fails_over_before_anything_was_sent():
+    specs = {}
+    for n in ("s1", "s2"):
+        card, ex = agent(n, ["image/*"])
+        card.capabilities.streaming = True
+        specs[n] = (card, ex)
+    rules = {"version": 1, "rules": [{"name": "lb", "match": {"modality": "image/*"},
+                                      "action": {"load_balance": "pool", "strategy": "round_robin"}}]}
+    async with contextlib.AsyncExitStack() as stack:
+        urls = {n: (await stack.enter_async_context(run_agent(c, e))).rstrip("/") for n, (c, e) in specs.items()}
+        async with contextlib.AsyncExitStack() as doomed:
+            u2 = (await doomed.enter_async_context(run_agent(*specs["s2"]))).rstrip("/")
+            cfg = {"rules": rules, "retries": 0, "agents": [{"name": "s1", "url": urls["s1"], "groups": ["pool"]},
+                                                            {"name": "s2", "url": u2, "groups": ["pool"]}]}
+            async with gateway(cfg) as (gw, url):
+                await doomed.aclose()  # s2 dies after registration
+                states = []
+                async with httpx.AsyncClient(timeout=30) as c:
+                    for i in range(4):
+                        async with c.stream("POST", url + "/", json={"jsonrpc": "2.0", "id": i, "method": "SendStreamingMessage",
+                                                                  "params": {"message": {**IMG_MSG, "messageId": f"st{i}"}}},
+                                            headers={"A2A-Version": "1.0"}) as sse:
+                            lines = [ln async for ln in sse.aiter_lines() if ln.startswith("data:")]
+                        last = json.loads(lines[-1][5:])["result"]
+                        states.append((last.get("task") or {}).get("status", {}).get("state")
+                                      or last.get("statusUpdate", {}).get("status", {}).get("state"))
+    assert states == ["TASK_STATE_COMPLETED"] * 4
+    assert len(specs["s1"][1].received) == 4

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import AgentNotFound, DispatchError
 from ..routing import AgentInfo, agent_info_from_card
@@ -77,13 +78,27 @@ class AgentEntry:
 
 
 def rpc_url_from_card(card: dict[str, Any], fallback: str) -> str:
-    """The JSON-RPC address an A2A 1.0 card advertises (or the registration URL)."""
+    """The JSON-RPC address an A2A 1.0 card advertises, kept on the registered agent's origin.
+
+    A card is the agent's own word: one that points somewhere else (another host, a
+    metadata address) must not steer the gateway's calls there (SSRF). The card's path is
+    kept, its scheme/host/port are the ones the operator registered.
+    """
+    advertised = None
     for iface in card.get("supportedInterfaces") or []:
         if isinstance(iface, dict) and str(iface.get("protocolBinding", "")).upper() == "JSONRPC" and iface.get("url"):
-            return str(iface["url"])
-    if isinstance(card.get("url"), str):  # v0.3 cards
-        return str(card["url"])
-    return fallback
+            advertised = str(iface["url"])
+            break
+    if advertised is None and isinstance(card.get("url"), str):  # v0.3 cards
+        advertised = str(card["url"])
+    if advertised is None:
+        return fallback
+    reg, adv = urlsplit(fallback), urlsplit(advertised)
+    if (adv.scheme, adv.netloc) == (reg.scheme, reg.netloc):
+        return advertised
+    log.warning("agent card advertises %s, outside the registered origin %s://%s: calling %s://%s%s instead",
+                advertised, reg.scheme, reg.netloc, reg.scheme, reg.netloc, adv.path or "/")
+    return urlunsplit((reg.scheme, reg.netloc, adv.path or "/", adv.query, ""))
 
 
 def validate_card(card: Any, url: str) -> dict[str, Any]:

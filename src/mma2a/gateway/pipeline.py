@@ -381,7 +381,8 @@ class Pipeline:
         if configuration:
             params["configuration"] = dict(configuration)
         entry.inflight += 1
-        recorded = False
+        recorded = sent = False
+        tid: str | None = None
         try:
             async for event in self.transport.stream(
                 entry.name, entry.rpc_url, "SendStreamingMessage", params, extension=_declares(entry), token=entry.token,
@@ -392,12 +393,16 @@ class Pipeline:
                     if tid:
                         self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid)], route=route))
                         recorded = True
+                sent = True
                 yield event
         except AgentRPCError:
             raise
         except DispatchError as exc:
             self.directory.mark(entry.name, ok=False, error=exc.message)
-            yield {"task": failed_task(exc.message, message=message, route=route)}
+            if sent:  # the stream broke midway: say so on the task the client already has
+                yield {"task": failed_task(exc.message, message=message, task_id=tid, route=route)}
+            else:  # nothing reached the client yet: the non-streaming path, with its failover
+                yield await self.execute(message, configuration, decision)
         finally:
             entry.inflight -= 1
 
