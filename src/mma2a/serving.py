@@ -48,3 +48,13 @@ async def running(app: Any, host: str = "127.0.0.1", port: int | None = None) ->
     finally:
         server.should_exit = True
         await task
+
+
+async def cancel_tasks(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel background tasks and wait for them to end (whatever they raise); empties the list."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+    tasks.clear()

@@ -32,6 +32,7 @@ from .. import __version__
 from ..errors import ClusterError, MMA2AError
 from ..routing import load_rules, parse_rules
 from ..routing.decision import RouteDecision
+from ..serving import cancel_tasks
 from ..view import MessageView
 from .config import ClusterConfig
 from .delivery import DurableDelivery
@@ -155,12 +156,7 @@ class ClusterState:
 
     async def stop(self) -> None:
         await self.delivery.stop()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        await cancel_tasks(self._tasks)
         await self._unwatch()
         if self.nc is not None and self.nc.is_connected:
             with contextlib.suppress(Exception):

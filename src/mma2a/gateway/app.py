@@ -33,6 +33,7 @@ from ..features.policy import FeaturePolicy
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
 from ..payload import LocalBlobStore, StreamHub, URLSigner, payload_routes
 from ..routing import load_rules, parse_rules
+from ..serving import cancel_tasks
 from .admin import admin_routes, error_response, json_response
 from .cards import agent_card_through, gateway_card
 from .config import GatewayConfig
@@ -123,12 +124,7 @@ class Gateway:
     async def stop(self) -> None:
         if self.cluster is not None:
             await self.cluster.stop()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        await cancel_tasks(self._tasks)
         await self.transport.close()
         if self._blob_tmp is not None:
             self._blob_tmp.cleanup()
