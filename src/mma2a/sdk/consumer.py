@@ -15,6 +15,7 @@ plain parts). Plain parts (no extension) are viewed from `mediaType` and their b
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import inspect
@@ -27,9 +28,20 @@ from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Message, Part
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Message,
+    Part,
+)
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf import json_format
 from starlette.applications import Starlette
@@ -37,7 +49,14 @@ from starlette.routing import BaseRoute
 
 from ..card import declare_extension
 from ..errors import ContentTypeNotSupported, MMA2AError
-from ..ext import EXTENSION_URI, MessageExtension, PartExtension, downgrade_part, read_message, write_part
+from ..ext import (
+    EXTENSION_URI,
+    MessageExtension,
+    PartExtension,
+    downgrade_part,
+    read_message,
+    write_part,
+)
 from ..features.producer import build_part
 from ..modality import accepts
 from ..payload import URLPolicy
@@ -106,6 +125,7 @@ class MultimodalExecutor(AgentExecutor):
         self.input_modes: list[str] = ["*/*"]
 
     # --- what subclasses write ------------------------------------------------------------
+    @abc.abstractmethod
     async def handle(self, request: IncomingMessage) -> Any:
         """The agent's work: return the reply (or yield pieces of it, to stream)."""
         raise NotImplementedError("MultimodalExecutor subclasses implement handle(request)")
