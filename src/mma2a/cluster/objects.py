@@ -25,8 +25,23 @@ import orjson
 from nats.js import api
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
-from ..errors import ClusterError, PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable, UploadOffsetMismatch
-from ..payload.store import DEFAULT_MEDIA_TYPE, BlobInfo, BlobStore, check_key, check_sha256, check_upload_id
+from ..errors import (
+    ClusterError,
+    PayloadError,
+    PayloadNotFound,
+    PayloadTooLarge,
+    RangeNotSatisfiable,
+    UploadOffsetMismatch,
+)
+from ..payload.store import (
+    DEFAULT_MEDIA_TYPE,
+    BlobInfo,
+    BlobStore,
+    check_key,
+    check_sha256,
+    check_upload_id,
+    digest_mismatch,
+)
 
 if TYPE_CHECKING:
     from .state import ClusterState
@@ -142,7 +157,7 @@ class ObjectBlobStore(BlobStore):
         key, size, n = await self._publish_all(self._chunk_subject(nuid), _rechunk(chunks), max_size=max_size, what="blob")
         if expected is not None and key != expected:
             await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
-            raise PayloadError(f"sha256 mismatch: the body hashes to {key}, the client said {expected}", field="sha256")
+            raise digest_mismatch("the body", key, expected)
         return await self._commit(nuid, key, size, n, media_type)
 
     # --- reading ------------------------------------------------------------------------
@@ -261,8 +276,7 @@ class ObjectBlobStore(BlobStore):
             key, size, n = await self._publish_all(self._chunk_subject(nuid), pieces(), max_size=None, what="upload")
             if expected is not None and key != expected:
                 await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
-                raise PayloadError(f"sha256 mismatch: upload {upload_id} hashes to {key}, the client said {expected}",
-                                   field="sha256")
+                raise digest_mismatch(f"upload {upload_id}", key, expected)
             info = await self._commit(nuid, key, size, n, rec.get("mediaType", DEFAULT_MEDIA_TYPE))
             await self.js.purge_stream(self.stream, subject=up_subject)
             await self._uploads.delete(upload_id)

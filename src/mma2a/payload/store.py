@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..errors import PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable, UploadOffsetMismatch
+from ..errors import (
+    PayloadError,
+    PayloadNotFound,
+    PayloadTooLarge,
+    RangeNotSatisfiable,
+    UploadOffsetMismatch,
+)
 
 CHUNK_SIZE = 256 * 1024
 """Bytes read from disk per chunk; also the size of each write batch."""
@@ -56,6 +62,11 @@ def check_sha256(value: str, field: str = "sha256") -> str:
     if not isinstance(low, str) or not _KEY_RE.match(low):
         raise PayloadError(f"{field}: {value!r} is not a SHA-256 hex digest (64 hex digits)", field=field)
     return low
+
+
+def digest_mismatch(what: str, actual: str, expected: str) -> PayloadError:
+    """The error every blob store raises when the bytes do not hash to what the client declared."""
+    return PayloadError(f"sha256 mismatch: {what} hashes to {actual}, the client said {expected}", field="sha256")
 
 
 def check_upload_id(upload_id: str) -> str:
@@ -212,9 +223,7 @@ class LocalBlobStore(BlobStore):
             await asyncio.to_thread(fh.close)
             key = sink.hasher.hexdigest()
             if expected is not None and key != expected:
-                raise PayloadError(
-                    f"sha256 mismatch: the body hashes to {key}, the client said {expected}", field="sha256"
-                )
+                raise digest_mismatch("the body", key, expected)
             await self._commit(tmp, key, sink.size, media_type)
             return BlobInfo(key, sink.size, media_type)
         finally:
@@ -358,9 +367,7 @@ class LocalBlobStore(BlobStore):
             else:
                 key = await asyncio.to_thread(_hash_file, path)
             if expected is not None and key != expected:
-                raise PayloadError(
-                    f"sha256 mismatch: upload {upload_id} hashes to {key}, the client said {expected}", field="sha256"
-                )
+                raise digest_mismatch(f"upload {upload_id}", key, expected)
             meta_path = path.with_suffix(".json")
             try:
                 media_type = json.loads(meta_path.read_text()).get("mediaType", DEFAULT_MEDIA_TYPE)
