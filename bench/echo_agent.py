@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-import uvicorn
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.types import Message, Part, Role
 
 from mma2a.agents.runtime import agent_app, make_card
-from mma2a.serving import uvicorn_config
+from mma2a.serving import Server, uvicorn_config
 
 
 class Echo(AgentExecutor):
@@ -31,7 +30,7 @@ def main() -> None:
     card = make_card("echo", "echoes", input_modes=["text/plain", "image/*", "audio/*"], output_modes=["text/plain"],
                      skill="echo")
     url = f"http://127.0.0.1:{args.port}/"
-    uvicorn.Server(uvicorn_config(agent_app(card, Echo(), url), "127.0.0.1", args.port)).run()
+    Server(uvicorn_config(agent_app(card, Echo(), url), "127.0.0.1", args.port)).run()
 
 
 if __name__ == "__main__":

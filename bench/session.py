@@ -26,6 +26,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -41,37 +42,44 @@ def free_port() -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time the process has run, all threads, from the scheduler's exact nanosecond count.
+
+    (/proc/PID/stat's utime/stime are sampled at the 100 Hz clock tick: too coarse for work
+    done in 100 µs slices.)
+    """
+    return sum(int((t / "schedstat").read_text().split()[0]) for t in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+
+
+def wakeups(pid: int) -> int:
+    """Voluntary context switches of all the process's threads (each is a sleep, then a wake-up)."""
+    n = 0
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        for line in (t / "status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                n += int(line.split()[1])
+    return n
 
 
 # --- the gateway subprocess -------------------------------------------------------------------
 
 
 def serve_gateway(port: int, agent_url: str, blob_dir: str) -> None:
-    import uvicorn
-    from starlette.applications import Starlette
-
-    from mma2a.gateway.app import Gateway
+    """The gateway exactly as `mma2a serve` runs it (uvicorn on uvloop, streams mounted)."""
     from mma2a.gateway.config import parse_config
-    from mma2a.payload import LocalBlobStore, StreamHub, URLSigner, payload_routes
+    from mma2a.gateway.server import serve
 
-    config = parse_config({
+    serve(parse_config({
         "listen": f"127.0.0.1:{port}",
         "agents": [{"name": "ear", "url": agent_url}],
         "log_decisions": False,
-        "health_interval_s": 3600,
-    })
-    gateway = Gateway(config)
-    payload = payload_routes(LocalBlobStore(blob_dir), URLSigner(b"bench-secret-0123456789abcdef"), hub=StreamHub())
-    app = Starlette(routes=payload + list(gateway.app.routes), lifespan=gateway.lifespan)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, ws="websockets-sansio")
+        "blob_dir": blob_dir,
+    }))
 
 
 # --- the agent (in this process) --------------------------------------------------------------
 
 
-async def run_agent(port: int) -> asyncio.Task[None]:
+async def run_agent(port: int) -> tuple[Any, asyncio.Task[None]]:
     import uvicorn
     from a2a.helpers.proto_helpers import new_task_from_user_message
     from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -109,7 +117,7 @@ async def run_agent(port: int) -> asyncio.Task[None]:
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.02)
-    return task
+    return server, task
 
 
 # --- the arms ---------------------------------------------------------------------------------
@@ -168,6 +176,11 @@ async def arm_fast(gw: str, chunks: list[bytes], fps: float) -> None:
                 got += len(f.data)
         return got
 
+    if os.environ.get("SEP_CONSUMER"):
+        cp = await asyncio.create_subprocess_exec(sys.executable, "/tmp/consumer_proc.py", s["subscribeUrl"], stdout=asyncio.subprocess.PIPE)
+        await cp.stdout.readline()
+        async def consume() -> int:
+            line = await cp.stdout.readline(); await cp.wait(); return int(line)
     consumer = asyncio.create_task(consume())
     await asyncio.sleep(0.2)
     async with connect(s["producerWsUrl"]) as producer:
@@ -184,7 +197,7 @@ async def arm_fast(gw: str, chunks: list[bytes], fps: float) -> None:
 
 async def main_async(args: argparse.Namespace) -> None:
     agent_port, gw_port = free_port(), free_port()
-    agent = await run_agent(agent_port)
+    agent_server, agent = await run_agent(agent_port)
     blob_dir = Path(f"/tmp/mma2a-bench-session-{os.getpid()}")
     proc = subprocess.Popen([
         sys.executable, __file__, "--serve-gateway", str(gw_port),
@@ -206,20 +219,26 @@ async def main_async(args: argparse.Namespace) -> None:
         # warm up both paths (imports, connection pools, first-call caches) outside the measurement
         await arm_full(gw, chunks[:50], 0)
         await arm_fast(gw, chunks[:50], 0)
+        c0 = cpu_seconds(proc.pid)
+        await asyncio.sleep(args.idle)
+        idle = (cpu_seconds(proc.pid) - c0) / args.idle
         print(f"{args.chunks} chunks of {args.chunk_size} bytes at {args.fps or 'unpaced'} fps")
-        print(f"{'arm':<12} {'gateway CPU':>12} {'per chunk':>12} {'wall':>8}")
+        print(f"idle gateway: {idle * 1e3:.2f} ms CPU per second (measured over {args.idle:g} s, not subtracted below)")
+        print(f"{'arm':<12} {'gateway CPU':>12} {'per chunk':>12} {'wake-ups per chunk':>20} {'wall':>8}")
         results = {}
         for name, arm in (("full", arm_full), ("fast path", arm_fast)):
-            c0, w0 = cpu_seconds(proc.pid), time.perf_counter()
+            c0, v0, w0 = cpu_seconds(proc.pid), wakeups(proc.pid), time.perf_counter()
             await arm(gw, chunks, args.fps)
             cpu, wall = cpu_seconds(proc.pid) - c0, time.perf_counter() - w0
+            wakes = (wakeups(proc.pid) - v0) / args.chunks
             results[name] = cpu / args.chunks
-            print(f"{name:<12} {cpu:>10.2f} s {cpu / args.chunks * 1e6:>9.0f} µs {wall:>7.1f}s", flush=True)
+            print(f"{name:<12} {cpu:>10.2f} s {cpu / args.chunks * 1e6:>9.0f} µs {wakes:>20.2f} {wall:>7.1f}s", flush=True)
         print(f"fast path is {results['full'] / results['fast path']:.1f}x cheaper per chunk")
     finally:
         proc.terminate()
-        proc.wait(10)
-        agent.cancel()
+        proc.wait(30)
+        agent_server.should_exit = True
+        await agent
         subprocess.run(["rm", "-rf", str(blob_dir)], check=False)
 
 
@@ -228,6 +247,7 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=10_000)
     ap.add_argument("--chunk-size", type=int, default=4000, help="bytes per chunk (default 4000: 30 fps at ~1 Mbit/s)")
     ap.add_argument("--fps", type=float, default=30.0, help="chunks per second; 0 = as fast as possible")
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds to measure the idle gateway first")
     ap.add_argument("--serve-gateway", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--agent-url", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--blob-dir", default=None, help=argparse.SUPPRESS)

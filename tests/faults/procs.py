@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _agent_main(port: int, name: str, delay: float, log: str) -> None:
-    import uvicorn
     from a2a.helpers.proto_helpers import new_task_from_user_message
     from a2a.server.agent_execution import AgentExecutor, RequestContext
     from a2a.server.events import EventQueue
@@ -34,7 +33,7 @@ def _agent_main(port: int, name: str, delay: float, log: str) -> None:
     from a2a.types import Part
 
     from mma2a.agents.runtime import agent_app, make_card
-    from mma2a.serving import uvicorn_config
+    from mma2a.serving import Server, uvicorn_config
 
     out = open(log, "a", buffering=1)
 
@@ -54,7 +53,7 @@ def _agent_main(port: int, name: str, delay: float, log: str) -> None:
             return None
 
     card = make_card(name, "slow test agent", input_modes=["text/plain"], output_modes=["text/plain"], skill="slow")
-    uvicorn.Server(uvicorn_config(agent_app(card, Slow(), f"http://127.0.0.1:{port}/"), "127.0.0.1", port)).run()
+    Server(uvicorn_config(agent_app(card, Slow(), f"http://127.0.0.1:{port}/"), "127.0.0.1", port)).run()
 
 
 def free_port() -> int:

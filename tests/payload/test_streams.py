@@ -27,9 +27,9 @@ async def test_hub_frames_and_resume_from_any_offset() -> None:
     hub = StreamHub(ring_chunks=8, chunk_size=10, ring_bytes=1000)
     sid = hub.create("audio/ogg; codecs=opus", stream_id="mic-1", session_id="s-1").id
     data = bytes(range(45))
-    await hub.publish(sid, data[:25])  # split into 10 + 10 + 5
-    await hub.publish(sid, data[25:])
-    await hub.close(sid)
+    hub.publish(sid, data[:25])  # split into 10 + 10 + 5
+    hub.publish(sid, data[25:])
+    hub.close(sid)
     frames = await collect(hub, sid)
     assert [f.type for f in frames] == ["start", "delta", "delta", "delta", "delta", "delta", "stop"]
     start, *deltas, stop = frames
@@ -49,7 +49,7 @@ async def test_hub_ring_is_bounded_and_old_offsets_are_refused() -> None:
     hub = StreamHub(ring_chunks=4, chunk_size=100, ring_bytes=1000)
     sid = hub.create(stream_id="cam").id
     for _ in range(10):
-        await hub.publish(sid, os.urandom(100))
+        hub.publish(sid, os.urandom(100))
     info = hub.info(sid)
     assert (info.size, info.chunks, info.first_offset) == (1000, 10, 600)
     with pytest.raises(RangeNotSatisfiable) as exc:
@@ -61,12 +61,12 @@ async def test_hub_ring_is_bounded_and_old_offsets_are_refused() -> None:
 async def test_hub_slow_consumer_gets_an_error_not_a_gap() -> None:
     hub = StreamHub(ring_chunks=2, chunk_size=10, ring_bytes=100)
     sid = hub.create(stream_id="fast").id
-    await hub.publish(sid, b"a" * 10)
+    hub.publish(sid, b"a" * 10)
     frames = hub.subscribe(sid, 0)
     assert (await anext(frames)).type == "start"
     assert (await anext(frames)).offset == 0
     for _ in range(5):
-        await hub.publish(sid, b"b" * 10)
+        hub.publish(sid, b"b" * 10)
     with pytest.raises(RangeNotSatisfiable) as exc:
         await anext(frames)
     assert exc.value.message == "stream fast: offset 10 is no longer buffered (oldest buffered offset is 40)"
@@ -91,9 +91,9 @@ async def test_hub_errors() -> None:
     with pytest.raises(PayloadError) as exc:
         hub.attach_producer("one")
     assert exc.value.message == "stream one already has a producer"
-    await hub.close("one")
+    hub.close("one")
     with pytest.raises(PayloadError) as exc:
-        await hub.publish("one", b"x")
+        hub.publish("one", b"x")
     assert exc.value.message == "stream one is closed"
 
 

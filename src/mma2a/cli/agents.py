@@ -20,17 +20,15 @@ def agent(
     """Run one reference agent as an a2a-sdk server."""
     from ..agents.catalog import CATALOG
     from ..agents.runtime import SkillExecutor, agent_app
-    from ..serving import uvicorn_config
+    from ..serving import Server, uvicorn_config
 
     ref = CATALOG.get(name)
     if ref is None:
         typer.echo(f"error: unknown agent {name!r}; choose one of {', '.join(CATALOG)}", err=True)
         raise typer.Exit(2)
-    import uvicorn
-
     url = f"http://{host}:{port}/"
     typer.echo(f"{name} ({ref.summary}) on {url}", err=True)
-    uvicorn.Server(uvicorn_config(agent_app(ref.card(), SkillExecutor(ref.reply), url), host, port)).run()
+    Server(uvicorn_config(agent_app(ref.card(), SkillExecutor(ref.reply), url), host, port)).run()
 
 
 @app.command("agents")

@@ -24,6 +24,7 @@ import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DispatchError
+from ..serving import Server
 
 log = logging.getLogger("mma2a.gateway.faults")
 
@@ -48,7 +49,7 @@ class Drain:
 
 
 
-class DrainingServer(uvicorn.Server):
+class DrainingServer(Server):
     """uvicorn that, on the first SIGTERM/SIGINT, drains before closing (a second signal closes at once).
 
     Draining: new work is refused with 503 (`SecurityMiddleware`) for at least `grace_s`,
@@ -69,6 +70,10 @@ class DrainingServer(uvicorn.Server):
             return
         self.drain.begin()
         self._pending = (sig, frame, time.monotonic())
+        self.wake()
+
+    def tick_interval(self) -> float:
+        return 0.1 if self._pending is not None else super().tick_interval()
 
     async def on_tick(self, counter: int) -> bool:
         if self._pending is not None and not self.should_exit:

@@ -23,6 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from ..directws import DirectIO, direct_io
 from ..errors import MMA2AError, PayloadError
 from ..ext import StreamRef
 from .routes import BaseURLFn, _json_body, default_base_url, handles_errors, media_type_of
@@ -114,11 +115,11 @@ class StreamEndpoints:
         reason = "producer closed"
         try:
             async for chunk in request.stream():
-                await self.hub.publish(sid, chunk)
+                self.hub.publish(sid, chunk)
         except ClientDisconnect:
             reason = "producer disconnected"
         finally:
-            await self.hub.close(sid, reason)
+            self.hub.close(sid, reason)
         info = self.hub.info(sid)
         return Response(orjson.dumps(info.to_json()), 200, media_type="application/json")
 
@@ -173,13 +174,20 @@ class StreamEndpoints:
             return
         await ws.accept()
         reason, failure = "producer disconnected", None
+        io = direct_io(ws.scope)
+        if io is not None:  # binary messages go straight into the hub as they are parsed
+
+            def sink(data: bytes) -> None:
+                self.hub.publish(sid, data)
+
+            io.feed(sink)
         try:
             while True:
                 msg = await ws.receive()
                 if msg["type"] == "websocket.disconnect":
                     break
                 if msg.get("bytes") is not None:
-                    await self.hub.publish(sid, msg["bytes"])
+                    self.hub.publish(sid, msg["bytes"])
                 elif msg.get("text") is not None:
                     kind, why = _control(msg["text"])
                     if kind == "stop":
@@ -190,7 +198,9 @@ class StreamEndpoints:
         except MMA2AError as exc:
             reason, failure = f"producer error: {exc.message}", exc
         finally:
-            await self.hub.close(sid, reason)
+            if io is not None:
+                io.feed(None)
+            self.hub.close(sid, reason)
         if failure is not None:
             await self._fail(ws, sid, failure)
             return
@@ -213,12 +223,16 @@ class StreamEndpoints:
             await self._fail(ws, sid, exc)
             return
         await ws.accept()
+        io = direct_io(ws.scope)
 
         async def pump() -> None:
             try:
                 await ws.send_bytes(first.encode())
-                async for f in frames:
-                    await ws.send_bytes(f.encode())
+                if io is not None:
+                    await self._push(io, sid, first.offset)
+                else:
+                    async for f in frames:
+                        await ws.send_bytes(f.encode())
                 await ws.close(1000)
             except MMA2AError as exc:
                 await self._fail(ws, sid, exc)
@@ -240,6 +254,26 @@ class StreamEndpoints:
                 except (asyncio.CancelledError, WebSocketDisconnect, OSError, RuntimeError):
                     pass
             await frames.aclose()
+
+    async def _push(self, io: DirectIO, sid: str, offset: int) -> None:
+        """Relay frames to a direct socket as they are published, until `stop` (or the consumer leaves).
+
+        When the socket's buffer fills, pushing pauses until it drains and resumes from the
+        next byte; a consumer that fell further behind than the hub buffers gets the error.
+        """
+
+        def deliver(f: Frame) -> bool:
+            return io.send_bytes(f.encode())  # True while the socket takes more
+
+        pos: int | None = offset
+        while pos is not None and io.open:
+            follower = self.hub.follow(sid, pos, deliver)
+            try:
+                pos = await follower.done
+            finally:
+                follower.cancel()
+            if pos is not None:
+                await io.drained()
 
     def routes(self) -> list[BaseRoute]:
         e = handles_errors

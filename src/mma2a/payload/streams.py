@@ -34,7 +34,7 @@ _HEADER = struct.Struct(">I")
 MAX_HEADER = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
     """One stream frame: `start` (media type, session), `delta` (bytes at `offset`), `stop`, or `error`."""
 
@@ -63,8 +63,12 @@ class Frame:
         return h
 
     def encode(self) -> bytes:
-        head = orjson.dumps(self.header())
-        return _HEADER.pack(len(head)) + head + self.data
+        if self.type == "delta":  # the hot case, without a dict: ids are [A-Za-z0-9_-] and need no escaping
+            head = b'{"type":"delta","streamId":"%s","seq":%d,"offset":%d,"size":%d}' % (
+                self.stream_id.encode(), self.seq, self.offset, len(self.data))
+        else:
+            head = orjson.dumps(self.header())
+        return b"".join((_HEADER.pack(len(head)), head, self.data))
 
     @classmethod
     def from_header(cls, h: dict[str, Any], data: bytes = b"") -> Frame:
@@ -143,7 +147,19 @@ class _Stream:
     close_reason: str | None = None
     closed_at: float | None = None
     producing: bool = False
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    followers: list[Follower] = field(default_factory=list)
+
+    def wake(self, frames: list[Frame]) -> None:
+        """Tell pulling subscribers something changed, and push `frames` (then `stop`, once closed) to followers."""
+        if self.waiters:
+            for w in self.waiters:
+                if not w.done():
+                    w.set_result(None)
+            self.waiters.clear()
+        if self.followers:
+            for f in list(self.followers):
+                f.push(frames)
 
     @property
     def first_offset(self) -> int:
@@ -218,12 +234,12 @@ class StreamHub:
         return self.info(sid)
 
     def _get(self, stream_id: str) -> _Stream:
+        s = self._streams.get(stream_id)  # a live stream is found at once: this runs for every chunk
+        if s is not None and (s.closed_at is None or self._clock() - s.closed_at <= self.closed_ttl):
+            return s
         check_stream_id(stream_id)
         self._expire()
-        s = self._streams.get(stream_id)
-        if s is None:
-            raise PayloadNotFound(f"stream {stream_id} not found", field="streamId")
-        return s
+        raise PayloadNotFound(f"stream {stream_id} not found", field="streamId")
 
     def info(self, stream_id: str) -> StreamInfo:
         s = self._get(stream_id)
@@ -243,34 +259,43 @@ class StreamHub:
             raise PayloadError(f"stream {stream_id} already has a producer", field="streamId")
         s.producing = True
 
-    async def publish(self, stream_id: str, data: bytes) -> int:
-        """Append bytes (split into chunks of at most `chunk_size`); returns the stream's new size."""
+    def publish(self, stream_id: str, data: bytes) -> int:
+        """Append bytes (split into chunks of at most `chunk_size`); returns the stream's new size.
+
+        Synchronous: the chunks reach followers (pushed) before this returns, and pulling
+        subscribers wake on their next turn of the event loop.
+        """
         s = self._get(stream_id)
         if s.closed:
             raise PayloadError(f"stream {stream_id} is closed", field="streamId")
         if not data:
             return s.size
-        async with s.changed:
+        if len(data) <= self.chunk_size:
+            pieces = [bytes(data)]
+        else:
             view = memoryview(data)
-            for i in range(0, len(data), self.chunk_size):
-                piece = bytes(view[i : i + self.chunk_size])
-                s.ring.append(Frame("delta", s.id, s.next_seq, s.size, piece))
-                s.ring_bytes += len(piece)
-                s.next_seq += 1
-                s.size += len(piece)
-                while len(s.ring) > self.ring_chunks or s.ring_bytes > self.ring_bytes:
-                    s.ring_bytes -= len(s.ring.popleft().data)
-            s.changed.notify_all()
+            pieces = [bytes(view[i : i + self.chunk_size]) for i in range(0, len(data), self.chunk_size)]
+        new: list[Frame] = []
+        ring = s.ring
+        for piece in pieces:
+            frame = Frame("delta", s.id, s.next_seq, s.size, piece)
+            new.append(frame)
+            ring.append(frame)
+            s.ring_bytes += len(piece)
+            s.next_seq += 1
+            s.size += len(piece)
+            while len(ring) > self.ring_chunks or s.ring_bytes > self.ring_bytes:
+                s.ring_bytes -= len(ring.popleft().data)
+        s.wake(new)
         return s.size
 
-    async def close(self, stream_id: str, reason: str = "producer closed") -> None:
+    def close(self, stream_id: str, reason: str = "producer closed") -> None:
         """End the stream for every consumer (they get a `stop` frame after the last chunk)."""
         s = self._get(stream_id)
-        async with s.changed:
-            if not s.closed:
-                s.closed, s.close_reason, s.closed_at = True, reason, self._clock()
-                s.producing = False
-            s.changed.notify_all()
+        if not s.closed:
+            s.closed, s.close_reason, s.closed_at = True, reason, self._clock()
+            s.producing = False
+        s.wake([])
 
     # --- consuming ------------------------------------------------------------------
 
@@ -310,15 +335,81 @@ class StreamHub:
         yield Frame("start", s.id, 0, offset, media_type=s.media_type, session_id=s.session_id)
         pos = offset
         while True:
-            async with s.changed:
-                frames = self._from_offset(s, pos)
-                if not frames and not s.closed:
-                    await s.changed.wait()
-                    continue
-                closed, seq, reason = s.closed, s.next_seq, s.close_reason
+            frames = self._from_offset(s, pos)
+            if not frames and not s.closed:
+                waiter = asyncio.get_running_loop().create_future()
+                s.waiters.append(waiter)
+                try:
+                    await waiter
+                finally:
+                    if waiter in s.waiters:
+                        s.waiters.remove(waiter)
+                continue
+            closed, seq, reason = s.closed, s.next_seq, s.close_reason
             for f in frames:
                 yield f
                 pos = f.offset + len(f.data)
             if not frames and closed:
                 yield Frame("stop", s.id, seq, pos, reason=reason)
                 return
+
+    def follow(self, stream_id: str, offset: int, deliver: Callable[[Frame], bool]) -> Follower:
+        """Push every chunk from `offset` to `deliver`, synchronously as it is published, then `stop`.
+
+        What is buffered from `offset` is delivered before this returns. `deliver` returns
+        False when its consumer can take no more for now (a full socket buffer, or gone):
+        it is then dropped, and the follower's `done` gives the offset to resume from
+        (after that frame); `done` gives None once `stop` was delivered. Raises like
+        `subscribe` for an offset that is not buffered.
+        """
+        s = self._get(stream_id)
+        if s.closed and offset > s.size:
+            raise RangeNotSatisfiable(
+                f"stream {stream_id}: offset {offset} is past the end of the stream ({s.size} bytes)", field="offset"
+            )
+        follower = Follower(s, deliver, offset, asyncio.get_running_loop().create_future())
+        s.followers.append(follower)
+        follower.push(self._from_offset(s, offset))
+        return follower
+
+
+class Follower:
+    """One push subscription (see `StreamHub.follow`)."""
+
+    __slots__ = ("deliver", "done", "pos", "stream")
+
+    def __init__(self, stream: _Stream, deliver: Callable[[Frame], bool], pos: int, done: asyncio.Future[int | None]) -> None:
+        self.stream = stream
+        self.deliver = deliver
+        self.pos = pos
+        self.done = done
+
+    def push(self, frames: list[Frame]) -> None:
+        s = self.stream
+        if self.done.done():
+            return
+        for f in frames:
+            end = f.offset + len(f.data)
+            if end <= self.pos:
+                continue
+            if f.offset < self.pos:
+                f = Frame("delta", f.stream_id, f.seq, self.pos, f.data[self.pos - f.offset :])
+            more = self.deliver(f)
+            self.pos = end
+            if not more:
+                self._end(self.pos)
+                return
+        if s.closed:
+            self.deliver(Frame("stop", s.id, s.next_seq, self.pos, reason=s.close_reason))
+            self._end(None)
+
+    def cancel(self) -> None:
+        """Stop following (a consumer that left)."""
+        if self in self.stream.followers:
+            self.stream.followers.remove(self)
+        self.done.cancel()
+
+    def _end(self, resume: int | None) -> None:
+        if self in self.stream.followers:
+            self.stream.followers.remove(self)
+        self.done.set_result(resume)
