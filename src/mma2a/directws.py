@@ -11,7 +11,8 @@ that finds it may, once it has accepted the socket:
   bytes are parsed, instead of `websocket.receive` events. Text messages and the
   disconnect still arrive through `receive()`. If the sink raises, it is dropped and that
   message (and every later one) goes through `receive()` as usual, so the app answers the
-  error in its normal path.
+  error in its normal path. Order is kept: while a message waits in the `receive()`
+  queue, binary messages queue behind it rather than jump ahead to the sink.
 - `send_bytes(data)`: write a binary message at once, without awaiting; it says whether
   the socket can take more (False once it is over its write buffer's high-water mark, or
   closing: that message was still written unless the socket is gone).
@@ -120,7 +121,7 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
         """Hand whole masked binary frames at the start of `data` to the sink; returns the rest."""
         conn = self.conn
         if (
-            self.close_sent or self.frames or conn.state is not State.OPEN or conn.reader.buffer
+            self.close_sent or self.frames or not self.queue.empty() or conn.state is not State.OPEN or conn.reader.buffer
             or conn.expect_continuation_frame or conn.extensions or conn.parser_exc is not None
         ):
             return data
@@ -139,7 +140,7 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
             pos = stop
             try:
                 self.sink(payload)  # type: ignore[misc]
-            except Exception:
+            except Exception:  # noqa: BLE001 - whatever the app's sink raises, the app answers it itself
                 self.sink = None  # the app meets this message, and its error, through receive()
                 self.queue.put_nowait({"type": "websocket.receive", "bytes": payload})
                 break
@@ -147,11 +148,11 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def send_receive_event_to_app(self) -> None:
         sink = self.sink
-        if sink is not None and self.curr_msg_data_type == "bytes" and not self.close_sent:
+        if sink is not None and self.curr_msg_data_type == "bytes" and not self.close_sent and self.queue.empty():
             data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
             try:
                 sink(bytes(data))
-            except Exception:
+            except Exception:  # noqa: BLE001 - whatever the app's sink raises, the app answers it itself
                 self.sink = None  # the app meets this message, and its error, through receive()
             else:
                 self.frames = []

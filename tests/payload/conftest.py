@@ -37,9 +37,12 @@ def signer(clock: Clock) -> URLSigner:
     return URLSigner(SECRET, clock=clock)
 
 
-@pytest.fixture
-async def server(store: LocalBlobStore, signer: URLSigner, clock: Clock) -> AsyncIterator[PayloadServer]:
+@pytest.fixture(params=["direct", "asgi"])
+async def server(
+    request: pytest.FixtureRequest, store: LocalBlobStore, signer: URLSigner, clock: Clock
+) -> AsyncIterator[PayloadServer]:
+    """Every payload test runs twice: with direct WebSocket I/O (as mma2a serves) and over plain ASGI."""
     hub = StreamHub(ring_chunks=64, chunk_size=4096)
     app = Starlette(routes=payload_routes(store, signer, hub=hub, max_upload_bytes=64 * 1024 * 1024))
-    async with serve(app) as url:
+    async with serve(app, direct=request.param == "direct") as url:
         yield PayloadServer(url, store, signer, hub, clock)

@@ -10,6 +10,8 @@ from contextlib import asynccontextmanager
 import uvicorn
 from starlette.types import ASGIApp
 
+from mma2a.serving import WEBSOCKETS
+
 SECRET = b"test-secret-0123456789abcdef"
 
 
@@ -24,13 +26,18 @@ class Clock:
 
 
 @asynccontextmanager
-async def serve(app: ASGIApp) -> AsyncIterator[str]:
-    """Run `app` under uvicorn on 127.0.0.1:<free port>; yields its base URL."""
+async def serve(app: ASGIApp, *, direct: bool = False) -> AsyncIterator[str]:
+    """Run `app` under uvicorn on 127.0.0.1:<free port>; yields its base URL.
+
+    `direct`: with mma2a's WebSocket protocol (the `mma2a.websocket.direct` extension, as
+    every mma2a server runs), else with uvicorn's plain sans-I/O one (the ASGI-only path).
+    """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="websockets-sansio", access_log=False)
+    ws = WEBSOCKETS if direct else {"ws": "websockets-sansio"}
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, **ws)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 
 import httpx
 import orjson
@@ -287,3 +288,64 @@ async def test_stream_errors_over_the_wire(server: PayloadServer) -> None:
         assert (r.status_code, r.json()["error"]["message"]) == (404, "stream nope not found")
         r = await client.post(f"{server.url}/streams", json={"mediaType": 5})
         assert r.status_code == 400
+
+
+# --- direct relay under backpressure ----------------------------------------------------
+
+
+async def _stalled_consumer(server: PayloadServer, hub: StreamHub, total: int, piece: int) -> tuple[list[Frame], int]:
+    """A consumer with a tiny receive buffer that reads nothing while `total` bytes are published, then reads all.
+
+    Returns its frames and how many times the gateway had to (re)start pushing to it.
+    """
+    follows = 0
+    real_follow = hub.follow
+
+    def counting_follow(*args, **kwargs):  # the hub's own follow, counted
+        nonlocal follows
+        follows += 1
+        return real_follow(*args, **kwargs)
+
+    hub.follow = counting_follow  # type: ignore[method-assign]
+    async with httpx.AsyncClient() as client:
+        s = await create_stream(client, server)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    port = int(server.url.rsplit(":", 1)[1])
+    sock.connect(("127.0.0.1", port))
+    frames: list[Frame] = []
+    async with connect(s["subscribeUrl"], sock=sock, max_size=None, max_queue=1) as consumer:
+        assert decode_frame(await consumer.recv()).type == "start"
+        hub.attach_producer(s["id"])
+        payload = os.urandom(piece)
+        for _ in range(total // piece):
+            hub.publish(s["id"], payload)
+            await asyncio.sleep(0)  # let the server's loop write (and fill the socket) between chunks
+        hub.close(s["id"])
+        while (f := decode_frame(await consumer.recv())).type == "delta":
+            frames.append(f)
+        frames.append(f)
+    return frames, follows
+
+
+@pytest.mark.parametrize("server", ["direct"], indirect=True)
+async def test_direct_relay_pauses_on_a_full_socket_and_resumes_without_loss_or_duplicates(server: PayloadServer) -> None:
+    server.hub.ring_chunks, server.hub.ring_bytes, server.hub.chunk_size = 10_000, 64 << 20, 64 << 10
+    frames, follows = await _stalled_consumer(server, server.hub, 24 << 20, 64 << 10)
+    assert follows > 1  # the socket filled: pushing stopped and resumed from the next byte
+    deltas, stop = frames[:-1], frames[-1]
+    assert (stop.type, stop.offset) == ("stop", 24 << 20)
+    assert [f.seq for f in deltas] == list(range(1, len(deltas) + 1))
+    assert [f.offset for f in deltas] == [i * (64 << 10) for i in range(len(deltas))]
+    assert sum(len(f.data) for f in deltas) == 24 << 20
+
+
+@pytest.mark.parametrize("server", ["direct"], indirect=True)
+async def test_direct_relay_tells_a_consumer_that_fell_out_of_the_ring(server: PayloadServer) -> None:
+    server.hub.ring_chunks, server.hub.ring_bytes, server.hub.chunk_size = 16, 1 << 20, 64 << 10
+    frames, _ = await _stalled_consumer(server, server.hub, 24 << 20, 64 << 10)
+    last = frames[-1]
+    assert (last.type, last.status) == ("error", 416)
+    assert "no longer buffered" in (last.reason or "")
+    deltas = frames[:-1]
+    assert [f.offset for f in deltas] == [i * (64 << 10) for i in range(len(deltas))]  # no gap before the error

@@ -26,7 +26,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from ..directws import DirectIO, direct_io
 from ..errors import MMA2AError, PayloadError
 from ..ext import StreamRef
-from .routes import BaseURLFn, _json_body, default_base_url, handles_errors, media_type_of
+from .routes import (
+    BaseURLFn,
+    _json_body,
+    default_base_url,
+    handles_errors,
+    media_type_of,
+)
 from .signing import URLSigner
 from .streams import Frame, StreamHub, check_stream_id
 
