@@ -13,7 +13,7 @@ that finds it may, once it has accepted the socket:
   message (and every later one) goes through `receive()` as usual, so the app answers the
   error in its normal path. Order is kept: while a message waits in the `receive()`
   queue, binary messages queue behind it rather than jump ahead to the sink.
-- `send_bytes(data)`: write a binary message at once, without awaiting; it says whether
+- `send_bytes(data, more=b"")`: write a binary message at once, without awaiting; it says whether
   the socket can take more (False once it is over its write buffer's high-water mark, or
   closing: that message was still written unless the socket is gone).
 - `writable` / `drained()`: whether the socket is under its write buffer's high-water
@@ -50,7 +50,7 @@ except ImportError:  # pragma: no cover - websockets ships its C speedups in its
 
 EXTENSION = "mma2a.websocket.direct"
 
-Sink = Callable[[bytes], None]
+Sink = Callable[[bytes], object]  # its return value is ignored
 _H16 = struct.Struct("!BBH")
 _H64 = struct.Struct("!BBQ")
 
@@ -64,7 +64,7 @@ class DirectIO:
         self._proto = proto
 
     def feed(self, sink: Sink | None) -> None:
-        self._proto.sink = sink
+        self._proto.sink, self._proto.at_boundary = sink, False  # worked out again at the next bytes
 
     @property
     def open(self) -> bool:
@@ -75,21 +75,22 @@ class DirectIO:
     def writable(self) -> bool:
         return self.open and self._proto.writable.is_set()
 
-    def send_bytes(self, data: bytes) -> bool:
-        """Write one binary message now; whether the socket can take more (see the module doc)."""
+    def send_bytes(self, data: bytes, more: bytes = b"") -> bool:
+        """Write one binary message (`data` then `more`, not joined) now; whether the socket can take more."""
         p = self._proto
-        if p.close_sent or p.disconnected or p.conn.state is not State.OPEN or p.transport.is_closing():
+        if p.close_sent or p.transport.is_closing():  # closing, or gone (a lost connection's transport is closing)
             return False
-        n = len(data)
-        if p.conn.extensions:  # none are offered (see mma2a.serving); kept correct if that changes
-            p.conn.send_binary(data)
-            p.transport.write(b"".join(p.conn.data_to_send()))
-        elif n < 126:
-            p.transport.write(bytes((0x82, n)) + data)
+        n = len(data) + len(more)  # no extension was negotiated (the extension is only offered then): a plain frame
+        if n < 126:
+            head = bytes((0x82, n))
         elif n < 65536:
-            p.transport.write(_H16.pack(0x82, 126, n) + data)
+            head = _H16.pack(0x82, 126, n)
         else:
-            p.transport.write(_H64.pack(0x82, 127, n) + data)
+            head = _H64.pack(0x82, 127, n)
+        if more:
+            p.transport.writelines((head + data, more))
+        else:
+            p.transport.write(head + data)
         return p.writable.is_set()
 
     async def drained(self) -> None:
@@ -103,48 +104,56 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sink: Sink | None = None
+        # True while the parser sits at a frame boundary with nothing pending and no message
+        # waits in the receive() queue; only the parser path and a failing sink can change
+        # that, and both clear it (it is then worked out again from the parser's state).
+        self.at_boundary = False
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
         scope = self.__dict__.get("scope")
-        if scope is not None and not self.close_sent:  # a handshake that goes on to the app
+        if scope is not None and not self.close_sent and not self.conn.extensions:  # accepted, plain frames
             scope["extensions"][EXTENSION] = {"io": DirectIO(self)}
 
     def data_received(self, data: bytes) -> None:
-        if self.sink is not None:
-            data = self._take_binary_frames(data)
-            if not data:
+        if self.sink is not None and not self.close_sent and (self.at_boundary or self._boundary()):
+            # Whole masked binary frames at the start of `data` go to the sink here; the rest, to the parser.
+            limit = self.conn.max_message_size
+            pos, end = 0, len(data)
+            while end - pos >= 8 and data[pos] == 0x82 and data[pos + 1] & 0x80:
+                size = data[pos + 1] & 0x7F
+                if size == 126:
+                    size, head = _H16.unpack_from(data, pos)[2], pos + 4
+                elif size == 127:
+                    if end - pos < 14:
+                        break
+                    size, head = _H64.unpack_from(data, pos)[2], pos + 10
+                else:
+                    head = pos + 2
+                stop = head + 4 + size
+                if stop > end or (limit is not None and size > limit):
+                    break  # incomplete, or too big: the parser buffers it or fails the connection as it should
+                payload = apply_mask(data[head + 4 : stop], data[head : head + 4])
+                pos = stop
+                try:
+                    self.sink(payload)
+                except Exception:  # noqa: BLE001 - whatever the app's sink raises, the app answers it itself
+                    self.sink, self.at_boundary = None, False  # the app meets this message, and its error, through receive()
+                    self.queue.put_nowait({"type": "websocket.receive", "bytes": payload})
+                    break
+            if pos == end:
                 return
+            data = data[pos:] if pos else data
+        self.at_boundary = False
         super().data_received(data)
 
-    def _take_binary_frames(self, data: bytes) -> bytes:
-        """Hand whole masked binary frames at the start of `data` to the sink; returns the rest."""
+    def _boundary(self) -> bool:
         conn = self.conn
-        if (
-            self.close_sent or self.frames or not self.queue.empty() or conn.state is not State.OPEN or conn.reader.buffer
-            or conn.expect_continuation_frame or conn.extensions or conn.parser_exc is not None
-        ):
-            return data
-        limit = conn.max_message_size
-        pos, end = 0, len(data)
-        while end - pos >= 6 and data[pos] == 0x82 and data[pos + 1] & 0x80:
-            size, head = data[pos + 1] & 0x7F, pos + 2
-            if size == 126:
-                size, head = int.from_bytes(data[head : head + 2]), head + 2
-            elif size == 127:
-                size, head = int.from_bytes(data[head : head + 8]), head + 8
-            stop = head + 4 + size
-            if stop > end or (limit is not None and size > limit):
-                break  # incomplete, or too big: the parser buffers it or fails the connection as it should
-            payload = apply_mask(data[head + 4 : stop], data[head : head + 4])
-            pos = stop
-            try:
-                self.sink(payload)  # type: ignore[misc]
-            except Exception:  # noqa: BLE001 - whatever the app's sink raises, the app answers it itself
-                self.sink = None  # the app meets this message, and its error, through receive()
-                self.queue.put_nowait({"type": "websocket.receive", "bytes": payload})
-                break
-        return data[pos:] if pos else data
+        self.at_boundary = (
+            not self.frames and self.queue.empty() and conn.state is State.OPEN and not conn.reader.buffer
+            and not conn.expect_continuation_frame and conn.parser_exc is None
+        )
+        return self.at_boundary
 
     def send_receive_event_to_app(self) -> None:
         sink = self.sink

@@ -47,27 +47,31 @@ class Server(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
-        self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick: asyncio.Future[None] | None = None
 
     def tick_interval(self) -> float:
         return 1.0
 
     async def main_loop(self) -> None:
-        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        loop = self._loop = asyncio.get_running_loop()
         counter = 0
         should_exit = await self.on_tick(counter)
         while not should_exit:
             counter = (counter + 10) % 864000  # uvicorn does its once-a-second work when counter % 10 == 0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.tick_interval())
-            self._wake.clear()
+            self._tick = tick = loop.create_future()  # a bare future and timer: no task per tick
+            timer = loop.call_later(self.tick_interval(), _resolve, tick)
+            try:
+                await tick
+            finally:
+                timer.cancel()
             should_exit = await self.on_tick(counter)
 
     def wake(self) -> None:
         """Run the next tick now (safe from signal handlers and other threads)."""
-        if self._loop is not None and self._wake is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._wake.set)
+        loop, tick = self._loop, self._tick
+        if loop is not None and tick is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(_resolve, tick)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
@@ -104,6 +108,11 @@ async def running(app: Any, host: str = "127.0.0.1", port: int | None = None) ->
     finally:
         server.exit()
         await task
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def cancel_tasks(tasks: list[asyncio.Task[Any]]) -> None:

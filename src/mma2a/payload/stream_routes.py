@@ -14,6 +14,7 @@ WebSocket errors arrive as an `error` frame, then a close with code 4000 + HTTP 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -182,11 +183,7 @@ class StreamEndpoints:
         reason, failure = "producer disconnected", None
         io = direct_io(ws.scope)
         if io is not None:  # binary messages go straight into the hub as they are parsed
-
-            def sink(data: bytes) -> None:
-                self.hub.publish(sid, data)
-
-            io.feed(sink)
+            io.feed(functools.partial(self.hub.publish, sid))
         try:
             while True:
                 msg = await ws.receive()
@@ -268,12 +265,9 @@ class StreamEndpoints:
         next byte; a consumer that fell further behind than the hub buffers gets the error.
         """
 
-        def deliver(f: Frame) -> bool:
-            return io.send_bytes(f.encode())  # True while the socket takes more
-
         pos: int | None = offset
         while pos is not None and io.open:
-            follower = self.hub.follow(sid, pos, deliver)
+            follower = self.hub.follow(sid, pos, io.send_bytes)  # True while the socket takes more
             try:
                 pos = await follower.done
             finally:

@@ -62,13 +62,17 @@ class Frame:
             h["status"] = self.status
         return h
 
-    def encode(self) -> bytes:
+    def head(self) -> bytes:
+        """The encoded frame up to its bytes: header length and header."""
         if self.type == "delta":  # the hot case, without a dict: ids are [A-Za-z0-9_-] and need no escaping
             head = b'{"type":"delta","streamId":"%s","seq":%d,"offset":%d,"size":%d}' % (
                 self.stream_id.encode(), self.seq, self.offset, len(self.data))
         else:
             head = orjson.dumps(self.header())
-        return b"".join((_HEADER.pack(len(head)), head, self.data))
+        return _HEADER.pack(len(head)) + head
+
+    def encode(self) -> bytes:
+        return self.head() + self.data
 
     @classmethod
     def from_header(cls, h: dict[str, Any], data: bytes = b"") -> Frame:
@@ -150,16 +154,12 @@ class _Stream:
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     followers: list[Follower] = field(default_factory=list)
 
-    def wake(self, frames: list[Frame]) -> None:
-        """Tell pulling subscribers something changed, and push `frames` (then `stop`, once closed) to followers."""
-        if self.waiters:
-            for w in self.waiters:
-                if not w.done():
-                    w.set_result(None)
-            self.waiters.clear()
-        if self.followers:
-            for f in list(self.followers):
-                f.push(frames)
+    def wake_pullers(self) -> None:
+        """Tell pulling subscribers (`subscribe`) something changed."""
+        for w in self.waiters:
+            if not w.done():
+                w.set_result(None)
+        self.waiters.clear()
 
     @property
     def first_offset(self) -> int:
@@ -265,28 +265,32 @@ class StreamHub:
         Synchronous: the chunks reach followers (pushed) before this returns, and pulling
         subscribers wake on their next turn of the event loop.
         """
-        s = self._get(stream_id)
-        if s.closed:
+        s = self._streams.get(stream_id)
+        if s is None or s.closed:
+            s = self._get(stream_id)  # raises for an unknown or expired stream
             raise PayloadError(f"stream {stream_id} is closed", field="streamId")
         if not data:
             return s.size
         if len(data) <= self.chunk_size:
-            pieces = [bytes(data)]
+            new = [Frame("delta", s.id, s.next_seq, s.size, bytes(data))]
         else:
             view = memoryview(data)
-            pieces = [bytes(view[i : i + self.chunk_size]) for i in range(0, len(data), self.chunk_size)]
-        new: list[Frame] = []
+            new = [
+                Frame("delta", s.id, s.next_seq + k, s.size + i, bytes(view[i : i + self.chunk_size]))
+                for k, i in enumerate(range(0, len(data), self.chunk_size))
+            ]
         ring = s.ring
-        for piece in pieces:
-            frame = Frame("delta", s.id, s.next_seq, s.size, piece)
-            new.append(frame)
+        for frame in new:
             ring.append(frame)
-            s.ring_bytes += len(piece)
-            s.next_seq += 1
-            s.size += len(piece)
-            while len(ring) > self.ring_chunks or s.ring_bytes > self.ring_bytes:
-                s.ring_bytes -= len(ring.popleft().data)
-        s.wake(new)
+            s.ring_bytes += len(frame.data)
+        s.next_seq += len(new)
+        s.size += len(data)
+        while len(ring) > self.ring_chunks or s.ring_bytes > self.ring_bytes:
+            s.ring_bytes -= len(ring.popleft().data)
+        if s.waiters:
+            s.wake_pullers()
+        for follower in tuple(s.followers):
+            follower.push(new)
         return s.size
 
     def close(self, stream_id: str, reason: str = "producer closed") -> None:
@@ -295,7 +299,9 @@ class StreamHub:
         if not s.closed:
             s.closed, s.close_reason, s.closed_at = True, reason, self._clock()
             s.producing = False
-        s.wake([])
+        s.wake_pullers()
+        for follower in tuple(s.followers):
+            follower.push([])
 
     # --- consuming ------------------------------------------------------------------
 
@@ -353,10 +359,12 @@ class StreamHub:
                 yield Frame("stop", s.id, seq, pos, reason=reason)
                 return
 
-    def follow(self, stream_id: str, offset: int, deliver: Callable[[Frame], bool]) -> Follower:
-        """Push every chunk from `offset` to `deliver`, synchronously as it is published, then `stop`.
+    def follow(self, stream_id: str, offset: int, write: Callable[[bytes, bytes], bool]) -> Follower:
+        """Push every chunk from `offset`, encoded, to `write`, synchronously as it is published, then `stop`.
 
-        What is buffered from `offset` is delivered before this returns. `deliver` returns
+        `write(head, data)` takes one encoded frame in two pieces (`Frame.head()` and the
+        chunk's bytes, so they need not be joined). What is buffered from `offset` is written
+        before this returns. `write` returns
         False when its consumer can take no more for now (a full socket buffer, or gone):
         it is then dropped, and the follower's `done` gives the offset to resume from
         (after that frame); `done` gives None once `stop` was delivered. Raises like
@@ -367,7 +375,7 @@ class StreamHub:
             raise RangeNotSatisfiable(
                 f"stream {stream_id}: offset {offset} is past the end of the stream ({s.size} bytes)", field="offset"
             )
-        follower = Follower(s, deliver, offset, asyncio.get_running_loop().create_future())
+        follower = Follower(s, write, offset, asyncio.get_running_loop().create_future())
         s.followers.append(follower)
         follower.push(self._from_offset(s, offset))
         return follower
@@ -376,31 +384,32 @@ class StreamHub:
 class Follower:
     """One push subscription (see `StreamHub.follow`)."""
 
-    __slots__ = ("deliver", "done", "pos", "stream")
+    __slots__ = ("done", "pos", "stream", "write")
 
-    def __init__(self, stream: _Stream, deliver: Callable[[Frame], bool], pos: int, done: asyncio.Future[int | None]) -> None:
+    def __init__(self, stream: _Stream, write: Callable[[bytes, bytes], bool], pos: int, done: asyncio.Future[int | None]) -> None:
         self.stream = stream
-        self.deliver = deliver
+        self.write = write
         self.pos = pos
         self.done = done
 
     def push(self, frames: list[Frame]) -> None:
-        s = self.stream
         if self.done.done():
             return
+        pos = self.pos
         for f in frames:
             end = f.offset + len(f.data)
-            if end <= self.pos:
+            if end <= pos:
                 continue
-            if f.offset < self.pos:
-                f = Frame("delta", f.stream_id, f.seq, self.pos, f.data[self.pos - f.offset :])
-            more = self.deliver(f)
-            self.pos = end
+            if f.offset < pos:
+                f = Frame("delta", f.stream_id, f.seq, pos, f.data[pos - f.offset :])
+            more = self.write(f.head(), f.data)
+            self.pos = pos = end
             if not more:
-                self._end(self.pos)
+                self._end(pos)
                 return
+        s = self.stream
         if s.closed:
-            self.deliver(Frame("stop", s.id, s.next_seq, self.pos, reason=s.close_reason))
+            self.write(Frame("stop", s.id, s.next_seq, pos, reason=s.close_reason).encode(), b"")
             self._end(None)
 
     def cancel(self) -> None:
