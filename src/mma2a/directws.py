@@ -73,7 +73,7 @@ class DirectIO:
 
     @property
     def writable(self) -> bool:
-        return self.open and self._proto.writable.is_set()
+        return self.open and self._proto.can_write
 
     def send_bytes(self, data: bytes, more: bytes = b"") -> bool:
         """Write one binary message (`data` then `more`, not joined) now; whether the socket can take more."""
@@ -91,7 +91,7 @@ class DirectIO:
             p.transport.writelines((head + data, more))
         else:
             p.transport.write(head + data)
-        return p.writable.is_set()
+        return p.can_write
 
     async def drained(self) -> None:
         """Wait until the write buffer is back under its low-water mark (or the peer is gone)."""
@@ -108,6 +108,15 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
         # waits in the receive() queue; only the parser path and a failing sink can change
         # that, and both clear it (it is then worked out again from the parser's state).
         self.at_boundary = False
+        self.can_write = True  # the transport is under its high-water mark (mirrors `writable`, without a call)
+
+    def pause_writing(self) -> None:
+        self.can_write = False
+        super().pause_writing()
+
+    def resume_writing(self) -> None:
+        self.can_write = True
+        super().resume_writing()
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)

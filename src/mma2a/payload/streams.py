@@ -384,16 +384,17 @@ class StreamHub:
 class Follower:
     """One push subscription (see `StreamHub.follow`)."""
 
-    __slots__ = ("done", "pos", "stream", "write")
+    __slots__ = ("active", "done", "pos", "stream", "write")
 
     def __init__(self, stream: _Stream, write: Callable[[bytes, bytes], bool], pos: int, done: asyncio.Future[int | None]) -> None:
         self.stream = stream
         self.write = write
         self.pos = pos
         self.done = done
+        self.active = True
 
     def push(self, frames: list[Frame]) -> None:
-        if self.done.done():
+        if not self.active:
             return
         pos = self.pos
         for f in frames:
@@ -414,11 +415,13 @@ class Follower:
 
     def cancel(self) -> None:
         """Stop following (a consumer that left)."""
+        self.active = False
         if self in self.stream.followers:
             self.stream.followers.remove(self)
         self.done.cancel()
 
     def _end(self, resume: int | None) -> None:
+        self.active = False
         if self in self.stream.followers:
             self.stream.followers.remove(self)
         self.done.set_result(resume)
