@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 
 def cpu_seconds(pid: int) -> float:
@@ -29,7 +30,7 @@ def serve(port: int) -> None:
     import uvloop
 
     class Relay(asyncio.Protocol):
-        peers: list[Relay] = []
+        peers: ClassVar[list[Relay]] = []
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self.transport: asyncio.Transport = transport  # type: ignore[assignment]

@@ -78,7 +78,7 @@ class DirectIO:
     def send_bytes(self, data: bytes, more: bytes = b"") -> bool:
         """Write one binary message (`data` then `more`, not joined) now; whether the socket can take more."""
         p = self._proto
-        if p.close_sent or p.transport.is_closing():  # closing, or gone (a lost connection's transport is closing)
+        if p.close_sent or not p.handshake_complete or p.transport.is_closing():  # not open, closing, or gone
             return False
         n = len(data) + len(more)  # no extension was negotiated (the extension is only offered then): a plain frame
         if n < 126:
