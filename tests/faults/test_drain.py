@@ -34,7 +34,9 @@ async def _client(url: str, n: int, outcomes: list[tuple[str, str, float, float]
                 outcomes.append(("refused", mid, t0, time.monotonic()))
                 await asyncio.sleep(0.05)
                 continue
-            except httpx.RemoteProtocolError:
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                # the server closed this keep-alive connection as the request went out (uvicorn's
+                # shutdown closes idle connections; the close and the request can cross): no answer
                 outcomes.append(("unanswered", mid, t0, time.monotonic()))
                 continue
             t1 = time.monotonic()
