@@ -16,8 +16,8 @@ that finds it may, once it has accepted the socket:
 - `send_bytes(data, more=b"")`: write a binary message at once, without awaiting; it says whether
   the socket can take more (False once it is over its write buffer's high-water mark, or
   closing: that message was still written unless the socket is gone).
-- `writable` / `drained()`: whether the socket is under its write buffer's high-water
-  mark, and waiting until it is again (backpressure).
+- `drained()`: wait until a socket that was over its high-water mark has drained
+  (backpressure; `send_bytes` said False).
 
 The bytes themselves take a short path too. A relayed chunk costs little work but comes
 alone, every 33 ms at 30 fps, to a process that went idle in between: on the 2-core VM
@@ -70,10 +70,6 @@ class DirectIO:
     def open(self) -> bool:
         p = self._proto
         return p.handshake_complete and not p.close_sent and not p.disconnected
-
-    @property
-    def writable(self) -> bool:
-        return self.open and self._proto.can_write
 
     def send_bytes(self, data: bytes, more: bytes = b"") -> bool:
         """Write one binary message (`data` then `more`, not joined) now; whether the socket can take more."""

@@ -267,7 +267,7 @@ class StreamHub:
         """
         s = self._streams.get(stream_id)
         if s is None or s.closed:
-            s = self._get(stream_id)  # raises for an unknown or expired stream
+            self._get(stream_id)  # raises for an unknown or expired stream
             raise PayloadError(f"stream {stream_id} is closed", field="streamId")
         if not data:
             return s.size
