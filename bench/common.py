@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -11,7 +12,62 @@ import httpx
 
 from mma2a.serving import free_port
 
-__all__ = ["free_port", "parse_ms", "run_wrk", "stop", "wait_ready"]
+__all__ = ["CHECK_LUA", "free_port", "parse_ms", "run_wrk", "send_message_lua", "stop", "wait_ready"]
+
+# Appended to a wrk script that defines `request` (and may set the global `expect` in `init`): every
+# answer is checked (HTTP 200, no JSON-RPC "error", the expected text in the body) and counted in
+# per-thread *globals* (thread:get reads only globals), summed in done() with the latency
+# percentiles as one `WRK_RESULT {json}` line; the first bad answer is printed as `WRK_SAMPLE`.
+CHECK_LUA = r"""
+local threads = {}
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("tid", #threads)
+end
+bad = 0
+sample = ""
+function response(status, headers, body)
+  if status ~= 200 or string.find(body, '"error"', 1, true) or not string.find(body, expect or '"result"', 1, true) then
+    bad = bad + 1
+    if sample == "" then sample = tostring(status) .. " " .. string.sub(body, 1, 200) end
+  end
+end
+function done(summary, latency, requests)
+  local nbad, first = 0, ""
+  for _, t in ipairs(threads) do
+    nbad = nbad + (t:get("bad") or 0)
+    local s = t:get("sample")
+    if first == "" and s then first = s end
+  end
+  local e = summary.errors
+  io.write(string.format('WRK_RESULT {"requests":%d,"duration_us":%d,"bad":%d,"connect":%d,"read":%d,"write":%d,' ..
+    '"timeout":%d,"p50_us":%d,"p90_us":%d,"p99_us":%d,"p999_us":%d,"max_us":%d}\n', summary.requests, summary.duration,
+    nbad, e.connect, e.read, e.write, e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency:percentile(99.9), latency.max))
+  if first ~= "" then io.write("WRK_SAMPLE " .. string.gsub(first, "\n", " ") .. "\n") end
+end
+"""
+
+
+def send_message_lua(headers: dict[str, str] | None = None) -> str:
+    """A wrk script posting one-text-part SendMessage requests, each with a fresh id and messageId.
+
+    Script args: the text every good answer contains, and the path (default `/`)."""
+    hdrs = {"Content-Type": "application/json", "A2A-Version": "1.0", **(headers or {})}
+    lua_headers = ", ".join(f'["{k}"] = "{v}"' for k, v in hdrs.items())
+    return r"""
+n = 0
+function init(args)
+  expect = args[1]
+  path = args[2] or "/"
+end
+function request()
+  n = n + 1
+  local body = string.format('{"jsonrpc":"2.0","id":%d,"method":"SendMessage","params":{"message":{"messageId":"m-%d-%d",' ..
+    '"role":"ROLE_USER","parts":[{"text":"hello"}]}}}', n, tid, n)
+  return wrk.format("POST", path, {HEADERS}, body)
+end
+""".replace("{HEADERS}", "{" + lua_headers + "}") + CHECK_LUA
 
 
 def wait_ready(url: str, timeout: float = 20.0) -> None:
@@ -35,13 +91,25 @@ def parse_ms(value: str) -> float:
     return n / 1000 if unit == "us" else n if unit == "ms" else n * 1000
 
 
-def run_wrk(url: str, seconds: int, connections: int, script: str, *script_args: str) -> dict[str, float]:
-    """One wrk run: req/s, p50/p99 (ms), requests, errors (non-2xx, socket errors, and `RPC_ERRORS n` a script prints)."""
-    threads = max(1, min(2, connections))
+def run_wrk(url: str, seconds: int, connections: int, script: str, *script_args: str,
+            threads: int | None = None) -> dict[str, float]:
+    """One wrk run: req/s, p50/p99 (ms), requests, errors (non-2xx, socket errors, and `RPC_ERRORS n` a script prints).
+
+    A script ending in `CHECK_LUA` reports exact figures (`WRK_RESULT`): then `errors` counts every
+    answer that failed its check plus socket errors, and p90/p99.9/max are there too."""
+    threads = threads or max(1, min(2, connections))
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url]
     if script_args:
         cmd += ["--", *script_args]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    exact = re.search(r"^WRK_RESULT (\{.*\})$", out, re.M)
+    if exact:
+        r = json.loads(exact.group(1))
+        sample = re.search(r"^WRK_SAMPLE (.*)$", out, re.M)
+        return {"connections": connections, "rps": round(r["requests"] / (r["duration_us"] / 1e6), 1),
+                "requests": r["requests"], "errors": r["bad"] + r["connect"] + r["read"] + r["write"] + r["timeout"],
+                **{f"{k}_ms": r[f"{k}_us"] / 1000 for k in ("p50", "p90", "p99", "p999", "max")},
+                **({"bad_sample": sample.group(1)} if sample else {})}
     lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)

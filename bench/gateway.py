@@ -1,11 +1,20 @@
-"""bench/gateway: the same a2a-sdk echo agent, called directly and through the gateway, side by side.
+"""bench/gateway: what the gateway costs over a bare pass-through proxy, against a backend far faster than both.
 
-wrk (Debian package `wrk`) drives both at the same concurrency, interleaved in rounds so
-the machine's noise hits both alike. Reports added p50/p99 latency and the throughput ratio.
-A third target, a second gateway with feature extraction on (and image feature rules in
-force), measures what extraction costs text-only traffic.
+Arms, each a separate process, driven by wrk (one thread, one script that checks every
+answer's status and body and counts failures), interleaved in rounds so the machine's noise
+hits all alike, at 1, 4 and 16 connections:
+- `direct`: bench/fast_agent.py (raw uvloop + httptools; must be >= 10x the gateway's rate)
+- `proxy`: bench/bare_proxy.py (Starlette + aiohttp pass-through) in front of it
+- `gateway`: `mma2a serve` in front of it, default rules
+- `gateway_1k`: `mma2a serve` with 1,000 synthetic rules in force (none matches a text part)
+- `sdk_direct` / `sdk_gateway`: the a2a-sdk echo agent (bench/echo_agent.py), directly and through a gateway
 
-    .venv/bin/python bench/gateway.py [--rounds 3] [--seconds 8] [--connections 16] [--json]
+Each arm's server CPU time per request (all threads, /proc schedstat) is reported too.
+`--soak N` instead sends N messages in a row through the gateway (16 connections, one-minute
+wrk runs until N are done) and reports RSS and each minute's p99.
+
+    .venv/bin/python bench/gateway.py [--rounds 3] [--seconds 6] [--levels 1,4,16] [--json]
+    .venv/bin/python bench/gateway.py --soak 1000000 [--json]
 """
 
 from __future__ import annotations
@@ -18,89 +27,190 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-from common import free_port, run_wrk, stop, wait_ready
+from common import free_port, run_wrk, send_message_lua, stop, wait_ready
+
+from mma2a.routing.synthetic import synthetic_rules
 
 ROOT = Path(__file__).resolve().parent.parent
-BODY = ('{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER",'
-        '"parts":[{"text":"hello"}]}}}')
-LUA = f"""wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["A2A-Version"] = "1.0"
-wrk.body = '{BODY}'
-"""
+PY = sys.executable
+FAST_EXPECT = '{"text":"ok"}'  # the fast agent's answer part, in every good answer
+SDK_EXPECT = "echo 1 parts"
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of a process (ns resolution)."""
+    total = 0
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((t / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total / 1e9
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def thousand_rules() -> dict[str, Any]:
+    """The synthetic 1,000-rule set (the shape of bench/routing.py's), every action aimed at the one agent."""
+    doc = synthetic_rules(1000, seed=0)
+    for rule in doc["rules"]:
+        rule["action"] = {"drop": "policy"} if "drop" in rule["action"] else {"route_to": "fast"}
+    return doc
+
+
+class Arms:
+    """Start the processes; `url[arm]` and `pid[arm]` (the server whose CPU is measured)."""
+
+    def __init__(self, tmp: Path, arms: list[str]) -> None:
+        self.tmp, self.procs, self.url, self.pid = tmp, [], {}, {}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        fast_port = free_port()
+        fast = self._start([PY, str(ROOT / "bench" / "fast_agent.py"), "--port", str(fast_port)], env)
+        fast_url = f"http://127.0.0.1:{fast_port}"
+        self.url["direct"], self.pid["direct"] = fast_url, fast.pid
+        if "proxy" in arms:
+            port = free_port()
+            p = self._start([PY, str(ROOT / "bench" / "bare_proxy.py"), "--port", str(port), "--backend", fast_url], env)
+            self.url["proxy"], self.pid["proxy"] = f"http://127.0.0.1:{port}", p.pid
+        if "gateway" in arms:
+            self._gateway("gateway", "fast", fast_url, None, env)
+        if "gateway_1k" in arms:
+            self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
+        if "sdk_direct" in arms or "sdk_gateway" in arms:
+            port = free_port()
+            p = self._start([PY, str(ROOT / "bench" / "echo_agent.py"), "--port", str(port)], env)
+            self.url["sdk_direct"], self.pid["sdk_direct"] = f"http://127.0.0.1:{port}", p.pid
+            if "sdk_gateway" in arms:
+                self._gateway("sdk_gateway", "echo", self.url["sdk_direct"], None, env, wait_for=self.url["sdk_direct"])
+        for url in self.url.values():
+            wait_ready(url, timeout=60)
+
+    def _start(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(cmd, env=env)
+        self.procs.append(p)
+        return p
+
+    def _gateway(self, arm: str, agent: str, agent_url: str, rules: dict[str, Any] | None, env: dict[str, str],
+                 wait_for: str | None = None) -> None:
+        wait_ready(wait_for or agent_url, timeout=60)  # the gateway reads the agent's card at start
+        port = free_port()
+        cfg = self.tmp / f"{arm}.yaml"
+        cfg.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "log_decisions": False, "features": False,
+                                   "agents": [{"name": agent, "url": agent_url}], **({"rules": rules} if rules else {})}))
+        p = self._start([PY, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "warning"], env)
+        self.url[arm], self.pid[arm] = f"http://127.0.0.1:{port}", p.pid
+
+    def run(self, arm: str, seconds: int, connections: int, script: str) -> dict[str, Any]:
+        expect = SDK_EXPECT if arm.startswith("sdk") else FAST_EXPECT
+        pid = self.pid[arm]
+        cpu0 = cpu_seconds(pid)
+        r: dict[str, Any] = run_wrk(self.url[arm] + "/", seconds, connections, script, expect, "/", threads=1)
+        r["cpu_us_per_req"] = round(1e6 * (cpu_seconds(pid) - cpu0) / max(1, r["requests"]), 1)
+        r["rss_mb"] = round(rss_mb(pid), 1)
+        return r
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out = {k: round(statistics.median(r[k] for r in runs), 3) for k in ("rps", "p50_ms", "p99_ms", "p999_ms", "cpu_us_per_req")}
+    out["requests"] = sum(r["requests"] for r in runs)
+    out["errors"] = sum(r["errors"] for r in runs)
+    samples = [r["bad_sample"] for r in runs if "bad_sample" in r]
+    if samples:
+        out["bad_sample"] = samples[0]
+    return out
+
+
+def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
+    names = [a for a in args.arms.split(",") if a in arms.url]
+    levels = [int(c) for c in args.levels.split(",")]
+    for name in names:  # warm up every arm (JIT-free Python still fills pools, caches, the allocator)
+        arms.run(name, 2, max(levels), script)
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for _ in range(args.rounds):
+        for c in levels:
+            for name in names:
+                runs.setdefault((name, c), []).append(arms.run(name, args.seconds, c, script))
+    result: dict[str, Any] = {"rounds": args.rounds, "seconds": args.seconds, "levels": {}}
+    for c in levels:
+        table = {name: summarise(runs[name, c]) for name in names}
+        ratios: dict[str, float] = {}
+        if "gateway" in table and "proxy" in table:
+            g, p = table["gateway"], table["proxy"]
+            ratios["gateway_over_proxy_rps"] = round(g["rps"] / p["rps"], 3)
+            ratios["gateway_over_proxy_p99"] = round(g["p99_ms"] / p["p99_ms"], 3)
+        if "gateway" in table and "direct" in table:
+            ratios["gateway_added_p50_ms"] = round(table["gateway"]["p50_ms"] - table["direct"]["p50_ms"], 3)
+            ratios["direct_over_gateway_rps"] = round(table["direct"]["rps"] / table["gateway"]["rps"], 2)
+        if "gateway_1k" in table and "gateway" in table:
+            ratios["rules_1k_over_none_rps"] = round(table["gateway_1k"]["rps"] / table["gateway"]["rps"], 3)
+        if "sdk_gateway" in table and "sdk_direct" in table:
+            ratios["sdk_gateway_over_direct_rps"] = round(table["sdk_gateway"]["rps"] / table["sdk_direct"]["rps"], 3)
+        result["levels"][str(c)] = {"arms": table, "ratios": ratios,
+                                    "per_round": {name: [r["rps"] for r in runs[name, c]] for name in names}}
+    return result
+
+
+def soak(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
+    pid = arms.pid["gateway"]
+    arms.run("gateway", 5, 16, script)  # warm up
+    rss0 = rss_mb(pid)
+    minutes, done_ = [], 0
+    t0 = time.time()
+    while done_ < args.soak:
+        r = arms.run("gateway", 60, 16, script)
+        done_ += int(r["requests"])
+        minutes.append({k: r[k] for k in ("requests", "rps", "p50_ms", "p99_ms", "p999_ms", "max_ms", "errors", "rss_mb",
+                                          "cpu_us_per_req")})
+        if not args.json:
+            m = minutes[-1]
+            print(f"minute {len(minutes)}: {m['requests']} req, {m['rps']:.0f} req/s, p50 {m['p50_ms']:.2f} ms, "
+                  f"p99 {m['p99_ms']:.2f} ms, max {m['max_ms']:.1f} ms, RSS {m['rss_mb']} MB, errors {m['errors']}",
+                  flush=True)
+    return {"messages": done_, "seconds": round(time.time() - t0), "rss_start_mb": round(rss0, 1),
+            "rss_end_mb": minutes[-1]["rss_mb"], "rss_growth_mb": round(minutes[-1]["rss_mb"] - rss0, 1),
+            "p99_last_over_first": round(minutes[-1]["p99_ms"] / minutes[0]["p99_ms"], 3),
+            "errors": sum(m["errors"] for m in minutes), "minutes": minutes}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=int, default=8)
-    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--seconds", type=int, default=6)
+    ap.add_argument("--levels", default="1,4,16")
+    ap.add_argument("--arms", default="direct,proxy,gateway,gateway_1k,sdk_direct,sdk_gateway")
+    ap.add_argument("--soak", type=int, default=0, help="send this many messages through the gateway instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk")
-    procs = []
     tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-"))
+    script = tmp / "send.lua"
+    script.write_text(send_message_lua())
+    arms = Arms(tmp, ["gateway"] if args.soak else args.arms.split(","))
     try:
-        agent_port, gw_port, gwf_port = free_port(), free_port(), free_port()
-        procs.append(subprocess.Popen([sys.executable, str(ROOT / "bench" / "echo_agent.py"), "--port", str(agent_port)]))
-        agent_url = f"http://127.0.0.1:{agent_port}"
-        wait_ready(agent_url)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        rules = ("rules:\n  version: 1\n  rules:\n    - name: qr-labels\n      match: {modality: image/*, features: {qr: {contains: SN-1}}}\n"
-                 "      action: {route_to: echo}\n")
-        for port, features in ((gw_port, "false"), (gwf_port, "true")):
-            cfg = tmp / f"gateway-{port}.yaml"
-            cfg.write_text(f"listen: 127.0.0.1:{port}\nlog_decisions: false\nfeatures: {features}\n"
-                           f"agents:\n  - {{name: echo, url: {agent_url}}}\n" + (rules if features == "true" else ""))
-            procs.append(subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg),
-                                           "--log-level", "warning"], env=env))
-        gw_url, gwf_url = f"http://127.0.0.1:{gw_port}", f"http://127.0.0.1:{gwf_port}"
-        wait_ready(gw_url)
-        wait_ready(gwf_url, timeout=60)
-        script = tmp / "post.lua"
-        script.write_text(LUA)
-        for url in (agent_url, gw_url, gwf_url):  # warm up all
-            run_wrk(url + "/", 2, args.connections, str(script))
-        direct, through, featured = [], [], []
-        for _ in range(args.rounds):
-            direct.append(run_wrk(agent_url + "/", args.seconds, args.connections, str(script)))
-            through.append(run_wrk(gw_url + "/", args.seconds, args.connections, str(script)))
-            featured.append(run_wrk(gwf_url + "/", args.seconds, args.connections, str(script)))
+        result = soak(args, arms, str(script)) if args.soak else bench(args, arms, str(script))
     finally:
-        stop(procs)
+        stop(arms.procs)
         shutil.rmtree(tmp, ignore_errors=True)
-
-    def med(rows: list[dict[str, float]], key: str) -> float:
-        return statistics.median(r[key] for r in rows)
-
-    result = {
-        "connections": args.connections, "rounds": args.rounds, "seconds": args.seconds,
-        "direct": {k: med(direct, k) for k in ("rps", "p50_ms", "p99_ms")},
-        "gateway": {k: med(through, k) for k in ("rps", "p50_ms", "p99_ms")},
-        "gateway_features_on": {k: med(featured, k) for k in ("rps", "p50_ms", "p99_ms")},
-        "requests": {"direct": sum(r["requests"] for r in direct), "gateway": sum(r["requests"] for r in through),
-                     "gateway_features_on": sum(r["requests"] for r in featured)},
-        "errors": {"direct": sum(r["errors"] for r in direct), "gateway": sum(r["errors"] for r in through),
-                   "gateway_features_on": sum(r["errors"] for r in featured)},
-        "per_round": [{"direct": d, "gateway": g, "gateway_features_on": f} for d, g, f in zip(direct, through, featured)],
-    }
-    result["features_on_off_ratio"] = round(result["gateway_features_on"]["rps"] / result["gateway"]["rps"], 3)
-    result["added_p50_ms"] = round(result["gateway"]["p50_ms"] - result["direct"]["p50_ms"], 3)
-    result["added_p99_ms"] = round(result["gateway"]["p99_ms"] - result["direct"]["p99_ms"], 3)
-    result["throughput_ratio"] = round(result["gateway"]["rps"] / result["direct"]["rps"], 3)
-    if args.json:
+    if args.json or args.soak:
         print(json.dumps(result, indent=2))
-    else:
-        d, g = result["direct"], result["gateway"]
-        print(f"direct : {d['rps']:.0f} req/s  p50 {d['p50_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms")
-        print(f"gateway: {g['rps']:.0f} req/s  p50 {g['p50_ms']:.2f} ms  p99 {g['p99_ms']:.2f} ms")
-        f = result["gateway_features_on"]
-        print(f"gateway, features on: {f['rps']:.0f} req/s  p50 {f['p50_ms']:.2f} ms  (on/off ratio {result['features_on_off_ratio']})")
-        print(f"added p50 {result['added_p50_ms']} ms, added p99 {result['added_p99_ms']} ms, "
-              f"throughput ratio {result['throughput_ratio']}  (requests {result['requests']}, errors {result['errors']})")
+        return
+    for c, level in result["levels"].items():
+        print(f"--- {c} connection(s)")
+        for name, a in level["arms"].items():
+            print(f"{name:12s} {a['rps']:9.0f} req/s  p50 {a['p50_ms']:6.2f} ms  p99 {a['p99_ms']:7.2f} ms  "
+                  f"p99.9 {a['p999_ms']:7.2f} ms  cpu {a['cpu_us_per_req']:6.0f} us/req  "
+                  f"({a['requests']} requests, {a['errors']} errors{', e.g. ' + a['bad_sample'] if 'bad_sample' in a else ''})")
+        print("  ", json.dumps(level["ratios"]))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Processes: the echo agent (bench/echo_agent.py) and a gateway (`mma2a serve`) wi
 auth on, the URL guard on (references point at the gateway's own /blobs) and an image blob
 and an audio blob uploaded first. wrk drives it with a Lua script that rotates three bodies
 (text; text + image by reference; audio by reference), a fresh messageId per request, and
-counts answers that are JSON-RPC errors.
+checks every answer (HTTP 200, a JSON-RPC result, no error) and counts the failures.
 
 1. Find the rate: short runs at rising concurrency; keep the highest throughput whose p99 < 75 ms
    (a margin under the 100 ms target, since short probes are noisy).
@@ -30,26 +30,17 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from common import free_port, run_wrk, stop, wait_ready  # noqa: E402  (bench/common.py)
+from common import CHECK_LUA, free_port, run_wrk, stop, wait_ready  # noqa: E402  (bench/common.py)
 
 TOKEN = "bench-load-token-3e1f"
 
 LUA = r"""
-local counter = 0
-local errors = 0
-local bodies = {}
-local tid = 0
-local threads = {}
-
-function setup(thread)
-  tid = tid + 1
-  thread:set("tid", tid)
-  table.insert(threads, thread)
-end
+counter = 0
 
 function init(args)
   IMG = args[1]
   AUD = args[2]
+  expect = '"result":{'
 end
 
 request = function()
@@ -69,21 +60,7 @@ request = function()
   return wrk.format("POST", "/", {["Content-Type"] = "application/json", ["A2A-Version"] = "1.0",
                                   ["Authorization"] = "Bearer TOKEN"}, body)
 end
-
-response = function(status, headers, body)
-  if status ~= 200 or string.find(body, '"error"', 1, true) then
-    errors = errors + 1
-  end
-end
-
-done = function(summary, latency, requests)
-  local total = 0
-  for _, t in ipairs(threads) do
-    total = total + (t:get("errors") or 0)
-  end
-  io.write("RPC_ERRORS " .. total .. "\n")
-end
-""".replace("TOKEN", TOKEN)
+""".replace("TOKEN", TOKEN) + CHECK_LUA  # per-thread ids and counters are globals, summed in done()
 
 
 def rss_kb(pid: int) -> int:
