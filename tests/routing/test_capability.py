@@ -69,7 +69,7 @@ def test_skill_input_modes_override_the_default_and_empty_ones_inherit_it() -> N
     ("card", "message_"),
     [
         ({"defaultInputModes": "text/plain"}, "card 'x'.defaultInputModes: must be a list of media types"),
-        ({"defaultInputModes": ["text"]}, "card 'x'.defaultInputModes[0]: 'text' is not a media type (expected type/subtype)"),
+        ({"defaultInputModes": ["txt"]}, "card 'x'.defaultInputModes[0]: 'txt' is not a media type (expected type/subtype)"),
         ({"skills": {"id": 1}}, "card 'x'.skills: must be a list"),
         ({"skills": [{"id": "s", "outputModes": ["bad type"]}]}, "card 'x'.skills[0].outputModes[0]: 'bad type' is not a media type (expected type/subtype)"),
     ],
@@ -78,6 +78,32 @@ def test_bad_cards(card: dict, message_: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(InvalidParams) as info:
         agent_info_from_card("x", card)
     assert info.value.message == message_
+
+
+def test_informal_modes_read_as_mime_families() -> None:
+    card = {"defaultInputModes": ["text", "Image", "file"], "defaultOutputModes": ["text", "data"],
+            "skills": [{"id": "s", "inputModes": ["audio", "json"], "outputModes": ["video", "file"]}]}
+    info = agent_info_from_card("x", card)
+    assert info.input_modes == ("text/*", "image/*", "*/*")
+    assert info.output_modes == ("text/plain", "application/json")
+    assert info.skills[0].input_modes == ("audio/*", "application/json")
+    assert info.skills[0].output_modes == ("video/*", "application/octet-stream")
+    assert info.problems == ()
+
+
+def test_lenient_card_leaves_out_and_names_what_it_cannot_read() -> None:
+    card = {"defaultInputModes": ["text/plain", "bad type"], "defaultOutputModes": "text/plain",
+            "skills": [{"id": "s", "inputModes": ["image/png", "??"]}, "not a skill"]}
+    info = agent_info_from_card("x", card, lenient=True)
+    assert info.input_modes == ("text/plain",)
+    assert info.output_modes == ()
+    assert [s.input_modes for s in info.skills] == [("image/png",)]
+    assert info.problems == (
+        "card 'x'.defaultInputModes[1]: 'bad type' is not a media type (expected type/subtype)",
+        "card 'x'.defaultOutputModes: must be a list of media types",
+        "card 'x'.skills[0].inputModes[1]: '??' is not a media type (expected type/subtype)",
+        "card 'x'.skills[1]: must be an object",
+    )
 
 
 def test_bad_weight() -> None:

@@ -102,7 +102,8 @@ class Gateway:
             try:
                 self.state.rebuild()
             except MMA2AError as exc:  # rules name an agent that just left: keep routing on the old snapshot
-                log.warning("routing snapshot not rebuilt after an agent change: %s", exc.message)
+                log.error("routing snapshot not rebuilt after an agent change (old routes stay in force): %s",
+                          exc.message)
             self.pipeline.pins.clear()
         healthy = sum(1 for e in self.directory.entries() if e.healthy)
         self.metrics.agents.labels("healthy").set(healthy)
@@ -174,10 +175,17 @@ class Gateway:
 
         async def health(request: Request) -> Response:
             entries = self.directory.entries()
-            return json_response({
-                "status": "ok", "agents": len(entries), "healthy": sum(1 for e in entries if e.healthy),
+            problems = {e.name: list(p) for e in entries if (p := e.info().problems)}
+            doc: dict[str, Any] = {
+                "status": "degraded" if problems or self.state.rebuild_error else "ok", "agents": len(entries),
+                "healthy": sum(1 for e in entries if e.healthy),
                 "rulesVersion": self.state.snapshot.version, "mode": self.state.mode,
-            })
+            }
+            if problems:
+                doc["agentProblems"] = problems
+            if self.state.rebuild_error:
+                doc["routingError"] = self.state.rebuild_error
+            return json_response(doc)
 
         routes: list[BaseRoute] = [
             Route("/", rpc.handle, methods=["POST"]),  # first: the hot path matches at once

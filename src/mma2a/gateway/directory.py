@@ -51,7 +51,8 @@ class AgentEntry:
     def info(self) -> AgentInfo:
         """The routing engine's view of this agent, with its current health."""
         base = agent_info_from_card(
-            self.name, self.card, groups=tuple(self.config.groups), weight=self.config.weight, transformer=self.config.transformer
+            self.name, self.card, groups=tuple(self.config.groups), weight=self.config.weight,
+            transformer=self.config.transformer, lenient=True,
         )
         return dataclasses.replace(base, healthy=self.healthy, draining=self.draining)
 
@@ -68,6 +69,7 @@ class AgentEntry:
             "inflight": self.inflight,
             "sent": self.sent,
             "lastError": self.last_error,
+            "problems": list(self.info().problems),
             "inputModes": self.card.get("defaultInputModes", []),
             "outputModes": self.card.get("defaultOutputModes", []),
             "skills": [
@@ -99,6 +101,12 @@ def rpc_url_from_card(card: dict[str, Any], fallback: str) -> str:
     log.warning("agent card advertises %s, outside the registered origin %s://%s: calling %s://%s%s instead",
                 advertised, reg.scheme, reg.netloc, reg.scheme, reg.netloc, adv.path or "/")
     return urlunsplit((reg.scheme, reg.netloc, adv.path or "/", adv.query, ""))
+
+
+def _report_problems(entry: AgentEntry) -> None:
+    """Card fields routing cannot read are left out; say which, so the agent is never silently unroutable."""
+    for problem in entry.info().problems:
+        log.warning("agent %s: %s (left out of routing)", entry.name, problem)
 
 
 def validate_card(card: Any, url: str) -> dict[str, Any]:
@@ -144,6 +152,7 @@ class AgentDirectory:
         """Register (or replace) an agent; fetches its card unless given."""
         card = card if card is not None else await self.fetch_card(config)
         entry = AgentEntry(config, card, rpc_url_from_card(card, config.url + "/"))
+        _report_problems(entry)
         agents = dict(self._agents)
         agents[config.name] = entry
         self._agents = agents
@@ -205,6 +214,7 @@ class AgentDirectory:
         entry.card, entry.rpc_url = card, rpc_url_from_card(card, entry.config.url + "/")
         entry.healthy, entry.failures = True, 0
         if changed:
+            _report_problems(entry)
             self._changed()
 
     async def check_all(self) -> None:

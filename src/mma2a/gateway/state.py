@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from ..errors import MMA2AError
 from ..routing import RuleSet, Snapshot, build_snapshot, parse_rules
 from .directory import AgentDirectory
 
@@ -24,6 +25,7 @@ class RoutingState:
         self.rules = rules if rules is not None else parse_rules(DEFAULT_RULES, source="<default>")
         self.rules_source: Any = None
         self._versions = itertools.count(1)
+        self.rebuild_error: str | None = None  # why the last rebuild after an agent change failed, until one succeeds
         self.snapshot: Snapshot = self._build(self.rules, self.mode)
 
     def _build(self, rules: RuleSet, mode: str) -> Snapshot:
@@ -33,6 +35,7 @@ class RoutingState:
         """Validate against the current agents, then swap; raises and keeps the old rules on error."""
         snapshot = self._build(rules, self.mode)
         self.rules, self.rules_source, self.snapshot = rules, source, snapshot
+        self.rebuild_error = None
         return snapshot
 
     def set_mode(self, mode: str) -> Snapshot:
@@ -41,6 +44,12 @@ class RoutingState:
         return snapshot
 
     def rebuild(self) -> Snapshot:
-        """After an agent change. If the rules no longer fit the agents, keep them and route by what fits."""
-        self.snapshot = self._build(self.rules, self.mode)
+        """After an agent change. If the rules no longer fit the agents, the old snapshot stays in force and
+        `rebuild_error` says why (health reports it) until a rebuild or a rules change succeeds."""
+        try:
+            self.snapshot = self._build(self.rules, self.mode)
+        except MMA2AError as exc:
+            self.rebuild_error = exc.message
+            raise
+        self.rebuild_error = None
         return self.snapshot

@@ -17,6 +17,18 @@ from ..ext import EXTENSION_URI
 from ..modality import Modality, parse_modality
 
 
+# Informal mode names (A2A samples, v0.3 part kinds) read as MIME types. An input mode names what an agent
+# accepts, so it reads as the family; an output mode names what it produces, so it reads as the usual type.
+INFORMAL_INPUT_MODES: Mapping[str, str] = {
+    "text": "text/*", "image": "image/*", "audio": "audio/*", "video": "video/*",
+    "file": "*/*", "data": "application/json", "json": "application/json",
+}
+INFORMAL_OUTPUT_MODES: Mapping[str, str] = {
+    "text": "text/plain", "image": "image/*", "audio": "audio/*", "video": "video/*",
+    "file": "application/octet-stream", "data": "application/json", "json": "application/json",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class SkillInfo:
     """One skill's modes (empty = the card's defaults)."""
@@ -40,6 +52,7 @@ class AgentInfo:
     extension: bool = False
     healthy: bool = True
     draining: bool = False
+    problems: tuple[str, ...] = ()  # card fields left out because they could not be read
 
     @property
     def available(self) -> bool:
@@ -47,17 +60,34 @@ class AgentInfo:
         return self.healthy and not self.draining
 
 
-def _modes(value: Any, where: str) -> tuple[str, ...]:
+def read_mode(mode: str, *, output: bool = False) -> str:
+    """A card's mode as a media type: informal names (`text`, `image`, …) become their MIME type."""
+    informal = (INFORMAL_OUTPUT_MODES if output else INFORMAL_INPUT_MODES).get(mode.strip().lower())
+    return informal if informal is not None else mode
+
+
+def _modes(value: Any, where: str, problems: list[str] | None, *, output: bool = False) -> tuple[str, ...]:
+    """The modes of one card field, read; with `problems`, what cannot be read is recorded there and left out."""
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
-        raise InvalidParams(f"{where}: must be a list of media types", field=where)
-    for i, mode in enumerate(value):
+        err = InvalidParams(f"{where}: must be a list of media types", field=where)
+        if problems is None:
+            raise err
+        problems.append(err.message)
+        return ()
+    out: list[str] = []
+    for i, raw in enumerate(value):
+        mode = read_mode(raw, output=output)
         try:
             parse_modality(mode, field=f"{where}[{i}]")
         except InvalidModality as exc:
-            raise InvalidParams(exc.message, field=f"{where}[{i}]") from None
-    return tuple(value)
+            if problems is None:
+                raise InvalidParams(exc.message, field=f"{where}[{i}]") from None
+            problems.append(exc.message)
+            continue
+        out.append(mode)
+    return tuple(out)
 
 
 def agent_info_from_card(
@@ -67,28 +97,36 @@ def agent_info_from_card(
     groups: Iterable[str] = (),
     weight: float = 1.0,
     transformer: bool = False,
+    lenient: bool = False,
 ) -> AgentInfo:
-    """Read an A2A 1.0 Agent Card (JSON form) into an `AgentInfo`; bad fields raise `InvalidParams` naming them."""
+    """Read an A2A 1.0 Agent Card (JSON form) into an `AgentInfo`; bad fields raise `InvalidParams` naming them.
+
+    With `lenient` (a live agent's card), unreadable modes and skills are left out and named in
+    `AgentInfo.problems` instead, so one bad field never makes the whole agent unroutable.
+    """
     where = f"card '{name}'"
     if not isinstance(card_json, Mapping):
         raise InvalidParams(f"{where}: must be a JSON object", field="card")
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
         raise InvalidParams(f"{where}: weight must be a positive number, got {weight!r}", field="weight")
-    inputs = _modes(card_json.get("defaultInputModes"), f"{where}.defaultInputModes")
-    outputs = _modes(card_json.get("defaultOutputModes"), f"{where}.defaultOutputModes")
+    problems: list[str] | None = [] if lenient else None
+    inputs = _modes(card_json.get("defaultInputModes"), f"{where}.defaultInputModes", problems)
+    outputs = _modes(card_json.get("defaultOutputModes"), f"{where}.defaultOutputModes", problems, output=True)
     raw_skills = card_json.get("skills") or []
     if not isinstance(raw_skills, list):
-        raise InvalidParams(f"{where}.skills: must be a list", field="skills")
+        _problem(problems, f"{where}.skills: must be a list", "skills")
+        raw_skills = []
     skills: list[SkillInfo] = []
     for i, s in enumerate(raw_skills):
         if not isinstance(s, Mapping):
-            raise InvalidParams(f"{where}.skills[{i}]: must be an object", field=f"skills[{i}]")
+            _problem(problems, f"{where}.skills[{i}]: must be an object", f"skills[{i}]")
+            continue
         sid = s.get("id", f"skill-{i}")
         skills.append(
             SkillInfo(
                 str(sid),
-                _modes(s.get("inputModes"), f"{where}.skills[{i}].inputModes"),
-                _modes(s.get("outputModes"), f"{where}.skills[{i}].outputModes"),
+                _modes(s.get("inputModes"), f"{where}.skills[{i}].inputModes", problems),
+                _modes(s.get("outputModes"), f"{where}.skills[{i}].outputModes", problems, output=True),
             )
         )
     caps = card_json.get("capabilities") or {}
@@ -103,7 +141,14 @@ def agent_info_from_card(
         weight=float(weight),
         transformer=transformer,
         extension=extension,
+        problems=tuple(problems or ()),
     )
+
+
+def _problem(problems: list[str] | None, message: str, field: str) -> None:
+    if problems is None:
+        raise InvalidParams(message, field=field)
+    problems.append(message)
 
 
 @dataclass(frozen=True, slots=True)
