@@ -34,6 +34,7 @@ from ..modality import DEFAULT_REGISTRY, ModalityRegistry
 from ..payload import LocalBlobStore, StreamHub, URLSigner, payload_routes
 from ..routing import load_rules, parse_rules
 from ..serving import cancel_tasks
+from .adapt import PartAdapter
 from .admin import admin_routes, error_response, json_response
 from .cards import agent_card_through, gateway_card
 from .config import GatewayConfig
@@ -76,6 +77,7 @@ class Gateway:
             directory=self.directory, state=self.state, transport=self.transport, metrics=self.metrics,
             registry=self.registry, features=self.features, log_decisions=config.log_decisions,
             offload=OffloadStage(self.store, self.signer, threshold=config.offload_threshold, base_url=self.public_url),
+            adapter=self._adapter(config),
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.startup_errors: list[str] = []
@@ -92,6 +94,15 @@ class Gateway:
         limits = Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
                         max_video_seconds=fc.max_video_seconds)
         return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits), policy)
+
+    def _adapter(self, config: GatewayConfig) -> PartAdapter | None:
+        ac, fc = config.adapt, config.features
+        if not ac.enabled:
+            return None
+        limits = Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
+                        max_video_seconds=fc.max_video_seconds)
+        return PartAdapter(self.store, self.signer, base_url=self.public_url, limits=limits, budget_s=ac.budget_s,
+                           inline_max=config.offload_threshold, cache_entries=ac.cache_entries)
 
     @property
     def admin_token(self) -> str | None:

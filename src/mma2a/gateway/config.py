@@ -9,8 +9,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..adapt.profiles import ProfileSpec
 from ..cluster.config import ClusterConfig
 from ..errors import MMA2AError
+from ..modality import parse_modality
 from .access import AuthConfig, RateLimitConfig
 from .faults import FaultsConfig
 from .guard import LimitsConfig, SigningConfig, URLConfig
@@ -35,6 +37,19 @@ class AgentConfig(BaseModel):
     transformer: bool = False
     token_env: str | None = None
     timeout_s: float | None = Field(default=None, gt=0)
+    # what the agent wants, per modality pattern (docs/operations.md, "Fitting parts"); wins over its card's params
+    accepts: dict[str, ProfileSpec] = Field(default_factory=dict)
+    compress: list[Literal["zstd", "gzip"]] | None = None  # content codings it reads; None: as its card says
+
+    @field_validator("accepts")
+    @classmethod
+    def _accepts(cls, v: dict[str, ProfileSpec]) -> dict[str, ProfileSpec]:
+        for pattern in v:
+            try:
+                parse_modality(pattern, field="accepts")
+            except MMA2AError as exc:
+                raise ValueError(exc.message) from None
+        return v
 
     @field_validator("url")
     @classmethod
@@ -59,6 +74,18 @@ class FeatureConfig(BaseModel):
     max_pixels: int = Field(default=40_000_000, gt=0)
     max_audio_seconds: float = Field(default=600.0, gt=0)
     max_video_seconds: float = Field(default=3600.0, gt=0)
+
+
+class AdaptConfig(BaseModel):
+    """Fitting parts to receivers and compressing JSON on the wire (docs/operations.md, "Fitting parts")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    budget_s: float = Field(default=10.0, gt=0)  # per part; over it the original goes, with the reason
+    cache_entries: int = Field(default=4096, ge=0)  # (source digest, profile) -> variant
+    compress_min_bytes: int = Field(default=4096, ge=0)  # JSON bodies under this travel as they are
+    compress_responses: bool = True  # to clients that send Accept-Encoding
 
 
 class AdminConfig(BaseModel):
@@ -95,6 +122,7 @@ class GatewayConfig(BaseModel):
     url_expires_s: int = Field(default=3600, gt=0, le=7 * 24 * 3600)
     max_upload_bytes: int = Field(default=8 * 1024**3, gt=0)
     features: FeatureConfig = Field(default_factory=FeatureConfig)
+    adapt: AdaptConfig = Field(default_factory=AdaptConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)  # security: docs/security.md
     rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)

@@ -28,6 +28,7 @@ from ..modality import ModalityRegistry
 from ..routing import Load, RouteDecision, SessionPins, decide_pinned
 from ..view import MessageView, view_message
 from .access import current_sender
+from .adapt import Adaptation, PartAdapter
 from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, failed_task, now_iso
 from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
@@ -56,6 +57,7 @@ class Leg:
 
     agent: str
     parts: list[tuple[int, dict[str, Any]]]
+    adapted: list[Adaptation] = dataclasses.field(default_factory=list)  # parts fitted to the agent's profiles
 
 
 def route_summary(decision: RouteDecision) -> list[dict[str, Any]]:
@@ -75,6 +77,15 @@ def route_summary(decision: RouteDecision) -> list[dict[str, Any]]:
     return out
 
 
+def record_adaptations(route: list[dict[str, Any]], legs: Sequence[Leg]) -> None:
+    """Add each leg's recorded transforms to the route summary, under the part they changed."""
+    for leg in legs:
+        for a in leg.adapted:
+            for entry in route:
+                if entry["index"] == a.index:
+                    entry.setdefault("adapted", []).append(a.to_json())
+
+
 class Pipeline:
     """The gateway's request path over one directory, one routing state, one transport."""
 
@@ -89,6 +100,7 @@ class Pipeline:
         tasks: TaskMap | None = None,
         features: FeatureStage | None = None,
         offload: OffloadStage | None = None,
+        adapter: PartAdapter | None = None,
         log_decisions: bool = True,
     ) -> None:
         self.directory = directory
@@ -99,6 +111,7 @@ class Pipeline:
         self.tasks = tasks or TaskMap()
         self.features = features
         self.offload = offload
+        self.adapter = adapter
         self.feed = DecisionFeed()
         self.pins = SessionPins()
         self.log_decisions = log_decisions
@@ -181,7 +194,13 @@ class Pipeline:
                 leg.parts.append((index, part))
         for leg in by_agent.values():
             leg.parts.sort(key=lambda ip: ip[0])
+        if self.adapter is not None:
+            await asyncio.gather(*(self._fit(leg) for leg in by_agent.values()))
         return list(by_agent.values())
+
+    async def _fit(self, leg: Leg) -> None:
+        assert self.adapter is not None
+        leg.parts, leg.adapted = await self.adapter.fit(self.directory.get(leg.agent), leg.parts)
 
     def leg_message(self, message: dict[str, Any], leg: Leg, entry: AgentEntry) -> dict[str, Any]:
         """The message one agent receives: its parts only; the extension kept only if its card declares it."""
@@ -331,6 +350,7 @@ class Pipeline:
         except MMA2AError as exc:
             self.metrics.requests.labels("failed").inc()
             return {"task": failed_task(f"transform failed: {exc.message}", message=message, route=route)}
+        record_adaptations(route, legs)
         results = await asyncio.gather(*(self.dispatch(leg, message, configuration, decision) for leg in legs))
         if len(results) == 1:
             res = results[0]
@@ -375,6 +395,7 @@ class Pipeline:
             yield await self.execute(message, configuration, decision)
             return
         legs = await self.legs(message, decision)
+        record_adaptations(route, legs)
         leg = legs[0]
         entry = self.directory.get(leg.agent)
         params: dict[str, Any] = {"message": self.leg_message(message, leg, entry)}
@@ -419,6 +440,7 @@ class Pipeline:
             failed = failed_task(f"transform failed: {exc.message}", message=message, task_id=tid, route=route)
             yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": failed["status"]}}
             return
+        record_adaptations(route, legs)
         results = []
         for done in asyncio.as_completed([self.dispatch(leg, message, configuration, decision) for leg in legs]):
             res = await done
