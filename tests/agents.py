@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
 import uvicorn
@@ -140,11 +140,13 @@ async def run_agent(
     *,
     validate_input_modes: bool = False,
     enable_v0_3_compat: bool = True,
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
 ) -> AsyncIterator[str]:
     """Serve `executor` behind `card` on a free loopback port; yields the base URL (`http://127.0.0.1:PORT/`).
 
     The card is copied; interfaces without a URL (or a card without interfaces) get this
     server's JSON-RPC URL. The server speaks A2A 1.0 JSON-RPC, and v0.3 unless disabled.
+    `wrap` puts ASGI middleware around the agent's app (request decoding, recording headers).
     """
     sock = _bind_loopback()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
@@ -165,5 +167,5 @@ async def run_agent(
         routes=create_agent_card_routes(served)
         + create_jsonrpc_routes(handler, "/", enable_v0_3_compat=enable_v0_3_compat)
     )
-    async with _serve_on(app, sock) as served_url:
+    async with _serve_on(wrap(app) if wrap is not None else app, sock) as served_url:
         yield served_url

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..adapt.media import Adapted, fit_media
 from ..adapt.profiles import ReceiverProfiles, card_params, receiver_profiles
+from ..compression import pick
 from ..errors import MMA2AError
 from ..ext import EXTENSION_URI, PayloadRef
 from ..features.base import Limits, set_deadline
@@ -103,6 +104,10 @@ class PartAdapter:
             found = receiver_profiles({}, entry.config.accepts or None, entry.config.compress)
         self._profiles[entry.name] = (entry.card, found)
         return found
+
+    def coding(self, entry: AgentEntry) -> str | None:
+        """The content coding for JSON bodies to this agent (the first it reads that we write), or None."""
+        return pick(self.profiles(entry).content_encodings)
 
     async def fit(
         self, entry: AgentEntry, parts: list[tuple[int, dict[str, Any]]]

@@ -26,6 +26,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from ..cluster import cluster_state
+from ..compression import ContentCoding
 from ..errors import MMA2AError
 from ..features.base import Limits
 from ..features.pipeline import FeaturePipeline
@@ -46,7 +47,7 @@ from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .pipeline import Pipeline
 from .sdk_binding import PipelineRequestHandler, TargetContextBuilder
-from .security import install_security, security_middleware
+from .security import error_body, install_security, security_middleware
 from .state import RoutingState
 from .tracing import TracingMiddleware
 from .tracing import enabled as tracing_enabled
@@ -62,7 +63,8 @@ class Gateway:
         self.config = config
         self.registry = registry or DEFAULT_REGISTRY
         self.metrics = GatewayMetrics()
-        self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries)
+        self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries,
+                                   compress_min_bytes=config.adapt.compress_min_bytes)
         self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
         self.state = RoutingState(self.directory, mode=config.mode)
         self.features = self._feature_stage(config)
@@ -219,4 +221,9 @@ class Gateway:
         routes += [r for r in agent_rest if not isinstance(r, Mount)]
         routes += [r for r in root_rest if isinstance(r, Mount)]
         middleware = [Middleware(TracingMiddleware), *security_middleware(self)] if tracing_enabled() else security_middleware(self)
+        if self.config.adapt.enabled:  # Content-Encoding on requests; compressed JSON replies for clients that ask
+            middleware.insert(0, Middleware(
+                ContentCoding, max_body_bytes=self.config.max_body_bytes,
+                min_size=self.config.adapt.compress_min_bytes if self.config.adapt.compress_responses else None,
+                error_body=lambda exc, scope: error_body(exc, scope["path"], scope["method"], exc.http_status)))
         return Starlette(routes=routes, lifespan=self.lifespan, middleware=middleware)

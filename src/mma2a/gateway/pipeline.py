@@ -227,7 +227,7 @@ class Pipeline:
         try:
             result = await self.transport.call(
                 entry.name, entry.rpc_url, method, params, extension=_declares(entry), token=entry.token,
-                timeout_s=entry.config.timeout_s,
+                timeout_s=entry.config.timeout_s, coding=self.adapter.coding(entry) if self.adapter is not None else None,
             )
         except DispatchError as exc:
             self.directory.mark(entry.name, ok=False, error=exc.message)
@@ -407,7 +407,7 @@ class Pipeline:
         try:
             async for event in self.transport.stream(
                 entry.name, entry.rpc_url, "SendStreamingMessage", params, extension=_declares(entry), token=entry.token,
-                timeout_s=entry.config.timeout_s,
+                timeout_s=entry.config.timeout_s, coding=self.adapter.coding(entry) if self.adapter is not None else None,
             ):
                 if not recorded and isinstance(event, dict):
                     tid = (event.get("task") or {}).get("id") or (event.get("statusUpdate") or {}).get("taskId")

@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 
 from ..card import EXTENSIONS_HEADER, VERSION_HEADER
+from ..compression import encode
 from ..errors import DispatchError, MMA2AError
 from ..ext import EXTENSION_URI
 from .tracing import inject
@@ -40,11 +41,21 @@ class AgentRPCError(MMA2AError):
 class Transport:
     """Pooled HTTP client for agent calls (JSON-RPC binding of A2A 1.0)."""
 
-    def __init__(self, *, timeout_s: float = 30.0, retries: int = 1, pool_size: int = 256) -> None:
+    def __init__(self, *, timeout_s: float = 30.0, retries: int = 1, pool_size: int = 256,
+                 compress_min_bytes: int = 4096) -> None:
         self.timeout_s = timeout_s
         self.retries = retries
+        self.compress_min_bytes = compress_min_bytes
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
+        self._plain: set[str] = set()  # agents that refused a coded body (HTTP 415): sent plain from then on
+
+    def _encoded(self, agent: str, body: bytes, coding: str | None, headers: dict[str, str]) -> bytes:
+        """The body with a content coding the agent declared, when it is large enough to be worth it."""
+        if coding is None or len(body) < self.compress_min_bytes or agent in self._plain:
+            return body
+        headers["Content-Encoding"] = coding
+        return encode(body, coding)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -92,10 +103,16 @@ class Transport:
         token: str | None = None,
         timeout_s: float | None = None,
         retry: bool = True,
+        coding: str | None = None,
     ) -> Any:
-        """One JSON-RPC call; returns `result`, raises `AgentRPCError` or `DispatchError`."""
-        body = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
+        """One JSON-RPC call; returns `result`, raises `AgentRPCError` or `DispatchError`.
+
+        `coding` (`zstd`, `gzip`): compress the request body when it is over `compress_min_bytes`;
+        an agent that answers 415 gets it again plain, and plain bodies from then on.
+        """
+        plain = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
         headers = self._headers(extension, token)
+        body = self._encoded(agent, plain, coding, headers)
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         attempts = 1 + (self.retries if retry else 0)
         for attempt in range(attempts):
@@ -103,6 +120,13 @@ class Transport:
                 async with self.session.post(url, data=body, headers=headers, timeout=timeout) as resp:
                     raw = await resp.read()
                     status = resp.status
+                if status == 415 and body is not plain:
+                    self._plain.add(agent)
+                    body = plain
+                    del headers["Content-Encoding"]
+                    async with self.session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+                        raw = await resp.read()
+                        status = resp.status
                 break
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
                 if attempt + 1 >= attempts:
@@ -139,10 +163,12 @@ class Transport:
         extension: bool = False,
         token: str | None = None,
         timeout_s: float | None = None,
+        coding: str | None = None,
     ) -> AsyncIterator[Any]:
         """A JSON-RPC streaming call (SSE); yields each event's `result`."""
         body = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
         headers = self._headers(extension, token) | {"Accept": "text/event-stream"}
+        body = self._encoded(agent, body, coding, headers)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s or self.timeout_s, sock_read=timeout_s or self.timeout_s)
         try:
             async with self.session.post(url, data=body, headers=headers, timeout=timeout) as resp:

@@ -1,0 +1,225 @@
+"""HTTP content codings for JSON bodies: zstd (with the `zstandard` package) and gzip (always).
+
+- `encode` / `decode` a body (decoding bounded: a decompression bomb stops at `max_size`);
+- `ContentCoding`, an ASGI middleware that decodes request bodies sent with `Content-Encoding`
+  (any server: the gateway, an agent that lists `contentEncodings` in its card) and, when
+  `min_size` is set, compresses JSON responses at least that large for clients that send
+  `Accept-Encoding`. A request with neither header costs one pass over its header list.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import InvalidRequest, MMA2AError, PayloadTooLarge
+
+GZIP_LEVEL = 5
+ZSTD_LEVEL = 3
+
+_zstd: Any
+try:  # optional: the `adapt` extra
+    import zstandard as _zstd
+except ImportError:  # pragma: no cover - depends on the environment
+    _zstd = None
+
+
+def codings() -> tuple[str, ...]:
+    """The content codings this process can write and read, best first."""
+    return ("zstd", "gzip") if _zstd is not None else ("gzip",)
+
+
+def pick(wanted: Iterable[str]) -> str | None:
+    """The first of `wanted` this process can write, or None."""
+    have = codings()
+    return next((c for c in wanted if c in have), None)
+
+
+def encode(body: bytes, coding: str) -> bytes:
+    if coding == "zstd" and _zstd is not None:
+        return _zstd.ZstdCompressor(level=ZSTD_LEVEL).compress(body)  # type: ignore[no-any-return,unused-ignore]
+    if coding == "gzip":
+        return gzip.compress(body, GZIP_LEVEL, mtime=0)
+    raise ValueError(f"unknown content coding {coding!r}")
+
+
+def decode(body: bytes, coding: str, max_size: int) -> bytes:
+    """Decode a body; `PayloadTooLarge` past `max_size` decoded bytes, `InvalidRequest` for corrupt data."""
+    coding = coding.strip().lower()
+    out: bytes | bytearray
+    if coding == "identity":
+        out = body
+    elif coding in ("gzip", "x-gzip", "deflate"):
+        d = zlib.decompressobj(wbits=47 if coding != "deflate" else 15)  # 47: a gzip or zlib header
+        try:
+            out = d.decompress(body, max_size + 1)
+        except zlib.error as exc:
+            raise InvalidRequest(f"request body is not valid {coding} data: {exc}", field="Content-Encoding") from None
+        if len(out) <= max_size and not d.eof:
+            raise InvalidRequest(f"request body: truncated {coding} data", field="Content-Encoding")
+    elif coding == "zstd" and _zstd is not None:
+        out = bytearray()
+        try:
+            reader = _zstd.ZstdDecompressor().stream_reader(body)
+            while len(out) <= max_size:
+                chunk = reader.read(1 << 16)
+                if not chunk:
+                    break
+                out += chunk
+        except _zstd.ZstdError as exc:
+            raise InvalidRequest(f"request body is not valid zstd data: {exc}", field="Content-Encoding") from None
+    else:
+        raise InvalidRequest(f"Content-Encoding {coding!r} is not supported (use {', '.join(codings())})",
+                             field="Content-Encoding")
+    if len(out) > max_size:
+        raise PayloadTooLarge(f"request body decodes to more than {max_size} bytes", field="Content-Encoding")
+    return bytes(out)
+
+
+def accepted(header: str) -> str | None:
+    """The best coding of an `Accept-Encoding` value we can write (q=0 excluded), or None."""
+    best: tuple[float, int, str] | None = None
+    have = codings()
+    for item in header.split(","):
+        name, _, params = item.strip().partition(";")
+        name = name.strip().lower()
+        q = 1.0
+        if params.strip().startswith("q="):
+            try:
+                q = float(params.strip()[2:])
+            except ValueError:
+                continue
+        if name in have and q > 0:
+            cand = (q, -have.index(name), name)
+            if best is None or cand > best:
+                best = cand
+    return best[2] if best else None
+
+
+@functools.lru_cache(maxsize=256)
+def _accepted(header: bytes) -> str | None:
+    """`accepted` for a raw header value; clients send a handful of distinct values, so it is remembered."""
+    return accepted(header.decode("latin-1"))
+
+
+_COMPRESSIBLE = (b"application/json", b"text/", b"application/problem+json")
+
+
+class ContentCoding:
+    """Decode `Content-Encoding` request bodies (bounded) and compress large JSON responses on request."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, min_size: int | None = 4096,
+                 error_body: Callable[[MMA2AError, Scope], bytes] | None = None) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.min_size = min_size
+        self.error_body = error_body or _jsonrpc_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        content = accept = None
+        for k, v in scope["headers"]:
+            if k == b"content-encoding":
+                content = v
+            elif k == b"accept-encoding":
+                accept = v
+        if content is not None and content.strip().lower() != b"identity":
+            try:
+                receive, scope = await self._decoded(scope, receive, content.decode("latin-1"))
+            except MMA2AError as exc:
+                body = self.error_body(exc, scope)
+                await send({"type": "http.response.start", "status": exc.http_status, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        if accept is None or self.min_size is None:
+            await self.app(scope, receive, send)
+            return
+        coding = _accepted(accept)
+        if coding is None:
+            await self.app(scope, receive, send)
+            return
+        await self.app(scope, receive, _Compressing(send, coding, self.min_size))
+
+    async def _decoded(self, scope: Scope, receive: Receive, coding: str) -> tuple[Receive, Scope]:
+        chunks, size = [], 0
+        limit = self.max_body_bytes  # compressed bytes are bounded as tightly as decoded ones
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                break
+            chunks.append(msg.get("body", b""))
+            size += len(chunks[-1])
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds {limit} bytes", field="body")
+            if not msg.get("more_body", False):
+                break
+        raw = b"".join(chunks)
+        body = decode(raw, coding, limit)
+        headers = [(k, v) for k, v in scope["headers"] if k not in (b"content-encoding", b"content-length")]
+        headers.append((b"content-length", str(len(body)).encode()))
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return replay, {**scope, "headers": headers}
+
+
+class _Compressing:
+    """A `send` that compresses one-message JSON responses of at least `min_size` bytes."""
+
+    __slots__ = ("coding", "min_size", "send", "start")
+
+    def __init__(self, send: Send, coding: str, min_size: int) -> None:
+        self.send = send
+        self.coding = coding
+        self.min_size = min_size
+        self.start: Message | None = None
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.start = message  # held until the body says whether it is worth compressing
+            return
+        start, self.start = self.start, None
+        if start is None:
+            await self.send(message)
+            return
+        body = message.get("body", b"")
+        if len(body) < self.min_size or message.get("more_body", False) or not _compressible(start):
+            await self.send(start)
+            await self.send(message)
+            return
+        packed = encode(body, self.coding)
+        headers = [(k, v) for k, v in start.get("headers") or () if k != b"content-length"]
+        headers += [(b"content-encoding", self.coding.encode()), (b"content-length", str(len(packed)).encode()),
+                    (b"vary", b"Accept-Encoding")]
+        await self.send({**start, "headers": headers})
+        await self.send({"type": "http.response.body", "body": packed})
+
+
+def _compressible(start: Message) -> bool:
+    ctype = b""
+    for k, v in start.get("headers") or ():
+        if k == b"content-encoding":
+            return False
+        if k == b"content-type":
+            ctype = v
+    return ctype.startswith(_COMPRESSIBLE) and not ctype.startswith(b"text/event-stream")
+
+
+def _jsonrpc_error(exc: MMA2AError, scope: Scope) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": None, "error": exc.to_jsonrpc()})
