@@ -34,6 +34,7 @@ from .routes import (
     handles_errors,
     media_type_of,
 )
+from .diffing import DiffPolicy
 from .signing import URLSigner
 from .streams import Frame, StreamHub, check_stream_id
 
@@ -45,6 +46,14 @@ def _offset(conn: HTTPConnection) -> int:
     if not raw.isdigit():
         raise PayloadError(f"offset {raw!r} is not a non-negative integer", field="offset")
     return int(raw)
+
+
+def _patches(conn: HTTPConnection) -> bool:
+    """Does this consumer read merge patches (`?patches=merge`)?"""
+    value = conn.query_params.get("patches")
+    if value not in (None, "merge"):
+        raise PayloadError(f"patches={value!r}: the only value is merge", field="patches")
+    return value == "merge"
 
 
 def _control(text: str) -> tuple[str, str | None]:
@@ -111,7 +120,8 @@ class StreamEndpoints:
             raise PayloadError("id: must be a string", field="id")
         if session is not None and not isinstance(session, str):
             raise PayloadError("sessionId: must be a string", field="sessionId")
-        info = self.hub.create(media_type, stream_id=sid, session_id=session)
+        diff = DiffPolicy.from_json(doc["diff"]) if doc.get("diff") is not None else None
+        info = self.hub.create(media_type, stream_id=sid, session_id=session, diff=diff)
         body = info.to_json() | self.urls(request, info.id)
         body["stream"] = StreamRef(body["subscribeUrl"], info.session_id, self.hub.chunk_size, True).to_json()
         return Response(orjson.dumps(body), 201, {"Location": body["consumerUrl"]}, media_type="application/json")
@@ -134,7 +144,7 @@ class StreamEndpoints:
         sid = self._verify(request, "GET")
         offset = _offset(request)
         raw = request.query_params.get("format") == "raw"
-        frames = self.hub.subscribe(sid, offset)
+        frames = self.hub.subscribe_patches(sid, offset) if _patches(request) and not raw else self.hub.subscribe(sid, offset)
         first = await anext(frames)  # errors (unknown stream, evicted offset) become a JSON error response
         info = self.hub.info(sid)
         headers = {"Cache-Control": "no-store", "X-Stream-Offset": str(offset), "X-Stream-Session": info.session_id}
@@ -210,6 +220,8 @@ class StreamEndpoints:
         if ws.application_state == WebSocketState.CONNECTED:
             info = self.hub.info(sid)
             summary = {"type": "stop", "streamId": sid, "seq": info.chunks + 1, "offset": info.size, "reason": reason}
+            if info.skipped is not None:
+                summary |= {"skipped": info.skipped[0], "skippedBytes": info.skipped[1]}
             try:
                 await ws.send_text(orjson.dumps(summary).decode())
                 await ws.close(1000)
@@ -220,13 +232,14 @@ class StreamEndpoints:
         sid = ws.path_params.get("stream_id", "")
         try:
             sid = self._verify(ws, "GET")
-            frames = self.hub.subscribe(sid, _offset(ws))
+            patches = _patches(ws)
+            frames = self.hub.subscribe_patches(sid, _offset(ws)) if patches else self.hub.subscribe(sid, _offset(ws))
             first = await anext(frames)
         except MMA2AError as exc:
             await self._fail(ws, sid, exc)
             return
         await ws.accept()
-        io = direct_io(ws.scope)
+        io = None if patches else direct_io(ws.scope)  # patch readers take the generator path
 
         async def pump() -> None:
             try:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import orjson
 
 from ..errors import PayloadError, PayloadNotFound, RangeNotSatisfiable
+from .diffing import DiffPolicy, FrameFilter
 
 FrameType = Literal["start", "delta", "stop", "error"]
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -47,6 +48,10 @@ class Frame:
     session_id: str | None = None
     reason: str | None = None
     status: int | None = None
+    patch: bytes | None = None  # merge-patch streams: this document as a patch from the previous one
+    coding: str | None = None  # "merge-patch": `data` is a patch of a document of `full_size` bytes
+    full_size: int | None = None
+    skipped: tuple[int, int] | None = None  # stop frames of diff streams: (frames, bytes) not forwarded
 
     def header(self) -> dict[str, Any]:
         h: dict[str, Any] = {"type": self.type, "streamId": self.stream_id, "seq": self.seq, "offset": self.offset}
@@ -60,11 +65,15 @@ class Frame:
             h["reason"] = self.reason
         if self.status is not None:
             h["status"] = self.status
+        if self.coding is not None:
+            h["coding"], h["fullSize"] = self.coding, self.full_size
+        if self.skipped is not None:
+            h["skipped"], h["skippedBytes"] = self.skipped
         return h
 
     def head(self) -> bytes:
         """The encoded frame up to its bytes: header length and header."""
-        if self.type == "delta":  # the hot case, without a dict: ids are [A-Za-z0-9_-] and need no escaping
+        if self.type == "delta" and self.coding is None:  # the hot case, without a dict: ids are [A-Za-z0-9_-] and need no escaping
             head = b'{"type":"delta","streamId":"%s","seq":%d,"offset":%d,"size":%d}' % (
                 self.stream_id.encode(), self.seq, self.offset, len(self.data))
         else:
@@ -86,6 +95,9 @@ class Frame:
             session_id=h.get("sessionId"),
             reason=h.get("reason"),
             status=h.get("status"),
+            coding=h.get("coding"),
+            full_size=h.get("fullSize"),
+            skipped=(int(h["skipped"]), int(h.get("skippedBytes", 0))) if "skipped" in h else None,
         )
 
 
@@ -153,6 +165,11 @@ class _Stream:
     producing: bool = False
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     followers: list[Follower] = field(default_factory=list)
+    filter: FrameFilter | None = None  # differential transmission (opt-in, `diffing.py`)
+
+    @property
+    def skipped(self) -> tuple[int, int] | None:
+        return None if self.filter is None else (self.filter.skipped, self.filter.skipped_bytes)
 
     def wake_pullers(self) -> None:
         """Tell pulling subscribers (`subscribe`) something changed."""
@@ -175,9 +192,11 @@ class StreamInfo:
     chunks: int
     open: bool
     first_offset: int
+    diff: DiffPolicy | None = None
+    skipped: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id,
             "mediaType": self.media_type,
             "sessionId": self.session_id,
@@ -186,6 +205,9 @@ class StreamInfo:
             "open": self.open,
             "firstOffset": self.first_offset,
         }
+        if self.diff is not None and self.skipped is not None:
+            out |= {"diff": self.diff.to_json(), "skipped": self.skipped[0], "skippedBytes": self.skipped[1]}
+        return out
 
 
 class StreamHub:
@@ -222,15 +244,17 @@ class StreamHub:
         for sid in [s.id for s in self._streams.values() if s.closed_at is not None and now - s.closed_at > self.closed_ttl]:
             del self._streams[sid]
 
-    def create(self, media_type: str = "application/octet-stream", *, stream_id: str | None = None, session_id: str | None = None) -> StreamInfo:
-        """Open a new stream (a random id unless given)."""
+    def create(self, media_type: str = "application/octet-stream", *, stream_id: str | None = None,
+               session_id: str | None = None, diff: DiffPolicy | None = None) -> StreamInfo:
+        """Open a new stream (a random id unless given; `diff`: differential transmission, `diffing.py`)."""
         self._expire()
         sid = check_stream_id(stream_id) if stream_id is not None else secrets.token_urlsafe(12)
         if sid in self._streams:
             raise PayloadError(f"stream {sid} already exists", field="streamId")
         if len(self._streams) >= self.max_streams:
             raise PayloadError(f"too many open streams (limit {self.max_streams})", field="streamId")
-        self._streams[sid] = _Stream(sid, media_type, session_id or sid, self._clock())
+        self._streams[sid] = _Stream(sid, media_type, session_id or sid, self._clock(),
+                                     filter=FrameFilter(diff, media_type) if diff is not None else None)
         return self.info(sid)
 
     def _get(self, stream_id: str) -> _Stream:
@@ -243,7 +267,8 @@ class StreamHub:
 
     def info(self, stream_id: str) -> StreamInfo:
         s = self._get(stream_id)
-        return StreamInfo(s.id, s.media_type, s.session_id, s.size, s.next_seq - 1, not s.closed, s.first_offset)
+        return StreamInfo(s.id, s.media_type, s.session_id, s.size, s.next_seq - 1, not s.closed, s.first_offset,
+                          s.filter.policy if s.filter is not None else None, s.skipped)
 
     def __contains__(self, stream_id: str) -> bool:
         return stream_id in self._streams
@@ -271,8 +296,15 @@ class StreamHub:
             raise PayloadError(f"stream {stream_id} is closed", field="streamId")
         if not data:
             return s.size
+        patch = None
+        if s.filter is not None:  # differential transmission: a near-duplicate frame never enters the stream
+            keep, patch = s.filter.judge(data)
+            if not keep:
+                return s.size
         if len(data) <= self.chunk_size:
             new = [Frame("delta", s.id, s.next_seq, s.size, bytes(data))]
+            if patch is not None:
+                new[0].patch = patch
         else:
             view = memoryview(data)
             new = [
@@ -356,8 +388,24 @@ class StreamHub:
                 yield f
                 pos = f.offset + len(f.data)
             if not frames and closed:
-                yield Frame("stop", s.id, seq, pos, reason=reason)
+                yield Frame("stop", s.id, seq, pos, reason=reason, skipped=s.skipped)
                 return
+
+    async def subscribe_patches(self, stream_id: str, offset: int = 0) -> AsyncGenerator[Frame, None]:
+        """`subscribe` for consumers that read merge patches: a document whose predecessor this consumer
+        already has comes as its patch (`coding: merge-patch`, `fullSize`); the others whole."""
+        last_seq = -1
+        frames = self.subscribe(stream_id, offset)
+        try:
+            async for f in frames:
+                if f.type == "delta" and f.patch is not None and f.seq == last_seq + 1 and f.data:
+                    out = Frame("delta", f.stream_id, f.seq, f.offset, f.patch, coding="merge-patch", full_size=len(f.data))
+                else:
+                    out = f
+                last_seq = f.seq if f.type == "delta" else last_seq
+                yield out
+        finally:
+            await frames.aclose()
 
     def follow(self, stream_id: str, offset: int, write: Callable[[bytes, bytes], bool]) -> Follower:
         """Push every chunk from `offset`, encoded, to `write`, synchronously as it is published, then `stop`.
@@ -410,7 +458,7 @@ class Follower:
                 return
         s = self.stream
         if s.closed:
-            self.write(Frame("stop", s.id, s.next_seq, pos, reason=s.close_reason).encode(), b"")
+            self.write(Frame("stop", s.id, s.next_seq, pos, reason=s.close_reason, skipped=s.skipped).encode(), b"")
             self._end(None)
 
     def cancel(self) -> None:
