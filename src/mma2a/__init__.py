@@ -7,6 +7,7 @@ big payloads travel by reference) and a gateway that routes every part natively.
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = version("mma2a")
@@ -42,12 +43,24 @@ from .modality import DEFAULT_REGISTRY, Modality, ModalityRegistry, accepts, mod
 from .routing import AgentInfo, RouteDecision, Rule, RuleSet, Snapshot, build_snapshot, decide, load_rules
 from .view import MessageView, PartView, view_message
 
+if TYPE_CHECKING:  # loaded lazily at run time (see __getattr__); typed as what they are
+    from .gateway import Gateway, GatewayConfig
+    from .sdk import (
+        IncomingMessage,
+        IncomingPart,
+        Live,
+        MultimodalClient,
+        MultimodalExecutor,
+        PayloadReader,
+        Reply,
+        ReplyStream,
+    )
 
 _SDK = ("MultimodalClient", "MultimodalExecutor", "IncomingMessage", "IncomingPart", "Reply", "ReplyStream", "Live",
         "PayloadReader")
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     """`Gateway` and `GatewayConfig` load the web stack only when asked for."""
     if name in ("Gateway", "GatewayConfig"):
         from . import gateway
@@ -58,6 +71,7 @@ def __getattr__(name: str) -> object:
 
         return getattr(sdk, name)
     raise AttributeError(f"module 'mma2a' has no attribute {name!r}")
+
 
 __all__ = [
     "AgentInfo",

@@ -133,7 +133,9 @@ def wav_seconds(data: bytes) -> float:
     import wave
 
     with wave.open(io.BytesIO(data)) as w:
-        return w.getnframes() / w.getframerate()
+        frames: int = w.getnframes()
+        rate: int = w.getframerate()
+        return frames / rate
 
 
 async def _send(url: str, message: dict[str, Any], accepted: list[str] | None = None) -> dict[str, Any]:

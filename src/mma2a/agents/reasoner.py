@@ -57,7 +57,7 @@ class Evidence:
 
 async def gather(parts: list[ReceivedPart]) -> Evidence:
     ev = Evidence()
-    reports = []
+    reports: list[str] = []
     for p in parts:
         if p.text is not None:
             (ev.derived if p.transformed_from else reports).append(p.text)

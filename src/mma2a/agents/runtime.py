@@ -24,6 +24,7 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part
 from google.protobuf import json_format
 from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 
 from ..card import declare_extension
 from ..ext import EXTENSION_URI, read_part
@@ -127,8 +128,11 @@ def agent_app(card: AgentCard, executor: AgentExecutor, url: str) -> Starlette:
     card.ClearField("supported_interfaces")
     card.supported_interfaces.append(AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"))
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
-    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)
-    routes += create_rest_routes(handler, enable_v0_3_compat=True)
+    routes: list[BaseRoute] = [
+        *create_agent_card_routes(card),
+        *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True),
+        *create_rest_routes(handler, enable_v0_3_compat=True),
+    ]
     return Starlette(routes=routes)
 
 

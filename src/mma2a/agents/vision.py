@@ -144,7 +144,7 @@ def inspect_image(data: bytes) -> dict[str, Any]:
             light_mask |= blob
             colour = arr[blob].mean(axis=0)
             lights.append({"center": [int(cents[i][0] * back), int(cents[i][1] * back)], "region": box(x, y, x + bw, y + bh),
-                           "color": _hex(colour), "colorName": colour_name(tuple(int(c) for c in colour))})
+                           "color": _hex(colour), "colorName": colour_name((int(colour[0]), int(colour[1]), int(colour[2])))})
     lights.sort(key=lambda li: (li["center"][0], li["center"][1]))
     findings["lights"] = lights
 

@@ -64,9 +64,9 @@ class ClusterSessionPins(SessionPins):
     # --- SessionPins, with the cluster behind it --------------------------------------
     def pin(self, session_id: str, version: int, routes: tuple[PartRoute, ...]) -> None:
         super().pin(session_id, version, routes)
-        doc = {"session": session_id, "epoch": self.cluster.epoch(), "routes": routes_to_json(routes),
-               "origin": self.cluster.id}
-        self._remember(session_id, doc["epoch"], routes)
+        epoch = self.cluster.epoch()
+        doc = {"session": session_id, "epoch": epoch, "routes": routes_to_json(routes), "origin": self.cluster.id}
+        self._remember(session_id, epoch, routes)
         self._write(session_id, self.cluster.kv["sessions"].put(session_key(session_id), orjson.dumps(doc)))
 
     def lookup(self, session_id: str, version: int) -> tuple[PartRoute, ...] | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import nats
 import orjson
-from nats.js import api
+from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
@@ -97,7 +97,7 @@ async def _quiet(exc: Exception) -> None:
     log.debug("nats: %s", exc)
 
 
-async def ensure_kv(js: Any, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1) -> KeyValue:
+async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1) -> KeyValue:
     """Open a KV bucket, creating it on first use (creation is idempotent between gateways)."""
     try:
         return await js.key_value(bucket)
@@ -223,8 +223,9 @@ class ClusterState:
             with contextlib.suppress(KeyNotFoundError):
                 entries.append(await kv.get(key))
         # agents first within rules order: apply in stream order
-        for entry in sorted(entries, key=lambda e: e.revision):
-            await self.apply(kind, entry.key, entry.value, entry.revision, entry.operation)
+        # (entries read by `get` always carry their stream sequence as revision)
+        for entry in sorted(entries, key=lambda e: e.revision or 0):
+            await self.apply(kind, entry.key, entry.value, entry.revision or 0, entry.operation)
 
     async def _watch_all(self) -> None:
         for kind in (*CONFIG_BUCKETS, "sessions"):
@@ -294,7 +295,7 @@ class ClusterState:
         if source == st.rules_source:
             self.rules_revision = revision
             return
-        rules = parse_rules(source, source="cluster") if isinstance(source, dict) else load_rules(source)
+        rules = parse_rules(source, source="cluster") if isinstance(source, dict) else load_rules(str(source))
         try:
             st.set_rules(rules, source=source)
         except MMA2AError:
@@ -417,7 +418,7 @@ class ClusterState:
             entry = await self.kv["members"].get(member)
         except KeyNotFoundError:
             return False
-        doc = orjson.loads(entry.value)
+        doc = orjson.loads(entry.value or b"{}")
         return time.time() - float(doc.get("at", 0)) < self.config.member_ttl_s
 
 

@@ -88,8 +88,8 @@ def _finish(img: object, rng: random.Random, fmt: str, noise: float) -> bytes:
     # uneven light across the frame, and sensor noise
     gx = np.linspace(-1, 1, w)[None, :, None] * rng.uniform(-10, 10)
     gy = np.linspace(-1, 1, h)[:, None, None] * rng.uniform(-10, 10)
-    arr = arr + gx + gy + gen.normal(0, noise, arr.shape)
-    out = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
+    lit = arr + gx + gy + gen.normal(0, noise, arr.shape)
+    out = Image.fromarray(np.clip(lit, 0, 255).astype(np.uint8), "RGB")
     buf = io.BytesIO()
     if fmt == "jpeg":
         out.save(buf, format="JPEG", quality=rng.choice((80, 88, 95)))

@@ -139,6 +139,9 @@ async def run_task(http: httpx.AsyncClient, net: EvalNetwork, task: CrossModalTa
     resp = await http.post(url, json=body, headers={"A2A-Version": "1.0", "A2A-Extensions": EXTENSION_URI})
     latency = (time.perf_counter() - t0) * 1000
     payload = resp.json()
+    answer: str | None
+    error: str | None
+    paths: list[str]
     if "error" in payload:
         answer, error, paths = None, f"JSON-RPC {payload['error'].get('code')}: {payload['error'].get('message')}", []
     else:

@@ -182,14 +182,14 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
         image = _photo(rng, lambda fmt: media.status_panel(rng, lights, fmt=fmt))
         return CrossModalTask(tid, category, kind, text, order[fault], image=image)
     if kind == "severity":
-        colour = rng.choice(("amber", "red"))
+        light = rng.choice(("amber", "red"))
         device = rng.choice(DEVICES)
         rules = ["an amber light means a warning", "a red light means a failure"]
         rng.shuffle(rules)
         text = (f"{name} writes: a light came on at the front of my {device}; photo attached. "
                 f"The manual says: {rules[0]} and {rules[1]}. Question: is it a warning or a failure?")
-        image = _photo(rng, lambda fmt: media.status_panel(rng, [LIGHT[colour]], fmt=fmt))
-        return CrossModalTask(tid, category, kind, text, "warning" if colour == "amber" else "failure", image=image)
+        image = _photo(rng, lambda fmt: media.status_panel(rng, [LIGHT[light]], fmt=fmt))
+        return CrossModalTask(tid, category, kind, text, "warning" if light == "amber" else "failure", image=image)
     if kind == "request":
         request = rng.choice(("fix", "replace", "refund", "check"))
         sentence, _, _ = _complaint(rng, request=request)

@@ -22,16 +22,16 @@ from ..routing import Snapshot
 
 def feature_demand(snapshot: Snapshot) -> tuple[tuple[Modality | None, frozenset[str]], ...]:
     """(modality pattern, feature names) for every clause of every rule that tests features."""
-    memo = snapshot.memo.get("feature_demand")
+    memo: tuple[tuple[Modality | None, frozenset[str]], ...] | None = snapshot.memo.get("feature_demand")
     if memo is None:
-        demand = []
+        demand: list[tuple[Modality | None, frozenset[str]]] = []
         for rule in snapshot.rules.rules:
             for clause in rule.clauses:
                 names = frozenset(c.feature for c in clause.conditions)
                 if names:
                     demand.append((clause.modality, names))
         memo = snapshot.memo["feature_demand"] = tuple(demand)
-    return memo  # type: ignore[no-any-return]
+    return memo
 
 
 def needed_for(modality: Modality, demand: tuple[tuple[Modality | None, frozenset[str]], ...]) -> frozenset[str]:
@@ -43,13 +43,14 @@ def needed_for(modality: Modality, demand: tuple[tuple[Modality | None, frozense
 
 
 def inline_bytes(part: Mapping[str, Any]) -> bytes | None:
-    if isinstance(part.get("raw"), str):
+    raw, text = part.get("raw"), part.get("text")
+    if isinstance(raw, str):
         try:
-            return base64.b64decode(part["raw"], validate=False)
+            return base64.b64decode(raw, validate=False)
         except (binascii.Error, ValueError):
             return None
-    if isinstance(part.get("text"), str):
-        return part["text"].encode("utf-8")
+    if isinstance(text, str):
+        return text.encode("utf-8")
     return None
 
 

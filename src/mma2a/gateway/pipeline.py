@@ -248,7 +248,7 @@ class Pipeline:
         if configuration:
             params["configuration"] = dict(configuration)
         if self.cluster is not None and self.cluster.durable_for(leg.agent):
-            return await self.cluster.deliver(leg.agent, params)  # type: ignore[no-any-return]
+            return await self.cluster.deliver(leg.agent, params)
         try:
             with span("mma2a.dispatch", kind="client", agent=leg.agent, parts=len(leg.parts)):
                 result = await self._call(entry, "SendMessage", params)
@@ -356,9 +356,9 @@ class Pipeline:
             res = results[0]
             if res.error is not None:
                 self.metrics.requests.labels("failed").inc()
-                task = failed_task(res.error, message=message, route=route)
-                self.tasks.put(TaskRecord(task["id"], [], aggregate=task, route=route))
-                return {"task": task}
+                failed = failed_task(res.error, message=message, route=route)
+                self.tasks.put(TaskRecord(failed["id"], [], aggregate=failed, route=route))
+                return {"task": failed}
             self.metrics.requests.labels("ok").inc()
             result = res.result or {}
             task = result.get("task")

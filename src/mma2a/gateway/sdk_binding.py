@@ -8,7 +8,7 @@ maps mma2a errors onto the SDK's error types (same codes on every binding).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, TypeVar
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
@@ -33,6 +33,7 @@ from starlette.requests import Request
 from ..errors import MMA2AError
 from .pipeline import Pipeline
 
+_Proto = TypeVar("_Proto", Message, Task)
 _BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk_errors.JSON_RPC_ERROR_CODE_MAP.items()}
 
 
@@ -49,6 +50,12 @@ class TargetContextBuilder(DefaultServerCallContextBuilder):
         ctx = super().build(request)
         ctx.state["target"] = request.path_params.get("agent")
         return ctx
+
+
+def _parse(doc: dict[str, Any], into: _Proto) -> _Proto:
+    """Fill a protobuf message from its JSON form (in place, as `ParseDict` does) and return it typed."""
+    json_format.ParseDict(doc, into, ignore_unknown_fields=True)
+    return into
 
 
 def _to_stream_event(event: dict[str, Any]) -> Any:
@@ -72,8 +79,8 @@ class PipelineRequestHandler(RequestHandler):
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
         if "message" in result:
-            return json_format.ParseDict(result["message"], Message(), ignore_unknown_fields=True)
-        return json_format.ParseDict(result["task"], Task(), ignore_unknown_fields=True)
+            return _parse(result["message"], Message())
+        return _parse(result["task"], Task())
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
@@ -94,14 +101,14 @@ class PipelineRequestHandler(RequestHandler):
             task = await self.pipeline.get_task(params.id, hl)
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
-        return json_format.ParseDict(task, Task(), ignore_unknown_fields=True)
+        return _parse(task, Task())
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         try:
             task = await self.pipeline.cancel_task(params.id)
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
-        return json_format.ParseDict(task, Task(), ignore_unknown_fields=True)
+        return _parse(task, Task())
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator[Any]:
         try:
