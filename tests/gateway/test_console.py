@@ -21,6 +21,8 @@ async def test_console_page_and_the_decision_feed_with_thumbnails():
         async with gateway({"agents": [{"name": "vision", "url": urls["vision"]}]}) as (gw, url):
             async with httpx.AsyncClient() as c:
                 page = await c.get(url + "/console")
+                script = await c.get(url + "/console/console.js")
+                style = await c.get(url + "/console/console.css")
                 empty = (await c.get(url + "/admin/decisions", headers=AUTH)).json()
                 await rpc(url, "SendMessage", {"message": {"messageId": "c1", "role": "ROLE_USER", "parts": [part]}})
                 await rpc(url, "SendMessage", {"message": {"messageId": "c2", "role": "ROLE_USER", "parts": [{"text": "hi"}]}})
@@ -29,7 +31,13 @@ async def test_console_page_and_the_decision_feed_with_thumbnails():
                 bad = await c.get(url + "/admin/decisions?after=x", headers=AUTH)
                 anon = await c.get(url + "/admin/decisions")
     assert page.status_code == 200 and "<title>mma2a console</title>" in page.text
-    assert "script-src 'unsafe-inline'" in page.headers["content-security-policy"]
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "style-src 'self'" in csp and "unsafe-inline" not in csp
+    assert "<script>" not in page.text and "<style>" not in page.text and " style=" not in page.text
+    assert '<script src="/console/console.js" defer></script>' in page.text
+    assert script.status_code == 200 and script.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert style.status_code == 200 and style.headers["content-type"] == "text/css; charset=utf-8"
+    assert "innerHTML" not in script.text  # every value goes through textContent
     assert empty == {"decisions": []}
     assert [d["messageId"] for d in feed] == ["c1", "c2"]
     assert feed[0]["route"][0]["targets"] == ["vision"] and feed[0]["outcome"] == "TASK_STATE_COMPLETED"

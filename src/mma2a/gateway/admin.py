@@ -26,6 +26,7 @@ from ..errors import (
 from ..routing import load_rules
 from ..routing.loader import rules_to_json
 from .config import AgentConfig
+from .history.api import history_routes
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -172,5 +173,6 @@ def admin_routes(gw: Gateway) -> list[Route]:
         Route("/admin/explain", guard(explain), methods=["POST"]),
         Route("/admin/decisions", guard(decisions), methods=["GET"]),
         Route("/admin/mode", guard(set_mode), methods=["PUT"]),
+        *history_routes(gw, guard),
     ]
 

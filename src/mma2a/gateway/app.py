@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import secrets
+import sqlite3
 import tempfile
 from collections.abc import AsyncIterator
 from importlib import resources
@@ -38,10 +39,11 @@ from ..serving import cancel_tasks
 from .adapt import PartAdapter
 from .admin import admin_routes, error_response, json_response
 from .cards import agent_card_through, gateway_card
-from .config import GatewayConfig
+from .config import ConfigError, GatewayConfig
 from .directory import AgentDirectory
 from .enrich import FeatureStage
 from .faults import Drain
+from .history import HistoryRecorder, HistoryStore
 from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
@@ -54,6 +56,29 @@ from .tracing import enabled as tracing_enabled
 from .transport import Transport
 
 log = logging.getLogger("mma2a.gateway")
+
+
+CONSOLE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_CONSOLE_TYPES = {"index.html": "text/html; charset=utf-8", "console.js": "text/javascript; charset=utf-8",
+                  "console.css": "text/css; charset=utf-8"}
+
+
+def console_endpoints() -> dict[str, Any]:
+    """The console's files (package data, read once) as endpoints, under a CSP with no inline script or style."""
+    files = resources.files("mma2a.gateway").joinpath("console")
+    out = {}
+    for name, media_type in _CONSOLE_TYPES.items():
+        body = files.joinpath(name).read_bytes()
+        headers = {"Content-Security-Policy": CONSOLE_CSP, "X-Content-Type-Options": "nosniff",
+                   "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+
+        async def endpoint(request: Request, body: bytes = body, media_type: str = media_type,
+                           headers: dict[str, str] = headers) -> Response:
+            return Response(body, media_type=media_type, headers=headers)
+
+        out[name] = endpoint
+    return out
 
 
 class Gateway:
@@ -75,11 +100,13 @@ class Gateway:
         secret = os.environ.get(config.url_secret_env) if config.url_secret_env else None
         self.signer = URLSigner(secret.encode() if secret else secrets.token_bytes(32), default_expires_in=config.url_expires_s)
         self.streams = StreamHub()
+        self.history = self._history(config)
         self.pipeline = Pipeline(
             directory=self.directory, state=self.state, transport=self.transport, metrics=self.metrics,
             registry=self.registry, features=self.features, log_decisions=config.log_decisions,
             offload=OffloadStage(self.store, self.signer, threshold=config.offload_threshold, base_url=self.public_url),
             adapter=self._adapter(config),
+            history=self.history,
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.startup_errors: list[str] = []
@@ -106,6 +133,20 @@ class Gateway:
         return PartAdapter(self.store, self.signer, base_url=self.public_url, limits=limits, budget_s=ac.budget_s,
                            inline_max=config.offload_threshold, cache_entries=ac.cache_entries)
 
+    def _history(self, config: GatewayConfig) -> HistoryRecorder | None:
+        hc = config.history
+        if not hc.enabled:
+            return None
+        path = config.data_path(hc.file)
+        try:
+            store = HistoryStore(path, max_age_s=hc.max_age_s, max_bytes=hc.max_bytes)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(f"data_dir: cannot open the decision history at {path}: {exc}", field="data_dir") from None
+        fate = self.metrics.history
+        return HistoryRecorder(store, capacity=hc.queue, batch=hc.batch, interval_s=hc.flush_interval_s,
+                               prune_interval_s=hc.prune_interval_s, on_drop=fate.labels("dropped").inc,
+                               on_write=fate.labels("written").inc)
+
     @property
     def admin_token(self) -> str | None:
         return self.config.admin.resolve_token()
@@ -124,6 +165,8 @@ class Gateway:
 
     async def start(self) -> None:
         """Register the configured agents, load the rules, start health checks."""
+        if self.history is not None:
+            self.history.start()
         self.startup_errors = await self.directory.add_many(self.config.agents)
         if self.features is not None:  # load detectors and language profiles before the first request
             await asyncio.to_thread(self.features.pipeline.warm_up)
@@ -140,6 +183,8 @@ class Gateway:
             await self.cluster.stop()
         await cancel_tasks(self._tasks)
         await self.transport.close()
+        if self.history is not None:
+            await asyncio.to_thread(self.history.stop)  # writes what is queued
         if self._blob_tmp is not None:
             self._blob_tmp.cleanup()
 
@@ -175,13 +220,7 @@ class Gateway:
                 return error_response(exc)
             return json_response(agent_card_through(entry, self.public_url))
 
-        console_html = resources.files("mma2a.gateway").joinpath("console.html").read_bytes()
-
-        async def console(request: Request) -> Response:
-            return Response(console_html, media_type="text/html; charset=utf-8", headers={
-                "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'unsafe-inline'; "
-                                           "script-src 'unsafe-inline'; connect-src 'self'",
-                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
+        console = console_endpoints()
 
         async def metrics(request: Request) -> Response:
             return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
@@ -205,7 +244,9 @@ class Gateway:
             Route("/.well-known/agent-card.json", root_card, methods=["GET"]),
             Route("/agents/{agent}/.well-known/agent-card.json", agent_card, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
-            Route("/console", console, methods=["GET"]),
+            Route("/console", console["index.html"], methods=["GET"]),  # public static files; their data APIs are admin
+            Route("/console/console.js", console["console.js"], methods=["GET"]),
+            Route("/console/console.css", console["console.css"], methods=["GET"]),
             Route("/healthz", health, methods=["GET"]),
             *admin_routes(self),
             *payload_routes(self.store, self.signer, public_base_url_fn=lambda conn: self.public_url,

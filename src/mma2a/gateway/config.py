@@ -16,6 +16,7 @@ from ..modality import parse_modality
 from .access import AuthConfig, RateLimitConfig
 from .faults import FaultsConfig
 from .guard import LimitsConfig, SigningConfig, URLConfig
+from .history.config import HistoryConfig
 from .tracing import TracingConfig
 
 
@@ -132,6 +133,9 @@ class GatewayConfig(BaseModel):
     cluster: ClusterConfig | None = None  # cluster mode on NATS JetStream (docs/operations.md, "Cluster mode")
     tracing: TracingConfig = Field(default_factory=TracingConfig)  # OpenTelemetry (the otel extra)
     log_decisions: bool = True
+    # where the gateway keeps what must survive a restart (the decision history); relative to base_dir
+    data_dir: str = Field(default_factory=lambda: os.environ.get("MMA2A_DATA_DIR") or "./mma2a-data")
+    history: HistoryConfig = Field(default_factory=HistoryConfig)  # decision history (docs/operations.md)
     base_dir: str = "."
 
     @field_validator("features", mode="before")
@@ -154,6 +158,10 @@ class GatewayConfig(BaseModel):
     @property
     def port(self) -> int:
         return int(self.listen.rpartition(":")[2])
+
+    def data_path(self, name: str) -> Path:
+        """A file under `data_dir` (relative paths are taken from the config file's directory)."""
+        return Path(self.base_dir) / self.data_dir / name
 
     def rules_source(self) -> str | dict[str, Any] | None:
         """Inline rules (a mapping), rules file text, or None for the default."""

@@ -29,6 +29,8 @@ class GatewayMetrics:
                                           buckets=(1e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 5e-4, 1e-3, 1e-2), registry=r)
         self.bytes_in = Counter("mma2a_bytes_in", "Request body bytes", ["binding"], registry=r)
         self.bytes_out = Counter("mma2a_bytes_out", "Response body bytes", ["binding"], registry=r)
+        self.history = Counter("mma2a_history_decisions", "Decisions for the history, by fate (written, dropped)",
+                               ["fate"], registry=r)
         self.agents = Gauge("mma2a_agents", "Registered agents, by health", ["health"], registry=r)
 
     def render(self) -> bytes:

@@ -33,6 +33,7 @@ from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, fail
 from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
 from .feed import DecisionFeed
+from .history.record import DecisionRecord, HistorySink, PartSummary, refused_parts
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .outputs import adapt_outputs
@@ -102,6 +103,7 @@ class Pipeline:
         offload: OffloadStage | None = None,
         adapter: PartAdapter | None = None,
         log_decisions: bool = True,
+        history: HistorySink | None = None,
     ) -> None:
         self.directory = directory
         self.state = state
@@ -113,6 +115,7 @@ class Pipeline:
         self.offload = offload
         self.adapter = adapter
         self.feed = DecisionFeed()
+        self.history = history  # every decision, kept (gateway/history); record() never blocks
         self.pins = SessionPins()
         self.log_decisions = log_decisions
         self._tick = 0
@@ -313,16 +316,24 @@ class Pipeline:
                 message, view, decision = await self.prepare(message, configuration, target)
             except MMA2AError as exc:
                 self.feed.record(message, [], f"refused {exc.code}: {exc.message}")
+                if self.history is not None:
+                    self.history.record(DecisionRecord(str(message.get("messageId", "")), time.time(), current_sender(),
+                                                       refused_parts(message), (), f"refused {exc.code}: {exc.message}",
+                                                       time.perf_counter() - t0))
                 raise
             if s is not None:
                 s.set_attribute("mma2a.modalities", [p.modality for p in decision.parts])
                 s.set_attribute("mma2a.targets", list(decision.targets()))
                 s.set_attribute("mma2a.rules", sorted({r for p in decision.parts for r in p.matched}))
         result = await self.execute(message, configuration, decision)
-        self.metrics.request_seconds.observe(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - t0
+        self.metrics.request_seconds.observe(elapsed)
         task = result.get("task")
-        self.feed.record(message, route_summary(decision),
-                         str((task.get("status") or {}).get("state", "")) if task is not None else "message")
+        outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
+        self.feed.record(message, route_summary(decision), outcome)
+        if self.history is not None:
+            self.history.record(DecisionRecord(view.message_id, time.time(), current_sender(), view.parts, decision.parts,
+                                               outcome, elapsed, view.receivers))
         return result
 
     async def execute(
@@ -454,6 +465,10 @@ class Pipeline:
         self.tasks.put(TaskRecord(tid, [DownstreamTask(r.agent, r.task["id"], r.task.get("contextId"))
                                         for r in results if r.task], aggregate=task, route=route))
         self.feed.record(message, route, str(task["status"]["state"]))
+        if self.history is not None:  # no view here: the modalities as routed
+            self.history.record(DecisionRecord(decision.message_id, time.time(), current_sender(),
+                                               [PartSummary(p.index, p.modality) for p in decision.parts], decision.parts,
+                                               str(task["status"]["state"]), 0.0))
         yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": task["status"],
                                 "metadata": task["metadata"]}}
 

@@ -1,0 +1,166 @@
+"""Decision history end to end: real agents, a real gateway, the SQLite file under data_dir, the admin API."""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+from typing import Any
+
+import httpx
+
+from mma2a.ext import EXTENSION_URI
+from tests.gateway.conftest import ADMIN, agent, agents, gateway, rpc
+from tests.media import png_bytes, wav_bytes
+
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+SECRET = "payload-bytes-never-kept"
+
+
+def image(features: dict[str, Any] | None = None) -> dict[str, Any]:
+    part: dict[str, Any] = {"raw": base64.b64encode(png_bytes()).decode(), "mediaType": "image/png"}
+    if features:
+        part["metadata"] = {EXTENSION_URI: {"features": features}}
+    return part
+
+
+def msg(mid: str, *parts: dict[str, Any]) -> dict[str, Any]:
+    return {"message": {"messageId": mid, "role": "ROLE_USER", "parts": list(parts)}}
+
+
+RULES = """version: 1
+default: {capability: any}
+rules:
+  - name: cats
+    match: {modality: image/*, features: {objects: {contains: cat}}}
+    action: {route_to: vision}
+"""
+
+
+async def send_traffic(url: str) -> None:
+    await rpc(url, "SendMessage", msg("m1", image({"objects": ["cat"]}), {"text": SECRET}))
+    await rpc(url, "SendMessage", msg("m2", {"text": "hello"}))
+    await rpc(url, "SendMessage", msg("m3", {"raw": base64.b64encode(wav_bytes()).decode(), "mediaType": "audio/wav"}))
+    await rpc(url, "SendMessage", msg("m4", image()))
+
+
+async def test_history_records_filters_pages_and_survives_a_restart(tmp_path):
+    config = {"data_dir": str(tmp_path / "data"), "rules": RULES}
+    async with agents({"vision": agent("vision", ["image/*"]), "writer": agent("writer", ["text/plain"])}) as urls:
+        config["agents"] = [{"name": n, "url": u} for n, u in urls.items()]
+        async with gateway(config) as (gw, url):
+            await send_traffic(url)
+            async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
+                every = (await c.get("/admin/history")).json()
+                images = (await c.get("/admin/history", params={"modality": "image/*"})).json()
+                cats = (await c.get("/admin/history", params={"rule": "cats"})).json()
+                writer = (await c.get("/admin/history", params={"agent": "writer"})).json()
+                refused = (await c.get("/admin/history", params={"outcome": "refused"})).json()
+                recent = (await c.get("/admin/history", params={"since": "1h", "modality": "text/plain"})).json()
+                future = (await c.get("/admin/history", params={"since": "2099-01-01T00:00:00Z"})).json()
+                page1 = (await c.get("/admin/history", params={"limit": 3})).json()
+                page2 = (await c.get("/admin/history", params={"limit": 3, "cursor": page1["cursor"]})).json()
+                counts = (await c.get("/admin/history/counts", params={"by": "agent", "since": "1h", "bucket": 3600})).json()
+                outcomes = (await c.get("/admin/history/counts", params={"by": "outcome"})).json()
+    assert [d["messageId"] for d in every["decisions"]] == ["m4", "m3", "m2", "m1"] and every["cursor"] is None
+    m1 = every["decisions"][3]
+    assert m1["outcome"] == "completed" and m1["sender"] is None and m1["latencyMs"] > 0
+    assert m1["time"].endswith("Z")
+    assert [(p["index"], p["modality"], p["targets"], p["matched"]) for p in m1["parts"]] == [
+        (0, "image/png", ["vision"], ["cats"]), (1, "text/plain", ["writer"], [])]
+    assert m1["parts"][0]["features"]["objects"] == ["cat"]
+    m3 = every["decisions"][1]
+    assert m3["outcome"] == "refused" and m3["error"].startswith("-32005: part 0 (audio/wav)")
+    assert m3["parts"] == [{"index": 0, "modality": "audio/wav", "kind": "text", "size": None, "features": {},
+                            "targets": [], "matched": [], "transforms": [], "dropped": None, "bottleneck": False}]
+    assert [d["messageId"] for d in images["decisions"]] == ["m4", "m1"]
+    assert [d["messageId"] for d in cats["decisions"]] == ["m1"]
+    assert [d["messageId"] for d in writer["decisions"]] == ["m2", "m1"]
+    assert [d["messageId"] for d in refused["decisions"]] == ["m3"]
+    assert [d["messageId"] for d in recent["decisions"]] == ["m2", "m1"]
+    assert future == {"decisions": [], "cursor": None}
+    assert [d["messageId"] for d in page1["decisions"]] == ["m4", "m3", "m2"] and page1["cursor"]
+    assert [d["messageId"] for d in page2["decisions"]] == ["m1"] and page2["cursor"] is None
+    by_agent = {s["key"]: sum(p[1] for p in s["points"]) for s in counts["series"]}
+    assert by_agent == {"vision": 2, "writer": 2} and counts["bucket"] == 3600
+    assert {s["key"]: sum(p[1] for p in s["points"]) for s in outcomes["series"]} == {"completed": 3, "refused": 1}
+    # the file is under data_dir, holds no payload bytes, and a new gateway on it answers the same
+    db = tmp_path / "data" / "history.sqlite3"
+    assert db.exists() and sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert SECRET.encode() not in db.read_bytes() and base64.b64encode(png_bytes())[:40] not in db.read_bytes()
+    async with gateway({"data_dir": str(tmp_path / "data")}) as (gw, url):
+        async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
+            again = (await c.get("/admin/history")).json()
+    assert again == every
+
+
+async def test_history_bad_filters_name_the_parameter(tmp_path):
+    async with gateway({"data_dir": str(tmp_path)}) as (gw, url):
+        async with httpx.AsyncClient(base_url=url) as c:
+            anon = await c.get("/admin/history")
+            answers = {}
+            for query in ("since=yesterday", "until=2026-01-01T00:00:00", "modality=image", "outcome=great",
+                          "limit=0", "limit=5000", "cursor=abc", "colour=red", "since=2h&until=3h"):
+                r = await c.get("/admin/history?" + query, headers=AUTH)
+                answers[query] = (r.status_code, r.json()["error"]["message"])
+            bad_by = await c.get("/admin/history/counts?by=rule", headers=AUTH)
+            bad_bucket = await c.get("/admin/history/counts?since=7d&bucket=1", headers=AUTH)
+    assert anon.status_code == 401
+    assert answers == {
+        "since=yesterday": (400, "since: must be an ISO 8601 time, seconds since the epoch, or a duration such as 1h; "
+                                 "got 'yesterday'"),
+        "until=2026-01-01T00:00:00": (400, "until: an ISO 8601 time needs a zone (Z or +hh:mm); got '2026-01-01T00:00:00'"),
+        "modality=image": (400, "modality: must be a media type such as image/png or a family such as image/*, got 'image'"),
+        "outcome=great": (400, "outcome: must be one of completed, failed, rejected, canceled, input-required, "
+                               "auth-required, working, submitted, message, refused, unknown, got 'great'"),
+        "limit=0": (400, "limit: must be an integer from 1 to 1000, got '0'"),
+        "limit=5000": (400, "limit: must be an integer from 1 to 1000, got '5000'"),
+        "cursor=abc": (400, "cursor: must be a cursor returned by a previous page, got 'abc'"),
+        "colour=red": (400, "colour: unknown parameter; use agent, cursor, limit, modality, outcome, rule, sender, since, until"),
+        "since=2h&until=3h": (400, "until: must be later than since"),
+    }
+    assert bad_by.status_code == 400 and bad_by.json()["error"]["message"] == (
+        "by: must be modality, agent or outcome, got 'rule'")
+    assert bad_bucket.status_code == 400 and bad_bucket.json()["error"]["message"].startswith("bucket: 1 s makes more than")
+
+
+async def test_dry_run_re_decides_recent_history_under_candidate_rules(tmp_path):
+    async with agents({"vision": agent("vision", ["image/*"]), "archive": agent("archive", ["image/*", "text/plain"])}) as urls:
+        cfg = {"data_dir": str(tmp_path), "agents": [{"name": n, "url": u} for n, u in urls.items()],
+               "rules": RULES}
+        async with gateway(cfg) as (gw, url):
+            await rpc(url, "SendMessage", msg("a", image({"objects": ["cat"]})))
+            await rpc(url, "SendMessage", msg("b", image({"objects": ["dog"]})))
+            await rpc(url, "SendMessage", msg("c", {"text": "hi"}))
+            candidate = RULES.replace("route_to: vision", "route_to: archive")
+            async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
+                dry = (await c.post("/admin/history/replay", json={"rules": candidate, "since": "1h"})).json()
+                same = (await c.post("/admin/history/replay", json={"rules": RULES})).json()
+                bad = await c.post("/admin/history/replay", json={"rules": RULES.replace("vision", "nobody")})
+                bad_filter = await c.post("/admin/history/replay", json={"rules": RULES, "outcome": "nope"})
+                missing = await c.post("/admin/history/replay", json={"since": "1h"})
+                valid = await c.post("/admin/rules/validate", content=candidate)
+                invalid = await c.post("/admin/rules/validate", content="rules: [{name: x}]\n")
+                version_before = (await c.get("/admin/rules")).json()["version"]
+    assert dry["examined"] == 3 and dry["changed"] == 1 and dry["changedPartsByModality"] == {"image/png": 1}
+    [changed] = dry["decisions"]
+    assert changed["messageId"] == "a" and changed["parts"] == [{
+        "index": 0, "modality": "image/png",
+        "current": {"targets": ["vision"], "matched": ["cats"], "dropped": None, "transforms": []},
+        "candidate": {"targets": ["archive"], "matched": ["cats"], "dropped": None, "transforms": []}}]
+    assert same["changed"] == 0 and same["examined"] == 3
+    assert bad.status_code == 400 and "nobody" in bad.json()["error"]["message"]
+    assert bad_filter.status_code == 400 and bad_filter.json()["error"]["message"].startswith("outcome: must be one of")
+    assert missing.status_code == 400 and missing.json()["error"]["message"] == (
+        "rules: required, the candidate rule file's text (YAML or JSON)")
+    assert valid.json() == {"valid": True, "rules": 1}
+    assert invalid.status_code == 400 and invalid.json()["error"]["data"]["errors"]
+    assert version_before == gw.state.snapshot.version  # a dry-run or a validation changes nothing in force
+
+
+async def test_history_disabled_says_so(tmp_path):
+    async with gateway({"data_dir": str(tmp_path), "history": {"enabled": False}}) as (gw, url):
+        async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
+            r = await c.get("/admin/history")
+    assert gw.history is None and not list(tmp_path.iterdir())
+    assert r.status_code == 403 and r.json()["error"]["message"] == (
+        "history is disabled (history.enabled: false in the gateway config)")

@@ -1,0 +1,85 @@
+"""The history store and its writer on a real SQLite file: batches, drops, retention by age and size, caps."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from mma2a.gateway.history import DecisionRecord, HistoryFilter, HistoryRecorder, HistoryStore, PartSummary, to_row
+from mma2a.gateway.history.record import MAX_FEATURE_BYTES, cap_features, outcome_class
+from mma2a.routing import PartRoute, Target, TransformStep
+
+
+def record(mid: str, ts: float, modality: str = "image/png", agent: str = "vision", features: dict | None = None,
+           outcome: str = "TASK_STATE_COMPLETED") -> DecisionRecord:
+    route = PartRoute(0, modality, ("r1",), (Target(agent, (TransformStep("asr", modality, "text/plain"),)),), ("route_to",))
+    return DecisionRecord(mid, ts, "client-a", (PartSummary(0, modality, features or {}),), (route,), outcome, 0.012)
+
+
+def test_rows_carry_targets_transforms_and_tags():
+    row = to_row(record("x", 1.0, "audio/wav; rate=16000", "writer"))
+    parts = orjson.loads(row.parts_json)
+    assert parts == [{"index": 0, "modality": "audio/wav; rate=16000", "kind": "text", "size": None, "features": {},
+                      "targets": ["writer"], "matched": ["r1"], "transforms": [[{"agent": "asr", "from": "audio/wav; rate=16000",
+                                                                                  "to": "text/plain"}]],
+                      "dropped": None, "bottleneck": False}]
+    assert set(row.tags) == {("m", "audio/wav"), ("a", "writer"), ("a", "asr"), ("r", "r1")}
+    assert row.latency_ms == 12.0 and row.outcome == "completed"
+    assert outcome_class("refused -32602: parts[0]: bad") == ("refused", "-32602: parts[0]: bad")
+    assert outcome_class("TASK_STATE_INPUT_REQUIRED") == ("input-required", None)
+    assert outcome_class("TASK_STATE_SOMETHING_NEW") == ("unknown", None)
+
+
+def test_features_are_capped_in_bytes():
+    huge = {"text": "x" * 10_000, "objects": [f"o{i}" for i in range(1000)], "nested": {"a": {"b": {"c": {"d": 1}}}}}
+    capped = cap_features(huge)
+    assert len(capped["text"]) == 200 and len(capped["objects"]) == 16
+    many = {f"k{i}": "v" * 150 for i in range(50)}
+    kept = cap_features(many)
+    assert kept["_truncated"] is True and len(orjson.dumps(kept)) <= MAX_FEATURE_BYTES
+
+
+def test_writer_batches_and_counts_drops_when_the_queue_is_full(tmp_path):
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    drops, writes = [], []
+    rec = HistoryRecorder(store, capacity=3, batch=2, on_drop=lambda: drops.append(1), on_write=writes.append)
+    now = time.time()
+    for i in range(5):  # the writer is not running yet: the queue fills, the rest are dropped, nothing blocks
+        rec.record(record(f"m{i}", now + i))
+    assert rec.dropped == 2 and len(drops) == 2
+    rec.start()
+    assert rec.flush(10.0)
+    assert writes == [2, 1]  # batches of at most 2
+    got, cursor = store.query(HistoryFilter(limit=10))
+    assert [d["messageId"] for d in got] == ["m2", "m1", "m0"] and cursor is None
+    rec.stop()
+
+
+def test_retention_by_age_then_by_size(tmp_path):
+    store = HistoryStore(tmp_path / "h.sqlite3", max_age_s=3600, max_bytes=10**9)
+    now = time.time()
+    store.write([to_row(record(f"old{i}", now - 7200 + i)) for i in range(10)])
+    store.write([to_row(record(f"new{i}", now - 60 + i, features={"pad": "p" * 150})) for i in range(100)])
+    assert store.prune(now) == 10
+    assert store.stats()["decisions"] == 100
+    size = store.stats()["bytes"]
+    small = HistoryStore(tmp_path / "h.sqlite3", max_age_s=3600, max_bytes=size // 2)
+    removed = small.prune(now)
+    left, _ = small.query(HistoryFilter(limit=1000))
+    assert removed > 50 and small.stats()["bytes"] <= size // 2
+    assert [d["messageId"] for d in left] == [f"new{i}" for i in range(99, 99 - len(left), -1)]  # the newest stay
+    tags = small._read("SELECT COUNT(*) FROM tags WHERE decision_id NOT IN (SELECT id FROM decisions)", ())
+    assert tags == [(0,)]  # no orphan filter rows
+
+
+def test_two_stores_on_one_file_share_it(tmp_path):
+    """Two gateways (or a restart while the old one drains) may write the same file: ids never collide."""
+    a, b = HistoryStore(tmp_path / "h.sqlite3"), HistoryStore(tmp_path / "h.sqlite3")
+    now = time.time()
+    for i in range(5):
+        a.write([to_row(record(f"a{i}", now))])
+        b.write([to_row(record(f"b{i}", now, agent="writer"))])
+    got, _ = a.query(HistoryFilter(limit=100, agent="writer"))
+    assert [d["messageId"] for d in got] == [f"b{i}" for i in range(4, -1, -1)]
+    assert a.stats()["decisions"] == 10
