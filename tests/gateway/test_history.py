@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import sqlite3
 from typing import Any
 
@@ -164,3 +165,23 @@ async def test_history_disabled_says_so(tmp_path):
     assert gw.history is None and not list(tmp_path.iterdir())
     assert r.status_code == 403 and r.json()["error"]["message"] == (
         "history is disabled (history.enabled: false in the gateway config)")
+
+
+async def test_history_cli_table_json_filters_and_errors(tmp_path):
+    from tests.gateway.test_agents_cli import run_cli
+
+    env = {"MMA2A_ADMIN_TOKEN": ADMIN}
+    async with agents({"vision": agent("vision", ["image/*"]), "writer": agent("writer", ["text/plain"])}) as urls:
+        cfg = {"data_dir": str(tmp_path), "rules": RULES, "agents": [{"name": n, "url": u} for n, u in urls.items()]}
+        async with gateway(cfg) as (gw, url):
+            await send_traffic(url)
+            code, out, _ = await run_cli("history", "--gateway", url, "--json", "--modality", "image/*", env=env)
+            tcode, table, _ = await run_cli("history", "--gateway", url, "--limit", "2", env=env)
+            bad, _, err = await run_cli("history", "--gateway", url, "--outcome", "great", env=env)
+            denied, _, derr = await run_cli("history", "--gateway", url, env={"MMA2A_ADMIN_TOKEN": "wrong"})
+    page = json.loads(out)
+    assert code == 0 and [d["messageId"] for d in page["decisions"]] == ["m4", "m1"]
+    assert tcode == 0 and "m4" in table and "m3" in table and "m1" not in table
+    assert "0: audio/wav -> -" in table and "refused" in table and "next page: --cursor" in table
+    assert bad == 1 and "answered 400: outcome: must be one of" in err
+    assert denied == 1 and "answered 403: admin API: invalid token" in derr

@@ -24,7 +24,7 @@ def test_rows_carry_targets_transforms_and_tags():
                       "targets": ["writer"], "matched": ["r1"], "transforms": [[{"agent": "asr", "from": "audio/wav; rate=16000",
                                                                                   "to": "text/plain"}]],
                       "dropped": None, "bottleneck": False}]
-    assert set(row.tags) == {("m", "audio/wav"), ("a", "writer"), ("a", "asr"), ("r", "r1")}
+    assert set(row.tags) == {("m", "audio/wav"), ("f", "audio/*"), ("a", "writer"), ("a", "asr"), ("r", "r1")}
     assert row.latency_ms == 12.0 and row.outcome == "completed"
     assert outcome_class("refused -32602: parts[0]: bad") == ("refused", "-32602: parts[0]: bad")
     assert outcome_class("TASK_STATE_INPUT_REQUIRED") == ("input-required", None)

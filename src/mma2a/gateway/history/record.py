@@ -139,6 +139,7 @@ def to_row(entry: DecisionRecord) -> Row:
         modality = str(p.modality)
         base = base_modality(modality)
         tags[("m", base)] = None
+        tags[("f", base.split("/", 1)[0] + "/*")] = None  # the family, so `image/*` is one index range too
         route = routes.get(p.index)
         row: dict[str, Any] = {"index": p.index, "modality": modality, "kind": p.kind, "size": p.size,
                                "features": cap_features(p.features) if p.features else {}}

@@ -32,9 +32,13 @@ CREATE TABLE IF NOT EXISTS tags (
   PRIMARY KEY (kind, value, decision_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tags_decision ON tags(decision_id);
 CREATE INDEX IF NOT EXISTS tags_time ON tags(kind, ts);
+CREATE TABLE IF NOT EXISTS minutes (
+  kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NOT NULL, n INTEGER NOT NULL, latency_sum REAL NOT NULL,
+  latency_max REAL NOT NULL, PRIMARY KEY (kind, minute, value)) WITHOUT ROWID;
 """
 
 TAG_KINDS = {"modality": "m", "agent": "a", "rule": "r"}
+COUNT_KINDS = {"modality": "m", "agent": "a", "outcome": "o"}
 ROW_OVERHEAD = 64  # bytes counted per decision besides its JSON (ids, time, indexes)
 TAG_BYTES = 40
 
@@ -54,7 +58,26 @@ class HistoryFilter:
     before: int | None = None
 
     def tag_filters(self) -> list[tuple[str, str]]:
-        return [(TAG_KINDS[k], v) for k in ("modality", "agent", "rule") if (v := getattr(self, k)) is not None]
+        """(kind, value) pairs for the tag table; a modality family (`image/*`) has its own kind."""
+        pairs = [(k, v) for k in ("modality", "agent", "rule") if (v := getattr(self, k)) is not None]
+        return [("f" if k == "modality" and v.endswith("/*") else TAG_KINDS[k], v) for k, v in pairs]
+
+
+def _per_minute(rows: Sequence[Row]) -> dict[tuple[str, str, int], list[float]]:
+    """The batch folded into (kind, value, minute) -> [count, latency sum, latency max] for the rollup table."""
+    agg: dict[tuple[str, str, int], list[float]] = {}
+    for r in rows:
+        minute = int(r.time // 60)
+        keys = [(k, v, minute) for k, v in r.tags if k in ("m", "a")] + [("o", r.outcome, minute)]
+        for key in keys:
+            cur = agg.get(key)
+            if cur is None:
+                agg[key] = [1, r.latency_ms, r.latency_ms]
+            else:
+                cur[0] += 1
+                cur[1] += r.latency_ms
+                cur[2] = max(cur[2], r.latency_ms)
+    return agg
 
 
 def iso_time(ts: float) -> str:
@@ -105,6 +128,11 @@ class HistoryStore:
             db.executemany(
                 "INSERT OR IGNORE INTO tags (kind, value, decision_id, ts, latency_ms) VALUES (?, ?, ?, ?, ?)",
                 [(kind, value, first + i, r.time, r.latency_ms) for i, r in enumerate(rows) for kind, value in r.tags])
+            db.executemany(
+                "INSERT INTO minutes (kind, value, minute, n, latency_sum, latency_max) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (kind, minute, value) DO UPDATE SET n = n + excluded.n, "
+                "latency_sum = latency_sum + excluded.latency_sum, latency_max = MAX(latency_max, excluded.latency_max)",
+                [(kind, value, minute, *agg) for (kind, value, minute), agg in _per_minute(rows).items()])
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -118,6 +146,7 @@ class HistoryStore:
             cutoff = now - self.max_age_s
             db.execute("DELETE FROM tags WHERE decision_id IN (SELECT id FROM decisions WHERE ts < ?)", (cutoff,))
             removed = db.execute("DELETE FROM decisions WHERE ts < ?", (cutoff,)).rowcount
+            db.execute("DELETE FROM minutes WHERE minute < ?", (int(cutoff // 60),))
             total = db.execute("SELECT COALESCE(SUM(size), 0) FROM decisions").fetchone()[0]
             if total > self.max_bytes:  # keep the newest rows that fit in 90% of the budget
                 row = db.execute(
@@ -126,6 +155,8 @@ class HistoryStore:
                 if row is not None:
                     db.execute("DELETE FROM tags WHERE decision_id <= ?", (row[0],))
                     removed += db.execute("DELETE FROM decisions WHERE id <= ?", (row[0],)).rowcount
+                    oldest = db.execute("SELECT MIN(ts) FROM decisions").fetchone()[0]
+                    db.execute("DELETE FROM minutes WHERE minute < ?", (int((oldest or now) // 60),))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -140,34 +171,41 @@ class HistoryStore:
             return self._reader.execute(sql, params).fetchall()
 
     def query(self, f: HistoryFilter) -> tuple[list[dict[str, Any]], str | None]:
-        """Matching decisions, newest first, and the cursor of the next page (None on the last)."""
-        where: list[str] = ["1"]
+        """Matching decisions, newest first, and the cursor of the next page (None on the last).
+
+        With a modality, agent or rule filter the walk starts from that tag's index, newest
+        first, and stops at `limit` rows; other filters are checked on the way.
+        """
+        tags = f.tag_filters()
+        where: list[str] = []
         params: list[Any] = []
+        if tags:
+            kind, value = tags[0]
+            source, key = "tags t JOIN decisions d ON d.id = t.decision_id", "t.decision_id"
+            where += ["t.kind = ?", "t.value = ?"]
+            params += [kind, value]
+            time_col = "t.ts"
+            for kind, value in tags[1:]:
+                where.append("EXISTS (SELECT 1 FROM tags x WHERE x.kind = ? AND x.value = ? AND x.decision_id = d.id)")
+                params += [kind, value]
+        else:
+            source, key, time_col = "decisions d", "d.id", "+d.ts"  # unary +: walk the primary key, test the time
         if f.before is not None:
-            where.append("d.id < ?")
+            where.append(f"{key} < ?")
             params.append(f.before)
         if f.since is not None:
-            where.append("+d.ts >= ?")  # unary +: walk the primary key newest first, test the time on the way
+            where.append(f"{time_col} >= ?")
             params.append(f.since)
         if f.until is not None:
-            where.append("+d.ts < ?")
+            where.append(f"{time_col} < ?")
             params.append(f.until)
-        if f.sender is not None:
-            where.append("d.sender = ?")
-            params.append(f.sender)
-        if f.outcome is not None:
-            where.append("d.outcome = ?")
-            params.append(f.outcome)
-        for kind, value in f.tag_filters():
-            if value.endswith("/*"):  # a family: every value with that prefix, by index range
-                where.append("d.id IN (SELECT decision_id FROM tags WHERE kind = ? AND value >= ? AND value < ?)")
-                params += [kind, value[:-1], value[:-2] + "0"]  # '0' sorts right after '/'
-            else:
-                where.append("d.id IN (SELECT decision_id FROM tags WHERE kind = ? AND value = ?)")
-                params += [kind, value]
+        for column in ("sender", "outcome"):
+            if (value := getattr(f, column)) is not None:
+                where.append(f"d.{column} = ?" if not tags else f"+d.{column} = ?")
+                params.append(value)
         rows = self._read(
             "SELECT d.id, d.message_id, d.ts, d.sender, d.outcome, d.error, d.latency_ms, d.parts, d.receivers "
-            f"FROM decisions d WHERE {' AND '.join(where)} ORDER BY d.id DESC LIMIT ?", [*params, f.limit + 1])
+            f"FROM {source} WHERE {' AND '.join(where) or '1'} ORDER BY {key} DESC LIMIT ?", [*params, f.limit + 1])
         more = len(rows) > f.limit
         rows = rows[:f.limit]
         out = []
@@ -182,15 +220,26 @@ class HistoryStore:
         return out, (str(rows[-1][0]) if more and rows else None)
 
     def counts(self, by: str, since: float, until: float, bucket: int) -> list[dict[str, Any]]:
-        """Decisions per `by` value (modality, agent or outcome) per time bucket, with mean and max latency."""
-        if by == "outcome":
+        """Decisions per `by` value (modality, agent or outcome) per time bucket, with mean and max latency.
+
+        Whole-minute buckets read the per-minute rollup the writer keeps (the span widened to
+        whole minutes); others count the tag rows themselves.
+        """
+        kind = COUNT_KINDS[by]
+        if bucket % 60 == 0:
+            step = bucket // 60
+            since, until = since // 60 * 60, -(-until // 60) * 60
+            sql = ("SELECT minute / ? AS b, value, SUM(n), SUM(latency_sum) / SUM(n), MAX(latency_max) FROM minutes "
+                   "WHERE kind = ? AND minute >= ? AND minute < ? GROUP BY b, value ORDER BY b")
+            params: list[Any] = [step, kind, int(since // 60), int(until // 60)]
+        elif by == "outcome":
             sql = ("SELECT CAST(ts / ? AS INTEGER) AS b, outcome, COUNT(*), AVG(latency_ms), MAX(latency_ms) "
                    "FROM decisions WHERE ts >= ? AND ts < ? GROUP BY b, outcome ORDER BY b")
-            params: list[Any] = [bucket, since, until]
+            params = [bucket, since, until]
         else:
             sql = ("SELECT CAST(ts / ? AS INTEGER) AS b, value, COUNT(*), AVG(latency_ms), MAX(latency_ms) "
-                   "FROM tags WHERE kind = ? AND ts >= ? AND ts < ? GROUP BY b, value ORDER BY b")
-            params = [bucket, TAG_KINDS[by], since, until]
+                   "FROM tags INDEXED BY tags_time WHERE kind = ? AND ts >= ? AND ts < ? GROUP BY b, value ORDER BY b")
+            params = [bucket, kind, since, until]
         series: dict[str, list[list[Any]]] = {}
         for b, key, count, avg, peak in self._read(sql, params):
             series.setdefault(key, []).append([iso_time(b * bucket), count, round(avg, 3), round(peak, 3)])

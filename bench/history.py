@@ -1,0 +1,260 @@
+"""bench/history: the decision history at 100,000 decisions, and what recording costs the gateway.
+
+1. Query latency: 100,000 decisions (9 modalities, 8 agents, 12 rules, 40 senders, 6
+   outcomes, spread over 24 h) written through the recorder into a fresh SQLite file; then
+   filtered queries, each repeated, timed in the store (`HistoryStore.query`) and through a
+   running gateway's `GET /admin/history` (HTTP, JSON, admin token) on the same file.
+2. Throughput: the a2a-sdk echo agent behind two gateways, history on and history off,
+   driven by wrk at the same concurrency, interleaved in rounds; reports the on/off ratio and
+   checks that the history gateway kept every request (written count, drops).
+
+    .venv/bin/python bench/history.py [--decisions 100000] [--repeat 30] [--rounds 3] [--seconds 8]
+                                      [--connections 16] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from common import free_port, run_wrk, stop, wait_ready
+
+from mma2a.gateway.history import DecisionRecord, HistoryFilter, HistoryRecorder, HistoryStore, PartSummary
+from mma2a.routing import PartRoute, Target, TransformStep
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "bench-admin-token"
+MODALITIES = ["image/png", "image/jpeg", "text/plain", "audio/wav", "audio/ogg", "video/mp4", "application/json",
+              "application/x-a2a-sensor-data", "model/gltf-binary"]
+AGENTS = ["vision", "ocr", "speech", "writer", "archive", "analyst", "video", "sensors"]
+RULES = [f"rule-{i}" for i in range(12)]
+SENDERS = [f"client-{i}" for i in range(40)]
+OUTCOMES = ["TASK_STATE_COMPLETED"] * 85 + ["TASK_STATE_FAILED"] * 6 + ["message"] * 5 + ["TASK_STATE_REJECTED"] * 2 + [
+    "refused -32005: no agent accepts it"] * 1 + ["TASK_STATE_INPUT_REQUIRED"] * 1
+BODY = ('{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER",'
+        '"parts":[{"text":"hello"}]}}}')
+LUA = f"""wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["A2A-Version"] = "1.0"
+wrk.body = '{BODY}'
+"""
+
+
+def synthetic(n: int, now: float, seed: int = 7) -> list[DecisionRecord]:
+    """`n` decisions of 1-3 parts each over the last 24 h, shaped like gateway traffic."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        parts, routes = [], []
+        for j in range(rnd.choice((1, 1, 2, 3))):
+            mod = rnd.choice(MODALITIES)
+            features = {"width": rnd.randint(64, 4096), "objects": rnd.sample(["cat", "dog", "hinge", "crack", "qr"], 2)} \
+                if mod.startswith("image/") else {"language": rnd.choice(["en", "de", "zh-CN"]), "length": rnd.randint(1, 900)}
+            agent = rnd.choice(AGENTS)
+            via = (TransformStep("speech", mod, "text/plain"),) if mod.startswith("audio/") and rnd.random() < 0.5 else ()
+            matched = (rnd.choice(RULES),) if rnd.random() < 0.6 else ()
+            parts.append(PartSummary(j, mod, features, "raw", rnd.randint(10, 10**6)))
+            routes.append(PartRoute(j, mod, matched, (Target(agent, via),), ("route_to",)))
+        out.append(DecisionRecord(f"msg-{i:06d}", now - 86400 * (n - i) / n, rnd.choice(SENDERS), parts, routes,
+                                  rnd.choice(OUTCOMES), rnd.uniform(0.002, 0.4)))
+    return out
+
+
+QUERIES = {  # name -> query parameters (the API's names)
+    "modality=image/*": {"modality": "image/*"},
+    "modality=audio/ogg": {"modality": "audio/ogg"},
+    "agent=ocr": {"agent": "ocr"},
+    "rule=rule-3": {"rule": "rule-3"},
+    "sender=client-7": {"sender": "client-7"},
+    "outcome=failed": {"outcome": "failed"},
+    "since=1h&modality=video/mp4": {"since": "1h", "modality": "video/mp4"},
+    "agent=speech&outcome=failed": {"agent": "speech", "outcome": "failed"},
+    "sender=client-3&modality=image/png&since=6h": {"sender": "client-3", "modality": "image/png", "since": "6h"},
+    "rule=rule-5&outcome=refused": {"rule": "rule-5", "outcome": "refused"},
+    "until=12h (older half)": {"until": "12h"},
+}
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def query_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    from mma2a.gateway.history.api import parse_filter
+
+    data = tmp / "data"
+    store = HistoryStore(data / "history.sqlite3", max_bytes=4 * 1024**3)
+    records = synthetic(args.decisions, time.time())
+    rec = HistoryRecorder(store, capacity=len(records), batch=500)
+    t0 = time.perf_counter()
+    for r in records:
+        rec.record(r)
+    rec.start()
+    rec.flush(600)
+    write_s = time.perf_counter() - t0
+    stats = store.stats()
+    size = (data / "history.sqlite3").stat().st_size
+    in_store: dict[str, list[float]] = {k: [] for k in QUERIES}
+    rows: dict[str, int] = {}
+    for _ in range(args.repeat):
+        for name, params in QUERIES.items():
+            f = parse_filter({**params, "limit": "100"}, time.time())
+            t = time.perf_counter()
+            got, _ = store.query(f)
+            in_store[name].append((time.perf_counter() - t) * 1000)
+            rows[name] = len(got)
+    first, cursor = store.query(HistoryFilter(limit=100, modality="image/*"))
+    pages = []
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        store.query(HistoryFilter(limit=100, modality="image/*", before=int(cursor or 0)))
+        pages.append((time.perf_counter() - t) * 1000)
+    counts = []
+    for _ in range(max(3, args.repeat // 5)):
+        t = time.perf_counter()
+        store.counts("modality", time.time() - 86400, time.time(), 1440)
+        counts.append((time.perf_counter() - t) * 1000)
+    rec.stop()
+
+    # the same file behind a running gateway: the operator's view, over HTTP
+    port = free_port()
+    cfg = tmp / "gateway.yaml"
+    cfg.write_text(f"listen: 127.0.0.1:{port}\nlog_decisions: false\nfeatures: false\ndata_dir: {data}\n"
+                   f"history: {{max_bytes: {4 * 1024**3}}}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "warning"],
+                            env={**os.environ, "MMA2A_ADMIN_TOKEN": TOKEN})
+    http: dict[str, list[float]] = {k: [] for k in QUERIES}
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url)
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
+            for _ in range(args.repeat):
+                for name, params in QUERIES.items():
+                    t = time.perf_counter()
+                    r = c.get("/admin/history", params={**params, "limit": "100"})
+                    http[name].append((time.perf_counter() - t) * 1000)
+                    assert r.status_code == 200 and len(r.json()["decisions"]) == rows[name], (name, r.text[:200])
+    finally:
+        stop([proc])
+    every_store = [v for vs in in_store.values() for v in vs]
+    every_http = [v for vs in http.values() for v in vs]
+    return {
+        "decisions": stats["decisions"], "file_bytes": size, "write_rows_per_s": round(args.decisions / write_s),
+        "queries": {name: {"rows": rows[name], "store_p50_ms": round(statistics.median(in_store[name]), 2),
+                           "http_p50_ms": round(statistics.median(http[name]), 2),
+                           "http_p95_ms": round(pct(http[name], 0.95), 2)} for name in QUERIES},
+        "store_p50_ms": round(statistics.median(every_store), 2), "store_p95_ms": round(pct(every_store, 0.95), 2),
+        "http_p50_ms": round(statistics.median(every_http), 2), "http_p95_ms": round(pct(every_http, 0.95), 2),
+        "second_page_p50_ms": round(statistics.median(pages), 2),
+        "counts_24h_by_modality_p50_ms": round(statistics.median(counts), 2),
+    }
+
+
+def metric(url: str, name: str, label: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    m = re.search(rf'^{name}_total\{{fate="{label}"\}} ([\d.e+]+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def throughput_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get install wrk")
+    procs = []
+    try:
+        agent_port, on_port, off_port = free_port(), free_port(), free_port()
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "bench" / "echo_agent.py"), "--port", str(agent_port)]))
+        agent_url = f"http://127.0.0.1:{agent_port}"
+        wait_ready(agent_url)
+        for port, enabled in ((on_port, "true"), (off_port, "false")):
+            cfg = tmp / f"gateway-{port}.yaml"
+            cfg.write_text(f"listen: 127.0.0.1:{port}\nlog_decisions: false\nfeatures: false\n"
+                           f"data_dir: {tmp / f'data-{port}'}\nhistory: {{enabled: {enabled}}}\n"
+                           f"agents:\n  - {{name: echo, url: {agent_url}}}\n")
+            procs.append(subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg),
+                                           "--log-level", "warning"], env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+        on_url, off_url = f"http://127.0.0.1:{on_port}", f"http://127.0.0.1:{off_port}"
+        wait_ready(on_url)
+        wait_ready(off_url)
+        script = tmp / "post.lua"
+        script.write_text(LUA)
+        for url in (on_url, off_url):
+            run_wrk(url + "/", 2, args.connections, str(script))
+        written0 = metric(on_url, "mma2a_history_decisions", "written")
+        on, off = [], []
+        for i in range(args.rounds):  # alternate which goes first, so drift hits both alike
+            pair = [(on, on_url), (off, off_url)] if i % 2 == 0 else [(off, off_url), (on, on_url)]
+            for rows, url in pair:
+                rows.append(run_wrk(url + "/", args.seconds, args.connections, str(script)))
+            written = metric(on_url, "mma2a_history_decisions", "written") - written0
+        dropped = metric(on_url, "mma2a_history_decisions", "dropped")
+    finally:
+        stop(procs)
+    sent = sum(r["requests"] for r in on)
+
+    def med(rows: list[dict[str, float]], key: str) -> float:
+        return statistics.median(r[key] for r in rows)
+
+    return {
+        "connections": args.connections, "rounds": args.rounds, "seconds": args.seconds,
+        "history_on": {k: med(on, k) for k in ("rps", "p50_ms", "p99_ms")},
+        "history_off": {k: med(off, k) for k in ("rps", "p50_ms", "p99_ms")},
+        "ratio_on_off": round(med(on, "rps") / med(off, "rps"), 3),
+        "per_round_rps": [[round(a["rps"]), round(b["rps"])] for a, b in zip(on, off)],
+        "history_written": int(written), "history_dropped": int(dropped), "requests_through_history_gateway": sent,
+        "errors": {"on": sum(r["errors"] for r in on), "off": sum(r["errors"] for r in off)},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--decisions", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-history-"))
+    try:
+        result: dict[str, object] = {"query": query_bench(args, tmp)}
+        if not args.skip_throughput:
+            result["throughput"] = throughput_bench(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    q = result["query"]
+    assert isinstance(q, dict)
+    print(f"{q['decisions']} decisions, {q['file_bytes'] / 1e6:.1f} MB file, written at {q['write_rows_per_s']} rows/s")
+    for name, v in q["queries"].items():
+        print(f"  {name:48s} {v['rows']:4d} rows  store p50 {v['store_p50_ms']:6.2f} ms  "
+              f"HTTP p50 {v['http_p50_ms']:6.2f} ms  p95 {v['http_p95_ms']:6.2f} ms")
+    print(f"all filtered queries: store p50 {q['store_p50_ms']} ms (p95 {q['store_p95_ms']}), "
+          f"HTTP p50 {q['http_p50_ms']} ms (p95 {q['http_p95_ms']}); second page p50 {q['second_page_p50_ms']} ms; "
+          f"24 h counts by modality p50 {q['counts_24h_by_modality_p50_ms']} ms")
+    t = result.get("throughput")
+    if isinstance(t, dict):
+        on, off = t["history_on"], t["history_off"]
+        print(f"history on : {on['rps']:.0f} req/s  p50 {on['p50_ms']:.2f} ms  p99 {on['p99_ms']:.2f} ms")
+        print(f"history off: {off['rps']:.0f} req/s  p50 {off['p50_ms']:.2f} ms  p99 {off['p99_ms']:.2f} ms")
+        print(f"on/off throughput ratio {t['ratio_on_off']} (per round {t['per_round_rps']}); "
+              f"history written {t['history_written']} of {t['requests_through_history_gateway']} requests, "
+              f"dropped {t['history_dropped']}, errors {t['errors']}")
+
+
+if __name__ == "__main__":
+    main()
