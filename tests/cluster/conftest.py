@@ -53,7 +53,8 @@ class GatewayProc:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = {"listen": f"127.0.0.1:{self.port}", "admin": {"token": ADMIN}, "features": False,
-                       "health_interval_s": 3600, "log_decisions": False, **config}
+                       "health_interval_s": 3600, "log_decisions": False,
+                       "data_dir": str(workdir / f"data-{self.port}"), **config}  # each gateway its own history file
         self.path = workdir / f"gateway-{self.port}.yaml"
         self.path.write_text(yaml.safe_dump(self.config))
         self.log = workdir / f"gateway-{self.port}.log"

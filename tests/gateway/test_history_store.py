@@ -83,3 +83,26 @@ def test_two_stores_on_one_file_share_it(tmp_path):
     got, _ = a.query(HistoryFilter(limit=100, agent="writer"))
     assert [d["messageId"] for d in got] == [f"b{i}" for i in range(4, -1, -1)]
     assert a.stats()["decisions"] == 10
+
+
+def test_rows_from_a_stream_keep_their_position_and_a_full_queue_says_wait(tmp_path):
+    from mma2a.gateway.history.record import rows_from_json, rows_to_json
+
+    now = time.time()
+    rows = [to_row(record(f"s{i}", now + i, features={"objects": ["cat"]})) for i in range(3)]
+    assert rows_from_json(rows_to_json(rows)) == rows
+    for bad in (b"{", b"[[1, 2]]", b'"x"'):
+        try:
+            rows_from_json(bad)
+        except ValueError as exc:
+            assert str(exc).startswith("not a batch of history rows")
+        else:
+            raise AssertionError(f"{bad!r} accepted")
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    rec = HistoryRecorder(store, capacity=2)
+    assert store.position() == 0
+    assert rec.ingest(rows[:2], 7) and rec.ingest(rows[2:], 9) and not rec.ingest(rows, 10)  # full: the caller waits
+    rec.start()
+    assert rec.flush(10.0)
+    assert store.position() == 9 and store.stats()["decisions"] == 3
+    rec.stop()

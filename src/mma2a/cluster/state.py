@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     from ..gateway.aggregate import LegResult
     from ..gateway.app import Gateway
     from ..gateway.directory import AgentEntry
+    from ..gateway.history import HistoryRecorder
     from ..gateway.pipeline import Pipeline
+    from .history import JetStreamHistory
 
 log = logging.getLogger("mma2a.cluster")
 
@@ -123,6 +125,7 @@ class ClusterState:
         self.pins = ClusterSessionPins(self)
         self.store = ObjectBlobStore(self)
         self.delivery = DurableDelivery(self)
+        self.history: JetStreamHistory | None = None  # set by history_sink() when the gateway keeps a history
         self._pending_rules: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._watchers: list[Any] = []
@@ -130,6 +133,14 @@ class ClusterState:
         self._ready = asyncio.Event()
         self.started_at = time.time()
         self.reconnects = 0
+
+    def history_sink(self, local: HistoryRecorder) -> JetStreamHistory:
+        """Decisions through the cluster's stream, indexed back into `local` (every gateway's file holds them all)."""
+        from .history import JetStreamHistory
+
+        hc = self.gw.config.history
+        self.history = JetStreamHistory(self, local, capacity=hc.queue, max_age_s=hc.max_age_s, max_bytes=hc.max_bytes)
+        return self.history
 
     # --- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -148,6 +159,8 @@ class ClusterState:
             await self._catch_up(kind)
         await self._watch_all()
         await self.delivery.setup()
+        if self.history is not None:
+            await self.history.setup()
         self.gw.pipeline.pins = self.pins
         self.gw.pipeline.cluster = self
         await self.heartbeat()
@@ -155,6 +168,8 @@ class ClusterState:
         log.info("joined cluster %s as %s", c.name, self.id)
 
     async def stop(self) -> None:
+        if self.history is not None:
+            await self.history.stop()
         await self.delivery.stop()
         await cancel_tasks(self._tasks)
         await self._unwatch()

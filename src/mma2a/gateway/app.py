@@ -106,7 +106,7 @@ class Gateway:
             registry=self.registry, features=self.features, log_decisions=config.log_decisions,
             offload=OffloadStage(self.store, self.signer, threshold=config.offload_threshold, base_url=self.public_url),
             adapter=self._adapter(config),
-            history=self.history,
+            history=self.cluster.history_sink(self.history) if self.cluster and self.history else self.history,
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.startup_errors: list[str] = []

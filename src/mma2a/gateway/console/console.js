@@ -113,12 +113,15 @@ function chart(container, series, valueIndex, span, unit) {
   container.append(root, legend);
 }
 
+let overviewSeq = 0;
 async function loadOverview() {
+  const seq = ++overviewSeq;  // a slower, older answer must not overwrite a newer one
   const span = Number($("span").value);
   const bucket = Math.max(1, Math.ceil(span / 60));
   try {
     const [mod, agent] = await Promise.all(["modality", "agent"].map((by) =>
       api(`/admin/history/counts?by=${by}&since=${span}s&bucket=${bucket}`)));
+    if (seq !== overviewSeq) return;
     chart($("chart-traffic-modality"), mod.series, 1, span, "/bucket");
     chart($("chart-traffic-agent"), agent.series, 1, span, "/bucket");
     chart($("chart-latency-modality"), mod.series, 2, span, "ms");

@@ -130,6 +130,22 @@ class Row(NamedTuple):
     tags: tuple[tuple[str, str], ...]
 
 
+def rows_to_json(rows: Sequence[Row]) -> bytes:
+    """A batch of rows as one JSON document (what cluster mode publishes to its stream)."""
+    return orjson.dumps([[r.message_id, r.time, r.sender, r.outcome, r.error, r.latency_ms, orjson.Fragment(r.parts_json),
+                          orjson.Fragment(r.receivers_json) if r.receivers_json else None, r.tags] for r in rows])
+
+
+def rows_from_json(data: bytes) -> list[Row]:
+    """The inverse of `rows_to_json`; raises ValueError on anything else."""
+    try:
+        return [Row(str(mid), float(ts), sender, str(outcome), error, float(latency), orjson.dumps(parts),
+                    orjson.dumps(receivers) if receivers else None, tuple((str(k), str(v)) for k, v in tags))
+                for mid, ts, sender, outcome, error, latency, parts, receivers, tags in orjson.loads(data)]
+    except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a batch of history rows: {exc}") from None
+
+
 def to_row(entry: DecisionRecord) -> Row:
     """Serialise one record (on the writer's thread)."""
     routes = {r.index: r for r in entry.routes}

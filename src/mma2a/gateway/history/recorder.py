@@ -14,10 +14,19 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .record import DecisionRecord, to_row
+from .record import DecisionRecord, Row, to_row
 from .store import HistoryStore
 
 log = logging.getLogger("mma2a.history")
+
+
+class _Followed:
+    """Rows that arrived from the cluster's stream, and the stream position of the last."""
+
+    __slots__ = ("position", "rows")
+
+    def __init__(self, rows: list[Row], position: int) -> None:
+        self.rows, self.position = rows, position
 
 
 class HistoryRecorder:
@@ -29,7 +38,7 @@ class HistoryRecorder:
         self.store = store
         self.capacity, self.batch, self.interval_s, self.prune_interval_s = capacity, batch, interval_s, prune_interval_s
         self.dropped = 0
-        self._queue: deque[DecisionRecord] = deque()
+        self._queue: deque[DecisionRecord | _Followed] = deque()
         self._on_drop, self._on_write = on_drop, on_write
         self._enqueued = 0
         self._written = 0  # records taken off the queue and committed (or given up on)
@@ -47,6 +56,14 @@ class HistoryRecorder:
             return
         self._queue.append(entry)
         self._enqueued += 1
+
+    def ingest(self, rows: list[Row], position: int) -> bool:
+        """Queue rows read from the cluster's stream; False when the queue is full (the follower waits and retries)."""
+        if len(self._queue) >= self.capacity:
+            return False
+        self._queue.append(_Followed(rows, position))
+        self._enqueued += 1
+        return True
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -89,13 +106,21 @@ class HistoryRecorder:
 
     def _drain(self) -> None:
         while self._queue:
-            taken: list[DecisionRecord] = []
-            while self._queue and len(taken) < self.batch:
-                taken.append(self._queue.popleft())
+            taken: list[DecisionRecord | _Followed] = []
+            rows: list[Row] = []
+            position: int | None = None
+            while self._queue and len(rows) < self.batch:
+                item = self._queue.popleft()
+                taken.append(item)
+                if isinstance(item, _Followed):
+                    rows += item.rows
+                    position = item.position
+                else:
+                    rows.append(to_row(item))
             try:
-                self.store.write([to_row(e) for e in taken])
-                if self._on_write is not None:
-                    self._on_write(len(taken))
+                self.store.write(rows, position)
+                if self._on_write is not None and rows:
+                    self._on_write(len(rows))
             except Exception:  # never let the thread die: these decisions are lost, and said so
                 log.exception("history: %d decisions not written", len(taken))
             with self._done:

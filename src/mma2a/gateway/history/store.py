@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS tags (
   kind TEXT NOT NULL, value TEXT NOT NULL, decision_id INTEGER NOT NULL, ts REAL NOT NULL, latency_ms REAL NOT NULL,
   PRIMARY KEY (kind, value, decision_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tags_decision ON tags(decision_id);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tags_time ON tags(kind, ts);
 CREATE TABLE IF NOT EXISTS minutes (
   kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NOT NULL, n INTEGER NOT NULL, latency_sum REAL NOT NULL,
@@ -111,9 +112,13 @@ class HistoryStore:
             self._reader.close()
 
     # --- writing ---------------------------------------------------------------------------
-    def write(self, rows: Sequence[Row]) -> None:
-        """Insert a batch in one transaction (ids assigned under the write lock, so several processes may share a file)."""
-        if not rows:
+    def write(self, rows: Sequence[Row], position: int | None = None) -> None:
+        """Insert a batch in one transaction (ids assigned under the write lock, so several processes may share a file).
+
+        `position` (cluster mode: the stream sequence of the batch's last row) is saved in the
+        same transaction, so a restart resumes the stream exactly where the file stops.
+        """
+        if not rows and position is None:
             return
         db = self._writer
         db.execute("BEGIN IMMEDIATE")
@@ -133,6 +138,9 @@ class HistoryStore:
                 "ON CONFLICT (kind, minute, value) DO UPDATE SET n = n + excluded.n, "
                 "latency_sum = latency_sum + excluded.latency_sum, latency_max = MAX(latency_max, excluded.latency_max)",
                 [(kind, value, minute, *agg) for (kind, value, minute), agg in _per_minute(rows).items()])
+            if position is not None:
+                db.execute("INSERT INTO meta (key, value) VALUES ('stream_position', ?) "
+                           "ON CONFLICT (key) DO UPDATE SET value = MAX(value, excluded.value)", (position,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -244,6 +252,11 @@ class HistoryStore:
         for b, key, count, avg, peak in self._read(sql, params):
             series.setdefault(key, []).append([iso_time(b * bucket), count, round(avg, 3), round(peak, 3)])
         return [{"key": k, "points": v} for k, v in sorted(series.items())]
+
+    def position(self) -> int:
+        """The last stream position written (0 for a file that never followed a stream)."""
+        rows = self._read("SELECT value FROM meta WHERE key = 'stream_position'", ())
+        return int(rows[0][0]) if rows else 0
 
     def stats(self) -> dict[str, Any]:
         count, size = self._read("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM decisions", ())[0]
