@@ -1,7 +1,9 @@
 """One hierarchy of mma2a errors, each mapped here to an A2A/JSON-RPC code and an HTTP status.
 
 Every layer raises these; the gateway turns them into wire errors in one place
-(`MMA2AError.to_jsonrpc`), so a user sees the same code and message on every binding.
+(`MMA2AError.to_jsonrpc`, `MMA2AError.to_rest`), so a user sees the same code and message on
+every binding. As A2A 1.0 asks, JSON-RPC `error.data` is an array of typed details led by a
+`google.rpc.ErrorInfo` (reason, domain, metadata), the same details the REST binding sends.
 """
 
 from __future__ import annotations
@@ -21,7 +23,81 @@ UNSUPPORTED_OPERATION = -32004
 CONTENT_TYPE_NOT_SUPPORTED = -32005
 INVALID_AGENT_RESPONSE = -32006
 EXTENSION_SUPPORT_REQUIRED = -32008
+EXTENDED_CARD_NOT_CONFIGURED = -32007
 VERSION_NOT_SUPPORTED = -32009
+
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+A2A_DOMAIN = "a2a-protocol.org"
+
+# code -> (ErrorInfo reason, REST HTTP status, gRPC status), as the A2A 1.0 error table maps them
+A2A_ERRORS: dict[int, tuple[str, int, str]] = {
+    PARSE_ERROR: ("PARSE_ERROR", 400, "INVALID_ARGUMENT"),
+    INVALID_REQUEST: ("INVALID_REQUEST", 400, "INVALID_ARGUMENT"),
+    METHOD_NOT_FOUND: ("METHOD_NOT_FOUND", 404, "NOT_FOUND"),
+    INVALID_PARAMS: ("INVALID_PARAMS", 400, "INVALID_ARGUMENT"),
+    INTERNAL_ERROR: ("INTERNAL_ERROR", 500, "INTERNAL"),
+    TASK_NOT_FOUND: ("TASK_NOT_FOUND", 404, "NOT_FOUND"),
+    TASK_NOT_CANCELABLE: ("TASK_NOT_CANCELABLE", 409, "FAILED_PRECONDITION"),
+    PUSH_NOT_SUPPORTED: ("PUSH_NOTIFICATION_NOT_SUPPORTED", 400, "UNIMPLEMENTED"),
+    UNSUPPORTED_OPERATION: ("UNSUPPORTED_OPERATION", 400, "UNIMPLEMENTED"),
+    CONTENT_TYPE_NOT_SUPPORTED: ("CONTENT_TYPE_NOT_SUPPORTED", 415, "INVALID_ARGUMENT"),
+    INVALID_AGENT_RESPONSE: ("INVALID_AGENT_RESPONSE", 502, "INTERNAL"),
+    EXTENDED_CARD_NOT_CONFIGURED: ("EXTENDED_AGENT_CARD_NOT_CONFIGURED", 400, "FAILED_PRECONDITION"),
+    EXTENSION_SUPPORT_REQUIRED: ("EXTENSION_SUPPORT_REQUIRED", 400, "FAILED_PRECONDITION"),
+    VERSION_NOT_SUPPORTED: ("VERSION_NOT_SUPPORTED", 400, "FAILED_PRECONDITION"),
+}
+
+
+# statuses some errors answer with beyond the table (authentication, limits, availability)
+_GRPC_BY_HTTP = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED",
+                 503: "UNAVAILABLE"}
+
+
+_REASON_BY_HTTP = {s: _GRPC_BY_HTTP[s] for s in (401, 403, 429, 503)}
+
+
+def rest_status(code: int) -> int:
+    """The HTTP status the REST binding answers an A2A/JSON-RPC error code with."""
+    entry = A2A_ERRORS.get(code)
+    return entry[1] if entry is not None else 500
+
+
+def error_info(code: int, metadata: dict[str, Any] | None = None, *, reason: str | None = None) -> dict[str, Any]:
+    """The `google.rpc.ErrorInfo` detail for an error code; metadata values become strings, as its schema says."""
+    reason = reason or A2A_ERRORS.get(code, ("UNKNOWN_ERROR", 500, "UNKNOWN"))[0]
+    return {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": A2A_DOMAIN, "metadata": metadata_strings(metadata)}
+
+
+def metadata_strings(metadata: dict[str, Any] | None) -> dict[str, str]:
+    """ErrorInfo metadata is a map of strings: other values are written as JSON."""
+    return {str(k): v if isinstance(v, str) else _json(v) for k, v in (metadata or {}).items()}
+
+
+def status_for_reason(reason: str) -> int | None:
+    """The REST status of an ErrorInfo reason, when the A2A error table names it."""
+    for name, status, _ in A2A_ERRORS.values():
+        if name == reason:
+            return status
+    return None
+
+
+def error_metadata(data: Any) -> dict[str, Any]:
+    """The metadata of the first ErrorInfo in a wire `error.data` (array of details, or a legacy object)."""
+    if isinstance(data, list):
+        for detail in data:
+            if isinstance(detail, dict) and detail.get("@type") == ERROR_INFO_TYPE:
+                meta = detail.get("metadata")
+                return dict(meta) if isinstance(meta, dict) else {}
+        return {}
+    if isinstance(data, dict):
+        return dict(data)
+    return {"detail": data} if data is not None else {}
+
+
+def _json(value: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value, default=str).decode()
 
 
 class MMA2AError(Exception):
@@ -38,12 +114,20 @@ class MMA2AError(Exception):
         if field is not None:
             self.data.setdefault("field", field)
 
+    def details(self) -> list[dict[str, Any]]:
+        """The typed details of this error: one `ErrorInfo` whose metadata is `data` (the reason is the
+        code's, or for authentication, permission, rate and availability refusals, the status's)."""
+        return [error_info(self.code, self.data, reason=_REASON_BY_HTTP.get(self.http_status))]
+
     def to_jsonrpc(self) -> dict[str, Any]:
-        """The JSON-RPC `error` object for this error."""
-        err: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data:
-            err["data"] = self.data
-        return err
+        """The JSON-RPC `error` object for this error (`data`: the typed details, A2A 1.0)."""
+        return {"code": self.code, "message": self.message, "data": self.details()}
+
+    def to_rest(self) -> dict[str, Any]:
+        """The REST (HTTP+JSON) error body for this error, answered with HTTP status `http_status`."""
+        grpc = _GRPC_BY_HTTP.get(self.http_status) or A2A_ERRORS.get(self.code, ("", 500, "INTERNAL"))[2]
+        return {"error": {"code": self.http_status, "status": grpc, "message": self.message,
+                          "details": self.details()}}
 
 
 class ParseError(MMA2AError):
@@ -158,6 +242,12 @@ class URLForbidden(PayloadError):
     """The gateway refuses to fetch this URL (SSRF guard)."""
 
     http_status = 403
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """A request body whose Content-Type the binding does not read (REST wants application/json)."""
+
+    http_status = 415
 
 
 class Unauthorized(MMA2AError):

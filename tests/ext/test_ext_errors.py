@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from mma2a.errors import error_info
 from mma2a.errors import (
     INVALID_PARAMS,
     VERSION_NOT_SUPPORTED,
@@ -37,7 +38,7 @@ def test_unknown_extension_version_is_its_own_error() -> None:
     err = info.value
     assert err.message == f"{M}.protocol: extension version 'a2a-multimodal/2.0' is not supported (this gateway speaks a2a-multimodal/1.0)"
     assert err.field == f"{M}.protocol"
-    assert err.to_jsonrpc() == {"code": VERSION_NOT_SUPPORTED, "message": err.message, "data": {"field": f"{M}.protocol"}}
+    assert err.to_jsonrpc() == {"code": VERSION_NOT_SUPPORTED, "message": err.message, "data": [error_info(VERSION_NOT_SUPPORTED, {"field": f"{M}.protocol"})]}
     assert err.http_status == 400
 
 

@@ -10,6 +10,7 @@ import json
 import httpx
 from a2a.helpers.proto_helpers import new_task_from_user_message
 
+from mma2a.errors import error_info
 from mma2a.ext import EXTENSION_URI
 from tests.agents import RecordingExecutor, run_agent
 from tests.gateway.conftest import ADMIN, agent, agents, gateway, rpc
@@ -54,7 +55,7 @@ async def test_unknown_agent_path_is_an_error_naming_it():
             doc = await rpc(url, "SendMessage", {"message": IMG_MSG}, path="/agents/nope/")
             async with httpx.AsyncClient() as c:
                 card = await c.get(url + "/agents/nope/.well-known/agent-card.json")
-    assert doc["error"] == {"code": -32602, "message": "agent 'nope' is not registered", "data": {"field": "agent"}}
+    assert doc["error"] == {"code": -32602, "message": "agent 'nope' is not registered", "data": [error_info(-32602, {"field": "agent"})]}
     assert card.status_code == 404
 
 
@@ -87,12 +88,12 @@ async def test_bad_requests_get_the_right_json_rpc_errors():
     assert env["error"]["code"] == -32600 and env["id"] == 3
     assert big.status_code == 413 and big.json()["error"]["message"].startswith("request body exceeds 4096 bytes")
     assert no_parts["error"] == {"code": -32602, "message": "params.message.parts: required, must be a non-empty list",
-                                 "data": {"field": "params.message.parts"}}
+                                 "data": [error_info(-32602, {"field": "params.message.parts"})]}
     assert two_kinds["error"]["message"] == "params.message.parts[0]: must carry exactly one of text, raw, url, data (got ['text', 'url'])"
     assert bad_mime["error"]["code"] == -32602 and "message.parts[0].mediaType" in bad_mime["error"]["message"]
     assert bad_ver["error"]["code"] == -32009 and "a2a-multimodal/2.0" in bad_ver["error"]["message"]
     assert unknown["error"]["code"] == -32601
-    assert no_task["error"] == {"code": -32001, "message": "task 'missing' not found", "data": {"field": "id"}}
+    assert no_task["error"] == {"code": -32001, "message": "task 'missing' not found", "data": [error_info(-32001, {"field": "id"})]}
 
 
 async def test_admin_rules_put_validates_and_swaps_atomically():
@@ -135,7 +136,7 @@ async def test_admin_agents_register_drain_delete():
     assert sorted(a["name"] for a in listed["agents"]) == ["a", "b"]
     assert set(card["defaultInputModes"]) == {"image/*", "audio/*"}
     assert any(e["uri"] == EXTENSION_URI for e in card["capabilities"]["extensions"])
-    assert b_card["supportedInterfaces"][0]["url"] == url + "/agents/b/"
+    assert b_card["supportedInterfaces"][0]["url"] == url + "/agents/b"
     assert deleted.status_code == 204 and gone.status_code == 404
 
 

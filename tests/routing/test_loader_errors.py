@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mma2a.errors import error_info
 from mma2a.errors import INVALID_PARAMS, RuleError
 from mma2a.routing import AgentInfo, build_snapshot, load_rules, parse_rules
 
@@ -136,7 +137,7 @@ def test_rule_author_error(text: str, message: str) -> None:
     assert info.value.message == message
     assert info.value.errors[0] == message
     assert info.value.code == INVALID_PARAMS
-    assert info.value.to_jsonrpc()["data"]["errors"] == info.value.errors
+    assert info.value.to_jsonrpc()["data"] == [error_info(INVALID_PARAMS, {"errors": info.value.errors})]
 
 
 def test_every_error_is_reported_and_the_message_counts_the_rest() -> None:

@@ -7,6 +7,7 @@ import logging
 import httpx
 import pytest
 
+from mma2a.errors import error_info
 from tests.gateway.conftest import ADMIN
 from tests.security.conftest import API_KEY, CAROL, SECRETS, TOKEN, bearer, post, secured, send_body
 
@@ -32,7 +33,7 @@ async def test_json_rpc_needs_a_credential_and_answers_in_json_rpc_shape() -> No
     assert none.status_code == 401 and none.headers["www-authenticate"] == 'Bearer realm="mma2a"'
     assert none.json() == {"jsonrpc": "2.0", "id": None, "error": {
         "code": -32600, "message": "missing credentials: send Authorization: Bearer <token> or an API key header",
-        "data": {"field": "Authorization"}}}
+        "data": [error_info(-32600, {"field": "Authorization"}, reason="UNAUTHENTICATED")]}}
     assert wrong.status_code == 401 and wrong.json()["error"]["message"] == "Authorization: invalid bearer token"
     assert basic.status_code == 401 and basic.json()["error"]["message"] == "Authorization: only the Bearer scheme is accepted"
     assert empty.status_code == 401 and empty.json()["error"]["message"] == "Authorization: only the Bearer scheme is accepted"

@@ -8,6 +8,7 @@ import base64
 import httpx
 import pytest
 
+from mma2a.errors import error_info
 from mma2a.ext import EXTENSION_URI
 from tests.security.conftest import API_KEY, PNG_1PX, TOKEN, bearer, post, secured, send_body
 
@@ -32,7 +33,7 @@ async def test_oversize_bodies_get_413_on_every_binding() -> None:
         chunked_rpc = await post(url, "/", chunks(), {**bearer(TOKEN), "Content-Type": "application/json"})
         small = await post(url, "/", send_body(), bearer(TOKEN))
     msg = "request body exceeds 4096 bytes; send large media by reference (POST /blobs)"
-    assert rpc.status_code == 413 and rpc.json()["error"] == {"code": -32600, "message": msg}
+    assert rpc.status_code == 413 and rpc.json()["error"] == {"code": -32600, "message": msg, "data": [error_info(-32600)]}
     assert rest.status_code == 413 and rest.json()["error"]["message"] == msg and rest.json()["error"]["code"] == 413
     assert chunked.status_code == 413 and chunked.json()["error"]["message"] == msg
     assert chunked_rpc.status_code == 413
@@ -50,7 +51,7 @@ async def test_parts_inline_bytes_and_features_size_are_limited() -> None:
         rest = await post(url, "/message:send", {"message": send_body(parts=[{"text": "a"}] * 4)["params"]["message"]},
                           bearer(TOKEN))
     assert many.json()["error"] == {"code": -32600, "message": "params.message.parts: 4 parts, the limit is 3",
-                                    "data": {"field": "params.message.parts"}}
+                                    "data": [error_info(-32600, {"field": "params.message.parts"})]}
     assert inline.json()["error"]["message"] == (
         "params.message.parts[1]: inline content passes 1000 bytes; send large media by reference (POST /blobs)")
     where = f"params.message.parts[0].metadata[{EXTENSION_URI}].features"
@@ -69,7 +70,7 @@ async def test_modality_deny_and_allow_lists_gateway_wide_and_per_agent() -> Non
         rest = await post(url, "/message:send", {"message": {"messageId": "v", "role": "ROLE_USER",
                           "parts": [{"raw": "AAAA", "mediaType": "video/mp4"}]}}, bearer(TOKEN))
     assert video.json()["error"] == {"code": -32600, "message": "params.message.parts[0]: modality video/mp4 is on the "
-                                     "deny list of this gateway", "data": {"field": "params.message.parts[0]"}}
+                                     "deny list of this gateway", "data": [error_info(-32600, {"field": "params.message.parts[0]"}, reason="PERMISSION_DENIED")]}
     assert explicit.json()["error"]["message"] == (
         "params.message.parts[0]: modality image/png is not on the allow list of agent text")
     assert gif.json()["error"]["message"] == "params.message.parts[0]: modality image/gif is on the deny list of agent vision"

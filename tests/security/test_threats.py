@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
+from mma2a.errors import error_info
 from mma2a.ext import EXTENSION_URI
 from mma2a.signing import new_private_key, public_key_text, sign_message
 from tests.agents import serve_app
@@ -60,7 +61,7 @@ async def test_ssrf_through_every_url_field_is_refused(canary) -> None:
     errors = {k: r.json()["error"] for k, r in answers.items()}
     assert errors["params.message.parts[0].url"] == {"code": -32602, "message": (
         f"params.message.parts[0].url: refused to fetch {internal}/latest/meta-data: 127.0.0.1 is a loopback address"),
-        "data": {"field": "params.message.parts[0].url"}}
+        "data": [error_info(-32602, {"field": "params.message.parts[0].url"}, reason="PERMISSION_DENIED")]}
     assert errors["metadata"]["message"] == ("params.message.parts[0].url: refused to fetch http://169.254.169.254/latest/"
                                              "meta-data/iam: 169.254.169.254 is a link-local address (169.254.0.0/16, cloud metadata)")
     assert errors["file"]["message"] == ("params.message.parts[0].url: refused to fetch file:///etc/passwd: scheme 'file' "
@@ -185,7 +186,7 @@ async def test_signed_features_route_forged_and_replayed_ones_are_rejected() -> 
     assert ok.json()["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["vision"]
     assert replay.json()["error"]["message"] == f"{sig}.nonce: nonce already used by camera-1 (replayed message)"
     assert bad.json()["error"] == {"code": -32602, "message": f"{sig}: does not verify for signer 'camera-1' "
-                                   "(extension metadata or content changed, or forged)", "data": {"field": sig}}
+                                   "(extension metadata or content changed, or forged)", "data": [error_info(-32602, {"field": sig}, reason="PERMISSION_DENIED")]}
     assert unsigned.json()["error"]["message"] == f"{sig}: missing (this gateway requires signed extension fields)"
     assert rest.status_code == 200 and rest.json()["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["vision"]
     assert len(specs["vision"][1].received) == 2 and not specs["text"][1].received

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
 
-from a2a.server.routes import create_rest_routes
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -38,7 +37,7 @@ from ..routing import load_rules, parse_rules
 from ..serving import cancel_tasks
 from .adapt import PartAdapter
 from .admin import admin_routes, error_response, json_response
-from .cards import agent_card_through, gateway_card
+from .cards import CardCache, agent_card_through, gateway_card
 from .config import ConfigError, GatewayConfig
 from .directory import AgentDirectory
 from .enrich import FeatureStage
@@ -48,7 +47,7 @@ from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .pipeline import Pipeline
-from .sdk_binding import PipelineRequestHandler, TargetContextBuilder
+from .sdk_binding import PipelineRequestHandler, TargetContextBuilder, rest_routes
 from .security import error_body, install_security, security_middleware
 from .state import RoutingState
 from .tracing import TracingMiddleware
@@ -210,15 +209,17 @@ class Gateway:
         dispatcher = JsonRpcDispatcher(request_handler=handler, context_builder=ctx, enable_v0_3_compat=True)
         rpc = JsonRpcIngress(self.pipeline, dispatcher, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics)
 
+        cards = CardCache()
+
         async def root_card(request: Request) -> Response:
-            return json_response(gateway_card(self.directory, self.public_url))
+            return cards.respond(request, "", gateway_card(self.directory, self.public_url))
 
         async def agent_card(request: Request) -> Response:
             try:
                 entry = self.directory.get(request.path_params["agent"])
             except MMA2AError as exc:
                 return error_response(exc)
-            return json_response(agent_card_through(entry, self.public_url))
+            return cards.respond(request, entry.name, agent_card_through(entry, self.public_url))
 
         console = console_endpoints()
 
@@ -256,8 +257,8 @@ class Gateway:
             Route("/agents/{agent}", rpc.handle, methods=["POST"]),
         ]
         # REST (HTTP+JSON): root routes, then /agents/{agent}/…, then the SDK's catch-all /{tenant} mount last
-        root_rest = create_rest_routes(handler, context_builder=ctx, enable_v0_3_compat=True)
-        agent_rest = create_rest_routes(handler, context_builder=ctx, enable_v0_3_compat=True, path_prefix="/agents/{agent}")
+        root_rest = rest_routes(handler, ctx)
+        agent_rest = rest_routes(handler, ctx, path_prefix="/agents/{agent}")
         routes += [r for r in root_rest if not isinstance(r, Mount)]
         routes += [r for r in agent_rest if not isinstance(r, Mount)]
         routes += [r for r in root_rest if isinstance(r, Mount)]

@@ -1,9 +1,21 @@
-"""Agent Cards the gateway publishes: its own (the union of its agents) and each agent's, rewritten."""
+"""Agent Cards the gateway publishes: its own (the union of its agents) and each agent's, rewritten.
+
+Cards are served with `ETag` (weak, over the card's content), `Last-Modified` (when this content
+was first served), `Cache-Control: public, max-age=CARD_MAX_AGE_S`, and answer a conditional GET
+with 304. Advertised URLs carry no trailing slash, so `{url}/message:send` is a valid address.
+"""
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import time
+from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
 
 from .. import __version__
 from ..ext import EXTENSION_URI, PROTOCOL
@@ -18,6 +30,47 @@ def _extension_entry() -> dict[str, Any]:
         "required": False,
         "params": {"protocol": PROTOCOL, "featureSchemas": sorted(t.feature_schema for t in DEFAULT_REGISTRY.types())},
     }
+
+
+CARD_MAX_AGE_S = 60  # agents come and go: a client re-checks a card after a minute (a 304 when unchanged)
+_MAX_TRACKED = 4096  # cards whose first-served time is remembered (the root card and one per agent)
+
+
+class CardCache:
+    """Conditional-GET state of the served cards: each card key's current ETag and since when it holds."""
+
+    def __init__(self, max_age_s: int = CARD_MAX_AGE_S) -> None:
+        self.max_age_s = max_age_s
+        self._seen: dict[str, tuple[str, float]] = {}
+
+    def respond(self, request: Request, key: str, card: dict[str, Any]) -> Response:
+        """The card as a response, or 304 when the client's copy is current."""
+        body = orjson.dumps(card, option=orjson.OPT_SORT_KEYS)
+        etag = f'W/"{hashlib.sha256(body).hexdigest()[:40]}"'
+        seen = self._seen.get(key)
+        if seen is None or seen[0] != etag:
+            if len(self._seen) >= _MAX_TRACKED:
+                self._seen.pop(next(iter(self._seen)))
+            seen = self._seen[key] = (etag, float(int(time.time())))
+        headers = {"ETag": etag, "Last-Modified": formatdate(seen[1], usegmt=True),
+                   "Cache-Control": f"public, max-age={self.max_age_s}"}
+        if _not_modified(request, etag, seen[1]):
+            return Response(status_code=304, headers=headers)
+        return Response(body, media_type="application/json", headers=headers)
+
+
+def _not_modified(request: Request, etag: str, modified: float) -> bool:
+    inm = request.headers.get("if-none-match")
+    if inm is not None:  # RFC 9110 13.1.2: weak comparison; If-Modified-Since is then ignored
+        tags = [t.strip().removeprefix("W/") for t in inm.split(",")]
+        return "*" in tags or etag.removeprefix("W/") in tags
+    ims = request.headers.get("if-modified-since")
+    if ims is None:
+        return False
+    try:
+        return parsedate_to_datetime(ims).timestamp() >= modified
+    except (TypeError, ValueError):
+        return False
 
 
 def _interfaces(base_url: str) -> list[dict[str, Any]]:
@@ -51,7 +104,7 @@ def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a
         "name": name,
         "description": "A2A gateway with modality-native routing: each part goes, in its native form, "
         "to the agent that can use it best. Agents: " + (", ".join(e.name for e in entries) or "none"),
-        "supportedInterfaces": _interfaces(base_url.rstrip("/") + "/"),
+        "supportedInterfaces": _interfaces(base_url.rstrip("/")),
         "version": __version__,
         "capabilities": {"streaming": True, "extensions": [_extension_entry()]},
         "defaultInputModes": _union([e.card.get("defaultInputModes") or [] for e in entries]) or ["text/plain"],
@@ -63,7 +116,7 @@ def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a
 def agent_card_through(entry: AgentEntry, base_url: str) -> dict[str, Any]:
     """An agent's own card with its addresses pointing through the gateway."""
     card = copy.deepcopy(entry.card)
-    url = f"{base_url.rstrip('/')}/agents/{entry.name}/"
+    url = f"{base_url.rstrip('/')}/agents/{entry.name}"
     card["supportedInterfaces"] = _interfaces(url)
     card.pop("url", None)
     caps = card.setdefault("capabilities", {})

@@ -105,10 +105,10 @@ class JsonRpcIngress:
                                  "(SendMessage, GetTask, ...) or send A2A-Version: 0.3", field="method")
             err.code = VERSION_NOT_SUPPORTED
             return rpc_error(rid, err)
-        if method not in FAST_METHODS or not version.startswith("1."):
+        params = doc.get("params")
+        if method not in FAST_METHODS or not version.startswith("1.") or _snake_case(params):
             return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
         target = request.path_params.get("agent")
-        params = doc.get("params")
         try:
             if not isinstance(params, dict):
                 raise InvalidParams("params: required, must be an object", field="params")
@@ -123,16 +123,41 @@ class JsonRpcIngress:
                 if not isinstance(tid, str) or not tid:
                     raise InvalidParams("params.id: required, must be a task id string", field="params.id")
                 if method == "GetTask":
-                    hl = params.get("historyLength")
-                    result = await self.pipeline.get_task(tid, hl if isinstance(hl, int) else None)
+                    result = await self.pipeline.get_task(tid, history_length(params), target=target)
                 else:
-                    result = await self.pipeline.cancel_task(tid)
+                    result = await self.pipeline.cancel_task(tid, target=target)
         except MMA2AError as exc:
             return rpc_error(rid, exc)
         except Exception:  # a bug of ours: no stack trace on the wire
             log.exception("internal error in %s", method)
             return rpc_error(rid, MMA2AError("internal error"))  # code -32603
         return rpc_response(rid, result)
+
+
+def history_length(params: dict[str, Any]) -> int | None:
+    """`historyLength` (or `history_length`, as the SDK also reads it): absent, or a count (0 = no history;
+    a negative count is the task owner's to refuse, see `Pipeline.get_task`)."""
+    hl = params.get("historyLength", params.get("history_length"))
+    if hl is None:
+        return None
+    if isinstance(hl, bool) or not isinstance(hl, int):
+        raise InvalidParams(f"params.historyLength: must be an integer, got {hl!r}", field="params.historyLength")
+    return hl
+
+
+def _snake_case(params: Any) -> bool:
+    """Params spelled with proto field names (`message_id`, `history_length`): the SDK's parser reads both
+    spellings, so such requests take its path rather than the fast one, which reads the JSON names."""
+    if not isinstance(params, dict):
+        return False
+    if any("_" in k for k in params):
+        return True
+    for key in ("message", "configuration"):
+        inner = params.get(key)
+        if isinstance(inner, dict) and any("_" in k for k in inner):
+            return True
+    parts = (params.get("message") or {}).get("parts") if isinstance(params.get("message"), dict) else None
+    return isinstance(parts, list) and any(isinstance(p, dict) and any("_" in k for k in p) for p in parts)
 
 
 def _too_large(limit: int) -> Response:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ContentTypeNotSupported, DispatchError, InvalidRequest, MMA2AError
+from ..errors import ContentTypeNotSupported, DispatchError, InvalidParams, InvalidRequest, MMA2AError, TaskNotFound
 from ..ext import (
     EXTENSION_URI,
     MAX_HOPS,
@@ -243,9 +243,16 @@ class Pipeline:
         self.directory.mark(entry.name, ok=True)
         return result
 
+    async def call_agent(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
+        """One JSON-RPC call to an agent, counted and health-marked like every dispatch."""
+        return await self._call(entry, method, params)
+
     async def dispatch(
-        self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: Any = None
+        self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: Any = None,
+        *, passthrough: bool = False,
     ) -> LegResult:
+        """One leg to its agent. With `passthrough` (the exchange is the agent's alone) an agent's JSON-RPC
+        error is raised as it came, instead of becoming a failed leg of an aggregate."""
         entry = self.directory.get(leg.agent)
         params: dict[str, Any] = {"message": self.leg_message(message, leg, entry)}
         if configuration:
@@ -256,6 +263,8 @@ class Pipeline:
             with span("mma2a.dispatch", kind="client", agent=leg.agent, parts=len(leg.parts)):
                 result = await self._call(entry, "SendMessage", params)
         except AgentRPCError as exc:
+            if passthrough:
+                raise
             return LegResult(leg.agent, error=f"agent error {exc.code}: {exc.message}")
         except DispatchError as exc:
             if self.failover is not None and decision is not None:
@@ -362,7 +371,9 @@ class Pipeline:
             self.metrics.requests.labels("failed").inc()
             return {"task": failed_task(f"transform failed: {exc.message}", message=message, route=route)}
         record_adaptations(route, legs)
-        results = await asyncio.gather(*(self.dispatch(leg, message, configuration, decision) for leg in legs))
+        passthrough = len(legs) == 1 and is_direct(decision)
+        results = await asyncio.gather(*(self.dispatch(leg, message, configuration, decision, passthrough=passthrough)
+                                         for leg in legs))
         if len(results) == 1:
             res = results[0]
             if res.error is not None:
@@ -473,8 +484,22 @@ class Pipeline:
                                 "metadata": task["metadata"]}}
 
     # --- tasks --------------------------------------------------------------------------
-    async def get_task(self, task_id: str, history_length: int | None = None) -> dict[str, Any]:
-        rec = self.tasks.get(task_id)
+    def task_record(self, task_id: str, target: str | None = None) -> TaskRecord:
+        """The gateway's record of a task; on `/agents/{name}/` a task the gateway never saw is the agent's
+        to answer for (it may know it, or answer its own TaskNotFound)."""
+        rec = self.tasks.find(task_id)
+        if rec is None and target is not None:
+            self.directory.get(target)
+            return TaskRecord(task_id, [DownstreamTask(target, task_id)])
+        if rec is None:
+            return self.tasks.get(task_id)  # raises TaskNotFound
+        if target is not None and all(leg.agent != target for leg in rec.legs):
+            raise TaskNotFound(f"task {task_id!r} not found", field="id")
+        return rec
+
+    async def get_task(self, task_id: str, history_length: int | None = None, *, target: str | None = None
+                       ) -> dict[str, Any]:
+        rec = self.task_record(task_id, target)
         if not rec.fanned_out:
             leg = rec.legs[0]
             params: dict[str, Any] = {"id": leg.task_id}
@@ -485,6 +510,8 @@ class Pipeline:
                 meta = task.setdefault("metadata", {})
                 meta[EXTENSION_URI] = {**(meta.get(EXTENSION_URI) or {}), "route": rec.route}
             return task  # type: ignore[no-any-return]
+        if history_length is not None and history_length < 0:
+            raise InvalidParams("history length must be non-negative", field="params.historyLength")
         legs = []
         for leg in rec.legs:
             try:
@@ -493,14 +520,21 @@ class Pipeline:
             except MMA2AError as exc:
                 legs.append(LegResult(leg.agent, error=exc.message))
         if not legs:
-            return rec.aggregate or {}
+            return cut_history(rec.aggregate or {}, history_length)
         fresh = aggregate(legs, message=(rec.aggregate or {}).get("history", [{}])[0], route=rec.route)
         fresh["id"], fresh["contextId"] = rec.task_id, (rec.aggregate or {}).get("contextId", fresh["contextId"])
         rec.aggregate = fresh
-        return fresh
+        return cut_history(fresh, history_length)
 
-    async def cancel_task(self, task_id: str) -> dict[str, Any]:
-        rec = self.tasks.get(task_id)
+    async def cancel_task(self, task_id: str, *, target: str | None = None) -> dict[str, Any]:
+        rec = self.task_record(task_id, target)
+        if not rec.fanned_out:  # one agent's task: its answer (or its error) is the answer
+            leg = rec.legs[0]
+            task = await self._call(self.directory.get(leg.agent), "CancelTask", {"id": leg.task_id})
+            if isinstance(task, dict) and rec.route:
+                meta = task.setdefault("metadata", {})
+                meta[EXTENSION_URI] = {**(meta.get(EXTENSION_URI) or {}), "route": rec.route}
+            return task  # type: ignore[no-any-return]
         errors = []
         for leg in rec.legs:
             try:
@@ -511,8 +545,8 @@ class Pipeline:
             raise errors[0]
         return await self.get_task(task_id)
 
-    async def subscribe(self, task_id: str) -> AsyncIterator[dict[str, Any]]:
-        rec = self.tasks.get(task_id)
+    async def subscribe(self, task_id: str, *, target: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        rec = self.task_record(task_id, target)
         if rec.fanned_out or not rec.legs:
             yield {"task": await self.get_task(task_id)}
             return
@@ -522,6 +556,22 @@ class Pipeline:
             entry.name, entry.rpc_url, "SubscribeToTask", {"id": leg.task_id}, extension=_declares(entry), token=entry.token
         ):
             yield event
+
+
+def cut_history(task: dict[str, Any], history_length: int | None) -> dict[str, Any]:
+    """A task with at most the last `history_length` messages of its history (0: none; None: all)."""
+    history = task.get("history")
+    if history_length is None or not isinstance(history, list) or len(history) <= history_length:
+        return task
+    out = {k: v for k, v in task.items() if k != "history"}
+    if history_length > 0:
+        out["history"] = history[-history_length:]
+    return out
+
+
+def is_direct(decision: RouteDecision) -> bool:
+    """Every part goes as it is (no transform, nothing dropped): the exchange can be the agent's own."""
+    return all(not pr.dropped and all(not t.via for t in pr.targets) for pr in decision.parts)
 
 
 def _declares(entry: AgentEntry) -> bool:

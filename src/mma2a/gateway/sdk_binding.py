@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any, TypeVar
 
+import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
-from a2a.server.routes import DefaultServerCallContextBuilder
+from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_routes
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -29,8 +30,12 @@ from a2a.types import (
 from a2a.utils import errors as sdk_errors
 from google.protobuf import json_format
 from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
 
-from ..errors import MMA2AError
+from ..errors import MMA2AError, metadata_strings, status_for_reason
+from .access import current_client
+from .listing import list_tasks
 from .pipeline import Pipeline
 
 _Proto = TypeVar("_Proto", Message, Task)
@@ -38,9 +43,52 @@ _BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk
 
 
 def to_sdk_error(exc: MMA2AError) -> sdk_errors.A2AError:
-    """The SDK error with the same JSON-RPC code as an mma2a error."""
+    """The SDK error with the same JSON-RPC code as an mma2a error; its `data` becomes the ErrorInfo metadata
+    (an agent's error passed through keeps the metadata the agent sent)."""
     cls = _BY_CODE.get(exc.code, sdk_errors.InvalidParamsError if exc.http_status < 500 else sdk_errors.InternalError)
-    return cls(exc.message, data=exc.data or None)
+    return cls(exc.message, data=metadata_strings(exc.data) or None)
+
+
+def rest_routes(handler: RequestHandler, context_builder: Any, *, path_prefix: str = "") -> list[BaseRoute]:
+    """The SDK's REST (HTTP+JSON) routes, answering with the A2A error table's statuses (415 for an
+    unsupported content type, 409 for a task that cannot be canceled, 502 for an invalid agent response)."""
+    out: list[BaseRoute] = []
+    for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=True,
+                                    path_prefix=path_prefix):
+        if isinstance(route, Mount):
+            inner = [_rest_route(r) if isinstance(r, Route) else r for r in route.routes]
+            out.append(Mount(route.path, routes=inner))
+        elif isinstance(route, Route):
+            out.append(_rest_route(route))
+        else:
+            out.append(route)
+    return out
+
+
+def _rest_route(route: Route) -> Route:
+    endpoint = route.endpoint
+
+    async def answer(request: Request) -> Response:
+        response: Response = await endpoint(request)
+        if response.status_code >= 400 and response.media_type == "application/json":
+            return _restatus(response)
+        return response
+
+    return Route(route.path, answer, methods=list(route.methods or ()), name=route.name)
+
+
+def _restatus(response: Response) -> Response:
+    """The SDK's error response with the HTTP status the A2A error table gives its ErrorInfo reason."""
+    try:
+        doc = orjson.loads(bytes(response.body))
+        reason = doc["error"]["details"][0]["reason"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return response
+    status = status_for_reason(reason) if isinstance(reason, str) else None
+    if status is None or status == response.status_code:
+        return response
+    doc["error"]["code"] = status
+    return Response(orjson.dumps(doc), status_code=status, media_type="application/json")
 
 
 class TargetContextBuilder(DefaultServerCallContextBuilder):
@@ -98,21 +146,21 @@ class PipelineRequestHandler(RequestHandler):
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         try:
             hl = params.history_length if params.HasField("history_length") else None
-            task = await self.pipeline.get_task(params.id, hl)
+            task = await self.pipeline.get_task(params.id, hl, target=context.state.get("target"))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
         return _parse(task, Task())
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         try:
-            task = await self.pipeline.cancel_task(params.id)
+            task = await self.pipeline.cancel_task(params.id, target=context.state.get("target"))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
         return _parse(task, Task())
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator[Any]:
         try:
-            async for event in self.pipeline.subscribe(params.id):
+            async for event in self.pipeline.subscribe(params.id, target=context.state.get("target")):
                 ev = _to_stream_event(event)
                 if ev is not None:
                     yield ev
@@ -120,7 +168,15 @@ class PipelineRequestHandler(RequestHandler):
             raise to_sdk_error(exc) from None
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        raise sdk_errors.UnsupportedOperationError("ListTasks: the gateway does not list tasks across agents")
+        client = current_client.get()
+        try:
+            page = await list_tasks(self.pipeline, json_format.MessageToDict(params), target=context.state.get("target"),
+                                    allowed=client.agents if client is not None else None)
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+        out = ListTasksResponse()
+        json_format.ParseDict(page, out, ignore_unknown_fields=True)
+        return out
 
     async def on_create_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
         raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")

@@ -31,6 +31,7 @@ import orjson
 
 from ..errors import (
     INVALID_REQUEST,
+    UnsupportedMediaType,
     Forbidden,
     InvalidRequest,
     MMA2AError,
@@ -78,8 +79,10 @@ def is_jsonrpc(path: str, method: str) -> bool:
     return False
 
 
-_REST_STATUS = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED",
-                503: "UNAVAILABLE"}
+def is_json_type(ctype: str) -> bool:
+    """`application/json`, or a `+json` type, with any parameters."""
+    essence = ctype.split(";", 1)[0].strip().lower()
+    return essence == "application/json" or essence.endswith("+json")
 
 
 def error_body(exc: MMA2AError, path: str, method: str, status: int) -> bytes:
@@ -95,10 +98,7 @@ def error_body(exc: MMA2AError, path: str, method: str, status: int) -> bytes:
         if exc.data:
             body["error"]["data"] = exc.data
         return orjson.dumps(body)
-    reason = _REST_STATUS.get(status, "INVALID_ARGUMENT")
-    return orjson.dumps({"error": {"code": status, "status": reason, "message": exc.message, "details": [
-        {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "a2a-protocol.org",
-         "metadata": {k: str(v) for k, v in exc.data.items()}}]}})
+    return orjson.dumps(exc.to_rest())
 
 
 class Unavailable(MMA2AError):
@@ -171,7 +171,12 @@ class SecurityMiddleware:
                 and not path.startswith(("/blobs", "/streams"))
                 and (headers.get("content-length") is None or not is_jsonrpc(path, method))):
             # bodies without a length are capped here; REST bodies are checked to be JSON here, since the
-            # SDK's REST binding answers 500 to bytes that are not UTF-8
+            # SDK's REST binding answers 500 to bytes that are not UTF-8 (and another content type is a 415)
+            ctype = headers.get("content-type")
+            if ctype is not None and not is_jsonrpc(path, method) and not is_json_type(ctype):
+                await self._refuse(UnsupportedMediaType(f"Content-Type {ctype!r} is not supported; send application/json",
+                                                        field="Content-Type"), path, method, send)
+                return
             capped = await self._capped(receive, path, method, send, check_json=not is_jsonrpc(path, method))
             if capped is None:
                 return

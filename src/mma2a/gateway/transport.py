@@ -17,7 +17,7 @@ import orjson
 
 from ..card import EXTENSIONS_HEADER, VERSION_HEADER
 from ..compression import encode
-from ..errors import DispatchError, MMA2AError
+from ..errors import DispatchError, MMA2AError, error_metadata, rest_status
 from ..ext import EXTENSION_URI
 from .tracing import inject
 
@@ -25,17 +25,26 @@ _ids = itertools.count(1)
 
 
 class AgentRPCError(MMA2AError):
-    """The agent answered with a JSON-RPC error; its code and message are kept as they were."""
-
-    http_status = 502
+    """The agent answered with a JSON-RPC error. Passed on unchanged: its code, message and `data` (the
+    typed details) as the agent sent them, on REST with the status the A2A error table gives its code."""
 
     def __init__(self, agent: str, error: Mapping[str, Any]):
         code = error.get("code", -32603)
         msg = str(error.get("message", "agent error"))
-        data = error.get("data")
-        super().__init__(msg, data=(data if isinstance(data, dict) else {"detail": data} if data else {}) | {"agent": agent})
-        self.code = code if isinstance(code, int) else -32603
+        super().__init__(msg, data=error_metadata(error.get("data")))
+        self.code = code if isinstance(code, int) and not isinstance(code, bool) else -32603
+        self.http_status = rest_status(self.code)
         self.agent = agent
+        self.error = {"code": self.code, "message": msg} | ({"data": error["data"]} if "data" in error else {})
+
+    def details(self) -> list[dict[str, Any]]:
+        data = self.error.get("data")
+        if isinstance(data, list) and all(isinstance(d, dict) for d in data):
+            return list(data)
+        return super().details()
+
+    def to_jsonrpc(self) -> dict[str, Any]:
+        return dict(self.error)
 
 
 class Transport:

@@ -1,0 +1,65 @@
+"""The system under test for the conformance scenarios: a plain a2a-sdk agent as published samples
+write it (`["text"]` modes, JSON-RPC and HTTP+JSON, streaming), reached directly or through a gateway."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from a2a.helpers.proto_helpers import new_task_from_user_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, TaskState
+from starlette.applications import Starlette
+
+from tests.agents import _bind_loopback, _serve_on
+
+
+class SampleExecutor(AgentExecutor):
+    """`wait` leaves the task waiting for input (cancelable); anything else gets an artifact, then
+    completes with a reply naming what it read."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.message is not None
+        task = context.current_task or new_task_from_user_message(context.message)
+        if context.current_task is None:
+            await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        text = " ".join(p.text for p in context.message.parts if p.text)
+        if text == "wait":
+            await updater.update_status(TaskState.TASK_STATE_INPUT_REQUIRED,
+                                        updater.new_agent_message([Part(text="waiting for more")]))
+            return
+        await updater.add_artifact([Part(text=f"artifact for {text}")], name="result")
+        await updater.complete(updater.new_agent_message([Part(text=f"read: {text}")]))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.current_task is not None
+        await TaskUpdater(event_queue, context.current_task.id, context.current_task.context_id).cancel()
+
+
+def sample_card(name: str, url: str) -> AgentCard:
+    return AgentCard(
+        name=name, description=f"sample agent {name}", version="1.0.0",
+        capabilities=AgentCapabilities(streaming=True),
+        default_input_modes=["text"], default_output_modes=["text"],
+        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+                              AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0")],
+        skills=[AgentSkill(id="read", name="read", description="reads text", tags=["sample"])],
+    )
+
+
+@contextlib.asynccontextmanager
+async def sample_agent(name: str) -> AsyncIterator[str]:
+    """A sample agent on a free loopback port; yields its base URL (no trailing slash)."""
+    sock = _bind_loopback()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    card = sample_card(name, url)
+    handler = DefaultRequestHandler(agent_executor=SampleExecutor(), task_store=InMemoryTaskStore(), agent_card=card)
+    app = Starlette(routes=create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)
+                    + create_rest_routes(handler, enable_v0_3_compat=True))
+    async with _serve_on(app, sock):
+        yield url

@@ -1,0 +1,282 @@
+"""One scenario list, run against a plain a2a-sdk agent directly and through the gateway (at
+`/agents/{name}` and at the root), on JSON-RPC and HTTP+JSON: the observable results must be the
+same, except the differences documented in docs/operations.md ("Transparency"), listed in
+`DIFFERENCES` with the reason for each.
+
+Each scenario returns the observables a client sees (HTTP status, result kind and state, reply
+text, error code / message / ErrorInfo reasons, history lengths, stream event order, headers),
+never ids, which differ per task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.conformance.sut import sample_agent
+from tests.gateway.conftest import gateway
+
+V1 = {"A2A-Version": "1.0"}
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Surface:
+    """One way to reach the agent: its JSON-RPC URL, its REST base and its card URL."""
+
+    kind: str  # "direct", "agent-path", "root"
+    rpc_url: str
+    rest_base: str
+    card_url: str
+
+
+Scenario = Callable[[httpx.AsyncClient, Surface, str], Awaitable[dict[str, Any]]]
+
+
+def message(text: str, **fields: Any) -> dict[str, Any]:
+    return {"messageId": f"c-{next(_ids)}", "role": "ROLE_USER", "parts": [{"text": text}], **fields}
+
+
+async def call(c: httpx.AsyncClient, s: Surface, binding: str, method: str, params: dict[str, Any],
+               headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """One unary call on a binding; returns (HTTP status, the result or the error object)."""
+    headers = headers or V1
+    if binding == "jsonrpc":
+        r = await c.post(s.rpc_url, json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, headers=headers)
+        doc = r.json()
+        assert doc["jsonrpc"] == "2.0" and doc["id"] == 7, doc
+        return r.status_code, doc["error"] if "error" in doc else {"result": doc["result"]}
+    if method == "SendMessage":
+        r = await c.post(f"{s.rest_base}/message:send", json=params, headers=headers)
+    elif method == "GetTask":
+        query = {k: v for k, v in params.items() if k != "id"}
+        r = await c.get(f"{s.rest_base}/tasks/{params['id']}", params=query, headers=headers)
+    elif method == "CancelTask":
+        r = await c.post(f"{s.rest_base}/tasks/{params['id']}:cancel", json={}, headers=headers)
+    elif method == "ListTasks":
+        r = await c.get(f"{s.rest_base}/tasks", params=params, headers=headers)
+    else:
+        raise AssertionError(method)
+    doc = r.json()
+    return r.status_code, doc["error"] if r.status_code >= 400 else {"result": doc}
+
+
+def error_view(status: int, err: dict[str, Any]) -> dict[str, Any]:
+    """What a client reads from an error on either binding."""
+    details = err.get("data") if "data" in err else err.get("details")
+    assert isinstance(details, list), f"error details must be an array of typed details: {err}"
+    return {"http": status, "code": err.get("code"), "message": err.get("message"),
+            "reasons": [d.get("reason") for d in details if d.get("@type", "").endswith("google.rpc.ErrorInfo")]}
+
+
+def task_of(doc: dict[str, Any]) -> dict[str, Any]:
+    result = doc["result"]
+    return result["task"] if "task" in result else result
+
+
+def task_view(task: dict[str, Any]) -> dict[str, Any]:
+    status = task.get("status") or {}
+    reply = [p.get("text") for p in ((status.get("message") or {}).get("parts") or [])]
+    arts = [(a.get("name"), [p.get("text") for p in a.get("parts") or []]) for a in task.get("artifacts") or []]
+    return {"state": status.get("state"), "reply": reply, "artifacts": arts}
+
+
+async def sent_task(c: httpx.AsyncClient, s: Surface, binding: str, text: str = "hello") -> dict[str, Any]:
+    status, doc = await call(c, s, binding, "SendMessage", {"message": message(text)})
+    assert status == 200, doc
+    return task_of(doc)
+
+
+# --- the scenarios --------------------------------------------------------------------------------
+async def send(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    status, doc = await call(c, s, binding, "SendMessage", {"message": message("hello")})
+    return {"http": status, "kind": next(iter(doc["result"])), **task_view(task_of(doc))}
+
+
+async def send_proto_names(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    """Params spelled with proto field names (`message_id`, `media_type`), which the SDK also reads."""
+    msg = {"message_id": f"c-{next(_ids)}", "role": "ROLE_USER", "parts": [{"text": "snake", "media_type": "text/plain"}]}
+    status, doc = await call(c, s, binding, "SendMessage", {"message": msg, "configuration": {"history_length": 0}})
+    task = task_of(doc) if "result" in doc else {}
+    return {"http": status, **task_view(task), "history": len(task.get("history") or [])}
+
+
+async def stream(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"message": message("streamed")}
+    headers = {**V1, "Accept": "text/event-stream"}
+    if binding == "jsonrpc":
+        req = c.stream("POST", s.rpc_url, json={"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage",
+                                                "params": body}, headers=headers)
+    else:
+        req = c.stream("POST", f"{s.rest_base}/message:stream", json=body, headers=headers)
+    events = []
+    async with req as r:
+        ctype = r.headers.get("content-type")
+        async for line in r.aiter_lines():
+            if line.startswith("data:"):
+                doc = orjson.loads(line[5:])
+                events.append(doc["result"] if binding == "jsonrpc" else doc)
+    kinds = [next(iter(e)) for e in events]
+    final = events[-1].get("statusUpdate", {}).get("status", {}).get("state")
+    return {"http": r.status_code, "contentType": ctype, "events": kinds, "final": final}
+
+
+async def get_with_history(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    task = await sent_task(c, s, binding)
+    lengths = {}
+    for label, params in [("absent", {}), ("0", {"historyLength": 0}), ("1", {"historyLength": 1}),
+                          ("snake 0", {"history_length": 0})]:
+        status, doc = await call(c, s, binding, "GetTask", {"id": task["id"], **params})
+        assert status == 200, doc
+        lengths[label] = len(task_of(doc).get("history") or [])
+    status, doc = await call(c, s, binding, "GetTask", {"id": task["id"], "historyLength": -1})
+    return {"lengths": lengths, "negative": error_view(status, doc)}
+
+
+async def cancel(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    waiting = await sent_task(c, s, binding, "wait")
+    status, doc = await call(c, s, binding, "CancelTask", {"id": waiting["id"]})
+    return {"before": waiting["status"]["state"], "http": status, "after": task_of(doc)["status"]["state"]}
+
+
+async def cancel_terminal(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    done = await sent_task(c, s, binding)
+    return error_view(*await call(c, s, binding, "CancelTask", {"id": done["id"]}))
+
+
+async def list_tasks(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    task = await sent_task(c, s, binding)
+    status, doc = await call(c, s, binding, "ListTasks", {"pageSize": 100})
+    if status != 200 or "result" not in doc:
+        return error_view(status, doc)
+    listed = doc["result"]["tasks"]
+    mine = [t for t in listed if t["id"] == task["id"]]
+    return {"http": status, "listed": len(mine) == 1, "state": mine[0]["status"]["state"] if mine else None}
+
+
+async def follow_up_unknown_task(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    return error_view(*await call(c, s, binding, "SendMessage", {"message": message("more", taskId="no-such-task")}))
+
+
+async def follow_up_terminal_task(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    done = await sent_task(c, s, binding)
+    err = error_view(*await call(c, s, binding, "SendMessage", {"message": message("more", taskId=done["id"])}))
+    return {**err, "message": err["message"].replace(done["id"], "<task>")}
+
+
+async def mismatched_context(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    waiting = await sent_task(c, s, binding, "wait")
+    err = error_view(*await call(c, s, binding, "SendMessage",
+                                 {"message": message("more", taskId=waiting["id"], contextId="another-context")}))
+    return {**err, "message": err["message"].replace(waiting["id"], "<task>").replace(waiting["contextId"], "<ctx>")}
+
+
+async def get_unknown_task(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    return error_view(*await call(c, s, binding, "GetTask", {"id": "no-such-task"}))
+
+
+async def unsupported_version(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    return error_view(*await call(c, s, binding, "SendMessage", {"message": message("hi")}, {"A2A-Version": "9.9"}))
+
+
+async def bad_content_type(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    if binding == "jsonrpc":
+        return {"skipped": "JSON-RPC has one content type; see the REST case"}
+    r = await c.post(f"{s.rest_base}/message:send", content=b"hello", headers={**V1, "Content-Type": "text/plain"})
+    return {"http": r.status_code}
+
+
+async def card_caching(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+    first = await c.get(s.card_url)
+    again = await c.get(s.card_url, headers={"If-None-Match": first.headers.get("etag", '"none"')})
+    url = next(i["url"] for i in first.json()["supportedInterfaces"] if i["protocolBinding"] == "HTTP+JSON")
+    sent = await c.post(f"{url}/message:send", json={"message": message("via card")}, headers=V1)
+    return {"etag": "etag" in first.headers, "conditional": again.status_code, "sendViaCardUrl": sent.status_code,
+            "cacheControl": "max-age" in first.headers.get("cache-control", ""),
+            "lastModified": "last-modified" in first.headers}
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "send": send, "send_proto_names": send_proto_names, "stream": stream, "get_with_history": get_with_history, "cancel": cancel,
+    "cancel_terminal": cancel_terminal, "list_tasks": list_tasks, "follow_up_unknown_task": follow_up_unknown_task,
+    "follow_up_terminal_task": follow_up_terminal_task, "mismatched_context": mismatched_context,
+    "get_unknown_task": get_unknown_task, "unsupported_version": unsupported_version,
+    "bad_content_type": bad_content_type, "card_caching": card_caching,
+}
+
+# (scenario, binding, surface kind) -> the fields where the gateway answers differently, and why.
+# Each is in docs/operations.md, "Transparency".
+DIFFERENCES: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {
+    **{("cancel_terminal", "rest", k): ({"http": 409, "code": 409},
+                                        "REST statuses follow the A2A error table (409); the SDK agent answers 400")
+       for k in ("agent-path", "root")},
+    **{("bad_content_type", "rest", k): ({"http": 415}, "a body that is not JSON is refused with 415; the SDK "
+                                                        "agent tries to parse it and answers 400")
+       for k in ("agent-path", "root")},
+    **{("card_caching", b, k): ({"cacheControl": True, "lastModified": True},
+                                "the gateway's cards carry Cache-Control and Last-Modified; the sample agent's "
+                                "only an ETag") for b in ("jsonrpc", "rest") for k in ("agent-path", "root")},
+    **{("get_unknown_task", b, "root"): (
+        {"message": "task 'no-such-task' not found"},
+        "at the root the gateway cannot know which agent owns an unknown task id: its own TaskNotFound answers")
+       for b in ("jsonrpc", "rest")},
+}
+
+
+# What the agent itself answers (directly), so a scenario that measures nothing cannot pass.
+DIRECT: dict[tuple[str, str], dict[str, Any]] = {
+    ("send", "jsonrpc"): {"http": 200, "kind": "task", "state": "TASK_STATE_COMPLETED", "reply": ["read: hello"]},
+    ("send", "rest"): {"http": 200, "kind": "task", "state": "TASK_STATE_COMPLETED", "reply": ["read: hello"]},
+    ("send_proto_names", "jsonrpc"): {"http": 200, "state": "TASK_STATE_COMPLETED", "reply": ["read: snake"], "history": 0},
+    ("send_proto_names", "rest"): {"http": 200, "state": "TASK_STATE_COMPLETED", "reply": ["read: snake"], "history": 0},
+    ("stream", "jsonrpc"): {"events": ["task", "artifactUpdate", "statusUpdate"], "final": "TASK_STATE_COMPLETED"},
+    ("stream", "rest"): {"events": ["task", "artifactUpdate", "statusUpdate"], "final": "TASK_STATE_COMPLETED"},
+    ("get_with_history", "jsonrpc"): {"lengths": {"absent": 1, "0": 0, "1": 1, "snake 0": 0}},
+    ("get_with_history", "rest"): {"lengths": {"absent": 1, "0": 0, "1": 1, "snake 0": 1}},  # REST query: camelCase
+    ("cancel", "jsonrpc"): {"before": "TASK_STATE_INPUT_REQUIRED", "after": "TASK_STATE_CANCELED"},
+    ("cancel_terminal", "jsonrpc"): {"code": -32002, "reasons": ["TASK_NOT_CANCELABLE"]},
+    ("list_tasks", "jsonrpc"): {"http": 200, "listed": True},
+    ("list_tasks", "rest"): {"http": 200, "listed": True},
+    ("follow_up_unknown_task", "jsonrpc"): {"code": -32001, "reasons": ["TASK_NOT_FOUND"]},
+    ("follow_up_unknown_task", "rest"): {"http": 404, "reasons": ["TASK_NOT_FOUND"]},
+    ("follow_up_terminal_task", "jsonrpc"): {"code": -32004, "reasons": ["UNSUPPORTED_OPERATION"]},
+    ("mismatched_context", "jsonrpc"): {"code": -32602, "reasons": ["INVALID_PARAMS"]},
+    ("get_unknown_task", "rest"): {"http": 404, "reasons": ["TASK_NOT_FOUND"]},
+    ("unsupported_version", "jsonrpc"): {"code": -32009, "reasons": ["VERSION_NOT_SUPPORTED"]},
+    ("unsupported_version", "rest"): {"http": 400, "reasons": ["VERSION_NOT_SUPPORTED"]},
+    ("card_caching", "jsonrpc"): {"etag": True, "conditional": 304, "sendViaCardUrl": 200},
+}
+
+CARD = "/.well-known/agent-card.json"
+
+
+@contextlib.asynccontextmanager
+async def surfaces() -> AsyncIterator[dict[str, Surface]]:
+    """The sample agent, and a gateway in front of it: the three ways to reach it."""
+    async with sample_agent("sut") as agent_url:
+        async with gateway({"agents": [{"name": "sut", "url": agent_url}]}) as (_, gw):
+            yield {
+                "direct": Surface("direct", agent_url + "/", agent_url, agent_url + CARD),
+                "agent-path": Surface("agent-path", f"{gw}/agents/sut", f"{gw}/agents/sut", f"{gw}/agents/sut{CARD}"),
+                "root": Surface("root", gw + "/", gw, gw + CARD),
+            }
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+@pytest.mark.parametrize("name", list(SCENARIOS))
+async def test_same_answers_directly_and_through_the_gateway(name: str, binding: str) -> None:
+    async with surfaces() as ways, httpx.AsyncClient(timeout=30) as client:
+        results = {kind: await SCENARIOS[name](client, way, binding) for kind, way in ways.items()}
+    direct = results.pop("direct")
+    expected = DIRECT.get((name, binding), {})
+    assert {k: direct.get(k) for k in expected} == expected, direct
+    for kind, got in results.items():
+        override, _why = DIFFERENCES.get((name, binding, kind), ({}, ""))
+        assert got == {**direct, **override}, f"{kind} differs from the agent's own answer {direct}"

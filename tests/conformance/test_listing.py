@@ -1,0 +1,71 @@
+"""ListTasks through the gateway: the agent's own list on /agents/{name}, a merged, paginated list at
+the root over the agents the caller may use."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from tests.conformance.sut import sample_agent
+from tests.gateway.conftest import gateway
+
+ALICE, CAROL = "tok-alice-list-1", "tok-carol-list-2"  # carol may only use agent "b"
+CLIENTS = [{"name": "alice", "token": ALICE}, {"name": "carol", "token": CAROL, "agents": ["b"]}]
+
+
+def headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
+
+
+async def rpc(c: httpx.AsyncClient, url: str, method: str, params: dict[str, Any], token: str = ALICE) -> dict[str, Any]:
+    r = await c.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers(token))
+    return r.json()  # type: ignore[no-any-return]
+
+
+@contextlib.asynccontextmanager
+async def two_agents() -> AsyncIterator[tuple[str, dict[str, list[str]]]]:
+    """Agents a (3 tasks) and b (2 tasks) behind an authenticating gateway; yields (url, task ids by agent)."""
+    async with sample_agent("a") as url_a, sample_agent("b") as url_b:
+        cfg = {"agents": [{"name": "a", "url": url_a}, {"name": "b", "url": url_b}], "auth": {"clients": CLIENTS}}
+        async with gateway(cfg) as (_, url), httpx.AsyncClient(timeout=30) as c:
+            ids: dict[str, list[str]] = {"a": [], "b": []}
+            for name, count in (("a", 3), ("b", 2)):
+                for i in range(count):
+                    doc = await rpc(c, f"{url}/agents/{name}", "SendMessage",
+                                    {"message": {"messageId": f"{name}{i}", "role": "ROLE_USER", "parts": [{"text": "x"}]}})
+                    ids[name].append(doc["result"]["task"]["id"])
+            yield url, ids
+
+
+async def test_root_list_merges_every_agent_and_pages_through_them():
+    async with two_agents() as (url, ids), httpx.AsyncClient(timeout=30) as c:
+        seen: list[str] = []
+        pages = []
+        token = ""
+        while True:
+            params: dict[str, Any] = {"pageSize": 2, **({"pageToken": token} if token else {})}
+            page = (await rpc(c, url + "/", "ListTasks", params))["result"]
+            pages.append(len(page["tasks"]))
+            assert page["totalSize"] == 5 and page["pageSize"] == 2
+            seen += [t["id"] for t in page["tasks"]]
+            token = page.get("nextPageToken", "")
+            if not token:
+                break
+        one_agent = (await rpc(c, url + "/agents/b", "ListTasks", {}))["result"]
+        bad = await rpc(c, url + "/", "ListTasks", {"pageToken": "not-ours"})
+    assert sorted(seen) == sorted(ids["a"] + ids["b"]) and len(seen) == 5
+    assert pages == [2, 2, 1]
+    assert sorted(t["id"] for t in one_agent["tasks"]) == sorted(ids["b"]) and one_agent["totalSize"] == 2
+    assert bad["error"]["code"] == -32602
+    assert bad["error"]["message"] == "params.pageToken: not a page token this gateway issued"
+
+
+async def test_root_list_covers_only_the_agents_the_client_may_use():
+    async with two_agents() as (url, ids), httpx.AsyncClient(timeout=30) as c:
+        page = (await rpc(c, url + "/", "ListTasks", {}, token=CAROL))["result"]
+        refused = await c.get(url + "/agents/a/tasks", headers=headers(CAROL))
+    assert sorted(t["id"] for t in page["tasks"]) == sorted(ids["b"]) and page["totalSize"] == 2
+    assert refused.status_code == 403
