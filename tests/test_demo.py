@@ -17,7 +17,7 @@ async def test_demo_routes_each_part_natively_and_through_the_bottleneck(tmp_pat
     assert native[(0, "analyst")].why == "rule reports-to-analyst"
     assert native[(1, "vision")].via == "native" and native[(1, "analyst")].via == "native"
     assert "1 dark defect region at" in native[(1, "vision")].answer and f"QR: {SERIAL}" in native[(1, "vision")].answer
-    assert native[(2, "analyst")].via == "speech (audio/wav→text/plain) [text bottleneck]"
+    assert native[(2, "analyst")].via == "speech (audio/wav→text/plain) [to text by rule]"
     assert native[(0, "analyst")].answer == f"replace {SERIAL}"  # the voice note's request, the label's serial
     bottleneck = {(r.part, r.target): r for r in result.defect["text-bottleneck"]}
     assert bottleneck[(1, "analyst")].via == "captioner (image/png→text/plain) [text bottleneck]"

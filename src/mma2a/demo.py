@@ -112,7 +112,10 @@ def rows_of(task: dict[str, Any]) -> list[DemoRow]:
         for target, via in zip(r["targets"], r["via"]):
             why = ("rule " + ", ".join(r["matched"])) if r["matched"] else "capability (Agent Card accepts it)"
             chain = " → ".join(f"{s['agent']} ({s['from']}→{s['to']})" for s in via) or "native"
-            rows.append(DemoRow(int(r["index"]), r["modality"], why, target, chain + (" [text bottleneck]" if r["bottleneck"] else ""),
+            label = ""
+            if r["bottleneck"]:  # a rule's own transform is a choice, not the fallback
+                label = " [to text by rule]" if any(a.startswith("transform:") for a in r["actions"]) else " [text bottleneck]"
+            rows.append(DemoRow(int(r["index"]), r["modality"], why, target, chain + label,
                                 " | ".join(answers.get(target, [])) or "-"))
     return rows
 

@@ -22,6 +22,7 @@ from .schemas import BUILTIN_SCHEMAS
 
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _TOKEN_RE = re.compile(_TOKEN)  # used with fullmatch: `$` would also accept a trailing newline
+MEDIA_TYPE_FAMILIES = frozenset({"application", "audio", "font", "image", "message", "model", "multipart", "text", "video"})
 _PARAM_RE = re.compile(rf'\s*({_TOKEN})\s*=\s*("(?:[^"\\]|\\.)*"|{_TOKEN})\s*', re.DOTALL)
 _UNESCAPE_RE = re.compile(r"\\(.)", re.DOTALL)
 _SCHEMA_ID_RE = re.compile(r"\S+")  # `featureSchema` on the wire is `{id}/{version}`
@@ -116,7 +117,9 @@ def parse_modality(text: str, *, field: str = "modality") -> Modality:
     except InvalidModality as exc:
         raise InvalidModality(f"{field}: {exc.message} in {text!r}", field=field) from None
     if "/" not in head:
-        raise InvalidModality(f"{field}: {text!r} is not a media type (expected type/subtype)", field=field)
+        family = head.strip().lower()
+        hint = f"; did you mean '{family}/*'?" if family in MEDIA_TYPE_FAMILIES else ""
+        raise InvalidModality(f"{field}: {text!r} is not a media type (expected type/subtype){hint}", field=field)
     type_, _, subtype = head.strip().partition("/")
     type_, subtype = type_.strip().lower(), subtype.strip().lower()
     if not _TOKEN_RE.fullmatch(type_) or not _TOKEN_RE.fullmatch(subtype):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import uvicorn
@@ -23,6 +24,39 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+class ListenError(Exception):
+    """The listen address cannot be bound; the message says why in one line."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port and listening, so clients queue from now on (before the app starts).
+
+    A taken port, an unknown host or a privileged port raise `ListenError` with a one-line reason.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: unknown host ({exc.strerror})") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        sock.close()
+        reason = {
+            errno.EADDRINUSE: "address already in use (another process listens there)",
+            errno.EACCES: "permission denied (ports below 1024 need privileges)",
+            errno.EADDRNOTAVAIL: "no such address on this machine",
+        }.get(exc.errno or 0, exc.strerror or str(exc))
+        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from None
+    return sock
+
+
 # WebSockets here carry media (already compressed: Opus, JPEG, H.264...): per-message deflate
 # would spend more CPU than the relay itself for nothing, so it is not offered.
 WEBSOCKETS: dict[str, Any] = {"ws": DirectWebSocketProtocol, "ws_per_message_deflate": False}
@@ -31,8 +65,8 @@ WEBSOCKETS: dict[str, Any] = {"ws": DirectWebSocketProtocol, "ws_per_message_def
 def uvicorn_config(app: Any, host: str, port: int, **kw: Any) -> uvicorn.Config:
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
-    return uvicorn.Config(app, host=host, port=port, loop=loop, http=http, **WEBSOCKETS, log_level="warning",
-                          access_log=False, lifespan="on", **kw)
+    options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on", **WEBSOCKETS, **kw}
+    return uvicorn.Config(app, host=host, port=port, loop=loop, http=http, **options)
 
 
 class Server(uvicorn.Server):
@@ -45,10 +79,17 @@ class Server(uvicorn.Server):
     something (`tick_interval`).
     """
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, *, on_started: Callable[[], None] | None = None) -> None:
         super().__init__(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick: asyncio.Future[None] | None = None
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up, then `on_started` once the server accepts connections."""
+        await super().startup(sockets=sockets)
+        if self.started and self._on_started is not None:
+            self._on_started()
 
     def tick_interval(self) -> float:
         return 1.0

@@ -119,7 +119,7 @@ async def test_serve_command_runs_a_gateway_from_a_config_file(tmp_path):
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert health == {"status": "ok", "agents": 1, "healthy": 1, "rulesVersion": health["rulesVersion"], "mode": "native"}
+    assert health == {"status": "ok", "agents": 1, "healthy": 1, "configuredAgents": 1, "rulesVersion": 0, "mode": "native"}
     assert doc["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     # uvicorn re-raises the caught SIGTERM after its graceful shutdown, as supervisors expect
     assert proc.returncode == -signal.SIGTERM
@@ -132,7 +132,7 @@ async def test_serve_with_a_bad_config_names_the_field(tmp_path):
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg),
                                                 stderr=asyncio.subprocess.PIPE, env={**os.environ})
     _, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 2 and "error: listen: Value error, must be HOST:PORT" in err.decode()
+    assert proc.returncode == 2 and err.decode() == f"error: {cfg}: listen: Value error, must be HOST:PORT\n"
 
 
 async def test_fan_out_streams_each_legs_artifacts_then_the_final_status():

@@ -24,7 +24,7 @@ from mma2a.modality import (
     [
         ("", "modality: empty media type"),
         ("   ", "modality: empty media type"),
-        ("image", "modality: 'image' is not a media type (expected type/subtype)"),
+        ("image", "modality: 'image' is not a media type (expected type/subtype); did you mean 'image/*'?"),
         ("image/", "modality: 'image/' has an invalid type or subtype"),
         ("/png", "modality: '/png' has an invalid type or subtype"),
         ("image/png/x", "modality: 'image/png/x' has an invalid type or subtype"),

@@ -346,3 +346,32 @@ def test_timings_only_with_a_clock_and_never_in_equality(snap) -> None:  # type:
     assert plain.explanation.timings == {}
     assert plain == timed
     assert timed.explanation.to_json()["timings_us"] == {"part[0]": 1e6, "part[1]": 1e6}
+
+
+def test_nonempty_tells_an_empty_list_from_a_found_value() -> None:
+    """`qr: {exists: true}` holds for `qr: []` (the extractor always emits the field); `nonempty` does not."""
+    rules = load_rules(
+        "rules:\n"
+        "  - {name: has-qr-field, match: {modality: image/*, features: {qr: {exists: true}}}, action: {route_to: a}, continue: true}\n"
+        "  - {name: found-qr, match: {modality: image/*, features: {qr: {nonempty: true}}}, action: {route_to: a}, continue: true}\n"
+        "  - {name: no-qr, match: {modality: image/*, features: {qr: {nonempty: false}}}, action: {route_to: a}, continue: true}\n"
+    )
+    snap = build_snapshot(rules, [AgentInfo("a", ("*/*",))])
+    matched = {}
+    for label, feats in {"empty": {"qr": []}, "found": {"qr": ["SN-20417"]}, "absent": {}, "null": {"qr": None},
+                         "empty-text": {"qr": ""}, "zero": {"qr": 0}, "empty-object": {"qr": {}}}.items():
+        view = message(part(0, "image/png", **feats))
+        d = decide(view, snap)
+        assert d == decide_linear(view, snap)
+        matched[label] = d.parts[0].matched
+    assert matched == {
+        "empty": ("has-qr-field", "no-qr"),
+        "found": ("has-qr-field", "found-qr"),
+        "absent": ("no-qr",),
+        "null": ("no-qr",),
+        "empty-text": ("has-qr-field", "no-qr"),
+        "zero": ("has-qr-field", "found-qr"),  # numbers and booleans are never empty
+        "empty-object": ("has-qr-field", "no-qr"),
+    }
+    why = {c.rule: c.reason for c in decide(message(part(0, "image/png", qr=[])), snap).explanation.parts[0].candidates}
+    assert why["found-qr"] == "features.qr: [] fails qr nonempty True"

@@ -277,3 +277,20 @@ def test_decision_json_forms() -> None:
     ]
     assert detail["parts"][0]["bottleneck"] is True
     assert detail["explanation"]["parts"][0]["candidates"] == [{"rule": "r", "matched": True, "reason": None}]
+
+
+def test_a_specialist_takes_the_part_before_a_generalist_listing_the_same_type() -> None:
+    """README's network: both cards list image/png; the image-only `vision` gets the photo, `analyst` the text."""
+    from mma2a.agents.catalog import CATALOG
+    from mma2a.routing import agent_info_from_card
+    from google.protobuf import json_format
+
+    agents = [agent_info_from_card(n, json_format.MessageToDict(CATALOG[n].card())) for n in ("analyst", "vision")]
+    snap = snapshot(agents)
+    got = targets(snap, part(0, "text/plain"), part(1, "image/png"))
+    assert [[t.agent for t in ts] for ts in got] == [["analyst"], ["vision"]]
+    # equal breadth: the name still breaks the tie; `*/*` counts as every family
+    snap = snapshot([AgentInfo("b", ("image/png",)), AgentInfo("a", ("image/png",)), AgentInfo("any", ("*/*",))])
+    assert [t.agent for t in targets(snap, part(0, "image/png"))[0]] == ["a"]
+    snap = snapshot([AgentInfo("wide", ("image/png", "text/plain")), AgentInfo("zed", ("image/png", "image/jpeg"))])
+    assert [t.agent for t in targets(snap, part(0, "image/png"))[0]] == ["zed"]

@@ -88,7 +88,7 @@ def test_check_with_cards_finds_unknown_agents(files: dict[str, Path]) -> None:
     (files["cards"] / "vision.json").unlink()
     result = run("rules", "check", str(files["rules"]), "--cards", str(files["cards"]))
     assert result.exit_code == 1
-    assert result.stderr == f"{files['rules']}:4: rule 'cats': action.route_to: unknown agent or group 'vision'\n"
+    assert result.stderr == f"{files['rules']}:7: rule 'cats': action.route_to: unknown agent or group 'vision'\n"
 
 
 def test_check_missing_file(files: dict[str, Path]) -> None:
@@ -131,7 +131,7 @@ def test_explain_human_output(files: dict[str, Path]) -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "message m1\n  part 0 image/png\n    matched: cats\n    actions: route_to:vision\n    -> vision  [rule:cats]\n" in out
-    assert "  part 1 audio/wav  [text bottleneck]\n" in out
+    assert "  part 1 audio/wav  [to text by rule speech]\n" in out  # the rule's own transform, not the fallback
     assert "    -> reasoner via asr (audio/wav -> text/plain)  [rule:speech]\n" in out
     assert "    dropped: too blurry\n" in out
     assert "    candidates (2 other rules skipped by the index):\n      + blurry\n" in out
@@ -216,3 +216,25 @@ def test_bench_routing_table_and_bad_arguments() -> None:
     result = run("bench", "routing", "--rounds", "0")
     assert result.exit_code == 2
     assert result.stderr == "--rules must be >= 0; --messages, --linear-messages and --rounds must be >= 1\n"
+
+
+def test_check_json_failure_is_json_on_stdout(files: dict[str, Path]) -> None:
+    bad = files["dir"] / "bad.yaml"
+    bad.write_text("rules:\n  - name: a\n    match: {modality: image}\n    action: {route_to: x}\n")
+    result = run("rules", "check", str(bad), "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == {"ok": False, "file": str(bad), "errors": [
+        f"{bad}:3: rule 'a': match.modality: 'image' is not a media type (expected type/subtype); did you mean 'image/*'?"]}
+    assert result.stderr == ""
+    (files["cards"] / "vision.json").unlink()
+    result = run("rules", "check", str(files["rules"]), "--cards", str(files["cards"]), "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["errors"] == [f"{files['rules']}:7: rule 'cats': action.route_to: unknown agent or group 'vision'"]
+
+
+def test_the_example_cards_check_the_rules_doc_example() -> None:
+    """docs/examples/cards: a card directory for `--cards`, checked against docs/examples/rules.yaml."""
+    root = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    result = run("rules", "check", str(root / "rules.yaml"), "--cards", str(root / "cards"))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"{root / 'rules.yaml'}: ")

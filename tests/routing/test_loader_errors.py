@@ -67,7 +67,7 @@ CASES = [
     (
         "rules:\n  - name: drop-blurry\n    match:\n      modality: image/*\n      features: {blur: {less: 50}}\n    action: {drop: too blurry}\n",
         "<rules>:5: rule 'drop-blurry': match.features.blur: unknown operator 'less' "
-        "(expected one of eq, in, contains, exists, gt, gte, lt, lte, prefix); did you mean 'lt'?",
+        "(expected one of eq, in, contains, exists, nonempty, gt, gte, lt, lte, prefix); did you mean 'lt'?",
     ),
     (
         R + "    match: {features: {objects: [cat, dog]}}\n    action: {route_to: x}\n",
@@ -76,7 +76,7 @@ CASES = [
     (R + "    match: {features: {objects: null}}\n    action: {route_to: x}\n", "<rules>:3: rule 'a': match.features.objects: must be a value or a mapping of operator to operand, got null"),
     (
         R + "    match: {features: {objects: {}}}\n    action: {route_to: x}\n",
-        "<rules>:3: rule 'a': match.features.objects: needs at least one operator (eq, in, contains, exists, gt, gte, lt, lte, prefix)",
+        "<rules>:3: rule 'a': match.features.objects: needs at least one operator (eq, in, contains, exists, nonempty, gt, gte, lt, lte, prefix)",
     ),
     (R + "    match: {features: {objects: {eq: {a: 1}}}}\n    action: {route_to: x}\n", "<rules>:3: rule 'a': match.features.objects.eq: must be a string, number or boolean, got a mapping"),
     (R + "    match: {features: {objects: {contains: [a]}}}\n    action: {route_to: x}\n", "<rules>:3: rule 'a': match.features.objects.contains: must be a string, number or boolean, got a list"),
@@ -101,8 +101,8 @@ CASES = [
     ),
     (
         R + "    match: {}\n    action: {route_too: x}\n",
-        "<rules>:4: rule 'a': action.route_too: unknown field (expected one of route_to, broadcast_to, load_balance, transform, "
-        "drop, clone_and_route_to, capability, strategy, then, pin_session); did you mean 'route_to'?",
+        "<rules>:4: rule 'a': action.route_too: unknown action (expected one of route_to, broadcast_to, load_balance, transform, "
+        "drop, clone_and_route_to, capability); did you mean 'route_to'?",
     ),
     (R + "    match: {}\n    action: {route_to: x, strategy: weighted}\n", "<rules>:4: rule 'a': action.strategy: only applies to load_balance, not route_to"),
     (
@@ -115,7 +115,7 @@ CASES = [
     (R + "    match: {}\n    action: {load_balance: 3}\n", "<rules>:4: rule 'a': action.load_balance: must be a pool (group) name, got a number"),
     (R + "    match: {}\n    action: {clone_and_route_to: []}\n", "<rules>:4: rule 'a': action.clone_and_route_to: must be a non-empty list of agent names"),
     (R + "    match: {}\n    action: {clone_and_route_to: [x, x]}\n", "<rules>:4: rule 'a': action.clone_and_route_to: lists the same agent twice"),
-    (R + "    match: {}\n    action: {transform: text}\n", "<rules>:4: rule 'a': action.transform: 'text' is not a media type (expected type/subtype)"),
+    (R + "    match: {}\n    action: {transform: text}\n", "<rules>:4: rule 'a': action.transform: 'text' is not a media type (expected type/subtype); did you mean 'text/*'?"),
     (R + "    match: {}\n    action: {transform: 5}\n", "<rules>:4: rule 'a': action.transform: must be a media type such as text/plain, got a number"),
     (R + "    match: {}\n    action: {transform: text/plain, then: {drop: x}}\n", "<rules>:4: rule 'a': action.then: cannot drop after a transform; drop the part instead"),
     (R + "    match: {}\n    action: {transform: text/plain, then: {route_to: 1}}\n", "<rules>:4: rule 'a': action.then.route_to: must be an agent or group name, got a number"),
@@ -200,12 +200,20 @@ def test_unknown_agent_and_group_names_fail_at_snapshot_time() -> None:
     with pytest.raises(RuleError) as info:
         build_snapshot(rules, [AgentInfo("x", ("*/*",))])
     assert info.value.errors == [
-        "<rules>:3: rule 'a': action.route_to: unknown agent or group 'nobody'",
-        "<rules>:6: rule 'b': action.then.load_balance: unknown pool (group) or agent 'nopool'",
-        "<rules>:9: rule 'c': action.clone_and_route_to[1]: unknown agent or group 'ghost'",
+        "<rules>:5: rule 'a': action.route_to: unknown agent or group 'nobody'",  # the line of route_to, not of the rule
+        "<rules>:8: rule 'b': action.then.load_balance: unknown pool (group) or agent 'nopool'",
+        "<rules>:11: rule 'c': action.clone_and_route_to[1]: unknown agent or group 'ghost'",
         "<rules>: default.capability: unknown group 'staff'",
     ]
-    assert info.value.message == "<rules>:3: rule 'a': action.route_to: unknown agent or group 'nobody' (and 3 more errors)"
+    assert info.value.message == "<rules>:5: rule 'a': action.route_to: unknown agent or group 'nobody' (and 3 more errors)"
+
+
+def test_an_agent_name_typo_is_reported_at_its_line_with_a_suggestion() -> None:
+    rules = load_rules("rules:\n  - name: a\n    match: {}\n    action:\n      transform: text/plain\n      then:\n"
+                       "        route_to: visoin\n")
+    with pytest.raises(RuleError) as info:
+        build_snapshot(rules, [AgentInfo("x", ("*/*",)), AgentInfo("vision", ("*/*",))])
+    assert info.value.errors == ["<rules>:7: rule 'a': action.then.route_to: unknown agent or group 'visoin'; did you mean 'vision'?"]
 
 
 def test_a_valid_file_loads_in_priority_then_file_order() -> None:

@@ -25,21 +25,22 @@ feature_values = st.one_of(
     SCALARS,
     st.lists(SCALARS, max_size=4),
     st.just({"nested": 1}),
+    st.just({}),
     st.lists(st.one_of(SCALARS, st.just({"k": 1}), st.just([1])), max_size=3),
 )
 
 
 @st.composite
 def conditions(draw: st.DrawFn) -> Any:
-    op = draw(st.sampled_from(["bare", "eq", "in", "contains", "exists", "gt", "gte", "lt", "lte", "prefix", "multi"]))
+    op = draw(st.sampled_from(["bare", "eq", "in", "contains", "exists", "nonempty", "gt", "gte", "lt", "lte", "prefix", "multi"]))
     if op == "bare":
         return draw(SCALARS)
     if op in ("eq", "contains"):
         return {op: draw(SCALARS)}
     if op == "in":
         return {"in": draw(st.lists(SCALARS, min_size=1, max_size=4))}
-    if op == "exists":
-        return {"exists": draw(st.booleans())}
+    if op in ("exists", "nonempty"):
+        return {op: draw(st.booleans())}
     if op == "prefix":
         return {"prefix": draw(st.sampled_from(["x", "y", "1", "xy"]))}
     if op == "multi":

@@ -26,8 +26,18 @@ def example(name: str) -> str:
     return m.group(1)
 
 
+def gateway_yaml(agent_port: int, gw_port: int) -> dict[str, object]:
+    """docs/sdk.md's complete gateway.yaml, on the test's ports."""
+    import yaml
+
+    m = re.search(r"<!-- example: gateway.yaml -->\n```yaml\n(.*?)```", DOC.read_text(), re.S)
+    assert m is not None, f"no gateway.yaml example in {DOC}"
+    text = m.group(1).replace("127.0.0.1:8800", f"127.0.0.1:{gw_port}").replace("127.0.0.1:9001", f"127.0.0.1:{agent_port}")
+    return dict(yaml.safe_load(text))
+
+
 def test_examples_are_as_short_as_promised() -> None:
-    assert len(example("producer").splitlines()) <= 20
+    assert len(example("producer").splitlines()) <= 25
     assert len(example("consumer").splitlines()) <= 30
 
 
@@ -41,8 +51,7 @@ def _peak_rss_kb(pid: int) -> int:
 async def test_docs_producer_and_consumer_exchange_through_a_gateway(tmp_path: Path) -> None:
     (tmp_path / "producer.py").write_text(example("producer"))
     (tmp_path / "consumer.py").write_text(example("consumer"))
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "out" / "media"  # the consumer creates it
     image, video, audio = tmp_path / "crack.png", tmp_path / "line-3.mp4", tmp_path / "voice.wav"
     image.write_bytes(png_bytes(64, 48))
     video_sha = _fake_video(video, 100 * 1024 * 1024)
@@ -61,8 +70,7 @@ async def test_docs_producer_and_consumer_exchange_through_a_gateway(tmp_path: P
                 except httpx.TransportError:
                     await asyncio.sleep(0.1)
         baseline_kb = _peak_rss_kb(consumer.pid)
-        config = {"listen": f"127.0.0.1:{gw_port}", "health_interval_s": 3600,
-                  "agents": [{"name": "inspector", "url": f"http://127.0.0.1:{agent_port}"}]}
+        config = {**gateway_yaml(agent_port, gw_port), "health_interval_s": 3600}
         async with running(Gateway(parse_config(config)).app, "127.0.0.1", gw_port):
             producer = await asyncio.create_subprocess_exec(
                 sys.executable, str(tmp_path / "producer.py"), gw_url, str(image), str(video), str(audio),
@@ -78,7 +86,7 @@ async def test_docs_producer_and_consumer_exchange_through_a_gateway(tmp_path: P
     img_line, video_line, audio_line = lines[1:]
     assert img_line.startswith(f"image/png: {image.stat().st_size} bytes ")
     img_features = json.loads(img_line.split(" bytes ", 1)[1])
-    assert img_features["width"] == 64 and img_features["height"] == 48
+    assert img_features["width"] == 64 and img_features["height"] == 48 and img_features["camera"] == "dock-3"
     assert img_features["sha256"] == hashlib.sha256(image.read_bytes()).hexdigest()
     assert video_line.startswith(f"video/mp4: {100 * 1024 * 1024} bytes ")
     assert audio_line == f"audio/wav: {audio.stat().st_size} bytes {{}}"
@@ -88,3 +96,39 @@ async def test_docs_producer_and_consumer_exchange_through_a_gateway(tmp_path: P
         assert (sha or hashlib.sha256(path.read_bytes()).hexdigest()) in written, path.name
     # the consumer streamed 100 MB to disk without holding it: its peak RSS grew by far less than the payload
     assert consumer_growth_kb < 40 * 1024, f"consumer peak RSS grew {consumer_growth_kb / 1024:.0f} MiB"
+
+
+async def test_docs_consumer_says_when_it_cannot_make_its_folder(tmp_path: Path) -> None:
+    (tmp_path / "consumer.py").write_text(example("consumer"))
+    (tmp_path / "file").write_text("not a directory")
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(tmp_path / "consumer.py"), str(free_port()),
+                                                "http://127.0.0.1:1", str(tmp_path / "file" / "out"),
+                                                stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    assert err.decode().strip().splitlines()[-1] == f"NotADirectoryError: [Errno 20] Not a directory: '{tmp_path / 'file' / 'out'}'"
+
+
+async def test_docs_producer_exits_with_the_reason_when_a_send_fails(tmp_path: Path) -> None:
+    (tmp_path / "producer.py").write_text(example("producer"))
+    image, audio = tmp_path / "crack.png", tmp_path / "voice.wav"
+    image.write_bytes(png_bytes(64, 48))
+    audio.write_bytes(wav_bytes(0.5))
+    from mma2a.sdk import MultimodalExecutor, run_agent
+
+    class Refuser(MultimodalExecutor):
+        async def handle(self, request: object) -> str:
+            raise ValueError("the inspector is out of film")
+
+    agent = Refuser()
+    async with run_agent(agent.card("inspector", "fails", input_modes=["*/*"]), agent) as agent_url:
+        gw_port = free_port()
+        config = {"listen": f"127.0.0.1:{gw_port}", "agents": [{"name": "inspector", "url": agent_url}]}
+        async with running(Gateway(parse_config(config)).app, "127.0.0.1", gw_port) as gw_url:
+            producer = await asyncio.create_subprocess_exec(
+                sys.executable, str(tmp_path / "producer.py"), gw_url, str(image), str(image), str(audio),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdout, stderr = await asyncio.wait_for(producer.communicate(), 120)
+    assert producer.returncode == 1
+    assert stdout == b""
+    assert stderr.decode().strip() == "failed: ValueError: the inspector is out of film"

@@ -17,7 +17,7 @@ async def test_image_with_features_reaches_the_consumer(tmp_path: Path) -> None:
     img = tmp_path / "crack.png"
     img.write_bytes(png_bytes(64, 48))
     async with consumer_behind_gateway(tmp_path) as (consumer, _, gw):
-        async with await MultimodalClient.connect(gw, features=True) as client:
+        async with await MultimodalClient.connect(gw, extract_features=True) as client:
             reply = await client.send(img, text="inspect this")
     assert reply.ok and reply.state == "completed"
     assert reply.text == "text/plain: 12 bytes\nimage/png: %d bytes" % img.stat().st_size
@@ -52,7 +52,7 @@ async def test_100_mb_video_goes_by_reference_with_memory_bounded(tmp_path: Path
     size = 100 * 1024 * 1024
     sha = _fake_video(video, size)
     async with consumer_behind_gateway(tmp_path) as (consumer, _, gw):
-        async with await MultimodalClient.connect(gw, features=True) as client:
+        async with await MultimodalClient.connect(gw, extract_features=True) as client:
             tracemalloc.start()
             try:
                 reply = await client.send(video, to="inspector")

@@ -90,7 +90,7 @@ async def test_producer_to_plain_agent_directly_sends_plain_parts(tmp_path: Path
     plain = RecordingExecutor(reply="plain ok")
     async with run_plain_agent(make_card("plain", input_modes=["image/png", "text/plain"]), plain,
                                validate_input_modes=True) as url:
-        async with await MultimodalClient.connect(url, features=True) as client:
+        async with await MultimodalClient.connect(url, extract_features=True) as client:
             assert not client.extension
             reply = await client.send(big, text="hello")
     assert reply.text == "plain ok"

@@ -20,12 +20,12 @@ async def test_signed_features_pass_a_gateway_that_requires_signatures(tmp_path:
     img.write_bytes(png_bytes(40, 30))
     config = {"signing": {"senders": {"camera-1": public_key_text(key)}, "policy": "reject"}}
     async with consumer_behind_gateway(tmp_path, config=config) as (consumer, _, gw):
-        async with await MultimodalClient.connect(gw, features=True, signing_key=private_key_text(key),
+        async with await MultimodalClient.connect(gw, extract_features=True, signing_key=private_key_text(key),
                                                   signer="camera-1") as signed:
             msg = await signed.build_message(img)
             assert verify_message(msg, {"camera-1": key.public_key()}, now=msg["metadata"][EXTENSION_URI]["signature"]["ts"])
             reply = await signed.send(img)
-        async with await MultimodalClient.connect(gw, features=True, signing_key=other, signer="camera-1") as forged:
+        async with await MultimodalClient.connect(gw, extract_features=True, signing_key=other, signer="camera-1") as forged:
             with pytest.raises(SignatureError) as exc:
                 await forged.send(img)
     assert reply.ok and consumer.saved[0][0].features["width"] == 40

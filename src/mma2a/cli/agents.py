@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -20,15 +20,58 @@ def agent(
     """Run one reference agent as an a2a-sdk server."""
     from ..agents.catalog import CATALOG
     from ..agents.runtime import SkillExecutor, agent_app
-    from ..serving import Server, uvicorn_config
+    from ..serving import ListenError, Server, listen_socket, uvicorn_config
 
     ref = CATALOG.get(name)
     if ref is None:
         typer.echo(f"error: unknown agent {name!r}; choose one of {', '.join(CATALOG)}", err=True)
         raise typer.Exit(2)
     url = f"http://{host}:{port}/"
-    typer.echo(f"{name} ({ref.summary}) on {url}", err=True)
-    Server(uvicorn_config(agent_app(ref.card(), SkillExecutor(ref.reply), url), host, port)).run()
+    try:
+        sock = listen_socket(host, port)
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; choose another with --port", err=True)
+        raise typer.Exit(2) from None
+    with sock:
+        server = Server(uvicorn_config(agent_app(ref.card(), SkillExecutor(ref.reply), url), host, port),
+                        on_started=lambda: typer.echo(f"{name} ({ref.summary}) on {url}", err=True))
+        server.run(sockets=[sock])
+
+
+def _state(row: dict[str, Any]) -> str:
+    words = ["healthy" if row.get("healthy", True) else "unhealthy"]
+    if row.get("draining"):
+        words.append("draining")
+    if row.get("transformer"):
+        words.append("transformer")
+    if row.get("lastError") and not row.get("healthy", True):
+        words.append(f"({row['lastError']})")
+    return " ".join(words)
+
+
+def agents_table(rows: list[dict[str, Any]], *, gateway: bool) -> Any:
+    """A table that fits the terminal: a few columns that wrap (modes one per line), never cut to `na…`."""
+    from rich.table import Table
+
+    table = Table(show_lines=False, expand=False)
+    table.add_column("name", no_wrap=True, overflow="fold")
+    if gateway:
+        table.add_column("state", overflow="fold")
+        table.add_column("url", overflow="fold")
+    else:
+        table.add_column("what", overflow="fold")
+    table.add_column("input modes", overflow="fold")
+    table.add_column("output modes", overflow="fold")
+    if gateway:
+        table.add_column("in flight/sent", justify="right", overflow="fold")
+    for r in rows:
+        ins, outs = "\n".join(r.get("inputModes") or []), "\n".join(r.get("outputModes") or [])
+        if gateway:
+            table.add_row(str(r["name"]), _state(r), str(r.get("url", "")), ins, outs, f"{r.get('inflight', 0)}/{r.get('sent', 0)}")
+        else:
+            what = str(r.get("summary", "")) + (" (transformer)" if r.get("transformer") else "")
+            table.add_row(str(r["name"]), what, ins, outs)
+    return table
 
 
 @app.command("agents")
@@ -39,7 +82,6 @@ def list_agents(
 ) -> None:
     """List the reference agents, or a running gateway's agents with health and modes."""
     from rich.console import Console
-    from rich.table import Table
 
     if gateway is None:
         from ..agents.catalog import CATALOG
@@ -51,11 +93,20 @@ def list_agents(
         import httpx
 
         token = os.environ.get(token_env, "")
+        need = (f"the admin API needs the gateway's admin token: set {token_env} "
+                f"(the variable named by admin.token_env in its config), or --token-env NAME")
+        if not token:
+            typer.echo(f"error: {need}", err=True)
+            raise typer.Exit(2)
         try:
             resp = httpx.get(gateway.rstrip("/") + "/admin/agents", headers={"Authorization": f"Bearer {token}"}, timeout=10)
         except httpx.HTTPError as exc:
             typer.echo(f"error: cannot reach {gateway}: {exc}", err=True)
             raise typer.Exit(1) from None
+        if resp.status_code in (401, 403):
+            typer.echo(f"error: {gateway} answered {resp.status_code}: {resp.text.strip()}; the token in {token_env} is not "
+                       "the gateway's admin token", err=True)
+            raise typer.Exit(1)
         if resp.status_code != 200:
             typer.echo(f"error: {gateway} answered {resp.status_code}: {resp.text}", err=True)
             raise typer.Exit(1)
@@ -63,10 +114,4 @@ def list_agents(
     if as_json:
         typer.echo(json.dumps(rows))
         return
-    table = Table()
-    cols = list(rows[0].keys()) if rows else ["name"]
-    for c in cols:
-        table.add_column(c)
-    for r in rows:
-        table.add_row(*[", ".join(map(str, v)) if isinstance(v, list) else str(v) for v in r.values()])
-    Console().print(table)
+    Console().print(agents_table(rows, gateway=gateway is not None))

@@ -11,7 +11,7 @@ import typer
 
 from .main import app
 
-bench_app = typer.Typer(help="Benchmarks (figures in docs/benchmarks.md).", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks (figures in docs/benchmarks.md).", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(bench_app, name="bench")
 
 DEFAULT_COUNTS = (10, 100, 1000, 10000)
@@ -77,7 +77,9 @@ def measure_routing(
 
 @bench_app.command("routing")
 def routing(
-    rules: Annotated[list[int] | None, typer.Option("--rules", help="Rule counts to measure (repeat the option).")] = None,
+    counts_: Annotated[list[int] | None, typer.Argument(metavar="[COUNT]...", help="More rule counts (`--rules 10 10000` works).",
+                                                       show_default=False)] = None,
+    rules: Annotated[list[int] | None, typer.Option("--rules", help="Rule counts to measure (10 100 1000 10000 by default).")] = None,
     messages: Annotated[int, typer.Option(help="Messages timed on the compiled engine.")] = 2000,
     linear_messages: Annotated[int, typer.Option(help="Messages timed (and checked) on the linear engine.")] = 200,
     rounds: Annotated[int, typer.Option(help="Interleaved rounds; the lowest median is reported.")] = 3,
@@ -85,7 +87,7 @@ def routing(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per rule count.")] = False,
 ) -> None:
     """Compiled vs linear routing on synthetic rule sets; decisions are checked equal."""
-    counts = tuple(rules) if rules else DEFAULT_COUNTS
+    counts = tuple([*(rules or []), *(counts_ or [])]) or DEFAULT_COUNTS
     if any(n < 0 for n in counts) or messages < 1 or linear_messages < 1 or rounds < 1:
         typer.echo("--rules must be >= 0; --messages, --linear-messages and --rounds must be >= 1", err=True)
         raise typer.Exit(2)

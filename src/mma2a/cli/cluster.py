@@ -8,16 +8,17 @@ from typing import Annotated, Any
 
 import typer
 
-from .main import app
+from .main import app, plural
 
-cluster_app = typer.Typer(help="Cluster mode on NATS JetStream.", no_args_is_help=True)
+cluster_app = typer.Typer(help="Cluster mode on NATS JetStream.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(cluster_app, name="cluster")
 
 
 def _render(st: dict[str, Any]) -> str:
     lines = [
         f"cluster {st['cluster']} on {st['nats']}: rules revision {st['rulesRevision']}, mode {st['mode'] or 'native'}, "
-        f"{st['agents']} agents, {st['modalities']} custom modalities, {st['sessions']} pinned sessions",
+        f"{plural(st['agents'], 'agent')}, {plural(st['modalities'], 'custom modality', 'custom modalities')}, "
+        f"{plural(st['sessions'], 'pinned session')}",
     ]
     gws = st["gateways"]
     if not gws:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 from . import features  # noqa: F401  (mma2a features)
-from . import agents, demo, send, serve  # noqa: F401  (mma2a agent/agents, demo, send, serve)
+from . import agents, demo, samples, send, serve  # noqa: F401  (mma2a agent/agents, demo, samples, send, serve)
 from . import bench, rules  # noqa: F401  (mma2a bench, mma2a rules)
 from . import cluster  # noqa: F401  (mma2a cluster status)
 from . import history  # noqa: F401  (mma2a history)

@@ -12,7 +12,7 @@ import typer
 
 from .main import app
 
-eval_app = typer.Typer(help="Evaluations (see docs/evaluation.md).", no_args_is_help=True)
+eval_app = typer.Typer(help="Evaluations (see docs/evaluation.md).", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(eval_app, name="eval")
 
 

@@ -16,6 +16,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: no `<bool>`/`<str>` type noise beside every flag
 )
 
 
@@ -37,6 +38,11 @@ def root(
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 agent`, `2 agents` (`many` for irregular plurals)."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
 
 
 def _register() -> None:

@@ -2,26 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .main import app
+from .main import app, plural
 
-rules_app = typer.Typer(help="Check routing rules and explain how they route messages.", no_args_is_help=True)
+rules_app = typer.Typer(help="Check routing rules and explain how they route messages.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(rules_app, name="rules")
 
 OPERATOR_KEY = "x-mma2a"
 """Optional key in a card file of `--cards DIR` holding operator facts: groups, weight, transformer, healthy, draining."""
 
 
+class CheckFailed(Exception):
+    """What a rules command reports before exiting: one line per problem."""
+
+    def __init__(self, lines: list[str], code: int = 1) -> None:
+        super().__init__(lines[0] if lines else "")
+        self.lines, self.code = lines, code
+
+
 def _fail(lines: list[str], code: int = 1) -> None:
-    for line in lines:
-        typer.echo(line, err=True)
-    raise typer.Exit(code)
+    raise CheckFailed(lines, code)
+
+
+@contextlib.contextmanager
+def _reported(file: Path, as_json: bool) -> Iterator[None]:
+    """Failures as lines on stderr, or with --json as `{"ok": false, "file", "errors"}` on stdout; exit 1."""
+    try:
+        yield
+    except CheckFailed as exc:
+        if as_json:
+            typer.echo(json.dumps({"ok": False, "file": str(file), "errors": exc.lines}))
+        else:
+            for line in exc.lines:
+                typer.echo(line, err=True)
+        raise typer.Exit(exc.code) from None
 
 
 def load_cards(directory: Path) -> list[Any]:
@@ -115,14 +137,15 @@ def check(
     cards: Annotated[Path | None, typer.Option(help="A directory of agent cards (NAME.json): also check agent and group names.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
-    """Validate a rule file: exit 0, or 1 with every error (file:line: rule: field: problem) on stderr."""
-    rule_set = _load(rules)
-    if cards is not None:
-        _snapshot(rule_set, cards, "native")
+    """Validate a rule file: exit 0, or 1 with every error (file:line: rule: field: problem) on stderr (--json: stdout)."""
+    with _reported(rules, as_json):
+        rule_set = _load(rules)
+        if cards is not None:
+            _snapshot(rule_set, cards, "native")
     if as_json:
         typer.echo(json.dumps({"ok": True, "file": str(rules), "rules": len(rule_set.rules), "default": rule_set.default.label()}))
     else:
-        typer.echo(f"{rules}: {len(rule_set.rules)} rules OK (default {rule_set.default.label()})")
+        typer.echo(f"{rules}: {plural(len(rule_set.rules), 'rule')} OK (default {rule_set.default.label()})")
 
 
 def _read_messages(path: Path) -> list[tuple[int, Any]]:
@@ -166,16 +189,18 @@ def explain(
     from ..errors import MMA2AError, ParseError
     from ..routing import decide, explain_rules
 
-    rule_set = _load(rules)
+    with _reported(rules, as_json):
+        rule_set = _load(rules)
+        snap = _snapshot(rule_set, cards, mode)
+        lines = _read_messages(messages)
     if cards is None and not as_json:
         typer.echo(
             "note: no --cards: every agent named in the rules is assumed to accept every modality "
             "(transforms go through placeholder-transformer)",
             err=True,
         )
-    snap = _snapshot(rule_set, cards, mode)
     failed = False
-    for n, line in _read_messages(messages):
+    for n, line in lines:
         message_id = None
         try:
             try:
@@ -197,15 +222,26 @@ def explain(
         if as_json:
             typer.echo(json.dumps(decision.to_json()))
         else:
-            typer.echo(_render(decision, [explain_rules(p, snap) for p in view.parts] if all_rules else None))
+            typer.echo(_render(decision, [explain_rules(p, snap) for p in view.parts] if all_rules else None, mode))
     if failed:
         raise typer.Exit(1)
 
 
-def _render(decision: Any, everything: list[Any] | None) -> str:
+def _bottleneck_label(route: Any, mode: str) -> str:
+    """Say why a part crossed into text: a rule's own `transform` is not the fallback the paper calls the bottleneck."""
+    if not route.bottleneck:
+        return ""
+    if any(a.startswith("transform:") for a in route.actions):
+        return "  [to text by rule " + ", ".join(route.matched) + "]"
+    if mode == "text-bottleneck":
+        return "  [text bottleneck: mode]"
+    return "  [text bottleneck: fallback, the target does not take it natively]"
+
+
+def _render(decision: Any, everything: list[Any] | None, mode: str = "native") -> str:
     lines = [f"message {decision.message_id}"]
     for route, why in zip(decision.parts, decision.explanation.parts):
-        lines.append(f"  part {route.index} {route.modality}" + ("  [text bottleneck]" if route.bottleneck else ""))
+        lines.append(f"  part {route.index} {route.modality}" + _bottleneck_label(route, mode))
         lines.append(f"    matched: {', '.join(route.matched) if route.matched else '(none)'}")
         lines.append(f"    actions: {', '.join(route.actions)}")
         if route.dropped is not None:
@@ -218,7 +254,7 @@ def _render(decision: Any, everything: list[Any] | None) -> str:
         if route.pin_session:
             lines.append("    session: pinned")
         checks = everything[route.index] if everything is not None else why.candidates
-        title = "rules" if everything is not None else f"candidates ({why.skipped} other rules skipped by the index)"
+        title = "rules" if everything is not None else f"candidates ({plural(why.skipped, 'other rule')} skipped by the index)"
         lines.append(f"    {title}:")
         for c in checks:
             lines.append(f"      {'+' if c.matched else '-'} {c.rule}" + ("" if c.matched else f": {c.reason}"))

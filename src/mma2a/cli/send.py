@@ -1,9 +1,15 @@
-"""`mma2a send FILE...`: one multimodal message through a gateway (big files uploaded), and where each part went."""
+"""`mma2a send FILE...`: one multimodal message through a gateway (big files uploaded), and where each part went.
+
+It waits (`--wait`, 10 s by default) for a gateway that is still starting, and for the
+agents its config names; it prints each failed leg's reason and exits 1 when the task
+failed or was rejected.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,10 +18,64 @@ import typer
 from .main import app
 
 
-async def _send(gateway: str, files: list[Path], *, text: str | None, to: str | None, features: bool,
-                inline_limit: int, progress: Any) -> dict[str, Any]:
+def parse_feature(text: str) -> tuple[str, Any]:
+    """`camera=dock-3` → ("camera", "dock-3"); values that read as JSON (`3`, `0.5`, `true`, `[1, 2]`) are typed."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise typer.BadParameter(f"{text!r}: expected NAME=VALUE (e.g. camera=dock-3)", param_hint="'--feature'")
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    return name.strip(), value
+
+
+async def wait_for_gateway(gateway: str, wait_s: float, *, notes: list[str]) -> None:
+    """Poll `/healthz` until the gateway answers and its configured agents are registered, for up to `wait_s`.
+
+    Raises `GatewayUnreachable` when nothing answered in time; a gateway whose agents are
+    not all up by then is used anyway (with a note).
+    """
+    import httpx
+
+    from ..errors import GatewayUnreachable
+
+    deadline = time.monotonic() + max(0.0, wait_s)
+    last: str = ""
+    answered = False
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        while True:
+            try:
+                resp = await http.get(gateway + "/healthz")
+                answered = True
+                if resp.status_code != 200:
+                    return  # not an mma2a gateway (or /healthz guarded): nothing more to wait for
+                health = resp.json()
+                registered, configured = int(health.get("agents", 0)), int(health.get("configuredAgents", 0))
+                if registered >= configured:
+                    return
+                last = f"{registered} of {configured} configured agents registered"
+            except httpx.RequestError as exc:
+                last = str(exc) or type(exc).__name__
+            except ValueError:
+                return
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.2)
+    if answered:
+        notes.append(f"note: after {wait_s:g} s only {last}; sending anyway")
+        return
+    raise GatewayUnreachable(
+        f"cannot reach the gateway at {gateway} (waited {wait_s:g} s): {last}; "
+        "is `mma2a serve` running there? (--wait SECONDS waits longer)", field="url")
+
+
+async def _send(gateway: str, files: list[Path], *, text: str | None, to: str | None, extract: bool,
+                features: dict[str, Any], inline_limit: int, wait_s: float, notes: list[str],
+                progress: Any) -> dict[str, Any]:
     from google.protobuf import json_format
 
+    from ..ext import normalize_json
     from ..sdk import MultimodalClient
 
     tasks: dict[str, Any] = {}
@@ -25,53 +85,104 @@ async def _send(gateway: str, files: list[Path], *, text: str | None, to: str | 
             tasks[name] = progress.add_task(f"upload {name}", total=total)
         progress.update(tasks[name], advance=sent)
 
-    async with await MultimodalClient.connect(gateway, features=features, inline_limit=inline_limit,
+    await wait_for_gateway(gateway, wait_s, notes=notes)
+    async with await MultimodalClient.connect(gateway, extract_features=extract, inline_limit=inline_limit,
                                               progress=advance) as client:
-        reply = await client.send(*files, text=text, to=to)
+        reply = await client.send(*files, text=text, to=to, features=features or None)
     if reply.task is not None:
-        return {"task": json_format.MessageToDict(reply.task)}
-    return {"message": json_format.MessageToDict(reply.message)}
+        return {"task": normalize_json(json_format.MessageToDict(reply.task))}
+    return {"message": normalize_json(json_format.MessageToDict(reply.message))}
+
+
+def _texts(message: dict[str, Any] | None) -> str:
+    return " ".join(p["text"] for p in (message or {}).get("parts", []) if "text" in p).strip()
+
+
+def failure_reasons(task: dict[str, Any], ext_uri: str) -> list[str]:
+    """Why a task failed: each failed downstream leg (agent: error), else the task's status message."""
+    meta = (task.get("metadata") or {}).get(ext_uri) or {}
+    reasons = [f"{d.get('agent')}: {d['error']}" for d in meta.get("downstream") or [] if d.get("error")]
+    status = _texts((task.get("status") or {}).get("message"))
+    if status and not any(status in r or r in status for r in reasons):
+        reasons.append(status)
+    return reasons or ["(no reason given)"]
+
+
+def route_line(r: dict[str, Any]) -> str:
+    """`part 1 (image/png) → vision [capability]`, with any transform chain and why it ran."""
+    where = ", ".join(r.get("targets") or []) or f"dropped: {r.get('dropped')}"
+    why = ("rule " + ", ".join(r["matched"])) if r.get("matched") else "capability"
+    chains = [c for c in r.get("via") or [] if c]
+    via = ""
+    if chains:
+        steps = " → ".join(f"{s['agent']} ({s['from']} → {s['to']})" for s in chains[0])
+        kind = "transform by rule" if r.get("matched") and any(a.startswith("transform") for a in r.get("actions", [])) \
+            else "text bottleneck: fallback" if r.get("bottleneck") else "transform"
+        via = f" via {steps} [{kind}]"
+    return f"part {r['index']} ({r['modality']}) → {where}{via} [{why}]"
 
 
 @app.command()
 def send(
-    files: Annotated[list[Path], typer.Argument(help="Files to send, one part each", exists=True, dir_okay=False)],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Files to send, one part each", exists=True,
+                                                dir_okay=False)],
     gateway: Annotated[str, typer.Option(help="Gateway base URL")] = "http://127.0.0.1:8800",
     to: Annotated[str | None, typer.Option("--to", help="Send every part to this agent instead of routing")] = None,
     text: Annotated[str | None, typer.Option(help="A text part to add first")] = None,
-    features: Annotated[bool, typer.Option(help="Extract features locally (producer side)")] = True,
+    feature: Annotated[list[str] | None, typer.Option(
+        "--feature", "-f", metavar="NAME=VALUE",
+        help="A feature of every file part, e.g. camera=dock-3 (repeatable; 3, 0.5, true, [..] are typed)")] = None,
+    extract: Annotated[bool, typer.Option("--extract/--no-extract",
+                                          help="Extract features locally (producer side)")] = True,
     inline_limit: Annotated[int, typer.Option(help="Bytes above which a file is uploaded and sent by reference")] = 256 * 1024,
+    wait: Annotated[float, typer.Option(metavar="SECONDS",
+                                        help="Wait this long for a starting gateway and its agents")] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result (task or message) as JSON")] = False,
 ) -> None:
-    """Send files (and text) as one A2A message through the gateway (the `mma2a.sdk` producer)."""
+    """Send files (and text) as one A2A message through the gateway (the `mma2a.sdk` producer).
+
+    Exits 1 when the gateway cannot be reached, refuses the message, or the task failed or was rejected.
+    """
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
     from ..errors import MMA2AError
     from ..ext import EXTENSION_URI
 
+    features = dict(parse_feature(f) for f in feature or [])
     err = Console(stderr=True)
+    notes: list[str] = []
     try:
         with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                      console=err, transient=True) as progress:
-            result = asyncio.run(_send(gateway.rstrip("/"), files, text=text, to=to, features=features,
-                                       inline_limit=inline_limit, progress=progress))
+                      console=err, transient=True, disable=not err.is_terminal) as progress:
+            result = asyncio.run(_send(gateway.rstrip("/"), files, text=text, to=to, extract=extract, features=features,
+                                       inline_limit=inline_limit, wait_s=wait, notes=notes, progress=progress))
     except MMA2AError as exc:
-        err.print(f"error: {exc.message}", markup=False)
+        err.print(f"error: {exc.message}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    except TypeError as exc:  # a feature value the SDK refuses
+        err.print(f"error: --feature: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    for note in notes:
+        err.print(note, markup=False, soft_wrap=True)
+    task = result.get("task") or {}
+    state = str((task.get("status") or {}).get("state", ""))
+    failed = state in ("TASK_STATE_FAILED", "TASK_STATE_REJECTED")
     if as_json:
         typer.echo(json.dumps(result))
-        return
-    task = result.get("task") or {}
-    route = ((task.get("metadata") or {}).get(EXTENSION_URI) or {}).get("route", [])
-    out = Console()
-    for r in route:
-        why = ("rule " + ", ".join(r["matched"])) if r["matched"] else "capability"
-        where = ", ".join(r["targets"]) or f"dropped: {r['dropped']}"
-        out.print(f"part {int(r['index'])} ({r['modality']}) → {where} [{why}]", markup=False)
-    if task:
-        out.print(f"task {task.get('id')} {task.get('status', {}).get('state', '')}", markup=False)
-    for art in task.get("artifacts") or []:
-        for p in art.get("parts", []):
-            if "text" in p:
-                out.print(f"  {art.get('name')}: {p['text']}", markup=False)
+    else:
+        out = Console(soft_wrap=True)
+        for r in ((task.get("metadata") or {}).get(EXTENSION_URI) or {}).get("route", []):
+            out.print(route_line(r), markup=False)
+        if task:
+            out.print(f"task {task.get('id')} {state.removeprefix('TASK_STATE_').lower()}", markup=False)
+        for art in task.get("artifacts") or []:
+            for p in art.get("parts", []):
+                if "text" in p:
+                    out.print(f"  {art.get('name')}: {p['text']}", markup=False)
+        if "message" in result:
+            out.print(f"reply: {_texts(result['message'])}", markup=False)
+    if failed:
+        for reason in failure_reasons(task, EXTENSION_URI):
+            err.print(f"{state.removeprefix('TASK_STATE_').lower()}: {reason}", markup=False, soft_wrap=True)
+        raise typer.Exit(1)

@@ -1,13 +1,49 @@
-"""`mma2a serve`: run a gateway from a config file."""
+"""`mma2a serve`: run a gateway from a config file.
+
+Start-up errors (a bad config field, a bad rules file, a taken port, an unreachable
+cluster) are one line on stderr naming the file or field, exit status 2, no traceback.
+The banner is printed only once the gateway accepts connections.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .main import app
+from .main import app, plural
+
+if TYPE_CHECKING:
+    from ..gateway.app import Gateway
+    from ..gateway.config import GatewayConfig
+
+
+def check_rules(cfg: GatewayConfig) -> None:
+    """Load the configured rules as the gateway will, naming the rules file in every error (`RuleError`)."""
+    from ..routing import load_rules, parse_rules
+
+    if cfg.rules is None:
+        return
+    if isinstance(cfg.rules, dict):
+        parse_rules(cfg.rules, source="gateway config: rules")
+        return
+    text = cfg.rules_source()  # a ConfigError when the file cannot be read
+    if text is cfg.rules:  # inline YAML/JSON text
+        load_rules(cfg.rules)
+    else:
+        load_rules(Path(cfg.base_dir) / cfg.rules)
+
+
+def banner(gateway: Gateway) -> str:
+    entries = gateway.directory.entries()
+    configured = len(gateway.config.agents)
+    agents = plural(len(entries), "agent")
+    if configured > len(entries):
+        agents += f" of {configured} configured (the others are retried)"
+    version = gateway.state.rules_version
+    rules = f"rules v{version}" if version else "default rules (route by capability)"
+    return f"mma2a gateway on http://{gateway.config.listen} ({agents}, mode {gateway.state.mode}, {rules})"
 
 
 @app.command()
@@ -19,9 +55,10 @@ def serve(
     cluster: Annotated[str | None, typer.Option(help="Cluster mode: nats://HOST:PORT of the NATS JetStream to share")] = None,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
-    from ..errors import MMA2AError
+    from ..errors import MMA2AError, RuleError
     from ..gateway.config import load_config, parse_config
     from ..gateway.server import configure_logging, serve as run
+    from ..serving import ListenError
 
     try:
         cfg = load_config(config) if config else parse_config({})
@@ -33,13 +70,21 @@ def serve(
             data = cfg.model_dump(exclude_unset=True)
             data["cluster"] = {**(data.get("cluster") or {}), "nats": cluster}
             cfg = parse_config(data, base_dir=cfg.base_dir)
+        check_rules(cfg)
+    except RuleError as exc:
+        for line in exc.errors or [exc.message]:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2) from None
     except MMA2AError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
+        where = f"{config}: " if config is not None and str(config) not in exc.message else ""
+        typer.echo(f"error: {where}{exc.message}", err=True)
         raise typer.Exit(2) from None
     configure_logging(log_level)
-    typer.echo(f"mma2a gateway on http://{cfg.listen} ({len(cfg.agents)} agents, mode {cfg.mode})", err=True)
     try:
-        run(cfg)
+        run(cfg, on_ready=lambda gw: typer.echo(banner(gw), err=True))
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
+        raise typer.Exit(2) from None
     except MMA2AError as exc:
         typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(2) from None

@@ -176,6 +176,19 @@ class Gateway:
         if self.cluster is not None:  # share (or adopt) rules, agents, modalities; pins, blobs, deliveries
             await self.cluster.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
+        if self.startup_errors:  # e.g. started together with its agents: keep trying those not up yet
+            self._tasks.append(asyncio.create_task(self._register_missing()))
+
+    async def _register_missing(self) -> None:
+        """Retry the configured agents that could not be registered at start (0.25 s doubling to the health interval)."""
+        delay = 0.25
+        while missing := [c for c in self.config.agents if c.name not in self.directory]:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.config.health_interval_s)
+            for c in missing:
+                with contextlib.suppress(Exception):  # still down: next round
+                    await self.directory.add(c)
+                    log.info("agent %s registered (it was not reachable at start)", c.name)
 
     async def stop(self) -> None:
         if self.cluster is not None:
@@ -231,8 +244,8 @@ class Gateway:
             problems = {e.name: list(p) for e in entries if (p := e.info().problems)}
             doc: dict[str, Any] = {
                 "status": "degraded" if problems or self.state.rebuild_error else "ok", "agents": len(entries),
-                "healthy": sum(1 for e in entries if e.healthy),
-                "rulesVersion": self.state.snapshot.version, "mode": self.state.mode,
+                "healthy": sum(1 for e in entries if e.healthy), "configuredAgents": len(self.config.agents),
+                "rulesVersion": self.state.rules_version, "mode": self.state.mode,
             }
             if problems:
                 doc["agentProblems"] = problems

@@ -57,8 +57,9 @@ class DrainingServer(Server):
     graceful shutdown runs.
     """
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, *, grace_s: float = 0.5, timeout_s: float = 30.0) -> None:
-        super().__init__(config)
+    def __init__(self, config: uvicorn.Config, drain: Drain, *, grace_s: float = 0.5, timeout_s: float = 30.0,
+                 on_started: Callable[[], None] | None = None) -> None:
+        super().__init__(config, on_started=on_started)
         self.drain = drain
         self.grace_s = grace_s
         self.drain_timeout_s = timeout_s

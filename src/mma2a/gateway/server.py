@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from ..serving import running, uvicorn_config
+from ..serving import listen_socket, running, uvicorn_config
 from .app import Gateway
 from .config import GatewayConfig
 from .faults import DrainingServer
@@ -45,9 +47,30 @@ def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
     root.propagate = False
 
 
-def serve(config: GatewayConfig) -> None:
-    """Run a gateway until SIGINT/SIGTERM (uvicorn finishes in-flight requests first)."""
-    configure_tracing(config.tracing)
-    gateway = Gateway(config)
-    config_ = uvicorn_config(gateway.app, config.host, config.port, timeout_graceful_shutdown=30)
-    DrainingServer(config_, gateway.drain, timeout_s=config.faults.drain_timeout_s).run()  # SIGTERM: drain, then close
+def serve(config: GatewayConfig, *, on_ready: Callable[[Gateway], None] | None = None) -> None:
+    """Run a gateway until SIGINT/SIGTERM (uvicorn finishes in-flight requests first).
+
+    The listen socket is bound first (a taken port raises `ListenError` before anything
+    starts); then the gateway starts (agents, rules, cluster: an `MMA2AError` here stops
+    the start, after closing what was opened); `on_ready` runs once connections are served.
+    """
+    sock = listen_socket(config.host, config.port)
+    try:
+        configure_tracing(config.tracing)
+        gateway = Gateway(config)
+        config_ = uvicorn_config(gateway.app, config.host, config.port, timeout_graceful_shutdown=30, lifespan="off")
+        server = DrainingServer(config_, gateway.drain, timeout_s=config.faults.drain_timeout_s,  # SIGTERM: drain, then close
+                                on_started=None if on_ready is None else lambda: on_ready(gateway))
+
+        async def run() -> None:
+            try:
+                await gateway.start()  # the app's lifespan, run here so a start error is raised, not logged
+                await server.serve(sockets=[sock])
+            finally:
+                await gateway.stop()
+
+        loop_factory = config_.get_loop_factory()
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(run())
+    finally:
+        sock.close()

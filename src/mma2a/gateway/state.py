@@ -24,6 +24,7 @@ class RoutingState:
         self.mode = mode
         self.rules = rules if rules is not None else parse_rules(DEFAULT_RULES, source="<default>")
         self.rules_source: Any = None
+        self.rules_version = 0 if rules is None else 1  # rule sets installed (0: the default); snapshots count every rebuild
         self._versions = itertools.count(1)
         self.rebuild_error: str | None = None  # why the last rebuild after an agent change failed, until one succeeds
         self.snapshot: Snapshot = self._build(self.rules, self.mode)
@@ -36,6 +37,7 @@ class RoutingState:
         snapshot = self._build(rules, self.mode)
         self.rules, self.rules_source, self.snapshot = rules, source, snapshot
         self.rebuild_error = None
+        self.rules_version += 1
         return snapshot
 
     def set_mode(self, mode: str) -> Snapshot:

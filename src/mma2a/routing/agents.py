@@ -181,6 +181,16 @@ def _parse_all(modes: Iterable[str]) -> tuple[Modality, ...]:
     return tuple(parsed)
 
 
+def breadth(agent: AgentInfo) -> int:
+    """How many media type families (`image`, `text`, ...) the agent's card accepts; `*/*` counts as every family.
+
+    Capability routing prefers the narrower agent when two accept a part equally well: a
+    specialist (`image/*` only) over a generalist that also takes images.
+    """
+    families = {m.type for s in effective_skills(agent) for m in s.inputs}
+    return 1_000 if "*" in families else len(families)
+
+
 def specificity(pattern: Modality) -> int:
     """How precisely a pattern names a modality: 2 exact, 1 `type/*`, 0 `*/*`."""
     if pattern.type == "*":

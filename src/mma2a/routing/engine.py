@@ -16,6 +16,7 @@ from ..modality import Modality, parse_modality
 from ..view import MessageView, PartView
 from .balance import NO_LOAD, Load, pick_least_inflight, pick_round_robin, pick_weighted
 from .decision import CandidateCheck, Explanation, PartExplanation, PartRoute, RouteDecision, Target, TransformStep
+from .agents import breadth
 from .match import MatchResult, check_rule, match_linear
 from .planner import plan_transforms
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadBalance, RouteTo, Transform
@@ -291,7 +292,7 @@ def _capability(
 def _best_tier(
     snapshot: Snapshot, modality: Modality, group: str | None, outputs: tuple[str, ...]
 ) -> tuple[str, ...]:
-    """The agents that tie for best on (non-transformer, specificity, output fit), by name; () when none accepts."""
+    """The agents that tie for best on (non-transformer, specificity, output fit, narrowest card), by name; () when none accepts."""
     key = ("tier", modality, group, outputs)
     memo = snapshot.memo
     found: tuple[str, ...] | None = memo.get(key)
@@ -299,7 +300,7 @@ def _best_tier(
         return found
     names = snapshot.members(group) if group is not None else tuple(sorted(snapshot.agents))
     wanted = tuple(parse_modality(o, field="acceptedOutputModes") for o in outputs)
-    ranked: list[tuple[tuple[int, int, int], str]] = []
+    ranked: list[tuple[tuple[int, int, int, int], str]] = []
     for name in names:
         agent = snapshot.agents[name]
         if not agent.available:
@@ -311,7 +312,7 @@ def _best_tier(
         if wanted:
             produced = snapshot.outputs_for(name, modality)
             fit = int(any(o.matches(w) or w.matches(o) for o in produced for w in wanted))
-        ranked.append(((int(agent.transformer), -spec, -fit), name))
+        ranked.append(((int(agent.transformer), -spec, -fit, breadth(agent)), name))
     if ranked:
         best = min(r[0] for r in ranked)
         found = tuple(sorted(name for rank, name in ranked if rank == best))

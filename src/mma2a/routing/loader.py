@@ -79,7 +79,7 @@ def _is_number(value: Any) -> bool:
 _SYNONYMS = {
     "less": "lt", "less_than": "lt", "greater": "gt", "greater_than": "gt", "equals": "eq", "equal": "eq",
     "is": "eq", "has": "contains", "startswith": "prefix", "starts_with": "prefix", "one_of": "in",
-    "present": "exists", "routeto": "route_to", "route": "route_to", "broadcast": "broadcast_to",
+    "present": "exists", "not_empty": "nonempty", "non_empty": "nonempty", "notempty": "nonempty", "routeto": "route_to", "route": "route_to", "broadcast": "broadcast_to",
     "clone": "clone_and_route_to", "balance": "load_balance",
 }  # fmt: skip
 
@@ -202,7 +202,8 @@ def parse_rules(obj: Any, *, source: str = "<rules>", _lines: _LineMap | None = 
     _raise(v)
     ordered = sorted(rules, key=lambda r: (-r.priority, r.index))
     final = tuple(
-        Rule(r.name, r.index, r.priority, r.clauses, r.action, r.cont, r.line, order) for order, r in enumerate(ordered)
+        Rule(r.name, r.index, r.priority, r.clauses, r.action, r.cont, r.line, order, r.action_lines)
+        for order, r in enumerate(ordered)
     )
     return RuleSet(final, default, groups, RULES_VERSION, source, obj)
 
@@ -288,8 +289,13 @@ def _parse_rule(v: _Validator, raw: Any, i: int, names: dict[str, int]) -> Rule 
     if not ok or clauses is None or action is None:
         return None
     line = v.lines.line(base) if v.lines is not None else None
+    action_lines: tuple[tuple[str, int], ...] = ()
+    if v.lines is not None:
+        at = base + ("action",)
+        action_lines = tuple(sorted(
+            (_dotted(p[len(base):]), n) for p, n in v.lines.lines.items() if p[: len(at)] == at and len(p) > len(at)))
     assert isinstance(name, str) and isinstance(priority, int)
-    return Rule(name, i, priority, clauses, action, cont, line)
+    return Rule(name, i, priority, clauses, action, cont, line, 0, action_lines)
 
 
 def _parse_match(ctx: _RuleContext, raw: Any) -> tuple[Clause, ...] | None:
@@ -391,12 +397,12 @@ def _parse_conditions(ctx: _RuleContext, feature: str, spec: Any, path: Path_) -
             else:
                 vals: frozenset[Scalar] = frozenset(operand)
                 out.append(Condition(feature, "in", tuple(operand), vals))
-        elif op == "exists":
+        elif op in ("exists", "nonempty"):
             if not isinstance(operand, bool):
                 ctx.error(where, f"must be true or false, got {_type_name(operand)}")
                 ok = False
             else:
-                out.append(Condition(feature, "exists", operand))
+                out.append(Condition(feature, op, operand))
         elif op == "prefix":
             if not isinstance(operand, str) or not operand:
                 ctx.error(where, f"must be a non-empty string, got {_type_name(operand)}")
@@ -421,7 +427,7 @@ def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
     for key in raw:
         if key not in ACTION_KEYS and key not in ACTION_OPTIONS and key != "pin_session":
             allowed = ACTION_KEYS + tuple(ACTION_OPTIONS) + ("pin_session",)
-            ctx.error(path + (str(key),), f"unknown field (expected one of {', '.join(allowed)}){_hint(str(key), allowed)}")
+            ctx.error(path + (str(key),), f"unknown action (expected one of {', '.join(ACTION_KEYS)}){_hint(str(key), allowed)}")
             ok = False
     if not kinds:
         if ok:

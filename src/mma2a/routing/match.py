@@ -30,9 +30,16 @@ def json_equal(a: Any, b: Any) -> bool:
     return ta is tb or (ta is not bool and tb is not bool and ta is not str and tb is not str)
 
 
+def is_empty(value: Any) -> bool:
+    """`nonempty`'s test: absent/null, or an empty list, string or object (numbers and booleans are never empty)."""
+    return value is None or (isinstance(value, (list, tuple, str, dict)) and len(value) == 0)
+
+
 def test_condition(cond: Condition, value: Any) -> bool:
     """Does a feature `value` (None when absent) satisfy `cond`?"""
     op = cond.op
+    if op == "nonempty":
+        return is_empty(value) is not cond.value
     if value is None:
         return op == "exists" and cond.value is False
     if op == "exists":
@@ -147,7 +154,7 @@ def _clause_key(clause: Clause, counts: Mapping[tuple[str | None, str, Any], int
     if best is not None:
         return ClauseKey(family, best.feature, _equality_values(best))
     for cond in clause.conditions:
-        if cond.op in NUMERIC_OPS or cond.op == "prefix" or (cond.op == "exists" and cond.value is True):
+        if cond.op in NUMERIC_OPS or cond.op == "prefix" or (cond.op in ("exists", "nonempty") and cond.value is True):
             return ClauseKey(family, cond.feature, None)
     return ClauseKey(family)
 
@@ -228,6 +235,10 @@ def _condition_test(cond: Condition) -> Callable[[Any], bool]:
         if x:
             return lambda v: v is not None
         return lambda v: v is None
+    if op == "nonempty":
+        if x:
+            return lambda v: not is_empty(v)
+        return is_empty
     if op in ("gt", "gte", "lt", "lte"):
         if op == "gt":
             return lambda v: v is not None and type(v) is not bool and isinstance(v, _NUM) and v > x

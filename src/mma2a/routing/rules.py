@@ -13,7 +13,7 @@ from typing import Any, Union
 
 from ..modality import Modality
 
-OPERATORS = ("eq", "in", "contains", "exists", "gt", "gte", "lt", "lte", "prefix")
+OPERATORS = ("eq", "in", "contains", "exists", "nonempty", "gt", "gte", "lt", "lte", "prefix")
 """Feature operators, in the order the docs list them. A bare value is the pseudo-operator `is`."""
 
 EQUALITY_OPS = frozenset({"eq", "in", "contains", "is"})
@@ -150,6 +150,7 @@ class Rule:
     cont: bool = False
     line: int | None = None
     order: int = 0
+    action_lines: tuple[tuple[str, int], ...] = ()  # ("action.route_to", line): where an action's names were written
 
     @property
     def any_of(self) -> bool:

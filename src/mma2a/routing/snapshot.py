@@ -8,7 +8,8 @@ it: the memo is private, bounded, and never changes an answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import difflib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..modality import Modality
 from .agents import AgentInfo, SkillModes, effective_skills
 from .index import RuleIndex
 from .match import ClauseKey, clause_keys
-from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, LoadBalance, RouteTo, RuleSet, Transform
+from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, LoadBalance, RouteTo, Rule, RuleSet, Transform
 
 MODES = ("native", "text-bottleneck")
 _MEMO_LIMIT = 8192
@@ -111,9 +112,14 @@ def build_snapshot(
     groups = {g: tuple(sorted(lst)) for g, lst in member_lists.items()}
     errors: list[str] = []
     for rule in rules.rules:
-        where = f"{rules.source}:{rule.line}" if rule.line is not None else rules.source
-        _check_names(rule.action, "action", f"{where}: rule '{rule.name}'", table, groups, errors)
-    _check_names(rules.default, "default", rules.source, table, groups, errors)
+        lines = dict(rule.action_lines)
+
+        def where(field_path: str, rule: Rule = rule, lines: dict[str, int] = lines) -> str:
+            line = lines.get(field_path, rule.line)
+            return f"{rules.source}:{line}: rule '{rule.name}'" if line is not None else f"{rules.source}: rule '{rule.name}'"
+
+        _check_names(rule.action, "action", where, table, groups, errors)
+    _check_names(rules.default, "default", lambda _: rules.source, table, groups, errors)
     if errors:
         extra = len(errors) - 1
         message = errors[0] if not extra else f"{errors[0]} (and {extra} more error{'s' if extra > 1 else ''})"
@@ -152,14 +158,19 @@ def build_snapshot(
 def _check_names(
     action: Action,
     path: str,
-    where: str,
+    where: Callable[[str], str],
     agents: Mapping[str, AgentInfo],
     groups: Mapping[str, tuple[str, ...]],
     errors: list[str],
 ) -> None:
+    """Every agent/group name an action uses must exist; `where(field path)` locates the error (file:line: rule)."""
+
     def check(name: str, field_: str, what: str) -> None:
         if name not in agents and name not in groups:
-            errors.append(f"{where}: {path}.{field_}: unknown {what} '{name}'")
+            dotted = f"{path}.{field_.split('[')[0]}"
+            close = difflib.get_close_matches(name, [*agents, *groups], n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            errors.append(f"{where(dotted)}: {path}.{field_}: unknown {what} '{name}'{hint}")
 
     if isinstance(action, RouteTo):
         check(action.agent, "route_to", "agent or group")

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ class File:
     path: Path
     modality: str | None = None
     filename: str | None = None
+    features: Mapping[str, Any] | None = None  # the producer's own facts (`{"camera": "dock-3"}`), schema-checked
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,14 @@ class Blob:
     data: bytes
     modality: str | None = None
     filename: str | None = None
+    features: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class Text:
     text: str
     modality: str = "text/plain"
+    features: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Live:
     chunks: AsyncIterable[bytes]
     modality: str | None = None
     session_id: str | None = None
+    features: Mapping[str, Any] | None = None
 
 
 Item = File | Blob | Text | Embedding | Live | Part

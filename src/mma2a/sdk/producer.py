@@ -1,10 +1,10 @@
 """The producer side: `MultimodalClient`, a wrapper around the `a2a-sdk` client that sends native parts.
 
-    async with await MultimodalClient.connect("http://gateway:8800", features=True) as client:
-        reply = await client.send(Path("crack.png"), text="inspect this", to="inspector")
+    async with await MultimodalClient.connect("http://gateway:8800", extract_features=True) as client:
+        reply = await client.send(Path("crack.png"), text="inspect this", features={"camera": "dock-3"})
 
 Each item becomes one part with the extension filled in (modality detected, or given;
-features extracted locally when asked; a thumbnail). Payloads over `inline_limit` are
+features extracted locally when asked, plus the producer's own `features`; a thumbnail). Payloads over `inline_limit` are
 streamed from disk to the gateway's store and sent by signed reference; live streams go
 through a gateway stream announced by the message. With an agent that does not declare
 the extension the message is a plain A2A one. Failures surface as `mma2a.errors` types.
@@ -13,10 +13,12 @@ the extension the message is a plain A2A one. Failures surface as `mma2a.errors`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import struct
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -43,9 +45,20 @@ from ..errors import (
     UnsupportedExtensionVersion,
     UnsupportedOperation,
 )
-from ..ext import EXTENSION_URI, FeatureSource, MessageExtension, PartExtension, PayloadRef, downgrade_message, write_message, write_part
+from ..ext import (
+    EXTENSION_URI,
+    FeatureSource,
+    MessageExtension,
+    PartExtension,
+    PayloadRef,
+    downgrade_message,
+    normalize_json,
+    read_part,
+    write_message,
+    write_part,
+)
 from ..features.producer import build_part, sniff_modality
-from ..modality import EMBEDDING, parse_modality
+from ..modality import DEFAULT_REGISTRY, EMBEDDING, parse_modality
 from ..proto import message_from_json, part_to_json
 from .items import Blob, Embedding, File, Item, Live, Text, as_item
 from .parts import PayloadReader
@@ -76,7 +89,7 @@ class MultimodalClient:
         http: httpx.AsyncClient,
         *,
         gateway: str | None = None,
-        features: bool = False,
+        extract_features: bool = False,
         thumbnail: bool = True,
         inline_limit: int = INLINE_LIMIT,
         signing_key: Any = None,
@@ -89,7 +102,9 @@ class MultimodalClient:
         self.card = card
         self.http = http
         self.extension = card_declares_extension(card)
-        self.features = features
+        if not isinstance(extract_features, bool):
+            raise TypeError(f"extract_features: must be a bool, got {type(extract_features).__name__}")
+        self.extract_features = extract_features
         self.thumbnail = thumbnail
         self.inline_limit = inline_limit
         self.signer = signer
@@ -121,6 +136,9 @@ class MultimodalClient:
         `gateway` is where big payloads and live streams go (default: `url`'s origin when
         it is an mma2a gateway). `GatewayUnreachable` when nothing answers.
         """
+        if "features" in kwargs:
+            raise TypeError("connect(): local extraction is `extract_features=True`; a producer's own features "
+                            "go to `send(..., features={'camera': 'dock-3'})`")
         headers = {VERSION_HEADER: "1.0"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -251,18 +269,27 @@ class MultimodalClient:
 
     async def build_message(
         self, *items: Any, to: str | Sequence[str] | None = None, text: str | None = None, modality: str | None = None,
-        features: bool | None = None, thumbnail: bool | None = None, context_id: str | None = None,
-        task_id: str | None = None, _lives: list[tuple[str, AsyncIterable[bytes]]] | None = None,
+        features: Mapping[str, Any] | None = None, extract_features: bool | None = None, thumbnail: bool | None = None,
+        context_id: str | None = None, task_id: str | None = None,
+        _lives: list[tuple[str, AsyncIterable[bytes]]] | None = None,
     ) -> dict[str, Any]:
         """The A2A 1.0 message (JSON form) `send` would send, payloads uploaded and signed."""
+        own = own_features(features, "features")
+        if extract_features is not None and not isinstance(extract_features, bool):
+            raise TypeError(f"extract_features: must be a bool, got {type(extract_features).__name__}")
         its: list[Item] = [Text(text)] if text else []
+        first = len(its)
         its += [as_item(v, i, modality) for i, v in enumerate(items)]
         if not its:
             raise InvalidParams("items: nothing to send (give at least one item, or text=...)", field="items")
-        feats = self.features if features is None else features
+        feats = self.extract_features if extract_features is None else extract_features
         thumbs = self.thumbnail if thumbnail is None else thumbnail
         lives = _lives if _lives is not None else []
         parts = [await self._part(it, i, feats, thumbs, lives) for i, it in enumerate(its)]
+        for i, (it, part) in enumerate(zip(its, parts)):
+            given = {**(own if i >= first else {}), **own_features(getattr(it, "features", None), f"items[{i - first}].features")}
+            if given:
+                attach_features(part, given, f"items[{i - first}]" if i >= first else "text")
         msg: dict[str, Any] = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": parts}
         if context_id:
             msg["contextId"] = context_id
@@ -292,7 +319,8 @@ class MultimodalClient:
         text: str | None = None,
         stream_reply: bool = False,
         modality: str | None = None,
-        features: bool | None = None,
+        features: Mapping[str, Any] | None = None,
+        extract_features: bool | None = None,
         thumbnail: bool | None = None,
         accepted_output_modes: Sequence[str] = (),
         context_id: str | None = None,
@@ -302,9 +330,13 @@ class MultimodalClient:
 
         `to` names the receiving agent(s) (the extension's explicit `receivers`); without it the
         gateway routes each part. `modality` overrides detection for the binary items.
+        `features` (a dict, e.g. `{"camera": "dock-3"}`) are the producer's own facts, added to
+        every item's part (an item's own `features` win) and checked against the modality's
+        feature schema; `extract_features` overrides the client's local extraction setting.
         """
         lives: list[tuple[str, AsyncIterable[bytes]]] = []
-        msg = await self.build_message(*items, to=to, text=text, modality=modality, features=features, thumbnail=thumbnail,
+        msg = await self.build_message(*items, to=to, text=text, modality=modality, features=features,
+                                       extract_features=extract_features, thumbnail=thumbnail,
                                        context_id=context_id, task_id=task_id, _lives=lives)
         request = SendMessageRequest(message=message_from_json(msg))
         if accepted_output_modes:
@@ -362,6 +394,36 @@ class MultimodalClient:
         ev = StreamResponse()
         ev.task.CopyFrom(task)
         return reply_from_events([ev], self.reader)
+
+
+def own_features(value: Any, where: str) -> dict[str, Any]:
+    """A producer's own features, as a JSON-safe dict; `TypeError` for anything but a mapping with string keys."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        hint = "; to extract features locally, pass extract_features=True" if isinstance(value, bool) else ""
+        raise TypeError(f"{where}: must be a dict of feature values such as {{'camera': 'dock-3'}}, "
+                        f"got {type(value).__name__}{hint}")
+    for key in value:
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"{where}: feature names must be non-empty strings, got {key!r}")
+    try:
+        json.dumps(dict(value), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: feature values must be JSON values (str, number, bool, list, dict): {exc}") from None
+    return dict(normalize_json(dict(value)))
+
+
+def attach_features(part: dict[str, Any], given: Mapping[str, Any], where: str) -> None:
+    """Merge a producer's own features into a built part, checked against its modality's schema (`FeatureSchemaError`)."""
+    ext = read_part(part, where)
+    merged = {**ext.features, **given}
+    modality = ext.modality or "application/octet-stream"
+    DEFAULT_REGISTRY.validate_features(modality, merged, field=f"{where}.features")
+    known = DEFAULT_REGISTRY.lookup(modality)
+    write_part(part, dataclasses.replace(
+        ext, features=merged, feature_schema=ext.feature_schema or (known.feature_schema if known else None),
+        feature_source=ext.feature_source or FeatureSource("producer", "mma2a-sdk", "1")))
 
 
 async def _peek(chunks: AsyncIterable[bytes]) -> tuple[bytes, AsyncIterator[bytes]]:

@@ -1,0 +1,255 @@
+"""The first hour with the CLI, as a newcomer hit it (issue 23): `serve`, `send`, `agents`, `samples`, help.
+
+Real processes: reference agents and a gateway started with `mma2a agent` / `mma2a serve`
+on free loopback ports, `mma2a send` as a separate process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from mma2a.cli import app
+from mma2a.serving import free_port
+from tests.media import wav_bytes
+
+CLI = [sys.executable, "-m", "mma2a.cli"]
+TOKEN = "first-hour-admin-token"
+
+
+def mma2a(*args: str, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
+
+
+def start(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+
+
+def stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        out, err = proc.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return out, err
+
+
+def wait_line(proc: subprocess.Popen[str], pattern: str, timeout: float = 90) -> str:
+    """Read the process's stderr until a line matches (the banner); fail with what it printed otherwise."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if re.search(pattern, line):
+            return line
+    raise AssertionError(f"no line matching {pattern!r}; stderr so far: {''.join(seen)!r}")
+
+
+# --- start-up errors -----------------------------------------------------------------------
+
+def test_serve_on_a_taken_port_is_one_line_with_status_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = mma2a("serve", "--port", str(port))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: cannot listen on 127.0.0.1:{port}: address already in use (another process listens "
+                           "there); choose another with --port or `listen:` in the config\n")
+    assert "mma2a gateway on" not in proc.stderr  # no banner for a gateway that never listened
+
+
+def test_agent_on_a_taken_port_is_one_line_with_status_2() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = mma2a("agent", "analyst", "--port", str(port))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: cannot listen on 127.0.0.1:{port}: address already in use (another process listens "
+                           "there); choose another with --port\n")
+
+
+def test_serve_with_a_bad_rules_file_names_the_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text("rules:\n  - name: a\n    match: {modality: image}\n    action: {route_too: x}\n")
+    (tmp_path / "gateway.yaml").write_text(f"listen: 127.0.0.1:{free_port()}\nrules: rules.yaml\n")
+    proc = mma2a("serve", "--config", str(tmp_path / "gateway.yaml"))
+    assert proc.returncode == 2
+    rules = tmp_path / "rules.yaml"
+    assert proc.stderr.splitlines() == [
+        f"error: {rules}:3: rule 'a': match.modality: 'image' is not a media type (expected type/subtype); did you mean 'image/*'?",
+        f"error: {rules}:4: rule 'a': action.route_too: unknown action (expected one of route_to, broadcast_to, load_balance, "
+        "transform, drop, clone_and_route_to, capability); did you mean 'route_to'?",
+    ]
+
+
+def test_serve_with_a_bad_config_field_names_it(tmp_path: Path) -> None:
+    (tmp_path / "gateway.yaml").write_text("agents:\n  - {name: v, url: ftp://x}\n")
+    proc = mma2a("serve", "--config", str(tmp_path / "gateway.yaml"))
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {tmp_path / 'gateway.yaml'}: agents.0.url: Value error, must be an http:// or https:// URL\n"
+
+
+def test_send_says_when_no_gateway_comes(tmp_path: Path) -> None:
+    (tmp_path / "note.txt").write_text("hello")
+    port = free_port()
+    proc = mma2a("send", str(tmp_path / "note.txt"), "--gateway", f"http://127.0.0.1:{port}", "--wait", "0.5")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: cannot reach the gateway at http://127.0.0.1:{port} (waited 0.5 s): ")
+    assert "is `mma2a serve` running there? (--wait SECONDS waits longer)" in proc.stderr
+
+
+# --- a network started as the README starts it -------------------------------------------
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """vision, analyst and speech agents and a gateway; `send` is started before the gateway, as `&` in a shell races."""
+    d = tmp_path_factory.mktemp("network")
+    assert mma2a("samples", str(d), "--only", "crack.png").returncode == 0
+    (d / "tone.wav").write_bytes(wav_bytes(1.0))
+    ports = {name: free_port() for name in ("vision", "analyst", "speech", "gateway")}
+    (d / "gateway.yaml").write_text(
+        f"listen: 127.0.0.1:{ports['gateway']}\n"
+        "admin: {token_env: FIRST_HOUR_TOKEN}\n"
+        "agents:\n"
+        + "".join(f"  - {{name: {n}, url: http://127.0.0.1:{ports[n]}}}\n" for n in ("vision", "analyst"))
+        + f"  - {{name: speech, url: http://127.0.0.1:{ports['speech']}, transformer: true}}\n"
+        + "rules:\n"
+        "  rules:\n"
+        "    - name: dock-3-to-analyst\n"
+        "      match: {features: {camera: {eq: dock-3}}}\n"
+        "      action: {route_to: analyst}\n"
+    )
+    env = {**os.environ, "FIRST_HOUR_TOKEN": TOKEN}
+    gateway = f"http://127.0.0.1:{ports['gateway']}"
+    procs = [start("agent", n, "--port", str(ports[n])) for n in ("vision", "analyst", "speech")]
+    sender = start("send", str(d / "crack.png"), "--text", "what is wrong with this lid?", "--gateway", gateway, "--wait", "120")
+    time.sleep(0.5)  # the sender is already waiting when the gateway starts
+    serve = start("serve", "--config", str(d / "gateway.yaml"), env=env)
+    procs += [serve]
+    try:
+        banner = wait_line(serve, r"mma2a gateway on")
+        health = httpx.get(gateway + "/healthz", timeout=10).json()  # the banner means it listens: no retry here
+        out, err = sender.communicate(timeout=180)
+        yield {"dir": d, "gateway": gateway, "env": env, "banner": banner, "health": health,
+               "first": (sender.returncode, out, err)}
+    finally:
+        for p in [sender, *procs]:
+            stop(p)
+
+
+def test_send_started_before_the_gateway_waits_for_it_and_its_agents(network: dict[str, Any]) -> None:
+    code, out, err = network["first"]
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "part 0 (text/plain) → analyst [capability]"
+    assert lines[1] == "part 1 (image/png) → vision [capability]"  # the specialist, not analyst (README's promise)
+    assert re.fullmatch(r"task \S+ completed", lines[2])
+
+
+def test_the_banner_comes_when_the_gateway_listens(network: dict[str, Any]) -> None:
+    assert network["banner"].startswith(f"mma2a gateway on {network['gateway']} (")
+    assert network["health"]["status"] == "ok"
+    assert network["health"]["rulesVersion"] == 1  # one rule set installed, whatever the agent registrations did
+
+
+def test_send_feature_reaches_a_rule(network: dict[str, Any]) -> None:
+    proc = mma2a("send", str(network["dir"] / "crack.png"), "--gateway", network["gateway"], "--feature", "camera=dock-3")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "part 0 (image/png) → analyst [rule dock-3-to-analyst]"
+
+
+def test_send_json_prints_integers_as_integers(network: dict[str, Any]) -> None:
+    proc = mma2a("send", str(network["dir"] / "crack.png"), "--gateway", network["gateway"], "--json")
+    assert proc.returncode == 0, proc.stderr
+    route = json.loads(proc.stdout)["task"]["metadata"]["https://mma2a.dev/ext/multimodal/v1"]["route"]
+    assert route[0]["index"] == 0 and isinstance(route[0]["index"], int)
+    assert '"index": 0.0' not in proc.stdout and ".0," not in proc.stdout.replace('"fps": 10.0', "")
+
+
+def test_send_failure_says_why_and_exits_1(network: dict[str, Any]) -> None:
+    # a tone holds no words: speech transcribes it to "", and the analyst fails on the empty text
+    proc = mma2a("send", str(network["dir"] / "tone.wav"), "--gateway", network["gateway"], "--to", "analyst")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout, proc.stderr
+    assert proc.stdout.splitlines()[0] == ("part 0 (audio/wav) → analyst via speech (audio/wav → text/plain) "
+                                           "[text bottleneck: fallback] [capability]")
+    assert re.search(r"^task \S+ failed$", proc.stdout, re.M)
+    assert proc.stderr.strip().splitlines()[-1].startswith("failed: ")
+    assert "Message.text cannot be empty" in proc.stderr
+
+
+def test_agents_without_a_token_says_which_variable(network: dict[str, Any]) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MMA2A_ADMIN_TOKEN"}
+    proc = mma2a("agents", "--gateway", network["gateway"], env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: the admin API needs the gateway's admin token: set MMA2A_ADMIN_TOKEN")
+    proc = mma2a("agents", "--gateway", network["gateway"], "--token-env", "FIRST_HOUR_TOKEN", env={**env, "FIRST_HOUR_TOKEN": "wrong"})
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: {network['gateway']} answered 40")
+    assert proc.stderr.endswith("the token in FIRST_HOUR_TOKEN is not the gateway's admin token\n")
+
+
+def test_agents_table_fits_80_columns(network: dict[str, Any]) -> None:
+    env = {**network["env"], "COLUMNS": "80"}
+    proc = mma2a("agents", "--gateway", network["gateway"], "--token-env", "FIRST_HOUR_TOKEN", env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    cells = " ".join(lines)
+    for name in ("vision", "analyst", "speech"):
+        assert f"│ {name} " in proc.stdout
+    assert "image/webp" in cells and "audio/x-wav" in cells and "…" not in cells
+
+
+# --- help, samples, bench ------------------------------------------------------------------
+
+def test_help_has_no_type_noise() -> None:
+    from mma2a.cli.main import _register
+
+    _register()
+    for args in (["--help"], ["send", "--help"], ["serve", "--help"], ["rules", "check", "--help"], ["bench", "routing", "--help"],
+                 ["agents", "--help"], ["samples", "--help"], ["features", "--help"], ["eval", "crossmodal", "--help"]):
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "100"})
+        assert result.exit_code == 0, (args, result.output)
+        assert "<bool>" not in result.stdout, args
+        assert "--help" in result.stdout
+
+
+def test_bench_routing_takes_several_counts_after_one_option() -> None:
+    proc = mma2a("bench", "routing", "--rules", "10", "20", "--messages", "50", "--linear-messages", "20", "--rounds", "1",
+                 "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line)["rules"] for line in proc.stdout.splitlines()] == [10, 20]
+
+
+def test_samples_writes_the_media_the_docs_use(tmp_path: Path) -> None:
+    proc = mma2a("samples", str(tmp_path / "media"))
+    assert proc.returncode == 0, proc.stderr
+    from mma2a.features.producer import sniff_modality
+
+    kinds = {p.name: sniff_modality((tmp_path / "media" / p.name).read_bytes()[:4096], p.name)
+             for p in (tmp_path / "media").iterdir()}
+    assert kinds == {"crack.png": "image/png", "line-3.mp4": "video/mp4", "voice.wav": "audio/wav",
+                     "cube.obj": "model/obj", "report.txt": "text/plain"}
+    proc = mma2a("samples", str(tmp_path / "media" / "crack.png"))
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {tmp_path / 'media' / 'crack.png'}: exists and is not a directory\n"
