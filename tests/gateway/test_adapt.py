@@ -125,6 +125,25 @@ async def test_a_large_jpeg_reaches_a_1_mp_webp_agent_resized_by_reference_and_c
     assert received(spec[1], 1)[0]["metadata"][EXTENSION_URI]["payload"]["sha256"] == ext["payload"]["sha256"]
 
 
+async def test_an_uploaded_blob_sent_by_url_is_adapted_and_a_forged_url_is_not():
+    src = photo(1200, 900)
+    spec = wants(agent("vision", ["image/*"]), {"image/*": {"maxPixels": 300_000, "encodings": ["image/webp"]}})
+    async with agents({"vision": spec}) as urls:
+        async with gateway({"agents": [{"name": "vision", "url": urls["vision"]}]}) as (gw, url):
+            async with httpx.AsyncClient() as c:
+                blob = (await c.post(url + "/blobs", content=src, headers={"Content-Type": "image/jpeg"})).json()
+            good = await send(url, {"url": blob["url"], "mediaType": "image/jpeg"}, mid="u1")
+            forged = blob["url"].replace("sig=", "sig=0")
+            bad = await send(url, {"url": forged, "mediaType": "image/jpeg"}, mid="u2")
+            got = [received(spec[1], 0)[0], received(spec[1], 1)[0]]
+            data = await body_of(got[0])
+    w, h = Image.open(io.BytesIO(data)).size
+    assert got[0]["mediaType"] == "image/webp" and w * h <= 300_000 and abs(w / h - 4 / 3) < 0.01
+    assert adapted(good)[0]["bytesBefore"] == len(src)
+    assert got[1]["url"] == forged and got[1]["mediaType"] == "image/jpeg"  # forwarded as it came
+    assert adapted(bad)[0]["error"].startswith("not adapted: ")
+
+
 async def test_the_operators_profile_wins_over_the_card_and_a_small_part_stays_inline():
     src = photo(400, 300, "PNG")
     spec = wants(agent("vision", ["image/*"]), {"image/*": {"maxPixels": 100_000, "encodings": ["image/png"]}})

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from ..adapt.media import Adapted, fit_media
 from ..adapt.profiles import ReceiverProfiles, card_params, receiver_profiles
@@ -31,6 +32,7 @@ from ..ext import EXTENSION_URI, PayloadRef
 from ..features.base import Limits, set_deadline
 from ..modality import parse_modality
 from ..payload import BlobStore, URLSigner
+from ..payload.store import check_key
 from .directory import AgentEntry
 
 log = logging.getLogger("mma2a.gateway.adapt")
@@ -145,7 +147,7 @@ class PartAdapter:
         t0 = time.perf_counter()
         source = str(modality)
         try:
-            data, digest = await self._source_bytes(part, ext)
+            data, digest = await self._source_bytes(part)
         except _NotHere as why:
             return part, Adaptation(index, agent, source, source, 0, 0, 0.0, error=str(why))
         key = (digest, profile.key)
@@ -167,7 +169,7 @@ class PartAdapter:
         return new, Adaptation(index, agent, source, variant.media_type, len(data), variant.size, ms, cached,
                                variant.detail)
 
-    async def _source_bytes(self, part: dict[str, Any], ext: Mapping[str, Any]) -> tuple[bytes, str]:
+    async def _source_bytes(self, part: dict[str, Any]) -> tuple[bytes, str]:
         raw = part.get("raw")
         if isinstance(raw, str):
             if len(raw) * 3 // 4 > self.limits.max_bytes:
@@ -177,15 +179,18 @@ class PartAdapter:
             except (binascii.Error, ValueError):
                 raise _NotHere("raw is not valid base64") from None
             return data, hashlib.sha256(data).hexdigest()
-        ref = ext.get("payload") if isinstance(ext, Mapping) else None
-        digest = ref.get("sha256") if isinstance(ref, Mapping) else None
         url = part.get("url")
-        if not isinstance(digest, str) or not isinstance(url, str) or not url.startswith(self.base_url + "/blobs/"):
+        if not isinstance(url, str) or not url.startswith(self.base_url + "/blobs/"):
             raise _NotHere("not adapted: the bytes are not in the gateway's blob store")
+        parts = urlsplit(url)
+        digest = parts.path.rsplit("/", 1)[-1]
+        query = parse_qs(parts.query)
         try:
+            check_key(digest)
+            self.signer.verify("GET", digest, (query.get("exp") or [None])[0], (query.get("sig") or [None])[0])
             info = await self.store.stat(digest)
-        except MMA2AError:
-            raise _NotHere("not adapted: the blob is no longer in the gateway's store") from None
+        except MMA2AError as exc:  # a bad signature, an expired URL, a blob no longer stored
+            raise _NotHere(f"not adapted: {exc.message}") from None
         if info.size > self.limits.max_bytes:
             raise _NotHere(f"not adapted: {info.size} bytes is over the adaptation limit of {self.limits.max_bytes}")
         return await self.store.read_all(digest), digest
