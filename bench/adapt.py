@@ -52,7 +52,9 @@ def photo(width: int, height: int, seed: int) -> bytes:
         img[(x - cx) ** 2 + (y - cy) ** 2 < r * r] = rng.uniform(0, 255, 3)
     band = (y > height * 0.7) & (y < height * 0.8)
     img[band] += (np.sin(x[band] / 7.0) * 40)[:, None]
-    img += rng.normal(0, 4, img.shape)
+    foliage = (y > height * 0.8)  # fine detail, as grass or leaves: what makes real photos large
+    img[foliage] += rng.normal(0, 28, (int(foliage.sum()), 3))
+    img += rng.normal(0, 5, img.shape)
     out = io.BytesIO()
     Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(out, "JPEG", quality=90)
     return out.getvalue()

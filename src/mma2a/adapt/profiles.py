@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from ..errors import InvalidParams
+from ..errors import InvalidParams, MMA2AError
 from ..modality import Modality, parse_modality
 
 CONTENT_CODINGS = ("zstd", "gzip")
@@ -43,9 +43,11 @@ class ProfileSpec(BaseModel):
     @field_validator("encodings")
     @classmethod
     def _encodings(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None:
-            for e in v:
+        for e in v or ():
+            try:
                 parse_modality(e, field="encodings")
+            except MMA2AError as exc:
+                raise ValueError(exc.message) from None
         return v
 
 

@@ -25,12 +25,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..adapt.media import Adapted, fit_media
-from ..adapt.profiles import ReceiverProfiles, card_params, receiver_profiles
+from ..adapt.profiles import ReceiverProfile, ReceiverProfiles, card_params, receiver_profiles
 from ..compression import pick
 from ..errors import MMA2AError
 from ..ext import EXTENSION_URI, PayloadRef
 from ..features.base import Limits, set_deadline
-from ..modality import parse_modality
+from ..modality import Modality, parse_modality
 from ..payload import BlobStore, URLSigner
 from ..payload.store import check_key
 from .directory import AgentEntry
@@ -91,35 +91,39 @@ class PartAdapter:
         self.cache_entries = cache_entries
         self._cache: OrderedDict[tuple[str, str], _Variant] = OrderedDict()  # (source sha256, profile key) -> variant
         self._running: dict[tuple[str, str], asyncio.Future[_Variant]] = {}
-        self._profiles: dict[str, tuple[Mapping[str, Any], ReceiverProfiles]] = {}
+        self._profiles: dict[str, tuple[Mapping[str, Any], ReceiverProfiles, str | None]] = {}
 
     def profiles(self, entry: AgentEntry) -> ReceiverProfiles:
         """The agent's profiles: its card's params merged with gateway.yaml (recomputed when the card changes)."""
+        return self._memo(entry)[1]
+
+    def coding(self, entry: AgentEntry) -> str | None:
+        """The content coding for JSON bodies to this agent (the first it reads that we write), or None."""
+        return self._memo(entry)[2]
+
+    def _memo(self, entry: AgentEntry) -> tuple[Mapping[str, Any], ReceiverProfiles, str | None]:
         memo = self._profiles.get(entry.name)
-        if memo is not None and memo[0] is entry.card:
-            return memo[1]
+        if memo is not None and memo[0] is entry.card:  # per request: one look-up and one identity test
+            return memo
         try:
             found = receiver_profiles(card_params(entry.card, EXTENSION_URI), entry.config.accepts or None,
                                       entry.config.compress)
         except MMA2AError as exc:  # the agent's card says something we cannot read: the operator's part still holds
             log.warning("agent %s: card params ignored: %s", entry.name, exc.message)
             found = receiver_profiles({}, entry.config.accepts or None, entry.config.compress)
-        self._profiles[entry.name] = (entry.card, found)
-        return found
-
-    def coding(self, entry: AgentEntry) -> str | None:
-        """The content coding for JSON bodies to this agent (the first it reads that we write), or None."""
-        return pick(self.profiles(entry).content_encodings)
+        memo = self._profiles[entry.name] = (entry.card, found, pick(found.content_encodings))
+        return memo
 
     async def fit(
         self, entry: AgentEntry, parts: list[tuple[int, dict[str, Any]]]
     ) -> tuple[list[tuple[int, dict[str, Any]]], list[Adaptation]]:
         """The leg's parts fitted to `entry`'s profiles, and what was done."""
         profiles = self.profiles(entry)
-        if not profiles:
-            return parts, []
-        jobs = [(k, self._fit_part(entry.name, index, part, profiles)) for k, (index, part) in enumerate(parts)
-                if _media_part(part)]
+        jobs = []
+        for k, (index, part) in enumerate(parts):
+            found = _wanted(part, profiles) if profiles and _media_part(part) else None
+            if found is not None:
+                jobs.append((k, self._fit_part(entry.name, index, part, *found)))
         if not jobs:
             return parts, []
         results = await asyncio.gather(*(j for _, j in jobs))
@@ -131,19 +135,9 @@ class PartAdapter:
         return out, records
 
     async def _fit_part(
-        self, agent: str, index: int, part: dict[str, Any], profiles: ReceiverProfiles
+        self, agent: str, index: int, part: dict[str, Any], ext: Mapping[str, Any], modality: Modality,
+        profile: ReceiverProfile,
     ) -> tuple[dict[str, Any], Adaptation | None]:
-        ext = (part.get("metadata") or {}).get(EXTENSION_URI) or {}
-        declared = ext.get("modality") or part.get("mediaType")
-        if not isinstance(declared, str):
-            return part, None
-        try:
-            modality = parse_modality(declared)
-        except MMA2AError:
-            return part, None
-        profile = profiles.for_modality(modality)
-        if profile is None:
-            return part, None
         t0 = time.perf_counter()
         source = str(modality)
         try:
@@ -187,7 +181,7 @@ class PartAdapter:
         query = parse_qs(parts.query)
         try:
             check_key(digest)
-            self.signer.verify("GET", digest, (query.get("exp") or [None])[0], (query.get("sig") or [None])[0])
+            self.signer.verify("GET", digest, query.get("exp", [""])[0], query.get("sig", [""])[0])
             info = await self.store.stat(digest)
         except MMA2AError as exc:  # a bad signature, an expired URL, a blob no longer stored
             raise _NotHere(f"not adapted: {exc.message}") from None
@@ -195,7 +189,7 @@ class PartAdapter:
             raise _NotHere(f"not adapted: {info.size} bytes is over the adaptation limit of {self.limits.max_bytes}")
         return await self.store.read_all(digest), digest
 
-    async def _variant(self, key: tuple[str, str], data: bytes, modality: Any, profile: Any) -> _Variant:
+    async def _variant(self, key: tuple[str, str], data: bytes, modality: Modality, profile: ReceiverProfile) -> _Variant:
         running = self._running.get(key)
         if running is not None:  # the same source for the same profile is being adapted: wait for it
             return await asyncio.shield(running)
@@ -256,6 +250,21 @@ class PartAdapter:
 
 class _NotHere(Exception):
     """The part's bytes are not available to adapt (the reason is recorded, the original goes)."""
+
+
+def _wanted(part: Mapping[str, Any], profiles: ReceiverProfiles
+            ) -> tuple[Mapping[str, Any], Modality, ReceiverProfile] | None:
+    """(extension fields, modality, profile) of a part the receiver has a profile for, or None."""
+    ext = (part.get("metadata") or {}).get(EXTENSION_URI) or {}
+    declared = ext.get("modality") or part.get("mediaType")
+    if not isinstance(declared, str):
+        return None
+    try:
+        modality = parse_modality(declared)
+    except MMA2AError:
+        return None
+    profile = profiles.for_modality(modality)
+    return None if profile is None else (ext, modality, profile)
 
 
 def _media_part(part: Mapping[str, Any]) -> bool:

@@ -197,13 +197,15 @@ class Pipeline:
                 leg.parts.append((index, part))
         for leg in by_agent.values():
             leg.parts.sort(key=lambda ip: ip[0])
-        if self.adapter is not None:
-            await asyncio.gather(*(self._fit(leg) for leg in by_agent.values()))
+        if self.adapter is not None:  # fit parts to receivers that have profiles (most have none: no task then)
+            wanting = [(leg, e) for leg in by_agent.values() if self.adapter.profiles(e := self.directory.get(leg.agent))]
+            if wanting:
+                await asyncio.gather(*(self._fit(leg, e) for leg, e in wanting))
         return list(by_agent.values())
 
-    async def _fit(self, leg: Leg) -> None:
+    async def _fit(self, leg: Leg, entry: AgentEntry) -> None:
         assert self.adapter is not None
-        leg.parts, leg.adapted = await self.adapter.fit(self.directory.get(leg.agent), leg.parts)
+        leg.parts, leg.adapted = await self.adapter.fit(entry, leg.parts)
 
     def leg_message(self, message: dict[str, Any], leg: Leg, entry: AgentEntry) -> dict[str, Any]:
         """The message one agent receives: its parts only; the extension kept only if its card declares it."""
