@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import free_port, run_wrk, stop, wait_ready
+from common import free_port, run_wrk, send_message_lua, stop, wait_ready
 
 from mma2a.gateway.history import DecisionRecord, HistoryFilter, HistoryRecorder, HistoryStore, PartSummary
 from mma2a.routing import PartRoute, Target, TransformStep
@@ -42,13 +42,12 @@ RULES = [f"rule-{i}" for i in range(12)]
 SENDERS = [f"client-{i}" for i in range(40)]
 OUTCOMES = ["TASK_STATE_COMPLETED"] * 85 + ["TASK_STATE_FAILED"] * 6 + ["message"] * 5 + ["TASK_STATE_REJECTED"] * 2 + [
     "refused -32005: no agent accepts it"] * 1 + ["TASK_STATE_INPUT_REQUIRED"] * 1
-BODY = ('{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER",'
-        '"parts":[{"text":"hello"}]}}}')
-LUA = f"""wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["A2A-Version"] = "1.0"
-wrk.body = '{BODY}'
-"""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc), the writer thread included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def synthetic(n: int, now: float, seed: int = 7) -> list[DecisionRecord]:
@@ -184,19 +183,28 @@ def throughput_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                            f"agents:\n  - {{name: echo, url: {agent_url}}}\n")
             procs.append(subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg),
                                            "--log-level", "warning"], env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+        pids = {on_port: procs[-2].pid, off_port: procs[-1].pid}
         on_url, off_url = f"http://127.0.0.1:{on_port}", f"http://127.0.0.1:{off_port}"
         wait_ready(on_url)
         wait_ready(off_url)
         script = tmp / "post.lua"
-        script.write_text(LUA)
+        script.write_text(send_message_lua())  # a fresh messageId per request; every answer checked
+
+        def run(url: str, seconds: int) -> dict[str, float]:
+            pid = pids[int(url.rsplit(":", 1)[1])]
+            cpu0 = cpu_seconds(pid)
+            r = run_wrk(url + "/", seconds, args.connections, str(script), '"result"', "/", threads=1)
+            r["cpu_us_per_req"] = 1e6 * (cpu_seconds(pid) - cpu0) / max(1, r["requests"])
+            return r
+
         for url in (on_url, off_url):
-            run_wrk(url + "/", 2, args.connections, str(script))
+            run(url, 2)
         written0 = metric(on_url, "mma2a_history_decisions", "written")
         on, off = [], []
         for i in range(args.rounds):  # alternate which goes first, so drift hits both alike
             pair = [(on, on_url), (off, off_url)] if i % 2 == 0 else [(off, off_url), (on, on_url)]
             for rows, url in pair:
-                rows.append(run_wrk(url + "/", args.seconds, args.connections, str(script)))
+                rows.append(run(url, args.seconds))
             written = metric(on_url, "mma2a_history_decisions", "written") - written0
         dropped = metric(on_url, "mma2a_history_decisions", "dropped")
     finally:
@@ -208,8 +216,8 @@ def throughput_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
 
     return {
         "connections": args.connections, "rounds": args.rounds, "seconds": args.seconds,
-        "history_on": {k: med(on, k) for k in ("rps", "p50_ms", "p99_ms")},
-        "history_off": {k: med(off, k) for k in ("rps", "p50_ms", "p99_ms")},
+        "history_on": {k: round(med(on, k), 2) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")},
+        "history_off": {k: round(med(off, k), 2) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")},
         "ratio_on_off": round(med(on, "rps") / med(off, "rps"), 3),
         "per_round_rps": [[round(a["rps"]), round(b["rps"])] for a, b in zip(on, off)],
         "history_written": int(written), "history_dropped": int(dropped), "requests_through_history_gateway": sent,
@@ -249,8 +257,9 @@ def main() -> None:
     t = result.get("throughput")
     if isinstance(t, dict):
         on, off = t["history_on"], t["history_off"]
-        print(f"history on : {on['rps']:.0f} req/s  p50 {on['p50_ms']:.2f} ms  p99 {on['p99_ms']:.2f} ms")
-        print(f"history off: {off['rps']:.0f} req/s  p50 {off['p50_ms']:.2f} ms  p99 {off['p99_ms']:.2f} ms")
+        for label, v in (("history on ", on), ("history off", off)):
+            print(f"{label}: {v['rps']:.0f} req/s  p50 {v['p50_ms']:.2f} ms  p99 {v['p99_ms']:.2f} ms  "
+                  f"CPU {v['cpu_us_per_req']:.0f} µs/request")
         print(f"on/off throughput ratio {t['ratio_on_off']} (per round {t['per_round_rps']}); "
               f"history written {t['history_written']} of {t['requests_through_history_gateway']} requests, "
               f"dropped {t['history_dropped']}, errors {t['errors']}")
