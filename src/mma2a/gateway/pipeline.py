@@ -327,25 +327,31 @@ class Pipeline:
                 message, view, decision = await self.prepare(message, configuration, target)
             except MMA2AError as exc:
                 self.feed.record(message, [], f"refused {exc.code}: {exc.message}")
-                if self.history is not None:
-                    self.history.record(DecisionRecord(str(message.get("messageId", "")), time.time(), current_sender(),
-                                                       refused_parts(message), (), f"refused {exc.code}: {exc.message}",
-                                                       time.perf_counter() - t0))
+                self._remember_refusal(message, exc, t0)
                 raise
             if s is not None:
                 s.set_attribute("mma2a.modalities", [p.modality for p in decision.parts])
                 s.set_attribute("mma2a.targets", list(decision.targets()))
                 s.set_attribute("mma2a.rules", sorted({r for p in decision.parts for r in p.matched}))
         result = await self.execute(message, configuration, decision)
-        elapsed = time.perf_counter() - t0
-        self.metrics.request_seconds.observe(elapsed)
+        self.metrics.request_seconds.observe(time.perf_counter() - t0)
         task = result.get("task")
         outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
         self.feed.record(message, route_summary(decision), outcome)
+        self._remember(view, decision, outcome, t0)
+        return result
+
+    def _remember(self, view: MessageView, decision: RouteDecision, outcome: str, t0: float) -> None:
+        """The decision and its outcome to the history (a no-op without one)."""
         if self.history is not None:
             self.history.record(DecisionRecord(view.message_id, time.time(), current_sender(), view.parts, decision.parts,
-                                               outcome, elapsed, view.receivers))
-        return result
+                                               outcome, time.perf_counter() - t0, view.receivers))
+
+    def _remember_refusal(self, message: dict[str, Any], exc: MMA2AError, t0: float) -> None:
+        if self.history is not None:
+            self.history.record(DecisionRecord(str(message.get("messageId", "")), time.time(), current_sender(),
+                                               refused_parts(message), (), f"refused {exc.code}: {exc.message}",
+                                               time.perf_counter() - t0))
 
     async def execute(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision
@@ -406,7 +412,12 @@ class Pipeline:
     ) -> AsyncIterator[dict[str, Any]]:
         """SendStreamingMessage: one target streams through as it is; a fan-out streams each leg's
         artifacts as the leg finishes, then the aggregate's final status."""
-        message, view, decision = await self.prepare(message, configuration, target)
+        t0 = time.perf_counter()
+        try:
+            message, view, decision = await self.prepare(message, configuration, target)
+        except MMA2AError as exc:
+            self._remember_refusal(message, exc, t0)
+            raise
         route = route_summary(decision)
         targets = decision.targets()
         dropped = any(pr.dropped for pr in decision.parts)
@@ -416,7 +427,9 @@ class Pipeline:
             return
         single = len(targets) == 1 and not dropped and not any(t.via for pr in decision.parts for t in pr.targets)
         if not single or not ((self.directory.get(targets[0]).card.get("capabilities") or {}).get("streaming")):
-            yield await self.execute(message, configuration, decision)
+            result = await self.execute(message, configuration, decision)
+            self._remember(view, decision, _outcome(result), t0)
+            yield result
             return
         legs = await self.legs(message, decision)
         record_adaptations(route, legs)
@@ -428,6 +441,7 @@ class Pipeline:
         entry.inflight += 1
         recorded = sent = False
         tid: str | None = None
+        outcome = "unknown"  # the last state the stream reported
         try:
             async for event in self.transport.stream(
                 entry.name, entry.rpc_url, "SendStreamingMessage", params, extension=_declares(entry), token=entry.token,
@@ -439,17 +453,23 @@ class Pipeline:
                         self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid)], route=route))
                         recorded = True
                 sent = True
+                outcome = _outcome(event) or outcome
                 yield event
         except AgentRPCError:
+            outcome = FAILED
             raise
         except DispatchError as exc:
             self.directory.mark(entry.name, ok=False, error=exc.message)
             if sent:  # the stream broke midway: say so on the task the client already has
+                outcome = FAILED
                 yield {"task": failed_task(exc.message, message=message, task_id=tid, route=route)}
             else:  # nothing reached the client yet: the non-streaming path, with its failover
-                yield await self.execute(message, configuration, decision)
+                result = await self.execute(message, configuration, decision)
+                outcome = _outcome(result) or outcome
+                yield result
         finally:
             entry.inflight -= 1
+            self._remember(view, decision, outcome, t0)
 
     async def _stream_fan_out(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
@@ -574,6 +594,14 @@ def cut_history(task: dict[str, Any], history_length: int | None) -> dict[str, A
 def is_direct(decision: RouteDecision) -> bool:
     """Every part goes as it is (no transform, nothing dropped): the exchange can be the agent's own."""
     return all(not pr.dropped and all(not t.via for t in pr.targets) for pr in decision.parts)
+
+
+def _outcome(event: Mapping[str, Any]) -> str:
+    """The task state a result or stream event reports ("message" for a message, "" when it says none)."""
+    if "message" in event:
+        return "message"
+    status = (event.get("task") or event.get("statusUpdate") or {}).get("status") or {}
+    return str(status.get("state") or "")
 
 
 def _declares(entry: AgentEntry) -> bool:
