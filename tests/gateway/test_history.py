@@ -185,3 +185,32 @@ async def test_history_cli_table_json_filters_and_errors(tmp_path):
     assert "0: audio/wav -> -" in table and "refused" in table and "next page: --cursor" in table
     assert bad == 1 and "answered 400: outcome: must be one of" in err
     assert denied == 1 and "answered 403: admin API: invalid token" in derr
+
+
+async def stream(url: str, message: dict[str, Any]) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with c.stream("POST", url + "/", json={"jsonrpc": "2.0", "id": 7, "method": "SendStreamingMessage",
+                                                  "params": message},
+                            headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}) as sse:
+            lines = [ln async for ln in sse.aiter_lines()]
+    events = [json.loads(ln[5:]) for ln in lines if ln.startswith("data:")]
+    return events or [json.loads("".join(lines))]  # an error before the stream starts is one JSON answer
+
+
+async def test_streaming_exchanges_are_recorded_single_fan_out_and_refused(tmp_path):
+    rules = RULES + "  - name: both\n    match: {modality: text/plain}\n    action: {clone_and_route_to: [vision, writer]}\n"
+    specs = {"vision": agent("vision", ["image/*", "text/plain"]), "writer": agent("writer", ["text/plain"])}
+    specs["vision"][0].capabilities.streaming = True  # the single-target stream goes through as it is
+    async with agents(specs) as urls:
+        cfg = {"data_dir": str(tmp_path), "rules": rules, "agents": [{"name": n, "url": u} for n, u in urls.items()]}
+        async with gateway(cfg) as (gw, url):
+            single = await stream(url, msg("s-one", image({"objects": ["cat"]})))
+            fan = await stream(url, msg("s-fan", {"text": "hi"}))
+            refused = await stream(url, msg("s-bad", {"raw": base64.b64encode(wav_bytes()).decode(), "mediaType": "audio/wav"}))
+            async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
+                got = (await c.get("/admin/history")).json()["decisions"]
+    assert len(single) > 1 and single[-1]["result"] and fan[-1]["result"] and refused[-1]["error"]["code"] == -32005
+    assert [(d["messageId"], d["outcome"]) for d in got] == [
+        ("s-bad", "refused"), ("s-fan", "completed"), ("s-one", "completed")]
+    assert got[2]["parts"][0]["targets"] == ["vision"] and got[2]["parts"][0]["matched"] == ["cats"]
+    assert sorted(got[1]["parts"][0]["targets"]) == ["vision", "writer"]
