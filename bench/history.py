@@ -137,7 +137,7 @@ def query_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     http: dict[str, list[float]] = {k: [] for k in QUERIES}
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_ready(url)
+        wait_ready(url, timeout=60)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
             for _ in range(args.repeat):
                 for name, params in QUERIES.items():
@@ -185,8 +185,8 @@ def throughput_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                                            "--log-level", "warning"], env={**os.environ, "PYTHONUNBUFFERED": "1"}))
         pids = {on_port: procs[-2].pid, off_port: procs[-1].pid}
         on_url, off_url = f"http://127.0.0.1:{on_port}", f"http://127.0.0.1:{off_port}"
-        wait_ready(on_url)
-        wait_ready(off_url)
+        wait_ready(on_url, timeout=60)  # a loaded machine starts slowly
+        wait_ready(off_url, timeout=60)
         script = tmp / "post.lua"
         script.write_text(send_message_lua())  # a fresh messageId per request; every answer checked
 
@@ -199,6 +199,7 @@ def throughput_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
 
         for url in (on_url, off_url):
             run(url, 2)
+        time.sleep(1.0)  # the warm-up's decisions are written before the count starts
         written0 = metric(on_url, "mma2a_history_decisions", "written")
         on, off = [], []
         for i in range(args.rounds):  # alternate which goes first, so drift hits both alike
@@ -238,6 +239,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-history-"))
     try:
         result: dict[str, object] = {"query": query_bench(args, tmp)}
+        print(json.dumps(result["query"]), file=sys.stderr)  # kept even if the throughput part fails
         if not args.skip_throughput:
             result["throughput"] = throughput_bench(args, tmp)
     finally:

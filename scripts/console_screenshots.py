@@ -59,9 +59,9 @@ def shoot(url: str, out: Path) -> None:
         wait = WebDriverWait(drv, 20)
         try:
             drv.get(url + "/console#token=" + ADMIN)
-            wait.until(lambda d: "buckets of 60 s" in d.find_element(By.ID, "overview-status").text)
+            wait.until(lambda d: "over 1 hour" in d.find_element(By.ID, "overview-status").text)
             Select(drv.find_element(By.ID, "span")).select_by_value("900")
-            wait.until(lambda d: "buckets of 15 s" in d.find_element(By.ID, "overview-status").text)
+            wait.until(lambda d: "over 15 min" in d.find_element(By.ID, "overview-status").text)
             drv.save_screenshot(str(out / "console-overview.png"))
             drv.find_element(By.CSS_SELECTOR, "#tabs [data-tab=history]").click()
             form = drv.find_element(By.ID, "history-filters")

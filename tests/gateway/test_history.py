@@ -104,7 +104,7 @@ async def test_history_bad_filters_name_the_parameter(tmp_path):
                 r = await c.get("/admin/history?" + query, headers=AUTH)
                 answers[query] = (r.status_code, r.json()["error"]["message"])
             bad_by = await c.get("/admin/history/counts?by=rule", headers=AUTH)
-            bad_bucket = await c.get("/admin/history/counts?since=7d&bucket=1", headers=AUTH)
+            buckets = [await c.get(f"/admin/history/counts?since=7d&bucket={b}", headers=AUTH) for b in (1, 90, 60)]
     assert anon.status_code == 401
     assert answers == {
         "since=yesterday": (400, "since: must be an ISO 8601 time, seconds since the epoch, or a duration such as 1h; "
@@ -121,7 +121,10 @@ async def test_history_bad_filters_name_the_parameter(tmp_path):
     }
     assert bad_by.status_code == 400 and bad_by.json()["error"]["message"] == (
         "by: must be modality, agent or outcome, got 'rule'")
-    assert bad_bucket.status_code == 400 and bad_bucket.json()["error"]["message"].startswith("bucket: 1 s makes more than")
+    assert [(r.status_code, r.json()["error"]["message"]) for r in buckets] == [
+        (400, "bucket: must be an integer from 60 to 31622400, got '1'"),
+        (400, "bucket: must be a whole number of minutes in seconds (60, 120, ...), got 90"),
+        (400, "bucket: 60 s makes more than 2000 buckets over that span; use a larger bucket or a shorter span")]
 
 
 async def test_dry_run_re_decides_recent_history_under_candidate_rules(tmp_path):

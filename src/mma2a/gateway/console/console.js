@@ -117,7 +117,7 @@ let overviewSeq = 0;
 async function loadOverview() {
   const seq = ++overviewSeq;  // a slower, older answer must not overwrite a newer one
   const span = Number($("span").value);
-  const bucket = Math.max(1, Math.ceil(span / 60));
+  const bucket = 60 * Math.max(1, Math.ceil(span / 3600));  // whole minutes, about 60 points
   try {
     const [mod, agent] = await Promise.all(["modality", "agent"].map((by) =>
       api(`/admin/history/counts?by=${by}&since=${span}s&bucket=${bucket}`)));
@@ -126,7 +126,7 @@ async function loadOverview() {
     chart($("chart-traffic-agent"), agent.series, 1, span, "/bucket");
     chart($("chart-latency-modality"), mod.series, 2, span, "ms");
     chart($("chart-latency-agent"), agent.series, 2, span, "ms");
-    $("overview-status").textContent = `buckets of ${bucket} s`;
+    $("overview-status").textContent = `buckets of ${bucket / 60} min over ${$("span").selectedOptions[0].textContent}`;
   } catch (e) { $("overview-status").textContent = "error: " + e.message; }
 }
 

@@ -134,8 +134,11 @@ def history_routes(gw: Gateway, guard: Callable[[Any], Any]) -> list[Route]:
         until = parse_time("until", q["until"], now) if q.get("until") else now
         if until <= since:
             raise InvalidParams("until: must be later than since", field="until")
-        auto = max(1, math.ceil((until - since) / 60))
-        bucket = _int(q, "bucket", auto, 1, 366 * 86400)
+        auto = 60 * max(1, math.ceil((until - since) / 3600))  # about 60 buckets, whole minutes
+        bucket = _int(q, "bucket", auto, 60, 366 * 86400)
+        if bucket % 60:
+            raise InvalidParams(f"bucket: must be a whole number of minutes in seconds (60, 120, ...), got {bucket}",
+                                field="bucket")
         if (until - since) / bucket > MAX_BUCKETS:
             raise InvalidParams(f"bucket: {bucket} s makes more than {MAX_BUCKETS} buckets over that span; "
                                 "use a larger bucket or a shorter span", field="bucket")

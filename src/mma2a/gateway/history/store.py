@@ -26,13 +26,10 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE INDEX IF NOT EXISTS decisions_ts ON decisions(ts);
 CREATE INDEX IF NOT EXISTS decisions_sender ON decisions(sender, id);
 CREATE INDEX IF NOT EXISTS decisions_outcome ON decisions(outcome, id);
-CREATE INDEX IF NOT EXISTS decisions_message ON decisions(message_id);
 CREATE TABLE IF NOT EXISTS tags (
   kind TEXT NOT NULL, value TEXT NOT NULL, decision_id INTEGER NOT NULL, ts REAL NOT NULL, latency_ms REAL NOT NULL,
   PRIMARY KEY (kind, value, decision_id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS tags_decision ON tags(decision_id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS tags_time ON tags(kind, ts);
 CREATE TABLE IF NOT EXISTS minutes (
   kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NOT NULL, n INTEGER NOT NULL, latency_sum REAL NOT NULL,
   latency_max REAL NOT NULL, PRIMARY KEY (kind, minute, value)) WITHOUT ROWID;
@@ -147,24 +144,28 @@ class HistoryStore:
             raise
 
     def prune(self, now: float) -> int:
-        """Delete decisions older than `max_age_s`, then the oldest until the rest fit `max_bytes`; returns how many."""
+        """Delete decisions older than `max_age_s`, then the oldest until the rest fit `max_bytes`; returns how many.
+
+        Deletion goes by id (write order): every decision up to the newest one past the age,
+        or up to the one where the newest rows fill 90% of the byte budget.
+        """
         db = self._writer
         db.execute("BEGIN IMMEDIATE")
         try:
             cutoff = now - self.max_age_s
-            db.execute("DELETE FROM tags WHERE decision_id IN (SELECT id FROM decisions WHERE ts < ?)", (cutoff,))
-            removed = db.execute("DELETE FROM decisions WHERE ts < ?", (cutoff,)).rowcount
-            db.execute("DELETE FROM minutes WHERE minute < ?", (int(cutoff // 60),))
-            total = db.execute("SELECT COALESCE(SUM(size), 0) FROM decisions").fetchone()[0]
+            cut = db.execute("SELECT MAX(id) FROM decisions WHERE ts < ?", (cutoff,)).fetchone()[0]
+            total = db.execute("SELECT COALESCE(SUM(size), 0) FROM decisions WHERE id > ?", (cut or 0,)).fetchone()[0]
             if total > self.max_bytes:  # keep the newest rows that fit in 90% of the budget
                 row = db.execute(
                     "SELECT id FROM (SELECT id, SUM(size) OVER (ORDER BY id DESC) AS kept FROM decisions) "
                     "WHERE kept > ? ORDER BY id DESC LIMIT 1", (int(self.max_bytes * 0.9),)).fetchone()
-                if row is not None:
-                    db.execute("DELETE FROM tags WHERE decision_id <= ?", (row[0],))
-                    removed += db.execute("DELETE FROM decisions WHERE id <= ?", (row[0],)).rowcount
-                    oldest = db.execute("SELECT MIN(ts) FROM decisions").fetchone()[0]
-                    db.execute("DELETE FROM minutes WHERE minute < ?", (int((oldest or now) // 60),))
+                cut = max(cut or 0, row[0]) if row is not None else cut
+            removed = 0
+            if cut is not None:
+                db.execute("DELETE FROM tags WHERE decision_id <= ?", (cut,))
+                removed = db.execute("DELETE FROM decisions WHERE id <= ?", (cut,)).rowcount
+                oldest = db.execute("SELECT MIN(ts) FROM decisions").fetchone()[0]
+                db.execute("DELETE FROM minutes WHERE minute < ?", (int((oldest if oldest is not None else now) // 60),))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -228,28 +229,17 @@ class HistoryStore:
         return out, (str(rows[-1][0]) if more and rows else None)
 
     def counts(self, by: str, since: float, until: float, bucket: int) -> list[dict[str, Any]]:
-        """Decisions per `by` value (modality, agent or outcome) per time bucket, with mean and max latency.
-
-        Whole-minute buckets read the per-minute rollup the writer keeps (the span widened to
-        whole minutes); others count the tag rows themselves.
-        """
-        kind = COUNT_KINDS[by]
-        if bucket % 60 == 0:
-            step = bucket // 60
-            since, until = since // 60 * 60, -(-until // 60) * 60
-            sql = ("SELECT minute / ? AS b, value, SUM(n), SUM(latency_sum) / SUM(n), MAX(latency_max) FROM minutes "
-                   "WHERE kind = ? AND minute >= ? AND minute < ? GROUP BY b, value ORDER BY b")
-            params: list[Any] = [step, kind, int(since // 60), int(until // 60)]
-        elif by == "outcome":
-            sql = ("SELECT CAST(ts / ? AS INTEGER) AS b, outcome, COUNT(*), AVG(latency_ms), MAX(latency_ms) "
-                   "FROM decisions WHERE ts >= ? AND ts < ? GROUP BY b, outcome ORDER BY b")
-            params = [bucket, since, until]
-        else:
-            sql = ("SELECT CAST(ts / ? AS INTEGER) AS b, value, COUNT(*), AVG(latency_ms), MAX(latency_ms) "
-                   "FROM tags INDEXED BY tags_time WHERE kind = ? AND ts >= ? AND ts < ? GROUP BY b, value ORDER BY b")
-            params = [bucket, kind, since, until]
+        """Decisions per `by` value (modality, agent or outcome) per time bucket (whole minutes), with mean and
+        max latency, from the per-minute rollup the writer keeps; the span is widened to whole minutes."""
+        if bucket % 60:
+            raise ValueError("bucket: a whole number of minutes, in seconds")
+        step = bucket // 60
+        rows = self._read(
+            "SELECT minute / ? AS b, value, SUM(n), SUM(latency_sum) / SUM(n), MAX(latency_max) FROM minutes "
+            "WHERE kind = ? AND minute >= ? AND minute < ? GROUP BY b, value ORDER BY b",
+            [step, COUNT_KINDS[by], int(since // 60), -int(-until // 60)])
         series: dict[str, list[list[Any]]] = {}
-        for b, key, count, avg, peak in self._read(sql, params):
+        for b, key, count, avg, peak in rows:
             series.setdefault(key, []).append([iso_time(b * bucket), count, round(avg, 3), round(peak, 3)])
         return [{"key": k, "points": v} for k, v in sorted(series.items())]
 
