@@ -96,7 +96,8 @@ async def demo_network(mode: str = "native") -> AsyncIterator[tuple[Gateway, str
             agents.append({"name": ref.name, "url": url, "transformer": ref.transformer})
         port = free_port()
         gw = Gateway(parse_config({"listen": f"127.0.0.1:{port}", "rules": DEMO_RULES, "mode": mode, "agents": agents,
-                                   "log_decisions": False, "admin": {"token_env": None}}))
+                                   "log_decisions": False, "admin": {"token_env": None},
+                                   "history": {"enabled": False}}))  # a throwaway gateway: nothing to keep
         url = await stack.enter_async_context(running(gw.app, "127.0.0.1", port))
         yield gw, url
 

@@ -124,7 +124,8 @@ async def eval_network(llm: ChatReasonerConfig | None = None) -> AsyncIterator[E
         for mode in ("native", "text-bottleneck"):
             port = free_port()
             gw = Gateway(parse_config({"listen": f"127.0.0.1:{port}", "mode": mode, "agents": agents, "log_decisions": False,
-                                       "admin": {"token_env": None}, "timeout_s": 120}))
+                                       "admin": {"token_env": None}, "timeout_s": 120,
+                                       "history": {"enabled": False}}))  # throwaway gateways: nothing to keep
             gateways[mode] = await stack.enter_async_context(running(gw.app, "127.0.0.1", port))
         yield EvalNetwork(gateways, {"capable": capable, "keyword": "keyword"})
 
