@@ -114,7 +114,7 @@ def test_send_says_when_no_gateway_comes(tmp_path: Path) -> None:
     proc = mma2a("send", str(tmp_path / "note.txt"), "--gateway", f"http://127.0.0.1:{port}", "--wait", "0.5")
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"error: cannot reach the gateway at http://127.0.0.1:{port} (waited 0.5 s): ")
-    assert "is `mma2a serve` running there? (--wait SECONDS waits longer)" in proc.stderr
+    assert "is `mma2a serve` running there? (to wait longer: --wait SECONDS, or wait= in the SDK)" in proc.stderr
 
 
 # --- a network started as the README starts it -------------------------------------------

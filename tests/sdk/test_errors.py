@@ -219,3 +219,13 @@ async def _slow(data: bytes, chunk: int = 8000) -> AsyncIterator[bytes]:
     for i in range(0, len(data), chunk):
         yield data[i : i + chunk]
         await asyncio.sleep(0.01)
+
+
+async def test_connect_waits_for_a_gateway_then_says_how_long() -> None:
+    from mma2a.serving import free_port
+
+    port = free_port()
+    with pytest.raises(GatewayUnreachable) as info:
+        await MultimodalClient.connect(f"http://127.0.0.1:{port}", wait=0.4)
+    assert info.value.message.startswith(f"cannot reach the gateway at http://127.0.0.1:{port} (waited 0.4 s): ")
+    assert info.value.message.endswith("is `mma2a serve` running there? (to wait longer: --wait SECONDS, or wait= in the SDK)")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,46 +29,6 @@ def parse_feature(text: str) -> tuple[str, Any]:
     return name.strip(), value
 
 
-async def wait_for_gateway(gateway: str, wait_s: float, *, notes: list[str]) -> None:
-    """Poll `/healthz` until the gateway answers and its configured agents are registered, for up to `wait_s`.
-
-    Raises `GatewayUnreachable` when nothing answered in time; a gateway whose agents are
-    not all up by then is used anyway (with a note).
-    """
-    import httpx
-
-    from ..errors import GatewayUnreachable
-
-    deadline = time.monotonic() + max(0.0, wait_s)
-    last: str = ""
-    answered = False
-    async with httpx.AsyncClient(timeout=5.0) as http:
-        while True:
-            try:
-                resp = await http.get(gateway + "/healthz")
-                answered = True
-                if resp.status_code != 200:
-                    return  # not an mma2a gateway (or /healthz guarded): nothing more to wait for
-                health = resp.json()
-                registered, configured = int(health.get("agents", 0)), int(health.get("configuredAgents", 0))
-                if registered >= configured:
-                    return
-                last = f"{registered} of {configured} configured agents registered"
-            except httpx.RequestError as exc:
-                last = str(exc) or type(exc).__name__
-            except ValueError:
-                return
-            if time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(0.2)
-    if answered:
-        notes.append(f"note: after {wait_s:g} s only {last}; sending anyway")
-        return
-    raise GatewayUnreachable(
-        f"cannot reach the gateway at {gateway} (waited {wait_s:g} s): {last}; "
-        "is `mma2a serve` running there? (--wait SECONDS waits longer)", field="url")
-
-
 async def _send(gateway: str, files: list[Path], *, text: str | None, to: str | None, extract: bool,
                 features: dict[str, Any], inline_limit: int, wait_s: float, notes: list[str],
                 progress: Any) -> dict[str, Any]:
@@ -85,9 +44,8 @@ async def _send(gateway: str, files: list[Path], *, text: str | None, to: str | 
             tasks[name] = progress.add_task(f"upload {name}", total=total)
         progress.update(tasks[name], advance=sent)
 
-    await wait_for_gateway(gateway, wait_s, notes=notes)
     async with await MultimodalClient.connect(gateway, extract_features=extract, inline_limit=inline_limit,
-                                              progress=advance) as client:
+                                              progress=advance, wait=wait_s, notes=notes) as client:
         reply = await client.send(*files, text=text, to=to, features=features or None)
     if reply.task is not None:
         return {"task": normalize_json(json_format.MessageToDict(reply.task))}
@@ -126,7 +84,7 @@ def route_line(r: dict[str, Any]) -> str:
 def send(
     files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Files to send, one part each", exists=True,
                                                 dir_okay=False)],
-    gateway: Annotated[str, typer.Option(help="Gateway base URL")] = "http://127.0.0.1:8800",
+    gateway: Annotated[str, typer.Option(envvar="MMA2A_GATEWAY", help="Gateway base URL")] = "http://127.0.0.1:8800",
     to: Annotated[str | None, typer.Option("--to", help="Send every part to this agent instead of routing")] = None,
     text: Annotated[str | None, typer.Option(help="A text part to add first")] = None,
     feature: Annotated[list[str] | None, typer.Option(

@@ -63,7 +63,7 @@ from ..proto import message_from_json, part_to_json
 from .items import Blob, Embedding, File, Item, Live, Text, as_item
 from .parts import PayloadReader
 from .reply import Reply, ReplyStream, reply_from_events
-from .transfer import GatewayStore, unreachable
+from .transfer import GatewayStore, unreachable, wait_for_gateway
 
 INLINE_LIMIT = 256 * 1024
 EXTRACT_LIMIT = 16 * 1024 * 1024  # above this, features of an uploaded file are its size and digest only
@@ -129,16 +129,22 @@ class MultimodalClient:
         token: str | None = None,
         api_key: str | None = None,
         timeout: float = 60.0,
+        wait: float = 0.0,
+        notes: list[str] | None = None,
         **kwargs: Any,
     ) -> MultimodalClient:
         """Fetch the Agent Card at `url` (a gateway, a gateway's `/agents/{name}/`, or any A2A agent).
 
         `gateway` is where big payloads and live streams go (default: `url`'s origin when
-        it is an mma2a gateway). `GatewayUnreachable` when nothing answers.
+        it is an mma2a gateway). With `wait` seconds, a gateway that is still starting is
+        waited for (and its configured agents, per `/healthz`; `notes` receives a line if
+        some never came). `GatewayUnreachable` when nothing answers.
         """
         if "features" in kwargs:
             raise TypeError("connect(): local extraction is `extract_features=True`; a producer's own features "
                             "go to `send(..., features={'camera': 'dock-3'})`")
+        if wait > 0:
+            await wait_for_gateway(url.rstrip("/"), wait, notes=notes)
         headers = {VERSION_HEADER: "1.0"}
         if token:
             headers["Authorization"] = f"Bearer {token}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,40 @@ class GatewayStore:
         if info.get("size") != sent:
             raise PayloadError(f"streaming: sent {sent} bytes but the gateway holds {info.get('size')}", field="stream")
         return info
+
+
+async def wait_for_gateway(gateway: str, wait_s: float, *, notes: list[str] | None = None) -> None:
+    """Poll `/healthz` until the gateway answers and its configured agents are registered, for up to `wait_s`.
+
+    Raises `GatewayUnreachable` when nothing answered in time; a gateway whose agents are
+    not all up by then is used anyway (with a note).
+    """
+    deadline = time.monotonic() + max(0.0, wait_s)
+    last: str = ""
+    answered = False
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        while True:
+            try:
+                resp = await http.get(gateway + "/healthz")
+                answered = True
+                if resp.status_code != 200:
+                    return  # not an mma2a gateway (or /healthz guarded): nothing more to wait for
+                health = resp.json()
+                registered, configured = int(health.get("agents", 0)), int(health.get("configuredAgents", 0))
+                if registered >= configured:
+                    return
+                last = f"{registered} of {configured} configured agents registered"
+            except httpx.RequestError as exc:
+                last = str(exc) or type(exc).__name__
+            except ValueError:
+                return
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.2)
+    if answered:
+        if notes is not None:
+            notes.append(f"note: after {wait_s:g} s only {last}; sending anyway")
+        return
+    raise GatewayUnreachable(
+        f"cannot reach the gateway at {gateway} (waited {wait_s:g} s): {last}; "
+        "is `mma2a serve` running there? (to wait longer: --wait SECONDS, or wait= in the SDK)", field="url")

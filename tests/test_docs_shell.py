@@ -1,0 +1,118 @@
+"""Every shell block of README.md and docs/*.md runs as pasted (issue 23).
+
+Each file's `bash` blocks run in order in one fresh directory (with `docs/` linked in, so
+paths like `docs/examples/rules.yaml` resolve), with the `mma2a` script on PATH. Servers a
+block starts in the background keep running for the next blocks and are stopped at the
+end. The only edit is the port numbers (8800, 9101, ...): each is replaced, consistently in
+one file, by a free port, so parallel test runs on one machine do not collide; `mma2a send`'s
+default gateway follows through `MMA2A_GATEWAY`. A block the
+suite cannot run says why just before it: `<!-- no-test: reason -->`. Every fence must name
+its language, so a shell block cannot pass unnoticed as plain text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mma2a.serving import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+SKIP = re.compile(r"<!-- no-test: (.+?) -->\s*\Z", re.S)
+SHELL = {"bash", "sh", "shell", "console"}
+PORT = re.compile(r"(?<=127\.0\.0\.1:)(\d{4,5})\b|(?<=--port )(\d{4,5})\b")
+MAX_SKIPS = 10  # few, each with its reason in the markdown
+
+# What the blocks of a file must print (stdout of all its blocks together), besides exiting 0.
+EXPECTED = {
+    "README.md": ["part 0 (text/plain) → analyst [capability]", "part 1 (image/png) → vision [capability]", " completed"],
+    "rules.md": ["docs/examples/rules.yaml: 3 rules OK (default capability:any)", "-> vision  [capability]"],
+    "features.md": ['"file": "line-3.mp4"', '"codec": "h264"'],
+}
+
+
+@dataclass
+class Block:
+    file: Path
+    line: int
+    lang: str
+    code: str
+    skip: str | None
+
+
+def blocks(path: Path) -> list[Block]:
+    text = path.read_text(encoding="utf-8")
+    out = []
+    for m in FENCE.finditer(text):
+        before = SKIP.search(text[: m.start()])
+        out.append(Block(path, text.count("\n", 0, m.start()) + 1, m.group(1).strip(), m.group(2),
+                         before.group(1) if before else None))
+    return out
+
+
+def shell_blocks(path: Path) -> list[Block]:
+    return [b for b in blocks(path) if b.lang in SHELL and b.skip is None]
+
+
+def test_every_fence_names_its_language_and_every_skip_says_why() -> None:
+    unnamed = [f"{b.file.name}:{b.line}" for f in FILES for b in blocks(f) if not b.lang]
+    assert unnamed == [], "fences without a language (bash, text, yaml, python, json ...)"
+    skipped = [(f"{b.file.name}:{b.line}", b.skip) for f in FILES for b in blocks(f) if b.skip is not None]
+    assert all(reason and len(reason) > 10 for _, reason in skipped), skipped
+    assert len(skipped) <= MAX_SKIPS, skipped
+    assert {b.file.name for f in FILES for b in shell_blocks(f)} >= set(EXPECTED)
+
+
+def _stop(groups: list[int]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+        if sig == signal.SIGTERM:
+            time.sleep(1.0)
+
+
+@pytest.mark.parametrize("path", [f for f in FILES if shell_blocks(f)], ids=lambda p: p.name)
+def test_shell_blocks_run_as_pasted(path: Path, tmp_path: Path) -> None:
+    (tmp_path / "docs").symlink_to(ROOT / "docs")
+    ports: dict[str, str] = {}
+
+    def port(m: re.Match[str]) -> str:
+        found = m.group(0)
+        return ports.setdefault(found, str(free_port()))
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", "COLUMNS": "100"}
+    runnable = shell_blocks(path)
+    for block in runnable:
+        PORT.sub(port, block.code)  # number the ports in order of appearance
+    if "8800" in ports:
+        env["MMA2A_GATEWAY"] = f"http://127.0.0.1:{ports['8800']}"
+    groups: list[int] = []
+    printed = []
+    try:
+        for i, block in enumerate(runnable):
+            out, err = tmp_path / f"block{i}.out", tmp_path / f"block{i}.err"
+            with out.open("w") as o, err.open("w") as e:
+                proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", PORT.sub(port, block.code)], cwd=tmp_path,
+                                        env=env, stdout=o, stderr=e, start_new_session=True)
+                groups.append(proc.pid)
+                code = proc.wait(timeout=180)
+            printed.append(out.read_text())
+            assert code == 0, f"{path.name}:{block.line} exited {code}\nstdout:\n{out.read_text()}\nstderr:\n{err.read_text()[-4000:]}"
+    finally:
+        _stop(groups)
+    stdout = "".join(printed)
+    for want in EXPECTED.get(path.name, []):
+        assert want in stdout, f"{path.name}: {want!r} not in what its blocks printed:\n{stdout}"
