@@ -33,6 +33,17 @@ def mma2a(*args: str, timeout: float = 120, env: dict[str, str] | None = None, c
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
 
 
+def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """The command in this process (typer's runner): what the user sees, without a Python start-up per call."""
+    from mma2a.cli.main import _register
+
+    _register()
+    result = CliRunner().invoke(app, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
 def start(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
 
@@ -91,10 +102,10 @@ def test_agent_on_a_taken_port_is_one_line_with_status_2() -> None:
 def test_serve_with_a_bad_rules_file_names_the_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text("rules:\n  - name: a\n    match: {modality: image}\n    action: {route_too: x}\n")
     (tmp_path / "gateway.yaml").write_text(f"listen: 127.0.0.1:{free_port()}\nrules: rules.yaml\n")
-    proc = mma2a("serve", "--config", str(tmp_path / "gateway.yaml"))
-    assert proc.returncode == 2
+    code, _, err = cli("serve", "--config", str(tmp_path / "gateway.yaml"))
+    assert code == 2
     rules = tmp_path / "rules.yaml"
-    assert proc.stderr.splitlines() == [
+    assert err.splitlines() == [
         f"error: {rules}:3: rule 'a': match.modality: 'image' is not a media type (expected type/subtype); did you mean 'image/*'?",
         f"error: {rules}:4: rule 'a': action.route_too: unknown action (expected one of route_to, broadcast_to, load_balance, "
         "transform, drop, clone_and_route_to, capability); did you mean 'route_to'?",
@@ -103,18 +114,27 @@ def test_serve_with_a_bad_rules_file_names_the_file_and_line(tmp_path: Path) -> 
 
 def test_serve_with_a_bad_config_field_names_it(tmp_path: Path) -> None:
     (tmp_path / "gateway.yaml").write_text("agents:\n  - {name: v, url: ftp://x}\n")
-    proc = mma2a("serve", "--config", str(tmp_path / "gateway.yaml"))
+    code, _, err = cli("serve", "--config", str(tmp_path / "gateway.yaml"))
+    assert code == 2
+    assert err == f"error: {tmp_path / 'gateway.yaml'}: agents.0.url: Value error, must be an http:// or https:// URL\n"
+
+
+def test_serve_with_an_unreachable_cluster_is_one_line_and_closes_what_it_opened() -> None:
+    env = {**os.environ, "MMA2A_URL_SECRET": "first-hour-cluster-secret"}
+    nats = f"nats://127.0.0.1:{free_port()}"
+    proc = mma2a("serve", "--port", str(free_port()), "--cluster", nats, env=env)
     assert proc.returncode == 2
-    assert proc.stderr == f"error: {tmp_path / 'gateway.yaml'}: agents.0.url: Value error, must be an http:// or https:// URL\n"
+    # one line: no traceback, no "Unclosed client session" or "Task was destroyed" after it
+    assert proc.stderr == f"error: cluster.nats: cannot connect to {nats}: nats: no servers available for connection\n"
 
 
 def test_send_says_when_no_gateway_comes(tmp_path: Path) -> None:
     (tmp_path / "note.txt").write_text("hello")
     port = free_port()
-    proc = mma2a("send", str(tmp_path / "note.txt"), "--gateway", f"http://127.0.0.1:{port}", "--wait", "0.5")
-    assert proc.returncode == 1
-    assert proc.stderr.startswith(f"error: cannot reach the gateway at http://127.0.0.1:{port} (waited 0.5 s): ")
-    assert "is `mma2a serve` running there? (to wait longer: --wait SECONDS, or wait= in the SDK)" in proc.stderr
+    code, _, err = cli("send", str(tmp_path / "note.txt"), "--gateway", f"http://127.0.0.1:{port}", "--wait", "0.5")
+    assert code == 1
+    assert err.startswith(f"error: cannot reach the gateway at http://127.0.0.1:{port} (waited 0.5 s): ")
+    assert err.endswith("is `mma2a serve` running there? (to wait longer: --wait SECONDS, or wait= in the SDK)\n")
 
 
 # --- a network started as the README starts it -------------------------------------------
@@ -123,7 +143,7 @@ def test_send_says_when_no_gateway_comes(tmp_path: Path) -> None:
 def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """vision, analyst and speech agents and a gateway; `send` is started before the gateway, as `&` in a shell races."""
     d = tmp_path_factory.mktemp("network")
-    assert mma2a("samples", str(d), "--only", "crack.png").returncode == 0
+    assert cli("samples", str(d), "--only", "crack.png")[0] == 0
     (d / "tone.wav").write_bytes(wav_bytes(1.0))
     ports = {name: free_port() for name in ("vision", "analyst", "speech", "gateway")}
     (d / "gateway.yaml").write_text(
@@ -172,51 +192,50 @@ def test_the_banner_comes_when_the_gateway_listens(network: dict[str, Any]) -> N
 
 
 def test_send_feature_reaches_a_rule(network: dict[str, Any]) -> None:
-    proc = mma2a("send", str(network["dir"] / "crack.png"), "--gateway", network["gateway"], "--feature", "camera=dock-3")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[0] == "part 0 (image/png) → analyst [rule dock-3-to-analyst]"
+    code, out, err = cli("send", str(network["dir"] / "crack.png"), "--gateway", network["gateway"], "--feature", "camera=dock-3")
+    assert code == 0, err
+    assert out.splitlines()[0] == "part 0 (image/png) → analyst [rule dock-3-to-analyst]"
 
 
 def test_send_json_prints_integers_as_integers(network: dict[str, Any]) -> None:
-    proc = mma2a("send", str(network["dir"] / "crack.png"), "--gateway", network["gateway"], "--json")
-    assert proc.returncode == 0, proc.stderr
-    route = json.loads(proc.stdout)["task"]["metadata"]["https://mma2a.dev/ext/multimodal/v1"]["route"]
+    code, out, err = cli("send", str(network["dir"] / "crack.png"), "--gateway", network["gateway"], "--json")
+    assert code == 0, err
+    route = json.loads(out)["task"]["metadata"]["https://mma2a.dev/ext/multimodal/v1"]["route"]
     assert route[0]["index"] == 0 and isinstance(route[0]["index"], int)
-    assert '"index": 0.0' not in proc.stdout and ".0," not in proc.stdout.replace('"fps": 10.0', "")
+    assert '"index": 0.0' not in out and ".0," not in out
 
 
 def test_send_failure_says_why_and_exits_1(network: dict[str, Any]) -> None:
     # a tone holds no words: speech transcribes it to "", and the analyst fails on the empty text
-    proc = mma2a("send", str(network["dir"] / "tone.wav"), "--gateway", network["gateway"], "--to", "analyst")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout, proc.stderr
-    assert proc.stdout.splitlines()[0] == ("part 0 (audio/wav) → analyst via speech (audio/wav → text/plain) "
-                                           "[text bottleneck: fallback] [capability]")
-    assert re.search(r"^task \S+ failed$", proc.stdout, re.M)
-    assert proc.stderr.strip().splitlines()[-1].startswith("failed: ")
-    assert "Message.text cannot be empty" in proc.stderr
+    code, out, err = cli("send", str(network["dir"] / "tone.wav"), "--gateway", network["gateway"], "--to", "analyst")
+    assert code == 1, out + err
+    assert out.splitlines()[0] == ("part 0 (audio/wav) → analyst via speech (audio/wav → text/plain) "
+                                   "[text bottleneck: fallback] [capability]")
+    assert re.search(r"^task \S+ failed$", out, re.M)
+    assert err.strip().splitlines()[-1].startswith("failed: ")
+    assert "Message.text cannot be empty" in err
 
 
 def test_agents_without_a_token_says_which_variable(network: dict[str, Any]) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "MMA2A_ADMIN_TOKEN"}
-    proc = mma2a("agents", "--gateway", network["gateway"], env=env)
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("error: the admin API needs the gateway's admin token: set MMA2A_ADMIN_TOKEN")
-    proc = mma2a("agents", "--gateway", network["gateway"], "--token-env", "FIRST_HOUR_TOKEN", env={**env, "FIRST_HOUR_TOKEN": "wrong"})
-    assert proc.returncode == 1
-    assert proc.stderr.startswith(f"error: {network['gateway']} answered 40")
-    assert proc.stderr.endswith("the token in FIRST_HOUR_TOKEN is not the gateway's admin token\n")
+    code, _, err = cli("agents", "--gateway", network["gateway"], env={"MMA2A_ADMIN_TOKEN": ""})
+    assert code == 2
+    assert err == ("error: the admin API needs the gateway's admin token: set MMA2A_ADMIN_TOKEN (the variable named by "
+                   "admin.token_env in its config), or --token-env NAME\n")
+    code, _, err = cli("agents", "--gateway", network["gateway"], "--token-env", "FIRST_HOUR_TOKEN", env={"FIRST_HOUR_TOKEN": "wrong"})
+    assert code == 1
+    assert err.startswith(f"error: {network['gateway']} answered 40")
+    assert err.endswith("the token in FIRST_HOUR_TOKEN is not the gateway's admin token\n")
 
 
 def test_agents_table_fits_80_columns(network: dict[str, Any]) -> None:
-    env = {**network["env"], "COLUMNS": "80"}
-    proc = mma2a("agents", "--gateway", network["gateway"], "--token-env", "FIRST_HOUR_TOKEN", env=env)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    code, out, err = cli("agents", "--gateway", network["gateway"], "--token-env", "FIRST_HOUR_TOKEN",
+                         env={"FIRST_HOUR_TOKEN": TOKEN, "COLUMNS": "80"})
+    assert code == 0, err
+    lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80
     cells = " ".join(lines)
     for name in ("vision", "analyst", "speech"):
-        assert f"│ {name} " in proc.stdout
+        assert f"│ {name} " in out
     assert "image/webp" in cells and "audio/x-wav" in cells and "…" not in cells
 
 
@@ -235,21 +254,21 @@ def test_help_has_no_type_noise() -> None:
 
 
 def test_bench_routing_takes_several_counts_after_one_option() -> None:
-    proc = mma2a("bench", "routing", "--rules", "10", "20", "--messages", "50", "--linear-messages", "20", "--rounds", "1",
-                 "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert [json.loads(line)["rules"] for line in proc.stdout.splitlines()] == [10, 20]
+    code, out, err = cli("bench", "routing", "--rules", "10", "20", "--messages", "50", "--linear-messages", "20", "--rounds", "1",
+                         "--json")
+    assert code == 0, err
+    assert [json.loads(line)["rules"] for line in out.splitlines()] == [10, 20]
 
 
 def test_samples_writes_the_media_the_docs_use(tmp_path: Path) -> None:
-    proc = mma2a("samples", str(tmp_path / "media"))
-    assert proc.returncode == 0, proc.stderr
+    code, _, err = cli("samples", str(tmp_path / "media"))
+    assert code == 0, err
     from mma2a.features.producer import sniff_modality
 
     kinds = {p.name: sniff_modality((tmp_path / "media" / p.name).read_bytes()[:4096], p.name)
              for p in (tmp_path / "media").iterdir()}
     assert kinds == {"crack.png": "image/png", "line-3.mp4": "video/mp4", "voice.wav": "audio/wav",
                      "cube.obj": "model/obj", "report.txt": "text/plain"}
-    proc = mma2a("samples", str(tmp_path / "media" / "crack.png"))
-    assert proc.returncode == 2
-    assert proc.stderr == f"error: {tmp_path / 'media' / 'crack.png'}: exists and is not a directory\n"
+    code, _, err = cli("samples", str(tmp_path / "media" / "crack.png"))
+    assert code == 2
+    assert err == f"error: {tmp_path / 'media' / 'crack.png'}: exists and is not a directory\n"
