@@ -38,8 +38,8 @@ A2A_ERRORS: dict[int, tuple[str, int, str]] = {
     INTERNAL_ERROR: ("INTERNAL_ERROR", 500, "INTERNAL"),
     TASK_NOT_FOUND: ("TASK_NOT_FOUND", 404, "NOT_FOUND"),
     TASK_NOT_CANCELABLE: ("TASK_NOT_CANCELABLE", 409, "FAILED_PRECONDITION"),
-    PUSH_NOT_SUPPORTED: ("PUSH_NOTIFICATION_NOT_SUPPORTED", 400, "UNIMPLEMENTED"),
-    UNSUPPORTED_OPERATION: ("UNSUPPORTED_OPERATION", 400, "UNIMPLEMENTED"),
+    PUSH_NOT_SUPPORTED: ("PUSH_NOTIFICATION_NOT_SUPPORTED", 400, "FAILED_PRECONDITION"),
+    UNSUPPORTED_OPERATION: ("UNSUPPORTED_OPERATION", 400, "FAILED_PRECONDITION"),
     CONTENT_TYPE_NOT_SUPPORTED: ("CONTENT_TYPE_NOT_SUPPORTED", 415, "INVALID_ARGUMENT"),
     INVALID_AGENT_RESPONSE: ("INVALID_AGENT_RESPONSE", 502, "INTERNAL"),
     EXTENDED_CARD_NOT_CONFIGURED: ("EXTENDED_AGENT_CARD_NOT_CONFIGURED", 400, "FAILED_PRECONDITION"),
@@ -71,6 +71,19 @@ def error_info(code: int, metadata: dict[str, Any] | None = None, *, reason: str
 def metadata_strings(metadata: dict[str, Any] | None) -> dict[str, str]:
     """ErrorInfo metadata is a map of strings: other values are written as JSON."""
     return {str(k): v if isinstance(v, str) else _json(v) for k, v in (metadata or {}).items()}
+
+
+def grpc_status(exc: MMA2AError) -> str:
+    """The gRPC status code name an error is answered with on the gRPC binding."""
+    return _GRPC_BY_HTTP.get(exc.http_status) or A2A_ERRORS.get(exc.code, ("", 500, "INTERNAL"))[2]
+
+
+def code_for_reason(reason: str) -> int | None:
+    """The A2A/JSON-RPC code of an ErrorInfo reason (how a gRPC agent's error is read back)."""
+    for code, (name, _, _) in A2A_ERRORS.items():
+        if name == reason:
+            return code
+    return None
 
 
 def status_for_reason(reason: str) -> int | None:
@@ -125,8 +138,7 @@ class MMA2AError(Exception):
 
     def to_rest(self) -> dict[str, Any]:
         """The REST (HTTP+JSON) error body for this error, answered with HTTP status `http_status`."""
-        grpc = _GRPC_BY_HTTP.get(self.http_status) or A2A_ERRORS.get(self.code, ("", 500, "INTERNAL"))[2]
-        return {"error": {"code": self.http_status, "status": grpc, "message": self.message,
+        return {"error": {"code": self.http_status, "status": grpc_status(self), "message": self.message,
                           "details": self.details()}}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -41,25 +42,52 @@ class SampleExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.current_task.id, context.current_task.context_id).cancel()
 
 
-def sample_card(name: str, url: str) -> AgentCard:
+def sample_card(name: str, url: str, grpc_address: str | None = None, *, grpc_only: bool = False) -> AgentCard:
+    """The card: JSON-RPC and HTTP+JSON; with `grpc_address` gRPC too, and with `grpc_only` nothing else."""
+    http = [AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0")]
+    grpc_ = [AgentInterface(url=grpc_address, protocol_binding="GRPC", protocol_version="1.0")] if grpc_address else []
     return AgentCard(
         name=name, description=f"sample agent {name}", version="1.0.0",
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text"], default_output_modes=["text"],
-        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
-                              AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0")],
+        supported_interfaces=grpc_ if grpc_only else http + grpc_,
         skills=[AgentSkill(id="read", name="read", description="reads text", tags=["sample"])],
     )
 
 
+@dataclass(frozen=True)
+class SampleAgent:
+    url: str  # base URL of the HTTP bindings and the card (no trailing slash)
+    grpc: str | None  # HOST:PORT of its gRPC binding, when it has one
+
+
 @contextlib.asynccontextmanager
-async def sample_agent(name: str) -> AsyncIterator[str]:
-    """A sample agent on a free loopback port; yields its base URL (no trailing slash)."""
+async def sample_agent(name: str, *, grpc: bool = False, grpc_only: bool = False) -> AsyncIterator[SampleAgent]:
+    """A sample agent on free loopback ports: the card and JSON-RPC + HTTP+JSON (not with `grpc_only`),
+    and with `grpc` (or `grpc_only`) the gRPC binding."""
     sock = _bind_loopback()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    card = sample_card(name, url)
+    server = None
+    address = None
+    if grpc or grpc_only:
+        import grpc.aio
+        from a2a.server.request_handlers.grpc_handler import GrpcHandler
+        from a2a.types import a2a_pb2_grpc
+
+        server = grpc.aio.server()
+        address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    card = sample_card(name, url, address, grpc_only=grpc_only)
     handler = DefaultRequestHandler(agent_executor=SampleExecutor(), task_store=InMemoryTaskStore(), agent_card=card)
-    app = Starlette(routes=create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)
-                    + create_rest_routes(handler, enable_v0_3_compat=True))
-    async with _serve_on(app, sock):
-        yield url
+    routes = create_agent_card_routes(card)
+    if not grpc_only:
+        routes += create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True) + create_rest_routes(handler, enable_v0_3_compat=True)
+    if server is not None:
+        a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
+        await server.start()
+    try:
+        async with _serve_on(Starlette(routes=routes), sock):
+            yield SampleAgent(url, address)
+    finally:
+        if server is not None:
+            await server.stop(grace=None)

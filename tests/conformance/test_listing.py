@@ -7,7 +7,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
+import grpc.aio
 import httpx
+import pytest
+from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from tests.conformance.sut import sample_agent
 from tests.gateway.conftest import gateway
@@ -26,11 +30,15 @@ async def rpc(c: httpx.AsyncClient, url: str, method: str, params: dict[str, Any
 
 
 @contextlib.asynccontextmanager
-async def two_agents() -> AsyncIterator[tuple[str, dict[str, list[str]]]]:
+async def two_agents(gateway_box: list[Any] | None = None) -> AsyncIterator[tuple[str, dict[str, list[str]]]]:
     """Agents a (3 tasks) and b (2 tasks) behind an authenticating gateway; yields (url, task ids by agent)."""
-    async with sample_agent("a") as url_a, sample_agent("b") as url_b:
-        cfg = {"agents": [{"name": "a", "url": url_a}, {"name": "b", "url": url_b}], "auth": {"clients": CLIENTS}}
-        async with gateway(cfg) as (_, url), httpx.AsyncClient(timeout=30) as c:
+    async with sample_agent("a") as agent_a, sample_agent("b") as agent_b:
+        url_a, url_b = agent_a.url, agent_b.url
+        cfg = {"agents": [{"name": "a", "url": url_a}, {"name": "b", "url": url_b}], "auth": {"clients": CLIENTS},
+               "grpc_listen": "127.0.0.1:0"}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            if gateway_box is not None:
+                gateway_box.append(gw)
             ids: dict[str, list[str]] = {"a": [], "b": []}
             for name, count in (("a", 3), ("b", 2)):
                 for i in range(count):
@@ -69,3 +77,30 @@ async def test_root_list_covers_only_the_agents_the_client_may_use():
         refused = await c.get(url + "/agents/a/tasks", headers=headers(CAROL))
     assert sorted(t["id"] for t in page["tasks"]) == sorted(ids["b"]) and page["totalSize"] == 2
     assert refused.status_code == 403
+
+
+async def test_grpc_binding_checks_credentials_and_the_agents_a_client_may_use():
+    box: list[Any] = []
+    async with two_agents(box) as (url, ids):
+        async with grpc.aio.insecure_channel(box[0].grpc_url) as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+
+            async def list_(token: str | None, tenant: str = "") -> Any:
+                md = [("a2a-version", "1.0")] + ([("authorization", f"Bearer {token}")] if token else [])
+                return await stub.ListTasks(a2a_pb2.ListTasksRequest(tenant=tenant), metadata=md)
+
+            with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+                await list_(None)
+            with pytest.raises(grpc.aio.AioRpcError) as wrong:
+                await list_("tok-nobody")
+            with pytest.raises(grpc.aio.AioRpcError) as not_hers:
+                await list_(CAROL, tenant="a")
+            carols = await list_(CAROL)
+            alices_b = await list_(ALICE, tenant="b")
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert anonymous.value.details() == "missing credentials: send Authorization: Bearer <token> or an API key header"
+    assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert not_hers.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert not_hers.value.details() == "client carol may not call agent a"
+    assert sorted(t.id for t in carols.tasks) == sorted(ids["b"])
+    assert sorted(t.id for t in alices_b.tasks) == sorted(ids["b"])

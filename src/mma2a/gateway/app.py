@@ -14,9 +14,10 @@ import os
 import secrets
 import sqlite3
 import tempfile
+from urllib.parse import urlsplit
 from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from starlette.applications import Starlette
@@ -53,6 +54,9 @@ from .state import RoutingState
 from .tracing import TracingMiddleware
 from .tracing import enabled as tracing_enabled
 from .transport import Transport
+
+if TYPE_CHECKING:
+    from .grpc_binding import GrpcIngress
 
 log = logging.getLogger("mma2a.gateway")
 
@@ -108,6 +112,7 @@ class Gateway:
             history=self.cluster.history_sink(self.history) if self.cluster and self.history else self.history,
         )
         self._tasks: list[asyncio.Task[Any]] = []
+        self.grpc: GrpcIngress | None = None
         self.startup_errors: list[str] = []
         self.drain = Drain()
         install_security(self)
@@ -175,6 +180,11 @@ class Gateway:
             self.state.set_rules(rules, source=source)
         if self.cluster is not None:  # share (or adopt) rules, agents, modalities; pins, blobs, deliveries
             await self.cluster.start()
+        if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
+            from .grpc_binding import GrpcIngress
+
+            self.grpc = GrpcIngress(self, self._handler)
+            await self.grpc.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if self.startup_errors:  # e.g. started together with its agents: keep trying those not up yet
             self._tasks.append(asyncio.create_task(self._register_missing()))
@@ -190,7 +200,15 @@ class Gateway:
                     await self.directory.add(c)
                     log.info("agent %s registered (it was not reachable at start)", c.name)
 
+    @property
+    def grpc_url(self) -> str | None:
+        """The gRPC address cards advertise (HOST:PORT), once the gRPC binding runs."""
+        return f"{urlsplit(self.public_url).hostname}:{self.grpc.port}" if self.grpc is not None else None
+
     async def stop(self) -> None:
+        if self.grpc is not None:
+            await self.grpc.stop()
+            self.grpc = None
         if self.cluster is not None:
             await self.cluster.stop()
         await cancel_tasks(self._tasks)
@@ -223,16 +241,17 @@ class Gateway:
         rpc = JsonRpcIngress(self.pipeline, dispatcher, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics)
 
         cards = CardCache()
+        self._handler = handler  # the gRPC binding (started with the gateway) serves the same handler
 
         async def root_card(request: Request) -> Response:
-            return cards.respond(request, "", gateway_card(self.directory, self.public_url))
+            return cards.respond(request, "", gateway_card(self.directory, self.public_url, grpc_url=self.grpc_url))
 
         async def agent_card(request: Request) -> Response:
             try:
                 entry = self.directory.get(request.path_params["agent"])
             except MMA2AError as exc:
                 return error_response(exc)
-            return cards.respond(request, entry.name, agent_card_through(entry, self.public_url))
+            return cards.respond(request, entry.name, agent_card_through(entry, self.public_url, grpc_url=self.grpc_url))
 
         console = console_endpoints()
 

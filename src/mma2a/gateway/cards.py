@@ -73,11 +73,14 @@ def _not_modified(request: Request, etag: str, modified: float) -> bool:
         return False
 
 
-def _interfaces(base_url: str) -> list[dict[str, Any]]:
-    return [
+def _interfaces(base_url: str, grpc_url: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
         {"url": base_url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         {"url": base_url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
     ]
+    if grpc_url is not None:  # gRPC has no paths: the tenant names the agent
+        out.append({"url": grpc_url, "protocolBinding": "GRPC", "protocolVersion": "1.0", **({"tenant": tenant} if tenant else {})})
+    return out
 
 
 def _union(values: list[list[str]]) -> list[str]:
@@ -89,7 +92,8 @@ def _union(values: list[list[str]]) -> list[str]:
     return out
 
 
-def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a gateway") -> dict[str, Any]:
+def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a gateway",
+                 grpc_url: str | None = None) -> dict[str, Any]:
     """The root card: every agent's skills (ids prefixed by agent), the union of modes, the extension."""
     entries = [e for e in directory.entries() if not e.draining]
     skills = []
@@ -104,7 +108,7 @@ def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a
         "name": name,
         "description": "A2A gateway with modality-native routing: each part goes, in its native form, "
         "to the agent that can use it best. Agents: " + (", ".join(e.name for e in entries) or "none"),
-        "supportedInterfaces": _interfaces(base_url.rstrip("/")),
+        "supportedInterfaces": _interfaces(base_url.rstrip("/"), grpc_url),
         "version": __version__,
         "capabilities": {"streaming": True, "extensions": [_extension_entry()]},
         "defaultInputModes": _union([e.card.get("defaultInputModes") or [] for e in entries]) or ["text/plain"],
@@ -113,11 +117,11 @@ def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a
     }
 
 
-def agent_card_through(entry: AgentEntry, base_url: str) -> dict[str, Any]:
+def agent_card_through(entry: AgentEntry, base_url: str, *, grpc_url: str | None = None) -> dict[str, Any]:
     """An agent's own card with its addresses pointing through the gateway."""
     card = copy.deepcopy(entry.card)
     url = f"{base_url.rstrip('/')}/agents/{entry.name}"
-    card["supportedInterfaces"] = _interfaces(url)
+    card["supportedInterfaces"] = _interfaces(url, grpc_url, entry.name)
     card.pop("url", None)
     caps = card.setdefault("capabilities", {})
     exts = caps.setdefault("extensions", [])

@@ -108,6 +108,7 @@ class GatewayConfig(BaseModel):
 
     listen: str = "127.0.0.1:8800"
     public_url: str | None = None
+    grpc_listen: str | None = None  # HOST:PORT of the gRPC binding (the grpc extra); off when unset
     rules: str | dict[str, Any] | None = None
     mode: Literal["native", "text-bottleneck"] = "native"
     agents: list[AgentConfig] = Field(default_factory=list)
@@ -143,9 +144,11 @@ class GatewayConfig(BaseModel):
     def _features(cls, v: Any) -> Any:
         return {"enabled": v} if isinstance(v, bool) else v
 
-    @field_validator("listen")
+    @field_validator("listen", "grpc_listen")
     @classmethod
-    def _listen(cls, v: str) -> str:
+    def _listen(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         host, _, port = v.rpartition(":")
         if not host or not port.isdigit() or not 0 <= int(port) < 65536:
             raise ValueError("must be HOST:PORT")

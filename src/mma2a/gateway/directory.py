@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -87,8 +88,13 @@ def rpc_url_from_card(card: dict[str, Any], fallback: str) -> str:
     kept, its scheme/host/port are the ones the operator registered.
     """
     advertised = None
-    for iface in card.get("supportedInterfaces") or []:
-        if isinstance(iface, dict) and str(iface.get("protocolBinding", "")).upper() == "JSONRPC" and iface.get("url"):
+    for iface in card.get("supportedInterfaces") or []:  # in the card's order of preference
+        if not isinstance(iface, dict) or not iface.get("url"):
+            continue
+        binding = str(iface.get("protocolBinding", "")).upper()
+        if binding == "GRPC" and _grpc_installed():
+            return grpc_address(str(iface["url"]), fallback)
+        if binding == "JSONRPC":
             advertised = str(iface["url"])
             break
     if advertised is None and isinstance(card.get("url"), str):  # v0.3 cards
@@ -107,6 +113,18 @@ def _report_problems(entry: AgentEntry) -> None:
     """Card fields routing cannot read are left out; say which, so the agent is never silently unroutable."""
     for problem in entry.info().problems:
         log.warning("agent %s: %s (left out of routing)", entry.name, problem)
+
+
+def _grpc_installed() -> bool:
+    return importlib.util.find_spec("grpc") is not None
+
+
+def grpc_address(advertised: str, registered: str) -> str:
+    """`grpc://HOST:PORT` for a card's gRPC interface: the registered host (a card never steers the
+    gateway elsewhere), the card's port."""
+    adv = urlsplit(advertised if "://" in advertised else f"grpc://{advertised}")
+    host = urlsplit(registered).hostname or "127.0.0.1"
+    return f"grpc://{host}:{adv.port or 443}"
 
 
 def validate_card(card: Any, url: str) -> dict[str, Any]:

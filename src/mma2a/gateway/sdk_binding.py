@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from ..errors import MMA2AError, metadata_strings, status_for_reason
+from ..errors import Forbidden, MMA2AError, metadata_strings, status_for_reason
 from .access import current_client
 from .listing import list_tasks
 from .pipeline import Pipeline
@@ -91,6 +91,18 @@ def _restatus(response: Response) -> Response:
     return Response(orjson.dumps(doc), status_code=status, media_type="application/json")
 
 
+def _target(context: ServerCallContext) -> str | None:
+    """The explicit target: `/agents/{name}` on HTTP, the request's `tenant` on gRPC (checked against the
+    agents the client may use, as the HTTP route is)."""
+    target: str | None = context.state.get("target")
+    if target is None and "grpc_context" in context.state and context.tenant:
+        target = context.tenant
+        client = current_client.get()
+        if client is not None and client.agents is not None and target not in client.agents:
+            raise to_sdk_error(Forbidden(f"client {client.name} may not call agent {target}", field="tenant"))
+    return target
+
+
 class TargetContextBuilder(DefaultServerCallContextBuilder):
     """Carries the `/agents/{name}` path parameter into the call context."""
 
@@ -123,7 +135,7 @@ class PipelineRequestHandler(RequestHandler):
         message = json_format.MessageToDict(params.message)
         config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
         try:
-            result = await self.pipeline.send(message, config, target=context.state.get("target"))
+            result = await self.pipeline.send(message, config, target=_target(context))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
         if "message" in result:
@@ -136,7 +148,7 @@ class PipelineRequestHandler(RequestHandler):
         message = json_format.MessageToDict(params.message)
         config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
         try:
-            async for event in self.pipeline.send_stream(message, config, target=context.state.get("target")):
+            async for event in self.pipeline.send_stream(message, config, target=_target(context)):
                 ev = _to_stream_event(event)
                 if ev is not None:
                     yield ev
@@ -146,21 +158,21 @@ class PipelineRequestHandler(RequestHandler):
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         try:
             hl = params.history_length if params.HasField("history_length") else None
-            task = await self.pipeline.get_task(params.id, hl, target=context.state.get("target"))
+            task = await self.pipeline.get_task(params.id, hl, target=_target(context))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
         return _parse(task, Task())
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         try:
-            task = await self.pipeline.cancel_task(params.id, target=context.state.get("target"))
+            task = await self.pipeline.cancel_task(params.id, target=_target(context))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
         return _parse(task, Task())
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator[Any]:
         try:
-            async for event in self.pipeline.subscribe(params.id, target=context.state.get("target")):
+            async for event in self.pipeline.subscribe(params.id, target=_target(context)):
                 ev = _to_stream_event(event)
                 if ev is not None:
                     yield ev
@@ -170,7 +182,7 @@ class PipelineRequestHandler(RequestHandler):
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         client = current_client.get()
         try:
-            page = await list_tasks(self.pipeline, json_format.MessageToDict(params), target=context.state.get("target"),
+            page = await list_tasks(self.pipeline, json_format.MessageToDict(params), target=_target(context),
                                     allowed=client.agents if client is not None else None)
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -20,6 +20,9 @@ from ..compression import encode
 from ..errors import DispatchError, MMA2AError, error_metadata, rest_status
 from ..ext import EXTENSION_URI
 from .tracing import inject
+
+if TYPE_CHECKING:
+    from .grpc_transport import GrpcAgents
 
 _ids = itertools.count(1)
 
@@ -57,6 +60,7 @@ class Transport:
         self.compress_min_bytes = compress_min_bytes
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
+        self._grpc: GrpcAgents | None = None
         self._plain: set[str] = set()  # agents that refused a coded body (HTTP 415): sent plain from then on
 
     def _encoded(self, agent: str, body: bytes, coding: str | None, headers: dict[str, str]) -> bytes:
@@ -73,7 +77,19 @@ class Transport:
             self._session = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
         return self._session
 
+    @property
+    def grpc(self) -> GrpcAgents:
+        """Channels to agents reached over gRPC (the grpc extra), made on first use."""
+        if self._grpc is None:
+            from .grpc_transport import GrpcAgents
+
+            self._grpc = GrpcAgents()
+        return self._grpc
+
     async def close(self) -> None:
+        if self._grpc is not None:
+            await self._grpc.close()
+            self._grpc = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -119,6 +135,9 @@ class Transport:
         `coding` (`zstd`, `gzip`): compress the request body when it is over `compress_min_bytes`;
         an agent that answers 415 gets it again plain, and plain bodies from then on.
         """
+        if url.startswith("grpc://"):  # an agent whose card prefers gRPC
+            return await self.grpc.call(agent, url, method, params, extension=extension, token=token,
+                                        timeout_s=timeout_s or self.timeout_s)
         plain = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
         headers = self._headers(extension, token)
         body = self._encoded(agent, plain, coding, headers)
@@ -175,6 +194,11 @@ class Transport:
         coding: str | None = None,
     ) -> AsyncIterator[Any]:
         """A JSON-RPC streaming call (SSE); yields each event's `result`."""
+        if url.startswith("grpc://"):
+            async for event in self.grpc.stream(agent, url, method, params, extension=extension, token=token,
+                                                timeout_s=timeout_s or self.timeout_s):
+                yield event
+            return
         body = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
         headers = self._headers(extension, token) | {"Accept": "text/event-stream"}
         body = self._encoded(agent, body, coding, headers)
