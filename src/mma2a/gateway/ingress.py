@@ -106,7 +106,7 @@ class JsonRpcIngress:
             err.code = VERSION_NOT_SUPPORTED
             return rpc_error(rid, err)
         params = doc.get("params")
-        if method not in FAST_METHODS or not version.startswith("1.") or _snake_case(params):
+        if method not in FAST_METHODS or not version.startswith("1.") or (b"_" in body and _snake_case(params)):
             return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
         target = request.path_params.get("agent")
         try:
@@ -147,17 +147,20 @@ def history_length(params: dict[str, Any]) -> int | None:
 
 def _snake_case(params: Any) -> bool:
     """Params spelled with proto field names (`message_id`, `history_length`): the SDK's parser reads both
-    spellings, so such requests take its path rather than the fast one, which reads the JSON names."""
+    spellings, so such requests take its path rather than the fast one, which reads the JSON names.
+    (Called only for bodies with an underscore somewhere; the keys of each level are joined and searched once.)"""
     if not isinstance(params, dict):
         return False
-    if any("_" in k for k in params):
-        return True
-    for key in ("message", "configuration"):
-        inner = params.get(key)
-        if isinstance(inner, dict) and any("_" in k for k in inner):
-            return True
-    parts = (params.get("message") or {}).get("parts") if isinstance(params.get("message"), dict) else None
-    return isinstance(parts, list) and any(isinstance(p, dict) and any("_" in k for k in p) for p in parts)
+    keys = "".join(params)
+    message, config = params.get("message"), params.get("configuration")
+    if isinstance(message, dict):
+        keys += "".join(message)
+        parts = message.get("parts")
+        if isinstance(parts, list):
+            keys += "".join(k for p in parts if isinstance(p, dict) for k in p)
+    if isinstance(config, dict):
+        keys += "".join(config)
+    return "_" in keys
 
 
 def _too_large(limit: int) -> Response:
