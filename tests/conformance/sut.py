@@ -42,7 +42,8 @@ class SampleExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.current_task.id, context.current_task.context_id).cancel()
 
 
-def sample_card(name: str, url: str, grpc_address: str | None = None, *, grpc_only: bool = False) -> AgentCard:
+def sample_card(name: str, url: str, grpc_address: str | None = None, *, grpc_only: bool = False,
+                modes: tuple[str, ...] = ("text",)) -> AgentCard:
     """The card: JSON-RPC and HTTP+JSON; with `grpc_address` gRPC too, and with `grpc_only` nothing else."""
     http = [AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0")]
@@ -50,7 +51,7 @@ def sample_card(name: str, url: str, grpc_address: str | None = None, *, grpc_on
     return AgentCard(
         name=name, description=f"sample agent {name}", version="1.0.0",
         capabilities=AgentCapabilities(streaming=True),
-        default_input_modes=["text"], default_output_modes=["text"],
+        default_input_modes=list(modes), default_output_modes=list(modes),
         supported_interfaces=grpc_ if grpc_only else http + grpc_,
         skills=[AgentSkill(id="read", name="read", description="reads text", tags=["sample"])],
     )
@@ -63,7 +64,8 @@ class SampleAgent:
 
 
 @contextlib.asynccontextmanager
-async def sample_agent(name: str, *, grpc: bool = False, grpc_only: bool = False) -> AsyncIterator[SampleAgent]:
+async def sample_agent(name: str, *, grpc: bool = False, grpc_only: bool = False,
+                       modes: tuple[str, ...] = ("text",)) -> AsyncIterator[SampleAgent]:
     """A sample agent on free loopback ports: the card and JSON-RPC + HTTP+JSON (not with `grpc_only`),
     and with `grpc` (or `grpc_only`) the gRPC binding."""
     sock = _bind_loopback()
@@ -77,7 +79,7 @@ async def sample_agent(name: str, *, grpc: bool = False, grpc_only: bool = False
 
         server = grpc.aio.server()
         address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    card = sample_card(name, url, address, grpc_only=grpc_only)
+    card = sample_card(name, url, address, grpc_only=grpc_only, modes=modes)
     handler = DefaultRequestHandler(agent_executor=SampleExecutor(), task_store=InMemoryTaskStore(), agent_card=card)
     routes = create_agent_card_routes(card)
     if not grpc_only:
