@@ -261,17 +261,21 @@ async def stream_arm(gw: str, pid: int, frames: list[bytes], fps: float, consume
 
 async def stream_bench(rounds: int, n: int, fps: float, consumers: int) -> None:
     frames = camera(n, 0.8)
+    judge_costs(frames, rounds)
     port = _free_port()
     proc = subprocess.Popen([sys.executable, __file__, "--serve-gateway", str(port)])
     gw = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as c:
-            for _ in range(200):
+            deadline = time.monotonic() + 120  # a loaded machine starts a Python process slowly
+            while True:
                 try:
                     if (await c.get(gw + "/healthz")).status_code == 200:
                         break
                 except httpx.HTTPError:
-                    await asyncio.sleep(0.05)
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise RuntimeError("the gateway subprocess did not start") from None
+                    await asyncio.sleep(0.1)
         arms: dict[str, list[dict[str, float]]] = {"forward all": [], "diff": []}
         for _ in range(rounds):
             for arm, diff in (("forward all", None), ("diff", {"threshold": 0.01})):
@@ -288,6 +292,25 @@ async def stream_bench(rounds: int, n: int, fps: float, consumers: int) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def judge_costs(frames: list[bytes], rounds: int) -> None:
+    """What judging one frame costs in-process: a JPEG (1/8-scale decode) and the same frame as raw grey pixels."""
+    from PIL import Image
+
+    from mma2a.payload.diffing import DiffPolicy, FrameFilter
+
+    raw = [np.asarray(Image.open(io.BytesIO(f)).convert("L")).tobytes() for f in frames]
+    costs: dict[str, list[float]] = {"image/jpeg": [], "video/x-raw": []}
+    for _ in range(rounds):
+        for media, data in (("image/jpeg", frames), ("video/x-raw", raw)):
+            judge = FrameFilter(DiffPolicy(threshold=0.01), media)
+            t0 = time.process_time()
+            kept = sum(judge.judge(f)[0] for f in data)
+            costs[media].append((time.process_time() - t0) / len(data) * 1e6)
+            assert kept == round(len(data) * 0.2), (media, kept)
+    print(f"\njudging one 640x480 frame (in-process CPU, {len(frames)} frames x {rounds} rounds): "
+          f"JPEG {spread(costs['image/jpeg'])} µs; raw grey ({len(raw[0]):,} bytes) {spread(costs['video/x-raw'])} µs")
 
 
 def _free_port() -> int:

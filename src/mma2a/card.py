@@ -7,6 +7,7 @@ from typing import Any
 
 from a2a.types import AgentCard, AgentExtension
 
+from .adapt.profiles import receiver_profiles
 from .ext import EXTENSION_URI, PROTOCOL
 from .modality import DEFAULT_REGISTRY, ModalityRegistry
 
@@ -15,9 +16,15 @@ VERSION_HEADER = "A2A-Version"
 
 
 def extension_declaration(
-    *, feature_schemas: Iterable[str] | None = None, required: bool = False, registry: ModalityRegistry = DEFAULT_REGISTRY
+    *, feature_schemas: Iterable[str] | None = None, required: bool = False, registry: ModalityRegistry = DEFAULT_REGISTRY,
+    accepts: Mapping[str, Mapping[str, Any]] | None = None, content_encodings: Iterable[str] | None = None,
 ) -> AgentExtension:
-    """The `capabilities.extensions` entry an agent publishes to say it speaks the extension."""
+    """The `capabilities.extensions` entry an agent publishes to say it speaks the extension.
+
+    `accepts` (`{"image/*": {"maxPixels": 1000000, "encodings": ["image/webp"]}}`) and
+    `content_encodings` (`["zstd", "gzip"]`) tell gateways the form the agent wants its parts
+    and request bodies in (docs/extension.md, section 6); they are checked here.
+    """
     schemas = list(feature_schemas) if feature_schemas is not None else sorted(t.feature_schema for t in registry.types())
     ext = AgentExtension(
         uri=EXTENSION_URI,
@@ -25,6 +32,14 @@ def extension_declaration(
         required=required,
     )
     ext.params.update({"protocol": PROTOCOL, "featureSchemas": schemas})
+    wishes: dict[str, Any] = {}
+    if accepts:
+        wishes["accepts"] = {str(k): dict(v) for k, v in accepts.items()}
+    if content_encodings is not None:
+        wishes["contentEncodings"] = list(content_encodings)
+    if wishes:
+        receiver_profiles(wishes)  # InvalidParams naming the field, before any gateway reads it
+        ext.params.update(wishes)
     return ext
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 
+from mma2a.errors import InvalidParams
 from mma2a.ext import EXTENSION_URI
 from mma2a.gateway import parse_config
 from mma2a.gateway.config import ConfigError
@@ -257,3 +258,31 @@ def test_a_bad_profile_in_gateway_yaml_names_the_field():
     with pytest.raises(ConfigError) as err:
         parse_config({"agents": [{"name": "v", "url": "http://x", "compress": ["brotli"]}]})
     assert err.value.field.startswith("agents.0.compress")
+
+
+async def test_an_sdk_agent_declares_its_wishes_and_reads_what_the_gateway_fitted():
+    from mma2a.sdk.consumer import MultimodalExecutor, run_agent
+
+    class Measure(MultimodalExecutor):
+        """Reads the picture it gets (from the gateway's store) and answers its size, format and the coding it came in."""
+
+        async def handle(self, request: Any) -> str:
+            part = request.parts[0]
+            data = b"".join([chunk async for chunk in part.open()])
+            im = Image.open(io.BytesIO(data))
+            return f"{im.format} {im.size[0]}x{im.size[1]} {part.media_type}"
+
+    executor = Measure(allow_private=True)
+    card = executor.card("measure", "measures pictures", input_modes=["image/*", "text/plain"], streaming=False,
+                         accepts={"image/*": {"maxPixels": 120_000, "encodings": ["image/png"]}},
+                         content_encodings=["gzip"])
+    src = photo(800, 600)
+    async with run_agent(card, executor) as agent_url:
+        async with gateway({"agents": [{"name": "measure", "url": agent_url}], "offload_threshold": 1024 * 1024}) as (gw, url):
+            task = await send(url, part(src, "image/jpeg"), {"text": "x" * 8000})  # 8 KB of text: the body is coded
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task["status"]
+    assert task["artifacts"][0]["parts"][0]["text"] == "PNG 400x300 image/png"
+    assert adapted(task)[0]["to"] == "image/png"
+    with pytest.raises(InvalidParams) as err:
+        executor.card("bad", "bad", accepts={"image/*": {"maxPixels": "many"}})
+    assert err.value.field == "params.accepts.maxPixels"

@@ -19,7 +19,7 @@ import abc
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,11 @@ from a2a.types import (
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf import json_format
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from ..card import declare_extension
+from ..compression import ContentCoding
 from ..errors import ContentTypeNotSupported, MMA2AError
 from ..ext import (
     EXTENSION_URI,
@@ -141,8 +143,14 @@ class MultimodalExecutor(AgentExecutor):
         skills: Sequence[AgentSkill] | None = None,
         streaming: bool = True,
         version: str = "1.0.0",
+        accepts: Mapping[str, Mapping[str, Any]] | None = None,
+        content_encodings: Sequence[str] | None = None,
     ) -> AgentCard:
-        """An Agent Card declaring the extension; parts outside `input_modes` will be refused (-32005)."""
+        """An Agent Card declaring the extension; parts outside `input_modes` will be refused (-32005).
+
+        `accepts` and `content_encodings`: the form this agent wants parts and request bodies in
+        (docs/extension.md, section 6); `agent_app` decodes zstd and gzip request bodies.
+        """
         self.input_modes = list(input_modes)
         card = AgentCard(
             name=name, description=description, version=version,
@@ -152,7 +160,8 @@ class MultimodalExecutor(AgentExecutor):
                 id=name, name=name, description=description, tags=[name],
                 input_modes=list(input_modes), output_modes=list(output_modes))],
         )
-        return declare_extension(card, feature_schemas=self.feature_schemas)
+        return declare_extension(card, feature_schemas=self.feature_schemas, accepts=accepts,
+                                 content_encodings=content_encodings)
 
     # --- the SDK's entry points -------------------------------------------------------------
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -248,6 +257,10 @@ class MultimodalExecutor(AgentExecutor):
         raise TypeError(f"cannot reply with a {type(value).__name__}; return str, bytes, Path, dict, Part or a list of them")
 
 
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""The largest request body an SDK agent reads (after decoding a Content-Encoding)."""
+
+
 def agent_app(card: AgentCard, executor: AgentExecutor, url: str) -> Starlette:
     """The Starlette app of one agent at `url`: card, JSON-RPC and REST, A2A 1.0 and v0.3."""
     served = AgentCard()
@@ -257,7 +270,8 @@ def agent_app(card: AgentCard, executor: AgentExecutor, url: str) -> Starlette:
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=served)
     routes: list[BaseRoute] = [*create_agent_card_routes(served), *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)]
     routes += create_rest_routes(handler, enable_v0_3_compat=True)
-    return Starlette(routes=routes)
+    # request bodies with Content-Encoding (a gateway compresses them for cards that list contentEncodings)
+    return Starlette(routes=routes, middleware=[Middleware(ContentCoding, max_body_bytes=MAX_BODY_BYTES, min_size=None)])
 
 
 @contextlib.asynccontextmanager
