@@ -9,7 +9,9 @@
 3. stream — a 30 fps camera stream (640x480 JPEG, 80% of frames static but for sensor
    noise) through a gateway subprocess to WebSocket consumers, without and with `diff`:
    frames and bytes forwarded, the gateway's CPU per published frame (all threads, from
-   /proc/PID/task/*/schedstat).
+   /proc/PID/task/*/schedstat), and what judging one frame costs in-process.
+4. coding — the ASGI cost of `ContentCoding` on requests that need nothing, and the bytes
+   and time zstd and gzip take on a ~100 KB JSON-RPC body.
 
 Arms run interleaved, round by round; medians are reported with the spread.
 
@@ -313,6 +315,61 @@ def judge_costs(frames: list[bytes], rounds: int) -> None:
           f"JPEG {spread(costs['image/jpeg'])} µs; raw grey ({len(raw[0]):,} bytes) {spread(costs['video/x-raw'])} µs")
 
 
+# --- 4: JSON on the wire ---------------------------------------------------------------------------
+
+def coding_bench(rounds: int) -> None:
+    """ContentCoding's cost on a request that needs nothing, and what coding a large JSON-RPC body costs and saves."""
+    from mma2a.compression import ContentCoding, codings, encode
+
+    reply = b'{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"t-1","status":{"state":"TASK_STATE_COMPLETED"}}}}'
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(reply))]})
+        await send({"type": "http.response.body", "body": reply})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}"}
+
+    async def send(message: Any) -> None:
+        return None
+
+    wrapped = ContentCoding(app, max_body_bytes=1 << 20, min_size=4096)
+    base = [(b"host", b"gw"), (b"user-agent", b"aiohttp"), (b"content-type", b"application/json"),
+            (b"content-length", b"300"), (b"a2a-version", b"1.0")]
+    arms = {"bare app": (app, base), "ContentCoding, no Accept-Encoding": (wrapped, base),
+            "ContentCoding, Accept-Encoding: gzip, small reply": (wrapped, base + [(b"accept-encoding", b"gzip, deflate")])}
+    n = 100_000
+
+    async def run() -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {k: [] for k in arms}
+        for _ in range(rounds):
+            for name, (a, headers) in arms.items():
+                scope = {"type": "http", "headers": headers}
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    await a(scope, receive, send)
+                out[name].append((time.perf_counter() - t0) / n * 1e6)
+        return out
+
+    res = asyncio.run(run())
+    print(f"\n## ASGI cost per request ({n:,} requests x {rounds} rounds, in-process)")
+    for name, us in res.items():
+        print(f"- {name}: {statistics.median(us):.2f} µs ({min(us):.2f}–{max(us):.2f})")
+    text = " ".join(f"sensor {i} reads {i % 17} degrees" for i in range(3000))
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}}})
+    print(f"\n## a {len(body):,}-byte JSON-RPC body")
+    for coding in codings():
+        times = []
+        for _ in range(rounds * 20):
+            t0 = time.perf_counter()
+            packed = encode(body, coding)
+            times.append((time.perf_counter() - t0) * 1e6)
+        print(f"- {coding}: {len(packed):,} bytes ({len(body) / len(packed):.1f}x smaller), "
+              f"{statistics.median(times):,.0f} µs to encode")
+
+
 def _free_port() -> int:
     from mma2a.serving import free_port
 
@@ -325,12 +382,14 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=300, help="camera frames per stream arm (default 300: 10 s at 30 fps)")
     ap.add_argument("--fps", type=float, default=30.0)
     ap.add_argument("--consumers", default="1,4", help="consumer counts to run the stream arms with (default 1,4)")
-    ap.add_argument("--only", choices=["parts", "stream"], default=None)
+    ap.add_argument("--only", choices=["parts", "stream", "coding"], default=None)
     ap.add_argument("--serve-gateway", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_gateway:
         serve_gateway(args.serve_gateway)
         return
+    if args.only in (None, "coding"):
+        coding_bench(args.rounds)
     if args.only in (None, "parts"):
         asyncio.run(parts_bench(args.rounds))
     if args.only in (None, "stream"):
