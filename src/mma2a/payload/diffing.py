@@ -139,7 +139,7 @@ def _distance(a: Any, b: Any) -> float:
         return 1.0
     import numpy as np
 
-    return float(np.count_nonzero(np.abs(a - b) > NOISE_LEVEL)) / a.size
+    return float(np.count_nonzero(np.abs(a - b) > NOISE_LEVEL)) / int(a.size)
 
 
 def _jpeg_thumb(data: bytes) -> Any:
