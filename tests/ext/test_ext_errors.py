@@ -88,7 +88,7 @@ def test_message_extension_that_is_not_an_object() -> None:
 @pytest.mark.parametrize(
     ("ext", "error", "field", "message"),
     [
-        ({"modality": "image"}, InvalidModality, "modality", "'image' is not a media type (expected type/subtype)"),
+        ({"modality": "image"}, InvalidModality, "modality", "'image' is not a media type (expected type/subtype); did you mean 'image/*'?"),
         ({"modality": 5}, ExtensionError, "modality", "must be a media type string, got int"),
         ({"modality": "image/png; q"}, InvalidModality, "modality", "'image/png; q' has a malformed parameter 'q'"),
         ({"encoding": ""}, ExtensionError, "encoding", "must be 1 to 32 characters"),
