@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sqlite3
@@ -217,3 +218,31 @@ async def test_streaming_exchanges_are_recorded_single_fan_out_and_refused(tmp_p
         ("s-bad", "refused"), ("s-fan", "completed"), ("s-one", "completed")]
     assert got[2]["parts"][0]["targets"] == ["vision"] and got[2]["parts"][0]["matched"] == ["cats"]
     assert sorted(got[1]["parts"][0]["targets"]) == ["vision", "writer"]
+
+
+async def test_a_locked_history_file_never_holds_a_request_and_a_full_queue_drops_and_counts(tmp_path):
+    cfg = {"data_dir": str(tmp_path), "history": {"queue": 3, "flush_interval_s": 0.02, "prune_interval_s": 3600}}
+    async with agents({"writer": agent("writer", ["text/plain"])}) as urls:
+        cfg["agents"] = [{"name": "writer", "url": urls["writer"]}]
+        async with gateway(cfg) as (gw, url):
+            rec = gw.history
+            assert rec is not None
+            await rpc(url, "SendMessage", msg("warm", {"text": "hi"}))
+            assert await asyncio.to_thread(rec.flush, 10.0)
+            other = sqlite3.connect(tmp_path / "history.sqlite3", isolation_level=None)
+            other.execute("BEGIN EXCLUSIVE")  # another process holds the file: the writer thread must wait
+            try:
+                first = await rpc(url, "SendMessage", msg("locked-0", {"text": "hi"}))
+                while rec.pending:  # the writer has taken it and waits for the lock
+                    await asyncio.sleep(0.01)
+                rest = [await rpc(url, "SendMessage", msg(f"locked-{i}", {"text": "hi"})) for i in range(1, 6)]
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+            async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
+                got = [d["messageId"] for d in (await c.get("/admin/history")).json()["decisions"]]
+                metrics = (await c.get("/metrics")).text
+    # every request was answered while the file was locked; the queue (3) kept locked-1..3, locked-4 and -5 were dropped
+    assert all(a["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED" for a in [first, *rest])
+    assert got == ["locked-3", "locked-2", "locked-1", "locked-0", "warm"]
+    assert 'mma2a_history_decisions_total{fate="dropped"} 2.0' in metrics

@@ -65,6 +65,11 @@ class HistoryRecorder:
         self._enqueued += 1
         return True
 
+    @property
+    def pending(self) -> int:
+        """Decisions queued and not yet taken by the writer."""
+        return len(self._queue)
+
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
@@ -89,7 +94,7 @@ class HistoryRecorder:
 
     # --- the writer thread --------------------------------------------------------------------
     def _run(self) -> None:
-        next_prune = time.monotonic() + 1.0
+        next_prune = time.monotonic()  # once at start (what aged while the gateway was down), then every interval
         while True:
             if not self._queue:
                 if self._stopping:
