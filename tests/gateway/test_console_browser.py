@@ -19,6 +19,7 @@ import pytest
 
 from mma2a.ext import EXTENSION_URI
 from tests.gateway.conftest import ADMIN, agent, agents, gateway, rpc
+from tests.gateway.test_history import RULES
 from tests.media import png_bytes
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
@@ -32,13 +33,6 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None or DRIVER is None,
     reason="no browser: install Debian's chromium and chromium-driver (scripts/test does when it runs as root)")
 
-RULES = """version: 1
-default: {capability: any}
-rules:
-  - name: cats
-    match: {modality: image/*, features: {objects: {contains: cat}}}
-    action: {route_to: vision}
-"""
 CANDIDATE = RULES.replace("route_to: vision", "route_to: archive")
 HOSTILE = '<img src=x onerror="document.title=1">'
 
