@@ -7,6 +7,7 @@ hits all alike, at 1, 4 and 16 connections:
 - `proxy`: bench/bare_proxy.py (Starlette + aiohttp pass-through) in front of it
 - `gateway`: `mma2a serve` in front of it, default rules
 - `gateway_1k`: `mma2a serve` with 1,000 synthetic rules in force (none matches a text part)
+- `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
 - `sdk_direct` / `sdk_gateway`: the a2a-sdk echo agent (bench/echo_agent.py), directly and through a gateway
 
 Each arm's server CPU time per request (all threads, /proc schedstat) is reported too.
@@ -85,6 +86,8 @@ class Arms:
             self._gateway("gateway", "fast", fast_url, None, env)
         if "gateway_1k" in arms:
             self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
+        if "gateway_nohistory" in arms:
+            self._gateway("gateway_nohistory", "fast", fast_url, None, env, extra={"history": {"enabled": False}})
         if "sdk_direct" in arms or "sdk_gateway" in arms:
             port = free_port()
             p = self._start([PY, str(ROOT / "bench" / "echo_agent.py"), "--port", str(port)], env)
@@ -100,12 +103,13 @@ class Arms:
         return p
 
     def _gateway(self, arm: str, agent: str, agent_url: str, rules: dict[str, Any] | None, env: dict[str, str],
-                 wait_for: str | None = None) -> None:
+                 wait_for: str | None = None, extra: dict[str, Any] | None = None) -> None:
         wait_ready(wait_for or agent_url, timeout=60)  # the gateway reads the agent's card at start
         port = free_port()
         cfg = self.tmp / f"{arm}.yaml"
         cfg.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "log_decisions": False, "features": False,
-                                   "agents": [{"name": agent, "url": agent_url}], **({"rules": rules} if rules else {})}))
+                                   "agents": [{"name": agent, "url": agent_url}], **({"rules": rules} if rules else {}),
+                                   **(extra or {})}))
         p = self._start([PY, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "warning"], env)
         self.url[arm], self.pid[arm] = f"http://127.0.0.1:{port}", p.pid
 
@@ -147,11 +151,19 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             g, p = table["gateway"], table["proxy"]
             ratios["gateway_over_proxy_rps"] = round(g["rps"] / p["rps"], 3)
             ratios["gateway_over_proxy_p99"] = round(g["p99_ms"] / p["p99_ms"], 3)
+            # CPU per request, proxy over gateway: the throughput ratio two saturated processes would show on one
+            # free core each; steadier than req/s when other work shares the machine
+            ratios["proxy_over_gateway_cpu"] = round(p["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
         if "gateway" in table and "direct" in table:
             ratios["gateway_added_p50_ms"] = round(table["gateway"]["p50_ms"] - table["direct"]["p50_ms"], 3)
             ratios["direct_over_gateway_rps"] = round(table["direct"]["rps"] / table["gateway"]["rps"], 2)
+        if "gateway_nohistory" in table and "proxy" in table:
+            ratios["gateway_nohistory_over_proxy_rps"] = round(table["gateway_nohistory"]["rps"] / table["proxy"]["rps"], 3)
+            ratios["proxy_over_gateway_nohistory_cpu"] = round(
+                table["proxy"]["cpu_us_per_req"] / table["gateway_nohistory"]["cpu_us_per_req"], 3)
         if "gateway_1k" in table and "gateway" in table:
             ratios["rules_1k_over_none_rps"] = round(table["gateway_1k"]["rps"] / table["gateway"]["rps"], 3)
+            ratios["rules_none_over_1k_cpu"] = round(table["gateway"]["cpu_us_per_req"] / table["gateway_1k"]["cpu_us_per_req"], 3)
         if "sdk_gateway" in table and "sdk_direct" in table:
             ratios["sdk_gateway_over_direct_rps"] = round(table["sdk_gateway"]["rps"] / table["sdk_direct"]["rps"], 3)
         result["levels"][str(c)] = {"arms": table, "ratios": ratios,

@@ -2,7 +2,7 @@
 
 `Gateway(config)` wires the directory, routing state, pipeline, ingress bindings, admin
 API and metrics; `await gateway.start()` registers the agents; `gateway.app` is the
-Starlette application to serve (see `mma2a.gateway.server`).
+ASGI application to serve (`front.FrontDoor` before a Starlette app) (see `mma2a.gateway.server`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from .config import ConfigError, GatewayConfig
 from .directory import AgentDirectory
 from .enrich import FeatureStage
 from .faults import Drain
+from .front import FrontDoor
 from .history import HistoryRecorder, HistoryStore
 from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
@@ -234,7 +235,7 @@ class Gateway:
         finally:
             await self.stop()
 
-    def _build_app(self) -> Starlette:
+    def _build_app(self) -> FrontDoor:
         handler = PipelineRequestHandler(self.pipeline, card_fn=lambda: gateway_card(self.directory, self.public_url))
         ctx = TargetContextBuilder()
         dispatcher = JsonRpcDispatcher(request_handler=handler, context_builder=ctx, enable_v0_3_compat=True)
@@ -273,7 +274,7 @@ class Gateway:
             return json_response(doc)
 
         routes: list[BaseRoute] = [
-            Route("/", rpc.handle, methods=["POST"]),  # first: the hot path matches at once
+            Route("/", rpc, methods=["POST"]),  # first: the hot path matches at once
             Route("/.well-known/agent-card.json", root_card, methods=["GET"]),
             Route("/agents/{agent}/.well-known/agent-card.json", agent_card, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
@@ -285,8 +286,8 @@ class Gateway:
             *payload_routes(self.store, self.signer, public_base_url_fn=lambda conn: self.public_url,
                             max_upload_bytes=self.config.max_upload_bytes, hub=self.streams,
                             url_expires_in=self.config.url_expires_s),
-            Route("/agents/{agent}/", rpc.handle, methods=["POST"]),
-            Route("/agents/{agent}", rpc.handle, methods=["POST"]),
+            Route("/agents/{agent}/", rpc, methods=["POST"]),
+            Route("/agents/{agent}", rpc, methods=["POST"]),
         ]
         # REST (HTTP+JSON): root routes, then /agents/{agent}/…, then the SDK's catch-all /{tenant} mount last
         root_rest = rest_routes(handler, ctx)
@@ -300,4 +301,6 @@ class Gateway:
                 ContentCoding, max_body_bytes=self.config.max_body_bytes,
                 min_size=self.config.adapt.compress_min_bytes if self.config.adapt.compress_responses else None,
                 error_body=lambda exc, scope: error_body(exc, scope["path"], scope["method"], exc.http_status)))
-        return Starlette(routes=routes, lifespan=self.lifespan, middleware=middleware)
+        app = Starlette(routes=routes, lifespan=self.lifespan, middleware=middleware)
+        # JSON-RPC POSTs go straight to their routes, through the same middleware (one limiter, one authenticator)
+        return FrontDoor(app, middleware=[m for m in middleware if m.cls is not TracingMiddleware])

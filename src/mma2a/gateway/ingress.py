@@ -78,6 +78,11 @@ class JsonRpcIngress:
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
 
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The route's ASGI app: no per-request wrapping beyond the request and the response themselves."""
+        response = await self.handle(Request(scope, receive))
+        await response(scope, receive, send)
+
     async def handle(self, request: Request) -> Response:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from ..ext import (
     write_message,
 )
 from ..modality import ModalityRegistry
-from ..routing import Load, RouteDecision, SessionPins, decide_pinned
+from ..routing import Load, RouteDecision, SessionPins, Snapshot, decide_pinned, decision_key
 from ..view import MessageView, view_message
 from .access import current_sender
 from .adapt import Adaptation, PartAdapter
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     FailOver = Callable[..., Awaitable[Any]]
 
 log = logging.getLogger("mma2a.decisions")
+_MEMO_SIZE = 4096  # distinct message shapes remembered per snapshot
 
 
 @dataclass
@@ -119,6 +120,8 @@ class Pipeline:
         self.pins = SessionPins()
         self.log_decisions = log_decisions
         self._tick = 0
+        self._memo: dict[Hashable, RouteDecision] = {}  # decisions that read no load, for this snapshot
+        self._memo_snapshot: Snapshot | None = None
         # optional stages, set by the gateway from its config (install_security, the cluster)
         self.guard: MessageGuard | None = None  # limits, modality lists, URLs, signatures
         self.dedupe: Deduper | None = None  # the same (sender, messageId) answered once
@@ -141,12 +144,30 @@ class Pipeline:
 
     # --- stage 2: routing -------------------------------------------------------------
     def route(self, view: MessageView) -> RouteDecision:
-        """Decide (or reuse a session's pinned route); the decision time goes to metrics."""
+        """Decide (or reuse a session's pinned route, or an equal earlier decision); the time goes to metrics.
+
+        Routing is pure: a view with the same shape (`decision_key`) under the same snapshot gets
+        the same decision, unless the decision read the load (pools, ties) — those are decided afresh.
+        """
         snapshot = self.state.snapshot
         self._tick += 1
-        inflight = {e.name: e.inflight for e in self.directory.entries()}
         t0 = time.perf_counter()
+        key = decision_key(view)
+        if key is not None:
+            if self._memo_snapshot is not snapshot:
+                self._memo.clear()
+                self._memo_snapshot = snapshot
+            known = self._memo.get(key)
+            if known is not None:
+                decision = dataclasses.replace(known, message_id=view.message_id)
+                self.metrics.decision_seconds.observe(time.perf_counter() - t0)
+                return decision
+        inflight = {e.name: e.inflight for e in self.directory.entries()}
         decision = decide_pinned(view, snapshot, self.pins, load=Load(inflight=inflight, tick=self._tick))
+        if key is not None and not decision.uses_load:
+            if len(self._memo) >= _MEMO_SIZE:
+                self._memo.clear()
+            self._memo[key] = decision
         self.metrics.decision_seconds.observe(time.perf_counter() - t0)
         if decision.pinned:
             self.metrics.pinned.inc()
@@ -380,8 +401,12 @@ class Pipeline:
             return {"task": failed_task(f"transform failed: {exc.message}", message=message, route=route)}
         record_adaptations(route, legs)
         passthrough = len(legs) == 1 and is_direct(decision)
-        results = await asyncio.gather(*(self.dispatch(leg, message, configuration, decision, passthrough=passthrough)
-                                         for leg in legs))
+        results: list[Any]
+        if len(legs) == 1:  # no task to spawn for one leg
+            results = [await self.dispatch(legs[0], message, configuration, decision, passthrough=passthrough)]
+        else:
+            results = await asyncio.gather(*(self.dispatch(leg, message, configuration, decision, passthrough=passthrough)
+                                             for leg in legs))
         if len(results) == 1:
             res = results[0]
             if res.error is not None:
@@ -546,6 +571,7 @@ class Pipeline:
         fresh = aggregate(legs, message=(rec.aggregate or {}).get("history", [{}])[0], route=rec.route)
         fresh["id"], fresh["contextId"] = rec.task_id, (rec.aggregate or {}).get("contextId", fresh["contextId"])
         rec.aggregate = fresh
+        self.tasks.update(rec)
         return cut_history(fresh, history_length)
 
     async def cancel_task(self, task_id: str, *, target: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from ..serving import listen_socket, running, uvicorn_config
+from ..serving import listen_socket, running, settle_heap, uvicorn_config
 from .app import Gateway
 from .config import GatewayConfig
 from .faults import DrainingServer
@@ -59,8 +59,14 @@ def serve(config: GatewayConfig, *, on_ready: Callable[[Gateway], None] | None =
         configure_tracing(config.tracing)
         gateway = Gateway(config)
         config_ = uvicorn_config(gateway.app, config.host, config.port, timeout_graceful_shutdown=30, lifespan="off")
+
+        def started() -> None:
+            settle_heap()  # what lives now lives as long as the process: out of the collector's sight
+            if on_ready is not None:
+                on_ready(gateway)
+
         server = DrainingServer(config_, gateway.drain, timeout_s=config.faults.drain_timeout_s,  # SIGTERM: drain, then close
-                                on_started=None if on_ready is None else lambda: on_ready(gateway))
+                                on_started=started)
 
         async def run() -> None:
             try:

@@ -2,7 +2,8 @@
 and W3C `traceparent` passed on to every agent the gateway calls.
 
 The API is optional (the `otel` extra): without it, or with no tracer provider installed,
-every call here returns at once — the hot path pays one `isinstance` check. `configure_tracing` installs the SDK with an exporter
+every call here returns at once — the hot path pays one global read (`active`), and `span`
+hands back one shared no-op context. `configure_tracing` installs the SDK with an exporter
 (`console`, or `otlp` to an OTLP/HTTP collector). Span attributes never carry secrets:
 no headers, no payloads, only names, modalities, agents and rule names.
 """
@@ -10,6 +11,7 @@ no headers, no payloads, only names, modalities, agents and rule names.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Literal
 
@@ -22,6 +24,9 @@ except ImportError:  # the `otel` extra is not installed
     trace = None  # type: ignore[assignment]
 
 _TRACER_NAME = "mma2a.gateway"
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+# a provider named in the environment is installed by the first `get_tracer_provider()` call
+_ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 class TracingConfig(BaseModel):
@@ -39,8 +44,15 @@ def enabled() -> bool:
 
 
 def active() -> bool:
-    """A tracer provider is installed (ours or the host's): spans are worth making."""
-    return trace is not None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    """A tracer provider is installed (ours or the host's): spans are worth making.
+
+    `trace.get_tracer_provider()` reads `os.environ` on every call until a provider is set,
+    which cost the hot path more than the routing decision; the API's own global says the same."""
+    if trace is None:
+        return False
+    if getattr(trace, "_TRACER_PROVIDER", None) is not None:
+        return True
+    return _ENV_PROVIDER and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def configure_tracing(config: TracingConfig) -> None:
@@ -71,12 +83,15 @@ def configure_tracing(config: TracingConfig) -> None:
     trace.set_tracer_provider(provider)
 
 
-@contextlib.contextmanager
-def span(name: str, *, kind: str = "internal", **attributes: Any) -> Iterator[Any]:
-    """A child span of the current one (no-op without OpenTelemetry or a provider)."""
+def span(name: str, *, kind: str = "internal", **attributes: Any) -> contextlib.AbstractContextManager[Any]:
+    """A child span of the current one (a shared no-op context without OpenTelemetry or a provider)."""
     if not active():
-        yield None
-        return
+        return _NO_SPAN
+    return _span(name, kind, attributes)
+
+
+@contextlib.contextmanager
+def _span(name: str, kind: str, attributes: dict[str, Any]) -> Iterator[Any]:
     attrs = {f"mma2a.{k}": v for k, v in attributes.items() if v is not None}
     span_kind = {"client": trace.SpanKind.CLIENT, "server": trace.SpanKind.SERVER}.get(kind, trace.SpanKind.INTERNAL)
     with trace.get_tracer(_TRACER_NAME).start_as_current_span(name, kind=span_kind, attributes=attrs) as s:

@@ -20,7 +20,7 @@ from .decision import (
     Target,
     TransformStep,
 )
-from .engine import decide, decide_linear, explain_rules
+from .engine import decide, decide_linear, decision_key, explain_rules
 from .loader import load_rules, parse_rules
 from .planner import plan_transforms
 from .rules import (
@@ -72,6 +72,7 @@ __all__ = [
     "decide",
     "decide_linear",
     "decide_pinned",
+    "decision_key",
     "explain_rules",
     "load_rules",
     "parse_rules",

@@ -154,6 +154,7 @@ class RouteDecision:
     explanation: Explanation
     version: int = 0
     pinned: bool = False
+    uses_load: bool = False  # a choice read the load (a pool, or a tie between equally fit agents)
 
     def targets(self) -> tuple[str, ...]:
         """The distinct final target agents over all parts, in order of first use."""

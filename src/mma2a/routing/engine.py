@@ -8,8 +8,10 @@ caller may pass one (`clock=time.perf_counter`) to get step timings in the expla
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import NamedTuple
+
+import orjson
 
 from ..errors import AgentNotFound, ContentTypeNotSupported
 from ..modality import Modality, parse_modality
@@ -55,14 +57,37 @@ def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | No
     routes: list[PartRoute] = []
     explanations: list[PartExplanation] = []
     timings: dict[str, float] = {}
+    load_reads: list[bool] = []
     for part in view.parts:
         start = clock() if clock is not None else 0.0
-        route, explanation = _route_part(view, part, snapshot, load, matcher)
+        route, explanation = _route_part(view, part, snapshot, load, matcher, load_reads)
         routes.append(route)
         explanations.append(explanation)
         if clock is not None:
             timings[f"part[{part.index}]"] = clock() - start
-    return RouteDecision(view.message_id, tuple(routes), Explanation(tuple(explanations), timings), snapshot.version)
+    return RouteDecision(view.message_id, tuple(routes), Explanation(tuple(explanations), timings), snapshot.version,
+                         uses_load=bool(load_reads))
+
+
+def decision_key(view: MessageView) -> Hashable | None:
+    """Everything of `view` a decision reads besides the snapshot and the load, as a key; None if it cannot be one.
+
+    Two views with equal keys get equal decisions from one snapshot (up to the message id)
+    unless the decision `uses_load`. Sessions are never keyed: their pins change per message.
+    Keep this in step with what `_route_part` and the matchers read from a view.
+    """
+    if view.session is not None:
+        return None
+    shape: list[Hashable] = [view.receivers, view.accepted_output_modes]
+    for part in view.parts:
+        if part.features:
+            try:
+                shape.append((part.modality, orjson.dumps(part.features, option=orjson.OPT_SORT_KEYS)))
+            except TypeError:
+                return None
+        else:
+            shape.append(part.modality)
+    return tuple(shape)
 
 
 class _Outcome:
@@ -85,17 +110,19 @@ class _Outcome:
 
 
 class _Part(NamedTuple):
-    """The part as routed: its index, its modality (text/plain after a bottleneck) and the chain so far."""
+    """The part as routed: its index, its modality (text/plain after a bottleneck) and the chain so far;
+    `load_reads` records each choice that read the load."""
 
     part: int
     original: Modality
     modality: Modality
     prefix: tuple[TransformStep, ...]
     outputs: tuple[str, ...]
+    load_reads: list[bool]
 
 
 def _route_part(
-    view: MessageView, part: PartView, snapshot: Snapshot, load: Load, matcher: Matcher
+    view: MessageView, part: PartView, snapshot: Snapshot, load: Load, matcher: Matcher, load_reads: list[bool]
 ) -> tuple[PartRoute, PartExplanation]:
     out = _Outcome()
     routed = part
@@ -111,7 +138,7 @@ def _route_part(
         prefix = planned[0]
         routed = PartView(part.index, TEXT_PLAIN, {}, part.kind, part.size)
         out.notes.append(f"text-bottleneck: {mod_str} -> text/plain via {_chain(prefix)}")
-    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes)
+    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads)
     matched_names: tuple[str, ...] = ()
     if view.receivers:
         for name in view.receivers:
@@ -257,6 +284,7 @@ def _load_balance(
     ]
     if not eligible:
         raise _unsupported(ctx, modality, f"no healthy member of pool '{action.pool}' accepts it")
+    ctx.load_reads.append(True)
     if action.strategy == "round_robin":
         chosen = pick_round_robin(eligible, load.tick)
     elif action.strategy == "least_inflight":
@@ -282,10 +310,11 @@ def _capability(
             raise _unsupported(ctx, modality, f"no agent {where}accepts it and no transform chain reaches one that does")
         via, final = planned
         tier = _best_tier(snapshot, final, group, outputs)
-    if len(tier) == 1 or not load.inflight:
+    if len(tier) == 1:
         chosen = tier[0]
     else:
-        chosen = pick_least_inflight(tier, load.inflight)
+        ctx.load_reads.append(True)  # a tie: the least busy wins (the first name when nothing is in flight)
+        chosen = pick_least_inflight(tier, load.inflight) if load.inflight else tier[0]
     return _new(Target, (chosen, via, reason))
 
 

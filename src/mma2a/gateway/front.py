@@ -1,0 +1,66 @@
+"""The gateway's ASGI entry: JSON-RPC POSTs go straight to their route, everything else through Starlette.
+
+A `SendMessage` is the gateway's hot path. Through the full Starlette stack it passes its
+error middleware, the user middleware, the exception middleware and the router's scan
+before its endpoint runs; `FrontDoor` matches `POST /` and `POST /agents/{agent}` itself
+and calls the *same route objects* the app holds, so whatever the route table attaches to
+them (access gates, the endpoint) applies unchanged. The app's own middleware that must
+see these requests too (security) is given to `FrontDoor` and wraps the hot routes alone.
+
+When a tracer provider is installed the hot path takes the full stack, so the server span
+(`TracingMiddleware`) is made as before; without one there is nothing to trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Match, Route
+
+from .tracing import active as tracing_active
+
+Scope = dict[str, Any]
+ASGIApp = Callable[..., Any]
+
+
+HOT_PATHS = ("/", "/agents/{agent}/", "/agents/{agent}")  # the JSON-RPC binding's POST routes
+_ROUTE = "mma2a.route"  # the matched hot route, in the scope, for the innermost app of the chain
+
+
+async def _handle(scope: Scope, receive: Any, send: Any) -> None:
+    await scope[_ROUTE].handle(scope, receive, send)
+
+
+class FrontDoor:
+    """ASGI app: the hot JSON-RPC routes directly, the rest (and everything while tracing) through `app`."""
+
+    def __init__(self, app: Starlette, middleware: Sequence[Middleware] = (),
+                 tracing: Callable[[], bool] = tracing_active) -> None:
+        self.app = app
+        self.routes_hot = tuple(r for r in app.routes if isinstance(r, Route) and r.path in HOT_PATHS
+                                and "POST" in (r.methods or ()))
+        chain: ASGIApp = _handle
+        for cls, args, kwargs in reversed(list(middleware)):
+            chain = cls(chain, *args, **kwargs)
+        self.hot = chain
+        self.tracing = tracing
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if (scope["type"] == "http" and scope["method"] == "POST" and not self.tracing()
+                and (scope["path"] == "/" or scope["path"].startswith("/agents/"))):
+            for route in self.routes_hot:
+                match, child = route.matches(scope)
+                if match is Match.FULL:
+                    scope.update(child)
+                    scope["app"] = self.app  # as Starlette sets it, for endpoints that look (the SDK's handling)
+                    scope[_ROUTE] = route
+                    await self.hot(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    @property
+    def routes(self) -> list[Any]:
+        return self.app.routes

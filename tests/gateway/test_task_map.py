@@ -1,0 +1,96 @@
+"""The gateway's task map: compact rows, bounded by bytes, age and count, invisible to the garbage collector."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from mma2a.errors import TaskNotFound
+from mma2a.gateway.tasks import DownstreamTask, TaskMap, TaskRecord
+
+ROUTE = [{"index": 0, "modality": "text/plain", "matched": [], "targets": ["echo"], "via": [[]], "actions": ["capability"],
+          "dropped": None, "bottleneck": False}]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def single(i: int) -> TaskRecord:
+    return TaskRecord(f"task-{i:06d}", [DownstreamTask("echo", f"task-{i:06d}")], route=ROUTE)
+
+
+def test_a_record_reads_back_as_it_was_stored():
+    tasks = TaskMap()
+    fan = {"id": "gw-1", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"}, "history": [{"messageId": "m"}]}
+    tasks.put(TaskRecord("gw-1", [DownstreamTask("a", "ta"), DownstreamTask("b", "tb")], aggregate=fan, route=ROUTE))
+    tasks.put(single(1))
+    rec = tasks.get("gw-1")
+    assert [(d.agent, d.task_id) for d in rec.legs] == [("a", "ta"), ("b", "tb")]
+    assert rec.fanned_out and rec.aggregate == fan and rec.route == ROUTE
+    one = tasks.get("task-000001")
+    assert not one.fanned_out and one.aggregate is None and one.legs[0].agent == "echo" and one.route == ROUTE
+    with pytest.raises(TaskNotFound) as err:
+        tasks.get("nope")
+    assert "'nope' not found" in err.value.message
+
+
+def test_an_updated_aggregate_is_kept_without_renewing_the_records_age():
+    clock = Clock()
+    tasks = TaskMap(max_age_s=60, clock=clock)
+    tasks.put(TaskRecord("gw-1", [DownstreamTask("a", "ta")], aggregate={"id": "gw-1", "v": 1}, route=ROUTE))
+    clock.now += 50
+    rec = tasks.get("gw-1")
+    rec.aggregate = {"id": "gw-1", "v": 2}
+    tasks.update(rec)
+    assert tasks.get("gw-1").aggregate == {"id": "gw-1", "v": 2}
+    clock.now += 11  # 61 s after the put
+    assert tasks.find("gw-1") is None and len(tasks) == 0 and tasks.bytes == 0
+
+
+def test_records_older_than_max_age_are_forgotten_oldest_first():
+    clock = Clock()
+    tasks = TaskMap(max_age_s=10, clock=clock)
+    for i in range(5):
+        tasks.put(single(i))
+        clock.now += 3
+    # the first two are now 15 and 12 s old: the next put drops them
+    tasks.put(single(5))
+    assert [tasks.find(f"task-{i:06d}") is None for i in range(6)] == [True, True, False, False, False, False]
+
+
+def test_the_byte_budget_bounds_the_map_whatever_the_count():
+    tasks = TaskMap(capacity=10**9, max_bytes=64 * 1024)
+    for i in range(5000):
+        tasks.put(single(i))
+    assert tasks.bytes <= 64 * 1024
+    assert 100 < len(tasks) < 5000
+    assert tasks.find("task-004999") is not None and tasks.find("task-000000") is None
+    # a fan-out aggregate counts by its size
+    big = {"id": "gw-big", "history": [{"text": "x" * 20_000}]}
+    tasks.put(TaskRecord("gw-big", [], aggregate=big, route=ROUTE))
+    assert tasks.bytes <= 64 * 1024 and tasks.get("gw-big").aggregate == big
+
+
+def test_the_count_cap_still_holds():
+    tasks = TaskMap(capacity=100)
+    for i in range(1000):
+        tasks.put(single(i))
+    assert len(tasks) == 100 and tasks.find("task-000900") is not None and tasks.find("task-000899") is None
+
+
+def test_rows_are_not_tracked_by_the_garbage_collector():
+    tasks = TaskMap()
+    for i in range(100):
+        tasks.put(single(i))
+    gc.collect()  # tuples of strings and bytes are untracked once the collector has seen them (the outer
+    gc.collect()  # one on the pass after its inner tuple)
+    rows = list(tasks._rows.values())
+    assert rows and not any(gc.is_tracked(row) for row in rows)
+    # identical routes share one bytes object
+    assert len({id(row[1]) for row in rows}) == 1
