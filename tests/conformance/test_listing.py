@@ -104,3 +104,15 @@ async def test_grpc_binding_checks_credentials_and_the_agents_a_client_may_use()
     assert not_hers.value.details() == "client carol may not call agent a"
     assert sorted(t.id for t in carols.tasks) == sorted(ids["b"])
     assert sorted(t.id for t in alices_b.tasks) == sorted(ids["b"])
+
+
+async def test_grpc_binding_refuses_new_work_while_draining():
+    box: list[Any] = []
+    async with two_agents(box) as (url, ids):
+        box[0].drain.begin()
+        async with grpc.aio.insecure_channel(box[0].grpc_url) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await a2a_pb2_grpc.A2AServiceStub(channel).ListTasks(
+                    a2a_pb2.ListTasksRequest(), metadata=[("authorization", f"Bearer {ALICE}")])
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert refused.value.details().startswith("the gateway is shutting down")

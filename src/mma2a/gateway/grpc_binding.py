@@ -25,6 +25,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from ..errors import A2A_DOMAIN, MMA2AError, RateLimited, grpc_status, metadata_strings
 from .access import Authenticator, Client, RateLimiter, current_client
+from .security import Unavailable
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -50,7 +51,7 @@ def error_status(exc: MMA2AError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
 
 
 class _Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Authentication and rate limits for every gRPC call, refused with the gRPC status of the error."""
+    """Draining, authentication and rate limits for every gRPC call, refused with the gRPC status of the error."""
 
     def __init__(self, gateway: Gateway, auth: Authenticator, limiter: RateLimiter | None) -> None:
         self.gateway = gateway
@@ -58,6 +59,8 @@ class _Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self.limiter = limiter
 
     def admit(self, headers: dict[str, str], peer: str) -> Client | None:
+        if self.gateway.drain.draining:
+            raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
         client = self.auth.authenticate(headers) if self.auth.active else None
         if self.limiter is not None:
             key = client.name if client is not None else f"ip:{peer}"
