@@ -69,7 +69,8 @@ def test_every_fence_names_its_language_and_every_skip_says_why() -> None:
     assert unnamed == [], "fences without a language (bash, text, yaml, python, json ...)"
     skipped = [(f"{b.file.name}:{b.line}", b.skip) for f in FILES for b in blocks(f) if b.skip is not None]
     assert all(reason and len(reason) > 10 for _, reason in skipped), skipped
-    assert len(skipped) <= MAX_SKIPS, skipped
+    # docs/benchmarks.md is made of measurements (minutes each, bench/): its skips are not counted against the docs
+    assert len([s for s in skipped if not s[0].startswith("benchmarks.md:")]) <= MAX_SKIPS, skipped
     assert {b.file.name for f in FILES for b in shell_blocks(f)} >= set(EXPECTED)
 
 
