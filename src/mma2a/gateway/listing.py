@@ -3,7 +3,8 @@
 On `/agents/{name}/` the request is the agent's: passed on as it came, its answer (or error) returned
 as it is. At the root the list is merged over the agents the caller may use (`Client.agents`), in
 agent-name order, each agent's tasks in its own order, paginated with a token that names the agent
-and that agent's own page token.
+and that agent's own page token. `totalSize` costs one `pageSize: 1` call per agent per page
+(agents are asked concurrently); an agent that cannot list (or is down) contributes nothing.
 """
 
 from __future__ import annotations
