@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -126,6 +127,22 @@ def test_serve_with_an_unreachable_cluster_is_one_line_and_closes_what_it_opened
     assert proc.returncode == 2
     # one line: no traceback, no "Unclosed client session" or "Task was destroyed" after it
     assert proc.stderr == f"error: cluster.nats: cannot connect to {nats}: nats: no servers available for connection\n"
+
+
+def test_serve_stopped_by_sigterm_cleans_up_after_itself(tmp_path: Path) -> None:
+    """The gateway's own start/stop run inside uvicorn's signal capture: its temporary blob store is gone after SIGTERM."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start("serve", "--port", str(free_port()), env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        wait_line(proc, r"mma2a gateway on")
+        assert [p.name[:12] for p in tmp.iterdir()] == ["mma2a-blobs-"]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        stop(proc)
+    assert proc.returncode == -signal.SIGTERM  # re-raised after the graceful shutdown, as supervisors expect
+    assert list(tmp.iterdir()) == []
 
 
 def test_send_says_when_no_gateway_comes(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import contextlib
 import errno
 import gc
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import uvicorn
@@ -94,6 +94,21 @@ class Server(uvicorn.Server):
 
     def tick_interval(self) -> float:
         return 1.0
+
+    async def serve_between(self, sockets: list[socket.socket], *, start: Callable[[], Awaitable[None]],
+                            stop: Callable[[], Awaitable[None]]) -> None:
+        """Serve with the app's own start and stop around it (for apps run with `lifespan="off"`).
+
+        All of it runs inside uvicorn's signal capture, so a SIGTERM that uvicorn re-raises
+        after its graceful shutdown (as supervisors expect) comes only after `stop` ran; an
+        error from `start` propagates after `stop`.
+        """
+        with self.capture_signals():
+            try:
+                await start()
+                await self._serve(sockets)
+            finally:
+                await stop()
 
     async def main_loop(self) -> None:
         loop = self._loop = asyncio.get_running_loop()

@@ -68,15 +68,9 @@ def serve(config: GatewayConfig, *, on_ready: Callable[[Gateway], None] | None =
         server = DrainingServer(config_, gateway.drain, timeout_s=config.faults.drain_timeout_s,  # SIGTERM: drain, then close
                                 on_started=started)
 
-        async def run() -> None:
-            try:
-                await gateway.start()  # the app's lifespan, run here so a start error is raised, not logged
-                await server.serve(sockets=[sock])
-            finally:
-                await gateway.stop()
-
-        loop_factory = config_.get_loop_factory()
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(run())
+        # the app's lifespan, run here so a start error is raised (one line at the CLI), not logged with a traceback
+        run = server.serve_between([sock], start=gateway.start, stop=gateway.stop)
+        with asyncio.Runner(loop_factory=config_.get_loop_factory()) as runner:
+            runner.run(run)
     finally:
         sock.close()
