@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import struct
@@ -143,6 +144,17 @@ async def test_an_uploaded_blob_sent_by_url_is_adapted_and_a_forged_url_is_not()
     assert adapted(good)[0]["bytesBefore"] == len(src)
     assert got[1]["url"] == forged and got[1]["mediaType"] == "image/jpeg"  # forwarded as it came
     assert adapted(bad)[0]["error"].startswith("not adapted: ")
+
+
+async def test_the_same_picture_sent_twice_at_once_is_adapted_once():
+    src = photo(1600, 1200)
+    spec = wants(agent("vision", ["image/*"]), {"image/*": {"maxPixels": 200_000, "encodings": ["image/webp"]}})
+    async with agents({"vision": spec}) as urls:
+        async with gateway({"agents": [{"name": "vision", "url": urls["vision"]}]}) as (gw, url):
+            tasks = await asyncio.gather(*(send(url, part(src, "image/jpeg"), mid=f"twice-{i}") for i in range(2)))
+            keys = {received(spec[1], i)[0]["metadata"][EXTENSION_URI]["payload"]["sha256"] for i in range(2)}
+    records = sorted((adapted(t)[0] for t in tasks), key=lambda r: r["cached"])
+    assert [r["cached"] for r in records] == [False, True] and len(keys) == 1
 
 
 async def test_the_operators_profile_wins_over_the_card_and_a_small_part_stays_inline():

@@ -151,7 +151,7 @@ class PartAdapter:
             if variant is not None:
                 self._cache.move_to_end(key)
             else:
-                variant = await self._variant(key, data, modality, profile)
+                variant, cached = await self._variant(key, data, modality, profile)
         except (MMA2AError, TimeoutError, OSError, ValueError, RuntimeError) as exc:
             reason = exc.message if isinstance(exc, MMA2AError) else str(exc) or type(exc).__name__
             return part, Adaptation(index, agent, source, source, len(data), len(data),
@@ -189,10 +189,18 @@ class PartAdapter:
             raise _NotHere(f"not adapted: {info.size} bytes is over the adaptation limit of {self.limits.max_bytes}")
         return await self.store.read_all(digest), digest
 
-    async def _variant(self, key: tuple[str, str], data: bytes, modality: Modality, profile: ReceiverProfile) -> _Variant:
+    async def _variant(self, key: tuple[str, str], data: bytes, modality: Modality, profile: ReceiverProfile
+                       ) -> tuple[_Variant, bool]:
+        """The variant, and whether it was another request's work (adapted once for both)."""
         running = self._running.get(key)
         if running is not None:  # the same source for the same profile is being adapted: wait for it
-            return await asyncio.shield(running)
+            try:
+                return await asyncio.shield(running), True
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this request is being cancelled
+                raise TimeoutError("the same adaptation, started by another request, was cancelled") from None
         fut: asyncio.Future[_Variant] = asyncio.get_running_loop().create_future()
         self._running[key] = fut
         try:
@@ -215,10 +223,13 @@ class PartAdapter:
             while len(self._cache) > self.cache_entries:
                 self._cache.popitem(last=False)
             fut.set_result(variant)
-            return variant
+            return variant, False
         except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # retrieved: waiters get it, nobody else must
+            if isinstance(exc, asyncio.CancelledError):
+                fut.cancel()
+            else:
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: waiters get it, nobody else must
             raise
         finally:
             del self._running[key]
