@@ -111,6 +111,8 @@ async def test_a_large_jpeg_reaches_a_1_mp_webp_agent_resized_by_reference_and_c
             second = await send(url, part(src, "image/jpeg", "shot.jpg"), mid="i2")
             got = received(spec[1])
             data = await body_of(got[0])
+            async with httpx.AsyncClient() as c:
+                metrics = (await c.get(url + "/metrics")).text
     p = got[0]
     assert p["mediaType"] == "image/webp" and p["filename"] == "shot.webp" and "url" in p
     ext = p["metadata"][EXTENSION_URI]
@@ -125,6 +127,9 @@ async def test_a_large_jpeg_reaches_a_1_mp_webp_agent_resized_by_reference_and_c
     again = adapted(second)
     assert again[0]["cached"] is True and again[0]["bytesAfter"] == len(data)
     assert received(spec[1], 1)[0]["metadata"][EXTENSION_URI]["payload"]["sha256"] == ext["payload"]["sha256"]
+    assert 'mma2a_adaptations_total{result="adapted"} 1.0' in metrics
+    assert 'mma2a_adaptations_total{result="reused"} 1.0' in metrics
+    assert f'mma2a_adapted_bytes_total{{side="after"}} {2 * len(data)}.0' in metrics
 
 
 async def test_an_uploaded_blob_sent_by_url_is_adapted_and_a_forged_url_is_not():

@@ -70,6 +70,10 @@ class GatewayMetrics:
         self.bytes_out = Labelled(Counter("mma2a_bytes_out", "Response body bytes", ["binding"], registry=r))
         self.history = Labelled(Counter("mma2a_history_decisions", "Decisions for the history, by fate (written, dropped)",
                                         ["fate"], registry=r))
+        self.adaptations = Labelled(Counter("mma2a_adaptations", "Parts fitted to receivers, by result (adapted, reused, failed)",
+                                            ["result"], registry=r))
+        self.adapted_bytes = Labelled(Counter("mma2a_adapted_bytes", "Bytes of fitted parts, before and after", ["side"],
+                                              registry=r))
         self.agents = Labelled(Gauge("mma2a_agents", "Registered agents, by health", ["health"], registry=r))
 
     def render(self) -> bytes:

@@ -227,6 +227,11 @@ class Pipeline:
     async def _fit(self, leg: Leg, entry: AgentEntry) -> None:
         assert self.adapter is not None
         leg.parts, leg.adapted = await self.adapter.fit(entry, leg.parts)
+        for a in leg.adapted:
+            self.metrics.adaptations.labels("failed" if a.error else "reused" if a.cached else "adapted").inc()
+            if a.error is None:
+                self.metrics.adapted_bytes.labels("before").inc(a.bytes_before)
+                self.metrics.adapted_bytes.labels("after").inc(a.bytes_after)
 
     def leg_message(self, message: dict[str, Any], leg: Leg, entry: AgentEntry) -> dict[str, Any]:
         """The message one agent receives: its parts only; the extension kept only if its card declares it."""
