@@ -286,6 +286,8 @@ def fit_video(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
                 next_t, n = 0.0, 0
                 for frame in ic.decode(vs):
                     t = float(frame.time) if frame.time is not None else n / fps
+                    if t > limits.max_video_seconds:  # a header that understated the duration
+                        raise MediaError(f"video: longer than the {limits.max_video_seconds:g} s limit; decoding stopped")
                     if t + 1e-6 < next_t:
                         continue  # re-timed: dropped to reach the receiver's fps
                     next_t += 1.0 / out_fps
