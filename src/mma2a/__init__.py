@@ -6,14 +6,9 @@ big payloads travel by reference) and a gateway that routes every part natively.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("mma2a")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0"
-
+from ._version import __version__
 from .errors import (
     ContentTypeNotSupported,
     ExtensionError,

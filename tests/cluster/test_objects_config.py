@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from mma2a.cluster import ClusterConfig
+from mma2a.cluster import ClusterConfig, cluster_state
 from mma2a.cluster.objects import open_object_store
 from mma2a.cluster.server import NatsServer
 from mma2a.errors import ClusterError, PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable
@@ -87,18 +87,30 @@ def test_cluster_config_errors_name_the_field() -> None:
 def test_a_clustered_gateway_needs_the_shared_url_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MMA2A_URL_SECRET", raising=False)
     with pytest.raises(ClusterError) as exc:
-        Gateway(parse_config({"cluster": {"nats": "nats://127.0.0.1:4222"}}))
+        cluster_state(parse_config({"cluster": {"nats": "nats://127.0.0.1:4222"}}))
     assert exc.value.message == ("cluster: set the payload URL secret (MMA2A_URL_SECRET) to the same value on every "
                                  "gateway, so a URL signed by one is accepted by all")
 
 
 async def test_a_gateway_that_cannot_reach_nats_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MMA2A_URL_SECRET", "x" * 32)
-    gw = Gateway(parse_config({"cluster": {"nats": "nats://127.0.0.1:1", "connect_timeout_s": 1}}))
+    config = parse_config({"cluster": {"nats": "nats://127.0.0.1:1", "connect_timeout_s": 1}})
+    gw = Gateway(config, cluster=cluster_state(config))
     with pytest.raises(ClusterError) as exc:
         await gw.start()
     await gw.stop()
     assert exc.value.message == "cluster.nats: cannot connect to nats://127.0.0.1:1: nats: no servers available for connection"
+
+
+def test_a_cluster_config_without_the_cluster_side_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMA2A_URL_SECRET", "x" * 32)
+    config = parse_config({"cluster": {"nats": "nats://127.0.0.1:4222"}})
+    with pytest.raises(ConfigError) as exc:
+        Gateway(config)
+    assert exc.value.field == "cluster"
+    assert exc.value.message.startswith("cluster: this config is for cluster mode; build the gateway with "
+                                        "Gateway(config, cluster=mma2a.cluster.cluster_state(config))")
+    assert cluster_state(parse_config({})) is None
 
 
 def test_the_embedded_default_never_imports_nats() -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .. import __version__
+from .._version import __version__
 from ..ext import EXTENSION_URI, PROTOCOL
 
 app = typer.Typer(

@@ -55,6 +55,7 @@ def serve(
     cluster: Annotated[str | None, typer.Option(help="Cluster mode: nats://HOST:PORT of the NATS JetStream to share")] = None,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
+    from ..cluster import cluster_state
     from ..errors import MMA2AError, RuleError
     from ..gateway.config import load_config, parse_config
     from ..gateway.server import configure_logging, serve as run
@@ -71,6 +72,7 @@ def serve(
             data["cluster"] = {**(data.get("cluster") or {}), "nats": cluster}
             cfg = parse_config(data, base_dir=cfg.base_dir)
         check_rules(cfg)
+        hooks = cluster_state(cfg)  # None unless the config has a cluster section
     except RuleError as exc:
         for line in exc.errors or [exc.message]:
             typer.echo(f"error: {line}", err=True)
@@ -81,7 +83,7 @@ def serve(
         raise typer.Exit(2) from None
     configure_logging(log_level)
     try:
-        run(cfg, on_ready=lambda gw: typer.echo(banner(gw), err=True))
+        run(cfg, cluster=hooks, on_ready=lambda gw: typer.echo(banner(gw), err=True))
     except ListenError as exc:
         typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
         raise typer.Exit(2) from None

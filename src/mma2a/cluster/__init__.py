@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config import ClusterConfig
+from ..gateway.cluster_config import ClusterConfig
 
 if TYPE_CHECKING:
-    from ..gateway.app import Gateway
+    from ..gateway.config import GatewayConfig
     from .objects import ObjectBlobStore
     from .server import NatsServer
     from .state import ClusterState
@@ -20,26 +20,27 @@ if TYPE_CHECKING:
 __all__ = ["ClusterConfig", "ClusterState", "NatsServer", "ObjectBlobStore", "cluster_state"]
 
 
-def cluster_state(gateway: Gateway, config: ClusterConfig | None) -> ClusterState | None:
-    """The gateway's `ClusterState` when the config has a `cluster:` section, else None (and no NATS import).
+def cluster_state(config: GatewayConfig) -> ClusterState | None:
+    """The `ClusterState` for a gateway config with a `cluster:` section, else None (and no NATS import).
 
-    Every gateway of a cluster must sign payload URLs with the same key, so cluster mode
-    requires the URL secret to be configured (`url_secret_env`, MMA2A_URL_SECRET by default).
+    Hand it to `Gateway(config, cluster=...)` (as `mma2a serve` does). Every gateway of a cluster
+    must sign payload URLs with the same key, so cluster mode requires the URL secret to be
+    configured (`url_secret_env`, MMA2A_URL_SECRET by default).
     """
-    if config is None:
+    if config.cluster is None:
         return None
     import os
 
     from ..errors import ClusterError
 
-    env = gateway.config.url_secret_env
+    env = config.url_secret_env
     if not env or not os.environ.get(env):
         raise ClusterError(
             f"cluster: set the payload URL secret ({env or 'url_secret_env'}) to the same value on every gateway, "
             "so a URL signed by one is accepted by all", field="url_secret_env")
     from .state import ClusterState
 
-    return ClusterState(gateway, config)
+    return ClusterState(config.cluster)
 
 
 def __getattr__(name: str) -> Any:

@@ -28,13 +28,11 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from .. import __version__
+from .._version import __version__
 from ..errors import ClusterError, MMA2AError
+from ..gateway.cluster_config import ClusterConfig
 from ..routing import load_rules, parse_rules
-from ..routing.decision import RouteDecision
 from ..serving import cancel_tasks
-from ..view import MessageView
-from .config import ClusterConfig
 from .delivery import DurableDelivery
 from .objects import ObjectBlobStore
 from .pins import ClusterSessionPins
@@ -43,8 +41,7 @@ if TYPE_CHECKING:
     from ..gateway.aggregate import LegResult
     from ..gateway.app import Gateway
     from ..gateway.directory import AgentEntry
-    from ..gateway.history import HistoryRecorder
-    from ..gateway.pipeline import Pipeline
+    from ..gateway.history import HistoryConfig, HistoryRecorder
     from .history import JetStreamHistory
 
 log = logging.getLogger("mma2a.cluster")
@@ -109,10 +106,14 @@ async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = No
 
 
 class ClusterState:
-    """Connects a `Gateway` to the cluster: shared config, session pins, blobs, durable delivery, membership."""
+    """Connects a `Gateway` to the cluster: shared config, session pins, blobs, durable delivery, membership.
 
-    def __init__(self, gateway: Gateway, config: ClusterConfig) -> None:
-        self.gw = gateway
+    It implements the gateway's `ClusterHooks`: built by `cluster_state` (as `mma2a serve` does) and
+    handed to `Gateway(config, cluster=...)`, which calls `start(gateway)` when it starts.
+    """
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self._gw: Gateway | None = None
         self.config = config
         self.id = config.id or f"{socket.gethostname().split('.')[0]}-{os.getpid()}-{secrets.token_hex(3)}"
         self.names = Names(config.name)
@@ -134,17 +135,25 @@ class ClusterState:
         self.started_at = time.time()
         self.reconnects = 0
 
-    def history_sink(self, local: HistoryRecorder) -> JetStreamHistory:
+    @property
+    def gw(self) -> Gateway:
+        """The gateway this cluster member serves (set by `start`)."""
+        if self._gw is None:
+            raise ClusterError("cluster: not started (Gateway.start calls ClusterState.start)")
+        return self._gw
+
+    def history_sink(self, local: HistoryRecorder, config: HistoryConfig) -> JetStreamHistory:
         """Decisions through the cluster's stream, indexed back into `local` (every gateway's file holds them all)."""
         from .history import JetStreamHistory
 
-        hc = self.gw.config.history
-        self.history = JetStreamHistory(self, local, capacity=hc.queue, max_age_s=hc.max_age_s, max_bytes=hc.max_bytes)
+        self.history = JetStreamHistory(self, local, capacity=config.queue, max_age_s=config.max_age_s,
+                                        max_bytes=config.max_bytes)
         return self.history
 
     # --- lifecycle ------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, gateway: Gateway) -> None:
         """Connect, open buckets, seed them from this gateway's config if empty, then adopt and watch them."""
+        self._gw = gateway
         self.nc = await connect(self.config, name=f"mma2a-{self.id}", reconnected_cb=self._reconnected,
                                 disconnected_cb=self._disconnected, error_cb=self._error)
         self.js = self.nc.jetstream(timeout=5.0)
@@ -161,8 +170,6 @@ class ClusterState:
         await self.delivery.setup()
         if self.history is not None:
             await self.history.setup()
-        self.gw.pipeline.pins = self.pins
-        self.gw.pipeline.cluster = self
         await self.heartbeat()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
         log.info("joined cluster %s as %s", c.name, self.id)
@@ -353,16 +360,15 @@ class ClusterState:
             raise ClusterError(f"cluster: the change was applied here but not shared ({kind}/{key}): {exc}",
                                field=kind) from None
 
-    async def publish_rules(self, source: Any) -> int:
+    async def publish_rules(self, source: Any) -> None:
         rev = await self._put("rules", "rules", self._doc(source=source))
         self.rules_revision = max(self.rules_revision, rev)
-        return rev
 
-    async def publish_mode(self, mode: str) -> int:
-        return await self._put("rules", "mode", self._doc(mode=mode))
+    async def publish_mode(self, mode: str) -> None:
+        await self._put("rules", "mode", self._doc(mode=mode))
 
-    async def publish_agent(self, name: str) -> int:
-        return await self._put("agents", name, self._agent_doc(self.gw.directory.get(name)))
+    async def publish_agent(self, name: str) -> None:
+        await self._put("agents", name, self._agent_doc(self.gw.directory.get(name)))
 
     async def publish_agent_removed(self, name: str) -> None:
         try:
@@ -370,9 +376,9 @@ class ClusterState:
         except Exception as exc:
             raise ClusterError(f"cluster: agent {name} removed here but not shared: {exc}", field="agents") from None
 
-    async def publish_modality(self, modality: str, *, schema: Any, version: int, description: str) -> int:
+    async def publish_modality(self, modality: str, *, schema: Any, version: int, description: str) -> None:
         key = modality_key(modality)
-        return await self._put("modalities", key, self._doc(modality=modality, schema=schema, version=version,
+        await self._put("modalities", key, self._doc(modality=modality, schema=schema, version=version,
                                                              description=description))
 
     # --- hooks called by the pipeline -------------------------------------------------
@@ -380,13 +386,13 @@ class ClusterState:
         """The cluster config this gateway runs: equal on two gateways that applied the same changes."""
         return f"{self.applied['rules']}.{self.applied['agents']}.{self.applied['modalities']}"
 
-    async def route(self, pipeline: Pipeline, view: MessageView) -> RouteDecision:
-        """Route a message of a session: the pin may come from another gateway, and a new pin is shared before dispatch."""
-        assert view.session is not None
-        await self.pins.fetch(view.session.id)
-        decision = pipeline.route(view)
-        await self.pins.flush(view.session.id)
-        return decision
+    async def before_route(self, session_id: str) -> None:
+        """A message of a session: its pin may come from another gateway."""
+        await self.pins.fetch(session_id)
+
+    async def after_route(self, session_id: str) -> None:
+        """A new pin is shared before dispatch."""
+        await self.pins.flush(session_id)
 
     def durable_for(self, agent: str) -> bool:
         return self.config.durable_for(agent)

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
-from .config import ClusterConfig
+from ..gateway.cluster_config import ClusterConfig
 from .delivery import CONSUMER
 from .state import Names, connect
 

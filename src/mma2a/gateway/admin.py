@@ -82,8 +82,7 @@ def admin_routes(gw: Gateway) -> list[Route]:
         rules = load_rules(text if "\n" in text else text + "\n")  # a body is rule text, never a path to read
         snapshot = gw.state.set_rules(rules, source=text)
         gw.pipeline.pins.clear()
-        if gw.cluster is not None:  # every gateway of the cluster applies it (KV watch)
-            await gw.cluster.publish_rules(text)
+        await gw.cluster.publish_rules(text)  # every gateway of the cluster applies it (KV watch)
         return json_response({"version": snapshot.version, "rules": len(rules.rules)})
 
     async def list_agents(request: Request) -> Response:
@@ -98,21 +97,18 @@ def admin_routes(gw: Gateway) -> list[Route]:
             where = ".".join(str(p) for p in err["loc"]) or "body"
             raise InvalidParams(f"{where}: {err['msg']}", field=where) from None
         entry = await gw.directory.add(cfg)
-        if gw.cluster is not None:
-            await gw.cluster.publish_agent(cfg.name)
+        await gw.cluster.publish_agent(cfg.name)
         return json_response(entry.to_json(), status=201)
 
     async def delete_agent(request: Request) -> Response:
         gw.directory.remove(request.path_params["name"])
-        if gw.cluster is not None:
-            await gw.cluster.publish_agent_removed(request.path_params["name"])
+        await gw.cluster.publish_agent_removed(request.path_params["name"])
         return Response(status_code=204)
 
     async def drain_agent(request: Request) -> Response:
         name = request.path_params["name"]
         gw.directory.drain(name, True)
-        if gw.cluster is not None:
-            await gw.cluster.publish_agent(name)
+        await gw.cluster.publish_agent(name)
         return json_response(gw.directory.get(name).to_json())
 
     async def add_modality(request: Request) -> Response:
@@ -122,9 +118,8 @@ def admin_routes(gw: Gateway) -> list[Route]:
         mtype = gw.registry.register(
             data["modality"], schema=data.get("schema"), version=data.get("version", 1), description=data.get("description", "")
         )
-        if gw.cluster is not None:
-            await gw.cluster.publish_modality(mtype.pattern, schema=data.get("schema"), version=mtype.version,
-                                              description=mtype.description)
+        await gw.cluster.publish_modality(mtype.pattern, schema=data.get("schema"), version=mtype.version,
+                                          description=mtype.description)
         return json_response({"modality": mtype.pattern, "featureSchema": mtype.feature_schema}, status=201)
 
     async def list_modalities(request: Request) -> Response:
@@ -157,8 +152,7 @@ def admin_routes(gw: Gateway) -> list[Route]:
             raise InvalidParams(f"mode: must be native or text-bottleneck, got {mode!r}", field="mode")
         snapshot = gw.state.set_mode(mode)
         gw.pipeline.pins.clear()
-        if gw.cluster is not None:
-            await gw.cluster.publish_mode(mode)
+        await gw.cluster.publish_mode(mode)
         return json_response({"mode": mode, "version": snapshot.version})
 
     return [

@@ -26,14 +26,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from ..cluster import cluster_state
 from ..compression import ContentCoding
 from ..errors import MMA2AError
 from ..features.base import Limits
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
-from ..payload import LocalBlobStore, StreamHub, URLSigner, payload_routes
+from ..payload import BlobStore, LocalBlobStore, StreamHub, URLSigner, payload_routes
 from ..routing import load_rules, parse_rules
 from ..serving import cancel_tasks
 from .adapt import PartAdapter
@@ -42,15 +41,17 @@ from .cards import CardCache, agent_card_through, gateway_card
 from .config import ConfigError, GatewayConfig
 from .directory import AgentDirectory
 from .enrich import FeatureStage
-from .faults import Drain
+from .faults import Deduper, Drain, fail_over
 from .front import FrontDoor
+from .guard import MessageGuard
 from .history import HistoryRecorder, HistoryStore
+from .hooks import ClusterHooks, Standalone
 from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .pipeline import Pipeline
 from .sdk_binding import PipelineRequestHandler, TargetContextBuilder, rest_routes
-from .security import error_body, install_security, security_middleware
+from .security import error_body, security_middleware
 from .state import RoutingState
 from .tracing import TracingMiddleware
 from .tracing import enabled as tracing_enabled
@@ -88,7 +89,15 @@ def console_endpoints() -> dict[str, Any]:
 class Gateway:
     """One gateway process's worth of state and its ASGI app."""
 
-    def __init__(self, config: GatewayConfig, *, registry: ModalityRegistry | None = None) -> None:
+    def __init__(
+        self, config: GatewayConfig, *, registry: ModalityRegistry | None = None, cluster: ClusterHooks | None = None
+    ) -> None:
+        """`cluster`: the cluster side (`mma2a.cluster.cluster_state(config)`), required when the config has a
+        `cluster:` section; a gateway on its own does without."""
+        if config.cluster is not None and cluster is None:
+            raise ConfigError("cluster: this config is for cluster mode; build the gateway with "
+                              "Gateway(config, cluster=mma2a.cluster.cluster_state(config)) (as `mma2a serve` does)",
+                              field="cluster")
         self.config = config
         self.registry = registry or DEFAULT_REGISTRY
         self.metrics = GatewayMetrics()
@@ -98,9 +107,9 @@ class Gateway:
         self.state = RoutingState(self.directory, mode=config.mode)
         self.features = self._feature_stage(config)
         self.public_url = (config.public_url or f"http://{config.listen}").rstrip("/")
-        self._blob_tmp = None if config.blob_dir else tempfile.TemporaryDirectory(prefix="mma2a-blobs-")
-        self.cluster = cluster_state(self, config.cluster)  # None unless clustered (mma2a.cluster: NATS JetStream)
-        self.store = self.cluster.store if self.cluster else LocalBlobStore(config.blob_dir or self._blob_tmp.name)  # type: ignore[union-attr]
+        self.cluster: ClusterHooks = cluster if cluster is not None else Standalone()
+        self._blob_tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.store = self.cluster.store or self._local_store(config)
         secret = os.environ.get(config.url_secret_env) if config.url_secret_env else None
         self.signer = URLSigner(secret.encode() if secret else secrets.token_bytes(32), default_expires_in=config.url_expires_s)
         self.streams = StreamHub()
@@ -110,14 +119,24 @@ class Gateway:
             registry=self.registry, features=self.features, log_decisions=config.log_decisions,
             offload=OffloadStage(self.store, self.signer, threshold=config.offload_threshold, base_url=self.public_url),
             adapter=self._adapter(config),
-            history=self.cluster.history_sink(self.history) if self.cluster and self.history else self.history,
+            history=self.cluster.history_sink(self.history, config.history) if self.history else None,
+            guard=MessageGuard(config.limits, config.urls, config.signing, own_url=self.public_url),
+            dedupe=Deduper(ttl_s=config.faults.dedupe_ttl_s) if config.faults.dedupe_ttl_s > 0 else None,
+            failover=fail_over if config.faults.failover else None,
+            cluster=self.cluster,
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.grpc: GrpcIngress | None = None
         self.startup_errors: list[str] = []
         self.drain = Drain()
-        install_security(self)
         self.app = self._build_app()
+
+    def _local_store(self, config: GatewayConfig) -> BlobStore:
+        """Payloads in `blob_dir`, else in a temporary directory removed at stop."""
+        if config.blob_dir:
+            return LocalBlobStore(config.blob_dir)
+        self._blob_tmp = tempfile.TemporaryDirectory(prefix="mma2a-blobs-")
+        return LocalBlobStore(self._blob_tmp.name)
 
     def _feature_stage(self, config: GatewayConfig) -> FeatureStage | None:
         fc = config.features
@@ -179,8 +198,7 @@ class Gateway:
         if source is not None:
             rules = parse_rules(source, source="config") if isinstance(source, dict) else load_rules(source)
             self.state.set_rules(rules, source=source)
-        if self.cluster is not None:  # share (or adopt) rules, agents, modalities; pins, blobs, deliveries
-            await self.cluster.start()
+        await self.cluster.start(self)  # clustered: share (or adopt) rules, agents, modalities; pins, blobs, deliveries
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
             from .grpc_binding import GrpcIngress
 
@@ -210,8 +228,7 @@ class Gateway:
         if self.grpc is not None:
             await self.grpc.stop()
             self.grpc = None
-        if self.cluster is not None:
-            await self.cluster.stop()
+        await self.cluster.stop()
         await cancel_tasks(self._tasks)
         await self.transport.close()
         if self.history is not None:

@@ -17,7 +17,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import __version__
+from .._version import __version__
 from ..ext import EXTENSION_URI, PROTOCOL
 from ..modality import DEFAULT_REGISTRY
 from .directory import AgentDirectory, AgentEntry

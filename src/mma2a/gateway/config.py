@@ -10,10 +10,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..adapt.profiles import ProfileSpec
-from ..cluster.config import ClusterConfig
 from ..errors import MMA2AError
 from ..modality import parse_modality
 from .access import AuthConfig, RateLimitConfig
+from .cluster_config import ClusterConfig
 from .faults import FaultsConfig
 from .guard import LimitsConfig, SigningConfig, URLConfig
 from .history.config import HistoryConfig

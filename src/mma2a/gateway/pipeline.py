@@ -34,6 +34,7 @@ from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
 from .feed import DecisionFeed
 from .history.record import DecisionRecord, HistorySink, PartSummary, refused_parts
+from .hooks import ClusterHooks, Standalone
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .outputs import adapt_outputs
@@ -43,7 +44,6 @@ from .tracing import span
 from .transport import AgentRPCError, Transport
 
 if TYPE_CHECKING:
-    from ..cluster.state import ClusterState
     from .faults import Deduper
     from .guard import MessageGuard
 
@@ -103,6 +103,10 @@ class Pipeline:
         features: FeatureStage | None = None,
         offload: OffloadStage | None = None,
         adapter: PartAdapter | None = None,
+        guard: MessageGuard | None = None,
+        dedupe: Deduper | None = None,
+        failover: FailOver | None = None,
+        cluster: ClusterHooks | None = None,
         log_decisions: bool = True,
         history: HistorySink | None = None,
     ) -> None:
@@ -117,16 +121,16 @@ class Pipeline:
         self.adapter = adapter
         self.feed = DecisionFeed()
         self.history = history  # every decision, kept (gateway/history); record() never blocks
-        self.pins = SessionPins()
+        self.cluster: ClusterHooks = cluster if cluster is not None else Standalone()  # shared pins, durable delivery
+        shared = self.cluster.pins
+        self.pins = shared if shared is not None else SessionPins()
         self.log_decisions = log_decisions
         self._tick = 0
         self._memo: dict[Hashable, RouteDecision] = {}  # decisions that read no load, for this snapshot
         self._memo_snapshot: Snapshot | None = None
-        # optional stages, set by the gateway from its config (install_security, the cluster)
-        self.guard: MessageGuard | None = None  # limits, modality lists, URLs, signatures
-        self.dedupe: Deduper | None = None  # the same (sender, messageId) answered once
-        self.failover: FailOver | None = None  # another pool member when an agent is gone
-        self.cluster: ClusterState | None = None  # shared session pins, durable delivery
+        self.guard = guard  # limits, modality lists, URLs, signatures
+        self.dedupe = dedupe  # the same (sender, messageId) answered once
+        self.failover = failover  # another pool member when an agent is gone
 
     # --- stage 1: the view ------------------------------------------------------------
     def view(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None) -> MessageView:
@@ -285,7 +289,7 @@ class Pipeline:
         params: dict[str, Any] = {"message": self.leg_message(message, leg, entry)}
         if configuration:
             params["configuration"] = dict(configuration)
-        if self.cluster is not None and self.cluster.durable_for(leg.agent):
+        if self.cluster.durable_for(leg.agent):
             return await self.cluster.deliver(leg.agent, params)
         try:
             with span("mma2a.dispatch", kind="client", agent=leg.agent, parts=len(leg.parts)):
@@ -303,6 +307,14 @@ class Pipeline:
         if not isinstance(result, dict) or not ({"task", "message"} & result.keys()):
             return LegResult(leg.agent, error="agent answered with neither a task nor a message")
         return LegResult(leg.agent, result=result)
+
+    async def _route_shared(self, view: MessageView) -> RouteDecision:
+        """Route a message of a session: its pin may come from another gateway; a new pin is shared before dispatch."""
+        assert view.session is not None
+        await self.cluster.before_route(view.session.id)
+        decision = self.route(view)
+        await self.cluster.after_route(view.session.id)
+        return decision
 
     # --- the whole path -----------------------------------------------------------------
     async def prepare(
@@ -324,7 +336,7 @@ class Pipeline:
                 # a follow-up on a task: it goes where the task lives
                 view = dataclasses.replace(view, receivers=(rec.legs[0].agent,))
         try:
-            decision = await self.cluster.route(self, view) if self.cluster is not None and view.session else self.route(view)
+            decision = await self._route_shared(view) if view.session else self.route(view)
         except ContentTypeNotSupported:
             self.metrics.requests.labels("unroutable").inc()
             raise

@@ -39,7 +39,6 @@ from ..errors import (
     RateLimited,
 )
 from .access import Authenticator, Client, RateLimiter, current_client, digest_secret
-from .guard import MessageGuard
 
 log = logging.getLogger("mma2a.gateway.security")
 
@@ -272,18 +271,6 @@ def b64_secret(n: int = 32) -> str:
 
 
 # --- wiring into a Gateway ---------------------------------------------------------------------------
-
-
-def install_security(gw: Any) -> None:
-    """Give a `Gateway`'s pipeline its message guard, deduper and failover, from its config."""
-    from .faults import Deduper, fail_over
-
-    cfg = gw.config
-    gw.pipeline.guard = MessageGuard(cfg.limits, cfg.urls, cfg.signing, own_url=gw.public_url)
-    if cfg.faults.dedupe_ttl_s > 0:
-        gw.pipeline.dedupe = Deduper(ttl_s=cfg.faults.dedupe_ttl_s)
-    if cfg.faults.failover:
-        gw.pipeline.failover = fail_over
 
 
 def security_middleware(gw: Any) -> list[Any]:

@@ -14,6 +14,7 @@ from ..serving import listen_socket, running, settle_heap, uvicorn_config
 from .app import Gateway
 from .config import GatewayConfig
 from .faults import DrainingServer
+from .hooks import ClusterHooks
 from .tracing import configure_tracing
 
 __all__ = ["JsonLogFormatter", "configure_logging", "running", "serve"]
@@ -47,8 +48,10 @@ def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
     root.propagate = False
 
 
-def serve(config: GatewayConfig, *, on_ready: Callable[[Gateway], None] | None = None) -> None:
-    """Run a gateway until SIGINT/SIGTERM (uvicorn finishes in-flight requests first).
+def serve(
+    config: GatewayConfig, *, cluster: ClusterHooks | None = None, on_ready: Callable[[Gateway], None] | None = None
+) -> None:
+    """Run a gateway until SIGINT/SIGTERM (uvicorn finishes in-flight requests first); `cluster` as for `Gateway`.
 
     The listen socket is bound first (a taken port raises `ListenError` before anything
     starts); then the gateway starts (agents, rules, cluster: an `MMA2AError` here stops
@@ -57,7 +60,7 @@ def serve(config: GatewayConfig, *, on_ready: Callable[[Gateway], None] | None =
     sock = listen_socket(config.host, config.port)
     try:
         configure_tracing(config.tracing)
-        gateway = Gateway(config)
+        gateway = Gateway(config, cluster=cluster)
         config_ = uvicorn_config(gateway.app, config.host, config.port, timeout_graceful_shutdown=30, lifespan="off")
 
         def started() -> None:

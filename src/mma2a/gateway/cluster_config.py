@@ -1,4 +1,4 @@
-"""The `cluster:` section of the gateway config (no NATS import: the embedded default never needs it)."""
+"""The `cluster:` section of the gateway config (read by `mma2a.cluster`; no NATS import here)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,102 @@
+"""What the gateway asks of a cluster, as a Protocol, and the do-nothing default of a lone gateway.
+
+`mma2a.cluster.ClusterState` implements `ClusterHooks` (NATS JetStream: shared config, session
+pins, payloads and durable delivery); `mma2a serve` builds it and hands it to `Gateway(...,
+cluster=...)`. The gateway never imports the cluster package.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..payload import BlobStore
+from ..routing import SessionPins
+from .aggregate import LegResult
+from .history import HistoryConfig, HistoryRecorder, HistorySink
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+
+class ClusterHooks(Protocol):
+    """The cluster side of a gateway: called at start/stop, around session routing, per leg, on admin changes."""
+
+    @property
+    def pins(self) -> SessionPins | None:
+        """Session pins shared with the other gateways (None: the gateway keeps its own)."""
+
+    @property
+    def store(self) -> BlobStore | None:
+        """The blob store shared with the other gateways (None: a local directory)."""
+
+    async def start(self, gateway: Gateway) -> None:
+        """Join: share or adopt rules, agents and modalities; open pins, blobs, deliveries."""
+
+    async def stop(self) -> None: ...
+
+    def history_sink(self, local: HistoryRecorder, config: HistoryConfig) -> HistorySink:
+        """Where decisions go: `local` on a lone gateway; a shared stream indexed back into it in a cluster."""
+
+    async def before_route(self, session_id: str) -> None:
+        """Before routing a message of a session: fetch another gateway's pin for it."""
+
+    async def after_route(self, session_id: str) -> None:
+        """After routing it: wait until a new pin is shared, before dispatch."""
+
+    def durable_for(self, agent: str) -> bool:
+        """Whether legs to this agent go through durable delivery (`deliver`)."""
+
+    async def deliver(self, agent: str, params: dict[str, Any]) -> LegResult: ...
+
+    async def publish_rules(self, source: Any) -> None: ...
+
+    async def publish_mode(self, mode: str) -> None: ...
+
+    async def publish_agent(self, name: str) -> None: ...
+
+    async def publish_agent_removed(self, name: str) -> None: ...
+
+    async def publish_modality(self, modality: str, *, schema: Any, version: int, description: str) -> None: ...
+
+
+class Standalone:
+    """A gateway on its own: no shared state, nothing to publish, every leg dispatched directly."""
+
+    pins: SessionPins | None = None
+    store: BlobStore | None = None
+
+    async def start(self, gateway: Gateway) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def history_sink(self, local: HistoryRecorder, config: HistoryConfig) -> HistorySink:
+        return local
+
+    async def before_route(self, session_id: str) -> None:
+        return None
+
+    async def after_route(self, session_id: str) -> None:
+        return None
+
+    def durable_for(self, agent: str) -> bool:
+        return False
+
+    async def deliver(self, agent: str, params: dict[str, Any]) -> LegResult:
+        raise AssertionError("a standalone gateway has no durable delivery (durable_for is always False)")
+
+    async def publish_rules(self, source: Any) -> None:
+        return None
+
+    async def publish_mode(self, mode: str) -> None:
+        return None
+
+    async def publish_agent(self, name: str) -> None:
+        return None
+
+    async def publish_agent_removed(self, name: str) -> None:
+        return None
+
+    async def publish_modality(self, modality: str, *, schema: Any, version: int, description: str) -> None:
+        return None

@@ -1,0 +1,122 @@
+"""Dependencies point one way: no import cycle between the subpackages of mma2a.
+
+Every module's AST is read and every import counted, including those inside functions and
+under `if TYPE_CHECKING:` (a lazy import is still a dependency). A cycle fails with its path.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = "mma2a"
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def _is_module(name: str) -> bool:
+    base = SRC.joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _imported(module: str, path: Path) -> Iterator[tuple[str, int]]:
+    """(module imported, line) for every import statement anywhere in the file."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            for alias in node.names:  # `from pkg import sub` imports the module pkg.sub
+                sub = f"{origin}.{alias.name}"
+                yield (sub if _is_module(sub) else origin), node.lineno
+
+
+def _unit(module: str) -> str | None:
+    """The subpackage (or top-level module) a module belongs to; `mma2a` for the package root."""
+    parts = module.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    return ".".join(parts[:2])
+
+
+@functools.cache
+def unit_graph() -> dict[str, dict[str, list[str]]]:
+    """unit -> unit it imports -> where (file:line)."""
+    graph: dict[str, dict[str, list[str]]] = {}
+    for module, path in _modules():
+        src = _unit(module)
+        assert src is not None
+        graph.setdefault(src, {})
+        for target, line in _imported(module, path):
+            dst = _unit(target)
+            where = f"{path.relative_to(SRC.parent)}:{line}"
+            if dst is not None and dst != src and where not in graph[src].setdefault(dst, []):
+                graph[src][dst].append(where)
+    return graph
+
+
+def find_cycle(graph: dict[str, dict[str, list[str]]]) -> list[str] | None:
+    """One cycle as [a, b, ..., a], or None (depth-first search with colours)."""
+    colour: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        colour[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, {})):
+            if colour.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if colour.get(nxt) is None and (found := visit(nxt)) is not None:
+                return found
+        stack.pop()
+        colour[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if colour.get(node) is None and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def describe(graph: dict[str, dict[str, list[str]]], cycle: list[str]) -> str:
+    return "\n".join(f"  {a} -> {b}  ({', '.join(graph[a][b][:3])})" for a, b in zip(cycle, cycle[1:], strict=False))
+
+
+def test_no_import_cycle_between_subpackages() -> None:
+    graph = unit_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between subpackages of mma2a: " + " -> ".join(cycle) + "\n" + describe(graph, cycle)
+
+
+def test_the_gateway_does_not_know_the_cluster() -> None:
+    """The gateway defines the hooks it needs (gateway/hooks.py); mma2a.cluster implements them."""
+    graph = unit_graph()
+    assert "mma2a.cluster" not in graph["mma2a.gateway"], describe(graph, ["mma2a.gateway", "mma2a.cluster"])
+    assert "mma2a.gateway" in graph["mma2a.cluster"]
+
+
+def test_no_module_imports_the_package_root() -> None:
+    """`mma2a/__init__` is the public façade on top: inside the package, modules import each other directly."""
+    users = {a: where for a, deps in unit_graph().items() for b, where in deps.items() if b == PACKAGE}
+    assert not users, f"modules importing the package root: {users}"
+
+
+def test_the_cycle_finder_names_a_cycle() -> None:
+    graph = {"a": {"b": ["a.py:1"]}, "b": {"c": ["b.py:2"]}, "c": {"a": ["c.py:3"]}, "d": {"a": ["d.py:4"]}}
+    cycle = find_cycle(graph)
+    assert cycle == ["a", "b", "c", "a"]
+    assert describe(graph, cycle) == "  a -> b  (a.py:1)\n  b -> c  (b.py:2)\n  c -> a  (c.py:3)"
+    assert find_cycle({"a": {"b": []}, "b": {}}) is None
