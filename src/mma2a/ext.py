@@ -332,6 +332,12 @@ class MessageExtension:
         )
 
 
+def decoded_size(raw: str) -> int:
+    """The size of a part's `raw` (base64, padded or not) once decoded, without decoding or copying it."""
+    pad = 2 if raw.endswith("==") else 1 if raw.endswith("=") else 0
+    return (len(raw) - pad) * 3 // 4
+
+
 def check_protocol(protocol: Any, where: str = "protocol") -> None:
     """Accept `a2a-multimodal/1.x`; anything else is a typed error naming the field."""
     _expect(protocol, str, where, "a protocol token like a2a-multimodal/1.0")

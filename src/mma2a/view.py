@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ExtensionError, InvalidRequest
-from .ext import PartExtension, Session, part_kind, read_message, read_part
+from .ext import PartExtension, Session, decoded_size, part_kind, read_message, read_part
 from .modality import Modality, ModalityRegistry, parse_modality
 
 
@@ -49,7 +49,7 @@ def part_size(part: Mapping[str, Any], ext: PartExtension) -> int | None:
     if ext.payload is not None:
         return ext.payload.size
     if "raw" in part and isinstance(part["raw"], str):
-        return len(part["raw"]) * 3 // 4
+        return decoded_size(part["raw"])
     if "text" in part and isinstance(part["text"], str):
         return len(part["text"])
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from typing import Any
@@ -10,8 +11,9 @@ import orjson
 from a2a.types import Message, Part, Role
 from google.protobuf import json_format
 from hypothesis import given
+from hypothesis import strategies as st
 
-from mma2a.ext import EXTENSION_URI, MessageExtension, PartExtension, normalize_json, read_message, read_part, write_message, write_part
+from mma2a.ext import EXTENSION_URI, MessageExtension, decoded_size, PartExtension, normalize_json, read_message, read_part, write_message, write_part
 from mma2a.proto import get_message_extension, get_part_extension, set_message_extension, set_part_extension
 from tests.strategies import json_values, message_extensions, part_extensions
 
@@ -81,3 +83,10 @@ def test_struct_turns_integers_into_doubles_and_read_part_turns_them_back() -> N
     assert wire["metadata"][EXTENSION_URI]["features"]["width"] == 1920.0
     assert type(wire["metadata"][EXTENSION_URI]["features"]["width"]) is float
     assert type(read_part(wire).features["width"]) is int
+
+
+@given(st.binary(max_size=64))
+def test_decoded_size_is_the_decoded_length_padded_or_not_standard_or_url_safe(data: bytes) -> None:
+    for encoded in (base64.b64encode(data).decode(), base64.urlsafe_b64encode(data).decode()):
+        assert decoded_size(encoded) == len(data)
+        assert decoded_size(encoded.rstrip("=")) == len(data)

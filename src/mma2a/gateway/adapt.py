@@ -28,7 +28,7 @@ from ..adapt.media import Adapted, fit_media
 from ..adapt.profiles import ReceiverProfile, ReceiverProfiles, card_params, receiver_profiles
 from ..compression import pick
 from ..errors import MMA2AError
-from ..ext import EXTENSION_URI, PayloadRef
+from ..ext import EXTENSION_URI, PayloadRef, decoded_size
 from ..features.base import Limits, set_deadline
 from ..modality import Modality, parse_modality
 from ..payload import BlobStore, URLSigner
@@ -166,8 +166,8 @@ class PartAdapter:
     async def _source_bytes(self, part: dict[str, Any]) -> tuple[bytes, str]:
         raw = part.get("raw")
         if isinstance(raw, str):
-            if len(raw) * 3 // 4 > self.limits.max_bytes:
-                raise _NotHere(f"{len(raw) * 3 // 4} bytes is over the adaptation limit of {self.limits.max_bytes}")
+            if (size := decoded_size(raw)) > self.limits.max_bytes:
+                raise _NotHere(f"{size} bytes is over the adaptation limit of {self.limits.max_bytes}")
             try:
                 data = base64.b64decode(raw)
             except (binascii.Error, ValueError):

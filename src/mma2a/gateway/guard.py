@@ -27,7 +27,7 @@ from ..errors import (
     SignatureError,
     URLForbidden,
 )
-from ..ext import EXTENSION_URI
+from ..ext import EXTENSION_URI, decoded_size
 from ..modality import parse_modality
 from ..payload.ssrf import URLPolicy, check_url
 from ..signing import (
@@ -140,11 +140,6 @@ def _part_ext(part: Mapping[str, Any]) -> Mapping[str, Any]:
     return ext if isinstance(ext, Mapping) else {}
 
 
-def _raw_size(raw: str) -> int:
-    n = len(raw.rstrip("="))
-    return n * 3 // 4
-
-
 def _part_modality(part: Mapping[str, Any]) -> str:
     ext = _part_ext(part)
     m = ext.get("modality") or part.get("mediaType")
@@ -228,7 +223,7 @@ class MessageGuard:
             if not isinstance(part, Mapping):
                 continue
             if isinstance(part.get("raw"), str):
-                inline += _raw_size(part["raw"])
+                inline += decoded_size(part["raw"])
             elif isinstance(part.get("text"), str):
                 inline += len(part["text"])
             if inline > lim.max_inline_bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..ext import decoded_size
 from ..payload import BlobStore, URLSigner, offload_parts
 
 
@@ -21,7 +22,7 @@ class OffloadStage:
     async def apply(self, message: dict[str, Any]) -> dict[str, Any]:
         """The message with large raw parts by reference (a copy when anything moved)."""
         if self.threshold <= 0 or not any(
-            isinstance(p, dict) and isinstance(p.get("raw"), str) and len(p["raw"]) * 3 // 4 > self.threshold
+            isinstance(p, dict) and isinstance(p.get("raw"), str) and decoded_size(p["raw"]) > self.threshold
             for p in message.get("parts") or ()
         ):
             return message

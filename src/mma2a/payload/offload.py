@@ -14,23 +14,12 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from ..errors import PayloadError
-from ..ext import EXTENSION_URI, PayloadRef
+from ..ext import EXTENSION_URI, PayloadRef, decoded_size
 from .signing import URLSigner
 from .store import DEFAULT_MEDIA_TYPE, BlobStore
 
 DEFAULT_THRESHOLD = 256 * 1024
 _B64_SLICE = 4 * 64 * 1024  # base64 characters decoded per chunk (a multiple of 4)
-
-
-def raw_size(raw: str) -> int:
-    """Decoded size of a base64 string, without decoding it."""
-    n = len(raw)
-    pad = 0
-    if raw.endswith("=="):
-        pad = 2
-    elif raw.endswith("="):
-        pad = 1
-    return n * 3 // 4 - pad if n % 4 == 0 else (n * 3) // 4
 
 
 async def _decode_chunks(raw: str, where: str) -> AsyncIterator[bytes]:
@@ -71,7 +60,7 @@ async def offload_parts(
     changed = False
     for i, part in enumerate(parts):
         raw = part.get("raw") if isinstance(part, dict) else None
-        if not isinstance(raw, str) or raw_size(raw) <= threshold:
+        if not isinstance(raw, str) or decoded_size(raw) <= threshold:
             new_parts.append(part)
             continue
         field = f"{where}.parts[{i}].raw"
