@@ -114,6 +114,26 @@ def test_no_module_imports_the_package_root() -> None:
     assert not users, f"modules importing the package root: {users}"
 
 
+# Subpackages whose modules still import each other both ways (mostly for type hints under
+# TYPE_CHECKING, or a command module registering on the CLI app); every other one is a one-way tree.
+MODULE_CYCLES_LEFT = ("mma2a.cli", "mma2a.cluster", "mma2a.gateway")
+
+
+def test_no_import_cycle_between_the_modules_of_a_subpackage() -> None:
+    graph: dict[str, dict[str, list[str]]] = {}
+    for module, path in _modules():
+        unit = _unit(module)
+        if unit is None or unit.startswith(MODULE_CYCLES_LEFT):
+            continue
+        graph.setdefault(module, {})
+        for target, line in _imported(module, path):
+            where = f"{path.relative_to(SRC.parent)}:{line}"
+            if _unit(target) == unit and target not in (module, unit) and where not in graph[module].setdefault(target, []):
+                graph[module][target].append(where)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between modules: " + " -> ".join(cycle) + "\n" + describe(graph, cycle)
+
+
 def test_the_cycle_finder_names_a_cycle() -> None:
     graph = {"a": {"b": ["a.py:1"]}, "b": {"c": ["b.py:2"]}, "c": {"a": ["c.py:3"]}, "d": {"a": ["d.py:4"]}}
     cycle = find_cycle(graph)

@@ -35,7 +35,17 @@ from .ext import (
     write_part,
 )
 from .modality import DEFAULT_REGISTRY, Modality, ModalityRegistry, accepts, modality_matches, parse_modality
-from .routing import AgentInfo, RouteDecision, Rule, RuleSet, Snapshot, build_snapshot, decide, load_rules
+from .routing import (
+    AgentInfo,
+    RouteDecision,
+    Rule,
+    RuleSet,
+    Snapshot,
+    build_snapshot,
+    decide,
+    load_rules_file,
+    parse_rules,
+)
 from .view import MessageView, PartView, view_message
 
 if TYPE_CHECKING:  # loaded lazily at run time (see __getattr__); typed as what they are
@@ -79,7 +89,8 @@ __all__ = [
     "Snapshot",
     "build_snapshot",
     "decide",
-    "load_rules",
+    "load_rules_file",
+    "parse_rules",
     "EXTENSION_URI",
     "PROTOCOL",
     "ContentTypeNotSupported",

@@ -20,6 +20,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import InvalidRequest, MMA2AError, PayloadTooLarge
+from .responses import jsonrpc_error_json
 
 GZIP_LEVEL = 5
 ZSTD_LEVEL = 3
@@ -222,4 +223,4 @@ def _compressible(start: Message) -> bool:
 
 
 def _jsonrpc_error(exc: MMA2AError, scope: Scope) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": None, "error": exc.to_jsonrpc()})
+    return orjson.dumps(jsonrpc_error_json(None, exc))

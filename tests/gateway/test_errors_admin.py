@@ -8,10 +8,12 @@ import contextlib
 import json
 
 import httpx
+import pytest
 from a2a.helpers.proto_helpers import new_task_from_user_message
 
-from mma2a.errors import error_info
+from mma2a.errors import RuleError, error_info
 from mma2a.ext import EXTENSION_URI
+from mma2a.gateway import Gateway, parse_config
 from tests.agents import RecordingExecutor, run_agent
 from tests.gateway.conftest import ADMIN, agent, agents, gateway, rpc
 from tests.media import png_bytes
@@ -207,3 +209,14 @@ async def test_a_stream_to_a_dead_pool_member_fails_over_before_anything_was_sen
                                       or last.get("statusUpdate", {}).get("status", {}).get("state"))
     assert states == ["TASK_STATE_COMPLETED"] * 4
     assert len(specs["s1"][1].received) == 4
+
+
+async def test_a_bad_rule_in_the_rules_file_is_reported_with_the_file_name(tmp_path):
+    (tmp_path / "rules.yaml").write_text("rules:\n  - name: r\n    match: {}\n    action: {route_to: a, drop: b}\n")
+    gw = Gateway(parse_config({"rules": "rules.yaml", "features": {"enabled": False}}, base_dir=str(tmp_path)))
+    try:
+        with pytest.raises(RuleError) as info:
+            await gw.start()
+    finally:
+        await gw.stop()
+    assert info.value.message.startswith(f"{tmp_path / 'rules.yaml'}:4: rule 'r': action: ")

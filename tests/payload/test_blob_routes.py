@@ -108,7 +108,7 @@ async def test_bad_signatures_get_403(server: PayloadServer) -> None:
         for url, method, message in cases:
             r = await client.request(method, url)
             assert r.status_code == 403, (url, r.text)
-            assert r.json() == {"error": {"code": "signature_error", "message": message, "data": {"field": r.json()["error"]["data"]["field"]}}}
+            assert r.json() == {"error": {"code": -32602, "reason": "signature_error", "message": message, "data": {"field": r.json()["error"]["data"]["field"]}}}
 
         server.clock.now += 3601
         r = await client.get(body["url"])
@@ -138,7 +138,8 @@ async def test_path_traversal_key_gets_400(server: PayloadServer, raw_path: str,
         r = await client.get(httpx.URL(server.url).copy_with(raw_path=f"{raw_path}?exp={exp}&sig={sig}".encode()))
     assert r.status_code == 400, r.text
     assert r.json()["error"] == {
-        "code": "payload_error",
+        "code": -32602,
+        "reason": "payload_error",
         "message": f"blob key {key!r} is not a SHA-256 hex digest (64 lower-case hex digits)",
         "data": {"field": "key"},
     }
@@ -172,7 +173,7 @@ async def test_upload_errors(server: PayloadServer) -> None:
         )
         r = await client.post(f"{server.url}/blobs", content=b"abc", headers={"Content-Type": "not a type"})
         assert r.status_code == 400
-        assert r.json()["error"]["code"] == "invalid_modality"
+        assert r.json()["error"]["reason"] == "invalid_modality"
         assert r.json()["error"]["message"].startswith("Content-Type: ")
         r = await client.post(f"{server.url}/blobs", content=b"x" * (64 * MB + 1))
         assert r.status_code == 413
@@ -199,7 +200,8 @@ async def test_resumable_upload_over_http(server: PayloadServer, tmp_path: Path)
         r = await client.patch(loc, content=b"again", headers={"Upload-Offset": "0"})
         assert r.status_code == 409
         assert r.json()["error"] == {
-            "code": "upload_offset_mismatch",
+            "code": -32602,
+            "reason": "upload_offset_mismatch",
             "message": f"upload {up['uploadId']}: chunk sent at offset 0, expected offset {2 * MB}",
             "data": {"field": "Upload-Offset", "expectedOffset": 2 * MB},
         }

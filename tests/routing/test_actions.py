@@ -14,7 +14,7 @@ from mma2a.routing import (
     decide,
     decide_linear,
     explain_rules,
-    load_rules,
+    parse_rules,
 )
 
 from .helpers import message, part
@@ -78,7 +78,7 @@ rules:
 
 @pytest.fixture(scope="module")
 def snap():  # type: ignore[no-untyped-def]
-    return build_snapshot(load_rules(RULES), AGENTS)
+    return build_snapshot(parse_rules(RULES), AGENTS)
 
 
 def route(snap, *parts, load=None):  # type: ignore[no-untyped-def]
@@ -175,7 +175,7 @@ def test_default_capability_when_no_rule_matches(snap) -> None:  # type: ignore[
 
 
 def test_route_to_an_agent_that_cannot_take_the_part() -> None:
-    rules = load_rules("rules:\n  - {name: r, match: {modality: image/*}, action: {route_to: translator}}\n")
+    rules = parse_rules("rules:\n  - {name: r, match: {modality: image/*}, action: {route_to: translator}}\n")
     snap = build_snapshot(rules, AGENTS)
     with pytest.raises(ContentTypeNotSupported) as info:
         decide(message(part(0, "text/plain"), part(1, "image/png")), snap)
@@ -191,13 +191,13 @@ def test_route_to_a_group_is_capability_routing_within_it() -> None:
         AgentInfo("b", ("image/png",), groups=("team",)),
         AgentInfo("c", ("image/png",)),
     ]
-    rules = load_rules("rules:\n  - {name: r, match: {}, action: {route_to: team}}\n")
+    rules = parse_rules("rules:\n  - {name: r, match: {}, action: {route_to: team}}\n")
     p = decide(message(part(0, "image/png")), build_snapshot(rules, agents)).parts[0]
     assert p.targets == (Target("b", (), "rule:r"),)
 
 
 def test_declared_empty_group_is_valid_until_a_part_needs_it() -> None:
-    rules = load_rules("groups: {night-shift: []}\nrules:\n  - {name: r, match: {}, action: {broadcast_to: night-shift}}\n")
+    rules = parse_rules("groups: {night-shift: []}\nrules:\n  - {name: r, match: {}, action: {broadcast_to: night-shift}}\n")
     snap = build_snapshot(rules, [AgentInfo("a", ("*/*",))])
     with pytest.raises(ContentTypeNotSupported) as info:
         decide(message(part(0, "image/png")), snap)
@@ -206,7 +206,7 @@ def test_declared_empty_group_is_valid_until_a_part_needs_it() -> None:
 
 
 def test_declared_group_members_join_card_groups() -> None:
-    rules = load_rules("groups: {ops: [b, ghost]}\nrules:\n  - {name: r, match: {}, action: {broadcast_to: ops}}\n")
+    rules = parse_rules("groups: {ops: [b, ghost]}\nrules:\n  - {name: r, match: {}, action: {broadcast_to: ops}}\n")
     agents = [AgentInfo("a", ("*/*",), groups=("ops",)), AgentInfo("b", ("*/*",))]
     snap = build_snapshot(rules, agents)
     assert snap.groups["ops"] == ("a", "b")  # ghost is not registered (yet): not a member
@@ -214,7 +214,7 @@ def test_declared_group_members_join_card_groups() -> None:
 
 
 def test_drop_discards_targets_of_earlier_continuing_rules() -> None:
-    rules = load_rules(
+    rules = parse_rules(
         "rules:\n"
         "  - {name: copy, match: {}, action: {route_to: a}, continue: true}\n"
         "  - {name: block, match: {features: {secret: true}}, action: {drop: classified}}\n"
@@ -228,7 +228,7 @@ def test_drop_discards_targets_of_earlier_continuing_rules() -> None:
 
 
 def test_pin_session_on_any_action_and_nested_then() -> None:
-    rules = load_rules(
+    rules = parse_rules(
         "rules:\n  - {name: r, match: {}, action: {transform: text/plain, then: {route_to: t, pin_session: true}}}\n"
     )
     snap = build_snapshot(rules, [AgentInfo("t", ("text/plain",)), AgentInfo("asr", ("audio/*",), ("text/plain",), transformer=True)])
@@ -238,7 +238,7 @@ def test_pin_session_on_any_action_and_nested_then() -> None:
 
 
 def test_transform_with_no_chain() -> None:
-    rules = load_rules("rules:\n  - {name: r, match: {modality: image/*}, action: {transform: audio/wav}}\n")
+    rules = parse_rules("rules:\n  - {name: r, match: {modality: image/*}, action: {transform: audio/wav}}\n")
     snap = build_snapshot(rules, [AgentInfo("t", ("*/*",))])
     with pytest.raises(ContentTypeNotSupported) as info:
         decide(message(part(0, "image/png")), snap)
@@ -246,7 +246,7 @@ def test_transform_with_no_chain() -> None:
 
 
 def test_transform_to_a_modality_the_part_already_has_is_a_no_op() -> None:
-    rules = load_rules("rules:\n  - {name: r, match: {}, action: {transform: text/*, then: {route_to: t}}}\n")
+    rules = parse_rules("rules:\n  - {name: r, match: {}, action: {transform: text/*, then: {route_to: t}}}\n")
     snap = build_snapshot(rules, [AgentInfo("t", ("text/*",))])
     p = decide(message(part(0, "text/markdown")), snap).parts[0]
     assert p.targets == (Target("t", (), "rule:r"),)
@@ -254,7 +254,7 @@ def test_transform_to_a_modality_the_part_already_has_is_a_no_op() -> None:
 
 
 def test_every_feature_operator() -> None:
-    rules = load_rules(
+    rules = parse_rules(
         "rules:\n"
         "  - {name: eq, match: {features: {k: {eq: 1}}}, action: {route_to: a}, continue: true}\n"
         "  - {name: in, match: {features: {k: {in: [0, 1, x]}}}, action: {route_to: a}, continue: true}\n"
@@ -294,7 +294,7 @@ def test_every_feature_operator() -> None:
 
 
 def test_explanation_names_the_first_failing_condition_of_each_clause() -> None:
-    rules = load_rules(
+    rules = parse_rules(
         "rules:\n"
         "  - name: english\n"
         "    match:\n"
@@ -319,7 +319,7 @@ def test_explanation_names_the_first_failing_condition_of_each_clause() -> None:
 
 
 def test_rules_that_are_not_candidates_are_skipped_but_explain_rules_says_why() -> None:
-    rules = load_rules("rules:\n  - {name: en, match: {modality: text/plain, features: {language: en}}, action: {route_to: a}}\n")
+    rules = parse_rules("rules:\n  - {name: en, match: {modality: text/plain, features: {language: en}}, action: {route_to: a}}\n")
     snap = build_snapshot(rules, [AgentInfo("a", ("*/*",))])
     view = message(part(0, "text/plain", language="fr"))
     d = decide(view, snap)
@@ -331,7 +331,7 @@ def test_rules_that_are_not_candidates_are_skipped_but_explain_rules_says_why() 
 
 
 def test_missing_feature_reason() -> None:
-    rules = load_rules("rules:\n  - {name: r, match: {features: {blur: {lt: 5}, size: {gt: 1}}}, action: {route_to: a}}\n")
+    rules = parse_rules("rules:\n  - {name: r, match: {features: {blur: {lt: 5}, size: {gt: 1}}}, action: {route_to: a}}\n")
     snap = build_snapshot(rules, [AgentInfo("a", ("*/*",))])
     d = decide(message(part(0, "image/png", blur=1)), snap)
     assert d.explanation.parts[0].candidates[0].reason == "features.size: missing (wanted size gt 1)"
@@ -350,7 +350,7 @@ def test_timings_only_with_a_clock_and_never_in_equality(snap) -> None:  # type:
 
 def test_nonempty_tells_an_empty_list_from_a_found_value() -> None:
     """`qr: {exists: true}` holds for `qr: []` (the extractor always emits the field); `nonempty` does not."""
-    rules = load_rules(
+    rules = parse_rules(
         "rules:\n"
         "  - {name: has-qr-field, match: {modality: image/*, features: {qr: {exists: true}}}, action: {route_to: a}, continue: true}\n"
         "  - {name: found-qr, match: {modality: image/*, features: {qr: {nonempty: true}}}, action: {route_to: a}, continue: true}\n"

@@ -15,12 +15,12 @@ from mma2a.routing import (
     build_snapshot,
     decide,
     decide_linear,
-    load_rules,
+    parse_rules,
 )
 
 from .helpers import card_json, message, part
 
-NO_RULES = load_rules("rules: []\n")
+NO_RULES = parse_rules("rules: []\n")
 
 
 def snapshot(agents: list[AgentInfo], mode: str = "native"):  # type: ignore[no-untyped-def]
@@ -162,7 +162,7 @@ def test_planner_shortest_chain_when_nobody_accepts_natively() -> None:
         ]
     )
     view = message(part(0, "audio/ogg"))
-    snap2 = build_snapshot(load_rules("rules:\n  - {name: r, match: {}, action: {route_to: reasoner}}\n"), snap.agents.values())
+    snap2 = build_snapshot(parse_rules("rules:\n  - {name: r, match: {}, action: {route_to: reasoner}}\n"), snap.agents.values())
     d = decide(view, snap2)
     assert d.parts[0].targets == (
         Target("reasoner", (TransformStep("transcode", "audio/ogg", "audio/wav"), TransformStep("asr-wav", "audio/wav", "text/plain")), "rule:r"),
@@ -209,7 +209,7 @@ def test_text_bottleneck_mode_turns_every_non_text_part_into_text_first() -> Non
 
 
 def test_text_bottleneck_applies_rules_to_the_text() -> None:
-    rules = load_rules("rules:\n  - {name: texts, match: {modality: text/plain}, action: {route_to: reasoner}}\n")
+    rules = parse_rules("rules:\n  - {name: texts, match: {modality: text/plain}, action: {route_to: reasoner}}\n")
     agents = [AgentInfo("reasoner", ("text/plain",)), AgentInfo("captioner", ("image/*",), ("text/plain",), transformer=True)]
     d = decide(message(part(0, "image/png", objects=["cat"])), build_snapshot(rules, agents, mode="text-bottleneck"))
     assert d.parts[0].matched == ("texts",)
@@ -230,7 +230,7 @@ def test_bad_mode() -> None:
 
 
 def test_explicit_receivers_bypass_rules_but_not_cards() -> None:
-    rules = load_rules("rules:\n  - {name: all, match: {}, action: {drop: nope}}\n")
+    rules = parse_rules("rules:\n  - {name: all, match: {}, action: {drop: nope}}\n")
     agents = [
         AgentInfo("reasoner", ("text/plain",)),
         AgentInfo("vision", ("image/*",)),
@@ -262,7 +262,7 @@ def test_duplicate_agents_are_rejected() -> None:
 
 def test_decision_json_forms() -> None:
     snap = snapshot([AgentInfo("reasoner", ("text/plain",)), AgentInfo("asr", ("audio/*",), ("text/plain",), transformer=True)])
-    rules = load_rules("rules:\n  - {name: r, match: {modality: audio/*}, action: {route_to: reasoner}}\n")
+    rules = parse_rules("rules:\n  - {name: r, match: {modality: audio/*}, action: {route_to: reasoner}}\n")
     snap = build_snapshot(rules, snap.agents.values())
     d = decide(message(part(0, "audio/wav"), mid="m9"), snap)
     assert d.to_json() == {

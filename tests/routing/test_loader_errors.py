@@ -9,7 +9,7 @@ import pytest
 
 from mma2a.errors import error_info
 from mma2a.errors import INVALID_PARAMS, RuleError
-from mma2a.routing import AgentInfo, build_snapshot, load_rules, parse_rules
+from mma2a.routing import AgentInfo, build_snapshot, load_rules_file, parse_rules
 
 R = "rules:\n  - name: a\n"  # a rule header most cases share (the rule starts on line 2)
 
@@ -133,7 +133,7 @@ CASES = [
 @pytest.mark.parametrize(("text", "message"), CASES, ids=[str(i) for i in range(len(CASES))])
 def test_rule_author_error(text: str, message: str) -> None:
     with pytest.raises(RuleError) as info:
-        load_rules(text)
+        parse_rules(text)
     assert info.value.message == message
     assert info.value.errors[0] == message
     assert info.value.code == INVALID_PARAMS
@@ -143,7 +143,7 @@ def test_rule_author_error(text: str, message: str) -> None:
 def test_every_error_is_reported_and_the_message_counts_the_rest() -> None:
     text = R + "    priority: x\n    match: {modality: bad}\n    action: {route_to: x}\n  - name: b\n    match: {}\n    action: {}\n"
     with pytest.raises(RuleError) as info:
-        load_rules(text)
+        parse_rules(text)
     assert info.value.errors == [
         "<rules>:3: rule 'a': priority: must be an integer, got a string",
         "<rules>:4: rule 'a': match.modality: 'bad' is not a media type (expected type/subtype)",
@@ -156,17 +156,33 @@ def test_errors_from_a_file_carry_its_path_and_line(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
     path.write_text("version: 1\nrules:\n  - name: ok\n    match: {}\n    action: {drop: x}\n  - name: bad\n    match: {features: {blur: {lt: soft}}}\n    action: {drop: x}\n")
     with pytest.raises(RuleError) as info:
-        load_rules(path)
+        load_rules_file(path)
     assert info.value.message == f"{path}:7: rule 'bad': match.features.blur.lt: must be a number, got a string"
     with pytest.raises(RuleError) as info:
-        load_rules(str(path))
+        load_rules_file(str(path))
     assert info.value.message.startswith(f"{path}:7: ")
 
 
 def test_missing_file() -> None:
     with pytest.raises(RuleError) as info:
-        load_rules("no-such-rules.yaml")
+        load_rules_file("no-such-rules.yaml")
     assert info.value.message == "no-such-rules.yaml: no such rule file"
+
+
+def test_a_path_is_never_guessed_from_text_nor_text_from_a_path(tmp_path: Path) -> None:
+    """`load_rules_file` reads whatever it is given as a path (`C:\\rules.yaml` included); `parse_rules` never reads."""
+    with pytest.raises(RuleError) as info:
+        load_rules_file("C:\\rules.yaml")
+    assert info.value.message == "C:\\rules.yaml: no such rule file"
+    path = tmp_path / "rules: yes.yaml"  # a name that looks like YAML is still a file name
+    path.write_text("rules:\n  - {name: r, match: {}, action: {drop: why}}\n")
+    assert [r.name for r in load_rules_file(path).rules] == ["r"]
+    with pytest.raises(RuleError) as info:
+        parse_rules("rules.yaml")
+    assert info.value.message == "<rules>:1: the rule file must be a mapping with a 'rules' list, got a string"
+    with pytest.raises(RuleError) as info:
+        parse_rules("rules: [1]\n", source="admin")
+    assert info.value.message.startswith("admin:1: rules[0]: ")
 
 
 def test_json_text_and_json_files_give_lines_too(tmp_path: Path) -> None:
@@ -174,10 +190,10 @@ def test_json_text_and_json_files_give_lines_too(tmp_path: Path) -> None:
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(doc, indent=2))
     with pytest.raises(RuleError) as info:
-        load_rules(path)
+        load_rules_file(path)
     assert info.value.message == f"{path}:7: rule 'a': action.route_to: must be an agent or group name, got a number"
     with pytest.raises(RuleError) as info:
-        load_rules(json.dumps(doc))
+        parse_rules(json.dumps(doc))
     assert info.value.message == "<rules>:1: rule 'a': action.route_to: must be an agent or group name, got a number"
 
 
@@ -188,7 +204,7 @@ def test_parse_rules_on_objects_has_no_lines() -> None:
 
 
 def test_unknown_agent_and_group_names_fail_at_snapshot_time() -> None:
-    rules = load_rules(
+    rules = parse_rules(
         "groups: {operators: []}\n"
         "rules:\n"
         "  - name: a\n    match: {}\n    action: {route_to: nobody}\n"
@@ -209,7 +225,7 @@ def test_unknown_agent_and_group_names_fail_at_snapshot_time() -> None:
 
 
 def test_an_agent_name_typo_is_reported_at_its_line_with_a_suggestion() -> None:
-    rules = load_rules("rules:\n  - name: a\n    match: {}\n    action:\n      transform: text/plain\n      then:\n"
+    rules = parse_rules("rules:\n  - name: a\n    match: {}\n    action:\n      transform: text/plain\n      then:\n"
                        "        route_to: visoin\n")
     with pytest.raises(RuleError) as info:
         build_snapshot(rules, [AgentInfo("x", ("*/*",)), AgentInfo("vision", ("*/*",))])
@@ -217,7 +233,7 @@ def test_an_agent_name_typo_is_reported_at_its_line_with_a_suggestion() -> None:
 
 
 def test_a_valid_file_loads_in_priority_then_file_order() -> None:
-    rules = load_rules(
+    rules = parse_rules(
         "rules:\n"
         "  - {name: low, match: {}, action: {drop: x}}\n"
         "  - {name: high, priority: 5, match: {}, action: {drop: x}}\n"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from mma2a.routing import AgentInfo, Load, SessionPins, build_snapshot, decide_pinned, load_rules
+from mma2a.routing import AgentInfo, Load, SessionPins, build_snapshot, decide_pinned, parse_rules
 
 from .helpers import wire_message
 
-RULES = load_rules(
+RULES = parse_rules(
     "rules:\n"
     "  - {name: streams, match: {modality: video/*}, action: {load_balance: pool, pin_session: true}}\n"
     "  - {name: images, match: {modality: image/*}, action: {load_balance: pool}}\n"
@@ -71,7 +71,7 @@ def test_invalidate_drops_pins_through_a_failed_agent() -> None:
 
 
 def test_invalidate_covers_transformers_on_the_way() -> None:
-    rules = load_rules("rules:\n  - {name: r, match: {}, action: {route_to: t, pin_session: true}}\n")
+    rules = parse_rules("rules:\n  - {name: r, match: {}, action: {route_to: t, pin_session: true}}\n")
     agents = [AgentInfo("t", ("text/plain",)), AgentInfo("asr", ("audio/*",), ("text/plain",), transformer=True)]
     pins = SessionPins()
     snap = build_snapshot(rules, agents)

@@ -2,7 +2,7 @@
 
 Targets: JSON-RPC and REST bodies through a real gateway (every answer a defined error,
 never a 5xx, never a stack trace), the extension metadata readers and the signature
-verifier, rule files (`load_rules`), and the media decoders (each extractor directly, so a
+verifier, rule files (`parse_rules`), and the media decoders (each extractor directly, so a
 bug the feature pipeline would mask still shows).
 """
 
@@ -123,10 +123,10 @@ rule_docs = st.one_of(
 
 
 def check_rules(text: str) -> None:
-    from mma2a.routing import load_rules
+    from mma2a.routing import parse_rules
 
     try:
-        load_rules(text)
+        parse_rules(text)
     except MMA2AError:
         pass
 

@@ -114,7 +114,7 @@ async def test_blobs_and_streams_need_a_credential_or_a_url_signature() -> None:
             forged = await c.get(info["url"].replace("sig=", "sig=AA"))
             wrong_method = await c.delete(info["url"])
     assert anon_put.status_code == anon_upload.status_code == anon_stream.status_code == 401
-    assert anon_put.json() == {"error": {"code": "unauthorized", "message":
+    assert anon_put.json() == {"error": {"code": -32600, "reason": "unauthorized", "message":
                                "missing credentials: send Authorization: Bearer <token> or an API key header",
                                "data": {"field": "Authorization"}}}
     assert put.status_code == 201 and signed.status_code == 200 and signed.content == b"x" * 100

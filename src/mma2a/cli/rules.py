@@ -112,10 +112,10 @@ def placeholder_agents(rules: Any) -> list[Any]:
 
 def _load(rules_path: Path) -> Any:
     from ..errors import RuleError
-    from ..routing import load_rules
+    from ..routing import load_rules_file
 
     try:
-        return load_rules(rules_path)
+        return load_rules_file(rules_path)
     except RuleError as exc:
         _fail(exc.errors)
 

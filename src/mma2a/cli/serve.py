@@ -21,18 +21,11 @@ if TYPE_CHECKING:
 
 def check_rules(cfg: GatewayConfig) -> None:
     """Load the configured rules as the gateway will, naming the rules file in every error (`RuleError`)."""
-    from ..routing import load_rules, parse_rules
+    from ..routing import parse_rules
 
-    if cfg.rules is None:
-        return
-    if isinstance(cfg.rules, dict):
-        parse_rules(cfg.rules, source="gateway config: rules")
-        return
-    text = cfg.rules_source()  # a ConfigError when the file cannot be read
-    if text is cfg.rules:  # inline YAML/JSON text
-        load_rules(cfg.rules)
-    else:
-        load_rules(Path(cfg.base_dir) / cfg.rules)
+    source = cfg.rules_source()  # a ConfigError when the file cannot be read
+    if source is not None:
+        parse_rules(source, source=cfg.rules_name())
 
 
 def banner(gateway: Gateway) -> str:

@@ -31,7 +31,7 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from .._version import __version__
 from ..errors import ClusterError, MMA2AError
 from ..gateway.cluster_config import ClusterConfig
-from ..routing import load_rules, parse_rules
+from ..routing import parse_rules
 from ..serving import cancel_tasks
 from .delivery import DurableDelivery
 from .objects import ObjectBlobStore
@@ -317,7 +317,7 @@ class ClusterState:
         if source == st.rules_source:
             self.rules_revision = revision
             return
-        rules = parse_rules(source, source="cluster") if isinstance(source, dict) else load_rules(str(source))
+        rules = parse_rules(source if isinstance(source, (str, dict)) else None, source="cluster")
         try:
             st.set_rules(rules, source=source)
         except MMA2AError:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hmac
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,33 +22,14 @@ from ..errors import (
     RuleError,
     Unauthorized,
 )
-from ..routing import load_rules
+from ..responses import error_response, json_response, read_json_object
+from ..routing import parse_rules
 from ..routing.loader import rules_to_json
 from .config import AgentConfig
 from .history.api import history_routes
 
 if TYPE_CHECKING:
     from .app import Gateway
-
-
-def json_response(data: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
-
-
-def error_response(exc: MMA2AError) -> Response:
-    body: dict[str, Any] = {"error": {"code": exc.code, "message": exc.message}}
-    if exc.data:
-        body["error"]["data"] = exc.data
-    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
-    return Response(orjson.dumps(body), status_code=exc.http_status, media_type="application/json", headers=headers)
-
-
-async def _json_body(request: Request) -> Any:
-    body = await request.body()
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidParams(f"body: not valid JSON: {exc}", field="body") from None
 
 
 def admin_routes(gw: Gateway) -> list[Route]:
@@ -79,7 +59,7 @@ def admin_routes(gw: Gateway) -> list[Route]:
         text = (await request.body()).decode("utf-8", errors="replace")
         if not text.strip():
             raise RuleError("rules: body is empty", errors=["rules: body is empty"])
-        rules = load_rules(text if "\n" in text else text + "\n")  # a body is rule text, never a path to read
+        rules = parse_rules(text)  # a body is rule text, never a path to read
         snapshot = gw.state.set_rules(rules, source=text)
         gw.pipeline.pins.clear()
         await gw.cluster.publish_rules(text)  # every gateway of the cluster applies it (KV watch)
@@ -89,7 +69,7 @@ def admin_routes(gw: Gateway) -> list[Route]:
         return json_response({"agents": [e.to_json() for e in gw.directory.entries()]})
 
     async def add_agent(request: Request) -> Response:
-        data = await _json_body(request)
+        data = await read_json_object(request)
         try:
             cfg = AgentConfig.model_validate(data)
         except ValidationError as exc:
@@ -112,8 +92,8 @@ def admin_routes(gw: Gateway) -> list[Route]:
         return json_response(gw.directory.get(name).to_json())
 
     async def add_modality(request: Request) -> Response:
-        data = await _json_body(request)
-        if not isinstance(data, dict) or not isinstance(data.get("modality"), str):
+        data = await read_json_object(request)
+        if not isinstance(data.get("modality"), str):
             raise InvalidParams("modality: required, a media type string such as application/x-lidar", field="modality")
         mtype = gw.registry.register(
             data["modality"], schema=data.get("schema"), version=data.get("version", 1), description=data.get("description", "")
@@ -129,8 +109,8 @@ def admin_routes(gw: Gateway) -> list[Route]:
         ]})
 
     async def explain(request: Request) -> Response:
-        data = await _json_body(request)
-        if not isinstance(data, dict) or not isinstance(data.get("message"), dict):
+        data = await read_json_object(request)
+        if not isinstance(data.get("message"), dict):
             raise InvalidParams("message: required, an A2A 1.0 message object", field="message")
         view = gw.pipeline.view(data["message"], data.get("configuration"), data.get("agent"))
         try:
@@ -146,8 +126,8 @@ def admin_routes(gw: Gateway) -> list[Route]:
         return json_response({"decisions": gw.pipeline.feed.since(int(after))})
 
     async def set_mode(request: Request) -> Response:
-        data = await _json_body(request)
-        mode = data.get("mode") if isinstance(data, dict) else None
+        data = await read_json_object(request)
+        mode = data.get("mode")
         if mode not in ("native", "text-bottleneck"):
             raise InvalidParams(f"mode: must be native or text-bottleneck, got {mode!r}", field="mode")
         snapshot = gw.state.set_mode(mode)

@@ -33,10 +33,11 @@ from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
 from ..payload import BlobStore, LocalBlobStore, StreamHub, URLSigner, payload_routes
-from ..routing import load_rules, parse_rules
+from ..routing import parse_rules
+from ..responses import error_response, json_response
 from ..serving import cancel_tasks
 from .adapt import PartAdapter
-from .admin import admin_routes, error_response, json_response
+from .admin import admin_routes
 from .cards import CardCache, agent_card_through, gateway_card
 from .config import ConfigError, GatewayConfig
 from .directory import AgentDirectory
@@ -196,7 +197,7 @@ class Gateway:
             await asyncio.to_thread(self.features.pipeline.warm_up)
         source = self.config.rules_source()
         if source is not None:
-            rules = parse_rules(source, source="config") if isinstance(source, dict) else load_rules(source)
+            rules = parse_rules(source, source=self.config.rules_name())
             self.state.set_rules(rules, source=source)
         await self.cluster.start(self)  # clustered: share (or adopt) rules, agents, modalities; pins, blobs, deliveries
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline

@@ -166,6 +166,12 @@ class GatewayConfig(BaseModel):
         """A file under `data_dir` (relative paths are taken from the config file's directory)."""
         return Path(self.base_dir) / self.data_dir / name
 
+    def rules_name(self) -> str:
+        """What rule errors name: the rules file's path, or `gateway config: rules` for rules written in the config."""
+        if isinstance(self.rules, str) and not ("\n" in self.rules or self.rules.lstrip().startswith(("{", "version"))):
+            return str(Path(self.base_dir) / self.rules)
+        return "gateway config: rules"
+
     def rules_source(self) -> str | dict[str, Any] | None:
         """Inline rules (a mapping), rules file text, or None for the default."""
         if self.rules is None or isinstance(self.rules, dict):

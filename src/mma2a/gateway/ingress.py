@@ -24,6 +24,7 @@ from ..errors import (
     ParseError,
     PayloadTooLarge,
 )
+from ..responses import jsonrpc_error_json
 from .pipeline import Pipeline
 
 log = logging.getLogger("mma2a.gateway")
@@ -37,7 +38,7 @@ def rpc_response(rid: Any, result: Any) -> Response:
 
 
 def rpc_error(rid: Any, exc: MMA2AError) -> Response:
-    return Response(orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": exc.to_jsonrpc()}), media_type="application/json")
+    return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), media_type="application/json")
 
 
 def check_message(message: Any) -> dict[str, Any]:
@@ -170,5 +171,4 @@ def _snake_case(params: Any) -> bool:
 
 def _too_large(limit: int) -> Response:
     err = PayloadTooLarge(f"request body exceeds {limit} bytes; send large media by reference (POST /blobs)")
-    return Response(orjson.dumps({"jsonrpc": "2.0", "id": None, "error": err.to_jsonrpc()}), status_code=413,
-                    media_type="application/json")
+    return Response(orjson.dumps(jsonrpc_error_json(None, err)), status_code=413, media_type="application/json")

@@ -38,6 +38,7 @@ from ..errors import (
     PayloadTooLarge,
     RateLimited,
 )
+from ..responses import error_json, jsonrpc_error_json
 from .access import Authenticator, Client, RateLimiter, current_client, digest_secret
 
 log = logging.getLogger("mma2a.gateway.security")
@@ -87,16 +88,9 @@ def is_json_type(ctype: str) -> bool:
 def error_body(exc: MMA2AError, path: str, method: str, status: int) -> bytes:
     """The error in the shape of the binding the path belongs to (JSON-RPC, REST, blobs, admin)."""
     if is_jsonrpc(path, method):
-        return orjson.dumps({"jsonrpc": "2.0", "id": None, "error": exc.to_jsonrpc()})
-    if path.startswith(("/blobs", "/streams")):
-        from ..payload.routes import error_body as blob_error
-
-        return orjson.dumps(blob_error(exc))
-    if path.startswith("/admin"):
-        body: dict[str, Any] = {"error": {"code": exc.code, "message": exc.message}}
-        if exc.data:
-            body["error"]["data"] = exc.data
-        return orjson.dumps(body)
+        return orjson.dumps(jsonrpc_error_json(None, exc))
+    if path.startswith(("/blobs", "/streams", "/admin")):
+        return orjson.dumps(error_json(exc))
     return orjson.dumps(exc.to_rest())
 
 

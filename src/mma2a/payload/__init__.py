@@ -6,7 +6,7 @@ The gateway mounts `payload_routes(...)`; agents and clients use the same pieces
 from __future__ import annotations
 
 from .offload import DEFAULT_THRESHOLD, offload_parts
-from .routes import BlobEndpoints, error_response, parse_range, payload_routes
+from .routes import BlobEndpoints, parse_range, payload_routes
 from .signing import URLSigner
 from .ssrf import FetchResponse, SafeFetcher, URLPolicy, check_url
 from .store import BlobInfo, BlobStore, LocalBlobStore, check_key
@@ -32,7 +32,6 @@ __all__ = [
     "check_key",
     "check_url",
     "decode_frame",
-    "error_response",
     "offload_parts",
     "parse_range",
     "payload_routes",

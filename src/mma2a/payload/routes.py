@@ -8,66 +8,29 @@
   /blobs/uploads/{id}/finish` -> 201 like `POST /blobs`; `DELETE` aborts.
 - `GET|HEAD /blobs/{key}?exp=..&sig=..`: signed read with `Range` (206 + `Content-Range`, 416
   when unsatisfiable); `DELETE` with a URL signed for `DELETE`.
-Errors are `{"error": {"code", "message"}}` with the error's HTTP status.
+Errors are `{"error": {"code", "reason", "message", "data"}}` with the error's HTTP status
+(`mma2a.responses`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
-from starlette.requests import ClientDisconnect, HTTPConnection, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from ..errors import MMA2AError, PayloadError, PayloadTooLarge, RangeNotSatisfiable
-from ..modality import parse_modality
+from ..errors import PayloadError, PayloadTooLarge, RangeNotSatisfiable
+from ..responses import json_response, read_json_object
+from .endpoint import BaseURLFn, default_base_url, handles_errors, media_type_of
 from .signing import URLSigner
-from .store import DEFAULT_MEDIA_TYPE, BlobInfo, BlobStore, check_key, check_sha256
+from .store import BlobInfo, BlobStore, check_key, check_sha256
+from .stream_routes import StreamEndpoints
 from .streams import StreamHub
 
-BaseURLFn = Callable[[HTTPConnection], str]
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
-_CAMEL = re.compile(r"(?<!^)(?=[A-Z][a-z])")
-
-
-def error_code(exc: MMA2AError) -> str:
-    """`SignatureError` -> `signature_error`, `URLForbidden` -> `url_forbidden`."""
-    return _CAMEL.sub("_", type(exc).__name__).lower()
-
-
-def error_body(exc: MMA2AError) -> dict[str, Any]:
-    err: dict[str, Any] = {"code": error_code(exc), "message": exc.message}
-    if exc.data:
-        err["data"] = exc.data
-    return {"error": err}
-
-
-def error_response(exc: MMA2AError, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(error_body(exc)), exc.http_status, headers, media_type="application/json")
-
-
-def handles_errors(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    """Turn an `MMA2AError` raised by an endpoint into its JSON error response."""
-
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await fn(request)
-        except RangeNotSatisfiable as exc:
-            size = exc.data.get("size")
-            return error_response(exc, {"Content-Range": f"bytes */{size}"} if size is not None else None)
-        except MMA2AError as exc:
-            return error_response(exc)
-
-    endpoint.__name__ = fn.__name__
-    endpoint.__doc__ = fn.__doc__
-    return endpoint
-
-
-def default_base_url(conn: HTTPConnection) -> str:
-    return str(conn.base_url).rstrip("/")
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -95,29 +58,10 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
-def media_type_of(value: str | None, field: str = "Content-Type") -> str:
-    if not value:
-        return DEFAULT_MEDIA_TYPE
-    return str(parse_modality(value, field=field))
-
-
 def _declared_length(request: Request, limit: int) -> None:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise PayloadTooLarge(f"body of {length} bytes is larger than the limit of {limit} bytes", field="body")
-
-
-async def _json_body(request: Request) -> dict[str, Any]:
-    body = await request.body()
-    if not body:
-        return {}
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise PayloadError("body is not valid JSON", field="body") from None
-    if not isinstance(doc, dict):
-        raise PayloadError("body must be a JSON object", field="body")
-    return doc
 
 
 class BlobEndpoints:
@@ -150,7 +94,7 @@ class BlobEndpoints:
 
     def _created(self, request: Request, info: BlobInfo) -> Response:
         body = self.describe(request, info)
-        return Response(orjson.dumps(body), 201, {"Location": body["url"]}, media_type="application/json")
+        return json_response(body, 201, {"Location": body["url"]})
 
     @staticmethod
     async def _body(request: Request) -> AsyncIterator[bytes]:
@@ -175,13 +119,13 @@ class BlobEndpoints:
     async def begin_upload(self, request: Request) -> Response:
         ct = request.headers.get("content-type", "")
         if ct.startswith("application/json"):
-            media_type = media_type_of((await _json_body(request)).get("mediaType"), "mediaType")
+            media_type = media_type_of((await read_json_object(request, empty_ok=True)).get("mediaType"), "mediaType")
         else:
             media_type = media_type_of(request.headers.get("upload-media-type") or ct or None)
         upload_id = await self.store.begin_upload(media_type)
         location = f"{self.base_url(request)}/blobs/uploads/{upload_id}"
         body = {"uploadId": upload_id, "offset": 0, "mediaType": media_type, "location": location}
-        return Response(orjson.dumps(body), 201, {"Location": location, "Upload-Offset": "0"}, media_type="application/json")
+        return json_response(body, 201, {"Location": location, "Upload-Offset": "0"})
 
     async def upload_status(self, request: Request) -> Response:
         upload_id = request.path_params["upload_id"]
@@ -189,7 +133,7 @@ class BlobEndpoints:
         headers = {"Upload-Offset": str(offset), "Cache-Control": "no-store"}
         if request.method == "HEAD":
             return Response(b"", 200, headers)
-        return JSONResponse({"uploadId": upload_id, "offset": offset}, headers=headers)
+        return json_response({"uploadId": upload_id, "offset": offset}, headers=headers)
 
     async def append(self, request: Request) -> Response:
         upload_id = request.path_params["upload_id"]
@@ -202,14 +146,14 @@ class BlobEndpoints:
             offset = await self.store.append(upload_id, int(raw), request.stream(), max_size=self.max_upload_bytes)
         except ClientDisconnect:
             return Response(b"", 400)
-        return JSONResponse({"uploadId": upload_id, "offset": offset}, headers={"Upload-Offset": str(offset)})
+        return json_response({"uploadId": upload_id, "offset": offset}, headers={"Upload-Offset": str(offset)})
 
     async def finish_upload(self, request: Request) -> Response:
         upload_id = request.path_params["upload_id"]
         digest = request.headers.get("x-content-sha256")
         field = "X-Content-SHA256"
         if digest is None and request.headers.get("content-type", "").startswith("application/json"):
-            digest, field = (await _json_body(request)).get("sha256"), "sha256"
+            digest, field = (await read_json_object(request, empty_ok=True)).get("sha256"), "sha256"
         expected = None if digest is None else check_sha256(digest, field)
         info = await self.store.finish(upload_id, expected)
         return self._created(request, info)
@@ -276,8 +220,6 @@ def payload_routes(
     own base URL); signed URLs in responses are built on it. Pass `hub` to share the
     stream hub with the rest of the gateway.
     """
-    from .stream_routes import StreamEndpoints
-
     blobs = BlobEndpoints(
         store, signer, public_base_url_fn=public_base_url_fn, max_upload_bytes=max_upload_bytes, url_expires_in=url_expires_in
     )

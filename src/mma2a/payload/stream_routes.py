@@ -27,14 +27,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from ..directws import DirectIO, direct_io
 from ..errors import MMA2AError, PayloadError
 from ..ext import StreamRef
-from .routes import (
-    BaseURLFn,
-    _json_body,
-    default_base_url,
-    handles_errors,
-    media_type_of,
-)
+from ..responses import json_response, read_json_object
 from .diffing import DiffPolicy
+from .endpoint import BaseURLFn, default_base_url, handles_errors, media_type_of
 from .signing import URLSigner
 from .streams import Frame, StreamHub, check_stream_id
 
@@ -113,7 +108,7 @@ class StreamEndpoints:
     # --- HTTP -----------------------------------------------------------------------
 
     async def create(self, request: Request) -> Response:
-        doc = await _json_body(request)
+        doc = await read_json_object(request, empty_ok=True)
         media_type = media_type_of(doc.get("mediaType"), "mediaType")
         sid, session = doc.get("id"), doc.get("sessionId")
         if sid is not None and not isinstance(sid, str):
@@ -124,7 +119,7 @@ class StreamEndpoints:
         info = self.hub.create(media_type, stream_id=sid, session_id=session, diff=diff)
         body = info.to_json() | self.urls(request, info.id)
         body["stream"] = StreamRef(body["subscribeUrl"], info.session_id, self.hub.chunk_size, True).to_json()
-        return Response(orjson.dumps(body), 201, {"Location": body["consumerUrl"]}, media_type="application/json")
+        return json_response(body, 201, {"Location": body["consumerUrl"]})
 
     async def produce_http(self, request: Request) -> Response:
         sid = self._verify(request, "POST")
@@ -138,7 +133,7 @@ class StreamEndpoints:
         finally:
             self.hub.close(sid, reason)
         info = self.hub.info(sid)
-        return Response(orjson.dumps(info.to_json()), 200, media_type="application/json")
+        return json_response(info.to_json())
 
     async def consume_http(self, request: Request) -> Response:
         sid = self._verify(request, "GET")
@@ -169,7 +164,7 @@ class StreamEndpoints:
 
     async def describe(self, request: Request) -> Response:
         sid = self._verify(request, "GET")
-        return Response(orjson.dumps(self.hub.info(sid).to_json()), 200, media_type="application/json")
+        return json_response(self.hub.info(sid).to_json())
 
     # --- WebSocket ------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The routing engine: rules, Agent Card capabilities and the transform planner decide where each part goes.
 
-Pure logic: no I/O, no clock, no globals. The gateway loads rules (`load_rules`), builds a
+Pure logic: no I/O, no clock, no globals. The gateway loads rules (`load_rules_file`, `parse_rules`), builds a
 `Snapshot` of rules and agents (`build_snapshot`), and calls `decide(view, snapshot)` for
 each message. `decide_linear` is the reference evaluator the compiled engine is tested
 against. See docs/rules.md for the rule language.
@@ -21,7 +21,7 @@ from .decision import (
     TransformStep,
 )
 from .engine import decide, decide_linear, decision_key, explain_rules
-from .loader import load_rules, parse_rules
+from .loader import load_rules_file, parse_rules
 from .planner import plan_transforms
 from .rules import (
     Action,
@@ -74,7 +74,7 @@ __all__ = [
     "decide_pinned",
     "decision_key",
     "explain_rules",
-    "load_rules",
+    "load_rules_file",
     "parse_rules",
     "pick_least_inflight",
     "pick_round_robin",

@@ -161,8 +161,29 @@ class _RuleContext:
         self.v.error(self.base + rel, message, rule=self.label, rel=len(self.base))
 
 
-def parse_rules(obj: Any, *, source: str = "<rules>", _lines: _LineMap | None = None) -> RuleSet:
-    """Validate a parsed rule document (a mapping) and build the `RuleSet`; raise `RuleError` listing every problem."""
+def parse_rules(document: str | Mapping[str, Any] | None, *, source: str = "<rules>") -> RuleSet:
+    """Rules from YAML or JSON text, or from an already parsed document (a mapping).
+
+    Raises `RuleError` listing every problem, each prefixed with `source` (and the line, for
+    text). Text is never read as a path: `load_rules_file` reads a file.
+    """
+    if isinstance(document, str):
+        return _parse_text(document, source)
+    return _validate(document, source, None)
+
+
+def load_rules_file(path: str | os.PathLike[str]) -> RuleSet:
+    """Read and parse a rules file (YAML or JSON); every error names the file (and the line)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RuleError(f"{path}: no such rule file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(f"{path}: cannot read the rule file: {exc}") from None
+    return _parse_text(text, str(path))
+
+
+def _validate(obj: Any, source: str, _lines: _LineMap | None) -> RuleSet:
     v = _Validator(source, _lines)
     if _lines is not None:
         for path, key, line in _lines.duplicates:
@@ -508,27 +529,7 @@ def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
     return Transform(to, then, pin) if ok else None
 
 
-def load_rules(source: str | os.PathLike[str]) -> RuleSet:
-    """Read rules from a path, or from YAML/JSON text; raise `RuleError` with file:line in every message."""
-    if isinstance(source, os.PathLike) or (
-        isinstance(source, str)
-        and source.strip()
-        and "\n" not in source
-        and ":" not in source
-        and not source.lstrip().startswith("{")
-    ):
-        path = Path(source)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise RuleError(f"{path}: no such rule file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RuleError(f"{path}: cannot read the rule file: {exc}") from None
-        return _load_text(text, str(path))
-    return _load_text(str(source), "<rules>")
-
-
-def _load_text(text: str, name: str) -> RuleSet:
+def _parse_text(text: str, name: str) -> RuleSet:
     lines = _LineMap()
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -541,10 +542,10 @@ def _load_text(text: str, name: str) -> RuleSet:
             where = f"{name}:{mark.line + 1}" if mark is not None else name
             problem = getattr(exc, "problem", None) or str(exc)
             raise RuleError(f"{where}: not valid YAML or JSON: {problem}") from None
-        return parse_rules(data, source=name)
+        return _validate(data, name, None)
     if node is not None:
         lines.walk(node)
-    return parse_rules(data, source=name, _lines=lines)
+    return _validate(data, name, lines)
 
 
 def rules_to_json(rules: RuleSet) -> Mapping[str, Any]:

@@ -19,7 +19,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import Forbidden, InvalidParams, RuleError
-from ...routing import build_snapshot, load_rules
+from ...responses import json_response
+from ...routing import build_snapshot, parse_rules
 from .record import OUTCOMES
 from .replay import replay
 from .store import HistoryFilter
@@ -102,10 +103,6 @@ def parse_filter(q: Mapping[str, str], now: float, *, default_limit: int = 100, 
         before=int(cursor) if cursor is not None else None)
 
 
-def _json(data: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
-
-
 def history_routes(gw: Gateway, guard: Callable[[Any], Any]) -> list[Route]:
     """The routes, each wrapped by the admin API's `guard` (bearer admin token)."""
 
@@ -119,7 +116,7 @@ def history_routes(gw: Gateway, guard: Callable[[Any], Any]) -> list[Route]:
         rec = recorder()
         await asyncio.to_thread(rec.flush, 2.0)  # what was decided before this request is in the answer
         decisions, cursor = await asyncio.to_thread(rec.store.query, f)
-        return _json({"decisions": decisions, "cursor": cursor})
+        return json_response({"decisions": decisions, "cursor": cursor})
 
     async def counts(request: Request) -> Response:
         q = request.query_params
@@ -145,7 +142,7 @@ def history_routes(gw: Gateway, guard: Callable[[Any], Any]) -> list[Route]:
         rec = recorder()
         await asyncio.to_thread(rec.flush, 2.0)
         series = await asyncio.to_thread(rec.store.counts, by, since, until, bucket)
-        return _json({"by": by, "bucket": bucket, "since": since, "until": until, "series": series})
+        return json_response({"by": by, "bucket": bucket, "since": since, "until": until, "series": series})
 
     async def replay_rules(request: Request) -> Response:
         try:
@@ -155,7 +152,7 @@ def history_routes(gw: Gateway, guard: Callable[[Any], Any]) -> list[Route]:
         if not isinstance(body, dict) or not isinstance(body.get("rules"), str) or not body["rules"].strip():
             raise InvalidParams("rules: required, the candidate rule file's text (YAML or JSON)", field="rules")
         text = body["rules"]
-        rules = load_rules(text if "\n" in text else text + "\n")  # RuleError (400) lists every problem
+        rules = parse_rules(text)  # RuleError (400) lists every problem
         candidate = build_snapshot(rules, gw.directory.infos(), mode=gw.state.mode)
         filters = {k: str(v) for k, v in body.items() if k != "rules"}
         f = parse_filter(filters, time.time(), default_limit=REPLAY_DEFAULT, max_limit=REPLAY_MAX)
@@ -163,15 +160,15 @@ def history_routes(gw: Gateway, guard: Callable[[Any], Any]) -> list[Route]:
         await asyncio.to_thread(rec.flush, 2.0)
         items, _ = await asyncio.to_thread(rec.store.query, f)
         result = await asyncio.to_thread(replay, items, gw.state.snapshot, candidate)
-        return _json({"rules": len(rules.rules), **result})
+        return json_response({"rules": len(rules.rules), **result})
 
     async def validate_rules(request: Request) -> Response:
         text = (await request.body()).decode("utf-8", errors="replace")
         if not text.strip():
             raise RuleError("rules: body is empty", errors=["rules: body is empty"])
-        rules = load_rules(text if "\n" in text else text + "\n")
+        rules = parse_rules(text)
         build_snapshot(rules, gw.directory.infos(), mode=gw.state.mode)  # names agents and groups that exist
-        return _json({"valid": True, "rules": len(rules.rules)})
+        return json_response({"valid": True, "rules": len(rules.rules)})
 
     return [
         Route("/admin/history", guard(query), methods=["GET"]),

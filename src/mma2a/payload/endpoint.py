@@ -1,0 +1,42 @@
+"""What every payload endpoint (blobs, streams) shares: error handling, base URLs, media types."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
+
+from ..errors import MMA2AError, RangeNotSatisfiable
+from ..modality import parse_modality
+from ..responses import error_response
+from .store import DEFAULT_MEDIA_TYPE
+
+BaseURLFn = Callable[[HTTPConnection], str]
+
+
+def handles_errors(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """Turn an `MMA2AError` raised by an endpoint into its JSON error response (`mma2a.responses`)."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except RangeNotSatisfiable as exc:
+            size = exc.data.get("size")
+            return error_response(exc, {"Content-Range": f"bytes */{size}"} if size is not None else None)
+        except MMA2AError as exc:
+            return error_response(exc)
+
+    endpoint.__name__ = fn.__name__
+    endpoint.__doc__ = fn.__doc__
+    return endpoint
+
+
+def default_base_url(conn: HTTPConnection) -> str:
+    return str(conn.base_url).rstrip("/")
+
+
+def media_type_of(value: str | None, field: str = "Content-Type") -> str:
+    if not value:
+        return DEFAULT_MEDIA_TYPE
+    return str(parse_modality(value, field=field))
