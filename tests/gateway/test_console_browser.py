@@ -66,6 +66,11 @@ def walk_through_the_console(url: str, shots: Path) -> dict[str, Any]:
             drv.get(url + "/console")
             wait.until(lambda d: "Sign in" in d.find_element(By.ID, "banner").text)
             seen["before_sign_in"] = drv.find_element(By.ID, "banner").text
+            drv.find_element(By.ID, "token").send_keys("not-the-token")
+            drv.find_element(By.ID, "sign-in").click()
+            wait.until(lambda d: "token" in d.find_element(By.ID, "banner").text and "Sign in" not in
+                       d.find_element(By.ID, "banner").text)
+            seen["wrong_token"] = drv.find_element(By.ID, "banner").text
             drv.find_element(By.ID, "token").send_keys(ADMIN)
             drv.find_element(By.ID, "sign-in").click()
             # overview: the charts draw what history counted
@@ -148,6 +153,7 @@ async def test_console_in_a_browser_sign_in_filter_history_edit_dry_run_apply(tm
             seen = await asyncio.to_thread(walk_through_the_console, url, shots)
             applied = gw.state.rules.data
     assert seen["before_sign_in"] == "Sign in with the admin token to see history, agents and rules."
+    assert "invalid token" in seen["wrong_token"]  # the gateway's own words, once
     assert "image/png (2)" in seen["legend_modality"] and "text/plain (2)" in seen["legend_modality"]
     legend = dict(item.rsplit(" (", 1) for item in seen["legend_agent"].split("\n"))  # agent -> "count)"
     assert "vision" in legend and sum(int(n.rstrip(")")) for n in legend.values()) == 4  # one target per message

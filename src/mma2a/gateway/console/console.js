@@ -44,7 +44,7 @@ async function api(path, options = {}) {
   const body = await resp.json().catch(() => ({}));
   if (!resp.ok) {
     const err = body.error || {};
-    if (resp.status === 401 || resp.status === 403) showBanner("admin API: " + (err.message || resp.statusText));
+    if (resp.status === 401 || resp.status === 403) showBanner(err.message || `admin API: ${resp.status} ${resp.statusText}`);
     throw new ApiError(resp.status, err.message || resp.statusText, err.data);
   }
   return body;
