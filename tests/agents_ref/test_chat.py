@@ -106,9 +106,10 @@ async def test_the_evaluation_runs_with_a_chat_reasoner(fake):
 
     chat, base = fake
     chat.content = "unknown"
-    report = await run_crossmodal(3, seed=1, llm=ChatReasonerConfig.parse({"base_url": base, "model": "m", "vision": True}))
+    report = await run_crossmodal(3, seed=1, sets=("development",),
+                                  llm=ChatReasonerConfig.parse({"base_url": base, "model": "m", "vision": True}))
     assert report["reasoner"] == "llm"
-    llm_results = [r for r in report["results"] if r["arm"] in ("native", "bottleneck")]
+    llm_results = [r for r in report["sets"]["development"]["results"] if r["arm"] in ("native", "bottleneck")]
     assert all(r["error"] is None and r["answer"] == "unknown" for r in llm_results)
     contents = [b["messages"][1]["content"] for b, _ in chat.requests]
     with_image = [c for c in contents if any(x["type"] == "image_url" for x in c)]

@@ -69,10 +69,25 @@ def test_analyst_counts_and_compares_colours():
 def test_keyword_reasoner_uses_words_only():
     assert keyword.solve("location", [WHERE]) == "unknown"
     assert keyword.solve("location", [WHERE.replace("a crack.", "a crack at the top.")]) == "top"
-    assert keyword.solve("status_light", [STATUS]) == "power"
+    assert keyword.solve("status_light", [STATUS]) == "unknown"  # the manual alone does not say which light is red
+    assert keyword.solve("status_light", [STATUS, 'Text reads: "network".']) == "network"
     assert keyword.solve("count", ["Question: how many?", "A photo with two dark marks."]) == "2"
     assert keyword.solve("label_action", ["Question: what should we do?", "please refund it"]) == "refund unknown"
+    assert keyword.solve("label_action", ["Question: what should we do?", "please refund it",
+                                          'Text reads: "SN-24680".']) == "refund SN-24680"
+    assert keyword.solve("damaged_unit", ["Question: which serial number belongs to the damaged unit?",
+                                          "SN-11111 looks fine; SN-22222 has a crack; all fine on SN-33333"]) == "SN-22222"
     assert keyword.solve("part", ["Question: which part?", "the left hinge is cracked"]) == "left hinge"
+    order = "I ordered it in ocean blue (#325fc8) and I think the wrong colour came. Question: does the colour match?"
+    assert keyword.solve("colour_match", [order]) == "unknown"  # "wrong" in the report is a worry, not evidence
+    assert keyword.solve("colour_match", [order, "A photo of a mostly blue object."]) == "yes"
+    assert keyword.solve("colour_match", [order, "A photo of a mostly green object."]) == "no"
+    severity = "The manual says: an amber light means a warning and a red light means a failure. Question: warning or?"
+    assert keyword.solve("severity", [severity]) == "unknown"
+    assert keyword.solve("severity", [severity, "a photo with one red light"]) == "failure"
+    # the spoken complaint's "cracked" is not the photo showing damage
+    assert keyword.solve("confirm", ["Question: which part?", "the left hinge is cracked"]) == "left hinge no"
+    assert keyword.solve("confirm", ["Question: which part?", "the left hinge is cracked", "a dark mark"]) == "left hinge yes"
 
 
 async def test_served_analyst_answers_from_a_native_photo():

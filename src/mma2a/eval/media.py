@@ -1,18 +1,84 @@
-"""Drawn media for the evaluation: product photos with defects at known places, QR labels,
-status-light panels. Deterministic for a seed (PIL drawing, numpy noise, PNG/JPEG encoding).
+"""Media for the evaluation: product photos with defects at known places, QR labels with their
+serial printed beside them, status-light panels — drawn, then put through a camera-like
+`Variation` (a real photo behind the object, rotation and perspective, blur, lighting, sensor
+noise, JPEG artefacts). Deterministic for a seed (PIL drawing, OpenCV warps, numpy noise).
+
+Two variation sets: `development` (the conditions the agents were built and checked against)
+and `heldout` (other background photos, another crack and dent renderer, stronger warps, low
+light, heavy JPEG — never used while building the agents), reported separately.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 RGB = tuple[int, int, int]
 
 BACKGROUND: RGB = (226, 229, 233)
 PANEL: RGB = (48, 51, 56)
+
+
+@dataclass(frozen=True)
+class Variation:
+    """How one photo is taken: what is behind the object and what the camera does to the picture.
+
+    `backgrounds` name photos shipped in scikit-image (`skimage.data`); empty means a plain wall.
+    Each number is the largest amount drawn (uniformly) per photo.
+    """
+
+    name: str
+    backgrounds: tuple[str, ...] = ()
+    rotate_deg: float = 0.0
+    perspective: float = 0.0
+    blur_sigma: float = 0.0
+    gain: tuple[float, float] = (1.0, 1.0)
+    gamma: tuple[float, float] = (1.0, 1.0)
+    noise: float = 3.0
+    jpeg_quality: tuple[int, int] = (80, 95)
+    renderer: str = "jagged"
+    """How defects are drawn: "jagged" (one jagged line, a dark ellipse) or "branched" (a forked crack, a shaded dent)."""
+
+
+VARIATIONS: dict[str, tuple[Variation, ...]] = {
+    "development": (
+        Variation("plain"),
+        Variation("photo-background", backgrounds=("coffee", "chelsea"), rotate_deg=3),
+        Variation("blur", blur_sigma=1.6, rotate_deg=2),
+        Variation("noise-jpeg", noise=9.0, jpeg_quality=(55, 70)),
+    ),
+    "heldout": (
+        Variation("tilt", backgrounds=("rocket",), rotate_deg=8, perspective=0.07, renderer="branched"),
+        Variation("dim", gain=(0.45, 0.6), gamma=(1.2, 1.4), noise=7.0, renderer="branched"),
+        Variation("heavy-jpeg", backgrounds=("astronaut",), jpeg_quality=(22, 35), blur_sigma=0.8, renderer="branched"),
+        Variation("bright-noisy", backgrounds=("immunohistochemistry",), gain=(1.15, 1.3), noise=12.0,
+                  rotate_deg=5, renderer="branched"),
+    ),
+}
+"""The photo conditions of each variation set (a task draws one with its seed)."""
+
+
+@dataclass(frozen=True)
+class Voice:
+    """How a voice note is spoken: an eSpeak NG voice, its speed, and the room noise (signal-to-noise, dB)."""
+
+    name: str
+    voice: str
+    rate_wpm: int
+    snr_db: float | None = None
+
+
+VOICES: dict[str, tuple[Voice, ...]] = {
+    "development": (Voice("us-140", "en-us", 140), Voice("gb-160-noise", "en-gb", 160, 25.0),
+                    Voice("rp-125-noise", "en-gb-x-rp", 125, 30.0)),
+    "heldout": (Voice("scotland-175-noise", "en-gb-scotland", 175, 18.0), Voice("caribbean-150", "en-029", 150, 24.0),
+                Voice("nyc-190-noise", "en-us-nyc", 190, 20.0)),
+}
+"""The voices of each variation set (the held-out ones are never used while building the agents)."""
 
 @dataclass(frozen=True)
 class Mark:
@@ -55,11 +121,14 @@ def _draw_label(draw: object, label: Label, module: int) -> None:
                 draw.rectangle((x0 + c * module, y0 + r * module, x0 + (c + 1) * module - 1, y0 + (r + 1) * module - 1), fill=(12, 12, 12))
 
 
-def _draw_mark(draw: object, mark: Mark, rng: random.Random, scale: float) -> None:
+def _draw_mark(draw: object, mark: Mark, rng: random.Random, scale: float, renderer: str = "jagged") -> None:
     from PIL import ImageDraw
 
     assert isinstance(draw, ImageDraw.ImageDraw)
     ink = (rng.randint(10, 28),) * 3
+    if renderer == "branched":
+        _draw_branched(draw, mark, rng, scale, ink)
+        return
     if mark.kind == "crack":
         length = 70 * scale * mark.size
         angle = rng.uniform(0, 3.1416)
@@ -77,25 +146,104 @@ def _draw_mark(draw: object, mark: Mark, rng: random.Random, scale: float) -> No
         draw.ellipse((mark.x - r, mark.y - r * 0.8, mark.x + r, mark.y + r * 0.8), fill=ink)
 
 
-def _finish(img: object, rng: random.Random, fmt: str, noise: float) -> bytes:
+def _draw_branched(draw: Any, mark: Mark, rng: random.Random, scale: float, ink: RGB) -> None:
+    """The held-out renderer: a crack that forks, in segments of varying width; a dent shaded from a dark core."""
+    if mark.kind == "crack":
+        length = 60 * scale * mark.size
+        angle = rng.uniform(0, math.pi)
+        for branch in range(3):
+            a = angle + (0 if branch == 0 else rng.uniform(-0.9, 0.9))
+            x, y = mark.x, mark.y
+            steps = 5 if branch == 0 else 3
+            sign = 1 if branch != 2 else -1
+            for _ in range(steps):
+                a += rng.uniform(-0.45, 0.45)
+                nx, ny = x + sign * math.cos(a) * length / 5, y + sign * math.sin(a) * length / 5
+                draw.line([(x, y), (nx, ny)], fill=ink, width=max(2, int(rng.uniform(3, 7) * scale)))
+                x, y = nx, ny
+    else:
+        r = rng.uniform(10, 15) * scale * mark.size
+        for i in range(6, 0, -1):
+            k = i / 6
+            shade = tuple(min(255, c + int(60 * k)) for c in ink)
+            draw.ellipse((mark.x - r * k, mark.y - r * 0.8 * k, mark.x + r * k, mark.y + r * 0.8 * k), fill=shade)
+
+
+_PHOTOS: dict[str, Any] = {}
+
+
+def _background(name: str) -> Any:
+    """A photo shipped in scikit-image, as an RGB array (cached)."""
+    import numpy as np
+
+    if name not in _PHOTOS:
+        import skimage.data
+
+        photo = getattr(skimage.data, name)()
+        if photo.ndim == 2:
+            photo = np.stack([photo] * 3, axis=-1)
+        _PHOTOS[name] = np.ascontiguousarray(photo[:, :, :3]).astype(np.uint8)
+    return _PHOTOS[name]
+
+
+def _canvas(size: tuple[int, int], rng: random.Random, variation: Variation | None) -> Any:
+    """The scene behind the object: a plain wall, or a crop of a real photo scaled to the frame."""
+    from PIL import Image
+
+    if variation is None or not variation.backgrounds:
+        return Image.new("RGB", size, BACKGROUND)
+    photo = Image.fromarray(_background(rng.choice(variation.backgrounds)), "RGB")
+    pw, ph = photo.size
+    zoom = rng.uniform(1.0, 1.4)
+    cw, ch = min(pw, int(pw / zoom)), min(ph, int(ph / zoom))
+    x0, y0 = rng.randint(0, pw - cw), rng.randint(0, ph - ch)
+    return photo.crop((x0, y0, x0 + cw, y0 + ch)).resize(size, Image.Resampling.BILINEAR)
+
+
+def _finish(img: Any, rng: random.Random, fmt: str, noise: float, variation: Variation | None = None) -> bytes:
+    import cv2
     import numpy as np
     from PIL import Image
 
     assert isinstance(img, Image.Image)
-    arr = np.asarray(img, dtype=np.float32)
+    v = variation or Variation("plain", noise=noise)
+    arr: Any = np.asarray(img, dtype=np.uint8)
     h, w = arr.shape[:2]
     gen = np.random.default_rng(rng.getrandbits(32))
-    # uneven light across the frame, and sensor noise
+    if v.rotate_deg or v.perspective:  # the camera is not square to the object
+        src = np.array([[0, 0], [w, 0], [w, h], [0, h]], dtype=np.float32)
+        jitter = np.array([[rng.uniform(-1, 1) * v.perspective * w, rng.uniform(-1, 1) * v.perspective * h]
+                           for _ in range(4)], dtype=np.float32)
+        tilt = cv2.getPerspectiveTransform(src, src + jitter)
+        turn = np.vstack([cv2.getRotationMatrix2D((w / 2, h / 2), rng.uniform(-1, 1) * v.rotate_deg, 1.0), [0, 0, 1]])
+        arr = cv2.warpPerspective(arr, turn @ tilt, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
+    if v.blur_sigma:
+        arr = cv2.GaussianBlur(arr, (0, 0), rng.uniform(0.5, 1.0) * v.blur_sigma)
+    lit: Any = arr.astype(np.float32)
+    # exposure and tone, uneven light across the frame, sensor noise
+    gamma = rng.uniform(*v.gamma)
+    lit = 255.0 * (lit / 255.0) ** gamma * rng.uniform(*v.gain)
     gx = np.linspace(-1, 1, w)[None, :, None] * rng.uniform(-10, 10)
     gy = np.linspace(-1, 1, h)[:, None, None] * rng.uniform(-10, 10)
-    lit = arr + gx + gy + gen.normal(0, noise, arr.shape)
+    lit = lit + gx + gy + gen.normal(0, v.noise, lit.shape)
     out = Image.fromarray(np.clip(lit, 0, 255).astype(np.uint8), "RGB")
     buf = io.BytesIO()
     if fmt == "jpeg":
-        out.save(buf, format="JPEG", quality=rng.choice((80, 88, 95)))
+        out.save(buf, format="JPEG", quality=rng.randint(*v.jpeg_quality))
     else:
         out.save(buf, format="PNG")
     return buf.getvalue()
+
+
+def _print(draw: Any, text: str, x: float, y: float, size: int) -> None:
+    """Printed text centred at (x, y), dark on the label's white (Pillow's bundled font)."""
+    from PIL import ImageFont
+
+    font = ImageFont.load_default(size=size)
+    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+    tw, th = right - left, bottom - top
+    draw.rectangle((x - tw / 2 - 6, y - th / 2 - 5, x + tw / 2 + 6, y + th / 2 + 5), fill=(250, 250, 250))
+    draw.text((x - tw / 2 - left, y - th / 2 - top), text, fill=(15, 15, 15), font=font)
 
 
 OBJECT_MARGIN = 0.06
@@ -107,51 +255,60 @@ def object_box(width: int, height: int) -> tuple[float, float, float, float]:
 
 
 def product_photo(rng: random.Random, colour: RGB, marks: Sequence[Mark] = (), labels: Sequence[Label] = (), *,
-                  size: tuple[int, int] = (640, 480), fmt: str = "png", noise: float = 3.0) -> bytes:
-    """A product seen from the front: a rounded slab of `colour` filling the frame, with marks and labels."""
-    from PIL import Image, ImageDraw
+                  size: tuple[int, int] = (640, 480), fmt: str = "png", noise: float = 3.0,
+                  variation: Variation | None = None) -> bytes:
+    """A product seen from the front: a rounded slab of `colour` filling the frame, with marks and labels
+    (each label's serial printed under its QR code)."""
+    from PIL import ImageDraw
 
     w, h = size
-    img = Image.new("RGB", size, BACKGROUND)
+    img = _canvas(size, rng, variation)
     d = ImageDraw.Draw(img)
     x0, y0, x1, y1 = object_box(w, h)
     edge = tuple(max(0, c - 30) for c in colour)
     d.rounded_rectangle((x0, y0, x1, y1), radius=int(min(w, h) * 0.05), fill=colour, outline=edge, width=3)
     scale = w / 640
+    renderer = variation.renderer if variation else "jagged"
     for label in labels:
-        _draw_label(d, label, max(3, int(4 * scale)))
+        module = max(3, int(4 * scale))
+        _draw_label(d, label, module)
+        _print(d, label.text, label.x, label.y + (len(qr_modules(label.text)) / 2 + 1) * module + 14 * scale,
+               int(18 * scale))
     for mark in marks:
-        _draw_mark(d, mark, rng, scale)
-    return _finish(img, rng, fmt, noise)
+        _draw_mark(d, mark, rng, scale, renderer)
+    return _finish(img, rng, fmt, noise, variation)
 
 
 def units_photo(rng: random.Random, units: Sequence[tuple[RGB, str, bool]], *, unit_size: tuple[int, int] = (300, 400),
-                fmt: str = "png", noise: float = 3.0) -> bytes:
-    """Several units side by side, each with a QR label near its top; some cracked below the label."""
-    from PIL import Image, ImageDraw
+                fmt: str = "png", noise: float = 3.0, variation: Variation | None = None) -> bytes:
+    """Several units side by side, each with a QR label near its top (serial printed under it); some cracked below."""
+    from PIL import ImageDraw
 
     uw, uh = unit_size
     gap = 40
     w, h = len(units) * (uw + gap) + gap, uh + 2 * gap
-    img = Image.new("RGB", (w, h), BACKGROUND)
+    img = _canvas((w, h), rng, variation)
     d = ImageDraw.Draw(img)
+    renderer = variation.renderer if variation else "jagged"
     for i, (colour, serial, cracked) in enumerate(units):
         x0 = gap + i * (uw + gap)
         edge = tuple(max(0, c - 30) for c in colour)
         d.rounded_rectangle((x0, gap, x0 + uw, gap + uh), radius=18, fill=colour, outline=edge, width=3)
         _draw_label(d, Label(serial, x0 + uw / 2, gap + uh * 0.27), 4)
+        _print(d, serial, x0 + uw / 2, gap + uh * 0.27 + (len(qr_modules(serial)) / 2 + 1) * 4 + 14, 18)
         if cracked:
-            _draw_mark(d, Mark("crack", x0 + uw * rng.uniform(0.35, 0.65), gap + uh * rng.uniform(0.62, 0.8)), rng, 1.0)
-    return _finish(img, rng, fmt, noise)
+            _draw_mark(d, Mark("crack", x0 + uw * rng.uniform(0.35, 0.65), gap + uh * rng.uniform(0.66, 0.82)), rng, 1.0,
+                       renderer)
+    return _finish(img, rng, fmt, noise, variation)
 
 
 def status_panel(rng: random.Random, lights: Sequence[RGB], *, size: tuple[int, int] = (640, 360), fmt: str = "png",
-                 noise: float = 3.0) -> bytes:
+                 noise: float = 3.0, variation: Variation | None = None) -> bytes:
     """A device's front panel with a row of round status lights, left to right."""
-    from PIL import Image, ImageDraw
+    from PIL import ImageDraw
 
     w, h = size
-    img = Image.new("RGB", size, BACKGROUND)
+    img = _canvas(size, rng, variation)
     d = ImageDraw.Draw(img)
     x0, y0, x1, y1 = object_box(w, h)
     d.rounded_rectangle((x0, y0, x1, y1), radius=24, fill=PANEL, outline=(25, 25, 28), width=4)
@@ -162,4 +319,46 @@ def status_panel(rng: random.Random, lights: Sequence[RGB], *, size: tuple[int, 
         cx = x0 + (x1 - x0) * (i + 1) / (n + 1)
         d.ellipse((cx - r - 4, cy - r - 4, cx + r + 4, cy + r + 4), fill=(30, 30, 32))
         d.ellipse((cx - r, cy - r, cx + r, cy + r), fill=colour)
-    return _finish(img, rng, fmt, noise)
+    return _finish(img, rng, fmt, noise, variation)
+
+
+def speak(items: Sequence[tuple[str, Voice]], seed: int) -> list[bytes]:
+    """Voice notes for (sentence, voice) pairs: eSpeak NG in a fresh process (the same bytes every run),
+    then room noise at the voice's signal-to-noise ratio (seeded)."""
+    import multiprocessing
+
+    if not items:
+        return []
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        clean: list[bytes] = pool.apply(_speak_all, ([(t, v.voice, v.rate_wpm) for t, v in items],))
+    return [_noisy(wav, v.snr_db, random.Random(f"room:{seed}:{i}")) for i, (wav, (_, v)) in enumerate(zip(clean, items))]
+
+
+def _speak_all(items: list[tuple[str, str, int]]) -> list[bytes]:
+    from ..agents.speech import synthesize
+
+    return [synthesize(text, voice=voice, rate_wpm=rate) for text, voice, rate in items]
+
+
+def _noisy(wav: bytes, snr_db: float | None, rng: random.Random) -> bytes:
+    import wave
+
+    import numpy as np
+
+    if snr_db is None:
+        return wav
+    with wave.open(io.BytesIO(wav)) as r:
+        rate, frames = r.getframerate(), r.readframes(r.getnframes())
+    x = np.frombuffer(frames, dtype=np.int16).astype(np.float64)
+    power = float(np.mean(x ** 2)) if len(x) else 0.0
+    gen = np.random.default_rng(rng.getrandbits(32))
+    hum = np.sin(2 * np.pi * rng.uniform(50, 120) * np.arange(len(x)) / rate)  # a mains hum under the hiss
+    noise = gen.normal(0, 1, len(x)) + 0.5 * hum
+    noise *= math.sqrt(power / (10 ** (snr_db / 10)) / max(float(np.mean(noise ** 2)), 1e-12))
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(np.clip(x + noise, -32768, 32767).astype(np.int16).tobytes())
+    return out.getvalue()

@@ -18,46 +18,53 @@ def fmt_p(p: float) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
-def findings(report: dict[str, Any]) -> list[str]:
-    """The headline sentences: each routing difference with its CI and McNemar p, and the latency ratio."""
-    s = report["summary"]
-    d = report["discordant"]
+def findings(s: dict[str, Any]) -> list[str]:
+    """The headline sentences of one set: each routing difference with its CI and McNemar p, and the latency ratio."""
+    d = s["discordant"]
     lines = [
         f"capable reasoner: native − bottleneck = {s['delta_pp']:+.1f} pp (95% bootstrap CI {s['ci95'][0]:+.1f} to "
         f"{s['ci95'][1]:+.1f}), McNemar exact p = {fmt_p(s['mcnemar_p'])} "
         f"({d['native_only']} tasks only native solved, {d['bottleneck_only']} only bottleneck)",
         f"keyword reasoner: native − bottleneck = {s['keyword_delta_pp']:+.1f} pp (95% bootstrap CI "
-        f"{report['keyword_ci95'][0]:+.1f} to {report['keyword_ci95'][1]:+.1f}), McNemar exact p = "
+        f"{s['keyword_ci95'][0]:+.1f} to {s['keyword_ci95'][1]:+.1f}), McNemar exact p = "
         f"{fmt_p(s['keyword_mcnemar_p'])} ({d['keyword_native_only']} only native, {d['keyword_bottleneck_only']} only bottleneck)",
     ]
-    if report.get("latency_ratio") is not None:
+    if s.get("latency_ratio") is not None:
         lines.append(f"latency (median per task): native {s['arms']['native']['latency_ms_p50']:.1f} ms, bottleneck "
-                     f"{s['arms']['bottleneck']['latency_ms_p50']:.1f} ms — ratio {report['latency_ratio']:.2f}x")
+                     f"{s['arms']['bottleneck']['latency_ms_p50']:.1f} ms — ratio {s['latency_ratio']:.2f}x")
     return lines
 
 
+def _table(title: str, groups: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    out = ["", f"### {title}", "", f"| {title.split()[-1]} | n | " + " | ".join(f"`{a}`" for a in ARMS) + " |",
+           "|---|---|" + "---|" * len(ARMS)]
+    for name, arms in groups.items():
+        out.append(f"| {name} | {arms['native']['n']} | " + " | ".join(f"{arms[a]['tca'] * 100:.0f}%" for a in ARMS) + " |")
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
-    s = report["summary"]
-    out = [f"# CrossModal evaluation: {report['tasks']} tasks, seed {report['seed']}, capable reasoner `{report['reasoner']}`",
-           "", "| arm | task completion | median latency (ms) |", "|---|---|---|"]
-    for arm in ARMS:
-        a = s["arms"][arm]
-        out.append(f"| {ARM_TITLES[arm]} (`{arm}`) | {a['tca'] * 100:.1f}% | {a['latency_ms_p50']:.1f} |")
-    out += ["", *[f"- {line}" for line in findings(report)], "", "## Per category", "",
-            "| category | n | " + " | ".join(f"`{a}`" for a in ARMS) + " |", "|---|---|" + "---|" * len(ARMS)]
-    for cat, arms in report["categories"].items():
-        n = arms["native"]["n"]
-        out.append(f"| {cat} | {n} | " + " | ".join(f"{arms[a]['tca'] * 100:.0f}%" for a in ARMS) + " |")
-    out += ["", "## Per task", "", "| task | gold | " + " | ".join(f"`{a}`" for a in ARMS) + " |",
-            "|---|---|" + "---|" * len(ARMS)]
-    by_task: dict[str, dict[str, Any]] = {}
-    for r in report["results"]:
-        by_task.setdefault(r["task"], {"gold": r["gold"]})[r["arm"]] = r
-    for task, row in by_task.items():
-        cells = []
+    out = [f"# CrossModal evaluation: {report['tasks']} tasks per set, seed {report['seed']}, "
+           f"capable reasoner `{report['reasoner']}`"]
+    for name, s in report["sets"].items():
+        out += ["", f"## Set: {name}", "", "| arm | task completion | median latency (ms) |", "|---|---|---|"]
         for arm in ARMS:
-            r = row[arm]
-            mark = "✓" if r["correct"] else "✗"
-            cells.append(f"{mark} {r['answer'] if r['answer'] is not None else '(' + str(r['error']) + ')'}")
-        out.append(f"| {task} | {row['gold']} | " + " | ".join(cells) + " |")
+            a = s["arms"][arm]
+            out.append(f"| {ARM_TITLES[arm]} (`{arm}`) | {a['tca'] * 100:.1f}% | {a['latency_ms_p50']:.1f} |")
+        out += ["", *[f"- {line}" for line in findings(s)]]
+        out += _table("Per question kind", s["kinds"])
+        out += _table("Per variation condition", s["conditions"])
+        out += ["", "### Per task", "", "| task | conditions | gold | " + " | ".join(f"`{a}`" for a in ARMS) + " |",
+                "|---|---|---|" + "---|" * len(ARMS)]
+        by_task: dict[str, dict[str, Any]] = {}
+        for r in s["results"]:
+            by_task.setdefault(r["task"], {"gold": r["gold"], "conditions": r["conditions"]})[r["arm"]] = r
+        for task, row in by_task.items():
+            cells = []
+            for arm in ARMS:
+                r = row[arm]
+                mark = "✓" if r["correct"] else "✗"
+                answer = r["answer"] if r["answer"] is not None else "(" + str(r["error"]) + ")"
+                cells.append(f"{mark} {answer}".replace("|", "/"))
+            out.append(f"| {task} | {', '.join(row['conditions'])} | {row['gold']} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"

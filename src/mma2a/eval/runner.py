@@ -9,6 +9,10 @@ through text first for everything in bottleneck mode. The four arms are {native,
 bottleneck} × {capable reasoner, keyword reasoner}; the tasks, agents and message bytes are
 the same in all four. Arms run interleaved, task by task, so load on the machine falls on
 all of them alike.
+
+The tasks come in two variation sets (`development`, `heldout`: see `media.VARIATIONS` and
+`media.VOICES`), run by the same agents in one network (models load once per run) and
+reported separately: `{"sets": {"development": S, "heldout": S}, ...}`.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from ..agents.catalog import CATALOG
 from ..agents.chat import ChatReasoner, ChatReasonerConfig
 from ..agents.questions import normalize
 from ..agents.runtime import Reply, SkillExecutor, run_agent
+from ..errors import InvalidParams
 from ..ext import EXTENSION_URI, MessageExtension, PartExtension, write_message, write_part
 from ..gateway import Gateway, parse_config
 from ..serving import free_port, running
 from . import stats
-from .tasks import CATEGORIES, CrossModalTask, generate_tasks
+from .tasks import SETS, CrossModalTask, generate_tasks
 
 ARMS: dict[str, tuple[str, str]] = {
     "native": ("native", "capable"),
@@ -55,6 +60,7 @@ class TaskResult:
     latency_ms: float
     paths: list[str]
     error: str | None = None
+    conditions: tuple[str, ...] = ()
 
 
 @dataclass
@@ -149,29 +155,53 @@ async def run_task(http: httpx.AsyncClient, net: EvalNetwork, task: CrossModalTa
         answer, error = answer_of(payload["result"])
         paths = paths_of(payload["result"])
     correct = answer is not None and normalize(answer) == normalize(task.gold)
-    return TaskResult(task.id, task.category, task.kind, arm, task.gold, answer, correct, round(latency, 2), paths, error)
+    return TaskResult(task.id, task.category, task.kind, arm, task.gold, answer, correct, round(latency, 2), paths, error,
+                      task.conditions)
 
 
-async def run_crossmodal(n: int = 50, seed: int = 7, *, llm: ChatReasonerConfig | None = None,
-                         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Generate the tasks, run all four arms, return the full report (see `summarize`)."""
-    tasks = generate_tasks(n, seed)
-    results: list[TaskResult] = []
+async def run_crossmodal(n: int = 50, seed: int = 7, *, sets: tuple[str, ...] = SETS,
+                         llm: ChatReasonerConfig | None = None,
+                         progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Generate `n` tasks per variation set, run all four arms on each, return the full report:
+    `{"sets": {name: summarize(...)}, "tasks": n, "seed": seed, "reasoner": ...}`."""
+    unknown = [s for s in sets if s not in SETS]
+    if unknown or not sets:
+        raise InvalidParams(f"set: must be among {', '.join(SETS)}, got {', '.join(unknown) or 'none'}", field="set")
+    task_sets = {name: generate_tasks(n, seed, variation_set=name) for name in sets}
+    out: dict[str, Any] = {}
     async with eval_network(llm) as net, httpx.AsyncClient(timeout=300) as http:
         arms = list(ARMS)
+        first = task_sets[sets[0]][0]
         for arm in arms:  # warm-up: connections, recogniser and detector start-up; not scored
-            await run_task(http, net, tasks[0], arm)
-        for i, task in enumerate(tasks):
-            order = arms[i % 4:] + arms[:i % 4]  # rotate which arm goes first
-            for arm in order:
-                results.append(await run_task(http, net, task, arm))
-            if progress is not None:
-                progress(i + 1, len(tasks))
-    return summarize(results, n=n, seed=seed, reasoner=net.reasoners["capable"])
+            await run_task(http, net, first, arm)
+        for name, tasks in task_sets.items():
+            results: list[TaskResult] = []
+            for i, task in enumerate(tasks):
+                order = arms[i % 4:] + arms[:i % 4]  # rotate which arm goes first
+                for arm in order:
+                    results.append(await run_task(http, net, task, arm))
+                if progress is not None:
+                    progress(name, i + 1, len(tasks))
+            out[name] = summarize(results, seed=seed)
+    return {"sets": out, "tasks": n, "seed": seed, "reasoner": net.reasoners["capable"]}
 
 
-def summarize(results: list[TaskResult], *, n: int, seed: int, reasoner: str = "analyst") -> dict[str, Any]:
-    """The full report: per arm and category completion, latency, the paired tests; `results` per task."""
+def _breakdown(by_arm: dict[str, list[TaskResult]], key: Callable[[TaskResult], tuple[str, ...]]
+               ) -> dict[str, dict[str, dict[str, float | int]]]:
+    """Completion per arm for each group (a task can be in several, e.g. its photo's and its voice's condition)."""
+    groups = sorted({g for rs in by_arm.values() for r in rs for g in key(r)})
+    out: dict[str, dict[str, dict[str, float | int]]] = {}
+    for g in groups:
+        out[g] = {}
+        for arm, rs in by_arm.items():
+            hits = [r.correct for r in rs if g in key(r)]
+            out[g][arm] = {"tca": round(sum(hits) / len(hits), 4) if hits else 0.0, "n": len(hits)}
+    return out
+
+
+def summarize(results: list[TaskResult], *, seed: int) -> dict[str, Any]:
+    """One set's report: per arm completion and latency, the paired tests, per category, question kind and
+    variation condition; `results` per task."""
     by_arm: dict[str, list[TaskResult]] = {arm: sorted((r for r in results if r.arm == arm), key=lambda r: r.task)
                                            for arm in ARMS}
     ok = {arm: [r.correct for r in rs] for arm, rs in by_arm.items()}
@@ -183,38 +213,40 @@ def summarize(results: list[TaskResult], *, n: int, seed: int, reasoner: str = "
             for arm, rs in by_arm.items()}
     b, c = stats.discordant(ok["native"], ok["bottleneck"])
     kb, kc = stats.discordant(ok["keyword_native"], ok["keyword_bottleneck"])
-    summary = {
+    return {
+        "tasks": len(ok["native"]),
         "arms": arms,
         "delta_pp": round((arms["native"]["tca"] - arms["bottleneck"]["tca"]) * 100, 1),
         "ci95": list(stats.bootstrap_ci(ok["native"], ok["bottleneck"], seed=seed)),
         "mcnemar_p": stats.mcnemar_exact(b, c),
         "keyword_delta_pp": round((arms["keyword_native"]["tca"] - arms["keyword_bottleneck"]["tca"]) * 100, 1),
         "keyword_mcnemar_p": stats.mcnemar_exact(kb, kc),
-    }
-    categories = {
-        cat: {arm: {"tca": tca([r.correct for r in rs if r.category == cat]), "n": sum(1 for r in rs if r.category == cat)}
-              for arm, rs in by_arm.items()}
-        for cat in CATEGORIES
-    }
-    return {
-        "summary": summary,
-        "tasks": n,
-        "seed": seed,
-        "reasoner": reasoner,
         "keyword_ci95": list(stats.bootstrap_ci(ok["keyword_native"], ok["keyword_bottleneck"], seed=seed)),
         "discordant": {"native_only": b, "bottleneck_only": c, "keyword_native_only": kb, "keyword_bottleneck_only": kc},
         "latency_ratio": round(arms["native"]["latency_ms_p50"] / arms["bottleneck"]["latency_ms_p50"], 3)
         if arms["bottleneck"]["latency_ms_p50"] else None,
-        "categories": categories,
+        "categories": _breakdown(by_arm, lambda r: (r.category,)),
+        "kinds": _breakdown(by_arm, lambda r: (r.kind,)),
+        "conditions": _breakdown(by_arm, lambda r: r.conditions),
         "results": [asdict(r) for r in sorted(results, key=lambda r: (r.task, list(ARMS).index(r.arm)))],
     }
 
 
+SUMMARY_FIELDS = ("tasks", "arms", "delta_pp", "ci95", "mcnemar_p", "keyword_delta_pp", "keyword_mcnemar_p",
+                  "keyword_ci95", "latency_ratio", "kinds", "conditions")
+"""What `--json` prints of each set (the full report adds per-task results, categories and discordant counts)."""
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without per-task results: `{"sets": {name: {field: ...}}, "tasks", "seed", "reasoner"}`."""
+    return {**{k: v for k, v in report.items() if k != "sets"},
+            "sets": {name: {k: s[k] for k in SUMMARY_FIELDS} for name, s in report["sets"].items()}}
+
+
 def outcomes(report: dict[str, Any]) -> dict[str, Any]:
     """The parts of a report that must not change between runs with the same seed (all but latencies)."""
-    s = report["summary"]
-    return {
+    return {name: {
         "tca": {arm: v["tca"] for arm, v in s["arms"].items()},
         **{k: s[k] for k in ("delta_pp", "ci95", "mcnemar_p", "keyword_delta_pp", "keyword_mcnemar_p")},
-        "answers": [(r["task"], r["arm"], r["answer"], r["correct"], r["paths"]) for r in report["results"]],
-    }
+        "answers": [(r["task"], r["arm"], r["answer"], r["correct"], r["paths"]) for r in s["results"]],
+    } for name, s in report["sets"].items()}

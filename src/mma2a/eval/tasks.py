@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from ..agents.questions import GRID, SIDES, THINGS
 from ..errors import InvalidParams
 from . import media
-from .media import Label, Mark
+from .media import VARIATIONS, VOICES, Label, Mark, Variation, Voice
 
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "product-defect": ("location", "count", "colour_match"),
@@ -79,12 +79,16 @@ class CrossModalTask:
     audio: MediaFile | None = None
     spoken: str | None = None
     facts: dict[str, object] = field(default_factory=dict)
+    variation_set: str = "development"
+    conditions: tuple[str, ...] = ()
+    """The photo's and the voice note's conditions, e.g. ("photo:blur", "voice:gb-160-noise")."""
 
 
-Synthesize = Callable[[str], bytes]
+Synthesize = Callable[[str, Voice], bytes]
+SETS = tuple(VARIATIONS)
 
 
-def _photo(rng: random.Random, draw: Callable[[str], bytes]) -> MediaFile:
+def _photo_file(rng: random.Random, draw: Callable[[str], bytes]) -> MediaFile:
     fmt = "jpeg" if rng.random() < 0.7 else "png"
     return MediaFile(draw(fmt), f"image/{fmt}", f"photo.{'jpg' if fmt == 'jpeg' else 'png'}")
 
@@ -126,14 +130,31 @@ def _complaint(rng: random.Random, *, side: bool = True, request: str | None = N
     return sentence, part, state
 
 
-def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synthesize) -> CrossModalTask:
-    rng = random.Random(f"crossmodal:{seed}:{index}")
+def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synthesize,
+              variation_set: str = "development") -> CrossModalTask:
+    if variation_set not in VARIATIONS:
+        raise InvalidParams(f"set: unknown variation set {variation_set!r} (one of {', '.join(VARIATIONS)})", field="set")
+    pick = random.Random(f"condition:{variation_set}:{seed}:{index}")
+    photo: Variation = pick.choice(VARIATIONS[variation_set])
+    spoken: Voice = pick.choice(VOICES[variation_set])
+    task = _make_task(index, kind, category, seed, synthesize, variation_set, photo, spoken)
+    conditions = ((f"photo:{photo.name}",) if task.image else ()) + ((f"voice:{spoken.name}",) if task.audio else ())
+    return dataclasses.replace(task, variation_set=variation_set, conditions=conditions)
+
+
+def _make_task(index: int, kind: str, category: str, seed: int, synthesize: Synthesize,
+               variation_set: str, photo_variation: Variation, speaker: Voice) -> CrossModalTask:
+    prefix = "crossmodal" if variation_set == "development" else f"crossmodal:{variation_set}"
+    rng = random.Random(f"{prefix}:{seed}:{index}")
     name, product = rng.choice(NAMES), rng.choice(PRODUCTS)
-    tid = f"t{index:03d}-{kind}"
+    tid = f"{'t' if variation_set == 'development' else 'h'}{index:03d}-{kind}"
     size = (640, 480)
 
     def voice(sentence: str) -> MediaFile:
-        return MediaFile(synthesize(sentence), "audio/wav", "voice-note.wav")
+        return MediaFile(synthesize(sentence, speaker), "audio/wav", "voice-note.wav")
+
+    def _photo(rng: random.Random, draw: Callable[..., bytes]) -> MediaFile:
+        return _photo_file(rng, lambda fmt: draw(fmt, photo_variation))
 
     if kind == "location":
         cell = rng.choice(GRID)
@@ -142,7 +163,7 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
         hint = f", at the {cell} of the panel" if rng.random() < 0.3 else ""
         text = (f"{name} writes: my {product} arrived with a crack in its front panel{hint}. A photo is attached. "
                 "Question: where on the front panel is the crack? Answer with its place on a three by three grid.")
-        image = _photo(rng, lambda fmt: media.product_photo(rng, colour, [Mark("crack", x, y)], fmt=fmt))
+        image = _photo(rng, lambda fmt, v: media.product_photo(rng, colour, [Mark("crack", x, y)], fmt=fmt, variation=v))
         return CrossModalTask(tid, category, kind, text, cell, image=image, facts={"hint": bool(hint)})
     if kind == "count":
         n = rng.randint(1, 6)
@@ -150,7 +171,7 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
         marks = [Mark("dent", x, y) for x, y in _spread(rng, n, size, 80)]
         text = (f"{name} writes: the {product} was delivered with dents in its front panel; photo attached. "
                 "Question: how many dents are there? Answer with a number.")
-        image = _photo(rng, lambda fmt: media.product_photo(rng, colour, marks, fmt=fmt))
+        image = _photo(rng, lambda fmt, v: media.product_photo(rng, colour, marks, fmt=fmt, variation=v))
         return CrossModalTask(tid, category, kind, text, str(n), image=image)
     if kind == "colour_match":
         family = rng.choice(sorted(SHADES))
@@ -166,7 +187,7 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
         hexcode = "#%02x%02x%02x" % ordered
         text = (f"{name} writes: I ordered the {product} in {shade_name} ({hexcode}) and I think the wrong colour came; "
                 "photo attached. Question: does the delivered colour match the order? Answer yes or no.")
-        image = _photo(rng, lambda fmt: media.product_photo(rng, delivered, fmt=fmt))
+        image = _photo(rng, lambda fmt, v: media.product_photo(rng, delivered, fmt=fmt, variation=v))
         return CrossModalTask(tid, category, kind, text, "yes" if delivered == ordered else "no", image=image,
                               facts={"delivered": how})
     if kind == "status_light":
@@ -179,7 +200,7 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
                 f"The manual says: the status lights are, from left to right: {listed}; a red light marks the fault. "
                 "Question: which subsystem has the fault?")
         lights = [LIGHT["red"] if i == fault else LIGHT["green"] for i in range(n)]
-        image = _photo(rng, lambda fmt: media.status_panel(rng, lights, fmt=fmt))
+        image = _photo(rng, lambda fmt, v: media.status_panel(rng, lights, fmt=fmt, variation=v))
         return CrossModalTask(tid, category, kind, text, order[fault], image=image)
     if kind == "severity":
         light = rng.choice(("amber", "red"))
@@ -188,7 +209,7 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
         rng.shuffle(rules)
         text = (f"{name} writes: a light came on at the front of my {device}; photo attached. "
                 f"The manual says: {rules[0]} and {rules[1]}. Question: is it a warning or a failure?")
-        image = _photo(rng, lambda fmt: media.status_panel(rng, [LIGHT[light]], fmt=fmt))
+        image = _photo(rng, lambda fmt, v: media.status_panel(rng, [LIGHT[light]], fmt=fmt, variation=v))
         return CrossModalTask(tid, category, kind, text, "warning" if light == "amber" else "failure", image=image)
     if kind == "request":
         request = rng.choice(("fix", "replace", "refund", "check"))
@@ -211,7 +232,7 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
         marks = [Mark("crack", 560 if lx < 320 else 90, ly)] if rng.random() < 0.5 else []
         text = (f"{name} sent a photo of the unit's label and a voice note about the {product}. "
                 "Question: what should we do, and for which serial number? Answer with the action then the serial number.")
-        image = _photo(rng, lambda fmt: media.product_photo(rng, colour, marks, [Label(serial, lx, ly)], fmt=fmt))
+        image = _photo(rng, lambda fmt, v: media.product_photo(rng, colour, marks, [Label(serial, lx, ly)], fmt=fmt, variation=v))
         return CrossModalTask(tid, category, kind, text, f"{request} {serial}", image=image, audio=voice(sentence),
                               spoken=sentence)
     if kind == "damaged_unit":
@@ -222,7 +243,7 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
         sentence = f"the {rng.choice(THINGS)} is cracked and please replace it"
         text = (f"{name} runs a shop and sent a photo of the {product}s on the shelf and a voice note. "
                 "Question: which serial number belongs to the damaged unit?")
-        image = _photo(rng, lambda fmt: media.units_photo(rng, units, fmt=fmt))
+        image = _photo(rng, lambda fmt, v: media.units_photo(rng, units, fmt=fmt, variation=v))
         return CrossModalTask(tid, category, kind, text, serials[broken], image=image, audio=voice(sentence), spoken=sentence)
     if kind == "confirm":
         sentence, part, _ = _complaint(rng)
@@ -231,7 +252,7 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
         marks = [Mark("crack", *_place_in_cell(rng, rng.choice(GRID), size))] if damaged else []
         text = (f"{name} reports damage to the {product} in a voice note and sent a photo. Question: which part does the "
                 "customer name, and does the photo show damage? Answer with the part then yes or no.")
-        image = _photo(rng, lambda fmt: media.product_photo(rng, colour, marks, fmt=fmt))
+        image = _photo(rng, lambda fmt, v: media.product_photo(rng, colour, marks, fmt=fmt, variation=v))
         return CrossModalTask(tid, category, kind, text, f"{part} {'yes' if damaged else 'no'}", image=image,
                               audio=voice(sentence), spoken=sentence)
     raise InvalidParams(f"kind: unknown task kind {kind!r}", field="kind")
@@ -250,27 +271,27 @@ def schedule(n: int) -> list[tuple[str, str]]:
     return out
 
 
-def generate_tasks(n: int = 50, seed: int = 7, *, synthesize: Callable[[list[str]], list[bytes]] | None = None
-                   ) -> list[CrossModalTask]:
-    """`n` tasks for `seed`: the same media bytes and answers every time (and the first k of n are the k-task set).
+def generate_tasks(n: int = 50, seed: int = 7, *, variation_set: str = "development",
+                   synthesize: Callable[[list[tuple[str, Voice]]], list[bytes]] | None = None) -> list[CrossModalTask]:
+    """`n` tasks for `seed` in a variation set: the same media bytes and answers every time (and the first
+    k of n are the k-task set).
 
     Voice notes are synthesized together, in generation order, by `synthesize` (default: eSpeak NG
-    in a fresh process — see `speech.synthesize_fresh`).
+    in a fresh process with room noise — see `media.speak`).
     """
     if n < 1:
         raise InvalidParams(f"tasks: must be at least 1, got {n}", field="tasks")
     if synthesize is None:
-        from ..agents.speech import synthesize_fresh
-
-        synthesize = synthesize_fresh
+        def synthesize(items: list[tuple[str, Voice]]) -> list[bytes]:
+            return media.speak(items, seed)
     plan = schedule(n)
-    sentences: list[str] = []
+    sentences: list[tuple[str, Voice]] = []
 
-    def record(text: str) -> bytes:
-        sentences.append(text)
+    def record(text: str, speaker: Voice) -> bytes:
+        sentences.append((text, speaker))
         return b""
 
-    drafts = [make_task(i, kind, cat, seed, record) for i, (cat, kind) in enumerate(plan)]
+    drafts = [make_task(i, kind, cat, seed, record, variation_set) for i, (cat, kind) in enumerate(plan)]
     audio = iter(synthesize(sentences))
     out = []
     for task in drafts:
