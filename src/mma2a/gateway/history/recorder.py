@@ -96,16 +96,11 @@ class HistoryRecorder:
     def _run(self) -> None:
         next_prune = time.monotonic()  # once at start (what aged while the gateway was down), then every interval
         while True:
-            # wait out the interval unless a full batch is queued, a flush asks, or the gateway stops: under load
-            # the queue is never empty, and draining as soon as one decision is queued would commit one
-            # transaction per decision (most of the writer's CPU) instead of one per batch
-            if len(self._queue) < self.batch:
+            if not self._queue:
                 if self._stopping:
-                    if not self._queue:
-                        return
-                else:
-                    self._wake.wait(self.interval_s)
-                    self._wake.clear()
+                    return
+                self._wake.wait(self.interval_s)
+                self._wake.clear()
             self._drain()
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + self.prune_interval_s
