@@ -18,7 +18,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,7 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import DispatchError
 from ..serving import Server
 
+if TYPE_CHECKING:
+    from .aggregate import LegResult
+    from .pipeline import Leg, Pipeline
+
 log = logging.getLogger("mma2a.gateway.faults")
+_T = TypeVar("_T")
 
 
 class Drain:
@@ -96,7 +101,7 @@ class Deduper:
         self.clock = clock
         self._seen: OrderedDict[tuple[str | None, str], tuple[float, asyncio.Future[Any]]] = OrderedDict()
 
-    async def run(self, sender: str | None, message_id: str, attempt: Callable[[], Awaitable[Any]]) -> Any:
+    async def run(self, sender: str | None, message_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
         """`attempt()` once per (sender, messageId) within the TTL; later calls share its outcome.
 
         A first attempt that raised is forgotten, so a retry after a refusal is tried afresh.
@@ -106,7 +111,8 @@ class Deduper:
         self._expire(now)
         hit = self._seen.get(key)
         if hit is not None:
-            return await asyncio.shield(hit[1])
+            shared: _T = await asyncio.shield(hit[1])  # the first attempt's outcome, of the same call
+            return shared
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._seen[key] = (now, fut)
         try:
@@ -158,8 +164,8 @@ class FaultsConfig(BaseModel):
 
 
 async def fail_over(
-    pipeline: Any, leg: Any, message: dict[str, Any], configuration: Any, decision: Any, exc: DispatchError
-) -> Any:
+    pipeline: Pipeline, leg: Leg, message: dict[str, Any], configuration: Any, decision: Any, exc: DispatchError
+) -> LegResult | None:
     """Send a gone agent's leg to another member of its pool; None when that is not possible.
 
     The agent is ejected at once (the health check re-admits it when its card answers

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .faults import Deduper
     from .guard import MessageGuard
 
-    FailOver = Callable[..., Awaitable[Any]]
+    FailOver = Callable[..., Awaitable[LegResult | None]]  # faults.fail_over
 
 log = logging.getLogger("mma2a.decisions")
 _MEMO_SIZE = 4096  # distinct message shapes remembered per snapshot
@@ -302,7 +302,7 @@ class Pipeline:
             if self.failover is not None and decision is not None:
                 moved = await self.failover(self, leg, message, configuration, decision, exc)
                 if moved is not None:
-                    return moved  # type: ignore[no-any-return]
+                    return moved
             return LegResult(leg.agent, error=exc.message)
         if not isinstance(result, dict) or not ({"task", "message"} & result.keys()):
             return LegResult(leg.agent, error="agent answered with neither a task nor a message")
@@ -353,7 +353,7 @@ class Pipeline:
     ) -> dict[str, Any]:
         """SendMessage through the gateway; returns the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
         if self.dedupe is not None and isinstance(message.get("messageId"), str):
-            return await self.dedupe.run(  # type: ignore[no-any-return]
+            return await self.dedupe.run(
                 current_sender(), message["messageId"], lambda: self._send(message, configuration, target))
         return await self._send(message, configuration, target)
 
