@@ -1,7 +1,8 @@
 """Serving ASGI apps with uvicorn: free loopback ports, fast loop/parser when installed, in-process runs.
 
 Every app is served with `DirectWebSocketProtocol` (WebSockets, plus the direct I/O that
-live streams use) by `Server`, uvicorn's server with a quieter idle loop.
+live streams use) by `Server`, uvicorn's server with a quieter idle loop, and with connection
+deadlines (`mma2a.deadlines`: headers, bodies, keep-alive, WebSocket pings).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import uvicorn
 
+from .deadlines import Timeouts, http_protocol
 from .directws import DirectWebSocketProtocol
 
 
@@ -63,10 +65,12 @@ def listen_socket(host: str, port: int) -> socket.socket:
 WEBSOCKETS: dict[str, Any] = {"ws": DirectWebSocketProtocol, "ws_per_message_deflate": False}
 
 
-def uvicorn_config(app: Any, host: str, port: int, **kw: Any) -> uvicorn.Config:
+def uvicorn_config(app: Any, host: str, port: int, *, timeouts: Timeouts | None = None, **kw: Any) -> uvicorn.Config:
     loop = "uvloop" if _has("uvloop") else "asyncio"
-    http = "httptools" if _has("httptools") else "h11"
-    options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on", **WEBSOCKETS, **kw}
+    timeouts = timeouts or Timeouts()
+    http = http_protocol(timeouts, "httptools" if _has("httptools") else "h11")
+    options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on", **WEBSOCKETS,
+                               **timeouts.uvicorn_options(), **kw}
     return uvicorn.Config(app, host=host, port=port, loop=loop, http=http, **options)
 
 
@@ -165,11 +169,14 @@ def _has(mod: str) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def running(app: Any, host: str = "127.0.0.1", port: int | None = None) -> AsyncIterator[str]:
+async def running(app: Any, host: str = "127.0.0.1", port: int | None = None, *,
+                  timeouts: Timeouts | None = None) -> AsyncIterator[str]:
     """Serve an ASGI app on a loopback port inside this event loop; yields its base URL."""
     port = port or free_port(host)
-    server = Server(uvicorn.Config(app, host=host, port=port, **WEBSOCKETS, log_level="warning", access_log=False,
-                                   lifespan="on"))
+    timeouts = timeouts or Timeouts()
+    http = http_protocol(timeouts, "httptools" if _has("httptools") else "h11")
+    server = Server(uvicorn.Config(app, host=host, port=port, http=http, **WEBSOCKETS, log_level="warning",
+                                   access_log=False, lifespan="on", **timeouts.uvicorn_options()))
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():

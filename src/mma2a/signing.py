@@ -19,16 +19,16 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import heapq
 import math
 import secrets
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import SignatureError
+from .errors import RateLimited, SignatureError
 from .ext import EXTENSION_URI
 
 ALG = "Ed25519"
@@ -254,12 +254,20 @@ def signature_of(message: Mapping[str, Any]) -> Any:
 
 
 class ReplayGuard:
-    """Nonces seen inside the freshness window, per signer (bounded; the oldest are forgotten first)."""
+    """Nonces seen inside the freshness window, kept per signer until their message can no longer be fresh.
 
-    def __init__(self, window_s: float = 300.0, capacity: int = 200_000) -> None:
+    A nonce is never forgotten while a replay of its message would still pass `check_fresh`
+    (until `ts + window_s`). Each signer has its own `capacity`: a signer that has that many
+    live nonces gets its new messages refused (`RateLimited`, naming the signer) until the
+    oldest expire — one signer's flood never drops another signer's protection. Memory is
+    bounded by (known signers) × `capacity`, since only verified signers are recorded.
+    """
+
+    def __init__(self, window_s: float = 300.0, capacity: int = 100_000) -> None:
         self.window_s = window_s
         self.capacity = capacity
-        self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._seen: dict[str, dict[str, float]] = {}  # signer -> nonce -> expiry
+        self._expiries: dict[str, list[tuple[float, str]]] = {}  # signer -> heap of (expiry, nonce)
 
     def check_fresh(self, ts: float, now: float) -> None:
         if abs(now - ts) > self.window_s:
@@ -270,16 +278,33 @@ class ReplayGuard:
                 field=f"{_FIELD}.ts",
             )
 
-    def remember(self, signer: str, nonce: str, now: float) -> None:
-        """Record a nonce; a nonce already seen inside the window is a replay."""
-        while self._seen:
-            key, first = next(iter(self._seen.items()))
-            if now - first <= 2 * self.window_s and len(self._seen) < self.capacity:
-                break
-            self._seen.popitem(last=False)
-        if (signer, nonce) in self._seen:
+    def held(self, signer: str) -> int:
+        """How many nonces of `signer` are remembered now."""
+        return len(self._seen.get(signer, ()))
+
+    def remember(self, signer: str, nonce: str, now: float, ts: float | None = None) -> None:
+        """Record a nonce; a nonce already seen inside the window is a replay (`SignatureError`).
+
+        `ts` (the message's own time) sets when the nonce may be forgotten: `ts + window_s`,
+        after which `check_fresh` refuses the message anyway; without it, `now + 2 * window_s`.
+        """
+        seen = self._seen.setdefault(signer, {})
+        heap = self._expiries.setdefault(signer, [])
+        while heap and heap[0][0] < now:  # forget only what can no longer be replayed
+            _, old = heapq.heappop(heap)
+            seen.pop(old, None)
+        if nonce in seen:
             raise SignatureError(f"{_FIELD}.nonce: nonce already used by {signer} (replayed message)", field=f"{_FIELD}.nonce")
-        self._seen[(signer, nonce)] = now
+        if len(seen) >= self.capacity:
+            wait = max(0.0, heap[0][0] - now) if heap else self.window_s
+            raise RateLimited(
+                f"{_FIELD}.signer: signer {signer} has {len(seen)} nonces inside the {self.window_s:g} s replay window "
+                f"(its capacity, signing.max_nonces_per_signer); its new messages are refused for {wait:.0f} s",
+                retry_after=round(wait, 3),
+            )
+        expiry = (ts if ts is not None else now + self.window_s) + self.window_s
+        seen[nonce] = expiry
+        heapq.heappush(heap, (expiry, nonce))
 
 
 def verify_message(
@@ -325,7 +350,7 @@ def verify_message(
             field=_FIELD,
         ) from None
     if replay is not None:
-        replay.remember(signer, nonce, now)
+        replay.remember(signer, nonce, now, ts)
     return signer
 
 

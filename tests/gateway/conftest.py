@@ -35,7 +35,7 @@ async def gateway(config: dict[str, Any]) -> AsyncIterator[tuple[Gateway, str]]:
     port = free_port()
     cfg = {"listen": f"127.0.0.1:{port}", "admin": {"token": ADMIN}, "health_interval_s": 3600, **config}
     gw = Gateway(parse_config(cfg))
-    async with running(gw.app, "127.0.0.1", port) as url:
+    async with running(gw.app, "127.0.0.1", port, timeouts=gw.config.server.timeouts()) as url:
         yield gw, url
 
 

@@ -29,6 +29,14 @@ def send_body(message_id: str = "m-1", parts: list[dict[str, Any]] | None = None
     return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": msg, **params}}
 
 
+def error_field(err: dict[str, Any]) -> Any:
+    """The field a JSON-RPC error names (`data`: ErrorInfo details, A2A 1.0)."""
+    data = err.get("data")
+    if isinstance(data, list):
+        return next((d.get("metadata", {}).get("field") for d in data if isinstance(d, dict)), None)
+    return data.get("field") if isinstance(data, dict) else None
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
 

@@ -250,3 +250,85 @@ def client(url: str) -> httpx.Client:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+# --- random paths and methods straight into the ASGI app (authorization from the route table) ---------
+
+PATH_WORDS = ["admin", "agents", "tasks", "streams", "blobs", "uploads", "message:send", "message:stream", "v1",
+              ".well-known", "agent-card.json", "card", "healthz", "metrics", "console", "rules", "decisions",
+              "subscribe", "info", "finish", "extendedAgentCard", "pushNotificationConfigs", "vision", "text", "acme",
+              "..", ".", "%2e%2e", "%2E%2e", "%61dmin", "%2f", "admin%2fagents", "tasks:cancel", "t-1:subscribe",
+              "", "0" * 64, "ADMIN", "Admin", "admin;x", "admin%00", "\u00e9", "a" * 300]
+HTTP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT", "PROPFIND", "get", "X"]
+QUERIES = ["", "sig=x", "exp=9999999999&sig=forged", "sig=&exp=", "offset=0&sig=x", "after=0", "tenant=admin"]
+HEADER_SETS: list[list[tuple[bytes, bytes]]] = [
+    [], [(b"authorization", b"Bearer nope")], [(b"authorization", b"Basic YWRtaW46YWRtaW4=")],
+    [(b"x-api-key", b"nope")], [(b"authorization", b"Bearer")], [(b"content-type", b"application/json")],
+    [(b"x-forwarded-for", b"127.0.0.1"), (b"x-original-url", b"/healthz")],
+]
+
+
+def random_request(rng: Any, templates: list[str]) -> tuple[str, str, bytes, list[tuple[bytes, bytes]]]:
+    """(method, raw path, query, headers): real route templates with segments swapped, cut or added, and noise."""
+    how = rng.random()
+    if how < 0.5:
+        segs = rng.choice(templates).strip("/").split("/")
+        segs = [rng.choice(PATH_WORDS) if s.startswith("{") or rng.random() < 0.15 else s for s in segs]
+        if rng.random() < 0.3:
+            segs.insert(rng.randrange(len(segs) + 1), rng.choice(PATH_WORDS))
+        if rng.random() < 0.2 and len(segs) > 1:
+            del segs[rng.randrange(len(segs))]
+    else:
+        segs = [rng.choice(PATH_WORDS) for _ in range(rng.randint(0, 6))]
+    path = "/" + "/".join(segs)
+    if rng.random() < 0.1:
+        path += "/"
+    if rng.random() < 0.05:
+        path = "/" + path  # leading //
+    return rng.choice(HTTP_METHODS), path, rng.choice(QUERIES).encode(), rng.choice(HEADER_SETS)
+
+
+async def call_asgi(app: Any, method: str, raw_path: str, query: bytes, headers: list[tuple[bytes, bytes]],
+                    body: bytes = b"") -> tuple[int, bytes]:
+    """One HTTP request straight into an ASGI app (no client normalises the path); (status, body)."""
+    from urllib.parse import unquote
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": unquote(raw_path), "raw_path": raw_path.encode("utf-8"), "root_path": "", "query_string": query,
+             "headers": [(b"host", b"gateway"), (b"content-length", str(len(body)).encode()), *headers],
+             "client": ("203.0.113.7", 40000), "server": ("gateway", 80)}
+    sent = False
+    out: dict[str, Any] = {"status": 0, "body": b""}
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(msg: dict[str, Any]) -> None:
+        if msg["type"] == "http.response.start":
+            out["status"] = msg["status"]
+        elif msg["type"] == "http.response.body":
+            out["body"] += msg.get("body", b"")
+
+    await asyncio.wait_for(app(scope, receive, send), 30)
+    return out["status"], out["body"]
+
+
+def matched_access(routes: list[Any], method: str, raw_path: str) -> Any:
+    """The access class of the route the router would pick for (method, path), or None for no full match."""
+    from urllib.parse import unquote
+
+    from starlette.routing import Match
+
+    from mma2a.gateway.authz import route_table
+
+    scope = {"type": "http", "method": method, "path": unquote(raw_path), "root_path": ""}
+    for route, access in route_table(routes):
+        match, _ = route.matches(scope)
+        if match == Match.FULL:
+            return access.cls
+    return None

@@ -49,3 +49,25 @@ def test_rule_files(text: str) -> None:
 @given(item=fz.media())
 def test_media_decoders(item) -> None:
     fz.check_media(item)
+
+
+async def test_random_paths_and_methods_never_answer_2xx_without_a_credential() -> None:
+    """10,000 random paths × methods × junk credentials into the app: 2xx only where the matched route is public."""
+    import random
+
+    from mma2a.gateway.authz import AccessClass, route_table
+    from tests.security.conftest import secured
+
+    rng = random.Random(14)
+    async with secured() as (gw, url, _):
+        routes = list(gw.app.routes)
+        templates = [r.path for r, _ in route_table(routes)]
+        seen: dict[int, int] = {}
+        for _ in range(10_000):
+            method, path, query, headers = fz.random_request(rng, templates)
+            status, body = await fz.call_asgi(gw.app, method, path, query, headers)
+            seen[status] = seen.get(status, 0) + 1
+            assert status < 500, (method, path, query, status, body[:200])
+            if 200 <= status < 300:
+                assert fz.matched_access(routes, method, path) is AccessClass.PUBLIC, (method, path, query, status)
+    assert sum(seen.values()) == 10_000 and seen.get(401, 0) > 1000, seen  # the run did reach the gates

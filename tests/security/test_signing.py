@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mma2a.errors import SignatureError
+from mma2a.errors import RateLimited, SignatureError
 from mma2a.ext import EXTENSION_URI
 from mma2a.signing import (
     ReplayGuard,
@@ -238,7 +238,42 @@ def test_nonces_are_forgotten_after_the_window() -> None:
     guard = ReplayGuard(window_s=10, capacity=100)
     for i in range(50):
         guard.remember("s", f"nonce-{i}", float(i))
-    assert len(guard._seen) <= 21  # only those inside twice the window are kept
+    assert guard.held("s") == 21  # kept until now + 2 windows when the message's ts is not given: 29..49
+    guard.remember("s", "with-ts", 50.0, ts=45.0)  # a replay of it passes check_fresh until 45 + 10
+    with pytest.raises(SignatureError):
+        guard.remember("s", "with-ts", 55.0)
+    guard.remember("s", "with-ts", 55.5)  # now it would be refused as stale anyway
+
+
+def test_a_flood_from_one_signer_never_reopens_another_signers_replay() -> None:
+    """Finding 2, as the attack: 200,000 fresh messages from one signer, then an old message of another replayed
+    at t = 61 s inside a 300 s window. The old guard evicted the oldest nonce at 200,000 and accepted the replay."""
+    key1, key2 = new_private_key(), new_private_key()
+    keys = {"camera-1": key1.public_key(), "camera-2": key2.public_key()}
+    guard = ReplayGuard(window_s=300, capacity=200_000)
+    def signed_by(key, signer: str, ts: int) -> dict:
+        msg = message()
+        sign_message(msg, key, signer=signer, ts=ts)
+        return msg
+
+    victim = signed_by(key1, "camera-1", NOW)
+    assert verify_message(victim, keys, now=NOW, replay=guard) == "camera-1"
+    for i in range(200_000):  # the flood: fresh nonces of camera-2 (each would carry a valid signature)
+        guard.remember("camera-2", f"flood-{i:07d}", NOW + 1 + i * 60 / 200_000, ts=NOW + 1)
+    with pytest.raises(SignatureError) as replay:
+        verify_message(copy.deepcopy(victim), keys, now=NOW + 61, replay=guard)
+    assert replay.value.message == f"{SIG}.nonce: nonce already used by camera-1 (replayed message)"
+    over = signed_by(key2, "camera-2", NOW + 61)
+    with pytest.raises(RateLimited) as full:  # the flooding signer is the one refused, by name
+        verify_message(over, keys, now=NOW + 61, replay=guard)
+    assert full.value.message.startswith(f"{SIG}.signer: signer camera-2 has 200000 nonces inside the 300 s replay window")
+    assert full.value.http_status == 429 and 0 < full.value.retry_after <= 300
+    other = signed_by(key1, "camera-1", NOW + 61)
+    assert verify_message(other, keys, now=NOW + 61, replay=guard) == "camera-1"  # camera-1 is not affected
+    assert guard.held("camera-1") == 2 and guard.held("camera-2") == 200_000
+    later = signed_by(key2, "camera-2", NOW + 302)
+    assert verify_message(later, keys, now=NOW + 302, replay=guard) == "camera-2"  # the flood has expired
+    assert guard.held("camera-2") == 1
 
 
 def test_digests_cover_each_kind_of_content() -> None:

@@ -20,7 +20,7 @@ from mma2a.ext import EXTENSION_URI
 from mma2a.signing import new_private_key, public_key_text, sign_message
 from tests.agents import serve_app
 from tests.gateway.conftest import agent, agents, gateway
-from tests.security.conftest import TOKEN, bearer, post, secured, send_body
+from tests.security.conftest import TOKEN, bearer, error_field, post, secured, send_body
 
 STREAM = f"params.message.parts[0].metadata[{EXTENSION_URI}].stream.url"
 
@@ -134,7 +134,10 @@ async def test_decompression_bomb_through_the_gateway_is_not_decoded() -> None:
     rules = {"version": 1, "rules": [{"name": "wide", "match": {"modality": "image/*", "features": {"width": {"gt": 100}}},
                                       "action": {"route_to": "vision"}}], "default": {"route_to": "vision"}}
     async with agents(specs) as urls:
-        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], "rules": rules}
+        # forwarding allows 200 Mpx here (limits.max_pixels; by default the gateway refuses the bomb at ingress,
+        # tests/security/test_media_limits.py), so this shows the extraction guard (features.max_pixels, 40 Mpx)
+        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], "rules": rules,
+               "limits": {"max_pixels": 200_000_000}}
         async with gateway(cfg) as (gw, url):
             t0 = time.monotonic()
             r = await post(url, "/", send_body(parts=[{"raw": bomb, "mediaType": "image/png"}]), {"A2A-Version": "1.0"})
@@ -206,3 +209,62 @@ async def test_strip_policy_drops_forged_features_before_routing() -> None:
     assert r.json()["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["text"]
     got = json_format.MessageToDict(specs["text"][1].received[0].message.parts[0])
     assert "features" not in got["metadata"][EXTENSION_URI]
+
+
+async def test_a_signer_over_its_nonce_capacity_is_refused_by_name_and_others_stay_protected() -> None:
+    """Finding 2 through a real gateway: camera-2 floods up to `signing.max_nonces_per_signer`; its next message
+    is refused naming it, camera-1's earlier message still cannot be replayed, camera-1 still gets through."""
+    key1, key2 = new_private_key(), new_private_key()
+    specs = {"vision": agent("vision", ["image/*"]), "text": agent("text", ["text/plain"])}
+    async with agents(specs) as urls:
+        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], **_signing_cfg("reject", key1)}
+        cfg["signing"]["senders"]["camera-2"] = public_key_text(key2)
+        cfg["signing"]["max_nonces_per_signer"] = 20
+        cfg["features"]["trusted_senders"].append("camera-2")
+        async with gateway(cfg) as (gw, url):
+            async def send(mid: str, key, signer: str) -> dict:
+                msg = _image_msg(mid)
+                sign_message(msg, key, signer=signer, ts=int(time.time()))
+                r = await post(url, "/", {"jsonrpc": "2.0", "id": mid, "method": "SendMessage", "params": {"message": msg}},
+                               {"A2A-Version": "1.0"})
+                return {"status": r.status_code, **r.json(), "msg": msg}
+
+            victim = await send("v-1", key1, "camera-1")
+            flood = [await send(f"f-{i}", key2, "camera-2") for i in range(20)]
+            over = await send("f-over", key2, "camera-2")
+            replay = await post(url, "/", {"jsonrpc": "2.0", "id": 9, "method": "SendMessage",
+                                           "params": {"message": victim["msg"]}}, {"A2A-Version": "1.0"})
+            fresh = await send("v-2", key1, "camera-1")
+    sig = f"message.metadata[{EXTENSION_URI}].signature"
+    assert "result" in victim and all("result" in f for f in flood), [f.get("error") for f in flood]
+    assert over["error"]["code"] == -32600 and over["error"]["message"].startswith(
+        f"{sig}.signer: signer camera-2 has 20 nonces inside the 300 s replay window")
+    assert replay.json()["error"]["message"] == f"{sig}.nonce: nonce already used by camera-1 (replayed message)"
+    assert "result" in fresh
+
+
+async def test_dot_segment_urls_are_not_the_gateways_own_blob_urls() -> None:
+    """Finding 6, as the attack: `http://GATEWAY/blobs/x/../../tasks/abc` passed as the gateway's own blob URL (a
+    string prefix) and an agent then fetched `/tasks/abc`. URLs are compared after normalisation now."""
+    async with secured() as (gw, url, urls):
+        async with httpx.AsyncClient() as c:
+            blob = (await c.post(url + "/blobs", content=b"img", headers={"Content-Type": "image/png", **bearer(TOKEN)})).json()
+        attacks = [f"{url}/blobs/x/../../tasks/abc", f"{url}/blobs/%2e%2e/%2E%2e/tasks/abc",
+                   f"{url}/blobs/./../admin/agents", f"{url}/streams/s/..%2f../healthz".replace("%2f", "/"),
+                   f"{url}/blobs\\..\\tasks\\abc", f"http://user@{url.split('//')[1]}/blobs/{blob['sha256']}"]
+        answers = [await post(url, "/", send_body(f"dots-{i}", parts=[{"url": a, "mediaType": "image/png"}]), bearer(TOKEN))
+                   for i, a in enumerate(attacks)]
+        own = await post(url, "/", send_body("own", parts=[{"url": blob["url"], "mediaType": "image/png"}]), bearer(TOKEN))
+        spelled = blob["url"].replace("127.0.0.1", "127.0.0.1.").replace("/blobs/", "/blobs/./")  # same blob, same host
+        own_spelled = await post(url, "/", send_body("own-2", parts=[{"url": spelled, "mediaType": "image/png"}]),
+                                 bearer(TOKEN))
+    field = "params.message.parts[0].url"
+    for a, r in zip(attacks, answers):
+        err = r.json().get("error")
+        assert err is not None and err["code"] == -32602 and error_field(err) == field, (a, r.text[:300])
+    assert "loopback" in answers[0].json()["error"]["message"]  # checked as any other URL: the gateway's host
+    assert "backslashes" in answers[4].json()["error"]["message"] and "user info" in answers[5].json()["error"]["message"]
+    assert own.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert own_spelled.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    received = [m.message.message_id for spec in gw.test_specs.values() for m in spec[1].received]
+    assert not any(mid.startswith("dots-") for mid in received)

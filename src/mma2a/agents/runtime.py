@@ -28,6 +28,8 @@ from starlette.routing import BaseRoute
 
 from ..card import declare_extension
 from ..ext import EXTENSION_URI, read_part
+from ..features.base import Limits
+from ..features.probe import check_media
 
 
 @dataclass
@@ -52,9 +54,12 @@ class ReceivedPart:
 Reply = Callable[[list[ReceivedPart]], Awaitable[list[dict[str, Any]]]]
 
 
+AGENT_LIMITS = Limits()  # what a reference agent decodes: checked from each part's header first (features.probe)
+
+
 async def resolve_parts(parts: Sequence[Part], client: httpx.AsyncClient) -> list[ReceivedPart]:
     out = []
-    for p in parts:
+    for i, p in enumerate(parts):
         pj = json_format.MessageToDict(p)
         ext = read_part(pj)
         data: bytes | None = None
@@ -65,6 +70,9 @@ async def resolve_parts(parts: Sequence[Part], client: httpx.AsyncClient) -> lis
             resp = await client.get(p.url)
             resp.raise_for_status()
             data = resp.content
+        if data:  # a decompression bomb is refused here, before any agent decodes it
+            await asyncio.to_thread(check_media, data, ext.modality or "application/octet-stream", AGENT_LIMITS,
+                                    f"message.parts[{i}]")
         out.append(ReceivedPart(ext.modality or "application/octet-stream", dict(ext.features),
                                 p.text if kind == "text" else None, data, p.filename or None, pj))
     return out

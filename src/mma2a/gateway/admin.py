@@ -1,4 +1,4 @@
-"""The admin API under `/admin` (bearer token): rules, agents, modalities, dry-run explain.
+"""The admin API under `/admin` (class `admin`: the admin token): rules, agents, modalities, dry-run explain.
 
 Every change is validated first and swapped atomically; a rejected change leaves what was
 in force untouched and answers 400 with the errors.
@@ -6,7 +6,6 @@ in force untouched and answers 400 with the errors.
 
 from __future__ import annotations
 
-import hmac
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -16,11 +15,9 @@ from starlette.routing import Route
 
 from ..errors import (
     ContentTypeNotSupported,
-    Forbidden,
     InvalidParams,
     MMA2AError,
     RuleError,
-    Unauthorized,
 )
 from ..responses import error_response, json_response, read_json_object
 from ..routing import parse_rules
@@ -33,17 +30,8 @@ if TYPE_CHECKING:
 
 
 def admin_routes(gw: Gateway) -> list[Route]:
-    def guard(handler: Any) -> Any:
+    def guard(handler: Any) -> Any:  # the admin token is checked by the route's access class (authz, security)
         async def endpoint(request: Request) -> Response:
-            token = gw.admin_token
-            if not token:
-                return error_response(Forbidden("admin API disabled: set the admin token (admin.token_env) to enable it"))
-            auth = request.headers.get("authorization", "")
-            scheme, _, given = auth.partition(" ")
-            if scheme.lower() != "bearer" or not given:
-                return error_response(Unauthorized("admin API: missing bearer token"))
-            if not hmac.compare_digest(given.encode(), token.encode()):
-                return error_response(Forbidden("admin API: invalid token"))
             try:
                 return await handler(request)  # type: ignore[no-any-return]
             except MMA2AError as exc:

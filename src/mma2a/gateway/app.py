@@ -14,8 +14,8 @@ import os
 import secrets
 import sqlite3
 import tempfile
+from collections.abc import AsyncIterator, Sequence
 from urllib.parse import urlsplit
-from collections.abc import AsyncIterator
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +29,13 @@ from starlette.routing import BaseRoute, Mount, Route
 from ..compression import ContentCoding
 from ..errors import MMA2AError
 from ..features.base import Limits
+from ..features.probe import check_media
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
-from ..payload import BlobStore, LocalBlobStore, StreamHub, URLSigner, payload_routes
-from ..routing import parse_rules
+from ..payload import SIGNED_ROUTES, BlobStore, LocalBlobStore, StreamHub, URLSigner, payload_routes
 from ..responses import error_response, json_response
+from ..routing import parse_rules
 from ..serving import cancel_tasks
 from .adapt import PartAdapter
 from .admin import admin_routes
@@ -44,7 +45,8 @@ from .directory import AgentDirectory
 from .enrich import FeatureStage
 from .faults import Deduper, Drain, fail_over
 from .front import FrontDoor
-from .guard import MessageGuard
+from .feed import DecisionFeed
+from .guard import MessageGuard, media_limits
 from .history import HistoryRecorder, HistoryStore
 from .hooks import ClusterHooks, Standalone
 from .ingress import JsonRpcIngress
@@ -52,7 +54,8 @@ from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .pipeline import Pipeline
 from .sdk_binding import PipelineRequestHandler, TargetContextBuilder, rest_routes
-from .security import error_body, security_middleware
+from .authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
+from .security import access_control, error_body
 from .state import RoutingState
 from .tracing import TracingMiddleware
 from .tracing import enabled as tracing_enabled
@@ -87,6 +90,14 @@ def console_endpoints() -> dict[str, Any]:
     return out
 
 
+def _name(route: BaseRoute) -> str | None:
+    return getattr(route, "name", None)
+
+
+def _is_card(route: BaseRoute) -> bool:
+    return isinstance(route, Route) and route.path.endswith("/v1/card")
+
+
 class Gateway:
     """One gateway process's worth of state and its ASGI app."""
 
@@ -118,6 +129,7 @@ class Gateway:
         self.pipeline = Pipeline(
             directory=self.directory, state=self.state, transport=self.transport, metrics=self.metrics,
             registry=self.registry, features=self.features, log_decisions=config.log_decisions,
+            feed=DecisionFeed(max_bytes=config.feed_max_bytes),
             offload=OffloadStage(self.store, self.signer, threshold=config.offload_threshold, base_url=self.public_url),
             adapter=self._adapter(config),
             history=self.cluster.history_sink(self.history, config.history) if self.history else None,
@@ -158,6 +170,10 @@ class Gateway:
         return PartAdapter(self.store, self.signer, base_url=self.public_url, limits=limits, budget_s=ac.budget_s,
                            inline_max=config.offload_threshold, cache_entries=ac.cache_entries)
 
+    def _media_check(self, head: bytes, media_type: str) -> None:
+        """Uploaded images, audio, video: refused from their headers past `limits` (features.probe)."""
+        check_media(head, media_type, media_limits(self.config.limits), "body")
+
     def _history(self, config: GatewayConfig) -> HistoryRecorder | None:
         hc = config.history
         if not hc.enabled:
@@ -190,6 +206,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Register the configured agents, load the rules, start health checks."""
+        check_classified(self.app.routes)  # a route added after the build has no access class either
         if self.history is not None:
             self.history.start()
         self.startup_errors = await self.directory.add_many(self.config.agents)
@@ -291,34 +308,48 @@ class Gateway:
                 doc["routingError"] = self.state.rebuild_error
             return json_response(doc)
 
-        routes: list[BaseRoute] = [
-            Route("/", rpc, methods=["POST"]),  # first: the hot path matches at once
-            Route("/.well-known/agent-card.json", root_card, methods=["GET"]),
-            Route("/agents/{agent}/.well-known/agent-card.json", agent_card, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
-            Route("/console", console["index.html"], methods=["GET"]),  # public static files; their data APIs are admin
-            Route("/console/console.js", console["console.js"], methods=["GET"]),
-            Route("/console/console.css", console["console.css"], methods=["GET"]),
-            Route("/healthz", health, methods=["GET"]),
-            *admin_routes(self),
-            *payload_routes(self.store, self.signer, public_base_url_fn=lambda conn: self.public_url,
-                            max_upload_bytes=self.config.max_upload_bytes, hub=self.streams,
-                            url_expires_in=self.config.url_expires_s),
-            Route("/agents/{agent}/", rpc, methods=["POST"]),
-            Route("/agents/{agent}", rpc, methods=["POST"]),
+        # Every route gets one access class here (authz); an unclassified route stops the start.
+        public, client = RouteAccess(AccessClass.PUBLIC, ErrorShape.REST), RouteAccess(AccessClass.CLIENT, ErrorShape.REST)
+        rpc_access = RouteAccess(AccessClass.CLIENT, ErrorShape.JSONRPC)
+        signed = RouteAccess(AccessClass.SIGNED, ErrorShape.PAYLOAD)
+        client_payload = RouteAccess(AccessClass.CLIENT, ErrorShape.PAYLOAD)
+        metrics_access = (RouteAccess(AccessClass.CLIENT, ErrorShape.REST, admin_also=True)
+                          if self.config.auth.protect_metrics else public)
+        payload = [*payload_routes(self.store, self.signer, public_base_url_fn=lambda conn: self.public_url,
+                                   max_upload_bytes=self.config.max_upload_bytes, hub=self.streams,
+                                   url_expires_in=self.config.url_expires_s, media_check=self._media_check)]
+        # REST (HTTP+JSON): root routes, then /agents/{agent}/…; the SDK's tenant mount (/{tenant}/…) is left out:
+        # the gateway has no tenants, and a catch-all mount would take any path
+        rest = [r for r in rest_routes(handler, ctx) if not isinstance(r, Mount)]
+        rest += [r for r in rest_routes(handler, ctx, path_prefix="/agents/{agent}") if not isinstance(r, Mount)]
+        table: list[tuple[RouteAccess, Sequence[BaseRoute]]] = [
+            (rpc_access, [Route("/", rpc, methods=["POST"])]),  # first: the hot path matches at once
+            (public, [Route("/.well-known/agent-card.json", root_card, methods=["GET"]),
+                      Route("/agents/{agent}/.well-known/agent-card.json", agent_card, methods=["GET"]),
+                      Route("/console", console["index.html"], methods=["GET"]),  # static files; data APIs: admin
+                      Route("/console/console.js", console["console.js"], methods=["GET"]),
+                      Route("/console/console.css", console["console.css"], methods=["GET"]),
+                      Route("/healthz", health, methods=["GET"])]),
+            (metrics_access, [Route("/metrics", metrics, methods=["GET"])]),
+            (RouteAccess(AccessClass.ADMIN, ErrorShape.ADMIN), admin_routes(self)),
+            *((signed if _name(r) in SIGNED_ROUTES else client_payload, [r]) for r in payload),  # order kept
+            (rpc_access, [Route("/agents/{agent}/", rpc, methods=["POST"]),
+                          Route("/agents/{agent}", rpc, methods=["POST"])]),
+            *((public if _is_card(r) else client, [r]) for r in rest),  # public: the v0.3 /v1/card
         ]
-        # REST (HTTP+JSON): root routes, then /agents/{agent}/…, then the SDK's catch-all /{tenant} mount last
-        root_rest = rest_routes(handler, ctx)
-        agent_rest = rest_routes(handler, ctx, path_prefix="/agents/{agent}")
-        routes += [r for r in root_rest if not isinstance(r, Mount)]
-        routes += [r for r in agent_rest if not isinstance(r, Mount)]
-        routes += [r for r in root_rest if isinstance(r, Mount)]
-        middleware = [Middleware(TracingMiddleware), *security_middleware(self)] if tracing_enabled() else security_middleware(self)
-        if self.config.adapt.enabled:  # Content-Encoding on requests; compressed JSON replies for clients that ask
-            middleware.insert(0, Middleware(
-                ContentCoding, max_body_bytes=self.config.max_body_bytes,
-                min_size=self.config.adapt.compress_min_bytes if self.config.adapt.compress_responses else None,
-                error_body=lambda exc, scope: error_body(exc, scope["path"], scope["method"], exc.http_status)))
+        control = access_control(self)
+        coding = None
+        if self.config.adapt.enabled:  # Content-Encoding on requests, compressed JSON replies: after access is granted
+            def coding(app: Any, access: RouteAccess) -> Any:
+                return ContentCoding(
+                    app, max_body_bytes=self.config.max_body_bytes,
+                    min_size=self.config.adapt.compress_min_bytes if self.config.adapt.compress_responses else None,
+                    error_body=lambda exc, scope: error_body(exc, access.shape, exc.http_status))
+        routes = [*guard_routes(table, control, wrap=coding), Unrouted(control)]  # unrouted: 401 before 404
+        middleware = [Middleware(RouteIndex, routes=routes, enforcer=control)]
+        if tracing_enabled():
+            middleware.insert(0, Middleware(TracingMiddleware))
         app = Starlette(routes=routes, lifespan=self.lifespan, middleware=middleware)
-        # JSON-RPC POSTs go straight to their routes, through the same middleware (one limiter, one authenticator)
-        return FrontDoor(app, middleware=[m for m in middleware if m.cls is not TracingMiddleware])
+        check_classified(app.routes)
+        # JSON-RPC POSTs go straight to their routes: their access gates are on the routes themselves
+        return FrontDoor(app)

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..adapt.profiles import ProfileSpec
+from ..deadlines import Timeouts
 from ..errors import MMA2AError
 from ..modality import parse_modality
 from .access import AuthConfig, RateLimitConfig
@@ -89,6 +90,22 @@ class AdaptConfig(BaseModel):
     compress_responses: bool = True  # to clients that send Accept-Encoding
 
 
+class ServerConfig(BaseModel):
+    """Connection deadlines (`server:` in gateway.yaml; mma2a.deadlines): the defaults cut a stalled client in 30 s."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header_timeout_s: float = Field(default=10.0, gt=0)  # connection (or next request's first byte) -> end of headers
+    body_timeout_s: float = Field(default=30.0, gt=0)  # longest silence inside a request body the app is reading
+    keep_alive_s: float = Field(default=5.0, gt=0)  # idle between requests
+    ws_ping_interval_s: float = Field(default=20.0, gt=0)  # WebSocket ping; no pong within ws_ping_timeout_s closes
+    ws_ping_timeout_s: float = Field(default=10.0, gt=0)
+
+    def timeouts(self) -> Timeouts:
+        return Timeouts(header_s=self.header_timeout_s, body_s=self.body_timeout_s, keep_alive_s=self.keep_alive_s,
+                        ws_ping_interval_s=self.ws_ping_interval_s, ws_ping_timeout_s=self.ws_ping_timeout_s)
+
+
 class AdminConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -113,6 +130,7 @@ class GatewayConfig(BaseModel):
     mode: Literal["native", "text-bottleneck"] = "native"
     agents: list[AgentConfig] = Field(default_factory=list)
     admin: AdminConfig = Field(default_factory=AdminConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
     timeout_s: float = Field(default=30.0, gt=0)
     retries: int = Field(default=1, ge=0, le=5)
     card_refresh_s: float = Field(default=60.0, gt=0)
@@ -137,6 +155,7 @@ class GatewayConfig(BaseModel):
     # where the gateway keeps what must survive a restart (the decision history); relative to base_dir
     data_dir: str = Field(default_factory=lambda: os.environ.get("MMA2A_DATA_DIR") or "./mma2a-data")
     history: HistoryConfig = Field(default_factory=HistoryConfig)  # decision history (docs/operations.md)
+    feed_max_bytes: int = Field(default=4 * 1024 * 1024, ge=0)  # the console's decision feed, all entries together
     base_dir: str = "."
 
     @field_validator("features", mode="before")

@@ -1,7 +1,7 @@
 """Fault tolerance: graceful drain, duplicate sends, failover within a pool.
 
 - `Drain`: counts in-flight requests; on SIGTERM the gateway refuses new work (503 with
-  `Retry-After`, from `SecurityMiddleware`), waits for what it accepted to finish, then
+  `Retry-After`, from `security.AccessControl`), waits for what it accepted to finish, then
   lets uvicorn close (`DrainingServer`).
 - `Deduper`: a client that retries a `SendMessage` with the same `messageId` (after a
   timeout, a lost connection) gets the first attempt's answer, never a second delivery.
@@ -57,7 +57,7 @@ class Drain:
 class DrainingServer(Server):
     """uvicorn that, on the first SIGTERM/SIGINT, drains before closing (a second signal closes at once).
 
-    Draining: new work is refused with 503 (`SecurityMiddleware`) for at least `grace_s`,
+    Draining: new work is refused with 503 (`security.AccessControl`) for at least `grace_s`,
     until no accepted request is in flight (or `timeout_s` passed); then uvicorn's own
     graceful shutdown runs.
     """

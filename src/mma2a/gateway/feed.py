@@ -1,4 +1,11 @@
-"""The live feed of routing decisions: a bounded ring the console polls (`GET /admin/decisions`)."""
+"""The live feed of routing decisions: a ring bounded in entries and in bytes, polled by the console
+(`GET /admin/decisions`).
+
+Refused messages are recorded without thumbnails (their parts did not pass validation); an
+accepted message's thumbnails passed the guard's size limits. Whatever an entry holds, the ring
+keeps its total encoded size under `max_bytes` by dropping the oldest entries, and strings taken
+from the message (its id, the refusal text) are cut short.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,12 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from ..ext import EXTENSION_URI
+
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+_MAX_TEXT = 512  # characters of a message id or an outcome kept in the feed
 
 
 def thumbnails(parts: Sequence[Any]) -> list[dict[str, Any]]:
@@ -23,22 +35,49 @@ def thumbnails(parts: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
-class DecisionFeed:
-    """The last `capacity` decisions with a sequence number, so a poller asks only for what is new."""
+def _short(value: Any) -> Any:
+    return value[:_MAX_TEXT] + "…" if isinstance(value, str) and len(value) > _MAX_TEXT else value
 
-    def __init__(self, capacity: int = 200) -> None:
-        self._items: deque[dict[str, Any]] = deque(maxlen=capacity)
+
+class DecisionFeed:
+    """The last decisions (at most `capacity`, at most `max_bytes` encoded) with a sequence number,
+    so a poller asks only for what is new."""
+
+    def __init__(self, capacity: int = 200, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self._items: deque[tuple[dict[str, Any], int]] = deque()
+        self._bytes = 0
         self._seq = itertools.count(1)
 
-    def record(self, message: Mapping[str, Any], route: list[dict[str, Any]], outcome: str) -> None:
-        self._items.append({
+    @property
+    def size_bytes(self) -> int:
+        """The encoded size of what the feed holds now."""
+        return self._bytes
+
+    def record(self, message: Mapping[str, Any], route: list[dict[str, Any]], outcome: str, *,
+               refused: bool = False) -> None:
+        """Add a decision; `refused`: the message failed validation, so none of its parts' previews are kept."""
+        parts = message.get("parts")
+        entry = {
             "seq": next(self._seq),
             "ts": round(time.time(), 3),
-            "messageId": message.get("messageId"),
+            "messageId": _short(message.get("messageId")) if isinstance(message.get("messageId"), str) else None,
             "route": route,
-            "outcome": outcome,
-            "thumbnails": thumbnails(message.get("parts") or ()),
-        })
+            "outcome": _short(outcome),
+            "thumbnails": [] if refused or not isinstance(parts, Sequence) else thumbnails(parts),
+        }
+        size = len(orjson.dumps(entry))
+        if size > self.max_bytes and entry["thumbnails"]:
+            entry["thumbnails"] = []
+            size = len(orjson.dumps(entry))
+        if size > self.max_bytes:
+            return
+        self._items.append((entry, size))
+        self._bytes += size
+        while self._bytes > self.max_bytes or len(self._items) > self.capacity:
+            _, old = self._items.popleft()
+            self._bytes -= old
 
     def since(self, seq: int = 0) -> list[dict[str, Any]]:
-        return [d for d in self._items if d["seq"] > seq]
+        return [d for d, _ in self._items if d["seq"] > seq]

@@ -8,6 +8,7 @@ on every field that carries a URL, and the Ed25519 signature of the extension fi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -29,7 +30,9 @@ from ..errors import (
 )
 from ..ext import EXTENSION_URI, decoded_size
 from ..modality import parse_modality
-from ..payload.ssrf import URLPolicy, check_url
+from ..features.base import Limits
+from ..features.probe import check_raw, looks_like_image
+from ..payload.ssrf import URLPolicy, check_url, normalize_url
 from ..signing import (
     ReplayGuard,
     carries_features,
@@ -69,6 +72,10 @@ class LimitsConfig(BaseModel):
     max_inline_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
     max_features_bytes: int = Field(default=16 * 1024, ge=0)
     max_url_length: int = Field(default=4096, ge=16)
+    # media a message may carry inline or upload, from headers before anything decodes (features.probe)
+    max_pixels: int = Field(default=40_000_000, gt=0)
+    max_audio_seconds: float = Field(default=4 * 3600.0, gt=0)
+    max_video_seconds: float = Field(default=4 * 3600.0, gt=0)
     modalities: ModalityLists = Field(default_factory=ModalityLists)
     agents: dict[str, ModalityLists] = Field(default_factory=dict)
 
@@ -103,6 +110,7 @@ class SigningConfig(BaseModel):
     senders: dict[str, SenderKey] = Field(default_factory=dict)
     policy: Literal["reject", "strip"] = "reject"
     window_s: float = Field(default=300.0, gt=0)
+    max_nonces_per_signer: int = Field(default=100_000, ge=1)  # past it, that signer's new messages wait (429)
 
     @field_validator("senders", mode="before")
     @classmethod
@@ -138,6 +146,19 @@ def _part_ext(part: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = part.get("metadata")
     ext = meta.get(EXTENSION_URI) if isinstance(meta, Mapping) else None
     return ext if isinstance(ext, Mapping) else {}
+
+
+def media_limits(limits: LimitsConfig) -> Limits:
+    return Limits(max_pixels=limits.max_pixels, max_audio_seconds=limits.max_audio_seconds,
+                  max_video_seconds=limits.max_video_seconds)
+
+
+def sniff_modality(raw: str, declared: str) -> str | None:
+    """The media type to check a raw part as: its declared one, or an image its first bytes say it is."""
+    family = declared.split("/", 1)[0].strip().lower()
+    if family in ("image", "audio", "video"):
+        return declared
+    return "image/*" if looks_like_image(raw[:16]) else None  # declared otherwise, but an image decoder takes it
 
 
 def _part_modality(part: Mapping[str, Any]) -> str:
@@ -193,13 +214,15 @@ class MessageGuard:
         self.url_policy = URLPolicy(
             allow_hosts=tuple(urls.allow_hosts), allow_private=urls.allow_private, allowed_schemes=tuple(urls.schemes)
         )
-        self.own_prefixes = tuple(f"{own_url.rstrip('/')}/{p}/" for p in ("blobs", "streams")) if own_url else ()
-        if own_url and own_url.startswith("http"):  # the ws:// subscribe URLs its own /streams hand out
-            self.own_prefixes += (f"ws{own_url.rstrip('/')[4:]}/streams/",)
+        own = normalize_url(own_url).rstrip("/") if own_url else ""
+        self.own_prefixes = tuple(f"{own}/{p}/" for p in ("blobs", "streams")) if own else ()
+        if own.startswith("http"):  # the ws:// subscribe URLs its own /streams hand out
+            self.own_prefixes += (f"ws{own[4:]}/streams/",)
         self.signing = signing
         self.keys = {name: public_key_from_text(_key_text(name, k), field=f"signing.senders.{name}.public_key")
                      for name, k in signing.senders.items()}
-        self.replay = ReplayGuard(signing.window_s)
+        self.replay = ReplayGuard(signing.window_s, capacity=signing.max_nonces_per_signer)
+        self.media_limits = media_limits(limits)
         self.clock = clock
         self._url_ok: OrderedDict[str, float] = OrderedDict()
 
@@ -209,6 +232,7 @@ class MessageGuard:
         """Check one message (changed in place only by the `strip` policy); returns the features' sender."""
         self.check_limits(message)
         self.check_modalities(message, target)
+        await self.check_media(message)
         await self.check_urls(message, configuration)
         return self.check_signature(message, sender)
 
@@ -236,6 +260,22 @@ class MessageGuard:
                 if size > lim.max_features_bytes:
                     where = f"params.message.parts[{i}].metadata[{EXTENSION_URI}].features"
                     raise PayloadTooLarge(f"{where}: {size} bytes, the limit is {lim.max_features_bytes}", field=where)
+
+    async def check_media(self, message: Mapping[str, Any]) -> None:
+        """Raw images, audio and video: refused from their headers when they declare more pixels or seconds than
+        `limits` allow (decompression bombs), before anything decodes them — here or at an agent."""
+        for i, part in enumerate(message.get("parts") or []):
+            raw = part.get("raw") if isinstance(part, Mapping) else None
+            if not isinstance(raw, str) or not raw:
+                continue
+            modality = sniff_modality(raw, _part_modality(part))
+            if modality is None:
+                continue
+            where = f"params.message.parts[{i}].raw"
+            if modality.startswith("image/"):
+                check_raw(raw, modality, self.media_limits, where)
+            else:  # a container header may need all of it: off the event loop
+                await asyncio.to_thread(check_raw, raw, modality, self.media_limits, where)
 
     def check_modalities(self, message: Mapping[str, Any], target: str | None) -> None:
         lists = [("this gateway", self.limits.modalities)]
@@ -272,7 +312,11 @@ class MessageGuard:
             if len(url) > self.limits.max_url_length:
                 raise URLForbidden(f"{where}: URL of {len(url)} characters, the limit is {self.limits.max_url_length}",
                                    field=where)
-            if self.own_prefixes and url.startswith(self.own_prefixes):
+            try:  # compared after normalisation: /blobs/x/../../tasks/a is not one of its own blob URLs
+                own = bool(self.own_prefixes) and normalize_url(url).startswith(self.own_prefixes)
+            except URLForbidden as exc:
+                raise URLForbidden(f"{where}: {exc.message}", field=where) from None
+            if own:
                 continue
             now = self.clock()
             seen = self._url_ok.get(url)

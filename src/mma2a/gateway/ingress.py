@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from ..card import VERSION_HEADER
@@ -30,6 +30,7 @@ from .pipeline import Pipeline
 log = logging.getLogger("mma2a.gateway")
 
 FAST_METHODS = frozenset({"SendMessage", "GetTask", "CancelTask"})
+MAX_JSON_DEPTH = 64  # levels of objects and arrays under `params`; protobuf-based agents refuse about 100
 _PART_KINDS = ("text", "raw", "url", "data")
 
 
@@ -70,6 +71,25 @@ def check_message(message: Any) -> dict[str, Any]:
     return message
 
 
+def too_deep(value: Any, where: str, budget: int) -> str | None:
+    """The path of the first object or array nested more than `budget` levels under `where`, else None."""
+    if budget < 0:
+        return where
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (dict, list)):
+                found = too_deep(v, f"{where}.{k}" if len(where) < 120 else where, budget - 1)
+                if found is not None:
+                    return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, (dict, list)):
+                found = too_deep(v, f"{where}[{i}]" if len(where) < 120 else where, budget - 1)
+                if found is not None:
+                    return found
+    return None
+
+
 class JsonRpcIngress:
     """The POST endpoint of the JSON-RPC binding at `/` and `/agents/{agent}/`."""
 
@@ -89,18 +109,28 @@ class JsonRpcIngress:
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             return _too_large(self.max_body_bytes)
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > self.max_body_bytes:
-                return _too_large(self.max_body_bytes)
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > self.max_body_bytes:
+                    return _too_large(self.max_body_bytes)
+        except ClientDisconnect:  # gone mid-body (or cut off by the body deadline): nobody to answer
+            return Response(status_code=400)
         request._body = bytes(body)  # the SDK dispatcher reads the cached body
         self.metrics.bytes_in.labels("jsonrpc").inc(len(body))
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
+            if str(exc).startswith("depth limit exceeded"):
+                return rpc_error(None, InvalidRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels", field="body"))
             return rpc_error(None, ParseError(f"request body is not valid JSON: {exc}"))
         if not isinstance(doc, dict):
             return rpc_error(None, InvalidRequest("request must be a JSON-RPC 2.0 object (batches are not supported)"))
+        if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH:  # cheap: only such a body can nest that deep
+            deep = too_deep(doc.get("params"), "params", MAX_JSON_DEPTH)
+            if deep is not None:
+                return rpc_error(doc.get("id"), InvalidParams(
+                    f"{deep}: nested deeper than {MAX_JSON_DEPTH} levels (A2A agents parse at most about 100)", field=deep))
         rid = doc.get("id")
         method = doc.get("method")
         if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):

@@ -107,6 +107,7 @@ class Pipeline:
         dedupe: Deduper | None = None,
         failover: FailOver | None = None,
         cluster: ClusterHooks | None = None,
+        feed: DecisionFeed | None = None,
         log_decisions: bool = True,
         history: HistorySink | None = None,
     ) -> None:
@@ -119,7 +120,7 @@ class Pipeline:
         self.features = features
         self.offload = offload
         self.adapter = adapter
-        self.feed = DecisionFeed()
+        self.feed = feed or DecisionFeed()
         self.history = history  # every decision, kept (gateway/history); record() never blocks
         self.cluster: ClusterHooks = cluster if cluster is not None else Standalone()  # shared pins, durable delivery
         shared = self.cluster.pins
@@ -364,7 +365,7 @@ class Pipeline:
             try:
                 message, view, decision = await self.prepare(message, configuration, target)
             except MMA2AError as exc:
-                self.feed.record(message, [], f"refused {exc.code}: {exc.message}")
+                self.feed.record(message, [], f"refused {exc.code}: {exc.message}", refused=True)
                 self._remember_refusal(message, exc, t0)
                 raise
             if s is not None:

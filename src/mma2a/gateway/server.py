@@ -61,7 +61,8 @@ def serve(
     try:
         configure_tracing(config.tracing)
         gateway = Gateway(config, cluster=cluster)
-        config_ = uvicorn_config(gateway.app, config.host, config.port, timeout_graceful_shutdown=30, lifespan="off")
+        config_ = uvicorn_config(gateway.app, config.host, config.port, timeouts=config.server.timeouts(),
+                                 timeout_graceful_shutdown=30, lifespan="off")
 
         def started() -> None:
             settle_heap()  # what lives now lives as long as the process: out of the collector's sight

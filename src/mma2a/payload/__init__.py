@@ -6,7 +6,7 @@ The gateway mounts `payload_routes(...)`; agents and clients use the same pieces
 from __future__ import annotations
 
 from .offload import DEFAULT_THRESHOLD, offload_parts
-from .routes import BlobEndpoints, parse_range, payload_routes
+from .routes import SIGNED_ROUTES, BlobEndpoints, parse_range, payload_routes
 from .signing import URLSigner
 from .ssrf import FetchResponse, SafeFetcher, URLPolicy, check_url
 from .store import BlobInfo, BlobStore, LocalBlobStore, check_key
@@ -16,6 +16,7 @@ from .streams import Frame, FrameDecoder, StreamHub, StreamInfo, decode_frame
 __all__ = [
     "DEFAULT_THRESHOLD",
     "FRAMES_MEDIA_TYPE",
+    "SIGNED_ROUTES",
     "BlobEndpoints",
     "BlobInfo",
     "BlobStore",

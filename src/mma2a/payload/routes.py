@@ -14,15 +14,16 @@ Errors are `{"error": {"code", "reason", "message", "data"}}` with the error's H
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from ..errors import PayloadError, PayloadTooLarge, RangeNotSatisfiable
+from ..errors import MMA2AError, PayloadError, PayloadTooLarge, RangeNotSatisfiable
 from ..responses import json_response, read_json_object
 from .endpoint import BaseURLFn, default_base_url, handles_errors, media_type_of
 from .signing import URLSigner
@@ -30,6 +31,8 @@ from .store import BlobInfo, BlobStore, check_key, check_sha256
 from .stream_routes import StreamEndpoints
 from .streams import StreamHub
 
+MediaCheck = Callable[[bytes, str], None]  # (first bytes of a blob, media type) -> raises MMA2AError to refuse it
+MEDIA_PREFIX = {"image": 1 << 20, "audio": 16 << 20, "video": 16 << 20}  # bytes read for a header check
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -75,12 +78,14 @@ class BlobEndpoints:
         public_base_url_fn: BaseURLFn | None = None,
         max_upload_bytes: int = 1 << 30,
         url_expires_in: int | None = None,
+        media_check: MediaCheck | None = None,
     ):
         self.store = store
         self.signer = signer
         self.base_url = public_base_url_fn or default_base_url
         self.max_upload_bytes = max_upload_bytes
         self.url_expires_in = url_expires_in
+        self.media_check = media_check
 
     def describe(self, request: Request, info: BlobInfo) -> dict[str, Any]:
         exp, sig = self.signer.sign_query(info.key, "GET", self.url_expires_in)
@@ -91,6 +96,21 @@ class BlobEndpoints:
             "mediaType": info.media_type,
             "expires": exp,
         }
+
+    async def _checked(self, info: BlobInfo) -> None:
+        """Run `media_check` on the head of a new blob (images, audio, video; other types are sniffed for images);
+        a refused blob is deleted."""
+        if self.media_check is None:
+            return
+        limit = MEDIA_PREFIX.get(info.media_type.split("/", 1)[0], 64 << 10)  # other types: sniffed for an image
+        head = bytearray()
+        async for chunk in self.store.open_range(info.key, 0, min(info.size, limit)):
+            head += chunk
+        try:
+            await asyncio.to_thread(self.media_check, bytes(head), info.media_type)
+        except MMA2AError:
+            await self.store.delete(info.key)
+            raise
 
     def _created(self, request: Request, info: BlobInfo) -> Response:
         body = self.describe(request, info)
@@ -114,6 +134,7 @@ class BlobEndpoints:
             sha256=None if digest is None else check_sha256(digest, "X-Content-SHA256"),
             max_size=self.max_upload_bytes,
         )
+        await self._checked(info)
         return self._created(request, info)
 
     async def begin_upload(self, request: Request) -> Response:
@@ -156,6 +177,7 @@ class BlobEndpoints:
             digest, field = (await read_json_object(request, empty_ok=True)).get("sha256"), "sha256"
         expected = None if digest is None else check_sha256(digest, field)
         info = await self.store.finish(upload_id, expected)
+        await self._checked(info)
         return self._created(request, info)
 
     async def abort_upload(self, request: Request) -> Response:
@@ -163,9 +185,9 @@ class BlobEndpoints:
         return Response(b"", 204)
 
     async def get(self, request: Request) -> Response:
+        q = request.query_params  # the signature first: nothing about the key is said to a caller without one
+        self.signer.verify(request.method, request.path_params["key"], q.get("exp"), q.get("sig"))
         key = check_key(request.path_params["key"])
-        q = request.query_params
-        self.signer.verify(request.method, key, q.get("exp"), q.get("sig"))
         info = await self.store.stat(key)
         rng = parse_range(request.headers.get("range"), info.size)
         headers = {
@@ -185,9 +207,9 @@ class BlobEndpoints:
         return StreamingResponse(self.store.open_range(key, start, end), status, headers, media_type=info.media_type)
 
     async def delete(self, request: Request) -> Response:
-        key = check_key(request.path_params["key"])
         q = request.query_params
-        self.signer.verify("DELETE", key, q.get("exp"), q.get("sig"))
+        self.signer.verify("DELETE", request.path_params["key"], q.get("exp"), q.get("sig"))
+        key = check_key(request.path_params["key"])
         await self.store.delete(key)
         return Response(b"", 204)
 
@@ -205,6 +227,11 @@ class BlobEndpoints:
         ]
 
 
+# The routes whose own URL signature is their credential (everything else needs the caller's credential).
+SIGNED_ROUTES = frozenset({"blob_get", "blob_delete", "stream_consume", "stream_info", "stream_produce_ws",
+                           "stream_subscribe_ws"})
+
+
 def payload_routes(
     store: BlobStore,
     signer: URLSigner,
@@ -213,15 +240,18 @@ def payload_routes(
     max_upload_bytes: int = 1 << 30,
     hub: StreamHub | None = None,
     url_expires_in: int | None = None,
+    media_check: MediaCheck | None = None,
 ) -> list[BaseRoute]:
     """Every payload endpoint: blobs (`/blobs...`) and live streams (`/streams...`).
 
     `public_base_url_fn(request)` gives the base URL receivers use (default: the request's
     own base URL); signed URLs in responses are built on it. Pass `hub` to share the
-    stream hub with the rest of the gateway.
+    stream hub with the rest of the gateway. `media_check(head, media_type)` refuses uploaded
+    images, audio and video from their first bytes (the blob is deleted, the upload answers its error).
     """
     blobs = BlobEndpoints(
-        store, signer, public_base_url_fn=public_base_url_fn, max_upload_bytes=max_upload_bytes, url_expires_in=url_expires_in
+        store, signer, public_base_url_fn=public_base_url_fn, max_upload_bytes=max_upload_bytes, url_expires_in=url_expires_in,
+        media_check=media_check,
     )
     streams = StreamEndpoints(
         hub if hub is not None else StreamHub(), signer, public_base_url_fn=public_base_url_fn, url_expires_in=url_expires_in

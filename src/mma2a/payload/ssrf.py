@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -130,7 +131,69 @@ class URLPolicy:
 DEFAULT_POLICY = URLPolicy()
 
 
+_AMBIGUOUS = re.compile(r"[\x00-\x20\x7f\\]")  # whitespace, controls, backslash: parsers disagree on them
+_PCT = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _decode_unreserved(path: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        byte = int(m.group(1), 16)
+        return chr(byte) if byte in _UNRESERVED else f"%{m.group(1).upper()}"
+
+    return _PCT.sub(one, path)
+
+
+def remove_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4: `/blobs/x/../../tasks/a` -> `/tasks/a`."""
+    out: list[str] = []
+    segments = path.split("/")
+    for i, seg in enumerate(segments):
+        last = i == len(segments) - 1
+        if seg == ".":
+            if last:
+                out.append("")
+        elif seg == "..":
+            if len(out) > 1:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(seg)
+    joined = "/".join(out)
+    return joined if joined.startswith("/") or not path.startswith("/") else "/" + joined
+
+
+def normalize_url(url: str) -> str:
+    """The URL as the server it names will read it (RFC 3986 §6.2.2): scheme and host lower-cased, the default
+    port and a trailing dot of the host dropped, percent-encoded unreserved characters (`%2e`) decoded, dot
+    segments removed, the fragment dropped. Compare this, never the raw text, with an allowlist or a prefix.
+
+    `URLForbidden` for spellings that URL parsers read differently (backslashes, whitespace or control
+    characters, user info, a percent-encoded host), so what is checked is what gets fetched.
+    """
+    if _AMBIGUOUS.search(url):
+        raise URLForbidden(f"refused URL {url[:200]!r}: whitespace, control characters or backslashes", field="url")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise URLForbidden(f"refused URL {url[:200]!r}: not a valid URL ({exc})", field="url") from None
+    if "@" in parts.netloc:
+        raise URLForbidden(f"refused URL {url[:200]!r}: user info (user@host) is not accepted", field="url")
+    if "%" in parts.netloc:
+        raise URLForbidden(f"refused URL {url[:200]!r}: a percent-encoded host", field="url")
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").rstrip(".")
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != _DEFAULT_PORTS.get(scheme.replace("ws", "http"), -1):
+        netloc += f":{port}"
+    path = remove_dot_segments(_decode_unreserved(parts.path)) if parts.path else ("/" if netloc else "")
+    return urlunsplit((scheme, netloc, path, parts.query, ""))
+
+
 def _split(url: str, policy: URLPolicy) -> tuple[str, str, int]:
+    url = normalize_url(url)
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -85,10 +85,9 @@ class StreamEndpoints:
         self.url_expires_in = url_expires_in
 
     def _verify(self, conn: HTTPConnection, method: str) -> str:
-        sid = check_stream_id(conn.path_params["stream_id"])
-        q = conn.query_params
-        self.signer.verify(method, sid, q.get("exp"), q.get("sig"), scope="streams")
-        return sid
+        q = conn.query_params  # the signature first: nothing about the id is said to a caller without one
+        self.signer.verify(method, conn.path_params["stream_id"], q.get("exp"), q.get("sig"), scope="streams")
+        return check_stream_id(conn.path_params["stream_id"])
 
     def urls(self, conn: HTTPConnection, stream_id: str) -> dict[str, Any]:
         """Signed producer and consumer URLs for a stream."""

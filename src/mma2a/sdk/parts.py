@@ -36,6 +36,8 @@ from ..errors import (
     SignatureError,
 )
 from ..ext import EXTENSION_URI, PartExtension, PayloadRef, StreamRef, Thumbnail, normalize_json, read_part
+from ..features.base import Limits
+from ..features.probe import check_media
 from ..features.producer import sniff_modality
 from ..modality import EMBEDDING, Modality, parse_modality
 from ..payload import FrameDecoder, SafeFetcher, URLPolicy
@@ -311,6 +313,23 @@ class IncomingPart:
                 raise PayloadTooLarge(f"{self.where}: more than {limit} bytes; use `async for chunk in part.open()`",
                                       field=self.where)
         return bytes(out)
+
+    async def read_media(self, *, limits: Limits | None = None) -> bytes:
+        """All the bytes (at most `limits.max_bytes`), refused (`MediaError` naming the part) when the header declares
+        more pixels or seconds than `limits` allow — call it rather than `read()` before decoding media yourself."""
+        limits = limits or Limits()
+        data = await self.read(limit=limits.max_bytes)
+        await asyncio.to_thread(check_media, data, str(self.media_type), limits, self.where)
+        return data
+
+    async def image(self, *, limits: Limits | None = None) -> Any:
+        """The part decoded as a Pillow image (off the event loop), its pixel count checked from the header first:
+        a decompression bomb is refused with `MediaError`, never decoded."""
+        from ..features.image import open_image
+
+        limits = limits or Limits()
+        data = await self.read_media(limits=limits)
+        return await asyncio.to_thread(open_image, data, limits, self.where)
 
     def vector(self) -> list[float]:
         """An embedding part's values (little-endian float32/16/64 bytes, or a JSON list)."""

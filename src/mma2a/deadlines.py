@@ -1,0 +1,176 @@
+"""Connection deadlines for uvicorn's HTTP protocols: headers, bodies, keep-alive, WebSocket liveness.
+
+Stock uvicorn cuts only idle keep-alive connections: a client that connects and never finishes
+its request headers, or stops halfway through a body, holds its connection (and, for a body,
+the request's task) forever. `http_protocol(timeouts, "httptools" | "h11")` gives uvicorn a
+protocol class with one timer per connection over the phase it is in:
+
+- headers: from the connection (or the first byte of the next request on a kept-alive
+  connection) to the end of the headers, at most `header_s` in all — trickling a byte at a
+  time does not extend it. Past it: `408 Request Timeout` and the connection is closed.
+- body: at most `body_s` without a byte of the body, while the app is reading it (when the
+  app stops reading, flow control pauses the socket and the clock waits). Past it the
+  connection is closed and the app's `receive()` gets `http.disconnect`.
+- between requests: `keep_alive_s` (uvicorn's `timeout_keep_alive`).
+- WebSocket: a ping every `ws_ping_interval_s`; no pong within `ws_ping_timeout_s` closes it.
+
+While the app works on a request (and streams its answer: SSE) no deadline runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import h11
+from asyncio import TimerHandle
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger("mma2a.serving")
+
+_TIMEOUT_408 = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Per-connection deadlines (seconds). The defaults cut a stalled client within 30 s."""
+
+    header_s: float = 10.0
+    body_s: float = 30.0
+    keep_alive_s: float = 5.0
+    ws_ping_interval_s: float = 20.0
+    ws_ping_timeout_s: float = 10.0
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        """The `uvicorn.Config` options these map to (besides the protocol class)."""
+        return {"timeout_keep_alive": self.keep_alive_s, "ws_ping_interval": self.ws_ping_interval_s,
+                "ws_ping_timeout": self.ws_ping_timeout_s}
+
+    def to_json(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class _Deadline:
+    """The current phase's deadline on one connection; closes the connection when it passes."""
+
+    __slots__ = ("deadline", "limit", "phase", "proto", "timer")
+
+    def __init__(self, proto: Any) -> None:
+        self.proto = proto
+        self.phase: str | None = None
+        self.limit = 0.0
+        self.deadline = 0.0
+        self.timer: TimerHandle | None = None
+
+    def arm(self, phase: str, limit: float) -> None:
+        loop = self.proto.loop
+        self.phase, self.limit = phase, limit
+        self.deadline = loop.time() + limit
+        if self.timer is None:
+            self.timer = loop.call_at(self.deadline, self._fire)
+
+    def touch(self) -> None:
+        """Progress in a body: its silence starts again (no new timer: the old one re-checks)."""
+        self.deadline = self.proto.loop.time() + self.limit
+
+    def clear(self) -> None:
+        self.phase = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _fire(self) -> None:
+        self.timer = None
+        proto = self.proto
+        transport = getattr(proto, "transport", None)
+        if self.phase is None or transport is None or transport.is_closing():
+            return
+        loop = proto.loop
+        if self.phase == "body" and proto.flow is not None and proto.flow.read_paused:
+            self.deadline = loop.time() + self.limit  # the app is not reading: the client is not the one stalling
+        if loop.time() < self.deadline:
+            self.timer = loop.call_at(self.deadline, self._fire)
+            return
+        client = getattr(proto, "client", None)
+        log.info("closing connection from %s: request %s not complete within %g s", client, self.phase, self.limit)
+        if self.phase == "headers":
+            transport.write(_TIMEOUT_408)
+        self.phase = None
+        transport.close()
+
+
+class _TimedHttpTools:
+    """Mixin over uvicorn's `HttpToolsProtocol`: the parser's callbacks move the deadline."""
+
+    timeouts: Timeouts = Timeouts()
+    _deadline: _Deadline
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._deadline = _Deadline(self)
+        self._deadline.arm("headers", self.timeouts.header_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._deadline.clear()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()  # type: ignore[misc]
+        if self._deadline.phase != "headers":
+            self._deadline.arm("headers", self.timeouts.header_s)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()  # type: ignore[misc]
+        if self.parser.should_upgrade():  # type: ignore[attr-defined]  # WebSocket: its own liveness checks
+            self._deadline.clear()
+        else:
+            self._deadline.arm("body", self.timeouts.body_s)
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)  # type: ignore[misc]
+        self._deadline.touch()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()  # type: ignore[misc]
+        self._deadline.clear()
+
+
+class _TimedH11(H11Protocol):
+    """uvicorn's `H11Protocol`, its deadline moved by h11's state after each read."""
+
+    timeouts: Timeouts = Timeouts()
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._deadline = _Deadline(self)
+        self._deadline.arm("headers", self.timeouts.header_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._deadline.clear()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        state, d = self.conn.their_state, self._deadline
+        if state is h11.IDLE:
+            if self.conn.trailing_data[0] and d.phase != "headers":
+                d.arm("headers", self.timeouts.header_s)
+        elif state is h11.SEND_BODY:
+            if d.phase != "body":
+                d.arm("body", self.timeouts.body_s)
+            else:
+                d.touch()
+        else:
+            d.clear()
+
+
+def http_protocol(timeouts: Timeouts, parser: str = "httptools") -> type[Any]:
+    """A uvicorn HTTP protocol class (`uvicorn.Config(http=...)`) that keeps `timeouts`."""
+    if parser == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        return type("TimedHttpToolsProtocol", (_TimedHttpTools, HttpToolsProtocol), {"timeouts": timeouts})
+    if parser == "h11":
+        return type("TimedH11Protocol", (_TimedH11,), {"timeouts": timeouts})
+    raise ValueError(f"http parser {parser!r}: httptools or h11")
