@@ -1,5 +1,6 @@
 """The analyst (capable) and the keyword reasoner: the same questions, different use of evidence;
-and the captioner, which keeps only what a caption says."""
+and the captioner, which writes all it perceives in caption words (places as grid words, label texts,
+lights in order; no coordinates, no exact colours)."""
 
 from __future__ import annotations
 
@@ -36,13 +37,14 @@ def test_questions_are_recognised():
     assert find_phrase("at the top left corner", ("top", "top left", "left")) == "top left"
 
 
-def test_analyst_reads_the_place_from_pixels_and_only_guesses_from_a_caption():
+def test_analyst_reads_the_place_from_pixels_or_from_the_caption_words():
     photo = product_photo(random.Random(1), (170, 172, 176), [Mark("crack", 540, 90)])
     findings = inspect_image(photo)
     assert solve("location", Evidence(WHERE, [], [findings])) == "top right"
     text = captioner.caption(findings)
-    assert text == "A wide photo of a mostly grey object with a dark mark."
-    assert solve("location", Evidence(WHERE, [text], [])) == "center"  # the stated default guess
+    assert text == "A wide photo of a mostly grey object with a dark mark (at the top right)."
+    assert solve("location", Evidence(WHERE, [text], [])) == "top right"
+    assert solve("location", Evidence(WHERE, ["A wide photo of a mostly grey object."], [])) == "center"  # the default guess
     hinted = WHERE.replace("a crack.", "a crack at the bottom left.")
     assert solve("location", Evidence(hinted, [text], [])) == "bottom left"
 
@@ -52,15 +54,17 @@ def test_analyst_finds_the_red_light_by_place():
     findings = inspect_image(status_panel(random.Random(2), lights))
     assert solve("status_light", Evidence(STATUS, [], [findings])) == "storage"
     text = captioner.caption(findings)
-    assert text == "A wide photo of a mostly grey object with two green and one red lights."
-    assert solve("status_light", Evidence(STATUS, [text], [])) == "power"  # no place in a caption
+    assert text == ("A wide photo of a mostly grey object with two green and one red lights. "
+                    "The lights from left to right: green, green, red.")
+    assert solve("status_light", Evidence(STATUS, [text], [])) == "storage"  # the order survives in words
+    assert solve("status_light", Evidence(STATUS, ["two green and one red lights"], [])) == "power"  # else a guess
 
 
 def test_analyst_counts_and_compares_colours():
     photo = product_photo(random.Random(3), (95, 140, 225), [Mark("dent", x, 240) for x in (120, 260, 400, 520)])
     findings = inspect_image(photo)
     assert solve("count", Evidence("Question: how many dents are there?", [], [findings])) == "4"
-    assert solve("count", Evidence("Question: how many dents are there?", [captioner.caption(findings)], [])) == "3"
+    assert solve("count", Evidence("Question: how many dents are there?", [captioner.caption(findings)], [])) == "4"
     order = "I ordered it in ocean blue (#325fc8). Question: does the delivered colour match the order?"
     assert solve("colour_match", Evidence(order, [], [findings])) == "no"  # sky blue came
     assert solve("colour_match", Evidence(order, [captioner.caption(findings)], [])) == "yes"  # both "blue"
@@ -116,5 +120,6 @@ async def test_served_captioner():
     photo = product_photo(random.Random(6), (205, 45, 40), [Mark("crack", 100, 100), Mark("dent", 500, 400)])
     async with run_agent(captioner.card(), SkillExecutor(captioner.reply)) as url:
         parts = answer_parts(await send(url, [raw_part(photo, "image/png")]))
-        assert parts == [{"text": "A wide photo of a mostly red object with two dark marks.", "mediaType": "text/plain"}]
+        assert parts == [{"text": "A wide photo of a mostly red object with two dark marks (at the top left, bottom right).",
+                          "mediaType": "text/plain"}]
         assert failure(await send(url, [{"text": "x"}])) == "ValueError: no image part to caption"

@@ -88,3 +88,37 @@ def test_cli_errors_name_the_option(args, message, monkeypatch):
     out = CliRunner().invoke(app, ["eval", "crossmodal", *args])
     assert out.exit_code == 2
     assert out.stderr.strip() == message
+
+
+async def test_cli_llm_arm_against_a_fake_openai_compatible_endpoint():
+    """--reasoner-url/--model: the capable arms ask a chat.completions endpoint served here on loopback."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from mma2a.serving import running
+
+    seen: list[dict] = []
+
+    async def completions(request: Request) -> JSONResponse:
+        body = await request.json()
+        seen.append(body)
+        return JSONResponse({"id": "c1", "object": "chat.completion", "model": body["model"],
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": "unknown"}}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async with running(app) as url:
+        out = await asyncio.to_thread(_cli, "--tasks", "2", "--set", "development", "--json",
+                                      "--reasoner-url", url + "/v1", "--model", "fake-model")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["reasoner"] == "llm"
+    s = summary["sets"]["development"]
+    assert s["arms"]["native"]["tca"] == s["arms"]["bottleneck"]["tca"] == 0.0  # "unknown" is never a gold answer
+    # every capable-arm task (two tasks × two arms, plus the warm-up's two) asked the model once, by name
+    assert len(seen) == 6 and all(b["model"] == "fake-model" for b in seen)
+    assert all(b["messages"][0]["role"] == "system" and b["messages"][1]["role"] == "user" for b in seen)

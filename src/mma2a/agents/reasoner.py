@@ -95,7 +95,7 @@ def solve(kind: str, ev: Evidence) -> str:
         if defects:
             f, d = max(defects, key=lambda fd: fd[1]["area"])
             return q.grid_cell(d["center"][0], d["center"][1], (0, 0, f["width"], f["height"]))
-        return q.find_phrase(ev.statement, q.GRID) or "center"
+        return q.find_phrase(ev.statement, q.GRID) or q.find_phrase(derived, q.GRID) or "center"
     if kind == "count":
         if ev.findings:
             return str(len(defects))
@@ -118,6 +118,11 @@ def solve(kind: str, ev: Evidence) -> str:
             ranked = sorted(lights, key=lambda li: li["center"][0])
             idx = min(range(len(ranked)), key=lambda i: _dist(hex_rgb(ranked[i]["color"]), want))
             return order[idx]
+        told = re.search(r"lights from left to right: ([a-z, ]+)", derived.lower())
+        if told and order and fault:
+            seen = [w.strip() for w in told.group(1).split(",")]
+            if len(seen) == len(order) and fault.group(1) in seen:
+                return order[seen.index(fault.group(1))]
         return order[0] if order else "unknown"
     if kind == "severity":
         meanings = q.manual_colours(ev.statement)
