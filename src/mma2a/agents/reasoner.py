@@ -120,9 +120,9 @@ def solve(kind: str, ev: Evidence) -> str:
             return order[idx]
         told = re.search(r"lights from left to right: ([a-z, ]+)", derived.lower())
         if told and order and fault:
-            seen = [w.strip() for w in told.group(1).split(",")]
-            if len(seen) == len(order) and fault.group(1) in seen:
-                return order[seen.index(fault.group(1))]
+            colours_told = [w.strip() for w in told.group(1).split(",")]
+            if len(colours_told) == len(order) and fault.group(1) in colours_told:
+                return order[colours_told.index(fault.group(1))]
         return order[0] if order else "unknown"
     if kind == "severity":
         meanings = q.manual_colours(ev.statement)
