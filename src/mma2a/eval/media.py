@@ -258,7 +258,7 @@ def product_photo(rng: random.Random, colour: RGB, marks: Sequence[Mark] = (), l
                   size: tuple[int, int] = (640, 480), fmt: str = "png", noise: float = 3.0,
                   variation: Variation | None = None) -> bytes:
     """A product seen from the front: a rounded slab of `colour` filling the frame, with marks and labels
-    (each label's serial printed under its QR code)."""
+    (in a photographed variation, each label's serial printed under its QR code)."""
     from PIL import ImageDraw
 
     w, h = size
@@ -272,8 +272,9 @@ def product_photo(rng: random.Random, colour: RGB, marks: Sequence[Mark] = (), l
     for label in labels:
         module = max(3, int(4 * scale))
         _draw_label(d, label, module)
-        _print(d, label.text, label.x, label.y + (len(qr_modules(label.text)) / 2 + 1) * module + 14 * scale,
-               int(18 * scale))
+        if variation is not None:  # a photographed label: the serial printed under the code
+            _print(d, label.text, label.x, label.y + (len(qr_modules(label.text)) / 2 + 1) * module + 14 * scale,
+                   int(18 * scale))
     for mark in marks:
         _draw_mark(d, mark, rng, scale, renderer)
     return _finish(img, rng, fmt, noise, variation)
@@ -295,7 +296,8 @@ def units_photo(rng: random.Random, units: Sequence[tuple[RGB, str, bool]], *, u
         edge = tuple(max(0, c - 30) for c in colour)
         d.rounded_rectangle((x0, gap, x0 + uw, gap + uh), radius=18, fill=colour, outline=edge, width=3)
         _draw_label(d, Label(serial, x0 + uw / 2, gap + uh * 0.27), 4)
-        _print(d, serial, x0 + uw / 2, gap + uh * 0.27 + (len(qr_modules(serial)) / 2 + 1) * 4 + 14, 18)
+        if variation is not None:
+            _print(d, serial, x0 + uw / 2, gap + uh * 0.27 + (len(qr_modules(serial)) / 2 + 1) * 4 + 14, 18)
         if cracked:
             _draw_mark(d, Mark("crack", x0 + uw * rng.uniform(0.35, 0.65), gap + uh * rng.uniform(0.66, 0.82)), rng, 1.0,
                        renderer)
