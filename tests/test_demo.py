@@ -11,7 +11,7 @@ from mma2a.demo import SERIAL, run_demo, wav_seconds
 
 
 async def test_demo_routes_each_part_natively_and_through_the_bottleneck(tmp_path):
-    pytest.importorskip("pocketsphinx")
+    pytest.importorskip("faster_whisper")
     result = await run_demo(out_dir=str(tmp_path))
     native = {(r.part, r.target): r for r in result.defect["native"]}
     assert native[(0, "analyst")].why == "rule reports-to-analyst"
@@ -30,7 +30,7 @@ async def test_demo_routes_each_part_natively_and_through_the_bottleneck(tmp_pat
 
 
 def test_demo_command_exits_zero_and_prints_the_tables(tmp_path):
-    pytest.importorskip("pocketsphinx")
+    pytest.importorskip("faster_whisper")
     out = subprocess.run([sys.executable, "-m", "mma2a.cli", "demo", "--out", str(tmp_path)], capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -15,6 +15,7 @@ _COUNT = {"type": "integer", "minimum": 0}
 _STR = {"type": "string"}
 _STRS = {"type": "array", "items": {"type": "string"}}
 _BOOL = {"type": "boolean"}
+_BOX = {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 4}
 
 _COMMON: dict[str, Any] = {
     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
@@ -46,11 +47,17 @@ IMAGE = _schema(
         "colors": _STRS,
         "blur": _NONNEG,
         "objects": _STRS,
+        "detections": {"type": "array", "items": {"type": "object", "required": ["label", "score", "box"],
+                                                  "properties": {"label": _STR, "score": _NUM, "box": _BOX}}},
         "faces": _COUNT,
         "people": _COUNT,
         "catFaces": _COUNT,
         "qr": _STRS,
+        "codes": {"type": "array", "items": {"type": "object", "required": ["format", "text"],
+                                             "properties": {"format": _STR, "text": _STR, "box": _BOX}}},
         "text": _STR,
+        "textLines": {"type": "array", "items": {"type": "object", "required": ["text"],
+                                                 "properties": {"text": _STR, "confidence": _NUM, "box": _BOX}}},
     },
 )
 AUDIO = _schema(
@@ -65,6 +72,8 @@ AUDIO = _schema(
         "language": _STR,
         "keywords": _STRS,
         "transcript": _STR,
+        "words": {"type": "array", "items": {"type": "object", "required": ["word", "start", "end"],
+                                             "properties": {"word": _STR, "start": _NONNEG, "end": _NONNEG, "p": _NUM}}},
     },
 )
 TEXT = _schema(
@@ -74,6 +83,8 @@ TEXT = _schema(
         "length": _COUNT,
         "words": _COUNT,
         "keywords": _STRS,
+        "embedding": {"type": "object", "required": ["model", "values"],
+                      "properties": {"model": _STR, "dimension": _COUNT, "values": {"type": "array", "items": _NUM}}},
     },
 )
 VIDEO = _schema(

@@ -1,5 +1,6 @@
-"""Speech agents: eSpeak NG synthesis recognised exactly by the grammar recogniser; reproducible
-synthesis in a fresh process; the served speaker answers WAV audio."""
+"""Speech agents: eSpeak NG synthesis recognised by Whisper tiny.en; reproducible synthesis in a
+fresh process; the served speaker answers WAV audio; silence is answered with an empty text and
+the reason."""
 
 from __future__ import annotations
 
@@ -13,13 +14,19 @@ from mma2a.agents.runtime import SkillExecutor, run_agent
 
 from .conftest import answer_parts, failure, raw_part, send
 
-pytest.importorskip("pocketsphinx")
+pytest.importorskip("faster_whisper")
 pytest.importorskip("espeakng_loader")
 
 
-def test_synthesized_complaint_is_transcribed_exactly():
-    text = "the top panel is stained and please refund it"
-    assert speech.transcribe(speech.synthesize(text)) == text
+def _words(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+def test_synthesized_sentence_is_transcribed():
+    text = "The delivery driver left the parcel at the wrong address yesterday."
+    assert _words(text) <= _words(speech.transcribe(speech.synthesize(text)))
 
 
 def test_fresh_synthesis_is_reproducible():
@@ -34,12 +41,20 @@ def test_fresh_synthesis_is_reproducible():
 async def test_speaker_answers_audio_and_speech_agent_reads_it_back():
     async with run_agent(speech.tts_card(), SkillExecutor(speech.tts_reply)) as tts, \
             run_agent(speech.stt_card(), SkillExecutor(speech.stt_reply)) as stt:
-        parts = answer_parts(await send(tts, [{"text": "the right fan is noisy"}]))
+        parts = answer_parts(await send(tts, [{"text": "the right fan is very noisy today"}]))
         assert parts[0]["mediaType"] == "audio/wav" and parts[0]["filename"] == "speech.wav"
         import base64
 
         wav = base64.b64decode(parts[0]["raw"])
         heard = answer_parts(await send(stt, [raw_part(wav, "audio/wav")]))
-        assert heard[0]["text"] == "the right fan is noisy"
+        assert {"right", "noisy"} <= _words(heard[0]["text"])
+        silent = io.BytesIO()
+        with wave.open(silent, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes(b"\0\0" * 32000)
+        nothing = answer_parts(await send(stt, [raw_part(silent.getvalue(), "audio/wav")]))
+        assert nothing[0]["text"] == "" and nothing[0]["metadata"] == {"mma2a.noSpeech": speech.NO_SPEECH}
         assert failure(await send(tts, [{"text": "  "}])) == "ValueError: no text to speak"
         assert failure(await send(stt, [{"text": "hi"}])) == "ValueError: no audio part to transcribe"

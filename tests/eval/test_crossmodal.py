@@ -11,7 +11,7 @@ import pytest
 from mma2a.eval.media import VARIATIONS, VOICES
 from mma2a.eval.runner import ARMS, outcomes, run_crossmodal
 
-pytest.importorskip("pocketsphinx")
+pytest.importorskip("faster_whisper")
 pytest.importorskip("cv2")
 
 

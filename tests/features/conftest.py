@@ -10,5 +10,5 @@ from mma2a.features import FeaturePipeline, default_extractors
 @pytest.fixture(scope="module")
 def pipeline() -> Iterator[FeaturePipeline]:
     with FeaturePipeline(default_extractors(ocr=True)) as p:
-        assert p.warm_up() == ["text-basic"]
+        assert "text-basic" in p.warm_up()
         yield p

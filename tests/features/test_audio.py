@@ -1,4 +1,5 @@
-"""Audio extractors on generated tones, synthesised speech (eSpeak NG) and broken files."""
+"""Audio extractors on generated tones, synthesised speech (eSpeak NG) and broken files (speech
+recognition: test_models.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from mma2a.errors import MediaError
-from mma2a.features import AudioExtractor, FeaturePipeline, Limits, SpeechKeywordExtractor, WindowedExtractor
+from mma2a.features import AudioExtractor, FeaturePipeline, Limits, WindowedExtractor
 from mma2a.modality import parse_modality
 
 from . import media as m
@@ -66,35 +67,6 @@ def test_synthesised_speech_is_voice(spoken: bytes) -> None:
     assert out["sampleRate"] == 22050 and 1.5 < out["duration"] < 3.5
     assert 0.5 < out["voiceActivity"] <= 1.0
     assert -40 < out["loudness"] < -3
-
-
-def test_keywords_with_a_jsgf_grammar(spoken: bytes) -> None:
-    grammar = (
-        "#JSGF V1.0;\ngrammar cmd;\n"
-        "public <cmd> = [hello] [computer] [please] (open | close) the (door | window);\n"
-    )
-    ex = SpeechKeywordExtractor(["open the door", "close the window", "computer"], grammar=grammar)
-    out = ex.extract(spoken, WAV)
-    assert out["transcript"] == "hello computer please open the door"
-    assert out["keywords"] == ["open the door", "computer"]
-
-
-def test_keywords_from_the_language_model_transcript(spoken: bytes) -> None:
-    out = SpeechKeywordExtractor(["door", "banana"]).extract(spoken, WAV)
-    assert out["keywords"] == ["door"]
-    assert "door" in out["transcript"].split()
-
-
-def test_keyword_search_mode(spoken: bytes) -> None:
-    out = SpeechKeywordExtractor(["hello", "banana"], mode="kws", threshold=1e-30).extract(spoken, WAV)
-    assert out == {"keywords": ["hello"]}
-
-
-def test_keyword_extractor_configuration_errors() -> None:
-    with pytest.raises(ValueError, match="grammar mode needs a JSGF grammar"):
-        SpeechKeywordExtractor(["x"], mode="grammar")
-    with pytest.raises(ValueError, match="kws mode needs at least one keyword"):
-        SpeechKeywordExtractor([], mode="kws")
 
 
 def test_broken_audio(pipeline: FeaturePipeline) -> None:

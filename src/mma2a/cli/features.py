@@ -65,6 +65,7 @@ def features_command(
     modality: Annotated[str | None, typer.Option("--modality", "-m", help="Override the sniffed modality.")] = None,
     budget: Annotated[float, typer.Option("--budget", help="Seconds allowed per file.")] = 10.0,
     keyword: Annotated[list[str] | None, typer.Option("--keyword", "-k", help="Spoken keyword to listen for (repeatable).")] = None,
+    embed: Annotated[bool, typer.Option("--embed", help="Also the sentence embedding of text files (512 numbers).")] = False,
 ) -> None:
     """Print the features the offline extractors find in each FILE."""
     from rich.console import Console
@@ -85,7 +86,7 @@ def features_command(
             raise typer.Exit(2) from None
     console = Console()
     failed = False
-    with FeaturePipeline(default_extractors(keywords=keyword or ())) as pipeline:
+    with FeaturePipeline(default_extractors(keywords=keyword or (), embed=embed)) as pipeline:
         for path in files:
             row = _describe(path, modality, budget, pipeline)
             failed = failed or "error" in row

@@ -1,21 +1,18 @@
-"""Audio facts: duration, sample rate, channels, loudness (dBFS), voice activity; spoken keywords.
+"""Audio facts: duration, sample rate, channels, loudness (dBFS), voice activity (speech recognition: speech.py).
 
 WAV and raw PCM (`audio/pcm` little-endian, `audio/L16` big-endian, with `rate` and
 `channels` parameters) decode with the standard library and numpy; other containers
 (Ogg, MP3, FLAC, M4A, WebM) through PyAV when it is installed. Voice activity is an energy
-detector over 30 ms frames; keyword spotting uses pocketsphinx with its bundled en-US model.
+detector over 30 ms frames.
 """
 
 from __future__ import annotations
 
 import io
 import math
-import tempfile
-import threading
 import wave
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import MediaError
 from ..modality import Modality
@@ -23,7 +20,6 @@ from .base import Limits, check_deadline
 
 FRAME_S = 0.03
 SILENCE_DB = -120.0
-_local = threading.local()
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,109 +248,3 @@ class AudioExtractor:
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
         return describe(decode_audio(data, modality, self.limits), floor_db=self.vad_floor_db)
-
-
-def to_16k_int16(audio: DecodedAudio) -> bytes:
-    """Mono 16 kHz signed 16-bit PCM (linear interpolation), what pocketsphinx models expect."""
-    import numpy as np
-
-    mono = audio.mono().astype(np.float64)
-    if audio.rate != 16000 and mono.shape[0]:
-        n_out = int(mono.shape[0] * 16000 / audio.rate)
-        t_out = np.arange(n_out) / 16000.0
-        mono = np.interp(t_out, np.arange(mono.shape[0]) / audio.rate, mono)
-    return bytes((np.clip(mono, -1.0, 1.0) * 32767.0).astype("<i2").tobytes())
-
-
-SpotMode = Literal["transcribe", "kws", "grammar"]
-
-
-class SpeechKeywordExtractor:
-    """Spoken `keywords` (from a configured list) and a `transcript` with pocketsphinx (the `audio` extra).
-
-    Modes: `transcribe` decodes with the bundled en-US language model and reports the listed
-    phrases heard in the transcript; `grammar` decodes against a JSGF grammar (robust for
-    command sets); `kws` runs pocketsphinx keyword search with `threshold`.
-    """
-
-    name = "pocketsphinx-keywords"
-    version = "1.0"
-    modalities = ("audio/*",)
-    requires = ("pocketsphinx", "numpy")
-    extra = "audio"
-
-    def __init__(
-        self,
-        keywords: Sequence[str] = (),
-        *,
-        grammar: str | None = None,
-        mode: SpotMode | None = None,
-        threshold: float = 1e-30,
-        limits: Limits | None = None,
-    ) -> None:
-        self.keywords = tuple(" ".join(k.lower().split()) for k in keywords if k.strip())
-        self.grammar = grammar
-        self.mode: SpotMode = mode or ("grammar" if grammar else "transcribe")
-        if self.mode == "grammar" and not grammar:
-            raise ValueError("grammar mode needs a JSGF grammar")
-        if self.mode == "kws" and not self.keywords:
-            raise ValueError("kws mode needs at least one keyword")
-        self.threshold = threshold
-        self.limits = limits or Limits(max_audio_seconds=120.0)
-
-    def _decoder(self) -> tuple[Any, str]:
-        from pocketsphinx import Decoder
-
-        key = (self.mode, self.keywords, self.grammar, self.threshold)
-        cache: dict[Any, Any] = getattr(_local, "decoders", None) or {}
-        _local.decoders = cache
-        dec = cache.get(key)
-        if dec is None:
-            dec = Decoder(samprate=16000, loglevel="FATAL")
-            if self.mode == "grammar":
-                dec.add_jsgf_string("grammar", self.grammar)
-                dec.activate_search("grammar")
-            elif self.mode == "kws":
-                with tempfile.NamedTemporaryFile("w", suffix=".kws", delete=True) as f:
-                    f.write("".join(f"{k} /{self.threshold:g}/\n" for k in self.keywords))
-                    f.flush()
-                    dec.add_kws("keywords", f.name)
-                dec.activate_search("keywords")
-            cache[key] = dec
-            cache[("cmn0", key)] = dec.get_cmn(False)
-        return dec, cache[("cmn0", key)]
-
-    def _decode(self, dec: Any, pcm: bytes, heard: list[str]) -> None:
-        step = 16000 * 2 // 4  # 250 ms
-        dec.start_utt()
-        try:
-            for i in range(0, len(pcm), step):
-                check_deadline(self.name)
-                dec.process_raw(pcm[i : i + step], False, False)
-                if self.mode == "kws" and dec.hyp() is not None:
-                    heard.append(dec.hyp().hypstr.strip())
-                    dec.end_utt()
-                    dec.start_utt()
-        finally:
-            dec.end_utt()
-
-    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
-        audio = decode_audio(data, modality, self.limits)
-        pcm = to_16k_int16(audio)
-        dec, cmn0 = self._decoder()
-        # pocketsphinx normalises cepstra with a running mean carried from utterance to
-        # utterance: reset it, let a first pass adapt it to this recording, keep the second
-        # pass — the result then depends on this audio alone, not on what came before.
-        dec.set_cmn(cmn0)
-        self._decode(dec, pcm, [])
-        heard: list[str] = []
-        self._decode(dec, pcm, heard)
-        if self.mode == "kws":
-            if dec.hyp() is not None:
-                heard.append(dec.hyp().hypstr.strip())
-            found = [k for k in self.keywords if k in heard]
-            return {"keywords": found}
-        hyp = dec.hyp()
-        transcript = " ".join(hyp.hypstr.split()) if hyp is not None else ""
-        padded = f" {transcript} "
-        return {"keywords": [k for k in self.keywords if f" {k} " in padded], "transcript": transcript}

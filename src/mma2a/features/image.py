@@ -132,3 +132,24 @@ class ImageExtractor:
         if self.thumbnail:
             out[THUMBNAIL_KEY] = make_thumbnail(im)
         return out
+
+
+def image_array(data: bytes, limits: Limits, *, max_side: int, what: str = "image") -> tuple[Any, float]:
+    """RGB pixels (uint8, height x width x 3) scaled to at most `max_side` on the long side, and the
+    factor that maps their coordinates back to the original's (1.0 when not scaled)."""
+    import numpy as np
+    from PIL import Image as PILImage
+
+    im = open_image(data, limits, what).convert("RGB")
+    width, height = im.size
+    scale = min(1.0, max_side / max(width, height))
+    if scale < 1.0:
+        im = im.resize((max(1, round(width * scale)), max(1, round(height * scale))), PILImage.Resampling.BILINEAR)
+    return np.ascontiguousarray(np.asarray(im, dtype=np.uint8)), 1.0 / scale
+
+
+def quad_box(points: Any, back: float = 1.0) -> list[int]:
+    """The axis-aligned box `[x0, y0, x1, y1]` (original pixels) around a quadrilateral's points."""
+    xs = [float(p[0]) for p in points]
+    ys = [float(p[1]) for p in points]
+    return [int(min(xs) * back), int(min(ys) * back), int(round(max(xs) * back)), int(round(max(ys) * back))]

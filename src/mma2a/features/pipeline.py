@@ -57,33 +57,59 @@ def default_extractors(
     thumbnails: bool = True,
     ocr: bool = True,
     keywords: Sequence[str] = (),
-    grammar: str | None = None,
+    embed: bool = False,
 ) -> list[Extractor]:
-    """One extractor per fact family, configured with `limits`. Keyword spotting runs only when
-    `keywords` or a JSGF `grammar` is given; OCR only when `ocr` (and the `ocr` extra is installed)."""
-    from .audio import AudioExtractor, SpeechKeywordExtractor
+    """One extractor per fact family, configured with `limits`. The model extractors (speech, OCR,
+    codes, objects, sentence embedding) run where their extra is installed, and in the gateway
+    only when a rule needs one of the features they provide; `keywords` are the spoken phrases
+    the speech extractor reports; OCR runs only when `ocr`; the `embedding` of text only when
+    asked for by name, or always with `embed`."""
+    from .audio import AudioExtractor
+    from .codes import CodesExtractor
     from .embedding import EmbeddingExtractor
     from .image import ImageExtractor
     from .mesh import MeshExtractor
+    from .objects import ObjectExtractor
+    from .ocr import OCRExtractor
+    from .sentence import SentenceEmbeddingExtractor
+    from .speech import SpeechExtractor
     from .text import TextExtractor
     from .video import VideoExtractor
-    from .vision import OCRExtractor, VisionExtractor
+    from .vision import VisionExtractor
 
     lim = limits or Limits()
     out: list[Extractor] = [
         ImageExtractor(limits=lim, thumbnail=thumbnails),
+        ObjectExtractor(limits=lim),
+        CodesExtractor(limits=lim),
         VisionExtractor(limits=lim),
         AudioExtractor(limits=lim),
+        SpeechExtractor(keywords, limits=Limits(max_bytes=lim.max_bytes, max_audio_seconds=min(lim.max_audio_seconds, 120.0))),
         TextExtractor(limits=lim),
+        SentenceEmbeddingExtractor(limits=lim, on_demand=not embed),
         VideoExtractor(limits=lim, thumbnail=thumbnails),
         MeshExtractor(limits=lim),
         EmbeddingExtractor(limits=lim),
     ]
     if ocr:
-        out.append(OCRExtractor(limits=lim))
-    if keywords or grammar:
-        out.append(SpeechKeywordExtractor(keywords, grammar=grammar, limits=lim))
+        out.insert(3, OCRExtractor(limits=lim))
     return out
+
+
+def provides(extractor: Extractor) -> frozenset[str] | None:
+    """The features `extractor` declares it makes (None: cheap facts, always run)."""
+    names = getattr(extractor, "provides", None)
+    return frozenset(names) if names else None
+
+
+def wanted_here(extractor: Extractor, wanted: frozenset[str] | None) -> bool:
+    """Does `extractor` run when `wanted` features are asked for (None: all but the on-demand ones)?"""
+    made = provides(extractor)
+    if made is None:
+        return True
+    if wanted is None:
+        return not getattr(extractor, "on_demand", False)
+    return bool(made & wanted)
 
 
 def _run(extractor: Extractor, data: bytes, modality: Modality, deadline: float) -> _Outcome:
@@ -143,12 +169,17 @@ class FeaturePipeline:
 
     # --- planning ------------------------------------------------------------------------
 
-    def plan(self, modality: Modality) -> tuple[list[Extractor], list[str]]:
-        """The extractors that will run for `modality`, and why others that handle it are skipped."""
+    def plan(self, modality: Modality, wanted: frozenset[str] | None = None) -> tuple[list[Extractor], list[str]]:
+        """The extractors that will run for `modality`, and why others that handle it are skipped.
+
+        With `wanted`, an extractor that declares what it `provides` runs only when it makes one
+        of those features (a rule on `width` does not start OCR); cheap ones always run."""
         runnable: list[Extractor] = []
         skipped: list[str] = []
         for ex in self.extractors:
             if not handles(ex, modality):
+                continue
+            if not wanted_here(ex, wanted):
                 continue
             key = f"{ex.name}/{ex.version}"
             if key not in self._missing:
@@ -160,11 +191,14 @@ class FeaturePipeline:
                 skipped.append(reason)
         return runnable, skipped
 
-    def warm_up(self) -> list[str]:
-        """Load what extractors load lazily (language profiles, ...) now, not on the first message;
-        returns the names warmed. Call it once at start-up, off the event loop."""
+    def warm_up(self, wanted: frozenset[str] | None = None) -> list[str]:
+        """Load what extractors load lazily (language profiles, models) now, not on the first message;
+        returns the names warmed. With `wanted`, only the model extractors that make one of those
+        features are loaded. Call it at start-up, off the event loop."""
         warmed = []
         for ex in self.extractors:
+            if not wanted_here(ex, wanted):
+                continue
             warm = getattr(ex, "warm_up", None)
             if callable(warm) and missing_packages(ex) is None:
                 warm()
@@ -185,12 +219,12 @@ class FeaturePipeline:
             self._in_flight -= 1
 
     def _submit(
-        self, modality: str | Modality, data: bytes, budget_s: float
+        self, modality: str | Modality, data: bytes, budget_s: float, wanted: frozenset[str] | None = None
     ) -> tuple[Modality, list[tuple[Extractor, cf.Future[_Outcome]]], list[str], list[str]]:
         mod = modality if isinstance(modality, Modality) else parse_modality(modality)
         if budget_s <= 0:
             raise ValueError("budget_s must be positive")
-        runnable, skipped = self.plan(mod)
+        runnable, skipped = self.plan(mod, wanted)
         errors: list[str] = []
         jobs: list[tuple[Extractor, cf.Future[_Outcome]]] = []
         if not runnable:
@@ -277,9 +311,12 @@ class FeaturePipeline:
             timings=timings,
         )
 
-    async def extract(self, modality: str | Modality, data: bytes, *, budget_s: float = 1.0) -> FeatureResult:
-        """Features of `data` within `budget_s` seconds; never raises for bad media."""
-        mod, jobs, skipped, errors = self._submit(modality, data, budget_s)
+    async def extract(
+        self, modality: str | Modality, data: bytes, *, budget_s: float = 1.0, wanted: frozenset[str] | None = None
+    ) -> FeatureResult:
+        """Features of `data` within `budget_s` seconds (only the extractors that make a `wanted`
+        feature, plus the cheap ones, when `wanted` is given); never raises for bad media."""
+        mod, jobs, skipped, errors = self._submit(modality, data, budget_s, wanted)
         if jobs:
             waiters = [asyncio.wrap_future(f) for _, f in jobs]
             _, pending = await asyncio.wait(waiters, timeout=budget_s)
@@ -287,9 +324,11 @@ class FeaturePipeline:
                 w.cancel()
         return self._merge(mod, data, jobs, skipped, errors, budget_s)
 
-    def extract_blocking(self, modality: str | Modality, data: bytes, *, budget_s: float = 1.0) -> FeatureResult:
+    def extract_blocking(
+        self, modality: str | Modality, data: bytes, *, budget_s: float = 1.0, wanted: frozenset[str] | None = None
+    ) -> FeatureResult:
         """`extract` for synchronous callers (the CLI, the producer helper); not for the event loop."""
-        mod, jobs, skipped, errors = self._submit(modality, data, budget_s)
+        mod, jobs, skipped, errors = self._submit(modality, data, budget_s, wanted)
         if jobs:
             cf.wait([f for _, f in jobs], timeout=budget_s)
         return self._merge(mod, data, jobs, skipped, errors, budget_s)

@@ -66,6 +66,7 @@ async def enrich_part(
     sender: str | None,
     policy: FeaturePolicy,
     pipeline: FeaturePipeline,
+    wanted: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """Apply `policy` to one part (A2A 1.0 JSON form, changed in place and returned).
 
@@ -89,7 +90,7 @@ async def enrich_part(
     result: FeatureResult | None = None
     if want_extract:
         assert data is not None
-        result = await pipeline.extract(modality, data, budget_s=policy.budget_s)
+        result = await pipeline.extract(modality, data, budget_s=policy.budget_s, wanted=wanted)
 
     features = dict(kept)
     added = False

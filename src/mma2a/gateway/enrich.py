@@ -76,6 +76,7 @@ class FeatureStage:
             trusted = self.policy.trusts(sender)
             if trusted and needed <= ext.features.keys():
                 continue
-            jobs.append(enrich_part(part, inline_bytes(part), sender=sender, policy=self.policy, pipeline=self.pipeline))
+            jobs.append(enrich_part(part, inline_bytes(part), sender=sender, policy=self.policy, pipeline=self.pipeline,
+                                    wanted=needed))
         if jobs:
             await asyncio.gather(*jobs)

@@ -60,6 +60,18 @@ class Leg:
     agent: str
     parts: list[tuple[int, dict[str, Any]]]
     adapted: list[Adaptation] = dataclasses.field(default_factory=list)  # parts fitted to the agent's profiles
+    skipped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def sendable(legs: list[Leg], route: list[dict[str, Any]]) -> list[Leg]:
+    """The legs with something left to send; each part a transform emptied is noted in `route`
+    (`outcome`: the reason, the part dropped)."""
+    for leg in legs:
+        for note in leg.skipped:
+            for entry in route:
+                if entry["index"] == note["index"]:
+                    entry.setdefault("outcome", []).append({"agent": leg.agent, **note})
+    return [leg for leg in legs if leg.parts]
 
 
 def route_summary(decision: RouteDecision) -> list[dict[str, Any]]:
@@ -197,6 +209,10 @@ class Pipeline:
                     f"transformer {step.agent} returned no {step.to_modality} part for {step.from_modality}",
                     data={"agent": step.agent},
                 )
+            if _is_empty(out):
+                reason = str((out.get("metadata") or {}).get("mma2a.noSpeech") or "empty output")
+                raise EmptyTransformOutput(f"transformer {step.agent} made no {step.to_modality} from "
+                                           f"{step.from_modality}: {reason}", data={"agent": step.agent})
             meta = dict(out.get("metadata") or {})
             ext = dict(meta.get(EXTENSION_URI) or {})
             ext.setdefault("modality", step.to_modality)
@@ -218,9 +234,14 @@ class Pipeline:
                 else:
                     leg.parts.append((pr.index, parts[pr.index]))
         if jobs:
-            results = await asyncio.gather(*(j[2] for j in jobs))
+            results = await asyncio.gather(*(j[2] for j in jobs), return_exceptions=True)
             for (leg, index, _), part in zip(jobs, results):
-                leg.parts.append((index, part))
+                if isinstance(part, EmptyTransformOutput):  # an outcome, recorded: the part goes no further
+                    leg.skipped.append({"index": index, "reason": part.message, "outcome": "dropped"})
+                elif isinstance(part, BaseException):
+                    raise part
+                else:
+                    leg.parts.append((index, part))
         for leg in by_agent.values():
             leg.parts.sort(key=lambda ip: ip[0])
         if self.adapter is not None:  # fit parts to receivers that have profiles (most have none: no task then)
@@ -413,10 +434,15 @@ class Pipeline:
             self.metrics.requests.labels("dropped").inc()
             return {"task": failed_task(f"dropped by rule: {reasons}", message=message, state="TASK_STATE_REJECTED", route=route)}
         try:
-            legs = await self.legs(message, decision)
+            legs = sendable(await self.legs(message, decision), route)
         except MMA2AError as exc:
             self.metrics.requests.labels("failed").inc()
             return {"task": failed_task(f"transform failed: {exc.message}", message=message, route=route)}
+        if not legs:  # every part was emptied by its transform: nothing to answer, and nothing failed
+            self.metrics.requests.labels("ok").inc()
+            reasons = "; ".join(f"part {e['index']}: {o['reason']}" for e in route for o in e.get("outcome") or [])
+            return {"task": failed_task(f"nothing left to send: {reasons}", message=message, state="TASK_STATE_COMPLETED",
+                                        route=route)}
         record_adaptations(route, legs)
         passthrough = len(legs) == 1 and is_direct(decision)
         results: list[Any]
@@ -522,7 +548,7 @@ class Pipeline:
         yield {"task": {"id": tid, "contextId": ctx, "status": {"state": WORKING, "timestamp": now_iso()},
                         "history": [message], "metadata": {EXTENSION_URI: {"route": route}}}}
         try:
-            legs = await self.legs(message, decision)
+            legs = sendable(await self.legs(message, decision), route)
         except MMA2AError as exc:
             failed = failed_task(f"transform failed: {exc.message}", message=message, task_id=tid, route=route)
             yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": failed["status"]}}
@@ -658,6 +684,19 @@ def _input_modes(entry: AgentEntry) -> list[str]:
     for skill in entry.card.get("skills") or []:
         modes += [m for m in skill.get("inputModes") or [] if m not in modes]
     return modes
+
+
+class EmptyTransformOutput(DispatchError):
+    """A transformer answered with nothing (a recording without speech): the part is dropped and the
+    reason recorded in the route; the task goes on with the other parts, never fails for it."""
+
+
+def _is_empty(part: dict[str, Any]) -> bool:
+    if "text" in part:
+        return not str(part.get("text") or "").strip()
+    if "raw" in part:
+        return not part.get("raw")
+    return False
 
 
 def _pick_part(result: Any, modality: str) -> dict[str, Any] | None:

