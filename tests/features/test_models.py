@@ -249,7 +249,7 @@ def test_features_cli_shows_the_model_fields(tmp_path: pytest.TempPathFactory, s
     voice.write_bytes(spoken(SENTENCES[1]))
     note = tmp_path / "note.txt"  # type: ignore[operator]
     note.write_text("Where is my parcel?")
-    res = CliRunner().invoke(app, ["features", "--json", "--embed", str(sign), str(voice), str(note)])
+    res = CliRunner().invoke(app, ["features", "--json", "--embed", "--budget", "120", str(sign), str(voice), str(note)])
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in res.output.splitlines()]
     image, audio, text = rows[0]["features"], rows[1]["features"], rows[2]["features"]
