@@ -15,6 +15,7 @@ pytest.importorskip("faster_whisper")
 pytest.importorskip("cv2")
 
 
+@pytest.mark.timeout(900)  # real perception (Whisper, OCR, the COCO detector) on every task's media; slow on a busy machine
 async def test_both_sets_twice_same_outcomes_and_the_issue_shape():
     first = await run_crossmodal(6, seed=7)
     second = await run_crossmodal(6, seed=7)
@@ -50,6 +51,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
+@pytest.mark.timeout(900)
 def test_cli_json_and_markdown_report(tmp_path):
     report = tmp_path / "report.md"
     out = _cli("--tasks", "4", "--seed", "2", "--set", "heldout", "--json", "--report", str(report))
