@@ -48,7 +48,7 @@ async def test_both_sets_twice_same_outcomes_and_the_issue_shape():
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mma2a.cli", "eval", "crossmodal", *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=800)
 
 
 @pytest.mark.timeout(900)

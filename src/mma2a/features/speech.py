@@ -70,7 +70,9 @@ def transcribe_audio(audio: DecodedAudio) -> Transcript:
     if samples.shape[0] < 1600:  # under 0.1 s: nothing to hear
         return Transcript("", "en", round(audio.duration, 3))
     model = whisper_model()
-    segments, info = model.transcribe(samples, beam_size=1, word_timestamps=True, vad_filter=True,
+    # temperature 0 only: faster-whisper's default falls back to sampling at higher temperatures when
+    # a segment decodes poorly, and then the same recording gives different transcripts
+    segments, info = model.transcribe(samples, beam_size=1, temperature=0.0, word_timestamps=True, vad_filter=True,
                                       condition_on_previous_text=False, without_timestamps=False)
     texts: list[str] = []
     words: list[dict[str, Any]] = []
