@@ -25,6 +25,7 @@ MAX_WORDS = 200
 """At most this many words (with timings) travel as the `words` feature; the transcript keeps them all."""
 
 _lock = threading.Lock()
+_decode_lock = threading.Lock()
 _model: Any = None
 
 
@@ -70,6 +71,11 @@ def transcribe_audio(audio: DecodedAudio) -> Transcript:
     if samples.shape[0] < 1600:  # under 0.1 s: nothing to hear
         return Transcript("", "en", round(audio.duration, 3))
     model = whisper_model()
+    with _decode_lock:  # one recording at a time: concurrent decodes on the shared model are not reproducible
+        return _decode(model, samples, audio)
+
+
+def _decode(model: Any, samples: Any, audio: DecodedAudio) -> Transcript:
     # temperature 0 only: faster-whisper's default falls back to sampling at higher temperatures when
     # a segment decodes poorly, and then the same recording gives different transcripts
     segments, info = model.transcribe(samples, beam_size=1, temperature=0.0, word_timestamps=True, vad_filter=True,
