@@ -147,6 +147,10 @@ def _inspect(data: bytes) -> dict[str, Any]:
     findings["codes"] = [c.to_json() for c in codes]
     findings["objects"] = [d.to_json() for d in detect_objects(arr, back)] if _has(OBJECTS) else []
     findings["text"] = [ln.to_json() for ln in read_lines(arr, back)] if _has(OCR) else []
+    for ln in findings["text"]:  # printed text is dark too, and is not a defect
+        x0, y0, x1, y1 = (v / back for v in ln["box"])
+        pad = (y1 - y0) * 0.3
+        label_mask[max(0, int(y0 - pad)):min(h, int(y1 + pad) + 1), max(0, int(x0 - pad)):min(w, int(x1 + pad) + 1)] = 1
 
     # a defect is a dark valley: much darker than the surface a closing (kernel wider than any crack or dent)
     # fills in around it; the edge between a dark product and a light background is a step, not a valley
