@@ -29,6 +29,9 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, 
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
+from mma2a.serving import WEBSOCKETS, tls_options
+from mma2a.tls import ServerTLS
+
 __all__ = ["Received", "RecordingExecutor", "make_card", "run_agent", "serve_app"]
 
 
@@ -116,9 +119,10 @@ async def serve_app(app: ASGIApp) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def _serve_on(app: ASGIApp, sock: socket.socket) -> AsyncIterator[str]:
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+async def _serve_on(app: ASGIApp, sock: socket.socket, *, tls: ServerTLS | None = None) -> AsyncIterator[str]:
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{sock.getsockname()[1]}/"
+    options = tls_options(tls, "h11", WEBSOCKETS["ws"]) if tls else {}
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, **options))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -141,15 +145,17 @@ async def run_agent(
     validate_input_modes: bool = False,
     enable_v0_3_compat: bool = True,
     wrap: Callable[[ASGIApp], ASGIApp] | None = None,
+    tls: ServerTLS | None = None,
 ) -> AsyncIterator[str]:
     """Serve `executor` behind `card` on a free loopback port; yields the base URL (`http://127.0.0.1:PORT/`).
 
     The card is copied; interfaces without a URL (or a card without interfaces) get this
     server's JSON-RPC URL. The server speaks A2A 1.0 JSON-RPC, and v0.3 unless disabled.
-    `wrap` puts ASGI middleware around the agent's app (request decoding, recording headers).
+    `wrap` puts ASGI middleware around the agent's app (request decoding, recording headers);
+    `tls` serves it over HTTPS (`https://127.0.0.1:PORT/`).
     """
     sock = _bind_loopback()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{sock.getsockname()[1]}/"
     served = AgentCard()
     served.CopyFrom(card)
     if not served.supported_interfaces:
@@ -167,5 +173,5 @@ async def run_agent(
         routes=create_agent_card_routes(served)
         + create_jsonrpc_routes(handler, "/", enable_v0_3_compat=enable_v0_3_compat)
     )
-    async with _serve_on(wrap(app) if wrap is not None else app, sock) as served_url:
+    async with _serve_on(wrap(app) if wrap is not None else app, sock, tls=tls) as served_url:
         yield served_url

@@ -284,9 +284,12 @@ class MessageExtension:
     session: Session | None = None
     hops: int = 0
     signature: Mapping[str, Any] | None = None
+    via: tuple[str, ...] = ()  # the gateways the message passed, first to last (federation; loops refused)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"protocol": self.protocol, "intent": self.intent, "priority": self.priority, "hops": self.hops}
+        if self.via:
+            out["via"] = list(self.via)
         if self.receivers:
             out["receivers"] = list(self.receivers)
         if self.session is not None:
@@ -321,6 +324,10 @@ class MessageExtension:
         signature = data.get("signature")
         if signature is not None:
             _expect(signature, dict, _where(where, "signature"), "an object")
+        via = data.get("via", [])
+        _expect(via, list, _where(where, "via"), "a list of gateway ids")
+        for i, g in enumerate(via):
+            _expect(g, str, f"{_where(where, 'via')}[{i}]", "a gateway id")
         return cls(
             protocol=protocol,
             intent=intent,
@@ -329,6 +336,7 @@ class MessageExtension:
             session=None if session is None else Session.from_json(session, _where(where, "session")),
             hops=_int(data.get("hops", 0), _where(where, "hops")),
             signature=None if signature is None else normalize_json(signature),
+            via=tuple(via),
         )
 
 

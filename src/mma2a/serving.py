@@ -12,13 +12,17 @@ import contextlib
 import errno
 import gc
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from .deadlines import Timeouts, http_protocol
 from .directws import DirectWebSocketProtocol
+
+if TYPE_CHECKING:
+    from .tls import ServerTLS
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -65,13 +69,33 @@ def listen_socket(host: str, port: int) -> socket.socket:
 WEBSOCKETS: dict[str, Any] = {"ws": DirectWebSocketProtocol, "ws_per_message_deflate": False}
 
 
-def uvicorn_config(app: Any, host: str, port: int, *, timeouts: Timeouts | None = None, **kw: Any) -> uvicorn.Config:
+def uvicorn_config(app: Any, host: str, port: int, *, timeouts: Timeouts | None = None, tls: ServerTLS | None = None,
+                   **kw: Any) -> uvicorn.Config:
     loop = "uvloop" if _has("uvloop") else "asyncio"
     timeouts = timeouts or Timeouts()
     http = http_protocol(timeouts, "httptools" if _has("httptools") else "h11")
     options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on", **WEBSOCKETS,
-                               **timeouts.uvicorn_options(), **kw}
-    return uvicorn.Config(app, host=host, port=port, loop=loop, http=http, **options)
+                               **timeouts.uvicorn_options(), "http": http, **kw}
+    options.update(tls_options(tls, options["http"], options["ws"]))
+    return uvicorn.Config(app, host=host, port=port, loop=loop, **options)
+
+
+def tls_options(tls: ServerTLS | None, http: str | type[Any], ws: Any) -> dict[str, Any]:
+    """uvicorn options serving TLS from `tls`' context, with the protocols that pass client certificates on."""
+    if tls is None:
+        return {}
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    from .tls import with_peer_identity
+
+    context = tls.context
+    http_class = import_from_string(HTTP_PROTOCOLS[http]) if isinstance(http, str) else http
+    return {
+        "ssl_context_factory": lambda _config, _default: context,
+        "http": with_peer_identity(http_class),
+        "ws": with_peer_identity(ws),
+    }
 
 
 class Server(uvicorn.Server):
@@ -84,11 +108,14 @@ class Server(uvicorn.Server):
     something (`tick_interval`).
     """
 
-    def __init__(self, config: uvicorn.Config, *, on_started: Callable[[], None] | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, *, on_started: Callable[[], None] | None = None,
+                 tls: ServerTLS | None = None) -> None:
         super().__init__(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick: asyncio.Future[None] | None = None
         self._on_started = on_started
+        self._tls = tls
+        self._tls_checked = time.monotonic()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's start-up, then `on_started` once the server accepts connections."""
@@ -127,6 +154,12 @@ class Server(uvicorn.Server):
             finally:
                 timer.cancel()
             should_exit = await self.on_tick(counter)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._tls is not None and time.monotonic() - self._tls_checked >= self._tls.config.reload_s:
+            self._tls_checked = time.monotonic()
+            self._tls.reload_if_changed()  # a few stat() calls; a changed file is loaded into the same context
+        return await super().on_tick(counter)
 
     def wake(self) -> None:
         """Run the next tick now (safe from signal handlers and other threads)."""
@@ -170,13 +203,15 @@ def _has(mod: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def running(app: Any, host: str = "127.0.0.1", port: int | None = None, *,
-                  timeouts: Timeouts | None = None) -> AsyncIterator[str]:
-    """Serve an ASGI app on a loopback port inside this event loop; yields its base URL."""
+                  timeouts: Timeouts | None = None, tls: ServerTLS | None = None) -> AsyncIterator[str]:
+    """Serve an ASGI app on a loopback port inside this event loop; yields its base URL (https:// with `tls`)."""
     port = port or free_port(host)
     timeouts = timeouts or Timeouts()
     http = http_protocol(timeouts, "httptools" if _has("httptools") else "h11")
-    server = Server(uvicorn.Config(app, host=host, port=port, http=http, **WEBSOCKETS, log_level="warning",
-                                   access_log=False, lifespan="on", **timeouts.uvicorn_options()))
+    options: dict[str, Any] = {**WEBSOCKETS, "log_level": "warning", "access_log": False, "lifespan": "on",
+                               **timeouts.uvicorn_options(), "http": http}
+    options.update(tls_options(tls, http, options["ws"]))
+    server = Server(uvicorn.Config(app, host=host, port=port, **options), tls=tls)
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
@@ -184,7 +219,7 @@ async def running(app: Any, host: str = "127.0.0.1", port: int | None = None, *,
             raise RuntimeError(f"server on {host}:{port} did not start")
         await asyncio.sleep(0.01)
     try:
-        yield f"http://{host}:{port}"
+        yield f"{'https' if tls else 'http'}://{host}:{port}"
     finally:
         server.exit()
         await task

@@ -40,6 +40,7 @@ class MessageView:
     receivers: tuple[str, ...] = ()
     session: Session | None = None
     hops: int = 0
+    via: tuple[str, ...] = ()  # gateways passed (federation)
     priority: int = 5
     accepted_output_modes: tuple[str, ...] = ()
     extension: bool = False
@@ -94,6 +95,7 @@ def view_message(
         receivers=mext.receivers if mext else (),
         session=mext.session if mext else None,
         hops=mext.hops if mext else 0,
+        via=mext.via if mext else (),
         priority=mext.priority if mext else 5,
         accepted_output_modes=accepted_output_modes,
         extension=mext is not None,

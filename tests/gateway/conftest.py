@@ -14,6 +14,7 @@ from a2a.types import AgentCard
 from mma2a.card import declare_extension
 from mma2a.gateway import Gateway, parse_config
 from mma2a.serving import free_port, running
+from mma2a.tls import ServerTLS
 from tests.agents import RecordingExecutor, make_card, run_agent
 
 ADMIN = "test-admin-token"
@@ -31,11 +32,12 @@ async def agents(specs: Mapping[str, tuple[AgentCard, Any]]) -> AsyncIterator[di
 
 @contextlib.asynccontextmanager
 async def gateway(config: dict[str, Any]) -> AsyncIterator[tuple[Gateway, str]]:
-    """A gateway on a free loopback port (lifespan on: agents registered, rules loaded)."""
+    """A gateway on a free loopback port (lifespan on: agents registered, rules loaded; HTTPS with `tls:`)."""
     port = free_port()
     cfg = {"listen": f"127.0.0.1:{port}", "admin": {"token": ADMIN}, "health_interval_s": 3600, **config}
     gw = Gateway(parse_config(cfg))
-    async with running(gw.app, "127.0.0.1", port, timeouts=gw.config.server.timeouts()) as url:
+    tls = ServerTLS(gw.config.tls, gw.config.base_dir) if gw.config.tls else None
+    async with running(gw.app, "127.0.0.1", port, timeouts=gw.config.server.timeouts(), tls=tls) as url:
         yield gw, url
 
 

@@ -15,6 +15,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
+from collections.abc import Sequence
 
 from ..errors import ClusterError
 
@@ -41,8 +42,9 @@ def _free_port() -> int:
 class NatsServer:
     """One `nats-server -js` on 127.0.0.1:`port` storing JetStream under `store_dir`."""
 
-    def __init__(self, store_dir: str | os.PathLike[str], port: int | None = None) -> None:
+    def __init__(self, store_dir: str | os.PathLike[str], port: int | None = None, *, args: Sequence[str] = ()) -> None:
         self.store_dir = Path(store_dir)
+        self.args = list(args)  # more nats-server options (TLS: --tls --tlscert F --tlskey F --tlsverify --tlscacert F)
         self.port = port or _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.store_dir / "nats-server.log"
@@ -53,7 +55,7 @@ class NatsServer:
 
     def start(self, timeout_s: float = 10.0) -> NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store_dir)]
+        cmd = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store_dir), *self.args]
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()

@@ -32,6 +32,7 @@ from .._version import __version__
 from ..errors import ClusterError, MMA2AError
 from ..gateway.cluster_config import ClusterConfig
 from ..routing import parse_rules
+from ..tls import client_context
 from ..serving import cancel_tasks
 from .delivery import DurableDelivery
 from .objects import ObjectBlobStore
@@ -80,11 +81,18 @@ class Names:
 async def connect(config: ClusterConfig, *, name: str = "mma2a", **callbacks: Any) -> Any:
     """A NATS connection that reconnects forever; a clear `ClusterError` if the first connect fails."""
     callbacks.setdefault("error_cb", _quiet)
+    if config.tls is not None:  # a bad file: TLSFileError naming it
+        callbacks["tls"] = client_context(config.tls, what="cluster")
+    limit = 3 * config.connect_timeout_s + 1  # nats-py can wait forever on a TLS handshake that failed
     try:  # a few attempts at first; once connected, reconnect forever
-        nc = await nats.connect(
+        nc = await asyncio.wait_for(nats.connect(
             servers=config.servers(), name=name, connect_timeout=config.connect_timeout_s,
             max_reconnect_attempts=2, reconnect_time_wait=0.25, allow_reconnect=True, **callbacks,
-        )
+        ), limit)
+    except asyncio.TimeoutError:
+        hint = "; check cluster.tls (its ca_file, and whether the server requires TLS)"
+        raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: no connection within {limit:g} s{hint}",
+                           field="cluster.nats") from None
     except Exception as exc:  # nats raises NoServersError, TimeoutError, OSError
         raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: {exc or type(exc).__name__}",
                            field="cluster.nats") from None

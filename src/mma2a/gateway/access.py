@@ -103,11 +103,13 @@ class Authenticator:
         self.active = config.active
         self.header = config.api_key_header.lower()
         self._by_digest: dict[tuple[str, bytes], Client] = {}
+        self._by_name: dict[str, Client] = {}  # for client certificates: the subject's CN names the client
         for c in config.clients:
             client = Client(c.name, "", frozenset(c.agents) if c.agents is not None else None, c.rate, c.burst)
+            self._by_name[c.name] = Client(c.name, "certificate", client.agents, c.rate, c.burst)
             for scheme, secret in c.secrets():
                 self._by_digest[(scheme, digest_secret(secret))] = Client(client.name, scheme, client.agents, c.rate, c.burst)
-        if self.active and not self._by_digest:
+        if self.active and not self._by_digest and not self._by_name:
             log.warning("auth is on but no client has a credential (check token_env / api_key_env): every call will be refused")
 
     def _find(self, scheme: str, secret: str) -> Client | None:
@@ -117,6 +119,19 @@ class Authenticator:
             if hmac.compare_digest(digest, d) and s == scheme:
                 found = client
         return found
+
+    def certificate(self, cn: str) -> Client:
+        """The client a verified client certificate names (its subject's CN).
+
+        With auth on, the CN must be a configured client (its agents and rate apply), else 401;
+        with auth off, any certificate the listener's CA signed names its own client."""
+        client = self._by_name.get(cn)
+        if client is not None:
+            return client
+        if self.active:
+            raise Unauthorized(f"client certificate CN={cn} is not a configured client (auth.clients)",
+                               field="certificate")
+        return Client(cn, "certificate")
 
     def authenticate(self, headers: Mapping[str, str]) -> Client:
         """The client the request's credential names; `Unauthorized` (401) when there is none or it is wrong."""

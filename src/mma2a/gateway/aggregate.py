@@ -123,3 +123,21 @@ def aggregate(legs: Sequence[LegResult], *, message: dict[str, Any], route: list
         "metadata": {EXTENSION_URI: {"route": route, "downstream": downstream}},
     }
     return task
+
+
+def chain_route(ext_meta: Any, route: list[dict[str, Any]], agent: str, gateway: str = "") -> dict[str, Any]:
+    """A task's extension metadata with this gateway's `route`; a route a downstream gateway already
+    wrote there (federation) is kept under `downstream` with the agent it came through, so the
+    explanation shows the whole chain, outermost gateway first."""
+    meta = dict(ext_meta) if isinstance(ext_meta, dict) else {}
+    earlier = meta.get("route")
+    if isinstance(earlier, list):
+        below: dict[str, Any] = {"agent": agent, "route": earlier}
+        for key in ("gateway", "downstream"):
+            if key in meta:
+                below[key] = meta.pop(key)
+        meta["downstream"] = below
+    meta["route"] = route
+    if gateway:
+        meta["gateway"] = gateway
+    return meta

@@ -114,11 +114,12 @@ class Gateway:
         self.registry = registry or DEFAULT_REGISTRY
         self.metrics = GatewayMetrics()
         self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries,
-                                   compress_min_bytes=config.adapt.compress_min_bytes)
+                                   compress_min_bytes=config.adapt.compress_min_bytes, base_dir=config.base_dir)
         self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
         self.state = RoutingState(self.directory, mode=config.mode)
         self.features = self._feature_stage(config)
-        self.public_url = (config.public_url or f"http://{config.listen}").rstrip("/")
+        scheme = "https" if config.tls else "http"
+        self.public_url = (config.public_url or f"{scheme}://{config.listen}").rstrip("/")
         self.cluster: ClusterHooks = cluster if cluster is not None else Standalone()
         self._blob_tmp: tempfile.TemporaryDirectory[str] | None = None
         self.store = self.cluster.store or self._local_store(config)
@@ -137,6 +138,7 @@ class Gateway:
             dedupe=Deduper(ttl_s=config.faults.dedupe_ttl_s) if config.faults.dedupe_ttl_s > 0 else None,
             failover=fail_over if config.faults.failover else None,
             cluster=self.cluster,
+            gateway_id=config.name or self.public_url,
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.grpc: GrpcIngress | None = None

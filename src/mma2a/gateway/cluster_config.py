@@ -6,6 +6,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..tls import ClientTLS
+
 _URL_RE = re.compile(r"^(nats|tls|ws|wss)://[^\s/]+(:\d+)?/?$")
 
 
@@ -37,6 +39,8 @@ class ClusterConfig(BaseModel):
     replicas: int = Field(default=1, ge=1, le=5)
     """JetStream replicas of every bucket and stream (3 on a 3-node NATS cluster)."""
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    tls: ClientTLS | None = None
+    """TLS to NATS: the CA to verify the servers with and this gateway's client certificate (paths relative to the config file)."""
 
     @field_validator("nats")
     @classmethod

@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..adapt.profiles import ProfileSpec
 from ..deadlines import Timeouts
 from ..errors import MMA2AError
 from ..modality import parse_modality
+from ..tls import ClientTLS, ListenerTLS
 from .access import AuthConfig, RateLimitConfig
 from .cluster_config import ClusterConfig
 from .faults import FaultsConfig
@@ -42,6 +43,7 @@ class AgentConfig(BaseModel):
     # what the agent wants, per modality pattern (docs/operations.md, "Fitting parts"); wins over its card's params
     accepts: dict[str, ProfileSpec] = Field(default_factory=dict)
     compress: list[Literal["zstd", "gzip"]] | None = None  # content codings it reads; None: as its card says
+    tls: ClientTLS | None = None  # https:// agents: CA bundle and client certificate (docs/operations.md, "TLS")
 
     @field_validator("accepts")
     @classmethod
@@ -124,8 +126,10 @@ class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     listen: str = "127.0.0.1:8800"
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")  # id in `via` (default: public_url)
     public_url: str | None = None
     grpc_listen: str | None = None  # HOST:PORT of the gRPC binding (the grpc extra); off when unset
+    tls: ListenerTLS | None = None  # serve HTTPS (and gRPC over TLS); client certificates name senders
     rules: str | dict[str, Any] | None = None
     mode: Literal["native", "text-bottleneck"] = "native"
     agents: list[AgentConfig] = Field(default_factory=list)
@@ -157,6 +161,15 @@ class GatewayConfig(BaseModel):
     history: HistoryConfig = Field(default_factory=HistoryConfig)  # decision history (docs/operations.md)
     feed_max_bytes: int = Field(default=4 * 1024 * 1024, ge=0)  # the console's decision feed, all entries together
     base_dir: str = "."
+
+    @model_validator(mode="after")
+    def _cluster_tls_paths(self) -> GatewayConfig:
+        """`cluster.tls` files are named relative to the config file, like every other path in it."""
+        tls = self.cluster.tls if self.cluster is not None else None
+        if self.cluster is not None and tls is not None:
+            paths = {k: str(Path(self.base_dir) / v) for k, v in tls.model_dump().items() if v}
+            self.cluster = self.cluster.model_copy(update={"tls": tls.model_copy(update=paths)})
+        return self
 
     @field_validator("features", mode="before")
     @classmethod

@@ -164,10 +164,11 @@ class AgentDirectory:
 
     async def fetch_card(self, config: AgentConfig) -> dict[str, Any]:
         url = config.url + CARD_PATH
-        return validate_card(await self.transport.fetch_json(url, timeout_s=10.0), url)
+        return validate_card(await self.transport.fetch_json(url, timeout_s=10.0, agent=config.name), url)
 
     async def add(self, config: AgentConfig, card: dict[str, Any] | None = None) -> AgentEntry:
         """Register (or replace) an agent; fetches its card unless given."""
+        self.transport.use_tls(config.name, config.tls)
         card = card if card is not None else await self.fetch_card(config)
         entry = AgentEntry(config, card, rpc_url_from_card(card, config.url + "/"))
         _report_problems(entry)

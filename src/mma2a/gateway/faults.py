@@ -24,6 +24,7 @@ import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DispatchError
+from ..tls import ServerTLS
 from ..serving import Server
 
 if TYPE_CHECKING:
@@ -63,8 +64,8 @@ class DrainingServer(Server):
     """
 
     def __init__(self, config: uvicorn.Config, drain: Drain, *, grace_s: float = 0.5, timeout_s: float = 30.0,
-                 on_started: Callable[[], None] | None = None) -> None:
-        super().__init__(config, on_started=on_started)
+                 on_started: Callable[[], None] | None = None, tls: ServerTLS | None = None) -> None:
+        super().__init__(config, on_started=on_started, tls=tls)
         self.drain = drain
         self.grace_s = grace_s
         self.drain_timeout_s = timeout_s

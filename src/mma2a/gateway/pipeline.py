@@ -29,7 +29,7 @@ from ..routing import Load, RouteDecision, SessionPins, Snapshot, decide_pinned,
 from ..view import MessageView, view_message
 from .access import current_sender
 from .adapt import Adaptation, PartAdapter
-from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, failed_task, now_iso
+from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, chain_route, failed_task, now_iso
 from .directory import AgentDirectory, AgentEntry
 from .enrich import FeatureStage
 from .feed import DecisionFeed
@@ -122,7 +122,9 @@ class Pipeline:
         feed: DecisionFeed | None = None,
         log_decisions: bool = True,
         history: HistorySink | None = None,
+        gateway_id: str = "",
     ) -> None:
+        self.gateway_id = gateway_id  # this gateway in `via` (federation: loops are refused by it)
         self.directory = directory
         self.state = state
         self.transport = transport
@@ -154,6 +156,10 @@ class Pipeline:
                 f"message.metadata[{EXTENSION_URI}].hops: {view.hops} hops, the limit is {MAX_HOPS} (routing loop?)",
                 field="hops",
             )
+        if self.gateway_id and self.gateway_id in view.via:
+            path = " → ".join((*view.via, self.gateway_id))
+            raise InvalidRequest(f"message.metadata[{EXTENSION_URI}].via: routing loop {path} (this gateway, "
+                                 f"{self.gateway_id}, passed the message on already)", field="via", data={"via": [*view.via]})
         if target is not None:
             self.directory.get(target)
             view = dataclasses.replace(view, receivers=(target,))
@@ -273,7 +279,8 @@ class Pipeline:
                     out["taskId"] = mine.task_id
         if _declares(entry):
             mext = read_message(message) or MessageExtension()
-            write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto"))
+            via = (*mext.via, self.gateway_id) if self.gateway_id else mext.via
+            write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto", via=via))
             return out
         return downgrade_message(out, input_modes=_input_modes(entry))
 
@@ -463,7 +470,7 @@ class Pipeline:
             task = result.get("task")
             if task is not None:
                 meta = task.setdefault("metadata", {})
-                meta[EXTENSION_URI] = {**(meta.get(EXTENSION_URI) or {}), "route": route}
+                meta[EXTENSION_URI] = chain_route(meta.get(EXTENSION_URI), route, res.agent, self.gateway_id)
                 for art in task.get("artifacts") or []:
                     ameta = art.setdefault("metadata", {})
                     ameta[EXTENSION_URI] = {**(ameta.get(EXTENSION_URI) or {}), "source": res.agent}

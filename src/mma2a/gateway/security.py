@@ -43,6 +43,7 @@ from ..errors import (
     Unauthorized,
 )
 from ..responses import error_json, jsonrpc_error_json
+from ..tls import client_cn
 from .access import Authenticator, Client, RateLimiter, current_client, digest_secret
 from .authz import AccessClass, ErrorShape, RouteAccess
 
@@ -108,7 +109,7 @@ class AccessControl:
             else:
                 if self.drain is not None and self.drain.draining and http:
                     raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
-                client = self._client(headers, access)
+                client = self._client(headers, access, scope)
                 self._check_agent(client, scope)
                 if self.limiter is not None:
                     key = client.name if client is not None else f"ip:{(scope.get('client') or ('?',))[0]}"
@@ -179,7 +180,10 @@ class AccessControl:
             raise Forbidden("admin API: invalid token")
         return Client("admin", "bearer")
 
-    def _client(self, headers: Mapping[str, str], access: RouteAccess) -> Client | None:
+    def _client(self, headers: Mapping[str, str], access: RouteAccess, scope: Scope | None = None) -> Client | None:
+        cn = client_cn(scope) if scope is not None else None
+        if cn is not None and "authorization" not in headers and self.auth.header not in headers:
+            return self.auth.certificate(cn)  # mutual TLS: the certificate's subject is the sender
         if not self.auth.active:
             return None
         if access.admin_also:

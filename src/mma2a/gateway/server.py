@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from ..serving import listen_socket, running, settle_heap, uvicorn_config
+from ..tls import ServerTLS
 from .app import Gateway
 from .config import GatewayConfig
 from .faults import DrainingServer
@@ -57,11 +58,12 @@ def serve(
     starts); then the gateway starts (agents, rules, cluster: an `MMA2AError` here stops
     the start, after closing what was opened); `on_ready` runs once connections are served.
     """
+    tls = ServerTLS(config.tls, config.base_dir) if config.tls else None  # a bad file: TLSFileError naming it
     sock = listen_socket(config.host, config.port)
     try:
         configure_tracing(config.tracing)
         gateway = Gateway(config, cluster=cluster)
-        config_ = uvicorn_config(gateway.app, config.host, config.port, timeouts=config.server.timeouts(),
+        config_ = uvicorn_config(gateway.app, config.host, config.port, timeouts=config.server.timeouts(), tls=tls,
                                  timeout_graceful_shutdown=30, lifespan="off")
 
         def started() -> None:
@@ -70,7 +72,7 @@ def serve(
                 on_ready(gateway)
 
         server = DrainingServer(config_, gateway.drain, timeout_s=config.faults.drain_timeout_s,  # SIGTERM: drain, then close
-                                on_started=started)
+                                on_started=started, tls=tls)
 
         # the app's lifespan, run here so a start error is raised (one line at the CLI), not logged with a traceback
         run = server.serve_between([sock], start=gateway.start, stop=gateway.stop)

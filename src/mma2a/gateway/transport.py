@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from ..card import EXTENSIONS_HEADER, VERSION_HEADER
 from ..compression import encode
 from ..errors import DispatchError, MMA2AError, error_metadata, rest_status
 from ..ext import EXTENSION_URI
+from ..tls import ClientTLS, client_context
 from .tracing import inject
 
 if TYPE_CHECKING:
@@ -54,8 +56,10 @@ class Transport:
     """Pooled HTTP client for agent calls (JSON-RPC binding of A2A 1.0)."""
 
     def __init__(self, *, timeout_s: float = 30.0, retries: int = 1, pool_size: int = 256,
-                 compress_min_bytes: int = 4096) -> None:
+                 compress_min_bytes: int = 4096, base_dir: str = ".") -> None:
         self.timeout_s = timeout_s
+        self.base_dir = base_dir
+        self._tls: dict[str, ssl.SSLContext] = {}  # per agent, from its `tls:` config; others: the system store
         self.retries = retries
         self.compress_min_bytes = compress_min_bytes
         self._pool_size = pool_size
@@ -77,6 +81,19 @@ class Transport:
             self._session = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
         return self._session
 
+    def use_tls(self, agent: str, config: ClientTLS | None) -> None:
+        """The TLS context for `agent`'s https:// calls (CA bundle, client certificate); None: the system store.
+
+        Raises `TLSFileError` naming a file that cannot be loaded."""
+        if config is None:
+            self._tls.pop(agent, None)
+        else:
+            self._tls[agent] = client_context(config, self.base_dir, what=f"agents.{agent}.tls")
+
+    def ssl_for(self, agent: str | None) -> ssl.SSLContext | bool:
+        """What aiohttp verifies `agent`'s certificate with (True: the default context)."""
+        return self._tls.get(agent, True) if agent is not None else True
+
     @property
     def grpc(self) -> GrpcAgents:
         """Channels to agents reached over gRPC (the grpc extra), made on first use."""
@@ -94,11 +111,13 @@ class Transport:
             await self._session.close()
             self._session = None
 
-    async def fetch_json(self, url: str, *, timeout_s: float | None = None, headers: Mapping[str, str] | None = None) -> Any:
-        """GET a JSON document (an Agent Card); errors are `DispatchError` naming the URL."""
+    async def fetch_json(self, url: str, *, timeout_s: float | None = None, headers: Mapping[str, str] | None = None,
+                         agent: str | None = None) -> Any:
+        """GET a JSON document (an Agent Card; over `agent`'s TLS settings); errors are `DispatchError` naming the URL."""
         try:
             async with self.session.get(
-                url, timeout=aiohttp.ClientTimeout(total=timeout_s or self.timeout_s), headers=headers
+                url, timeout=aiohttp.ClientTimeout(total=timeout_s or self.timeout_s), headers=headers,
+                ssl=self.ssl_for(agent),
             ) as resp:
                 body = await resp.read()
                 if resp.status != 200:
@@ -143,19 +162,22 @@ class Transport:
         body = self._encoded(agent, plain, coding, headers)
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         attempts = 1 + (self.retries if retry else 0)
+        tls = self.ssl_for(agent)
         for attempt in range(attempts):
             try:
-                async with self.session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+                async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=tls) as resp:
                     raw = await resp.read()
                     status = resp.status
                 if status == 415 and body is not plain:
                     self._plain.add(agent)
                     body = plain
                     del headers["Content-Encoding"]
-                    async with self.session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+                    async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=tls) as resp:
                         raw = await resp.read()
                         status = resp.status
                 break
+            except aiohttp.ClientSSLError as exc:  # a certificate problem does not go away on retry
+                raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
                 if attempt + 1 >= attempts:
                     raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
@@ -204,7 +226,7 @@ class Transport:
         body = self._encoded(agent, body, coding, headers)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s or self.timeout_s, sock_read=timeout_s or self.timeout_s)
         try:
-            async with self.session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+            async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=self.ssl_for(agent)) as resp:
                 if resp.status != 200:
                     raise DispatchError(f"agent {agent} answered HTTP {resp.status} to a stream", data={"agent": agent})
                 ctype = resp.headers.get("Content-Type", "")
@@ -234,6 +256,15 @@ class Transport:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        err = exc.certificate_error
+        reason = getattr(err, "verify_message", None) or getattr(err, "reason", None) or str(err)
+        return (f"TLS: the certificate of {exc.host}:{exc.port} is not trusted ({reason}); "
+                "check the agent's tls.ca_file")
+    if isinstance(exc, aiohttp.ClientSSLError):
+        err = exc.os_error
+        reason = getattr(err, "reason", None) or str(err)
+        return f"TLS handshake with {exc.host}:{exc.port} failed ({reason}); check the agent's tls settings"
     if isinstance(exc, aiohttp.ClientConnectorError):
         return f"cannot connect to {exc.host}:{exc.port} ({exc.os_error.strerror or exc.os_error})"
     text = str(exc)
