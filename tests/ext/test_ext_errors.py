@@ -68,6 +68,8 @@ def test_every_1_x_protocol_is_accepted(token: str) -> None:
         ({"session": {"id": "s", "final": "yes"}}, ExtensionError, "session.final", "must be a boolean, got str"),
         ({"session": {"id": "s", "seq": -2}}, ExtensionError, "session.seq", "must be >= 0, got -2"),
         ({"signature": "abc"}, ExtensionError, "signature", "must be an object, got str"),
+        ({"via": "gw-a"}, ExtensionError, "via", "must be a list of gateway ids, got str"),
+        ({"via": ["gw-a", 2]}, ExtensionError, "via[1]", "must be a gateway id, got int"),
     ],
 )
 def test_bad_message_fields(ext: dict[str, Any], error: type[Exception], field: str, message: str) -> None:
@@ -163,3 +165,12 @@ def test_part_without_extension_reads_from_media_type() -> None:
     assert read_part({"text": "hi"}).modality == "text/plain"
     assert read_part({"data": {"a": 1}}).modality == "application/json"
     assert read_part({"url": "https://x/y"}).modality == "application/octet-stream"
+
+
+def test_via_round_trips_and_is_left_out_when_empty() -> None:
+    from mma2a.ext import MessageExtension
+
+    ext = MessageExtension.from_json({"via": ["gw-a", "gw-b"], "hops": 2})
+    assert ext.via == ("gw-a", "gw-b") and view_message(_msg(ext.to_json())).via == ("gw-a", "gw-b")
+    assert MessageExtension.from_json(ext.to_json()) == ext
+    assert "via" not in MessageExtension().to_json()

@@ -189,3 +189,35 @@ def test_listener_tls_config_errors_name_the_field() -> None:
         parse_config({"tls": {"key_file": "k.pem"}})
     with pytest.raises(ConfigError, match=r"^agents\.0\.tls: Value error, key_file needs cert_file$"):
         parse_config({"agents": [{"name": "a", "url": "https://x", "tls": {"key_file": "k.pem"}}]})
+
+
+async def test_the_grpc_binding_serves_tls_with_the_same_certificates(tmp_path: Path) -> None:
+    import grpc
+    import grpc.aio
+    from a2a.client import ClientConfig, create_client
+    from a2a.helpers.proto_helpers import new_text_message
+    from a2a.types import Role, SendMessageRequest, TaskState, a2a_pb2_grpc
+
+    ca = CA(tmp_path)
+    gw_cert, alice = ca.issue("gateway"), ca.issue("alice", server=False)
+    ca_pem = Path(ca.cert_file).read_bytes()
+    card, ex = agent("analyst", ["text/plain"])
+    async with run_agent(card, ex) as a_url:
+        cfg = {"tls": listener(ca, gw_cert), "grpc_listen": "127.0.0.1:0", "agents": [{"name": "analyst", "url": a_url}]}
+        async with gateway(cfg) as (gw, url):
+            creds = grpc.ssl_channel_credentials(ca_pem, Path(alice.key_file).read_bytes(), Path(alice.cert_file).read_bytes())
+            async with httpx.AsyncClient(verify=client_ctx(ca, alice), timeout=30) as http:
+                config = ClientConfig(streaming=False, supported_protocol_bindings=["GRPC"], httpx_client=http,
+                                      grpc_channel_factory=lambda target: grpc.aio.secure_channel(target, creds))
+                client = await create_client(url, config)
+                request = SendMessageRequest(message=new_text_message("over grpc and tls", role=Role.ROLE_USER))
+                events = [ev async for ev in client.send_message(request)]
+                await client.close()
+            assert events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert gw.grpc_url is not None
+            # without a client certificate the TLS handshake fails: the call is UNAVAILABLE, nothing is sent
+            async with grpc.aio.secure_channel(gw.grpc_url, grpc.ssl_channel_credentials(ca_pem)) as channel:
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, timeout=30)  # type: ignore[no-untyped-call]
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert [p.text for r in ex.received for p in r.message.parts] == ["over grpc and tls"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from a2a.types import a2a_pb2_grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from ..tls import ListenerTLS, ServerTLS
 from ..errors import A2A_DOMAIN, MMA2AError, RateLimited, grpc_status, metadata_strings
 from .access import Authenticator, Client, RateLimiter, current_client
 from .security import Unavailable
@@ -38,6 +40,16 @@ _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 def metadata_headers(metadata: Any) -> dict[str, str]:
     """gRPC invocation metadata as lower-case HTTP-style headers."""
     return {k.lower(): v if isinstance(v, str) else v.decode("latin-1") for k, v in (metadata or ())}
+
+
+def server_credentials(tls: ListenerTLS, base_dir: str) -> grpc.ServerCredentials:
+    """gRPC server credentials from the `tls:` section (the files are read here, once)."""
+    server = ServerTLS(tls, base_dir)  # loads them: a bad file is a TLSFileError naming it
+    cert = Path(server.cert_file).read_bytes()
+    key = Path(server.key_file).read_bytes() if server.key_file else cert
+    ca = Path(server.ca_file).read_bytes() if server.ca_file else None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                       require_client_auth=ca is not None and tls.client_cert == "required")
 
 
 def error_status(exc: MMA2AError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, bytes], ...]]:
@@ -108,6 +120,10 @@ class _CallContext(DefaultGrpcServerCallContextBuilder):
         ctx = super().build(context)
         if self.auth.active:
             current_client.set(self.auth.authenticate(metadata_headers(context.invocation_metadata())))
+        else:  # a verified client certificate (mutual TLS) names the sender, as on HTTP
+            cn = (context.auth_context() or {}).get("x509_common_name")
+            if cn:
+                current_client.set(self.auth.certificate(cn[0].decode("utf-8", "replace")))
         return ctx
 
 
@@ -124,7 +140,10 @@ class GrpcIngress:
                                       options=[("grpc.max_receive_message_length", cfg.max_body_bytes)])
         servicer = GrpcHandler(handler, context_builder=_CallContext(auth))
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, self.server)  # type: ignore[no-untyped-call]
-        self.port = self.server.add_insecure_port(self.listen)
+        if cfg.tls is not None:  # the listener's certificate and client CA (read at start; HTTP reloads them)
+            self.port = self.server.add_secure_port(self.listen, server_credentials(cfg.tls, cfg.base_dir))
+        else:
+            self.port = self.server.add_insecure_port(self.listen)
         if self.port == 0:
             raise OSError(f"grpc_listen: cannot bind {self.listen}")
 
