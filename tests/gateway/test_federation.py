@@ -72,7 +72,7 @@ async def test_an_image_reaches_an_agent_two_gateways_away(tmp_path: Path) -> No
     card, ex = agent("vision", ["image/png", "image/*"])
     async with run_agent(card, ex) as vision_url, chain(ca, vision_url) as (url_a, _):
         doc = await send(url_a, ca, [{"raw": base64.b64encode(image).decode(), "mediaType": "image/png"}])
-    assert "result" in doc, doc
+    assert doc["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", doc
     [received] = ex.received
     [part] = received.message.parts
     assert part.raw == image and part.media_type == "image/png"
@@ -123,7 +123,7 @@ async def test_a_large_payload_by_reference_across_the_chain_byte_for_byte(tmp_p
     card, ex = agent("vision", ["image/png"])
     async with run_agent(card, ex) as vision_url, chain(ca, vision_url, offload_threshold=64 * 1024) as (url_a, _):
         doc = await send(url_a, ca, [{"raw": base64.b64encode(big).decode(), "mediaType": "image/png"}])
-        assert "result" in doc, doc
+        assert doc["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", doc
         [received] = ex.received
         [part] = received.message.parts
         assert part.url.startswith(url_a + "/blobs/"), part  # gw-a's signed URL, passed on by gw-b and gw-c
@@ -131,3 +131,40 @@ async def test_a_large_payload_by_reference_across_the_chain_byte_for_byte(tmp_p
             r = await c.get(part.url)
     assert r.status_code == 200
     assert hashlib.sha256(r.content).hexdigest() == hashlib.sha256(big).hexdigest() and r.content == big
+
+
+async def test_signed_features_cross_the_chain_and_are_verified_at_every_hop(tmp_path: Path) -> None:
+    """A producer's signed features route at gw-c, two hops from where they entered; each gateway verifies them."""
+    import time
+
+    from mma2a.signing import new_private_key, public_key_text, sign_message
+
+    ca, key = CA(tmp_path), new_private_key()
+    signing = {"signing": {"senders": {"camera-1": public_key_text(key)}, "policy": "reject"},
+               "features": {"trusted_senders": ["camera-1"], "untrusted": "drop", "fill_missing": False}}
+    cats = {"version": 1, "rules": [{"name": "cats", "match": {"modality": "image/*", "features": {"objects": {"contains": "cat"}}},
+                                     "action": {"route_to": "vision"}}]}
+    specs = {"vision": agent("vision", ["image/png"]), "other": agent("other", ["image/png"])}
+    common: dict[str, Any] = {"urls": {"allow_hosts": ["127.0.0.1"]}, **signing}
+    async with run_agent(*specs["vision"]) as vision_url, run_agent(*specs["other"]) as other_url:
+        async with gateway({**common, "name": "gw-c", "tls": tls_of(ca, "gw-c"), "rules": cats,
+                            "agents": [{"name": "other", "url": other_url}, {"name": "vision", "url": vision_url}]}) as (gw_c, url_c):
+            async with gateway({**common, "name": "gw-b", "tls": tls_of(ca, "gw-b"),
+                                "agents": [upstream(ca, "gw-b", "site-c", url_c)]}) as (gw_b, url_b):
+                async with gateway({**common, "name": "gw-a", "tls": tls_of(ca, "gw-a", client_cert="optional"),
+                                    "agents": [upstream(ca, "gw-a", "site-b", url_b)]}) as (gw_a, url_a):
+                    assert gw_a.startup_errors == gw_b.startup_errors == gw_c.startup_errors == []
+                    part = {"raw": base64.b64encode(png_bytes(32, 24)).decode(), "mediaType": "image/png",
+                            "metadata": {EXTENSION_URI: {"modality": "image/png", "features": {"objects": ["cat"]}}}}
+                    message: dict[str, Any] = {"messageId": "m-signed", "role": "ROLE_USER", "parts": [part]}
+                    signature = sign_message(message, key, signer="camera-1", ts=int(time.time()))
+                    async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=ca.cert_file), timeout=60) as c:
+                        r = await c.post(url_a, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                                      "params": {"message": message}}, headers={"A2A-Version": "1.0"})
+    assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+    assert specs["other"][1].received == []
+    [received] = specs["vision"][1].received  # gw-c's rule read the features signed at the producer
+    got = json_format.MessageToDict(received.message)
+    assert got["parts"][0]["metadata"][EXTENSION_URI]["features"] == {"objects": ["cat"]}
+    assert got["metadata"][EXTENSION_URI]["signature"] == signature
+    assert got["metadata"][EXTENSION_URI]["via"] == ["gw-a", "gw-b", "gw-c"]
