@@ -221,3 +221,31 @@ async def test_the_grpc_binding_serves_tls_with_the_same_certificates(tmp_path: 
                     await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, timeout=30)  # type: ignore[no-untyped-call]
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     assert [p.text for r in ex.received for p in r.message.parts] == ["over grpc and tls"]
+
+
+async def test_live_streams_are_wss_on_a_tls_listener(tmp_path: Path) -> None:
+    import orjson
+    from websockets.asyncio.client import connect
+
+    from mma2a.payload import decode_frame
+
+    ca = CA(tmp_path)
+    gw_cert, alice = ca.issue("gateway"), ca.issue("alice", server=False)
+    ctx = client_ctx(ca, alice)
+    payload = os.urandom(50_000)
+    async with gateway({"tls": listener(ca, gw_cert)}) as (_, url):
+        async with httpx.AsyncClient(verify=ctx, timeout=30) as c:
+            r = await c.post(url + "/streams", json={"mediaType": "audio/ogg; codecs=opus"})
+        assert r.status_code == 201, r.text
+        s = r.json()
+        assert s["producerWsUrl"].startswith("wss://") and s["subscribeUrl"].startswith("wss://")
+        async with connect(s["producerWsUrl"], ssl=ctx) as producer:
+            await producer.send(orjson.dumps({"type": "start", "mediaType": "audio/ogg"}).decode())
+            await producer.send(payload)
+            await producer.send(orjson.dumps({"type": "stop"}).decode())
+            assert orjson.loads(await producer.recv())["offset"] == len(payload)
+        got = b""
+        async with connect(s["subscribeUrl"] + "&offset=0", ssl=ctx) as consumer:
+            while (f := decode_frame(await consumer.recv())).type != "stop":
+                got += f.data
+    assert got == payload
