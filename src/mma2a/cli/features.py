@@ -65,7 +65,7 @@ def features_command(
     modality: Annotated[str | None, typer.Option("--modality", "-m", help="Override the sniffed modality.")] = None,
     budget: Annotated[float, typer.Option("--budget", help="Seconds allowed per file.")] = 10.0,
     keyword: Annotated[list[str] | None, typer.Option("--keyword", "-k", help="Spoken keyword to listen for (repeatable).")] = None,
-    embed: Annotated[bool, typer.Option("--embed", help="Also the sentence embedding of text files (512 numbers).")] = False,
+    embed: Annotated[bool, typer.Option("--embed", help="Also the sentence embedding of text files (384 numbers).")] = False,
 ) -> None:
     """Print the features the offline extractors find in each FILE."""
     from rich.console import Console

@@ -120,13 +120,40 @@ def _load(rules_path: Path) -> Any:
         _fail(exc.errors)
 
 
+def _embedder(rules: Any) -> Any:
+    """The sentence embedder when the rules route by meaning and the `embed` extra is installed."""
+    from ..features.sentence import sentence_embedder
+    from ..routing.semantic import needs_vectors
+
+    return sentence_embedder() if needs_vectors(rules) else None
+
+
+def _with_vectors(view: Any, obj: Any, snap: Any) -> Any:
+    """The view with the sentence vector of each part's words (text, or a transcript / OCR text the
+    message carries as features), as the gateway's feature stage would add it."""
+    from ..ext import read_part
+    from ..features.sentence import sentence_embedder
+    from ..gateway.enrich import part_words, with_vectors
+
+    embedder = sentence_embedder()
+    if not snap.needs_vectors or embedder is None:
+        return view
+    raw = obj.get("message", obj) if isinstance(obj, dict) and "parts" not in obj else obj
+    texts = {}
+    for p, pv in zip(raw.get("parts") or [], view.parts):
+        words = part_words(p, pv.modality, read_part(p).features) if isinstance(p, dict) else None
+        if words is not None:
+            texts[pv.index] = words
+    return with_vectors(view, dict(zip(texts, embedder.embed(list(texts.values()))))) if texts else view
+
+
 def _snapshot(rules: Any, cards: Path | None, mode: str) -> Any:
     from ..errors import MMA2AError
     from ..routing import build_snapshot
 
     agents = load_cards(cards) if cards is not None else placeholder_agents(rules)
     try:
-        return build_snapshot(rules, agents, mode=mode)
+        return build_snapshot(rules, agents, mode=mode, embedder=_embedder(rules))
     except MMA2AError as exc:
         _fail(list(exc.data.get("errors", [exc.message])))
 
@@ -210,7 +237,7 @@ def explain(
             if isinstance(obj, dict):
                 raw = obj.get("message", obj) if "parts" not in obj else obj
                 message_id = raw.get("messageId") if isinstance(raw, dict) else None
-            view = _view(obj)
+            view = _with_vectors(_view(obj), obj, snap)
             decision = decide(view, snap)
         except MMA2AError as exc:
             failed = True

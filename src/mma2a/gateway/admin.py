@@ -6,6 +6,7 @@ in force untouched and answers 400 with the errors.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -23,6 +24,7 @@ from ..responses import error_response, json_response, read_json_object
 from ..routing import parse_rules
 from ..routing.loader import rules_to_json
 from .config import AgentConfig
+from .enrich import with_vectors
 from .history.api import history_routes
 
 if TYPE_CHECKING:
@@ -48,7 +50,8 @@ def admin_routes(gw: Gateway) -> list[Route]:
         if not text.strip():
             raise RuleError("rules: body is empty", errors=["rules: body is empty"])
         rules = parse_rules(text)  # a body is rule text, never a path to read
-        snapshot = gw.state.set_rules(rules, source=text)
+        # off the event loop: a snapshot with `semantic` conditions or `skills` mode embeds texts as it builds
+        snapshot = await asyncio.to_thread(gw.state.set_rules, rules, text)
         gw.pipeline.pins.clear()
         await gw.cluster.publish_rules(text)  # every gateway of the cluster applies it (KV watch)
         return json_response({"version": snapshot.version, "rules": len(rules.rules)})
@@ -100,7 +103,11 @@ def admin_routes(gw: Gateway) -> list[Route]:
         data = await read_json_object(request)
         if not isinstance(data.get("message"), dict):
             raise InvalidParams("message: required, an A2A 1.0 message object", field="message")
-        view = gw.pipeline.view(data["message"], data.get("configuration"), data.get("agent"))
+        message = data["message"]
+        vectors: dict[int, Any] = {}
+        if gw.features is not None and gw.state.snapshot.needs_vectors:  # a dry run routes by meaning as a send would
+            vectors = await gw.features.apply(message, gw.state.snapshot)
+        view = with_vectors(gw.pipeline.view(message, data.get("configuration"), data.get("agent")), vectors)
         try:
             decision = gw.pipeline.route(view)
         except ContentTypeNotSupported as exc:

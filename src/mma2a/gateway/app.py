@@ -32,10 +32,12 @@ from ..features.base import Limits
 from ..features.probe import check_media
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
+from ..features.sentence import sentence_embedder
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
 from ..payload import SIGNED_ROUTES, BlobStore, LocalBlobStore, StreamHub, URLSigner, payload_routes
 from ..responses import error_response, json_response
 from ..routing import parse_rules
+from ..routing.semantic import CachedEmbedder
 from ..serving import cancel_tasks
 from .adapt import PartAdapter
 from .admin import admin_routes
@@ -116,7 +118,9 @@ class Gateway:
         self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries,
                                    compress_min_bytes=config.adapt.compress_min_bytes, base_dir=config.base_dir)
         self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
-        self.state = RoutingState(self.directory, mode=config.mode)
+        self.embedder = sentence_embedder()  # None without the `embed` extra: no semantic routing
+        self.state = RoutingState(self.directory, mode=config.mode,
+                                  embedder=CachedEmbedder(self.embedder) if self.embedder is not None else None)
         self.features = self._feature_stage(config)
         scheme = "https" if config.tls else "http"
         self.public_url = (config.public_url or f"{scheme}://{config.listen}").rstrip("/")
@@ -161,7 +165,7 @@ class Gateway:
                                fill_missing=fc.fill_missing, budget_s=fc.budget_s)
         limits = Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
                         max_video_seconds=fc.max_video_seconds)
-        return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits), policy)
+        return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits), policy, self.embedder)
 
     def _adapter(self, config: GatewayConfig) -> PartAdapter | None:
         ac, fc = config.adapt, config.features
@@ -212,12 +216,12 @@ class Gateway:
         if self.history is not None:
             self.history.start()
         self.startup_errors = await self.directory.add_many(self.config.agents)
-        if self.features is not None:  # load detectors and language profiles before the first request
-            await asyncio.to_thread(self.features.pipeline.warm_up)
         source = self.config.rules_source()
         if source is not None:
             rules = parse_rules(source, source=self.config.rules_name())
-            self.state.set_rules(rules, source=source)
+            await asyncio.to_thread(self.state.set_rules, rules, source)  # embeds semantic examples and skills
+        if self.features is not None:  # load the models the rules need, and language profiles, before the first request
+            await asyncio.to_thread(self.features.warm, self.state.snapshot)
         await self.cluster.start(self)  # clustered: share (or adopt) rules, agents, modalities; pins, blobs, deliveries
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
             from .grpc_binding import GrpcIngress

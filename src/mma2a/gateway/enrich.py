@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,8 @@ from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy, enrich_part
 from ..modality import Modality, parse_modality
 from ..routing import Snapshot
+from ..routing.semantic import SEMANTIC_PREFIX, Embedder
+from ..view import MessageView
 
 
 def feature_demand(snapshot: Snapshot) -> tuple[tuple[Modality | None, frozenset[str]], ...]:
@@ -54,23 +57,72 @@ def inline_bytes(part: Mapping[str, Any]) -> bytes | None:
     return None
 
 
-class FeatureStage:
-    """Fills in the features routing needs, under a policy, for every part of a message."""
+TEXT_OF = {"audio": "transcript", "image": "text", "video": "transcript"}
+"""The feature that holds a non-text part's words, for `semantic` conditions (transcript, OCR text)."""
 
-    def __init__(self, pipeline: FeaturePipeline, policy: FeaturePolicy) -> None:
+
+def _source_features(modality: Modality, needed: frozenset[str]) -> tuple[frozenset[str], bool]:
+    """`needed` with derived semantic names replaced by the feature that holds the part's words,
+    and whether the part needs a sentence vector."""
+    semantic = any(n.startswith(SEMANTIC_PREFIX) for n in needed)
+    plain = frozenset(n for n in needed if not n.startswith(SEMANTIC_PREFIX))
+    source = TEXT_OF.get(modality.type)
+    if semantic and source is not None:
+        plain |= {source}
+    return plain, semantic
+
+
+def part_words(part: Mapping[str, Any], modality: Modality, features: Mapping[str, Any]) -> str | None:
+    """The words a part carries: a text part's text, else its transcript or OCR text (None: none)."""
+    if modality.type == "text":
+        text = part.get("text")
+        return text if isinstance(text, str) and text.strip() else None
+    source = TEXT_OF.get(modality.type)
+    value = features.get(source) if source is not None else None
+    return value if isinstance(value, str) and value.strip() else None
+
+
+class FeatureStage:
+    """Fills in the features routing needs, under a policy, for every part of a message; and, when
+    the snapshot routes by meaning, the sentence vector of each part's words (kept off the wire)."""
+
+    def __init__(self, pipeline: FeaturePipeline, policy: FeaturePolicy, embedder: Embedder | None = None) -> None:
         self.pipeline = pipeline
         self.policy = policy
+        self.embedder = embedder
 
-    async def apply(self, message: dict[str, Any], snapshot: Snapshot, *, sender: str | None = None) -> None:
+    def warm(self, snapshot: Snapshot) -> list[str]:
+        """Load the models the snapshot's rules need (blocking: call it off the event loop)."""
+        wanted: set[str] = set()
+        for pattern, names in feature_demand(snapshot):
+            wanted |= {n for n in names if not n.startswith(SEMANTIC_PREFIX)}
+            if any(n.startswith(SEMANTIC_PREFIX) for n in names):
+                if pattern is None or pattern.type == "*":
+                    wanted |= set(TEXT_OF.values())
+                elif pattern.type in TEXT_OF:
+                    wanted.add(TEXT_OF[pattern.type])
+        warmed = self.pipeline.warm_up(frozenset(wanted))
+        if snapshot.needs_vectors and self.embedder is not None:
+            self.embedder.embed(["warm up"])
+            warmed.append("embedder")
+        return warmed
+
+    async def apply(self, message: dict[str, Any], snapshot: Snapshot, *, sender: str | None = None) -> dict[int, Any]:
+        """Enrich the parts in place; returns the sentence vector of each part that needs one, by index."""
         demand = feature_demand(snapshot)
-        if not demand:
-            return
+        skills = snapshot.needs_vectors and snapshot.skill_table is not None
+        if not demand and not skills:
+            return {}
         jobs = []
-        for part in message.get("parts") or []:
+        wants_vector: list[tuple[int, dict[str, Any], Modality]] = []
+        for i, part in enumerate(message.get("parts") or []):
             if not isinstance(part, dict):
                 continue
             ext = read_part(part)
-            needed = needed_for(parse_modality(ext.modality or "application/octet-stream"), demand)
+            modality = parse_modality(ext.modality or "application/octet-stream")
+            needed, semantic = _source_features(modality, needed_for(modality, demand))
+            if semantic or (skills and modality.type == "text"):
+                wants_vector.append((i, part, modality))
             if not needed:
                 continue
             trusted = self.policy.trusts(sender)
@@ -80,3 +132,28 @@ class FeatureStage:
                                     wanted=needed))
         if jobs:
             await asyncio.gather(*jobs)
+        if not wants_vector or self.embedder is None:
+            return {}
+        return await self._vectors(wants_vector)
+
+    async def _vectors(self, parts: list[tuple[int, dict[str, Any], Modality]]) -> dict[int, Any]:
+        texts: dict[int, str] = {}
+        for i, part, modality in parts:
+            words = part_words(part, modality, read_part(part).features)
+            if words is not None:
+                texts[i] = words
+        if not texts or self.embedder is None:
+            return {}
+        try:
+            rows = await asyncio.wait_for(asyncio.to_thread(self.embedder.embed, list(texts.values())), self.policy.budget_s)
+        except asyncio.TimeoutError:  # routed without vectors: semantic conditions fail, skills falls back
+            return {}
+        return dict(zip(texts, rows))
+
+
+def with_vectors(view: MessageView, vectors: Mapping[int, Any]) -> MessageView:
+    """`view` with each part's sentence vector (from `FeatureStage.apply`)."""
+    if not vectors:
+        return view
+    parts = tuple(dataclasses.replace(p, embedding=vectors[p.index]) if p.index in vectors else p for p in view.parts)
+    return dataclasses.replace(view, parts=parts)

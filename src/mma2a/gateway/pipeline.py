@@ -31,7 +31,7 @@ from .access import current_sender
 from .adapt import Adaptation, PartAdapter
 from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, chain_route, failed_task, now_iso
 from .directory import AgentDirectory, AgentEntry
-from .enrich import FeatureStage
+from .enrich import FeatureStage, with_vectors
 from .feed import DecisionFeed
 from .history.record import DecisionRecord, HistorySink, PartSummary, refused_parts
 from .hooks import ClusterHooks, Standalone
@@ -354,11 +354,10 @@ class Pipeline:
         sender = sender if sender is not None else current_sender()
         if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
             sender = await self.guard.admit(message, configuration, target, sender)
-        if self.features is not None:
-            await self.features.apply(message, self.state.snapshot, sender=sender)
+        vectors = await self.features.apply(message, self.state.snapshot, sender=sender) if self.features else {}
         if self.offload is not None:
             message = await self.offload.apply(message)
-        view = self.view(message, configuration, target)
+        view = with_vectors(self.view(message, configuration, target), vectors)
         if message.get("taskId"):
             rec = self.tasks.find(message["taskId"])
             if rec is not None and not rec.fanned_out and len(rec.legs) == 1:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import MMA2AError
 from ..routing import RuleSet, Snapshot, build_snapshot, parse_rules
+from ..routing.semantic import Embedder
 from .directory import AgentDirectory
 
 DEFAULT_RULES: dict[str, Any] = {"version": 1, "default": {"capability": "any"}, "rules": []}
@@ -19,8 +20,10 @@ DEFAULT_RULES: dict[str, Any] = {"version": 1, "default": {"capability": "any"},
 class RoutingState:
     """Owns the current `Snapshot`; readers take `state.snapshot` once per request."""
 
-    def __init__(self, directory: AgentDirectory, *, rules: RuleSet | None = None, mode: str = "native") -> None:
+    def __init__(self, directory: AgentDirectory, *, rules: RuleSet | None = None, mode: str = "native",
+                 embedder: Embedder | None = None) -> None:
         self.directory = directory
+        self.embedder = embedder  # embeds `semantic` examples and card skills when a snapshot is built
         self.mode = mode
         self.rules = rules if rules is not None else parse_rules(DEFAULT_RULES, source="<default>")
         self.rules_source: Any = None
@@ -30,7 +33,7 @@ class RoutingState:
         self.snapshot: Snapshot = self._build(self.rules, self.mode)
 
     def _build(self, rules: RuleSet, mode: str) -> Snapshot:
-        return build_snapshot(rules, self.directory.infos(), mode=mode, version=next(self._versions))
+        return build_snapshot(rules, self.directory.infos(), mode=mode, version=next(self._versions), embedder=self.embedder)
 
     def set_rules(self, rules: RuleSet, source: Any = None) -> Snapshot:
         """Validate against the current agents, then swap; raises and keeps the old rules on error."""

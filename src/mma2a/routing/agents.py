@@ -36,6 +36,10 @@ class SkillInfo:
     id: str
     input_modes: tuple[str, ...] = ()
     output_modes: tuple[str, ...] = ()
+    name: str = ""
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()  # name, description, tags and examples: what `skills` routing compares
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,10 @@ def agent_info_from_card(
                 str(sid),
                 _modes(s.get("inputModes"), f"{where}.skills[{i}].inputModes", problems),
                 _modes(s.get("outputModes"), f"{where}.skills[{i}].outputModes", problems, output=True),
+                _text(s.get("name")),
+                _text(s.get("description")),
+                _texts(s.get("tags")),
+                _texts(s.get("examples")),
             )
         )
     caps = card_json.get("capabilities") or {}
@@ -143,6 +151,17 @@ def agent_info_from_card(
         extension=extension,
         problems=tuple(problems or ()),
     )
+
+
+def _text(value: Any) -> str:
+    """A card's free-text field (skills are read leniently: a wrong type is no text)."""
+    return " ".join(value.split())[:2000] if isinstance(value, str) else ""
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(t for t in (_text(v) for v in value[:50]) if t)
 
 
 def _problem(problems: list[str] | None, message: str, field: str) -> None:

@@ -9,7 +9,7 @@ caller may pass one (`clock=time.perf_counter`) to get step timings in the expla
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -22,6 +22,7 @@ from .agents import breadth
 from .match import MatchResult, check_rule, match_linear
 from .planner import plan_transforms
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadBalance, RouteTo, Transform
+from .semantic import TOP, with_scores
 from .snapshot import Snapshot, _remember
 
 TEXT_PLAIN = parse_modality("text/plain")
@@ -50,6 +51,8 @@ def explain_rules(part: PartView, snapshot: Snapshot) -> tuple[CandidateCheck, .
     exhaustive view an operator wants when asking why a rule did not apply. It ignores
     `continue` and stops nowhere.
     """
+    if snapshot.semantic is not None:
+        part = with_scores(part, snapshot.semantic)
     return tuple(check_rule(rule, part) for rule in snapshot.rules.rules)
 
 
@@ -58,8 +61,11 @@ def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | No
     explanations: list[PartExplanation] = []
     timings: dict[str, float] = {}
     load_reads: list[bool] = []
+    table = snapshot.semantic
     for part in view.parts:
         start = clock() if clock is not None else 0.0
+        if table is not None:  # the derived semantic features, the same for both evaluators
+            part = with_scores(part, table)
         route, explanation = _route_part(view, part, snapshot, load, matcher, load_reads)
         routes.append(route)
         explanations.append(explanation)
@@ -80,6 +86,8 @@ def decision_key(view: MessageView) -> Hashable | None:
         return None
     shape: list[Hashable] = [view.receivers, view.accepted_output_modes]
     for part in view.parts:
+        if part.embedding is not None:  # routing by meaning reads the vector: the same text, the same key
+            shape.append(part.embedding.tobytes())
         if part.features:
             try:
                 shape.append((part.modality, orjson.dumps(part.features, option=orjson.OPT_SORT_KEYS)))
@@ -119,6 +127,7 @@ class _Part(NamedTuple):
     prefix: tuple[TransformStep, ...]
     outputs: tuple[str, ...]
     load_reads: list[bool]
+    embedding: Any = None
 
 
 def _route_part(
@@ -138,7 +147,7 @@ def _route_part(
         prefix = planned[0]
         routed = PartView(part.index, TEXT_PLAIN, {}, part.kind, part.size)
         out.notes.append(f"text-bottleneck: {mod_str} -> text/plain via {_chain(prefix)}")
-    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads)
+    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads, part.embedding)
     matched_names: tuple[str, ...] = ()
     if view.receivers:
         for name in view.receivers:
@@ -199,7 +208,9 @@ def _run(
     if action.pin_session:
         out.pin = True
     made: list[Target] = []
-    if isinstance(action, Capability):
+    if isinstance(action, Capability) and action.skills:
+        made.append(_by_skills(snapshot, ctx, modality, action, reason, load, out))
+    elif isinstance(action, Capability):
         made.append(_capability(snapshot, ctx, modality, action.group, reason, load))
     elif isinstance(action, RouteTo):
         made.append(_route_to(snapshot, ctx, modality, action.agent, reason, load))
@@ -316,6 +327,32 @@ def _capability(
         ctx.load_reads.append(True)  # a tie: the least busy wins (the first name when nothing is in flight)
         chosen = pick_least_inflight(tier, load.inflight) if load.inflight else tier[0]
     return _new(Target, (chosen, via, reason))
+
+
+def _by_skills(
+    snapshot: Snapshot, ctx: _Part, modality: Modality, action: Capability, reason: str, load: Load, out: _Outcome
+) -> Target:
+    """The agent whose skills are nearest in meaning to the part's text, when one reaches `min_score`
+    and accepts the part; else modality capability. The top candidates and their scores go to the notes."""
+    table = snapshot.skill_table
+    vector = ctx.embedding
+    if vector is None or table is None:
+        why = "the part has no text vector" if table is not None else "no skill vectors (no embedder)"
+        out.notes.append(f"skills: {why}; modality capability")
+        return _capability(snapshot, ctx, modality, None, reason, load)
+    key = ("skills", modality)
+    keep = snapshot.memo.get(key)
+    if keep is None:  # the agents that may take the part: healthy, not transformers, accepting its modality
+        keep = table.mask([n for n, a in snapshot.agents.items()
+                           if a.available and not a.transformer and snapshot.accepts(n, modality) >= 0])
+        _remember(snapshot.memo, key, keep)
+    ranked = table.rank(vector, keep)
+    shown = ", ".join(f"{a} {s:.2f} ({k})" for a, s, k in ranked[:TOP]) or "none"
+    if ranked and ranked[0][1] >= action.min_score:
+        out.notes.append(f"skills: {shown}; chose {ranked[0][0]} (min {action.min_score:g})")
+        return _new(Target, (ranked[0][0], (), f"skills:{ranked[0][1]:.2f}"))
+    out.notes.append(f"skills: {shown}; none reaches {action.min_score:g}: modality capability")
+    return _capability(snapshot, ctx, modality, None, reason, load)
 
 
 def _best_tier(

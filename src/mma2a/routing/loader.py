@@ -42,9 +42,9 @@ from .rules import (
 RULES_VERSION = 1
 TOP_KEYS = ("version", "default", "groups", "rules")
 RULE_KEYS = ("name", "description", "priority", "match", "action", "continue")
-MATCH_KEYS = ("modality", "features", "any")
+MATCH_KEYS = ("modality", "features", "semantic", "any")
 ACTION_KEYS = ("route_to", "broadcast_to", "load_balance", "transform", "drop", "clone_and_route_to", "capability")
-ACTION_OPTIONS = {"strategy": "load_balance", "then": "transform"}
+ACTION_OPTIONS = {"strategy": "load_balance", "then": "transform", "min": "capability"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 Path_ = tuple[str | int, ...]
@@ -353,7 +353,7 @@ def _parse_clause(ctx: _RuleContext, raw: Any, path: Path_) -> Clause | None:
     ok = True
     for key in raw:
         if key not in MATCH_KEYS:
-            ctx.error(path + (str(key),), f"unknown field (expected modality, features or any){_hint(str(key), MATCH_KEYS)}")
+            ctx.error(path + (str(key),), f"unknown field (expected modality, features, semantic or any){_hint(str(key), MATCH_KEYS)}")
             ok = False
     modality: Modality | None = None
     if "modality" in raw:
@@ -379,7 +379,46 @@ def _parse_clause(ctx: _RuleContext, raw: Any, path: Path_) -> Clause | None:
                 ok = False
             else:
                 conditions.extend(conds)
+    if "semantic" in raw:
+        cond = _parse_semantic(ctx, raw["semantic"], path + ("semantic",))
+        if cond is None:
+            ok = False
+        else:
+            conditions.append(cond)
     return Clause(modality, tuple(conditions)) if ok else None
+
+
+SEMANTIC_KEYS = ("like", "min")
+
+
+def _parse_semantic(ctx: _RuleContext, raw: Any, path: Path_) -> Condition | None:
+    """`semantic: {like: [examples...], min: 0.55}`: the part's text (or transcript, or OCR text) is at
+    least `min` (cosine) from its nearest example."""
+    from .semantic import semantic_key
+
+    if not isinstance(raw, dict):
+        ctx.error(path, f"must be a mapping with like (a list of example texts) and min, got {_type_name(raw)}")
+        return None
+    ok = True
+    for key in raw:
+        if key not in SEMANTIC_KEYS:
+            ctx.error(path + (str(key),), f"unknown field (expected like, min){_hint(str(key), SEMANTIC_KEYS)}")
+            ok = False
+    like = raw.get("like")
+    if not isinstance(like, list) or not like or not all(isinstance(x, str) and x.strip() for x in like):
+        ctx.error(path + ("like",), "must be a non-empty list of example texts")
+        ok = False
+    elif len(like) > 200:
+        ctx.error(path + ("like",), f"at most 200 examples, got {len(like)}")
+        ok = False
+    threshold = raw.get("min", 0.55)
+    if not _is_number(threshold) or not -1 <= threshold <= 1:
+        ctx.error(path + ("min",), f"must be a number from -1 to 1 (a cosine), got {threshold!r}")
+        ok = False
+    if not ok:
+        return None
+    examples = tuple(" ".join(x.split()) for x in like)  # type: ignore[union-attr]
+    return Condition(semantic_key(examples), "gte", threshold, examples=examples)
 
 
 def _parse_conditions(ctx: _RuleContext, feature: str, spec: Any, path: Path_) -> list[Condition] | None:
@@ -504,9 +543,18 @@ def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
             return None
         return CloneAndRouteTo(tuple(value), pin) if ok else None
     if kind == "capability":
-        group = name_or_error(value, where, "'any' or a group name")
+        group = name_or_error(value, where, "'any', 'skills' or a group name")
         if group is None or not ok:
             return None
+        if "min" in raw and group != "skills":
+            ctx.error(path + ("min",), "only applies to capability: skills")
+            return None
+        if group == "skills":
+            threshold = raw.get("min", 0.25)
+            if not _is_number(threshold) or not -1 <= threshold <= 1:
+                ctx.error(path + ("min",), f"must be a number from -1 to 1 (a cosine), got {threshold!r}")
+                return None
+            return Capability(None, pin, skills=True, min_score=float(threshold))
         return Capability(None if group == "any" else group, pin)
     # transform
     if not isinstance(value, str):

@@ -38,9 +38,13 @@ class Condition:
     op: str
     value: Any
     values: frozenset[Scalar] = frozenset()
+    examples: tuple[str, ...] = ()  # a `semantic` condition: `feature` is derived, `gte value` its threshold
 
     def describe(self) -> str:
         """The condition as an author wrote it, for explanations: `blur lt 50`."""
+        if self.examples:
+            shown = ", ".join(repr(e) for e in self.examples[:2]) + (", ..." if len(self.examples) > 2 else "")
+            return f"semantic like [{shown}] min {self.value!r}"
         if self.op == "is":
             return f"{self.feature} is {self.value!r}"
         if self.op == "in":
@@ -126,13 +130,16 @@ class CloneAndRouteTo:
 
 @dataclass(frozen=True, slots=True)
 class Capability:
-    """Pick the best agent whose card accepts the part (`group=None`: any agent)."""
+    """Pick the best agent whose card accepts the part (`group=None`: any agent); with `skills`, the
+    agent whose card skills are nearest in meaning to a part's text, when one reaches `min_score`."""
 
     group: str | None = None
     pin_session: bool = False
+    skills: bool = False  # `capability: skills`: a part with a vector goes to the agent whose skills are nearest
+    min_score: float = 0.25
 
     def label(self) -> str:
-        return f"capability:{self.group or 'any'}"
+        return "capability:skills" if self.skills else f"capability:{self.group or 'any'}"
 
 
 Action = Union[RouteTo, BroadcastTo, LoadBalance, Transform, Drop, CloneAndRouteTo, Capability]

@@ -19,6 +19,7 @@ from .agents import AgentInfo, SkillModes, effective_skills
 from .index import RuleIndex
 from .match import ClauseKey, clause_keys
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, LoadBalance, RouteTo, Rule, RuleSet, Transform
+from .semantic import Embedder, SemanticTable, SkillTable, build_semantic, build_skills, needs_vectors
 
 MODES = ("native", "text-bottleneck")
 _MEMO_LIMIT = 8192
@@ -40,6 +41,16 @@ class Snapshot:
     mode: str = "native"
     version: int = 0
     memo: dict[Any, Any] = field(repr=False, default_factory=dict)
+    semantic: SemanticTable | None = field(repr=False, default=None)  # example vectors of `semantic` conditions
+    skill_table: SkillTable | None = field(repr=False, default=None)  # skill vectors, for `capability: skills`
+
+    @property
+    def needs_vectors(self) -> bool:
+        """Does routing read part vectors (a `semantic` condition, `skills` mode)? The gateway embeds only then."""
+        found = self.memo.get("needs_vectors")
+        if found is None:
+            found = self.memo["needs_vectors"] = needs_vectors(self.rules)
+        return bool(found)
 
     def members(self, name: str) -> tuple[str, ...]:
         """The agents a group, pool or single agent name stands for (group names win)."""
@@ -87,9 +98,14 @@ def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
 
 
 def build_snapshot(
-    rules: RuleSet, agents: Iterable[AgentInfo], *, mode: str = "native", version: int = 0
+    rules: RuleSet, agents: Iterable[AgentInfo], *, mode: str = "native", version: int = 0,
+    embedder: Embedder | None = None,
 ) -> Snapshot:
     """Compile `rules` against `agents`; raise `RuleError` when a rule names an agent or group that does not exist.
+
+    With `embedder`, the examples of `semantic` conditions and, when the rules use `skills`
+    mode, the agents' skill texts are embedded here, once per snapshot (a caching embedder
+    makes that once per text). A `semantic` condition without an embedder is a `RuleError`.
 
     A group declared in the rule file's `groups:` may be empty (its agents may register
     later); a rule naming it is valid and a part routed to it while it is empty fails at
@@ -140,7 +156,11 @@ def build_snapshot(
             if not isinstance(action, Transform):
                 break
             action = action.then
+    semantic = build_semantic(rules, embedder)
+    skill_table = build_skills([table[n] for n in names], embedder) if needs_vectors(rules) else None
     return Snapshot(
+        semantic=semantic,
+        skill_table=skill_table,
         rules=rules,
         reasons={r.name: f"rule:{r.name}" for r in rules.rules},
         labels=labels,

@@ -153,7 +153,7 @@ def history_routes(gw: Gateway, guard: Callable[[Any], Any]) -> list[Route]:
             raise InvalidParams("rules: required, the candidate rule file's text (YAML or JSON)", field="rules")
         text = body["rules"]
         rules = parse_rules(text)  # RuleError (400) lists every problem
-        candidate = build_snapshot(rules, gw.directory.infos(), mode=gw.state.mode)
+        candidate = build_snapshot(rules, gw.directory.infos(), mode=gw.state.mode, embedder=gw.state.embedder)
         filters = {k: str(v) for k, v in body.items() if k != "rules"}
         f = parse_filter(filters, time.time(), default_limit=REPLAY_DEFAULT, max_limit=REPLAY_MAX)
         rec = recorder()
@@ -167,7 +167,7 @@ def history_routes(gw: Gateway, guard: Callable[[Any], Any]) -> list[Route]:
         if not text.strip():
             raise RuleError("rules: body is empty", errors=["rules: body is empty"])
         rules = parse_rules(text)
-        build_snapshot(rules, gw.directory.infos(), mode=gw.state.mode)  # names agents and groups that exist
+        build_snapshot(rules, gw.directory.infos(), mode=gw.state.mode, embedder=gw.state.embedder)  # names agents and groups that exist
         return json_response({"valid": True, "rules": len(rules.rules)})
 
     return [
