@@ -209,3 +209,13 @@ def test_an_unclassified_route_stops_the_start() -> None:
     gw.app.app.add_route("/late", extra)  # added to the Starlette app after the build: start() refuses it too
     with pytest.raises(UnclassifiedRoute, match="/late"):
         asyncio.run(gw.start())
+
+
+def test_url_lookups_pass_over_the_unrouted_catch_all() -> None:
+    """The catch-all that answers unknown paths has no URL: a lookup by a name no route has is Starlette's
+    NoMatchFound, as with any router, and a named route is still found past the catch-all."""
+    from starlette.routing import NoMatchFound
+
+    app = Gateway(parse_config({"agents": []})).app.app  # the Starlette app behind the front door
+    with pytest.raises(NoMatchFound):
+        app.url_path_for("no-such-route")

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from starlette.routing import BaseRoute, Match, Mount, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Match, Mount, NoMatchFound, Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import MMA2AError
@@ -101,7 +101,7 @@ class Unrouted(BaseRoute):
         return (Match.PARTIAL if scope["type"] == "http" else Match.NONE), {}
 
     def url_path_for(self, name: str, /, **path_params: Any) -> Any:
-        raise NotImplementedError("the unrouted catch-all has no URL")
+        raise NoMatchFound(name, path_params)  # the catch-all has no URL: the router goes on to the next route
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.enforcer.unmatched(scope, receive, send)
