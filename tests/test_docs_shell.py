@@ -35,8 +35,10 @@ MAX_SKIPS = 10  # few, each with its reason in the markdown
 
 # What the blocks of a file must print (stdout of all its blocks together), besides exiting 0.
 EXPECTED = {
-    "README.md": ["part 0 (text/plain) → analyst [capability]", "part 1 (image/png) → vision [capability]",
-                  "part 2 (audio/wav) → speech [capability]", " completed"],
+    # the gateway example: a real photo, a spoken voice note and a question, each answered by the agent that fits it
+    "README.md": ["part 0 (text/plain) → analyst [capability]", "part 1 (image/jpeg) → vision [capability]",
+                  "part 2 (audio/wav) → speech [capability]", " completed\n", "analyst/answer: ",
+                  "vision/answer: 600x400 image; objects: cup", "; no defect found;", "speech/answer: ", "coffee cup"],
     "rules.md": ["docs/examples/rules.yaml: 3 rules OK (default capability:any)", "-> vision  [capability]"],
     "features.md": ['"file": "line-3.mp4"', '"codec": "h264"'],
 }

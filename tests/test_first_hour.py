@@ -291,8 +291,21 @@ def test_samples_writes_the_media_the_docs_use(tmp_path: Path) -> None:
 
     kinds = {p.name: sniff_modality((tmp_path / "media" / p.name).read_bytes()[:4096], p.name)
              for p in (tmp_path / "media").iterdir()}
-    assert kinds == {"crack.png": "image/png", "line-3.mp4": "video/mp4", "voice.wav": "audio/wav",
-                     "cube.obj": "model/obj", "report.txt": "text/plain"}
+    assert kinds == {"coffee.jpg": "image/jpeg", "note.wav": "audio/wav", "crack.png": "image/png", "line-3.mp4": "video/mp4",
+                     "voice.wav": "audio/wav", "cube.obj": "model/obj", "report.txt": "text/plain"}
     code, _, err = cli("samples", str(tmp_path / "media" / "crack.png"))
     assert code == 2
     assert err == f"error: {tmp_path / 'media' / 'crack.png'}: exists and is not a directory\n"
+
+
+def test_samples_without_scikit_image_writes_the_others_and_says_what_is_missing(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from mma2a.cli.main import _register
+
+    _register()
+    monkeypatch.setitem(sys.modules, "skimage", None)  # as on a machine without the `photos` extra: the import fails
+    result = CliRunner().invoke(app, ["samples", str(tmp_path), "--only", "coffee.jpg", "--only", "report.txt"])
+    assert result.exit_code == 1
+    assert result.stderr == ("error: coffee.jpg: not written, needs scikit-image, whose package ships the photo "
+                             "(pip install 'mma2a[photos]')\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.txt"]

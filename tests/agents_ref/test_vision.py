@@ -63,6 +63,27 @@ def test_status_lights_left_to_right_with_colours():
     assert f["defects"] == []
 
 
+@pytest.mark.parametrize(("photo", "objects"), [("coffee", ["cup"]), ("astronaut", ["person"]), ("chelsea", ["cat"]),
+                                                ("rocket", [])])
+def test_a_real_photo_gets_what_the_models_found_and_no_made_up_defects_or_lights(photo, objects):
+    # scikit-image's photos: the texture of fur, a spacesuit, coffee foam, a launch pad is not a defect, and the
+    # red saucer or the suit's flag patch is not a status light
+    import io
+
+    from PIL import Image
+
+    skdata = pytest.importorskip("skimage.data")
+    buf = io.BytesIO()
+    Image.fromarray(getattr(skdata, photo)()).convert("RGB").save(buf, "JPEG", quality=90)
+    f = vision.inspect_image(buf.getvalue())
+    assert [o["label"] for o in f["objects"]][:len(objects)] == objects
+    assert f["defects"] == [] and f["lights"] == []
+    line = vision.describe(f)
+    assert "no defect found" in line and "lights:" not in line
+    if objects:
+        assert f"objects: {objects[0]}" in line
+
+
 def test_undecodable_bytes_raise_a_clear_error():
     with pytest.raises(ValueError, match=r"^image: cannot decode \("):
         vision.inspect_image(b"not an image")

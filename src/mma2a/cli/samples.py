@@ -1,8 +1,9 @@
-"""`mma2a samples DIR`: the media files the docs use, generated here (no downloads).
+"""`mma2a samples DIR`: the media files the docs use, made here or shipped in a package (no downloads).
 
-crack.png (a product photo: a crack near the hinge and a QR label), line-3.mp4 (two
-seconds of a production line, H.264), voice.wav (a spoken defect note, eSpeak NG, in the
-speech agent's grammar), cube.obj (a mesh) and report.txt.
+coffee.jpg (a real photo: scikit-image's `coffee`, a cup of coffee on a saucer), note.wav (a
+question about it, spoken by eSpeak NG), crack.png (a drawn product photo: a crack near the
+hinge and a QR label), line-3.mp4 (two seconds of a production line, H.264), voice.wav (a
+spoken defect note, eSpeak NG), cube.obj (a mesh) and report.txt.
 """
 
 from __future__ import annotations
@@ -48,6 +49,33 @@ def line_mp4(seconds: float = 2.0, fps: int = 10, size: tuple[int, int] = (320, 
     return out.getvalue()
 
 
+class SampleUnavailable(Exception):
+    """A sample needs a package that is not installed (the message says which, and the extra)."""
+
+
+def coffee_jpg() -> bytes:
+    """scikit-image's `coffee` (Rachel Michetti, public domain; shipped inside the package), as a JPEG."""
+    try:
+        from skimage import data
+    except ImportError:
+        raise SampleUnavailable("needs scikit-image, whose package ships the photo (pip install 'mma2a[photos]')") from None
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(data.coffee()).save(out, "JPEG", quality=90)  # type: ignore[no-untyped-call]
+    return out.getvalue()
+
+
+NOTE = "There is a crack in the rim of my coffee cup. Can you check the photo?"
+"""What note.wav says (Whisper tiny.en hears it word for word)."""
+
+
+def note_wav() -> bytes:
+    from ..agents.speech import synthesize
+
+    return synthesize(NOTE)
+
+
 def voice_wav() -> bytes:
     from ..agents.speech import synthesize
     from ..demo import VOICE
@@ -75,6 +103,8 @@ f 4 1 5 8
 REPORT_TXT = "The lid of my coffee machine cracked after one week and now it rattles. What should we do?\n"
 
 SAMPLES: dict[str, Callable[[], bytes]] = {
+    "coffee.jpg": coffee_jpg,
+    "note.wav": note_wav,
     "crack.png": crack_png,
     "line-3.mp4": line_mp4,
     "voice.wav": voice_wav,
@@ -83,15 +113,21 @@ SAMPLES: dict[str, Callable[[], bytes]] = {
 }
 
 
-def write_samples(directory: Path, names: list[str] | None = None) -> list[Path]:
-    """Write the sample files into `directory` (created if needed); returns their paths."""
+def write_samples(directory: Path, names: list[str] | None = None) -> tuple[list[Path], dict[str, str]]:
+    """Write the sample files into `directory` (created if needed); returns their paths, and why each
+    sample that could not be made here was left out."""
     directory.mkdir(parents=True, exist_ok=True)
-    written = []
+    written, unavailable = [], {}
     for name in names or list(SAMPLES):
+        try:
+            content = SAMPLES[name]()
+        except SampleUnavailable as exc:
+            unavailable[name] = str(exc)
+            continue
         path = directory / name
-        path.write_bytes(SAMPLES[name]())
+        path.write_bytes(content)
         written.append(path)
-    return written
+    return written, unavailable
 
 
 @app.command()
@@ -99,7 +135,8 @@ def samples(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to write them (created if needed)")] = Path("."),
     only: Annotated[list[str] | None, typer.Option("--only", help=f"Just these ({', '.join(SAMPLES)}); repeatable")] = None,
 ) -> None:
-    """Write the media files the docs use: crack.png, line-3.mp4, voice.wav, cube.obj, report.txt."""
+    """Write the media files the docs use: coffee.jpg (a real photo), note.wav, crack.png, line-3.mp4, voice.wav,
+    cube.obj, report.txt. Exits 1 when one could not be made here (the others are written)."""
     unknown = [n for n in only or [] if n not in SAMPLES]
     if unknown:
         typer.echo(f"error: --only: unknown sample {unknown[0]!r}; choose from {', '.join(SAMPLES)}", err=True)
@@ -108,9 +145,13 @@ def samples(
         typer.echo(f"error: {directory}: exists and is not a directory", err=True)
         raise typer.Exit(2)
     try:
-        paths = write_samples(directory, only)
+        paths, unavailable = write_samples(directory, only)
     except OSError as exc:
         typer.echo(f"error: {directory}: cannot write the samples: {exc.strerror or exc}", err=True)
         raise typer.Exit(1) from None
     for p in paths:
         typer.echo(f"{p} ({p.stat().st_size} bytes)")
+    for name, why in unavailable.items():
+        typer.echo(f"error: {name}: not written, {why}", err=True)
+    if unavailable:
+        raise typer.Exit(1)
