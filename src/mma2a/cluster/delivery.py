@@ -274,7 +274,7 @@ class DurableDelivery:
         agent, params = body["agent"], body["params"]
         pipeline = self.cluster.gw.pipeline
         try:
-            result = await pipeline._call(pipeline.directory.get(agent), "SendMessage", params)
+            result = await pipeline.call_agent(pipeline.directory.get(agent), "SendMessage", params)
             outcome: dict[str, Any] = {"result": result}
         except AgentRPCError as exc:  # the agent got it and said no: delivered
             outcome = {"error": f"agent error {exc.code}: {exc.message}"}

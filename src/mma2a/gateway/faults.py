@@ -17,19 +17,21 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import DispatchError
-from ..tls import ServerTLS
+from ..errors import DispatchError, MMA2AError
+from ..routing import RouteDecision
 from ..serving import Server
+from ..tls import ServerTLS
 
 if TYPE_CHECKING:
     from .aggregate import LegResult
-    from .pipeline import Leg, Pipeline
+    from .dispatch import Dispatcher
+    from .legs import Leg
 
 log = logging.getLogger("mma2a.gateway.faults")
 _T = TypeVar("_T")
@@ -165,7 +167,8 @@ class FaultsConfig(BaseModel):
 
 
 async def fail_over(
-    pipeline: Pipeline, leg: Leg, message: dict[str, Any], configuration: Any, decision: Any, exc: DispatchError
+    dispatcher: Dispatcher, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None,
+    decision: RouteDecision, exc: DispatchError,
 ) -> LegResult | None:
     """Send a gone agent's leg to another member of its pool; None when that is not possible.
 
@@ -173,17 +176,16 @@ async def fail_over(
     again), the message is routed afresh without it, and the leg's parts go to the one
     agent the new decision names. Repeats while members remain.
     """
-    from ..errors import MMA2AError
-    from .pipeline import Leg
+    from .legs import Leg  # config → faults (FaultsConfig): the request path is not imported at load
 
     if not is_unreachable(exc):
         return None
     indexes = failover_parts(decision, leg.agent)
     if indexes is None:
         return None
-    pipeline.directory.mark(leg.agent, ok=False, error=exc.message, eject=True)
+    dispatcher.directory.mark(leg.agent, ok=False, error=exc.message, eject=True)
     try:
-        new = pipeline.route(pipeline.view(message, configuration, None))
+        new = dispatcher.reroute(message, configuration)
     except MMA2AError:
         return None
     by_index = {pr.index: pr for pr in new.parts}
@@ -192,5 +194,5 @@ async def fail_over(
         return None
     other = agents.pop()
     log.warning("failover: %s is unreachable (%s); parts %s go to %s", leg.agent, exc.message, indexes, other)
-    pipeline.metrics.agent_errors.labels(leg.agent).inc()
-    return await pipeline.dispatch(Leg(other, leg.parts), message, configuration, new)
+    dispatcher.metrics.agent_errors.labels(leg.agent).inc()
+    return await dispatcher.dispatch(Leg(other, leg.parts), message, configuration, new)

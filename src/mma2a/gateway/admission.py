@@ -1,0 +1,139 @@
+"""Admission: a message is checked (guard), enriched (features), offloaded, viewed and routed —
+what it will travel as, and where each part goes. Nothing is sent to an agent here."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ContentTypeNotSupported, InvalidRequest
+from ..ext import EXTENSION_URI, MAX_HOPS
+from ..modality import ModalityRegistry
+from ..routing import Load, RouteDecision, SessionPins, Snapshot, decide_pinned, decision_key
+from ..view import MessageView, view_message
+from .access import current_sender
+from .directory import AgentDirectory
+from .enrich import FeatureStage, with_vectors
+from .hooks import ClusterHooks
+from .metrics import GatewayMetrics
+from .offload import OffloadStage
+from .state import RoutingState
+from .tasks import TaskMap
+
+if TYPE_CHECKING:
+    from .guard import MessageGuard
+
+_MEMO_SIZE = 4096  # distinct message shapes remembered per snapshot
+
+
+class Admission:
+    """The stages before dispatch: guard → features → offload → view → route."""
+
+    def __init__(
+        self, *, directory: AgentDirectory, state: RoutingState, metrics: GatewayMetrics, registry: ModalityRegistry,
+        tasks: TaskMap, cluster: ClusterHooks, features: FeatureStage | None = None, offload: OffloadStage | None = None,
+        guard: MessageGuard | None = None, gateway_id: str = "",
+    ) -> None:
+        self.directory = directory
+        self.state = state
+        self.metrics = metrics
+        self.registry = registry
+        self.tasks = tasks
+        self.cluster = cluster  # shared pins, before/after routing a session's message
+        self.features = features
+        self.offload = offload
+        self.guard = guard  # limits, modality lists, URLs, signatures
+        self.gateway_id = gateway_id  # this gateway in `via` (federation: loops are refused by it)
+        shared = cluster.pins
+        self.pins = shared if shared is not None else SessionPins()
+        self._tick = 0
+        self._memo: dict[Hashable, RouteDecision] = {}  # decisions that read no load, for this snapshot
+        self._memo_snapshot: Snapshot | None = None
+
+    def view(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None) -> MessageView:
+        """The message as routing sees it; refuses routing loops (hops, this gateway already in `via`)."""
+        accepted = tuple((configuration or {}).get("acceptedOutputModes") or ())
+        view = view_message(message, accepted_output_modes=accepted, registry=self.registry)
+        if view.hops >= MAX_HOPS:
+            raise InvalidRequest(
+                f"message.metadata[{EXTENSION_URI}].hops: {view.hops} hops, the limit is {MAX_HOPS} (routing loop?)",
+                field="hops",
+            )
+        if self.gateway_id and self.gateway_id in view.via:
+            path = " → ".join((*view.via, self.gateway_id))
+            raise InvalidRequest(f"message.metadata[{EXTENSION_URI}].via: routing loop {path} (this gateway, "
+                                 f"{self.gateway_id}, passed the message on already)", field="via", data={"via": [*view.via]})
+        if target is not None:
+            self.directory.get(target)
+            view = dataclasses.replace(view, receivers=(target,))
+        return view
+
+    def route(self, view: MessageView) -> RouteDecision:
+        """Decide (or reuse a session's pinned route, or an equal earlier decision); the time goes to metrics.
+
+        Routing is pure: a view with the same shape (`decision_key`) under the same snapshot gets
+        the same decision, unless the decision read the load (pools, ties) — those are decided afresh.
+        """
+        snapshot = self.state.snapshot
+        self._tick += 1
+        t0 = time.perf_counter()
+        key = decision_key(view)
+        if key is not None:
+            if self._memo_snapshot is not snapshot:
+                self._memo.clear()
+                self._memo_snapshot = snapshot
+            known = self._memo.get(key)
+            if known is not None:
+                decision = dataclasses.replace(known, message_id=view.message_id)
+                self.metrics.decision_seconds.observe(time.perf_counter() - t0)
+                return decision
+        inflight = {e.name: e.inflight for e in self.directory.entries()}
+        decision = decide_pinned(view, snapshot, self.pins, load=Load(inflight=inflight, tick=self._tick))
+        if key is not None and not decision.uses_load:
+            if len(self._memo) >= _MEMO_SIZE:
+                self._memo.clear()
+            self._memo[key] = decision
+        self.metrics.decision_seconds.observe(time.perf_counter() - t0)
+        if decision.pinned:
+            self.metrics.pinned.inc()
+        return decision
+
+    async def _route_shared(self, view: MessageView) -> RouteDecision:
+        """Route a message of a session: its pin may come from another gateway; a new pin is shared before dispatch."""
+        assert view.session is not None
+        await self.cluster.before_route(view.session.id)
+        decision = self.route(view)
+        await self.cluster.after_route(view.session.id)
+        return decision
+
+    async def prepare(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None,
+        sender: str | None = None,
+    ) -> tuple[dict[str, Any], MessageView, RouteDecision]:
+        """Security checks, features, offload, view, route: the message as it will travel on, and where each part goes."""
+        sender = sender if sender is not None else current_sender()
+        if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
+            sender = await self.guard.admit(message, configuration, target, sender)
+        vectors = await self.features.apply(message, self.state.snapshot, sender=sender) if self.features else {}
+        if self.offload is not None:
+            message = await self.offload.apply(message)
+        view = with_vectors(self.view(message, configuration, target), vectors)
+        if message.get("taskId"):
+            rec = self.tasks.find(message["taskId"])
+            if rec is not None and not rec.fanned_out and len(rec.legs) == 1:
+                # a follow-up on a task: it goes where the task lives
+                view = dataclasses.replace(view, receivers=(rec.legs[0].agent,))
+        try:
+            decision = await self._route_shared(view) if view.session else self.route(view)
+        except ContentTypeNotSupported:
+            self.metrics.requests.labels("unroutable").inc()
+            raise
+        if self.guard is not None:
+            self.guard.check_targets(decision)
+        for pr in decision.parts:
+            self.metrics.parts.labels(pr.modality.split(";")[0]).inc()
+            for name in pr.matched:
+                self.metrics.rule_hits.labels(name).inc()
+        return message, view, decision

@@ -1,0 +1,63 @@
+"""One JSON-RPC call to a downstream agent, counted and health-marked, and what its card says
+about how to talk to it (whether it reads the extension, which input modes it takes)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import DispatchError
+from ..ext import EXTENSION_URI
+from .adapt import PartAdapter
+from .directory import AgentDirectory, AgentEntry
+from .metrics import GatewayMetrics
+from .transport import Transport
+
+
+def declares(entry: AgentEntry) -> bool:
+    """The agent's card declares the mma2a extension (it gets the metadata as it is)."""
+    exts = (entry.card.get("capabilities") or {}).get("extensions") or []
+    return any(isinstance(e, dict) and e.get("uri") == EXTENSION_URI for e in exts)
+
+
+def input_modes(entry: AgentEntry) -> list[str]:
+    """Every input mode the card names, its default ones first."""
+    modes = list(entry.card.get("defaultInputModes") or [])
+    for skill in entry.card.get("skills") or []:
+        modes += [m for m in skill.get("inputModes") or [] if m not in modes]
+    return modes
+
+
+class AgentCaller:
+    """Calls agents through the transport: in-flight count, latency and errors to metrics, health to the directory."""
+
+    def __init__(self, directory: AgentDirectory, transport: Transport, metrics: GatewayMetrics,
+                 adapter: PartAdapter | None) -> None:
+        self.directory = directory
+        self.transport = transport
+        self.metrics = metrics
+        self.adapter = adapter
+
+    def coding(self, entry: AgentEntry) -> str | None:
+        """The content coding this agent's requests are compressed with (None: as they are)."""
+        return self.adapter.coding(entry) if self.adapter is not None else None
+
+    async def call(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
+        """One JSON-RPC call; its `result` (DispatchError and AgentRPCError raised as they come)."""
+        entry.inflight += 1
+        t0 = time.perf_counter()
+        try:
+            result = await self.transport.call(
+                entry.name, entry.rpc_url, method, params, extension=declares(entry), token=entry.token,
+                timeout_s=entry.config.timeout_s, coding=self.coding(entry),
+            )
+        except DispatchError as exc:
+            self.directory.mark(entry.name, ok=False, error=exc.message)
+            self.metrics.agent_errors.labels(entry.name).inc()
+            raise
+        finally:
+            entry.inflight -= 1
+            self.metrics.agent_seconds.labels(entry.name).observe(time.perf_counter() - t0)
+        entry.sent += 1
+        self.directory.mark(entry.name, ok=True)
+        return result

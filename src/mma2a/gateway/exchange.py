@@ -1,0 +1,170 @@
+"""The exchange of one SendMessage: admit, build the legs, dispatch them, aggregate the answers into
+one task (or pass one agent's answer through), fit it to the accepted output modes, and record
+the decision with its outcome (feed, history, decision log)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MMA2AError
+from ..ext import EXTENSION_URI
+from ..routing import RouteDecision
+from ..view import MessageView
+from .access import current_sender
+from .admission import Admission
+from .aggregate import FAILED, aggregate, chain_route, failed_task
+from .dispatch import Dispatcher
+from .feed import DecisionFeed
+from .history.record import DecisionRecord, HistorySink, refused_parts
+from .legs import LegPlanner, is_direct, record_adaptations, route_summary, sendable
+from .metrics import GatewayMetrics
+from .outputs import adapt_outputs
+from .state import RoutingState
+from .tasks import DownstreamTask, TaskMap, TaskRecord
+from .tracing import span
+
+if TYPE_CHECKING:
+    from .faults import Deduper
+
+log = logging.getLogger("mma2a.decisions")
+
+
+def outcome_of(event: Mapping[str, Any]) -> str:
+    """The task state a result or stream event reports ("message" for a message, "" when it says none)."""
+    if "message" in event:
+        return "message"
+    status = (event.get("task") or event.get("statusUpdate") or {}).get("status") or {}
+    return str(status.get("state") or "")
+
+
+class Exchange:
+    """SendMessage end to end over the admission, leg and dispatch stages."""
+
+    def __init__(
+        self, *, admission: Admission, planner: LegPlanner, dispatcher: Dispatcher, state: RoutingState,
+        metrics: GatewayMetrics, tasks: TaskMap, feed: DecisionFeed, history: HistorySink | None = None,
+        dedupe: Deduper | None = None, log_decisions: bool = True, gateway_id: str = "",
+    ) -> None:
+        self.admission = admission
+        self.planner = planner
+        self.dispatcher = dispatcher
+        self.state = state
+        self.metrics = metrics
+        self.tasks = tasks
+        self.feed = feed
+        self.history = history  # every decision, kept (gateway/history); record() never blocks
+        self.dedupe = dedupe  # the same (sender, messageId) answered once
+        self.log_decisions = log_decisions
+        self.gateway_id = gateway_id
+
+    async def send(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
+    ) -> dict[str, Any]:
+        """SendMessage through the gateway; returns the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
+        if self.dedupe is not None and isinstance(message.get("messageId"), str):
+            return await self.dedupe.run(
+                current_sender(), message["messageId"], lambda: self._send(message, configuration, target))
+        return await self._send(message, configuration, target)
+
+    async def _send(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
+                    ) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        with span("mma2a.route", message_id=message.get("messageId"), parts=len(message.get("parts") or ())) as s:
+            try:
+                message, view, decision = await self.admission.prepare(message, configuration, target)
+            except MMA2AError as exc:
+                self.feed.record(message, [], f"refused {exc.code}: {exc.message}", refused=True)
+                self.remember_refusal(message, exc, t0)
+                raise
+            if s is not None:
+                s.set_attribute("mma2a.modalities", [p.modality for p in decision.parts])
+                s.set_attribute("mma2a.targets", list(decision.targets()))
+                s.set_attribute("mma2a.rules", sorted({r for p in decision.parts for r in p.matched}))
+        result = await self.execute(message, configuration, decision)
+        self.metrics.request_seconds.observe(time.perf_counter() - t0)
+        task = result.get("task")
+        outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
+        self.feed.record(message, route_summary(decision), outcome)
+        self.remember(view, decision, outcome, t0)
+        return result
+
+    def remember(self, view: MessageView, decision: RouteDecision, outcome: str, t0: float) -> None:
+        """The decision and its outcome to the history (a no-op without one)."""
+        if self.history is not None:
+            self.history.record(DecisionRecord(view.message_id, time.time(), current_sender(), view.parts, decision.parts,
+                                               outcome, time.perf_counter() - t0, view.receivers))
+
+    def remember_refusal(self, message: dict[str, Any], exc: MMA2AError, t0: float) -> None:
+        """A refused message to the history, with the parts it declared."""
+        if self.history is not None:
+            self.history.record(DecisionRecord(str(message.get("messageId", "")), time.time(), current_sender(),
+                                               refused_parts(message), (), f"refused {exc.code}: {exc.message}",
+                                               time.perf_counter() - t0))
+
+    async def execute(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision
+    ) -> dict[str, Any]:
+        """Adapt, dispatch and aggregate a decided message; then fit the reply to the accepted output modes."""
+        result = await self._execute(message, configuration, decision)
+        accepted = (configuration or {}).get("acceptedOutputModes") or []
+        if accepted:
+            await adapt_outputs(result, accepted, self.state.snapshot,
+                                lambda part, via: self.planner.transform(part, via, message))
+        return result
+
+    async def _execute(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision
+    ) -> dict[str, Any]:
+        route = route_summary(decision)
+        if self.log_decisions:
+            log.info("decision", extra={"decision": {"messageId": decision.message_id, "route": route}})
+        if all(pr.dropped for pr in decision.parts):
+            reasons = "; ".join(f"part {pr.index}: {pr.dropped}" for pr in decision.parts)
+            self.metrics.requests.labels("dropped").inc()
+            return {"task": failed_task(f"dropped by rule: {reasons}", message=message, state="TASK_STATE_REJECTED", route=route)}
+        try:
+            legs = sendable(await self.planner.legs(message, decision), route)
+        except MMA2AError as exc:
+            self.metrics.requests.labels("failed").inc()
+            return {"task": failed_task(f"transform failed: {exc.message}", message=message, route=route)}
+        if not legs:  # every part was emptied by its transform: nothing to answer, and nothing failed
+            self.metrics.requests.labels("ok").inc()
+            reasons = "; ".join(f"part {e['index']}: {o['reason']}" for e in route for o in e.get("outcome") or [])
+            return {"task": failed_task(f"nothing left to send: {reasons}", message=message, state="TASK_STATE_COMPLETED",
+                                        route=route)}
+        record_adaptations(route, legs)
+        passthrough = len(legs) == 1 and is_direct(decision)
+        dispatch = self.dispatcher.dispatch
+        if len(legs) == 1:  # no task to spawn for one leg
+            results = [await dispatch(legs[0], message, configuration, decision, passthrough=passthrough)]
+        else:
+            results = list(await asyncio.gather(*(dispatch(leg, message, configuration, decision, passthrough=passthrough)
+                                                  for leg in legs)))
+        if len(results) == 1:
+            res = results[0]
+            if res.error is not None:
+                self.metrics.requests.labels("failed").inc()
+                failed = failed_task(res.error, message=message, route=route)
+                self.tasks.put(TaskRecord(failed["id"], [], aggregate=failed, route=route))
+                return {"task": failed}
+            self.metrics.requests.labels("ok").inc()
+            result = res.result or {}
+            task = result.get("task")
+            if task is not None:
+                meta = task.setdefault("metadata", {})
+                meta[EXTENSION_URI] = chain_route(meta.get(EXTENSION_URI), route, res.agent, self.gateway_id)
+                for art in task.get("artifacts") or []:
+                    ameta = art.setdefault("metadata", {})
+                    ameta[EXTENSION_URI] = {**(ameta.get(EXTENSION_URI) or {}), "source": res.agent}
+                self.tasks.put(TaskRecord(task["id"], [DownstreamTask(res.agent, task["id"], task.get("contextId"))], route=route))
+            return result
+        task = aggregate(results, message=message, route=route)
+        state = task["status"]["state"]
+        self.metrics.requests.labels("failed" if state == FAILED else "ok").inc()
+        legs_ = [DownstreamTask(r.agent, r.task["id"], r.task.get("contextId")) for r in results if r.task]
+        self.tasks.put(TaskRecord(task["id"], legs_, aggregate=task, route=route))
+        return {"task": task}

@@ -1,0 +1,211 @@
+"""Legs: what each agent receives for one message — its parts, run through their transformer
+chains and fitted to its profiles — and the route summary that records why."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DispatchError, MMA2AError
+from ..ext import EXTENSION_URI, MessageExtension, downgrade_message, read_message, read_part, write_message
+from ..modality import modality_matches
+from ..routing import RouteDecision
+from .adapt import Adaptation, PartAdapter
+from .calls import AgentCaller, declares, input_modes
+from .directory import AgentDirectory, AgentEntry
+from .metrics import GatewayMetrics
+from .tasks import TaskMap
+from .tracing import span
+
+
+@dataclass
+class Leg:
+    """What one agent receives for one message: its parts (after transforms) and why."""
+
+    agent: str
+    parts: list[tuple[int, dict[str, Any]]]
+    adapted: list[Adaptation] = dataclasses.field(default_factory=list)  # parts fitted to the agent's profiles
+    skipped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+class EmptyTransformOutput(DispatchError):
+    """A transformer answered with nothing (a recording without speech): the part is dropped and the
+    reason recorded in the route; the task goes on with the other parts, never fails for it."""
+
+
+def route_summary(decision: RouteDecision) -> list[dict[str, Any]]:
+    """The per-part route as recorded in task metadata and logs."""
+    out = []
+    for pr in decision.parts:
+        out.append({
+            "index": pr.index,
+            "modality": pr.modality,
+            "matched": list(pr.matched),
+            "targets": [t.agent for t in pr.targets],
+            "via": [[{"agent": s.agent, "from": s.from_modality, "to": s.to_modality} for s in t.via] for t in pr.targets],
+            "actions": list(pr.actions),
+            "dropped": pr.dropped,
+            "bottleneck": pr.bottleneck,
+        })
+    return out
+
+
+def sendable(legs: list[Leg], route: list[dict[str, Any]]) -> list[Leg]:
+    """The legs with something left to send; each part a transform emptied is noted in `route`
+    (`outcome`: the reason, the part dropped)."""
+    for leg in legs:
+        for note in leg.skipped:
+            for entry in route:
+                if entry["index"] == note["index"]:
+                    entry.setdefault("outcome", []).append({"agent": leg.agent, **note})
+    return [leg for leg in legs if leg.parts]
+
+
+def record_adaptations(route: list[dict[str, Any]], legs: Sequence[Leg]) -> None:
+    """Add each leg's recorded transforms to the route summary, under the part they changed."""
+    for leg in legs:
+        for a in leg.adapted:
+            for entry in route:
+                if entry["index"] == a.index:
+                    entry.setdefault("adapted", []).append(a.to_json())
+
+
+def is_direct(decision: RouteDecision) -> bool:
+    """Every part goes as it is (no transform, nothing dropped): the exchange can be the agent's own."""
+    return all(not pr.dropped and all(not t.via for t in pr.targets) for pr in decision.parts)
+
+
+class LegPlanner:
+    """Turns a decided message into legs: transforms run, parts fitted, each agent's message written."""
+
+    def __init__(self, *, directory: AgentDirectory, caller: AgentCaller, metrics: GatewayMetrics, tasks: TaskMap,
+                 adapter: PartAdapter | None, gateway_id: str) -> None:
+        self.directory = directory
+        self.caller = caller
+        self.metrics = metrics
+        self.tasks = tasks
+        self.adapter = adapter
+        self.gateway_id = gateway_id
+
+    async def transform(self, part: dict[str, Any], route_via: Sequence[Any], message: dict[str, Any]) -> dict[str, Any]:
+        """Run a part through its chain of transformer agents; returns the final part."""
+        current = part
+        for step in route_via:
+            entry = self.directory.get(step.agent)
+            msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [current]}
+            if not declares(entry):
+                msg = downgrade_message(msg, input_modes=input_modes(entry))
+            t0 = time.perf_counter()
+            with span("mma2a.transform", agent=step.agent, source=step.from_modality, goal=step.to_modality):
+                result = await self.caller.call(entry, "SendMessage", {"message": msg})
+            self.metrics.transform_seconds.labels(step.agent).observe(time.perf_counter() - t0)
+            out = _pick_part(result, step.to_modality)
+            if out is None:
+                raise DispatchError(
+                    f"transformer {step.agent} returned no {step.to_modality} part for {step.from_modality}",
+                    data={"agent": step.agent},
+                )
+            if _is_empty(out):
+                reason = str((out.get("metadata") or {}).get("mma2a.noSpeech") or "empty output")
+                raise EmptyTransformOutput(f"transformer {step.agent} made no {step.to_modality} from "
+                                           f"{step.from_modality}: {reason}", data={"agent": step.agent})
+            meta = dict(out.get("metadata") or {})
+            ext = dict(meta.get(EXTENSION_URI) or {})
+            ext.setdefault("modality", step.to_modality)
+            ext["transformedFrom"] = {"modality": step.from_modality, "agent": step.agent}
+            ext["featureSource"] = {"kind": "router", "extractor": f"transform:{step.agent}"}
+            meta[EXTENSION_URI] = ext
+            current = {**out, "metadata": meta}
+        return current
+
+    async def legs(self, message: dict[str, Any], decision: RouteDecision) -> list[Leg]:
+        """One leg per target agent, its parts in message order (transformed and fitted)."""
+        parts = message["parts"]
+        by_agent: dict[str, Leg] = {}
+        jobs = []
+        for pr in decision.parts:
+            for target in pr.targets:
+                leg = by_agent.setdefault(target.agent, Leg(target.agent, []))
+                if target.via:
+                    jobs.append((leg, pr.index, self.transform(parts[pr.index], target.via, message)))
+                else:
+                    leg.parts.append((pr.index, parts[pr.index]))
+        if jobs:
+            results = await asyncio.gather(*(j[2] for j in jobs), return_exceptions=True)
+            for (leg, index, _), part in zip(jobs, results):
+                if isinstance(part, EmptyTransformOutput):  # an outcome, recorded: the part goes no further
+                    leg.skipped.append({"index": index, "reason": part.message, "outcome": "dropped"})
+                elif isinstance(part, BaseException):
+                    raise part
+                else:
+                    leg.parts.append((index, part))
+        for leg in by_agent.values():
+            leg.parts.sort(key=lambda ip: ip[0])
+        if self.adapter is not None:  # fit parts to receivers that have profiles (most have none: no task then)
+            wanting = [(leg, e) for leg in by_agent.values() if self.adapter.profiles(e := self.directory.get(leg.agent))]
+            if wanting:
+                await asyncio.gather(*(self._fit(leg, e) for leg, e in wanting))
+        return list(by_agent.values())
+
+    async def _fit(self, leg: Leg, entry: AgentEntry) -> None:
+        assert self.adapter is not None
+        leg.parts, leg.adapted = await self.adapter.fit(entry, leg.parts)
+        for a in leg.adapted:
+            self.metrics.adaptations.labels("failed" if a.error else "reused" if a.cached else "adapted").inc()
+            if a.error is None:
+                self.metrics.adapted_bytes.labels("before").inc(a.bytes_before)
+                self.metrics.adapted_bytes.labels("after").inc(a.bytes_after)
+
+    def leg_message(self, message: dict[str, Any], leg: Leg, entry: AgentEntry) -> dict[str, Any]:
+        """The message one agent receives: its parts only; the extension kept only if its card declares it."""
+        out = {k: v for k, v in message.items() if k != "parts"}
+        out["parts"] = [p for _, p in leg.parts]
+        if "taskId" in out:  # a follow-up: each agent continues its own task, or starts one
+            rec = self.tasks.find(out["taskId"])
+            if rec is not None:
+                mine = next((d for d in rec.legs if d.agent == leg.agent), None)
+                if mine is None:
+                    del out["taskId"]
+                else:
+                    out["taskId"] = mine.task_id
+        if declares(entry):
+            mext = read_message(message) or MessageExtension()
+            via = (*mext.via, self.gateway_id) if self.gateway_id else mext.via
+            write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto", via=via))
+            return out
+        return downgrade_message(out, input_modes=input_modes(entry))
+
+
+def _is_empty(part: dict[str, Any]) -> bool:
+    if "text" in part:
+        return not str(part.get("text") or "").strip()
+    if "raw" in part:
+        return not part.get("raw")
+    return False
+
+
+def _pick_part(result: Any, modality: str) -> dict[str, Any] | None:
+    """The first part of a transformer's answer whose modality is the one asked for."""
+    candidates: list[dict[str, Any]] = []
+    if isinstance(result, dict):
+        if "task" in result:
+            for art in result["task"].get("artifacts") or []:
+                candidates.extend(art.get("parts") or [])
+            status_msg = (result["task"].get("status") or {}).get("message")
+            if status_msg:
+                candidates.extend(status_msg.get("parts") or [])
+        elif "message" in result:
+            candidates.extend(result["message"].get("parts") or [])
+    for part in candidates:
+        try:
+            ext = read_part(part)
+        except MMA2AError:
+            continue
+        if ext.modality and modality_matches(ext.modality, modality.split(";")[0]):
+            return part
+    return None

@@ -1,0 +1,135 @@
+"""SendStreamingMessage: one target that streams is streamed through as it is; a fan-out streams
+each leg's artifacts as the leg finishes, then the aggregate's final status; anything else is
+answered as one result. A stream that breaks before its first event falls back to SendMessage."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from ..errors import DispatchError, MMA2AError
+from ..ext import EXTENSION_URI
+from ..routing import RouteDecision
+from .access import current_sender
+from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, failed_task, now_iso
+from .calls import declares
+from .exchange import Exchange, outcome_of
+from .history.record import DecisionRecord, PartSummary
+from .legs import record_adaptations, route_summary, sendable
+from .transport import AgentRPCError
+from .tasks import DownstreamTask, TaskRecord
+
+
+class Streaming:
+    """The streaming form of an exchange, over the same stages."""
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self.admission = exchange.admission
+        self.planner = exchange.planner
+        self.dispatcher = exchange.dispatcher
+        self.caller = exchange.dispatcher.caller
+        self.tasks = exchange.tasks
+
+    async def send_stream(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """SendStreamingMessage: one target streams through as it is; a fan-out streams each leg's
+        artifacts as the leg finishes, then the aggregate's final status."""
+        t0 = time.perf_counter()
+        try:
+            message, view, decision = await self.admission.prepare(message, configuration, target)
+        except MMA2AError as exc:
+            self.exchange.remember_refusal(message, exc, t0)
+            raise
+        route = route_summary(decision)
+        targets = decision.targets()
+        dropped = any(pr.dropped for pr in decision.parts)
+        if len(targets) > 1 and not dropped and not (configuration or {}).get("acceptedOutputModes"):
+            async for event in self._fan_out(message, configuration, decision, route):
+                yield event
+            return
+        directory = self.caller.directory
+        single = len(targets) == 1 and not dropped and not any(t.via for pr in decision.parts for t in pr.targets)
+        if not single or not ((directory.get(targets[0]).card.get("capabilities") or {}).get("streaming")):
+            result = await self.exchange.execute(message, configuration, decision)
+            self.exchange.remember(view, decision, outcome_of(result), t0)
+            yield result
+            return
+        legs = await self.planner.legs(message, decision)
+        record_adaptations(route, legs)
+        leg = legs[0]
+        entry = directory.get(leg.agent)
+        params: dict[str, Any] = {"message": self.planner.leg_message(message, leg, entry)}
+        if configuration:
+            params["configuration"] = dict(configuration)
+        entry.inflight += 1
+        recorded = sent = False
+        tid: str | None = None
+        outcome = "unknown"  # the last state the stream reported
+        try:
+            async for event in self.caller.transport.stream(
+                entry.name, entry.rpc_url, "SendStreamingMessage", params, extension=declares(entry), token=entry.token,
+                timeout_s=entry.config.timeout_s, coding=self.caller.coding(entry),
+            ):
+                if not recorded and isinstance(event, dict):
+                    tid = (event.get("task") or {}).get("id") or (event.get("statusUpdate") or {}).get("taskId")
+                    if tid:
+                        self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid)], route=route))
+                        recorded = True
+                sent = True
+                outcome = outcome_of(event) or outcome
+                yield event
+        except AgentRPCError:
+            outcome = FAILED
+            raise
+        except DispatchError as exc:
+            directory.mark(entry.name, ok=False, error=exc.message)
+            if sent:  # the stream broke midway: say so on the task the client already has
+                outcome = FAILED
+                yield {"task": failed_task(exc.message, message=message, task_id=tid, route=route)}
+            else:  # nothing reached the client yet: the non-streaming path, with its failover
+                result = await self.exchange.execute(message, configuration, decision)
+                outcome = outcome_of(result) or outcome
+                yield result
+        finally:
+            entry.inflight -= 1
+            self.exchange.remember(view, decision, outcome, t0)
+
+    async def _fan_out(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+        route: list[dict[str, Any]],
+    ) -> AsyncIterator[dict[str, Any]]:
+        tid, ctx = f"gw-{uuid.uuid4()}", message.get("contextId") or str(uuid.uuid4())
+        yield {"task": {"id": tid, "contextId": ctx, "status": {"state": WORKING, "timestamp": now_iso()},
+                        "history": [message], "metadata": {EXTENSION_URI: {"route": route}}}}
+        try:
+            legs = sendable(await self.planner.legs(message, decision), route)
+        except MMA2AError as exc:
+            failed = failed_task(f"transform failed: {exc.message}", message=message, task_id=tid, route=route)
+            yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": failed["status"]}}
+            return
+        record_adaptations(route, legs)
+        results: list[LegResult] = []
+        for done in asyncio.as_completed([self.dispatcher.dispatch(leg, message, configuration, decision) for leg in legs]):
+            res = await done
+            results.append(res)
+            for art in artifacts_of(res):
+                yield {"artifactUpdate": {"taskId": tid, "contextId": ctx, "artifact": art, "lastChunk": True}}
+        task = aggregate(results, message=message, route=route)
+        task["id"], task["contextId"] = tid, ctx
+        for m in [task["status"].get("message")] if task["status"].get("message") else []:
+            m["taskId"], m["contextId"] = tid, ctx
+        self.tasks.put(TaskRecord(tid, [DownstreamTask(r.agent, r.task["id"], r.task.get("contextId"))
+                                        for r in results if r.task], aggregate=task, route=route))
+        self.exchange.feed.record(message, route, str(task["status"]["state"]))
+        history = self.exchange.history
+        if history is not None:  # no view here: the modalities as routed
+            history.record(DecisionRecord(decision.message_id, time.time(), current_sender(),
+                                          [PartSummary(p.index, p.modality) for p in decision.parts], decision.parts,
+                                          str(task["status"]["state"]), 0.0))
+        yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": task["status"],
+                                "metadata": task["metadata"]}}

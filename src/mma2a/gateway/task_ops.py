@@ -1,0 +1,112 @@
+"""Task operations through the gateway: GetTask, CancelTask and SubscribeToTask on the gateway's
+task map — one agent's task answered by that agent, a fan-out's aggregate rebuilt from its legs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..errors import InvalidParams, MMA2AError, TaskNotFound
+from ..ext import EXTENSION_URI
+from .aggregate import LegResult, aggregate
+from .calls import AgentCaller, declares
+from .tasks import DownstreamTask, TaskMap, TaskRecord
+from .transport import AgentRPCError
+
+
+def cut_history(task: dict[str, Any], history_length: int | None) -> dict[str, Any]:
+    """A task with at most the last `history_length` messages of its history (0: none; None: all)."""
+    history = task.get("history")
+    if history_length is None or not isinstance(history, list) or len(history) <= history_length:
+        return task
+    out = {k: v for k, v in task.items() if k != "history"}
+    if history_length > 0:
+        out["history"] = history[-history_length:]
+    return out
+
+
+class TaskOperations:
+    """Get, cancel and subscribe to tasks the gateway handed out (or, on `/agents/{name}/`, an agent's own)."""
+
+    def __init__(self, tasks: TaskMap, caller: AgentCaller) -> None:
+        self.tasks = tasks
+        self.caller = caller
+        self.directory = caller.directory
+
+    def task_record(self, task_id: str, target: str | None = None) -> TaskRecord:
+        """The gateway's record of a task; on `/agents/{name}/` a task the gateway never saw is the agent's
+        to answer for (it may know it, or answer its own TaskNotFound)."""
+        rec = self.tasks.find(task_id)
+        if rec is None and target is not None:
+            self.directory.get(target)
+            return TaskRecord(task_id, [DownstreamTask(target, task_id)])
+        if rec is None:
+            return self.tasks.get(task_id)  # raises TaskNotFound
+        if target is not None and all(leg.agent != target for leg in rec.legs):
+            raise TaskNotFound(f"task {task_id!r} not found", field="id")
+        return rec
+
+    async def _agent_task(self, leg: DownstreamTask, method: str, params: dict[str, Any],
+                          route: list[dict[str, Any]], *, empty_route: bool) -> dict[str, Any]:
+        """One agent's answer to a task call, with the gateway's route added to its metadata
+        (an empty route too when `empty_route`)."""
+        task = await self.caller.call(self.directory.get(leg.agent), method, params)
+        if not isinstance(task, dict):
+            return task  # type: ignore[no-any-return]  # a malformed answer goes back as the agent gave it
+        if route or empty_route:
+            meta = task.setdefault("metadata", {})
+            meta[EXTENSION_URI] = {**(meta.get(EXTENSION_URI) or {}), "route": route}
+        return task
+
+    async def get_task(self, task_id: str, history_length: int | None = None, *, target: str | None = None
+                       ) -> dict[str, Any]:
+        rec = self.task_record(task_id, target)
+        if not rec.fanned_out:
+            leg = rec.legs[0]
+            params: dict[str, Any] = {"id": leg.task_id}
+            if history_length is not None:
+                params["historyLength"] = history_length
+            return await self._agent_task(leg, "GetTask", params, rec.route, empty_route=True)
+        if history_length is not None and history_length < 0:
+            raise InvalidParams("history length must be non-negative", field="params.historyLength")
+        legs = []
+        for leg in rec.legs:
+            try:
+                task = await self.caller.call(self.directory.get(leg.agent), "GetTask", {"id": leg.task_id})
+                legs.append(LegResult(leg.agent, result={"task": task}))
+            except MMA2AError as exc:
+                legs.append(LegResult(leg.agent, error=exc.message))
+        if not legs:
+            return cut_history(rec.aggregate or {}, history_length)
+        fresh = aggregate(legs, message=(rec.aggregate or {}).get("history", [{}])[0], route=rec.route)
+        fresh["id"], fresh["contextId"] = rec.task_id, (rec.aggregate or {}).get("contextId", fresh["contextId"])
+        rec.aggregate = fresh
+        self.tasks.update(rec)
+        return cut_history(fresh, history_length)
+
+    async def cancel_task(self, task_id: str, *, target: str | None = None) -> dict[str, Any]:
+        rec = self.task_record(task_id, target)
+        if not rec.fanned_out:  # one agent's task: its answer (or its error) is the answer
+            return await self._agent_task(rec.legs[0], "CancelTask", {"id": rec.legs[0].task_id}, rec.route,
+                                          empty_route=False)
+        errors = []
+        for leg in rec.legs:
+            try:
+                await self.caller.call(self.directory.get(leg.agent), "CancelTask", {"id": leg.task_id})
+            except AgentRPCError as exc:
+                errors.append(exc)
+        if errors and len(errors) == len(rec.legs):
+            raise errors[0]
+        return await self.get_task(task_id)
+
+    async def subscribe(self, task_id: str, *, target: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        rec = self.task_record(task_id, target)
+        if rec.fanned_out or not rec.legs:
+            yield {"task": await self.get_task(task_id)}
+            return
+        leg = rec.legs[0]
+        entry = self.directory.get(leg.agent)
+        async for event in self.caller.transport.stream(
+            entry.name, entry.rpc_url, "SubscribeToTask", {"id": leg.task_id}, extension=declares(entry), token=entry.token
+        ):
+            yield event
