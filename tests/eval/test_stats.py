@@ -54,3 +54,9 @@ def test_percentile_interpolates():
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert math.isclose(percentile([0.0, 10.0], 90), 9.0)
+
+
+def test_report_counts_read_as_english():
+    from mma2a.eval.report import count
+
+    assert [count(1, "task"), count(0, "task"), count(12, "task")] == ["1 task", "0 tasks", "12 tasks"]

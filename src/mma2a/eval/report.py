@@ -14,6 +14,11 @@ ARM_TITLES = {
 }
 
 
+def count(n: int, noun: str) -> str:
+    """`1 task`, `2 tasks`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def fmt_p(p: float) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
@@ -24,7 +29,7 @@ def findings(s: dict[str, Any]) -> list[str]:
     lines = [
         f"capable reasoner: native − bottleneck = {s['delta_pp']:+.1f} pp (95% bootstrap CI {s['ci95'][0]:+.1f} to "
         f"{s['ci95'][1]:+.1f}), McNemar exact p = {fmt_p(s['mcnemar_p'])} "
-        f"({d['native_only']} tasks only native solved, {d['bottleneck_only']} only bottleneck)",
+        f"({count(d['native_only'], 'task')} only native solved, {d['bottleneck_only']} only bottleneck)",
         f"keyword reasoner: native − bottleneck = {s['keyword_delta_pp']:+.1f} pp (95% bootstrap CI "
         f"{s['keyword_ci95'][0]:+.1f} to {s['keyword_ci95'][1]:+.1f}), McNemar exact p = "
         f"{fmt_p(s['keyword_mcnemar_p'])} ({d['keyword_native_only']} only native, {d['keyword_bottleneck_only']} only bottleneck)",
@@ -44,7 +49,7 @@ def _table(title: str, groups: dict[str, dict[str, dict[str, Any]]]) -> list[str
 
 
 def markdown(report: dict[str, Any]) -> str:
-    out = [f"# CrossModal evaluation: {report['tasks']} tasks per set, seed {report['seed']}, "
+    out = [f"# CrossModal evaluation: {count(report['tasks'], 'task')} per set, seed {report['seed']}, "
            f"capable reasoner `{report['reasoner']}`"]
     for name, s in report["sets"].items():
         out += ["", f"## Set: {name}", "", "| arm | task completion | median latency (ms) |", "|---|---|---|"]
