@@ -1,8 +1,10 @@
-"""Downstream transport: pooled aiohttp connections speaking A2A JSON-RPC to agents.
+"""Downstream transport: pooled connections speaking A2A JSON-RPC to agents.
 
-The gateway's hot path: one persistent `ClientSession` with keep-alive pools, orjson
-in and out, timeouts on every call, retries only where a request cannot have reached
-the agent (connection refused or reset before a response).
+The gateway's hot path: JSON-RPC calls to `http://` agents go through the lean keep-alive
+pool of `http1` (one write, the answer parsed by httptools); `https://` agents, streams (SSE)
+and card fetches through one persistent aiohttp `ClientSession`. orjson in and out, timeouts
+on every call, retries only where a request cannot have reached the agent (connection
+refused, or closed before any answer).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import aiohttp
 import orjson
 
 from ..card import EXTENSIONS_HEADER, VERSION_HEADER
-from ..compression import encode
+from ..compression import decode, encode
 from ..errors import DispatchError, MMA2AError, error_metadata, rest_status
 from ..ext import EXTENSION_URI
 from ..tls import ClientTLS, client_context
+from . import http1
 from .tracing import inject
 
 if TYPE_CHECKING:
@@ -56,7 +59,7 @@ class Transport:
     """Pooled HTTP client for agent calls (JSON-RPC binding of A2A 1.0)."""
 
     def __init__(self, *, timeout_s: float = 30.0, retries: int = 1, pool_size: int = 256,
-                 compress_min_bytes: int = 4096, base_dir: str = ".") -> None:
+                 compress_min_bytes: int = 4096, base_dir: str = ".", max_response_bytes: int = 256 * 1024 * 1024) -> None:
         self.timeout_s = timeout_s
         self.base_dir = base_dir
         self._tls: dict[str, ssl.SSLContext] = {}  # per agent, from its `tls:` config; others: the system store
@@ -64,6 +67,8 @@ class Transport:
         self.compress_min_bytes = compress_min_bytes
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
+        self.max_response_bytes = max_response_bytes
+        self._http1: http1.HttpPool | None = None  # JSON-RPC calls to http:// agents
         self._grpc: GrpcAgents | None = None
         self._plain: set[str] = set()  # agents that refused a coded body (HTTP 415): sent plain from then on
 
@@ -103,7 +108,17 @@ class Transport:
             self._grpc = GrpcAgents()
         return self._grpc
 
+    @property
+    def http1(self) -> http1.HttpPool:
+        if self._http1 is None:
+            self._http1 = http1.HttpPool(limit_per_host=self._pool_size, keepalive_s=30.0,
+                                         max_response_bytes=self.max_response_bytes)
+        return self._http1
+
     async def close(self) -> None:
+        if self._http1 is not None:
+            await self._http1.close()
+            self._http1 = None
         if self._grpc is not None:
             await self._grpc.close()
             self._grpc = None
@@ -160,34 +175,11 @@ class Transport:
         plain = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
         headers = self._headers(extension, token)
         body = self._encoded(agent, plain, coding, headers)
-        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
-        attempts = 1 + (self.retries if retry else 0)
-        tls = self.ssl_for(agent)
-        for attempt in range(attempts):
-            try:
-                async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=tls) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-                if status == 415 and body is not plain:
-                    self._plain.add(agent)
-                    body = plain
-                    del headers["Content-Encoding"]
-                    async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=tls) as resp:
-                        raw = await resp.read()
-                        status = resp.status
-                break
-            except aiohttp.ClientSSLError as exc:  # a certificate problem does not go away on retry
-                raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
-                if attempt + 1 >= attempts:
-                    raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
-                await asyncio.sleep(0.05 * (2**attempt))
-            except asyncio.TimeoutError:
-                raise DispatchError(
-                    f"agent {agent} timed out after {timeout.total:g} s", data={"agent": agent, "timeout": timeout.total}
-                ) from None
-            except (aiohttp.ClientError, OSError) as exc:
-                raise DispatchError(f"agent {agent} failed: {_describe(exc)}", data={"agent": agent}) from None
+        total = timeout_s or self.timeout_s
+        if url.startswith("http://"):
+            raw, status = await self._post_lean(agent, url, body, plain, headers, total, retry)
+        else:
+            raw, status = await self._post_aiohttp(agent, url, body, plain, headers, total, retry)
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -202,6 +194,72 @@ class Transport:
                                     data={"agent": agent, "status": status})
             raise DispatchError(f"agent {agent} answered HTTP {status} without a JSON-RPC result", data={"agent": agent})
         return doc["result"]
+
+    async def _post_lean(self, agent: str, url: str, body: bytes, plain: bytes, headers: dict[str, str],
+                         total: float, retry: bool) -> tuple[bytes, int]:
+        """POST over the lean pool; the answer's body (decoded if the agent compressed it) and status."""
+        pool = self.http1
+        attempts = 1 + (self.retries if retry else 0)
+        for attempt in range(attempts):
+            try:
+                resp = await pool.request("POST", url, body, headers, timeout_s=total)
+                if resp.status == 415 and body is not plain:
+                    self._plain.add(agent)
+                    body = plain
+                    del headers["Content-Encoding"]
+                    resp = await pool.request("POST", url, body, headers, timeout_s=total)
+                break
+            except (http1.ConnectFailed, http1.Disconnected) as exc:
+                if attempt + 1 >= attempts or (isinstance(exc, http1.Disconnected) and exc.answered):
+                    raise DispatchError(f"agent {agent} unreachable: {exc}", data={"agent": agent}) from None
+                await asyncio.sleep(0.05 * (2**attempt))
+            except http1.DeadlineExceeded:
+                raise DispatchError(f"agent {agent} timed out after {total:g} s",
+                                    data={"agent": agent, "timeout": total}) from None
+            except (http1.HttpError, ValueError) as exc:
+                raise DispatchError(f"agent {agent} failed: {exc}", data={"agent": agent}) from None
+        raw = resp.body
+        coding = resp.header("Content-Encoding")
+        if coding is not None and coding.strip().lower() != "identity":
+            try:
+                raw = decode(raw, coding, self.max_response_bytes)
+            except MMA2AError as exc:
+                raise DispatchError(f"agent {agent} answered with a body that cannot be decoded: {exc.message}",
+                                    data={"agent": agent}) from None
+        return raw, resp.status
+
+    async def _post_aiohttp(self, agent: str, url: str, body: bytes, plain: bytes, headers: dict[str, str],
+                            total: float, retry: bool) -> tuple[bytes, int]:
+        """POST through aiohttp (https:// agents); the answer's body and status."""
+        timeout = aiohttp.ClientTimeout(total=total)
+        attempts = 1 + (self.retries if retry else 0)
+        tls = self.ssl_for(agent)
+        for attempt in range(attempts):
+            try:
+                async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=tls) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+                if status == 415 and body is not plain:
+                    self._plain.add(agent)
+                    body = plain
+                    del headers["Content-Encoding"]
+                    async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=tls) as resp:
+                        raw = await resp.read()
+                        status = resp.status
+                return raw, status
+            except aiohttp.ClientSSLError as exc:  # a certificate problem does not go away on retry
+                raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+                if attempt + 1 >= attempts:
+                    raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
+                await asyncio.sleep(0.05 * (2**attempt))
+            except asyncio.TimeoutError:
+                raise DispatchError(
+                    f"agent {agent} timed out after {total:g} s", data={"agent": agent, "timeout": total}
+                ) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise DispatchError(f"agent {agent} failed: {_describe(exc)}", data={"agent": agent}) from None
+        raise AssertionError("unreachable")  # pragma: no cover: the loop returns or raises
 
     async def stream(
         self,
