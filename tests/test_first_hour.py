@@ -237,6 +237,8 @@ def test_a_voice_note_without_words_completes_and_says_so(network: dict[str, Any
     code, out, err = cli("send", str(network["dir"] / "tone.wav"), "--gateway", network["gateway"], "--to", "analyst")
     assert code == 0, out + err
     assert out.splitlines()[0].startswith("part 0 (audio/wav) → analyst via speech (audio/wav → text/plain)")
+    assert out.splitlines()[0].endswith("; dropped for analyst: transformer speech made no text/plain from audio/wav: "
+                                        "no speech recognised in the recording"), out
     assert re.search(r"^task \S+ completed$", out, re.M), out
 
 

@@ -21,6 +21,7 @@ _COMMON: dict[str, Any] = {
     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
     "size": _COUNT,
     "error": _STR,
+    "incomplete": _STRS,  # features the router could not make: an extractor cut off at its budget, a missing package
     "streaming": _BOOL,
     "priority": _STR,
 }

@@ -89,6 +89,50 @@ async def test_work_over_budget_is_skipped_and_recorded_and_the_loop_keeps_runni
         assert slow.stopped.wait(5)  # the worker gave up at its deadline instead of running on
 
 
+class SlowModel(SlowExtractor):
+    """A model extractor: it declares what it makes and its own time allowance, longer than a part's budget."""
+
+    name = "slow-model"
+    provides = ("objects",)
+    budget_s = 20.0
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        super().extract(data, modality)
+        return {"objects": ["cup"]}
+
+
+async def test_a_model_gets_its_own_allowance_while_the_cheap_ones_keep_the_parts_budget() -> None:
+    model, cheap = SlowModel(0.3), SlowExtractor(30.0)
+    with FeaturePipeline([model, cheap], max_workers=2) as p:
+        assert p.allowance(model, 0.2) == 20.0 and p.allowance(cheap, 0.2) == 0.2
+        result = await p.extract("image/png", m.png(m.halves()), budget_s=0.2)
+    assert result.features["objects"] == ["cup"]  # 0.3 s of work: over the part's budget, well within its own
+    assert result.late == ["slow: not done within the 0.2 s budget; skipped"] and result.timed_out
+    assert cheap.stopped.wait(5) and not model.stopped.is_set()
+
+
+async def test_a_models_allowance_is_set_by_name_and_a_model_over_it_is_cut_off_and_recorded() -> None:
+    model = SlowModel(30.0)
+    with FeaturePipeline([model, ImageExtractor(thumbnail=False)], budgets={"slow-model": 0.3}) as p:
+        result = await p.extract("image/png", m.png(m.halves()), budget_s=0.1)
+    assert result.late == ["slow-model: not done within the 0.3 s budget; skipped"]
+    assert result.errors == result.late and "error" not in result.features  # cut off is not a failure
+    assert result.features["width"] == 320 and "objects" not in result.features
+    assert model.stopped.wait(5)
+
+
+def test_the_model_allowances_are_the_ones_the_docs_give() -> None:
+    from pathlib import Path
+
+    from mma2a.features.pipeline import default_budgets
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "features.md").read_text()
+    budgets = default_budgets()
+    assert set(budgets) == {"whisper-tiny.en", "rapidocr-ppocrv6", "zxing-cpp", "ssd-mobilenet-v2-coco"}
+    for name, seconds in budgets.items():
+        assert f"| `{name}` | {seconds:g} s |" in doc, name
+
+
 async def test_missing_package_is_skipped_and_said() -> None:
     with FeaturePipeline([NeedsMissingPackage(), ImageExtractor(thumbnail=False)]) as p:
         result = await p.extract("image/png", m.png(m.halves()))

@@ -77,7 +77,10 @@ def route_line(r: dict[str, Any]) -> str:
         kind = "transform by rule" if r.get("matched") and any(a.startswith("transform") for a in r.get("actions", [])) \
             else "text bottleneck: fallback" if r.get("bottleneck") else "transform"
         via = f" via {steps} [{kind}]"
-    return f"part {r['index']} ({r['modality']}) → {where}{via} [{why}]"
+    line = f"part {r['index']} ({r['modality']}) → {where}{via} [{why}]"
+    for o in r.get("outcome") or []:  # a transform that came back empty: the part went no further, and why
+        line += f"; {o.get('outcome', 'dropped')} for {o.get('agent')}: {o.get('reason')}"
+    return line
 
 
 @app.command()

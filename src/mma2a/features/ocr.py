@@ -83,6 +83,8 @@ class OCRExtractor:
     requires = ("rapidocr", "onnxruntime", "PIL", "numpy")
     provides = ("text", "textLines")
     extra = "ocr"
+    budget_s = 4.0
+    """Its own time per image: a 1080p frame on a busy machine (about 3 s median, docs/benchmarks.md)."""
 
     def __init__(self, *, limits: Limits | None = None, max_side: int = MAX_SIDE) -> None:
         self.limits = limits or Limits()

@@ -1,5 +1,10 @@
 """The feature pipeline: pick the extractors for a modality, run them in a bounded worker pool
-within a per-message time budget, merge and validate what they found.
+within a time budget, merge and validate what they found.
+
+The budget: every extractor gets the part's `budget_s`; a model extractor gets its own
+allowance when that is longer (its class's `budget_s`, or the pipeline's `budgets[name]`):
+the cheap facts stay within half a second, and a model rule is not cut off by a budget sized
+for header reads (docs/features.md, "The budget").
 
 Nothing here raises for bad media: a corrupt, truncated, over-limit or wrong-type payload
 gives `features: {"error": "..."}`; an extractor that does not finish in time is recorded
@@ -14,7 +19,7 @@ import concurrent.futures as cf
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +41,8 @@ class FeatureResult:
     timed_out: bool = False
     skipped: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    late: list[str] = field(default_factory=list)
+    """The extractors cut off at their budget, each with its reason (also in `errors`)."""
 
     @property
     def ok(self) -> bool:
@@ -112,6 +119,17 @@ def wanted_here(extractor: Extractor, wanted: frozenset[str] | None) -> bool:
     return bool(made & wanted)
 
 
+def own_budget(extractor: Extractor) -> float | None:
+    """The time a model extractor is allowed per input by default (None: the caller's budget)."""
+    value = getattr(extractor, "budget_s", None)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def default_budgets() -> dict[str, float]:
+    """The default extractors' own allowances, by name (what `budgets` can override)."""
+    return {ex.name: b for ex in default_extractors() if (b := own_budget(ex)) is not None}
+
+
 def _run(extractor: Extractor, data: bytes, modality: Modality, deadline: float) -> _Outcome:
     """One extractor on one payload, on a worker thread; every failure becomes an outcome."""
     start = time.monotonic()
@@ -154,8 +172,10 @@ class FeaturePipeline:
         registry: ModalityRegistry | None = None,
         max_workers: int | None = None,
         max_in_flight: int = 64,
+        budgets: Mapping[str, float] | None = None,
     ) -> None:
         self.limits = limits or Limits()
+        self.budgets = dict(budgets or {})  # extractor name -> seconds, over the extractor's own allowance
         self.extractors: tuple[Extractor, ...] = tuple(
             extractors if extractors is not None else default_extractors(limits=self.limits)
         )
@@ -205,6 +225,11 @@ class FeaturePipeline:
                 warmed.append(ex.name)
         return warmed
 
+    def allowance(self, extractor: Extractor, budget_s: float) -> float:
+        """Seconds `extractor` may run on one input: `budget_s`, or its own allowance when longer."""
+        own = self.budgets.get(extractor.name, own_budget(extractor))
+        return max(budget_s, own) if own is not None else budget_s
+
     # --- running -------------------------------------------------------------------------
 
     def _executor(self) -> cf.ThreadPoolExecutor:
@@ -220,7 +245,7 @@ class FeaturePipeline:
 
     def _submit(
         self, modality: str | Modality, data: bytes, budget_s: float, wanted: frozenset[str] | None = None
-    ) -> tuple[Modality, list[tuple[Extractor, cf.Future[_Outcome]]], list[str], list[str]]:
+    ) -> tuple[Modality, list[tuple[Extractor, cf.Future[_Outcome]]], list[str], list[str], float]:
         mod = modality if isinstance(modality, Modality) else parse_modality(modality)
         if budget_s <= 0:
             raise ValueError("budget_s must be positive")
@@ -228,25 +253,28 @@ class FeaturePipeline:
         errors: list[str] = []
         jobs: list[tuple[Extractor, cf.Future[_Outcome]]] = []
         if not runnable:
-            return mod, jobs, skipped, errors
+            return mod, jobs, skipped, errors, 0.0
         if len(data) > self.limits.max_bytes:
             errors.append(
                 f"{mod.type}: {len(data)} bytes is over the feature-extraction limit of {self.limits.max_bytes} bytes"
             )
-            return mod, jobs, skipped, errors
+            return mod, jobs, skipped, errors, 0.0
         with self._lock:
             room = self.max_in_flight - self._in_flight
             if room < len(runnable):
                 skipped.append(f"features: extractor pool busy ({self._in_flight} jobs in flight); extraction skipped")
-                return mod, jobs, skipped, errors
+                return mod, jobs, skipped, errors, 0.0
             self._in_flight += len(runnable)
-        deadline = time.monotonic() + budget_s
+        start = time.monotonic()
         pool = self._executor()
+        longest = 0.0
         for ex in runnable:
-            fut = pool.submit(_run, ex, data, mod, deadline)
+            allowed = self.allowance(ex, budget_s)
+            longest = max(longest, allowed)
+            fut = pool.submit(_run, ex, data, mod, start + allowed)
             fut.add_done_callback(self._release)
             jobs.append((ex, fut))
-        return mod, jobs, skipped, errors
+        return mod, jobs, skipped, errors, longest
 
     def _merge(
         self,
@@ -265,17 +293,18 @@ class FeaturePipeline:
         ran: list[Extractor] = []
         timings: dict[str, float] = {}
         for ex, fut in jobs:
+            late = f"{ex.name}: not done within the {self.allowance(ex, budget_s):g} s budget; skipped"
             if not fut.done():
                 fut.cancel()
                 timed_out = True
-                notes.append(f"{ex.name}: not done within the {budget_s:g} s budget; skipped")
+                notes.append(late)
                 continue
             out = fut.result()
             timings[ex.name] = out.seconds
             ran.append(ex)
             if out.timeout:  # gave up at its deadline: the same outcome as still running
                 timed_out = True
-                notes.append(f"{ex.name}: not done within the {budget_s:g} s budget; skipped")
+                notes.append(late)
                 continue
             if out.error is not None:
                 failures.append(out.error)
@@ -309,17 +338,19 @@ class FeaturePipeline:
             timed_out=timed_out,
             skipped=skipped,
             timings=timings,
+            late=notes,
         )
 
     async def extract(
         self, modality: str | Modality, data: bytes, *, budget_s: float = 1.0, wanted: frozenset[str] | None = None
     ) -> FeatureResult:
-        """Features of `data` within `budget_s` seconds (only the extractors that make a `wanted`
-        feature, plus the cheap ones, when `wanted` is given); never raises for bad media."""
-        mod, jobs, skipped, errors = self._submit(modality, data, budget_s, wanted)
+        """Features of `data` within `budget_s` seconds, or a model's own allowance when longer (only
+        the extractors that make a `wanted` feature, plus the cheap ones, when `wanted` is given);
+        never raises for bad media."""
+        mod, jobs, skipped, errors, longest = self._submit(modality, data, budget_s, wanted)
         if jobs:
             waiters = [asyncio.wrap_future(f) for _, f in jobs]
-            _, pending = await asyncio.wait(waiters, timeout=budget_s)
+            _, pending = await asyncio.wait(waiters, timeout=longest)
             for w in pending:
                 w.cancel()
         return self._merge(mod, data, jobs, skipped, errors, budget_s)
@@ -328,9 +359,9 @@ class FeaturePipeline:
         self, modality: str | Modality, data: bytes, *, budget_s: float = 1.0, wanted: frozenset[str] | None = None
     ) -> FeatureResult:
         """`extract` for synchronous callers (the CLI, the producer helper); not for the event loop."""
-        mod, jobs, skipped, errors = self._submit(modality, data, budget_s, wanted)
+        mod, jobs, skipped, errors, longest = self._submit(modality, data, budget_s, wanted)
         if jobs:
-            cf.wait([f for _, f in jobs], timeout=budget_s)
+            cf.wait([f for _, f in jobs], timeout=longest)
         return self._merge(mod, data, jobs, skipped, errors, budget_s)
 
     def close(self) -> None:

