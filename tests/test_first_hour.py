@@ -178,7 +178,7 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     )
     env = {**os.environ, "FIRST_HOUR_TOKEN": TOKEN}
     gateway = f"http://127.0.0.1:{ports['gateway']}"
-    procs = [start("agent", n, "--port", str(ports[n])) for n in ("vision", "analyst", "speech")]
+    procs = [start("agent", n, "--port", str(ports[n]), "--gateway", gateway) for n in ("vision", "analyst", "speech")]
     sender = start("send", str(d / "crack.png"), "--text", "what is wrong with this lid?", "--gateway", gateway, "--wait", "120")
     time.sleep(0.5)  # the sender is already waiting when the gateway starts
     serve = start("serve", "--config", str(d / "gateway.yaml"), env=env)

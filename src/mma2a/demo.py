@@ -91,10 +91,11 @@ async def demo_network(mode: str = "native") -> AsyncIterator[tuple[Gateway, str
     """Every reference agent and a gateway in front of them, on free loopback ports."""
     async with contextlib.AsyncExitStack() as stack:
         agents = []
+        port = free_port()  # the agents read payload URLs of this gateway only (the SDK's SSRF guard)
         for ref in CATALOG.values():
-            url = await stack.enter_async_context(run_agent(ref.card(), SkillExecutor(ref.reply)))
+            executor = SkillExecutor(ref.reply, gateway=f"http://127.0.0.1:{port}")
+            url = await stack.enter_async_context(run_agent(ref.card(), executor))
             agents.append({"name": ref.name, "url": url, "transformer": ref.transformer})
-        port = free_port()
         gw = Gateway(parse_config({"listen": f"127.0.0.1:{port}", "rules": DEMO_RULES, "mode": mode, "agents": agents,
                                    "log_decisions": False, "admin": {"token_env": None},
                                    "history": {"enabled": False}}))  # a throwaway gateway: nothing to keep

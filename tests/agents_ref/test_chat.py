@@ -92,12 +92,12 @@ async def test_text_model_card_takes_no_images_and_errors_are_reported(fake):
         assert chat.requests[-1][1] is None  # no key configured, no header
         chat.status = 500
         assert failure(await send(url, [{"text": "what?"}])) == (
-            f"DispatchError: llm: {base}/chat/completions answered HTTP 500: boom")
+            f"llm: {base}/chat/completions answered HTTP 500: boom")
         chat.status, chat.content = 200, None
         assert failure(await send(url, [{"text": "what?"}])) == (
-            "DispatchError: llm: the reply has no choices[0].message.content")
+            "llm: the reply has no choices[0].message.content")
         chat.content = "  \n "
-        assert failure(await send(url, [{"text": "what?"}])) == "DispatchError: llm: the model answered nothing"
+        assert failure(await send(url, [{"text": "what?"}])) == "llm: the model answered nothing"
 
 
 async def test_the_evaluation_runs_with_a_chat_reasoner(fake):

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from a2a.types import AgentCard
 
 from . import captioner, keyword, reasoner, speech, vision
-from .runtime import Reply
+from .runtime import ReplyFn
 
 
 @dataclass(frozen=True)
 class ReferenceAgent:
     name: str
     card: Callable[[], AgentCard]
-    reply: Reply
+    reply: ReplyFn
     transformer: bool = False
     summary: str = ""
 

@@ -10,12 +10,19 @@ import typer
 
 from .main import app
 
+LOCAL_GATEWAY = "http://127.0.0.1:8800"
+"""The gateway `mma2a serve` runs by default (`listen: 127.0.0.1:8800`): the payload URLs a reference agent reads."""
+
 
 @app.command()
 def agent(
     name: Annotated[str, typer.Argument(help="vision, speech, speaker, captioner, analyst")],
     host: Annotated[str, typer.Option(help="Listen host")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Listen port")] = 9101,
+    gateway: Annotated[list[str] | None, typer.Option(
+        envvar="MMA2A_GATEWAY",
+        help=f"A gateway whose payload URLs the agent may read (repeatable; default {LOCAL_GATEWAY}); "
+             "any other URL must resolve to public addresses")] = None,
 ) -> None:
     """Run one reference agent as an a2a-sdk server."""
     from ..agents.catalog import CATALOG
@@ -33,7 +40,8 @@ def agent(
         typer.echo(f"error: {exc}; choose another with --port", err=True)
         raise typer.Exit(2) from None
     with sock:
-        server = Server(uvicorn_config(agent_app(ref.card(), SkillExecutor(ref.reply), url), host, port),
+        executor = SkillExecutor(ref.reply, gateway=gateway or [LOCAL_GATEWAY])
+        server = Server(uvicorn_config(agent_app(ref.card(), executor, url), host, port),
                         on_started=lambda: typer.echo(f"{name} ({ref.summary}) on {url}", err=True))
         server.run(sockets=[sock])
 

@@ -29,7 +29,7 @@ import httpx
 from ..agents.catalog import CATALOG
 from ..agents.chat import ChatReasoner, ChatReasonerConfig
 from ..agents.questions import normalize
-from ..agents.runtime import Reply, SkillExecutor, run_agent
+from ..agents.runtime import ReplyFn, SkillExecutor, run_agent
 from ..errors import InvalidParams
 from ..ext import EXTENSION_URI, MessageExtension, PartExtension, write_message, write_part
 from ..gateway import Gateway, parse_config
@@ -116,19 +116,20 @@ async def eval_network(llm: ChatReasonerConfig | None = None) -> AsyncIterator[E
     """The reference agents (plus the chat reasoner when configured) behind a native and a bottleneck gateway."""
     async with contextlib.AsyncExitStack() as stack:
         agents = []
-        replies: list[tuple[str, Callable[[], Any], Reply, bool]] = [
+        replies: list[tuple[str, Callable[[], Any], ReplyFn, bool]] = [
             (r.name, r.card, r.reply, r.transformer) for r in CATALOG.values()]
         capable = "analyst"
         if llm is not None:
             chat = ChatReasoner(llm)
             replies.append((chat.name, chat.card, chat.reply, False))
             capable = chat.name
+        ports = {mode: free_port() for mode in ("native", "text-bottleneck")}
+        own = [f"http://127.0.0.1:{p}" for p in ports.values()]  # the only payload URLs the agents may read
         for name, card, reply, transformer in replies:
-            url = await stack.enter_async_context(run_agent(card(), SkillExecutor(reply)))
+            url = await stack.enter_async_context(run_agent(card(), SkillExecutor(reply, gateway=own)))
             agents.append({"name": name, "url": url, "transformer": transformer})
         gateways = {}
-        for mode in ("native", "text-bottleneck"):
-            port = free_port()
+        for mode, port in ports.items():
             gw = Gateway(parse_config({"listen": f"127.0.0.1:{port}", "mode": mode, "agents": agents, "log_decisions": False,
                                        "admin": {"token_env": None}, "timeout_s": 120,
                                        "history": {"enabled": False}}))  # throwaway gateways: nothing to keep

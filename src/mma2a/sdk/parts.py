@@ -257,6 +257,13 @@ class IncomingPart:
         return None
 
     @property
+    def transformed_from(self) -> str | None:
+        """The modality this part was made from by a gateway transform (a caption: `image/png`), if any."""
+        meta = ((self.json.get("metadata") or {}).get(EXTENSION_URI) or {}).get("transformedFrom")
+        source = meta.get("modality") if isinstance(meta, Mapping) else None
+        return str(source) if source else None
+
+    @property
     def is_text(self) -> bool:
         return self.kind == "text"
 
