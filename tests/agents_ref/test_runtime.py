@@ -5,6 +5,7 @@ loopback or link-local address (cloud metadata) before connecting, redirects inc
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import pytest
@@ -102,6 +103,7 @@ async def test_a_payload_by_reference_through_the_gateway_is_fetched_from_it_che
     assert got.part.payload is not None and got.part.payload.size == len(data) and got.data == data
     assert not refused.ok
     assert f"refused to fetch {gw_url}/blobs/" in refused.status_text
+    assert "&sig=…: " in refused.status_text and re.search(r"sig=[\w-]", refused.status_text) is None  # not echoed
     assert "127.0.0.1 is a loopback address; this agent reads payload URLs from its gateways (none named)" in refused.status_text
 
 

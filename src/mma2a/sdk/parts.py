@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import re
 import struct
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -44,6 +45,12 @@ from ..payload import FrameDecoder, SafeFetcher, URLPolicy
 from ..payload.ssrf import hosts_of
 
 CHUNK = 256 * 1024
+_SIGNATURE = re.compile(r"([?&]sig=)[^&\s:)]+")
+
+
+def redact_signature(text: str) -> str:
+    """`text` with the signature of any signed URL in it cut (`sig=…`): it grants reading the payload."""
+    return _SIGNATURE.sub(r"\1…", text)
 
 
 class PayloadReader:
@@ -98,7 +105,8 @@ class PayloadReader:
             return PayloadNotFound(f"{where}: the payload is gone from the store (HTTP 404)", field=where)
         if status == 416:
             return RangeNotSatisfiable(f"{where}: the stream offset is no longer buffered (HTTP 416)", field=where)
-        return exc
+        message = redact_signature(exc.message)  # `refused to fetch URL: ...` goes back to the sender
+        return exc if message == exc.message else type(exc)(message, field=exc.field, data=exc.data)
 
     async def open_url(self, url: str, *, where: str, payload: PayloadRef | None = None) -> AsyncIterator[bytes]:
         """The bytes at `url`, chunk by chunk; digest and size checked against `payload` when given."""
@@ -121,7 +129,8 @@ class PayloadReader:
                     raise
                 raise self._refused(exc, where) from None
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                raise PayloadError(f"{where}: the payload download broke off after {size} bytes: {exc or type(exc).__name__}",
+                reason = redact_signature(str(exc) or type(exc).__name__)
+                raise PayloadError(f"{where}: the payload download broke off after {size} bytes: {reason}",
                                    field=where) from None
         if payload is not None:
             got = digest.hexdigest()
