@@ -119,8 +119,8 @@ async def test_a_reference_agent_reached_through_the_sdk_refuses_the_bomb_before
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, this process's peak so far
     async with run_agent(vision.card(), SkillExecutor(vision.reply)) as agent_url:
         task = await send(agent_url, [raw_part(BOMB, "image/png")])
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # before the models load
         fine = await send(agent_url, [raw_part(small_png(), "image/png")])
-    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert "part 0 (image/png): image/png declares 13000x13000" in failure(task)
     assert fine["status"]["state"] == "TASK_STATE_COMPLETED"
     assert grown_mb < 150  # decoding it would take 169 MB grey, 507 MB as RGB (the finding: 142 → 1,458 MB)
