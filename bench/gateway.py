@@ -15,9 +15,14 @@ hits all alike, at 1, 4 and 16 connections:
 Each arm's server CPU time per request (all threads, /proc schedstat) is reported too.
 `--soak N` instead sends N messages in a row through the gateway (16 connections, one-minute
 wrk runs until N are done) and reports RSS and each minute's p99.
+`--must-show` runs everything issue 16 asks for in one go and prints its table, each target
+with the figure measured and whether it is met: the arms direct, proxy, gateway and 1,000 rules
+at 1 and 16 connections (interleaved rounds), one 1-connection run of at least 10,000 requests
+through the gateway, and the soak (`--soak N`, default 1,000,000) on a fresh gateway.
 
     .venv/bin/python bench/gateway.py [--rounds 3] [--seconds 6] [--levels 1,4,16] [--json]
     .venv/bin/python bench/gateway.py --soak 1000000 [--json]
+    .venv/bin/python bench/gateway.py --must-show [--soak 1000000] [--json]
 """
 
 from __future__ import annotations
@@ -86,6 +91,8 @@ class Arms:
             self.url["proxy"], self.pid["proxy"] = f"http://127.0.0.1:{port}", p.pid
         if "gateway" in arms:
             self._gateway("gateway", "fast", fast_url, None, env)
+        if "gateway_soak" in arms:  # a second, fresh gateway: the soak's heap starts from nothing
+            self._gateway("gateway_soak", "fast", fast_url, None, env)
         if "gateway_1k" in arms:
             self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
         if "gateway_nohistory" in arms:
@@ -178,14 +185,14 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
     return result
 
 
-def soak(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
-    pid = arms.pid["gateway"]
-    arms.run("gateway", 5, 16, script)  # warm up
+def soak(args: argparse.Namespace, arms: Arms, script: str, arm: str = "gateway") -> dict[str, Any]:
+    pid = arms.pid[arm]
+    arms.run(arm, 5, 16, script)  # warm up
     rss0 = rss_mb(pid)
     minutes, done_ = [], 0
     t0 = time.time()
     while done_ < args.soak:
-        r = arms.run("gateway", 60, 16, script)
+        r = arms.run(arm, 60, 16, script)
         done_ += int(r["requests"])
         minutes.append({k: r[k] for k in ("requests", "rps", "p50_ms", "p99_ms", "p999_ms", "max_ms", "errors", "rss_mb",
                                           "cpu_us_per_req")})
@@ -200,29 +207,47 @@ def soak(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             "errors": sum(m["errors"] for m in minutes), "minutes": minutes}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=int, default=6)
-    ap.add_argument("--levels", default="1,4,16")
-    ap.add_argument("--arms", default="direct,proxy,gateway,gateway_1k,sdk_direct,sdk_gateway")
-    ap.add_argument("--soak", type=int, default=0, help="send this many messages through the gateway instead")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("wrk is not installed: apt-get install wrk")
-    tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-"))
-    script = tmp / "send.lua"
-    script.write_text(send_message_lua())
-    arms = Arms(tmp, ["gateway"] if args.soak else args.arms.split(","))
-    try:
-        result = soak(args, arms, str(script)) if args.soak else bench(args, arms, str(script))
-    finally:
-        stop(arms.procs)
-        shutil.rmtree(tmp, ignore_errors=True)
-    if args.json or args.soak:
-        print(json.dumps(result, indent=2))
-        return
+def one_connection(arms: Arms, script: str, rps_hint: float, requests: int = 10_000) -> dict[str, Any]:
+    """One 1-connection run through the gateway long enough for `requests` (run again longer when it fell short)."""
+    seconds = max(5, int(1.3 * requests / max(rps_hint, 1.0)) + 1)
+    r = arms.run("gateway", seconds, 1, script)
+    if r["requests"] < requests:
+        r = arms.run("gateway", int(seconds * 1.5 * requests / max(r["requests"], 1)) + 1, 1, script)
+    r["seconds"] = seconds
+    return r
+
+
+def must_show(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
+    """Issue 16's 'Must show' list, measured in one run."""
+    args.arms, args.levels = "direct,proxy,gateway,gateway_1k", "1,16"
+    table = bench(args, arms, script)
+    one = one_connection(arms, script, table["levels"]["1"]["arms"]["gateway"]["rps"])
+    soaked = soak(args, arms, script, arm="gateway_soak")
+    at16 = table["levels"]["16"]
+    g, p, d, k = (at16["arms"][a] for a in ("gateway", "proxy", "direct", "gateway_1k"))
+    rows = [
+        ("16 connections: gateway >= 0.85x the proxy's throughput", f"{g['rps'] / p['rps']:.2f}x by req/s "
+         f"({g['rps']:.0f} vs {p['rps']:.0f}); {p['cpu_us_per_req'] / g['cpu_us_per_req']:.2f}x by CPU per request "
+         f"({g['cpu_us_per_req']:.0f} vs {p['cpu_us_per_req']:.0f} us)", g["rps"] >= 0.85 * p["rps"]),
+        ("16 connections: p99 <= 3x the proxy's", f"{g['p99_ms'] / p['p99_ms']:.2f}x ({g['p99_ms']:.2f} vs "
+         f"{p['p99_ms']:.2f} ms)", g["p99_ms"] <= 3 * p["p99_ms"]),
+        ("16 connections: added p50 <= 1 ms over direct", f"{g['p50_ms'] - d['p50_ms']:.2f} ms ({g['p50_ms']:.2f} vs "
+         f"{d['p50_ms']:.2f} ms)", g["p50_ms"] - d["p50_ms"] <= 1.0),
+        ("1 connection: p99 <= 2 ms over 10,000 requests", f"{one['p99_ms']:.2f} ms over {one['requests']:,} requests",
+         one["p99_ms"] <= 2.0 and one["requests"] >= 10_000),
+        (f"{soaked['messages']:,} messages: RSS growth <= 50 MB", f"{soaked['rss_growth_mb']:+.1f} MB "
+         f"({soaked['rss_start_mb']} -> {soaked['rss_end_mb']} MB)", soaked["rss_growth_mb"] <= 50),
+        (f"{soaked['messages']:,} messages: last minute's p99 <= 1.5x the first's", f"{soaked['p99_last_over_first']:.2f}x "
+         f"({soaked['minutes'][-1]['p99_ms']:.2f} vs {soaked['minutes'][0]['p99_ms']:.2f} ms)",
+         soaked["p99_last_over_first"] <= 1.5),
+        ("1,000 rules: throughput within 10% of none (16 connections)", f"{k['rps'] / g['rps']:.2f}x by req/s; "
+         f"{g['cpu_us_per_req'] / k['cpu_us_per_req']:.2f}x by CPU per request", k["rps"] >= 0.9 * g["rps"]),
+    ]
+    return {"bench": table, "one_connection": one, "soak": soaked,
+            "targets": [{"target": t, "measured": m, "met": bool(ok)} for t, m, ok in rows]}
+
+
+def print_levels(result: dict[str, Any]) -> None:
     for c, level in result["levels"].items():
         print(f"--- {c} connection(s)")
         for name, a in level["arms"].items():
@@ -230,6 +255,50 @@ def main() -> None:
                   f"p99.9 {a['p999_ms']:7.2f} ms  cpu {a['cpu_us_per_req']:6.0f} us/req  "
                   f"({a['requests']} requests, {a['errors']} errors{', e.g. ' + a['bad_sample'] if 'bad_sample' in a else ''})")
         print("  ", json.dumps(level["ratios"]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=6)
+    ap.add_argument("--levels", default="1,4,16")
+    ap.add_argument("--arms", default="direct,proxy,gateway,gateway_1k,sdk_direct,sdk_gateway")
+    ap.add_argument("--soak", type=int, default=0, help="send this many messages through the gateway instead")
+    ap.add_argument("--must-show", action="store_true", help="issue 16's whole table in one run (see above)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get install wrk")
+    tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-"))
+    script = tmp / "send.lua"
+    script.write_text(send_message_lua())
+    if args.must_show:
+        args.soak = args.soak or 1_000_000
+        wanted = ["direct", "proxy", "gateway", "gateway_1k", "gateway_soak"]
+    else:
+        wanted = ["gateway"] if args.soak else args.arms.split(",")
+    arms = Arms(tmp, wanted)
+    try:
+        if args.must_show:
+            result = must_show(args, arms, str(script))
+        else:
+            result = soak(args, arms, str(script)) if args.soak else bench(args, arms, str(script))
+    finally:
+        stop(arms.procs)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json or (args.soak and not args.must_show):
+        print(json.dumps(result, indent=2))
+        return
+    if args.must_show:
+        print_levels(result["bench"])
+        one = result["one_connection"]
+        print(f"--- 1 connection, {one['requests']} requests: p50 {one['p50_ms']:.2f} ms, p99 {one['p99_ms']:.2f} ms, "
+              f"p99.9 {one['p999_ms']:.2f} ms, errors {one['errors']}")
+        print("\n| target | measured | |\n|---|---|---|")
+        for t in result["targets"]:
+            print(f"| {t['target']} | {t['measured']} | {'met' if t['met'] else '**not met**'} |")
+        return
+    print_levels(result)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import time
 import orjson
 
 from mma2a.gateway.history import DecisionRecord, HistoryFilter, HistoryRecorder, HistoryStore, PartSummary, to_row
-from mma2a.gateway.history.record import MAX_FEATURE_BYTES, cap_features, outcome_class
+from mma2a.gateway.history.record import MAX_FEATURE_BYTES, RowMemo, cap_features, outcome_class
 from mma2a.routing import PartRoute, Target, TransformStep
 
 
@@ -29,6 +29,25 @@ def test_rows_carry_targets_transforms_and_tags():
     assert outcome_class("refused -32602: parts[0]: bad") == ("refused", "-32602: parts[0]: bad")
     assert outcome_class("TASK_STATE_INPUT_REQUIRED") == ("input-required", None)
     assert outcome_class("TASK_STATE_SOMETHING_NEW") == ("unknown", None)
+
+
+def test_the_row_memo_reuses_alike_decisions_and_only_those():
+    """Rows made through the writer's memo equal rows made afresh: alike decisions (the same routes object, parts
+    of the same shape without features) share one parts JSON; another shape, features or routes do not."""
+    memo = RowMemo()
+    base = record("a", 1.0)
+    routes = base.routes
+    alike = base._replace(message_id="b", time=2.0, outcome="TASK_STATE_FAILED")
+    other_size = base._replace(message_id="c", parts=(PartSummary(0, "image/png", {}, "raw", 99),))
+    featured = base._replace(message_id="d", parts=(PartSummary(0, "image/png", {"width": 3}),))
+    other_routes = base._replace(message_id="e", routes=(PartRoute(0, "image/png", (), (Target("ocr"),), ("route_to",)),))
+    for entry in (base, alike, other_size, featured, other_routes, alike):
+        assert to_row(entry, memo) == to_row(entry)
+    first, second = to_row(base, memo), to_row(alike, memo)
+    assert first.parts_json is second.parts_json and first.message_id != second.message_id
+    assert to_row(other_size, memo).parts_json != first.parts_json
+    assert orjson.loads(to_row(featured, memo).parts_json)[0]["features"] == {"width": 3}
+    assert ("a", "ocr") in to_row(other_routes, memo).tags and routes is base.routes
 
 
 def test_features_are_capped_in_bytes():

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from ..card import VERSION_HEADER
@@ -34,12 +34,16 @@ MAX_JSON_DEPTH = 64  # levels of objects and arrays under `params`; protobuf-bas
 _PART_KINDS = ("text", "raw", "url", "data")
 
 
-def rpc_response(rid: Any, result: Any) -> Response:
-    return Response(orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result}), media_type="application/json")
+_JSON_TYPE = (b"content-type", b"application/json")
+_VERSION = VERSION_HEADER.lower().encode("latin-1")
 
 
-def rpc_error(rid: Any, exc: MMA2AError) -> Response:
-    return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), media_type="application/json")
+def rpc_response(rid: Any, result: Any) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+def rpc_error(rid: Any, exc: MMA2AError) -> bytes:
+    return orjson.dumps(jsonrpc_error_json(rid, exc))
 
 
 def check_message(message: Any) -> dict[str, Any]:
@@ -100,23 +104,42 @@ class JsonRpcIngress:
         self.metrics = metrics
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """The route's ASGI app: no per-request wrapping beyond the request and the response themselves."""
-        response = await self.handle(Request(scope, receive))
-        await response(scope, receive, send)
+        """The route's ASGI app: no per-request wrapping beyond the request and the response themselves.
 
-    async def handle(self, request: Request) -> Response:
-        declared = request.headers.get("content-length")
+        A JSON-RPC answer (result or error, HTTP 200) goes out as two raw ASGI messages; other answers
+        (413, a client gone mid-body, the SDK's) are Starlette responses."""
+        answer = await self.handle(scope, receive)
+        if isinstance(answer, bytes):
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", b"%d" % len(answer)), _JSON_TYPE]})
+            await send({"type": "http.response.body", "body": answer})
+        else:
+            await answer(scope, receive, send)
+
+    async def handle(self, scope: dict[str, Any], receive: Any) -> bytes | Response:
+        """The answer to one POST: a JSON-RPC document (bytes), or a response of another shape."""
+        declared = version = None
+        for k, v in scope["headers"]:
+            if k == b"content-length" and declared is None:
+                declared = v
+            elif k == _VERSION and version is None:
+                version = v.decode("latin-1")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             return _too_large(self.max_body_bytes)
-        body = bytearray()
-        try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > self.max_body_bytes:
-                    return _too_large(self.max_body_bytes)
-        except ClientDisconnect:  # gone mid-body (or cut off by the body deadline): nobody to answer
-            return Response(status_code=400)
-        request._body = bytes(body)  # the SDK dispatcher reads the cached body
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":  # gone mid-body (or cut off by the body deadline): nobody to answer
+                return Response(status_code=400)
+            chunk = msg.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return _too_large(self.max_body_bytes)
+            if not msg.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self.metrics.bytes_in.labels("jsonrpc").inc(len(body))
         try:
             doc = orjson.loads(body)
@@ -135,7 +158,7 @@ class JsonRpcIngress:
         method = doc.get("method")
         if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
             return rpc_error(rid, InvalidRequest("request must have jsonrpc: \"2.0\" and a string method", field="method"))
-        version = request.headers.get(VERSION_HEADER, "")
+        version = version or ""
         if "/" in method and version.startswith("1."):  # the SDK would answer -32603 (internal error)
             err = InvalidRequest(f"method {method!r} is A2A 0.3; with A2A-Version {version} use the 1.0 method names "
                                  "(SendMessage, GetTask, ...) or send A2A-Version: 0.3", field="method")
@@ -143,8 +166,10 @@ class JsonRpcIngress:
             return rpc_error(rid, err)
         params = doc.get("params")
         if method not in FAST_METHODS or not version.startswith("1.") or (b"_" in body and _snake_case(params)):
+            request = Request(scope, receive)
+            request._body = body  # the SDK dispatcher reads the cached body
             return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
-        target = request.path_params.get("agent")
+        target = (scope.get("path_params") or {}).get("agent")
         try:
             if not isinstance(params, dict):
                 raise InvalidParams("params: required, must be an object", field="params")

@@ -146,8 +146,58 @@ def rows_from_json(data: bytes) -> list[Row]:
         raise ValueError(f"not a batch of history rows: {exc}") from None
 
 
-def to_row(entry: DecisionRecord) -> Row:
-    """Serialise one record (on the writer's thread)."""
+class RowMemo:
+    """The parts JSON and tags of recent decisions, by their routes (the same object for every message a memoised
+    decision routed) and their parts' shapes: a stream of alike messages is serialised once. Parts with
+    features are never memoised (their features differ from message to message)."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self._rows: dict[tuple[Any, ...], tuple[Sequence[Any], bytes, tuple[tuple[str, str], ...]]] = {}
+
+    def key(self, entry: DecisionRecord) -> tuple[Any, ...] | None:
+        if len(entry.parts) > 4:
+            return None
+        shape: list[Any] = [id(entry.routes)]
+        for p in entry.parts:
+            if p.features:
+                return None
+            shape.append((p.index, str(p.modality), p.kind, p.size))
+        return tuple(shape)
+
+    def get(self, key: tuple[Any, ...], entry: DecisionRecord) -> tuple[bytes, tuple[tuple[str, str], ...]] | None:
+        found = self._rows.get(key)
+        if found is None or found[0] is not entry.routes:  # an id reused by another object: not the same routes
+            return None
+        return found[1], found[2]
+
+    def put(self, key: tuple[Any, ...], entry: DecisionRecord, parts_json: bytes, tags: tuple[tuple[str, str], ...]) -> None:
+        if len(self._rows) >= self.capacity:
+            self._rows.clear()
+        self._rows[key] = (entry.routes, parts_json, tags)  # the routes kept alive: their id stays theirs
+
+
+def to_row(entry: DecisionRecord, memo: RowMemo | None = None) -> Row:
+    """Serialise one record (on the writer's thread); `memo` reuses the parts JSON of alike decisions."""
+    key = memo.key(entry) if memo is not None and entry.routes else None
+    known = memo.get(key, entry) if memo is not None and key is not None else None
+    if known is not None:
+        parts_json, tag_tuple = known
+    else:
+        parts_json, tag_tuple = _parts_json(entry)
+        if memo is not None and key is not None:
+            memo.put(key, entry, parts_json, tag_tuple)
+    outcome, error = outcome_class(entry.outcome)
+    return Row(
+        message_id=str(entry.message_id)[:MAX_STRING], time=entry.time,
+        sender=entry.sender[:MAX_STRING] if entry.sender else None, outcome=outcome, error=error,
+        latency_ms=round(entry.latency_s * 1000, 3), parts_json=parts_json,
+        receivers_json=orjson.dumps(list(entry.receivers)) if entry.receivers else None, tags=tag_tuple,
+    )
+
+
+def _parts_json(entry: DecisionRecord) -> tuple[bytes, tuple[tuple[str, str], ...]]:
+    """The parts of a record as stored (JSON) and its filter tags."""
     routes = {r.index: r for r in entry.routes}
     parts: list[dict[str, Any]] = []
     tags: dict[tuple[str, str], None] = {}
@@ -175,10 +225,4 @@ def to_row(entry: DecisionRecord) -> Row:
         else:
             row.update(targets=[], matched=[], transforms=[], dropped=None, bottleneck=False)
         parts.append(row)
-    outcome, error = outcome_class(entry.outcome)
-    return Row(
-        message_id=str(entry.message_id)[:MAX_STRING], time=entry.time,
-        sender=entry.sender[:MAX_STRING] if entry.sender else None, outcome=outcome, error=error,
-        latency_ms=round(entry.latency_s * 1000, 3), parts_json=orjson.dumps(parts, default=str),
-        receivers_json=orjson.dumps(list(entry.receivers)) if entry.receivers else None, tags=tuple(tags),
-    )
+    return orjson.dumps(parts, default=str), tuple(tags)

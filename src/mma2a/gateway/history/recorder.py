@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .record import DecisionRecord, Row, to_row
+from .record import DecisionRecord, Row, RowMemo, to_row
 from .store import HistoryStore
 
 log = logging.getLogger("mma2a.history")
@@ -46,6 +46,7 @@ class HistoryRecorder:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._memo = RowMemo()  # the writer thread's own
 
     # --- the request path -------------------------------------------------------------------
     def record(self, entry: DecisionRecord) -> None:
@@ -121,7 +122,7 @@ class HistoryRecorder:
                     rows += item.rows
                     position = item.position
                 else:
-                    rows.append(to_row(item))
+                    rows.append(to_row(item, self._memo))
             try:
                 self.store.write(rows, position)
                 if self._on_write is not None and rows:
