@@ -8,6 +8,7 @@ every binding. As A2A 1.0 asks, JSON-RPC `error.data` is an array of typed detai
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 # JSON-RPC 2.0 and A2A 1.0 error codes (A2A spec, section "Error handling").
@@ -220,6 +221,29 @@ class DispatchError(MMA2AError):
     """A downstream agent failed, timed out or answered with something that is not A2A."""
 
     code, http_status = INVALID_AGENT_RESPONSE, 502
+
+
+class AgentRPCError(MMA2AError):
+    """The agent answered with a JSON-RPC error. Passed on unchanged: its code, message and `data` (the
+    typed details) as the agent sent them, on REST with the status the A2A error table gives its code."""
+
+    def __init__(self, agent: str, error: Mapping[str, Any]) -> None:
+        code = error.get("code", -32603)
+        msg = str(error.get("message", "agent error"))
+        super().__init__(msg, data=error_metadata(error.get("data")))
+        self.code = code if isinstance(code, int) and not isinstance(code, bool) else -32603
+        self.http_status = rest_status(self.code)
+        self.agent = agent
+        self.error = {"code": self.code, "message": msg} | ({"data": error["data"]} if "data" in error else {})
+
+    def details(self) -> list[dict[str, Any]]:
+        data = self.error.get("data")
+        if isinstance(data, list) and all(isinstance(d, dict) for d in data):
+            return list(data)
+        return super().details()
+
+    def to_jsonrpc(self) -> dict[str, Any]:
+        return dict(self.error)
 
 
 class PayloadError(MMA2AError):

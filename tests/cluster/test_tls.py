@@ -8,7 +8,7 @@ import pytest
 
 from mma2a.gateway.cluster_config import ClusterConfig
 from mma2a.cluster.server import NatsServer
-from mma2a.cluster.state import connect
+from mma2a.cluster.link import connect
 from mma2a.errors import ClusterError
 from mma2a.gateway import parse_config
 from mma2a.tls import ClientTLS

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .main import app
+from .root import app
 
 LOCAL_GATEWAY = "http://127.0.0.1:8800"
 """The gateway `mma2a serve` runs by default (`listen: 127.0.0.1:8800`): the payload URLs a reference agent reads."""

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .main import app
+from .root import app
 
 bench_app = typer.Typer(help="Benchmarks (figures in docs/benchmarks.md).", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(bench_app, name="bench")

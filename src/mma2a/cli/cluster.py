@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .main import app, plural
+from .root import app, plural
 
 cluster_app = typer.Typer(help="Cluster mode on NATS JetStream.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(cluster_app, name="cluster")

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .main import app
+from .root import app
 
 
 @app.command()

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .main import app
+from .root import app
 
 eval_app = typer.Typer(help="Evaluations (see docs/evaluation.md).", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(eval_app, name="eval")

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .main import app
+from .root import app
 
 
 def _describe(path: Path, modality: str | None, budget: float, pipeline: Any) -> dict[str, Any]:

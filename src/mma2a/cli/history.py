@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .main import app
+from .root import app
 
 
 def _route(parts: list[dict[str, Any]]) -> str:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .main import app, plural
+from .root import app, plural
 
 rules_app = typer.Typer(help="Check routing rules and explain how they route messages.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(rules_app, name="rules")

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from .main import app
+from .root import app
 
 
 def crack_png() -> bytes:

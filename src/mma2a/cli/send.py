@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .main import app
+from .root import app
 
 
 def parse_feature(text: str) -> tuple[str, Any]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .main import app, plural
+from .root import app, plural
 
 if TYPE_CHECKING:
     from ..gateway.app import Gateway

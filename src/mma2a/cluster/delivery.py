@@ -25,20 +25,18 @@ import hashlib
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nats
 import orjson
 from nats.js import api
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
-from ..errors import MMA2AError
+from ..errors import AgentRPCError, MMA2AError
 from ..ext import EXTENSION_URI
 from ..gateway.aggregate import LegResult
-from ..gateway.transport import AgentRPCError
 
-if TYPE_CHECKING:
-    from .state import ClusterState
+from .link import Member, ensure_kv
 
 log = logging.getLogger("mma2a.cluster.delivery")
 
@@ -56,7 +54,7 @@ def record_key(msg_id: str) -> str:
 class DurableDelivery:
     """Both halves of durable delivery for one gateway: publishing (ingress) and dispatching."""
 
-    def __init__(self, cluster: ClusterState) -> None:
+    def __init__(self, cluster: Member) -> None:
         self.cluster = cluster
         self.delivered_kv: Any = None
         self._waiting: dict[str, list[asyncio.Future[dict[str, Any]]]] = {}
@@ -77,8 +75,6 @@ class DurableDelivery:
         return max(self.cluster.config.ack_wait_s, gw.timeout_s * (gw.retries + 1) + 1.0)
 
     async def setup(self) -> None:
-        from .state import ensure_kv
-
         c, names, js = self.cluster.config, self.cluster.names, self.cluster.js
         self.delivered_kv = await ensure_kv(js, names.bucket("delivered"), ttl=c.delivered_ttl_s, replicas=c.replicas)
         cfg = api.StreamConfig(
@@ -272,9 +268,9 @@ class DurableDelivery:
         kv, me = self.delivered_kv, self.cluster.id
         body = orjson.loads(msg.data)
         agent, params = body["agent"], body["params"]
-        pipeline = self.cluster.gw.pipeline
+        gw = self.cluster.gw
         try:
-            result = await pipeline.call_agent(pipeline.directory.get(agent), "SendMessage", params)
+            result = await gw.pipeline.call_agent(gw.directory.get(agent), "SendMessage", params)
             outcome: dict[str, Any] = {"result": result}
         except AgentRPCError as exc:  # the agent got it and said no: delivered
             outcome = {"error": f"agent error {exc.code}: {exc.message}"}

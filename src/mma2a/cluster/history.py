@@ -21,10 +21,10 @@ from nats.js.errors import NotFoundError
 
 from ..gateway.history.record import DecisionRecord, rows_from_json, rows_to_json, to_row
 from ..serving import cancel_tasks
+from .link import Member
 
 if TYPE_CHECKING:
     from ..gateway.history import HistoryRecorder
-    from .state import ClusterState
 
 log = logging.getLogger("mma2a.cluster")
 BATCH = 200
@@ -33,7 +33,7 @@ BATCH = 200
 class JetStreamHistory:
     """The `HistorySink` of a clustered gateway."""
 
-    def __init__(self, cluster: ClusterState, local: HistoryRecorder, *, capacity: int, max_age_s: float,
+    def __init__(self, cluster: Member, local: HistoryRecorder, *, capacity: int, max_age_s: float,
                  max_bytes: int) -> None:
         self.cluster, self.local = cluster, local
         self.capacity, self.max_age_s, self.max_bytes = capacity, max_age_s, max_bytes

@@ -19,7 +19,7 @@ import hashlib
 import secrets
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from nats.js import api
@@ -33,6 +33,7 @@ from ..errors import (
     RangeNotSatisfiable,
     UploadOffsetMismatch,
 )
+from ..gateway.cluster_config import ClusterConfig
 from ..payload.store import (
     DEFAULT_MEDIA_TYPE,
     BlobInfo,
@@ -43,8 +44,7 @@ from ..payload.store import (
     digest_mismatch,
 )
 
-if TYPE_CHECKING:
-    from .state import ClusterState
+from .link import ClusterLink, Connected, ensure_kv
 
 CHUNK_SIZE = 128 * 1024
 """The Object Store's default chunk size (well under NATS's 1 MB message limit)."""
@@ -71,7 +71,7 @@ async def _rechunk(chunks: AsyncIterator[bytes], size: int = CHUNK_SIZE) -> Asyn
 class ObjectBlobStore(BlobStore):
     """Blobs in a JetStream Object Store bucket shared by every gateway of the cluster."""
 
-    def __init__(self, cluster: ClusterState) -> None:
+    def __init__(self, cluster: Connected) -> None:
         self.cluster = cluster
         self.bucket = cluster.names.blobs_bucket
         self.stream = f"OBJ_{self.bucket}"
@@ -85,8 +85,6 @@ class ObjectBlobStore(BlobStore):
         return self.cluster.js
 
     async def setup(self) -> None:
-        from .state import ensure_kv
-
         js, c = self.js, self.cluster.config
         try:
             await js.object_store(self.bucket)
@@ -291,34 +289,9 @@ class ObjectBlobStore(BlobStore):
         self._locks.pop(upload_id, None)
 
 
-class ClusterLink:
-    """A bare connection to a cluster (names, config, NATS), for tools that use one piece without a gateway."""
-
-    def __init__(self, config: Any) -> None:
-        from .state import Names
-
-        self.config = config
-        self.names = Names(config.name)
-        self.nc: Any = None
-        self.js: Any = None
-
-    async def connect(self) -> ClusterLink:
-        from .state import connect
-
-        self.nc = await connect(self.config, name="mma2a-tool")
-        self.js = self.nc.jetstream(timeout=5.0)
-        return self
-
-    async def close(self) -> None:
-        if self.nc is not None:
-            with contextlib.suppress(Exception):
-                await self.nc.drain()
-            self.nc = None
-
-
-async def open_object_store(config: Any) -> tuple[ObjectBlobStore, ClusterLink]:
+async def open_object_store(config: ClusterConfig) -> tuple[ObjectBlobStore, ClusterLink]:
     """An `ObjectBlobStore` on its own connection (close the link when done)."""
     link = await ClusterLink(config).connect()
-    store = ObjectBlobStore(link)  # type: ignore[arg-type]
+    store = ObjectBlobStore(link)
     await store.setup()
     return store, link

@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from nats.js.errors import KeyNotFoundError
@@ -24,8 +24,7 @@ from nats.js.kv import KV_DEL, KV_PURGE
 from ..routing import SessionPins
 from ..routing.decision import PartRoute, Target, TransformStep
 
-if TYPE_CHECKING:
-    from .state import ClusterState
+from .link import Member
 
 log = logging.getLogger("mma2a.cluster.pins")
 
@@ -54,7 +53,7 @@ def routes_from_json(data: list[Any]) -> tuple[PartRoute, ...]:
 class ClusterSessionPins(SessionPins):
     """Local pins (as `SessionPins`) plus the cluster's: written through, fetched on a local miss."""
 
-    def __init__(self, cluster: ClusterState, max_sessions: int = 100_000) -> None:
+    def __init__(self, cluster: Member, max_sessions: int = 100_000) -> None:
         super().__init__(max_sessions)
         self.cluster = cluster
         self._remote: OrderedDict[str, tuple[str, tuple[PartRoute, ...]]] = OrderedDict()

@@ -19,28 +19,26 @@ import os
 import secrets
 import socket
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import nats
 import orjson
-from nats.js import JetStreamContext, api
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from .._version import __version__
 from ..errors import ClusterError, MMA2AError
 from ..gateway.cluster_config import ClusterConfig
+from ..gateway.hooks import GatewayParts
 from ..routing import parse_rules
-from ..tls import client_context
 from ..serving import cancel_tasks
 from .delivery import DurableDelivery
+from .link import Names, connect, ensure_kv
 from .objects import ObjectBlobStore
 from .pins import ClusterSessionPins
 
 if TYPE_CHECKING:
     from ..gateway.aggregate import LegResult
-    from ..gateway.app import Gateway
     from ..gateway.directory import AgentEntry
     from ..gateway.history import HistoryConfig, HistoryRecorder
     from .history import JetStreamHistory
@@ -48,69 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mma2a.cluster")
 
 CONFIG_BUCKETS = ("rules", "agents", "modalities")
-
-
-@dataclass(frozen=True)
-class Names:
-    """Every bucket, stream and subject of one cluster, derived from its name."""
-
-    cluster: str
-
-    def bucket(self, kind: str) -> str:
-        return f"{self.cluster}_{kind}"
-
-    @property
-    def delivery_stream(self) -> str:
-        return f"{self.cluster}_delivery".upper()
-
-    def deliver_subject(self, agent: str) -> str:
-        return f"{self.cluster}.deliver.{agent}"
-
-    @property
-    def deliver_filter(self) -> str:
-        return f"{self.cluster}.deliver.>"
-
-    def reply_subject(self, member: str) -> str:
-        return f"{self.cluster}.reply.{member}"
-
-    @property
-    def blobs_bucket(self) -> str:
-        return f"{self.cluster}_blobs"
-
-
-async def connect(config: ClusterConfig, *, name: str = "mma2a", **callbacks: Any) -> Any:
-    """A NATS connection that reconnects forever; a clear `ClusterError` if the first connect fails."""
-    callbacks.setdefault("error_cb", _quiet)
-    if config.tls is not None:  # a bad file: TLSFileError naming it
-        callbacks["tls"] = client_context(config.tls, what="cluster")
-    limit = 3 * config.connect_timeout_s + 1  # nats-py can wait forever on a TLS handshake that failed
-    try:  # a few attempts at first; once connected, reconnect forever
-        nc = await asyncio.wait_for(nats.connect(
-            servers=config.servers(), name=name, connect_timeout=config.connect_timeout_s,
-            max_reconnect_attempts=2, reconnect_time_wait=0.25, allow_reconnect=True, **callbacks,
-        ), limit)
-    except asyncio.TimeoutError:
-        hint = "; check cluster.tls (its ca_file, and whether the server requires TLS)"
-        raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: no connection within {limit:g} s{hint}",
-                           field="cluster.nats") from None
-    except Exception as exc:  # nats raises NoServersError, TimeoutError, OSError
-        raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: {exc or type(exc).__name__}",
-                           field="cluster.nats") from None
-    nc.options["max_reconnect_attempts"] = -1
-    return nc
-
-
-async def _quiet(exc: Exception) -> None:
-    log.debug("nats: %s", exc)
-
-
-async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1) -> KeyValue:
-    """Open a KV bucket, creating it on first use (creation is idempotent between gateways)."""
-    try:
-        return await js.key_value(bucket)
-    except BucketNotFoundError:
-        cfg = api.KeyValueConfig(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
-        return await js.create_key_value(config=cfg)
 
 
 class ClusterState:
@@ -121,7 +56,7 @@ class ClusterState:
     """
 
     def __init__(self, config: ClusterConfig) -> None:
-        self._gw: Gateway | None = None
+        self._gw: GatewayParts | None = None
         self.config = config
         self.id = config.id or f"{socket.gethostname().split('.')[0]}-{os.getpid()}-{secrets.token_hex(3)}"
         self.names = Names(config.name)
@@ -144,7 +79,7 @@ class ClusterState:
         self.reconnects = 0
 
     @property
-    def gw(self) -> Gateway:
+    def gw(self) -> GatewayParts:
         """The gateway this cluster member serves (set by `start`)."""
         if self._gw is None:
             raise ClusterError("cluster: not started (Gateway.start calls ClusterState.start)")
@@ -159,7 +94,7 @@ class ClusterState:
         return self.history
 
     # --- lifecycle ------------------------------------------------------------------
-    async def start(self, gateway: Gateway) -> None:
+    async def start(self, gateway: GatewayParts) -> None:
         """Connect, open buckets, seed them from this gateway's config if empty, then adopt and watch them."""
         self._gw = gateway
         self.nc = await connect(self.config, name=f"mma2a-{self.id}", reconnected_cb=self._reconnected,

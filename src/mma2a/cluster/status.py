@@ -11,7 +11,7 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from ..gateway.cluster_config import ClusterConfig
 from .delivery import CONSUMER
-from .state import Names, connect
+from .link import Names, connect
 
 
 async def _kv_keys(js: Any, bucket: str) -> list[str]:

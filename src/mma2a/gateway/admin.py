@@ -7,7 +7,7 @@ in force untouched and answers 400 with the errors.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -20,18 +20,34 @@ from ..errors import (
     MMA2AError,
     RuleError,
 )
+from ..modality import ModalityRegistry
 from ..responses import error_response, json_response, read_json_object
 from ..routing import parse_rules
 from ..routing.loader import rules_to_json
 from .config import AgentConfig
-from .enrich import with_vectors
-from .history.api import history_routes
+from .enrich import FeatureStage, with_vectors
+from .history.api import HistoryParts, history_routes
+from .hooks import ClusterHooks
+from .pipeline import Pipeline
 
-if TYPE_CHECKING:
-    from .app import Gateway
+
+class AdminParts(HistoryParts, Protocol):
+    """What the admin API changes and reads: rules and mode, agents, modalities, pins, the decision feed."""
+
+    @property
+    def registry(self) -> ModalityRegistry: ...
+
+    @property
+    def features(self) -> FeatureStage | None: ...
+
+    @property
+    def pipeline(self) -> Pipeline: ...
+
+    @property
+    def cluster(self) -> ClusterHooks: ...
 
 
-def admin_routes(gw: Gateway) -> list[Route]:
+def admin_routes(gw: AdminParts) -> list[Route]:
     def guard(handler: Any) -> Any:  # the admin token is checked by the route's access class (authz, security)
         async def endpoint(request: Request) -> Response:
             try:

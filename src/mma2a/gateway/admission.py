@@ -16,7 +16,7 @@ from ..view import MessageView, view_message
 from .access import current_sender
 from .directory import AgentDirectory
 from .enrich import FeatureStage, with_vectors
-from .hooks import ClusterHooks
+from .hooks import RouteHooks
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .state import RoutingState
@@ -33,7 +33,7 @@ class Admission:
 
     def __init__(
         self, *, directory: AgentDirectory, state: RoutingState, metrics: GatewayMetrics, registry: ModalityRegistry,
-        tasks: TaskMap, cluster: ClusterHooks, features: FeatureStage | None = None, offload: OffloadStage | None = None,
+        tasks: TaskMap, cluster: RouteHooks, features: FeatureStage | None = None, offload: OffloadStage | None = None,
         guard: MessageGuard | None = None, gateway_id: str = "",
     ) -> None:
         self.directory = directory

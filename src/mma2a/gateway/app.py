@@ -45,7 +45,7 @@ from .cards import CardCache, agent_card_through, gateway_card
 from .config import ConfigError, GatewayConfig
 from .directory import AgentDirectory
 from .enrich import FeatureStage
-from .faults import Deduper, Drain, fail_over
+from .faults import Deduper, Drain
 from .front import FrontDoor
 from .feed import DecisionFeed
 from .guard import MessageGuard, media_limits
@@ -140,7 +140,7 @@ class Gateway:
             history=self.cluster.history_sink(self.history, config.history) if self.history else None,
             guard=MessageGuard(config.limits, config.urls, config.signing, own_url=self.public_url),
             dedupe=Deduper(ttl_s=config.faults.dedupe_ttl_s) if config.faults.dedupe_ttl_s > 0 else None,
-            failover=fail_over if config.faults.failover else None,
+            failover=config.faults.failover,
             cluster=self.cluster,
             gateway_id=config.name or self.public_url,
         )
@@ -227,7 +227,7 @@ class Gateway:
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
             from .grpc_binding import GrpcIngress
 
-            self.grpc = GrpcIngress(self, self._handler)
+            self.grpc = GrpcIngress(self.config, self.drain, self._handler)
             await self.grpc.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if self.startup_errors:  # e.g. started together with its agents: keep trying those not up yet

@@ -1,46 +1,59 @@
 """Dispatch: one leg to its agent — through durable delivery when the cluster keeps it, else one
-call, and on an unreachable agent another member of its pool (`faults.fail_over`)."""
+call — and, when the agent is gone, failover to another member of its pool."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import logging
+from collections.abc import Mapping
 from typing import Any
 
-from ..errors import DispatchError
+from ..errors import AgentRPCError, DispatchError, MMA2AError
 from ..routing import RouteDecision
 from .admission import Admission
 from .aggregate import LegResult
 from .calls import AgentCaller
 from .directory import AgentDirectory
-from .hooks import ClusterHooks
+from .hooks import RouteHooks
 from .legs import Leg, LegPlanner
 from .metrics import GatewayMetrics
 from .tracing import span
-from .transport import AgentRPCError
 
-FailOver = Callable[
-    ["Dispatcher", Leg, dict[str, Any], Mapping[str, Any] | None, RouteDecision, DispatchError],
-    Awaitable[LegResult | None],
-]
-"""Another pool member for a leg whose agent is gone (`faults.fail_over`), or None."""
+log = logging.getLogger("mma2a.gateway.faults")
+
+
+def is_unreachable(exc: DispatchError) -> bool:
+    """A failure that says the agent is gone (refused, reset, disconnected mid-request), not slow or wrong."""
+    return " unreachable: " in exc.message or "ClientOSError" in exc.message or "Connection reset" in exc.message
+
+
+def failover_parts(decision: RouteDecision, agent: str) -> list[int] | None:
+    """Indexes of the parts sent to `agent` when every one of them may go to another pool member, else None
+    (the route came from `load_balance` or capability routing, never a broadcast, which already reached
+    every member)."""
+    indexes = []
+    for pr in decision.parts:
+        if agent not in pr.agents():
+            continue
+        if not any(a.startswith(("load_balance:", "capability")) for a in pr.actions) or len(pr.targets) != 1:
+            return None
+        if pr.targets[0].via:
+            return None
+        indexes.append(pr.index)
+    return indexes or None
 
 
 class Dispatcher:
     """Sends legs to agents and turns each answer into a `LegResult`."""
 
     def __init__(self, *, directory: AgentDirectory, caller: AgentCaller, planner: LegPlanner, admission: Admission,
-                 metrics: GatewayMetrics, cluster: ClusterHooks, failover: FailOver | None = None) -> None:
+                 metrics: GatewayMetrics, cluster: RouteHooks, failover: bool = False) -> None:
         self.directory = directory
         self.caller = caller
         self.planner = planner
         self.admission = admission
         self.metrics = metrics
-        self.cluster = cluster
+        self.cluster = cluster  # durable delivery for the agents the cluster keeps it for
         self.failover = failover  # another pool member when an agent is gone
-
-    def reroute(self, message: dict[str, Any], configuration: Mapping[str, Any] | None) -> RouteDecision:
-        """Route `message` afresh (the directory as it is now, no receiver named)."""
-        return self.admission.route(self.admission.view(message, configuration, None))
 
     async def dispatch(
         self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None,
@@ -62,11 +75,40 @@ class Dispatcher:
                 raise
             return LegResult(leg.agent, error=f"agent error {exc.code}: {exc.message}")
         except DispatchError as exc:
-            if self.failover is not None and decision is not None:
-                moved = await self.failover(self, leg, message, configuration, decision, exc)
+            if self.failover and decision is not None:
+                moved = await self.fail_over(leg, message, configuration, decision, exc)
                 if moved is not None:
                     return moved
             return LegResult(leg.agent, error=exc.message)
         if not isinstance(result, dict) or not ({"task", "message"} & result.keys()):
             return LegResult(leg.agent, error="agent answered with neither a task nor a message")
         return LegResult(leg.agent, result=result)
+
+    async def fail_over(
+        self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+        exc: DispatchError,
+    ) -> LegResult | None:
+        """Send a gone agent's leg to another member of its pool; None when that is not possible.
+
+        The agent is ejected at once (the health check re-admits it when its card answers
+        again), the message is routed afresh without it, and the leg's parts go to the one
+        agent the new decision names. Repeats while members remain.
+        """
+        if not is_unreachable(exc):
+            return None
+        indexes = failover_parts(decision, leg.agent)
+        if indexes is None:
+            return None
+        self.directory.mark(leg.agent, ok=False, error=exc.message, eject=True)
+        try:
+            new = self.admission.route(self.admission.view(message, configuration, None))
+        except MMA2AError:
+            return None
+        by_index = {pr.index: pr for pr in new.parts}
+        agents = {t.agent for i in indexes if i in by_index for t in by_index[i].targets}
+        if len(agents) != 1 or leg.agent in agents:
+            return None
+        other = agents.pop()
+        log.warning("failover: %s is unreachable (%s); parts %s go to %s", leg.agent, exc.message, indexes, other)
+        self.metrics.agent_errors.labels(leg.agent).inc()
+        return await self.dispatch(Leg(other, leg.parts), message, configuration, new)

@@ -1,4 +1,4 @@
-"""Fault tolerance: graceful drain, duplicate sends, failover within a pool.
+"""Fault tolerance: graceful drain and duplicate sends.
 
 - `Drain`: counts in-flight requests; on SIGTERM the gateway refuses new work (503 with
   `Retry-After`, from `security.AccessControl`), waits for what it accepted to finish, then
@@ -6,9 +6,8 @@
 - `Deduper`: a client that retries a `SendMessage` with the same `messageId` (after a
   timeout, a lost connection) gets the first attempt's answer, never a second delivery.
   Keyed by (sender, messageId), bounded, with a time to live.
-- `failover_parts`: which parts of a failed leg may go to another member of their pool
-  (the route came from `load_balance` or capability routing, never a broadcast, which
-  already reached every member).
+
+Failover within a pool is part of dispatch (`gateway/dispatch.py`).
 """
 
 from __future__ import annotations
@@ -17,21 +16,14 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import DispatchError, MMA2AError
-from ..routing import RouteDecision
 from ..serving import Server
 from ..tls import ServerTLS
-
-if TYPE_CHECKING:
-    from .aggregate import LegResult
-    from .dispatch import Dispatcher
-    from .legs import Leg
 
 log = logging.getLogger("mma2a.gateway.faults")
 _T = TypeVar("_T")
@@ -137,25 +129,6 @@ class Deduper:
             self._seen.popitem(last=False)
 
 
-def is_unreachable(exc: DispatchError) -> bool:
-    """A failure that says the agent is gone (refused, reset, disconnected mid-request), not slow or wrong."""
-    return " unreachable: " in exc.message or "ClientOSError" in exc.message or "Connection reset" in exc.message
-
-
-def failover_parts(decision: Any, agent: str) -> list[int] | None:
-    """Indexes of the parts sent to `agent` when every one of them may go to another pool member, else None."""
-    indexes = []
-    for pr in decision.parts:
-        if agent not in pr.agents():
-            continue
-        if not any(a.startswith(("load_balance:", "capability")) for a in pr.actions) or len(pr.targets) != 1:
-            return None
-        if pr.targets[0].via:
-            return None
-        indexes.append(pr.index)
-    return indexes or None
-
-
 class FaultsConfig(BaseModel):
     """The `faults` section: duplicate suppression, failover, drain."""
 
@@ -164,35 +137,3 @@ class FaultsConfig(BaseModel):
     dedupe_ttl_s: float = Field(default=0.0, ge=0)  # 0: off (clients that reuse messageIds keep working)
     failover: bool = True
     drain_timeout_s: float = Field(default=30.0, gt=0)
-
-
-async def fail_over(
-    dispatcher: Dispatcher, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None,
-    decision: RouteDecision, exc: DispatchError,
-) -> LegResult | None:
-    """Send a gone agent's leg to another member of its pool; None when that is not possible.
-
-    The agent is ejected at once (the health check re-admits it when its card answers
-    again), the message is routed afresh without it, and the leg's parts go to the one
-    agent the new decision names. Repeats while members remain.
-    """
-    from .legs import Leg  # config → faults (FaultsConfig): the request path is not imported at load
-
-    if not is_unreachable(exc):
-        return None
-    indexes = failover_parts(decision, leg.agent)
-    if indexes is None:
-        return None
-    dispatcher.directory.mark(leg.agent, ok=False, error=exc.message, eject=True)
-    try:
-        new = dispatcher.reroute(message, configuration)
-    except MMA2AError:
-        return None
-    by_index = {pr.index: pr for pr in new.parts}
-    agents = {t.agent for i in indexes if i in by_index for t in by_index[i].targets}
-    if len(agents) != 1 or leg.agent in agents:
-        return None
-    other = agents.pop()
-    log.warning("failover: %s is unreachable (%s); parts %s go to %s", leg.agent, exc.message, indexes, other)
-    dispatcher.metrics.agent_errors.labels(leg.agent).inc()
-    return await dispatcher.dispatch(Leg(other, leg.parts), message, configuration, new)

@@ -13,7 +13,7 @@ import logging
 import time
 from pathlib import Path
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -27,10 +27,9 @@ from google.rpc import error_details_pb2, status_pb2
 from ..tls import ListenerTLS, ServerTLS
 from ..errors import A2A_DOMAIN, MMA2AError, RateLimited, grpc_status, metadata_strings
 from .access import Authenticator, Client, RateLimiter, current_client
+from .config import GatewayConfig
+from .faults import Drain
 from .security import Unavailable
-
-if TYPE_CHECKING:
-    from .app import Gateway
 
 log = logging.getLogger("mma2a.gateway")
 
@@ -65,13 +64,13 @@ def error_status(exc: MMA2AError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
 class _Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Draining, authentication and rate limits for every gRPC call, refused with the gRPC status of the error."""
 
-    def __init__(self, gateway: Gateway, auth: Authenticator, limiter: RateLimiter | None) -> None:
-        self.gateway = gateway
+    def __init__(self, drain: Drain, auth: Authenticator, limiter: RateLimiter | None) -> None:
+        self.drain = drain
         self.auth = auth
         self.limiter = limiter
 
     def admit(self, headers: dict[str, str], peer: str) -> Client | None:
-        if self.gateway.drain.draining:
+        if self.drain.draining:
             raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
         client = self.auth.authenticate(headers) if self.auth.active else None
         if self.limiter is not None:
@@ -130,13 +129,12 @@ class _CallContext(DefaultGrpcServerCallContextBuilder):
 class GrpcIngress:
     """The gateway's gRPC server: started with the gateway, stopped with it."""
 
-    def __init__(self, gateway: Gateway, handler: RequestHandler) -> None:
-        cfg = gateway.config
+    def __init__(self, cfg: GatewayConfig, drain: Drain, handler: RequestHandler) -> None:
         assert cfg.grpc_listen is not None
         self.listen = cfg.grpc_listen
         auth = Authenticator(cfg.auth)
         limiter = RateLimiter(cfg.rate_limit.rate, cfg.rate_limit.burst) if cfg.rate_limit.enabled else None
-        self.server = grpc.aio.server(interceptors=[_Admission(gateway, auth, limiter)],
+        self.server = grpc.aio.server(interceptors=[_Admission(drain, auth, limiter)],
                                       options=[("grpc.max_receive_message_length", cfg.max_body_bytes)])
         servicer = GrpcHandler(handler, context_builder=_CallContext(auth))
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, self.server)  # type: ignore[no-untyped-call]

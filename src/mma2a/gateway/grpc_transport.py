@@ -17,9 +17,8 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
-from ..errors import ERROR_INFO_TYPE, INTERNAL_ERROR, DispatchError, code_for_reason
+from ..errors import ERROR_INFO_TYPE, INTERNAL_ERROR, AgentRPCError, DispatchError, code_for_reason
 from ..ext import EXTENSION_URI
-from .transport import AgentRPCError
 
 _REQUESTS: dict[str, type[Any]] = {
     "SendMessage": a2a_pb2.SendMessageRequest,

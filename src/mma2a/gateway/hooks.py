@@ -7,35 +7,57 @@ cluster=...)`. The gateway never imports the cluster package.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from ..modality import ModalityRegistry
 from ..payload import BlobStore
 from ..routing import SessionPins
 from .aggregate import LegResult
+from .config import GatewayConfig
+from .directory import AgentDirectory, AgentEntry
 from .history import HistoryConfig, HistoryRecorder, HistorySink
+from .metrics import GatewayMetrics
+from .state import RoutingState
 
-if TYPE_CHECKING:
-    from .app import Gateway
+
+class AgentCalls(Protocol):
+    """The one request-path call a cluster makes itself (a durable delivery taken from the stream)."""
+
+    async def call_agent(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
+        """One JSON-RPC call to an agent, counted and health-marked like every dispatch."""
 
 
-class ClusterHooks(Protocol):
-    """The cluster side of a gateway: called at start/stop, around session routing, per leg, on admin changes."""
+class GatewayParts(Protocol):
+    """What a cluster reaches of the gateway it joins (`mma2a.gateway.Gateway` has all of it)."""
+
+    @property
+    def config(self) -> GatewayConfig: ...
+
+    @property
+    def directory(self) -> AgentDirectory: ...
+
+    @property
+    def state(self) -> RoutingState: ...
+
+    @property
+    def registry(self) -> ModalityRegistry: ...
+
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+
+    @property
+    def pipeline(self) -> AgentCalls: ...
+
+    @property
+    def public_url(self) -> str: ...
+
+
+class RouteHooks(Protocol):
+    """The cluster as the request path sees it: shared session pins, durable delivery."""
 
     @property
     def pins(self) -> SessionPins | None:
         """Session pins shared with the other gateways (None: the gateway keeps its own)."""
-
-    @property
-    def store(self) -> BlobStore | None:
-        """The blob store shared with the other gateways (None: a local directory)."""
-
-    async def start(self, gateway: Gateway) -> None:
-        """Join: share or adopt rules, agents and modalities; open pins, blobs, deliveries."""
-
-    async def stop(self) -> None: ...
-
-    def history_sink(self, local: HistoryRecorder, config: HistoryConfig) -> HistorySink:
-        """Where decisions go: `local` on a lone gateway; a shared stream indexed back into it in a cluster."""
 
     async def before_route(self, session_id: str) -> None:
         """Before routing a message of a session: fetch another gateway's pin for it."""
@@ -47,6 +69,22 @@ class ClusterHooks(Protocol):
         """Whether legs to this agent go through durable delivery (`deliver`)."""
 
     async def deliver(self, agent: str, params: dict[str, Any]) -> LegResult: ...
+
+
+class ClusterHooks(RouteHooks, Protocol):
+    """The cluster side of a gateway: called at start/stop, around session routing, per leg, on admin changes."""
+
+    @property
+    def store(self) -> BlobStore | None:
+        """The blob store shared with the other gateways (None: a local directory)."""
+
+    async def start(self, gateway: GatewayParts) -> None:
+        """Join: share or adopt rules, agents and modalities; open pins, blobs, deliveries."""
+
+    async def stop(self) -> None: ...
+
+    def history_sink(self, local: HistoryRecorder, config: HistoryConfig) -> HistorySink:
+        """Where decisions go: `local` on a lone gateway; a shared stream indexed back into it in a cluster."""
 
     async def publish_rules(self, source: Any) -> None: ...
 
@@ -65,7 +103,7 @@ class Standalone:
     pins: SessionPins | None = None
     store: BlobStore | None = None
 
-    async def start(self, gateway: Gateway) -> None:
+    async def start(self, gateway: GatewayParts) -> None:
         return None
 
     async def stop(self) -> None:

@@ -21,7 +21,7 @@ from .adapt import PartAdapter
 from .admission import Admission
 from .calls import AgentCaller
 from .directory import AgentDirectory, AgentEntry
-from .dispatch import Dispatcher, FailOver
+from .dispatch import Dispatcher
 from .enrich import FeatureStage
 from .exchange import Exchange
 from .feed import DecisionFeed
@@ -58,7 +58,7 @@ class Pipeline:
         adapter: PartAdapter | None = None,
         guard: MessageGuard | None = None,
         dedupe: Deduper | None = None,
-        failover: FailOver | None = None,
+        failover: bool = False,
         cluster: ClusterHooks | None = None,
         feed: DecisionFeed | None = None,
         log_decisions: bool = True,

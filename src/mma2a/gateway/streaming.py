@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from ..errors import DispatchError, MMA2AError
+from ..errors import AgentRPCError, DispatchError, MMA2AError
 from ..ext import EXTENSION_URI
 from ..routing import RouteDecision
 from .access import current_sender
@@ -19,7 +19,6 @@ from .calls import declares
 from .exchange import Exchange, outcome_of
 from .history.record import DecisionRecord, PartSummary
 from .legs import record_adaptations, route_summary, sendable
-from .transport import AgentRPCError
 from .tasks import DownstreamTask, TaskRecord
 
 

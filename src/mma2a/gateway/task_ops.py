@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..errors import InvalidParams, MMA2AError, TaskNotFound
+from ..errors import AgentRPCError, InvalidParams, MMA2AError, TaskNotFound
 from ..ext import EXTENSION_URI
 from .aggregate import LegResult, aggregate
 from .calls import AgentCaller, declares
 from .tasks import DownstreamTask, TaskMap, TaskRecord
-from .transport import AgentRPCError
 
 
 def cut_history(task: dict[str, Any], history_length: int | None) -> dict[str, Any]:

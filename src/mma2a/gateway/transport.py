@@ -20,7 +20,7 @@ import orjson
 
 from ..card import EXTENSIONS_HEADER, VERSION_HEADER
 from ..compression import decode, encode
-from ..errors import DispatchError, MMA2AError, error_metadata, rest_status
+from ..errors import AgentRPCError, DispatchError, MMA2AError
 from ..ext import EXTENSION_URI
 from ..tls import ClientTLS, client_context
 from . import http1
@@ -30,29 +30,6 @@ if TYPE_CHECKING:
     from .grpc_transport import GrpcAgents
 
 _ids = itertools.count(1)
-
-
-class AgentRPCError(MMA2AError):
-    """The agent answered with a JSON-RPC error. Passed on unchanged: its code, message and `data` (the
-    typed details) as the agent sent them, on REST with the status the A2A error table gives its code."""
-
-    def __init__(self, agent: str, error: Mapping[str, Any]):
-        code = error.get("code", -32603)
-        msg = str(error.get("message", "agent error"))
-        super().__init__(msg, data=error_metadata(error.get("data")))
-        self.code = code if isinstance(code, int) and not isinstance(code, bool) else -32603
-        self.http_status = rest_status(self.code)
-        self.agent = agent
-        self.error = {"code": self.code, "message": msg} | ({"data": error["data"]} if "data" in error else {})
-
-    def details(self) -> list[dict[str, Any]]:
-        data = self.error.get("data")
-        if isinstance(data, list) and all(isinstance(d, dict) for d in data):
-            return list(data)
-        return super().details()
-
-    def to_jsonrpc(self) -> dict[str, Any]:
-        return dict(self.error)
 
 
 class Transport:

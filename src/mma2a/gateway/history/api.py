@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from starlette.requests import Request
@@ -21,12 +21,12 @@ from starlette.routing import Route
 from ...errors import Forbidden, InvalidParams, RuleError
 from ...responses import json_response
 from ...routing import build_snapshot, parse_rules
+from ..directory import AgentDirectory
+from ..state import RoutingState
 from .record import OUTCOMES
+from .recorder import HistoryRecorder
 from .replay import replay
 from .store import HistoryFilter
-
-if TYPE_CHECKING:
-    from ..app import Gateway
 
 MAX_LIMIT = 1000
 MAX_BUCKETS = 2000
@@ -103,10 +103,23 @@ def parse_filter(q: Mapping[str, str], now: float, *, default_limit: int = 100, 
         before=int(cursor) if cursor is not None else None)
 
 
-def history_routes(gw: Gateway, guard: Callable[[Any], Any]) -> list[Route]:
+class HistoryParts(Protocol):
+    """What the history API reads of the gateway: its history, agents and rules in force."""
+
+    @property
+    def history(self) -> HistoryRecorder | None: ...
+
+    @property
+    def directory(self) -> AgentDirectory: ...
+
+    @property
+    def state(self) -> RoutingState: ...
+
+
+def history_routes(gw: HistoryParts, guard: Callable[[Any], Any]) -> list[Route]:
     """The routes, each wrapped by the admin API's `guard` (bearer admin token)."""
 
-    def recorder() -> Any:
+    def recorder() -> HistoryRecorder:
         if gw.history is None:
             raise Forbidden("history is disabled (history.enabled: false in the gateway config)")
         return gw.history

@@ -1,0 +1,142 @@
+"""A gateway's (or a tool's) link to the cluster's NATS: the connection, the names of every bucket,
+stream and subject, KV buckets made on first use — and, as Protocols, what the cluster's parts
+(pins, blobs, deliveries, history) need of the member that owns them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import nats
+from nats.js import JetStreamContext, api
+from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KeyValue
+
+from ..errors import ClusterError
+from ..gateway.cluster_config import ClusterConfig
+from ..gateway.hooks import GatewayParts
+from ..tls import client_context
+
+log = logging.getLogger("mma2a.cluster")
+
+
+@dataclass(frozen=True)
+class Names:
+    """Every bucket, stream and subject of one cluster, derived from its name."""
+
+    cluster: str
+
+    def bucket(self, kind: str) -> str:
+        return f"{self.cluster}_{kind}"
+
+    @property
+    def delivery_stream(self) -> str:
+        return f"{self.cluster}_delivery".upper()
+
+    def deliver_subject(self, agent: str) -> str:
+        return f"{self.cluster}.deliver.{agent}"
+
+    @property
+    def deliver_filter(self) -> str:
+        return f"{self.cluster}.deliver.>"
+
+    def reply_subject(self, member: str) -> str:
+        return f"{self.cluster}.reply.{member}"
+
+    @property
+    def blobs_bucket(self) -> str:
+        return f"{self.cluster}_blobs"
+
+
+async def connect(config: ClusterConfig, *, name: str = "mma2a", **callbacks: Any) -> Any:
+    """A NATS connection that reconnects forever; a clear `ClusterError` if the first connect fails."""
+    callbacks.setdefault("error_cb", _quiet)
+    if config.tls is not None:  # a bad file: TLSFileError naming it
+        callbacks["tls"] = client_context(config.tls, what="cluster")
+    limit = 3 * config.connect_timeout_s + 1  # nats-py can wait forever on a TLS handshake that failed
+    try:  # a few attempts at first; once connected, reconnect forever
+        nc = await asyncio.wait_for(nats.connect(
+            servers=config.servers(), name=name, connect_timeout=config.connect_timeout_s,
+            max_reconnect_attempts=2, reconnect_time_wait=0.25, allow_reconnect=True, **callbacks,
+        ), limit)
+    except asyncio.TimeoutError:
+        hint = "; check cluster.tls (its ca_file, and whether the server requires TLS)"
+        raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: no connection within {limit:g} s{hint}",
+                           field="cluster.nats") from None
+    except Exception as exc:  # nats raises NoServersError, TimeoutError, OSError
+        raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: {exc or type(exc).__name__}",
+                           field="cluster.nats") from None
+    nc.options["max_reconnect_attempts"] = -1
+    return nc
+
+
+async def _quiet(exc: Exception) -> None:
+    log.debug("nats: %s", exc)
+
+
+async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1) -> KeyValue:
+    """Open a KV bucket, creating it on first use (creation is idempotent between gateways)."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        cfg = api.KeyValueConfig(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
+        return await js.create_key_value(config=cfg)
+
+
+class Connected(Protocol):
+    """A connection to the cluster: its config, its names, JetStream (None until connected)."""
+
+    @property
+    def config(self) -> ClusterConfig: ...
+
+    @property
+    def names(self) -> Names: ...
+
+    @property
+    def js(self) -> Any: ...
+
+
+class Member(Connected, Protocol):
+    """One gateway of the cluster (`ClusterState`), as its pins, deliveries and history see it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def nc(self) -> Any: ...
+
+    @property
+    def kv(self) -> dict[str, KeyValue]: ...
+
+    @property
+    def gw(self) -> GatewayParts: ...
+
+    def epoch(self) -> str:
+        """The cluster config this gateway runs: equal on two gateways that applied the same changes."""
+
+    async def is_alive(self, member: str) -> bool:
+        """A member is alive while its heartbeat entry is fresh."""
+
+
+class ClusterLink:
+    """A bare connection to a cluster (names, config, NATS), for tools that use one piece without a gateway."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.names = Names(config.name)
+        self.nc: Any = None
+        self.js: Any = None
+
+    async def connect(self) -> ClusterLink:
+        self.nc = await connect(self.config, name="mma2a-tool")
+        self.js = self.nc.jetstream(timeout=5.0)
+        return self
+
+    async def close(self) -> None:
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+            self.nc = None
