@@ -18,6 +18,35 @@ from typing import Any, Literal
 from .errors import ExtensionError, InvalidModality, UnsupportedExtensionVersion
 from .modality import parse_modality
 
+__all__ = [
+    "ENCODINGS_KNOWN",
+    "EXTENSION_URI",
+    "FEATURE_SOURCES",
+    "INTENTS",
+    "MAX_HOPS",
+    "PROTOCOL",
+    "THUMBNAIL_MAX_BYTES",
+    "carries_extension",
+    "check_protocol",
+    "decoded_size",
+    "downgrade_message",
+    "downgrade_part",
+    "Encoding",
+    "FeatureSource",
+    "MessageExtension",
+    "normalize_json",
+    "part_kind",
+    "PartExtension",
+    "PayloadRef",
+    "read_message",
+    "read_part",
+    "Session",
+    "StreamRef",
+    "Thumbnail",
+    "write_message",
+    "write_part",
+]
+
 EXTENSION_URI = "https://mma2a.dev/ext/multimodal/v1"
 PROTOCOL = "a2a-multimodal/1.0"
 PROTOCOL_NAME, PROTOCOL_MAJOR = "a2a-multimodal", 1

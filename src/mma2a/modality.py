@@ -20,6 +20,21 @@ import jsonschema
 from .errors import FeatureSchemaError, InvalidModality, UnknownModality
 from .schemas import BUILTIN_SCHEMAS
 
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "EMBEDDING",
+    "MEDIA_TYPE_FAMILIES",
+    "MULTIPART_MIXED",
+    "SENSOR_DATA",
+    "accepts",
+    "Modality",
+    "modality_matches",
+    "ModalityRegistry",
+    "ModalityType",
+    "normalize_modality",
+    "parse_modality",
+]
+
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _TOKEN_RE = re.compile(_TOKEN)  # used with fullmatch: `$` would also accept a trailing newline
 MEDIA_TYPE_FAMILIES = frozenset({"application", "audio", "font", "image", "message", "model", "multipart", "text", "video"})

@@ -24,6 +24,17 @@ from .ext import (
     write_part,
 )
 
+__all__ = [
+    "downgrade",
+    "get_message_extension",
+    "get_part_extension",
+    "message_from_json",
+    "message_to_json",
+    "part_to_json",
+    "set_message_extension",
+    "set_part_extension",
+]
+
 
 def message_to_json(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = json_format.MessageToDict(message)

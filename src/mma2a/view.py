@@ -14,6 +14,14 @@ from .errors import ExtensionError, InvalidRequest
 from .ext import PartExtension, Session, decoded_size, part_kind, read_message, read_part
 from .modality import Modality, ModalityRegistry, parse_modality
 
+__all__ = [
+    "MessageView",
+    "part_size",
+    "PartView",
+    "view_message",
+    "view_part",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class PartView:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from .main import app, main
+from .main import main
+from .root import app
 
 __all__ = ["app", "main"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from .root import app
 
-__all__ = ["app", "main"]
-
 
 def _register() -> None:
     """Command groups register themselves here, one import each."""

@@ -1,0 +1,68 @@
+"""The public surface says what it is (docs/api.md): the listed modules define `__all__` and every
+name in it exists; the docs import only public names; the names `mma2a` loads lazily are typed."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import mma2a
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW = re.compile(r"^\| `(mma2a(?:\.[a-z_]+)*)` \|", re.M)
+IMPORT = re.compile(r"^\s*from (mma2a(?:\.[a-z_]+)*) import ([^\n#]+)", re.M)
+
+
+def public_modules() -> list[str]:
+    return ROW.findall((ROOT / "docs" / "api.md").read_text(encoding="utf-8"))
+
+
+def test_the_public_table_lists_the_packages_users_import() -> None:
+    listed = public_modules()
+    assert len(listed) == len(set(listed)), "a module listed twice in docs/api.md"
+    for name in ("mma2a", "mma2a.ext", "mma2a.routing", "mma2a.sdk", "mma2a.gateway", "mma2a.errors"):
+        assert name in listed, f"docs/api.md: {name} is missing from the public modules"
+
+
+def test_every_public_module_defines_all_and_every_name_exists() -> None:
+    for name in public_modules():
+        module = importlib.import_module(name)
+        exported = getattr(module, "__all__", None)
+        assert isinstance(exported, list) and exported, f"{name}: a public module defines __all__"
+        assert len(exported) == len(set(exported)), f"{name}.__all__ lists a name twice"
+        missing = [n for n in exported if not hasattr(module, n)]
+        assert not missing, f"{name}.__all__ names what the module does not have: {missing}"
+
+
+def test_the_docs_import_only_public_names() -> None:
+    public = set(public_modules())
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    seen = 0
+    for page in pages:
+        for module, names in IMPORT.findall(page.read_text(encoding="utf-8")):
+            seen += 1
+            where = page.relative_to(ROOT)
+            assert module in public, f"{where}: imports from {module}, which docs/api.md does not list as public"
+            exported = importlib.import_module(module).__all__
+            for imported in (n.strip() for n in names.strip("() ").split(",") if n.strip()):
+                assert imported.split(" as ")[0] in exported, f"{where}: {module}.{imported} is not in its __all__"
+    assert seen >= 5  # the README and the SDK, features and payload docs show imports
+
+
+def test_the_lazy_names_of_the_root_are_typed_as_what_they_are() -> None:
+    """`mma2a.Gateway` and the SDK names load on first use (`__getattr__`); under TYPE_CHECKING the same
+    names are imported from the module that serves them, so a type checker sees the real classes."""
+    tree = ast.parse((ROOT / "src" / "mma2a" / "__init__.py").read_text(encoding="utf-8"))
+    typed: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.level == 1 and imp.module
+                typed.update({a.name: f"mma2a.{imp.module}" for a in imp.names})
+    eager = {n for n in mma2a.__all__ if n in vars(mma2a)}
+    lazy = set(mma2a.__all__) - eager
+    assert lazy and set(typed) == lazy, f"lazy names {sorted(lazy)} vs typed under TYPE_CHECKING {sorted(typed)}"
+    for name, module in typed.items():
+        assert getattr(mma2a, name) is getattr(importlib.import_module(module), name), name
