@@ -153,3 +153,44 @@ async def test_fan_out_streams_each_legs_artifacts_then_the_final_status():
     assert all(u["artifactUpdate"]["taskId"] == tid for u in updates)
     assert last["statusUpdate"]["taskId"] == tid and last["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert got["result"]["id"] == tid and len(got["result"]["metadata"][EXTENSION_URI]["downstream"]) == 2
+
+
+def _get_task_answers(result: object):
+    """ASGI middleware around a real agent: its JSON-RPC GetTask answer's `result` replaced by `result`."""
+
+    def wrap(app):
+        async def middleware(scope, receive, send):
+            if scope["type"] != "http" or scope["method"] != "POST":
+                return await app(scope, receive, send)
+            body = b""
+            while True:
+                msg = await receive()
+                body += msg.get("body", b"")
+                if not msg.get("more_body"):
+                    break
+            request = json.loads(body or b"{}")
+            if request.get("method") != "GetTask":
+                async def replay():
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await app(scope, replay, send)
+            answer = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result}).encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
+            await send({"type": "http.response.body", "body": answer})
+
+        return middleware
+
+    return wrap
+
+
+async def test_an_agent_answering_get_task_with_no_task_is_a_clear_invalid_agent_response():
+    from tests.agents import run_agent
+
+    card, executor = agent("odd", ["image/*"])
+    async with run_agent(card, executor, wrap=_get_task_answers(["not", "a", "task"])) as agent_url:
+        async with gateway({"agents": [{"name": "odd", "url": agent_url.rstrip("/")}]}) as (gw, url):
+            sent = (await rpc(url, "SendMessage", {"message": img("o1")}))["result"]["task"]
+            got = await rpc(url, "GetTask", {"id": sent["id"]})
+    assert sent["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert got["error"]["code"] == -32006  # InvalidAgentResponse
+    assert got["error"]["message"] == "agent odd answered GetTask with list, not a task"

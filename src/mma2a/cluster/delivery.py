@@ -152,8 +152,8 @@ class DurableDelivery:
                 return fut.result()
             with contextlib.suppress(Exception):  # not there yet, or NATS briefly away
                 rec = orjson.loads((await self.delivered_kv.get(key)).value)
-                if rec.get("state") == "done":
-                    return rec["outcome"]  # type: ignore[no-any-return]
+                if rec.get("state") == "done" and isinstance(outcome := rec.get("outcome"), dict):
+                    return outcome
             if time.monotonic() >= deadline:
                 raise TimeoutError
             wait = min(0.5, max(0.05, wait * 2))

@@ -26,7 +26,7 @@ from ..routing import parse_rules
 from ..routing.loader import rules_to_json
 from .config import AgentConfig
 from .enrich import FeatureStage, with_vectors
-from .history.api import HistoryParts, history_routes
+from .history.api import Endpoint, HistoryParts, history_routes
 from .hooks import ClusterHooks
 from .pipeline import Pipeline
 
@@ -48,10 +48,10 @@ class AdminParts(HistoryParts, Protocol):
 
 
 def admin_routes(gw: AdminParts) -> list[Route]:
-    def guard(handler: Any) -> Any:  # the admin token is checked by the route's access class (authz, security)
+    def guard(handler: Endpoint) -> Endpoint:  # the admin token is checked by the route's access class (authz, security)
         async def endpoint(request: Request) -> Response:
             try:
-                return await handler(request)  # type: ignore[no-any-return]
+                return await handler(request)
             except MMA2AError as exc:
                 return error_response(exc)
 

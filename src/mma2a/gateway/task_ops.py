@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..errors import AgentRPCError, InvalidParams, MMA2AError, TaskNotFound
+from ..errors import AgentRPCError, DispatchError, InvalidParams, MMA2AError, TaskNotFound
 from ..ext import EXTENSION_URI
 from .aggregate import LegResult, aggregate
 from .calls import AgentCaller, declares
@@ -51,7 +51,8 @@ class TaskOperations:
         (an empty route too when `empty_route`)."""
         task = await self.caller.call(self.directory.get(leg.agent), method, params)
         if not isinstance(task, dict):
-            return task  # type: ignore[no-any-return]  # a malformed answer goes back as the agent gave it
+            raise DispatchError(f"agent {leg.agent} answered {method} with {type(task).__name__}, not a task",
+                                data={"agent": leg.agent})
         if route or empty_route:
             meta = task.setdefault("metadata", {})
             meta[EXTENSION_URI] = {**(meta.get(EXTENSION_URI) or {}), "route": route}

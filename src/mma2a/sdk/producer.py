@@ -252,9 +252,9 @@ class MultimodalClient:
                          *, data: bytes | None = None, path: Path | None = None) -> dict[str, Any]:
         found: dict[str, Any] = {"size": info["size"], "sha256": info["sha256"]} if features else {}
         source, schema, thumb = FeatureSource("producer", "mma2a-sdk", "1"), None, None
-        if (features or thumbnail) and (data is not None or path is not None):
-            source_bytes: bytes | Path = data if data is not None else path  # type: ignore[assignment]
-            full = await asyncio.to_thread(build_part, source_bytes, modality=modality,
+        content = data if data is not None else path
+        if (features or thumbnail) and content is not None:
+            full = await asyncio.to_thread(build_part, content, modality=modality,
                                            features=features, thumbnail=thumbnail)
             ext = full["metadata"][EXTENSION_URI]
             if features:

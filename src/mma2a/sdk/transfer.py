@@ -25,7 +25,7 @@ def unreachable(url: str, exc: BaseException) -> GatewayUnreachable:
     return GatewayUnreachable(f"cannot reach the gateway at {url}: {reason}", field="url")
 
 
-def _failure(what: str, resp: httpx.Response) -> PayloadError:
+def _failure(what: str, resp: httpx.Response) -> PayloadError | PayloadTooLarge:
     try:
         message = resp.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
@@ -35,7 +35,7 @@ def _failure(what: str, resp: httpx.Response) -> PayloadError:
         cls = SignatureError
     err = cls(f"{what} failed: HTTP {resp.status_code}: {message}", data={"status": resp.status_code})
     if resp.status_code == 413:
-        return PayloadTooLarge(err.message, data=err.data)  # type: ignore[return-value]
+        return PayloadTooLarge(err.message, data=err.data)
     return err
 
 

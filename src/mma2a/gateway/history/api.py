@@ -9,7 +9,7 @@ import asyncio
 import math
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -27,6 +27,9 @@ from .record import OUTCOMES
 from .recorder import HistoryRecorder
 from .replay import replay
 from .store import HistoryFilter
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+"""A Starlette endpoint: the admin API's handlers, and what its `guard` wraps them into."""
 
 MAX_LIMIT = 1000
 MAX_BUCKETS = 2000
@@ -116,7 +119,7 @@ class HistoryParts(Protocol):
     def state(self) -> RoutingState: ...
 
 
-def history_routes(gw: HistoryParts, guard: Callable[[Any], Any]) -> list[Route]:
+def history_routes(gw: HistoryParts, guard: Callable[[Endpoint], Endpoint]) -> list[Route]:
     """The routes, each wrapped by the admin API's `guard` (bearer admin token)."""
 
     def recorder() -> HistoryRecorder:
