@@ -20,6 +20,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import InvalidRequest, MMA2AError, PayloadTooLarge
+from .request_body import read_body, replaying
 from .responses import jsonrpc_error_json
 
 GZIP_LEVEL = 5
@@ -152,32 +153,14 @@ class ContentCoding:
         await self.app(scope, receive, _Compressing(send, coding, self.min_size))
 
     async def _decoded(self, scope: Scope, receive: Receive, coding: str) -> tuple[Receive, Scope]:
-        chunks, size = [], 0
         limit = self.max_body_bytes  # compressed bytes are bounded as tightly as decoded ones
-        while True:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                break
-            chunks.append(msg.get("body", b""))
-            size += len(chunks[-1])
-            if size > limit:
-                raise PayloadTooLarge(f"request body exceeds {limit} bytes", field="body")
-            if not msg.get("more_body", False):
-                break
-        raw = b"".join(chunks)
+        raw = await read_body(receive, limit)
+        if raw is None:  # the client left: nothing to decode, the app sees the disconnect
+            return receive, scope
         body = decode(raw, coding, limit)
         headers = [(k, v) for k, v in scope["headers"] if k not in (b"content-encoding", b"content-length")]
         headers.append((b"content-length", str(len(body)).encode()))
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return replay, {**scope, "headers": headers}
+        return replaying(body, receive), {**scope, "headers": headers}
 
 
 class _Compressing:

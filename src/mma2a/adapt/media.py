@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import MediaError
 from ..features.base import Limits, check_deadline
-from ..features.video import av_reason
+from ..features.containers import av_reason, open_input
 from ..modality import Modality, parse_modality
 from .profiles import ReceiverProfile
 
@@ -160,7 +160,7 @@ def _probe_audio(data: bytes, limits: Limits) -> tuple[str, int, int]:
     import av
 
     try:
-        with av.open(io.BytesIO(data), mode="r") as c:
+        with open_input(data, "audio") as c:
             if not c.streams.audio:
                 raise MediaError("audio: the container has no audio stream")
             s = c.streams.audio[0]
@@ -249,11 +249,7 @@ _VIDEO_TARGETS = {"video/mp4": ("mp4", "libx264"), "video/webm": ("webm", "libvp
 def fit_video(data: bytes, modality: Modality, profile: ReceiverProfile, limits: Limits) -> Adapted | None:
     import av
 
-    try:
-        ic = av.open(io.BytesIO(data), mode="r")
-    except av.FFmpegError as exc:
-        raise MediaError(f"video: not a readable video container: {av_reason(exc)}") from None
-    with ic:
+    with open_input(data, "video") as ic:
         if not ic.streams.video:
             raise MediaError("video: the container has no video stream")
         vs = ic.streams.video[0]

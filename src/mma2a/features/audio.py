@@ -125,13 +125,9 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits) -> DecodedAudio:
         ) from None
     import numpy as np
 
-    from .video import av_reason
+    from .containers import av_reason, open_input
 
-    try:
-        container = av.open(io.BytesIO(data), mode="r")
-    except av.FFmpegError as exc:
-        raise MediaError(f"audio: not a readable audio container: {exc}") from None
-    with container:
+    with open_input(data, "audio") as container:
         if not container.streams.audio:
             raise MediaError(f"audio: the {container.format.name.split(',')[0]} container has no audio stream")
         stream = container.streams.audio[0]

@@ -8,12 +8,13 @@ so a missing optional package costs nothing until an extractor needs it.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import MediaError
 from ..modality import Modality, parse_modality
@@ -23,6 +24,8 @@ THUMBNAIL_KEY = "thumbnail"
 
 THUMBNAIL_BUDGET = 4 * 1024
 """Thumbnails are made to fit in this many bytes."""
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,24 @@ def missing_packages(extractor: Extractor) -> str | None:
             hint = f" (pip install 'mma2a[{extra}]')" if extra else ""
             return f"{extractor.name}: skipped, needs the Python package {module!r}{hint}"
     return None
+
+
+# --- models loaded once --------------------------------------------------------------
+
+def load_once(load: Callable[[], _T]) -> Callable[[], _T]:
+    """`load` run on the first call only, under a lock (a concurrent caller waits for it), its result
+    shared by every later call: the process's one copy of a model, loaded when first needed."""
+    lock = threading.Lock()
+    loaded: list[_T] = []
+
+    @functools.wraps(load)
+    def get() -> _T:
+        with lock:
+            if not loaded:
+                loaded.append(load())
+        return loaded[0]
+
+    return get
 
 
 # --- cooperative deadline ---------------------------------------------------------------

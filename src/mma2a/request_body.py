@@ -1,0 +1,51 @@
+"""A request body read whole from ASGI `receive`, within a limit, then handed on to the app as if
+unread. The gateway's body checks (`gateway.security`) and request decompression (`compression`)
+read bodies here, so both refuse an oversized body the same way."""
+
+from __future__ import annotations
+
+from starlette.types import Message, Receive
+
+from .errors import PayloadTooLarge
+
+TAIL_BYTES = 1 << 20
+"""Past the limit, at most this much more is read (and dropped): the client then reads the 413
+instead of a connection reset while it is still sending."""
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The body, read to its end; None when the client left before it (`http.disconnect`).
+
+    Past `limit` bytes: a bounded tail is read and dropped, then `PayloadTooLarge` is raised.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":
+            return None
+        body = msg.get("body", b"")
+        size += len(body)
+        if size > limit:
+            extra = 0
+            while msg.get("more_body", False) and extra < TAIL_BYTES:
+                msg = await receive()
+                extra += len(msg.get("body", b""))
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes", field="body")
+        chunks.append(body)
+        if not msg.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` as the whole request once, then defers to `receive` (disconnects)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
