@@ -80,7 +80,7 @@ def dominant_colors(im: Image, count: int = COLOR_COUNT) -> list[str]:
     small = im.convert("RGB").resize((64, 64), PILImage.Resampling.BILINEAR)
     quant = small.quantize(colors=count, method=PILImage.Quantize.MEDIANCUT)
     palette: list[int] = list(quant.getpalette() or [])
-    counts: list[tuple[int, int]] = [(int(n), int(i)) for n, i in (quant.getcolors() or [])]  # type: ignore[arg-type]
+    counts = [(int(n), i) for n, i in (quant.getcolors() or []) if isinstance(i, int)]  # (count, palette index)
     out: list[str] = []
     for _, index in sorted(counts, key=lambda c: (-c[0], c[1])):
         r, g, b = palette[3 * index : 3 * index + 3]

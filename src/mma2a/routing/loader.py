@@ -405,19 +405,21 @@ def _parse_semantic(ctx: _RuleContext, raw: Any, path: Path_) -> Condition | Non
             ctx.error(path + (str(key),), f"unknown field (expected like, min){_hint(str(key), SEMANTIC_KEYS)}")
             ok = False
     like = raw.get("like")
+    examples: tuple[str, ...] = ()
     if not isinstance(like, list) or not like or not all(isinstance(x, str) and x.strip() for x in like):
         ctx.error(path + ("like",), "must be a non-empty list of example texts")
         ok = False
     elif len(like) > 200:
         ctx.error(path + ("like",), f"at most 200 examples, got {len(like)}")
         ok = False
+    else:
+        examples = tuple(" ".join(x.split()) for x in like)
     threshold = raw.get("min", 0.55)
     if not _is_number(threshold) or not -1 <= threshold <= 1:
         ctx.error(path + ("min",), f"must be a number from -1 to 1 (a cosine), got {threshold!r}")
         ok = False
     if not ok:
         return None
-    examples = tuple(" ".join(x.split()) for x in like)  # type: ignore[union-attr]
     return Condition(semantic_key(examples), "gte", threshold, examples=examples)
 
 
