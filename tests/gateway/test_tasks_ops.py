@@ -14,6 +14,7 @@ import httpx
 
 from mma2a.ext import EXTENSION_URI
 from mma2a.gateway.server import JsonLogFormatter
+from mma2a.request_body import read_body, replaying
 from mma2a.serving import free_port
 from tests.gateway.conftest import ADMIN, agent, agents, gateway, rpc
 from tests.media import png_bytes
@@ -162,17 +163,10 @@ def _get_task_answers(result: object):
         async def middleware(scope, receive, send):
             if scope["type"] != "http" or scope["method"] != "POST":
                 return await app(scope, receive, send)
-            body = b""
-            while True:
-                msg = await receive()
-                body += msg.get("body", b"")
-                if not msg.get("more_body"):
-                    break
+            body = await read_body(receive, 1 << 20) or b""
             request = json.loads(body or b"{}")
             if request.get("method") != "GetTask":
-                async def replay():
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await app(scope, replay, send)
+                return await app(scope, replaying(body, receive), send)
             answer = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result}).encode()
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
