@@ -66,7 +66,8 @@ class CodesExtractor:
     provides = ("codes", "qr")
     extra = "codes"
     budget_s = 2.0
-    """Its own time per image: a 1080p frame takes 1.0 s median, 1.7 s p95 on a busy machine (docs/benchmarks.md)."""
+    """Its own time per image: a 1080p frame takes 0.9 s median, 1.0 s p95 on the busy machine (0.17 s of CPU;
+    docs/benchmarks.md)."""
 
     def __init__(self, *, limits: Limits | None = None, max_side: int = MAX_SIDE) -> None:
         self.limits = limits or Limits()
