@@ -82,6 +82,10 @@ def test_a_real_photo_gets_what_the_models_found_and_no_made_up_defects_or_light
     assert "no defect found" in line and "lights:" not in line
     if objects:
         assert f"objects: {objects[0]}" in line
+    from mma2a.agents.captioner import caption  # the image-to-text transformer: the same findings in words
+
+    text = caption(f)
+    assert "mark" not in text and "light" not in text and "QR" not in text
 
 
 def test_undecodable_bytes_raise_a_clear_error():
