@@ -1,4 +1,5 @@
-"""Suite-wide setup: gateways keep their data (decision history) in a temporary directory; property tests have no deadline."""
+"""Suite-wide setup: gateways keep their data (decision history) in a temporary directory per process; property tests
+have no deadline."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import os
 import shutil
 import tempfile
 
-if not os.environ.get("MMA2A_DATA_DIR"):  # the default (./mma2a-data) would land in the working tree
-    os.environ["MMA2A_DATA_DIR"] = tempfile.mkdtemp(prefix="mma2a-test-data-")
+_PREFIX = "mma2a-test-data-"
+_inherited = os.environ.get("MMA2A_DATA_DIR", "")
+# the default (./mma2a-data) would land in the working tree; each process its own (pytest-xdist's workers
+# inherit the controller's directory, and two processes' gateways should not share one history file)
+if not _inherited or os.path.basename(_inherited).startswith(_PREFIX):
+    os.environ["MMA2A_DATA_DIR"] = tempfile.mkdtemp(prefix=_PREFIX)
     atexit.register(shutil.rmtree, os.environ["MMA2A_DATA_DIR"], True)
 
 # Property tests check invariants, not speed: no per-example deadline (a loaded CI machine is not a failure).

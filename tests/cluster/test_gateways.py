@@ -58,7 +58,12 @@ async def cluster(nats_url: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]
                        "a3": u3.rstrip("/"), "name": name, "nats": nats_url}
 
 
-async def until(check: Any, deadline_s: float) -> float:
+# Propagation normally takes well under a second (bench/, docs/benchmarks.md); the tests assert that it
+# happens, with a deadline a loaded CI machine cannot miss, not how fast.
+SETTLE_S = 20.0
+
+
+async def until(check: Any, deadline_s: float = SETTLE_S) -> float:
     """Poll `check()` until true; the seconds it took (fails past the deadline)."""
     t0 = time.monotonic()
     while not await check():
@@ -80,7 +85,7 @@ async def test_agents_and_rules_of_the_first_gateway_seed_the_cluster(cluster: d
     assert received_by(ex, "seeded") == ["a1"]
 
 
-async def test_rules_changed_on_one_gateway_apply_on_the_others_within_a_second(cluster: dict[str, Any]) -> None:
+async def test_rules_changed_on_one_gateway_apply_on_the_others(cluster: dict[str, Any]) -> None:
     client, urls, ex = cluster["client"], cluster["urls"], cluster["executors"]
     r = await client.put(urls[0] + "/admin/rules", content=rules_to("a2"), headers=admin())
     assert r.status_code == 200, r.text
@@ -92,7 +97,7 @@ async def test_rules_changed_on_one_gateway_apply_on_the_others_within_a_second(
                 return False
         return True
 
-    await until(applied_everywhere, 1.0)
+    await until(applied_everywhere)
     for i, url in enumerate(urls):
         reply = await send(client, url, text_message(f"after-{i}"))
         assert task_state(reply) == "TASK_STATE_COMPLETED"
@@ -126,7 +131,7 @@ async def test_agents_and_modalities_registered_on_one_gateway_appear_on_all(clu
                 return False
         return True
 
-    await until(everywhere, 1.0)
+    await until(everywhere)
     # rules naming the new agent, set through a third gateway, route there from the first
     r = await client.put(urls[2] + "/admin/rules", content=rules_to("a3"), headers=admin())
     assert r.status_code == 200, r.text
@@ -135,7 +140,7 @@ async def test_agents_and_modalities_registered_on_one_gateway_appear_on_all(clu
         rules = (await client.get(urls[0] + "/admin/rules", headers=admin())).json()["rules"]
         return [x["name"] for x in rules["rules"]] == ["all-to-a3"]
 
-    await until(routed, 1.0)
+    await until(routed)
     reply = await send(client, urls[0], text_message("to-a3"))
     assert received_by(cluster["executors"], "to-a3") == ["a3"], reply
     # drain and removal travel too
@@ -151,7 +156,7 @@ async def test_agents_and_modalities_registered_on_one_gateway_appear_on_all(clu
                 return False
         return True
 
-    await until(removed, 1.0)
+    await until(removed)
 
 
 async def test_a_payload_uploaded_through_one_gateway_is_read_through_another(cluster: dict[str, Any]) -> None:
@@ -200,7 +205,7 @@ async def test_session_pinning_holds_across_gateways(cluster: dict[str, Any]) ->
                 return False
         return True
 
-    await until(everywhere, 1.0)
+    await until(everywhere)
     # without a session, round robin spreads messages over the pool on every gateway
     for i in range(6):
         await send(client, urls[i % 3], text_message(f"free-{i}"))
@@ -232,7 +237,7 @@ async def test_cluster_status_lists_the_gateways_and_their_rule_set(cluster: dic
         st = json.loads(await status("--json"))
         return len(st["gateways"]) == 3 and all(g["current"] and g["lag"] == 0 for g in st["gateways"])
 
-    await until(all_current, 5.0)
+    await until(all_current)
     st = json.loads(await status("--json"))
     assert sorted(g["url"] for g in st["gateways"]) == sorted(urls)
     assert {g["rulesRevision"] for g in st["gateways"]} == {st["rulesRevision"]}
@@ -241,12 +246,12 @@ async def test_cluster_status_lists_the_gateways_and_their_rule_set(cluster: dic
     assert f"cluster {cluster['name']} on {cluster['nats']}: rules revision {st['rulesRevision']}" in text
     assert text.count(" current") == 3
     # a gateway that stops leaves the member list
-    cluster["gws"][2].stop()
+    await asyncio.to_thread(cluster["gws"][2].stop)
 
     async def two_left() -> bool:
         return len(json.loads(await status("--json"))["gateways"]) == 2
 
-    await until(two_left, 5.0)
+    await until(two_left)
 
 
 def test_cluster_status_names_an_unreachable_nats() -> None:

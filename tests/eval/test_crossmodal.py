@@ -63,10 +63,12 @@ def test_cli_json_and_markdown_report(tmp_path):
     text = report.read_text()
     assert text.startswith("# CrossModal evaluation: 4 tasks per set, seed 2") and "## Set: heldout" in text
     assert "### Per question kind" in text and "### Per variation condition" in text and "### Per task" in text
+    # a .json report holds every result (one task is enough: test_both_sets_twice_... checks that a seed repeats)
     full = tmp_path / "report.json"
-    assert _cli("--tasks", "4", "--seed", "2", "--set", "heldout", "--report", str(full)).returncode == 0
+    assert _cli("--tasks", "1", "--seed", "2", "--set", "heldout", "--report", str(full)).returncode == 0
     data = json.loads(full.read_text())
-    assert data["sets"]["heldout"]["delta_pp"] == s["delta_pp"] and len(data["sets"]["heldout"]["results"]) == 16
+    assert data["tasks"] == 1 and len(data["sets"]["heldout"]["results"]) == 4
+    assert {r["arm"] for r in data["sets"]["heldout"]["results"]} == set(ARMS)
 
 
 @pytest.mark.parametrize(("args", "message"), [
