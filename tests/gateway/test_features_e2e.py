@@ -116,7 +116,7 @@ async def test_a_model_cut_off_at_its_budget_is_recorded_and_the_message_still_r
             got = specs[routes[case]["targets"][0]][1].received[-1].message.parts[0]
             received[case] = json_format.MessageToDict(got.metadata)[EXTENSION_URI]
     assert routes["allowed"]["matched"] == ["spoken"] and "crack" in received["allowed"]["features"]["transcript"]
-    assert "incomplete" not in received["allowed"]["features"]
+    assert not [n for n in received["allowed"]["features"].get("incomplete", []) if n.startswith("whisper")]
     # cut off: no transcript, so the transcript rule cannot match; the next rule routes it, the reason travels along
     assert routes["cut"]["matched"] == ["other-audio"] and routes["cut"]["targets"] == ["voicemail"]
     cut = received["cut"]["features"]
