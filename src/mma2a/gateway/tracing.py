@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,6 +24,7 @@ except ImportError:  # the `otel` extra is not installed
     trace = None  # type: ignore[assignment]
 
 _TRACER_NAME = "mma2a.gateway"
+_Headers = TypeVar("_Headers", bound=MutableMapping[str, str])
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 # a provider named in the environment is installed by the first `get_tracer_provider()` call
 _ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
@@ -98,7 +99,7 @@ def _span(name: str, kind: str, attributes: dict[str, Any]) -> Iterator[Any]:
         yield s
 
 
-def inject(headers: MutableMapping[str, str]) -> MutableMapping[str, str]:
+def inject(headers: _Headers) -> _Headers:
     """Add `traceparent` (and `tracestate`) of the current span to outgoing headers."""
     if active():
         propagate.inject(headers)

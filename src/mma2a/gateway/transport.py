@@ -126,7 +126,7 @@ class Transport:
             headers[EXTENSIONS_HEADER] = EXTENSION_URI
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        return inject(headers)  # type: ignore[return-value]  # W3C traceparent of the current span
+        return inject(headers)  # W3C traceparent of the current span
 
     async def call(
         self,
