@@ -44,20 +44,18 @@ class AgentCaller:
 
     async def call(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
         """One JSON-RPC call; its `result` (DispatchError and AgentRPCError raised as they come)."""
-        entry.inflight += 1
         t0 = time.perf_counter()
         try:
-            result = await self.transport.call(
-                entry.name, entry.rpc_url, method, params, extension=declares(entry), token=entry.token,
-                timeout_s=entry.config.timeout_s, coding=self.coding(entry),
-            )
+            with entry.in_flight():
+                result = await self.transport.call(
+                    entry.name, entry.rpc_url, method, params, extension=declares(entry), token=entry.token,
+                    timeout_s=entry.config.timeout_s, coding=self.coding(entry),
+                )
         except DispatchError as exc:
             self.directory.mark(entry.name, ok=False, error=exc.message)
             self.metrics.agent_errors.labels(entry.name).inc()
             raise
         finally:
-            entry.inflight -= 1
             self.metrics.agent_seconds.labels(entry.name).observe(time.perf_counter() - t0)
-        entry.sent += 1
-        self.directory.mark(entry.name, ok=True)
+        self.directory.mark(entry.name, ok=True)  # counts the answer (`sent`)
         return result

@@ -8,11 +8,12 @@ endpoint answering; in-flight counts feed least-loaded balancing. Every change b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib.util
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -48,6 +49,15 @@ class AgentEntry:
     @property
     def token(self) -> str | None:
         return os.environ.get(self.config.token_env) if self.config.token_env else None
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """One request to this agent for the span of the block (least-loaded balancing reads the count)."""
+        self.inflight += 1
+        try:
+            yield
+        finally:
+            self.inflight -= 1
 
     def info(self) -> AgentInfo:
         """The routing engine's view of this agent, with its current health."""
@@ -207,6 +217,7 @@ class AgentDirectory:
         if entry is None:
             return
         if ok:
+            entry.sent += 1
             entry.failures = 0
             if not entry.healthy:
                 entry.healthy = True

@@ -65,38 +65,37 @@ class Streaming:
         params: dict[str, Any] = {"message": self.planner.leg_message(message, leg, entry)}
         if configuration:
             params["configuration"] = dict(configuration)
-        entry.inflight += 1
         recorded = sent = False
         tid: str | None = None
         outcome = "unknown"  # the last state the stream reported
-        try:
-            async for event in self.caller.transport.stream(
-                entry.name, entry.rpc_url, "SendStreamingMessage", params, extension=declares(entry), token=entry.token,
-                timeout_s=entry.config.timeout_s, coding=self.caller.coding(entry),
-            ):
-                if not recorded and isinstance(event, dict):
-                    tid = (event.get("task") or {}).get("id") or (event.get("statusUpdate") or {}).get("taskId")
-                    if tid:
-                        self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid)], route=route))
-                        recorded = True
-                sent = True
-                outcome = outcome_of(event) or outcome
-                yield event
-        except AgentRPCError:
-            outcome = FAILED
-            raise
-        except DispatchError as exc:
-            directory.mark(entry.name, ok=False, error=exc.message)
-            if sent:  # the stream broke midway: say so on the task the client already has
+        with entry.in_flight():
+            try:
+                async for event in self.caller.transport.stream(
+                    entry.name, entry.rpc_url, "SendStreamingMessage", params, extension=declares(entry),
+                    token=entry.token, timeout_s=entry.config.timeout_s, coding=self.caller.coding(entry),
+                ):
+                    if not recorded and isinstance(event, dict):
+                        tid = (event.get("task") or {}).get("id") or (event.get("statusUpdate") or {}).get("taskId")
+                        if tid:
+                            self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid)], route=route))
+                            recorded = True
+                    sent = True
+                    outcome = outcome_of(event) or outcome
+                    yield event
+            except AgentRPCError:
                 outcome = FAILED
-                yield {"task": failed_task(exc.message, message=message, task_id=tid, route=route)}
-            else:  # nothing reached the client yet: the non-streaming path, with its failover
-                result = await self.exchange.execute(message, configuration, decision)
-                outcome = outcome_of(result) or outcome
-                yield result
-        finally:
-            entry.inflight -= 1
-            self.exchange.remember(view, decision, outcome, t0)
+                raise
+            except DispatchError as exc:
+                directory.mark(entry.name, ok=False, error=exc.message)
+                if sent:  # the stream broke midway: say so on the task the client already has
+                    outcome = FAILED
+                    yield {"task": failed_task(exc.message, message=message, task_id=tid, route=route)}
+                else:  # nothing reached the client yet: the non-streaming path, with its failover
+                    result = await self.exchange.execute(message, configuration, decision)
+                    outcome = outcome_of(result) or outcome
+                    yield result
+            finally:
+                self.exchange.remember(view, decision, outcome, t0)
 
     async def _fan_out(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
