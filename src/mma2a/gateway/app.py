@@ -62,6 +62,7 @@ from .state import RoutingState
 from .tracing import TracingMiddleware
 from .tracing import enabled as tracing_enabled
 from .transport import Transport
+from .vectors import TextVectors
 
 if TYPE_CHECKING:
     from .grpc_binding import GrpcIngress
@@ -165,8 +166,14 @@ class Gateway:
                                fill_missing=fc.fill_missing, budget_s=fc.budget_s)
         limits = Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
                         max_video_seconds=fc.max_video_seconds)
+        vectors = None
+        if self.embedder is not None:
+            cache = CachedEmbedder(self.embedder, max_entries=fc.vector_cache_entries,
+                                   max_bytes=int(fc.vector_cache_mb * 1024 * 1024))
+            counter = self.metrics.text_vectors
+            vectors = TextVectors(cache, max_batch=fc.vector_batch, count=lambda result: counter.labels(result).inc())
         return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits, budgets=fc.model_budget_s), policy,
-                            self.embedder)
+                            vectors)
 
     def _adapter(self, config: GatewayConfig) -> PartAdapter | None:
         ac, fc = config.adapt, config.features

@@ -19,8 +19,9 @@ from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy, enrich_part
 from ..modality import Modality, parse_modality
 from ..routing import Snapshot
-from ..routing.semantic import SEMANTIC_PREFIX, Embedder
+from ..routing.semantic import SEMANTIC_PREFIX
 from ..view import MessageView
+from .vectors import TextVectors
 
 
 def feature_demand(snapshot: Snapshot) -> tuple[tuple[Modality | None, frozenset[str]], ...]:
@@ -86,10 +87,10 @@ class FeatureStage:
     """Fills in the features routing needs, under a policy, for every part of a message; and, when
     the snapshot routes by meaning, the sentence vector of each part's words (kept off the wire)."""
 
-    def __init__(self, pipeline: FeaturePipeline, policy: FeaturePolicy, embedder: Embedder | None = None) -> None:
+    def __init__(self, pipeline: FeaturePipeline, policy: FeaturePolicy, vectors: TextVectors | None = None) -> None:
         self.pipeline = pipeline
         self.policy = policy
-        self.embedder = embedder
+        self.vectors = vectors
 
     def warm(self, snapshot: Snapshot) -> list[str]:
         """Load the models the snapshot's rules need (blocking: call it off the event loop)."""
@@ -102,8 +103,8 @@ class FeatureStage:
                 elif pattern.type in TEXT_OF:
                     wanted.add(TEXT_OF[pattern.type])
         warmed = self.pipeline.warm_up(frozenset(wanted))
-        if snapshot.needs_vectors and self.embedder is not None:
-            self.embedder.embed(["warm up"])
+        if snapshot.needs_vectors and self.vectors is not None:
+            self.vectors.warm_up()
             warmed.append("embedder")
         return warmed
 
@@ -132,7 +133,7 @@ class FeatureStage:
                                     wanted=needed))
         if jobs:
             await asyncio.gather(*jobs)
-        if not wants_vector or self.embedder is None:
+        if not wants_vector or self.vectors is None:
             return {}
         return await self._vectors(wants_vector)
 
@@ -142,13 +143,14 @@ class FeatureStage:
             words = part_words(part, modality, read_part(part).features)
             if words is not None:
                 texts[i] = words
-        if not texts or self.embedder is None:
+        if not texts or self.vectors is None:
             return {}
         try:
-            rows = await asyncio.wait_for(asyncio.to_thread(self.embedder.embed, list(texts.values())), self.policy.budget_s)
+            rows = await asyncio.wait_for(self.vectors.vectors(list(texts.values())), self.policy.budget_s)
         except asyncio.TimeoutError:  # routed without vectors: semantic conditions fail, skills falls back
+            self.vectors.timed_out(len(texts))
             return {}
-        return dict(zip(texts, rows))
+        return {i: row for i, row in zip(texts, rows) if row is not None}
 
 
 def with_vectors(view: MessageView, vectors: Mapping[int, Any]) -> MessageView:

