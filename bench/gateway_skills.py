@@ -2,9 +2,10 @@
 
 Two gateways in front of bench/fast_agent.py (the arms of bench/gateway.py):
 - `gateway`: default rules, the feature stage off (what a text part costs without routing by meaning);
-- `gateway_skills`: the feature stage on and `default: {capability: skills, min: -1}` (every text part
-  embedded with all-MiniLM-L6-v2 and ranked against the card's skills; `min: -1` so the skills
-  ranking always decides, never the modality fallback).
+- `skills_minilm`: the feature stage on and `default: {capability: skills, min: -1}` (every text part
+  embedded with all-MiniLM-L6-v2, the default model, and ranked against the card's skills; `min: -1`
+  so the skills ranking always decides, never the modality fallback);
+- `skills_use`: the same with `features.text_model: use` (the multilingual USE; when installed).
 Two workloads, each sent to both arms:
 - `repeat`: the 35 paraphrased requests of tests/skills_data.py in rotation (after the first lap,
   every text's vector is in the gateway's cache);
@@ -13,7 +14,7 @@ Two workloads, each sent to both arms:
   every one is a cache miss and is embedded.
 Arms and workloads are interleaved in rounds (the machine's noise hits all alike); medians over
 rounds. For each run: req/s, p50/p99, the server's CPU time per request (all threads), and for the
-skills arm the gateway's own count of vector hits, misses and texts routed without a vector
+skills arms the gateway's own count of vector hits, misses and texts routed without a vector
 (`mma2a_text_vectors_total`: timeout, shed, failed), so a run that "won" by skipping the model shows.
 
     .venv/bin/python bench/gateway_skills.py [--rounds 3] [--seconds 6] [--levels 4,16] [--json]
@@ -93,7 +94,7 @@ def vector_counts(url: str) -> dict[str, float]:
 
 def run(arms: Arms, arm: str, seconds: int, connections: int, script: str) -> dict[str, Any]:
     pid, url = arms.pid[arm], arms.url[arm]
-    before = vector_counts(url) if arm == "gateway_skills" else None
+    before = vector_counts(url) if arm.startswith("skills_") else None
     cpu0 = cpu_seconds(pid)
     r: dict[str, Any] = run_wrk(url + "/", seconds, connections, script, FAST_EXPECT, "/", uuid.uuid4().hex[:8], threads=1)
     r["cpu_us_per_req"] = round(1e6 * (cpu_seconds(pid) - cpu0) / max(1, r["requests"]), 1)
@@ -127,14 +128,18 @@ def main() -> None:
     for name in ("repeat", "distinct"):
         scripts[name] = str(tmp / f"{name}.lua")
         Path(scripts[name]).write_text(workload_lua(name == "distinct"))
-    names = ["gateway", "gateway_skills"]
+    from mma2a.features.sentence import embedding_available
+
+    names = ["gateway", "skills_minilm"] + (["skills_use"] if embedding_available("use") else [])
     arms = Arms(tmp, ["gateway"])
     runs: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     levels = [int(c) for c in args.levels.split(",")]
     try:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        arms._gateway("gateway_skills", "fast", arms.url["direct"], SKILLS_RULES, env, extra={"features": True})
-        wait_ready(arms.url["gateway_skills"], timeout=120)
+        for name in names[1:]:
+            arms._gateway(name, "fast", arms.url["direct"], SKILLS_RULES, env,
+                          extra={"features": {"text_model": name.removeprefix("skills_")}})
+            wait_ready(arms.url[name], timeout=120)
         for name in names:
             for script in scripts.values():
                 run(arms, name, 2, max(levels), script)  # warm up: pools, the model, the allocator
@@ -151,11 +156,13 @@ def main() -> None:
         level: dict[str, Any] = {}
         for workload in scripts:
             table = {name: summarise(runs[workload, name, c]) for name in names}
-            plain, skills = table["gateway"], table["gateway_skills"]
-            level[workload] = {"arms": table, "ratios": {
-                "skills_over_plain_rps": round(skills["rps"] / plain["rps"], 3),
-                "plain_over_skills_cpu": round(plain["cpu_us_per_req"] / skills["cpu_us_per_req"], 3)},
-                "per_round_rps": {name: [r["rps"] for r in runs[workload, name, c]] for name in names}}
+            plain = table["gateway"]
+            ratios = {}
+            for name in names[1:]:
+                ratios[f"{name}_over_plain_rps"] = round(table[name]["rps"] / plain["rps"], 3)
+                ratios[f"plain_over_{name}_cpu"] = round(plain["cpu_us_per_req"] / table[name]["cpu_us_per_req"], 3)
+            level[workload] = {"arms": table, "ratios": ratios,
+                               "per_round_rps": {name: [r["rps"] for r in runs[workload, name, c]] for name in names}}
         result["levels"][str(c)] = level
     if args.json:
         print(json.dumps(result, indent=2))

