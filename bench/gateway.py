@@ -9,7 +9,8 @@ hits all alike, at 1, 4 and 16 connections:
 - `gateway_1k`: `mma2a serve` with 1,000 synthetic rules in force (none matches a text part)
 - `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
 - `gateway_skills` (not in the default set): `mma2a serve` with `default: {capability: skills}` and the
-  feature stage on: every text part is embedded (all-MiniLM-L6-v2) and ranked against the card's skills
+  feature stage on: the one text ("hello") is embedded once, then served from the vector cache, and ranked
+  against the card's skills; bench/gateway_skills.py compares repeated and never-seen texts per model
 - `sdk_direct` / `sdk_gateway`: the a2a-sdk echo agent (bench/echo_agent.py), directly and through a gateway
 
 Each arm's server CPU time per request (all threads, /proc schedstat) is reported too.

@@ -212,7 +212,8 @@ class SkillsResult:
 
 def desk_card(name: str) -> Any:
     title, description, examples = DESKS[name]
-    card = make_card(name, description, input_modes=["text/plain"], output_modes=["text/plain"], skill=name)
+    skill = title.lower().replace(" and ", "-").replace(" ", "-")  # "delivery-tracking"
+    card = make_card(name, description, input_modes=["text/plain"], output_modes=["text/plain"], skill=skill)
     card.skills[0].name = title
     card.skills[0].examples.extend(examples)
     return card
