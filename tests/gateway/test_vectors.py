@@ -53,6 +53,8 @@ def test_the_cache_is_keyed_by_the_normalised_text_and_bounded_by_entries_and_by
     by_bytes = CachedEmbedder(inner, max_bytes=2 * (384 * 4 + ENTRY_OVERHEAD))
     by_bytes.embed([f"another request {i}" for i in range(5)])
     assert len(by_bytes) == 2 and by_bytes.bytes <= by_bytes.max_bytes
+    off = CachedEmbedder(inner, max_entries=0)  # features.vector_cache_entries: 0 — vectors still come, none kept
+    assert off.embed(["kept nowhere"]).shape == (1, 384) and len(off) == 0 and off.bytes == 0
     assert normalise_text("lone \ud800 surrogate") == "lone ? surrogate"  # valid JSON, not valid UTF-8
     assert cache.embed(["lone \ud800 surrogate"]).shape == (1, 384)
 
