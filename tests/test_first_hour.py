@@ -167,6 +167,7 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     (d / "gateway.yaml").write_text(
         f"listen: 127.0.0.1:{ports['gateway']}\n"
         "admin: {token_env: FIRST_HOUR_TOKEN}\n"
+        "timeout_s: 120\n"  # the vision agent loads its models on its first photo: slow on a loaded CI machine
         "agents:\n"
         + "".join(f"  - {{name: {n}, url: http://127.0.0.1:{ports[n]}}}\n" for n in ("vision", "analyst"))
         + f"  - {{name: speech, url: http://127.0.0.1:{ports['speech']}, transformer: true}}\n"
