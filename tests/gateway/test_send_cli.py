@@ -48,5 +48,6 @@ async def test_send_uploads_big_files_and_routes_each_part(tmp_path):
 async def test_send_to_an_unreachable_gateway_is_a_clear_error(tmp_path):
     f = tmp_path / "a.txt"
     f.write_text("hello")
-    code, out, err = await run_cli("send", str(f), "--gateway", "http://127.0.0.1:9")
+    # --wait 0: no 10 s wait for a gateway that may still be starting (tests/test_first_hour.py checks the waiting)
+    code, out, err = await run_cli("send", str(f), "--gateway", "http://127.0.0.1:9", "--wait", "0")
     assert code == 1 and "cannot reach the gateway at http://127.0.0.1:9" in err, err
