@@ -121,6 +121,7 @@ class Arms:
         port = free_port()
         cfg = self.tmp / f"{arm}.yaml"
         cfg.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "log_decisions": False, "features": False,
+                                   "data_dir": str(self.tmp / f"{arm}-data"),  # each its own history file, fresh
                                    "agents": [{"name": agent, "url": agent_url}], **({"rules": rules} if rules else {}),
                                    **(extra or {})}))
         p = self._start([PY, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "warning"], env)

@@ -129,6 +129,24 @@ async def test_a_kept_alive_connection_the_server_dropped_is_replaced_once() -> 
         await pool.close()
 
 
+async def test_after_a_restart_every_kept_alive_connection_is_stale_and_the_retry_opens_a_new_one() -> None:
+    async def answers_once_then_drops(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, srv: RawServer) -> None:
+        req = await srv.read_request(reader)
+        assert req is not None
+        writer.write(answer(b'"first"'))
+        await writer.drain()
+        await srv.read_request(reader)  # like a restarted agent: any later request on an old connection is dropped
+
+    pool = HttpPool()
+    async with RawServer(answers_once_then_drops) as srv:
+        firsts = await asyncio.gather(*(pool.request("POST", srv.url, b"{}") for _ in range(3)))
+        assert [r.body for r in firsts] == [b'"first"'] * 3 and srv.connections == 3  # three kept alive, idle
+        assert (await pool.request("POST", srv.url, b"{}")).body == b'"first"'  # one stale try, then a new connection
+        assert srv.connections == 4 and len(srv.requests) == 5
+        assert pool.connections(srv.url) == 1  # the other stale ones were closed, not kept to fail later calls
+        await pool.close()
+
+
 async def test_a_fresh_connection_closed_before_any_answer_is_an_error_not_a_retry() -> None:
     async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, srv: RawServer) -> None:
         await srv.read_request(reader)

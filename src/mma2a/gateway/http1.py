@@ -256,14 +256,17 @@ class HttpPool:
             lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
         lines.append(b"\r\n")
         head = b"".join(lines)
-        for _ in range(2):  # a second try only when a kept-alive connection turned out closed by the server
-            conn = await self._acquire(target, deadline, loop)
-            try:
-                return await self._exchange(conn, head, body, deadline, loop)
-            except Disconnected as exc:
-                if not conn.reused or exc.answered or loop.time() >= deadline:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        conn = await self._acquire(target, deadline, loop)
+        try:
+            return await self._exchange(conn, head, body, deadline, loop)
+        except Disconnected as exc:
+            if not conn.reused or exc.answered or loop.time() >= deadline:
+                raise
+        # a kept-alive connection the server had closed (an idle timeout, a restart): the ones idle beside it are
+        # as old, so they go too, and the one retry runs on a new connection
+        self._drop_idle((target.host, target.port))
+        conn = await self._acquire(target, deadline, loop, fresh=True)
+        return await self._exchange(conn, head, body, deadline, loop)
 
     async def _exchange(self, conn: _Connection, head: bytes, body: bytes, deadline: float,
                         loop: asyncio.AbstractEventLoop) -> Response:
@@ -288,9 +291,12 @@ class HttpPool:
         return response
 
     # --- the pool ---------------------------------------------------------------------------
-    async def _acquire(self, target: _Target, deadline: float, loop: asyncio.AbstractEventLoop) -> _Connection:
+    async def _acquire(self, target: _Target, deadline: float, loop: asyncio.AbstractEventLoop, *,
+                       fresh: bool = False) -> _Connection:
+        """An idle connection to `target` (unless `fresh`), else a new one within the host's limit, else the next
+        one a finished caller hands over (`fresh` or not: at the limit, every connection is in use)."""
         key = (target.host, target.port)
-        idle = self._idle.get(key)
+        idle = None if fresh else self._idle.get(key)
         while idle:
             conn = idle.pop()  # the most recently used: the least likely to have been closed by the server
             if not conn.closed:
@@ -374,6 +380,10 @@ class HttpPool:
             if not fut.done():
                 fut.set_result(None)
                 return
+
+    def _drop_idle(self, key: tuple[str, int]) -> None:
+        for conn in self._idle.pop(key, []):
+            conn.close()
 
     def _close_idle(self, loop: asyncio.AbstractEventLoop) -> None:
         self._sweep = None
