@@ -50,6 +50,19 @@ async def _client(url: str, n: int, outcomes: list[tuple[str, str, float, float]
                 outcomes.append((f"bad {r.status_code} {r.text[:200]}", mid, t0, t1))
 
 
+async def _one_at_the_agent(log: Path, within_s: float = 60.0) -> str:
+    """A message id the agent logged as got and not yet done (the load is running), waited for, not timed."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        lines = log_lines(log)
+        done = {line.split(" ", 1)[1] for line in lines if line.startswith("done ")}
+        open_ = [line.split(" ", 1)[1] for line in lines if line.startswith("got ") and line.split(" ", 1)[1] not in done]
+        if open_:
+            return open_[-1]
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the agent got no message in {within_s} s: {log_lines(log)[-5:]}")
+
+
 async def test_sigterm_under_load_loses_no_accepted_message(tmp_path: Path) -> None:
     log = tmp_path / "agent.log"
     with agent_process("worker", log, delay=0.3) as (agent_url, _):
@@ -57,7 +70,7 @@ async def test_sigterm_under_load_loses_no_accepted_message(tmp_path: Path) -> N
             outcomes: list[tuple[str, str, float, float]] = []
             stop = asyncio.Event()
             clients = [asyncio.create_task(_client(url, n, outcomes, stop)) for n in range(8)]
-            await asyncio.sleep(1.5)
+            held = await _one_at_the_agent(log)  # the agent has it and has not answered it yet
             sent_at = time.monotonic()
             gw.send_signal(signal.SIGTERM)
             while gw.poll() is None and time.monotonic() - sent_at < 30:
@@ -72,8 +85,9 @@ async def test_sigterm_under_load_loses_no_accepted_message(tmp_path: Path) -> N
     ok = [o for o in outcomes if o[0] == "ok"]
     assert not [k for k in kinds if k.startswith("bad")], [o for o in outcomes if o[0].startswith("bad")]
     assert {o[1] for o in ok} <= done  # every accepted message was done by the agent
-    in_flight_at_sigterm = [o for o in ok if o[2] < sent_at < o[3]]
-    assert in_flight_at_sigterm  # requests running at SIGTERM finished with their answers
+    # the message the agent was working on when SIGTERM was sent got its answer (it may have finished in the
+    # instant before the signal landed: then it was answered all the same, which is what is asserted)
+    assert held in {o[1] for o in ok}, (held, [o for o in outcomes if o[1] == held])
     assert "503" in kinds and "refused" in kinds  # new work was refused cleanly, then the port closed
     # A refusal answers a request the gateway read after SIGTERM: it arrives after the signal was sent
     # (the request itself may have left just before it), and the agent never saw that message.
