@@ -182,3 +182,15 @@ async def test_modality_without_extractors_gives_nothing() -> None:
 async def test_invalid_budget() -> None:
     with FeaturePipeline([ImageExtractor()]) as p, pytest.raises(ValueError, match="budget_s must be positive"):
         await p.extract("image/png", b"x", budget_s=0)
+
+
+def test_a_producer_part_records_what_was_cut_off_and_what_was_missing() -> None:
+    from mma2a.ext import read_part
+    from mma2a.features import build_part
+
+    slow, missing = SlowExtractor(30.0), NeedsMissingPackage()
+    with FeaturePipeline([slow, missing], max_workers=2) as p:
+        part = build_part(m.png(m.halves()), pipeline=p, thumbnail=False, budget_s=0.1)
+    incomplete = read_part(part).features["incomplete"]
+    assert "slow: not done within the 0.1 s budget; skipped" in incomplete
+    assert any(n.startswith("needs-missing") for n in incomplete), incomplete

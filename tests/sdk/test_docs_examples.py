@@ -82,7 +82,11 @@ async def test_docs_producer_and_consumer_exchange_through_a_gateway(tmp_path: P
         await consumer.wait()
     assert producer.returncode == 0, stderr.decode()[-3000:]
     lines = stdout.decode().splitlines()
-    assert lines[0].startswith("text/plain: 12 bytes ") and json.loads(lines[0].split(" bytes ", 1)[1])["language"] == "en"
+    assert lines[0].startswith("text/plain: 12 bytes ")
+    text_features = json.loads(lines[0].split(" bytes ", 1)[1])
+    # the language, or (an extractor cut off at its budget on a loaded host) the recorded reason it is missing
+    assert text_features.get("language") == "en" or any(
+        n.startswith("text-basic: not done within") for n in text_features.get("incomplete", [])), text_features
     img_line, video_line, audio_line = lines[1:]
     assert img_line.startswith(f"image/png: {image.stat().st_size} bytes ")
     img_features = json.loads(img_line.split(" bytes ", 1)[1])

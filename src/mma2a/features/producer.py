@@ -156,6 +156,8 @@ def build_part(
             found = dict(result.features)
             found.setdefault("size", len(data))
             found["sha256"] = hashlib.sha256(data).hexdigest()
+            if result.late or result.skipped:  # what could not be made here, and why (as the gateway records it)
+                found["incomplete"] = [*result.late, *result.skipped]
             schema = result.schema
             name = result.source.extractor if result.source else None
             version = result.source.version if result.source else None
