@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import Unauthorized
+from ..errors import RateLimited, Unauthorized
 
 log = logging.getLogger("mma2a.gateway.security")
 
@@ -184,3 +184,10 @@ class RateLimiter:
             b[0] -= 1.0
             return None
         return (1.0 - b[0]) / rate
+
+    def admit(self, client: Client | None, peer: str, now: float) -> None:
+        """Take a token for `client` (its own rate and burst), or for an anonymous `peer`; RateLimited when out."""
+        key = client.name if client is not None else f"ip:{peer}"
+        wait = self.take(key, now, rate=client.rate if client else None, burst=client.burst if client else None)
+        if wait is not None:
+            raise RateLimited(f"rate limit of {key} exceeded; retry in {wait:.2f} s", retry_after=round(wait, 3))

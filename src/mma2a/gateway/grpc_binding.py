@@ -25,7 +25,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from ..tls import ListenerTLS, ServerTLS
-from ..errors import A2A_DOMAIN, MMA2AError, RateLimited, grpc_status, metadata_strings
+from ..errors import A2A_DOMAIN, MMA2AError, grpc_status, metadata_strings
 from .access import Authenticator, Client, RateLimiter, current_client
 from .config import GatewayConfig
 from .faults import Drain
@@ -74,11 +74,7 @@ class _Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
         client = self.auth.authenticate(headers) if self.auth.active else None
         if self.limiter is not None:
-            key = client.name if client is not None else f"ip:{peer}"
-            wait = self.limiter.take(key, time.monotonic(), rate=client.rate if client else None,
-                                     burst=client.burst if client else None)
-            if wait is not None:
-                raise RateLimited(f"rate limit of {key} exceeded; retry in {wait:.2f} s", retry_after=round(wait, 3))
+            self.limiter.admit(client, peer, time.monotonic())
         return client
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:

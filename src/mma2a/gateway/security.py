@@ -113,11 +113,7 @@ class AccessControl:
                 client = self._client(headers, access, scope)
                 self._check_agent(client, scope)
                 if self.limiter is not None:
-                    key = client.name if client is not None else f"ip:{(scope.get('client') or ('?',))[0]}"
-                    wait = self.limiter.take(key, self.clock(), rate=client.rate if client else None,
-                                             burst=client.burst if client else None)
-                    if wait is not None:
-                        raise RateLimited(f"rate limit of {key} exceeded; retry in {wait:.2f} s", retry_after=round(wait, 3))
+                    self.limiter.admit(client, str((scope.get("client") or ("?",))[0]), self.clock())
             declared = headers.get("content-length")
             if (http and access.shape is not ErrorShape.PAYLOAD and declared is not None and declared.isdigit()
                     and int(declared) > self.max_body_bytes):
