@@ -405,17 +405,21 @@ def read_part(part: Mapping[str, Any], where: str = "") -> PartExtension:
     """The extension view of a part; a part without extension data gets one derived from `mediaType`."""
     meta = part.get("metadata")
     raw = meta.get(EXTENSION_URI) if isinstance(meta, dict) else None
-    ext = PartExtension() if raw is None else PartExtension.from_json(raw, _where(where, f"metadata[{EXTENSION_URI}]"))
+    if raw is None:  # the common plain part: one extension object, its modality from `mediaType` or the kind
+        return PartExtension(_derived_modality(part, where))
+    ext = PartExtension.from_json(raw, _where(where, f"metadata[{EXTENSION_URI}]"))
     if ext.modality is None:
-        media_type = part.get("mediaType")
-        if media_type:
-            modality = str(parse_modality(media_type, field=_where(where, "mediaType")))
-        else:
-            modality = _KIND_DEFAULT.get(part_kind(part), "application/octet-stream")
-        ext = PartExtension(
-            modality, ext.encoding, ext.features, ext.feature_schema, ext.feature_source, ext.payload, ext.stream, ext.thumbnail
-        )
+        ext = PartExtension(_derived_modality(part, where), ext.encoding, ext.features, ext.feature_schema,
+                            ext.feature_source, ext.payload, ext.stream, ext.thumbnail)
     return ext
+
+
+def _derived_modality(part: Mapping[str, Any], where: str) -> str:
+    """A part's modality when its extension names none: its `mediaType`, else the default of its kind."""
+    media_type = part.get("mediaType")
+    if media_type:
+        return str(parse_modality(media_type, field=_where(where, "mediaType")))
+    return _KIND_DEFAULT.get(part_kind(part), "application/octet-stream")
 
 
 def write_part(part: dict[str, Any], ext: PartExtension) -> dict[str, Any]:
@@ -461,18 +465,22 @@ def downgrade_message(message: Mapping[str, Any], *, input_modes: Iterable[str] 
     """
     modes = None if input_modes is None else list(input_modes)
     out = {k: v for k, v in message.items() if k not in ("metadata", "extensions", "parts")}
-    meta = {k: v for k, v in (message.get("metadata") or {}).items() if k != EXTENSION_URI}
-    if meta:
-        out["metadata"] = meta
-    exts = [e for e in (message.get("extensions") or []) if e != EXTENSION_URI]
-    if exts:
-        out["extensions"] = exts
+    if "metadata" in message:
+        meta = {k: v for k, v in (message.get("metadata") or {}).items() if k != EXTENSION_URI}
+        if meta:
+            out["metadata"] = meta
+    if "extensions" in message:
+        exts = [e for e in (message.get("extensions") or []) if e != EXTENSION_URI]
+        if exts:
+            out["extensions"] = exts
     out["parts"] = [downgrade_part(p, input_modes=modes) for p in message.get("parts", [])]
     return out
 
 
 def downgrade_part(part: Mapping[str, Any], *, input_modes: Iterable[str] | None = None) -> dict[str, Any]:
     """One part without the extension; see `downgrade_message`."""
+    if "metadata" not in part and "mediaType" not in part:  # a plain part: nothing to take off or respell
+        return dict(part)
     out = {k: v for k, v in part.items() if k != "metadata"}
     pmeta = part.get("metadata") or {}
     ext = pmeta.get(EXTENSION_URI)

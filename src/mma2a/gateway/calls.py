@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 from ..errors import DispatchError
-from ..ext import EXTENSION_URI
 from .adapt import PartAdapter
 from .directory import AgentDirectory, AgentEntry
 from .metrics import GatewayMetrics
@@ -16,16 +15,12 @@ from .transport import Transport
 
 def declares(entry: AgentEntry) -> bool:
     """The agent's card declares the mma2a extension (it gets the metadata as it is)."""
-    exts = (entry.card.get("capabilities") or {}).get("extensions") or []
-    return any(isinstance(e, dict) and e.get("uri") == EXTENSION_URI for e in exts)
+    return entry.reads_extension()
 
 
-def input_modes(entry: AgentEntry) -> list[str]:
-    """Every input mode the card names, its default ones first."""
-    modes = list(entry.card.get("defaultInputModes") or [])
-    for skill in entry.card.get("skills") or []:
-        modes += [m for m in skill.get("inputModes") or [] if m not in modes]
-    return modes
+def input_modes(entry: AgentEntry) -> tuple[str, ...]:
+    """Every input mode the agent's card names, its default ones first."""
+    return entry.input_modes()
 
 
 class AgentCaller:

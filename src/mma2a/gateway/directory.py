@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import AgentNotFound, DispatchError
+from ..ext import EXTENSION_URI
 from ..routing import AgentInfo, agent_info_from_card
 from .config import AgentConfig
 from .transport import Transport
@@ -26,6 +27,20 @@ from .transport import Transport
 log = logging.getLogger("mma2a.gateway.directory")
 
 CARD_PATH = "/.well-known/agent-card.json"
+
+
+def card_declares(card: dict[str, Any]) -> bool:
+    """The card declares the mma2a extension in `capabilities.extensions`."""
+    exts = (card.get("capabilities") or {}).get("extensions") or []
+    return any(isinstance(e, dict) and e.get("uri") == EXTENSION_URI for e in exts)
+
+
+def card_input_modes(card: dict[str, Any]) -> tuple[str, ...]:
+    """Every input mode the card names, its default ones first."""
+    modes = list(card.get("defaultInputModes") or [])
+    for skill in card.get("skills") or []:
+        modes += [m for m in skill.get("inputModes") or [] if m not in modes]
+    return tuple(modes)
 
 
 @dataclass
@@ -41,6 +56,8 @@ class AgentEntry:
     failures: int = 0
     last_error: str | None = None
     sent: int = 0
+    _card_facts: tuple[dict[str, Any], bool, tuple[str, ...]] | None = dataclasses.field(
+        default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -49,6 +66,21 @@ class AgentEntry:
     @property
     def token(self) -> str | None:
         return os.environ.get(self.config.token_env) if self.config.token_env else None
+
+    def reads_extension(self) -> bool:
+        """The card declares the mma2a extension (the agent gets the metadata as it is)."""
+        return self._facts()[1]
+
+    def input_modes(self) -> tuple[str, ...]:
+        """Every input mode the card names, its default ones first."""
+        return self._facts()[2]
+
+    def _facts(self) -> tuple[dict[str, Any], bool, tuple[str, ...]]:
+        """What the request path reads of the card, worked out once per card (a refreshed card is a new object)."""
+        known = self._card_facts
+        if known is None or known[0] is not self.card:
+            known = self._card_facts = (self.card, card_declares(self.card), card_input_modes(self.card))
+        return known
 
     @contextlib.contextmanager
     def in_flight(self) -> Iterator[None]:

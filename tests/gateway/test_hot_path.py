@@ -1,0 +1,68 @@
+"""The hot path's shortcuts give what the long way gives: memoised decisions, plain parts, card facts."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mma2a.ext import EXTENSION_URI, PartExtension, downgrade_message, downgrade_part, read_part
+from mma2a.gateway import Gateway, parse_config
+from mma2a.gateway.config import AgentConfig
+from mma2a.gateway.directory import AgentEntry
+from mma2a.modality import parse_modality
+from mma2a.routing import RouteDecision, parse_rules
+
+
+def _read_part_long_way(part: dict[str, Any]) -> PartExtension:
+    """read_part as it was written before the plain-part shortcut: a default extension, then the derived modality."""
+    ext = PartExtension()
+    mt = part.get("mediaType")
+    modality = str(parse_modality(mt)) if mt else (
+        "text/plain" if "text" in part else "application/json" if "data" in part else "application/octet-stream")
+    return dataclasses.replace(ext, modality=modality)
+
+
+PLAIN_PARTS = [{"text": "hi"}, {"raw": "aGk="}, {"url": "https://example.com/a.png"}, {"data": {"a": 1}},
+               {"text": "hi", "mediaType": "text/markdown"}, {"raw": "aGk=", "mediaType": "Audio/OGG; codecs=opus"},
+               {"text": "hi", "metadata": {"other": 1}}]
+
+
+def test_a_plain_part_reads_as_the_long_way_reads_it():
+    for part in PLAIN_PARTS:
+        assert read_part(part) == _read_part_long_way(part), part
+
+
+def test_a_plain_part_downgrades_to_an_equal_copy_and_others_still_lose_the_extension():
+    for part in PLAIN_PARTS[:4]:
+        out = downgrade_part(part, input_modes=["text/plain"])
+        assert out == part and out is not part
+    msg = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}], "metadata": {EXTENSION_URI: {"hops": 1}, "k": 2},
+           "extensions": [EXTENSION_URI, "urn:x"]}
+    out = downgrade_message(msg)
+    assert out == {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}], "metadata": {"k": 2},
+                   "extensions": ["urn:x"]}
+    part = {"text": "hi", "metadata": {EXTENSION_URI: {"modality": "text/markdown"}}}
+    assert downgrade_part(part) == {"text": "hi", "mediaType": "text/markdown"}
+
+
+def test_card_facts_are_read_once_per_card_and_afresh_for_a_new_card():
+    card = {"name": "a", "defaultInputModes": ["text/plain"], "skills": [{"id": "s", "inputModes": ["image/png", "text/plain"]}]}
+    entry = AgentEntry(AgentConfig(name="a", url="http://127.0.0.1:1"), card, "http://127.0.0.1:1/")
+    assert entry.input_modes() == ("text/plain", "image/png") and not entry.reads_extension()
+    entry.card = {**card, "capabilities": {"extensions": [{"uri": EXTENSION_URI}]}, "defaultInputModes": ["audio/*"]}
+    assert entry.reads_extension() and entry.input_modes() == ("audio/*", "image/png", "text/plain")
+
+
+def test_a_remembered_decision_equals_a_fresh_one_in_every_field_but_the_message_id():
+    gw = Gateway(parse_config({"listen": "127.0.0.1:1", "features": False, "history": {"enabled": False}}))
+    rules = {"version": 1, "rules": [{"name": "all-text", "match": {"modality": "text/*"}, "action": {"drop": "quiet"}}]}
+    gw.state.set_rules(parse_rules(rules), rules)
+    adm = gw.pipeline.admission
+    msg = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    first = adm.route(adm.view(msg, None, None))
+    again = adm.route(adm.view({**msg, "messageId": "m2"}, None, None))
+    assert again.message_id == "m2" and again is not first
+    for f in dataclasses.fields(RouteDecision):
+        if f.name != "message_id":
+            assert getattr(again, f.name) is getattr(first, f.name) or getattr(again, f.name) == getattr(first, f.name), f.name
+    assert again.parts is first.parts  # it came from the memo
