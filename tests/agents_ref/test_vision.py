@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from mma2a.agents import vision
+from mma2a.agents import pixels, vision
 from mma2a.agents.runtime import SkillExecutor, run_agent
 from mma2a.eval.media import Label, Mark, product_photo, status_panel, units_photo
 
@@ -30,7 +30,7 @@ def test_defects_are_found_where_drawn_and_counted(fmt):
     assert len(f["defects"]) == 3
     for x, y in spots:
         assert any(_inside((x, y), d["region"]) for d in f["defects"])
-    assert vision.colour_name(f["surfaceColor"]) == "blue"
+    assert pixels.colour_name(f["surfaceColor"]) == "blue"
     assert f["qr"] == [] and f["lights"] == []
 
 
@@ -64,7 +64,7 @@ def test_status_lights_left_to_right_with_colours():
 
 
 @pytest.mark.parametrize(("photo", "objects"), [("coffee", ["cup"]), ("astronaut", ["person"]), ("chelsea", ["cat"]),
-                                                ("rocket", [])])
+                                                ("rocket", []), ("retina", []), ("hubble_deep_field", [])])
 def test_a_real_photo_gets_what_the_models_found_and_no_made_up_defects_or_lights(photo, objects):
     # scikit-image's photos: the texture of fur, a spacesuit, coffee foam, a launch pad is not a defect, and the
     # red saucer or the suit's flag patch is not a status light
@@ -88,18 +88,89 @@ def test_a_real_photo_gets_what_the_models_found_and_no_made_up_defects_or_light
     assert "mark" not in text and "light" not in text and "QR" not in text
 
 
+REAL_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "retina", "hubble_deep_field", "camera", "coins", "moon",
+               "stereo_motorcycle", "immunohistochemistry", "cell", "page")
+
+
+def _work_array(photo: str):
+    """A scikit-image photo as the inspector works on it: RGB, at most `WORK_SIDE` pixels on its longest side."""
+    import numpy as np
+    from PIL import Image
+
+    skdata = pytest.importorskip("skimage.data")
+    img = getattr(skdata, photo)()
+    img = np.asarray(img[0] if isinstance(img, tuple) else img)  # stereo_motorcycle: (left, right, disparity)
+    if img.dtype != np.uint8:
+        img = (img / img.max() * 255).astype(np.uint8)
+    im = Image.fromarray(img).convert("RGB")
+    scale = min(1.0, vision.WORK_SIDE / max(im.size))
+    im = im.resize((round(im.width * scale), round(im.height * scale)), Image.Resampling.BILINEAR)
+    return np.asarray(im, dtype=np.uint8)
+
+
+@pytest.mark.parametrize("photo", REAL_PHOTOS)
+def test_the_pixel_checks_make_up_no_defects_or_lights_on_real_photos(photo):
+    # what the checks were built for is a product or a panel filling the frame; on a fundus photo (dark corners,
+    # vessels), a galaxy field (a red galaxy), a motorcycle (tail lights), a cell or a page they must find nothing
+    import numpy as np
+
+    arr = _work_array(photo)
+    found = pixels.check_pixels(arr, np.zeros(arr.shape[:2], np.uint8), 1.0)
+    assert found.defects == [] and found.lights == [], (found.defects, found.lights)
+
+
+def _surface(noise: float, seed: int = 0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return np.clip(150 + rng.normal(0, noise, (240, 320)), 0, 255).astype(np.uint8)
+
+
+def test_a_defect_is_seen_inside_the_frame_and_standing_far_out_of_its_surface():
+    import cv2
+    import numpy as np
+
+    none = np.zeros((240, 320), np.uint8)
+    smooth = _surface(3.0)
+    cv2.ellipse(smooth, (160, 120), (12, 9), 0, 0, 360, 30, -1)  # a dent in the middle
+    cv2.ellipse(smooth, (0, 60), (12, 9), 0, 0, 360, 30, -1)  # the same dent cut by the frame's left edge
+    defects, _, note = pixels.find_defects(smooth, none, 1.0)
+    assert len(defects) == 1 and defects[0]["center"] == [160, 120] and defects[0]["contrast"] >= pixels.MIN_CONTRAST
+    assert note == "1 dark region not taken for defects (1 cut by the frame's edge)"
+    rough = _surface(14.0)  # the same dent on a surface whose own grain spreads 14 grey levels
+    cv2.ellipse(rough, (160, 120), (12, 9), 0, 0, 360, 30, -1)
+    defects, _, note = pixels.find_defects(rough, none, 1.0)
+    assert defects == [] and note is not None and "less than 20 spreads out of the surface around" in note
+
+
+def test_a_status_light_is_a_disc_on_an_even_housing():
+    import cv2
+    import numpy as np
+
+    panel = np.full((240, 480, 3), (48, 51, 56), np.uint8)
+    red = (232, 40, 35)
+    cv2.circle(panel, (80, 120), 17, red, -1)  # a lamp
+    cv2.circle(panel, (210, 112), 12, red, -1)  # two overlapping blobs: lit and compact, but no disc
+    cv2.circle(panel, (210, 128), 12, red, -1)
+    for x in range(330, 410, 4):  # a striped surround: bright and dark lines, no even housing
+        panel[80:160, x:x + 2] = (150, 150, 150)
+    cv2.circle(panel, (370, 120), 17, red, -1)  # the lamp's shape on it
+    lights, _ = pixels.find_lights(panel, 1.0)
+    assert [(li["center"], li["colorName"]) for li in lights] == [([80, 120], "red")]
+
+
 def test_undecodable_bytes_raise_a_clear_error():
     with pytest.raises(ValueError, match=r"^image: cannot decode \("):
         vision.inspect_image(b"not an image")
 
 
 def test_colour_names():
-    assert vision.colour_name("#a9abb0") == "grey"
-    assert vision.colour_name((250, 250, 250)) == "white"
-    assert vision.colour_name((20, 22, 25)) == "black"
-    assert vision.colour_name((205, 45, 40)) == "red"
+    assert pixels.colour_name("#a9abb0") == "grey"
+    assert pixels.colour_name((250, 250, 250)) == "white"
+    assert pixels.colour_name((20, 22, 25)) == "black"
+    assert pixels.colour_name((205, 45, 40)) == "red"
     with pytest.raises(ValueError, match=r"colour: expected #rrggbb, got '#abc'"):
-        vision.hex_rgb("#abc")
+        pixels.hex_rgb("#abc")
 
 
 async def test_served_agent_answers_findings_and_a_description():

@@ -9,7 +9,8 @@ import pytest
 
 from mma2a.agents.captioner import caption
 from mma2a.agents.questions import classify, question_of
-from mma2a.agents.vision import colour_name, inspect_image
+from mma2a.agents.pixels import colour_name
+from mma2a.agents.vision import inspect_image
 from mma2a.errors import InvalidParams
 from mma2a.eval.tasks import CATEGORIES, SHADES, generate_tasks, schedule
 

@@ -17,7 +17,8 @@ from a2a.types import AgentCard
 
 from .runtime import ReceivedPart, make_card, run_blocking
 from .questions import grid_cell
-from .vision import colour_name, inspect_image
+from .pixels import colour_name
+from .vision import inspect_image
 
 NAME = "captioner"
 

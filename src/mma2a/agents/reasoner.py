@@ -19,7 +19,8 @@ from a2a.types import AgentCard
 
 from . import questions as q
 from .runtime import ReceivedPart, make_card, run_blocking
-from .vision import COLOUR_NAMES, colour_name, hex_rgb, inspect_image
+from .pixels import COLOUR_NAMES, colour_name, hex_rgb
+from .vision import inspect_image
 
 NAME = "analyst"
 
