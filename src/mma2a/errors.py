@@ -112,8 +112,8 @@ A2A_ERRORS: dict[int, tuple[str, int, str]] = {
 
 
 # statuses some errors answer with beyond the table (authentication, limits, availability)
-_GRPC_BY_HTTP = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED",
-                 503: "UNAVAILABLE"}
+_GRPC_BY_HTTP = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 408: "DEADLINE_EXCEEDED", 413: "INVALID_ARGUMENT",
+                 429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
 
 
 _REASON_BY_HTTP = {s: _GRPC_BY_HTTP[s] for s in (401, 403, 429, 503)}
@@ -358,6 +358,12 @@ class Forbidden(MMA2AError):
 
 class PayloadTooLarge(MMA2AError):
     code, http_status = INVALID_REQUEST, 413
+
+
+class RequestTimeout(MMA2AError):
+    """The request did not arrive whole in time (HTTP 408; gRPC DEADLINE_EXCEEDED)."""
+
+    code, http_status = INVALID_REQUEST, 408
 
 
 class RateLimited(MMA2AError):

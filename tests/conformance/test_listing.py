@@ -100,7 +100,7 @@ async def test_grpc_binding_checks_credentials_and_the_agents_a_client_may_use()
     assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert anonymous.value.details() == "missing credentials: send Authorization: Bearer <token> or an API key header"
     assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert not_hers.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert not_hers.value.code() == grpc.StatusCode.PERMISSION_DENIED  # as HTTP's 403 on /agents/a
     assert not_hers.value.details() == "client carol may not call agent a"
     assert sorted(t.id for t in carols.tasks) == sorted(ids["b"])
     assert sorted(t.id for t in alices_b.tasks) == sorted(ids["b"])

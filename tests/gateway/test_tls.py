@@ -249,3 +249,42 @@ async def test_live_streams_are_wss_on_a_tls_listener(tmp_path: Path) -> None:
             while (f := decode_frame(await consumer.recv())).type != "stop":
                 got += f.data
     assert got == payload
+
+
+async def test_on_grpc_a_client_certificate_names_a_configured_client_as_on_https(tmp_path: Path) -> None:
+    """With auth on, the gRPC door reads the verified certificate's CN as the HTTPS door does: a configured
+    client with its agent list, else UNAUTHENTICATED naming the CN."""
+    import grpc
+    import grpc.aio
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+    ca = CA(tmp_path)
+    gw_cert, alice, mallory = ca.issue("gateway"), ca.issue("alice", server=False), ca.issue("mallory", server=False)
+    ca_pem = Path(ca.cert_file).read_bytes()
+    specs = {"a": agent("a", ["text/plain"]), "b": agent("b", ["text/plain"])}
+    async with run_agent(*specs["a"]) as a_url, run_agent(*specs["b"]) as b_url:
+        cfg = {"tls": listener(ca, gw_cert), "agents": [{"name": "a", "url": a_url}, {"name": "b", "url": b_url}],
+               "auth": {"clients": [{"name": "alice", "agents": ["a"]}, {"name": "bob", "token": "bob-token"}]},
+               "grpc_listen": "127.0.0.1:0"}
+        async with gateway(cfg) as (gw, _):
+            assert gw.grpc_url is not None
+
+            async def send_as(pair: Pair, text: str, tenant: str) -> Any:
+                creds = grpc.ssl_channel_credentials(ca_pem, Path(pair.key_file).read_bytes(), Path(pair.cert_file).read_bytes())
+                msg = a2a_pb2.Message(message_id=f"m-{text}", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text=text)])
+                async with grpc.aio.secure_channel(gw.grpc_url, creds) as channel:
+                    return await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(  # type: ignore[no-untyped-call]
+                        a2a_pb2.SendMessageRequest(message=msg, tenant=tenant), metadata=[("a2a-version", "1.0")], timeout=60)
+
+            to_a = await send_as(alice, "to a", "a")
+            with pytest.raises(grpc.aio.AioRpcError) as to_b:
+                await send_as(alice, "to b", "b")
+            with pytest.raises(grpc.aio.AioRpcError) as stranger:
+                await send_as(mallory, "who", "a")
+    assert to_a.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    assert to_b.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert to_b.value.details() == "client alice may not call agent b"
+    assert stranger.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert stranger.value.details() == "client certificate CN=mallory is not a configured client (auth.clients)"
+    assert [p.text for r in specs["a"][1].received for p in r.message.parts] == ["to a"]
+    assert specs["b"][1].received == []

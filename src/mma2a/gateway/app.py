@@ -237,7 +237,7 @@ class Gateway:
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
             from .grpc_binding import GrpcIngress
 
-            self.grpc = GrpcIngress(self.config, self.drain, self._handler)
+            self.grpc = GrpcIngress(self.config, self.access, self._handler, self.jsonrpc_access)
             await self.grpc.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if self.startup_errors:  # e.g. started together with its agents: keep trying those not up yet
@@ -354,7 +354,9 @@ class Gateway:
                           Route("/agents/{agent}", rpc, methods=["POST"])]),
             *((public if _is_card(r) else client, [r]) for r in rest),  # public: the v0.3 /v1/card
         ]
-        control = access_control(self)
+        control = self.access = access_control(self)  # the gRPC binding passes the same gate (grpc_admission)
+        # each JSON-RPC method has the JSON-RPC route's class; a gRPC method takes its JSON-RPC twin's
+        self.jsonrpc_access = {method: rpc_access for method in dispatcher.METHOD_TO_MODEL}
         coding = None
         if self.config.adapt.enabled:  # Content-Encoding on requests, compressed JSON replies: after access is granted
             def coding(app: Any, access: RouteAccess) -> Any:

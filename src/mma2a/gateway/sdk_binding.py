@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from ..errors import Forbidden, MMA2AError, metadata_strings, status_for_reason
+from ..errors import MMA2AError, metadata_strings, status_for_reason
 from .access import current_client
 from .listing import list_tasks
 from .pipeline import Pipeline
@@ -92,14 +92,11 @@ def _restatus(response: Response) -> Response:
 
 
 def _target(context: ServerCallContext) -> str | None:
-    """The explicit target: `/agents/{name}` on HTTP, the request's `tenant` on gRPC (checked against the
-    agents the client may use, as the HTTP route is)."""
+    """The explicit target: `/agents/{name}` on HTTP, the request's `tenant` on gRPC (both checked against the
+    agents the client may use before the call gets here: `security.AccessControl`, `grpc_admission`)."""
     target: str | None = context.state.get("target")
     if target is None and "grpc_context" in context.state and context.tenant:
         target = context.tenant
-        client = current_client.get()
-        if client is not None and client.agents is not None and target not in client.agents:
-            raise to_sdk_error(Forbidden(f"client {client.name} may not call agent {target}", field="tenant"))
     return target
 
 

@@ -105,15 +105,10 @@ class AccessControl:
         headers = self._pick(scope)
         client: Client | None = None
         try:
-            if cls is AccessClass.ADMIN:
-                client = self.admin(headers)
-            else:
-                if self.drain is not None and self.drain.draining and http:
-                    raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
-                client = self._client(headers, access, scope)
-                self._check_agent(client, scope)
-                if self.limiter is not None:
-                    self.limiter.admit(client, str((scope.get("client") or ("?",))[0]), self.clock())
+            peer = str((scope.get("client") or ("?",))[0]) if self.limiter is not None else "?"
+            cn = client_cn(scope) if cls is AccessClass.CLIENT else None
+            client = self.admit(access, headers, peer=peer, cn=cn, agent=scope.get("path_params", {}).get("agent"),
+                                refuse_draining=http)
             declared = headers.get("content-length")
             if (http and access.shape is not ErrorShape.PAYLOAD and declared is not None and declared.isdigit()
                     and int(declared) > self.max_body_bytes):
@@ -165,6 +160,27 @@ class AccessControl:
         wanted = self._wanted
         return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", ()) if k in wanted}
 
+    def admit(self, access: RouteAccess, headers: Mapping[str, str], *, peer: str, cn: str | None = None,
+              agent: str | None = None, refuse_draining: bool = True) -> Client | None:
+        """The access decision of both front doors (an HTTP route, a gRPC method): the caller's client (None:
+        anonymous, or a public/signed class, which is decided elsewhere), or the `MMA2AError` refusing it.
+
+        `admin`: the admin token. `client`: refused while draining (`refuse_draining`), the credential (or the
+        verified certificate's CN `cn` when no credential header is sent), the target `agent` the client may
+        use, then a rate-limit token for the client, or for the anonymous caller's address `peer`."""
+        cls = access.cls
+        if cls is AccessClass.ADMIN:
+            return self.admin(headers)
+        if cls is not AccessClass.CLIENT:
+            return None
+        if refuse_draining and self.drain is not None and self.drain.draining:
+            raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
+        client = self._client(headers, access, cn)
+        self.check_agent(client, agent)
+        if self.limiter is not None:
+            self.limiter.admit(client, peer, self.clock())
+        return client
+
     def admin(self, headers: Mapping[str, str]) -> Client:
         """The one check of the admin token (admin routes, and `/metrics` besides client credentials)."""
         token = self.admin_token() if self.admin_token else None
@@ -177,8 +193,7 @@ class AccessControl:
             raise Forbidden("admin API: invalid token")
         return Client("admin", "bearer")
 
-    def _client(self, headers: Mapping[str, str], access: RouteAccess, scope: Scope | None = None) -> Client | None:
-        cn = client_cn(scope) if scope is not None else None
+    def _client(self, headers: Mapping[str, str], access: RouteAccess, cn: str | None) -> Client | None:
         if cn is not None and "authorization" not in headers and self.auth.header not in headers:
             return self.auth.certificate(cn)  # mutual TLS: the certificate's subject is the sender
         if not self.auth.active:
@@ -192,12 +207,13 @@ class AccessControl:
         return self.auth.authenticate(headers)
 
     @staticmethod
-    def _check_agent(client: Client | None, scope: Scope) -> None:
-        if client is None or client.agents is None:
+    def check_agent(client: Client | None, agent: str | None, *, field: str = "agent") -> None:
+        """`Forbidden` when the client's `auth.clients[].agents` leaves out the target `agent` (named by `field`:
+        the `/agents/{agent}` path on HTTP, the request's `tenant` on gRPC)."""
+        if client is None or client.agents is None or agent is None:
             return
-        agent = scope.get("path_params", {}).get("agent")
-        if agent is not None and agent not in client.agents:
-            raise Forbidden(f"client {client.name} may not call agent {agent}", field="agent")
+        if agent not in client.agents:
+            raise Forbidden(f"client {client.name} may not call agent {agent}", field=field)
 
     async def unmatched(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A path no route matches: 401 first when auth is on (no route map for strangers), else 404."""
@@ -234,15 +250,23 @@ class AccessControl:
         await send({"type": "http.response.body", "body": body})
 
 
+def retry_after(exc: MMA2AError) -> int | None:
+    """The seconds a refused caller is told to wait (`Retry-After` on HTTP, `retry-after` on gRPC), if any."""
+    if isinstance(exc, RateLimited):
+        return max(1, math.ceil(exc.retry_after))
+    return 1 if exc.http_status == 503 else None
+
+
 def _refusal_headers(exc: MMA2AError) -> list[tuple[bytes, bytes]]:
     status = exc.http_status
     headers = []
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="mma2a"'))
-    if isinstance(exc, RateLimited):
-        headers.append((b"retry-after", str(max(1, math.ceil(exc.retry_after))).encode()))
+    wait = retry_after(exc)
+    if wait is not None:
+        headers.append((b"retry-after", str(wait).encode()))
     if status == 503:
-        headers += [(b"retry-after", b"1"), (b"connection", b"close")]
+        headers.append((b"connection", b"close"))
     if status == 413:
         headers.append((b"connection", b"close"))
     return headers

@@ -1,0 +1,208 @@
+"""Admission on the gRPC binding: the HTTP gate's access decision, in front of every `A2AService` method.
+
+One policy, two front doors. Each gRPC method is the twin of a JSON-RPC method and gets that
+method's access class (`JSONRPC_TWINS`, looked up in the JSON-RPC route's table at start; a
+method without a twin stops the start, and a call to a method served without a class is refused).
+`Admission` wraps each method's handler so that, before the request message is read, the call
+passes `security.AccessControl.admit` — drain refusal, credentials (metadata `authorization`, the
+API-key header, or a verified client certificate), and a rate-limit token keyed like HTTP's: the
+client's name, else `ip:<address>` of the peer (`peers.client_address`, `x-forwarded-for` from
+trusted proxies as on HTTP). The request message must then arrive whole within
+`server.body_timeout_s`; its `tenant` (the target agent) is checked against the agents the client
+may use. Refusals carry the gRPC status of the error (UNAUTHENTICATED, PERMISSION_DENIED,
+RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED, INVALID_ARGUMENT), its message, and a
+`google.rpc.Status` with the ErrorInfo (and RetryInfo plus `retry-after` metadata when HTTP would
+send `Retry-After`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, NoReturn
+
+import grpc
+import grpc.aio
+from a2a.types import a2a_pb2
+from google.protobuf import any_pb2, descriptor, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+from ..errors import A2A_DOMAIN, Forbidden, InvalidRequest, MMA2AError, RequestTimeout, grpc_status, metadata_strings
+from .access import Client, current_client
+from .authz import AccessClass, RouteAccess, UnclassifiedRoute
+from .peers import TrustedProxies, peer_host
+from .security import AccessControl, retry_after
+
+A2A_SERVICE: descriptor.ServiceDescriptor = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
+
+# Each A2AService method and the JSON-RPC method it is the twin of (A2A 1.0 names them alike); a method
+# added to the service without a line here stops the gateway's start.
+JSONRPC_TWINS: Mapping[str, str] = {
+    "SendMessage": "SendMessage",
+    "SendStreamingMessage": "SendStreamingMessage",
+    "GetTask": "GetTask",
+    "ListTasks": "ListTasks",
+    "CancelTask": "CancelTask",
+    "SubscribeToTask": "SubscribeToTask",
+    "CreateTaskPushNotificationConfig": "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig": "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs": "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig": "DeleteTaskPushNotificationConfig",
+    "GetExtendedAgentCard": "GetExtendedAgentCard",
+}
+
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+def method_access(jsonrpc: Mapping[str, RouteAccess], *, service: descriptor.ServiceDescriptor = A2A_SERVICE,
+                  twins: Mapping[str, str] = JSONRPC_TWINS) -> dict[str, RouteAccess]:
+    """`/package.Service/Method` -> the access of its JSON-RPC twin (`jsonrpc`: JSON-RPC method -> access).
+
+    `UnclassifiedRoute` names every method with no twin, a twin the JSON-RPC binding does not serve, or a
+    class gRPC cannot enforce (`signed`: there is no URL to sign)."""
+    out: dict[str, RouteAccess] = {}
+    missing = []
+    for m in service.methods:
+        access = jsonrpc.get(twins.get(m.name, ""))
+        if access is None or access.cls is AccessClass.SIGNED:
+            missing.append(m.name)
+            continue
+        out[f"/{service.full_name}/{m.name}"] = access
+    if missing:
+        raise UnclassifiedRoute(f"gRPC methods without an access class (no JSON-RPC twin with one): "
+                                f"{', '.join(missing)}", field="grpc", data={"methods": missing})
+    return out
+
+
+def metadata_headers(metadata: Any) -> dict[str, str]:
+    """gRPC invocation metadata as lower-case HTTP-style headers (binary `-bin` values left out)."""
+    return {k.lower(): v for k, v in (metadata or ()) if isinstance(v, str)}
+
+
+def error_status(exc: MMA2AError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str | bytes], ...]]:
+    """An mma2a error as a gRPC status: code, message, and trailing metadata — a `google.rpc.Status` with its
+    ErrorInfo (and RetryInfo), and `retry-after` (seconds) when HTTP would answer with `Retry-After`."""
+    code = getattr(grpc.StatusCode, grpc_status(exc), grpc.StatusCode.UNKNOWN)
+    info = exc.details()[0]
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.ErrorInfo(reason=info["reason"], domain=A2A_DOMAIN, metadata=metadata_strings(exc.data)))
+    details = [detail]
+    trailers: list[tuple[str, str | bytes]] = []
+    wait = retry_after(exc)
+    if wait is not None:
+        retry = any_pb2.Any()
+        retry.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=wait)))
+        details.append(retry)
+        trailers.append(("retry-after", str(wait)))
+    status = status_pb2.Status(code=code.value[0], message=exc.message, details=details)
+    return code, exc.message, ((_STATUS_DETAILS_KEY, status.SerializeToString()), *trailers)
+
+
+async def abort(context: grpc.aio.ServicerContext, exc: MMA2AError) -> NoReturn:
+    code, message, trailers = error_status(exc)
+    await context.abort(code, message, trailing_metadata=trailers)
+    raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+def _cn(context: grpc.aio.ServicerContext) -> str | None:
+    """The common name of the verified client certificate (mutual TLS), if any."""
+    cn = (context.auth_context() or {}).get("x509_common_name")
+    return cn[0].decode("utf-8", "replace") if cn else None
+
+
+class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Every call's access decision (the HTTP gate's), its request read within a deadline, and its place in the
+    drain count. Methods are served in their client-streaming form here, so the decision comes before the
+    request message is read; A2A's methods all take one message, and a call with another count is refused."""
+
+    def __init__(self, control: AccessControl, methods: Mapping[str, RouteAccess], *, message_timeout_s: float,
+                 proxies: TrustedProxies | None = None) -> None:
+        self.control = control
+        self.methods = methods
+        self.message_timeout_s = message_timeout_s
+        self.proxies = proxies or TrustedProxies()
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None:  # not served: gRPC answers UNIMPLEMENTED
+            return None
+        access = self.methods.get(details.method)
+        if access is None or handler.request_streaming:
+            return self._wrap(handler, None, details.method)
+        return self._wrap(handler, access, details.method)
+
+    def _wrap(self, handler: Any, access: RouteAccess | None, method: str) -> Any:
+        admit = self._admit
+
+        async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            client, request = await admit(access, method, requests, context)
+            token = current_client.set(client)
+            self.enter()
+            try:
+                return await handler.unary_unary(request, context)
+            finally:
+                self.leave()
+                current_client.reset(token)
+
+        async def stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            client, request = await admit(access, method, requests, context)
+            token = current_client.set(client)
+            self.enter()
+            try:
+                async for item in handler.unary_stream(request, context):
+                    yield item
+            finally:
+                self.leave()
+                current_client.reset(token)
+
+        kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+        if handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(stream, **kw)
+        return grpc.stream_unary_rpc_method_handler(unary, **kw)
+
+    def enter(self) -> None:
+        if self.control.drain is not None:
+            self.control.drain.enter()
+
+    def leave(self) -> None:
+        if self.control.drain is not None:
+            self.control.drain.leave()
+
+    async def _admit(self, access: RouteAccess | None, method: str, requests: AsyncIterator[Any],
+                     context: grpc.aio.ServicerContext) -> tuple[Client | None, Any]:
+        """The caller admitted (from metadata and peer), then its one request message read and its tenant checked."""
+        try:
+            if access is None:
+                raise Forbidden(f"gRPC method {method} has no access class; refused", field="method")
+            metadata = context.invocation_metadata() or ()
+            headers = metadata_headers(metadata)
+            peer = "?"
+            if self.control.limiter is not None:
+                forwarded = [v for k, v in metadata if k.lower() == "x-forwarded-for" and isinstance(v, str)]
+                peer = self.proxies.client_address(peer_host(context.peer()), forwarded)
+            client = self.control.admit(access, headers, peer=peer, cn=_cn(context))
+            request = await self._read(requests)
+            self.control.check_agent(client, getattr(request, "tenant", "") or None, field="tenant")
+        except MMA2AError as exc:
+            await abort(context, exc)
+        return client, request
+
+    async def _read(self, requests: AsyncIterator[Any]) -> Any:
+        """The call's one request message, whole within `message_timeout_s` (then the client's half-close)."""
+        try:
+            async with asyncio.timeout(self.message_timeout_s):
+                request = None
+                count = 0
+                async for message in requests:
+                    count += 1
+                    if count > 1:
+                        raise InvalidRequest("a call of this method carries exactly one request message, got more",
+                                             field="request")
+                    request = message
+        except TimeoutError:
+            raise RequestTimeout(f"the request message did not arrive whole within {self.message_timeout_s:g} s "
+                                  "(server.body_timeout_s); send large media by reference (POST /blobs)",
+                                  field="request") from None
+        if count == 0:
+            raise InvalidRequest("the call carried no request message", field="request")
+        return request
