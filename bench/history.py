@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -24,10 +25,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import orjson
 from common import free_port, run_wrk, send_message_lua, stop, wait_ready
 
 from mma2a.gateway.history import DecisionRecord, HistoryFilter, HistoryRecorder, HistoryStore, PartSummary
@@ -226,6 +230,117 @@ def throughput_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     }
 
 
+# --- 3. the hot path: what recording costs a busy event-loop thread ---------------------------------------
+HOT_MESSAGE = {"messageId": "", "role": "ROLE_USER", "parts": [{"text": "hello, please summarise this for me"}],
+               "metadata": {"trace": "x" * 40}}
+
+
+def _hot_decision() -> tuple[Any, Any]:
+    """A real view and decision of a one-text-part message under the default rules (capability routing to one
+    agent), as the gateway's decision memo hands them out: the same routes object for every message."""
+    from mma2a.routing import AgentInfo, RuleSet, build_snapshot, decide
+    from mma2a.view import view_message
+
+    snapshot = build_snapshot(RuleSet(()), [AgentInfo("echo", input_modes=("text/plain",), output_modes=("text/plain",))])
+    view = view_message({**HOT_MESSAGE, "messageId": "m0"})
+    return view, decide(view, snapshot)
+
+
+def _thread_cpu(native_id: int) -> float:
+    """CPU seconds of one thread of this process (/proc schedstat: nanoseconds on the CPU)."""
+    return int(Path(f"/proc/self/task/{native_id}/schedstat").read_text().split()[0]) / 1e9
+
+
+def _switches() -> int:
+    """This thread's voluntary context switches so far: each wait for the GIL (or for I/O) is one."""
+    status = Path(f"/proc/self/task/{threading.get_native_id()}/status").read_text()
+    return int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+
+
+def _hot_arm(history: bool, n: int, paced: bool, tmp: Path, seq: int) -> dict[str, float]:
+    """`n` request-like units on this thread (parse, view, answer: ~100 µs of Python), each recording its decision
+    when `history`; `paced` sleeps 0.3 ms between units (a 1-connection client), otherwise they run back to back
+    (a saturated gateway). The heap is settled as `mma2a serve` settles it (frozen, young-generation threshold).
+    Returns the units' latency percentiles, CPU per unit (the writer thread's apart), this thread's waits
+    (voluntary context switches: a wait for the GIL is one; the paced arms' sleeps count too) and collections."""
+    from mma2a.serving import settle_heap
+    from mma2a.view import view_message
+
+    settle_heap()
+    collections = [0, 0, 0]
+    gc_s = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_s[0] -= time.perf_counter()
+        else:
+            gc_s[0] += time.perf_counter()
+            collections[info["generation"]] += 1
+
+    view, decision = _hot_decision()
+    rec = None
+    if history:
+        store = HistoryStore(tmp / f"hot-{seq}.sqlite3")
+        rec = HistoryRecorder(store, capacity=max(n, 10_000))
+        rec.start()
+    body = orjson.dumps(HOT_MESSAGE)
+    answer = {"jsonrpc": "2.0", "id": 1, "result": {"task": {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
+                                                              "artifacts": [{"artifactId": "a", "parts": [{"text": "hi"}]}]}}}
+    lat = []
+    gc.callbacks.append(on_gc)
+    switches0 = _switches()
+    cpu0, t_start = time.process_time(), time.perf_counter()
+    for i in range(n):
+        t = time.perf_counter()
+        for _ in range(6):  # ~100 µs of the kind of work a request does
+            msg = orjson.loads(body)
+            msg["messageId"] = f"m{i}"
+            v = view_message(msg)
+            orjson.dumps({**answer, "route": [p.modality_str for p in v.parts]})
+        if rec is not None:
+            rec.record(DecisionRecord(v.message_id, time.time(), "client-a", v.parts, decision.parts,
+                                      "TASK_STATE_COMPLETED", time.perf_counter() - t, v.receivers))
+        if paced:
+            time.sleep(0.0003)
+        lat.append(time.perf_counter() - t)  # paced: the sleep too (getting the GIL back after it is part of the wait)
+    wall = time.perf_counter() - t_start
+    cpu = time.process_time() - cpu0
+    waits = _switches() - switches0
+    gc.callbacks.remove(on_gc)
+    writer_cpu = 0.0
+    if rec is not None:
+        assert rec._thread is not None and rec._thread.native_id is not None
+        tid = rec._thread.native_id
+        assert rec.flush(60)
+        writer_cpu = _thread_cpu(tid)
+        cpu = time.process_time() - cpu0
+        written, dropped = rec.store.stats()["decisions"], rec.dropped
+        rec.stop()
+        assert written == n and dropped == 0, (written, dropped)
+    lat.sort()
+    return {"units_per_s": n / wall, "p50_us": 1e6 * lat[n // 2], "p99_us": 1e6 * lat[int(n * 0.99)],
+            "p999_us": 1e6 * lat[int(n * 0.999)], "max_us": 1e6 * lat[-1], "cpu_us_per_unit": 1e6 * cpu / n,
+            "writer_cpu_us_per_unit": 1e6 * writer_cpu / n, "waits_per_unit": waits / n,
+            "gen2_collections": collections[2], "gc_ms": 1e3 * gc_s[0]}
+
+
+def hot_path_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    """History on and off, interleaved in rounds, back to back (throughput, CPU) and paced (the tail)."""
+    out: dict[str, object] = {"units": args.units, "rounds": args.rounds, "load_average": os.getloadavg()}
+    seq = 0
+    for paced in (False, True):
+        arms: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+        for r in range(args.rounds):
+            for name in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                seq += 1
+                arms[name].append(_hot_arm(name == "on", args.units, paced, tmp, seq))
+        med = {name: {k: round(statistics.median(x[k] for x in rows), 1) for k in rows[0]} for name, rows in arms.items()}
+        med["history_cpu_us_per_request"] = round(  # type: ignore[assignment]
+            statistics.median(a["cpu_us_per_unit"] - b["cpu_us_per_unit"] for a, b in zip(arms["on"], arms["off"])), 1)
+        out["paced" if paced else "back_to_back"] = med
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--decisions", type=int, default=100_000)
@@ -234,9 +349,17 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--hot-path", action="store_true", help="only part 3: what recording costs the request thread")
+    ap.add_argument("--units", type=int, default=20_000, help="request-like units per arm and round (--hot-path)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-history-"))
+    if args.hot_path:
+        try:
+            print(json.dumps(hot_path_bench(args, tmp), indent=2))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     try:
         result: dict[str, object] = {"query": query_bench(args, tmp)}
         print(json.dumps(result["query"]), file=sys.stderr)  # kept even if the throughput part fails

@@ -73,8 +73,15 @@ def refused_parts(message: Mapping[str, Any]) -> tuple[PartSummary, ...]:
     return tuple(out)
 
 
+_KNOWN = {"message": ("message", None), **{
+    f"TASK_STATE_{o.upper().replace('-', '_')}": (o, None) for o in OUTCOMES if o != "message"}}
+
+
 def outcome_class(outcome: str) -> tuple[str, str | None]:
     """("completed", None) from "TASK_STATE_COMPLETED"; ("refused", "-32005: why") from "refused -32005: why"."""
+    known = _KNOWN.get(outcome)
+    if known is not None:
+        return known
     if outcome.startswith("refused"):
         return "refused", outcome[len("refused"):].strip()[:1000] or None
     if outcome == "message":
@@ -156,6 +163,9 @@ class RowMemo:
         self._rows: dict[tuple[Any, ...], tuple[Sequence[Any], bytes, tuple[tuple[str, str], ...]]] = {}
 
     def key(self, entry: DecisionRecord) -> tuple[Any, ...] | None:
+        if len(entry.parts) == 1:  # the common case, without the loop
+            p = entry.parts[0]
+            return None if p.features else (id(entry.routes), p.index, str(p.modality), p.kind, p.size)
         if len(entry.parts) > 4:
             return None
         shape: list[Any] = [id(entry.routes)]
@@ -180,7 +190,7 @@ class RowMemo:
 def to_row(entry: DecisionRecord, memo: RowMemo | None = None) -> Row:
     """Serialise one record (on the writer's thread); `memo` reuses the parts JSON of alike decisions."""
     key = memo.key(entry) if memo is not None and entry.routes else None
-    known = memo.get(key, entry) if memo is not None and key is not None else None
+    known = memo.get(key, entry) if key is not None and memo is not None else None
     if known is not None:
         parts_json, tag_tuple = known
     else:
@@ -188,12 +198,11 @@ def to_row(entry: DecisionRecord, memo: RowMemo | None = None) -> Row:
         if memo is not None and key is not None:
             memo.put(key, entry, parts_json, tag_tuple)
     outcome, error = outcome_class(entry.outcome)
-    return Row(
-        message_id=str(entry.message_id)[:MAX_STRING], time=entry.time,
-        sender=entry.sender[:MAX_STRING] if entry.sender else None, outcome=outcome, error=error,
-        latency_ms=round(entry.latency_s * 1000, 3), parts_json=parts_json,
-        receivers_json=orjson.dumps(list(entry.receivers)) if entry.receivers else None, tags=tag_tuple,
-    )
+    sender = entry.sender
+    return Row(  # positional: the writer makes one per decision
+        str(entry.message_id)[:MAX_STRING], entry.time, sender[:MAX_STRING] if sender else None, outcome, error,
+        round(entry.latency_s * 1000, 3), parts_json, orjson.dumps(list(entry.receivers)) if entry.receivers else None,
+        tag_tuple)
 
 
 def _parts_json(entry: DecisionRecord) -> tuple[bytes, tuple[tuple[str, str], ...]]:

@@ -19,6 +19,13 @@ from .store import HistoryStore
 
 log = logging.getLogger("mma2a.history")
 
+# The writer turns records into rows in slices of SLICE, pausing PAUSE_S between them. Its Python
+# work holds the GIL; a thread that wants the GIL back waits for the holder to let go, up to the
+# interpreter's switch interval (5 ms). The pause lets go on purpose, so a request arriving while
+# the writer works waits at most one slice (about 0.3 ms), not one batch.
+SLICE = 64
+PAUSE_S = 0.0001
+
 
 class _Followed:
     """Rows that arrived from the cluster's stream, and the stream position of the last."""
@@ -123,6 +130,8 @@ class HistoryRecorder:
                     position = item.position
                 else:
                     rows.append(to_row(item, self._memo))
+                    if len(rows) % SLICE == 0:  # let the event loop's thread have the GIL (see SLICE)
+                        time.sleep(PAUSE_S)
             try:
                 self.store.write(rows, position)
                 if self._on_write is not None and rows:

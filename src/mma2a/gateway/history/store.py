@@ -29,7 +29,9 @@ CREATE INDEX IF NOT EXISTS decisions_outcome ON decisions(outcome, id);
 CREATE TABLE IF NOT EXISTS tags (
   kind TEXT NOT NULL, value TEXT NOT NULL, decision_id INTEGER NOT NULL, ts REAL NOT NULL, latency_ms REAL NOT NULL,
   PRIMARY KEY (kind, value, decision_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tags_decision ON tags(decision_id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) SELECT 'bytes', COALESCE(SUM(size), 0) FROM decisions;
 CREATE TABLE IF NOT EXISTS minutes (
   kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NOT NULL, n INTEGER NOT NULL, latency_sum REAL NOT NULL,
   latency_max REAL NOT NULL, PRIMARY KEY (kind, minute, value)) WITHOUT ROWID;
@@ -61,21 +63,65 @@ class HistoryFilter:
         return [("f" if k == "modality" and v.endswith("/*") else TAG_KINDS[k], v) for k, v in pairs]
 
 
-def _per_minute(rows: Sequence[Row]) -> dict[tuple[str, str, int], list[float]]:
-    """The batch folded into (kind, value, minute) -> [count, latency sum, latency max] for the rollup table."""
-    agg: dict[tuple[str, str, int], list[float]] = {}
+def row_bytes(r: Row) -> int:
+    """What one decision counts against `max_bytes`: its JSON, its id, and a share for columns, indexes and tags."""
+    return len(r.parts_json) + len(r.message_id) + ROW_OVERHEAD + TAG_BYTES * len(r.tags)
+
+
+def _per_minute(rows: Sequence[Row]) -> list[Any]:
+    """The batch folded into the rollup's rows, (kind, value, minute, count, latency sum, latency max) for each
+    modality and agent tag and each outcome, flattened for `_insert`. Alike rows share one tags tuple (the row
+    memo's), so rows are grouped by it first and each group's tags read once."""
+    groups: dict[tuple[int, str, int], list[Any]] = {}
     for r in rows:
-        minute = int(r.time // 60)
-        keys = [(k, v, minute) for k, v in r.tags if k in ("m", "a")] + [("o", r.outcome, minute)]
-        for key in keys:
-            cur = agg.get(key)
+        key = (id(r.tags), r.outcome, int(r.time // 60))
+        cur = groups.get(key)
+        if cur is None:
+            groups[key] = [r.tags, 1, r.latency_ms, r.latency_ms]
+        else:
+            cur[1] += 1
+            cur[2] += r.latency_ms
+            if r.latency_ms > cur[3]:
+                cur[3] = r.latency_ms
+    agg: dict[tuple[str, str, int], list[Any]] = {}
+    for (_, outcome, minute), (tags, n, total, peak) in groups.items():
+        for kind, value in (*[t for t in tags if t[0] in ("m", "a")], ("o", outcome)):
+            cur = agg.get((kind, value, minute))
             if cur is None:
-                agg[key] = [1, r.latency_ms, r.latency_ms]
+                agg[(kind, value, minute)] = [n, total, peak]
             else:
-                cur[0] += 1
-                cur[1] += r.latency_ms
-                cur[2] = max(cur[2], r.latency_ms)
-    return agg
+                cur[0] += n
+                cur[1] += total
+                cur[2] = max(cur[2], peak)
+    return [x for (kind, value, minute), (n, total, peak) in agg.items() for x in (kind, value, minute, n, total, peak)]
+
+
+_INSERT_DECISIONS = "INSERT INTO decisions (id, message_id, ts, sender, outcome, error, latency_ms, parts, receivers, size)"
+_INSERT_TAGS = "INSERT OR IGNORE INTO tags (kind, value, decision_id, ts, latency_ms)"
+_INSERT_MINUTES = "INSERT INTO minutes (kind, value, minute, n, latency_sum, latency_max)"
+_ON_MINUTE = ("ON CONFLICT (kind, minute, value) DO UPDATE SET n = n + excluded.n, "
+              "latency_sum = latency_sum + excluded.latency_sum, latency_max = MAX(latency_max, excluded.latency_max)")
+_CHUNK = 64  # rows per INSERT statement, at most
+_SQL: dict[tuple[str, int], str] = {}
+
+
+def _insert(db: sqlite3.Connection, head: str, width: int, values: Sequence[Any], tail: str = "") -> None:
+    """Insert flattened rows (`width` values each) by multi-row `VALUES` statements of 64, 32, ..., 1 rows.
+
+    One statement per chunk, not one per row: Python's sqlite3 releases the GIL around every
+    step, and under load each release is a hand-off to the event loop's thread and back.
+    Chunks are powers of two, so a handful of prepared statements (cached by the connection)
+    serve every batch.
+    """
+    n, i = len(values) // width, 0
+    while i < n:
+        k = min(_CHUNK, 1 << ((n - i).bit_length() - 1))
+        sql = _SQL.get((head, k))
+        if sql is None:
+            row = "(" + ", ".join("?" * width) + ")"
+            sql = _SQL.setdefault((head, k), f"{head} VALUES {', '.join([row] * k)} {tail}")
+        db.execute(sql, values[i * width:(i + k) * width])
+        i += k
 
 
 def iso_time(ts: float) -> str:
@@ -112,6 +158,9 @@ class HistoryStore:
     def write(self, rows: Sequence[Row], position: int | None = None) -> None:
         """Insert a batch in one transaction (ids assigned under the write lock, so several processes may share a file).
 
+        Rows, filter tags and the per-minute rollup go in by multi-row statements (`_insert`);
+        the bytes the batch adds go to the running total in `meta` in the same transaction.
+
         `position` (cluster mode: the stream sequence of the batch's last row) is saved in the
         same transaction, so a restart resumes the stream exactly where the file stops.
         """
@@ -120,21 +169,23 @@ class HistoryStore:
         db = self._writer
         db.execute("BEGIN IMMEDIATE")
         try:
-            first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM decisions").fetchone()[0]
-            db.executemany(
-                "INSERT INTO decisions (id, message_id, ts, sender, outcome, error, latency_ms, parts, receivers, size) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(first + i, r.message_id, r.time, r.sender, r.outcome, r.error, r.latency_ms, r.parts_json,
-                  r.receivers_json, len(r.parts_json) + len(r.message_id) + ROW_OVERHEAD + TAG_BYTES * len(r.tags))
-                 for i, r in enumerate(rows)])
-            db.executemany(
-                "INSERT OR IGNORE INTO tags (kind, value, decision_id, ts, latency_ms) VALUES (?, ?, ?, ?, ?)",
-                [(kind, value, first + i, r.time, r.latency_ms) for i, r in enumerate(rows) for kind, value in r.tags])
-            db.executemany(
-                "INSERT INTO minutes (kind, value, minute, n, latency_sum, latency_max) VALUES (?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (kind, minute, value) DO UPDATE SET n = n + excluded.n, "
-                "latency_sum = latency_sum + excluded.latency_sum, latency_max = MAX(latency_max, excluded.latency_max)",
-                [(kind, value, minute, *agg) for (kind, value, minute), agg in _per_minute(rows).items()])
+            if rows:
+                first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM decisions").fetchone()[0]
+                added = 0
+                for start in range(0, len(rows), _CHUNK):  # flattened a chunk at a time, between the inserts
+                    decisions: list[Any] = []
+                    tags: list[Any] = []
+                    for i, r in enumerate(rows[start:start + _CHUNK], first + start):
+                        size = row_bytes(r)
+                        added += size
+                        decisions += (i, r.message_id, r.time, r.sender, r.outcome, r.error, r.latency_ms, r.parts_json,
+                                      r.receivers_json, size)
+                        for kind, value in r.tags:
+                            tags += (kind, value, i, r.time, r.latency_ms)
+                    _insert(db, _INSERT_DECISIONS, 10, decisions)
+                    _insert(db, _INSERT_TAGS, 5, tags)
+                _insert(db, _INSERT_MINUTES, 6, _per_minute(rows), _ON_MINUTE)
+                db.execute("UPDATE meta SET value = value + ? WHERE key = 'bytes'", (added,))
             if position is not None:
                 db.execute("INSERT INTO meta (key, value) VALUES ('stream_position', ?) "
                            "ON CONFLICT (key) DO UPDATE SET value = MAX(value, excluded.value)", (position,))
@@ -147,25 +198,34 @@ class HistoryStore:
         """Delete decisions older than `max_age_s`, then the oldest until the rest fit `max_bytes`; returns how many.
 
         Deletion goes by id (write order): every decision up to the newest one past the age,
-        or up to the one where the newest rows fill 90% of the byte budget.
+        or up to the one where the newest rows fill 90% of the byte budget. The total comes
+        from the running count in `meta`, and only the rows to be deleted are read (their
+        sizes, from the oldest up), so a prune costs what it removes, not the table's size.
         """
         db = self._writer
         db.execute("BEGIN IMMEDIATE")
         try:
-            cutoff = now - self.max_age_s
-            cut = db.execute("SELECT MAX(id) FROM decisions WHERE ts < ?", (cutoff,)).fetchone()[0]
-            total = db.execute("SELECT COALESCE(SUM(size), 0) FROM decisions WHERE id > ?", (cut or 0,)).fetchone()[0]
-            if total > self.max_bytes:  # keep the newest rows that fit in 90% of the budget
+            total = db.execute("SELECT value FROM meta WHERE key = 'bytes'").fetchone()[0]
+            cut = db.execute(  # through the time index: the rows past the age, not the newest down to them
+                "SELECT MAX(id) FROM decisions INDEXED BY decisions_ts WHERE ts < ?", (now - self.max_age_s,)).fetchone()[0]
+            gone = 0
+            if cut is not None:
+                gone = db.execute("SELECT COALESCE(SUM(size), 0) FROM decisions WHERE id <= ?", (cut,)).fetchone()[0]
+            if total - gone > self.max_bytes:  # keep the newest rows that fit in 90% of the budget
                 row = db.execute(
-                    "SELECT id FROM (SELECT id, SUM(size) OVER (ORDER BY id DESC) AS kept FROM decisions) "
-                    "WHERE kept > ? ORDER BY id DESC LIMIT 1", (int(self.max_bytes * 0.9),)).fetchone()
-                cut = max(cut or 0, row[0]) if row is not None else cut
+                    "SELECT id, gone FROM (SELECT id, SUM(size) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) AS gone "
+                    "FROM decisions WHERE id > ?) WHERE gone >= ? LIMIT 1",
+                    (cut or 0, total - gone - int(self.max_bytes * 0.9))).fetchone()
+                if row is not None:
+                    cut, gone = row[0], gone + row[1]
             removed = 0
             if cut is not None:
                 db.execute("DELETE FROM tags WHERE decision_id <= ?", (cut,))
                 removed = db.execute("DELETE FROM decisions WHERE id <= ?", (cut,)).rowcount
+                db.execute("UPDATE meta SET value = value - ? WHERE key = 'bytes'", (gone,))
                 oldest = db.execute("SELECT MIN(ts) FROM decisions").fetchone()[0]
-                db.execute("DELETE FROM minutes WHERE minute < ?", (int((oldest if oldest is not None else now) // 60),))
+                db.execute("DELETE FROM minutes WHERE kind IN ('m', 'a', 'o') AND minute < ?",
+                           (int((oldest if oldest is not None else now) // 60),))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -249,5 +309,7 @@ class HistoryStore:
         return int(rows[0][0]) if rows else 0
 
     def stats(self) -> dict[str, Any]:
-        count, size = self._read("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM decisions", ())[0]
+        """How many decisions the file holds and the bytes they count against `max_bytes` (the running total)."""
+        count = self._read("SELECT COUNT(*) FROM decisions", ())[0][0]
+        size = self._read("SELECT value FROM meta WHERE key = 'bytes'", ())[0][0]
         return {"decisions": count, "bytes": size, "path": str(self.path)}
