@@ -212,6 +212,7 @@ class HttpPool:
         self.keepalive_s = keepalive_s
         self.max_response_bytes = max_response_bytes
         self._targets: dict[str, _Target] = {}
+        self._blocks: dict[tuple[tuple[str, str], ...], bytes] = {}  # encoded header lines, by the headers
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._open: dict[tuple[str, int], set[_Connection]] = {}
         self._connecting: dict[tuple[str, int], int] = {}
@@ -248,14 +249,8 @@ class HttpPool:
         target = self.target(url)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        lines = [b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n" % (
-            method.encode("ascii"), target.path, target.host_header, len(body))]
-        for name, value in (headers or {}).items():
-            if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
-                raise ValueError(f"header {name!r} has a line break or a colon in its name or value")
-            lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
-        lines.append(b"\r\n")
-        head = b"".join(lines)
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n%s\r\n" % (
+            method.encode("ascii"), target.path, target.host_header, len(body), self._header_block(headers))
         conn = await self._acquire(target, deadline, loop)
         try:
             return await self._exchange(conn, head, body, deadline, loop)
@@ -267,6 +262,24 @@ class HttpPool:
         self._drop_idle((target.host, target.port))
         conn = await self._acquire(target, deadline, loop, fresh=True)
         return await self._exchange(conn, head, body, deadline, loop)
+
+    def _header_block(self, headers: Mapping[str, str] | None) -> bytes:
+        """`headers` as request header lines; an agent's calls repeat the same few, so each block is encoded once."""
+        if not headers:
+            return b""
+        key = tuple(headers.items())
+        block = self._blocks.get(key)
+        if block is None:
+            lines = []
+            for name, value in key:
+                if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+                    raise ValueError(f"header {name!r} has a line break or a colon in its name or value")
+                lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
+            block = b"".join(lines)
+            if len(self._blocks) >= 1024:  # per-request headers (a trace's traceparent) never repeat: start again
+                self._blocks.clear()
+            self._blocks[key] = block
+        return block
 
     async def _exchange(self, conn: _Connection, head: bytes, body: bytes, deadline: float,
                         loop: asyncio.AbstractEventLoop) -> Response:
