@@ -90,3 +90,17 @@ def test_the_app_routes_stay_reachable():
     door, _ = make()
     assert [r.path for r in door.routes][:2] == ["/", "/agents/{agent}/message:send"]
     assert [r.path for r in door.routes_hot] == ["/", "/agents/{agent}/", "/agents/{agent}"]
+
+
+async def test_a_remembered_path_takes_the_same_route_with_path_params_of_its_own():
+    door, seen = make()
+    first = [await call(door, "POST", path, b"1") for path in ("/", "/agents/vision", "/agents/audio/")]
+    again = [await call(door, "POST", path, b"1") for path in ("/", "/agents/vision", "/agents/audio/")]
+    assert [r.text for r in first] == [r.text for r in again] == ["rpc - 1", "rpc vision 1", "rpc audio 1"]
+    scope: dict = {"type": "http", "method": "POST", "path": "/agents/vision", "root_path": "", "headers": []}
+    matched = door._match(dict(scope))
+    assert matched is not None
+    matched[1]["path_params"]["agent"] = "changed"  # one request's scope changed: the next one's is not
+    later = door._match(dict(scope))
+    assert later is not None and later[1]["path_params"] == {"agent": "vision"} and later[0] is matched[0]
+    assert "outer" not in seen

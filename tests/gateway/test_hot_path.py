@@ -66,3 +66,26 @@ def test_a_remembered_decision_equals_a_fresh_one_in_every_field_but_the_message
         if f.name != "message_id":
             assert getattr(again, f.name) is getattr(first, f.name) or getattr(again, f.name) == getattr(first, f.name), f.name
     assert again.parts is first.parts  # it came from the memo
+
+
+def test_the_underscore_prefilter_ignores_role_values_only():
+    from mma2a.gateway.ingress import _snake_case, _underscore
+
+    def body(params: dict[str, Any], *, compact: bool = True) -> bytes:
+        import json
+
+        sep = (",", ":") if compact else (", ", ": ")
+        return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}, separators=sep).encode()
+
+    plain = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "a_b"}]}}
+    assert _underscore(body(plain))  # an underscore in a value elsewhere: `_snake_case` decides (no proto names)
+    assert not _snake_case(plain)
+    for compact in (True, False):
+        user = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "ab"}]}}
+        agent = {"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "ab"}]}}
+        assert not _underscore(body(user, compact=compact)) and not _underscore(body(agent, compact=compact))
+        snake = {"message": {"message_id": "m", "role": "ROLE_USER", "parts": [{"text": "ab"}]}}
+        assert _underscore(body(snake, compact=compact)) and _snake_case(snake)
+        keyed = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "ab"}]}, "ROLE_USER": 1}
+        assert _underscore(body(keyed, compact=compact)) and _snake_case(keyed)  # a key, not a role value
+    assert _underscore(b'{"a":"ROLE_USER","b":"' + b"x" * 3000 + b'"}')  # long bodies: left to `_snake_case`

@@ -27,7 +27,7 @@ def thumbnails(parts: Sequence[Any]) -> list[dict[str, Any]]:
     """The tiny previews parts carry (`metadata[ext].thumbnail`), by part index."""
     out = []
     for i, part in enumerate(parts):
-        if not isinstance(part, Mapping):
+        if not (isinstance(part, dict) or isinstance(part, Mapping)) or not part.get("metadata"):
             continue
         thumb = ((part.get("metadata") or {}).get(EXTENSION_URI) or {}).get("thumbnail")
         if isinstance(thumb, Mapping) and isinstance(thumb.get("data"), str):
@@ -65,7 +65,7 @@ class DecisionFeed:
             "messageId": _short(message.get("messageId")) if isinstance(message.get("messageId"), str) else None,
             "route": route,
             "outcome": _short(outcome),
-            "thumbnails": [] if refused or not isinstance(parts, Sequence) else thumbnails(parts),
+            "thumbnails": [] if refused or not (isinstance(parts, list) or isinstance(parts, Sequence)) else thumbnails(parts),
         }
         size = len(orjson.dumps(entry))
         if size > self.max_bytes and entry["thumbnails"]:

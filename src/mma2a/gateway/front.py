@@ -27,6 +27,7 @@ ASGIApp = Callable[..., Any]
 
 
 HOT_PATHS = ("/", "/agents/{agent}/", "/agents/{agent}")  # the JSON-RPC binding's POST routes
+_MATCHES = 1024  # paths remembered (each agent's two); past it, matched each time
 _ROUTE = "mma2a.route"  # the matched hot route, in the scope, for the innermost app of the chain
 
 
@@ -47,19 +48,37 @@ class FrontDoor:
             chain = cls(chain, *args, **kwargs)
         self.hot = chain
         self.tracing = tracing
+        self._matched: dict[str, tuple[Route, Any, dict[str, Any]]] = {}  # path -> route, endpoint, path params
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if (scope["type"] == "http" and scope["method"] == "POST" and not self.tracing()
                 and (scope["path"] == "/" or scope["path"].startswith("/agents/"))):
-            for route in self.routes_hot:
-                match, child = route.matches(scope)
-                if match is Match.FULL:
-                    scope.update(child)
-                    scope["app"] = self.app  # as Starlette sets it, for endpoints that look (the SDK's handling)
-                    scope[_ROUTE] = route
-                    await self.hot(scope, receive, send)
-                    return
+            matched = self._match(scope)
+            if matched is not None:
+                route, child = matched
+                scope.update(child)
+                scope["app"] = self.app  # as Starlette sets it, for endpoints that look (the SDK's handling)
+                scope[_ROUTE] = route
+                await self.hot(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+    def _match(self, scope: Scope) -> tuple[Route, Scope] | None:
+        """The hot route a POST matches in full, and its child scope; remembered by path (a path alone decides
+        it when the scope has no root path or path parameters of its own, as a server's scope has not)."""
+        plain = not scope.get("root_path") and "path_params" not in scope
+        if plain:
+            known = self._matched.get(scope["path"])
+            if known is not None:
+                route, endpoint, params = known
+                return route, {"endpoint": endpoint, "path_params": dict(params)}
+        for route in self.routes_hot:
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                if plain and len(self._matched) < _MATCHES:
+                    self._matched[scope["path"]] = (route, child["endpoint"], dict(child["path_params"]))
+                return route, dict(child)
+        return None
 
     @property
     def routes(self) -> list[Any]:

@@ -142,10 +142,15 @@ def modality_refusal(modality: str, lists: ModalityLists) -> str | None:
     return None
 
 
+_NO_EXT: Mapping[str, Any] = {}
+
+
 def _part_ext(part: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = part.get("metadata")
-    ext = meta.get(EXTENSION_URI) if isinstance(meta, Mapping) else None
-    return ext if isinstance(ext, Mapping) else {}
+    if meta is None:  # most parts: no metadata (and a dict is checked before the slower Mapping test)
+        return _NO_EXT
+    ext = meta.get(EXTENSION_URI) if isinstance(meta, dict) or isinstance(meta, Mapping) else None
+    return ext if isinstance(ext, dict) or isinstance(ext, Mapping) else _NO_EXT
 
 
 def media_limits(limits: LimitsConfig) -> Limits:
@@ -232,8 +237,12 @@ class MessageGuard:
         """Check one message (changed in place only by the `strip` policy); returns the features' sender."""
         self.check_limits(message)
         self.check_modalities(message, target)
-        await self.check_media(message)
-        await self.check_urls(message, configuration)
+        parts = message.get("parts") or ()
+        if any("raw" in p for p in parts if isinstance(p, dict) or isinstance(p, Mapping)):  # else nothing to probe
+            await self.check_media(message)
+        if self.urls.check and (configuration is not None or any(
+                "url" in p or "metadata" in p for p in parts if isinstance(p, dict) or isinstance(p, Mapping))):
+            await self.check_urls(message, configuration)  # else no field that carries a URL
         return self.check_signature(message, sender)
 
     def check_limits(self, message: Mapping[str, Any]) -> None:
@@ -244,7 +253,7 @@ class MessageGuard:
                                   field="params.message.parts")
         inline = 0
         for i, part in enumerate(parts):
-            if not isinstance(part, Mapping):
+            if not (isinstance(part, dict) or isinstance(part, Mapping)):
                 continue
             if isinstance(part.get("raw"), str):
                 inline += decoded_size(part["raw"])
@@ -282,7 +291,7 @@ class MessageGuard:
         if target is not None and target in self.limits.agents:
             lists.append((f"agent {target}", self.limits.agents[target]))
         for i, part in enumerate(message.get("parts") or []):
-            if not isinstance(part, Mapping):
+            if not (isinstance(part, dict) or isinstance(part, Mapping)):
                 continue
             modality = _part_modality(part)
             for who, ml in lists:

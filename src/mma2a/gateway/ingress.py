@@ -165,7 +165,7 @@ class JsonRpcIngress:
             err.code = VERSION_NOT_SUPPORTED
             return rpc_error(rid, err)
         params = doc.get("params")
-        if method not in FAST_METHODS or not version.startswith("1.") or (b"_" in body and _snake_case(params)):
+        if method not in FAST_METHODS or not version.startswith("1.") or (_underscore(body) and _snake_case(params)):
             request = Request(scope, receive)
             request._body = body  # the SDK dispatcher reads the cached body
             return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
@@ -204,6 +204,20 @@ def history_length(params: dict[str, Any]) -> int | None:
     if isinstance(hl, bool) or not isinstance(hl, int):
         raise InvalidParams(f"params.historyLength: must be an integer, got {hl!r}", field="params.historyLength")
     return hl
+
+
+def _underscore(body: bytes) -> bool:
+    """An underscore in the body outside the role values (`"role":"ROLE_USER"`): only such a body can have a proto
+    field name for `_snake_case` to find. (`:"ROLE_USER"` can only be a value: a key is never after a colon, and a
+    quote inside a JSON string is escaped.)"""
+    if b"_" not in body:
+        return False
+    if len(body) > 2048:  # not worth copying: `_snake_case` reads only keys
+        return True
+    for role in (b':"ROLE_USER"', b': "ROLE_USER"', b':"ROLE_AGENT"', b': "ROLE_AGENT"'):
+        if role in body:
+            body = body.replace(role, b"")
+    return b"_" in body
 
 
 def _snake_case(params: Any) -> bool:

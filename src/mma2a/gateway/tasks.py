@@ -79,9 +79,14 @@ class TaskMap:
     def put(self, record: TaskRecord) -> None:
         route = orjson.dumps(record.route)
         route = self._routes.setdefault(route, route) if len(self._routes) < 4096 else route
-        legs = tuple(s for d in record.legs for s in (d.agent, d.task_id))
+        legs: tuple[str, ...] = ()
+        size = _OVERHEAD + 2 * len(record.task_id)
+        for d in record.legs:
+            legs += (d.agent, d.task_id)
+            size += len(d.agent) + len(d.task_id)
         agg = orjson.dumps(record.aggregate) if record.aggregate is not None else None
-        size = _OVERHEAD + 2 * len(record.task_id) + sum(len(s) for s in legs) + (len(agg) if agg else 0)
+        if agg:
+            size += len(agg)
         if record.aggregate is None:
             size += len(route) // 8  # shared with other records on the same route, mostly
         else:
