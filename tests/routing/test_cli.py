@@ -278,3 +278,23 @@ def test_explain_with_a_skills_default_shows_the_top_candidates_and_their_scores
     strict_detail = json.loads(fallback.stdout)
     assert strict_detail["parts"][0]["routes"][0]["reason"] == "capability"
     assert strict_detail["explanation"]["parts"][0]["notes"][-1] == f"skills: {candidates}; none reaches 0.95: modality capability"
+    assert "note: text vector: all-minilm-l6-v2-int8" in out.output  # which model's cosines the scores are
+
+
+def test_explain_scores_with_the_text_model_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      static_embedder: Any) -> None:
+    from tests.conftest import STATIC_DATA_DIR
+
+    monkeypatch.setenv("MMA2A_DATA_DIR", STATIC_DATA_DIR)  # where `static` finds its table (built once per machine)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\ndefault: {capability: any}\nrules:\n- name: money\n  match: {modality: text/*, "
+                     "semantic: {like: ['I was charged twice', 'I want a refund'], min: 0.5}}\n  action: {route_to: billing}\n")
+    msgs = tmp_path / "m.jsonl"
+    msgs.write_text(json.dumps({"messageId": "p1", "role": "ROLE_USER", "parts": [{"text": "I was billed two times"}]}) + "\n")
+    out = run("rules", "explain", str(rules), str(msgs), "--text-model", "static", "--json", "--detail")
+    assert out.exit_code == 0, out.output
+    detail = json.loads(out.stdout)
+    assert detail["parts"][0]["routes"][0]["agent"] == "billing"
+    assert detail["explanation"]["parts"][0]["notes"][0] == "text vector: all-minilm-l6-v2-static"
+    wrong = run("rules", "explain", str(rules), str(msgs), "--text-model", "bert")
+    assert wrong.exit_code == 1 and "--text-model: 'bert' is not a sentence model; known: minilm, use, static" in wrong.output

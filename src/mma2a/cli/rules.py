@@ -120,22 +120,22 @@ def _load(rules_path: Path) -> Any:
         _fail(exc.errors)
 
 
-def _embedder(rules: Any) -> Any:
+def _embedder(rules: Any, text_model: str = "minilm") -> Any:
     """The sentence embedder when the rules route by meaning and the `embed` extra is installed."""
-    from ..features.sentence import sentence_embedder
+    from ..features.sentence import TEXT_MODELS, sentence_embedder
     from ..routing.semantic import needs_vectors
 
-    return sentence_embedder() if needs_vectors(rules) else None
+    if text_model not in TEXT_MODELS:
+        _fail([f"--text-model: {text_model!r} is not a sentence model; known: {', '.join(TEXT_MODELS)}"])
+    return sentence_embedder(text_model) if needs_vectors(rules) else None
 
 
-def _with_vectors(view: Any, obj: Any, snap: Any) -> Any:
+def _with_vectors(view: Any, obj: Any, snap: Any, embedder: Any) -> Any:
     """The view with the sentence vector of each part's words (text, or a transcript / OCR text the
     message carries as features), as the gateway's feature stage would add it."""
     from ..ext import read_part
-    from ..features.sentence import sentence_embedder
     from ..gateway.enrich import part_words, with_vectors
 
-    embedder = sentence_embedder()
     if not snap.needs_vectors or embedder is None:
         return view
     raw = obj.get("message", obj) if isinstance(obj, dict) and "parts" not in obj else obj
@@ -147,13 +147,13 @@ def _with_vectors(view: Any, obj: Any, snap: Any) -> Any:
     return with_vectors(view, dict(zip(texts, embedder.embed(list(texts.values()))))) if texts else view
 
 
-def _snapshot(rules: Any, cards: Path | None, mode: str) -> Any:
+def _snapshot(rules: Any, cards: Path | None, mode: str, embedder: Any = None) -> Any:
     from ..errors import MMA2AError
     from ..routing import build_snapshot
 
     agents = load_cards(cards) if cards is not None else placeholder_agents(rules)
     try:
-        return build_snapshot(rules, agents, mode=mode, embedder=_embedder(rules))
+        return build_snapshot(rules, agents, mode=mode, embedder=embedder if embedder is not None else _embedder(rules))
     except MMA2AError as exc:
         _fail(list(exc.data.get("errors", [exc.message])))
 
@@ -213,6 +213,8 @@ def explain(
     all_rules: Annotated[bool, typer.Option("--all", help="Also say why every other rule did not match.")] = False,
     detail: Annotated[bool, typer.Option("--detail", help="With --json: each target's reason and the explanation "
                                                            "(candidates, scores), as /admin/explain answers.")] = False,
+    text_model: Annotated[str, typer.Option(help="The sentence model that scores `semantic` and `skills` "
+                                                 "(minilm, use, static), as the gateway's features.text_model.")] = "minilm",
 ) -> None:
     """Route each message of MESSAGES with RULES and show the decision and its explanation."""
     from ..errors import MMA2AError, ParseError
@@ -220,7 +222,8 @@ def explain(
 
     with _reported(rules, as_json):
         rule_set = _load(rules)
-        snap = _snapshot(rule_set, cards, mode)
+        embedder = _embedder(rule_set, text_model)
+        snap = _snapshot(rule_set, cards, mode, embedder)
         lines = _read_messages(messages)
     if cards is None and not as_json:
         typer.echo(
@@ -239,7 +242,7 @@ def explain(
             if isinstance(obj, dict):
                 raw = obj.get("message", obj) if "parts" not in obj else obj
                 message_id = raw.get("messageId") if isinstance(raw, dict) else None
-            view = _with_vectors(_view(obj), obj, snap)
+            view = _with_vectors(_view(obj), obj, snap, embedder)
             decision = decide(view, snap)
         except MMA2AError as exc:
             failed = True

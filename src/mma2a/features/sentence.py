@@ -74,6 +74,9 @@ class SentenceEncoder(abc.ABC):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
+        # no spin-waiting between runs: on a shared machine a spinning pool thread burns a core the gateway needs
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         return opts
 
     def warm_up(self) -> None:
@@ -181,11 +184,24 @@ class UniversalEncoder(SentenceEncoder):
         return np.asarray(session.run(["outputs"], {"inputs": np.array(_clean(texts), dtype=object)})[0], dtype=np.float32)
 
 
-TEXT_MODELS: dict[str, tuple[type[SentenceEncoder], tuple[str, ...]]] = {
-    "minilm": (TextEmbedder, (MODEL_PACKAGE, TOKENIZER_PACKAGE, "onnxruntime", "tokenizers")),
-    "use": (UniversalEncoder, (USE_PACKAGE, "onnxruntime", "onnxruntime_extensions")),
+TEXT_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "minilm": ("TextEmbedder", (MODEL_PACKAGE, TOKENIZER_PACKAGE, "onnxruntime", "tokenizers")),
+    "use": ("UniversalEncoder", (USE_PACKAGE, "onnxruntime", "onnxruntime_extensions")),
+    "static": ("StaticEmbedder", (MODEL_PACKAGE, TOKENIZER_PACKAGE, "onnxruntime", "tokenizers")),
 }
-"""The sentence models mma2a can route with (`features.text_model`), and the modules each needs."""
+"""The sentence models mma2a can route with (`features.text_model`): the class, and the modules each needs."""
+
+
+def encoder_class(name: str) -> type[SentenceEncoder]:
+    """The class of sentence model `name` (the static one lives in its own module, which imports this one)."""
+    cls_name = TEXT_MODELS[name][0]
+    if cls_name == "StaticEmbedder":
+        from .static import StaticEmbedder
+
+        return StaticEmbedder
+    found: type[SentenceEncoder] = globals()[cls_name]
+    return found
+
 
 _shared: dict[str, SentenceEncoder] = {}
 _shared_lock = threading.Lock()
@@ -195,7 +211,7 @@ def shared_embedder(name: str = "minilm") -> SentenceEncoder:
     """The process's embedder of model `name` (one model in memory for the gateway, the CLI and the agents)."""
     with _shared_lock:
         if name not in _shared:
-            _shared[name] = TEXT_MODELS[name][0]()
+            _shared[name] = encoder_class(name)()
         return _shared[name]
 
 
@@ -203,9 +219,18 @@ def embedding_available(name: str = "minilm") -> bool:
     return all(importlib.util.find_spec(m) is not None for m in TEXT_MODELS[name][1])
 
 
-def sentence_embedder(name: str = "minilm") -> SentenceEncoder | None:
-    """The process's embedder of model `name` when its packages are installed, else None (loads nothing yet)."""
-    return shared_embedder(name) if embedding_available(name) else None
+def sentence_embedder(name: str = "minilm", *, cache_dir: Path | None = None) -> SentenceEncoder | None:
+    """The process's embedder of model `name` when its packages are installed, else None (loads nothing yet).
+
+    `cache_dir`: where the `static` model keeps its derived table (the gateway's data dir); the process's
+    shared embedder otherwise (`$MMA2A_DATA_DIR/models`)."""
+    if not embedding_available(name):
+        return None
+    if name == "static" and cache_dir is not None:
+        from .static import StaticEmbedder
+
+        return StaticEmbedder(cache_dir=cache_dir)
+    return shared_embedder(name)
 
 
 class SentenceEmbeddingExtractor:
@@ -236,6 +261,7 @@ class SentenceEmbeddingExtractor:
             text = data.decode(modality.param("charset") or "utf-8")
         except (LookupError, UnicodeDecodeError) as exc:
             raise MediaError(f"text: cannot decode for embedding: {exc}") from None
-        vec = (self.embedder or shared_embedder()).embed_one(text)
-        return {"embedding": {"model": MODEL_NAME, "dimension": int(vec.shape[0]),
+        embedder = self.embedder or shared_embedder()
+        vec = embedder.embed_one(text)
+        return {"embedding": {"model": embedder.model, "dimension": int(vec.shape[0]),
                               "values": [round(float(v), 4) for v in vec]}}

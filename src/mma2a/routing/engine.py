@@ -148,6 +148,10 @@ def _route_part(
         routed = PartView(part.index, TEXT_PLAIN, {}, part.kind, part.size)
         out.notes.append(f"text-bottleneck: {mod_str} -> text/plain via {_chain(prefix)}")
     ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads, part.embedding)
+    if part.embedding is not None:
+        vectors = snapshot.skill_table or snapshot.semantic
+        if vectors is not None:  # say which model's cosines the semantic and skills scores below are
+            out.notes.append(f"text vector: {vectors.model}")
     matched_names: tuple[str, ...] = ()
     if view.receivers:
         for name in view.receivers:

@@ -35,7 +35,11 @@ TOP = 3
 
 
 class Embedder(Protocol):
-    """Turns texts into unit vectors, one row per text (`mma2a.features.sentence.TextEmbedder`)."""
+    """Turns texts into unit vectors, one row per text (`mma2a.features.sentence.TextEmbedder`); `model` names
+    the sentence model (explanations say which model produced a score)."""
+
+    @property
+    def model(self) -> str: ...
 
     def embed(self, texts: Sequence[str]) -> Any: ...
 
@@ -78,6 +82,10 @@ class CachedEmbedder:
 
     def __len__(self) -> int:
         return len(self._seen)
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
 
     def get(self, key: bytes) -> Any | None:
         """The vector cached under `key` (marked recently used), or None; counted as a hit or a miss."""
@@ -141,6 +149,7 @@ class SemanticTable:
     keys: tuple[str, ...]
     spans: tuple[tuple[int, int], ...]
     matrix: Any
+    model: str = ""  # the sentence model of the vectors
 
     def scores(self, vector: Any) -> dict[str, float]:
         """For each key, the cosine of `vector` to its nearest example (rounded to 4 places)."""
@@ -168,7 +177,7 @@ def build_semantic(rules: RuleSet, embedder: Embedder | None) -> SemanticTable |
         spans.append((len(texts), len(texts) + len(like)))
         keys.append(key)
         texts.extend(like)
-    return SemanticTable(tuple(keys), tuple(spans), np.asarray(embedder.embed(texts), dtype=np.float32))
+    return SemanticTable(tuple(keys), tuple(spans), np.asarray(embedder.embed(texts), dtype=np.float32), embedder.model)
 
 
 def with_scores(part: PartView, table: SemanticTable) -> PartView:
@@ -204,6 +213,7 @@ class SkillTable:
     skills: tuple[str, ...]  # the skill id of each row
     matrix: Any
     positions: dict[str, int] = field(default_factory=dict)
+    model: str = ""  # the sentence model of the vectors
 
     def mask(self, allowed: Sequence[str]) -> Any:
         import numpy as np
@@ -259,7 +269,8 @@ def build_skills(agents: Iterable[AgentInfo], embedder: Embedder | None) -> Skil
     if not texts:
         return None
     return SkillTable(tuple(names), np.asarray(starts, dtype=np.intp), tuple(skills),
-                      np.asarray(embedder.embed(texts), dtype=np.float32), {n: i for i, n in enumerate(names)})
+                      np.asarray(embedder.embed(texts), dtype=np.float32), {n: i for i, n in enumerate(names)},
+                      embedder.model)
 
 
 def needs_vectors(rules: RuleSet) -> bool:
