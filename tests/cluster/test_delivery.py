@@ -152,3 +152,49 @@ async def test_nats_restart_mid_run_gateways_reconnect_and_nothing_accepted_is_l
     assert [m for m in ids if ex.seen[m] == 0] == []
     assert {m: n for m, n in ex.seen.items() if n > 1} == {}
     assert max(attempts.values()) >= 1
+
+
+async def test_a_stopping_gateway_leaves_the_nats_drain_nothing_to_wait_for(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gateway's stop ends by draining its NATS connection, which waits until each subscription's queue has been
+    read to the end. nats-py's fetch takes a stale status (the reply to an expired fetch) off the dispatcher's pull
+    inbox without marking it read, so that inbox must be closed once the dispatcher stops, or the drain waits for
+    its timeout (30 s: the SIGTERM of a clustered gateway seemed to hang; tests sent a second signal, then SIGKILL).
+    The invariant: when the drain starts, no subscription is left that only a reader could empty."""
+    from mma2a.cluster import cluster_state
+    from mma2a.cluster.delivery import CONSUMER
+    from mma2a.gateway import Gateway, parse_config
+
+    monkeypatch.setenv("MMA2A_URL_SECRET", "cluster-test-url-secret-0123456789")
+    async with run_agent(make_card("sink", input_modes=["text/plain"]), CountingExecutor()) as agent_url:
+        config = parse_config({**durable_config(nats_server.url, cluster_name(), agent_url.rstrip("/"), dispatch=True),
+                               "features": False, "health_interval_s": 3600, "data_dir": str(tmp_path)})
+        gw = Gateway(config, cluster=cluster_state(config))
+        await gw.start()
+        cluster: Any = gw.cluster
+        nc, js = cluster.nc, cluster.js
+        for _ in range(600):  # until the dispatcher is fetching (a pull request waits at its consumer)
+            info = await js.consumer_info(cluster.names.delivery_stream, CONSUMER)
+            if info.num_waiting:
+                break
+            await asyncio.sleep(0.05)
+        fetching = info.num_waiting
+
+        def readers() -> list[str]:  # subscriptions without a callback: only a reader empties their queues
+            return [s.subject for s in nc._subs.values() if s._cb is None]
+
+        at_drain: list[list[str]] = []
+        drain = nc.drain
+
+        async def observed_drain() -> None:
+            at_drain.append(readers())
+            await drain()
+
+        monkeypatch.setattr(nc, "drain", observed_drain)
+        with caplog.at_level("DEBUG", logger="mma2a.cluster"):
+            await gw.stop()
+    assert fetching >= 1
+    assert at_drain == [[]]
+    assert nc.is_closed
+    assert [r.getMessage() for r in caplog.records if "drain" in r.getMessage().lower()] == []

@@ -60,6 +60,7 @@ class DurableDelivery:
         self._waiting: dict[str, list[asyncio.Future[dict[str, Any]]]] = {}
         self._reply_sub: Any = None
         self._task: asyncio.Task[Any] | None = None
+        self._pull: Any = None  # the dispatcher's pull subscription
         self._active: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._delivering: set[str] = set()
@@ -96,12 +97,23 @@ class DurableDelivery:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        await self._close_pull()
         if self._active:  # finish what was claimed (a graceful stop leaves nothing in doubt)
             await asyncio.wait(list(self._active), timeout=10)
         for futs in self._waiting.values():
             for f in futs:
                 if not f.done():
                     f.cancel()
+
+    async def _close_pull(self) -> None:
+        """Close the dispatcher's inbox once nothing fetches from it. nats-py's fetch reads a stale status (the
+        reply to an earlier fetch that expired) off the queue without marking it done, and the connection's
+        drain waits for every queued message to be done: left open, the inbox held each stop for the whole
+        drain timeout (30 s). What was fetched and not acked is redelivered by JetStream, as after a crash."""
+        sub, self._pull = self._pull, None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     # --- ingress ------------------------------------------------------------------------
     async def deliver(self, agent: str, params: dict[str, Any]) -> LegResult:
@@ -180,7 +192,7 @@ class DurableDelivery:
         while not self._stopping:
             try:
                 if sub is None:
-                    sub = await self._subscribe()
+                    sub = self._pull = await self._subscribe()
                 free = limit - len(self._active)
                 if free <= 0:
                     await asyncio.wait(list(self._active), return_when=asyncio.FIRST_COMPLETED)
@@ -200,6 +212,7 @@ class DurableDelivery:
             except Exception as exc:  # NATS restarting, consumer being recreated
                 log.info("dispatcher: %s; retrying", exc or type(exc).__name__)
                 if not self.cluster.nc.is_connected or isinstance(exc, NotFoundError):
+                    await self._close_pull()  # a fresh one is made: the old inbox would hold the drain too
                     sub = None
                 await asyncio.sleep(0.25)
 
