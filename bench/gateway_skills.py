@@ -5,7 +5,10 @@ Two gateways in front of bench/fast_agent.py (the arms of bench/gateway.py):
 - `skills_minilm`: the feature stage on and `default: {capability: skills, min: -1}` (every text part
   embedded with all-MiniLM-L6-v2, the default model, and ranked against the card's skills; `min: -1`
   so the skills ranking always decides, never the modality fallback);
-- `skills_use`: the same with `features.text_model: use` (the multilingual USE; when installed).
+- `skills_use`: the same with `features.text_model: use` (the multilingual USE; when installed);
+- `skills_static`: the same with `features.text_model: static` (the word-piece table distilled from MiniLM,
+  features/static.py); its table is built or read first, in `$MMA2A_DATA_DIR/models` (else
+  ./mma2a-data/models), and that data dir is the arm's, so the gateway starts on a built table.
 Two workloads, each sent to both arms:
 - `repeat`: the 35 paraphrased requests of tests/skills_data.py in rotation (after the first lap,
   every text's vector is in the gateway's cache);
@@ -114,6 +117,19 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def prepare_static(data_dir: Path) -> dict[str, Any]:
+    """Build (or read) the static model's table under `data_dir/models` before its gateway starts."""
+    import time
+
+    from mma2a.features.static import StaticEmbedder
+
+    embedder = StaticEmbedder(cache_dir=data_dir / "models")
+    t0 = time.perf_counter()
+    embedder.warm_up()
+    return {"file": str(embedder.table_file()), "wall_s": round(time.perf_counter() - t0, 2),
+            "built_cpu_s": None if embedder.built_s is None else round(embedder.built_s, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -130,15 +146,18 @@ def main() -> None:
         Path(scripts[name]).write_text(workload_lua(name == "distinct"))
     from mma2a.features.sentence import embedding_available
 
-    names = ["gateway", "skills_minilm"] + (["skills_use"] if embedding_available("use") else [])
+    names = ["gateway", "skills_minilm", "skills_static"] + (["skills_use"] if embedding_available("use") else [])
+    static_dir = Path(os.environ.get("MMA2A_DATA_DIR") or "./mma2a-data").resolve()
+    static_table_s = prepare_static(static_dir)
     arms = Arms(tmp, ["gateway"])
     runs: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     levels = [int(c) for c in args.levels.split(",")]
     try:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for name in names[1:]:
+            model = name.removeprefix("skills_")
             arms._gateway(name, "fast", arms.url["direct"], SKILLS_RULES, env,
-                          extra={"features": {"text_model": name.removeprefix("skills_")}})
+                          extra={"features": {"text_model": model}, **({"data_dir": str(static_dir)} if model == "static" else {})})
             wait_ready(arms.url[name], timeout=120)
         for name in names:
             for script in scripts.values():
@@ -151,7 +170,8 @@ def main() -> None:
     finally:
         stop(arms.procs)
         shutil.rmtree(tmp, ignore_errors=True)
-    result: dict[str, Any] = {"rounds": args.rounds, "seconds": args.seconds, "levels": {}}
+    result: dict[str, Any] = {"rounds": args.rounds, "seconds": args.seconds, "static_table_s": static_table_s,
+                              "load_average": [round(x, 2) for x in os.getloadavg()], "levels": {}}
     for c in levels:
         level: dict[str, Any] = {}
         for workload in scripts:
@@ -167,6 +187,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
+    print(f"static table: {static_table_s}; load average at the end {result['load_average']}")
     for c, level in result["levels"].items():
         for workload, w in level.items():
             print(f"--- {c} connection(s), {workload} texts")

@@ -6,9 +6,11 @@
   compiled engine, p50/p95; and with 20 `semantic` rules in force as well;
 - the per-request cost the feature stage adds: embedding one request sentence.
 With `--models`: for each sentence model installed (features.text_model), how many of the 35
-paraphrased requests of tests/skills_data.py its `skills` ranking sends to the intended one of five
-agents that differ only in their skills, and its CPU time per sentence alone and in batches of 8
-(process CPU time: every thread the model uses). Interleaved in rounds; medians over rounds. Times are the thread's CPU time
+paraphrased requests of tests/skills_data.py (and of its 50 held-out ones, `HELD_OUT`) its `skills`
+ranking sends to the intended one of five agents that differ only in their skills, and its CPU time
+per sentence alone, alone on texts never seen before (each with a new case number), and in batches
+of 8 (process CPU time: every thread the model uses). The `static` model's table is built first if it is
+not in `$MMA2A_DATA_DIR/models` (else ./mma2a-data/models); the time it took is reported. Interleaved in rounds; medians over rounds. Times are the thread's CPU time
 (`time.thread_time_ns`) as well as wall time: on a shared, overloaded machine the wall clock
 measures the queue for a core, the CPU time what the work costs.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 import statistics
 import sys
@@ -37,7 +40,7 @@ from mma2a.routing import build_snapshot, decide, parse_rules  # noqa: E402
 from mma2a.routing.agents import AgentInfo, SkillInfo  # noqa: E402
 from mma2a.routing.semantic import CachedEmbedder  # noqa: E402
 from mma2a.view import MessageView, PartView  # noqa: E402
-from tests.skills_data import REQUESTS, SKILLS  # noqa: E402
+from tests.skills_data import HELD_OUT, REQUESTS, SKILLS  # noqa: E402
 
 TOPICS = ["invoices", "refunds", "parcels", "couriers", "passwords", "laptops", "contracts", "holidays", "payroll",
           "printers", "insurance claims", "hotel bookings", "flight changes", "tax returns", "car repairs",
@@ -85,15 +88,23 @@ def compare_models(rounds: int) -> dict[str, Any]:
     texts = [t for _, t in REQUESTS]
     rules = parse_rules({"version": 1, "default": {"capability": "skills", "min": -1}, "rules": []})
     models = {name: shared_embedder(name) for name in TEXT_MODELS if embedding_available(name)}
-    res: dict[str, dict[str, list[float]]] = {n: {"single_cpu_ms": [], "batch8_cpu_ms": []} for n in models}
-    hits: dict[str, int] = {}
+    res: dict[str, dict[str, list[float]]] = {n: {"single_cpu_ms": [], "single_distinct_cpu_ms": [], "batch8_cpu_ms": []}
+                                              for n in models}
+    hits: dict[str, dict[str, int]] = {}
+    prepared: dict[str, float] = {}
+    text_plain = parse_modality("text/plain")
     for name, model in models.items():
+        t0 = time.perf_counter()
         model.warm_up()
+        prepared[name] = round(time.perf_counter() - t0, 2)
         snap = build_snapshot(rules, skill_agents(), embedder=model)
-        vectors = model.embed(texts)
-        text_plain = parse_modality("text/plain")
-        hits[name] = sum(decide(MessageView(f"m{i}", (PartView(0, text_plain, {}, embedding=vectors[i]),)), snap)
-                         .parts[0].targets[0].agent == want for i, (want, _) in enumerate(REQUESTS))
+        hits[name] = {}
+        for label, requests in (("paraphrase_hits", REQUESTS), ("held_out_hits", HELD_OUT)):
+            vectors = model.embed([t for _, t in requests])
+            got = sum(decide(MessageView(f"m{i}", (PartView(0, text_plain, {}, embedding=vectors[i]),)), snap)
+                      .parts[0].targets[0].agent == want for i, (want, _) in enumerate(requests))
+            hits[name][label] = got
+    case = 0
     for _ in range(rounds):
         for name, model in models.items():
             c0 = time.process_time()
@@ -101,11 +112,17 @@ def compare_models(rounds: int) -> dict[str, Any]:
                 model.embed([t])
             res[name]["single_cpu_ms"].append((time.process_time() - c0) * 1e3 / len(texts))
             c0 = time.process_time()
+            for t in texts:
+                case += 1
+                model.embed([f"{t} (case {case})"])
+            res[name]["single_distinct_cpu_ms"].append((time.process_time() - c0) * 1e3 / len(texts))
+            c0 = time.process_time()
             for i in range(0, len(texts), 8):
                 model.embed(texts[i: i + 8])
             res[name]["batch8_cpu_ms"].append((time.process_time() - c0) * 1e3 / len(texts))
     return {name: {"model": models[name].model, "dimension": models[name].dimension,
-                   "paraphrase_hits": f"{hits[name]}/{len(REQUESTS)}",
+                   "paraphrase_hits": f"{hits[name]['paraphrase_hits']}/{len(REQUESTS)}",
+                   "held_out_hits": f"{hits[name]['held_out_hits']}/{len(HELD_OUT)}", "load_s": prepared[name],
                    **{k: round(statistics.median(v), 3) for k, v in res[name].items()}} for name in models}
 
 
@@ -117,7 +134,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.models:
-        table = compare_models(args.rounds)
+        table: dict[str, Any] = {**compare_models(args.rounds), "load_average": [round(x, 2) for x in os.getloadavg()]}
         print(json.dumps(table, indent=2) if args.json else "\n".join(f"{k:8s} {v}" for k, v in table.items()))
         return
     model = TextEmbedder()

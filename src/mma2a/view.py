@@ -34,6 +34,7 @@ class PartView:
     size: int | None = None
     ext: PartExtension = field(default_factory=PartExtension)
     embedding: Any = field(default=None, compare=False)  # the sentence vector of its text (semantic routing), off the wire
+    embedding_model: str = ""  # the sentence model of `embedding` ("" = whichever built the snapshot's vectors)
 
     @property
     def modality_str(self) -> str:

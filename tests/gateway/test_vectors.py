@@ -118,3 +118,61 @@ def test_text_model_static_keeps_its_table_in_the_data_dir(static_embedder: Any)
     assert getattr(gw.embedder, "cache_dir") == Path(STATIC_DATA_DIR) / "models" == static_embedder.cache_dir
     rows = gw.embedder.embed(["Where is my parcel?", "My package has not arrived", "Please reset my password"])
     assert rows.shape == (3, 384) and rows[0] @ rows[1] > rows[0] @ rows[2]
+
+
+async def test_a_cheap_model_embeds_in_place_and_long_texts_still_go_to_the_worker(static_embedder: Any) -> None:
+    from mma2a.gateway.vectors import INLINE_CHARS
+
+    seen, count = counter()
+    vectors = TextVectors(CachedEmbedder(static_embedder), count=count)
+    assert vectors.inline
+    rows = await vectors.vectors(["Where is my parcel?", "My laptop won't turn on", "Where is my parcel?"])
+    assert vectors._worker is None  # no queue, no thread: embedded where asked
+    assert np.array_equal(rows[0], static_embedder.embed(["Where is my parcel?"])[0]) and np.array_equal(rows[0], rows[2])
+    assert seen == {"miss": 2, "hit": 1}
+    long = "parcel " * (INLINE_CHARS // 7 + 10)
+    assert len(normalise_text(long)) > INLINE_CHARS
+    row = (await vectors.vectors([long]))[0]
+    assert row is not None and np.array_equal(row, static_embedder.embed([normalise_text(long)])[0])
+    assert seen == {"miss": 3, "hit": 1}
+
+
+async def test_minilm_answers_until_the_static_table_is_there_then_the_gateway_routes_with_it(
+        tmp_path: Any, static_embedder: Any) -> None:
+    import shutil
+
+    from mma2a.gateway import Gateway, parse_config
+    from mma2a.gateway.enrich import with_vectors
+    from mma2a.routing import decide, parse_rules
+    from mma2a.gateway.config import AgentConfig
+    from mma2a.view import view_message
+    from tests.routing.helpers import card_json
+
+    gw = Gateway(parse_config({"listen": "127.0.0.1:0", "data_dir": str(tmp_path), "history": {"enabled": False},
+                               "features": {"text_model": "static"}}))
+    assert gw.embedder is not None and gw.embedder.model == "all-minilm-l6-v2-int8"  # no table in this data dir yet
+    assert gw.coming_embedder is not None and gw.coming_embedder.model == "all-minilm-l6-v2-static"
+    for name, skill in (("shipping", "Tracks parcels and deliveries"), ("it", "Fixes laptops and passwords")):
+        card = card_json(name, ["text/plain"], ["text/plain"])
+        card["skills"] = [{"id": f"{name}-desk", "name": skill, "description": skill, "tags": []}]
+        await gw.directory.add(AgentConfig(name=name, url=f"http://127.0.0.1:9/{name}"), card)  # the card given: no fetch
+    gw.state.set_rules(parse_rules({"version": 1, "default": {"capability": "skills", "min": 0.2}, "rules": []}))
+    message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Where is my parcel?"}]}
+    assert gw.features is not None
+    before = await gw.features.apply(message, gw.state.snapshot)
+    # what the build would write, in place before the gateway adopts the model (the build itself: tests/features)
+    (tmp_path / "models").mkdir()
+    shutil.copy(static_embedder.table_file(), tmp_path / "models" / static_embedder.table_file().name)
+    old = gw.state.snapshot
+    await gw._adopt(gw.coming_embedder)
+    assert gw.embedder.model == "all-minilm-l6-v2-static" and gw.coming_embedder is None
+    snap = gw.state.snapshot
+    assert snap.skill_table is not None and snap.skill_table.model == "all-minilm-l6-v2-static" and snap is not old
+    after = await gw.features.apply(message, snap)  # embedded by the model of the snapshot it is routed with
+    assert np.array_equal(after[0], static_embedder.embed(["Where is my parcel?"])[0])
+    d = decide(with_vectors(view_message(message), after), snap)
+    assert d.parts[0].targets[0].agent == "shipping" and d.explanation.parts[0].notes[0] == "text vector: all-minilm-l6-v2-static"
+    stale = decide(with_vectors(view_message(message), before), snap)  # a MiniLM vector met the new snapshot
+    assert stale.explanation.parts[0].notes[0] == ("text vector: by all-minilm-l6-v2-int8, the snapshot's by "
+                                                   "all-minilm-l6-v2-static: not used")
+    assert stale.parts[0].targets[0].reason == "capability"

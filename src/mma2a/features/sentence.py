@@ -52,6 +52,8 @@ class SentenceEncoder(abc.ABC):
 
     model = ""
     dimension = 0
+    cheap = False
+    """Microseconds a text: the gateway embeds it in place instead of queueing it for a worker thread."""
 
     def __init__(self, *, threads: int = 1) -> None:
         self.threads = threads

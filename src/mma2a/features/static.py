@@ -33,8 +33,9 @@ WORDS_FROM = 1996
 """The id of "the" in the uncased BERT vocabulary: from here on whole words and pieces are listed by frequency."""
 DISTIL_BATCH = 512
 """Single-piece inputs per model run while the table is built."""
-MAX_PIECES = 512
-"""A text past this many word pieces is cut (the mean of more pieces costs more and says no more)."""
+MAX_PIECES = 128
+"""A text past this many word pieces is cut, as MiniLM cuts it (and a text of new words costs at most this many
+tokenizer calls)."""
 RANK_POWER = 2.0
 """Row weight: log(1 + frequency rank) to this power."""
 RECIPE = 1
@@ -46,8 +47,21 @@ _tables: dict[Path, Any] = {}
 _tables_lock = threading.Lock()
 
 
+_digests: dict[tuple[str, int, int], str] = {}
+
+
 def model_digest(path: Path) -> str:
-    """The first 16 hex digits of the SHA-256 of the model file (names the table it gives)."""
+    """The first 16 hex digits of the SHA-256 of the model file (names the table it gives); remembered for the
+    file's path, size and modification time (hashing 23 MB takes tens of ms)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    found = _digests.get(key)
+    if found is None:
+        found = _digests[key] = _sha256_head(path)
+    return found
+
+
+def _sha256_head(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -161,6 +175,7 @@ class StaticEmbedder(SentenceEncoder):
 
     model = STATIC_NAME
     dimension = DIMENSION
+    cheap = True
 
     def __init__(self, *, cache_dir: Path | None = None, threads: int = 1) -> None:
         super().__init__(threads=threads)
@@ -173,6 +188,10 @@ class StaticEmbedder(SentenceEncoder):
     def ready(self) -> bool:
         """Is the table loaded (embedding is then cheap)?"""
         return self._loaded is not None
+
+    def stored(self) -> bool:
+        """Is the table loaded, or stored in the cache dir (so that loading it takes well under a second)?"""
+        return self.ready() or self.table_file().exists()
 
     def _open(self) -> Any:
         import numpy as np

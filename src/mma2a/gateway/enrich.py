@@ -90,7 +90,18 @@ class FeatureStage:
     def __init__(self, pipeline: FeaturePipeline, policy: FeaturePolicy, vectors: TextVectors | None = None) -> None:
         self.pipeline = pipeline
         self.policy = policy
-        self.vectors = vectors
+        self.by_model: dict[str, TextVectors] = {}
+        if vectors is not None:
+            self.add_vectors(vectors)
+
+    def add_vectors(self, vectors: TextVectors) -> None:
+        """Embed with `vectors` for snapshots whose vectors are of its model (a gateway may change models once)."""
+        self.by_model = {**self.by_model, vectors.cache.model: vectors}
+
+    def vectors_for(self, snapshot: Snapshot) -> TextVectors | None:
+        """The request vectors comparable with `snapshot`'s: of the model that embedded its examples and skills."""
+        table = snapshot.skill_table or snapshot.semantic
+        return self.by_model.get(table.model) if table is not None else None
 
     def warm(self, snapshot: Snapshot) -> list[str]:
         """Load the models the snapshot's rules need (blocking: call it off the event loop)."""
@@ -103,8 +114,9 @@ class FeatureStage:
                 elif pattern.type in TEXT_OF:
                     wanted.add(TEXT_OF[pattern.type])
         warmed = self.pipeline.warm_up(frozenset(wanted))
-        if snapshot.needs_vectors and self.vectors is not None:
-            self.vectors.warm_up()
+        vectors = self.vectors_for(snapshot)
+        if snapshot.needs_vectors and vectors is not None:
+            vectors.warm_up()
             warmed.append("embedder")
         return warmed
 
@@ -133,29 +145,40 @@ class FeatureStage:
                                     wanted=needed))
         if jobs:
             await asyncio.gather(*jobs)
-        if not wants_vector or self.vectors is None:
+        vectors = self.vectors_for(snapshot) if wants_vector else None
+        if vectors is None:
             return {}
-        return await self._vectors(wants_vector)
+        return await self._vectors(vectors, wants_vector)
 
-    async def _vectors(self, parts: list[tuple[int, dict[str, Any], Modality]]) -> dict[int, Any]:
+    async def _vectors(self, vectors: TextVectors, parts: list[tuple[int, dict[str, Any], Modality]]) -> dict[int, Any]:
         texts: dict[int, str] = {}
         for i, part, modality in parts:
             words = part_words(part, modality, read_part(part).features)
             if words is not None:
                 texts[i] = words
-        if not texts or self.vectors is None:
+        if not texts:
             return {}
         try:
-            rows = await asyncio.wait_for(self.vectors.vectors(list(texts.values())), self.policy.budget_s)
+            rows = await asyncio.wait_for(vectors.vectors(list(texts.values())), self.policy.budget_s)
         except asyncio.TimeoutError:  # routed without vectors: semantic conditions fail, skills falls back
-            self.vectors.timed_out(len(texts))
+            vectors.timed_out(len(texts))
             return {}
-        return {i: row for i, row in zip(texts, rows) if row is not None}
+        return PartVectors(vectors.cache.model, {i: row for i, row in zip(texts, rows) if row is not None})
+
+
+class PartVectors(dict[int, Any]):
+    """Sentence vectors by part index, and the model that made them (routing checks it against the snapshot's)."""
+
+    def __init__(self, model: str, rows: Mapping[int, Any]) -> None:
+        super().__init__(rows)
+        self.model = model
 
 
 def with_vectors(view: MessageView, vectors: Mapping[int, Any]) -> MessageView:
     """`view` with each part's sentence vector (from `FeatureStage.apply`)."""
     if not vectors:
         return view
-    parts = tuple(dataclasses.replace(p, embedding=vectors[p.index]) if p.index in vectors else p for p in view.parts)
+    model = vectors.model if isinstance(vectors, PartVectors) else ""
+    parts = tuple(dataclasses.replace(p, embedding=vectors[p.index], embedding_model=model) if p.index in vectors else p
+                  for p in view.parts)
     return dataclasses.replace(view, parts=parts)

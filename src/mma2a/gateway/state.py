@@ -48,6 +48,11 @@ class RoutingState:
         self.mode, self.snapshot = mode, snapshot
         return snapshot
 
+    def use_embedder(self, embedder: Embedder) -> Snapshot:
+        """Embed examples and skills with `embedder` from now on: the snapshot is rebuilt with it (as `rebuild`)."""
+        self.embedder = embedder
+        return self.rebuild()
+
     def rebuild(self) -> Snapshot:
         """After an agent change. If the rules no longer fit the agents, the old snapshot stays in force and
         `rebuild_error` says why (health reports it) until a rebuild or a rules change succeeds."""

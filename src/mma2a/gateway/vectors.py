@@ -6,6 +6,10 @@ one model run at a time in a worker thread — the run holds one core and leaves
 loop its own. Requests that arrive while a run is going join the next batch, so under load
 the per-text cost falls (a batch of 8 short sentences costs about 0.6 of 8 single runs,
 docs/benchmarks.md) and at low load nobody waits for a batch to fill.
+
+A model that costs microseconds a text (`cheap`, the static table of features/static.py) skips the
+queue: a text of up to `INLINE_CHARS` is embedded where it is asked for, on the event loop — the
+hop to a worker thread would cost more than the embedding.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from ..routing.semantic import CachedEmbedder, normalise_text, text_key
 
 log = logging.getLogger("mma2a.gateway")
 
+INLINE_CHARS = 1000
+"""A cheap model embeds texts up to this long on the event loop (longer ones go to the worker thread)."""
+
 
 class TextVectors:
     """`await vectors(texts)`: one unit vector per text (None where it could not be had: queue full, model failed)."""
@@ -28,6 +35,7 @@ class TextVectors:
         """`max_pending`: distinct texts waiting at most (past it a text goes without a vector, counted as `shed`);
         `count(result)`: told `hit` or `miss` for every text, and `shed`, `failed` or `timeout` for those left without one."""
         self.cache = cache
+        self.inline = bool(getattr(cache.inner, "cheap", False))
         self.max_batch = max_batch
         self.max_pending = max_pending
         self._count = count or (lambda result: None)
@@ -53,6 +61,17 @@ class TextVectors:
             vec = self.cache.get(key)
             if vec is not None:
                 self._count("hit")
+                out[i] = vec
+                continue
+            if self.inline and len(text) <= INLINE_CHARS:
+                try:
+                    vec = self.cache.inner.embed([text])[0]
+                except Exception as exc:  # noqa: BLE001 - routed without a vector, as a failed batch would be
+                    log.warning("text vectors: the embedder failed on a text: %r", exc)
+                    self._count("failed")
+                    continue
+                self.cache.put(key, vec)
+                self._count("miss")
                 out[i] = vec
                 continue
             fut = self._running.get(key)

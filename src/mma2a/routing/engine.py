@@ -22,7 +22,7 @@ from .agents import breadth
 from .match import MatchResult, check_rule, match_linear
 from .planner import plan_transforms
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadBalance, RouteTo, Transform
-from .semantic import TOP, with_scores
+from .semantic import TOP, vector_fits, with_scores
 from .snapshot import Snapshot, _remember
 
 TEXT_PLAIN = parse_modality("text/plain")
@@ -147,11 +147,15 @@ def _route_part(
         prefix = planned[0]
         routed = PartView(part.index, TEXT_PLAIN, {}, part.kind, part.size)
         out.notes.append(f"text-bottleneck: {mod_str} -> text/plain via {_chain(prefix)}")
-    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads, part.embedding)
-    if part.embedding is not None:
+    embedding = part.embedding
+    if embedding is not None:
         vectors = snapshot.skill_table or snapshot.semantic
-        if vectors is not None:  # say which model's cosines the semantic and skills scores below are
+        if vectors is not None and vector_fits(part, vectors.model):  # whose cosines the scores below are
             out.notes.append(f"text vector: {vectors.model}")
+        elif vectors is not None:  # the gateway changed models between embedding and routing: not comparable
+            out.notes.append(f"text vector: by {part.embedding_model}, the snapshot's by {vectors.model}: not used")
+            embedding = None
+    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads, embedding)
     matched_names: tuple[str, ...] = ()
     if view.receivers:
         for name in view.receivers:

@@ -180,11 +180,16 @@ def build_semantic(rules: RuleSet, embedder: Embedder | None) -> SemanticTable |
     return SemanticTable(tuple(keys), tuple(spans), np.asarray(embedder.embed(texts), dtype=np.float32), embedder.model)
 
 
+def vector_fits(part: PartView, model: str) -> bool:
+    """Does the part have a vector comparable with vectors of `model` (the same model, or one not named)?"""
+    return part.embedding is not None and (not part.embedding_model or not model or part.embedding_model == model)
+
+
 def with_scores(part: PartView, table: SemanticTable) -> PartView:
     """`part` with its semantic features: the scores when it has a vector, none otherwise (a sender
     cannot claim them)."""
     feats = {k: v for k, v in part.features.items() if not k.startswith(SEMANTIC_PREFIX)}
-    if part.embedding is not None:
+    if vector_fits(part, table.model):
         feats.update(table.scores(part.embedding))
     return replace(part, features=feats)
 
