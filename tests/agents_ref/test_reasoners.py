@@ -1,6 +1,6 @@
 """The analyst (capable) and the keyword reasoner: the same questions, different use of evidence;
 and the captioner, which writes all it perceives in caption words (places as grid words, label texts,
-lights in order; no coordinates, no exact colours)."""
+lights in order, then what each model found; no coordinates, no exact colours)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_analyst_reads_the_place_from_pixels_or_from_the_caption_words():
     findings = inspect_image(photo)
     assert solve("location", Evidence(WHERE, [], [findings])) == "top right"
     text = captioner.caption(findings)
-    assert text == "A wide photo of a mostly grey object with a dark mark (at the top right)."
+    assert text.startswith("A wide photo of a mostly grey object with a dark mark (at the top right). ")
     assert solve("location", Evidence(WHERE, [text], [])) == "top right"
     assert solve("location", Evidence(WHERE, ["A wide photo of a mostly grey object."], [])) == "center"  # the default guess
     hinted = WHERE.replace("a crack.", "a crack at the bottom left.")
@@ -54,8 +54,8 @@ def test_analyst_finds_the_red_light_by_place():
     findings = inspect_image(status_panel(random.Random(2), lights))
     assert solve("status_light", Evidence(STATUS, [], [findings])) == "storage"
     text = captioner.caption(findings)
-    assert text == ("A wide photo of a mostly grey object with two green and one red lights. "
-                    "The lights from left to right: green, green, red.")
+    assert text.startswith("A wide photo of a mostly grey object with two green and one red lights. "
+                           "The lights from left to right: green, green, red. ")
     assert solve("status_light", Evidence(STATUS, [text], [])) == "storage"  # the order survives in words
     assert solve("status_light", Evidence(STATUS, ["two green and one red lights"], [])) == "power"  # else a guess
 
@@ -120,6 +120,8 @@ async def test_served_captioner():
     photo = product_photo(random.Random(6), (205, 45, 40), [Mark("crack", 100, 100), Mark("dent", 500, 400)])
     async with run_agent(captioner.card(), SkillExecutor(captioner.reply)) as url:
         parts = answer_parts(await send(url, [raw_part(photo, "image/png")]))
-        assert parts == [{"text": "A wide photo of a mostly red object with two dark marks (at the top left, bottom right).",
-                          "mediaType": "text/plain"}]
+        [part] = parts
+        assert part["mediaType"] == "text/plain" and part["text"].startswith(
+            "A wide photo of a mostly red object with two dark marks (at the top left, bottom right). ")
+        assert part["text"].endswith("no captioning model.)")  # it says what it was assembled from
         assert failure(await send(url, [{"text": "x"}])) == "ValueError: no image part to caption"

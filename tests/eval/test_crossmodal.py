@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from mma2a.eval.media import VARIATIONS, VOICES
-from mma2a.eval.runner import ARMS, outcomes, run_crossmodal
+from mma2a.eval.runner import ARMS, CONTROLS, outcomes, run_crossmodal
 
 pytest.importorskip("faster_whisper")
 pytest.importorskip("cv2")
@@ -31,14 +31,18 @@ async def test_both_sets_twice_same_outcomes_and_the_issue_shape():
             assert set(arm) == {"tca", "latency_ms_p50"} and 0 <= arm["tca"] <= 1 and arm["latency_ms_p50"] > 0
         assert len(s["ci95"]) == 2 and s["ci95"][0] <= s["delta_pp"] <= s["ci95"][1]
         assert s["delta_pp"] == pytest.approx((s["arms"]["native"]["tca"] - s["arms"]["bottleneck"]["tca"]) * 100, abs=0.1)
-        assert len(s["results"]) == 6 * 4 and all(r["error"] is None for r in s["results"])
+        assert len(s["results"]) == 6 * (len(ARMS) + len(CONTROLS)) and all(r["error"] is None for r in s["results"])
+        # the controls: each task's report alone, no media reached a reasoner
+        assert set(s["controls"]) == set(CONTROLS) and all(c["n"] == 6 for c in s["controls"].values())
+        assert all(p.startswith("text/") for r in s["results"] if r["arm"] in CONTROLS for p in r["paths"])
         # every task is counted under its question kind once, and under each of its conditions
         assert sum(k["native"]["n"] for k in s["kinds"].values()) == 6
-        assert sum(c["native"]["n"] for c in s["conditions"].values()) == sum(len(r["conditions"]) for r in s["results"]) // 4
+        assert sum(c["native"]["n"] for c in s["conditions"].values()) == sum(
+            len(r["conditions"]) for r in s["results"] if r["arm"] == "native")
         wanted = {"photo": {v.name for v in VARIATIONS[name]}, "voice": {v.name for v in VOICES[name]}}
         assert all(c.split(":")[1] in wanted[c.split(":")[0]] for c in s["conditions"])
         # the routing arms differ only in how the photo travelled; the voice note is transcribed in both
-        for r in s["results"]:
+        for r in (r for r in s["results"] if r["arm"] in ARMS):
             image = [p for p in r["paths"] if p.startswith("image/")]
             audio = [p for p in r["paths"] if p.startswith("audio/")]
             want = "native" if r["arm"] in ("native", "keyword_native") else "captioner"
@@ -63,12 +67,13 @@ def test_cli_json_and_markdown_report(tmp_path):
     text = report.read_text()
     assert text.startswith("# CrossModal evaluation: 4 tasks per set, seed 2") and "## Set: heldout" in text
     assert "### Per question kind" in text and "### Per variation condition" in text and "### Per task" in text
+    assert "media withheld (the report's text alone): capable reasoner" in text
     # a .json report holds every result (one task is enough: test_both_sets_twice_... checks that a seed repeats)
     full = tmp_path / "report.json"
     assert _cli("--tasks", "1", "--seed", "2", "--set", "heldout", "--report", str(full)).returncode == 0
     data = json.loads(full.read_text())
-    assert data["tasks"] == 1 and len(data["sets"]["heldout"]["results"]) == 4
-    assert {r["arm"] for r in data["sets"]["heldout"]["results"]} == set(ARMS)
+    assert data["tasks"] == 1 and len(data["sets"]["heldout"]["results"]) == len(ARMS) + len(CONTROLS)
+    assert {r["arm"] for r in data["sets"]["heldout"]["results"]} == set(ARMS) | set(CONTROLS)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -123,6 +128,8 @@ async def test_cli_llm_arm_against_a_fake_openai_compatible_endpoint():
     assert summary["reasoner"] == "llm"
     s = summary["sets"]["development"]
     assert s["arms"]["native"]["tca"] == s["arms"]["bottleneck"]["tca"] == 0.0  # "unknown" is never a gold answer
-    # every capable-arm task (two tasks × two arms, plus the warm-up's two) asked the model once, by name
-    assert len(seen) == 6 and all(b["model"] == "fake-model" for b in seen)
+    # every capable-arm task (two tasks × two arms, the warm-up's two, the report-only control's two) asked the
+    # model once, by name
+    assert len(seen) == 8 and all(b["model"] == "fake-model" for b in seen)
+    assert s["controls"]["report_only"] == {"tca": 0.0, "n": 2}
     assert all(b["messages"][0]["role"] == "system" and b["messages"][1]["role"] == "user" for b in seen)

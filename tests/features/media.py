@@ -10,7 +10,7 @@ import wave
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFilter
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 
 def png(im: Image.Image) -> bytes:
@@ -222,3 +222,32 @@ def drawn_cat(size: int = 150, bg: int = 60) -> Image.Image:
         d.rectangle([cx + sx * ex - ew * 0.7, ey - eh * 2.2, cx + sx * ex + ew * 0.7, ey - eh * 1.5], fill=eye + 30)
     d.polygon([(cx - w * 0.06, cy + h * 0.12), (cx + w * 0.06, cy + h * 0.12), (cx, cy + h * 0.2)], fill=eye + 40)
     return im.filter(ImageFilter.GaussianBlur(3)).convert("RGB")
+
+
+def label_photo(symbol: Image.Image, angle: float, blur: float, seed: int) -> bytes:
+    """A printed label on a grey, noisy surface, turned by `angle` degrees and out of focus."""
+    rng = np.random.default_rng(seed)
+    label = Image.new("L", (symbol.width + 80, symbol.height + 80), 250)
+    label.paste(symbol, (40, 40))
+    turned = label.rotate(angle, expand=True, fillcolor=120, resample=Image.Resampling.BICUBIC)
+    scene = Image.new("L", (turned.width + 120, turned.height + 120), 120)
+    scene.paste(turned, (60, 60))
+    arr = np.asarray(scene.filter(ImageFilter.GaussianBlur(blur)), dtype=np.float64)
+    arr += rng.normal(0, 6, arr.shape)
+    return jpeg(Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).convert("RGB"), quality=85)
+
+
+def sign_in_perspective(text: str) -> bytes:
+    """`text` in white on a green road sign, seen in perspective, with sensor noise (JPEG)."""
+    import cv2
+
+    sign = Image.new("RGB", (880, 220), (20, 90, 40))
+    d = ImageDraw.Draw(sign)
+    d.rectangle([10, 10, 870, 210], outline="white", width=6)
+    d.text((40, 35), text, fill="white", font=ImageFont.load_default(size=96))
+    src = np.float32([[0, 0], [880, 0], [880, 220], [0, 220]])
+    dst = np.float32([[90, 60], [720, 20], [780, 300], [40, 250]])
+    warped = cv2.warpPerspective(np.asarray(sign), cv2.getPerspectiveTransform(src, dst), (820, 340),
+                                 borderValue=(150, 160, 170))
+    noisy = warped.astype(np.float64) + np.random.default_rng(3).normal(0, 8, warped.shape)
+    return jpeg(Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)), quality=80)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw, ImageFilter, ImageFont
+from PIL import Image
 
 from mma2a.features import (
     CodesExtractor,
@@ -108,19 +108,6 @@ def test_silence_and_a_tone_give_no_transcript(speech: SpeechExtractor) -> None:
 # --- barcodes -----------------------------------------------------------------------------
 
 
-def _label_photo(symbol: Image.Image, angle: float, blur: float, seed: int) -> bytes:
-    """A printed label on a grey, noisy surface, turned by `angle` degrees and out of focus."""
-    rng = np.random.default_rng(seed)
-    label = Image.new("L", (symbol.width + 80, symbol.height + 80), 250)
-    label.paste(symbol, (40, 40))
-    turned = label.rotate(angle, expand=True, fillcolor=120, resample=Image.Resampling.BICUBIC)
-    scene = Image.new("L", (turned.width + 120, turned.height + 120), 120)
-    scene.paste(turned, (60, 60))
-    arr = np.asarray(scene.filter(ImageFilter.GaussianBlur(blur)), dtype=np.float64)
-    arr += rng.normal(0, 6, arr.shape)
-    return m.jpeg(Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).convert("RGB"), quality=85)
-
-
 @pytest.mark.parametrize(("fmt", "text", "angle"), [
     ("MicroQRCode", "A7-22", 14.0),
     ("EAN13", "4006381333931", -9.0),
@@ -130,7 +117,7 @@ def _label_photo(symbol: Image.Image, angle: float, blur: float, seed: int) -> b
 def test_rotated_blurred_labels_are_decoded(fmt: str, text: str, angle: float) -> None:
     zxingcpp = pytest.importorskip("zxingcpp")
     symbol = zxingcpp.create_barcode(text, getattr(zxingcpp.BarcodeFormat, fmt)).to_image(scale=4)
-    photo = _label_photo(Image.fromarray(np.asarray(symbol)), angle, blur=1.3, seed=len(text))
+    photo = m.label_photo(Image.fromarray(np.asarray(symbol)), angle, blur=1.3, seed=len(text))
     out = CodesExtractor().extract(photo, JPEG)
     assert [(c["format"], c["text"]) for c in out["codes"]] == [(fmt, text)]
     x0, y0, x1, y1 = out["codes"][0]["box"]
@@ -147,23 +134,8 @@ def test_an_image_without_codes_has_empty_lists() -> None:
 # --- OCR ----------------------------------------------------------------------------------
 
 
-def _sign_in_perspective(text: str) -> bytes:
-    import cv2
-
-    sign = Image.new("RGB", (880, 220), (20, 90, 40))
-    d = ImageDraw.Draw(sign)
-    d.rectangle([10, 10, 870, 210], outline="white", width=6)
-    d.text((40, 35), text, fill="white", font=ImageFont.load_default(size=96))
-    src = np.float32([[0, 0], [880, 0], [880, 220], [0, 220]])
-    dst = np.float32([[90, 60], [720, 20], [780, 300], [40, 250]])
-    warped = cv2.warpPerspective(np.asarray(sign), cv2.getPerspectiveTransform(src, dst), (820, 340),
-                                 borderValue=(150, 160, 170))
-    noisy = warped.astype(np.float64) + np.random.default_rng(3).normal(0, 8, warped.shape)
-    return m.jpeg(Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)), quality=80)
-
-
 def test_sign_in_perspective_is_read(ocr: OCRExtractor) -> None:
-    out = ocr.extract(_sign_in_perspective("VALVE 7 CLOSED"), JPEG)
+    out = ocr.extract(m.sign_in_perspective("VALVE 7 CLOSED"), JPEG)
     assert out["text"] == "VALVE 7 CLOSED"
     [line] = out["textLines"]
     assert line["text"] == "VALVE 7 CLOSED" and line["confidence"] >= 0.9
@@ -245,7 +217,7 @@ def test_features_cli_shows_the_model_fields(tmp_path: pytest.TempPathFactory, s
     _register()
 
     sign, voice = tmp_path / "sign.jpg", tmp_path / "voice.wav"  # type: ignore[operator]
-    sign.write_bytes(_sign_in_perspective("EXIT 4"))
+    sign.write_bytes(m.sign_in_perspective("EXIT 4"))
     voice.write_bytes(spoken(SENTENCES[1]))
     note = tmp_path / "note.txt"  # type: ignore[operator]
     note.write_text("Where is my parcel?")

@@ -32,9 +32,16 @@ WORK_SIDE = 1024
 
 OCR = "rapidocr"
 
+MODELS: dict[str, tuple[str, str, str]] = {
+    "objects": (OBJECTS, "ssd-mobilenet-v2-coco", "objects"),
+    "text": (OCR, "rapidocr-ppocrv6", "ocr"),
+    "codes": ("zxingcpp", "zxing-cpp", "codes"),
+}
+"""What each model finding needs: (the package, the model's name, the mma2a extra that installs it)."""
+
 
 def _has(module: str) -> bool:
-    """Is the model package installed (the `objects` and `ocr` extras are optional)?"""
+    """Is the model package installed (the `objects`, `ocr` and `codes` extras are optional)?"""
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
@@ -90,10 +97,16 @@ def _inspect(data: bytes) -> dict[str, Any]:
 
     findings: dict[str, Any] = {"width": width, "height": height, "meanColor": hex_colour(arr.reshape(-1, 3).mean(axis=0))}
 
+    # which models this process has: a finding whose model is missing is said to be missing, not empty
+    ran = {key: _has(package) for key, (package, _, _) in MODELS.items()}
+    findings["models"] = [MODELS[key][1] for key, present in ran.items() if present]
+    findings["unavailable"] = {key: f"pip install 'mma2a[{MODELS[key][2]}]'" for key, present in ran.items()
+                               if not present}
+
     # barcodes first (zxing-cpp): the black modules of a label are dark but are not defects
     label_mask = np.zeros((h, w), dtype=np.uint8)
     qr: list[dict[str, Any]] = []
-    codes = read_codes(arr, back)
+    codes = read_codes(arr, back) if ran["codes"] else []
     for code in codes:
         x0, y0, x1, y1 = (v / back for v in code.box)
         pad = max(x1 - x0, y1 - y0) * 0.25  # the quiet zone and the label around it
@@ -104,8 +117,8 @@ def _inspect(data: bytes) -> dict[str, Any]:
     qr.sort(key=lambda q: (q["center"][0], q["center"][1]))
     findings["qr"] = qr
     findings["codes"] = [c.to_json() for c in codes]
-    findings["objects"] = [d.to_json() for d in detect_objects(arr, back)] if _has(OBJECTS) else []
-    findings["text"] = [ln.to_json() for ln in read_lines(arr, back)] if _has(OCR) else []
+    findings["objects"] = [d.to_json() for d in detect_objects(arr, back)] if ran["objects"] else []
+    findings["text"] = [ln.to_json() for ln in read_lines(arr, back)] if ran["text"] else []
     for ln in findings["text"]:  # printed text is dark too, and is not a defect
         x0, y0, x1, y1 = (v / back for v in ln["box"])
         pad = (y1 - y0) * 0.3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .runner import ARMS
+from .runner import ARMS, CONTROLS
 
 ARM_TITLES = {
     "native": "native routing, capable reasoner",
@@ -12,6 +12,9 @@ ARM_TITLES = {
     "keyword_native": "native routing, keyword reasoner",
     "keyword_bottleneck": "text bottleneck, keyword reasoner",
 }
+
+
+CONTROL_TITLES = {"report_only": "capable reasoner", "keyword_report_only": "keyword reasoner"}
 
 
 def count(n: int, noun: str) -> str:
@@ -34,6 +37,11 @@ def findings(s: dict[str, Any]) -> list[str]:
         f"{s['keyword_ci95'][0]:+.1f} to {s['keyword_ci95'][1]:+.1f}), McNemar exact p = "
         f"{fmt_p(s['keyword_mcnemar_p'])} ({d['keyword_native_only']} only native, {d['keyword_bottleneck_only']} only bottleneck)",
     ]
+    ctl = s.get("controls") or {}
+    if ctl:
+        lines.append("media withheld (the report's text alone): " + ", ".join(
+            f"{CONTROL_TITLES[arm]} {v['tca'] * 100:.0f}%" for arm, v in ctl.items())
+            + " — what the tasks give away without perception")
     if s.get("latency_ratio") is not None:
         lines.append(f"latency (median per task): native {s['arms']['native']['latency_ms_p50']:.1f} ms, bottleneck "
                      f"{s['arms']['bottleneck']['latency_ms_p50']:.1f} ms — ratio {s['latency_ratio']:.2f}x")
@@ -41,10 +49,11 @@ def findings(s: dict[str, Any]) -> list[str]:
 
 
 def _table(title: str, groups: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    out = ["", f"### {title}", "", f"| {title.split()[-1]} | n | " + " | ".join(f"`{a}`" for a in ARMS) + " |",
-           "|---|---|" + "---|" * len(ARMS)]
+    cols = [a for a in (*ARMS, *CONTROLS) if all(a in arms for arms in groups.values())]
+    out = ["", f"### {title}", "", f"| {title.split()[-1]} | n | " + " | ".join(f"`{a}`" for a in cols) + " |",
+           "|---|---|" + "---|" * len(cols)]
     for name, arms in groups.items():
-        out.append(f"| {name} | {arms['native']['n']} | " + " | ".join(f"{arms[a]['tca'] * 100:.0f}%" for a in ARMS) + " |")
+        out.append(f"| {name} | {arms['native']['n']} | " + " | ".join(f"{arms[a]['tca'] * 100:.0f}%" for a in cols) + " |")
     return out
 
 
@@ -63,6 +72,8 @@ def markdown(report: dict[str, Any]) -> str:
                 "|---|---|---|" + "---|" * len(ARMS)]
         by_task: dict[str, dict[str, Any]] = {}
         for r in s["results"]:
+            if r["arm"] not in ARMS:
+                continue
             by_task.setdefault(r["task"], {"gold": r["gold"], "conditions": r["conditions"]})[r["arm"]] = r
         for task, row in by_task.items():
             cells = []

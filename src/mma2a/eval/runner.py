@@ -8,7 +8,8 @@ accepts the part, through transformer agents (speech to text, captioning) when n
 through text first for everything in bottleneck mode. The four arms are {native,
 bottleneck} × {capable reasoner, keyword reasoner}; the tasks, agents and message bytes are
 the same in all four. Arms run interleaved, task by task, so load on the machine falls on
-all of them alike.
+all of them alike. Two controls send each task's report without its media to each reasoner:
+what they answer right is given away by how the tasks were built, not won by perception.
 
 The tasks come in two variation sets (`development`, `heldout`: see `media.VARIATIONS` and
 `media.VOICES`), run by the same agents in one network (models load once per run) and
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
@@ -44,6 +46,14 @@ ARMS: dict[str, tuple[str, str]] = {
     "keyword_bottleneck": ("text-bottleneck", "keyword"),
 }
 """arm → (gateway routing mode, reasoner)."""
+
+CONTROLS: dict[str, tuple[str, str]] = {
+    "report_only": ("native", "capable"),
+    "keyword_report_only": ("native", "keyword"),
+}
+"""Controls: each task with its photo and voice note withheld (the report's text alone), to each reasoner. What a
+reasoner answers right from them is given away by how the tasks were built (a place the report states, a default
+guess that happens to be right), not won by perception or routing."""
 
 ACCEPTED_OUTPUTS = ["text/plain", "application/json"]
 
@@ -138,7 +148,10 @@ async def eval_network(llm: ChatReasonerConfig | None = None) -> AsyncIterator[E
 
 
 async def run_task(http: httpx.AsyncClient, net: EvalNetwork, task: CrossModalTask, arm: str) -> TaskResult:
-    mode, reasoner = ARMS[arm]
+    """One task in one arm (or control: the task without its media)."""
+    mode, reasoner = ARMS[arm] if arm in ARMS else CONTROLS[arm]
+    if arm in CONTROLS:
+        task = dataclasses.replace(task, image=None, audio=None)
     url = f"{net.gateways[mode]}/agents/{net.reasoners[reasoner]}/"
     body = {"jsonrpc": "2.0", "id": f"{task.id}/{arm}", "method": "SendMessage",
             "params": {"message": task_message(task, f"{task.id}-{arm}"),
@@ -179,7 +192,7 @@ async def run_crossmodal(n: int = 50, seed: int = 7, *, sets: tuple[str, ...] = 
             results: list[TaskResult] = []
             for i, task in enumerate(tasks):
                 order = arms[i % 4:] + arms[:i % 4]  # rotate which arm goes first
-                for arm in order:
+                for arm in order + list(CONTROLS):
                     results.append(await run_task(http, net, task, arm))
                 if progress is not None:
                     progress(name, i + 1, len(tasks))
@@ -205,6 +218,7 @@ def summarize(results: list[TaskResult], *, seed: int) -> dict[str, Any]:
     variation condition; `results` per task."""
     by_arm: dict[str, list[TaskResult]] = {arm: sorted((r for r in results if r.arm == arm), key=lambda r: r.task)
                                            for arm in ARMS}
+    controls = {arm: [r.correct for r in results if r.arm == arm] for arm in CONTROLS}
     ok = {arm: [r.correct for r in rs] for arm, rs in by_arm.items()}
 
     def tca(xs: list[bool]) -> float:
@@ -226,15 +240,17 @@ def summarize(results: list[TaskResult], *, seed: int) -> dict[str, Any]:
         "discordant": {"native_only": b, "bottleneck_only": c, "keyword_native_only": kb, "keyword_bottleneck_only": kc},
         "latency_ratio": round(arms["native"]["latency_ms_p50"] / arms["bottleneck"]["latency_ms_p50"], 3)
         if arms["bottleneck"]["latency_ms_p50"] else None,
+        "controls": {arm: {"tca": tca(xs), "n": len(xs)} for arm, xs in controls.items() if xs},
         "categories": _breakdown(by_arm, lambda r: (r.category,)),
-        "kinds": _breakdown(by_arm, lambda r: (r.kind,)),
+        "kinds": _breakdown({**by_arm, **{arm: [r for r in results if r.arm == arm] for arm in CONTROLS}},
+                            lambda r: (r.kind,)),
         "conditions": _breakdown(by_arm, lambda r: r.conditions),
-        "results": [asdict(r) for r in sorted(results, key=lambda r: (r.task, list(ARMS).index(r.arm)))],
+        "results": [asdict(r) for r in sorted(results, key=lambda r: (r.task, [*ARMS, *CONTROLS].index(r.arm)))],
     }
 
 
-SUMMARY_FIELDS = ("tasks", "arms", "delta_pp", "ci95", "mcnemar_p", "keyword_delta_pp", "keyword_mcnemar_p",
-                  "keyword_ci95", "latency_ratio", "kinds", "conditions")
+SUMMARY_FIELDS = ("tasks", "arms", "controls", "delta_pp", "ci95", "mcnemar_p", "keyword_delta_pp",
+                  "keyword_mcnemar_p", "keyword_ci95", "latency_ratio", "kinds", "conditions")
 """What `--json` prints of each set (the full report adds per-task results, categories and discordant counts)."""
 
 
@@ -247,7 +263,7 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
 def outcomes(report: dict[str, Any]) -> dict[str, Any]:
     """The parts of a report that must not change between runs with the same seed (all but latencies)."""
     return {name: {
-        "tca": {arm: v["tca"] for arm, v in s["arms"].items()},
+        "tca": {arm: v["tca"] for arm, v in {**s["arms"], **s["controls"]}.items()},
         **{k: s[k] for k in ("delta_pp", "ci95", "mcnemar_p", "keyword_delta_pp", "keyword_mcnemar_p")},
         "answers": [(r["task"], r["arm"], r["answer"], r["correct"], r["paths"]) for r in s["results"]],
     } for name, s in report["sets"].items()}
