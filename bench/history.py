@@ -7,9 +7,16 @@
 2. Throughput: the a2a-sdk echo agent behind two gateways, history on and history off,
    driven by wrk at the same concurrency, interleaved in rounds; reports the on/off ratio and
    checks that the history gateway kept every request (written count, drops).
+3. `--hot-path` (only this part): what recording costs a busy thread, without sockets or other processes.
+   Request-like units of Python work (parse, view, answer) run on the main thread, each recording a real
+   decision (the default rules' one-text-part route, the same routes object every time, as the gateway's
+   decision memo hands it out) through a recorder on a fresh file; history on and off interleaved in
+   rounds, back to back (a saturated gateway: CPU and units/s) and paced 0.3 ms apart (a 1-connection
+   client: the tail). Compare two source trees with bench/ab.py.
 
     .venv/bin/python bench/history.py [--decisions 100000] [--repeat 30] [--rounds 3] [--seconds 8]
                                       [--connections 16] [--json]
+    .venv/bin/python bench/history.py --hot-path [--rounds 3] [--units 20000]
 """
 
 from __future__ import annotations
@@ -337,6 +344,8 @@ def hot_path_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         med = {name: {k: round(statistics.median(x[k] for x in rows), 1) for k in rows[0]} for name, rows in arms.items()}
         med["history_cpu_us_per_request"] = round(  # type: ignore[assignment]
             statistics.median(a["cpu_us_per_unit"] - b["cpu_us_per_unit"] for a, b in zip(arms["on"], arms["off"])), 1)
+        med["on_over_off_units_per_s"] = round(  # type: ignore[assignment]
+            statistics.median(a["units_per_s"] / b["units_per_s"] for a, b in zip(arms["on"], arms["off"])), 3)
         out["paced" if paced else "back_to_back"] = med
     return out
 
