@@ -321,3 +321,53 @@ async def test_a_draining_gateway_finishes_grpc_calls_in_flight_and_refuses_new_
     assert dict(refused.trailing_metadata() or ())["retry-after"] == "1"
     assert answered.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
     assert [p.text for r in holder.received for p in r.message.parts] == ["in flight"]
+
+
+# --- connection deadlines: the `server:` section on the gRPC port too ------------------------------------------
+
+
+async def test_silent_and_idle_grpc_connections_are_closed_and_calls_in_progress_are_spared() -> None:
+    card, _ = agent("slow", ["text/plain"])
+    holder = HoldingExecutor()
+    holder.release.set()
+    async with run_agent(card, holder) as a_url:
+        cfg = {"agents": [{"name": "slow", "url": a_url.rstrip("/")}], "grpc_listen": "127.0.0.1:0",
+               "server": {"header_timeout_s": 0.5, "keep_alive_s": 0.5}}
+        async with gateway(cfg) as (gw, url):
+            assert gw.grpc is not None
+            port = gw.grpc.port
+            # a TCP connection that never speaks HTTP/2 is closed (grpc's default would hold it 120 s, then forever)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            eof = await asyncio.wait_for(reader.read(), 30)  # everything until the server closes
+            writer.close()
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
+                md = [("a2a-version", "1.0")]
+                first = await stub.SendMessage(_message("first", "k1"), metadata=md, timeout=60)
+                ready = channel.get_state()
+                await asyncio.wait_for(channel.wait_for_state_change(ready), 30)  # the server's GOAWAY once idle
+                idle = channel.get_state()
+                # a call that lasts longer than the idle deadline is not cut; the channel reconnects for it
+                holder.release.clear()
+                holder.arrived.clear()
+                held = asyncio.ensure_future(stub.SendMessage(_message("held", "k2"), metadata=md, timeout=60))
+                await holder.arrived.wait()
+                await asyncio.sleep(1.5)  # three idle deadlines pass while the call is in progress
+                holder.release.set()
+                answered = await held
+    assert isinstance(eof, bytes)  # read() returned: the server closed the connection
+    assert ready == grpc.ChannelConnectivity.READY and idle == grpc.ChannelConnectivity.IDLE
+    assert first.task.status.state == answered.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    assert [p.text for r in holder.received for p in r.message.parts] == ["first", "held"]
+
+
+def test_the_grpc_server_takes_its_deadlines_from_the_server_section() -> None:
+    from mma2a.gateway import parse_config
+    from mma2a.gateway.grpc_binding import server_options
+
+    cfg = parse_config({"max_body_bytes": 4096, "server": {"header_timeout_s": 2, "keep_alive_s": 7.5,
+                                                           "ws_ping_interval_s": 15, "ws_ping_timeout_s": 4}})
+    assert dict(server_options(cfg)) == {
+        "grpc.max_receive_message_length": 4096, "grpc.server_handshake_timeout_ms": 2000,
+        "grpc.max_connection_idle_ms": 7500, "grpc.keepalive_time_ms": 15000, "grpc.keepalive_timeout_ms": 4000,
+        "grpc.http2.max_pings_without_data": 0}

@@ -39,6 +39,29 @@ def server_credentials(tls: ListenerTLS, base_dir: str) -> grpc.ServerCredential
                                        require_client_auth=ca is not None and tls.client_cert == "required")
 
 
+def server_options(cfg: GatewayConfig) -> list[tuple[str, int]]:
+    """grpc core's options for the gateway's limits and connection deadlines (`server:`, as HTTP has them):
+
+    - the body cap: a request message over `max_body_bytes` is refused;
+    - `header_timeout_s`: a connection must finish its handshake in time (grpc's default: 120 s);
+    - `keep_alive_s`: a connection with no call in progress is closed (GOAWAY; clients reconnect on their next
+      call); grpc's default keeps it forever, so a client that connects and sends nothing holds it;
+    - `ws_ping_interval_s` / `ws_ping_timeout_s`: a ping on each connection, as on WebSockets, and a peer that
+      does not answer in time is cut off (a long stream to a vanished client ends); pings without data are
+      not capped, so idle streams stay watched."""
+    s = cfg.server
+
+    def ms(seconds: float) -> int:
+        return max(1, round(seconds * 1000))
+
+    return [("grpc.max_receive_message_length", cfg.max_body_bytes),
+            ("grpc.server_handshake_timeout_ms", ms(s.header_timeout_s)),
+            ("grpc.max_connection_idle_ms", ms(s.keep_alive_s)),
+            ("grpc.keepalive_time_ms", ms(s.ws_ping_interval_s)),
+            ("grpc.keepalive_timeout_ms", ms(s.ws_ping_timeout_s)),
+            ("grpc.http2.max_pings_without_data", 0)]
+
+
 class GrpcIngress:
     """The gateway's gRPC server: started with the gateway, stopped with it."""
 
@@ -50,7 +73,7 @@ class GrpcIngress:
         self.listen = cfg.grpc_listen
         admission = Admission(control, method_access(jsonrpc), message_timeout_s=cfg.server.body_timeout_s)
         self.server = grpc.aio.server(interceptors=[admission],
-                                      options=[("grpc.max_receive_message_length", cfg.max_body_bytes)])
+                                      options=server_options(cfg))
         servicer = GrpcHandler(handler)
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, self.server)  # type: ignore[no-untyped-call]
         if cfg.tls is not None:  # the listener's certificate and client CA (read at start; HTTP reloads them)
