@@ -323,6 +323,24 @@ async def test_a_draining_gateway_finishes_grpc_calls_in_flight_and_refuses_new_
     assert [p.text for r in holder.received for p in r.message.parts] == ["in flight"]
 
 
+async def test_an_oversize_request_message_is_refused_on_grpc_as_on_every_binding() -> None:
+    """`max_body_bytes` is the gRPC port's message cap (HTTP: 413): refused before the call runs, on unary and
+    streaming methods, and the drain count is left even."""
+    big = _message("x" * 5000, "o1")
+    async with grpc_gateway({"max_body_bytes": 4096}) as (gw, url, port, executor):
+        unary = await _refused("127.0.0.1", port, big)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as stream:
+                async for _ in a2a_pb2_grpc.A2AServiceStub(channel).SendStreamingMessage(  # type: ignore[no-untyped-call]
+                        big, metadata=[("a2a-version", "1.0")], timeout=60):
+                    pass
+        inflight = gw.drain.inflight
+    for err in (unary, stream.value):
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "Received message larger than max (5015 vs. 4096)" in (err.details() or "")
+    assert inflight == 0 and executor.received == []
+
+
 # --- connection deadlines: the `server:` section on the gRPC port too ------------------------------------------
 
 
