@@ -16,6 +16,7 @@ measures the queue for a core, the CPU time what the work costs.
 
     .venv/bin/python bench/semantic.py [--rounds 3] [--decisions 2000] [--json]
     .venv/bin/python bench/semantic.py --models [--rounds 3] [--json]
+    .venv/bin/python bench/semantic.py --cascade
 """
 
 from __future__ import annotations
@@ -126,13 +127,57 @@ def compare_models(rounds: int) -> dict[str, Any]:
                    **{k: round(statistics.median(v), 3) for k, v in res[name].items()}} for name in models}
 
 
+def cascade() -> dict[str, Any]:
+    """Would a cascade beat the static model alone? Static decides when its top-1 score leads the top-2 by at least
+    a margin, MiniLM otherwise. Each margin is tried on the held-out requests (where it is chosen) and reported on the
+    35 paraphrases with the share of fast (static) decisions; `minilm` and `static` alone for comparison."""
+    import numpy as np
+
+    from mma2a.features.sentence import shared_embedder
+    from mma2a.routing.semantic import build_skills
+
+    agents_ = skill_agents()
+    names = [a.name for a in agents_]
+    scores: dict[str, dict[str, Any]] = {}
+    for model_name in ("minilm", "static"):
+        model = shared_embedder(model_name)
+        table = build_skills(agents_, model)
+        assert table is not None
+        keep = table.mask(names)
+        for label, requests in (("held_out", HELD_OUT), ("paraphrases", REQUESTS)):
+            rows = []
+            for vec in model.embed([t for _, t in requests]):
+                ranked = dict((a, sc) for a, sc, _ in table.rank(vec, keep, top=len(names)))
+                rows.append([ranked[n] for n in names])
+            scores.setdefault(label, {})[model_name] = np.asarray(rows)
+    out: dict[str, Any] = {}
+    for label, requests in (("held_out", HELD_OUT), ("paraphrases", REQUESTS)):
+        want = np.asarray([names.index(w) for w, _ in requests])
+        fast, full = scores[label]["static"], scores[label]["minilm"]
+        top2 = np.sort(fast, axis=1)[:, -2:]
+        margin = top2[:, 1] - top2[:, 0]
+        right_fast, right_full = fast.argmax(axis=1) == want, full.argmax(axis=1) == want
+        rows = {"minilm alone": f"{int(right_full.sum())}/{len(requests)}",
+                "static alone": f"{int(right_fast.sum())}/{len(requests)}"}
+        for t in (0.02, 0.04, 0.06, 0.08, 0.10, 0.15):
+            use_fast = margin >= t
+            rows[f"margin {t:.2f}"] = (f"{int(np.where(use_fast, right_fast, right_full).sum())}/{len(requests)}, "
+                                       f"{use_fast.mean():.0%} fast")
+        out[label] = rows
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--decisions", type=int, default=2000)
     ap.add_argument("--models", action="store_true", help="compare the sentence models instead")
+    ap.add_argument("--cascade", action="store_true", help="static when its margin is clear, MiniLM otherwise: accuracy")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.cascade:
+        print(json.dumps(cascade(), indent=2))
+        return
     if args.models:
         table: dict[str, Any] = {**compare_models(args.rounds), "load_average": [round(x, 2) for x in os.getloadavg()]}
         print(json.dumps(table, indent=2) if args.json else "\n".join(f"{k:8s} {v}" for k, v in table.items()))

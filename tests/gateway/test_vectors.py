@@ -176,3 +176,39 @@ async def test_minilm_answers_until_the_static_table_is_there_then_the_gateway_r
     assert stale.explanation.parts[0].notes[0] == ("text vector: by all-minilm-l6-v2-int8, the snapshot's by "
                                                    "all-minilm-l6-v2-static: not used")
     assert stale.parts[0].targets[0].reason == "capability"
+
+
+async def test_texts_at_hand_keep_their_vectors_when_another_part_waits_past_the_budget() -> None:
+    import threading
+
+    from mma2a.features.pipeline import FeaturePipeline
+    from mma2a.features.policy import FeaturePolicy
+    from mma2a.gateway.enrich import FeatureStage
+    from mma2a.routing import build_snapshot, parse_rules
+    from mma2a.routing.agents import AgentInfo, SkillInfo
+
+    release = threading.Event()
+
+    class Held(Runs):
+        """The real model, held back on one text until the test lets it go."""
+
+        def embed(self, texts: Sequence[str]) -> Any:
+            if any("held" in t for t in texts):
+                release.wait(30)
+            return super().embed(texts)
+
+    seen, count = counter()
+    inner = Held()
+    vectors = TextVectors(CachedEmbedder(inner), count=count)
+    desks = [AgentInfo("shipping", ("text/plain",), ("text/plain",), (SkillInfo("s", (), (), "Tracks parcels"),))]
+    snap = build_snapshot(parse_rules({"version": 1, "default": {"capability": "skills"}, "rules": []}), desks,
+                          embedder=vectors.cache)
+    stage = FeatureStage(FeaturePipeline(), FeaturePolicy(budget_s=0.05), vectors)
+    await vectors.vectors(["Where is my parcel?"])  # now cached
+    message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "Where is my parcel?"}, {"text": "held text"}]}
+    try:
+        got = await stage.apply(message, snap)
+    finally:
+        release.set()
+    assert list(got) == [0] and np.array_equal(got[0], vectors.cache.embed(["Where is my parcel?"])[0])
+    assert seen == {"miss": 2, "hit": 1, "timeout": 1}  # the held text alone went without

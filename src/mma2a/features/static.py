@@ -10,7 +10,7 @@ is in docs/features.md; how the recipe was picked, in docs/benchmarks.md.
 
 The table is derived, never downloaded: built from the model file of the installed package (about
 30 s of CPU on one core), stored in a cache directory under a name holding the model file's
-digest (a new model file gets a new table), written atomically, and read back in milliseconds on
+digest (a new model file gets a new table), written atomically, and read back in well under a second on
 every later start.
 """
 
@@ -43,7 +43,7 @@ RECIPE = 1
 CACHE_ENV = "MMA2A_DATA_DIR"
 
 _tables: dict[Path, Any] = {}
-"""Tables loaded in this process, by file: every embedder of one cache dir shares one (23 MB)."""
+"""Tables loaded in this process, by file: every embedder of one cache dir shares one (47 MB as float32)."""
 _tables_lock = threading.Lock()
 
 
@@ -146,7 +146,7 @@ class WordPieces:
     end to end, and a request's words are mostly words seen before (a dict lookup instead of a call costing
     tens of µs). Bounded: the memory is cleared when it holds `max_chunks`."""
 
-    def __init__(self, tokenizer: Any, *, max_chunks: int = 200_000, max_pieces: int = MAX_PIECES) -> None:
+    def __init__(self, tokenizer: Any, *, max_chunks: int = 50_000, max_pieces: int = MAX_PIECES) -> None:
         self.tokenizer = tokenizer
         self.max_chunks = max_chunks
         self.max_pieces = max_pieces

@@ -158,11 +158,12 @@ class FeatureStage:
                 texts[i] = words
         if not texts:
             return {}
-        try:
-            rows = await asyncio.wait_for(vectors.vectors(list(texts.values())), self.policy.budget_s)
-        except asyncio.TimeoutError:  # routed without vectors: semantic conditions fail, skills falls back
-            vectors.timed_out(len(texts))
-            return {}
+        rows, waits = vectors.lookup(list(texts.values()))
+        if waits:  # texts the model has to run for: within the budget (no timer, no task when all were at hand)
+            try:
+                await asyncio.wait_for(vectors.finish(rows, waits), self.policy.budget_s)  # fills `rows` in place
+            except asyncio.TimeoutError:  # those still waiting go without: semantic conditions fail, skills falls back
+                vectors.timed_out(sum(rows[i] is None for i, _ in waits))
         return PartVectors(vectors.cache.model, {i: row for i, row in zip(texts, rows) if row is not None})
 
 

@@ -53,6 +53,12 @@ class TextVectors:
         self.cache.inner.embed(["warm up"])
 
     async def vectors(self, texts: Sequence[str]) -> list[Any | None]:
+        out, waits = self.lookup(texts)
+        return await self.finish(out, waits) if waits else out
+
+    def lookup(self, texts: Sequence[str]) -> tuple[list[Any | None], list[tuple[int, asyncio.Future[Any]]]]:
+        """What can be had now (cached, or embedded in place by a cheap model), and a future for each text that
+        must wait for the worker (queued here; `finish` awaits them). Call it on the event loop."""
         out: list[Any | None] = [None] * len(texts)
         waits: list[tuple[int, asyncio.Future[Any]]] = []
         for i, raw in enumerate(texts):
@@ -85,14 +91,17 @@ class TextVectors:
                 fut = entry[1]
             self._count("miss")
             waits.append((i, fut))
-        if waits:
-            if self._worker is None:
-                self._worker = asyncio.create_task(self._work())
-            for i, fut in waits:
-                try:
-                    out[i] = await asyncio.shield(fut)  # a waiter that gives up leaves the others their vector
-                except Exception:  # noqa: BLE001 - the model failed: logged by the worker, routed without a vector
-                    self._count("failed")
+        if waits and self._worker is None:
+            self._worker = asyncio.create_task(self._work())
+        return out, waits
+
+    async def finish(self, out: list[Any | None], waits: list[tuple[int, asyncio.Future[Any]]]) -> list[Any | None]:
+        """`out` with the vectors `lookup` left waiting for."""
+        for i, fut in waits:
+            try:
+                out[i] = await asyncio.shield(fut)  # a waiter that gives up leaves the others their vector
+            except Exception:  # noqa: BLE001 - the model failed: logged by the worker, routed without a vector
+                self._count("failed")
         return out
 
     async def _work(self) -> None:
