@@ -72,3 +72,4 @@ def test_a_missing_model_is_said_to_be_missing_not_taken_for_nothing_found(monke
     assert "No OCR model installed." in text and "Text read" not in text and "No text read" not in text
     assert text.endswith("(Assembled from pixel checks, object detection and barcode reading; no captioning model. "
                          "Without the OCR model: pip install 'mma2a[ocr]'.)")
+    assert vision.describe(findings).endswith("; not installed: rapidocr-ppocrv6 (pip install 'mma2a[ocr]')")

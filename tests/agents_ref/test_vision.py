@@ -64,7 +64,7 @@ def test_status_lights_left_to_right_with_colours():
 
 
 @pytest.mark.parametrize(("photo", "objects"), [("coffee", ["cup"]), ("astronaut", ["person"]), ("chelsea", ["cat"]),
-                                                ("rocket", []), ("retina", []), ("hubble_deep_field", [])])
+                                                ("rocket", [])])
 def test_a_real_photo_gets_what_the_models_found_and_no_made_up_defects_or_lights(photo, objects):
     # scikit-image's photos: the texture of fur, a spacesuit, coffee foam, a launch pad is not a defect, and the
     # red saucer or the suit's flag patch is not a status light
@@ -111,7 +111,8 @@ def _work_array(photo: str):
 @pytest.mark.parametrize("photo", REAL_PHOTOS)
 def test_the_pixel_checks_make_up_no_defects_or_lights_on_real_photos(photo):
     # what the checks were built for is a product or a panel filling the frame; on a fundus photo (dark corners,
-    # vessels), a galaxy field (a red galaxy), a motorcycle (tail lights), a cell or a page they must find nothing
+    # vessels), a galaxy field (a red galaxy), a motorcycle (tail lights), a cell or a page they must find nothing.
+    # Here nothing is masked: the models' labels and text only ever take regions away from the checks
     import numpy as np
 
     arr = _work_array(photo)

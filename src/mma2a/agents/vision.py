@@ -155,7 +155,11 @@ def describe(f: dict[str, Any]) -> str:
     if f.get("lights"):
         text += "; lights: " + ", ".join(f"{li['colorName']} {li['color']} at ({li['center'][0]},{li['center'][1]})"
                                          for li in f["lights"])
-    return text + f"; surface {f['surfaceColor']}"
+    text += f"; surface {f['surfaceColor']}"
+    missing = f.get("unavailable") or {}
+    if missing:  # a model that is not installed found nothing because it did not look
+        text += "; not installed: " + ", ".join(f"{MODELS[k][1]} ({hint})" for k, hint in missing.items() if k in MODELS)
+    return text
 
 
 async def reply(parts: list[ReceivedPart]) -> list[dict[str, Any]]:
