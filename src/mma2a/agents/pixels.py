@@ -10,6 +10,7 @@ back in the original image's pixels (`back` = original / working scale).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +69,8 @@ def hex_colour(rgb: Any) -> str:
 
 @dataclass
 class PixelFindings:
-    """What the pixel checks found, in the original image's pixels; `dark` and `lit` are the working masks."""
+    """What the pixel checks found, in the original image's pixels: defects (largest first), lights (left to
+    right), the surface colour, and `note`, what dark regions were set aside and why."""
 
     defects: list[dict[str, Any]] = field(default_factory=list)
     lights: list[dict[str, Any]] = field(default_factory=list)
@@ -76,14 +78,15 @@ class PixelFindings:
     note: str | None = None
 
 
-def _scaler(back: float) -> Any:
+def _scaler(back: float) -> Callable[[float, float, float, float], list[int]]:
+    """A box in working pixels to a box in the original's pixels."""
     def box(x0: float, y0: float, x1: float, y1: float) -> list[int]:
         return [int(x0 * back), int(y0 * back), int(x1 * back), int(y1 * back)]
     return box
 
 
 def find_defects(grey8: Any, known: Any, back: float) -> tuple[list[dict[str, Any]], Any, str | None]:
-    """Dark defects (largest first), the mask of dark valleys, and a note when they were judged scene texture.
+    """Dark defects (largest first), the mask of dark valleys, and a note saying which were set aside and why.
 
     A defect is a dark valley: much darker than the surface a closing (kernel wider than any crack or dent)
     fills in around it; the edge between a dark product and a light background is a step, not a valley."""
