@@ -66,7 +66,19 @@ def part_size(part: Mapping[str, Any], ext: PartExtension) -> int | None:
     return None
 
 
+_PLAIN: dict[tuple[str, Any], tuple[PartExtension, Modality]] = {}  # (kind, mediaType) of parts without metadata
+_PLAIN_MAX = 256
+
+
 def view_part(part: Mapping[str, Any], index: int, registry: ModalityRegistry | None = None) -> PartView:
+    if isinstance(part, dict) and "metadata" not in part:  # a plain part: its extension and modality, read once per shape
+        media_type = part.get("mediaType")
+        if media_type is None or type(media_type) is str:
+            kind = part_kind(part)
+            known = _PLAIN.get((kind, media_type))
+            if known is not None:
+                ext, modality = known
+                return PartView(index, modality, {}, kind, part_size(part, ext), ext)
     where = f"message.parts[{index}]"
     if not isinstance(part, dict):
         raise InvalidRequest(f"{where}: must be an object", field=where)
@@ -79,6 +91,10 @@ def view_part(part: Mapping[str, Any], index: int, registry: ModalityRegistry | 
     modality = parse_modality(ext.modality, field=f"{where}.modality")
     if registry is not None and ext.features:
         registry.validate_features(modality, ext.features, field=f"{where}.features")
+    if "metadata" not in part and kind != "none" and len(_PLAIN) < _PLAIN_MAX:
+        media_type = part.get("mediaType")
+        if media_type is None or type(media_type) is str:
+            _PLAIN[(kind, media_type)] = (ext, modality)  # frozen, its features empty: shared by alike parts
     return PartView(index, modality, ext.features, kind, part_size(part, ext), ext)
 
 

@@ -89,3 +89,20 @@ def test_the_underscore_prefilter_ignores_role_values_only():
         keyed = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "ab"}]}, "ROLE_USER": 1}
         assert _underscore(body(keyed, compact=compact)) and _snake_case(keyed)  # a key, not a role value
     assert _underscore(b'{"a":"ROLE_USER","b":"' + b"x" * 3000 + b'"}')  # long bodies: left to `_snake_case`
+
+
+def test_a_plain_part_viewed_again_equals_its_first_view_and_bad_parts_still_fail():
+    import pytest
+
+    from mma2a.errors import MMA2AError
+    from mma2a.view import view_part
+
+    parts = [*PLAIN_PARTS, {"text": "longer text"}, {"raw": "aGVsbG8=", "mediaType": "image/png"}]
+    first = [view_part(dict(p), i) for i, p in enumerate(parts)]
+    again = [view_part(dict(p), i) for i, p in enumerate(parts)]  # alike parts now come from the shape cache
+    assert first == again
+    assert again[-2].size == len("longer text") and again[0].size == 2 and again[1].modality_str == "application/octet-stream"
+    for bad in ({"text": "x", "mediaType": ["text/plain"]}, {"text": "x", "mediaType": "not a type"}, {"kind": "text"}):
+        for _ in range(2):
+            with pytest.raises(MMA2AError):
+                view_part(bad, 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MMA2AError
@@ -61,14 +61,14 @@ class Exchange:
         self.log_decisions = log_decisions
         self.gateway_id = gateway_id
 
-    async def send(
+    def send(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
-    ) -> dict[str, Any]:
-        """SendMessage through the gateway; returns the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
+    ) -> Awaitable[dict[str, Any]]:
+        """SendMessage through the gateway; awaits to the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
         if self.dedupe is not None and isinstance(message.get("messageId"), str):
-            return await self.dedupe.run(
+            return self.dedupe.run(
                 current_sender(), message["messageId"], lambda: self._send(message, configuration, target))
-        return await self._send(message, configuration, target)
+        return self._send(message, configuration, target)
 
     async def _send(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
                     ) -> dict[str, Any]:

@@ -102,6 +102,7 @@ class JsonRpcIngress:
         self.sdk = sdk_dispatcher
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
+        self._bytes_in = metrics.bytes_in.labels("jsonrpc")
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """The route's ASGI app: no per-request wrapping beyond the request and the response themselves.
@@ -140,7 +141,7 @@ class JsonRpcIngress:
             if not msg.get("more_body", False):
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self.metrics.bytes_in.labels("jsonrpc").inc(len(body))
+        self._bytes_in.inc(len(body))
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:

@@ -163,9 +163,22 @@ class LegPlanner:
 
     def leg_message(self, message: dict[str, Any], leg: Leg, entry: AgentEntry) -> dict[str, Any]:
         """The message one agent receives: its parts only; the extension kept only if its card declares it."""
+        parts = [p for _, p in leg.parts]
+        if not declares(entry):  # a plain message, made in one copy (the extension's fields left out)
+            out = downgrade_message({**message, "parts": parts}, input_modes=input_modes(entry))
+            self._own_task(out, leg)
+            return out
         out = {k: v for k, v in message.items() if k != "parts"}
-        out["parts"] = [p for _, p in leg.parts]
-        if "taskId" in out:  # a follow-up: each agent continues its own task, or starts one
+        out["parts"] = parts
+        self._own_task(out, leg)
+        mext = read_message(message) or MessageExtension()
+        via = (*mext.via, self.gateway_id) if self.gateway_id else mext.via
+        write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto", via=via))
+        return out
+
+    def _own_task(self, out: dict[str, Any], leg: Leg) -> None:
+        """A follow-up (`taskId`): each agent continues its own task, or starts one."""
+        if "taskId" in out:
             rec = self.tasks.find(out["taskId"])
             if rec is not None:
                 mine = next((d for d in rec.legs if d.agent == leg.agent), None)
@@ -173,12 +186,6 @@ class LegPlanner:
                     del out["taskId"]
                 else:
                     out["taskId"] = mine.task_id
-        if declares(entry):
-            mext = read_message(message) or MessageExtension()
-            via = (*mext.via, self.gateway_id) if self.gateway_id else mext.via
-            write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto", via=via))
-            return out
-        return downgrade_message(out, input_modes=input_modes(entry))
 
 
 def _is_empty(part: dict[str, Any]) -> bool:

@@ -11,7 +11,7 @@ stages once and hands each request to the one that answers it:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..modality import ModalityRegistry
@@ -95,11 +95,12 @@ class Pipeline:
     def route(self, view: MessageView) -> RouteDecision:
         return self.admission.route(view)
 
-    async def send(
+    def send(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
-    ) -> dict[str, Any]:
-        """SendMessage through the gateway; returns the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
-        return await self.exchange.send(message, configuration, target=target)
+    ) -> Awaitable[dict[str, Any]]:
+        """SendMessage through the gateway; awaits to the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`).
+        (The exchange's own coroutine: no second frame on the hot path.)"""
+        return self.exchange.send(message, configuration, target=target)
 
     def send_stream(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
