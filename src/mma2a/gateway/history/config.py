@@ -16,5 +16,5 @@ class HistoryConfig(BaseModel):
     max_bytes: int = Field(default=256 * 1024 * 1024, gt=0)  # then the oldest, until the rows fit
     queue: int = Field(default=10_000, gt=0)  # decisions waiting for the writer; beyond, they are dropped and counted
     batch: int = Field(default=500, gt=0)  # rows per transaction
-    flush_interval_s: float = Field(default=0.2, gt=0)  # how long the writer sleeps when the queue is empty
+    flush_interval_s: float = Field(default=0.2, gt=0)  # how long the writer gathers decisions short of a full batch
     prune_interval_s: float = Field(default=30.0, gt=0)

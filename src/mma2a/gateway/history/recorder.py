@@ -104,11 +104,15 @@ class HistoryRecorder:
     def _run(self) -> None:
         next_prune = time.monotonic()  # once at start (what aged while the gateway was down), then every interval
         while True:
-            if not self._queue:
+            # wait out the interval unless a batch is full, a flush asks or the gateway stops: draining as soon as
+            # anything is queued commits many small transactions under load, each rewriting the same index pages
+            if len(self._queue) < self.batch:
                 if self._stopping:
-                    return
-                self._wake.wait(self.interval_s)
-                self._wake.clear()
+                    if not self._queue:
+                        return
+                else:
+                    self._wake.wait(self.interval_s)
+                    self._wake.clear()
             self._drain()
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + self.prune_interval_s
