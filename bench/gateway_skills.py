@@ -144,7 +144,7 @@ def main() -> None:
     for name in ("repeat", "distinct"):
         scripts[name] = str(tmp / f"{name}.lua")
         Path(scripts[name]).write_text(workload_lua(name == "distinct"))
-    from mma2a.features.sentence import embedding_available
+    from mma2a.features.text_models import embedding_available
 
     names = ["gateway", "skills_minilm", "skills_static"] + (["skills_use"] if embedding_available("use") else [])
     static_dir = Path(os.environ.get("MMA2A_DATA_DIR") or "./mma2a-data").resolve()

@@ -84,7 +84,7 @@ def skill_agents() -> list[AgentInfo]:
 
 def compare_models(rounds: int) -> dict[str, Any]:
     """Per installed model: paraphrase hits (the gateway's own `skills` decision) and CPU ms per sentence."""
-    from mma2a.features.sentence import TEXT_MODELS, embedding_available, shared_embedder
+    from mma2a.features.text_models import TEXT_MODELS, embedding_available, shared_embedder
 
     texts = [t for _, t in REQUESTS]
     rules = parse_rules({"version": 1, "default": {"capability": "skills", "min": -1}, "rules": []})
@@ -133,7 +133,7 @@ def cascade() -> dict[str, Any]:
     35 paraphrases with the share of fast (static) decisions; `minilm` and `static` alone for comparison."""
     import numpy as np
 
-    from mma2a.features.sentence import shared_embedder
+    from mma2a.features.text_models import shared_embedder
     from mma2a.routing.semantic import build_skills
 
     agents_ = skill_agents()

@@ -229,7 +229,7 @@ def desk_reply(name: str) -> Any:
 async def skills_request(text: str = FREE_TEXT) -> SkillsResult | None:
     """`text` to a gateway whose default is `capability: skills`, in front of the three desks (None without the
     `embed` extra): the dry-run explanation's skills note, then the real send and the desk's answer."""
-    from .features.sentence import embedding_available
+    from .features.text_models import embedding_available
 
     if not embedding_available():
         return None

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mma2a.features.sentence import TextEmbedder, model_files, sentence_embedder
+from mma2a.features.sentence import TextEmbedder, model_files
+from mma2a.features.text_models import sentence_embedder
 from mma2a.features.static import (
     RECIPE,
     STATIC_NAME,

@@ -21,7 +21,7 @@ class Runs:
     """The process's real embedder, recording the texts of every model run (and failing on request)."""
 
     def __init__(self, fail_on: str | None = None) -> None:
-        from mma2a.features.sentence import shared_embedder
+        from mma2a.features.text_models import shared_embedder
 
         self.encoder = shared_embedder()
         self.model = self.encoder.model

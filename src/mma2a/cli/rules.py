@@ -122,7 +122,7 @@ def _load(rules_path: Path) -> Any:
 
 def _embedder(rules: Any, text_model: str = "minilm") -> Any:
     """The sentence embedder when the rules route by meaning and the `embed` extra is installed."""
-    from ..features.sentence import TEXT_MODELS, sentence_embedder
+    from ..features.text_models import TEXT_MODELS, sentence_embedder
     from ..routing.semantic import needs_vectors
 
     if text_model not in TEXT_MODELS:

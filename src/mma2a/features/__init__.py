@@ -19,7 +19,8 @@ from .ocr import OCRExtractor
 from .pipeline import FeaturePipeline, FeatureResult, default_extractors
 from .policy import FeaturePolicy, enrich_part
 from .producer import Uploader, build_part, sniff_modality
-from .sentence import SentenceEmbeddingExtractor, TextEmbedder
+from .sentence import TextEmbedder
+from .text_models import SentenceEmbeddingExtractor
 from .speech import SpeechExtractor
 from .text import TextExtractor
 from .video import VideoExtractor

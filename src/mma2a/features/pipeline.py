@@ -86,7 +86,7 @@ def default_extractors(
     from .mesh import MeshExtractor
     from .objects import ObjectExtractor
     from .ocr import OCRExtractor
-    from .sentence import SentenceEmbeddingExtractor
+    from .text_models import SentenceEmbeddingExtractor
     from .speech import SpeechExtractor
     from .text import TextExtractor
     from .video import VideoExtractor

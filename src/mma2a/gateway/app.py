@@ -32,7 +32,8 @@ from ..features.base import Limits
 from ..features.probe import check_media
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
-from ..features.sentence import SentenceEncoder, sentence_embedder
+from ..features.sentence import SentenceEncoder
+from ..features.text_models import sentence_embedder
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
 from ..payload import SIGNED_ROUTES, BlobStore, LocalBlobStore, StreamHub, URLSigner, payload_routes
 from ..responses import error_response, json_response
