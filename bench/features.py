@@ -251,7 +251,7 @@ def main() -> None:
         for label, name, first, med, p95, cpu, allowance in rows:
             share = f"{p95 / allowance:.0%}" if allowance else "—"
             print(f"| {label} | {name} | {first * 1e3:.1f} | {med * 1e3:.1f} | {p95 * 1e3:.1f} | {cpu * 1e3:.1f} | "
-                  f"{f'{allowance:g} s' if allowance else '—'} | {share} |")
+                  f"{f'{allowance:.3g} s' if allowance else '—'} | {share} |")
         print()
         print("| photo | vision agent: first call (ms) | median wall (ms) | p95 wall (ms) | median CPU (ms) |")
         print("|---|---:|---:|---:|---:|")
