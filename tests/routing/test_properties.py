@@ -48,13 +48,18 @@ def conditions(draw: st.DrawFn) -> Any:
     return {op: draw(st.sampled_from([-1, 0, 1, 1.5, 2]))}
 
 
+# Built once: a strategy made inside every draw is validated again each time, which was most of these tests' time.
+CLAUSE_MODALITY = st.one_of(st.none(), st.sampled_from(RULE_MODALITIES))
+CLAUSE_FEATURES = st.dictionaries(st.sampled_from(FEATURES), conditions(), max_size=3)
+
+
 @st.composite
 def clauses(draw: st.DrawFn) -> dict[str, Any]:
     clause: dict[str, Any] = {}
-    mod = draw(st.one_of(st.none(), st.sampled_from(RULE_MODALITIES)))
+    mod = draw(CLAUSE_MODALITY)
     if mod is not None:
         clause["modality"] = mod
-    feats = draw(st.dictionaries(st.sampled_from(FEATURES), conditions(), max_size=3))
+    feats = draw(CLAUSE_FEATURES)
     if feats:
         clause["features"] = feats
     return clause
