@@ -389,3 +389,21 @@ def test_the_grpc_server_takes_its_deadlines_from_the_server_section() -> None:
         "grpc.max_receive_message_length": 4096, "grpc.server_handshake_timeout_ms": 2000,
         "grpc.max_connection_idle_ms": 7500, "grpc.keepalive_time_ms": 15000, "grpc.keepalive_timeout_ms": 4000,
         "grpc.http2.max_pings_without_data": 0}
+
+
+async def test_the_gateways_deadline_for_an_agent_call_is_the_same_on_both_doors() -> None:
+    """`timeout_s` bounds the agent call of a gRPC request as of a JSON-RPC one: the same FAILED task naming it."""
+    card, _ = agent("stuck", ["text/plain"])
+    holder = HoldingExecutor()  # never released while the calls run
+    async with run_agent(card, holder) as a_url:
+        cfg = {"agents": [{"name": "stuck", "url": a_url.rstrip("/")}], "grpc_listen": "127.0.0.1:0",
+               "timeout_s": 0.5, "retries": 0}
+        async with gateway(cfg) as (gw, url):
+            assert gw.grpc is not None
+            over_grpc = await _send("127.0.0.1", gw.grpc.port, _message("via grpc", "t1"))
+            over_http = (await post(url, "/", send_body("t2"), {"A2A-Version": "1.0"})).json()["result"]["task"]
+        holder.release.set()
+    assert over_grpc.task.status.state == a2a_pb2.TASK_STATE_FAILED
+    assert [p.text for p in over_grpc.task.status.message.parts] == ["agent stuck timed out after 0.5 s"]
+    assert over_http["status"]["state"] == "TASK_STATE_FAILED"
+    assert [p["text"] for p in over_http["status"]["message"]["parts"]] == ["agent stuck timed out after 0.5 s"]
