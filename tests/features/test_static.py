@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mma2a.features.sentence import TextEmbedder, model_files
 from mma2a.features.text_models import sentence_embedder
@@ -87,3 +89,22 @@ def test_the_gateway_and_the_cli_open_the_static_model_from_a_data_dir(static_em
     assert isinstance(again, StaticEmbedder) and again is not static_embedder and again.model == STATIC_NAME
     assert np.array_equal(again.embed(["Where is my parcel?"]), static_embedder.embed(["Where is my parcel?"]))
     assert again._load()[1] is static_embedder._load()[1]  # one table in memory per file
+
+
+@pytest.fixture(scope="module")
+def own_pieces(static_embedder: StaticEmbedder) -> WordPieces:
+    """Word pieces with nothing remembered from the tokenizer: every chunk here is split by `WordPieces` itself."""
+    return WordPieces(static_embedder._load()[0].tokenizer)
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=40))
+def test_printable_ascii_chunks_are_split_as_the_tokenizer_splits_them(own_pieces: WordPieces, chunk: str) -> None:
+    assert own_pieces.ids(chunk) == own_pieces.tokenizer.encode(chunk, add_special_tokens=False).ids
+
+
+def test_ascii_words_past_100_characters_and_words_without_pieces_are_unknown(static_embedder: StaticEmbedder) -> None:
+    pieces, _ = static_embedder._load()
+    fresh = WordPieces(pieces.tokenizer)
+    for chunk in ["a" * 101, "q-" + "z" * 120 + ")", "case#12345-x9", "ＡＢＣ", "naïve"]:  # the last two: the tokenizer's
+        assert fresh.ids(chunk) == pieces.tokenizer.encode(chunk, add_special_tokens=False).ids, chunk

@@ -140,17 +140,37 @@ def write_table(path: Path, table: Any) -> None:
         tmp.unlink(missing_ok=True)
 
 
+_PUNCT = frozenset(chr(c) for c in (*range(33, 48), *range(58, 65), *range(91, 97), *range(123, 127)))
+"""ASCII punctuation as BERT's pre-tokenizer sees it: each such character is a word of its own."""
+
+
+def _bert_config(tokenizer: Any) -> bool:
+    """Is `tokenizer` the uncased BERT WordPiece setup that `WordPieces` reproduces for printable ASCII?"""
+    import json
+
+    conf = json.loads(tokenizer.to_str())
+    norm, pre, model = conf.get("normalizer") or {}, conf.get("pre_tokenizer") or {}, conf.get("model") or {}
+    return (norm.get("type") == "BertNormalizer" and norm.get("lowercase") is True and norm.get("clean_text") is True
+            and pre.get("type") == "BertPreTokenizer" and model.get("type") == "WordPiece"
+            and model.get("continuing_subword_prefix") == "##" and model.get("unk_token") == "[UNK]")
+
+
 class WordPieces:
-    """MiniLM's WordPiece ids of a text, the tokenizer's own answer per whitespace-separated chunk, remembered:
-    the tokenizer splits on whitespace before anything else, so the ids of a text are those of its chunks
-    end to end, and a request's words are mostly words seen before (a dict lookup instead of a call costing
-    tens of µs). Bounded: the memory is cleared when it holds `max_chunks`."""
+    """MiniLM's WordPiece ids of a text, as its tokenizer gives them, split at whitespace and remembered per chunk:
+    the tokenizer splits on whitespace before anything else, so the ids of a text are those of its chunks end to
+    end, and a request's words are mostly words seen before (a dict lookup). A chunk not seen before that is
+    printable ASCII is split and looked up here as BERT's tokenizer does it (lower case, each punctuation
+    character alone, greedy longest word pieces, `##` inside a word, [UNK] past 100 characters) — a case number
+    costs microseconds, not a call into the tokenizer; other chunks ask the tokenizer. Bounded: the memory is
+    emptied when it holds `max_chunks`."""
 
     def __init__(self, tokenizer: Any, *, max_chunks: int = 50_000, max_pieces: int = MAX_PIECES) -> None:
         self.tokenizer = tokenizer
         self.max_chunks = max_chunks
         self.max_pieces = max_pieces
         self._known: dict[str, list[int]] = {}
+        self._vocab: dict[str, int] = tokenizer.get_vocab() if _bert_config(tokenizer) else {}
+        self._unk = self._vocab.get("[UNK]", 0)
 
     def ids(self, text: str) -> list[int]:
         out: list[int] = []
@@ -158,7 +178,7 @@ class WordPieces:
         for chunk in text.split():
             ids = known.get(chunk)
             if ids is None:
-                ids = self.tokenizer.encode(chunk, add_special_tokens=False).ids
+                ids = self._chunk(chunk)
                 if len(known) >= self.max_chunks:
                     known.clear()
                 if len(chunk) <= 100:  # a long chunk is one [UNK] or a one-off: not worth remembering
@@ -166,6 +186,45 @@ class WordPieces:
             out.extend(ids)
             if len(out) >= self.max_pieces:
                 return out[: self.max_pieces]
+        return out
+
+    def _chunk(self, chunk: str) -> list[int]:
+        if not self._vocab or not chunk.isascii() or not chunk.isprintable():
+            ids: list[int] = self.tokenizer.encode(chunk, add_special_tokens=False).ids
+            return ids
+        out: list[int] = []
+        word = ""
+        for ch in chunk.lower():
+            if ch in _PUNCT:
+                if word:
+                    out.extend(self._word(word))
+                    word = ""
+                out.extend(self._word(ch))
+            else:
+                word += ch
+        if word:
+            out.extend(self._word(word))
+        return out
+
+    def _word(self, word: str) -> list[int]:
+        """Greedy longest-match-first word pieces of one lower-case ASCII word (BERT's WordPiece)."""
+        vocab = self._vocab
+        if len(word) > 100:
+            return [self._unk]
+        out: list[int] = []
+        start = 0
+        while start < len(word):
+            end = len(word)
+            while end > start:
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                found = vocab.get(piece)
+                if found is not None:
+                    out.append(found)
+                    break
+                end -= 1
+            else:
+                return [self._unk]  # no piece fits: the whole word is unknown
+            start = end
         return out
 
 
@@ -235,6 +294,18 @@ class StaticEmbedder(SentenceEncoder):
         norms = np.sqrt(np.einsum("ij,ij->i", out, out))
         np.divide(out, norms[:, None], out=out, where=norms[:, None] > 0)
         return out
+
+    def embed_one(self, text: str) -> Any:
+        """The unit vector of one text (what the gateway asks per request: no batch arrays)."""
+        import numpy as np
+
+        pieces, table = self._load()
+        ids = pieces.ids(_clean([text])[0])
+        if not ids:
+            return np.zeros(self.dimension, np.float32)
+        vec = table[ids].sum(axis=0)
+        norm = float(np.sqrt(vec @ vec))
+        return vec / norm if norm > 0 else vec
 
     def _embed(self, texts: Sequence[str]) -> Any:
         import numpy as np

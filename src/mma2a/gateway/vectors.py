@@ -35,7 +35,9 @@ class TextVectors:
         """`max_pending`: distinct texts waiting at most (past it a text goes without a vector, counted as `shed`);
         `count(result)`: told `hit` or `miss` for every text, and `shed`, `failed` or `timeout` for those left without one."""
         self.cache = cache
-        self.inline = bool(getattr(cache.inner, "cheap", False))
+        one = getattr(cache.inner, "embed_one", None)  # a SentenceEncoder's: one text, one vector
+        self._embed_one: Callable[[str], Any] | None = one if getattr(cache.inner, "cheap", False) and callable(one) else None
+        self.inline = self._embed_one is not None
         self.max_batch = max_batch
         self.max_pending = max_pending
         self._count = count or (lambda result: None)
@@ -69,9 +71,9 @@ class TextVectors:
                 self._count("hit")
                 out[i] = vec
                 continue
-            if self.inline and len(text) <= INLINE_CHARS:
+            if self._embed_one is not None and len(text) <= INLINE_CHARS:
                 try:
-                    vec = self.cache.inner.embed([text])[0]
+                    vec = self._embed_one(text)
                 except Exception as exc:  # noqa: BLE001 - routed without a vector, as a failed batch would be
                     log.warning("text vectors: the embedder failed on a text: %r", exc)
                     self._count("failed")

@@ -32,6 +32,8 @@ SKILLS_MIN = 0.25
 """The default cosine a text part must reach with an agent's nearest skill text in `skills` mode."""
 TOP = 3
 """How many candidates an explanation lists."""
+SMALL_TABLE = 32
+"""Up to this many agents, `SkillTable.rank` sorts in Python (cheaper than numpy's calls at that size)."""
 
 
 class Embedder(Protocol):
@@ -219,6 +221,7 @@ class SkillTable:
     matrix: Any
     positions: dict[str, int] = field(default_factory=dict)
     model: str = ""  # the sentence model of the vectors
+    bounds: tuple[int, ...] = ()  # `starts` as Python ints, and the row count last (the small-table path of `rank`)
 
     def mask(self, allowed: Sequence[str]) -> Any:
         import numpy as np
@@ -239,8 +242,16 @@ class SkillTable:
         if count == 0:
             return []
         sims = self.matrix @ vector
-        per_agent = np.where(keep, np.maximum.reduceat(sims, self.starts), -np.inf)
         k = min(top, count)
+        if len(self.agents) <= SMALL_TABLE and self.bounds:  # numpy's per-call cost dominates: rank the few agents in Python
+            scores = np.maximum.reduceat(sims, self.starts).tolist()
+            kept = sorted((-round(sc, 4), self.agents[i], i) for i, sc in enumerate(scores) if keep[i])[:k]
+            out = []
+            for neg, name, i in kept:
+                a, b = self.bounds[i], self.bounds[i + 1]
+                out.append((name, -neg, self.skills[a + int(sims[a:b].argmax())]))
+            return out
+        per_agent = np.where(keep, np.maximum.reduceat(sims, self.starts), -np.inf)
         best = np.argpartition(-per_agent, k - 1)[:k] if k < len(per_agent) else np.arange(len(per_agent))
         out = []
         for i in best:
@@ -275,7 +286,7 @@ def build_skills(agents: Iterable[AgentInfo], embedder: Embedder | None) -> Skil
         return None
     return SkillTable(tuple(names), np.asarray(starts, dtype=np.intp), tuple(skills),
                       np.asarray(embedder.embed(texts), dtype=np.float32), {n: i for i, n in enumerate(names)},
-                      embedder.model)
+                      embedder.model, (*starts, len(texts)))
 
 
 def needs_vectors(rules: RuleSet) -> bool:
