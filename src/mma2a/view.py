@@ -95,6 +95,7 @@ def view_part(part: Mapping[str, Any], index: int, registry: ModalityRegistry | 
         media_type = part.get("mediaType")
         if media_type is None or type(media_type) is str:
             _PLAIN[(kind, media_type)] = (ext, modality)  # frozen, its features empty: shared by alike parts
+            return PartView(index, modality, {}, kind, part_size(part, ext), ext)  # a view's own dict, never the shared one
     return PartView(index, modality, ext.features, kind, part_size(part, ext), ext)
 
 

@@ -106,3 +106,15 @@ def test_a_plain_part_viewed_again_equals_its_first_view_and_bad_parts_still_fai
         for _ in range(2):
             with pytest.raises(MMA2AError):
                 view_part(bad, 0)
+
+
+def test_plain_part_views_never_share_a_features_dict():
+    """Views of alike plain parts come from one cached extension; each view's features must be its own dict, so a
+    step that adds a feature to one message's part cannot show it on another message's part."""
+    from mma2a.view import view_part
+
+    views = [view_part({"text": f"t{i}", "mediaType": "text/x-shared-shape"}, 0) for i in range(3)]
+    views[0].features["added"] = True
+    assert all("added" not in v.features for v in views[1:])
+    assert all("added" not in v.ext.features for v in views)
+    assert len({id(v.features) for v in views}) == 3
