@@ -18,6 +18,7 @@ import json
 import time
 from typing import Any
 
+from common import asgi_post_scope
 from mma2a.gateway import Gateway, parse_config
 
 TOKEN = "tok-bench-7f3c2b9e1d"
@@ -25,10 +26,7 @@ BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"i
 
 
 async def call(app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes = b"") -> int:
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-             "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
-             "headers": [(b"host", b"gw"), (b"content-length", str(len(body)).encode()), *headers],
-             "client": ("127.0.0.1", 5000), "server": ("gw", 80)}
+    scope = asgi_post_scope(path, [(b"host", b"gw"), *headers], len(body), method)
     status = 0
     sent = False
 

@@ -7,6 +7,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import httpx
 
@@ -134,3 +135,9 @@ def stop(procs: Iterable[subprocess.Popen[bytes]]) -> None:
             p.kill()
 
 
+def asgi_post_scope(path: str, headers: list[tuple[bytes, bytes]], body_len: int, method: str = "POST") -> dict[str, Any]:
+    """An ASGI HTTP scope for calling an app in process (the in-process cost benches)."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+            "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
+            "headers": [*headers, (b"content-length", b"%d" % body_len)],
+            "client": ("127.0.0.1", 5000), "server": ("gw", 80)}

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import free_port, stop, wait_ready
+from common import asgi_post_scope, free_port, stop, wait_ready
 
 from mma2a.gateway import Gateway, parse_config
 
@@ -43,10 +43,7 @@ def body() -> bytes:
 
 
 async def post(app: Any, data: bytes) -> bytes:
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/", "raw_path": b"/", "root_path": "", "query_string": b"",
-             "headers": [*HEADERS, (b"content-length", b"%d" % len(data))],
-             "client": ("127.0.0.1", 5000), "server": ("gw", 80)}
+    scope = asgi_post_scope("/", list(HEADERS), len(data))
     out: list[bytes] = []
     status = 0
     sent = False
