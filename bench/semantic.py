@@ -17,6 +17,7 @@ measures the queue for a core, the CPU time what the work costs.
     .venv/bin/python bench/semantic.py [--rounds 3] [--decisions 2000] [--json]
     .venv/bin/python bench/semantic.py --models [--rounds 3] [--json]
     .venv/bin/python bench/semantic.py --cascade
+    .venv/bin/python bench/semantic.py --asymmetric
 """
 
 from __future__ import annotations
@@ -167,14 +168,130 @@ def cascade() -> dict[str, Any]:
     return out
 
 
+def unit_rows(x: Any) -> Any:
+    import numpy as np
+
+    x = np.asarray(x, np.float64)
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(n > 0, n, 1.0)
+
+
+def map_texts(seed: int = 7, n_random: int = 2000) -> list[str]:
+    """Texts for fitting a static -> MiniLM map, none from tests/skills_data.py: the sentences of docs/*.md
+    (20-300 characters, mostly letters) and `n_random` strings of 4-14 whole words drawn from the vocabulary."""
+    import re
+
+    from tokenizers import Tokenizer
+
+    from mma2a.features.sentence import model_files
+    from mma2a.features.static import WORDS_FROM
+
+    out = []
+    for f in sorted((Path(__file__).resolve().parents[1] / "docs").glob("*.md")):
+        for s in re.split(r"(?<=[.!?])\s+|\n\n", f.read_text()):
+            s = " ".join(s.split())
+            if 20 <= len(s) <= 300 and sum(ch.isalpha() for ch in s) > 0.6 * len(s):
+                out.append(s)
+    vocab = sorted((i, w) for w, i in Tokenizer.from_file(str(model_files()[1])).get_vocab().items()
+                   if WORDS_FROM <= i < 20000 and w.isalpha())
+    rng = random.Random(seed)
+    words = [w for _, w in vocab]
+    out += [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))) for _ in range(n_random)]
+    return out
+
+
+def asymmetric() -> dict[str, Any]:
+    """Can static requests reach the intended agent more often if the skill side is embedded differently (not on
+    the hot path: once per card change)? Requests are always embedded by `static`; the skill side by static,
+    by MiniLM as is, by MiniLM centred like the static table (minus the mean raw word row), or an agent's score is
+    the mean of both tables' cosines; or a ridge-regression map, fitted on `map_texts` (never the benchmark's),
+    takes static vectors to centred MiniLM ones (`map`) or MiniLM skill vectors into static space (`map back`),
+    its ridge chosen on the held-out set. An agent's score is the max over its skill texts (as the gateway does)
+    or their mean. Every arm is reported on both sets; choose on held-out."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from mma2a.features.sentence import model_files
+    from mma2a.features.static import WORDS_FROM, distil_rows
+    from mma2a.features.text_models import shared_embedder
+    from mma2a.routing.semantic import skill_texts
+
+    c0 = time.process_time()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    raw = distil_rows(ort.InferenceSession(str(model_files()[0]), opts, providers=["CPUExecutionProvider"]), range(30522))
+    centre = raw[WORDS_FROM:].astype(np.float64).mean(axis=0)
+    static, minilm = shared_embedder("static"), shared_embedder("minilm")
+    static.warm_up()
+    minilm.warm_up()
+
+    def raw_minilm(texts: list[str]) -> Any:  # MiniLM's mean-pooled rows before unit length
+        return np.concatenate([minilm._embed(texts[i: i + 16]) for i in range(0, len(texts), 16)]).astype(np.float64)
+
+    agents_ = skill_agents()
+    names = [a.name for a in agents_]
+    pairs = [(a.name, t) for a in agents_ for _, t in skill_texts(a)]
+    owner = np.asarray([names.index(o) for o, _ in pairs])
+    texts = [t for _, t in pairs]
+    skill_static, skill_minilm = unit_rows(static.embed(texts)), raw_minilm(texts)
+    sets = {"held_out": HELD_OUT, "paraphrases": REQUESTS}
+    req_static = {k: unit_rows(static.embed([t for _, t in v])) for k, v in sets.items()}
+    req_minilm = {k: unit_rows(raw_minilm([t for _, t in v])) for k, v in sets.items()}
+    want = {k: np.asarray([names.index(w) for w, _ in v]) for k, v in sets.items()}
+
+    def per_agent(sims: Any, how: str) -> Any:
+        return np.stack([(sims[:, owner == j].max(axis=1) if how == "max" else sims[:, owner == j].mean(axis=1))
+                         for j in range(len(names))], axis=1)
+
+    def hits(scores: dict[str, Any]) -> dict[str, str]:
+        return {k: f"{int((scores[k].argmax(axis=1) == want[k]).sum())}/{len(sets[k])}" for k in sets}
+
+    train = map_texts()
+    x_train, y_train = unit_rows(static.embed(train)), unit_rows(raw_minilm(train) - centre)
+    centred = unit_rows(skill_minilm - centre)
+    out: dict[str, Any] = {}
+    for how in ("max", "mean"):
+        arms = {
+            "minilm both sides": {k: per_agent(req_minilm[k] @ unit_rows(skill_minilm).T, how) for k in sets},
+            "static both sides": {k: per_agent(req_static[k] @ skill_static.T, how) for k in sets},
+            "skills by minilm": {k: per_agent(req_static[k] @ unit_rows(skill_minilm).T, how) for k in sets},
+            "skills by minilm, centred": {k: per_agent(req_static[k] @ centred.T, how) for k in sets},
+            "mean of static and minilm skills": {k: 0.5 * per_agent(req_static[k] @ skill_static.T, how)
+                                                 + 0.5 * per_agent(req_static[k] @ unit_rows(skill_minilm).T, how)
+                                                 for k in sets}}
+        for label, fit in (("map", True), ("map back", False)):
+            best: tuple[int, float, dict[str, Any]] | None = None
+            for ridge in (0.01, 0.1, 1.0, 10.0):
+                a, b = (x_train, y_train) if fit else (y_train, x_train)
+                w = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ b)
+                scores = {k: per_agent(unit_rows(req_static[k] @ w) @ centred.T if fit
+                                       else req_static[k] @ unit_rows(centred @ w).T, how) for k in sets}
+                held = int((scores["held_out"].argmax(axis=1) == want["held_out"]).sum())
+                if best is None or held > best[0]:
+                    best = (held, ridge, scores)
+            assert best is not None
+            arms[f"{label} (ridge {best[1]} chosen on held-out)"] = best[2]
+        for arm, scores in arms.items():
+            out[f"{arm}, agent = {how} of its texts"] = hits(scores)
+    out["map texts"] = len(train)
+    out["cpu_s"] = round(time.process_time() - c0, 1)
+    out["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--decisions", type=int, default=2000)
     ap.add_argument("--models", action="store_true", help="compare the sentence models instead")
     ap.add_argument("--cascade", action="store_true", help="static when its margin is clear, MiniLM otherwise: accuracy")
+    ap.add_argument("--asymmetric", action="store_true",
+                    help="static requests against skills embedded otherwise (MiniLM, centred, mapped): accuracy")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.asymmetric:
+        print(json.dumps(asymmetric(), indent=2))
+        return
     if args.cascade:
         print(json.dumps(cascade(), indent=2))
         return
