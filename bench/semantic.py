@@ -176,10 +176,16 @@ def unit_rows(x: Any) -> Any:
     return x / np.where(n > 0, n, 1.0)
 
 
+MAP_DOCS = "878b688cd4ee17185a4de202be066df0735c0853"
+"""The commit whose docs/*.md give `map_texts` its sentences."""
+
+
 def map_texts(seed: int = 7, n_random: int = 2000) -> list[str]:
-    """Texts for fitting a static -> MiniLM map, none from tests/skills_data.py: the sentences of docs/*.md
-    (20-300 characters, mostly letters) and `n_random` strings of 4-14 whole words drawn from the vocabulary."""
+    """Texts for fitting a static -> MiniLM map, none from tests/skills_data.py: the sentences of docs/*.md as of
+    commit `MAP_DOCS` (20-300 characters, mostly letters; a fixed commit, so the docs' later edits do not move the
+    figures) and `n_random` strings of 4-14 whole words drawn from the vocabulary."""
     import re
+    import subprocess
 
     from tokenizers import Tokenizer
 
@@ -187,8 +193,15 @@ def map_texts(seed: int = 7, n_random: int = 2000) -> list[str]:
     from mma2a.features.static import WORDS_FROM
 
     out = []
-    for f in sorted((Path(__file__).resolve().parents[1] / "docs").glob("*.md")):
-        for s in re.split(r"(?<=[.!?])\s+|\n\n", f.read_text()):
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+    for f in sorted(git("ls-tree", "--name-only", MAP_DOCS, "docs/").split()):
+        if not f.endswith(".md"):
+            continue
+        for s in re.split(r"(?<=[.!?])\s+|\n\n", git("show", f"{MAP_DOCS}:{f}")):
             s = " ".join(s.split())
             if 20 <= len(s) <= 300 and sum(ch.isalpha() for ch in s) > 0.6 * len(s):
                 out.append(s)
