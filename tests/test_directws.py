@@ -181,6 +181,31 @@ async def test_binary_frames_reach_the_sink_whole_and_in_order_however_the_bytes
     assert orjson.loads(reply.data) == want
 
 
+async def test_a_read_that_ends_just_after_a_header_is_not_taken_for_a_frame_boundary(base: str) -> None:
+    """The parser's buffer is empty after a read that ends just after a frame's 2-byte header; a mask key that
+    starts like a binary frame's header (0x82, mask bit set) must not be read as one (a clean-clone CI run met
+    this by chance: the server reset the connection)."""
+    from websockets.utils import apply_mask
+
+    client = RawClient(base + "/record")
+    await client.connect()
+    payloads = [os.urandom(5), os.urandom(100)]
+    for data in payloads:
+        mask = b"\x82\xfe\x00\x01"  # looks like "binary, masked, 126-byte length" when read as a header
+        header = bytes([0x82, 0x80 | len(data)])
+        client.writer.write(header)
+        await client.writer.drain()
+        await asyncio.sleep(0.05)  # the header alone is one read (if not, the frame arrives whole: as good)
+        client.writer.write(mask + apply_mask(data, mask))
+        await client.writer.drain()
+        await asyncio.sleep(0.05)
+    client.proto.send_text(b"end")
+    await client.flush()
+    reply = await client.next_data_frame()
+    client.close()
+    assert orjson.loads(reply.data) == [expected(d) for d in payloads]
+
+
 async def test_send_bytes_frames_decode_with_websockets_at_every_length(base: str) -> None:
     client = RawClient(base + "/send")
     await client.connect()

@@ -27,7 +27,7 @@ unfragmented masked binary frames (RFC 6455 §5.2: FIN, opcode 2, no extension) 
 complete in what the socket delivered are unmasked and handed over right here;
 everything else — partial frames, text and control frames, fragments — goes through
 `websockets`' parser as before (it is only bypassed at a frame boundary, when it holds
-nothing). `send_bytes` writes a server frame's 2-10 byte header itself. Both paths are
+nothing, at a boundary followed header by header through what it was given). `send_bytes` writes a server frame's 2-10 byte header itself. Both paths are
 tested against `websockets`' own encoder and decoder.
 
 Apps must keep a plain-ASGI path for servers without the extension (`direct_io(scope)` is
@@ -104,6 +104,12 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
         # waits in the receive() queue; only the parser path and a failing sink can change
         # that, and both clear it (it is then worked out again from the parser's state).
         self.at_boundary = False
+        # Where the next frame starts in the bytes the parser was given, followed header by header from the
+        # first bytes after the handshake: bytes of the current frame still to come (`_skip`), or the start of
+        # a header cut by a read (`_head`); None once that cannot be known. The parser's empty buffer alone
+        # does not tell a frame boundary: a read that ends just after a header leaves it empty mid-frame.
+        self._skip: int | None = None
+        self._head = b""
         self.can_write = True  # the transport is under its high-water mark (mirrors `writable`, without a call)
 
     def pause_writing(self) -> None:
@@ -150,12 +156,41 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
                 return
             data = data[pos:] if pos else data
         self.at_boundary = False
+        if self.conn.state is State.OPEN:
+            self._follow(data)
         super().data_received(data)
+
+    def _follow(self, data: bytes) -> None:
+        """Follow the frame boundaries through `data`, the next bytes the parser is given."""
+        if self._skip is None:
+            if self._head == b"" and not self.conn.reader.buffer:  # the first bytes after the handshake
+                self._skip = 0
+            else:
+                self._head = b"?"  # lost: the fast path stays off on this connection
+                return
+        i, n = self._skip, len(data)
+        while i < n:
+            head = self._head + data[i: i + 14] if self._head else data[i: i + 14]
+            known = len(head) >= 2 and len(head) >= 2 + (2 if head[1] & 0x7F == 126 else 8 if head[1] & 0x7F == 127 else 0)
+            if not known:
+                self._head, i = bytes(head), n
+                break
+            size = head[1] & 0x7F
+            if size == 126:
+                size, hl = int.from_bytes(head[2:4], "big"), 4
+            elif size == 127:
+                size, hl = int.from_bytes(head[2:10], "big"), 10
+            else:
+                hl = 2
+            i += hl + (4 if head[1] & 0x80 else 0) + size - len(self._head)
+            self._head = b""
+        self._skip = i - n if i > n else 0
 
     def _boundary(self) -> bool:
         conn = self.conn
         self.at_boundary = (
-            not self.frames and self.queue.empty() and conn.state is State.OPEN and not conn.reader.buffer
+            self._skip == 0 and not self._head
+            and not self.frames and self.queue.empty() and conn.state is State.OPEN and not conn.reader.buffer
             and not conn.expect_continuation_frame and conn.parser_exc is None
         )
         return self.at_boundary
