@@ -27,7 +27,8 @@ unfragmented masked binary frames (RFC 6455 §5.2: FIN, opcode 2, no extension) 
 complete in what the socket delivered are unmasked and handed over right here;
 everything else — partial frames, text and control frames, fragments — goes through
 `websockets`' parser as before (it is only bypassed at a frame boundary, when it holds
-nothing, at a boundary followed header by header through what it was given). `send_bytes` writes a server frame's 2-10 byte header itself. Both paths are
+nothing, at a boundary followed header by header through what it was given). `send_bytes`
+writes a server frame's 2-10 byte header itself. Both paths are
 tested against `websockets`' own encoder and decoder.
 
 Apps must keep a plain-ASGI path for servers without the extension (`direct_io(scope)` is
@@ -171,8 +172,7 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
         i, n = self._skip, len(data)
         while i < n:
             head = self._head + data[i: i + 14] if self._head else data[i: i + 14]
-            known = len(head) >= 2 and len(head) >= 2 + (2 if head[1] & 0x7F == 126 else 8 if head[1] & 0x7F == 127 else 0)
-            if not known:
+            if len(head) < 2 or len(head) < 2 + (2 if head[1] & 0x7F == 126 else 8 if head[1] & 0x7F == 127 else 0):
                 self._head, i = bytes(head), n
                 break
             size = head[1] & 0x7F
