@@ -129,8 +129,8 @@ class MultimodalExecutor(AgentExecutor):
     # --- what subclasses write ------------------------------------------------------------
     @abc.abstractmethod
     async def handle(self, request: IncomingMessage) -> Any:
-        """The agent's work: return the reply (or yield pieces of it, to stream)."""
-        raise NotImplementedError("MultimodalExecutor subclasses implement handle(request)")
+        """The agent's work: return the reply (or yield pieces of it, to stream). Abstract: a subclass
+        without it cannot be instantiated (abc)."""
 
     # --- the card -----------------------------------------------------------------------
     def card(
