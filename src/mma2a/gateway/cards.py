@@ -124,6 +124,9 @@ def agent_card_through(entry: AgentEntry, base_url: str, *, grpc_url: str | None
     card["supportedInterfaces"] = _interfaces(url, grpc_url, entry.name)
     card.pop("url", None)
     caps = card.setdefault("capabilities", {})
+    for relayed_not in ("pushNotifications", "extendedAgentCard"):  # the gateway relays neither: its card says so
+        if caps.get(relayed_not):
+            caps[relayed_not] = False
     exts = caps.setdefault("extensions", [])
     if not any(isinstance(x, dict) and x.get("uri") == EXTENSION_URI for x in exts):
         # the gateway speaks the extension on the agent's behalf and downgrades for it

@@ -30,6 +30,12 @@ from .pipeline import Pipeline
 log = logging.getLogger("mma2a.gateway")
 
 FAST_METHODS = frozenset({"SendMessage", "GetTask", "CancelTask"})
+# the A2A 0.3 method names (answered through the SDK's compat layer); any other name with a slash is unknown (-32601)
+V03_METHODS = frozenset({
+    "message/send", "message/stream", "tasks/get", "tasks/cancel", "tasks/resubscribe", "tasks/pushNotificationConfig/set",
+    "tasks/pushNotificationConfig/get", "tasks/pushNotificationConfig/list", "tasks/pushNotificationConfig/delete",
+    "agent/getAuthenticatedExtendedCard",
+})
 MAX_JSON_DEPTH = 64  # levels of objects and arrays under `params`; protobuf-based agents refuse about 100
 _PART_KINDS = ("text", "raw", "url", "data")
 
@@ -156,11 +162,13 @@ class JsonRpcIngress:
                 return rpc_error(doc.get("id"), InvalidParams(
                     f"{deep}: nested deeper than {MAX_JSON_DEPTH} levels (A2A agents parse at most about 100)", field=deep))
         rid = doc.get("id")
+        if rid is not None and (rid.__class__ is not str and rid.__class__ is not int):  # bool is not int here
+            return rpc_error(None, InvalidRequest("request id must be a string, an integer or null", field="id"))
         method = doc.get("method")
         if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
             return rpc_error(rid, InvalidRequest("request must have jsonrpc: \"2.0\" and a string method", field="method"))
         version = version or ""
-        if "/" in method and version.startswith("1."):  # the SDK would answer -32603 (internal error)
+        if method in V03_METHODS and version.startswith("1."):  # the SDK would answer -32603 (internal error)
             err = InvalidRequest(f"method {method!r} is A2A 0.3; with A2A-Version {version} use the 1.0 method names "
                                  "(SendMessage, GetTask, ...) or send A2A-Version: 0.3", field="method")
             err.code = VERSION_NOT_SUPPORTED

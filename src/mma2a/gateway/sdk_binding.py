@@ -33,20 +33,36 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from ..errors import MMA2AError, metadata_strings, status_for_reason
+from ..errors import AgentRPCError, InvalidParams, MMA2AError, metadata_strings, status_for_reason
 from .access import current_client
 from .listing import list_tasks
 from .pipeline import Pipeline
 
 _Proto = TypeVar("_Proto", Message, Task)
 _BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk_errors.JSON_RPC_ERROR_CODE_MAP.items()}
+_CODES = sdk_errors.JSON_RPC_ERROR_CODE_MAP
+_REASONS = sdk_errors.A2A_ERROR_REASONS
 
 
 def to_sdk_error(exc: MMA2AError) -> sdk_errors.A2AError:
     """The SDK error with the same JSON-RPC code as an mma2a error; its `data` becomes the ErrorInfo metadata
-    (an agent's error passed through keeps the metadata the agent sent)."""
+    (an agent's error passed through keeps the metadata and the ErrorInfo reason the agent sent)."""
     cls = _BY_CODE.get(exc.code, sdk_errors.InvalidParamsError if exc.http_status < 500 else sdk_errors.InternalError)
+    if isinstance(exc, AgentRPCError):
+        cls = _agent_error_class(exc, cls)
     return cls(exc.message, data=metadata_strings(exc.data) or None)
+
+
+def _agent_error_class(exc: AgentRPCError, by_code: type[sdk_errors.A2AError]) -> type[sdk_errors.A2AError]:
+    """The SDK class that renders an agent's error with the ErrorInfo reason the agent gave it: an a2a-sdk
+    agent's own `A2AError` is -32603 with reason `UNKNOWN_ERROR`, which only the SDK's base class renders."""
+    reasons = [d.get("reason") for d in exc.details() if str(d.get("@type", "")).endswith("google.rpc.ErrorInfo")]
+    if not reasons or reasons[0] == _REASONS.get(by_code):
+        return by_code
+    if reasons[0] == "UNKNOWN_ERROR" and by_code is sdk_errors.InternalError:
+        return sdk_errors.A2AError
+    named = sdk_errors.A2A_REASON_TO_ERROR.get(reasons[0]) if isinstance(reasons[0], str) else None
+    return named if named is not None and _CODES.get(named) == exc.code else by_code
 
 
 def rest_routes(handler: RequestHandler, context_builder: Any, *, path_prefix: str = "") -> list[BaseRoute]:
@@ -115,6 +131,12 @@ def _parse(doc: dict[str, Any], into: _Proto) -> _Proto:
     return into
 
 
+def _require_message(params: SendMessageRequest) -> None:
+    """A send without a message is refused as the SDK refuses it (InvalidParams naming `message`)."""
+    if not params.HasField("message"):
+        raise InvalidParams("message: required", field="message")
+
+
 def _to_stream_event(event: dict[str, Any]) -> Any:
     resp = json_format.ParseDict(event, StreamResponse(), ignore_unknown_fields=True)
     which = resp.WhichOneof("payload")
@@ -132,6 +154,7 @@ class PipelineRequestHandler(RequestHandler):
         message = json_format.MessageToDict(params.message)
         config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
         try:
+            _require_message(params)
             result = await self.pipeline.send(message, config, target=_target(context))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
@@ -145,6 +168,7 @@ class PipelineRequestHandler(RequestHandler):
         message = json_format.MessageToDict(params.message)
         config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
         try:
+            _require_message(params)
             async for event in self.pipeline.send_stream(message, config, target=_target(context)):
                 ev = _to_stream_event(event)
                 if ev is not None:
@@ -200,4 +224,7 @@ class PipelineRequestHandler(RequestHandler):
         raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
 
     async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest, context: ServerCallContext) -> AgentCard:
-        raise sdk_errors.ExtendedAgentCardNotConfiguredError("the gateway has no extended agent card")
+        # the gateway's cards never declare capabilities.extendedAgentCard (see cards.py), and A2A 1.0 answers
+        # GetExtendedAgentCard on such a card with UnsupportedOperationError
+        raise sdk_errors.UnsupportedOperationError(
+            "this card does not declare capabilities.extendedAgentCard: the gateway serves no extended agent card")

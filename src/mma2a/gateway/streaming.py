@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from ..errors import AgentRPCError, DispatchError, MMA2AError
+from ..errors import AgentRPCError, DispatchError, MMA2AError, UnsupportedOperation
 from ..ext import EXTENSION_URI
 from ..routing import RouteDecision
 from .access import current_sender
@@ -20,6 +20,10 @@ from .exchange import Exchange, outcome_of
 from .history.record import DecisionRecord, PartSummary
 from .legs import record_adaptations, route_summary, sendable
 from .tasks import DownstreamTask, TaskRecord
+
+
+def _streams(card: Mapping[str, Any]) -> bool:
+    return bool((card.get("capabilities") or {}).get("streaming"))
 
 
 class Streaming:
@@ -41,6 +45,10 @@ class Streaming:
         t0 = time.perf_counter()
         try:
             message, view, decision = await self.admission.prepare(message, configuration, target)
+            if target is not None and not _streams(self.caller.directory.get(target).card):
+                # `/agents/{name}` publishes the agent's card, whose `streaming` is false: refused as the agent refuses it
+                raise UnsupportedOperation(f"agent {target} does not declare capabilities.streaming: send SendMessage, "
+                                           "or stream through the gateway's root", data={"agent": target})
         except MMA2AError as exc:
             self.exchange.remember_refusal(message, exc, t0)
             raise
@@ -53,7 +61,7 @@ class Streaming:
             return
         directory = self.caller.directory
         single = len(targets) == 1 and not dropped and not any(t.via for pr in decision.parts for t in pr.targets)
-        if not single or not ((directory.get(targets[0]).card.get("capabilities") or {}).get("streaming")):
+        if not single or not _streams(directory.get(targets[0]).card):
             result = await self.exchange.execute(message, configuration, decision)
             self.exchange.remember(view, decision, outcome_of(result), t0)
             yield result

@@ -60,6 +60,9 @@ class TaskOperations:
 
     async def get_task(self, task_id: str, history_length: int | None = None, *, target: str | None = None
                        ) -> dict[str, Any]:
+        if history_length is not None and history_length < 0 and target is None and self.tasks.find(task_id) is None:
+            # params are checked before the task is looked up, as an agent checks them
+            raise InvalidParams("history length must be non-negative", field="params.historyLength")
         rec = self.task_record(task_id, target)
         if not rec.fanned_out:
             leg = rec.legs[0]

@@ -1,0 +1,164 @@
+"""An agent shaped like the A2A conformance kit's system under test: an a2a-sdk 1.3 agent whose
+behaviour is chosen by the prefix of the incoming `messageId`, with its HTTP+JSON binding under its
+own path (`/a2a/rest`, not the JSON-RPC URL), gRPC beside, streaming on, push notifications off.
+
+The conformance suite drives such an agent by the message ids it sends, so through a gateway the id
+must arrive unchanged and every shape of answer (a bare Message, a rejected task, chunked artifacts,
+file and data parts, a long task to resubscribe to) must come back as the agent gave it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc.aio
+from a2a.helpers.proto_helpers import new_task_from_user_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.request_handlers.grpc_handler import GrpcHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentProvider, AgentSkill, Part, a2a_pb2_grpc
+from a2a.utils.errors import A2AError
+from google.protobuf.struct_pb2 import Struct, Value
+from starlette.applications import Starlette
+
+from tests.agents import _bind_loopback, _serve_on
+
+REST_PREFIX = "/a2a/rest"
+Behaviour = Callable[[TaskUpdater, EventQueue], Awaitable[None]]
+
+
+def _data_value() -> Value:
+    fields = Struct()
+    fields.update({"key": "value", "count": 42})
+    return Value(struct_value=fields)
+
+
+async def _message_only(u: TaskUpdater, q: EventQueue) -> None:
+    await q.enqueue_event(u.new_agent_message([Part(text="a message, no task")]))
+
+
+async def _input_required(u: TaskUpdater, q: EventQueue) -> None:
+    await u.requires_input(u.new_agent_message([Part(text="say more")]))
+
+
+async def _complete(u: TaskUpdater, q: EventQueue) -> None:
+    await u.complete(u.new_agent_message([Part(text="done")]))
+
+
+async def _text_artifact(u: TaskUpdater, q: EventQueue) -> None:
+    await u.add_artifact([Part(text="some text")], name="text")
+    await u.complete()
+
+
+async def _file_artifact(u: TaskUpdater, q: EventQueue) -> None:
+    await u.add_artifact([Part(raw=b"tck bytes", media_type="text/plain", filename="out.txt")], name="file")
+    await u.complete()
+
+
+async def _url_artifact(u: TaskUpdater, q: EventQueue) -> None:
+    await u.add_artifact([Part(url="https://example.com/out.txt", media_type="text/plain", filename="out.txt")])
+    await u.complete()
+
+
+async def _data_artifact(u: TaskUpdater, q: EventQueue) -> None:
+    await u.add_artifact([Part(data=_data_value())], name="data")
+    await u.complete()
+
+
+async def _reject(u: TaskUpdater, q: EventQueue) -> None:
+    raise A2AError("refused by the agent")
+
+
+async def _working_stream(u: TaskUpdater, q: EventQueue) -> None:
+    await u.start_work()
+    await u.add_artifact([Part(text="streamed")], name="out")
+    await u.complete()
+
+
+async def _chunked(u: TaskUpdater, q: EventQueue) -> None:
+    await u.start_work()
+    await u.add_artifact([Part(text="one ")], artifact_id="chunks", append=False)
+    await u.add_artifact([Part(text="two")], artifact_id="chunks", append=True, last_chunk=True)
+    await u.complete()
+
+
+# messageId prefix -> what the agent does (first match wins; anything else completes with an echo)
+BEHAVIOURS: dict[str, Behaviour] = {
+    "tck-message-response": _message_only, "tck-input-required": _input_required,
+    "tck-complete-task": _complete, "tck-artifact-text": _text_artifact, "tck-artifact-file-url": _url_artifact,
+    "tck-artifact-file": _file_artifact, "tck-artifact-data": _data_artifact, "tck-reject-task": _reject,
+    "tck-stream-chunked": _chunked, "tck-stream": _working_stream,
+}
+
+
+class PrefixExecutor(AgentExecutor):
+    """`tck-slow…` works until `release` is set, so a client can subscribe to a task still running."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.message is not None and context.task_id and context.context_id
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        message_id = context.message.message_id
+        behaviour = next((b for prefix, b in BEHAVIOURS.items() if message_id.startswith(prefix)), None)
+        if behaviour is not _message_only and context.current_task is None:
+            await event_queue.enqueue_event(new_task_from_user_message(context.message))
+        if message_id.startswith("tck-slow"):
+            await updater.start_work()
+            await self.release.wait()
+            await updater.add_artifact([Part(text="late")], name="late")
+            await updater.complete()
+            return
+        if behaviour is None:
+            await updater.complete(updater.new_agent_message([Part(text=f"echo {message_id}")]))
+            return
+        await behaviour(updater, event_queue)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id and context.context_id
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+
+@dataclass(frozen=True)
+class TckAgent:
+    url: str  # JSON-RPC URL and card base (no trailing slash)
+    rest: str  # HTTP+JSON base
+    grpc: str  # HOST:PORT
+    executor: PrefixExecutor
+
+
+@contextlib.asynccontextmanager
+async def tck_agent(name: str = "tck") -> AsyncIterator[TckAgent]:
+    sock = _bind_loopback()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = grpc.aio.server()
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    card = AgentCard(
+        name=name, description="an agent shaped like the conformance kit's system under test", version="1.0.0",
+        provider=AgentProvider(organization="mma2a tests", url="https://example.com"),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text"], default_output_modes=["text"],
+        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+                              AgentInterface(url=url + REST_PREFIX, protocol_binding="HTTP+JSON", protocol_version="1.0"),
+                              AgentInterface(url=address, protocol_binding="GRPC", protocol_version="1.0")],
+        skills=[AgentSkill(id="tck", name="conformance", description="answers conformance probes", tags=["tck"])],
+    )
+    executor = PrefixExecutor()
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
+    routes = (create_jsonrpc_routes(handler, "/") + create_agent_card_routes(card)
+              + create_rest_routes(handler, path_prefix=REST_PREFIX))
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
+    await server.start()
+    try:
+        async with _serve_on(Starlette(routes=routes), sock):
+            yield TckAgent(url, url + REST_PREFIX, address, executor)
+    finally:
+        executor.release.set()  # tasks still working finish
+        await server.stop(grace=None)

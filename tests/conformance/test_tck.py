@@ -1,0 +1,534 @@
+"""The checks of the A2A conformance kit (a2aproject/a2a-tck; its requirement ids in each test's doc), run
+with raw HTTP against an agent shaped like the kit's system under test (`tck_agent`) directly, through
+the gateway's root and through `/agents/{name}`, on JSON-RPC and HTTP+JSON: what a client observes must
+be the same, except the differences listed in `DIFFERENCES` (docs/operations.md, "Transparency").
+
+One agent and one gateway serve the whole module; every check names its own message ids, so checks
+do not see each other's tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import pytest_asyncio
+
+from tests.conformance.tck_agent import TckAgent, tck_agent
+from tests.agents import RecordingExecutor, make_card, run_agent
+from tests.gateway.conftest import gateway
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+V1 = {"A2A-Version": "1.0"}
+CARD = "/.well-known/agent-card.json"
+_n = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Way:
+    """One way to reach the agent: its JSON-RPC URL, its HTTP+JSON base and its card base."""
+
+    kind: str  # "direct", "root", "agent-path"
+    rpc: str
+    rest: str
+    card: str
+
+
+@dataclass(frozen=True)
+class Stack:
+    agent: TckAgent
+    ways: dict[str, Way]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack() -> AsyncIterator[Stack]:
+    async with tck_agent("tck") as agent:
+        async with gateway({"agents": [{"name": "tck", "url": agent.url}]}) as (_, url):
+            gw = url.rstrip("/")
+            yield Stack(agent, {
+                "direct": Way("direct", agent.url + "/", agent.rest, agent.url),
+                "root": Way("root", gw + "/", gw, gw),
+                "agent-path": Way("agent-path", f"{gw}/agents/tck", f"{gw}/agents/tck", f"{gw}/agents/tck"),
+            })
+
+
+def mid(prefix: str) -> str:
+    return f"{prefix}-{next(_n)}"
+
+
+def message(prefix: str, **fields: Any) -> dict[str, Any]:
+    return {"messageId": mid(prefix), "role": "ROLE_USER", "parts": [{"text": "from the kit"}], **fields}
+
+
+def media_type(response: httpx.Response) -> str:
+    return response.headers.get("content-type", "").split(";")[0].strip()
+
+
+def reasons(details: Any) -> list[Any]:
+    return [d.get("reason") for d in details if isinstance(d, dict) and "reason" in d] if isinstance(details, list) else []
+
+
+def result_view(result: Any) -> dict[str, Any]:
+    """Kind, state and what each artifact carries, of a SendMessage/GetTask/stream result (never ids)."""
+    if not isinstance(result, dict):
+        return {"result": repr(result)}
+    kind = next(iter(result)) if len(result) == 1 and isinstance(next(iter(result.values())), dict) else "task"
+    inner = result[kind] if kind in result else result
+    out: dict[str, Any] = {"kind": kind, "state": (inner.get("status") or {}).get("state")}
+    if "artifacts" in inner:
+        out["artifacts"] = [sorted(k for p in a.get("parts", []) for k in p) for a in inner["artifacts"]]
+    if "artifact" in inner:
+        art = inner["artifact"]
+        out["artifact"] = ([p.get("text") for p in art.get("parts", [])], inner.get("append"), inner.get("lastChunk"))
+    if "history" in inner:
+        out["history"] = len(inner["history"])
+    return out
+
+
+def rpc_view(status: int, doc: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"http": status, "id": doc.get("id")}
+    if "error" in doc:
+        return {**out, "code": doc["error"].get("code"), "reasons": reasons(doc["error"].get("data"))}
+    return {**out, **result_view(doc.get("result"))}
+
+
+def rest_view(response: httpx.Response) -> dict[str, Any]:
+    out: dict[str, Any] = {"http": response.status_code, "type": media_type(response)}
+    try:
+        doc = response.json()
+    except ValueError:
+        return out
+    if response.status_code >= 400 and isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+        err = doc["error"]
+        return {**out, "code": err.get("code"), "status": err.get("status"), "reasons": reasons(err.get("details"))}
+    return {**out, **result_view(doc)}
+
+
+async def rpc(c: httpx.AsyncClient, way: Way, method: str | None, params: Any = None, *, rid: Any = 1,
+              headers: dict[str, str] | None = None, raw: bytes | None = None) -> dict[str, Any]:
+    body = raw if raw is not None else orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    r = await c.post(way.rpc, content=body, headers={"Content-Type": "application/json", **(V1 if headers is None else headers)})
+    assert media_type(r) == "application/json", r.text  # JSONRPC-FMT-002
+    return rpc_view(r.status_code, r.json())
+
+
+async def rest(c: httpx.AsyncClient, way: Way, verb: str, path: str, body: Any = None, *,
+               headers: dict[str, str] | None = None, query: dict[str, Any] | None = None) -> dict[str, Any]:
+    content = orjson.dumps(body) if body is not None else None
+    h = {**(V1 if headers is None else headers), **({"Content-Type": "application/json"} if content else {})}
+    return rest_view(await c.request(verb, way.rest + path, content=content, headers=h, params=query))
+
+
+async def call(c: httpx.AsyncClient, way: Way, binding: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One A2A call on either binding, by its JSON-RPC method name."""
+    if binding == "jsonrpc":
+        return await rpc(c, way, method, params)
+    tid = params.get("id") or params.get("taskId")
+    if method == "SendMessage":
+        return await rest(c, way, "POST", "/message:send", params)
+    if method == "GetTask":
+        return await rest(c, way, "GET", f"/tasks/{tid}", query={k: v for k, v in params.items() if k != "id"})
+    if method == "CancelTask":
+        return await rest(c, way, "POST", f"/tasks/{tid}:cancel", {})
+    if method == "ListTasks":
+        return await rest(c, way, "GET", "/tasks", query=params)
+    raise AssertionError(method)
+
+
+async def task_id(c: httpx.AsyncClient, way: Way, prefix: str = "tck-complete-task", **config: Any) -> str:
+    r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": message(prefix), **({"configuration": config} if config else {})}}, headers=V1)
+    return str(r.json()["result"]["task"]["id"])
+
+
+@contextlib.asynccontextmanager
+async def sse(c: httpx.AsyncClient, way: Way, binding: str, method: str, params: dict[str, Any]
+              ) -> AsyncIterator[tuple[httpx.Response, AsyncIterator[dict[str, Any]]]]:
+    """A stream on either binding: the response and its events (each `data:` line's JSON, unwrapped)."""
+    if binding == "jsonrpc":
+        req = c.stream("POST", way.rpc, json={"jsonrpc": "2.0", "id": 5, "method": method, "params": params},
+                       headers={**V1, "Accept": "text/event-stream"})
+    elif method == "SendStreamingMessage":
+        req = c.stream("POST", way.rest + "/message:stream", json=params, headers={**V1, "Accept": "text/event-stream"})
+    else:
+        req = c.stream("POST", way.rest + f"/tasks/{params['id']}:subscribe", json={},
+                       headers={**V1, "Accept": "text/event-stream"})
+    async with req as r:
+        async def events() -> AsyncIterator[dict[str, Any]]:
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    doc = orjson.loads(line[5:])
+                    yield doc if binding == "rest" else ({"error": doc["error"]} if "error" in doc else doc["result"])
+        yield r, events()
+
+
+def event_view(event: dict[str, Any]) -> Any:
+    if "error" in event:
+        err = event["error"]
+        return ("error", err.get("code"), reasons(err.get("data", err.get("details"))))
+    return tuple(result_view(event).values())
+
+
+async def stream_view(c: httpx.AsyncClient, way: Way, binding: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async with sse(c, way, binding, method, params) as (r, events):
+        if media_type(r) != "text/event-stream":
+            await r.aread()
+            return rest_view(r) if binding == "rest" else rpc_view(r.status_code, r.json())
+        return {"http": r.status_code, "type": media_type(r), "events": [event_view(e) async for e in events]}
+
+
+Check = Callable[[httpx.AsyncClient, Way, str, Stack], Awaitable[Any]]
+CHECKS: dict[str, Check] = {}
+
+
+def check(name: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        CHECKS[name] = fn
+        return fn
+    return register
+
+
+# --- SendMessage / execution mode / multi-turn (CORE-SEND-*, CORE-EXECUTION-MODE-*, CORE-MULTI-*) ---------
+@check("send_shapes")
+async def _send_shapes(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-SEND-001, DM artifacts: a task, a bare Message, text/file/url/data artifacts, an input request."""
+    out = {}
+    for prefix in ("tck-complete-task", "tck-message-response", "tck-artifact-text", "tck-artifact-file",
+                   "tck-artifact-file-url", "tck-artifact-data", "tck-input-required"):
+        out[prefix] = await call(c, way, b, "SendMessage", {"message": message(prefix)})
+    return out
+
+
+@check("agent_error")
+async def _agent_error(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-ERR-001: an agent's own error (an a2a-sdk `A2AError`) arrives with its code, status and reason."""
+    return {"send": await call(c, way, b, "SendMessage", {"message": message("tck-reject-task")}),
+            "stream": await stream_view(c, way, b, "SendStreamingMessage", {"message": message("tck-reject-task")})}
+
+
+@check("return_immediately")
+async def _return_immediately(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-EXECUTION-MODE-001/002: blocking waits for an interrupted state; returnImmediately answers at once."""
+    s.agent.executor.release.clear()
+    try:
+        quick = await call(c, way, b, "SendMessage", {"message": message("tck-slow"), "configuration": {"returnImmediately": True}})
+    finally:
+        s.agent.executor.release.set()
+    blocking = await call(c, way, b, "SendMessage", {"message": message("tck-input-required"),
+                                                      "configuration": {"returnImmediately": False}})
+    return {"quick": quick, "blocking": blocking}
+
+
+@check("context_ids")
+async def _context_ids(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-MULTI-001a/002/005: a generated contextId is returned, a client's is kept, a follow-up by taskId
+    alone continues the task's context."""
+    r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                    "params": {"message": message("tck-input-required")}}, headers=V1)
+    first = r.json()["result"]["task"]
+    mine = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {
+        "message": message("tck-complete-task", contextId="tck-client-context")}}, headers=V1)
+    more = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {
+        "message": message("tck-complete-task", taskId=first["id"])}}, headers=V1)
+    follow = more.json()["result"]["task"]
+    return {"generated": bool(first.get("contextId")), "kept": mine.json()["result"]["task"]["contextId"],
+            "same task": follow["id"] == first["id"], "same context": follow["contextId"] == first["contextId"],
+            "state": follow["status"]["state"]}
+
+
+# --- streaming (CORE-STREAM-*, STREAM-ORDER-*, STREAM-SUB-*, JSONRPC-SSE-001, HTTP_JSON-SSE-001) --------------
+@check("stream_shapes")
+async def _stream_shapes(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """A task stream begins with the Task and ends at its terminal state, events in order; a message-only
+    stream is one Message; chunked artifacts keep append/lastChunk."""
+    return {p: await stream_view(c, way, b, "SendStreamingMessage", {"message": message(p)})
+            for p in ("tck-stream", "tck-message-response", "tck-stream-chunked")}
+
+
+@check("subscribe")
+async def _subscribe(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """STREAM-SUB-001..004, STREAM-ORDER-002/003: two subscribers to a running task each get the Task first,
+    then the same events, and both streams close at the terminal state; terminal and unknown tasks are refused."""
+    s.agent.executor.release.clear()
+    try:
+        tid = await task_id(c, way, "tck-slow", returnImmediately=True)
+        async with sse(c, way, b, "SubscribeToTask", {"id": tid}) as (_, one), \
+                sse(c, way, b, "SubscribeToTask", {"id": tid}) as (_, two):
+            firsts = [event_view(await anext(one)), event_view(await anext(two))]  # both subscribed now
+            s.agent.executor.release.set()
+            rests = [[event_view(e) async for e in one], [event_view(e) async for e in two]]
+    finally:
+        s.agent.executor.release.set()
+    return {"first": firsts, "rest": rests,
+            "terminal": await stream_view(c, way, b, "SubscribeToTask", {"id": await task_id(c, way)}),
+            "unknown": await stream_view(c, way, b, "SubscribeToTask", {"id": "tck-no-such-task"})}
+
+
+# --- GetTask / history / ListTasks / CancelTask (CORE-GET-*, CORE-HIST-*, CORE-LIST-*, CORE-CANCEL-*) -------
+@check("get_and_history")
+async def _get_and_history(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-GET-001/002, CORE-HIST-001/002/003: history cut to historyLength on GetTask and SendMessage."""
+    tid = await task_id(c, way)
+    return {"0": await call(c, way, b, "GetTask", {"id": tid, "historyLength": 0}),
+            "1": await call(c, way, b, "GetTask", {"id": tid, "historyLength": 1}),
+            "send 0": await call(c, way, b, "SendMessage", {"message": message("tck-complete-task"),
+                                                            "configuration": {"historyLength": 0}}),
+            "unknown": await call(c, way, b, "GetTask", {"id": "tck-no-such-task"}),
+            "unknown, negative length": await call(c, way, b, "GetTask", {"id": "tck-no-such-task", "historyLength": -1})}
+
+
+async def list_page(c: httpx.AsyncClient, way: Way, b: str, query: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    if b == "jsonrpc":
+        r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": query}, headers=V1)
+        doc = r.json()
+        return r.status_code, doc.get("result", doc)
+    r = await c.get(way.rest + "/tasks", params=query, headers=V1)
+    return r.status_code, r.json()
+
+
+@check("list")
+async def _list(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-LIST-002..005: by contextId, cursor pages, nextPageToken empty on the last page, newest status first,
+    artifacts only when asked for."""
+    ctx = f"tck-ctx-{next(_n)}"
+    for _ in range(3):
+        await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": message("tck-artifact-text", contextId=ctx)}}, headers=V1)
+    status, page = await list_page(c, way, b, {"contextId": ctx, "pageSize": 2})
+    _, last = await list_page(c, way, b, {"contextId": ctx, "pageSize": 2, "pageToken": page.get("nextPageToken", "")})
+    _, whole = await list_page(c, way, b, {"contextId": ctx, "includeArtifacts": True})
+    stamps = [t["status"]["timestamp"] for t in whole.get("tasks", [])]
+    return {"http": status, "first page": len(page["tasks"]), "token": bool(page.get("nextPageToken")),
+            "last page": len(last.get("tasks", [])), "last token": last.get("nextPageToken"), "total": page.get("totalSize"),
+            "newest first": stamps == sorted(stamps, reverse=True),
+            "artifacts": ["artifacts" in t for t in whole.get("tasks", [])],
+            "no artifacts": ["artifacts" in t for t in page["tasks"] + last.get("tasks", [])]}
+
+
+@check("cancel")
+async def _cancel(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-CANCEL-001/002/003: an interrupted task is canceled; a completed one and an unknown one are refused."""
+    return {"input required": await call(c, way, b, "CancelTask", {"id": await task_id(c, way, "tck-input-required")}),
+            "completed": await call(c, way, b, "CancelTask", {"id": await task_id(c, way)}),
+            "unknown": await call(c, way, b, "CancelTask", {"id": "tck-no-such-task"})}
+
+
+# --- capabilities the agent does not have (CORE-CAP-001/003) ---------------------------------------------
+@check("push_configs")
+async def _push_configs(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-CAP-001: with capabilities.pushNotifications false every push config method is refused."""
+    if b == "jsonrpc":
+        answers = [await rpc(c, way, m, p) for m, p in [
+            ("CreateTaskPushNotificationConfig", {"taskId": "tck-x", "url": "https://example.com/hook"}),
+            ("GetTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"}),
+            ("ListTaskPushNotificationConfigs", {"taskId": "tck-x"}),
+            ("DeleteTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"})]]
+    else:
+        answers = [await rest(c, way, "POST", "/tasks/tck-x/pushNotificationConfigs", {"url": "https://example.com/hook"}),
+                   await rest(c, way, "GET", "/tasks/tck-x/pushNotificationConfigs/c1"),
+                   await rest(c, way, "GET", "/tasks/tck-x/pushNotificationConfigs"),
+                   await rest(c, way, "DELETE", "/tasks/tck-x/pushNotificationConfigs/c1")]
+    return {str(i): a for i, a in enumerate(answers)}
+
+
+@check("extended_card")
+async def _extended_card(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-CAP-003: with no capabilities.extendedAgentCard, GetExtendedAgentCard is UnsupportedOperationError."""
+    card = (await c.get(way.card + CARD)).json()
+    answer = await rpc(c, way, "GetExtendedAgentCard", {}) if b == "jsonrpc" else await rest(c, way, "GET", "/extendedAgentCard")
+    return {"declared": bool(card["capabilities"].get("extendedAgentCard")), "answer": answer}
+
+
+# --- versions and service parameters (VER-*, JSONRPC-SVC-002, HTTP_JSON-SVC-002) --------------------------
+@check("versions")
+async def _versions(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """VER-SERVER-002/003, VER-CLIENT-002: an unknown version is refused, a patch number ignored, an absent or
+    empty header read as 0.3 (which this agent does not serve); A2A-Extensions is accepted."""
+    async def send(headers: dict[str, str]) -> dict[str, Any]:
+        if b == "jsonrpc":
+            return await rpc(c, way, "SendMessage", {"message": message("tck-complete-task")}, headers=headers)
+        return await rest(c, way, "POST", "/message:send", {"message": message("tck-complete-task")}, headers=headers)
+    return {v: await send(h) for v, h in [
+        ("99.0", {"A2A-Version": "99.0"}), ("1.0.3", {"A2A-Version": "1.0.3"}), ("absent", {}), ("empty", {"A2A-Version": ""}),
+        ("extensions", {**V1, "A2A-Extensions": "https://example.com/ext/v1,https://example.com/ext/v2"})]}
+
+
+# --- JSON-RPC envelope (JSONRPC-FMT-001, JSONRPC-ERR-*, JSON-RPC 2.0 §4-5) -----------------------------------
+@check("jsonrpc_envelope")
+async def _jsonrpc_envelope(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """-32700 on broken JSON, -32600 on a bad envelope (version, method, id of a wrong type, a batch), -32601 on
+    an unknown method (with a slash too), -32602 on bad params; the id comes back as sent (string, number, null)."""
+    if b != "jsonrpc":
+        return None
+    get = {"id": "tck-no-such-task"}
+    out: dict[str, Any] = {}
+    for label, raw in [("broken", b'{"jsonrpc": "2.0", "method": "SendMessage", "params": {'), ("empty", b""),
+                       ("string", b'"hello"'), ("batch", b"[]"),
+                       ("batch of one", orjson.dumps([{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": get}])),
+                       ("jsonrpc 1.0", orjson.dumps({"jsonrpc": "1.0", "id": 1, "method": "GetTask", "params": get})),
+                       ("no method", orjson.dumps({"jsonrpc": "2.0", "id": 1, "params": {}})),
+                       ("notification", orjson.dumps({"jsonrpc": "2.0", "method": "GetTask", "params": get}))]:
+        out[label] = await rpc(c, way, None, raw=raw)
+    for label, rid in [("id object", {"bad": "type"}), ("id array", [1]), ("id true", True), ("id 1.5", 1.5),
+                       ("id string", "abc"), ("id number", 42), ("id null", None)]:
+        out[label] = await rpc(c, way, "GetTask", get, rid=rid)
+    out["unknown method"] = await rpc(c, way, "SendMessageXXX", {}, rid="3")
+    out["unknown slash method"] = await rpc(c, way, "nonexistent/method", {})
+    out["parts not a list"] = await rpc(c, way, "SendMessage", {"message": {"parts": "invalid"}})
+    out["no message"] = await rpc(c, way, "SendMessage", {})
+    out["params an array"] = await rpc(c, way, "GetTask", ["x"])
+    out["unknown fields"] = await rpc(c, way, "SendMessage", {"message": {**message("tck-complete-task"), "tckExtra": 1},
+                                                               "tckExtra": {"a": 1}})
+    return out
+
+
+# --- HTTP+JSON binding (HTTP_JSON-URL-*, HTTP_JSON-STATUS-001, HTTP_JSON-ERR-*) ------------------------------
+@check("rest_binding")
+async def _rest_binding(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """Paths and verbs, the A2A media type on answers, errors as AIP-193 objects with the table's statuses."""
+    if b != "rest":
+        return None
+    broken = await c.post(way.rest + "/message:send", content=b'{"message": ', headers={**V1, "Content-Type": "application/json"})
+    return {"a2a+json body": await rest(c, way, "POST", "/message:send", {"message": message("tck-complete-task")},
+                                        headers={**V1, "Content-Type": "application/a2a+json"}),
+            "broken json": rest_view(broken), "no message": await rest(c, way, "POST", "/message:send", {}),
+            "page size not a number": await rest(c, way, "GET", "/tasks", query={"pageSize": "abc"})}
+
+
+# (check, binding, way) -> the fields where the gateway answers differently, and why (docs/operations.md)
+DIFFERENCES: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {
+    **{("cancel", "rest", k): ({"completed": {"http": 409, "type": "application/json", "code": 409,
+                                              "status": "FAILED_PRECONDITION", "reasons": ["TASK_NOT_CANCELABLE"]}},
+                               "A2A 1.0's error table (and the kit) give TaskNotCancelableError HTTP 409; a2a-sdk 1.3 answers 400")
+       for k in ("root", "agent-path")},
+    **{("jsonrpc_envelope", "jsonrpc", k): (
+        {label: {"http": 200, "id": None, "code": -32700, "reasons": ["PARSE_ERROR"]} for label in ("broken", "empty")},
+        "the gateway's parse errors carry an ErrorInfo (reason PARSE_ERROR), as every other A2A 1.0 error does; "
+        "a2a-sdk's have no data") for k in ("root", "agent-path")},
+    **{("rest_binding", "rest", k): (
+        {"broken json": {"http": 400, "type": "application/json", "code": 400, "status": "INVALID_ARGUMENT",
+                         "reasons": ["INVALID_REQUEST"]}},
+        "same status and reason; only the message differs (the gateway names the JSON error)") for k in ("root", "agent-path")},
+}
+
+# What the agent answers directly, pinned, so a check that measures nothing cannot pass.
+_ERR_RPC = {"http": 200, "id": 1}
+DIRECT: dict[tuple[str, str], dict[str, Any]] = {
+    ("send_shapes", "jsonrpc"): {
+        "tck-complete-task": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
+        "tck-message-response": {**_ERR_RPC, "kind": "message", "state": None},
+        "tck-artifact-file": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED",
+                              "artifacts": [["filename", "mediaType", "raw"]], "history": 1},
+        "tck-artifact-file-url": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED",
+                                  "artifacts": [["filename", "mediaType", "url"]], "history": 1},
+        "tck-artifact-data": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "artifacts": [["data"]], "history": 1},
+        "tck-input-required": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_INPUT_REQUIRED", "history": 1}},
+    ("agent_error", "rest"): {"send": {"http": 500, "type": "application/json", "code": 500, "status": "INTERNAL",
+                                       "reasons": ["UNKNOWN_ERROR"]}},
+    ("agent_error", "jsonrpc"): {"send": {**_ERR_RPC, "code": -32603, "reasons": ["UNKNOWN_ERROR"]}},
+    ("return_immediately", "jsonrpc"): {"quick": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_SUBMITTED", "history": 1},
+                                        "blocking": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_INPUT_REQUIRED", "history": 1}},
+    ("context_ids", "jsonrpc"): {"generated": True, "kept": "tck-client-context", "same task": True, "same context": True,
+                                 "state": "TASK_STATE_COMPLETED"},
+    ("stream_shapes", "jsonrpc"): {
+        "tck-stream": {"http": 200, "type": "text/event-stream", "events": [
+            ("task", "TASK_STATE_SUBMITTED", 1), ("statusUpdate", "TASK_STATE_WORKING"),
+            ("artifactUpdate", None, (["streamed"], None, None)), ("statusUpdate", "TASK_STATE_COMPLETED")]},
+        "tck-message-response": {"http": 200, "type": "text/event-stream", "events": [("message", None)]},
+        "tck-stream-chunked": {"http": 200, "type": "text/event-stream", "events": [
+            ("task", "TASK_STATE_SUBMITTED", 1), ("statusUpdate", "TASK_STATE_WORKING"),
+            ("artifactUpdate", None, (["one "], None, None)), ("artifactUpdate", None, (["two"], True, True)),
+            ("statusUpdate", "TASK_STATE_COMPLETED")]}},
+    ("subscribe", "jsonrpc"): {
+        "first": [("task", "TASK_STATE_WORKING", 1)] * 2,
+        "rest": [[("artifactUpdate", None, (["late"], None, None)), ("statusUpdate", "TASK_STATE_COMPLETED")]] * 2,
+        "unknown": {"http": 200, "id": 5, "code": -32001, "reasons": ["TASK_NOT_FOUND"]}},
+    ("get_and_history", "jsonrpc"): {
+        "0": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED"},
+        "1": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
+        "unknown": {**_ERR_RPC, "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
+        "unknown, negative length": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]}},
+    ("list", "jsonrpc"): {"http": 200, "first page": 2, "token": True, "last page": 1, "last token": "", "total": 3,
+                          "newest first": True, "artifacts": [True] * 3, "no artifacts": [False] * 3},
+    ("list", "rest"): {"http": 200, "first page": 2, "last page": 1, "total": 3, "artifacts": [True] * 3},
+    ("cancel", "jsonrpc"): {"input required": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_CANCELED", "history": 2},
+                            "completed": {**_ERR_RPC, "code": -32002, "reasons": ["TASK_NOT_CANCELABLE"]},
+                            "unknown": {**_ERR_RPC, "code": -32001, "reasons": ["TASK_NOT_FOUND"]}},
+    ("cancel", "rest"): {"completed": {"http": 400, "type": "application/json", "code": 400, "status": "FAILED_PRECONDITION",
+                                       "reasons": ["TASK_NOT_CANCELABLE"]}},
+    ("push_configs", "jsonrpc"): {str(i): {**_ERR_RPC, "code": -32003, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}
+                                  for i in range(4)},
+    ("push_configs", "rest"): {str(i): {"http": 400, "type": "application/json", "code": 400, "status": "FAILED_PRECONDITION",
+                                        "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]} for i in range(4)},
+    ("extended_card", "jsonrpc"): {"declared": False, "answer": {**_ERR_RPC, "code": -32004, "reasons": ["UNSUPPORTED_OPERATION"]}},
+    ("extended_card", "rest"): {"declared": False, "answer": {"http": 400, "type": "application/json", "code": 400,
+                                                              "status": "FAILED_PRECONDITION", "reasons": ["UNSUPPORTED_OPERATION"]}},
+    ("versions", "jsonrpc"): {"99.0": {**_ERR_RPC, "code": -32009, "reasons": ["VERSION_NOT_SUPPORTED"]},
+                              "1.0.3": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
+                              "absent": {**_ERR_RPC, "code": -32009, "reasons": ["VERSION_NOT_SUPPORTED"]},
+                              "extensions": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1}},
+    ("versions", "rest"): {"99.0": {"http": 400, "type": "application/json", "code": 400, "status": "FAILED_PRECONDITION",
+                                    "reasons": ["VERSION_NOT_SUPPORTED"]}},
+    ("jsonrpc_envelope", "jsonrpc"): {
+        "batch": {"http": 200, "id": None, "code": -32600, "reasons": ["INVALID_REQUEST"]},
+        "jsonrpc 1.0": {**_ERR_RPC, "code": -32600, "reasons": ["INVALID_REQUEST"]},
+        "id object": {"http": 200, "id": None, "code": -32600, "reasons": ["INVALID_REQUEST"]},
+        "id true": {"http": 200, "id": None, "code": -32600, "reasons": ["INVALID_REQUEST"]},
+        "id string": {"http": 200, "id": "abc", "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
+        "id number": {"http": 200, "id": 42, "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
+        "unknown method": {"http": 200, "id": "3", "code": -32601, "reasons": []},
+        "unknown slash method": {**_ERR_RPC, "code": -32601, "reasons": []},
+        "parts not a list": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]},
+        "unknown fields": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1}},
+    ("rest_binding", "rest"): {
+        "a2a+json body": {"http": 200, "type": "application/a2a+json", "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
+        "no message": {"http": 400, "type": "application/json", "code": 400, "status": "INVALID_ARGUMENT", "reasons": ["INVALID_PARAMS"]}},
+}
+
+
+assert {n for n, _ in DIRECT} == set(CHECKS), "every check pins what the agent answers directly"
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+@pytest.mark.parametrize("name", list(CHECKS))
+async def test_the_kits_checks_see_the_same_agent_through_the_gateway(stack: Stack, name: str, binding: str) -> None:
+    async with httpx.AsyncClient(timeout=30) as c:
+        seen = {kind: await CHECKS[name](c, way, binding, stack) for kind, way in stack.ways.items()}
+    direct = seen.pop("direct")
+    expected = DIRECT.get((name, binding), {})
+    if expected:
+        assert isinstance(direct, dict) and {k: direct.get(k) for k in expected} == expected, direct
+    for kind, got in seen.items():
+        override, _why = DIFFERENCES.get((name, binding, kind), ({}, ""))
+        assert got == ({**direct, **override} if override else direct), f"{kind} differs from the agent's own {direct}"
+
+
+async def test_an_agents_card_through_the_gateway_claims_only_what_the_gateway_relays() -> None:
+    """CORE-CAP-001/002/003 on `/agents/{name}`: an agent whose card claims push notifications and an extended
+    card (and no streaming) is published with both set false, since the gateway relays neither; the methods
+    answer as the published card says, and streaming is refused as the agent refuses it."""
+    card = make_card("claims", input_modes=["text"])
+    card.capabilities.push_notifications = True
+    card.capabilities.extended_agent_card = True
+    async with run_agent(card, RecordingExecutor()) as url:
+        async with gateway({"agents": [{"name": "claims", "url": url}]}) as (_, gw):
+            way = Way("agent-path", f"{gw}/agents/claims", f"{gw}/agents/claims", f"{gw}/agents/claims")
+            direct = Way("direct", url, url, url.rstrip("/"))
+            async with httpx.AsyncClient(timeout=30) as c:
+                published = (await c.get(way.card + CARD)).json()["capabilities"]
+                push = await rpc(c, way, "CreateTaskPushNotificationConfig", {"taskId": "t", "url": "https://example.com/h"})
+                extended = await rpc(c, way, "GetExtendedAgentCard", {})
+                streams = {w.kind: await stream_view(c, w, "jsonrpc", "SendStreamingMessage", {"message": message("tck-stream")})
+                           for w in (direct, way)}
+    assert published["pushNotifications"] is False and published["extendedAgentCard"] is False
+    assert published["streaming"] is False
+    assert push == {"http": 200, "id": 1, "code": -32003, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}
+    assert extended == {"http": 200, "id": 1, "code": -32004, "reasons": ["UNSUPPORTED_OPERATION"]}
+    assert streams["agent-path"] == streams["direct"], streams
