@@ -7,7 +7,7 @@ import time
 import orjson
 
 from mma2a.gateway.history import DecisionRecord, HistoryFilter, HistoryRecorder, HistoryStore, PartSummary, to_row
-from mma2a.gateway.history.record import MAX_FEATURE_BYTES, RowMemo, cap_features, outcome_class
+from mma2a.gateway.history.record import MAX_FEATURE_BYTES, ShapeMemo, cap_features, outcome_class
 from mma2a.routing import PartRoute, Target, TransformStep
 
 
@@ -19,7 +19,7 @@ def record(mid: str, ts: float, modality: str = "image/png", agent: str = "visio
 
 def test_rows_carry_targets_transforms_and_tags():
     row = to_row(record("x", 1.0, "audio/wav; rate=16000", "writer"))
-    parts = orjson.loads(row.parts_json)
+    parts = row.parts()
     assert parts == [{"index": 0, "modality": "audio/wav; rate=16000", "kind": "text", "size": None, "features": {},
                       "targets": ["writer"], "matched": ["r1"], "transforms": [[{"agent": "asr", "from": "audio/wav; rate=16000",
                                                                                   "to": "text/plain"}]],
@@ -31,23 +31,27 @@ def test_rows_carry_targets_transforms_and_tags():
     assert outcome_class("TASK_STATE_SOMETHING_NEW") == ("unknown", None)
 
 
-def test_the_row_memo_reuses_alike_decisions_and_only_those():
-    """Rows made through the writer's memo equal rows made afresh: alike decisions (the same routes object, parts
-    of the same shape without features) share one parts JSON; another shape, features or routes do not."""
-    memo = RowMemo()
+def test_the_shape_memo_reuses_alike_decisions_and_only_those():
+    """Rows made through the writer's memo equal rows made afresh: alike decisions (equal routes, parts of the same
+    index, modality and kind) share one shape, whatever their sizes and features (each decision's own detail);
+    other routes or modalities do not."""
+    memo = ShapeMemo()
     base = record("a", 1.0)
-    routes = base.routes
     alike = base._replace(message_id="b", time=2.0, outcome="TASK_STATE_FAILED")
-    other_size = base._replace(message_id="c", parts=(PartSummary(0, "image/png", {}, "raw", 99),))
+    other_size = base._replace(message_id="c", parts=(PartSummary(0, "image/png", {}, "text", 99),))
     featured = base._replace(message_id="d", parts=(PartSummary(0, "image/png", {"width": 3}),))
+    equal_routes = base._replace(message_id="f", routes=tuple(PartRoute(*r) for r in base.routes))
     other_routes = base._replace(message_id="e", routes=(PartRoute(0, "image/png", (), (Target("ocr"),), ("route_to",)),))
-    for entry in (base, alike, other_size, featured, other_routes, alike):
+    other_modality = base._replace(message_id="g", parts=(PartSummary(0, "image/jpeg"),))
+    for entry in (base, alike, other_size, featured, other_routes, alike, equal_routes, other_modality):
         assert to_row(entry, memo) == to_row(entry)
-    first, second = to_row(base, memo), to_row(alike, memo)
-    assert first.parts_json is second.parts_json and first.message_id != second.message_id
-    assert to_row(other_size, memo).parts_json != first.parts_json
-    assert orjson.loads(to_row(featured, memo).parts_json)[0]["features"] == {"width": 3}
-    assert ("a", "ocr") in to_row(other_routes, memo).tags and routes is base.routes
+    first = to_row(base, memo)
+    for entry in (alike, other_size, featured, equal_routes):
+        assert to_row(entry, memo).shape is first.shape
+    assert to_row(other_size, memo).parts()[0]["size"] == 99
+    assert to_row(featured, memo).parts()[0]["features"] == {"width": 3}
+    assert to_row(other_routes, memo).shape != first.shape and ("a", "ocr") in to_row(other_routes, memo).tags
+    assert to_row(other_modality, memo).shape != first.shape
 
 
 def test_features_are_capped_in_bytes():
@@ -88,8 +92,9 @@ def test_retention_by_age_then_by_size(tmp_path):
     left, _ = small.query(HistoryFilter(limit=1000))
     assert removed > 50 and small.stats()["bytes"] <= size // 2
     assert [d["messageId"] for d in left] == [f"new{i}" for i in range(99, 99 - len(left), -1)]  # the newest stay
-    tags = small._read("SELECT COUNT(*) FROM tags WHERE decision_id NOT IN (SELECT id FROM decisions)", ())
-    assert tags == [(0,)]  # no orphan filter rows
+    orphans = small._read("SELECT COUNT(*) FROM shapes WHERE id NOT IN (SELECT shape FROM decisions)", ())
+    assert orphans == [(0,)]  # no shape outlives its decisions, no filter row its shape
+    assert small._read("SELECT COUNT(*) FROM shape_tags WHERE shape NOT IN (SELECT id FROM shapes)", ()) == [(0,)]
 
 
 def test_two_stores_on_one_file_share_it(tmp_path):
@@ -110,7 +115,7 @@ def test_rows_from_a_stream_keep_their_position_and_a_full_queue_says_wait(tmp_p
     now = time.time()
     rows = [to_row(record(f"s{i}", now + i, features={"objects": ["cat"]})) for i in range(3)]
     assert rows_from_json(rows_to_json(rows)) == rows
-    for bad in (b"{", b"[[1, 2]]", b'"x"'):
+    for bad in (b"{", b"[[1, 2]]", b'"x"', b'{"rows": [["m", 1, null, "completed", null, 1.0, {}, [], null]]}', b'{"rows": 3}'):
         try:
             rows_from_json(bad)
         except ValueError as exc:
@@ -128,7 +133,8 @@ def test_rows_from_a_stream_keep_their_position_and_a_full_queue_says_wait(tmp_p
 
 
 def _sum_of_sizes(store: HistoryStore) -> int:
-    return store._read("SELECT COALESCE(SUM(size), 0) FROM decisions", ())[0][0]
+    return store._read("SELECT (SELECT COALESCE(SUM(size), 0) FROM decisions) + (SELECT COALESCE(SUM(size), 0) "
+                       "FROM shapes)", ())[0][0]
 
 
 def test_a_batch_across_statement_chunks_keeps_every_row_tag_and_count(tmp_path):
@@ -136,22 +142,25 @@ def test_a_batch_across_statement_chunks_keeps_every_row_tag_and_count(tmp_path)
     tags each) comes back whole, with consecutive ids, every tag row, and the rollup counting each decision once."""
     store = HistoryStore(tmp_path / "h.sqlite3")
     now = 1_800_000_000.0
-    memo = RowMemo()
+    memo = ShapeMemo()
     entries = [record(f"m{i}", now + i / 1000, modality=("image/png", "audio/wav", "text/plain")[i % 3],
                       agent=f"agent{i % 7}", features={"n": i} if i % 5 == 0 else None) for i in range(203)]
     rows = [to_row(e, memo) for e in entries]
     store.write(rows)
     got, _ = store.query(HistoryFilter(limit=1000))
     assert [d["messageId"] for d in got] == [f"m{i}" for i in range(202, -1, -1)]
-    assert [d["parts"] for d in reversed(got)] == [orjson.loads(r.parts_json) for r in rows]
+    assert [d["parts"] for d in reversed(got)] == [r.parts() for r in rows]
     ids = [i for (i,) in store._read("SELECT id FROM decisions ORDER BY id", ())]
     assert ids == list(range(ids[0], ids[0] + 203))
-    assert store._read("SELECT COUNT(*) FROM tags", ())[0][0] == sum(len(r.tags) for r in rows)
+    shapes = {r.shape for r in rows}
+    assert len(shapes) == 21  # 3 modalities x 7 agents, each stored once with its filter rows
+    assert store._read("SELECT COUNT(*) FROM shapes", ())[0][0] == len(shapes)
+    assert store._read("SELECT COUNT(*) FROM shape_tags", ())[0][0] == sum(len(s.tags) for s in shapes)
     for i in (0, 64, 128, 192, 202):  # one decision from each chunk, found by each of its tags
         for kind, value in rows[i].tags:
-            hits = store._read("SELECT decision_id FROM tags WHERE kind = ? AND value = ? AND decision_id = ?",
-                               (kind, value, ids[i]))
-            assert hits == [(ids[i],)], (i, kind, value)
+            key = {"m": "modality", "f": "modality", "a": "agent", "r": "rule"}[kind]
+            hits, _ = store.query(HistoryFilter(limit=1000, before=ids[i] + 1, **{key: value}))
+            assert hits[0]["messageId"] == f"m{i}", (i, kind, value)
     by_outcome = store.counts("outcome", now - 60, now + 60, 60)
     assert sum(p[1] for s in by_outcome for p in s["points"]) == 203
     by_agent = store.counts("agent", now - 60, now + 60, 60)
@@ -229,3 +238,88 @@ def test_the_writer_writes_everything_queued_before_it_stops(tmp_path):
     assert store.stats()["decisions"] == 1234 and store.stats()["bytes"] == _sum_of_sizes(store)
     got, _ = store.query(HistoryFilter(limit=1000, agent="agent1"))
     assert len(got) == 411 and got[0]["messageId"] == "m1231"
+
+
+def test_a_tag_filter_over_more_shapes_than_merge_max_walks_the_decisions_and_agrees(tmp_path):
+    """A filter whose tags match at most `MERGE_MAX` shapes merges each shape's decisions newest first; past it,
+    the decisions are walked and each one's shape tested. Both answer what a plain filter over every decision
+    answers, page after page."""
+    from mma2a.gateway.history.store import MERGE_MAX
+
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    now = 1_800_000_000.0
+    many = MERGE_MAX + 20  # distinct modalities: as many shapes, all routed to `writer`
+    entries = [record(f"m{i}", now + i, modality=f"text/x-k{i % many}", agent="writer" if i % 3 else "vision",
+                      outcome="TASK_STATE_FAILED" if i % 4 == 0 else "TASK_STATE_COMPLETED") for i in range(3 * many)]
+    store.write([to_row(e, ShapeMemo()) for e in entries])
+
+    def pages(f: HistoryFilter) -> list[str]:
+        out, cursor = [], None
+        while True:
+            got, cursor = store.query(HistoryFilter(**{**f.__dict__, "before": int(cursor) if cursor else None}))
+            out += [d["messageId"] for d in got]
+            if cursor is None:
+                return out
+
+    wanted = {  # filter -> the decisions it must find, newest first
+        HistoryFilter(agent="writer", limit=50): [e for e in entries if e.routes[0].targets[0].agent == "writer"],
+        HistoryFilter(agent="vision", limit=30): [e for e in entries if e.routes[0].targets[0].agent == "vision"],  # 92
+        HistoryFilter(agent="writer", outcome="failed", limit=7):
+            [e for e in entries if e.routes[0].targets[0].agent == "writer" and e.outcome == "TASK_STATE_FAILED"],
+        HistoryFilter(modality="text/x-k5", limit=2): [e for e in entries if e.parts[0].modality == "text/x-k5"],
+        HistoryFilter(modality="text/*", rule="r1", since=now + 100, limit=64): [e for e in entries if e.time >= now + 100],
+        HistoryFilter(agent="nobody"): [],
+    }
+    for f, expected in wanted.items():
+        assert pages(f) == [e.message_id for e in reversed(expected)], f
+
+
+def test_a_file_from_before_shapes_is_brought_to_them_on_opening(tmp_path):
+    """A history file written before shapes (whole parts JSON in every row, a filter row per decision and tag) is
+    converted when opened: every decision keeps its id, time and parts, the filters find it, the byte total is the
+    sum of the sizes; a stream batch of that time is still read."""
+    import sqlite3
+
+    from mma2a.gateway.history.record import rows_from_json
+
+    path = tmp_path / "h.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.executescript("""
+CREATE TABLE decisions (id INTEGER PRIMARY KEY, message_id TEXT NOT NULL, ts REAL NOT NULL, sender TEXT,
+  outcome TEXT NOT NULL, error TEXT, latency_ms REAL NOT NULL, parts BLOB NOT NULL, receivers BLOB, size INTEGER NOT NULL);
+CREATE INDEX decisions_ts ON decisions(ts);
+CREATE INDEX decisions_sender ON decisions(sender, id);
+CREATE INDEX decisions_outcome ON decisions(outcome, id);
+CREATE TABLE tags (kind TEXT NOT NULL, value TEXT NOT NULL, decision_id INTEGER NOT NULL, ts REAL NOT NULL,
+  latency_ms REAL NOT NULL, PRIMARY KEY (kind, value, decision_id)) WITHOUT ROWID;
+CREATE INDEX tags_decision ON tags(decision_id);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO meta (key, value) VALUES ('bytes', 999), ('stream_position', 41);
+CREATE TABLE minutes (kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NOT NULL, n INTEGER NOT NULL,
+  latency_sum REAL NOT NULL, latency_max REAL NOT NULL, PRIMARY KEY (kind, minute, value)) WITHOUT ROWID;
+""")
+    now = 1_800_000_000.0
+    old_parts = []
+    for i in range(40):
+        parts = [{"index": 0, "modality": ("image/png", "audio/wav")[i % 2], "kind": "raw", "size": 100 + i,
+                  "features": {"width": i} if i % 3 == 0 else {}, "targets": [f"agent{i % 4}"], "matched": ["r1"] if i % 5 == 0 else [],
+                  "transforms": [], "dropped": None, "bottleneck": False}]
+        old_parts.append(parts)
+        db.execute("INSERT INTO decisions VALUES (?, ?, ?, ?, ?, NULL, 1.5, ?, ?, 10)",
+                   (i + 7, f"m{i}", now + i, "client-a", "completed", orjson.dumps(parts), b'["x"]' if i == 3 else None))
+    db.close()
+    store = HistoryStore(path)
+    got, _ = store.query(HistoryFilter(limit=100))
+    assert [d["messageId"] for d in got] == [f"m{i}" for i in range(39, -1, -1)]
+    assert [d["parts"] for d in reversed(got)] == old_parts and got[-4]["receivers"] == ["x"]
+    assert [i for (i,) in store._read("SELECT id FROM decisions ORDER BY id", ())] == list(range(7, 47))
+    assert store._read("SELECT COUNT(*) FROM shapes", ())[0][0] == 8  # 4 (modality, agent) pairs, with and without r1
+    hits, _ = store.query(HistoryFilter(modality="image/*", agent="agent2", limit=100))
+    assert [d["messageId"] for d in hits] == [f"m{i}" for i in range(39, -1, -1) if i % 4 == 2 and i % 2 == 0]
+    assert [d["messageId"] for d in store.query(HistoryFilter(rule="r1"))[0]] == [f"m{i}" for i in (35, 30, 25, 20, 15, 10, 5, 0)]
+    assert store.stats()["bytes"] == _sum_of_sizes(store) and store.position() == 41
+    assert store.prune(now + 10_000_000) == 40 and store._read("SELECT COUNT(*) FROM shapes", ()) == [(0,)]
+    store.close()
+    old_batch = orjson.dumps([["s1", now, None, "completed", None, 2.0, old_parts[3], ["x"], [["m", "audio/wav"]]]])
+    (row,) = rows_from_json(old_batch)
+    assert row.parts() == old_parts[3] and row.receivers_json == b'["x"]' and ("a", "agent3") in row.tags

@@ -123,8 +123,17 @@ def cap_features(features: Mapping[str, Any], budget: int = MAX_FEATURE_BYTES) -
     return kept
 
 
+class Shape(NamedTuple):
+    """What alike decisions share, stored once: their parts' routes as JSON (modality, kind, targets, rules,
+    transforms, drop; no sizes, no features) and the filter tags those imply."""
+
+    parts_json: bytes
+    tags: tuple[tuple[str, str], ...]
+
+
 class Row(NamedTuple):
-    """A decision as the store writes it: the columns, the filter tags ((kind, value) pairs)."""
+    """A decision as the store writes it: the columns, its shape, and what is its own of each part (`detail`:
+    per part its size, or `[size, features]` when it has features, as JSON)."""
 
     message_id: str
     time: float
@@ -132,106 +141,147 @@ class Row(NamedTuple):
     outcome: str
     error: str | None
     latency_ms: float
-    parts_json: bytes
+    shape: Shape
+    detail: bytes
     receivers_json: bytes | None
-    tags: tuple[tuple[str, str], ...]
+
+    @property
+    def tags(self) -> tuple[tuple[str, str], ...]:
+        return self.shape.tags
+
+    def parts(self) -> list[dict[str, Any]]:
+        """The parts as queries answer them (the shape's with each part's size and features)."""
+        return merge_parts(orjson.loads(self.shape.parts_json), orjson.loads(self.detail))
+
+
+def merge_parts(shape_parts: Sequence[Mapping[str, Any]], detail: Sequence[Any]) -> list[dict[str, Any]]:
+    """A stored decision's parts: each shape part with its own size and features from `detail`."""
+    out = []
+    for p, d in zip(shape_parts, detail, strict=False):
+        size, features = (d[0], d[1]) if isinstance(d, list) else (d, {})
+        out.append({"index": p["index"], "modality": p["modality"], "kind": p["kind"], "size": size,
+                    "features": features, **p})
+    return out
+
+
+def split_parts(parts: Sequence[Mapping[str, Any]]) -> tuple[Shape, bytes]:
+    """The inverse of `merge_parts`, for parts stored whole (a file or a stream batch from before shapes)."""
+    shape_parts = [{k: v for k, v in p.items() if k not in ("size", "features")} for p in parts]
+    detail = [[p.get("size"), p["features"]] if p.get("features") else p.get("size") for p in parts]
+    return Shape(orjson.dumps(shape_parts), _tags(shape_parts)), orjson.dumps(detail)
+
+
+def _tags(shape_parts: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """The filter tags of a shape: each part's modality and family, its agents (targets and transformers), its rules."""
+    tags: dict[tuple[str, str], None] = {}
+    for p in shape_parts:
+        base = base_modality(str(p["modality"]))
+        tags[("m", base)] = None
+        tags[("f", base.split("/", 1)[0] + "/*")] = None  # the family, so `image/*` is one index range too
+        for name in p.get("targets") or ():
+            tags[("a", name)] = None
+        for chain in p.get("transforms") or ():
+            for step in chain:
+                tags[("a", step["agent"])] = None
+        for name in p.get("matched") or ():
+            tags[("r", name)] = None
+    return tuple(tags)
 
 
 def rows_to_json(rows: Sequence[Row]) -> bytes:
     """A batch of rows as one JSON document (what cluster mode publishes to its stream)."""
-    return orjson.dumps([[r.message_id, r.time, r.sender, r.outcome, r.error, r.latency_ms, orjson.Fragment(r.parts_json),
-                          orjson.Fragment(r.receivers_json) if r.receivers_json else None, r.tags] for r in rows])
+    return orjson.dumps({"shapes": 1, "rows": [
+        [r.message_id, r.time, r.sender, r.outcome, r.error, r.latency_ms, orjson.Fragment(r.shape.parts_json),
+         orjson.Fragment(r.detail), orjson.Fragment(r.receivers_json) if r.receivers_json else None] for r in rows]})
 
 
 def rows_from_json(data: bytes) -> list[Row]:
-    """The inverse of `rows_to_json`; raises ValueError on anything else."""
+    """The inverse of `rows_to_json`, or a batch from before shapes (a list of rows with whole parts and their tags);
+    raises ValueError on anything else. Alike rows of a batch share one `Shape`."""
+    shapes: dict[bytes, Shape] = {}
     try:
-        return [Row(str(mid), float(ts), sender, str(outcome), error, float(latency), orjson.dumps(parts),
-                    orjson.dumps(receivers) if receivers else None, tuple((str(k), str(v)) for k, v in tags))
-                for mid, ts, sender, outcome, error, latency, parts, receivers, tags in orjson.loads(data)]
-    except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+        doc = orjson.loads(data)
+        out = []
+        if isinstance(doc, list):  # before shapes: whole parts, then receivers and tags (those follow from the parts)
+            for mid, ts, sender, outcome, error, latency, parts, receivers, _ in doc:
+                shape, detail = split_parts(parts)
+                out.append(Row(str(mid), float(ts), sender, str(outcome), error, float(latency),
+                               shapes.setdefault(shape.parts_json, shape), detail,
+                               orjson.dumps(receivers) if receivers else None))
+            return out
+        for mid, ts, sender, outcome, error, latency, shape_parts, detail_items, receivers in doc["rows"]:
+            if not isinstance(shape_parts, list) or not isinstance(detail_items, list):
+                raise TypeError("parts and detail must be lists")
+            parts_json = orjson.dumps(shape_parts)
+            known = shapes.get(parts_json)
+            if known is None:
+                known = shapes[parts_json] = Shape(parts_json, _tags(shape_parts))
+            out.append(Row(str(mid), float(ts), sender, str(outcome), error, float(latency), known,
+                           orjson.dumps(detail_items), orjson.dumps(receivers) if receivers else None))
+        return out
+    except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise ValueError(f"not a batch of history rows: {exc}") from None
 
 
-class RowMemo:
-    """The parts JSON and tags of recent decisions, by their routes (the same object for every message a memoised
-    decision routed) and their parts' shapes: a stream of alike messages is serialised once. Parts with
-    features are never memoised (their features differ from message to message)."""
+class ShapeMemo:
+    """The shapes of recent decisions, by their routes and their parts' (index, modality, kind): a stream of alike
+    messages is serialised once, whatever their sizes and features (those are each decision's own)."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
-        self._rows: dict[tuple[Any, ...], tuple[Sequence[Any], bytes, tuple[tuple[str, str], ...]]] = {}
+        self._shapes: dict[tuple[Any, ...], Shape] = {}
 
-    def key(self, entry: DecisionRecord) -> tuple[Any, ...] | None:
-        if len(entry.parts) == 1:  # the common case, without the loop
-            p = entry.parts[0]
-            return None if p.features else (id(entry.routes), p.index, str(p.modality), p.kind, p.size)
-        if len(entry.parts) > 4:
-            return None
-        shape: list[Any] = [id(entry.routes)]
-        for p in entry.parts:
-            if p.features:
-                return None
-            shape.append((p.index, str(p.modality), p.kind, p.size))
-        return tuple(shape)
-
-    def get(self, key: tuple[Any, ...], entry: DecisionRecord) -> tuple[bytes, tuple[tuple[str, str], ...]] | None:
-        found = self._rows.get(key)
-        if found is None or found[0] is not entry.routes:  # an id reused by another object: not the same routes
-            return None
-        return found[1], found[2]
-
-    def put(self, key: tuple[Any, ...], entry: DecisionRecord, parts_json: bytes, tags: tuple[tuple[str, str], ...]) -> None:
-        if len(self._rows) >= self.capacity:
-            self._rows.clear()
-        self._rows[key] = (entry.routes, parts_json, tags)  # the routes kept alive: their id stays theirs
+    def shape(self, entry: DecisionRecord) -> Shape:
+        parts = entry.parts
+        if len(parts) == 1:  # the common case, without the loop
+            p = parts[0]
+            key: tuple[Any, ...] = (entry.routes, p.index, str(p.modality), p.kind)
+        else:
+            key = (entry.routes, *[(p.index, str(p.modality), p.kind) for p in parts[:MAX_PARTS]])
+        try:
+            found = self._shapes.get(key)
+        except TypeError:  # routes that do not hash (not the routers' tuples): serialised every time
+            return _shape(entry)
+        if found is None:
+            if len(self._shapes) >= self.capacity:
+                self._shapes.clear()
+            found = self._shapes[key] = _shape(entry)
+        return found
 
 
-def to_row(entry: DecisionRecord, memo: RowMemo | None = None) -> Row:
-    """Serialise one record (on the writer's thread); `memo` reuses the parts JSON of alike decisions."""
-    key = memo.key(entry) if memo is not None and entry.routes else None
-    known = memo.get(key, entry) if key is not None and memo is not None else None
-    if known is not None:
-        parts_json, tag_tuple = known
-    else:
-        parts_json, tag_tuple = _parts_json(entry)
-        if memo is not None and key is not None:
-            memo.put(key, entry, parts_json, tag_tuple)
+def detail_json(parts: Sequence[Any]) -> bytes:
+    """What is each part's own in a decision: its size, or `[size, features]` (capped) when it has features."""
+    if len(parts) == 1 and not parts[0].features and (parts[0].size is None or type(parts[0].size) is int):
+        size = parts[0].size
+        return b"[null]" if size is None else b"[%d]" % size
+    return orjson.dumps([[p.size, cap_features(p.features)] if p.features else p.size for p in parts[:MAX_PARTS]],
+                        default=str)
+
+
+def to_row(entry: DecisionRecord, memo: ShapeMemo | None = None) -> Row:
+    """Serialise one record (on the writer's thread); `memo` reuses the shape of alike decisions."""
+    shape = memo.shape(entry) if memo is not None else _shape(entry)
     outcome, error = outcome_class(entry.outcome)
     sender = entry.sender
     return Row(  # positional: the writer makes one per decision
         str(entry.message_id)[:MAX_STRING], entry.time, sender[:MAX_STRING] if sender else None, outcome, error,
-        round(entry.latency_s * 1000, 3), parts_json, orjson.dumps(list(entry.receivers)) if entry.receivers else None,
-        tag_tuple)
+        round(entry.latency_s * 1000, 3), shape, detail_json(entry.parts),
+        orjson.dumps(list(entry.receivers)) if entry.receivers else None)
 
 
-def _parts_json(entry: DecisionRecord) -> tuple[bytes, tuple[tuple[str, str], ...]]:
-    """The parts of a record as stored (JSON) and its filter tags."""
+def _shape(entry: DecisionRecord) -> Shape:
+    """The shape of a record's parts: their routes as stored (JSON) and its filter tags."""
     routes = {r.index: r for r in entry.routes}
     parts: list[dict[str, Any]] = []
-    tags: dict[tuple[str, str], None] = {}
     for p in list(entry.parts)[:MAX_PARTS]:
-        modality = str(p.modality)
-        base = base_modality(modality)
-        tags[("m", base)] = None
-        tags[("f", base.split("/", 1)[0] + "/*")] = None  # the family, so `image/*` is one index range too
+        row: dict[str, Any] = {"index": p.index, "modality": str(p.modality), "kind": p.kind}
         route = routes.get(p.index)
-        row: dict[str, Any] = {"index": p.index, "modality": modality, "kind": p.kind, "size": p.size,
-                               "features": cap_features(p.features) if p.features else {}}
         if route is not None:
-            targets = list(dict.fromkeys(t.agent for t in route.targets))
-            transforms = [[{"agent": s.agent, "from": s.from_modality, "to": s.to_modality} for s in t.via]
-                          for t in route.targets if t.via]
-            row.update(targets=targets, matched=list(route.matched), transforms=transforms,
+            row.update(targets=list(dict.fromkeys(t.agent for t in route.targets)), matched=list(route.matched),
+                       transforms=[[{"agent": s.agent, "from": s.from_modality, "to": s.to_modality} for s in t.via]
+                                   for t in route.targets if t.via],
                        dropped=route.dropped, bottleneck=route.bottleneck)
-            for name in targets:
-                tags[("a", name)] = None
-            for chain in transforms:
-                for step in chain:
-                    tags[("a", step["agent"])] = None
-            for name in route.matched:
-                tags[("r", name)] = None
         else:
             row.update(targets=[], matched=[], transforms=[], dropped=None, bottleneck=False)
         parts.append(row)
-    return orjson.dumps(parts, default=str), tuple(tags)
+    return Shape(orjson.dumps(parts, default=str), _tags(parts))

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .record import DecisionRecord, Row, RowMemo, to_row
+from .record import DecisionRecord, Row, ShapeMemo, to_row
 from .store import HistoryStore
 
 log = logging.getLogger("mma2a.history")
@@ -53,7 +53,7 @@ class HistoryRecorder:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._memo = RowMemo()  # the writer thread's own
+        self._memo = ShapeMemo()  # the writer thread's own
 
     # --- the request path -------------------------------------------------------------------
     def record(self, entry: DecisionRecord) -> None:

@@ -1,37 +1,45 @@
-"""The SQLite decision store: one row per decision, a tag table for the filters, retention by age and size.
+"""The SQLite decision store: one row per decision, retention by age and size, and shapes: what alike decisions
+share (their parts' routes as JSON, with the filter tags those imply) stored once and referenced by id.
 
 The file is opened in WAL mode, so queries read while the writer thread commits. Writes
-come in batches (one transaction, `executemany`); queries page by keyset (`id < cursor`),
+come in batches (one transaction, multi-row statements); queries page by keyset (`id < cursor`),
 newest first. Every method blocks: callers on the event loop use `asyncio.to_thread`.
 """
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from .record import Row
+from .record import Row, Shape, merge_parts, split_parts
 
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS shapes (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, parts BLOB NOT NULL UNIQUE, size INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS shape_tags (
+  kind TEXT NOT NULL, value TEXT NOT NULL, shape INTEGER NOT NULL, PRIMARY KEY (kind, value, shape)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS shape_tags_shape ON shape_tags(shape);
 CREATE TABLE IF NOT EXISTS decisions (
   id INTEGER PRIMARY KEY, message_id TEXT NOT NULL, ts REAL NOT NULL, sender TEXT, outcome TEXT NOT NULL,
-  error TEXT, latency_ms REAL NOT NULL, parts BLOB NOT NULL, receivers BLOB, size INTEGER NOT NULL);
+  error TEXT, latency_ms REAL NOT NULL, shape INTEGER NOT NULL, detail BLOB NOT NULL, receivers BLOB,
+  size INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS decisions_ts ON decisions(ts);
 CREATE INDEX IF NOT EXISTS decisions_sender ON decisions(sender, id);
 CREATE INDEX IF NOT EXISTS decisions_outcome ON decisions(outcome, id);
-CREATE TABLE IF NOT EXISTS tags (
-  kind TEXT NOT NULL, value TEXT NOT NULL, decision_id INTEGER NOT NULL, ts REAL NOT NULL, latency_ms REAL NOT NULL,
-  PRIMARY KEY (kind, value, decision_id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS tags_decision ON tags(decision_id);
+CREATE INDEX IF NOT EXISTS decisions_shape ON decisions(shape, id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-INSERT OR IGNORE INTO meta (key, value) SELECT 'bytes', COALESCE(SUM(size), 0) FROM decisions;
+INSERT OR IGNORE INTO meta (key, value) SELECT 'bytes',
+  (SELECT COALESCE(SUM(size), 0) FROM decisions) + (SELECT COALESCE(SUM(size), 0) FROM shapes);
 CREATE TABLE IF NOT EXISTS minutes (
   kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NOT NULL, n INTEGER NOT NULL, latency_sum REAL NOT NULL,
   latency_max REAL NOT NULL, PRIMARY KEY (kind, minute, value)) WITHOUT ROWID;
@@ -39,8 +47,10 @@ CREATE TABLE IF NOT EXISTS minutes (
 
 TAG_KINDS = {"modality": "m", "agent": "a", "rule": "r"}
 COUNT_KINDS = {"modality": "m", "agent": "a", "outcome": "o"}
-ROW_OVERHEAD = 64  # bytes counted per decision besides its JSON (ids, time, indexes)
-TAG_BYTES = 40
+ROW_OVERHEAD = 64  # bytes counted per decision (and per shape) besides its JSON (ids, time, indexes)
+TAG_BYTES = 40  # per filter row of a shape
+MERGE_MAX = 256  # a tag filter matching more shapes than this walks the decisions instead of merging per shape
+_COLUMNS = "d.id, d.message_id, d.ts, d.sender, d.outcome, d.error, d.latency_ms, d.shape, d.detail, d.receivers"
 
 
 @dataclass(frozen=True)
@@ -64,20 +74,25 @@ class HistoryFilter:
 
 
 def row_bytes(r: Row) -> int:
-    """What one decision counts against `max_bytes`: its JSON, its id, and a share for columns, indexes and tags."""
-    return len(r.parts_json) + len(r.message_id) + ROW_OVERHEAD + TAG_BYTES * len(r.tags)
+    """What one decision counts against `max_bytes`: its own JSON, its id, and a share for columns and indexes
+    (its shape is counted once, when first stored: `shape_bytes`)."""
+    return len(r.detail) + len(r.message_id) + (len(r.receivers_json) if r.receivers_json else 0) + ROW_OVERHEAD
+
+
+def shape_bytes(shape: Shape) -> int:
+    return len(shape.parts_json) + ROW_OVERHEAD + TAG_BYTES * len(shape.tags)
 
 
 def _per_minute(rows: Sequence[Row]) -> list[Any]:
     """The batch folded into the rollup's rows, (kind, value, minute, count, latency sum, latency max) for each
-    modality and agent tag and each outcome, flattened for `_insert`. Alike rows share one tags tuple (the row
+    modality and agent tag and each outcome, flattened for `_insert`. Alike rows share one shape (the writer's
     memo's), so rows are grouped by it first and each group's tags read once."""
     groups: dict[tuple[int, str, int], list[Any]] = {}
     for r in rows:
-        key = (id(r.tags), r.outcome, int(r.time // 60))
+        key = (id(r.shape), r.outcome, int(r.time // 60))
         cur = groups.get(key)
         if cur is None:
-            groups[key] = [r.tags, 1, r.latency_ms, r.latency_ms]
+            groups[key] = [r.shape.tags, 1, r.latency_ms, r.latency_ms]
         else:
             cur[1] += 1
             cur[2] += r.latency_ms
@@ -96,8 +111,9 @@ def _per_minute(rows: Sequence[Row]) -> list[Any]:
     return [x for (kind, value, minute), (n, total, peak) in agg.items() for x in (kind, value, minute, n, total, peak)]
 
 
-_INSERT_DECISIONS = "INSERT INTO decisions (id, message_id, ts, sender, outcome, error, latency_ms, parts, receivers, size)"
-_INSERT_TAGS = "INSERT OR IGNORE INTO tags (kind, value, decision_id, ts, latency_ms)"
+_INSERT_DECISIONS = ("INSERT INTO decisions (id, message_id, ts, sender, outcome, error, latency_ms, shape, detail, "
+                     "receivers, size)")
+_INSERT_SHAPE_TAGS = "INSERT OR IGNORE INTO shape_tags (kind, value, shape)"
 _INSERT_MINUTES = "INSERT INTO minutes (kind, value, minute, n, latency_sum, latency_max)"
 _ON_MINUTE = ("ON CONFLICT (kind, minute, value) DO UPDATE SET n = n + excluded.n, "
               "latency_sum = latency_sum + excluded.latency_sum, latency_max = MAX(latency_max, excluded.latency_max)")
@@ -124,6 +140,41 @@ def _insert(db: sqlite3.Connection, head: str, width: int, values: Sequence[Any]
         i += k
 
 
+def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]) -> int:
+    """Insert decisions with the given ids (inside the caller's transaction), their shapes first if new;
+    returns the bytes they add to the running total.
+
+    Shape ids are looked up afresh in every transaction (one indexed read per distinct shape of
+    the batch, a few per batch), never remembered across them: another writer on the file may
+    have pruned a shape since."""
+    shape_ids: dict[bytes, int] = {}
+    added = 0
+    for r in rows:
+        key = r.shape.parts_json
+        if key not in shape_ids:
+            found = db.execute("SELECT id FROM shapes WHERE parts = ?", (key,)).fetchone()
+            if found is None:
+                size = shape_bytes(r.shape)
+                sid = db.execute("INSERT INTO shapes (parts, size) VALUES (?, ?)", (key, size)).lastrowid
+                _insert(db, _INSERT_SHAPE_TAGS, 3, [x for kind, value in r.shape.tags for x in (kind, value, sid)])
+                added += size
+                found = (sid,)
+            shape_ids[key] = found[0]
+    for start in range(0, len(rows), _CHUNK):  # flattened a chunk at a time, between the inserts
+        values: list[Any] = []
+        for i, r in zip(ids[start:start + _CHUNK], rows[start:start + _CHUNK], strict=True):
+            size = len(r.detail) + len(r.message_id) + (len(r.receivers_json) if r.receivers_json else 0) + ROW_OVERHEAD
+            added += size
+            values += (i, r.message_id, r.time, r.sender, r.outcome, r.error, r.latency_ms,
+                       shape_ids[r.shape.parts_json], r.detail, r.receivers_json, size)
+        _insert(db, _INSERT_DECISIONS, 11, values)
+    return added
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
 def iso_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -138,7 +189,7 @@ class HistoryStore:
         self._writer = self._connect()
         self._writer.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes on a new file; lets prune give space back
         self._writer.execute("PRAGMA journal_mode=WAL")
-        self._writer.executescript(SCHEMA)
+        self._open_schema()
         self._reader = self._connect()
         self._reader.execute("PRAGMA query_only=ON")
         self._read_lock = threading.Lock()
@@ -149,6 +200,37 @@ class HistoryStore:
         conn.execute("PRAGMA busy_timeout=10000")
         return conn
 
+    def _open_schema(self) -> None:
+        """Create the tables, or bring a file from before shapes (whole parts JSON in every row, a filter row per
+        decision and tag) to them, in one transaction: its decisions keep their ids, times and contents."""
+        db = self._writer
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if "parts" in {row[1] for row in db.execute("PRAGMA table_info(decisions)")}:
+                for index in ("decisions_ts", "decisions_sender", "decisions_outcome", "tags_decision"):
+                    db.execute(f"DROP INDEX IF EXISTS {index}")
+                db.execute("ALTER TABLE decisions RENAME TO decisions_v1")
+                db.execute("DROP TABLE IF EXISTS tags")
+                db.execute("DELETE FROM meta WHERE key = 'bytes'")  # recounted below, shapes once
+                for statement in _statements(SCHEMA):
+                    db.execute(statement)
+                old = db.execute("SELECT id, message_id, ts, sender, outcome, error, latency_ms, parts, receivers "
+                                 "FROM decisions_v1 ORDER BY id")
+                while batch := old.fetchmany(1000):
+                    rows = [Row(mid, ts, sender, outcome, error, latency, *split_parts(orjson.loads(parts)), receivers)
+                            for _, mid, ts, sender, outcome, error, latency, parts, receivers in batch]
+                    _insert_rows(db, rows, [b[0] for b in batch])
+                db.execute("DROP TABLE decisions_v1")
+                db.execute("UPDATE meta SET value = (SELECT COALESCE(SUM(size), 0) FROM decisions) + "
+                           "(SELECT COALESCE(SUM(size), 0) FROM shapes) WHERE key = 'bytes'")
+            else:
+                for statement in _statements(SCHEMA):
+                    db.execute(statement)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
     def close(self) -> None:
         self._writer.close()
         with self._read_lock:
@@ -158,8 +240,9 @@ class HistoryStore:
     def write(self, rows: Sequence[Row], position: int | None = None) -> None:
         """Insert a batch in one transaction (ids assigned under the write lock, so several processes may share a file).
 
-        Rows, filter tags and the per-minute rollup go in by multi-row statements (`_insert`);
-        the bytes the batch adds go to the running total in `meta` in the same transaction.
+        Rows and the per-minute rollup go in by multi-row statements (`_insert`), a shape not
+        stored yet (with its filter rows) before the first row that has it; the bytes the batch
+        adds go to the running total in `meta` in the same transaction.
 
         `position` (cluster mode: the stream sequence of the batch's last row) is saved in the
         same transaction, so a restart resumes the stream exactly where the file stops.
@@ -171,19 +254,7 @@ class HistoryStore:
         try:
             if rows:
                 first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM decisions").fetchone()[0]
-                added = 0
-                for start in range(0, len(rows), _CHUNK):  # flattened a chunk at a time, between the inserts
-                    decisions: list[Any] = []
-                    tags: list[Any] = []
-                    for i, r in enumerate(rows[start:start + _CHUNK], first + start):
-                        size = row_bytes(r)
-                        added += size
-                        decisions += (i, r.message_id, r.time, r.sender, r.outcome, r.error, r.latency_ms, r.parts_json,
-                                      r.receivers_json, size)
-                        for kind, value in r.tags:
-                            tags += (kind, value, i, r.time, r.latency_ms)
-                    _insert(db, _INSERT_DECISIONS, 10, decisions)
-                    _insert(db, _INSERT_TAGS, 5, tags)
+                added = _insert_rows(db, rows, range(first, first + len(rows)))
                 _insert(db, _INSERT_MINUTES, 6, _per_minute(rows), _ON_MINUTE)
                 db.execute("UPDATE meta SET value = value + ? WHERE key = 'bytes'", (added,))
             if position is not None:
@@ -200,7 +271,8 @@ class HistoryStore:
         Deletion goes by id (write order): every decision up to the newest one past the age,
         or up to the one where the newest rows fill 90% of the byte budget. The total comes
         from the running count in `meta`, and only the rows to be deleted are read (their
-        sizes, from the oldest up), so a prune costs what it removes, not the table's size.
+        sizes, from the oldest up), so a prune costs what it removes, not the table's size. A shape
+        goes with the last decision that has it.
         """
         db = self._writer
         db.execute("BEGIN IMMEDIATE")
@@ -220,8 +292,12 @@ class HistoryStore:
                     cut, gone = row[0], gone + row[1]
             removed = 0
             if cut is not None:
-                db.execute("DELETE FROM tags WHERE decision_id <= ?", (cut,))
+                shapes = [r[0] for r in db.execute("SELECT DISTINCT +shape FROM decisions WHERE id <= ?", (cut,))]
                 removed = db.execute("DELETE FROM decisions WHERE id <= ?", (cut,)).rowcount
+                for shape in shapes:  # shapes no decision refers to any more go too
+                    if db.execute("SELECT 1 FROM decisions WHERE shape = ? LIMIT 1", (shape,)).fetchone() is None:
+                        db.execute("DELETE FROM shape_tags WHERE shape = ?", (shape,))
+                        gone += db.execute("DELETE FROM shapes WHERE id = ? RETURNING size", (shape,)).fetchone()[0]
                 db.execute("UPDATE meta SET value = value - ? WHERE key = 'bytes'", (gone,))
                 oldest = db.execute("SELECT MIN(ts) FROM decisions").fetchone()[0]
                 db.execute("DELETE FROM minutes WHERE kind IN ('m', 'a', 'o') AND minute < ?",
@@ -242,51 +318,71 @@ class HistoryStore:
     def query(self, f: HistoryFilter) -> tuple[list[dict[str, Any]], str | None]:
         """Matching decisions, newest first, and the cursor of the next page (None on the last).
 
-        With a modality, agent or rule filter the walk starts from that tag's index, newest
-        first, and stops at `limit` rows; other filters are checked on the way.
+        With a modality, agent or rule filter the shapes that carry every such tag are found
+        first; the decisions of each are walked newest first through their index and merged,
+        stopping at `limit` rows (past `MERGE_MAX` shapes, the decisions are walked newest first
+        and each one's shape tested). Other filters are checked on the way.
         """
         tags = f.tag_filters()
         where: list[str] = []
         params: list[Any] = []
-        if tags:
-            kind, value = tags[0]
-            source, key = "tags t JOIN decisions d ON d.id = t.decision_id", "t.decision_id"
-            where += ["t.kind = ?", "t.value = ?"]
-            params += [kind, value]
-            time_col = "t.ts"
-            for kind, value in tags[1:]:
-                where.append("EXISTS (SELECT 1 FROM tags x WHERE x.kind = ? AND x.value = ? AND x.decision_id = d.id)")
-                params += [kind, value]
-        else:
-            source, key, time_col = "decisions d", "d.id", "+d.ts"  # unary +: walk the primary key, test the time
         if f.before is not None:
-            where.append(f"{key} < ?")
+            where.append("d.id < ?")
             params.append(f.before)
         if f.since is not None:
-            where.append(f"{time_col} >= ?")
+            where.append("+d.ts >= ?")  # unary +: walk an id order, test the time
             params.append(f.since)
         if f.until is not None:
-            where.append(f"{time_col} < ?")
+            where.append("+d.ts < ?")
             params.append(f.until)
         for column in ("sender", "outcome"):
             if (value := getattr(f, column)) is not None:
                 where.append(f"d.{column} = ?" if not tags else f"+d.{column} = ?")
                 params.append(value)
-        rows = self._read(
-            "SELECT d.id, d.message_id, d.ts, d.sender, d.outcome, d.error, d.latency_ms, d.parts, d.receivers "
-            f"FROM {source} WHERE {' AND '.join(where) or '1'} ORDER BY {key} DESC LIMIT ?", [*params, f.limit + 1])
-        more = len(rows) > f.limit
-        rows = rows[:f.limit]
+        with self._read_lock:
+            db = self._reader
+            db.execute("BEGIN")  # one snapshot: the decisions and their shapes
+            try:
+                rows = self._walk(tags, where, params, f.limit + 1)
+                more = len(rows) > f.limit
+                rows = rows[:f.limit]
+                ids = sorted({r[7] for r in rows})
+                shapes = {sid: orjson.loads(parts) for sid, parts in db.execute(
+                    f"SELECT id, parts FROM shapes WHERE id IN ({', '.join('?' * len(ids))})", ids)} if ids else {}
+            finally:
+                db.execute("COMMIT")
         out = []
-        for id_, mid, ts, sender, outcome, error, latency, parts, receivers in rows:
+        for _, mid, ts, sender, outcome, error, latency, shape, detail, receivers in rows:
             item: dict[str, Any] = {"messageId": mid, "time": iso_time(ts), "sender": sender,
-                                    "parts": orjson.loads(parts), "outcome": outcome, "latencyMs": latency}
+                                    "parts": merge_parts(shapes.get(shape, ()), orjson.loads(detail)), "outcome": outcome,
+                                    "latencyMs": latency}
             if error:
                 item["error"] = error
             if receivers:
                 item["receivers"] = orjson.loads(receivers)
             out.append(item)
         return out, (str(rows[-1][0]) if more and rows else None)
+
+    def _walk(self, tags: list[tuple[str, str]], where: list[str], params: list[Any], limit: int) -> list[Any]:
+        """Up to `limit` decision rows matching the tags and `where`, newest first (the read lock held)."""
+        db = self._reader
+        cond = "".join(f" AND {w}" for w in where)
+        if not tags:
+            return db.execute(f"SELECT {_COLUMNS} FROM decisions d WHERE 1{cond} ORDER BY d.id DESC LIMIT ?",
+                              [*params, limit]).fetchall()
+        shapes: set[int] | None = None
+        for kind, value in tags:
+            found = {r[0] for r in db.execute("SELECT shape FROM shape_tags WHERE kind = ? AND value = ?", (kind, value))}
+            shapes = found if shapes is None else shapes & found
+        if not shapes:
+            return []
+        if len(shapes) > MERGE_MAX:
+            inner = " INTERSECT ".join(["SELECT shape FROM shape_tags WHERE kind = ? AND value = ?"] * len(tags))
+            return db.execute(f"SELECT {_COLUMNS} FROM decisions d WHERE +d.shape IN ({inner}){cond} "
+                              "ORDER BY d.id DESC LIMIT ?", [*[x for t in tags for x in t], *params, limit]).fetchall()
+        sql = f"SELECT {_COLUMNS} FROM decisions d WHERE d.shape = ?{cond} ORDER BY d.id DESC LIMIT ?"
+        walks = [db.execute(sql, [shape, *params, limit]) for shape in sorted(shapes)]
+        return list(islice(heapq.merge(*walks, key=itemgetter(0), reverse=True), limit))
 
     def counts(self, by: str, since: float, until: float, bucket: int) -> list[dict[str, Any]]:
         """Decisions per `by` value (modality, agent or outcome) per time bucket (whole minutes), with mean and
