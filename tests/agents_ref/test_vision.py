@@ -161,8 +161,50 @@ def test_a_status_light_is_a_disc_on_an_even_housing():
 
 
 def test_undecodable_bytes_raise_a_clear_error():
-    with pytest.raises(ValueError, match=r"^image: cannot decode \("):
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    with pytest.raises(ValueError, match=r"^image: not a readable image \(unknown or corrupt format, 12 bytes\)$"):
         vision.inspect_image(b"not an image")
+    with pytest.raises(ValueError, match=r"^image: empty payload \(0 bytes\)$"):
+        vision.inspect_image(b"")
+    buf = io.BytesIO()
+    Image.new("RGB", (300, 200), (10, 120, 200)).save(buf, "PNG")
+    with pytest.raises(ValueError, match=r"^image: cannot decode PNG data: image file is truncated$"):
+        vision.inspect_image(buf.getvalue()[:200])
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    bomb = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 7000, 7000, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))  # 49 MP declared: under Pillow's own guard
+    with pytest.raises(ValueError, match=r"^image: 7000x7000 = 49000000 pixels is over the limit of 40000000 pixels "):
+        vision.inspect_image(bomb)
+
+
+def test_a_photo_is_inspected_as_it_is_shown():
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    photo = product_photo(random.Random(3), (95, 140, 225), [Mark("dent", 200, 150)], fmt="png")
+    shown = Image.open(io.BytesIO(photo)).convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored a quarter turn off, as a phone held upright stores it
+    buf = io.BytesIO()
+    shown.transpose(Image.Transpose.ROTATE_90).save(buf, "JPEG", quality=92, exif=exif.tobytes())
+    f = vision.inspect_image(buf.getvalue())
+    assert (f["width"], f["height"]) == shown.size and len(f["defects"]) == 1
+    assert _inside((200, 150), f["defects"][0]["region"])
+    deep = (np.asarray(shown.convert("L"), dtype=np.uint16) * 257)  # the same photo as a 16-bit grey PNG
+    buf = io.BytesIO()
+    Image.fromarray(deep).save(buf, "PNG")
+    f = vision.inspect_image(buf.getvalue())
+    assert len(f["defects"]) == 1 and f["surfaceColor"] not in ("#ffffff", "#000000")
 
 
 def test_colour_names():

@@ -32,7 +32,9 @@ SYMBOLOGIES = {
     "QRCode": "QR Code", "MicroQRCode": "Micro QR Code", "RMQRCode": "rMQR Code", "DataMatrix": "Data Matrix",
     "EAN13": "EAN-13", "EAN8": "EAN-8", "UPCA": "UPC-A", "UPCE": "UPC-E", "Code128": "Code 128",
     "Code39": "Code 39", "Code93": "Code 93", "PDF417": "PDF417", "Aztec": "Aztec", "ITF": "ITF",
-    "Codabar": "Codabar", "DataBar": "DataBar", "DataBarExpanded": "DataBar Expanded", "MaxiCode": "MaxiCode",
+    "Codabar": "Codabar", "DataBar": "DataBar", "DataBarOmni": "DataBar", "DataBarLtd": "DataBar Limited",
+    "DataBarExp": "DataBar Expanded", "DataBarExpanded": "DataBar Expanded", "MaxiCode": "MaxiCode",
+    "MicroPDF417": "MicroPDF417", "ITF14": "ITF-14",
 }
 """zxing-cpp's format names as people write them."""
 

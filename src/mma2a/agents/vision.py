@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import io
 import threading
 from collections import OrderedDict
 from typing import Any
 
 from a2a.types import AgentCard
 
+from ..errors import MediaError
 from ..features.codes import QR_FAMILY, read_codes
+from ..features.image import read_picture
 from ..features.objects import PACKAGE as OBJECTS
 from ..features.objects import detect_objects
 from ..features.ocr import read_lines
 from .pixels import check_pixels, hex_colour
-from .runtime import ReceivedPart, make_card, run_blocking
+from .runtime import AGENT_LIMITS, ReceivedPart, make_card, run_blocking
 
 NAME = "vision"
 
@@ -80,20 +81,15 @@ def inspect_image(data: bytes) -> dict[str, Any]:
 
 def _inspect(data: bytes) -> dict[str, Any]:
     import numpy as np
-    from PIL import Image
 
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            width, height = im.size
-            rgb_im = im.convert("RGB")
-    except Exception as exc:  # PIL raises many types for bad input
-        raise ValueError(f"image: cannot decode ({type(exc).__name__})") from None
-    scale = min(1.0, WORK_SIDE / max(width, height))
-    if scale < 1.0:
-        rgb_im = rgb_im.resize((max(1, round(width * scale)), max(1, round(height * scale))), Image.Resampling.BILINEAR)
-    arr = np.asarray(rgb_im, dtype=np.uint8)
+    try:  # as a viewer sees it: EXIF orientation, 16-bit grey, transparency (features/image.py)
+        pic = read_picture(data, AGENT_LIMITS, max_side=WORK_SIDE)
+    except MediaError as exc:
+        raise ValueError(exc.message) from None
+    width, height = pic.width, pic.height
+    arr = np.ascontiguousarray(np.asarray(pic.rgb, dtype=np.uint8))
     h, w = arr.shape[:2]
-    back = 1.0 / scale
+    back = pic.back
 
     findings: dict[str, Any] = {"width": width, "height": height, "meanColor": hex_colour(arr.reshape(-1, 3).mean(axis=0))}
 

@@ -37,6 +37,8 @@ def _describe(path: Path, modality: str | None, budget: float, pipeline: Any) ->
         skipped=result.skipped,
         timedOut=result.timed_out,
     )
+    if result.source is None and not result.errors and not result.skipped:  # nothing ran: say so, not just `{}`
+        out["skipped"] = [f"features: no extractor reads {mod}; nothing extracted (--modality sets the type)"]
     return out
 
 

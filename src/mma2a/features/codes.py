@@ -39,21 +39,49 @@ def _format_name(fmt: Any) -> str:
     return str(name) if name else str(fmt).replace(" ", "")
 
 
+def _symbol(r: Any, back: float) -> Code:
+    """One zxing-cpp result as a `Code`, named as the symbol is printed: an EAN-13 that starts with 0 is a
+    UPC-A (the same bars; zxing-cpp reports it as its 13-digit GTIN), a UPC-E reads its own 8 digits."""
+    fmt, text = _format_name(r.format), str(r.text)
+    if fmt == "EAN13" and len(text) == 13 and text.startswith("0"):
+        fmt, text = "UPCA", text[1:]
+    elif fmt == "UPCE":
+        short = (getattr(r, "extra", None) or {}).get("UPCE")
+        text = str(short) if short else text
+    pos = r.position
+    quad = [(p.x, p.y) for p in (pos.top_left, pos.top_right, pos.bottom_right, pos.bottom_left)]
+    return Code(fmt, text, quad_box(quad, back))
+
+
+def _near(a: list[int], b: list[int]) -> bool:
+    """Does box `a` touch box `b` widened by a quarter of `b`'s longer side?"""
+    m = max(b[2] - b[0], b[3] - b[1]) / 4
+    return a[0] <= b[2] + m and b[0] - m <= a[2] and a[1] <= b[3] + m and b[1] - m <= a[3]
+
+
 def read_codes(rgb: Any, back: float = 1.0) -> list[Code]:
-    """Every barcode in RGB pixels, left to right then top to bottom (blocking, a few ms)."""
+    """Every barcode in RGB pixels, left to right then top to bottom (blocking, a few ms).
+
+    zxing-cpp's own `try_invert` finds light-on-dark matrix codes (QR, DataMatrix, Aztec) but not linear
+    ones nor PDF417, so those are also looked for in the inverted image. A linear read whose text is
+    part of another read of the same symbology over the same bars (a partial scan line) is left out."""
     import cv2
     import zxingcpp
 
     grey = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+    found = [r for r in zxingcpp.read_barcodes(grey) if r.valid and r.text]
+    inverted = zxingcpp.BarcodeFormats([zxingcpp.BarcodeFormat.AllLinear, zxingcpp.BarcodeFormat.PDF417])
+    found += [r for r in zxingcpp.read_barcodes(cv2.bitwise_not(grey), formats=inverted, try_invert=False)
+              if r.valid and r.text]
     out: dict[tuple[str, str], Code] = {}
-    for r in zxingcpp.read_barcodes(grey):
-        if not r.valid or not r.text:
-            continue
-        pos = r.position
-        quad = [(p.x, p.y) for p in (pos.top_left, pos.top_right, pos.bottom_right, pos.bottom_left)]
-        code = Code(_format_name(r.format), r.text, quad_box(quad, back))
+    for r in found:
+        code = _symbol(r, back)
         out.setdefault((code.format, code.text), code)
-    return sorted(out.values(), key=lambda c: (c.box[0], c.box[1], c.text))
+    codes = list(out.values())
+    partial = {id(c) for c in codes for o in codes
+               if o is not c and o.format == c.format and c.text in o.text and len(c.text) < len(o.text)
+               and _near(c.box, o.box)}
+    return sorted((c for c in codes if id(c) not in partial), key=lambda c: (c.box[0], c.box[1], c.text))
 
 
 class CodesExtractor:

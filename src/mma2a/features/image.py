@@ -1,15 +1,21 @@
-"""Image facts with Pillow: format, size, mode, dominant colours, blur score and a tiny thumbnail.
+"""Image facts with Pillow: format, size, mode, dominant colours, blur score and a tiny thumbnail;
+and `read_picture`, the one way every image extractor and reference agent reads pixels.
 
 The header is read first and the pixel count checked against `Limits.max_pixels` before a
-single pixel is decoded (decompression bombs). Blur is the variance of the Laplacian of
-the grey image scaled to at most 1024 px on its long side: low means blurry.
+single pixel is decoded (decompression bombs). Pixels are read as a viewer shows them: EXIF
+orientation applied, 16-bit and float grey scaled to 8 bits (not clipped), transparent pixels on
+white; a large JPEG is decoded at a reduced scale when only a smaller size is needed. Blur is the
+variance of the Laplacian of the grey image scaled to at most 1024 px on its long side: low means
+blurry.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import re
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MediaError
@@ -24,12 +30,18 @@ BLUR_SIDE = 1024
 COLOR_COUNT = 5
 
 
-def open_image(data: bytes, limits: Limits, what: str = "image") -> Image:
-    """Open and fully decode an image, refusing it before decoding when it has too many pixels."""
+def open_image(data: bytes, limits: Limits, what: str = "image", *, max_side: int | None = None) -> Image:
+    """Open and fully decode an image, refusing it before decoding when it has too many pixels.
+
+    With `max_side`, a JPEG is decoded at a reduced scale (libjpeg's DCT scaling, 1/2 to 1/8) that still
+    covers `max_side` on its longest side: a 6000x4000 photo read for a 1024 px detector never holds its
+    24 MP in memory. `im.size` is then the reduced size; the header's is in `im.info["mma2a.size"]`."""
     from PIL import Image as PILImage
     from PIL import UnidentifiedImageError
 
     limits.check_size(data, what)
+    if not data:
+        raise MediaError(f"{what}: empty payload (0 bytes)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", PILImage.DecompressionBombWarning)
@@ -46,11 +58,146 @@ def open_image(data: bytes, limits: Limits, what: str = "image") -> Image:
         raise MediaError(f"{what}: corrupt image header: {exc}") from None
     width, height = im.size
     limits.check_pixels(width, height, what)
+    if max_side is not None and im.format == "JPEG" and max(width, height) > 2 * max_side:
+        scale = max_side / max(width, height)
+        im.draft(im.mode, (max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))))
     try:
         im.load()
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise MediaError(f"{what}: cannot decode {im.format or 'image'} data: {exc}") from None
+    im.info["mma2a.size"] = (width, height)
     return im
+
+
+EXIF_ORIENTATION = 0x0112
+SWAPS_SIDES = frozenset({5, 6, 7, 8})
+"""EXIF orientations that turn the picture a quarter turn: the displayed width is the stored height."""
+
+MATTE = (255, 255, 255)
+"""What shows through transparent pixels: white, as a page or a browser shows a transparent PNG."""
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """An image as a viewer sees it: `rgb` (8-bit RGB, EXIF orientation applied, transparency on white, at most
+    the `max_side` asked for), and the facts of the file: its displayed `width` and `height` at full size, its
+    `mode` and `format`, its number of `frames` (an animation's first frame is the picture)."""
+
+    rgb: Image
+    width: int
+    height: int
+    mode: str
+    format: str | None
+    frames: int = 1
+    alpha: Image | None = None
+    """The transparency (`L`, the size of `rgb`) of an image that has some; None for an opaque one."""
+
+    @property
+    def back(self) -> float:
+        """The factor from `rgb`'s pixel coordinates to the full-size image's (1.0 when not scaled)."""
+        return max(self.width, self.height) / max(self.rgb.size)
+
+    def with_alpha(self) -> Image:
+        """`rgb` with its transparency (RGBA), or `rgb` itself when opaque."""
+        if self.alpha is None:
+            return self.rgb
+        out = self.rgb.copy()
+        out.putalpha(self.alpha)
+        return out
+
+
+def orientation(im: Image) -> int:
+    """The EXIF orientation tag (1-8; 1 = as stored)."""
+    try:
+        value = im.getexif().get(EXIF_ORIENTATION, 1)
+    except Exception:  # noqa: BLE001 - a corrupt EXIF block is no orientation
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def to_8bit(im: Image) -> Image:
+    """Grey images deeper than 8 bits (16-bit PNG `I;16`, 32-bit `I`, float `F`) as 8-bit `L`, their range
+    kept: Pillow's own conversion clips at 255, so a 16-bit photo turns white and a 0-1 float one black."""
+    import numpy as np
+    from PIL import Image as PILImage
+
+    a = np.asarray(im)
+    if a.size == 0:
+        return PILImage.new("L", im.size)
+    a = a.astype(np.float64)
+    lo, hi = float(a.min()), float(a.max())
+    if im.mode == "F" and lo >= 0.0 and hi <= 1.0:
+        a = a * 255.0  # a float image in [0, 1]
+    elif lo >= 0.0 and hi <= 255.0:
+        pass  # already in the 8-bit range
+    elif lo >= 0.0 and hi <= 65535.0:
+        a = a / 257.0  # 16-bit samples
+    else:
+        a = (a - lo) * (255.0 / (hi - lo))  # anything else: stretched to its own range
+    return PILImage.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), "L")
+
+
+def to_rgb(im: Image, matte: tuple[int, int, int] = MATTE) -> tuple[Image, Image | None]:
+    """8-bit RGB of any Pillow mode, and its transparency (None when opaque): deep grey scaled to 8 bits
+    (`to_8bit`), transparent pixels composited on `matte` (what shows, not the colour a transparent pixel hides)."""
+    from PIL import Image as PILImage
+
+    if im.mode in ("I", "F") or im.mode.startswith("I;"):
+        im = to_8bit(im)
+    if im.mode == "P":
+        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+    elif im.mode in ("LA", "La", "RGBa", "PA") or (im.mode in ("L", "RGB") and "transparency" in im.info):
+        im = im.convert("RGBA")
+    if im.mode == "RGBA":
+        alpha = im.getchannel("A")
+        if alpha.getextrema() == (255, 255):
+            return im.convert("RGB"), None
+        base = PILImage.new("RGB", im.size, matte)
+        base.paste(im, mask=alpha)
+        return base, alpha
+    try:
+        return (im if im.mode == "RGB" else im.convert("RGB")), None
+    except ValueError as exc:
+        raise MediaError(f"image: pixel mode {im.mode} cannot be shown as RGB: {exc}") from None
+
+
+def read_picture(data: bytes, limits: Limits, *, max_side: int | None = None, what: str = "image") -> Picture:
+    """The image in `data` as a viewer sees it (`Picture`), scaled to at most `max_side` on its longest side
+    when that is given; the pixel limit is checked from the header before anything is decoded."""
+    from PIL import Image as PILImage
+
+    im = open_image(data, limits, what, max_side=max_side)
+    width, height = im.info.get("mma2a.size", im.size)
+    mode, fmt, frames = im.mode, im.format, int(getattr(im, "n_frames", 1) or 1)
+    turn = orientation(im)
+    if max_side is not None and max(im.size) > max_side:
+        factor = max(im.size) // max_side
+        if factor >= 2:  # a cheap box reduction first, in the stored mode (a 36 MP grey scan is not made RGB)
+            try:
+                im = im.reduce(factor)
+            except (ValueError, NotImplementedError):
+                pass
+    rgb, alpha = to_rgb(im)
+    if turn != 1:
+        rgb, alpha = _turn(rgb, turn), (_turn(alpha, turn) if alpha is not None else None)
+    if max_side is not None and max(rgb.size) > max_side:
+        scale = max_side / max(rgb.size)
+        size = (max(1, round(rgb.width * scale)), max(1, round(rgb.height * scale)))
+        rgb = rgb.resize(size, PILImage.Resampling.BILINEAR)
+        alpha = alpha.resize(size, PILImage.Resampling.BILINEAR) if alpha is not None else None
+    if turn in SWAPS_SIDES:
+        width, height = height, width
+    return Picture(rgb, int(width), int(height), mode, fmt, frames, alpha)
+
+
+def _turn(im: Image, tag: int) -> Image:
+    """`im` turned or mirrored as EXIF orientation `tag` says (the EXIF specification's eight cases)."""
+    from PIL import Image as PILImage
+
+    op = {2: PILImage.Transpose.FLIP_LEFT_RIGHT, 3: PILImage.Transpose.ROTATE_180, 4: PILImage.Transpose.FLIP_TOP_BOTTOM,
+          5: PILImage.Transpose.TRANSPOSE, 6: PILImage.Transpose.ROTATE_270, 7: PILImage.Transpose.TRANSVERSE,
+          8: PILImage.Transpose.ROTATE_90}.get(tag)
+    return im.transpose(op) if op is not None else im
 
 
 def make_thumbnail(im: Image, budget: int = THUMBNAIL_BUDGET) -> Thumbnail:
@@ -120,32 +267,30 @@ class ImageExtractor:
         self.thumbnail = thumbnail
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
-        im = open_image(data, self.limits)
+        pic = read_picture(data, self.limits, max_side=BLUR_SIDE)
         out: dict[str, Any] = {
-            "format": (im.format or modality.subtype).lower(),
-            "width": im.size[0],
-            "height": im.size[1],
-            "mode": im.mode,
-            "dominantColors": dominant_colors(im),
-            "blur": blur_score(im),
+            "format": (pic.format or modality.subtype).lower(),
+            "width": pic.width,
+            "height": pic.height,
+            "mode": pic.mode,
+            "dominantColors": dominant_colors(pic.rgb),
+            "blur": blur_score(pic.rgb),
         }
+        if pic.frames > 1:
+            out["frames"] = pic.frames  # an animation: the facts are its first frame's
         if self.thumbnail:
-            out[THUMBNAIL_KEY] = make_thumbnail(im)
+            out[THUMBNAIL_KEY] = make_thumbnail(pic.with_alpha())
         return out
 
 
 def image_array(data: bytes, limits: Limits, *, max_side: int, what: str = "image") -> tuple[Any, float]:
     """RGB pixels (uint8, height x width x 3) scaled to at most `max_side` on the long side, and the
-    factor that maps their coordinates back to the original's (1.0 when not scaled)."""
+    factor that maps their coordinates back to the original's (1.0 when not scaled): the picture as a viewer
+    sees it (`read_picture`: EXIF orientation applied, deep grey scaled, transparency on white)."""
     import numpy as np
-    from PIL import Image as PILImage
 
-    im = open_image(data, limits, what).convert("RGB")
-    width, height = im.size
-    scale = min(1.0, max_side / max(width, height))
-    if scale < 1.0:
-        im = im.resize((max(1, round(width * scale)), max(1, round(height * scale))), PILImage.Resampling.BILINEAR)
-    return np.ascontiguousarray(np.asarray(im, dtype=np.uint8)), 1.0 / scale
+    pic = read_picture(data, limits, max_side=max_side, what=what)
+    return np.ascontiguousarray(np.asarray(pic.rgb, dtype=np.uint8)), pic.back
 
 
 def quad_box(points: Any, back: float = 1.0) -> list[int]:

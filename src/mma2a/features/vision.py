@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..modality import Modality
 from .base import Limits
-from .image import open_image
+from .image import read_picture
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -57,8 +57,7 @@ class VisionExtractor:
         self.detect_side = detect_side
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
-        im = open_image(data, self.limits)
-        return self.detect(im)
+        return self.detect(read_picture(data, self.limits, max_side=self.detect_side).rgb)
 
     def detect(self, im: Image) -> dict[str, Any]:
         import cv2
