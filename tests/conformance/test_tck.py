@@ -15,10 +15,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+import grpc.aio
 import httpx
 import orjson
 import pytest
 import pytest_asyncio
+from a2a.types import AgentCardSignature, a2a_pb2, a2a_pb2_grpc
+from google.protobuf import json_format
+from google.rpc import error_details_pb2, status_pb2
 
 from tests.conformance.tck_agent import TckAgent, tck_agent
 from tests.agents import RecordingExecutor, make_card, run_agent
@@ -39,6 +44,8 @@ class Way:
     rpc: str
     rest: str
     card: str
+    grpc: str = ""  # HOST:PORT
+    tenant: str = ""  # on gRPC the gateway's per-agent address is the tenant
 
 
 @dataclass(frozen=True)
@@ -50,12 +57,12 @@ class Stack:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack() -> AsyncIterator[Stack]:
     async with tck_agent("tck") as agent:
-        async with gateway({"agents": [{"name": "tck", "url": agent.url}]}) as (_, url):
-            gw = url.rstrip("/")
+        async with gateway({"agents": [{"name": "tck", "url": agent.url}], "grpc_listen": "127.0.0.1:0"}) as (gw_, url):
+            gw, g = url.rstrip("/"), gw_.grpc_url
             yield Stack(agent, {
-                "direct": Way("direct", agent.url + "/", agent.rest, agent.url),
-                "root": Way("root", gw + "/", gw, gw),
-                "agent-path": Way("agent-path", f"{gw}/agents/tck", f"{gw}/agents/tck", f"{gw}/agents/tck"),
+                "direct": Way("direct", agent.url + "/", agent.rest, agent.url, agent.grpc),
+                "root": Way("root", gw + "/", gw, gw, g),
+                "agent-path": Way("agent-path", f"{gw}/agents/tck", f"{gw}/agents/tck", f"{gw}/agents/tck", g, "tck"),
             })
 
 
@@ -402,8 +409,51 @@ async def _rest_binding(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any
             "page size not a number": await rest(c, way, "GET", "/tasks", query={"pageSize": "abc"})}
 
 
+_CARD_FIELDS = ("name", "description", "version", "supportedInterfaces", "capabilities", "defaultInputModes",
+                "defaultOutputModes", "skills")
+
+
+@check("card")
+async def _card(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CARD-DISC-001, CARD-STRUCT-001, CARD-PROTO-001/002: the card at the well-known path has every required
+    field, each interface a URL, a binding and a version, each skill an id, a name, a description and tags;
+    the interface of this binding answers a SendMessage at its URL."""
+    r = await c.get(way.card + CARD)
+    card = r.json()
+    interfaces = card.get("supportedInterfaces") or []
+    url = next(i["url"] for i in interfaces if i.get("protocolBinding") == {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON"}[b])
+    reached = Way(way.kind, url, url, way.card)
+    return {"http": r.status_code, "type": media_type(r), "missing": [f for f in _CARD_FIELDS if not card.get(f)],
+            "interfaces": sorted(i.get("protocolBinding") for i in interfaces if i.get("url") and i.get("protocolVersion")),
+            "skills complete": all(sk.get("id") and sk.get("name") and sk.get("description") and "tags" in sk
+                                   for sk in card.get("skills") or []),
+            "sent at its url": await call(c, reached, b, "SendMessage", {"message": message("tck-complete-task")})}
+
+
+@check("unsupported_media")
+async def _unsupported_media(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-SEND-003: a part whose media type the agent's card does not accept is ContentTypeNotSupportedError."""
+    part = {"raw": "dGNr", "mediaType": "application/x-unsupported-tck-type"}
+    return await call(c, way, b, "SendMessage", {"message": {**message("tck-send-003"), "parts": [part]}})
+
+
+@check("no_parts")
+async def _no_parts(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-ERR-002: a message without parts is InvalidParams, sent or streamed."""
+    empty = {**message("tck-complete-task"), "parts": []}
+    return {"send": await call(c, way, b, "SendMessage", {"message": empty}),
+            "stream": await stream_view(c, way, b, "SendStreamingMessage", {"message": empty})}
+
+
 # (check, binding, way) -> the fields where the gateway answers differently, and why (docs/operations.md)
 DIFFERENCES: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {
+    **{("unsupported_media", b, k): (
+        {"jsonrpc": {"http": 200, "id": 1, "code": -32005, "reasons": ["CONTENT_TYPE_NOT_SUPPORTED"], "kind": None,
+                     "state": None, "history": None},
+         "rest": {"http": 415, "type": "application/json", "code": 415, "status": "INVALID_ARGUMENT",
+                  "reasons": ["CONTENT_TYPE_NOT_SUPPORTED"], "kind": None, "state": None, "history": None}}[b],
+        "the gateway routes by what cards accept and refuses a part no agent takes (as A2A 1.0 and the kit ask); "
+        "a2a-sdk 1.3 does not check input modes and runs the task") for b in ("jsonrpc", "rest") for k in ("root", "agent-path")},
     **{("cancel", "rest", k): ({"completed": {"http": 409, "type": "application/json", "code": 409,
                                               "status": "FAILED_PRECONDITION", "reasons": ["TASK_NOT_CANCELABLE"]}},
                                "A2A 1.0's error table (and the kit) give TaskNotCancelableError HTTP 409; a2a-sdk 1.3 answers 400")
@@ -487,6 +537,14 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
         "unknown slash method": {**_ERR_RPC, "code": -32601, "reasons": []},
         "parts not a list": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]},
         "unknown fields": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1}},
+    ("card", "jsonrpc"): {"http": 200, "type": "application/json", "missing": [], "interfaces": ["GRPC", "HTTP+JSON", "JSONRPC"],
+                          "skills complete": True,
+                          "sent at its url": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1}},
+    ("unsupported_media", "jsonrpc"): {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
+    ("no_parts", "jsonrpc"): {"send": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]},
+                              "stream": {"http": 200, "id": 5, "code": -32602, "reasons": ["INVALID_PARAMS"]}},
+    ("no_parts", "rest"): {"send": {"http": 400, "type": "application/json", "code": 400, "status": "INVALID_ARGUMENT",
+                                    "reasons": ["INVALID_PARAMS"]}},
     ("rest_binding", "rest"): {
         "a2a+json body": {"http": 200, "type": "application/a2a+json", "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
         "no message": {"http": 400, "type": "application/json", "code": 400, "status": "INVALID_ARGUMENT", "reasons": ["INVALID_PARAMS"]}},
@@ -507,28 +565,104 @@ async def test_the_kits_checks_see_the_same_agent_through_the_gateway(stack: Sta
         assert isinstance(direct, dict) and {k: direct.get(k) for k in expected} == expected, direct
     for kind, got in seen.items():
         override, _why = DIFFERENCES.get((name, binding, kind), ({}, ""))
-        assert got == ({**direct, **override} if override else direct), f"{kind} differs from the agent's own {direct}"
+        want = {k: v for k, v in {**direct, **override}.items() if v is not None or k not in override} if override else direct
+        assert got == want, f"{kind} differs from the agent's own {direct}"
 
 
 async def test_an_agents_card_through_the_gateway_claims_only_what_the_gateway_relays() -> None:
-    """CORE-CAP-001/002/003 on `/agents/{name}`: an agent whose card claims push notifications and an extended
-    card (and no streaming) is published with both set false, since the gateway relays neither; the methods
-    answer as the published card says, and streaming is refused as the agent refuses it."""
+    """CORE-CAP-001/002/003, CARD-SIGN-* on `/agents/{name}`: an agent whose card claims push notifications and an
+    extended card (and no streaming) is published with both set false, since the gateway relays neither, and
+    without the agent's signatures; the methods answer as the published card says, and streaming is refused as
+    the agent refuses it."""
     card = make_card("claims", input_modes=["text"])
     card.capabilities.push_notifications = True
     card.capabilities.extended_agent_card = True
+    card.signatures.append(AgentCardSignature(protected="e30", signature="c2lnbmVk"))  # over the agent's own URLs
     async with run_agent(card, RecordingExecutor()) as url:
         async with gateway({"agents": [{"name": "claims", "url": url}]}) as (_, gw):
             way = Way("agent-path", f"{gw}/agents/claims", f"{gw}/agents/claims", f"{gw}/agents/claims")
             direct = Way("direct", url, url, url.rstrip("/"))
             async with httpx.AsyncClient(timeout=30) as c:
-                published = (await c.get(way.card + CARD)).json()["capabilities"]
+                served = (await c.get(way.card + CARD)).json()
+                published = served["capabilities"]
                 push = await rpc(c, way, "CreateTaskPushNotificationConfig", {"taskId": "t", "url": "https://example.com/h"})
                 extended = await rpc(c, way, "GetExtendedAgentCard", {})
                 streams = {w.kind: await stream_view(c, w, "jsonrpc", "SendStreamingMessage", {"message": message("tck-stream")})
                            for w in (direct, way)}
     assert published["pushNotifications"] is False and published["extendedAgentCard"] is False
     assert published["streaming"] is False
+    assert "signatures" not in served  # a signature over the agent's URLs would not verify over the gateway's
     assert push == {"http": 200, "id": 1, "code": -32003, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}
     assert extended == {"http": 200, "id": 1, "code": -32004, "reasons": ["UNSUPPORTED_OPERATION"]}
     assert streams["agent-path"] == streams["direct"], streams
+
+
+_GRPC_REQUESTS = {
+    "SendMessage": a2a_pb2.SendMessageRequest, "SendStreamingMessage": a2a_pb2.SendMessageRequest,
+    "GetTask": a2a_pb2.GetTaskRequest, "CancelTask": a2a_pb2.CancelTaskRequest, "ListTasks": a2a_pb2.ListTasksRequest,
+    "SubscribeToTask": a2a_pb2.SubscribeToTaskRequest, "CreateTaskPushNotificationConfig": a2a_pb2.TaskPushNotificationConfig,
+    "GetTaskPushNotificationConfig": a2a_pb2.GetTaskPushNotificationConfigRequest,
+    "ListTaskPushNotificationConfigs": a2a_pb2.ListTaskPushNotificationConfigsRequest,
+    "DeleteTaskPushNotificationConfig": a2a_pb2.DeleteTaskPushNotificationConfigRequest,
+    "GetExtendedAgentCard": a2a_pb2.GetExtendedAgentCardRequest,
+}
+
+
+async def grpc_view(way: Way, method: str, params: dict[str, Any], version: str | None = "1.0") -> Any:
+    """A gRPC call's observables: the result's (or each streamed event's) kind and state, or the status code
+    and ErrorInfo reasons."""
+    request = json_format.ParseDict({**params, **({"tenant": way.tenant} if way.tenant else {})}, _GRPC_REQUESTS[method]())
+    metadata = [("a2a-version", version)] if version is not None else []
+    async with grpc.aio.insecure_channel(way.grpc) as channel:
+        rpc_ = getattr(a2a_pb2_grpc.A2AServiceStub(channel), method)
+        try:
+            if method in ("SendStreamingMessage", "SubscribeToTask"):
+                return [tuple(result_view(json_format.MessageToDict(e)).values()) async for e in rpc_(request, metadata=metadata)]
+            return result_view(json_format.MessageToDict(await rpc_(request, metadata=metadata)))
+        except grpc.aio.AioRpcError as exc:
+            found = []
+            for key, value in exc.trailing_metadata() or ():
+                if key == "grpc-status-details-bin":
+                    for detail in status_pb2.Status.FromString(value).details:
+                        info = error_details_pb2.ErrorInfo()
+                        if detail.Unpack(info):
+                            found.append(info.reason)
+            return (exc.code().name, found)
+
+
+async def test_the_kits_grpc_checks_see_the_same_agent_through_the_gateway(stack: Stack) -> None:
+    """GRPC-SVC-001, GRPC-META-001, GRPC-ERR-001/002/003 and the core checks on gRPC: the gateway's gRPC binding
+    (at the root, and with `tenant` naming the agent) answers as the agent's own gRPC binding."""
+    async def checks(way: Way) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for prefix in ("tck-complete-task", "tck-message-response", "tck-reject-task", "tck-input-required", "tck-artifact-file"):
+            out[f"send {prefix}"] = await grpc_view(way, "SendMessage", {"message": message(prefix)})
+        for prefix in ("tck-stream", "tck-stream-chunked", "tck-message-response", "tck-reject-task"):
+            out[f"stream {prefix}"] = await grpc_view(way, "SendStreamingMessage", {"message": message(prefix)})
+        out["no parts"] = await grpc_view(way, "SendMessage", {"message": {**message("tck-complete-task"), "parts": []}})
+        for method in ("GetTask", "CancelTask", "SubscribeToTask"):
+            out[f"{method} unknown"] = await grpc_view(way, method, {"id": "tck-no-such-task"})
+        done = await grpc_view(way, "SendMessage", {"message": message("tck-complete-task"), "configuration": {"historyLength": 0}})
+        out["history 0 on send"] = done
+        out["push"] = [await grpc_view(way, m, p) for m, p in [
+            ("CreateTaskPushNotificationConfig", {"taskId": "tck-x", "url": "https://example.com/hook"}),
+            ("GetTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"}),
+            ("ListTaskPushNotificationConfigs", {"taskId": "tck-x"}),
+            ("DeleteTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"})]]
+        out["extended card"] = await grpc_view(way, "GetExtendedAgentCard", {})
+        out["version 99"] = await grpc_view(way, "SendMessage", {"message": message("tck-complete-task")}, "99.0")
+        out["no version"] = await grpc_view(way, "SendMessage", {"message": message("tck-complete-task")}, None)
+        return out
+
+    seen = {kind: await checks(way) for kind, way in stack.ways.items()}
+    direct = seen.pop("direct")
+    assert direct["send tck-message-response"] == {"kind": "message", "state": None}
+    assert direct["send tck-reject-task"] == ("UNKNOWN", [])  # a2a-sdk 1.3 sends its own A2AError so on gRPC
+    assert direct["stream tck-stream-chunked"][-1] == ("statusUpdate", "TASK_STATE_COMPLETED")
+    assert direct["GetTask unknown"] == direct["CancelTask unknown"] == ("NOT_FOUND", ["TASK_NOT_FOUND"])
+    assert direct["push"] == [("FAILED_PRECONDITION", ["PUSH_NOTIFICATION_NOT_SUPPORTED"])] * 4  # a2a-sdk 1.3's status
+    assert direct["extended card"] == ("FAILED_PRECONDITION", ["UNSUPPORTED_OPERATION"])
+    assert direct["version 99"]["state"] == "TASK_STATE_COMPLETED"  # a2a-sdk 1.3's gRPC binding reads no version
+    assert direct["no parts"] == ("INVALID_ARGUMENT", ["INVALID_PARAMS"])
+    for kind, got in seen.items():
+        assert got == direct, f"{kind} differs from the agent's own gRPC answers"

@@ -123,6 +123,7 @@ def agent_card_through(entry: AgentEntry, base_url: str, *, grpc_url: str | None
     url = f"{base_url.rstrip('/')}/agents/{entry.name}"
     card["supportedInterfaces"] = _interfaces(url, grpc_url, entry.name)
     card.pop("url", None)
+    card.pop("signatures", None)  # signed over the agent's own addresses: kept, they would no longer verify
     caps = card.setdefault("capabilities", {})
     for relayed_not in ("pushNotifications", "extendedAgentCard"):  # the gateway relays neither: its card says so
         if caps.get(relayed_not):

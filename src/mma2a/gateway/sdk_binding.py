@@ -132,9 +132,11 @@ def _parse(doc: dict[str, Any], into: _Proto) -> _Proto:
 
 
 def _require_message(params: SendMessageRequest) -> None:
-    """A send without a message is refused as the SDK refuses it (InvalidParams naming `message`)."""
+    """A send without a message or without parts is refused as an a2a-sdk agent refuses it (InvalidParams)."""
     if not params.HasField("message"):
         raise InvalidParams("message: required", field="message")
+    if not params.message.parts:
+        raise InvalidParams("message.parts: required, must be a non-empty list", field="message.parts")
 
 
 def _to_stream_event(event: dict[str, Any]) -> Any:
