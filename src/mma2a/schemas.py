@@ -98,6 +98,9 @@ VIDEO = _schema(
         "width": {"type": "integer", "minimum": 1},
         "height": {"type": "integer", "minimum": 1},
         "frames": _COUNT,
+        "audio": _BOOL,
+        "audioCodec": _STR,
+        "audioSampleRate": {"type": "integer", "minimum": 1},
     },
 )
 MODEL = _schema(

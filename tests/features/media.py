@@ -121,7 +121,9 @@ def speech(text: str) -> tuple[Any, int]:
     return np.concatenate(chunks).astype(np.float64) / 32768.0, int(rate)
 
 
-def h264_clip(seconds: float = 1.0, fps: int = 10, size: tuple[int, int] = (320, 240), container: str = "mp4") -> bytes:
+def h264_clip(seconds: float = 1.0, fps: int = 10, size: tuple[int, int] = (320, 240), container: str = "mp4",
+              sound: Any = None, rate: int = 16000) -> bytes:
+    """An H.264 clip (a square moving across red); with `sound` (mono samples at `rate`), an AAC sound track too."""
     import av
 
     buf = io.BytesIO()
@@ -130,6 +132,17 @@ def h264_clip(seconds: float = 1.0, fps: int = 10, size: tuple[int, int] = (320,
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
         stream.options = {"preset": "ultrafast", "tune": "zerolatency"}
+        if sound is not None:
+            track = out.add_stream("aac", rate=rate, layout="mono")
+            pcm = (np.clip(sound, -1, 1) * 32767).astype(np.int16).reshape(1, -1)
+            frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+            frame.sample_rate = rate
+            resampler = av.AudioResampler(format="fltp", layout="mono", rate=rate)
+            for chunk in resampler.resample(frame) + resampler.resample(None):
+                for packet in track.encode(chunk):
+                    out.mux(packet)
+            for packet in track.encode(None):
+                out.mux(packet)
         for i in range(int(seconds * fps)):
             img = np.zeros((size[1], size[0], 3), np.uint8)
             img[:, :, 0] = 200
@@ -143,11 +156,11 @@ def h264_clip(seconds: float = 1.0, fps: int = 10, size: tuple[int, int] = (320,
     return buf.getvalue()
 
 
-def ogg_opus(samples: Any, rate: int = 48000) -> bytes:
+def ogg_opus(samples: Any, rate: int = 48000, container: str = "ogg") -> bytes:
     import av
 
     buf = io.BytesIO()
-    with av.open(buf, "w", format="ogg") as out:
+    with av.open(buf, "w", format=container) as out:
         stream = out.add_stream("libopus", rate=rate)
         stream.layout = "mono"
         pcm = (np.clip(samples, -1, 1) * 32767).astype(np.int16).reshape(1, -1)

@@ -78,7 +78,7 @@ def test_broken_audio(pipeline: FeaturePipeline) -> None:
     r = pipeline.extract_blocking("audio/ogg", b"OggS" + b"\0" * 100, budget_s=10)
     assert r.features["error"].startswith("audio: not a readable audio container: ")
     r = pipeline.extract_blocking("audio/wav", m.h264_clip(), budget_s=10)
-    assert r.features["error"] == "audio: the mov container has no audio stream"
+    assert r.features["error"] == "audio: the mp4 container has no audio stream"
     with pytest.raises(MediaError) as err:
         AudioExtractor(limits=Limits(max_audio_seconds=0.5)).extract(tone, WAV)
     assert err.value.message == "audio: WAV declares 1.0 s, over the 0.5 s limit; not decoded"

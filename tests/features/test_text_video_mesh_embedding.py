@@ -62,10 +62,26 @@ def test_h264_clip() -> None:
         "duration": 2.0,
         "width": 320,
         "height": 240,
+        "audio": False,
         "frames": 20,
     }
     assert thumb.media_type == "image/jpeg" and len(thumb.data) <= 4096
     assert Image.open(io.BytesIO(thumb.data)).size == (128, 96)
+
+
+def test_a_clip_says_whether_it_has_a_sound_track() -> None:
+    clip = m.h264_clip(seconds=1.0, sound=m.tone(1.0))
+    out = VideoExtractor(thumbnail=False).extract(clip, parse_modality("video/mp4"))
+    assert (out["audio"], out["audioCodec"], out["audioSampleRate"]) == (True, "aac", 16000)
+    assert (out["codec"], out["frames"]) == ("h264", 10)
+
+
+def test_audio_only_containers_are_sniffed_as_audio() -> None:
+    from mma2a.features import sniff_modality
+
+    assert sniff_modality(m.ogg_opus(m.tone(0.3, rate=48000), container="webm")) == "audio/webm"
+    assert sniff_modality(m.h264_clip()) == "video/mp4"
+    assert sniff_modality(m.h264_clip(container="matroska")) == "video/x-matroska"
 
 
 def test_h264_in_matroska() -> None:
@@ -80,7 +96,7 @@ def test_broken_and_wrong_type_video(pipeline: FeaturePipeline) -> None:
     r = pipeline.extract_blocking("video/mp4", m.png(m.halves()), budget_s=10)
     assert r.features["error"] == "video: the bytes are a still image (png), not a video"
     r = pipeline.extract_blocking("video/mp4", m.wav(m.tone(0.2), 16000), budget_s=10)
-    assert r.features["error"] == "video: the wav container has no video stream"
+    assert r.features["error"] == "video: the wav container has no video stream (audio only: send it as audio/*)"
     with pytest.raises(MediaError) as err:
         VideoExtractor(limits=Limits(max_pixels=1000)).extract(clip, parse_modality("video/mp4"))
     assert err.value.message == (

@@ -138,11 +138,11 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits) -> DecodedAudio:
         ) from None
     import numpy as np
 
-    from .containers import av_reason, open_input
+    from .containers import av_reason, container_name, open_input
 
     with open_input(data, "audio") as container:
         if not container.streams.audio:
-            raise MediaError(f"audio: the {container.format.name.split(',')[0]} container has no audio stream")
+            raise MediaError(f"audio: the {container_name(container)} container has no audio stream")
         stream = container.streams.audio[0]
         rate = stream.codec_context.sample_rate or stream.rate or 0
         channels = stream.codec_context.channels or 1
@@ -161,8 +161,8 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits) -> DecodedAudio:
                 if total / rate > limits.max_audio_seconds:
                     raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; decoding stopped")
         except av.FFmpegError as exc:
-            raise MediaError(f"audio: corrupt {container.format.name.split(',')[0]} audio: {av_reason(exc)}") from None
-        name = fmt or container.format.name.split(",")[0]
+            raise MediaError(f"audio: corrupt {container_name(container)} audio: {av_reason(exc)}") from None
+        name = fmt or container_name(container)
     if not chunks:
         raise MediaError(f"audio: the {name} stream holds no decodable samples")
     samples = np.concatenate(chunks).astype(np.float32)

@@ -25,3 +25,27 @@ def open_input(data: bytes, what: str) -> Any:
         return av.open(io.BytesIO(data), mode="r")
     except av.FFmpegError as exc:
         raise MediaError(f"{what}: not a readable {what} container: {av_reason(exc)}") from None
+
+
+def audio_only(data: bytes) -> bool | None:
+    """Does this container hold audio and no video (an audio-only WebM or MP4)? None without PyAV, or when its
+    header cannot be read: the container's own type then stands."""
+    try:
+        import av
+    except ImportError:
+        return None
+    try:
+        with av.open(io.BytesIO(data), mode="r") as c:
+            return bool(c.streams.audio) and not c.streams.video
+    except Exception:  # noqa: BLE001 - FFmpeg errors of every kind: not judged here, the decoder reports them
+        return None
+
+
+CONTAINER_NAMES = {"mov,mp4,m4a,3gp,3g2,mj2": "mp4", "matroska,webm": "webm"}
+"""FFmpeg's demuxer names as people name the containers."""
+
+
+def container_name(container: Any) -> str:
+    """The container's name as people say it (`mp4`, not FFmpeg's `mov,mp4,m4a,3gp,3g2,mj2`)."""
+    fmt = str(container.format.name)
+    return CONTAINER_NAMES.get(fmt, fmt.split(",")[0])

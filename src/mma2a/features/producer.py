@@ -16,6 +16,7 @@ from ..ext import FeatureSource, PartExtension, PayloadRef, write_part
 from ..modality import EMBEDDING, parse_modality
 from .audio import sniff_audio
 from .base import load_once
+from .containers import audio_only
 from .mesh import sniff_mesh
 from .pipeline import FeaturePipeline
 
@@ -68,10 +69,14 @@ def sniff_modality(data: bytes, filename: str | None = None) -> str:
     if head[:4] in (b"II*\x00", b"MM\x00*"):
         return "image/tiff"
     audio = sniff_audio(data)
-    if audio == "mp4":
-        return "audio/mp4" if head[8:11] == b"M4A" else "video/mp4"
-    if audio == "webm":
-        return "video/webm"
+    if audio in ("mp4", "webm"):
+        if audio == "mp4" and head[8:11] == b"M4A":
+            return "audio/mp4"
+        if audio_only(data):  # a voice note in WebM or MP4 is audio, not a video without pictures
+            return f"audio/{audio}"
+        if audio == "webm" and b"matroska" in data[:64]:
+            return "video/x-matroska"
+        return f"video/{audio}"
     if audio == "mp3" and head[:3] != b"ID3" and not (filename or "").lower().endswith(".mp3"):
         audio = None  # a bare MPEG frame sync is too weak a sign on its own
     if audio is not None:

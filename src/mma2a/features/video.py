@@ -1,5 +1,5 @@
-"""Video facts with PyAV: container, codec, fps, duration, width, height, frame count and a
-thumbnail of the first keyframe. Frames are counted by demuxing (no decoding) when the
+"""Video facts with PyAV: container, codec, fps, duration, width, height, frame count, whether it has a
+sound track (and its codec and rate), and a thumbnail of the first keyframe. Frames are counted by demuxing (no decoding) when the
 container does not say; only one keyframe is decoded, after its size passed the pixel limit.
 """
 
@@ -10,14 +10,12 @@ from typing import Any
 from ..errors import MediaError
 from ..modality import Modality
 from .base import THUMBNAIL_KEY, Limits, check_deadline
-from .containers import av_reason, open_input
+from .containers import av_reason, container_name, open_input
 from .image import make_thumbnail
-
-_CONTAINERS = {"mov,mp4,m4a,3gp,3g2,mj2": "mp4", "matroska,webm": "webm"}
 
 
 class VideoExtractor:
-    """container, codec, fps, duration, width, height, frames; a keyframe thumbnail."""
+    """container, codec, fps, duration, width, height, frames, audio (audioCodec, audioSampleRate); a keyframe thumbnail."""
 
     name = "pyav-video"
     version = "1.0"
@@ -41,7 +39,8 @@ class VideoExtractor:
             if fmt.endswith("_pipe") or fmt == "image2":
                 raise MediaError(f"video: the bytes are a still image ({fmt.removesuffix('_pipe')}), not a video")
             if not container.streams.video:
-                raise MediaError(f"video: the {_CONTAINERS.get(fmt, fmt)} container has no video stream")
+                audio = " (audio only: send it as audio/*)" if container.streams.audio else ""
+                raise MediaError(f"video: the {container_name(container)} container has no video stream{audio}")
             stream = container.streams.video[0]
             ctx = stream.codec_context
             width, height = int(ctx.width or 0), int(ctx.height or 0)
@@ -55,13 +54,19 @@ class VideoExtractor:
             if duration > self.limits.max_video_seconds:
                 raise MediaError(f"video: {duration:.0f} s is over the {self.limits.max_video_seconds:g} s limit")
             out: dict[str, Any] = {
-                "container": _CONTAINERS.get(fmt, fmt.split(",")[0]),
+                "container": container_name(container),
                 "codec": ctx.name,
                 "fps": round(fps, 3),
                 "duration": round(duration, 3),
                 "width": width,
                 "height": height,
+                "audio": bool(container.streams.audio),
             }
+            if container.streams.audio:  # the sound track a speech agent would hear
+                sound = container.streams.audio[0].codec_context
+                out["audioCodec"] = sound.name
+                if sound.sample_rate:
+                    out["audioSampleRate"] = int(sound.sample_rate)
             try:
                 if self.thumbnail:
                     out[THUMBNAIL_KEY] = self._keyframe_thumbnail(container, stream)
