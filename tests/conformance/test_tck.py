@@ -21,7 +21,7 @@ import httpx
 import orjson
 import pytest
 import pytest_asyncio
-from a2a.types import AgentCardSignature, a2a_pb2, a2a_pb2_grpc
+from a2a.types import AgentCard, AgentCardSignature, a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
@@ -666,3 +666,33 @@ async def test_the_kits_grpc_checks_see_the_same_agent_through_the_gateway(stack
     assert direct["no parts"] == ("INVALID_ARGUMENT", ["INVALID_PARAMS"])
     for kind, got in seen.items():
         assert got == direct, f"{kind} differs from the agent's own gRPC answers"
+
+
+async def test_cards_declare_the_credentials_the_gateway_checks() -> None:
+    """AUTH-SERVER-002 and the card's `securitySchemes`: with auth on, the root card and each agent's card through
+    the gateway declare the gateway's own schemes (bearer token, API key header) in place of the agent's (which
+    the gateway satisfies itself), skills keep no requirement naming the agent's schemes, each card still parses
+    as an A2A AgentCard, and a call with the declared credential goes through while one without is refused."""
+    card = make_card("guarded", input_modes=["text"])
+    card.security_schemes["oauth"].oauth2_security_scheme.oauth2_metadata_url = "https://idp.example.com/.well-known"
+    card.security_requirements.add().schemes["oauth"].list.append("a2a")
+    card.skills[0].security_requirements.add().schemes["oauth"].list.append("a2a")
+    clients = [{"name": "kit", "token": "tck-token-1"}, {"name": "keyed", "api_key": "tck-key-1"}]
+    async with run_agent(card, RecordingExecutor()) as url:
+        async with gateway({"agents": [{"name": "guarded", "url": url}], "auth": {"clients": clients}}) as (_, gw):
+            async with httpx.AsyncClient(timeout=30) as c:
+                root, through = [(await c.get(base + CARD)).json() for base in (gw.rstrip("/"), f"{gw}/agents/guarded")]
+                way = Way("agent-path", f"{gw}/agents/guarded", f"{gw}/agents/guarded", f"{gw}/agents/guarded")
+                anonymous = await rpc(c, way, "GetTask", {"id": "tck-x"})
+                bearer = await rpc(c, way, "GetTask", {"id": "tck-x"}, headers={**V1, "Authorization": "Bearer tck-token-1"})
+                keyed = await rpc(c, way, "GetTask", {"id": "tck-x"}, headers={**V1, "X-API-Key": "tck-key-1"})
+    schemes = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer", "description": "a client token of this gateway"}},
+               "apiKey": {"apiKeySecurityScheme": {"location": "header", "name": "X-API-Key",
+                                                   "description": "a client API key of this gateway"}}}
+    for served in (root, through):
+        assert served["securitySchemes"] == schemes
+        assert served["securityRequirements"] == [{"schemes": {"bearer": {"list": []}}}, {"schemes": {"apiKey": {"list": []}}}]
+        assert all("securityRequirements" not in skill for skill in served["skills"])
+        json_format.ParseDict(served, AgentCard())  # still an A2A AgentCard
+    assert anonymous["code"] == -32600 and anonymous["reasons"] == ["UNAUTHENTICATED"]
+    assert bearer == keyed == {"http": 200, "id": 1, "code": -32001, "reasons": ["TASK_NOT_FOUND"]}  # the agent's answer

@@ -42,7 +42,7 @@ from ..routing.semantic import CachedEmbedder
 from ..serving import cancel_tasks
 from .adapt import PartAdapter
 from .admin import admin_routes
-from .cards import CardCache, agent_card_through, gateway_card
+from .cards import CardCache, agent_card_through, gateway_card, security_declaration
 from .config import ConfigError, GatewayConfig
 from .directory import AgentDirectory
 from .enrich import FeatureStage
@@ -325,17 +325,20 @@ class Gateway:
         rpc = JsonRpcIngress(self.pipeline, dispatcher, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics)
 
         cards = CardCache()
+        security = security_declaration(self.config.auth)
         self._handler = handler  # the gRPC binding (started with the gateway) serves the same handler
 
         async def root_card(request: Request) -> Response:
-            return cards.respond(request, "", gateway_card(self.directory, self.public_url, grpc_url=self.grpc_url))
+            return cards.respond(request, "", gateway_card(self.directory, self.public_url, grpc_url=self.grpc_url,
+                                                           security=security))
 
         async def agent_card(request: Request) -> Response:
             try:
                 entry = self.directory.get(request.path_params["agent"])
             except MMA2AError as exc:
                 return error_response(exc)
-            return cards.respond(request, entry.name, agent_card_through(entry, self.public_url, grpc_url=self.grpc_url))
+            return cards.respond(request, entry.name, agent_card_through(entry, self.public_url, grpc_url=self.grpc_url,
+                                                                         security=security))
 
         console = console_endpoints()
 

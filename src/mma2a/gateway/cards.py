@@ -20,6 +20,7 @@ from starlette.responses import Response
 from .._version import __version__
 from ..ext import EXTENSION_URI, PROTOCOL
 from ..modality import DEFAULT_REGISTRY
+from .access import AuthConfig
 from .directory import AgentDirectory, AgentEntry
 
 
@@ -73,6 +74,35 @@ def _not_modified(request: Request, etag: str, modified: float) -> bool:
         return False
 
 
+def security_declaration(auth: AuthConfig | None) -> dict[str, Any]:
+    """`securitySchemes` and `securityRequirements` for the gateway's cards: the credentials the gateway itself
+    checks (a bearer token or an API key header, either one), nothing when auth is off."""
+    if auth is None or not auth.active:
+        return {}
+    schemes: dict[str, Any] = {}
+    if any(c.token or c.token_env for c in auth.clients):
+        schemes["bearer"] = {"httpAuthSecurityScheme": {"scheme": "Bearer", "description": "a client token of this gateway"}}
+    if any(c.api_key or c.api_key_env for c in auth.clients):
+        schemes["apiKey"] = {"apiKeySecurityScheme": {"location": "header", "name": auth.api_key_header,
+                                                      "description": "a client API key of this gateway"}}
+    if not schemes:
+        return {}
+    return {"securitySchemes": schemes, "securityRequirements": [{"schemes": {name: {"list": []}}} for name in schemes]}
+
+
+def _with_security(card: dict[str, Any], security: dict[str, Any]) -> dict[str, Any]:
+    """The card with the gateway's security declaration in place of any other: a caller authenticates to the
+    gateway, which holds the agents' credentials itself (so skill-level requirements, naming the agent's
+    schemes, go too)."""
+    card.pop("securitySchemes", None)
+    card.pop("securityRequirements", None)
+    for skill in card.get("skills") or []:
+        if isinstance(skill, dict):
+            skill.pop("securityRequirements", None)
+    card.update(copy.deepcopy(security))
+    return card
+
+
 def _interfaces(base_url: str, grpc_url: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {"url": base_url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
@@ -93,7 +123,7 @@ def _union(values: list[list[str]]) -> list[str]:
 
 
 def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a gateway",
-                 grpc_url: str | None = None) -> dict[str, Any]:
+                 grpc_url: str | None = None, security: dict[str, Any] | None = None) -> dict[str, Any]:
     """The root card: every agent's skills (ids prefixed by agent), the union of modes, the extension."""
     entries = [e for e in directory.entries() if not e.draining]
     skills = []
@@ -104,7 +134,7 @@ def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a
             skill.setdefault("tags", [])
             skill["tags"] = list(skill["tags"]) + [f"agent:{e.name}"]
             skills.append(skill)
-    return {
+    return _with_security({
         "name": name,
         "description": "A2A gateway with modality-native routing: each part goes, in its native form, "
         "to the agent that can use it best. Agents: " + (", ".join(e.name for e in entries) or "none"),
@@ -114,11 +144,12 @@ def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a
         "defaultInputModes": _union([e.card.get("defaultInputModes") or [] for e in entries]) or ["text/plain"],
         "defaultOutputModes": _union([e.card.get("defaultOutputModes") or [] for e in entries]) or ["text/plain"],
         "skills": skills,
-    }
+    }, security or {})
 
 
-def agent_card_through(entry: AgentEntry, base_url: str, *, grpc_url: str | None = None) -> dict[str, Any]:
-    """An agent's own card with its addresses pointing through the gateway."""
+def agent_card_through(entry: AgentEntry, base_url: str, *, grpc_url: str | None = None,
+                       security: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An agent's own card with its addresses pointing through the gateway, and the gateway's security."""
     card = copy.deepcopy(entry.card)
     url = f"{base_url.rstrip('/')}/agents/{entry.name}"
     card["supportedInterfaces"] = _interfaces(url, grpc_url, entry.name)
@@ -132,4 +163,4 @@ def agent_card_through(entry: AgentEntry, base_url: str, *, grpc_url: str | None
     if not any(isinstance(x, dict) and x.get("uri") == EXTENSION_URI for x in exts):
         # the gateway speaks the extension on the agent's behalf and downgrades for it
         exts.append(_extension_entry())
-    return card
+    return _with_security(card, security or {})
