@@ -75,6 +75,7 @@ AUDIO = _schema(
         "transcript": _STR,
         "words": {"type": "array", "items": {"type": "object", "required": ["word", "start", "end"],
                                              "properties": {"word": _STR, "start": _NONNEG, "end": _NONNEG, "p": _NUM}}},
+        "unclear": {"type": "array", "items": {"type": "array", "items": _NONNEG, "minItems": 2, "maxItems": 2}},
     },
 )
 TEXT = _schema(

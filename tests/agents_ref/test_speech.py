@@ -56,5 +56,8 @@ async def test_speaker_answers_audio_and_speech_agent_reads_it_back():
             w.writeframes(b"\0\0" * 32000)
         nothing = answer_parts(await send(stt, [raw_part(silent.getvalue(), "audio/wav")]))
         assert nothing[0]["text"] == "" and nothing[0]["metadata"] == {"mma2a.noSpeech": speech.NO_SPEECH}
+        french = speech.synthesize("Il faut envoyer un technicien pour vérifier la fenêtre cassée.", voice="fr")
+        unclear = answer_parts(await send(stt, [raw_part(french, "audio/wav")]))
+        assert unclear[0]["text"] == "" and unclear[0]["metadata"]["mma2a.noSpeech"].startswith(speech.UNCLEAR + " (0")
         assert failure(await send(tts, [{"text": "  "}])) == "ValueError: no text to speak"
         assert failure(await send(stt, [{"text": "hi"}])) == "ValueError: no audio part to transcribe"

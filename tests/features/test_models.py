@@ -105,6 +105,28 @@ def test_silence_and_a_tone_give_no_transcript(speech: SpeechExtractor) -> None:
     assert speech.extract(m.wav(m.tone(2.0), 16000), WAV)["words"] == []
 
 
+FOREIGN = [("Il faut envoyer un technicien pour vérifier la fenêtre cassée.", "fr"),
+           ("Questa mattina la finestra del terzo piano era rotta.", "it")]
+
+
+@pytest.mark.parametrize(("sentence", "voice"), FOREIGN)
+def test_speech_in_another_language_is_heard_but_not_made_into_english(speech: SpeechExtractor, sentence: str,
+                                                                       voice: str) -> None:
+    from mma2a.agents.speech import synthesize
+
+    out = speech.extract(synthesize(sentence, voice=voice), WAV)  # tiny.en heard English words in these before
+    assert out["transcript"] == "" and out["words"] == [], out
+    assert out["unclear"] and all(0 <= start < end for start, end in out["unclear"])
+
+
+def test_a_decoding_loop_is_told_by_its_compression() -> None:
+    from mma2a.features.speech import MAX_COMPRESSION, compression_ratio
+
+    assert compression_ratio(" a little bit of" * 100) > MAX_COMPRESSION  # what tiny.en once made of Spanish
+    assert compression_ratio(" and they're taking a lot more than food," * 10) > MAX_COMPRESSION
+    assert max(compression_ratio(s) for s in SENTENCES) < 1.5 and compression_ratio(" ".join(SENTENCES)) < 1.5
+
+
 # --- barcodes -----------------------------------------------------------------------------
 
 

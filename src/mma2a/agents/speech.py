@@ -1,8 +1,9 @@
 """Speech agents, offline: speech-to-text (Whisper tiny.en, the same recogniser as the `transcript`
 feature) and a synthesiser (eSpeak NG, the library shipped by `espeakng-loader`, through ctypes).
 
-A recording with no speech in it is answered with an empty text part and the reason in the
-part's metadata (`mma2a.noSpeech`): the gateway records that as the transform's outcome.
+A recording with no speech in it, or with speech Whisper could not make out (a language other than
+English, a fragment), is answered with an empty text part and the reason in the part's metadata
+(`mma2a.noSpeech`): the gateway records that as the transform's outcome.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .runtime import ReceivedPart, b64, make_card, run_blocking
 STT_NAME, TTS_NAME = "speech", "speaker"
 
 NO_SPEECH = "no speech recognised in the recording"
+UNCLEAR = "speech heard but not understood"
 
 
 def stt_card() -> AgentCard:
@@ -36,7 +38,7 @@ def tts_card() -> AgentCard:
                      input_modes=["text/plain"], output_modes=["audio/wav"], skill="synthesize-speech")
 
 
-_heard: OrderedDict[bytes, str] = OrderedDict()
+_heard: OrderedDict[bytes, tuple[str, str | None]] = OrderedDict()
 _heard_lock = threading.Lock()
 HEARD_CACHE = 32
 """Transcripts of this many recent recordings are kept (by SHA-256 of bytes and modality)."""
@@ -44,20 +46,26 @@ HEARD_CACHE = 32
 
 def transcribe(data: bytes, modality: str = "audio/wav") -> str:
     """The words heard in a recording (Whisper tiny.en; blocking; recent answers are remembered)."""
+    return hear(data, modality)[0]
+
+
+def hear(data: bytes, modality: str = "audio/wav") -> tuple[str, str | None]:
+    """The words heard in a recording, and why there are none when the text is empty (`NO_SPEECH`, or `UNCLEAR`
+    with the spans heard but not understood); blocking; recent answers are remembered."""
     key = hashlib.sha256(modality.encode() + b"\0" + data).digest()
     with _heard_lock:
         if key in _heard:
             _heard.move_to_end(key)
             return _heard[key]
-    text = _transcribe(data, modality)
+    heard = _transcribe(data, modality)
     with _heard_lock:
-        _heard[key] = text
+        _heard[key] = heard
         while len(_heard) > HEARD_CACHE:
             _heard.popitem(last=False)
-    return text
+    return heard
 
 
-def _transcribe(data: bytes, modality: str) -> str:
+def _transcribe(data: bytes, modality: str) -> tuple[str, str | None]:
     from ..errors import MediaError
     from ..features.audio import decode_audio
     from ..features.base import Limits
@@ -67,7 +75,13 @@ def _transcribe(data: bytes, modality: str) -> str:
         audio = decode_audio(data, parse_modality(modality), Limits(max_audio_seconds=600.0))
     except MediaError as exc:
         raise ValueError(exc.message) from None
-    return transcribe_audio(audio).text
+    result = transcribe_audio(audio)
+    if result.text:
+        return result.text, None
+    if result.unclear:
+        spans = ", ".join(f"{a:g}-{b:g} s" for a, b in result.unclear)
+        return "", f"{UNCLEAR} ({spans}; Whisper tiny.en reads English only)"
+    return "", NO_SPEECH
 
 
 _tts_lock = threading.Lock()
@@ -135,10 +149,10 @@ async def stt_reply(parts: list[ReceivedPart]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for p in parts:
         if p.data is not None and p.modality.startswith("audio/"):
-            text = await run_blocking(transcribe, p.data, p.modality)
+            text, why = await run_blocking(hear, p.data, p.modality)
             part: dict[str, Any] = {"text": text, "mediaType": "text/plain"}
             if not text:
-                part["metadata"] = {"mma2a.noSpeech": NO_SPEECH}
+                part["metadata"] = {"mma2a.noSpeech": why or NO_SPEECH}
             out.append(part)
     if not out:
         raise ValueError("no audio part to transcribe")

