@@ -261,15 +261,17 @@ async def _stream_shapes(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> An
 
 @check("subscribe")
 async def _subscribe(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
-    """STREAM-SUB-001..004, STREAM-ORDER-002/003: two subscribers to a running task each get the Task first,
-    then the same events, and both streams close at the terminal state; terminal and unknown tasks are refused."""
+    """STREAM-SUB-001..004, STREAM-ORDER-002..004: subscribers to a running task each get the Task first, then
+    the same events, and their streams close at the terminal state, one closed early taking nothing from the
+    others; terminal and unknown tasks are refused."""
     s.agent.executor.release.clear()
     try:
         tid = await task_id(c, way, "tck-slow", returnImmediately=True)
         async with sse(c, way, b, "SubscribeToTask", {"id": tid}) as (_, one), \
                 sse(c, way, b, "SubscribeToTask", {"id": tid}) as (_, two):
-            firsts = [event_view(await anext(one)), event_view(await anext(two))]  # both subscribed now
-            s.agent.executor.release.set()
+            async with sse(c, way, b, "SubscribeToTask", {"id": tid}) as (_, early):
+                firsts = [event_view(await anext(one)), event_view(await anext(two)), event_view(await anext(early))]
+            s.agent.executor.release.set()  # all three were subscribed; the third is closed now
             rests = [[event_view(e) async for e in one], [event_view(e) async for e in two]]
     finally:
         s.agent.executor.release.set()
@@ -364,6 +366,7 @@ async def _versions(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
         return await rest(c, way, "POST", "/message:send", {"message": message("tck-complete-task")}, headers=headers)
     return {v: await send(h) for v, h in [
         ("99.0", {"A2A-Version": "99.0"}), ("1.0.3", {"A2A-Version": "1.0.3"}), ("absent", {}), ("empty", {"A2A-Version": ""}),
+        ("a list", {"A2A-Version": "1.0, 0.3"}),
         ("extensions", {**V1, "A2A-Extensions": "https://example.com/ext/v1,https://example.com/ext/v2"})]}
 
 
@@ -497,7 +500,7 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
             ("artifactUpdate", None, (["one "], None, None)), ("artifactUpdate", None, (["two"], True, True)),
             ("statusUpdate", "TASK_STATE_COMPLETED")]}},
     ("subscribe", "jsonrpc"): {
-        "first": [("task", "TASK_STATE_WORKING", 1)] * 2,
+        "first": [("task", "TASK_STATE_WORKING", 1)] * 3,
         "rest": [[("artifactUpdate", None, (["late"], None, None)), ("statusUpdate", "TASK_STATE_COMPLETED")]] * 2,
         "unknown": {"http": 200, "id": 5, "code": -32001, "reasons": ["TASK_NOT_FOUND"]}},
     ("get_and_history", "jsonrpc"): {
@@ -523,6 +526,7 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
     ("versions", "jsonrpc"): {"99.0": {**_ERR_RPC, "code": -32009, "reasons": ["VERSION_NOT_SUPPORTED"]},
                               "1.0.3": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
                               "absent": {**_ERR_RPC, "code": -32009, "reasons": ["VERSION_NOT_SUPPORTED"]},
+                              "a list": {**_ERR_RPC, "code": -32009, "reasons": ["VERSION_NOT_SUPPORTED"]},
                               "extensions": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1}},
     ("versions", "rest"): {"99.0": {"http": 400, "type": "application/json", "code": 400, "status": "FAILED_PRECONDITION",
                                     "reasons": ["VERSION_NOT_SUPPORTED"]}},

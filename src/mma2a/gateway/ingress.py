@@ -9,6 +9,7 @@ pipeline behind it, so conformance comes from the SDK where speed matters less.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import orjson
@@ -41,6 +42,8 @@ _PART_KINDS = ("text", "raw", "url", "data")
 
 
 _JSON_TYPE = (b"content-type", b"application/json")
+# "1.0", "1.2.3": the fast path's versions; any other value (a list, "1.x-beta") is the SDK's to accept or refuse
+_PLAIN_V1 = re.compile(r"1\.[0-9]+(?:\.[0-9]+)?").fullmatch
 _VERSION = VERSION_HEADER.lower().encode("latin-1")
 
 
@@ -174,7 +177,7 @@ class JsonRpcIngress:
             err.code = VERSION_NOT_SUPPORTED
             return rpc_error(rid, err)
         params = doc.get("params")
-        if method not in FAST_METHODS or not version.startswith("1.") or (_underscore(body) and _snake_case(params)):
+        if method not in FAST_METHODS or not _PLAIN_V1(version) or (_underscore(body) and _snake_case(params)):
             request = Request(scope, receive)
             request._body = body  # the SDK dispatcher reads the cached body
             return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
