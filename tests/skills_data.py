@@ -128,3 +128,93 @@ HELD_OUT: list[tuple[str, str]] = [
 ]
 """50 more requests for the same agents, none an example on a card nor one of REQUESTS: the set a model's recipe
 or a threshold is chosen on, so that REQUESTS stays a test it was not tuned to (features/static.py)."""
+
+OTHER_SKILLS: dict[str, dict[str, object]] = {
+    "travel": {
+        "name": "Trips and bookings",
+        "description": "Books and changes flights, hotel rooms and rental cars; seats, baggage and cancelled trips.",
+        "tags": ["travel", "flight", "hotel", "booking"],
+        "examples": ["Book me a flight to Lisbon on Friday", "Can I change my hotel dates?", "My flight was cancelled"],
+    },
+    "insurance": {
+        "name": "Insurance claims",
+        "description": "Car, home and travel insurance: filing a claim, what a policy covers, premiums and excess.",
+        "tags": ["insurance", "claim", "policy", "coverage"],
+        "examples": ["I want to file a claim for my car", "Does my policy cover water damage?", "Why did my premium go up?"],
+    },
+    "clinic": {
+        "name": "Clinic appointments",
+        "description": "Doctor and dentist appointments, prescriptions, test results and vaccinations for patients.",
+        "tags": ["health", "doctor", "appointment", "prescription"],
+        "examples": ["I need to see a doctor this week", "Can you renew my prescription?", "Are my blood test results back?"],
+    },
+    "repairs": {
+        "name": "Home repairs for tenants",
+        "description": "Repairs and maintenance in rented homes: leaks, heating, broken appliances, locks and keys.",
+        "tags": ["repairs", "maintenance", "tenant", "plumbing"],
+        "examples": ["The kitchen tap is leaking", "Our heating stopped working", "I lost the key to my flat"],
+    },
+    "courses": {
+        "name": "Courses and enrolment",
+        "description": "Signing up for classes and courses, exam dates, timetables, grades and certificates for students.",
+        "tags": ["education", "course", "exam", "enrolment"],
+        "examples": ["How do I register for the spring semester?", "When is the final exam?", "I need a copy of my certificate"],
+    },
+}
+"""Five more agents that differ only in their skills, in other domains than SKILLS: a second held-out set
+(written before any model or recipe was scored on it)."""
+
+OTHER_HELD_OUT: list[tuple[str, str]] = [
+    ("travel", "I need a room in Madrid for three nights next month."),
+    ("travel", "Can I bring a second suitcase on my trip to Rome?"),
+    ("travel", "Our train to Paris was cancelled, can you rebook us?"),
+    ("travel", "I'd like a window seat on the way back."),
+    ("travel", "Find me a cheap rental car at the airport in Nice."),
+    ("travel", "What time do I have to check out of the hotel?"),
+    ("travel", "We want to move our holiday one week later."),
+    ("travel", "Is breakfast included in my reservation?"),
+    ("travel", "I missed my connecting flight in Frankfurt."),
+    ("travel", "Please cancel my booking for the weekend in Berlin."),
+    ("insurance", "Someone scratched my car in the parking lot, will I be reimbursed?"),
+    ("insurance", "A pipe burst and flooded the basement of my house."),
+    ("insurance", "My phone was stolen on holiday, am I covered?"),
+    ("insurance", "How much is the deductible on my plan?"),
+    ("insurance", "I was in a minor accident this morning, what do I do now?"),
+    ("insurance", "My claim was rejected and I don't understand why."),
+    ("insurance", "Can I add my son as a driver to my car policy?"),
+    ("insurance", "A storm damaged our roof last night."),
+    ("insurance", "What does the contents cover include?"),
+    ("insurance", "The repair shop needs a reference number for my claim."),
+    ("clinic", "My child has a fever, can a doctor see her today?"),
+    ("clinic", "I've run out of my blood pressure pills."),
+    ("clinic", "When can I get my flu shot?"),
+    ("clinic", "I have a toothache and need the dentist."),
+    ("clinic", "Did the lab send my x-ray results?"),
+    ("clinic", "I need to move my check-up to next Tuesday."),
+    ("clinic", "Which vaccines do I need before travelling to Kenya?"),
+    ("clinic", "My back hurts a lot since yesterday, who can I see?"),
+    ("clinic", "Can I get a referral to a skin specialist?"),
+    ("clinic", "I'd like a sick note from my GP."),
+    ("repairs", "There's water dripping from the bathroom ceiling."),
+    ("repairs", "The radiators in my apartment are cold."),
+    ("repairs", "Our washing machine broke down, the landlord supplied it."),
+    ("repairs", "The front door lock is jammed and I can't get in."),
+    ("repairs", "There is mould growing on the bedroom wall."),
+    ("repairs", "The toilet keeps running and won't stop."),
+    ("repairs", "The lights in the hallway of our building are out."),
+    ("repairs", "The window in the living room won't close."),
+    ("repairs", "We have no hot water since this morning."),
+    ("repairs", "The oven in my rented flat doesn't heat up."),
+    ("courses", "Is there still a place in the evening Spanish class?"),
+    ("courses", "I failed the maths exam, can I retake it?"),
+    ("courses", "Where can I see my grades for last term?"),
+    ("courses", "What time does the photography workshop start?"),
+    ("courses", "I want to drop the chemistry course."),
+    ("courses", "Do I get a diploma after the programming bootcamp?"),
+    ("courses", "When is the deadline to sign up for next year's classes?"),
+    ("courses", "Which room is the history lecture in?"),
+    ("courses", "Can I take the online course at my own pace?"),
+    ("courses", "My transcript is missing one of my modules."),
+]
+"""50 requests for OTHER_SKILLS' agents, 10 each, none an example on a card: with HELD_OUT, the sets a model or an
+aggregation is chosen on (never REQUESTS)."""
