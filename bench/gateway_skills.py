@@ -9,6 +9,9 @@ Two gateways in front of bench/fast_agent.py (the arms of bench/gateway.py):
 - `skills_static`: the same with `features.text_model: static` (the word-piece table distilled from MiniLM,
   features/static.py); its table is built or read first, in `$MMA2A_DATA_DIR/models` (else
   ./mma2a-data/models), and that data dir is the arm's, so the gateway starts on a built table.
+- `skills_wordllama`: the same with `features.text_model: wordllama` (WordLlama's trained token table,
+  features/wordllama.py; when installed).
+`--arms static,wordllama` runs only those skills arms beside `gateway`.
 Two workloads, each sent to both arms:
 - `repeat`: the 35 paraphrased requests of tests/skills_data.py in rotation (after the first lap,
   every text's vector is in the gateway's cache);
@@ -20,7 +23,7 @@ rounds. For each run: req/s, p50/p99, the server's CPU time per request (all thr
 skills arms the gateway's own count of vector hits, misses and texts routed without a vector
 (`mma2a_text_vectors_total`: timeout, shed, failed), so a run that "won" by skipping the model shows.
 
-    .venv/bin/python bench/gateway_skills.py [--rounds 3] [--seconds 6] [--levels 4,16] [--json]
+    .venv/bin/python bench/gateway_skills.py [--rounds 3] [--seconds 6] [--levels 4,16] [--arms minilm,static,use,wordllama] [--json]
 """
 
 from __future__ import annotations
@@ -135,6 +138,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--levels", default="4,16")
+    ap.add_argument("--arms", default="", help="the skills arms to run beside gateway (default: every installed model)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
@@ -146,7 +150,13 @@ def main() -> None:
         Path(scripts[name]).write_text(workload_lua(name == "distinct"))
     from mma2a.features.text_models import embedding_available
 
-    names = ["gateway", "skills_minilm", "skills_static"] + (["skills_use"] if embedding_available("use") else [])
+    names = ["gateway", "skills_minilm", "skills_static"] + [f"skills_{m}" for m in ("use", "wordllama") if embedding_available(m)]
+    if args.arms:
+        wanted = ["gateway", *(f"skills_{m}" for m in args.arms.split(","))]
+        unknown = [n for n in wanted if n not in names]
+        if unknown:
+            sys.exit(f"--arms: {', '.join(unknown)} not available here (have: {', '.join(names[1:])})")
+        names = wanted
     static_dir = Path(os.environ.get("MMA2A_DATA_DIR") or "./mma2a-data").resolve()
     static_table_s = prepare_static(static_dir)
     arms = Arms(tmp, ["gateway"])

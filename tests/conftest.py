@@ -45,3 +45,17 @@ def static_embedder() -> Any:
     embedder = StaticEmbedder(cache_dir=Path(STATIC_MODELS_DIR))
     embedder.warm_up()
     return embedder
+
+
+@pytest.fixture(scope="session")
+def wordllama_embedder() -> Any:
+    """WordLlama's sentence model with its table loaded (two files read from the installed package)."""
+    import importlib.util
+
+    if importlib.util.find_spec("wordllama") is None:  # not importorskip: mma2a never imports the package
+        pytest.skip("wordllama is not installed (pip install 'mma2a[wordllama]')")
+    from mma2a.features.wordllama import WordLlamaEmbedder
+
+    embedder = WordLlamaEmbedder()
+    embedder.warm_up()
+    return embedder

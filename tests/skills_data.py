@@ -218,3 +218,10 @@ OTHER_HELD_OUT: list[tuple[str, str]] = [
 ]
 """50 requests for OTHER_SKILLS' agents, 10 each, none an example on a card: with HELD_OUT, the sets a model or an
 aggregation is chosen on (never REQUESTS)."""
+
+OFF_TOPIC: list[str] = [
+    "Please tell me what the weather will be like tomorrow.", "hello", "What is the capital of France?",
+    "Write me a poem about the sea.", "How tall is Mount Everest?", "Translate good morning into German.",
+    "What's a good recipe for pancakes?", "Who won the football match yesterday?",
+]
+"""Requests that fit none of the agents of SKILLS or OTHER_SKILLS: how many still reach a model's `min`."""

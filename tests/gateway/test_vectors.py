@@ -120,6 +120,17 @@ def test_text_model_static_keeps_its_table_in_the_data_dir(static_embedder: Any)
     assert rows.shape == (3, 384) and rows[0] @ rows[1] > rows[0] @ rows[2]
 
 
+def test_text_model_wordllama_embeds_in_place(wordllama_embedder: Any) -> None:
+    from mma2a.gateway import Gateway, parse_config
+
+    gw = Gateway(parse_config({"listen": "127.0.0.1:0", "history": {"enabled": False},
+                               "features": {"text_model": "wordllama"}}))
+    assert gw.embedder is not None and gw.embedder.model == "wordllama-l2-supercat-256" and gw.coming_embedder is None
+    assert gw.features is not None and TextVectors(CachedEmbedder(gw.embedder)).inline  # microseconds: no worker thread
+    rows = gw.embedder.embed(["Where is my parcel?", "My package has not arrived", "Please reset my password"])
+    assert rows.shape == (3, 256) and rows[0] @ rows[1] > rows[0] @ rows[2]
+
+
 async def test_a_cheap_model_embeds_in_place_and_long_texts_still_go_to_the_worker(static_embedder: Any) -> None:
     from mma2a.gateway.vectors import INLINE_CHARS
 

@@ -252,7 +252,7 @@ def test_explain_with_a_skills_default_shows_the_top_candidates_and_their_scores
                            "examples": s["examples"]}]
         (cards / f"{name}.json").write_text(json.dumps(card))
     rules = tmp_path / "rules.yaml"
-    rules.write_text("version: 1\ndefault: {capability: skills, min: 0.2}\nrules: []\n")
+    rules.write_text("version: 1\ndefault: {capability: skills}\nrules: []\n")  # the model's own score and min
     strict = tmp_path / "strict.yaml"
     strict.write_text("version: 1\ndefault: {capability: skills, min: 0.95}\nrules: []\n")
     msgs = tmp_path / "m.jsonl"
@@ -267,8 +267,8 @@ def test_explain_with_a_skills_default_shows_the_top_candidates_and_their_scores
     assert len(ranked) == 3 and ranked[0][0] == "shipping" and len({a for a, _, _ in ranked}) == 3
     assert all(skill == f"({a}-desk)" for a, _, skill in ranked)
     scores = [float(s) for _, s, _ in ranked]
-    assert scores == sorted(scores, reverse=True) and scores[0] > 0.2
-    assert chosen == "chose shipping (min 0.2)"
+    assert scores == sorted(scores, reverse=True) and scores[0] > 0.12
+    assert chosen == "chose shipping (min 0.12)"  # MiniLM's own threshold on the mean of an agent's texts' cosines
     detail = json.loads(run("rules", "explain", str(rules), str(msgs), "--cards", str(cards), "--json", "--detail").stdout)
     assert detail["parts"][0]["routes"][0]["agent"] == "shipping"
     assert detail["parts"][0]["routes"][0]["reason"] == f"skills:{scores[0]:.2f}"
@@ -297,4 +297,4 @@ def test_explain_scores_with_the_text_model_asked_for(tmp_path: Path, monkeypatc
     assert detail["parts"][0]["routes"][0]["agent"] == "billing"
     assert detail["explanation"]["parts"][0]["notes"][0] == "text vector: all-minilm-l6-v2-static"
     wrong = run("rules", "explain", str(rules), str(msgs), "--text-model", "bert")
-    assert wrong.exit_code == 1 and "--text-model: 'bert' is not a sentence model; known: minilm, use, static" in wrong.output
+    assert wrong.exit_code == 1 and "--text-model: 'bert' is not a sentence model; known: minilm, use, static, wordllama" in wrong.output

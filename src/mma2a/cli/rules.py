@@ -214,7 +214,7 @@ def explain(
     detail: Annotated[bool, typer.Option("--detail", help="With --json: each target's reason and the explanation "
                                                            "(candidates, scores), as /admin/explain answers.")] = False,
     text_model: Annotated[str, typer.Option(help="The sentence model that scores `semantic` and `skills` "
-                                                 "(minilm, use, static), as the gateway's features.text_model.")] = "minilm",
+                                                 "(minilm, use, static, wordllama), as the gateway's features.text_model.")] = "minilm",
 ) -> None:
     """Route each message of MESSAGES with RULES and show the decision and its explanation."""
     from ..errors import MMA2AError, ParseError

@@ -51,6 +51,11 @@ class SentenceEncoder(abc.ABC):
     dimension = 0
     cheap = False
     """Microseconds a text: the gateway embeds it in place instead of queueing it for a worker thread."""
+    skills_score = "max"
+    """How `skills` mode scores an agent with this model's vectors: its nearest skill text (`max`) or the mean of
+    its texts' cosines (`mean`); each model's choice was made on held-out requests (docs/benchmarks.md)."""
+    skills_min = 0.25
+    """The score a text must reach in `skills` mode unless a rule sets `min` (chosen on the same held-out requests)."""
 
     def __init__(self, *, threads: int = 1) -> None:
         self.threads = threads
@@ -117,6 +122,46 @@ class SentenceEncoder(abc.ABC):
         return self.embed([text])[0]
 
 
+class TableEncoder(SentenceEncoder):
+    """A static sentence model: one row per token in a table, a text's vector the mean of its tokens' rows (unit
+    length) — microseconds a text, so the gateway embeds in place (`cheap`). `_open` gives (an object whose
+    `ids(text)` lists the text's token ids, the float32 table)."""
+
+    cheap = True
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """A (len(texts), dimension) float32 array of unit vectors (zero for a text without tokens)."""
+        import numpy as np
+
+        out = self._embed(texts)
+        norms = np.sqrt(np.einsum("ij,ij->i", out, out))
+        np.divide(out, norms[:, None], out=out, where=norms[:, None] > 0)
+        return out
+
+    def embed_one(self, text: str) -> Any:
+        """The unit vector of one text (what the gateway asks per request: no batch arrays)."""
+        import numpy as np
+
+        tokens, table = self._load()
+        ids = tokens.ids(_clean([text])[0])
+        if not ids:
+            return np.zeros(self.dimension, np.float32)
+        vec = table[ids].sum(axis=0)
+        norm = float(np.sqrt(vec @ vec))
+        return vec / norm if norm > 0 else vec
+
+    def _embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        tokens, table = self._load()
+        out = np.zeros((len(texts), self.dimension), np.float32)
+        for i, text in enumerate(_clean(texts)):
+            ids = tokens.ids(text)
+            if ids:
+                table[ids].sum(axis=0, out=out[i])  # the mean's direction: `embed` makes it unit length
+        return out
+
+
 def _clean(texts: Sequence[str]) -> list[str]:
     """Cut to 4,000 characters; lone surrogates (valid in JSON, not in UTF-8), which the tokenizers refuse, replaced."""
     return [t[:4000].encode("utf-8", "replace").decode("utf-8") for t in texts]
@@ -127,6 +172,8 @@ class TextEmbedder(SentenceEncoder):
 
     model = MODEL_NAME
     dimension = DIMENSION
+    skills_score = "mean"
+    skills_min = 0.12
 
     def _open(self) -> Any:
         import onnxruntime as ort
@@ -166,6 +213,8 @@ class UniversalEncoder(SentenceEncoder):
 
     model = USE_NAME
     dimension = 512
+    skills_score = "mean"
+    skills_min = 0.12
 
     def _open(self) -> Any:
         import onnxruntime as ort

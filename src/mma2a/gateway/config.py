@@ -81,9 +81,9 @@ class FeatureConfig(BaseModel):
     max_video_seconds: float = Field(default=3600.0, gt=0)
     # sentence vectors of request texts (`semantic` rules, `skills` routing): cached by the digest of the
     # normalised text, least recently used out, bounded by entries and bytes (gateway/vectors.py)
-    # the sentence model (features/sentence.py, features/static.py, docs/features.md); `static`'s table is derived
-    # from MiniLM once and kept under data_dir/models
-    text_model: Literal["minilm", "use", "static"] = "minilm"
+    # the sentence model (features/sentence.py, features/static.py, features/wordllama.py, docs/features.md);
+    # `static`'s table is derived from MiniLM once and kept under data_dir/models
+    text_model: Literal["minilm", "use", "static", "wordllama"] = "minilm"
     vector_cache_entries: int = Field(default=16_384, ge=0)  # 0: no cache
     vector_cache_mb: float = Field(default=32.0, ge=0)
     vector_batch: int = Field(default=8, ge=1, le=256)  # texts of concurrent requests embedded in one model run

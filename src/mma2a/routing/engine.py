@@ -354,12 +354,13 @@ def _by_skills(
         keep = table.mask([n for n, a in snapshot.agents.items()
                            if a.available and not a.transformer and snapshot.accepts(n, modality) >= 0])
         _remember(snapshot.memo, key, keep)
-    ranked = table.rank(vector, keep)
+    ranked = table.rank(vector, keep, score=action.score)
     shown = ", ".join(f"{a} {s:.2f} ({k})" for a, s, k in ranked[:TOP]) or "none"
-    if ranked and ranked[0][1] >= action.min_score:
-        out.notes.append(f"skills: {shown}; chose {ranked[0][0]} (min {action.min_score:g})")
+    minimum = table.min_score if action.min_score is None else action.min_score
+    if ranked and ranked[0][1] >= minimum:
+        out.notes.append(f"skills: {shown}; chose {ranked[0][0]} (min {minimum:g})")
         return _new(Target, (ranked[0][0], (), f"skills:{ranked[0][1]:.2f}"))
-    out.notes.append(f"skills: {shown}; none reaches {action.min_score:g}: modality capability")
+    out.notes.append(f"skills: {shown}; none reaches {minimum:g}: modality capability")
     return _capability(snapshot, ctx, modality, None, reason, load)
 
 

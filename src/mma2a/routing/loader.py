@@ -23,6 +23,7 @@ from ..errors import InvalidModality, RuleError
 from ..modality import Modality, parse_modality
 from .rules import (
     OPERATORS,
+    SKILL_SCORES,
     STRATEGIES,
     Action,
     BroadcastTo,
@@ -44,7 +45,7 @@ TOP_KEYS = ("version", "default", "groups", "rules")
 RULE_KEYS = ("name", "description", "priority", "match", "action", "continue")
 MATCH_KEYS = ("modality", "features", "semantic", "any")
 ACTION_KEYS = ("route_to", "broadcast_to", "load_balance", "transform", "drop", "clone_and_route_to", "capability")
-ACTION_OPTIONS = {"strategy": "load_balance", "then": "transform", "min": "capability"}
+ACTION_OPTIONS = {"strategy": "load_balance", "then": "transform", "min": "capability", "score": "capability"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 Path_ = tuple[str | int, ...]
@@ -548,15 +549,21 @@ def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
         group = name_or_error(value, where, "'any', 'skills' or a group name")
         if group is None or not ok:
             return None
-        if "min" in raw and group != "skills":
-            ctx.error(path + ("min",), "only applies to capability: skills")
-            return None
+        for opt in ("min", "score"):
+            if opt in raw and group != "skills":
+                ctx.error(path + (opt,), "only applies to capability: skills")
+                return None
         if group == "skills":
-            threshold = raw.get("min", 0.25)
-            if not _is_number(threshold) or not -1 <= threshold <= 1:
+            threshold = raw.get("min")  # absent: the sentence model's own (docs/features.md)
+            if threshold is not None and (not _is_number(threshold) or not -1 <= threshold <= 1):
                 ctx.error(path + ("min",), f"must be a number from -1 to 1 (a cosine), got {threshold!r}")
                 return None
-            return Capability(None, pin, skills=True, min_score=float(threshold))
+            score = raw.get("score")  # absent: the sentence model's own
+            if score is not None and score not in SKILL_SCORES:
+                ctx.error(path + ("score",), f"must be one of {', '.join(SKILL_SCORES)} (how an agent's skill texts' "
+                                             f"cosines make its score), got {score!r}")
+                return None
+            return Capability(None, pin, skills=True, min_score=None if threshold is None else float(threshold), score=score)
         return Capability(None if group == "any" else group, pin)
     # transform
     if not isinstance(value, str):

@@ -128,15 +128,20 @@ class CloneAndRouteTo:
         return "clone_and_route_to:" + ",".join(self.targets)
 
 
+SKILL_SCORES = ("max", "mean")
+"""How `skills` mode makes an agent's score from the cosines of its skill texts: the nearest one, or their mean."""
+
+
 @dataclass(frozen=True, slots=True)
 class Capability:
     """Pick the best agent whose card accepts the part (`group=None`: any agent); with `skills`, the
-    agent whose card skills are nearest in meaning to a part's text, when one reaches `min_score`."""
+    agent whose card skills are nearest in meaning to a part's text, when its score reaches `min_score`."""
 
     group: str | None = None
     pin_session: bool = False
     skills: bool = False  # `capability: skills`: a part with a vector goes to the agent whose skills are nearest
-    min_score: float = 0.25
+    min_score: float | None = None  # None: the sentence model's own threshold (routing/semantic.py, `skills_scoring`)
+    score: str | None = None  # `max` or `mean` of an agent's skill texts' cosines; None: the model's own
 
     def label(self) -> str:
         return "capability:skills" if self.skills else f"capability:{self.group or 'any'}"

@@ -25,11 +25,11 @@ from typing import Any, Protocol
 from ..errors import RuleError
 from ..view import PartView
 from .agents import AgentInfo
-from .rules import Condition, RuleSet
+from .rules import SKILL_SCORES, Condition, RuleSet
 
 SEMANTIC_PREFIX = "semantic:"
 SKILLS_MIN = 0.25
-"""The default cosine a text part must reach with an agent's nearest skill text in `skills` mode."""
+"""The default score a text part must reach with an agent in `skills` mode, for a model that names none."""
 TOP = 3
 """How many candidates an explanation lists."""
 SMALL_TABLE = 32
@@ -38,7 +38,9 @@ SMALL_TABLE = 32
 
 class Embedder(Protocol):
     """Turns texts into unit vectors, one row per text (`mma2a.features.sentence.TextEmbedder`); `model` names
-    the sentence model (explanations say which model produced a score)."""
+    the sentence model (explanations say which model produced a score). An embedder may also say how `skills`
+    mode scores an agent with its vectors (`skills_score`: one of `SKILL_SCORES`) and the score a part must reach
+    by default (`skills_min`): see `skills_scoring`."""
 
     @property
     def model(self) -> str: ...
@@ -88,6 +90,14 @@ class CachedEmbedder:
     @property
     def model(self) -> str:
         return self.inner.model
+
+    @property
+    def skills_score(self) -> str:
+        return skills_scoring(self.inner)[0]
+
+    @property
+    def skills_min(self) -> float:
+        return skills_scoring(self.inner)[1]
 
     def get(self, key: bytes) -> Any | None:
         """The vector cached under `key` (marked recently used), or None; counted as a hit or a miss."""
@@ -199,6 +209,18 @@ def with_scores(part: PartView, table: SemanticTable) -> PartView:
 # --- skills ------------------------------------------------------------------------------
 
 
+def skills_scoring(embedder: Any) -> tuple[str, float]:
+    """How `skills` mode scores an agent with `embedder`'s vectors, and the score a part must reach unless a rule
+    says otherwise: the embedder's own `skills_score` and `skills_min` (each model's, chosen on held-out requests,
+    docs/features.md), else the nearest skill text and `SKILLS_MIN`."""
+    score = getattr(embedder, "skills_score", "max")
+    minimum = getattr(embedder, "skills_min", SKILLS_MIN)
+    if score not in SKILL_SCORES or not isinstance(minimum, (int, float)):
+        raise RuleError(f"the sentence model {getattr(embedder, 'model', embedder)!r} scores agents by {score!r} "
+                        f"with min {minimum!r}: the score must be one of {', '.join(SKILL_SCORES)}")
+    return score, float(minimum)
+
+
 def skill_texts(agent: AgentInfo) -> list[tuple[str, str]]:
     """(skill id, text) pairs that stand for what an agent does: each skill's name, description and
     tags as one text, and each of its examples."""
@@ -222,6 +244,9 @@ class SkillTable:
     positions: dict[str, int] = field(default_factory=dict)
     model: str = ""  # the sentence model of the vectors
     bounds: tuple[int, ...] = ()  # `starts` as Python ints, and the row count last (the small-table path of `rank`)
+    score: str = "max"  # how an agent's score is made from its texts' cosines, unless a rule says otherwise
+    min_score: float = SKILLS_MIN  # the score a part must reach, unless a rule says otherwise
+    counts: Any = None  # the number of texts of each agent (for the mean)
 
     def mask(self, allowed: Sequence[str]) -> Any:
         import numpy as np
@@ -233,9 +258,18 @@ class SkillTable:
                 keep[i] = True
         return keep
 
-    def rank(self, vector: Any, keep: Any, top: int = TOP) -> list[tuple[str, float, str]]:
-        """The `top` agents among `keep` (a mask from `mask`) by the cosine of their nearest skill text:
-        (agent, score, that skill), best first, ties by name."""
+    def per_agent(self, sims: Any, score: str | None = None) -> Any:
+        """Each agent's score from the cosines of all rows: its nearest text's (`max`) or its texts' mean."""
+        import numpy as np
+
+        if (score or self.score) == "mean":
+            return np.add.reduceat(sims, self.starts) / self.counts
+        return np.maximum.reduceat(sims, self.starts)
+
+    def rank(self, vector: Any, keep: Any, top: int = TOP, score: str | None = None) -> list[tuple[str, float, str]]:
+        """The `top` agents among `keep` (a mask from `mask`) by their score (`score`, else the table's: the cosine
+        of their nearest skill text, or the mean of their texts' cosines): (agent, score, the agent's nearest
+        skill), best first, ties by name."""
         import numpy as np
 
         count = int(keep.sum())
@@ -244,17 +278,21 @@ class SkillTable:
         sims = self.matrix @ vector
         k = min(top, count)
         if len(self.agents) <= SMALL_TABLE and self.bounds:  # numpy's per-call cost dominates: rank the few agents in Python
-            scores = np.maximum.reduceat(sims, self.starts).tolist()
+            scores = self.per_agent(sims, score).tolist()
             kept = sorted((-round(sc, 4), self.agents[i], i) for i, sc in enumerate(scores) if keep[i])[:k]
             out = []
             for neg, name, i in kept:
                 a, b = self.bounds[i], self.bounds[i + 1]
                 out.append((name, -neg, self.skills[a + int(sims[a:b].argmax())]))
             return out
-        per_agent = np.where(keep, np.maximum.reduceat(sims, self.starts), -np.inf)
-        best = np.argpartition(-per_agent, k - 1)[:k] if k < len(per_agent) else np.arange(len(per_agent))
+        per_agent = np.where(keep, self.per_agent(sims, score), -np.inf)
+        if k < len(per_agent):  # every agent at least as good as the k-th (as shown, to 4 places): ties at the cut go by name
+            shown = np.round(per_agent.astype(np.float64), 4)
+            best = np.flatnonzero(shown >= -np.partition(-shown, k - 1)[k - 1])
+        else:
+            best = np.arange(len(per_agent))
         out = []
-        for i in best:
+        for i in best.tolist():
             if not keep[i]:
                 continue
             a, b = int(self.starts[i]), int(self.starts[i + 1]) if i + 1 < len(self.starts) else len(self.skills)
@@ -264,11 +302,13 @@ class SkillTable:
 
 
 def build_skills(agents: Iterable[AgentInfo], embedder: Embedder | None) -> SkillTable | None:
-    """The skill table of `agents` (None without an embedder or without any skill text)."""
+    """The skill table of `agents` (None without an embedder or without any skill text), scored as the embedder's
+    model scores agents (`skills_scoring`)."""
     if embedder is None:
         return None
     import numpy as np
 
+    score, minimum = skills_scoring(embedder)
     names: list[str] = []
     starts: list[int] = []
     skills: list[str] = []
@@ -284,9 +324,11 @@ def build_skills(agents: Iterable[AgentInfo], embedder: Embedder | None) -> Skil
             texts.append(text)
     if not texts:
         return None
+    bounds = (*starts, len(texts))
     return SkillTable(tuple(names), np.asarray(starts, dtype=np.intp), tuple(skills),
                       np.asarray(embedder.embed(texts), dtype=np.float32), {n: i for i, n in enumerate(names)},
-                      embedder.model, (*starts, len(texts)))
+                      embedder.model, bounds, score, minimum,
+                      np.diff(np.asarray(bounds, dtype=np.float32)))
 
 
 def needs_vectors(rules: RuleSet) -> bool:
