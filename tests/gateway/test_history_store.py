@@ -323,3 +323,32 @@ CREATE TABLE minutes (kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NO
     old_batch = orjson.dumps([["s1", now, None, "completed", None, 2.0, old_parts[3], ["x"], [["m", "audio/wav"]]]])
     (row,) = rows_from_json(old_batch)
     assert row.parts() == old_parts[3] and row.receivers_json == b'["x"]' and ("a", "agent3") in row.tags
+
+
+def test_a_file_whose_shapes_have_no_digest_gets_them_on_opening(tmp_path):
+    """Shapes were first looked up by their JSON: such a file is rebuilt with digests when opened, and its decisions
+    are found, written to and pruned as any other's."""
+    path = tmp_path / "h.sqlite3"
+    store = HistoryStore(path)
+    now = time.time()
+    store.write([to_row(record(f"m{i}", now - 7200 + i, agent=f"agent{i % 3}")) for i in range(6)])
+    db = store._writer
+    db.executescript("""
+BEGIN;
+CREATE TABLE early (id INTEGER PRIMARY KEY, parts BLOB NOT NULL UNIQUE, size INTEGER NOT NULL);
+INSERT INTO early SELECT id, parts, size FROM shapes;
+DROP TABLE shapes;
+ALTER TABLE early RENAME TO shapes;
+CREATE INDEX shape_tags_shape ON shape_tags(shape);
+COMMIT;
+""")
+    store.close()
+    store = HistoryStore(path, max_age_s=3600)
+    assert "digest" in {r[1] for r in store._read("PRAGMA table_info(shapes)", ())}
+    store.write([to_row(record("new", now, agent="agent1"))])
+    assert store._read("SELECT COUNT(*) FROM shapes", ()) == [(3,)]  # the new decision found its shape
+    got, _ = store.query(HistoryFilter(agent="agent1"))
+    assert [d["messageId"] for d in got] == ["new", "m4", "m1"]
+    assert store.prune(now) == 6 and store._read("SELECT COUNT(*) FROM shape_tags", ())[0][0] == len(
+        to_row(record("new", now, agent="agent1")).tags)
+    assert store.stats()["bytes"] == _sum_of_sizes(store)

@@ -168,10 +168,10 @@ def split_parts(parts: Sequence[Mapping[str, Any]]) -> tuple[Shape, bytes]:
     """The inverse of `merge_parts`, for parts stored whole (a file or a stream batch from before shapes)."""
     shape_parts = [{k: v for k, v in p.items() if k not in ("size", "features")} for p in parts]
     detail = [[p.get("size"), p["features"]] if p.get("features") else p.get("size") for p in parts]
-    return Shape(orjson.dumps(shape_parts), _tags(shape_parts)), orjson.dumps(detail)
+    return Shape(orjson.dumps(shape_parts), shape_tags(shape_parts)), orjson.dumps(detail)
 
 
-def _tags(shape_parts: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+def shape_tags(shape_parts: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
     """The filter tags of a shape: each part's modality and family, its agents (targets and transformers), its rules."""
     tags: dict[tuple[str, str], None] = {}
     for p in shape_parts:
@@ -215,7 +215,7 @@ def rows_from_json(data: bytes) -> list[Row]:
             parts_json = orjson.dumps(shape_parts)
             known = shapes.get(parts_json)
             if known is None:
-                known = shapes[parts_json] = Shape(parts_json, _tags(shape_parts))
+                known = shapes[parts_json] = Shape(parts_json, shape_tags(shape_parts))
             out.append(Row(str(mid), float(ts), sender, str(outcome), error, float(latency), known,
                            orjson.dumps(detail_items), orjson.dumps(receivers) if receivers else None))
         return out
@@ -284,4 +284,4 @@ def _shape(entry: DecisionRecord) -> Shape:
         else:
             row.update(targets=[], matched=[], transforms=[], dropped=None, bottleneck=False)
         parts.append(row)
-    return Shape(orjson.dumps(parts, default=str), _tags(parts))
+    return Shape(orjson.dumps(parts, default=str), shape_tags(parts))

@@ -8,6 +8,7 @@ newest first. Every method blocks: callers on the event loop use `asyncio.to_thr
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import sqlite3
 import threading
@@ -21,14 +22,14 @@ from typing import Any
 
 import orjson
 
-from .record import Row, Shape, merge_parts, split_parts
+from .record import Row, Shape, merge_parts, shape_tags, split_parts
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS shapes (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, parts BLOB NOT NULL UNIQUE, size INTEGER NOT NULL);
+  id INTEGER PRIMARY KEY, digest INTEGER NOT NULL, parts BLOB NOT NULL, size INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS shapes_digest ON shapes(digest);
 CREATE TABLE IF NOT EXISTS shape_tags (
   kind TEXT NOT NULL, value TEXT NOT NULL, shape INTEGER NOT NULL, PRIMARY KEY (kind, value, shape)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS shape_tags_shape ON shape_tags(shape);
 CREATE TABLE IF NOT EXISTS decisions (
   id INTEGER PRIMARY KEY, message_id TEXT NOT NULL, ts REAL NOT NULL, sender TEXT, outcome TEXT NOT NULL,
   error TEXT, latency_ms REAL NOT NULL, shape INTEGER NOT NULL, detail BLOB NOT NULL, receivers BLOB,
@@ -113,6 +114,7 @@ def _per_minute(rows: Sequence[Row]) -> list[Any]:
 
 _INSERT_DECISIONS = ("INSERT INTO decisions (id, message_id, ts, sender, outcome, error, latency_ms, shape, detail, "
                      "receivers, size)")
+_INSERT_SHAPES = "INSERT INTO shapes (id, digest, parts, size)"
 _INSERT_SHAPE_TAGS = "INSERT OR IGNORE INTO shape_tags (kind, value, shape)"
 _INSERT_MINUTES = "INSERT INTO minutes (kind, value, minute, n, latency_sum, latency_max)"
 _ON_MINUTE = ("ON CONFLICT (kind, minute, value) DO UPDATE SET n = n + excluded.n, "
@@ -144,24 +146,36 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]
     """Insert decisions with the given ids (inside the caller's transaction), their shapes first if new;
     returns the bytes they add to the running total.
 
-    Shape ids are looked up afresh in every transaction (one indexed read per distinct shape of
-    the batch, a few per batch), never remembered across them: another writer on the file may
-    have pruned a shape since."""
-    shape_ids: dict[bytes, int] = {}
-    added = 0
+    Shape ids are looked up afresh in every transaction, never remembered across them (another
+    writer on the file may have pruned a shape since): the batch's distinct shapes are read by
+    multi-row `IN` lookups, and the new ones inserted with their filter rows by multi-row
+    statements, so a batch of unalike decisions costs a few statements, not a few per decision."""
+    distinct: dict[bytes, Shape] = {}
     for r in rows:
-        key = r.shape.parts_json
-        if key not in shape_ids:
-            found = db.execute("SELECT id FROM shapes WHERE parts = ?", (key,)).fetchone()
-            if found is None:
-                size = shape_bytes(r.shape)
-                sid = db.execute("INSERT INTO shapes (parts, size) VALUES (?, ?)", (key, size)).lastrowid
-                _insert(db, _INSERT_SHAPE_TAGS, 3, [x for kind, value in r.shape.tags for x in (kind, value, sid)])
-                added += size
-                found = (sid,)
-            shape_ids[key] = found[0]
-    for start in range(0, len(rows), _CHUNK):  # flattened a chunk at a time, between the inserts
+        distinct.setdefault(r.shape.parts_json, r.shape)
+    keys = list(distinct)
+    digests = [shape_digest(k) for k in keys]
+    shape_ids: dict[bytes, int] = {}
+    for start in range(0, len(keys), _CHUNK):
+        chunk = digests[start:start + _CHUNK]
+        shape_ids.update((parts, sid) for sid, parts in db.execute(
+            f"SELECT id, parts FROM shapes WHERE digest IN ({', '.join('?' * len(chunk))})", chunk) if parts in distinct)
+    added = 0
+    new = [(k, d) for k, d in zip(keys, digests, strict=True) if k not in shape_ids]
+    if new:
+        first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM shapes").fetchone()[0]
         values: list[Any] = []
+        tags: list[Any] = []
+        for sid, (key, digest) in enumerate(new, first):
+            size = shape_bytes(distinct[key])
+            added += size
+            shape_ids[key] = sid
+            values += (sid, digest, key, size)
+            tags += [x for kind, value in distinct[key].tags for x in (kind, value, sid)]
+        _insert(db, _INSERT_SHAPES, 4, values)
+        _insert(db, _INSERT_SHAPE_TAGS, 3, tags)
+    for start in range(0, len(rows), _CHUNK):  # flattened a chunk at a time, between the inserts
+        values = []
         for i, r in zip(ids[start:start + _CHUNK], rows[start:start + _CHUNK], strict=True):
             size = len(r.detail) + len(r.message_id) + (len(r.receivers_json) if r.receivers_json else 0) + ROW_OVERHEAD
             added += size
@@ -169,6 +183,11 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]
                        shape_ids[r.shape.parts_json], r.detail, r.receivers_json, size)
         _insert(db, _INSERT_DECISIONS, 11, values)
     return added
+
+
+def shape_digest(parts_json: bytes) -> int:
+    """What shapes are looked up by: 8 bytes of BLAKE2b (an index of those, not of the JSON; equal JSON confirms)."""
+    return int.from_bytes(hashlib.blake2b(parts_json, digest_size=8).digest(), "big", signed=True)
 
 
 def _statements(script: str) -> list[str]:
@@ -224,12 +243,26 @@ class HistoryStore:
                 db.execute("UPDATE meta SET value = (SELECT COALESCE(SUM(size), 0) FROM decisions) + "
                            "(SELECT COALESCE(SUM(size), 0) FROM shapes) WHERE key = 'bytes'")
             else:
+                columns = {r[1] for r in db.execute("PRAGMA table_info(shapes)")}
+                if columns and "digest" not in columns:
+                    self._add_digests()
                 for statement in _statements(SCHEMA):
                     db.execute(statement)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def _add_digests(self) -> None:
+        """A file from the first days of shapes (looked up by their JSON, filter rows indexed by shape): shapes
+        rebuilt with their digests, the old indexes dropped (inside `_open_schema`'s transaction)."""
+        db = self._writer
+        db.create_function("shape_digest", 1, shape_digest, deterministic=True)
+        db.execute("DROP INDEX IF EXISTS shape_tags_shape")
+        db.execute("ALTER TABLE shapes RENAME TO shapes_old")
+        db.execute(_statements(SCHEMA)[0])
+        db.execute("INSERT INTO shapes (id, digest, parts, size) SELECT id, shape_digest(parts), parts, size FROM shapes_old")
+        db.execute("DROP TABLE shapes_old")
 
     def close(self) -> None:
         self._writer.close()
@@ -294,10 +327,12 @@ class HistoryStore:
             if cut is not None:
                 shapes = [r[0] for r in db.execute("SELECT DISTINCT +shape FROM decisions WHERE id <= ?", (cut,))]
                 removed = db.execute("DELETE FROM decisions WHERE id <= ?", (cut,)).rowcount
-                for shape in shapes:  # shapes no decision refers to any more go too
+                for shape in shapes:  # shapes no decision refers to any more go too, their filter rows by key
                     if db.execute("SELECT 1 FROM decisions WHERE shape = ? LIMIT 1", (shape,)).fetchone() is None:
-                        db.execute("DELETE FROM shape_tags WHERE shape = ?", (shape,))
-                        gone += db.execute("DELETE FROM shapes WHERE id = ? RETURNING size", (shape,)).fetchone()[0]
+                        parts, size = db.execute("DELETE FROM shapes WHERE id = ? RETURNING parts, size", (shape,)).fetchone()
+                        db.executemany("DELETE FROM shape_tags WHERE kind = ? AND value = ? AND shape = ?",
+                                       [(kind, value, shape) for kind, value in shape_tags(orjson.loads(parts))])
+                        gone += size
                 db.execute("UPDATE meta SET value = value - ? WHERE key = 'bytes'", (gone,))
                 oldest = db.execute("SELECT MIN(ts) FROM decisions").fetchone()[0]
                 db.execute("DELETE FROM minutes WHERE kind IN ('m', 'a', 'o') AND minute < ?",
@@ -318,10 +353,9 @@ class HistoryStore:
     def query(self, f: HistoryFilter) -> tuple[list[dict[str, Any]], str | None]:
         """Matching decisions, newest first, and the cursor of the next page (None on the last).
 
-        With a modality, agent or rule filter the shapes that carry every such tag are found
-        first; the decisions of each are walked newest first through their index and merged,
-        stopping at `limit` rows (past `MERGE_MAX` shapes, the decisions are walked newest first
-        and each one's shape tested). Other filters are checked on the way.
+        With a modality, agent or rule filter, the decisions of the shapes that carry every such
+        tag are merged newest first, or the decisions walked and their shapes tested (`_walk`);
+        either stops at `limit` rows. Other filters are checked on the way.
         """
         tags = f.tag_filters()
         where: list[str] = []
@@ -337,7 +371,7 @@ class HistoryStore:
             params.append(f.until)
         for column in ("sender", "outcome"):
             if (value := getattr(f, column)) is not None:
-                where.append(f"d.{column} = ?" if not tags else f"+d.{column} = ?")
+                where.append(f"{{index}}d.{column} = ?")  # its index, or (merging shapes) tested on the way
                 params.append(value)
         with self._read_lock:
             db = self._reader
@@ -364,24 +398,38 @@ class HistoryStore:
         return out, (str(rows[-1][0]) if more and rows else None)
 
     def _walk(self, tags: list[tuple[str, str]], where: list[str], params: list[Any], limit: int) -> list[Any]:
-        """Up to `limit` decision rows matching the tags and `where`, newest first (the read lock held)."""
+        """Up to `limit` decision rows matching the tags and `where`, newest first (the read lock held).
+
+        When one of the tags is on at most `MERGE_MAX` shapes, the shapes that carry every tag
+        are merged newest first through the (shape, id) index. Otherwise the decisions are
+        walked newest first (by id, or by the sender or outcome index when those are filtered)
+        and each one's shape looked up in the tag index: a common tag stops after a few rows.
+        """
         db = self._reader
-        cond = "".join(f" AND {w}" for w in where)
+        cond = "".join(f" AND {w}" for w in where).format(index="")
         if not tags:
             return db.execute(f"SELECT {_COLUMNS} FROM decisions d WHERE 1{cond} ORDER BY d.id DESC LIMIT ?",
                               [*params, limit]).fetchall()
-        shapes: set[int] | None = None
-        for kind, value in tags:
-            found = {r[0] for r in db.execute("SELECT shape FROM shape_tags WHERE kind = ? AND value = ?", (kind, value))}
-            shapes = found if shapes is None else shapes & found
-        if not shapes:
-            return []
-        if len(shapes) > MERGE_MAX:
-            inner = " INTERSECT ".join(["SELECT shape FROM shape_tags WHERE kind = ? AND value = ?"] * len(tags))
-            return db.execute(f"SELECT {_COLUMNS} FROM decisions d WHERE +d.shape IN ({inner}){cond} "
-                              "ORDER BY d.id DESC LIMIT ?", [*[x for t in tags for x in t], *params, limit]).fetchall()
+        few: list[int] | None = None
+        first = -1
+        for i, (kind, value) in enumerate(tags):
+            found = [r[0] for r in db.execute("SELECT shape FROM shape_tags WHERE kind = ? AND value = ? LIMIT ?",
+                                              (kind, value, MERGE_MAX + 1))]
+            if not found:
+                return []
+            if len(found) <= MERGE_MAX and (few is None or len(found) < len(few)):
+                few, first = found, i
+        if few is None:
+            tests = "".join(" AND EXISTS (SELECT 1 FROM shape_tags t WHERE t.kind = ? AND t.value = ? AND t.shape = d.shape)"
+                            for _ in tags)
+            return db.execute(f"SELECT {_COLUMNS} FROM decisions d WHERE 1{tests}{cond} ORDER BY d.id DESC LIMIT ?",
+                              [*[x for t in tags for x in t], *params, limit]).fetchall()
+        shapes = [s for s in few if all(  # the other tags, tested on these few shapes
+            db.execute("SELECT 1 FROM shape_tags WHERE kind = ? AND value = ? AND shape = ?", (*t, s)).fetchone()
+            for j, t in enumerate(tags) if j != first)]
+        cond = "".join(f" AND {w}" for w in where).format(index="+")  # unary +: the shape's index, not theirs
         sql = f"SELECT {_COLUMNS} FROM decisions d WHERE d.shape = ?{cond} ORDER BY d.id DESC LIMIT ?"
-        walks = [db.execute(sql, [shape, *params, limit]) for shape in sorted(shapes)]
+        walks = [db.execute(sql, [shape, *params, limit]) for shape in shapes]
         return list(islice(heapq.merge(*walks, key=itemgetter(0), reverse=True), limit))
 
     def counts(self, by: str, since: float, until: float, bucket: int) -> list[dict[str, Any]]:
