@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._frozen import quick_init
 from .errors import ExtensionError, InvalidRequest
 from .ext import PartExtension, Session, decoded_size, part_kind, read_message, read_part
 from .modality import Modality, ModalityRegistry, parse_modality
@@ -23,6 +24,7 @@ __all__ = [
 ]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PartView:
     """What the router knows of one part."""
@@ -41,6 +43,7 @@ class PartView:
         return str(self.modality)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class MessageView:
     """What the router knows of one message."""

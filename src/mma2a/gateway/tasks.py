@@ -22,9 +22,11 @@ from typing import Any
 
 import orjson
 
+from .._frozen import quick_init
 from ..errors import TaskNotFound
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DownstreamTask:
     agent: str

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .._frozen import quick_init
 from ..modality import Modality
 from .rules import Condition
 
@@ -145,6 +146,7 @@ class Explanation:
         return out
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RouteDecision:
     """The route of every part of one message, with its explanation."""
