@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mma2a.errors import PayloadTooLarge
-from mma2a.request_body import TAIL_BYTES, read_body, replaying
+from mma2a.request_body import TAIL_BYTES, header_map, read_body, replaying
 
 
 def feeding(*messages: dict):
@@ -48,3 +48,15 @@ async def test_past_the_limit_a_bounded_tail_is_drained_then_payload_too_large()
     drained = sum(len(m.get("body", b"")) for m in given[1:])
     assert TAIL_BYTES <= drained < TAIL_BYTES + len(piece)  # read on for the 413 to be seen, but not to the end
     assert len(given) < len(many)
+
+
+def test_the_header_map_is_made_once_per_header_list_and_a_repeated_name_gives_its_first_value():
+    scope = {"type": "http", "headers": [(b"a2a-version", b"1.0"), (b"authorization", b"Bearer one"),
+                                         (b"authorization", b"Bearer two")]}
+    headers = header_map(scope)
+    assert headers == {b"a2a-version": b"1.0", b"authorization": b"Bearer one"}
+    assert header_map(scope) is headers  # every layer reads the same map
+    scope["headers"] = [(b"content-length", b"2")]  # a layer replaced the list (a decoded body)
+    assert header_map(scope) == {b"content-length": b"2"}
+    assert header_map({"type": "http", "headers": ((b"x", b"1"),)}) == {b"x": b"1"}
+    assert header_map({"type": "http"}) == {}

@@ -1,10 +1,15 @@
-"""A request body read whole from ASGI `receive`, within a limit, then handed on to the app as if
-unread. The gateway's body checks (`gateway.security`) and request decompression (`compression`)
-read bodies here, so both refuse an oversized body the same way."""
+"""A request read by several ASGI layers: its body read whole from `receive`, within a limit, then
+handed on to the app as if unread; its headers looked up by name, the list scanned once.
+
+The gateway's body checks (`gateway.security`) and request decompression (`compression`) read
+bodies here, so both refuse an oversized body the same way; they and the JSON-RPC ingress read
+the headers they need from one `header_map` per request."""
 
 from __future__ import annotations
 
-from starlette.types import Message, Receive
+from typing import Any
+
+from starlette.types import Message, Receive, Scope
 
 from .errors import PayloadTooLarge
 
@@ -49,3 +54,19 @@ def replaying(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+_HEADER_MAP = "mma2a.header_map"  # in the scope: (the header list it was made from, the map)
+
+
+def header_map(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by (lower-case) name; a repeated header gives its first value, as Starlette's
+    `Headers.get` reads it. Made once per header list and kept in the scope, so every layer reads the same
+    values; a layer that replaces `scope["headers"]` (decoding a body) gets a fresh map from the new list."""
+    raw = scope.get("headers") or ()
+    known: Any = scope.get(_HEADER_MAP)
+    if known is not None and known[0] is raw:
+        return known[1]  # type: ignore[no-any-return]
+    out = dict(reversed(raw if isinstance(raw, (list, tuple)) else list(raw)))  # reversed: the first of a name wins
+    scope[_HEADER_MAP] = (raw, out)
+    return out

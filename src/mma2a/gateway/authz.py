@@ -77,8 +77,8 @@ class Staged:
         self.access = access
         self.stage = stage
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.stage(self.access, self.app, scope, receive, send)
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        return self.stage(self.access, self.app, scope, receive, send)  # the stage's coroutine: no frame of ours
 
 
 class Guarded(Staged):

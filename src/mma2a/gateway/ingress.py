@@ -25,6 +25,7 @@ from ..errors import (
     ParseError,
     PayloadTooLarge,
 )
+from ..request_body import header_map
 from ..responses import jsonrpc_error_json
 from .pipeline import Pipeline
 
@@ -128,12 +129,9 @@ class JsonRpcIngress:
 
     async def handle(self, scope: dict[str, Any], receive: Any) -> bytes | Response:
         """The answer to one POST: a JSON-RPC document (bytes), or a response of another shape."""
-        declared = version = None
-        for k, v in scope["headers"]:
-            if k == b"content-length" and declared is None:
-                declared = v
-            elif k == _VERSION and version is None:
-                version = v.decode("latin-1")
+        headers = header_map(scope)
+        declared, raw_version = headers.get(b"content-length"), headers.get(_VERSION)
+        version = raw_version.decode("latin-1") if raw_version is not None else ""
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             return _too_large(self.max_body_bytes)
         chunks: list[bytes] = []
@@ -170,7 +168,6 @@ class JsonRpcIngress:
         method = doc.get("method")
         if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
             return rpc_error(rid, InvalidRequest("request must have jsonrpc: \"2.0\" and a string method", field="method"))
-        version = version or ""
         if method in V03_METHODS and version.startswith("1."):  # the SDK would answer -32603 (internal error)
             err = InvalidRequest(f"method {method!r} is A2A 0.3; with A2A-Version {version} use the 1.0 method names "
                                  "(SendMessage, GetTask, ...) or send A2A-Version: 0.3", field="method")

@@ -42,7 +42,7 @@ from ..errors import (
     RateLimited,
     Unauthorized,
 )
-from ..request_body import read_body, replaying
+from ..request_body import header_map, read_body, replaying
 from ..responses import error_json, jsonrpc_error_json
 from ..tls import client_cn
 from .access import Authenticator, Client, RateLimiter, current_client, digest_secret
@@ -94,7 +94,8 @@ class AccessControl:
         self.admin_token = admin_token
         self.drain = drain
         self.clock = clock
-        self._wanted = frozenset({b"authorization", b"content-length", auth.header.encode("latin-1")})
+        self._wanted = tuple((name, name.encode("latin-1"))  # the headers access control reads
+                             for name in dict.fromkeys(("authorization", "content-length", auth.header)))
 
     async def enforce(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
         cls = access.cls
@@ -137,12 +138,10 @@ class AccessControl:
         answers 500 to non-UTF-8 bytes."""
         if (scope["type"] == "http" and access.shape is not ErrorShape.PAYLOAD and scope.get("method") in _BODY_METHODS
                 and access.cls is not AccessClass.PUBLIC and access.cls is not AccessClass.SIGNED):
-            declared, ctype = False, None
-            for k, v in scope.get("headers", ()):
-                if k == b"content-length":
-                    declared = True
-                elif k == b"content-type":
-                    ctype = v.decode("latin-1")
+            headers = header_map(scope)
+            declared = b"content-length" in headers
+            raw_type = headers.get(b"content-type")
+            ctype = raw_type.decode("latin-1") if raw_type is not None else None
             if access.shape is ErrorShape.REST:  # another content type is a 415
                 if ctype is not None and not is_json_type(ctype):
                     await self.refuse(UnsupportedMediaType(f"Content-Type {ctype!r} is not supported; send "
@@ -157,8 +156,8 @@ class AccessControl:
 
     def _pick(self, scope: Scope) -> dict[str, str]:
         """The few request headers access control reads (credentials, the body's length), decoded."""
-        wanted = self._wanted
-        return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", ()) if k in wanted}
+        headers = header_map(scope)
+        return {name: v.decode("latin-1") for name, key in self._wanted if (v := headers.get(key)) is not None}
 
     def admit(self, access: RouteAccess, headers: Mapping[str, str], *, peer: str, cn: str | None = None,
               agent: str | None = None, refuse_draining: bool = True) -> Client | None:
