@@ -9,6 +9,7 @@ from mma2a.ext import EXTENSION_URI, PartExtension, downgrade_message, downgrade
 from mma2a.gateway import Gateway, parse_config
 from mma2a.gateway.config import AgentConfig
 from mma2a.gateway.directory import AgentEntry
+from mma2a.gateway.legs import route_summary
 from mma2a.modality import parse_modality
 from mma2a.routing import RouteDecision, parse_rules
 
@@ -118,3 +119,18 @@ def test_plain_part_views_never_share_a_features_dict():
     assert all("added" not in v.features for v in views[1:])
     assert all("added" not in v.ext.features for v in views)
     assert len({id(v.features) for v in views}) == 3
+
+
+def test_a_remembered_decisions_route_summary_is_the_summary_made_afresh_and_a_copy_each_time():
+    gw = Gateway(parse_config({"listen": "127.0.0.1:1", "features": False, "history": {"enabled": False}}))
+    rules = {"version": 1, "rules": [{"name": "all-text", "match": {"modality": "text/*"}, "action": {"drop": "quiet"}}]}
+    gw.state.set_rules(parse_rules(rules), rules)
+    adm, routes = gw.pipeline.admission, gw.pipeline.exchange.routes
+    msg = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}, {"text": "there"}]}
+    first = routes.of(adm.route(adm.view(msg, None, None)))
+    again_decision = adm.route(adm.view({**msg, "messageId": "m2"}, None, None))
+    again = routes.of(again_decision)
+    assert first == again == route_summary(again_decision)
+    assert again[0]["matched"] == ["all-text"] and again[0]["dropped"] == "quiet"
+    again[0].setdefault("outcome", []).append({"agent": "a"})  # the exchange notes what legs did in its copy
+    assert routes.of(again_decision) == first and "outcome" not in routes.of(again_decision)[0]

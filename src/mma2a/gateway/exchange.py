@@ -20,7 +20,7 @@ from .aggregate import FAILED, aggregate, chain_route, failed_task
 from .dispatch import Dispatcher
 from .feed import DecisionFeed
 from .history.record import DecisionRecord, HistorySink, refused_parts
-from .legs import LegPlanner, is_direct, record_adaptations, route_summary, sendable
+from .legs import LegPlanner, RouteSummaries, is_direct, record_adaptations, sendable
 from .metrics import GatewayMetrics
 from .outputs import adapt_outputs
 from .state import RoutingState
@@ -60,6 +60,7 @@ class Exchange:
         self.dedupe = dedupe  # the same (sender, messageId) answered once
         self.log_decisions = log_decisions
         self.gateway_id = gateway_id
+        self.routes = RouteSummaries()  # each decision's route summary, made once per remembered decision
 
     def send(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
@@ -84,11 +85,12 @@ class Exchange:
                 s.set_attribute("mma2a.modalities", [p.modality for p in decision.parts])
                 s.set_attribute("mma2a.targets", list(decision.targets()))
                 s.set_attribute("mma2a.rules", sorted({r for p in decision.parts for r in p.matched}))
-        result = await self.execute(message, configuration, decision)
+        route = self.routes.of(decision)  # one per request: the answer, the task record and the feed share it
+        result = await self.execute(message, configuration, decision, route)
         self.metrics.request_seconds.observe(time.perf_counter() - t0)
         task = result.get("task")
         outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
-        self.feed.record(message, route_summary(decision), outcome)
+        self.feed.record(message, route, outcome)
         self.remember(view, decision, outcome, t0)
         return result
 
@@ -105,21 +107,29 @@ class Exchange:
                                                refused_parts(message), (), f"refused {exc.code}: {exc.message}",
                                                time.perf_counter() - t0))
 
-    async def execute(
-        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision
-    ) -> dict[str, Any]:
-        """Adapt, dispatch and aggregate a decided message; then fit the reply to the accepted output modes."""
-        result = await self._execute(message, configuration, decision)
+    def execute(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+        route: list[dict[str, Any]] | None = None,
+    ) -> Awaitable[dict[str, Any]]:
+        """Adapt, dispatch and aggregate a decided message; then fit the reply to the accepted output modes.
+        `route`: the decision's `route_summary` if the caller has made it (the exchange notes what the legs
+        did in it: parts adapted, parts a transform emptied)."""
+        route = route if route is not None else self.routes.of(decision)
         accepted = (configuration or {}).get("acceptedOutputModes") or []
-        if accepted:
-            await adapt_outputs(result, accepted, self.state.snapshot,
-                                lambda part, via: self.planner.transform(part, via, message))
+        if not accepted:  # nothing to fit: the legs' own coroutine, no frame around it
+            return self._execute(message, configuration, decision, route)
+        return self._fitted(message, configuration, decision, route, accepted)
+
+    async def _fitted(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+                      route: list[dict[str, Any]], accepted: list[str]) -> dict[str, Any]:
+        result = await self._execute(message, configuration, decision, route)
+        await adapt_outputs(result, accepted, self.state.snapshot, lambda part, via: self.planner.transform(part, via, message))
         return result
 
     async def _execute(
-        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+        route: list[dict[str, Any]],
     ) -> dict[str, Any]:
-        route = route_summary(decision)
         if self.log_decisions:
             log.info("decision", extra={"decision": {"messageId": decision.message_id, "route": route}})
         if all(pr.dropped for pr in decision.parts):

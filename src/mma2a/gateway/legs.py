@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from ..errors import DispatchError, MMA2AError
 from ..ext import EXTENSION_URI, MessageExtension, downgrade_message, read_message, read_part, write_message
 from ..modality import modality_matches
-from ..routing import RouteDecision
+from ..routing import PartRoute, RouteDecision
 from .adapt import Adaptation, PartAdapter
 from .calls import AgentCaller, declares, input_modes
 from .directory import AgentDirectory, AgentEntry
@@ -53,6 +55,27 @@ def route_summary(decision: RouteDecision) -> list[dict[str, Any]]:
             "bottleneck": pr.bottleneck,
         })
     return out
+
+
+class RouteSummaries:
+    """`route_summary` per decision, made once for decisions that share their parts (the admission's remembered
+    decisions do) and handed out as a fresh copy from its JSON each time (cheaper than building it; a copy, since
+    the exchange notes in it what the legs did). Keyed by the parts tuple itself: an entry holds it."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self._known: dict[int, tuple[tuple[PartRoute, ...], bytes]] = {}
+
+    def of(self, decision: RouteDecision) -> list[dict[str, Any]]:
+        parts = decision.parts
+        known = self._known.get(id(parts))
+        if known is not None and known[0] is parts:
+            return orjson.loads(known[1])  # type: ignore[no-any-return]
+        route = route_summary(decision)
+        if len(self._known) >= self.capacity:  # decisions made afresh (pools, sessions) never repeat: start again
+            self._known.clear()
+        self._known[id(parts)] = (parts, orjson.dumps(route))
+        return route
 
 
 def sendable(legs: list[Leg], route: list[dict[str, Any]]) -> list[Leg]:

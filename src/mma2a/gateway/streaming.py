@@ -18,7 +18,7 @@ from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, fail
 from .calls import declares
 from .exchange import Exchange, outcome_of
 from .history.record import DecisionRecord, PartSummary
-from .legs import record_adaptations, route_summary, sendable
+from .legs import record_adaptations, sendable
 from .tasks import DownstreamTask, TaskRecord
 
 
@@ -52,7 +52,7 @@ class Streaming:
         except MMA2AError as exc:
             self.exchange.remember_refusal(message, exc, t0)
             raise
-        route = route_summary(decision)
+        route = self.exchange.routes.of(decision)
         targets = decision.targets()
         dropped = any(pr.dropped for pr in decision.parts)
         if len(targets) > 1 and not dropped and not (configuration or {}).get("acceptedOutputModes"):
@@ -62,7 +62,7 @@ class Streaming:
         directory = self.caller.directory
         single = len(targets) == 1 and not dropped and not any(t.via for pr in decision.parts for t in pr.targets)
         if not single or not _streams(directory.get(targets[0]).card):
-            result = await self.exchange.execute(message, configuration, decision)
+            result = await self.exchange.execute(message, configuration, decision, route)
             self.exchange.remember(view, decision, outcome_of(result), t0)
             yield result
             return
