@@ -250,6 +250,25 @@ async def _context_ids(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
             "state": follow["status"]["state"]}
 
 
+@check("history_content")
+async def _history_content(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-HIST-004..006: a two-turn task's history holds the exchanged messages in order, as they were sent
+    (part and message metadata, extensions)."""
+    if b != "jsonrpc":
+        return None
+    first = {**message("tck-input-required"), "parts": [{"text": "hello", "metadata": {"k": "v"}}],
+             "metadata": {"m": "1"}, "extensions": ["https://example.com/ext/v1"]}
+    r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": first}}, headers=V1)
+    tid = r.json()["result"]["task"]["id"]
+    second = message("tck-complete-task", taskId=tid)
+    await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": second}}, headers=V1)
+    task = (await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": tid}}, headers=V1)).json()
+    history = task["result"]["history"]
+    sent = [{k: v for k, v in m.items() if k not in ("contextId", "taskId")} for m in (first, second)]
+    kept = [{k: v for k, v in m.items() if k not in ("contextId", "taskId")} for m in history if m["role"] == "ROLE_USER"]
+    return {"roles": [m["role"] for m in history], "as sent": kept == sent}
+
+
 # --- streaming (CORE-STREAM-*, STREAM-ORDER-*, STREAM-SUB-*, JSONRPC-SSE-001, HTTP_JSON-SSE-001) --------------
 @check("stream_shapes")
 async def _stream_shapes(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
@@ -490,6 +509,7 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
                                         "blocking": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_INPUT_REQUIRED", "history": 1}},
     ("context_ids", "jsonrpc"): {"generated": True, "kept": "tck-client-context", "same task": True, "same context": True,
                                  "state": "TASK_STATE_COMPLETED"},
+    ("history_content", "jsonrpc"): {"roles": ["ROLE_USER", "ROLE_AGENT", "ROLE_USER"], "as sent": True},
     ("stream_shapes", "jsonrpc"): {
         "tck-stream": {"http": 200, "type": "text/event-stream", "events": [
             ("task", "TASK_STATE_SUBMITTED", 1), ("statusUpdate", "TASK_STATE_WORKING"),
