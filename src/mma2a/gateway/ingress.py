@@ -174,7 +174,8 @@ class JsonRpcIngress:
             err.code = VERSION_NOT_SUPPORTED
             return rpc_error(rid, err)
         params = doc.get("params")
-        if method not in FAST_METHODS or not _PLAIN_V1(version) or (_underscore(body) and _snake_case(params)):
+        fast_version = version == "1.0" or _PLAIN_V1(version) is not None
+        if method not in FAST_METHODS or not fast_version or (_underscore(body) and _snake_case(params)):
             request = Request(scope, receive)
             request._body = body  # the SDK dispatcher reads the cached body
             return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
