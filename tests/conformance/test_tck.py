@@ -351,18 +351,21 @@ async def _cancel(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
 # --- capabilities the agent does not have (CORE-CAP-001/003) ---------------------------------------------
 @check("push_configs")
 async def _push_configs(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
-    """CORE-CAP-001: with capabilities.pushNotifications false every push config method is refused."""
+    """CORE-CAP-001: with capabilities.pushNotifications false every push config method is refused (CORE-ERR-002:
+    after its params are checked)."""
     if b == "jsonrpc":
         answers = [await rpc(c, way, m, p) for m, p in [
             ("CreateTaskPushNotificationConfig", {"taskId": "tck-x", "url": "https://example.com/hook"}),
             ("GetTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"}),
             ("ListTaskPushNotificationConfigs", {"taskId": "tck-x"}),
-            ("DeleteTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"})]]
+            ("DeleteTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"}),
+            ("CreateTaskPushNotificationConfig", {}), ("GetTaskPushNotificationConfig", {})]]
     else:
         answers = [await rest(c, way, "POST", "/tasks/tck-x/pushNotificationConfigs", {"url": "https://example.com/hook"}),
                    await rest(c, way, "GET", "/tasks/tck-x/pushNotificationConfigs/c1"),
                    await rest(c, way, "GET", "/tasks/tck-x/pushNotificationConfigs"),
-                   await rest(c, way, "DELETE", "/tasks/tck-x/pushNotificationConfigs/c1")]
+                   await rest(c, way, "DELETE", "/tasks/tck-x/pushNotificationConfigs/c1"),
+                   await rest(c, way, "POST", "/tasks/tck-x/pushNotificationConfigs", {})]
     return {str(i): a for i, a in enumerate(answers)}
 
 
@@ -536,8 +539,9 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
                             "unknown": {**_ERR_RPC, "code": -32001, "reasons": ["TASK_NOT_FOUND"]}},
     ("cancel", "rest"): {"completed": {"http": 400, "type": "application/json", "code": 400, "status": "FAILED_PRECONDITION",
                                        "reasons": ["TASK_NOT_CANCELABLE"]}},
-    ("push_configs", "jsonrpc"): {str(i): {**_ERR_RPC, "code": -32003, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}
-                                  for i in range(4)},
+    ("push_configs", "jsonrpc"): {**{str(i): {**_ERR_RPC, "code": -32003, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}
+                                     for i in range(4)},
+                                  **{str(i): {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]} for i in (4, 5)}},
     ("push_configs", "rest"): {str(i): {"http": 400, "type": "application/json", "code": 400, "status": "FAILED_PRECONDITION",
                                         "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]} for i in range(4)},
     ("extended_card", "jsonrpc"): {"declared": False, "answer": {**_ERR_RPC, "code": -32004, "reasons": ["UNSUPPORTED_OPERATION"]}},

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
+from a2a.server.request_handlers.request_handler import validate_request_params
 from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_routes
 from a2a.types import (
     AgentCard,
@@ -213,15 +214,19 @@ class PipelineRequestHandler(RequestHandler):
         json_format.ParseDict(page, out, ignore_unknown_fields=True)
         return out
 
+    @validate_request_params  # params checked first, as an a2a-sdk agent checks them
     async def on_create_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
         raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
 
+    @validate_request_params
     async def on_get_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
         raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
 
+    @validate_request_params
     async def on_list_task_push_notification_configs(self, params: Any, context: ServerCallContext) -> Any:
         raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
 
+    @validate_request_params
     async def on_delete_task_push_notification_config(self, params: Any, context: ServerCallContext) -> None:
         raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
 
