@@ -13,10 +13,15 @@
    decision memo hands it out) through a recorder on a fresh file; history on and off interleaved in
    rounds, back to back (a saturated gateway: CPU and units/s) and paced 0.3 ms apart (a 1-connection
    client: the tail). Compare two source trees with bench/ab.py.
+4. `--served` (only this part): `mma2a serve` in front of bench/fast_agent.py, history on and off, driven by
+   wrk (16 connections, the checked one-text-part SendMessage), interleaved in rounds: each arm's CPU per
+   request split by thread (/proc schedstat) — the event loop's thread and the others (the history writer) —
+   with their voluntary context switches per request (a wait for the GIL is one).
 
     .venv/bin/python bench/history.py [--decisions 100000] [--repeat 30] [--rounds 3] [--seconds 8]
                                       [--connections 16] [--json]
     .venv/bin/python bench/history.py --hot-path [--rounds 3] [--units 20000]
+    .venv/bin/python bench/history.py --served [--rounds 3] [--seconds 5] [--connections 16] [--json]
 """
 
 from __future__ import annotations
@@ -350,6 +355,55 @@ def hot_path_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     return out
 
 
+# --- 4. a served gateway: where the history's CPU goes, by thread ---------------------------------------
+def _threads(pid: int) -> dict[str, tuple[int, int]]:
+    """Per thread of a process: CPU nanoseconds (schedstat) and voluntary context switches."""
+    out = {}
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            cpu = int((t / "schedstat").read_text().split()[0])
+            status = (t / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        switches = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+        out[t.name] = (cpu, switches)
+    return out
+
+
+def served_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    """History on and off behind `mma2a serve`, interleaved; CPU per request by thread, medians over rounds."""
+    from gateway import FAST_EXPECT, Arms  # bench/gateway.py's processes: fast agent, gateways
+
+    script = tmp / "send.lua"
+    script.write_text(send_message_lua())
+    names = ["gateway", "gateway_nohistory"]
+    arms = Arms(tmp, ["direct", *names])
+    runs: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    try:
+        for name in names:  # warm up
+            run_wrk(arms.url[name] + "/", 2, args.connections, str(script), FAST_EXPECT, "/", threads=1)
+        for r in range(args.rounds):
+            for name in (names if r % 2 == 0 else names[::-1]):
+                pid = arms.pid[name]
+                before, load = _threads(pid), os.getloadavg()[0]
+                w = run_wrk(arms.url[name] + "/", args.seconds, args.connections, str(script), FAST_EXPECT, "/", threads=1)
+                after = _threads(pid)
+                n = max(1, w["requests"])
+                loop = [a - b for a, b in zip(after[str(pid)], before[str(pid)], strict=True)]
+                others = [sum(v[i] - before.get(t, (0, 0))[i] for t, v in after.items() if t != str(pid)) for i in (0, 1)]
+                runs[name].append({"rps": w["rps"], "errors": w["errors"], "load": round(load, 1),
+                                   "cpu_us_per_req": round((loop[0] + others[0]) / 1e3 / n, 1),
+                                   "loop_cpu_us_per_req": round(loop[0] / 1e3 / n, 1),
+                                   "other_cpu_us_per_req": round(others[0] / 1e3 / n, 1),
+                                   "loop_waits_per_req": round(loop[1] / n, 3), "other_waits_per_req": round(others[1] / n, 3)})
+    finally:
+        stop(arms.procs)
+    med = {name: {k: round(statistics.median(x[k] for x in rows), 2) for k in rows[0]} for name, rows in runs.items()}
+    return {"rounds": args.rounds, "seconds": args.seconds, "connections": args.connections, "arms": med,
+            "per_round": runs, "history_cpu_us_per_request": round(
+                med["gateway"]["cpu_us_per_req"] - med["gateway_nohistory"]["cpu_us_per_req"], 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--decisions", type=int, default=100_000)
@@ -360,9 +414,16 @@ def main() -> None:
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--hot-path", action="store_true", help="only part 3: what recording costs the request thread")
     ap.add_argument("--units", type=int, default=20_000, help="request-like units per arm and round (--hot-path)")
+    ap.add_argument("--served", action="store_true", help="only part 4: a served gateway's CPU by thread")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-history-"))
+    if args.served:
+        try:
+            print(json.dumps(served_bench(args, tmp), indent=2))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     if args.hot_path:
         try:
             print(json.dumps(hot_path_bench(args, tmp), indent=2))
