@@ -160,6 +160,33 @@ def test_a_status_light_is_a_disc_on_an_even_housing():
     assert [(li["center"], li["colorName"]) for li in lights] == [([80, 120], "red")]
 
 
+def test_square_and_oblong_lamps_are_lights_at_any_angle():
+    import cv2
+    import numpy as np
+
+    panel = np.full((240, 640, 3), (48, 51, 56), np.uint8)
+    green = (40, 220, 60)
+    lamps = [(80, (24, 24), 0), (220, (24, 24), 30), (360, (36, 18), 15), (500, (24, 24), 45)]
+    for x, (w, h), angle in lamps:  # a square fills 0.64 of its circle: once taken for no lamp at all
+        cv2.fillPoly(panel, [cv2.boxPoints(((x, 120), (w, h), angle)).astype(np.int32)], green)
+    lights, _ = pixels.find_lights(panel, 1.0)
+    assert [li["colorName"] for li in lights] == ["green"] * len(lamps)
+    assert all(_inside((x, 120), li["region"], pad=2) for (x, _, _), li in zip(lamps, lights))
+
+
+def test_marks_on_a_product_are_found_in_front_of_a_busy_background():
+    from mma2a.eval.media import VARIATIONS
+
+    tilt = next(v for v in VARIATIONS["heldout"] if v.name == "tilt")  # a photo behind, the product turned 8 degrees
+    spots = [(150, 120), (300, 200), (470, 150), (220, 330), (430, 360)]
+    photo = product_photo(random.Random(2), (230, 210, 50), [Mark("dent", x, y) for x, y in spots], fmt="jpeg",
+                          variation=tilt)
+    f = vision.inspect_image(photo)
+    assert len(f["defects"]) == len(spots), f.get("defectsNote")
+    plain = product_photo(random.Random(2), (230, 210, 50), [], fmt="jpeg", variation=tilt)
+    assert vision.inspect_image(plain)["defects"] == []
+
+
 def test_undecodable_bytes_raise_a_clear_error():
     import io
     import struct
