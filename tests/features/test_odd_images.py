@@ -151,3 +151,16 @@ def test_features_cli_says_when_no_extractor_reads_a_file(tmp_path: pytest.TempP
     assert row["modality"] == "application/octet-stream" and row["features"] == {}
     assert row["skipped"] == ["features: no extractor reads application/octet-stream; nothing extracted "
                               "(--modality sets the type)"]
+
+
+def test_faces_in_real_photos_and_none_in_coins_or_cells() -> None:
+    from mma2a.features import VisionExtractor
+    from mma2a.modality import parse_modality
+
+    skdata = pytest.importorskip("skimage.data")
+    pytest.importorskip("cv2")
+    faces = VisionExtractor()
+    png = parse_modality("image/png")
+    counts = {name: faces.extract(m.png(Image.fromarray(getattr(skdata, name)())), png)["faces"]
+              for name in ("astronaut", "coins", "cell")}
+    assert counts == {"astronaut": 1, "coins": 0, "cell": 0}  # coins once had 3 faces, cell 2
