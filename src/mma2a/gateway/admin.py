@@ -65,7 +65,7 @@ def admin_routes(gw: AdminParts) -> list[Route]:
         text = (await request.body()).decode("utf-8", errors="replace")
         if not text.strip():
             raise RuleError("rules: body is empty", errors=["rules: body is empty"])
-        rules = parse_rules(text)  # a body is rule text, never a path to read
+        rules = await asyncio.to_thread(parse_rules, text)  # rule text, never a path; off the loop: up to the body cap
         # off the event loop: a snapshot with `semantic` conditions or `skills` mode embeds texts as it builds
         snapshot = await asyncio.to_thread(gw.state.set_rules, rules, text)
         gw.pipeline.pins.clear()

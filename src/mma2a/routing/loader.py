@@ -586,23 +586,81 @@ def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
     return Transform(to, then, pin) if ok else None
 
 
+MAX_RULE_NODES = 200_000  # values of a rule document once YAML aliases are expanded (a rule costs ~10-30)
+MAX_RULE_DEPTH = 64  # levels of nested mappings and lists; a rule needs about 8
+
+
 def _parse_text(text: str, name: str) -> RuleSet:
     lines = _LineMap()
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)  # aliases stay references here: linear in the text
+        if node is not None:
+            _check_size(node, name)
+        data = yaml.SafeLoader(text).construct_document(node) if node is not None else None
+    except RecursionError:
+        raise RuleError(f"{name}: nests deeper than {MAX_RULE_DEPTH} levels") from None
     except yaml.YAMLError as exc:
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise RuleError(f"{name}: nests deeper than {MAX_RULE_DEPTH} levels") from None
         except ValueError:
             mark = getattr(exc, "problem_mark", None)
             where = f"{name}:{mark.line + 1}" if mark is not None else name
             problem = getattr(exc, "problem", None) or str(exc)
             raise RuleError(f"{where}: not valid YAML or JSON: {problem}") from None
+        if _depth(data) > MAX_RULE_DEPTH:
+            raise RuleError(f"{name}: nests deeper than {MAX_RULE_DEPTH} levels")
         return _validate(data, name, None)
     if node is not None:
         lines.walk(node)
     return _validate(data, name, lines)
+
+
+def _check_size(root: yaml.Node, name: str) -> None:
+    """Refuse a composed document deeper than `MAX_RULE_DEPTH` or with more than `MAX_RULE_NODES` values once its
+    aliases are expanded (the "billion laughs": nine anchors of nine aliases each expand to 9**9 values), before
+    anything builds or walks the expanded document. Each distinct node is sized once, without recursion."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        if depth > MAX_RULE_DEPTH:
+            line = node.start_mark.line + 1
+            raise RuleError(f"{name}:{line}: nests deeper than {MAX_RULE_DEPTH} levels")
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            sizes[id(node)] = 1
+            continue
+        if not done:
+            stack.append((node, depth, True))
+            stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
+            continue
+        total = 1 + sum(sizes.get(id(c), 1) for c in children)
+        if total > MAX_RULE_NODES:
+            line = node.start_mark.line + 1
+            raise RuleError(f"{name}:{line}: more than {MAX_RULE_NODES} values once YAML aliases are expanded; "
+                            "a rule file needs far fewer")
+        sizes[id(node)] = total
+
+
+def _depth(value: Any) -> int:
+    """Levels of nested mappings and lists of a parsed document (iterative: a deep one must not overflow)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in v)
+    return deepest
 
 
 def rules_to_json(rules: RuleSet) -> Mapping[str, Any]:

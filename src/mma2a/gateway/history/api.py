@@ -168,8 +168,9 @@ def history_routes(gw: HistoryParts, guard: Callable[[Endpoint], Endpoint]) -> l
         if not isinstance(body, dict) or not isinstance(body.get("rules"), str) or not body["rules"].strip():
             raise InvalidParams("rules: required, the candidate rule file's text (YAML or JSON)", field="rules")
         text = body["rules"]
-        rules = parse_rules(text)  # RuleError (400) lists every problem
-        candidate = build_snapshot(rules, gw.directory.infos(), mode=gw.state.mode, embedder=gw.state.embedder)
+        rules = await asyncio.to_thread(parse_rules, text)  # RuleError (400) lists every problem; off the event loop
+        candidate = await asyncio.to_thread(build_snapshot, rules, gw.directory.infos(), mode=gw.state.mode,
+                                            embedder=gw.state.embedder)
         filters = {k: str(v) for k, v in body.items() if k != "rules"}
         f = parse_filter(filters, time.time(), default_limit=REPLAY_DEFAULT, max_limit=REPLAY_MAX)
         rec = recorder()
@@ -182,8 +183,9 @@ def history_routes(gw: HistoryParts, guard: Callable[[Endpoint], Endpoint]) -> l
         text = (await request.body()).decode("utf-8", errors="replace")
         if not text.strip():
             raise RuleError("rules: body is empty", errors=["rules: body is empty"])
-        rules = parse_rules(text)
-        build_snapshot(rules, gw.directory.infos(), mode=gw.state.mode, embedder=gw.state.embedder)  # names agents and groups that exist
+        rules = await asyncio.to_thread(parse_rules, text)  # off the event loop, as every rule text
+        await asyncio.to_thread(build_snapshot, rules, gw.directory.infos(), mode=gw.state.mode,
+                                embedder=gw.state.embedder)  # names agents and groups that exist
         return json_response({"valid": True, "rules": len(rules.rules)})
 
     return [
