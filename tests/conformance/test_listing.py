@@ -1,5 +1,6 @@
-"""ListTasks through the gateway: the agent's own list on /agents/{name}, a merged, paginated list at
-the root over the agents the caller may use."""
+"""ListTasks through the gateway: a merged, paginated list at the root over the agents the caller may use,
+and on /agents/{name} that agent's; an identified caller sees only the tasks it created (docs/security.md,
+round 3: an agent cannot tell the gateway's clients apart, so the gateway filters)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ async def rpc(c: httpx.AsyncClient, url: str, method: str, params: dict[str, Any
 
 @contextlib.asynccontextmanager
 async def two_agents(gateway_box: list[Any] | None = None) -> AsyncIterator[tuple[str, dict[str, list[str]]]]:
-    """Agents a (3 tasks) and b (2 tasks) behind an authenticating gateway; yields (url, task ids by agent)."""
+    """Agents a (3 tasks of alice's) and b (2 of alice's, 1 of carol's) behind an authenticating gateway; yields
+    (url, alice's task ids by agent, and carol's under "carol")."""
     async with sample_agent("a") as agent_a, sample_agent("b") as agent_b:
         url_a, url_b = agent_a.url, agent_b.url
         cfg = {"agents": [{"name": "a", "url": url_a}, {"name": "b", "url": url_b}], "auth": {"clients": CLIENTS},
@@ -39,12 +41,13 @@ async def two_agents(gateway_box: list[Any] | None = None) -> AsyncIterator[tupl
         async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
             if gateway_box is not None:
                 gateway_box.append(gw)
-            ids: dict[str, list[str]] = {"a": [], "b": []}
-            for name, count in (("a", 3), ("b", 2)):
+            ids: dict[str, list[str]] = {"a": [], "b": [], "carol": []}
+            for name, count, token, key in (("a", 3, ALICE, "a"), ("b", 2, ALICE, "b"), ("b", 1, CAROL, "carol")):
                 for i in range(count):
                     doc = await rpc(c, f"{url}/agents/{name}", "SendMessage",
-                                    {"message": {"messageId": f"{name}{i}", "role": "ROLE_USER", "parts": [{"text": "x"}]}})
-                    ids[name].append(doc["result"]["task"]["id"])
+                                    {"message": {"messageId": f"{key}{i}", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
+                                    token=token)
+                    ids[key].append(doc["result"]["task"]["id"])
             yield url, ids
 
 
@@ -74,8 +77,11 @@ async def test_root_list_merges_every_agent_and_pages_through_them():
 async def test_root_list_covers_only_the_agents_the_client_may_use():
     async with two_agents() as (url, ids), httpx.AsyncClient(timeout=30) as c:
         page = (await rpc(c, url + "/", "ListTasks", {}, token=CAROL))["result"]
+        on_b = (await rpc(c, url + "/agents/b", "ListTasks", {}, token=CAROL))["result"]
         refused = await c.get(url + "/agents/a/tasks", headers=headers(CAROL))
-    assert sorted(t["id"] for t in page["tasks"]) == sorted(ids["b"]) and page["totalSize"] == 2
+    # her own task on b: neither alice's tasks on b nor anything on a
+    assert [t["id"] for t in page["tasks"]] == ids["carol"] and page["totalSize"] == 1
+    assert [t["id"] for t in on_b["tasks"]] == ids["carol"] and on_b["totalSize"] == 1
     assert refused.status_code == 403
 
 
@@ -102,7 +108,7 @@ async def test_grpc_binding_checks_credentials_and_the_agents_a_client_may_use()
     assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert not_hers.value.code() == grpc.StatusCode.PERMISSION_DENIED  # as HTTP's 403 on /agents/a
     assert not_hers.value.details() == "client carol may not call agent a"
-    assert sorted(t.id for t in carols.tasks) == sorted(ids["b"])
+    assert [t.id for t in carols.tasks] == ids["carol"]
     assert sorted(t.id for t in alices_b.tasks) == sorted(ids["b"])
 
 

@@ -8,12 +8,12 @@ import time
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ContentTypeNotSupported, InvalidRequest
+from ..errors import ContentTypeNotSupported, Forbidden, InvalidParams, InvalidRequest, TaskNotFound
 from ..ext import EXTENSION_URI, MAX_HOPS
 from ..modality import ModalityRegistry
 from ..routing import Load, RouteDecision, SessionPins, Snapshot, decide_pinned, decision_key
 from ..view import MessageView, view_message
-from .access import current_sender
+from .access import Client, current_client, current_sender
 from .directory import AgentDirectory
 from .enrich import FeatureStage, with_vectors
 from .hooks import RouteHooks
@@ -115,6 +115,8 @@ class Admission:
     ) -> tuple[dict[str, Any], MessageView, RouteDecision]:
         """Security checks, features, offload, view, route: the message as it will travel on, and where each part goes."""
         sender = sender if sender is not None else current_sender()
+        if message.get("taskId") or message.get("contextId"):
+            check_owner(self.tasks, message, sender)
         if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
             sender = await self.guard.admit(message, configuration, target, sender)
         vectors = await self.features.apply(message, self.state.snapshot, sender=sender) if self.features else {}
@@ -133,8 +135,38 @@ class Admission:
             raise
         if self.guard is not None:
             self.guard.check_targets(decision)
+        client = current_client.get()
+        if client is not None and client.agents is not None:  # `auth.clients[].agents` holds at the root too
+            check_client_agents(client, decision)
         for pr in decision.parts:
             self.metrics.parts.labels(pr.modality.split(";")[0]).inc()
             for name in pr.matched:
                 self.metrics.rule_hits.labels(name).inc()
         return message, view, decision
+
+
+def check_owner(tasks: TaskMap, message: Mapping[str, Any], caller: str | None) -> None:
+    """A follow-up (`taskId`) or a message in a context (`contextId`) of another client is refused as an unknown
+    task; with an identified caller, so is a `taskId` the gateway does not remember (it cannot tell whose it is)."""
+    task_id, context_id = message.get("taskId"), message.get("contextId")
+    if task_id:
+        known, owner = tasks.owner_of(str(task_id))
+        if owner != caller or (not known and caller is not None):
+            raise TaskNotFound(f"task {task_id!r} not found", field="params.message.taskId")
+    if context_id:
+        known, owner = tasks.context_owner(str(context_id))
+        if known and owner != caller:
+            raise InvalidParams(f"params.message.contextId: context {context_id!r} belongs to another client",
+                                field="params.message.contextId")
+
+
+def check_client_agents(client: Client, decision: RouteDecision) -> None:
+    """`Forbidden` when routing sent a part to (or through, as a transformer) an agent the client may not use."""
+    allowed = client.agents or frozenset()
+    for pr in decision.parts:
+        for t in pr.targets:
+            for name in (*(step.agent for step in t.via), t.agent):
+                if name not in allowed:
+                    where = f"params.message.parts[{pr.index}]"
+                    raise Forbidden(f"{where}: routed to agent {name}, which client {client.name} may not use "
+                                    f"(auth.clients: {', '.join(sorted(allowed))})", field=where)

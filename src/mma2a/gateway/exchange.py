@@ -159,7 +159,7 @@ class Exchange:
             if res.error is not None:
                 self.metrics.requests.labels("failed").inc()
                 failed = failed_task(res.error, message=message, route=route)
-                self.tasks.put(TaskRecord(failed["id"], [], aggregate=failed, route=route))
+                self.tasks.put(TaskRecord(failed["id"], [], aggregate=failed, route=route, owner=current_sender()))
                 return {"task": failed}
             self.metrics.requests.labels("ok").inc()
             result = res.result or {}
@@ -170,11 +170,12 @@ class Exchange:
                 for art in task.get("artifacts") or []:
                     ameta = art.setdefault("metadata", {})
                     ameta[EXTENSION_URI] = {**(ameta.get(EXTENSION_URI) or {}), "source": res.agent}
-                self.tasks.put(TaskRecord(task["id"], [DownstreamTask(res.agent, task["id"], task.get("contextId"))], route=route))
+                self.tasks.put(TaskRecord(task["id"], [DownstreamTask(res.agent, task["id"], task.get("contextId"))],
+                                          route=route, owner=current_sender()))
             return result
         task = aggregate(results, message=message, route=route)
         state = task["status"]["state"]
         self.metrics.requests.labels("failed" if state == FAILED else "ok").inc()
         legs_ = [DownstreamTask(r.agent, r.task["id"], r.task.get("contextId")) for r in results if r.task]
-        self.tasks.put(TaskRecord(task["id"], legs_, aggregate=task, route=route))
+        self.tasks.put(TaskRecord(task["id"], legs_, aggregate=task, route=route, owner=current_sender()))
         return {"task": task}

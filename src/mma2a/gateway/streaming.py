@@ -83,9 +83,11 @@ class Streaming:
                     token=entry.token, timeout_s=entry.config.timeout_s, coding=self.caller.coding(entry),
                 ):
                     if not recorded and isinstance(event, dict):
-                        tid = (event.get("task") or {}).get("id") or (event.get("statusUpdate") or {}).get("taskId")
+                        first = event.get("task") or event.get("statusUpdate") or {}
+                        tid = first.get("id") if "task" in event else first.get("taskId")
                         if tid:
-                            self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid)], route=route))
+                            self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid, first.get("contextId"))],
+                                                      route=route, owner=current_sender()))
                             recorded = True
                     sent = True
                     outcome = outcome_of(event) or outcome
@@ -130,7 +132,7 @@ class Streaming:
         for m in [task["status"].get("message")] if task["status"].get("message") else []:
             m["taskId"], m["contextId"] = tid, ctx
         self.tasks.put(TaskRecord(tid, [DownstreamTask(r.agent, r.task["id"], r.task.get("contextId"))
-                                        for r in results if r.task], aggregate=task, route=route))
+                                        for r in results if r.task], aggregate=task, route=route, owner=current_sender()))
         self.exchange.feed.record(message, route, str(task["status"]["state"]))
         history = self.exchange.history
         if history is not None:  # no view here: the modalities as routed

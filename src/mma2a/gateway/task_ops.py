@@ -1,5 +1,9 @@
 """Task operations through the gateway: GetTask, CancelTask and SubscribeToTask on the gateway's
-task map — one agent's task answered by that agent, a fan-out's aggregate rebuilt from its legs."""
+task map — one agent's task answered by that agent, a fan-out's aggregate rebuilt from its legs.
+
+A task belongs to the client that created it: another client gets the answer an unknown id gets
+(`TaskNotFound`), so ids cannot even be probed. With an identified caller, an id the gateway does not
+remember is not passed on to `/agents/{name}/` either (the agent cannot tell its callers apart)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 
 from ..errors import AgentRPCError, DispatchError, InvalidParams, MMA2AError, TaskNotFound
 from ..ext import EXTENSION_URI
+from .access import current_sender
 from .aggregate import LegResult, aggregate
 from .calls import AgentCaller, declares
 from .tasks import DownstreamTask, TaskMap, TaskRecord
@@ -33,14 +38,16 @@ class TaskOperations:
         self.directory = caller.directory
 
     def task_record(self, task_id: str, target: str | None = None) -> TaskRecord:
-        """The gateway's record of a task; on `/agents/{name}/` a task the gateway never saw is the agent's
-        to answer for (it may know it, or answer its own TaskNotFound)."""
+        """The gateway's record of a task the caller owns; on `/agents/{name}/`, when the caller has no identity
+        (auth off), a task the gateway never saw is the agent's to answer for (it may know it, or answer its own
+        TaskNotFound)."""
+        caller = current_sender()
         rec = self.tasks.find(task_id)
-        if rec is None and target is not None:
+        if rec is None and target is not None and caller is None:
             self.directory.get(target)
             return TaskRecord(task_id, [DownstreamTask(target, task_id)])
-        if rec is None:
-            return self.tasks.get(task_id)  # raises TaskNotFound
+        if rec is None or rec.owner != caller:  # another client's task is answered as an unknown one
+            raise TaskNotFound(f"task {task_id!r} not found", field="id")
         if target is not None and all(leg.agent != target for leg in rec.legs):
             raise TaskNotFound(f"task {task_id!r} not found", field="id")
         return rec

@@ -10,13 +10,17 @@ a fan-out's aggregate as JSON), so a gateway that has answered a million message
 flat heap and its collections stay short. The map is bounded by an estimate of its bytes,
 by record age and by count; the oldest record goes first. Exchanges answered with a
 `message` (no task) are never recorded: nobody can ask about them.
+
+Each record names its owner, the client that created the task (None when the caller had no identity:
+auth off), and the map remembers which owner each context id belongs to: `TaskOperations` and
+`Admission` answer another client's task or context as not found (docs/security.md, round 3).
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,22 +38,24 @@ class DownstreamTask:
     context_id: str | None = None
 
 
-# (flat legs: agent, task id, agent, task id, ...; route JSON; aggregate JSON or None; created at; size estimate)
-_Row = tuple[tuple[str, ...], bytes, bytes | None, float, int]
+# (flat legs: agent, task id, agent, task id, ...; route JSON; aggregate JSON or None; created at; size estimate;
+#  owner; context id)
+_Row = tuple[tuple[str, ...], bytes, bytes | None, float, int, str | None, str | None]
 _OVERHEAD = 240  # bytes a record costs beyond its strings: the map's entry, the tuples, the key object
 
 
 class TaskRecord:
     """What the gateway remembers of one of its tasks (decoded from its compact row on demand)."""
 
-    __slots__ = ("task_id", "legs", "route", "_aggregate")
+    __slots__ = ("task_id", "legs", "route", "_aggregate", "owner")
 
     def __init__(self, task_id: str, legs: Sequence[DownstreamTask], aggregate: dict[str, Any] | None = None,
-                 route: list[dict[str, Any]] | None = None) -> None:
+                 route: list[dict[str, Any]] | None = None, owner: str | None = None) -> None:
         self.task_id = task_id
         self.legs = list(legs)
         self.route: list[dict[str, Any]] = route if route is not None else []
         self._aggregate = aggregate
+        self.owner = owner  # the client that created the task (None: no identity, auth off)
 
     @property
     def aggregate(self) -> dict[str, Any] | None:
@@ -64,6 +70,14 @@ class TaskRecord:
     def fanned_out(self) -> bool:
         return self._aggregate is not None
 
+    @property
+    def context_id(self) -> str | None:
+        """The task's context: the aggregate's, else its one leg's."""
+        if self._aggregate is not None:
+            ctx = self._aggregate.get("contextId")
+            return ctx if isinstance(ctx, str) else None
+        return self.legs[0].context_id if len(self.legs) == 1 else None
+
 
 class TaskMap:
     """Bounded map of task records: oldest forgotten first, past `max_bytes`, `max_age_s` or `capacity`."""
@@ -77,6 +91,8 @@ class TaskMap:
         self.bytes = 0
         self._rows: OrderedDict[str, _Row] = OrderedDict()
         self._routes: dict[bytes, bytes] = {}  # identical routes share one bytes object
+        self._contexts: dict[str, tuple[str | None, int]] = {}  # context id -> (owner, live records in it)
+        self._owned: dict[tuple[str, str], int] = {}  # (owner, agent) -> live single-agent records (ListTasks totals)
 
     def put(self, record: TaskRecord) -> None:
         route = orjson.dumps(record.route)
@@ -96,10 +112,37 @@ class TaskMap:
         now = self.clock()
         old = self._rows.pop(record.task_id, None)
         if old is not None:
-            self.bytes -= old[4]
-        self._rows[record.task_id] = (legs, route, agg, now, size)
+            self._forget(old)
+        context = record.context_id
+        row = (legs, route, agg, now, size, record.owner, context)
+        self._rows[record.task_id] = row
         self.bytes += size
+        if context is not None:
+            owner, n = self._contexts.get(context, (record.owner, 0))
+            self._contexts[context] = (owner, n + 1)  # a context keeps its first owner while it has records
+        if record.owner is not None and agg is None and len(legs) == 2:
+            key = (record.owner, legs[0])
+            self._owned[key] = self._owned.get(key, 0) + 1
         self._expire(now)
+
+    def _forget(self, row: _Row) -> None:
+        """Account for a row leaving the map (its bytes, its context's count, its owner's count)."""
+        self.bytes -= row[4]
+        context, owner, legs = row[6], row[5], row[0]
+        if context is not None:
+            held = self._contexts.get(context)
+            if held is not None:
+                if held[1] <= 1:
+                    del self._contexts[context]
+                else:
+                    self._contexts[context] = (held[0], held[1] - 1)
+        if owner is not None and row[2] is None and len(legs) == 2:
+            key = (owner, legs[0])
+            left = self._owned.get(key, 0) - 1
+            if left > 0:
+                self._owned[key] = left
+            else:
+                self._owned.pop(key, None)
 
     def _expire(self, now: float) -> None:
         rows = self._rows
@@ -107,7 +150,7 @@ class TaskMap:
             _, row = next(iter(rows.items()))
             if len(rows) <= self.capacity and self.bytes <= self.max_bytes and now - row[3] <= self.max_age_s:
                 break
-            self.bytes -= rows.popitem(last=False)[1][4]
+            self._forget(rows.popitem(last=False)[1])
         if len(self._routes) >= 4096:
             self._routes.clear()
 
@@ -122,12 +165,30 @@ class TaskMap:
         if row is None:
             return None
         if self.clock() - row[3] > self.max_age_s:
-            self.bytes -= row[4]
             del self._rows[task_id]
+            self._forget(row)
             return None
-        legs, route, agg, _, _ = row
-        return TaskRecord(task_id, [DownstreamTask(legs[i], legs[i + 1]) for i in range(0, len(legs), 2)],
-                          aggregate=orjson.loads(agg) if agg is not None else None, route=orjson.loads(route))
+        legs, route, agg, _, _, owner, context = row
+        single = agg is None and len(legs) == 2
+        return TaskRecord(task_id, [DownstreamTask(legs[i], legs[i + 1], context if single else None)
+                                    for i in range(0, len(legs), 2)],
+                          aggregate=orjson.loads(agg) if agg is not None else None, route=orjson.loads(route), owner=owner)
+
+    def owner_of(self, task_id: str) -> tuple[bool, str | None]:
+        """(known, owner) of a task id, without decoding its record."""
+        row = self._rows.get(task_id)
+        if row is None or self.clock() - row[3] > self.max_age_s:
+            return False, None
+        return True, row[5]
+
+    def context_owner(self, context_id: str) -> tuple[bool, str | None]:
+        """(known, owner) of a context id: the client whose task first used it, while any task in it is remembered."""
+        held = self._contexts.get(context_id)
+        return (False, None) if held is None else (True, held[0])
+
+    def owned(self, owner: str, agents: Iterable[str]) -> int:
+        """How many single-agent tasks of `owner` on `agents` the map remembers."""
+        return sum(self._owned.get((owner, a), 0) for a in agents)
 
     def update(self, record: TaskRecord) -> None:
         """Store a record read with `get` and changed (a fan-out's refreshed aggregate) without renewing its age."""
@@ -137,7 +198,7 @@ class TaskMap:
         agg = orjson.dumps(record.aggregate) if record.aggregate is not None else None
         size = row[4] - (len(row[2]) if row[2] else 0) + (len(agg) if agg else 0)
         self.bytes += size - row[4]
-        self._rows[record.task_id] = (row[0], row[1], agg, row[3], size)
+        self._rows[record.task_id] = (row[0], row[1], agg, row[3], size, row[5], row[6])
 
     def __len__(self) -> int:
         return len(self._rows)
