@@ -268,3 +268,21 @@ async def test_dot_segment_urls_are_not_the_gateways_own_blob_urls() -> None:
     assert own_spelled.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     received = [m.message.message_id for spec in gw.test_specs.values() for m in spec[1].received]
     assert not any(mid.startswith("dots-") for mid in received)
+
+
+async def test_encoded_separators_and_6to4_addresses_are_not_let_through() -> None:
+    """Round 3, as the attack: `http://GATEWAY/blobs/..%2fadmin/rules` passed as the gateway's own blob URL (a proxy
+    that decodes `%2f` walks out of /blobs), and `http://[2002:7f00:1::]/` (6to4 of 127.0.0.1) as a public address."""
+    async with secured() as (gw, url, urls):
+        attacks = [f"{url}/blobs/..%2fadmin/rules", f"{url}/blobs/..%2Fadmin%2frules", f"{url}/streams/..%5cadmin",
+                   "http://[2002:7f00:1::]/x", "http://[2002:a9fe:a9fe::]/latest"]
+        answers = [await post(url, "/", send_body(f"enc-{i}", parts=[{"url": a, "mediaType": "image/png"}]), bearer(TOKEN))
+                   for i, a in enumerate(attacks)]
+    for a, r in zip(attacks, answers):
+        err = r.json().get("error")
+        assert err is not None and err["code"] == -32602 and error_field(err) == "params.message.parts[0].url", (a, r.text)
+    assert all("loopback" in r.json()["error"]["message"] for r in answers[:4])
+    assert "a 6to4 address of 127.0.0.1, a loopback address" in answers[3].json()["error"]["message"]
+    assert "a 6to4 address of 169.254.169.254, a link-local address" in answers[4].json()["error"]["message"]
+    received = [m.message.message_id for spec in gw.test_specs.values() for m in spec[1].received]
+    assert not any(mid.startswith("enc-") for mid in received)

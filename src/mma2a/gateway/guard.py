@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -43,6 +44,8 @@ from ..signing import (
 )
 
 log = logging.getLogger("mma2a.gateway.security")
+
+_ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)  # never in the gateway's own blob keys or stream ids
 
 
 # --- configuration (the `limits`, `urls` and `signing` sections) -----------------------------
@@ -321,8 +324,10 @@ class MessageGuard:
             if len(url) > self.limits.max_url_length:
                 raise URLForbidden(f"{where}: URL of {len(url)} characters, the limit is {self.limits.max_url_length}",
                                    field=where)
-            try:  # compared after normalisation: /blobs/x/../../tasks/a is not one of its own blob URLs
-                own = bool(self.own_prefixes) and normalize_url(url).startswith(self.own_prefixes)
+            try:  # compared after normalisation: /blobs/x/../../tasks/a is not one of its own blob URLs, nor is a path
+                # with an encoded slash or backslash (`/blobs/..%2fadmin`: a proxy that decodes it walks out of /blobs)
+                normal = normalize_url(url) if self.own_prefixes else ""
+                own = normal.startswith(self.own_prefixes) and not _ENCODED_SEPARATOR.search(normal) if normal else False
             except URLForbidden as exc:
                 raise URLForbidden(f"{where}: {exc.message}", field=where) from None
             if own:

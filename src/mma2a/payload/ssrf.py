@@ -41,7 +41,12 @@ def _parse_ip(text: str) -> IPAddress | None:
 
 
 def address_problem(ip: IPAddress) -> str | None:
-    """Why an address is not a public one, or None when it is."""
+    """Why an address is not a public one, or None when it is (a 6to4 address is judged by the IPv4 address it
+    embeds: `2002:7f00:1::` is 127.0.0.1's)."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.sixtofour is not None:
+        inner = address_problem(ip.sixtofour)
+        if inner is not None:
+            return f"a 6to4 address of {ip.sixtofour}, {inner}"
     if ip.is_loopback:
         return "a loopback address"
     if ip.version == 4 and ip in _METADATA:
