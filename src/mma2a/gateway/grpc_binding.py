@@ -48,7 +48,8 @@ def server_options(cfg: GatewayConfig) -> list[tuple[str, int]]:
       call); grpc's default keeps it forever, so a client that connects and sends nothing holds it;
     - `ws_ping_interval_s` / `ws_ping_timeout_s`: a ping on each connection, as on WebSockets, and a peer that
       does not answer in time is cut off (a long stream to a vanished client ends); pings without data are
-      not capped, so idle streams stay watched."""
+      not capped, so idle streams stay watched;
+    - `max_header_bytes`: the metadata of a call, as the request head on HTTP."""
     s = cfg.server
 
     def ms(seconds: float) -> int:
@@ -59,7 +60,8 @@ def server_options(cfg: GatewayConfig) -> list[tuple[str, int]]:
             ("grpc.max_connection_idle_ms", ms(s.keep_alive_s)),
             ("grpc.keepalive_time_ms", ms(s.ws_ping_interval_s)),
             ("grpc.keepalive_timeout_ms", ms(s.ws_ping_timeout_s)),
-            ("grpc.http2.max_pings_without_data", 0)]
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.max_metadata_size", s.max_header_bytes)]
 
 
 class GrpcIngress:
