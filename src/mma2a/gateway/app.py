@@ -41,6 +41,7 @@ from ..routing import parse_rules
 from ..routing.semantic import CachedEmbedder
 from ..serving import cancel_tasks
 from .adapt import PartAdapter
+from .access import current_sender
 from .admin import admin_routes
 from .cards import CardCache, agent_card_through, gateway_card, security_declaration
 from .config import ConfigError, GatewayConfig
@@ -368,7 +369,8 @@ class Gateway:
                           if self.config.auth.protect_metrics else public)
         payload = [*payload_routes(self.store, self.signer, public_base_url_fn=lambda conn: self.public_url,
                                    max_upload_bytes=self.config.max_upload_bytes, hub=self.streams,
-                                   url_expires_in=self.config.url_expires_s, media_check=self._media_check)]
+                                   url_expires_in=self.config.url_expires_s, media_check=self._media_check,
+                                   owner_fn=current_sender)]
         # REST (HTTP+JSON): root routes, then /agents/{agent}/…; the SDK's tenant mount (/{tenant}/…) is left out:
         # the gateway has no tenants, and a catch-all mount would take any path
         rest = [r for r in rest_routes(handler, ctx) if not isinstance(r, Mount)]

@@ -241,6 +241,7 @@ def payload_routes(
     hub: StreamHub | None = None,
     url_expires_in: int | None = None,
     media_check: MediaCheck | None = None,
+    owner_fn: Callable[[], str | None] | None = None,
 ) -> list[BaseRoute]:
     """Every payload endpoint: blobs (`/blobs...`) and live streams (`/streams...`).
 
@@ -248,12 +249,14 @@ def payload_routes(
     own base URL); signed URLs in responses are built on it. Pass `hub` to share the
     stream hub with the rest of the gateway. `media_check(head, media_type)` refuses uploaded
     images, audio and video from their first bytes (the blob is deleted, the upload answers its error).
+    `owner_fn()` names the calling client (streams are limited per client).
     """
     blobs = BlobEndpoints(
         store, signer, public_base_url_fn=public_base_url_fn, max_upload_bytes=max_upload_bytes, url_expires_in=url_expires_in,
         media_check=media_check,
     )
     streams = StreamEndpoints(
-        hub if hub is not None else StreamHub(), signer, public_base_url_fn=public_base_url_fn, url_expires_in=url_expires_in
+        hub if hub is not None else StreamHub(), signer, public_base_url_fn=public_base_url_fn, url_expires_in=url_expires_in,
+        owner_fn=owner_fn,
     )
     return blobs.routes() + streams.routes()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -78,8 +78,10 @@ class StreamEndpoints:
         *,
         public_base_url_fn: BaseURLFn | None = None,
         url_expires_in: int | None = None,
+        owner_fn: Callable[[], str | None] | None = None,
     ):
         self.hub = hub
+        self.owner_fn = owner_fn  # the calling client's name, for the per-client stream quota
         self.signer = signer
         self.base_url = public_base_url_fn or default_base_url
         self.url_expires_in = url_expires_in
@@ -115,7 +117,8 @@ class StreamEndpoints:
         if session is not None and not isinstance(session, str):
             raise PayloadError("sessionId: must be a string", field="sessionId")
         diff = DiffPolicy.from_json(doc["diff"]) if doc.get("diff") is not None else None
-        info = self.hub.create(media_type, stream_id=sid, session_id=session, diff=diff)
+        info = self.hub.create(media_type, stream_id=sid, session_id=session, diff=diff,
+                               owner=self.owner_fn() if self.owner_fn is not None else None)
         body = info.to_json() | self.urls(request, info.id)
         body["stream"] = StreamRef(body["subscribeUrl"], info.session_id, self.hub.chunk_size, True).to_json()
         return json_response(body, 201, {"Location": body["consumerUrl"]})

@@ -166,6 +166,7 @@ class _Stream:
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     followers: list[Follower] = field(default_factory=list)
     filter: FrameFilter | None = None  # differential transmission (opt-in, `diffing.py`)
+    owner: str | None = None  # the client that created it (None: no identity)
 
     @property
     def skipped(self) -> tuple[int, int] | None:
@@ -214,7 +215,11 @@ class StreamHub:
     """In-memory streams: each keeps a ring of its last `ring_chunks` chunks (and at most `ring_bytes`).
 
     Closed streams stay readable for `closed_ttl` seconds so late or reconnecting consumers
-    can read the tail; at most `max_streams` live at once.
+    can read the tail; at most `max_streams` live at once. All rings together hold at most `max_bytes`:
+    past it the oldest chunks of the largest rings go first (a reconnecting consumer then resumes from
+    a later offset), so many streams cannot multiply the per-stream ring into the process's memory. A
+    stream no producer has attached to within `idle_ttl` seconds of its creation is dropped, and one
+    client (`owner`) holds at most `max_streams_per_owner` open streams, so no client can take every slot.
     """
 
     def __init__(
@@ -225,6 +230,9 @@ class StreamHub:
         chunk_size: int = 64 * 1024,
         max_streams: int = 1024,
         closed_ttl: float = 60.0,
+        max_bytes: int = 256 * 1024 * 1024,
+        idle_ttl: float = 300.0,
+        max_streams_per_owner: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         if ring_chunks < 1 or chunk_size < 1 or ring_bytes < chunk_size:
@@ -234,6 +242,10 @@ class StreamHub:
         self.chunk_size = chunk_size
         self.max_streams = max_streams
         self.closed_ttl = closed_ttl
+        self.max_bytes = max(max_bytes, chunk_size)
+        self.idle_ttl = idle_ttl
+        self.max_streams_per_owner = max_streams_per_owner or max(1, max_streams // 4)
+        self.total_bytes = 0  # of every ring
         self._clock = clock
         self._streams: dict[str, _Stream] = {}
 
@@ -241,20 +253,31 @@ class StreamHub:
 
     def _expire(self) -> None:
         now = self._clock()
+        for s in [s for s in self._streams.values() if not s.closed and not s.producing and s.size == 0
+                  and now - s.created > self.idle_ttl]:
+            self.close(s.id, f"no producer attached within {self.idle_ttl:g} s")
+            if not s.followers and not s.waiters:  # nothing was ever sent and nobody listens: its slot is free now
+                del self._streams[s.id]
         for sid in [s.id for s in self._streams.values() if s.closed_at is not None and now - s.closed_at > self.closed_ttl]:
-            del self._streams[sid]
+            self.total_bytes -= self._streams.pop(sid).ring_bytes
 
     def create(self, media_type: str = "application/octet-stream", *, stream_id: str | None = None,
-               session_id: str | None = None, diff: DiffPolicy | None = None) -> StreamInfo:
-        """Open a new stream (a random id unless given; `diff`: differential transmission, `diffing.py`)."""
+               session_id: str | None = None, diff: DiffPolicy | None = None, owner: str | None = None) -> StreamInfo:
+        """Open a new stream (a random id unless given; `diff`: differential transmission, `diffing.py`) for
+        `owner` (the calling client, None without one)."""
         self._expire()
         sid = check_stream_id(stream_id) if stream_id is not None else secrets.token_urlsafe(12)
         if sid in self._streams:
             raise PayloadError(f"stream {sid} already exists", field="streamId")
         if len(self._streams) >= self.max_streams:
             raise PayloadError(f"too many open streams (limit {self.max_streams})", field="streamId")
+        if owner is not None:
+            held = sum(1 for st in self._streams.values() if st.owner == owner and not st.closed)
+            if held >= self.max_streams_per_owner:
+                raise PayloadError(f"too many open streams of client {owner} (limit {self.max_streams_per_owner}); "
+                                   "close one first", field="streamId")
         self._streams[sid] = _Stream(sid, media_type, session_id or sid, self._clock(),
-                                     filter=FrameFilter(diff, media_type) if diff is not None else None)
+                                     filter=FrameFilter(diff, media_type) if diff is not None else None, owner=owner)
         return self.info(sid)
 
     def _get(self, stream_id: str) -> _Stream:
@@ -317,13 +340,28 @@ class StreamHub:
             s.ring_bytes += len(frame.data)
         s.next_seq += len(new)
         s.size += len(data)
+        before = s.ring_bytes
         while len(ring) > self.ring_chunks or s.ring_bytes > self.ring_bytes:
             s.ring_bytes -= len(ring.popleft().data)
+        self.total_bytes += len(data) - (before - s.ring_bytes)
+        if self.total_bytes > self.max_bytes:
+            self._trim()
         if s.waiters:
             s.wake_pullers()
         for follower in tuple(s.followers):
             follower.push(new)
         return s.size
+
+    def _trim(self) -> None:
+        """Oldest chunks of the largest rings out until every ring together fits in `max_bytes` (each ring keeps
+        its newest chunk). Runs only when a publish passed the budget."""
+        while self.total_bytes > self.max_bytes:
+            largest = max(self._streams.values(), key=lambda st: st.ring_bytes)
+            if len(largest.ring) <= 1:
+                return
+            gone = len(largest.ring.popleft().data)
+            largest.ring_bytes -= gone
+            self.total_bytes -= gone
 
     def close(self, stream_id: str, reason: str = "producer closed") -> None:
         """End the stream for every consumer (they get a `stop` frame after the last chunk)."""
