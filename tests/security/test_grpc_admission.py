@@ -384,11 +384,12 @@ def test_the_grpc_server_takes_its_deadlines_from_the_server_section() -> None:
     from mma2a.gateway.grpc_binding import server_options
 
     cfg = parse_config({"max_body_bytes": 4096, "server": {"header_timeout_s": 2, "keep_alive_s": 7.5,
-                                                           "ws_ping_interval_s": 15, "ws_ping_timeout_s": 4}})
+                                                           "ws_ping_interval_s": 15, "ws_ping_timeout_s": 4,
+                                                           "max_header_bytes": 16384}})
     assert dict(server_options(cfg)) == {
         "grpc.max_receive_message_length": 4096, "grpc.server_handshake_timeout_ms": 2000,
         "grpc.max_connection_idle_ms": 7500, "grpc.keepalive_time_ms": 15000, "grpc.keepalive_timeout_ms": 4000,
-        "grpc.http2.max_pings_without_data": 0}
+        "grpc.http2.max_pings_without_data": 0, "grpc.max_metadata_size": 16384}
 
 
 async def test_the_gateways_deadline_for_an_agent_call_is_the_same_on_both_doors() -> None:
