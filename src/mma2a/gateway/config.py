@@ -165,6 +165,7 @@ class GatewayConfig(BaseModel):
     card_refresh_s: float = Field(default=60.0, gt=0)
     health_interval_s: float = Field(default=10.0, gt=0)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    max_body_bytes_in_flight: int | None = Field(default=None, gt=0)  # large bodies held at once; default 8 x the cap
     offload_threshold: int = Field(default=256 * 1024, ge=0)
     blob_dir: str | None = None  # default: a fresh temporary directory per process
     url_secret_env: str | None = "MMA2A_URL_SECRET"  # HMAC key for signed payload URLs (random per process if unset)

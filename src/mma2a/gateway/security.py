@@ -45,7 +45,7 @@ from ..errors import (
 from ..request_body import header_map, read_body, replaying
 from ..responses import error_json, jsonrpc_error_json
 from ..tls import client_cn
-from .access import Authenticator, Client, RateLimiter, current_client, digest_secret
+from .access import Authenticator, BodyBudget, Client, RateLimiter, current_client, digest_secret
 from .authz import AccessClass, ErrorShape, RouteAccess
 
 log = logging.getLogger("mma2a.gateway.security")
@@ -87,15 +87,18 @@ class AccessControl:
         admin_token: Callable[[], str | None] | None = None,
         drain: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        bodies: BodyBudget | None = None,
     ) -> None:
         self.auth = auth
         self.limiter = limiter
         self.max_body_bytes = max_body_bytes
+        self.bodies = bodies or BodyBudget(8 * max_body_bytes, 4 * max_body_bytes)
         self.admin_token = admin_token
         self.drain = drain
         self.clock = clock
         self._wanted = tuple((name, name.encode("latin-1"))  # the headers access control reads
-                             for name in dict.fromkeys(("authorization", "content-length", auth.header)))
+                             for name in dict.fromkeys(("authorization", "content-length", "content-encoding",
+                                                        auth.header)))
 
     async def enforce(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
         cls = access.cls
@@ -111,10 +114,22 @@ class AccessControl:
             client = self.admit(access, headers, peer=peer, cn=cn, agent=scope.get("path_params", {}).get("agent"),
                                 refuse_draining=http)
             declared = headers.get("content-length")
-            if (http and access.shape is not ErrorShape.PAYLOAD and declared is not None and declared.isdigit()
-                    and int(declared) > self.max_body_bytes):
-                raise PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes; "
-                                      "send large media by reference (POST /blobs)")
+            reserved = 0
+            if http and access.shape is not ErrorShape.PAYLOAD:
+                size = int(declared) if declared is not None and declared.isdigit() else None
+                if size is not None and size > self.max_body_bytes:
+                    raise PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes; "
+                                          "send large media by reference (POST /blobs)")
+                if (size is None and scope["method"] in _BODY_METHODS) or (
+                        size and headers.get("content-encoding", "identity").strip().lower() != "identity"):
+                    size = self.max_body_bytes  # no length said, or coded: decoded, it may be as long as the cap
+                if size is not None and size > BodyBudget.LARGE:
+                    sender = client.name if client is not None else f"ip:{(scope.get('client') or ('?',))[0]}"
+                    why = self.bodies.take(sender, size)
+                    if why is not None:
+                        raise Unavailable(f"{why}; retry, or send large media by reference (POST /blobs)",
+                                          field="Content-Length")
+                    reserved = size
         except MMA2AError as exc:
             if not http:
                 await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
@@ -130,6 +145,8 @@ class AccessControl:
         finally:
             if counted:
                 self.drain.leave()
+            if reserved:
+                self.bodies.give(sender, reserved)
             current_client.reset(token)
 
     async def check_body(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
@@ -283,5 +300,7 @@ def access_control(gw: Any) -> AccessControl:
     """The `AccessControl` of a `Gateway` (authentication, admin token, rate limits, body cap, drain), from its config."""
     cfg = gw.config
     limiter = RateLimiter(cfg.rate_limit.rate, cfg.rate_limit.burst) if cfg.rate_limit.enabled else None
+    in_flight = cfg.max_body_bytes_in_flight or 8 * cfg.max_body_bytes
     return AccessControl(auth=Authenticator(cfg.auth), limiter=limiter, max_body_bytes=cfg.max_body_bytes,
-                         admin_token=lambda: gw.admin_token, drain=gw.drain)
+                         admin_token=lambda: gw.admin_token, drain=gw.drain,
+                         bodies=BodyBudget(in_flight, max(in_flight // 2, cfg.max_body_bytes)))

@@ -1,0 +1,65 @@
+"""Large request bodies held at once are bounded, in all and per sender (issue 18, round 3): each body was
+capped at `max_body_bytes`, but ten concurrent 60 MB bodies took a gateway from 162 to 839 MB, and nothing
+bounded how many. Past `max_body_bytes_in_flight`: 503 + Retry-After naming who holds what."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import orjson
+import pytest
+
+from tests.security.conftest import API_KEY, TOKEN, bearer, secured
+
+MB = 1 << 20
+CFG = {"max_body_bytes": 4 * MB, "max_body_bytes_in_flight": 8 * MB, "features": False}
+
+
+def _send(mid: str, size: int) -> bytes:
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": mid, "role": "ROLE_USER", "parts": [{"text": "x"}], "metadata": {"pad": ""}}}})
+    return body.replace(b'"pad":""', b'"pad":"' + b"p" * (size - len(body)) + b'"')
+
+
+async def _hold(port: int, body: bytes, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A request whose body is sent all but its last byte (the gateway waits for it)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n"
+                 b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" % (token.encode(), len(body)) + body[:-1])
+    await writer.drain()
+    return reader, writer
+
+
+async def test_large_bodies_in_flight_are_bounded_per_sender_and_in_all(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TEST_BOB_KEY", API_KEY)
+    async with secured(CFG) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        port = int(url.rsplit(":", 1)[1])
+        held = _send("held", 3 * MB)
+        reader, writer = await _hold(port, held, TOKEN)
+        while gw.access.bodies.held < len(held):  # the gateway has read the head and reserved the body
+            await asyncio.sleep(0.01)
+        second = await c.post(url, content=_send("second", 2 * MB), headers=bearer(TOKEN))
+        async def chunks():  # no Content-Length: reserved as a body of the cap
+            yield _send("chunked", 2 * MB)
+
+        chunked = await c.post(url, content=chunks(), headers=bearer(TOKEN))
+        small = await c.post(url, content=_send("small", 64 * 1024), headers=bearer(TOKEN))
+        bobs = await c.post(url, content=_send("bob", 2 * MB), headers={"X-API-Key": API_KEY, "A2A-Version": "1.0"})
+        writer.write(held[-1:])
+        await writer.drain()
+        first = await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+        again = await c.post(url, content=_send("again", 2 * MB), headers=bearer(TOKEN))
+        left = gw.access.bodies.held
+    expected = (f"alice is already sending {len(held)} bytes of request bodies (at most {4 * MB} at once, "
+                "max_body_bytes_in_flight / 2); retry, or send large media by reference (POST /blobs)")
+    for refused in (second, chunked):
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["message"] == expected
+        assert refused.json()["error"]["data"][0]["metadata"]["field"] == "Content-Length"
+    assert small.status_code == 200 and "result" in small.json()  # small bodies are not counted
+    assert bobs.status_code == 200 and "result" in bobs.json()  # another sender, within the total
+    assert first.startswith(b"HTTP/1.1 200")
+    assert again.status_code == 200 and "result" in again.json()  # alice's reservation was given back
+    assert left == 0
