@@ -114,3 +114,30 @@ async def test_a_client_limited_to_some_agents_cannot_reach_others_through_the_r
     assert direct["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"  # her own agent still answers
     assert alices["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert len(a_tasks["result"]["tasks"]) == 1  # agent a only ever saw alice's message
+
+
+async def test_another_client_naming_the_same_session_neither_takes_nor_releases_its_pin():
+    from mma2a.ext import EXTENSION_URI
+    from tests.gateway.conftest import agent, agents
+    from tests.security.conftest import PNG_1PX
+
+    def chunk(mid: str, seq: int, final: bool = False) -> dict[str, Any]:
+        return {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"raw": PNG_1PX, "mediaType": "image/png"}],
+                            "extensions": [EXTENSION_URI], "metadata": {EXTENSION_URI: {
+                                "protocol": "a2a-multimodal/1.0", "session": {"id": "cam-1", "seq": seq, "final": final}}}}}
+
+    rules = {"rules": [{"name": "lb", "match": {"modality": "image/*"},
+                        "action": {"load_balance": "pool", "strategy": "round_robin", "pin_session": True}}]}
+    async with agents({n: agent(n, ["image/*"]) for n in ("w1", "w2")}) as urls:
+        cfg = {"agents": [{"name": n, "url": u, "groups": ["pool"]} for n, u in urls.items()],
+               "auth": {"clients": CLIENTS}, "rules": rules, "features": False}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            async def send(token: str, body: dict[str, Any]) -> str:
+                doc = await rpc(c, url, "SendMessage", body, token)
+                return str(doc["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"][0])
+
+            alice_first = await send(ALICE, chunk("a0", 0))
+            bob = [await send(BOB, chunk("b0", 0)), await send(BOB, chunk("b1", 1, final=True))]
+            alice_rest = [await send(ALICE, chunk(f"a{i}", i)) for i in (1, 2, 3)]
+    assert alice_rest == [alice_first] * 3  # bob's final chunk did not release alice's pin
+    assert bob[0] != alice_first  # bob's "cam-1" is his own session, routed afresh (round robin: the other one)

@@ -114,9 +114,9 @@ class Admission:
         sender: str | None = None,
     ) -> tuple[dict[str, Any], MessageView, RouteDecision]:
         """Security checks, features, offload, view, route: the message as it will travel on, and where each part goes."""
-        sender = sender if sender is not None else current_sender()
+        caller = sender = sender if sender is not None else current_sender()
         if message.get("taskId") or message.get("contextId"):
-            check_owner(self.tasks, message, sender)
+            check_owner(self.tasks, message, caller)
         if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
             sender = await self.guard.admit(message, configuration, target, sender)
         vectors = await self.features.apply(message, self.state.snapshot, sender=sender) if self.features else {}
@@ -128,6 +128,9 @@ class Admission:
             if rec is not None and not rec.fanned_out and len(rec.legs) == 1:
                 # a follow-up on a task: it goes where the task lives
                 view = dataclasses.replace(view, receivers=(rec.legs[0].agent,))
+        if view.session is not None and caller is not None:  # a session's pin is its client's: another client
+            # naming the same session id neither takes the pinned route nor releases it
+            view = dataclasses.replace(view, session=dataclasses.replace(view.session, id=f"{caller}\x1f{view.session.id}"))
         try:
             decision = await self._route_shared(view) if view.session else self.route(view)
         except ContentTypeNotSupported:
