@@ -63,3 +63,34 @@ async def test_large_bodies_in_flight_are_bounded_per_sender_and_in_all(monkeypa
     assert first.startswith(b"HTTP/1.1 200")
     assert again.status_code == 200 and "result" in again.json()  # alice's reservation was given back
     assert left == 0
+
+
+async def test_remembered_answers_stay_in_the_dedupe_byte_budget():
+    """With `faults.dedupe_ttl_s` on, 20,000 answers were kept whatever their size: an agent that echoes a large
+    message back made each one as large as the message. Now the answers kept are bounded in bytes too."""
+    from tests.gateway.conftest import agent, agents, gateway
+
+    specs = {"echo": agent("echo", ["text/plain"], echo=True)}
+    async with agents(specs) as urls:
+        cfg = {"agents": [{"name": "echo", "url": urls["echo"]}], "features": False,
+               "faults": {"dedupe_ttl_s": 600, "dedupe_max_bytes": 1 * MB}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            async def send(mid: str, size: int) -> dict:
+                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+                    "messageId": mid, "role": "ROLE_USER", "parts": [{"text": "e" * size}]}}}
+                return (await c.post(url, json=body, headers={"A2A-Version": "1.0"})).json()  # type: ignore[no-any-return]
+
+            sizes = []
+            for i in range(40):  # 40 answers of about 40 KB (the text, echoed, and the history): more than the budget
+                await send(f"m{i}", 20 * 1024)
+                sizes.append(gw.pipeline.exchange.dedupe.bytes)
+            received = len(specs["echo"][1].received)
+            await send("m39", 20 * 1024)  # the newest answer is still remembered: not delivered again
+            remembered = len(specs["echo"][1].received) - received
+            await send("m0", 20 * 1024)  # the oldest was let go to stay in the budget: delivered again
+            first_again = len(specs["echo"][1].received) - received
+            await send("huge", 200 * 1024)  # over a sixteenth of the budget (64 KiB): answered, not kept
+            await send("huge", 200 * 1024)
+            huge_twice = len(specs["echo"][1].received) - received - first_again
+    assert max(sizes) <= 1 * MB and sizes[-1] > 512 * 1024
+    assert remembered == 0 and first_again == 1 and huge_twice == 2

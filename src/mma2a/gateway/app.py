@@ -147,7 +147,8 @@ class Gateway:
             adapter=self._adapter(config),
             history=self.cluster.history_sink(self.history, config.history) if self.history else None,
             guard=MessageGuard(config.limits, config.urls, config.signing, own_url=self.public_url),
-            dedupe=Deduper(ttl_s=config.faults.dedupe_ttl_s) if config.faults.dedupe_ttl_s > 0 else None,
+            dedupe=Deduper(ttl_s=config.faults.dedupe_ttl_s, max_bytes=config.faults.dedupe_max_bytes)
+            if config.faults.dedupe_ttl_s > 0 else None,
             failover=config.faults.failover,
             cluster=self.cluster,
             gateway_id=config.name or self.public_url,

@@ -5,7 +5,8 @@
   lets uvicorn close (`DrainingServer`).
 - `Deduper`: a client that retries a `SendMessage` with the same `messageId` (after a
   timeout, a lost connection) gets the first attempt's answer, never a second delivery.
-  Keyed by (sender, messageId), bounded, with a time to live.
+  Keyed by (sender, messageId), bounded in entries and in the bytes of the answers it keeps,
+  with a time to live.
 
 Failover within a pool is part of dispatch (`gateway/dispatch.py`).
 """
@@ -19,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import orjson
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,13 +90,21 @@ class DrainingServer(Server):
 
 
 class Deduper:
-    """The answer to a (sender, messageId) already seen, or the pending first attempt to wait for."""
+    """The answer to a (sender, messageId) already seen, or the pending first attempt to wait for.
 
-    def __init__(self, ttl_s: float = 600.0, capacity: int = 20_000, clock: Callable[[], float] = time.monotonic) -> None:
+    Answers are kept up to `max_bytes` together (their JSON size; the oldest go first) and one answer
+    larger than a sixteenth of it is not kept: without a byte bound, 20,000 kept answers of agents that
+    echo a large message back could hold gigabytes for the whole time to live."""
+
+    def __init__(self, ttl_s: float = 600.0, capacity: int = 20_000, clock: Callable[[], float] = time.monotonic,
+                 max_bytes: int = 64 * 1024 * 1024) -> None:
         self.ttl_s = ttl_s
         self.capacity = capacity
         self.clock = clock
+        self.max_bytes = max_bytes
+        self.bytes = 0
         self._seen: OrderedDict[tuple[str | None, str], tuple[float, asyncio.Future[Any]]] = OrderedDict()
+        self._sizes: dict[tuple[str | None, str], int] = {}
 
     async def run(self, sender: str | None, message_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
         """`attempt()` once per (sender, messageId) within the TTL; later calls share its outcome.
@@ -119,14 +129,30 @@ class Deduper:
                 fut.exception()  # retrieved: no "never retrieved" warning when nobody waits
             raise
         fut.set_result(result)
+        size = _json_size(result)
+        if size > self.max_bytes // 16:  # too large to keep: waiters already sharing it get it, later retries redo it
+            self._seen.pop(key, None)
+        else:
+            self._sizes[key] = size
+            self.bytes += size
+            self._expire(self.clock())
         return result
 
     def _expire(self, now: float) -> None:
         while self._seen:
             key, (t, fut) = next(iter(self._seen.items()))
-            if (now - t <= self.ttl_s and len(self._seen) < self.capacity) or not fut.done():
+            over = len(self._seen) >= self.capacity or self.bytes > self.max_bytes
+            if (now - t <= self.ttl_s and not over) or not fut.done():
                 break
             self._seen.popitem(last=False)
+            self.bytes -= self._sizes.pop(key, 0)
+
+
+def _json_size(value: Any) -> int:
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return 0
 
 
 class FaultsConfig(BaseModel):
@@ -135,5 +161,6 @@ class FaultsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dedupe_ttl_s: float = Field(default=0.0, ge=0)  # 0: off (clients that reuse messageIds keep working)
+    dedupe_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)  # answers kept, together (JSON bytes)
     failover: bool = True
     drain_timeout_s: float = Field(default=30.0, gt=0)
