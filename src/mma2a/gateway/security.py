@@ -72,6 +72,13 @@ class Unavailable(MMA2AError):
     code, http_status = INVALID_REQUEST, 503
 
 
+class BodiesBusy(Unavailable):
+    """Too many large bodies in flight (`BodyBudget`). `drain`: the body has a declared length within the cap, so the
+    connection is kept and uvicorn reads and drops the rest of it: the client reads the 503 instead of a reset."""
+
+    drain = False
+
+
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -127,8 +134,10 @@ class AccessControl:
                     sender = client.name if client is not None else f"ip:{(scope.get('client') or ('?',))[0]}"
                     why = self.bodies.take(sender, size)
                     if why is not None:
-                        raise Unavailable(f"{why}; retry, or send large media by reference (POST /blobs)",
+                        busy = BodiesBusy(f"{why}; retry, or send large media by reference (POST /blobs)",
                                           field="Content-Length")
+                        busy.drain = size == (int(declared) if declared is not None and declared.isdigit() else -1)
+                        raise busy
                     reserved = size
         except MMA2AError as exc:
             if not http:
@@ -281,7 +290,7 @@ def _refusal_headers(exc: MMA2AError) -> list[tuple[bytes, bytes]]:
     wait = retry_after(exc)
     if wait is not None:
         headers.append((b"retry-after", str(wait).encode()))
-    if status == 503:
+    if status == 503 and not (isinstance(exc, BodiesBusy) and exc.drain):
         headers.append((b"connection", b"close"))
     if status == 413:
         headers.append((b"connection", b"close"))
