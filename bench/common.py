@@ -109,6 +109,7 @@ def run_wrk(url: str, seconds: int, connections: int, script: str, *script_args:
         sample = re.search(r"^WRK_SAMPLE (.*)$", out, re.M)
         return {"connections": connections, "rps": round(r["requests"] / (r["duration_us"] / 1e6), 1),
                 "requests": r["requests"], "errors": r["bad"] + r["connect"] + r["read"] + r["write"] + r["timeout"],
+                "error_kinds": {k: r[k] for k in ("bad", "connect", "read", "write", "timeout")},
                 **{f"{k}_ms": r[f"{k}_us"] / 1000 for k in ("p50", "p90", "p99", "p999", "max")},
                 **({"bad_sample": sample.group(1)} if sample else {})}
     lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))

@@ -115,6 +115,12 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                            for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")}
     out["requests"] = sum(r["requests"] for r in runs)
     out["errors"] = sum(r["errors"] for r in runs)
+    if out["errors"]:  # which kind (a failed check, or wrk's connect/read/write/timeout), and a failed answer's start
+        out["error_kinds"] = {k: sum(r.get("error_kinds", {}).get(k, 0) for r in runs)
+                              for k in ("bad", "connect", "read", "write", "timeout")}
+        sample = next((r["bad_sample"] for r in runs if "bad_sample" in r), None)
+        if sample is not None:
+            out["bad_sample"] = sample
     if "vectors" in runs[0]:
         out["vectors"] = {k: sum(r["vectors"][k] for r in runs) for k in VECTOR_RESULTS}
     return out
@@ -203,6 +209,8 @@ def main() -> None:
             print(f"--- {c} connection(s), {workload} texts")
             for name, a in w["arms"].items():
                 extra = f"  vectors {a['vectors']}" if "vectors" in a else ""
+                if a["errors"]:
+                    extra += f"  error kinds {a['error_kinds']}" + (f", first failed answer: {a['bad_sample']}" if "bad_sample" in a else "")
                 print(f"{name:15s} {a['rps']:8.0f} req/s  p50 {a['p50_ms']:7.2f} ms  p99 {a['p99_ms']:7.2f} ms  "
                       f"cpu {a['cpu_us_per_req']:7.0f} us/req  ({a['requests']} requests, {a['errors']} errors){extra}")
             print("  ", json.dumps(w["ratios"]))
