@@ -58,6 +58,19 @@ def sample_card(name: str, url: str, grpc_address: str | None = None, *, grpc_on
 
 
 @dataclass(frozen=True)
+class Way:
+    """One way to reach an agent — directly, at the gateway's root or at /agents/{name}: its JSON-RPC URL, its
+    HTTP+JSON base and its card base (the well-known path goes after it)."""
+
+    kind: str  # "direct", "root", "agent-path"
+    rpc: str
+    rest: str
+    card: str
+    grpc: str = ""  # HOST:PORT of the gRPC binding ("" without one)
+    tenant: str = ""  # on gRPC the gateway's per-agent address is the tenant
+
+
+@dataclass(frozen=True)
 class SampleAgent:
     url: str  # base URL of the HTTP bindings and the card (no trailing slash)
     grpc: str | None  # HOST:PORT of its gRPC binding, when it has one

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -25,52 +24,40 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
-from tests.conformance.sut import sample_agent
+from tests.conformance.sut import Way, sample_agent
 from tests.gateway.conftest import gateway
 
 V1 = {"A2A-Version": "1.0"}
 _ids = itertools.count(1)
 
 
-@dataclass(frozen=True)
-class Surface:
-    """One way to reach the agent: its JSON-RPC URL, its REST base and its card URL."""
-
-    kind: str  # "direct", "agent-path", "root"
-    rpc_url: str
-    rest_base: str
-    card_url: str
-    grpc: str | None = None  # HOST:PORT of the gRPC binding
-    tenant: str = ""  # on gRPC, the gateway's per-agent address is the tenant
-
-
-Scenario = Callable[[httpx.AsyncClient, Surface, str], Awaitable[dict[str, Any]]]
+Scenario = Callable[[httpx.AsyncClient, Way, str], Awaitable[dict[str, Any]]]
 
 
 def message(text: str, **fields: Any) -> dict[str, Any]:
     return {"messageId": f"c-{next(_ids)}", "role": "ROLE_USER", "parts": [{"text": text}], **fields}
 
 
-async def call(c: httpx.AsyncClient, s: Surface, binding: str, method: str, params: dict[str, Any],
+async def call(c: httpx.AsyncClient, s: Way, binding: str, method: str, params: dict[str, Any],
                headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     """One unary call on a binding; returns (HTTP status, the result or the error object)."""
     headers = headers or V1
     if binding == "grpc":
         return await grpc_call(s, method, params, headers["A2A-Version"])
     if binding == "jsonrpc":
-        r = await c.post(s.rpc_url, json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, headers=headers)
+        r = await c.post(s.rpc, json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, headers=headers)
         doc = r.json()
         assert doc["jsonrpc"] == "2.0" and doc["id"] == 7, doc
         return r.status_code, doc["error"] if "error" in doc else {"result": doc["result"]}
     if method == "SendMessage":
-        r = await c.post(f"{s.rest_base}/message:send", json=params, headers=headers)
+        r = await c.post(f"{s.rest}/message:send", json=params, headers=headers)
     elif method == "GetTask":
         query = {k: v for k, v in params.items() if k != "id"}
-        r = await c.get(f"{s.rest_base}/tasks/{params['id']}", params=query, headers=headers)
+        r = await c.get(f"{s.rest}/tasks/{params['id']}", params=query, headers=headers)
     elif method == "CancelTask":
-        r = await c.post(f"{s.rest_base}/tasks/{params['id']}:cancel", json={}, headers=headers)
+        r = await c.post(f"{s.rest}/tasks/{params['id']}:cancel", json={}, headers=headers)
     elif method == "ListTasks":
-        r = await c.get(f"{s.rest_base}/tasks", params=params, headers=headers)
+        r = await c.get(f"{s.rest}/tasks", params=params, headers=headers)
     else:
         raise AssertionError(method)
     doc = r.json()
@@ -81,9 +68,9 @@ GRPC_REQUESTS = {"SendMessage": a2a_pb2.SendMessageRequest, "GetTask": a2a_pb2.G
                  "CancelTask": a2a_pb2.CancelTaskRequest, "ListTasks": a2a_pb2.ListTasksRequest}
 
 
-async def grpc_call(s: Surface, method: str, params: dict[str, Any], version: str) -> tuple[int, dict[str, Any]]:
+async def grpc_call(s: Way, method: str, params: dict[str, Any], version: str) -> tuple[int, dict[str, Any]]:
     """A unary gRPC call; errors read back as their status name, message and ErrorInfo details."""
-    assert s.grpc is not None
+    assert s.grpc
     request = json_format.ParseDict({**params, **({"tenant": s.tenant} if s.tenant else {})}, GRPC_REQUESTS[method]())
     async with grpc.aio.insecure_channel(s.grpc) as channel:
         try:
@@ -125,19 +112,19 @@ def task_view(task: dict[str, Any]) -> dict[str, Any]:
     return {"state": status.get("state"), "reply": reply, "artifacts": arts}
 
 
-async def sent_task(c: httpx.AsyncClient, s: Surface, binding: str, text: str = "hello") -> dict[str, Any]:
+async def sent_task(c: httpx.AsyncClient, s: Way, binding: str, text: str = "hello") -> dict[str, Any]:
     status, doc = await call(c, s, binding, "SendMessage", {"message": message(text)})
     assert status == 200, doc
     return task_of(doc)
 
 
 # --- the scenarios --------------------------------------------------------------------------------
-async def send(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def send(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     status, doc = await call(c, s, binding, "SendMessage", {"message": message("hello")})
     return {"http": status, "kind": next(iter(doc["result"])), **task_view(task_of(doc))}
 
 
-async def send_proto_names(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def send_proto_names(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     """Params spelled with proto field names (`message_id`, `media_type`), which the SDK also reads."""
     msg = {"message_id": f"c-{next(_ids)}", "role": "ROLE_USER", "parts": [{"text": "snake", "media_type": "text/plain"}]}
     status, doc = await call(c, s, binding, "SendMessage", {"message": msg, "configuration": {"history_length": 0}})
@@ -145,11 +132,11 @@ async def send_proto_names(c: httpx.AsyncClient, s: Surface, binding: str) -> di
     return {"http": status, **task_view(task), "history": len(task.get("history") or [])}
 
 
-async def stream(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def stream(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     body: dict[str, Any] = {"message": message("streamed")}
     headers = {**V1, "Accept": "text/event-stream"}
     if binding == "grpc":
-        assert s.grpc is not None
+        assert s.grpc
         request = json_format.ParseDict({**body, **({"tenant": s.tenant} if s.tenant else {})}, a2a_pb2.SendMessageRequest())
         async with grpc.aio.insecure_channel(s.grpc) as channel:
             call = a2a_pb2_grpc.A2AServiceStub(channel).SendStreamingMessage(request, metadata=[("a2a-version", "1.0")])
@@ -157,10 +144,10 @@ async def stream(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, An
         final = events[-1].get("statusUpdate", {}).get("status", {}).get("state")
         return {"events": [next(iter(e)) for e in events], "final": final}
     if binding == "jsonrpc":
-        req = c.stream("POST", s.rpc_url, json={"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage",
+        req = c.stream("POST", s.rpc, json={"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage",
                                                 "params": body}, headers=headers)
     else:
-        req = c.stream("POST", f"{s.rest_base}/message:stream", json=body, headers=headers)
+        req = c.stream("POST", f"{s.rest}/message:stream", json=body, headers=headers)
     events = []
     async with req as r:
         ctype = r.headers.get("content-type")
@@ -173,7 +160,7 @@ async def stream(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, An
     return {"http": r.status_code, "contentType": ctype, "events": kinds, "final": final}
 
 
-async def get_with_history(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def get_with_history(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     task = await sent_task(c, s, binding)
     lengths = {}
     for label, params in [("absent", {}), ("0", {"historyLength": 0}), ("1", {"historyLength": 1}),
@@ -185,18 +172,18 @@ async def get_with_history(c: httpx.AsyncClient, s: Surface, binding: str) -> di
     return {"lengths": lengths, "negative": error_view(status, doc)}
 
 
-async def cancel(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def cancel(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     waiting = await sent_task(c, s, binding, "wait")
     status, doc = await call(c, s, binding, "CancelTask", {"id": waiting["id"]})
     return {"before": waiting["status"]["state"], "http": status, "after": task_of(doc)["status"]["state"]}
 
 
-async def cancel_terminal(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def cancel_terminal(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     done = await sent_task(c, s, binding)
     return error_view(*await call(c, s, binding, "CancelTask", {"id": done["id"]}))
 
 
-async def list_tasks(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def list_tasks(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     task = await sent_task(c, s, binding)
     status, doc = await call(c, s, binding, "ListTasks", {"pageSize": 100})
     if status != 200 or "result" not in doc:
@@ -206,46 +193,46 @@ async def list_tasks(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str
     return {"http": status, "listed": len(mine) == 1, "state": mine[0]["status"]["state"] if mine else None}
 
 
-async def follow_up_unknown_task(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def follow_up_unknown_task(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     return error_view(*await call(c, s, binding, "SendMessage", {"message": message("more", taskId="no-such-task")}))
 
 
-async def follow_up_terminal_task(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def follow_up_terminal_task(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     done = await sent_task(c, s, binding)
     err = error_view(*await call(c, s, binding, "SendMessage", {"message": message("more", taskId=done["id"])}))
     return {**err, "message": err["message"].replace(done["id"], "<task>")}
 
 
-async def mismatched_context(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def mismatched_context(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     waiting = await sent_task(c, s, binding, "wait")
     err = error_view(*await call(c, s, binding, "SendMessage",
                                  {"message": message("more", taskId=waiting["id"], contextId="another-context")}))
     return {**err, "message": err["message"].replace(waiting["id"], "<task>").replace(waiting["contextId"], "<ctx>")}
 
 
-async def get_unknown_task(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def get_unknown_task(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     return error_view(*await call(c, s, binding, "GetTask", {"id": "no-such-task"}))
 
 
-async def unsupported_version(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def unsupported_version(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     status, doc = await call(c, s, binding, "SendMessage", {"message": message("hi")}, {"A2A-Version": "9.9"})
     if "result" in doc:  # the SDK's gRPC binding does not check the version header
         return {"http": status, "accepted": task_of(doc)["status"]["state"]}
     return error_view(status, doc)
 
 
-async def bad_content_type(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def bad_content_type(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     if binding != "rest":
         return {"skipped": "only the REST binding reads a Content-Type"}
-    r = await c.post(f"{s.rest_base}/message:send", content=b"hello", headers={**V1, "Content-Type": "text/plain"})
+    r = await c.post(f"{s.rest}/message:send", content=b"hello", headers={**V1, "Content-Type": "text/plain"})
     return {"http": r.status_code}
 
 
-async def card_caching(c: httpx.AsyncClient, s: Surface, binding: str) -> dict[str, Any]:
+async def card_caching(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     if binding == "grpc":
         return {"skipped": "cards are HTTP documents; see the JSON-RPC and REST cases"}
-    first = await c.get(s.card_url)
-    again = await c.get(s.card_url, headers={"If-None-Match": first.headers.get("etag", '"none"')})
+    first = await c.get(s.card + CARD)
+    again = await c.get(s.card + CARD, headers={"If-None-Match": first.headers.get("etag", '"none"')})
     url = next(i["url"] for i in first.json()["supportedInterfaces"] if i["protocolBinding"] == "HTTP+JSON")
     sent = await c.post(f"{url}/message:send", json={"message": message("via card")}, headers=V1)
     return {"etag": "etag" in first.headers, "conditional": again.status_code, "sendViaCardUrl": sent.status_code,
@@ -314,7 +301,7 @@ CARD = "/.well-known/agent-card.json"
 
 
 @contextlib.asynccontextmanager
-async def surfaces(*, grpc_only: bool = False) -> AsyncIterator[dict[str, Surface]]:
+async def surfaces(*, grpc_only: bool = False) -> AsyncIterator[dict[str, Way]]:
     """The sample agent (with gRPC; with `grpc_only` a card naming gRPC alone, which the gateway then
     uses to reach it), and a gateway in front of it with its gRPC binding on: the three ways to reach it."""
     async with sample_agent("sut", grpc=True, grpc_only=grpc_only) as sut:
@@ -322,9 +309,9 @@ async def surfaces(*, grpc_only: bool = False) -> AsyncIterator[dict[str, Surfac
         async with gateway(cfg) as (gw_, gw):
             g = gw_.grpc_url
             yield {
-                "direct": Surface("direct", sut.url + "/", sut.url, sut.url + CARD, sut.grpc),
-                "agent-path": Surface("agent-path", f"{gw}/agents/sut", f"{gw}/agents/sut", f"{gw}/agents/sut{CARD}", g, "sut"),
-                "root": Surface("root", gw + "/", gw, gw + CARD, g),
+                "direct": Way("direct", sut.url + "/", sut.url, sut.url, sut.grpc or ""),
+                "agent-path": Way("agent-path", f"{gw}/agents/sut", f"{gw}/agents/sut", f"{gw}/agents/sut", g, "sut"),
+                "root": Way("root", gw + "/", gw, gw, g),
             }
 
 

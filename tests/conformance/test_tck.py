@@ -25,6 +25,7 @@ from a2a.types import AgentCard, AgentCardSignature, a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
+from tests.conformance.sut import Way
 from tests.conformance.tck_agent import TckAgent, tck_agent
 from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.gateway.conftest import gateway
@@ -34,18 +35,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 V1 = {"A2A-Version": "1.0"}
 CARD = "/.well-known/agent-card.json"
 _n = itertools.count(1)
-
-
-@dataclass(frozen=True)
-class Way:
-    """One way to reach the agent: its JSON-RPC URL, its HTTP+JSON base and its card base."""
-
-    kind: str  # "direct", "root", "agent-path"
-    rpc: str
-    rest: str
-    card: str
-    grpc: str = ""  # HOST:PORT
-    tenant: str = ""  # on gRPC the gateway's per-agent address is the tenant
 
 
 @dataclass(frozen=True)
