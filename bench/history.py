@@ -418,15 +418,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-history-"))
-    if args.served:
+    only = served_bench if args.served else hot_path_bench if args.hot_path else None
+    if only is not None:
         try:
-            print(json.dumps(served_bench(args, tmp), indent=2))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return
-    if args.hot_path:
-        try:
-            print(json.dumps(hot_path_bench(args, tmp), indent=2))
+            print(json.dumps(only(args, tmp), indent=2))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return
