@@ -69,6 +69,9 @@ from .vectors import TextVectors
 if TYPE_CHECKING:
     from .grpc_binding import GrpcIngress
 
+STARTUP_WAIT_S = 8.0
+"""How long `start` retries configured agents it could not reach before it checks the rules against them."""
+
 log = logging.getLogger("mma2a.gateway")
 
 
@@ -258,6 +261,9 @@ class Gateway:
         if self.history is not None:
             self.history.start()
         self.startup_errors = await self.directory.add_many(self.config.agents)
+        if self.startup_errors:  # started together with its agents (`mma2a agent … & mma2a serve`): a moment for them
+            # to listen before the rules, which may name them, are checked against the registered agents
+            await self._register_missing(for_s=STARTUP_WAIT_S)
         source = self.config.rules_source()
         if source is not None:
             rules = parse_rules(source, source=self.config.rules_name())
@@ -273,13 +279,17 @@ class Gateway:
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if self.coming_embedder is not None:
             self._tasks.append(asyncio.create_task(self._adopt(self.coming_embedder)))
-        if self.startup_errors:  # e.g. started together with its agents: keep trying those not up yet
+        if any(c.name not in self.directory for c in self.config.agents):  # still not up: keep trying in the background
             self._tasks.append(asyncio.create_task(self._register_missing()))
 
-    async def _register_missing(self) -> None:
-        """Retry the configured agents that could not be registered at start (0.25 s doubling to the health interval)."""
+    async def _register_missing(self, for_s: float | None = None) -> None:
+        """Retry the configured agents that could not be registered at start (0.25 s doubling to the health interval),
+        until all are in, or for `for_s` seconds at most."""
         delay = 0.25
+        deadline = None if for_s is None else asyncio.get_running_loop().time() + for_s
         while missing := [c for c in self.config.agents if c.name not in self.directory]:
+            if deadline is not None and asyncio.get_running_loop().time() + delay > deadline:
+                return
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.config.health_interval_s)
             for c in missing:
