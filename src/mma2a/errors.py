@@ -112,7 +112,7 @@ A2A_ERRORS: dict[int, tuple[str, int, str]] = {
 
 
 # statuses some errors answer with beyond the table (authentication, limits, availability)
-_GRPC_BY_HTTP = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 408: "DEADLINE_EXCEEDED", 413: "INVALID_ARGUMENT",
+_GRPC_BY_HTTP = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 413: "INVALID_ARGUMENT",
                  429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
 
 

@@ -11,6 +11,7 @@ never ids, which differ per task.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -335,3 +336,23 @@ async def compare(name: str, binding: str, *, grpc_only: bool = False) -> None:
     for kind, got in results.items():
         override, _why = DIFFERENCES.get((name, binding, kind), ({}, ""))
         assert got == {**direct, **override}, f"{kind} differs from the agent's own answer {direct}"
+
+
+_TENANT_SCENARIOS = ("send", "stream", "get_with_history", "cancel", "cancel_terminal", "list_tasks", "get_unknown_task")
+
+
+async def test_the_rest_tenant_form_reaches_the_agent_the_tenant_names() -> None:
+    """A2A 1.0's HTTP+JSON paths with a tenant (`/{tenant}/message:send`, `/{tenant}/tasks/{id}`, ...): the agent
+    takes any tenant; at the gateway's root the tenant names the agent (as `tenant` on gRPC), so the answers
+    are those of `/agents/{name}`. The v0.3 paths (`/v1/...`) have no tenant form, as on the SDK."""
+    async with surfaces() as ways, httpx.AsyncClient(timeout=30) as client:
+        tenanted = {kind: dataclasses.replace(ways[kind], rest=ways[kind].rest.rstrip("/") + "/sut") for kind in ("direct", "root")}
+        results = {kind: {name: await SCENARIOS[name](client, way, "rest") for name in _TENANT_SCENARIOS}
+                   for kind, way in tenanted.items()}
+        v03 = [(await client.get(way.rest + "/v1/tasks/x")).status_code for way in tenanted.values()]
+    for name in _TENANT_SCENARIOS:
+        expected = DIRECT.get((name, "rest"), {})
+        assert {k: results["direct"][name].get(k) for k in expected} == expected, results["direct"][name]
+        override, _why = DIFFERENCES.get((name, "rest", "agent-path"), ({}, ""))
+        assert results["root"][name] == {**results["direct"][name], **override}, name
+    assert v03 == [404, 404]

@@ -337,6 +337,15 @@ async def _cancel(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
             "unknown": await call(c, way, b, "CancelTask", {"id": "tck-no-such-task"})}
 
 
+@check("list_invalid")
+async def _list_invalid(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-LIST-*, CORE-ERR-002: ListTasks params out of range are InvalidParams (at the root too, where the
+    gateway merges the agents' lists and no agent's error would surface)."""
+    return {label: await call(c, way, b, "ListTasks", params) for label, params in [
+        ("negative history", {"historyLength": -1}), ("page size 0", {"pageSize": 0}), ("page size 101", {"pageSize": 101}),
+        ("status and history", {"status": "TASK_STATE_COMPLETED", "historyLength": -5})]}
+
+
 # --- capabilities the agent does not have (CORE-CAP-001/003) ---------------------------------------------
 @check("push_configs")
 async def _push_configs(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
@@ -405,6 +414,8 @@ async def _jsonrpc_envelope(c: httpx.AsyncClient, way: Way, b: str, s: Stack) ->
     out["parts not a list"] = await rpc(c, way, "SendMessage", {"message": {"parts": "invalid"}})
     out["no message"] = await rpc(c, way, "SendMessage", {})
     out["params an array"] = await rpc(c, way, "GetTask", ["x"])
+    for label, params in [("params a string", "x"), ("params a number", 5), ("params true", True), ("params null", None)]:
+        out[label] = await rpc(c, way, "GetTask", params)  # JSON-RPC 2.0 §4.2: params, if present, are structured
     out["unknown fields"] = await rpc(c, way, "SendMessage", {"message": {**message("tck-complete-task"), "tckExtra": 1},
                                                                "tckExtra": {"a": 1}})
     return out
@@ -523,6 +534,11 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
     ("list", "jsonrpc"): {"http": 200, "first page": 2, "token": True, "last page": 1, "last token": "", "total": 3,
                           "newest first": True, "artifacts": [True] * 3, "no artifacts": [False] * 3},
     ("list", "rest"): {"http": 200, "first page": 2, "last page": 1, "total": 3, "artifacts": [True] * 3},
+    ("list_invalid", "jsonrpc"): {label: {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]} for label in
+                                  ("negative history", "page size 0", "page size 101", "status and history")},
+    ("list_invalid", "rest"): {label: {"http": 400, "type": "application/json", "code": 400, "status": "INVALID_ARGUMENT",
+                                       "reasons": ["INVALID_PARAMS"]} for label in
+                               ("negative history", "page size 0", "page size 101", "status and history")},
     ("cancel", "jsonrpc"): {"input required": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_CANCELED", "history": 2},
                             "completed": {**_ERR_RPC, "code": -32002, "reasons": ["TASK_NOT_CANCELABLE"]},
                             "unknown": {**_ERR_RPC, "code": -32001, "reasons": ["TASK_NOT_FOUND"]}},
@@ -551,6 +567,10 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
         "id string": {"http": 200, "id": "abc", "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
         "id number": {"http": 200, "id": 42, "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
         "unknown method": {"http": 200, "id": "3", "code": -32601, "reasons": []},
+        **{label: {**_ERR_RPC, "code": -32600, "reasons": ["INVALID_REQUEST"]}
+           for label in ("params a string", "params a number", "params true")},
+        "params null": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]},
+        "params an array": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]},
         "unknown slash method": {**_ERR_RPC, "code": -32601, "reasons": []},
         "parts not a list": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]},
         "unknown fields": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1}},

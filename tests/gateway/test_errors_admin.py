@@ -55,10 +55,18 @@ async def test_unknown_agent_path_is_an_error_naming_it():
     async with agents({"vision": agent("vision", ["image/*"])}) as urls:
         async with gateway({"agents": [{"name": "vision", "url": urls["vision"]}]}) as (gw, url):
             doc = await rpc(url, "SendMessage", {"message": IMG_MSG}, path="/agents/nope/")
-            async with httpx.AsyncClient() as c:
-                card = await c.get(url + "/agents/nope/.well-known/agent-card.json")
+            async with httpx.AsyncClient(base_url=url, headers={"A2A-Version": "1.0"}) as c:
+                card = await c.get("/agents/nope/.well-known/agent-card.json")
+                rest = [await c.post("/agents/nope/message:send", json={"message": IMG_MSG}),
+                        await c.get("/agents/nope/tasks/t-1"), await c.get("/agents/nope/tasks"),
+                        await c.post("/nope/message:send", json={"message": IMG_MSG}),  # the tenant form
+                        await c.get("/nope/tasks/t-1")]
     assert doc["error"] == {"code": -32602, "message": "agent 'nope' is not registered", "data": [error_info(-32602, {"field": "agent"})]}
     assert card.status_code == 404
+    for r in rest:  # REST: 404 NOT_FOUND, as for an unknown task (the SDK's InvalidParams would be 400)
+        assert r.status_code == 404, r.text
+        assert r.json() == {"error": {"code": 404, "status": "NOT_FOUND", "message": "agent 'nope' is not registered",
+                                      "details": [error_info(-32602, {"field": "agent"})]}}
 
 
 async def test_explicit_agent_path_routes_there():

@@ -127,7 +127,7 @@ async def test_the_paths_that_slipped_past_authentication_are_refused() -> None:
                 await c.post(url + "/acme/message:send", json=msg),
                 await c.post(url + "/admin/message:send", content=b"\xff\xfe\x00garbage"),
             ]
-            # with credentials these paths are simply not routes (no tenant mount): 404, never the SDK's handler
+            # with credentials: 404 (no catch-all tenant mount; the tenant form names an agent, and none is 'admin')
             as_admin = await c.post(url + "/admin/message:send", json=msg, headers={"Authorization": f"Bearer {TOKEN}"})
             as_client = await c.get(url + f"/admin/tasks/{task_id}", headers={"Authorization": f"Bearer {TOKEN}"})
     for r in attacks:

@@ -105,6 +105,8 @@ async def test_a_client_limited_to_some_agents_cannot_reach_others_through_the_r
             "jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": message("m-carol-s", "hello")})
         rest = await c.post(url + "/message:send", headers=headers(CAROL), json=message("m-carol-r", "hello"))
         direct = await rpc(c, url + "/agents/b", "SendMessage", message("m-carol-b", "hello"), CAROL)
+        tenant_a = await c.post(url + "/a/message:send", headers=headers(CAROL), json=message("m-carol-t", "hello"))
+        tenant_b = await c.post(url + "/b/message:send", headers=headers(CAROL), json=message("m-carol-tb", "hello"))
         alices = await rpc(c, url, "SendMessage", message("m-alice", "hello"), ALICE)
         a_tasks = await rpc(c, url + "/agents/a", "ListTasks", {}, ALICE)
     expected = "params.message.parts[0]: routed to agent a, which client carol may not use (auth.clients: b)"
@@ -112,6 +114,9 @@ async def test_a_client_limited_to_some_agents_cannot_reach_others_through_the_r
     assert expected in streamed.text
     assert rest.status_code == 400 and rest.json()["error"]["message"] == expected  # REST: as the modality lists
     assert direct["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"  # her own agent still answers
+    # the REST tenant form names the agent, and is held to the client's agents as /agents/{name} is
+    assert tenant_a.status_code == 403 and tenant_a.json()["error"]["message"] == "client carol may not call agent a"
+    assert tenant_b.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert alices["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert len(a_tasks["result"]["tasks"]) == 1  # agent a only ever saw alice's message
 

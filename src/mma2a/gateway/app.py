@@ -382,10 +382,13 @@ class Gateway:
                                    max_upload_bytes=self.config.max_upload_bytes, hub=self.streams,
                                    url_expires_in=self.config.url_expires_s, media_check=self._media_check,
                                    owner_fn=current_sender)]
-        # REST (HTTP+JSON): root routes, then /agents/{agent}/…; the SDK's tenant mount (/{tenant}/…) is left out:
-        # the gateway has no tenants, and a catch-all mount would take any path
+        # REST (HTTP+JSON): root routes, then /agents/{agent}/…, then the A2A 1.0 tenant form /{tenant}/… where the
+        # gateway's tenants are its agents (as `tenant` on gRPC); in place of the SDK's catch-all tenant mount, the
+        # same routes with the tenant as `agent`, so the access gate and the target read it as on /agents/{agent}
         rest = [r for r in rest_routes(handler, ctx) if not isinstance(r, Mount)]
-        rest += [r for r in rest_routes(handler, ctx, path_prefix="/agents/{agent}") if not isinstance(r, Mount)]
+        for prefix, v03 in (("/agents/{agent}", True), ("/{agent}", False)):
+            rest += [r for r in rest_routes(handler, ctx, path_prefix=prefix, v03=v03, agent_of=self.directory.get)
+                     if not isinstance(r, Mount)]
         table: list[tuple[RouteAccess, Sequence[BaseRoute]]] = [
             (rpc_access, [Route("/", rpc, methods=["POST"])]),  # first: the hot path matches at once
             (public, [Route("/.well-known/agent-card.json", root_card, methods=["GET"]),

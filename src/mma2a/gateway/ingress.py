@@ -182,6 +182,8 @@ class JsonRpcIngress:
         target = (scope.get("path_params") or {}).get("agent")
         try:
             if not isinstance(params, dict):
+                if params is not None and not isinstance(params, list):  # JSON-RPC 2.0 §4.2: a structured value
+                    raise InvalidRequest("params: must be an object or an array, if present", field="params")
                 raise InvalidParams("params: required, must be an object", field="params")
             if method == "SendMessage":
                 message = check_message(params.get("message"))

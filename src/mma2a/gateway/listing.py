@@ -67,10 +67,20 @@ def page_size(params: dict[str, Any]) -> int:
     return size
 
 
+def check_history_length(params: dict[str, Any]) -> None:
+    """A negative `historyLength` is -32602, as an a2a-sdk agent answers it (at the root no agent is asked
+    whose error would say so: an agent that cannot list contributes nothing)."""
+    length = params.get("historyLength", params.get("history_length"))
+    if isinstance(length, int) and not isinstance(length, bool) and length < 0:
+        raise InvalidParams("params.historyLength: must be non-negative", field="params.historyLength")
+
+
 async def list_tasks(pipeline: Pipeline, params: dict[str, Any], *, target: str | None,
                      allowed: Iterable[str] | None, owner: str | None = None) -> dict[str, Any]:
     """ListTasks on one agent (`target`), or merged over the agents in `allowed` (None: all); an `owner`'s own
     tasks only when the caller is identified."""
+    if owner is not None or target is None:
+        check_history_length(params)
     if owner is not None:
         entries = ([pipeline.directory.get(target)] if target is not None else
                    _entries(pipeline, None if allowed is None else frozenset(allowed)))

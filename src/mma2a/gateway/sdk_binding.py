@@ -7,7 +7,7 @@ maps mma2a errors onto the SDK's error types (same codes on every binding).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -35,6 +35,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from ..errors import AgentRPCError, InvalidParams, MMA2AError, metadata_strings, status_for_reason
+from ..responses import json_response
 from .access import current_client
 from .listing import list_tasks
 from .pipeline import Pipeline
@@ -66,26 +67,34 @@ def _agent_error_class(exc: AgentRPCError, by_code: type[sdk_errors.A2AError]) -
     return named if named is not None and _CODES.get(named) == exc.code else by_code
 
 
-def rest_routes(handler: RequestHandler, context_builder: Any, *, path_prefix: str = "") -> list[BaseRoute]:
+def rest_routes(handler: RequestHandler, context_builder: Any, *, path_prefix: str = "", v03: bool = True,
+                agent_of: Callable[[str], object] | None = None) -> list[BaseRoute]:
     """The SDK's REST (HTTP+JSON) routes, answering with the A2A error table's statuses (415 for an
-    unsupported content type, 409 for a task that cannot be canceled, 502 for an invalid agent response)."""
+    unsupported content type, 409 for a task that cannot be canceled, 502 for an invalid agent response).
+    With `agent_of` (the directory's lookup), a path naming an agent not registered is answered 404 before
+    the SDK reads the request (the SDK has no error class that renders 404 but TaskNotFound's)."""
     out: list[BaseRoute] = []
-    for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=True,
+    for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=v03,
                                     path_prefix=path_prefix):
         if isinstance(route, Mount):
-            inner = [_rest_route(r) if isinstance(r, Route) else r for r in route.routes]
+            inner = [_rest_route(r, agent_of) if isinstance(r, Route) else r for r in route.routes]
             out.append(Mount(route.path, routes=inner))
         elif isinstance(route, Route):
-            out.append(_rest_route(route))
+            out.append(_rest_route(route, agent_of))
         else:
             out.append(route)
     return out
 
 
-def _rest_route(route: Route) -> Route:
+def _rest_route(route: Route, agent_of: Callable[[str], object] | None) -> Route:
     endpoint = route.endpoint
 
     async def answer(request: Request) -> Response:
+        if agent_of is not None and (name := request.path_params.get("agent")) is not None:
+            try:
+                agent_of(name)
+            except MMA2AError as exc:
+                return json_response(exc.to_rest(), exc.http_status)
         response: Response = await endpoint(request)
         if response.status_code >= 400 and response.media_type == "application/json":
             return _restatus(response)
