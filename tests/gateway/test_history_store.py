@@ -199,9 +199,10 @@ def test_the_running_byte_total_matches_the_rows_through_writes_prunes_sharing_a
 
 
 def test_a_prune_reads_what_it_deletes_not_the_whole_table(tmp_path):
-    """Pruning 10 decisions costs SQLite about the same work in a file of 300 or of 3,000 decisions: the byte
-    bound comes from the running total and the deletes walk indexes (counted in virtual machine steps through
-    SQLite's progress handler, not timed)."""
+    """Pruning 10 decisions costs SQLite about the same work in a file of 3,000 or of 30,000 decisions: the byte
+    bound comes from the running total, the cut from the span that holds it (at most a span's rows are read
+    besides those deleted), and the deletes go by id (counted in virtual machine steps through SQLite's progress
+    handler, not timed)."""
     def steps_to_prune(total: int) -> int:
         store = HistoryStore(tmp_path / f"h{total}.sqlite3", max_age_s=3600)
         now = time.time()
@@ -220,7 +221,7 @@ def test_a_prune_reads_what_it_deletes_not_the_whole_table(tmp_path):
         assert store.stats()["decisions"] == total - 10
         return steps[0]
 
-    small, large = steps_to_prune(300), steps_to_prune(3000)
+    small, large = steps_to_prune(3000), steps_to_prune(30_000)
     assert large < small * 2, (small, large)
 
 
@@ -240,18 +241,18 @@ def test_the_writer_writes_everything_queued_before_it_stops(tmp_path):
     assert len(got) == 411 and got[0]["messageId"] == "m1231"
 
 
-def test_a_tag_filter_over_more_shapes_than_merge_max_walks_the_decisions_and_agrees(tmp_path):
-    """A filter whose tags match at most `MERGE_MAX` shapes merges each shape's decisions newest first; past it,
-    the decisions are walked and each one's shape tested. Both answer what a plain filter over every decision
-    answers, page after page."""
-    from mma2a.gateway.history.store import MERGE_MAX
-
+def test_a_tag_filter_over_hundreds_of_shapes_and_several_spans_agrees_with_a_plain_filter(tmp_path):
+    """A filter's spans are read newest first, each row's shape tested against the filter's tags: over 276 shapes
+    (distinct modalities) and several spans, the answers are what a plain filter over every decision answers,
+    page after page."""
     store = HistoryStore(tmp_path / "h.sqlite3")
     now = 1_800_000_000.0
-    many = MERGE_MAX + 20  # distinct modalities: as many shapes, all routed to `writer`
+    many = 276  # distinct modalities: as many shapes, all routed to `writer`
     entries = [record(f"m{i}", now + i, modality=f"text/x-k{i % many}", agent="writer" if i % 3 else "vision",
-                      outcome="TASK_STATE_FAILED" if i % 4 == 0 else "TASK_STATE_COMPLETED") for i in range(3 * many)]
-    store.write([to_row(e, ShapeMemo()) for e in entries])
+                      outcome="TASK_STATE_FAILED" if i % 4 == 0 else "TASK_STATE_COMPLETED") for i in range(5 * many)]
+    for start in range(0, len(entries), 200):  # 1,380 decisions in batches: two spans
+        store.write([to_row(e, ShapeMemo()) for e in entries[start:start + 200]])
+    assert store._read("SELECT COUNT(*) FROM spans", ()) == [(2,)]
 
     def pages(f: HistoryFilter) -> list[str]:
         out, cursor = [], None
@@ -263,7 +264,7 @@ def test_a_tag_filter_over_more_shapes_than_merge_max_walks_the_decisions_and_ag
 
     wanted = {  # filter -> the decisions it must find, newest first
         HistoryFilter(agent="writer", limit=50): [e for e in entries if e.routes[0].targets[0].agent == "writer"],
-        HistoryFilter(agent="vision", limit=30): [e for e in entries if e.routes[0].targets[0].agent == "vision"],  # 92
+        HistoryFilter(agent="vision", limit=30): [e for e in entries if e.routes[0].targets[0].agent == "vision"],
         HistoryFilter(agent="writer", outcome="failed", limit=7):
             [e for e in entries if e.routes[0].targets[0].agent == "writer" and e.outcome == "TASK_STATE_FAILED"],
         HistoryFilter(modality="text/x-k5", limit=2): [e for e in entries if e.parts[0].modality == "text/x-k5"],
@@ -352,3 +353,49 @@ COMMIT;
     assert store.prune(now) == 6 and store._read("SELECT COUNT(*) FROM shape_tags", ())[0][0] == len(
         to_row(record("new", now, agent="agent1")).tags)
     assert store.stats()["bytes"] == _sum_of_sizes(store)
+
+
+def test_a_file_from_before_spans_is_brought_to_them_on_opening(tmp_path):
+    """A file of session 6 (four indexes over the decisions, no spans, shapes without their newest decision) is
+    converted when opened: the indexes go, its decisions are noted in spans, and every filter, the next page and
+    pruning by age find what they found before."""
+    path = tmp_path / "h.sqlite3"
+    store = HistoryStore(path, max_age_s=3600)
+    now = time.time()
+    entries = [record(f"m{i}", now - 7200 + i if i < 1500 else now - 60 + i / 100, agent=f"agent{i % 3}",
+                      outcome="TASK_STATE_FAILED" if i % 5 == 0 else "TASK_STATE_COMPLETED") for i in range(2500)]
+    for start in range(0, 2500, 500):
+        store.write([to_row(e) for e in entries[start:start + 500]])
+    store._writer.executescript("""
+BEGIN;
+DROP TABLE spans;
+DROP TABLE span_keys;
+ALTER TABLE shapes DROP COLUMN last_id;
+CREATE INDEX decisions_ts ON decisions(ts);
+CREATE INDEX decisions_sender ON decisions(sender, id);
+CREATE INDEX decisions_outcome ON decisions(outcome, id);
+CREATE INDEX decisions_shape ON decisions(shape, id);
+COMMIT;
+""")
+    store.close()
+    store = HistoryStore(path, max_age_s=3600)
+    indexes = {name for (name,) in store._read("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'decisions'", ())}
+    assert not indexes
+    assert store._read("SELECT first_id, last_id, n FROM spans ORDER BY first_id", ()) == [(1, 1024, 1024), (1025, 2048, 1024),
+                                                                                        (2049, 2500, 452)]
+    failed, cursor = store.query(HistoryFilter(agent="agent1", outcome="failed", limit=50))
+    expected = [e.message_id for e in reversed(entries) if e.message_id.endswith(("0", "5")) and int(e.message_id[1:]) % 3 == 1]
+    assert [d["messageId"] for d in failed] == expected[:50]
+    rest, _ = store.query(HistoryFilter(agent="agent1", outcome="failed", limit=1000, before=int(cursor or 0)))
+    assert [d["messageId"] for d in rest] == expected[50:]
+    recent, _ = store.query(HistoryFilter(since=now - 120, sender="client-a", limit=2000))
+    assert len(recent) == 1000
+    store.write([to_row(record("new", now, agent="agent0"))])
+    assert store.prune(now) == 1500
+    assert store._read("SELECT COUNT(*) FROM shapes", ()) == [(3,)]
+    assert store._read("SELECT MIN(first_id) FROM spans", ()) == [(1025,)]
+    assert store.stats()["bytes"] == _sum_of_sizes(store)
+    assert store.prune(now + 7200) == 1001  # all: no shape, span or key outlives its decisions
+    for table in ("shapes", "shape_tags", "spans", "span_keys", "decisions"):
+        assert store._read(f"SELECT COUNT(*) FROM {table}", ()) == [(0,)], table
+    assert store.stats()["bytes"] == 0

@@ -230,11 +230,17 @@ class ShapeMemo:
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
         self._shapes: dict[tuple[Any, ...], Shape] = {}
+        self._last: tuple[Any, ...] = (None, None, None, None, None)  # a one-part decision's routes, part and shape
 
     def shape(self, entry: DecisionRecord) -> Shape:
         parts = entry.parts
         if len(parts) == 1:  # the common case, without the loop
             p = parts[0]
+            routes, modality, index, kind, found = self._last
+            # the very objects of the last one-part decision (the router's memo hands out the same routes, the view
+            # the same modality): its shape, without hashing the routes
+            if routes is entry.routes and modality is p.modality and index == p.index and kind == p.kind:
+                return found  # type: ignore[no-any-return]
             key: tuple[Any, ...] = (entry.routes, p.index, str(p.modality), p.kind)
         else:
             key = (entry.routes, *[(p.index, str(p.modality), p.kind) for p in parts[:MAX_PARTS]])
@@ -246,6 +252,8 @@ class ShapeMemo:
             if len(self._shapes) >= self.capacity:
                 self._shapes.clear()
             found = self._shapes[key] = _shape(entry)
+        if len(parts) == 1:
+            self._last = (entry.routes, parts[0].modality, parts[0].index, parts[0].kind, found)
         return found
 
 
@@ -258,15 +266,17 @@ def detail_json(parts: Sequence[Any]) -> bytes:
                         default=str)
 
 
+_new_row = tuple.__new__  # Row's own __new__ is a Python function: one per request is worth skipping
+
+
 def to_row(entry: DecisionRecord, memo: ShapeMemo | None = None) -> Row:
-    """Serialise one record (on the writer's thread); `memo` reuses the shape of alike decisions."""
+    """Serialise one record (the recorder does it as the request ends); `memo` reuses the shape of alike decisions."""
     shape = memo.shape(entry) if memo is not None else _shape(entry)
-    outcome, error = outcome_class(entry.outcome)
-    sender = entry.sender
-    return Row(  # positional: the writer makes one per decision
-        str(entry.message_id)[:MAX_STRING], entry.time, sender[:MAX_STRING] if sender else None, outcome, error,
-        round(entry.latency_s * 1000, 3), shape, detail_json(entry.parts),
-        orjson.dumps(list(entry.receivers)) if entry.receivers else None)
+    message_id, ts, sender, parts, _, outcome_text, latency_s, receivers = entry
+    outcome, error = outcome_class(outcome_text)
+    return _new_row(Row, (
+        str(message_id)[:MAX_STRING], ts, sender[:MAX_STRING] if sender else None, outcome, error,
+        round(latency_s * 1000, 3), shape, detail_json(parts), orjson.dumps(list(receivers)) if receivers else None))
 
 
 def _shape(entry: DecisionRecord) -> Shape:

@@ -1,9 +1,10 @@
 """Writes decisions off the request path: a bounded queue drained by one thread in batches.
 
-`record()` is an append to a deque (no lock, no I/O); when the queue holds `capacity`
-decisions, new ones are dropped and counted, so a slow disk never slows a request. The
-writer thread turns records into rows and inserts each batch in one transaction, and
-prunes by age and size now and then.
+`record()` turns the decision into its row (a few µs of Python, while the view and routes it
+reads are still in the CPU's cache; alike decisions share a memoised shape) and appends it to
+a deque: no lock, no I/O. When the queue holds `capacity` decisions, new ones are dropped and
+counted, so a slow disk never slows a request. The writer thread inserts each batch in one
+transaction, and prunes by age and size now and then.
 """
 
 from __future__ import annotations
@@ -18,13 +19,6 @@ from .record import DecisionRecord, Row, ShapeMemo, to_row
 from .store import HistoryStore
 
 log = logging.getLogger("mma2a.history")
-
-# The writer turns records into rows in slices of SLICE, pausing PAUSE_S between them. Its Python
-# work holds the GIL; a thread that wants the GIL back waits for the holder to let go, up to the
-# interpreter's switch interval (5 ms). The pause lets go on purpose, so a request arriving while
-# the writer works waits at most one slice (about 0.3 ms), not one batch.
-SLICE = 64
-PAUSE_S = 0.0001
 
 
 class _Followed:
@@ -45,7 +39,7 @@ class HistoryRecorder:
         self.store = store
         self.capacity, self.batch, self.interval_s, self.prune_interval_s = capacity, batch, interval_s, prune_interval_s
         self.dropped = 0
-        self._queue: deque[DecisionRecord | _Followed] = deque()
+        self._queue: deque[Row | _Followed] = deque()
         self._on_drop, self._on_write = on_drop, on_write
         self._enqueued = 0
         self._written = 0  # records taken off the queue and committed (or given up on)
@@ -53,17 +47,26 @@ class HistoryRecorder:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._memo = ShapeMemo()  # the writer thread's own
+        self._memo = ShapeMemo()  # the request path's (the event loop's thread)
 
     # --- the request path -------------------------------------------------------------------
     def record(self, entry: DecisionRecord) -> None:
         if len(self._queue) >= self.capacity:
-            self.dropped += 1
-            if self._on_drop is not None:
-                self._on_drop()
+            self._drop()
             return
-        self._queue.append(entry)
+        try:
+            row = to_row(entry, self._memo)
+        except Exception:  # features no JSON takes: this decision is lost, and counted
+            log.exception("history: a decision not recorded")
+            self._drop()
+            return
+        self._queue.append(row)
         self._enqueued += 1
+
+    def _drop(self) -> None:
+        self.dropped += 1
+        if self._on_drop is not None:
+            self._on_drop()
 
     def ingest(self, rows: list[Row], position: int) -> bool:
         """Queue rows read from the cluster's stream; False when the queue is full (the follower waits and retries)."""
@@ -123,25 +126,23 @@ class HistoryRecorder:
 
     def _drain(self) -> None:
         while self._queue:
-            taken: list[DecisionRecord | _Followed] = []
+            taken = 0
             rows: list[Row] = []
             position: int | None = None
             while self._queue and len(rows) < self.batch:
                 item = self._queue.popleft()
-                taken.append(item)
+                taken += 1
                 if isinstance(item, _Followed):
                     rows += item.rows
                     position = item.position
                 else:
-                    rows.append(to_row(item, self._memo))
-                    if len(rows) % SLICE == 0:  # let the event loop's thread have the GIL (see SLICE)
-                        time.sleep(PAUSE_S)
+                    rows.append(item)
             try:
                 self.store.write(rows, position)
                 if self._on_write is not None and rows:
                     self._on_write(len(rows))
             except Exception:  # never let the thread die: these decisions are lost, and said so
-                log.exception("history: %d decisions not written", len(taken))
+                log.exception("history: %d decisions not written", taken)
             with self._done:
-                self._written += len(taken)
+                self._written += taken
                 self._done.notify_all()

@@ -1,6 +1,13 @@
 """The SQLite decision store: one row per decision, retention by age and size, and shapes: what alike decisions
 share (their parts' routes as JSON, with the filter tags those imply) stored once and referenced by id.
 
+A decision's row is its table's only B-tree entry: no index is kept per decision. What queries
+need to skip rows is kept per *span* instead (about `SPAN_ROWS` consecutive decisions, one or a
+few of the writer's batches): its id range, its time range, and its keys — the filter tags of its
+shapes, its senders and its outcomes. A query walks the spans that may hold a match, newest
+first, and reads only their rows (a range of ids); a shape keeps the id of its newest decision,
+so pruning knows when a shape goes.
+
 The file is opened in WAL mode, so queries read while the writer thread commits. Writes
 come in batches (one transaction, multi-row statements); queries page by keyset (`id < cursor`),
 newest first. Every method blocks: callers on the event loop use `asyncio.to_thread`.
@@ -9,14 +16,11 @@ newest first. Every method blocks: callers on the event loop use `asyncio.to_thr
 from __future__ import annotations
 
 import hashlib
-import heapq
 import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import islice
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,8 @@ from .record import Row, Shape, merge_parts, shape_tags, split_parts
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS shapes (
-  id INTEGER PRIMARY KEY, digest INTEGER NOT NULL, parts BLOB NOT NULL, size INTEGER NOT NULL);
+  id INTEGER PRIMARY KEY, digest INTEGER NOT NULL, parts BLOB NOT NULL, size INTEGER NOT NULL,
+  last_id INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS shapes_digest ON shapes(digest);
 CREATE TABLE IF NOT EXISTS shape_tags (
   kind TEXT NOT NULL, value TEXT NOT NULL, shape INTEGER NOT NULL, PRIMARY KEY (kind, value, shape)) WITHOUT ROWID;
@@ -34,10 +39,11 @@ CREATE TABLE IF NOT EXISTS decisions (
   id INTEGER PRIMARY KEY, message_id TEXT NOT NULL, ts REAL NOT NULL, sender TEXT, outcome TEXT NOT NULL,
   error TEXT, latency_ms REAL NOT NULL, shape INTEGER NOT NULL, detail BLOB NOT NULL, receivers BLOB,
   size INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS decisions_ts ON decisions(ts);
-CREATE INDEX IF NOT EXISTS decisions_sender ON decisions(sender, id);
-CREATE INDEX IF NOT EXISTS decisions_outcome ON decisions(outcome, id);
-CREATE INDEX IF NOT EXISTS decisions_shape ON decisions(shape, id);
+CREATE TABLE IF NOT EXISTS spans (
+  first_id INTEGER PRIMARY KEY, last_id INTEGER NOT NULL, ts_min REAL NOT NULL, ts_max REAL NOT NULL, n INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS spans_ts ON spans(ts_min);
+CREATE TABLE IF NOT EXISTS span_keys (
+  span INTEGER NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (span, kind, value)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) SELECT 'bytes',
   (SELECT COALESCE(SUM(size), 0) FROM decisions) + (SELECT COALESCE(SUM(size), 0) FROM shapes);
@@ -45,12 +51,13 @@ CREATE TABLE IF NOT EXISTS minutes (
   kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NOT NULL, n INTEGER NOT NULL, latency_sum REAL NOT NULL,
   latency_max REAL NOT NULL, PRIMARY KEY (kind, minute, value)) WITHOUT ROWID;
 """
+OLD_INDEXES = ("decisions_ts", "decisions_sender", "decisions_outcome", "decisions_shape")  # one per decision, before spans
 
 TAG_KINDS = {"modality": "m", "agent": "a", "rule": "r"}
 COUNT_KINDS = {"modality": "m", "agent": "a", "outcome": "o"}
 ROW_OVERHEAD = 64  # bytes counted per decision (and per shape) besides its JSON (ids, time, indexes)
 TAG_BYTES = 40  # per filter row of a shape
-MERGE_MAX = 256  # a tag filter matching more shapes than this walks the decisions instead of merging per shape
+SPAN_ROWS = 1024  # a batch extends the newest span while that holds fewer decisions than this
 _COLUMNS = "d.id, d.message_id, d.ts, d.sender, d.outcome, d.error, d.latency_ms, d.shape, d.detail, d.receivers"
 
 
@@ -84,38 +91,11 @@ def shape_bytes(shape: Shape) -> int:
     return len(shape.parts_json) + ROW_OVERHEAD + TAG_BYTES * len(shape.tags)
 
 
-def _per_minute(rows: Sequence[Row]) -> list[Any]:
-    """The batch folded into the rollup's rows, (kind, value, minute, count, latency sum, latency max) for each
-    modality and agent tag and each outcome, flattened for `_insert`. Alike rows share one shape (the writer's
-    memo's), so rows are grouped by it first and each group's tags read once."""
-    groups: dict[tuple[int, str, int], list[Any]] = {}
-    for r in rows:
-        key = (id(r.shape), r.outcome, int(r.time // 60))
-        cur = groups.get(key)
-        if cur is None:
-            groups[key] = [r.shape.tags, 1, r.latency_ms, r.latency_ms]
-        else:
-            cur[1] += 1
-            cur[2] += r.latency_ms
-            if r.latency_ms > cur[3]:
-                cur[3] = r.latency_ms
-    agg: dict[tuple[str, str, int], list[Any]] = {}
-    for (_, outcome, minute), (tags, n, total, peak) in groups.items():
-        for kind, value in (*[t for t in tags if t[0] in ("m", "a")], ("o", outcome)):
-            cur = agg.get((kind, value, minute))
-            if cur is None:
-                agg[(kind, value, minute)] = [n, total, peak]
-            else:
-                cur[0] += n
-                cur[1] += total
-                cur[2] = max(cur[2], peak)
-    return [x for (kind, value, minute), (n, total, peak) in agg.items() for x in (kind, value, minute, n, total, peak)]
-
-
 _INSERT_DECISIONS = ("INSERT INTO decisions (id, message_id, ts, sender, outcome, error, latency_ms, shape, detail, "
                      "receivers, size)")
 _INSERT_SHAPES = "INSERT INTO shapes (id, digest, parts, size)"
 _INSERT_SHAPE_TAGS = "INSERT OR IGNORE INTO shape_tags (kind, value, shape)"
+_INSERT_SPAN_KEYS = "INSERT OR IGNORE INTO span_keys (span, kind, value)"
 _INSERT_MINUTES = "INSERT INTO minutes (kind, value, minute, n, latency_sum, latency_max)"
 _ON_MINUTE = ("ON CONFLICT (kind, minute, value) DO UPDATE SET n = n + excluded.n, "
               "latency_sum = latency_sum + excluded.latency_sum, latency_max = MAX(latency_max, excluded.latency_max)")
@@ -142,9 +122,9 @@ def _insert(db: sqlite3.Connection, head: str, width: int, values: Sequence[Any]
         i += k
 
 
-def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]) -> int:
-    """Insert decisions with the given ids (inside the caller's transaction), their shapes first if new;
-    returns the bytes they add to the running total.
+def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]) -> tuple[int, dict[int, Shape]]:
+    """Insert decisions with the given ids inside the caller's transaction, their shapes first if new; returns
+    the bytes they add to the running total and the batch's shapes by id.
 
     Shape ids are looked up afresh in every transaction, never remembered across them (another
     writer on the file may have pruned a shape since): the batch's distinct shapes are read by
@@ -176,13 +156,59 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]
         _insert(db, _INSERT_SHAPE_TAGS, 3, tags)
     for start in range(0, len(rows), _CHUNK):  # flattened a chunk at a time, between the inserts
         values = []
-        for i, r in zip(ids[start:start + _CHUNK], rows[start:start + _CHUNK], strict=True):
-            size = len(r.detail) + len(r.message_id) + (len(r.receivers_json) if r.receivers_json else 0) + ROW_OVERHEAD
+        for i, (mid, ts, sender, outcome, error, latency, shape, detail, receivers) in zip(
+                ids[start:start + _CHUNK], rows[start:start + _CHUNK], strict=True):
+            size = len(detail) + len(mid) + (len(receivers) if receivers else 0) + ROW_OVERHEAD
             added += size
-            values += (i, r.message_id, r.time, r.sender, r.outcome, r.error, r.latency_ms,
-                       shape_ids[r.shape.parts_json], r.detail, r.receivers_json, size)
+            values += (i, mid, ts, sender, outcome, error, latency, shape_ids[shape.parts_json], detail, receivers, size)
         _insert(db, _INSERT_DECISIONS, 11, values)
-    return added
+    return added, {shape_ids[k]: s for k, s in distinct.items()}
+
+
+def _note_batch(db: sqlite3.Connection, first: int, last: int, shapes: dict[int, Shape]) -> None:
+    """After decisions `first`..`last` went in (inside the caller's transaction): each shape's newest decision, the
+    per-minute rollup (decisions, latency sum and max per modality, agent and outcome) and the span. SQLite groups
+    the batch's rows (by shape, outcome and minute: a few groups), so Python reads a handful of rows, not each
+    decision, and the grouping runs with the GIL released."""
+    groups = db.execute(
+        "SELECT shape, outcome, CAST(ts / 60 AS INTEGER), COUNT(*), SUM(latency_ms), MAX(latency_ms), MIN(ts), MAX(ts), "
+        "MAX(id) FROM decisions WHERE id BETWEEN ? AND ? GROUP BY 1, 2, 3", (first, last)).fetchall()
+    keys: set[tuple[str, str]] = {("s", s) for (s,) in db.execute(
+        "SELECT DISTINCT sender FROM decisions WHERE id BETWEEN ? AND ? AND sender IS NOT NULL", (first, last))}
+    newest: dict[int, int] = {}
+    agg: dict[tuple[str, str, int], list[Any]] = {}
+    for shape, outcome, minute, n, total, peak, _, _, top in groups:
+        newest[shape] = max(top, newest.get(shape, 0))
+        tags = shapes[shape].tags
+        keys.update(tags)
+        keys.add(("o", outcome))
+        for kind, value in (*[t for t in tags if t[0] in ("m", "a")], ("o", outcome)):
+            cur = agg.get((kind, value, minute))
+            if cur is None:
+                agg[(kind, value, minute)] = [n, total, peak]
+            else:
+                cur[0] += n
+                cur[1] += total
+                cur[2] = max(cur[2], peak)
+    db.executemany("UPDATE shapes SET last_id = MAX(last_id, ?) WHERE id = ?", [(i, sid) for sid, i in newest.items()])
+    _insert(db, _INSERT_MINUTES, 6, [x for (kind, value, minute), (n, total, peak) in agg.items()
+                                     for x in (kind, value, minute, n, total, peak)], _ON_MINUTE)
+    _add_span(db, first, last, min(g[6] for g in groups), max(g[7] for g in groups), last - first + 1, keys)
+
+
+def _add_span(db: sqlite3.Connection, first: int, last: int, ts_min: float, ts_max: float, n: int,
+              keys: set[tuple[str, str]]) -> None:
+    """Note decisions `first`..`last` (inside the caller's transaction): the newest span grows to hold them while it
+    has fewer than `SPAN_ROWS` and ends just before `first`; otherwise they start a span of their own."""
+    span = db.execute("SELECT first_id, last_id, n FROM spans ORDER BY first_id DESC LIMIT 1").fetchone()
+    if span is not None and span[1] == first - 1 and span[2] < SPAN_ROWS:
+        db.execute("UPDATE spans SET last_id = ?, ts_min = MIN(ts_min, ?), ts_max = MAX(ts_max, ?), n = n + ? "
+                   "WHERE first_id = ?", (last, ts_min, ts_max, n, span[0]))
+        first = span[0]
+    else:
+        db.execute("INSERT INTO spans (first_id, last_id, ts_min, ts_max, n) VALUES (?, ?, ?, ?, ?)",
+                   (first, last, ts_min, ts_max, n))
+    _insert(db, _INSERT_SPAN_KEYS, 3, [x for kind, value in keys for x in (first, kind, value)])
 
 
 def shape_digest(parts_json: bytes) -> int:
@@ -220,11 +246,13 @@ class HistoryStore:
         return conn
 
     def _open_schema(self) -> None:
-        """Create the tables, or bring a file from before shapes (whole parts JSON in every row, a filter row per
-        decision and tag) to them, in one transaction: its decisions keep their ids, times and contents."""
+        """Create the tables, or bring an older file to them in one transaction: from before shapes (whole parts
+        JSON in every row, a filter row per decision and tag), or from before spans (four indexes over the
+        decisions); its decisions keep their ids, times and contents."""
         db = self._writer
         db.execute("BEGIN IMMEDIATE")
         try:
+            had_spans = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'spans'").fetchone() is not None
             if "parts" in {row[1] for row in db.execute("PRAGMA table_info(decisions)")}:
                 for index in ("decisions_ts", "decisions_sender", "decisions_outcome", "tags_decision"):
                     db.execute(f"DROP INDEX IF EXISTS {index}")
@@ -238,7 +266,7 @@ class HistoryStore:
                 while batch := old.fetchmany(1000):
                     rows = [Row(mid, ts, sender, outcome, error, latency, *split_parts(orjson.loads(parts)), receivers)
                             for _, mid, ts, sender, outcome, error, latency, parts, receivers in batch]
-                    _insert_rows(db, rows, [b[0] for b in batch])
+                    _insert_rows(db, rows, [b[0] for b in batch])  # spans and newest decisions: `_add_spans`
                 db.execute("DROP TABLE decisions_v1")
                 db.execute("UPDATE meta SET value = (SELECT COALESCE(SUM(size), 0) FROM decisions) + "
                            "(SELECT COALESCE(SUM(size), 0) FROM shapes) WHERE key = 'bytes'")
@@ -246,8 +274,12 @@ class HistoryStore:
                 columns = {r[1] for r in db.execute("PRAGMA table_info(shapes)")}
                 if columns and "digest" not in columns:
                     self._add_digests()
+                elif columns and "last_id" not in columns:
+                    db.execute("ALTER TABLE shapes ADD COLUMN last_id INTEGER NOT NULL DEFAULT 0")
                 for statement in _statements(SCHEMA):
                     db.execute(statement)
+            if not had_spans:
+                self._add_spans()
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -261,8 +293,33 @@ class HistoryStore:
         db.execute("DROP INDEX IF EXISTS shape_tags_shape")
         db.execute("ALTER TABLE shapes RENAME TO shapes_old")
         db.execute(_statements(SCHEMA)[0])
-        db.execute("INSERT INTO shapes (id, digest, parts, size) SELECT id, shape_digest(parts), parts, size FROM shapes_old")
+        db.execute("INSERT INTO shapes (id, digest, parts, size, last_id) SELECT id, shape_digest(parts), parts, size, "
+                   "(SELECT COALESCE(MAX(d.id), 0) FROM decisions d WHERE d.shape = shapes_old.id) FROM shapes_old")
         db.execute("DROP TABLE shapes_old")
+
+    def _add_spans(self) -> None:
+        """A file from before spans: its decisions noted in spans of `SPAN_ROWS`, each shape's newest decision on
+        it, the per-decision indexes dropped (inside `_open_schema`'s transaction)."""
+        db = self._writer
+        for index in OLD_INDEXES:
+            db.execute(f"DROP INDEX IF EXISTS {index}")
+        tags: dict[int, list[tuple[str, str]]] = {}
+        for kind, value, shape in db.execute("SELECT kind, value, shape FROM shape_tags"):
+            tags.setdefault(shape, []).append((kind, value))
+        newest: dict[int, int] = {}
+        old = db.execute("SELECT id, ts, sender, outcome, shape FROM decisions ORDER BY id")
+        while batch := old.fetchmany(SPAN_ROWS):
+            keys: set[tuple[str, str]] = set()
+            for i, _, sender, outcome, shape in batch:
+                newest[shape] = i
+                keys.add(("o", outcome))
+                if sender is not None:
+                    keys.add(("s", sender))
+            for shape in {b[4] for b in batch}:
+                keys.update(tags.get(shape, ()))
+            times = [b[1] for b in batch]
+            _add_span(db, batch[0][0], batch[-1][0], min(times), max(times), len(batch), keys)
+        db.executemany("UPDATE shapes SET last_id = ? WHERE id = ?", [(i, sid) for sid, i in newest.items()])
 
     def close(self) -> None:
         self._writer.close()
@@ -274,8 +331,9 @@ class HistoryStore:
         """Insert a batch in one transaction (ids assigned under the write lock, so several processes may share a file).
 
         Rows and the per-minute rollup go in by multi-row statements (`_insert`), a shape not
-        stored yet (with its filter rows) before the first row that has it; the bytes the batch
-        adds go to the running total in `meta` in the same transaction.
+        stored yet (with its filter rows) before the first row that has it; the batch's ids, times
+        and keys go to its span, and the bytes it adds to the running total in `meta`, all in the
+        same transaction.
 
         `position` (cluster mode: the stream sequence of the batch's last row) is saved in the
         same transaction, so a restart resumes the stream exactly where the file stops.
@@ -287,8 +345,8 @@ class HistoryStore:
         try:
             if rows:
                 first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM decisions").fetchone()[0]
-                added = _insert_rows(db, rows, range(first, first + len(rows)))
-                _insert(db, _INSERT_MINUTES, 6, _per_minute(rows), _ON_MINUTE)
+                added, shapes = _insert_rows(db, rows, range(first, first + len(rows)))
+                _note_batch(db, first, first + len(rows) - 1, shapes)
                 db.execute("UPDATE meta SET value = value + ? WHERE key = 'bytes'", (added,))
             if position is not None:
                 db.execute("INSERT INTO meta (key, value) VALUES ('stream_position', ?) "
@@ -301,18 +359,24 @@ class HistoryStore:
     def prune(self, now: float) -> int:
         """Delete decisions older than `max_age_s`, then the oldest until the rest fit `max_bytes`; returns how many.
 
-        Deletion goes by id (write order): every decision up to the newest one past the age,
-        or up to the one where the newest rows fill 90% of the byte budget. The total comes
-        from the running count in `meta`, and only the rows to be deleted are read (their
-        sizes, from the oldest up), so a prune costs what it removes, not the table's size. A shape
-        goes with the last decision that has it.
+        Deletion goes by id (write order): every decision up to the newest one past the age
+        (found in the newest span that began before it), or up to the one where the newest rows
+        fill 90% of the byte budget. The total comes from the running count in `meta`, and only
+        the rows to be deleted are read (their sizes and shapes, from the oldest up), so a prune
+        costs what it removes, not the table's size. A shape goes with its newest decision, a
+        span with its last.
         """
         db = self._writer
         db.execute("BEGIN IMMEDIATE")
         try:
             total = db.execute("SELECT value FROM meta WHERE key = 'bytes'").fetchone()[0]
-            cut = db.execute(  # through the time index: the rows past the age, not the newest down to them
-                "SELECT MAX(id) FROM decisions INDEXED BY decisions_ts WHERE ts < ?", (now - self.max_age_s,)).fetchone()[0]
+            cutoff = now - self.max_age_s
+            cut = None
+            span = db.execute("SELECT first_id, last_id FROM spans WHERE first_id = "
+                              "(SELECT MAX(first_id) FROM spans WHERE ts_min < ?)", (cutoff,)).fetchone()
+            if span is not None:
+                cut = db.execute("SELECT MAX(id) FROM decisions WHERE id BETWEEN ? AND ? AND ts < ?",
+                                 (*span, cutoff)).fetchone()[0]
             gone = 0
             if cut is not None:
                 gone = db.execute("SELECT COALESCE(SUM(size), 0) FROM decisions WHERE id <= ?", (cut,)).fetchone()[0]
@@ -325,16 +389,24 @@ class HistoryStore:
                     cut, gone = row[0], gone + row[1]
             removed = 0
             if cut is not None:
-                shapes = [r[0] for r in db.execute("SELECT DISTINCT +shape FROM decisions WHERE id <= ?", (cut,))]
+                shapes = [r[0] for r in db.execute("SELECT DISTINCT shape FROM decisions WHERE id <= ?", (cut,))]
                 removed = db.execute("DELETE FROM decisions WHERE id <= ?", (cut,)).rowcount
-                for shape in shapes:  # shapes no decision refers to any more go too, their filter rows by key
-                    if db.execute("SELECT 1 FROM decisions WHERE shape = ? LIMIT 1", (shape,)).fetchone() is None:
-                        parts, size = db.execute("DELETE FROM shapes WHERE id = ? RETURNING parts, size", (shape,)).fetchone()
+                for shape in shapes:  # shapes whose newest decision went go too, their filter rows by key
+                    found = db.execute("DELETE FROM shapes WHERE id = ? AND last_id <= ? RETURNING parts, size",
+                                       (shape, cut)).fetchone()
+                    if found is not None:
                         db.executemany("DELETE FROM shape_tags WHERE kind = ? AND value = ? AND shape = ?",
-                                       [(kind, value, shape) for kind, value in shape_tags(orjson.loads(parts))])
-                        gone += size
+                                       [(kind, value, shape) for kind, value in shape_tags(orjson.loads(found[0]))])
+                        gone += found[1]
                 db.execute("UPDATE meta SET value = value - ? WHERE key = 'bytes'", (gone,))
-                oldest = db.execute("SELECT MIN(ts) FROM decisions").fetchone()[0]
+                whole = db.execute("SELECT MAX(first_id) FROM spans WHERE last_id <= ?", (cut,)).fetchone()[0]
+                if whole is not None:
+                    db.execute("DELETE FROM span_keys WHERE span <= ?", (whole,))
+                    db.execute("DELETE FROM spans WHERE first_id <= ?", (whole,))
+                db.execute(  # the span cut in two keeps its keys (a query reads its rows anyway), not its old times
+                    "UPDATE spans SET ts_min = COALESCE((SELECT MIN(ts) FROM decisions WHERE id > ? AND id <= spans.last_id), ts_min) "
+                    "WHERE first_id = (SELECT MIN(first_id) FROM spans) AND first_id <= ?", (cut, cut))
+                oldest = db.execute("SELECT MIN(ts_min) FROM spans").fetchone()[0]
                 db.execute("DELETE FROM minutes WHERE kind IN ('m', 'a', 'o') AND minute < ?",
                            (int((oldest if oldest is not None else now) // 60),))
             db.execute("COMMIT")
@@ -351,33 +423,12 @@ class HistoryStore:
             return self._reader.execute(sql, params).fetchall()
 
     def query(self, f: HistoryFilter) -> tuple[list[dict[str, Any]], str | None]:
-        """Matching decisions, newest first, and the cursor of the next page (None on the last).
-
-        With a modality, agent or rule filter, the decisions of the shapes that carry every such
-        tag are merged newest first, or the decisions walked and their shapes tested (`_walk`);
-        either stops at `limit` rows. Other filters are checked on the way.
-        """
-        tags = f.tag_filters()
-        where: list[str] = []
-        params: list[Any] = []
-        if f.before is not None:
-            where.append("d.id < ?")
-            params.append(f.before)
-        if f.since is not None:
-            where.append("+d.ts >= ?")  # unary +: walk an id order, test the time
-            params.append(f.since)
-        if f.until is not None:
-            where.append("+d.ts < ?")
-            params.append(f.until)
-        for column in ("sender", "outcome"):
-            if (value := getattr(f, column)) is not None:
-                where.append(f"{{index}}d.{column} = ?")  # its index, or (merging shapes) tested on the way
-                params.append(value)
+        """Matching decisions, newest first, and the cursor of the next page (None on the last)."""
         with self._read_lock:
             db = self._reader
             db.execute("BEGIN")  # one snapshot: the decisions and their shapes
             try:
-                rows = self._walk(tags, where, params, f.limit + 1)
+                rows = self._walk(f, f.limit + 1)
                 more = len(rows) > f.limit
                 rows = rows[:f.limit]
                 ids = sorted({r[7] for r in rows})
@@ -397,40 +448,59 @@ class HistoryStore:
             out.append(item)
         return out, (str(rows[-1][0]) if more and rows else None)
 
-    def _walk(self, tags: list[tuple[str, str]], where: list[str], params: list[Any], limit: int) -> list[Any]:
-        """Up to `limit` decision rows matching the tags and `where`, newest first (the read lock held).
+    def _walk(self, f: HistoryFilter, limit: int) -> list[Any]:
+        """Up to `limit` decision rows matching `f`, newest first (the read lock held).
 
-        When one of the tags is on at most `MERGE_MAX` shapes, the shapes that carry every tag
-        are merged newest first through the (shape, id) index. Otherwise the decisions are
-        walked newest first (by id, or by the sender or outcome index when those are filtered)
-        and each one's shape looked up in the tag index: a common tag stops after a few rows.
+        The spans whose times overlap the filter's and whose keys hold each of its tags, its
+        sender and its outcome are the only ones that may hold a match; runs of adjacent such
+        spans are read newest first as id ranges, each row tested (its shape through the tag
+        table), until `limit` rows are found.
         """
         db = self._reader
-        cond = "".join(f" AND {w}" for w in where).format(index="")
-        if not tags:
-            return db.execute(f"SELECT {_COLUMNS} FROM decisions d WHERE 1{cond} ORDER BY d.id DESC LIMIT ?",
-                              [*params, limit]).fetchall()
-        few: list[int] | None = None
-        first = -1
-        for i, (kind, value) in enumerate(tags):
-            found = [r[0] for r in db.execute("SELECT shape FROM shape_tags WHERE kind = ? AND value = ? LIMIT ?",
-                                              (kind, value, MERGE_MAX + 1))]
-            if not found:
-                return []
-            if len(found) <= MERGE_MAX and (few is None or len(found) < len(few)):
-                few, first = found, i
-        if few is None:
-            tests = "".join(" AND EXISTS (SELECT 1 FROM shape_tags t WHERE t.kind = ? AND t.value = ? AND t.shape = d.shape)"
-                            for _ in tags)
-            return db.execute(f"SELECT {_COLUMNS} FROM decisions d WHERE 1{tests}{cond} ORDER BY d.id DESC LIMIT ?",
-                              [*[x for t in tags for x in t], *params, limit]).fetchall()
-        shapes = [s for s in few if all(  # the other tags, tested on these few shapes
-            db.execute("SELECT 1 FROM shape_tags WHERE kind = ? AND value = ? AND shape = ?", (*t, s)).fetchone()
-            for j, t in enumerate(tags) if j != first)]
-        cond = "".join(f" AND {w}" for w in where).format(index="+")  # unary +: the shape's index, not theirs
-        sql = f"SELECT {_COLUMNS} FROM decisions d WHERE d.shape = ?{cond} ORDER BY d.id DESC LIMIT ?"
-        walks = [db.execute(sql, [shape, *params, limit]) for shape in shapes]
-        return list(islice(heapq.merge(*walks, key=itemgetter(0), reverse=True), limit))
+        keys = [*f.tag_filters(), *((k, v) for k, v in (("s", f.sender), ("o", f.outcome)) if v is not None)]
+        span_where = ["1"]
+        span_params: list[Any] = []
+        where: list[str] = []
+        params: list[Any] = []
+        if f.before is not None:
+            span_where.append("first_id < ?")
+            span_params.append(f.before)
+            where.append("id < ?")
+            params.append(f.before)
+        if f.since is not None:
+            span_where.append("ts_max >= ?")
+            span_params.append(f.since)
+            where.append("ts >= ?")
+            params.append(f.since)
+        if f.until is not None:
+            span_where.append("ts_min < ?")
+            span_params.append(f.until)
+            where.append("ts < ?")
+            params.append(f.until)
+        for kind, value in keys:
+            span_where.append("EXISTS (SELECT 1 FROM span_keys k WHERE k.span = first_id AND k.kind = ? AND k.value = ?)")
+            span_params += (kind, value)
+            if kind == "s" or kind == "o":
+                where.append(f"{'sender' if kind == 's' else 'outcome'} = ?")
+                params.append(value)
+            else:
+                where.append("shape IN (SELECT shape FROM shape_tags WHERE kind = ? AND value = ?)")
+                params += (kind, value)
+        ranges: list[list[int]] = []  # runs of adjacent candidate spans, newest first
+        for first, last in db.execute(
+                f"SELECT first_id, last_id FROM spans WHERE {' AND '.join(span_where)} ORDER BY first_id DESC", span_params):
+            if ranges and ranges[-1][0] == last + 1:
+                ranges[-1][0] = first
+            else:
+                ranges.append([first, last])
+        sql = f"SELECT {_COLUMNS} FROM decisions d WHERE id BETWEEN ? AND ?{''.join(f' AND {w}' for w in where)} " \
+              "ORDER BY id DESC LIMIT ?"
+        out: list[Any] = []
+        for first, last in ranges:
+            out += db.execute(sql, [first, last, *params, limit - len(out)]).fetchall()
+            if len(out) >= limit:
+                break
+        return out
 
     def counts(self, by: str, since: float, until: float, bucket: int) -> list[dict[str, Any]]:
         """Decisions per `by` value (modality, agent or outcome) per time bucket (whole minutes), with mean and
