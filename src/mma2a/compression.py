@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import gzip
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -125,12 +125,18 @@ class ContentCoding:
         self.min_size = min_size
         self.error_body = error_body or _jsonrpc_error
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """A request with neither a coded body nor a coding it accepts: the app's own coroutine, no frame of ours."""
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         headers = header_map(scope)
         content, accept = headers.get(b"content-encoding"), headers.get(b"accept-encoding")
+        if (content is None or content.strip().lower() == b"identity") and (accept is None or self.min_size is None):
+            return self.app(scope, receive, send)
+        return self._coded(scope, receive, send, content, accept)
+
+    async def _coded(self, scope: Scope, receive: Receive, send: Send, content: bytes | None, accept: bytes | None
+                     ) -> None:
         if content is not None and content.strip().lower() != b"identity":
             try:
                 receive, scope = await self._decoded(scope, receive, content.decode("latin-1"))

@@ -170,8 +170,7 @@ class Exchange:
                 for art in task.get("artifacts") or []:
                     ameta = art.setdefault("metadata", {})
                     ameta[EXTENSION_URI] = {**(ameta.get(EXTENSION_URI) or {}), "source": res.agent}
-                self.tasks.put(TaskRecord(task["id"], [DownstreamTask(res.agent, task["id"], task.get("contextId"))],
-                                          route=route, owner=current_sender()))
+                self.tasks.put_leg(task["id"], res.agent, task.get("contextId"), route, current_sender())
             return result
         task = aggregate(results, message=message, route=route)
         state = task["status"]["state"]

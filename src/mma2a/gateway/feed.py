@@ -25,7 +25,7 @@ _MAX_TEXT = 512  # characters of a message id or an outcome kept in the feed
 
 def thumbnails(parts: Sequence[Any]) -> list[dict[str, Any]]:
     """The tiny previews parts carry (`metadata[ext].thumbnail`), by part index."""
-    out = []
+    out: list[dict[str, Any]] = []
     for i, part in enumerate(parts):
         if not (isinstance(part, dict) or isinstance(part, Mapping)) or not part.get("metadata"):
             continue
@@ -59,25 +59,29 @@ class DecisionFeed:
                refused: bool = False) -> None:
         """Add a decision; `refused`: the message failed validation, so none of its parts' previews are kept."""
         parts = message.get("parts")
+        mid = message.get("messageId")
+        thumbs = [] if refused or not (isinstance(parts, list) or isinstance(parts, Sequence)) else thumbnails(parts)
         entry = {
             "seq": next(self._seq),
-            "ts": round(time.time(), 3),
-            "messageId": _short(message.get("messageId")) if isinstance(message.get("messageId"), str) else None,
+            "ts": int(time.time() * 1000) / 1000,  # milliseconds (`round` costs several times this)
+            "messageId": _short(mid) if isinstance(mid, str) else None,
             "route": route,
             "outcome": _short(outcome),
-            "thumbnails": [] if refused or not (isinstance(parts, list) or isinstance(parts, Sequence)) else thumbnails(parts),
+            "thumbnails": thumbs,
         }
         size = len(orjson.dumps(entry))
-        if size > self.max_bytes and entry["thumbnails"]:
+        if size > self.max_bytes and thumbs:
             entry["thumbnails"] = []
             size = len(orjson.dumps(entry))
         if size > self.max_bytes:
             return
-        self._items.append((entry, size))
+        items = self._items
+        items.append((entry, size))
         self._bytes += size
-        while self._bytes > self.max_bytes or len(self._items) > self.capacity:
-            _, old = self._items.popleft()
-            self._bytes -= old
+        if len(items) > self.capacity:  # full: the oldest makes room (as the byte budget below may ask too)
+            self._bytes -= items.popleft()[1]
+        while self._bytes > self.max_bytes:
+            self._bytes -= items.popleft()[1]
 
     def since(self, seq: int = 0) -> list[dict[str, Any]]:
         return [d for d, _ in self._items if d["seq"] > seq]

@@ -169,9 +169,9 @@ def sniff_modality(raw: str, declared: str) -> str | None:
     return "image/*" if looks_like_image(raw[:16]) else None  # declared otherwise, but an image decoder takes it
 
 
-def _part_modality(part: Mapping[str, Any]) -> str:
-    ext = _part_ext(part)
-    m = ext.get("modality") or part.get("mediaType")
+def _part_modality(part: Mapping[str, Any], ext: Mapping[str, Any] | None = None) -> str:
+    """The modality a part declares (its extension's, else its `mediaType`), else the one its kind implies."""
+    m = (_part_ext(part) if ext is None else ext).get("modality") or part.get("mediaType")
     if isinstance(m, str) and m:
         return m
     return "text/plain" if "text" in part else "application/json" if "data" in part else "application/octet-stream"
@@ -237,41 +237,80 @@ class MessageGuard:
     async def admit(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None, sender: str | None
     ) -> str | None:
-        """Check one message (changed in place only by the `strip` policy); returns the features' sender."""
-        self.check_limits(message)
-        self.check_modalities(message, target)
-        parts = message.get("parts") or ()
-        if any("raw" in p for p in parts if isinstance(p, dict) or isinstance(p, Mapping)):  # else nothing to probe
-            await self.check_media(message)
-        if self.urls.check and (configuration is not None or any(
-                "url" in p or "metadata" in p for p in parts if isinstance(p, dict) or isinstance(p, Mapping))):
-            await self.check_urls(message, configuration)  # else no field that carries a URL
-        return self.check_signature(message, sender)
+        """Check one message (changed in place only by the `strip` policy); returns the features' sender.
 
-    def check_limits(self, message: Mapping[str, Any]) -> None:
+        One pass over the parts does the limits (raised first, in part order, as before any modality is
+        looked at), the modality lists (the first refusal raised once every limit passed), and notes
+        whether any part has raw bytes to probe or a field that may carry a URL."""
         parts = message.get("parts") or []
         lim = self.limits
         if len(parts) > lim.max_parts:
             raise PayloadTooLarge(f"params.message.parts: {len(parts)} parts, the limit is {lim.max_parts}",
                                   field="params.message.parts")
+        lists = self._lists(target)
+        refusal: Forbidden | None = None
         inline = 0
+        probe = fetch = False
         for i, part in enumerate(parts):
             if not (isinstance(part, dict) or isinstance(part, Mapping)):
                 continue
-            if isinstance(part.get("raw"), str):
-                inline += decoded_size(part["raw"])
-            elif isinstance(part.get("text"), str):
-                inline += len(part["text"])
+            raw = part.get("raw")
+            if isinstance(raw, str):
+                inline += decoded_size(raw)
+            else:
+                text = part.get("text")
+                if isinstance(text, str):
+                    inline += len(text)
             if inline > lim.max_inline_bytes:
                 raise PayloadTooLarge(
                     f"params.message.parts[{i}]: inline content passes {lim.max_inline_bytes} bytes; "
                     "send large media by reference (POST /blobs)", field=f"params.message.parts[{i}]")
-            features = _part_ext(part).get("features")
-            if features:
-                size = len(orjson.dumps(features, option=orjson.OPT_NON_STR_KEYS)) if _jsonable(features) else math.inf
-                if size > lim.max_features_bytes:
-                    where = f"params.message.parts[{i}].metadata[{EXTENSION_URI}].features"
-                    raise PayloadTooLarge(f"{where}: {size} bytes, the limit is {lim.max_features_bytes}", field=where)
+            ext = _NO_EXT
+            if "metadata" in part:
+                fetch = True
+                ext = _part_ext(part)
+                features = ext.get("features")
+                if features:
+                    size = len(orjson.dumps(features, option=orjson.OPT_NON_STR_KEYS)) if _jsonable(features) else math.inf
+                    if size > lim.max_features_bytes:
+                        where = f"params.message.parts[{i}].metadata[{EXTENSION_URI}].features"
+                        raise PayloadTooLarge(f"{where}: {size} bytes, the limit is {lim.max_features_bytes}", field=where)
+            elif "url" in part:
+                fetch = True
+            if "raw" in part:
+                probe = True
+            if lists and refusal is None:
+                refusal = self._modality_refusal(i, part, ext, lists)
+        if refusal is not None:
+            raise refusal
+        if probe:  # else nothing to probe
+            await self.check_media(message)
+        if self.urls.check and (configuration is not None or fetch):
+            await self.check_urls(message, configuration)  # else no field that carries a URL
+        return self.check_signature(message, sender)
+
+    def _lists(self, target: str | None) -> list[tuple[str, ModalityLists]]:
+        """The modality lists a message to `target` is held to (none when no list says anything)."""
+        lists = []
+        gateway = self.limits.modalities
+        if gateway.allow or gateway.deny:
+            lists.append(("this gateway", gateway))
+        if target is not None:
+            own = self.limits.agents.get(target)
+            if own is not None and (own.allow or own.deny):
+                lists.append((f"agent {target}", own))
+        return lists
+
+    @staticmethod
+    def _modality_refusal(i: int, part: Mapping[str, Any], ext: Mapping[str, Any],
+                          lists: list[tuple[str, ModalityLists]]) -> Forbidden | None:
+        modality = _part_modality(part, ext)
+        for who, ml in lists:
+            why = modality_refusal(modality, ml)
+            if why is not None:
+                return Forbidden(f"params.message.parts[{i}]: modality {modality} {why} of {who}",
+                                 field=f"params.message.parts[{i}]")
+        return None
 
     async def check_media(self, message: Mapping[str, Any]) -> None:
         """Raw images, audio and video: refused from their headers when they declare more pixels or seconds than
@@ -288,20 +327,6 @@ class MessageGuard:
                 check_raw(raw, modality, self.media_limits, where)
             else:  # a container header may need all of it: off the event loop
                 await asyncio.to_thread(check_raw, raw, modality, self.media_limits, where)
-
-    def check_modalities(self, message: Mapping[str, Any], target: str | None) -> None:
-        lists = [("this gateway", self.limits.modalities)]
-        if target is not None and target in self.limits.agents:
-            lists.append((f"agent {target}", self.limits.agents[target]))
-        for i, part in enumerate(message.get("parts") or []):
-            if not (isinstance(part, dict) or isinstance(part, Mapping)):
-                continue
-            modality = _part_modality(part)
-            for who, ml in lists:
-                why = modality_refusal(modality, ml)
-                if why is not None:
-                    raise Forbidden(f"params.message.parts[{i}]: modality {modality} {why} of {who}",
-                                    field=f"params.message.parts[{i}]")
 
     def check_targets(self, decision: Any) -> None:
         """Per-agent allow/deny lists against where the router sent each part."""

@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -158,27 +158,29 @@ class AccessControl:
                 self.bodies.give(sender, reserved)
             current_client.reset(token)
 
-    async def check_body(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    def check_body(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send
+                   ) -> Awaitable[None]:
         """Once access is granted (and the body decoded): cap bodies without a length (JSON-RPC caps its own
         otherwise) and check REST bodies are JSON (415 for another content type), since the SDK's REST binding
-        answers 500 to non-UTF-8 bytes."""
+        answers 500 to non-UTF-8 bytes. Nothing to check (a JSON-RPC body of a declared length): the app's own
+        coroutine, no frame of ours."""
         if (scope["type"] == "http" and access.shape is not ErrorShape.PAYLOAD and scope.get("method") in _BODY_METHODS
-                and access.cls is not AccessClass.PUBLIC and access.cls is not AccessClass.SIGNED):
-            headers = header_map(scope)
-            declared = b"content-length" in headers
-            raw_type = headers.get(b"content-type")
+                and access.cls is not AccessClass.PUBLIC and access.cls is not AccessClass.SIGNED
+                and (access.shape is not ErrorShape.JSONRPC or b"content-length" not in header_map(scope))):
+            return self._checked(access, app, scope, receive, send)
+        return app(scope, receive, send)
+
+    async def _checked(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        if access.shape is ErrorShape.REST:  # another content type is a 415
+            raw_type = header_map(scope).get(b"content-type")
             ctype = raw_type.decode("latin-1") if raw_type is not None else None
-            if access.shape is ErrorShape.REST:  # another content type is a 415
-                if ctype is not None and not is_json_type(ctype):
-                    await self.refuse(UnsupportedMediaType(f"Content-Type {ctype!r} is not supported; send "
-                                                           "application/json", field="Content-Type"), access.shape, send)
-                    return
-            if not declared or access.shape is not ErrorShape.JSONRPC:
-                capped = await self._capped(receive, access.shape, send, check_json=access.shape is ErrorShape.REST)
-                if capped is None:
-                    return
-                receive = capped
-        await app(scope, receive, send)
+            if ctype is not None and not is_json_type(ctype):
+                await self.refuse(UnsupportedMediaType(f"Content-Type {ctype!r} is not supported; send "
+                                                       "application/json", field="Content-Type"), access.shape, send)
+                return
+        capped = await self._capped(receive, access.shape, send, check_json=access.shape is ErrorShape.REST)
+        if capped is not None:
+            await app(scope, capped, send)
 
     def _pick(self, scope: Scope) -> dict[str, str]:
         """The few request headers access control reads (credentials, the body's length), decoded."""

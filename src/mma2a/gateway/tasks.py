@@ -93,37 +93,49 @@ class TaskMap:
         self._routes: dict[bytes, bytes] = {}  # identical routes share one bytes object
         self._contexts: dict[str, tuple[str | None, int]] = {}  # context id -> (owner, live records in it)
         self._owned: dict[tuple[str, str], int] = {}  # (owner, agent) -> live single-agent records (ListTasks totals)
+        self._age_check_at = float("-inf")  # no row can be past max_age_s before then: `put` skips `_expire`
 
     def put(self, record: TaskRecord) -> None:
-        route = orjson.dumps(record.route)
-        route = self._routes.setdefault(route, route) if len(self._routes) < 4096 else route
         legs: tuple[str, ...] = ()
         size = _OVERHEAD + 2 * len(record.task_id)
         for d in record.legs:
             legs += (d.agent, d.task_id)
             size += len(d.agent) + len(d.task_id)
         agg = orjson.dumps(record.aggregate) if record.aggregate is not None else None
-        if agg:
-            size += len(agg)
-        if record.aggregate is None:
+        self._store(record.task_id, legs, record.route, agg, size, record.owner, record.context_id)
+
+    def put_leg(self, task_id: str, agent: str, context_id: str | None, route: list[dict[str, Any]],
+                owner: str | None) -> None:
+        """`put` of the commonest record, an agent's own task (one leg, no aggregate), without building it."""
+        self._store(task_id, (agent, task_id), route, None, _OVERHEAD + 3 * len(task_id) + len(agent), owner, context_id)
+
+    def _store(self, task_id: str, legs: tuple[str, ...], route_doc: list[dict[str, Any]], agg: bytes | None,
+               size: int, owner: str | None, context: str | None) -> None:
+        route = orjson.dumps(route_doc)
+        routes = self._routes
+        if len(routes) >= 4096:
+            routes.clear()
+        route = routes.setdefault(route, route)  # identical routes share one bytes object
+        if agg is None:
             size += len(route) // 8  # shared with other records on the same route, mostly
         else:
-            size += len(route)
+            size += len(agg) + len(route)
         now = self.clock()
-        old = self._rows.pop(record.task_id, None)
+        rows = self._rows
+        old = rows.pop(task_id, None)
         if old is not None:
             self._forget(old)
-        context = record.context_id
-        row = (legs, route, agg, now, size, record.owner, context)
-        self._rows[record.task_id] = row
+        rows[task_id] = (legs, route, agg, now, size, owner, context)
         self.bytes += size
         if context is not None:
-            owner, n = self._contexts.get(context, (record.owner, 0))
-            self._contexts[context] = (owner, n + 1)  # a context keeps its first owner while it has records
-        if record.owner is not None and agg is None and len(legs) == 2:
-            key = (record.owner, legs[0])
+            held = self._contexts.get(context)
+            self._contexts[context] = (owner, 1) if held is None else (held[0], held[1] + 1)  # a context keeps its
+            # first owner while it has records
+        if owner is not None and agg is None and len(legs) == 2:
+            key = (owner, legs[0])
             self._owned[key] = self._owned.get(key, 0) + 1
-        self._expire(now)
+        if len(rows) > self.capacity or self.bytes > self.max_bytes or now >= self._age_check_at:
+            self._expire(now)
 
     def _forget(self, row: _Row) -> None:
         """Account for a row leaving the map (its bytes, its context's count, its owner's count)."""
@@ -149,10 +161,12 @@ class TaskMap:
         while rows:
             _, row = next(iter(rows.items()))
             if len(rows) <= self.capacity and self.bytes <= self.max_bytes and now - row[3] <= self.max_age_s:
-                break
+                # the oldest row is young enough: none is due before it is (a later look at an older-than-needed
+                # time only checks again)
+                self._age_check_at = row[3] + self.max_age_s
+                return
             self._forget(rows.popitem(last=False)[1])
-        if len(self._routes) >= 4096:
-            self._routes.clear()
+        self._age_check_at = now + self.max_age_s  # empty: nothing can be due before a row put now is
 
     def get(self, task_id: str) -> TaskRecord:
         rec = self.find(task_id)
