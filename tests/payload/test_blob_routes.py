@@ -233,7 +233,7 @@ async def test_resumable_upload_over_http(server: PayloadServer, tmp_path: Path)
         r = await client.get(loc)
         assert (r.status_code, r.json()["error"]["message"]) == (404, f"upload {up['uploadId']} not found")
         r = await client.patch(f"{server.url}/blobs/uploads/nothex", content=b"x", headers={"Upload-Offset": "0"})
-        assert (r.status_code, r.json()["error"]["message"]) == (400, "upload id 'nothex' is not valid (32 lower-case hex digits)")
+        assert (r.status_code, r.json()["error"]["message"]) == (400, "upload id 'nothex' is not valid (use the uploadId POST /blobs/uploads answered)")
 
         r = await client.post(f"{server.url}/blobs/uploads", headers={"Content-Type": "image/png"})
         uid = r.json()["uploadId"]

@@ -5,7 +5,8 @@
 - Resumable: `POST /blobs/uploads` -> 201 `{"uploadId", "offset": 0, "location"}`;
   `PATCH /blobs/uploads/{id}` with `Upload-Offset` (the current end, else 409 naming the
   expected offset); `HEAD|GET /blobs/uploads/{id}` -> the offset; `POST
-  /blobs/uploads/{id}/finish` -> 201 like `POST /blobs`; `DELETE` aborts.
+  /blobs/uploads/{id}/finish` -> 201 like `POST /blobs`; `DELETE` aborts. An upload id carries an HMAC tag
+  of the client that began it: for any other client it is an upload nobody began (404).
 - `GET|HEAD /blobs/{key}?exp=..&sig=..`: signed read with `Range` (206 + `Content-Range`, 416
   when unsatisfiable); `DELETE` with a URL signed for `DELETE`.
 Errors are `{"error": {"code", "reason", "message", "data"}}` with the error's HTTP status
@@ -15,15 +16,16 @@ Errors are `{"error": {"code", "reason", "message", "data"}}` with the error's H
 from __future__ import annotations
 
 import asyncio
+import hmac
 import re
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from ..errors import MMA2AError, PayloadError, PayloadTooLarge, RangeNotSatisfiable
+from ..errors import MMA2AError, PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable
 from ..responses import json_response, read_json_object
 from .endpoint import BaseURLFn, default_base_url, handles_errors, media_type_of
 from .signing import URLSigner
@@ -31,9 +33,11 @@ from .store import BlobInfo, BlobStore, check_key, check_sha256
 from .stream_routes import StreamEndpoints
 from .streams import StreamHub
 
+_T = TypeVar("_T")
 MediaCheck = Callable[[bytes, str], None]  # (first bytes of a blob, media type) -> raises MMA2AError to refuse it
 MEDIA_PREFIX = {"image": 1 << 20, "audio": 16 << 20, "video": 16 << 20}  # bytes read for a header check
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_UPLOAD_ID_RE = re.compile(r"^([0-9a-f]{32})\.([A-Za-z0-9_-]{22})$")
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -79,13 +83,39 @@ class BlobEndpoints:
         max_upload_bytes: int = 1 << 30,
         url_expires_in: int | None = None,
         media_check: MediaCheck | None = None,
+        owner_fn: Callable[[], str | None] | None = None,
     ):
         self.store = store
+        self.owner_fn = owner_fn or (lambda: None)
         self.signer = signer
         self.base_url = public_base_url_fn or default_base_url
         self.max_upload_bytes = max_upload_bytes
         self.url_expires_in = url_expires_in
         self.media_check = media_check
+
+    def _upload_tag(self, store_id: str) -> str:
+        """The tag binding an upload to the client that began it (HMAC with the URL key: any gateway of a cluster
+        checks it, nothing is stored)."""
+        return self.signer.signature("UPLOAD", store_id, 0, scope=f"uploads/{self.owner_fn() or ''}")[:22]
+
+    def _store_id(self, request: Request) -> tuple[str, str]:
+        """(the id the client sent, the store's id): another client's upload is answered as one nobody began."""
+        given = request.path_params["upload_id"]
+        m = _UPLOAD_ID_RE.match(given)
+        if m is None:
+            raise PayloadError(f"upload id {given!r} is not valid (use the uploadId POST /blobs/uploads answered)",
+                               field="uploadId")
+        if not hmac.compare_digest(m.group(2), self._upload_tag(m.group(1))):
+            raise PayloadNotFound(f"upload {given} not found", field="uploadId")
+        return given, m.group(1)
+
+    async def _on_upload(self, request: Request, op: Callable[[str], Awaitable[_T]]) -> tuple[str, _T]:
+        given, store_id = self._store_id(request)
+        try:
+            return given, await op(store_id)
+        except PayloadError as exc:  # the store names its own id: the client knows the one it was given
+            exc.message = exc.message.replace(f"upload {store_id}", f"upload {given}")
+            raise
 
     def describe(self, request: Request, info: BlobInfo) -> dict[str, Any]:
         exp, sig = self.signer.sign_query(info.key, "GET", self.url_expires_in)
@@ -143,45 +173,45 @@ class BlobEndpoints:
             media_type = media_type_of((await read_json_object(request, empty_ok=True)).get("mediaType"), "mediaType")
         else:
             media_type = media_type_of(request.headers.get("upload-media-type") or ct or None)
-        upload_id = await self.store.begin_upload(media_type)
+        store_id = await self.store.begin_upload(media_type)
+        upload_id = f"{store_id}.{self._upload_tag(store_id)}"
         location = f"{self.base_url(request)}/blobs/uploads/{upload_id}"
         body = {"uploadId": upload_id, "offset": 0, "mediaType": media_type, "location": location}
         return json_response(body, 201, {"Location": location, "Upload-Offset": "0"})
 
     async def upload_status(self, request: Request) -> Response:
-        upload_id = request.path_params["upload_id"]
-        offset = await self.store.upload_offset(upload_id)
+        upload_id, offset = await self._on_upload(request, self.store.upload_offset)
         headers = {"Upload-Offset": str(offset), "Cache-Control": "no-store"}
         if request.method == "HEAD":
             return Response(b"", 200, headers)
         return json_response({"uploadId": upload_id, "offset": offset}, headers=headers)
 
     async def append(self, request: Request) -> Response:
-        upload_id = request.path_params["upload_id"]
         raw = request.headers.get("upload-offset")
         if raw is None:
             raise PayloadError("Upload-Offset header is required", field="Upload-Offset")
         if not raw.strip().isdigit():
             raise PayloadError(f"Upload-Offset {raw!r} is not a non-negative integer", field="Upload-Offset")
         try:
-            offset = await self.store.append(upload_id, int(raw), request.stream(), max_size=self.max_upload_bytes)
+            upload_id, offset = await self._on_upload(request, lambda sid: self.store.append(
+                sid, int(raw), request.stream(), max_size=self.max_upload_bytes))
         except ClientDisconnect:
             return Response(b"", 400)
         return json_response({"uploadId": upload_id, "offset": offset}, headers={"Upload-Offset": str(offset)})
 
     async def finish_upload(self, request: Request) -> Response:
-        upload_id = request.path_params["upload_id"]
+        self._store_id(request)  # another client's id is refused before its body is read
         digest = request.headers.get("x-content-sha256")
         field = "X-Content-SHA256"
         if digest is None and request.headers.get("content-type", "").startswith("application/json"):
             digest, field = (await read_json_object(request, empty_ok=True)).get("sha256"), "sha256"
         expected = None if digest is None else check_sha256(digest, field)
-        info = await self.store.finish(upload_id, expected)
+        _, info = await self._on_upload(request, lambda sid: self.store.finish(sid, expected))
         await self._checked(info)
         return self._created(request, info)
 
     async def abort_upload(self, request: Request) -> Response:
-        await self.store.abort_upload(request.path_params["upload_id"])
+        await self._on_upload(request, self.store.abort_upload)
         return Response(b"", 204)
 
     async def get(self, request: Request) -> Response:
@@ -249,11 +279,12 @@ def payload_routes(
     own base URL); signed URLs in responses are built on it. Pass `hub` to share the
     stream hub with the rest of the gateway. `media_check(head, media_type)` refuses uploaded
     images, audio and video from their first bytes (the blob is deleted, the upload answers its error).
-    `owner_fn()` names the calling client (streams are limited per client).
+    `owner_fn()` names the calling client (streams are limited per client; an upload id works only for the
+    client that began the upload).
     """
     blobs = BlobEndpoints(
         store, signer, public_base_url_fn=public_base_url_fn, max_upload_bytes=max_upload_bytes, url_expires_in=url_expires_in,
-        media_check=media_check,
+        media_check=media_check, owner_fn=owner_fn,
     )
     streams = StreamEndpoints(
         hub if hub is not None else StreamHub(), signer, public_base_url_fn=public_base_url_fn, url_expires_in=url_expires_in,
