@@ -223,3 +223,40 @@ async def test_texts_at_hand_keep_their_vectors_when_another_part_waits_past_the
         release.set()
     assert list(got) == [0] and np.array_equal(got[0], vectors.cache.embed(["Where is my parcel?"])[0])
     assert seen == {"miss": 2, "hit": 1, "timeout": 1}  # the held text alone went without
+
+
+def test_an_owned_vector_is_kept_as_it_is_and_a_row_of_a_batch_is_copied() -> None:
+    cache = CachedEmbedder(Runs())
+    own = np.ones(384, np.float32)
+    cache.put(b"own", own, owned=True)
+    assert cache.get(b"own") is own and not own.flags.writeable  # nobody can change what the cache hands out
+    batch = np.ones((4, 384), np.float32)
+    cache.put(b"row", batch[1], owned=True)  # a view keeps its batch alive: copied, owned or not
+    kept = cache.get(b"row")
+    assert kept is not None and kept.base is None and batch.flags.writeable
+    cache.put(b"f64", np.ones(384), owned=True)
+    assert cache.get(b"f64").dtype == np.float32  # type: ignore[union-attr]
+
+
+def test_with_vectors_keeps_every_field_of_the_view_and_its_parts() -> None:
+    """`with_vectors` builds the views field by field: a field it forgot would silently go back to its default."""
+    import dataclasses
+
+    from mma2a.ext import PartExtension, Session
+    from mma2a.gateway.enrich import PartVectors, with_vectors
+    from mma2a.modality import parse_modality
+    from mma2a.view import MessageView, PartView
+
+    # every field away from its default, so a dropped one shows
+    part = PartView(0, parse_modality("text/plain"), {"language": "en"}, "data", 7, PartExtension("text/plain"))
+    other = dataclasses.replace(part, index=1)
+    view = MessageView("m", (part, other), ("a",), Session("s", 3, True), 2, ("gw",), 9, ("text/plain",), True)
+    assert [f.name for f in dataclasses.fields(PartView)] == ["index", "modality", "features", "kind", "size", "ext",
+                                                                "embedding", "embedding_model"]
+    assert len(dataclasses.fields(MessageView)) == 9
+    vec = np.ones(4, np.float32)
+    out = with_vectors(view, PartVectors("model-x", {0: vec}))
+    assert out == dataclasses.replace(view, parts=(dataclasses.replace(part, embedding_model="model-x"), other))
+    assert out.parts[1] is other  # `embedding` is not compared: the rest is equal
+    assert out.parts[0].embedding is vec and out.parts[0].embedding_model == "model-x"
+    assert with_vectors(view, {}) is view

@@ -78,7 +78,7 @@ class TextVectors:
                     log.warning("text vectors: the embedder failed on a text: %r", exc)
                     self._count("failed")
                     continue
-                self.cache.put(key, vec)
+                self.cache.put(key, vec, owned=True)
                 self._count("miss")
                 out[i] = vec
                 continue

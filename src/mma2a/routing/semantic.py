@@ -110,10 +110,15 @@ class CachedEmbedder:
             self.hits += 1
             return vec
 
-    def put(self, key: bytes, vec: Any) -> None:
+    def put(self, key: bytes, vec: Any, *, owned: bool = False) -> None:
+        """Remember `vec` under `key`; `owned`: a float32 vector of its own (not a row of a batch, nobody else's),
+        kept as it is rather than copied."""
         import numpy as np
 
-        row = np.array(vec, dtype=np.float32)  # a copy: a row of a batch would keep the whole batch alive
+        if owned and type(vec) is np.ndarray and vec.dtype == np.float32 and vec.base is None:
+            row = vec
+        else:
+            row = np.array(vec, dtype=np.float32)  # a copy: a row of a batch would keep the whole batch alive
         row.setflags(write=False)
         cost = row.nbytes + ENTRY_OVERHEAD
         if self.max_entries <= 0 or cost > self.max_bytes:
@@ -235,10 +240,12 @@ def skill_texts(agent: AgentInfo) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True, eq=False)
 class SkillTable:
-    """Every agent's skill texts, embedded: one row per text, an agent's rows together."""
+    """Every agent's skill texts, embedded: one row per text, an agent's rows together; and above them each agent's
+    centroid (the mean of its rows), so one matrix-vector product gives every text's cosine and every agent's mean
+    cosine (the mean of the cosines is the cosine's dot product with the mean row)."""
 
     agents: tuple[str, ...]  # each agent once, in row order
-    starts: Any  # the first row of each agent (for np.maximum.reduceat)
+    starts: Any  # the first row of each agent in `matrix` (for np.maximum.reduceat)
     skills: tuple[str, ...]  # the skill id of each row
     matrix: Any
     positions: dict[str, int] = field(default_factory=dict)
@@ -246,7 +253,7 @@ class SkillTable:
     bounds: tuple[int, ...] = ()  # `starts` as Python ints, and the row count last (the small-table path of `rank`)
     score: str = "max"  # how an agent's score is made from its texts' cosines, unless a rule says otherwise
     min_score: float = SKILLS_MIN  # the score a part must reach, unless a rule says otherwise
-    counts: Any = None  # the number of texts of each agent (for the mean)
+    stacked: Any = None  # the agents' centroids (one row each, in `agents` order), then `matrix` (`build_skills`)
 
     def mask(self, allowed: Sequence[str]) -> Any:
         import numpy as np
@@ -258,13 +265,17 @@ class SkillTable:
                 keep[i] = True
         return keep
 
-    def per_agent(self, sims: Any, score: str | None = None) -> Any:
-        """Each agent's score from the cosines of all rows: its nearest text's (`max`) or its texts' mean."""
+    def cosines(self, vector: Any) -> tuple[Any, Any]:
+        """(each agent's mean cosine, each row's cosine) with `vector`: one product."""
+        both = self.stacked @ vector
+        n = len(self.agents)
+        return both[:n], both[n:]
+
+    def per_agent(self, sims: Any, means: Any, score: str | None = None) -> Any:
+        """Each agent's score: its nearest text's cosine (`max`, from the rows' `sims`) or its texts' mean (`means`)."""
         import numpy as np
 
-        if (score or self.score) == "mean":
-            return np.add.reduceat(sims, self.starts) / self.counts
-        return np.maximum.reduceat(sims, self.starts)
+        return means if (score or self.score) == "mean" else np.maximum.reduceat(sims, self.starts)
 
     def rank(self, vector: Any, keep: Any, top: int = TOP, score: str | None = None) -> list[tuple[str, float, str]]:
         """The `top` agents among `keep` (a mask from `mask`) by their score (`score`, else the table's: the cosine
@@ -275,17 +286,24 @@ class SkillTable:
         count = int(keep.sum())
         if count == 0:
             return []
-        sims = self.matrix @ vector
+        means, sims = self.cosines(vector)
         k = min(top, count)
+        mean = (score or self.score) == "mean"
         if len(self.agents) <= SMALL_TABLE and self.bounds:  # numpy's per-call cost dominates: rank the few agents in Python
-            scores = self.per_agent(sims, score).tolist()
-            kept = sorted((-round(sc, 4), self.agents[i], i) for i, sc in enumerate(scores) if keep[i])[:k]
+            rows = sims.tolist()
+            bounds = self.bounds
+            if mean:
+                scores = means.tolist()
+            else:
+                scores = [max(rows[bounds[i]: bounds[i + 1]]) for i in range(len(self.agents))]
+            kept = sorted([(-round(sc, 4), self.agents[i], i) for i, sc in enumerate(scores) if keep[i]])[:k]
             out = []
             for neg, name, i in kept:
-                a, b = self.bounds[i], self.bounds[i + 1]
-                out.append((name, -neg, self.skills[a + int(sims[a:b].argmax())]))
+                a, b = bounds[i], bounds[i + 1]
+                part = rows[a:b]
+                out.append((name, -neg, self.skills[a + part.index(max(part))]))
             return out
-        per_agent = np.where(keep, self.per_agent(sims, score), -np.inf)
+        per_agent = np.where(keep, self.per_agent(sims, means, score), -np.inf)
         if k < len(per_agent):  # every agent at least as good as the k-th (as shown, to 4 places): ties at the cut go by name
             shown = np.round(per_agent.astype(np.float64), 4)
             best = np.flatnonzero(shown >= -np.partition(-shown, k - 1)[k - 1])
@@ -325,10 +343,11 @@ def build_skills(agents: Iterable[AgentInfo], embedder: Embedder | None) -> Skil
     if not texts:
         return None
     bounds = (*starts, len(texts))
-    return SkillTable(tuple(names), np.asarray(starts, dtype=np.intp), tuple(skills),
-                      np.asarray(embedder.embed(texts), dtype=np.float32), {n: i for i, n in enumerate(names)},
-                      embedder.model, bounds, score, minimum,
-                      np.diff(np.asarray(bounds, dtype=np.float32)))
+    matrix = np.asarray(embedder.embed(texts), dtype=np.float32)
+    centroids = np.add.reduceat(matrix, np.asarray(starts, dtype=np.intp), axis=0) / np.diff(np.asarray(bounds))[:, None]
+    return SkillTable(tuple(names), np.asarray(starts, dtype=np.intp), tuple(skills), matrix,
+                      {n: i for i, n in enumerate(names)}, embedder.model, bounds, score, minimum,
+                      np.ascontiguousarray(np.vstack([centroids, matrix]), dtype=np.float32))
 
 
 def needs_vectors(rules: RuleSet) -> bool:
