@@ -120,7 +120,7 @@ class Admission:
         if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
             sender = await self.guard.admit(message, configuration, target, sender)
         vectors = await self.features.apply(message, self.state.snapshot, sender=sender) if self.features else {}
-        if self.offload is not None:
+        if self.offload is not None and self.offload.needed(message):
             message = await self.offload.apply(message)
         view = with_vectors(self.view(message, configuration, target), vectors)
         if message.get("taskId"):

@@ -16,6 +16,7 @@ from .directory import AgentDirectory
 from .hooks import RouteHooks
 from .legs import Leg, LegPlanner
 from .metrics import GatewayMetrics
+from .tracing import active as tracing_active
 from .tracing import span
 
 log = logging.getLogger("mma2a.gateway.faults")
@@ -68,7 +69,10 @@ class Dispatcher:
         if self.cluster.durable_for(leg.agent):
             return await self.cluster.deliver(leg.agent, params)
         try:
-            with span("mma2a.dispatch", kind="client", agent=leg.agent, parts=len(leg.parts)):
+            if tracing_active():  # else no span to enter and leave
+                with span("mma2a.dispatch", kind="client", agent=leg.agent, parts=len(leg.parts)):
+                    result = await self.caller.call(entry, "SendMessage", params)
+            else:
                 result = await self.caller.call(entry, "SendMessage", params)
         except AgentRPCError as exc:
             if passthrough:

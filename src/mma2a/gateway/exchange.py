@@ -25,6 +25,7 @@ from .metrics import GatewayMetrics
 from .outputs import adapt_outputs
 from .state import RoutingState
 from .tasks import DownstreamTask, TaskMap, TaskRecord
+from .tracing import active as tracing_active
 from .tracing import span
 
 if TYPE_CHECKING:
@@ -74,17 +75,20 @@ class Exchange:
     async def _send(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None
                     ) -> dict[str, Any]:
         t0 = time.perf_counter()
-        with span("mma2a.route", message_id=message.get("messageId"), parts=len(message.get("parts") or ())) as s:
-            try:
+        try:
+            if tracing_active():  # else no span to enter and leave
+                with span("mma2a.route", message_id=message.get("messageId"), parts=len(message.get("parts") or ())) as s:
+                    message, view, decision = await self.admission.prepare(message, configuration, target)
+                    if s is not None:
+                        s.set_attribute("mma2a.modalities", [p.modality for p in decision.parts])
+                        s.set_attribute("mma2a.targets", list(decision.targets()))
+                        s.set_attribute("mma2a.rules", sorted({r for p in decision.parts for r in p.matched}))
+            else:
                 message, view, decision = await self.admission.prepare(message, configuration, target)
-            except MMA2AError as exc:
-                self.feed.record(message, [], f"refused {exc.code}: {exc.message}", refused=True)
-                self.remember_refusal(message, exc, t0)
-                raise
-            if s is not None:
-                s.set_attribute("mma2a.modalities", [p.modality for p in decision.parts])
-                s.set_attribute("mma2a.targets", list(decision.targets()))
-                s.set_attribute("mma2a.rules", sorted({r for p in decision.parts for r in p.matched}))
+        except MMA2AError as exc:
+            self.feed.record(message, [], f"refused {exc.code}: {exc.message}", refused=True)
+            self.remember_refusal(message, exc, t0)
+            raise
         route = self.routes.of(decision)  # one per request: the answer, the task record and the feed share it
         result = await self.execute(message, configuration, decision, route)
         self.metrics.request_seconds.observe(time.perf_counter() - t0)

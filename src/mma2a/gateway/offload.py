@@ -19,11 +19,17 @@ class OffloadStage:
         self.threshold = threshold
         self.base_url = base_url
 
+    def needed(self, message: dict[str, Any]) -> bool:
+        """Whether any raw part is over the threshold (else `apply` has nothing to move: the pipeline skips it)."""
+        if self.threshold <= 0:
+            return False
+        for p in message.get("parts") or ():
+            if isinstance(p, dict) and "raw" in p and isinstance(p["raw"], str) and decoded_size(p["raw"]) > self.threshold:
+                return True
+        return False
+
     async def apply(self, message: dict[str, Any]) -> dict[str, Any]:
         """The message with large raw parts by reference (a copy when anything moved)."""
-        if self.threshold <= 0 or not any(
-            isinstance(p, dict) and isinstance(p.get("raw"), str) and decoded_size(p["raw"]) > self.threshold
-            for p in message.get("parts") or ()
-        ):
+        if not self.needed(message):
             return message
         return await offload_parts(message, self.store, self.signer, threshold=self.threshold, base_url=self.base_url)
