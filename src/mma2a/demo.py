@@ -45,6 +45,8 @@ REPORT = ("Customer report: the lid of my coffee machine cracked after one week 
           "Question: what should we do, and for which serial number?")
 VOICE = "the left hinge is cracked and it makes a rattle and please replace it"
 SERIAL = "SN-20417"
+DEMO_AGENT_TIMEOUT_S = 300.0
+"""How long the demo's gateway waits for a reference agent: they load their models on the first message."""
 FIELD_REPORT = ("Field report from pump station 4: the pump stopped with a fault; panel photo attached. The manual says: "
                 "the status lights are, from left to right: power, network, storage and cooling; a red light marks the fault.")
 
@@ -99,8 +101,10 @@ async def demo_network(mode: str = "native") -> AsyncIterator[tuple[Gateway, str
             executor = SkillExecutor(ref.reply, gateway=f"http://127.0.0.1:{port}")
             url = await stack.enter_async_context(run_agent(ref.card(), executor))
             agents.append({"name": ref.name, "url": url, "transformer": ref.transformer})
+        # the agents run real models in this process, and the first message loads them: under load a cold inspection
+        # of the photo alone took 53 s (load 26), past the default 30 s agent timeout (the demo then showed no answer)
         gw = Gateway(parse_config({"listen": f"127.0.0.1:{port}", "rules": DEMO_RULES, "mode": mode, "agents": agents,
-                                   "log_decisions": False, "admin": {"token_env": None},
+                                   "timeout_s": DEMO_AGENT_TIMEOUT_S, "log_decisions": False, "admin": {"token_env": None},
                                    "history": {"enabled": False}}))  # a throwaway gateway: nothing to keep
         url = await stack.enter_async_context(running(gw.app, "127.0.0.1", port))
         yield gw, url
@@ -112,6 +116,7 @@ def rows_of(task: dict[str, Any]) -> list[DemoRow]:
     for art in task.get("artifacts") or []:
         source = ((art.get("metadata") or {}).get(EXTENSION_URI) or {}).get("source") or art.get("name", "").split("/")[0]
         answers.setdefault(source, []).extend(p["text"] for p in art.get("parts", []) if "text" in p)
+    missing = _missing_answers(task)
     rows = []
     for r in meta.get("route", []):
         for target, via in zip(r["targets"], r["via"]):
@@ -121,8 +126,22 @@ def rows_of(task: dict[str, Any]) -> list[DemoRow]:
             if r["bottleneck"]:  # a rule's own transform is a choice, not the fallback
                 label = " [to text by rule]" if any(a.startswith("transform:") for a in r["actions"]) else " [text bottleneck]"
             rows.append(DemoRow(int(r["index"]), r["modality"], why, target, chain + label,
-                                " | ".join(answers.get(target, [])) or "-"))
+                                " | ".join(answers.get(target, [])) or missing.get(target, "no answer")))
     return rows
+
+
+def _missing_answers(task: dict[str, Any]) -> dict[str, str]:
+    """Why an agent gave no answer, by agent, from the gateway's task: the leg's state and the gateway's reason
+    for it (`vision: agent vision timed out after 30 s`) — a failed leg is said to have failed, never shown as `-`."""
+    status_msg = (task.get("status") or {}).get("message") or {}
+    reasons = " ".join(p.get("text", "") for p in status_msg.get("parts") or [] if "text" in p)
+    meta = (task.get("metadata") or {}).get(EXTENSION_URI) or {}
+    out: dict[str, str] = {}
+    for leg in meta.get("downstream") or []:
+        agent, state = str(leg.get("agent", "")), str(leg.get("state", "")).removeprefix("TASK_STATE_").lower()
+        said = next((seg for seg in reasons.split("; ") if seg.startswith(f"{agent}: ")), "")
+        out[agent] = f"no answer: {state}" + (f" ({said.removeprefix(agent + ': ')})" if said else "")
+    return out
 
 
 @dataclass
@@ -155,7 +174,7 @@ async def _send(url: str, message: dict[str, Any], accepted: list[str] | None = 
     body: dict[str, Any] = {"message": message}
     if accepted:
         body["configuration"] = {"acceptedOutputModes": accepted}
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(timeout=DEMO_AGENT_TIMEOUT_S + 30) as http:  # the gateway answers first, if late
         client = await create_client(url, ClientConfig(streaming=False, httpx_client=http))
         events = [ev async for ev in client.send_message(json_format.ParseDict(body, SendMessageRequest()))]
     return dict(json_format.MessageToDict(events[-1].task))
@@ -239,10 +258,10 @@ async def skills_request(text: str = FREE_TEXT) -> SkillsResult | None:
         port, token = free_port(), secrets.token_urlsafe(16)  # the dry run is an admin call
         gw = Gateway(parse_config({"listen": f"127.0.0.1:{port}", "rules": SKILLS_RULES, "agents": agents,
                                    "log_decisions": False, "admin": {"token": token}, "history": {"enabled": False},
-                                   "features": {"budget_s": 10}}))
+                                   "features": {"budget_s": DEMO_AGENT_TIMEOUT_S}}))  # the sentence model loads cold
         url = await stack.enter_async_context(running(gw.app, "127.0.0.1", port))
         message = {"messageId": "demo-free-text", "role": "ROLE_USER", "parts": [{"text": text, "mediaType": "text/plain"}]}
-        async with httpx.AsyncClient(timeout=60) as http:
+        async with httpx.AsyncClient(timeout=DEMO_AGENT_TIMEOUT_S + 30) as http:
             explained = (await http.post(url.rstrip("/") + "/admin/explain", json={"message": message},
                                          headers={"Authorization": f"Bearer {token}"})).json()
         route = explained["parts"][0]["routes"][0]

@@ -230,6 +230,7 @@ def test_the_text_embedding_runs_only_when_asked_for(embedder: SentenceEmbedding
         assert asked.features["embedding"]["dimension"] == 384
 
 
+@pytest.mark.timeout(900)  # three real models, one file each within its --budget: minutes under load, never a hang
 def test_features_cli_shows_the_model_fields(tmp_path: pytest.TempPathFactory, speech: SpeechExtractor,
                                              ocr: OCRExtractor, objects: ObjectExtractor) -> None:
     from typer.testing import CliRunner
@@ -243,9 +244,10 @@ def test_features_cli_shows_the_model_fields(tmp_path: pytest.TempPathFactory, s
     voice.write_bytes(spoken(SENTENCES[1]))
     note = tmp_path / "note.txt"  # type: ignore[operator]
     note.write_text("Where is my parcel?")
-    res = CliRunner().invoke(app, ["features", "--json", "--embed", "--budget", "120", str(sign), str(voice), str(note)])
+    res = CliRunner().invoke(app, ["features", "--json", "--embed", "--budget", "240", str(sign), str(voice), str(note)])
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in res.output.splitlines()]
+    assert [r["timedOut"] for r in rows] == [False, False, False], [r.get("errors") for r in rows]
     image, audio, text = rows[0]["features"], rows[1]["features"], rows[2]["features"]
     assert text["embedding"]["dimension"] == 384
     assert image["text"] == "EXIT 4" and image["textLines"][0]["text"] == "EXIT 4"

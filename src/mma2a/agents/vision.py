@@ -58,25 +58,48 @@ def card() -> AgentCard:
 
 _findings: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
 _findings_lock = threading.Lock()
+_inspecting: dict[bytes, threading.Lock] = {}  # images being inspected now: a second caller waits for the first
 FINDINGS_CACHE = 32
 """Findings of this many recent images are kept (by SHA-256): perception is deterministic, and the
 same photo often reaches several agents of one process (the inspector, the analyst, the captioner)."""
 
 
-def inspect_image(data: bytes) -> dict[str, Any]:
-    """Findings from the pixels (see the module docstring); blocking — run it off the event loop."""
-    key = hashlib.sha256(data).digest()
+def _cached(key: bytes) -> dict[str, Any] | None:
     with _findings_lock:
         cached = _findings.get(key)
         if cached is not None:
             _findings.move_to_end(key)
             return copy.deepcopy(cached)
-    findings = _inspect(data)
+        return None
+
+
+def inspect_image(data: bytes) -> dict[str, Any]:
+    """Findings from the pixels (see the module docstring); blocking — run it off the event loop.
+
+    One inspection per image at a time: the same photo cloned to the inspector and the analyst of one
+    process is inspected once, the second caller waiting for the first one's findings (two at once
+    doubled the work, and on a loaded machine pushed both past the gateway's agent timeout)."""
+    key = hashlib.sha256(data).digest()
+    found = _cached(key)
+    if found is not None:
+        return found
     with _findings_lock:
-        _findings[key] = copy.deepcopy(findings)
-        while len(_findings) > FINDINGS_CACHE:
-            _findings.popitem(last=False)
-    return findings
+        running = _inspecting.setdefault(key, threading.Lock())
+    with running:
+        try:
+            found = _cached(key)  # the caller we waited for found them (unless it failed: then this one tries)
+            if found is not None:
+                return found
+            findings = _inspect(data)
+            with _findings_lock:
+                _findings[key] = copy.deepcopy(findings)
+                while len(_findings) > FINDINGS_CACHE:
+                    _findings.popitem(last=False)
+            return findings
+        finally:
+            with _findings_lock:
+                if _inspecting.get(key) is running:
+                    del _inspecting[key]
 
 
 def _inspect(data: bytes) -> dict[str, Any]:
