@@ -67,7 +67,6 @@ __all__ = [
     "Unauthorized",
     "UnknownModality",
     "UnsupportedExtensionVersion",
-    "UnsupportedMediaType",
     "UnsupportedOperation",
     "UploadOffsetMismatch",
     "URLForbidden",
@@ -340,12 +339,6 @@ class URLForbidden(PayloadError):
     """The gateway refuses to fetch this URL (SSRF guard)."""
 
     http_status = 403
-
-
-class UnsupportedMediaType(InvalidRequest):
-    """A request body whose Content-Type the binding does not read (REST wants application/json)."""
-
-    http_status = 415
 
 
 class Unauthorized(MMA2AError):

@@ -43,14 +43,14 @@ class SampleExecutor(AgentExecutor):
 
 
 def sample_card(name: str, url: str, grpc_address: str | None = None, *, grpc_only: bool = False,
-                modes: tuple[str, ...] = ("text",)) -> AgentCard:
+                modes: tuple[str, ...] = ("text",), streaming: bool = True) -> AgentCard:
     """The card: JSON-RPC and HTTP+JSON; with `grpc_address` gRPC too, and with `grpc_only` nothing else."""
     http = [AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0")]
     grpc_ = [AgentInterface(url=grpc_address, protocol_binding="GRPC", protocol_version="1.0")] if grpc_address else []
     return AgentCard(
         name=name, description=f"sample agent {name}", version="1.0.0",
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=streaming),
         default_input_modes=list(modes), default_output_modes=list(modes),
         supported_interfaces=grpc_ if grpc_only else http + grpc_,
         skills=[AgentSkill(id="read", name="read", description="reads text", tags=["sample"])],
@@ -78,9 +78,10 @@ class SampleAgent:
 
 @contextlib.asynccontextmanager
 async def sample_agent(name: str, *, grpc: bool = False, grpc_only: bool = False,
-                       modes: tuple[str, ...] = ("text",)) -> AsyncIterator[SampleAgent]:
+                       modes: tuple[str, ...] = ("text",), streaming: bool = True) -> AsyncIterator[SampleAgent]:
     """A sample agent on free loopback ports: the card and JSON-RPC + HTTP+JSON (not with `grpc_only`),
-    and with `grpc` (or `grpc_only`) the gRPC binding."""
+    and with `grpc` (or `grpc_only`) the gRPC binding; `streaming=False` declares no streaming (and the SDK
+    then refuses the streaming methods)."""
     sock = _bind_loopback()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     server = None
@@ -92,7 +93,7 @@ async def sample_agent(name: str, *, grpc: bool = False, grpc_only: bool = False
 
         server = grpc.aio.server()
         address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    card = sample_card(name, url, address, grpc_only=grpc_only, modes=modes)
+    card = sample_card(name, url, address, grpc_only=grpc_only, modes=modes, streaming=streaming)
     handler = DefaultRequestHandler(agent_executor=SampleExecutor(), task_store=InMemoryTaskStore(), agent_card=card)
     routes = create_agent_card_routes(card)
     if not grpc_only:

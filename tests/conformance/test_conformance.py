@@ -225,8 +225,17 @@ async def unsupported_version(c: httpx.AsyncClient, s: Way, binding: str) -> dic
 async def bad_content_type(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
     if binding != "rest":
         return {"skipped": "only the REST binding reads a Content-Type"}
-    r = await c.post(f"{s.rest}/message:send", content=b"hello", headers={**V1, "Content-Type": "text/plain"})
-    return {"http": r.status_code}
+    out: dict[str, Any] = {}
+    json_body = orjson.dumps({"message": message("typed")})
+    for label, body, ctype in [("text", b"hello", "text/plain"), ("json as text", json_body, "text/plain"),
+                               ("json as xml", json_body, "application/xml"), ("xml", b"<m/>", "application/xml"),
+                               ("json, no type", json_body, None), ("a2a+json", json_body, "application/a2a+json"),
+                               ("not utf-8", b'{"message": "\xff"}', "application/json")]:
+        r = await c.post(f"{s.rest}/message:send", content=body, headers={**V1, **({"Content-Type": ctype} if ctype else {})})
+        doc = r.json()
+        out[label] = (r.status_code, [d.get("reason") for d in doc["error"].get("details", [])] if "error" in doc else
+                      doc["task"]["status"]["state"])
+    return out
 
 
 async def card_caching(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
@@ -241,12 +250,61 @@ async def card_caching(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, 
             "lastModified": "last-modified" in first.headers}
 
 
+def v03_view(status: int, doc: Any) -> Any:
+    """A v0.3 answer's observables: the error code, or the result's kind and state (v0.3 results carry `kind`)."""
+    if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+        return {"http": status, "code": doc["error"].get("code")}
+    result = doc.get("result", doc) if isinstance(doc, dict) else doc
+    result = result.get("task", result)
+    return {"http": status, "kind": result.get("kind"), "state": (result.get("status") or {}).get("state")}
+
+
+async def v03(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
+    """A v0.3 client (no A2A-Version header, v0.3 names and shapes): send, get, cancel a terminal task, an unknown
+    task, push config (unsupported), a stream and a resubscribe to a terminal task."""
+    if binding == "grpc":
+        return {"skipped": "v0.3 is an HTTP compat layer"}
+    msg = {"messageId": f"c-{next(_ids)}", "role": "user", "parts": [{"kind": "text", "text": "old"}]}
+    out: dict[str, Any] = {}
+    if binding == "jsonrpc":
+        async def rpc03(method: str, params: dict[str, Any]) -> tuple[int, Any]:
+            r = await c.post(s.rpc, json={"jsonrpc": "2.0", "id": 3, "method": method, "params": params})
+            if r.headers.get("content-type", "").startswith("text/event-stream"):
+                return r.status_code, [orjson.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
+            return r.status_code, r.json()
+        status, sent = await rpc03("message/send", {"message": msg})
+        tid = sent["result"]["id"]
+        out["send"] = v03_view(status, sent)
+        out["get"] = v03_view(*await rpc03("tasks/get", {"id": tid, "historyLength": 0}))
+        out["cancel terminal"] = v03_view(*await rpc03("tasks/cancel", {"id": tid}))
+        out["get unknown"] = v03_view(*await rpc03("tasks/get", {"id": "no-such-task"}))
+        out["push set"] = v03_view(*await rpc03("tasks/pushNotificationConfig/set", {
+            "taskId": tid, "pushNotificationConfig": {"url": "https://example.com/hook"}}))
+        status, events = await rpc03("message/stream", {"message": {**msg, "messageId": f"c-{next(_ids)}"}})
+        out["stream"] = [v03_view(status, e) for e in events]
+        status, events = await rpc03("tasks/resubscribe", {"id": tid})
+        out["resubscribe terminal"] = [v03_view(status, e) for e in events]
+        return out
+    rest_msg = {"messageId": f"c-{next(_ids)}", "role": "ROLE_USER", "content": [{"text": "old"}]}  # v0.3 proto JSON
+    sent = await c.post(f"{s.rest}/v1/message:send", json={"message": rest_msg})
+    out["send"] = v03_view(sent.status_code, sent.json())
+    if sent.status_code == 200:
+        tid = sent.json().get("id") or sent.json().get("task", {}).get("id")
+        got = await c.get(f"{s.rest}/v1/tasks/{tid}")
+        out["get"] = v03_view(got.status_code, got.json())
+        done = await c.post(f"{s.rest}/v1/tasks/{tid}:cancel", json={})
+        out["cancel terminal"] = v03_view(done.status_code, done.json())
+    unknown = await c.get(f"{s.rest}/v1/tasks/no-such-task")
+    out["get unknown"] = {"http": unknown.status_code}
+    return out
+
+
 SCENARIOS: dict[str, Scenario] = {
     "send": send, "send_proto_names": send_proto_names, "stream": stream, "get_with_history": get_with_history, "cancel": cancel,
     "cancel_terminal": cancel_terminal, "list_tasks": list_tasks, "follow_up_unknown_task": follow_up_unknown_task,
     "follow_up_terminal_task": follow_up_terminal_task, "mismatched_context": mismatched_context,
     "get_unknown_task": get_unknown_task, "unsupported_version": unsupported_version,
-    "bad_content_type": bad_content_type, "card_caching": card_caching,
+    "bad_content_type": bad_content_type, "card_caching": card_caching, "v03": v03,
 }
 
 # (scenario, binding, surface kind) -> the fields where the gateway answers differently, and why.
@@ -255,8 +313,11 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {
     **{("cancel_terminal", "rest", k): ({"http": 409, "code": 409},
                                         "REST statuses follow the A2A error table (409); the SDK agent answers 400")
        for k in ("agent-path", "root")},
-    **{("bad_content_type", "rest", k): ({"http": 415}, "a body that is not JSON is refused with 415; the SDK "
-                                                        "agent tries to parse it and answers 400")
+    **{("bad_content_type", "rest", k): ({"not utf-8": (400, ["INVALID_REQUEST"])},
+                                         "a body that is not UTF-8 JSON is the gateway's 400; the SDK agent answers 500")
+       for k in ("agent-path", "root")},
+    **{("v03", "rest", k): ({"cancel terminal": {"http": 409, "code": 409}},
+                            "REST statuses follow the A2A error table (409) on the v0.3 paths too; the SDK agent answers 400")
        for k in ("agent-path", "root")},
     **{("card_caching", b, k): ({"cacheControl": True, "lastModified": True},
                                 "the gateway's cards carry Cache-Control and Last-Modified; the sample agent's "
@@ -289,6 +350,18 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
     ("get_unknown_task", "rest"): {"http": 404, "reasons": ["TASK_NOT_FOUND"]},
     ("unsupported_version", "jsonrpc"): {"code": -32009, "reasons": ["VERSION_NOT_SUPPORTED"]},
     ("unsupported_version", "rest"): {"http": 400, "reasons": ["VERSION_NOT_SUPPORTED"]},
+    ("bad_content_type", "rest"): {"text": (400, ["INVALID_REQUEST"]), "json as text": (200, "TASK_STATE_COMPLETED"),
+                                   "json as xml": (200, "TASK_STATE_COMPLETED"), "xml": (400, ["INVALID_REQUEST"]),
+                                   "json, no type": (200, "TASK_STATE_COMPLETED"), "a2a+json": (200, "TASK_STATE_COMPLETED"),
+                                   "not utf-8": (500, [])},
+    ("v03", "jsonrpc"): {"send": {"http": 200, "kind": "task", "state": "completed"}, "cancel terminal": {"http": 200, "code": -32002},
+                         "get unknown": {"http": 200, "code": -32001}, "push set": {"http": 200, "code": -32003},
+                         "stream": [{"http": 200, "kind": "task", "state": "submitted"},
+                                    {"http": 200, "kind": "artifact-update", "state": None},
+                                    {"http": 200, "kind": "status-update", "state": "completed"}],
+                         "resubscribe terminal": [{"http": 200, "code": -32004}]},
+    ("v03", "rest"): {"send": {"http": 200, "kind": None, "state": "TASK_STATE_COMPLETED"},
+                      "cancel terminal": {"http": 400, "code": 400}, "get unknown": {"http": 404}},
     ("card_caching", "jsonrpc"): {"etag": True, "conditional": 304, "sendViaCardUrl": 200},
     ("send", "grpc"): {"http": 200, "kind": "task", "state": "TASK_STATE_COMPLETED", "reply": ["read: hello"]},
     ("stream", "grpc"): {"events": ["task", "artifactUpdate", "statusUpdate"], "final": "TASK_STATE_COMPLETED"},
@@ -322,7 +395,7 @@ async def test_same_answers_directly_and_through_the_gateway(name: str, binding:
     await compare(name, binding)
 
 
-@pytest.mark.parametrize("name", [n for n in SCENARIOS if n not in ("bad_content_type", "card_caching")])
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if n not in ("bad_content_type", "card_caching", "v03")])
 async def test_an_agent_whose_card_names_only_grpc_is_reached_over_grpc(name: str) -> None:
     await compare(name, "grpc", grpc_only=True)
 
@@ -356,3 +429,41 @@ async def test_the_rest_tenant_form_reaches_the_agent_the_tenant_names() -> None
         override, _why = DIFFERENCES.get((name, "rest", "agent-path"), ({}, ""))
         assert results["root"][name] == {**results["direct"][name], **override}, name
     assert v03 == [404, 404]
+
+
+async def test_subscribing_on_an_agent_that_does_not_stream() -> None:
+    """STREAM-SUB, CORE-CAP-002: an agent whose card declares no streaming answers SubscribeToTask (and
+    SendStreamingMessage) with UnsupportedOperationError, on a live task, a terminal one (which A2A 1.0 refuses
+    so anyway) and an unknown one. Through the gateway a task of that agent is refused the same, at the root
+    too (where the card declares streaming: the agent cannot deliver the task's events). The root's own
+    answers differ where no agent is asked: an unknown id is its TaskNotFound, and a new message is streamed
+    for the agent (one event: the task), as the root card promises."""
+    from tests.conformance.test_tck import stream_view
+
+    async with sample_agent("quiet", streaming=False) as agent:
+        async with gateway({"agents": [{"name": "quiet", "url": agent.url}]}) as (_, gw):
+            ways = [Way("direct", agent.url + "/", agent.url, agent.url), Way("root", gw + "/", gw, gw),
+                    Way("agent-path", f"{gw}/agents/quiet", f"{gw}/agents/quiet", f"{gw}/agents/quiet")]
+            seen: dict[str, dict[str, Any]] = {}
+            async with httpx.AsyncClient(timeout=30) as c:
+                for way in ways:
+                    for binding in ("jsonrpc", "rest"):
+                        live, done = await sent_task(c, way, binding, "wait"), await sent_task(c, way, binding)
+                        seen[f"{way.kind} {binding}"] = {
+                            "live": await stream_view(c, way, binding, "SubscribeToTask", {"id": live["id"]}),
+                            "terminal": await stream_view(c, way, binding, "SubscribeToTask", {"id": done["id"]}),
+                            "unknown": await stream_view(c, way, binding, "SubscribeToTask", {"id": "no-such-task"}),
+                            "stream": await stream_view(c, way, binding, "SendStreamingMessage", {"message": message("s")})}
+    refused = {"jsonrpc": {"http": 200, "id": 5, "code": -32004, "reasons": ["UNSUPPORTED_OPERATION"]},
+               "rest": {"http": 400, "type": "application/json", "code": 400, "status": "FAILED_PRECONDITION",
+                        "reasons": ["UNSUPPORTED_OPERATION"]}}
+    unknown = {"jsonrpc": {"http": 200, "id": 5, "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
+               "rest": {"http": 404, "type": "application/json", "code": 404, "status": "NOT_FOUND", "reasons": ["TASK_NOT_FOUND"]}}
+    for binding in ("jsonrpc", "rest"):
+        direct = seen[f"direct {binding}"]
+        assert direct == dict.fromkeys(("live", "terminal", "unknown", "stream"), refused[binding]), direct
+        assert seen[f"agent-path {binding}"] == direct
+        root = seen[f"root {binding}"]
+        assert {k: root[k] for k in ("live", "terminal")} == {"live": refused[binding], "terminal": refused[binding]}, root
+        assert root["unknown"] == unknown[binding]
+        assert root["stream"]["events"] == [("task", "TASK_STATE_COMPLETED", [["text"]], 1)], root

@@ -297,6 +297,9 @@ async def _get_and_history(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> 
             "1": await call(c, way, b, "GetTask", {"id": tid, "historyLength": 1}),
             "send 0": await call(c, way, b, "SendMessage", {"message": message("tck-complete-task"),
                                                             "configuration": {"historyLength": 0}}),
+            "1 as a string": await call(c, way, b, "GetTask", {"id": tid, "historyLength": "1"}),
+            "1 as 1.0": await call(c, way, b, "GetTask", {"id": tid, "historyLength": 1.0}),
+            "1.5": await call(c, way, b, "GetTask", {"id": tid, "historyLength": 1.5}),
             "unknown": await call(c, way, b, "GetTask", {"id": "tck-no-such-task"}),
             "unknown, negative length": await call(c, way, b, "GetTask", {"id": "tck-no-such-task", "historyLength": -1})}
 
@@ -344,6 +347,26 @@ async def _list_invalid(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any
     return {label: await call(c, way, b, "ListTasks", params) for label, params in [
         ("negative history", {"historyLength": -1}), ("page size 0", {"pageSize": 0}), ("page size 101", {"pageSize": 101}),
         ("status and history", {"status": "TASK_STATE_COMPLETED", "historyLength": -5})]}
+
+
+@check("empty_part")
+async def _empty_part(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """A part carrying none of text, raw, url, data: the SDK agent runs the task; the gateway refuses it."""
+    empty = {**message("tck-complete-task"), "parts": [{}]}
+    return {"send": await call(c, way, b, "SendMessage", {"message": empty}),
+            "stream": await stream_view(c, way, b, "SendStreamingMessage", {"message": empty})}
+
+
+@check("required_params")
+async def _required_params(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-ERR-002: a request without its required fields is InvalidParams on every method, the streaming
+    ones too (a SubscribeToTask without an id was a 500 on `/agents/{name}`)."""
+    if b == "rest":
+        return {"stream, no message": await stream_view(c, way, b, "SendStreamingMessage", {})}
+    out = {m: await rpc(c, way, m, {}) for m in ("SendMessage", "GetTask", "CancelTask")}
+    for m in ("SendStreamingMessage", "SubscribeToTask"):
+        out[m] = await stream_view(c, way, b, m, {})
+    return out
 
 
 # --- capabilities the agent does not have (CORE-CAP-001/003) ---------------------------------------------
@@ -409,6 +432,8 @@ async def _jsonrpc_envelope(c: httpx.AsyncClient, way: Way, b: str, s: Stack) ->
     for label, rid in [("id object", {"bad": "type"}), ("id array", [1]), ("id true", True), ("id 1.5", 1.5),
                        ("id string", "abc"), ("id number", 42), ("id null", None)]:
         out[label] = await rpc(c, way, "GetTask", get, rid=rid)
+    out["id past 64 bits"] = await rpc(c, way, None, raw=b'{"jsonrpc": "2.0", "id": 1180591620717411303424, '
+                                       b'"method": "GetTask", "params": {"id": "tck-no-such-task"}}')
     out["unknown method"] = await rpc(c, way, "SendMessageXXX", {}, rid="3")
     out["unknown slash method"] = await rpc(c, way, "nonexistent/method", {})
     out["parts not a list"] = await rpc(c, way, "SendMessage", {"message": {"parts": "invalid"}})
@@ -470,8 +495,16 @@ async def _no_parts(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
             "stream": await stream_view(c, way, b, "SendStreamingMessage", {"message": empty})}
 
 
+_NO_CONTENT = "a part with nothing in it has no modality to route by; the a2a-sdk agent runs the task with an empty part"
+
 # (check, binding, way) -> the fields where the gateway answers differently, and why (docs/operations.md)
 DIFFERENCES: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {
+    **{("empty_part", "jsonrpc", k): ({"send": {"http": 200, "id": 1, "code": -32602, "reasons": ["INVALID_PARAMS"]},
+                                       "stream": {"http": 200, "id": 5, "code": -32600, "reasons": ["INVALID_REQUEST"]}},
+                                      _NO_CONTENT) for k in ("root", "agent-path")},
+    **{("empty_part", "rest", k): ({b: {"http": 400, "type": "application/json", "code": 400, "status": "INVALID_ARGUMENT",
+                                        "reasons": ["INVALID_REQUEST"]} for b in ("send", "stream")}, _NO_CONTENT)
+       for k in ("root", "agent-path")},
     **{("unsupported_media", b, k): (
         {"jsonrpc": {"http": 200, "id": 1, "code": -32005, "reasons": ["CONTENT_TYPE_NOT_SUPPORTED"], "kind": None,
                      "state": None, "history": None},
@@ -529,8 +562,22 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
     ("get_and_history", "jsonrpc"): {
         "0": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED"},
         "1": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
+        "1 as a string": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
+        "1 as 1.0": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
+        "1.5": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]},
         "unknown": {**_ERR_RPC, "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
         "unknown, negative length": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]}},
+    ("empty_part", "jsonrpc"): {"send": {**_ERR_RPC, "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
+                                "stream": {"http": 200, "type": "text/event-stream",
+                                           "events": [("task", "TASK_STATE_SUBMITTED", 1), ("statusUpdate", "TASK_STATE_COMPLETED")]}},
+    ("empty_part", "rest"): {"send": {"http": 200, "type": "application/a2a+json", "kind": "task", "state": "TASK_STATE_COMPLETED",
+                                      "history": 1}},
+    ("required_params", "jsonrpc"): {
+        **{m: {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]} for m in ("SendMessage", "GetTask", "CancelTask")},
+        **{m: {"http": 200, "id": 5, "code": -32602, "reasons": ["INVALID_PARAMS"]}
+           for m in ("SendStreamingMessage", "SubscribeToTask")}},
+    ("required_params", "rest"): {"stream, no message": {"http": 400, "type": "application/json", "code": 400,
+                                                         "status": "INVALID_ARGUMENT", "reasons": ["INVALID_PARAMS"]}},
     ("list", "jsonrpc"): {"http": 200, "first page": 2, "token": True, "last page": 1, "last token": "", "total": 3,
                           "newest first": True, "artifacts": [True] * 3, "no artifacts": [False] * 3},
     ("list", "rest"): {"http": 200, "first page": 2, "last page": 1, "total": 3, "artifacts": [True] * 3},
@@ -567,6 +614,7 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
         "id string": {"http": 200, "id": "abc", "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
         "id number": {"http": 200, "id": 42, "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
         "unknown method": {"http": 200, "id": "3", "code": -32601, "reasons": []},
+        "id past 64 bits": {"http": 200, "id": 2 ** 70, "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
         **{label: {**_ERR_RPC, "code": -32600, "reasons": ["INVALID_REQUEST"]}
            for label in ("params a string", "params a number", "params true")},
         "params null": {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]},

@@ -45,6 +45,7 @@ _PART_KINDS = ("text", "raw", "url", "data")
 _JSON_TYPE = (b"content-type", b"application/json")
 # "1.0", "1.2.3": the fast path's versions; any other value (a list, "1.x-beta") is the SDK's to accept or refuse
 _PLAIN_V1 = re.compile(r"1\.[0-9]+(?:\.[0-9]+)?").fullmatch
+_DECIMAL = re.compile(r"-?[0-9]+")
 _VERSION = VERSION_HEADER.lower().encode("latin-1")
 
 
@@ -127,6 +128,12 @@ class JsonRpcIngress:
         else:
             await answer(scope, receive, send)
 
+    async def _sdk(self, scope: dict[str, Any], receive: Any, body: bytes) -> Response:
+        """The request (its body already read) answered by the SDK's dispatcher."""
+        request = Request(scope, receive)
+        request._body = body  # the SDK dispatcher reads the cached body
+        return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
+
     async def handle(self, scope: dict[str, Any], receive: Any) -> bytes | Response:
         """The answer to one POST: a JSON-RPC document (bytes), or a response of another shape."""
         headers = header_map(scope)
@@ -164,6 +171,8 @@ class JsonRpcIngress:
                     f"{deep}: nested deeper than {MAX_JSON_DEPTH} levels (A2A agents parse at most about 100)", field=deep))
         rid = doc.get("id")
         if rid is not None and (rid.__class__ is not str and rid.__class__ is not int):  # bool is not int here
+            if rid.__class__ is float:  # orjson reads an integer past 64 bits as a float: the SDK's parser keeps it
+                return await self._sdk(scope, receive, body)
             return rpc_error(None, InvalidRequest("request id must be a string, an integer or null", field="id"))
         method = doc.get("method")
         if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
@@ -176,9 +185,7 @@ class JsonRpcIngress:
         params = doc.get("params")
         fast_version = version == "1.0" or _PLAIN_V1(version) is not None
         if method not in FAST_METHODS or not fast_version or (_underscore(body) and _snake_case(params)):
-            request = Request(scope, receive)
-            request._body = body  # the SDK dispatcher reads the cached body
-            return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
+            return await self._sdk(scope, receive, body)
         target = (scope.get("path_params") or {}).get("agent")
         try:
             if not isinstance(params, dict):
@@ -214,6 +221,11 @@ def history_length(params: dict[str, Any]) -> int | None:
     if hl is None:
         return None
     if isinstance(hl, bool) or not isinstance(hl, int):
+        # as protobuf's JSON reading (the SDK's) takes them: a decimal string, a float with no fraction
+        if isinstance(hl, str) and _DECIMAL.fullmatch(hl):
+            return int(hl)
+        if isinstance(hl, float) and hl.is_integer():
+            return int(hl)
         raise InvalidParams(f"params.historyLength: must be an integer, got {hl!r}", field="params.historyLength")
     return hl
 

@@ -14,6 +14,7 @@ import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.request_handler import validate_request_params
+from a2a.utils.proto_utils import validate_proto_required_fields
 from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_routes
 from a2a.types import (
     AgentCard,
@@ -34,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from ..errors import AgentRPCError, InvalidParams, MMA2AError, metadata_strings, status_for_reason
+from ..errors import AgentRPCError, MMA2AError, metadata_strings, status_for_reason
 from ..responses import json_response
 from .access import current_client
 from .listing import list_tasks
@@ -141,12 +142,18 @@ def _parse(doc: dict[str, Any], into: _Proto) -> _Proto:
     return into
 
 
-def _require_message(params: SendMessageRequest) -> None:
-    """A send without a message or without parts is refused as an a2a-sdk agent refuses it (InvalidParams)."""
-    if not params.HasField("message"):
-        raise InvalidParams("message: required", field="message")
-    if not params.message.parts:
-        raise InvalidParams("message.parts: required, must be a non-empty list", field="message.parts")
+def _check_required(params: SendMessageRequest | GetTaskRequest | CancelTaskRequest | SubscribeToTaskRequest) -> None:
+    """The required fields checked as an a2a-sdk agent checks them, with its error (InvalidParams, the missing
+    fields in ErrorInfo and BadRequest); the SDK's walk of the whole request (~100 us on a message) only once a
+    cheap look finds one missing."""
+    if isinstance(params, SendMessageRequest):
+        m = params.message
+        complete = (params.HasField("message") and bool(m.message_id) and m.role != 0 and len(m.parts) > 0
+                    and not params.configuration.HasField("task_push_notification_config"))
+    else:
+        complete = bool(params.id)
+    if not complete:
+        validate_proto_required_fields(params)
 
 
 def _to_stream_event(event: dict[str, Any]) -> Any:
@@ -163,10 +170,10 @@ class PipelineRequestHandler(RequestHandler):
         self.card_fn = card_fn
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        _check_required(params)
         message = json_format.MessageToDict(params.message)
         config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
         try:
-            _require_message(params)
             result = await self.pipeline.send(message, config, target=_target(context))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
@@ -177,10 +184,10 @@ class PipelineRequestHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
+        _check_required(params)
         message = json_format.MessageToDict(params.message)
         config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
         try:
-            _require_message(params)
             async for event in self.pipeline.send_stream(message, config, target=_target(context)):
                 ev = _to_stream_event(event)
                 if ev is not None:
@@ -189,6 +196,7 @@ class PipelineRequestHandler(RequestHandler):
             raise to_sdk_error(exc) from None
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        _check_required(params)
         try:
             hl = params.history_length if params.HasField("history_length") else None
             task = await self.pipeline.get_task(params.id, hl, target=_target(context))
@@ -197,6 +205,7 @@ class PipelineRequestHandler(RequestHandler):
         return _parse(task, Task())
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        _check_required(params)
         try:
             task = await self.pipeline.cancel_task(params.id, target=_target(context))
         except MMA2AError as exc:
@@ -204,6 +213,7 @@ class PipelineRequestHandler(RequestHandler):
         return _parse(task, Task())
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator[Any]:
+        _check_required(params)
         try:
             async for event in self.pipeline.subscribe(params.id, target=_target(context)):
                 ev = _to_stream_event(event)

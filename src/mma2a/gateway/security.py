@@ -33,7 +33,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import (
     INVALID_REQUEST,
-    UnsupportedMediaType,
     Forbidden,
     InvalidRequest,
     MethodNotFound,
@@ -52,12 +51,6 @@ log = logging.getLogger("mma2a.gateway.security")
 
 
 # --- enforcing a route's access class -----------------------------------------------------------------
-
-def is_json_type(ctype: str) -> bool:
-    """`application/json`, or a `+json` type, with any parameters."""
-    essence = ctype.split(";", 1)[0].strip().lower()
-    return essence == "application/json" or essence.endswith("+json")
-
 
 def error_body(exc: MMA2AError, shape: ErrorShape, status: int) -> bytes:
     """The error in the shape of the route's binding (JSON-RPC, REST, or the plain body of admin and payload routes)."""
@@ -161,9 +154,10 @@ class AccessControl:
     def check_body(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send
                    ) -> Awaitable[None]:
         """Once access is granted (and the body decoded): cap bodies without a length (JSON-RPC caps its own
-        otherwise) and check REST bodies are JSON (415 for another content type), since the SDK's REST binding
-        answers 500 to non-UTF-8 bytes. Nothing to check (a JSON-RPC body of a declared length): the app's own
-        coroutine, no frame of ours."""
+        otherwise) and check REST bodies are JSON (400 otherwise, as an a2a-sdk agent answers; the SDK's REST
+        binding itself answers 500 to non-UTF-8 bytes). The Content-Type is not read: an a2a-sdk agent takes a
+        JSON body under any. Nothing to check (a JSON-RPC body of a declared length): the app's own coroutine,
+        no frame of ours."""
         if (scope["type"] == "http" and access.shape is not ErrorShape.PAYLOAD and scope.get("method") in _BODY_METHODS
                 and access.cls is not AccessClass.PUBLIC and access.cls is not AccessClass.SIGNED
                 and (access.shape is not ErrorShape.JSONRPC or b"content-length" not in header_map(scope))):
@@ -171,13 +165,6 @@ class AccessControl:
         return app(scope, receive, send)
 
     async def _checked(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-        if access.shape is ErrorShape.REST:  # another content type is a 415
-            raw_type = header_map(scope).get(b"content-type")
-            ctype = raw_type.decode("latin-1") if raw_type is not None else None
-            if ctype is not None and not is_json_type(ctype):
-                await self.refuse(UnsupportedMediaType(f"Content-Type {ctype!r} is not supported; send "
-                                                       "application/json", field="Content-Type"), access.shape, send)
-                return
         capped = await self._capped(receive, access.shape, send, check_json=access.shape is ErrorShape.REST)
         if capped is not None:
             await app(scope, capped, send)
