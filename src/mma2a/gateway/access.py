@@ -233,3 +233,39 @@ class BodyBudget:
             self._by[sender] = left
         else:
             self._by.pop(sender, None)
+
+
+class StreamSlots:
+    """Response streams (SSE on JSON-RPC and REST, gRPC server streams) open at once: per sender and in all.
+
+    Each open stream holds a client socket, a connection to an agent and a task; nothing bounded how many one
+    client kept open (400 subscriptions were taken without a refusal). A stream takes a slot before it starts and
+    gives it back when it ends; past `per_sender` for one sender, or `total` in all, it is refused (429). Requests
+    that do not stream never look here.
+    """
+
+    def __init__(self, per_sender: int, total: int) -> None:
+        self.per_sender = per_sender
+        self.total = total
+        self.held = 0
+        self._by: dict[str, int] = {}
+
+    def take(self, sender: str) -> str | None:
+        """A slot for `sender`; None when granted, else why not."""
+        mine = self._by.get(sender, 0)
+        if mine >= self.per_sender:
+            return (f"{sender} has {mine} streams open already (limits.max_response_streams_per_client: "
+                    f"{self.per_sender}); close one first")
+        if self.held >= self.total:
+            return f"the gateway has {self.held} streams open already (limits.max_response_streams); retry later"
+        self._by[sender] = mine + 1
+        self.held += 1
+        return None
+
+    def give(self, sender: str) -> None:
+        self.held -= 1
+        left = self._by.get(sender, 0) - 1
+        if left > 0:
+            self._by[sender] = left
+        else:
+            self._by.pop(sender, None)

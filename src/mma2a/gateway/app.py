@@ -102,6 +102,11 @@ def _name(route: BaseRoute) -> str | None:
     return getattr(route, "name", None)
 
 
+def _is_stream(route: BaseRoute) -> bool:
+    """A REST route that answers with a stream (SSE): `message:stream`, `tasks/{id}:subscribe`."""
+    return isinstance(route, Route) and route.path.endswith((":stream", ":subscribe"))
+
+
 def _is_card(route: BaseRoute) -> bool:
     return isinstance(route, Route) and route.path.endswith("/v1/card")
 
@@ -334,7 +339,9 @@ class Gateway:
         handler = PipelineRequestHandler(self.pipeline, card_fn=lambda: gateway_card(self.directory, self.public_url))
         ctx = TargetContextBuilder()
         dispatcher = JsonRpcDispatcher(request_handler=handler, context_builder=ctx, enable_v0_3_compat=True)
-        rpc = JsonRpcIngress(self.pipeline, dispatcher, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics)
+        control = self.access = access_control(self)  # the gRPC binding passes the same gate (grpc_admission)
+        rpc = JsonRpcIngress(self.pipeline, dispatcher, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics,
+                             control=control)
 
         cards = CardCache()
         security = security_declaration(self.config.auth)
@@ -374,6 +381,7 @@ class Gateway:
         # Every route gets one access class here (authz); an unclassified route stops the start.
         public, client = RouteAccess(AccessClass.PUBLIC, ErrorShape.REST), RouteAccess(AccessClass.CLIENT, ErrorShape.REST)
         rpc_access = RouteAccess(AccessClass.CLIENT, ErrorShape.JSONRPC)
+        client_stream = RouteAccess(AccessClass.CLIENT, ErrorShape.REST, stream=True)  # a stream slot while open
         signed = RouteAccess(AccessClass.SIGNED, ErrorShape.PAYLOAD)
         client_payload = RouteAccess(AccessClass.CLIENT, ErrorShape.PAYLOAD)
         metrics_access = (RouteAccess(AccessClass.CLIENT, ErrorShape.REST, admin_also=True)
@@ -402,9 +410,9 @@ class Gateway:
             *((signed if _name(r) in SIGNED_ROUTES else client_payload, [r]) for r in payload),  # order kept
             (rpc_access, [Route("/agents/{agent}/", rpc, methods=["POST"]),
                           Route("/agents/{agent}", rpc, methods=["POST"])]),
-            *((public if _is_card(r) else client, [r]) for r in rest),  # public: the v0.3 /v1/card
+            *((public if _is_card(r) else client_stream if _is_stream(r) else client, [r])
+              for r in rest),  # public: the v0.3 /v1/card
         ]
-        control = self.access = access_control(self)  # the gRPC binding passes the same gate (grpc_admission)
         # each JSON-RPC method has the JSON-RPC route's class; a gRPC method takes its JSON-RPC twin's
         self.jsonrpc_access = {method: rpc_access for method in dispatcher.METHOD_TO_MODEL}
         coding = None

@@ -47,12 +47,15 @@ class ErrorShape(enum.Enum):
 class RouteAccess:
     """The access class of one route and how its refusals look.
 
-    `admin_also`: the admin token is accepted besides a client credential (`/metrics`).
+    `admin_also`: the admin token is accepted besides a client credential (`/metrics`). `stream`: the route
+    answers with a stream (REST `message:stream`, `tasks/{id}:subscribe`), which takes one of the caller's
+    stream slots while it is open.
     """
 
     cls: AccessClass
     shape: ErrorShape
     admin_also: bool = False
+    stream: bool = False
 
 
 class Enforcer(Protocol):

@@ -146,12 +146,17 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         async def stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             client, request = await admit(access, method, requests, context)
+            try:  # one of the caller's stream slots while the stream is open, as SSE takes on HTTP
+                slot = self.control.open_stream(client, peer=peer_host(context.peer()))
+            except MMA2AError as exc:
+                await abort(context, exc)
             token = current_client.set(client)
             self.enter()
             try:
                 async for item in handler.unary_stream(request, context):
                     yield item
             finally:
+                self.control.streams.give(slot)
                 self.leave()
                 current_client.reset(token)
 

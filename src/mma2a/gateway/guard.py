@@ -75,6 +75,9 @@ class LimitsConfig(BaseModel):
     max_inline_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
     max_features_bytes: int = Field(default=16 * 1024, ge=0)
     max_url_length: int = Field(default=4096, ge=16)
+    # response streams (SSE, gRPC server streams) open at once; past them 429 + Retry-After
+    max_response_streams_per_client: int = Field(default=64, ge=1)
+    max_response_streams: int = Field(default=1024, ge=1)
     # media a message may carry inline or upload, from headers before anything decodes (features.probe)
     max_pixels: int = Field(default=40_000_000, gt=0)
     max_audio_seconds: float = Field(default=4 * 3600.0, gt=0)

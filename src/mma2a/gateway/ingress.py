@@ -9,6 +9,7 @@ pipeline behind it, so conformance comes from the SDK where speed matters less.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Any
 
@@ -24,10 +25,13 @@ from ..errors import (
     MMA2AError,
     ParseError,
     PayloadTooLarge,
+    RateLimited,
 )
 from ..request_body import header_map
 from ..responses import jsonrpc_error_json
+from .access import StreamSlots, current_client
 from .pipeline import Pipeline
+from .security import AccessControl
 
 log = logging.getLogger("mma2a.gateway")
 
@@ -38,6 +42,8 @@ V03_METHODS = frozenset({
     "tasks/pushNotificationConfig/get", "tasks/pushNotificationConfig/list", "tasks/pushNotificationConfig/delete",
     "agent/getAuthenticatedExtendedCard",
 })
+# the methods answered with a stream (SSE): each holds one of the caller's stream slots while open
+STREAM_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe"})
 MAX_JSON_DEPTH = 64  # levels of objects and arrays under `params`; protobuf-based agents refuse about 100
 _PART_KINDS = ("text", "raw", "url", "data")
 
@@ -108,7 +114,10 @@ def too_deep(value: Any, where: str, budget: int) -> str | None:
 class JsonRpcIngress:
     """The POST endpoint of the JSON-RPC binding at `/` and `/agents/{agent}/`."""
 
-    def __init__(self, pipeline: Pipeline, sdk_dispatcher: Any, *, max_body_bytes: int, metrics: Any) -> None:
+    def __init__(self, pipeline: Pipeline, sdk_dispatcher: Any, *, max_body_bytes: int, metrics: Any,
+                 control: AccessControl | None = None) -> None:
+        """`control`: the access gate whose stream slots the streaming methods take (None: not counted)."""
+        self.control = control
         self.pipeline = pipeline
         self.sdk = sdk_dispatcher
         self.max_body_bytes = max_body_bytes
@@ -128,8 +137,15 @@ class JsonRpcIngress:
         else:
             await answer(scope, receive, send)
 
-    async def _sdk(self, scope: dict[str, Any], receive: Any, body: bytes) -> Response:
-        """The request (its body already read) answered by the SDK's dispatcher."""
+    async def _sdk(self, scope: dict[str, Any], receive: Any, body: bytes, method: Any = None, rid: Any = None
+                   ) -> Response:
+        """The request (its body already read) answered by the SDK's dispatcher; a streaming `method` holds one of
+        the caller's stream slots while it is answered."""
+        if method.__class__ is str and method in STREAM_METHODS and self.control is not None:
+            return await self._stream(scope, receive, body, rid)
+        return await self._plain_sdk(scope, receive, body)
+
+    async def _plain_sdk(self, scope: dict[str, Any], receive: Any, body: bytes) -> Response:
         request = Request(scope, receive)
         request._body = body  # the SDK dispatcher reads the cached body
         return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
@@ -172,7 +188,7 @@ class JsonRpcIngress:
         rid = doc.get("id")
         if rid is not None and (rid.__class__ is not str and rid.__class__ is not int):  # bool is not int here
             if rid.__class__ is float:  # orjson reads an integer past 64 bits as a float: the SDK's parser keeps it
-                return await self._sdk(scope, receive, body)
+                return await self._sdk(scope, receive, body, doc.get("method"), rid)
             return rpc_error(None, InvalidRequest("request id must be a string, an integer or null", field="id"))
         method = doc.get("method")
         if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
@@ -185,7 +201,7 @@ class JsonRpcIngress:
         params = doc.get("params")
         fast_version = version == "1.0" or _PLAIN_V1(version) is not None
         if method not in FAST_METHODS or not fast_version or (_underscore(body) and _snake_case(params)):
-            return await self._sdk(scope, receive, body)
+            return await self._sdk(scope, receive, body, method, rid)
         target = (scope.get("path_params") or {}).get("agent")
         try:
             if not isinstance(params, dict):
@@ -212,6 +228,37 @@ class JsonRpcIngress:
             log.exception("internal error in %s", method)
             return rpc_error(rid, MMA2AError("internal error"))  # code -32603
         return rpc_response(rid, result)
+
+
+    async def _stream(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any) -> Response:
+        """A streaming method: one of the caller's stream slots while its answer is sent, or 429 + `Retry-After`
+        with the JSON-RPC error (-32600, `data.retryAfter`) past the caps."""
+        assert self.control is not None
+        try:
+            sender = self.control.open_stream(current_client.get(), scope)
+        except RateLimited as exc:
+            return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=429, media_type="application/json",
+                            headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
+        try:
+            answer = await self._plain_sdk(scope, receive, body)
+        except BaseException:
+            self.control.streams.give(sender)
+            raise
+        return _Holding(answer, self.control.streams, sender)
+
+
+class _Holding(Response):
+    """An answer that gives its stream slot back once it is sent (or the client left)."""
+
+    def __init__(self, answer: Response, slots: StreamSlots, sender: str) -> None:  # noqa: D107 (no body of its own)
+        self.answer, self.slots, self.sender = answer, slots, sender
+        self.status_code = answer.status_code
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.answer(scope, receive, send)
+        finally:
+            self.slots.give(self.sender)
 
 
 def history_length(params: dict[str, Any]) -> int | None:

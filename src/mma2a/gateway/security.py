@@ -44,7 +44,7 @@ from ..errors import (
 from ..request_body import header_map, read_body, replaying
 from ..responses import error_json, jsonrpc_error_json
 from ..tls import client_cn
-from .access import Authenticator, BodyBudget, Client, RateLimiter, current_client, digest_secret
+from .access import Authenticator, BodyBudget, Client, RateLimiter, StreamSlots, current_client, digest_secret
 from .authz import AccessClass, ErrorShape, RouteAccess
 
 log = logging.getLogger("mma2a.gateway.security")
@@ -88,11 +88,13 @@ class AccessControl:
         drain: Any = None,
         clock: Callable[[], float] = time.monotonic,
         bodies: BodyBudget | None = None,
+        streams: StreamSlots | None = None,
     ) -> None:
         self.auth = auth
         self.limiter = limiter
         self.max_body_bytes = max_body_bytes
         self.bodies = bodies or BodyBudget(8 * max_body_bytes, 4 * max_body_bytes)
+        self.streams = streams or StreamSlots(64, 1024)
         self.admin_token = admin_token
         self.drain = drain
         self.clock = clock
@@ -108,13 +110,14 @@ class AccessControl:
         http = scope["type"] == "http"
         headers = self._pick(scope)
         client: Client | None = None
+        reserved = 0
+        streaming: str | None = None
         try:
             peer = str((scope.get("client") or ("?",))[0]) if self.limiter is not None else "?"
             cn = client_cn(scope) if cls is AccessClass.CLIENT else None
             client = self.admit(access, headers, peer=peer, cn=cn, agent=scope.get("path_params", {}).get("agent"),
                                 refuse_draining=http)
             declared = headers.get("content-length")
-            reserved = 0
             if http and access.shape is not ErrorShape.PAYLOAD:
                 size = int(declared) if declared is not None and declared.isdigit() else None
                 if size is not None and size > self.max_body_bytes:
@@ -132,7 +135,11 @@ class AccessControl:
                         busy.drain = size == (int(declared) if declared is not None and declared.isdigit() else -1)
                         raise busy
                     reserved = size
+            if access.stream:
+                streaming = self.open_stream(client, scope)
         except MMA2AError as exc:
+            if reserved:
+                self.bodies.give(sender, reserved)
             if not http:
                 await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
                 return
@@ -149,6 +156,8 @@ class AccessControl:
                 self.drain.leave()
             if reserved:
                 self.bodies.give(sender, reserved)
+            if streaming is not None:
+                self.streams.give(streaming)
             current_client.reset(token)
 
     def check_body(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send
@@ -168,6 +177,18 @@ class AccessControl:
         capped = await self._capped(receive, access.shape, send, check_json=access.shape is ErrorShape.REST)
         if capped is not None:
             await app(scope, capped, send)
+
+    def open_stream(self, client: Client | None, scope: Scope | None = None, *, peer: str | None = None) -> str:
+        """A stream slot for the caller (its client, else its address: `scope`'s or `peer`); the key to give it back
+        with `streams.give`, or `RateLimited` (429 + `Retry-After`; gRPC `RESOURCE_EXHAUSTED`) past the caps."""
+        if client is not None:
+            sender = client.name
+        else:
+            sender = f"ip:{peer if peer is not None else ((scope or {}).get('client') or ('?',))[0]}"
+        why = self.streams.take(sender)
+        if why is not None:
+            raise RateLimited(why, retry_after=1.0)
+        return sender
 
     def _pick(self, scope: Scope) -> dict[str, str]:
         """The few request headers access control reads (credentials, the body's length), decoded."""
@@ -301,4 +322,5 @@ def access_control(gw: Any) -> AccessControl:
     in_flight = cfg.max_body_bytes_in_flight or 8 * cfg.max_body_bytes
     return AccessControl(auth=Authenticator(cfg.auth), limiter=limiter, max_body_bytes=cfg.max_body_bytes,
                          admin_token=lambda: gw.admin_token, drain=gw.drain,
-                         bodies=BodyBudget(in_flight, max(in_flight // 2, cfg.max_body_bytes)))
+                         bodies=BodyBudget(in_flight, max(in_flight // 2, cfg.max_body_bytes)),
+                         streams=StreamSlots(cfg.limits.max_response_streams_per_client, cfg.limits.max_response_streams))
