@@ -116,6 +116,45 @@ class _Deadline:
         transport.close()
 
 
+LINGER_S = 1.0  # how long a refused request's remaining body is read and dropped before the close
+
+
+class _Lingering:
+    """A connection's transport whose `close()` lingers while the client is still sending its request body.
+
+    An answer sent before the body was read (413, a 503 that closes) used to be followed by a plain close; the
+    client's unread bytes made the kernel answer with a reset, which threw the answer away before the client read
+    it (httpx: `ReadError`). Here the answer goes with a FIN, what the client goes on sending is read and dropped
+    for `LINGER_S`, then the socket closes. Writes go straight to the transport (no extra call)."""
+
+    def __init__(self, transport: Any, proto: Any) -> None:
+        self._t = transport
+        self._proto = proto
+        self._lingering = False
+        self.write = transport.write
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._t, name)
+
+    def is_closing(self) -> bool:
+        return self._lingering or bool(self._t.is_closing())
+
+    def close(self) -> None:
+        t, proto = self._t, self._proto
+        if self._lingering:
+            return
+        cycle = getattr(proto, "cycle", None)
+        if cycle is None or not getattr(cycle, "more_body", False) or t.is_closing() or not t.can_write_eof():
+            t.close()  # the body was read (or TLS: no half-close)
+            return
+        self._lingering = True
+        proto._deadline.clear()
+        log.info("lingering close for %s: answered before its request body was read", getattr(proto, "client", None))
+        t.write_eof()
+        t.resume_reading()  # the app stopped reading: what still comes is dropped (`data_received`)
+        proto.loop.call_later(LINGER_S, t.close)
+
+
 class _TimedHttpTools:
     """Mixin over uvicorn's `HttpToolsProtocol`: the parser's callbacks move the deadline."""
 
@@ -124,15 +163,16 @@ class _TimedHttpTools:
     _head: int
 
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)  # type: ignore[misc]
         self._deadline = _Deadline(self)
+        self._lingering = _Lingering(transport, self)
+        super().connection_made(self._lingering)  # type: ignore[misc]
         self._deadline.arm("headers", self.timeouts.header_s)
         self._head = 0
 
     def data_received(self, data: bytes) -> None:
         """Count the bytes of an unfinished head (a chunk that starts a message on a kept-alive connection is not
         counted, so the head held is at most the cap plus one read); past the cap, 431 and close."""
-        if self._head < 0:  # refused: what the client still sends is read and dropped until the close
+        if self._head < 0 or self._lingering._lingering:  # refused: what the client still sends is dropped
             return
         waiting = self._deadline.phase == "headers"
         super().data_received(data)  # type: ignore[misc]
@@ -190,8 +230,9 @@ class _TimedH11(H11Protocol):
     timeouts: Timeouts = Timeouts()
 
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
         self._deadline = _Deadline(self)
+        self._lingering = _Lingering(transport, self)
+        super().connection_made(self._lingering)
         self._deadline.arm("headers", self.timeouts.header_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -199,6 +240,8 @@ class _TimedH11(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering._lingering:  # answered and closing: what the client still sends is dropped
+            return
         super().data_received(data)
         state, d = self.conn.their_state, self._deadline
         if state is h11.IDLE:
