@@ -25,9 +25,10 @@ While the app works on a request (and streams its answer: SSE) no deadline runs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import h11
 from asyncio import TimerHandle
@@ -232,7 +233,7 @@ class _TimedH11(H11Protocol):
     def connection_made(self, transport: Any) -> None:
         self._deadline = _Deadline(self)
         self._lingering = _Lingering(transport, self)
-        super().connection_made(self._lingering)
+        super().connection_made(cast(asyncio.Transport, self._lingering))  # the transport, its close() lingering
         self._deadline.arm("headers", self.timeouts.header_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
