@@ -95,6 +95,11 @@ def silence(seconds: float, rate: int = 16000) -> Any:
 
 def speech(text: str) -> tuple[Any, int]:
     """Speech synthesised offline by eSpeak NG (espeakng-loader ships the library and voices)."""
+    return speech_with(text)
+
+
+def speech_with(text: str, voice: str = "en-us", wpm: int = 175, pitch: int = 50) -> tuple[Any, int]:
+    """`text` spoken by eSpeak NG's `voice` (`en-gb`, `en-us+f3`, ...) at `wpm` words a minute and `pitch` (0-100)."""
     import espeakng_loader
 
     lib = ctypes.CDLL(espeakng_loader.get_library_path())
@@ -111,7 +116,10 @@ def speech(text: str) -> tuple[Any, int]:
         return 0
 
     lib.espeak_SetSynthCallback(collect)
-    lib.espeak_SetVoiceByName(b"en-us")
+    if lib.espeak_SetVoiceByName(voice.encode()) != 0:
+        raise ValueError(f"eSpeak NG has no voice {voice!r}")
+    lib.espeak_SetParameter(1, wpm, 0)  # espeakRATE
+    lib.espeak_SetParameter(3, pitch, 0)  # espeakPITCH
     lib.espeak_Synth.argtypes = [
         ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
     ]

@@ -45,7 +45,19 @@ CONTAINER_NAMES = {"mov,mp4,m4a,3gp,3g2,mj2": "mp4", "matroska,webm": "webm"}
 """FFmpeg's demuxer names as people name the containers."""
 
 
-def container_name(container: Any) -> str:
-    """The container's name as people say it (`mp4`, not FFmpeg's `mov,mp4,m4a,3gp,3g2,mj2`)."""
+def container_name(container: Any, head: bytes = b"") -> str:
+    """The container's name as people say it (`mp4`, not FFmpeg's `mov,mp4,m4a,3gp,3g2,mj2`). FFmpeg reads Matroska
+    and WebM with one demuxer; the file's first bytes (`head`) tell them apart by the EBML DocType."""
     fmt = str(container.format.name)
+    if fmt == "matroska,webm" and ebml_doctype(head) == "matroska":
+        return "matroska"
     return CONTAINER_NAMES.get(fmt, fmt.split(",")[0])
+
+
+def ebml_doctype(head: bytes) -> str | None:
+    """The DocType (`webm`, `matroska`) an EBML header states in its first 64 bytes; None if it states none."""
+    at = head.find(b"\x42\x82", 0, 64)
+    if at < 0 or at + 3 > len(head) or not head[at + 2] & 0x80:  # a one-byte size (0x80 | n) is what muxers write
+        return None
+    n = head[at + 2] & 0x7F
+    return head[at + 3:at + 3 + n].rstrip(b"\0").decode("ascii", "replace") or None

