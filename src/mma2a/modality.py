@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 
 from .errors import FeatureSchemaError, InvalidModality, UnknownModality
+from .patterns import bounded_validator, check_pattern, schema_patterns
 from .schemas import BUILTIN_SCHEMAS
 
 __all__ = [
@@ -227,7 +228,11 @@ class ModalityRegistry:
             cls.check_schema(schema)
         except jsonschema.SchemaError as exc:
             raise FeatureSchemaError(f"schema: invalid JSON Schema for {pattern!r}: {exc.message}", field="schema") from None
-        return ModalityType(pattern, schema_id, version, schema, description, builtin, cls(schema))
+        for where, regex in schema_patterns(schema):  # no regular expression that backtracks without bound
+            why = check_pattern(regex)
+            if why is not None:
+                raise FeatureSchemaError(f"{where}: {regex!r} refused: {why} (docs/security.md)", field="schema")
+        return ModalityType(pattern, schema_id, version, schema, description, builtin, bounded_validator(cls)(schema))
 
     def register(
         self,
