@@ -28,21 +28,20 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conformance.sut import sample_agent  # noqa: E402
-from tests.conformance.test_conformance import CARD, DIFFERENCES, SCENARIOS, Surface  # noqa: E402
+from tests.conformance.sut import Way, sample_agent  # noqa: E402
+from tests.conformance.test_conformance import DIFFERENCES, SCENARIOS  # noqa: E402
 from tests.gateway.conftest import gateway  # noqa: E402
 
 
 @contextlib.asynccontextmanager
-async def surfaces(modes: tuple[str, ...], grpc: bool) -> AsyncIterator[dict[str, Surface]]:
+async def surfaces(modes: tuple[str, ...], grpc: bool) -> AsyncIterator[dict[str, Way]]:
     async with sample_agent("sut", grpc=grpc, modes=modes) as sut:
         cfg = {"agents": [{"name": "sut", "url": sut.url}], **({"grpc_listen": "127.0.0.1:0"} if grpc else {})}
         async with gateway(cfg) as (gw_, gw):
-            g = gw_.grpc_url if grpc else None
-            yield {"direct": Surface("direct", sut.url + "/", sut.url, sut.url + CARD, sut.grpc),
-                   "agent-path": Surface("agent-path", f"{gw}/agents/sut", f"{gw}/agents/sut", f"{gw}/agents/sut{CARD}",
-                                         g, "sut"),
-                   "root": Surface("root", gw + "/", gw, gw + CARD, g)}
+            g = (gw_.grpc_url or "") if grpc else ""
+            yield {"direct": Way("direct", sut.url + "/", sut.url, sut.url, sut.grpc or ""),
+                   "agent-path": Way("agent-path", f"{gw}/agents/sut", f"{gw}/agents/sut", f"{gw}/agents/sut", g, "sut"),
+                   "root": Way("root", gw + "/", gw, gw, g)}
 
 
 async def main() -> None:
