@@ -56,6 +56,7 @@ __all__ = [
     "PayloadExpired",
     "PayloadNotFound",
     "PayloadTooLarge",
+    "InsufficientStorage",
     "RangeNotSatisfiable",
     "RateLimited",
     "rest_status",
@@ -321,6 +322,12 @@ class RangeNotSatisfiable(PayloadError):
     """A byte range or stream offset outside what is stored or still buffered."""
 
     http_status = 416
+
+
+class InsufficientStorage(PayloadError):
+    """The blob store's disk is down to its reserve (`blob_min_free_bytes`): nothing more is written."""
+
+    http_status = 507
 
 
 class UploadOffsetMismatch(PayloadError):

@@ -168,6 +168,7 @@ class GatewayConfig(BaseModel):
     max_body_bytes_in_flight: int | None = Field(default=None, gt=0)  # large bodies held at once; default 8 x the cap
     offload_threshold: int = Field(default=256 * 1024, ge=0)
     blob_dir: str | None = None  # default: a fresh temporary directory per process
+    blob_min_free_bytes: int = Field(default=256 * 1024**2, ge=0)  # disk kept free by the blob store; past it 507
     url_secret_env: str | None = "MMA2A_URL_SECRET"  # HMAC key for signed payload URLs (random per process if unset)
     url_expires_s: int = Field(default=3600, gt=0, le=7 * 24 * 3600)
     max_upload_bytes: int = Field(default=8 * 1024**3, gt=0)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import (
+    InsufficientStorage,
     PayloadError,
     PayloadNotFound,
     PayloadTooLarge,
@@ -177,8 +178,10 @@ def _hash_file(path: Path) -> str:
 class LocalBlobStore(BlobStore):
     """Blobs in a local directory: `objects/ab/<key>` with a `<key>.json` sidecar for the media type."""
 
-    def __init__(self, root: str | os.PathLike[str]):
+    def __init__(self, root: str | os.PathLike[str], *, min_free_bytes: int = 0):
+        """`min_free_bytes`: the disk space kept free; a write that would go below it is refused (507)."""
         self.root = Path(root)
+        self.min_free_bytes = min_free_bytes
         self._objects = self.root / "objects"
         self._tmp = self.root / "tmp"
         self._uploads = self.root / "uploads"
@@ -187,6 +190,17 @@ class LocalBlobStore(BlobStore):
         self._upload_locks: dict[str, asyncio.Lock] = {}
         # Running digests of uploads written by this process: upload id -> (offset, hasher).
         self._upload_hashes: dict[str, tuple[int, Any]] = {}
+
+    def _check_space(self, more: int) -> None:
+        """`InsufficientStorage` when writing `more` bytes would leave less than `min_free_bytes` on the disk (one
+        `statvfs` per chunk; nothing when no reserve is set)."""
+        if self.min_free_bytes:
+            st = os.statvfs(self.root)
+            free = st.f_bavail * st.f_frsize
+            if free - more < self.min_free_bytes:
+                raise InsufficientStorage(
+                    f"the blob store is full: {free} bytes free on its disk, {self.min_free_bytes} kept in reserve "
+                    "(blob_min_free_bytes); retry later or send a smaller payload", field="body")
 
     # --- paths ----------------------------------------------------------------------
 
@@ -216,6 +230,7 @@ class LocalBlobStore(BlobStore):
         try:
             sink = _Sink(fh)
             async for chunk in chunks:
+                self._check_space(len(chunk))
                 await sink.add(chunk)
                 if max_size is not None and sink.size > max_size:
                     raise PayloadTooLarge(f"blob is larger than the limit of {max_size} bytes", field="body")
@@ -333,6 +348,7 @@ class LocalBlobStore(BlobStore):
             sink = _Sink(fh, hasher)
             try:
                 async for chunk in chunks:
+                    self._check_space(len(chunk))
                     await sink.add(chunk)
                     if max_size is not None and current + sink.size > max_size:
                         raise PayloadTooLarge(
