@@ -20,6 +20,7 @@ measures the queue for a core, the CPU time what the work costs.
     .venv/bin/python bench/semantic.py --models [--rounds 3] [--json]
     .venv/bin/python bench/semantic.py --cascade
     .venv/bin/python bench/semantic.py --asymmetric
+    .venv/bin/python bench/semantic.py --recipes wordllama
 """
 
 from __future__ import annotations
@@ -197,6 +198,87 @@ def cascade() -> dict[str, Any]:
     return out
 
 
+COMPOSITIONS = ("current", "split", "one", "no_tags", "desc_ex")
+"""How a skill becomes texts (`--recipes`): as the gateway does (name. description. tags, then each example), each
+field its own text, the whole skill one text, without the tags, or the description and examples only."""
+
+
+def composed(skill: dict[str, Any], how: str) -> list[str]:
+    name, desc, tags, examples = str(skill["name"]), str(skill["description"]), ", ".join(skill["tags"]), list(skill["examples"])
+    return {"current": [". ".join([name, desc, tags]), *examples], "split": [name, desc, tags, *examples],
+            "one": [". ".join([name, desc, tags, *examples])], "no_tags": [". ".join([name, desc]), *examples],
+            "desc_ex": [desc, *examples]}[how]
+
+
+def recipes(model_name: str) -> dict[str, Any]:
+    """Recipes for a fast model, on the two held-out sets only (the paraphrases are not read): how a skill is
+    composed into texts x how an agent is scored from its texts' cosines (`max`, `mean`, the cosine to its
+    normalised centroid, the mean of its best two), each with the `min` that maximises held-out requests ranked
+    right at or above it minus off-topic requests above it; and, for the gateway's recipe, whether also accepting a
+    top-1 that leads the top-2 by a margin (below `min`) helps by the same measure (ties go to no margin)."""
+    import numpy as np
+
+    from mma2a.features.text_models import shared_embedder
+
+    model = shared_embedder(model_name)
+    model.warm_up()
+    held = ((SKILLS, HELD_OUT), (OTHER_SKILLS, OTHER_HELD_OUT))
+
+    def scores(skills: dict[str, dict[str, Any]], texts: list[str], how: str, score: str) -> tuple[list[str], Any]:
+        vectors = model.embed(texts)
+        cols = []
+        for name in skills:
+            rows = model.embed(composed(skills[name], how))
+            sims = vectors @ rows.T
+            if score == "max":
+                cols.append(sims.max(axis=1))
+            elif score == "mean":
+                cols.append(sims.mean(axis=1))
+            elif score == "centroid":
+                c = rows.mean(axis=0)
+                cols.append(vectors @ (c / np.linalg.norm(c)))
+            else:  # top2
+                cols.append(np.sort(sims, axis=1)[:, -2:].mean(axis=1))
+        return list(skills), np.stack(cols, axis=1)
+
+    out: dict[str, Any] = {"model": model.model}
+    for how in COMPOSITIONS:
+        for score in ("max", "mean", "centroid", "top2"):
+            right, top = [], []
+            for skills, requests in held:
+                names, table = scores(skills, [t for _, t in requests], how, score)
+                right.append(table.argmax(axis=1) == np.asarray([names.index(w) for w, _ in requests]))
+                top.append(table.max(axis=1))
+            r, t = np.concatenate(right), np.concatenate(top)
+            off = np.concatenate([scores(sk, OFF_TOPIC, how, score)[1].max(axis=1) for sk, _ in held])
+            gain, best = max((int((r & (t >= m)).sum()) - int((off >= m).sum()), round(float(m), 2))
+                             for m in np.arange(-0.1, 0.6, 0.01))
+            out[f"{how} {score}"] = (f"ranked first {int(r[:50].sum())}/50 + {int(r[50:].sum())}/50; min {best:.2f}: "
+                                     f"{int((r & (t >= best)).sum())}/100 right at or above, "
+                                     f"{int((off >= best).sum())}/{len(off)} off-topic above")
+    right, top, lead, off_top, off_lead = [], [], [], [], []
+    for skills, requests in held:  # the gateway's recipe: also accept a clear lead below `min`?
+        names, table = scores(skills, [t for _, t in requests], "current", "mean")
+        ordered = np.sort(table, axis=1)
+        right.append(table.argmax(axis=1) == np.asarray([names.index(w) for w, _ in requests]))
+        top.append(ordered[:, -1])
+        lead.append(ordered[:, -1] - ordered[:, -2])
+        off = np.sort(scores(skills, OFF_TOPIC, "current", "mean")[1], axis=1)
+        off_top.append(off[:, -1])
+        off_lead.append(off[:, -1] - off[:, -2])
+    r, t, g, ot, og = map(np.concatenate, (right, top, lead, off_top, off_lead))
+    tried = []
+    for m in np.arange(0.0, 0.2, 0.01):
+        for margin in (*np.arange(0.0, 0.12, 0.01), np.inf):
+            ok, off_ok = (t >= m) | (g >= margin), (ot >= m) | (og >= margin)
+            tried.append((int((r & ok).sum()) - int(off_ok.sum()), int((r & ok).sum()), int(off_ok.sum()), round(float(m), 2),
+                          float(margin)))
+    gain, hits, passed, m, margin = max(tried, key=lambda x: (x[0], x[4]))  # ties: the larger margin (none at all first)
+    out["current mean, min or a lead"] = (f"best: min {m:.2f}, lead {'none' if margin == np.inf else f'{margin:.2f}'}: "
+                                          f"{hits}/100 right and accepted, {passed}/{len(ot)} off-topic accepted")
+    return out
+
+
 def unit_rows(x: Any) -> Any:
     import numpy as np
 
@@ -329,8 +411,12 @@ def main() -> None:
     ap.add_argument("--cascade", action="store_true", help="static when its margin is clear, MiniLM otherwise: accuracy")
     ap.add_argument("--asymmetric", action="store_true",
                     help="static requests against skills embedded otherwise (MiniLM, centred, mapped): accuracy")
+    ap.add_argument("--recipes", metavar="MODEL", help="skill-text and scoring recipes for MODEL, on held-out sets only")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.recipes:
+        print(json.dumps({**recipes(args.recipes), "load_average": [round(x, 2) for x in os.getloadavg()]}, indent=2))
+        return
     if args.asymmetric:
         print(json.dumps(asymmetric(), indent=2))
         return
