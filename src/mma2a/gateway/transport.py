@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
+import yarl
 
 from ..card import EXTENSIONS_HEADER, VERSION_HEADER
 from ..compression import decode, encode
@@ -25,6 +26,10 @@ from ..ext import EXTENSION_URI
 from ..tls import ClientTLS, client_context
 from . import http1
 from .tracing import inject
+
+MAX_REDIRECTS = 3  # a card fetch's redirects, each within the card URL's origin
+MAX_JSON_BYTES = 1 << 20  # an agent card (or any JSON document fetched) read at most this long
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 if TYPE_CHECKING:
     from .grpc_transport import GrpcAgents
@@ -105,20 +110,40 @@ class Transport:
 
     async def fetch_json(self, url: str, *, timeout_s: float | None = None, headers: Mapping[str, str] | None = None,
                          agent: str | None = None) -> Any:
-        """GET a JSON document (an Agent Card; over `agent`'s TLS settings); errors are `DispatchError` naming the URL."""
+        """GET a JSON document (an Agent Card; over `agent`'s TLS settings); errors are `DispatchError` naming the URL.
+
+        Redirects are followed only within the URL's origin (a card cannot send the gateway to another host:
+        SSRF), at most `MAX_REDIRECTS`; the document is read up to `MAX_JSON_BYTES` (a card of any size was held
+        whole)."""
+        origin = yarl.URL(url).origin()
+        current = url
         try:
-            async with self.session.get(
-                url, timeout=aiohttp.ClientTimeout(total=timeout_s or self.timeout_s), headers=headers,
-                ssl=self.ssl_for(agent),
-            ) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    raise DispatchError(f"GET {url}: HTTP {resp.status}", data={"url": url, "status": resp.status})
-                return orjson.loads(body)
+            for _ in range(MAX_REDIRECTS + 1):
+                async with self.session.get(
+                    current, timeout=aiohttp.ClientTimeout(total=timeout_s or self.timeout_s), headers=headers,
+                    ssl=self.ssl_for(agent), allow_redirects=False,
+                ) as resp:
+                    if resp.status in _REDIRECTS:
+                        target = resp.url.join(yarl.URL(resp.headers.get("Location", "")))
+                        if target.origin() != origin:
+                            raise DispatchError(f"GET {url}: redirected to another origin ({target.origin()}); register "
+                                                "the agent at the URL that serves its card", data={"url": url})
+                        current = str(target)
+                        continue
+                    body = bytearray()
+                    async for chunk in resp.content.iter_chunked(1 << 16):
+                        body += chunk
+                        if len(body) > MAX_JSON_BYTES:
+                            raise DispatchError(f"GET {url}: response larger than {MAX_JSON_BYTES} bytes",
+                                                data={"url": url})
+                    if resp.status != 200:
+                        raise DispatchError(f"GET {url}: HTTP {resp.status}", data={"url": url, "status": resp.status})
+                    return orjson.loads(body)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise DispatchError(f"GET {url}: {_describe(exc)}", data={"url": url}) from None
         except orjson.JSONDecodeError:
             raise DispatchError(f"GET {url}: response is not JSON", data={"url": url}) from None
+        raise DispatchError(f"GET {url}: more than {MAX_REDIRECTS} redirects", data={"url": url})
 
     def _headers(self, extension: bool, token: str | None) -> dict[str, str]:
         headers = {"Content-Type": "application/json", VERSION_HEADER: "1.0"}
