@@ -261,9 +261,10 @@ def encode_audio(samples: np.ndarray, rate: int, fmt: str, channels: int = 1) ->
     return buf.getvalue()
 
 
-def _speech_item(i: int, fmt: str, rate: int, channels: int, under: str) -> bytes:
+def _speech_item(i: int, fmt: str, rate: int, channels: int, under: str, sentence: int | None = None) -> bytes:
     voice, wpm, pitch = VOICES[i % len(VOICES)]
-    said, r = speech_with(SENTENCES[i % len(SENTENCES)], voice=voice, wpm=wpm, pitch=pitch)
+    said, r = speech_with(SENTENCES[i % len(SENTENCES) if sentence is None else sentence], voice=voice, wpm=wpm,
+                          pitch=pitch)
     said = np.concatenate([np.zeros(int(0.3 * r)), said, np.zeros(int(0.3 * r))])
     return encode_audio(_resample(_mix(said, r, under, i), r, rate), rate, fmt, channels)
 
@@ -341,6 +342,11 @@ def audio() -> Iterator[Item]:
         yield Item(f"speech-{i}-{VOICES[i % len(VOICES)][0]}-{under}-{fmt}{rate}x{ch}", f"speech-{i}.{fmt}",
                    lambda i=i, f=fmt, r=rate, c=ch, u=under: _speech_item(i, f, r, c, u),
                    Truth(words=tuple(SENTENCES[i % len(SENTENCES)].split())))
+    for i in range(12):  # hard: telephone rate under noise, every voice
+        fmt = ("wav", "mp3", "flac")[i % 3]
+        yield Item(f"hard-{i}-{VOICES[(i + 1) % len(VOICES)][0]}-{fmt}8000", f"hard-{i}.{fmt}",
+                   lambda i=i, f=fmt: _speech_item(i + 1, f, 8000, 1, "noise", sentence=(i * 5) % len(SENTENCES)),
+                   Truth(words=tuple(SENTENCES[(i * 5) % len(SENTENCES)].split())))
     for j, (kind, fmt, rate) in enumerate((("noise", "wav", 16000), ("music", "mp3", 44100), ("hum", "ogg", 8000),
                                             ("music", "flac", 44100), ("noise", "webm", 48000))):
         yield Item(f"nospeech-{kind}-{fmt}{rate}", f"nospeech-{j}.{fmt}", lambda k=kind, f=fmt, r=rate: _no_speech(k, f, r),
