@@ -181,6 +181,8 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 raise Forbidden(f"gRPC method {method} has no access class; refused", field="method")
             metadata = context.invocation_metadata() or ()
             headers = metadata_headers(metadata)
+            if len(headers) != len(metadata):  # a repeated key: never a credential (as on HTTP)
+                self.control.single_credentials(k for k, _ in metadata)
             peer = "?"
             if self.control.limiter is not None:
                 forwarded = [v for k, v in metadata if k.lower() == "x-forwarded-for" and isinstance(v, str)]

@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -113,6 +113,9 @@ class AccessControl:
         reserved = 0
         streaming: str | None = None
         try:
+            raw = scope.get("headers") or ()
+            if len(header_map(scope)) != len(raw):  # some header is repeated (rare): never a credential
+                self.single_credentials(k for k, _ in raw)
             peer = str((scope.get("client") or ("?",))[0]) if self.limiter is not None else "?"
             cn = client_cn(scope) if cls is AccessClass.CLIENT else None
             client = self.admit(access, headers, peer=peer, cn=cn, agent=scope.get("path_params", {}).get("agent"),
@@ -189,6 +192,18 @@ class AccessControl:
         if why is not None:
             raise RateLimited(why, retry_after=1.0)
         return sender
+
+    def single_credentials(self, names: Iterable[bytes | str]) -> None:
+        """`Unauthorized` when a credential header (`Authorization`, the API-key header) is sent more than once:
+        RFC 9110 gives it one value, and a proxy in front may judge another copy than the gateway does (the
+        gateway read the first, so `Authorization: <good>` then `Authorization: <bad>` passed as the good one)."""
+        seen: set[str] = set()
+        for name in names:
+            key = name.decode("latin-1") if isinstance(name, bytes) else name.lower()
+            if key == "authorization" or key == self.auth.header:
+                if key in seen:
+                    raise Unauthorized(f"{key}: sent more than once; send one credential", field=key)
+                seen.add(key)
 
     def _pick(self, scope: Scope) -> dict[str, str]:
         """The few request headers access control reads (credentials, the body's length), decoded."""
