@@ -53,7 +53,9 @@ def judge(item: Any, row: dict[str, Any], findings: dict[str, Any] | None, heard
         said = f.get("transcript", "")
         if t.no_speech and said:
             bad.append(f"false transcript {said!r}")
-        if t.words:
+        if t.words and not said and f.get("unclear"):
+            bad.append("abstained: heard, not understood (unclear)")
+        elif t.words:
             got = words_of(said)
             miss = [w for w in t.words if w not in got]
             if len(miss) > len(t.words) // 3:
@@ -100,14 +102,15 @@ def main() -> None:
                     heard = hear(path.read_bytes(), row["modality"])
                 bad = judge(item, row, findings, heard)
                 took = time.perf_counter() - t0
-                tally[(item.split, "wrong" if bad else "right")] += 1
+                tally[(item.split, "abstained" if bad and bad[0].startswith("abstained") else "wrong" if bad else "right")] += 1
                 rows.append({"name": item.name, "split": item.split, "modality": row.get("modality"), "bad": bad,
                              "seconds": round(took, 2), "features": row.get("features"), "caption": cap,
                              "heard": heard})
                 if bad:
                     print(f"{item.split:8} {item.name}: {'; '.join(bad)}", flush=True)
     for split in ("dev", "held-out"):
-        print(f"{split}: {tally[(split, 'right')]} right, {tally[(split, 'wrong')]} wrong")
+        print(f"{split}: {tally[(split, 'right')]} right, {tally[(split, 'wrong')]} wrong, "
+              f"{tally[(split, 'abstained')]} abstained")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, default=str, indent=1)
