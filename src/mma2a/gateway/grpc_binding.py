@@ -64,6 +64,9 @@ def server_options(cfg: GatewayConfig) -> list[tuple[str, int]]:
             ("grpc.max_metadata_size", s.max_header_bytes)]
 
 
+EPHEMERAL_BIND_ATTEMPTS = 8  # binding HOST:0 afresh when the free port found for one address is taken on another
+
+
 class GrpcIngress:
     """The gateway's gRPC server: started with the gateway, stopped with it."""
 
@@ -74,16 +77,25 @@ class GrpcIngress:
         assert cfg.grpc_listen is not None
         self.listen = cfg.grpc_listen
         admission = Admission(control, method_access(jsonrpc), message_timeout_s=cfg.server.body_timeout_s)
-        self.server = grpc.aio.server(interceptors=[admission],
-                                      options=server_options(cfg))
         servicer = GrpcHandler(handler)
-        a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, self.server)  # type: ignore[no-untyped-call]
-        if cfg.tls is not None:  # the listener's certificate and client CA (read at start; HTTP reloads them)
-            self.port = self.server.add_secure_port(self.listen, server_credentials(cfg.tls, cfg.base_dir))
-        else:
-            self.port = self.server.add_insecure_port(self.listen)
-        if self.port == 0:
-            raise OSError(f"grpc_listen: cannot bind {self.listen}")
+        # A name such as `localhost:0` resolves to several addresses: gRPC binds the first on a free port and then
+        # needs that same port free on the others, which it may not be (another process holds it on 127.0.0.1).
+        # Only then is a fresh server tried, each with a new free port; a fixed port that is taken fails at once.
+        attempts = EPHEMERAL_BIND_ATTEMPTS if self.listen.rpartition(":")[2] == "0" else 1
+        for attempt in range(1, attempts + 1):
+            self.server = grpc.aio.server(interceptors=[admission], options=server_options(cfg))
+            a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, self.server)  # type: ignore[no-untyped-call]
+            try:
+                if cfg.tls is not None:  # the listener's certificate and client CA (read at start; HTTP reloads them)
+                    self.port = self.server.add_secure_port(self.listen, server_credentials(cfg.tls, cfg.base_dir))
+                else:
+                    self.port = self.server.add_insecure_port(self.listen)
+            except RuntimeError:  # grpcio raises where older releases returned 0
+                self.port = 0
+            if self.port != 0:
+                break
+            if attempt == attempts:
+                raise OSError(f"grpc_listen: cannot bind {self.listen}")
 
     async def start(self) -> None:
         await self.server.start()
