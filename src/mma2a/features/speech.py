@@ -56,7 +56,8 @@ under `unclear`: the mean log-probability alone let wrong English at -0.98 to -1
 of the unseen media (tests/features/unseen.py; eSpeak NG voices at 8-48 kHz under noise and music): segments read
 wrong (at most 45 % of their words right) had a mean word probability of 0.25-0.54, those read right or nearly so
 (50 % or more) 0.61-0.80. Checked on the held-out split: it drops "that belongs to all the emergency of the state."
-(0.38, -1.15) and "It's the place I'm coming for." (0.52, -0.71), keeps every right segment (the lowest 0.56), and
+(0.38, -1.15) and "It's the place I'm coming for." (0.52, -0.71), keeps every right segment (the lowest 0.56: in
+another run its note, "and the blue folder to the front end.", fell under and came back unclear), and
 still passes "And the loop holder from the front neck." (0.64) for "send the blue folder to the front desk"."""
 
 
