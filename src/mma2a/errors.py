@@ -57,6 +57,8 @@ __all__ = [
     "PayloadNotFound",
     "PayloadTooLarge",
     "InsufficientStorage",
+    "StoreQuotaExceeded",
+    "ClientQuotaExceeded",
     "RangeNotSatisfiable",
     "RateLimited",
     "rest_status",
@@ -328,6 +330,17 @@ class InsufficientStorage(PayloadError):
     """The blob store's disk is down to its reserve (`blob_min_free_bytes`): nothing more is written."""
 
     http_status = 507
+
+
+class StoreQuotaExceeded(InsufficientStorage):
+    """The blob store would hold more than `blob_max_bytes`: nothing more is written until blobs are deleted."""
+
+
+class ClientQuotaExceeded(PayloadError):
+    """A client's blobs and uploads would hold more than `blob_max_bytes_per_client`: 413, the client must delete
+    some of its blobs (or send less); waiting does not help, so not 429."""
+
+    http_status = 413
 
 
 class UploadOffsetMismatch(PayloadError):

@@ -149,6 +149,7 @@ class ObjectBlobStore(BlobStore):
         *,
         sha256: str | None = None,
         max_size: int | None = None,
+        owner: str | None = None,
     ) -> BlobInfo:
         expected = None if sha256 is None else check_sha256(sha256)
         nuid = secrets.token_hex(11)
@@ -222,7 +223,7 @@ class ObjectBlobStore(BlobStore):
             raise PayloadNotFound(f"upload {upload_id} not found", field="uploadId") from None
         return orjson.loads(entry.value), int(entry.revision)
 
-    async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE) -> str:
+    async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE, *, owner: str | None = None) -> str:
         upload_id = secrets.token_hex(16)
         await self._uploads.create(upload_id, orjson.dumps({"mediaType": media_type, "offset": 0, "seqs": []}))
         return upload_id

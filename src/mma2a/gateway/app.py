@@ -169,10 +169,12 @@ class Gateway:
 
     def _local_store(self, config: GatewayConfig) -> BlobStore:
         """Payloads in `blob_dir`, else in a temporary directory removed at stop."""
+        limits = {"min_free_bytes": config.blob_min_free_bytes, "max_bytes": config.blob_max_bytes,
+                  "max_bytes_per_client": config.blob_max_bytes_per_client}
         if config.blob_dir:
-            return LocalBlobStore(config.blob_dir, min_free_bytes=config.blob_min_free_bytes)
+            return LocalBlobStore(config.blob_dir, **limits)
         self._blob_tmp = tempfile.TemporaryDirectory(prefix="mma2a-blobs-")
-        return LocalBlobStore(self._blob_tmp.name, min_free_bytes=config.blob_min_free_bytes)
+        return LocalBlobStore(self._blob_tmp.name, **limits)
 
     def _while_built(self, embedder: SentenceEncoder | None) -> SentenceEncoder | None:
         """The static model whose table is not stored yet (about 30 s of CPU to build): MiniLM, from which it is

@@ -169,6 +169,9 @@ class GatewayConfig(BaseModel):
     offload_threshold: int = Field(default=256 * 1024, ge=0)
     blob_dir: str | None = None  # default: a fresh temporary directory per process
     blob_min_free_bytes: int = Field(default=256 * 1024**2, ge=0)  # disk kept free by the blob store; past it 507
+    # what the local blob store may hold in all (507 past it) and per client (413), blobs and uploads counted
+    blob_max_bytes: int = Field(default=8 * 1024**3, gt=0)
+    blob_max_bytes_per_client: int = Field(default=1024**3, gt=0)
     url_secret_env: str | None = "MMA2A_URL_SECRET"  # HMAC key for signed payload URLs (random per process if unset)
     url_expires_s: int = Field(default=3600, gt=0, le=7 * 24 * 3600)
     max_upload_bytes: int = Field(default=8 * 1024**3, gt=0)

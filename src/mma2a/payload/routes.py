@@ -154,8 +154,18 @@ class BlobEndpoints:
         except ClientDisconnect:
             raise PayloadError("client disconnected before the body was complete", field="body") from None
 
+    def _check_room(self, request: Request) -> str | None:
+        """The calling client, once the store's quotas can take the body's declared length (if any): a body over
+        them is refused before a byte of it is read; one without a length is counted as it is written."""
+        owner = self.owner_fn()
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit():
+            self.store.check_room(owner, int(length))
+        return owner
+
     async def put(self, request: Request) -> Response:
         _declared_length(request, self.max_upload_bytes)
+        owner = self._check_room(request)
         media_type = media_type_of(request.headers.get("content-type"))
         digest = request.headers.get("x-content-sha256")
         info = await self.store.put_stream(
@@ -163,6 +173,7 @@ class BlobEndpoints:
             media_type,
             sha256=None if digest is None else check_sha256(digest, "X-Content-SHA256"),
             max_size=self.max_upload_bytes,
+            owner=owner,
         )
         await self._checked(info)
         return self._created(request, info)
@@ -173,7 +184,7 @@ class BlobEndpoints:
             media_type = media_type_of((await read_json_object(request, empty_ok=True)).get("mediaType"), "mediaType")
         else:
             media_type = media_type_of(request.headers.get("upload-media-type") or ct or None)
-        store_id = await self.store.begin_upload(media_type)
+        store_id = await self.store.begin_upload(media_type, owner=self.owner_fn())
         upload_id = f"{store_id}.{self._upload_tag(store_id)}"
         location = f"{self.base_url(request)}/blobs/uploads/{upload_id}"
         body = {"uploadId": upload_id, "offset": 0, "mediaType": media_type, "location": location}
@@ -192,6 +203,8 @@ class BlobEndpoints:
             raise PayloadError("Upload-Offset header is required", field="Upload-Offset")
         if not raw.strip().isdigit():
             raise PayloadError(f"Upload-Offset {raw!r} is not a non-negative integer", field="Upload-Offset")
+        self._store_id(request)  # another client's id is refused before its quota is looked at
+        self._check_room(request)
         try:
             upload_id, offset = await self._on_upload(request, lambda sid: self.store.append(
                 sid, int(raw), request.stream(), max_size=self.max_upload_bytes))

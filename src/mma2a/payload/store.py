@@ -22,13 +22,16 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import (
+    ClientQuotaExceeded,
     InsufficientStorage,
     PayloadError,
     PayloadNotFound,
     PayloadTooLarge,
     RangeNotSatisfiable,
+    StoreQuotaExceeded,
     UploadOffsetMismatch,
 )
+from .quota import ByteQuota
 
 CHUNK_SIZE = 256 * 1024
 """Bytes read from disk per chunk; also the size of each write batch."""
@@ -87,8 +90,10 @@ class BlobStore(abc.ABC):
         *,
         sha256: str | None = None,
         max_size: int | None = None,
+        owner: str | None = None,
     ) -> BlobInfo:
-        """Store the bytes `chunks` yields; check them against `sha256` and `max_size` if given."""
+        """Store the bytes `chunks` yields; check them against `sha256` and `max_size` if given. `owner`: the client
+        the bytes are counted for (stores with quotas)."""
 
     @abc.abstractmethod
     def open_range(self, key: str, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
@@ -103,8 +108,8 @@ class BlobStore(abc.ABC):
         """Remove a blob; `PayloadNotFound` if there is none."""
 
     @abc.abstractmethod
-    async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE) -> str:
-        """Start a resumable upload; returns its id."""
+    async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE, *, owner: str | None = None) -> str:
+        """Start a resumable upload for `owner`; returns its id."""
 
     @abc.abstractmethod
     async def upload_offset(self, upload_id: str) -> int:
@@ -123,6 +128,10 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     async def abort_upload(self, upload_id: str) -> None:
         """Drop an upload and its bytes."""
+
+    def check_room(self, owner: str | None, size: int) -> None:
+        """Refuse, before any byte is read, a write of `size` bytes (a declared Content-Length) the store cannot
+        take; stores without quotas or reserve take anything."""
 
     async def read_all(self, key: str) -> bytes:
         """The whole blob in memory: for small blobs and tests only."""
@@ -167,6 +176,15 @@ class _Sink:
             await asyncio.to_thread(self._write, blobs)
 
 
+def _owner_of(meta_path: Path) -> str | None:
+    """The client a blob or upload is counted for, from its sidecar (None: no owner, or written before owners)."""
+    try:
+        owner = json.loads(meta_path.read_text()).get("owner")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, str) else None
+
+
 def _hash_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
@@ -176,10 +194,13 @@ def _hash_file(path: Path) -> str:
 
 
 class LocalBlobStore(BlobStore):
-    """Blobs in a local directory: `objects/ab/<key>` with a `<key>.json` sidecar for the media type."""
+    """Blobs in a local directory: `objects/ab/<key>` with a `<key>.json` sidecar for the media type and owner."""
 
-    def __init__(self, root: str | os.PathLike[str], *, min_free_bytes: int = 0):
-        """`min_free_bytes`: the disk space kept free; a write that would go below it is refused (507)."""
+    def __init__(self, root: str | os.PathLike[str], *, min_free_bytes: int = 0, max_bytes: int | None = None,
+                 max_bytes_per_client: int | None = None):
+        """`min_free_bytes`: the disk space kept free; a write that would go below it is refused (507). `max_bytes`,
+        `max_bytes_per_client`: what the store and each client may hold (507, 413); the counts are rebuilt from the
+        directory here. One process per directory: the counts are this process's."""
         self.root = Path(root)
         self.min_free_bytes = min_free_bytes
         self._objects = self.root / "objects"
@@ -190,6 +211,29 @@ class LocalBlobStore(BlobStore):
         self._upload_locks: dict[str, asyncio.Lock] = {}
         # Running digests of uploads written by this process: upload id -> (offset, hasher).
         self._upload_hashes: dict[str, tuple[int, Any]] = {}
+        self.quota = ByteQuota(max_bytes, max_bytes_per_client)
+        self._upload_owners: dict[str, str | None] = {}  # every upload on disk -> the client it is counted for
+        self._count_held()
+
+    def _count_held(self) -> None:
+        """Count what the directory holds (blobs, uploads) per owner: one `scandir` per directory and one small
+        sidecar read per blob or upload. Files in `tmp/` (a write cut by a crash) are not counted."""
+        for sub in os.scandir(self._objects):
+            if not sub.is_dir():
+                continue
+            for entry in os.scandir(sub.path):
+                if _KEY_RE.match(entry.name):
+                    owner = _owner_of(Path(entry.path).with_suffix(".json"))
+                    self.quota.add(owner, entry.stat().st_size)
+        for entry in os.scandir(self._uploads):
+            if entry.name.endswith(".part") and _UPLOAD_RE.match(entry.name[:-5]):
+                owner = _owner_of(Path(entry.path).with_suffix(".json"))
+                self._upload_owners[entry.name[:-5]] = owner
+                self.quota.add(owner, entry.stat().st_size)
+
+    def check_room(self, owner: str | None, size: int) -> None:
+        self.quota.check(owner, size)
+        self._check_space(size)
 
     def _check_space(self, more: int) -> None:
         """`InsufficientStorage` when writing `more` bytes would leave less than `min_free_bytes` on the disk (one
@@ -223,14 +267,18 @@ class LocalBlobStore(BlobStore):
         *,
         sha256: str | None = None,
         max_size: int | None = None,
+        owner: str | None = None,
     ) -> BlobInfo:
         expected = None if sha256 is None else check_sha256(sha256)
         tmp = self._tmp / f"{secrets.token_hex(16)}.tmp"
         fh = await asyncio.to_thread(tmp.open, "wb")
+        charged = 0  # bytes counted for `owner` and not (yet) kept in a blob
         try:
             sink = _Sink(fh)
             async for chunk in chunks:
                 self._check_space(len(chunk))
+                self.quota.charge(owner, len(chunk))
+                charged += len(chunk)
                 await sink.add(chunk)
                 if max_size is not None and sink.size > max_size:
                     raise PayloadTooLarge(f"blob is larger than the limit of {max_size} bytes", field="body")
@@ -239,27 +287,33 @@ class LocalBlobStore(BlobStore):
             key = sink.hasher.hexdigest()
             if expected is not None and key != expected:
                 raise digest_mismatch("the body", key, expected)
-            await self._commit(tmp, key, sink.size, media_type)
+            if await self._commit(tmp, key, sink.size, media_type, owner):
+                charged = 0  # a new blob: its bytes stay counted for `owner`
             return BlobInfo(key, sink.size, media_type)
         finally:
             fh.close()
             tmp.unlink(missing_ok=True)
+            self.quota.release(owner, charged)
 
-    async def _commit(self, tmp: Path, key: str, size: int, media_type: str) -> None:
-        """Rename a fully written temp file into place (atomic) and write its sidecar."""
+    async def _commit(self, tmp: Path, key: str, size: int, media_type: str, owner: str | None) -> bool:
+        """Rename a fully written temp file into place (atomic) and write its sidecar; False when the same content
+        was already stored (the new file is dropped, the blob stays counted for the owner who stored it first)."""
 
-        def commit() -> None:
+        def commit() -> bool:
             dest = self._path(key)
             dest.parent.mkdir(exist_ok=True)
+            fresh = not dest.exists()
+            first = owner if fresh else _owner_of(self._meta_path(key))
             meta_tmp = tmp.with_suffix(".meta")
-            meta_tmp.write_text(json.dumps({"size": size, "mediaType": media_type}))
+            meta_tmp.write_text(json.dumps({"size": size, "mediaType": media_type, "owner": first}))
             os.replace(meta_tmp, self._meta_path(key))
-            if dest.exists():  # same content already stored: keep the old file, drop the new one
-                tmp.unlink(missing_ok=True)
-            else:
+            if fresh:
                 os.replace(tmp, dest)
+            else:  # same content already stored: keep the old file, drop the new one
+                tmp.unlink(missing_ok=True)
+            return fresh
 
-        await asyncio.to_thread(commit)
+        return await asyncio.to_thread(commit)
 
     async def stat(self, key: str) -> BlobInfo:
         path = self._path(key)
@@ -300,23 +354,32 @@ class LocalBlobStore(BlobStore):
 
     async def delete(self, key: str) -> None:
         path = self._path(key)
+
+        def remove() -> tuple[str | None, int]:
+            size = path.stat().st_size
+            owner = _owner_of(self._meta_path(key))
+            path.unlink()
+            return owner, size
+
         try:
-            await asyncio.to_thread(path.unlink)
+            owner, size = await asyncio.to_thread(remove)
         except FileNotFoundError:
             raise PayloadNotFound(f"blob {key} not found", field="key") from None
         self._meta_path(key).unlink(missing_ok=True)
+        self.quota.release(owner, size)
 
     # --- resumable uploads ----------------------------------------------------------
 
-    async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE) -> str:
+    async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE, *, owner: str | None = None) -> str:
         upload_id = secrets.token_hex(16)
         path = self._upload_path(upload_id)
 
         def create() -> None:
-            path.with_suffix(".json").write_text(json.dumps({"mediaType": media_type}))
+            path.with_suffix(".json").write_text(json.dumps({"mediaType": media_type, "owner": owner}))
             path.touch()
 
         await asyncio.to_thread(create)
+        self._upload_owners[upload_id] = owner
         self._upload_hashes[upload_id] = (0, hashlib.sha256())
         return upload_id
 
@@ -344,19 +407,24 @@ class LocalBlobStore(BlobStore):
                 )
             known = self._upload_hashes.pop(upload_id, None)
             hasher = known[1] if known is not None and known[0] == current else None
+            owner = self._upload_owners.get(upload_id)
             fh = await asyncio.to_thread(path.open, "ab")
             sink = _Sink(fh, hasher)
+            charged = 0
             try:
                 async for chunk in chunks:
                     self._check_space(len(chunk))
+                    self.quota.charge(owner, len(chunk))
+                    charged += len(chunk)
                     await sink.add(chunk)
                     if max_size is not None and current + sink.size > max_size:
                         raise PayloadTooLarge(
                             f"upload {upload_id} is larger than the limit of {max_size} bytes", field="body"
                         )
                 await sink.flush()
-            except PayloadTooLarge:
+            except (PayloadTooLarge, ClientQuotaExceeded, StoreQuotaExceeded):
                 await asyncio.to_thread(fh.truncate, current)  # the whole chunk is refused
+                self.quota.release(owner, charged)
                 raise
             except BaseException:
                 # The client went away mid-chunk: keep what arrived so it resumes from `upload_offset`;
@@ -389,21 +457,27 @@ class LocalBlobStore(BlobStore):
                 media_type = json.loads(meta_path.read_text()).get("mediaType", DEFAULT_MEDIA_TYPE)
             except (OSError, ValueError):
                 media_type = DEFAULT_MEDIA_TYPE
-            await self._commit(path, key, size, media_type)
+            owner = self._upload_owners.get(upload_id)
+            if not await self._commit(path, key, size, media_type, owner):
+                self.quota.release(owner, size)  # the content was stored already: the upload's bytes are gone
             meta_path.unlink(missing_ok=True)
             path.unlink(missing_ok=True)
             self._upload_hashes.pop(upload_id, None)
+            self._upload_owners.pop(upload_id, None)
         self._upload_locks.pop(upload_id, None)
         return BlobInfo(key, size, media_type)
 
     async def abort_upload(self, upload_id: str) -> None:
         path = self._upload_path(upload_id)
         async with self._lock(upload_id):
-            if not path.exists():
-                raise PayloadNotFound(f"upload {upload_id} not found", field="uploadId")
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                raise PayloadNotFound(f"upload {upload_id} not found", field="uploadId") from None
             path.unlink(missing_ok=True)
             path.with_suffix(".json").unlink(missing_ok=True)
             self._upload_hashes.pop(upload_id, None)
+            self.quota.release(self._upload_owners.pop(upload_id, None), size)
         self._upload_locks.pop(upload_id, None)
 
     def clear(self) -> None:
@@ -411,4 +485,6 @@ class LocalBlobStore(BlobStore):
         shutil.rmtree(self.root, ignore_errors=True)
         for d in (self._objects, self._tmp, self._uploads):
             d.mkdir(parents=True, exist_ok=True)
+        self.quota.reset()
+        self._upload_owners.clear()
 

@@ -1,0 +1,70 @@
+"""Byte quotas of a blob store: what it holds in total and per client, against two limits.
+
+Bytes are counted as they are written (blobs, resumable uploads and single-shot bodies still coming), so two
+uploads of one client running at once cannot pass its quota together. A client is the name its credential
+gives (`owner`); bytes with no owner (auth off, the gateway's own offloaded parts) count in the total only.
+The counts live in memory; the store that owns them rebuilds them from its directory at start.
+"""
+
+from __future__ import annotations
+
+from ..errors import ClientQuotaExceeded, StoreQuotaExceeded
+
+__all__ = ["ByteQuota"]
+
+
+class ByteQuota:
+    """Bytes held in one store, in total and per owner; `charge` refuses what would pass a limit (None: no limit)."""
+
+    def __init__(self, max_bytes: int | None = None, max_bytes_per_client: int | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.max_bytes_per_client = max_bytes_per_client
+        self.total = 0
+        self._by_owner: dict[str, int] = {}  # only owners holding bytes: bounded by the clients the config names
+
+    def held(self, owner: str | None) -> int:
+        """Bytes `owner`'s blobs and uploads hold (0 for no owner)."""
+        return 0 if owner is None else self._by_owner.get(owner, 0)
+
+    def check(self, owner: str | None, more: int) -> None:
+        """`ClientQuotaExceeded` (413) or `StoreQuotaExceeded` (507) when `more` bytes would pass a limit; the
+        client's own quota first, as it is the one the client can act on."""
+        limit = self.max_bytes_per_client
+        if owner is not None and limit is not None:
+            held = self.held(owner)
+            if held + more > limit:
+                raise ClientQuotaExceeded(
+                    f"blob quota exceeded: client {owner!r} holds {held} bytes in blobs and uploads, {more} more would "
+                    f"pass its quota of {limit} bytes (blob_max_bytes_per_client); abort its unfinished uploads, "
+                    "delete blobs it no longer needs (URLs signed for DELETE) or send a smaller payload",
+                    field="body", data={"setting": "blob_max_bytes_per_client", "limit": limit, "held": held})
+        if self.max_bytes is not None and self.total + more > self.max_bytes:
+            raise StoreQuotaExceeded(
+                f"the blob store is full: it holds {self.total} bytes, {more} more would pass its quota of "
+                f"{self.max_bytes} bytes (blob_max_bytes); retry later or send a smaller payload",
+                field="body", data={"setting": "blob_max_bytes", "limit": self.max_bytes, "held": self.total})
+
+    def charge(self, owner: str | None, n: int) -> None:
+        """Count `n` more bytes for `owner`, or raise as `check` does (nothing counted then)."""
+        self.check(owner, n)
+        self.add(owner, n)
+
+    def add(self, owner: str | None, n: int) -> None:
+        """Count `n` bytes already on disk (the rebuild at start): no limit is checked."""
+        self.total += n
+        if owner is not None and n:
+            self._by_owner[owner] = self._by_owner.get(owner, 0) + n
+
+    def release(self, owner: str | None, n: int) -> None:
+        """`n` bytes of `owner` are gone (deleted, refused, or the same content was already stored)."""
+        self.total = max(0, self.total - n)
+        if owner is not None and owner in self._by_owner:
+            left = self._by_owner[owner] - n
+            if left > 0:
+                self._by_owner[owner] = left
+            else:
+                del self._by_owner[owner]
+
+    def reset(self) -> None:
+        self.total = 0
+        self._by_owner.clear()

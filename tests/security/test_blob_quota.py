@@ -1,0 +1,125 @@
+"""Byte quotas of the blob store (round 4): with only the disk reserve, one client with a credential could fill the
+disk down to `blob_min_free_bytes` and leave nothing for the others. Each client may hold
+`blob_max_bytes_per_client` in blobs and uploads (413 past it), the store `blob_max_bytes` (507); a body whose
+Content-Length passes a quota is refused before it is read, one without is refused at the chunk that passes it,
+and nothing of a refused body stays on disk. Counts survive a restart and are freed by deletion and abort."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.security.conftest import CAROL, TOKEN, secured
+
+ALICE = {"Authorization": f"Bearer {TOKEN}"}
+CAROL_H = {"Authorization": f"Bearer {CAROL}"}
+
+
+def client_quota_message(held: int, more: int, limit: int, client: str = "alice") -> str:
+    return (f"blob quota exceeded: client {client!r} holds {held} bytes in blobs and uploads, {more} more would pass "
+            f"its quota of {limit} bytes (blob_max_bytes_per_client); abort its unfinished uploads, delete blobs it "
+            "no longer needs (URLs signed for DELETE) or send a smaller payload")
+
+
+def setting(r: httpx.Response) -> Any:
+    return r.json()["error"]["data"]["setting"]
+
+
+async def chunked(data: bytes, size: int = 16_384) -> AsyncIterator[bytes]:
+    """A body without Content-Length (chunked transfer encoding)."""
+    for i in range(0, len(data), size):
+        yield data[i:i + size]
+
+
+def left_on_disk(root: Path) -> list[str]:
+    return sorted(os.listdir(root / "tmp"))
+
+
+async def test_a_client_over_its_quota_gets_413_and_another_client_still_uploads(tmp_path):
+    cfg = {"blob_dir": str(tmp_path), "blob_max_bytes_per_client": 100_000}
+    async with secured(cfg) as (_, url, _), httpx.AsyncClient(timeout=30) as c:
+        first = await c.post(url + "/blobs", content=b"a" * 60_000, headers=ALICE)
+        declared = await c.post(url + "/blobs", content=b"b" * 60_000, headers=ALICE)
+        streamed = await c.post(url + "/blobs", content=chunked(b"c" * 60_000), headers=ALICE)
+        begun = (await c.post(url + "/blobs/uploads", headers=ALICE)).json()
+        where = f"{url}/blobs/uploads/{begun['uploadId']}"
+        patch = await c.patch(where, content=chunked(b"d" * 50_000), headers=ALICE | {"Upload-Offset": "0"})
+        offset = (await c.get(where, headers=ALICE)).json()["offset"]
+        small = await c.post(url + "/blobs", content=b"e" * 40_000, headers=ALICE)  # still fits: 100 000 exactly
+        other = await c.post(url + "/blobs", content=b"f" * 60_000, headers=CAROL_H)
+    assert first.status_code == 201 and small.status_code == 201 and other.status_code == 201
+    assert declared.status_code == 413
+    assert declared.json()["error"]["message"] == client_quota_message(60_000, 60_000, 100_000)
+    assert setting(declared) == "blob_max_bytes_per_client"
+    for r in (streamed, patch):  # no Content-Length: refused at the chunk that passes the quota
+        assert r.status_code == 413 and setting(r) == "blob_max_bytes_per_client"
+        message = r.json()["error"]["message"]
+        assert message.startswith("blob quota exceeded: client 'alice' holds ")
+        assert message.endswith(client_quota_message(0, 0, 100_000).split(" more would pass ")[1])
+    assert offset == 0  # the refused chunk was not kept
+    assert left_on_disk(tmp_path) == []
+
+
+async def test_the_store_quota_is_507_for_every_client(tmp_path):
+    cfg = {"blob_dir": str(tmp_path), "blob_max_bytes": 100_000}
+    async with secured(cfg) as (_, url, _), httpx.AsyncClient(timeout=30) as c:
+        first = await c.post(url + "/blobs", content=b"a" * 60_000, headers=ALICE)
+        full = await c.post(url + "/blobs", content=b"b" * 60_000, headers=CAROL_H)
+        streamed = await c.post(url + "/blobs", content=chunked(b"c" * 60_000), headers=CAROL_H)
+    assert first.status_code == 201
+    assert full.status_code == 507 and setting(full) == "blob_max_bytes"
+    assert full.json()["error"]["message"] == (
+        "the blob store is full: it holds 60000 bytes, 60000 more would pass its quota of 100000 bytes "
+        "(blob_max_bytes); retry later or send a smaller payload")
+    assert streamed.status_code == 507 and setting(streamed) == "blob_max_bytes"
+    assert left_on_disk(tmp_path) == []
+
+
+async def test_counts_survive_a_restart(tmp_path):
+    cfg = {"blob_dir": str(tmp_path), "blob_max_bytes_per_client": 100_000}
+    async with secured(cfg) as (_, url, _), httpx.AsyncClient(timeout=30) as c:
+        assert (await c.post(url + "/blobs", content=b"a" * 60_000, headers=ALICE)).status_code == 201
+        begun = (await c.post(url + "/blobs/uploads", headers=ALICE)).json()
+        patch = await c.patch(f"{url}/blobs/uploads/{begun['uploadId']}", content=b"b" * 20_000,
+                              headers=ALICE | {"Upload-Offset": "0"})
+        assert patch.status_code == 200
+    async with secured(cfg) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        assert gw.store.quota.held("alice") == 80_000 and gw.store.quota.total == 80_000
+        over = await c.post(url + "/blobs", content=b"c" * 30_000, headers=ALICE)
+        other = await c.post(url + "/blobs", content=b"c" * 30_000, headers=CAROL_H)
+    assert over.status_code == 413
+    assert over.json()["error"]["message"] == client_quota_message(80_000, 30_000, 100_000)
+    assert other.status_code == 201
+
+
+async def test_deleting_a_blob_and_aborting_an_upload_free_the_quota(tmp_path):
+    cfg = {"blob_dir": str(tmp_path), "blob_max_bytes_per_client": 100_000, "blob_max_bytes": 150_000}
+    async with secured(cfg) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        blob = (await c.post(url + "/blobs", content=b"a" * 60_000, headers=ALICE)).json()
+        refused = await c.post(url + "/blobs", content=b"b" * 60_000, headers=ALICE)
+        deleted = await c.delete(f"{url}{gw.signer.sign(blob['sha256'], 'DELETE')}")
+        again = await c.post(url + "/blobs", content=b"b" * 60_000, headers=ALICE)
+        begun = (await c.post(url + "/blobs/uploads", headers=ALICE)).json()
+        where = f"{url}/blobs/uploads/{begun['uploadId']}"
+        await c.patch(where, content=b"c" * 30_000, headers=ALICE | {"Upload-Offset": "0"})
+        held = gw.store.quota.held("alice")
+        aborted = await c.delete(where, headers=ALICE)
+        after = gw.store.quota.held("alice"), gw.store.quota.total
+    assert refused.status_code == 413 and deleted.status_code == 204 and again.status_code == 201
+    assert held == 90_000 and aborted.status_code == 204
+    assert after == (60_000, 60_000)
+
+
+async def test_the_same_content_twice_is_counted_once(tmp_path):
+    """Blobs are content-addressed: a second copy adds no bytes, the first owner keeps the count."""
+    cfg = {"blob_dir": str(tmp_path), "blob_max_bytes_per_client": 100_000}
+    async with secured(cfg) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        one = await c.post(url + "/blobs", content=b"a" * 40_000, headers=ALICE)
+        two = await c.post(url + "/blobs", content=b"a" * 40_000, headers=CAROL_H)
+        counts = gw.store.quota.held("alice"), gw.store.quota.held("carol"), gw.store.quota.total
+    assert one.status_code == two.status_code == 201
+    assert counts == (40_000, 0, 40_000)
