@@ -26,6 +26,10 @@ from mma2a.cli import app
 from mma2a.serving import free_port
 from tests.media import wav_bytes
 
+# the `network` fixture (three agents, a gateway, a send that waits for them, the vision agent loading its models) is
+# set up within the first test's pytest-timeout: 62 s at load 20 of the default 120 s, so the module gets 600 s
+pytestmark = pytest.mark.timeout(600)
+
 CLI = [sys.executable, "-m", "mma2a.cli"]
 TOKEN = "first-hour-admin-token"
 
