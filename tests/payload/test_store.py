@@ -161,3 +161,45 @@ async def test_memory_stays_bounded_by_chunk_size(store: LocalBlobStore, tmp_pat
         tracemalloc.stop()
     assert info.size == 32 << 20 and h.hexdigest() == info.key
     assert peak < 4 << 20, f"peak traced memory {peak} bytes for a 32 MiB blob"
+
+
+async def test_prune_deletes_what_is_older_than_the_max_age_and_frees_its_quota(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path, max_bytes_per_client=1_000_000)
+    old = await store.put_bytes(b"o" * 1000)
+    kept = await store.put_stream(chunks_of(b"k" * 2000), owner="alice")
+    again = await store.put_stream(chunks_of(b"a" * 3000), owner="alice")
+    stale = await store.begin_upload(owner="alice")
+    await store.append(stale, 0, chunks_of(b"u" * 500))
+    long_ago = 1_000_000_000.0  # 2001: older than any max age counted from the time given to prune below
+    for path in (tmp_path / "objects" / k[:2] / k for k in (old.key, kept.key, again.key)):
+        os.utime(path, (long_ago, long_ago))
+    os.utime(tmp_path / "uploads" / f"{stale}.part", (long_ago, long_ago))
+    await store.put_stream(chunks_of(b"a" * 3000), owner="bob")  # stored again: its age starts again
+    os.utime(tmp_path / "objects" / kept.key[:2] / kept.key, (long_ago + 100, long_ago + 100))
+    assert store.quota.held("alice") == 5500 and store.quota.total == 6500
+
+    assert await store.prune(60, now=long_ago + 120) == 2  # old and the stale upload; kept is 20 s old, again new
+    assert store.quota.held("alice") == 5000 and store.quota.held("bob") == 0 and store.quota.total == 5000
+    await store.stat(kept.key)
+    await store.stat(again.key)
+    with pytest.raises(PayloadNotFound):
+        await store.stat(old.key)
+    with pytest.raises(PayloadNotFound):
+        await store.upload_offset(stale)
+
+
+async def test_counts_are_rebuilt_from_the_directory(tmp_path: Path) -> None:
+    """A blob written before owners were recorded (no `owner` in its sidecar) counts in the total only."""
+    store = LocalBlobStore(tmp_path)
+    mine = await store.put_stream(chunks_of(b"m" * 700), owner="alice")
+    legacy = await store.put_bytes(b"l" * 300)
+    meta = tmp_path / "objects" / legacy.key[:2] / f"{legacy.key}.json"
+    meta.write_text('{"size": 300, "mediaType": "application/octet-stream"}')
+    upload = await store.begin_upload(owner="alice")
+    await store.append(upload, 0, chunks_of(b"u" * 50))
+
+    again = LocalBlobStore(tmp_path)
+    assert again.quota.held("alice") == 750 and again.quota.total == 1050
+    await again.delete(mine.key)
+    await again.abort_upload(upload)
+    assert again.quota.held("alice") == 0 and again.quota.total == 300

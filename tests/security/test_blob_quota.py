@@ -6,6 +6,7 @@ and nothing of a refused body stays on disk. Counts survive a restart and are fr
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -123,3 +124,20 @@ async def test_the_same_content_twice_is_counted_once(tmp_path):
         counts = gw.store.quota.held("alice"), gw.store.quota.held("carol"), gw.store.quota.total
     assert one.status_code == two.status_code == 201
     assert counts == (40_000, 0, 40_000)
+
+
+async def test_blob_max_age_frees_a_full_quota(tmp_path):
+    """Clients cannot delete their blobs without a URL signed for DELETE: `blob_max_age_s` is what frees a quota
+    (here the pruning the gateway runs at start deletes the blob stored by its last run)."""
+    cfg = {"blob_dir": str(tmp_path), "blob_max_bytes_per_client": 100_000}
+    async with secured(cfg) as (_, url, _), httpx.AsyncClient(timeout=30) as c:
+        key = (await c.post(url + "/blobs", content=b"a" * 60_000, headers=ALICE)).json()["sha256"]
+    os.utime(tmp_path / "objects" / key[:2] / key, (1_000_000_000, 1_000_000_000))
+    async with secured(cfg | {"blob_max_age_s": 3600}) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        for _ in range(1000):  # the pruning task runs once the gateway has started
+            if gw.store.quota.total == 0:
+                break
+            await asyncio.sleep(0.01)
+        after = await c.post(url + "/blobs", content=b"b" * 60_000, headers=ALICE)
+    assert after.status_code == 201
+    assert not (tmp_path / "objects" / key[:2] / key).exists()

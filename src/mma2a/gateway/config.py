@@ -172,6 +172,7 @@ class GatewayConfig(BaseModel):
     # what the local blob store may hold in all (507 past it) and per client (413), blobs and uploads counted
     blob_max_bytes: int = Field(default=8 * 1024**3, gt=0)
     blob_max_bytes_per_client: int = Field(default=1024**3, gt=0)
+    blob_max_age_s: float | None = Field(default=None, gt=0)  # blobs and uploads older than this are deleted; off if unset
     url_secret_env: str | None = "MMA2A_URL_SECRET"  # HMAC key for signed payload URLs (random per process if unset)
     url_expires_s: int = Field(default=3600, gt=0, le=7 * 24 * 3600)
     max_upload_bytes: int = Field(default=8 * 1024**3, gt=0)

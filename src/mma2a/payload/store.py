@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,8 +311,9 @@ class LocalBlobStore(BlobStore):
             os.replace(meta_tmp, self._meta_path(key))
             if fresh:
                 os.replace(tmp, dest)
-            else:  # same content already stored: keep the old file, drop the new one
+            else:  # same content already stored: keep the old file (its age starts again), drop the new one
                 tmp.unlink(missing_ok=True)
+                os.utime(dest)
             return fresh
 
         return await asyncio.to_thread(commit)
@@ -479,6 +482,30 @@ class LocalBlobStore(BlobStore):
             self._upload_hashes.pop(upload_id, None)
             self.quota.release(self._upload_owners.pop(upload_id, None), size)
         self._upload_locks.pop(upload_id, None)
+
+    async def prune(self, max_age_s: float, now: float | None = None) -> int:
+        """Delete blobs stored (or stored again) and uploads last written more than `max_age_s` ago, freeing their
+        quota (`blob_max_age_s`); returns how many were deleted. `now`: the time to count from (default: now)."""
+        cutoff = (time.time() if now is None else now) - max_age_s
+
+        def stale() -> tuple[list[str], list[str]]:
+            keys = [e.name for sub in os.scandir(self._objects) if sub.is_dir() for e in os.scandir(sub.path)
+                    if _KEY_RE.match(e.name) and e.stat().st_mtime < cutoff]
+            uploads = [e.name[:-5] for e in os.scandir(self._uploads)
+                       if e.name.endswith(".part") and _UPLOAD_RE.match(e.name[:-5]) and e.stat().st_mtime < cutoff]
+            return keys, uploads
+
+        keys, uploads = await asyncio.to_thread(stale)
+        gone = 0
+        for key in keys:
+            with contextlib.suppress(PayloadNotFound):
+                await self.delete(key)
+                gone += 1
+        for upload_id in uploads:
+            with contextlib.suppress(PayloadNotFound):
+                await self.abort_upload(upload_id)
+                gone += 1
+        return gone
 
     def clear(self) -> None:
         """Remove every blob and upload (for tests and `mma2a` maintenance commands)."""
