@@ -7,6 +7,7 @@ and nothing of a refused body stays on disk. Counts survive a restart and are fr
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from tests.security.conftest import CAROL, TOKEN, secured
+from tests.security.conftest import API_KEY, CAROL, TOKEN, bearer, post, secured, send_body
 
 ALICE = {"Authorization": f"Bearer {TOKEN}"}
 CAROL_H = {"Authorization": f"Bearer {CAROL}"}
@@ -141,3 +142,26 @@ async def test_blob_max_age_frees_a_full_quota(tmp_path):
         after = await c.post(url + "/blobs", content=b"b" * 60_000, headers=ALICE)
     assert after.status_code == 201
     assert not (tmp_path / "objects" / key[:2] / key).exists()
+
+
+async def test_parts_the_gateway_offloads_count_in_the_senders_quota(tmp_path, monkeypatch):
+    """A large inline part is stored by the gateway (offload): without counting it, a client would fill the store
+    through messages past its own quota."""
+    monkeypatch.setenv("TEST_BOB_KEY", API_KEY)
+    cfg = {"blob_dir": str(tmp_path), "blob_max_bytes_per_client": 100_000, "offload_threshold": 10_000}
+
+    def message(fill: bytes) -> dict[str, Any]:
+        return send_body(parts=[{"raw": base64.b64encode(fill * 60_000).decode(), "mediaType": "text/plain"}])
+
+    async with secured(cfg) as (gw, url, _):
+        first = await post(url, "/", message(b"a"), bearer(TOKEN))
+        held = gw.store.quota.held("alice")
+        second = await post(url, "/", message(b"b"), bearer(TOKEN))
+        other = await post(url, "/", message(b"c"), {"X-API-Key": API_KEY, "A2A-Version": "1.0"})
+        after = gw.store.quota.held("alice")
+    assert "result" in first.json() and held == 60_000
+    refused = second.json()["error"]["message"]
+    assert refused.startswith("blob quota exceeded: client 'alice' holds 60000 bytes in blobs and uploads, ")
+    assert refused.endswith(client_quota_message(0, 0, 100_000).split(" more would pass ")[1])
+    assert after == held  # nothing of the refused part was kept
+    assert "result" in other.json()

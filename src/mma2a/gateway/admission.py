@@ -121,7 +121,7 @@ class Admission:
             sender = await self.guard.admit(message, configuration, target, sender)
         vectors = await self.features.apply(message, self.state.snapshot, sender=sender) if self.features else {}
         if self.offload is not None and self.offload.needed(message):
-            message = await self.offload.apply(message)
+            message = await self.offload.apply(message, owner=caller)  # counted in the caller's blob quota
         view = with_vectors(self.view(message, configuration, target), vectors)
         if message.get("taskId"):
             rec = self.tasks.find(message["taskId"])

@@ -28,8 +28,10 @@ class OffloadStage:
                 return True
         return False
 
-    async def apply(self, message: dict[str, Any]) -> dict[str, Any]:
-        """The message with large raw parts by reference (a copy when anything moved)."""
+    async def apply(self, message: dict[str, Any], *, owner: str | None = None) -> dict[str, Any]:
+        """The message with large raw parts by reference (a copy when anything moved), the stored bytes counted for
+        `owner` (the sending client) in the store's quotas."""
         if not self.needed(message):
             return message
-        return await offload_parts(message, self.store, self.signer, threshold=self.threshold, base_url=self.base_url)
+        return await offload_parts(message, self.store, self.signer, threshold=self.threshold, base_url=self.base_url,
+                                   owner=owner)

@@ -47,10 +47,12 @@ async def offload_parts(
     base_url: str,
     expires_in: int | None = None,
     where: str = "message",
+    owner: str | None = None,
 ) -> dict[str, Any]:
     """A copy of `message` (A2A 1.0 JSON form) whose large `raw` parts are stored and sent by reference.
 
-    Parts at or under `threshold` bytes stay inline; the input is not modified.
+    Parts at or under `threshold` bytes stay inline; the input is not modified. `owner`: the client the stored
+    bytes are counted for in the store's quotas.
     """
     parts = message.get("parts")
     if not isinstance(parts, list):
@@ -65,7 +67,7 @@ async def offload_parts(
             continue
         field = f"{where}.parts[{i}].raw"
         media_type = part.get("mediaType") or DEFAULT_MEDIA_TYPE
-        info = await store.put_stream(_decode_chunks(raw, field), media_type)
+        info = await store.put_stream(_decode_chunks(raw, field), media_type, owner=owner)
         exp, sig = signer.sign_query(info.key, "GET", expires_in)
         url = f"{base_url.rstrip('/')}/blobs/{info.key}?exp={exp}&sig={sig}"
         new = {k: v for k, v in part.items() if k not in ("raw", "metadata")}
