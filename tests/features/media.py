@@ -3,9 +3,11 @@ synthesised with eSpeak NG, tones, an H.264 clip, meshes, embeddings."""
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import io
 import struct
+import subprocess
+import sys
 import wave
 from typing import Any
 
@@ -98,35 +100,54 @@ def speech(text: str) -> tuple[Any, int]:
     return speech_with(text)
 
 
-def speech_with(text: str, voice: str = "en-us", wpm: int = 175, pitch: int = 50) -> tuple[Any, int]:
-    """`text` spoken by eSpeak NG's `voice` (`en-gb`, `en-us+f3`, ...) at `wpm` words a minute and `pitch` (0-100)."""
-    import espeakng_loader
+# eSpeak NG carries state from one utterance to the next inside a process (the same text said twice comes out a
+# few samples apart, differently after other texts), so what a test hears would depend on which tests ran before
+# it in the same worker. Each utterance is made by a small process of its own: the same arguments, the same samples.
+_SAY = r"""
+import ctypes, sys
+import espeakng_loader
+text, voice, wpm, pitch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+lib = ctypes.CDLL(espeakng_loader.get_library_path())
+lib.espeak_Initialize.restype = ctypes.c_int
+lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+rate = lib.espeak_Initialize(2, 0, espeakng_loader.get_data_path().encode(), 0)  # synchronous output
+out = bytearray()
+callback_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+def collect(wav_ptr, n, events):
+    if n > 0:
+        out.extend(ctypes.string_at(wav_ptr, n * 2))
+    return 0
+cb = callback_t(collect)
+lib.espeak_SetSynthCallback(cb)
+if lib.espeak_SetVoiceByName(voice.encode()) != 0:
+    sys.exit(3)
+lib.espeak_SetParameter(1, wpm, 0)  # espeakRATE
+lib.espeak_SetParameter(3, pitch, 0)  # espeakPITCH
+lib.espeak_Synth.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint, ctypes.c_uint,
+                             ctypes.c_void_p, ctypes.c_void_p]
+raw = text.encode()
+lib.espeak_Synth(raw, len(raw) + 1, 0, 0, 0, 0, None, None)
+lib.espeak_Synchronize()
+sys.stdout.buffer.write(int(rate).to_bytes(4, "little") + bytes(out))
+"""
 
-    lib = ctypes.CDLL(espeakng_loader.get_library_path())
-    lib.espeak_Initialize.restype = ctypes.c_int
-    lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-    rate = lib.espeak_Initialize(2, 0, espeakng_loader.get_data_path().encode(), 0)  # synchronous output
-    chunks: list[Any] = []
-    callback_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
 
-    @callback_t
-    def collect(wav_ptr: Any, n: int, events: Any) -> int:
-        if n > 0:
-            chunks.append(np.ctypeslib.as_array(wav_ptr, shape=(n,)).copy())
-        return 0
-
-    lib.espeak_SetSynthCallback(collect)
-    if lib.espeak_SetVoiceByName(voice.encode()) != 0:
+@functools.lru_cache(maxsize=128)
+def _said(text: str, voice: str, wpm: int, pitch: int) -> tuple[bytes, int]:
+    done = subprocess.run([sys.executable, "-c", _SAY, text, voice, str(wpm), str(pitch)], capture_output=True,
+                          timeout=120)
+    if done.returncode == 3:
         raise ValueError(f"eSpeak NG has no voice {voice!r}")
-    lib.espeak_SetParameter(1, wpm, 0)  # espeakRATE
-    lib.espeak_SetParameter(3, pitch, 0)  # espeakPITCH
-    lib.espeak_Synth.argtypes = [
-        ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
-    ]
-    raw = text.encode()
-    lib.espeak_Synth(raw, len(raw) + 1, 0, 0, 0, 0, None, None)
-    lib.espeak_Synchronize()
-    return np.concatenate(chunks).astype(np.float64) / 32768.0, int(rate)
+    if done.returncode != 0:
+        raise RuntimeError(f"eSpeak NG failed ({done.returncode}): {done.stderr.decode(errors='replace')}")
+    return done.stdout[4:], int.from_bytes(done.stdout[:4], "little")
+
+
+def speech_with(text: str, voice: str = "en-us", wpm: int = 175, pitch: int = 50) -> tuple[Any, int]:
+    """`text` spoken by eSpeak NG's `voice` (`en-gb`, `en-us+f3`, ...) at `wpm` words a minute and `pitch` (0-100):
+    float samples in -1..1 and their rate; the same arguments give the same samples in any process, in any order."""
+    pcm, rate = _said(text, voice, wpm, pitch)
+    return np.frombuffer(pcm, dtype=np.int16).astype(np.float64) / 32768.0, rate
 
 
 def h264_clip(seconds: float = 1.0, fps: int = 10, size: tuple[int, int] = (320, 240), container: str = "mp4",
