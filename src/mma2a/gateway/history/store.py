@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS minutes (
 """
 OLD_INDEXES = ("decisions_ts", "decisions_sender", "decisions_outcome", "decisions_shape")  # one per decision, before spans
 
+BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock
 TAG_KINDS = {"modality": "m", "agent": "a", "rule": "r"}
 COUNT_KINDS = {"modality": "m", "agent": "a", "outcome": "o"}
 ROW_OVERHEAD = 64  # bytes counted per decision (and per shape) besides its JSON (ids, time, indexes)
@@ -242,7 +243,7 @@ class HistoryStore:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=10000")
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         return conn
 
     def _open_schema(self) -> None:
@@ -327,7 +328,16 @@ class HistoryStore:
             self._reader.close()
 
     # --- writing ---------------------------------------------------------------------------
-    def write(self, rows: Sequence[Row], position: int | None = None) -> None:
+    def defer_checkpoints(self) -> None:
+        """Commits no longer copy the WAL into the file (and fsync it) now and then: `checkpoint()` does, called by
+        whoever may wait for the disk (the recorder's thread), not by the event loop that commits."""
+        self._writer.execute("PRAGMA wal_autocheckpoint=0")
+
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the file, without waiting for readers (SQLite's PASSIVE checkpoint)."""
+        self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def write(self, rows: Sequence[Row], position: int | None = None, *, wait: bool = True) -> None:
         """Insert a batch in one transaction (ids assigned under the write lock, so several processes may share a file).
 
         Rows and the per-minute rollup go in by multi-row statements (`_insert`), a shape not
@@ -337,11 +347,21 @@ class HistoryStore:
 
         `position` (cluster mode: the stream sequence of the batch's last row) is saved in the
         same transaction, so a restart resumes the stream exactly where the file stops.
+
+        `wait=False`: when another connection holds the write lock, raise `sqlite3.OperationalError`
+        ("database is locked") at once instead of waiting up to the busy timeout.
         """
         if not rows and position is None:
             return
         db = self._writer
-        db.execute("BEGIN IMMEDIATE")
+        if wait:
+            db.execute("BEGIN IMMEDIATE")
+        else:
+            db.execute("PRAGMA busy_timeout=0")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            finally:
+                db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         try:
             if rows:
                 first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM decisions").fetchone()[0]
