@@ -8,7 +8,7 @@ counted, so a slow disk never slows a request.
 Started on an event loop (the gateway), the loop itself inserts each batch, every `interval_s`,
 in one transaction of at most `SLICE` rows at a time: SQLite's work is C, and a second thread
 writing would take the GIL back each time the loop lets it go for a socket call (measured: 33-47
-µs of CPU a request with the thread, 19 with the loop, docs/benchmarks.md). It never waits: when
+µs of CPU a request with the thread, 21 with the loop, docs/operations.md). It never waits: when
 another process or the prune holds the file, the batch stays queued for the next turn. A thread
 prunes by age and size and checkpoints the WAL (the fsyncs) off the loop. Started without a loop,
 the thread does it all.
