@@ -29,8 +29,9 @@ from .store import HistoryStore
 
 log = logging.getLogger("mma2a.history")
 
-SLICE = 128
-"""Rows a loop turn commits at most (about 2 ms of the loop's time) before it lets requests in again."""
+SLICE = 64
+"""Rows a loop turn commits at most before it lets requests in again: 128 held the 1-connection p99 at 1.5-2.0 ms,
+32 cut it by a fifth but cost 5% of throughput at 16 connections (bench/ab.py, docs/benchmarks.md)."""
 CHECKPOINT_EVERY = 4096
 """Rows written between WAL checkpoints run by the thread (the file's fsyncs stay off the loop)."""
 
