@@ -135,7 +135,10 @@ class HistoryRecorder:
                 self._drain()
             return self._written >= target
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._turn_now)
+            try:
+                self._loop.call_soon_threadsafe(self._flush_turns)
+            except RuntimeError:  # the loop is closed (the gateway has stopped): nothing more will be committed
+                return self._written >= target
         else:
             self._wake.set()
         with self._done:
@@ -146,18 +149,24 @@ class HistoryRecorder:
         if self._stopping:
             return
         assert self._loop is not None
-        more = self._turn_now()
+        more = self._turn_now(least=SLICE)  # a full slice still queued: go on at once, else wait for more
         self._loop.call_later(0 if more else self.interval_s, self._turn)
 
-    def _turn_now(self) -> bool:
-        """Commit one slice if the store is free; True when more is queued."""
+    def _flush_turns(self) -> None:
+        """A flush asked from another thread: slice after slice until the queue is empty, requests in between."""
+        if self._turn_now(least=1) and self._loop is not None:
+            self._loop.call_soon(self._flush_turns)
+
+    def _turn_now(self, least: int) -> bool:
+        """Commit one slice if the store is free; True when it did and at least `least` rows are still queued
+        (False when the file or the lock was taken: the next turn is the next interval, no spinning)."""
         if not self._queue or self._stopping or not self._io.acquire(blocking=False):
-            return bool(self._queue)
+            return False
         try:
-            self._drain(limit=SLICE, wait=False)
+            wrote = self._drain(limit=SLICE, wait=False)
         finally:
             self._io.release()
-        return len(self._queue) >= SLICE
+        return wrote > 0 and len(self._queue) >= least
 
     # --- the writer thread --------------------------------------------------------------------
     def _run(self) -> None:
@@ -189,10 +198,12 @@ class HistoryRecorder:
                     except Exception:  # a locked or full disk: try again next time
                         log.exception("history: prune failed")
 
-    def _drain(self, limit: int | None = None, wait: bool = True) -> None:
-        """Write what is queued (at most `limit` rows) in batches; the caller holds `_io`. `wait=False`: a file
-        another process holds is not waited for, the batch goes back to the queue's front."""
+    def _drain(self, limit: int | None = None, wait: bool = True) -> int:
+        """Write what is queued (at most `limit` rows) in batches; the caller holds `_io`; returns how many were
+        taken off the queue. `wait=False`: a file another process holds is not waited for, the batch goes back
+        to the queue's front."""
         budget = limit
+        taken_all = 0
         while self._queue and (budget is None or budget > 0):
             taken: list[Row | _Followed] = []
             rows: list[Row] = []
@@ -216,10 +227,12 @@ class HistoryRecorder:
             except sqlite3.OperationalError as exc:
                 if not wait and "locked" in str(exc):  # another writer has the file: next turn
                     self._queue.extendleft(reversed(taken))
-                    return
+                    return taken_all
                 log.exception("history: %d decisions not written", len(taken))
             except Exception:  # never let the writer die: these decisions are lost, and said so
                 log.exception("history: %d decisions not written", len(taken))
+            taken_all += len(taken)
             with self._done:
                 self._written += len(taken)
                 self._done.notify_all()
+        return taken_all
