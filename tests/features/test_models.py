@@ -26,16 +26,14 @@ from mma2a.features.text import STOPWORDS
 from mma2a.modality import parse_modality
 
 from . import media as m
+from .conftest import warmed
 
 WAV, PNG, JPEG, TEXT = (parse_modality(t) for t in ("audio/wav", "image/png", "image/jpeg", "text/plain"))
 
 
 @pytest.fixture(scope="module")
 def speech() -> SpeechExtractor:
-    pytest.importorskip("faster_whisper")
-    ex = SpeechExtractor(["broken window", "banana"])
-    ex.warm_up()
-    return ex
+    return warmed(SpeechExtractor(["broken window", "banana"]), "faster_whisper")
 
 
 @pytest.fixture(scope="module")

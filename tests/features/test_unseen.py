@@ -10,6 +10,7 @@ import pytest
 from mma2a.features import CodesExtractor, ObjectExtractor, OCRExtractor, SpeechExtractor
 from mma2a.modality import parse_modality
 
+from .conftest import warmed
 from .unseen import DEV, HELD_OUT, Item, every_item, split
 
 PNG, JPEG = parse_modality("image/png"), parse_modality("image/jpeg")
@@ -60,10 +61,7 @@ def test_a_weak_detection_is_not_reported(objects: ObjectExtractor) -> None:
 
 @pytest.fixture(scope="module")
 def speech() -> SpeechExtractor:
-    pytest.importorskip("faster_whisper")
-    ex = SpeechExtractor()
-    ex.warm_up()
-    return ex
+    return warmed(SpeechExtractor(), "faster_whisper")
 
 
 def test_english_misheard_with_unlikely_words_is_unclear_not_wrong(speech: SpeechExtractor) -> None:

@@ -132,8 +132,6 @@ def _pil_text(bg: np.ndarray, text: str, seed: int, size: int = 90) -> bytes:
 
 
 def _warp_onto(bg: np.ndarray, card: np.ndarray, rng: np.random.Generator, blur: float = 0.0) -> bytes:
-    import cv2
-
     h, w = bg.shape[:2]
     ch, cw = card.shape[:2]
     tw = w * 0.7
@@ -141,6 +139,16 @@ def _warp_onto(bg: np.ndarray, card: np.ndarray, rng: np.random.Generator, blur:
     th = tw * ch / cw
     jit = rng.uniform(-0.06, 0.06, (4, 2)) * np.array([tw, th * 2])
     dst = np.float32([[x0, y0], [x0 + tw, y0], [x0 + tw, y0 + th], [x0, y0 + th]]) + jit.astype(np.float32)
+    return _paste(bg, card, dst, rng, blur, noise=5, quality=85)
+
+
+def _paste(bg: np.ndarray, card: np.ndarray, dst: np.ndarray, rng: np.random.Generator, blur: float, noise: float,
+           quality: int) -> bytes:
+    """`card` warped onto the corners `dst` of a copy of `bg`, blurred, with sensor noise, as JPEG."""
+    import cv2
+
+    h, w = bg.shape[:2]
+    ch, cw = card.shape[:2]
     m = cv2.getPerspectiveTransform(np.float32([[0, 0], [cw, 0], [cw, ch], [0, ch]]), dst)
     warped = cv2.warpPerspective(card, m, (w, h))
     mask = cv2.warpPerspective(np.full((ch, cw), 255, np.uint8), m, (w, h)) > 0
@@ -148,8 +156,8 @@ def _warp_onto(bg: np.ndarray, card: np.ndarray, rng: np.random.Generator, blur:
     out[mask] = warped[mask]
     if blur:
         out = cv2.GaussianBlur(out, (0, 0), blur)
-    out = np.clip(out.astype(np.float64) + rng.normal(0, 5, out.shape), 0, 255).astype(np.uint8)
-    return jpeg(Image.fromarray(out), quality=85)
+    out = np.clip(out.astype(np.float64) + rng.normal(0, noise, out.shape), 0, 255).astype(np.uint8)
+    return jpeg(Image.fromarray(out), quality=quality)
 
 
 CODES: tuple[tuple[str, str, str], ...] = (
@@ -186,15 +194,7 @@ def _code_on_photo(bg: np.ndarray, fmt: str, content: str, seed: int, blur: floa
     angle = float(rng.uniform(-25, 25))
     rot = cv2.getRotationMatrix2D((w / 2, h / 2), angle, 1.0)
     dst = cv2.transform(dst[None], rot)[0].astype(np.float32)
-    m = cv2.getPerspectiveTransform(np.float32([[0, 0], [cw, 0], [cw, ch], [0, ch]]), dst)
-    warped = cv2.warpPerspective(card, m, (w, h), flags=cv2.INTER_LINEAR)
-    mask = cv2.warpPerspective(np.full((ch, cw), 255, np.uint8), m, (w, h)) > 0
-    out = bg.copy()
-    out[mask] = warped[mask]
-    if blur:
-        out = cv2.GaussianBlur(out, (0, 0), blur)
-    out = np.clip(out.astype(np.float64) + rng.normal(0, 4, out.shape), 0, 255).astype(np.uint8)
-    return jpeg(Image.fromarray(out), quality=88)
+    return _paste(bg, card, dst, rng, blur, noise=4, quality=88)
 
 
 SENTENCES = (
