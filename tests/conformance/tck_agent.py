@@ -23,7 +23,7 @@ from a2a.server.request_handlers.grpc_handler import GrpcHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentProvider, AgentSkill, Part, a2a_pb2_grpc
-from a2a.utils.errors import A2AError
+from a2a.utils.errors import A2AError, InvalidParamsError
 from google.protobuf.struct_pb2 import Struct, Value
 from starlette.applications import Starlette
 
@@ -75,6 +75,10 @@ async def _reject(u: TaskUpdater, q: EventQueue) -> None:
     raise A2AError("refused by the agent")
 
 
+async def _error_with_metadata(u: TaskUpdater, q: EventQueue) -> None:
+    raise InvalidParamsError("the agent's own refusal", data={"field": "message.parts", "hint": "say it in words"})
+
+
 async def _working_stream(u: TaskUpdater, q: EventQueue) -> None:
     await u.start_work()
     await u.add_artifact([Part(text="streamed")], name="out")
@@ -93,6 +97,7 @@ BEHAVIOURS: dict[str, Behaviour] = {
     "tck-message-response": _message_only, "tck-input-required": _input_required,
     "tck-complete-task": _complete, "tck-artifact-text": _text_artifact, "tck-artifact-file-url": _url_artifact,
     "tck-artifact-file": _file_artifact, "tck-artifact-data": _data_artifact, "tck-reject-task": _reject,
+    "tck-error-metadata": _error_with_metadata,
     "tck-stream-chunked": _chunked, "tck-stream": _working_stream,
 }
 

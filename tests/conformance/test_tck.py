@@ -781,3 +781,75 @@ async def test_cards_declare_the_credentials_the_gateway_checks() -> None:
         json_format.ParseDict(served, AgentCard())  # still an A2A AgentCard
     assert anonymous["code"] == -32600 and anonymous["reasons"] == ["UNAUTHENTICATED"]
     assert bearer == keyed == {"http": 200, "id": 1, "code": -32001, "reasons": ["TASK_NOT_FOUND"]}  # the agent's answer
+
+
+async def grpc_error_info(way: Way, method: str, params: dict[str, Any], tenant: str | None = None) -> Any:
+    """A gRPC call's status name and the ErrorInfo it carries (reason, domain, metadata), or the result's view."""
+    request = json_format.ParseDict({**params, **({"tenant": tenant or way.tenant} if tenant or way.tenant else {})},
+                                    _GRPC_REQUESTS[method]())
+    async with grpc.aio.insecure_channel(way.grpc) as channel:
+        rpc_ = getattr(a2a_pb2_grpc.A2AServiceStub(channel), method)
+        try:
+            if method in ("SendStreamingMessage", "SubscribeToTask"):
+                return [tuple(result_view(json_format.MessageToDict(e)).values()) async for e in rpc_(request, metadata=[("a2a-version", "1.0")])]
+            return result_view(json_format.MessageToDict(await rpc_(request, metadata=[("a2a-version", "1.0")])))
+        except grpc.aio.AioRpcError as exc:
+            for key, value in exc.trailing_metadata() or ():
+                if key == "grpc-status-details-bin":
+                    for detail in status_pb2.Status.FromString(value).details:
+                        info = error_details_pb2.ErrorInfo()
+                        if detail.Unpack(info):
+                            return exc.code().name, info.reason, info.domain, dict(info.metadata)
+            return exc.code().name, None, None, None
+
+
+def first_info(details: Any) -> tuple[Any, ...]:
+    info = details[0] if isinstance(details, list) and details else {}
+    return info.get("reason"), info.get("domain"), info.get("metadata")
+
+
+async def test_a_tenant_naming_no_agent_is_not_found_on_grpc_as_on_rest(stack: Stack) -> None:
+    """The gateway's tenants are its agents: a `tenant` naming none is NOT_FOUND on gRPC on every method (was
+    INVALID_ARGUMENT, and the push config and extended card methods answered as if it named one), as the REST
+    tenant path `/{tenant}/...` is 404 NOT_FOUND; the ErrorInfo (INVALID_PARAMS, the field at fault) alike."""
+    root = stack.ways["root"]
+    task = {"message": message("tck-complete-task")}
+    grpc_answers = {m: await grpc_error_info(root, m, p, tenant="tck-nobody") for m, p in [
+        ("SendMessage", task), ("SendStreamingMessage", task), ("GetTask", {"id": "x"}), ("ListTasks", {}),
+        ("CancelTask", {"id": "x"}), ("SubscribeToTask", {"id": "x"}), ("GetExtendedAgentCard", {}),
+        ("CreateTaskPushNotificationConfig", {"taskId": "x", "url": "https://example.com/hook"})]}
+    async with httpx.AsyncClient(timeout=30) as c:
+        rest_answers = [await c.get(root.rest + "/tck-nobody/tasks/x", headers=V1),
+                        await c.post(root.rest + "/tck-nobody/message:send", json=task, headers=V1)]
+        named = await grpc_error_info(root, "GetTask", {"id": "tck-no-such-task"}, tenant="tck")
+    assert grpc_answers == dict.fromkeys(grpc_answers, ("NOT_FOUND", "INVALID_PARAMS", "a2a-protocol.org", {"field": "tenant"}))
+    for r in rest_answers:
+        assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND", r.text
+        assert first_info(r.json()["error"]["details"]) == ("INVALID_PARAMS", "a2a-protocol.org", {"field": "agent"})
+    assert named == ("NOT_FOUND", "TASK_NOT_FOUND", "a2a-protocol.org", {})  # a registered tenant: the agent's answer
+
+
+async def test_the_error_info_metadata_is_the_same_on_every_binding(stack: Stack) -> None:
+    """CORE-ERR-001, GRPC-ERR-001: an error's google.rpc.ErrorInfo carries the same reason, domain and metadata on
+    JSON-RPC, HTTP+JSON and gRPC through the gateway — the gateway's own errors (at the root: the field at
+    fault) and an agent's, with the metadata the agent gave it. The a2a-sdk's gRPC binding sends every ErrorInfo
+    with empty metadata (its JSON-RPC and REST bindings send it), so the agent's own gRPC answer is the one
+    that differs; the gateway's gRPC binding used to drop the metadata the same way."""
+    async def three(way: Way, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=V1)
+            if method == "GetTask":
+                rr = await c.get(way.rest + f"/tasks/{params['id']}", headers=V1)
+            else:
+                rr = await c.post(way.rest + "/message:send", json=params, headers=V1)
+        return {"jsonrpc": first_info(r.json()["error"]["data"]), "rest": first_info(rr.json()["error"]["details"]),
+                "grpc": (await grpc_error_info(way, method, params))[1:]}
+
+    unknown = await three(stack.ways["root"], "GetTask", {"id": "tck-no-such-task"})
+    assert unknown == dict.fromkeys(("jsonrpc", "rest", "grpc"), ("TASK_NOT_FOUND", "a2a-protocol.org", {"field": "id"}))
+    agent_says = ("INVALID_PARAMS", "a2a-protocol.org", {"field": "message.parts", "hint": "say it in words"})
+    direct = await three(stack.ways["direct"], "SendMessage", {"message": message("tck-error-metadata")})
+    assert direct == {"jsonrpc": agent_says, "rest": agent_says, "grpc": agent_says[:2] + ({},)}  # a2a-sdk 1.3's gRPC
+    for kind in ("root", "agent-path"):
+        seen = await three(stack.ways[kind], "SendMessage", {"message": message("tck-error-metadata")})
+        assert seen == dict.fromkeys(("jsonrpc", "rest", "grpc"), agent_says), kind

@@ -281,7 +281,7 @@ class Gateway:
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
             from .grpc_binding import GrpcIngress
 
-            self.grpc = GrpcIngress(self.config, self.access, self._handler, self.jsonrpc_access)
+            self.grpc = GrpcIngress(self.config, self.access, self._handler, self.jsonrpc_access, self.directory.get)
             await self.grpc.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if self.config.blob_max_age_s is not None and isinstance(self.store, LocalBlobStore):

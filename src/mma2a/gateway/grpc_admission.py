@@ -9,8 +9,8 @@ API-key header, or a verified client certificate), and a rate-limit token keyed 
 client's name, else `ip:<address>` of the peer (`peers.client_address`, `x-forwarded-for` from
 trusted proxies as on HTTP). The request message must then arrive whole within
 `server.body_timeout_s`; its `tenant` (the target agent) is checked against the agents the client
-may use. Refusals carry the gRPC status of the error (UNAUTHENTICATED, PERMISSION_DENIED,
-RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED, INVALID_ARGUMENT), its message, and a
+may use and must name a registered agent. Refusals carry the gRPC status of the error (UNAUTHENTICATED,
+PERMISSION_DENIED, NOT_FOUND, RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED, INVALID_ARGUMENT), its message, and a
 `google.rpc.Status` with the ErrorInfo (and RetryInfo plus `retry-after` metadata when HTTP would
 send `Retry-After`).
 """
@@ -25,9 +25,10 @@ import grpc
 import grpc.aio
 from a2a.types import a2a_pb2
 from google.protobuf import any_pb2, descriptor, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
-from ..errors import A2A_DOMAIN, Forbidden, InvalidRequest, MMA2AError, RequestTimeout, grpc_status, metadata_strings
+from ..errors import A2A_DOMAIN, AgentNotFound, Forbidden, InvalidRequest, MMA2AError, RequestTimeout, grpc_status, metadata_strings
 from .access import Client, current_client
 from .authz import AccessClass, RouteAccess, UnclassifiedRoute
 from .peers import TrustedProxies, peer_host
@@ -84,18 +85,25 @@ def error_status(exc: MMA2AError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
     ErrorInfo (and RetryInfo), and `retry-after` (seconds) when HTTP would answer with `Retry-After`."""
     code = getattr(grpc.StatusCode, grpc_status(exc), grpc.StatusCode.UNKNOWN)
     info = exc.details()[0]
-    detail = any_pb2.Any()
-    detail.Pack(error_details_pb2.ErrorInfo(reason=info["reason"], domain=A2A_DOMAIN, metadata=metadata_strings(exc.data)))
-    details = [detail]
-    trailers: list[tuple[str, str | bytes]] = []
     wait = retry_after(exc)
+    extra: list[Message] = []
     if wait is not None:
-        retry = any_pb2.Any()
-        retry.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=wait)))
-        details.append(retry)
-        trailers.append(("retry-after", str(wait)))
-    status = status_pb2.Status(code=code.value[0], message=exc.message, details=details)
-    return code, exc.message, ((_STATUS_DETAILS_KEY, status.SerializeToString()), *trailers)
+        extra.append(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=wait)))
+    trailers = rich_status(code, exc.message, info["reason"], metadata_strings(exc.data), extra)
+    return code, exc.message, (*trailers, *((("retry-after", str(wait)),) if wait is not None else ()))
+
+
+def rich_status(code: grpc.StatusCode, message: str, reason: str, metadata: Mapping[str, str],
+                extra: list[Message] | None = None) -> tuple[tuple[str, bytes], ...]:
+    """The `grpc-status-details-bin` trailer: a `google.rpc.Status` led by the ErrorInfo (A2A's domain, `metadata`
+    as on JSON-RPC and REST), then `extra` details."""
+    details = []
+    for item in [error_details_pb2.ErrorInfo(reason=reason, domain=A2A_DOMAIN, metadata=dict(metadata)), *(extra or ())]:
+        detail = any_pb2.Any()
+        detail.Pack(item)
+        details.append(detail)
+    status = status_pb2.Status(code=code.value[0], message=message, details=details)
+    return ((_STATUS_DETAILS_KEY, status.SerializeToString()),)
 
 
 async def abort(context: grpc.aio.ServicerContext, exc: MMA2AError) -> NoReturn:
@@ -116,8 +124,10 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     request message is read; A2A's methods all take one message, and a call with another count is refused."""
 
     def __init__(self, control: AccessControl, methods: Mapping[str, RouteAccess], *, message_timeout_s: float,
-                 proxies: TrustedProxies | None = None) -> None:
+                 proxies: TrustedProxies | None = None, agent_of: Callable[[str], object] | None = None) -> None:
+        """`agent_of`: the directory's lookup, which raises `AgentNotFound` for a tenant naming no agent."""
         self.control = control
+        self.agent_of = agent_of
         self.methods = methods
         self.message_timeout_s = message_timeout_s
         self.proxies = proxies or TrustedProxies()
@@ -189,7 +199,13 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 peer = self.proxies.client_address(peer_host(context.peer()), forwarded)
             client = self.control.admit(access, headers, peer=peer, cn=_cn(context))
             request = await self._read(requests)
-            self.control.check_agent(client, getattr(request, "tenant", "") or None, field="tenant")
+            tenant = getattr(request, "tenant", "") or None
+            self.control.check_agent(client, tenant, field="tenant")
+            if tenant is not None and self.agent_of is not None:
+                try:  # NOT_FOUND, as the REST tenant path `/{tenant}/…` answers 404 (was INVALID_ARGUMENT)
+                    self.agent_of(tenant)
+                except AgentNotFound as exc:
+                    raise AgentNotFound(exc.message, field="tenant") from None
         except MMA2AError as exc:
             await abort(context, exc)
         return client, request

@@ -11,7 +11,7 @@ rate-limit buckets, the request's deadline.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import grpc
@@ -19,11 +19,13 @@ import grpc.aio
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.grpc_handler import GrpcHandler
 from a2a.types import a2a_pb2_grpc
+from a2a.utils import errors as sdk_errors
 
 from ..tls import ListenerTLS, ServerTLS
 from .authz import RouteAccess
 from .config import GatewayConfig
-from .grpc_admission import Admission, method_access
+from ..errors import A2A_ERRORS
+from .grpc_admission import Admission, method_access, rich_status
 from .security import AccessControl
 
 log = logging.getLogger("mma2a.gateway")
@@ -64,6 +66,25 @@ def server_options(cfg: GatewayConfig) -> list[tuple[str, int]]:
             ("grpc.max_metadata_size", s.max_header_bytes)]
 
 
+class PipelineGrpcHandler(GrpcHandler):
+    """The SDK's gRPC servicer, with one change: an error's ErrorInfo keeps its metadata (the gateway's own errors'
+    field, an agent's metadata passed on), as JSON-RPC and REST carry it; the SDK's handler always sends it empty.
+    Errors without string metadata (the SDK's own validation errors, with their BadRequest) go as the SDK sends them."""
+
+    async def abort_context(self, error: sdk_errors.A2AError, context: grpc.aio.ServicerContext) -> None:
+        data = getattr(error, "data", None)
+        code = sdk_errors.JSON_RPC_ERROR_CODE_MAP.get(type(error))
+        if (not data or not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values())
+                or code not in A2A_ERRORS):
+            await super().abort_context(error, context)
+            return
+        status = getattr(grpc.StatusCode, A2A_ERRORS[code][2])
+        reason = sdk_errors.A2A_ERROR_REASONS.get(type(error), A2A_ERRORS[code][0])
+        message = str(getattr(error, "message", error))
+        await context.abort(status, message, trailing_metadata=(*(context.trailing_metadata() or ()),
+                                                                *rich_status(status, message, reason, data)))
+
+
 EPHEMERAL_BIND_ATTEMPTS = 8  # binding HOST:0 afresh when the free port found for one address is taken on another
 
 
@@ -71,13 +92,15 @@ class GrpcIngress:
     """The gateway's gRPC server: started with the gateway, stopped with it."""
 
     def __init__(self, cfg: GatewayConfig, control: AccessControl, handler: RequestHandler,
-                 jsonrpc: Mapping[str, RouteAccess]) -> None:
+                 jsonrpc: Mapping[str, RouteAccess], agent_of: Callable[[str], object] | None = None) -> None:
         """`control`: the HTTP gate (its authenticator, rate-limit buckets, drain); `jsonrpc`: the access of each
-        JSON-RPC method, which its gRPC twin takes (a method without one: `UnclassifiedRoute`)."""
+        JSON-RPC method, which its gRPC twin takes (a method without one: `UnclassifiedRoute`); `agent_of`: the
+        directory's lookup, so a `tenant` naming no agent is NOT_FOUND before the call runs."""
         assert cfg.grpc_listen is not None
         self.listen = cfg.grpc_listen
-        admission = Admission(control, method_access(jsonrpc), message_timeout_s=cfg.server.body_timeout_s)
-        servicer = GrpcHandler(handler)
+        admission = Admission(control, method_access(jsonrpc), message_timeout_s=cfg.server.body_timeout_s,
+                              agent_of=agent_of)
+        servicer = PipelineGrpcHandler(handler)
         # A name such as `localhost:0` resolves to several addresses: gRPC binds the first on a free port and then
         # needs that same port free on the others, which it may not be (another process holds it on 127.0.0.1).
         # Only then is a fresh server tried, each with a new free port; a fixed port that is taken fails at once.
