@@ -65,3 +65,82 @@ def test_a_target_that_gave_no_answer_is_shown_with_the_gateways_reason_not_a_da
                      message={"messageId": "m", "role": "ROLE_USER", "parts": []}, route=route)
     rows = {r.target: r.answer for r in rows_of(task)}
     assert rows == {"vision": "no answer: failed (agent vision timed out after 30 s)", "analyst": "replace it"}
+
+
+def _failed_before_dispatch() -> dict:
+    """The gateway's task when the speech transform before the analyst ran out of time: no leg was sent."""
+    ext = "https://mma2a.dev/ext/multimodal/v1"
+    route = [{"index": 0, "modality": "text/plain", "targets": ["analyst"], "via": [[]], "matched": ["reports-to-analyst"],
+              "bottleneck": False, "actions": ["route_to:analyst"]},
+             {"index": 2, "modality": "audio/wav", "targets": ["analyst"], "matched": ["voice-notes-as-text"],
+              "via": [[{"agent": "speech", "from": "audio/wav", "to": "text/plain"}]], "bottleneck": True,
+              "actions": ["transform:text/plain"]}]
+    return {"id": "gw-1", "status": {"state": "TASK_STATE_FAILED", "message": {"role": "ROLE_AGENT", "parts": [
+        {"text": "transform failed: agent speech timed out after 300 s"}]}}, "metadata": {ext: {"route": route}}}
+
+
+def test_a_target_the_task_never_reached_says_why():
+    from mma2a.demo import rows_of
+
+    rows = rows_of(_failed_before_dispatch())
+    assert [(r.part, r.via, r.answer) for r in rows] == [
+        (0, "native", "no answer: not reached, task failed (transform failed: agent speech timed out after 300 s)"),
+        (2, "speech (audio/wav→text/plain) [to text by rule]",
+         "no answer: not reached, task failed (transform failed: agent speech timed out after 300 s)")]
+
+
+def test_a_field_report_without_its_analysis_or_audio_is_a_stated_problem(tmp_path):
+    from mma2a.demo import field_result
+
+    field = field_result(_failed_before_dispatch(), str(tmp_path))
+    assert field.audio == b"" and field.audio_path == "" and field.analysis == {} and list(tmp_path.iterdir()) == []
+    assert field.problem == ("no image analysis and no spoken summary in the reply: "
+                             "task failed (transform failed: agent speech timed out after 300 s)")
+
+
+def test_a_failed_dry_run_is_said_not_raised():
+    import httpx
+
+    from mma2a.demo import _explained
+
+    reason, note = _explained(httpx.Response(503, text="the gateway is shutting down"))
+    assert reason == note == "no explanation (the gateway's /admin/explain answered HTTP 503: the gateway is shutting down)"
+
+
+def test_the_route_table_prints_paths_and_answers_as_text_not_markup():
+    """`[text bottleneck]` and `[to text by rule]` are labels: rich markup would swallow them (it did)."""
+    from rich.console import Console
+
+    from mma2a.cli.demo import route_table
+    from mma2a.demo import DemoRow
+
+    console = Console(record=True, width=200)
+    console.print(route_table("t", [DemoRow(1, "image/png", "rule reports-to-analyst", "analyst",
+                                            "captioner (image/png→text/plain) [text bottleneck]", "[bold]x[/bold]")]))
+    text = console.export_text()
+    assert "captioner (image/png→text/plain) [text bottleneck]" in text and "[bold]x[/bold]" in text
+
+
+@MODELS_COLD
+def test_a_demo_whose_agents_all_run_late_completes_and_says_what_is_missing(monkeypatch):
+    """Agents past the gateway's timeout (a 1 µs one here; on a loaded machine, models loading cold past 300 s): every
+    row and the field report say what is missing and why, the run ends with the list and exits 1, no traceback."""
+    pytest.importorskip("faster_whisper")
+    from typer.testing import CliRunner
+
+    import mma2a.demo
+    from mma2a.cli import app
+    from mma2a.cli.main import _register
+
+    monkeypatch.setattr(mma2a.demo, "DEMO_AGENT_TIMEOUT_S", 1e-6)
+    _register()
+    result = CliRunner().invoke(app, ["demo"], env={"COLUMNS": "200"})
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    out = result.stdout
+    assert "│ -" not in out and "Traceback" not in out
+    assert "  task failed (transform failed: agent speech timed out after 1e-06 s)" in out
+    assert "speech (audio/wav→text/plain) [to text by rule]" in out and "[text bottleneck]" in out
+    assert "  missing: no image analysis and no spoken summary in the reply: task failed (agent analyst timed out" in out
+    assert "demo incomplete: 3 step(s) did not come back as scripted:" in out
+    assert out.rstrip().endswith("an agent ran past the demo's 1e-06 s timeout (a loaded machine, or its models loading "
+                                 "cold): run `mma2a demo` again")

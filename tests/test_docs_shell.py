@@ -35,13 +35,19 @@ MAX_SKIPS = 10  # few, each with its reason in the markdown
 
 # What the blocks of a file must print (stdout of all its blocks together), besides exiting 0.
 EXPECTED = {
-    # the gateway example: a real photo, a spoken voice note and a question, each answered by the agent that fits it
+    # the gateway example: a real photo, a spoken voice note and a question, each answered by the agent that fits it;
+    # every line of the output README shows is checked as well (PRINTED)
     "README.md": ["part 0 (text/plain) → analyst [capability]", "part 1 (image/jpeg) → vision [capability]",
                   "part 2 (audio/wav) → speech [capability]", " completed\n", "analyst/answer: ",
                   "vision/answer: 600x400 image; objects: cup", "; no defect found;", "speech/answer: ", "coffee cup"],
     "rules.md": ["docs/examples/rules.yaml: 3 rules OK (default capability:any)", "-> vision  [capability]"],
     "features.md": ['"file": "line-3.mp4"', '"codec": "h264"'],
 }
+
+
+# Files whose first `text` block is the output their shell blocks print: each of its lines must be a line of that
+# output (`…` stands for what differs from run to run, such as a task id), so the docs show what a run shows.
+PRINTED = {"README.md"}
 
 
 @dataclass
@@ -120,3 +126,9 @@ def test_shell_blocks_run_as_pasted(path: Path, tmp_path: Path) -> None:
     stdout = "".join(printed)
     for want in EXPECTED.get(path.name, []):
         assert want in stdout, f"{path.name}: {want!r} not in what its blocks printed:\n{stdout}"
+    if path.name in PRINTED:
+        shown = next(b for b in blocks(path) if b.lang == "text")
+        for line in shown.code.splitlines():
+            pattern = r"\S*".join(re.escape(piece) for piece in line.split("…"))
+            assert re.search(f"^{pattern}$", stdout, re.M), \
+                f"{path.name}:{shown.line}: {line!r} is not a line of what its blocks printed:\n{stdout}"

@@ -13,6 +13,7 @@ import contextlib
 import io
 import secrets
 from collections.abc import AsyncIterator
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,8 +93,9 @@ class DemoRow:
 
 
 @contextlib.asynccontextmanager
-async def demo_network(mode: str = "native") -> AsyncIterator[tuple[Gateway, str]]:
-    """Every reference agent and a gateway in front of them, on free loopback ports."""
+async def demo_network(mode: str = "native", agent_timeout_s: float | None = None) -> AsyncIterator[tuple[Gateway, str]]:
+    """Every reference agent and a gateway in front of them, on free loopback ports; the gateway waits
+    `agent_timeout_s` (default `DEMO_AGENT_TIMEOUT_S`) for each agent."""
     async with contextlib.AsyncExitStack() as stack:
         agents = []
         port = free_port()  # the agents read payload URLs of this gateway only (the SDK's SSRF guard)
@@ -104,7 +106,7 @@ async def demo_network(mode: str = "native") -> AsyncIterator[tuple[Gateway, str
         # the agents run real models in this process, and the first message loads them: under load a cold inspection
         # of the photo alone took 53 s (load 26), past the default 30 s agent timeout (the demo then showed no answer)
         gw = Gateway(parse_config({"listen": f"127.0.0.1:{port}", "rules": DEMO_RULES, "mode": mode, "agents": agents,
-                                   "timeout_s": DEMO_AGENT_TIMEOUT_S, "log_decisions": False, "admin": {"token_env": None},
+                                   "timeout_s": agent_timeout_s or DEMO_AGENT_TIMEOUT_S, "log_decisions": False, "admin": {"token_env": None},
                                    "history": {"enabled": False}}))  # a throwaway gateway: nothing to keep
         url = await stack.enter_async_context(running(gw.app, "127.0.0.1", port))
         yield gw, url
@@ -126,17 +128,23 @@ def rows_of(task: dict[str, Any]) -> list[DemoRow]:
             if r["bottleneck"]:  # a rule's own transform is a choice, not the fallback
                 label = " [to text by rule]" if any(a.startswith("transform:") for a in r["actions"]) else " [text bottleneck]"
             rows.append(DemoRow(int(r["index"]), r["modality"], why, target, chain + label,
-                                " | ".join(answers.get(target, [])) or missing.get(target, "no answer")))
+                                " | ".join(answers.get(target, [])) or missing[target]))
     return rows
 
 
 def _missing_answers(task: dict[str, Any]) -> dict[str, str]:
     """Why an agent gave no answer, by agent, from the gateway's task: the leg's state and the gateway's reason
-    for it (`vision: agent vision timed out after 30 s`) — a failed leg is said to have failed, never shown as `-`."""
+    for it (`vision: agent vision timed out after 30 s`), or, for an agent the task never reached (a transform
+    before it failed), the task's outcome — a missing answer is said to be missing and why, never shown as `-`."""
     status_msg = (task.get("status") or {}).get("message") or {}
     reasons = " ".join(p.get("text", "") for p in status_msg.get("parts") or [] if "text" in p)
     meta = (task.get("metadata") or {}).get(EXTENSION_URI) or {}
+    outcome = task_outcome(task)
     out: dict[str, str] = {}
+    for r in meta.get("route") or []:
+        for target in r.get("targets") or []:
+            out[target] = ("no answer (the agent replied without text)" if outcome == "completed"
+                           else f"no answer: not reached, task {outcome}")
     for leg in meta.get("downstream") or []:
         agent, state = str(leg.get("agent", "")), str(leg.get("state", "")).removeprefix("TASK_STATE_").lower()
         said = next((seg for seg in reasons.split("; ") if seg.startswith(f"{agent}: ")), "")
@@ -146,7 +154,8 @@ def _missing_answers(task: dict[str, Any]) -> dict[str, str]:
 
 @dataclass
 class FieldResult:
-    """The field report's reply: the image analysis, the summary that was spoken, and the audio the speaker made."""
+    """The field report's reply: the image analysis, the summary that was spoken, and the audio the speaker made;
+    `problem` says what is missing from the reply and why (empty when nothing is)."""
 
     route: list[DemoRow]
     analysis: dict[str, Any]
@@ -154,6 +163,7 @@ class FieldResult:
     audio: bytes
     audio_path: str
     spoken_by: str
+    problem: str = ""
 
 
 def wav_seconds(data: bytes) -> float:
@@ -163,6 +173,16 @@ def wav_seconds(data: bytes) -> float:
         frames: int = w.getnframes()
         rate: int = w.getframerate()
         return frames / rate
+
+
+def task_outcome(task: dict[str, Any]) -> str:
+    """`completed`, or the task's state with the gateway's reasons (`failed (vision: agent vision timed out after 300 s)`)."""
+    state = str((task.get("status") or {}).get("state", "")).removeprefix("TASK_STATE_").lower() or "no state"
+    if state == "completed":
+        return state
+    said = " ".join(p.get("text", "") for p in ((task.get("status") or {}).get("message") or {}).get("parts") or []
+                    if "text" in p).strip()
+    return f"{state} ({said})" if said else state
 
 
 async def _send(url: str, message: dict[str, Any], accepted: list[str] | None = None) -> dict[str, Any]:
@@ -182,28 +202,48 @@ async def _send(url: str, message: dict[str, Any], accepted: list[str] | None = 
 
 async def field_report(url: str, out_dir: str) -> FieldResult:
     """Text + panel photo to the analyst; the client accepts audio and JSON, so the summary comes back spoken."""
-    import os
-
     photo = panel_photo()
     parts: list[dict[str, Any]] = [{"text": FIELD_REPORT, "mediaType": "text/plain"},
                                    write_part({"raw": base64.b64encode(photo).decode(), "mediaType": "image/png",
                                                "filename": "panel.png"}, PartExtension(modality="image/png", encoding="base64"))]
     msg = write_message({"messageId": "demo-field-report", "role": "ROLE_USER", "parts": parts}, MessageExtension(intent="auto"))
     task = await _send(url.rstrip("/") + "/agents/analyst/", msg, ["audio/wav", "application/json"])
+    return field_result(task, out_dir)
+
+
+def field_result(task: dict[str, Any], out_dir: str) -> FieldResult:
+    """The field report's task read: the analysis (JSON), the spoken summary (WAV, saved in `out_dir`), and what is
+    missing and why — a late or failed agent gives a stated problem, never an empty figure."""
+    import os
+    import wave
+
     analysis: dict[str, Any] = {}
-    audio, spoken_by = b"", "-"
+    audio, spoken_by = b"", ""
     for art in task.get("artifacts") or []:
         for p in art.get("parts") or []:
             if isinstance(p.get("data"), dict):
                 analysis = p["data"]
             elif p.get("mediaType") == "audio/wav" and "raw" in p:
                 audio = base64.b64decode(p["raw"])
-                spoken_by = ((p.get("metadata") or {}).get(EXTENSION_URI) or {}).get("transformedFrom", {}).get("agent", "-")
+                spoken_by = ((p.get("metadata") or {}).get(EXTENSION_URI) or {}).get("transformedFrom", {}).get("agent", "")
+    missing = []
+    if not analysis:
+        missing.append("no image analysis")
+    if audio:
+        try:
+            wav_seconds(audio)
+        except (wave.Error, EOFError) as exc:
+            missing.append(f"the spoken summary is not a readable WAV ({exc})")
+            audio = b""
+    else:
+        missing.append("no spoken summary")
     path = os.path.join(out_dir, "field-summary.wav")
     if audio:
         with open(path, "wb") as fh:
             fh.write(audio)
-    return FieldResult(rows_of(task), analysis, str(analysis.get("summary", "")), audio, path, spoken_by)
+    problem = " and ".join(missing) + f" in the reply: task {task_outcome(task)}" if missing else ""
+    return FieldResult(rows_of(task), analysis, str(analysis.get("summary", "")), audio, path if audio else "",
+                       spoken_by, problem)
 
 
 DESKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -262,24 +302,53 @@ async def skills_request(text: str = FREE_TEXT) -> SkillsResult | None:
         url = await stack.enter_async_context(running(gw.app, "127.0.0.1", port))
         message = {"messageId": "demo-free-text", "role": "ROLE_USER", "parts": [{"text": text, "mediaType": "text/plain"}]}
         async with httpx.AsyncClient(timeout=DEMO_AGENT_TIMEOUT_S + 30) as http:
-            explained = (await http.post(url.rstrip("/") + "/admin/explain", json={"message": message},
-                                         headers={"Authorization": f"Bearer {token}"})).json()
-        route = explained["parts"][0]["routes"][0]
-        note = next((n for n in explained["explanation"]["parts"][0]["notes"] if n.startswith("skills: ")), "")
+            resp = await http.post(url.rstrip("/") + "/admin/explain", json={"message": message},
+                                   headers={"Authorization": f"Bearer {token}"})
+        reason, note = _explained(resp)
         task = await _send(url, message)
+    route: dict[str, Any] = next(iter(((task.get("metadata") or {}).get(EXTENSION_URI) or {}).get("route") or []), {})
+    target = ", ".join(route.get("targets") or []) or f"not routed: {task_outcome(task)}"
     answer = " | ".join(p["text"] for art in task.get("artifacts") or [] for p in art.get("parts", []) if "text" in p)
-    return SkillsResult(text, route["agent"], route["reason"], note, answer)
+    return SkillsResult(text, target, reason, note, answer or f"no answer: {task_outcome(task)}")
+
+
+def _explained(resp: httpx.Response) -> tuple[str, str]:
+    """The dry run's reason for its route (`skills:0.37`) and its `skills: ...` note (the candidates and their
+    scores); or, for each, why there is none."""
+    try:
+        body = resp.json() if resp.status_code == 200 else None
+        routes, notes = (body["parts"][0]["routes"], body["explanation"]["parts"][0]["notes"]) if body else ([], None)
+    except (ValueError, KeyError, IndexError, TypeError):
+        routes, notes = [], None
+    if notes is None:
+        why = f"no explanation (the gateway's /admin/explain answered HTTP {resp.status_code}: {resp.text[:200]})"
+        return why, why
+    reason = (str(routes[0].get("reason") or "") if routes else "") or "no reason in the explanation"
+    note = next((n for n in notes if n.startswith("skills: ")), "")
+    return reason, note or "no skills note in the explanation (notes: " + ("; ".join(notes) or "none") + ")"
 
 
 @dataclass
 class DemoResult:
+    """Each step's outcome; `problems` says, step by step, what did not come back and why (empty: everything did)."""
+
     defect: dict[str, list[DemoRow]]
     field: FieldResult | None
     skills: SkillsResult | None = None
+    outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
+    problems: list[str] = dataclasses.field(default_factory=list)
 
 
-async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), out_dir: str | None = None) -> DemoResult:
-    """The scripted defect report through a gateway in each mode, then the field report (native); rows and answers."""
+def _failure(step: str, exc: Exception) -> str:
+    said = getattr(exc, "message", None) or str(exc) or "no message"
+    return f"{step}: {type(exc).__name__}: {said}"
+
+
+async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), out_dir: str | None = None,
+                   agent_timeout_s: float | None = None) -> DemoResult:
+    """The scripted defect report through a gateway in each mode, then the field report (native) and the free-text
+    request routed by skills. A step that fails (an agent late past its timeout, an error) is recorded in
+    `problems` with its reason and the demo goes on to the next."""
     import tempfile
 
     photo = defect_photo()
@@ -289,11 +358,32 @@ async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), ou
         voice: bytes | None = synthesize(VOICE)
     except (ImportError, OSError):
         voice = None
-    defect: dict[str, list[DemoRow]] = {}
-    field = None
+    result = DemoResult({}, None)
     for mode in modes:
-        async with demo_network(mode) as (gw, url):
-            defect[mode] = rows_of(await _send(url, demo_message(photo, voice)))
+        async with demo_network(mode, agent_timeout_s) as (gw, url):
+            try:
+                task = await _send(url, demo_message(photo, voice))
+            except Exception as exc:  # noqa: BLE001 - the demo says what failed and goes on
+                result.defect[mode] = []
+                result.problems.append(_failure(f"defect report ({mode})", exc))
+            else:
+                result.defect[mode] = rows_of(task)
+                result.outcomes[mode] = task_outcome(task)
+                if result.outcomes[mode] != "completed":  # one line for the task, not one per row it left unanswered
+                    result.problems.append(f"defect report ({mode}): task {result.outcomes[mode]}")
+                else:
+                    result.problems.extend(f"defect report ({mode}): part {r.part} to {r.target}: {r.answer}"
+                                           for r in result.defect[mode] if r.answer.startswith("no answer"))
             if mode == "native" and voice is not None:
-                field = await field_report(url, out_dir or tempfile.mkdtemp(prefix="mma2a-demo-"))
-    return DemoResult(defect, field, await skills_request())
+                try:
+                    result.field = await field_report(url, out_dir or tempfile.mkdtemp(prefix="mma2a-demo-"))
+                except Exception as exc:  # noqa: BLE001
+                    result.problems.append(_failure("field report", exc))
+                else:
+                    if result.field.problem:
+                        result.problems.append(f"field report: {result.field.problem}")
+    try:
+        result.skills = await skills_request()
+    except Exception as exc:  # noqa: BLE001
+        result.problems.append(_failure("free-text request", exc))
+    return result
