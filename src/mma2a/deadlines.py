@@ -118,6 +118,7 @@ class _Deadline:
 
 
 LINGER_S = 1.0  # how long a refused request's remaining body is read and dropped before the close
+CLOSE_GRACE_S = 30.0  # how long a closed connection's unsent answer waits for a peer that does not read it
 
 
 class _Lingering:
@@ -147,6 +148,8 @@ class _Lingering:
         cycle = getattr(proto, "cycle", None)
         if cycle is None or not getattr(cycle, "more_body", False) or t.is_closing() or not t.can_write_eof():
             t.close()  # the body was read (or TLS: no half-close)
+            if t.get_write_buffer_size():  # a peer that never reads what is left would hold it open: cut it later
+                proto.loop.call_later(CLOSE_GRACE_S, t.abort)
             return
         self._lingering = True
         proto._deadline.clear()

@@ -33,11 +33,19 @@ tested against `websockets`' own encoder and decoder.
 
 Apps must keep a plain-ASGI path for servers without the extension (`direct_io(scope)` is
 then None). `mma2a.serving` serves every mma2a app with this protocol.
+
+Backpressure both ways: every ping a peer sends is a pong written back, so a peer that sent pings and
+never read grew the write buffer without bound (118 MB of pings: +100 MB, held while the socket stayed
+open). While the write buffer is over its high-water mark nothing more is read (what one read already
+brought is held, not parsed, until the peer has taken what was written), and a peer that takes nothing
+of it for `ping_interval + ping_timeout` — the time it has to answer a ping queued behind it — is cut.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
+from asyncio import TimerHandle
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -50,6 +58,8 @@ except ImportError:  # pragma: no cover - websockets ships its C speedups in its
     from websockets.utils import apply_mask
 
 EXTENSION = "mma2a.websocket.direct"
+
+log = logging.getLogger("mma2a.serving")
 
 Sink = Callable[[bytes], object]  # its return value is ignored
 _H16 = struct.Struct("!BBH")
@@ -112,14 +122,50 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
         self._skip: int | None = None
         self._head = b""
         self.can_write = True  # the transport is under its high-water mark (mirrors `writable`, without a call)
+        self._held: list[bytes] = []  # what was read while the peer did not take what is written: parsed later
+        self._stall: TimerHandle | None = None
 
     def pause_writing(self) -> None:
+        """The peer is not taking what is written: read nothing more from it (each ping read is a pong to write)
+        and give it until the stall deadline to take some."""
         self.can_write = False
         super().pause_writing()
+        self.transport.pause_reading()
+        limit = (self.ping_interval or 0.0) + (self.ping_timeout or 0.0)
+        if limit > 0 and self._stall is None:
+            self._stall = self.loop.call_later(limit, self._stalled, limit)
 
     def resume_writing(self) -> None:
         self.can_write = True
         super().resume_writing()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        if self._held:
+            self.loop.call_soon(self._release)
+        elif not self.read_paused:  # uvicorn's own pause (a message waiting for the app) stays
+            self.transport.resume_reading()
+
+    def _release(self) -> None:
+        """Parse what was read while writes were paused, then read again (unless writes paused again)."""
+        while self._held and self.can_write and not self.disconnected:
+            self._parse(self._held.pop(0))
+        if self.can_write and not self._held and not self.read_paused and not self.disconnected:
+            self.transport.resume_reading()
+
+    def _stalled(self, limit: float) -> None:
+        self._stall = None
+        if not self.can_write and not self.disconnected:
+            log.info("closing WebSocket from %s: %d bytes written to it not taken within %g s", self.client,
+                     self.transport.get_write_buffer_size(), limit)
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        self._held.clear()
+        super().connection_lost(exc)
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
@@ -128,6 +174,13 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
             scope["extensions"][EXTENSION] = {"io": DirectIO(self)}
 
     def data_received(self, data: bytes) -> None:
+        if not self.can_write or self._held:  # the peer is not reading: hold this read (reading stays paused)
+            self._held.append(data)
+            self.transport.pause_reading()
+            return
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
         if self.sink is not None and not self.close_sent and (self.at_boundary or self._boundary()):
             # Whole masked binary frames at the start of `data` go to the sink here; the rest, to the parser.
             limit = self.conn.max_message_size
