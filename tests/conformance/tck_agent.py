@@ -22,8 +22,9 @@ from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.grpc_handler import GrpcHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentProvider, AgentSkill, Part, a2a_pb2_grpc
-from a2a.utils.errors import A2AError, InvalidParamsError
+from a2a.types import (AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentProvider, AgentSkill, Part,
+                       a2a_pb2_grpc)
+from a2a.utils.errors import A2AError, ExtensionSupportRequiredError, InvalidParamsError
 from google.protobuf.struct_pb2 import Struct, Value
 from starlette.applications import Starlette
 
@@ -103,15 +104,24 @@ BEHAVIOURS: dict[str, Behaviour] = {
 
 
 class PrefixExecutor(AgentExecutor):
-    """`tck-slow…` works until `release` is set, so a client can subscribe to a task still running."""
+    """`tck-slow…` works until `release` is set, so a client can subscribe to a task still running; with a
+    `required` extension, a request that does not activate it is refused (ExtensionSupportRequiredError), and
+    `tck-extensions…` completes with a reply naming the extensions the request activated."""
 
-    def __init__(self) -> None:
+    def __init__(self, required: str | None = None) -> None:
         self.release = asyncio.Event()
+        self.required = required
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.message is not None and context.task_id and context.context_id
+        if self.required is not None and self.required not in context.requested_extensions:
+            raise ExtensionSupportRequiredError(f"this agent requires the extension {self.required}")
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         message_id = context.message.message_id
+        if message_id.startswith("tck-extensions"):
+            await event_queue.enqueue_event(new_task_from_user_message(context.message))
+            await updater.complete(updater.new_agent_message([Part(text=" ".join(sorted(context.requested_extensions)))]))
+            return
         behaviour = next((b for prefix, b in BEHAVIOURS.items() if message_id.startswith(prefix)), None)
         if behaviour is not _message_only and context.current_task is None:
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
@@ -140,7 +150,9 @@ class TckAgent:
 
 
 @contextlib.asynccontextmanager
-async def tck_agent(name: str = "tck") -> AsyncIterator[TckAgent]:
+async def tck_agent(name: str = "tck", *, required_extension: str | None = None) -> AsyncIterator[TckAgent]:
+    """The agent on free loopback ports; with `required_extension`, its card declares that extension as required
+    and the agent refuses requests that do not activate it."""
     sock = _bind_loopback()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     server = grpc.aio.server()
@@ -148,14 +160,16 @@ async def tck_agent(name: str = "tck") -> AsyncIterator[TckAgent]:
     card = AgentCard(
         name=name, description="an agent shaped like the conformance kit's system under test", version="1.0.0",
         provider=AgentProvider(organization="mma2a tests", url="https://example.com"),
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extensions=[
+            AgentExtension(uri=required_extension, description="required by this agent", required=True)
+        ] if required_extension else []),
         default_input_modes=["text"], default_output_modes=["text"],
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
                               AgentInterface(url=url + REST_PREFIX, protocol_binding="HTTP+JSON", protocol_version="1.0"),
                               AgentInterface(url=address, protocol_binding="GRPC", protocol_version="1.0")],
         skills=[AgentSkill(id="tck", name="conformance", description="answers conformance probes", tags=["tck"])],
     )
-    executor = PrefixExecutor()
+    executor = PrefixExecutor(required_extension)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     routes = (create_jsonrpc_routes(handler, "/") + create_agent_card_routes(card)
               + create_rest_routes(handler, path_prefix=REST_PREFIX))

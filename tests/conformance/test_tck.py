@@ -853,3 +853,77 @@ async def test_the_error_info_metadata_is_the_same_on_every_binding(stack: Stack
     for kind in ("root", "agent-path"):
         seen = await three(stack.ways[kind], "SendMessage", {"message": message("tck-error-metadata")})
         assert seen == dict.fromkeys(("jsonrpc", "rest", "grpc"), agent_says), kind
+
+
+REQUIRED_EXT = "https://example.com/ext/tck-required/v1"
+OTHER_EXT = "https://example.com/ext/tck-other/v1"
+
+
+async def test_a_required_extension_the_client_activates_reaches_the_agent() -> None:
+    """CORE-CAP-004, JSONRPC-SVC-002, HTTP_JSON-SVC-002, GRPC-META-001: an agent whose card marks an extension
+    `required` refuses a request that does not activate it (ExtensionSupportRequiredError) and serves one that
+    does. Through the gateway the client's `A2A-Extensions` (gRPC: `a2a-extensions` metadata) reach the agent
+    as sent, on every binding, at the root and at `/agents/{name}`: the gateway used to send the agent only its
+    own extension, so such an agent refused every request through it."""
+    async with tck_agent("needs", required_extension=REQUIRED_EXT) as agent:
+        async with gateway({"agents": [{"name": "needs", "url": agent.url}], "grpc_listen": "127.0.0.1:0"}) as (gw_, url):
+            gw, g = url.rstrip("/"), gw_.grpc_url
+            ways = [Way("direct", agent.url + "/", agent.rest, agent.url, agent.grpc), Way("root", gw + "/", gw, gw, g),
+                    Way("agent-path", f"{gw}/agents/needs", f"{gw}/agents/needs", f"{gw}/agents/needs", g, "needs")]
+            seen: dict[str, Any] = {}
+            async with httpx.AsyncClient(timeout=30) as c:
+                for way in ways:
+                    card = (await c.get(way.card + CARD)).json()
+                    out: dict[str, Any] = {"declared": [(e["uri"], e.get("required", False))
+                                                        for e in card["capabilities"].get("extensions", [])
+                                                        if e["uri"] == REQUIRED_EXT]}
+                    for label, value in [("none", None), ("required", REQUIRED_EXT), ("both", f"{OTHER_EXT}, {REQUIRED_EXT}")]:
+                        h = {**V1, **({"A2A-Extensions": value} if value else {})}
+                        sent = {"message": message("tck-extensions")}
+                        r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": sent}, headers=h)
+                        doc = r.json()
+                        out[f"jsonrpc {label}"] = (doc["error"]["code"], reasons(doc["error"]["data"])) if "error" in doc else (
+                            doc["result"]["task"]["status"]["state"], doc["result"]["task"]["status"]["message"]["parts"][0]["text"])
+                        rr = await c.post(way.rest + "/message:send", json={"message": message("tck-extensions")}, headers=h)
+                        out[f"rest {label}"] = (rr.status_code, rest_view(rr).get("status"), rest_view(rr).get("reasons"),
+                                                rr.json().get("task", {}).get("status", {}).get("message", {}).get("parts"))
+                        request = json_format.ParseDict({"message": message("tck-extensions"),
+                                                         **({"tenant": way.tenant} if way.tenant else {})}, a2a_pb2.SendMessageRequest())
+                        md = [("a2a-version", "1.0"), *([("a2a-extensions", value)] if value else [])]
+                        async with grpc.aio.insecure_channel(way.grpc) as channel:
+                            try:
+                                reply = await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, metadata=md)
+                                out[f"grpc {label}"] = (reply.task.status.state, reply.task.status.message.parts[0].text)
+                            except grpc.aio.AioRpcError as exc:
+                                out[f"grpc {label}"] = exc.code().name
+                    out["stream, none"] = await stream_view(c, way, "rest", "SendStreamingMessage",
+                                                               {"message": message("tck-extensions")})
+                    seen[way.kind] = out
+    direct = seen.pop("direct")
+    assert direct["declared"] == [(REQUIRED_EXT, True)]
+    assert direct["jsonrpc none"] == (-32008, ["EXTENSION_SUPPORT_REQUIRED"])
+    assert direct["jsonrpc required"] == ("TASK_STATE_COMPLETED", REQUIRED_EXT)
+    assert direct["jsonrpc both"] == ("TASK_STATE_COMPLETED", f"{OTHER_EXT} {REQUIRED_EXT}")
+    assert direct["rest none"][:3] == (400, "FAILED_PRECONDITION", ["EXTENSION_SUPPORT_REQUIRED"])
+    assert direct["grpc none"] == "FAILED_PRECONDITION" and direct["grpc both"][1] == f"{OTHER_EXT} {REQUIRED_EXT}"
+    assert seen["agent-path"] == direct
+    # the root card declares the gateway's own extension only: routing picks the agent, whose card says what it needs
+    assert seen["root"] == {**direct, "declared": []}
+
+
+async def test_the_extensions_a_request_activates_go_on_to_a_grpc_agent_too() -> None:
+    """The gRPC transport to an agent whose card prefers gRPC sends the client's extensions in `a2a-extensions`
+    metadata, with the gateway's own extension only when the agent's card declares it."""
+    from mma2a.ext import EXTENSION_URI
+    from mma2a.gateway.grpc_transport import GrpcAgents
+    from mma2a.gateway.service_params import requested_extensions
+
+    token = requested_extensions.set((OTHER_EXT, EXTENSION_URI, REQUIRED_EXT))
+    try:
+        plain, declared = GrpcAgents._metadata(False, None), GrpcAgents._metadata(True, "t")
+    finally:
+        requested_extensions.reset(token)
+    assert plain == [("a2a-version", "1.0"), ("a2a-extensions", f"{OTHER_EXT}, {REQUIRED_EXT}")]
+    assert declared == [("a2a-version", "1.0"), ("a2a-extensions", f"{OTHER_EXT}, {REQUIRED_EXT}, {EXTENSION_URI}"),
+                        ("authorization", "Bearer t")]
+    assert GrpcAgents._metadata(False, None) == [("a2a-version", "1.0")]  # nothing asked, nothing sent

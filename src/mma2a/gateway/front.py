@@ -7,6 +7,9 @@ and calls the *same route objects* the app holds, so whatever the route table at
 them (access gates, the endpoint) applies unchanged. The app's own middleware that must
 see these requests too (security) is given to `FrontDoor` and wraps the hot routes alone.
 
+It also reads the extensions a request activates (`A2A-Extensions`) for the agents it reaches
+(`service_params`).
+
 When a tracer provider is installed the hot path takes the full stack, so the server span
 (`TracingMiddleware`) is made as before; without one there is nothing to trace.
 """
@@ -20,6 +23,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Match, Route
 
+from ..request_body import header_map
+from .service_params import read_extensions, requested_extensions
 from .tracing import active as tracing_active
 
 Scope = dict[str, Any]
@@ -28,6 +33,7 @@ ASGIApp = Callable[..., Any]
 
 HOT_PATHS = ("/", "/agents/{agent}/", "/agents/{agent}")  # the JSON-RPC binding's POST routes
 _MATCHES = 1024  # paths remembered (each agent's two); past it, matched each time
+_EXTENSIONS = b"a2a-extensions"
 _ROUTE = "mma2a.route"  # the matched hot route, in the scope, for the innermost app of the chain
 
 
@@ -53,6 +59,17 @@ class FrontDoor:
         self._matched: dict[str, tuple[Route, Any, dict[str, Any]]] = {}  # path -> route, endpoint, path params
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and _EXTENSIONS in header_map(scope):  # passed on to the agents the request reaches
+            token = requested_extensions.set(read_extensions(
+                v.decode("latin-1") for k, v in scope["headers"] if k.lower() == _EXTENSIONS))
+            try:
+                await self._serve(scope, receive, send)
+            finally:
+                requested_extensions.reset(token)
+            return
+        await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Any, send: Any) -> None:
         if (scope["type"] == "http" and scope["method"] == "POST" and not self.tracing()
                 and (scope["path"] == "/" or scope["path"].startswith("/agents/"))):
             matched = self._match(scope)

@@ -33,6 +33,7 @@ from .access import Client, current_client
 from .authz import AccessClass, RouteAccess, UnclassifiedRoute
 from .peers import TrustedProxies, peer_host
 from .security import AccessControl, retry_after
+from .service_params import read_extensions, requested_extensions
 
 A2A_SERVICE: descriptor.ServiceDescriptor = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
 
@@ -112,6 +113,12 @@ async def abort(context: grpc.aio.ServicerContext, exc: MMA2AError) -> NoReturn:
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
+def _extensions(context: grpc.aio.ServicerContext) -> tuple[str, ...]:
+    """The extensions the call activates (`a2a-extensions` metadata), passed on to the agents it reaches."""
+    return read_extensions(v for k, v in context.invocation_metadata() or ()
+                           if k.lower() == "a2a-extensions" and isinstance(v, str))
+
+
 def _cn(context: grpc.aio.ServicerContext) -> str | None:
     """The common name of the verified client certificate (mutual TLS), if any."""
     cn = (context.auth_context() or {}).get("x509_common_name")
@@ -146,12 +153,13 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             client, request = await admit(access, method, requests, context)
-            token = current_client.set(client)
+            token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
             self.enter()
             try:
                 return await handler.unary_unary(request, context)
             finally:
                 self.leave()
+                requested_extensions.reset(asked)
                 current_client.reset(token)
 
         async def stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
@@ -160,7 +168,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 slot = self.control.open_stream(client, peer=peer_host(context.peer()))
             except MMA2AError as exc:
                 await abort(context, exc)
-            token = current_client.set(client)
+            token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
             self.enter()
             try:
                 async for item in handler.unary_stream(request, context):
@@ -168,6 +176,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             finally:
                 self.control.streams.give(slot)
                 self.leave()
+                requested_extensions.reset(asked)
                 current_client.reset(token)
 
         kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}

@@ -18,7 +18,7 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
 from ..errors import ERROR_INFO_TYPE, INTERNAL_ERROR, AgentRPCError, DispatchError, code_for_reason
-from ..ext import EXTENSION_URI
+from .service_params import extensions_for_agent
 
 _REQUESTS: dict[str, type[Any]] = {
     "SendMessage": a2a_pb2.SendMessageRequest,
@@ -51,8 +51,9 @@ class GrpcAgents:
     @staticmethod
     def _metadata(extension: bool, token: str | None) -> list[tuple[str, str]]:
         md = [("a2a-version", "1.0")]
-        if extension:
-            md.append(("a2a-extensions", EXTENSION_URI))
+        extensions = extensions_for_agent(extension)  # the client's, and ours when the agent reads it
+        if extensions is not None:
+            md.append(("a2a-extensions", extensions))
         if token:
             md.append(("authorization", f"Bearer {token}"))
         return md

@@ -22,10 +22,10 @@ import yarl
 from ..card import EXTENSIONS_HEADER, VERSION_HEADER
 from ..compression import decode, encode
 from ..errors import AgentRPCError, DispatchError, MMA2AError
-from ..ext import EXTENSION_URI
 from ..tls import ClientTLS, client_context
 from . import http1
 from .tracing import inject
+from .service_params import extensions_for_agent
 
 MAX_REDIRECTS = 3  # a card fetch's redirects, each within the card URL's origin
 MAX_JSON_BYTES = 1 << 20  # an agent card (or any JSON document fetched) read at most this long
@@ -147,8 +147,9 @@ class Transport:
 
     def _headers(self, extension: bool, token: str | None) -> dict[str, str]:
         headers = {"Content-Type": "application/json", VERSION_HEADER: "1.0"}
-        if extension:
-            headers[EXTENSIONS_HEADER] = EXTENSION_URI
+        extensions = extensions_for_agent(extension)  # the client's, and ours when the agent reads it
+        if extensions is not None:
+            headers[EXTENSIONS_HEADER] = extensions
         if token:
             headers["Authorization"] = f"Bearer {token}"
         return inject(headers)  # W3C traceparent of the current span
