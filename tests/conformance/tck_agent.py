@@ -93,12 +93,31 @@ async def _chunked(u: TaskUpdater, q: EventQueue) -> None:
     await u.complete()
 
 
+async def _chunks_appended(u: TaskUpdater, q: EventQueue) -> None:
+    """As the kit's agent streams chunks: the first one already says `append`, to an artifact not yet sent."""
+    await u.start_work()
+    await u.add_artifact([Part(text="chunk-1 ")], append=True)
+    await u.add_artifact([Part(text="chunk-2")], append=True, last_chunk=True)
+    await u.complete()
+
+
+async def _streamed_file(u: TaskUpdater, q: EventQueue) -> None:
+    await u.start_work()
+    await u.add_artifact([Part(raw=b"tck", media_type="text/plain", filename="output.txt")])
+    await u.complete()
+
+
+async def _quiet_input(u: TaskUpdater, q: EventQueue) -> None:
+    await u.requires_input()  # no message, as the kit's agent asks
+
+
 # messageId prefix -> what the agent does (first match wins; anything else completes with an echo)
 BEHAVIOURS: dict[str, Behaviour] = {
     "tck-message-response": _message_only, "tck-input-required": _input_required,
     "tck-complete-task": _complete, "tck-artifact-text": _text_artifact, "tck-artifact-file-url": _url_artifact,
     "tck-artifact-file": _file_artifact, "tck-artifact-data": _data_artifact, "tck-reject-task": _reject,
-    "tck-error-metadata": _error_with_metadata,
+    "tck-error-metadata": _error_with_metadata, "tck-stream-artifact-chunked": _chunks_appended,
+    "tck-stream-artifact-file": _streamed_file, "tck-stream-002": _complete, "tck-quiet-input": _quiet_input,
     "tck-stream-chunked": _chunked, "tck-stream": _working_stream,
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -82,7 +83,7 @@ def result_view(result: Any) -> dict[str, Any]:
         out["artifacts"] = [sorted(k for p in a.get("parts", []) for k in p) for a in inner["artifacts"]]
     if "artifact" in inner:
         art = inner["artifact"]
-        out["artifact"] = ([p.get("text") for p in art.get("parts", [])], inner.get("append"), inner.get("lastChunk"))
+        out["artifact"] = ([p.get("text", sorted(p)) for p in art.get("parts", [])], inner.get("append"), inner.get("lastChunk"))
     if "history" in inner:
         out["history"] = len(inner["history"])
     return out
@@ -264,7 +265,8 @@ async def _stream_shapes(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> An
     """A task stream begins with the Task and ends at its terminal state, events in order; a message-only
     stream is one Message; chunked artifacts keep append/lastChunk."""
     return {p: await stream_view(c, way, b, "SendStreamingMessage", {"message": message(p)})
-            for p in ("tck-stream", "tck-message-response", "tck-stream-chunked")}
+            for p in ("tck-stream", "tck-message-response", "tck-stream-chunked", "tck-stream-artifact-chunked",
+                      "tck-stream-artifact-file", "tck-stream-002", "tck-quiet-input")}
 
 
 @check("subscribe")
@@ -480,6 +482,61 @@ async def _card(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
             "sent at its url": await call(c, reached, b, "SendMessage", {"message": message("tck-complete-task")})}
 
 
+_SNAKE = re.compile(r"^[a-z]+(_[a-z]+)+$")
+_ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
+
+
+def serial_view(doc: Any) -> dict[str, Any]:
+    """DM-SERIAL-001..003 over a whole answer (metadata too, as the kit walks it): snake_case keys, enum values
+    that are not strings, timestamps that are not ISO 8601 with `Z`."""
+    keys: set[str] = set()
+    enums: list[Any] = []
+    stamps: list[Any] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                keys.add(k)
+                if k in ("state", "role"):
+                    enums.append(v)
+                if k in ("timestamp", "createdAt", "updatedAt", "statusTimestamp") and v is not None:
+                    stamps.append(v)
+                walk(v)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+    walk(doc)
+    return {"snake_case": sorted(k for k in keys if _SNAKE.match(k)),
+            "enums not strings": [e for e in enums if not isinstance(e, str)],
+            "timestamps not ISO Z": [t for t in stamps if not (isinstance(t, str) and _ISO_Z.match(t))],
+            "timestamps": bool(stamps)}
+
+
+@check("data_model")
+async def _data_model(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """DM-TASK/MSG/PART/ART/STATUS-001, DM-SERIAL-001..005: answers (a task with artifacts, a stream, a task read
+    back) use camelCase keys, string enums and ISO 8601 timestamps with `Z`, and parse as A2A types; unknown
+    fields in a request are ignored."""
+    params = {"message": {**message("tck-artifact-data"), "tckUnknownField": "ignored"}, "tckExtraParam": 42}
+    if b == "jsonrpc":
+        r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}, headers=V1)
+        sent = r.json().get("result")
+    else:
+        r = await c.post(way.rest + "/message:send", json=params, headers=V1)
+        sent = r.json()
+    tid = sent["task"]["id"]
+    json_format.ParseDict(sent, a2a_pb2.SendMessageResponse())  # the schema: it parses as an A2A type
+    got = await c.get(way.rest + f"/tasks/{tid}", headers=V1) if b == "rest" else await c.post(
+        way.rpc, json={"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": tid}}, headers=V1)
+    read = got.json() if b == "rest" else got.json()["result"]
+    json_format.ParseDict(read, a2a_pb2.Task())
+    async with sse(c, way, b, "SendStreamingMessage", {"message": message("tck-stream")}) as (_, events):
+        streamed = [e async for e in events]
+    for e in streamed:
+        json_format.ParseDict(e, a2a_pb2.StreamResponse())
+    return {"http": r.status_code, "sent": serial_view(sent), "read": serial_view(read), "streamed": serial_view(streamed)}
+
+
 @check("unsupported_media")
 async def _unsupported_media(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
     """CORE-SEND-003: a part whose media type the agent's card does not accept is ContentTypeNotSupportedError."""
@@ -554,7 +611,18 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
         "tck-stream-chunked": {"http": 200, "type": "text/event-stream", "events": [
             ("task", "TASK_STATE_SUBMITTED", 1), ("statusUpdate", "TASK_STATE_WORKING"),
             ("artifactUpdate", None, (["one "], None, None)), ("artifactUpdate", None, (["two"], True, True)),
-            ("statusUpdate", "TASK_STATE_COMPLETED")]}},
+            ("statusUpdate", "TASK_STATE_COMPLETED")]},
+        # the kit's agent sends its first chunk with `append` to an artifact not yet sent: a2a-sdk 1.3 ends the
+        # stream with InvalidAgentResponse, and the gateway passes that on as it came
+        "tck-stream-artifact-chunked": {"http": 200, "type": "text/event-stream", "events": [
+            ("task", "TASK_STATE_SUBMITTED", 1), ("statusUpdate", "TASK_STATE_WORKING"), ("error", -32006, ["INVALID_AGENT_RESPONSE"])]},
+        "tck-stream-artifact-file": {"http": 200, "type": "text/event-stream", "events": [
+            ("task", "TASK_STATE_SUBMITTED", 1), ("statusUpdate", "TASK_STATE_WORKING"),
+            ("artifactUpdate", None, ([["filename", "mediaType", "raw"]], None, None)), ("statusUpdate", "TASK_STATE_COMPLETED")]},
+        "tck-stream-002": {"http": 200, "type": "text/event-stream", "events": [
+            ("task", "TASK_STATE_SUBMITTED", 1), ("statusUpdate", "TASK_STATE_COMPLETED")]},
+        "tck-quiet-input": {"http": 200, "type": "text/event-stream", "events": [
+            ("task", "TASK_STATE_SUBMITTED", 1), ("statusUpdate", "TASK_STATE_INPUT_REQUIRED")]}},
     ("subscribe", "jsonrpc"): {
         "first": [("task", "TASK_STATE_WORKING", 1)] * 3,
         "rest": [[("artifactUpdate", None, (["late"], None, None)), ("statusUpdate", "TASK_STATE_COMPLETED")]] * 2,
@@ -630,6 +698,8 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
                               "stream": {"http": 200, "id": 5, "code": -32602, "reasons": ["INVALID_PARAMS"]}},
     ("no_parts", "rest"): {"send": {"http": 400, "type": "application/json", "code": 400, "status": "INVALID_ARGUMENT",
                                     "reasons": ["INVALID_PARAMS"]}},
+    **{("data_model", b): {"http": 200, "sent": {"snake_case": [], "enums not strings": [], "timestamps not ISO Z": [], "timestamps": True}, "read": {"snake_case": [], "enums not strings": [], "timestamps not ISO Z": [], "timestamps": True}, "streamed": {"snake_case": [], "enums not strings": [], "timestamps not ISO Z": [], "timestamps": True}}
+       for b in ("jsonrpc", "rest")},
     ("rest_binding", "rest"): {
         "a2a+json body": {"http": 200, "type": "application/a2a+json", "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
         "no message": {"http": 400, "type": "application/json", "code": 400, "status": "INVALID_ARGUMENT", "reasons": ["INVALID_PARAMS"]}},
@@ -722,7 +792,8 @@ async def test_the_kits_grpc_checks_see_the_same_agent_through_the_gateway(stack
         out: dict[str, Any] = {}
         for prefix in ("tck-complete-task", "tck-message-response", "tck-reject-task", "tck-input-required", "tck-artifact-file"):
             out[f"send {prefix}"] = await grpc_view(way, "SendMessage", {"message": message(prefix)})
-        for prefix in ("tck-stream", "tck-stream-chunked", "tck-message-response", "tck-reject-task"):
+        for prefix in ("tck-stream", "tck-stream-chunked", "tck-message-response", "tck-reject-task", "tck-stream-artifact-chunked",
+                       "tck-stream-artifact-file", "tck-stream-002", "tck-quiet-input"):
             out[f"stream {prefix}"] = await grpc_view(way, "SendStreamingMessage", {"message": message(prefix)})
         out["no parts"] = await grpc_view(way, "SendMessage", {"message": {**message("tck-complete-task"), "parts": []}})
         for method in ("GetTask", "CancelTask", "SubscribeToTask"):
