@@ -3,6 +3,7 @@
 against what is known to be in it. Prints one line per item that is wrong, then counts per split.
 
     PYTHONPATH=src:. python bench/perception_probe.py [--split dev|held-out] [--only PREFIX] [--json OUT]
+    PYTHONPATH=src:. python bench/perception_probe.py --rejudge OUT   # a stored run against today's truth, no models
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ def judge(item: Any, row: dict[str, Any], findings: dict[str, Any] | None, heard
         for c in t.codes:
             if c not in codes:
                 bad.append(f"missed code {c} read {codes}")
+        if "faces" in f:
+            if t.no_faces and f["faces"]:
+                bad.append(f"false faces {f['faces']}")
+            if f["faces"] < t.faces:
+                bad.append(f"missed faces: {f['faces']} of {t.faces}")
+        found = {d["label"]: d["score"] for d in reversed(f.get("detections") or [])}
+        if "detections" in f:
+            if t.scene is not None:
+                wrong = {k: v for k, v in found.items() if k not in t.scene}
+                if wrong:
+                    bad.append(f"false objects {wrong}")
+            missed = [o for o in t.objects if o not in found]
+            if missed:
+                bad.append(f"missed objects {missed} found {found}")
         if findings is not None:
             if t.no_defects and findings.get("defects"):
                 bad.append(f"false defects {[d['contrast'] for d in findings['defects']]}")
@@ -65,13 +80,50 @@ def judge(item: Any, row: dict[str, Any], findings: dict[str, Any] | None, heard
     return bad
 
 
+def kind(note: str) -> str:
+    """A note's kind, for the counts: its words before the first figure or quote ("false faces", "missed code")."""
+    return re.split(r"[\s:]*[0-9'({\[]", note, maxsplit=1)[0]
+
+
+def summarise(rows: list[dict[str, Any]]) -> None:
+    for split in ("dev", "held-out"):
+        mine = [r for r in rows if r["split"] == split]
+        abstained = sum(1 for r in mine if r["bad"] and r["bad"][0].startswith("abstained"))
+        wrong = sum(1 for r in mine if r["bad"]) - abstained
+        kinds = Counter(kind(b) for r in mine for b in r["bad"])
+        print(f"{split}: {len(mine) - wrong - abstained} right, {wrong} wrong, {abstained} abstained; "
+              + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+
+
+def rejudge(path: str, split: str | None, only: str) -> None:
+    """A stored run judged against the truth as it is now written (items added since are left out)."""
+    from tests.features.unseen import every_item
+
+    items = {i.name: i for i in every_item()}
+    rows = [r for r in json.load(open(path)) if r["name"] in items and r["name"].startswith(only)
+            and (not split or r["split"] == split)]
+    for r in rows:
+        heard = tuple(r["heard"]) if r.get("heard") else None
+        old = [b for b in r["bad"] if b.startswith(("false defects", "false lights", "vision:", "error", "extractor", "timed"))]
+        r["bad"] = judge(items[r["name"]], r, r.get("findings"), heard)  # type: ignore[arg-type]
+        if "findings" not in r:  # a run stored before the agents' findings were: their notes as they were judged
+            r["bad"] += [b for b in old if b not in r["bad"]]
+        if r["bad"]:
+            print(f"{r['split']:8} {r['name']}: {'; '.join(r['bad'])}")
+    summarise(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split")
     ap.add_argument("--only", default="")
     ap.add_argument("--json")
     ap.add_argument("--no-agents", action="store_true")
+    ap.add_argument("--rejudge", help="judge a stored --json run again (the truth may have grown since)")
     args = ap.parse_args()
+    if args.rejudge:
+        rejudge(args.rejudge, args.split, args.only)
+        return
 
     from mma2a.agents.captioner import caption
     from mma2a.agents.speech import hear
@@ -81,7 +133,6 @@ def main() -> None:
     from tests.features.unseen import every_item
 
     items = [i for i in every_item() if i.name.startswith(args.only) and (not args.split or i.split == args.split)]
-    tally: Counter[tuple[str, str]] = Counter()
     rows = []
     with FeaturePipeline(default_extractors()) as pipeline:
         import pathlib
@@ -102,15 +153,14 @@ def main() -> None:
                     heard = hear(path.read_bytes(), row["modality"])
                 bad = judge(item, row, findings, heard)
                 took = time.perf_counter() - t0
-                tally[(item.split, "abstained" if bad and bad[0].startswith("abstained") else "wrong" if bad else "right")] += 1
                 rows.append({"name": item.name, "split": item.split, "modality": row.get("modality"), "bad": bad,
                              "seconds": round(took, 2), "features": row.get("features"), "caption": cap,
-                             "heard": heard})
+                             "heard": heard, "errors": row.get("errors"), "timedOut": row.get("timedOut"),
+                             "findings": None if findings is None else
+                             {k: findings.get(k) for k in ("defects", "lights", "text")}})
                 if bad:
                     print(f"{item.split:8} {item.name}: {'; '.join(bad)}", flush=True)
-    for split in ("dev", "held-out"):
-        print(f"{split}: {tally[(split, 'right')]} right, {tally[(split, 'wrong')]} wrong, "
-              f"{tally[(split, 'abstained')]} abstained")
+    summarise(rows)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, default=str, indent=1)

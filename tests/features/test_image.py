@@ -87,7 +87,7 @@ async def test_pipeline_merges_image_features_with_source_and_schema(pipeline: F
     assert result.schema == "image/1"
     assert result.source is not None and result.source.kind == "router"
     assert result.source.extractor == "pillow-image+ssd-mobilenet-v2-coco+zxing-cpp+rapidocr-ppocrv6+opencv-faces"
-    assert result.source.version == "1.0+1.0+1.0+1.0+2.0"
+    assert result.source.version == "1.0+1.0+1.1+1.0+2.1"
     assert result.thumbnail is not None and result.errors == [] and not result.timed_out
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,12 @@ class Truth:
     no_codes: bool = True
     no_defects: bool = False
     no_speech: bool = False
+    faces: int = 0
+    no_faces: bool = False
+    objects: tuple[str, ...] = ()
+    scene: tuple[str, ...] | None = None
+    """`faces`: at least this many frontal faces must be counted; `objects`: COCO labels that must be detected;
+    `scene`: every label that may be detected (None: not known); `no_faces`: no face may be counted."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,21 @@ PLAIN = ("brick", "grass", "gravel", "colorwheel", "microaneurysms", "checkerboa
 on its tank) text."""
 
 TEXTURES = ("brick", "grass", "gravel")
+
+SCENES: dict[str, tuple[str, ...]] = {
+    "astronaut": ("person",), "coffee": ("cup", "bowl", "dining table", "spoon"), "chelsea": ("cat",),
+    "motorcycle_right": ("motorcycle",), "lfw": ("person",),
+}
+"""What a detector may find in each picture (COCO labels; the others show none); the first must be found when the
+picture is shown whole. `coffee`: a cup on a saucer, a spoon, on a table."""
+
+
+def _seen(name: str, whole: bool, how: str = "") -> Truth:
+    """What is known of the picture `name` (a label card over it when not `whole`) as faces and objects."""
+    scene = SCENES.get(name, ())
+    must = scene[:1] if whole and name != "lfw" else ()
+    faces = 1 if name == "astronaut" and whole else 6 if name == "lfw" else 0
+    return Truth(faces=faces, no_faces=name not in ("astronaut", "lfw"), objects=must, scene=scene)
 
 
 def _variant(im: Image.Image, how: str) -> bytes:
@@ -301,12 +322,13 @@ def images() -> Iterator[Item]:
     for name in PLAIN:
         # the motorcycle's tank reads YAMAHA: text is there
         yield Item(f"sk-{name}", f"{name}.png", lambda n=name: png(_rgb(_sk(n))),
-                   Truth(no_text=name != "motorcycle_right", no_defects=True))
+                   replace(_seen(name, True), no_text=name != "motorcycle_right", no_defects=True))
     for name in PLAIN[:6] + ("astronaut", "coffee", "chelsea"):
         for how in VARIANTS:
             plain = name in PLAIN
             yield Item(f"sk-{name}-{how}", f"{name}-{how}.{'jpg' if how == 'jpeg15' else 'png'}",
-                       lambda n=name, h=how: _variant(_rgb(_sk(n)), h), Truth(no_text=plain, no_defects=plain))
+                       lambda n=name, h=how: _variant(_rgb(_sk(n)), h),
+                       replace(_seen(name, True), no_text=plain, no_defects=plain))
     fonts = (cv2.FONT_HERSHEY_SIMPLEX, cv2.FONT_HERSHEY_DUPLEX, cv2.FONT_HERSHEY_COMPLEX, cv2.FONT_HERSHEY_TRIPLEX,
              cv2.FONT_HERSHEY_PLAIN)
     words = ("EXIT 12", "LOADING DOCK", "NO ENTRY", "ROOM 204", "FRAGILE")
@@ -316,18 +338,18 @@ def images() -> Iterator[Item]:
             colour = ((20, 20, 20), (180, 20, 20))[j]
             yield Item(f"text-hershey{font}-{bg}", f"text-{i}-{bg}.jpg",
                        lambda b=bg, t=text, f=font, s=i * 10 + j, c=colour: _hershey_text(_np_rgb(b), t, f, s, c),
-                       Truth(text=tuple(text.lower().split())))
+                       replace(_seen(bg, False), text=tuple(text.lower().split())))
     for i, (text, bg) in enumerate((("Gate 9 closed", "grass"), ("Batch 4471", "brick"), ("Keep dry", "coffee"),
                                     ("Floor 3 West", "gravel"))):
         yield Item(f"text-pil-{i}-{bg}", f"pil-{i}.jpg", lambda b=bg, t=text, s=100 + i: _pil_text(_np_rgb(b), t, s),
-                   Truth(text=tuple(text.lower().split())))
+                   replace(_seen(bg, False), text=tuple(text.lower().split())))
     bgs2 = ("brick", "grass", "gravel", "coffee", "chelsea", "motorcycle_right", "astronaut")
     for i, (fmt, content, reads) in enumerate(CODES):
         for k, blur in enumerate((0.0, 1.2)):
             bg = bgs2[(i + k) % len(bgs2)]
             yield Item(f"code-{fmt}-{bg}-b{blur}", f"code-{fmt}-{k}.jpg",
                        lambda b=bg, f=fmt, c=content, s=200 + i * 2 + k, bl=blur: _code_on_photo(_np_rgb(b), f, c, s, bl),
-                       Truth(codes=((fmt, reads),), no_codes=False))
+                       replace(_seen(bg, False), codes=((fmt, reads),), no_codes=False))
 
 
 def _np_rgb(name: str) -> np.ndarray:

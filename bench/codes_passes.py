@@ -1,0 +1,57 @@
+"""CPU time of the barcode reader and of its turned-upright pass, per picture, on one OpenCV thread: photos with no
+code (the 1080p frame and scikit-image photos of bench/features.py, two textures turned 17 degrees from
+tests/features/unseen.py), where every pass runs.
+
+    PYTHONPATH=src:. python bench/codes_passes.py [--runs 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def cpu_ms(f: Callable[[], object], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.process_time()
+        f()
+        times.append(time.process_time() - t)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=9)
+    args = ap.parse_args()
+
+    import cv2
+
+    import features as bench  # bench/features.py
+    from mma2a.features import codes
+    from mma2a.features.base import Limits
+    from mma2a.features.image import image_array
+    from tests.features.unseen import every_item
+
+    cv2.setNumThreads(1)
+    items = {i.name: i for i in every_item()}
+    pictures = {"1080p": bench.photo_1080p(), **{n: bench.photo_jpeg(n) for n in ("coffee", "astronaut", "chelsea")},
+                **{n: items[f"sk-{n}"].make() for n in ("gravel-rot17", "brick-rot17")}}
+    for name, data in pictures.items():
+        rgb, back = image_array(data, Limits(), max_side=codes.MAX_SIDE)
+        grey = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+        whole = cpu_ms(lambda: codes.read_codes(rgb, back), args.runs)
+        angle = cpu_ms(lambda: codes.dominant_angle(grey), args.runs)
+        upright = cpu_ms(lambda: codes._read_deskewed(grey), args.runs)
+        print(f"{name:13} read_codes {whole:6.1f} ms; of which the angle {angle:5.1f} ms "
+              f"({codes.dominant_angle(grey):+.1f} deg), the upright pass with it {upright:5.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
