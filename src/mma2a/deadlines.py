@@ -12,6 +12,10 @@ protocol class with one timer per connection over the phase it is in:
   app stops reading, flow control pauses the socket and the clock waits). Past it the
   connection is closed and the app's `receive()` gets `http.disconnect`.
 - between requests: `keep_alive_s` (uvicorn's `timeout_keep_alive`).
+- answers: a peer that leaves the app's writes paused for `write_s` (the write buffer went over its high-water
+  mark and the peer did not take it down to the low-water mark: 64 and 16 KiB on asyncio) is reset. A consumer of a live stream, an SSE
+  subscriber or a download that never reads otherwise held its connection, its task and a buffer forever
+  (200 such consumers of one stream: +54 MB, held after the stream ended).
 - WebSocket: a ping every `ws_ping_interval_s`; no pong within `ws_ping_timeout_s` closes it.
 
 The request head (request line and headers) is capped too, at `max_header_bytes`: httptools buffers a
@@ -20,13 +24,15 @@ connections sending 100 MB of headers took a gateway from 175 to 560 MB, kept af
 Past the cap: `431 Request Header Fields Too Large` and the connection is closed. (h11 has its own cap,
 `h11_max_incomplete_event_size`, set to the same value.)
 
-While the app works on a request (and streams its answer: SSE) no deadline runs.
+While the app works on a request (and streams its answer: SSE) no other deadline runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -58,6 +64,7 @@ class Timeouts:
     ws_ping_interval_s: float = 20.0
     ws_ping_timeout_s: float = 10.0
     max_header_bytes: int = 64 * 1024
+    write_s: float = 30.0
 
     def uvicorn_options(self) -> dict[str, Any]:
         """The `uvicorn.Config` options these map to (besides the protocol class)."""
@@ -117,6 +124,31 @@ class _Deadline:
         transport.close()
 
 
+def reset(transport: Any) -> None:
+    """Close a connection with a reset: what waits to be sent, in the process and in the kernel, is dropped (an
+    abort alone leaves the kernel's send buffer to a peer that does not read it)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except (OSError, AttributeError):  # pragma: no cover - not a TCP socket
+            pass
+    transport.abort()
+
+
+def _reap(transport: Any, loop: asyncio.AbstractEventLoop, before: int) -> None:
+    """A closed connection's unsent bytes, `CLOSE_GRACE_S` later: gone (nothing to do), fewer (the peer reads, slowly:
+    look again later), or as many (it does not read: reset)."""
+    left = transport.get_write_buffer_size()
+    if not left:
+        return
+    if left < before:
+        loop.call_later(CLOSE_GRACE_S, _reap, transport, loop, left)
+        return
+    log.info("resetting a closed connection: its peer took none of the last %d bytes in %g s", left, CLOSE_GRACE_S)
+    reset(transport)
+
+
 LINGER_S = 1.0  # how long a refused request's remaining body is read and dropped before the close
 CLOSE_GRACE_S = 30.0  # how long a closed connection's unsent answer waits for a peer that does not read it
 
@@ -148,8 +180,8 @@ class _Lingering:
         cycle = getattr(proto, "cycle", None)
         if cycle is None or not getattr(cycle, "more_body", False) or t.is_closing() or not t.can_write_eof():
             t.close()  # the body was read (or TLS: no half-close)
-            if t.get_write_buffer_size():  # a peer that never reads what is left would hold it open: cut it later
-                proto.loop.call_later(CLOSE_GRACE_S, t.abort)
+            if left := t.get_write_buffer_size():  # a peer that never reads what is left would hold it open
+                proto.loop.call_later(CLOSE_GRACE_S, _reap, t, proto.loop, left)
             return
         self._lingering = True
         proto._deadline.clear()
@@ -159,7 +191,42 @@ class _Lingering:
         proto.loop.call_later(LINGER_S, t.close)
 
 
-class _TimedHttpTools:
+class _WriteDeadline:
+    """Mixin over uvicorn's HTTP protocols: a peer that leaves the app's writes paused (it reads nothing, or too
+    little) for `timeouts.write_s` is reset (the app's `send` then finds the client gone)."""
+
+    timeouts: Timeouts = Timeouts()
+    _stall: TimerHandle | None = None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()  # type: ignore[misc]
+        if self._stall is None:
+            self._stall = self.loop.call_later(self.timeouts.write_s, self._stalled)  # type: ignore[attr-defined]
+
+    def resume_writing(self) -> None:
+        super().resume_writing()  # type: ignore[misc]
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _stalled(self) -> None:
+        self._stall = None
+        transport = getattr(self, "transport", None)
+        flow = getattr(self, "flow", None)
+        if transport is None or flow is None or not flow.write_paused:
+            return
+        log.info("resetting connection from %s: %d bytes of its answer still waiting after %g s",
+                 getattr(self, "client", None), transport.get_write_buffer_size(), self.timeouts.write_s)
+        reset(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        super().connection_lost(exc)  # type: ignore[misc]
+
+
+class _TimedHttpTools(_WriteDeadline):
     """Mixin over uvicorn's `HttpToolsProtocol`: the parser's callbacks move the deadline."""
 
     timeouts: Timeouts = Timeouts()
@@ -204,7 +271,7 @@ class _TimedHttpTools:
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._deadline.clear()
-        super().connection_lost(exc)  # type: ignore[misc]
+        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()  # type: ignore[misc]
@@ -228,7 +295,7 @@ class _TimedHttpTools:
         self._deadline.clear()
 
 
-class _TimedH11(H11Protocol):
+class _TimedH11(_WriteDeadline, H11Protocol):
     """uvicorn's `H11Protocol`, its deadline moved by h11's state after each read."""
 
     timeouts: Timeouts = Timeouts()

@@ -37,8 +37,9 @@ then None). `mma2a.serving` serves every mma2a app with this protocol.
 Backpressure both ways: every ping a peer sends is a pong written back, so a peer that sent pings and
 never read grew the write buffer without bound (118 MB of pings: +100 MB, held while the socket stayed
 open). While the write buffer is over its high-water mark nothing more is read (what one read already
-brought is held, not parsed, until the peer has taken what was written), and a peer that takes nothing
-of it for `ping_interval + ping_timeout` — the time it has to answer a ping queued behind it — is cut.
+brought is held, not parsed, until the peer has taken what was written), and a peer that does not take it
+down to the low-water mark within `ping_interval + ping_timeout` — the time it has to answer a ping queued
+behind it anyway — is reset.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
+
+from .deadlines import reset
 
 try:
     from websockets.speedups import apply_mask
@@ -156,9 +159,9 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
     def _stalled(self, limit: float) -> None:
         self._stall = None
         if not self.can_write and not self.disconnected:
-            log.info("closing WebSocket from %s: %d bytes written to it not taken within %g s", self.client,
+            log.info("resetting WebSocket from %s: %d bytes written to it still waiting after %g s", self.client,
                      self.transport.get_write_buffer_size(), limit)
-            self.transport.abort()
+            reset(self.transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._stall is not None:

@@ -126,11 +126,12 @@ class ServerConfig(BaseModel):
     ws_ping_interval_s: float = Field(default=20.0, gt=0)  # WebSocket ping; no pong within ws_ping_timeout_s closes
     ws_ping_timeout_s: float = Field(default=10.0, gt=0)
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)  # request line + headers; past it 431, closed
+    write_timeout_s: float = Field(default=30.0, gt=0)  # a peer that takes none of an answer this long is cut
 
     def timeouts(self) -> Timeouts:
         return Timeouts(header_s=self.header_timeout_s, body_s=self.body_timeout_s, keep_alive_s=self.keep_alive_s,
                         ws_ping_interval_s=self.ws_ping_interval_s, ws_ping_timeout_s=self.ws_ping_timeout_s,
-                        max_header_bytes=self.max_header_bytes)
+                        max_header_bytes=self.max_header_bytes, write_s=self.write_timeout_s)
 
 
 class AdminConfig(BaseModel):

@@ -1,4 +1,4 @@
-"""WebSocket peers that send and never read (round 5): every ping read is a pong written, so a peer that sent pings
+"""Peers that never read what the gateway writes (round 5). On a WebSocket every ping read is a pong written, so a peer that sent pings
 and read nothing grew the gateway's write buffer without bound (118 MB of pings: +100 MB, held while the socket
 stayed open; the stream URL's signature only decides what the app answers, the pongs come first)."""
 
@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import os
 import socket
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import httpx
@@ -99,3 +101,37 @@ async def test_a_peer_that_takes_nothing_written_to_it_is_cut_after_the_ping_dea
                 assert (await c.get(url + "/healthz")).status_code == 200
         finally:
             sock.close()
+
+
+async def test_a_stream_consumer_that_never_reads_is_cut_after_the_write_deadline() -> None:
+    """A consumer of a live stream (`GET /streams/{id}`, signed) that reads nothing held its connection, its task
+    and a write buffer forever (200 such consumers of one stream: +54 MB, kept after the stream ended)."""
+    async with secured({"server": {"write_timeout_s": 0.5}}) as (gw, url, _):
+        async with httpx.AsyncClient() as c:
+            doc = (await c.post(url + "/streams", json={"mediaType": "application/octet-stream"},
+                                headers=bearer(TOKEN))).json()
+            consumer = urlsplit(doc["consumerUrl"])
+            loop = asyncio.get_running_loop()
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            try:
+                await loop.sock_connect(sock, (consumer.hostname, consumer.port))
+                await loop.sock_sendall(sock, f"GET {consumer.path}?{consumer.query} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+
+                async def media() -> AsyncIterator[bytes]:
+                    for _ in range(16):
+                        yield b"x" * (1 << 20)
+
+                produced = await c.post(doc["producerUrl"], content=media(), headers=bearer(TOKEN), timeout=60)
+                assert produced.status_code == 200 and produced.json()["size"] == 16 << 20
+                error = 0
+                for _ in range(200):  # look without reading: the socket's pending error tells a reset
+                    error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if error:
+                        break
+                    await asyncio.sleep(0.05)
+                assert error == errno.ECONNRESET  # before: the gateway waited for the reader forever
+                assert (await c.get(url + "/healthz")).status_code == 200
+            finally:
+                sock.close()
