@@ -316,3 +316,93 @@ def test_samples_without_scikit_image_writes_the_others_and_says_what_is_missing
     assert result.stderr == ("error: coffee.jpg: not written, needs scikit-image, whose package ships the photo "
                              "(pip install 'mma2a[photos]')\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.txt"]
+
+
+# --- a newcomer's mistakes with `mma2a send`: each error names what is wrong and what to do -------------------
+
+def test_send_with_a_gateway_address_without_its_scheme_suggests_one(tmp_path: Path) -> None:
+    (tmp_path / "note.txt").write_text("hello")
+    code, _, err = cli("send", str(tmp_path / "note.txt"), "--gateway", "127.0.0.1:8800")
+    assert code == 2
+    assert "Invalid value for '--gateway': '127.0.0.1:8800' is not an http:// or https:// URL; did you mean " \
+           "http://127.0.0.1:8800?" in err
+
+
+async def send_process(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """`mma2a send` as its own process (the gateways below run on this test's event loop)."""
+    import asyncio
+
+    proc = await asyncio.create_subprocess_exec(*CLI, "send", *args, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE, env=env)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_send_to_a_gateway_without_agents_says_to_configure_some(tmp_path: Path) -> None:
+    from tests.gateway.conftest import gateway
+
+    (tmp_path / "report.txt").write_text("the lid is cracked")
+    async with gateway({}) as (_, url):
+        code, out, err = await send_process(str(tmp_path / "report.txt"), "--gateway", url)
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        "error: mma2a gateway refuses the message: part 0 (text/plain): no agent accepts it and no transform chain "
+        "reaches one that does (no agent is registered)",
+        "hint: the gateway has no agents: list them under `agents:` in its config (docs/operations.md)"]
+
+
+async def test_send_of_a_file_no_agent_takes_names_what_the_agents_accept_and_who_is_missing(tmp_path: Path) -> None:
+    """The agents' own cards, with informal modes (`text`, `image`); a configured agent that never answered; a PDF."""
+    from tests.gateway.conftest import agent, agents, gateway
+
+    (tmp_path / "doc.pdf").write_bytes(b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n")
+    (tmp_path / "report.txt").write_text("the lid is cracked")
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there: the speech agent is not started
+    async with agents({"notes": agent("notes", ["text"]), "eyes": agent("eyes", ["image"])}) as urls:
+        config = {"agents": [*({"name": n, "url": u} for n, u in urls.items()), {"name": "speech", "url": down}]}
+        async with gateway(config) as (_, url):
+            code, out, err = await send_process(str(tmp_path / "doc.pdf"), "--gateway", url, "--wait", "0.5")
+            ok = await send_process(str(tmp_path / "report.txt"), "--gateway", url, "--wait", "0.5")
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        "note: after 0.5 s only 2 of 3 configured agents registered; sending anyway",
+        "error: mma2a gateway refuses the message: part 0 (application/pdf): no agent accepts it and no transform chain "
+        "reaches one that does",
+        f"hint: the gateway's agents accept text, image; `mma2a agents --gateway {url}` lists which takes what",
+        "hint: only 2 of the 3 agents in its config answered (down, or still starting: --wait SECONDS)"]
+    assert ok[0] == 0 and ok[1].splitlines()[0] == "part 0 (text/plain) → notes [capability]", ok
+
+
+async def test_send_without_credentials_to_a_gateway_with_auth_names_the_variable(tmp_path: Path) -> None:
+    from tests.gateway.conftest import agent, agents, gateway
+
+    (tmp_path / "report.txt").write_text("the lid is cracked")
+    env = {k: v for k, v in os.environ.items() if k != "MMA2A_TOKEN"}
+    async with agents({"analyst": agent("analyst", ["text/plain"])}) as urls:
+        config = {"agents": [{"name": "analyst", "url": urls["analyst"]}],
+                  "auth": {"clients": [{"name": "me", "token": "first-hour-client-token"}]}}
+        async with gateway(config) as (_, url):
+            none = await send_process(str(tmp_path / "report.txt"), "--gateway", url, env=env)
+            wrong = await send_process(str(tmp_path / "report.txt"), "--gateway", url, "--token-env", "MY_TOKEN",
+                                       env={**env, "MY_TOKEN": "not-it"})
+            right = await send_process(str(tmp_path / "report.txt"), "--gateway", url,
+                                       env={**env, "MMA2A_TOKEN": "first-hour-client-token"})
+    assert none[0] == 1 and none[2].splitlines() == [
+        "error: mma2a gateway answered HTTP 401: missing credentials: send Authorization: Bearer <token> or an API key header",
+        "hint: the gateway wants a client credential (its auth.clients): put the token in MMA2A_TOKEN, or name another "
+        "variable with --token-env NAME"]
+    assert wrong[0] == 1 and wrong[2].splitlines() == [
+        "error: mma2a gateway answered HTTP 401: Authorization: invalid bearer token",
+        "hint: the token in MY_TOKEN is not one of the gateway's client tokens (auth.clients)"]
+    assert right[0] == 0 and right[1].splitlines()[0] == "part 0 (text/plain) → analyst [capability]", right
+
+
+async def test_send_to_an_agent_instead_of_the_gateway_says_nothing_was_routed(tmp_path: Path) -> None:
+    from tests.gateway.conftest import agent, agents
+
+    (tmp_path / "report.txt").write_text("the lid is cracked")
+    async with agents({"analyst": agent("analyst", ["text/plain"], reply="noted")}) as urls:
+        code, out, err = await send_process(str(tmp_path / "report.txt"), "--gateway", urls["analyst"])
+    assert code == 0
+    assert err.splitlines() == [f"note: {urls['analyst']} is not an mma2a gateway (it has no /healthz): it answered "
+                                "itself, nothing was routed; point --gateway at `mma2a serve`'s address"]

@@ -42,7 +42,7 @@ async def test_send_uploads_big_files_and_routes_each_part(tmp_path):
     raw = specs["vision"][1].received[0].message.parts[0].raw
     assert raw == png_bytes()
     assert fetched == data and archived["filename"] == "scan.bin"
-    assert code2 == 1 and err2.strip() == "error: mma2a gateway: receivers: unknown agent 'nobody'", err2
+    assert code2 == 1 and err2.strip() == "error: mma2a gateway: receivers: unknown agent 'nobody' (agents: archive, vision)", err2
 
 
 async def test_send_to_an_unreachable_gateway_is_a_clear_error(tmp_path):

@@ -187,6 +187,23 @@ def test_no_path_is_content_type_not_supported() -> None:
     assert info.value.to_jsonrpc()["code"] == -32005
 
 
+def test_no_path_names_the_agents_that_would_accept_it_but_cannot_take_work() -> None:
+    """A newcomer's speech agent is down: the refusal says so, rather than that nobody accepts audio."""
+    snap = snapshot([AgentInfo("reasoner", ("text/plain",)), AgentInfo("speech", ("audio/*",), ("text/plain",), healthy=False),
+                     AgentInfo("vision", ("image/*",), draining=True)])
+    with pytest.raises(ContentTypeNotSupported) as info:
+        decide(message(part(0, "audio/wav")), snap)
+    assert info.value.message == ("part 0 (audio/wav): no agent accepts it and no transform chain reaches one that does; "
+                                  "speech (unhealthy: its health check fails) would accept it but cannot take work now")
+    with pytest.raises(ContentTypeNotSupported) as info:
+        decide(message(part(0, "image/png")), snap)
+    assert info.value.message.endswith("; vision (draining) would accept it but cannot take work now")
+    with pytest.raises(ContentTypeNotSupported) as info:
+        decide(message(part(0, "text/plain")), snapshot([]))
+    assert info.value.message == ("part 0 (text/plain): no agent accepts it and no transform chain reaches one that does "
+                                  "(no agent is registered)")
+
+
 def test_text_bottleneck_mode_turns_every_non_text_part_into_text_first() -> None:
     agents = [
         AgentInfo("vision", ("image/*",), ("text/plain",)),
@@ -252,7 +269,10 @@ def test_explicit_receivers_bypass_rules_but_not_cards() -> None:
     assert info.value.message == "part 0 (text/plain): agent 'vision' does not accept it and no transform chain reaches a mode it accepts"
     with pytest.raises(AgentNotFound) as info2:
         decide(message(part(0, "text/plain"), receivers=("ghost",)), snap)
-    assert info2.value.message == "receivers: unknown agent 'ghost'"
+    assert info2.value.message == "receivers: unknown agent 'ghost' (agents: captioner, reasoner, vision)"
+    with pytest.raises(AgentNotFound) as info3:
+        decide(message(part(0, "text/plain"), receivers=("visoin",)), snap)
+    assert info3.value.message == "receivers: unknown agent 'visoin' (agents: captioner, reasoner, vision; did you mean 'vision'?)"
 
 
 def test_duplicate_agents_are_rejected() -> None:

@@ -29,9 +29,72 @@ def parse_feature(text: str) -> tuple[str, Any]:
     return name.strip(), value
 
 
+def gateway_url(value: str) -> str:
+    """`--gateway` as a base URL; `127.0.0.1:8800` (no scheme) is a usage error that suggests `http://127.0.0.1:8800`."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        hint = f"; did you mean http://{value.split('://')[-1]}?" if value.strip() else ""
+        raise typer.BadParameter(f"{value!r} is not an http:// or https:// URL{hint}", param_hint="'--gateway'")
+    return value.rstrip("/")
+
+
+def refusal_hints(gateway: str, exc: Exception, token_env: str, token_set: bool) -> list[str]:
+    """What to do about a refusal, from what the gateway publishes: the modes its agents accept (its card), how many
+    of its agents are registered and healthy (`/healthz`), which credential to set."""
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    from ..errors import Forbidden, ModalityRefused, Unauthorized
+
+    if isinstance(exc, Unauthorized):
+        if token_set:
+            return [f"hint: the token in {token_env} is not one of the gateway's client tokens (auth.clients)"]
+        return [f"hint: the gateway wants a client credential (its auth.clients): put the token in {token_env}, "
+                "or name another variable with --token-env NAME"]
+    if isinstance(exc, Forbidden):
+        return ["hint: the gateway knows the credential but does not let this client do that (auth.clients[].agents)"]
+    if not isinstance(exc, ModalityRefused):
+        return []
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(gateway))
+    hints: list[str] = []
+    try:
+        card = httpx.get(origin + "/.well-known/agent-card.json", timeout=5).json()
+        health = httpx.get(origin + "/healthz", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return hints
+    registered, healthy = int(health.get("agents", 0)), int(health.get("healthy", 0))
+    configured = int(health.get("configuredAgents", 0))
+    if registered == 0 and configured == 0:
+        return ["hint: the gateway has no agents: list them under `agents:` in its config (docs/operations.md)"]
+    modes = ", ".join(card.get("defaultInputModes") or []) or "nothing"
+    hints.append(f"hint: the gateway's agents accept {modes}; `mma2a agents --gateway {origin}` lists which takes what")
+    if registered < configured:
+        hints.append(f"hint: only {registered} of the {configured} agents in its config answered (down, or still "
+                     "starting: --wait SECONDS)")
+    if healthy < registered:
+        hints.append(f"hint: agents failing their health checks (down?): {registered - healthy} of {registered}")
+    return hints
+
+
+def is_gateway(url: str) -> bool:
+    """Does `url`'s origin answer `/healthz` as an mma2a gateway does (with its rules version)?"""
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    try:
+        resp = httpx.get("{0.scheme}://{0.netloc}/healthz".format(urlsplit(url)), timeout=5)
+        return resp.status_code == 200 and "rulesVersion" in resp.json()
+    except (httpx.HTTPError, ValueError, TypeError):
+        return False
+
+
 async def _send(gateway: str, files: list[Path], *, text: str | None, to: str | None, extract: bool,
                 features: dict[str, Any], inline_limit: int, wait_s: float, notes: list[str],
-                progress: Any) -> dict[str, Any]:
+                progress: Any, token: str | None = None) -> dict[str, Any]:
     from google.protobuf import json_format
 
     from ..ext import normalize_json
@@ -45,7 +108,7 @@ async def _send(gateway: str, files: list[Path], *, text: str | None, to: str | 
         progress.update(tasks[name], advance=sent)
 
     async with await MultimodalClient.connect(gateway, extract_features=extract, inline_limit=inline_limit,
-                                              progress=advance, wait=wait_s, notes=notes) as client:
+                                              progress=advance, wait=wait_s, notes=notes, token=token) as client:
         reply = await client.send(*files, text=text, to=to, features=features or None)
     if reply.task is not None:
         return {"task": normalize_json(json_format.MessageToDict(reply.task))}
@@ -99,6 +162,8 @@ def send(
     wait: Annotated[float, typer.Option(metavar="SECONDS",
                                         help="Wait this long for a starting gateway and its agents")] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result (task or message) as JSON")] = False,
+    token_env: Annotated[str, typer.Option(metavar="NAME", help="Env var holding a client token of the gateway's "
+                                                                "auth.clients (sent as Authorization: Bearer)")] = "MMA2A_TOKEN",
 ) -> None:
     """Send files (and text) as one A2A message through the gateway (the `mma2a.sdk` producer).
 
@@ -110,16 +175,24 @@ def send(
     from ..errors import MMA2AError
     from ..ext import EXTENSION_URI
 
+    import os
+
+    base = gateway_url(gateway)
     features = dict(parse_feature(f) for f in feature or [])
     err = Console(stderr=True)
     notes: list[str] = []
     try:
         with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                       console=err, transient=True, disable=not err.is_terminal) as progress:
-            result = asyncio.run(_send(gateway.rstrip("/"), files, text=text, to=to, extract=extract, features=features,
-                                       inline_limit=inline_limit, wait_s=wait, notes=notes, progress=progress))
+            result = asyncio.run(_send(base, files, text=text, to=to, extract=extract, features=features,
+                                       inline_limit=inline_limit, wait_s=wait, notes=notes, progress=progress,
+                                       token=os.environ.get(token_env) or None))
     except MMA2AError as exc:
+        for note in notes:
+            err.print(note, markup=False, soft_wrap=True)
         err.print(f"error: {exc.message}", markup=False, soft_wrap=True)
+        for hint in refusal_hints(base, exc, token_env, bool(os.environ.get(token_env))):
+            err.print(hint, markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except TypeError as exc:  # a feature value the SDK refuses
         err.print(f"error: --feature: {exc}", markup=False, soft_wrap=True)
@@ -127,6 +200,10 @@ def send(
     for note in notes:
         err.print(note, markup=False, soft_wrap=True)
     task = result.get("task") or {}
+    routes = ((task.get("metadata") or {}).get(EXTENSION_URI) or {}).get("route")
+    if not routes and not is_gateway(base):
+        err.print(f"note: {base} is not an mma2a gateway (it has no /healthz): it answered itself, nothing was routed; "
+                  "point --gateway at `mma2a serve`'s address", markup=False, soft_wrap=True)
     state = str((task.get("status") or {}).get("state", ""))
     failed = state in ("TASK_STATE_FAILED", "TASK_STATE_REJECTED")
     if as_json:

@@ -8,6 +8,7 @@ caller may pass one (`clock=time.perf_counter`) to get step timings in the expla
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
@@ -160,7 +161,7 @@ def _route_part(
     if view.receivers:
         for name in view.receivers:
             if name not in snapshot.agents:
-                raise AgentNotFound(f"receivers: unknown agent '{name}'", field="receivers")
+                raise AgentNotFound(f"receivers: unknown agent '{name}'{_known(snapshot, name)}", field="receivers")
             out.add(_deliver(snapshot, ctx, ctx.modality, name, "receiver"))
         out.actions.append("receivers:" + ",".join(view.receivers))
         result = MatchResult((), (), len(snapshot.rules.rules))
@@ -201,6 +202,27 @@ def _is_text_plain(mod: Modality) -> bool:
 
 def _chain(steps: tuple[TransformStep, ...]) -> str:
     return " -> ".join(s.agent for s in steps)
+
+
+def _known(snapshot: Snapshot, name: str) -> str:
+    """` (agents: a, b; did you mean 'vision'?)`: what a receiver may be, for an unknown name."""
+
+    names = sorted(snapshot.agents)
+    if not names:
+        return " (no agent is registered)"
+    close = difflib.get_close_matches(name, names, n=1)
+    return f" (agents: {', '.join(names)}" + (f"; did you mean '{close[0]}'?)" if close else ")")
+
+
+def _unavailable(snapshot: Snapshot, modality: Modality, group: str | None) -> str:
+    """Why capability routing found nobody, when the cause is not the modality: no agent at all, or agents whose card
+    accepts it but that cannot take work now (unhealthy: the health check fails; draining)."""
+    names = snapshot.members(group) if group is not None else tuple(sorted(snapshot.agents))
+    if not names:
+        return " (no agent is registered)"
+    out = [f"{n} ({'draining' if snapshot.agents[n].draining else 'unhealthy: its health check fails'})" for n in names
+           if not snapshot.agents[n].available and snapshot.accepts(n, modality) >= 0]
+    return f"; {', '.join(out)} would accept it but cannot take work now" if out else ""
 
 
 def _unsupported(ctx: _Part, modality: Modality, what: str) -> ContentTypeNotSupported:
@@ -326,7 +348,8 @@ def _capability(
         )
         if planned is None:
             where = f"in group '{group}' " if group is not None else ""
-            raise _unsupported(ctx, modality, f"no agent {where}accepts it and no transform chain reaches one that does")
+            raise _unsupported(ctx, modality, f"no agent {where}accepts it and no transform chain reaches one that does"
+                               + _unavailable(snapshot, modality, group))
         via, final = planned
         tier = _best_tier(snapshot, final, group, outputs)
     if len(tier) == 1:

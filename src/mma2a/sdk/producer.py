@@ -34,14 +34,17 @@ from google.protobuf import json_format
 from ..card import EXTENSIONS_HEADER, VERSION_HEADER, card_declares_extension
 from ..errors import (
     DispatchError,
+    Forbidden,
     GatewayUnreachable,
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
     MMA2AError,
     ModalityRefused,
+    RateLimited,
     SignatureError,
     TaskNotFound,
+    Unauthorized,
     UnsupportedExtensionVersion,
     UnsupportedOperation,
 )
@@ -382,6 +385,8 @@ class MultimodalClient:
             cause = exc.__cause__
             if isinstance(cause, httpx.RequestError):
                 raise unreachable(self.url, cause) from None
+            if isinstance(cause, httpx.HTTPStatusError):
+                raise _http_error(who, cause.response) from None
             raise DispatchError(f"{who}: {exc.message}") from None
         except a2a_errors.A2AError as exc:
             cls = _A2A_ERRORS.get(type(exc), DispatchError)
@@ -400,6 +405,25 @@ class MultimodalClient:
         ev = StreamResponse()
         ev.task.CopyFrom(task)
         return reply_from_events([ev], self.reader)
+
+
+def _http_error(who: str, resp: httpx.Response) -> MMA2AError:
+    """An HTTP refusal as the error it is, with the server's own reason (the JSON-RPC error message of a gateway's
+    401, 403 or 429) in place of httpx's `Client error '401 Unauthorized' for url …`."""
+    try:
+        body = resp.json()
+        said = str(body["error"]["message"]) if isinstance(body, dict) and isinstance(body.get("error"), dict) else ""
+    except ValueError:
+        said = ""
+    said = said or resp.text.strip()[:200] or resp.reason_phrase
+    message = f"{who} answered HTTP {resp.status_code}: {said}"
+    if resp.status_code == 429:
+        try:
+            retry_after = float(resp.headers.get("Retry-After", "1"))
+        except ValueError:
+            retry_after = 1.0
+        return RateLimited(message, retry_after=retry_after)
+    return {401: Unauthorized, 403: Forbidden}.get(resp.status_code, DispatchError)(message)
 
 
 def own_features(value: Any, where: str) -> dict[str, Any]:
