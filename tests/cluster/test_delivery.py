@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,9 @@ from tests.agents import RecordingExecutor, make_card, run_agent
 
 from .conftest import cluster_name, gateways, task_state, text_message
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(300)  # 1,000 messages through two gateway processes: minutes on a loaded 2-core box
+SEND_BUDGET_S = 180.0
+"""How long every message may take to be answered COMPLETED (the tests' own wait, well inside the timeout above)."""
 
 
 @dataclass
@@ -74,7 +78,21 @@ async def deliver_all(client: aiohttp.ClientSession, ids: list[str], pick: Any, 
     return dict(attempts)
 
 
-async def until_delivered(ex: CountingExecutor, ids: list[str], timeout_s: float = 30) -> None:
+@contextlib.asynccontextmanager
+async def sending_all(client: aiohttp.ClientSession, ids: list[str], pick: Any, *, concurrency: int,
+                      progress: list[int]) -> AsyncIterator[asyncio.Task[dict[str, int]]]:
+    """`deliver_all` as a task that is cancelled when the block ends, however it ends (left running, it would retry
+    against stopped gateways for ever and keep the test's event loop busy)."""
+    task = asyncio.create_task(deliver_all(client, ids, pick, concurrency=concurrency, progress=progress))
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+
+async def until_delivered(ex: CountingExecutor, ids: list[str], timeout_s: float = 60) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not all(ex.seen[m] for m in ids) and loop.time() < deadline:
@@ -101,13 +119,13 @@ async def test_sigkill_of_a_gateway_with_1000_messages_in_flight_loses_none_and_
             progress = [0]
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000),
                                              timeout=aiohttp.ClientTimeout(total=30)) as client:
-                sending = asyncio.create_task(deliver_all(client, ids, pick, concurrency=1000, progress=progress))
-                while progress[0] < 150 and not sending.done():
-                    await asyncio.sleep(0.005)
-                in_flight = 1000 - progress[0]
-                gws[0].kill()  # SIGKILL: no drain, no goodbye
-                alive[0] = False
-                attempts = await asyncio.wait_for(sending, 80)
+                async with sending_all(client, ids, pick, concurrency=1000, progress=progress) as sending:
+                    while progress[0] < 150 and not sending.done():
+                        await asyncio.sleep(0.005)
+                    in_flight = 1000 - progress[0]
+                    gws[0].kill()  # SIGKILL: no drain, no goodbye
+                    alive[0] = False
+                    attempts = await asyncio.wait_for(sending, SEND_BUDGET_S)
             await until_delivered(ex, ids)
             async with httpx.AsyncClient(timeout=5) as c:
                 members = (await c.get(urls[1] + "/healthz")).json()
@@ -131,14 +149,16 @@ async def test_nats_restart_mid_run_gateways_reconnect_and_nothing_accepted_is_l
                 ids = [f"msg-{i:04d}" for i in range(400)]
                 progress = [0]
                 async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
-                    sending = asyncio.create_task(
-                        deliver_all(client, ids, lambda m, a: urls[(int(m.split("-")[1]) + a) % 2], concurrency=50,
-                                    progress=progress))
-                    while progress[0] < 100 and not sending.done():
-                        await asyncio.sleep(0.005)
-                    await asyncio.to_thread(server.restart)
-                    restarted_at = progress[0]
-                    attempts = await asyncio.wait_for(sending, 80)
+
+                    def pick(mid: str, attempt: int) -> str:
+                        return urls[(int(mid.split("-")[1]) + attempt) % 2]
+
+                    async with sending_all(client, ids, pick, concurrency=50, progress=progress) as sending:
+                        while progress[0] < 100 and not sending.done():
+                            await asyncio.sleep(0.005)
+                        await asyncio.to_thread(server.restart)
+                        restarted_at = progress[0]
+                        attempts = await asyncio.wait_for(sending, SEND_BUDGET_S)
                     await until_delivered(ex, ids)
                     # both gateways are back in the cluster: heartbeats written after the restart
                     health = []

@@ -21,7 +21,7 @@ from tests.agents import RecordingExecutor, make_card, run_agent
 
 from .conftest import admin, cluster_name, gateways, send, task_state, text_message
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(300)  # gateway processes and nats-server: minutes on a loaded 2-core box
 
 
 def rules_to(agent: str) -> str:

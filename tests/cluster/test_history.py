@@ -15,7 +15,7 @@ from tests.agents import RecordingExecutor, make_card, run_agent
 
 from .conftest import admin, cluster_name, gateways, send, task_state, text_message
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # gateway processes and nats-server: minutes on a loaded 2-core box
 
 
 async def history_ids(client: httpx.AsyncClient, url: str) -> list[str]:
