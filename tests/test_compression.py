@@ -47,3 +47,21 @@ def test_accept_encoding_negotiation():
     assert accepted("identity") is None and accepted("br") is None
     assert accepted("gzip;q=1.0, zstd;q=0.9") == "gzip"
     assert pick(["br", "gzip"]) == "gzip" and pick([]) is None
+
+
+@pytest.mark.parametrize("coding", codings())
+def test_decoding_in_slices_gives_the_same_bytes_and_errors(coding):
+    import asyncio
+    import os
+
+    from mma2a.compression import SLICE, decode_yielding
+
+    body = os.urandom(SLICE // 3) + b"\0" * (3 * SLICE) + BODY  # pieces that do and do not compress
+    packed = encode(body, coding)
+    assert asyncio.run(decode_yielding(packed, coding, len(body))) == decode(packed, coding, len(body)) == body
+    assert asyncio.run(decode_yielding(encode(BODY, coding), coding, len(BODY))) == BODY
+    with pytest.raises(PayloadTooLarge, match="decodes to more than"):
+        asyncio.run(decode_yielding(packed, coding, len(body) - 1))
+    if coding == "gzip":  # (zstd's reader gives what a cut frame holds: a prefix, which the JSON layer refuses)
+        with pytest.raises(InvalidRequest, match="truncated gzip data"):
+            asyncio.run(decode_yielding(packed[: len(packed) // 2], coding, len(body)))
