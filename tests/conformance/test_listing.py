@@ -122,3 +122,32 @@ async def test_grpc_binding_refuses_new_work_while_draining():
                     a2a_pb2.ListTasksRequest(), metadata=[("authorization", f"Bearer {ALICE}")])
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert refused.value.details().startswith("the gateway is shutting down")
+
+
+async def test_a_json_rpc_tenant_names_the_agent_as_on_grpc_and_rest():
+    """A2A 1.0's `tenant` in JSON-RPC params names the target agent, as `tenant` does on gRPC and `/{tenant}/…`
+    on REST (it was ignored: the request was routed automatically); the agents a client may use bound it, and
+    one naming no agent is InvalidParams, as `/agents/{name}/` answers it. On `/agents/{name}/` the path wins."""
+    async with two_agents() as (url, ids), httpx.AsyncClient(timeout=30) as c:
+        listed = (await rpc(c, url + "/", "ListTasks", {"tenant": "b"}))["result"]
+        sent = (await rpc(c, url + "/", "SendMessage", {"tenant": "a", "message": {
+            "messageId": "tenant-a", "role": "ROLE_USER", "parts": [{"text": "x"}]}}))["result"]["task"]
+        read = (await rpc(c, url + "/", "GetTask", {"tenant": "a", "id": sent["id"]}))["result"]
+        on_a = (await rpc(c, url + "/agents/a", "ListTasks", {}))["result"]
+        path_wins = (await rpc(c, url + "/agents/a", "ListTasks", {"tenant": "b"}))["result"]
+        not_hers = await rpc(c, url + "/", "SendMessage", {"tenant": "a", "message": {
+            "messageId": "tenant-c", "role": "ROLE_USER", "parts": [{"text": "x"}]}}, token=CAROL)
+        not_hers_list = await rpc(c, url + "/", "ListTasks", {"tenant": "a"}, token=CAROL)
+        msg = {"messageId": "tenant-n", "role": "ROLE_USER", "parts": [{"text": "x"}]}
+        nobody = [await rpc(c, url + "/", "SendMessage", {"tenant": "nobody", "message": msg}),
+                  await rpc(c, url + "/", "GetTask", {"tenant": "nobody", "id": sent["id"]})]
+        by_path = [await rpc(c, url + "/agents/nobody/", "SendMessage", {"message": msg}),
+                   await rpc(c, url + "/agents/nobody/", "GetTask", {"id": sent["id"]})]
+    assert sorted(t["id"] for t in listed["tasks"]) == sorted(ids["b"])
+    assert read["id"] == sent["id"] and sent["id"] in [t["id"] for t in on_a["tasks"]]
+    assert sorted(t["id"] for t in path_wins["tasks"]) == sorted(t["id"] for t in on_a["tasks"])
+    for refused in (not_hers, not_hers_list):
+        assert refused["error"]["message"] == "client carol may not call agent a", refused
+        assert refused["error"]["data"][0]["reason"] == "PERMISSION_DENIED"
+    assert nobody[0]["error"]["code"] == -32602 and nobody[0]["error"]["message"] == "agent 'nobody' is not registered"
+    assert [n["error"]["code"] for n in nobody] == [p["error"]["code"] for p in by_path], (nobody, by_path)

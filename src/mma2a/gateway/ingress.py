@@ -199,15 +199,27 @@ class JsonRpcIngress:
             err.code = VERSION_NOT_SUPPORTED
             return rpc_error(rid, err)
         params = doc.get("params")
+        target = (scope.get("path_params") or {}).get("agent")
+        # A2A 1.0's `tenant` names the agent (the gateway's tenants are its agents, as on gRPC and REST): checked here
+        # against the agents the client may use, for the SDK's path too; a path (`/agents/{name}/`) wins
+        tenant = params.get("tenant") if params.__class__ is dict else None
+        if tenant is not None and (tenant.__class__ is not str or not tenant or target is not None):
+            tenant = None
+        if tenant is not None:
+            try:
+                AccessControl.check_agent(current_client.get(), tenant, field="params.tenant")
+            except MMA2AError as exc:
+                return rpc_error(rid, exc)
         fast_version = version == "1.0" or _PLAIN_V1(version) is not None
         if method not in FAST_METHODS or not fast_version or (_underscore(body) and _snake_case(params)):
             return await self._sdk(scope, receive, body, method, rid)
-        target = (scope.get("path_params") or {}).get("agent")
         try:
             if not isinstance(params, dict):
                 if params is not None and not isinstance(params, list):  # JSON-RPC 2.0 §4.2: a structured value
                     raise InvalidRequest("params: must be an object or an array, if present", field="params")
                 raise InvalidParams("params: required, must be an object", field="params")
+            if target is None and tenant is not None:
+                target = tenant
             if method == "SendMessage":
                 message = check_message(params.get("message"))
                 config = params.get("configuration")

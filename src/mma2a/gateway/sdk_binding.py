@@ -40,6 +40,7 @@ from ..responses import json_response
 from .access import current_client
 from .listing import list_tasks
 from .pipeline import Pipeline
+from .security import AccessControl
 
 _Proto = TypeVar("_Proto", Message, Task)
 _BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk_errors.JSON_RPC_ERROR_CODE_MAP.items()}
@@ -119,11 +120,13 @@ def _restatus(response: Response) -> Response:
 
 
 def _target(context: ServerCallContext) -> str | None:
-    """The explicit target: `/agents/{name}` on HTTP, the request's `tenant` on gRPC (both checked against the
-    agents the client may use before the call gets here: `security.AccessControl`, `grpc_admission`)."""
+    """The explicit target: `/agents/{name}` (or `/{tenant}/…`) on HTTP, else the request's `tenant` (gRPC, and
+    JSON-RPC's `params.tenant`), checked against the agents the client may use (a path before the call gets here:
+    `security.AccessControl`; gRPC's tenant in `grpc_admission` too)."""
     target: str | None = context.state.get("target")
-    if target is None and "grpc_context" in context.state and context.tenant:
+    if target is None and context.tenant:
         target = context.tenant
+        AccessControl.check_agent(current_client.get(), target, field="tenant")
     return target
 
 
