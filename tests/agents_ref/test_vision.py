@@ -144,6 +144,38 @@ def test_a_defect_is_seen_inside_the_frame_and_standing_far_out_of_its_surface()
     assert defects == [] and note is not None and "less than 20 spreads out of the surface around" in note
 
 
+def test_a_drawn_figure_or_a_turned_pictures_padding_is_no_defect():
+    """Dark shapes on a surface with no grain at all are a drawing's (`shepp_logan_phantom`: 7 "defects" of 51-204
+    spreads before), or where a turned picture meets its padding (`gravel` turned 17 degrees: 1)."""
+    import numpy as np
+
+    from tests.features.unseen import every_item
+
+    arr = _work_array("shepp_logan_phantom")
+    defects, _, note = pixels.find_defects(arr[:, :, 0], np.zeros(arr.shape[:2], np.uint8), 1.0)
+    assert defects == [] and note is not None
+    assert "on a surface with no grain (a drawing, or a turned picture's padding)" in note
+    turned = next(i for i in every_item() if i.name == "sk-gravel-rot17")
+    found = vision.inspect_image(turned.make())
+    assert found["defects"] == [] and "no grain" in found["defectsNote"]
+
+
+def test_a_mark_on_a_blown_out_surface_of_a_grainy_photo_is_still_a_defect():
+    import cv2
+    import numpy as np
+
+    none = np.zeros((240, 320), np.uint8)
+    photo = _surface(3.0)
+    photo[40:200, 60:260] = 255  # a blown-out patch: no grain there, clipped
+    cv2.ellipse(photo, (160, 120), (12, 9), 0, 0, 360, 30, -1)
+    defects, _, _ = pixels.find_defects(photo, none, 1.0)
+    assert [d["center"] for d in defects] == [[160, 120]]
+    drawn = np.full((240, 320), 150, np.uint8)  # the same dent drawn on a flat fill: nothing says it is a surface
+    cv2.ellipse(drawn, (160, 120), (12, 9), 0, 0, 360, 30, -1)
+    defects, _, note = pixels.find_defects(drawn, none, 1.0)
+    assert defects == [] and note == "1 dark region not taken for defects (1 on a surface with no grain (a drawing, or a turned picture's padding))"
+
+
 def test_a_status_light_is_a_disc_on_an_even_housing():
     import cv2
     import numpy as np

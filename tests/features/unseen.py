@@ -70,8 +70,9 @@ def _sk(name: str) -> np.ndarray:
 
     if name == "motorcycle_right":
         return np.asarray(data.stereo_motorcycle()[1])
-    if name == "lfw":
-        faces = data.lfw_subset()[:6]  # 25x25 grey faces, tiled 3x2 and enlarged
+    if name.startswith("lfw"):  # 25x25 grey crops, tiled 3x2 and enlarged: 100 faces, then 100 crops of no face
+        first = {"lfw": 0, "lfw2": 6, "lfw-nonfaces": 100}[name]
+        faces = data.lfw_subset()[first:first + 6]
         tile = np.vstack([np.hstack(list(faces[r * 3:(r + 1) * 3])) for r in range(2)])
         return np.asarray(Image.fromarray((tile * 255).astype(np.uint8)).resize((600, 400), Image.Resampling.BICUBIC))
     arr = np.asarray(getattr(data, name)())
@@ -85,15 +86,16 @@ def _rgb(arr: np.ndarray) -> Image.Image:
 
 
 PLAIN = ("brick", "grass", "gravel", "colorwheel", "microaneurysms", "checkerboard", "shepp_logan_phantom",
-         "motorcycle_right", "lfw")
+         "motorcycle_right", "lfw", "lfw2", "lfw-nonfaces")
 """scikit-image pictures no other test reads; none holds a barcode or a defect, none but `motorcycle_right` (YAMAHA
-on its tank) text."""
+on its tank) text. `lfw2` (six more faces) and `lfw-nonfaces` (six of `lfw_subset`'s crops of no face) were added
+in session 8, after the faces' second cascade was chosen."""
 
 TEXTURES = ("brick", "grass", "gravel")
 
 SCENES: dict[str, tuple[str, ...]] = {
     "astronaut": ("person",), "coffee": ("cup", "bowl", "dining table", "spoon"), "chelsea": ("cat",),
-    "motorcycle_right": ("motorcycle",), "lfw": ("person",),
+    "motorcycle_right": ("motorcycle",), "lfw": ("person",), "lfw2": ("person",),
 }
 """What a detector may find in each picture (COCO labels; the others show none); the first must be found when the
 picture is shown whole. `coffee`: a cup on a saucer, a spoon, on a table."""
@@ -102,9 +104,10 @@ picture is shown whole. `coffee`: a cup on a saucer, a spoon, on a table."""
 def _seen(name: str, whole: bool, how: str = "") -> Truth:
     """What is known of the picture `name` (a label card over it when not `whole`) as faces and objects."""
     scene = SCENES.get(name, ())
-    must = scene[:1] if whole and name != "lfw" else ()
-    faces = 1 if name == "astronaut" and whole else 6 if name == "lfw" else 0
-    return Truth(faces=faces, no_faces=name not in ("astronaut", "lfw"), objects=must, scene=scene)
+    people = ("astronaut", "lfw", "lfw2")
+    must = scene[:1] if whole and name in SCENES and not name.startswith("lfw") else ()
+    faces = 1 if name == "astronaut" and whole else 6 if name.startswith("lfw") and name in people else 0
+    return Truth(faces=faces, no_faces=name not in people, objects=must, scene=scene)
 
 
 def _variant(im: Image.Image, how: str) -> bytes:

