@@ -124,6 +124,25 @@ def test_serve_with_a_bad_config_field_names_it(tmp_path: Path) -> None:
     assert err == f"error: {tmp_path / 'gateway.yaml'}: agents.0.url: Value error, must be an http:// or https:// URL\n"
 
 
+def test_serve_with_a_bare_port_or_a_url_without_scheme_suggests_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "port.yaml").write_text("listen: 8899\n")
+    code, _, err = cli("serve", "--config", str(tmp_path / "port.yaml"))
+    assert code == 2
+    assert err == f"error: {tmp_path / 'port.yaml'}: listen: Value error, must be HOST:PORT (did you mean 127.0.0.1:8899?)\n"
+    (tmp_path / "url.yaml").write_text("agents:\n  - {name: vision, url: 127.0.0.1:9101}\n")
+    code, _, err = cli("serve", "--config", str(tmp_path / "url.yaml"))
+    assert code == 2
+    assert err == (f"error: {tmp_path / 'url.yaml'}: agents.0.url: Value error, must be an http:// or https:// URL "
+                   "(did you mean http://127.0.0.1:9101?)\n")
+
+
+def test_agent_with_a_misspelled_name_suggests_the_right_one() -> None:
+    code, _, err = cli("agent", "visoin", "--port", str(free_port()))
+    assert code == 2
+    assert err == ("error: unknown agent 'visoin'; choose one of vision, speech, speaker, captioner, analyst, keyword; "
+                   "did you mean 'vision'?\n")
+
+
 def test_serve_with_an_unreachable_cluster_is_one_line_and_closes_what_it_opened() -> None:
     env = {**os.environ, "MMA2A_URL_SECRET": "first-hour-cluster-secret"}
     nats = f"nats://127.0.0.1:{free_port()}"

@@ -31,7 +31,11 @@ def agent(
 
     ref = CATALOG.get(name)
     if ref is None:
-        typer.echo(f"error: unknown agent {name!r}; choose one of {', '.join(CATALOG)}", err=True)
+        import difflib
+
+        close = difflib.get_close_matches(name, list(CATALOG), n=1)
+        typer.echo(f"error: unknown agent {name!r}; choose one of {', '.join(CATALOG)}"
+                   + (f"; did you mean {close[0]!r}?" if close else ""), err=True)
         raise typer.Exit(2)
     url = f"http://{host}:{port}/"
     try:

@@ -59,7 +59,8 @@ class AgentConfig(BaseModel):
     @classmethod
     def _url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
+            hint = f" (did you mean http://{v}?)" if "://" not in v and v else ""
+            raise ValueError("must be an http:// or https:// URL" + hint)
         return v.rstrip("/")
 
 
@@ -207,6 +208,13 @@ class GatewayConfig(BaseModel):
     @classmethod
     def _features(cls, v: Any) -> Any:
         return {"enabled": v} if isinstance(v, bool) else v
+
+    @field_validator("listen", "grpc_listen", mode="before")
+    @classmethod
+    def _listen_port_only(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            raise ValueError(f"must be HOST:PORT (did you mean 127.0.0.1:{v}?)")
+        return v
 
     @field_validator("listen", "grpc_listen")
     @classmethod
