@@ -11,7 +11,25 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope
 
-from .errors import PayloadTooLarge
+from .errors import InvalidRequest, PayloadTooLarge
+
+MAX_JSON_VALUES = 1_000_000
+"""The most JSON values a request body may hold, counted before it is parsed (commas and opening brackets: `{}` in a
+list counts twice, so an estimate on the safe side). Parsed,
+a value takes up to ~24 times its bytes (`{},` is 3 bytes, an empty dict and its slot 72): a 64 MiB body of
+empty objects parsed to 1.5 GB and held the event loop for seconds; this many take at most ~72 MB."""
+
+
+def check_json_values(body: bytes, limit: int = MAX_JSON_VALUES) -> None:
+    """`InvalidRequest` (field `body`) when `body` holds more than `limit` JSON values; bodies of at most `limit`
+    bytes cannot, and are not counted."""
+    if len(body) <= limit:
+        return
+    n = body.count(b",") + body.count(b"{") + body.count(b"[")
+    if n > limit:
+        raise InvalidRequest(f"request body has {n} commas and opening brackets (about one JSON value each), the most "
+                             f"is {limit}; send large data by reference (POST /blobs)", field="body")
+
 
 TAIL_BYTES = 1 << 20
 """Past the limit, at most this much more is read (and dropped): the client then reads the 413

@@ -27,7 +27,7 @@ from ..errors import (
     PayloadTooLarge,
     RateLimited,
 )
-from ..request_body import header_map
+from ..request_body import check_json_values, header_map
 from ..responses import jsonrpc_error_json
 from .access import StreamSlots, current_client
 from .pipeline import Pipeline
@@ -173,7 +173,10 @@ class JsonRpcIngress:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._bytes_in.inc(len(body))
         try:
+            check_json_values(body)  # before parsing: values, not bytes, decide what a parse costs
             doc = orjson.loads(body)
+        except InvalidRequest as exc:
+            return rpc_error(None, exc)
         except orjson.JSONDecodeError as exc:
             if str(exc).startswith("depth limit exceeded"):
                 return rpc_error(None, InvalidRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels", field="body"))

@@ -41,7 +41,7 @@ from ..errors import (
     RateLimited,
     Unauthorized,
 )
-from ..request_body import header_map, read_body, replaying
+from ..request_body import check_json_values, header_map, read_body, replaying
 from ..responses import error_json, jsonrpc_error_json
 from ..tls import client_cn
 from .access import Authenticator, BodyBudget, Client, RateLimiter, StreamSlots, current_client, digest_secret
@@ -287,7 +287,11 @@ class AccessControl:
             return receive
         if check_json and data:
             try:
+                check_json_values(data)
                 orjson.loads(data)
+            except InvalidRequest as exc:
+                await self.refuse(exc, shape, send)
+                return None
             except orjson.JSONDecodeError as exc:
                 await self.refuse(InvalidRequest(f"request body is not valid JSON: {exc}", field="body"), shape, send)
                 return None
