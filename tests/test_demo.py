@@ -48,6 +48,9 @@ def test_demo_command_exits_zero_and_prints_the_tables(tmp_path):
     assert "photos-to-vision" in out.stdout and "spoken summary: audio/wav from the speaker agent" in out.stdout
     assert "a free-text request routed by skills" in out.stdout and "→ delivery-desk [skills:0." in out.stdout
     assert "gateway's note: skills: delivery-desk 0." in out.stdout
+    assert "demo incomplete" not in out.stdout and "[to text by rule]" in out.stdout and "[text bottleneck]" in out.stdout
+    assert out.stderr.splitlines()[0] == ("… native routing: starting 6 reference agents and a gateway, sending the defect "
+                                          "report (the first message loads the models)")  # while the models load
     bad = subprocess.run([sys.executable, "-m", "mma2a.cli", "demo", "--out", str(tmp_path / "nope")], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip() == f"error: --out: directory {tmp_path / 'nope'} does not exist"

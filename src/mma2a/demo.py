@@ -12,7 +12,7 @@ import base64
 import contextlib
 import io
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -285,13 +285,15 @@ def desk_reply(name: str) -> Any:
     return reply
 
 
-async def skills_request(text: str = FREE_TEXT) -> SkillsResult | None:
+async def skills_request(text: str = FREE_TEXT, progress: Callable[[str], None] | None = None) -> SkillsResult | None:
     """`text` to a gateway whose default is `capability: skills`, in front of the three desks (None without the
     `embed` extra): the dry-run explanation's skills note, then the real send and the desk's answer."""
     from .features.text_models import embedding_available
 
     if not embedding_available():
         return None
+    if progress is not None:
+        progress(f"skills routing: starting {len(DESKS)} desks and a gateway, sending a free-text request")
     async with contextlib.AsyncExitStack() as stack:
         agents = [{"name": name, "url": await stack.enter_async_context(run_agent(desk_card(name), SkillExecutor(desk_reply(name))))}
                   for name in DESKS]
@@ -345,7 +347,7 @@ def _failure(step: str, exc: Exception) -> str:
 
 
 async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), out_dir: str | None = None,
-                   agent_timeout_s: float | None = None) -> DemoResult:
+                   agent_timeout_s: float | None = None, progress: Callable[[str], None] | None = None) -> DemoResult:
     """The scripted defect report through a gateway in each mode, then the field report (native) and the free-text
     request routed by skills. A step that fails (an agent late past its timeout, an error) is recorded in
     `problems` with its reason and the demo goes on to the next."""
@@ -358,8 +360,11 @@ async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), ou
         voice: bytes | None = synthesize(VOICE)
     except (ImportError, OSError):
         voice = None
+    say = progress or (lambda line: None)
     result = DemoResult({}, None)
     for mode in modes:
+        say(f"{mode} routing: starting {len(CATALOG)} reference agents and a gateway, sending the defect report"
+            + (" (the first message loads the models)" if mode == modes[0] else ""))
         async with demo_network(mode, agent_timeout_s) as (gw, url):
             try:
                 task = await _send(url, demo_message(photo, voice))
@@ -375,6 +380,7 @@ async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), ou
                     result.problems.extend(f"defect report ({mode}): part {r.part} to {r.target}: {r.answer}"
                                            for r in result.defect[mode] if r.answer.startswith("no answer"))
             if mode == "native" and voice is not None:
+                say("native routing: sending the field report (the reply comes back spoken)")
                 try:
                     result.field = await field_report(url, out_dir or tempfile.mkdtemp(prefix="mma2a-demo-"))
                 except Exception as exc:  # noqa: BLE001
@@ -383,7 +389,7 @@ async def run_demo(*, modes: tuple[str, ...] = ("native", "text-bottleneck"), ou
                     if result.field.problem:
                         result.problems.append(f"field report: {result.field.problem}")
     try:
-        result.skills = await skills_request()
+        result.skills = await skills_request(progress=say)
     except Exception as exc:  # noqa: BLE001
         result.problems.append(_failure("free-text request", exc))
     return result

@@ -28,7 +28,9 @@ def demo(
     console.print("[bold]mma2a demo[/]: a product-defect report — text, a photo, a voice note — through the gateway")
     console.print(f"  text: {REPORT!r}\n  photo: 640x480 PNG of a lid with a crack by its left hinge and a QR label "
                   f"({SERIAL})\n  voice note: synthesized speech, {VOICE!r}\n")
-    result = asyncio.run(run_demo(out_dir=str(out) if out else None))
+    status = Console(stderr=True)
+    result = asyncio.run(run_demo(out_dir=str(out) if out else None,
+                                  progress=lambda line: status.print(Text(f"… {line}", style="dim"), soft_wrap=True)))
     for mode, rows in result.defect.items():
         console.print(route_table(f"routing mode: {mode}", rows))
         if result.outcomes.get(mode, "completed") != "completed":
@@ -57,7 +59,7 @@ def route_table(title: str, rows: list[Any]) -> Table:
     """The demo's routes as a table; every cell is plain text (a path's `[text bottleneck]` is not markup)."""
     table = Table(title=title, show_lines=True)
     for col in ("part", "modality", "why", "target", "path", "answer"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col in ("part", "modality", "path"))  # the answer wraps
     for r in rows:
         table.add_row(*(Text(str(v)) for v in (int(r.part), r.modality, r.why, r.target, r.via, r.answer)))
     return table
