@@ -334,6 +334,25 @@ async def _list(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
             "no artifacts": ["artifacts" in t for t in page["tasks"] + last.get("tasks", [])]}
 
 
+@check("list_filters")
+async def _list_filters(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """CORE-LIST-*: ListTasks filters by status and by `statusTimestampAfter`, and cuts each task's history to
+    `historyLength` (at the root too, where the gateway merges the agents' lists)."""
+    ctx = f"tck-ctx-{next(_n)}"
+    for prefix in ("tck-complete-task", "tck-input-required", "tck-input-required"):
+        await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": message(prefix, contextId=ctx)}}, headers=V1)
+    _, waiting = await list_page(c, way, b, {"contextId": ctx, "status": "TASK_STATE_INPUT_REQUIRED"})
+    _, later = await list_page(c, way, b, {"contextId": ctx, "statusTimestampAfter": "2999-01-01T00:00:00Z"})
+    _, earlier = await list_page(c, way, b, {"contextId": ctx, "statusTimestampAfter": "2000-01-01T00:00:00Z"})
+    _, cut = await list_page(c, way, b, {"contextId": ctx, "historyLength": 0})
+    _, one = await list_page(c, way, b, {"contextId": ctx, "historyLength": 1})
+    return {"waiting": [t["status"]["state"] for t in waiting.get("tasks", [])], "waiting total": waiting.get("totalSize"),
+            "later": len(later.get("tasks", [])), "earlier": len(earlier.get("tasks", [])),
+            "history 0": [len(t.get("history", [])) for t in cut.get("tasks", [])],
+            "history 1": [len(t.get("history", [])) for t in one.get("tasks", [])]}
+
+
 @check("cancel")
 async def _cancel(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
     """CORE-CANCEL-001/002/003: an interrupted task is canceled; a completed one and an unknown one are refused."""
@@ -700,6 +719,8 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
                                     "reasons": ["INVALID_PARAMS"]}},
     **{("data_model", b): {"http": 200, "sent": {"snake_case": [], "enums not strings": [], "timestamps not ISO Z": [], "timestamps": True}, "read": {"snake_case": [], "enums not strings": [], "timestamps not ISO Z": [], "timestamps": True}, "streamed": {"snake_case": [], "enums not strings": [], "timestamps not ISO Z": [], "timestamps": True}}
        for b in ("jsonrpc", "rest")},
+    **{("list_filters", b): {"waiting": ["TASK_STATE_INPUT_REQUIRED"] * 2, "waiting total": 2, "later": 0, "earlier": 3,
+                             "history 0": [0, 0, 0], "history 1": [1, 1, 1]} for b in ("jsonrpc", "rest")},
     ("rest_binding", "rest"): {
         "a2a+json body": {"http": 200, "type": "application/a2a+json", "kind": "task", "state": "TASK_STATE_COMPLETED", "history": 1},
         "no message": {"http": 400, "type": "application/json", "code": 400, "status": "INVALID_ARGUMENT", "reasons": ["INVALID_PARAMS"]}},
