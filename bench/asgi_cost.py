@@ -1,12 +1,12 @@
 """bench/asgi_cost: CPU time per request through the gateway's ASGI app in-process (no sockets, no agent).
 
 Auth on (three clients, like tests/security), requests straight into `Gateway.app`: a JSON-RPC
-`GetTask` for an unknown task with a bearer token (authentication, rate limit off, the fast path),
-`GET /healthz` (public), and an unknown path without credentials (refused). Reports process CPU
+`GetTask` for an unknown task with a bearer token (authentication, rate limit off, the fast path), the same
+with `A2A-Extensions` (the extensions passed on and relayed: `service_params`), `GET /healthz` (public), and an unknown path without credentials (refused). Reports process CPU
 microseconds per request for each, best of `--repeat` runs of `--n` requests. Use it through
 bench/ab.py to compare two source trees side by side:
 
-    .venv/bin/python bench/ab.py --a /tmp/base/src --b src --rounds 6 --key getTask --key healthz --key unknown \\
+    .venv/bin/python bench/ab.py --a /tmp/base/src --b src --rounds 6 --key getTask --key getTaskExt --key healthz --key unknown \\
         -- bench/asgi_cost.py --json
 """
 
@@ -53,7 +53,9 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
     gw = Gateway(parse_config(cfg))
     auth = [(b"authorization", f"Bearer {TOKEN}".encode()), (b"a2a-version", b"1.0"),
             (b"content-type", b"application/json")]
-    cases = {"getTask": ("POST", "/", auth, BODY), "healthz": ("GET", "/healthz", [], b""),
+    extended = [*auth, (b"a2a-extensions", b"https://mma2a.dev/ext/multimodal/v1")]  # as the SDK's producer sends it
+    cases = {"getTask": ("POST", "/", auth, BODY), "getTaskExt": ("POST", "/", extended, BODY),
+             "healthz": ("GET", "/healthz", [], b""),
              "unknown": ("GET", "/no/such/path", [], b"")}
     out: dict[str, float] = {}
     for name, (method, path, headers, body) in cases.items():

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc.aio
 from a2a.helpers.proto_helpers import new_task_from_user_message
@@ -160,6 +161,25 @@ class PrefixExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
+class EchoActivated:
+    """ASGI wrapper: a request that activates `uri` (`A2A-Extensions`) is answered with it in `A2A-Extensions`."""
+
+    def __init__(self, app: Any, uri: str) -> None:
+        self.app, self.uri = app, uri
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        asked = b",".join(v for k, v in scope.get("headers", ()) if k == b"a2a-extensions").decode("latin-1")
+        if scope["type"] != "http" or self.uri not in [u.strip() for u in asked.split(",")]:
+            await self.app(scope, receive, send)
+            return
+
+        async def echo(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), (b"a2a-extensions", self.uri.encode())]}
+            await send(message)
+        await self.app(scope, receive, echo)
+
+
 @dataclass(frozen=True)
 class TckAgent:
     url: str  # JSON-RPC URL and card base (no trailing slash)
@@ -170,8 +190,9 @@ class TckAgent:
 
 @contextlib.asynccontextmanager
 async def tck_agent(name: str = "tck", *, required_extension: str | None = None) -> AsyncIterator[TckAgent]:
-    """The agent on free loopback ports; with `required_extension`, its card declares that extension as required
-    and the agent refuses requests that do not activate it."""
+    """The agent on free loopback ports; with `required_extension`, its card declares that extension as required,
+    the agent refuses requests that do not activate it and, as newer a2a-sdk releases do, answers those that do
+    with the extension it activated in `A2A-Extensions` (on its HTTP bindings)."""
     sock = _bind_loopback()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     server = grpc.aio.server()
@@ -195,7 +216,8 @@ async def tck_agent(name: str = "tck", *, required_extension: str | None = None)
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
     await server.start()
     try:
-        async with _serve_on(Starlette(routes=routes), sock):
+        app: Any = Starlette(routes=routes)
+        async with _serve_on(EchoActivated(app, required_extension) if required_extension else app, sock):
             yield TckAgent(url, url + REST_PREFIX, address, executor)
     finally:
         executor.release.set()  # tasks still working finish

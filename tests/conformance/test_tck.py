@@ -956,7 +956,9 @@ async def test_a_required_extension_the_client_activates_reaches_the_agent() -> 
     `required` refuses a request that does not activate it (ExtensionSupportRequiredError) and serves one that
     does. Through the gateway the client's `A2A-Extensions` (gRPC: `a2a-extensions` metadata) reach the agent
     as sent, on every binding, at the root and at `/agents/{name}`: the gateway used to send the agent only its
-    own extension, so such an agent refused every request through it."""
+    own extension, so such an agent refused every request through it. An agent that answers with the extension
+    it activated (`A2A-Extensions`, as newer a2a-sdk releases do) is relayed: the client gets the same header,
+    on streams too."""
     async with tck_agent("needs", required_extension=REQUIRED_EXT) as agent:
         async with gateway({"agents": [{"name": "needs", "url": agent.url}], "grpc_listen": "127.0.0.1:0"}) as (gw_, url):
             gw, g = url.rstrip("/"), gw_.grpc_url
@@ -979,15 +981,22 @@ async def test_a_required_extension_the_client_activates_reaches_the_agent() -> 
                         rr = await c.post(way.rest + "/message:send", json={"message": message("tck-extensions")}, headers=h)
                         out[f"rest {label}"] = (rr.status_code, rest_view(rr).get("status"), rest_view(rr).get("reasons"),
                                                 rr.json().get("task", {}).get("status", {}).get("message", {}).get("parts"))
+                        out[f"echoed {label}"] = (r.headers.get("a2a-extensions"), rr.headers.get("a2a-extensions"))
+                        async with c.stream("POST", way.rest + "/message:stream", json={"message": message("tck-extensions")},
+                                            headers={**h, "Accept": "text/event-stream"}) as streamed:
+                            events = [line async for line in streamed.aiter_lines() if line.startswith("data:")]
+                            out[f"stream {label}"] = (streamed.status_code, len(events), streamed.headers.get("a2a-extensions"))
                         request = json_format.ParseDict({"message": message("tck-extensions"),
                                                          **({"tenant": way.tenant} if way.tenant else {})}, a2a_pb2.SendMessageRequest())
                         md = [("a2a-version", "1.0"), *([("a2a-extensions", value)] if value else [])]
                         async with grpc.aio.insecure_channel(way.grpc) as channel:
+                            call = a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, metadata=md)
                             try:
-                                reply = await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, metadata=md)
+                                reply = await call
                                 out[f"grpc {label}"] = (reply.task.status.state, reply.task.status.message.parts[0].text)
                             except grpc.aio.AioRpcError as exc:
                                 out[f"grpc {label}"] = exc.code().name
+                            out[f"grpc echoed {label}"] = dict(await call.initial_metadata() or ()).get("a2a-extensions")
                     out["stream, none"] = await stream_view(c, way, "rest", "SendStreamingMessage",
                                                                {"message": message("tck-extensions")})
                     seen[way.kind] = out
@@ -998,9 +1007,15 @@ async def test_a_required_extension_the_client_activates_reaches_the_agent() -> 
     assert direct["jsonrpc both"] == ("TASK_STATE_COMPLETED", f"{OTHER_EXT} {REQUIRED_EXT}")
     assert direct["rest none"][:3] == (400, "FAILED_PRECONDITION", ["EXTENSION_SUPPORT_REQUIRED"])
     assert direct["grpc none"] == "FAILED_PRECONDITION" and direct["grpc both"][1] == f"{OTHER_EXT} {REQUIRED_EXT}"
-    assert seen["agent-path"] == direct
+    assert direct["echoed none"] == (None, None) and direct["echoed both"] == (REQUIRED_EXT, REQUIRED_EXT)
+    assert direct["stream required"] == (200, 2, REQUIRED_EXT)  # the task, its completion
+    # a2a-sdk 1.3's gRPC binding never answers with the extensions it activated; the gateway, which reaches this
+    # agent over JSON-RPC, answers on gRPC with what the agent said there
+    assert direct["grpc echoed required"] is None
+    relayed = {"grpc echoed required": REQUIRED_EXT, "grpc echoed both": REQUIRED_EXT}
+    assert seen["agent-path"] == {**direct, **relayed}
     # the root card declares the gateway's own extension only: routing picks the agent, whose card says what it needs
-    assert seen["root"] == {**direct, "declared": []}
+    assert seen["root"] == {**direct, **relayed, "declared": []}
 
 
 async def test_the_extensions_a_request_activates_go_on_to_a_grpc_agent_too() -> None:

@@ -7,8 +7,8 @@ and calls the *same route objects* the app holds, so whatever the route table at
 them (access gates, the endpoint) applies unchanged. The app's own middleware that must
 see these requests too (security) is given to `FrontDoor` and wraps the hot routes alone.
 
-It also reads the extensions a request activates (`A2A-Extensions`) for the agents it reaches
-(`service_params`).
+It also reads the extensions a request activates (`A2A-Extensions`) for the agents it reaches, and
+answers with those the agents say they activated (`service_params`).
 
 When a tracer provider is installed the hot path takes the full stack, so the server span
 (`TracingMiddleware`) is made as before; without one there is nothing to trace.
@@ -24,7 +24,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Match, Route
 
 from ..request_body import header_map
-from .service_params import read_extensions, requested_extensions
+from .service_params import activated_extensions, read_extensions, requested_extensions
 from .tracing import active as tracing_active
 
 Scope = dict[str, Any]
@@ -41,6 +41,26 @@ def _handle(scope: Scope, receive: Any, send: Any) -> Awaitable[None]:
     """The matched route's app (its access gate), as `Route.handle` calls it: a full match has the route's
     method, so `Route.handle` has no 405 to answer."""
     return scope[_ROUTE].app(scope, receive, send)  # type: ignore[no-any-return]
+
+
+def _echoing(send: Any, activated: list[str]) -> Any:
+    """`send` with the extensions the agents activated (`A2A-Extensions`, as they answered) added to the answer's
+    head; the head waits for the first body message, since a stream's head goes out before any agent is asked."""
+    head: dict[str, Any] | None = None
+
+    async def sending(message: dict[str, Any]) -> None:
+        nonlocal head
+        if message["type"] == "http.response.start":
+            head = message
+            return
+        if head is not None:
+            start, head = head, None
+            if activated:
+                start = {**start, "headers": [*start.get("headers", ()), (_EXTENSIONS, ", ".join(activated).encode("latin-1"))]}
+            await send(start)
+        await send(message)
+
+    return sending
 
 
 class FrontDoor:
@@ -62,9 +82,12 @@ class FrontDoor:
         if scope["type"] == "http" and _EXTENSIONS in header_map(scope):  # passed on to the agents the request reaches
             token = requested_extensions.set(read_extensions(
                 v.decode("latin-1") for k, v in scope["headers"] if k.lower() == _EXTENSIONS))
+            activated: list[str] = []
+            noted = activated_extensions.set(activated)
             try:
-                await self._serve(scope, receive, send)
+                await self._serve(scope, receive, _echoing(send, activated))
             finally:
+                activated_extensions.reset(noted)
                 requested_extensions.reset(token)
             return
         await self._serve(scope, receive, send)

@@ -33,7 +33,7 @@ from .access import Client, current_client
 from .authz import AccessClass, RouteAccess, UnclassifiedRoute
 from .peers import TrustedProxies, peer_host
 from .security import AccessControl, retry_after
-from .service_params import read_extensions, requested_extensions
+from .service_params import activated_extensions, read_extensions, requested_extensions
 
 A2A_SERVICE: descriptor.ServiceDescriptor = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
 
@@ -119,6 +119,12 @@ def _extensions(context: grpc.aio.ServicerContext) -> tuple[str, ...]:
                            if k.lower() == "a2a-extensions" and isinstance(v, str))
 
 
+async def _echo(context: grpc.aio.ServicerContext, activated: list[str]) -> None:
+    """The extensions the agents said they activated, in the answer's initial metadata (`a2a-extensions`)."""
+    if activated:
+        await context.send_initial_metadata((("a2a-extensions", ", ".join(activated)),))
+
+
 def _cn(context: grpc.aio.ServicerContext) -> str | None:
     """The common name of the verified client certificate (mutual TLS), if any."""
     cn = (context.auth_context() or {}).get("x509_common_name")
@@ -154,11 +160,16 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             client, request = await admit(access, method, requests, context)
             token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
+            activated: list[str] = []
+            noted = activated_extensions.set(activated)
             self.enter()
             try:
-                return await handler.unary_unary(request, context)
+                reply = await handler.unary_unary(request, context)
+                await _echo(context, activated)
+                return reply
             finally:
                 self.leave()
+                activated_extensions.reset(noted)
                 requested_extensions.reset(asked)
                 current_client.reset(token)
 
@@ -169,13 +180,20 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             except MMA2AError as exc:
                 await abort(context, exc)
             token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
+            activated: list[str] = []
+            noted = activated_extensions.set(activated)
             self.enter()
             try:
+                first = True
                 async for item in handler.unary_stream(request, context):
+                    if first:  # the agent's answer has begun: its activated extensions go in the head
+                        first = False
+                        await _echo(context, activated)
                     yield item
             finally:
                 self.control.streams.give(slot)
                 self.leave()
+                activated_extensions.reset(noted)
                 requested_extensions.reset(asked)
                 current_client.reset(token)
 

@@ -25,7 +25,7 @@ from ..errors import AgentRPCError, DispatchError, MMA2AError
 from ..tls import ClientTLS, client_context
 from . import http1
 from .tracing import inject
-from .service_params import extensions_for_agent
+from .service_params import extensions_for_agent, note_activated
 
 MAX_REDIRECTS = 3  # a card fetch's redirects, each within the card URL's origin
 MAX_JSON_BYTES = 1 << 20  # an agent card (or any JSON document fetched) read at most this long
@@ -222,6 +222,7 @@ class Transport:
             except (http1.HttpError, ValueError) as exc:
                 raise DispatchError(f"agent {agent} failed: {exc}", data={"agent": agent}) from None
         raw = resp.body
+        note_activated(resp.header(EXTENSIONS_HEADER))  # what the agent says it activated goes back to the client
         coding = resp.header("Content-Encoding")
         if coding is not None and coding.strip().lower() != "identity":
             try:
@@ -242,6 +243,7 @@ class Transport:
                 async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=tls) as resp:
                     raw = await resp.read()
                     status = resp.status
+                    note_activated(resp.headers.get(EXTENSIONS_HEADER))
                 if status == 415 and body is not plain:
                     self._plain.add(agent)
                     body = plain
@@ -290,6 +292,7 @@ class Transport:
             async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=self.ssl_for(agent)) as resp:
                 if resp.status != 200:
                     raise DispatchError(f"agent {agent} answered HTTP {resp.status} to a stream", data={"agent": agent})
+                note_activated(resp.headers.get(EXTENSIONS_HEADER))
                 ctype = resp.headers.get("Content-Type", "")
                 if "text/event-stream" not in ctype:
                     doc = orjson.loads(await resp.read())
