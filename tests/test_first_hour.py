@@ -239,6 +239,14 @@ def test_send_feature_reaches_a_rule(network: dict[str, Any]) -> None:
     assert out.splitlines()[0] == "part 0 (image/png) → analyst [rule dock-3-to-analyst]"
 
 
+def test_send_text_alone_and_nothing_at_all(network: dict[str, Any]) -> None:
+    code, out, err = cli("send", "--text", "the lid of my coffee machine is cracked", "--gateway", network["gateway"])
+    assert code == 0, err
+    assert out.splitlines()[0] == "part 0 (text/plain) → analyst [capability]"
+    code, _, err = cli("send", "--gateway", network["gateway"])
+    assert code == 2 and "Invalid value for 'FILE': nothing to send: give one or more files, or --text TEXT" in err
+
+
 def test_send_json_prints_integers_as_integers(network: dict[str, Any]) -> None:
     code, out, err = cli("send", str(network["dir"] / "crack.png"), "--gateway", network["gateway"], "--json")
     assert code == 0, err

@@ -148,8 +148,8 @@ def route_line(r: dict[str, Any]) -> str:
 
 @app.command()
 def send(
-    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Files to send, one part each", exists=True,
-                                                dir_okay=False)],
+    files: Annotated[list[Path] | None, typer.Argument(metavar="FILE", help="Files to send, one part each",
+                                                       exists=True, dir_okay=False, show_default=False)] = None,
     gateway: Annotated[str, typer.Option(envvar="MMA2A_GATEWAY", help="Gateway base URL")] = "http://127.0.0.1:8800",
     to: Annotated[str | None, typer.Option("--to", help="Send every part to this agent instead of routing")] = None,
     text: Annotated[str | None, typer.Option(help="A text part to add first")] = None,
@@ -178,13 +178,15 @@ def send(
     import os
 
     base = gateway_url(gateway)
+    if not files and text is None:
+        raise typer.BadParameter("nothing to send: give one or more files, or --text TEXT", param_hint="'FILE'")
     features = dict(parse_feature(f) for f in feature or [])
     err = Console(stderr=True)
     notes: list[str] = []
     try:
         with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                       console=err, transient=True, disable=not err.is_terminal) as progress:
-            result = asyncio.run(_send(base, files, text=text, to=to, extract=extract, features=features,
+            result = asyncio.run(_send(base, files or [], text=text, to=to, extract=extract, features=features,
                                        inline_limit=inline_limit, wait_s=wait, notes=notes, progress=progress,
                                        token=os.environ.get(token_env) or None))
     except MMA2AError as exc:
