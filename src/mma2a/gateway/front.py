@@ -79,9 +79,12 @@ class FrontDoor:
         self._matched: dict[str, tuple[Route, Any, dict[str, Any]]] = {}  # path -> route, endpoint, path params
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and _EXTENSIONS in header_map(scope):  # passed on to the agents the request reaches
-            token = requested_extensions.set(read_extensions(
-                v.decode("latin-1") for k, v in scope["headers"] if k.lower() == _EXTENSIONS))
+        found = header_map(scope).get(_EXTENSIONS) if scope["type"] == "http" else None
+        if found is not None:  # passed on to the agents the request reaches
+            raw = scope["headers"]
+            values = [found.decode("latin-1")] if len(header_map(scope)) == len(raw) else [  # a header repeated: all
+                v.decode("latin-1") for k, v in raw if k.lower() == _EXTENSIONS]
+            token = requested_extensions.set(read_extensions(values))
             activated: list[str] = []
             noted = activated_extensions.set(activated)
             try:

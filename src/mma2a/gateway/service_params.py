@@ -25,9 +25,20 @@ requested_extensions: contextvars.ContextVar[tuple[str, ...]] = contextvars.Cont
 activated_extensions: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("mma2a_activated", default=None)
 
 
+_READ: dict[str, tuple[str, ...]] = {}  # header value -> its URIs: clients send the same few values
+_READ_MAX = 256
+
+
 def read_extensions(values: Iterable[str]) -> tuple[str, ...]:
     """The URIs of every `A2A-Extensions` value of a request (comma separated, repeated headers joined)."""
-    return tuple(parse_extensions_header(list(values)))
+    joined = ",".join(values)
+    known = _READ.get(joined)
+    if known is None:
+        known = tuple(parse_extensions_header(joined))
+        if len(_READ) >= _READ_MAX:
+            _READ.clear()
+        _READ[joined] = known
+    return known
 
 
 def extensions_for_agent(own: bool) -> str | None:
