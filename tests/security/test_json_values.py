@@ -63,3 +63,30 @@ async def test_a_body_of_many_tiny_values_is_refused_before_it_is_parsed_on_json
     assert rest.status_code == 400 and rest.json()["error"]["message"] == refusal(count(sent))
     assert "result" in ok.json()  # a thousand values: parsed and served as before
     assert "error" not in data.json() or data.json()["error"]["code"] != -32600  # 200,000 numbers in a data part pass
+
+
+async def test_on_grpc_free_form_fields_are_bounded_in_bytes_before_they_are_converted() -> None:
+    """The gRPC door converts a request with `MessageToDict` (pure Python): 8 MiB of empty structs, 26 s."""
+    import grpc
+    from a2a.types import a2a_pb2
+    from google.protobuf import struct_pb2
+
+    from mma2a.gateway.sdk_binding import MAX_STRUCT_BYTES
+    from tests.security.test_grpc_admission import _refused, _send, grpc_gateway
+
+    def request(values: int) -> a2a_pb2.SendMessageRequest:
+        empties = struct_pb2.Value()
+        empties.list_value.ParseFromString(b"\n\x02*\x00" * values)  # `values` empty structs, 4 bytes each
+        req = a2a_pb2.SendMessageRequest(message=a2a_pb2.Message(
+            message_id="g-1", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="hello")]))
+        req.message.parts[0].metadata.fields["a"].CopyFrom(empties)
+        return req
+
+    async with grpc_gateway({}) as (gw, url, port, executor):
+        refused = await _refused("127.0.0.1", port, request(MAX_STRUCT_BYTES // 4))
+        ok = await _send("127.0.0.1", port, request(1000))
+    size = request(MAX_STRUCT_BYTES // 4).message.parts[0].metadata.ByteSize()
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.details() == (f"message.parts[0]: the request's metadata, data and configuration take {size} "
+                                 f"bytes, the most is {MAX_STRUCT_BYTES}; send large data by reference (POST /blobs)")
+    assert ok.HasField("task")

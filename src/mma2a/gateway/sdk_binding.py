@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from ..errors import AgentRPCError, MMA2AError, metadata_strings, status_for_reason
+from ..errors import AgentRPCError, InvalidParams, MMA2AError, metadata_strings, status_for_reason
 from ..responses import json_response
 from .access import current_client
 from .listing import list_tasks
@@ -159,6 +159,28 @@ def _check_required(params: SendMessageRequest | GetTaskRequest | CancelTaskRequ
         validate_proto_required_fields(params)
 
 
+MAX_STRUCT_BYTES = 1 << 20
+"""The most bytes of `Struct`/`Value` fields (metadata, data parts, configuration) a protobuf request may carry into
+`MessageToDict` (pure Python, run on the event loop): an empty struct is 4 bytes on the wire, and 8 MiB of them took
+26 s to convert (load average 14). JSON bodies are bounded by their values instead (`check_json_values`)."""
+
+
+def _check_struct_bytes(params: SendMessageRequest) -> None:
+    """`InvalidParams` naming the field when the request's free-form JSON fields pass `MAX_STRUCT_BYTES` (their sizes
+    are computed in C, without a walk in Python)."""
+    m = params.message
+    fields = [("message.metadata", m.metadata.ByteSize())]
+    fields += [(f"message.parts[{i}]", p.metadata.ByteSize() + (p.data.ByteSize() if p.HasField("data") else 0))
+               for i, p in enumerate(m.parts)]
+    fields += [("configuration", params.configuration.ByteSize()), ("metadata", params.metadata.ByteSize())]
+    total = sum(n for _, n in fields)
+    if total > MAX_STRUCT_BYTES:
+        where = max(fields, key=lambda f: f[1])[0]
+        raise to_sdk_error(InvalidParams(
+            f"{where}: the request's metadata, data and configuration take {total} bytes, the most is "
+            f"{MAX_STRUCT_BYTES}; send large data by reference (POST /blobs)", field=where))
+
+
 def _to_stream_event(event: dict[str, Any]) -> Any:
     resp = json_format.ParseDict(event, StreamResponse(), ignore_unknown_fields=True)
     which = resp.WhichOneof("payload")
@@ -174,6 +196,7 @@ class PipelineRequestHandler(RequestHandler):
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         _check_required(params)
+        _check_struct_bytes(params)
         message = json_format.MessageToDict(params.message)
         config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
         try:
@@ -188,6 +211,7 @@ class PipelineRequestHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
         _check_required(params)
+        _check_struct_bytes(params)
         message = json_format.MessageToDict(params.message)
         config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
         try:
