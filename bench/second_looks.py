@@ -1,8 +1,9 @@
-"""CPU time of the barcode reader and of its turned-upright pass, per picture, on one OpenCV thread: photos with no
-code (the 1080p frame and scikit-image photos of bench/features.py, two textures turned 17 degrees from
-tests/features/unseen.py), where every pass runs.
+"""CPU time of the second looks, on one OpenCV thread: the barcode reader and its turned-upright pass per picture
+with no code (the 1080p frame and scikit-image photos of bench/features.py, two textures turned 17 degrees from
+tests/features/unseen.py), where every pass runs; the face cascade and the second cascade that confirms each face
+it finds, on `astronaut`.
 
-    PYTHONPATH=src:. python bench/codes_passes.py [--runs 9]
+    PYTHONPATH=src:. python bench/second_looks.py [--runs 9]
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ def main() -> None:
         upright = cpu_ms(lambda: codes._read_deskewed(grey), args.runs)
         print(f"{name:13} read_codes {whole:6.1f} ms; of which the angle {angle:5.1f} ms "
               f"({codes.dominant_angle(grey):+.1f} deg), the upright pass with it {upright:5.1f} ms")
+
+    from PIL import Image
+    from skimage import data
+
+    from mma2a.features import vision
+
+    grey = cv2.equalizeHist(vision._grey_array(Image.fromarray(data.astronaut()), 800))
+    cascade = vision._cascade("haarcascade_frontalface_default.xml")
+    faces = cascade.detectMultiScale(grey, scaleFactor=1.1, minNeighbors=vision.MIN_NEIGHBOURS, minSize=(24, 24))
+    found = cpu_ms(lambda: cascade.detectMultiScale(grey, scaleFactor=1.1, minNeighbors=vision.MIN_NEIGHBOURS,
+                                                    minSize=(24, 24)), args.runs)
+    confirm = cpu_ms(lambda: [vision.confirmed(grey, box) for box in faces], args.runs)
+    print(f"astronaut     face cascade {found:6.1f} ms; confirming its {len(faces)} face(s) {confirm:5.1f} ms")
 
 
 if __name__ == "__main__":
