@@ -131,11 +131,9 @@ class TableEncoder(SentenceEncoder):
 
     def embed(self, texts: Sequence[str]) -> Any:
         """A (len(texts), dimension) float32 array of unit vectors (zero for a text without tokens)."""
-        import numpy as np
-
         out = self._embed(texts)
-        norms = np.sqrt(np.einsum("ij,ij->i", out, out))
-        np.divide(out, norms[:, None], out=out, where=norms[:, None] > 0)
+        for row in out:
+            _to_unit(row)
         return out
 
     def embed_one(self, text: str) -> Any:
@@ -146,9 +144,7 @@ class TableEncoder(SentenceEncoder):
         ids = tokens.ids(_clean([text])[0])
         if not ids:
             return np.zeros(self.dimension, np.float32)
-        vec = table[ids].sum(axis=0)
-        norm = float(np.sqrt(vec @ vec))
-        return vec / norm if norm > 0 else vec
+        return _to_unit(table[ids].sum(axis=0))
 
     def _embed(self, texts: Sequence[str]) -> Any:
         import numpy as np
@@ -160,6 +156,18 @@ class TableEncoder(SentenceEncoder):
             if ids:
                 table[ids].sum(axis=0, out=out[i])  # the mean's direction: `embed` makes it unit length
         return out
+
+
+def _to_unit(row: Any) -> Any:
+    """`row` (float32, one text's summed token rows) scaled in place to unit length, unless it is zero; one way for
+    `embed` and `embed_one`, so a text gets the same bits either way (NumPy's batched and single reductions round
+    differently)."""
+    import numpy as np
+
+    norm = np.sqrt(row @ row)
+    if norm > 0:
+        row /= norm
+    return row
 
 
 def _clean(texts: Sequence[str]) -> list[str]:
