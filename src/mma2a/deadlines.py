@@ -136,10 +136,19 @@ def reset(transport: Any) -> None:
     transport.abort()
 
 
+def unsent(transport: Any) -> int:
+    """The bytes a transport still holds to send; 0 once it has none to hold (asyncio's TLS transport drops its
+    protocol when the connection is lost, and then cannot even say so: AttributeError)."""
+    try:
+        return int(transport.get_write_buffer_size())
+    except AttributeError:
+        return 0
+
+
 def _reap(transport: Any, loop: asyncio.AbstractEventLoop, before: int) -> None:
     """A closed connection's unsent bytes, `CLOSE_GRACE_S` later: gone (nothing to do), fewer (the peer reads, slowly:
     look again later), or as many (it does not read: reset)."""
-    left = transport.get_write_buffer_size()
+    left = unsent(transport)
     if not left:
         return
     if left < before:
@@ -180,7 +189,7 @@ class _Lingering:
         cycle = getattr(proto, "cycle", None)
         if cycle is None or not getattr(cycle, "more_body", False) or t.is_closing() or not t.can_write_eof():
             t.close()  # the body was read (or TLS: no half-close)
-            if left := t.get_write_buffer_size():  # a peer that never reads what is left would hold it open
+            if left := unsent(t):  # a peer that never reads what is left would hold it open
                 proto.loop.call_later(CLOSE_GRACE_S, _reap, t, proto.loop, left)
             return
         self._lingering = True
@@ -216,7 +225,7 @@ class _WriteDeadline:
         if transport is None or flow is None or not flow.write_paused:
             return
         log.info("resetting connection from %s: %d bytes of its answer still waiting after %g s",
-                 getattr(self, "client", None), transport.get_write_buffer_size(), self.timeouts.write_s)
+                 getattr(self, "client", None), unsent(transport), self.timeouts.write_s)
         reset(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
