@@ -23,7 +23,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import InvalidRequest, MMA2AError, PayloadTooLarge
-from .request_body import header_map, read_body, replaying
+from .request_body import BODY_GROWN, header_map, read_body, replaying
 from .responses import jsonrpc_error_json
 
 GZIP_LEVEL = 5
@@ -114,17 +114,23 @@ def decode(body: bytes, coding: str, max_size: int) -> bytes:
     return b"".join(_slices(body, coding, max_size))
 
 
-async def decode_yielding(body: bytes, coding: str, max_size: int) -> bytes:
+async def decode_yielding(body: bytes, coding: str, max_size: int,
+                          grown: Callable[[int], None] | None = None) -> bytes:
     """`decode`, letting the event loop run after each `SLICE` of decoded bytes (request bodies: a small coded body
-    may decode to `max_size`)."""
+    may decode to `max_size`). `grown`, if given, is told the decoded size after each slice (the gateway's body
+    budget reserves it there; an `MMA2AError` it raises stops the decoding)."""
     pieces = _slices(body, coding, max_size)
     first = next(pieces, b"")
+    if grown is not None:
+        grown(len(first))
     out: bytearray | None = None
     for piece in pieces:  # a body that decodes to one slice (most) never waits for the loop
         await asyncio.sleep(0)
         if out is None:
             out = bytearray(first)
         out += piece
+        if grown is not None:
+            grown(len(out))
     return first if out is None else bytes(out)
 
 
@@ -202,7 +208,7 @@ class ContentCoding:
         raw = await read_body(receive, limit)
         if raw is None:  # the client left: nothing to decode, the app sees the disconnect
             return receive, scope
-        body = await decode_yielding(raw, coding, limit)
+        body = await decode_yielding(raw, coding, limit, scope.get(BODY_GROWN))
         headers = [(k, v) for k, v in scope["headers"] if k not in (b"content-encoding", b"content-length")]
         headers.append((b"content-length", str(len(body)).encode()))
         return replaying(body, receive), {**scope, "headers": headers}

@@ -31,6 +31,10 @@ def check_json_values(body: bytes, limit: int = MAX_JSON_VALUES) -> None:
                              f"is {limit}; send large data by reference (POST /blobs)", field="body")
 
 
+BODY_GROWN = "mma2a.body_grown"
+"""In the scope, when the gateway meters the request's body into its body budget: a callable told how many bytes of
+the body are held as they grow (decoding, `compression.decode_yielding`); it raises `MMA2AError` to refuse them."""
+
 TAIL_BYTES = 1 << 20
 """Past the limit, at most this much more is read (and dropped): the client then reads the 413
 instead of a connection reset while it is still sending."""

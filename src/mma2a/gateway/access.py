@@ -200,13 +200,16 @@ class BodyBudget:
     """Bytes of large request bodies being read and held at once: in all, and per sender.
 
     Each request may be `max_body_bytes`, but nothing bounded how many were held together: ten concurrent
-    60 MB bodies took a gateway from 162 to 839 MB. A body over `LARGE` bytes reserves its declared length
-    (a body without one, the body cap) before it is read, and gives it back when the request is done; a
-    reservation past `total` bytes in all, or past `per_sender` for one sender, is refused. Smaller bodies
-    (nearly every request) cost one comparison.
+    60 MB bodies took a gateway from 162 to 839 MB. A body reserves what has arrived of it (and, decoded, what it
+    has grown to), in steps of `STEP` bytes once past `LARGE` (`hold`), and gives it back when the request is done;
+    a reservation past `total` bytes in all, or past `per_sender` for one sender, is refused. A declared length is
+    checked up front (`why_not`), so a body that cannot fit is refused before it is read. Reserving a declared
+    length, or the cap for a body without one, up front let clients trickling a byte every few seconds hold the
+    whole budget (round 5). Smaller bodies (nearly every request) cost one comparison.
     """
 
     LARGE = 1 << 20
+    STEP = 1 << 20
 
     def __init__(self, total: int, per_sender: int) -> None:
         self.total = total
@@ -214,17 +217,23 @@ class BodyBudget:
         self.held = 0
         self._by: dict[str, int] = {}
 
-    def take(self, sender: str, size: int) -> str | None:
-        """Reserve `size` bytes for `sender`; None when granted, else why not."""
+    def why_not(self, sender: str, size: int) -> str | None:
+        """Why `size` more bytes for `sender` would not fit now; None when they would (nothing is reserved)."""
         mine = self._by.get(sender, 0)
         if mine + size > self.per_sender:
             return (f"{sender} is already sending {mine} bytes of request bodies (at most {self.per_sender} at once, "
                     "max_body_bytes_in_flight / 2)")
         if self.held + size > self.total:
             return f"the gateway is reading {self.held} bytes of request bodies already (max_body_bytes_in_flight)"
-        self._by[sender] = mine + size
-        self.held += size
         return None
+
+    def take(self, sender: str, size: int) -> str | None:
+        """Reserve `size` bytes for `sender`; None when granted, else why not."""
+        why = self.why_not(sender, size)
+        if why is None:
+            self._by[sender] = self._by.get(sender, 0) + size
+            self.held += size
+        return why
 
     def give(self, sender: str, size: int) -> None:
         self.held -= size
@@ -233,6 +242,40 @@ class BodyBudget:
             self._by[sender] = left
         else:
             self._by.pop(sender, None)
+
+    def hold(self, sender: str, cap: int) -> BodyHold:
+        """The reservation of one body of `sender` of at most `cap` bytes, empty until it grows past `LARGE`."""
+        return BodyHold(self, sender, cap)
+
+
+class BodyHold:
+    """One request body's share of a `BodyBudget`: the bytes of it held so far, reserved in `STEP`s as they grow."""
+
+    __slots__ = ("budget", "cap", "held", "sender")
+
+    def __init__(self, budget: BodyBudget, sender: str, cap: int) -> None:
+        self.budget = budget
+        self.sender = sender
+        self.cap = cap
+        self.held = 0
+
+    def grow(self, size: int) -> str | None:
+        """`size` bytes of the body are held now: reserve up to the next `STEP` (at most the cap, unless `size` is
+        past it); None when granted (or nothing more was needed), else why not (the reservation is kept as it was)."""
+        if size <= self.held or size <= BodyBudget.LARGE:
+            return None
+        step = BodyBudget.STEP
+        want = max(size, min(-(-size // step) * step, self.cap))
+        why = self.budget.take(self.sender, want - self.held)
+        if why is None:
+            self.held = want
+        return why
+
+    def release(self) -> None:
+        """Give back everything this body holds (once; later calls give nothing)."""
+        if self.held:
+            self.budget.give(self.sender, self.held)
+            self.held = 0
 
 
 class StreamSlots:

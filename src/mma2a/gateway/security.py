@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import (
     INVALID_REQUEST,
@@ -41,10 +41,10 @@ from ..errors import (
     RateLimited,
     Unauthorized,
 )
-from ..request_body import check_json_values, header_map, read_body, replaying
+from ..request_body import BODY_GROWN, check_json_values, header_map, read_body, replaying
 from ..responses import error_json, jsonrpc_error_json
 from ..tls import client_cn
-from .access import Authenticator, BodyBudget, Client, RateLimiter, StreamSlots, current_client, digest_secret
+from .access import Authenticator, BodyBudget, BodyHold, Client, RateLimiter, StreamSlots, current_client, digest_secret
 from .authz import AccessClass, ErrorShape, RouteAccess
 
 log = logging.getLogger("mma2a.gateway.security")
@@ -110,7 +110,7 @@ class AccessControl:
         http = scope["type"] == "http"
         headers = self._pick(scope)
         client: Client | None = None
-        reserved = 0
+        sender: str | None = None  # set when the body is metered into the body budget
         streaming: str | None = None
         try:
             raw = scope.get("headers") or ()
@@ -126,23 +126,21 @@ class AccessControl:
                 if size is not None and size > self.max_body_bytes:
                     raise PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes; "
                                           "send large media by reference (POST /blobs)")
-                if (size is None and scope["method"] in _BODY_METHODS) or (
-                        size and headers.get("content-encoding", "identity").strip().lower() != "identity"):
-                    size = self.max_body_bytes  # no length said, or coded: decoded, it may be as long as the cap
-                if size is not None and size > BodyBudget.LARGE:
+                if (size is None and scope["method"] in _BODY_METHODS) or (size is not None and size > BodyBudget.LARGE) \
+                        or (size and headers.get("content-encoding", "identity").strip().lower() != "identity"):
+                    # metered as it arrives (a coded body: as it decodes); no length said, or coded: it may grow
+                    # to the cap, so only what has come counts
                     sender = client.name if client is not None else f"ip:{(scope.get('client') or ('?',))[0]}"
-                    why = self.bodies.take(sender, size)
-                    if why is not None:
-                        busy = BodiesBusy(f"{why}; retry, or send large media by reference (POST /blobs)",
-                                          field="Content-Length")
-                        busy.drain = size == (int(declared) if declared is not None and declared.isdigit() else -1)
-                        raise busy
-                    reserved = size
+                    if size is not None and size > BodyBudget.LARGE:  # a length that cannot fit: refused unread
+                        why = self.bodies.why_not(sender, size)
+                        if why is not None:
+                            busy = BodiesBusy(f"{why}; retry, or send large media by reference (POST /blobs)",
+                                              field="Content-Length")
+                            busy.drain = True
+                            raise busy
             if access.stream:
                 streaming = self.open_stream(client, scope)
         except MMA2AError as exc:
-            if reserved:
-                self.bodies.give(sender, reserved)
             if not http:
                 await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
                 return
@@ -152,13 +150,17 @@ class AccessControl:
         counted = self.drain is not None and http and cls is AccessClass.CLIENT
         if counted:
             self.drain.enter()
+        metered = _Metered(self.bodies.hold(sender, self.max_body_bytes), receive, send) if sender is not None else None
         try:
-            await app(scope, receive, send)
+            if metered is None:
+                await app(scope, receive, send)
+            else:
+                await metered.run(app, scope, self, access.shape)
         finally:
             if counted:
                 self.drain.leave()
-            if reserved:
-                self.bodies.give(sender, reserved)
+            if metered is not None:
+                metered.hold.release()
             if streaming is not None:
                 self.streams.give(streaming)
             current_client.reset(token)
@@ -302,6 +304,64 @@ class AccessControl:
         headers = [(b"content-type", b"application/json"), *_refusal_headers(exc), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": exc.http_status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+class _Metered:
+    """A request body metered into the body budget as it arrives, and as it decodes (`BODY_GROWN` in the scope,
+    for `compression.ContentCoding`): a step the budget refuses ends the request with the budget's 503 (the
+    body's reservation given back at once; the app reads a disconnect and its answer, if any, is dropped)."""
+
+    __slots__ = ("arrived", "hold", "refusal", "started", "_receive", "_send")
+
+    def __init__(self, hold: BodyHold, receive: Receive, send: Send) -> None:
+        self.hold = hold
+        self.arrived = 0
+        self.refusal: BodiesBusy | None = None
+        self.started = False
+        self._receive = receive
+        self._send = send
+
+    async def run(self, app: ASGIApp, scope: Scope, control: AccessControl, shape: ErrorShape) -> None:
+        scope[BODY_GROWN] = self.grown
+        try:
+            await app(scope, self.receive, self.send)
+        except Exception:
+            if self.refusal is None:
+                raise
+            log.debug("request refused mid-body by the body budget; the app's error is dropped", exc_info=True)
+        if self.refusal is not None and not self.started:
+            await control.refuse(self.refusal, shape, self._send)
+
+    async def receive(self) -> Message:
+        if self.refusal is not None:
+            return {"type": "http.disconnect"}
+        msg = await self._receive()
+        if msg["type"] == "http.request":
+            self.arrived += len(msg.get("body", b""))
+            if self.arrived > BodyBudget.LARGE:
+                try:
+                    self.grown(self.arrived)
+                except BodiesBusy:
+                    return {"type": "http.disconnect"}
+        return msg
+
+    def grown(self, size: int) -> None:
+        """`size` bytes of the body are held (arrived, or decoded): reserved, or `BodiesBusy` (and all given back)."""
+        if self.refusal is not None:
+            raise self.refusal
+        why = self.hold.grow(size)
+        if why is not None:
+            self.hold.release()
+            self.refusal = BodiesBusy(f"{why}; retry, or send large media by reference (POST /blobs)",
+                                      field="Content-Length")
+            raise self.refusal
+
+    async def send(self, message: Message) -> None:
+        if self.refusal is not None:
+            return  # refused: the 503 is the answer
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
 
 
 def retry_after(exc: MMA2AError) -> int | None:
