@@ -64,13 +64,22 @@ SENTENCES = [
 ]
 
 
+def said_words(sentence: str) -> list[str]:
+    """The words that carry a sentence's sense (its stopwords left out)."""
+    return [w for w in _words(sentence) if w not in STOPWORDS]
+
+
+def heard_words(sentence: str, transcript: str) -> list[str]:
+    """The sentence's sense-carrying words that the transcript has."""
+    heard = set(_words(transcript))
+    return [w for w in said_words(sentence) if w in heard]
+
+
 @pytest.mark.parametrize("sentence", SENTENCES)
 def test_spoken_sentence_gives_its_words_with_timings(speech: SpeechExtractor, sentence: str) -> None:
     out = speech.extract(spoken(sentence), WAV)
-    said = [w for w in _words(sentence) if w not in STOPWORDS]  # the words that carry the sense
-    heard = set(_words(out["transcript"]))
-    recognised = [w for w in said if w in heard]
-    assert len(recognised) >= 0.8 * len(said), (sentence, out["transcript"])
+    recognised = heard_words(sentence, out["transcript"])
+    assert len(recognised) >= 0.8 * len(said_words(sentence)), (sentence, out["transcript"])
     assert out["language"] == "en"
     starts = [w["start"] for w in out["words"]]
     assert starts == sorted(starts) and all(w["end"] >= w["start"] for w in out["words"])
@@ -234,4 +243,7 @@ def test_features_cli_shows_the_model_fields(tmp_path: pytest.TempPathFactory, s
     assert text["embedding"]["dimension"] == 384
     assert image["text"] == "EXIT 4" and image["textLines"][0]["text"] == "EXIT 4"
     assert {"objects", "detections", "codes", "qr"} <= image.keys()
-    assert "technician" in audio["transcript"].lower() and audio["words"][0]["start"] >= 0
+    # Whisper tiny.en may mishear a word (after some other decodes in the same process it has heard "that ignition"
+    # for "a technician" here): the CLI is asked for what the extractor gives, as test_spoken_sentence judges it
+    assert len(heard_words(SENTENCES[1], audio["transcript"])) >= 0.8 * len(said_words(SENTENCES[1])), audio["transcript"]
+    assert audio["words"][0]["start"] >= 0
