@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 
 import httpx
 import orjson
@@ -212,6 +213,35 @@ async def test_a_coded_body_holds_its_decoded_size_and_a_client_leaving_gives_ba
     assert after_answer == 3 * MB
     assert head.startswith(b"HTTP/1.1 200")
     assert left == 0
+
+
+async def test_a_body_refused_mid_way_on_rest_and_agent_routes_gets_the_503_in_their_shape(
+        caplog: pytest.LogCaptureFixture):
+    """The refusal mid-body on the REST binding (its body checked whole first) and an `/agents/{name}` route: the
+    route's own error shape, and nothing logged (the REST binding, run on the disconnect, logged a traceback)."""
+    caplog.set_level(logging.WARNING)
+    async with secured(CFG) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        port = int(url.rsplit(":", 1)[1])
+        doc = _send("alice-open", 3 * MB + 1000)
+        alice = await _chunked(port, ALICE, doc[:3 * MB])
+        await _until(lambda: gw.access.bodies.held == 3 * MB)
+
+        async def chunks(body: bytes):
+            yield body
+
+        rest = await c.post(url + "/message:send", headers=bearer(TOKEN), content=chunks(orjson.dumps({"message": {
+            "messageId": "rest", "role": "ROLE_USER", "parts": [{"text": "x" * (2 * MB)}]}})))
+        routed = await c.post(url + "/agents/text", content=chunks(_send("routed", 2 * MB)), headers=bearer(TOKEN))
+        logged = [r.getMessage() for r in caplog.records]
+        head = await _finish(*alice, doc[3 * MB:])
+        left = gw.access.bodies.held
+    expected = (f"alice is already sending {3 * MB} bytes of request bodies (at most {4 * MB} at once, "
+                "max_body_bytes_in_flight / 2); retry, or send large media by reference (POST /blobs)")
+    assert rest.status_code == 503 and rest.json()["error"]["status"] == "UNAVAILABLE"
+    assert rest.json()["error"]["message"] == expected
+    assert routed.status_code == 503 and routed.json()["error"]["message"] == expected and routed.json()["id"] is None
+    assert logged == []
+    assert head.startswith(b"HTTP/1.1 200") and left == 0
 
 
 async def test_remembered_answers_stay_in_the_dedupe_byte_budget():

@@ -278,15 +278,17 @@ class AccessControl:
 
     async def _capped(self, receive: Receive, shape: ErrorShape, send: Send, *, check_json: bool = False
                       ) -> Receive | None:
-        """Read a body up to the limit (413 past it; 400 if `check_json` and it is not JSON), then replay it."""
+        """Read a body up to the limit (413 past it; 400 if `check_json` and it is not JSON), then replay it; None
+        when answered here, or when the client left before the end of the body (the a2a-sdk's REST binding, run on
+        a disconnect, logged `Unknown error occurred` with a traceback)."""
         try:
             data = await read_body(receive, self.max_body_bytes)
         except PayloadTooLarge:
             await self.refuse(PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes; "
                                               "send large media by reference (POST /blobs)"), shape, send)
             return None
-        if data is None:  # the client left: the app sees the disconnect
-            return receive
+        if data is None:  # the client left (or the body budget refused the body): nobody to answer, the app is not run
+            return None
         if check_json and data:
             try:
                 check_json_values(data)
