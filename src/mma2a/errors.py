@@ -56,6 +56,7 @@ __all__ = [
     "PayloadExpired",
     "PayloadNotFound",
     "PayloadTooLarge",
+    "RoutingRefusal",
     "InsufficientStorage",
     "StoreQuotaExceeded",
     "ClientQuotaExceeded",
@@ -259,13 +260,29 @@ class RuleError(MMA2AError):
         self.errors = list(errors or [message])
 
 
-class ContentTypeNotSupported(MMA2AError):
+class RoutingRefusal(MMA2AError):
+    """A refusal of routing whose message may end with a `hint` naming the gateway's agents (which exist, which are
+    unhealthy); a caller limited to some agents gets it `without_hint`."""
+
+    def __init__(self, message: str, *, field: str | None = None, data: dict[str, Any] | None = None,
+                 hint: str = "") -> None:
+        super().__init__(message + hint, field=field, data=data)
+        self.hint = hint
+
+    def without_hint(self) -> RoutingRefusal:
+        """The same refusal, its message without the hint (itself when it has none)."""
+        if not self.hint:
+            return self
+        return type(self)(self.message[: -len(self.hint)], field=self.field, data=self.data)
+
+
+class ContentTypeNotSupported(RoutingRefusal):
     """No agent accepts a part natively and no transform chain reaches one that does."""
 
     code, http_status = CONTENT_TYPE_NOT_SUPPORTED, 415
 
 
-class AgentNotFound(MMA2AError):
+class AgentNotFound(RoutingRefusal):
     code, http_status = INVALID_PARAMS, 404
 
 

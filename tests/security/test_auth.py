@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from mma2a.errors import error_info
+from mma2a.ext import EXTENSION_URI
 from tests.gateway.conftest import ADMIN
 from tests.security.conftest import API_KEY, CAROL, SECRETS, TOKEN, bearer, post, secured, send_body
 
@@ -132,6 +133,21 @@ async def test_a_client_limited_to_some_agents_gets_403_elsewhere() -> None:
     assert own.status_code == 200 and "result" in own.json()
     assert other.status_code == 403 and other.json()["error"]["message"] == "client carol may not call agent text"
     assert other_rest.status_code == 403 and other_rest.json()["error"]["status"] == "PERMISSION_DENIED"
+
+
+async def test_a_client_limited_to_some_agents_is_not_told_the_other_agents_names() -> None:
+    """A routing refusal's hint names the gateway's agents (every name for an unknown receiver; the unavailable ones
+    that would accept a part, tests/routing/test_capability.py): alice, who may use any agent, gets it; carol, limited to `vision`, gets the refusal
+    without it."""
+    unknown = send_body("m-r")
+    unknown["params"]["message"]["extensions"] = [EXTENSION_URI]
+    unknown["params"]["message"]["metadata"] = {EXTENSION_URI: {"protocol": "a2a-multimodal/1.0", "intent": "explicit",
+                                                                "receivers": ["visoin"]}}
+    async with secured() as (gw, url, _):
+        alice = (await post(url, "/", unknown, bearer(TOKEN))).json()["error"]
+        carol = (await post(url, "/", unknown, bearer(CAROL))).json()["error"]
+    assert alice["message"] == "receivers: unknown agent 'visoin' (agents: text, vision; did you mean 'vision'?)"
+    assert carol["code"] == alice["code"] == -32602 and carol["message"] == "receivers: unknown agent 'visoin'"
 
 
 async def test_secrets_never_reach_logs_metrics_or_answers(caplog: pytest.LogCaptureFixture) -> None:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ContentTypeNotSupported, Forbidden, InvalidParams, InvalidRequest, TaskNotFound
+from ..errors import ContentTypeNotSupported, Forbidden, InvalidParams, InvalidRequest, RoutingRefusal, TaskNotFound
 from ..ext import EXTENSION_URI, MAX_HOPS
 from ..modality import ModalityRegistry
 from ..routing import Load, RouteDecision, SessionPins, Snapshot, decide_pinned, decision_key
@@ -131,14 +131,17 @@ class Admission:
         if view.session is not None and caller is not None:  # a session's pin is its client's: another client
             # naming the same session id neither takes the pinned route nor releases it
             view = dataclasses.replace(view, session=dataclasses.replace(view.session, id=f"{caller}\x1f{view.session.id}"))
+        client = current_client.get()
         try:
             decision = await self._route_shared(view) if view.session else self.route(view)
-        except ContentTypeNotSupported:
-            self.metrics.requests.labels("unroutable").inc()
+        except RoutingRefusal as exc:
+            if isinstance(exc, ContentTypeNotSupported):
+                self.metrics.requests.labels("unroutable").inc()
+            if client is not None and client.agents is not None:  # the hint names agents this client may not use
+                raise exc.without_hint() from None
             raise
         if self.guard is not None:
             self.guard.check_targets(decision)
-        client = current_client.get()
         if client is not None and client.agents is not None:  # `auth.clients[].agents` holds at the root too
             check_client_agents(client, decision)
         for pr in decision.parts:

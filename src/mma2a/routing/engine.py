@@ -161,7 +161,7 @@ def _route_part(
     if view.receivers:
         for name in view.receivers:
             if name not in snapshot.agents:
-                raise AgentNotFound(f"receivers: unknown agent '{name}'{_known(snapshot, name)}", field="receivers")
+                raise AgentNotFound(f"receivers: unknown agent '{name}'", field="receivers", hint=_known(snapshot, name))
             out.add(_deliver(snapshot, ctx, ctx.modality, name, "receiver"))
         out.actions.append("receivers:" + ",".join(view.receivers))
         result = MatchResult((), (), len(snapshot.rules.rules))
@@ -225,9 +225,9 @@ def _unavailable(snapshot: Snapshot, modality: Modality, group: str | None) -> s
     return f"; {', '.join(out)} would accept it but cannot take work now" if out else ""
 
 
-def _unsupported(ctx: _Part, modality: Modality, what: str) -> ContentTypeNotSupported:
+def _unsupported(ctx: _Part, modality: Modality, what: str, hint: str = "") -> ContentTypeNotSupported:
     shown = f"{ctx.original}" if modality == ctx.original else f"{ctx.original}, routed as {modality}"
-    return ContentTypeNotSupported(f"part {ctx.part} ({shown}): {what}")
+    return ContentTypeNotSupported(f"part {ctx.part} ({shown}): {what}", hint=hint)
 
 
 def _run(
@@ -348,8 +348,8 @@ def _capability(
         )
         if planned is None:
             where = f"in group '{group}' " if group is not None else ""
-            raise _unsupported(ctx, modality, f"no agent {where}accepts it and no transform chain reaches one that does"
-                               + _unavailable(snapshot, modality, group))
+            raise _unsupported(ctx, modality, f"no agent {where}accepts it and no transform chain reaches one that does",
+                               hint=_unavailable(snapshot, modality, group))
         via, final = planned
         tier = _best_tier(snapshot, final, group, outputs)
     if len(tier) == 1:
