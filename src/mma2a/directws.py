@@ -53,7 +53,7 @@ from typing import Any
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
-from .deadlines import reset
+from .deadlines import reset, unsent
 
 try:
     from websockets.speedups import apply_mask
@@ -160,7 +160,7 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
         self._stall = None
         if not self.can_write and not self.disconnected:
             log.info("resetting WebSocket from %s: %d bytes written to it still waiting after %g s", self.client,
-                     self.transport.get_write_buffer_size(), limit)
+                     unsent(self.transport), limit)
             reset(self.transport)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -21,10 +21,10 @@ from a2a.server.request_handlers.grpc_handler import GrpcHandler
 from a2a.types import a2a_pb2_grpc
 from a2a.utils import errors as sdk_errors
 
+from ..errors import A2A_ERRORS
 from ..tls import ListenerTLS, ServerTLS
 from .authz import RouteAccess
 from .config import GatewayConfig
-from ..errors import A2A_ERRORS
 from .grpc_admission import Admission, method_access, rich_status
 from .security import AccessControl
 
