@@ -27,6 +27,7 @@ activated_extensions: contextvars.ContextVar[list[str] | None] = contextvars.Con
 
 _READ: dict[str, tuple[str, ...]] = {}  # header value -> its URIs: clients send the same few values
 _READ_MAX = 256
+_READ_LONGEST = 1024  # a longer value is parsed each time, not kept: the map holds at most 256 KiB of values
 
 
 def read_extensions(values: Iterable[str]) -> tuple[str, ...]:
@@ -35,9 +36,10 @@ def read_extensions(values: Iterable[str]) -> tuple[str, ...]:
     known = _READ.get(joined)
     if known is None:
         known = tuple(parse_extensions_header(joined))
-        if len(_READ) >= _READ_MAX:
-            _READ.clear()
-        _READ[joined] = known
+        if len(joined) <= _READ_LONGEST:  # a value of up to a request head's 64 KiB is not worth keeping
+            if len(_READ) >= _READ_MAX:
+                _READ.clear()
+            _READ[joined] = known
     return known
 
 
