@@ -1,8 +1,10 @@
 """Durable delivery: a message accepted by one gateway reaches its agent even if that gateway dies.
 
 Ingress: for a route to a durable agent the gateway publishes the adapted message to the
-delivery stream (`Nats-Msg-Id` = agent + `messageId`, so JetStream drops a duplicate
-publish within its window) and answers once the dispatcher replies — or, past the
+delivery stream (`Nats-Msg-Id` = agent + a digest of (client, `messageId`): the key the
+gateway's own dedupe, task ownership and pins use, so JetStream drops a duplicate publish
+of the same client within its window and another client's reuse of the id is a new
+message) and answers once the dispatcher replies — or, past the
 timeout, with the accepted task still `SUBMITTED`. A publish JetStream did not
 acknowledge is not accepted, and the client is told so (retrying with the same
 `messageId` is always safe).
@@ -43,8 +45,11 @@ log = logging.getLogger("mma2a.cluster.delivery")
 CONSUMER = "dispatch"
 
 
-def delivery_id(agent: str, message_id: str) -> str:
-    return f"{agent}:{message_id}"
+def delivery_id(client: str | None, agent: str, message_id: str) -> str:
+    """The delivery's id: the agent, then a digest of (client, messageId) — the client is part of the key (one
+    client's id never finds another's outcome), and the client's messageId never reaches a NATS header as it came."""
+    digest = hashlib.sha256(orjson.dumps([client, message_id])).hexdigest()[:40]
+    return f"{agent}:{digest}"
 
 
 def record_key(msg_id: str) -> str:
@@ -116,12 +121,13 @@ class DurableDelivery:
                 await sub.unsubscribe()
 
     # --- ingress ------------------------------------------------------------------------
-    async def deliver(self, agent: str, params: dict[str, Any]) -> LegResult:
-        """Publish one leg durably; its result once delivered, a SUBMITTED task if that takes too long."""
+    async def deliver(self, agent: str, params: dict[str, Any], client: str | None) -> LegResult:
+        """Publish one leg of `client` durably; its result once delivered, a SUBMITTED task if that takes too long."""
         message = params.get("message") or {}
         message_id = str(message.get("messageId") or uuid.uuid4())
-        mid = delivery_id(agent, message_id)
-        body = orjson.dumps({"agent": agent, "params": params, "gateway": self.cluster.id, "at": time.time()})
+        mid = delivery_id(client, agent, message_id)
+        body = orjson.dumps({"agent": agent, "params": params, "client": client, "gateway": self.cluster.id,
+                             "at": time.time()})
         headers = {"Nats-Msg-Id": mid, "Mma2a-Reply": self.cluster.names.reply_subject(self.cluster.id)}
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(mid, []).append(fut)
@@ -135,7 +141,8 @@ class DurableDelivery:
                                               f"(NATS: {exc or type(exc).__name__}); retry with the same messageId")
             self.counts["duplicatePublish" if ack.duplicate else "published"] += 1
             try:
-                outcome = await self._await_record(mid, fut, self.ack_wait, first_wait=0.0 if ack.duplicate else 1.0)
+                outcome = await self._await_record(mid, client, fut, self.ack_wait,
+                                                   first_wait=0.0 if ack.duplicate else 1.0)
             except (asyncio.TimeoutError, TimeoutError):
                 return LegResult(agent, result={"task": _submitted(message, agent, mid, ack)})
         finally:
@@ -149,10 +156,11 @@ class DurableDelivery:
             return LegResult(agent, error=outcome["error"])
         return LegResult(agent, result=outcome["result"])
 
-    async def _await_record(self, mid: str, fut: asyncio.Future[dict[str, Any]], timeout: float, *,
-                            first_wait: float) -> dict[str, Any]:
+    async def _await_record(self, mid: str, client: str | None, fut: asyncio.Future[dict[str, Any]], timeout: float,
+                            *, first_wait: float) -> dict[str, Any]:
         """The delivery's outcome: from the dispatcher's reply, else (a duplicate publish, a reply lost in a
-        NATS restart) from the delivered record, polled with a growing interval."""
+        NATS restart) from the delivered record, polled with a growing interval. A record is answered only to
+        the client that made it (its key holds the client already; the check keeps a record of another shape out)."""
         deadline = time.monotonic() + timeout
         key = record_key(mid)
         wait = first_wait
@@ -164,7 +172,8 @@ class DurableDelivery:
                 return fut.result()
             with contextlib.suppress(Exception):  # not there yet, or NATS briefly away
                 rec = orjson.loads((await self.delivered_kv.get(key)).value)
-                if rec.get("state") == "done" and isinstance(outcome := rec.get("outcome"), dict):
+                if rec.get("state") == "done" and rec.get("client") == client and \
+                        isinstance(outcome := rec.get("outcome"), dict):
                     return outcome
             if time.monotonic() >= deadline:
                 raise TimeoutError
@@ -241,7 +250,8 @@ class DurableDelivery:
         reply = headers.get("Mma2a-Reply")
         key = record_key(mid)
         kv, me = self.delivered_kv, self.cluster.id
-        claim = orjson.dumps({"state": "sending", "owner": me, "at": time.time(), "id": mid})
+        client = orjson.loads(msg.data).get("client")
+        claim = orjson.dumps({"state": "sending", "owner": me, "at": time.time(), "id": mid, "client": client})
         try:
             current = await kv.get(key)
         except KeyNotFoundError:
@@ -299,7 +309,8 @@ class DurableDelivery:
                 return
             self.counts["failed"] += 1
             outcome = {"error": f"durable delivery to {agent} failed after {deliveries} attempts: {exc.message}"}
-        done = orjson.dumps({"state": "done", "owner": me, "at": time.time(), "id": mid, "outcome": outcome})
+        done = orjson.dumps({"state": "done", "owner": me, "at": time.time(), "id": mid, "client": body.get("client"),
+                             "outcome": outcome})
         deadline = time.monotonic() + self.ack_wait * 4
         while True:  # the agent has it: the record must be written, even across a NATS restart
             try:

@@ -340,8 +340,8 @@ class ClusterState:
     def durable_for(self, agent: str) -> bool:
         return self.config.durable_for(agent)
 
-    async def deliver(self, agent: str, params: dict[str, Any]) -> LegResult:
-        return await self.delivery.deliver(agent, params)
+    async def deliver(self, agent: str, params: dict[str, Any], client: str | None) -> LegResult:
+        return await self.delivery.deliver(agent, params, client)
 
     # --- membership -------------------------------------------------------------------
     async def lag(self) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import AgentRPCError, DispatchError, MMA2AError
 from ..routing import RouteDecision
+from .access import current_sender
 from .admission import Admission
 from .aggregate import LegResult
 from .calls import AgentCaller
@@ -67,7 +68,7 @@ class Dispatcher:
         if configuration:
             params["configuration"] = dict(configuration)
         if self.cluster.durable_for(leg.agent):
-            return await self.cluster.deliver(leg.agent, params)
+            return await self.cluster.deliver(leg.agent, params, current_sender())
         try:
             if tracing_active():  # else no span to enter and leave
                 with span("mma2a.dispatch", kind="client", agent=leg.agent, parts=len(leg.parts)):

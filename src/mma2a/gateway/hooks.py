@@ -68,7 +68,8 @@ class RouteHooks(Protocol):
     def durable_for(self, agent: str) -> bool:
         """Whether legs to this agent go through durable delivery (`deliver`)."""
 
-    async def deliver(self, agent: str, params: dict[str, Any]) -> LegResult: ...
+    async def deliver(self, agent: str, params: dict[str, Any], client: str | None) -> LegResult:
+        """A leg of `client` through durable delivery (deduplicated per (client, agent, messageId))."""
 
 
 class ClusterHooks(RouteHooks, Protocol):
@@ -121,7 +122,7 @@ class Standalone:
     def durable_for(self, agent: str) -> bool:
         return False
 
-    async def deliver(self, agent: str, params: dict[str, Any]) -> LegResult:
+    async def deliver(self, agent: str, params: dict[str, Any], client: str | None) -> LegResult:
         raise AssertionError("a standalone gateway has no durable delivery (durable_for is always False)")
 
     async def publish_rules(self, source: Any) -> None:
