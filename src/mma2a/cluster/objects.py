@@ -128,9 +128,9 @@ class ObjectBlobStore(BlobStore):
     async def _commit(self, nuid: str, key: str, size: int, chunks: int, media_type: str) -> BlobInfo:
         """Publish the object's info (its name is its digest); if it is already stored, drop the new chunks."""
         try:
-            await self.stat(key)
+            first = await self.stat(key)
             await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
-            return BlobInfo(key, size, media_type)
+            return BlobInfo(key, size, first.media_type)  # the first media type stays (never rewritten by another)
         except PayloadNotFound:
             pass
         info = {

@@ -36,6 +36,22 @@ def default_base_url(conn: HTTPConnection) -> str:
     return str(conn.base_url).rstrip("/")
 
 
+# Media types a browser shows inline without running or rendering anything of the sender's: every other type (HTML,
+# XHTML, SVG, XML, JavaScript, PDF, unknown ones) is served as a download.
+INERT_INLINE = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp", "text/plain"})
+
+
+def data_headers(media_type: str) -> dict[str, str]:
+    """Headers that make a served payload data, never a document of the gateway's origin (whose page holds the
+    console's admin token): no sniffing, a sandbox with no scripts or same-origin, and a download for every type a
+    browser would render or run (audio and video and a few inert images and plain text stay inline)."""
+    headers = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"}
+    bare = media_type.split(";", 1)[0].strip().lower()
+    if bare not in INERT_INLINE and not bare.startswith(("audio/", "video/")):
+        headers["Content-Disposition"] = "attachment"
+    return headers
+
+
 def media_type_of(value: str | None, field: str = "Content-Type") -> str:
     if not value:
         return DEFAULT_MEDIA_TYPE

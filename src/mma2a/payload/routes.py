@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import MMA2AError, PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable
 from ..responses import json_response, read_json_object
-from .endpoint import BaseURLFn, default_base_url, handles_errors, media_type_of
+from .endpoint import BaseURLFn, data_headers, default_base_url, handles_errors, media_type_of
 from .signing import URLSigner
 from .store import BlobInfo, BlobStore, check_key, check_sha256
 from .stream_routes import StreamEndpoints
@@ -238,6 +238,7 @@ class BlobEndpoints:
             "ETag": f'"{info.key}"',
             "Cache-Control": "private, max-age=0",
             "X-Content-SHA256": info.key,
+            **data_headers(info.media_type),
         }
         start, end, status = 0, info.size, 200
         if rng is not None:

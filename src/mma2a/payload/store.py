@@ -289,7 +289,8 @@ class LocalBlobStore(BlobStore):
             key = sink.hasher.hexdigest()
             if expected is not None and key != expected:
                 raise digest_mismatch("the body", key, expected)
-            if await self._commit(tmp, key, sink.size, media_type, owner):
+            fresh, media_type = await self._commit(tmp, key, sink.size, media_type, owner)
+            if fresh:
                 charged = 0  # a new blob: its bytes stay counted for `owner`
             return BlobInfo(key, sink.size, media_type)
         finally:
@@ -297,24 +298,29 @@ class LocalBlobStore(BlobStore):
             tmp.unlink(missing_ok=True)
             self.quota.release(owner, charged)
 
-    async def _commit(self, tmp: Path, key: str, size: int, media_type: str, owner: str | None) -> bool:
-        """Rename a fully written temp file into place (atomic) and write its sidecar; False when the same content
-        was already stored (the new file is dropped, the blob stays counted for the owner who stored it first)."""
+    async def _commit(self, tmp: Path, key: str, size: int, media_type: str, owner: str | None) -> tuple[bool, str]:
+        """Rename a fully written temp file into place (atomic) and write its sidecar: (whether the blob is new, its
+        media type). The same content already stored keeps its first owner and its first media type (a re-upload
+        as `text/html` never changes what another client's URL serves); the new file is dropped."""
 
-        def commit() -> bool:
+        def commit() -> tuple[bool, str]:
             dest = self._path(key)
             dest.parent.mkdir(exist_ok=True)
             fresh = not dest.exists()
-            first = owner if fresh else _owner_of(self._meta_path(key))
-            meta_tmp = tmp.with_suffix(".meta")
-            meta_tmp.write_text(json.dumps({"size": size, "mediaType": media_type, "owner": first}))
-            os.replace(meta_tmp, self._meta_path(key))
             if fresh:
+                meta_tmp = tmp.with_suffix(".meta")
+                meta_tmp.write_text(json.dumps({"size": size, "mediaType": media_type, "owner": owner}))
+                os.replace(meta_tmp, self._meta_path(key))
                 os.replace(tmp, dest)
-            else:  # same content already stored: keep the old file (its age starts again), drop the new one
-                tmp.unlink(missing_ok=True)
-                os.utime(dest)
-            return fresh
+                return True, media_type
+            # same content already stored: keep the old file and its sidecar (its age starts again), drop the new one
+            tmp.unlink(missing_ok=True)
+            os.utime(dest)
+            try:
+                first = json.loads(self._meta_path(key).read_text()).get("mediaType", DEFAULT_MEDIA_TYPE)
+            except (OSError, ValueError):
+                first = DEFAULT_MEDIA_TYPE
+            return False, str(first)
 
         return await asyncio.to_thread(commit)
 
@@ -461,7 +467,8 @@ class LocalBlobStore(BlobStore):
             except (OSError, ValueError):
                 media_type = DEFAULT_MEDIA_TYPE
             owner = self._upload_owners.get(upload_id)
-            if not await self._commit(path, key, size, media_type, owner):
+            fresh, media_type = await self._commit(path, key, size, media_type, owner)
+            if not fresh:
                 self.quota.release(owner, size)  # the content was stored already: the upload's bytes are gone
             meta_path.unlink(missing_ok=True)
             path.unlink(missing_ok=True)

@@ -29,7 +29,7 @@ from ..errors import MMA2AError, PayloadError
 from ..ext import StreamRef
 from ..responses import json_response, read_json_object
 from .diffing import DiffPolicy
-from .endpoint import BaseURLFn, default_base_url, handles_errors, media_type_of
+from .endpoint import BaseURLFn, data_headers, default_base_url, handles_errors, media_type_of
 from .signing import URLSigner
 from .streams import Frame, StreamHub, check_stream_id
 
@@ -144,7 +144,8 @@ class StreamEndpoints:
         frames = self.hub.subscribe_patches(sid, offset) if _patches(request) and not raw else self.hub.subscribe(sid, offset)
         first = await anext(frames)  # errors (unknown stream, evicted offset) become a JSON error response
         info = self.hub.info(sid)
-        headers = {"Cache-Control": "no-store", "X-Stream-Offset": str(offset), "X-Stream-Session": info.session_id}
+        headers = {"Cache-Control": "no-store", "X-Stream-Offset": str(offset), "X-Stream-Session": info.session_id,
+                   **data_headers(info.media_type if raw else FRAMES_MEDIA_TYPE)}
 
         async def body() -> AsyncIterator[bytes]:
             if not raw:
