@@ -4,10 +4,13 @@ Both arms carry the same file from a sender, through a Starlette/uvicorn server 
 `mma2a.payload.payload_routes` (run as a subprocess so its memory is its own), to a receiver:
 
 - reference: the sender streams the file to `POST /blobs`, then sends a small A2A message
-  whose part is the signed `url`; the server parses and routes the message (and returns
-  it, standing in for forwarding it); the receiver streams the bytes from the URL.
+  whose part is the signed `url`; the server parses the message (and returns it, standing
+  in for forwarding it); the receiver streams the bytes from the URL.
 - inline: the sender posts the A2A message with the file as a base64 `raw` part; the
-  server parses and routes it and returns it (the forward to the receiver).
+  server parses it and returns it (standing in for the forward to the receiver).
+
+The server is a stand-in, not `mma2a serve`: no routing decision, no forward, none of the
+gateway's middleware; it measures the payload path of the two forms.
 
 Reported per arm: bytes on the wire relative to the file (sender->server leg and
 server->receiver leg; HTTP bodies plus request/status lines and headers), the server's
@@ -60,7 +63,7 @@ def serve(port: int, root: str) -> None:
     from mma2a.view import view_message
 
     async def message(request: Request) -> Response:
-        """Parse and route a message as a gateway would, then send it on (here: back)."""
+        """Parse the message as the gateway does (orjson + view_message) and answer it back: no routing, no forward."""
         doc = orjson.loads(await request.body())
         view = view_message(doc["message"])
         out = orjson.dumps(doc)

@@ -209,7 +209,7 @@ def test_square_and_oblong_lamps_are_lights_at_any_angle():
 def test_marks_on_a_product_are_found_in_front_of_a_busy_background():
     from mma2a.eval.media import VARIATIONS
 
-    tilt = next(v for v in VARIATIONS["heldout"] if v.name == "tilt")  # a photo behind, the product turned 8 degrees
+    tilt = next(v for v in VARIATIONS["development-2"] if v.name == "tilt")  # a photo behind, the product turned 8 degrees
     spots = [(150, 120), (300, 200), (470, 150), (220, 330), (430, 360)]
     photo = product_photo(random.Random(2), (230, 210, 50), [Mark("dent", x, y) for x, y in spots], fmt="jpeg",
                           variation=tilt)

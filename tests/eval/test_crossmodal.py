@@ -20,9 +20,9 @@ async def test_both_sets_twice_same_outcomes_and_the_issue_shape():
     first = await run_crossmodal(6, seed=7)
     second = await run_crossmodal(6, seed=7)
     assert outcomes(first) == outcomes(second)
-    assert set(first["sets"]) == {"development", "heldout"}
+    assert set(first["sets"]) == {"development", "development-2"}
     dev_ids = {r["task"] for r in first["sets"]["development"]["results"]}
-    held_ids = {r["task"] for r in first["sets"]["heldout"]["results"]}
+    held_ids = {r["task"] for r in first["sets"]["development-2"]["results"]}
     assert len(dev_ids) == len(held_ids) == 6 and not dev_ids & held_ids
     for name, s in first["sets"].items():
         assert {"arms", "delta_pp", "ci95", "mcnemar_p", "keyword_delta_pp", "kinds", "conditions"} <= set(s)
@@ -58,27 +58,27 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.timeout(900)
 def test_cli_json_and_markdown_report(tmp_path):
     report = tmp_path / "report.md"
-    out = _cli("--tasks", "4", "--seed", "2", "--set", "heldout", "--json", "--report", str(report))
+    out = _cli("--tasks", "4", "--seed", "2", "--set", "development-2", "--json", "--report", str(report))
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
-    assert list(summary["sets"]) == ["heldout"] and summary["tasks"] == 4
-    s = summary["sets"]["heldout"]
+    assert list(summary["sets"]) == ["development-2"] and summary["tasks"] == 4
+    s = summary["sets"]["development-2"]
     assert set(s["arms"]) == set(ARMS) and "results" not in s
     text = report.read_text()
-    assert text.startswith("# CrossModal evaluation: 4 tasks per set, seed 2") and "## Set: heldout" in text
+    assert text.startswith("# CrossModal evaluation: 4 tasks per set, seed 2") and "## Set: development-2" in text
     assert "### Per question kind" in text and "### Per variation condition" in text and "### Per task" in text
     assert "media withheld (the report's text alone): capable reasoner" in text
     # a .json report holds every result (one task is enough: test_both_sets_twice_... checks that a seed repeats)
     full = tmp_path / "report.json"
-    assert _cli("--tasks", "1", "--seed", "2", "--set", "heldout", "--report", str(full)).returncode == 0
+    assert _cli("--tasks", "1", "--seed", "2", "--set", "development-2", "--report", str(full)).returncode == 0
     data = json.loads(full.read_text())
-    assert data["tasks"] == 1 and len(data["sets"]["heldout"]["results"]) == len(ARMS) + len(CONTROLS)
-    assert {r["arm"] for r in data["sets"]["heldout"]["results"]} == set(ARMS) | set(CONTROLS)
+    assert data["tasks"] == 1 and len(data["sets"]["development-2"]["results"]) == len(ARMS) + len(CONTROLS)
+    assert {r["arm"] for r in data["sets"]["development-2"]["results"]} == set(ARMS) | set(CONTROLS)
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--tasks", "0"], "error: --tasks: must be at least 1, got 0"),
-    (["--set", "test"], "error: --set: must be one of development, heldout, got 'test'"),
+    (["--set", "test"], "error: --set: must be one of development, development-2, got 'test'"),
     (["--llm-model", "m"], "error: --reasoner-url and --model go together"),
     (["--reasoner-url", "http://127.0.0.1:9/v1"], "error: --reasoner-url and --model go together"),
     (["--llm-vision"], "error: --llm-key-env and --llm-vision need --reasoner-url and --model"),

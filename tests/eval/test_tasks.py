@@ -72,19 +72,19 @@ def test_task_count_must_be_positive():
         generate_tasks(0)
 
 
-def test_heldout_set_uses_other_conditions_voices_and_seeds():
+def test_second_development_set_uses_other_conditions_voices_and_seeds():
     from mma2a.eval.media import VARIATIONS, VOICES
 
-    assert not {v.name for v in VARIATIONS["development"]} & {v.name for v in VARIATIONS["heldout"]}
-    assert not {v.voice for v in VOICES["development"]} & {v.voice for v in VOICES["heldout"]}
+    assert not {v.name for v in VARIATIONS["development"]} & {v.name for v in VARIATIONS["development-2"]}
+    assert not {v.voice for v in VOICES["development"]} & {v.voice for v in VOICES["development-2"]}
     assert not {b for v in VARIATIONS["development"] for b in v.backgrounds} & \
-        {b for v in VARIATIONS["heldout"] for b in v.backgrounds}
+        {b for v in VARIATIONS["development-2"] for b in v.backgrounds}
     assert {v.renderer for v in VARIATIONS["development"]} == {"jagged"}
-    assert {v.renderer for v in VARIATIONS["heldout"]} == {"branched"}
-    held = generate_tasks(8, seed=3, variation_set="heldout")
+    assert {v.renderer for v in VARIATIONS["development-2"]} == {"branched"}
+    held = generate_tasks(8, seed=3, variation_set="development-2")
     dev = generate_tasks(8, seed=3)
-    assert [t.kind for t in held] == [t.kind for t in dev] and all(t.id.startswith("h") for t in held)
-    assert all(t.variation_set == "heldout" and t.conditions for t in held)
+    assert [t.kind for t in held] == [t.kind for t in dev] and all(t.id.startswith("u") for t in held)
+    assert all(t.variation_set == "development-2" and t.conditions for t in held)
     assert {t.image.data for t in held if t.image}.isdisjoint({t.image.data for t in dev if t.image})
     with pytest.raises(InvalidParams, match=r"^set: unknown variation set 'test'"):
         generate_tasks(2, variation_set="test")

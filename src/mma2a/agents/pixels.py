@@ -28,7 +28,7 @@ JPEG); the false regions its pixel checks found in its own photos (a panel's cor
 TEXTURE_CONTRAST = 2.0
 """In a busy picture — more than `MAX_DEFECTS` dark regions, or more than `MAX_DEFECT_AREA` of the frame, before any is
 judged — a defect must stand this many times `MIN_CONTRAST` out of its surface. The evaluation's marks on a product
-photographed in front of another photo stand 58-107 (its held-out set: once all set aside with that photo's texture);
+photographed in front of another photo stand 58-107 (its second development set, then called held-out: once all set aside with that photo's texture);
 the dark spots such a rule would otherwise keep in scikit-image's `camera`, `moon` and `text` 20-25."""
 
 CLIPPED = (5, 250)

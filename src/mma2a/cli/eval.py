@@ -27,7 +27,7 @@ def crossmodal(
     seed: Annotated[int, typer.Option("--seed", help="Task set seed (same seed, same tasks and outcomes)")] = 7,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON")] = False,
     report: Annotated[Path | None, typer.Option("--report", help="Write the full report: .json, else Markdown")] = None,
-    variation_set: Annotated[str | None, typer.Option("--set", help="Run one variation set: development or heldout (default: both)")] = None,
+    variation_set: Annotated[str | None, typer.Option("--set", help="Run one variation set: development, development-2 or heldout (default: development and heldout)")] = None,
     llm_base_url: Annotated[str | None, typer.Option("--reasoner-url", "--llm-base-url", help="OpenAI-compatible endpoint for the capable reasoner, e.g. http://localhost:8000/v1")] = None,
     llm_model: Annotated[str | None, typer.Option("--model", "--llm-model", help="Model name for --reasoner-url")] = None,
     llm_key_env: Annotated[str | None, typer.Option("--llm-key-env", help="Env var holding the endpoint's API key")] = None,

@@ -144,10 +144,11 @@ def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synth
 
 def _make_task(index: int, kind: str, category: str, seed: int, synthesize: Synthesize,
                variation_set: str, photo_variation: Variation, speaker: Voice) -> CrossModalTask:
-    prefix = "crossmodal" if variation_set == "development" else f"crossmodal:{variation_set}"
+    # development-2 keeps the seeds it had as "heldout" (the same media as before the rename)
+    prefix = "crossmodal" if variation_set == "development" else "crossmodal:heldout"
     rng = random.Random(f"{prefix}:{seed}:{index}")
     name, product = rng.choice(NAMES), rng.choice(PRODUCTS)
-    tid = f"{'t' if variation_set == 'development' else 'h'}{index:03d}-{kind}"
+    tid = f"{'t' if variation_set == 'development' else 'u'}{index:03d}-{kind}"
     size = (640, 480)
 
     def voice(sentence: str) -> MediaFile:

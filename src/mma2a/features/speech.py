@@ -45,8 +45,8 @@ MIN_LOGPROB = -1.2
 """A segment Whisper decoded with a mean token log-probability under this is left out of the transcript, its span
 listed under `unclear`: speech heard but not understood. Measured on eSpeak NG's voices: French and Italian
 sentences heard as English words scored -1.7, German -1.2 to -1.4; English read right or nearly so -0.95 to -0.36,
-and in the evaluation's held-out voice notes a right transcript scored -1.02 ("the top door is dead") beside wrong
-ones at -1.06 and -1.14 — so the line is below those (Whisper's own `log_prob_threshold`, -1.0, would drop that
+and in the voice notes of the evaluation's second development set (`development-2`, then called held-out) a right
+transcript scored -1.02 ("the top door is dead") beside wrong ones at -1.06 and -1.14 — so the line is below those (Whisper's own `log_prob_threshold`, -1.0, would drop that
 right one) and wrong English near -1.1 still passes (docs/features.md, "Speech that is not understood")."""
 
 
