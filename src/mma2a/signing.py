@@ -1,13 +1,18 @@
 """Signed extension fields: Ed25519 over the canonical form of each part's extension metadata and payload digest.
 
-A producer signs what the router reads (every part's `metadata[EXTENSION_URI]`, and a
-SHA-256 digest of the part's content so features cannot be moved onto other bytes); the
-gateway verifies before routing. The signed object is serialised with RFC 8785 (JSON
+A producer signs what the router reads: every part's `metadata[EXTENSION_URI]`, its kind
+(text, raw, url, data), `mediaType` and `filename`, a SHA-256 digest of its content (so
+features cannot be moved onto other bytes), and the message's routing fields (`intent`,
+`receivers`, `priority`, `session`); the gateway verifies before routing. The signed object is serialised with RFC 8785 (JSON
 Canonicalization Scheme) so any JSON library, and the protobuf round trip the SDK does
 (every number a double), gives the same bytes. The signature travels detached in
 `message.metadata[EXTENSION_URI].signature`:
 
-    {"alg": "Ed25519", "signer": "camera-1", "nonce": "<random>", "ts": 1767225600, "sig": "<base64url>"}
+    {"v": 2, "alg": "Ed25519", "signer": "camera-1", "nonce": "<random>", "ts": 1767225600, "sig": "<base64url>"}
+
+A gateway that passes a signed message on consumes its routing intent (the next hop routes
+automatically) and keeps what the producer signed in `routed` ({intent, receivers}); the
+next hop verifies against that. `hops` and `via` change at every gateway and are not signed.
 
 `ts` and `nonce` bound replays: a signature older or newer than the window is refused,
 and a nonce seen inside the window is refused (`ReplayGuard`). Pure: no clock reads, no I/O.
@@ -29,11 +34,16 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .errors import RateLimited, SignatureError
-from .ext import EXTENSION_URI
+from .ext import EXTENSION_URI, part_kind
 
 ALG = "Ed25519"
-SIGNED_VERSION = 1
+SIGNED_VERSION = 2
 _FIELD = f"message.metadata[{EXTENSION_URI}].signature"
+_EXT_FIELD = f"message.metadata[{EXTENSION_URI}]"
+ROUTED = "routed"
+"""The message-level key where a gateway that passed a signed message on keeps the routing intent it consumed."""
+V1_LEFT_OUT = "parts' kind, mediaType and filename, and the message's intent, receivers, priority and session"
+"""What a version 1 signature did not cover (named when one is refused)."""
 
 
 # --- RFC 8785 canonical JSON ------------------------------------------------------------------
@@ -155,18 +165,37 @@ def part_digest(part: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+def message_extension(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = message.get("metadata")
+    mext = meta.get(EXTENSION_URI) if isinstance(meta, Mapping) else None
+    return mext if isinstance(mext, Mapping) else {}
+
+
+def signed_route(mext: Mapping[str, Any]) -> dict[str, Any]:
+    """The message's routing fields as signed, defaults filled in (a gateway writes them all when it passes the
+    message on): `intent`, `receivers`, `priority`, `session` — with intent and receivers from `routed` when a
+    gateway upstream consumed them."""
+    routed = mext.get(ROUTED)
+    source: Mapping[str, Any] = routed if isinstance(routed, Mapping) else mext
+    receivers = source.get("receivers", [])
+    return {"intent": source.get("intent", "explicit" if receivers else "auto"), "receivers": receivers,
+            "priority": mext.get("priority", 5), "session": mext.get("session")}
+
+
 def signed_object(message: Mapping[str, Any], *, signer: str, nonce: str, ts: int) -> dict[str, Any]:
     """The object whose canonical form is signed (docs/extension.md, "Signed extension fields")."""
-    parts = []
+    parts: list[dict[str, Any]] = []
     for part in message.get("parts") or []:
         if not isinstance(part, Mapping):
-            parts.append({"ext": None, "sha256": hashlib.sha256(b"").hexdigest()})
+            parts.append({"ext": None, "kind": None, "mediaType": None, "filename": None,
+                          "sha256": hashlib.sha256(b"").hexdigest()})
             continue
         meta = part.get("metadata")
         ext = meta.get(EXTENSION_URI) if isinstance(meta, Mapping) else None
-        parts.append({"ext": ext, "sha256": part_digest(part)})
+        parts.append({"ext": ext, "kind": part_kind(part), "mediaType": part.get("mediaType"),
+                      "filename": part.get("filename"), "sha256": part_digest(part)})
     return {"v": SIGNED_VERSION, "alg": ALG, "signer": signer, "nonce": nonce, "ts": ts,
-            "messageId": message.get("messageId"), "parts": parts}
+            "messageId": message.get("messageId"), "route": signed_route(message_extension(message)), "parts": parts}
 
 
 def signing_input(message: Mapping[str, Any], *, signer: str, nonce: str, ts: int) -> bytes:
@@ -228,11 +257,12 @@ def sign_message(
 ) -> dict[str, Any]:
     """Sign `message` (A2A 1.0 JSON form) in place as `signer` at Unix time `ts`; returns the signature object.
 
-    Sign last: any later change to a part's extension metadata or content breaks the signature.
+    Sign last: any later change to a part's extension metadata, kind, media type, file name or content, or to
+    the message's routing fields, breaks the signature.
     """
     nonce = nonce or secrets.token_urlsafe(16)
     sig = key.sign(signing_input(message, signer=signer, nonce=nonce, ts=ts))
-    signature = {"alg": ALG, "signer": signer, "nonce": nonce, "ts": ts, "sig": _b64url(sig)}
+    signature = {"v": SIGNED_VERSION, "alg": ALG, "signer": signer, "nonce": nonce, "ts": ts, "sig": _b64url(sig)}
     meta = message.setdefault("metadata", {})
     mext = meta.setdefault(EXTENSION_URI, {})
     mext.setdefault("protocol", "a2a-multimodal/1.0")
@@ -282,6 +312,11 @@ class ReplayGuard:
         """How many nonces of `signer` are remembered now."""
         return len(self._seen.get(signer, ()))
 
+    def forget(self, signer: str, nonce: str) -> None:
+        """Drop a nonce recorded for a message that was not accepted after all (the cluster's record was out of
+        reach): its retry is not a replay. Its heap entry stays until it expires (harmless)."""
+        self._seen.get(signer, {}).pop(nonce, None)
+
     def remember(self, signer: str, nonce: str, now: float, ts: float | None = None) -> None:
         """Record a nonce; a nonce already seen inside the window is a replay (`SignatureError`).
 
@@ -320,6 +355,12 @@ def verify_message(
         raise SignatureError(f"{_FIELD}: missing (this gateway requires signed extension fields)", field=_FIELD)
     if not isinstance(sig, Mapping):
         raise SignatureError(f"{_FIELD}: must be an object", field=_FIELD)
+    version = sig.get("v", 1)
+    if version != SIGNED_VERSION:
+        raise SignatureError(
+            f"{_FIELD}.v: signature version {version!r} is no longer accepted: version 1 left out {V1_LEFT_OUT}, "
+            f"so they could be changed after signing; re-sign with version {SIGNED_VERSION} (mma2a.signing.sign_message)",
+            field=f"{_FIELD}.v")
     if sig.get("alg") != ALG:
         raise SignatureError(f"{_FIELD}.alg: must be {ALG}, got {sig.get('alg')!r}", field=f"{_FIELD}.alg")
     signer, nonce, ts, value = sig.get("signer"), sig.get("nonce"), sig.get("ts"), sig.get("sig")
@@ -336,6 +377,7 @@ def verify_message(
     key = keys.get(signer)
     if key is None:
         raise SignatureError(f"{_FIELD}.signer: no public key for signer {signer!r}", field=f"{_FIELD}.signer")
+    check_routed(message)
     if replay is not None:
         replay.check_fresh(ts, now)
     try:
@@ -346,12 +388,37 @@ def verify_message(
         key.verify(raw, signing_input(message, signer=signer, nonce=nonce, ts=ts))
     except InvalidSignature:
         raise SignatureError(
-            f"{_FIELD}: does not verify for signer {signer!r} (extension metadata or content changed, or forged)",
+            f"{_FIELD}: does not verify for signer {signer!r} (a part's extension metadata, kind, mediaType, filename "
+            "or content, or the message's intent, receivers, priority or session changed after signing; or forged)",
             field=_FIELD,
         ) from None
     if replay is not None:
         replay.remember(signer, nonce, now, ts)
     return signer
+
+
+def check_routed(message: Mapping[str, Any]) -> None:
+    """`routed` stands for the routing intent only where a gateway consumed it: with the message's own intent
+    `auto`, no receivers, and the gateways it passed listed in `via`."""
+    mext = message_extension(message)
+    routed = mext.get(ROUTED)
+    if routed is None:
+        return
+    where = f"{_EXT_FIELD}.{ROUTED}"
+    if not isinstance(routed, Mapping):
+        raise SignatureError(f"{where}: must be an object", field=where)
+    if mext.get("receivers") or mext.get("intent", "auto") != "auto" or not mext.get("via"):
+        raise SignatureError(f"{where}: only a gateway that passed the message on sets it (with intent auto, no "
+                             "receivers, and itself in via)", field=where)
+
+
+def pass_on_route(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a gateway that consumes a signed message's routing intent keeps in `routed` (None: not signed)."""
+    mext = message_extension(message)
+    if not isinstance(mext.get("signature"), Mapping):
+        return None
+    route = signed_route(mext)
+    return {"intent": route["intent"], "receivers": route["receivers"]}
 
 
 def strip_features(message: dict[str, Any]) -> int:

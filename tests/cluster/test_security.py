@@ -3,7 +3,10 @@ auth on, durable delivery — one client's deliveries are never another's."""
 
 from __future__ import annotations
 
+import copy
 import json
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,8 @@ import httpx
 import pytest
 
 from mma2a.cluster.server import NatsServer
+from mma2a.ext import EXTENSION_URI
+from mma2a.signing import new_private_key, public_key_text, sign_message
 from tests.agents import RecordingExecutor, make_card, run_agent
 
 from .conftest import gateways, cluster_name, task_state, text_message
@@ -82,3 +87,52 @@ async def test_two_clients_reusing_one_message_id_with_durable_delivery_get_two_
     seen = [(r.message.message_id, r.message.parts[0].text) for r in ex.received]
     assert sorted(seen) == sorted([("order-42", "alice's secret order-42"), ("order-42", "bob's secret order-42"),
                                    ("order-43", "bob's secret order-43"), ("order-43", "alice's secret order-43")])
+
+
+def signed_message(key: Any, signer: str, text: str) -> dict[str, Any]:
+    msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text, "mediaType": "text/plain"}]}
+    sign_message(msg, key, signer=signer, ts=int(time.time()))
+    return msg
+
+
+async def test_a_signed_message_is_good_once_per_cluster_and_only_from_the_clients_bound_to_its_signer(
+        nats_server: NatsServer, tmp_path: Path) -> None:
+    bound, free = new_private_key(), new_private_key()
+    signing = {"signing": {"policy": "reject", "senders": {
+        "camera-1": {"public_key": public_key_text(bound), "clients": ["alice"]},
+        "camera-2": {"public_key": public_key_text(free)}}}}
+    ex = RecordingExecutor(reply="seen")
+    async with run_agent(make_card("echo"), ex) as agent_url:
+        name = cluster_name()
+        configs = [{**secured(nats_server.url, name, agent_url), **signing}, {**secured(nats_server.url, name), **signing}]
+        async with gateways(configs, tmp_path) as gws:
+            gw1, gw2 = gws[0].url, gws[1].url
+            async with httpx.AsyncClient(timeout=30) as c:
+                async def send_as(who: str, url: str, msg: dict[str, Any]) -> dict[str, Any]:
+                    return await rpc(c, url, who, "SendMessage", {"message": copy.deepcopy(msg)})
+
+                once = signed_message(free, "camera-2", "once")
+                first = await send_as("bob", gw2, once)
+                replays = [await send_as("alice", gw1, once), await send_as("bob", gw1, once),
+                           await send_as("bob", gw2, once)]
+                mine = signed_message(bound, "camera-1", "alice's")
+                by_alice = await send_as("alice", gw1, mine)
+                by_bob = await send_as("bob", gw2, signed_message(bound, "camera-1", "bob's"))
+                moved = signed_message(free, "camera-2", "moved")
+                moved["parts"][0]["mediaType"] = "text/markdown"
+                rerouted = signed_message(free, "camera-2", "rerouted")
+                rerouted["metadata"][EXTENSION_URI]["receivers"] = ["evil"]
+                changed = [await send_as("bob", gw1, moved), await send_as("bob", gw2, rerouted)]
+    sig = f"message.metadata[{EXTENSION_URI}].signature"
+    assert task_state(first) == "TASK_STATE_COMPLETED", first
+    assert [r["error"]["message"] for r in replays] == [
+        f"{sig}.nonce: nonce already used by camera-2 on another gateway of the cluster (replayed message)",
+        f"{sig}.nonce: nonce already used by camera-2 (replayed message)",  # gw1's own guard has it now
+        f"{sig}.nonce: nonce already used by camera-2 (replayed message)"]
+    assert task_state(by_alice) == "TASK_STATE_COMPLETED", by_alice
+    assert by_bob["error"]["message"] == (f"{sig}.signer: signer 'camera-1' may send only through clients alice "
+                                          "(signing.senders.camera-1.clients); this message came from client 'bob'")
+    for r in changed:
+        assert r["error"]["code"] == -32602
+        assert r["error"]["message"].startswith(f"{sig}: does not verify for signer 'camera-2'"), r
+    assert sorted(r.message.parts[0].text for r in ex.received) == ["alice's", "once"]

@@ -31,7 +31,8 @@ async def test_signed_features_pass_a_gateway_that_requires_signatures(tmp_path:
     assert reply.ok and consumer.saved[0][0].features["width"] == 40
     assert exc.value.message == (
         "mma2a gateway: message.metadata[https://mma2a.dev/ext/multimodal/v1].signature: does not verify for signer "
-        "'camera-1' (extension metadata or content changed, or forged)")
+        "'camera-1' (a part's extension metadata, kind, mediaType, filename or content, or the message's intent, "
+        "receivers, priority or session changed after signing; or forged)")
 
 
 async def test_a_key_without_a_signer_name_is_refused(tmp_path: Path) -> None:

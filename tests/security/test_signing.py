@@ -129,7 +129,7 @@ def test_jcs_is_json_that_reads_back_to_the_same_value_and_is_stable(value: obje
 def test_a_signed_message_verifies_and_names_its_signer() -> None:
     msg, keys = signed()
     sig = signature_of(msg)
-    assert set(sig) == {"alg", "signer", "nonce", "ts", "sig"} and sig["alg"] == "Ed25519" and sig["signer"] == "camera-1"
+    assert set(sig) == {"v", "alg", "signer", "nonce", "ts", "sig"} and sig["v"] == 2 and sig["alg"] == "Ed25519" and sig["signer"] == "camera-1"
     assert EXTENSION_URI in msg["extensions"]
     assert verify_message(msg, keys, now=NOW + 10, replay=ReplayGuard(300)) == "camera-1"
 
@@ -153,11 +153,28 @@ def test_keys_round_trip_as_base64_text() -> None:
     assert exc.value.message == "signing.senders.cam.public_key: must be 32 bytes of Ed25519 public key in base64"
 
 
-@pytest.mark.parametrize("tamper", ["feature", "new_feature", "content", "swap_parts", "message_id", "modality", "ts"])
+@pytest.mark.parametrize("tamper", ["feature", "new_feature", "content", "swap_parts", "message_id", "modality", "ts",
+                                    "media_type", "filename", "kind", "receivers", "intent", "priority", "session"])
 def test_any_change_after_signing_is_a_forgery(tamper: str) -> None:
     msg, keys = signed()
     ext = msg["parts"][1]["metadata"][EXTENSION_URI]
-    if tamper == "feature":
+    mext = msg["metadata"][EXTENSION_URI]
+    if tamper == "media_type":  # signed features moved to another media type (issue 32)
+        msg["parts"][1]["mediaType"] = "text/markdown"
+    elif tamper == "filename":
+        msg["parts"][1]["filename"] = "invoice.pdf"
+    elif tamper == "kind":  # the same bytes as text instead of raw: the digest alone is equal
+        msg["parts"][0] = {"raw": base64.b64encode(b"is the hinge cracked?").decode()}
+    elif tamper == "receivers":  # re-routed after signing (issue 32)
+        mext["receivers"] = ["evil"]
+    elif tamper == "intent":
+        mext["intent"] = "explicit"
+        mext["receivers"] = ["evil"]
+    elif tamper == "priority":
+        mext["priority"] = 9
+    elif tamper == "session":
+        mext["session"] = {"id": "s-1", "seq": 0}
+    elif tamper == "feature":
         ext["features"]["objects"] = ["person"]
     elif tamper == "new_feature":
         ext["features"]["qr"] = True
@@ -174,8 +191,45 @@ def test_any_change_after_signing_is_a_forgery(tamper: str) -> None:
     with pytest.raises(SignatureError) as exc:
         verify_message(msg, keys, now=NOW)
     assert exc.value.message == (
-        f"{SIG}: does not verify for signer 'camera-1' (extension metadata or content changed, or forged)")
+        f"{SIG}: does not verify for signer 'camera-1' (a part's extension metadata, kind, mediaType, filename or "
+        "content, or the message's intent, receivers, priority or session changed after signing; or forged)")
     assert exc.value.http_status == 403
+
+
+def test_a_version_1_signature_is_refused_naming_what_it_left_out() -> None:
+    msg, keys = signed()
+    del msg["metadata"][EXTENSION_URI]["signature"]["v"]  # the form signed before version 2 (no "v")
+    with pytest.raises(SignatureError) as exc:
+        verify_message(msg, keys, now=NOW)
+    assert exc.value.message == (
+        f"{SIG}.v: signature version 1 is no longer accepted: version 1 left out parts' kind, mediaType and filename, "
+        "and the message's intent, receivers, priority and session, so they could be changed after signing; "
+        "re-sign with version 2 (mma2a.signing.sign_message)")
+    assert exc.value.field == f"{SIG}.v"
+
+
+def test_a_gateway_passing_a_signed_message_on_keeps_its_consumed_intent_verifiable() -> None:
+    from mma2a.signing import ROUTED, pass_on_route
+
+    msg = message()
+    msg["metadata"] = {EXTENSION_URI: {"receivers": ["vision"]}}
+    sign_message(msg, KEY, signer="camera-1", ts=NOW)
+    keys = {"camera-1": KEY.public_key()}
+    passed = copy.deepcopy(msg)  # what the next hop receives: intent consumed, the gateway in via, `routed` kept
+    mext = passed["metadata"][EXTENSION_URI]
+    mext.update({"receivers": [], "intent": "auto", "hops": 1, "via": ["gw-a"], ROUTED: pass_on_route(msg)})
+    assert mext[ROUTED] == {"intent": "explicit", "receivers": ["vision"]}
+    assert verify_message(passed, keys, now=NOW) == "camera-1"
+    moved = copy.deepcopy(passed)  # `routed` rewritten on the way
+    moved["metadata"][EXTENSION_URI][ROUTED]["receivers"] = ["evil"]
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify_message(moved, keys, now=NOW)
+    both = copy.deepcopy(passed)  # `routed` to pass verification, receivers to route elsewhere
+    both["metadata"][EXTENSION_URI]["receivers"] = ["evil"]
+    with pytest.raises(SignatureError) as exc:
+        verify_message(both, keys, now=NOW)
+    assert exc.value.message == (f"message.metadata[{EXTENSION_URI}].routed: only a gateway that passed the message on "
+                                 "sets it (with intent auto, no receivers, and itself in via)")
 
 
 def test_a_signature_by_another_key_is_a_forgery() -> None:

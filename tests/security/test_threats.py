@@ -189,7 +189,8 @@ async def test_signed_features_route_forged_and_replayed_ones_are_rejected() -> 
     assert ok.json()["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["vision"]
     assert replay.json()["error"]["message"] == f"{sig}.nonce: nonce already used by camera-1 (replayed message)"
     assert bad.json()["error"] == {"code": -32602, "message": f"{sig}: does not verify for signer 'camera-1' "
-                                   "(extension metadata or content changed, or forged)", "data": [error_info(-32602, {"field": sig}, reason="PERMISSION_DENIED")]}
+                                   "(a part's extension metadata, kind, mediaType, filename or content, or the message's intent, receivers, "
+                                       "priority or session changed after signing; or forged)", "data": [error_info(-32602, {"field": sig}, reason="PERMISSION_DENIED")]}
     assert unsigned.json()["error"]["message"] == f"{sig}: missing (this gateway requires signed extension fields)"
     assert rest.status_code == 200 and rest.json()["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"] == ["vision"]
     assert len(specs["vision"][1].received) == 2 and not specs["text"][1].received

@@ -34,6 +34,7 @@ from ..routing import parse_rules
 from ..serving import cancel_tasks
 from .delivery import DurableDelivery
 from .link import Names, connect, ensure_kv
+from .nonces import ClusterNonces
 from .objects import ObjectBlobStore
 from .pins import ClusterSessionPins
 
@@ -69,6 +70,7 @@ class ClusterState:
         self.pins = ClusterSessionPins(self)
         self.store = ObjectBlobStore(self)
         self.delivery = DurableDelivery(self)
+        self.nonces = ClusterNonces(self)
         self.history: JetStreamHistory | None = None  # set by history_sink() when the gateway keeps a history
         self._pending_rules: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -106,6 +108,8 @@ class ClusterState:
         self.kv["sessions"] = await ensure_kv(self.js, self.names.bucket("sessions"), ttl=c.session_ttl_s, replicas=c.replicas)
         self.kv["members"] = await ensure_kv(self.js, self.names.bucket("members"), ttl=c.member_ttl_s, replicas=c.replicas)
         await self.store.setup()
+        if gateway.config.signing.active:
+            await self.nonces.setup(gateway.config.signing.window_s)
         await self._seed()
         for kind in CONFIG_BUCKETS:
             await self._catch_up(kind)

@@ -154,7 +154,8 @@ class Gateway:
             offload=OffloadStage(self.store, self.signer, threshold=config.offload_threshold, base_url=self.public_url),
             adapter=self._adapter(config),
             history=self.cluster.history_sink(self.history, config.history) if self.history else None,
-            guard=MessageGuard(config.limits, config.urls, config.signing, own_url=self.public_url),
+            guard=MessageGuard(config.limits, config.urls, config.signing, own_url=self.public_url,
+                               nonces=self.cluster.nonces),
             dedupe=Deduper(ttl_s=config.faults.dedupe_ttl_s, max_bytes=config.faults.dedupe_max_bytes)
             if config.faults.dedupe_ttl_s > 0 else None,
             failover=config.faults.failover,

@@ -16,7 +16,7 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -102,6 +102,7 @@ class SenderKey(BaseModel):
 
     public_key: str | None = None
     public_key_env: str | None = None
+    clients: list[str] | None = None  # the authenticated clients allowed to send this signer's messages (None: any)
 
     @model_validator(mode="after")
     def _one(self) -> SenderKey:
@@ -126,6 +127,14 @@ class SigningConfig(BaseModel):
     @property
     def active(self) -> bool:
         return bool(self.senders)
+
+
+class NonceLedger(Protocol):
+    """Nonces of signed messages shared by every gateway of a cluster (`mma2a.cluster.nonces`)."""
+
+    async def claim(self, signer: str, nonce: str) -> bool:
+        """Record a nonce for the replay window; False if a gateway of the cluster has recorded it already.
+        `ClusterError` when the shared record cannot be reached (the message is not accepted)."""
 
 
 # --- what a message may carry ----------------------------------------------------------------------
@@ -219,7 +228,9 @@ class MessageGuard:
         *,
         own_url: str | None = None,
         clock: Callable[[], float] = time.time,
+        nonces: NonceLedger | None = None,
     ) -> None:
+        """`nonces`: the cluster's shared record of nonces (None: this gateway's own `ReplayGuard` only)."""
         self.limits = limits
         self.urls = urls
         self.url_policy = URLPolicy(
@@ -233,6 +244,7 @@ class MessageGuard:
         self.keys = {name: public_key_from_text(_key_text(name, k), field=f"signing.senders.{name}.public_key")
                      for name, k in signing.senders.items()}
         self.replay = ReplayGuard(signing.window_s, capacity=signing.max_nonces_per_signer)
+        self.nonces = nonces
         self.media_limits = media_limits(limits)
         self.clock = clock
         self._url_ok: OrderedDict[str, float] = OrderedDict()
@@ -290,7 +302,7 @@ class MessageGuard:
             await self.check_media(message)
         if self.urls.check and (configuration is not None or fetch):
             await self.check_urls(message, configuration)  # else no field that carries a URL
-        return self.check_signature(message, sender)
+        return await self.check_signature(message, sender)
 
     def _lists(self, target: str | None) -> list[tuple[str, ModalityLists]]:
         """The modality lists a message to `target` is held to (none when no list says anything)."""
@@ -374,20 +386,51 @@ class MessageGuard:
             while len(self._url_ok) > 10_000:
                 self._url_ok.popitem(last=False)
 
-    def check_signature(self, message: dict[str, Any], sender: str | None) -> str | None:
+    async def check_signature(self, message: dict[str, Any], sender: str | None) -> str | None:
         if not self.signing.active:
             return sender
-        signed = signature_of(message) is not None
-        if not signed and not carries_features(message):
+        sig = signature_of(message)
+        if sig is None and not carries_features(message):
             return sender  # nothing to believe or doubt
         try:
-            return verify_message(message, self.keys, now=self.clock(), replay=self.replay)
+            self._check_bound(sig, sender)
+            signer = verify_message(message, self.keys, now=self.clock(), replay=self.replay)
+            if self.nonces is not None:
+                await self._claim(signer, str(sig["nonce"]))
+            return signer
         except SignatureError as exc:
             if self.signing.policy == "reject":
                 raise
             n = strip_features(message)
             log.info("features stripped from %d parts of %s: %s", n, message.get("messageId"), exc.message)
             return sender
+
+
+    def _check_bound(self, sig: Any, sender: str | None) -> None:
+        """A signer bound to clients (`signing.senders.NAME.clients`) is believed only from them (checked before the
+        signature, so a message refused here burns no nonce)."""
+        signer = sig.get("signer") if isinstance(sig, Mapping) else None
+        key = self.signing.senders.get(signer) if isinstance(signer, str) else None
+        if key is None or key.clients is None or sender in key.clients:
+            return
+        where = f"message.metadata[{EXTENSION_URI}].signature.signer"
+        who = f"client {sender!r}" if sender is not None else "an unauthenticated caller"
+        raise SignatureError(f"{where}: signer {signer!r} may send only through clients {', '.join(key.clients)} "
+                             f"(signing.senders.{signer}.clients); this message came from {who}", field=where)
+
+    async def _claim(self, signer: str, nonce: str) -> None:
+        """The nonce once per cluster: a nonce another gateway has recorded is a replay; with the record out of
+        reach the message is not accepted (and its nonce stays usable for the retry)."""
+        assert self.nonces is not None
+        try:
+            fresh = await self.nonces.claim(signer, nonce)
+        except MMA2AError:
+            self.replay.forget(signer, nonce)
+            raise
+        if not fresh:
+            where = f"message.metadata[{EXTENSION_URI}].signature.nonce"
+            raise SignatureError(f"{where}: nonce already used by {signer} on another gateway of the cluster "
+                                 "(replayed message)", field=where)
 
 
 def _jsonable(value: Any) -> bool:

@@ -15,6 +15,7 @@ from ..routing import SessionPins
 from .aggregate import LegResult
 from .config import GatewayConfig
 from .directory import AgentDirectory, AgentEntry
+from .guard import NonceLedger
 from .history import HistoryConfig, HistoryRecorder, HistorySink
 from .metrics import GatewayMetrics
 from .state import RoutingState
@@ -79,6 +80,10 @@ class ClusterHooks(RouteHooks, Protocol):
     def store(self) -> BlobStore | None:
         """The blob store shared with the other gateways (None: a local directory)."""
 
+    @property
+    def nonces(self) -> NonceLedger | None:
+        """Signed messages' nonces shared with the other gateways (None: this gateway's own replay guard only)."""
+
     async def start(self, gateway: GatewayParts) -> None:
         """Join: share or adopt rules, agents and modalities; open pins, blobs, deliveries."""
 
@@ -103,6 +108,7 @@ class Standalone:
 
     pins: SessionPins | None = None
     store: BlobStore | None = None
+    nonces: NonceLedger | None = None
 
     async def start(self, gateway: GatewayParts) -> None:
         return None

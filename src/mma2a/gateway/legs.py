@@ -17,6 +17,7 @@ from ..errors import DispatchError, MMA2AError
 from ..ext import EXTENSION_URI, MessageExtension, downgrade_message, read_message, read_part, write_message
 from ..modality import modality_matches
 from ..routing import PartRoute, RouteDecision
+from ..signing import ROUTED, pass_on_route
 from .adapt import Adaptation, PartAdapter
 from .calls import AgentCaller, declares, input_modes
 from .directory import AgentDirectory, AgentEntry
@@ -196,7 +197,10 @@ class LegPlanner:
         self._own_task(out, leg)
         mext = read_message(message) or MessageExtension()
         via = (*mext.via, self.gateway_id) if self.gateway_id else mext.via
+        routed = pass_on_route(message)  # a signed message: the intent consumed here stays verifiable downstream
         write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto", via=via))
+        if routed is not None:
+            out["metadata"][EXTENSION_URI][ROUTED] = routed
         return out
 
     def _own_task(self, out: dict[str, Any], leg: Leg) -> None:
