@@ -13,9 +13,10 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import RateLimited, Unauthorized
 
@@ -49,17 +50,79 @@ class ClientConfig(BaseModel):
         return out
 
 
+SIGNATURE_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+"""What a JWT issuer may sign with: public-key algorithms only (never `none`, never HMAC: a gateway holding an
+issuer's shared secret could mint its tokens, and an HMAC key made of a public key is the classic forgery)."""
+
+
+class JWTIssuerConfig(BaseModel):
+    """One issuer of client JWTs (`auth.jwt[]`): whose tokens, for whom, signed how, naming the client how."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    issuer: str = Field(min_length=1)  # the exact `iss` of its tokens
+    audiences: list[str] = Field(min_length=1)  # a token must name one of these in `aud`
+    jwks_file: str | None = None  # a JWKS document on disk (relative to the config file)
+    jwks_url: str | None = None  # fetched through the SSRF guard (urls.allow_hosts / allow_private apply)
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256"])
+    leeway_s: float = Field(default=30.0, ge=0, le=300)  # clock skew allowed on exp, nbf and iat
+    client_claim: str = "sub"  # the claim whose value names the client (its id everywhere a static client's is)
+    client_prefix: str = ""  # put before the client id: keeps issuers (and static clients) apart
+    agents_claim: str | None = None  # a list (or space-separated string) of agents the client may call
+    max_priority_claim: str | None = None  # an integer: the highest message priority the client may ask
+    rate: float | None = Field(default=None, gt=0)  # per-client rate limit of this issuer's clients
+    burst: int | None = Field(default=None, ge=1)
+    refresh_s: float = Field(default=300.0, gt=0)  # the longest a key set is kept (a URL's max-age may shorten it)
+    min_refresh_s: float = Field(default=30.0, ge=0)  # the least time between two reads of the key set
+
+    @field_validator("algorithms")
+    @classmethod
+    def _algorithms(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one algorithm")
+        for alg in v:
+            if alg not in SIGNATURE_ALGORITHMS:
+                why = " (never accepted)" if alg.lower() == "none" or alg.upper().startswith("HS") else ""
+                raise ValueError(f"{alg!r} is not a public-key signature algorithm{why}; "
+                                 f"allowed: {', '.join(SIGNATURE_ALGORITHMS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> JWTIssuerConfig:
+        if (self.jwks_file is None) == (self.jwks_url is None):
+            raise ValueError("give exactly one of jwks_file or jwks_url")
+        if self.jwks_url is not None and not self.jwks_url.startswith(("https://", "http://")):
+            raise ValueError("jwks_url: must be an http:// or https:// URL")
+        if self.min_refresh_s > self.refresh_s:
+            raise ValueError("min_refresh_s: must not be more than refresh_s")
+        return self
+
+
 class AuthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool | None = None  # default: on when clients are configured
+    enabled: bool | None = None  # default: on when clients (static or JWT issuers) are configured
     clients: list[ClientConfig] = Field(default_factory=list)
+    jwt: list[JWTIssuerConfig] = Field(default_factory=list)  # issuers of client JWTs (docs/operations.md)
     api_key_header: str = "X-API-Key"
     protect_metrics: bool = True
 
     @property
     def active(self) -> bool:
-        return bool(self.clients) if self.enabled is None else self.enabled
+        return bool(self.clients or self.jwt) if self.enabled is None else self.enabled
+
+    @model_validator(mode="after")
+    def _issuers_apart(self) -> AuthConfig:
+        seen: dict[str, str] = {}
+        for i, issuer in enumerate(self.jwt):
+            if issuer.issuer in seen.values():
+                raise ValueError(f"jwt.{i}.issuer: {issuer.issuer!r} is configured twice")
+            if len(self.jwt) > 1 and issuer.client_prefix in seen:
+                raise ValueError(f"jwt.{i}.client_prefix: {issuer.client_prefix!r} is also issuer "
+                                 f"{seen[issuer.client_prefix]!r}'s; several issuers need distinct client_prefix values "
+                                 "(or one issuer's 'alice' is another's)")
+            seen[issuer.client_prefix] = issuer.issuer
+        return self
 
 
 class RateLimitConfig(BaseModel):
@@ -75,13 +138,34 @@ class RateLimitConfig(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """An authenticated caller (never holds its secret)."""
+    """An authenticated caller (never holds its secret).
+
+    `scheme`: bearer, api_key, certificate, or jwt. `claims`: what rules may read of the caller (a JWT's claims,
+    a static client's `attributes`). `max_priority`: the highest message priority it may ask (None: no ceiling)."""
 
     name: str
     scheme: str
     agents: frozenset[str] | None = None
     rate: float | None = None
     burst: int | None = None
+    max_priority: int | None = None
+    claims: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+
+class JWTSide(Protocol):
+    """What `Authenticator` and the gateway's lifespan ask of the JWT side (`jwt_clients.JWTVerifier`)."""
+
+    def judges(self, token: str) -> bool:
+        """The bearer token is one for the JWT side (shaped like a JWT, or too long to be a static token)."""
+
+    def authenticate(self, token: str) -> Client:
+        """The client the token names, or `Unauthorized` naming why not."""
+
+    async def start(self) -> list[str]:
+        """Read the issuers' key sets; the errors."""
+
+    async def close(self) -> None:
+        """Stop reading key sets."""
 
 
 current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("mma2a_client", default=None)
@@ -97,10 +181,12 @@ def digest_secret(secret: str) -> bytes:
 
 
 class Authenticator:
-    """Bearer tokens and API keys → clients, compared by SHA-256 digest in constant time."""
+    """Bearer tokens and API keys → clients, compared by SHA-256 digest in constant time; a bearer token that is no
+    static client's goes to the JWT issuers (`jwt`, a `jwt_clients.JWTVerifier`) when there are some."""
 
-    def __init__(self, config: AuthConfig) -> None:
+    def __init__(self, config: AuthConfig, jwt: JWTSide | None = None) -> None:
         self.active = config.active
+        self.jwt = jwt
         self.header = config.api_key_header.lower()
         self._by_digest: dict[tuple[str, bytes], Client] = {}
         self._by_name: dict[str, Client] = {}  # for client certificates: the subject's CN names the client
@@ -109,7 +195,7 @@ class Authenticator:
             self._by_name[c.name] = Client(c.name, "certificate", client.agents, c.rate, c.burst)
             for scheme, secret in c.secrets():
                 self._by_digest[(scheme, digest_secret(secret))] = Client(client.name, scheme, client.agents, c.rate, c.burst)
-        if self.active and not self._by_digest and not self._by_name:
+        if self.active and not self._by_digest and not self._by_name and jwt is None:
             log.warning("auth is on but no client has a credential (check token_env / api_key_env): every call will be refused")
 
     def _find(self, scheme: str, secret: str) -> Client | None:
@@ -143,6 +229,8 @@ class Authenticator:
                 raise Unauthorized("Authorization: only the Bearer scheme is accepted", field="Authorization")
             client = self._find("bearer", given.strip())
             if client is None:
+                if self.jwt is not None and self.jwt.judges(given.strip()):
+                    return self.jwt.authenticate(given.strip())
                 raise Unauthorized("Authorization: invalid bearer token", field="Authorization")
             return client
         if key:

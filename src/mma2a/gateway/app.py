@@ -14,7 +14,8 @@ import os
 import secrets
 import sqlite3
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from urllib.parse import urlsplit
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -115,15 +116,17 @@ class Gateway:
     """One gateway process's worth of state and its ASGI app."""
 
     def __init__(
-        self, config: GatewayConfig, *, registry: ModalityRegistry | None = None, cluster: ClusterHooks | None = None
+        self, config: GatewayConfig, *, registry: ModalityRegistry | None = None, cluster: ClusterHooks | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """`cluster`: the cluster side (`mma2a.cluster.cluster_state(config)`), required when the config has a
-        `cluster:` section; a gateway on its own does without."""
+        `cluster:` section; a gateway on its own does without. `clock`: the wall clock client JWTs are judged by."""
         if config.cluster is not None and cluster is None:
             raise ConfigError("cluster: this config is for cluster mode; build the gateway with "
                               "Gateway(config, cluster=mma2a.cluster.cluster_state(config)) (as `mma2a serve` does)",
                               field="cluster")
         self.config = config
+        self.clock = clock
         self.registry = registry or DEFAULT_REGISTRY
         self.metrics = GatewayMetrics()
         self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries,
@@ -269,6 +272,8 @@ class Gateway:
         if self.history is not None:
             self.history.start()
         self.startup_errors = await self.directory.add_many(self.config.agents)
+        if self.access.auth.jwt is not None:  # the JWT issuers' key sets, read before the first request
+            self.startup_errors += await self.access.auth.jwt.start()
         if self.startup_errors:  # started together with its agents (`mma2a agent … & mma2a serve`): a moment for them
             # to listen before the rules, which may name them, are checked against the registered agents
             await self._register_missing(for_s=STARTUP_WAIT_S)
@@ -318,6 +323,8 @@ class Gateway:
             self.grpc = None
         await self.cluster.stop()
         await cancel_tasks(self._tasks)
+        if self.access.auth.jwt is not None:
+            await self.access.auth.jwt.close()
         await self.transport.close()
         if self.history is not None:
             await asyncio.to_thread(self.history.stop)  # writes what is queued

@@ -224,7 +224,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if self.control.limiter is not None:
                 forwarded = [v for k, v in metadata if k.lower() == "x-forwarded-for" and isinstance(v, str)]
                 peer = self.proxies.client_address(peer_host(context.peer()), forwarded)
-            client = self.control.admit(access, headers, peer=peer, cn=_cn(context))
+            client = await self.control.admit_async(access, headers, peer=peer, cn=_cn(context))
             request = await self._read(requests)
             tenant = getattr(request, "tenant", "") or None
             self.control.check_agent(client, tenant, field="tenant")

@@ -191,6 +191,11 @@ class GatewayMetrics:
         self.adapted_bytes = _counter("mma2a_adapted_bytes", "Bytes of fitted parts, before and after", ["side"], r)
         self.text_vectors = Labelled(Counter("mma2a_text_vectors", "Request texts needing a sentence vector, by result "
                                              "(hit, miss; shed, failed, timeout: routed without one)", ["result"], registry=r))
+        self.jwt_tokens = _counter("mma2a_jwt_tokens", "Client JWTs judged, by issuer and result (ok, or the cause "
+                                   "of the 401: expired, not_yet_valid, wrong_audience, unknown_issuer, alg_not_allowed, "
+                                   "bad_signature, unknown_kid, too_large, malformed, ...)", ["issuer", "result"], r)
+        self.jwks_reads = _counter("mma2a_jwks_reads", "Reads of JWT issuers' key sets, by issuer and result (ok, failed)",
+                                   ["issuer", "result"], r)
         self.agents = Labelled(Gauge("mma2a_agents", "Registered agents, by health", ["health"], registry=r))
 
     def render(self) -> bytes:

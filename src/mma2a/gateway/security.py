@@ -46,6 +46,7 @@ from ..responses import error_json, jsonrpc_error_json
 from ..tls import client_cn
 from .access import Authenticator, BodyBudget, BodyHold, Client, RateLimiter, StreamSlots, current_client, digest_secret
 from .authz import AccessClass, ErrorShape, RouteAccess
+from .jwt_clients import JWTVerifier, KeysStale
 
 log = logging.getLogger("mma2a.gateway.security")
 
@@ -118,8 +119,8 @@ class AccessControl:
                 self.single_credentials(k for k, _ in raw)
             peer = str((scope.get("client") or ("?",))[0]) if self.limiter is not None else "?"
             cn = client_cn(scope) if cls is AccessClass.CLIENT else None
-            client = self.admit(access, headers, peer=peer, cn=cn, agent=scope.get("path_params", {}).get("agent"),
-                                refuse_draining=http)
+            client = await self.admit_async(access, headers, peer=peer, cn=cn,
+                                            agent=scope.get("path_params", {}).get("agent"), refuse_draining=http)
             declared = headers.get("content-length")
             if http and access.shape is not ErrorShape.PAYLOAD:
                 size = int(declared) if declared is not None and declared.isdigit() else None
@@ -232,6 +233,16 @@ class AccessControl:
         if self.limiter is not None:
             self.limiter.admit(client, peer, self.clock())
         return client
+
+    async def admit_async(self, access: RouteAccess, headers: Mapping[str, str], *, peer: str, cn: str | None = None,
+                          agent: str | None = None, refuse_draining: bool = True) -> Client | None:
+        """`admit`, but a JWT naming a key its issuer's set lacks waits for one read of the set (at most one per
+        `min_refresh_s`, shared by every request that asks) and is judged again: a rotated key works at once."""
+        try:
+            return self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
+        except KeysStale as stale:
+            await stale.refresh()
+        return self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
 
     def admin(self, headers: Mapping[str, str]) -> Client:
         """The one check of the admin token (admin routes, and `/metrics` besides client credentials)."""
@@ -401,7 +412,22 @@ def access_control(gw: Any) -> AccessControl:
     cfg = gw.config
     limiter = RateLimiter(cfg.rate_limit.rate, cfg.rate_limit.burst) if cfg.rate_limit.enabled else None
     in_flight = cfg.max_body_bytes_in_flight or 8 * cfg.max_body_bytes
-    return AccessControl(auth=Authenticator(cfg.auth), limiter=limiter, max_body_bytes=cfg.max_body_bytes,
+    return AccessControl(auth=Authenticator(cfg.auth, jwt_verifier(gw)), limiter=limiter, max_body_bytes=cfg.max_body_bytes,
                          admin_token=lambda: gw.admin_token, drain=gw.drain,
                          bodies=BodyBudget(in_flight, max(in_flight // 2, cfg.max_body_bytes)),
                          streams=StreamSlots(cfg.limits.max_response_streams_per_client, cfg.limits.max_response_streams))
+
+
+def jwt_verifier(gw: Any) -> JWTVerifier | None:
+    """The JWT side of a `Gateway`'s authentication (`auth.jwt`), counting into its metrics; None without issuers."""
+    cfg = gw.config
+    if not cfg.auth.jwt:
+        return None
+    from ..payload.ssrf import URLPolicy
+
+    tokens, reads = gw.metrics.jwt_tokens, gw.metrics.jwks_reads
+    return JWTVerifier(cfg.auth.jwt, base_dir=cfg.base_dir, clock=gw.clock,
+                       policy=URLPolicy(allow_hosts=tuple(cfg.urls.allow_hosts), allow_private=cfg.urls.allow_private),
+                       static_names=frozenset(c.name for c in cfg.auth.clients),
+                       count=lambda issuer, result: tokens.labels(issuer, result).inc(),
+                       on_fetch=lambda issuer, result: reads.labels(issuer, result).inc())

@@ -297,6 +297,10 @@ class FetchResponse:
     _chunk_size: int
     received: int = 0
 
+    def header(self, name: str) -> str | None:
+        """A response header's value (None when absent)."""
+        return self._resp.headers.get(name)
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body in chunks; `PayloadTooLarge` as soon as it passes the size limit."""
         async for chunk in self._resp.content.iter_chunked(self._chunk_size):

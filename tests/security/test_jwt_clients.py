@@ -1,0 +1,220 @@
+"""Clients with JWTs of a trusted issuer (auth.jwt): the agents their claim allows on every binding, key rotation,
+and every bad token a 401 naming its cause (never echoing the token), counted by cause."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc.aio
+import httpx
+import pytest
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+from mma2a.errors import Unauthorized
+from mma2a.gateway.config import ConfigError, parse_config
+from mma2a.gateway.jwks import IssuerKeys
+from mma2a.gateway.jwt_clients import JWTVerifier, KeysStale
+from mma2a.gateway.access import JWTIssuerConfig
+from tests.gateway.conftest import ADMIN, agent, agents, gateway
+from tests.oidc import NOW, Clock, Issuer, jwt_config, serving
+from tests.security.conftest import bearer, post, send_body
+
+LOOPBACK = {"allow_hosts": ["127.0.0.1"]}
+REST_MSG = {"message": {"messageId": "r-1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}
+
+
+def _metric(text: str, issuer: str, result: str) -> float:
+    line = f'mma2a_jwt_tokens_total{{issuer="{issuer}",result="{result}"}} '
+    for row in text.splitlines():
+        if row.startswith(line):
+            return float(row[len(line):])
+    return 0.0
+
+
+async def _grpc_send(port: int, token: str, tenant: str, text: str) -> tuple[grpc.StatusCode, str]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        msg = a2a_pb2.Message(message_id=f"g-{tenant}-{text}", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text=text)])
+        try:
+            sent = await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(  # type: ignore[no-untyped-call]
+                a2a_pb2.SendMessageRequest(message=msg, tenant=tenant),
+                metadata=(("a2a-version", "1.0"), ("authorization", f"Bearer {token}")), timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            return exc.code(), exc.details() or ""
+    return grpc.StatusCode.OK, a2a_pb2.TaskState.Name(sent.task.status.state)
+
+
+async def test_a_jwt_client_reaches_exactly_the_agents_its_claim_allows_on_every_binding() -> None:
+    idp = Issuer()
+    specs = {"vision": agent("vision", ["image/*"]), "text": agent("text", ["text/plain"]),
+             "notes": agent("notes", ["text/plain"])}
+    async with serving(idp) as jwks, agents(specs) as urls:
+        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], "urls": LOOPBACK, "grpc_listen": "127.0.0.1:0",
+               "auth": {"clients": [{"name": "static-bob", "token": "tok-bob-12345"}],
+                        "jwt": [jwt_config(idp, jwks, agents_claim="mma2a_agents")]}}
+        clock = Clock()
+        async with gateway(cfg, clock=clock) as (gw, url):
+            token = idp.mint("alice", mma2a_agents=["text", "notes"])
+            ok_rpc = await post(url, "/agents/text/", send_body("j-1"), bearer(token))
+            no_rpc = await post(url, "/agents/vision/", send_body("j-2"), bearer(token))
+            ok_rest = await post(url, "/agents/notes/message:send", REST_MSG, bearer(token))
+            no_rest = await post(url, "/agents/vision/message:send", REST_MSG, bearer(token))
+            assert gw.grpc is not None
+            ok_grpc = await _grpc_send(gw.grpc.port, token, "text", "over grpc")
+            no_grpc = await _grpc_send(gw.grpc.port, token, "vision", "over grpc")
+            static = await post(url, "/agents/text/", send_body("j-3"), bearer("tok-bob-12345"))  # static still works
+            async with httpx.AsyncClient() as c:
+                metrics = (await c.get(url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"})).text
+    assert ok_rpc.status_code == 200 and ok_rpc.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert no_rpc.status_code == 403
+    assert no_rpc.json()["error"]["message"] == "client alice may not call agent vision"
+    assert ok_rest.status_code == 200 and ok_rest.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert no_rest.status_code == 403 and no_rest.json()["error"]["message"] == "client alice may not call agent vision"
+    assert ok_grpc == (grpc.StatusCode.OK, "TASK_STATE_COMPLETED")
+    assert no_grpc == (grpc.StatusCode.PERMISSION_DENIED, "client alice may not call agent vision")
+    assert static.status_code == 200 and "result" in static.json()
+    assert [r.message.parts[0].text for r in specs["text"][1].received] == ["hello", "over grpc", "hello"]
+    assert len(specs["notes"][1].received) == 1 and specs["vision"][1].received == []
+    assert _metric(metrics, idp.name, "ok") == 6  # four HTTP requests (one verified, three from the cache), two gRPC
+    assert idp.reads == 1  # read once at start; every request after from the cached set
+
+
+async def test_key_rotation_new_tokens_work_after_one_read_old_ones_until_they_expire() -> None:
+    idp = Issuer()
+    specs = {"text": agent("text", ["text/plain"])}
+    async with serving(idp) as jwks, agents(specs) as urls:
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "urls": LOOPBACK,
+               "auth": {"jwt": [jwt_config(idp, jwks, min_refresh_s=0, leeway_s=30)]}}
+        clock = Clock()
+        async with gateway(cfg, clock=clock) as (gw, url):
+            old = idp.mint("alice", ttl=600)
+            before = await post(url, "/", send_body("k-1"), bearer(old))
+            reads_before = idp.reads
+            idp.rotate()  # the issuer signs with a new key from now on; the old one stays published
+            new = idp.mint("alice", ttl=600)
+            fresh = await post(url, "/", send_body("k-2"), bearer(new))
+            reads_after = idp.reads
+            again = await post(url, "/", send_body("k-3"), bearer(new))
+            old_still = await post(url, "/", send_body("k-4"), bearer(old))
+            clock.now = NOW + 600 + 31  # past the old token's exp and the leeway
+            old_late = await post(url, "/", send_body("k-5"), bearer(old))
+            clock.now = NOW + 600 + 29  # within the leeway the cached verdict still holds
+            old_in_leeway = await post(url, "/", send_body("k-6"), bearer(idp.mint("alice", now=NOW, ttl=600)))
+    assert before.status_code == 200 and reads_before == 1
+    assert fresh.status_code == 200, fresh.text
+    assert reads_after == 2  # exactly one read of the key set for the new kid
+    assert again.status_code == 200 and idp.reads == 2
+    assert old_still.status_code == 200
+    assert old_late.status_code == 401
+    assert old_late.json()["error"]["message"] == "JWT: token has expired (exp)"
+    assert old_in_leeway.status_code == 200
+
+
+async def test_each_bad_token_is_a_401_naming_its_cause_and_counted() -> None:
+    idp, other = Issuer(), Issuer(name="https://evil.test", kind="EC")
+    specs = {"text": agent("text", ["text/plain"])}
+    async with serving(idp) as jwks, agents(specs) as urls:
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "urls": LOOPBACK,
+               "auth": {"jwt": [jwt_config(idp, jwks, leeway_s=10, refresh_s=3600, min_refresh_s=3600)]}}
+        clock = Clock()
+        cases: dict[str, tuple[str, str]] = {
+            "expired": (idp.mint(now=NOW - 1000, ttl=100), "JWT: token has expired (exp)"),
+            "not_yet_valid": (idp.mint(nbf=int(NOW + 60)), "JWT: token is not valid yet (nbf)"),
+            "issued_in_future": (idp.mint(now=NOW + 60), "JWT: token was issued in the future (iat)"),
+            "wrong_audience": (idp.mint(aud="someone-else"),
+                               "JWT: audience (aud) names none of this gateway's audiences"),
+            "unknown_issuer": (other.mint(), "JWT: issuer (iss) is not one this gateway trusts (auth.jwt[].issuer)"),
+            "alg_none": (idp.forge({"alg": "none", "typ": "JWT"}, idp.claims()),
+                         "JWT: algorithm none is not allowed for this issuer (allowed: RS256)"),
+            "hs256_public_key": (idp.forge({"alg": "HS256", "kid": idp.keys[0].kid}, idp.claims(), idp.public_pem()),
+                                 "JWT: algorithm HS256 is not allowed for this issuer (allowed: RS256)"),
+            "unknown_kid": (idp.mint(key=Issuer().keys[0]), "JWT: unknown key id (kid): not in the issuer's key set"),
+            "bad_signature": (idp.mint()[:-8] + "AAAAAAAA", "JWT: signature does not verify with the issuer's key"),
+            "too_large": (idp.mint(pad="x" * 9000), "JWT: token is "),
+            "missing_exp": (idp.mint(exp=None), "JWT: required claim missing: exp"),
+        }
+        async with gateway(cfg, clock=clock) as (gw, url):
+            answers = {name: await post(url, "/", send_body(f"b-{name}"), bearer(token))
+                       for name, (token, _) in cases.items()}
+            rest = await post(url, "/message:send", REST_MSG, bearer(cases["expired"][0]))
+            async with httpx.AsyncClient() as c:
+                metrics = (await c.get(url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"})).text
+        reads = idp.reads
+    for name, (token, message) in cases.items():
+        r = answers[name]
+        assert r.status_code == 401, name
+        assert r.headers["www-authenticate"] == 'Bearer realm="mma2a"'
+        got = r.json()["error"]["message"]
+        assert got.startswith(message) if name == "too_large" else got == message, (name, got)
+        assert token not in r.text and token[-20:] not in r.text  # the token is never echoed
+    assert answers["too_large"].json()["error"]["message"].endswith("bytes, over the limit of 8192")
+    assert rest.status_code == 401 and rest.json()["error"]["message"] == "JWT: token has expired (exp)"
+    for cause in ("expired", "not_yet_valid", "issued_in_future", "wrong_audience", "bad_signature", "missing_claim"):
+        assert _metric(metrics, idp.name, cause) >= 1, cause
+    assert _metric(metrics, idp.name, "alg_not_allowed") == 2
+    assert _metric(metrics, idp.name, "unknown_kid") == 1
+    assert _metric(metrics, "unknown", "unknown_issuer") == 1 and _metric(metrics, "unknown", "too_large") == 1
+    assert reads == 1  # the unknown kid did not make the gateway read the key set again (min_refresh_s)
+    assert spec_untouched(specs)
+
+
+def spec_untouched(specs: dict[str, Any]) -> bool:
+    return all(executor.received == [] for _, executor in specs.values())
+
+
+async def test_a_jwks_that_does_not_parse_refuses_that_issuers_tokens_with_the_reason() -> None:
+    idp = Issuer()
+    idp.body = b"<html>not a key set</html>"
+    specs = {"text": agent("text", ["text/plain"])}
+    async with serving(idp) as jwks, agents(specs) as urls:
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "urls": LOOPBACK,
+               "auth": {"jwt": [jwt_config(idp, jwks, refresh_s=3600, min_refresh_s=3600)]}}
+        async with gateway(cfg, clock=Clock()) as (gw, url):
+            refused = await post(url, "/", send_body("p-1"), bearer(idp.mint()))
+            errors = list(gw.startup_errors)
+    assert refused.status_code == 401
+    assert refused.json()["error"]["message"] == f"JWT: the issuer's key set cannot be read (JWKS {jwks}: not JSON)"
+    assert errors == [f"JWKS {jwks}: not JSON"]
+
+
+def test_config_refuses_none_and_hmac_and_two_issuers_without_prefixes() -> None:
+    base = {"issuer": "https://a", "audiences": ["x"], "jwks_file": "k.json"}
+    for alg, why in (("none", "'none' is not a public-key signature algorithm (never accepted)"),
+                     ("HS256", "'HS256' is not a public-key signature algorithm (never accepted)")):
+        with pytest.raises(ConfigError) as info:
+            parse_config({"auth": {"jwt": [{**base, "algorithms": [alg]}]}})
+        assert info.value.message.startswith(f"auth.jwt.0.algorithms: Value error, {why}")
+    with pytest.raises(ConfigError, match="several issuers need distinct client_prefix"):
+        parse_config({"auth": {"jwt": [base, {**base, "issuer": "https://b"}]}})
+    with pytest.raises(ConfigError, match="give exactly one of jwks_file or jwks_url"):
+        parse_config({"auth": {"jwt": [{**base, "jwks_url": "https://idp/jwks"}]}})
+
+
+async def test_a_flood_of_unknown_kids_reads_the_key_set_once_per_interval(tmp_path: Any) -> None:
+    idp = Issuer(kind="EC")
+    path = tmp_path / "jwks.json"
+    path.write_bytes(__import__("orjson").dumps(idp.jwks()))
+    ticks = [0.0]
+    cfg = JWTIssuerConfig(issuer=idp.name, audiences=[idp.audience], jwks_file=str(path), algorithms=["ES256"],
+                          min_refresh_s=60)
+    verifier = JWTVerifier([cfg], clock=Clock(), monotonic=lambda: ticks[0])
+    assert await verifier.start() == []
+    keys: IssuerKeys = verifier.issuers[0]
+    strangers = [idp.mint(key=Issuer(kind="EC").keys[0]) for _ in range(3)]
+    ticks[0] = 61.0
+    with pytest.raises(KeysStale) as stale:
+        verifier.authenticate(strangers[0])
+    await stale.value.refresh()
+    refused = 0
+    for token in strangers * 30:  # 90 tokens naming unknown kids within the interval: no read at all
+        with pytest.raises(Unauthorized) as info:
+            verifier.authenticate(token)
+        assert not isinstance(info.value, KeysStale)
+        refused += 1
+    assert keys.reads == 2 and refused == 90
+    idp.rotate()
+    path.write_bytes(__import__("orjson").dumps(idp.jwks()))
+    ticks[0] = 122.0  # an interval later, the new kid is read for
+    with pytest.raises(KeysStale) as stale:
+        verifier.authenticate(idp.mint())
+    await stale.value.refresh()
+    assert verifier.authenticate(idp.mint()).name == "alice" and keys.reads == 3
