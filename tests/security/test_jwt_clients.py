@@ -8,13 +8,16 @@ from typing import Any
 import grpc.aio
 import httpx
 import pytest
-from a2a.types import a2a_pb2, a2a_pb2_grpc
+from a2a.types import AgentCard, a2a_pb2, a2a_pb2_grpc
+from google.protobuf.json_format import ParseDict
 
 from mma2a.errors import Unauthorized
 from mma2a.gateway.config import ConfigError, parse_config
 from mma2a.gateway.jwks import IssuerKeys
 from mma2a.gateway.jwt_clients import JWTVerifier, KeysStale
 from mma2a.gateway.access import JWTIssuerConfig
+from mma2a.gateway.cards import security_declaration
+from mma2a.tls import ListenerTLS
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
 from tests.oidc import NOW, Clock, Issuer, jwt_config, serving
 from tests.security.conftest import bearer, post, send_body
@@ -218,3 +221,37 @@ async def test_a_flood_of_unknown_kids_reads_the_key_set_once_per_interval(tmp_p
         verifier.authenticate(idp.mint())
     await stale.value.refresh()
     assert verifier.authenticate(idp.mint()).name == "alice" and keys.reads == 3
+
+
+async def test_the_card_declares_every_scheme_the_gateway_accepts() -> None:
+    idp = Issuer()
+    specs = {"text": agent("text", ["text/plain"])}
+    async with serving(idp) as jwks, agents(specs) as urls:
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "urls": LOOPBACK,
+               "auth": {"clients": [{"name": "bob", "token": "tok-bob-12345"}],
+                        "jwt": [jwt_config(idp, jwks), {**jwt_config(Issuer(name="urn:lab:issuer"), jwks),
+                                                         "client_prefix": "lab:"}]}}
+        async with gateway(cfg, clock=Clock()) as (gw, url), httpx.AsyncClient() as c:
+            root = (await c.get(url + "/.well-known/agent-card.json")).json()
+            through = (await c.get(url + "/agents/text/.well-known/agent-card.json")).json()
+    about = f"an access token (JWT, RS256) issued by {idp.name} for mma2a, sent as Authorization: Bearer"
+    assert root["securitySchemes"] == {
+        "bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer", "description": "a client token of this gateway"}},
+        "oidc1": {"openIdConnectSecurityScheme": {"openIdConnectUrl": f"{idp.name}/.well-known/openid-configuration",
+                                                  "description": about}},
+        "oidc2": {"httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT", "description":
+                  "an access token (JWT, RS256) issued by urn:lab:issuer for mma2a, sent as Authorization: Bearer"}}}
+    assert root["securityRequirements"] == [{"schemes": {n: {"list": []}}} for n in ("bearer", "oidc1", "oidc2")]
+    assert through["securitySchemes"] == root["securitySchemes"]
+    card = ParseDict(root, AgentCard(), ignore_unknown_fields=False)  # a valid A2A 1.0 card
+    assert card.security_schemes["oidc1"].open_id_connect_security_scheme.open_id_connect_url.endswith(
+        "/.well-known/openid-configuration")
+
+
+def test_a_client_certificate_listener_declares_mtls() -> None:
+    tls = ListenerTLS(cert_file="c.pem", client_ca_file="ca.pem")
+    declared = security_declaration(parse_config({}).auth, tls)
+    assert declared == {"securitySchemes": {"mtls": {"mtlsSecurityScheme": {
+        "description": "a client certificate signed by the gateway's client CA"}}},
+        "securityRequirements": [{"schemes": {"mtls": {"list": []}}}]}
+    assert security_declaration(parse_config({}).auth, ListenerTLS(cert_file="c.pem")) == {}

@@ -74,6 +74,17 @@ class JWTIssuerConfig(BaseModel):
     burst: int | None = Field(default=None, ge=1)
     refresh_s: float = Field(default=300.0, gt=0)  # the longest a key set is kept (a URL's max-age may shorten it)
     min_refresh_s: float = Field(default=30.0, ge=0)  # the least time between two reads of the key set
+    # the issuer's OpenID Connect discovery document, declared in the gateway's card (default: ISSUER/.well-known/
+    # openid-configuration for an https issuer; "" declares a plain JWT bearer scheme instead)
+    openid_configuration: str | None = None
+
+    def discovery_url(self) -> str | None:
+        """The discovery document's URL the card names (None: the card declares a JWT bearer scheme)."""
+        if self.openid_configuration is not None:
+            return self.openid_configuration or None
+        if self.issuer.startswith("https://"):
+            return self.issuer.rstrip("/") + "/.well-known/openid-configuration"
+        return None
 
     @field_validator("algorithms")
     @classmethod

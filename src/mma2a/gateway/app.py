@@ -367,7 +367,7 @@ class Gateway:
                              control=control)
 
         cards = CardCache()
-        security = security_declaration(self.config.auth)
+        security = security_declaration(self.config.auth, self.config.tls)
         self._handler = handler  # the gRPC binding (started with the gateway) serves the same handler
 
         async def root_card(request: Request) -> Response:

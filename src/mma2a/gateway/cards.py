@@ -20,6 +20,7 @@ from starlette.responses import Response
 from .._version import __version__
 from ..ext import EXTENSION_URI, PROTOCOL
 from ..modality import DEFAULT_REGISTRY
+from ..tls import ListenerTLS
 from .access import AuthConfig
 from .directory import AgentDirectory, AgentEntry
 
@@ -74,17 +75,30 @@ def _not_modified(request: Request, etag: str, modified: float) -> bool:
         return False
 
 
-def security_declaration(auth: AuthConfig | None) -> dict[str, Any]:
+def security_declaration(auth: AuthConfig | None, tls: ListenerTLS | None = None) -> dict[str, Any]:
     """`securitySchemes` and `securityRequirements` for the gateway's cards: the credentials the gateway itself
-    checks (a bearer token or an API key header, either one), nothing when auth is off."""
-    if auth is None or not auth.active:
-        return {}
+    checks, any one of them — a static bearer token, an API key header, a JWT of each trusted issuer (OpenID
+    Connect: its discovery document), a client certificate (mutual TLS); nothing when none is checked."""
     schemes: dict[str, Any] = {}
-    if any(c.token or c.token_env for c in auth.clients):
-        schemes["bearer"] = {"httpAuthSecurityScheme": {"scheme": "Bearer", "description": "a client token of this gateway"}}
-    if any(c.api_key or c.api_key_env for c in auth.clients):
-        schemes["apiKey"] = {"apiKeySecurityScheme": {"location": "header", "name": auth.api_key_header,
-                                                      "description": "a client API key of this gateway"}}
+    active = auth is not None and auth.active
+    if auth is not None and active:
+        if any(c.token or c.token_env for c in auth.clients):
+            schemes["bearer"] = {"httpAuthSecurityScheme": {"scheme": "Bearer",
+                                                            "description": "a client token of this gateway"}}
+        if any(c.api_key or c.api_key_env for c in auth.clients):
+            schemes["apiKey"] = {"apiKeySecurityScheme": {"location": "header", "name": auth.api_key_header,
+                                                          "description": "a client API key of this gateway"}}
+        for i, issuer in enumerate(auth.jwt):
+            name = "oidc" if len(auth.jwt) == 1 else f"oidc{i + 1}"
+            about = (f"an access token (JWT, {'/'.join(issuer.algorithms)}) issued by {issuer.issuer} for "
+                     f"{' or '.join(issuer.audiences)}, sent as Authorization: Bearer")
+            discovery = issuer.discovery_url()
+            schemes[name] = ({"openIdConnectSecurityScheme": {"openIdConnectUrl": discovery, "description": about}}
+                             if discovery is not None else
+                             {"httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT", "description": about}})
+    if tls is not None and tls.client_ca_file and (active or tls.client_cert == "required"):
+        schemes["mtls"] = {"mtlsSecurityScheme": {"description": "a client certificate signed by the gateway's client CA"
+                                                  + (" naming a configured client (its CN)" if active else "")}}
     if not schemes:
         return {}
     return {"securitySchemes": schemes, "securityRequirements": [{"schemes": {name: {"list": []}}} for name in schemes]}
