@@ -161,6 +161,15 @@ class Client:
     burst: int | None = None
     max_priority: int | None = None
     claims: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    upstream: str | None = None  # a trusted peer gateway's own client, as it asserted (gateway/federation.py)
+    bound: str | None = None  # the request that assertion was signed for (`message:<id>`, `task:<id>`)
+
+    @property
+    def key(self) -> str:
+        """The principal everything per client is keyed by: the client, or `UPSTREAM via PEER` for a trusted peer
+        gateway's client (dedupe, task ownership, session pins, rate buckets, stream slots, blob quotas). No
+        client name holds a space (static names, JWT client ids), so no client can be named like a peer's client."""
+        return self.name if self.upstream is None else f"{self.upstream} via {self.name}"
 
 
 class JWTSide(Protocol):
@@ -179,12 +188,23 @@ class JWTSide(Protocol):
         """Stop reading key sets."""
 
 
+def shown(key: str) -> str:
+    """How a refusal names the principal `key`: `client NAME`, or, for a peer gateway's client (`UPSTREAM via
+    PEER`), `this client`, so that no refusal names another gateway or its clients."""
+    return "this client" if " via " in key else f"client {key}"
+
+
+def _bare(key: str) -> str:
+    """`shown` without the word `client` for a named one (messages that began with the key)."""
+    return "this client" if " via " in key else key
+
+
 current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("mma2a_client", default=None)
 
 
 def current_sender() -> str | None:
     client = current_client.get()
-    return client.name if client is not None else None
+    return client.key if client is not None else None
 
 
 def digest_secret(secret: str) -> bytes:
@@ -286,10 +306,10 @@ class RateLimiter:
 
     def admit(self, client: Client | None, peer: str, now: float) -> None:
         """Take a token for `client` (its own rate and burst), or for an anonymous `peer`; RateLimited when out."""
-        key = client.name if client is not None else f"ip:{peer}"
+        key = client.key if client is not None else f"ip:{peer}"
         wait = self.take(key, now, rate=client.rate if client else None, burst=client.burst if client else None)
         if wait is not None:
-            raise RateLimited(f"rate limit of {key} exceeded; retry in {wait:.2f} s", retry_after=round(wait, 3))
+            raise RateLimited(f"rate limit of {_bare(key)} exceeded; retry in {wait:.2f} s", retry_after=round(wait, 3))
 
 
 # --- how much at once --------------------------------------------------------------------------------
@@ -320,7 +340,7 @@ class BodyBudget:
         """Why `size` more bytes for `sender` would not fit now; None when they would (nothing is reserved)."""
         mine = self._by.get(sender, 0)
         if mine + size > self.per_sender:
-            return (f"{sender} is already sending {mine} bytes of request bodies (at most {self.per_sender} at once, "
+            return (f"{_bare(sender)} is already sending {mine} bytes of request bodies (at most {self.per_sender} at once, "
                     "max_body_bytes_in_flight / 2)")
         if self.held + size > self.total:
             return f"the gateway is reading {self.held} bytes of request bodies already (max_body_bytes_in_flight)"
@@ -396,7 +416,7 @@ class StreamSlots:
         """A slot for `sender`; None when granted, else why not."""
         mine = self._by.get(sender, 0)
         if mine >= self.per_sender:
-            return (f"{sender} has {mine} streams open already (limits.max_response_streams_per_client: "
+            return (f"{_bare(sender)} has {mine} streams open already (limits.max_response_streams_per_client: "
                     f"{self.per_sender}); close one first")
         if self.held >= self.total:
             return f"the gateway has {self.held} streams open already (limits.max_response_streams); retry later"

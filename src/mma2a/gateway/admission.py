@@ -13,7 +13,7 @@ from ..ext import EXTENSION_URI, MAX_HOPS
 from ..modality import ModalityRegistry
 from ..routing import Load, RouteDecision, SessionPins, Snapshot, decide_pinned, decision_key
 from ..view import MessageView, view_message
-from .access import Client, current_client, current_sender
+from .access import Client, current_client, current_sender, shown
 from .directory import AgentDirectory
 from .enrich import FeatureStage, with_vectors
 from .hooks import RouteHooks
@@ -114,7 +114,14 @@ class Admission:
         sender: str | None = None,
     ) -> tuple[dict[str, Any], MessageView, RouteDecision]:
         """Security checks, features, offload, view, route: the message as it will travel on, and where each part goes."""
-        caller = sender = sender if sender is not None else current_sender()
+        caller: str | None
+        if sender is not None:
+            caller = sender
+        else:  # the principal owns what the request makes; the features are judged by who sent them: a peer
+            # gateway's client's by that gateway (`features.trusted_senders: [gw-a]`)
+            caller = current_sender()
+            who = current_client.get()
+            sender = who.name if who is not None else None
         if message.get("taskId") or message.get("contextId"):
             check_owner(self.tasks, message, caller)
         if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
@@ -174,5 +181,5 @@ def check_client_agents(client: Client, decision: RouteDecision) -> None:
             for name in (*(step.agent for step in t.via), t.agent):
                 if name not in allowed:
                     where = f"params.message.parts[{pr.index}]"
-                    raise Forbidden(f"{where}: routed to agent {name}, which client {client.name} may not use "
+                    raise Forbidden(f"{where}: routed to agent {name}, which {shown(client.key)} may not use "
                                     f"(auth.clients: {', '.join(sorted(allowed))})", field=where)

@@ -49,6 +49,7 @@ from .config import ConfigError, GatewayConfig
 from .directory import AgentDirectory
 from .enrich import FeatureStage
 from .faults import Deduper, Drain
+from .federation import Federation
 from .front import FrontDoor
 from .feed import DecisionFeed
 from .guard import MessageGuard, media_limits
@@ -150,6 +151,7 @@ class Gateway:
         self.signer = URLSigner(secret.encode() if secret else secrets.token_bytes(32), default_expires_in=config.url_expires_s)
         self.streams = StreamHub()
         self.history = self._history(config)
+        self.federation = Federation.from_config(config.federation, config.name or self.public_url)
         self.pipeline = Pipeline(
             directory=self.directory, state=self.state, transport=self.transport, metrics=self.metrics,
             registry=self.registry, features=self.features, log_decisions=config.log_decisions,
@@ -164,6 +166,7 @@ class Gateway:
             failover=config.faults.failover,
             cluster=self.cluster,
             gateway_id=config.name or self.public_url,
+            federation=self.federation,
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.grpc: GrpcIngress | None = None

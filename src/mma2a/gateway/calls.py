@@ -4,11 +4,13 @@ about how to talk to it (whether it reads the extension, which input modes it ta
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from ..errors import DispatchError
 from .adapt import PartAdapter
 from .directory import AgentDirectory, AgentEntry
+from .federation import Federation
 from .metrics import GatewayMetrics
 from .transport import Transport
 
@@ -27,11 +29,19 @@ class AgentCaller:
     """Calls agents through the transport: in-flight count, latency and errors to metrics, health to the directory."""
 
     def __init__(self, directory: AgentDirectory, transport: Transport, metrics: GatewayMetrics,
-                 adapter: PartAdapter | None) -> None:
+                 adapter: PartAdapter | None, federation: Federation | None = None) -> None:
         self.directory = directory
         self.transport = transport
         self.metrics = metrics
         self.adapter = adapter
+        self.federation = federation  # signs who the client is for the gateways this one calls
+
+    def upstream_headers(self, entry: AgentEntry, method: str, params: Mapping[str, Any]) -> dict[str, str] | None:
+        """The signed assertion of the current client, for an agent that is another gateway (its card says
+        `params.gateway: true`) when this gateway has a federation key; None otherwise (plain agents never see it)."""
+        if self.federation is None or self.federation.private_key is None or not entry.is_gateway():
+            return None
+        return self.federation.headers_for(method, params, int(time.time()))
 
     def coding(self, entry: AgentEntry) -> str | None:
         """The content coding this agent's requests are compressed with (None: as they are)."""
@@ -45,6 +55,7 @@ class AgentCaller:
                 result = await self.transport.call(
                     entry.name, entry.rpc_url, method, params, extension=declares(entry), token=entry.token,
                     timeout_s=entry.config.timeout_s, coding=self.coding(entry),
+                    headers=self.upstream_headers(entry, method, params),
                 )
         except DispatchError as exc:
             self.directory.mark(entry.name, ok=False, error=exc.message)
@@ -54,3 +65,10 @@ class AgentCaller:
             self.metrics.agent_seconds.labels(entry.name).observe(time.perf_counter() - t0)
         self.directory.mark(entry.name, ok=True)  # counts the answer (`sent`)
         return result
+
+    def stream(self, entry: AgentEntry, method: str, params: dict[str, Any], *, coding: str | None = None
+               ) -> AsyncIterator[Any]:
+        """A streaming call (SSE, gRPC server stream) to `entry`: each event's `result`."""
+        return self.transport.stream(entry.name, entry.rpc_url, method, params, extension=declares(entry),
+                                     token=entry.token, timeout_s=entry.config.timeout_s, coding=coding,
+                                     headers=self.upstream_headers(entry, method, params))

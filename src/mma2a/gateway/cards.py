@@ -30,7 +30,9 @@ def _extension_entry() -> dict[str, Any]:
         "uri": EXTENSION_URI,
         "description": "Multimodal parts: modality, encoding, features, payload by reference, live streams",
         "required": False,
-        "params": {"protocol": PROTOCOL, "featureSchemas": sorted(t.feature_schema for t in DEFAULT_REGISTRY.types())},
+        # `gateway`: calls to this card's URLs reach a gateway (an upstream gateway signs who its client is for it)
+        "params": {"protocol": PROTOCOL, "featureSchemas": sorted(t.feature_schema for t in DEFAULT_REGISTRY.types()),
+                   "gateway": True},
     }
 
 
@@ -174,7 +176,11 @@ def agent_card_through(entry: AgentEntry, base_url: str, *, grpc_url: str | None
         if caps.get(relayed_not):
             caps[relayed_not] = False
     exts = caps.setdefault("extensions", [])
-    if not any(isinstance(x, dict) and x.get("uri") == EXTENSION_URI for x in exts):
+    ours = [x for x in exts if isinstance(x, dict) and x.get("uri") == EXTENSION_URI]
+    if not ours:
         # the gateway speaks the extension on the agent's behalf and downgrades for it
         exts.append(_extension_entry())
+    for x in ours:  # the agent's own declaration, marked: calls to these URLs reach this gateway
+        params = x.get("params")
+        x["params"] = {**(params if isinstance(params, dict) else {}), "gateway": True}
     return _with_security(card, security or {})

@@ -17,6 +17,7 @@ from ..tls import ClientTLS, ListenerTLS
 from .access import AuthConfig, RateLimitConfig
 from .cluster_config import ClusterConfig
 from .faults import FaultsConfig
+from .federation import FederationConfig
 from .guard import LimitsConfig, SigningConfig, URLConfig
 from .history.config import HistoryConfig
 from .tracing import TracingConfig
@@ -185,6 +186,8 @@ class GatewayConfig(BaseModel):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     urls: URLConfig = Field(default_factory=URLConfig)
     signing: SigningConfig = Field(default_factory=SigningConfig)
+    # who the clients are across gateways: signing them for the next gateway, trusting a previous one's
+    federation: FederationConfig = Field(default_factory=FederationConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
     cluster: ClusterConfig | None = None  # cluster mode on NATS JetStream (docs/operations.md, "Cluster mode")
     tracing: TracingConfig = Field(default_factory=TracingConfig)  # OpenTelemetry (the otel extra)

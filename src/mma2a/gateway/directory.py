@@ -50,6 +50,13 @@ def card_declares(card: dict[str, Any]) -> bool:
     return any(isinstance(e, dict) and e.get("uri") == EXTENSION_URI for e in exts)
 
 
+def card_is_gateway(card: dict[str, Any]) -> bool:
+    """The card is served by an mma2a gateway: its extension entry says `params.gateway: true`."""
+    exts = (card.get("capabilities") or {}).get("extensions") or []
+    return any(isinstance(e, dict) and e.get("uri") == EXTENSION_URI and isinstance(e.get("params"), dict)
+               and e["params"].get("gateway") is True for e in exts)
+
+
 def card_input_modes(card: dict[str, Any]) -> tuple[str, ...]:
     """Every input mode the card names, its default ones first."""
     modes = list(card.get("defaultInputModes") or [])
@@ -89,6 +96,10 @@ class AgentEntry:
     def input_modes(self) -> tuple[str, ...]:
         """Every input mode the card names, its default ones first."""
         return self._facts()[2]
+
+    def is_gateway(self) -> bool:
+        """The agent is another mma2a gateway (its card says so): it gets the signed assertion of the client."""
+        return card_is_gateway(self.card)
 
     def _facts(self) -> tuple[dict[str, Any], bool, tuple[str, ...]]:
         """What the request path reads of the card, worked out once per card (a refreshed card is a new object)."""

@@ -18,6 +18,7 @@ from .access import current_sender
 from .admission import Admission
 from .aggregate import FAILED, aggregate, chain_route, failed_task
 from .dispatch import Dispatcher
+from .federation import check_bound
 from .feed import DecisionFeed
 from .history.record import DecisionRecord, HistorySink, refused_parts
 from .legs import LegPlanner, RouteSummaries, is_direct, record_adaptations, sendable
@@ -67,6 +68,7 @@ class Exchange:
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
     ) -> Awaitable[dict[str, Any]]:
         """SendMessage through the gateway; awaits to the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
+        check_bound(f"message:{message.get('messageId')}")  # a peer gateway's assertion names this message
         if self.dedupe is not None and isinstance(message.get("messageId"), str):
             return self.dedupe.run(
                 current_sender(), message["messageId"], lambda: self._send(message, configuration, target))

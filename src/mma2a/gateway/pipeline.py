@@ -24,6 +24,7 @@ from .directory import AgentDirectory, AgentEntry
 from .dispatch import Dispatcher
 from .enrich import FeatureStage
 from .exchange import Exchange
+from .federation import Federation
 from .feed import DecisionFeed
 from .history.record import HistorySink
 from .hooks import ClusterHooks, Standalone
@@ -64,6 +65,7 @@ class Pipeline:
         log_decisions: bool = True,
         history: HistorySink | None = None,
         gateway_id: str = "",
+        federation: Federation | None = None,
     ) -> None:
         self.directory = directory
         self.metrics = metrics
@@ -71,7 +73,7 @@ class Pipeline:
         self.feed = feed or DecisionFeed()
         self.guard = guard
         hooks: ClusterHooks = cluster if cluster is not None else Standalone()  # shared pins, durable delivery
-        self.caller = AgentCaller(directory, transport, metrics, adapter)
+        self.caller = AgentCaller(directory, transport, metrics, adapter, federation)
         self.admission = Admission(directory=directory, state=state, metrics=metrics, registry=registry, tasks=self.tasks,
                                    cluster=hooks, features=features, offload=offload, guard=guard, gateway_id=gateway_id)
         planner = LegPlanner(directory=directory, caller=self.caller, metrics=metrics, tasks=self.tasks, adapter=adapter,

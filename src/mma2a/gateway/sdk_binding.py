@@ -254,7 +254,7 @@ class PipelineRequestHandler(RequestHandler):
         try:
             page = await list_tasks(self.pipeline, json_format.MessageToDict(params), target=_target(context),
                                     allowed=client.agents if client is not None else None,
-                                    owner=client.name if client is not None else None)
+                                    owner=client.key if client is not None else None)
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
         out = ListTasksResponse()

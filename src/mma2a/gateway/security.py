@@ -44,8 +44,20 @@ from ..errors import (
 from ..request_body import BODY_GROWN, check_json_values, header_map, read_body, replaying
 from ..responses import error_json, jsonrpc_error_json
 from ..tls import client_cn
-from .access import Authenticator, BodyBudget, BodyHold, Client, RateLimiter, StreamSlots, current_client, digest_secret
+from .access import (
+    Authenticator,
+    BodyBudget,
+    BodyHold,
+    Client,
+    RateLimiter,
+    StreamSlots,
+    current_client,
+    digest_secret,
+    shown,
+)
 from .authz import AccessClass, ErrorShape, RouteAccess
+from .federation import HEADER_KEY as FEDERATION_HEADER
+from .federation import Federation
 from .jwt_clients import JWTVerifier, KeysStale
 
 log = logging.getLogger("mma2a.gateway.security")
@@ -90,8 +102,10 @@ class AccessControl:
         clock: Callable[[], float] = time.monotonic,
         bodies: BodyBudget | None = None,
         streams: StreamSlots | None = None,
+        federation: Federation | None = None,
     ) -> None:
         self.auth = auth
+        self.federation = federation  # trusted peer gateways' assertions of their clients (gateway/federation.py)
         self.limiter = limiter
         self.max_body_bytes = max_body_bytes
         self.bodies = bodies or BodyBudget(8 * max_body_bytes, 4 * max_body_bytes)
@@ -101,7 +115,7 @@ class AccessControl:
         self.clock = clock
         self._wanted = tuple((name, name.encode("latin-1"))  # the headers access control reads
                              for name in dict.fromkeys(("authorization", "content-length", "content-encoding",
-                                                        auth.header)))
+                                                        auth.header, FEDERATION_HEADER)))
 
     async def enforce(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
         cls = access.cls
@@ -131,7 +145,7 @@ class AccessControl:
                         or (size and headers.get("content-encoding", "identity").strip().lower() != "identity"):
                     # metered as it arrives (a coded body: as it decodes); no length said, or coded: it may grow
                     # to the cap, so only what has come counts
-                    sender = client.name if client is not None else f"ip:{(scope.get('client') or ('?',))[0]}"
+                    sender = client.key if client is not None else f"ip:{(scope.get('client') or ('?',))[0]}"
                     if size is not None and size > BodyBudget.LARGE:  # a length that cannot fit: refused unread
                         why = self.bodies.why_not(sender, size)
                         if why is not None:
@@ -188,7 +202,7 @@ class AccessControl:
         """A stream slot for the caller (its client, else its address: `scope`'s or `peer`); the key to give it back
         with `streams.give`, or `RateLimited` (429 + `Retry-After`; gRPC `RESOURCE_EXHAUSTED`) past the caps."""
         if client is not None:
-            sender = client.name
+            sender = client.key
         else:
             sender = f"ip:{peer if peer is not None else ((scope or {}).get('client') or ('?',))[0]}"
         why = self.streams.take(sender)
@@ -229,6 +243,8 @@ class AccessControl:
         if refuse_draining and self.drain is not None and self.drain.draining:
             raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
         client = self._client(headers, access, cn)
+        if self.federation is not None and client is not None:  # a trusted peer gateway's client: its own principal
+            client = self.federation.principal(client, headers.get(FEDERATION_HEADER), time.time())
         self.check_agent(client, agent)
         if self.limiter is not None:
             self.limiter.admit(client, peer, self.clock())
@@ -276,7 +292,7 @@ class AccessControl:
         if client is None or client.agents is None or agent is None:
             return
         if agent not in client.agents:
-            raise Forbidden(f"client {client.name} may not call agent {agent}", field=field)
+            raise Forbidden(f"{shown(client.key)} may not call agent {agent}", field=field)
 
     async def unmatched(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A path no route matches: 401 first when auth is on (no route map for strangers), else 404."""
@@ -415,7 +431,8 @@ def access_control(gw: Any) -> AccessControl:
     return AccessControl(auth=Authenticator(cfg.auth, jwt_verifier(gw)), limiter=limiter, max_body_bytes=cfg.max_body_bytes,
                          admin_token=lambda: gw.admin_token, drain=gw.drain,
                          bodies=BodyBudget(in_flight, max(in_flight // 2, cfg.max_body_bytes)),
-                         streams=StreamSlots(cfg.limits.max_response_streams_per_client, cfg.limits.max_response_streams))
+                         streams=StreamSlots(cfg.limits.max_response_streams_per_client, cfg.limits.max_response_streams),
+                         federation=gw.federation)
 
 
 def jwt_verifier(gw: Any) -> JWTVerifier | None:

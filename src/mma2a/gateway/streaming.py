@@ -15,8 +15,8 @@ from ..ext import EXTENSION_URI
 from ..routing import RouteDecision
 from .access import current_sender
 from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, failed_task, now_iso
-from .calls import declares
 from .exchange import Exchange, outcome_of
+from .federation import check_bound
 from .history.record import DecisionRecord, PartSummary
 from .legs import record_adaptations, sendable
 from .tasks import DownstreamTask, TaskRecord
@@ -44,6 +44,7 @@ class Streaming:
         artifacts as the leg finishes, then the aggregate's final status."""
         t0 = time.perf_counter()
         try:
+            check_bound(f"message:{message.get('messageId')}")  # a peer gateway's assertion names this message
             message, view, decision = await self.admission.prepare(message, configuration, target)
             if target is not None and not _streams(self.caller.directory.get(target).card):
                 # `/agents/{name}` publishes the agent's card, whose `streaming` is false: refused as the agent refuses it
@@ -78,10 +79,8 @@ class Streaming:
         outcome = "unknown"  # the last state the stream reported
         with entry.in_flight():
             try:
-                async for event in self.caller.transport.stream(
-                    entry.name, entry.rpc_url, "SendStreamingMessage", params, extension=declares(entry),
-                    token=entry.token, timeout_s=entry.config.timeout_s, coding=self.caller.coding(entry),
-                ):
+                async for event in self.caller.stream(entry, "SendStreamingMessage", params,
+                                                      coding=self.caller.coding(entry)):
                     if not recorded and isinstance(event, dict):
                         first = event.get("task") or event.get("statusUpdate") or {}
                         tid = first.get("id") if "task" in event else first.get("taskId")

@@ -14,7 +14,8 @@ from ..errors import AgentRPCError, DispatchError, InvalidParams, MMA2AError, Ta
 from ..ext import EXTENSION_URI
 from .access import current_sender
 from .aggregate import LegResult, aggregate
-from .calls import AgentCaller, declares
+from .calls import AgentCaller
+from .federation import check_bound
 from .tasks import DownstreamTask, TaskMap, TaskRecord
 
 
@@ -41,6 +42,7 @@ class TaskOperations:
         """The gateway's record of a task the caller owns; on `/agents/{name}/`, when the caller has no identity
         (auth off), a task the gateway never saw is the agent's to answer for (it may know it, or answer its own
         TaskNotFound)."""
+        check_bound(f"task:{task_id}")  # a peer gateway's assertion names this task
         caller = current_sender()
         rec = self.tasks.find(task_id)
         if rec is None and target is not None and caller is None:
@@ -115,8 +117,5 @@ class TaskOperations:
             yield {"task": await self.get_task(task_id)}
             return
         leg = rec.legs[0]
-        entry = self.directory.get(leg.agent)
-        async for event in self.caller.transport.stream(
-            entry.name, entry.rpc_url, "SubscribeToTask", {"id": leg.task_id}, extension=declares(entry), token=entry.token
-        ):
+        async for event in self.caller.stream(self.directory.get(leg.agent), "SubscribeToTask", {"id": leg.task_id}):
             yield event

@@ -145,8 +145,10 @@ class Transport:
             raise DispatchError(f"GET {url}: response is not JSON", data={"url": url}) from None
         raise DispatchError(f"GET {url}: more than {MAX_REDIRECTS} redirects", data={"url": url})
 
-    def _headers(self, extension: bool, token: str | None) -> dict[str, str]:
+    def _headers(self, extension: bool, token: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         headers = {"Content-Type": "application/json", VERSION_HEADER: "1.0"}
+        if extra:
+            headers.update(extra)
         extensions = extensions_for_agent(extension)  # the client's, and ours when the agent reads it
         if extensions is not None:
             headers[EXTENSIONS_HEADER] = extensions
@@ -166,23 +168,25 @@ class Transport:
         timeout_s: float | None = None,
         retry: bool = True,
         coding: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """One JSON-RPC call; returns `result`, raises `AgentRPCError` or `DispatchError`.
 
         `coding` (`zstd`, `gzip`): compress the request body when it is over `compress_min_bytes`;
-        an agent that answers 415 gets it again plain, and plain bodies from then on.
+        an agent that answers 415 gets it again plain, and plain bodies from then on. `headers`: sent besides the
+        usual ones (another gateway gets the signed assertion of the client, gateway/federation.py).
         """
         if url.startswith("grpc://"):  # an agent whose card prefers gRPC
             return await self.grpc.call(agent, url, method, params, extension=extension, token=token,
-                                        timeout_s=timeout_s or self.timeout_s)
+                                        timeout_s=timeout_s or self.timeout_s, extra=headers)
         plain = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
-        headers = self._headers(extension, token)
-        body = self._encoded(agent, plain, coding, headers)
+        sent = self._headers(extension, token, headers)
+        body = self._encoded(agent, plain, coding, sent)
         total = timeout_s or self.timeout_s
         if url.startswith("http://"):
-            raw, status = await self._post_lean(agent, url, body, plain, headers, total, retry)
+            raw, status = await self._post_lean(agent, url, body, plain, sent, total, retry)
         else:
-            raw, status = await self._post_aiohttp(agent, url, body, plain, headers, total, retry)
+            raw, status = await self._post_aiohttp(agent, url, body, plain, sent, total, retry)
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -277,15 +281,16 @@ class Transport:
         token: str | None = None,
         timeout_s: float | None = None,
         coding: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[Any]:
         """A JSON-RPC streaming call (SSE); yields each event's `result`."""
         if url.startswith("grpc://"):
             async for event in self.grpc.stream(agent, url, method, params, extension=extension, token=token,
-                                                timeout_s=timeout_s or self.timeout_s):
+                                                timeout_s=timeout_s or self.timeout_s, extra=headers):
                 yield event
             return
         body = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
-        headers = self._headers(extension, token) | {"Accept": "text/event-stream"}
+        headers = self._headers(extension, token, headers) | {"Accept": "text/event-stream"}
         body = self._encoded(agent, body, coding, headers)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s or self.timeout_s, sock_read=timeout_s or self.timeout_s)
         try:

@@ -34,7 +34,7 @@ class ByteQuota:
             held = self.held(owner)
             if held + more > limit:
                 raise ClientQuotaExceeded(
-                    f"blob quota exceeded: client {owner!r} holds {held} bytes in blobs and uploads, {more} more would "
+                    f"blob quota exceeded: {'this client' if ' via ' in owner else f'client {owner!r}'} holds {held} bytes in blobs and uploads, {more} more would "
                     f"pass its quota of {limit} bytes (blob_max_bytes_per_client); abort its unfinished uploads, "
                     "delete blobs it no longer needs (URLs signed for DELETE) or send a smaller payload",
                     field="body", data={"setting": "blob_max_bytes_per_client", "limit": limit, "held": held})

@@ -1,0 +1,139 @@
+"""Round 6 #1 (security round 4, the High one): a federated hop made every client of gateway A one principal at
+gateway B. Now A signs who its client is (`federation.private_key_env`), B trusts A's key
+(`federation.trusted_gateways`) and keys dedupe, task ownership and rate buckets by (peer, upstream client).
+
+Two real gateways A → B and a real a2a-sdk agent behind B; alice and dave are clients of A, B knows only `gwa`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from mma2a.gateway.federation import HEADER, Federation
+from mma2a.signing import new_private_key, private_key_text, public_key_text
+from tests.gateway.conftest import agent, gateway
+from tests.agents import run_agent
+
+ALICE, DAVE, GWA, EVE = "alice-token-1", "dave-token-1", "gwa-token-1", "eve-token-1"
+
+
+@contextlib.asynccontextmanager
+async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst: int = 200
+                 ) -> AsyncIterator[tuple[Any, str, Any, str, Any]]:
+    """gw-a (alice, dave) → gw-b (gwa, eve) → agent `notes` (echoes what it is sent); yields (gw_a, url_a, gw_b,
+    url_b, gw-a's private key)."""
+    key = new_private_key()
+    monkeypatch.setenv("FED_A_KEY", private_key_text(key))
+    monkeypatch.setenv("FED_A_PUB", public_key_text(key))
+    monkeypatch.setenv("GWA_TOKEN", GWA)
+    card, ex = agent("notes", ["text/plain"], echo=True)
+    async with run_agent(card, ex) as notes_url:
+        async with gateway({"name": "gw-b", "agents": [{"name": "notes", "url": notes_url}],
+                            "auth": {"clients": [{"name": "gwa", "token": GWA, "rate": rate, "burst": burst},
+                                                 {"name": "eve", "token": EVE}]},
+                            "rate_limit": {"enabled": True}, "faults": {"dedupe_ttl_s": 300},
+                            "federation": {"trusted_gateways": {"gwa": {"public_key_env": "FED_A_PUB"}}}}) as (gw_b, url_b):
+            async with gateway({"name": "gw-a", "agents": [{"name": "site-b", "url": url_b, "token_env": "GWA_TOKEN"}],
+                                "auth": {"clients": [{"name": "alice", "token": ALICE}, {"name": "dave", "token": DAVE}]},
+                                "federation": {"private_key_env": "FED_A_KEY"}}) as (gw_a, url_a):
+                assert gw_a.startup_errors == gw_b.startup_errors == []
+                yield gw_a, url_a, gw_b, url_b, key
+
+
+async def call(c: httpx.AsyncClient, url: str, token: str, method: str, params: dict[str, Any],
+               headers: dict[str, str] | None = None) -> dict[str, Any]:
+    r = await c.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                     headers={"A2A-Version": "1.0", "Authorization": f"Bearer {token}", **(headers or {})})
+    return r.json()  # type: ignore[no-any-return]
+
+
+def text_message(mid: str, text: str) -> dict[str, Any]:
+    return {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": text}]}}
+
+
+def texts(task: dict[str, Any]) -> str:
+    return " ".join(p.get("text", "") for m in task.get("history") or [] for p in m.get("parts") or [])
+
+
+async def test_two_clients_of_a_with_one_message_id_get_two_tasks_each_their_own(monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    async with a_to_b(monkeypatch) as (_, url_a, gw_b, _, _), httpx.AsyncClient(timeout=30) as c:
+        mine = await call(c, url_a, ALICE, "SendMessage", text_message("m-same", "alice's secret plan"))
+        his = await call(c, url_a, DAVE, "SendMessage", text_message("m-same", "dave asks"))
+        alice_task, dave_task = mine["result"]["task"], his["result"]["task"]
+        assert alice_task["id"] != dave_task["id"]  # at B: (alice via gwa, m-same) and (dave via gwa, m-same)
+        assert gw_b.pipeline.tasks.owner_of(alice_task["id"]) == (True, "alice via gwa")
+        assert gw_b.pipeline.tasks.owner_of(dave_task["id"]) == (True, "dave via gwa")
+        assert "alice" not in texts(dave_task)  # B's dedupe answered dave with alice's task before
+        # each reads only its own, through both gateways
+        got = await call(c, url_a, ALICE, "GetTask", {"id": alice_task["id"]})
+        assert "alice's secret plan" in texts(got["result"]) and "dave asks" not in texts(got["result"])
+        stolen = await call(c, url_a, DAVE, "GetTask", {"id": alice_task["id"]})
+        assert stolen["error"]["code"] == -32001 and stolen["error"]["message"] == f"task {alice_task['id']!r} not found"
+        got = await call(c, url_a, DAVE, "GetTask", {"id": dave_task["id"]})
+        assert "dave asks" in texts(got["result"]) and "alice" not in texts(got["result"])
+        again = await call(c, url_a, ALICE, "GetTask", {"id": alice_task["id"]})  # A kept alice as the owner
+        assert "alice's secret plan" in texts(again["result"])
+
+
+async def test_a_flood_from_one_client_of_a_leaves_the_other_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gwa may send 1 request/s with a burst of 5 at B, per client of A: dave's 20 at once empty his bucket only."""
+    async with a_to_b(monkeypatch, rate=1.0, burst=5) as (_, url_a, *_), httpx.AsyncClient(timeout=30) as c:
+        answers = await asyncio.gather(*(call(c, url_a, DAVE, "SendMessage", text_message(f"d-{i}", "flood"))
+                                         for i in range(20)))
+        refused = [a["error"] for a in answers if "error" in a]
+        assert len(refused) >= 10, answers
+        for err in refused:  # B's refusal, passed back: it names neither the gateway nor another of its clients
+            assert err["message"].startswith("rate limit of this client exceeded; retry in "), err
+        mine = await call(c, url_a, ALICE, "SendMessage", text_message("a-1", "still there?"))
+    assert mine["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", mine
+
+
+async def test_assertions_are_checked_at_the_door(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Straight to B: a lifted assertion, another key, a stale one are refused; from a peer B does not trust the
+    header is ignored; without one the peer is one principal."""
+    async with a_to_b(monkeypatch) as (_, _, gw_b, url_b, key), httpx.AsyncClient(timeout=30) as c:
+        a = Federation("gw-a", private_key=key)
+        now = int(time.time())
+
+        lifted = {HEADER: a.assertion("alice", "message:m-1", now)}
+        doc = await call(c, url_b, GWA, "SendMessage", text_message("m-2", "replayed"), lifted)
+        assert doc["error"] == {"code": -32600, "message": f"{HEADER}: the assertion was signed for another request "
+                                "than this one (message 'm-2'); the upstream gateway signs one per request",
+                                "data": doc["error"]["data"]}
+        doc = await call(c, url_b, GWA, "GetTask", {"id": "t-1"}, {HEADER: a.assertion("alice", "message:t-1", now)})
+        assert doc["error"]["message"].startswith(f"{HEADER}: the assertion was signed for another request than this "
+                                                  "one (task 't-1')")
+
+        forged = {HEADER: Federation("gw-a", private_key=new_private_key()).assertion("alice", "message:m-3", now)}
+        r = await c.post(url_b, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                      "params": text_message("m-3", "x")},
+                         headers={"A2A-Version": "1.0", "Authorization": f"Bearer {GWA}", **forged})
+        assert r.status_code == 401
+        assert r.json()["error"]["message"] == (f"{HEADER}: the signature does not verify with the key of gwa "
+                                                "(federation.trusted_gateways.gwa)")
+
+        stale = {HEADER: a.assertion("alice", "message:m-4", now - 600)}
+        doc = await call(c, url_b, GWA, "SendMessage", text_message("m-4", "x"), stale)
+        assert doc["error"]["message"].startswith(f"{HEADER}: the assertion is 6")  # 600 or 601 s old
+        assert doc["error"]["message"].endswith("s old, outside the 60 s window (federation.window_s; replayed, or "
+                                                "the clocks disagree)")
+
+        # eve is no trusted gateway: her claim to speak for alice is ignored, the task is eve's
+        doc = await call(c, url_b, EVE, "SendMessage", text_message("m-5", "x"),
+                         {HEADER: a.assertion("alice", "message:m-5", now)})
+        assert gw_b.pipeline.tasks.owner_of(doc["result"]["task"]["id"]) == (True, "eve")
+        # gwa without an assertion: one principal, as before
+        doc = await call(c, url_b, GWA, "SendMessage", text_message("m-6", "x"))
+        assert gw_b.pipeline.tasks.owner_of(doc["result"]["task"]["id"]) == (True, "gwa")
+        # and a genuine one: alice's own task at B
+        doc = await call(c, url_b, GWA, "SendMessage", text_message("m-7", "x"),
+                         {HEADER: a.assertion("alice", "message:m-7", now)})
+        assert gw_b.pipeline.tasks.owner_of(doc["result"]["task"]["id"]) == (True, "alice via gwa")
