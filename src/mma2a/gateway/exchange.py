@@ -14,7 +14,7 @@ from ..errors import MMA2AError
 from ..ext import EXTENSION_URI
 from ..routing import RouteDecision
 from ..view import MessageView
-from .access import current_sender
+from .access import current_client, current_sender
 from .admission import Admission
 from .aggregate import FAILED, aggregate, chain_route, failed_task
 from .dispatch import Dispatcher
@@ -129,7 +129,9 @@ class Exchange:
     async def _fitted(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
                       route: list[dict[str, Any]], accepted: list[str]) -> dict[str, Any]:
         result = await self._execute(message, configuration, decision, route)
-        await adapt_outputs(result, accepted, self.state.snapshot, lambda part, via: self.planner.transform(part, via, message))
+        client = current_client.get()
+        await adapt_outputs(result, accepted, self.state.snapshot, lambda part, via: self.planner.transform(part, via, message),
+                            client.agents if client is not None else None)
         return result
 
     async def _execute(

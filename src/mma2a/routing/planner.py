@@ -23,25 +23,30 @@ Plan = tuple[tuple[TransformStep, ...], Modality]
 
 
 def plan_transforms(
-    snapshot: Snapshot, start: Modality, goal: Callable[[Modality], bool], goal_key: Hashable
+    snapshot: Snapshot, start: Modality, goal: Callable[[Modality], bool], goal_key: Hashable,
+    agents: frozenset[str] | None = None,
 ) -> Plan | None:
     """The shortest chain from `start` to a modality satisfying `goal`, with that modality; None when there is none.
 
     `goal_key` names the goal for memoisation (same key, same goal). A start that already
-    satisfies the goal is not planned for; callers check that first.
+    satisfies the goal is not planned for; callers check that first. `agents`: only these transformers may be
+    in the chain (a client's `auth.clients[].agents`); None: any.
     """
-    key = ("plan", start, goal_key)
+    key = ("plan", start, goal_key) if agents is None else ("plan", start, goal_key, agents)
     memo = snapshot.memo
     if key in memo:
         found: Plan | None = memo[key]
         return found
-    found = _search(snapshot, start, goal)
+    found = _search(snapshot, start, goal, agents)
     _remember(memo, key, found)
     return found
 
 
-def _search(snapshot: Snapshot, start: Modality, goal: Callable[[Modality], bool]) -> Plan | None:
+def _search(snapshot: Snapshot, start: Modality, goal: Callable[[Modality], bool],
+            agents: frozenset[str] | None = None) -> Plan | None:
     edges = snapshot.transformers
+    if agents is not None:
+        edges = tuple(e for e in edges if e[0] in agents)
     if not edges:
         return None
     seen = {start}
