@@ -1027,7 +1027,7 @@ async def test_the_extensions_a_request_activates_go_on_to_a_grpc_agent_too() ->
 
     token = requested_extensions.set((OTHER_EXT, EXTENSION_URI, REQUIRED_EXT))
     try:
-        plain, declared = GrpcAgents._metadata(False, None), GrpcAgents._metadata(True, "t")
+        plain, declared = GrpcAgents._metadata(False, None), GrpcAgents._metadata(True, {"Authorization": "Bearer t"})
     finally:
         requested_extensions.reset(token)
     assert plain == [("a2a-version", "1.0"), ("a2a-extensions", f"{OTHER_EXT}, {REQUIRED_EXT}")]

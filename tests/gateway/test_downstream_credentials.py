@@ -43,4 +43,5 @@ async def test_each_agent_gets_its_own_bearer_token_and_a_wrong_one_fails_clearl
     assert ok["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     status = refused["result"]["task"]["status"]
     assert status["state"] == "TASK_STATE_FAILED"
-    assert status["message"]["parts"][0]["text"] == "agent other refused the gateway's credentials (HTTP 401); check its token_env"
+    assert status["message"]["parts"][0]["text"] == ("agent other refused the gateway's credentials (HTTP 401); "
+                                                 "check its agents[].auth (or token_env)")

@@ -58,6 +58,7 @@ def _state(row: dict[str, Any]) -> str:
         words.append("transformer")
     if row.get("lastError") and not row.get("healthy", True):
         words.append(f"({row['lastError']})")
+    words += [f"({p})" for p in row.get("problems") or [] if str(p).startswith("credentials:")]
     return " ".join(words)
 
 

@@ -132,7 +132,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries,
                                    compress_min_bytes=config.adapt.compress_min_bytes, base_dir=config.base_dir)
-        self.directory = AgentDirectory(self.transport, on_change=self._agents_changed)
+        self.directory = AgentDirectory(self.transport, on_change=self._agents_changed, clock=clock)
         self.embedder = sentence_embedder(config.features.text_model,  # None without its packages: no semantic routing
                                           cache_dir=config.data_path("models"))
         self.coming_embedder = self._while_built(self.embedder)  # a model whose table is built after the start
@@ -392,7 +392,7 @@ class Gateway:
 
         async def health(request: Request) -> Response:
             entries = self.directory.entries()
-            problems = {e.name: list(p) for e in entries if (p := e.info().problems)}
+            problems = {e.name: p for e in entries if (p := e.to_json()["problems"])}
             doc: dict[str, Any] = {
                 "status": "degraded" if problems or self.state.rebuild_error else "ok", "agents": len(entries),
                 "healthy": sum(1 for e in entries if e.healthy), "configuredAgents": len(self.config.agents),

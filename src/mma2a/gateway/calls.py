@@ -4,7 +4,7 @@ about how to talk to it (whether it reads the extension, which input modes it ta
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 from ..errors import DispatchError
@@ -48,15 +48,19 @@ class AgentCaller:
         return self.adapter.coding(entry) if self.adapter is not None else None
 
     async def call(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
-        """One JSON-RPC call; its `result` (DispatchError and AgentRPCError raised as they come)."""
+        """One JSON-RPC call; its `result` (DispatchError and AgentRPCError raised as they come). A 401 to an OAuth2
+        token the agent no longer takes gets the call once more with a token fetched again."""
         t0 = time.perf_counter()
         try:
             with entry.in_flight():
-                result = await self.transport.call(
-                    entry.name, entry.rpc_url, method, params, extension=declares(entry), token=entry.token,
-                    timeout_s=entry.config.timeout_s, coding=self.coding(entry),
-                    headers=self.upstream_headers(entry, method, params),
-                )
+                headers = await self.headers_for(entry, method, params)
+                try:
+                    result = await self._call(entry, method, params, headers)
+                except DispatchError as exc:
+                    fresh = await self.refreshed_after(entry, method, params, headers, exc)
+                    if fresh is None:
+                        raise
+                    result = await self._call(entry, method, params, fresh)
         except DispatchError as exc:
             self.directory.mark(entry.name, ok=False, error=exc.message)
             self.metrics.agent_errors.labels(entry.name).inc()
@@ -66,9 +70,47 @@ class AgentCaller:
         self.directory.mark(entry.name, ok=True)  # counts the answer (`sent`)
         return result
 
-    def stream(self, entry: AgentEntry, method: str, params: dict[str, Any], *, coding: str | None = None
-               ) -> AsyncIterator[Any]:
-        """A streaming call (SSE, gRPC server stream) to `entry`: each event's `result`."""
+    def _call(self, entry: AgentEntry, method: str, params: dict[str, Any], headers: Mapping[str, str]) -> Awaitable[Any]:
+        return self.transport.call(entry.name, entry.rpc_url, method, params, extension=declares(entry),
+                                   timeout_s=entry.config.timeout_s, coding=self.coding(entry), headers=headers)
+
+    async def stream(self, entry: AgentEntry, method: str, params: dict[str, Any], *, coding: str | None = None
+                     ) -> AsyncIterator[Any]:
+        """A streaming call (SSE, gRPC server stream) to `entry`: each event's `result`; a 401 before the first event
+        is retried once as `call` does."""
+        headers = await self.headers_for(entry, method, params)
+        started = False
+        try:
+            async for event in self._stream(entry, method, params, headers, coding):
+                started = True
+                yield event
+            return
+        except DispatchError as exc:
+            fresh = None if started else await self.refreshed_after(entry, method, params, headers, exc)
+            if fresh is None:
+                raise
+        async for event in self._stream(entry, method, params, fresh, coding):
+            yield event
+
+    def _stream(self, entry: AgentEntry, method: str, params: dict[str, Any], headers: Mapping[str, str],
+                coding: str | None) -> AsyncIterator[Any]:
         return self.transport.stream(entry.name, entry.rpc_url, method, params, extension=declares(entry),
-                                     token=entry.token, timeout_s=entry.config.timeout_s, coding=coding,
-                                     headers=self.upstream_headers(entry, method, params))
+                                     timeout_s=entry.config.timeout_s, coding=coding, headers=headers)
+
+    async def headers_for(self, entry: AgentEntry, method: str, params: Mapping[str, Any]) -> dict[str, str]:
+        """What authenticates this call: the agent's credentials (agents[].auth) and, to another gateway, the signed
+        assertion of the client."""
+        headers = await entry.credentials.headers()
+        upstream = self.upstream_headers(entry, method, params)
+        return {**headers, **upstream} if upstream else headers
+
+    async def refreshed_after(self, entry: AgentEntry, method: str, params: Mapping[str, Any],
+                              used: Mapping[str, str], exc: DispatchError) -> dict[str, str] | None:
+        """New headers when the agent answered 401 to `used` and a fresh credential can be had; else None."""
+        if not isinstance(exc.data, dict) or exc.data.get("status") != 401:
+            return None
+        fresh = await entry.credentials.refreshed(used)
+        if fresh is None:
+            return None
+        upstream = self.upstream_headers(entry, method, params)
+        return {**fresh, **upstream} if upstream else fresh

@@ -16,6 +16,7 @@ from ..modality import parse_modality
 from ..tls import ClientTLS, ListenerTLS
 from .access import AuthConfig, RateLimitConfig
 from .cluster_config import ClusterConfig
+from .credentials import AgentAuth
 from .faults import FaultsConfig
 from .federation import FederationConfig
 from .guard import LimitsConfig, SigningConfig, URLConfig
@@ -39,7 +40,9 @@ class AgentConfig(BaseModel):
     groups: list[str] = Field(default_factory=list)
     weight: float = Field(default=1.0, gt=0)
     transformer: bool = False
-    token_env: str | None = None
+    token_env: str | None = None  # the older spelling of auth: {bearer_env: NAME}
+    auth: AgentAuth | None = None  # how the gateway authenticates to the agent (docs/operations.md, "Agent credentials")
+    forward_client_token: bool = False  # the client's own JWT goes to the agent (it authorises the end user itself)
     timeout_s: float | None = Field(default=None, gt=0)
     # what the agent wants, per modality pattern (docs/operations.md, "Fitting parts"); wins over its card's params
     accepts: dict[str, ProfileSpec] = Field(default_factory=dict)
@@ -55,6 +58,17 @@ class AgentConfig(BaseModel):
             except MMA2AError as exc:
                 raise ValueError(exc.message) from None
         return v
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> AgentConfig:
+        if self.token_env is not None and self.auth is not None:
+            raise ValueError("give token_env or auth, not both (token_env is auth: {bearer_env: NAME})")
+        if self.forward_client_token and self.auth is not None and self.auth.api_key is None:
+            raise ValueError("forward_client_token sends the client's JWT as Authorization: it cannot go with a bearer "
+                             "or OAuth2 credential of the gateway's own (an api_key can)")
+        if self.forward_client_token and self.token_env is not None:
+            raise ValueError("forward_client_token sends the client's JWT as Authorization: it cannot go with token_env")
+        return self
 
     @field_validator("url")
     @classmethod

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import importlib.util
 import logging
-import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +21,7 @@ from ..errors import AgentNotFound, DispatchError
 from ..ext import EXTENSION_URI
 from ..routing import AgentInfo, agent_info_from_card
 from .config import AgentConfig
+from .credentials import AgentCredentials, unmet_requirements
 from .transport import Transport
 
 log = logging.getLogger("mma2a.gateway.directory")
@@ -78,6 +79,7 @@ class AgentEntry:
     failures: int = 0
     last_error: str | None = None
     sent: int = 0
+    credentials: AgentCredentials = dataclasses.field(default=None, repr=False, compare=False)  # type: ignore[assignment]
     _card_facts: tuple[dict[str, Any], bool, tuple[str, ...]] | None = dataclasses.field(
         default=None, repr=False, compare=False)
 
@@ -85,9 +87,15 @@ class AgentEntry:
     def name(self) -> str:
         return self.config.name
 
-    @property
-    def token(self) -> str | None:
-        return os.environ.get(self.config.token_env) if self.config.token_env else None
+    def __post_init__(self) -> None:
+        if self.credentials is None:  # static credentials only: the directory gives OAuth2 agents theirs
+            self.credentials = AgentCredentials(self.config.name, self.config.auth, token_env=self.config.token_env)
+
+    def credential_problem(self) -> str | None:
+        """Why the card asks for credentials the config does not give (reported at registration and in health)."""
+        tls = self.config.tls
+        return unmet_requirements(self.card, self.credentials, client_cert=tls is not None and tls.cert_file is not None,
+                                  forwards=self.config.forward_client_token)
 
     def reads_extension(self) -> bool:
         """The card declares the mma2a extension (the agent gets the metadata as it is)."""
@@ -139,7 +147,7 @@ class AgentEntry:
             "inflight": self.inflight,
             "sent": self.sent,
             "lastError": self.last_error,
-            "problems": list(self.info().problems),
+            "problems": [*self.info().problems, *filter(None, [self.credential_problem()])],
             "inputModes": self.card.get("defaultInputModes", []),
             "outputModes": self.card.get("defaultOutputModes", []),
             "skills": [
@@ -182,6 +190,9 @@ def _report_problems(entry: AgentEntry) -> None:
     """Card fields routing cannot read are left out; say which, so the agent is never silently unroutable."""
     for problem in entry.info().problems:
         log.warning("agent %s: %s (left out of routing)", entry.name, problem)
+    unmet = entry.credential_problem()
+    if unmet is not None:
+        log.warning("agent %s: %s", entry.name, unmet)
 
 
 def _grpc_installed() -> bool:
@@ -205,8 +216,11 @@ def validate_card(card: Any, url: str) -> dict[str, Any]:
 class AgentDirectory:
     """Registered agents by name; safe to read from the request path (dict swaps only)."""
 
-    def __init__(self, transport: Transport, *, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, transport: Transport, *, on_change: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`clock`: when agents' OAuth2 tokens are due to be fetched again."""
         self.transport = transport
+        self.clock = clock
         self._agents: dict[str, AgentEntry] = {}
         self._on_change = on_change
         self.version = 0
@@ -239,7 +253,11 @@ class AgentDirectory:
         """Register (or replace) an agent; fetches its card unless given."""
         self.transport.use_tls(config.name, config.tls)
         card = card if card is not None else await self.fetch_card(config)
-        entry = AgentEntry(config, card, rpc_url_from_card(card, config.url + "/"))
+        old = self._agents.get(config.name)
+        credentials = (old.credentials if old is not None and old.config == config else  # a token outlives a re-add
+                       AgentCredentials(config.name, config.auth, token_env=config.token_env,
+                                        post_form=self.transport.post_form, clock=self.clock))
+        entry = AgentEntry(config, card, rpc_url_from_card(card, config.url + "/"), credentials=credentials)
         _report_problems(entry)
         agents = dict(self._agents)
         agents[config.name] = entry

@@ -49,29 +49,27 @@ class GrpcAgents:
             await channel.close()
 
     @staticmethod
-    def _metadata(extension: bool, token: str | None, extra: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    def _metadata(extension: bool, extra: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
         md = [("a2a-version", "1.0"), *((k.lower(), v) for k, v in (extra or {}).items())]
         extensions = extensions_for_agent(extension)  # the client's, and ours when the agent reads it
         if extensions is not None:
             md.append(("a2a-extensions", extensions))
-        if token:
-            md.append(("authorization", f"Bearer {token}"))
         return md
 
     async def call(self, agent: str, url: str, method: str, params: Mapping[str, Any], *, extension: bool,
-                   token: str | None, timeout_s: float, extra: Mapping[str, str] | None = None) -> Any:
+                   timeout_s: float, extra: Mapping[str, str] | None = None) -> Any:
         request = json_format.ParseDict(dict(params), _REQUESTS[method](), ignore_unknown_fields=True)
         rpc = getattr(self._stub(url), method)
         try:
-            reply = await rpc(request, metadata=self._metadata(extension, token, extra), timeout=timeout_s)
+            reply = await rpc(request, metadata=self._metadata(extension, extra), timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise _agent_error(agent, exc, timeout_s) from None
         return json_format.MessageToDict(reply)
 
     async def stream(self, agent: str, url: str, method: str, params: Mapping[str, Any], *, extension: bool,
-                     token: str | None, timeout_s: float, extra: Mapping[str, str] | None = None) -> AsyncIterator[Any]:
+                     timeout_s: float, extra: Mapping[str, str] | None = None) -> AsyncIterator[Any]:
         request = json_format.ParseDict(dict(params), _REQUESTS[method](), ignore_unknown_fields=True)
-        call = getattr(self._stub(url), method)(request, metadata=self._metadata(extension, token, extra))
+        call = getattr(self._stub(url), method)(request, metadata=self._metadata(extension, extra))
         try:
             async for event in call:
                 yield json_format.MessageToDict(event)

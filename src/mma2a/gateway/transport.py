@@ -14,6 +14,7 @@ import itertools
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import aiohttp
 import orjson
@@ -145,16 +146,32 @@ class Transport:
             raise DispatchError(f"GET {url}: response is not JSON", data={"url": url}) from None
         raise DispatchError(f"GET {url}: more than {MAX_REDIRECTS} redirects", data={"url": url})
 
-    def _headers(self, extension: bool, token: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    def _headers(self, extension: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The request head: JSON, the A2A version, the extensions for the agent, and `extra` (the agent's credentials,
+        the signed upstream client)."""
         headers = {"Content-Type": "application/json", VERSION_HEADER: "1.0"}
         if extra:
             headers.update(extra)
         extensions = extensions_for_agent(extension)  # the client's, and ours when the agent reads it
         if extensions is not None:
             headers[EXTENSIONS_HEADER] = extensions
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         return inject(headers)  # W3C traceparent of the current span
+
+    async def post_form(self, url: str, form: Mapping[str, str], headers: Mapping[str, str]) -> tuple[int, Any]:
+        """POST an `application/x-www-form-urlencoded` body (an OAuth2 token request); the status and the answer's
+        JSON (None when it is not JSON). Redirects are not followed; the answer is read up to `MAX_JSON_BYTES`."""
+        try:
+            async with self.session.post(url, data=urlencode(dict(form)), allow_redirects=False,
+                                         headers={**headers, "Content-Type": "application/x-www-form-urlencoded"},
+                                         timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
+                body = await resp.content.read(MAX_JSON_BYTES + 1)
+                status = resp.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise DispatchError(f"POST {url}: {_describe(exc)}", data={"url": url}) from None
+        try:
+            return status, orjson.loads(body) if len(body) <= MAX_JSON_BYTES else None
+        except orjson.JSONDecodeError:
+            return status, None
 
     async def call(
         self,
@@ -164,7 +181,6 @@ class Transport:
         params: Mapping[str, Any],
         *,
         extension: bool = False,
-        token: str | None = None,
         timeout_s: float | None = None,
         retry: bool = True,
         coding: str | None = None,
@@ -177,10 +193,10 @@ class Transport:
         usual ones (another gateway gets the signed assertion of the client, gateway/federation.py).
         """
         if url.startswith("grpc://"):  # an agent whose card prefers gRPC
-            return await self.grpc.call(agent, url, method, params, extension=extension, token=token,
+            return await self.grpc.call(agent, url, method, params, extension=extension,
                                         timeout_s=timeout_s or self.timeout_s, extra=headers)
         plain = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
-        sent = self._headers(extension, token, headers)
+        sent = self._headers(extension, headers)
         body = self._encoded(agent, plain, coding, sent)
         total = timeout_s or self.timeout_s
         if url.startswith("http://"):
@@ -197,7 +213,8 @@ class Transport:
             raise AgentRPCError(agent, doc["error"])
         if "result" not in doc:
             if status in (401, 403):
-                raise DispatchError(f"agent {agent} refused the gateway's credentials (HTTP {status}); check its token_env",
+                raise DispatchError(f"agent {agent} refused the gateway's credentials (HTTP {status}); check its "
+                                    "agents[].auth (or token_env)",
                                     data={"agent": agent, "status": status})
             raise DispatchError(f"agent {agent} answered HTTP {status} without a JSON-RPC result", data={"agent": agent})
         return doc["result"]
@@ -278,25 +295,25 @@ class Transport:
         params: Mapping[str, Any],
         *,
         extension: bool = False,
-        token: str | None = None,
         timeout_s: float | None = None,
         coding: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[Any]:
         """A JSON-RPC streaming call (SSE); yields each event's `result`."""
         if url.startswith("grpc://"):
-            async for event in self.grpc.stream(agent, url, method, params, extension=extension, token=token,
+            async for event in self.grpc.stream(agent, url, method, params, extension=extension,
                                                 timeout_s=timeout_s or self.timeout_s, extra=headers):
                 yield event
             return
         body = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
-        headers = self._headers(extension, token, headers) | {"Accept": "text/event-stream"}
+        headers = self._headers(extension, headers) | {"Accept": "text/event-stream"}
         body = self._encoded(agent, body, coding, headers)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s or self.timeout_s, sock_read=timeout_s or self.timeout_s)
         try:
             async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=self.ssl_for(agent)) as resp:
                 if resp.status != 200:
-                    raise DispatchError(f"agent {agent} answered HTTP {resp.status} to a stream", data={"agent": agent})
+                    raise DispatchError(f"agent {agent} answered HTTP {resp.status} to a stream",
+                                        data={"agent": agent, "status": resp.status})
                 note_activated(resp.headers.get(EXTENSIONS_HEADER))
                 ctype = resp.headers.get("Content-Type", "")
                 if "text/event-stream" not in ctype:
