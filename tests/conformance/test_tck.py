@@ -1031,6 +1031,6 @@ async def test_the_extensions_a_request_activates_go_on_to_a_grpc_agent_too() ->
     finally:
         requested_extensions.reset(token)
     assert plain == [("a2a-version", "1.0"), ("a2a-extensions", f"{OTHER_EXT}, {REQUIRED_EXT}")]
-    assert declared == [("a2a-version", "1.0"), ("a2a-extensions", f"{OTHER_EXT}, {REQUIRED_EXT}, {EXTENSION_URI}"),
-                        ("authorization", "Bearer t")]
+    assert declared == [("a2a-version", "1.0"), ("authorization", "Bearer t"),
+                        ("a2a-extensions", f"{OTHER_EXT}, {REQUIRED_EXT}, {EXTENSION_URI}")]
     assert GrpcAgents._metadata(False, None) == [("a2a-version", "1.0")]  # nothing asked, nothing sent

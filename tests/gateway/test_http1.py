@@ -310,7 +310,7 @@ async def test_transport_calls_an_http_agent_through_the_pool() -> None:
     app = Starlette(routes=[Route("/", rpc, methods=["POST"])])
     transport = Transport(timeout_s=5)
     async with running(app) as url:
-        assert await transport.call("a", url + "/", "Echo", {"x": 1}, credentials={"Authorization": "Bearer tok"}, extension=True) == {"echo": {"x": 1}}
+        assert await transport.call("a", url + "/", "Echo", {"x": 1}, headers={"Authorization": "Bearer tok"}, extension=True) == {"echo": {"x": 1}}
         assert seen[0]["authorization"] == "Bearer tok" and "a2a-extensions" in seen[0]
         assert transport.http1.connections(url + "/") == 1
         with pytest.raises(Exception, match="task not found") as err:
