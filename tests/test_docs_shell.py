@@ -28,7 +28,7 @@ from mma2a.serving import free_port
 ROOT = Path(__file__).resolve().parents[1]
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
-SKIP = re.compile(r"<!-- no-test: (.+?) -->\s*\Z", re.S)
+SKIP = re.compile(r"<!-- no-test: ((?:(?!-->).)+?) -->\s*\Z", re.S)  # the comment just before the fence
 SHELL = {"bash", "sh", "shell", "console"}
 PORT = re.compile(r"(?<=127\.0\.0\.1:)(\d{4,5})\b|(?<=--port )(\d{4,5})\b")
 MAX_SKIPS = 10  # few, each with its reason in the markdown
@@ -132,3 +132,39 @@ def test_shell_blocks_run_as_pasted(path: Path, tmp_path: Path) -> None:
             pattern = r"\S*".join(re.escape(piece) for piece in line.split("…"))
             assert re.search(f"^{pattern}$", stdout, re.M), \
                 f"{path.name}:{shown.line}: {line!r} is not a line of what its blocks printed:\n{stdout}"
+
+
+# --- Python blocks of the library docs (issue 40: a pasted block raised NameError, another used top-level await) ----
+
+PYTHON_DOCS = [ROOT / "docs" / "payloads.md", ROOT / "docs" / "sdk.md"]
+MARK = re.compile(r"<!-- (example|fragment): ((?:(?!-->).)+?) -->\s*\Z", re.S)
+
+
+def python_blocks(path: Path) -> list[tuple[Block, str | None]]:
+    """Each Python block with its mark: `example` (run by tests/sdk/test_docs_examples.py), `fragment` (code that
+    stands inside a coroutine or shows a signature), or None: a whole program, run as pasted."""
+    text = path.read_text(encoding="utf-8")
+    out = []
+    for b in blocks(path):
+        if b.lang != "python":
+            continue
+        start = sum(len(line) + 1 for line in text.splitlines()[: b.line - 1])
+        mark = MARK.search(text[:start])
+        out.append((b, mark.group(1) if mark else None))
+    return out
+
+
+@pytest.mark.parametrize("path", PYTHON_DOCS, ids=lambda p: p.name)
+def test_python_blocks_run_as_pasted_or_say_what_they_are(path: Path, tmp_path: Path) -> None:
+    import ast
+
+    found = python_blocks(path)
+    assert found, f"{path.name} has no Python block"
+    for block, mark in found:
+        where = f"{path.name}:{block.line}"
+        if mark is not None:  # a fragment still parses (await allowed, as inside a coroutine)
+            compile(block.code, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT | ast.PyCF_ONLY_AST)
+            continue
+        proc = subprocess.run([sys.executable, "-c", block.code], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "MMA2A_URL_SECRET": ""})
+        assert proc.returncode == 0, f"{where} exited {proc.returncode}:\n{proc.stderr[-3000:]}"

@@ -277,8 +277,8 @@ def test_a_voice_note_without_words_completes_and_says_so(network: dict[str, Any
 def test_agents_without_a_token_says_which_variable(network: dict[str, Any]) -> None:
     code, _, err = cli("agents", "--gateway", network["gateway"], env={"MMA2A_ADMIN_TOKEN": ""})
     assert code == 2
-    assert err == ("error: the admin API needs the gateway's admin token: set MMA2A_ADMIN_TOKEN (the variable named by "
-                   "admin.token_env in its config), or --token-env NAME\n")
+    assert err == ("error: the admin API needs the gateway's admin token (the variable named by admin.token_env in its "
+                   "config): set MMA2A_ADMIN_TOKEN, or name another variable with --token-env NAME\n")
     code, _, err = cli("agents", "--gateway", network["gateway"], "--token-env", "FIRST_HOUR_TOKEN", env={"FIRST_HOUR_TOKEN": "wrong"})
     assert code == 1
     assert err.startswith(f"error: {network['gateway']} answered 40")
@@ -392,11 +392,12 @@ async def test_send_of_a_file_no_agent_takes_names_what_the_agents_accept_and_wh
             ok = await send_process(str(tmp_path / "report.txt"), "--gateway", url, "--wait", "0.5")
     assert code == 1 and out == ""
     assert err.splitlines() == [
-        "note: after 0.5 s only 2 of 3 configured agents registered; sending anyway",
+        "note: after 0.5 s only 2 of 3 configured agents registered (waiting for speech); sending anyway",
         "error: mma2a gateway refuses the message: part 0 (application/pdf): no agent accepts it and no transform chain "
         "reaches one that does",
-        f"hint: the gateway's agents accept text, image; `mma2a agents --gateway {url}` lists which takes what",
-        "hint: only 2 of the 3 agents in its config answered (down, or still starting: --wait SECONDS)"]
+        "hint: notes accepts text",  # from the public cards: no admin token needed (the README's gateway has none)
+        "hint: eyes accepts image",
+        "hint: configured but not registered (down, or still starting: --wait SECONDS): speech"]
     assert ok[0] == 0 and ok[1].splitlines()[0] == "part 0 (text/plain) → notes [capability]", ok
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -92,6 +92,8 @@ def list_agents(
     gateway: Annotated[str | None, typer.Option(help="A gateway URL: list its agents (admin API)")] = None,
     token_env: Annotated[str, typer.Option(help="Env var holding the admin token")] = "MMA2A_ADMIN_TOKEN",
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
+    cacert: Annotated[Path | None, typer.Option(help="CA certificate (PEM) to trust for an https:// gateway "
+                                                     "(default: $MMA2A_CA_FILE)")] = None,
 ) -> None:
     """List the reference agents, or a running gateway's agents with health and modes."""
     from rich.console import Console
@@ -103,27 +105,9 @@ def list_agents(
                  "inputModes": list(r.card().default_input_modes), "outputModes": list(r.card().default_output_modes)}
                 for r in CATALOG.values()]
     else:
-        import httpx
+        from .gateway_api import admin_get
 
-        token = os.environ.get(token_env, "")
-        need = (f"the admin API needs the gateway's admin token: set {token_env} "
-                f"(the variable named by admin.token_env in its config), or --token-env NAME")
-        if not token:
-            typer.echo(f"error: {need}", err=True)
-            raise typer.Exit(2)
-        try:
-            resp = httpx.get(gateway.rstrip("/") + "/admin/agents", headers={"Authorization": f"Bearer {token}"}, timeout=10)
-        except httpx.HTTPError as exc:
-            typer.echo(f"error: cannot reach {gateway}: {exc}", err=True)
-            raise typer.Exit(1) from None
-        if resp.status_code in (401, 403):
-            typer.echo(f"error: {gateway} answered {resp.status_code}: {resp.text.strip()}; the token in {token_env} is not "
-                       "the gateway's admin token", err=True)
-            raise typer.Exit(1)
-        if resp.status_code != 200:
-            typer.echo(f"error: {gateway} answered {resp.status_code}: {resp.text}", err=True)
-            raise typer.Exit(1)
-        rows = resp.json()["agents"]
+        rows = admin_get(gateway, "/admin/agents", token_env=token_env, cacert=cacert, timeout=10)["agents"]
     if as_json:
         typer.echo(json.dumps(rows))
         return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -34,30 +34,19 @@ def history(
     cursor: Annotated[str | None, typer.Option(help="The cursor printed by the previous page")] = None,
     token_env: Annotated[str, typer.Option(help="Env var holding the admin token")] = "MMA2A_ADMIN_TOKEN",
     as_json: Annotated[bool, typer.Option("--json", help="The API's JSON answer")] = False,
+    cacert: Annotated[Path | None, typer.Option(help="CA certificate (PEM) to trust for an https:// gateway "
+                                                     "(default: $MMA2A_CA_FILE)")] = None,
 ) -> None:
     """Where each message's parts went, newest first: targets, rules, outcome, latency."""
-    import httpx
     from rich.console import Console
     from rich.table import Table
+
+    from .gateway_api import admin_get
 
     params = {k: v for k, v in {"since": since, "until": until, "modality": modality, "agent": agent, "rule": rule,
                                 "sender": sender, "outcome": outcome, "limit": str(limit), "cursor": cursor}.items()
               if v is not None}
-    token = os.environ.get(token_env, "")
-    try:
-        resp = httpx.get(gateway.rstrip("/") + "/admin/history", params=params,
-                         headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    except httpx.HTTPError as exc:
-        typer.echo(f"error: cannot reach {gateway}: {exc}", err=True)
-        raise typer.Exit(1) from None
-    if resp.status_code != 200:
-        try:
-            message = resp.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = resp.text[:500]
-        typer.echo(f"error: {gateway} answered {resp.status_code}: {message}", err=True)
-        raise typer.Exit(1)
-    page = resp.json()
+    page = admin_get(gateway, "/admin/history", token_env=token_env, cacert=cacert, params=params)
     if as_json:
         typer.echo(json.dumps(page))
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,14 +41,17 @@ def gateway_url(value: str) -> str:
     return value.rstrip("/")
 
 
-def refusal_hints(gateway: str, exc: Exception, token_env: str, token_set: bool) -> list[str]:
-    """What to do about a refusal, from what the gateway publishes: the modes its agents accept (its card), how many
-    of its agents are registered and healthy (`/healthz`), which credential to set."""
+def refusal_hints(gateway: str, exc: Exception, token_env: str, token_set: bool,
+                  verify: ssl.SSLContext | bool = True) -> list[str]:
+    """What to do about a refusal, from what the gateway publishes: which of its agents accepts what (their cards),
+    how many are registered and healthy (`/healthz`), which credential to set."""
+    import re
     from urllib.parse import urlsplit
 
     import httpx
 
     from ..errors import Forbidden, ModalityRefused, Unauthorized
+    from .gateway_api import public_agents
 
     if isinstance(exc, Unauthorized):
         if token_set:
@@ -56,37 +60,52 @@ def refusal_hints(gateway: str, exc: Exception, token_env: str, token_set: bool)
                 "or name another variable with --token-env NAME"]
     if isinstance(exc, Forbidden):
         return ["hint: the gateway knows the credential but does not let this client do that (auth.clients[].agents)"]
-    if not isinstance(exc, ModalityRefused):
+    unknown = re.search(r"unknown agent '([^']+)'", getattr(exc, "message", ""))
+    if not isinstance(exc, ModalityRefused) and unknown is None:
         return []
     origin = "{0.scheme}://{0.netloc}".format(urlsplit(gateway))
     hints: list[str] = []
     try:
-        card = httpx.get(origin + "/.well-known/agent-card.json", timeout=5).json()
-        health = httpx.get(origin + "/healthz", timeout=5).json()
-    except (httpx.HTTPError, ValueError):
+        health = httpx.get(origin + "/healthz", timeout=5, verify=verify).json()
+        agents = public_agents(origin, verify=verify)
+    except (httpx.HTTPError, ValueError, TypeError, AttributeError):
         return hints
+    missing = [str(n) for n in health.get("missingAgents") or []]
+    if unknown is not None:
+        if unknown.group(1) in missing:
+            return [f"hint: {unknown.group(1)!r} is in the gateway's config but has not registered: is it running at "
+                    "its configured url? The gateway keeps trying it (`GET /healthz` lists missingAgents)"]
+        return []
     registered, healthy = int(health.get("agents", 0)), int(health.get("healthy", 0))
     configured = int(health.get("configuredAgents", 0))
     if registered == 0 and configured == 0:
         return ["hint: the gateway has no agents: list them under `agents:` in its config (docs/operations.md)"]
-    modes = ", ".join(card.get("defaultInputModes") or []) or "nothing"
-    hints.append(f"hint: the gateway's agents accept {modes}; `mma2a agents --gateway {origin}` lists which takes what")
-    if registered < configured:
-        hints.append(f"hint: only {registered} of the {configured} agents in its config answered (down, or still "
-                     "starting: --wait SECONDS)")
+    for row in agents[:8]:
+        hints.append(f"hint: {row['name']} accepts {', '.join(row['inputModes']) or 'nothing'}")
+    if not agents:  # cards without skills name no agent: the union of what they accept
+        try:
+            card = httpx.get(origin + "/.well-known/agent-card.json", timeout=5, verify=verify).json()
+        except (httpx.HTTPError, ValueError):
+            card = {}
+        hints.append(f"hint: the gateway's agents accept {', '.join(card.get('defaultInputModes') or []) or 'nothing'}")
+    if len(agents) > 8:
+        hints.append(f"hint: … and {len(agents) - 8} more agents (their cards: {origin}/agents/NAME/)")
+    if missing:
+        hints.append(f"hint: configured but not registered (down, or still starting: --wait SECONDS): "
+                     f"{', '.join(missing)}")
     if healthy < registered:
         hints.append(f"hint: agents failing their health checks (down?): {registered - healthy} of {registered}")
     return hints
 
 
-def is_gateway(url: str) -> bool:
+def is_gateway(url: str, verify: ssl.SSLContext | bool = True) -> bool:
     """Does `url`'s origin answer `/healthz` as an mma2a gateway does (with its rules version)?"""
     from urllib.parse import urlsplit
 
     import httpx
 
     try:
-        resp = httpx.get("{0.scheme}://{0.netloc}/healthz".format(urlsplit(url)), timeout=5)
+        resp = httpx.get("{0.scheme}://{0.netloc}/healthz".format(urlsplit(url)), timeout=5, verify=verify)
         return resp.status_code == 200 and "rulesVersion" in resp.json()
     except (httpx.HTTPError, ValueError, TypeError):
         return False
@@ -94,7 +113,7 @@ def is_gateway(url: str) -> bool:
 
 async def _send(gateway: str, files: list[Path], *, text: str | None, to: str | None, extract: bool,
                 features: dict[str, Any], inline_limit: int, wait_s: float, notes: list[str],
-                progress: Any, token: str | None = None) -> dict[str, Any]:
+                progress: Any, token: str | None = None, verify: ssl.SSLContext | bool = True) -> dict[str, Any]:
     from google.protobuf import json_format
 
     from ..ext import normalize_json
@@ -108,7 +127,8 @@ async def _send(gateway: str, files: list[Path], *, text: str | None, to: str | 
         progress.update(tasks[name], advance=sent)
 
     async with await MultimodalClient.connect(gateway, extract_features=extract, inline_limit=inline_limit,
-                                              progress=advance, wait=wait_s, notes=notes, token=token) as client:
+                                              progress=advance, wait=wait_s, notes=notes, token=token,
+                                              verify=verify) as client:
         reply = await client.send(*files, text=text, to=to, features=features or None)
     if reply.task is not None:
         return {"task": normalize_json(json_format.MessageToDict(reply.task))}
@@ -164,6 +184,8 @@ def send(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result (task or message) as JSON")] = False,
     token_env: Annotated[str, typer.Option(metavar="NAME", help="Env var holding a client token of the gateway's "
                                                                 "auth.clients (sent as Authorization: Bearer)")] = "MMA2A_TOKEN",
+    cacert: Annotated[Path | None, typer.Option(help="CA certificate (PEM) to trust for an https:// gateway "
+                                                     "(default: $MMA2A_CA_FILE)")] = None,
 ) -> None:
     """Send files (and text) as one A2A message through the gateway (the `mma2a.sdk` producer).
 
@@ -174,10 +196,11 @@ def send(
 
     from ..errors import MMA2AError
     from ..ext import EXTENSION_URI
-
-    import os
+    from .gateway_api import env_token, trust
 
     base = gateway_url(gateway)
+    verify = trust(cacert)
+    token = env_token(token_env)
     if not files and text is None:
         raise typer.BadParameter("nothing to send: give one or more files, or --text TEXT", param_hint="'FILE'")
     features = dict(parse_feature(f) for f in feature or [])
@@ -188,12 +211,12 @@ def send(
                       console=err, transient=True, disable=not err.is_terminal) as progress:
             result = asyncio.run(_send(base, files or [], text=text, to=to, extract=extract, features=features,
                                        inline_limit=inline_limit, wait_s=wait, notes=notes, progress=progress,
-                                       token=os.environ.get(token_env) or None))
+                                       token=token, verify=verify))
     except MMA2AError as exc:
         for note in notes:
             err.print(note, markup=False, soft_wrap=True)
         err.print(f"error: {exc.message}", markup=False, soft_wrap=True)
-        for hint in refusal_hints(base, exc, token_env, bool(os.environ.get(token_env))):
+        for hint in refusal_hints(base, exc, token_env, token is not None, verify):
             err.print(hint, markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except TypeError as exc:  # a feature value the SDK refuses
@@ -203,7 +226,7 @@ def send(
         err.print(note, markup=False, soft_wrap=True)
     task = result.get("task") or {}
     routes = ((task.get("metadata") or {}).get(EXTENSION_URI) or {}).get("route")
-    if not routes and not is_gateway(base):
+    if not routes and not is_gateway(base, verify):
         err.print(f"note: {base} is not an mma2a gateway (it has no /healthz): it answered itself, nothing was routed; "
                   "point --gateway at `mma2a serve`'s address", markup=False, soft_wrap=True)
     state = str((task.get("status") or {}).get("state", ""))

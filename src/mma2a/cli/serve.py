@@ -36,7 +36,23 @@ def banner(gateway: Gateway) -> str:
         agents += f" of {configured} configured (the others are retried)"
     version = gateway.state.rules_version
     rules = f"rules v{version}" if version else "default rules (route by capability)"
-    return f"mma2a gateway on http://{gateway.config.listen} ({agents}, mode {gateway.state.mode}, {rules})"
+    scheme = "https" if gateway.config.tls is not None else "http"
+    return f"mma2a gateway on {scheme}://{gateway.config.listen} ({agents}, mode {gateway.state.mode}, {rules})"
+
+
+def credential_warnings(cfg: GatewayConfig) -> list[str]:
+    """Clients whose credential variable is unset: they cannot authenticate that way, and every call of theirs would
+    be a 401 that blames the caller. Said once at start, naming the variable (never a value)."""
+    import os
+
+    out = []
+    for i, c in enumerate(cfg.auth.clients):
+        for field in ("token_env", "api_key_env"):
+            name = getattr(c, field)
+            if name and not os.environ.get(name):
+                out.append(f"warning: auth.clients[{i}] ({c.name}): {field} {name} is not set in this environment, "
+                           f"so {c.name} cannot authenticate with it; export {name}=... before `mma2a serve`")
+    return out
 
 
 @app.command()
@@ -75,6 +91,8 @@ def serve(
         typer.echo(f"error: {where}{exc.message}", err=True)
         raise typer.Exit(2) from None
     configure_logging(log_level)
+    for line in credential_warnings(cfg):
+        typer.echo(line, err=True)
     try:
         run(cfg, cluster=hooks, on_ready=lambda gw: typer.echo(banner(gw), err=True))
     except ListenError as exc:

@@ -398,6 +398,8 @@ class Gateway:
                 "healthy": sum(1 for e in entries if e.healthy), "configuredAgents": len(self.config.agents),
                 "rulesVersion": self.state.rules_version, "mode": self.state.mode,
             }
+            if missing := [c.name for c in self.config.agents if c.name not in self.directory]:
+                doc["missingAgents"] = missing  # configured, not registered yet (down, or still starting): retried
             if problems:
                 doc["agentProblems"] = problems
             if self.state.rebuild_error:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import os
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -284,9 +286,46 @@ def parse_config(data: Any, *, base_dir: str = ".") -> GatewayConfig:
     try:
         return GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        # a misspelt field (`ulr:`) also makes its right spelling missing: name the misspelling, with the fix
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         where = ".".join(str(p) for p in err["loc"]) or "config"
-        raise ConfigError(f"{where}: {err['msg']}", field=where) from None
+        message = f"{where}: {err['msg']}"
+        if err["type"] == "extra_forbidden":
+            known = _field_names(GatewayConfig, err["loc"][:-1])
+            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
+            message = f"{where}: unknown field" + (f"; did you mean '{close[0]}'?" if close else
+                                                   f" (fields here: {', '.join(known)})" if known else "")
+        raise ConfigError(message, field=where) from None
+
+
+def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names a config section at `loc` takes (`("agents", 0)` -> AgentConfig's), for did-you-mean."""
+    annotation: Any = model
+    for step in loc:
+        if isinstance(step, str):
+            found = _model_in(annotation)
+            field = found.model_fields.get(step) if found is not None else None
+            if field is None:
+                return []
+            annotation = field.annotation
+        else:  # an index into a list (`list[X]` or `list[X] | None`): its item type
+            lists = [a for a in (annotation, *typing.get_args(annotation)) if typing.get_origin(a) is list]
+            if not lists:
+                return []
+            annotation = typing.get_args(lists[0])[0]
+    found = _model_in(annotation)
+    return [name for name in found.model_fields if name != "base_dir"] if found is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation is, or holds as `X | None`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
 
 
 def load_config(path: str | Path) -> GatewayConfig:

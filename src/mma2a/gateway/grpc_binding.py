@@ -10,7 +10,9 @@ rate-limit buckets, the request's deadline.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -85,6 +87,35 @@ class PipelineGrpcHandler(GrpcHandler):
                                                                 *rich_status(status, message, reason, data)))
 
 
+def _addresses(host: str) -> list[str]:
+    """The addresses a listen host stands for, as gRPC targets (`[::1]` for IPv6), each once, in resolver order."""
+    name = host.strip("[]")
+    try:  # an address (or the wildcard, which gRPC binds dual-stack) is itself
+        ipaddress.ip_address(name)
+        return [host]
+    except ValueError:
+        if not name:
+            return [host]
+    try:
+        infos = socket.getaddrinfo(name or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return [host]  # gRPC says why it cannot bind
+    found = dict.fromkeys(f"[{i[4][0]}]" if i[0] == socket.AF_INET6 else str(i[4][0]) for i in infos)
+    if name.lower() == "localhost":  # gRPC's resolver takes it as both loopbacks, whatever /etc/hosts says
+        found.update(dict.fromkeys(a for a in ("127.0.0.1", "[::1]") if _bindable(a)))
+    return list(found) or [host]
+
+
+def _bindable(address: str) -> bool:
+    family = socket.AF_INET6 if address.startswith("[") else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address.strip("[]"), 0))
+        return True
+    except OSError:
+        return False
+
+
 EPHEMERAL_BIND_ATTEMPTS = 8  # binding HOST:0 afresh when the free port found for one address is taken on another
 
 
@@ -101,23 +132,34 @@ class GrpcIngress:
         admission = Admission(control, method_access(jsonrpc), message_timeout_s=cfg.server.body_timeout_s,
                               agent_of=agent_of)
         servicer = PipelineGrpcHandler(handler)
-        # A name such as `localhost:0` resolves to several addresses: gRPC binds the first on a free port and then
-        # needs that same port free on the others, which it may not be (another process holds it on 127.0.0.1).
-        # Only then is a fresh server tried, each with a new free port; a fixed port that is taken fails at once.
-        attempts = EPHEMERAL_BIND_ATTEMPTS if self.listen.rpartition(":")[2] == "0" else 1
-        for attempt in range(1, attempts + 1):
+        # A name such as `localhost:0` resolves to several addresses. Given the name, gRPC binds the first on a free
+        # port and then wants that port on the others too; where another process holds it there, gRPC keeps the one
+        # address it got ("Only 1 addresses added out of total 2") and clients of the other find nothing. So with port
+        # 0 each address is bound by itself, the first on a free port and the rest on that port, and a fresh server
+        # is tried (a new free port) when one of them is taken. A fixed port that is taken fails at once.
+        host, _, port_text = self.listen.rpartition(":")
+        ephemeral = port_text == "0"
+        addresses = _addresses(host) if ephemeral else [host]
+        for attempt in range(1, (EPHEMERAL_BIND_ATTEMPTS if ephemeral else 1) + 1):
             self.server = grpc.aio.server(interceptors=[admission], options=server_options(cfg))
             a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, self.server)  # type: ignore[no-untyped-call]
-            try:
-                if cfg.tls is not None:  # the listener's certificate and client CA (read at start; HTTP reloads them)
-                    self.port = self.server.add_secure_port(self.listen, server_credentials(cfg.tls, cfg.base_dir))
-                else:
-                    self.port = self.server.add_insecure_port(self.listen)
-            except RuntimeError:  # grpcio raises where older releases returned 0
-                self.port = 0
+            self.port = 0
+            for address in addresses:
+                target = f"{address}:{self.port}" if ephemeral else self.listen
+                try:
+                    if cfg.tls is not None:  # the listener's certificate and client CA (read at start; HTTP reloads)
+                        bound = self.server.add_secure_port(target, server_credentials(cfg.tls, cfg.base_dir))
+                    else:
+                        bound = self.server.add_insecure_port(target)
+                except RuntimeError:  # grpcio raises where older releases returned 0
+                    bound = 0
+                if bound == 0:
+                    self.port = 0
+                    break
+                self.port = bound
             if self.port != 0:
                 break
-            if attempt == attempts:
+            if attempt == EPHEMERAL_BIND_ATTEMPTS or not ephemeral:
                 raise OSError(f"grpc_listen: cannot bind {self.listen}")
 
     async def start(self) -> None:

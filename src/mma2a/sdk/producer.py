@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import ssl
 import struct
 import time
 import uuid
@@ -134,6 +135,7 @@ class MultimodalClient:
         timeout: float = 60.0,
         wait: float = 0.0,
         notes: list[str] | None = None,
+        verify: ssl.SSLContext | bool = True,
         **kwargs: Any,
     ) -> MultimodalClient:
         """Fetch the Agent Card at `url` (a gateway, a gateway's `/agents/{name}/`, or any A2A agent).
@@ -141,19 +143,20 @@ class MultimodalClient:
         `gateway` is where big payloads and live streams go (default: `url`'s origin when
         it is an mma2a gateway). With `wait` seconds, a gateway that is still starting is
         waited for (and its configured agents, per `/healthz`; `notes` receives a line if
-        some never came). `GatewayUnreachable` when nothing answers.
+        some never came). `GatewayUnreachable` when nothing answers. `verify`: the TLS trust for an
+        https:// gateway (an `ssl.SSLContext` holding its CA, or True for the system's store).
         """
         if "features" in kwargs:
             raise TypeError("connect(): local extraction is `extract_features=True`; a producer's own features "
                             "go to `send(..., features={'camera': 'dock-3'})`")
         if wait > 0:
-            await wait_for_gateway(url.rstrip("/"), wait, notes=notes)
+            await wait_for_gateway(url.rstrip("/"), wait, notes=notes, verify=verify)
         headers = {VERSION_HEADER: "1.0"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         if api_key:
             headers["X-API-Key"] = api_key
-        http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout, write=None))
+        http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout, write=None), verify=verify)
         base = url.rstrip("/")
         try:
             try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ssl
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from pathlib import Path
@@ -22,7 +23,19 @@ CHUNK = 1024 * 1024
 
 def unreachable(url: str, exc: BaseException) -> GatewayUnreachable:
     reason = str(exc) or type(exc).__name__
+    if untrusted(exc):
+        reason += ("; its TLS certificate is not trusted here: give its CA (verify=ssl context in the SDK, "
+                   "--cacert FILE or $MMA2A_CA_FILE in the CLI)")
     return GatewayUnreachable(f"cannot reach the gateway at {url}: {reason}", field="url")
+
+
+def untrusted(exc: BaseException) -> bool:
+    """Did a connection fail on the peer's certificate (which waiting will not fix)?"""
+    while exc is not None:
+        if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
 
 
 def _failure(what: str, resp: httpx.Response) -> PayloadError | PayloadTooLarge:
@@ -120,16 +133,17 @@ class GatewayStore:
         return info
 
 
-async def wait_for_gateway(gateway: str, wait_s: float, *, notes: list[str] | None = None) -> None:
+async def wait_for_gateway(gateway: str, wait_s: float, *, notes: list[str] | None = None,
+                           verify: ssl.SSLContext | bool = True) -> None:
     """Poll `/healthz` until the gateway answers and its configured agents are registered, for up to `wait_s`.
 
     Raises `GatewayUnreachable` when nothing answered in time; a gateway whose agents are
-    not all up by then is used anyway (with a note).
+    not all up by then is used anyway (with a note). An untrusted TLS certificate ends the wait at once.
     """
     deadline = time.monotonic() + max(0.0, wait_s)
     last: str = ""
     answered = False
-    async with httpx.AsyncClient(timeout=5.0) as http:
+    async with httpx.AsyncClient(timeout=5.0, verify=verify) as http:
         while True:
             try:
                 resp = await http.get(gateway + "/healthz")
@@ -141,7 +155,11 @@ async def wait_for_gateway(gateway: str, wait_s: float, *, notes: list[str] | No
                 if registered >= configured:
                     return
                 last = f"{registered} of {configured} configured agents registered"
+                if missing := health.get("missingAgents"):
+                    last += f" (waiting for {', '.join(str(m) for m in missing)})"
             except httpx.RequestError as exc:
+                if untrusted(exc):
+                    raise unreachable(gateway, exc) from None
                 last = str(exc) or type(exc).__name__
             except ValueError:
                 return
