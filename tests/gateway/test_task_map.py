@@ -32,7 +32,8 @@ def test_a_record_reads_back_as_it_was_stored():
     tasks.put(single(1))
     rec = tasks.get("gw-1")
     assert [(d.agent, d.task_id) for d in rec.legs] == [("a", "ta"), ("b", "tb")]
-    assert rec.fanned_out and rec.aggregate == fan and rec.route == ROUTE
+    # the aggregate is kept without the request's parts: its history holds the request's ids
+    assert rec.fanned_out and rec.aggregate == {**fan, "history": [{"messageId": "m", "parts": []}]} and rec.route == ROUTE
     one = tasks.get("task-000001")
     assert not one.fanned_out and one.aggregate is None and one.legs[0].agent == "echo" and one.route == ROUTE
     with pytest.raises(TaskNotFound) as err:
@@ -72,7 +73,7 @@ def test_the_byte_budget_bounds_the_map_whatever_the_count():
     assert 100 < len(tasks) < 5000
     assert tasks.find("task-004999") is not None and tasks.find("task-000000") is None
     # a fan-out aggregate counts by its size
-    big = {"id": "gw-big", "history": [{"text": "x" * 20_000}]}
+    big = {"id": "gw-big", "artifacts": [{"parts": [{"text": "x" * 20_000}]}]}
     tasks.put(TaskRecord("gw-big", [], aggregate=big, route=ROUTE))
     assert tasks.bytes <= 64 * 1024 and tasks.get("gw-big").aggregate == big
 
@@ -94,3 +95,33 @@ def test_rows_are_not_tracked_by_the_garbage_collector():
     assert rows and not any(gc.is_tracked(row) for row in rows)
     # identical routes share one bytes object
     assert len({id(row[1]) for row in rows}) == 1
+
+
+def owned(i: int, owner: str, size: int = 0) -> TaskRecord:
+    agg = {"id": f"gw-{owner}-{i}", "artifacts": [{"parts": [{"text": "x" * size}]}]} if size else None
+    legs = [DownstreamTask("a", f"t-{owner}-{i}"), DownstreamTask("b", f"u-{owner}-{i}")] if size else \
+        [DownstreamTask("echo", f"gw-{owner}-{i}")]
+    return TaskRecord(f"gw-{owner}-{i}", legs, aggregate=agg, route=ROUTE, owner=owner)
+
+
+def test_a_client_past_its_budget_loses_only_its_own_oldest_records():
+    """Security round 4 #6: one client's records fill only its share; another client's, and records without an
+    owner, stay."""
+    tasks = TaskMap(max_bytes=1 << 20, max_bytes_per_owner=256 * 1024)
+    tasks.put(owned(0, "alice"))
+    tasks.put(TaskRecord("anon-1", [DownstreamTask("echo", "anon-1")], route=ROUTE))
+    for i in range(40):  # carol: 40 aggregates of 30 KB, 1.2 MB in all
+        tasks.put(owned(i, "carol", 30_000))
+        assert tasks.held_by("carol") <= 256 * 1024
+    assert tasks.find("gw-alice-0") is not None and tasks.find("anon-1") is not None
+    assert tasks.find("gw-carol-39") is not None and tasks.find("gw-carol-0") is None
+    kept = [i for i in range(40) if tasks.find(f"gw-carol-{i}") is not None]
+    assert kept == list(range(40 - len(kept), 40)) and 6 <= len(kept) <= 8  # her newest, ~256 KB of them
+    # a record over the whole share is kept alone (the map's budget still bounds it)
+    tasks.put(owned(99, "carol", 300_000))
+    assert [i for i in (*range(40), 99) if tasks.find(f"gw-carol-{i}") is not None] == [99]
+    assert tasks.find("gw-alice-0") is not None
+    # forgetting returns every count: no owner is left counted once its records are gone
+    for i in range(40):
+        tasks.put(TaskRecord(f"x-{i}", [DownstreamTask("echo", f"x-{i}")], route=ROUTE, owner="dave"))
+    assert tasks.held_by("dave") > 0 and tasks.held_by("bob") == 0

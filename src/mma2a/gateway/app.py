@@ -63,6 +63,7 @@ from .sdk_binding import PipelineRequestHandler, TargetContextBuilder, rest_rout
 from .authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
 from .security import access_control, error_body
 from .state import RoutingState
+from .tasks import TaskMap
 from .tracing import TracingMiddleware
 from .tracing import enabled as tracing_enabled
 from .transport import Transport
@@ -167,6 +168,7 @@ class Gateway:
             cluster=self.cluster,
             gateway_id=config.name or self.public_url,
             federation=self.federation,
+            tasks=TaskMap(max_bytes=config.limits.task_bytes, max_bytes_per_owner=config.limits.task_bytes_per_client),
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.grpc: GrpcIngress | None = None

@@ -78,6 +78,9 @@ class LimitsConfig(BaseModel):
     # response streams (SSE, gRPC server streams) open at once; past them 429 + Retry-After
     max_response_streams_per_client: int = Field(default=64, ge=1)
     max_response_streams: int = Field(default=1024, ge=1)
+    # task records kept for GetTask (gateway/tasks.py): in all, and per client within that (its oldest go first)
+    task_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024)
+    task_bytes_per_client: int = Field(default=4 * 1024 * 1024, ge=16 * 1024)
     # media a message may carry inline or upload, from headers before anything decodes (features.probe)
     max_pixels: int = Field(default=40_000_000, gt=0)
     max_audio_seconds: float = Field(default=4 * 3600.0, gt=0)

@@ -14,6 +14,12 @@ by record age and by count; the oldest record goes first. Exchanges answered wit
 Each record names its owner, the client that created the task (None when the caller had no identity:
 auth off), and the map remembers which owner each context id belongs to: `TaskOperations` and
 `Admission` answer another client's task or context as not found (docs/security.md, round 3).
+
+Each owner's records are bounded by bytes too (`max_bytes_per_owner`, `limits.task_bytes_per_client`), inside the
+map's own budget: a client past its share loses its own oldest records, never another client's (five 3.6 MB
+fan-out messages of one client made another's task `not found`: security round 4 #6). Records without an owner
+(auth off) count in the map's budget only. A stored aggregate keeps of the request only its ids (`stored`): the
+request's parts went to the agents and back to the client, who has them.
 """
 
 from __future__ import annotations
@@ -42,6 +48,17 @@ class DownstreamTask:
 #  owner; context id)
 _Row = tuple[tuple[str, ...], bytes, bytes | None, float, int, str | None, str | None]
 _OVERHEAD = 240  # bytes a record costs beyond its strings: the map's entry, the tuples, the key object
+_MESSAGE_IDS = ("messageId", "role", "contextId", "taskId")
+
+
+def stored(aggregate: dict[str, Any]) -> dict[str, Any]:
+    """An aggregate as the map keeps it: its history's messages reduced to their ids (the request's parts, up to
+    the body cap, are not kept for a later GetTask)."""
+    history = aggregate.get("history")
+    if not isinstance(history, list) or not history:
+        return aggregate
+    light = [{k: m[k] for k in _MESSAGE_IDS if k in m} | {"parts": []} if isinstance(m, dict) else {} for m in history]
+    return {**aggregate, "history": light}
 
 
 class TaskRecord:
@@ -83,9 +100,12 @@ class TaskMap:
     """Bounded map of task records: oldest forgotten first, past `max_bytes`, `max_age_s` or `capacity`."""
 
     def __init__(self, capacity: int = 100_000, *, max_bytes: int = 16 << 20, max_age_s: float = 3600.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_bytes_per_owner: int | None = 4 << 20) -> None:
         self.capacity = capacity
         self.max_bytes = max_bytes
+        self.max_bytes_per_owner = max_bytes_per_owner  # None: owners share `max_bytes` alone
+        self._by_owner: dict[str, dict[str, None]] = {}  # owner -> its task ids, oldest first
+        self._owner_bytes: dict[str, int] = {}
         self.max_age_s = max_age_s
         self.clock = clock
         self.bytes = 0
@@ -101,7 +121,7 @@ class TaskMap:
         for d in record.legs:
             legs += (d.agent, d.task_id)
             size += len(d.agent) + len(d.task_id)
-        agg = orjson.dumps(record.aggregate) if record.aggregate is not None else None
+        agg = orjson.dumps(stored(record.aggregate)) if record.aggregate is not None else None
         self._store(record.task_id, legs, record.route, agg, size, record.owner, record.context_id)
 
     def put_leg(self, task_id: str, agent: str, context_id: str | None, route: list[dict[str, Any]],
@@ -124,7 +144,7 @@ class TaskMap:
         rows = self._rows
         old = rows.pop(task_id, None)
         if old is not None:
-            self._forget(old)
+            self._forget(task_id, old)
         rows[task_id] = (legs, route, agg, now, size, owner, context)
         self.bytes += size
         if context is not None:
@@ -134,13 +154,27 @@ class TaskMap:
         if owner is not None and agg is None and len(legs) == 2:
             key = (owner, legs[0])
             self._owned[key] = self._owned.get(key, 0) + 1
+        if owner is not None:
+            self._by_owner.setdefault(owner, {})[task_id] = None
+            mine = self._owner_bytes[owner] = self._owner_bytes.get(owner, 0) + size
+            if self.max_bytes_per_owner is not None and mine > self.max_bytes_per_owner:
+                self._expire_owner(owner)
         if len(rows) > self.capacity or self.bytes > self.max_bytes or now >= self._age_check_at:
             self._expire(now)
 
-    def _forget(self, row: _Row) -> None:
-        """Account for a row leaving the map (its bytes, its context's count, its owner's count)."""
+    def _forget(self, task_id: str, row: _Row) -> None:
+        """Account for a row leaving the map (its bytes, its context's count, its owner's count and bytes)."""
         self.bytes -= row[4]
         context, owner, legs = row[6], row[5], row[0]
+        if owner is not None:
+            mine = self._by_owner.get(owner)
+            if mine is not None:
+                mine.pop(task_id, None)
+            if mine:
+                self._owner_bytes[owner] = self._owner_bytes.get(owner, 0) - row[4]
+            else:  # its last record: nothing left to count (an owner costs nothing once it holds no record)
+                self._by_owner.pop(owner, None)
+                self._owner_bytes.pop(owner, None)
         if context is not None:
             held = self._contexts.get(context)
             if held is not None:
@@ -156,6 +190,18 @@ class TaskMap:
             else:
                 self._owned.pop(key, None)
 
+    def _expire_owner(self, owner: str) -> None:
+        """Forget `owner`'s oldest records until it is within its budget again (its newest is kept)."""
+        assert self.max_bytes_per_owner is not None
+        mine = self._by_owner[owner]
+        while self._owner_bytes.get(owner, 0) > self.max_bytes_per_owner and len(mine) > 1:
+            task_id = next(iter(mine))
+            self._forget(task_id, self._rows.pop(task_id))
+
+    def held_by(self, owner: str) -> int:
+        """The bytes `owner`'s records are counted at."""
+        return self._owner_bytes.get(owner, 0)
+
     def _expire(self, now: float) -> None:
         rows = self._rows
         while rows:
@@ -165,7 +211,7 @@ class TaskMap:
                 # time only checks again)
                 self._age_check_at = row[3] + self.max_age_s
                 return
-            self._forget(rows.popitem(last=False)[1])
+            self._forget(*rows.popitem(last=False))
         self._age_check_at = now + self.max_age_s  # empty: nothing can be due before a row put now is
 
     def get(self, task_id: str) -> TaskRecord:
@@ -180,7 +226,7 @@ class TaskMap:
             return None
         if self.clock() - row[3] > self.max_age_s:
             del self._rows[task_id]
-            self._forget(row)
+            self._forget(task_id, row)
             return None
         legs, route, agg, _, _, owner, context = row
         single = agg is None and len(legs) == 2
@@ -209,9 +255,12 @@ class TaskMap:
         row = self._rows.get(record.task_id)
         if row is None:
             return
-        agg = orjson.dumps(record.aggregate) if record.aggregate is not None else None
+        agg = orjson.dumps(stored(record.aggregate)) if record.aggregate is not None else None
         size = row[4] - (len(row[2]) if row[2] else 0) + (len(agg) if agg else 0)
         self.bytes += size - row[4]
+        owner = row[5]
+        if owner is not None:
+            self._owner_bytes[owner] = self._owner_bytes.get(owner, 0) + size - row[4]
         self._rows[record.task_id] = (row[0], row[1], agg, row[3], size, row[5], row[6])
 
     def __len__(self) -> int:
