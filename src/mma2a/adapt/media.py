@@ -20,6 +20,8 @@ from typing import Any
 from ..errors import MediaError
 from ..features.base import Limits, check_deadline
 from ..features.containers import av_reason, open_input
+from ..features.imagehead import HeadNotFound, image_size
+from ..features.probe import head_refusal
 from ..modality import Modality, parse_modality
 from .profiles import ReceiverProfile
 
@@ -76,6 +78,10 @@ def _pick_encoding(profile: ReceiverProfile, writers: dict[str, Any], current: s
 def fit_image(data: bytes, modality: Modality, profile: ReceiverProfile, limits: Limits) -> Adapted | None:
     from PIL import Image, ImageOps, UnidentifiedImageError
 
+    try:  # Pillow walks a file's structure up to its image data: only when that lies in the bounded prefix
+        image_size(data, complete=True)
+    except HeadNotFound as exc:
+        raise head_refusal(exc, "image", "image") from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -22,6 +22,8 @@ from ..errors import MediaError
 from ..ext import Thumbnail
 from ..modality import Modality
 from .base import THUMBNAIL_BUDGET, THUMBNAIL_KEY, Limits
+from .imagehead import HeadNotFound, image_size
+from .probe import head_refusal
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -42,6 +44,10 @@ def open_image(data: bytes, limits: Limits, what: str = "image", *, max_side: in
     limits.check_size(data, what)
     if not data:
         raise MediaError(f"{what}: empty payload (0 bytes)")
+    try:  # Pillow walks a file's structure up to its image data: only when that lies in the bounded prefix
+        image_size(data, complete=True)
+    except HeadNotFound as exc:
+        raise head_refusal(exc, "image", what) from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", PILImage.DecompressionBombWarning)

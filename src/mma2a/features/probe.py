@@ -5,7 +5,9 @@
 it is installed — and refuses (`MediaError` naming `what`) an image over `limits.max_pixels`,
 audio over `max_audio_seconds`, video over `max_video_seconds` or `max_pixels` per frame. A
 13000×13000 PNG is 493 KB on the wire and 507 MB once decoded: it is refused here from its
-first 33 bytes. Bytes whose header cannot be read are not judged here (the decoder reports them).
+first 33 bytes. An image is read for its header within its first `IMAGE_HEADER_BYTES` (1 MiB), chunk walks
+included (`features.imagehead`): one whose size or image data are not found there is refused; bytes read in full
+that no decoder recognises are not judged here (the decoder reports them).
 
 The gateway checks raw parts and uploaded blobs with it; the SDK's `IncomingPart.image()` and
 the reference agents check before they decode.
@@ -16,15 +18,12 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import re
-import warnings
 import wave
 from dataclasses import dataclass
 
 from ..errors import MediaError
 from .base import Limits
-
-HEADER_PREFIX = 64 * 1024  # bytes of a payload enough for almost every image header
+from .imagehead import IMAGE_HEADER_BYTES, HeadNotFound, image_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,23 +39,12 @@ def _family(modality: str) -> str:
     return modality.split("/", 1)[0].strip().lower()
 
 
-def image_header(data: bytes) -> MediaHeader | None:
-    """Width and height from an image header (Pillow opens lazily: nothing is decoded); None if unreadable."""
-    try:
-        from PIL import Image
-    except ImportError:
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as im:
-                width, height = im.size
-    except Image.DecompressionBombError as exc:  # over twice Pillow's own limit: the message has the count
-        found = re.search(r"\((\d+) pixels\)", str(exc))
-        return MediaHeader(width=int(found.group(1)) if found else 1 << 62, height=1)
-    except Exception:  # noqa: BLE001 - Pillow raises many types for bytes it cannot read
-        return None
-    return MediaHeader(width=int(width), height=int(height))
+def image_header(data: bytes, *, complete: bool = True) -> MediaHeader | None:
+    """Width and height from an image header read within a bounded prefix (`features.imagehead`: nothing is decoded,
+    no structure walked past `IMAGE_HEADER_BYTES`); None if no image decoder recognises the bytes. `HeadNotFound`
+    when `data` (not `complete`) is an image whose size or image data start past the prefix."""
+    size = image_size(data, complete=complete)
+    return None if size is None else MediaHeader(width=size[0], height=size[1])
 
 
 def _wav_header(data: bytes) -> MediaHeader | None:
@@ -91,13 +79,19 @@ def container_header(data: bytes) -> MediaHeader | None:
     return MediaHeader(width=width or None, height=height or None, seconds=seconds)
 
 
-def read_header(data: bytes, modality: str) -> MediaHeader | None:
+def read_header(data: bytes, modality: str, *, complete: bool = True) -> MediaHeader | None:
     family = _family(modality)
     if family == "image":
-        return image_header(data)
+        return image_header(data, complete=complete)
     if family in ("audio", "video"):
         return container_header(data)
     return None
+
+
+def head_refusal(exc: HeadNotFound, modality: str, what: str) -> MediaError:
+    """The refusal of an image whose size is not within the bytes read for its header."""
+    return MediaError(f"{what}: {modality}: {exc}; an image's header must lie in its first {IMAGE_HEADER_BYTES} "
+                      "bytes (not decoded)", field=what)
 
 
 def check_header(header: MediaHeader | None, modality: str, limits: Limits, what: str) -> None:
@@ -116,29 +110,33 @@ def check_header(header: MediaHeader | None, modality: str, limits: Limits, what
                              "not decoded", field=what)
 
 
-def check_media(data: bytes, modality: str, limits: Limits, what: str = "media") -> None:
+def check_media(data: bytes, modality: str, limits: Limits, what: str = "media", *, complete: bool = True) -> None:
     """Refuse `data` when its header declares more pixels or seconds than `limits` allow; nothing is decoded.
+    `complete=False`: `data` is the first bytes of a longer payload (an image whose header is not in them is refused).
 
     Bytes declared as something else (`application/octet-stream`) that start like an image file are
     checked as an image: an image decoder downstream would take them."""
     if _family(modality) not in ("image", "audio", "video") and _is_image(data):
         modality = "image/*"
-    check_header(read_header(data, modality), modality, limits, what)
+    try:
+        header = read_header(data, modality, complete=complete)
+    except HeadNotFound as exc:
+        raise head_refusal(exc, modality, what) from None
+    check_header(header, modality, limits, what)
 
 
 def check_raw(raw_b64: str, modality: str, limits: Limits, what: str) -> None:
-    """`check_media` for a base64 `raw` part: images from the first 64 KiB, containers from all of it."""
+    """`check_media` for a base64 `raw` part: images from their first `IMAGE_HEADER_BYTES` (never more), containers
+    from all of it. Blocking: callers run it off the event loop."""
     family = _family(modality)
     if family not in ("image", "audio", "video"):
         return
     try:
         if family == "image":
-            head = raw_b64[: HEADER_PREFIX // 3 * 4]
-            header = image_header(_unb64(head))
-            if header is None and len(raw_b64) > len(head):  # the header runs past the prefix (a long EXIF)
-                header = image_header(_unb64(raw_b64))
-        else:
-            header = container_header(_unb64(raw_b64))
+            head = raw_b64[: IMAGE_HEADER_BYTES // 3 * 4]
+            check_media(_unb64(head), modality, limits, what, complete=len(head) == len(raw_b64))
+            return
+        header = container_header(_unb64(raw_b64))
     except (binascii.Error, ValueError):
         return  # not base64: the view reports it
     check_header(header, modality, limits, what)

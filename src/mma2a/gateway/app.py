@@ -237,9 +237,10 @@ class Gateway:
         return PartAdapter(self.store, self.signer, base_url=self.public_url, limits=limits, budget_s=ac.budget_s,
                            inline_max=config.offload_threshold, cache_entries=ac.cache_entries)
 
-    def _media_check(self, head: bytes, media_type: str) -> None:
-        """Uploaded images, audio, video: refused from their headers past `limits` (features.probe)."""
-        check_media(head, media_type, media_limits(self.config.limits), "body")
+    def _media_check(self, head: bytes, media_type: str, complete: bool) -> None:
+        """Uploaded images, audio, video: refused from their headers past `limits`, or when an image's header is not
+        in the bytes read (features.probe)."""
+        check_media(head, media_type, media_limits(self.config.limits), "body", complete=complete)
 
     def _history(self, config: GatewayConfig) -> HistoryRecorder | None:
         hc = config.history

@@ -340,11 +340,8 @@ class MessageGuard:
             modality = sniff_modality(raw, _part_modality(part))
             if modality is None:
                 continue
-            where = f"params.message.parts[{i}].raw"
-            if modality.startswith("image/"):
-                check_raw(raw, modality, self.media_limits, where)
-            else:  # a container header may need all of it: off the event loop
-                await asyncio.to_thread(check_raw, raw, modality, self.media_limits, where)
+            where = f"params.message.parts[{i}].raw"  # off the event loop: an image's bounded walk, a container's all
+            await asyncio.to_thread(check_raw, raw, modality, self.media_limits, where)
 
     def check_targets(self, decision: Any) -> None:
         """Per-agent allow/deny lists against where the router sent each part."""

@@ -173,7 +173,7 @@ class JsonRpcIngress:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._bytes_in.inc(len(body))
         try:
-            check_json_values(body)  # before parsing: values, not bytes, decide what a parse costs
+            brackets = check_json_values(body)  # before parsing: values, not bytes, decide what a parse costs
             doc = orjson.loads(body)
         except InvalidRequest as exc:
             return rpc_error(None, exc)
@@ -183,7 +183,9 @@ class JsonRpcIngress:
             return rpc_error(None, ParseError(f"request body is not valid JSON: {exc}"))
         if not isinstance(doc, dict):
             return rpc_error(None, InvalidRequest("request must be a JSON-RPC 2.0 object (batches are not supported)"))
-        if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH:  # cheap: only such a body can nest that deep
+        if brackets is None:  # a small body: not counted by check_json_values
+            brackets = body.count(b"{") + body.count(b"[")
+        if brackets > MAX_JSON_DEPTH:  # cheap: only such a body can nest that deep
             deep = too_deep(doc.get("params"), "params", MAX_JSON_DEPTH)
             if deep is not None:
                 return rpc_error(doc.get("id"), InvalidParams(

@@ -34,7 +34,8 @@ from .stream_routes import StreamEndpoints
 from .streams import StreamHub
 
 _T = TypeVar("_T")
-MediaCheck = Callable[[bytes, str], None]  # (first bytes of a blob, media type) -> raises MMA2AError to refuse it
+# (first bytes of a blob, media type, whether they are all of it) -> raises MMA2AError to refuse it
+MediaCheck = Callable[[bytes, str, bool], None]
 MEDIA_PREFIX = {"image": 1 << 20, "audio": 16 << 20, "video": 16 << 20}  # bytes read for a header check
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _UPLOAD_ID_RE = re.compile(r"^([0-9a-f]{32})\.([A-Za-z0-9_-]{22})$")
@@ -132,12 +133,12 @@ class BlobEndpoints:
         a refused blob is deleted."""
         if self.media_check is None:
             return
-        limit = MEDIA_PREFIX.get(info.media_type.split("/", 1)[0], 64 << 10)  # other types: sniffed for an image
+        limit = MEDIA_PREFIX.get(info.media_type.split("/", 1)[0], 1 << 20)  # other types: sniffed for an image
         head = bytearray()
         async for chunk in self.store.open_range(info.key, 0, min(info.size, limit)):
             head += chunk
         try:
-            await asyncio.to_thread(self.media_check, bytes(head), info.media_type)
+            await asyncio.to_thread(self.media_check, bytes(head), info.media_type, info.size <= limit)
         except MMA2AError:
             await self.store.delete(info.key)
             raise
@@ -291,7 +292,7 @@ def payload_routes(
 
     `public_base_url_fn(request)` gives the base URL receivers use (default: the request's
     own base URL); signed URLs in responses are built on it. Pass `hub` to share the
-    stream hub with the rest of the gateway. `media_check(head, media_type)` refuses uploaded
+    stream hub with the rest of the gateway. `media_check(head, media_type, complete)` refuses uploaded
     images, audio and video from their first bytes (the blob is deleted, the upload answers its error).
     `owner_fn()` names the calling client (streams are limited per client; an upload id works only for the
     client that began the upload).

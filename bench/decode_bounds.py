@@ -1,0 +1,207 @@
+"""Security round 4 (issue 31), decode findings replayed against a live gateway (`mma2a serve`), with the figures.
+
+Cases (`--case`, each a fresh gateway in front of the bench echo agent; `--src DIR` runs another tree's sources,
+so two trees are measured side by side in one run):
+- `pngwalk` (findings 4, 10): `--attackers` clients each send a PNG with 1.67 M empty private chunks between IHDR
+  and IDAT (20 MB) as a raw part, over and over, while another client sends a text message every 20 ms; prints
+  that client's latency (p50, max) while the PNGs are in flight and the gateway's RSS growth.
+- `flac` (finding 9): 120 s of silence, 8 channels at 384 kHz (FLAC, ~208 KB) as a raw `audio/flac` part with a
+  rule on `transcript`; `--concurrent` at once. Prints the gateway's peak RSS growth (VmHWM after clear_refs).
+- `pixels` (finding 5): `--concurrent` 6300x6300 PNGs (39.7 Mpx, ~154 KB) at once to a rule on a feature
+  (the gateway decodes each for its features); peak RSS growth against `limits.max_decode_pixels_in_flight`.
+
+    PYTHONPATH=src python bench/decode_bounds.py --case pngwalk [--src /path/to/other/tree/src]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import free_port, stop, wait_ready  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENS = {"alice": "tok-alice-bench-1", "mallory": "tok-mallory-bench-2"}
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def chunk_walk_png(empty_chunks: int = 1_670_000) -> bytes:
+    empty = _chunk(b"prVt", b"")
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", 64, 64, 8, 0, 0, 0, 0))
+            + empty * empty_chunks + _chunk(b"IDAT", zlib.compress(b"\0" * (65 * 64))) + _chunk(b"IEND", b""))
+
+
+def big_png(side: int = 6300) -> bytes:
+    z = zlib.compressobj(9)
+    row = b"\0" + bytes(range(256)) * (side * 3 // 256) + b"\0" * (side * 3 % 256)
+    idat = b"".join(z.compress(row) for _ in range(side)) + z.flush()
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+            + _chunk(b"IDAT", idat) + _chunk(b"IEND", b""))
+
+
+def silent_flac(seconds: int = 120, channels: int = 8, rate: int = 384_000) -> bytes:
+    import av
+    import numpy as np
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="flac") as out:
+        stream = out.add_stream("flac", rate=rate, layout=f"{channels}c" if channels != 8 else "7.1")
+        frame_len = 65536
+        zeros = np.zeros((channels, frame_len), dtype=np.int16)
+        for i in range(0, seconds * rate, frame_len):
+            n = min(frame_len, seconds * rate - i)
+            frame = av.AudioFrame.from_ndarray(zeros[:, :n].copy() if n < frame_len else zeros, format="s16p",
+                                               layout=stream.layout.name)
+            frame.sample_rate = rate
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def rss_kb(pid: int, field: str = "VmRSS") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def reset_peak(pid: int) -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+
+
+def send_body(mid: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": mid, "method": "SendMessage",
+            "params": {"message": {"messageId": mid, "role": "ROLE_USER", "parts": parts}}}
+
+
+def auth(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[who]}", "A2A-Version": "1.0"}
+
+
+class Live:
+    """A gateway (`mma2a serve`, sources from `src`) in front of the bench echo agent."""
+
+    def __init__(self, src: Path, extra_yaml: str = "") -> None:
+        self.src, self.extra = src.resolve(), extra_yaml
+
+    def __enter__(self) -> Live:
+        self.tmp = Path(tempfile.mkdtemp(prefix="mma2a-decode-"))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(self.src)}
+        if os.environ.get("BENCH_ASYNCIO_DEBUG"):
+            env["PYTHONASYNCIODEBUG"] = "1"
+        agent_port, gw_port = free_port(), free_port()
+        self.procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "echo_agent.py"), "--port", str(agent_port)], env=env)]
+        wait_ready(f"http://127.0.0.1:{agent_port}")
+        clients = "".join(f"    - {{name: {n}, token: {t}}}\n" for n, t in TOKENS.items())
+        cfg = self.tmp / "gateway.yaml"
+        cfg.write_text(f"listen: 127.0.0.1:{gw_port}\nlog_decisions: false\ndata_dir: {self.tmp}\n"
+                       f"agents:\n  - {{name: echo, url: http://127.0.0.1:{agent_port}}}\n"
+                       f"auth:\n  clients:\n{clients}{self.extra}")
+        self.gw = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level",
+                                    "warning"], env=env, cwd=self.tmp)
+        self.procs.append(self.gw)
+        self.url = f"http://127.0.0.1:{gw_port}"
+        wait_ready(self.url, timeout=60)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop(self.procs)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+async def pngwalk(src: Path, attackers: int, rounds: int) -> dict[str, Any]:
+    png = base64.b64encode(chunk_walk_png()).decode()
+    with Live(src) as gw:
+        async with httpx.AsyncClient(timeout=120) as c:
+            await c.post(gw.url + "/", json=send_body("warm", [{"text": "hi"}]), headers=auth("alice"))
+            rss0 = rss_kb(gw.gw.pid)
+            reset_peak(gw.gw.pid)
+            answers: list[str] = []
+            in_flight = 0
+
+            bodies = []
+            for k in range(attackers * rounds):
+                path = gw.tmp / f"walk-{k}.json"
+                path.write_bytes(json.dumps(send_body(f"walk-{k}", [{"raw": png, "mediaType": "image/png"}])).encode())
+                bodies.append(path)
+
+            async def attack(k: int) -> None:  # curl processes: the bench's own loop measures only the victim
+                nonlocal in_flight
+                for r in range(rounds):
+                    in_flight += 1
+                    try:
+                        proc = await asyncio.create_subprocess_exec(
+                            "curl", "-sS", "-X", "POST", gw.url + "/", "-H", "Content-Type: application/json",
+                            "-H", f"Authorization: Bearer {TOKENS['mallory']}", "-H", "A2A-Version: 1.0",
+                            "--data-binary", f"@{bodies[k * rounds + r]}", stdout=asyncio.subprocess.PIPE)
+                        out, _ = await proc.communicate()
+                        answers.append(str(json.loads(out).get("error", {}).get("message", "accepted"))[:90])
+                    finally:
+                        in_flight -= 1
+
+            lat: list[float] = []
+
+            async def victim() -> None:
+                n = 0
+                while not done.is_set():
+                    n += 1
+                    busy = in_flight > 0
+                    t0 = time.perf_counter()
+                    r = await c.post(gw.url + "/", json=send_body(f"text-{n}", [{"text": "hello"}]), headers=auth("alice"))
+                    took = (time.perf_counter() - t0) * 1000
+                    if "result" not in r.json():
+                        answers.append("VICTIM " + r.text[:150])
+                    if busy and in_flight > 0:
+                        lat.append(took)
+                    await asyncio.sleep(0.02)
+
+            done = asyncio.Event()
+            v = asyncio.create_task(victim())
+            await asyncio.gather(*(attack(k) for k in range(attackers)))
+            done.set()
+            await v
+            peak = rss_kb(gw.gw.pid, "VmHWM")
+    lat.sort()
+    return {"case": "pngwalk", "src": str(src), "attackers": attackers, "texts_during": len(lat),
+            "p50_ms": round(lat[len(lat) // 2], 1) if lat else None,
+            "p90_ms": round(lat[len(lat) * 9 // 10], 1) if lat else None, "max_ms": round(lat[-1], 1) if lat else None,
+            "rss_peak_growth_mb": round((peak - rss0) / 1024, 1), "answer": sorted(set(answers))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=["pngwalk"], required=True)
+    ap.add_argument("--src", action="append", default=None, help="sources to run (repeat: side by side)")
+    ap.add_argument("--attackers", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    for src in args.src or [str(ROOT / "src")]:
+        if args.case == "pngwalk":
+            result = asyncio.run(pngwalk(Path(src), args.attackers, args.rounds))
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
