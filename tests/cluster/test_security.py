@@ -3,6 +3,7 @@ auth on, durable delivery — one client's deliveries are never another's."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import time
@@ -11,14 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
+import orjson
 import pytest
 
+from mma2a.cluster.account import nats_account
 from mma2a.cluster.server import NatsServer
 from mma2a.ext import EXTENSION_URI
 from mma2a.signing import new_private_key, public_key_text, sign_message
 from tests.agents import RecordingExecutor, make_card, run_agent
 
-from .conftest import gateways, cluster_name, task_state, text_message
+from .conftest import admin, cluster_name, gateways, task_state, text_message
 
 pytestmark = pytest.mark.timeout(300)  # gateway processes and nats-server: minutes on a loaded 2-core box
 
@@ -136,3 +140,86 @@ async def test_a_signed_message_is_good_once_per_cluster_and_only_from_the_clien
         assert r["error"]["code"] == -32602
         assert r["error"]["message"].startswith(f"{sig}: does not verify for signer 'camera-2'"), r
     assert sorted(r.message.parts[0].text for r in ex.received) == ["alice's", "once"]
+
+
+NATS_PASSWORD = "nats-gateway-s3cret-0123456789"
+
+
+async def refused_by_nats(url: str, **credentials: Any) -> str:
+    """The error NATS answers a client's connect with (the test fails if it connects)."""
+    try:
+        nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=5, **credentials)
+    except Exception as exc:  # nats-py raises its own errors for the server's -ERR
+        return str(exc)
+    await nc.close()
+    raise AssertionError(f"NATS accepted a client with {sorted(credentials) or 'no credentials'}")
+
+
+async def test_nats_configured_as_documented_refuses_clients_without_the_gateways_credentials_and_gateways_refuse_secret_envs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = cluster_name()
+    monkeypatch.setenv("MMA2A_NATS_PASSWORD", NATS_PASSWORD)  # read by nats-server (its config names $MMA2A_NATS_PASSWORD)
+    conf = tmp_path / "nats.conf"                              # and by the gateways (cluster.auth.password_env)
+    conf.write_text(nats_account(name))
+    server = NatsServer(tmp_path / "nats", args=["-c", str(conf)]).start()
+    auth = {"user": "mma2a-gateway", "password_env": "MMA2A_NATS_PASSWORD"}
+    ex = RecordingExecutor(reply="ok")
+    try:
+        anonymous = await refused_by_nats(server.url)
+        wrong = await refused_by_nats(server.url, user="mma2a-gateway", password="guessed")
+        async with run_agent(make_card("echo"), ex) as agent_url:
+            key = new_private_key()
+            configs = [secured(server.url, name, agent_url), secured(server.url, name)]
+            for c in configs:
+                c["cluster"]["auth"] = auth
+                c["signing"] = {"senders": {"camera-1": public_key_text(key)}}
+            async with gateways(configs, tmp_path) as gws:
+                urls = [g.url for g in gws]
+                async with httpx.AsyncClient(timeout=30) as c:
+                    # the gateways work with nothing but the documented permissions: durable delivery, signed nonces,
+                    # session pins, blobs and uploads, shared rules
+                    sent = [await rpc(c, urls[1], "alice", "SendMessage", {"message": text_message("through nats")}),
+                            await rpc(c, urls[0], "bob", "SendMessage", {"message": signed_message(key, "camera-1", "s")}),
+                            await rpc(c, urls[1], "bob", "SendMessage",
+                                      {"message": text_message("pinned", session={"id": "s-1", "seq": 0})})]
+                    blob = await c.post(urls[0] + "/blobs", content=b"x" * 300_000, headers=bearer("alice"))
+                    read = await c.get(urls[1] + blob.json()["url"][len(urls[0]):])
+                    upload = await c.post(urls[1] + "/blobs/uploads", headers=bearer("bob"))
+                    rules = await c.put(urls[1] + "/admin/rules", headers=admin(), content=json.dumps({
+                        "version": 1, "rules": [{"name": "all", "match": {"modality": "*/*"}, "action": {"route_to": "echo"}}]}))
+                    r = await c.post(urls[0] + "/admin/agents", headers=admin(), json={
+                        "name": "thief", "url": "http://127.0.0.1:9/", "token_env": "MMA2A_URL_SECRET"})
+                    by_admin = r.json()
+                    # whoever holds the NATS credentials is admin: an agent entry naming the URL secret, put
+                    # straight into the agents bucket, is refused by every gateway
+                    nc = await nats.connect(server.url, user="mma2a-gateway", password=NATS_PASSWORD)
+                    js = nc.jetstream()
+                    agents_kv = await js.key_value(f"{name}_agents")
+                    members_kv = await js.key_value(f"{name}_members")
+                    await agents_kv.put("thief", orjson.dumps({"config": {"name": "thief", "url": "http://127.0.0.1:9",
+                                                                          "token_env": "MMA2A_URL_SECRET"}}))
+                    errors: list[str] = []
+                    for _ in range(400):  # until both heartbeats report it (a heartbeat every 0.5 s)
+                        docs = [orjson.loads((await members_kv.get(k)).value) for k in await members_kv.keys()]
+                        errors = sorted(d.get("lastError") or "" for d in docs)
+                        if len(docs) == 2 and all("thief" in e for e in errors):
+                            break
+                        await asyncio.sleep(0.05)
+                    await nc.close()
+                    listed = [[a["name"] for a in (await c.get(u + "/admin/agents", headers=admin())).json()["agents"]]
+                              for u in urls]
+    finally:
+        server.stop()
+    assert "Authorization Violation" in anonymous and "Authorization Violation" in wrong
+    assert [task_state(r) for r in sent] == ["TASK_STATE_COMPLETED"] * 3, sent
+    assert blob.status_code == 201 and read.content == b"x" * 300_000
+    assert upload.status_code == 201 and rules.status_code == 200, (upload.text, rules.text)
+    assert by_admin["error"]["message"] == ("token_env: MMA2A_URL_SECRET holds the payload URL secret (url_secret_env); "
+                                            "an agent's token is sent to the agent, so it may never name one of the "
+                                            "gateway's own secrets")
+    assert len(errors) == 2 and all(e.endswith("token_env: MMA2A_URL_SECRET holds the payload URL secret "
+                                               "(url_secret_env); an agent's token is sent to the agent, so it may "
+                                               "never name one of the gateway's own secrets") for e in errors), errors
+    assert listed == [["echo"], ["echo"]]
+    violations = [line for line in server.log_path.read_text().splitlines() if "Violation - Subject" in line]
+    assert violations == []  # the gateways needed no subject the documented account does not grant

@@ -12,8 +12,8 @@ from tests.media import png_bytes
 
 
 async def test_each_agent_gets_its_own_bearer_token_and_a_wrong_one_fails_clearly(monkeypatch):
-    monkeypatch.setenv("VISION_TOKEN", "vision-s3cret")
-    monkeypatch.setenv("OTHER_TOKEN", "not-the-right-one")
+    monkeypatch.setenv("MMA2A_AGENT_VISION_TOKEN", "vision-s3cret")
+    monkeypatch.setenv("MMA2A_AGENT_OTHER_TOKEN", "not-the-right-one")
     seen: list[bytes | None] = []
 
     def guarded(name: str, port: int):
@@ -34,8 +34,8 @@ async def test_each_agent_gets_its_own_bearer_token_and_a_wrong_one_fails_clearl
     p1, p2 = free_port(), free_port()
     msg = {"messageId": "cred-1", "role": "ROLE_USER", "parts": [{"raw": base64.b64encode(png_bytes()).decode(), "mediaType": "image/png"}]}
     async with running(guarded("vision", p1), "127.0.0.1", p1) as u1, running(guarded("other", p2), "127.0.0.1", p2) as u2:
-        cfg = {"agents": [{"name": "vision", "url": u1, "token_env": "VISION_TOKEN"},
-                          {"name": "other", "url": u2, "token_env": "OTHER_TOKEN"}]}
+        cfg = {"agents": [{"name": "vision", "url": u1, "token_env": "MMA2A_AGENT_VISION_TOKEN"},
+                          {"name": "other", "url": u2, "token_env": "MMA2A_AGENT_OTHER_TOKEN"}]}
         async with gateway(cfg) as (gw, url):
             ok = await rpc(url, "SendMessage", {"message": msg}, path="/agents/vision/")
             refused = await rpc(url, "SendMessage", {"message": {**msg, "messageId": "cred-2"}}, path="/agents/other/")

@@ -61,3 +61,21 @@ def status(
         typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(2) from None
     typer.echo(json.dumps(st, indent=2, default=str) if as_json else _render(st))
+
+
+@cluster_app.command("nats-config")
+def nats_config(
+    name: Annotated[str, typer.Option(help="The cluster's name (cluster.name in the gateways' config)")] = "mma2a",
+    user: Annotated[str, typer.Option(help="The gateways' NATS user (cluster.auth.user)")] = "mma2a-gateway",
+    password_env: Annotated[str, typer.Option(
+        "--password-env", metavar="NAME",
+        help="The variable holding the password, in nats-server's environment and the gateways' (cluster.auth.password_env)",
+    )] = "MMA2A_NATS_PASSWORD",
+) -> None:
+    """Print the least-privilege nats-server account for a cluster's gateways (docs/operations.md, "Securing NATS")."""
+    from ..cluster.account import nats_account
+
+    if not name.replace("_", "").replace("-", "").isalnum():
+        typer.echo(f"error: --name: {name!r} is not a cluster name (letters, digits, _ and -)", err=True)
+        raise typer.Exit(2)
+    typer.echo(nats_account(name, user=user, password_env=password_env), nl=False)

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import nats
+from nats.aio.client import RawCredentials
 from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
 from ..errors import ClusterError
-from ..gateway.cluster_config import ClusterConfig
+from ..gateway.cluster_config import ClusterConfig, NatsAuth
 from ..gateway.hooks import GatewayParts
 from ..tls import client_context
 
@@ -53,9 +54,17 @@ class Names:
 
 async def connect(config: ClusterConfig, *, name: str = "mma2a", **callbacks: Any) -> Any:
     """A NATS connection that reconnects forever; a clear `ClusterError` if the first connect fails."""
-    callbacks.setdefault("error_cb", _quiet)
+    errors: list[Exception] = []  # the last error NATS gave (nats-py ends with "no servers available" whatever it was)
+    outer = callbacks.get("error_cb", _quiet)
+
+    async def noted(exc: Exception) -> None:
+        errors[:] = [exc]
+        await outer(exc)
+
+    callbacks["error_cb"] = noted
     if config.tls is not None:  # a bad file: TLSFileError naming it
         callbacks["tls"] = client_context(config.tls, what="cluster")
+    callbacks.update(credentials(config.auth))
     limit = 3 * config.connect_timeout_s + 1  # nats-py can wait forever on a TLS handshake that failed
     try:  # a few attempts at first; once connected, reconnect forever
         nc = await asyncio.wait_for(nats.connect(
@@ -67,10 +76,31 @@ async def connect(config: ClusterConfig, *, name: str = "mma2a", **callbacks: An
         raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: no connection within {limit:g} s{hint}",
                            field="cluster.nats") from None
     except Exception as exc:  # nats raises NoServersError, TimeoutError, OSError
+        said = next((e for e in errors if "authorization" in str(e).lower()), None)
+        if said is not None:
+            raise ClusterError(f"cluster.auth: NATS at {config.nats} refused the gateway's credentials ({said}); check "
+                               "cluster.auth (docs/operations.md, \"Securing NATS\")", field="cluster.auth") from None
         raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: {exc or type(exc).__name__}",
                            field="cluster.nats") from None
     nc.options["max_reconnect_attempts"] = -1
     return nc
+
+
+def credentials(auth: NatsAuth) -> dict[str, Any]:
+    """nats-py's connect options for the configured credentials, read now (a `ClusterError` naming the field
+    when a variable is unset or a file unreadable)."""
+    try:
+        if (password := auth.secret("password")) is not None:
+            return {"user": auth.user, "password": password}
+        if (token := auth.secret("token")) is not None:
+            return {"token": token}
+        if (seed := auth.secret("nkey_seed")) is not None:
+            return {"nkeys_seed_str": seed}
+        if (creds := auth.secret("creds")) is not None:
+            return {"user_credentials": RawCredentials(creds)}
+    except ValueError as exc:
+        raise ClusterError(str(exc), field="cluster.auth") from None
+    return {}
 
 
 async def _quiet(exc: Exception) -> None:

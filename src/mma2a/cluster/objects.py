@@ -91,7 +91,7 @@ class ObjectBlobStore(BlobStore):
         except Exception:
             with contextlib.suppress(Exception):  # created concurrently by another gateway
                 await js.create_object_store(self.bucket, config=api.ObjectStoreConfig(replicas=c.replicas))
-        self._uploads = await ensure_kv(js, c.name + "_uploads", ttl=24 * 3600.0, replicas=c.replicas)
+        self._uploads = await ensure_kv(js, self.cluster.names.bucket("uploads"), ttl=24 * 3600.0, replicas=c.replicas)
 
     def _chunk_subject(self, nuid: str) -> str:
         return f"$O.{self.bucket}.C.{nuid}"

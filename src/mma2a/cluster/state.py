@@ -27,7 +27,7 @@ from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from .._version import __version__
-from ..errors import ClusterError, MMA2AError
+from ..errors import ClusterError, InvalidParams, MMA2AError
 from ..gateway.cluster_config import ClusterConfig
 from ..gateway.hooks import GatewayParts
 from ..routing import parse_rules
@@ -275,14 +275,14 @@ class ClusterState:
         self.pins.clear()
 
     async def _apply_agent(self, name: str, doc: dict[str, Any], deleted: bool) -> None:
-        from ..gateway.config import AgentConfig
-
         directory = self.gw.directory
         if deleted:
             if name in directory:
                 directory.remove(name)
             return
-        cfg = AgentConfig.model_validate(doc["config"])
+        cfg = self.gw.config.agent_entry(doc.get("config"))  # as the admin API validates it: refused, never adopted
+        if cfg.name != name:
+            raise InvalidParams(f"name: {cfg.name!r} under the key {name!r}", field="name")
         card = doc.get("card")
         current = directory.get(name) if name in directory else None
         if current is None or current.config != cfg or (card is not None and current.card != card):

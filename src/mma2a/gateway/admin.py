@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -24,7 +23,7 @@ from ..modality import ModalityRegistry
 from ..responses import error_response, json_response, read_json_object
 from ..routing import parse_rules
 from ..routing.loader import rules_to_json
-from .config import AgentConfig
+from .config import GatewayConfig
 from .enrich import FeatureStage, with_vectors
 from .history.api import Endpoint, HistoryParts, history_routes
 from .hooks import ClusterHooks
@@ -33,6 +32,9 @@ from .pipeline import Pipeline
 
 class AdminParts(HistoryParts, Protocol):
     """What the admin API changes and reads: rules and mode, agents, modalities, pins, the decision feed."""
+
+    @property
+    def config(self) -> GatewayConfig: ...
 
     @property
     def registry(self) -> ModalityRegistry: ...
@@ -77,12 +79,7 @@ def admin_routes(gw: AdminParts) -> list[Route]:
 
     async def add_agent(request: Request) -> Response:
         data = await read_json_object(request)
-        try:
-            cfg = AgentConfig.model_validate(data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "body"
-            raise InvalidParams(f"{where}: {err['msg']}", field=where) from None
+        cfg = gw.config.agent_entry(data)  # token_env: under secrets.env_prefix, never the gateway's own secret
         entry = await gw.directory.add(cfg)
         await gw.cluster.publish_agent(cfg.name)
         return json_response(entry.to_json(), status=201)

@@ -127,6 +127,7 @@ class Gateway:
             raise ConfigError("cluster: this config is for cluster mode; build the gateway with "
                               "Gateway(config, cluster=mma2a.cluster.cluster_state(config)) (as `mma2a serve` does)",
                               field="cluster")
+        config.check_configured_agents()  # as parse_config does, for a config built in code
         self.config = config
         self.clock = clock
         self.registry = registry or DEFAULT_REGISTRY

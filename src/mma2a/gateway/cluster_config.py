@@ -2,13 +2,77 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..tls import ClientTLS
 
 _URL_RE = re.compile(r"^(nats|tls|ws|wss)://[^\s/]+(:\d+)?/?$")
+
+
+_SECRETS = ("password", "token", "nkey_seed", "creds")
+
+
+class NatsAuth(BaseModel):
+    """The gateway's NATS credentials: user and password, a token, an NKey seed, or a creds file (JWT + seed).
+    Each secret comes from an environment variable (`*_env`) or a file (`*_file`), never inline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str | None = None
+    password_env: str | None = None
+    password_file: str | None = None
+    token_env: str | None = None
+    token_file: str | None = None
+    nkey_seed_env: str | None = None
+    nkey_seed_file: str | None = None
+    creds_env: str | None = None
+    creds_file: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> NatsAuth:
+        given = [k for k in _SECRETS if getattr(self, f"{k}_env") or getattr(self, f"{k}_file")]
+        for k in given:
+            if getattr(self, f"{k}_env") and getattr(self, f"{k}_file"):
+                raise ValueError(f"{k}_env and {k}_file: give one")
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)}: give one way to authenticate")
+        if (self.user is not None) != (given == ["password"]):
+            raise ValueError("user and password go together (user with password_env or password_file)")
+        return self
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, f"{k}_env") or getattr(self, f"{k}_file") for k in _SECRETS)
+
+    def envs(self) -> dict[str, str]:
+        """The environment variables it names, by field."""
+        return {f"{k}_env": v for k in _SECRETS if (v := getattr(self, f"{k}_env"))}
+
+    def relative_to(self, base_dir: str) -> NatsAuth:
+        paths = {f"{k}_file": str(Path(base_dir) / v) for k in _SECRETS if (v := getattr(self, f"{k}_file"))}
+        return self.model_copy(update=paths)
+
+    def secret(self, kind: str) -> str | None:
+        """One secret, read now from its variable or file; `ValueError` naming the field when it is missing."""
+        env, path = getattr(self, f"{kind}_env"), getattr(self, f"{kind}_file")
+        if env:
+            value = os.environ.get(env)
+            if not value:
+                raise ValueError(f"cluster.auth.{kind}_env: ${env} is not set")
+            return value.strip() if kind != "creds" else value
+        if path:
+            try:
+                text = Path(path).read_text()
+            except OSError as exc:
+                raise ValueError(f"cluster.auth.{kind}_file: cannot read {path}: {exc.strerror}") from None
+            if not text.strip():
+                raise ValueError(f"cluster.auth.{kind}_file: {path} is empty")
+            return text.strip() if kind != "creds" else text
+        return None
 
 
 class ClusterConfig(BaseModel):
@@ -39,6 +103,8 @@ class ClusterConfig(BaseModel):
     replicas: int = Field(default=1, ge=1, le=5)
     """JetStream replicas of every bucket and stream (3 on a 3-node NATS cluster)."""
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    auth: NatsAuth = Field(default_factory=NatsAuth)
+    """This gateway's NATS credentials (docs/operations.md, "Securing NATS": NATS access is admin access)."""
     tls: ClientTLS | None = None
     """TLS to NATS: the CA to verify the servers with and this gateway's client certificate (paths relative to the config file)."""
 

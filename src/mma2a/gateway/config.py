@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hmac
 import os
 import typing
 from pathlib import Path
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..adapt.profiles import ProfileSpec
 from ..deadlines import Timeouts
-from ..errors import MMA2AError
+from ..errors import InvalidParams, MMA2AError
 from ..modality import parse_modality
 from ..tls import ClientTLS, ListenerTLS
 from .access import AuthConfig, RateLimitConfig
@@ -164,6 +165,16 @@ class AdminConfig(BaseModel):
         return os.environ.get(self.token_env) if self.token_env else None
 
 
+class SecretsConfig(BaseModel):
+    """Which environment variables configuration that can arrive at run time may name (docs/security.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env_prefix: str = Field(default="MMA2A_AGENT_", pattern=r"^[A-Za-z0-9_]*$")
+    """An agent's `token_env` must start with it: that token is sent to the agent, so it may name only variables
+    kept for agent credentials ("" lifts the prefix; the gateway's own secrets stay refused either way)."""
+
+
 class GatewayConfig(BaseModel):
     """Everything `mma2a serve` needs; every field has a sensible default but `agents`."""
 
@@ -204,6 +215,7 @@ class GatewayConfig(BaseModel):
     signing: SigningConfig = Field(default_factory=SigningConfig)
     # who the clients are across gateways: signing them for the next gateway, trusting a previous one's
     federation: FederationConfig = Field(default_factory=FederationConfig)
+    secrets: SecretsConfig = Field(default_factory=SecretsConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
     cluster: ClusterConfig | None = None  # cluster mode on NATS JetStream (docs/operations.md, "Cluster mode")
     tracing: TracingConfig = Field(default_factory=TracingConfig)  # OpenTelemetry (the otel extra)
@@ -221,6 +233,8 @@ class GatewayConfig(BaseModel):
         if self.cluster is not None and tls is not None:
             paths = {k: str(Path(self.base_dir) / v) for k, v in tls.model_dump().items() if v}
             self.cluster = self.cluster.model_copy(update={"tls": tls.model_copy(update=paths)})
+        if self.cluster is not None and self.cluster.auth.active:
+            self.cluster = self.cluster.model_copy(update={"auth": self.cluster.auth.relative_to(self.base_dir)})
         return self
 
     @field_validator("features", mode="before")
@@ -244,6 +258,75 @@ class GatewayConfig(BaseModel):
         if not host or not port.isdigit() or not 0 <= int(port) < 65536:
             raise ValueError("must be HOST:PORT")
         return v
+
+    def own_secrets(self) -> dict[str, str]:
+        """The variables holding this gateway's own secrets, each with what it is: the URL secret, the admin token,
+        every client's token and API key, the federation signing key, the cluster's NATS credentials."""
+        out: dict[str, str] = {}
+        if self.url_secret_env:
+            out[self.url_secret_env] = "the payload URL secret (url_secret_env)"
+        if self.admin.token_env:
+            out[self.admin.token_env] = "the admin token (admin.token_env)"
+        for c in self.auth.clients:
+            for kind, env in (("token", c.token_env), ("api_key", c.api_key_env)):
+                if env:
+                    out[env] = f"client {c.name}'s {kind.replace('_', ' ')} (auth.clients[].{kind}_env)"
+        if self.federation.private_key_env:
+            out[self.federation.private_key_env] = "the federation signing key (federation.private_key_env)"
+        if self.cluster is not None:
+            for field, env in self.cluster.auth.envs().items():
+                out[env] = f"the NATS credentials (cluster.auth.{field})"
+        return out
+
+    def check_agent_secrets(self, agent: AgentConfig, where: str) -> None:
+        """An agent's `token_env` is sent to that agent: it must be under `secrets.env_prefix` and never name (nor
+        hold the value of) one of the gateway's own secrets. `InvalidParams` naming the field otherwise; the admin
+        API, the cluster's agents bucket and the config file all pass through here."""
+        env = agent.token_env
+        if env is None:
+            return
+        field = f"{where}.token_env" if where else "token_env"
+        own = self.own_secrets()
+        if env in own:
+            raise InvalidParams(f"{field}: {env} holds {own[env]}; an agent's token is sent to the agent, so it may "
+                                "never name one of the gateway's own secrets", field=field)
+        prefix = self.secrets.env_prefix
+        if not env.startswith(prefix):
+            raise InvalidParams(f"{field}: {env} is not under secrets.env_prefix ({prefix}): an agent's token is sent "
+                                f"to the agent, so it may name only variables kept for agent credentials (rename it, "
+                                f"e.g. {prefix}{env}, or change secrets.env_prefix)", field=field)
+        value = os.environ.get(env)
+        if value and any(hmac.compare_digest(value.encode(), secret.encode()) for secret in self._own_values()):
+            raise InvalidParams(f"{field}: {env} holds the same value as one of the gateway's own secrets (URL "
+                                "secret, admin token, a client's credential); give the agent a token of its own",
+                                field=field)
+
+    def agent_entry(self, data: Any) -> AgentConfig:
+        """An agent entry arriving at run time (`POST /admin/agents`, the cluster's agents bucket), validated the one
+        way for both: the model, then `check_agent_secrets`; `InvalidParams` naming the field."""
+        try:
+            agent = AgentConfig.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "body"
+            raise InvalidParams(f"{where}: {err['msg']}", field=where) from None
+        self.check_agent_secrets(agent, "")
+        return agent
+
+    def check_configured_agents(self) -> None:
+        """`check_agent_secrets` for every agent of the file: a `ConfigError` naming the first refused."""
+        for i, agent in enumerate(self.agents):
+            try:
+                self.check_agent_secrets(agent, f"agents.{i}")
+            except InvalidParams as exc:
+                raise ConfigError(exc.message, field=exc.field) from None
+
+    def _own_values(self) -> list[str]:
+        values = [os.environ.get(env, "") for env in self.own_secrets()]
+        values += [v for c in self.auth.clients for v in (c.token, c.api_key) if v]
+        if self.admin.token:
+            values.append(self.admin.token)
+        return [v for v in values if v]
 
     @property
     def host(self) -> str:
@@ -284,7 +367,7 @@ def parse_config(data: Any, *, base_dir: str = ".") -> GatewayConfig:
         raise ConfigError("config: must be a mapping", field="config")
     data = {**data, "base_dir": data.get("base_dir", base_dir)}
     try:
-        return GatewayConfig.model_validate(data)
+        config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
         # a misspelt field (`ulr:`) also makes its right spelling missing: name the misspelling, with the fix
@@ -297,6 +380,8 @@ def parse_config(data: Any, *, base_dir: str = ".") -> GatewayConfig:
             message = f"{where}: unknown field" + (f"; did you mean '{close[0]}'?" if close else
                                                    f" (fields here: {', '.join(known)})" if known else "")
         raise ConfigError(message, field=where) from None
+    config.check_configured_agents()
+    return config
 
 
 def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
