@@ -11,14 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._frozen import quick_init
-from .errors import ExtensionError, InvalidRequest
+from .errors import ExtensionError, InvalidParams, InvalidRequest
 from .ext import PartExtension, Session, decoded_size, part_kind, read_message, read_part
 from .modality import Modality, ModalityRegistry, parse_modality
 
 __all__ = [
+    "Caller",
     "MessageView",
     "part_size",
     "PartView",
+    "read_caller",
     "view_message",
     "view_part",
 ]
@@ -45,6 +47,16 @@ class PartView:
 
 @quick_init
 @dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sends the message, as rules may read it (`client:` conditions): the client id, and the claims the rules
+    name (a JWT's claims, a static client's `attributes`). Set on a view only when the rules read it."""
+
+    id: str
+    claims: Mapping[str, Any] = field(default_factory=dict)
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
 class MessageView:
     """What the router knows of one message."""
 
@@ -57,6 +69,7 @@ class MessageView:
     priority: int = 5
     accepted_output_modes: tuple[str, ...] = ()
     extension: bool = False
+    caller: Caller | None = None  # the authenticated caller, when the rules have `client:` conditions
 
 
 def part_size(part: Mapping[str, Any], ext: PartExtension) -> int | None:
@@ -130,3 +143,14 @@ def view_message(
         accepted_output_modes=accepted_output_modes,
         extension=mext is not None,
     )
+
+
+def read_caller(raw: Any) -> Caller:
+    """The caller a dry run names (the admin API's explain, `mma2a rules explain`): `{"id": "alice", "claims":
+    {"groups": ["contractors"]}}`; errors name the field."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"]:
+        raise InvalidParams("client: must be an object with id (a client id) and optional claims", field="client")
+    claims = raw.get("claims", {})
+    if not isinstance(claims, dict):
+        raise InvalidParams("client.claims: must be an object of claim name to value", field="client.claims")
+    return Caller(raw["id"], claims)

@@ -298,3 +298,25 @@ def test_explain_scores_with_the_text_model_asked_for(tmp_path: Path, monkeypatc
     assert detail["explanation"]["parts"][0]["notes"][0] == "text vector: all-minilm-l6-v2-static"
     wrong = run("rules", "explain", str(rules), str(msgs), "--text-model", "bert")
     assert wrong.exit_code == 1 and "--text-model: 'bert' is not a sentence model; known: minilm, use, static, wordllama" in wrong.output
+
+
+def test_explain_routes_as_a_named_caller(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("""version: 1
+rules:
+  - name: contractors
+    match: {client: {claims: {groups: {contains: contractors}}}}
+    action: {route_to: sandbox}
+""")
+    msg = {"messageId": "c1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    lines = tmp_path / "m.jsonl"
+    lines.write_text("\n".join(json.dumps(x) for x in (
+        {"message": msg, "client": {"id": "kc:carol", "claims": {"groups": ["contractors"]}}},
+        {"message": msg, "client": {"id": "kc:dave", "claims": {"groups": ["staff"]}}},
+        {"message": msg, "client": {"claims": {}}})) + "\n")
+    result = run("rules", "explain", str(rules), str(lines), "--all")
+    assert "    matched: contractors\n" in result.stdout and "    -> sandbox  [rule:contractors]\n" in result.stdout
+    assert "      - contractors: client.claims.groups: ['staff'] fails client.claims.groups contains 'contractors'\n" \
+        in result.stdout
+    assert result.exit_code == 1
+    assert "m.jsonl:3: error: client: must be an object with id (a client id) and optional claims" in result.output

@@ -56,7 +56,7 @@ CASES = [
     ),
     (
         R + "    match: {modality: image/png, feature: {}}\n    action: {route_to: x}\n",
-        "<rules>:3: rule 'a': match.feature: unknown field (expected modality, features, semantic or any); did you mean 'features'?",
+        "<rules>:3: rule 'a': match.feature: unknown field (expected modality, features, semantic, client or any); did you mean 'features'?",
     ),
     (R + "    match: {modality: imagepng}\n    action: {route_to: x}\n", "<rules>:3: rule 'a': match.modality: 'imagepng' is not a media type (expected type/subtype)"),
     (R + "    match: {modality: 5}\n    action: {route_to: x}\n", "<rules>:3: rule 'a': match.modality: must be a media type such as image/*, got a number"),

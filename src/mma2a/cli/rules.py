@@ -190,7 +190,7 @@ def _read_messages(path: Path) -> list[tuple[int, Any]]:
 def _view(obj: Any) -> Any:
     """A message line: an A2A 1.0 message, or SendMessage params (`message` + `configuration`)."""
     from ..errors import InvalidRequest
-    from ..view import view_message
+    from ..view import read_caller, view_message
 
     outputs: tuple[str, ...] = ()
     if isinstance(obj, dict) and "message" in obj and "parts" not in obj:
@@ -199,14 +199,16 @@ def _view(obj: Any) -> Any:
         if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
             raise InvalidRequest("configuration.acceptedOutputModes: must be a list of media types")
         outputs = tuple(modes)
-        obj = obj["message"]
+        caller = read_caller(obj["client"]) if obj.get("client") is not None else None  # `client:` conditions
+        return replace(view_message(obj["message"], accepted_output_modes=outputs), caller=caller)
     return view_message(obj, accepted_output_modes=outputs)
 
 
 @rules_app.command("explain")
 def explain(
     rules: Annotated[Path, typer.Argument(help="The rule file (YAML or JSON).")],
-    messages: Annotated[Path, typer.Argument(help="JSON Lines: one A2A 1.0 message (or SendMessage params) per line.")],
+    messages: Annotated[Path, typer.Argument(help="JSON Lines: one A2A 1.0 message (or SendMessage params, with an "
+                                                  "optional client: {id, claims} for client: conditions) per line.")],
     cards: Annotated[Path | None, typer.Option(help="A directory of agent cards (NAME.json). Without it, every agent a rule names is assumed to accept everything.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per input line.")] = False,
     mode: Annotated[str, typer.Option(help="native or text-bottleneck.")] = "native",
@@ -254,7 +256,8 @@ def explain(
         if as_json:
             typer.echo(json.dumps(decision.to_json(detail=detail)))
         else:
-            typer.echo(_render(decision, [explain_rules(p, snap) for p in view.parts] if all_rules else None, mode))
+            typer.echo(_render(decision, [explain_rules(p, snap, view.caller) for p in view.parts] if all_rules else None,
+                              mode))
     if failed:
         raise typer.Exit(1)
 

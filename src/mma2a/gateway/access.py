@@ -7,6 +7,7 @@ in constant time. The authenticated client of a request is in `current_client`.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -39,6 +40,8 @@ class ClientConfig(BaseModel):
     agents: list[str] | None = None  # the /agents/{name} routes this client may call (None: all)
     rate: float | None = Field(default=None, gt=0)
     burst: int | None = Field(default=None, ge=1)
+    # what `client:` rule conditions read as this client's claims (a JWT client's are its token's claims)
+    attributes: dict[str, str | int | float | bool | list[str | int | float | bool]] = Field(default_factory=dict)
 
     def secrets(self) -> list[tuple[str, str]]:
         """(scheme, secret) pairs, env variables resolved now."""
@@ -222,10 +225,11 @@ class Authenticator:
         self._by_digest: dict[tuple[str, bytes], Client] = {}
         self._by_name: dict[str, Client] = {}  # for client certificates: the subject's CN names the client
         for c in config.clients:
-            client = Client(c.name, "", frozenset(c.agents) if c.agents is not None else None, c.rate, c.burst)
-            self._by_name[c.name] = Client(c.name, "certificate", client.agents, c.rate, c.burst)
+            client = Client(c.name, "", frozenset(c.agents) if c.agents is not None else None, c.rate, c.burst,
+                            claims=dict(c.attributes))
+            self._by_name[c.name] = dataclasses.replace(client, scheme="certificate")
             for scheme, secret in c.secrets():
-                self._by_digest[(scheme, digest_secret(secret))] = Client(client.name, scheme, client.agents, c.rate, c.burst)
+                self._by_digest[(scheme, digest_secret(secret))] = dataclasses.replace(client, scheme=scheme)
         if self.active and not self._by_digest and not self._by_name and jwt is None:
             log.warning("auth is on but no client has a credential (check token_env / api_key_env): every call will be refused")
 

@@ -7,6 +7,7 @@ in force untouched and answers 400 with the errors.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any, Protocol
 
 from starlette.requests import Request
@@ -23,6 +24,7 @@ from ..modality import ModalityRegistry
 from ..responses import error_response, json_response, read_json_object
 from ..routing import parse_rules
 from ..routing.loader import rules_to_json
+from ..view import read_caller
 from .config import GatewayConfig
 from .enrich import FeatureStage, with_vectors
 from .history.api import Endpoint, HistoryParts, history_routes
@@ -121,6 +123,8 @@ def admin_routes(gw: AdminParts) -> list[Route]:
         if gw.features is not None and gw.state.snapshot.needs_vectors:  # a dry run routes by meaning as a send would
             vectors = await gw.features.apply(message, gw.state.snapshot)
         view = with_vectors(gw.pipeline.view(message, data.get("configuration"), data.get("agent")), vectors)
+        if data.get("client") is not None:  # route as this caller would be (`client:` conditions)
+            view = dataclasses.replace(view, caller=read_caller(data["client"]))
         try:
             decision = gw.pipeline.route(view)
         except ContentTypeNotSupported as exc:
@@ -157,4 +161,5 @@ def admin_routes(gw: AdminParts) -> list[Route]:
         Route("/admin/mode", guard(set_mode), methods=["PUT"]),
         *history_routes(gw, guard),
     ]
+
 

@@ -12,7 +12,7 @@ from ..errors import ContentTypeNotSupported, Forbidden, InvalidParams, InvalidR
 from ..ext import EXTENSION_URI, MAX_HOPS
 from ..modality import ModalityRegistry
 from ..routing import Load, RouteDecision, SessionPins, Snapshot, decide_pinned, decision_key
-from ..view import MessageView, view_message
+from ..view import Caller, MessageView, view_message
 from .access import Client, current_client, current_sender, shown
 from .directory import AgentDirectory
 from .enrich import FeatureStage, with_vectors
@@ -139,6 +139,9 @@ class Admission:
             # naming the same session id neither takes the pinned route nor releases it
             view = dataclasses.replace(view, session=dataclasses.replace(view.session, id=f"{caller}\x1f{view.session.id}"))
         client = current_client.get()
+        wanted = self.state.snapshot.caller_claims
+        if wanted is not None and client is not None:  # `client:` conditions read who is calling
+            view = dataclasses.replace(view, caller=caller_of(client, wanted))
         try:
             decision = await self._route_shared(view) if view.session else self.route(view)
         except RoutingRefusal as exc:
@@ -156,6 +159,11 @@ class Admission:
             for name in pr.matched:
                 self.metrics.rule_hits.labels(name).inc()
         return message, view, decision
+
+
+def caller_of(client: Client, claims: frozenset[str]) -> Caller:
+    """What `client:` conditions read of `client`: its id (the principal) and the `claims` they name that it has."""
+    return Caller(client.key, {name: client.claims[name] for name in claims if name in client.claims})
 
 
 def check_owner(tasks: TaskMap, message: Mapping[str, Any], caller: str | None) -> None:

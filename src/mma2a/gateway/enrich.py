@@ -18,6 +18,7 @@ from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy, enrich_part
 from ..modality import Modality, parse_modality
 from ..routing import Snapshot
+from ..routing.caller import CLIENT_PREFIX
 from ..routing.semantic import SEMANTIC_PREFIX
 from ..view import MessageView, PartView
 from .vectors import TextVectors
@@ -30,7 +31,7 @@ def feature_demand(snapshot: Snapshot) -> tuple[tuple[Modality | None, frozenset
         demand: list[tuple[Modality | None, frozenset[str]]] = []
         for rule in snapshot.rules.rules:
             for clause in rule.clauses:
-                names = frozenset(c.feature for c in clause.conditions)
+                names = frozenset(c.feature for c in clause.conditions if not c.feature.startswith(CLIENT_PREFIX))
                 if names:
                     demand.append((clause.modality, names))
         memo = snapshot.memo["feature_demand"] = tuple(demand)

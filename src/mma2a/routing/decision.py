@@ -83,11 +83,12 @@ class Failure(NamedTuple):
         if isinstance(self.test, Modality):
             return f"modality {self.actual} is not {self.test}"
         cond = self.test
+        where = cond.feature if cond.feature.startswith("client.") else f"features.{cond.feature}"  # the caller's
         if self.actual is None:
             if cond.op == "exists" and cond.value is False:
-                return f"features.{cond.feature}: missing"  # cannot fail this way; kept for completeness
-            return f"features.{cond.feature}: missing (wanted {cond.describe()})"
-        return f"features.{cond.feature}: {self.actual!r} fails {cond.describe()}"
+                return f"{where}: missing"  # cannot fail this way; kept for completeness
+            return f"{where}: missing (wanted {cond.describe()})"
+        return f"{where}: {self.actual!r} fails {cond.describe()}"
 
 
 class CandidateCheck(NamedTuple):

@@ -16,13 +16,14 @@ import orjson
 
 from ..errors import AgentNotFound, ContentTypeNotSupported
 from ..modality import Modality, parse_modality
-from ..view import MessageView, PartView
+from ..view import Caller, MessageView, PartView
 from .balance import NO_LOAD, Load, pick_least_inflight, pick_round_robin, pick_weighted
 from .decision import CandidateCheck, Explanation, PartExplanation, PartRoute, RouteDecision, Target, TransformStep
 from .agents import breadth
 from .match import MatchResult, check_rule, match_linear
 from .planner import plan_transforms
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadBalance, RouteTo, Transform
+from .caller import with_caller
 from .semantic import TOP, vector_fits, with_scores
 from .snapshot import Snapshot, _remember
 
@@ -45,8 +46,9 @@ def decide_linear(
     return _decide(view, snapshot, load or NO_LOAD, clock, lambda part: match_linear(rules, keys, part))
 
 
-def explain_rules(part: PartView, snapshot: Snapshot) -> tuple[CandidateCheck, ...]:
-    """Every rule checked against one part, in evaluation order, with the reason each failed (for dry runs).
+def explain_rules(part: PartView, snapshot: Snapshot, caller: Caller | None = None) -> tuple[CandidateCheck, ...]:
+    """Every rule checked against one part (sent by `caller`), in evaluation order, with the reason each failed
+    (for dry runs).
 
     A decision's explanation lists only the candidates the engine looked at; this is the
     exhaustive view an operator wants when asking why a rule did not apply. It ignores
@@ -54,6 +56,8 @@ def explain_rules(part: PartView, snapshot: Snapshot) -> tuple[CandidateCheck, .
     """
     if snapshot.semantic is not None:
         part = with_scores(part, snapshot.semantic)
+    if snapshot.caller_claims is not None:
+        part = with_caller(part, caller)
     return tuple(check_rule(rule, part) for rule in snapshot.rules.rules)
 
 
@@ -63,10 +67,13 @@ def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | No
     timings: dict[str, float] = {}
     load_reads: list[bool] = []
     table = snapshot.semantic
+    reads_caller = snapshot.caller_claims is not None
     for part in view.parts:
         start = clock() if clock is not None else 0.0
         if table is not None:  # the derived semantic features, the same for both evaluators
             part = with_scores(part, table)
+        if reads_caller:  # the caller's, likewise (`client:` conditions)
+            part = with_caller(part, view.caller)
         route, explanation = _route_part(view, part, snapshot, load, matcher, load_reads)
         routes.append(route)
         explanations.append(explanation)
@@ -86,6 +93,11 @@ def decision_key(view: MessageView) -> Hashable | None:
     if view.session is not None:
         return None
     shape: list[Hashable] = [view.receivers, view.accepted_output_modes]
+    if view.caller is not None:  # set only when rules read it, with just the claims they name
+        try:
+            shape.append((view.caller.id, orjson.dumps(view.caller.claims, option=orjson.OPT_SORT_KEYS)))
+        except TypeError:
+            return None
     for part in view.parts:
         if part.embedding is not None:  # routing by meaning reads the vector: the same text, the same key
             shape.append(part.embedding.tobytes())

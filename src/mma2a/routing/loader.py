@@ -21,6 +21,7 @@ import yaml
 
 from ..errors import InvalidModality, RuleError
 from ..modality import Modality, parse_modality
+from .caller import CLIENT_ID, CLIENT_PREFIX, claim_key
 from .rules import (
     OPERATORS,
     SKILL_SCORES,
@@ -43,7 +44,7 @@ from .rules import (
 RULES_VERSION = 1
 TOP_KEYS = ("version", "default", "groups", "rules")
 RULE_KEYS = ("name", "description", "priority", "match", "action", "continue")
-MATCH_KEYS = ("modality", "features", "semantic", "any")
+MATCH_KEYS = ("modality", "features", "semantic", "client", "any")
 ACTION_KEYS = ("route_to", "broadcast_to", "load_balance", "transform", "drop", "clone_and_route_to", "capability")
 ACTION_OPTIONS = {"strategy": "load_balance", "then": "transform", "min": "capability", "score": "capability"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -354,7 +355,8 @@ def _parse_clause(ctx: _RuleContext, raw: Any, path: Path_) -> Clause | None:
     ok = True
     for key in raw:
         if key not in MATCH_KEYS:
-            ctx.error(path + (str(key),), f"unknown field (expected modality, features, semantic or any){_hint(str(key), MATCH_KEYS)}")
+            ctx.error(path + (str(key),), f"unknown field (expected modality, features, semantic, client or any)"
+                                          f"{_hint(str(key), MATCH_KEYS)}")
             ok = False
     modality: Modality | None = None
     if "modality" in raw:
@@ -375,6 +377,11 @@ def _parse_clause(ctx: _RuleContext, raw: Any, path: Path_) -> Clause | None:
         ok = False
     else:
         for fname, spec in feats.items():
+            if str(fname).startswith(CLIENT_PREFIX):
+                ctx.error(path + ("features", str(fname)), "feature names starting with 'client.' are the caller's: "
+                          "write client: {id: ..., claims: {...}}")
+                ok = False
+                continue
             conds = _parse_conditions(ctx, str(fname), spec, path + ("features", str(fname)))
             if conds is None:
                 ok = False
@@ -386,7 +393,51 @@ def _parse_clause(ctx: _RuleContext, raw: Any, path: Path_) -> Clause | None:
             ok = False
         else:
             conditions.append(cond)
+    if "client" in raw:
+        conds = _parse_client(ctx, raw["client"], path + ("client",))
+        if conds is None:
+            ok = False
+        else:
+            conditions.extend(conds)
     return Clause(modality, tuple(conditions)) if ok else None
+
+
+CLIENT_KEYS = ("id", "claims")
+
+
+def _parse_client(ctx: _RuleContext, raw: Any, path: Path_) -> list[Condition] | None:
+    """`client: {id: [...], claims: {CLAIM: condition}}`: who is calling. `id` is a client id, a list of them (one
+    of), or a feature condition; each claim (a JWT's claim, a static client's attribute) takes any condition."""
+    if not isinstance(raw, dict) or not raw:
+        ctx.error(path, f"must be a mapping with id and/or claims, got {_type_name(raw)}")
+        return None
+    ok = True
+    out: list[Condition] = []
+    for key in raw:
+        if key not in CLIENT_KEYS:
+            ctx.error(path + (str(key),), f"unknown field (expected id, claims){_hint(str(key), CLIENT_KEYS)}")
+            ok = False
+    if "id" in raw:
+        spec = raw["id"]
+        if isinstance(spec, list):
+            spec = {"in": spec}
+        conds = _parse_conditions(ctx, CLIENT_ID, spec, path + ("id",))
+        if conds is None:
+            ok = False
+        else:
+            out.extend(conds)
+    claims = raw.get("claims", {})
+    if not isinstance(claims, dict):
+        ctx.error(path + ("claims",), f"must be a mapping of claim name to condition, got {_type_name(claims)}")
+        ok = False
+    else:
+        for claim, spec in claims.items():
+            conds = _parse_conditions(ctx, claim_key(str(claim)), spec, path + ("claims", str(claim)))
+            if conds is None:
+                ok = False
+            else:
+                out.extend(conds)
+    return out if ok else None
 
 
 SEMANTIC_KEYS = ("like", "min")

@@ -19,6 +19,7 @@ from .agents import AgentInfo, SkillModes, effective_skills
 from .index import RuleIndex
 from .match import ClauseKey, clause_keys
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, LoadBalance, RouteTo, Rule, RuleSet, Transform
+from .caller import caller_claims
 from .semantic import Embedder, SemanticTable, SkillTable, build_semantic, build_skills, needs_vectors
 
 MODES = ("native", "text-bottleneck")
@@ -51,6 +52,14 @@ class Snapshot:
         if found is None:
             found = self.memo["needs_vectors"] = needs_vectors(self.rules)
         return bool(found)
+
+    @property
+    def caller_claims(self) -> frozenset[str] | None:
+        """The claims `client:` conditions read (None: no rule reads the caller; routing/caller.py)."""
+        if "caller_claims" not in self.memo:
+            self.memo["caller_claims"] = caller_claims(self.rules)
+        found: frozenset[str] | None = self.memo["caller_claims"]
+        return found
 
     def members(self, name: str) -> tuple[str, ...]:
         """The agents a group, pool or single agent name stands for (group names win)."""
