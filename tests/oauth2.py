@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -17,6 +17,7 @@ from authlib.oauth2.rfc6749 import ClientMixin, OAuth2Request, grants
 from authlib.oauth2.rfc6749.requests import BasicOAuth2Payload
 from authlib.oauth2.rfc6750 import BearerTokenGenerator
 
+from mma2a.request_body import read_body
 from mma2a.serving import running
 
 
@@ -100,12 +101,7 @@ class TokenEndpoint:
             await send({"type": "lifespan.shutdown.complete"})
             return
         self.requests += 1
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive, 1 << 16) or b""
         headers = {k.decode().title(): v.decode() for k, v in scope["headers"]}
         request = OAuth2Request("POST", f"http://127.0.0.1{scope['path']}", headers=headers)
         request.payload = BasicOAuth2Payload(dict(parse_qsl(body.decode())))
@@ -128,3 +124,27 @@ async def token_endpoint(endpoint: TokenEndpoint) -> AsyncIterator[str]:
 
     async with running(app) as url:
         yield url.rstrip("/") + "/token"
+
+
+def guarded(accept: Callable[[dict[bytes, bytes]], bool], seen: list[dict[bytes, bytes]],
+            refused: list[int] | None = None) -> Callable[[Any], Any]:
+    """ASGI middleware: a POST whose headers `accept` refuses gets 401 (as an agent behind its own auth answers);
+    `refused` gets the index in `seen` of each refused request."""
+
+    def wrap(inner: Any) -> Any:
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["method"] == "POST":
+                headers = dict(scope["headers"])
+                seen.append(headers)
+                if not accept(headers):
+                    if refused is not None:
+                        refused.append(len(seen) - 1)
+                    await send({"type": "http.response.start", "status": 401,
+                                "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                    await send({"type": "http.response.body", "body": b'{"error": "invalid_token"}'})
+                    return
+            await inner(scope, receive, send)
+
+        return app
+
+    return wrap

@@ -4,7 +4,6 @@ meet reported at registration, in /healthz, /admin/agents and `mma2a agents`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -15,7 +14,7 @@ from mma2a.gateway.config import ConfigError, parse_config
 from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.gateway.conftest import ADMIN, gateway, rpc
 from tests.gateway.test_agents_cli import run_cli
-from tests.oauth2 import TokenEndpoint, token_endpoint
+from tests.oauth2 import TokenEndpoint, guarded, token_endpoint
 from tests.oidc import Clock
 
 REST_MSG = {"message": {"messageId": "r-1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}
@@ -23,30 +22,6 @@ REST_MSG = {"message": {"messageId": "r-1", "role": "ROLE_USER", "parts": [{"tex
 
 def _message(n: int) -> dict[str, Any]:
     return {"message": {"messageId": f"oc-{n}", "role": "ROLE_USER", "parts": [{"text": f"hello {n}"}]}}
-
-
-def guarded(accept: Callable[[dict[bytes, bytes]], bool], seen: list[dict[bytes, bytes]],
-            refused: list[int] | None = None) -> Callable[[Any], Any]:
-    """ASGI middleware: a POST whose headers `accept` refuses gets 401 (as an agent behind its own auth answers);
-    `refused` gets the index in `seen` of each refused request."""
-
-    def wrap(inner: Any) -> Any:
-        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-            if scope["type"] == "http" and scope["method"] == "POST":
-                headers = dict(scope["headers"])
-                seen.append(headers)
-                if not accept(headers):
-                    if refused is not None:
-                        refused.append(len(seen) - 1)
-                    await send({"type": "http.response.start", "status": 401,
-                                "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
-                    await send({"type": "http.response.body", "body": b'{"error": "invalid_token"}'})
-                    return
-            await inner(scope, receive, send)
-
-        return app
-
-    return wrap
 
 
 def oauth_card(name: str, token_url: str) -> AgentCard:

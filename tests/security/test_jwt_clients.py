@@ -18,7 +18,9 @@ from mma2a.gateway.jwt_clients import JWTVerifier, KeysStale
 from mma2a.gateway.access import JWTIssuerConfig
 from mma2a.gateway.cards import security_declaration
 from mma2a.tls import ListenerTLS
+from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
+from tests.oauth2 import guarded
 from tests.oidc import NOW, Clock, Issuer, jwt_config, serving
 from tests.security.conftest import bearer, post, send_body
 
@@ -255,3 +257,25 @@ def test_a_client_certificate_listener_declares_mtls() -> None:
         "description": "a client certificate signed by the gateway's client CA"}}},
         "securityRequirements": [{"schemes": {"mtls": {"list": []}}}]}
     assert security_declaration(parse_config({}).auth, ListenerTLS(cert_file="c.pem")) == {}
+
+
+async def test_forward_client_token_passes_the_clients_own_jwt_and_nothing_else() -> None:
+    idp = Issuer()
+    seen: dict[str, list[dict[bytes, bytes]]] = {"judge": [], "plain": []}
+    async with serving(idp) as jwks, \
+            run_agent(make_card("judge"), RecordingExecutor(), wrap=guarded(lambda h: True, seen["judge"])) as judge, \
+            run_agent(make_card("plain"), RecordingExecutor(), wrap=guarded(lambda h: True, seen["plain"])) as plain:
+        cfg = {"agents": [{"name": "judge", "url": judge.rstrip("/"), "forward_client_token": True},
+                          {"name": "plain", "url": plain.rstrip("/")}], "urls": LOOPBACK,
+               "auth": {"clients": [{"name": "bob", "token": "tok-bob-12345"}], "jwt": [jwt_config(idp, jwks)]}}
+        async with gateway(cfg, clock=Clock()) as (gw, url):
+            token = idp.mint("alice")
+            for path in ("/agents/judge/", "/agents/plain/"):
+                assert (await post(url, path, send_body(f"f{path}"), bearer(token))).status_code == 200
+            assert (await post(url, "/agents/judge/", send_body("f-static"), bearer("tok-bob-12345"))).status_code == 200
+    assert seen["judge"][0][b"authorization"] == f"Bearer {token}".encode()  # the end user's own token
+    assert b"authorization" not in seen["plain"][0]  # an agent that did not opt in never sees it
+    assert b"authorization" not in seen["judge"][1]  # a static client's token is the gateway's secret: never passed on
+    with pytest.raises(ConfigError, match="forward_client_token sends the client's JWT as Authorization"):
+        parse_config({"agents": [{"name": "a", "url": "http://127.0.0.1:1", "forward_client_token": True,
+                                  "auth": {"bearer_env": "X"}}]})

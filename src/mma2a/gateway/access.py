@@ -205,6 +205,19 @@ def _bare(key: str) -> str:
 current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("mma2a_client", default=None)
 
 
+client_jwt: contextvars.ContextVar[str | None] = contextvars.ContextVar("mma2a_client_jwt", default=None)
+"""The request's own JWT when its client was named by one: what `forward_client_token` agents receive (a static
+client's token is the gateway's secret and is never passed on)."""
+
+
+def jwt_of(client: Client | None, authorization: str | None) -> str | None:
+    """The bearer JWT of the `Authorization` value that named `client` (None for any other kind of client)."""
+    if client is None or client.scheme != "jwt" or client.upstream is not None or not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
 def current_sender() -> str | None:
     client = current_client.get()
     return client.key if client is not None else None

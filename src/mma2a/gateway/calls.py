@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 from ..errors import DispatchError
+from .access import client_jwt
 from .adapt import PartAdapter
 from .directory import AgentDirectory, AgentEntry
 from .federation import Federation
@@ -101,6 +102,8 @@ class AgentCaller:
         """What authenticates this call: the agent's credentials (agents[].auth) and, to another gateway, the signed
         assertion of the client."""
         headers = await entry.credentials.headers()
+        if entry.config.forward_client_token and (own := client_jwt.get()) is not None:
+            headers = {**headers, "Authorization": f"Bearer {own}"}  # the end user's JWT, for agents that judge it
         upstream = self.upstream_headers(entry, method, params)
         return {**headers, **upstream} if upstream else headers
 

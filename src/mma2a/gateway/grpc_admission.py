@@ -29,7 +29,7 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from ..errors import A2A_DOMAIN, AgentNotFound, Forbidden, InvalidRequest, MMA2AError, RequestTimeout, grpc_status, metadata_strings
-from .access import Client, current_client
+from .access import Client, client_jwt, current_client, jwt_of
 from .authz import AccessClass, RouteAccess, UnclassifiedRoute
 from .peers import TrustedProxies, peer_host
 from .security import AccessControl, retry_after
@@ -125,6 +125,13 @@ async def _echo(context: grpc.aio.ServicerContext, activated: list[str]) -> None
         await context.send_initial_metadata((("a2a-extensions", ", ".join(activated)),))
 
 
+def _jwt(client: Client | None, context: grpc.aio.ServicerContext) -> str | None:
+    """The caller's own JWT (metadata `authorization`) when it named the client."""
+    if client is None or client.scheme != "jwt":
+        return None
+    return jwt_of(client, metadata_headers(context.invocation_metadata() or ()).get("authorization"))
+
+
 def _cn(context: grpc.aio.ServicerContext) -> str | None:
     """The common name of the verified client certificate (mutual TLS), if any."""
     cn = (context.auth_context() or {}).get("x509_common_name")
@@ -160,6 +167,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             client, request = await admit(access, method, requests, context)
             token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
+            own = client_jwt.set(_jwt(client, context))
             activated: list[str] = []
             noted = activated_extensions.set(activated)
             self.enter()
@@ -171,6 +179,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 self.leave()
                 activated_extensions.reset(noted)
                 requested_extensions.reset(asked)
+                client_jwt.reset(own)
                 current_client.reset(token)
 
         async def stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
@@ -180,6 +189,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             except MMA2AError as exc:
                 await abort(context, exc)
             token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
+            own = client_jwt.set(_jwt(client, context))
             activated: list[str] = []
             noted = activated_extensions.set(activated)
             self.enter()
@@ -195,6 +205,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 self.leave()
                 activated_extensions.reset(noted)
                 requested_extensions.reset(asked)
+                client_jwt.reset(own)
                 current_client.reset(token)
 
         kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}

@@ -51,8 +51,10 @@ from .access import (
     Client,
     RateLimiter,
     StreamSlots,
+    client_jwt,
     current_client,
     digest_secret,
+    jwt_of,
     shown,
 )
 from .authz import AccessClass, ErrorShape, RouteAccess
@@ -161,7 +163,7 @@ class AccessControl:
                 return
             await self.refuse(exc, access.shape, send)
             return
-        token = current_client.set(client)
+        token, own = current_client.set(client), client_jwt.set(jwt_of(client, headers.get("authorization")))
         counted = self.drain is not None and http and cls is AccessClass.CLIENT
         if counted:
             self.drain.enter()
@@ -178,6 +180,7 @@ class AccessControl:
                 metered.hold.release()
             if streaming is not None:
                 self.streams.give(streaming)
+            client_jwt.reset(own)
             current_client.reset(token)
 
     def check_body(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send
