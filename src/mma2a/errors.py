@@ -52,6 +52,7 @@ __all__ = [
     "MMA2AError",
     "ModalityRefused",
     "ParseError",
+    "PushNotSupported",
     "PayloadError",
     "PayloadExpired",
     "PayloadNotFound",
@@ -292,6 +293,10 @@ class TaskNotFound(MMA2AError):
 
 class TaskNotCancelable(MMA2AError):
     code, http_status = TASK_NOT_CANCELABLE, 409
+
+
+class PushNotSupported(MMA2AError):
+    code, http_status = PUSH_NOT_SUPPORTED, 400
 
 
 class UnsupportedOperation(MMA2AError):

@@ -1,6 +1,7 @@
 """An agent shaped like the A2A conformance kit's system under test: an a2a-sdk 1.3 agent whose
 behaviour is chosen by the prefix of the incoming `messageId`, with its HTTP+JSON binding under its
-own path (`/a2a/rest`, not the JSON-RPC URL), gRPC beside, streaming on, push notifications off.
+own path (`/a2a/rest`, not the JSON-RPC URL), gRPC beside, streaming on, push notifications off (on with
+`push=True`: a2a-sdk's own config store and sender, as the kit's agent has them).
 
 The conformance suite drives such an agent by the message ids it sends, so through a gateway the id
 must arrive unchanged and every shape of answer (a bare Message, a rejected task, chunked artifacts,
@@ -16,13 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc.aio
+import httpx
 from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.grpc_handler import GrpcHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import (BasePushNotificationSender, InMemoryPushNotificationConfigStore, InMemoryTaskStore,
+                              TaskUpdater)
 from a2a.types import (AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentProvider, AgentSkill, Part,
                        a2a_pb2_grpc)
 from a2a.utils.errors import A2AError, ExtensionSupportRequiredError, InvalidParamsError
@@ -186,10 +189,12 @@ class TckAgent:
     rest: str  # HTTP+JSON base
     grpc: str  # HOST:PORT
     executor: PrefixExecutor
+    push_configs: InMemoryPushNotificationConfigStore | None = None  # with `push`: what clients registered
 
 
 @contextlib.asynccontextmanager
-async def tck_agent(name: str = "tck", *, required_extension: str | None = None) -> AsyncIterator[TckAgent]:
+async def tck_agent(name: str = "tck", *, required_extension: str | None = None, push: bool = False
+                    ) -> AsyncIterator[TckAgent]:
     """The agent on free loopback ports; with `required_extension`, its card declares that extension as required,
     the agent refuses requests that do not activate it and, as newer a2a-sdk releases do, answers those that do
     with the extension it activated in `A2A-Extensions` (on its HTTP bindings)."""
@@ -200,7 +205,7 @@ async def tck_agent(name: str = "tck", *, required_extension: str | None = None)
     card = AgentCard(
         name=name, description="an agent shaped like the conformance kit's system under test", version="1.0.0",
         provider=AgentProvider(organization="mma2a tests", url="https://example.com"),
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extensions=[
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push, extensions=[
             AgentExtension(uri=required_extension, description="required by this agent", required=True)
         ] if required_extension else []),
         default_input_modes=["text"], default_output_modes=["text"],
@@ -210,7 +215,11 @@ async def tck_agent(name: str = "tck", *, required_extension: str | None = None)
         skills=[AgentSkill(id="tck", name="conformance", description="answers conformance probes", tags=["tck"])],
     )
     executor = PrefixExecutor(required_extension)
-    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
+    configs = InMemoryPushNotificationConfigStore() if push else None
+    http = httpx.AsyncClient(timeout=10)
+    sender = BasePushNotificationSender(http, configs) if configs is not None else None
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card,
+                                    push_config_store=configs, push_sender=sender)
     routes = (create_jsonrpc_routes(handler, "/") + create_agent_card_routes(card)
               + create_rest_routes(handler, path_prefix=REST_PREFIX))
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
@@ -218,7 +227,8 @@ async def tck_agent(name: str = "tck", *, required_extension: str | None = None)
     try:
         app: Any = Starlette(routes=routes)
         async with _serve_on(EchoActivated(app, required_extension) if required_extension else app, sock):
-            yield TckAgent(url, url + REST_PREFIX, address, executor)
+            yield TckAgent(url, url + REST_PREFIX, address, executor, configs)
     finally:
         executor.release.set()  # tasks still working finish
         await server.stop(grace=None)
+        await http.aclose()

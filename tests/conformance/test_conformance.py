@@ -279,7 +279,7 @@ async def v03(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, Any]:
         out["cancel terminal"] = v03_view(*await rpc03("tasks/cancel", {"id": tid}))
         out["get unknown"] = v03_view(*await rpc03("tasks/get", {"id": "no-such-task"}))
         out["push set"] = v03_view(*await rpc03("tasks/pushNotificationConfig/set", {
-            "taskId": tid, "pushNotificationConfig": {"url": "https://example.com/hook"}}))
+            "taskId": tid, "pushNotificationConfig": {"url": "http://127.0.0.1:9/hook"}}))
         status, events = await rpc03("message/stream", {"message": {**msg, "messageId": f"c-{next(_ids)}"}})
         out["stream"] = [v03_view(status, e) for e in events]
         status, events = await rpc03("tasks/resubscribe", {"id": tid})
@@ -315,6 +315,10 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {
        for k in ("agent-path", "root")},
     **{("bad_content_type", "rest", k): ({"not utf-8": (400, ["INVALID_REQUEST"])},
                                          "a body that is not UTF-8 JSON is the gateway's 400; the SDK agent answers 500")
+       for k in ("agent-path", "root")},
+    **{("v03", "jsonrpc", k): ({"push set": {"http": 200, "code": -32602}},
+                               "the gateway gives push notifications for agents without them (gateway/push), and its "
+                               "SSRF guard refuses a webhook on a loopback address (`urls`); the agent has no push")
        for k in ("agent-path", "root")},
     **{("v03", "rest", k): ({"cancel terminal": {"http": 409, "code": 409}},
                             "REST statuses follow the A2A error table (409) on the v0.3 paths too; the SDK agent answers 400")

@@ -30,6 +30,7 @@ from tests.conformance.sut import Way
 from tests.conformance.tck_agent import TckAgent, tck_agent
 from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.gateway.conftest import gateway
+from tests.webhooks import WebhookReceiver, webhook_receiver
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -42,14 +43,17 @@ _n = itertools.count(1)
 class Stack:
     agent: TckAgent
     ways: dict[str, Way]
+    hook: WebhookReceiver  # the kit's webhook receiver, on loopback (the gateway's `urls` allow it)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack() -> AsyncIterator[Stack]:
-    async with tck_agent("tck") as agent:
-        async with gateway({"agents": [{"name": "tck", "url": agent.url}], "grpc_listen": "127.0.0.1:0"}) as (gw_, url):
+    async with webhook_receiver() as hook, tck_agent("tck", push=True) as agent:
+        cfg = {"agents": [{"name": "tck", "url": agent.url}], "grpc_listen": "127.0.0.1:0",
+               "urls": {"allow_hosts": [hook.url.removeprefix("http://")]}}
+        async with gateway(cfg) as (gw_, url):
             gw, g = url.rstrip("/"), gw_.grpc_url
-            yield Stack(agent, {
+            yield Stack(agent, hook=hook, ways={
                 "direct": Way("direct", agent.url + "/", agent.rest, agent.url, agent.grpc),
                 "root": Way("root", gw + "/", gw, gw, g),
                 "agent-path": Way("agent-path", f"{gw}/agents/tck", f"{gw}/agents/tck", f"{gw}/agents/tck", g, "tck"),
@@ -393,8 +397,8 @@ async def _required_params(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> 
 # --- capabilities the agent does not have (CORE-CAP-001/003) ---------------------------------------------
 @check("push_configs")
 async def _push_configs(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
-    """CORE-CAP-001: with capabilities.pushNotifications false every push config method is refused (CORE-ERR-002:
-    after its params are checked)."""
+    """The push config methods on a task nobody has: TaskNotFound (CORE-ERR-002: after their params are checked);
+    with capabilities.pushNotifications false they are refused (CORE-CAP-001: `test_push_off_…`)."""
     if b == "jsonrpc":
         answers = [await rpc(c, way, m, p) for m, p in [
             ("CreateTaskPushNotificationConfig", {"taskId": "tck-x", "url": "https://example.com/hook"}),
@@ -409,6 +413,91 @@ async def _push_configs(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any
                    await rest(c, way, "DELETE", "/tasks/tck-x/pushNotificationConfigs/c1"),
                    await rest(c, way, "POST", "/tasks/tck-x/pushNotificationConfigs", {})]
     return {str(i): a for i, a in enumerate(answers)}
+
+
+# --- push notifications (the kit's PUSH-CREATE/GET/LIST/DEL/DELIVER-*) ------------------------------------
+async def push_call(c: httpx.AsyncClient, way: Way, b: str, method: str, tid: str, body: dict[str, Any] | None = None,
+                    cid: str | None = None) -> dict[str, Any]:
+    """One push config method on either binding: `ok` and what came back (config ids and URLs), or the error view."""
+    if b == "jsonrpc":
+        params = {"taskId": tid, **({"id": cid} if cid is not None else {}), **(body or {})}
+        r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=V1)
+        doc = r.json()
+        if "error" in doc:
+            return {"ok": False, "code": doc["error"]["code"], "reasons": reasons(doc["error"].get("data"))}
+        result = doc.get("result")
+    else:
+        base = f"{way.rest}/tasks/{tid}/pushNotificationConfigs"
+        verb, url = {"CreateTaskPushNotificationConfig": ("POST", base), "ListTaskPushNotificationConfigs": ("GET", base),
+                     "GetTaskPushNotificationConfig": ("GET", f"{base}/{cid}"),
+                     "DeleteTaskPushNotificationConfig": ("DELETE", f"{base}/{cid}")}[method]
+        r = await c.request(verb, url, json=body, headers=V1)
+        if r.status_code >= 400:
+            err = r.json()["error"]
+            return {"ok": False, "http": r.status_code, "reasons": reasons(err.get("details"))}
+        result = r.json() if r.content else None
+    if isinstance(result, dict) and "configs" in result:
+        return {"ok": True, "ids": sorted(cfg.get("id") for cfg in result["configs"])}
+    if isinstance(result, dict) and "url" in result:
+        return {"ok": True, "id": result.get("id"), "taskId": result.get("taskId") == tid, "url": bool(result["url"])}
+    return {"ok": True}
+
+
+@check("push_crud")
+async def _push_crud(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """PUSH-CREATE-001/002, PUSH-GET-001/002, PUSH-LIST-001, PUSH-DEL-001/002 on a completed task, as the kit runs
+    them (its webhook URL here is the loopback receiver's: the sandbox resolves no public name, and the gateway
+    checks a webhook's host when it is given)."""
+    tid = await task_id(c, way)
+    cid = mid("tck-push")
+    cfg = {"id": cid, "url": f"{s.hook.url}/crud"}
+    out = {"create": await push_call(c, way, b, "CreateTaskPushNotificationConfig", tid, cfg)}
+    out["get"] = await push_call(c, way, b, "GetTaskPushNotificationConfig", tid, cid=cid)
+    out["get nonexistent"] = await push_call(c, way, b, "GetTaskPushNotificationConfig", tid, cid=mid("tck-nonexistent"))
+    out["list"] = await push_call(c, way, b, "ListTaskPushNotificationConfigs", tid)
+    out["list"]["ids"] = [i == cid for i in out["list"].get("ids", [])]
+    out["delete"] = await push_call(c, way, b, "DeleteTaskPushNotificationConfig", tid, cid=cid)
+    out["get deleted"] = await push_call(c, way, b, "GetTaskPushNotificationConfig", tid, cid=cid)
+    out["delete again"] = await push_call(c, way, b, "DeleteTaskPushNotificationConfig", tid, cid=cid)
+    for k in ("create", "get"):
+        if out[k].get("id") == cid:
+            out[k]["id"] = True
+    return out
+
+
+@check("push_delivery")
+async def _push_delivery(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
+    """PUSH-DELIVER-001/002/003: a task created with `configuration.taskPushNotificationConfig` (a token and Bearer
+    credentials) and completed by a follow-up: the webhook is called at least once, with the client's
+    `Authorization`, and its body is a StreamResponse about the task the client knows."""
+    path = f"/deliver/{mid(way.kind)}"
+    cfg = {"id": mid("tck-push"), "url": s.hook.url + path, "token": "tck-token",
+           "authentication": {"scheme": "Bearer", "credentials": "tck-test-token-auth"}}
+    send = {"message": message("tck-input-required"), "configuration": {"taskPushNotificationConfig": cfg}}
+    if b == "jsonrpc":
+        r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": send}, headers=V1)
+        task = r.json()["result"]["task"]
+    else:
+        r = await c.post(way.rest + "/message:send", json=send, headers=V1)
+        task = r.json()["task"]
+    tid, first = task["id"], task["status"]["state"]
+    done = await call(c, way, b, "SendMessage", {"message": message("tck-complete-task", taskId=tid)})
+    hits = await s.hook.wait_until(lambda h: h.path == path)
+    hit = next(h for h in hits if h.path == path)
+    try:
+        event = json_format.ParseDict(hit.body, a2a_pb2.StreamResponse())  # the kit's schema check, as protobuf reads it
+        kind, about = event.WhichOneof("payload"), event_task(event)
+    except json_format.ParseError as exc:
+        kind, about = f"not a StreamResponse: {exc}", None
+    return {"first": first, "follow-up": done.get("state"),
+            "delivered": True, "authorization": hit.headers.get("authorization"), "payload": kind,
+            "about the client's task": about == tid}
+
+
+def event_task(event: a2a_pb2.StreamResponse) -> str | None:
+    which = event.WhichOneof("payload")
+    inner = getattr(event, which) if which else None
+    return (inner.id if which == "task" else getattr(inner, "task_id", None)) if inner is not None else None
 
 
 @check("extended_card")
@@ -602,6 +691,8 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {
         "same status and reason; only the message differs (the gateway names the JSON error)") for k in ("root", "agent-path")},
 }
 
+_PUSH_NOT_FOUND = {"jsonrpc": {"ok": False, "code": -32001, "reasons": ["TASK_NOT_FOUND"]},
+                   "rest": {"ok": False, "http": 404, "reasons": ["TASK_NOT_FOUND"]}}
 # What the agent answers directly, pinned, so a check that measures nothing cannot pass.
 _ERR_RPC = {"http": 200, "id": 1}
 DIRECT: dict[tuple[str, str], dict[str, Any]] = {
@@ -678,11 +769,16 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
                             "unknown": {**_ERR_RPC, "code": -32001, "reasons": ["TASK_NOT_FOUND"]}},
     ("cancel", "rest"): {"completed": {"http": 400, "type": "application/json", "code": 400, "status": "FAILED_PRECONDITION",
                                        "reasons": ["TASK_NOT_CANCELABLE"]}},
-    ("push_configs", "jsonrpc"): {**{str(i): {**_ERR_RPC, "code": -32003, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}
-                                     for i in range(4)},
+    ("push_configs", "jsonrpc"): {**{str(i): {**_ERR_RPC, "code": -32001, "reasons": ["TASK_NOT_FOUND"]} for i in range(4)},
                                   **{str(i): {**_ERR_RPC, "code": -32602, "reasons": ["INVALID_PARAMS"]} for i in (4, 5)}},
-    ("push_configs", "rest"): {str(i): {"http": 400, "type": "application/json", "code": 400, "status": "FAILED_PRECONDITION",
-                                        "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]} for i in range(4)},
+    ("push_configs", "rest"): {str(i): {"http": 404, "type": "application/json", "code": 404, "status": "NOT_FOUND",
+                                        "reasons": ["TASK_NOT_FOUND"]} for i in range(4)},
+    **{("push_crud", b): {"create": {"ok": True, "id": True, "taskId": True, "url": True},
+                          "get": {"ok": True, "id": True, "taskId": True, "url": True},
+                          "get nonexistent": _PUSH_NOT_FOUND[b], "list": {"ok": True, "ids": [True]}, "delete": {"ok": True},
+                          "get deleted": _PUSH_NOT_FOUND[b], "delete again": {"ok": True}} for b in ("jsonrpc", "rest")},
+    **{("push_delivery", b): {"delivered": True, "authorization": "Bearer tck-test-token-auth", "about the client's task": True,
+                              "follow-up": "TASK_STATE_COMPLETED"} for b in ("jsonrpc", "rest")},
     ("extended_card", "jsonrpc"): {"declared": False, "answer": {**_ERR_RPC, "code": -32004, "reasons": ["UNSUPPORTED_OPERATION"]}},
     ("extended_card", "rest"): {"declared": False, "answer": {"http": 400, "type": "application/json", "code": 400,
                                                               "status": "FAILED_PRECONDITION", "reasons": ["UNSUPPORTED_OPERATION"]}},
@@ -747,9 +843,9 @@ async def test_the_kits_checks_see_the_same_agent_through_the_gateway(stack: Sta
 
 async def test_an_agents_card_through_the_gateway_claims_only_what_the_gateway_relays() -> None:
     """CORE-CAP-001/002/003, CARD-SIGN-* on `/agents/{name}`: an agent whose card claims push notifications and an
-    extended card (and no streaming) is published with both set false, since the gateway relays neither, and
-    without the agent's signatures; the methods answer as the published card says, and streaming is refused as
-    the agent refuses it."""
+    extended card (and no streaming) is published with push on (the gateway's own, gateway/push) and the extended
+    card off (not relayed), without the agent's signatures; the methods answer as the published card says, and
+    streaming is refused as the agent refuses it."""
     card = make_card("claims", input_modes=["text"])
     card.capabilities.push_notifications = True
     card.capabilities.extended_agent_card = True
@@ -765,12 +861,45 @@ async def test_an_agents_card_through_the_gateway_claims_only_what_the_gateway_r
                 extended = await rpc(c, way, "GetExtendedAgentCard", {})
                 streams = {w.kind: await stream_view(c, w, "jsonrpc", "SendStreamingMessage", {"message": message("tck-stream")})
                            for w in (direct, way)}
-    assert published["pushNotifications"] is False and published["extendedAgentCard"] is False
+    assert published["pushNotifications"] is True and published["extendedAgentCard"] is False  # push: the gateway's
     assert published["streaming"] is False
     assert "signatures" not in served  # a signature over the agent's URLs would not verify over the gateway's
-    assert push == {"http": 200, "id": 1, "code": -32003, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}
+    assert push == {"http": 200, "id": 1, "code": -32001, "reasons": ["TASK_NOT_FOUND"]}  # the method runs: no task "t"
     assert extended == {"http": 200, "id": 1, "code": -32004, "reasons": ["UNSUPPORTED_OPERATION"]}
     assert streams["agent-path"] == streams["direct"], streams
+
+
+async def test_push_off_the_cards_say_so_and_the_config_methods_refuse() -> None:
+    """CORE-CAP-001 with `push.enabled: false`: the root card and each agent's card say pushNotifications false (the
+    agent's claim too), and every push config method is PushNotificationNotSupported (-32003; REST 400
+    FAILED_PRECONDITION), after its params are checked; a SendMessage's push config is dropped, never passed on."""
+    async with tck_agent("tck", push=True) as agent:
+        async with gateway({"agents": [{"name": "tck", "url": agent.url}], "push": {"enabled": False}}) as (_, gw):
+            gw = gw.rstrip("/")
+            ways = [Way("root", gw + "/", gw, gw), Way("agent-path", f"{gw}/agents/tck", f"{gw}/agents/tck", f"{gw}/agents/tck")]
+            async with httpx.AsyncClient(timeout=30) as c:
+                cards = [(await c.get(w.card + CARD)).json()["capabilities"].get("pushNotifications") for w in ways]
+                answers = [await push_call(c, w, b, m, "tck-x", {"url": "https://example.com/h"} if "Create" in m else None,
+                                           cid=None if "List" in m or "Create" in m else "c1")
+                           for w in ways for b in ("jsonrpc", "rest")
+                           for m in ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
+                                     "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig")]
+                missing = await rpc(c, ways[0], "CreateTaskPushNotificationConfig", {})
+                sent = await rpc(c, ways[1], "SendMessage", {"message": message("tck-complete-task"), "configuration": {
+                    "taskPushNotificationConfig": {"url": "https://example.com/h", "token": "never-to-the-agent"}}})
+                tid = (await c.post(ways[1].rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                    "message": message("tck-complete-task"), "configuration": {
+                        "taskPushNotificationConfig": {"url": "https://example.com/h", "token": "t"}}}},
+                                    headers=V1)).json()["result"]["task"]["id"]
+    assert agent.push_configs is not None
+    assert cards == [False, False]
+    assert answers == [{"ok": False, "code": -32003, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}] * 4 \
+        + [{"ok": False, "http": 400, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}] * 4 \
+        + [{"ok": False, "code": -32003, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}] * 4 \
+        + [{"ok": False, "http": 400, "reasons": ["PUSH_NOTIFICATION_NOT_SUPPORTED"]}] * 4
+    assert missing["code"] == -32602
+    assert sent["state"] == "TASK_STATE_COMPLETED"
+    assert await agent.push_configs.get_info_for_dispatch(tid) == []  # the client's config never reached the agent
 
 
 _GRPC_REQUESTS = {
@@ -837,7 +966,7 @@ async def test_the_kits_grpc_checks_see_the_same_agent_through_the_gateway(stack
     assert direct["send tck-reject-task"] == ("UNKNOWN", [])  # a2a-sdk 1.3 sends its own A2AError so on gRPC
     assert direct["stream tck-stream-chunked"][-1] == ("statusUpdate", "TASK_STATE_COMPLETED")
     assert direct["GetTask unknown"] == direct["CancelTask unknown"] == ("NOT_FOUND", ["TASK_NOT_FOUND"])
-    assert direct["push"] == [("FAILED_PRECONDITION", ["PUSH_NOTIFICATION_NOT_SUPPORTED"])] * 4  # a2a-sdk 1.3's status
+    assert direct["push"] == [("NOT_FOUND", ["TASK_NOT_FOUND"])] * 4  # a push agent, on a task it does not have
     assert direct["extended card"] == ("FAILED_PRECONDITION", ["UNSUPPORTED_OPERATION"])
     assert direct["version 99"]["state"] == "TASK_STATE_COMPLETED"  # a2a-sdk 1.3's gRPC binding reads no version
     assert direct["no parts"] == ("INVALID_ARGUMENT", ["INVALID_PARAMS"])

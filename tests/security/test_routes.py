@@ -19,7 +19,7 @@ from tests.gateway.conftest import ADMIN
 from tests.security.conftest import API_KEY, TOKEN, secured, send_body
 
 PARAMS = {"agent": "text", "name": "ghost", "id": "t-none", "push_id": "p-none", "key:path": "0" * 64,
-          "upload_id": "u-none", "stream_id": "s-none"}
+          "upload_id": "u-none", "stream_id": "s-none", "leg": "l-none"}
 FORGED = "exp=9999999999&sig=Zm9yZ2Vk"
 CREDENTIALS: dict[str, tuple[dict[str, str], str]] = {  # kind -> (headers, query)
     "none": ({}, ""),
@@ -96,6 +96,9 @@ async def test_every_route_method_and_credential_gets_the_outcome_of_its_class()
                             assert refused != may, (method, route.path, kind, r.status_code, r.text[:200])
                         elif cls is AccessClass.ADMIN:
                             assert refused != (kind == "admin"), (method, route.path, kind, r.status_code, r.text[:200])
+                        elif cls is AccessClass.WEBHOOK:  # an agent's push notification: only its leg's secret decides
+                            assert r.status_code == 404 and "no such push leg" in r.text, (
+                                method, route.path, kind, r.status_code, r.text[:200])
                         else:  # signed: no credential opens it, only the route's own signature check decides
                             assert r.status_code == 403 and (method == "HEAD" or "sig" in r.json()["error"]["data"]["field"]), (
                                 method, route.path, kind, r.status_code, r.text[:200])

@@ -59,6 +59,7 @@ from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .pipeline import Pipeline
+from .push.follow import WEBHOOK_PATH
 from .sdk_binding import PipelineRequestHandler, TargetContextBuilder, rest_routes
 from .authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
 from .security import access_control, error_body
@@ -170,6 +171,8 @@ class Gateway:
             gateway_id=config.name or self.public_url,
             federation=self.federation,
             tasks=TaskMap(max_bytes=config.limits.task_bytes, max_bytes_per_owner=config.limits.task_bytes_per_client),
+            push=config.push,
+            public_url=self.public_url,
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.grpc: GrpcIngress | None = None
@@ -329,6 +332,7 @@ class Gateway:
             await self.grpc.stop()
             self.grpc = None
         await self.cluster.stop()
+        await self.pipeline.push.close()
         await cancel_tasks(self._tasks)
         if self.access.auth.jwt is not None:
             await self.access.auth.jwt.close()
@@ -379,7 +383,7 @@ class Gateway:
 
         async def root_card(request: Request) -> Response:
             return cards.respond(request, "", gateway_card(self.directory, self.public_url, grpc_url=self.grpc_url,
-                                                           security=security))
+                                                           security=security, push=self.config.push.enabled))
 
         async def agent_card(request: Request) -> Response:
             try:
@@ -387,7 +391,7 @@ class Gateway:
             except MMA2AError as exc:
                 return error_response(exc)
             return cards.respond(request, entry.name, agent_card_through(entry, self.public_url, grpc_url=self.grpc_url,
-                                                                         security=security))
+                                                                         security=security, push=self.config.push.enabled))
 
         console = console_endpoints()
 
@@ -438,6 +442,9 @@ class Gateway:
                       Route("/console/console.css", console["console.css"], methods=["GET"]),
                       Route("/healthz", health, methods=["GET"])]),
             (metrics_access, [Route("/metrics", metrics, methods=["GET"])]),
+            # agents' push notifications: each call checked by its leg's secret (push.follow)
+            (RouteAccess(AccessClass.WEBHOOK, ErrorShape.REST), [Route(WEBHOOK_PATH, self.pipeline.push.webhook,
+                                                                       methods=["POST"])]),
             (RouteAccess(AccessClass.ADMIN, ErrorShape.ADMIN), admin_routes(self)),
             *((signed if _name(r) in SIGNED_ROUTES else client_payload, [r]) for r in payload),  # order kept
             (rpc_access, [Route("/agents/{agent}/", rpc, methods=["POST"]),

@@ -4,6 +4,8 @@
 - `client`: a client credential (`auth.clients`), rate limits and the body cap.
 - `admin`: the admin token, checked in one place (`security.AccessControl.admin`).
 - `signed`: the route verifies its own URL signature (blob reads, stream consumers).
+- `webhook`: an agent's push notification; the route verifies the secret the gateway gave that agent for
+  that leg of that task (`push.follow`), and caps its own body.
 
 `guard_routes` wraps each route's ASGI app in a `Guarded` gate that enforces its class after
 the router matched it, so the class is looked up for free and no path prefix decides who may
@@ -32,6 +34,7 @@ class AccessClass(enum.Enum):
     CLIENT = "client"
     ADMIN = "admin"
     SIGNED = "signed"
+    WEBHOOK = "webhook"
 
 
 class ErrorShape(enum.Enum):

@@ -139,8 +139,10 @@ def _union(values: list[list[str]]) -> list[str]:
 
 
 def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a gateway",
-                 grpc_url: str | None = None, security: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The root card: every agent's skills (ids prefixed by agent), the union of modes, the extension."""
+                 grpc_url: str | None = None, security: dict[str, Any] | None = None, push: bool = False
+                 ) -> dict[str, Any]:
+    """The root card: every agent's skills (ids prefixed by agent), the union of modes, the extension; `push`: the
+    gateway gives push notifications."""
     entries = [e for e in directory.entries() if not e.draining]
     skills = []
     for e in entries:
@@ -156,7 +158,7 @@ def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a
         "to the agent that can use it best. Agents: " + (", ".join(e.name for e in entries) or "none"),
         "supportedInterfaces": _interfaces(base_url.rstrip("/"), grpc_url),
         "version": __version__,
-        "capabilities": {"streaming": True, "extensions": [_extension_entry()]},
+        "capabilities": {"streaming": True, "pushNotifications": push, "extensions": [_extension_entry()]},
         "defaultInputModes": _union([e.card.get("defaultInputModes") or [] for e in entries]) or ["text/plain"],
         "defaultOutputModes": _union([e.card.get("defaultOutputModes") or [] for e in entries]) or ["text/plain"],
         "skills": skills,
@@ -164,17 +166,19 @@ def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a
 
 
 def agent_card_through(entry: AgentEntry, base_url: str, *, grpc_url: str | None = None,
-                       security: dict[str, Any] | None = None) -> dict[str, Any]:
-    """An agent's own card with its addresses pointing through the gateway, and the gateway's security."""
+                       security: dict[str, Any] | None = None, push: bool = False) -> dict[str, Any]:
+    """An agent's own card with its addresses pointing through the gateway, and the gateway's security; `push`:
+    the gateway gives push notifications for this agent's tasks (its own webhook, or following the task)."""
     card = copy.deepcopy(entry.card)
     url = f"{base_url.rstrip('/')}/agents/{entry.name}"
     card["supportedInterfaces"] = _interfaces(url, grpc_url, entry.name)
     card.pop("url", None)
     card.pop("signatures", None)  # signed over the agent's own addresses: kept, they would no longer verify
     caps = card.setdefault("capabilities", {})
-    for relayed_not in ("pushNotifications", "extendedAgentCard"):  # the gateway relays neither: its card says so
-        if caps.get(relayed_not):
-            caps[relayed_not] = False
+    if caps.get("extendedAgentCard"):  # the gateway does not relay it: its card says so
+        caps["extendedAgentCard"] = False
+    if push or caps.get("pushNotifications"):  # push is the gateway's to give (gateway/push), or not at all
+        caps["pushNotifications"] = push
     exts = caps.setdefault("extensions", [])
     ours = [x for x in exts if isinstance(x, dict) and x.get("uri") == EXTENSION_URI]
     if not ours:

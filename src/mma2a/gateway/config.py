@@ -24,6 +24,7 @@ from .faults import FaultsConfig
 from .federation import FederationConfig
 from .guard import LimitsConfig, SigningConfig, URLConfig
 from .history.config import HistoryConfig
+from .push.settings import PushSettings
 from .tracing import TracingConfig
 
 
@@ -223,6 +224,7 @@ class GatewayConfig(BaseModel):
     # where the gateway keeps what must survive a restart (the decision history); relative to base_dir
     data_dir: str = Field(default_factory=lambda: os.environ.get("MMA2A_DATA_DIR") or "./mma2a-data")
     history: HistoryConfig = Field(default_factory=HistoryConfig)  # decision history (docs/operations.md)
+    push: PushSettings = Field(default_factory=PushSettings)  # push notifications (docs/operations.md)
     feed_max_bytes: int = Field(default=4 * 1024 * 1024, ge=0)  # the console's decision feed, all entries together
     base_dir: str = "."
 

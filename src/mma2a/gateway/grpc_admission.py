@@ -66,7 +66,7 @@ def method_access(jsonrpc: Mapping[str, RouteAccess], *, service: descriptor.Ser
     missing = []
     for m in service.methods:
         access = jsonrpc.get(twins.get(m.name, ""))
-        if access is None or access.cls is AccessClass.SIGNED:
+        if access is None or access.cls is AccessClass.SIGNED or access.cls is AccessClass.WEBHOOK:
             missing.append(m.name)
             continue
         out[f"/{service.full_name}/{m.name}"] = access

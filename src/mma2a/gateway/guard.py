@@ -361,30 +361,36 @@ class MessageGuard:
         for where, url in message_urls(message, configuration):
             if not isinstance(url, str):
                 continue  # shape errors are the ingress's to report
-            if len(url) > self.limits.max_url_length:
-                raise URLForbidden(f"{where}: URL of {len(url)} characters, the limit is {self.limits.max_url_length}",
-                                   field=where)
-            try:  # compared after normalisation: /blobs/x/../../tasks/a is not one of its own blob URLs, nor is a path
-                # with an encoded slash or backslash (`/blobs/..%2fadmin`: a proxy that decodes it walks out of /blobs)
-                normal = normalize_url(url) if self.own_prefixes else ""
-                own = normal.startswith(self.own_prefixes) and not _ENCODED_SEPARATOR.search(normal) if normal else False
-            except URLForbidden as exc:
-                raise URLForbidden(f"{where}: {exc.message}", field=where) from None
-            if own:
-                continue
-            now = self.clock()
-            seen = self._url_ok.get(url)
-            if seen is not None and now - seen < 60:
-                continue
-            try:
-                await check_url(url, self.url_policy)
-            except URLForbidden as exc:
-                raise URLForbidden(f"{where}: {exc.message}", field=where) from None
-            except MMA2AError as exc:  # unresolvable host
-                raise URLForbidden(f"{where}: refused: {exc.message}", field=where) from None
-            self._url_ok[url] = now
-            while len(self._url_ok) > 10_000:
-                self._url_ok.popitem(last=False)
+            await self.check_url(url, where)
+
+    async def check_url(self, url: str, where: str) -> None:
+        """`URLForbidden` naming `where` when the `urls` policy refuses `url` (a no-op with `urls.check` off)."""
+        if not self.urls.check:
+            return
+        if len(url) > self.limits.max_url_length:
+            raise URLForbidden(f"{where}: URL of {len(url)} characters, the limit is {self.limits.max_url_length}",
+                               field=where)
+        try:  # compared after normalisation: /blobs/x/../../tasks/a is not one of its own blob URLs, nor is a path
+            # with an encoded slash or backslash (`/blobs/..%2fadmin`: a proxy that decodes it walks out of /blobs)
+            normal = normalize_url(url) if self.own_prefixes else ""
+            own = normal.startswith(self.own_prefixes) and not _ENCODED_SEPARATOR.search(normal) if normal else False
+        except URLForbidden as exc:
+            raise URLForbidden(f"{where}: {exc.message}", field=where) from None
+        if own:
+            return
+        now = self.clock()
+        seen = self._url_ok.get(url)
+        if seen is not None and now - seen < 60:
+            return
+        try:
+            await check_url(url, self.url_policy)
+        except URLForbidden as exc:
+            raise URLForbidden(f"{where}: {exc.message}", field=where) from None
+        except MMA2AError as exc:  # unresolvable host
+            raise URLForbidden(f"{where}: refused: {exc.message}", field=where) from None
+        self._url_ok[url] = now
+        while len(self._url_ok) > 10_000:
+            self._url_ok.popitem(last=False)
 
     async def check_signature(self, message: dict[str, Any], sender: str | None) -> str | None:
         if not self.signing.active:

@@ -196,6 +196,8 @@ class GatewayMetrics:
                                    "bad_signature, unknown_kid, too_large, malformed, ...)", ["issuer", "result"], r)
         self.jwks_reads = _counter("mma2a_jwks_reads", "Reads of JWT issuers' key sets, by issuer and result (ok, failed)",
                                    ["issuer", "result"], r)
+        self.push_deliveries = _counter("mma2a_push_deliveries", "Push notifications to clients' webhooks, by outcome "
+                                        "(delivered, failed, refused)", ["outcome"], r)
         self.agents = Labelled(Gauge("mma2a_agents", "Registered agents, by health", ["health"], registry=r))
 
     def render(self) -> bytes:

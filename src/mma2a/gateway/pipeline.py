@@ -31,6 +31,8 @@ from .hooks import ClusterHooks, Standalone
 from .legs import LegPlanner
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
+from .push.service import PushService
+from .push.settings import PushSettings
 from .state import RoutingState
 from .streaming import Streaming
 from .task_ops import TaskOperations
@@ -66,7 +68,11 @@ class Pipeline:
         history: HistorySink | None = None,
         gateway_id: str = "",
         federation: Federation | None = None,
+        push: PushSettings | None = None,
+        public_url: str | None = None,
     ) -> None:
+        """`push`: the push notification settings (default: on, default bounds); `public_url`: the address agents
+        call the gateway's push webhook at (None: agents' tasks are followed, never given a webhook)."""
         self.directory = directory
         self.metrics = metrics
         self.tasks = tasks or TaskMap()
@@ -85,6 +91,8 @@ class Pipeline:
                                  log_decisions=log_decisions, gateway_id=gateway_id)
         self.streaming = Streaming(self.exchange)
         self.task_ops = TaskOperations(self.tasks, self.caller)
+        self.push = PushService(push or PushSettings(), tasks=self.tasks, task_ops=self.task_ops, caller=self.caller,
+                                guard=guard, webhook_base=public_url, history=history, metrics=metrics)
 
     @property
     def pins(self) -> SessionPins:
@@ -101,13 +109,17 @@ class Pipeline:
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
     ) -> Awaitable[dict[str, Any]]:
         """SendMessage through the gateway; awaits to the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`).
-        (The exchange's own coroutine: no second frame on the hot path.)"""
+        (The exchange's own coroutine: no second frame on the hot path, unless push notifications are involved.)"""
+        if self.push.wants(configuration):
+            return self.push.send(self.exchange.send, message, configuration, target)
         return self.exchange.send(message, configuration, target=target)
 
     def send_stream(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """SendStreamingMessage through the gateway: the events to stream back."""
+        if self.push.wants(configuration):
+            return self.push.send_stream(self.streaming.send_stream, message, configuration, target)
         return self.streaming.send_stream(message, configuration, target=target)
 
     async def get_task(self, task_id: str, history_length: int | None = None, *, target: str | None = None

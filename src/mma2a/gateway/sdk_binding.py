@@ -19,8 +19,12 @@ from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_route
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
     ListTasksRequest,
     ListTasksResponse,
     Message,
@@ -28,6 +32,7 @@ from a2a.types import (
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
+    TaskPushNotificationConfig,
 )
 from a2a.utils import errors as sdk_errors
 from google.protobuf import json_format
@@ -42,7 +47,7 @@ from .listing import list_tasks
 from .pipeline import Pipeline
 from .security import AccessControl
 
-_Proto = TypeVar("_Proto", Message, Task)
+_Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig)
 _BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk_errors.JSON_RPC_ERROR_CODE_MAP.items()}
 _CODES = sdk_errors.JSON_RPC_ERROR_CODE_MAP
 _REASONS = sdk_errors.A2A_ERROR_REASONS
@@ -261,21 +266,41 @@ class PipelineRequestHandler(RequestHandler):
         json_format.ParseDict(page, out, ignore_unknown_fields=True)
         return out
 
+    # push configs: kept by the gateway (gateway/push), never passed to an agent
     @validate_request_params  # params checked first, as an a2a-sdk agent checks them
-    async def on_create_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
-        raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
+    async def on_create_task_push_notification_config(self, params: TaskPushNotificationConfig,
+                                                      context: ServerCallContext) -> TaskPushNotificationConfig:
+        try:
+            kept = await self.pipeline.push.create(json_format.MessageToDict(params), _target(context))
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+        return _parse(kept, TaskPushNotificationConfig())
 
     @validate_request_params
-    async def on_get_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
-        raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
+    async def on_get_task_push_notification_config(self, params: GetTaskPushNotificationConfigRequest,
+                                                   context: ServerCallContext) -> TaskPushNotificationConfig:
+        try:
+            kept = await self.pipeline.push.get(params.task_id, params.id, _target(context))
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+        return _parse(kept, TaskPushNotificationConfig())
 
     @validate_request_params
-    async def on_list_task_push_notification_configs(self, params: Any, context: ServerCallContext) -> Any:
-        raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
+    async def on_list_task_push_notification_configs(self, params: ListTaskPushNotificationConfigsRequest,
+                                                     context: ServerCallContext) -> ListTaskPushNotificationConfigsResponse:
+        try:
+            kept = await self.pipeline.push.list(params.task_id, _target(context))
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+        return ListTaskPushNotificationConfigsResponse(configs=[_parse(c, TaskPushNotificationConfig()) for c in kept])
 
     @validate_request_params
-    async def on_delete_task_push_notification_config(self, params: Any, context: ServerCallContext) -> None:
-        raise sdk_errors.PushNotificationNotSupportedError("push notifications are not supported by the gateway")
+    async def on_delete_task_push_notification_config(self, params: DeleteTaskPushNotificationConfigRequest,
+                                                      context: ServerCallContext) -> None:
+        try:
+            await self.pipeline.push.delete(params.task_id, params.id, _target(context))
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
 
     async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest, context: ServerCallContext) -> AgentCard:
         # the gateway's cards never declare capabilities.extendedAgentCard (see cards.py), and A2A 1.0 answers

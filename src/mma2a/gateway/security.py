@@ -121,7 +121,8 @@ class AccessControl:
 
     async def enforce(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
         cls = access.cls
-        if cls is AccessClass.PUBLIC or cls is AccessClass.SIGNED:  # signed: the route verifies its signature
+        if cls is AccessClass.PUBLIC or cls is AccessClass.SIGNED or cls is AccessClass.WEBHOOK:
+            # signed, webhook: the route verifies its signature, its leg's secret
             await app(scope, receive, send)
             return
         http = scope["type"] == "http"
@@ -192,6 +193,7 @@ class AccessControl:
         no frame of ours."""
         if (scope["type"] == "http" and access.shape is not ErrorShape.PAYLOAD and scope.get("method") in _BODY_METHODS
                 and access.cls is not AccessClass.PUBLIC and access.cls is not AccessClass.SIGNED
+                and access.cls is not AccessClass.WEBHOOK
                 and (access.shape is not ErrorShape.JSONRPC or b"content-length" not in header_map(scope))):
             return self._checked(access, app, scope, receive, send)
         return app(scope, receive, send)

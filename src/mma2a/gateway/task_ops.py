@@ -73,14 +73,19 @@ class TaskOperations:
             # params are checked before the task is looked up, as an agent checks them
             raise InvalidParams("history length must be non-negative", field="params.historyLength")
         rec = self.task_record(task_id, target)
+        if rec.fanned_out and history_length is not None and history_length < 0:
+            raise InvalidParams("history length must be non-negative", field="params.historyLength")
+        return await self.current(rec, history_length)
+
+    async def current(self, rec: TaskRecord, history_length: int | None = None) -> dict[str, Any]:
+        """The task as the gateway shows it now: one agent's task from that agent, a fan-out's aggregate rebuilt from
+        its legs (no ownership check: the caller has made it; push notifications use this too)."""
         if not rec.fanned_out:
             leg = rec.legs[0]
             params: dict[str, Any] = {"id": leg.task_id}
             if history_length is not None:
                 params["historyLength"] = history_length
             return await self._agent_task(leg, "GetTask", params, rec.route, empty_route=True)
-        if history_length is not None and history_length < 0:
-            raise InvalidParams("history length must be non-negative", field="params.historyLength")
         legs = []
         for leg in rec.legs:
             try:

@@ -284,6 +284,12 @@ class _GuardedResolver(AbstractResolver):
         return None
 
 
+def guarded_connector(policy: URLPolicy) -> aiohttp.TCPConnector:
+    """An aiohttp connector that connects only to addresses `policy` allows, resolved at connect time (no DNS
+    rebinding window between a check and the connection): for requests the gateway makes to URLs clients gave."""
+    return aiohttp.TCPConnector(resolver=_GuardedResolver(policy), use_dns_cache=False)
+
+
 @dataclass
 class FetchResponse:
     """A response being streamed: the final URL after redirects, status, media type, declared length."""
@@ -333,7 +339,7 @@ class SafeFetcher:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(resolver=_GuardedResolver(self.policy), use_dns_cache=False)
+            connector = guarded_connector(self.policy)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=self.timeout),

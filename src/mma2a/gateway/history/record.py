@@ -23,7 +23,8 @@ MAX_STRING = 200
 MAX_LIST = 16
 
 OUTCOMES = ("completed", "failed", "rejected", "canceled", "input-required", "auth-required", "working",
-            "submitted", "message", "refused", "unknown")
+            "submitted", "message", "refused", "unknown", "push-delivered", "push-failed", "push-refused")
+# push notifications to clients' webhooks (gateway/push) are recorded too: "push delivered", "push failed: HTTP 503"
 
 
 class PartSummary(NamedTuple):
@@ -88,6 +89,10 @@ def outcome_class(outcome: str) -> tuple[str, str | None]:
         return "refused", outcome[len("refused"):].strip()[:1000] or None
     if outcome == "message":
         return "message", None
+    if outcome.startswith("push "):
+        word, _, detail = outcome.partition(":")
+        kind = word.replace(" ", "-")
+        return (kind if kind in OUTCOMES else "unknown"), detail.strip()[:1000] or None
     word = outcome.removeprefix("TASK_STATE_").lower().replace("_", "-")
     return (word if word in OUTCOMES else "unknown"), None
 

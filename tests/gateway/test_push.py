@@ -1,0 +1,237 @@
+"""Push notifications through the gateway, with a real webhook receiver on loopback and real a2a-sdk agents:
+the client's config kept by the gateway (never the agent's), the agent's notifications to the gateway's own
+webhook (a per-leg secret), tasks of agents without push followed, fan-out legs aggregated, and the refusals
+users and attackers meet (SSRF, floods, another client's task, wrong secrets, dead webhooks)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from mma2a.gateway.push.outbox import Outbox
+from mma2a.gateway.push.settings import PushSettings
+from mma2a.gateway.push.store import ClientHook
+from tests.conformance.tck_agent import TckAgent, tck_agent
+from tests.gateway.conftest import gateway
+from tests.webhooks import WebhookReceiver, task_state, webhook_receiver
+
+pytestmark = pytest.mark.asyncio
+
+V1 = {"A2A-Version": "1.0"}
+DONE = "TASK_STATE_COMPLETED"
+
+
+def allow(hook: WebhookReceiver) -> dict[str, Any]:
+    return {"urls": {"allow_hosts": [hook.url.removeprefix("http://")]}}
+
+
+async def rpc(c: httpx.AsyncClient, url: str, method: str, params: dict[str, Any], token: str | None = None
+              ) -> dict[str, Any]:
+    headers = {**V1, **({"Authorization": f"Bearer {token}"} if token else {})}
+    r = await c.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers)
+    return r.json()  # type: ignore[no-any-return]
+
+
+def send_params(mid: str, config: dict[str, Any] | None = None, **configuration: Any) -> dict[str, Any]:
+    conf = {**configuration, **({"taskPushNotificationConfig": config} if config else {})}
+    return {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "inspect"}]},
+            **({"configuration": conf} if conf else {})}
+
+
+def client_config(hook: WebhookReceiver, path: str = "/hook") -> dict[str, Any]:
+    return {"id": "mine", "url": hook.url + path, "token": "client-token",
+            "authentication": {"scheme": "Bearer", "credentials": "client-credential"}}
+
+
+@contextlib.asynccontextmanager
+async def two_agents(push: bool) -> AsyncIterator[tuple[TckAgent, TckAgent]]:
+    async with tck_agent("a", push=push) as a, tck_agent("b", push=push) as b:
+        yield a, b
+
+
+async def drained(gw: Any) -> None:
+    """Until every delivery the gateway has pending has its outcome (the receiver has a request before the gateway
+    has its answer)."""
+    while len(gw.pipeline.push.outbox):
+        await asyncio.sleep(0.01)
+
+
+async def test_a_task_of_an_agent_without_push_notifies_the_clients_webhook(tmp_path: Any) -> None:
+    """Must show: an agent whose card says no push; the client's config inside SendMessage (returnImmediately); the
+    gateway follows the task (SubscribeToTask) and POSTs each change to the client's webhook with the client's
+    credentials, the task id the client knows, until it completes; the delivery is in the decision history."""
+    async with webhook_receiver() as hook, tck_agent("tck") as agent:
+        cfg = {"agents": [{"name": "tck", "url": agent.url}], **allow(hook), "data_dir": str(tmp_path)}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            card = (await c.get(url.rstrip("/") + "/agents/tck/.well-known/agent-card.json")).json()
+            root = (await c.get(url.rstrip("/") + "/.well-known/agent-card.json")).json()
+            sent = await rpc(c, url, "SendMessage", send_params("tck-slow-1", client_config(hook), returnImmediately=True))
+            tid = sent["result"]["task"]["id"]
+            first = await hook.wait_for(1)
+            agent.executor.release.set()
+            hits = await hook.wait_until(lambda h: task_state(h) == DONE)
+            listed = await rpc(c, url, "ListTaskPushNotificationConfigs", {"taskId": tid})
+            await drained(gw)
+            history = (await c.get(url.rstrip("/") + "/admin/history", params={"limit": 50},
+                                   headers={"Authorization": "Bearer test-admin-token"})).json()
+    assert card["capabilities"]["pushNotifications"] is True and root["capabilities"]["pushNotifications"] is True
+    assert task_state(first[0]) == "TASK_STATE_SUBMITTED"
+    assert [task_state(h) for h in hits][-1] == DONE
+    assert {h.body["task"]["id"] for h in hits} == {tid}
+    for h in hits:
+        assert h.path == "/hook" and h.headers["authorization"] == "Bearer client-credential"
+        assert h.headers["x-a2a-notification-token"] == "client-token"
+    done = hits[-1].body["task"]
+    assert done["artifacts"][0]["parts"][0]["text"] == "late"  # the task as GetTask shows it, artifacts included
+    assert [cfg_["id"] for cfg_ in listed["result"]["configs"]] == ["mine"]
+    outcomes = [e["outcome"] for e in history["decisions"] if e["messageId"].startswith(f"push:{tid}:")]
+    assert "push-delivered" in outcomes, history
+
+
+async def test_a_push_agent_calls_the_gateways_webhook_and_never_sees_the_clients() -> None:
+    """An agent with push: the gateway registers its own webhook (a per-leg secret) for the agent's task; the
+    agent's config store holds only that one, never the client's URL or token; the client is notified through
+    it. With auth on, the agent's call needs no client credential (the route's access class is `webhook`), but a
+    wrong secret is 401, a notification about another task 403, an unknown leg 404, an oversized body 413."""
+    async with webhook_receiver() as hook, tck_agent("tck", push=True) as agent:
+        cfg = {"agents": [{"name": "tck", "url": agent.url}], **allow(hook),
+               "auth": {"clients": [{"name": "alice", "token": "alice-token"}]}, "push": {"max_notification_bytes": 2048}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            sent = await rpc(c, url, "SendMessage", send_params("tck-slow-2", client_config(hook), returnImmediately=True),
+                             token="alice-token")
+            tid = sent["result"]["task"]["id"]
+            await hook.wait_for(1)
+            assert agent.push_configs is not None
+            registered = await agent.push_configs.get_info_for_dispatch(tid)
+            leg_url = registered[0].url
+            wrong = await c.post(leg_url, json={"task": {"id": tid}}, headers={"X-A2A-Notification-Token": "guess"})
+            secret = registered[0].token
+            other = await c.post(leg_url, json={"statusUpdate": {"taskId": "someone-elses"}},
+                                 headers={"X-A2A-Notification-Token": secret})
+            unknown = await c.post(leg_url.rsplit("/", 1)[0] + "/no-such-leg", json={"task": {"id": tid}},
+                                   headers={"X-A2A-Notification-Token": secret})
+            big = await c.post(leg_url, content=b"{" + b" " * 4096 + b"}", headers={"X-A2A-Notification-Token": secret})
+            agent.executor.release.set()
+            hits = await hook.wait_until(lambda h: task_state(h) == DONE)
+    assert len(registered) == 1
+    assert leg_url.startswith(url.rstrip("/") + "/push/") and secret and secret != "client-token"
+    assert all("client" not in (r.token or "") and r.url != hook.url + "/hook" for r in registered)
+    assert (wrong.status_code, other.status_code, unknown.status_code, big.status_code) == (401, 403, 404, 413)
+    assert "someone-elses" in other.json()["error"]["message"]
+    assert {h.body["task"]["id"] for h in hits} == {tid}
+    assert all(h.headers["authorization"] == "Bearer client-credential" for h in hits)
+
+
+@pytest.mark.parametrize("push", [False, True], ids=["followed", "agents-push"])
+async def test_a_fan_out_is_notified_as_one_aggregated_task(push: bool) -> None:
+    """A message cloned to two agents: the client's webhook hears of the gateway's task (`gw-…`), its legs
+    aggregated as GetTask shows them, whether the agents are followed (GetTask polls) or call the gateway's webhook
+    for their own legs; it completes once both legs have."""
+    rules = {"version": 1, "rules": [{"name": "both", "match": {"modality": "text/*"},
+                                      "action": {"clone_and_route_to": ["a", "b"]}}]}
+    async with webhook_receiver() as hook, two_agents(push) as (a, b):
+        cfg = {"agents": [{"name": "a", "url": a.url}, {"name": "b", "url": b.url}], "rules": rules, **allow(hook),
+               "push": {"poll_s": 0.05, "max_poll_s": 0.2}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            sent = await rpc(c, url, "SendMessage", send_params("tck-slow-3", client_config(hook), returnImmediately=True))
+            tid = sent["result"]["task"]["id"]
+            await hook.wait_for(1)
+            a.executor.release.set()
+            b.executor.release.set()
+            hits = await hook.wait_until(lambda h: task_state(h) == DONE)
+    assert tid.startswith("gw-")
+    assert {h.body["task"]["id"] for h in hits} == {tid}
+    done = hits[-1].body["task"]
+    assert sorted(art["name"] for art in done["artifacts"]) == ["a/late", "b/late"]
+    legs = done["metadata"]["https://mma2a.dev/ext/multimodal/v1"]["downstream"]
+    assert sorted((leg["agent"], leg["state"]) for leg in legs) == [("a", DONE), ("b", DONE)]
+
+
+async def test_webhook_urls_pass_the_ssrf_guard_and_configs_are_bounded() -> None:
+    """A webhook on a private or metadata address, or not http(s), is refused naming the field, on the config
+    methods and inside SendMessage (the message is not sent then); a config past `max_config_bytes` and the
+    client's config past `max_configs_per_client` are refused with the limit."""
+    async with webhook_receiver() as hook, tck_agent("tck") as agent:
+        cfg = {"agents": [{"name": "tck", "url": agent.url}], **allow(hook),
+               "push": {"max_configs_per_client": 2, "max_config_bytes": 512}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            tid = (await rpc(c, url, "SendMessage", send_params("tck-complete-task-1")))["result"]["task"]["id"]
+
+            async def create(**config: Any) -> dict[str, Any]:
+                return await rpc(c, url, "CreateTaskPushNotificationConfig", {"taskId": tid, **config})
+
+            metadata = await create(url="http://169.254.169.254/latest/meta-data")
+            private = await create(url="http://10.0.0.7/hook")
+            scheme = await create(url="ftp://example.com/hook")
+            inline = await rpc(c, url, "SendMessage", send_params("tck-complete-task-2", {"url": "http://127.0.0.2:1/h"}))
+            big = await create(url=hook.url + "/big", token="x" * 600)
+            first = await create(url=hook.url + "/1", id="one")
+            second = await create(url=hook.url + "/2", id="two")
+            third = await create(url=hook.url + "/3", id="three")
+            again = await create(url=hook.url + "/1b", id="one")  # replacing one of its own is no new config
+    for answer, where in ((metadata, "params.url"), (private, "params.url"), (scheme, "params.url"),
+                          (inline, "params.configuration.taskPushNotificationConfig.url")):
+        assert answer["error"]["code"] == -32602 and answer["error"]["message"].startswith(where), answer
+    assert "169.254" in metadata["error"]["message"]
+    assert "must be http or https" in scheme["error"]["message"]
+    assert big["error"]["code"] == -32602 and "the most is 512" in big["error"]["message"]
+    assert first["result"]["id"] == "one" and second["result"]["id"] == "two"
+    assert third["error"]["code"] == -32602 and "holds 2 push configs, the most is 2" in third["error"]["message"]
+    assert again["result"]["url"] == hook.url + "/1b"
+    assert hook.hits == []  # nothing was delivered: every task was completed before a config was kept
+
+
+async def test_another_clients_task_is_not_found_and_its_configs_unseen() -> None:
+    """Configs belong to the task's owner: another client creating, reading, listing or deleting them is answered
+    TaskNotFound, as GetTask answers it, and nothing of alice's is delivered to bob's webhook."""
+    async with webhook_receiver() as hook, tck_agent("tck") as agent:
+        cfg = {"agents": [{"name": "tck", "url": agent.url}], **allow(hook),
+               "auth": {"clients": [{"name": "alice", "token": "alice-token"}, {"name": "bob", "token": "bob-token"}]}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            sent = await rpc(c, url, "SendMessage", send_params("tck-input-required-1", client_config(hook, "/alice")),
+                             token="alice-token")
+            tid = sent["result"]["task"]["id"]
+            await hook.wait_for(1)
+            bob = {m: await rpc(c, url, m, {"taskId": tid, **extra}, token="bob-token") for m, extra in [
+                ("CreateTaskPushNotificationConfig", {"url": hook.url + "/bob", "id": "mine"}),
+                ("GetTaskPushNotificationConfig", {"id": "mine"}), ("ListTaskPushNotificationConfigs", {}),
+                ("DeleteTaskPushNotificationConfig", {"id": "mine"})]}
+            still = await rpc(c, url, "GetTaskPushNotificationConfig", {"taskId": tid, "id": "mine"}, token="alice-token")
+            await rpc(c, url, "SendMessage", {"message": {"messageId": "tck-complete-task-9", "role": "ROLE_USER",
+                                                          "taskId": tid, "parts": [{"text": "done"}]}}, token="alice-token")
+            hits = await hook.wait_until(lambda h: task_state(h) == DONE)
+    assert {m: a["error"]["code"] for m, a in bob.items()} == dict.fromkeys(bob, -32001)
+    assert still["result"]["url"] == hook.url + "/alice"
+    assert {h.path for h in hits} == {"/alice"}
+
+
+async def test_a_dead_or_refusing_webhook_is_retried_then_given_up_and_pending_is_bounded() -> None:
+    """The outbox on a real receiver: 503 is retried with backoff up to `max_attempts`, then given up; a 400 is
+    final at once; a client past `max_pending_per_client` is refused the next delivery; each outcome reported."""
+    async with webhook_receiver(statuses=[503] * 3 + [400]) as hook:
+        outcomes: list[tuple[str, str, str]] = []
+        settings = PushSettings(max_attempts=3, backoff_s=0.001, max_pending_per_client=1)
+        box = Outbox(settings, None, on_outcome=lambda d, o, detail: outcomes.append((d.task_id, o, detail)))
+        hook_a = ClientHook("alice", {"id": "c", "taskId": "t1", "url": hook.url + "/a"}, 10)
+        body = orjson.dumps({"task": {"id": "t1"}})
+        try:
+            assert box.enqueue(hook_a, "t1", body) is True
+            assert box.enqueue(hook_a, "t2", body) is False  # alice has one pending: the most
+            await hook.wait_for(3)
+            while len(box):  # the given-up delivery leaves the outbox
+                await box.sleep(0.001)
+            assert box.enqueue(hook_a, "t3", body) is True
+            await hook.wait_for(4)
+            while len(box):
+                await box.sleep(0.001)
+        finally:
+            await box.close()
+    assert outcomes == [("t2", "refused", "1 deliveries pending, the most is 1"), ("t1", "failed", "HTTP 503"),
+                        ("t3", "failed", "HTTP 400")]
+    assert [h.path for h in hook.hits] == ["/a"] * 4
