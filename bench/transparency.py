@@ -12,6 +12,15 @@ it a card it can read):
     PYTHONPATH=/tmp/mma2a-before/src .venv/bin/python bench/transparency.py --modes text/plain
     PYTHONPATH=src .venv/bin/python bench/transparency.py --modes text/plain
     PYTHONPATH=src .venv/bin/python bench/transparency.py --grpc
+
+`--kit` runs the conformance kit's checks of tests/conformance/test_tck.py instead (the kit's agent with push
+on, the kit's webhook receiver; `--only push` keeps the checks whose name starts so), counting the same cases,
+and for the push checks the kit's ten PUSH-* requirements per binding and surface, each judged as the kit
+judges it. To measure the code before push notifications (issue 39), run the same tests against its sources:
+
+    git worktree add /tmp/mma2a-before ae2e50e
+    PYTHONPATH=/tmp/mma2a-before/src .venv/bin/python bench/transparency.py --kit --only push
+    PYTHONPATH=src .venv/bin/python bench/transparency.py --kit --only push
 """
 
 from __future__ import annotations
@@ -21,8 +30,9 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -44,12 +54,78 @@ async def surfaces(modes: tuple[str, ...], grpc: bool) -> AsyncIterator[dict[str
                    "root": Way("root", gw + "/", gw, gw, g)}
 
 
+# the kit's push requirements: (check, what the kit asks of the check's view)
+PUSH_REQUIREMENTS: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
+    "PUSH-CREATE-001": ("push_crud", lambda v: v["create"]["ok"] is True),
+    "PUSH-CREATE-002": ("push_crud", lambda v: v["create"]["ok"] is True and v["get"]["ok"] is True),
+    "PUSH-GET-001": ("push_crud", lambda v: v["get"]["ok"] is True),
+    "PUSH-GET-002": ("push_crud", lambda v: v["get nonexistent"]["ok"] is False),
+    "PUSH-LIST-001": ("push_crud", lambda v: v["list"]["ok"] is True),
+    "PUSH-DEL-001": ("push_crud", lambda v: v["delete"]["ok"] is True and v["get deleted"]["ok"] is False),
+    "PUSH-DEL-002": ("push_crud", lambda v: v["delete again"]["ok"] is True),
+    "PUSH-DELIVER-001": ("push_delivery", lambda v: v.get("authorization") == "Bearer tck-test-token-auth"),
+    "PUSH-DELIVER-002": ("push_delivery", lambda v: v.get("delivered") is True),
+    "PUSH-DELIVER-003": ("push_delivery", lambda v: v.get("payload") in ("task", "status_update", "artifact_update",
+                                                                          "message")),
+}
+
+
+async def kit(only: str) -> None:
+    from tests.conformance.test_tck import CHECKS as KIT_CHECKS
+    from tests.conformance.test_tck import DIFFERENCES as KIT_DIFFERENCES
+    from tests.conformance.test_tck import kit_stack
+
+    same = total = 0
+    passed: dict[str, int] = {}
+    differing: list[str] = []
+    names = [n for n in KIT_CHECKS if n.startswith(only)]
+    async with kit_stack() as stack, httpx.AsyncClient(timeout=30) as client:
+        for name in names:
+            for binding in ("jsonrpc", "rest"):
+                seen: dict[str, Any] = {}
+                for kind, way in stack.ways.items():
+                    try:
+                        seen[kind] = await KIT_CHECKS[name](client, way, binding, stack)
+                    except Exception as exc:  # noqa: BLE001 - a check that breaks is a difference
+                        seen[kind] = {"raised": f"{type(exc).__name__}: {exc}"}
+                direct = seen.pop("direct")
+                for kind, got in seen.items():
+                    total += 1
+                    override = KIT_DIFFERENCES.get((name, binding, kind), ({}, ""))[0]
+                    if got == {**direct, **override}:
+                        same += 1
+                    else:
+                        differing.append(f"{name}/{binding}/{kind}")
+                for req, (check_name, asks) in PUSH_REQUIREMENTS.items():
+                    if check_name != name:
+                        continue
+                    for kind, view in [("direct", direct), *seen.items()]:
+                        try:
+                            ok = asks(view)
+                        except (KeyError, TypeError):
+                            ok = False
+                        passed[kind] = passed.get(kind, 0) + ok
+    print(f"kit checks {names}: cases (check x binding x surface through the gateway) equal to the agent's: "
+          f"{same}/{total}")
+    if passed:
+        n = sum(1 for r in PUSH_REQUIREMENTS.values() if r[0] in names) * 2
+        print("the kit's PUSH-* requirements passed (x jsonrpc, rest): " +
+              ", ".join(f"{kind} {k}/{n}" for kind, k in passed.items()))
+    if differing:
+        print("differing:", ", ".join(differing))
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", default="text", help="the agent card's modes, comma-separated (default: text)")
     ap.add_argument("--grpc", action="store_true", help="the gRPC binding too")
+    ap.add_argument("--kit", action="store_true", help="the conformance kit's checks (tests/conformance/test_tck.py)")
+    ap.add_argument("--only", default="", help="with --kit: the checks whose name starts with this")
     args = ap.parse_args()
     logging.disable(logging.CRITICAL)
+    if args.kit:
+        await kit(args.only)
+        return
     modes = tuple(args.modes.split(","))
     bindings = ["jsonrpc", "rest"] + (["grpc"] if args.grpc else [])
     same = allowed = total = 0

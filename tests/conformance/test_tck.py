@@ -46,8 +46,9 @@ class Stack:
     hook: WebhookReceiver  # the kit's webhook receiver, on loopback (the gateway's `urls` allow it)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stack() -> AsyncIterator[Stack]:
+@contextlib.asynccontextmanager
+async def kit_stack() -> AsyncIterator[Stack]:
+    """The kit's agent (push on), the kit's webhook receiver and a gateway in front (also `bench/transparency.py --kit`)."""
     async with webhook_receiver() as hook, tck_agent("tck", push=True) as agent:
         cfg = {"agents": [{"name": "tck", "url": agent.url}], "grpc_listen": "127.0.0.1:0",
                "urls": {"allow_hosts": [hook.url.removeprefix("http://")]}}
@@ -58,6 +59,12 @@ async def stack() -> AsyncIterator[Stack]:
                 "root": Way("root", gw + "/", gw, gw, g),
                 "agent-path": Way("agent-path", f"{gw}/agents/tck", f"{gw}/agents/tck", f"{gw}/agents/tck", g, "tck"),
             })
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack() -> AsyncIterator[Stack]:
+    async with kit_stack() as s:
+        yield s
 
 
 def mid(prefix: str) -> str:
@@ -465,6 +472,9 @@ async def _push_crud(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
     return out
 
 
+DELIVERY_TIMEOUT_S = 15.0  # the kit's wait for a webhook call
+
+
 @check("push_delivery")
 async def _push_delivery(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> Any:
     """PUSH-DELIVER-001/002/003: a task created with `configuration.taskPushNotificationConfig` (a token and Bearer
@@ -482,7 +492,7 @@ async def _push_delivery(c: httpx.AsyncClient, way: Way, b: str, s: Stack) -> An
         task = r.json()["task"]
     tid, first = task["id"], task["status"]["state"]
     done = await call(c, way, b, "SendMessage", {"message": message("tck-complete-task", taskId=tid)})
-    hits = await s.hook.wait_until(lambda h: h.path == path)
+    hits = await s.hook.wait_until(lambda h: h.path == path, timeout=DELIVERY_TIMEOUT_S)
     hit = next(h for h in hits if h.path == path)
     try:
         event = json_format.ParseDict(hit.body, a2a_pb2.StreamResponse())  # the kit's schema check, as protobuf reads it
