@@ -26,7 +26,7 @@ from typing import Any
 from ...errors import MMA2AError
 from ..access import digest_secret
 from ..aggregate import TERMINAL
-from ..calls import AgentCaller, declares
+from ..calls import AgentCaller
 from ..tasks import TaskRecord
 from .settings import PushSettings
 
@@ -252,9 +252,7 @@ class Follower:
             return
         try:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                async for _event in self.caller.transport.stream(entry.name, entry.rpc_url, "SubscribeToTask",
-                                                                 {"id": leg.task_id}, extension=declares(entry),
-                                                                 token=entry.token):
+                async for _event in self.caller.stream(entry, "SubscribeToTask", {"id": leg.task_id}):
                     if await self._refresh(rec):
                         return
         except (MMA2AError, TimeoutError) as exc:
