@@ -35,8 +35,8 @@ def oauth_card(name: str, token_url: str) -> AgentCard:
 
 async def test_an_oauth2_agent_gets_one_token_per_lifetime_and_a_new_one_after_a_401(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENT_CLIENT_ID", "mma2a-gateway")
-    monkeypatch.setenv("AGENT_CLIENT_SECRET", "s3cret-of-the-gateway")
+    monkeypatch.setenv("MMA2A_AGENT_CLIENT_ID", "mma2a-gateway")
+    monkeypatch.setenv("MMA2A_AGENT_CLIENT_SECRET", "s3cret-of-the-gateway")
     idp = TokenEndpoint(expires_in=600)
     idp.add_client("mma2a-gateway", "s3cret-of-the-gateway")
     seen: list[dict[bytes, bytes]] = []
@@ -51,7 +51,7 @@ async def test_an_oauth2_agent_gets_one_token_per_lifetime_and_a_new_one_after_a
         async with run_agent(oauth_card("secured", url_token), executor, wrap=guarded(accept, seen, refused)) as agent_url:
             clock = Clock()
             cfg = {"agents": [{"name": "secured", "url": agent_url.rstrip("/"), "auth": {"oauth2_client_credentials": {
-                "token_url": url_token, "client_id_env": "AGENT_CLIENT_ID", "client_secret_env": "AGENT_CLIENT_SECRET",
+                "token_url": url_token, "client_id_env": "MMA2A_AGENT_CLIENT_ID", "client_secret_env": "MMA2A_AGENT_CLIENT_SECRET",
                 "scopes": ["agents.call"]}}}]}
             async with gateway(cfg, clock=clock) as (gw, url):
                 answers = [await rpc(url, "SendMessage", _message(n)) for n in range(4)]
@@ -80,14 +80,14 @@ async def test_an_oauth2_agent_gets_one_token_per_lifetime_and_a_new_one_after_a
 
 async def test_a_token_endpoint_refusal_fails_the_call_naming_the_endpoint_not_the_secret(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENT_CLIENT_ID", "mma2a-gateway")
-    monkeypatch.setenv("AGENT_CLIENT_SECRET", "not-the-secret-4821")
+    monkeypatch.setenv("MMA2A_AGENT_CLIENT_ID", "mma2a-gateway")
+    monkeypatch.setenv("MMA2A_AGENT_CLIENT_SECRET", "not-the-secret-4821")
     idp = TokenEndpoint()
     idp.add_client("mma2a-gateway", "the-real-secret")
     executor = RecordingExecutor()
     async with token_endpoint(idp) as url_token, run_agent(make_card("secured"), executor) as agent_url:
         cfg = {"agents": [{"name": "secured", "url": agent_url.rstrip("/"), "auth": {"oauth2_client_credentials": {
-            "token_url": url_token, "client_id_env": "AGENT_CLIENT_ID", "client_secret_env": "AGENT_CLIENT_SECRET"}}}]}
+            "token_url": url_token, "client_id_env": "MMA2A_AGENT_CLIENT_ID", "client_secret_env": "MMA2A_AGENT_CLIENT_SECRET"}}}]}
         async with gateway(cfg) as (gw, url):
             failed = await rpc(url, "SendMessage", _message(1), path="/agents/secured/")
     text = failed["result"]["task"]["status"]["message"]["parts"][0]["text"]
@@ -97,8 +97,8 @@ async def test_a_token_endpoint_refusal_fails_the_call_naming_the_endpoint_not_t
 
 async def test_a_card_scheme_the_config_does_not_meet_is_reported_and_an_api_key_is_sent(
         monkeypatch: pytest.MonkeyPatch, admin_headers: dict[str, str]) -> None:
-    monkeypatch.setenv("KEYED_KEY", "key-for-keyed-77")
-    monkeypatch.setenv("OTHER_TOKEN", "a-bearer-token")
+    monkeypatch.setenv("MMA2A_AGENT_KEYED_KEY", "key-for-keyed-77")
+    monkeypatch.setenv("MMA2A_AGENT_OTHER_TOKEN", "a-bearer-token")
     keyed = make_card("keyed")
     keyed.security_schemes["key"].api_key_security_scheme.location = "header"
     keyed.security_schemes["key"].api_key_security_scheme.name = "X-Agent-Key"
@@ -111,8 +111,8 @@ async def test_a_card_scheme_the_config_does_not_meet_is_reported_and_an_api_key
             lambda h: h.get(b"x-agent-key") == b"key-for-keyed-77", seen)) as keyed_url, \
             run_agent(wrong, RecordingExecutor()) as wrong_url:
         cfg = {"agents": [
-            {"name": "keyed", "url": keyed_url.rstrip("/"), "auth": {"api_key": {"header": "X-Agent-Key", "env": "KEYED_KEY"}}},
-            {"name": "wrong", "url": wrong_url.rstrip("/"), "auth": {"bearer_env": "OTHER_TOKEN"}}]}
+            {"name": "keyed", "url": keyed_url.rstrip("/"), "auth": {"api_key": {"header": "X-Agent-Key", "env": "MMA2A_AGENT_KEYED_KEY"}}},
+            {"name": "wrong", "url": wrong_url.rstrip("/"), "auth": {"bearer_env": "MMA2A_AGENT_OTHER_TOKEN"}}]}
         async with gateway(cfg) as (gw, url):
             ok = await rpc(url, "SendMessage", _message(1), path="/agents/keyed/")
             async with httpx.AsyncClient() as c:
@@ -120,7 +120,7 @@ async def test_a_card_scheme_the_config_does_not_meet_is_reported_and_an_api_key
                 listed = (await c.get(url + "/admin/agents", headers=admin_headers)).json()
             code, table, _ = await run_cli("agents", "--gateway", url, env={"MMA2A_ADMIN_TOKEN": ADMIN, "COLUMNS": "400"})
     problem = ("credentials: the card asks for key (API key in header X-Agent-Key); the config gives a bearer token "
-               "(OTHER_TOKEN) (agents[].auth)")
+               "(MMA2A_AGENT_OTHER_TOKEN) (agents[].auth)")
     assert ok["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert seen[0][b"x-agent-key"] == b"key-for-keyed-77" and b"authorization" not in seen[0]
     assert health["status"] == "degraded" and health["agentProblems"] == {"wrong": [problem]}
@@ -147,3 +147,19 @@ def test_agent_auth_config_errors_name_the_field() -> None:
         parse_config({"agents": [{"name": "a", "url": "http://127.0.0.1:1", "auth": {"oauth2_client_credentials": {
             "token_url": "ftp://x", "client_id_env": "I", "client_secret_env": "S"}}}]})
     assert info.value.message == "agents.0.auth.oauth2_client_credentials.token_url: Value error, must be an http:// or https:// URL"
+
+
+def test_every_agent_credential_variable_is_held_to_the_secrets_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMA2A_ADMIN_TOKEN", "the-admin-token")
+    cases = {
+        "agents.0.auth.bearer_env: HOME is not under secrets.env_prefix (MMA2A_AGENT_)": {"bearer_env": "HOME"},
+        "agents.0.auth.api_key.env: MMA2A_ADMIN_TOKEN holds the admin token (admin.token_env)":
+            {"api_key": {"header": "X-Key", "env": "MMA2A_ADMIN_TOKEN"}},
+        "agents.0.auth.oauth2_client_credentials.client_secret_env: DB_PASSWORD is not under secrets.env_prefix":
+            {"oauth2_client_credentials": {"token_url": "https://idp/token", "client_id_env": "MMA2A_AGENT_ID",
+                                           "client_secret_env": "DB_PASSWORD"}},
+    }
+    for message, auth in cases.items():
+        with pytest.raises(ConfigError) as info:
+            parse_config({"agents": [{"name": "a", "url": "http://127.0.0.1:1", "auth": auth}]}).check_configured_agents()
+        assert info.value.message.startswith(message), info.value.message

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .._frozen import quick_init
 from ..errors import RateLimited, Unauthorized
 
 log = logging.getLogger("mma2a.gateway.security")
@@ -150,6 +151,7 @@ class RateLimitConfig(BaseModel):
 # --- who is calling ----------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Client:
     """An authenticated caller (never holds its secret).
@@ -243,6 +245,10 @@ class Authenticator:
             self._by_name[c.name] = dataclasses.replace(client, scheme="certificate")
             for scheme, secret in c.secrets():
                 self._by_digest[(scheme, digest_secret(secret))] = dataclasses.replace(client, scheme=scheme)
+        # a static bearer token shaped like a JWT is looked up before the JWT issuers are asked (rare: then every JWT
+        # is looked up in the static table first)
+        self._jwt_shaped_static = jwt is not None and any(
+            scheme == "bearer" and jwt.judges(secret) for c in config.clients for scheme, secret in c.secrets())
         if self.active and not self._by_digest and not self._by_name and jwt is None:
             log.warning("auth is on but no client has a credential (check token_env / api_key_env): every call will be refused")
 
@@ -275,10 +281,13 @@ class Authenticator:
             scheme, _, given = auth.partition(" ")
             if scheme.lower() != "bearer" or not given.strip():
                 raise Unauthorized("Authorization: only the Bearer scheme is accepted", field="Authorization")
-            client = self._find("bearer", given.strip())
+            token = given.strip()
+            if self.jwt is not None and self.jwt.judges(token) and not self._jwt_shaped_static:
+                return self.jwt.authenticate(token)  # no static token looks like a JWT: the table is not scanned
+            client = self._find("bearer", token)
             if client is None:
-                if self.jwt is not None and self.jwt.judges(given.strip()):
-                    return self.jwt.authenticate(given.strip())
+                if self.jwt is not None and self.jwt.judges(token):
+                    return self.jwt.authenticate(token)
                 raise Unauthorized("Authorization: invalid bearer token", field="Authorization")
             return client
         if key:

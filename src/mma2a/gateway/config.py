@@ -63,6 +63,21 @@ class AgentConfig(BaseModel):
                 raise ValueError(exc.message) from None
         return v
 
+    def secret_envs(self) -> list[tuple[str, str]]:
+        """(field, variable) of every environment variable holding a credential this agent is sent."""
+        out = [("token_env", self.token_env)] if self.token_env else []
+        auth = self.auth
+        if auth is not None:
+            if auth.bearer_env:
+                out.append(("auth.bearer_env", auth.bearer_env))
+            if auth.api_key is not None:
+                out.append(("auth.api_key.env", auth.api_key.env))
+            cc = auth.oauth2_client_credentials
+            if cc is not None:
+                out += [("auth.oauth2_client_credentials.client_id_env", cc.client_id_env),
+                        ("auth.oauth2_client_credentials.client_secret_env", cc.client_secret_env)]
+        return out
+
     @model_validator(mode="after")
     def _one_credential(self) -> AgentConfig:
         if self.token_env is not None and self.auth is not None:
@@ -281,13 +296,14 @@ class GatewayConfig(BaseModel):
         return out
 
     def check_agent_secrets(self, agent: AgentConfig, where: str) -> None:
-        """An agent's `token_env` is sent to that agent: it must be under `secrets.env_prefix` and never name (nor
-        hold the value of) one of the gateway's own secrets. `InvalidParams` naming the field otherwise; the admin
-        API, the cluster's agents bucket and the config file all pass through here."""
-        env = agent.token_env
-        if env is None:
-            return
-        field = f"{where}.token_env" if where else "token_env"
+        """An agent's credentials (`token_env`, `auth.*_env`) are sent to that agent (an OAuth2 client's to its token
+        endpoint): each must be under `secrets.env_prefix` and never name (nor hold the value of) one of the gateway's
+        own secrets. `InvalidParams` naming the field otherwise; the admin API, the cluster's agents bucket and the
+        config file all pass through here."""
+        for name, env in agent.secret_envs():
+            self._check_agent_env(env, f"{where}.{name}" if where else name)
+
+    def _check_agent_env(self, env: str, field: str) -> None:
         own = self.own_secrets()
         if env in own:
             raise InvalidParams(f"{field}: {env} holds {own[env]}; an agent's token is sent to the agent, so it may "
