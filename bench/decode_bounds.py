@@ -62,15 +62,17 @@ def silent_flac(seconds: int = 120, channels: int = 8, rate: int = 384_000) -> b
     import av
     import numpy as np
 
+    layout = {1: "mono", 2: "stereo", 8: "7.1"}[channels]
     buf = io.BytesIO()
     with av.open(buf, "w", format="flac") as out:
-        stream = out.add_stream("flac", rate=rate, layout=f"{channels}c" if channels != 8 else "7.1")
-        frame_len = 65536
-        zeros = np.zeros((channels, frame_len), dtype=np.int16)
+        stream: Any = out.add_stream("flac", rate=rate)
+        stream.layout = layout
+        stream.format = "s16"
+        frame_len = 4608
+        zeros = np.zeros((1, frame_len * channels), dtype=np.int16)
         for i in range(0, seconds * rate, frame_len):
             n = min(frame_len, seconds * rate - i)
-            frame = av.AudioFrame.from_ndarray(zeros[:, :n].copy() if n < frame_len else zeros, format="s16p",
-                                               layout=stream.layout.name)
+            frame = av.AudioFrame.from_ndarray(zeros[:, :n * channels], format="s16", layout=layout)
             frame.sample_rate = rate
             for packet in stream.encode(frame):
                 out.mux(packet)
@@ -190,9 +192,46 @@ async def pngwalk(src: Path, attackers: int, rounds: int) -> dict[str, Any]:
             "rss_peak_growth_mb": round((peak - rss0) / 1024, 1), "answer": sorted(set(answers))}
 
 
+async def flood(src: Path, case: str, concurrent: int, extra_yaml: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """`concurrent` messages carrying `parts` at once; the gateway's RSS before and its peak (VmHWM) during."""
+    with Live(src, extra_yaml) as gw:
+        async with httpx.AsyncClient(timeout=300) as c:
+            await c.post(gw.url + "/", json=send_body("warm", [{"text": "hi"}]), headers=auth("alice"))
+            await asyncio.sleep(1.0)
+            rss0 = rss_kb(gw.gw.pid)
+            reset_peak(gw.gw.pid)
+            t0 = time.perf_counter()
+            docs = await asyncio.gather(*(c.post(gw.url + "/", json=send_body(f"{case}-{k}", parts),
+                                                 headers=auth("mallory" if k % 2 else "alice"))
+                                          for k in range(concurrent)))
+            took = time.perf_counter() - t0
+            peak = rss_kb(gw.gw.pid, "VmHWM")
+            after = rss_kb(gw.gw.pid)
+    outcome = []
+    for d in docs:
+        doc = d.json()
+        if "error" in doc:
+            outcome.append(doc["error"]["message"][:120])
+        else:
+            route = doc["result"].get("task", doc["result"]).get("metadata", {})
+            outcome.append(json.dumps(route)[:300])
+    return {"case": case, "src": str(src), "concurrent": concurrent, "seconds": round(took, 2),
+            "rss_before_mb": round(rss0 / 1024, 1), "rss_peak_growth_mb": round((peak - rss0) / 1024, 1),
+            "rss_after_growth_mb": round((after - rss0) / 1024, 1), "outcome": sorted(set(outcome))}
+
+
+TRANSCRIPT_RULE = """rules:
+  version: 1
+  rules:
+    - {name: spoken, match: {modality: "audio/*", features: {transcript: {exists: true}}}, action: {route_to: echo}}
+features: {budget_s: 30}
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--case", choices=["pngwalk"], required=True)
+    ap.add_argument("--case", choices=["pngwalk", "flac"], required=True)
+    ap.add_argument("--concurrent", type=int, default=1)
     ap.add_argument("--src", action="append", default=None, help="sources to run (repeat: side by side)")
     ap.add_argument("--attackers", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
@@ -200,6 +239,11 @@ def main() -> None:
     for src in args.src or [str(ROOT / "src")]:
         if args.case == "pngwalk":
             result = asyncio.run(pngwalk(Path(src), args.attackers, args.rounds))
+        elif args.case == "flac":
+            data = silent_flac()
+            result = asyncio.run(flood(Path(src), "flac", args.concurrent, TRANSCRIPT_RULE,
+                                       [{"raw": base64.b64encode(data).decode(), "mediaType": "audio/flac"}]))
+            result["flac_bytes"] = len(data)
         print(json.dumps(result))
 
 

@@ -203,7 +203,8 @@ def fit_audio(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
     container, codec, media_type = target
     if codec == "libopus" and want_rate not in OPUS_RATES:
         raise MediaError(f"audio: Opus cannot encode at {want_rate} Hz (it takes {', '.join(map(str, OPUS_RATES))})")
-    audio = decode_audio(data, modality, limits)  # limits checked from the header first
+    # limits (seconds, samples) checked from the header first; mixed down while decoding when the target is mono
+    audio = decode_audio(data, modality, limits, mono=want_channels == 1)
     check_deadline("audio adapt")
     out = _encode_audio(audio.samples, audio.rate, audio.channels, want_rate, want_channels, container, codec,
                         profile.bitrate)

@@ -19,6 +19,7 @@ from typing import Any
 
 from a2a.types import AgentCard
 
+from ..features.base import Limits
 from ..modality import parse_modality
 from .runtime import ReceivedPart, b64, make_card, run_blocking
 
@@ -41,6 +42,8 @@ def tts_card() -> AgentCard:
 _heard: OrderedDict[bytes, tuple[str, str | None]] = OrderedDict()
 _heard_lock = threading.Lock()
 HEARD_CACHE = 32
+AGENT_LIMITS = Limits(max_audio_seconds=600.0, max_audio_samples=48_000 * 2 * 600)
+"""What the speech agent decodes: 600 s, and at most 600 s of 48 kHz stereo in samples (rate x channels x seconds)."""
 """Transcripts of this many recent recordings are kept (by SHA-256 of bytes and modality)."""
 
 
@@ -67,12 +70,10 @@ def hear(data: bytes, modality: str = "audio/wav") -> tuple[str, str | None]:
 
 def _transcribe(data: bytes, modality: str) -> tuple[str, str | None]:
     from ..errors import MediaError
-    from ..features.audio import decode_audio
-    from ..features.base import Limits
-    from ..features.speech import transcribe_audio
+    from ..features.speech import decode_speech, transcribe_audio
 
-    try:
-        audio = decode_audio(data, parse_modality(modality), Limits(max_audio_seconds=600.0))
+    try:  # straight to 16 kHz mono, samples (rate x channels x seconds) bounded before anything decodes
+        audio = decode_speech(data, parse_modality(modality), AGENT_LIMITS)
     except MediaError as exc:
         raise ValueError(exc.message) from None
     result = transcribe_audio(audio)

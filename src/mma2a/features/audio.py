@@ -4,6 +4,12 @@ WAV and raw PCM (`audio/pcm` little-endian, `audio/L16` big-endian, with `rate` 
 `channels` parameters) decode with the standard library and numpy; other containers
 (Ogg, MP3, FLAC, M4A, WebM) through PyAV when it is installed. Voice activity is an energy
 detector over 30 ms frames.
+
+Audio is bounded in samples (rate × channels × seconds, `Limits.max_audio_samples`) from its header before anything
+decodes, and counted again as it decodes (a header may lie). `decode_audio(..., rate=16000, mono=True)` decodes
+straight to what a model needs: FFmpeg's resampler mixes and resamples each frame as it comes, WAV and PCM are mixed
+and resampled a second at a time, so no full-rate float copy of a recording is ever held (a 208 KB FLAC of 120 s of
+silence, 8 channels at 384 kHz, took the gateway up 4.7 GB as three float32 copies at its own rate).
 """
 
 from __future__ import annotations
@@ -24,12 +30,15 @@ SILENCE_DB = -120.0
 
 @dataclass(frozen=True, slots=True)
 class DecodedAudio:
-    """Samples as float32 in [-1, 1], shape (frames, channels)."""
+    """Samples as float32 in [-1, 1], shape (frames, channels), at `rate`; `source_rate` and `source_channels` are
+    the recording's own (0: as decoded)."""
 
     samples: Any
     rate: int
     channels: int
     format: str
+    source_rate: int = 0
+    source_channels: int = 0
 
     @property
     def duration(self) -> float:
@@ -37,6 +46,64 @@ class DecodedAudio:
 
     def mono(self) -> Any:
         return self.samples.mean(axis=1) if self.channels > 1 else self.samples[:, 0]
+
+
+def check_samples(rate: int, channels: int, seconds: float, limits: Limits, what: str = "audio") -> None:
+    """Refuse audio whose samples (rate × channels × seconds) pass `limits.max_audio_samples`, before decoding."""
+    samples = int(rate * channels * seconds)
+    if samples > limits.max_audio_samples:
+        raise MediaError(f"{what}: {seconds:.1f} s of {channels} channels at {rate} Hz = {samples} samples, over the "
+                         f"limit of {limits.max_audio_samples} (rate x channels x seconds); not decoded", field=what)
+
+
+class LinearResampler:
+    """Mono samples resampled by linear interpolation, block by block (the same output as one `np.interp` over the
+    whole recording, within a sample at its end): a block's memory, never the recording's."""
+
+    def __init__(self, rate_in: int, rate_out: int) -> None:
+        self.step = rate_in / rate_out
+        self.next = 0.0  # the next output's position, in input samples from the start
+        self.seen = 0  # input samples pushed so far
+        self.last: Any = None  # the previous block's last sample
+
+    def push(self, block: Any) -> Any:
+        import numpy as np
+
+        if self.last is not None:
+            x, base = np.concatenate([self.last, block]), self.seen - 1
+        else:
+            x, base = block, self.seen
+        self.seen += block.shape[0]
+        end = self.seen - 1
+        if block.shape[0] == 0 or self.next > end:
+            return np.zeros(0, np.float32)
+        n = int((end - self.next) // self.step) + 1
+        pos = self.next + self.step * np.arange(n)
+        self.next += n * self.step
+        self.last = block[-1:]
+        return np.interp(pos - base, np.arange(x.shape[0]), x).astype(np.float32)
+
+
+def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mono: bool) -> tuple[Any, int, int]:
+    """Float32 blocks (frames, channels) at `rate`, mixed to mono and resampled to `want_rate` as they come; returns
+    (samples, rate, channels) of what was asked."""
+    import numpy as np
+
+    out_rate = want_rate or rate
+    out_channels = 1 if mono else channels
+    resampler = LinearResampler(rate, out_rate) if out_rate != rate else None
+    parts: list[Any] = []
+    for block in blocks:
+        if mono and channels > 1:
+            block = block.mean(axis=1, dtype=np.float32)[:, None]
+        if resampler is not None:
+            if out_channels != 1:
+                raise MediaError(f"audio: resampling {channels} channels needs PyAV; ask for mono")
+            block = resampler.push(block[:, 0])[:, None]
+        parts.append(block)
+    if not parts:
+        return np.zeros((0, out_channels), np.float32), out_rate, out_channels
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), out_rate, out_channels
 
 
 def sniff_audio(data: bytes) -> str | None:
@@ -84,17 +151,28 @@ def pcm_seconds(size: int, modality: Modality) -> float | None:
     return size / (2 * channels * rate)
 
 
-def decode_pcm(data: bytes, rate: int, channels: int, *, big_endian: bool = False, fmt: str = "pcm") -> DecodedAudio:
-    """Signed 16-bit PCM bytes to samples."""
+def _int_blocks(raw: Any, channels: int, rate: int, scale: float, offset: float = 0.0) -> Any:
+    """Integer PCM frames (a numpy array of samples) as float32 blocks of a second each."""
+    import numpy as np
+
+    frames = raw.reshape(-1, channels)
+    for start in range(0, frames.shape[0], rate):
+        check_deadline("audio decode")
+        yield (frames[start:start + rate].astype(np.float32) - offset) / scale
+
+
+def decode_pcm(data: bytes, rate: int, channels: int, *, big_endian: bool = False, fmt: str = "pcm",
+               want_rate: int | None = None, mono: bool = False) -> DecodedAudio:
+    """Signed 16-bit PCM bytes to samples (mixed to mono and resampled to `want_rate` a second at a time)."""
     import numpy as np
 
     usable = len(data) - len(data) % (2 * channels)
     pcm = np.frombuffer(data[:usable], dtype=">i2" if big_endian else "<i2")
-    samples = (pcm.astype(np.float32) / 32768.0).reshape(-1, channels)
-    return DecodedAudio(samples, rate, channels, fmt)
+    samples, r, c = _to_target(_int_blocks(pcm, channels, rate, 32768.0), rate, channels, want_rate, mono)
+    return DecodedAudio(samples, r, c, fmt, rate, channels)
 
 
-def _decode_wav(data: bytes, limits: Limits) -> DecodedAudio:
+def _decode_wav(data: bytes, limits: Limits, want_rate: int | None = None, mono: bool = False) -> DecodedAudio:
     import numpy as np
 
     try:
@@ -106,6 +184,7 @@ def _decode_wav(data: bytes, limits: Limits) -> DecodedAudio:
                 raise MediaError(
                     f"audio: WAV declares {declared / rate:.1f} s, over the {limits.max_audio_seconds:g} s limit; not decoded"
                 )
+            check_samples(rate, channels, declared / rate, limits)
             raw = w.readframes(declared)
     except (wave.Error, EOFError) as exc:
         raise MediaError(f"audio: corrupt or unsupported WAV: {exc}") from None
@@ -114,22 +193,25 @@ def _decode_wav(data: bytes, limits: Limits) -> DecodedAudio:
     got = len(raw) // (width * channels)
     if got < declared:
         raise MediaError(f"audio: truncated WAV: header declares {declared} frames, only {got} present")
+    raw = raw[: declared * width * channels]
     if width == 1:
-        pcm = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
+        blocks = _int_blocks(np.frombuffer(raw, np.uint8), channels, rate, 128.0, 128.0)
     elif width == 2:
-        pcm = np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
+        blocks = _int_blocks(np.frombuffer(raw, "<i2"), channels, rate, 32768.0)
     elif width == 3:
         b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
         v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
-        pcm = np.where(v >= 1 << 23, v - (1 << 24), v).astype(np.float32) / float(1 << 23)
+        blocks = _int_blocks(np.where(v >= 1 << 23, v - (1 << 24), v), channels, rate, float(1 << 23))
     elif width == 4:
-        pcm = np.frombuffer(raw, "<i4").astype(np.float32) / float(1 << 31)
+        blocks = _int_blocks(np.frombuffer(raw, "<i4"), channels, rate, float(1 << 31))
     else:
         raise MediaError(f"audio: WAV sample width of {width} bytes is not supported")
-    return DecodedAudio(pcm.reshape(-1, channels), rate, channels, "wav")
+    samples, r, c = _to_target(blocks, rate, channels, want_rate, mono)
+    return DecodedAudio(samples, r, c, "wav", rate, channels)
 
 
-def _decode_av(data: bytes, fmt: str | None, limits: Limits) -> DecodedAudio:
+def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | None = None,
+               mono: bool = False) -> DecodedAudio:
     try:
         import av
     except ImportError:
@@ -148,49 +230,74 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits) -> DecodedAudio:
         channels = stream.codec_context.channels or 1
         if rate < 1:
             raise MediaError("audio: the audio stream has no sample rate")
-        resampler = av.AudioResampler(format="flt", layout=stream.layout.name if stream.layout else "mono", rate=rate)
+        declared = _declared_seconds(container, stream)
+        if declared is not None:
+            if declared > limits.max_audio_seconds:
+                raise MediaError(f"audio: {declared:.1f} s is over the {limits.max_audio_seconds:g} s limit; not decoded")
+            check_samples(rate, channels, declared, limits)
+        out_rate, out_channels = want_rate or rate, 1 if mono else channels
+        layout = "mono" if mono else (stream.layout.name if stream.layout else "mono")
+        # FFmpeg mixes and resamples each frame as it is decoded: only the target's samples are ever held
+        resampler = av.AudioResampler(format="flt", layout=layout, rate=out_rate)
         chunks: list[Any] = []
-        total = 0
+        taken = 0  # input samples (all channels) decoded so far: the header may understate them
         try:
             for frame in container.decode(stream):
                 check_deadline("audio decode")
+                taken += frame.samples * channels
+                if taken > limits.max_audio_samples:
+                    raise MediaError(f"audio: more than {limits.max_audio_samples} samples (rate x channels x seconds); "
+                                     "decoding stopped")
                 for out in resampler.resample(frame):
-                    arr = out.to_ndarray().reshape(-1, channels)
-                    chunks.append(arr)
-                    total += arr.shape[0]
-                if total / rate > limits.max_audio_seconds:
+                    chunks.append(out.to_ndarray().reshape(-1, out_channels))
+                if taken / channels / rate > limits.max_audio_seconds:
                     raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; decoding stopped")
+            for out in resampler.resample(None):
+                chunks.append(out.to_ndarray().reshape(-1, out_channels))
         except av.FFmpegError as exc:
             raise MediaError(f"audio: corrupt {container_name(container)} audio: {av_reason(exc)}") from None
         name = fmt or container_name(container)
     if not chunks:
         raise MediaError(f"audio: the {name} stream holds no decodable samples")
-    samples = np.concatenate(chunks).astype(np.float32)
-    return DecodedAudio(samples, int(rate), channels, name)
+    samples = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # float32 already: no further copy
+    return DecodedAudio(samples, int(out_rate), out_channels, name, int(rate), int(channels))
 
 
-def decode_audio(data: bytes, modality: Modality, limits: Limits) -> DecodedAudio:
-    """Decode any supported audio to float samples, within `limits`; MediaError with a clear message otherwise."""
+def _declared_seconds(container: Any, stream: Any) -> float | None:
+    """How long a container says its audio stream is (None: not stated)."""
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return float(container.duration) / 1_000_000
+    return None
+
+
+def decode_audio(data: bytes, modality: Modality, limits: Limits, *, rate: int | None = None,
+                 mono: bool = False) -> DecodedAudio:
+    """Decode any supported audio to float samples, within `limits`; MediaError with a clear message otherwise.
+    `rate` and `mono`: decode straight to that (16 kHz mono for speech) rather than the recording's own."""
     limits.check_size(data, "audio")
     sub = modality.subtype
     if sub in PCM_SUBTYPES:
-        rate, channels = _pcm_params(modality)
-        if len(data) / (2 * channels * rate) > limits.max_audio_seconds:
+        src_rate, channels = _pcm_params(modality)
+        if len(data) / (2 * channels * src_rate) > limits.max_audio_seconds:
             raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; not decoded")
-        return decode_pcm(data, rate, channels, big_endian=sub == "l16", fmt="l16" if sub == "l16" else "pcm")
+        check_samples(src_rate, channels, len(data) / (2 * channels * src_rate), limits)
+        return decode_pcm(data, src_rate, channels, big_endian=sub == "l16", fmt="l16" if sub == "l16" else "pcm",
+                          want_rate=rate, mono=mono)
     if not data:
         raise MediaError("audio: empty payload")
     fmt = sniff_audio(data)
     if fmt == "wav":
         try:
-            return _decode_wav(data, limits)
+            return _decode_wav(data, limits, rate, mono)
         except MediaError as exc:
             if "unknown format" not in exc.message:  # e.g. float WAV: let PyAV try it
                 raise
-            return _decode_av(data, "wav", limits)
+            return _decode_av(data, "wav", limits, rate, mono)
     if fmt is None:
         raise MediaError(f"audio: bytes are not a known audio container (declared {modality.essence}, starts {data[:8]!r})")
-    return _decode_av(data, fmt, limits)
+    return _decode_av(data, fmt, limits, rate, mono)
 
 
 def frame_levels(mono: Any, rate: int, frame_s: float = FRAME_S) -> Any:
@@ -235,8 +342,8 @@ def describe(audio: DecodedAudio, *, floor_db: float = -45.0) -> dict[str, Any]:
     return {
         "format": audio.format,
         "duration": round(audio.duration, 3),
-        "sampleRate": audio.rate,
-        "channels": audio.channels,
+        "sampleRate": audio.source_rate or audio.rate,
+        "channels": audio.source_channels or audio.channels,
         "loudness": loudness_db(mono),
         "voiceActivity": voice_activity(frame_levels(mono, audio.rate), floor_db=floor_db),
     }
@@ -256,4 +363,23 @@ class AudioExtractor:
         self.vad_floor_db = vad_floor_db
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
-        return describe(decode_audio(data, modality, self.limits), floor_db=self.vad_floor_db)
+        # loudness and voice activity are read on the mono mix, at most 16 kHz: never a full-rate multichannel copy
+        head = _source_rate(data, modality)
+        want = ANALYSIS_RATE if head is None or head > ANALYSIS_RATE else None
+        return describe(decode_audio(data, modality, self.limits, rate=want, mono=True), floor_db=self.vad_floor_db)
+
+
+ANALYSIS_RATE = 16000
+"""Loudness and voice activity are measured on the mono mix at this rate at most (what speech models hear)."""
+
+
+def _source_rate(data: bytes, modality: Modality) -> int | None:
+    """The rate a recording states (PCM: its parameter; WAV: its header); None when only decoding would tell."""
+    if modality.subtype in PCM_SUBTYPES:
+        try:
+            return _pcm_params(modality)[0]
+        except MediaError:
+            return None
+    if sniff_audio(data) == "wav" and len(data) >= 28:
+        return int.from_bytes(data[24:28], "little")
+    return None

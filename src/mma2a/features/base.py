@@ -35,6 +35,8 @@ class Limits:
     max_bytes: int = 64 * 1024 * 1024
     max_pixels: int = 40_000_000
     max_audio_seconds: float = 600.0
+    max_audio_samples: int = 48_000 * 2 * 600
+    """rate x channels x seconds: 600 s of 48 kHz stereo (120 s of 8 channels at 384 kHz is 368,640,000)."""
     max_video_seconds: float = 3600.0
     max_text_chars: int = 20_000
     max_mesh_elements: int = 5_000_000

@@ -20,6 +20,7 @@ import binascii
 import io
 import wave
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import MediaError
 from .base import Limits
@@ -33,6 +34,8 @@ class MediaHeader:
     width: int | None = None
     height: int | None = None
     seconds: float | None = None
+    rate: int | None = None  # audio: samples per second and channels (of the first audio stream)
+    channels: int | None = None
 
 
 def _family(modality: str) -> str:
@@ -50,10 +53,10 @@ def image_header(data: bytes, *, complete: bool = True) -> MediaHeader | None:
 def _wav_header(data: bytes) -> MediaHeader | None:
     try:
         with wave.open(io.BytesIO(data)) as w:
-            rate, frames = w.getframerate(), w.getnframes()
+            rate, frames, channels = w.getframerate(), w.getnframes(), w.getnchannels()
     except (wave.Error, EOFError, RuntimeError, ValueError):
         return None
-    return MediaHeader(seconds=frames / rate) if rate > 0 else None
+    return MediaHeader(seconds=frames / rate, rate=rate, channels=channels) if rate > 0 else None
 
 
 def container_header(data: bytes) -> MediaHeader | None:
@@ -67,16 +70,20 @@ def container_header(data: bytes) -> MediaHeader | None:
     try:
         with av.open(io.BytesIO(data), mode="r") as c:
             seconds = c.duration / 1_000_000 if c.duration is not None else None
-            width = height = None
+            width = height = rate = channels = None
             for s in c.streams:
                 if s.duration is not None and s.time_base is not None:
                     seconds = max(seconds or 0.0, float(s.duration * s.time_base))
                 if s.type == "video":
                     ctx = s.codec_context
                     width, height = int(getattr(ctx, "width", 0) or 0), int(getattr(ctx, "height", 0) or 0)
+                elif s.type == "audio" and rate is None:
+                    actx: Any = s.codec_context
+                    rate, channels = int(actx.sample_rate or 0), int(actx.channels or 0)
     except Exception:  # noqa: BLE001 - FFmpeg errors of every kind: unreadable here, the decoder reports it
         return None
-    return MediaHeader(width=width or None, height=height or None, seconds=seconds)
+    return MediaHeader(width=width or None, height=height or None, seconds=seconds, rate=rate or None,
+                       channels=channels or None)
 
 
 def read_header(data: bytes, modality: str, *, complete: bool = True) -> MediaHeader | None:
@@ -108,6 +115,12 @@ def check_header(header: MediaHeader | None, modality: str, limits: Limits, what
         if header.seconds > limit:
             raise MediaError(f"{what}: {modality} declares {header.seconds:.1f} s, over the limit of {limit:g} s; "
                              "not decoded", field=what)
+        if header.rate and header.channels:
+            samples = int(header.rate * header.channels * header.seconds)
+            if samples > limits.max_audio_samples:
+                raise MediaError(f"{what}: {modality} declares {header.seconds:.1f} s of {header.channels} channels at "
+                                 f"{header.rate} Hz = {samples} samples, over the limit of {limits.max_audio_samples} "
+                                 "(rate x channels x seconds); not decoded", field=what)
 
 
 def check_media(data: bytes, modality: str, limits: Limits, what: str = "media", *, complete: bool = True) -> None:

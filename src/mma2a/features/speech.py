@@ -80,15 +80,23 @@ class Transcript:
     unclear: list[list[float]] = field(default_factory=list)
 
 
-def to_16k_mono(audio: DecodedAudio) -> Any:
-    """Mono float32 samples at 16 kHz (linear interpolation), what Whisper expects."""
-    import numpy as np
+SPEECH_RATE = 16000
+"""What Whisper hears: 16 kHz mono. Recordings are decoded straight to it (`decode_audio(rate=, mono=)`)."""
 
-    mono = audio.mono().astype(np.float32)
-    if audio.rate != 16000 and mono.shape[0]:
-        n_out = int(mono.shape[0] * 16000 / audio.rate)
-        mono = np.interp(np.arange(n_out) / 16000.0, np.arange(mono.shape[0]) / audio.rate, mono).astype(np.float32)
+
+def to_16k_mono(audio: DecodedAudio) -> Any:
+    """Mono float32 samples at 16 kHz, what Whisper expects (decoded so already: then no copy is made)."""
+    from .audio import LinearResampler
+
+    mono = audio.samples[:, 0] if audio.channels == 1 else audio.mono()
+    if audio.rate != SPEECH_RATE and mono.shape[0]:
+        mono = LinearResampler(audio.rate, SPEECH_RATE).push(mono)
     return mono
+
+
+def decode_speech(data: bytes, modality: Modality, limits: Limits) -> DecodedAudio:
+    """A recording decoded straight to what Whisper hears (16 kHz mono), within `limits` (samples counted first)."""
+    return decode_audio(data, modality, limits, rate=SPEECH_RATE, mono=True)
 
 
 def transcribe_audio(audio: DecodedAudio) -> Transcript:
@@ -188,7 +196,7 @@ class SpeechExtractor:
 
     def __init__(self, keywords: Sequence[str] = (), *, limits: Limits | None = None) -> None:
         self.keywords = tuple(" ".join(k.lower().split()) for k in keywords if k.strip())
-        self.limits = limits or Limits(max_audio_seconds=120.0)
+        self.limits = limits or Limits(max_audio_seconds=120.0, max_audio_samples=48_000 * 2 * 120)
 
     def warm_up(self) -> None:
         """Load the model (about 1.5 s) before the first message needs it."""
@@ -200,7 +208,7 @@ class SpeechExtractor:
         return allowance_for(recording_seconds(data, modality))
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
-        result = transcribe_audio(decode_audio(data, modality, self.limits))
+        result = transcribe_audio(decode_speech(data, modality, self.limits))
         out: dict[str, Any] = {"transcript": result.text, "language": result.language, "words": result.words[:MAX_WORDS]}
         if result.unclear:
             out["unclear"] = result.unclear

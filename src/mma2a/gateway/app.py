@@ -226,8 +226,7 @@ class Gateway:
             return None
         policy = FeaturePolicy(trusted_senders=frozenset(fc.trusted_senders), untrusted=fc.untrusted,
                                fill_missing=fc.fill_missing, budget_s=fc.budget_s)
-        limits = Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
-                        max_video_seconds=fc.max_video_seconds)
+        limits = self._media_limits(fc)
         vectors = self._text_vectors(self.embedder) if self.embedder is not None else None
         return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits, budgets=fc.model_budget_s), policy,
                             vectors)
@@ -236,10 +235,15 @@ class Gateway:
         ac, fc = config.adapt, config.features
         if not ac.enabled:
             return None
-        limits = Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
-                        max_video_seconds=fc.max_video_seconds)
+        limits = self._media_limits(fc)
         return PartAdapter(self.store, self.signer, base_url=self.public_url, limits=limits, budget_s=ac.budget_s,
                            inline_max=config.offload_threshold, cache_entries=ac.cache_entries)
+
+    @staticmethod
+    def _media_limits(fc: Any) -> Limits:
+        """What features and fitting agree to decode (the `features` section's limits)."""
+        return Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
+                      max_audio_samples=fc.max_audio_samples, max_video_seconds=fc.max_video_seconds)
 
     def _media_check(self, head: bytes, media_type: str, complete: bool) -> None:
         """Uploaded images, audio, video: refused from their headers past `limits`, or when an image's header is not

@@ -84,6 +84,7 @@ class LimitsConfig(BaseModel):
     # media a message may carry inline or upload, from headers before anything decodes (features.probe)
     max_pixels: int = Field(default=40_000_000, gt=0)
     max_audio_seconds: float = Field(default=4 * 3600.0, gt=0)
+    max_audio_samples: int = Field(default=48_000 * 2 * 4 * 3600, gt=0)  # rate x channels x seconds: 4 h of 48 kHz stereo
     max_video_seconds: float = Field(default=4 * 3600.0, gt=0)
     modalities: ModalityLists = Field(default_factory=ModalityLists)
     agents: dict[str, ModalityLists] = Field(default_factory=dict)
@@ -173,6 +174,7 @@ def _part_ext(part: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def media_limits(limits: LimitsConfig) -> Limits:
     return Limits(max_pixels=limits.max_pixels, max_audio_seconds=limits.max_audio_seconds,
+                  max_audio_samples=limits.max_audio_samples,
                   max_video_seconds=limits.max_video_seconds)
 
 
