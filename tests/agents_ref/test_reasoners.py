@@ -104,7 +104,8 @@ async def test_served_analyst_answers_from_a_native_photo():
         assert parts[1]["data"]["usedPixels"] is True
         summary = answer_parts(await send(url, [{"text": "The lid is cracked, urgent!"}]))[0]["text"]
         assert summary == "issues: cracked; urgency: high"
-        assert failure(await send(url, [raw_part(b"RIFF", "audio/wav")])) == "ValueError: no text or image part to read"
+        assert failure(await send(url, [raw_part(b"\x00\x01", "application/octet-stream")])) == (
+            "ValueError: no text, image or audio part to read")
 
 
 async def test_served_keyword_reasoner_ignores_the_photo():

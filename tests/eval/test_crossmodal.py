@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from mma2a.eval.media import VARIATIONS, VOICES
-from mma2a.eval.runner import ARMS, CONTROLS, outcomes, run_crossmodal
+from mma2a.eval.runner import ARMS, CONTROLS, VARIATION_SETS, outcomes, run_crossmodal
+from mma2a.eval.tasks import SIGNAL_KINDS
 
 pytest.importorskip("faster_whisper")
 pytest.importorskip("cv2")
@@ -20,9 +20,9 @@ async def test_both_sets_twice_same_outcomes_and_the_issue_shape():
     first = await run_crossmodal(6, seed=7)
     second = await run_crossmodal(6, seed=7)
     assert outcomes(first) == outcomes(second)
-    assert set(first["sets"]) == {"development", "development-2"}
+    assert set(first["sets"]) == {"development", "heldout"}  # the default: a development set and the sealed one
     dev_ids = {r["task"] for r in first["sets"]["development"]["results"]}
-    held_ids = {r["task"] for r in first["sets"]["development-2"]["results"]}
+    held_ids = {r["task"] for r in first["sets"]["heldout"]["results"]}
     assert len(dev_ids) == len(held_ids) == 6 and not dev_ids & held_ids
     for name, s in first["sets"].items():
         assert {"arms", "delta_pp", "ci95", "mcnemar_p", "keyword_delta_pp", "kinds", "conditions"} <= set(s)
@@ -39,15 +39,22 @@ async def test_both_sets_twice_same_outcomes_and_the_issue_shape():
         assert sum(k["native"]["n"] for k in s["kinds"].values()) == 6
         assert sum(c["native"]["n"] for c in s["conditions"].values()) == sum(
             len(r["conditions"]) for r in s["results"] if r["arm"] == "native")
-        wanted = {"photo": {v.name for v in VARIATIONS[name]}, "voice": {v.name for v in VOICES[name]}}
+        wanted = {"photo": {v.name for v in VARIATION_SETS[name].photos},
+                  "voice": {v.name for v in VARIATION_SETS[name].voices}}
         assert all(c.split(":")[1] in wanted[c.split(":")[0]] for c in s["conditions"])
-        # the routing arms differ only in how the photo travelled; the voice note is transcribed in both
+        # the kinds whose answer lives in the signal and the words-only ones, each with its paired test
+        kinds = set(s["kinds"])
+        assert set(s["channels"]) == {c for c, inside in (("signal", True), ("words", False))
+                                      if any((k in SIGNAL_KINDS) == inside for k in kinds)}
+        assert sum(c["n"] for c in s["channels"].values()) == 6
+        # the analyst's arms differ only in how the photo and the voice note travelled: natively to it, or through
+        # the captioner and speech; the keyword reasoner's card takes text only, so it gets text in both modes
         for r in (r for r in s["results"] if r["arm"] in ARMS):
             image = [p for p in r["paths"] if p.startswith("image/")]
             audio = [p for p in r["paths"] if p.startswith("audio/")]
-            want = "native" if r["arm"] in ("native", "keyword_native") else "captioner"
-            assert all(p.endswith(":" + want) for p in image), r
-            assert all(p.endswith(":speech") for p in audio), r
+            native = r["arm"] == "native"
+            assert all(p.endswith(":native" if native else ":captioner") for p in image), r
+            assert all(p.endswith(":native" if native else ":speech") for p in audio), r
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -78,7 +85,7 @@ def test_cli_json_and_markdown_report(tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--tasks", "0"], "error: --tasks: must be at least 1, got 0"),
-    (["--set", "test"], "error: --set: must be one of development, development-2, got 'test'"),
+    (["--set", "test"], "error: --set: must be one of development, development-2, heldout, got 'test'"),
     (["--llm-model", "m"], "error: --reasoner-url and --model go together"),
     (["--reasoner-url", "http://127.0.0.1:9/v1"], "error: --reasoner-url and --model go together"),
     (["--llm-vision"], "error: --llm-key-env and --llm-vision need --reasoner-url and --model"),

@@ -1,6 +1,7 @@
 """The keyword reasoner: the ablation. It matches keywords in the text it is given and nothing
-else — no coordinates, no numbers read off images, no pixels (a photo that reaches it is
-accepted and ignored), no combining of clues beyond "the word next to that word".
+else — no coordinates, no numbers read off images, no pixels, no sound (its card declares
+text only, so a gateway captions its photos and transcribes its voice notes, in either routing
+mode), no combining of clues beyond "the word next to that word".
 
 It reads every text part it gets: the report, and whatever other agents put into text
 (transcripts, OCR lines, captions). For each kind of question it has a vocabulary (places,
@@ -28,12 +29,24 @@ _DAMAGE_SEEN = ("crack", "cracks", "dent", "dents", "mark", "marks", "scratch", 
 """Words a description of a photo uses for damage (the report and the spoken complaint use others)."""
 _PARTS = tuple(f"{s} {t}" for s in q.SIDES for t in q.THINGS) + q.THINGS
 _COLOURS = tuple(q.NAMED_COLOURS)
+_SIGNAL_WORDS: dict[str, dict[str, str]] = {
+    "urgency": {"urgent": "urgent", "urgently": "urgent", "immediately": "urgent", "calm": "calm"},
+    "question_rise": {},
+    "alarm": {"siren": "siren", "beep": "beep", "beeping": "beep"},
+    "whine": {"whine": "yes", "whining": "yes"},
+    "silence": {},
+    "shade": {},
+    "texture": {"rough": "rough", "textured": "rough", "smooth": "smooth"},
+    "label_side": {},
+}
+"""Words that answer a question whose answer lives in the signal, where a text could hold one (none for a question
+rise, a silence's length, an exact shade or a label's side)."""
 
 
 def card() -> AgentCard:
     return make_card(NAME, "Answers customer-service questions by keyword matching over text (the ablation): "
-                     "accepts photos but cannot read pixels.",
-                     input_modes=["text/plain", "text/markdown", "image/png", "image/jpeg", "image/webp"],
+                     "reads text only, so photos and voice notes reach it as captions and transcripts.",
+                     input_modes=["text/plain", "text/markdown"],
                      output_modes=["text/plain", "application/json"], skill="match-keywords")
 
 
@@ -79,6 +92,9 @@ def solve(kind: str, texts: list[str]) -> str:
         return _serial_near_damage(evidence) or "unknown"
     if kind == "confirm":
         return f"{first(_PARTS) or 'unknown'} {'yes' if first(_DAMAGE_SEEN, evidence) else 'no'}"
+    if kind in _SIGNAL_WORDS:
+        found = first(tuple(_SIGNAL_WORDS[kind]), evidence)
+        return _SIGNAL_WORDS[kind][found] if found else "unknown"
     raise ValueError(f"question: unknown kind {kind!r}")
 
 

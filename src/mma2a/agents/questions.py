@@ -26,9 +26,18 @@ NAMED_COLOURS: dict[str, tuple[int, int, int]] = {
 """Colour words a report or a caption may use, with a typical RGB each."""
 
 KINDS = ("location", "count", "colour_match", "status_light", "severity", "request", "part", "label_action",
-         "damaged_unit", "confirm")
+         "damaged_unit", "confirm", "urgency", "question_rise", "alarm", "whine", "silence", "shade", "texture",
+         "label_side")
 
 _KIND_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("urgency", re.compile(r"\burgent or calm\b")),
+    ("question_rise", re.compile(r"\bask a question or state\b")),
+    ("alarm", re.compile(r"\bwhich alarm\b")),
+    ("whine", re.compile(r"\bwhine audible\b")),
+    ("silence", re.compile(r"\bhow many seconds\b")),
+    ("shade", re.compile(r"\bwhich shade\b")),
+    ("texture", re.compile(r"\brough or smooth\b")),
+    ("label_side", re.compile(r"\brelative to the (?:dent|crack|mark)\b")),
     ("damaged_unit", re.compile(r"\bwhich serial number\b.*\bdamaged\b")),
     ("label_action", re.compile(r"\bwhat should we do\b.*\bserial\b")),
     ("confirm", re.compile(r"\bdoes the photo show damage\b")),

@@ -39,7 +39,7 @@ def tts_card() -> AgentCard:
                      input_modes=["text/plain"], output_modes=["audio/wav"], skill="synthesize-speech")
 
 
-_heard: OrderedDict[bytes, tuple[str, str | None]] = OrderedDict()
+_heard: OrderedDict[bytes, tuple[str, str | None, list[dict[str, Any]]]] = OrderedDict()
 _heard_lock = threading.Lock()
 HEARD_CACHE = 32
 AGENT_LIMITS = Limits(max_audio_seconds=600.0, max_audio_samples=48_000 * 2 * 600)
@@ -55,6 +55,17 @@ def transcribe(data: bytes, modality: str = "audio/wav") -> str:
 def hear(data: bytes, modality: str = "audio/wav") -> tuple[str, str | None]:
     """The words heard in a recording, and why there are none when the text is empty (`NO_SPEECH`, or `UNCLEAR`
     with the spans heard but not understood); blocking; recent answers are remembered."""
+    text, why, _ = _heard_of(data, modality)
+    return text, why
+
+
+def word_timings(data: bytes, modality: str = "audio/wav") -> list[dict[str, Any]]:
+    """The words heard, each with its `start` and `end` in seconds (Whisper's word timestamps; the same decode as
+    `hear`, remembered with it)."""
+    return list(_heard_of(data, modality)[2])
+
+
+def _heard_of(data: bytes, modality: str) -> tuple[str, str | None, list[dict[str, Any]]]:
     key = hashlib.sha256(modality.encode() + b"\0" + data).digest()
     with _heard_lock:
         if key in _heard:
@@ -68,7 +79,7 @@ def hear(data: bytes, modality: str = "audio/wav") -> tuple[str, str | None]:
     return heard
 
 
-def _transcribe(data: bytes, modality: str) -> tuple[str, str | None]:
+def _transcribe(data: bytes, modality: str) -> tuple[str, str | None, list[dict[str, Any]]]:
     from ..errors import MediaError
     from ..features.speech import decode_speech, transcribe_audio
 
@@ -78,19 +89,25 @@ def _transcribe(data: bytes, modality: str) -> tuple[str, str | None]:
         raise ValueError(exc.message) from None
     result = transcribe_audio(audio)
     if result.text:
-        return result.text, None
+        return result.text, None, result.words
     if result.unclear:
         spans = ", ".join(f"{a:g}-{b:g} s" for a, b in result.unclear)
-        return "", f"{UNCLEAR} ({spans}; Whisper tiny.en reads English only)"
-    return "", NO_SPEECH
+        return "", f"{UNCLEAR} ({spans}; Whisper tiny.en reads English only)", []
+    return "", NO_SPEECH, []
 
 
 _tts_lock = threading.Lock()
 _tts: tuple[Any, int, Any] | None = None
 
 
-def synthesize(text: str, *, voice: str = "en-us", rate_wpm: int = 140) -> bytes:
-    """Speech for `text` as a mono 16-bit WAV (eSpeak NG)."""
+_ESPEAK_DEFAULTS = {2: 100, 3: 50, 4: 50}
+"""eSpeak NG's volume (espeakVOLUME), pitch (espeakPITCH) and pitch range (espeakRANGE) as it starts."""
+
+
+def synthesize(text: str, *, voice: str = "en-us", rate_wpm: int = 140, pitch: int | None = None,
+               pitch_range: int | None = None, volume: int | None = None) -> bytes:
+    """Speech for `text` as a mono 16-bit WAV (eSpeak NG); `pitch` and `pitch_range` 0-100 (50 as it starts),
+    `volume` 0-200 (100), each only for this text."""
     global _tts
     import espeakng_loader
 
@@ -115,10 +132,17 @@ def synthesize(text: str, *, voice: str = "en-us", rate_wpm: int = 140) -> bytes
         lib.espeak_SetSynthCallback(cb)
         lib.espeak_SetVoiceByName(voice.encode())
         lib.espeak_SetParameter(1, rate_wpm, 0)  # espeakRATE
+        told = {k: v for k, v in ((2, volume), (3, pitch), (4, pitch_range)) if v is not None}
+        for key, value in told.items():
+            lib.espeak_SetParameter(key, value, 0)
         raw = text.encode("utf-8") + b"\0"
-        if lib.espeak_Synth(raw, len(raw), 0, 1, 0, 0, None, None) != 0:
-            raise RuntimeError("eSpeak NG could not synthesise the text")
-        lib.espeak_Synchronize()
+        try:
+            if lib.espeak_Synth(raw, len(raw), 0, 1, 0, 0, None, None) != 0:
+                raise RuntimeError("eSpeak NG could not synthesise the text")
+            lib.espeak_Synchronize()
+        finally:
+            for key in told:  # the next text is spoken as eSpeak starts
+                lib.espeak_SetParameter(key, _ESPEAK_DEFAULTS[key], 0)
     out = io.BytesIO()
     with wave.open(out, "wb") as w:
         w.setnchannels(1)

@@ -37,14 +37,13 @@ def crossmodal(
     from ..agents.chat import ChatReasonerConfig
     from ..errors import MMA2AError
     from ..eval.report import findings, markdown
-    from ..eval.runner import ARMS, run_crossmodal, summary
-    from ..eval.tasks import SETS
+    from ..eval.runner import ARMS, DEFAULT_SETS, SETS, run_crossmodal, summary
 
     if tasks < 1:
         _fail(f"--tasks: must be at least 1, got {tasks}")
     if variation_set is not None and variation_set not in SETS:
         _fail(f"--set: must be one of {', '.join(SETS)}, got {variation_set!r}")
-    sets = SETS if variation_set is None else (variation_set,)
+    sets = DEFAULT_SETS if variation_set is None else (variation_set,)
     llm = None
     if llm_base_url is not None or llm_model is not None:
         if llm_base_url is None or llm_model is None:

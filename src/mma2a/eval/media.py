@@ -12,10 +12,11 @@ development set. The sealed held-out set is `mma2a.eval.heldout`, read only by t
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,8 @@ class Variation:
     jpeg_quality: tuple[int, int] = (80, 95)
     renderer: str = "jagged"
     """How defects are drawn: "jagged" (one jagged line, a dark ellipse) or "branched" (a forked crack, a shaded dent)."""
+    draw_mark: Callable[[Any, Mark, random.Random, float, RGB], None] | None = None
+    """Another renderer, given by the variation set that owns it (it wins over `renderer`)."""
 
 
 VARIATIONS: dict[str, tuple[Variation, ...]] = {
@@ -81,6 +84,80 @@ VOICES: dict[str, tuple[Voice, ...]] = {
                 Voice("nyc-190-noise", "en-us-nyc", 190, 20.0)),
 }
 """The voices of each variation set."""
+
+
+@dataclass(frozen=True)
+class Finish:
+    """A rough surface: grain of about `grain_px` pixels whose brightness varies by `depth` grey levels (std), drawn
+    over the product's colour; `streak` > 1 stretches the grain sideways (a brushed finish)."""
+
+    grain_px: float
+    depth: float
+    streak: float = 1.0
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How a caller speaks (eSpeak NG settings, each drawn uniformly from its range): words per minute, pitch and
+    pitch range (0-100), volume (0-200)."""
+
+    rate_wpm: tuple[int, int]
+    pitch: tuple[int, int]
+    pitch_range: tuple[int, int]
+    volume: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Sounds:
+    """The sounds of a variation set (each number drawn uniformly from its range): an alarm's beeps (Hz, seconds on,
+    period), a siren's sweep (from, to in Hz, period) and a machine's whine (Hz), at levels in dB relative to the
+    speech; the seconds of quiet before a caller answers."""
+
+    beep_hz: tuple[float, float]
+    beep_on_s: float
+    beep_period_s: float
+    siren_hz: tuple[float, float]
+    siren_period_s: tuple[float, float]
+    whine_hz: tuple[float, float]
+    alarm_db: tuple[float, float]
+    whine_db: tuple[float, float]
+    silence_s: tuple[int, int] = (1, 5)
+
+
+@dataclass(frozen=True)
+class VariationSet:
+    """Everything a task set's media are drawn from: photo conditions, voices, how urgent and calm callers speak, the
+    sounds behind them, the rough finishes; `seeds` prefixes each task's seed, `ids` its id."""
+
+    name: str
+    seeds: str
+    ids: str
+    photos: tuple[Variation, ...]
+    voices: tuple[Voice, ...]
+    urgent: Delivery
+    calm: Delivery
+    sounds: Sounds
+    finishes: tuple[Finish, ...]
+
+
+DEVELOPMENT = VariationSet(
+    "development", "crossmodal", "t", VARIATIONS["development"], VOICES["development"],
+    urgent=Delivery((200, 235), (62, 78), (70, 90), (140, 170)),
+    calm=Delivery((115, 140), (30, 42), (20, 35), (65, 85)),
+    sounds=Sounds(beep_hz=(2900, 3300), beep_on_s=0.15, beep_period_s=0.5, siren_hz=(1000, 1800),
+                  siren_period_s=(1.2, 1.6), whine_hz=(4000, 5200), alarm_db=(-14, -8), whine_db=(-24, -18)),
+    finishes=(Finish(1.5, 14.0), Finish(2.5, 12.0)))
+"""The set the agents were built and tuned on."""
+
+DEVELOPMENT_2 = dataclasses.replace(
+    DEVELOPMENT, name="development-2", seeds="crossmodal:heldout", ids="u", photos=VARIATIONS["development-2"],
+    voices=VOICES["development-2"])
+"""A second development set (it was called `heldout` until issue 35 and was tuned on: docs/evaluation.md); it keeps
+the seeds it had, so its media are the bytes they were. The new kinds' sounds and finishes are the development
+set's."""
+
+SETS: dict[str, VariationSet] = {s.name: s for s in (DEVELOPMENT, DEVELOPMENT_2)}
+"""The development sets by name (the sealed held-out set is `mma2a.eval.heldout`, read by the runner only)."""
 
 @dataclass(frozen=True)
 class Mark:
@@ -123,11 +200,15 @@ def _draw_label(draw: object, label: Label, module: int) -> None:
                 draw.rectangle((x0 + c * module, y0 + r * module, x0 + (c + 1) * module - 1, y0 + (r + 1) * module - 1), fill=(12, 12, 12))
 
 
-def _draw_mark(draw: object, mark: Mark, rng: random.Random, scale: float, renderer: str = "jagged") -> None:
+def _draw_mark(draw: object, mark: Mark, rng: random.Random, scale: float, renderer: str = "jagged",
+               variation_draw: Callable[[Any, Mark, random.Random, float, RGB], None] | None = None) -> None:
     from PIL import ImageDraw
 
     assert isinstance(draw, ImageDraw.ImageDraw)
     ink = (rng.randint(10, 28),) * 3
+    if variation_draw is not None:
+        variation_draw(draw, mark, rng, scale, ink)
+        return
     if renderer == "branched":
         _draw_branched(draw, mark, rng, scale, ink)
         return
@@ -256,11 +337,28 @@ def object_box(width: int, height: int) -> tuple[float, float, float, float]:
     return (width * OBJECT_MARGIN, height * OBJECT_MARGIN, width * (1 - OBJECT_MARGIN), height * (1 - OBJECT_MARGIN))
 
 
+def _roughen(img: Any, box: tuple[float, float, float, float], finish: Finish, rng: random.Random) -> Any:
+    import cv2
+    import numpy as np
+    from PIL import Image
+
+    arr = np.asarray(img, dtype=np.float32).copy()
+    h, w = arr.shape[:2]
+    gen = np.random.default_rng(rng.getrandbits(32))
+    field: Any = gen.normal(0, 1, (h, w)).astype(np.float32)
+    sx, sy = finish.grain_px * finish.streak, finish.grain_px
+    field = cv2.GaussianBlur(field, (0, 0), sigmaX=sx, sigmaY=sy)
+    field *= finish.depth / max(float(field.std()), 1e-6)
+    x0, y0, x1, y1 = (int(v) for v in box)
+    arr[y0:y1, x0:x1] += field[y0:y1, x0:x1, None]
+    return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
+
+
 def product_photo(rng: random.Random, colour: RGB, marks: Sequence[Mark] = (), labels: Sequence[Label] = (), *,
                   size: tuple[int, int] = (640, 480), fmt: str = "png", noise: float = 3.0,
-                  variation: Variation | None = None) -> bytes:
-    """A product seen from the front: a rounded slab of `colour` filling the frame, with marks and labels
-    (in a photographed variation, each label's serial printed under its QR code)."""
+                  variation: Variation | None = None, finish: Finish | None = None) -> bytes:
+    """A product seen from the front: a rounded slab of `colour` filling the frame (rough when a `finish` is given),
+    with marks and labels (in a photographed variation, each label's serial printed under its QR code)."""
     from PIL import ImageDraw
 
     w, h = size
@@ -269,6 +367,10 @@ def product_photo(rng: random.Random, colour: RGB, marks: Sequence[Mark] = (), l
     x0, y0, x1, y1 = object_box(w, h)
     edge = tuple(max(0, c - 30) for c in colour)
     d.rounded_rectangle((x0, y0, x1, y1), radius=int(min(w, h) * 0.05), fill=colour, outline=edge, width=3)
+    if finish is not None:
+        r = min(w, h) * 0.05
+        img = _roughen(img, (x0 + r, y0 + r, x1 - r, y1 - r), finish, rng)
+        d = ImageDraw.Draw(img)
     scale = w / 640
     renderer = variation.renderer if variation else "jagged"
     for label in labels:
@@ -278,7 +380,7 @@ def product_photo(rng: random.Random, colour: RGB, marks: Sequence[Mark] = (), l
             _print(d, label.text, label.x, label.y + (len(qr_modules(label.text)) / 2 + 1) * module + 14 * scale,
                    int(18 * scale))
     for mark in marks:
-        _draw_mark(d, mark, rng, scale, renderer)
+        _draw_mark(d, mark, rng, scale, renderer, variation.draw_mark if variation else None)
     return _finish(img, rng, fmt, noise, variation)
 
 
@@ -302,7 +404,7 @@ def units_photo(rng: random.Random, units: Sequence[tuple[RGB, str, bool]], *, u
             _print(d, serial, x0 + uw / 2, gap + uh * 0.27 + (len(qr_modules(serial)) / 2 + 1) * 4 + 14, 18)
         if cracked:
             _draw_mark(d, Mark("crack", x0 + uw * rng.uniform(0.35, 0.65), gap + uh * rng.uniform(0.66, 0.82)), rng, 1.0,
-                       renderer)
+                       renderer, variation.draw_mark if variation else None)
     return _finish(img, rng, fmt, noise, variation)
 
 
@@ -326,43 +428,101 @@ def status_panel(rng: random.Random, lights: Sequence[RGB], *, size: tuple[int, 
     return _finish(img, rng, fmt, noise, variation)
 
 
-def speak(items: Sequence[tuple[str, Voice]], seed: int) -> list[bytes]:
-    """Voice notes for (sentence, voice) pairs: eSpeak NG in a fresh process (the same bytes every run),
-    then room noise at the voice's signal-to-noise ratio (seeded)."""
+@dataclass(frozen=True)
+class Sound:
+    """A sound behind a voice note, not speech: an alarm's beeps (a tone `hz` on for `on_s` of every `period_s`), a
+    siren (a tone sweeping `hz`..`hz2` and back every `period_s`) or a machine's whine (a steady tone `hz`), at
+    `level_db` relative to the speech's power."""
+
+    kind: str
+    hz: float
+    level_db: float
+    hz2: float = 0.0
+    period_s: float = 1.0
+    on_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One voice note: the words, the voice, how they are said (eSpeak NG's rate in words per minute, pitch and
+    pitch range 0-100, volume 0-200; None: the voice's own), the seconds of room noise before the speech, and a
+    sound behind it."""
+
+    text: str
+    voice: Voice
+    rate_wpm: int | None = None
+    pitch: int | None = None
+    pitch_range: int | None = None
+    volume: int | None = None
+    lead_s: float = 0.0
+    sound: Sound | None = None
+
+
+def speak(items: Sequence[Utterance], seed: int) -> list[bytes]:
+    """Voice notes: eSpeak NG in a fresh process (the same bytes every run), then the room around it — the lead-in,
+    the sound behind, and room noise at the voice's signal-to-noise ratio (seeded)."""
     import multiprocessing
 
     if not items:
         return []
+    spec = [(u.text, u.voice.voice, u.rate_wpm or u.voice.rate_wpm, u.pitch, u.pitch_range, u.volume) for u in items]
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        clean: list[bytes] = pool.apply(_speak_all, ([(t, v.voice, v.rate_wpm) for t, v in items],))
-    return [_noisy(wav, v.snr_db, random.Random(f"room:{seed}:{i}")) for i, (wav, (_, v)) in enumerate(zip(clean, items))]
+        clean: list[bytes] = pool.apply(_speak_all, (spec,))
+    return [_room(wav, u, random.Random(f"room:{seed}:{i}")) for i, (wav, u) in enumerate(zip(clean, items))]
 
 
-def _speak_all(items: list[tuple[str, str, int]]) -> list[bytes]:
+def _speak_all(items: list[tuple[str, str, int, int | None, int | None, int | None]]) -> list[bytes]:
     from ..agents.speech import synthesize
 
-    return [synthesize(text, voice=voice, rate_wpm=rate) for text, voice, rate in items]
+    return [synthesize(text, voice=voice, rate_wpm=rate, pitch=pitch, pitch_range=span, volume=volume)
+            for text, voice, rate, pitch, span, volume in items]
 
 
-def _noisy(wav: bytes, snr_db: float | None, rng: random.Random) -> bytes:
+def sound_wave(sound: Sound, n: int, rate: int, rng: random.Random) -> Any:
+    """`n` samples of `sound` at unit RMS (a random phase; beeps fade in and out over 5 ms)."""
+    import numpy as np
+
+    t = np.arange(n) / rate + rng.uniform(0, sound.period_s)
+    if sound.kind == "siren":  # the instantaneous frequency follows a triangle between hz and hz2
+        phase_in_period = (t % sound.period_s) / sound.period_s
+        tri = 1 - np.abs(2 * phase_in_period - 1)
+        freq = sound.hz + (sound.hz2 - sound.hz) * tri
+        wave_ = np.sin(2 * np.pi * np.cumsum(freq) / rate)
+    else:
+        wave_ = np.sin(2 * np.pi * sound.hz * t)
+        if sound.kind == "beep":
+            pos = t % sound.period_s
+            ramp = np.clip(np.minimum(pos, sound.on_s - pos) / 0.005, 0, 1)
+            wave_ = wave_ * np.where(pos < sound.on_s, ramp, 0.0)
+    rms = float(np.sqrt(np.mean(wave_ ** 2))) or 1.0
+    return wave_ / rms
+
+
+def _room(wav: bytes, u: Utterance, rng: random.Random) -> bytes:
+    """The recording around the speech: `u.lead_s` seconds before it, `u.sound` behind it, room noise (white noise
+    and a mains hum) at the voice's signal-to-noise ratio; the speech's own power sets the levels."""
     import wave
 
     import numpy as np
 
-    if snr_db is None:
-        return wav
     with wave.open(io.BytesIO(wav)) as r:
         rate, frames = r.getframerate(), r.readframes(r.getnframes())
-    x = np.frombuffer(frames, dtype=np.int16).astype(np.float64)
-    power = float(np.mean(x ** 2)) if len(x) else 0.0
+    speech = np.frombuffer(frames, dtype=np.int16).astype(np.float64)
+    power = float(np.mean(speech ** 2)) if len(speech) else 0.0
+    x = np.concatenate([np.zeros(int(round(u.lead_s * rate))), speech])
     gen = np.random.default_rng(rng.getrandbits(32))
-    hum = np.sin(2 * np.pi * rng.uniform(50, 120) * np.arange(len(x)) / rate)  # a mains hum under the hiss
-    noise = gen.normal(0, 1, len(x)) + 0.5 * hum
-    noise *= math.sqrt(power / (10 ** (snr_db / 10)) / max(float(np.mean(noise ** 2)), 1e-12))
+    if u.sound is not None:
+        x = x + sound_wave(u.sound, len(x), rate, rng) * math.sqrt(power * 10 ** (u.sound.level_db / 10))
+    snr_db = u.voice.snr_db
+    if snr_db is not None:
+        hum = np.sin(2 * np.pi * rng.uniform(50, 120) * np.arange(len(x)) / rate)  # a mains hum under the hiss
+        noise = gen.normal(0, 1, len(x)) + 0.5 * hum
+        noise *= math.sqrt(power / (10 ** (snr_db / 10)) / max(float(np.mean(noise ** 2)), 1e-12))
+        x = x + noise
     out = io.BytesIO()
     with wave.open(out, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(rate)
-        w.writeframes(np.clip(x + noise, -32768, 32767).astype(np.int16).tobytes())
+        w.writeframes(np.clip(x, -32768, 32767).astype(np.int16).tobytes())
     return out.getvalue()

@@ -11,9 +11,10 @@ the same in all four. Arms run interleaved, task by task, so load on the machine
 all of them alike. Two controls send each task's report without its media to each reasoner:
 what they answer right is given away by how the tasks were built, not won by perception.
 
-The tasks come in two variation sets (`development`, `heldout`: see `media.VARIATIONS` and
-`media.VOICES`), run by the same agents in one network (models load once per run) and
-reported separately: `{"sets": {"development": S, "heldout": S}, ...}`.
+The tasks come in variation sets — `development` and `development-2` (`media.SETS`, both tuned on)
+and the sealed `heldout` (`heldout.HELDOUT`, imported by this module only) — run by the same agents
+in one network (models load once per run) and reported separately:
+`{"sets": {"development": S, "heldout": S}, ...}` by default.
 """
 
 from __future__ import annotations
@@ -36,8 +37,16 @@ from ..errors import InvalidParams
 from ..ext import EXTENSION_URI, MessageExtension, PartExtension, write_message, write_part
 from ..gateway import Gateway, parse_config
 from ..serving import free_port, running
-from . import stats
-from .tasks import SETS, CrossModalTask, generate_tasks
+from . import heldout, stats
+from .media import SETS as DEVELOPMENT_SETS
+from .media import VariationSet
+from .tasks import SIGNAL_KINDS, CrossModalTask, generate_tasks
+
+VARIATION_SETS: dict[str, VariationSet] = {**DEVELOPMENT_SETS, heldout.HELDOUT.name: heldout.HELDOUT}
+SETS = tuple(VARIATION_SETS)
+"""Every set by name; the sealed held-out set is read here and nowhere else (tests/eval/test_sealed.py)."""
+DEFAULT_SETS = ("development", "heldout")
+"""What `mma2a eval crossmodal` runs unless `--set` names one."""
 
 ARMS: dict[str, tuple[str, str]] = {
     "native": ("native", "capable"),
@@ -173,7 +182,7 @@ async def run_task(http: httpx.AsyncClient, net: EvalNetwork, task: CrossModalTa
                       task.conditions)
 
 
-async def run_crossmodal(n: int = 50, seed: int = 7, *, sets: tuple[str, ...] = SETS,
+async def run_crossmodal(n: int = 50, seed: int = 7, *, sets: tuple[str, ...] = DEFAULT_SETS,
                          llm: ChatReasonerConfig | None = None,
                          progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Generate `n` tasks per variation set, run all four arms on each, return the full report:
@@ -181,7 +190,7 @@ async def run_crossmodal(n: int = 50, seed: int = 7, *, sets: tuple[str, ...] = 
     unknown = [s for s in sets if s not in SETS]
     if unknown or not sets:
         raise InvalidParams(f"set: must be among {', '.join(SETS)}, got {', '.join(unknown) or 'none'}", field="set")
-    task_sets = {name: generate_tasks(n, seed, variation_set=name) for name in sets}
+    task_sets = {name: generate_tasks(n, seed, variation_set=VARIATION_SETS[name]) for name in sets}
     out: dict[str, Any] = {}
     async with eval_network(llm) as net, httpx.AsyncClient(timeout=300) as http:
         arms = list(ARMS)
@@ -210,6 +219,23 @@ def _breakdown(by_arm: dict[str, list[TaskResult]], key: Callable[[TaskResult], 
         for arm, rs in by_arm.items():
             hits = [r.correct for r in rs if g in key(r)]
             out[g][arm] = {"tca": round(sum(hits) / len(hits), 4) if hits else 0.0, "n": len(hits)}
+    return out
+
+
+def _channels(by_arm: dict[str, list[TaskResult]], seed: int) -> dict[str, dict[str, Any]]:
+    """The tasks whose answer lives in the signal (`signal`: prosody, sounds, image detail) and the words-only ones
+    (`words`), each with completion per arm and the capable reasoner's paired test native − bottleneck."""
+    out: dict[str, dict[str, Any]] = {}
+    for channel, inside in (("signal", True), ("words", False)):
+        group = {arm: [r.correct for r in rs if (r.kind in SIGNAL_KINDS) == inside] for arm, rs in by_arm.items()}
+        n = len(group["native"])
+        if not n:
+            continue
+        b, c = stats.discordant(group["native"], group["bottleneck"])
+        out[channel] = {"n": n, **{arm: round(sum(xs) / n, 4) for arm, xs in group.items()},
+                        "delta_pp": round((sum(group["native"]) - sum(group["bottleneck"])) / n * 100, 1),
+                        "ci95": list(stats.bootstrap_ci(group["native"], group["bottleneck"], seed=seed)),
+                        "mcnemar_p": stats.mcnemar_exact(b, c), "discordant": [b, c]}
     return out
 
 
@@ -245,12 +271,13 @@ def summarize(results: list[TaskResult], *, seed: int) -> dict[str, Any]:
         "kinds": _breakdown({**by_arm, **{arm: [r for r in results if r.arm == arm] for arm in CONTROLS}},
                             lambda r: (r.kind,)),
         "conditions": _breakdown(by_arm, lambda r: r.conditions),
+        "channels": _channels(by_arm, seed),
         "results": [asdict(r) for r in sorted(results, key=lambda r: (r.task, [*ARMS, *CONTROLS].index(r.arm)))],
     }
 
 
 SUMMARY_FIELDS = ("tasks", "arms", "controls", "delta_pp", "ci95", "mcnemar_p", "keyword_delta_pp",
-                  "keyword_mcnemar_p", "keyword_ci95", "latency_ratio", "kinds", "conditions")
+                  "keyword_mcnemar_p", "keyword_ci95", "latency_ratio", "kinds", "channels", "conditions")
 """What `--json` prints of each set (the full report adds per-task results, categories and discordant counts)."""
 
 

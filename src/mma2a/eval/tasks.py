@@ -20,18 +20,27 @@ import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..agents.questions import GRID, SIDES, THINGS
 from ..errors import InvalidParams
 from . import media
-from .media import VARIATIONS, VOICES, Label, Mark, Variation, Voice
+from .media import SETS as DEVELOPMENT_SETS
+from .media import Finish, Label, Mark, Sound, Utterance, Variation, VariationSet, Voice
 
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "product-defect": ("location", "count", "colour_match"),
     "troubleshooting": ("status_light", "severity"),
     "voice-complaint": ("request", "part"),
     "mixed": ("label_action", "damaged_unit", "confirm"),
+    "prosody": ("urgency", "question_rise"),
+    "sound": ("alarm", "whine", "silence"),
+    "image-detail": ("shade", "texture", "label_side"),
 }
+
+SIGNAL_KINDS = frozenset(CATEGORIES["prosody"] + CATEGORIES["sound"] + CATEGORIES["image-detail"])
+"""Kinds whose answer lives in the signal, not in words: how a voice was said, the sounds behind it, image detail no
+caption sentence states. The others are words-only kinds (a transcript or a caption can carry their answer)."""
 
 NEEDS = {
     "location": "the defect's place (pixels)", "count": "the number of dents (pixels)",
@@ -39,6 +48,10 @@ NEEDS = {
     "severity": "the light's colour", "request": "the spoken words", "part": "the spoken words",
     "label_action": "the QR label's text and the spoken request", "damaged_unit": "the crack's place and the QR labels",
     "confirm": "the spoken part and whether the photo shows damage",
+    "urgency": "how the caller speaks (rate, pitch, loudness)", "question_rise": "the voice's pitch at the end",
+    "alarm": "the sound behind the voice (beeps or a sweep)", "whine": "a steady tone behind the voice",
+    "silence": "when the speech starts", "shade": "the exact colour (pixels)",
+    "texture": "the surface's grain (pixels)", "label_side": "where the label is relative to the dent (pixels)",
 }
 """What each kind of question needs from the media (documented in docs/evaluation.md)."""
 
@@ -84,8 +97,9 @@ class CrossModalTask:
     """The photo's and the voice note's conditions, e.g. ("photo:blur", "voice:gb-160-noise")."""
 
 
-Synthesize = Callable[[str, Voice], bytes]
-SETS = tuple(VARIATIONS)
+Synthesize = Callable[[Utterance], bytes]
+SETS = tuple(DEVELOPMENT_SETS)
+"""The development sets' names (the sealed held-out set is added by the runner: `mma2a.eval.runner.SETS`)."""
 
 
 def _photo_file(rng: random.Random, draw: Callable[[str], bytes]) -> MediaFile:
@@ -130,33 +144,40 @@ def _complaint(rng: random.Random, *, side: bool = True, request: str | None = N
     return sentence, part, state
 
 
+def variation_set_named(name: str | VariationSet) -> VariationSet:
+    if isinstance(name, VariationSet):
+        return name
+    if name not in DEVELOPMENT_SETS:
+        raise InvalidParams(f"set: unknown variation set {name!r} (one of {', '.join(DEVELOPMENT_SETS)})", field="set")
+    return DEVELOPMENT_SETS[name]
+
+
 def make_task(index: int, kind: str, category: str, seed: int, synthesize: Synthesize,
-              variation_set: str = "development") -> CrossModalTask:
-    if variation_set not in VARIATIONS:
-        raise InvalidParams(f"set: unknown variation set {variation_set!r} (one of {', '.join(VARIATIONS)})", field="set")
-    pick = random.Random(f"condition:{variation_set}:{seed}:{index}")
-    photo: Variation = pick.choice(VARIATIONS[variation_set])
-    spoken: Voice = pick.choice(VOICES[variation_set])
-    task = _make_task(index, kind, category, seed, synthesize, variation_set, photo, spoken)
+              variation_set: str | VariationSet = "development") -> CrossModalTask:
+    vs = variation_set_named(variation_set)
+    pick = random.Random(f"condition:{vs.name}:{seed}:{index}")
+    photo: Variation = pick.choice(vs.photos)
+    spoken: Voice = pick.choice(vs.voices)
+    task = _make_task(index, kind, category, seed, synthesize, vs, photo, spoken)
     conditions = ((f"photo:{photo.name}",) if task.image else ()) + ((f"voice:{spoken.name}",) if task.audio else ())
-    return dataclasses.replace(task, variation_set=variation_set, conditions=conditions)
+    return dataclasses.replace(task, variation_set=vs.name, conditions=conditions)
 
 
 def _make_task(index: int, kind: str, category: str, seed: int, synthesize: Synthesize,
-               variation_set: str, photo_variation: Variation, speaker: Voice) -> CrossModalTask:
-    # development-2 keeps the seeds it had as "heldout" (the same media as before the rename)
-    prefix = "crossmodal" if variation_set == "development" else "crossmodal:heldout"
-    rng = random.Random(f"{prefix}:{seed}:{index}")
+               vs: VariationSet, photo_variation: Variation, speaker: Voice) -> CrossModalTask:
+    rng = random.Random(f"{vs.seeds}:{seed}:{index}")
     name, product = rng.choice(NAMES), rng.choice(PRODUCTS)
-    tid = f"{'t' if variation_set == 'development' else 'u'}{index:03d}-{kind}"
+    tid = f"{vs.ids}{index:03d}-{kind}"
     size = (640, 480)
 
-    def voice(sentence: str) -> MediaFile:
-        return MediaFile(synthesize(sentence, speaker), "audio/wav", "voice-note.wav")
+    def voice(sentence: str, **how: Any) -> MediaFile:
+        return MediaFile(synthesize(Utterance(sentence, speaker, **how)), "audio/wav", "voice-note.wav")
 
     def _photo(rng: random.Random, draw: Callable[..., bytes]) -> MediaFile:
         return _photo_file(rng, lambda fmt: draw(fmt, photo_variation))
 
+    if kind in SIGNAL_KINDS:
+        return _signal_task(tid, category, kind, rng, vs, name, product, voice, _photo)
     if kind == "location":
         cell = rng.choice(GRID)
         x, y = _place_in_cell(rng, cell, size)
@@ -272,27 +293,114 @@ def schedule(n: int) -> list[tuple[str, str]]:
     return out
 
 
-def generate_tasks(n: int = 50, seed: int = 7, *, variation_set: str = "development",
-                   synthesize: Callable[[list[tuple[str, Voice]]], list[bytes]] | None = None) -> list[CrossModalTask]:
-    """`n` tasks for `seed` in a variation set: the same media bytes and answers every time (and the first
-    k of n are the k-task set).
+def _signal_task(tid: str, category: str, kind: str, rng: random.Random, vs: VariationSet, name: str, product: str,
+                 voice: Callable[..., MediaFile], photo: Callable[[random.Random, Callable[..., bytes]], MediaFile]
+                 ) -> CrossModalTask:
+    """A task whose answer lives in the signal (`SIGNAL_KINDS`): the words said or shown are the same whatever the
+    answer."""
+    said = f"{name} left a voice message about the {product} (attached)."
+    if kind == "urgency":
+        urgent = rng.random() < 0.5
+        how = vs.urgent if urgent else vs.calm
+        sentence, _, _ = _complaint(rng)
+        audio = voice(sentence, rate_wpm=rng.randint(*how.rate_wpm), pitch=rng.randint(*how.pitch),
+                      pitch_range=rng.randint(*how.pitch_range), volume=rng.randint(*how.volume))
+        text = f"{said} Question: is the caller urgent or calm? Answer urgent or calm."
+        return CrossModalTask(tid, category, kind, text, "urgent" if urgent else "calm", audio=audio, spoken=sentence)
+    if kind == "question_rise":
+        asks = rng.random() < 0.5
+        sentence, _, _ = _complaint(rng)
+        sentence += "?" if asks else "."
+        text = f"{said} Question: did the caller ask a question or state a fact? Answer question or statement."
+        return CrossModalTask(tid, category, kind, text, "question" if asks else "statement", audio=voice(sentence),
+                              spoken=sentence)
+    s = vs.sounds
+    if kind == "alarm":
+        which = rng.choice(("beep", "siren", "none"))
+        level = rng.uniform(*s.alarm_db)
+        sound = (Sound("beep", rng.uniform(*s.beep_hz), level, period_s=s.beep_period_s, on_s=s.beep_on_s)
+                 if which == "beep" else
+                 Sound("siren", s.siren_hz[0], level, hz2=s.siren_hz[1], period_s=rng.uniform(*s.siren_period_s))
+                 if which == "siren" else None)
+        sentence, _, _ = _complaint(rng)
+        text = (f"{name} called from the plant floor about the {product}; an alarm may be sounding behind them (voice "
+                "message attached). Question: which alarm is sounding: beeping, a siren, or none? "
+                "Answer beep, siren or none.")
+        return CrossModalTask(tid, category, kind, text, which, audio=voice(sentence, sound=sound), spoken=sentence)
+    if kind == "whine":
+        present = rng.random() < 0.5
+        sound = Sound("whine", rng.uniform(*s.whine_hz), rng.uniform(*s.whine_db)) if present else None
+        sentence, _, _ = _complaint(rng)
+        text = f"{said} Question: is a machine's high whine audible behind the caller? Answer yes or no."
+        return CrossModalTask(tid, category, kind, text, "yes" if present else "no",
+                              audio=voice(sentence, sound=sound), spoken=sentence)
+    if kind == "silence":
+        wait = rng.randint(*s.silence_s)
+        sentence = rng.choice(("yes it is still under warranty", "no I bought it two years ago",
+                               "I think so but I lost the receipt", "yes I have the receipt here"))
+        text = (f"We asked {name} on the phone whether the {product} is still under warranty; the recording (attached) "
+                "starts as we finished asking. Question: how many seconds of silence passed before the caller "
+                "answered? Answer with a whole number.")
+        return CrossModalTask(tid, category, kind, text, str(wait),
+                              audio=voice(sentence, lead_s=wait + rng.uniform(-0.25, 0.25)), spoken=sentence)
+    if kind == "shade":
+        family = rng.choice(sorted(SHADES))
+        shades = list(SHADES[family])
+        rng.shuffle(shades)
+        (ordered, o_rgb), (other, x_rgb) = shades
+        delivered, d_rgb = (ordered, o_rgb) if rng.random() < 0.5 else (other, x_rgb)
+        text = (f"{name} writes: I ordered the {product} in {ordered} ({_hex(o_rgb)}); the other stock shade is {other} "
+                f"({_hex(x_rgb)}). Photo attached. Question: which shade was delivered? Answer with the shade's name.")
+        image = photo(rng, lambda fmt, v: media.product_photo(rng, d_rgb, fmt=fmt, variation=v))
+        return CrossModalTask(tid, category, kind, text, delivered, image=image)
+    if kind == "texture":
+        rough = rng.random() < 0.5
+        finish: Finish | None = rng.choice(vs.finishes) if rough else None
+        colour = _product_colour(rng)
+        text = (f"{name} writes: I am not sure which finish of the {product} was delivered; photo attached. "
+                "Question: is the front panel's finish rough or smooth? Answer rough or smooth.")
+        image = photo(rng, lambda fmt, v: media.product_photo(rng, colour, fmt=fmt, variation=v, finish=finish))
+        return CrossModalTask(tid, category, kind, text, "rough" if rough else "smooth", image=image)
+    if kind == "label_side":
+        side = rng.choice(("above", "below", "left", "right"))
+        mx, my = rng.uniform(230, 410), rng.uniform(200, 260)
+        lx, ly = {"above": (mx + rng.uniform(-25, 25), my - 125), "below": (mx + rng.uniform(-25, 25), my + 115),
+                  "left": (mx - 165, my + rng.uniform(-25, 25)), "right": (mx + 165, my + rng.uniform(-25, 25))}[side]
+        colour = _product_colour(rng)
+        text = (f"{name} writes: the {product} came with a dent and a small label on its front; photo attached. "
+                "Question: where is the small label relative to the dent: above, below, left or right of it?")
+        image = photo(rng, lambda fmt, v: media.product_photo(rng, colour, [Mark("dent", mx, my)],
+                                                              [Label(_serial(rng), lx, ly)], fmt=fmt, variation=v))
+        return CrossModalTask(tid, category, kind, text, side, image=image)
+    raise InvalidParams(f"kind: unknown task kind {kind!r}", field="kind")
+
+
+def _hex(rgb: media.RGB) -> str:
+    return "#%02x%02x%02x" % rgb
+
+
+def generate_tasks(n: int = 50, seed: int = 7, *, variation_set: str | VariationSet = "development",
+                   synthesize: Callable[[list[Utterance]], list[bytes]] | None = None) -> list[CrossModalTask]:
+    """`n` tasks for `seed` in a variation set (a development set's name, or a `VariationSet`): the same media bytes
+    and answers every time (and the first k of n are the k-task set).
 
     Voice notes are synthesized together, in generation order, by `synthesize` (default: eSpeak NG
-    in a fresh process with room noise — see `media.speak`).
+    in a fresh process with the room around it — see `media.speak`).
     """
     if n < 1:
         raise InvalidParams(f"tasks: must be at least 1, got {n}", field="tasks")
+    vs = variation_set_named(variation_set)
     if synthesize is None:
-        def synthesize(items: list[tuple[str, Voice]]) -> list[bytes]:
+        def synthesize(items: list[Utterance]) -> list[bytes]:
             return media.speak(items, seed)
     plan = schedule(n)
-    sentences: list[tuple[str, Voice]] = []
+    sentences: list[Utterance] = []
 
-    def record(text: str, speaker: Voice) -> bytes:
-        sentences.append((text, speaker))
+    def record(utterance: Utterance) -> bytes:
+        sentences.append(utterance)
         return b""
 
-    drafts = [make_task(i, kind, cat, seed, record, variation_set) for i, (cat, kind) in enumerate(plan)]
+    drafts = [make_task(i, kind, cat, seed, record, vs) for i, (cat, kind) in enumerate(plan)]
     audio = iter(synthesize(sentences))
     out = []
     for task in drafts:
