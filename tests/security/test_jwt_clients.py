@@ -22,7 +22,7 @@ from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
 from tests.oauth2 import guarded
 from tests.oidc import NOW, Clock, Issuer, jwt_config, serving
-from tests.security.conftest import bearer, post, send_body
+from tests.security.conftest import PNG_1PX, bearer, post, send_body
 
 LOOPBACK = {"allow_hosts": ["127.0.0.1"]}
 REST_MSG = {"message": {"messageId": "r-1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}
@@ -67,6 +67,8 @@ async def test_a_jwt_client_reaches_exactly_the_agents_its_claim_allows_on_every
             ok_grpc = await _grpc_send(gw.grpc.port, token, "text", "over grpc")
             no_grpc = await _grpc_send(gw.grpc.port, token, "vision", "over grpc")
             static = await post(url, "/agents/text/", send_body("j-3"), bearer("tok-bob-12345"))  # static still works
+            image = [{"raw": PNG_1PX, "mediaType": "image/png"}]
+            at_root = await post(url, "/", send_body("j-4", image), bearer(token))  # routed to vision: not its agent
             async with httpx.AsyncClient() as c:
                 metrics = (await c.get(url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"})).text
     assert ok_rpc.status_code == 200 and ok_rpc.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -77,9 +79,11 @@ async def test_a_jwt_client_reaches_exactly_the_agents_its_claim_allows_on_every
     assert ok_grpc == (grpc.StatusCode.OK, "TASK_STATE_COMPLETED")
     assert no_grpc == (grpc.StatusCode.PERMISSION_DENIED, "client alice may not call agent vision")
     assert static.status_code == 200 and "result" in static.json()
+    assert at_root.json()["error"]["message"] == ("params.message.parts[0]: routed to agent vision, which client alice "
+                                                  "may not use (auth.clients: notes, text)")
     assert [r.message.parts[0].text for r in specs["text"][1].received] == ["hello", "over grpc", "hello"]
     assert len(specs["notes"][1].received) == 1 and specs["vision"][1].received == []
-    assert _metric(metrics, idp.name, "ok") == 6  # four HTTP requests (one verified, three from the cache), two gRPC
+    assert _metric(metrics, idp.name, "ok") == 7  # five HTTP requests (one verified, four from the cache), two gRPC
     assert idp.reads == 1  # read once at start; every request after from the cached set
 
 
@@ -279,3 +283,25 @@ async def test_forward_client_token_passes_the_clients_own_jwt_and_nothing_else(
     with pytest.raises(ConfigError, match="forward_client_token sends the client's JWT as Authorization"):
         parse_config({"agents": [{"name": "a", "url": "http://127.0.0.1:1", "forward_client_token": True,
                                   "auth": {"bearer_env": "X"}}]})
+
+
+async def test_the_claims_name_the_client_its_agents_and_its_priority_ceiling(tmp_path: Any) -> None:
+    idp = Issuer(kind="EC")
+    path = tmp_path / "jwks.json"
+    path.write_bytes(__import__("orjson").dumps(idp.jwks()))
+    cfg = JWTIssuerConfig(issuer=idp.name, audiences=[idp.audience], jwks_file=str(path), algorithms=["ES256"],
+                          client_prefix="kc:", agents_claim="scope", max_priority_claim="prio", max_priority=3)
+    verifier = JWTVerifier([cfg], clock=Clock(), static_names=frozenset({"kc:bob"}))
+    assert await verifier.start() == []
+    alice = verifier.authenticate(idp.mint("alice", scope="vision text", prio=7, groups=["staff"]))
+    assert (alice.name, alice.scheme, alice.agents, alice.max_priority) == ("kc:alice", "jwt", frozenset({"vision", "text"}), 7)
+    assert alice.claims["groups"] == ["staff"]
+    carol = verifier.authenticate(idp.mint("carol"))  # no scope: no agents; no prio: the issuer's ceiling
+    assert (carol.agents, carol.max_priority) == (frozenset(), 3)
+    for token, message in ((idp.mint("bob"), "JWT: claim sub names a reserved or static client; give this issuer a "
+                            "client_prefix"),
+                           (idp.mint("dave", prio=12), "JWT: claim prio (max_priority_claim) is not an integer from 0 to 9"),
+                           (idp.mint("a b"), "JWT: claim sub (client_claim) is missing or not a usable client id")):
+        with pytest.raises(Unauthorized) as info:
+            verifier.authenticate(token)
+        assert info.value.message == message

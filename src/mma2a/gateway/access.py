@@ -73,7 +73,8 @@ class JWTIssuerConfig(BaseModel):
     client_claim: str = "sub"  # the claim whose value names the client (its id everywhere a static client's is)
     client_prefix: str = ""  # put before the client id: keeps issuers (and static clients) apart
     agents_claim: str | None = None  # a list (or space-separated string) of agents the client may call
-    max_priority_claim: str | None = None  # an integer: the highest message priority the client may ask
+    max_priority_claim: str | None = None  # an integer 0-9: the highest message priority the client may ask
+    max_priority: int = Field(default=5, ge=0, le=9)  # the ceiling of this issuer's clients whose token has no such claim
     rate: float | None = Field(default=None, gt=0)  # per-client rate limit of this issuer's clients
     burst: int | None = Field(default=None, ge=1)
     refresh_s: float = Field(default=300.0, gt=0)  # the longest a key set is kept (a URL's max-age may shorten it)

@@ -248,13 +248,13 @@ class JWTVerifier:
         agents: frozenset[str] | None = None
         if cfg.agents_claim is not None:
             agents = _names(claims.get(cfg.agents_claim))
-        priority: int | None = None
+        priority = cfg.max_priority
         if cfg.max_priority_claim is not None:
             raw = claims.get(cfg.max_priority_claim)
             if raw is not None:
-                if not isinstance(raw, int) or isinstance(raw, bool):
-                    raise JWTRefused(f"claim {cfg.max_priority_claim} (max_priority_claim) is not an integer",
-                                     "bad_claim", issuer.name)
+                if not isinstance(raw, int) or isinstance(raw, bool) or not 0 <= raw <= 9:
+                    raise JWTRefused(f"claim {cfg.max_priority_claim} (max_priority_claim) is not an integer from 0 "
+                                     "to 9", "bad_claim", issuer.name)
                 priority = raw
         client = Client(name, "jwt", agents, cfg.rate, cfg.burst, priority, claims)
         until = float(claims["exp"]) + cfg.leeway_s
