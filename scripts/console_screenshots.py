@@ -27,6 +27,9 @@ from tests.media import png_bytes, wav_bytes  # noqa: E402
 RULES_SHOWN = RULES + """  - name: long-text-to-archive
     match: {modality: text/plain, features: {length: {gt: 400}}}
     action: {route_to: archive}
+  - name: no-jpeg-here
+    match: {modality: image/jpeg}
+    action: {drop: jpeg photos go to the other site}
 """
 
 

@@ -71,13 +71,23 @@ def walk_through_the_console(url: str, shots: Path) -> dict[str, Any]:
             wait.until(lambda d: "token" in d.find_element(By.ID, "banner").text and "Sign in" not in
                        d.find_element(By.ID, "banner").text)
             seen["wrong_token"] = drv.find_element(By.ID, "banner").text
+            seen["form_after_wrong_token"] = drv.find_element(By.ID, "token").is_displayed()
             drv.find_element(By.ID, "token").send_keys(ADMIN)
             drv.find_element(By.ID, "sign-in").click()
+            wait.until(lambda d: d.find_element(By.ID, "signed-in").is_displayed())
+            seen["signed_in"] = (drv.find_element(By.ID, "token").is_displayed(),
+                                 drv.find_element(By.ID, "sign-out").is_displayed())
+            # the route map: modalities on the left, agents on the right, a band per flow
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#route-map svg path.flow"))
+            seen["flows"] = sorted(p.get_attribute("data-flow") for p in
+                                   drv.find_elements(By.CSS_SELECTOR, "#route-map svg path.flow"))
+            seen["map_status"] = drv.find_element(By.CSS_SELECTOR, "#route-map p.status").text
             # overview: the charts draw what history counted
             wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-traffic-modality svg polyline, "
                                                                   "#chart-traffic-modality svg circle"))
             seen["legend_modality"] = drv.find_element(By.CSS_SELECTOR, "#chart-traffic-modality .legend").text
             seen["legend_agent"] = drv.find_element(By.CSS_SELECTOR, "#chart-latency-agent .legend").text
+            seen["latency_peak"] = drv.find_element(By.CSS_SELECTOR, "#chart-latency-agent svg text.peak").text
             drv.save_screenshot(str(shots / "console-overview.png"))
             # history: everything, then a filter, then a bad filter
             drv.find_element(By.CSS_SELECTOR, "#tabs [data-tab=history]").click()
@@ -130,6 +140,17 @@ def walk_through_the_console(url: str, shots: Path) -> dict[str, Any]:
             wait.until(lambda d: d.find_elements(By.ID, "rules-applied"))
             seen["applied"] = drv.find_element(By.ID, "rules-applied").text
             seen["title"] = drv.title
+            # a tab has an address: opened by link, and the back button returns to the one before
+            drv.get("about:blank")  # a fresh page (same tab, so the sign-in holds), opened at the tab's address
+            drv.get(url + "/console#history")
+            wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#history tr")) == 4)
+            seen["linked_tab"] = [s.get_attribute("id") for s in drv.find_elements(By.CSS_SELECTOR, "section.tab")
+                                  if s.is_displayed()]
+            drv.find_element(By.CSS_SELECTOR, "#tabs [data-tab=agents]").click()
+            wait.until(lambda d: d.find_element(By.ID, "tab-agents").is_displayed())
+            drv.back()
+            wait.until(lambda d: d.find_element(By.ID, "tab-history").is_displayed())
+            seen["after_back"] = drv.execute_script("return location.hash")
             seen["csp_reports"] = [e["message"] for e in drv.get_log("browser")
                                    if "Content Security Policy" in e["message"] or "Refused to" in e["message"]]
         finally:
@@ -154,6 +175,15 @@ async def test_console_in_a_browser_sign_in_filter_history_edit_dry_run_apply(tm
             applied = gw.state.rules.data
     assert seen["before_sign_in"] == "Sign in with the admin token to see history, agents and rules."
     assert "invalid token" in seen["wrong_token"]  # the gateway's own words, once
+    assert seen["form_after_wrong_token"] is True  # not signed in: the field stays
+    assert seen["signed_in"] == (False, True)  # signed in: the field gives way to "signed in" and Sign out
+    assert {f.split(">")[0] for f in seen["flows"]} == {"image/png", "text/plain"}
+    assert {f.split(">")[1] for f in seen["flows"]} <= {"vision", "writer", "archive"} and "image/png>vision" in seen["flows"]
+    assert seen["map_status"] == "4 parts in 4 decisions"
+    import re
+
+    assert re.fullmatch(r"\d+(\.\d)? (ms|s)", seen["latency_peak"]), seen["latency_peak"]  # a unit that reads
+    assert seen["linked_tab"] == ["tab-history"] and seen["after_back"] == "#history"
     assert "image/png (2)" in seen["legend_modality"] and "text/plain (2)" in seen["legend_modality"]
     legend = dict(item.rsplit(" (", 1) for item in seen["legend_agent"].split("\n"))  # agent -> "count)"
     assert "vision" in legend and sum(int(n.rstrip(")")) for n in legend.values()) == 4  # one target per message

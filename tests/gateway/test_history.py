@@ -106,7 +106,12 @@ async def test_history_bad_filters_name_the_parameter(tmp_path):
                 answers[query] = (r.status_code, r.json()["error"]["message"])
             bad_by = await c.get("/admin/history/counts?by=rule", headers=AUTH)
             buckets = [await c.get(f"/admin/history/counts?since=7d&bucket={b}", headers=AUTH) for b in (1, 90, 60)]
-    assert anon.status_code == 401
+            flows = [await c.get(f"/admin/history/flows?{q}", headers=AUTH) for q in ("by=agent", "since=2h&until=3h", "")]
+            anon_flows = await c.get("/admin/history/flows")
+    assert anon.status_code == 401 and anon_flows.status_code == 401
+    assert [(r.status_code, r.json().get("error", {}).get("message")) for r in flows[:2]] == [
+        (400, "by: unknown parameter; use since, until"), (400, "until: must be later than since")]
+    assert flows[2].status_code == 200 and flows[2].json()["flows"] == [] and flows[2].json()["decisions"] == 0
     assert answers == {
         "since=yesterday": (400, "since: must be an ISO 8601 time, seconds since the epoch, or a duration such as 1h; "
                                  "got 'yesterday'"),

@@ -427,3 +427,31 @@ def test_started_on_an_event_loop_the_loop_commits_in_slices_and_flush_works_fro
     assert rec.flush(1.0)  # the loop is closed: nothing pending, nothing to wait for
     got, _ = HistoryStore(tmp_path / "h.sqlite3").query(HistoryFilter(limit=1000))
     assert len(got) == SLICE * 2 + 6 and got[0]["messageId"] == "b0"
+
+
+def test_flows_count_parts_per_modality_and_target_with_how_they_got_there(tmp_path):
+    """The console's route map: parts per (modality, target) from the decisions' shapes, in the span only, the newest
+    `limit` of it; transforms name their transformers, drops and refusals are flows of their own."""
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    now = 1_800_000_000.0
+    native = PartRoute(0, "image/png", (), (Target("vision"),), ("capability",))
+    dropped = PartRoute(0, "image/png", ("no-blur",), (), ("drop",), dropped="blurred")
+    entries = [record(f"t{i}", now + i, "audio/wav", "writer") for i in range(3)]  # through asr, 1 failed
+    entries[0] = entries[0]._replace(outcome="TASK_STATE_FAILED")
+    entries += [DecisionRecord(f"n{i}", now + 10 + i, None, (PartSummary(0, "image/png"),), (native,),
+                               "TASK_STATE_COMPLETED", 0.01) for i in range(2)]
+    entries += [DecisionRecord("d", now + 20, None, (PartSummary(0, "image/png"),), (dropped,), "TASK_STATE_COMPLETED", 0.01),
+                DecisionRecord("r", now + 21, None, (PartSummary(0, "model/obj"),), (), "refused -32005: nobody", 0.01),
+                DecisionRecord("old", now - 7200, None, (PartSummary(0, "image/png"),), (native,), "TASK_STATE_COMPLETED", 0.01)]
+    store.write([to_row(e) for e in entries])
+    got = store.flows(now - 60, now + 60)
+    assert got["decisions"] == 7 and got["truncated"] is False
+    assert got["flows"] == [
+        {"modality": "audio/wav", "target": "writer", "kind": "transform", "via": ["asr"], "parts": 3, "failed": 1},
+        {"modality": "image/png", "target": "vision", "kind": "native", "via": [], "parts": 2, "failed": 0},
+        {"modality": "image/png", "target": "(dropped)", "kind": "dropped", "via": [], "parts": 1, "failed": 0},
+        {"modality": "model/obj", "target": "(refused)", "kind": "refused", "via": [], "parts": 1, "failed": 1}]
+    newest = store.flows(now - 60, now + 60, limit=2)  # the newest two: the drop and the refusal
+    assert newest["truncated"] is True and newest["decisions"] == 2
+    assert {f["target"] for f in newest["flows"]} == {"(dropped)", "(refused)"}
+    assert store.flows(now + 1000, now + 2000) == {"decisions": 0, "truncated": False, "flows": []}

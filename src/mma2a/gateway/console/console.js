@@ -53,19 +53,38 @@ async function api(path, options = {}) {
 function showBanner(text) { $("banner").textContent = text; $("banner").hidden = !text; }
 
 // --- sign in ------------------------------------------------------------------------------------
-function signIn(value) {
+function showSignedIn() {  // the form says which state the tab is in: a token field, or "signed in" and Sign out
+  const on = Boolean(token());
+  $("token").hidden = on; $("sign-in").hidden = on;
+  $("signed-in").hidden = !on; $("sign-out").hidden = !on;
+}
+async function signIn(value) {  // signed in once the gateway takes the token; a wrong one leaves the form as it was
   sessionStorage.setItem(TOKEN_KEY, value);
   $("token").value = "";
-  $("token").placeholder = value ? "signed in (token kept for this tab)" : "admin token (MMA2A_ADMIN_TOKEN)";
+  try {
+    await api("/admin/agents");
+  } catch (e) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    if (!(e instanceof ApiError) || (e.status !== 401 && e.status !== 403)) showBanner("sign in failed: " + e.message);
+    return;
+  }
+  showSignedIn();
   showBanner("");
   loadTab(current);
 }
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  showSignedIn();
+  showBanner("signed out");
+}
 
-// --- tabs ---------------------------------------------------------------------------------------
+// --- tabs: each has an address (#history), so a tab can be linked to and the back button works -----
+const TABS = ["overview", "history", "agents", "rules", "live"];
 let current = "overview";
+const tabOf = (hash) => TABS.includes(hash.slice(1)) ? hash.slice(1) : "overview";
 function showTab(name) {
   current = name;
-  for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === name);
+  for (const b of document.querySelectorAll("#tabs [data-tab]")) b.classList.toggle("active", b.dataset.tab === name);
   for (const s of document.querySelectorAll("section.tab")) s.hidden = s.id !== "tab-" + name;
   loadTab(name);
 }
@@ -82,28 +101,45 @@ async function loadHealth() {
   } catch (e) { $("health").textContent = "gateway unreachable"; }
 }
 
-// --- overview charts --------------------------------------------------------------------------------
-function chart(container, series, valueIndex, span, unit) {
+// --- overview charts ---------------------------------------------------------------------------------
+// a value as it reads: latency in ms below a second, in s above; counts as whole numbers
+function formatValue(v, unit) {
+  if (unit !== "ms") return `${Math.round(v)}`;
+  if (v >= 1000) return `${+(v / 1000).toFixed(v >= 10000 ? 0 : 1)} s`;
+  return `${+v.toFixed(v >= 10 ? 0 : 1)} ms`;
+}
+const clock = (t) => new Date(t * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
+
+// the time axis spans the data (from its first bucket to its last, or to now when recent), not the whole
+// selected span: five minutes of traffic in a one-hour span fill the chart instead of its last 15 px
+function chart(container, series, valueIndex, bucket, unit) {
   container.replaceChildren();
   if (!series.length) { container.append(h("p", {className: "empty"}, "no decisions in this span")); return; }
-  const W = 600, H = 180, L = 44, B = 20, T = 8, R = 8;
-  const now = Date.now() / 1000, start = now - span;
-  let peak = 0;
-  for (const s of series) for (const p of s.points) peak = Math.max(peak, p[valueIndex]);
+  const W = 600, H = 180, L = 54, B = 20, T = 8, R = 10;
+  const now = Date.now() / 1000;
+  let peak = 0, first = Infinity, last = -Infinity;
+  for (const s of series) for (const p of s.points) {
+    const t = Date.parse(p[0]) / 1000;
+    peak = Math.max(peak, p[valueIndex]); first = Math.min(first, t); last = Math.max(last, t + bucket);
+  }
   peak = peak || 1;
-  const x = (t) => L + (W - L - R) * Math.min(1, Math.max(0, (t - start) / span));
+  const end = now - last < bucket * 2 ? Math.max(now, last) : last;
+  const start = Math.min(first, end - bucket * 2);
+  const x = (t) => L + (W - L - R) * Math.min(1, Math.max(0, (t - start) / (end - start)));
   const y = (v) => H - B - (H - B - T) * (v / peak);
   const root = svg("svg", {viewBox: `0 0 ${W} ${H}`, role: "img"});
   root.append(svg("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis"}),
               svg("line", {x1: L, y1: T, x2: L, y2: H - B, class: "axis"}));
   const label = (text, attrs) => { const t = svg("text", attrs); t.textContent = text; return t; };
-  root.append(label(`${+peak.toFixed(2)} ${unit}`, {x: 2, y: T + 8}), label(`0`, {x: L - 12, y: H - B}),
-              label(new Date(start * 1000).toLocaleTimeString(), {x: L, y: H - 4}),
-              label("now", {x: W - R - 20, y: H - 4}));
+  root.append(label(formatValue(peak, unit), {x: L - 4, y: T + 8, "text-anchor": "end", class: "peak"}),
+              label(formatValue(0, unit), {x: L - 4, y: H - B, "text-anchor": "end"}),
+              label(clock(start), {x: L, y: H - 4}), label(clock((start + end) / 2), {x: (L + W - R) / 2, y: H - 4,
+                "text-anchor": "middle"}),
+              label(end >= now - 1 ? "now" : clock(end), {x: W - R, y: H - 4, "text-anchor": "end"}));
   const legend = h("div", {className: "legend"});
   series.forEach((s, i) => {
     const colour = COLOURS[i % COLOURS.length];
-    const pts = s.points.map((p) => [Date.parse(p[0]) / 1000, p[valueIndex]]);
+    const pts = s.points.map((p) => [Date.parse(p[0]) / 1000 + bucket / 2, p[valueIndex]]);
     if (pts.length === 1) root.append(svg("circle", {cx: x(pts[0][0]), cy: y(pts[0][1]), r: 3, fill: colour}));
     else root.append(svg("polyline", {points: pts.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" "),
                                       fill: "none", stroke: colour, "stroke-width": 2}));
@@ -113,20 +149,75 @@ function chart(container, series, valueIndex, span, unit) {
   container.append(root, legend);
 }
 
+// the route map: modalities on the left, agents (and refusals) on the right, one band per flow, as wide as its parts
+function routeMap(container, doc) {
+  container.replaceChildren();
+  const flows = doc.flows || [];
+  if (!flows.length) { container.append(h("p", {className: "empty"}, "no decisions in this span")); return; }
+  const sum = (key) => {
+    const m = new Map();
+    for (const f of flows) m.set(f[key], (m.get(f[key]) || 0) + f.parts);
+    return [...m.entries()].sort((a, b) => b[1] - a[1]);
+  };
+  const lefts = sum("modality"), rights = sum("target");
+  const total = flows.reduce((a, f) => a + f.parts, 0);
+  const W = 900, GAP = 10, MIN = 16, NODE = 150;
+  const scale = Math.max(0.5, Math.min(6, 320 / total));  // px per part, so a few parts still show
+  const place = (nodes) => {
+    const at = new Map(); let top = 8;
+    for (const [name, n] of nodes) { const hgt = Math.max(MIN, n * scale); at.set(name, {y: top, h: hgt, used: 0, n}); top += hgt + GAP; }
+    return [at, top];
+  };
+  const [L, hl] = place(lefts), [Rt, hr] = place(rights);
+  const H = Math.max(hl, hr) + 8;
+  const root = svg("svg", {viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "route map"});
+  const x0 = NODE + 10, x1 = W - NODE - 10;
+  for (const f of flows) {
+    const a = L.get(f.modality), b = Rt.get(f.target);
+    const w = Math.max(1.5, f.parts * scale * Math.min(a.h / (a.n * scale), b.h / (b.n * scale)));
+    const ya = a.y + a.used + w / 2, yb = b.y + b.used + w / 2;
+    a.used += w; b.used += w;
+    const path = svg("path", {d: `M${x0},${ya} C${(x0 + x1) / 2},${ya} ${(x0 + x1) / 2},${yb} ${x1},${yb}`,
+                              class: `flow ${f.kind}`, "stroke-width": w.toFixed(1), "data-flow": `${f.modality}>${f.target}`});
+    const title = svg("title", {});
+    title.textContent = `${f.modality} → ${f.target}: ${f.parts} part${f.parts === 1 ? "" : "s"}` +
+      (f.via.length ? ` via ${f.via.join(" → ")}` : "") + (f.failed ? `, ${f.failed} not completed` : "");
+    path.append(title);
+    root.append(path);
+  }
+  const node = (x, name, info, refusal, anchor) => {
+    root.append(svg("rect", {x, y: info.y, width: NODE, height: info.h, rx: 3, class: refusal ? "node refusal" : "node"}));
+    const t = svg("text", {x: anchor === "end" ? x + NODE - 6 : x + 6, y: info.y + Math.min(info.h, 22) / 2 + 4,
+                           "text-anchor": anchor});
+    t.textContent = `${name.length > 18 ? name.slice(0, 17) + "…" : name} (${info.n})`;
+    const full = svg("title", {});
+    full.textContent = `${name}: ${info.n} part${info.n === 1 ? "" : "s"}`;
+    t.append(full);
+    root.append(t);
+  };
+  for (const [name, info] of L) node(0, name, info, false, "start");
+  for (const [name, info] of Rt) node(W - NODE, name, info, name.startsWith("("), "start");
+  container.append(root, h("p", {className: "status"}, `${total} parts in ${doc.decisions} decisions` +
+    (doc.truncated ? " (the newest of the span)" : "")));
+}
+
 let overviewSeq = 0;
 async function loadOverview() {
   const seq = ++overviewSeq;  // a slower, older answer must not overwrite a newer one
   const span = Number($("span").value);
   const bucket = 60 * Math.max(1, Math.ceil(span / 3600));  // whole minutes, about 60 points
   try {
-    const [mod, agent] = await Promise.all(["modality", "agent"].map((by) =>
-      api(`/admin/history/counts?by=${by}&since=${span}s&bucket=${bucket}`)));
+    const [mod, agent, flows] = await Promise.all([
+      ...["modality", "agent"].map((by) => api(`/admin/history/counts?by=${by}&since=${span}s&bucket=${bucket}`)),
+      api(`/admin/history/flows?since=${span}s`)]);
     if (seq !== overviewSeq) return;
-    chart($("chart-traffic-modality"), mod.series, 1, span, "/bucket");
-    chart($("chart-traffic-agent"), agent.series, 1, span, "/bucket");
-    chart($("chart-latency-modality"), mod.series, 2, span, "ms");
-    chart($("chart-latency-agent"), agent.series, 2, span, "ms");
-    $("overview-status").textContent = `buckets of ${bucket / 60} min over ${$("span").selectedOptions[0].textContent}`;
+    routeMap($("route-map"), flows);
+    chart($("chart-traffic-modality"), mod.series, 1, bucket, "count");
+    chart($("chart-traffic-agent"), agent.series, 1, bucket, "count");
+    chart($("chart-latency-modality"), mod.series, 2, bucket, "ms");
+    chart($("chart-latency-agent"), agent.series, 2, bucket, "ms");
+    $("overview-status").textContent = `decisions per ${bucket / 60} min over ${$("span").selectedOptions[0].textContent}` +
+      "; the time axis spans the traffic";
   } catch (e) { $("overview-status").textContent = "error: " + e.message; }
 }
 
@@ -271,12 +362,12 @@ function start() {
     sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(location.hash.slice(7)));
     history.replaceState(null, "", location.pathname);
   }
-  if (token()) $("token").placeholder = "signed in (token kept for this tab)";
+  showSignedIn();
   const outcome = document.querySelector("#history-filters select[name=outcome]");
   for (const o of OUTCOMES) outcome.append(h("option", {value: o}, o));
   $("login").addEventListener("submit", (ev) => { ev.preventDefault(); signIn($("token").value.trim()); });
-  $("sign-out").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); $("token").placeholder = "admin token (MMA2A_ADMIN_TOKEN)"; showBanner("signed out"); });
-  for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
+  $("sign-out").addEventListener("click", signOut);
+  window.addEventListener("hashchange", () => showTab(tabOf(location.hash)));
   $("history-filters").addEventListener("submit", (ev) => { ev.preventDefault(); searchHistory(false); });
   $("history-more").addEventListener("click", () => searchHistory(true));
   $("span").addEventListener("change", loadOverview);
@@ -288,7 +379,7 @@ function start() {
   $("explain").addEventListener("click", explain);
   $("sample").value = JSON.stringify(SAMPLE, null, 2);
   loadHealth();
-  showTab("overview");
+  showTab(tabOf(location.hash));
   setInterval(loadHealth, 5000);
   setInterval(() => { if (current === "live") poll(); }, 1500);
 }

@@ -1,4 +1,5 @@
-"""The history's admin API: `GET /admin/history`, `GET /admin/history/counts`, `POST /admin/history/replay`.
+"""The history's admin API: `GET /admin/history`, `GET /admin/history/counts`, `GET /admin/history/flows` (the
+console's route map), `POST /admin/history/replay`.
 
 Query values are checked here; a bad one answers 400 naming the parameter.
 """
@@ -160,6 +161,22 @@ def history_routes(gw: HistoryParts, guard: Callable[[Endpoint], Endpoint]) -> l
         series = await asyncio.to_thread(rec.store.counts, by, since, until, bucket)
         return json_response({"by": by, "bucket": bucket, "since": since, "until": until, "series": series})
 
+    async def flows(request: Request) -> Response:
+        """The console's route map: parts per (modality, target) over a span (`since`, `until`; default the last hour)."""
+        q = request.query_params
+        for key in q:
+            if key not in ("since", "until"):
+                raise InvalidParams(f"{key}: unknown parameter; use since, until", field=key)
+        now = time.time()
+        since = parse_time("since", q["since"], now) if q.get("since") else now - 3600
+        until = parse_time("until", q["until"], now) if q.get("until") else now
+        if until <= since:
+            raise InvalidParams("until: must be later than since", field="until")
+        rec = recorder()
+        await asyncio.to_thread(rec.flush, 2.0)
+        found = await asyncio.to_thread(rec.store.flows, since, until)
+        return json_response({"since": since, "until": until, **found})
+
     async def replay_rules(request: Request) -> Response:
         try:
             body = orjson.loads(await request.body())
@@ -191,6 +208,7 @@ def history_routes(gw: HistoryParts, guard: Callable[[Endpoint], Endpoint]) -> l
     return [
         Route("/admin/history", guard(query), methods=["GET"]),
         Route("/admin/history/counts", guard(counts), methods=["GET"]),
+        Route("/admin/history/flows", guard(flows), methods=["GET"]),
         Route("/admin/history/replay", guard(replay_rules), methods=["POST"]),
         Route("/admin/rules/validate", guard(validate_rules), methods=["POST"]),
     ]

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from .record import Row, Shape, merge_parts, shape_tags, split_parts
+from .record import Row, Shape, base_modality, merge_parts, shape_tags, split_parts
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS shapes (
@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS minutes (
 """
 OLD_INDEXES = ("decisions_ts", "decisions_sender", "decisions_outcome", "decisions_shape")  # one per decision, before spans
 
+FLOW_DECISIONS = 100_000  # the route map reads at most this many decisions, the newest of its span
 BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock
 TAG_KINDS = {"modality": "m", "agent": "a", "rule": "r"}
 COUNT_KINDS = {"modality": "m", "agent": "a", "outcome": "o"}
@@ -536,6 +537,57 @@ class HistoryStore:
         for b, key, count, avg, peak in rows:
             series.setdefault(key, []).append([iso_time(b * bucket), count, round(avg, 3), round(peak, 3)])
         return [{"key": k, "points": v} for k, v in sorted(series.items())]
+
+    def flows(self, since: float, until: float, limit: int = FLOW_DECISIONS) -> dict[str, Any]:
+        """Where parts went between `since` and `until`: parts per (modality, target) over the newest `limit` decisions
+        of the span, with how they got there (`native`, `transform` with the transformers, `dropped`, `refused`) and how
+        many of their decisions did not complete. Read from each decision's shape: a few shapes serve many decisions."""
+        with self._read_lock:
+            db = self._reader
+            db.execute("BEGIN")
+            try:
+                lo, hi = db.execute("SELECT MIN(first_id), MAX(last_id) FROM spans WHERE ts_max >= ? AND ts_min <= ?",
+                                    (since, until)).fetchone()
+                if lo is None:
+                    return {"decisions": 0, "truncated": False, "flows": []}
+                past = db.execute("SELECT id FROM decisions WHERE id BETWEEN ? AND ? AND ts >= ? AND ts <= ? "
+                                  "ORDER BY id DESC LIMIT 1 OFFSET ?", (lo, hi, since, until, limit)).fetchone()
+                truncated = past is not None  # the span holds more: read the newest `limit`, after that one
+                groups = db.execute(
+                    "SELECT shape, outcome, COUNT(*) FROM decisions WHERE id BETWEEN ? AND ? AND ts >= ? AND ts <= ? "
+                    "GROUP BY shape, outcome", (past[0] + 1 if truncated else lo, hi, since, until)).fetchall()
+                ids = sorted({g[0] for g in groups})
+                shapes: dict[int, list[dict[str, Any]]] = {}
+                for i in range(0, len(ids), 500):
+                    chunk = ids[i:i + 500]
+                    for sid, parts in db.execute(f"SELECT id, parts FROM shapes WHERE id IN ({', '.join('?' * len(chunk))})",
+                                                 chunk):
+                        shapes[sid] = orjson.loads(parts)
+            finally:
+                db.execute("COMMIT")
+        seen = sum(g[2] for g in groups)  # at most `limit`
+        flows: dict[tuple[str, str, str, tuple[str, ...]], list[int]] = {}
+        for sid, outcome, n in groups:
+            bad = 0 if outcome in ("completed", "message") else n
+            for part in shapes.get(sid, ()):
+                modality = base_modality(str(part.get("modality", "")))
+                via = tuple(dict.fromkeys(str(step.get("agent")) for chain in part.get("transforms") or ()
+                                          for step in chain if isinstance(step, dict)))
+                edges: list[tuple[str, str, tuple[str, ...]]]
+                if part.get("dropped"):
+                    edges = [("(dropped)", "dropped", ())]
+                elif not part.get("targets"):
+                    edges = [("(refused)" if outcome == "refused" else "(no target)", "refused", ())]
+                else:
+                    edges = [(str(t), "transform" if via else "native", via) for t in part["targets"]]
+                for target, kind, chain in edges:
+                    cur = flows.setdefault((modality, target, kind, chain), [0, 0])
+                    cur[0] += n
+                    cur[1] += bad
+        ranked = sorted(flows.items(), key=lambda item: (-item[1][0], item[0][0], item[0][1]))
+        rows = [{"modality": m, "target": t, "kind": k, "via": list(v), "parts": c[0], "failed": c[1]}
+                for (m, t, k, v), c in ranked]
+        return {"decisions": seen, "truncated": truncated, "flows": rows}
 
     def position(self) -> int:
         """The last stream position written (0 for a file that never followed a stream)."""
