@@ -32,7 +32,7 @@ async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst:
     key = new_private_key()
     monkeypatch.setenv("FED_A_KEY", private_key_text(key))
     monkeypatch.setenv("FED_A_PUB", public_key_text(key))
-    monkeypatch.setenv("GWA_TOKEN", GWA)
+    monkeypatch.setenv("MMA2A_AGENT_GWA_TOKEN", GWA)
     card, ex = agent("notes", ["text/plain"], echo=True)
     async with run_agent(card, ex) as notes_url:
         async with gateway({"name": "gw-b", "agents": [{"name": "notes", "url": notes_url}],
@@ -40,7 +40,7 @@ async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst:
                                                  {"name": "eve", "token": EVE}]},
                             "rate_limit": {"enabled": True}, "faults": {"dedupe_ttl_s": 300},
                             "federation": {"trusted_gateways": {"gwa": {"public_key_env": "FED_A_PUB"}}}}) as (gw_b, url_b):
-            async with gateway({"name": "gw-a", "agents": [{"name": "site-b", "url": url_b, "token_env": "GWA_TOKEN"}],
+            async with gateway({"name": "gw-a", "agents": [{"name": "site-b", "url": url_b, "token_env": "MMA2A_AGENT_GWA_TOKEN"}],
                                 "auth": {"clients": [{"name": "alice", "token": ALICE}, {"name": "dave", "token": DAVE}]},
                                 "federation": {"private_key_env": "FED_A_KEY"}}) as (gw_a, url_a):
                 assert gw_a.startup_errors == gw_b.startup_errors == []
