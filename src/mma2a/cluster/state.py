@@ -246,7 +246,7 @@ class ClusterState:
                         pending, self._pending_rules = self._pending_rules, None
                         await self._apply_rules("rules", pending[0], pending[1], False)
                 elif kind == "modalities" and not deleted:
-                    self._apply_modality(doc)
+                    await self._apply_modality(doc)
             except MMA2AError as exc:
                 self.last_error = f"{kind}/{key} (revision {revision}): {exc.message}"
                 log.warning("cluster: not applied: %s", self.last_error)
@@ -255,7 +255,7 @@ class ClusterState:
         st = self.gw.state
         if key == "mode":
             if not deleted and doc.get("mode") and doc["mode"] != st.mode:
-                st.set_mode(doc["mode"])
+                await asyncio.to_thread(st.set_mode, doc["mode"])  # a snapshot build: off the loop
                 self.pins.clear()
             return
         if key != "rules" or deleted:
@@ -264,9 +264,10 @@ class ClusterState:
         if source == st.rules_source:
             self.rules_revision = revision
             return
-        rules = parse_rules(source if isinstance(source, (str, dict)) else None, source="cluster")
+        # parsed and built off the event loop, as the admin API does (7,000 rules take seconds: every peer stalled)
+        rules = await asyncio.to_thread(parse_rules, source if isinstance(source, (str, dict)) else None, source="cluster")
         try:
-            st.set_rules(rules, source=source)
+            await asyncio.to_thread(st.set_rules, rules, source)
         except MMA2AError:
             self._pending_rules = (doc, revision)  # retried after the next agent change
             raise
@@ -278,26 +279,36 @@ class ClusterState:
         directory = self.gw.directory
         if deleted:
             if name in directory:
-                directory.remove(name)
+                directory.remove(name, notify=False)
+                await self.gw.rebuild_off_loop()
             return
         cfg = self.gw.config.agent_entry(doc.get("config"))  # as the admin API validates it: refused, never adopted
         if cfg.name != name:
             raise InvalidParams(f"name: {cfg.name!r} under the key {name!r}", field="name")
         card = doc.get("card")
         current = directory.get(name) if name in directory else None
+        changed = False
         if current is None or current.config != cfg or (card is not None and current.card != card):
-            await directory.add(cfg, card=card)
+            await directory.add(cfg, card=card, notify=False)
+            changed = True
         if bool(doc.get("draining")) != directory.get(name).draining:
-            directory.drain(name, bool(doc.get("draining")))
+            directory.drain(name, bool(doc.get("draining")), notify=False)
+            changed = True
+        if changed:  # the routing snapshot rebuilt off the event loop
+            await self.gw.rebuild_off_loop()
 
-    def _apply_modality(self, doc: dict[str, Any]) -> None:
+    async def _apply_modality(self, doc: dict[str, Any]) -> None:
         reg = self.gw.registry
-        existing = reg.lookup(doc["modality"]) if "/" in doc.get("modality", "") else None
+        modality = doc.get("modality")
+        if not isinstance(modality, str):  # as the admin API refuses it
+            raise InvalidParams("modality: required, a media type string such as application/x-lidar", field="modality")
+        existing = reg.lookup(modality) if "/" in modality else None
         if existing is not None and not existing.builtin and existing.version == doc.get("version", 1) and \
                 dict(existing.schema) == (doc.get("schema") or {"type": "object"}):
             return
-        reg.register(doc["modality"], schema=doc.get("schema"), version=doc.get("version", 1),
-                     description=doc.get("description", ""))
+        # its feature schema compiled off the event loop, as the admin API does
+        await asyncio.to_thread(reg.register, modality, schema=doc.get("schema"), version=doc.get("version", 1),
+                                description=doc.get("description", ""))
 
     # --- publishing changes made through this gateway's admin API ---------------------
     async def _put(self, kind: str, key: str, data: bytes) -> int:

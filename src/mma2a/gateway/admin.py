@@ -38,6 +38,8 @@ class AdminParts(HistoryParts, Protocol):
     @property
     def config(self) -> GatewayConfig: ...
 
+    async def rebuild_off_loop(self) -> None: ...
+
     @property
     def registry(self) -> ModalityRegistry: ...
 
@@ -82,18 +84,21 @@ def admin_routes(gw: AdminParts) -> list[Route]:
     async def add_agent(request: Request) -> Response:
         data = await read_json_object(request)
         cfg = gw.config.agent_entry(data)  # token_env: under secrets.env_prefix, never the gateway's own secret
-        entry = await gw.directory.add(cfg)
+        entry = await gw.directory.add(cfg, notify=False)
+        await gw.rebuild_off_loop()  # the routing snapshot, rebuilt in a thread
         await gw.cluster.publish_agent(cfg.name)
         return json_response(entry.to_json(), status=201)
 
     async def delete_agent(request: Request) -> Response:
-        gw.directory.remove(request.path_params["name"])
+        gw.directory.remove(request.path_params["name"], notify=False)
+        await gw.rebuild_off_loop()
         await gw.cluster.publish_agent_removed(request.path_params["name"])
         return Response(status_code=204)
 
     async def drain_agent(request: Request) -> Response:
         name = request.path_params["name"]
-        gw.directory.drain(name, True)
+        gw.directory.drain(name, True, notify=False)
+        await gw.rebuild_off_loop()
         await gw.cluster.publish_agent(name)
         return json_response(gw.directory.get(name).to_json())
 
@@ -101,9 +106,9 @@ def admin_routes(gw: AdminParts) -> list[Route]:
         data = await read_json_object(request)
         if not isinstance(data.get("modality"), str):
             raise InvalidParams("modality: required, a media type string such as application/x-lidar", field="modality")
-        mtype = gw.registry.register(
-            data["modality"], schema=data.get("schema"), version=data.get("version", 1), description=data.get("description", "")
-        )
+        mtype = await asyncio.to_thread(  # its feature schema compiled off the event loop
+            gw.registry.register, data["modality"], schema=data.get("schema"), version=data.get("version", 1),
+            description=data.get("description", ""))
         await gw.cluster.publish_modality(mtype.pattern, schema=data.get("schema"), version=mtype.version,
                                           description=mtype.description)
         return json_response({"modality": mtype.pattern, "featureSchema": mtype.feature_schema}, status=201)
@@ -142,7 +147,7 @@ def admin_routes(gw: AdminParts) -> list[Route]:
         mode = data.get("mode")
         if mode not in ("native", "text-bottleneck"):
             raise InvalidParams(f"mode: must be native or text-bottleneck, got {mode!r}", field="mode")
-        snapshot = gw.state.set_mode(mode)
+        snapshot = await asyncio.to_thread(gw.state.set_mode, mode)  # a snapshot build: off the loop
         gw.pipeline.pins.clear()
         await gw.cluster.publish_mode(mode)
         return json_response({"mode": mode, "version": snapshot.version})

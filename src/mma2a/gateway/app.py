@@ -270,12 +270,24 @@ class Gateway:
 
     def _agents_changed(self) -> None:
         if hasattr(self, "state"):
-            try:
-                self.state.rebuild()
-            except MMA2AError as exc:  # rules name an agent that just left: keep routing on the old snapshot
-                log.error("routing snapshot not rebuilt after an agent change (old routes stay in force): %s",
-                          exc.message)
+            self._rebuild_snapshot()
             self.pipeline.pins.clear()
+        self._count_agents()
+
+    async def rebuild_off_loop(self) -> None:
+        """After agent changes made with `notify=False` (the admin API, the cluster's watch): the snapshot rebuilt in
+        a thread (a large rule set takes seconds to build), then pins cleared and agents counted on the loop."""
+        await asyncio.to_thread(self._rebuild_snapshot)
+        self.pipeline.pins.clear()
+        self._count_agents()
+
+    def _rebuild_snapshot(self) -> None:
+        try:
+            self.state.rebuild()
+        except MMA2AError as exc:  # rules name an agent that just left: keep routing on the old snapshot
+            log.error("routing snapshot not rebuilt after an agent change (old routes stay in force): %s", exc.message)
+
+    def _count_agents(self) -> None:
         healthy = sum(1 for e in self.directory.entries() if e.healthy)
         self.metrics.agents.labels("healthy").set(healthy)
         self.metrics.agents.labels("unhealthy").set(len(self.directory.entries()) - healthy)

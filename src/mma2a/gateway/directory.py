@@ -225,9 +225,9 @@ class AgentDirectory:
         self._on_change = on_change
         self.version = 0
 
-    def _changed(self) -> None:
+    def _changed(self, notify: bool = True) -> None:
         self.version += 1
-        if self._on_change is not None:
+        if notify and self._on_change is not None:
             self._on_change()
 
     def __contains__(self, name: str) -> bool:
@@ -249,8 +249,9 @@ class AgentDirectory:
         url = config.url + CARD_PATH
         return validate_card(await self.transport.fetch_json(url, timeout_s=10.0, agent=config.name), url)
 
-    async def add(self, config: AgentConfig, card: dict[str, Any] | None = None) -> AgentEntry:
-        """Register (or replace) an agent; fetches its card unless given."""
+    async def add(self, config: AgentConfig, card: dict[str, Any] | None = None, *, notify: bool = True) -> AgentEntry:
+        """Register (or replace) an agent; fetches its card unless given. `notify=False`: the caller rebuilds what
+        depends on the agents itself (off the event loop: `Gateway.rebuild_off_loop`)."""
         self.transport.use_tls(config.name, config.tls)
         card = card if card is not None else await self.fetch_card(config)
         old = self._agents.get(config.name)
@@ -262,7 +263,7 @@ class AgentDirectory:
         agents = dict(self._agents)
         agents[config.name] = entry
         self._agents = agents
-        self._changed()
+        self._changed(notify)
         return entry
 
     async def add_many(self, configs: Iterable[AgentConfig]) -> list[str]:
@@ -276,16 +277,16 @@ class AgentDirectory:
                 log.warning("agent %s not registered: %s", c.name, r)
         return errors
 
-    def remove(self, name: str) -> None:
+    def remove(self, name: str, *, notify: bool = True) -> None:
         self.get(name)
         agents = dict(self._agents)
         del agents[name]
         self._agents = agents
-        self._changed()
+        self._changed(notify)
 
-    def drain(self, name: str, draining: bool = True) -> None:
+    def drain(self, name: str, draining: bool = True, *, notify: bool = True) -> None:
         self.get(name).draining = draining
-        self._changed()
+        self._changed(notify)
 
     def mark(self, name: str, *, ok: bool, error: str | None = None, eject: bool = False) -> None:
         """Record a call's outcome; three failures in a row (or one with `eject`: the agent is gone) eject

@@ -52,6 +52,9 @@ class GatewayParts(Protocol):
     @property
     def public_url(self) -> str: ...
 
+    async def rebuild_off_loop(self) -> None:
+        """After agent changes made with `notify=False`: the routing snapshot rebuilt off the event loop."""
+
 
 class RouteHooks(Protocol):
     """The cluster as the request path sees it: shared session pins, durable delivery."""

@@ -1,12 +1,15 @@
 """The routing state: rules + agents + mode → one immutable snapshot, swapped atomically.
 
 A rules PUT or an agent change builds a new snapshot first; only a snapshot that builds
-replaces the old one, so a bad change leaves the old rules in force.
+replaces the old one, so a bad change leaves the old rules in force. Builds of a large rule
+set take seconds, so the admin API and the cluster's watch run them in a thread; a lock keeps
+each build and its swap whole, whichever thread runs it.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 
 from ..errors import MMA2AError
@@ -30,6 +33,7 @@ class RoutingState:
         self.rules_version = 0 if rules is None else 1  # rule sets installed (0: the default); snapshots count every rebuild
         self._versions = itertools.count(1)
         self.rebuild_error: str | None = None  # why the last rebuild after an agent change failed, until one succeeds
+        self._swap = threading.Lock()  # one build-and-swap at a time (builds run in threads)
         self.snapshot: Snapshot = self._build(self.rules, self.mode)
 
     def _build(self, rules: RuleSet, mode: str) -> Snapshot:
@@ -37,15 +41,17 @@ class RoutingState:
 
     def set_rules(self, rules: RuleSet, source: Any = None) -> Snapshot:
         """Validate against the current agents, then swap; raises and keeps the old rules on error."""
-        snapshot = self._build(rules, self.mode)
-        self.rules, self.rules_source, self.snapshot = rules, source, snapshot
-        self.rebuild_error = None
-        self.rules_version += 1
+        with self._swap:
+            snapshot = self._build(rules, self.mode)
+            self.rules, self.rules_source, self.snapshot = rules, source, snapshot
+            self.rebuild_error = None
+            self.rules_version += 1
         return snapshot
 
     def set_mode(self, mode: str) -> Snapshot:
-        snapshot = self._build(self.rules, mode)
-        self.mode, self.snapshot = mode, snapshot
+        with self._swap:
+            snapshot = self._build(self.rules, mode)
+            self.mode, self.snapshot = mode, snapshot
         return snapshot
 
     def use_embedder(self, embedder: Embedder) -> Snapshot:
@@ -56,10 +62,11 @@ class RoutingState:
     def rebuild(self) -> Snapshot:
         """After an agent change. If the rules no longer fit the agents, the old snapshot stays in force and
         `rebuild_error` says why (health reports it) until a rebuild or a rules change succeeds."""
-        try:
-            self.snapshot = self._build(self.rules, self.mode)
-        except MMA2AError as exc:
-            self.rebuild_error = exc.message
-            raise
-        self.rebuild_error = None
-        return self.snapshot
+        with self._swap:
+            try:
+                self.snapshot = self._build(self.rules, self.mode)
+            except MMA2AError as exc:
+                self.rebuild_error = exc.message
+                raise
+            self.rebuild_error = None
+            return self.snapshot
