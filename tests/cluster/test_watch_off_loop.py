@@ -22,7 +22,7 @@ from tests.agents import RecordingExecutor, make_card, run_agent
 
 from .conftest import ADMIN, SECRET, admin, cluster_name
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # in-process gateways and nats-server: minutes on a loaded 2-core box
 
 
 def on_the_loop() -> bool:
