@@ -91,7 +91,7 @@ async def test_key_rotation_new_tokens_work_after_one_read_old_ones_until_they_e
     idp = Issuer()
     specs = {"text": agent("text", ["text/plain"])}
     async with serving(idp) as jwks, agents(specs) as urls:
-        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "urls": LOOPBACK,
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "urls": LOOPBACK, "grpc_listen": "127.0.0.1:0",
                "auth": {"jwt": [jwt_config(idp, jwks, min_refresh_s=0, leeway_s=30)]}}
         clock = Clock()
         async with gateway(cfg, clock=clock) as (gw, url):
@@ -102,6 +102,10 @@ async def test_key_rotation_new_tokens_work_after_one_read_old_ones_until_they_e
             new = idp.mint("alice", ttl=600)
             fresh = await post(url, "/", send_body("k-2"), bearer(new))
             reads_after = idp.reads
+            idp.rotate()  # again: this time the first token of the new key comes over gRPC
+            assert gw.grpc is not None
+            over_grpc = await _grpc_send(gw.grpc.port, idp.mint("alice", ttl=600), "", "rotated")
+            reads_grpc = idp.reads
             again = await post(url, "/", send_body("k-3"), bearer(new))
             old_still = await post(url, "/", send_body("k-4"), bearer(old))
             clock.now = NOW + 600 + 31  # past the old token's exp and the leeway
@@ -111,7 +115,8 @@ async def test_key_rotation_new_tokens_work_after_one_read_old_ones_until_they_e
     assert before.status_code == 200 and reads_before == 1
     assert fresh.status_code == 200, fresh.text
     assert reads_after == 2  # exactly one read of the key set for the new kid
-    assert again.status_code == 200 and idp.reads == 2
+    assert over_grpc == (grpc.StatusCode.OK, "TASK_STATE_COMPLETED") and reads_grpc == 3
+    assert again.status_code == 200 and idp.reads == 3
     assert old_still.status_code == 200
     assert old_late.status_code == 401
     assert old_late.json()["error"]["message"] == "JWT: token has expired (exp)"
