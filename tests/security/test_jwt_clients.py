@@ -310,3 +310,13 @@ async def test_the_claims_name_the_client_its_agents_and_its_priority_ceiling(tm
         with pytest.raises(Unauthorized) as info:
             verifier.authenticate(token)
         assert info.value.message == message
+
+
+
+def test_mma2a_send_says_what_to_do_about_a_refused_jwt() -> None:
+    from mma2a.cli.send import refusal_hints
+
+    said = Unauthorized("mma2a gateway answered HTTP 401: JWT: token has expired (exp)")  # as the SDK reads the 401
+    assert refusal_hints("http://127.0.0.1:1", said, "MMA2A_TOKEN", True) == [
+        "hint: the token in MMA2A_TOKEN is a JWT the gateway does not accept (the reason is above); get a fresh one "
+        "from the identity provider the gateway trusts (auth.jwt)"]

@@ -54,6 +54,9 @@ def refusal_hints(gateway: str, exc: Exception, token_env: str, token_set: bool,
     from .gateway_api import public_agents
 
     if isinstance(exc, Unauthorized):
+        if token_set and ": JWT: " in getattr(exc, "message", ""):  # the gateway judged it as an IdP's token
+            return [f"hint: the token in {token_env} is a JWT the gateway does not accept (the reason is above); get a "
+                    "fresh one from the identity provider the gateway trusts (auth.jwt)"]
         if token_set:
             return [f"hint: the token in {token_env} is not one of the gateway's client tokens (auth.clients)"]
         return [f"hint: the gateway wants a client credential (its auth.clients): put the token in {token_env}, "
