@@ -320,3 +320,24 @@ def test_mma2a_send_says_what_to_do_about_a_refused_jwt() -> None:
     assert refusal_hints("http://127.0.0.1:1", said, "MMA2A_TOKEN", True) == [
         "hint: the token in MMA2A_TOKEN is a JWT the gateway does not accept (the reason is above); get a fresh one "
         "from the identity provider the gateway trusts (auth.jwt)"]
+
+
+async def test_the_verified_tokens_kept_stay_in_their_budget(tmp_path: Any) -> None:
+    idp = Issuer(kind="EC")
+    path = tmp_path / "jwks.json"
+    path.write_bytes(__import__("orjson").dumps(idp.jwks()))
+    cfg = JWTIssuerConfig(issuer=idp.name, audiences=[idp.audience], jwks_file=str(path), algorithms=["ES256"])
+    tokens = [idp.mint(f"user-{i:02d}") for i in range(6)]
+    budget = int(len(tokens[0]) * 2.5)  # two tokens' worth
+    verifier = JWTVerifier([cfg], clock=Clock(), cache_bytes=budget, cache_entries=4)
+    assert await verifier.start() == []
+    for token in tokens:
+        verifier.authenticate(token)
+        kept, size = verifier.cached()
+        assert kept <= 2 and size <= budget
+    assert verifier.cached() == (2, sum(len(t) for t in tokens[-2:]))
+    small = JWTVerifier([cfg], clock=Clock(), cache_entries=3)
+    await small.start()
+    for token in tokens:
+        small.authenticate(token)
+    assert small.cached()[0] == 3

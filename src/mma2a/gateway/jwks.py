@@ -141,7 +141,12 @@ class IssuerKeys:
         await asyncio.shield(self._running)
 
     def refresh_soon(self) -> None:
-        """Start a read in the background when one is due (the request that noticed is not held up)."""
+        """Start a read in the background when one is due (the request that noticed is not held up); nothing outside
+        an event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
         if (self._running is None or self._running.done()) and self.due():
             self.read_at = self.clock()
             self._running = asyncio.ensure_future(self._read())

@@ -9,7 +9,7 @@ priority ceiling of `max_priority_claim` and the token's claims (which `client:`
 
 Each refusal is a 401 whose message names the cause, never the token, and is counted by cause
 (`mma2a_jwt_tokens{issuer,result}`). A token already verified is found again by its SHA-256 digest
-(bounded, least recently used out) until its `exp` (+ leeway) or until its key leaves the key set, as
+(at most 4,096 tokens and 8 MiB of them, least recently used out) until its `exp` (+ leeway) or until its key leaves the key set, as
 Envoy's `jwt_cache_config` does: the signature is checked once per token, not per request.
 """
 
@@ -68,6 +68,7 @@ class _Verified:
     keys: IssuerKeys
     kid: str
     key: SigningKey
+    size: int  # what it holds, counted as its token's length (the claims are that, decoded)
 
 
 class _Issuer:
@@ -97,14 +98,16 @@ class JWTVerifier:
                  static_names: frozenset[str] = frozenset(), clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic,
                  count: Callable[[str, str], None] | None = None, on_fetch: Callable[[str, str], None] | None = None,
-                 cache_entries: int = 4096) -> None:
+                 cache_entries: int = 4096, cache_bytes: int = 8 << 20) -> None:
         """`clock`: the wall clock tokens are judged by; `monotonic`: when key sets are due; `count(issuer, result)`
         is told each token's outcome, `on_fetch(issuer, ok|failed)` each key set read."""
         self.clock = clock
         self.static_names = static_names
         self.count = count
         self.cache_entries = cache_entries
+        self.cache_bytes = cache_bytes  # the verified tokens kept, by their length: at most 8 MiB by default
         self._cache: OrderedDict[bytes, _Verified] = OrderedDict()
+        self._cached = 0
         self._issuers: dict[str, _Issuer] = {}
         for cfg in issuers:
             source = cfg.jwks_url or str(Path(base_dir) / (cfg.jwks_file or ""))
@@ -155,7 +158,7 @@ class JWTVerifier:
                 self._cache.move_to_end(digest)
                 self._tell(hit.client.claims.get("iss", "unknown"), "ok")
                 return hit.client
-            del self._cache[digest]  # expired, or its key has left the set: judged again in full (and refused)
+            self._forget(digest)  # expired, or its key has left the set: judged again in full (and refused)
         try:
             client, verified = self._verify(token)
         except KeysStale:
@@ -164,10 +167,20 @@ class JWTVerifier:
             self._tell(exc.issuer, exc.cause)
             raise
         self._cache[digest] = verified
-        if len(self._cache) > self.cache_entries:
-            self._cache.popitem(last=False)
+        self._cached += verified.size
+        while self._cache and (len(self._cache) > self.cache_entries or self._cached > self.cache_bytes):
+            self._forget(next(iter(self._cache)))  # least recently used first
         self._tell(verified.client.claims.get("iss", "unknown"), "ok")
         return client
+
+    def cached(self) -> tuple[int, int]:
+        """The verified tokens kept: how many, and their bytes."""
+        return len(self._cache), self._cached
+
+    def _forget(self, digest: bytes) -> None:
+        gone = self._cache.pop(digest, None)
+        if gone is not None:
+            self._cached -= gone.size
 
     def _verify(self, token: str) -> tuple[Client, _Verified]:
         try:
@@ -205,7 +218,7 @@ class JWTVerifier:
             raise JWTRefused(f"required claim missing: {exc.claim}", "missing_claim", name) from None
         except ClaimError as exc:
             raise self._claim_refusal(exc.claim, name) from None
-        return self._client(issuer, claims, header.get("kid"), key)
+        return self._client(issuer, claims, header.get("kid"), key, len(token))
 
     @staticmethod
     def _claim_refusal(claim: str, issuer: str) -> JWTRefused:
@@ -235,7 +248,8 @@ class JWTVerifier:
             raise JWTRefused(f"algorithm {alg} does not match the key it names", "alg_not_allowed", issuer.name)
         return found
 
-    def _client(self, issuer: _Issuer, claims: dict[str, Any], kid: Any, key: SigningKey) -> tuple[Client, _Verified]:
+    def _client(self, issuer: _Issuer, claims: dict[str, Any], kid: Any, key: SigningKey,
+                size: int) -> tuple[Client, _Verified]:
         cfg = issuer.config
         value = claims.get(cfg.client_claim)
         if not isinstance(value, str) or not value or len(value) > 256 or not value.isprintable() or " " in value:
@@ -258,7 +272,8 @@ class JWTVerifier:
                 priority = raw
         client = Client(name, "jwt", agents, cfg.rate, cfg.burst, priority, claims)
         until = float(claims["exp"]) + cfg.leeway_s
-        return client, _Verified(client, until, issuer.keys, kid if isinstance(kid, str) else _only_kid(issuer), key)
+        return client, _Verified(client, until, issuer.keys, kid if isinstance(kid, str) else _only_kid(issuer), key,
+                                 size)
 
 
 def _only_kid(issuer: _Issuer) -> str:
