@@ -228,9 +228,18 @@ features: {budget_s: 30}
 """
 
 
+WIDTH_RULE = """rules:
+  version: 1
+  rules:
+    - {name: wide, match: {modality: "image/*", features: {width: {gt: 1000}}}, action: {route_to: echo}}
+features: {budget_s: 30}
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--case", choices=["pngwalk", "flac"], required=True)
+    ap.add_argument("--case", choices=["pngwalk", "flac", "pixels"], required=True)
+    ap.add_argument("--budget", type=int, default=None, help="limits.max_decode_pixels_in_flight (pixels case)")
     ap.add_argument("--concurrent", type=int, default=1)
     ap.add_argument("--src", action="append", default=None, help="sources to run (repeat: side by side)")
     ap.add_argument("--attackers", type=int, default=3)
@@ -244,6 +253,12 @@ def main() -> None:
             result = asyncio.run(flood(Path(src), "flac", args.concurrent, TRANSCRIPT_RULE,
                                        [{"raw": base64.b64encode(data).decode(), "mediaType": "audio/flac"}]))
             result["flac_bytes"] = len(data)
+        elif args.case == "pixels":
+            png = big_png()
+            extra = WIDTH_RULE + (f"limits: {{max_decode_pixels_in_flight: {args.budget}}}\n" if args.budget else "")
+            result = asyncio.run(flood(Path(src), "pixels", args.concurrent, extra,
+                                       [{"raw": base64.b64encode(png).decode(), "mediaType": "image/png"}]))
+            result["png_bytes"] = len(png)
         print(json.dumps(result))
 
 

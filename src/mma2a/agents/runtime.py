@@ -12,6 +12,7 @@ serving it as a real A2A 1.0 server with an honest card.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from google.protobuf import json_format
 from ..card import declare_extension
 from ..errors import URLForbidden
 from ..features.base import Limits
+from ..features.budget import DEFAULT_DECODE_PIXELS, DecodeBudget, decode_cost
+from ..modality import parse_modality
 from ..sdk import IncomingMessage, IncomingPart, MultimodalExecutor, agent_app, run_agent
 from ..sdk.parts import b64
 
@@ -30,6 +33,16 @@ __all__ = ["AGENT_LIMITS", "ReceivedPart", "ReplyFn", "SkillExecutor", "agent_ap
 
 AGENT_LIMITS = Limits()
 """What a reference agent decodes: each part's header is checked against these before any model sees its bytes."""
+
+AGENT_DECODES = DecodeBudget(DEFAULT_DECODE_PIXELS, name="the agent's decode budget")
+"""Pixels (audio: samples as decoded) a reference agent's process decodes at once; a decode waits for room up to
+`DECODE_WAIT_S`, then the part is refused with the reason (features.budget)."""
+DECODE_WAIT_S = 30.0
+
+
+def decoding(data: bytes, modality: str, what: str) -> Any:
+    """Hold `data`'s decode cost of the agent's decode budget while the block decodes it (blocking: worker threads)."""
+    return AGENT_DECODES.reserve(decode_cost(data, parse_modality(modality)), time.monotonic() + DECODE_WAIT_S, what)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from a2a.types import AgentCard
 
 from ..features.base import Limits
 from ..modality import parse_modality
-from .runtime import ReceivedPart, b64, make_card, run_blocking
+from .runtime import ReceivedPart, b64, decoding, make_card, run_blocking
 
 STT_NAME, TTS_NAME = "speech", "speaker"
 
@@ -84,7 +84,8 @@ def _transcribe(data: bytes, modality: str) -> tuple[str, str | None, list[dict[
     from ..features.speech import decode_speech, transcribe_audio
 
     try:  # straight to 16 kHz mono, samples (rate x channels x seconds) bounded before anything decodes
-        audio = decode_speech(data, parse_modality(modality), AGENT_LIMITS)
+        with decoding(data, modality, "speech"):  # bounded with the process's other decodes
+            audio = decode_speech(data, parse_modality(modality), AGENT_LIMITS)
     except MediaError as exc:
         raise ValueError(exc.message) from None
     result = transcribe_audio(audio)

@@ -24,7 +24,7 @@ from ..features.objects import PACKAGE as OBJECTS
 from ..features.objects import detect_objects
 from ..features.ocr import read_lines
 from .pixels import check_pixels, hex_colour
-from .runtime import AGENT_LIMITS, ReceivedPart, make_card, run_blocking
+from .runtime import AGENT_LIMITS, ReceivedPart, decoding, make_card, run_blocking
 
 NAME = "vision"
 
@@ -106,7 +106,8 @@ def _inspect(data: bytes) -> dict[str, Any]:
     import numpy as np
 
     try:  # as a viewer sees it: EXIF orientation, 16-bit grey, transparency (features/image.py)
-        pic = read_picture(data, AGENT_LIMITS, max_side=WORK_SIDE)
+        with decoding(data, "image/*", "vision"):  # bounded with the process's other decodes
+            pic = read_picture(data, AGENT_LIMITS, max_side=WORK_SIDE)
     except MediaError as exc:
         raise ValueError(exc.message) from None
     width, height = pic.width, pic.height

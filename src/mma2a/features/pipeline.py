@@ -28,6 +28,7 @@ from ..errors import FeatureSchemaError, MediaError
 from ..ext import FeatureSource, Thumbnail
 from ..modality import DEFAULT_REGISTRY, Modality, ModalityRegistry, parse_modality
 from .base import THUMBNAIL_KEY, Extractor, Limits, handles, missing_packages, set_deadline
+from .budget import DecodeBudget, decode_cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +141,10 @@ def default_budgets() -> dict[str, float]:
     return {ex.name: b for ex in default_extractors() if (b := own_budget(ex)) is not None}
 
 
-def _run(extractor: Extractor, data: bytes, modality: Modality, deadline: float) -> _Outcome:
-    """One extractor on one payload, on a worker thread; every failure becomes an outcome."""
+def _run(extractor: Extractor, data: bytes, modality: Modality, deadline: float,
+         budget: DecodeBudget | None = None) -> _Outcome:
+    """One extractor on one payload, on a worker thread, holding its decode's cost of `budget` (waiting for room
+    until its deadline); every failure becomes an outcome."""
     start = time.monotonic()
     outcome = _Outcome(extractor)
     if start >= deadline:
@@ -150,7 +153,12 @@ def _run(extractor: Extractor, data: bytes, modality: Modality, deadline: float)
         return outcome
     set_deadline(deadline)
     try:
-        outcome.features = extractor.extract(data, modality)
+        if budget is None:
+            outcome.features = extractor.extract(data, modality)
+        else:
+            # it waits for room at most half its time: the rest is left to decode (and its skip is recorded in time)
+            with budget.reserve(decode_cost(data, modality), start + (deadline - start) / 2, extractor.name):
+                outcome.features = extractor.extract(data, modality)
     except MediaError as exc:
         outcome.error = exc.message
     except TimeoutError as exc:
@@ -171,7 +179,9 @@ class FeaturePipeline:
 
     `max_in_flight` bounds the jobs queued or running (including ones that outlived their
     budget and are winding down): beyond it, new work is skipped at once instead of queueing,
-    so a flood of heavy media cannot stall the gateway.
+    so a flood of heavy media cannot stall the gateway. With `decode_budget`, each extractor holds
+    its decode's cost (pixels from the header) while it runs, waiting for room at most half its
+    allowance; past it the extractor is skipped with the reason in `features.error`.
     """
 
     def __init__(
@@ -183,8 +193,10 @@ class FeaturePipeline:
         max_workers: int | None = None,
         max_in_flight: int = 64,
         budgets: Mapping[str, float] | None = None,
+        decode_budget: DecodeBudget | None = None,
     ) -> None:
         self.limits = limits or Limits()
+        self.decode_budget = decode_budget  # shared with every other decode of the process (features.budget)
         self.budgets = dict(budgets or {})  # extractor name -> seconds, over the extractor's own allowance
         self.extractors: tuple[Extractor, ...] = tuple(
             extractors if extractors is not None else default_extractors(limits=self.limits)
@@ -298,7 +310,7 @@ class FeaturePipeline:
         for ex in runnable:
             allowed = self.allowance(ex, budget_s, data, mod)
             longest = max(longest, allowed)
-            fut = pool.submit(_run, ex, data, mod, start + allowed)
+            fut = pool.submit(_run, ex, data, mod, start + allowed, self.decode_budget)
             fut.add_done_callback(self._release)
             jobs.append(_Job(ex, fut, allowed))
         return mod, jobs, skipped, errors, longest

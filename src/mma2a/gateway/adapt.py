@@ -30,6 +30,7 @@ from ..compression import pick
 from ..errors import MMA2AError
 from ..ext import EXTENSION_URI, PayloadRef, decoded_size
 from ..features.base import Limits, set_deadline
+from ..features.budget import DecodeBudget, decode_cost
 from ..modality import Modality, parse_modality
 from ..payload import BlobStore, URLSigner
 from ..payload.store import check_key
@@ -81,7 +82,9 @@ class PartAdapter:
     def __init__(
         self, store: BlobStore, signer: URLSigner, *, base_url: str, limits: Limits | None = None,
         budget_s: float = 10.0, inline_max: int = 256 * 1024, cache_entries: int = 4096,
+        decode_budget: DecodeBudget | None = None,
     ) -> None:
+        self.decode_budget = decode_budget
         self.store = store
         self.signer = signer
         self.base_url = base_url.rstrip("/")
@@ -209,7 +212,10 @@ class PartAdapter:
             def work() -> Adapted | None:
                 set_deadline(deadline)
                 try:
-                    return fit_media(data, modality, profile, self.limits)
+                    if self.decode_budget is None:
+                        return fit_media(data, modality, profile, self.limits)
+                    with self.decode_budget.reserve(decode_cost(data, modality), deadline, "adapt"):
+                        return fit_media(data, modality, profile, self.limits)
                 finally:
                     set_deadline(None)
 

@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from ..compression import ContentCoding
 from ..errors import MMA2AError
 from ..features.base import Limits
+from ..features.budget import DecodeBudget
 from ..features.probe import check_media
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
@@ -144,6 +145,8 @@ class Gateway:
                               f"({INSTALL[config.features.text_model]})", field="features.text_model")
         self.state = RoutingState(self.directory, mode=config.mode,
                                   embedder=CachedEmbedder(self.embedder) if self.embedder is not None else None)
+        # every decode of the gateway (features, thumbnails, fitting) holds its pixels of one budget (features.budget)
+        self.decode_budget = DecodeBudget(config.limits.max_decode_pixels_in_flight)
         self.features = self._feature_stage(config)
         scheme = "https" if config.tls else "http"
         self.public_url = (config.public_url or f"{scheme}://{config.listen}").rstrip("/")
@@ -228,7 +231,8 @@ class Gateway:
                                fill_missing=fc.fill_missing, budget_s=fc.budget_s)
         limits = self._media_limits(fc)
         vectors = self._text_vectors(self.embedder) if self.embedder is not None else None
-        return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits, budgets=fc.model_budget_s), policy,
+        return FeatureStage(FeaturePipeline(registry=self.registry, limits=limits, budgets=fc.model_budget_s,
+                                            decode_budget=self.decode_budget), policy,
                             vectors)
 
     def _adapter(self, config: GatewayConfig) -> PartAdapter | None:
@@ -237,7 +241,8 @@ class Gateway:
             return None
         limits = self._media_limits(fc)
         return PartAdapter(self.store, self.signer, base_url=self.public_url, limits=limits, budget_s=ac.budget_s,
-                           inline_max=config.offload_threshold, cache_entries=ac.cache_entries)
+                           inline_max=config.offload_threshold, cache_entries=ac.cache_entries,
+                           decode_budget=self.decode_budget)
 
     @staticmethod
     def _media_limits(fc: Any) -> Limits:

@@ -32,6 +32,7 @@ from ..errors import (
 from ..ext import EXTENSION_URI, decoded_size
 from ..modality import parse_modality
 from ..features.base import Limits
+from ..features.budget import DEFAULT_DECODE_PIXELS
 from ..features.probe import check_raw, looks_like_image
 from ..payload.ssrf import URLPolicy, check_url, normalize_url
 from ..signing import (
@@ -85,6 +86,9 @@ class LimitsConfig(BaseModel):
     max_pixels: int = Field(default=40_000_000, gt=0)
     max_audio_seconds: float = Field(default=4 * 3600.0, gt=0)
     max_audio_samples: int = Field(default=48_000 * 2 * 4 * 3600, gt=0)  # rate x channels x seconds: 4 h of 48 kHz stereo
+    # pixels (or their equivalent: audio samples, mesh bytes) every decode of the gateway holds at once (features,
+    # thumbnails, fitting); past it a decode waits within its deadline, else is skipped with the reason
+    max_decode_pixels_in_flight: int = Field(default=DEFAULT_DECODE_PIXELS, ge=1)
     max_video_seconds: float = Field(default=4 * 3600.0, gt=0)
     modalities: ModalityLists = Field(default_factory=ModalityLists)
     agents: dict[str, ModalityLists] = Field(default_factory=dict)

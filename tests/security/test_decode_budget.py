@@ -1,0 +1,107 @@
+"""Security round 4 (issue 31), finding 5: every decode of a process holds its pixels of one budget
+(`limits.max_decode_pixels_in_flight`): past it, a decode waits within its deadline, else the part goes on without
+that work and the reason is recorded. Deterministic: the budget is held by the test itself, not raced."""
+
+from __future__ import annotations
+
+import base64
+import io
+import threading
+import time
+
+import pytest
+from google.protobuf import json_format
+
+from mma2a.ext import EXTENSION_URI
+from mma2a.features.base import Limits
+from mma2a.features.budget import DecodeBudget, DecodeBusy, decode_cost
+from mma2a.features.image import ImageExtractor
+from mma2a.features.pipeline import FeaturePipeline
+from mma2a.modality import parse_modality
+from tests.gateway.conftest import agent, agents, gateway, rpc
+
+pytest.importorskip("PIL")
+PNG = parse_modality("image/png")
+
+
+def png(width: int, height: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 40, 40)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_the_budget_waits_until_its_deadline_then_says_why() -> None:
+    budget = DecodeBudget(1000)
+    with budget.reserve(800, None, "first"):
+        with pytest.raises(DecodeBusy) as busy:
+            with budget.reserve(300, time.monotonic() + 0.05, "second"):
+                pass
+        assert budget.held == 800
+        with budget.reserve(200, time.monotonic(), "fits"):  # room: no wait at all
+            assert budget.held == 1000
+    assert busy.value.message == ("second: 800 of 1000 pixels are decoding (limits.max_decode_pixels_in_flight), "
+                                  "no room for 300 more before the deadline; not decoded")
+    assert budget.held == 0 and budget.peak == 1000
+    with budget.reserve(5000, None, "larger than all of it") as held:  # runs alone
+        assert held == 1000
+
+
+def test_a_waiting_decode_runs_as_soon_as_room_is_given_back() -> None:
+    budget = DecodeBudget(1000)
+    first = budget.reserve(900, None, "first")
+    first.__enter__()
+    ran = threading.Event()
+
+    def second() -> None:
+        with budget.reserve(900, None, "second"):
+            ran.set()
+
+    t = threading.Thread(target=second)
+    t.start()
+    assert not ran.is_set() and budget.held == 900
+    first.__exit__(None, None, None)
+    t.join(10)
+    assert ran.is_set() and budget.held == 0 and budget.peak == 900
+
+
+def test_the_cost_of_a_decode_comes_from_its_header() -> None:
+    assert decode_cost(png(300, 200), PNG) == 60_000
+    assert decode_cost(b"hello", parse_modality("text/plain")) == 0
+
+
+def test_an_extractor_past_the_budget_is_skipped_with_the_reason() -> None:
+    budget = DecodeBudget(100_000)
+    data = png(300, 200)
+    with FeaturePipeline([ImageExtractor(limits=Limits())], decode_budget=budget) as pipeline:
+        with budget.reserve(50_000, None, "another request"):
+            busy = pipeline.extract_blocking(PNG, data, budget_s=2)  # gives up waiting at 1 s, recorded by 2 s
+        done = pipeline.extract_blocking(PNG, data, budget_s=5)
+    assert busy.features["error"] == ("pillow-image: 50000 of 100000 pixels are decoding "
+                                      "(limits.max_decode_pixels_in_flight), no room for 60000 more before the "
+                                      "deadline; not decoded")
+    assert "width" not in busy.features
+    assert (done.features["width"], done.features["height"]) == (300, 200) and budget.held == 0
+
+
+async def test_the_gateway_shares_one_budget_and_records_the_reason() -> None:
+    rules = {"version": 1, "rules": [{"name": "wide", "match": {"modality": "image/*", "features": {
+        "width": {"gt": 100}}}, "action": {"route_to": "wide"}}]}
+    specs = {"wide": agent("wide", ["image/*"]), "other": agent("other", ["image/*"])}
+    part = {"raw": base64.b64encode(png(300, 200)).decode(), "mediaType": "image/png"}
+    async with agents(specs) as urls:
+        async with gateway({"rules": rules, "agents": [{"name": n, "url": u} for n, u in urls.items()],
+                            "features": {"budget_s": 2}, "limits": {"max_decode_pixels_in_flight": 100_000}}
+                           ) as (gw, url):
+            assert gw.decode_budget.capacity == 100_000
+            with gw.decode_budget.reserve(90_000, None, "held by the test"):
+                held = await rpc(url, "SendMessage", {"message": {"messageId": "b1", "role": "ROLE_USER",
+                                                                  "parts": [part]}})
+            free = await rpc(url, "SendMessage", {"message": {"messageId": "b2", "role": "ROLE_USER", "parts": [part]}})
+    assert "result" in held and "result" in free
+    got = [json_format.MessageToDict(m.message)["parts"][0]["metadata"][EXTENSION_URI]
+           for spec in specs.values() for m in spec[1].received]
+    errors = [g.get("features", {}).get("error", "") for g in got]
+    assert any("no room for 60000 more before the deadline" in e for e in errors), got
+    assert [m.message.message_id for m in specs["wide"][1].received] == ["b2"]  # the free one matched the rule
