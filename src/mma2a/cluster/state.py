@@ -33,6 +33,7 @@ from ..gateway.hooks import GatewayParts
 from ..routing import parse_rules
 from ..serving import cancel_tasks
 from .delivery import DurableDelivery
+from .push import PushJournalKV
 from .link import Names, connect, ensure_kv
 from .nonces import ClusterNonces
 from .objects import ObjectBlobStore
@@ -71,6 +72,7 @@ class ClusterState:
         self.store = ObjectBlobStore(self)
         self.delivery = DurableDelivery(self)
         self.nonces = ClusterNonces(self)
+        self.push_journal = PushJournalKV(self)  # opened by the gateway's push service once this member has started
         self.history: JetStreamHistory | None = None  # set by history_sink() when the gateway keeps a history
         self._pending_rules: Any = None
         self._tasks: list[asyncio.Task[Any]] = []

@@ -315,6 +315,7 @@ class Gateway:
         if self.features is not None:  # load the models the rules need, and language profiles, before the first request
             await asyncio.to_thread(self.features.warm, self.state.snapshot)
         await self.cluster.start(self)  # clustered: share (or adopt) rules, agents, modalities; pins, blobs, deliveries
+        await self.pipeline.push.start(self.cluster.push_journal)  # clustered: push configs, pending deliveries
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
             from .grpc_binding import GrpcIngress
 
@@ -352,8 +353,8 @@ class Gateway:
         if self.grpc is not None:
             await self.grpc.stop()
             self.grpc = None
+        await self.pipeline.push.close()  # before the cluster's connection closes: its journal writes what is queued
         await self.cluster.stop()
-        await self.pipeline.push.close()
         await cancel_tasks(self._tasks)
         if self.access.auth.jwt is not None:
             await self.access.auth.jwt.close()

@@ -18,6 +18,7 @@ from .directory import AgentDirectory, AgentEntry
 from .guard import NonceLedger
 from .history import HistoryConfig, HistoryRecorder, HistorySink
 from .metrics import GatewayMetrics
+from .push.journal import PushJournal
 from .state import RoutingState
 
 
@@ -87,6 +88,10 @@ class ClusterHooks(RouteHooks, Protocol):
     def nonces(self) -> NonceLedger | None:
         """Signed messages' nonces shared with the other gateways (None: this gateway's own replay guard only)."""
 
+    @property
+    def push_journal(self) -> PushJournal | None:
+        """Push configs and pending deliveries kept for the cluster (None: in this gateway's memory only)."""
+
     async def start(self, gateway: GatewayParts) -> None:
         """Join: share or adopt rules, agents and modalities; open pins, blobs, deliveries."""
 
@@ -112,6 +117,7 @@ class Standalone:
     pins: SessionPins | None = None
     store: BlobStore | None = None
     nonces: NonceLedger | None = None
+    push_journal: PushJournal | None = None
 
     async def start(self, gateway: GatewayParts) -> None:
         return None

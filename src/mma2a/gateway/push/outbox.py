@@ -50,17 +50,21 @@ class Delivery:
 
 
 Outcome = Callable[[Delivery, str, str], None]  # (delivery, "delivered" | "failed" | "refused", detail)
+Journal = Callable[[Delivery, bool], None]  # (delivery, still pending): kept (its newest body) or done
 
 
 class Outbox:
     """Pending deliveries and the tasks that send them."""
 
     def __init__(self, settings: PushSettings, policy: URLPolicy | None, *, on_outcome: Outcome | None = None,
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
-        """`policy`: the `urls` policy every connection is checked against (None: `urls.check` is off)."""
+                 journal: Journal | None = None, sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        """`policy`: the `urls` policy every connection is checked against (None: `urls.check` is off); `journal`:
+        told of each pending delivery and of its end (a cluster keeps them, `journal.py`); a stop or a crash
+        leaves the pending ones there."""
         self.settings = settings
         self.policy = policy
         self.on_outcome = on_outcome
+        self.journal = journal
         self.sleep = sleep
         self._pending: dict[tuple[str | None, str, str], Delivery] = {}
         self._owned: dict[str | None, tuple[int, int]] = {}  # owner -> (pending, bytes)
@@ -86,6 +90,8 @@ class Outbox:
             else:
                 d.body, d.hook = body, hook
             self._count(hook.owner, 0, d.size - before)
+            if self.journal is not None:
+                self.journal(d, True)
             return True
         s = self.settings
         n, b = self._owned.get(hook.owner, (0, 0))
@@ -97,6 +103,8 @@ class Outbox:
         d = Delivery(hook, task_id, body)
         self._pending[key] = d
         self._count(hook.owner, 1, len(body))
+        if self.journal is not None:
+            self.journal(d, True)
         task = asyncio.create_task(self._run(d), name=f"push {task_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -125,6 +133,8 @@ class Outbox:
                 if ok or final or d.attempts >= s.max_attempts:
                     self._outcome(d, "delivered" if ok else "failed", detail if not ok else f"attempt {d.attempts}")
                     if d.newer is None:
+                        if self.journal is not None:
+                            self.journal(d, False)  # done: only an outcome ends it (a stop leaves it pending)
                         return
                     d.body, d.newer, d.attempts = d.newer, None, 0  # the newer task next
                     continue

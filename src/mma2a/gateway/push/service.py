@@ -25,6 +25,7 @@ from ..history.record import DecisionRecord, HistorySink
 from ..task_ops import TaskOperations
 from ..tasks import TaskMap, TaskRecord
 from .follow import Follower, NotificationRefused, WebhookLeg
+from .journal import PushJournal, record_key
 from .outbox import Delivery, Outbox
 from .settings import PushSettings
 from .store import ClientHook, PushConfigStore, normalize
@@ -64,8 +65,52 @@ class PushService:
         self.metrics = metrics
         self.store = PushConfigStore(settings)
         policy = guard.url_policy if guard is not None and guard.urls.check else None
-        self.outbox = Outbox(settings, policy, on_outcome=self._outcome)
+        self.outbox = Outbox(settings, policy, on_outcome=self._outcome, journal=self._journal_delivery)
         self.follower = Follower(settings, caller, task_ops.current, self.store.has, self.notify, webhook_base)
+        self.journal: PushJournal | None = None
+
+    async def start(self, journal: PushJournal | None) -> None:
+        """In a cluster: the configs every gateway keeps, and the deliveries this one takes over (its own from before
+        a restart, and those of gateways that stopped), from `journal`; from then on every change is written there."""
+        if journal is None:
+            return
+        self.journal = journal
+        await journal.open(self._config_from_cluster, self._delivery_from_cluster)
+
+    def _config_from_cluster(self, record: dict[str, Any]) -> None:
+        owner = record.get("owner")
+        owner = owner if isinstance(owner, str) else None
+        if record.get("deleted"):
+            self.store.delete(owner, str(record.get("taskId")), str(record.get("id")))
+            return
+        config = record.get("config")
+        if isinstance(config, dict):
+            try:
+                self.store.put(owner, config)
+            except MMA2AError as exc:  # past a bound of this gateway's (another's settings differ): not kept here
+                log.warning("push: a config from the cluster was not kept: %s", exc.message)
+
+    def _delivery_from_cluster(self, key: str, record: dict[str, Any]) -> None:
+        owner, config, task_id, body = record.get("owner"), record.get("config"), record.get("task"), record.get("body")
+        if not isinstance(config, dict) or not isinstance(task_id, str) or not isinstance(body, str):
+            return
+        hook = ClientHook(owner if isinstance(owner, str) else None, config, len(orjson.dumps(config)))
+        self.outbox.enqueue(hook, task_id, body.encode())
+
+    def _journal_delivery(self, d: Delivery, pending: bool) -> None:
+        if self.journal is None:
+            return
+        key = record_key(d.hook.owner, d.task_id, d.hook.id)
+        if pending:
+            self.journal.put_delivery(key, {"owner": d.hook.owner, "config": d.hook.config, "task": d.task_id,
+                                            "body": (d.newer or d.body).decode()})
+        else:
+            self.journal.delete_delivery(key)
+
+    def _journal_config(self, hook: ClientHook) -> None:
+        if self.journal is not None:
+            self.journal.put_config(record_key(hook.owner, str(hook.config["taskId"]), hook.id),
+                                    {"owner": hook.owner, "config": hook.config})
 
     @property
     def enabled(self) -> bool:
@@ -101,12 +146,20 @@ class PushService:
         rec = await self._owned_task(str(task_id or ""), target)  # the task first, as an a2a-sdk agent checks
         await self._check_url(config["url"], "params.url")
         hook = self.store.put(current_sender(), config)
+        self._journal_config(hook)
         await self._start(rec, hook)
         return dict(hook.config)
 
+    async def _configs_task(self, task_id: str, target: str | None) -> None:
+        """For get, list, delete: the caller's task, or one it holds configs of (a config is only ever kept for a task
+        its owner has: after a restart in a cluster the configs are back before the task map knows the task)."""
+        if isinstance(task_id, str) and self.tasks.find(task_id) is None and self.store.of_owner(current_sender(), task_id):
+            return
+        await self._owned_task(task_id, target)
+
     async def get(self, task_id: str, config_id: str, target: str | None) -> dict[str, Any]:
         self._check_enabled()
-        await self._owned_task(task_id, target)
+        await self._configs_task(task_id, target)
         hook = self.store.get(current_sender(), task_id, config_id or task_id)
         if hook is None:
             raise TaskNotFound(f"push config {config_id!r} of task {task_id!r} not found", field="id")
@@ -114,14 +167,16 @@ class PushService:
 
     async def list(self, task_id: str, target: str | None) -> list[dict[str, Any]]:
         self._check_enabled()
-        await self._owned_task(task_id, target)
+        await self._configs_task(task_id, target)
         return [dict(h.config) for h in self.store.of_owner(current_sender(), task_id)]
 
     async def delete(self, task_id: str, config_id: str, target: str | None) -> None:
         """Deleting a config that is not there is no error (as a2a-sdk agents answer)."""
         self._check_enabled()
-        await self._owned_task(task_id, target)
-        self.store.delete(current_sender(), task_id, config_id or task_id)
+        await self._configs_task(task_id, target)
+        owner, cid = current_sender(), config_id or task_id
+        if self.store.delete(owner, task_id, cid) and self.journal is not None:
+            self.journal.delete_config(record_key(owner, task_id, cid), {"owner": owner, "taskId": task_id, "id": cid})
 
     async def _start(self, rec: TaskRecord, hook: ClientHook) -> None:
         """A config just kept for a task: the task as it is now (a config set on a running task hears of it at once
@@ -187,7 +242,7 @@ class PushService:
     def _keep(self, task_id: str, config: dict[str, Any]) -> None:
         kept = {**config, "taskId": task_id, "id": config["id"] or task_id}
         try:
-            self.store.put(current_sender(), kept, f"params.configuration.{INLINE}")
+            self._journal_config(self.store.put(current_sender(), kept, f"params.configuration.{INLINE}"))
         except MMA2AError as exc:  # raced past a bound since it was checked: the task runs, unnotified, and says why
             log.warning("push: the config of task %s was not kept: %s", task_id, exc.message)
 
@@ -255,8 +310,12 @@ class PushService:
         return Response(status_code=200)
 
     async def close(self) -> None:
+        """Stop following and sending; in a cluster the pending deliveries stay in the journal for whoever takes
+        them over (this gateway after a restart, or another)."""
         await self.follower.close()
         await self.outbox.close()
+        if self.journal is not None:
+            await self.journal.close()
 
 
 def _answer(status: int, message: str) -> Response:

@@ -1,0 +1,173 @@
+"""Push notifications in a cluster: the clients' configs and the pending deliveries in JetStream KV
+(`gateway.push.journal`), so a gateway killed with deliveries pending has them delivered after its
+restart (or by another gateway once it stops heartbeating), each once or more, to the client whose
+config it is.
+
+Two buckets: `push_configs` (every gateway loads them at start and follows others' changes) and
+`push_deliveries` (a record per pending (client, task, config), holding its gateway's id; the whole
+notification, a task as `GetTask` shows it, is in the record, so it is self-contained). A gateway takes a
+delivery over by a compare-and-set of its record (`update` with the revision read), so two never both
+take the same one from a dead gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import orjson
+from nats.js.errors import KeyWrongLastSequenceError
+
+from ..gateway.push.journal import OnConfig, OnDelivery
+from .link import Member, ensure_kv
+
+log = logging.getLogger("mma2a.cluster.push")
+
+_Op = tuple[str, str, str, bytes | None]  # (bucket kind, op, key, value)
+
+
+class PushJournalKV:
+    """`PushJournal` on JetStream KV for one cluster member."""
+
+    def __init__(self, member: Member, *, takeover_s: float | None = None) -> None:
+        self.member = member
+        self.takeover_s = takeover_s
+        self.kv: dict[str, Any] = {}
+        self._writes: asyncio.Queue[_Op | None] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._held: set[str] = set()  # delivery keys this gateway holds
+        self._on_delivery: OnDelivery | None = None
+
+    @property
+    def gateway(self) -> str:
+        return self.member.id
+
+    async def open(self, on_config: OnConfig, on_delivery: OnDelivery) -> None:
+        c, names, js = self.member.config, self.member.names, self.member.js
+        for kind in ("configs", "deliveries"):
+            self.kv[kind] = await ensure_kv(js, names.bucket(f"push_{kind}"), replicas=c.replicas)
+        self._on_delivery = on_delivery
+        self._tasks.append(asyncio.create_task(self._writer()))
+        await self._load_configs(on_config)
+        await self._take_over(own=True)
+        self._tasks.append(asyncio.create_task(self._watch_configs(on_config)))
+        self._tasks.append(asyncio.create_task(self._takeover_loop()))
+
+    async def _keys(self, kind: str) -> list[str]:
+        try:
+            return list(await self.kv[kind].keys())
+        except Exception:  # noqa: BLE001 - nats-py raises NoKeysError (or a timeout) on an empty bucket
+            return []
+
+    async def _load_configs(self, on_config: OnConfig) -> None:
+        for key in await self._keys("configs"):
+            with contextlib.suppress(Exception):
+                entry = await self.kv["configs"].get(key)
+                rec = orjson.loads(entry.value or b"{}")
+                if not rec.get("deleted"):
+                    on_config(rec)
+
+    async def _watch_configs(self, on_config: OnConfig) -> None:
+        """Other gateways' config changes, applied here (this gateway's own are skipped: it applied them first)."""
+        while True:
+            try:
+                watcher = await self.kv["configs"].watchall(include_history=False)
+                async for entry in watcher:
+                    if entry is None or not entry.value:
+                        continue
+                    rec = orjson.loads(entry.value)
+                    if rec.get("gateway") != self.gateway:
+                        on_config(rec)  # a deleted one too: the service drops it
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - NATS away: watch again
+                log.info("push configs watch: %s; watching again", exc or type(exc).__name__)
+                await asyncio.sleep(1.0)
+
+    async def _take_over(self, *, own: bool) -> None:
+        """Claim the deliveries of gateways that stopped (and, at start, this gateway's own from before)."""
+        kv = self.kv["deliveries"]
+        for key in await self._keys("deliveries"):
+            if key in self._held:
+                continue
+            try:
+                entry = await kv.get(key)
+                rec = orjson.loads(entry.value or b"{}")
+            except Exception:  # noqa: BLE001 - deleted meanwhile
+                continue
+            holder = str(rec.get("gateway") or "")
+            if not ((own and holder == self.gateway) or (holder != self.gateway and not await self.member.is_alive(holder))):
+                continue
+            rec["gateway"] = self.gateway
+            try:
+                await kv.update(key, orjson.dumps(rec), last=entry.revision)
+            except KeyWrongLastSequenceError:
+                continue  # another gateway took it, or its holder wrote it again: alive after all
+            self._held.add(key)
+            if holder != self.gateway:
+                log.warning("push: delivery %s of gateway %s (stopped) taken over", key, holder)
+            assert self._on_delivery is not None
+            self._on_delivery(key, rec)
+
+    async def _takeover_loop(self) -> None:
+        every = self.takeover_s or self.member.config.member_ttl_s
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self._take_over(own=False)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - NATS away: next round
+                log.info("push takeover: %s", exc or type(exc).__name__)
+
+    def put_config(self, key: str, record: dict[str, object]) -> None:
+        self._writes.put_nowait(("configs", "put", key, orjson.dumps({**record, "gateway": self.gateway})))
+
+    def delete_config(self, key: str, record: dict[str, object]) -> None:
+        self._writes.put_nowait(("configs", "put", key, orjson.dumps({**record, "deleted": True,
+                                                                      "gateway": self.gateway})))
+
+    def put_delivery(self, key: str, record: dict[str, object]) -> None:
+        self._held.add(key)
+        self._writes.put_nowait(("deliveries", "put", key, orjson.dumps({**record, "gateway": self.gateway})))
+
+    def delete_delivery(self, key: str) -> None:
+        self._held.discard(key)
+        self._writes.put_nowait(("deliveries", "delete", key, None))
+
+    async def _writer(self) -> None:
+        """Writes in the order they were made; NATS trouble is retried for a while, then the write is logged lost."""
+        while True:
+            op = await self._writes.get()
+            if op is None:
+                return
+            kind, what, key, value = op
+            for attempt in range(20):
+                try:
+                    if what == "put":
+                        assert value is not None
+                        await self.kv[kind].put(key, value)
+                    else:
+                        await self.kv[kind].delete(key)
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    if attempt == 19:
+                        log.warning("push: %s of %s record %s not written: %s", what, kind, key, exc)
+                    await asyncio.sleep(min(2.0, 0.05 * 2 ** attempt))
+
+    async def close(self) -> None:
+        self._writes.put_nowait(None)
+        writer, rest = (self._tasks[0], self._tasks[1:]) if self._tasks else (None, [])
+        for t in rest:
+            t.cancel()
+        for t in rest:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if writer is not None:
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError, Exception):
+                await asyncio.wait_for(writer, 5.0)
+        self._tasks.clear()

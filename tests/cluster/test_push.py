@@ -1,0 +1,100 @@
+"""Push notifications in a cluster: a gateway process SIGKILLed while deliveries to two clients' webhooks are
+pending (the webhooks answering 503) delivers them after its restart, each once or more, each to its own client's
+webhook with that client's credentials; and the clients' configs survive the restart."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import nats
+import pytest
+
+from mma2a.cluster.server import NatsServer
+from tests.conformance.tck_agent import tck_agent
+from tests.webhooks import WebhookReceiver, webhook_receiver
+
+from .conftest import GatewayProc, cluster_name
+
+pytestmark = pytest.mark.timeout(300)
+
+
+async def pending_keys(nats_url: str, bucket: str) -> list[str]:
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await nc.jetstream().key_value(bucket)
+        try:
+            return list(await kv.keys())
+        except Exception:  # noqa: BLE001 - nats-py: no keys
+            return []
+    finally:
+        await nc.close()
+
+
+async def until(predicate: Any, timeout_s: float = 60.0) -> None:
+    """Until `predicate()` (an async check) holds; the timeout only guards against a hang."""
+    async def loop() -> None:
+        while not await predicate():
+            await asyncio.sleep(0.1)
+    await asyncio.wait_for(loop(), timeout_s)
+
+
+async def send(c: httpx.AsyncClient, url: str, token: str, mid: str, hook: WebhookReceiver, credential: str) -> str:
+    config = {"id": "mine", "url": hook.url + "/hook", "authentication": {"scheme": "Bearer", "credentials": credential}}
+    r = await c.post(url + "/", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "inspect"}]},
+        "configuration": {"taskPushNotificationConfig": config}}},
+        headers={"A2A-Version": "1.0", "Authorization": f"Bearer {token}"})
+    return str(r.json()["result"]["task"]["id"])
+
+
+async def test_a_killed_gateways_pending_deliveries_are_delivered_after_its_restart_to_their_own_clients(
+        nats_server: NatsServer, tmp_path: Path) -> None:
+    name = cluster_name()
+    async with webhook_receiver(statuses=[503] * 10_000) as alice_hook, \
+            webhook_receiver(statuses=[503] * 10_000) as bob_hook, tck_agent("tck") as agent:
+        config = {
+            "cluster": {"nats": nats_server.url, "name": name, "id": "push-gw-1", "heartbeat_s": 0.5, "member_ttl_s": 3},
+            "agents": [{"name": "tck", "url": agent.url}],
+            "auth": {"clients": [{"name": "alice", "token": "alice-token"}, {"name": "bob", "token": "bob-token"}]},
+            "urls": {"allow_hosts": [alice_hook.url.removeprefix("http://"), bob_hook.url.removeprefix("http://")]},
+            "push": {"backoff_s": 0.2, "max_backoff_s": 0.5, "max_attempts": 1000, "timeout_s": 5},
+        }
+        gw = GatewayProc(config, tmp_path).start()
+        try:
+            await gw.ready()
+            async with httpx.AsyncClient(timeout=30) as c:
+                alice_task = await send(c, gw.url, "alice-token", "tck-input-required-a", alice_hook, "alice-credential")
+                bob_task = await send(c, gw.url, "bob-token", "tck-input-required-b", bob_hook, "bob-credential")
+                await alice_hook.wait_for(1)
+                await bob_hook.wait_for(1)
+
+                async def both_pending() -> bool:
+                    return len(await pending_keys(nats_server.url, f"{name}_push_deliveries")) == 2
+                await until(both_pending)
+                gw.kill()  # SIGKILL: no drain, nothing written at exit
+                refused = (len(alice_hook.hits), len(bob_hook.hits))
+                alice_hook.statuses.clear()  # the webhooks are back
+                bob_hook.statuses.clear()
+                gw.start()
+                await gw.ready()
+                hits_a = await alice_hook.wait_for(refused[0] + 1)
+                hits_b = await bob_hook.wait_for(refused[1] + 1)
+
+                async def none_pending() -> bool:
+                    return await pending_keys(nats_server.url, f"{name}_push_deliveries") == []
+                await until(none_pending)
+                listed = await c.post(gw.url + "/", json={"jsonrpc": "2.0", "id": 1, "method": "ListTaskPushNotificationConfigs",
+                                                          "params": {"taskId": alice_task}},
+                                      headers={"A2A-Version": "1.0", "Authorization": "Bearer alice-token"})
+        finally:
+            gw.stop()
+    assert all(h.body["task"]["id"] == alice_task for h in alice_hook.hits)
+    assert all(h.body["task"]["id"] == bob_task for h in bob_hook.hits)
+    assert all(h.headers["authorization"] == "Bearer alice-credential" for h in alice_hook.hits)
+    assert all(h.headers["authorization"] == "Bearer bob-credential" for h in bob_hook.hits)
+    assert hits_a[-1].body["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert hits_b[-1].body["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert [cfg["id"] for cfg in listed.json()["result"]["configs"]] == ["mine"]
