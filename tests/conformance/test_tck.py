@@ -984,6 +984,64 @@ async def test_the_kits_grpc_checks_see_the_same_agent_through_the_gateway(stack
         assert got == direct, f"{kind} differs from the agent's own gRPC answers"
 
 
+async def grpc_call(way: Way, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One unary gRPC call: `ok` and the answer as JSON, or the status code and ErrorInfo reasons."""
+    request = json_format.ParseDict({**params, **({"tenant": way.tenant} if way.tenant else {})}, _GRPC_REQUESTS[method]())
+    async with grpc.aio.insecure_channel(way.grpc) as channel:
+        try:
+            answer = await getattr(a2a_pb2_grpc.A2AServiceStub(channel), method)(request, metadata=[("a2a-version", "1.0")])
+        except grpc.aio.AioRpcError as exc:
+            return {"ok": False, "code": exc.code().name}
+    return {"ok": True, "answer": json_format.MessageToDict(answer)}
+
+
+async def test_the_kits_push_checks_on_grpc_see_the_same_agent_through_the_gateway(stack: Stack) -> None:
+    """PUSH-CREATE/GET/LIST/DEL-* and PUSH-DELIVER-001..003 on gRPC: the config methods on a completed task, and a
+    task created with a push config and completed by a follow-up, through the gateway's gRPC binding (root, and
+    `tenant` naming the agent) as on the agent's own."""
+    async def checks(way: Way) -> dict[str, Any]:
+        tid = (await grpc_call(way, "SendMessage", {"message": message("tck-complete-task")}))["answer"]["task"]["id"]
+        cid = mid("tck-push")
+        out: dict[str, Any] = {}
+        for label, method, params in [
+                ("create", "CreateTaskPushNotificationConfig", {"taskId": tid, "id": cid, "url": f"{stack.hook.url}/grpc"}),
+                ("get", "GetTaskPushNotificationConfig", {"taskId": tid, "id": cid}),
+                ("get nonexistent", "GetTaskPushNotificationConfig", {"taskId": tid, "id": mid("tck-none")}),
+                ("list", "ListTaskPushNotificationConfigs", {"taskId": tid}),
+                ("delete", "DeleteTaskPushNotificationConfig", {"taskId": tid, "id": cid}),
+                ("get deleted", "GetTaskPushNotificationConfig", {"taskId": tid, "id": cid}),
+                ("delete again", "DeleteTaskPushNotificationConfig", {"taskId": tid, "id": cid})]:
+            got = await grpc_call(way, method, params)
+            answer = got.pop("answer", {})
+            if "configs" in answer:
+                got["ids"] = [c.get("id") == cid for c in answer["configs"]]
+            elif "url" in answer:
+                got["id"], got["task"] = answer.get("id") == cid, answer.get("taskId") == tid
+            out[label] = got
+        path = f"/grpc-deliver/{mid(way.kind)}"
+        cfg = {"id": mid("tck-push"), "url": stack.hook.url + path,
+               "authentication": {"scheme": "Bearer", "credentials": "tck-test-token-auth"}}
+        first = await grpc_call(way, "SendMessage", {"message": message("tck-input-required"),
+                                                     "configuration": {"taskPushNotificationConfig": cfg}})
+        tid = first["answer"]["task"]["id"]
+        await grpc_call(way, "SendMessage", {"message": message("tck-complete-task", taskId=tid)})
+        hit = next(h for h in await stack.hook.wait_until(lambda h: h.path == path, timeout=DELIVERY_TIMEOUT_S)
+                   if h.path == path)
+        event = json_format.ParseDict(hit.body, a2a_pb2.StreamResponse())
+        out["delivery"] = {"authorization": hit.headers.get("authorization"), "payload": bool(event.WhichOneof("payload")),
+                           "about the task": event_task(event) == tid}
+        return out
+
+    seen = {kind: await checks(way) for kind, way in stack.ways.items()}
+    direct = seen.pop("direct")
+    assert direct["create"] == direct["get"] == {"ok": True, "id": True, "task": True}
+    assert direct["get nonexistent"] == direct["get deleted"] == {"ok": False, "code": "NOT_FOUND"}
+    assert direct["list"] == {"ok": True, "ids": [True]} and direct["delete again"] == {"ok": True}
+    assert direct["delivery"] == {"authorization": "Bearer tck-test-token-auth", "payload": True, "about the task": True}
+    for kind, got in seen.items():
+        assert got == direct, f"{kind} differs from the agent's own gRPC answers"
+
+
 async def test_cards_declare_the_credentials_the_gateway_checks() -> None:
     """AUTH-SERVER-002 and the card's `securitySchemes`: with auth on, the root card and each agent's card through
     the gateway declare the gateway's own schemes (bearer token, API key header) in place of the agent's (which
