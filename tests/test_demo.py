@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -42,10 +43,12 @@ async def test_demo_routes_each_part_natively_and_through_the_bottleneck(tmp_pat
 def test_demo_command_exits_zero_and_prints_the_tables(tmp_path):
     pytest.importorskip("faster_whisper")
     out = subprocess.run([sys.executable, "-m", "mma2a.cli", "demo", "--out", str(tmp_path)], capture_output=True,
-                         text=True, timeout=540)
+                         text=True, timeout=540, env={**os.environ, "COLUMNS": "100"})
     assert out.returncode == 0, out.stderr
+    tables = [line for line in out.stdout.splitlines() if line[:1] in "┏┃┡│├└"]
+    assert tables and max(len(line) for line in tables) <= 100  # the route tables fit a 100-column terminal
     assert "routing mode: native" in out.stdout and "routing mode: text-bottleneck" in out.stdout
-    assert "photos-to-vision" in out.stdout and "spoken summary: audio/wav from the speaker agent" in out.stdout
+    assert "rule clone-photos" in out.stdout and "spoken summary: audio/wav from the speaker agent" in out.stdout
     assert "a free-text request routed by skills" in out.stdout and "→ delivery-desk [skills:0." in out.stdout
     assert "gateway's note: skills: delivery-desk 0." in out.stdout
     assert "demo incomplete" not in out.stdout and "[to text by rule]" in out.stdout and "[text bottleneck]" in out.stdout
@@ -62,7 +65,7 @@ def test_a_target_that_gave_no_answer_is_shown_with_the_gateways_reason_not_a_da
     from mma2a.gateway.aggregate import LegResult, aggregate
 
     route = [{"index": 1, "modality": "image/png", "targets": ["vision", "analyst"], "via": [[], []],
-              "matched": ["photos-to-vision"], "bottleneck": False, "actions": ["clone_and_route_to"]}]
+              "matched": ["clone-photos"], "bottleneck": False, "actions": ["clone_and_route_to"]}]
     answer = {"message": {"messageId": "a1", "role": "ROLE_AGENT", "parts": [{"text": "replace it"}]}}
     task = aggregate([LegResult("vision", error="agent vision timed out after 30 s"), LegResult("analyst", answer)],
                      message={"messageId": "m", "role": "ROLE_USER", "parts": []}, route=route)

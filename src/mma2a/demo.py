@@ -29,7 +29,7 @@ DEMO_RULES = """
 version: 1
 default: {capability: any}
 rules:
-  - name: photos-to-vision
+  - name: clone-photos  # to the vision inspector and the analyst
     priority: 10
     match: {modality: image/*}
     action: {clone_and_route_to: [vision, analyst]}

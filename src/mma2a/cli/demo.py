@@ -24,7 +24,8 @@ def demo(
     if out is not None and not out.is_dir():
         typer.echo(f"error: --out: directory {out} does not exist", err=True)
         raise typer.Exit(2)
-    console = Console(width=max(Console().width, 150))
+    # tables fit the terminal (80 columns when piped, 120 at most); a line of prose is left to the terminal to wrap
+    console = Console(width=min(Console().width, 120), soft_wrap=True)
     console.print("[bold]mma2a demo[/]: a product-defect report — text, a photo, a voice note — through the gateway")
     console.print(f"  text: {REPORT!r}\n  photo: 640x480 PNG of a lid with a crack by its left hinge and a QR label "
                   f"({SERIAL})\n  voice note: synthesized speech, {VOICE!r}\n")
@@ -56,12 +57,17 @@ def demo(
 
 
 def route_table(title: str, rows: list[Any]) -> Table:
-    """The demo's routes as a table; every cell is plain text (a path's `[text bottleneck]` is not markup)."""
-    table = Table(title=title, show_lines=True)
-    for col in ("part", "modality", "why", "target", "path", "answer"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("part", "modality", "path"))  # the answer wraps
+    """The demo's routes as a table that fits an 80-column terminal: the part and where it went, why and by which
+    path, the answer (which wraps); every cell is plain text (a path's `[text bottleneck]` is not markup)."""
+    table = Table(title=title, show_lines=True, expand=True)
+    table.add_column("part", no_wrap=True)
+    table.add_column("to", no_wrap=True)
+    table.add_column("why, path", ratio=2, overflow="fold")
+    table.add_column("answer", ratio=3, overflow="fold")
     for r in rows:
-        table.add_row(*(Text(str(v)) for v in (int(r.part), r.modality, r.why, r.target, r.via, r.answer)))
+        path, tag, rest = str(r.via).partition(" [")  # `speech (audio/wav→text/plain)` above `[to text by rule]`
+        table.add_row(Text(f"{int(r.part)} {r.modality}"), Text(str(r.target)),
+                      Text(f"{r.why}\n{path}" + (f"\n[{rest}" if tag else "")), Text(str(r.answer)))
     return table
 
 
