@@ -392,7 +392,8 @@ async def test_send_of_a_file_no_agent_takes_names_what_the_agents_accept_and_wh
             ok = await send_process(str(tmp_path / "report.txt"), "--gateway", url, "--wait", "0.5")
     assert code == 1 and out == ""
     assert err.splitlines() == [
-        "note: after 0.5 s only 2 of 3 configured agents registered (waiting for speech); sending anyway",
+        "note: only 2 of 3 configured agents registered (not registered: speech); the gateway keeps retrying them; "
+        "sending anyway",
         "error: mma2a gateway refuses the message: part 0 (application/pdf): no agent accepts it and no transform chain "
         "reaches one that does",
         "hint: notes accepts text",  # from the public cards: no admin token needed (the README's gateway has none)

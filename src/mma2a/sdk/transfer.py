@@ -138,11 +138,15 @@ async def wait_for_gateway(gateway: str, wait_s: float, *, notes: list[str] | No
     """Poll `/healthz` until the gateway answers and its configured agents are registered, for up to `wait_s`.
 
     Raises `GatewayUnreachable` when nothing answered in time; a gateway whose agents are
-    not all up by then is used anyway (with a note). An untrusted TLS certificate ends the wait at once.
+    not all up by then is used anyway (with a note). A gateway that was already up at the first
+    probe is not waited on for its missing agents: it gave them its own start-up wait and keeps
+    retrying them, so they are down rather than starting (a note names them). An untrusted TLS
+    certificate ends the wait at once.
     """
     deadline = time.monotonic() + max(0.0, wait_s)
     last: str = ""
     answered = False
+    first = True
     async with httpx.AsyncClient(timeout=5.0, verify=verify) as http:
         while True:
             try:
@@ -157,12 +161,18 @@ async def wait_for_gateway(gateway: str, wait_s: float, *, notes: list[str] | No
                 last = f"{registered} of {configured} configured agents registered"
                 if missing := health.get("missingAgents"):
                     last += f" (waiting for {', '.join(str(m) for m in missing)})"
+                if first:  # up before we came: its missing agents are down, not starting
+                    if notes is not None:
+                        notes.append(f"note: only {last.replace('(waiting for', '(not registered:')}; the gateway "
+                                     "keeps retrying them; sending anyway")
+                    return
             except httpx.RequestError as exc:
                 if untrusted(exc):
                     raise unreachable(gateway, exc) from None
                 last = str(exc) or type(exc).__name__
             except ValueError:
                 return
+            first = False
             if time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.2)
