@@ -51,6 +51,7 @@ __all__ = [
     "MethodNotFound",
     "MMA2AError",
     "ModalityRefused",
+    "Overloaded",
     "ParseError",
     "PushNotSupported",
     "PayloadError",
@@ -407,6 +408,26 @@ class RateLimited(MMA2AError):
     def __init__(self, message: str, *, retry_after: float):
         super().__init__(message, data={"retryAfter": retry_after})
         self.retry_after = retry_after
+
+
+class Overloaded(MMA2AError):
+    """A leg shed because its agent is at its concurrency limit and the leg cannot wait for a slot (its queue is
+    full, it would wait past its deadline, or a more urgent leg took its place): HTTP 503 with `Retry-After`, gRPC
+    UNAVAILABLE with RetryInfo; the ErrorInfo reason is `OVERLOADED` and its metadata names the agent."""
+
+    code, http_status = INTERNAL_ERROR, 503
+    REASON = "OVERLOADED"
+
+    def __init__(self, message: str, *, agent: str, priority: int, why: str, retry_after: float) -> None:
+        super().__init__(message, data={"agent": agent, "priority": priority, "shed": why,
+                                        "retryAfter": round(retry_after, 3)})
+        self.agent = agent
+        self.priority = priority
+        self.why = why
+        self.retry_after = retry_after
+
+    def details(self) -> list[dict[str, Any]]:
+        return [error_info(self.code, self.data, reason=self.REASON)]
 
 
 class MediaError(InvalidParams):

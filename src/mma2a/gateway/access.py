@@ -43,6 +43,7 @@ class ClientConfig(BaseModel):
     burst: int | None = Field(default=None, ge=1)
     # what `client:` rule conditions read as this client's claims (a JWT client's are its token's claims)
     attributes: dict[str, str | int | float | bool | list[str | int | float | bool]] = Field(default_factory=dict)
+    max_priority: int = Field(default=5, ge=0, le=9)  # the highest message priority honoured (docs/operations.md)
 
     def secrets(self) -> list[tuple[str, str]]:
         """(scheme, secret) pairs, env variables resolved now."""
@@ -122,6 +123,7 @@ class AuthConfig(BaseModel):
     jwt: list[JWTIssuerConfig] = Field(default_factory=list)  # issuers of client JWTs (docs/operations.md)
     api_key_header: str = "X-API-Key"
     protect_metrics: bool = True
+    anonymous_max_priority: int = Field(default=5, ge=0, le=9)  # callers without a client (auth off)
 
     @property
     def active(self) -> bool:
@@ -158,7 +160,8 @@ class Client:
     """An authenticated caller (never holds its secret).
 
     `scheme`: bearer, api_key, certificate, or jwt. `claims`: what rules may read of the caller (a JWT's claims,
-    a static client's `attributes`). `max_priority`: the highest message priority it may ask (None: no ceiling)."""
+    a static client's `attributes`). `max_priority`: the highest message priority it may ask (None: the clients'
+    default, `DEFAULT_MAX_PRIORITY`; the admin's is `ADMIN_MAX_PRIORITY`)."""
 
     name: str
     scheme: str
@@ -205,6 +208,9 @@ def _bare(key: str) -> str:
     return "this client" if " via " in key else key
 
 
+DEFAULT_MAX_PRIORITY = 5  # a client's priority ceiling unless its config (or its JWT) says otherwise
+ADMIN_MAX_PRIORITY = 9
+
 current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("mma2a_client", default=None)
 
 
@@ -219,6 +225,16 @@ def jwt_of(client: Client | None, authorization: str | None) -> str | None:
         return None
     scheme, _, token = authorization.partition(" ")
     return token.strip() if scheme.lower() == "bearer" else None
+
+
+def honoured_priority(asked: int, client: Client | None, anonymous_max: int) -> int:
+    """The message priority the gateway honours: what the message asks, at most its client's `max_priority`
+    (`anonymous_max` for a caller without a client), so no client jumps the queue by writing 9."""
+    if client is None:
+        cap = anonymous_max
+    else:
+        cap = client.max_priority if client.max_priority is not None else DEFAULT_MAX_PRIORITY
+    return asked if asked <= cap else cap
 
 
 def current_sender() -> str | None:
@@ -242,7 +258,7 @@ class Authenticator:
         self._by_name: dict[str, Client] = {}  # for client certificates: the subject's CN names the client
         for c in config.clients:
             client = Client(c.name, "", frozenset(c.agents) if c.agents is not None else None, c.rate, c.burst,
-                            claims=dict(c.attributes))
+                            claims=dict(c.attributes), max_priority=c.max_priority)
             self._by_name[c.name] = dataclasses.replace(client, scheme="certificate")
             for scheme, secret in c.secrets():
                 self._by_digest[(scheme, digest_secret(secret))] = dataclasses.replace(client, scheme=scheme)

@@ -79,7 +79,11 @@ def admin_routes(gw: AdminParts) -> list[Route]:
         return json_response({"version": snapshot.version, "rules": len(rules.rules)})
 
     async def list_agents(request: Request) -> Response:
-        return json_response({"agents": [e.to_json() for e in gw.directory.entries()]})
+        """Each agent, with its slots under overload (`overload`: limit, in flight, queued and shed per priority; null
+        before its first leg, or when it is not limited)."""
+        slots = gw.pipeline.slots
+        return json_response({"agents": [{**e.to_json(), "overload": s.to_json() if (s := slots.get(e.name)) else None}
+                                         for e in gw.directory.entries()]})
 
     async def add_agent(request: Request) -> Response:
         data = await read_json_object(request)

@@ -59,6 +59,7 @@ from .hooks import ClusterHooks, Standalone
 from .ingress import JsonRpcIngress
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
+from .overload import AgentSlotTable, SlotsCollector
 from .pipeline import Pipeline
 from .push.follow import WEBHOOK_PATH
 from .sdk_binding import PipelineRequestHandler, TargetContextBuilder, rest_routes
@@ -176,12 +177,27 @@ class Gateway:
             tasks=TaskMap(max_bytes=config.limits.task_bytes, max_bytes_per_owner=config.limits.task_bytes_per_client),
             push=config.push,
             public_url=self.public_url,
+            slots=self._slots(config),
+            anonymous_max_priority=config.auth.anonymous_max_priority,
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.grpc: GrpcIngress | None = None
         self.startup_errors: list[str] = []
         self.drain = Drain()
         self.app = self._build_app()
+
+    def _slots(self, config: GatewayConfig) -> AgentSlotTable:
+        """Each agent's concurrency limit and priority queue (`limits`, `agents[].max_concurrency`), counted in the
+        metrics (shed legs, waits; queue depths read at scrape time)."""
+        lc = config.limits
+        shed, wait = self.metrics.agent_shed, self.metrics.agent_queue_wait
+        table = AgentSlotTable(adaptive=lc.agent_concurrency == "adaptive", initial=lc.initial_agent_concurrency,
+                               maximum=lc.max_agent_concurrency, max_queue=lc.max_queue_per_agent,
+                               queue_timeout_s=lc.queue_timeout_s,
+                               on_shed=lambda agent, p, why: shed.labels(agent, str(p), why).inc(),
+                               on_wait=lambda agent, p, s: wait.labels(agent, str(p)).observe(s))
+        self.metrics.registry.register(SlotsCollector(table))
+        return table
 
     def _local_store(self, config: GatewayConfig) -> BlobStore:
         """Payloads in `blob_dir`, else in a temporary directory removed at stop."""

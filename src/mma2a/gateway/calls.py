@@ -13,6 +13,7 @@ from .adapt import PartAdapter
 from .directory import AgentDirectory, AgentEntry
 from .federation import Federation
 from .metrics import GatewayMetrics
+from .overload import AgentSlots, AgentSlotTable, client_deadline
 from .transport import Transport
 
 
@@ -27,14 +28,17 @@ def input_modes(entry: AgentEntry) -> tuple[str, ...]:
 
 
 class AgentCaller:
-    """Calls agents through the transport: in-flight count, latency and errors to metrics, health to the directory."""
+    """Calls agents through the transport: a slot of the agent's for each leg (`overload`), in-flight count, latency
+    and errors to metrics, health to the directory."""
 
     def __init__(self, directory: AgentDirectory, transport: Transport, metrics: GatewayMetrics,
-                 adapter: PartAdapter | None, federation: Federation | None = None) -> None:
+                 adapter: PartAdapter | None, federation: Federation | None = None,
+                 slots: AgentSlotTable | None = None) -> None:
         self.directory = directory
         self.transport = transport
         self.metrics = metrics
         self.adapter = adapter
+        self.slots = slots if slots is not None else AgentSlotTable(adaptive=False)
         self.federation = federation  # signs who the client is for the gateways this one calls
 
     def upstream_headers(self, entry: AgentEntry, method: str, params: Mapping[str, Any]) -> dict[str, str] | None:
@@ -44,14 +48,29 @@ class AgentCaller:
             return None
         return self.federation.headers_for(method, params, int(time.time()))
 
+    def slot(self, entry: AgentEntry, priority: int) -> tuple[AgentSlots | None, Awaitable[None] | None]:
+        """A slot of `entry`'s for a leg of `priority`: the agent's slots (None: not limited) and the wait for one
+        (None: granted at once). Raises `Overloaded` when the leg is shed at once."""
+        slots = self.slots.of(entry.name, entry.config.max_concurrency)
+        if slots is None:
+            return None, None
+        return slots, slots.acquire(priority, client_deadline.get())
+
     def coding(self, entry: AgentEntry) -> str | None:
         """The content coding this agent's requests are compressed with (None: as they are)."""
         return self.adapter.coding(entry) if self.adapter is not None else None
 
-    async def call(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
+    async def call(self, entry: AgentEntry, method: str, params: dict[str, Any], *, priority: int | None = None) -> Any:
         """One JSON-RPC call; its `result` (DispatchError and AgentRPCError raised as they come). A 401 to an OAuth2
-        token the agent no longer takes gets the call once more with a token fetched again."""
+        token the agent no longer takes gets the call once more with a token fetched again. With `priority` (a leg:
+        a message, a transform step) it takes one of the agent's slots first (`Overloaded` when shed)."""
+        slots = None
+        if priority is not None:
+            slots, waiting = self.slot(entry, priority)
+            if waiting is not None:
+                await waiting
         t0 = time.perf_counter()
+        sampled = True  # the answer's time says how busy the agent is (not so for an agent that cannot be reached)
         try:
             with entry.in_flight():
                 headers = await self.headers_for(entry, method, params)
@@ -63,11 +82,15 @@ class AgentCaller:
                         raise
                     result = await self._call(entry, method, params, fresh)
         except DispatchError as exc:
+            sampled = exc.data.get("timeout") is not None  # a timeout: a sample of how slow it is
             self.directory.mark(entry.name, ok=False, error=exc.message)
             self.metrics.agent_errors.labels(entry.name).inc()
             raise
         finally:
-            self.metrics.agent_seconds.labels(entry.name).observe(time.perf_counter() - t0)
+            elapsed = time.perf_counter() - t0
+            if slots is not None:
+                slots.release(elapsed if sampled else None)
+            self.metrics.agent_seconds.labels(entry.name).observe(elapsed)
         self.directory.mark(entry.name, ok=True)  # counts the answer (`sent`)
         return result
 

@@ -48,6 +48,8 @@ class AgentConfig(BaseModel):
     auth: AgentAuth | None = None  # how the gateway authenticates to the agent (docs/operations.md, "Agent credentials")
     forward_client_token: bool = False  # the client's own JWT goes to the agent (it authorises the end user itself)
     timeout_s: float | None = Field(default=None, gt=0)
+    # legs sent to it at once; past it they queue by priority (docs/operations.md, "Overload"); None: adaptive
+    max_concurrency: int | None = Field(default=None, ge=1, le=100_000)
     # what the agent wants, per modality pattern (docs/operations.md, "Fitting parts"); wins over its card's params
     accepts: dict[str, ProfileSpec] = Field(default_factory=dict)
     compress: list[Literal["zstd", "gzip"]] | None = None  # content codings it reads; None: as its card says

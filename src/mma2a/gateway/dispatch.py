@@ -59,12 +59,13 @@ class Dispatcher:
 
     async def dispatch(
         self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None,
-        decision: RouteDecision | None = None, *, passthrough: bool = False,
+        decision: RouteDecision | None = None, *, passthrough: bool = False, priority: int = 5,
     ) -> LegResult:
-        """One leg to its agent. With `passthrough` (the exchange is the agent's alone) an agent's JSON-RPC
-        error is raised as it came, instead of becoming a failed leg of an aggregate."""
+        """One leg to its agent, with one of its slots (`priority`: the message's, capped for its client; a leg
+        that cannot have one raises `Overloaded`). With `passthrough` (the exchange is the agent's alone) an agent's
+        JSON-RPC error is raised as it came, instead of becoming a failed leg of an aggregate."""
         entry = self.directory.get(leg.agent)
-        params: dict[str, Any] = {"message": self.planner.leg_message(message, leg, entry)}
+        params: dict[str, Any] = {"message": self.planner.leg_message(message, leg, entry, priority)}
         if configuration:
             params["configuration"] = dict(configuration)
         if self.cluster.durable_for(leg.agent):
@@ -72,16 +73,16 @@ class Dispatcher:
         try:
             if tracing_active():  # else no span to enter and leave
                 with span("mma2a.dispatch", kind="client", agent=leg.agent, parts=len(leg.parts)):
-                    result = await self.caller.call(entry, "SendMessage", params)
+                    result = await self.caller.call(entry, "SendMessage", params, priority=priority)
             else:
-                result = await self.caller.call(entry, "SendMessage", params)
+                result = await self.caller.call(entry, "SendMessage", params, priority=priority)
         except AgentRPCError as exc:
             if passthrough:
                 raise
             return LegResult(leg.agent, error=f"agent error {exc.code}: {exc.message}")
         except DispatchError as exc:
             if self.failover and decision is not None:
-                moved = await self.fail_over(leg, message, configuration, decision, exc)
+                moved = await self.fail_over(leg, message, configuration, decision, exc, priority)
                 if moved is not None:
                     return moved
             return LegResult(leg.agent, error=exc.message)
@@ -91,7 +92,7 @@ class Dispatcher:
 
     async def fail_over(
         self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
-        exc: DispatchError,
+        exc: DispatchError, priority: int = 5,
     ) -> LegResult | None:
         """Send a gone agent's leg to another member of its pool; None when that is not possible.
 
@@ -116,4 +117,4 @@ class Dispatcher:
         other = agents.pop()
         log.warning("failover: %s is unreachable (%s); parts %s go to %s", leg.agent, exc.message, indexes, other)
         self.metrics.agent_errors.labels(leg.agent).inc()
-        return await self.dispatch(Leg(other, leg.parts), message, configuration, new)
+        return await self.dispatch(Leg(other, leg.parts), message, configuration, new, priority=priority)

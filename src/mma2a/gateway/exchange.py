@@ -10,20 +10,21 @@ import time
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MMA2AError
+from ..errors import MMA2AError, Overloaded
 from ..ext import EXTENSION_URI
 from ..routing import RouteDecision
 from ..view import MessageView
-from .access import current_client, current_sender
+from .access import current_client, current_sender, honoured_priority
 from .admission import Admission
-from .aggregate import FAILED, aggregate, chain_route, failed_task
+from .aggregate import FAILED, LegResult, aggregate, chain_route, failed_task
 from .dispatch import Dispatcher
 from .federation import check_bound
 from .feed import DecisionFeed
 from .history.record import DecisionRecord, HistorySink, refused_parts
-from .legs import LegPlanner, RouteSummaries, is_direct, record_adaptations, sendable
+from .legs import Leg, LegPlanner, RouteSummaries, is_direct, record_adaptations, sendable
 from .metrics import GatewayMetrics
 from .outputs import adapt_outputs
+from .overload import note_shed
 from .state import RoutingState
 from .tasks import DownstreamTask, TaskMap, TaskRecord
 from .tracing import active as tracing_active
@@ -49,7 +50,7 @@ class Exchange:
     def __init__(
         self, *, admission: Admission, planner: LegPlanner, dispatcher: Dispatcher, state: RoutingState,
         metrics: GatewayMetrics, tasks: TaskMap, feed: DecisionFeed, history: HistorySink | None = None,
-        dedupe: Deduper | None = None, log_decisions: bool = True, gateway_id: str = "",
+        dedupe: Deduper | None = None, log_decisions: bool = True, gateway_id: str = "", anonymous_max_priority: int = 5,
     ) -> None:
         self.admission = admission
         self.planner = planner
@@ -63,6 +64,11 @@ class Exchange:
         self.log_decisions = log_decisions
         self.gateway_id = gateway_id
         self.routes = RouteSummaries()  # each decision's route summary, made once per remembered decision
+        self.anonymous_max_priority = anonymous_max_priority  # callers without a client (auth off)
+
+    def priority(self, view: MessageView) -> int:
+        """The priority the message's legs take slots at: the message's, capped for its client."""
+        return honoured_priority(view.priority, current_client.get(), self.anonymous_max_priority)
 
     def send(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
@@ -92,7 +98,11 @@ class Exchange:
             self.remember_refusal(message, exc, t0)
             raise
         route = self.routes.of(decision)  # one per request: the answer, the task record and the feed share it
-        result = await self.execute(message, configuration, decision, route)
+        try:
+            result = await self.execute(message, configuration, decision, route, self.priority(view))
+        except Overloaded as exc:
+            self.remember_shed(message, view, decision, route, exc, t0)
+            raise
         self.metrics.request_seconds.observe(time.perf_counter() - t0)
         task = result.get("task")
         outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
@@ -106,6 +116,15 @@ class Exchange:
             self.history.record(DecisionRecord(view.message_id, time.time(), current_sender(), view.parts, decision.parts,
                                                outcome, time.perf_counter() - t0, view.receivers))
 
+    def remember_shed(self, message: dict[str, Any], view: MessageView, decision: RouteDecision,
+                      route: list[dict[str, Any]], exc: Overloaded, t0: float) -> None:
+        """A message shed under overload: counted, to the feed and the history (outcome `shed`), and noted for the
+        binding that answers it (503 + Retry-After)."""
+        self.metrics.requests.labels("shed").inc()
+        note_shed(exc)
+        self.feed.record(message, route, f"shed: {exc.message}")
+        self.remember(view, decision, f"shed {exc.why}: {exc.message}", t0)
+
     def remember_refusal(self, message: dict[str, Any], exc: MMA2AError, t0: float) -> None:
         """A refused message to the history, with the parts it declared."""
         if self.history is not None:
@@ -115,28 +134,39 @@ class Exchange:
 
     def execute(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
-        route: list[dict[str, Any]] | None = None,
+        route: list[dict[str, Any]] | None = None, priority: int = 5,
     ) -> Awaitable[dict[str, Any]]:
         """Adapt, dispatch and aggregate a decided message; then fit the reply to the accepted output modes.
         `route`: the decision's `route_summary` if the caller has made it (the exchange notes what the legs
-        did in it: parts adapted, parts a transform emptied)."""
+        did in it: parts adapted, parts a transform emptied); `priority`: the one its legs take slots at.
+        Raises `Overloaded` when its only leg, or every leg of a fan-out, was shed."""
         route = route if route is not None else self.routes.of(decision)
         accepted = (configuration or {}).get("acceptedOutputModes") or []
         if not accepted:  # nothing to fit: the legs' own coroutine, no frame around it
-            return self._execute(message, configuration, decision, route)
-        return self._fitted(message, configuration, decision, route, accepted)
+            return self._execute(message, configuration, decision, route, priority)
+        return self._fitted(message, configuration, decision, route, accepted, priority)
 
     async def _fitted(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
-                      route: list[dict[str, Any]], accepted: list[str]) -> dict[str, Any]:
-        result = await self._execute(message, configuration, decision, route)
+                      route: list[dict[str, Any]], accepted: list[str], priority: int) -> dict[str, Any]:
+        result = await self._execute(message, configuration, decision, route, priority)
         client = current_client.get()
-        await adapt_outputs(result, accepted, self.state.snapshot, lambda part, via: self.planner.transform(part, via, message),
+        await adapt_outputs(result, accepted, self.state.snapshot,
+                            lambda part, via: self.planner.transform(part, via, message, priority),
                             client.agents if client is not None else None)
         return result
 
+    async def shed_as_failed(self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None,
+                              decision: RouteDecision, priority: int, shed: list[Overloaded]) -> LegResult:
+        """One leg of a fan-out: a shed leg fails alone (noted in `shed`), the others go on."""
+        try:
+            return await self.dispatcher.dispatch(leg, message, configuration, decision, priority=priority)
+        except Overloaded as exc:
+            shed.append(exc)
+            return LegResult(leg.agent, error=exc.message)
+
     async def _execute(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
-        route: list[dict[str, Any]],
+        route: list[dict[str, Any]], priority: int = 5,
     ) -> dict[str, Any]:
         if self.log_decisions:
             log.info("decision", extra={"decision": {"messageId": decision.message_id, "route": route}})
@@ -145,7 +175,9 @@ class Exchange:
             self.metrics.requests.labels("dropped").inc()
             return {"task": failed_task(f"dropped by rule: {reasons}", message=message, state="TASK_STATE_REJECTED", route=route)}
         try:
-            legs = sendable(await self.planner.legs(message, decision), route)
+            legs = sendable(await self.planner.legs(message, decision, priority), route)
+        except Overloaded:
+            raise
         except MMA2AError as exc:
             self.metrics.requests.labels("failed").inc()
             return {"task": failed_task(f"transform failed: {exc.message}", message=message, route=route)}
@@ -158,10 +190,14 @@ class Exchange:
         passthrough = len(legs) == 1 and is_direct(decision)
         dispatch = self.dispatcher.dispatch
         if len(legs) == 1:  # no task to spawn for one leg
-            results = [await dispatch(legs[0], message, configuration, decision, passthrough=passthrough)]
+            results = [await dispatch(legs[0], message, configuration, decision, passthrough=passthrough,
+                                      priority=priority)]
         else:
-            results = list(await asyncio.gather(*(dispatch(leg, message, configuration, decision, passthrough=passthrough)
-                                                  for leg in legs)))
+            shed: list[Overloaded] = []
+            results = list(await asyncio.gather(*(self.shed_as_failed(leg, message, configuration, decision, priority,
+                                                                       shed) for leg in legs)))
+            if len(shed) == len(legs):  # every leg shed: the message is, answered 503 as one leg's would be
+                raise shed[0]
         if len(results) == 1:
             res = results[0]
             if res.error is not None:

@@ -16,14 +16,18 @@ When a tracer provider is installed the hot path takes the full stack, so the se
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Match, Route
 
+from ..errors import InvalidRequest
 from ..request_body import header_map
+from .overload import client_deadline
 from .service_params import activated_extensions, read_extensions, requested_extensions
 from .tracing import active as tracing_active
 
@@ -34,6 +38,7 @@ ASGIApp = Callable[..., Any]
 HOT_PATHS = ("/", "/agents/{agent}/", "/agents/{agent}")  # the JSON-RPC binding's POST routes
 _MATCHES = 1024  # paths remembered (each agent's two); past it, matched each time
 _EXTENSIONS = b"a2a-extensions"
+_TIMEOUT = b"x-request-timeout"  # the client's deadline, in seconds from now (gRPC carries its own)
 _ROUTE = "mma2a.route"  # the matched hot route, in the scope, for the innermost app of the chain
 
 
@@ -41,6 +46,16 @@ def _handle(scope: Scope, receive: Any, send: Any) -> Awaitable[None]:
     """The matched route's app (its access gate), as `Route.handle` calls it: a full match has the route's
     method, so `Route.handle` has no 405 to answer."""
     return scope[_ROUTE].app(scope, receive, send)  # type: ignore[no-any-return]
+
+
+async def _refuse_timeout(value: bytes, send: Any) -> None:
+    """400 for an `X-Request-Timeout` that is not a number of seconds."""
+    exc = InvalidRequest(f"X-Request-Timeout: must be a number of seconds above 0, got {value[:40].decode('latin-1')!r}",
+                         field="X-Request-Timeout")
+    body = orjson.dumps(exc.to_rest())
+    await send({"type": "http.response.start", "status": 400,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _echoing(send: Any, activated: list[str]) -> Any:
@@ -79,6 +94,24 @@ class FrontDoor:
         self._matched: dict[str, tuple[Route, Any, dict[str, Any]]] = {}  # path -> route, endpoint, path params
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        timeout = header_map(scope).get(_TIMEOUT) if scope["type"] == "http" else None
+        if timeout is not None:  # the client's deadline: legs wait for an agent's slot at most until then
+            try:
+                seconds = float(timeout)
+                if not 0 < seconds < 1e9:
+                    raise ValueError
+            except ValueError:
+                await _refuse_timeout(timeout, send)
+                return
+            token = client_deadline.set(asyncio.get_running_loop().time() + seconds)
+            try:
+                await self._extensions(scope, receive, send)
+            finally:
+                client_deadline.reset(token)
+            return
+        await self._extensions(scope, receive, send)
+
+    async def _extensions(self, scope: Scope, receive: Any, send: Any) -> None:
         found = header_map(scope).get(_EXTENSIONS) if scope["type"] == "http" else None
         if found is not None:  # passed on to the agents the request reaches
             raw = scope["headers"]

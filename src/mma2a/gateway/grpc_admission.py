@@ -31,6 +31,7 @@ from google.rpc import error_details_pb2, status_pb2
 from ..errors import A2A_DOMAIN, AgentNotFound, Forbidden, InvalidRequest, MMA2AError, RequestTimeout, grpc_status, metadata_strings
 from .access import Client, client_jwt, current_client, jwt_of
 from .authz import AccessClass, RouteAccess, UnclassifiedRoute
+from .overload import client_deadline, shed_note
 from .peers import TrustedProxies, peer_host
 from .security import AccessControl, retry_after
 from .service_params import activated_extensions, read_extensions, requested_extensions
@@ -132,6 +133,12 @@ def _jwt(client: Client | None, context: grpc.aio.ServicerContext) -> str | None
     return jwt_of(client, metadata_headers(context.invocation_metadata() or ()).get("authorization"))
 
 
+def _deadline(context: grpc.aio.ServicerContext) -> float | None:
+    """The call's deadline (the client's own, propagated as gRPC does) in loop time; None without one."""
+    left = context.time_remaining()
+    return asyncio.get_running_loop().time() + left if left is not None else None
+
+
 def _cn(context: grpc.aio.ServicerContext) -> str | None:
     """The common name of the verified client certificate (mutual TLS), if any."""
     cn = (context.auth_context() or {}).get("x509_common_name")
@@ -170,6 +177,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             own = client_jwt.set(_jwt(client, context))
             activated: list[str] = []
             noted = activated_extensions.set(activated)
+            shed, deadline = shed_note.set([]), client_deadline.set(_deadline(context))
             self.enter()
             try:
                 reply = await handler.unary_unary(request, context)
@@ -177,6 +185,8 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 return reply
             finally:
                 self.leave()
+                client_deadline.reset(deadline)
+                shed_note.reset(shed)
                 activated_extensions.reset(noted)
                 requested_extensions.reset(asked)
                 client_jwt.reset(own)
@@ -192,6 +202,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             own = client_jwt.set(_jwt(client, context))
             activated: list[str] = []
             noted = activated_extensions.set(activated)
+            shed, deadline = shed_note.set([]), client_deadline.set(_deadline(context))
             self.enter()
             try:
                 first = True
@@ -203,6 +214,8 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             finally:
                 self.control.streams.give(slot)
                 self.leave()
+                client_deadline.reset(deadline)
+                shed_note.reset(shed)
                 activated_extensions.reset(noted)
                 requested_extensions.reset(asked)
                 client_jwt.reset(own)

@@ -27,7 +27,8 @@ from ..errors import A2A_ERRORS
 from ..tls import ListenerTLS, ServerTLS
 from .authz import RouteAccess
 from .config import GatewayConfig
-from .grpc_admission import Admission, method_access, rich_status
+from .grpc_admission import Admission, error_status, method_access, rich_status
+from .overload import shed_note
 from .security import AccessControl
 
 log = logging.getLogger("mma2a.gateway")
@@ -74,6 +75,11 @@ class PipelineGrpcHandler(GrpcHandler):
     Errors without string metadata (the SDK's own validation errors, with their BadRequest) go as the SDK sends them."""
 
     async def abort_context(self, error: sdk_errors.A2AError, context: grpc.aio.ServicerContext) -> None:
+        shed = shed_note.get()
+        if shed:  # shed under overload: UNAVAILABLE with RetryInfo and `retry-after`, as HTTP answers 503
+            code, message, trailers = error_status(shed[0])
+            await context.abort(code, message, trailing_metadata=(*(context.trailing_metadata() or ()), *trailers))
+            return
         data = getattr(error, "data", None)
         code = sdk_errors.JSON_RPC_ERROR_CODE_MAP.get(type(error))
         if (not data or not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values())

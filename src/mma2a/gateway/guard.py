@@ -92,6 +92,13 @@ class LimitsConfig(BaseModel):
     max_video_seconds: float = Field(default=4 * 3600.0, gt=0)
     modalities: ModalityLists = Field(default_factory=ModalityLists)
     agents: dict[str, ModalityLists] = Field(default_factory=dict)
+    # under overload (gateway/overload.py, docs/operations.md "Overload"): each agent's concurrency limit (adaptive
+    # unless agents[].max_concurrency fixes it; "off": only fixed limits), the bounded priority queue past it
+    agent_concurrency: Literal["adaptive", "off"] = "adaptive"
+    initial_agent_concurrency: int = Field(default=4, ge=1)
+    max_agent_concurrency: int = Field(default=256, ge=1)
+    max_queue_per_agent: int = Field(default=256, ge=0)
+    queue_timeout_s: float = Field(default=5.0, gt=0)  # the longest a leg waits for a slot (sooner: the client's deadline)
 
 
 class URLConfig(BaseModel):

@@ -23,6 +23,7 @@ from ..errors import (
     InvalidParams,
     InvalidRequest,
     MMA2AError,
+    Overloaded,
     ParseError,
     PayloadTooLarge,
     RateLimited,
@@ -30,8 +31,9 @@ from ..errors import (
 from ..request_body import check_json_values, header_map
 from ..responses import jsonrpc_error_json
 from .access import StreamSlots, current_client
+from .overload import shed_note
 from .pipeline import Pipeline
-from .security import AccessControl
+from .security import AccessControl, retry_after
 
 log = logging.getLogger("mma2a.gateway")
 
@@ -143,12 +145,22 @@ class JsonRpcIngress:
         the caller's stream slots while it is answered."""
         if method.__class__ is str and method in STREAM_METHODS and self.control is not None:
             return await self._stream(scope, receive, body, rid)
-        return await self._plain_sdk(scope, receive, body)
+        return await self._plain_sdk(scope, receive, body, rid)
 
-    async def _plain_sdk(self, scope: dict[str, Any], receive: Any, body: bytes) -> Response:
+    async def _plain_sdk(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any = None) -> Response:
+        """The SDK's answer; a request whose message was shed (noted by the pipeline) is answered 503 instead, as
+        on the fast path (the SDK answers every error with HTTP 200)."""
         request = Request(scope, receive)
         request._body = body  # the SDK dispatcher reads the cached body
-        return await self.sdk.handle_requests(request)  # type: ignore[no-any-return]
+        shed: list[Overloaded] = []
+        token = shed_note.set(shed)
+        try:
+            answer: Response = await self.sdk.handle_requests(request)
+        finally:
+            shed_note.reset(token)
+        if shed and answer.media_type == "application/json":  # (a stream that has begun says it in its events)
+            return shed_response(rid, shed[0])
+        return answer
 
     async def handle(self, scope: dict[str, Any], receive: Any) -> bytes | Response:
         """The answer to one POST: a JSON-RPC document (bytes), or a response of another shape."""
@@ -239,6 +251,8 @@ class JsonRpcIngress:
                     result = await self.pipeline.get_task(tid, history_length(params), target=target)
                 else:
                     result = await self.pipeline.cancel_task(tid, target=target)
+        except Overloaded as exc:  # shed under overload: 503 + Retry-After, the JSON-RPC error in the body
+            return shed_response(rid, exc)
         except MMA2AError as exc:
             return rpc_error(rid, exc)
         except Exception:  # a bug of ours: no stack trace on the wire
@@ -257,7 +271,7 @@ class JsonRpcIngress:
             return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=429, media_type="application/json",
                             headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
         try:
-            answer = await self._plain_sdk(scope, receive, body)
+            answer = await self._plain_sdk(scope, receive, body, rid)
         except BaseException:
             self.control.streams.give(sender)
             raise
@@ -324,6 +338,13 @@ def _snake_case(params: Any) -> bool:
     if isinstance(config, dict):
         keys += "".join(config)
     return "_" in keys
+
+
+def shed_response(rid: Any, exc: Overloaded) -> Response:
+    """A message shed under overload on JSON-RPC: HTTP 503 with `Retry-After`, the JSON-RPC error (ErrorInfo reason
+    `OVERLOADED`, the agent in its metadata) in the body."""
+    return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=503, media_type="application/json",
+                    headers={"Retry-After": str(retry_after(exc))})
 
 
 def _too_large(limit: int) -> Response:

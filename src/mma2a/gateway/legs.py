@@ -116,8 +116,10 @@ class LegPlanner:
         self.adapter = adapter
         self.gateway_id = gateway_id
 
-    async def transform(self, part: dict[str, Any], route_via: Sequence[Any], message: dict[str, Any]) -> dict[str, Any]:
-        """Run a part through its chain of transformer agents; returns the final part."""
+    async def transform(self, part: dict[str, Any], route_via: Sequence[Any], message: dict[str, Any],
+                        priority: int = 5) -> dict[str, Any]:
+        """Run a part through its chain of transformer agents, each step with a slot of the transformer's at the
+        message's `priority`; returns the final part."""
         current = part
         for step in route_via:
             entry = self.directory.get(step.agent)
@@ -126,7 +128,7 @@ class LegPlanner:
                 msg = downgrade_message(msg, input_modes=input_modes(entry))
             t0 = time.perf_counter()
             with span("mma2a.transform", agent=step.agent, source=step.from_modality, goal=step.to_modality):
-                result = await self.caller.call(entry, "SendMessage", {"message": msg})
+                result = await self.caller.call(entry, "SendMessage", {"message": msg}, priority=priority)
             self.metrics.transform_seconds.labels(step.agent).observe(time.perf_counter() - t0)
             out = _pick_part(result, step.to_modality)
             if out is None:
@@ -147,8 +149,8 @@ class LegPlanner:
             current = {**out, "metadata": meta}
         return current
 
-    async def legs(self, message: dict[str, Any], decision: RouteDecision) -> list[Leg]:
-        """One leg per target agent, its parts in message order (transformed and fitted)."""
+    async def legs(self, message: dict[str, Any], decision: RouteDecision, priority: int = 5) -> list[Leg]:
+        """One leg per target agent, its parts in message order (transformed, at `priority`, and fitted)."""
         parts = message["parts"]
         by_agent: dict[str, Leg] = {}
         jobs = []
@@ -156,7 +158,7 @@ class LegPlanner:
             for target in pr.targets:
                 leg = by_agent.setdefault(target.agent, Leg(target.agent, []))
                 if target.via:
-                    jobs.append((leg, pr.index, self.transform(parts[pr.index], target.via, message)))
+                    jobs.append((leg, pr.index, self.transform(parts[pr.index], target.via, message, priority)))
                 else:
                     leg.parts.append((pr.index, parts[pr.index]))
         if jobs:
@@ -185,8 +187,9 @@ class LegPlanner:
                 self.metrics.adapted_bytes.labels("before").inc(a.bytes_before)
                 self.metrics.adapted_bytes.labels("after").inc(a.bytes_after)
 
-    def leg_message(self, message: dict[str, Any], leg: Leg, entry: AgentEntry) -> dict[str, Any]:
-        """The message one agent receives: its parts only; the extension kept only if its card declares it."""
+    def leg_message(self, message: dict[str, Any], leg: Leg, entry: AgentEntry, priority: int = 9) -> dict[str, Any]:
+        """The message one agent receives: its parts only; the extension kept only if its card declares it, its
+        priority at most `priority` (the one the gateway honoured for the client)."""
         parts = [p for _, p in leg.parts]
         if not declares(entry):  # a plain message, made in one copy (the extension's fields left out)
             out = downgrade_message({**message, "parts": parts}, input_modes=input_modes(entry))
@@ -198,7 +201,8 @@ class LegPlanner:
         mext = read_message(message) or MessageExtension()
         via = (*mext.via, self.gateway_id) if self.gateway_id else mext.via
         routed = pass_on_route(message)  # a signed message: the intent consumed here stays verifiable downstream
-        write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto", via=via))
+        write_message(out, dataclasses.replace(mext, hops=mext.hops + 1, receivers=(), intent="auto", via=via,
+                                               priority=min(mext.priority, priority)))
         if routed is not None:
             out["metadata"][EXTENSION_URI][ROUTED] = routed
         return out

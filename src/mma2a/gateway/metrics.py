@@ -181,6 +181,11 @@ class GatewayMetrics:
         self.request_seconds = _histogram("mma2a_request_seconds", "Whole-request latency", [], r).labels()
         self.decision_seconds = _histogram("mma2a_decision_seconds", "Routing decision time", [], r,
                                            buckets=(1e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 5e-4, 1e-3, 1e-2)).labels()
+        # under overload (gateway/overload.py): legs shed, and the wait of those that queued for a slot
+        self.agent_shed = _counter("mma2a_agent_shed", "Legs shed under overload, by agent, priority and reason "
+                                   "(deadline, queue_full, displaced, expired)", ["agent", "priority", "reason"], r)
+        self.agent_queue_wait = _histogram("mma2a_agent_queue_wait_seconds", "Wait for an agent's slot of the legs "
+                                           "that queued, by agent and priority", ["agent", "priority"], r)
         self.bytes_in = _counter("mma2a_bytes_in", "Request body bytes", ["binding"], r)
         self.bytes_out = _counter("mma2a_bytes_out", "Response body bytes", ["binding"], r)
         # updated by other threads too (the history writer, text-vector batches): prometheus_client's, locked

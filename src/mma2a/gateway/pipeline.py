@@ -33,6 +33,7 @@ from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .push.service import PushService
 from .push.settings import PushSettings
+from .overload import AgentSlotTable
 from .state import RoutingState
 from .streaming import Streaming
 from .task_ops import TaskOperations
@@ -70,6 +71,8 @@ class Pipeline:
         federation: Federation | None = None,
         push: PushSettings | None = None,
         public_url: str | None = None,
+        slots: AgentSlotTable | None = None,
+        anonymous_max_priority: int = 5,
     ) -> None:
         """`push`: the push notification settings (default: on, default bounds); `public_url`: the address agents
         call the gateway's push webhook at (None: agents' tasks are followed, never given a webhook)."""
@@ -79,7 +82,8 @@ class Pipeline:
         self.feed = feed or DecisionFeed()
         self.guard = guard
         hooks: ClusterHooks = cluster if cluster is not None else Standalone()  # shared pins, durable delivery
-        self.caller = AgentCaller(directory, transport, metrics, adapter, federation)
+        self.slots = slots if slots is not None else AgentSlotTable(adaptive=False)  # per-agent limits and queues
+        self.caller = AgentCaller(directory, transport, metrics, adapter, federation, self.slots)
         self.admission = Admission(directory=directory, state=state, metrics=metrics, registry=registry, tasks=self.tasks,
                                    cluster=hooks, features=features, offload=offload, guard=guard, gateway_id=gateway_id)
         planner = LegPlanner(directory=directory, caller=self.caller, metrics=metrics, tasks=self.tasks, adapter=adapter,
@@ -88,7 +92,8 @@ class Pipeline:
                                 metrics=metrics, cluster=hooks, failover=failover)
         self.exchange = Exchange(admission=self.admission, planner=planner, dispatcher=dispatcher, state=state,
                                  metrics=metrics, tasks=self.tasks, feed=self.feed, history=history, dedupe=dedupe,
-                                 log_decisions=log_decisions, gateway_id=gateway_id)
+                                 log_decisions=log_decisions, gateway_id=gateway_id,
+                                 anonymous_max_priority=anonymous_max_priority)
         self.streaming = Streaming(self.exchange)
         self.task_ops = TaskOperations(self.tasks, self.caller)
         self.push = PushService(push or PushSettings(), tasks=self.tasks, task_ops=self.task_ops, caller=self.caller,

@@ -40,12 +40,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from ..errors import AgentRPCError, InvalidParams, MMA2AError, metadata_strings, status_for_reason
+from ..errors import AgentRPCError, InvalidParams, MMA2AError, Overloaded, metadata_strings, status_for_reason
 from ..responses import json_response
 from .access import current_client
 from .listing import list_tasks
 from .pipeline import Pipeline
-from .security import AccessControl
+from .overload import shed_note
+from .security import AccessControl, retry_after
 
 _Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig)
 _BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk_errors.JSON_RPC_ERROR_CODE_MAP.items()}
@@ -102,7 +103,14 @@ def _rest_route(route: Route, agent_of: Callable[[str], object] | None) -> Route
                 agent_of(name)
             except MMA2AError as exc:
                 return json_response(exc.to_rest(), exc.http_status)
-        response: Response = await endpoint(request)
+        shed: list[Overloaded] = []
+        token = shed_note.set(shed)
+        try:
+            response: Response = await endpoint(request)
+        finally:
+            shed_note.reset(token)
+        if shed and response.media_type == "application/json":  # shed under overload: 503 + Retry-After
+            return json_response(shed[0].to_rest(), shed[0].http_status, {"Retry-After": str(retry_after(shed[0]))})
         if response.status_code >= 400 and response.media_type == "application/json":
             return _restatus(response)
         return response

@@ -37,6 +37,7 @@ from ..errors import (
     InvalidRequest,
     MethodNotFound,
     MMA2AError,
+    Overloaded,
     PayloadTooLarge,
     RateLimited,
     Unauthorized,
@@ -45,6 +46,7 @@ from ..request_body import BODY_GROWN, check_json_values, header_map, read_body,
 from ..responses import error_json, jsonrpc_error_json
 from ..tls import client_cn
 from .access import (
+    ADMIN_MAX_PRIORITY,
     Authenticator,
     BodyBudget,
     BodyHold,
@@ -275,7 +277,7 @@ class AccessControl:
             raise Unauthorized("admin API: missing bearer token")
         if not hmac.compare_digest(digest_secret(given.strip()), digest_secret(token)):
             raise Forbidden("admin API: invalid token")
-        return Client("admin", "bearer")
+        return Client("admin", "bearer", max_priority=ADMIN_MAX_PRIORITY)
 
     def _client(self, headers: Mapping[str, str], access: RouteAccess, cn: str | None) -> Client | None:
         if cn is not None and "authorization" not in headers and self.auth.header not in headers:
@@ -287,7 +289,7 @@ class AccessControl:
             scheme, _, given = headers.get("authorization", "").partition(" ")
             if admin and scheme.lower() == "bearer" and hmac.compare_digest(digest_secret(given.strip()),
                                                                           digest_secret(admin)):
-                return Client("admin", "bearer")
+                return Client("admin", "bearer", max_priority=ADMIN_MAX_PRIORITY)
         return self.auth.authenticate(headers)
 
     @staticmethod
@@ -400,7 +402,7 @@ class _Metered:
 
 def retry_after(exc: MMA2AError) -> int | None:
     """The seconds a refused caller is told to wait (`Retry-After` on HTTP, `retry-after` on gRPC), if any."""
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, (RateLimited, Overloaded)):
         return max(1, math.ceil(exc.retry_after))
     return 1 if exc.http_status == 503 else None
 

@@ -10,15 +10,18 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from ..errors import AgentRPCError, DispatchError, MMA2AError, UnsupportedOperation
+from ..errors import AgentRPCError, DispatchError, MMA2AError, Overloaded, UnsupportedOperation
 from ..ext import EXTENSION_URI
 from ..routing import RouteDecision
+from ..view import MessageView
 from .access import current_sender
 from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, failed_task, now_iso
 from .exchange import Exchange, outcome_of
 from .federation import check_bound
 from .history.record import DecisionRecord, PartSummary
-from .legs import record_adaptations, sendable
+from .directory import AgentEntry
+from .legs import Leg, record_adaptations, sendable
+from .overload import AgentSlots
 from .tasks import DownstreamTask, TaskRecord
 
 
@@ -54,26 +57,48 @@ class Streaming:
             self.exchange.remember_refusal(message, exc, t0)
             raise
         route = self.exchange.routes.of(decision)
+        priority = self.exchange.priority(view)
         targets = decision.targets()
         dropped = any(pr.dropped for pr in decision.parts)
         if len(targets) > 1 and not dropped and not (configuration or {}).get("acceptedOutputModes"):
-            async for event in self._fan_out(message, configuration, decision, route):
+            async for event in self._fan_out(message, configuration, decision, route, priority):
                 yield event
             return
         directory = self.caller.directory
         single = len(targets) == 1 and not dropped and not any(t.via for pr in decision.parts for t in pr.targets)
         if not single or not _streams(directory.get(targets[0]).card):
-            result = await self.exchange.execute(message, configuration, decision, route)
+            try:
+                result = await self.exchange.execute(message, configuration, decision, route, priority)
+            except Overloaded as exc:
+                self.exchange.remember_shed(message, view, decision, route, exc, t0)
+                raise
             self.exchange.remember(view, decision, outcome_of(result), t0)
             yield result
             return
-        legs = await self.planner.legs(message, decision)
+        legs = await self.planner.legs(message, decision, priority)
         record_adaptations(route, legs)
         leg = legs[0]
         entry = directory.get(leg.agent)
-        params: dict[str, Any] = {"message": self.planner.leg_message(message, leg, entry)}
+        params: dict[str, Any] = {"message": self.planner.leg_message(message, leg, entry, priority)}
         if configuration:
             params["configuration"] = dict(configuration)
+        try:  # a stream holds one of the agent's slots while it is open, as a call does while it is answered
+            slots, waiting = self.caller.slot(entry, priority)
+            if waiting is not None:
+                await waiting
+        except Overloaded as exc:
+            self.exchange.remember_shed(message, view, decision, route, exc, t0)
+            raise
+        async for event in self._through(message, configuration, decision, route, leg, entry, params, t0, view,
+                                         priority, slots):
+            yield event
+
+    async def _through(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+                       route: list[dict[str, Any]], leg: Leg, entry: AgentEntry, params: dict[str, Any], t0: float,
+                       view: MessageView, priority: int, slots: AgentSlots | None) -> AsyncIterator[dict[str, Any]]:
+        """The one agent's stream, passed through as it comes, holding the agent's slot `slots` (given back when it
+        ends, or before the fallback to SendMessage, which takes its own)."""
+        directory = self.caller.directory
         recorded = sent = False
         tid: str | None = None
         outcome = "unknown"  # the last state the stream reported
@@ -100,28 +125,35 @@ class Streaming:
                     outcome = FAILED
                     yield {"task": failed_task(exc.message, message=message, task_id=tid, route=route)}
                 else:  # nothing reached the client yet: the non-streaming path, with its failover
-                    result = await self.exchange.execute(message, configuration, decision)
+                    if slots is not None:
+                        slots.release()
+                        slots = None
+                    result = await self.exchange.execute(message, configuration, decision, priority=priority)
                     outcome = outcome_of(result) or outcome
                     yield result
             finally:
+                if slots is not None:
+                    slots.release()
                 self.exchange.remember(view, decision, outcome, t0)
 
     async def _fan_out(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
-        route: list[dict[str, Any]],
+        route: list[dict[str, Any]], priority: int,
     ) -> AsyncIterator[dict[str, Any]]:
         tid, ctx = f"gw-{uuid.uuid4()}", message.get("contextId") or str(uuid.uuid4())
         yield {"task": {"id": tid, "contextId": ctx, "status": {"state": WORKING, "timestamp": now_iso()},
                         "history": [message], "metadata": {EXTENSION_URI: {"route": route}}}}
         try:
-            legs = sendable(await self.planner.legs(message, decision), route)
+            legs = sendable(await self.planner.legs(message, decision, priority), route)
         except MMA2AError as exc:
             failed = failed_task(f"transform failed: {exc.message}", message=message, task_id=tid, route=route)
             yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": failed["status"]}}
             return
         record_adaptations(route, legs)
         results: list[LegResult] = []
-        for done in asyncio.as_completed([self.dispatcher.dispatch(leg, message, configuration, decision) for leg in legs]):
+        shed: list[Overloaded] = []  # each leg takes its agent's slot; a shed leg fails alone
+        for done in asyncio.as_completed([self.exchange.shed_as_failed(leg, message, configuration, decision, priority,
+                                                                       shed) for leg in legs]):
             res = await done
             results.append(res)
             for art in artifacts_of(res):

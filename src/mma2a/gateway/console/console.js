@@ -4,7 +4,7 @@
 
 const COLOURS = ["#2f5fd0", "#e07b24", "#1f8a4c", "#c0392b", "#8e44ad", "#16a5a5", "#b8860b", "#6b7585"];
 const OUTCOMES = ["completed", "failed", "rejected", "canceled", "input-required", "auth-required", "working",
-  "submitted", "message", "refused", "unknown"];
+  "submitted", "message", "refused", "shed", "unknown"];
 const TOKEN_KEY = "mma2a-token";
 const $ = (id) => document.getElementById(id);
 
@@ -257,6 +257,14 @@ async function searchHistory(more) {
 }
 
 // --- agents -------------------------------------------------------------------------------------
+// an agent's slots under overload: its limit (fixed or adaptive), legs queued and shed, by priority
+function overload(o) {
+  if (!o) return "–";
+  const byPriority = (m) => Object.entries(m || {}).map(([p, n]) => `p${p}: ${n}`).join(", ") || "0";
+  return [h("div", {}, `limit ${o.limit} (${o.kind})`), h("div", {}, `queued ${o.queued}`),
+    h("div", {className: Object.keys(o.shedByPriority || {}).length ? "bad" : ""}, `shed ${byPriority(o.shedByPriority)}`)];
+}
+
 async function loadAgents() {
   try {
     const {agents} = await api("/admin/agents");
@@ -276,10 +284,10 @@ async function loadAgents() {
         h("td", {}, h("b", {}, a.name), a.transformer ? [" ", tag("transformer")] : null, " ", (a.groups || []).map(tag)),
         h("td", {className: health === "healthy" ? "ok" : "bad", title: a.lastError || ""}, health),
         h("td", {}, modes.map((m) => h("div", {}, m))), h("td", {}, (a.outputModes || []).map((m) => h("div", {}, m))),
-        h("td", {}, a.inflight), h("td", {}, a.sent), h("td", {}, details));
+        h("td", {}, a.inflight), h("td", {}, overload(a.overload)), h("td", {}, a.sent), h("td", {}, details));
     }));
   } catch (e) {
-    $("agents").replaceChildren(h("tr", {}, h("td", {colspan: 7, className: "error"}, e.message)));
+    $("agents").replaceChildren(h("tr", {}, h("td", {colspan: 8, className: "error"}, e.message)));
   }
 }
 

@@ -23,7 +23,7 @@ MAX_STRING = 200
 MAX_LIST = 16
 
 OUTCOMES = ("completed", "failed", "rejected", "canceled", "input-required", "auth-required", "working",
-            "submitted", "message", "refused", "unknown", "push-delivered", "push-failed", "push-refused")
+            "submitted", "message", "refused", "shed", "unknown", "push-delivered", "push-failed", "push-refused")
 # push notifications to clients' webhooks (gateway/push) are recorded too: "push delivered", "push failed: HTTP 503"
 
 
@@ -81,12 +81,16 @@ _KNOWN = {"message": ("message", None), **{
 
 
 def outcome_class(outcome: str) -> tuple[str, str | None]:
-    """("completed", None) from "TASK_STATE_COMPLETED"; ("refused", "-32005: why") from "refused -32005: why"."""
+    """("completed", None) from "TASK_STATE_COMPLETED"; ("refused", "-32005: why") from "refused -32005: why";
+    ("shed", "deadline: why") from "shed deadline: why"
+    """
     known = _KNOWN.get(outcome)
     if known is not None:
         return known
     if outcome.startswith("refused"):
         return "refused", outcome[len("refused"):].strip()[:1000] or None
+    if outcome.startswith("shed"):  # under overload: "shed deadline: agent vision is overloaded ..."
+        return "shed", outcome[len("shed"):].strip()[:1000] or None
     if outcome == "message":
         return "message", None
     if outcome.startswith("push "):

@@ -1,0 +1,110 @@
+"""How many legs one agent is sent at once: a fixed limit (`agents[].max_concurrency`), or one that follows the
+agent's measured latency (the default), so the agent is kept busy but never buried.
+
+The adaptive rule is TCP Vegas's, as Netflix's concurrency-limits applies it to servers: the fewest seconds an
+answer has taken (`min_rtt`, the agent's latency with nothing waiting inside it) against the mean of the last
+window of answers tells how many legs are queued inside the agent:
+
+    queued = in_flight x (mean_rtt - min_rtt - NOISE_S) / mean_rtt      (0 when negative)
+
+- `queued < ALPHA` while the limit was reached: the agent could take more: +1 (x1.5 until the first cut:
+  slow start);
+- `queued > BETA`: the agent is queueing: the limit drops by what is queued past ALPHA (at least 1);
+- between: kept. With ALPHA = 0.5 and BETA = 1.5 about one leg waits inside the agent, so it never idles
+  between an answer and the next leg, and the order of the rest is the gateway's priority queue's, not the
+  agent's first-come order.
+
+NOISE_S: a rise of up to 20 ms is the gateway's own loop and the network, not a queue inside the agent (an
+agent answering in 100 us would otherwise look buried whenever the gateway is busy). A window is
+`max(WINDOW_MIN, limit)` answers; `min_rtt` is the least of this epoch's answers and the last's (an
+epoch: `EPOCH` answers), so it follows an agent that became slower. The rule assumes requests of similar cost: for
+an agent whose work varies widely per request (audio of any length), set `max_concurrency`.
+
+Pure: samples come in from the caller (no clock, no I/O), so tests drive it step by step.
+"""
+
+from __future__ import annotations
+
+ALPHA = 0.5  # legs queued inside the agent below which the limit grows
+BETA = 1.5  # ... above which it shrinks
+WINDOW_MIN = 8  # answers per adjustment, at least
+EPOCH = 1000  # answers after which min_rtt starts afresh (the previous epoch's minimum still counts)
+INITIAL = 4  # the adaptive limit's first value
+NOISE_S = 0.02  # a rise of the mean latency this small is not counted as queueing
+
+
+class ConcurrencyLimit:
+    """A fixed limit: `value` never changes (`agents[].max_concurrency`)."""
+
+    __slots__ = ("value",)
+
+    adaptive = False
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def sample(self, rtt: float, in_flight: int, saturated: bool) -> None:
+        """An answer took `rtt` seconds with `in_flight` legs at the agent; a fixed limit ignores it."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": "fixed", "limit": self.value}
+
+
+class AdaptiveLimit(ConcurrencyLimit):
+    """The Vegas rule above, between `minimum` and `maximum`."""
+
+    __slots__ = ("minimum", "maximum", "min_rtt", "_prev_min", "_epoch_n", "_n", "_sum_rtt", "_sum_inflight",
+                 "_saturated", "slow_start", "last_queued")
+
+    adaptive = True
+
+    def __init__(self, *, initial: int = INITIAL, minimum: int = 1, maximum: int = 256) -> None:
+        super().__init__(max(minimum, min(initial, maximum)))
+        self.minimum = minimum
+        self.maximum = maximum
+        self.min_rtt = float("inf")
+        self._prev_min = float("inf")
+        self._epoch_n = 0
+        self._n = 0
+        self._sum_rtt = 0.0
+        self._sum_inflight = 0
+        self._saturated = False
+        self.slow_start = True
+        self.last_queued = 0.0
+
+    def sample(self, rtt: float, in_flight: int, saturated: bool) -> None:
+        """One answer: `rtt` seconds, `in_flight` legs at the agent when it came (itself included), `saturated`:
+        legs were waiting for a slot (or every slot was taken) when it came."""
+        if rtt < self.min_rtt:
+            self.min_rtt = rtt
+        self._epoch_n += 1
+        if self._epoch_n >= EPOCH:
+            self._prev_min, self.min_rtt, self._epoch_n = self.min_rtt, float("inf"), 0
+        self._n += 1
+        self._sum_rtt += rtt
+        self._sum_inflight += in_flight
+        self._saturated = self._saturated or saturated
+        if self._n >= max(WINDOW_MIN, self.value):
+            self._adjust()
+
+    def _adjust(self) -> None:
+        mean = self._sum_rtt / self._n
+        base = min(self.min_rtt, self._prev_min)
+        queued = (self._sum_inflight / self._n) * max(0.0, mean - base - NOISE_S) / mean if mean > 0 else 0.0
+        self.last_queued = queued
+        limit = self.value
+        if queued > BETA:
+            limit = limit - max(1, int(queued - ALPHA))
+            self.slow_start = False
+        elif queued < ALPHA and self._saturated:
+            limit = max(limit + 1, limit * 3 // 2) if self.slow_start else limit + 1
+        self.value = max(self.minimum, min(limit, self.maximum))
+        self._n = 0
+        self._sum_rtt = 0.0
+        self._sum_inflight = 0
+        self._saturated = False
+
+    def to_json(self) -> dict[str, object]:
+        base = min(self.min_rtt, self._prev_min)
+        return {"kind": "adaptive", "limit": self.value, "minRttS": round(base, 6) if base != float("inf") else None,
+                "queuedAtAgent": round(self.last_queued, 3)}

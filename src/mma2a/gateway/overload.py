@@ -1,0 +1,384 @@
+"""Under overload, urgent legs first: each agent's concurrency slots and the bounded priority queue in front of them.
+
+Every leg sent to an agent (a message's dispatch, each step of a transform chain, a stream, each leg of a fan-out)
+takes one of the agent's slots for as long as the agent works on it; the agent's limit is fixed or adaptive
+(`agent_limit`). Past the limit a leg waits in the agent's queue, ordered by priority (the message's, capped per
+client), then by age, each with a deadline: `limits.queue_timeout_s`, or the client's own when sooner. A leg is
+shed — answered at once with `Overloaded` (HTTP 503 + `Retry-After`, gRPC UNAVAILABLE + RetryInfo), never left
+to hang — when:
+
+- `outranked`: legs of higher priority arrive at 90% or more of the agent's rate (`limit / mean_rtt`): this one
+  could only be served by taking their slots, so it is shed on arrival, even when a slot is free for a moment
+  (else routine legs taking free slots would leave urgent ones a standing backlog);
+- `deadline`: it would wait past its deadline, or more than `QUEUE_RTTS` of the agent's mean answer times (a
+  standing queue only adds latency: better an answer now). The wait is estimated when it arrives (and again for
+  the lowest queued legs whenever the queue moves) from the legs ahead of it and the agent's rate left to its
+  priority: `(ahead + 1) / (limit / mean_rtt - arrivals per second of higher priorities)`;
+- `queue_full`: the queue holds `limits.max_queue_per_agent` legs and none is less urgent (else that one,
+  the youngest of the lowest priority, is shed in its place: `displaced`);
+- `expired`: its deadline passed while it waited.
+
+When no limit binds (slots free, nobody queued) a leg costs a comparison and two counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..errors import Overloaded
+from .agent_limit import AdaptiveLimit, ConcurrencyLimit
+
+PRIORITIES = 10  # the extension's priority: 0..9
+RATE_WINDOW_S = 1.0  # arrivals per priority are counted over a sliding window this long
+RTT_WEIGHT = 0.1  # weight of each answer in the mean latency the wait estimate uses
+ESTIMATE_AFTER = 8  # answers before a wait is estimated (until then the deadline alone sheds)
+QUEUE_RTTS = 4  # a leg is queued only when it is expected to reach the agent within this many mean answer times
+FLOOR_MARGIN = 0.1  # a priority whose betters arrive at 90% of the agent's rate or more is shed even at a free slot
+
+# the legs shed while the request being served ran (the SDK's bindings answer it 503 from there: `shed_of`)
+shed_note: contextvars.ContextVar[list[Overloaded] | None] = contextvars.ContextVar("mma2a_shed", default=None)
+# the client's deadline for the request being served, in loop time (gRPC's deadline; `X-Request-Timeout` on HTTP)
+client_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("mma2a_deadline", default=None)
+
+
+def note_shed(exc: Overloaded) -> None:
+    """Note a shed for the binding answering the request (nothing outside one)."""
+    found = shed_note.get()
+    if found is not None:
+        found.append(exc)
+
+
+class _Waiter:
+    __slots__ = ("priority", "future", "deadline", "since", "timer", "live")
+
+    def __init__(self, priority: int, future: asyncio.Future[None], deadline: float, since: float) -> None:
+        self.priority = priority
+        self.future = future
+        self.deadline = deadline
+        self.since = since
+        self.timer: asyncio.TimerHandle | None = None
+        self.live = True
+
+
+class AgentSlots:
+    """One agent's slots and queue. Runs on the event loop only (no lock)."""
+
+    def __init__(self, agent: str, limit: ConcurrencyLimit, *, max_queue: int, queue_timeout_s: float,
+                 clock: Callable[[], float] | None = None,
+                 on_shed: Callable[[str, int, str], None] | None = None,
+                 on_wait: Callable[[str, int, float], None] | None = None) -> None:
+        self.agent = agent
+        self.limit = limit
+        self.max_queue = max_queue
+        self.queue_timeout_s = queue_timeout_s
+        self.clock = clock
+        self.on_shed = on_shed
+        self.on_wait = on_wait
+        self.inflight = 0
+        self.queued = 0
+        self._queues: list[deque[_Waiter]] = [deque() for _ in range(PRIORITIES)]
+        self.counts = [0] * PRIORITIES  # live waiters per priority
+        self.shed = [0] * PRIORITIES  # legs shed, per priority (the console's figures; metrics count by reason too)
+        self.rtt_mean = 0.0
+        self.inflight_mean = 0.0  # legs at the agent when an answer came, averaged as rtt_mean is: rate = this / that
+        self.answers = 0
+        self._arrivals = [0] * PRIORITIES
+        self._prev_arrivals = [0] * PRIORITIES
+        self._window_start = 0.0
+        self._prev_counted = False  # the previous window's counts are of the window just before (not a quiet spell)
+        self.floor = 0  # the lowest priority not outranked (`_roll`); lower ones take the slow path, and are shed
+
+    # --- taking and giving back a slot -------------------------------------------------------------------------
+
+    def acquire(self, priority: int, deadline: float | None = None) -> Awaitable[None] | None:
+        """A slot for a leg of `priority` (`deadline`: the client's, in loop time): None when granted at once, else
+        the wait to await (it raises `Overloaded` when the leg is shed). Raises `Overloaded` at once when it cannot
+        wait."""
+        if self.inflight < self.limit.value and not self.queued and priority >= self.floor:
+            self._arrivals[priority] += 1
+            self.inflight += 1
+            return None
+        return self._enqueue(priority, self._now(), deadline)
+
+    def release(self, rtt: float | None = None) -> None:
+        """Give a slot back; `rtt`: the seconds the agent took to answer (None: no sample, as for a stream or an
+        agent that could not be reached)."""
+        self.inflight -= 1
+        if rtt is not None:
+            self.answers += 1
+            if self.rtt_mean == 0.0:
+                self.rtt_mean, self.inflight_mean = rtt, float(self.inflight + 1)
+            else:
+                self.rtt_mean += RTT_WEIGHT * (rtt - self.rtt_mean)
+                self.inflight_mean += RTT_WEIGHT * (self.inflight + 1 - self.inflight_mean)
+            self.limit.sample(rtt, self.inflight + 1, self.queued > 0 or self.inflight + 1 >= self.limit.value)
+        if self.queued:
+            now = self._now()
+            self._roll(now)
+            self._grant(now)
+            self._shed_hopeless(now)
+
+    # --- the queue ---------------------------------------------------------------------------------------------
+
+    def _enqueue(self, priority: int, now: float, deadline: float | None) -> Awaitable[None]:
+        self._roll(now)
+        self._arrivals[priority] += 1
+        budget = self.queue_timeout_s if deadline is None else min(self.queue_timeout_s, deadline - now)
+        ahead = sum(self.counts[priority:])
+        if priority < self.floor:  # the legs above it take the agent's whole rate: even a free slot is not for it
+            raise self._shed_now(priority, "outranked", f"legs of higher priority take all agent {self.agent} "
+                                 "serves", self._wait(priority, ahead))
+        if ahead == 0 and self.inflight < self.limit.value:  # a free slot, and nobody better waits
+            self.inflight += 1
+            return _granted()
+        if budget <= 0:
+            raise self._shed_now(priority, "deadline", f"its deadline passed before agent {self.agent} had a slot",
+                                 self._wait(priority, ahead))
+        expected = self._wait(priority, ahead)
+        if expected > budget:
+            raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
+                                 f"past its deadline of {_secs(budget)}", expected)
+        if expected > QUEUE_RTTS * self.rtt_mean:  # a standing queue only adds latency: shed now, not after a wait
+            raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
+                                 f"more than {QUEUE_RTTS} of its answer times", expected)
+        if self.queued >= self.max_queue:
+            low = self._lowest()
+            if low is None or low.priority >= priority:
+                raise self._shed_now(priority, "queue_full", f"the queue of agent {self.agent} is full "
+                                     f"({self.max_queue} legs, limits.max_queue_per_agent)", expected)
+            self._shed(low, "displaced", f"a more urgent leg took its place in the queue of agent {self.agent}", now)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(priority, future, now + budget, now)
+        self._queues[priority].append(waiter)
+        self.counts[priority] += 1
+        self.queued += 1
+        waiter.timer = asyncio.get_running_loop().call_later(budget, self._expire, waiter)
+        self._shed_hopeless(now)
+        return self._await(waiter)
+
+    async def _await(self, waiter: _Waiter) -> None:
+        try:
+            await waiter.future
+        except asyncio.CancelledError:  # the caller left while it waited (or just as it was granted)
+            if waiter.live:
+                self._remove(waiter)
+            elif waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
+                self.release()  # granted, then left: the slot goes to the next
+            raise
+
+    def _grant(self, now: float) -> None:
+        while self.queued and self.inflight < self.limit.value:
+            waiter = self._best()
+            if waiter is None:
+                return
+            self._remove(waiter)
+            self.inflight += 1
+            waiter.future.set_result(None)
+            if self.on_wait is not None:
+                self.on_wait(self.agent, waiter.priority, now - waiter.since)
+
+    def _best(self) -> _Waiter | None:
+        for p in range(PRIORITIES - 1, -1, -1):
+            if self.counts[p]:
+                q = self._queues[p]
+                while q and not q[0].live:
+                    q.popleft()
+                if q:
+                    return q[0]
+        return None
+
+    def _lowest(self) -> _Waiter | None:
+        """The youngest waiter of the lowest priority waiting."""
+        for p in range(PRIORITIES):
+            if self.counts[p]:
+                q = self._queues[p]
+                while q and not q[-1].live:
+                    q.pop()
+                if q:
+                    return q[-1]
+        return None
+
+    def _remove(self, waiter: _Waiter) -> None:
+        waiter.live = False
+        self.counts[waiter.priority] -= 1
+        self.queued -= 1
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        q = self._queues[waiter.priority]
+        while q and not q[0].live:
+            q.popleft()
+        while q and not q[-1].live:
+            q.pop()
+
+    def _shed_hopeless(self, now: float) -> None:
+        """Shed, lowest priority first, the waiters that would now wait past their deadline."""
+        while self.queued:
+            low = self._lowest()
+            if low is None:
+                return
+            expected = self._wait(low.priority, sum(self.counts[low.priority:]) - 1)
+            if expected <= low.deadline - now:
+                return
+            self._shed(low, "deadline", f"it would wait about {_secs(expected)} more for agent {self.agent}, past "
+                       "its deadline", now)
+
+    def _expire(self, waiter: _Waiter) -> None:
+        if waiter.live:
+            self._shed(waiter, "expired", f"it waited {_secs(waiter.deadline - waiter.since)} for agent {self.agent} "
+                       "(limits.queue_timeout_s, or the client's deadline)", waiter.deadline)
+
+    def _shed(self, waiter: _Waiter, why: str, text: str, now: float) -> None:
+        self._remove(waiter)
+        exc = self._shed_now(waiter.priority, why, text, self._wait(waiter.priority, 0))
+        waiter.future.set_exception(exc)
+
+    def _shed_now(self, priority: int, why: str, text: str, expected: float) -> Overloaded:
+        self.shed[priority] += 1
+        if self.on_shed is not None:
+            self.on_shed(self.agent, priority, why)
+        retry = expected if math.isfinite(expected) else max(self.queue_timeout_s, self.rtt_mean)
+        return Overloaded(f"agent {self.agent} is overloaded: a leg of priority {priority} was shed ({text}); "
+                          f"retry in about {_secs(max(retry, 1.0))}", agent=self.agent, priority=priority, why=why,
+                          retry_after=max(retry, 1.0))
+
+    # --- the estimate ------------------------------------------------------------------------------------------
+
+    def _roll(self, now: float) -> None:
+        """Move the arrival counts' window on to `now`, and the floor with them."""
+        elapsed = now - self._window_start
+        if elapsed >= RATE_WINDOW_S:
+            if elapsed < 2 * RATE_WINDOW_S:
+                self._prev_arrivals = self._arrivals
+                self._window_start += RATE_WINDOW_S
+                self._prev_counted = True
+            else:
+                self._prev_arrivals = [0] * PRIORITIES
+                self._window_start = now
+                self._prev_counted = False
+            self._arrivals = [0] * PRIORITIES
+        self.floor = self._floor(now)
+
+    def _floor(self, now: float) -> int:
+        """The lowest priority whose betters arrive at less than (1 - FLOOR_MARGIN) of the agent's rate."""
+        if self.answers < ESTIMATE_AFTER or self.rtt_mean <= 0.0:
+            return 0
+        rate = (1.0 - FLOOR_MARGIN) * self.rate()
+        for p in range(PRIORITIES):
+            if self.rate_above(p, now) < rate:
+                return p
+        return PRIORITIES - 1
+
+    def rate_above(self, priority: int, now: float) -> float:
+        """Legs per second arriving with a priority above `priority` (sliding window of `RATE_WINDOW_S`)."""
+        frac = min(1.0, max(0.0, (now - self._window_start) / RATE_WINDOW_S))
+        prev, cur = self._prev_arrivals, self._arrivals
+        if self._prev_counted:
+            n = sum(prev[p] * (1.0 - frac) + cur[p] for p in range(priority + 1, PRIORITIES))
+            return n / RATE_WINDOW_S
+        # no previous window (the first, or after a quiet spell): the current one over the time it has covered, so
+        # an overload that starts is seen within a tenth of a second, not a second
+        return sum(cur[priority + 1:]) / max(frac * RATE_WINDOW_S, 0.1)
+
+    def rate(self) -> float:
+        """Legs a second the agent answers when busy: its limit (or, when more were at the agent over the recent
+        answers, as after the limit came down, that many) over the mean answer time (Little's law)."""
+        return max(self.limit.value, self.inflight_mean) / self.rtt_mean
+
+    def _wait(self, priority: int, ahead: int) -> float:
+        """Seconds a leg of `priority` with `ahead` legs of its priority or higher before it would wait."""
+        if self.answers < ESTIMATE_AFTER or self.rtt_mean <= 0.0:  # too few answers to tell: the deadline decides
+            return 0.0
+        rate = self.rate() - self.rate_above(priority, self._now())
+        return (ahead + 1) / rate if rate > 0 else math.inf
+
+    def _now(self) -> float:
+        return self.clock() if self.clock is not None else asyncio.get_running_loop().time()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"inflight": self.inflight, "queued": self.queued, **self.limit.to_json(),
+                "queuedByPriority": {str(p): n for p, n in enumerate(self.counts) if n},
+                "shedByPriority": {str(p): n for p, n in enumerate(self.shed) if n},
+                "meanRttS": round(self.rtt_mean, 6)}
+
+
+def _secs(s: float) -> str:
+    return f"{s:.2f} s" if math.isfinite(s) else "without end"
+
+
+async def _granted() -> None:
+    return None
+
+
+class AgentSlotTable:
+    """Every agent's `AgentSlots`, made on first use from the agent's config and the `limits` section."""
+
+    def __init__(self, *, adaptive: bool = True, initial: int = 4, maximum: int = 256, max_queue: int = 256,
+                 queue_timeout_s: float = 5.0, on_shed: Callable[[str, int, str], None] | None = None,
+                 on_wait: Callable[[str, int, float], None] | None = None) -> None:
+        self.adaptive = adaptive
+        self.initial = initial
+        self.maximum = maximum
+        self.max_queue = max_queue
+        self.queue_timeout_s = queue_timeout_s
+        self.on_shed = on_shed
+        self.on_wait = on_wait
+        self._slots: dict[str, tuple[int | None, AgentSlots]] = {}
+
+    def of(self, agent: str, fixed: int | None) -> AgentSlots | None:
+        """The slots of `agent` whose config says `fixed` (`max_concurrency`, None: adaptive); None when the agent
+        is not limited (adaptive limits are off and it has no fixed one)."""
+        known = self._slots.get(agent)
+        if known is not None and known[0] == fixed:
+            return known[1]
+        if fixed is None and not self.adaptive:
+            return None
+        limit = ConcurrencyLimit(fixed) if fixed is not None else AdaptiveLimit(initial=self.initial, maximum=self.maximum)
+        if known is not None:  # the config changed: the new limit, the same queue
+            known[1].limit = limit
+            self._slots[agent] = (fixed, known[1])
+            return known[1]
+        slots = AgentSlots(agent, limit, max_queue=self.max_queue, queue_timeout_s=self.queue_timeout_s,
+                           on_shed=self.on_shed, on_wait=self.on_wait)
+        self._slots[agent] = (fixed, slots)
+        return slots
+
+    def get(self, agent: str) -> AgentSlots | None:
+        known = self._slots.get(agent)
+        return known[1] if known is not None else None
+
+    def items(self) -> list[tuple[str, AgentSlots]]:
+        return [(name, s) for name, (_, s) in self._slots.items()]
+
+
+class SlotsCollector(Collector):
+    """Queue depth per agent and priority, slots in use and each agent's limit, read at scrape time (nothing on the
+    request path)."""
+
+    def __init__(self, table: AgentSlotTable) -> None:
+        self.table = table
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+    def collect(self) -> Iterator[Any]:
+        depth = GaugeMetricFamily("mma2a_agent_queue_depth", "Legs waiting for an agent's slot, by priority",
+                                  labels=["agent", "priority"])
+        inflight = GaugeMetricFamily("mma2a_agent_inflight", "Legs at an agent (slots taken)", labels=["agent"])
+        limit = GaugeMetricFamily("mma2a_agent_concurrency_limit", "An agent's concurrency limit (fixed or adaptive)",
+                                  labels=["agent"])
+        for name, slots in self.table.items():
+            for p in range(PRIORITIES):
+                depth.add_metric([name, str(p)], slots.counts[p])
+            inflight.add_metric([name], slots.inflight)
+            limit.add_metric([name], slots.limit.value)
+        yield depth
+        yield inflight
+        yield limit

@@ -1,0 +1,228 @@
+"""An agent's slots and priority queue (gateway/overload.py) and its adaptive limit (gateway/agent_limit.py), driven
+step by step: a clock the test moves, legs granted and shed in the order the rules say, no timing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from mma2a.errors import Overloaded
+from mma2a.gateway.agent_limit import ALPHA, BETA, AdaptiveLimit, ConcurrencyLimit
+from mma2a.gateway.overload import ESTIMATE_AFTER, AgentSlots, AgentSlotTable
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def slots(limit: int = 1, *, max_queue: int = 8, timeout: float = 1000.0, clock: Clock | None = None,
+          shed: list[tuple[int, str]] | None = None) -> AgentSlots:
+    return AgentSlots("vision", ConcurrencyLimit(limit), max_queue=max_queue, queue_timeout_s=timeout,
+                      clock=clock or Clock(), on_shed=lambda a, p, why: shed.append((p, why)) if shed is not None else None)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_queued_legs_are_granted_by_priority_then_age() -> None:
+    s = slots(1)
+    assert s.acquire(1) is None  # the free slot at once
+    order: list[str] = []
+
+    async def leg(name: str, priority: int) -> None:
+        waiting = s.acquire(priority)
+        assert waiting is not None
+        await waiting
+        order.append(name)
+
+    tasks = [asyncio.create_task(leg(n, p)) for n, p in (("low-a", 2), ("urgent", 8), ("low-b", 2), ("mid", 5))]
+    await settle()
+    assert s.queued == 4 and order == []
+    for _ in range(4):
+        s.release()  # the leg in the slot answers: the best waiter takes it
+        await settle()
+    await asyncio.gather(*tasks)
+    assert order == ["urgent", "mid", "low-a", "low-b"]
+    assert s.inflight == 1 and s.queued == 0
+
+
+async def test_a_full_queue_sheds_the_lowest_priority_first() -> None:
+    shed: list[tuple[int, str]] = []
+    s = slots(1, max_queue=2, shed=shed)
+    s.acquire(5)
+    w_low = s.acquire(1)
+    w_mid = s.acquire(4)
+    assert w_low is not None and w_mid is not None
+    t_low, t_mid = asyncio.ensure_future(w_low), asyncio.ensure_future(w_mid)
+    await settle()
+    w_urgent = s.acquire(9)  # full: the youngest of the lowest priority leaves, answered at once
+    assert w_urgent is not None
+    await settle()
+    assert t_low.done()
+    with pytest.raises(Overloaded) as info:
+        t_low.result()
+    assert info.value.why == "displaced" and info.value.agent == "vision" and info.value.priority == 1
+    with pytest.raises(Overloaded) as info:  # full, and nobody less urgent than this one: it is the one shed
+        s.acquire(4)
+    assert info.value.why == "queue_full"
+    assert shed == [(1, "displaced"), (4, "queue_full")]
+    assert s.shed[1] == 1 and s.shed[4] == 1
+    t_urgent = asyncio.ensure_future(w_urgent)
+    s.release()
+    await settle()
+    assert t_urgent.done() and not t_mid.done()  # priority 9 before the older priority 4
+    s.release()
+    await settle()
+    assert t_mid.done()
+
+
+async def test_a_leg_whose_deadline_passed_is_shed_at_once() -> None:
+    clock = Clock()
+    s = slots(1, clock=clock)
+    s.acquire(5)
+    with pytest.raises(Overloaded) as info:
+        s.acquire(5, deadline=clock.now - 0.1)  # the client's deadline is already gone
+    assert info.value.why == "deadline"
+    assert s.queued == 0
+
+
+async def test_a_waiter_past_its_deadline_is_shed_when_the_queue_moves() -> None:
+    clock = Clock()
+    s = slots(1, clock=clock, timeout=10.0)
+    s.acquire(5)
+    waiting = s.acquire(3)
+    assert waiting is not None
+    task = asyncio.ensure_future(waiting)
+    await settle()
+    clock.now += 11.0  # past its 10 s: the next move of the queue sheds it
+    other = s.acquire(9)  # (queued behind the slot: the queue moves)
+    assert other is not None
+    queued = asyncio.ensure_future(other)
+    await settle()
+    assert task.done()
+    with pytest.raises(Overloaded) as info:
+        task.result()
+    assert info.value.why == "deadline"
+    assert info.value.retry_after >= 1.0
+    queued.cancel()
+    await settle()
+
+
+async def test_a_caller_that_leaves_gives_its_place_and_its_slot_back() -> None:
+    s = slots(1)
+    s.acquire(5)
+    waiting = s.acquire(5)
+    assert waiting is not None
+    task = asyncio.ensure_future(waiting)
+    await settle()
+    task.cancel()
+    await settle()
+    assert s.queued == 0
+    s.release()
+    assert s.inflight == 0
+    assert s.acquire(5) is None
+
+
+async def test_a_priority_whose_betters_take_the_whole_rate_is_shed_on_arrival() -> None:
+    clock = Clock()
+    s = slots(2, clock=clock, max_queue=64)
+    s.acquire(9)
+    s.acquire(9)
+    for _ in range(ESTIMATE_AFTER):  # answers of 0.1 s, two at the agent: it serves 2 / 0.1 = 20 legs a second
+        s.release(0.1)
+        assert s.acquire(9) is None
+    assert s.rate() == pytest.approx(20.0)
+    urgent, why = [], []
+    for _ in range(24):  # 24 urgent legs arrive within the one-second window: more than the agent serves
+        try:
+            waiting = s.acquire(9)
+        except Overloaded as exc:  # past QUEUE_RTTS answer times of waiting: shed at once, not after a wait
+            why.append(exc.why)
+        else:
+            assert waiting is not None
+            urgent.append(asyncio.ensure_future(waiting))
+    assert len(urgent) == 4 * 2 and set(why) == {"deadline"}  # 4 answer times of 0.1 s at 20 a second: 8 queue
+    with pytest.raises(Overloaded) as info:
+        s.acquire(2)
+    assert info.value.why == "outranked" and s.floor == 9
+    s.release(0.1)
+    await settle()
+    assert urgent[0].done() and urgent[0].exception() is None
+    s.release(0.1)
+    s.release(0.1)  # the slots free while urgent legs still arrive: a routine leg is still outranked
+    await settle()
+    with pytest.raises(Overloaded):
+        s.acquire(2)
+    clock.now += 3.0  # the urgent ones stop coming: the next routine leg has a slot (the floor follows the rates)
+    for task in urgent[3:]:
+        task.cancel()
+    await settle()
+    for _ in range(s.inflight):
+        s.release(0.1)
+    waiting = s.acquire(2)  # (the floor is stale until this slow-path arrival moves the window: then granted)
+    if waiting is not None:
+        await waiting
+    assert s.floor == 0 and s.inflight == 1
+    assert s.acquire(2) is None  # and the next takes the fast path
+
+
+def test_the_table_makes_fixed_and_adaptive_slots_and_none_when_off() -> None:
+    table = AgentSlotTable(adaptive=True, initial=3)
+    adaptive = table.of("a", None)
+    assert adaptive is not None and isinstance(adaptive.limit, AdaptiveLimit) and adaptive.limit.value == 3
+    fixed = table.of("b", 2)
+    assert fixed is not None and not fixed.limit.adaptive and fixed.limit.value == 2
+    again = table.of("a", 7)  # the agent's config changed: the new limit, the same queue
+    assert again is adaptive and again.limit.value == 7
+    off = AgentSlotTable(adaptive=False)
+    assert off.of("a", None) is None
+    assert off.of("b", 4) is not None
+
+
+def _simulate(limit: AdaptiveLimit, capacity: int, service: float, answers: int) -> list[int]:
+    """An agent serving `capacity` at a time for `service` s each, always offered more than the limit: each answer
+    takes service x max(1, in_flight / capacity) (what waits inside the agent)."""
+    seen = []
+    for _ in range(answers):
+        in_flight = limit.value
+        limit.sample(service * max(1.0, in_flight / capacity), in_flight, saturated=True)
+        seen.append(limit.value)
+    return seen
+
+
+def test_the_adaptive_limit_settles_near_the_agents_capacity() -> None:
+    limit = AdaptiveLimit(initial=1)
+    seen = _simulate(limit, capacity=4, service=0.2, answers=400)
+    assert set(seen[-100:]) <= {4, 5}  # about one leg waits inside the agent: ALPHA..BETA
+    assert ALPHA < BETA
+
+
+def test_the_adaptive_limit_comes_down_from_too_many() -> None:
+    limit = AdaptiveLimit(initial=40)
+    _simulate(limit, capacity=4, service=0.2, answers=1)  # (min_rtt from a first answer with nothing queued)
+    limit.min_rtt = 0.2
+    seen = _simulate(limit, capacity=4, service=0.2, answers=200)
+    assert seen[-1] in (4, 5)
+    assert not limit.slow_start
+
+
+def test_the_adaptive_limit_does_not_grow_when_it_is_not_reached() -> None:
+    limit = AdaptiveLimit(initial=4)
+    for _ in range(200):
+        limit.sample(0.2, 1, saturated=False)
+    assert limit.value == 4
+
+
+def test_to_json_says_what_the_console_shows() -> None:
+    s = slots(2)
+    s.acquire(5)
+    doc: dict[str, Any] = s.to_json()
+    assert doc["inflight"] == 1 and doc["queued"] == 0 and doc["kind"] == "fixed" and doc["limit"] == 2
