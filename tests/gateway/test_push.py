@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -235,3 +236,31 @@ async def test_a_dead_or_refusing_webhook_is_retried_then_given_up_and_pending_i
     assert outcomes == [("t2", "refused", "1 deliveries pending, the most is 1"), ("t1", "failed", "HTTP 503"),
                         ("t3", "failed", "HTTP 400")]
     assert [h.path for h in hook.hits] == ["/a"] * 4
+
+
+async def test_a_streamed_message_with_a_push_config_notifies_and_configs_expire() -> None:
+    """SendStreamingMessage with `configuration.taskPushNotificationConfig`: the stream is the agent's, the config
+    stays in the gateway and the webhook hears of the task's end; a config is forgotten `config_ttl_s` after it was
+    set once its task is no longer followed (freeing the client's room), not before."""
+    async with webhook_receiver() as hook, tck_agent("tck", push=True) as agent:
+        cfg = {"agents": [{"name": "tck", "url": agent.url}], **allow(hook)}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                    "params": send_params("tck-stream-1", client_config(hook))}
+            async with c.stream("POST", url, json=body, headers={**V1, "Accept": "text/event-stream"}) as r:
+                events = [orjson.loads(line[5:]) async for line in r.aiter_lines() if line.startswith("data:")]
+            tid = events[0]["result"]["task"]["id"]
+            hits = await hook.wait_until(lambda h: task_state(h) == DONE)
+            assert agent.push_configs is not None
+            at_agent = await agent.push_configs.get_info_for_dispatch(tid)
+            kept = await rpc(c, url, "GetTaskPushNotificationConfig", {"taskId": tid, "id": "mine"})
+            push = gw.pipeline.push
+            soon = push.expire(now=time.time() + 10)
+            later = push.expire(now=time.time() + push.settings.config_ttl_s + 1)
+            gone = await rpc(c, url, "GetTaskPushNotificationConfig", {"taskId": tid, "id": "mine"})
+    assert [e["result"].get("statusUpdate", {}).get("status", {}).get("state") for e in events][-1] == DONE
+    assert {h.body["task"]["id"] for h in hits} == {tid}
+    assert at_agent == []  # a finished task: the gateway registered nothing, the client's config never went there
+    assert kept["result"]["url"] == hook.url + "/hook"
+    assert (soon, later) == (0, 1)
+    assert gone["error"]["code"] == -32001

@@ -145,6 +145,14 @@ class Follower:
         self._seen[task_id] = sig
         return True
 
+    def settle(self, task_id: str) -> None:
+        """Forget what a task not followed looked like (it ended: a later change notifies again)."""
+        if task_id not in self._follows:
+            self._seen.pop(task_id, None)
+
+    def following(self, task_id: str) -> bool:
+        return task_id in self._follows
+
     def follow(self, rec: TaskRecord) -> bool:
         """Start following a task (no-op when it is followed already); False past `max_follows`."""
         if rec.task_id in self._follows:
@@ -212,8 +220,13 @@ class Follower:
         the follow ends when the task does (`on_webhook`), its configs go, or at the deadline."""
         if await self._refresh(rec):
             return
-        while self.wanted(rec.task_id) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # and, in case an agent's call is lost, a slow read of its own
             await asyncio.sleep(min(self.settings.max_poll_s * 6, max(0.0, deadline - time.monotonic())))
+            try:
+                if await self._refresh(rec):
+                    return
+            except MMA2AError as exc:
+                log.info("push: reading task %s failed: %s", rec.task_id, exc.message)
 
     async def on_webhook(self, leg: WebhookLeg) -> None:
         """An agent's verified notification: the task read afresh and the client notified; ends the follow when done."""

@@ -8,6 +8,8 @@ gateway's own webhook instead (`follow`)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -68,14 +70,33 @@ class PushService:
         self.outbox = Outbox(settings, policy, on_outcome=self._outcome, journal=self._journal_delivery)
         self.follower = Follower(settings, caller, task_ops.current, self.store.has, self.notify, webhook_base)
         self.journal: PushJournal | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, journal: PushJournal | None) -> None:
-        """In a cluster: the configs every gateway keeps, and the deliveries this one takes over (its own from before
-        a restart, and those of gateways that stopped), from `journal`; from then on every change is written there."""
+        """Expire old configs from now on; in a cluster, the configs every gateway keeps and the deliveries this one
+        takes over (its own from before a restart, and those of gateways that stopped), from `journal`, where every
+        change is written from then on."""
+        self._sweeper = asyncio.create_task(self._sweep_loop())
         if journal is None:
             return
         self.journal = journal
         await journal.open(self._config_from_cluster, self._delivery_from_cluster)
+
+    def expire(self, now: float | None = None) -> int:
+        """Forget the configs older than `config_ttl_s` whose task is not followed; how many went."""
+        gone = self.store.expire((time.time() if now is None else now) - self.settings.config_ttl_s,
+                                 self.follower.following)
+        for hook in gone:
+            if self.journal is not None:
+                task_id = str(hook.config["taskId"])
+                self.journal.delete_config(record_key(hook.owner, task_id, hook.id),
+                                           {"owner": hook.owner, "taskId": task_id, "id": hook.id})
+        return len(gone)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(60.0, self.settings.config_ttl_s / 4))
+            self.expire()
 
     def _config_from_cluster(self, record: dict[str, Any]) -> None:
         owner = record.get("owner")
@@ -83,10 +104,11 @@ class PushService:
         if record.get("deleted"):
             self.store.delete(owner, str(record.get("taskId")), str(record.get("id")))
             return
-        config = record.get("config")
-        if isinstance(config, dict):
+        config, at = record.get("config"), record.get("at")
+        at = float(at) if isinstance(at, (int, float)) else None
+        if isinstance(config, dict) and (at is None or at > time.time() - self.settings.config_ttl_s):
             try:
-                self.store.put(owner, config)
+                self.store.put(owner, config, at=at)
             except MMA2AError as exc:  # past a bound of this gateway's (another's settings differ): not kept here
                 log.warning("push: a config from the cluster was not kept: %s", exc.message)
 
@@ -110,7 +132,7 @@ class PushService:
     def _journal_config(self, hook: ClientHook) -> None:
         if self.journal is not None:
             self.journal.put_config(record_key(hook.owner, str(hook.config["taskId"]), hook.id),
-                                    {"owner": hook.owner, "config": hook.config})
+                                    {"owner": hook.owner, "config": hook.config, "at": hook.at})
 
     @property
     def enabled(self) -> bool:
@@ -185,6 +207,7 @@ class PushService:
         self.follower.changed(rec.task_id, task)
         if (task.get("status") or {}).get("state") not in TERMINAL:
             self.follower.follow(rec)
+        self.follower.settle(rec.task_id)
 
     # --- SendMessage ---------------------------------------------------------------------------------------
     def wants(self, configuration: Mapping[str, Any] | None) -> bool:
@@ -257,6 +280,7 @@ class PushService:
         rec = self.tasks.find(tid)
         if rec is not None and (task.get("status") or {}).get("state") not in TERMINAL:
             self.follower.follow(rec)
+        self.follower.settle(tid)
 
     # --- notifications -------------------------------------------------------------------------------------
     def notify(self, task_id: str, task: dict[str, Any]) -> None:
@@ -312,6 +336,10 @@ class PushService:
     async def close(self) -> None:
         """Stop following and sending; in a cluster the pending deliveries stay in the journal for whoever takes
         them over (this gateway after a restart, or another)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         await self.follower.close()
         await self.outbox.close()
         if self.journal is not None:

@@ -11,10 +11,12 @@ class PushSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True  # off: cards say pushNotifications false and the config methods answer -32003
-    max_configs_per_client: int = Field(default=64, ge=1)  # push configs one client may hold at once
+    max_configs_per_client: int = Field(default=1024, ge=1)  # push configs one client may hold at once
     max_configs_per_task: int = Field(default=8, ge=1)
     max_config_bytes: int = Field(default=4096, ge=256)  # one config's JSON (URL, token, credentials)
-    max_configs: int = Field(default=100_000, ge=1)  # the whole gateway
+    max_configs: int = Field(default=20_000, ge=1)  # the whole gateway
+    config_ttl_s: float = Field(default=3600.0, gt=0)  # a config is forgotten this long after it was set, unless its
+    # task is still followed (as the task map forgets a task: limits.task_max_age_s)
     max_pending_per_client: int = Field(default=256, ge=1)  # deliveries waiting or retrying, per client
     max_pending_bytes_per_client: int = Field(default=8 << 20, ge=1024)
     max_concurrent_deliveries: int = Field(default=32, ge=1)  # POSTs in flight, the whole gateway

@@ -4,9 +4,11 @@ per task and in all. The URL, token and credentials a client gives stay here: ag
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import time
 
 import orjson
 
@@ -24,6 +26,7 @@ class ClientHook:
     owner: str | None  # the client that registered it (None: auth off)
     config: dict[str, Any]  # A2A 1.0 JSON: id, taskId, url, token?, authentication?
     size: int  # its JSON's bytes
+    at: float = 0.0  # when it was kept (seconds since the epoch): it expires `config_ttl_s` later, unless followed
 
     @property
     def id(self) -> str:
@@ -81,7 +84,8 @@ class PushConfigStore:
     def __bool__(self) -> bool:
         return self.count > 0
 
-    def put(self, owner: str | None, config: dict[str, Any], where: str = "params") -> ClientHook:
+    def put(self, owner: str | None, config: dict[str, Any], where: str = "params", *, at: float | None = None
+            ) -> ClientHook:
         """Keep (or replace, same task and id) a normalized config; `InvalidParams` naming the limit past a bound."""
         s = self.settings
         size = len(orjson.dumps(config))
@@ -104,7 +108,7 @@ class PushConfigStore:
             if self.count >= s.max_configs:
                 raise InvalidParams(f"{where}: the gateway holds {self.count} push configs, its most; retry later",
                                     field=where)
-        hook = ClientHook(owner, config, size)
+        hook = ClientHook(owner, config, size, time.time() if at is None else at)
         if old is not None:
             self._account(old, -1)
         self._by_task.setdefault(task_id, {})[cid] = hook
@@ -148,6 +152,22 @@ class PushConfigStore:
     def forget_task(self, task_id: str) -> None:
         for hook in self._by_task.pop(task_id, {}).values():
             self._account(hook, -1)
+
+    def expire(self, before: float, keep: Callable[[str], bool]) -> list[ClientHook]:
+        """Forget the configs kept before `before` whose task `keep` does not name (a task still followed); they are
+        returned."""
+        gone = []
+        for task_id, hooks in list(self._by_task.items()):
+            if keep(task_id):
+                continue
+            for cid, hook in list(hooks.items()):
+                if hook.at < before:
+                    del hooks[cid]
+                    self._account(hook, -1)
+                    gone.append(hook)
+            if not hooks:
+                del self._by_task[task_id]
+        return gone
 
     def owned(self, owner: str | None) -> tuple[int, int]:
         """(configs, bytes) an owner holds."""
