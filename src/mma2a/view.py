@@ -70,6 +70,7 @@ class MessageView:
     accepted_output_modes: tuple[str, ...] = ()
     extension: bool = False
     caller: Caller | None = None  # the authenticated caller, when the rules have `client:` conditions
+    allowed: frozenset[str] | None = None  # the agents the sending client may use (auth.clients[].agents; None: all)
 
 
 def part_size(part: Mapping[str, Any], ext: PartExtension) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import shutil
 import tempfile
@@ -136,6 +137,16 @@ def walk_through_the_console(url: str, shots: Path) -> dict[str, Any]:
             seen["dryrun"] = drv.find_element(By.ID, "dryrun-summary").text
             seen["dryrun_rows"] = [r.text for r in drv.find_elements(By.CSS_SELECTOR, "#dryrun-rows tr")]
             drv.save_screenshot(str(shots / "console-rules.png"))
+            # explain one message: the decision view's table of every agent considered (before the edit applies)
+            sample = drv.find_element(By.ID, "sample")
+            drv.execute_script("arguments[0].value = arguments[1]", sample, json.dumps({
+                "messageId": "x-1", "role": "ROLE_USER", "parts": [{"url": "https://example.org/a.png", "mediaType": "image/png"}]}))
+            drv.find_element(By.ID, "explain").click()
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#decision-view table.decision-table tbody tr"))
+            table = drv.find_element(By.CSS_SELECTOR, "#decision-view table.decision-table")
+            seen["decision_caption"] = table.find_element(By.TAG_NAME, "caption").text
+            seen["decision_rows"] = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                                     for tr in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
             drv.find_element(By.ID, "rules-apply").click()
             wait.until(lambda d: d.find_elements(By.ID, "rules-applied"))
             seen["applied"] = drv.find_element(By.ID, "rules-applied").text
@@ -198,6 +209,11 @@ async def test_console_in_a_browser_sign_in_filter_history_edit_dry_run_apply(tm
     assert seen["valid"] == "valid: 1 rules"
     assert seen["dryrun"] == "dry-run: 4 recent decisions re-decided, 1 would change"
     assert seen["dryrun_rows"] == ["cat-1 0: image/png vision [cats] archive [cats]"]
+    assert seen["decision_caption"] == "capability for image/png: vision"
+    assert seen["decision_rows"] == [
+        ["vision", "yes", "1.00", "0.50", "", "", "1.10", ""],
+        ["archive", "yes", "0.50", "0.50", "", "", "0.60", ""],
+        ["writer", "no", "", "", "", "", "", "mode: its card accepts text/plain"]]
     assert seen["applied"].startswith("applied: version ") and seen["applied"].endswith(", 1 rules")
     assert applied["rules"][0]["action"] == {"route_to": "archive"}
     assert seen["csp_reports"] == []

@@ -74,6 +74,12 @@ async def test_history_records_filters_pages_and_survives_a_restart(tmp_path):
     assert m3["outcome"] == "refused" and m3["error"].startswith("-32005: part 0 (audio/wav)")
     assert m3["parts"] == [{"index": 0, "modality": "audio/wav", "kind": "text", "size": None, "features": {},
                             "targets": [], "matched": [], "transforms": [], "dropped": None, "bottleneck": False}]
+    # a part routed by capability keeps the table of every agent considered
+    m4 = every["decisions"][0]
+    assert m4["parts"][0]["capability"] == {"modality": "image/png", "group": None, "chosen": "vision", "agents": [
+        {"agent": "vision", "accepted": True, "total": 1.1, "specialisation": 1.0, "fit": 0.5},
+        {"agent": "writer", "accepted": False, "whyNot": "mode: its card accepts text/plain"}]}
+    assert "capability" not in m1["parts"][0] and m1["parts"][1]["capability"]["chosen"] == "writer"  # a rule: no table
     assert [d["messageId"] for d in images["decisions"]] == ["m4", "m1"]
     assert [d["messageId"] for d in cats["decisions"]] == ["m1"]
     assert [d["messageId"] for d in writer["decisions"]] == ["m2", "m1"]
@@ -193,6 +199,8 @@ async def test_history_cli_table_json_filters_and_errors(tmp_path):
     assert code == 0 and [d["messageId"] for d in page["decisions"]] == ["m4", "m1"]
     assert tcode == 0 and "m4" in table and "m3" in table and "m1" not in table
     assert "0: audio/wav -> -" in table and "refused" in table and "next page: --cursor" in table
+    assert "* vision 1.10 (spec 1.00, fit 0.50)" in table  # m4's photo: every agent considered
+    assert "- writer: mode: its card accepts" in table
     assert bad == 1 and "answered 400: outcome: must be one of" in err
     assert denied == 1 and "answered 403: admin API: invalid token" in derr
 

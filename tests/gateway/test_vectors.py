@@ -245,15 +245,16 @@ def test_with_vectors_keeps_every_field_of_the_view_and_its_parts() -> None:
     from mma2a.ext import PartExtension, Session
     from mma2a.gateway.enrich import PartVectors, with_vectors
     from mma2a.modality import parse_modality
-    from mma2a.view import MessageView, PartView
+    from mma2a.view import Caller, MessageView, PartView
 
     # every field away from its default, so a dropped one shows
     part = PartView(0, parse_modality("text/plain"), {"language": "en"}, "data", 7, PartExtension("text/plain"))
     other = dataclasses.replace(part, index=1)
-    view = MessageView("m", (part, other), ("a",), Session("s", 3, True), 2, ("gw",), 9, ("text/plain",), True)
+    view = MessageView("m", (part, other), ("a",), Session("s", 3, True), 2, ("gw",), 9, ("text/plain",), True,
+                       Caller("kc:carol", {"groups": ["staff"]}), frozenset({"a"}))
     assert [f.name for f in dataclasses.fields(PartView)] == ["index", "modality", "features", "kind", "size", "ext",
                                                                 "embedding", "embedding_model"]
-    assert len(dataclasses.fields(MessageView)) == 9
+    assert len(dataclasses.fields(MessageView)) == 11
     vec = np.ones(4, np.float32)
     out = with_vectors(view, PartVectors("model-x", {0: vec}))
     assert out == dataclasses.replace(view, parts=(dataclasses.replace(part, embedding_model="model-x"), other))

@@ -50,6 +50,7 @@ def test_agent_info_from_real_sdk_cards() -> None:
         weight=2.0,
         transformer=False,
         extension=True,
+        description="vision agent",
     )
     plain = agent_info_from_card("reasoner", card_json("reasoner", ["text/plain"], ["text/plain"]))
     assert plain.extension is False and plain.skills == ()

@@ -320,3 +320,28 @@ rules:
         in result.stdout
     assert result.exit_code == 1
     assert "m.jsonl:3: error: client: must be an object with id (a client id) and optional claims" in result.output
+
+
+def test_explain_prints_every_agent_considered_with_its_score(tmp_path: Path) -> None:
+    from google.protobuf import json_format
+
+    from mma2a.agents.catalog import CATALOG
+
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    for name in ("analyst", "vision"):
+        (cards / f"{name}.json").write_text(json.dumps(json_format.MessageToDict(CATALOG[name].card())))
+    (cards / "inspector.json").write_text(json.dumps({"name": "inspector", "defaultInputModes": ["image/*"], "skills": []}))
+    (tmp_path / "rules.yaml").write_text("version: 1\nrules: []\n")
+    (tmp_path / "m.jsonl").write_text(json.dumps({"messageId": "m1", "role": "ROLE_USER",
+                                                  "parts": [{"url": "https://x.example/a.jpg", "mediaType": "image/jpeg"}]}) + "\n")
+    out = run("rules", "explain", str(tmp_path / "rules.yaml"), str(tmp_path / "m.jsonl"), "--cards", str(cards))
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    at = lines.index("    capability for image/jpeg: chose vision")
+    assert lines[at + 1:at + 5] == [
+        "      * vision 1.20 (spec 1.00, fit 1.00)",
+        "      + inspector 1.10 (spec 1.00, fit 0.50)",
+        "      + analyst 0.70 (spec 0.50, fit 1.00)",
+        "      runner-up inspector (1.10) lost to vision (1.20): fit 0.50 vs 1.00",
+    ]

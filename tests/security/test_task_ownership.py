@@ -121,6 +121,26 @@ async def test_a_client_limited_to_some_agents_cannot_reach_others_through_the_r
     assert len(a_tasks["result"]["tasks"]) == 1  # agent a only ever saw alice's message
 
 
+async def test_capability_routing_chooses_among_the_clients_own_agents():
+    """Without a rule, carol's text goes to b, the agent she may use, though a ranks first for everyone else (a tie
+    on score goes to the first name); her route names no runner-up she may not use."""
+    async with sample_agent("a") as a, sample_agent("b") as b:
+        cfg = {"agents": [{"name": "a", "url": a.url}, {"name": "b", "url": b.url}], "auth": {"clients": CLIENTS}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            carols = await rpc(c, url, "SendMessage", message("m-carol-cap", "hello"), CAROL)
+            alices = await rpc(c, url, "SendMessage", message("m-alice-cap", "hello"), ALICE)
+    from mma2a.ext import EXTENSION_URI
+
+    def routed(doc: dict[str, Any]) -> list[str]:
+        return doc["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"]  # type: ignore[no-any-return]
+
+    assert routed(carols) == ["b"] and carols["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert "runnerUp" not in carols["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]  # a is not hers to see
+    assert routed(alices) == ["a"]
+    assert alices["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["runnerUp"] == \
+        "runner-up b (1.10) lost to a (1.10): equal score: fewer requests in flight, then name"
+
+
 async def test_another_client_naming_the_same_session_neither_takes_nor_releases_its_pin():
     from mma2a.ext import EXTENSION_URI
     from tests.gateway.conftest import agent, agents

@@ -17,6 +17,18 @@ def _route(parts: list[dict[str, Any]]) -> str:
         where = f"dropped ({p['dropped']})" if p.get("dropped") else ", ".join(p.get("targets") or []) or "-"
         rules = f" [{', '.join(p['matched'])}]" if p.get("matched") else ""
         lines.append(f"{p['index']}: {p['modality']} -> {where}{rules}")
+        choice = p.get("capability")
+        if isinstance(choice, dict):  # a capability choice: every agent considered, ranked, and why the others not
+            for a in choice.get("agents") or []:
+                if a.get("accepted"):
+                    scores = [f"{short} {a[k]:.2f}" for k, short in (("specialisation", "spec"), ("fit", "fit"),
+                                                                    ("skills", "skills"), ("output", "output")) if k in a]
+                    lines.append(f"   {'*' if a['agent'] == choice.get('chosen') else '+'} {a['agent']} "
+                                 f"{a['total']:.2f} ({', '.join(scores)})")
+                else:
+                    lines.append(f"   - {a['agent']}: {a.get('whyNot', '')}")
+            if choice.get("more"):
+                lines.append(f"   (+{choice['more']} more)")
     return "\n".join(lines)
 
 

@@ -295,4 +295,23 @@ def _render(decision: Any, everything: list[Any] | None, mode: str = "native") -
             lines.append(f"      {'+' if c.matched else '-'} {c.rule}" + ("" if c.matched else f": {c.reason}"))
         for note in why.notes:
             lines.append(f"    note: {note}")
+        for choice in why.capability:
+            lines.extend(_capability_table(choice))
     return "\n".join(lines)
+
+
+def _capability_table(choice: Any) -> list[str]:
+    """A capability choice as the explain text shows it: every agent considered, the chosen one marked."""
+    where = f" in group {choice.group}" if choice.group else ""
+    head = f"    capability for {choice.modality}{where}: " + (f"chose {choice.chosen}" if choice.chosen else "nobody accepts it")
+    lines = [head]
+    for c in choice.considered:
+        if c.accepted:
+            mark = "*" if c.agent == choice.chosen else "+"
+            lines.append(f"      {mark} {c.agent} {c.total:.2f} ({c.components()})")
+        else:
+            lines.append(f"      - {c.agent}: {c.why_not}")
+    lost = choice.runner_up()
+    if lost is not None:
+        lines.append(f"      {lost}")
+    return lines

@@ -152,6 +152,12 @@ def failure_reasons(task: dict[str, Any], ext_uri: str) -> list[str]:
     return reasons or ["(no reason given)"]
 
 
+def runner_up_line(r: dict[str, Any]) -> str | None:
+    """`  runner-up analyst (0.70) lost to inspector (1.10): specialisation 0.50 vs 1.00`, for a part routed by capability."""
+    line = r.get("runnerUp")
+    return f"  {line}" if isinstance(line, str) and line else None
+
+
 def route_line(r: dict[str, Any]) -> str:
     """`part 1 (image/png) → vision [capability]`, with any transform chain and why it ran."""
     where = ", ".join(r.get("targets") or []) or f"dropped: {r.get('dropped')}"
@@ -240,6 +246,9 @@ def send(
         out = Console(soft_wrap=True)
         for r in ((task.get("metadata") or {}).get(EXTENSION_URI) or {}).get("route", []):
             out.print(route_line(r), markup=False)
+            lost = runner_up_line(r)
+            if lost is not None:
+                out.print(lost, markup=False)
         if task:
             out.print(f"task {task.get('id')} {state.removeprefix('TASK_STATE_').lower()}", markup=False)
         for art in task.get("artifacts") or []:

@@ -142,6 +142,8 @@ class Admission:
         wanted = self.state.snapshot.caller_claims
         if wanted is not None and client is not None:  # `client:` conditions read who is calling
             view = dataclasses.replace(view, caller=caller_of(client, wanted))
+        if client is not None and client.agents is not None:  # capability routing chooses among the client's agents
+            view = dataclasses.replace(view, allowed=client.agents)
         try:
             decision = await self._route_shared(view) if view.session else self.route(view)
         except RoutingRefusal as exc:

@@ -188,4 +188,4 @@ def with_vectors(view: MessageView, vectors: Mapping[int, Any]) -> MessageView:
     parts = tuple(PartView(p.index, p.modality, p.features, p.kind, p.size, p.ext, vectors[p.index], model)
                   if p.index in vectors else p for p in view.parts)
     return MessageView(view.message_id, parts, view.receivers, view.session, view.hops, view.via, view.priority,
-                       view.accepted_output_modes, view.extension)
+                       view.accepted_output_modes, view.extension, view.caller, view.allowed)

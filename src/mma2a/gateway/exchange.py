@@ -114,7 +114,8 @@ class Exchange:
         """The decision and its outcome to the history (a no-op without one)."""
         if self.history is not None:
             self.history.record(DecisionRecord(view.message_id, time.time(), current_sender(), view.parts, decision.parts,
-                                               outcome, time.perf_counter() - t0, view.receivers))
+                                               outcome, time.perf_counter() - t0, view.receivers,
+                                               decision.explanation.parts))
 
     def remember_shed(self, message: dict[str, Any], view: MessageView, decision: RouteDecision,
                       route: list[dict[str, Any]], exc: Overloaded, t0: float) -> None:

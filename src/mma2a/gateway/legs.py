@@ -44,8 +44,8 @@ class EmptyTransformOutput(DispatchError):
 def route_summary(decision: RouteDecision) -> list[dict[str, Any]]:
     """The per-part route as recorded in task metadata and logs."""
     out = []
-    for pr in decision.parts:
-        out.append({
+    for pr, why in zip(decision.parts, decision.explanation.parts):
+        entry: dict[str, Any] = {
             "index": pr.index,
             "modality": pr.modality,
             "matched": list(pr.matched),
@@ -54,7 +54,12 @@ def route_summary(decision: RouteDecision) -> list[dict[str, Any]]:
             "actions": list(pr.actions),
             "dropped": pr.dropped,
             "bottleneck": pr.bottleneck,
-        })
+        }
+        if why.capability:  # a capability choice: the runner-up and why it lost (both agents the client may use)
+            runner_up = why.capability[-1].runner_up()
+            if runner_up is not None:
+                entry["runnerUp"] = runner_up
+        out.append(entry)
     return out
 
 

@@ -169,6 +169,6 @@ class Streaming:
         if history is not None:  # no view here: the modalities as routed
             history.record(DecisionRecord(decision.message_id, time.time(), current_sender(),
                                           [PartSummary(p.index, p.modality) for p in decision.parts], decision.parts,
-                                          str(task["status"]["state"]), 0.0))
+                                          str(task["status"]["state"]), 0.0, (), decision.explanation.parts))
         yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": task["status"],
                                 "metadata": task["metadata"]}}

@@ -8,6 +8,8 @@ modality when one of its skills' `inputModes` (or, for a skill that lists none, 
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,23 @@ INFORMAL_OUTPUT_MODES: Mapping[str, str] = {
     "text": "text/plain", "image": "image/*", "audio": "audio/*", "video": "video/*",
     "file": "application/octet-stream", "data": "application/json", "json": "application/json",
 }
+
+
+# Words by which a card's free text names a kind of content (a description saying "images of invoices"):
+# such a description is a skills text (routing/semantic.py `skill_texts`).
+CONTENT_WORDS = frozenset(
+    "image images photo photos photograph photographs picture pictures screenshot screenshots scan scans scanned "
+    "audio voice speech sound sounds recording recordings podcast music video videos clip clips footage "
+    "pdf pdfs document documents invoice invoices receipt receipts form forms contract contracts spreadsheet "
+    "spreadsheets csv json table tables chart charts diagram diagrams map maps file files text texts email emails "
+    "transcript transcripts code 3d mesh meshes model models".split()
+)
+_WORDS = re.compile(r"[a-z0-9]+")
+
+
+def names_content(text: str) -> bool:
+    """Does `text` name a kind of content (`CONTENT_WORDS`)?"""
+    return any(w in CONTENT_WORDS for w in _WORDS.findall(text.lower()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +76,7 @@ class AgentInfo:
     healthy: bool = True
     draining: bool = False
     problems: tuple[str, ...] = ()  # card fields left out because they could not be read
+    description: str = ""  # the card's own description: a skills text (it often names the content it is about)
 
     @property
     def available(self) -> bool:
@@ -150,6 +170,7 @@ def agent_info_from_card(
         transformer=transformer,
         extension=extension,
         problems=tuple(problems or ()),
+        description=_text(card_json.get("description")),
     )
 
 
@@ -198,16 +219,6 @@ def _parse_all(modes: Iterable[str]) -> tuple[Modality, ...]:
         except InvalidModality:
             continue  # a card we did not validate ourselves: ignore what does not parse
     return tuple(parsed)
-
-
-def breadth(agent: AgentInfo) -> int:
-    """How many media type families (`image`, `text`, ...) the agent's card accepts; `*/*` counts as every family.
-
-    Capability routing prefers the narrower agent when two accept a part equally well: a
-    specialist (`image/*` only) over a generalist that also takes images.
-    """
-    families = {m.type for s in effective_skills(agent) for m in s.inputs}
-    return 1_000 if "*" in families else len(families)
 
 
 def specificity(pattern: Modality) -> int:

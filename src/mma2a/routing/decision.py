@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from .._frozen import quick_init
 from ..modality import Modality
 from .rules import Condition
+from .scoring import CapabilityChoice
 
 
 class TransformStep(NamedTuple):
@@ -113,7 +114,8 @@ class CandidateCheck(NamedTuple):
 
 
 class PartExplanation(NamedTuple):
-    """How one part was routed: candidate rules in evaluation order, rules skipped, actions, notes."""
+    """How one part was routed: candidate rules in evaluation order, rules skipped, actions, notes, and the table of
+    each capability choice."""
 
     index: int  # type: ignore[assignment]
     modality: str
@@ -121,6 +123,7 @@ class PartExplanation(NamedTuple):
     skipped: int
     actions: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    capability: tuple[CapabilityChoice, ...] = ()  # each capability choice: every agent considered, scored or why not
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -130,6 +133,7 @@ class PartExplanation(NamedTuple):
             "skipped": self.skipped,
             "actions": list(self.actions),
             "notes": list(self.notes),
+            "capability": [c.to_json() for c in self.capability],
         }
 
 

@@ -19,11 +19,11 @@ from ..modality import Modality, parse_modality
 from ..view import Caller, MessageView, PartView
 from .balance import NO_LOAD, Load, pick_least_inflight, pick_round_robin, pick_weighted
 from .decision import CandidateCheck, Explanation, PartExplanation, PartRoute, RouteDecision, Target, TransformStep
-from .agents import breadth
 from .match import MatchResult, check_rule, match_linear
 from .planner import plan_transforms
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadBalance, RouteTo, Transform
 from .caller import with_caller
+from .scoring import CapabilityChoice, Considered, best_tier, ranked, score, with_skills
 from .semantic import TOP, vector_fits, with_scores
 from .snapshot import Snapshot, _remember
 
@@ -68,19 +68,32 @@ def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | No
     load_reads: list[bool] = []
     table = snapshot.semantic
     reads_caller = snapshot.caller_claims is not None
+    words = _message_words(view, snapshot)
     for part in view.parts:
         start = clock() if clock is not None else 0.0
         if table is not None:  # the derived semantic features, the same for both evaluators
             part = with_scores(part, table)
         if reads_caller:  # the caller's, likewise (`client:` conditions)
             part = with_caller(part, view.caller)
-        route, explanation = _route_part(view, part, snapshot, load, matcher, load_reads)
+        route, explanation = _route_part(view, part, snapshot, load, matcher, load_reads, words)
         routes.append(route)
         explanations.append(explanation)
         if clock is not None:
             timings[f"part[{part.index}]"] = clock() - start
     return RouteDecision(view.message_id, tuple(routes), Explanation(tuple(explanations), timings), snapshot.version,
                          uses_load=bool(load_reads))
+
+
+def _message_words(view: MessageView, snapshot: Snapshot) -> Any:
+    """The sentence vector of the message's first text part that has one comparable with the snapshot's skill
+    vectors: the request's words, for parts without words of their own (None: no such part, or no skill table)."""
+    vectors = snapshot.skill_table
+    if vectors is None:
+        return None
+    for part in view.parts:
+        if part.embedding is not None and part.modality.type == "text" and vector_fits(part, vectors.model):
+            return part.embedding
+    return None
 
 
 def decision_key(view: MessageView) -> Hashable | None:
@@ -92,7 +105,7 @@ def decision_key(view: MessageView) -> Hashable | None:
     """
     if view.session is not None:
         return None
-    shape: list[Hashable] = [view.receivers, view.accepted_output_modes]
+    shape: list[Hashable] = [view.receivers, view.accepted_output_modes, view.allowed]
     if view.caller is not None:  # set only when rules read it, with just the claims they name
         try:
             shape.append((view.caller.id, orjson.dumps(view.caller.claims, option=orjson.OPT_SORT_KEYS)))
@@ -141,10 +154,14 @@ class _Part(NamedTuple):
     outputs: tuple[str, ...]
     load_reads: list[bool]
     embedding: Any = None
+    words: Any = None  # the part's own vector, else the message's text (the skills component of capability scores)
+    allowed: frozenset[str] | None = None  # the agents the client may use (None: all)
+    choices: list[CapabilityChoice] | None = None  # the capability choices made for the part, for its explanation
 
 
 def _route_part(
-    view: MessageView, part: PartView, snapshot: Snapshot, load: Load, matcher: Matcher, load_reads: list[bool]
+    view: MessageView, part: PartView, snapshot: Snapshot, load: Load, matcher: Matcher, load_reads: list[bool],
+    words: Any = None,
 ) -> tuple[PartRoute, PartExplanation]:
     out = _Outcome()
     routed = part
@@ -168,7 +185,10 @@ def _route_part(
         elif vectors is not None:  # the gateway changed models between embedding and routing: not comparable
             out.notes.append(f"text vector: by {part.embedding_model}, the snapshot's by {vectors.model}: not used")
             embedding = None
-    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads, embedding)
+    choices: list[CapabilityChoice] = []
+    own = embedding if embedding is not None and snapshot.skill_table is not None else None
+    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads, embedding,
+                own if own is not None else words, view.allowed, choices)
     matched_names: tuple[str, ...] = ()
     if view.receivers:
         for name in view.receivers:
@@ -203,7 +223,7 @@ def _route_part(
     actions = tuple(out.actions)
     route = _new(PartRoute, (part.index, mod_str, matched_names, targets, actions, out.dropped, bottleneck, out.pin))
     explanation = _new(
-        PartExplanation, (part.index, mod_str, result.candidates, result.skipped, actions, tuple(out.notes))
+        PartExplanation, (part.index, mod_str, result.candidates, result.skipped, actions, tuple(out.notes), tuple(choices))
     )
     return route, explanation
 
@@ -350,26 +370,47 @@ def _load_balance(
 def _capability(
     snapshot: Snapshot, ctx: _Part, modality: Modality, group: str | None, reason: str, load: Load
 ) -> Target:
-    """The best agent (optionally within a group) accepting the part natively, else through the shortest chain."""
+    """The best-scored agent (optionally within a group) accepting the part natively, else through the shortest
+    chain; the table of every agent considered goes to the part's explanation."""
     outputs = ctx.outputs
-    tier = _best_tier(snapshot, modality, group, outputs)
+    table = _scored(snapshot, ctx, modality, group)
+    tier = best_tier(table)
     via: tuple[TransformStep, ...] = ()
     if not tier:
         planned = plan_transforms(
-            snapshot, modality, lambda m: bool(_best_tier(snapshot, m, group, outputs)), ("cap", group, outputs)
+            snapshot, modality, lambda m: bool(best_tier(_considered(snapshot, m, group, outputs, ctx.allowed))),
+            ("cap", group, outputs, ctx.allowed)
         )
         if planned is None:
+            _record(ctx, CapabilityChoice(str(modality), group, table))
             where = f"in group '{group}' " if group is not None else ""
             raise _unsupported(ctx, modality, f"no agent {where}accepts it and no transform chain reaches one that does",
                                hint=_unavailable(snapshot, modality, group))
-        via, final = planned
-        tier = _best_tier(snapshot, final, group, outputs)
+        _record(ctx, CapabilityChoice(str(modality), group, table))  # nobody natively: the chain's end is chosen next
+        via, modality = planned
+        table = _scored(snapshot, ctx, modality, group)
+        tier = best_tier(table)
     if len(tier) == 1:
         chosen = tier[0]
     else:
         ctx.load_reads.append(True)  # a tie: the least busy wins (the first name when nothing is in flight)
         chosen = pick_least_inflight(tier, load.inflight) if load.inflight else tier[0]
+    _record(ctx, CapabilityChoice(str(modality), group, table, chosen))
     return _new(Target, (chosen, via, reason))
+
+
+def _record(ctx: _Part, choice: CapabilityChoice) -> None:
+    if ctx.choices is not None:
+        ctx.choices.append(choice)
+
+
+def _scored(snapshot: Snapshot, ctx: _Part, modality: Modality, group: str | None) -> tuple[Considered, ...]:
+    """Every agent considered for `modality`, ranked; with the skills component when the request has words."""
+    table = _considered(snapshot, modality, group, ctx.outputs, ctx.allowed)
+    words, vectors = ctx.words, snapshot.skill_table
+    if words is None or vectors is None or not table or not table[0].accepted:
+        return table
+    return with_skills(table, vectors.agent_scores(words, [c.agent for c in table if c.accepted]))
 
 
 def _by_skills(
@@ -383,11 +424,13 @@ def _by_skills(
         why = "the part has no text vector" if table is not None else "no skill vectors (no embedder)"
         out.notes.append(f"skills: {why}; modality capability")
         return _capability(snapshot, ctx, modality, None, reason, load)
-    key = ("skills", modality)
+    allowed = ctx.allowed
+    key = ("skills", modality, allowed)
     keep = snapshot.memo.get(key)
-    if keep is None:  # the agents that may take the part: healthy, not transformers, accepting its modality
+    if keep is None:  # the agents that may take the part: healthy, not transformers, accepting its modality, allowed
         keep = table.mask([n for n, a in snapshot.agents.items()
-                           if a.available and not a.transformer and snapshot.accepts(n, modality) >= 0])
+                           if a.available and not a.transformer and snapshot.accepts(n, modality) >= 0
+                           and (allowed is None or n in allowed)])
         _remember(snapshot.memo, key, keep)
     ranked = table.rank(vector, keep, score=action.score)
     shown = ", ".join(f"{a} {s:.2f} ({k})" for a, s, k in ranked[:TOP]) or "none"
@@ -399,34 +442,38 @@ def _by_skills(
     return _capability(snapshot, ctx, modality, None, reason, load)
 
 
-def _best_tier(
-    snapshot: Snapshot, modality: Modality, group: str | None, outputs: tuple[str, ...]
-) -> tuple[str, ...]:
-    """The agents that tie for best on (non-transformer, specificity, output fit, narrowest card), by name; () when none accepts."""
-    key = ("tier", modality, group, outputs)
+def _considered(
+    snapshot: Snapshot, modality: Modality, group: str | None, outputs: tuple[str, ...],
+    allowed: frozenset[str] | None = None,
+) -> tuple[Considered, ...]:
+    """Every agent (of `group`, else all) considered for a part of `modality`, without words: accepted ones scored
+    and ranked best first, the others with why not. Memoised per snapshot: the same for every alike part."""
+    key = ("considered", modality, group, outputs, allowed)
     memo = snapshot.memo
-    found: tuple[str, ...] | None = memo.get(key)
+    found: tuple[Considered, ...] | None = memo.get(key)
     if found is not None:
         return found
     names = snapshot.members(group) if group is not None else tuple(sorted(snapshot.agents))
     wanted = tuple(parse_modality(o, field="acceptedOutputModes") for o in outputs)
-    ranked: list[tuple[tuple[int, int, int, int], str]] = []
+    family = modality.type
+    items: list[Considered] = []
     for name in names:
         agent = snapshot.agents[name]
-        if not agent.available:
-            continue
         spec = snapshot.accepts(name, modality)
-        if spec < 0:
-            continue
-        fit = 0
-        if wanted:
-            produced = snapshot.outputs_for(name, modality)
-            fit = int(any(o.matches(w) or w.matches(o) for o in produced for w in wanted))
-        ranked.append(((int(agent.transformer), -spec, -fit, breadth(agent)), name))
-    if ranked:
-        best = min(r[0] for r in ranked)
-        found = tuple(sorted(name for rank, name in ranked if rank == best))
-    else:
-        found = ()
+        if allowed is not None and name not in allowed:
+            items.append(Considered(name, False, "client not allowed (auth.clients[].agents)"))
+        elif spec < 0:
+            items.append(Considered(name, False, "mode: its card accepts " + snapshot.accepted_modes(name)))
+        elif not agent.healthy:
+            items.append(Considered(name, False, "health: its health check fails"))
+        elif agent.draining:
+            items.append(Considered(name, False, "draining"))
+        else:
+            output: float | None = None
+            if wanted:
+                produced = snapshot.outputs_for(name, modality)
+                output = float(any(o.matches(w) or w.matches(o) for o in produced for w in wanted))
+            items.append(score(name, snapshot.specialisation[name].get(family, 0.0), spec, output, agent.transformer))
+    found = ranked(items)
     _remember(memo, key, found)
     return found

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ..errors import RuleError
 from ..view import PartView
-from .agents import AgentInfo
+from .agents import AgentInfo, names_content
 from .rules import SKILL_SCORES, Condition, RuleSet
 
 SEMANTIC_PREFIX = "semantic:"
@@ -228,13 +228,19 @@ def skills_scoring(embedder: Any) -> tuple[str, float]:
 
 def skill_texts(agent: AgentInfo) -> list[tuple[str, str]]:
     """(skill id, text) pairs that stand for what an agent does: each skill's name, description and
-    tags as one text, and each of its examples."""
+    tags as one text, and each of its examples; and the card's description (id `card`) when the skills give
+    no text or it names a kind of content ("reads images of invoices": `names_content`), unless a skill
+    already says it — real cards often say there what they are about."""
     out: list[tuple[str, str]] = []
     for s in agent.skills:
         head = ". ".join(t for t in (s.name, s.description, ", ".join(s.tags)) if t)
         if head:
             out.append((s.id, head))
         out.extend((s.id, e) for e in s.examples if e.strip())
+    said = agent.description
+    if said and (not out or names_content(said)) and all(said != s.description for s in agent.skills) \
+            and all(said != text for _, text in out):
+        out.append(("card", said))
     return out
 
 
@@ -276,6 +282,23 @@ class SkillTable:
         import numpy as np
 
         return means if (score or self.score) == "mean" else np.maximum.reduceat(sims, self.starts)
+
+    def agent_scores(self, vector: Any, names: Sequence[str], score: str | None = None) -> dict[str, float]:
+        """The score of each of `names` that has skill texts (`score`, else the table's), by agent."""
+        means, sims = self.cosines(vector)
+        mean = (score or self.score) == "mean"
+        bounds, positions = self.bounds, self.positions
+        out: dict[str, float] = {}
+        for name in names:
+            i = positions.get(name)
+            if i is None:
+                continue
+            if mean:
+                out[name] = float(means[i])
+            else:
+                end = bounds[i + 1] if bounds else (int(self.starts[i + 1]) if i + 1 < len(self.starts) else len(self.skills))
+                out[name] = float(sims[int(self.starts[i]):end].max())
+        return out
 
     def rank(self, vector: Any, keep: Any, top: int = TOP, score: str | None = None) -> list[tuple[str, float, str]]:
         """The `top` agents among `keep` (a mask from `mask`) by their score (`score`, else the table's: the cosine

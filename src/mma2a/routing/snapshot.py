@@ -18,6 +18,7 @@ from ..modality import Modality
 from .agents import AgentInfo, SkillModes, effective_skills
 from .index import RuleIndex
 from .match import ClauseKey, clause_keys
+from .scoring import family_shares
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, LoadBalance, RouteTo, Rule, RuleSet, Transform
 from .caller import caller_claims
 from .semantic import Embedder, SemanticTable, SkillTable, build_semantic, build_skills, needs_vectors
@@ -44,6 +45,7 @@ class Snapshot:
     memo: dict[Any, Any] = field(repr=False, default_factory=dict)
     semantic: SemanticTable | None = field(repr=False, default=None)  # example vectors of `semantic` conditions
     skill_table: SkillTable | None = field(repr=False, default=None)  # skill vectors, for `capability: skills`
+    specialisation: Mapping[str, Mapping[str, float]] = field(repr=False, default_factory=dict)  # agent -> family -> share
 
     @property
     def needs_vectors(self) -> bool:
@@ -87,6 +89,13 @@ class Snapshot:
             found = best
             _remember(memo, key, found)
         return int(found)
+
+    def accepted_modes(self, agent: str) -> str:
+        """What `agent`'s card accepts, in words (`text/plain, image/*`; the first eight), for explanations."""
+        modes = list(dict.fromkeys(str(p) for skill in self.skills.get(agent, ()) for p in skill.inputs))
+        if not modes:
+            return "nothing (no input modes)"
+        return ", ".join(modes[:8]) + (f" (+{len(modes) - 8} more)" if len(modes) > 8 else "")
 
     def outputs_for(self, agent: str, modality: Modality) -> tuple[Modality, ...]:
         """What `agent` produces from a part of `modality`: the output modes of the skills that accept it."""
@@ -181,6 +190,7 @@ def build_snapshot(
         keys=keys,
         skills=skills,
         transformers=transformers,
+        specialisation={name: family_shares(skills[name]) for name in names},
     )
 
 

@@ -337,12 +337,36 @@ async function applyRules() {
 const SAMPLE = {messageId: "dry-run-1", role: "ROLE_USER", parts: [{text: "The hinge cracked"},
   {url: "https://example.org/lid.jpg", mediaType: "image/jpeg",
    metadata: {"https://mma2a.dev/ext/multimodal/v1": {features: {objects: ["hinge"]}}}}]};
+// Each capability choice of a decision as a table: every agent considered, its score components and total, ranked,
+// or why it was not a candidate (the same rows as `mma2a rules explain`).
+function decisionView(result) {
+  const fmt = (v) => (typeof v === "number" ? v.toFixed(2) : "");
+  const out = [];
+  for (const part of ((result.explanation || {}).parts || [])) {
+    const rules = (part.candidates || []).map((c) => `${c.matched ? "+" : "-"} ${c.rule}${c.reason ? ": " + c.reason : ""}`);
+    out.push(h("h3", {}, `part ${part.index} (${part.modality}): ${(part.actions || []).join(", ") || "-"}`));
+    if (rules.length) out.push(h("p", {className: "rule-checks"}, rules.join("; ")));
+    else if ((part.notes || []).includes("no rule matched: default action")) out.push(h("p", {}, "no rule matched: default action"));
+    for (const choice of (part.capability || [])) {
+      const rows = choice.agents.map((a) => h("tr", {className: a.agent === choice.chosen ? "chosen" : (a.accepted ? "" : "refused")},
+        h("td", {}, a.agent), h("td", {}, a.accepted ? "yes" : "no"), h("td", {}, fmt(a.specialisation)), h("td", {}, fmt(a.fit)),
+        h("td", {}, fmt(a.skills)), h("td", {}, fmt(a.output)), h("td", {}, fmt(a.total)), h("td", {}, a.whyNot || (a.transformer ? "transformer: ranked last" : ""))));
+      out.push(h("table", {className: "decision-table", dataset: {modality: choice.modality}},
+        h("caption", {}, `capability for ${choice.modality}${choice.group ? " in group " + choice.group : ""}: ${choice.chosen || "nobody accepts it"}`),
+        h("thead", {}, h("tr", {}, ...["agent", "accepts", "specialisation", "fit", "skills", "output", "total", "why not"].map((c) => h("th", {}, c)))),
+        h("tbody", {}, rows)));
+    }
+  }
+  return out;
+}
 async function explain() {
   try {
     const message = JSON.parse($("sample").value);
-    $("explanation").textContent = JSON.stringify(await api("/admin/explain", {method: "POST",
-      headers: {"Content-Type": "application/json"}, body: JSON.stringify({message})}), null, 2);
-  } catch (e) { $("explanation").textContent = "error: " + e.message; }
+    const result = await api("/admin/explain", {method: "POST",
+      headers: {"Content-Type": "application/json"}, body: JSON.stringify({message})});
+    $("decision-view").replaceChildren(...decisionView(result));
+    $("explanation").textContent = JSON.stringify(result, null, 2);
+  } catch (e) { $("decision-view").replaceChildren(); $("explanation").textContent = "error: " + e.message; }
 }
 
 // --- live feed ----------------------------------------------------------------------------------

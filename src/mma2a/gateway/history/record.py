@@ -48,6 +48,7 @@ class DecisionRecord(NamedTuple):
     outcome: str  # the task state, "message", or "refused CODE: why"
     latency_s: float
     receivers: tuple[str, ...] = ()
+    explanations: Sequence[Any] = ()  # the decision's `PartExplanation`s: each capability choice's table is kept
 
 
 class HistorySink(Protocol):
@@ -241,20 +242,21 @@ class ShapeMemo:
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
         self._shapes: dict[tuple[Any, ...], Shape] = {}
-        self._last: tuple[Any, ...] = (None, None, None, None, None)  # a one-part decision's routes, part and shape
+        self._last: tuple[Any, ...] = (None, None, None, None, None, None)  # a one-part decision's routes, part and shape
 
     def shape(self, entry: DecisionRecord) -> Shape:
         parts = entry.parts
         if len(parts) == 1:  # the common case, without the loop
             p = parts[0]
-            routes, modality, index, kind, found = self._last
-            # the very objects of the last one-part decision (the router's memo hands out the same routes, the view
-            # the same modality): its shape, without hashing the routes
-            if routes is entry.routes and modality is p.modality and index == p.index and kind == p.kind:
+            routes, modality, index, kind, found, why = self._last
+            # the very objects of the last one-part decision (the router's memo hands out the same routes and
+            # explanation, the view the same modality): its shape, without hashing the routes
+            if routes is entry.routes and modality is p.modality and index == p.index and kind == p.kind \
+                    and why is entry.explanations:
                 return found  # type: ignore[no-any-return]
-            key: tuple[Any, ...] = (entry.routes, p.index, str(p.modality), p.kind)
+            key: tuple[Any, ...] = (entry.routes, _choices(entry), p.index, str(p.modality), p.kind)
         else:
-            key = (entry.routes, *[(p.index, str(p.modality), p.kind) for p in parts[:MAX_PARTS]])
+            key = (entry.routes, _choices(entry), *[(p.index, str(p.modality), p.kind) for p in parts[:MAX_PARTS]])
         try:
             found = self._shapes.get(key)
         except TypeError:  # routes that do not hash (not the routers' tuples): serialised every time
@@ -264,8 +266,27 @@ class ShapeMemo:
                 self._shapes.clear()
             found = self._shapes[key] = _shape(entry)
         if len(parts) == 1:
-            self._last = (entry.routes, parts[0].modality, parts[0].index, parts[0].kind, found)
+            self._last = (entry.routes, parts[0].modality, parts[0].index, parts[0].kind, found, entry.explanations)
         return found
+
+
+def _choices(entry: DecisionRecord) -> tuple[Any, ...]:
+    """The capability tables of a record, as part of its shape's key (scores by words differ per request)."""
+    return tuple(getattr(e, "capability", ()) for e in entry.explanations)
+
+
+def capability_json(choice: Any) -> dict[str, Any]:
+    """A capability choice as history keeps it: the chosen agent, its runner-up line, and the first `MAX_LIST` agents
+    considered (accepted ones ranked first) with their scores or why not."""
+    out: dict[str, Any] = choice.to_json()
+    shown = out["agents"]
+    out["agents"] = shown[:MAX_LIST]
+    if len(shown) > MAX_LIST:
+        out["more"] = len(shown) - MAX_LIST
+    lost = choice.runner_up()
+    if lost is not None:
+        out["runnerUp"] = lost
+    return out
 
 
 def detail_json(parts: Sequence[Any]) -> bytes:
@@ -283,7 +304,7 @@ _new_row = tuple.__new__  # Row's own __new__ is a Python function: one per requ
 def to_row(entry: DecisionRecord, memo: ShapeMemo | None = None) -> Row:
     """Serialise one record (the recorder does it as the request ends); `memo` reuses the shape of alike decisions."""
     shape = memo.shape(entry) if memo is not None else _shape(entry)
-    message_id, ts, sender, parts, _, outcome_text, latency_s, receivers = entry
+    message_id, ts, sender, parts, _, outcome_text, latency_s, receivers, _ = entry
     outcome, error = outcome_class(outcome_text)
     return _new_row(Row, (
         str(message_id)[:MAX_STRING], ts, sender[:MAX_STRING] if sender else None, outcome, error,
@@ -293,6 +314,7 @@ def to_row(entry: DecisionRecord, memo: ShapeMemo | None = None) -> Row:
 def _shape(entry: DecisionRecord) -> Shape:
     """The shape of a record's parts: their routes as stored (JSON) and its filter tags."""
     routes = {r.index: r for r in entry.routes}
+    why = {e.index: e for e in entry.explanations}
     parts: list[dict[str, Any]] = []
     for p in list(entry.parts)[:MAX_PARTS]:
         row: dict[str, Any] = {"index": p.index, "modality": str(p.modality), "kind": p.kind}
@@ -304,5 +326,8 @@ def _shape(entry: DecisionRecord) -> Shape:
                        dropped=route.dropped, bottleneck=route.bottleneck)
         else:
             row.update(targets=[], matched=[], transforms=[], dropped=None, bottleneck=False)
+        explained = why.get(p.index)
+        if explained is not None and explained.capability:  # the capability choice: every agent considered
+            row["capability"] = capability_json(explained.capability[-1])
         parts.append(row)
     return Shape(orjson.dumps(parts, default=str), shape_tags(parts))
