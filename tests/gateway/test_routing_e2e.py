@@ -99,3 +99,41 @@ async def test_no_agent_for_a_modality_is_content_type_not_supported():
                                                              "parts": [{"raw": raw, "mediaType": "audio/wav"}]}})
     assert doc["error"]["code"] == -32005
     assert "part 0" in doc["error"]["message"] and "audio/wav" in doc["error"]["message"]
+
+
+async def test_the_new_users_image_agent_gets_the_photo_and_explain_shows_every_agent_scored():
+    """Issue 33's new user: an agent declaring only `image/*` beside the reference `analyst` (whose card lists
+    image/jpeg) gets the photo; /admin/explain shows both with their scores and the runner-up's reason."""
+    import httpx
+
+    from mma2a.agents.catalog import CATALOG
+    from tests.agents import RecordingExecutor
+    from tests.gateway.conftest import ADMIN
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), (180, 90, 30)).save(buf, "JPEG")
+    photo = {"raw": base64.b64encode(buf.getvalue()).decode(), "mediaType": "image/jpeg"}
+    message = {"messageId": "photo-1", "role": "ROLE_USER", "parts": [{"text": "Is this cup damaged?"}, photo]}
+    specs = {"analyst": (CATALOG["analyst"].card(), RecordingExecutor(reply="analyst ok")),
+             "inspector": agent("inspector", ["image/*"])}
+    async with agents(specs) as urls:
+        async with gateway({"agents": [{"name": n, "url": u} for n, u in urls.items()]}) as (gw, url):
+            sent = await rpc(url, "SendMessage", {"message": message})
+            async with httpx.AsyncClient(timeout=30) as c:
+                explained = (await c.post(url + "/admin/explain", json={"message": message},
+                                          headers={"Authorization": f"Bearer {ADMIN}"})).json()
+    route = sent["result"]["task"]["metadata"][EXTENSION_URI]["route"]
+    assert [r["targets"] for r in route] == [["analyst"], ["inspector"]]
+    assert route[1]["runnerUp"] == "runner-up analyst (0.70) lost to inspector (1.10): specialisation 0.50 vs 1.00"
+    assert "runnerUp" not in route[0]  # the text: only the analyst takes it
+    part = explained["explanation"]["parts"][1]
+    assert part["notes"] == ["no rule matched: default action"]
+    assert part["capability"] == [{"modality": "image/jpeg", "group": None, "chosen": "inspector", "agents": [
+        {"agent": "inspector", "accepted": True, "total": 1.1, "specialisation": 1.0, "fit": 0.5},
+        {"agent": "analyst", "accepted": True, "total": 0.7, "specialisation": 0.5, "fit": 1.0}]}]
+    text = explained["explanation"]["parts"][0]["capability"][0]["agents"]
+    assert text == [{"agent": "analyst", "accepted": True, "total": 0.7, "specialisation": 0.5, "fit": 1.0},
+                    {"agent": "inspector", "accepted": False, "whyNot": "mode: its card accepts image/*"}]

@@ -68,7 +68,7 @@ def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | No
     load_reads: list[bool] = []
     table = snapshot.semantic
     reads_caller = snapshot.caller_claims is not None
-    words = _message_words(view, snapshot)
+    words = _message_words(view, snapshot) if snapshot.skill_table is not None else None
     for part in view.parts:
         start = clock() if clock is not None else 0.0
         if table is not None:  # the derived semantic features, the same for both evaluators
@@ -186,9 +186,10 @@ def _route_part(
             out.notes.append(f"text vector: by {part.embedding_model}, the snapshot's by {vectors.model}: not used")
             embedding = None
     choices: list[CapabilityChoice] = []
-    own = embedding if embedding is not None and snapshot.skill_table is not None else None
-    ctx = _Part(part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads, embedding,
-                own if own is not None else words, view.allowed, choices)
+    if embedding is not None and snapshot.skill_table is not None:
+        words = embedding  # the part's own words first
+    ctx = _new(_Part, (part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads, embedding,
+                       words, view.allowed, choices))
     matched_names: tuple[str, ...] = ()
     if view.receivers:
         for name in view.receivers:
@@ -223,7 +224,8 @@ def _route_part(
     actions = tuple(out.actions)
     route = _new(PartRoute, (part.index, mod_str, matched_names, targets, actions, out.dropped, bottleneck, out.pin))
     explanation = _new(
-        PartExplanation, (part.index, mod_str, result.candidates, result.skipped, actions, tuple(out.notes), tuple(choices))
+        PartExplanation, (part.index, mod_str, result.candidates, result.skipped, actions, tuple(out.notes),
+                          tuple(choices) if choices else ())
     )
     return route, explanation
 
@@ -372,30 +374,30 @@ def _capability(
 ) -> Target:
     """The best-scored agent (optionally within a group) accepting the part natively, else through the shortest
     chain; the table of every agent considered goes to the part's explanation."""
-    outputs = ctx.outputs
-    table = _scored(snapshot, ctx, modality, group)
-    tier = best_tier(table)
+    outputs, allowed = ctx.outputs, ctx.allowed
+    scores = _scored(snapshot, ctx, modality, group)
     via: tuple[TransformStep, ...] = ()
-    if not tier:
+    if not scores.tier:
         planned = plan_transforms(
-            snapshot, modality, lambda m: bool(best_tier(_considered(snapshot, m, group, outputs, ctx.allowed))),
-            ("cap", group, outputs, ctx.allowed)
+            snapshot, modality, lambda m: bool(_considered(snapshot, m, group, outputs, allowed).tier),
+            ("cap", group, outputs, allowed)
         )
+        _record(ctx, scores.choice(""))  # nobody natively: the chain's end is chosen next
         if planned is None:
-            _record(ctx, CapabilityChoice(str(modality), group, table))
             where = f"in group '{group}' " if group is not None else ""
             raise _unsupported(ctx, modality, f"no agent {where}accepts it and no transform chain reaches one that does",
                                hint=_unavailable(snapshot, modality, group))
-        _record(ctx, CapabilityChoice(str(modality), group, table))  # nobody natively: the chain's end is chosen next
         via, modality = planned
-        table = _scored(snapshot, ctx, modality, group)
-        tier = best_tier(table)
+        scores = _scored(snapshot, ctx, modality, group)
+    tier = scores.tier
     if len(tier) == 1:
         chosen = tier[0]
     else:
         ctx.load_reads.append(True)  # a tie: the least busy wins (the first name when nothing is in flight)
         chosen = pick_least_inflight(tier, load.inflight) if load.inflight else tier[0]
-    _record(ctx, CapabilityChoice(str(modality), group, table, chosen))
+    choice = scores.made.get(chosen)
+    if ctx.choices is not None:
+        ctx.choices.append(choice if choice is not None else scores.choice(chosen))
     return _new(Target, (chosen, via, reason))
 
 
@@ -404,13 +406,36 @@ def _record(ctx: _Part, choice: CapabilityChoice) -> None:
         ctx.choices.append(choice)
 
 
-def _scored(snapshot: Snapshot, ctx: _Part, modality: Modality, group: str | None) -> tuple[Considered, ...]:
+class _Scores:
+    """A capability table and what a choice needs of it, made once per snapshot for alike parts: the modality as
+    text, the agents tying for first, and the `CapabilityChoice` for each agent that may be picked."""
+
+    __slots__ = ("name", "group", "table", "tier", "made")
+
+    def __init__(self, name: str, group: str | None, table: tuple[Considered, ...]) -> None:
+        self.name = name
+        self.group = group
+        self.table = table
+        self.tier = best_tier(table)
+        self.made: dict[str, CapabilityChoice] = {}  # by the agent chosen ("" for none), each made once
+
+    def choice(self, chosen: str) -> CapabilityChoice:
+        found = self.made.get(chosen)
+        if found is None:
+            found = self.made[chosen] = CapabilityChoice(self.name, self.group, self.table, chosen)
+        return found
+
+
+def _scored(snapshot: Snapshot, ctx: _Part, modality: Modality, group: str | None) -> _Scores:
     """Every agent considered for `modality`, ranked; with the skills component when the request has words."""
-    table = _considered(snapshot, modality, group, ctx.outputs, ctx.allowed)
+    scores = snapshot.memo.get(("considered", modality, group, ctx.outputs, ctx.allowed))
+    if scores is None:
+        scores = _considered(snapshot, modality, group, ctx.outputs, ctx.allowed)
     words, vectors = ctx.words, snapshot.skill_table
-    if words is None or vectors is None or not table or not table[0].accepted:
-        return table
-    return with_skills(table, vectors.agent_scores(words, [c.agent for c in table if c.accepted]))
+    if words is None or vectors is None or not scores.tier:
+        return scores
+    table = scores.table
+    return _Scores(scores.name, group, with_skills(table, vectors.agent_scores(words, [c.agent for c in table if c.accepted])))
 
 
 def _by_skills(
@@ -445,12 +470,12 @@ def _by_skills(
 def _considered(
     snapshot: Snapshot, modality: Modality, group: str | None, outputs: tuple[str, ...],
     allowed: frozenset[str] | None = None,
-) -> tuple[Considered, ...]:
+) -> _Scores:
     """Every agent (of `group`, else all) considered for a part of `modality`, without words: accepted ones scored
     and ranked best first, the others with why not. Memoised per snapshot: the same for every alike part."""
     key = ("considered", modality, group, outputs, allowed)
     memo = snapshot.memo
-    found: tuple[Considered, ...] | None = memo.get(key)
+    found: _Scores | None = memo.get(key)
     if found is not None:
         return found
     names = snapshot.members(group) if group is not None else tuple(sorted(snapshot.agents))
@@ -474,6 +499,6 @@ def _considered(
                 produced = snapshot.outputs_for(name, modality)
                 output = float(any(o.matches(w) or w.matches(o) for o in produced for w in wanted))
             items.append(score(name, snapshot.specialisation[name].get(family, 0.0), spec, output, agent.transformer))
-    found = ranked(items)
+    found = _Scores(str(modality), group, ranked(items))
     _remember(memo, key, found)
     return found
