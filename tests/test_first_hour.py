@@ -224,7 +224,7 @@ def test_send_started_before_the_gateway_waits_for_it_and_its_agents(network: di
     lines = out.splitlines()
     assert lines[0] == "part 0 (text/plain) → analyst [capability]"
     assert lines[1] == "part 1 (image/png) → vision [capability]"  # the specialist, not analyst (README's promise)
-    assert lines[2] == "  runner-up analyst (0.70) lost to vision (1.20): specialisation 0.50 vs 1.00"
+    assert lines[2] == "  runner-up analyst (0.53) lost to vision (1.20): specialisation 0.33 vs 1.00"
     assert re.fullmatch(r"task \S+ completed", lines[3])
 
 

@@ -127,13 +127,13 @@ async def test_the_new_users_image_agent_gets_the_photo_and_explain_shows_every_
                                           headers={"Authorization": f"Bearer {ADMIN}"})).json()
     route = sent["result"]["task"]["metadata"][EXTENSION_URI]["route"]
     assert [r["targets"] for r in route] == [["analyst"], ["inspector"]]
-    assert route[1]["runnerUp"] == "runner-up analyst (0.70) lost to inspector (1.10): specialisation 0.50 vs 1.00"
+    assert route[1]["runnerUp"] == "runner-up analyst (0.53) lost to inspector (1.10): specialisation 0.33 vs 1.00"
     assert "runnerUp" not in route[0]  # the text: only the analyst takes it
     part = explained["explanation"]["parts"][1]
     assert part["notes"] == ["no rule matched: default action"]
     assert part["capability"] == [{"modality": "image/jpeg", "group": None, "chosen": "inspector", "agents": [
         {"agent": "inspector", "accepted": True, "total": 1.1, "specialisation": 1.0, "fit": 0.5},
-        {"agent": "analyst", "accepted": True, "total": 0.7, "specialisation": 0.5, "fit": 1.0}]}]
+        {"agent": "analyst", "accepted": True, "total": 0.5333, "specialisation": 0.3333, "fit": 1.0}]}]
     text = explained["explanation"]["parts"][0]["capability"][0]["agents"]
-    assert text == [{"agent": "analyst", "accepted": True, "total": 0.7, "specialisation": 0.5, "fit": 1.0},
+    assert text == [{"agent": "analyst", "accepted": True, "total": 0.5333, "specialisation": 0.3333, "fit": 1.0},
                     {"agent": "inspector", "accepted": False, "whyNot": "mode: its card accepts image/*"}]

@@ -342,6 +342,6 @@ def test_explain_prints_every_agent_considered_with_its_score(tmp_path: Path) ->
     assert lines[at + 1:at + 5] == [
         "      * vision 1.20 (spec 1.00, fit 1.00)",
         "      + inspector 1.10 (spec 1.00, fit 0.50)",
-        "      + analyst 0.70 (spec 0.50, fit 1.00)",
+        "      + analyst 0.53 (spec 0.33, fit 1.00)",
         "      runner-up inspector (1.10) lost to vision (1.20): fit 0.50 vs 1.00",
     ]

@@ -46,11 +46,11 @@ def test_the_new_users_image_agent_gets_the_photo_and_explain_shows_both_scored(
     assert [p.agents() for p in d.parts] == [("analyst",), ("inspector",), ("speech",)]
     photo = table(d, 1)
     assert photo["inspector"] == Considered("inspector", True, "", 1.0, 0.5, None, None, False, 1.1)
-    assert photo["analyst"] == Considered("analyst", True, "", 0.5, 1.0, None, None, False, 0.7)
+    assert photo["analyst"] == Considered("analyst", True, "", 0.3333, 1.0, None, None, False, 0.5333)  # text, images, audio
     assert photo["speech"].accepted is False and photo["speech"].why_not.startswith("mode: its card accepts audio/wav")
     assert [c.agent for c in d.explanation.parts[1].capability[-1].considered][:2] == ["inspector", "analyst"]
     assert d.explanation.parts[1].capability[-1].runner_up() == \
-        "runner-up analyst (0.70) lost to inspector (1.10): specialisation 0.50 vs 1.00"
+        "runner-up analyst (0.53) lost to inspector (1.10): specialisation 0.33 vs 1.00"
     text = table(d, 0)  # the text: analyst is the only agent accepting it (inspector: mode)
     assert text["analyst"].accepted and not text["inspector"].accepted
     assert text["inspector"].why_not == "mode: its card accepts image/*"
@@ -58,7 +58,8 @@ def test_the_new_users_image_agent_gets_the_photo_and_explain_shows_both_scored(
     shown = d.to_json(detail=True)["explanation"]["parts"][1]["capability"][-1]
     assert shown["chosen"] == "inspector"
     assert shown["agents"][0] == {"agent": "inspector", "accepted": True, "total": 1.1, "specialisation": 1.0, "fit": 0.5}
-    assert shown["agents"][1] == {"agent": "analyst", "accepted": True, "total": 0.7, "specialisation": 0.5, "fit": 1.0}
+    assert shown["agents"][1] == {"agent": "analyst", "accepted": True, "total": 0.5333, "specialisation": 0.3333,
+                                  "fit": 1.0}
 
 
 def test_a_specialist_beats_catch_alls_and_exact_listing_generalists() -> None:
