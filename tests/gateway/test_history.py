@@ -258,3 +258,27 @@ async def test_a_locked_history_file_never_holds_a_request_and_a_full_queue_drop
     assert all(a["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED" for a in answers)
     assert got == ["locked-2", "locked-1", "locked-0", "warm"]
     assert 'mma2a_history_decisions_total{fate="dropped"} 3.0' in metrics
+
+
+async def test_numbers_past_64_bits_or_in_other_digits_are_400_not_500(tmp_path):
+    """Security round 4, Low: `GET /admin/history?cursor=99999999999999999999999999` was a 500 (`OverflowError` into
+    SQLite); `str.isdigit` also took `²` (int() refuses it) and 5,000-digit numbers (past int()'s own limit)."""
+    async with gateway({"data_dir": str(tmp_path)}) as (gw, url):
+        async with httpx.AsyncClient(base_url=url) as c:
+            got = {}
+            for query in ("cursor=99999999999999999999999999", "cursor=%C2%B2", "cursor=%D9%A3", "limit=" + "9" * 5000,
+                          "limit=%C2%B2"):
+                r = await c.get("/admin/history?" + query, headers=AUTH)
+                got[query[:40]] = (r.status_code, r.json()["error"]["message"])
+            feed = await c.get("/admin/decisions?after=%C2%B2", headers=AUTH)
+            ok = await c.get("/admin/history?cursor=999999999999999999", headers=AUTH)  # 18 digits: a cursor past all
+    assert got == {
+        "cursor=99999999999999999999999999": (400, "cursor: must be a cursor returned by a previous page, got "
+                                                   "'99999999999999999999999999'"),
+        "cursor=%C2%B2": (400, "cursor: must be a cursor returned by a previous page, got '²'"),
+        "cursor=%D9%A3": (400, "cursor: must be a cursor returned by a previous page, got '٣'"),
+        "limit=" + "9" * 34: (400, "limit: must be an integer from 1 to 1000, got '" + "9" * 80 + "'"),
+        "limit=%C2%B2": (400, "limit: must be an integer from 1 to 1000, got '²'"),
+    }
+    assert feed.status_code == 400 and feed.json()["error"]["message"] == "after: must be a decision sequence number, got '²'"
+    assert ok.status_code == 200 and ok.json()["decisions"] == []

@@ -22,6 +22,7 @@ from ..errors import (
 )
 from ..modality import ModalityRegistry
 from ..responses import error_response, json_response, read_json_object
+from ..request_body import decimal
 from ..routing import parse_rules
 from ..routing.loader import rules_to_json
 from ..view import read_caller
@@ -142,9 +143,10 @@ def admin_routes(gw: AdminParts) -> list[Route]:
 
     async def decisions(request: Request) -> Response:
         after = request.query_params.get("after", "0")
-        if not after.isdigit():
-            raise InvalidParams(f"after: must be a decision sequence number, got {after!r}", field="after")
-        return json_response({"decisions": gw.pipeline.feed.since(int(after))})
+        seq = decimal(after)
+        if seq is None:
+            raise InvalidParams(f"after: must be a decision sequence number, got {after[:80]!r}", field="after")
+        return json_response({"decisions": gw.pipeline.feed.since(seq)})
 
     async def set_mode(request: Request) -> Response:
         data = await read_json_object(request)

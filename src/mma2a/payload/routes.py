@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import MMA2AError, PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable
 from ..responses import json_response, read_json_object
+from ..request_body import decimal
 from .endpoint import BaseURLFn, data_headers, default_base_url, handles_errors, media_type_of
 from .signing import URLSigner
 from .store import BlobInfo, BlobStore, check_key, check_sha256
@@ -202,13 +203,15 @@ class BlobEndpoints:
         raw = request.headers.get("upload-offset")
         if raw is None:
             raise PayloadError("Upload-Offset header is required", field="Upload-Offset")
-        if not raw.strip().isdigit():
-            raise PayloadError(f"Upload-Offset {raw!r} is not a non-negative integer", field="Upload-Offset")
+        offset = decimal(raw.strip())
+        if offset is None:
+            raise PayloadError(f"Upload-Offset {raw[:80]!r} is not a non-negative integer", field="Upload-Offset")
+        start: int = offset
         self._store_id(request)  # another client's id is refused before its quota is looked at
         self._check_room(request)
         try:
             upload_id, offset = await self._on_upload(request, lambda sid: self.store.append(
-                sid, int(raw), request.stream(), max_size=self.max_upload_bytes))
+                sid, start, request.stream(), max_size=self.max_upload_bytes))
         except ClientDisconnect:
             return Response(b"", 400)
         return json_response({"uploadId": upload_id, "offset": offset}, headers={"Upload-Offset": str(offset)})

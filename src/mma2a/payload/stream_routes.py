@@ -28,6 +28,7 @@ from ..directws import DirectIO, direct_io
 from ..errors import MMA2AError, PayloadError
 from ..ext import StreamRef
 from ..responses import json_response, read_json_object
+from ..request_body import decimal
 from .diffing import DiffPolicy
 from .endpoint import BaseURLFn, data_headers, default_base_url, handles_errors, media_type_of
 from .signing import URLSigner
@@ -38,9 +39,10 @@ FRAMES_MEDIA_TYPE = "application/x-mma2a-stream-frames"
 
 def _offset(conn: HTTPConnection) -> int:
     raw = conn.query_params.get("offset", "0")
-    if not raw.isdigit():
-        raise PayloadError(f"offset {raw!r} is not a non-negative integer", field="offset")
-    return int(raw)
+    offset = decimal(raw)
+    if offset is None:
+        raise PayloadError(f"offset {raw[:80]!r} is not a non-negative integer", field="offset")
+    return offset
 
 
 def _patches(conn: HTTPConnection) -> bool:

@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from ...errors import Forbidden, InvalidParams, RuleError
 from ...responses import json_response
+from ...request_body import decimal
 from ...routing import build_snapshot, parse_rules
 from ..directory import AgentDirectory
 from ..state import RoutingState
@@ -65,9 +66,10 @@ def _int(q: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int
     raw = q.get(name)
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or not lo <= int(raw) <= hi:
+    value = decimal(raw)
+    if value is None or not lo <= value <= hi:
         raise InvalidParams(f"{name}: must be an integer from {lo} to {hi}, got {raw[:80]!r}", field=name)
-    return int(raw)
+    return value
 
 
 def _name(q: Mapping[str, str], name: str) -> str | None:
@@ -98,13 +100,15 @@ def parse_filter(q: Mapping[str, str], now: float, *, default_limit: int = 100, 
     outcome = _name(q, "outcome")
     if outcome is not None and outcome not in OUTCOMES:
         raise InvalidParams(f"outcome: must be one of {', '.join(OUTCOMES)}, got {outcome[:80]!r}", field="outcome")
-    cursor = q.get("cursor") or None
-    if cursor is not None and not cursor.isdigit():
-        raise InvalidParams(f"cursor: must be a cursor returned by a previous page, got {cursor[:80]!r}", field="cursor")
+    raw_cursor = q.get("cursor") or None
+    cursor = decimal(raw_cursor) if raw_cursor is not None else None
+    if raw_cursor is not None and cursor is None:
+        raise InvalidParams(f"cursor: must be a cursor returned by a previous page, got {raw_cursor[:80]!r}",
+                            field="cursor")
     return HistoryFilter(
         since=since, until=until, modality=modality, agent=_name(q, "agent"), rule=_name(q, "rule"),
         sender=_name(q, "sender"), outcome=outcome, limit=_int(q, "limit", default_limit, 1, max_limit),
-        before=int(cursor) if cursor is not None else None)
+        before=cursor)
 
 
 class HistoryParts(Protocol):
