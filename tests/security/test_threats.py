@@ -287,3 +287,28 @@ async def test_encoded_separators_and_6to4_addresses_are_not_let_through() -> No
     assert "a 6to4 address of 169.254.169.254, a link-local address" in answers[4].json()["error"]["message"]
     received = [m.message.message_id for spec in gw.test_specs.values() for m in spec[1].received]
     assert not any(mid.startswith("enc-") for mid in received)
+
+
+async def test_path_parameters_and_escapes_are_not_the_gateways_own_blob_urls() -> None:
+    """Security round 4, Low, as the attack: `http://GATEWAY/blobs/..;/admin/rules` was accepted as the gateway's own
+    blob URL (`..;` is no dot segment to RFC 3986, but `..` to a proxy that strips path parameters). Every spelling
+    but unreserved characters in segments not led by a dot is checked as any other URL now: the gateway's host is
+    loopback, refused."""
+    async with secured() as (gw, url, urls):
+        async with httpx.AsyncClient() as c:
+            blob = (await c.post(url + "/blobs", content=b"img", headers={"Content-Type": "image/png", **bearer(TOKEN)})).json()
+        attacks = [f"{url}/blobs/..;/admin/rules", f"{url}/blobs/..;x=1/admin/rules", f"{url}/blobs/%2e%2e;/admin",
+                   f"{url}/blobs/..%3b/admin/rules", f"{url}/streams/.;/..;/admin", f"{url}/blobs/x;/../../admin",
+                   f"{url}/blobs/..%00/admin", f"{url}/blobs/.hidden", f"{url}/streams/s/..%09/admin",
+                   blob["url"].replace("/blobs/", "/blobs/;p=1/")]
+        answers = [await post(url, "/", send_body(f"semi-{i}", parts=[{"url": a, "mediaType": "image/png"}]),
+                              bearer(TOKEN)) for i, a in enumerate(attacks)]
+        own = await post(url, "/", send_body("own-3", parts=[{"url": blob["url"], "mediaType": "image/png"}]),
+                         bearer(TOKEN))
+    for a, r in zip(attacks, answers):
+        err = r.json().get("error")
+        assert err is not None and err["code"] == -32602 and error_field(err) == "params.message.parts[0].url", (a, r.text)
+        assert "loopback" in err["message"], (a, err["message"])
+    assert own.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    received = [m.message.message_id for spec in gw.test_specs.values() for m in spec[1].received]
+    assert not any(mid.startswith("semi-") for mid in received)

@@ -46,7 +46,11 @@ from ..signing import (
 
 log = logging.getLogger("mma2a.gateway.security")
 
-_ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)  # never in the gateway's own blob keys or stream ids
+# what follows /blobs/ or /streams/ in the gateway's own URLs: its blob keys and stream ids, in segments of unreserved
+# characters not starting with a dot. Nothing else is its own: not `..;` or `;x` (path parameters, which a proxy may
+# strip: `/blobs/..;/admin/rules` is `/admin/rules` to Tomcat), not an encoded separator (`%2f`, `%5c`), `%3b`, `%00`
+# or any other escape (a proxy that decodes it may walk out of /blobs), not `.`-led segments
+_OWN_PATH = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]*(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/?")
 
 
 # --- configuration (the `limits`, `urls` and `signing` sections) -----------------------------
@@ -384,9 +388,9 @@ class MessageGuard:
             raise URLForbidden(f"{where}: URL of {len(url)} characters, the limit is {self.limits.max_url_length}",
                                field=where)
         try:  # compared after normalisation: /blobs/x/../../tasks/a is not one of its own blob URLs, nor is a path
-            # with an encoded slash or backslash (`/blobs/..%2fadmin`: a proxy that decodes it walks out of /blobs)
+            # with an escape or a path parameter (`/blobs/..%2fadmin`, `/blobs/..;/admin`: see `_OWN_PATH`)
             normal = normalize_url(url) if self.own_prefixes else ""
-            own = normal.startswith(self.own_prefixes) and not _ENCODED_SEPARATOR.search(normal) if normal else False
+            own = self.is_own(normal)
         except URLForbidden as exc:
             raise URLForbidden(f"{where}: {exc.message}", field=where) from None
         if own:
@@ -404,6 +408,14 @@ class MessageGuard:
         self._url_ok[url] = now
         while len(self._url_ok) > 10_000:
             self._url_ok.popitem(last=False)
+
+    def is_own(self, normal: str) -> bool:
+        """The normalised URL is one of the gateway's own blob or stream URLs (checked then by their signature)."""
+        for prefix in self.own_prefixes:
+            if normal.startswith(prefix):
+                path = normal[len(prefix):].partition("?")[0].partition("#")[0]
+                return _OWN_PATH.fullmatch(path) is not None
+        return False
 
     async def check_signature(self, message: dict[str, Any], sender: str | None) -> str | None:
         if not self.signing.active:
