@@ -10,7 +10,7 @@ import pytest
 from mma2a.errors import error_info
 from mma2a.ext import EXTENSION_URI
 from tests.gateway.conftest import ADMIN
-from tests.security.conftest import API_KEY, CAROL, SECRETS, TOKEN, bearer, post, secured, send_body
+from tests.security.conftest import API_KEY, CAROL, PNG_1PX, SECRETS, TOKEN, bearer, post, secured, send_body
 
 REST_MSG = {"message": {"messageId": "r-1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}
 
@@ -167,3 +167,22 @@ async def test_secrets_never_reach_logs_metrics_or_answers(caplog: pytest.LogCap
     for secret in SECRETS:
         assert secret not in text
         assert secret not in repr(gw.pipeline.guard.__dict__)
+
+
+async def test_metrics_show_a_restricted_client_only_its_agents_series() -> None:
+    """Security round 4, Low: `/metrics` showed carol, limited to `vision`, every agent's series (threat 4 hides other
+    agents' names from her). Now she sees `vision`'s and the gateway-wide ones, no per-rule series; alice (no limit)
+    and the admin see everything."""
+    rules = {"version": 1, "rules": [{"name": "texts-to-text", "match": {"modality": "text/plain"},
+                                      "action": {"route_to": "text"}}]}
+    async with secured({"rules": rules}) as (gw, url, _):
+        await post(url, "/", send_body("m-text", parts=[{"text": "hello"}]), bearer(TOKEN))
+        await post(url, "/agents/vision", send_body("m-img", parts=[{"raw": PNG_1PX, "mediaType": "image/png"}]), bearer(TOKEN))
+        async with httpx.AsyncClient() as c:
+            carol = (await c.get(url + "/metrics", headers=bearer(CAROL))).text
+            alice = (await c.get(url + "/metrics", headers=bearer(TOKEN))).text
+            admin = (await c.get(url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"})).text
+    for full in (alice, admin):
+        assert 'agent="text"' in full and 'agent="vision"' in full and 'rule="texts-to-text"' in full
+    assert 'agent="vision"' in carol and "mma2a_requests_total" in carol  # hers, and the gateway-wide counts
+    assert 'agent="text"' not in carol and "texts-to-text" not in carol

@@ -43,7 +43,7 @@ from ..routing import parse_rules
 from ..routing.semantic import CachedEmbedder
 from ..serving import cancel_tasks
 from .adapt import PartAdapter
-from .access import current_sender
+from .access import current_client, current_sender
 from .admin import admin_routes
 from .cards import CardCache, agent_card_through, gateway_card, security_declaration
 from .config import ConfigError, GatewayConfig
@@ -434,7 +434,9 @@ class Gateway:
         console = console_endpoints()
 
         async def metrics(request: Request) -> Response:
-            return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
+            client = current_client.get()  # a client limited to some agents sees only theirs (docs/security.md)
+            return Response(self.metrics.render(client.agents if client is not None else None),
+                            media_type="text/plain; version=0.0.4")
 
         async def health(request: Request) -> Response:
             entries = self.directory.entries()

@@ -205,5 +205,24 @@ class GatewayMetrics:
                                         "(delivered, failed, refused)", ["outcome"], r)
         self.agents = Labelled(Gauge("mma2a_agents", "Registered agents, by health", ["health"], registry=r))
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, agents: frozenset[str] | None = None) -> bytes:
+        """The exposition text; for a client limited to `agents` (`auth.clients[].agents`), only those agents'
+        series of the per-agent families, and no per-rule series (rule names are the operator's and may name agents):
+        security round 4, Low — `/metrics` showed a restricted client every agent's series."""
+        return generate_latest(self.registry if agents is None else _Restricted(self.registry, agents))
+
+
+class _Restricted:
+    """A registry's families with the series a client limited to `agents` may see."""
+
+    def __init__(self, registry: CollectorRegistry, agents: frozenset[str]) -> None:
+        self.registry = registry
+        self.agents = agents | {""}  # a series without an agent label is no agent's
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            kept.samples = [s for s in family.samples
+                            if "rule" not in s.labels and s.labels.get("agent", "") in self.agents]
+            if kept.samples or not any("agent" in s.labels or "rule" in s.labels for s in family.samples):
+                yield kept
