@@ -264,3 +264,40 @@ async def test_a_streamed_message_with_a_push_config_notifies_and_configs_expire
     assert kept["result"]["url"] == hook.url + "/hook"
     assert (soon, later) == (0, 1)
     assert gone["error"]["code"] == -32001
+
+
+async def test_a_webhook_that_never_answers_holds_one_slot_for_timeout_s_per_attempt_then_is_given_up() -> None:
+    """A webhook that accepts the connection and never answers: each attempt ends at `timeout_s`, `max_attempts` in
+    all, then the delivery is given up and reported; meanwhile the client's other deliveries are bounded by
+    `max_pending_per_client`, and another client's go on (its own concurrency slots)."""
+    release = asyncio.Event()
+    accepted: list[int] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    outcomes: list[tuple[str, str, str]] = []
+    settings = PushSettings(max_attempts=2, backoff_s=0.001, timeout_s=0.2, max_concurrent_per_client=1)
+    box = Outbox(settings, None, on_outcome=lambda d, o, detail: outcomes.append((d.hook.owner or "", o, detail)))
+    try:
+        async with webhook_receiver() as fine:
+            slow_hook = ClientHook("slow", {"id": "c", "taskId": "t", "url": f"http://127.0.0.1:{port}/h"}, 10)
+            fine_hook = ClientHook("fine", {"id": "c", "taskId": "u", "url": fine.url + "/h"}, 10)
+            assert box.enqueue(slow_hook, "t", b'{"task":{"id":"t"}}')
+            assert box.enqueue(fine_hook, "u", b'{"task":{"id":"u"}}')
+            await fine.wait_for(1)  # the other client is not held up by the silent webhook
+            while len(box):
+                await asyncio.sleep(0.01)
+    finally:
+        release.set()
+        server.close()
+        await server.wait_closed()
+        await box.close()
+    assert ("fine", "delivered", "attempt 1") in outcomes
+    slow = [o for o in outcomes if o[0] == "slow"]
+    assert len(slow) == 1 and slow[0][1] == "failed" and "Timeout" in slow[0][2], outcomes
+    assert len(accepted) == 2  # two attempts, no more
