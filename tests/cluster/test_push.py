@@ -98,3 +98,41 @@ async def test_a_killed_gateways_pending_deliveries_are_delivered_after_its_rest
     assert hits_a[-1].body["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert hits_b[-1].body["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert [cfg["id"] for cfg in listed.json()["result"]["configs"]] == ["mine"]
+
+
+async def test_another_gateway_takes_over_the_deliveries_of_one_that_died(nats_server: NatsServer, tmp_path: Path) -> None:
+    """Two gateways; the one holding a pending delivery is SIGKILLed and stays down: once its heartbeat is stale the
+    other takes the delivery over (one compare-and-set) and sends it to the client's webhook, with its credentials."""
+    name = cluster_name()
+    async with webhook_receiver(statuses=[503] * 10_000) as hook, tck_agent("tck") as agent:
+        base = {
+            "cluster": {"nats": nats_server.url, "name": name, "heartbeat_s": 0.5, "member_ttl_s": 2},
+            "agents": [{"name": "tck", "url": agent.url}],
+            "auth": {"clients": [{"name": "alice", "token": "alice-token"}]},
+            "urls": {"allow_hosts": [hook.url.removeprefix("http://")]},
+            "push": {"backoff_s": 0.2, "max_backoff_s": 0.5, "max_attempts": 1000, "timeout_s": 5},
+        }
+        first = GatewayProc({**base, "cluster": {**base["cluster"], "id": "push-a"}}, tmp_path).start()
+        second = GatewayProc({**base, "cluster": {**base["cluster"], "id": "push-b"}}, tmp_path).start()
+        try:
+            await asyncio.gather(first.ready(), second.ready())
+            async with httpx.AsyncClient(timeout=30) as c:
+                task = await send(c, first.url, "alice-token", "tck-input-required-t", hook, "alice-credential")
+                await hook.wait_for(1)
+
+                async def pending() -> bool:
+                    return len(await pending_keys(nats_server.url, f"{name}_push_deliveries")) == 1
+                await until(pending)
+                first.kill()
+                refused = len(hook.hits)
+                hook.statuses.clear()
+                hits = await hook.wait_for(refused + 1)
+
+                async def none_pending() -> bool:
+                    return await pending_keys(nats_server.url, f"{name}_push_deliveries") == []
+                await until(none_pending)
+        finally:
+            first.stop()
+            second.stop()
+    assert hits[-1].body["task"]["id"] == task and hits[-1].headers["authorization"] == "Bearer alice-credential"
+    assert "taken over" in second.log.read_text()  # by the other gateway, not a restart
