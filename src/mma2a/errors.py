@@ -288,6 +288,12 @@ class AgentNotFound(RoutingRefusal):
     code, http_status = INVALID_PARAMS, 404
 
 
+class FeatureIncomplete(RoutingRefusal):
+    """A rule with `on_incomplete: refuse` could not be judged: the feature it tests was not extracted."""
+
+    code, http_status = INVALID_PARAMS, 400
+
+
 class TaskNotFound(MMA2AError):
     code, http_status = TASK_NOT_FOUND, 404
 

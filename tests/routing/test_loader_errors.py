@@ -34,7 +34,7 @@ CASES = [
     ),
     (
         R + "    match: {}\n    action: {drop: x}\n    desc: hi\n",
-        "<rules>:5: rule 'a': desc: unknown field (expected one of name, description, priority, match, action, continue)",
+        "<rules>:5: rule 'a': desc: unknown field (expected one of name, description, priority, match, action, continue, on_incomplete)",
     ),
     (R + "    description: 5\n    match: {}\n    action: {drop: x}\n", "<rules>:3: rule 'a': description: must be a string, got a number"),
     (R + "    priority: high\n    match: {}\n    action: {drop: x}\n", "<rules>:3: rule 'a': priority: must be an integer, got a string"),

@@ -1,12 +1,16 @@
 """3D model facts in pure Python and numpy: format, vertex and face counts, bounding box.
 
 Reads Wavefront OBJ, ASCII and binary STL, and ASCII PLY. The format is told by the
-content (magic and structure), with the declared modality only as a tie-breaker.
+content (magic and structure), with the declared modality only as a tie-breaker. Text formats are read a block of
+about 1 MiB of lines at a time, their elements (vertices and faces) counted against `Limits.max_mesh_elements` for
+every format as they come and the bounding box kept as a running min/max: a 23 MB OBJ of 3 M vertices no longer
+holds a list of every line and every vertex (it took a gateway from ~300 to 640 MB).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import MediaError
@@ -14,24 +18,65 @@ from ..modality import Modality
 from .base import Limits, check_deadline
 
 
-def _bounds(xyz: Any) -> list[list[float]]:
-    import numpy as np
+class _Bounds:
+    """The running bounding box of vertex rows, a block at a time (never every vertex at once)."""
 
-    if xyz.shape[0] == 0:
-        return []
-    if not np.all(np.isfinite(xyz)):
-        raise MediaError("model: vertex coordinates are not all finite numbers")
-    lo, hi = xyz.min(axis=0), xyz.max(axis=0)
-    return [[round(float(v), 6) for v in lo], [round(float(v), 6) for v in hi]]
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+        self.lo: Any = None
+        self.hi: Any = None
+
+    def add(self, rows: list[list[str]]) -> None:
+        import numpy as np
+
+        if not rows:
+            return
+        try:
+            xyz = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        except ValueError:
+            raise MediaError(f"model: {self.what} has a vertex that is not three numbers") from None
+        self.add_array(xyz)
+
+    def add_array(self, xyz: Any) -> None:
+        import numpy as np
+
+        if xyz.shape[0] == 0:
+            return
+        if not np.all(np.isfinite(xyz)):
+            raise MediaError("model: vertex coordinates are not all finite numbers")
+        lo, hi = xyz.min(axis=0), xyz.max(axis=0)
+        self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
+        self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
+        self.count += int(xyz.shape[0])
+
+    def box(self) -> list[list[float]]:
+        if self.lo is None:
+            return []
+        return [[round(float(v), 6) for v in self.lo], [round(float(v), 6) for v in self.hi]]
 
 
-def _floats(rows: list[list[str]], what: str) -> Any:
-    import numpy as np
+LINE_BLOCK = 1 << 20
+"""Bytes of a text model split into lines at a time: a block's list of lines, never the whole file's."""
 
-    try:
-        return np.array(rows, dtype=np.float64).reshape(-1, 3)
-    except ValueError:
-        raise MediaError(f"model: {what} has a vertex that is not three numbers") from None
+
+def _blocks(data: bytes, what: str, start: int = 0) -> Iterator[list[str]]:
+    """The lines of `data` from `start`, a block of about `LINE_BLOCK` bytes at a time (UTF-8, checked per block)."""
+    n = len(data)
+    while start < n:
+        cut = data.find(b"\n", min(start + LINE_BLOCK, n))
+        end = n if cut < 0 else cut + 1
+        check_deadline(f"model {what} parse")
+        try:
+            yield data[start:end].decode("utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise MediaError(f"model: {what} text is not valid UTF-8") from None
+        start = end
+
+
+def _over(what: str, count: int, limits: Limits) -> MediaError:
+    return MediaError(f"model: {what} has more than {limits.max_mesh_elements} elements (max_mesh_elements); "
+                      f"counting stopped at {count}", field="max_mesh_elements")
 
 
 def _binary_stl(data: bytes, limits: Limits) -> dict[str, Any]:
@@ -45,54 +90,64 @@ def _binary_stl(data: bytes, limits: Limits) -> dict[str, Any]:
         raise MediaError(f"model: truncated binary STL: {count} triangles need {need} bytes, got {len(data)}")
     rec = np.dtype([("n", "<f4", 3), ("v", "<f4", (3, 3)), ("attr", "<u2")])
     tris = np.frombuffer(data, dtype=rec, count=count, offset=84)
-    xyz = tris["v"].reshape(-1, 3).astype(np.float64)
-    return {"format": "stl", "vertices": int(xyz.shape[0]), "faces": int(count), "bounds": _bounds(xyz)}
+    bounds = _Bounds("binary STL")
+    for at in range(0, count, 65536):  # float64 copies a block at a time
+        check_deadline("model STL parse")
+        bounds.add_array(tris["v"][at:at + 65536].reshape(-1, 3).astype(np.float64))
+    return {"format": "stl", "vertices": bounds.count, "faces": int(count), "bounds": bounds.box()}
 
 
-def _ascii_stl(text: str) -> dict[str, Any]:
-    rows: list[list[str]] = []
-    faces = 0
-    for i, line in enumerate(text.splitlines()):
-        if i % 65536 == 0:
-            check_deadline("model STL parse")
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "vertex":
-            rows.append(parts[1:4])
-        elif parts[0] == "facet":
-            faces += 1
+def _ascii_stl(data: bytes, limits: Limits) -> dict[str, Any]:
+    bounds = _Bounds("ASCII STL")
+    faces = vertices = 0
+    for lines in _blocks(data, "STL"):
+        rows: list[list[str]] = []
+        for line in lines:
+            parts = line.split()
+            if not parts:
+                continue
+            if parts[0] == "vertex":
+                rows.append(parts[1:4])
+            elif parts[0] == "facet":
+                faces += 1
+        vertices += len(rows)
+        if vertices + faces > limits.max_mesh_elements:
+            raise _over("ASCII STL", vertices + faces, limits)
+        bounds.add(rows)
     if faces == 0:
         raise MediaError("model: ASCII STL without any facet")
-    xyz = _floats(rows, "ASCII STL")
-    return {"format": "stl", "vertices": int(xyz.shape[0]), "faces": faces, "bounds": _bounds(xyz)}
+    return {"format": "stl", "vertices": bounds.count, "faces": faces, "bounds": bounds.box()}
 
 
-def _obj(text: str, limits: Limits) -> dict[str, Any]:
-    rows: list[list[str]] = []
-    faces = 0
-    for i, line in enumerate(text.splitlines()):
-        if i % 65536 == 0:
-            check_deadline("model OBJ parse")
-        if line.startswith("v "):
-            rows.append(line.split()[1:4])
-        elif line.startswith("f "):
-            faces += 1
-        if len(rows) + faces > limits.max_mesh_elements:
-            raise MediaError(f"model: OBJ has more than {limits.max_mesh_elements} elements")
-    if not rows:
+def _obj(data: bytes, limits: Limits) -> dict[str, Any]:
+    bounds = _Bounds("OBJ")
+    faces = vertices = 0
+    for lines in _blocks(data, "OBJ"):
+        rows = [line.split()[1:4] for line in lines if line.startswith("v ")]
+        faces += sum(1 for line in lines if line.startswith("f "))
+        vertices += len(rows)
+        if vertices + faces > limits.max_mesh_elements:
+            raise _over("OBJ", vertices + faces, limits)
+        bounds.add(rows)
+    if not vertices:
         raise MediaError("model: OBJ without any vertex ('v x y z' line)")
-    xyz = _floats(rows, "OBJ")
-    return {"format": "obj", "vertices": int(xyz.shape[0]), "faces": faces, "bounds": _bounds(xyz)}
+    return {"format": "obj", "vertices": bounds.count, "faces": faces, "bounds": bounds.box()}
 
 
-def _ply(text: str, limits: Limits) -> dict[str, Any]:
-    lines = text.splitlines()
+def _ply(data: bytes, limits: Limits) -> dict[str, Any]:
+    head_end = data.find(b"end_header")
+    if head_end < 0 or head_end > 64 * 1024:
+        raise MediaError("model: PLY header without end_header")
+    body_start = data.find(b"\n", head_end)
+    body_start = len(data) if body_start < 0 else body_start + 1
+    try:
+        header = data[:body_start].decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise MediaError("model: PLY text is not valid UTF-8") from None
     counts: dict[str, int] = {}
     order: list[str] = []
     fmt = None
-    end = None
-    for i, line in enumerate(lines[:200]):
+    for line in header[:200]:
         parts = line.split()
         if not parts:
             continue
@@ -104,28 +159,29 @@ def _ply(text: str, limits: Limits) -> dict[str, Any]:
             except ValueError:
                 raise MediaError(f"model: PLY element count {parts[2]!r} is not an integer") from None
             order.append(parts[1])
-        elif parts[0] == "end_header":
-            end = i + 1
-            break
-    if end is None:
-        raise MediaError("model: PLY header without end_header")
     if fmt != "ascii":
         raise MediaError(f"model: PLY format {fmt!r} is not supported (only ascii)")
     nv, nf = counts.get("vertex", 0), counts.get("face", 0)
     if nv + nf > limits.max_mesh_elements:
         raise MediaError(f"model: PLY declares {nv + nf} elements, over the {limits.max_mesh_elements} limit")
     declared = sum(counts.values())
-    present = sum(1 for ln in lines[end:] if ln.strip())
-    if present < declared:
-        raise MediaError(f"model: truncated PLY: header declares {declared} elements, found {present} lines")
-    start = end
+    skip = 0  # element lines before the vertices
     for name in order:
         if name == "vertex":
             break
-        start += counts[name]
-    body = lines[start : start + nv]
-    xyz = _floats([ln.split()[:3] for ln in body], "PLY")
-    return {"format": "ply", "vertices": nv, "faces": nf, "bounds": _bounds(xyz)}
+        skip += counts[name]
+    bounds = _Bounds("PLY")
+    seen = 0  # element lines so far
+    for lines in _blocks(data, "PLY", body_start):
+        if seen >= declared:  # what follows the declared elements is not read
+            break
+        body = [ln for ln in lines if ln.strip()]
+        lo, hi = max(0, skip - seen), max(0, skip + nv - seen)
+        bounds.add([ln.split()[:3] for ln in body[lo:hi]])
+        seen += len(body)
+    if seen < declared:
+        raise MediaError(f"model: truncated PLY: header declares {declared} elements, found {seen} lines")
+    return {"format": "ply", "vertices": nv, "faces": nf, "bounds": bounds.box()}
 
 
 def sniff_mesh(data: bytes) -> str | None:
@@ -166,12 +222,8 @@ class MeshExtractor:
             raise MediaError(f"model: not an OBJ, STL or PLY model (declared {modality.essence}, {len(data)} bytes)")
         if kind == "stl-binary":
             return _binary_stl(data, self.limits)
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise MediaError(f"model: {kind.upper()} text is not valid UTF-8") from None
         if kind == "stl":
-            return _ascii_stl(text)
+            return _ascii_stl(data, self.limits)
         if kind == "ply":
-            return _ply(text, self.limits)
-        return _obj(text, self.limits)
+            return _ply(data, self.limits)
+        return _obj(data, self.limits)

@@ -264,7 +264,8 @@ class Gateway:
     def _media_limits(fc: Any) -> Limits:
         """What features and fitting agree to decode (the `features` section's limits)."""
         return Limits(max_bytes=fc.max_media_bytes, max_pixels=fc.max_pixels, max_audio_seconds=fc.max_audio_seconds,
-                      max_audio_samples=fc.max_audio_samples, max_video_seconds=fc.max_video_seconds)
+                      max_audio_samples=fc.max_audio_samples, max_video_seconds=fc.max_video_seconds,
+                      max_mesh_elements=fc.max_mesh_elements)
 
     def _media_check(self, head: bytes, media_type: str, complete: bool) -> None:
         """Uploaded images, audio, video: refused from their headers past `limits`, or when an image's header is not

@@ -117,6 +117,7 @@ class FeatureConfig(BaseModel):
     max_audio_seconds: float = Field(default=600.0, gt=0)
     max_audio_samples: int = Field(default=48_000 * 2 * 600, gt=0)  # rate x channels x seconds (600 s of 48 kHz stereo)
     max_video_seconds: float = Field(default=3600.0, gt=0)
+    max_mesh_elements: int = Field(default=5_000_000, gt=0)  # vertices + faces of a 3D model, every format
     # sentence vectors of request texts (`semantic` rules, `skills` routing): cached by the digest of the
     # normalised text, least recently used out, bounded by entries and bytes (gateway/vectors.py)
     # the sentence model (features/sentence.py, features/static.py, features/wordllama.py, docs/features.md);

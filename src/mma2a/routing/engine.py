@@ -14,12 +14,12 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from ..errors import AgentNotFound, ContentTypeNotSupported
+from ..errors import AgentNotFound, ContentTypeNotSupported, FeatureIncomplete
 from ..modality import Modality, parse_modality
 from ..view import Caller, MessageView, PartView
 from .balance import NO_LOAD, Load, pick_least_inflight, pick_round_robin, pick_weighted
 from .decision import CandidateCheck, Explanation, PartExplanation, PartRoute, RouteDecision, Target, TransformStep
-from .match import MatchResult, check_rule, match_linear
+from .match import MatchResult, check_rule, incomplete, match_linear, undecided_feature
 from .planner import plan_transforms
 from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadBalance, RouteTo, Transform
 from .caller import with_caller
@@ -200,6 +200,8 @@ def _route_part(
         result = MatchResult((), (), len(snapshot.rules.rules))
     else:
         result = matcher(routed)
+        if routed.features and ("incomplete" in routed.features or "error" in routed.features):
+            result = _judge_incomplete(snapshot, routed, result, out)
         if result.matched:
             reasons = snapshot.reasons
             for rule in result.matched:
@@ -228,6 +230,43 @@ def _route_part(
                           tuple(choices) if choices else ())
     )
     return route, explanation
+
+
+def _judge_incomplete(snapshot: Snapshot, part: PartView, result: MatchResult, out: _Outcome) -> MatchResult:
+    """Rules the part's missing features kept from being judged, up to where matching stopped: each applies its
+    `on_incomplete` (no_match, match, refuse), said in the explanation's notes."""
+    why = incomplete(part)
+    if why is None:
+        return result
+    matched = {r.name for r in result.matched}
+    stop = next((r.order for r in result.matched if not r.cont), None)
+    added = []
+    for rule in snapshot.rules.rules:
+        if stop is not None and rule.order >= stop:
+            break
+        if rule.name in matched:
+            continue
+        feature = undecided_feature(rule, part)
+        if feature is None:
+            continue
+        out.notes.append(f"rule {rule.name}: feature {feature} was not extracted ({why}); on_incomplete: "
+                         f"{rule.on_incomplete}")
+        if rule.on_incomplete != "refuse":  # in the route (and so in history) as well as in the explanation
+            out.actions.append(f"on_incomplete:{rule.on_incomplete}:{rule.name}")
+        if rule.on_incomplete == "refuse":
+            where = f"params.message.parts[{part.index}]"
+            raise FeatureIncomplete(f"part {part.index} ({part.modality}): rule {rule.name} needs feature {feature}, "
+                                    f"which was not extracted ({why}); the rule says on_incomplete: refuse",
+                                    field=where)
+        if rule.on_incomplete == "match":
+            added.append(rule)
+            if not rule.cont:
+                stop = rule.order
+                break
+    if not added:
+        return result
+    rules = sorted([*added, *[r for r in result.matched if stop is None or r.order <= stop]], key=lambda r: r.order)
+    return MatchResult(tuple(rules), result.candidates, result.skipped)
 
 
 def _is_text_plain(mod: Modality) -> bool:

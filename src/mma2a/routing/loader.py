@@ -23,6 +23,7 @@ from ..errors import InvalidModality, RuleError
 from ..modality import Modality, parse_modality
 from .caller import CLIENT_ID, CLIENT_PREFIX, claim_key
 from .rules import (
+    ON_INCOMPLETE,
     OPERATORS,
     SKILL_SCORES,
     STRATEGIES,
@@ -39,11 +40,12 @@ from .rules import (
     RuleSet,
     Scalar,
     Transform,
+    default_on_incomplete,
 )
 
 RULES_VERSION = 1
 TOP_KEYS = ("version", "default", "groups", "rules")
-RULE_KEYS = ("name", "description", "priority", "match", "action", "continue")
+RULE_KEYS = ("name", "description", "priority", "match", "action", "continue", "on_incomplete")
 MATCH_KEYS = ("modality", "features", "semantic", "client", "any")
 ACTION_KEYS = ("route_to", "broadcast_to", "load_balance", "transform", "drop", "clone_and_route_to", "capability")
 ACTION_OPTIONS = {"strategy": "load_balance", "then": "transform", "min": "capability", "score": "capability"}
@@ -225,7 +227,7 @@ def _validate(obj: Any, source: str, _lines: _LineMap | None) -> RuleSet:
     _raise(v)
     ordered = sorted(rules, key=lambda r: (-r.priority, r.index))
     final = tuple(
-        Rule(r.name, r.index, r.priority, r.clauses, r.action, r.cont, r.line, order, r.action_lines)
+        Rule(r.name, r.index, r.priority, r.clauses, r.action, r.cont, r.line, order, r.action_lines, r.on_incomplete)
         for order, r in enumerate(ordered)
     )
     return RuleSet(final, default, groups, RULES_VERSION, source, obj)
@@ -294,6 +296,10 @@ def _parse_rule(v: _Validator, raw: Any, i: int, names: dict[str, int]) -> Rule 
     if not isinstance(cont, bool):
         ctx.error(("continue",), f"must be true or false, got {_type_name(cont)}")
         ok = False
+    on_incomplete = raw.get("on_incomplete")
+    if on_incomplete is not None and on_incomplete not in ON_INCOMPLETE:
+        ctx.error(("on_incomplete",), f"must be one of {', '.join(ON_INCOMPLETE)}, got {on_incomplete!r}")
+        ok = False
     clauses: tuple[Clause, ...] | None = None
     if "match" not in raw:
         ctx.error(("match",), "missing (use match: {} to match every part)")
@@ -318,7 +324,8 @@ def _parse_rule(v: _Validator, raw: Any, i: int, names: dict[str, int]) -> Rule 
         action_lines = tuple(sorted(
             (_dotted(p[len(base):]), n) for p, n in v.lines.lines.items() if p[: len(at)] == at and len(p) > len(at)))
     assert isinstance(name, str) and isinstance(priority, int)
-    return Rule(name, i, priority, clauses, action, cont, line, 0, action_lines)
+    return Rule(name, i, priority, clauses, action, cont, line, 0, action_lines,
+                str(on_incomplete) if on_incomplete is not None else default_on_incomplete(action))
 
 
 def _parse_match(ctx: _RuleContext, raw: Any) -> tuple[Clause, ...] | None:

@@ -191,6 +191,35 @@ def rule_holds(rule: Rule, part: PartView) -> bool:
     return False
 
 
+def incomplete(part: PartView) -> str | None:
+    """Why some of the part's features could not be made (its `incomplete` reasons, else its `error`), or None."""
+    feats = part.features
+    why = feats.get("incomplete") or feats.get("error")
+    if not why:
+        return None
+    return "; ".join(map(str, why)) if isinstance(why, (list, tuple)) else str(why)
+
+
+def undecided_feature(rule: Rule, part: PartView) -> str | None:
+    """The feature that keeps `rule` from being judged on an incomplete part: a clause whose modality fits and whose
+    every test either holds or is on a feature the part lacks (an extracted one: not `client.*`, not semantic)."""
+    feats = part.features
+    for clause in rule.clauses:
+        if clause.modality is not None and not part.modality.matches(clause.modality):
+            continue
+        missing = None
+        for cond in clause.conditions:
+            value = feats.get(cond.feature)
+            if value is None and not cond.examples and not cond.feature.startswith("client."):
+                missing = missing or cond.feature
+            elif not test_condition(cond, value):
+                break
+        else:
+            if missing is not None:
+                return missing
+    return None
+
+
 class MatchResult(NamedTuple):
     """Rules that matched (in evaluation order), the candidate checks, how many rules were not candidates."""
 

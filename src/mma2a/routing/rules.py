@@ -23,6 +23,10 @@ NUMERIC_OPS = frozenset({"gt", "gte", "lt", "lte"})
 
 STRATEGIES = ("round_robin", "least_inflight", "weighted")
 
+ON_INCOMPLETE = ("no_match", "match", "refuse")
+"""What a rule does for a part whose feature it tests could not be extracted (the part's features say `incomplete`
+or `error`): not match (the next rule or the default applies), match (its action runs), or refuse the message."""
+
 Scalar = Union[str, int, float, bool]
 
 
@@ -163,6 +167,7 @@ class Rule:
     line: int | None = None
     order: int = 0
     action_lines: tuple[tuple[str, int], ...] = ()  # ("action.route_to", line): where an action's names were written
+    on_incomplete: str = "no_match"  # one of ON_INCOMPLETE; the loader's default: `refuse` for a drop rule
 
     @property
     def any_of(self) -> bool:
@@ -189,6 +194,12 @@ class RuleSet:
             if r.name == name:
                 return r
         raise KeyError(name)
+
+
+def default_on_incomplete(action: Action) -> str:
+    """A rule's `on_incomplete` when it says none: a drop rule (a deny) refuses what it cannot judge, so padding a part
+    until its feature is not extracted in time does not get it past; other rules do not match, as before."""
+    return "refuse" if isinstance(action, Drop) else "no_match"
 
 
 def action_names(action: Action) -> list[str]:

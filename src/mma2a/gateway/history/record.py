@@ -324,6 +324,9 @@ def _shape(entry: DecisionRecord) -> Shape:
                        transforms=[[{"agent": s.agent, "from": s.from_modality, "to": s.to_modality} for s in t.via]
                                    for t in route.targets if t.via],
                        dropped=route.dropped, bottleneck=route.bottleneck)
+            applied = [a for a in route.actions if a.startswith("on_incomplete:")]
+            if applied:  # rules judged without a feature that was not extracted, and what each did
+                row["onIncomplete"] = applied
         else:
             row.update(targets=[], matched=[], transforms=[], dropped=None, bottleneck=False)
         explained = why.get(p.index)
