@@ -119,8 +119,8 @@ class Outbox:
             self._owned.pop(owner, None)
 
     def _outcome(self, d: Delivery, outcome: str, detail: str) -> None:
-        if outcome != "delivered":
-            log.warning("push to %s for task %s: %s (%s)", d.hook.url, d.task_id, outcome, detail)
+        if outcome != "delivered":  # the URL without its query (a client may put a secret there)
+            log.warning("push to %s for task %s: %s (%s)", d.hook.url.partition("?")[0], d.task_id, outcome, detail)
         if self.on_outcome is not None:
             self.on_outcome(d, outcome, detail)
 

@@ -308,7 +308,7 @@ class PushService:
         try:
             leg: WebhookLeg = webhooks.verify(request.path_params["leg"], token)
         except NotificationRefused as exc:
-            log.warning("push: a call to the gateway's webhook refused (%d): %s", exc.status, exc.message)
+            log.info("push: a call to the gateway's webhook refused (%d): %s", exc.status, exc.message)
             return _answer(exc.status, exc.message)
         limit = self.settings.max_notification_bytes
         declared = request.headers.get("content-length")
