@@ -288,3 +288,53 @@ async def test_on_grpc_a_client_certificate_names_a_configured_client_as_on_http
     assert stranger.value.details() == "client certificate CN=mallory is not a configured client (auth.clients)"
     assert [p.text for r in specs["a"][1].received for p in r.message.parts] == ["to a"]
     assert specs["b"][1].received == []
+
+
+async def test_on_grpc_with_optional_certificates_one_is_asked_for_and_tokens_still_work(tmp_path: Path) -> None:
+    """Security round 4, Low: with `client_cert: optional` gRPC never asked for a certificate (grpcio asks only when it
+    requires one), so alice, whom HTTPS accepts by her certificate, was UNAUTHENTICATED on gRPC. The gateway ends TLS
+    itself in this mode: her certificate names her (and her agent list holds), bob without one uses his token, a
+    caller with neither is UNAUTHENTICATED, a silent connection is closed at the header deadline."""
+    import asyncio
+
+    import grpc
+    import grpc.aio
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+    ca = CA(tmp_path)
+    gw_cert, alice = ca.issue("gateway"), ca.issue("alice", server=False)
+    ca_pem = Path(ca.cert_file).read_bytes()
+    specs = {"a": agent("a", ["text/plain"]), "b": agent("b", ["text/plain"])}
+    async with run_agent(*specs["a"]) as a_url, run_agent(*specs["b"]) as b_url:
+        cfg = {"tls": listener(ca, gw_cert, client_cert="optional"), "server": {"header_timeout_s": 0.5},
+               "agents": [{"name": "a", "url": a_url}, {"name": "b", "url": b_url}],
+               "auth": {"clients": [{"name": "alice", "agents": ["a"]}, {"name": "bob", "token": "bob-token"}]},
+               "grpc_listen": "127.0.0.1:0"}
+        async with gateway(cfg) as (gw, _):
+            assert gw.grpc_url is not None and gw.grpc is not None
+
+            async def send(text: str, tenant: str, pair: Pair | None = None, token: str | None = None) -> Any:
+                creds = grpc.ssl_channel_credentials(ca_pem, *((Path(pair.key_file).read_bytes(),
+                                                                 Path(pair.cert_file).read_bytes()) if pair else ()))
+                msg = a2a_pb2.Message(message_id=f"m-{text}", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text=text)])
+                md = [("a2a-version", "1.0"), *((("authorization", f"Bearer {token}"),) if token else ())]
+                async with grpc.aio.secure_channel(gw.grpc_url, creds) as channel:
+                    return await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(  # type: ignore[no-untyped-call]
+                        a2a_pb2.SendMessageRequest(message=msg, tenant=tenant), metadata=md, timeout=60)
+
+            by_cert = await send("alice to a", "a", alice)
+            with pytest.raises(grpc.aio.AioRpcError) as not_hers:
+                await send("alice to b", "b", alice)
+            by_token = await send("bob to b", "b", token="bob-token")
+            with pytest.raises(grpc.aio.AioRpcError) as nobody:
+                await send("nobody", "a")
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.grpc.port)
+            silent = await asyncio.wait_for(reader.read(), 10)  # closed at the 0.5 s handshake deadline
+            writer.close()
+    assert by_cert.task.status.state == by_token.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    assert not_hers.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert not_hers.value.details() == "client alice may not call agent b"
+    assert nobody.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert silent == b""
+    assert [p.text for r in specs["a"][1].received for p in r.message.parts] == ["alice to a"]
+    assert [p.text for r in specs["b"][1].received for p in r.message.parts] == ["bob to b"]

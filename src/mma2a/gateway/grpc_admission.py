@@ -151,9 +151,13 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     request message is read; A2A's methods all take one message, and a call with another count is refused."""
 
     def __init__(self, control: AccessControl, methods: Mapping[str, RouteAccess], *, message_timeout_s: float,
-                 proxies: TrustedProxies | None = None, agent_of: Callable[[str], object] | None = None) -> None:
-        """`agent_of`: the directory's lookup, which raises `AgentNotFound` for a tenant naming no agent."""
+                 proxies: TrustedProxies | None = None, agent_of: Callable[[str], object] | None = None,
+                 relayed: Callable[[str], tuple[str, str | None] | None] | None = None) -> None:
+        """`agent_of`: the directory's lookup, which raises `AgentNotFound` for a tenant naming no agent;
+        `relayed`: the client address and certificate CN behind a connection the gateway's own TLS relayed
+        (`grpc_relay.TlsRelay.identity`, by grpc's peer string), None for others."""
         self.control = control
+        self.relayed = relayed
         self.agent_of = agent_of
         self.methods = methods
         self.message_timeout_s = message_timeout_s
@@ -195,7 +199,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             client, request = await admit(access, method, requests, context)
             try:  # one of the caller's stream slots while the stream is open, as SSE takes on HTTP
-                slot = self.control.open_stream(client, peer=peer_host(context.peer()))
+                slot = self.control.open_stream(client, peer=self.peer(context)[0])
             except MMA2AError as exc:
                 await abort(context, exc)
             token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
@@ -234,6 +238,13 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if self.control.drain is not None:
             self.control.drain.leave()
 
+    def peer(self, context: grpc.aio.ServicerContext) -> tuple[str, str | None]:
+        """The caller's address and verified certificate CN: grpc's own TLS peer, or the relay's record of it."""
+        seen = self.relayed(context.peer()) if self.relayed is not None else None
+        if seen is not None:
+            return seen
+        return peer_host(context.peer()), _cn(context)
+
     async def _admit(self, access: RouteAccess | None, method: str, requests: AsyncIterator[Any],
                      context: grpc.aio.ServicerContext) -> tuple[Client | None, Any]:
         """The caller admitted (from metadata and peer), then its one request message read and its tenant checked."""
@@ -245,10 +256,11 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if len(headers) != len(metadata):  # a repeated key: never a credential (as on HTTP)
                 self.control.single_credentials(k for k, _ in metadata)
             peer = "?"
+            address, cn = self.peer(context)
             if self.control.limiter is not None:
                 forwarded = [v for k, v in metadata if k.lower() == "x-forwarded-for" and isinstance(v, str)]
-                peer = self.proxies.client_address(peer_host(context.peer()), forwarded)
-            client = await self.control.admit_async(access, headers, peer=peer, cn=_cn(context))
+                peer = self.proxies.client_address(address, forwarded)
+            client = await self.control.admit_async(access, headers, peer=peer, cn=cn)
             request = await self._read(requests)
             tenant = getattr(request, "tenant", "") or None
             self.control.check_agent(client, tenant, field="tenant")

@@ -28,6 +28,7 @@ from ..tls import ListenerTLS, ServerTLS
 from .authz import RouteAccess
 from .config import GatewayConfig
 from .grpc_admission import Admission, error_status, method_access, rich_status
+from .grpc_relay import TlsRelay
 from .overload import shed_note
 from .security import AccessControl
 
@@ -135,8 +136,9 @@ class GrpcIngress:
         directory's lookup, so a `tenant` naming no agent is NOT_FOUND before the call runs."""
         assert cfg.grpc_listen is not None
         self.listen = cfg.grpc_listen
+        self.relay: TlsRelay | None = None
         admission = Admission(control, method_access(jsonrpc), message_timeout_s=cfg.server.body_timeout_s,
-                              agent_of=agent_of)
+                              agent_of=agent_of, relayed=self._relayed)
         servicer = PipelineGrpcHandler(handler)
         # A name such as `localhost:0` resolves to several addresses. Given the name, gRPC binds the first on a free
         # port and then wants that port on the others too; where another process holds it there, gRPC keeps the one
@@ -144,6 +146,19 @@ class GrpcIngress:
         # 0 each address is bound by itself, the first on a free port and the rest on that port, and a fresh server
         # is tried (a new free port) when one of them is taken. A fixed port that is taken fails at once.
         host, _, port_text = self.listen.rpartition(":")
+        tls = cfg.tls
+        if tls is not None and tls.client_ca_file and tls.client_cert == "optional":
+            # grpcio asks for a client certificate only when it requires one: the gateway ends TLS itself
+            self.server = grpc.aio.server(interceptors=[admission], options=server_options(cfg))
+            a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, self.server)  # type: ignore[no-untyped-call]
+            inner = self.server.add_insecure_port("127.0.0.1:0")  # loopback only: reached through the relay
+            try:
+                sock = socket.create_server((host.strip("[]"), int(port_text)), reuse_port=False)
+            except OSError as exc:
+                raise OSError(f"grpc_listen: cannot bind {self.listen}") from exc
+            self.relay = TlsRelay(ServerTLS(tls, cfg.base_dir), sock, inner, handshake_s=cfg.server.header_timeout_s)
+            self.port = self.relay.port
+            return
         ephemeral = port_text == "0"
         addresses = _addresses(host) if ephemeral else [host]
         for attempt in range(1, (EPHEMERAL_BIND_ATTEMPTS if ephemeral else 1) + 1):
@@ -168,9 +183,17 @@ class GrpcIngress:
             if attempt == EPHEMERAL_BIND_ATTEMPTS or not ephemeral:
                 raise OSError(f"grpc_listen: cannot bind {self.listen}")
 
+    def _relayed(self, peer: str) -> tuple[str, str | None] | None:
+        return self.relay.identity(peer) if self.relay is not None else None
+
     async def start(self) -> None:
         await self.server.start()
-        log.info("gRPC binding on %s", self.listen)
+        if self.relay is not None:
+            await self.relay.start()
+        log.info("gRPC binding on %s%s", self.listen, " (TLS ended by the gateway: client certificates optional)"
+                 if self.relay is not None else "")
 
     async def stop(self) -> None:
+        if self.relay is not None:
+            await self.relay.stop()
         await self.server.stop(grace=5)
