@@ -38,7 +38,7 @@ async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst:
         async with gateway({"name": "gw-b", "agents": [{"name": "notes", "url": notes_url}],
                             "auth": {"clients": [{"name": "gwa", "token": GWA, "rate": rate, "burst": burst},
                                                  {"name": "eve", "token": EVE}]},
-                            "rate_limit": {"enabled": True}, "faults": {"dedupe_ttl_s": 300},
+                            "rate_limit": {"enabled": True}, "faults": {"dedupe_ttl_s": 300}, "grpc_listen": "127.0.0.1:0",
                             "federation": {"trusted_gateways": {"gwa": {"public_key_env": "FED_A_PUB"}}}}) as (gw_b, url_b):
             async with gateway({"name": "gw-a", "agents": [{"name": "site-b", "url": url_b, "token_env": "MMA2A_AGENT_GWA_TOKEN"}],
                                 "auth": {"clients": [{"name": "alice", "token": ALICE}, {"name": "dave", "token": DAVE}]},
@@ -137,3 +137,52 @@ async def test_assertions_are_checked_at_the_door(monkeypatch: pytest.MonkeyPatc
         doc = await call(c, url_b, GWA, "SendMessage", text_message("m-7", "x"),
                          {HEADER: a.assertion("alice", "message:m-7", now)})
         assert gw_b.pipeline.tasks.owner_of(doc["result"]["task"]["id"]) == (True, "alice via gwa")
+
+
+async def test_the_grpc_door_reads_the_assertion_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """B's gRPC port: the same header as metadata (`mma2a-upstream-client`) makes gwa's call alice's; a forged one is
+    UNAUTHENTICATED naming it."""
+    import grpc
+    import grpc.aio
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+    async with a_to_b(monkeypatch) as (_, _, gw_b, _, key):
+        assert gw_b.grpc is not None
+        a = Federation("gw-a", private_key=key)
+
+        async def send(mid: str, assertion: str) -> Any:
+            msg = a2a_pb2.Message(message_id=mid, role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="over grpc")])
+            md = [("a2a-version", "1.0"), ("authorization", f"Bearer {GWA}"), (HEADER.lower(), assertion)]
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw_b.grpc.port}") as channel:
+                return await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(  # type: ignore[no-untyped-call]
+                    a2a_pb2.SendMessageRequest(message=msg), metadata=md, timeout=30)
+
+        got = await send("g-1", a.assertion("alice", "message:g-1", int(time.time())))
+        with pytest.raises(grpc.aio.AioRpcError) as forged:
+            await send("g-2", Federation("gw-a", private_key=new_private_key()).assertion(
+                "alice", "message:g-2", int(time.time())))
+        assert gw_b.pipeline.tasks.owner_of(got.task.id) == (True, "alice via gwa")
+    assert forged.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert forged.value.details() == (f"{HEADER}: the signature does not verify with the key of gwa "
+                                      "(federation.trusted_gateways.gwa)")
+
+
+async def test_a_stream_through_a_is_alices_at_b_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SendStreamingMessage through A carries the assertion as SendMessage does: the task B records is alice's."""
+    import orjson
+
+    async with a_to_b(monkeypatch) as (_, url_a, gw_b, _, _), httpx.AsyncClient(timeout=30) as c:
+        events = []
+        async with c.stream("POST", url_a, json={"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                                                 "params": text_message("s-1", "alice streams")},
+                            headers={"A2A-Version": "1.0", "Authorization": f"Bearer {ALICE}"}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    events.append(orjson.loads(line[5:]))
+        first = events[0]["result"]
+        tid = (first.get("task") or first.get("statusUpdate") or {}).get("id") or first["statusUpdate"]["taskId"]
+        assert gw_b.pipeline.tasks.owner_of(tid) == (True, "alice via gwa"), events
+        got = await call(c, url_a, ALICE, "GetTask", {"id": tid})
+        stolen = await call(c, url_a, DAVE, "GetTask", {"id": tid})
+    assert "alice streams" in texts(got["result"])
+    assert stolen["error"]["code"] == -32001
