@@ -99,3 +99,36 @@ async def test_requests_reach_the_agent_whose_skills_fit_and_a_semantic_rule_rou
     sent = json_format.MessageToDict(specs["shipping"][1].received[0].message.parts[0])
     assert sent["text"] in {text for _, text in REQUESTS}
     assert "semantic:" not in str(sent) and "embedding" not in str(sent)  # vectors and scores stay off the wire
+
+
+def described(name: str, modes: list[str], what: str) -> tuple[AgentCard, RecordingExecutor]:
+    card = AgentCard(name=name, description=what, version="1.0.0", capabilities=AgentCapabilities(streaming=False),
+                     default_input_modes=modes, default_output_modes=["text/plain"],
+                     skills=[AgentSkill(id=name, name=name, description=what, tags=[name])])
+    declare_extension(card)
+    return card, RecordingExecutor(reply=f"{name} here")
+
+
+async def test_the_words_of_a_message_move_its_photo_only_when_they_plainly_fit_another_card() -> None:
+    """A photo sent with words: the image specialist keeps it, unless the words plainly fit the skills of an agent
+    that also takes images (the skills component of capability scores, from the gateway's own text vectors)."""
+    from tests.media import png_bytes
+
+    photo = {"raw": base64.b64encode(png_bytes()).decode(), "mediaType": "image/png"}
+
+    def with_photo(mid: str, text: str) -> dict:
+        return {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": text}, photo]}}
+
+    specs = {"photos": described("photos", ["image/*"], "Describes landscapes, holiday snapshots and family photos."),
+             "accounts": described("accounts", ["text/plain", "image/png", "application/pdf"],
+                                   "Checks invoices, receipts and bills: totals, taxes, due dates and payment terms.")}
+    async with agents(specs) as urls:
+        async with gateway({"rules": {"version": 1, "default": {"capability": "skills"}, "rules": []},
+                            "agents": [{"name": n, "url": u} for n, u in urls.items()]}) as (gw, url):
+            invoice = await rpc(url, "SendMessage", with_photo("w1", "Is the total on this invoice correct? The tax looks wrong."))
+            beach = await rpc(url, "SendMessage", with_photo("w2", "What a lovely beach, where was this holiday picture taken?"))
+    routes = [doc["result"]["task"]["metadata"][EXTENSION_URI]["route"] for doc in (invoice, beach)]
+    assert [r[1]["targets"] for r in routes] == [["accounts"], ["photos"]]
+    assert routes[0][1]["runnerUp"].startswith("runner-up photos (1.10) lost to accounts (")
+    assert routes[0][1]["runnerUp"].split(": ", 1)[1].startswith("skills ")
+    assert routes[0][0]["targets"] == ["accounts"]  # the text itself: skills routing, the accounts desk
