@@ -133,8 +133,12 @@ class Live:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-async def pngwalk(src: Path, attackers: int, rounds: int) -> dict[str, Any]:
-    png = base64.b64encode(chunk_walk_png()).decode()
+async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False) -> dict[str, Any]:
+    """`control`: the same number of bytes of random data as `application/octet-stream` (no header to check): what
+    any inline body of that size costs the gateway (its JSON parse), beside what the PNG costs."""
+    walk = chunk_walk_png()
+    png = base64.b64encode(os.urandom(len(walk)) if control else walk).decode()
+    media = "application/octet-stream" if control else "image/png"
     with Live(src) as gw:
         async with httpx.AsyncClient(timeout=120) as c:
             await c.post(gw.url + "/", json=send_body("warm", [{"text": "hi"}]), headers=auth("alice"))
@@ -146,7 +150,7 @@ async def pngwalk(src: Path, attackers: int, rounds: int) -> dict[str, Any]:
             bodies = []
             for k in range(attackers * rounds):
                 path = gw.tmp / f"walk-{k}.json"
-                path.write_bytes(json.dumps(send_body(f"walk-{k}", [{"raw": png, "mediaType": "image/png"}])).encode())
+                path.write_bytes(json.dumps(send_body(f"walk-{k}", [{"raw": png, "mediaType": media}])).encode())
                 bodies.append(path)
 
             async def attack(k: int) -> None:  # curl processes: the bench's own loop measures only the victim
@@ -186,7 +190,7 @@ async def pngwalk(src: Path, attackers: int, rounds: int) -> dict[str, Any]:
             await v
             peak = rss_kb(gw.gw.pid, "VmHWM")
     lat.sort()
-    return {"case": "pngwalk", "src": str(src), "attackers": attackers, "texts_during": len(lat),
+    return {"case": "pngwalk-control" if control else "pngwalk", "src": str(src), "attackers": attackers, "texts_during": len(lat),
             "p50_ms": round(lat[len(lat) // 2], 1) if lat else None,
             "p90_ms": round(lat[len(lat) * 9 // 10], 1) if lat else None, "max_ms": round(lat[-1], 1) if lat else None,
             "rss_peak_growth_mb": round((peak - rss0) / 1024, 1), "answer": sorted(set(answers))}
@@ -241,6 +245,8 @@ def main() -> None:
     ap.add_argument("--case", choices=["pngwalk", "flac", "pixels"], required=True)
     ap.add_argument("--budget", type=int, default=None, help="limits.max_decode_pixels_in_flight (pixels case)")
     ap.add_argument("--concurrent", type=int, default=1)
+    ap.add_argument("--audio", default="120,8,384000", help="flac: seconds,channels,rate")
+    ap.add_argument("--control", action="store_true", help="pngwalk: also send random bytes of the same size")
     ap.add_argument("--src", action="append", default=None, help="sources to run (repeat: side by side)")
     ap.add_argument("--attackers", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
@@ -248,11 +254,14 @@ def main() -> None:
     for src in args.src or [str(ROOT / "src")]:
         if args.case == "pngwalk":
             result = asyncio.run(pngwalk(Path(src), args.attackers, args.rounds))
+            if args.control:
+                print(json.dumps(asyncio.run(pngwalk(Path(src), args.attackers, args.rounds, control=True))))
         elif args.case == "flac":
-            data = silent_flac()
+            seconds, channels, rate = map(int, args.audio.split(","))
+            data = silent_flac(seconds, channels, rate)
             result = asyncio.run(flood(Path(src), "flac", args.concurrent, TRANSCRIPT_RULE,
                                        [{"raw": base64.b64encode(data).decode(), "mediaType": "audio/flac"}]))
-            result["flac_bytes"] = len(data)
+            result["flac_bytes"], result["audio"] = len(data), args.audio
         elif args.case == "pixels":
             png = big_png()
             extra = WIDTH_RULE + (f"limits: {{max_decode_pixels_in_flight: {args.budget}}}\n" if args.budget else "")

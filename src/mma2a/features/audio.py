@@ -310,7 +310,8 @@ def frame_levels(mono: Any, rate: int, frame_s: float = FRAME_S) -> Any:
         frames = mono.reshape(1, -1) if mono.shape[0] else np.zeros((1, 1), np.float32)
     else:
         frames = mono[: count * n].reshape(count, n)
-    rms = np.sqrt(np.mean(np.square(frames, dtype=np.float64), axis=1))
+    # summed in float64 without a float64 copy of the recording
+    rms = np.sqrt(np.einsum("ij,ij->i", frames, frames, dtype=np.float64) / frames.shape[1])
     return np.maximum(20.0 * np.log10(np.maximum(rms, 1e-12)), SILENCE_DB)
 
 
@@ -319,7 +320,7 @@ def loudness_db(mono: Any) -> float:
 
     if mono.shape[0] == 0:
         return SILENCE_DB
-    rms = math.sqrt(float(np.mean(np.square(mono, dtype=np.float64))))
+    rms = math.sqrt(float(np.einsum("i,i->", mono, mono, dtype=np.float64)) / mono.shape[0])
     return round(max(20.0 * math.log10(max(rms, 1e-12)), SILENCE_DB), 2)
 
 
