@@ -115,7 +115,7 @@ def check_header(header: MediaHeader | None, modality: str, limits: Limits, what
         if header.seconds > limit:
             raise MediaError(f"{what}: {modality} declares {header.seconds:.1f} s, over the limit of {limit:g} s; "
                              "not decoded", field=what)
-        if header.rate and header.channels:
+        if family == "audio" and header.rate and header.channels:  # a video's sound track is not decoded by it
             samples = int(header.rate * header.channels * header.seconds)
             if samples > limits.max_audio_samples:
                 raise MediaError(f"{what}: {modality} declares {header.seconds:.1f} s of {header.channels} channels at "
