@@ -217,11 +217,12 @@ class Server(uvicorn.Server):
         own loop; gRPC's core its own) while it is open; freed, it stayed in the C allocator's heap: 2,000 silent
         connections left the gateway +104 MB after they had all closed (security round 4 #7), both because their
         cycles waited for a full collection and because freed C memory stays in the heap. So: a full collection
-        (~1 ms on a started gateway's unfrozen heap), then `malloc_trim` in a thread (~35 ms to give back 100 MB,
+        when the process has frozen its start-up heap (~1 ms on a started gateway), then `malloc_trim` in a thread (~35 ms to give back 100 MB,
         ~0.1 ms when there is nothing to give back; bench/tls_handshakes.py)."""
         self._trimmed = now
-        gc.collect()  # closed connections are cycles (protocol, transport, SSL object) that outlived the young
-        # generation: collected here (`settle_heap` froze what start-up made: only what came since is looked at)
+        if gc.get_freeze_count():  # a served process (`settle_heap`): only what came since start is looked at, ~1 ms;
+            gc.collect()  # closed connections are cycles (protocol, transport, SSL object) that outlived the young
+            # generation. (A process that froze nothing, such as a test run, is not collected in full here.)
         trim = self._trim = asyncio.ensure_future(asyncio.to_thread(release_freed_memory))
         trim.add_done_callback(self._trimmed_done)
 
