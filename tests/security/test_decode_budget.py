@@ -105,3 +105,25 @@ async def test_the_gateway_shares_one_budget_and_records_the_reason() -> None:
     errors = [g.get("features", {}).get("error", "") for g in got]
     assert any("no room for 60000 more before the deadline" in e for e in errors), got
     assert [m.message.message_id for m in specs["wide"][1].received] == ["b2"]  # the free one matched the rule
+
+
+def test_a_reference_agent_holds_its_own_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The speech agent's decode waits for room in the agent's budget, then refuses with the reason."""
+    import wave
+
+    from mma2a.agents import runtime, speech
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"\0\0" * 16000)
+    monkeypatch.setattr(runtime, "DECODE_WAIT_S", 0.05)
+    with runtime.AGENT_DECODES.reserve(runtime.AGENT_DECODES.capacity, None, "held by the test"):
+        with pytest.raises(ValueError) as err:
+            speech._transcribe(buf.getvalue(), "audio/wav")
+    assert str(err.value) == (f"speech: {runtime.AGENT_DECODES.capacity} of {runtime.AGENT_DECODES.capacity} pixels "
+                              "are decoding (the agent's decode budget), no room for 16000 more before the deadline; "
+                              "not decoded")
+    assert runtime.AGENT_DECODES.held == 0
