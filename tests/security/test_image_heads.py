@@ -125,3 +125,22 @@ async def test_the_gateway_refuses_both_inline_and_uploaded() -> None:
         "body: image/jpeg: the frame header (SOF) not found in the first 1048576 bytes")
     assert put_png.status_code == 400 and "PNG chunks before the image data" in put_png.json()["error"]["message"]
     assert not stored and received == []
+
+
+def test_chunks_after_the_image_data_are_never_walked_by_a_decoder() -> None:
+    """The same padding after IDAT: the header is fine, so the decoders see the PNG cut after its image data."""
+    from mma2a.features.imagehead import MAX_IDAT_CHUNKS, png_for_decoder
+
+    empty = chunk(b"prVt", b"")
+    head = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 64, 64, 8, 0, 0, 0, 0))
+    body = chunk(b"IDAT", zlib.compress(b"\0" * (65 * 64)))
+    tail_padded = head + body + empty * 1_670_000 + chunk(b"IEND", b"")
+    cut = png_for_decoder(tail_padded)
+    assert cut == head + body + chunk(b"IEND", b"")  # what Pillow gets: 1.67 M chunks never walked nor kept
+    assert png_for_decoder(cut) is cut  # a PNG that ends after its image data is given as it is
+    pic = read_picture(tail_padded, Limits(max_bytes=1 << 30))
+    assert (pic.width, pic.height) == (64, 64)
+    many = head + chunk(b"IDAT", b"") * (MAX_IDAT_CHUNKS + 1) + chunk(b"IEND", b"")
+    with pytest.raises(MediaError) as err:
+        read_picture(many, Limits(max_bytes=1 << 30))
+    assert err.value.message.startswith(f"image: image: more than {MAX_IDAT_CHUNKS} IDAT chunks")

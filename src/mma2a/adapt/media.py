@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import MediaError
 from ..features.base import Limits, check_deadline
 from ..features.containers import av_reason, open_input
-from ..features.imagehead import HeadNotFound, image_size
+from ..features.imagehead import HeadNotFound, image_size, png_for_decoder
 from ..features.probe import head_refusal
 from ..modality import Modality, parse_modality
 from .profiles import ReceiverProfile
@@ -80,6 +80,7 @@ def fit_image(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
 
     try:  # Pillow walks a file's structure up to its image data: only when that lies in the bounded prefix
         image_size(data, complete=True)
+        data = png_for_decoder(data)  # and never the chunks after a PNG's image data
     except HeadNotFound as exc:
         raise head_refusal(exc, "image", "image") from None
     try:

@@ -22,7 +22,7 @@ from ..errors import MediaError
 from ..ext import Thumbnail
 from ..modality import Modality
 from .base import THUMBNAIL_BUDGET, THUMBNAIL_KEY, Limits
-from .imagehead import HeadNotFound, image_size
+from .imagehead import HeadNotFound, image_size, png_for_decoder
 from .probe import head_refusal
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ def open_image(data: bytes, limits: Limits, what: str = "image", *, max_side: in
         raise MediaError(f"{what}: empty payload (0 bytes)")
     try:  # Pillow walks a file's structure up to its image data: only when that lies in the bounded prefix
         image_size(data, complete=True)
+        data = png_for_decoder(data)  # and never the chunks after a PNG's image data
     except HeadNotFound as exc:
         raise head_refusal(exc, "image", what) from None
     try:
