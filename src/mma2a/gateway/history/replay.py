@@ -13,7 +13,7 @@ from typing import Any
 from ...errors import MMA2AError
 from ...modality import parse_modality
 from ...routing import RouteDecision, Snapshot, decide
-from ...view import MessageView, PartView
+from ...view import Caller, MessageView, PartView
 
 MAX_LISTED = 100  # changed decisions listed in the answer (all are counted)
 
@@ -23,7 +23,9 @@ def stored_view(item: Mapping[str, Any]) -> MessageView:
     parts = tuple(
         PartView(p["index"], parse_modality(p["modality"]), p.get("features") or {}, p.get("kind") or "text", p.get("size"))
         for p in item["parts"])
-    return MessageView(message_id=item["messageId"], parts=parts, receivers=tuple(item.get("receivers") or ()))
+    sender = item.get("sender")  # `client:` conditions on the id hold as they did; claims are not kept in history
+    return MessageView(message_id=item["messageId"], parts=parts, receivers=tuple(item.get("receivers") or ()),
+                       caller=Caller(sender) if isinstance(sender, str) and sender else None)
 
 
 def _routes(view: MessageView, snapshot: Snapshot) -> dict[int, dict[str, Any]]:
