@@ -7,6 +7,7 @@ so two trees are measured side by side in one run):
   that client's latency (p50, max) while the PNGs are in flight and the gateway's RSS growth.
 - `flac` (finding 9): 120 s of silence, 8 channels at 384 kHz (FLAC, ~208 KB) as a raw `audio/flac` part with a
   rule on `transcript`; `--concurrent` at once. Prints the gateway's peak RSS growth (VmHWM after clear_refs).
+- `mesh` (finding 8): `--concurrent` 23 MB OBJs (3 M vertices) as raw `model/obj` parts, a rule on `vertices`.
 - `pixels` (finding 5): `--concurrent` 6300x6300 PNGs (39.7 Mpx, ~154 KB) at once to a rule on a feature
   (the gateway decodes each for its features); peak RSS growth against `limits.max_decode_pixels_in_flight`.
 
@@ -240,9 +241,27 @@ features: {budget_s: 30}
 """
 
 
+VERTICES_RULE = """rules:
+  version: 1
+  rules:
+    - {name: big-models, match: {modality: "model/*", features: {vertices: {gt: 1000000}}}, action: {route_to: echo}}
+features: {budget_s: 60}
+"""
+
+
+def big_obj(vertices: int = 3_000_000) -> bytes:
+    """A Wavefront OBJ of `vertices` vertices (about 23 MB for 3 M) and a face per three."""
+    import numpy as np
+
+    xyz = np.random.default_rng(7).integers(0, 10, (vertices, 3))
+    lines = [b"v %d %d %d" % tuple(row) for row in xyz]
+    lines += [b"f %d %d %d" % (i + 1, i + 2, i + 3) for i in range(0, vertices - 2, 30)]
+    return b"\n".join(lines) + b"\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--case", choices=["pngwalk", "flac", "pixels"], required=True)
+    ap.add_argument("--case", choices=["pngwalk", "flac", "pixels", "mesh"], required=True)
     ap.add_argument("--budget", type=int, default=None, help="limits.max_decode_pixels_in_flight (pixels case)")
     ap.add_argument("--concurrent", type=int, default=1)
     ap.add_argument("--audio", default="120,8,384000", help="flac: seconds,channels,rate")
@@ -268,6 +287,11 @@ def main() -> None:
             result = asyncio.run(flood(Path(src), "pixels", args.concurrent, extra,
                                        [{"raw": base64.b64encode(png).decode(), "mediaType": "image/png"}]))
             result["png_bytes"] = len(png)
+        elif args.case == "mesh":
+            model = big_obj()
+            result = asyncio.run(flood(Path(src), "mesh", args.concurrent, VERTICES_RULE,
+                                       [{"raw": base64.b64encode(model).decode(), "mediaType": "model/obj"}]))
+            result["obj_bytes"] = len(model)
         print(json.dumps(result))
 
 
