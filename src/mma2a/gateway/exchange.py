@@ -74,7 +74,7 @@ class Exchange:
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
     ) -> Awaitable[dict[str, Any]]:
         """SendMessage through the gateway; awaits to the JSON-RPC `result` (`{"task": ...}` or `{"message": ...}`)."""
-        check_bound(f"message:{message.get('messageId')}")  # a peer gateway's assertion names this message
+        check_bound("message", message.get("messageId"))  # a peer gateway's assertion names this message
         if self.dedupe is not None and isinstance(message.get("messageId"), str):
             return self.dedupe.run(
                 current_sender(), message["messageId"], lambda: self._send(message, configuration, target))

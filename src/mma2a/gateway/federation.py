@@ -90,13 +90,15 @@ def bound_to(method: str, params: Mapping[str, Any]) -> str | None:
     return None
 
 
-def check_bound(what: str) -> None:
-    """`Unauthorized` when the caller's principal comes from an assertion signed for another request than `what`
-    (`message:<messageId>`, `task:<id>`): an assertion lifted from one request cannot name the caller of another."""
+def check_bound(kind: str, value: object) -> None:
+    """`Unauthorized` when the caller's principal comes from an assertion signed for another request than this one,
+    `kind` (`message`, `task`) `value` (its id): an assertion lifted from one request cannot name the caller of
+    another. (Nothing is built for a caller without an assertion: one look at the context.)"""
     client = current_client.get()
-    if client is not None and client.bound is not None and client.bound != what:
-        raise Unauthorized(f"{HEADER}: the assertion was signed for another request than this one ({what.split(':')[0]} "
-                           f"{what.partition(':')[2]!r}); the upstream gateway signs one per request", field=HEADER)
+    if client is None or client.bound is None or client.bound == f"{kind}:{value}":
+        return
+    raise Unauthorized(f"{HEADER}: the assertion was signed for another request than this one ({kind} {value!r}); "
+                       "the upstream gateway signs one per request", field=HEADER)
 
 
 class Federation:

@@ -117,9 +117,9 @@ class AccessControl:
         self.admin_token = admin_token
         self.drain = drain
         self.clock = clock
-        self._wanted = tuple((name, name.encode("latin-1"))  # the headers access control reads
-                             for name in dict.fromkeys(("authorization", "content-length", "content-encoding",
-                                                        auth.header, FEDERATION_HEADER)))
+        wanted = ("authorization", "content-length", "content-encoding", auth.header,
+                  *((FEDERATION_HEADER,) if federation is not None else ()))  # a peer's assertion: read if trusted
+        self._wanted = tuple((name, name.encode("latin-1")) for name in dict.fromkeys(wanted))  # what access reads
 
     async def enforce(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
         cls = access.cls

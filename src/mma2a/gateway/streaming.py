@@ -47,7 +47,7 @@ class Streaming:
         artifacts as the leg finishes, then the aggregate's final status."""
         t0 = time.perf_counter()
         try:
-            check_bound(f"message:{message.get('messageId')}")  # a peer gateway's assertion names this message
+            check_bound("message", message.get("messageId"))  # a peer gateway's assertion names this message
             message, view, decision = await self.admission.prepare(message, configuration, target)
             if target is not None and not _streams(self.caller.directory.get(target).card):
                 # `/agents/{name}` publishes the agent's card, whose `streaming` is false: refused as the agent refuses it

@@ -42,7 +42,7 @@ class TaskOperations:
         """The gateway's record of a task the caller owns; on `/agents/{name}/`, when the caller has no identity
         (auth off), a task the gateway never saw is the agent's to answer for (it may know it, or answer its own
         TaskNotFound)."""
-        check_bound(f"task:{task_id}")  # a peer gateway's assertion names this task
+        check_bound("task", task_id)  # a peer gateway's assertion names this task
         caller = current_sender()
         rec = self.tasks.find(task_id)
         if rec is None and target is not None and caller is None:
