@@ -68,7 +68,7 @@ async def test_a_jwt_client_reaches_exactly_the_agents_its_claim_allows_on_every
             no_grpc = await _grpc_send(gw.grpc.port, token, "vision", "over grpc")
             static = await post(url, "/agents/text/", send_body("j-3"), bearer("tok-bob-12345"))  # static still works
             image = [{"raw": PNG_1PX, "mediaType": "image/png"}]
-            at_root = await post(url, "/", send_body("j-4", image), bearer(token))  # routed to vision: not its agent
+            at_root = await post(url, "/", send_body("j-4", image), bearer(token))  # only vision takes it: not its agent
             async with httpx.AsyncClient() as c:
                 metrics = (await c.get(url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"})).text
     assert ok_rpc.status_code == 200 and ok_rpc.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -79,8 +79,9 @@ async def test_a_jwt_client_reaches_exactly_the_agents_its_claim_allows_on_every
     assert ok_grpc == (grpc.StatusCode.OK, "TASK_STATE_COMPLETED")
     assert no_grpc == (grpc.StatusCode.PERMISSION_DENIED, "client alice may not call agent vision")
     assert static.status_code == 200 and "result" in static.json()
-    assert at_root.json()["error"]["message"] == ("params.message.parts[0]: routed to agent vision, which client alice "
-                                                  "may not use (auth.clients: notes, text)")
+    # capability routing looks only at the agents the claim allows: none of them takes an image
+    assert at_root.json()["error"]["message"] == ("part 0 (image/png): no agent accepts it and no transform chain "
+                                                  "reaches one that does")
     assert [r.message.parts[0].text for r in specs["text"][1].received] == ["hello", "over grpc", "hello"]
     assert len(specs["notes"][1].received) == 1 and specs["vision"][1].received == []
     assert _metric(metrics, idp.name, "ok") == 7  # five HTTP requests (one verified, four from the cache), two gRPC
