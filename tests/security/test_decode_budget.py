@@ -124,6 +124,24 @@ def test_a_reference_agent_holds_its_own_budget(monkeypatch: pytest.MonkeyPatch)
         with pytest.raises(ValueError) as err:
             speech._transcribe(buf.getvalue(), "audio/wav")
     assert str(err.value) == (f"speech: {runtime.AGENT_DECODES.capacity} of {runtime.AGENT_DECODES.capacity} pixels "
-                              "are decoding (the agent's decode budget), no room for 16000 more before the deadline; "
+                              "are decoding (the process's decode budget, mma2a.sdk.parts.DECODES), no room for 16000 more before the deadline; "
                               "not decoded")
     assert runtime.AGENT_DECODES.held == 0
+
+
+async def test_the_sdk_image_helper_holds_the_process_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from a2a.types import Part
+
+    from mma2a.sdk import parts as sdk_parts
+
+    (view,) = sdk_parts.view_parts([json_format.ParseDict(
+        {"raw": base64.b64encode(png(300, 200)).decode(), "mediaType": "image/png"}, Part())], None)
+    monkeypatch.setattr(sdk_parts, "DECODE_WAIT_S", 0.05)
+    budget = sdk_parts.DECODES
+    with budget.reserve(budget.capacity, None, "held by the test"):
+        with pytest.raises(DecodeBusy) as busy:
+            await view.image()
+    assert busy.value.message == (f"part 0 (image/png): {budget.capacity} of {budget.capacity} pixels are decoding "
+                                  "(the process's decode budget, mma2a.sdk.parts.DECODES), no room for 60000 more "
+                                  "before the deadline; not decoded")
+    assert (await view.image()).size == (300, 200) and budget.held == 0

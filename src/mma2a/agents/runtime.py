@@ -23,10 +23,10 @@ from google.protobuf import json_format
 from ..card import declare_extension
 from ..errors import URLForbidden
 from ..features.base import Limits
-from ..features.budget import DEFAULT_DECODE_PIXELS, DecodeBudget, decode_cost
+from ..features.budget import decode_cost
 from ..modality import parse_modality
 from ..sdk import IncomingMessage, IncomingPart, MultimodalExecutor, agent_app, run_agent
-from ..sdk.parts import b64
+from ..sdk.parts import DECODES, b64
 
 __all__ = ["AGENT_LIMITS", "ReceivedPart", "ReplyFn", "SkillExecutor", "agent_app", "b64", "make_card", "receive",
            "run_agent", "run_blocking"]
@@ -34,9 +34,10 @@ __all__ = ["AGENT_LIMITS", "ReceivedPart", "ReplyFn", "SkillExecutor", "agent_ap
 AGENT_LIMITS = Limits()
 """What a reference agent decodes: each part's header is checked against these before any model sees its bytes."""
 
-AGENT_DECODES = DecodeBudget(DEFAULT_DECODE_PIXELS, name="the agent's decode budget")
-"""Pixels (audio: samples as decoded) a reference agent's process decodes at once; a decode waits for room up to
-`DECODE_WAIT_S`, then the part is refused with the reason (features.budget)."""
+AGENT_DECODES = DECODES
+"""Pixels (audio: samples as decoded) a reference agent's process decodes at once — the SDK's own budget, which
+`IncomingPart.image()` holds too; a decode waits for room up to `DECODE_WAIT_S`, then the part is refused with the
+reason (features.budget)."""
 DECODE_WAIT_S = 30.0
 
 

@@ -38,6 +38,7 @@ from ..errors import (
 )
 from ..ext import EXTENSION_URI, PartExtension, PayloadRef, StreamRef, Thumbnail, normalize_json, read_part
 from ..features.base import Limits
+from ..features.budget import DEFAULT_DECODE_PIXELS, DecodeBudget, decode_cost
 from ..features.probe import check_media
 from ..features.producer import sniff_modality
 from ..modality import EMBEDDING, Modality, parse_modality
@@ -45,6 +46,10 @@ from ..payload import FrameDecoder, SafeFetcher, URLPolicy
 from ..payload.ssrf import hosts_of
 
 CHUNK = 256 * 1024
+DECODES = DecodeBudget(DEFAULT_DECODE_PIXELS, name="the process's decode budget, mma2a.sdk.parts.DECODES")
+"""Pixels `IncomingPart.image()` decodes at once in this process (the reference agents' own decodes hold it too):
+an image waits for room up to `DECODE_WAIT_S`, then is refused with the reason (`DecodeBusy`)."""
+DECODE_WAIT_S = 30.0
 _SIGNATURE = re.compile(r"([?&]sig=)[^&\s:)]+")
 
 
@@ -345,7 +350,13 @@ class IncomingPart:
 
         limits = limits or Limits()
         data = await self.read_media(limits=limits)
-        return await asyncio.to_thread(open_image, data, limits, self.where)
+        where = self.where
+
+        def decode() -> Any:  # holds its pixels of the process's decode budget while it decodes
+            with DECODES.reserve(decode_cost(data, parse_modality("image/*")), time.monotonic() + DECODE_WAIT_S, where):
+                return open_image(data, limits, where)
+
+        return await asyncio.to_thread(decode)
 
     def vector(self) -> list[float]:
         """An embedding part's values (little-endian float32/16/64 bytes, or a JSON list)."""
