@@ -33,6 +33,7 @@ __all__ = [
     "AgentRPCError",
     "ClusterError",
     "code_for_reason",
+    "ConfigError",
     "ContentTypeNotSupported",
     "DigestMismatch",
     "DispatchError",
@@ -228,6 +229,12 @@ class MethodNotFound(MMA2AError):
 
 class InvalidParams(MMA2AError):
     code, http_status = INVALID_PARAMS, 400
+
+
+class ConfigError(MMA2AError):
+    """The gateway configuration does not validate; the message names the field."""
+
+    http_status = 400
 
 
 class ExtensionError(InvalidParams):

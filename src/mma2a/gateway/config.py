@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..adapt.profiles import ProfileSpec
 from ..deadlines import Timeouts
+from ..errors import ConfigError as ConfigError  # its home is errors.py; configs are refused with it from here too
 from ..errors import InvalidParams, MMA2AError
 from ..modality import parse_modality
 from ..tls import ClientTLS, ListenerTLS
@@ -26,12 +27,6 @@ from .guard import LimitsConfig, SigningConfig, URLConfig
 from .history.config import HistoryConfig
 from .push.settings import PushSettings
 from .tracing import TracingConfig
-
-
-class ConfigError(MMA2AError):
-    """The gateway configuration does not validate; the message names the field."""
-
-    http_status = 400
 
 
 class AgentConfig(BaseModel):

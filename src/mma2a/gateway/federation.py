@@ -37,7 +37,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import SignatureError, Unauthorized
+from ..errors import ConfigError, SignatureError, Unauthorized
 from ..signing import canonicalize, private_key_from_text, public_key_from_text
 from .access import Client, current_client
 
@@ -115,8 +115,6 @@ class Federation:
     def from_config(cls, config: FederationConfig, gateway_id: str,
                     environ: Mapping[str, str] | None = None) -> Federation | None:
         """None when the section sets nothing; `ConfigError` naming the field of a key that is missing or bad."""
-        from .config import ConfigError  # config.py reads this module's FederationConfig
-
         if config.private_key_env is None and not config.trusted_gateways:
             return None
         env = os.environ if environ is None else environ
