@@ -223,3 +223,38 @@ async def test_nats_configured_as_documented_refuses_clients_without_the_gateway
     assert listed == [["echo"], ["echo"]]
     violations = [line for line in server.log_path.read_text().splitlines() if "Violation - Subject" in line]
     assert violations == []  # the gateways needed no subject the documented account does not grant
+
+
+async def test_a_signed_message_is_not_accepted_while_the_nonce_record_is_out_of_reach_and_its_retry_is_no_replay(
+        tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "nats").start()  # its own: it is stopped mid-test
+    key = new_private_key()
+    ex = RecordingExecutor(reply="ok")
+    try:
+        async with run_agent(make_card("echo"), ex) as agent_url:
+            config = {**secured(server.url, cluster_name(), agent_url),
+                      "signing": {"senders": {"camera-1": public_key_text(key)}}}
+            config["cluster"]["durable"] = False  # direct delivery: only the nonce needs NATS
+            async with gateways([config], tmp_path) as gws:
+                msg = signed_message(key, "camera-1", "once, later")
+                async with httpx.AsyncClient(timeout=60) as c:
+                    await asyncio.to_thread(server.stop)
+                    refused = await rpc(c, gws[0].url, "alice", "SendMessage", {"message": copy.deepcopy(msg)})
+                    await asyncio.to_thread(server.start)
+                    answers = []
+                    for _ in range(120):  # the same message again until the gateway reaches NATS once more
+                        answers.append(await rpc(c, gws[0].url, "alice", "SendMessage", {"message": copy.deepcopy(msg)}))
+                        if "error" not in answers[-1] or "out of reach" not in answers[-1]["error"]["message"]:
+                            break
+                        await asyncio.sleep(0.25)
+                    again = await rpc(c, gws[0].url, "alice", "SendMessage", {"message": copy.deepcopy(msg)})
+    finally:
+        server.stop()
+    assert refused["error"]["code"] == -32603, refused
+    assert refused["error"]["message"].startswith(
+        "signed message not accepted: the cluster's nonce record is out of reach (NATS: "), refused
+    assert refused["error"]["message"].endswith("); retry")
+    assert task_state(answers[-1]) == "TASK_STATE_COMPLETED", answers[-1]  # the retry is not taken for a replay
+    assert again["error"]["message"] == (f"message.metadata[{EXTENSION_URI}].signature.nonce: nonce already used by "
+                                         "camera-1 (replayed message)")
+    assert [r.message.parts[0].text for r in ex.received] == ["once, later"]

@@ -168,3 +168,36 @@ async def test_signed_features_cross_the_chain_and_are_verified_at_every_hop(tmp
     assert got["parts"][0]["metadata"][EXTENSION_URI]["features"] == {"objects": ["cat"]}
     assert got["metadata"][EXTENSION_URI]["signature"] == signature
     assert got["metadata"][EXTENSION_URI]["via"] == ["gw-a", "gw-b", "gw-c"]
+
+
+async def test_a_signed_message_with_receivers_is_verified_at_the_next_gateway_against_what_it_consumed(
+        tmp_path: Path) -> None:
+    """gw-a routes a signed message to its receiver site-b (gw-b) and consumes the routing intent; gw-b verifies
+    the signature against the intent kept in `routed` and routes automatically. `routed` rewritten on the way, or
+    receivers set beside it, are refused."""
+    import time
+
+    from mma2a.signing import ROUTED, new_private_key, public_key_text, sign_message
+
+    ca, key = CA(tmp_path), new_private_key()
+    signing = {"signing": {"senders": {"camera-1": public_key_text(key)}, "policy": "reject"}}
+    card, ex = agent("vision", ["image/png"])
+    common: dict[str, Any] = {"urls": {"allow_hosts": ["127.0.0.1"]}, **signing}
+    async with run_agent(card, ex) as vision_url:
+        async with gateway({**common, "name": "gw-b", "tls": tls_of(ca, "gw-b"),
+                            "agents": [{"name": "vision", "url": vision_url}]}) as (_, url_b):
+            async with gateway({**common, "name": "gw-a", "tls": tls_of(ca, "gw-a", client_cert="optional"),
+                                "agents": [upstream(ca, "gw-a", "site-b", url_b)]}) as (_, url_a):
+                part = {"raw": base64.b64encode(png_bytes(32, 24)).decode(), "mediaType": "image/png"}
+                message: dict[str, Any] = {"messageId": "m-routed", "role": "ROLE_USER", "parts": [part],
+                                           "metadata": {EXTENSION_URI: {"receivers": ["site-b"]}}}
+                sign_message(message, key, signer="camera-1", ts=int(time.time()))
+                ctx = ssl.create_default_context(cafile=ca.cert_file)
+                async with httpx.AsyncClient(verify=ctx, timeout=60) as c:
+                    r = await c.post(url_a, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                                  "params": {"message": message}}, headers={"A2A-Version": "1.0"})
+    assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+    [received] = ex.received
+    meta = json_format.MessageToDict(received.message)["metadata"][EXTENSION_URI]
+    assert meta[ROUTED] == {"intent": "explicit", "receivers": ["site-b"]}
+    assert meta["intent"] == "auto" and "receivers" not in meta and meta["via"] == ["gw-a", "gw-b"]

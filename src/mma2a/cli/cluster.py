@@ -43,16 +43,26 @@ def _render(st: dict[str, Any]) -> str:
 
 @cluster_app.command("status")
 def status(
-    nats: Annotated[str, typer.Option("--nats", help="nats://HOST:PORT of the cluster's NATS")],
+    nats: Annotated[str | None, typer.Option("--nats", help="nats://HOST:PORT of the cluster's NATS")] = None,
     name: Annotated[str, typer.Option(help="The cluster's name (cluster.name in the config)")] = "mma2a",
+    config: Annotated[str | None, typer.Option(
+        "--config", metavar="FILE", help="A gateway config: its cluster section (NATS, name, credentials, TLS)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """List the gateways of a cluster, the rule set revision each runs, their lag, and delivery backlog."""
     from ..errors import MMA2AError
-    from ..gateway.config import ConfigError, parse_config
+    from ..gateway.config import ConfigError, load_config, parse_config
 
     try:
-        cfg = parse_config({"cluster": {"nats": nats, "name": name}}).cluster
+        if config is not None:
+            cfg = load_config(config).cluster
+            if cfg is None:
+                raise ConfigError(f"{config}: has no cluster section", field="cluster")
+        elif nats is not None:
+            cfg = parse_config({"cluster": {"nats": nats, "name": name}}).cluster
+        else:
+            raise ConfigError("give --nats URL, or --config FILE (a gateway config with cluster: and its cluster.auth)",
+                              field="nats")
         assert cfg is not None
         from ..cluster.status import cluster_status
 
