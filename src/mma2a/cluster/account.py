@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from .link import Names
 
-KV_BUCKETS = ("rules", "agents", "modalities", "sessions", "members", "delivered", "nonces", "uploads")
+KV_BUCKETS = ("rules", "agents", "modalities", "sessions", "members", "delivered", "nonces", "uploads", "push_configs",
+              "push_deliveries")
+"""Every KV bucket a gateway opens (`<name>_<kind>`); tests/cluster/test_security.py fails on one missing here."""
 
 
 def cluster_streams(names: Names) -> list[str]:
