@@ -14,6 +14,7 @@ from google.protobuf.json_format import ParseDict
 from mma2a.errors import Unauthorized
 from mma2a.gateway.config import ConfigError, parse_config
 from mma2a.gateway.jwks import IssuerKeys
+from mma2a.payload.ssrf import URLPolicy
 from mma2a.gateway.jwt_clients import JWTVerifier, KeysStale
 from mma2a.gateway.access import JWTIssuerConfig
 from mma2a.gateway.cards import security_declaration
@@ -342,3 +343,18 @@ async def test_the_verified_tokens_kept_stay_in_their_budget(tmp_path: Any) -> N
     for token in tokens:
         small.authenticate(token)
     assert small.cached()[0] == 3
+
+
+async def test_a_jwks_url_goes_through_the_ssrf_guard() -> None:
+    idp = Issuer(kind="EC")
+    async with serving(idp) as jwks:
+        cfg = JWTIssuerConfig(issuer=idp.name, audiences=[idp.audience], jwks_url=jwks, algorithms=["ES256"])
+        guarded_out = JWTVerifier([cfg], clock=Clock())  # the default URL policy: no loopback
+        errors = await guarded_out.start()
+        allowed = JWTVerifier([cfg], clock=Clock(), policy=URLPolicy(allow_hosts=("127.0.0.1",)))
+        assert await allowed.start() == []
+    assert errors == [f"refused to fetch {jwks}: 127.0.0.1 is a loopback address"] and idp.reads == 1
+    with pytest.raises(Unauthorized) as info:
+        guarded_out.authenticate(idp.mint())
+    assert info.value.message == f"JWT: the issuer's key set cannot be read (refused to fetch {jwks}: 127.0.0.1 is a loopback address)"
+    assert allowed.authenticate(idp.mint()).name == "alice"

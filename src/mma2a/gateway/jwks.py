@@ -159,8 +159,13 @@ class IssuerKeys:
             else:
                 body, ttl = await asyncio.to_thread(Path(self.source).read_bytes), None
             keys = parse_jwks(body, self.source)
-        except (MMA2AError, OSError) as exc:
-            self.error = exc.message if isinstance(exc, MMA2AError) else f"JWKS {self.source}: {exc.strerror or exc}"
+        except Exception as exc:  # noqa: BLE001 - a read never fails a request: the keys held stay in force
+            if isinstance(exc, MMA2AError):
+                self.error = exc.message
+            elif isinstance(exc, OSError) and exc.strerror:
+                self.error = f"JWKS {self.source}: {exc.strerror}"
+            else:
+                self.error = f"JWKS {self.source}: {type(exc).__name__}: {exc}"
             self.expires_at = self.clock() + self.min_refresh_s  # retried after the least interval
             log.warning("%s (the keys read before stay in force)", self.error)
             if self.on_fetch is not None:
