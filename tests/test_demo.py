@@ -22,11 +22,16 @@ async def test_demo_routes_each_part_natively_and_through_the_bottleneck(tmp_pat
     assert native[(0, "analyst")].why == "rule reports-to-analyst"
     assert native[(1, "vision")].via == "native" and native[(1, "analyst")].via == "native"
     assert "1 dark defect region at" in native[(1, "vision")].answer and f"QR: {SERIAL}" in native[(1, "vision")].answer
-    assert native[(2, "analyst")].via == "speech (audio/wav→text/plain) [to text by rule]"
+    assert native[(2, "analyst")].via == "native"  # the analyst's card takes audio: it hears the words itself
     assert native[(0, "analyst")].answer == f"replace {SERIAL}"  # the voice note's request, the label's serial
     bottleneck = {(r.part, r.target): r for r in result.defect["text-bottleneck"]}
     assert bottleneck[(1, "analyst")].via == "captioner (image/png→text/plain) [text bottleneck]"
     assert bottleneck[(0, "analyst")].answer == f"replace {SERIAL}"  # the caption says what the label reads (zxing-cpp)
+    assert bottleneck[(2, "analyst")].via == "speech (audio/wav→text/plain) [text bottleneck]"
+    # the alarm behind the voice: measured from the audio natively; a transcript keeps only the words
+    assert (result.alarm["native"].answer, result.alarm["native"].via) == ("beep", "native")
+    assert result.alarm["text-bottleneck"].answer == "none"
+    assert result.alarm["text-bottleneck"].via == "speech (audio/wav→text/plain) [text bottleneck]"
     field = result.field
     assert field is not None and field.spoken_by == "speaker"
     assert field.summary.endswith("the fault is in the storage subsystem")
@@ -51,7 +56,9 @@ def test_demo_command_exits_zero_and_prints_the_tables(tmp_path):
     assert "rule clone-photos" in out.stdout and "spoken summary: audio/wav from the speaker agent" in out.stdout
     assert "a free-text request routed by skills" in out.stdout and "→ delivery-desk [skills:0." in out.stdout
     assert "gateway's note: skills: delivery-desk 0." in out.stdout
-    assert "demo incomplete" not in out.stdout and "[to text by rule]" in out.stdout and "[text bottleneck]" in out.stdout
+    assert "demo incomplete" not in out.stdout and "[text bottleneck]" in out.stdout
+    assert "  native: audio/wav → analyst: native → beep" in out.stdout
+    assert "what made the difference: the sound behind the words." in out.stdout
     assert out.stderr.splitlines()[0] == ("… native routing: starting 6 reference agents and a gateway, sending the defect "
                                           "report (the first message loads the models)")  # while the models load
     bad = subprocess.run([sys.executable, "-m", "mma2a.cli", "demo", "--out", str(tmp_path / "nope")], capture_output=True,

@@ -37,7 +37,11 @@ def demo(
         if result.outcomes.get(mode, "completed") != "completed":
             console.print(Text(f"  task {result.outcomes[mode]}"))
     console.print("Native routing hands the photo's pixels to the vision inspector and the analyst (they read the label "
-                  "and see where the crack is); the text bottleneck keeps only what a caption can say.\n")
+                  "and see where the crack is) and the voice note's audio to the analyst; the text bottleneck keeps only "
+                  "what a caption and a transcript can say. Here both give the same answer: the request and the serial "
+                  "are words either path carries.\n")
+    if result.alarm:
+        _print_alarm(console, result.alarm)
     if result.skills is not None or not any(p.startswith("free-text request") for p in result.problems):
         _print_skills(console, result.skills)
     field = result.field
@@ -90,6 +94,23 @@ def _print_field(console: Console, field: Any) -> None:
                            f"saved to {field.audio_path}"))
     if field.problem:
         console.print(Text(f"  missing: {field.problem}"))
+
+
+def _print_alarm(console: Console, alarm: dict[str, Any]) -> None:
+    from ..demo import ALARM_HZ, ALARM_QUESTION
+
+    console.print(Text(f"a question the words cannot answer → the analyst:\n  text: {ALARM_QUESTION!r}\n  voice note: the "
+                       f"same speech with a smoke alarm beeping behind it ({ALARM_HZ / 1000:g} kHz, on and off)"))
+    for mode, a in alarm.items():
+        console.print(Text(f"  {mode}: audio/wav → analyst: {a.via} → {a.answer}"))
+    native, bottleneck = alarm.get("native"), alarm.get("text-bottleneck")
+    if native is not None and bottleneck is not None and native.answer == "beep" and bottleneck.answer != "beep":
+        console.print(Text("  what made the difference: the sound behind the words. Natively the analyst got the audio and "
+                           "found a tone switching on and off; through the bottleneck it got Whisper's transcript, which "
+                           "keeps the words and drops every other sound (docs/evaluation.md, kind `alarm`).\n"))
+    else:
+        console.print(Text("  the two paths did not differ here as the evaluation measured (native `beep`, bottleneck "
+                           "not): see the answers above\n"))
 
 
 def _print_skills(console: Console, skills: Any) -> None:

@@ -468,7 +468,7 @@ def speak(items: Sequence[Utterance], seed: int) -> list[bytes]:
     spec = [(u.text, u.voice.voice, u.rate_wpm or u.voice.rate_wpm, u.pitch, u.pitch_range, u.volume) for u in items]
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         clean: list[bytes] = pool.apply(_speak_all, (spec,))
-    return [_room(wav, u, random.Random(f"room:{seed}:{i}")) for i, (wav, u) in enumerate(zip(clean, items))]
+    return [in_room(wav, u, random.Random(f"room:{seed}:{i}")) for i, (wav, u) in enumerate(zip(clean, items))]
 
 
 def _speak_all(items: list[tuple[str, str, int, int | None, int | None, int | None]]) -> list[bytes]:
@@ -498,7 +498,7 @@ def sound_wave(sound: Sound, n: int, rate: int, rng: random.Random) -> Any:
     return wave_ / rms
 
 
-def _room(wav: bytes, u: Utterance, rng: random.Random) -> bytes:
+def in_room(wav: bytes, u: Utterance, rng: random.Random) -> bytes:
     """The recording around the speech: `u.lead_s` seconds before it, `u.sound` behind it, room noise (white noise
     and a mains hum) at the voice's signal-to-noise ratio; the speech's own power sets the levels."""
     import wave
