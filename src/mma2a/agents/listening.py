@@ -110,19 +110,20 @@ def pitch_track(x: Any, start_s: float = 0.0) -> tuple[Any, Any]:
 
     n, hop = 640, 160
     lo, hi = RATE // 400, RATE // 70
-    times, f0 = [], []
     line = speech_line(frame_db(x, 0.04))
-    for i in range(int(start_s * RATE), len(x) - n, hop):
-        frame = x[i:i + n] - np.mean(x[i:i + n])
-        energy = float(np.dot(frame, frame))
-        if energy <= 0 or 10 * np.log10(energy / n + 1e-18) < line:
-            continue
-        ac = np.correlate(frame, frame, mode="full")[n - 1:]
-        lag = lo + int(np.argmax(ac[lo:hi]))
-        if ac[lag] / ac[0] >= 0.5:
-            times.append(i / RATE)
-            f0.append(RATE / lag)
-    return np.array(times), np.array(f0)
+    starts = np.arange(int(start_s * RATE), len(x) - n, hop)
+    if not len(starts):
+        return np.array([]), np.array([])
+    frames = x[starts[:, None] + np.arange(n)[None, :]].astype(np.float64)
+    frames -= frames.mean(axis=1, keepdims=True)
+    energy = np.einsum("ij,ij->i", frames, frames)
+    loud = (energy > 0) & (10 * np.log10(energy / n + 1e-18) >= line)
+    starts, frames = starts[loud], frames[loud]
+    spec = np.fft.rfft(frames, 2 * n, axis=1)  # the autocorrelation of each frame, all frames at once
+    ac = np.fft.irfft(spec * np.conj(spec), 2 * n, axis=1)[:, :n]
+    lag = lo + np.argmax(ac[:, lo:hi], axis=1)
+    voiced = ac[np.arange(len(lag)), lag] / np.maximum(ac[:, 0], 1e-18) >= 0.5
+    return starts[voiced] / RATE, RATE / lag[voiced]
 
 
 def pitch_profile(x: Any, onset: float | None) -> tuple[float | None, float | None]:
