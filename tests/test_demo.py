@@ -151,9 +151,12 @@ def test_a_demo_whose_agents_all_run_late_completes_and_says_what_is_missing(mon
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     out = result.stdout
     assert "│ -" not in out and "Traceback" not in out
-    assert "  task failed (transform failed: agent speech timed out after 1e-06 s)" in out
-    assert "speech (audio/wav→text/plain)" in out and "[to text by rule]" in out and "[text bottleneck]" in out
+    assert "  task failed (transform failed: agent captioner timed out after 1e-06 s)" in out  # the bottleneck's first
+    assert "[text bottleneck]" in out
+    assert ("  text-bottleneck: audio/wav → analyst: speech (audio/wav→text/plain) [text bottleneck] → no answer: task "
+            "failed (transform failed: agent speech timed out after 1e-06 s)") in out
+    assert "  native: audio/wav → analyst: native → no answer: task failed (agent analyst timed out after 1e-06 s)" in out
     assert "  missing: no image analysis and no spoken summary in the reply: task failed (agent analyst timed out" in out
-    assert "demo incomplete: 3 step(s) did not come back as scripted:" in out
+    assert "demo incomplete: 5 step(s) did not come back as scripted:" in out
     assert out.rstrip().endswith("an agent ran past the demo's 1e-06 s timeout (a loaded machine, or its models loading "
                                  "cold): run `mma2a demo` again")
