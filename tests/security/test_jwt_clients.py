@@ -3,6 +3,7 @@ and every bad token a 401 naming its cause (never echoing the token), counted by
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc.aio
@@ -358,3 +359,26 @@ async def test_a_jwks_url_goes_through_the_ssrf_guard() -> None:
         guarded_out.authenticate(idp.mint())
     assert info.value.message == f"JWT: the issuer's key set cannot be read (refused to fetch {jwks}: 127.0.0.1 is a loopback address)"
     assert allowed.authenticate(idp.mint()).name == "alice"
+
+
+async def test_requests_that_meet_a_new_kid_together_share_one_read(tmp_path: Any) -> None:
+    idp = Issuer(kind="EC")
+    path = tmp_path / "jwks.json"
+    path.write_bytes(__import__("orjson").dumps(idp.jwks()))
+    ticks = [0.0]
+    cfg = JWTIssuerConfig(issuer=idp.name, audiences=[idp.audience], jwks_file=str(path), algorithms=["ES256"],
+                          min_refresh_s=60)
+    verifier = JWTVerifier([cfg], clock=Clock(), monotonic=lambda: ticks[0])
+    await verifier.start()
+    idp.rotate()
+    path.write_bytes(__import__("orjson").dumps(idp.jwks()))
+    ticks[0] = 61.0
+    token = idp.mint()
+    reads = []
+    for _ in range(3):  # three requests with the new kid while the read is under way: each waits for that read
+        with pytest.raises(KeysStale) as info:
+            verifier.authenticate(token)
+        reads.append(info.value.keys.start_read())  # the first starts the read, the others join it
+    await asyncio.gather(*reads)
+    assert verifier.issuers[0].reads == 2  # one read at start, one for the new kid
+    assert verifier.authenticate(token).name == "alice"

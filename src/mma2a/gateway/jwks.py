@@ -127,18 +127,23 @@ class IssuerKeys:
         return now >= self.expires_at and self._may_read(now)
 
     def may_refresh_for_unknown_kid(self) -> bool:
-        """An unknown kid may trigger a read now (at most one per `min_refresh_s`)."""
-        return self._may_read(self.clock())
+        """An unknown kid may wait for a read now: one is under way (its result is shared), or one may start (at most
+        one per `min_refresh_s`)."""
+        return (self._running is not None and not self._running.done()) or self._may_read(self.clock())
 
     def _may_read(self, now: float) -> bool:
         return self.read_at is None or now - self.read_at >= self.min_refresh_s
 
-    async def refresh(self) -> None:
-        """Read the set once (concurrent callers share the read); a failure keeps the keys in force."""
+    def start_read(self) -> asyncio.Future[None]:
+        """The read of the set under way, started now if none is (callers share it); await it for the new keys."""
         if self._running is None or self._running.done():
             self.read_at = self.clock()
             self._running = asyncio.ensure_future(self._read())
-        await asyncio.shield(self._running)
+        return asyncio.shield(self._running)
+
+    async def refresh(self) -> None:
+        """Read the set once (concurrent callers share the read); a failure keeps the keys in force."""
+        await self.start_read()
 
     def refresh_soon(self) -> None:
         """Start a read in the background when one is due (the request that noticed is not held up); nothing outside
