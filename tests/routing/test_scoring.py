@@ -205,3 +205,17 @@ def test_a_client_limited_to_some_agents_is_routed_among_them() -> None:
     assert d.explanation.parts[0].capability[-1].runner_up() is None  # nobody the client may use came second
     assert route(snap, part(0, "image/png")).parts[0].agents() == ("inspector",)  # the same part, another client
 
+
+
+def test_a_card_description_naming_content_is_a_skills_text() -> None:
+    from mma2a.routing.semantic import skill_texts
+
+    def texts(description: str, skill: str = "Extracts totals") -> list[tuple[str, str]]:
+        card = {"description": description, "skills": [{"id": "s", "name": "s", "description": skill}]}
+        return skill_texts(agent_info_from_card("a", card))
+
+    assert texts("Reads scanned images of invoices and receipts.")[-1] == ("card", "Reads scanned images of invoices and receipts.")
+    assert all(sid != "card" for sid, _ in texts("a desk"))  # names no kind of content: the skills speak for it
+    assert all(sid != "card" for sid, _ in texts("Extracts totals"))  # says what a skill already says
+    bare = agent_info_from_card("b", {"description": "Helps with travel plans", "skills": []})
+    assert skill_texts(bare) == [("card", "Helps with travel plans")]  # no skill text at all: the card's own words
