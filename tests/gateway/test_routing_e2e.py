@@ -125,6 +125,10 @@ async def test_the_new_users_image_agent_gets_the_photo_and_explain_shows_every_
             async with httpx.AsyncClient(timeout=30) as c:
                 explained = (await c.post(url + "/admin/explain", json={"message": message},
                                           headers={"Authorization": f"Bearer {ADMIN}"})).json()
+                ogg = {"messageId": "ogg-1", "role": "ROLE_USER",
+                       "parts": [{"url": "https://example.org/a.ogg", "mediaType": "audio/ogg"}]}
+                refused = (await c.post(url + "/admin/explain", json={"message": ogg},
+                                        headers={"Authorization": f"Bearer {ADMIN}"})).json()
     route = sent["result"]["task"]["metadata"][EXTENSION_URI]["route"]
     assert [r["targets"] for r in route] == [["analyst"], ["inspector"]]
     assert route[1]["runnerUp"] == "runner-up analyst (0.53) lost to inspector (1.10): specialisation 0.33 vs 1.00"
@@ -137,3 +141,9 @@ async def test_the_new_users_image_agent_gets_the_photo_and_explain_shows_every_
     text = explained["explanation"]["parts"][0]["capability"][0]["agents"]
     assert text == [{"agent": "analyst", "accepted": True, "total": 0.5333, "specialisation": 0.3333, "fit": 1.0},
                     {"agent": "inspector", "accepted": False, "whyNot": "mode: its card accepts image/*"}]
+    # a part nobody takes: the refusal, and the table saying why each agent did not
+    assert refused["error"]["code"] == -32005
+    assert refused["capability"] == [{"modality": "audio/ogg", "group": None, "chosen": None, "agents": [
+        {"agent": "analyst", "accepted": False, "whyNot": "mode: its card accepts text/plain, text/markdown, image/png, "
+                                                          "image/jpeg, image/webp, audio/wav, audio/x-wav"},
+        {"agent": "inspector", "accepted": False, "whyNot": "mode: its card accepts image/*"}]}]

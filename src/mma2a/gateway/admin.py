@@ -23,7 +23,7 @@ from ..errors import (
 from ..modality import ModalityRegistry
 from ..responses import error_response, json_response, read_json_object
 from ..request_body import decimal
-from ..routing import parse_rules
+from ..routing import explain_capability, parse_rules
 from ..routing.loader import rules_to_json
 from ..view import read_caller
 from .config import GatewayConfig
@@ -137,8 +137,9 @@ def admin_routes(gw: AdminParts) -> list[Route]:
             view = dataclasses.replace(view, caller=read_caller(data["client"]))
         try:
             decision = gw.pipeline.route(view)
-        except ContentTypeNotSupported as exc:
-            return json_response({"error": exc.to_jsonrpc()}, status=200)
+        except ContentTypeNotSupported as exc:  # refused: the error, and each part's table of who could take it
+            tables = explain_capability(view, gw.state.snapshot)
+            return json_response({"error": exc.to_jsonrpc(), "capability": [t.to_json() for t in tables]}, status=200)
         return json_response(decision.to_json(detail=True))
 
     async def decisions(request: Request) -> Response:

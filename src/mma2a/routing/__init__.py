@@ -20,7 +20,7 @@ from .decision import (
     Target,
     TransformStep,
 )
-from .engine import decide, decide_linear, decision_key, explain_rules
+from .engine import decide, decide_linear, decision_key, explain_capability, explain_rules
 from .loader import load_rules_file, parse_rules
 from .planner import plan_transforms
 from .rules import (
@@ -73,6 +73,7 @@ __all__ = [
     "decide_linear",
     "decide_pinned",
     "decision_key",
+    "explain_capability",
     "explain_rules",
     "load_rules_file",
     "parse_rules",

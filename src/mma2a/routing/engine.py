@@ -61,6 +61,16 @@ def explain_rules(part: PartView, snapshot: Snapshot, caller: Caller | None = No
     return tuple(check_rule(rule, part) for rule in snapshot.rules.rules)
 
 
+def explain_capability(view: MessageView, snapshot: Snapshot) -> tuple[CapabilityChoice, ...]:
+    """For a dry run whose decision was refused: each part's capability table among all agents (scored without
+    words, chosen: the first accepted, "" when nobody takes it natively), so an operator sees why nobody took it."""
+    out = []
+    for part in view.parts:
+        scores = _considered(snapshot, part.modality, None, view.accepted_output_modes, view.allowed)
+        out.append(scores.choice(scores.tier[0] if scores.tier else ""))
+    return tuple(out)
+
+
 def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | None, matcher: Matcher) -> RouteDecision:
     routes: list[PartRoute] = []
     explanations: list[PartExplanation] = []
