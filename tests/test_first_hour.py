@@ -113,7 +113,7 @@ def test_serve_with_a_bad_rules_file_names_the_file_and_line(tmp_path: Path) -> 
     assert err.splitlines() == [
         f"error: {rules}:3: rule 'a': match.modality: 'image' is not a media type (expected type/subtype); did you mean 'image/*'?",
         f"error: {rules}:4: rule 'a': action.route_too: unknown action (expected one of route_to, broadcast_to, load_balance, "
-        "transform, drop, clone_and_route_to, capability); did you mean 'route_to'?",
+        "transform, drop, clone_and_route_to, capability, learn); did you mean 'route_to'?",
     ]
 
 

@@ -89,11 +89,11 @@ CASES = [
     (
         R + "    match: {}\n    action: route_to x\n",
         "<rules>:4: rule 'a': action: must be a mapping with one of route_to, broadcast_to, load_balance, transform, drop, "
-        "clone_and_route_to, capability, got a string",
+        "clone_and_route_to, capability, learn, got a string",
     ),
     (
         R + "    match: {}\n    action: {pin_session: true}\n",
-        "<rules>:4: rule 'a': action: needs one of route_to, broadcast_to, load_balance, transform, drop, clone_and_route_to, capability",
+        "<rules>:4: rule 'a': action: needs one of route_to, broadcast_to, load_balance, transform, drop, clone_and_route_to, capability, learn",
     ),
     (
         R + "    match: {}\n    action: {route_to: x, drop: y}\n",
@@ -102,7 +102,7 @@ CASES = [
     (
         R + "    match: {}\n    action: {route_too: x}\n",
         "<rules>:4: rule 'a': action.route_too: unknown action (expected one of route_to, broadcast_to, load_balance, transform, "
-        "drop, clone_and_route_to, capability); did you mean 'route_to'?",
+        "drop, clone_and_route_to, capability, learn); did you mean 'route_to'?",
     ),
     (R + "    match: {}\n    action: {route_to: x, strategy: weighted}\n", "<rules>:4: rule 'a': action.strategy: only applies to load_balance, not route_to"),
     (
@@ -122,8 +122,8 @@ CASES = [
     (R + "    match: {}\n    action: {route_to: x, then: {route_to: y}}\n", "<rules>:4: rule 'a': action.then: only applies to transform, not route_to"),
     (R + "    match: {}\n    action: {drop: x}\n    continue: true\n", "<rules>:5: rule 'a': continue: a drop action ends evaluation; it cannot continue"),
     (R + "    match: {}\n    action: {drop: ''}\n", "<rules>:4: rule 'a': action.drop: must be a reason (a non-empty string), got an empty string"),
-    (R + "    match: {}\n    action: {capability: 5}\n", "<rules>:4: rule 'a': action.capability: must be 'any', 'skills' or a group name, got a number"),
-    ("default: {capability: 5}\nrules: []\n", "<rules>:1: default: capability: must be 'any', 'skills' or a group name, got a number"),
+    (R + "    match: {}\n    action: {capability: 5}\n", "<rules>:4: rule 'a': action.capability: must be 'any', 'skills', 'learned' or a group name, got a number"),
+    ("default: {capability: 5}\nrules: []\n", "<rules>:1: default: capability: must be 'any', 'skills', 'learned' or a group name, got a number"),
     ("groups: {ops: a}\nrules: []\n", "<rules>:1: groups.ops: must be a list of agent names (may be empty)"),
     ("groups: [ops]\nrules: []\n", "<rules>:1: groups: must be a mapping of group name to a list of agent names, got a list"),
     (R + "    match: {}\n    action: {route_to: x}\n    action: {route_to: y}\n", "<rules>:5: rules[0].action: duplicate key 'action'"),
@@ -147,7 +147,7 @@ def test_every_error_is_reported_and_the_message_counts_the_rest() -> None:
     assert info.value.errors == [
         "<rules>:3: rule 'a': priority: must be an integer, got a string",
         "<rules>:4: rule 'a': match.modality: 'bad' is not a media type (expected type/subtype)",
-        "<rules>:8: rule 'b': action: needs one of route_to, broadcast_to, load_balance, transform, drop, clone_and_route_to, capability",
+        "<rules>:8: rule 'b': action: needs one of route_to, broadcast_to, load_balance, transform, drop, clone_and_route_to, capability, learn",
     ]
     assert info.value.message == "<rules>:3: rule 'a': priority: must be an integer, got a string (and 2 more errors)"
 

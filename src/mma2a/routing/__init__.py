@@ -21,6 +21,7 @@ from .decision import (
     TransformStep,
 )
 from .engine import decide, decide_linear, decision_key, explain_capability, explain_rules
+from .learned import NO_EVIDENCE, Evidence, EvidenceIndex
 from .loader import load_rules_file, parse_rules
 from .planner import plan_transforms
 from .rules import (
@@ -31,6 +32,7 @@ from .rules import (
     CloneAndRouteTo,
     Condition,
     Drop,
+    Learn,
     LoadBalance,
     RouteTo,
     Rule,
@@ -42,6 +44,7 @@ from .snapshot import MODES, Snapshot, build_snapshot
 
 __all__ = [
     "MODES",
+    "NO_EVIDENCE",
     "Action",
     "AgentInfo",
     "BroadcastTo",
@@ -51,8 +54,11 @@ __all__ = [
     "CloneAndRouteTo",
     "Condition",
     "Drop",
+    "Evidence",
+    "EvidenceIndex",
     "Explanation",
     "Failure",
+    "Learn",
     "Load",
     "LoadBalance",
     "PartExplanation",

@@ -21,7 +21,8 @@ from .balance import NO_LOAD, Load, pick_least_inflight, pick_round_robin, pick_
 from .decision import CandidateCheck, Explanation, PartExplanation, PartRoute, RouteDecision, Target, TransformStep
 from .match import MatchResult, check_rule, incomplete, match_linear, undecided_feature
 from .planner import plan_transforms
-from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, LoadBalance, RouteTo, Transform
+from .learned import NO_EVIDENCE, Evidence, LearnInput, choose, part_key, seed_of
+from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, Learn, LoadBalance, RouteTo, Transform
 from .caller import with_caller
 from .scoring import CapabilityChoice, Considered, best_tier, ranked, score, with_skills
 from .semantic import TOP, vector_fits, with_scores
@@ -33,17 +34,19 @@ Clock = Callable[[], float]
 Matcher = Callable[[PartView], MatchResult]
 
 
-def decide(view: MessageView, snapshot: Snapshot, *, load: Load | None = None, clock: Clock | None = None) -> RouteDecision:
-    """Route every part of `view` with the compiled engine."""
-    return _decide(view, snapshot, load or NO_LOAD, clock, snapshot.index.match)
+def decide(view: MessageView, snapshot: Snapshot, *, load: Load | None = None, clock: Clock | None = None,
+           evidence: Evidence | None = None) -> RouteDecision:
+    """Route every part of `view` with the compiled engine (`evidence`: what learned routing has learned)."""
+    return _decide(view, snapshot, load or NO_LOAD, clock, snapshot.index.match, evidence)
 
 
 def decide_linear(
-    view: MessageView, snapshot: Snapshot, *, load: Load | None = None, clock: Clock | None = None
+    view: MessageView, snapshot: Snapshot, *, load: Load | None = None, clock: Clock | None = None,
+    evidence: Evidence | None = None,
 ) -> RouteDecision:
     """Route every part of `view` with the linear reference evaluator (same answers as `decide`, slower)."""
     rules, keys = snapshot.rules.rules, snapshot.keys
-    return _decide(view, snapshot, load or NO_LOAD, clock, lambda part: match_linear(rules, keys, part))
+    return _decide(view, snapshot, load or NO_LOAD, clock, lambda part: match_linear(rules, keys, part), evidence)
 
 
 def explain_rules(part: PartView, snapshot: Snapshot, caller: Caller | None = None) -> tuple[CandidateCheck, ...]:
@@ -71,7 +74,8 @@ def explain_capability(view: MessageView, snapshot: Snapshot) -> tuple[Capabilit
     return tuple(out)
 
 
-def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | None, matcher: Matcher) -> RouteDecision:
+def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | None, matcher: Matcher,
+            evidence: Evidence | None = None) -> RouteDecision:
     routes: list[PartRoute] = []
     explanations: list[PartExplanation] = []
     timings: dict[str, float] = {}
@@ -79,19 +83,28 @@ def _decide(view: MessageView, snapshot: Snapshot, load: Load, clock: Clock | No
     table = snapshot.semantic
     reads_caller = snapshot.caller_claims is not None
     words = _message_words(view, snapshot) if snapshot.skill_table is not None else None
+    learns = snapshot.learns
     for part in view.parts:
         start = clock() if clock is not None else 0.0
         if table is not None:  # the derived semantic features, the same for both evaluators
             part = with_scores(part, table)
         if reads_caller:  # the caller's, likewise (`client:` conditions)
             part = with_caller(part, view.caller)
-        route, explanation = _route_part(view, part, snapshot, load, matcher, load_reads, words)
+        learn = _learn_input(view, part, evidence) if learns else None
+        route, explanation = _route_part(view, part, snapshot, load, matcher, load_reads, words, learn)
         routes.append(route)
         explanations.append(explanation)
         if clock is not None:
             timings[f"part[{part.index}]"] = clock() - start
     return RouteDecision(view.message_id, tuple(routes), Explanation(tuple(explanations), timings), snapshot.version,
                          uses_load=bool(load_reads))
+
+
+def _learn_input(view: MessageView, part: PartView, evidence: Evidence | None) -> LearnInput:
+    """What a learned choice reads of `part`: the evidence, the part's key and vector, its sender, its seed."""
+    owner = view.caller.id if view.caller is not None else ""
+    return LearnInput(evidence if evidence is not None else NO_EVIDENCE, part_key(part), part.embedding, owner,
+                      seed_of(view.message_id, part.index))
 
 
 def _message_words(view: MessageView, snapshot: Snapshot) -> Any:
@@ -167,11 +180,12 @@ class _Part(NamedTuple):
     words: Any = None  # the part's own vector, else the message's text (the skills component of capability scores)
     allowed: frozenset[str] | None = None  # the agents the client may use (None: all)
     choices: list[CapabilityChoice] | None = None  # the capability choices made for the part, for its explanation
+    learn: LearnInput | None = None  # what learned routing reads of the part (None: the rules do not learn)
 
 
 def _route_part(
     view: MessageView, part: PartView, snapshot: Snapshot, load: Load, matcher: Matcher, load_reads: list[bool],
-    words: Any = None,
+    words: Any = None, learn: LearnInput | None = None,
 ) -> tuple[PartRoute, PartExplanation]:
     out = _Outcome()
     routed = part
@@ -199,7 +213,7 @@ def _route_part(
     if embedding is not None and snapshot.skill_table is not None:
         words = embedding  # the part's own words first
     ctx = _new(_Part, (part.index, modality, routed.modality, prefix, view.accepted_output_modes, load_reads, embedding,
-                       words, view.allowed, choices))
+                       words, view.allowed, choices, learn))
     matched_names: tuple[str, ...] = ()
     if view.receivers:
         for name in view.receivers:
@@ -220,7 +234,7 @@ def _route_part(
         else:
             out.notes.append("no rule matched: default action")
             default = snapshot.rules.default
-            reason = "capability" if isinstance(default, Capability) else "default"
+            reason = "capability" if isinstance(default, (Capability, Learn)) else "default"
             _run(snapshot, ctx, ctx.modality, default, reason, load, out)
     targets = () if out.dropped is not None else tuple(out.targets)
     bottleneck = False
@@ -325,6 +339,8 @@ def _run(
         made.append(_by_skills(snapshot, ctx, modality, action, reason, load, out))
     elif isinstance(action, Capability):
         made.append(_capability(snapshot, ctx, modality, action.group, reason, load))
+    elif isinstance(action, Learn):
+        made.append(_learned(snapshot, ctx, modality, action, reason, load, out))
     elif isinstance(action, RouteTo):
         made.append(_route_to(snapshot, ctx, modality, action.agent, reason, load))
     elif isinstance(action, CloneAndRouteTo):
@@ -485,6 +501,30 @@ def _scored(snapshot: Snapshot, ctx: _Part, modality: Modality, group: str | Non
         return scores
     table = scores.table
     return _Scores(scores.name, group, with_skills(table, vectors.agent_scores(words, [c.agent for c in table if c.accepted])))
+
+
+def _learned(
+    snapshot: Snapshot, ctx: _Part, modality: Modality, action: Learn, reason: str, load: Load, out: _Outcome
+) -> Target:
+    """Among the agents (of `among`) that accept the part natively, the one the ratings of similar past parts favour
+    (routing/learned.py); capability routing without such ratings. The evidence goes to the notes."""
+    among = action.among
+    group = among if isinstance(among, str) and snapshot.is_group(among) else None
+    names = (among,) if isinstance(among, str) and group is None else among if isinstance(among, tuple) else None
+    scores = _considered(snapshot, modality, group, ctx.outputs, ctx.allowed)
+    candidates = [c.agent for c in scores.table if c.accepted and (names is None or c.agent in names)]
+    ctx.load_reads.append(True)  # reads more than the snapshot (the evidence, the message id): never memoised
+    found = choose(ctx.learn, candidates, action.explore, action.feedback == "shared") \
+        if ctx.learn is not None and candidates else None
+    if found is not None:
+        out.notes.append(found.note)
+        return _new(Target, (found.agent, (), "learned:explored" if found.explored else "learned"))
+    out.notes.append("learned: no ratings of similar parts yet; capability routing")
+    if names is None:
+        return _capability(snapshot, ctx, modality, group, reason, load)
+    if candidates:
+        return _new(Target, (candidates[0], (), reason))
+    raise _unsupported(ctx, modality, f"none of {', '.join(names)} accepts it")
 
 
 def _by_skills(

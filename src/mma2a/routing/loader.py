@@ -30,6 +30,10 @@ from .rules import (
     Action,
     BroadcastTo,
     Capability,
+    EXPLORE_DEFAULT,
+    EXPLORE_MAX,
+    FEEDBACK_SCOPES,
+    Learn,
     Clause,
     CloneAndRouteTo,
     Condition,
@@ -47,8 +51,10 @@ RULES_VERSION = 1
 TOP_KEYS = ("version", "default", "groups", "rules")
 RULE_KEYS = ("name", "description", "priority", "match", "action", "continue", "on_incomplete")
 MATCH_KEYS = ("modality", "features", "semantic", "client", "any")
-ACTION_KEYS = ("route_to", "broadcast_to", "load_balance", "transform", "drop", "clone_and_route_to", "capability")
+ACTION_KEYS = ("route_to", "broadcast_to", "load_balance", "transform", "drop", "clone_and_route_to", "capability",
+               "learn")
 ACTION_OPTIONS = {"strategy": "load_balance", "then": "transform", "min": "capability", "score": "capability"}
+LEARN_KEYS = ("among", "explore", "feedback")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 Path_ = tuple[str | int, ...]
@@ -615,10 +621,18 @@ def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
             ctx.error(where, "lists the same agent twice")
             return None
         return CloneAndRouteTo(tuple(value), pin) if ok else None
+    if kind == "learn":
+        return _parse_learn(ctx, value, where, pin) if ok else None
     if kind == "capability":
-        group = name_or_error(value, where, "'any', 'skills' or a group name")
+        group = name_or_error(value, where, "'any', 'skills', 'learned' or a group name")
         if group is None or not ok:
             return None
+        if group == "learned":
+            for opt in ("min", "score"):
+                if opt in raw:
+                    ctx.error(path + (opt,), "only applies to capability: skills")
+                    return None
+            return Learn(None, pin_session=pin)
         for opt in ("min", "score"):
             if opt in raw and group != "skills":
                 ctx.error(path + (opt,), "only applies to capability: skills")
@@ -654,6 +668,43 @@ def _parse_action(ctx: _RuleContext, raw: Any, path: Path_) -> Action | None:
             return None
         then = nested
     return Transform(to, then, pin) if ok else None
+
+
+def _parse_learn(ctx: _RuleContext, value: Any, where: Path_, pin: bool) -> Learn | None:
+    """`learn: {among: GROUP or [agents], explore: 0.05, feedback: own|shared}` (every key optional)."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        ctx.error(where, f"must be a mapping with among, explore, feedback (each optional), got {_type_name(value)}")
+        return None
+    for key in value:
+        if key not in LEARN_KEYS:
+            ctx.error(where + (str(key),), f"unknown option (expected one of {', '.join(LEARN_KEYS)})"
+                                           f"{_hint(str(key), LEARN_KEYS)}")
+            return None
+    among_raw = value.get("among")
+    among: str | tuple[str, ...] | None = None
+    if isinstance(among_raw, str) and among_raw.strip():
+        among = among_raw
+    elif isinstance(among_raw, list) and among_raw and all(isinstance(x, str) and x.strip() for x in among_raw):
+        if len(set(among_raw)) != len(among_raw):
+            ctx.error(where + ("among",), "lists the same agent twice")
+            return None
+        among = tuple(among_raw)
+    elif among_raw is not None:
+        ctx.error(where + ("among",), f"must be a group name or a non-empty list of agent names, got {_type_name(among_raw)}")
+        return None
+    explore = value.get("explore", EXPLORE_DEFAULT)
+    if not _is_number(explore) or not 0 <= explore <= EXPLORE_MAX:
+        ctx.error(where + ("explore",), f"must be a number from 0 to {EXPLORE_MAX} (the share of exploring choices), "
+                                        f"got {explore!r}")
+        return None
+    feedback = value.get("feedback", "own")
+    if feedback not in FEEDBACK_SCOPES:
+        ctx.error(where + ("feedback",), f"must be one of {', '.join(FEEDBACK_SCOPES)} (whose ratings count), "
+                                         f"got {feedback!r}")
+        return None
+    return Learn(among, float(explore), str(feedback), pin)
 
 
 # The pure-Python composer on purpose: libyaml's is ~10x faster but holds the GIL for the whole document (7,000

@@ -151,7 +151,31 @@ class Capability:
         return "capability:skills" if self.skills else f"capability:{self.group or 'any'}"
 
 
-Action = Union[RouteTo, BroadcastTo, LoadBalance, Transform, Drop, CloneAndRouteTo, Capability]
+FEEDBACK_SCOPES = ("own", "shared")
+"""Whose ratings a learned choice weighs: the sending client's own (the default), or every client's."""
+
+EXPLORE_DEFAULT = 0.05
+EXPLORE_MAX = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Learn:
+    """Choose among the agents that accept the part by the ratings of the most similar past parts (routing/learned.py):
+    `among` a group (a str), a list of agents (a tuple) or every agent (None); `explore` bounds the share of
+    exploring choices; `feedback` says whose ratings count (`own`: the sender's, `shared`: everyone's)."""
+
+    among: str | tuple[str, ...] | None = None
+    explore: float = EXPLORE_DEFAULT
+    feedback: str = "own"
+    pin_session: bool = False
+
+    def label(self) -> str:
+        if self.among is None:
+            return "capability:learned"
+        return "learn:" + (self.among if isinstance(self.among, str) else ",".join(self.among))
+
+
+Action = Union[RouteTo, BroadcastTo, LoadBalance, Transform, Drop, CloneAndRouteTo, Capability, Learn]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +238,19 @@ def action_names(action: Action) -> list[str]:
         return list(action.targets)
     if isinstance(action, Capability):
         return [] if action.group is None else [action.group]
+    if isinstance(action, Learn):
+        return [] if action.among is None else [action.among] if isinstance(action.among, str) else list(action.among)
     if isinstance(action, Transform):
         return action_names(action.then)
     return []
+
+
+def uses_learning(rules: RuleSet) -> bool:
+    """Does any rule (or the default) choose by learned outcomes (`learn`, `capability: learned`)?"""
+
+    def learns(action: Action) -> bool:
+        while isinstance(action, Transform):
+            action = action.then
+        return isinstance(action, Learn)
+
+    return learns(rules.default) or any(learns(r.action) for r in rules.rules)

@@ -14,6 +14,7 @@ from ..view import MessageView
 from .balance import Load
 from .decision import Explanation, PartExplanation, PartRoute, RouteDecision
 from .engine import decide
+from .learned import Evidence
 from .snapshot import Snapshot
 
 
@@ -76,7 +77,8 @@ class SessionPins:
 
 
 def decide_pinned(
-    view: MessageView, snapshot: Snapshot, pins: SessionPins, *, load: Load | None = None
+    view: MessageView, snapshot: Snapshot, pins: SessionPins, *, load: Load | None = None,
+    evidence: Evidence | None = None,
 ) -> RouteDecision:
     """Route a message of a session: reuse the pinned route when it still fits, else decide and pin.
 
@@ -86,7 +88,7 @@ def decide_pinned(
     """
     session = view.session
     if session is None:
-        return decide(view, snapshot, load=load)
+        return decide(view, snapshot, load=load, evidence=evidence)
     pinned = pins.lookup(session.id, snapshot.version)
     if pinned is not None and len(pinned) == len(view.parts) and all(
         r.modality == p.modality_str for r, p in zip(pinned, view.parts)
@@ -98,7 +100,7 @@ def decide_pinned(
             tuple(PartExplanation(r.index, r.modality, (), len(snapshot.rules.rules), r.actions, notes) for r in pinned)
         )
         return RouteDecision(view.message_id, pinned, explanation, snapshot.version, pinned=True)
-    decision = decide(view, snapshot, load=load)
+    decision = decide(view, snapshot, load=load, evidence=evidence)
     if session.final:
         pins.release(session.id)
     elif any(r.pin_session for r in decision.parts):

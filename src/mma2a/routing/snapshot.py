@@ -19,7 +19,9 @@ from .agents import AgentInfo, SkillModes, effective_skills
 from .index import RuleIndex
 from .match import ClauseKey, clause_keys
 from .scoring import family_shares
-from .rules import Action, BroadcastTo, Capability, CloneAndRouteTo, LoadBalance, RouteTo, Rule, RuleSet, Transform
+from .rules import (
+    Action, BroadcastTo, Capability, CloneAndRouteTo, Learn, LoadBalance, RouteTo, Rule, RuleSet, Transform, uses_learning,
+)
 from .caller import caller_claims
 from .semantic import Embedder, SemanticTable, SkillTable, build_semantic, build_skills, needs_vectors
 
@@ -52,14 +54,23 @@ class Snapshot:
         """Does routing read part vectors (a `semantic` condition, `skills` mode)? The gateway embeds only then."""
         found = self.memo.get("needs_vectors")
         if found is None:
-            found = self.memo["needs_vectors"] = needs_vectors(self.rules)
+            found = self.memo["needs_vectors"] = needs_vectors(self.rules) or self.learns
+        return bool(found)
+
+    @property
+    def learns(self) -> bool:
+        """Does routing choose by learned outcomes (`learn`, `capability: learned`; routing/learned.py)?"""
+        found = self.memo.get("learns")
+        if found is None:
+            found = self.memo["learns"] = uses_learning(self.rules)
         return bool(found)
 
     @property
     def caller_claims(self) -> frozenset[str] | None:
         """The claims `client:` conditions read (None: no rule reads the caller; routing/caller.py)."""
-        if "caller_claims" not in self.memo:
-            self.memo["caller_claims"] = caller_claims(self.rules)
+        if "caller_claims" not in self.memo:  # learning reads the client id: whose ratings count
+            found_claims = caller_claims(self.rules)
+            self.memo["caller_claims"] = frozenset() if found_claims is None and self.learns else found_claims
         found: frozenset[str] | None = self.memo["caller_claims"]
         return found
 
@@ -222,5 +233,10 @@ def _check_names(
             check(name, f"clone_and_route_to[{i}]", "agent or group")
     elif isinstance(action, Capability) and action.group is not None:
         check(action.group, "capability", "group")
+    elif isinstance(action, Learn) and isinstance(action.among, str):
+        check(action.among, "learn.among", "group or agent")
+    elif isinstance(action, Learn) and action.among is not None:
+        for i, name in enumerate(action.among):
+            check(name, f"learn.among[{i}]", "agent")
     elif isinstance(action, Transform):
         _check_names(action.then, f"{path}.then", where, agents, groups, errors)

@@ -1,0 +1,292 @@
+"""Learned routing: among the agents that accept a part, the one whose ratings on the most similar past parts are best.
+
+Pure, like the rest of routing. What was learned enters a decision as `Evidence`, an immutable
+index the gateway swaps in after each rating (gateway/learning.py); a choice reads it and the
+part, never a clock or a global. Its randomness (exploration) is drawn from a generator seeded
+by the message id and the part index, so the same input gets the same choice.
+
+- **Similar parts.** A part's *key* is what must be equal: its modality, language, detected
+  objects and whether it carries codes. Parts with a sentence vector (text, and a transcript or
+  OCR text where the gateway embeds one) are grouped further into *cells*: a rated part joins the
+  nearest cell of its key whose leader vector is within `JOIN` (cosine), else it leads a new cell.
+  A decision sums the ratings of the `NEAREST` cells nearest its vector with a cosine of at least
+  `SIMILAR`; a part without a vector has one cell per key.
+- **Ratings** are kept per (cell, owner, agent) as a Beta posterior (good = the sum of scores, n
+  = ratings), for the rating client and for everyone (`*`). Old ratings fade: past `WINDOW`
+  ratings both counts are scaled back to `WINDOW`, so an agent that degrades loses its lead within
+  about a window of bad ratings.
+- **The bandit rule**: optimistic greedy on the posterior mean (1 + good) / (2 + n) — an agent
+  never rated there counts 1/2, so it is tried before agents rated worse — and, with probability
+  `explore` (the rule's), a Thompson draw from each agent's Beta posterior instead. At most
+  `explore` of choices depart from the greedy one. Ties keep capability order.
+- **Bounds** (`EvidenceIndex`): at most `max_cells` cells (the least recently rated is evicted
+  with its ratings) and `max_owners` owners per cell. A lookup is one matrix-vector product over
+  the cells of the part's key (at most `max_cells` x the vector's dimension), whatever the number
+  of past decisions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..view import PartView
+
+JOIN = 0.5
+"""Cosine to a cell's leader at which a rated part joins that cell (else it leads a new one)."""
+SIMILAR = 0.4
+"""Cosine at which a cell counts as similar to a part being routed."""
+NEAREST = 8
+"""How many of the nearest similar cells a decision sums the ratings of."""
+WINDOW = 16.0
+"""Ratings kept per (cell, owner, agent): past it, good and n are scaled back to it (older ratings fade)."""
+GOOD = 0.5
+"""A rating of at least this is `good` in explanations."""
+EVERYONE = "*"
+"""The owner under which every client's ratings are summed (`feedback: shared`)."""
+
+Key = tuple[Any, ...]
+Tally = tuple[float, float]  # (good, n)
+
+
+def part_key(part: PartView) -> Key:
+    """What must be equal for two parts to be similar: modality, language, objects, codes (and the vector's model)."""
+    f = part.features
+    objects = f.get("objects") if f else None
+    objs = tuple(sorted({str(o) for o in objects})[:8]) if isinstance(objects, list) else ()
+    codes = bool(f.get("codes")) if f else False
+    language = f.get("language") if f else None
+    model = part.embedding_model if part.embedding is not None else None
+    return (part.modality.essence, language if isinstance(language, str) else None, objs, codes, model)
+
+
+def seed_of(message_id: str, part: int) -> int:
+    """The exploration draw's seed for one part of one message (the same message, the same draw)."""
+    return int.from_bytes(hashlib.blake2b(f"{message_id}\x1f{part}".encode(), digest_size=8).digest(), "big")
+
+
+@dataclass(frozen=True, slots=True)
+class Cells:
+    """The cells of one key: their leader vectors (rows, read-only) and ids."""
+
+    leaders: Any  # np.ndarray (n, d) float32, not written after it is published
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What was learned, as a decision reads it: cells by key, and tallies by cell, owner and agent. Never changed
+    once made (`EvidenceIndex.freeze` makes the next one)."""
+
+    cells: Mapping[Key, Cells]
+    plain: Mapping[Key, int]  # the one cell of a key whose parts have no vector
+    tallies: Mapping[int, Mapping[str, Mapping[str, Tally]]]  # cell -> owner -> agent -> (good, n)
+    ratings: int = 0  # ratings taken in so far (explanations, metrics)
+
+    def similar(self, key: Key, vector: Any) -> tuple[tuple[int, ...], float]:
+        """The cells similar to a part (ids, best cosine); () when none."""
+        if vector is None:
+            cell = self.plain.get(key)
+            return ((cell,), 1.0) if cell is not None else ((), 0.0)
+        cells = self.cells.get(key)
+        if cells is None or cells.leaders.shape[1] != vector.shape[0]:
+            return (), 0.0
+        cos = cells.leaders @ vector
+        if len(cos) > NEAREST:
+            top = np.argpartition(-cos, NEAREST)[:NEAREST]
+        else:
+            top = np.arange(len(cos))
+        keep = [int(i) for i in top if cos[i] >= SIMILAR]
+        if not keep:
+            return (), float(cos.max()) if len(cos) else 0.0
+        return tuple(cells.ids[i] for i in keep), float(max(cos[i] for i in keep))
+
+    def tally(self, cells: Sequence[int], owner: str) -> dict[str, Tally]:
+        """Each agent's (good, n) summed over `cells`, as rated by `owner` (`EVERYONE`: by every client)."""
+        out: dict[str, Tally] = {}
+        for cell in cells:
+            for agent, (good, n) in self.tallies.get(cell, {}).get(owner, {}).items():
+                g0, n0 = out.get(agent, (0.0, 0.0))
+                out[agent] = (g0 + good, n0 + n)
+        return out
+
+
+NO_EVIDENCE = Evidence({}, {}, {})
+
+
+class LearnInput(NamedTuple):
+    """What a learned choice reads of one part besides the candidates: the evidence, the part's key and vector, the
+    sending client (None: anonymous) and the exploration seed."""
+
+    evidence: Evidence
+    key: Key
+    vector: Any
+    owner: str
+    seed: int
+
+
+class LearnedChoice(NamedTuple):
+    """The agent chosen, whether it was an exploring draw, and the evidence in words (explanations, history)."""
+
+    agent: str
+    explored: bool
+    note: str
+
+
+def choose(inp: LearnInput, candidates: Sequence[str], explore: float, shared: bool) -> LearnedChoice | None:
+    """The learned choice among `candidates` (capability order, best first); None without evidence on any of them
+    (the caller falls back to capability routing)."""
+    cells, cos = inp.evidence.similar(inp.key, inp.vector)
+    if not cells:
+        return None
+    tallies = inp.evidence.tally(cells, EVERYONE if shared else inp.owner)
+    if not any(a in tallies for a in candidates):
+        return None
+    rng = random.Random(inp.seed)
+    explored = rng.random() < explore
+    best, best_value = candidates[0], -1.0
+    for agent in candidates:
+        good, n = tallies.get(agent, (0.0, 0.0))
+        value = rng.betavariate(1.0 + good, 1.0 + n - good) if explored else (1.0 + good) / (2.0 + n)
+        if value > best_value:
+            best, best_value = agent, value
+    total = sum(n for _, n in tallies.values())
+    shown = ", ".join(f"{a} {_count(tallies[a][0])}/{_count(tallies[a][1])} good" if a in tallies else f"{a} untried"
+                      for a in candidates)
+    whose = "everyone's" if shared else "own"
+    note = (f"learned: {_count(total)} similar parts ({len(cells)} cell{'s' if len(cells) > 1 else ''}, cos {cos:.2f}, "
+            f"{whose} ratings): {shown}; chose {best}" + (" (explored)" if explored else ""))
+    return LearnedChoice(best, explored, note)
+
+
+def _count(x: float) -> str:
+    return str(round(x))
+
+
+class EvidenceIndex:
+    """The mutable side: ratings come in (`rate`), `freeze` makes the next immutable `Evidence` (sharing what did not
+    change). Bounded: `max_cells` cells (least recently rated out, with their tallies), `max_owners` per cell."""
+
+    def __init__(self, *, max_cells: int = 4096, max_owners: int = 256) -> None:
+        self.max_cells = max_cells
+        self.max_owners = max_owners
+        self._rows: dict[Key, tuple[Any, list[int]]] = {}  # key -> (buffer, ids); rows [:len(ids)] are leaders
+        self._cells: dict[Key, Cells] = {}
+        self._plain: dict[Key, int] = {}
+        self._key_of: OrderedDict[int, Key] = OrderedDict()  # cell -> its key, least recently rated first
+        self._tallies: dict[int, dict[str, dict[str, Tally]]] = {}
+        self._next = 0
+        self._ratings = 0
+        self._frozen = NO_EVIDENCE
+        self._dirty: set[int] = set()  # cells rated or forgotten since the last `freeze`
+
+    def __len__(self) -> int:
+        return len(self._key_of)
+
+    def rate(self, key: Key, vector: Any, owner: str, agent: str, score: float) -> int:
+        """Take one rating (0..1) of `agent` on a part of `key` (and `vector`) sent by `owner`; return its cell."""
+        cell = self._cell(key, vector)
+        self._key_of.move_to_end(cell)
+        owners = self._tallies.setdefault(cell, {})
+        for who in (owner, EVERYONE) if owner != EVERYONE else (EVERYONE,):
+            agents = owners.pop(who, None) or {}
+            owners[who] = agents  # most recently rated last
+            good, n = agents.get(agent, (0.0, 0.0))
+            good, n = good + score, n + 1.0
+            if n > WINDOW:
+                good, n = good * WINDOW / n, WINDOW
+            agents[agent] = (good, n)
+        while len(owners) > self.max_owners:
+            oldest = next(w for w in owners if w != EVERYONE)
+            del owners[oldest]
+        self._ratings += 1
+        self._dirty.add(cell)
+        return cell
+
+    def _cell(self, key: Key, vector: Any) -> int:
+        if vector is None:
+            cell = self._plain.get(key)
+            if cell is None:
+                cell = self._plain[key] = self._new_cell(key)
+            return cell
+        vector = np.asarray(vector, dtype=np.float32)
+        buffer, ids = self._rows.get(key, (None, []))
+        if buffer is not None and ids and buffer.shape[1] == vector.shape[0]:
+            cos = buffer[: len(ids)] @ vector
+            best = int(np.argmax(cos))
+            if cos[best] >= JOIN:
+                return ids[best]
+        elif buffer is not None and buffer.shape[1] != vector.shape[0]:  # another model's vectors: start over
+            for old in list(ids):
+                self._forget(old)
+            self._rows.pop(key, None)
+            self._cells.pop(key, None)
+        cell = self._new_cell(key)  # may evict a cell of this key: its rows are read after
+        buffer, ids = self._rows.get(key, (None, []))
+        if buffer is None or len(ids) == len(buffer):  # a new buffer: published views keep the old one
+            grown = np.zeros((max(8, 2 * len(ids)), vector.shape[0]), dtype=np.float32)
+            if ids:
+                grown[: len(ids)] = buffer[: len(ids)]
+            buffer = grown
+        buffer[len(ids)] = vector  # past every published view's rows
+        ids = [*ids, cell]
+        self._rows[key] = (buffer, ids)
+        self._publish_key(key)
+        return cell
+
+    def _new_cell(self, key: Key) -> int:
+        while len(self._key_of) >= self.max_cells:
+            self._forget(next(iter(self._key_of)))
+        cell = self._next
+        self._next += 1
+        self._key_of[cell] = key
+        return cell
+
+    def _forget(self, cell: int) -> None:
+        key = self._key_of.pop(cell)
+        self._tallies.pop(cell, None)
+        self._dirty.add(cell)
+        if self._plain.get(key) == cell:
+            del self._plain[key]
+            return
+        buffer, ids = self._rows[key]
+        i = ids.index(cell)
+        keep = [j for j in range(len(ids)) if j != i]
+        if not keep:
+            del self._rows[key]
+            self._cells.pop(key, None)
+            return
+        fresh = np.zeros_like(buffer)  # a copy: published views still read the old rows
+        fresh[: len(keep)] = buffer[keep]
+        self._rows[key] = (fresh, [ids[j] for j in keep])
+        self._publish_key(key)
+
+    def _publish_key(self, key: Key) -> None:
+        found = self._rows.get(key)
+        if found is None:
+            return
+        buffer, ids = found
+        view = buffer[: len(ids)]
+        view = view.view()
+        view.flags.writeable = False
+        self._cells[key] = Cells(view, tuple(ids))
+
+    def freeze(self) -> Evidence:
+        """The evidence as of now: the tallies of cells rated since the last one copied, the others shared with it
+        (cost: the number of cells, plus the owners of the cells rated); cells' rows shared, never written again."""
+        tallies = dict(self._frozen.tallies)
+        for cell in self._dirty:
+            owners = self._tallies.get(cell)
+            if owners is None:
+                tallies.pop(cell, None)
+            else:
+                tallies[cell] = {who: dict(agents) for who, agents in owners.items()}
+        self._dirty.clear()
+        self._frozen = Evidence(dict(self._cells), dict(self._plain), tallies, self._ratings)
+        return self._frozen
