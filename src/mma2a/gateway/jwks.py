@@ -148,13 +148,14 @@ class IssuerKeys:
     def refresh_soon(self) -> None:
         """Start a read in the background when one is due (the request that noticed is not held up); nothing outside
         an event loop."""
+        if not ((self._running is None or self._running.done()) and self.due()):
+            return
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             return
-        if (self._running is None or self._running.done()) and self.due():
-            self.read_at = self.clock()
-            self._running = asyncio.ensure_future(self._read())
+        self.read_at = self.clock()
+        self._running = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
         self.reads += 1

@@ -19,9 +19,8 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from joserfc import jws
@@ -61,8 +60,7 @@ class KeysStale(JWTRefused):
         await self.keys.refresh()
 
 
-@dataclass(frozen=True)
-class _Verified:
+class _Verified(NamedTuple):
     client: Client
     until: float  # exp + leeway
     keys: IssuerKeys
