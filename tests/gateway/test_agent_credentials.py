@@ -163,3 +163,18 @@ def test_every_agent_credential_variable_is_held_to_the_secrets_prefix(monkeypat
         with pytest.raises(ConfigError) as info:
             parse_config({"agents": [{"name": "a", "url": "http://127.0.0.1:1", "auth": auth}]}).check_configured_agents()
         assert info.value.message.startswith(message), info.value.message
+
+
+def test_a_grpc_agent_refusing_the_credentials_is_told_apart_like_an_http_one() -> None:
+    import grpc
+    import grpc.aio
+
+    from mma2a.errors import DispatchError
+    from mma2a.gateway.grpc_transport import _agent_error
+
+    for code, status in ((grpc.StatusCode.UNAUTHENTICATED, 401), (grpc.StatusCode.PERMISSION_DENIED, 403)):
+        refused = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="bad token")
+        err = _agent_error("claims", refused, 30.0)
+        assert isinstance(err, DispatchError) and err.data == {"agent": "claims", "status": status}  # 401: fetched again
+        assert err.message == (f"agent claims refused the gateway's credentials (gRPC {code.name}); "
+                               "check its agents[].auth (or token_env)")

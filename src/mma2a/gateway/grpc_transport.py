@@ -77,8 +77,15 @@ class GrpcAgents:
             raise _agent_error(agent, exc, timeout_s) from None
 
 
+_REFUSED = {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403}
+
+
 def _agent_error(agent: str, exc: grpc.aio.AioRpcError, timeout_s: float) -> Exception:
     """A gRPC failure as the error the JSON-RPC binding would give: the agent's A2A error, or a dispatch error."""
+    if exc.code() in _REFUSED:  # as an HTTP agent's 401/403: an OAuth2 token is fetched again once on the first
+        status = _REFUSED[exc.code()]
+        return DispatchError(f"agent {agent} refused the gateway's credentials (gRPC {exc.code().name}); check its "
+                             "agents[].auth (or token_env)", data={"agent": agent, "status": status})
     info = _error_info(exc)
     if info is not None:
         code = code_for_reason(info.reason) or INTERNAL_ERROR
