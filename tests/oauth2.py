@@ -117,13 +117,20 @@ class TokenEndpoint:
 @contextlib.asynccontextmanager
 async def token_endpoint(endpoint: TokenEndpoint) -> AsyncIterator[str]:
     """The endpoint at `{url}/token` on a loopback port (authlib wants https unless told it is a test)."""
-    os.environ.setdefault("AUTHLIB_INSECURE_TRANSPORT", "1")
+    before = os.environ.get("AUTHLIB_INSECURE_TRANSPORT")
+    os.environ["AUTHLIB_INSECURE_TRANSPORT"] = "1"
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await endpoint.app(scope, receive, send)
 
-    async with running(app) as url:
-        yield url.rstrip("/") + "/token"
+    try:
+        async with running(app) as url:
+            yield url.rstrip("/") + "/token"
+    finally:
+        if before is None:
+            os.environ.pop("AUTHLIB_INSECURE_TRANSPORT", None)
+        else:
+            os.environ["AUTHLIB_INSECURE_TRANSPORT"] = before
 
 
 def guarded(accept: Callable[[dict[bytes, bytes]], bool], seen: list[dict[bytes, bytes]],
