@@ -125,7 +125,7 @@ async def test_history_bad_filters_name_the_parameter(tmp_path):
         "modality=image": (400, "modality: must be a media type such as image/png or a family such as image/*, got 'image'"),
         "outcome=great": (400, "outcome: must be one of completed, failed, rejected, canceled, input-required, "
                                "auth-required, working, submitted, message, refused, shed, unknown, push-delivered, push-failed, "
-                               "push-refused, got 'great'"),
+                               "push-refused, feedback, got 'great'"),
         "limit=0": (400, "limit: must be an integer from 1 to 1000, got '0'"),
         "limit=5000": (400, "limit: must be an integer from 1 to 1000, got '5000'"),
         "cursor=abc": (400, "cursor: must be a cursor returned by a previous page, got 'abc'"),

@@ -17,6 +17,7 @@ from .access import Client, current_client, current_sender, shown
 from .directory import AgentDirectory
 from .enrich import FeatureStage, with_vectors
 from .hooks import RouteHooks
+from .learning import Learner
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .state import RoutingState
@@ -34,7 +35,7 @@ class Admission:
     def __init__(
         self, *, directory: AgentDirectory, state: RoutingState, metrics: GatewayMetrics, registry: ModalityRegistry,
         tasks: TaskMap, cluster: RouteHooks, features: FeatureStage | None = None, offload: OffloadStage | None = None,
-        guard: MessageGuard | None = None, gateway_id: str = "",
+        guard: MessageGuard | None = None, gateway_id: str = "", learner: Learner | None = None,
     ) -> None:
         self.directory = directory
         self.state = state
@@ -46,6 +47,7 @@ class Admission:
         self.offload = offload
         self.guard = guard  # limits, modality lists, URLs, signatures
         self.gateway_id = gateway_id  # this gateway in `via` (federation: loops are refused by it)
+        self.learner = learner  # what learned routing has learned (its evidence goes to each decision)
         shared = cluster.pins
         self.pins = shared if shared is not None else SessionPins()
         self._tick = 0
@@ -91,7 +93,9 @@ class Admission:
                 self.metrics.decision_seconds.observe(time.perf_counter() - t0)
                 return decision
         inflight = {e.name: e.inflight for e in self.directory.entries()}
-        decision = decide_pinned(view, snapshot, self.pins, load=Load(inflight=inflight, tick=self._tick))
+        evidence = self.learner.evidence if self.learner is not None and snapshot.learns else None
+        decision = decide_pinned(view, snapshot, self.pins, load=Load(inflight=inflight, tick=self._tick),
+                                 evidence=evidence)
         if key is not None and not decision.uses_load:
             if len(self._memo) >= _MEMO_SIZE:
                 self._memo.clear()

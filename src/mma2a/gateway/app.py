@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import secrets
 import sqlite3
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -28,7 +30,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from ..compression import ContentCoding
-from ..errors import MMA2AError
+from ..errors import MMA2AError, ParseError, RateLimited
+from ..request_body import read_body
 from ..features.base import Limits
 from ..features.budget import DecodeBudget
 from ..features.probe import check_media
@@ -76,6 +79,7 @@ if TYPE_CHECKING:
     from .grpc_binding import GrpcIngress
 
 STARTUP_WAIT_S = 8.0
+FEEDBACK_BODY_BYTES = 8192  # a rating: a score, an agent name, a comment of at most 1 KiB
 """How long `start` retries configured agents it could not reach before it checks the rules against them."""
 
 log = logging.getLogger("mma2a.gateway")
@@ -455,6 +459,26 @@ class Gateway:
                 doc["routingError"] = self.state.rebuild_error
             return json_response(doc)
 
+        async def feedback(request: Request) -> Response:
+            """`POST /tasks/{id}:feedback` (and under /agents/{agent}/): a client rates its task's answer."""
+            try:
+                body = await read_body(request.receive, FEEDBACK_BODY_BYTES)
+                if body is None:
+                    return Response(status_code=400)
+                try:
+                    doc = orjson.loads(body)
+                except orjson.JSONDecodeError as exc:
+                    raise ParseError(f"body: not valid JSON: {exc}", field="body") from None
+                result = await self.pipeline.feedback.submit(request.path_params["id"], doc,
+                                                             target=request.path_params.get("agent"))
+            except MMA2AError as exc:
+                headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))} if isinstance(exc, RateLimited) else None
+                return json_response(exc.to_rest(), exc.http_status, headers)
+            return json_response(result)
+
+        feedback_routes = [Route(path, feedback, methods=["POST"]) for path in
+                           ("/tasks/{id}:feedback", "/agents/{agent}/tasks/{id}:feedback")]
+
         # Every route gets one access class here (authz); an unclassified route stops the start.
         public, client = RouteAccess(AccessClass.PUBLIC, ErrorShape.REST), RouteAccess(AccessClass.CLIENT, ErrorShape.REST)
         rpc_access = RouteAccess(AccessClass.CLIENT, ErrorShape.JSONRPC)
@@ -490,6 +514,7 @@ class Gateway:
             *((signed if _name(r) in SIGNED_ROUTES else client_payload, [r]) for r in payload),  # order kept
             (rpc_access, [Route("/agents/{agent}/", rpc, methods=["POST"]),
                           Route("/agents/{agent}", rpc, methods=["POST"])]),
+            (client, feedback_routes),  # before the SDK's /tasks/{id} routes
             *((public if _is_card(r) else client_stream if _is_stream(r) else client, [r])
               for r in rest),  # public: the v0.3 /v1/card
         ]

@@ -101,6 +101,8 @@ class FeatureStage:
     def vectors_for(self, snapshot: Snapshot) -> TextVectors | None:
         """The request vectors comparable with `snapshot`'s: of the model that embedded its examples and skills."""
         table = snapshot.skill_table or snapshot.semantic
+        if table is None and snapshot.learns:  # learned routing: the newest model's (similar parts share its name)
+            return next(reversed(self.by_model.values()), None)
         return self.by_model.get(table.model) if table is not None else None
 
     def warm(self, snapshot: Snapshot) -> list[str]:
@@ -123,7 +125,7 @@ class FeatureStage:
     async def apply(self, message: dict[str, Any], snapshot: Snapshot, *, sender: str | None = None) -> dict[int, Any]:
         """Enrich the parts in place; returns the sentence vector of each part that needs one, by index."""
         demand = feature_demand(snapshot)
-        skills = snapshot.needs_vectors and snapshot.skill_table is not None
+        skills = snapshot.needs_vectors and (snapshot.skill_table is not None or snapshot.learns)  # text parts' words
         if not demand and not skills:
             return {}
         jobs = []

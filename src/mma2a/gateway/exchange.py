@@ -65,6 +65,7 @@ class Exchange:
         self.gateway_id = gateway_id
         self.routes = RouteSummaries()  # each decision's route summary, made once per remembered decision
         self.anonymous_max_priority = anonymous_max_priority  # callers without a client (auth off)
+        self.learner = admission.learner  # learned decisions by task, for their ratings (gateway/learning.py)
 
     def priority(self, view: MessageView) -> int:
         """The priority the message's legs take slots at: the message's, capped for its client."""
@@ -108,6 +109,8 @@ class Exchange:
         outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
         self.feed.record(message, route, outcome)
         self.remember(view, decision, outcome, t0)
+        if task is not None and self.learner is not None and self.state.snapshot.learns:  # for its ratings
+            self.learner.note(str(task.get("id", "")), view, decision, current_sender())
         return result
 
     def remember(self, view: MessageView, decision: RouteDecision, outcome: str, t0: float) -> None:

@@ -35,6 +35,8 @@ from .overload import shed_note
 from .pipeline import Pipeline
 from .security import AccessControl, retry_after
 
+from .feedback import FEEDBACK_METHOD
+
 log = logging.getLogger("mma2a.gateway")
 
 FAST_METHODS = frozenset({"SendMessage", "GetTask", "CancelTask"})
@@ -227,6 +229,8 @@ class JsonRpcIngress:
                 AccessControl.check_agent(current_client.get(), tenant, field="params.tenant")
             except MMA2AError as exc:
                 return rpc_error(rid, exc)
+        if method == FEEDBACK_METHOD:  # the extension's own method (docs/extension.md)
+            return await self._feedback(params, target if target is not None else tenant, rid)
         fast_version = version == "1.0" or _PLAIN_V1(version) is not None
         if method not in FAST_METHODS or not fast_version or (_underscore(body) and _snake_case(params)):
             return await self._sdk(scope, receive, body, method, rid)
@@ -260,6 +264,19 @@ class JsonRpcIngress:
             return rpc_error(rid, MMA2AError("internal error"))  # code -32603
         return rpc_response(rid, result)
 
+
+    async def _feedback(self, params: Any, target: str | None, rid: Any) -> bytes:
+        """`a2a-multimodal/TaskFeedback`: `params` `{id, score, agent?, comment?}` (gateway/feedback.py)."""
+        try:
+            if not isinstance(params, dict):
+                raise InvalidParams("params: required, must be an object with id and score", field="params")
+            tid = params.get("id")
+            if not isinstance(tid, str) or not tid:
+                raise InvalidParams("params.id: required, must be a task id string", field="params.id")
+            result = await self.pipeline.feedback.submit(tid, params, target=target, where="params")
+        except MMA2AError as exc:
+            return rpc_error(rid, exc)
+        return rpc_response(rid, result)
 
     async def _stream(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any) -> Response:
         """A streaming method: one of the caller's stream slots while its answer is sent, or 429 + `Retry-After`

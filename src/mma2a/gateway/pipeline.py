@@ -28,6 +28,8 @@ from .federation import Federation
 from .feed import DecisionFeed
 from .history.record import HistorySink
 from .hooks import ClusterHooks, Standalone
+from .feedback import FeedbackService
+from .learning import Learner
 from .legs import LegPlanner
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
@@ -73,6 +75,7 @@ class Pipeline:
         public_url: str | None = None,
         slots: AgentSlotTable | None = None,
         anonymous_max_priority: int = 5,
+        learner: Learner | None = None,
     ) -> None:
         """`push`: the push notification settings (default: on, default bounds); `public_url`: the address agents
         call the gateway's push webhook at (None: agents' tasks are followed, never given a webhook)."""
@@ -84,8 +87,10 @@ class Pipeline:
         hooks: ClusterHooks = cluster if cluster is not None else Standalone()  # shared pins, durable delivery
         self.slots = slots if slots is not None else AgentSlotTable(adaptive=False)  # per-agent limits and queues
         self.caller = AgentCaller(directory, transport, metrics, adapter, federation, self.slots)
+        self.learner = learner if learner is not None else Learner()
         self.admission = Admission(directory=directory, state=state, metrics=metrics, registry=registry, tasks=self.tasks,
-                                   cluster=hooks, features=features, offload=offload, guard=guard, gateway_id=gateway_id)
+                                   cluster=hooks, features=features, offload=offload, guard=guard, gateway_id=gateway_id,
+                                   learner=self.learner)
         planner = LegPlanner(directory=directory, caller=self.caller, metrics=metrics, tasks=self.tasks, adapter=adapter,
                              gateway_id=gateway_id)
         dispatcher = Dispatcher(directory=directory, caller=self.caller, planner=planner, admission=self.admission,
@@ -96,6 +101,7 @@ class Pipeline:
                                  anonymous_max_priority=anonymous_max_priority)
         self.streaming = Streaming(self.exchange)
         self.task_ops = TaskOperations(self.tasks, self.caller)
+        self.feedback = FeedbackService(self.task_ops, self.learner, history)
         self.push = PushService(push or PushSettings(), tasks=self.tasks, task_ops=self.task_ops, caller=self.caller,
                                 guard=guard, webhook_base=public_url, history=history, metrics=metrics)
 

@@ -23,7 +23,8 @@ MAX_STRING = 200
 MAX_LIST = 16
 
 OUTCOMES = ("completed", "failed", "rejected", "canceled", "input-required", "auth-required", "working",
-            "submitted", "message", "refused", "shed", "unknown", "push-delivered", "push-failed", "push-refused")
+            "submitted", "message", "refused", "shed", "unknown", "push-delivered", "push-failed", "push-refused",
+            "feedback")
 # push notifications to clients' webhooks (gateway/push) are recorded too: "push delivered", "push failed: HTTP 503"
 
 
@@ -94,6 +95,8 @@ def outcome_class(outcome: str) -> tuple[str, str | None]:
         return "shed", outcome[len("shed"):].strip()[:1000] or None
     if outcome == "message":
         return "message", None
+    if outcome.startswith("feedback:"):  # a client's rating of a task (gateway/feedback.py)
+        return "feedback", outcome[len("feedback:"):].strip()[:1000] or None
     if outcome.startswith("push "):
         word, _, detail = outcome.partition(":")
         kind = word.replace(" ", "-")
@@ -271,8 +274,17 @@ class ShapeMemo:
 
 
 def _choices(entry: DecisionRecord) -> tuple[Any, ...]:
-    """The capability tables of a record, as part of its shape's key (scores by words differ per request)."""
-    return tuple(getattr(e, "capability", ()) for e in entry.explanations)
+    """The capability tables of a record, and a learned choice's evidence, as part of its shape's key (scores by words
+    and evidence differ per request)."""
+    return tuple((getattr(e, "capability", ()), _evidence(e)) for e in entry.explanations)
+
+
+def _evidence(explanation: Any) -> str | None:
+    """A learned choice's evidence (routing/learned.py) from a part's explanation notes, if there is one."""
+    for note in reversed(getattr(explanation, "notes", ())):
+        if note.startswith("learned:"):
+            return str(note)
+    return None
 
 
 def capability_json(choice: Any) -> dict[str, Any]:
@@ -332,5 +344,8 @@ def _shape(entry: DecisionRecord) -> Shape:
         explained = why.get(p.index)
         if explained is not None and explained.capability:  # the capability choice: every agent considered
             row["capability"] = capability_json(explained.capability[-1])
+        evidence = _evidence(explained) if explained is not None else None
+        if evidence is not None:  # a learned choice's evidence (routing/learned.py)
+            row["learned"] = evidence
         parts.append(row)
     return Shape(orjson.dumps(parts, default=str), shape_tags(parts))

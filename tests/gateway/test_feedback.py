@@ -1,0 +1,118 @@
+"""Feedback through a live gateway: clients rate their tasks (REST and JSON-RPC), learned routing follows the ratings,
+another client's task is not found, bad input names its field, ratings are limited per client."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import orjson
+
+from mma2a.ext import EXTENSION_URI
+from mma2a.gateway.feedback import FEEDBACK_METHOD
+from tests.gateway.conftest import ADMIN, agent, agents, gateway
+
+ALICE, BOB = {"Authorization": "Bearer alice-token-1"}, {"Authorization": "Bearer bob-token-22"}
+RULES = {"version": 1, "default": {"learn": {"explore": 0}}, "rules": []}
+
+
+def config(urls: dict[str, str], tmp_path: Any, **extra: Any) -> dict[str, Any]:
+    return {"agents": [{"name": n, "url": u} for n, u in urls.items()], "rules": orjson.dumps(RULES).decode(),
+            "data_dir": str(tmp_path), "auth": {"clients": [{"name": "alice", "token": "alice-token-1"},
+                                                            {"name": "bob", "token": "bob-token-22"}]}, **extra}
+
+
+async def send(c: httpx.AsyncClient, url: str, mid: str, text: str, who: dict[str, str]) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": mid, "role": "ROLE_USER", "parts": [{"text": text}]}}}
+    r = await c.post(url + "/", json=body, headers={**who, "A2A-Version": "1.0"})
+    task: dict[str, Any] = r.json()["result"]["task"]
+    return task
+
+
+def agent_of(task: dict[str, Any]) -> str:
+    return str(task["metadata"][EXTENSION_URI]["route"][0]["targets"][0])
+
+
+async def rpc(c: httpx.AsyncClient, url: str, params: Any, who: dict[str, str], path: str = "/") -> dict[str, Any]:
+    r = await c.post(url + path, json={"jsonrpc": "2.0", "id": 7, "method": FEEDBACK_METHOD, "params": params},
+                     headers={**who, "A2A-Version": "1.0"})
+    out: dict[str, Any] = r.json()
+    return out
+
+
+async def test_ratings_steer_the_raters_own_traffic_and_are_kept_in_history(tmp_path: Any) -> None:
+    specs = {n: agent(n, ["text/plain"]) for n in ("desk-a", "desk-b", "desk-c")}
+    async with agents(specs) as urls, gateway(config(urls, tmp_path)) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+        first = await send(c, url, "q-1", "I was charged twice for my subscription this month", ALICE)
+        assert agent_of(first) == "desk-a"  # no ratings yet: capability routing (the first of equals)
+        r = await c.post(f"{url}/tasks/{first['id']}:feedback", json={"score": 0, "comment": "wrong answer"}, headers=ALICE)
+        assert r.status_code == 200 and r.json() == {"taskId": first["id"], "agent": "desk-a", "score": 0.0,
+                                                     "learnedParts": 1}
+        second = await send(c, url, "q-2", "Why was my card charged twice for the subscription?", ALICE)
+        assert agent_of(second) == "desk-b"  # desk-a rated badly on a similar part: an untried desk next
+        done = await rpc(c, url, {"id": second["id"], "score": 1, "agent": "desk-b"}, ALICE)
+        assert done["result"]["agent"] == "desk-b" and done["result"]["learnedParts"] == 1
+        third = await send(c, url, "q-3", "A double charge for my subscription appeared on my card", ALICE)
+        assert agent_of(third) == "desk-b"
+        # bob's traffic is not steered by alice's ratings (feedback: own)
+        assert agent_of(await send(c, url, "q-4", "I was charged twice for my subscription", BOB)) == "desk-a"
+        # explain shows the evidence
+        assert gw.history is not None and await asyncio.to_thread(gw.history.flush, 10.0)
+        rows = (await c.get(url + "/admin/history?limit=50", headers={"Authorization": f"Bearer {ADMIN}"})).json()
+    by_id = {}
+    for row in rows["decisions"]:
+        by_id.setdefault(row["messageId"], []).append(row)
+    learned_note = by_id["q-3"][-1]["parts"][0]["learned"] if "q-3" in by_id else None
+    assert learned_note is not None and learned_note.startswith("learned: 2 similar parts")
+    assert "desk-a 0/1 good, desk-b 1/1 good, desk-c untried; chose desk-b" in learned_note
+    feedback = [r for rs in by_id.values() for r in rs if r["outcome"] == "feedback"]
+    assert len(feedback) == 2 and {r["sender"] for r in feedback} == {"alice"}
+    assert any(r.get("error") == f"task {first['id']}: desk-a rated 0 (wrong answer)" for r in feedback)
+
+
+async def test_another_clients_task_is_not_found_and_bad_input_names_the_field(tmp_path: Any) -> None:
+    specs = {n: agent(n, ["text/plain"]) for n in ("desk-a", "desk-b")}
+    async with agents(specs) as urls, gateway(config(urls, tmp_path)) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+        task = await send(c, url, "q-1", "hello there", ALICE)
+        tid = task["id"]
+        r = await c.post(f"{url}/tasks/{tid}:feedback", json={"score": 1}, headers=BOB)
+        assert r.status_code == 404 and r.json()["error"]["message"] == f"task {tid!r} not found"
+        assert (await rpc(c, url, {"id": tid, "score": 1}, BOB))["error"]["code"] == -32001
+        r = await c.post(f"{url}/agents/desk-b/tasks/{tid}:feedback", json={"score": 1}, headers=ALICE)
+        assert r.status_code == 404  # not a task of desk-b
+        r = await c.post(f"{url}/agents/desk-a/tasks/{tid}:feedback", json={"score": 0.5}, headers=ALICE)
+        assert r.status_code == 200 and r.json()["agent"] == "desk-a"
+        cases = [({"score": 1.5}, "body.score: required, a number from 0 to 1, got 1.5"),
+                 ({"score": True}, "body.score: required, a number from 0 to 1, got True"),
+                 ({}, "body.score: required, a number from 0 to 1, got None"),
+                 ({"score": 1, "agent": "desk-b"}, "body.agent: 'desk-b' is not an agent of this task (desk-a)"),
+                 ({"score": 1, "comment": "x" * 1025}, "body.comment: at most 1024 bytes"),
+                 ({"score": 1, "rating": 5}, "body.rating: unknown field (expected score, agent, comment)"),
+                 ([1], "body: must be an object with score (0..1), agent and comment (optional)")]
+        for body, message in cases:
+            r = await c.post(f"{url}/tasks/{tid}:feedback", json=body, headers=ALICE)
+            assert (r.status_code, r.json()["error"]["message"]) == (400, message)
+        r = await c.post(f"{url}/tasks/{tid}:feedback", content=b"{nope", headers=ALICE)
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("request body is not valid JSON")
+        bad = await rpc(c, url, {"id": tid, "score": -1}, ALICE)
+        assert bad["error"]["code"] == -32602
+        assert bad["error"]["message"] == "params.score: required, a number from 0 to 1, got -1"
+        assert (await rpc(c, url, {"score": 1}, ALICE))["error"]["message"] == "params.id: required, must be a task id string"
+
+
+async def test_ratings_are_limited_per_client(tmp_path: Any) -> None:
+    specs = {"desk-a": agent("desk-a", ["text/plain"])}
+    async with agents(specs) as urls, gateway(config(urls, tmp_path)) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+        gw.pipeline.learner.rate_per_s, gw.pipeline.learner.burst = 0.001, 3.0  # a tiny budget, no refill in the test
+        tid = (await send(c, url, "q-1", "hello", ALICE))["id"]
+        bob_tid = (await send(c, url, "q-2", "hello", BOB))["id"]
+        codes = [(await c.post(f"{url}/tasks/{tid}:feedback", json={"score": 1}, headers=ALICE)).status_code
+                 for _ in range(4)]
+        r = await c.post(f"{url}/tasks/{tid}:feedback", json={"score": 1}, headers=ALICE)
+        bob = await c.post(f"{url}/tasks/{bob_tid}:feedback", json={"score": 1}, headers=BOB)
+    assert codes == [200, 200, 200, 429]
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+    assert r.json()["error"]["message"].startswith("feedback: at most 0.001 ratings a second per client (burst 3)")
+    assert bob.status_code == 200  # another client's budget is its own
