@@ -38,6 +38,7 @@ from .link import Names, connect, ensure_kv
 from .nonces import ClusterNonces
 from .objects import ObjectBlobStore
 from .pins import ClusterSessionPins
+from .tasks import ClusterTaskMap
 
 if TYPE_CHECKING:
     from ..gateway.aggregate import LegResult
@@ -73,6 +74,7 @@ class ClusterState:
         self.delivery = DurableDelivery(self)
         self.nonces = ClusterNonces(self)
         self.push_journal = PushJournalKV(self)  # opened by the gateway's push service once this member has started
+        self.tasks: ClusterTaskMap | None = None  # set by task_map() when the gateway is built
         self.history: JetStreamHistory | None = None  # set by history_sink() when the gateway keeps a history
         self._pending_rules: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -97,6 +99,11 @@ class ClusterState:
                                         max_bytes=config.max_bytes)
         return self.history
 
+    def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> ClusterTaskMap:
+        """The gateway's task map, shared with the other gateways (`tasks` bucket; opened by `start`)."""
+        self.tasks = ClusterTaskMap(self, max_bytes=max_bytes, max_bytes_per_owner=max_bytes_per_owner)
+        return self.tasks
+
     # --- lifecycle ------------------------------------------------------------------
     async def start(self, gateway: GatewayParts) -> None:
         """Connect, open buckets, seed them from this gateway's config if empty, then adopt and watch them."""
@@ -117,6 +124,8 @@ class ClusterState:
             await self._catch_up(kind)
         await self._watch_all()
         await self.delivery.setup()
+        if self.tasks is not None:
+            await self.tasks.open()
         if self.history is not None:
             await self.history.setup()
         await self.heartbeat()
@@ -127,6 +136,8 @@ class ClusterState:
         if self.history is not None:
             await self.history.stop()
         await self.delivery.stop()
+        if self.tasks is not None:
+            await self.tasks.close()
         await cancel_tasks(self._tasks)
         await self._unwatch()
         if self.nc is not None and self.nc.is_connected:

@@ -127,6 +127,8 @@ class Admission:
             who = current_client.get()
             sender = who.name if who is not None else None
         if message.get("taskId") or message.get("contextId"):
+            if message.get("taskId"):
+                await self.tasks.fetch(str(message["taskId"]))  # in a cluster: a task made by another gateway
             check_owner(self.tasks, message, caller)
         if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
             sender = await self.guard.admit(message, configuration, target, sender)

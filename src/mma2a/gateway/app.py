@@ -69,7 +69,6 @@ from .sdk_binding import PipelineRequestHandler, TargetContextBuilder, rest_rout
 from .authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
 from .security import access_control, error_body
 from .state import RoutingState
-from .tasks import TaskMap
 from .tracing import TracingMiddleware
 from .tracing import enabled as tracing_enabled
 from .transport import Transport
@@ -178,7 +177,8 @@ class Gateway:
             cluster=self.cluster,
             gateway_id=config.name or self.public_url,
             federation=self.federation,
-            tasks=TaskMap(max_bytes=config.limits.task_bytes, max_bytes_per_owner=config.limits.task_bytes_per_client),
+            tasks=self.cluster.task_map(max_bytes=config.limits.task_bytes,
+                                        max_bytes_per_owner=config.limits.task_bytes_per_client),
             push=config.push,
             public_url=self.public_url,
             slots=self._slots(config),

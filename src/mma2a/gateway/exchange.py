@@ -208,6 +208,7 @@ class Exchange:
                 self.metrics.requests.labels("failed").inc()
                 failed = failed_task(res.error, message=message, route=route)
                 self.tasks.put(TaskRecord(failed["id"], [], aggregate=failed, route=route, owner=current_sender()))
+                await self.tasks.flush(failed["id"])  # in a cluster: stored before the client can ask another gateway
                 return {"task": failed}
             self.metrics.requests.labels("ok").inc()
             result = res.result or {}
@@ -219,10 +220,12 @@ class Exchange:
                     ameta = art.setdefault("metadata", {})
                     ameta[EXTENSION_URI] = {**(ameta.get(EXTENSION_URI) or {}), "source": res.agent}
                 self.tasks.put_leg(task["id"], res.agent, task.get("contextId"), route, current_sender())
+                await self.tasks.flush(task["id"])
             return result
         task = aggregate(results, message=message, route=route)
         state = task["status"]["state"]
         self.metrics.requests.labels("failed" if state == FAILED else "ok").inc()
         legs_ = [DownstreamTask(r.agent, r.task["id"], r.task.get("contextId")) for r in results if r.task]
         self.tasks.put(TaskRecord(task["id"], legs_, aggregate=task, route=route, owner=current_sender()))
+        await self.tasks.flush(task["id"])
         return {"task": task}

@@ -20,6 +20,7 @@ from .history import HistoryConfig, HistoryRecorder, HistorySink
 from .metrics import GatewayMetrics
 from .push.journal import PushJournal
 from .state import RoutingState
+from .tasks import TaskMap
 
 
 class AgentCalls(Protocol):
@@ -92,8 +93,11 @@ class ClusterHooks(RouteHooks, Protocol):
     def push_journal(self) -> PushJournal | None:
         """Push configs and pending deliveries kept for the cluster (None: in this gateway's memory only)."""
 
+    def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> TaskMap:
+        """The gateway's task map: its own on a lone gateway; shared with the other gateways in a cluster."""
+
     async def start(self, gateway: GatewayParts) -> None:
-        """Join: share or adopt rules, agents and modalities; open pins, blobs, deliveries."""
+        """Join: share or adopt rules, agents and modalities; open pins, blobs, deliveries, tasks."""
 
     async def stop(self) -> None: ...
 
@@ -118,6 +122,9 @@ class Standalone:
     store: BlobStore | None = None
     nonces: NonceLedger | None = None
     push_journal: PushJournal | None = None
+
+    def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> TaskMap:
+        return TaskMap(max_bytes=max_bytes, max_bytes_per_owner=max_bytes_per_owner)
 
     async def start(self, gateway: GatewayParts) -> None:
         return None

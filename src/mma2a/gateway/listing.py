@@ -129,6 +129,8 @@ async def _owned_tasks(pipeline: Pipeline, params: dict[str, Any], entries: list
         while at < len(listed) and len(tasks) < size:
             task = listed[at]
             at += 1
+            if isinstance(task, dict) and not known(str(task.get("id")))[0]:
+                await pipeline.tasks.fetch(str(task.get("id")))  # in a cluster: made by another gateway
             if isinstance(task, dict) and known(str(task.get("id"))) == (True, owner):
                 tasks.append(task)
         if at < len(listed):  # the page is full: the next answer reads on from here

@@ -81,7 +81,7 @@ class Pipeline:
         call the gateway's push webhook at (None: agents' tasks are followed, never given a webhook)."""
         self.directory = directory
         self.metrics = metrics
-        self.tasks = tasks or TaskMap()
+        self.tasks = tasks if tasks is not None else TaskMap()  # (an empty map is falsy)
         self.feed = feed or DecisionFeed()
         self.guard = guard
         hooks: ClusterHooks = cluster if cluster is not None else Standalone()  # shared pins, durable delivery

@@ -112,6 +112,7 @@ class Streaming:
                         if tid:
                             self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid, first.get("contextId"))],
                                                       route=route, owner=current_sender()))
+                            await self.tasks.flush(tid)  # in a cluster: stored before the client sees the id
                             recorded = True
                     sent = True
                     outcome = outcome_of(event) or outcome
@@ -164,6 +165,7 @@ class Streaming:
             m["taskId"], m["contextId"] = tid, ctx
         self.tasks.put(TaskRecord(tid, [DownstreamTask(r.agent, r.task["id"], r.task.get("contextId"))
                                         for r in results if r.task], aggregate=task, route=route, owner=current_sender()))
+        await self.tasks.flush(tid)
         self.exchange.feed.record(message, route, str(task["status"]["state"]))
         history = self.exchange.history
         if history is not None:  # no view here: the modalities as routed

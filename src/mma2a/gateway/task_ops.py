@@ -69,6 +69,7 @@ class TaskOperations:
 
     async def get_task(self, task_id: str, history_length: int | None = None, *, target: str | None = None
                        ) -> dict[str, Any]:
+        await self.tasks.fetch(task_id)  # in a cluster: a task made by another gateway
         if history_length is not None and history_length < 0 and target is None and self.tasks.find(task_id) is None:
             # params are checked before the task is looked up, as an agent checks them
             raise InvalidParams("history length must be non-negative", field="params.historyLength")
@@ -102,6 +103,7 @@ class TaskOperations:
         return cut_history(fresh, history_length)
 
     async def cancel_task(self, task_id: str, *, target: str | None = None) -> dict[str, Any]:
+        await self.tasks.fetch(task_id)
         rec = self.task_record(task_id, target)
         if not rec.fanned_out:  # one agent's task: its answer (or its error) is the answer
             return await self._agent_task(rec.legs[0], "CancelTask", {"id": rec.legs[0].task_id}, rec.route,
@@ -117,6 +119,7 @@ class TaskOperations:
         return await self.get_task(task_id)
 
     async def subscribe(self, task_id: str, *, target: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        await self.tasks.fetch(task_id)
         rec = self.task_record(task_id, target)
         if rec.fanned_out or not rec.legs:
             yield {"task": await self.get_task(task_id)}

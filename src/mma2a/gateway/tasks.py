@@ -129,9 +129,10 @@ class TaskMap:
         """`put` of the commonest record, an agent's own task (one leg, no aggregate), without building it."""
         self._store(task_id, (agent, task_id), route, None, _OVERHEAD + 3 * len(task_id) + len(agent), owner, context_id)
 
-    def _store(self, task_id: str, legs: tuple[str, ...], route_doc: list[dict[str, Any]], agg: bytes | None,
-               size: int, owner: str | None, context: str | None) -> None:
-        route = orjson.dumps(route_doc)
+    def _store(self, task_id: str, legs: tuple[str, ...], route_doc: list[dict[str, Any]] | bytes, agg: bytes | None,
+               size: int, owner: str | None, context: str | None, at: float | None = None) -> None:
+        """`at`: when the record was made on this map's clock (a record adopted from another gateway keeps its age)."""
+        route = route_doc if isinstance(route_doc, bytes) else orjson.dumps(route_doc)
         routes = self._routes
         if len(routes) >= 4096:
             routes.clear()
@@ -145,7 +146,7 @@ class TaskMap:
         old = rows.pop(task_id, None)
         if old is not None:
             self._forget(task_id, old)
-        rows[task_id] = (legs, route, agg, now, size, owner, context)
+        rows[task_id] = (legs, route, agg, now if at is None else min(at, now), size, owner, context)
         self.bytes += size
         if context is not None:
             held = self._contexts.get(context)
@@ -262,6 +263,18 @@ class TaskMap:
         if owner is not None:
             self._owner_bytes[owner] = self._owner_bytes.get(owner, 0) + size - row[4]
         self._rows[record.task_id] = (row[0], row[1], agg, row[3], size, row[5], row[6])
+
+    def discard(self, task_id: str) -> None:
+        """Forget a record (another gateway of the cluster dropped it)."""
+        row = self._rows.pop(task_id, None)
+        if row is not None:
+            self._forget(task_id, row)
+
+    async def fetch(self, task_id: str) -> None:
+        """Before a lookup of a task this map may not hold: a shared map reads it from the cluster (here: nothing)."""
+
+    async def flush(self, task_id: str) -> None:
+        """Before answering with a task just recorded: a shared map waits until the cluster holds it (here: nothing)."""
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -148,6 +148,7 @@ class PushService:
         `/agents/{name}/`) is asked of its agent, which answers TaskNotFound for a task it does not know either."""
         if not isinstance(task_id, str) or not task_id:
             raise TaskNotFound("task '' not found", field="taskId")
+        await self.tasks.fetch(task_id)  # in a cluster: a task made by another gateway
         rec = self.task_ops.task_record(task_id, target)
         if self.tasks.find(task_id) is None:
             await self.task_ops.current(rec, 0)
@@ -175,6 +176,8 @@ class PushService:
     async def _configs_task(self, task_id: str, target: str | None) -> None:
         """For get, list, delete: the caller's task, or one it holds configs of (a config is only ever kept for a task
         its owner has: after a restart in a cluster the configs are back before the task map knows the task)."""
+        if isinstance(task_id, str) and task_id:
+            await self.tasks.fetch(task_id)
         if isinstance(task_id, str) and self.tasks.find(task_id) is None and self.store.of_owner(current_sender(), task_id):
             return
         await self._owned_task(task_id, target)

@@ -1,0 +1,101 @@
+"""Tasks shared by a cluster's gateways: two gateway processes on one real nats-server, auth on. A task made on
+one gateway is read, listed, cancelled and subscribed to on the other by its owner, refused to another client,
+and still there after the gateway that made it restarts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mma2a.cluster.server import NatsServer
+from tests.agents import RecordingExecutor, make_card, run_agent
+
+from .conftest import admin, cluster_name, gateways, text_message
+from .test_gateways import until
+from .test_security import TOKENS, bearer, rpc
+
+pytestmark = pytest.mark.timeout(300)
+
+NOT_FOUND = -32001  # TaskNotFound
+NOT_CANCELABLE = -32002  # the agent's own answer: a completed task cannot be cancelled
+
+
+def shared(nats_url: str, name: str, urls: dict[str, str] | None = None) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
+        "timeout_s": 20, "retries": 0,
+        "cluster": {"nats": nats_url, "name": name, "heartbeat_s": 0.5, "member_ttl_s": 2},
+    }
+    if urls is not None:  # the first gateway seeds the cluster: every message to both agents (a fan-out task)
+        config["agents"] = [{"name": n, "url": u} for n, u in urls.items()]
+        config["rules"] = json.dumps({"version": 1, "rules": [
+            {"name": "both", "match": {"modality": "*/*"}, "action": {"clone_and_route_to": sorted(urls)}}]})
+    return config
+
+
+async def knows_agents(c: httpx.AsyncClient, url: str, names: set[str]) -> bool:
+    r = await c.get(url + "/admin/agents", headers=admin())
+    return r.status_code == 200 and names <= {a["name"] for a in r.json()["agents"]}
+
+
+async def subscribe(c: httpx.AsyncClient, url: str, who: str, task_id: str) -> list[dict[str, Any]]:
+    """The JSON-RPC answers of a SubscribeToTask stream (one answer when it is an error)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
+    async with c.stream("POST", url + "/", json=body, headers=bearer(who)) as r:
+        if not r.headers.get("content-type", "").startswith("text/event-stream"):
+            return [json.loads(await r.aread())]
+        return [json.loads(line[5:]) async for line in r.aiter_lines() if line.startswith("data:")]
+
+
+async def test_a_task_made_on_one_gateway_is_its_owners_on_the_other_and_outlives_a_restart(
+        nats_server: NatsServer, tmp_path: Path) -> None:
+    async with run_agent(make_card("a"), RecordingExecutor(echo=True)) as a_url, \
+            run_agent(make_card("b"), RecordingExecutor(echo=True)) as b_url:
+        name = cluster_name()
+        async with gateways([shared(nats_server.url, name, {"a": a_url, "b": b_url}), shared(nats_server.url, name)],
+                            tmp_path) as gws:
+            gw1, gw2 = gws[0].url, gws[1].url
+            async with httpx.AsyncClient(timeout=30) as c:
+                await until(lambda: knows_agents(c, gw2, {"a", "b"}))  # the second gateway has the first's agents
+                fan = (await rpc(c, gw1, "alice", "SendMessage", {"message": text_message("two agents")}))["result"]["task"]
+                single = (await rpc(c, gw1 + "/agents/a", "alice", "SendMessage",
+                                    {"message": text_message("one agent")}))["result"]["task"]
+                assert fan["id"].startswith("gw-") and not single["id"].startswith("gw-")
+                # the owner, on the other gateway: the fan-out's aggregate rebuilt from its legs, the agent's own task
+                got_fan = await rpc(c, gw2, "alice", "GetTask", {"id": fan["id"]})
+                assert "result" in got_fan, got_fan
+                assert got_fan["result"]["id"] == fan["id"], got_fan
+                assert got_fan["result"]["contextId"] == fan["contextId"]
+                assert got_fan["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+                got = await rpc(c, gw2, "alice", "GetTask", {"id": single["id"]})
+                assert got["result"]["id"] == single["id"] and got["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+                cancel = await rpc(c, gw2, "alice", "CancelTask", {"id": single["id"]})
+                assert cancel["error"]["code"] == NOT_CANCELABLE, cancel  # the agent was asked: the task was found
+                events = await subscribe(c, gw2, "alice", fan["id"])
+                assert [e["result"]["task"]["id"] for e in events] == [fan["id"]], events
+                listed = await rpc(c, gw2, "alice", "ListTasks", {})
+                assert single["id"] in {t["id"] for t in listed["result"]["tasks"]}, listed
+                # another client, on either gateway: as unknown as a task that never was
+                for url in (gw1, gw2):
+                    for tid in (fan["id"], single["id"]):
+                        assert (await rpc(c, url, "bob", "GetTask", {"id": tid}))["error"]["code"] == NOT_FOUND
+                        assert (await rpc(c, url, "bob", "CancelTask", {"id": tid}))["error"]["code"] == NOT_FOUND
+                        assert (await subscribe(c, url, "bob", tid))[0]["error"]["code"] == NOT_FOUND
+                    bobs = await rpc(c, url, "bob", "ListTasks", {})
+                    assert not {fan["id"], single["id"]} & {t["id"] for t in bobs["result"]["tasks"]}, bobs
+                # a follow-up on the task through the other gateway continues it (the agent's own task id)
+                follow = text_message("and then")
+                follow["taskId"] = single["id"]
+                assert (await rpc(c, gw2, "bob", "SendMessage", {"message": follow}))["error"]["code"] == NOT_FOUND
+                # the gateway that made both tasks restarts (killed: nothing written at exit): none is lost
+                gws[0].kill()
+                gws[0].start()
+                await gws[0].ready()
+                for tid in (fan["id"], single["id"]):
+                    again = await rpc(c, gw1, "alice", "GetTask", {"id": tid})
+                    assert again["result"]["id"] == tid, again
+                    assert (await rpc(c, gw1, "bob", "GetTask", {"id": tid}))["error"]["code"] == NOT_FOUND
