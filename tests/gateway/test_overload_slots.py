@@ -141,9 +141,9 @@ async def test_a_priority_whose_betters_take_the_whole_rate_is_shed_on_arrival()
         assert s.acquire(9) is None
     assert s.rate() == pytest.approx(20.0)
     urgent, why = [], []
-    for _ in range(24):  # 24 urgent legs arrive within the one-second window: more than the agent serves
+    for _ in range(24):  # 24 legs of priority 5 arrive within the one-second window: more than the agent serves
         try:
-            waiting = s.acquire(9)
+            waiting = s.acquire(5)
         except Overloaded as exc:  # past QUEUE_RTTS answer times of waiting: shed at once, not after a wait
             why.append(exc.why)
         else:
@@ -152,7 +152,10 @@ async def test_a_priority_whose_betters_take_the_whole_rate_is_shed_on_arrival()
     assert len(urgent) == 4 * 2 and set(why) == {"deadline"}  # 4 answer times of 0.1 s at 20 a second: 8 queue
     with pytest.raises(Overloaded) as info:
         s.acquire(2)
-    assert info.value.why == "outranked" and s.floor == 9
+    assert info.value.why == "outranked" and s.floor == 5
+    privileged = s.acquire(7)  # above the routine priorities: it waits for its deadline whatever the queue
+    assert privileged is not None
+    urgent.insert(0, asyncio.ensure_future(privileged))
     s.release(0.1)
     await settle()
     assert urgent[0].done() and urgent[0].exception() is None
@@ -161,6 +164,7 @@ async def test_a_priority_whose_betters_take_the_whole_rate_is_shed_on_arrival()
     await settle()
     with pytest.raises(Overloaded):
         s.acquire(2)
+    assert urgent[1].done() and urgent[1].exception() is None
     clock.now += 3.0  # the urgent ones stop coming: the next routine leg has a slot (the floor follows the rates)
     for task in urgent[3:]:
         task.cancel()

@@ -10,8 +10,9 @@ to hang — when:
 - `outranked`: legs of higher priority arrive at 90% or more of the agent's rate (`limit / mean_rtt`): this one
   could only be served by taking their slots, so it is shed on arrival, even when a slot is free for a moment
   (else routine legs taking free slots would leave urgent ones a standing backlog);
-- `deadline`: it would wait past its deadline, or more than `QUEUE_RTTS` of the agent's mean answer times (a
-  standing queue only adds latency: better an answer now). The wait is estimated when it arrives (and again for
+- `deadline`: it would wait past its deadline, or — a routine leg (priority up to `ROUTINE_MAX`, the clients'
+  default ceiling) — more than `QUEUE_RTTS` of the agent's mean answer times (a standing queue only adds latency:
+  better an answer now; a privileged leg waits to its deadline). The wait is estimated when it arrives (and again for
   the lowest queued legs whenever the queue moves) from the legs ahead of it and the agent's rate left to its
   priority: `(ahead + 1) / (limit / mean_rtt - arrivals per second of higher priorities)`;
 - `queue_full`: the queue holds `limits.max_queue_per_agent` legs and none is less urgent (else that one,
@@ -40,7 +41,8 @@ PRIORITIES = 10  # the extension's priority: 0..9
 RATE_WINDOW_S = 1.0  # arrivals per priority are counted over a sliding window this long
 RTT_WEIGHT = 0.1  # weight of each answer in the mean latency the wait estimate uses
 ESTIMATE_AFTER = 8  # answers before a wait is estimated (until then the deadline alone sheds)
-QUEUE_RTTS = 4  # a leg is queued only when it is expected to reach the agent within this many mean answer times
+QUEUE_RTTS = 4  # a routine leg is queued only when it is expected to reach the agent within this many answer times
+ROUTINE_MAX = 5  # priorities up to the clients' default ceiling are routine; above it (privileged) legs wait to their deadline
 FLOOR_MARGIN = 0.1  # a priority whose betters arrive at 90% of the agent's rate or more is shed even at a free slot
 
 # the legs shed while the request being served ran (the SDK's bindings answer it 503 from there: `shed_of`)
@@ -146,7 +148,7 @@ class AgentSlots:
         if expected > budget:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"past its deadline of {_secs(budget)}", expected)
-        if expected > QUEUE_RTTS * self.rtt_mean:  # a standing queue only adds latency: shed now, not after a wait
+        if priority <= ROUTINE_MAX and expected > QUEUE_RTTS * self.rtt_mean:  # a standing queue only adds latency
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"more than {QUEUE_RTTS} of its answer times", expected)
         if self.queued >= self.max_queue:
