@@ -148,3 +148,43 @@ def test_the_cycle_finder_names_a_cycle() -> None:
     assert cycle == ["a", "b", "c", "a"]
     assert describe(graph, cycle) == "  a -> b  (a.py:1)\n  b -> c  (b.py:2)\n  c -> a  (c.py:3)"
     assert find_cycle({"a": {"b": []}, "b": {}}) is None
+
+
+_PLAIN_GATEWAY = """
+import asyncio, json, sys
+from mma2a.gateway.config import parse_config
+import mma2a.gateway.server
+from mma2a.gateway.app import Gateway
+
+gateway = Gateway(parse_config({"listen": "127.0.0.1:0", "health_interval_s": 3600, "agents": [
+    {"name": "vision", "url": "http://127.0.0.1:9"}, {"name": "analyst", "url": "http://127.0.0.1:9"}]}))
+
+async def run():
+    await gateway.start()  # the agents are down: registered later, the gateway starts all the same
+    await gateway.stop()
+
+asyncio.run(run())
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_a_plain_gateway_loads_no_optional_feature() -> None:
+    """The README's gateway.yaml (agents, nothing else) imports and starts without the modules of features it does not
+    configure: no numpy/Pillow/models (no rule needs features or vectors), no language profiles, no joserfc (no
+    `auth.jwt`), no NATS or cluster code (no `cluster`), none of the gateway's gRPC modules (no `grpc_listen`), no
+    OpenTelemetry SDK (no exporter). (`grpc` and the OpenTelemetry API themselves are imported by a2a-sdk's
+    `a2a.server` packages, which the gateway serves with.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run([sys.executable, "-c", _PLAIN_GATEWAY], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = set(json.loads(out.stdout.splitlines()[-1]))
+    assert {"mma2a.gateway.app", "mma2a.gateway.server", "mma2a.routing.learned"} <= loaded  # it ran
+    unwanted = {"numpy", "PIL", "cv2", "av", "onnxruntime", "langdetect", "joserfc", "nats", "mma2a.cluster",
+                "mma2a.gateway.jwt_clients", "mma2a.gateway.jwks", "mma2a.gateway.grpc_binding",
+                "mma2a.gateway.grpc_transport", "mma2a.gateway.grpc_admission", "opentelemetry.sdk"}
+    assert not unwanted & loaded, sorted(unwanted & loaded)

@@ -106,16 +106,21 @@ class FeatureStage:
         return self.by_model.get(table.model) if table is not None else None
 
     def warm(self, snapshot: Snapshot) -> list[str]:
-        """Load the models the snapshot's rules need (blocking: call it off the event loop)."""
+        """Load the models the snapshot's rules need (blocking: call it off the event loop); rules that test no
+        feature need none, nor the language profiles (tens of MB): a later rule set that does loads them at its
+        first message."""
         wanted: set[str] = set()
-        for pattern, names in feature_demand(snapshot):
+        demand = feature_demand(snapshot)
+        warmed: list[str] = []
+        for pattern, names in demand:
             wanted |= {n for n in names if not n.startswith(SEMANTIC_PREFIX)}
             if any(n.startswith(SEMANTIC_PREFIX) for n in names):
                 if pattern is None or pattern.type == "*":
                     wanted |= set(TEXT_OF.values())
                 elif pattern.type in TEXT_OF:
                     wanted.add(TEXT_OF[pattern.type])
-        warmed = self.pipeline.warm_up(frozenset(wanted))
+        if demand:
+            warmed = self.pipeline.warm_up(frozenset(wanted))
         vectors = self.vectors_for(snapshot)
         if snapshot.needs_vectors and vectors is not None:
             vectors.warm_up()

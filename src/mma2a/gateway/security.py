@@ -25,7 +25,7 @@ import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.responses import Response
@@ -62,7 +62,9 @@ from .access import (
 from .authz import AccessClass, ErrorShape, RouteAccess
 from .federation import HEADER_KEY as FEDERATION_HEADER
 from .federation import Federation
-from .jwt_clients import JWTVerifier, KeysStale
+
+if TYPE_CHECKING:
+    from .jwt_clients import JWTVerifier  # loaded with `auth.jwt` only (joserfc)
 
 log = logging.getLogger("mma2a.gateway.security")
 
@@ -261,6 +263,10 @@ class AccessControl:
                           agent: str | None = None, refuse_draining: bool = True) -> Client | None:
         """`admit`, but a JWT naming a key its issuer's set lacks waits for one read of the set (at most one per
         `min_refresh_s`, shared by every request that asks) and is judged again: a rotated key works at once."""
+        if self.auth.jwt is None:  # no issuers: joserfc (jwt_clients) is never loaded
+            return self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
+        from .jwt_clients import KeysStale
+
         try:
             return self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
         except KeysStale as stale:
@@ -448,6 +454,7 @@ def jwt_verifier(gw: Any) -> JWTVerifier | None:
     if not cfg.auth.jwt:
         return None
     from ..payload.ssrf import URLPolicy
+    from .jwt_clients import JWTVerifier
 
     tokens, reads = gw.metrics.jwt_tokens, gw.metrics.jwks_reads
     return JWTVerifier(cfg.auth.jwt, base_dir=cfg.base_dir, clock=gw.clock,

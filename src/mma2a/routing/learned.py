@@ -34,9 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from ..view import PartView
+
+# numpy is imported where a vector is: a gateway whose parts carry no vectors never loads it
 
 JOIN = 0.5
 """Cosine to a cell's leader at which a rated part joins that cell (else it leads a new one)."""
@@ -97,6 +97,7 @@ class Evidence:
         cells = self.cells.get(key)
         if cells is None or cells.leaders.shape[1] != vector.shape[0]:
             return (), 0.0
+        import numpy as np
         cos = cells.leaders @ vector
         if len(cos) > NEAREST:
             top = np.argpartition(-cos, NEAREST)[:NEAREST]
@@ -215,6 +216,8 @@ class EvidenceIndex:
             if cell is None:
                 cell = self._plain[key] = self._new_cell(key)
             return cell
+        import numpy as np
+
         vector = np.asarray(vector, dtype=np.float32)
         buffer, ids = self._rows.get(key, (None, []))
         if buffer is not None and ids and buffer.shape[1] == vector.shape[0]:
@@ -262,6 +265,8 @@ class EvidenceIndex:
             del self._rows[key]
             self._cells.pop(key, None)
             return
+        import numpy as np
+
         fresh = np.zeros_like(buffer)  # a copy: published views still read the old rows
         fresh[: len(keep)] = buffer[keep]
         self._rows[key] = (fresh, [ids[j] for j in keep])
