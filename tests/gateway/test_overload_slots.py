@@ -178,6 +178,26 @@ async def test_a_priority_whose_betters_take_the_whole_rate_is_shed_on_arrival()
     assert s.acquire(2) is None  # and the next takes the fast path
 
 
+async def test_a_first_burst_waits_while_the_adaptive_limit_finds_the_agents_measure() -> None:
+    clock = Clock()
+    s = AgentSlots("vision", AdaptiveLimit(initial=1), max_queue=64, queue_timeout_s=1000.0, clock=clock)
+    for _ in range(ESTIMATE_AFTER):  # answers with nothing waiting: still in slow start
+        assert s.acquire(5) is None
+        s.release(0.1)
+    assert not s.limit.settled
+    s.acquire(5)
+    burst = []
+    for _ in range(20):  # 20 routine legs would wait 2 s, more than 4 answer times: they wait all the same
+        waiting = s.acquire(5)
+        assert waiting is not None
+        burst.append(asyncio.ensure_future(waiting))
+    await settle()
+    assert s.queued == 20 and not any(t.done() for t in burst)
+    for t in burst:
+        t.cancel()
+    await settle()
+
+
 def test_the_table_makes_fixed_and_adaptive_slots_and_none_when_off() -> None:
     table = AgentSlotTable(adaptive=True, initial=3)
     adaptive = table.of("a", None)

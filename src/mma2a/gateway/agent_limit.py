@@ -43,6 +43,11 @@ class ConcurrencyLimit:
     def __init__(self, value: int) -> None:
         self.value = value
 
+    @property
+    def settled(self) -> bool:
+        """The limit says what the agent takes (an adaptive one: once it has cut, leaving slow start)."""
+        return True
+
     def sample(self, rtt: float, in_flight: int, saturated: bool) -> None:
         """An answer took `rtt` seconds with `in_flight` legs at the agent; a fixed limit ignores it."""
 
@@ -71,6 +76,10 @@ class AdaptiveLimit(ConcurrencyLimit):
         self._saturated = False
         self.slow_start = True
         self.last_queued = 0.0
+
+    @property
+    def settled(self) -> bool:
+        return not self.slow_start
 
     def sample(self, rtt: float, in_flight: int, saturated: bool) -> None:
         """One answer: `rtt` seconds, `in_flight` legs at the agent when it came (itself included), `saturated`:

@@ -11,8 +11,8 @@ to hang — when:
   could only be served by taking their slots, so it is shed on arrival, even when a slot is free for a moment
   (else routine legs taking free slots would leave urgent ones a standing backlog);
 - `deadline`: it would wait past its deadline, or — a routine leg (priority up to `ROUTINE_MAX`, the clients'
-  default ceiling) — more than `QUEUE_RTTS` of the agent's mean answer times (a standing queue only adds latency:
-  better an answer now; a privileged leg waits to its deadline). The wait is estimated when it arrives (and again for
+  default ceiling) — more than `QUEUE_RTTS` of the agent's mean answer times once its limit is settled (a standing
+  queue only adds latency: better an answer now; a privileged leg waits to its deadline). The wait is estimated when it arrives (and again for
   the lowest queued legs whenever the queue moves) from the legs ahead of it and the agent's rate left to its
   priority: `(ahead + 1) / (limit / mean_rtt - arrivals per second of higher priorities)`;
 - `queue_full`: the queue holds `limits.max_queue_per_agent` legs and none is less urgent (else that one,
@@ -148,7 +148,9 @@ class AgentSlots:
         if expected > budget:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"past its deadline of {_secs(budget)}", expected)
-        if priority <= ROUTINE_MAX and expected > QUEUE_RTTS * self.rtt_mean:  # a standing queue only adds latency
+        # a standing queue only adds latency (not judged while an adaptive limit is still finding the agent's measure:
+        # a first burst at an idle agent waits for the limit to grow)
+        if priority <= ROUTINE_MAX and self.limit.settled and expected > QUEUE_RTTS * self.rtt_mean:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"more than {QUEUE_RTTS} of its answer times", expected)
         if self.queued >= self.max_queue:
