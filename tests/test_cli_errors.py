@@ -8,25 +8,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from mma2a.cli import app
 from mma2a.cli.serve import credential_warnings
 from mma2a.gateway.config import ConfigError
 from mma2a.gateway import parse_config
 from mma2a.serving import free_port
 from tests.certs import CA
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    from mma2a.cli.main import _register
-
-    _register()
-    result = CliRunner().invoke(app, list(args), env=env)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
+from tests.test_first_hour import cli
 
 
 async def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
