@@ -8,6 +8,8 @@ alternate tree by tree so load on a shared machine hits each alike; per run:
 
 - listening: wall time from starting `python -m mma2a.cli serve --config gateway.yaml` to the
   first accepted TCP connection on its port (polled every 2 ms);
+- CPU to listening: the gateway process's user + system CPU time at that moment (what the wall
+  time would be on an idle core; on a loaded machine the wall time is mostly waiting for one);
 - idle RSS: VmRSS of the gateway process 1 s after the banner (`mma2a gateway on ...`);
 - which heavy packages the idle process holds (read from the process with a second probe:
   `python -c 'import mma2a.gateway.server; Gateway(plain config)'` and its `sys.modules`).
@@ -59,23 +61,29 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def env_for(src: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def one_run(src: str, config: Path, port: int) -> tuple[float, float]:
-    """(seconds to the first accepted connection, idle RSS in MB 1 s after the banner)."""
+def one_run(src: str, config: Path, port: int) -> tuple[float, float, float]:
+    """(seconds to the first accepted connection, idle RSS in MB 1 s after the banner, CPU seconds to listening)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(config), "--log-level", "warning"],
                             env=env_for(src), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        listening = None
+        listening, cpu = None, 0.0
         while listening is None:
             if proc.poll() is not None:
                 raise RuntimeError(f"serve exited {proc.returncode}: {proc.stdout.read() if proc.stdout else ''}")
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.05):
                     listening = time.perf_counter() - t0
+                    cpu = cpu_s(proc.pid)
             except OSError:
                 time.sleep(0.002)
         assert proc.stdout is not None
@@ -83,7 +91,7 @@ def one_run(src: str, config: Path, port: int) -> tuple[float, float]:
             if "mma2a gateway on" in line:
                 break
         time.sleep(1.0)
-        return listening, rss_mb(proc.pid)
+        return listening, rss_mb(proc.pid), cpu
     finally:
         proc.terminate()
         proc.wait(10)
@@ -116,24 +124,27 @@ def main() -> None:
             config.write_text(f"listen: 127.0.0.1:{port}\nagents:\n" + "".join(
                 f"  - {{name: {n}, url: http://127.0.0.1:{p}}}\n" for n, p in AGENTS))
             time.sleep(0.5)  # the agents bind
-            results: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+            load = os.getloadavg()[0]
+            results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in trees}
             for _ in range(args.runs):
                 for name, src in trees.items():
                     results[name].append(one_run(src, config, port))
-            load = os.getloadavg()[0]
-            print(f"load {load:.1f}, {args.runs} runs per tree, alternating")
+            print(f"load {load:.1f} -> {os.getloadavg()[0]:.1f} (1 min), {args.runs} runs per tree, alternating")
             for name, src in trees.items():
                 listen = [r[0] for r in results[name]]
                 rss = [r[1] for r in results[name]]
+                cpu = [r[2] for r in results[name]]
                 probe = subprocess.run([sys.executable, "-c", PROBE], env=env_for(src), capture_output=True, text=True,
                                        check=True)
                 held = json.loads(probe.stdout)
                 print(json.dumps({"tree": name, "listening_s_median": round(statistics.median(listen), 3),
-                                  "listening_s_min": round(min(listen), 3), "idle_rss_mb_median": round(statistics.median(rss), 1),
+                                  "listening_s_min": round(min(listen), 3),
+                                  "cpu_to_listening_s_median": round(statistics.median(cpu), 3), "idle_rss_mb_median": round(statistics.median(rss), 1),
                                   "idle_rss_mb_min": round(min(rss), 1), "imports": held}))
             if len(trees) == 2:
                 (a, ra), (b, rb) = results.items()
                 print(f"{b}/{a}: listening {statistics.median(r[0] for r in rb) / statistics.median(r[0] for r in ra):.2f}x, "
+                      f"CPU to listening {statistics.median(r[2] for r in rb) / statistics.median(r[2] for r in ra):.2f}x, "
                       f"idle RSS {statistics.median(r[1] for r in rb) / statistics.median(r[1] for r in ra):.2f}x")
             for name, src in trees.items() if args.importtime else ():
                 print(f"-- {name}: top cumulative import times of mma2a.gateway.server (us)")
