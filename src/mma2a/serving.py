@@ -41,8 +41,11 @@ class ListenError(Exception):
     """The listen address cannot be bound; the message says why in one line."""
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
+def listen_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
     """A TCP socket bound to host:port and listening, so clients queue from now on (before the app starts).
+
+    `reuse_port`: SO_REUSEPORT, so several worker processes each listen on the same address and the kernel spreads
+    the connections among them (`mma2a serve --workers N`); `listen=False` only binds (a supervisor holding the port).
 
     A taken port, an unknown host or a privileged port raise `ListenError` with a one-line reason.
     """
@@ -54,10 +57,13 @@ def listen_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(addr)
-        sock.listen(2048)
+        if listen:
+            sock.listen(2048)
         sock.set_inheritable(True)
     except OSError as exc:
         sock.close()

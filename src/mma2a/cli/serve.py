@@ -62,8 +62,13 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Override the listen port")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error")] = "info",
     cluster: Annotated[str | None, typer.Option(help="Cluster mode: nats://HOST:PORT of the NATS JetStream to share")] = None,
+    workers: Annotated[str, typer.Option(help="Gateway processes on the one address (SO_REUSEPORT), sharing state "
+                                              "through NATS (--cluster, else one started here); 'auto': one per core")] = "1",
+    worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
+    from .workers import Supervisor, worker_count
+
     from ..cluster import cluster_state
     from ..errors import MMA2AError, RuleError
     from ..gateway.config import load_config, parse_config
@@ -81,6 +86,17 @@ def serve(
             data["cluster"] = {**(data.get("cluster") or {}), "nats": cluster}
             cfg = parse_config(data, base_dir=cfg.base_dir)
         check_rules(cfg)
+        count = worker_count(workers)
+        if count > 1:  # the supervisor: its workers are `mma2a serve --worker` processes
+            argv = [*(["--config", str(config)] if config else []), *(["--host", host] if host else []),
+                    "--log-level", log_level]
+            nats = cfg.cluster.nats if cfg.cluster is not None else None
+            try:
+                code = Supervisor(cfg, argv, count, nats).run()
+            except ListenError as exc:
+                typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
+                raise typer.Exit(2) from None
+            raise typer.Exit(code)
         hooks = cluster_state(cfg)  # None unless the config has a cluster section
     except RuleError as exc:
         for line in exc.errors or [exc.message]:
@@ -94,7 +110,7 @@ def serve(
     for line in credential_warnings(cfg):
         typer.echo(line, err=True)
     try:
-        run(cfg, cluster=hooks, on_ready=lambda gw: typer.echo(banner(gw), err=True))
+        run(cfg, cluster=hooks, on_ready=lambda gw: typer.echo(banner(gw), err=True), reuse_port=worker)
     except ListenError as exc:
         typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
         raise typer.Exit(2) from None

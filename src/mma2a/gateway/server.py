@@ -50,16 +50,17 @@ def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
 
 
 def serve(
-    config: GatewayConfig, *, cluster: ClusterHooks | None = None, on_ready: Callable[[Gateway], None] | None = None
+    config: GatewayConfig, *, cluster: ClusterHooks | None = None, on_ready: Callable[[Gateway], None] | None = None,
+    reuse_port: bool = False,
 ) -> None:
     """Run a gateway until SIGINT/SIGTERM (uvicorn finishes in-flight requests first); `cluster` as for `Gateway`.
 
     The listen socket is bound first (a taken port raises `ListenError` before anything
-    starts); then the gateway starts (agents, rules, cluster: an `MMA2AError` here stops
+    starts; with `reuse_port` other worker processes listen on it too); then the gateway starts (agents, rules, cluster: an `MMA2AError` here stops
     the start, after closing what was opened); `on_ready` runs once connections are served.
     """
     tls = ServerTLS(config.tls, config.base_dir) if config.tls else None  # a bad file: TLSFileError naming it
-    sock = listen_socket(config.host, config.port)
+    sock = listen_socket(config.host, config.port, reuse_port=reuse_port)  # a worker of `serve --workers N`: shared
     try:
         configure_tracing(config.tracing)
         gateway = Gateway(config, cluster=cluster)

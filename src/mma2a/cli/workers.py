@@ -1,0 +1,137 @@
+"""`mma2a serve --workers N`: N gateway processes on one address, sharing their state through the cluster layer.
+
+Each worker is an ordinary `mma2a serve` process listening with SO_REUSEPORT on the same host:port (the kernel
+spreads connections among them) and running in cluster mode: tasks, session pins, deduplication, history,
+blobs, push configs, rule and agent changes are shared as between the gateways of a cluster. The NATS they
+share is the one `--cluster` (or the config's `cluster:` section) names, else a `nats-server -js` this
+supervisor starts on a free loopback port with its store in a temporary directory, and stops at the end.
+A worker that dies is started again; SIGTERM/SIGINT drain every worker, then stop NATS.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import typer
+
+from ..gateway.config import GatewayConfig
+from ..serving import listen_socket
+
+QUICK_EXIT_S = 2.0  # a worker that exits this soon after its start, with status 2, cannot start (a bad config)
+
+
+def worker_count(value: str) -> int:
+    """`--workers`: a positive number, or `auto` (the cores this process may run on)."""
+    if value == "auto":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise typer.BadParameter(f"--workers: a number of processes (1 or more) or 'auto', got {value!r}")
+    return n
+
+
+@dataclass
+class Worker:
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    restarts: int = 0
+
+
+@dataclass
+class Supervisor:
+    """Starts, watches and stops the workers (and the embedded NATS, when no external one is given)."""
+
+    config: GatewayConfig
+    argv: Sequence[str]  # the worker's `mma2a serve` arguments, less --cluster/--workers
+    count: int
+    nats: str | None  # an external NATS (--cluster or the config's cluster section); None: embedded
+    workers: list[Worker] = field(default_factory=list)
+    stopping: bool = False
+
+    def run(self) -> int:
+        from ..cluster.server import NatsServer
+
+        hold = listen_socket(self.config.host, self.config.port, reuse_port=True, listen=False)  # port taken: said now
+        port = hold.getsockname()[1]  # --port 0: one free port, the same for every worker
+        store = None
+        server: NatsServer | None = None
+        env = dict(os.environ)
+        secret_env = self.config.url_secret_env
+        if secret_env and not env.get(secret_env):  # the workers sign payload URLs with one key
+            env[secret_env] = secrets.token_urlsafe(32)
+        try:
+            url = self.nats
+            if url is None:
+                store = tempfile.mkdtemp(prefix="mma2a-nats-")
+                server = NatsServer(store).start()
+                url = server.url
+            args = [sys.executable, "-m", "mma2a.cli", "serve", *self.argv, "--port", str(port), "--cluster", url,
+                    "--worker"]
+            where = "embedded nats-server at " + url if server is not None else url
+            typer.echo(f"mma2a serve: {self.count} workers on {self.config.host}:{port}, sharing state through "
+                       f"{where}", err=True)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._stop)
+            self.workers = [Worker(i) for i in range(self.count)]
+            for w in self.workers:
+                self._start(w, args, env)
+            return self._watch(args, env)
+        finally:
+            self._stop_all()
+            hold.close()
+            if server is not None:
+                server.stop()
+            if store is not None:
+                shutil.rmtree(store, ignore_errors=True)
+
+    def _start(self, w: Worker, args: list[str], env: dict[str, str]) -> None:
+        w.proc = subprocess.Popen(args, env=env, start_new_session=True)  # signals reach it from here only
+        w.started = time.monotonic()
+        typer.echo(f"mma2a serve: worker {w.index} pid {w.proc.pid}", err=True)
+
+    def _watch(self, args: list[str], env: dict[str, str]) -> int:
+        while not self.stopping:
+            time.sleep(0.2)
+            for w in self.workers:
+                assert w.proc is not None
+                code = w.proc.poll()
+                if code is None or self.stopping:
+                    continue
+                if code == 2 and time.monotonic() - w.started < QUICK_EXIT_S:  # it said why on stderr
+                    typer.echo(f"error: worker {w.index} could not start (exit status 2); stopping", err=True)
+                    return 2
+                w.restarts += 1
+                typer.echo(f"mma2a serve: worker {w.index} (pid {w.proc.pid}) exited with status {code}; "
+                           "starting it again", err=True)
+                self._start(w, args, env)
+        return 0
+
+    def _stop(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def _stop_all(self) -> None:
+        """SIGTERM to every worker (each drains), then SIGKILL to any still running after the drain timeout."""
+        self.stopping = True
+        live = [w.proc for w in self.workers if w.proc is not None and w.proc.poll() is None]
+        for p in live:
+            p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.config.faults.drain_timeout_s + 10
+        for p in live:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

@@ -1,0 +1,110 @@
+"""`mma2a serve --workers 2`: two gateway processes on one port (SO_REUSEPORT) over the nats-server the command
+starts itself. A task is answered to its owner whichever worker a follow-up reaches — each worker is killed in
+turn, so one that did not make the task answers for it — and a killed worker is started again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from mma2a.serving import free_port
+from tests.agents import RecordingExecutor, make_card, run_agent
+
+from .conftest import text_message
+from .test_security import TOKENS, rpc
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def banners(log: Path) -> int:
+    return log.read_text(errors="replace").count("mma2a gateway on ")
+
+
+def worker_pids(log: Path) -> dict[int, int]:
+    """The pid each worker index runs as now (the supervisor says so at every start)."""
+    return {int(i): int(p) for i, p in re.findall(r"worker (\d+) pid (\d+)", log.read_text(errors="replace"))}
+
+
+async def until_banners(log: Path, proc: subprocess.Popen[bytes], n: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while banners(log) < n:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{n} workers not listening (exit {proc.poll()}):\n{log.read_text()[-3000:]}")
+        await asyncio.sleep(0.05)
+
+
+def listeners(port: int) -> int:
+    """Sockets listening on 127.0.0.1:`port` (/proc/net/tcp: state 0A)."""
+    local = f"0100007F:{port:04X}"
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for r in rows if r.split()[1] == local and r.split()[3] == "0A")
+
+
+async def until_listeners(port: int, n: int, timeout_s: float = 30.0) -> None:
+    """Until `n` sockets listen on the port (a killed worker's socket is closed once its last thread is gone)."""
+    deadline = time.monotonic() + timeout_s
+    while listeners(port) != n:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{listeners(port)} sockets listen on {port}, not {n}")
+        await asyncio.sleep(0.01)
+
+
+async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_follow_up(tmp_path: Path) -> None:
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url:
+        port = free_port()
+        config: dict[str, Any] = {
+            "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
+            "data_dir": str(tmp_path / "data"), "timeout_s": 20, "retries": 0,
+            "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
+            "agents": [{"name": "echo", "url": agent_url}],
+            "rules": json.dumps({"version": 1, "rules": [
+                {"name": "echo", "match": {"modality": "*/*"}, "action": {"route_to": "echo"}}]}),
+        }
+        path = tmp_path / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        log = tmp_path / "serve.log"
+        env = {k: v for k, v in os.environ.items() if k != "MMA2A_URL_SECRET"}  # the supervisor makes one
+        with log.open("ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", "2", "--config", str(path),
+                                     "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            await until_banners(log, proc, 2)
+            url = f"http://127.0.0.1:{port}"
+            fresh = httpx.Limits(max_keepalive_connections=0)  # every request on a new connection: any worker
+            async with httpx.AsyncClient(timeout=30, limits=fresh) as c:
+                task = (await rpc(c, url, "alice", "SendMessage", {"message": text_message("hello")}))["result"]["task"]
+                for _ in range(6):
+                    assert (await rpc(c, url, "alice", "GetTask", {"id": task["id"]}))["result"]["id"] == task["id"]
+                    assert (await rpc(c, url, "bob", "GetTask", {"id": task["id"]}))["error"]["code"] == -32001
+                for n, index in ((3, 0), (4, 1)):  # each worker killed in turn: the other answers alone meanwhile
+                    pid = worker_pids(log)[index]
+                    os.kill(pid, signal.SIGKILL)
+                    await until_listeners(port, 1)  # its socket closed: connections go to the other worker only
+                    for _ in range(4):
+                        got = await rpc(c, url, "alice", "GetTask", {"id": task["id"]})
+                        assert got["result"]["status"]["state"] == "TASK_STATE_COMPLETED", got
+                    cancel = await rpc(c, url, "alice", "CancelTask", {"id": task["id"]})
+                    assert cancel["error"]["code"] == -32002, cancel  # found, and the agent asked: not cancelable
+                    follow = text_message("again")
+                    follow["taskId"] = task["id"]
+                    again = await rpc(c, url, "bob", "SendMessage", {"message": follow})
+                    assert again["error"]["code"] == -32001, again
+                    await until_banners(log, proc, n)  # the killed worker started again and listening
+            assert len(worker_pids(log)) == 2 and log.read_text().count("starting it again") == 2
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(60)
+        assert code == 0, log.read_text()[-3000:]
+        assert "mma2a serve: 2 workers on 127.0.0.1:" in log.read_text()
