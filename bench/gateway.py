@@ -7,6 +7,8 @@ hits all alike, at 1, 4 and 16 connections:
 - `proxy`: bench/bare_proxy.py (Starlette + aiohttp pass-through) in front of it
 - `gateway`: `mma2a serve` in front of it, default rules
 - `gateway_1k`: `mma2a serve` with 1,000 synthetic rules in force (none matches a text part)
+- `gateway_workers2` (not in the default set): `mma2a serve --workers 2` (two workers on one port and the
+  nats-server it starts; CPU and RSS summed over all three processes)
 - `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
 - `gateway_skills` (not in the default set): `mma2a serve` with `default: {capability: skills}` and the
   feature stage on: the one text ("hello") is embedded once, then served from the vector cache, and ranked
@@ -61,6 +63,24 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def tree(pid: int) -> list[int]:
+    """A process and all its descendants (a `serve --workers N` supervisor: its workers and its nats-server)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -94,6 +114,8 @@ class Arms:
             self._gateway("gateway", "fast", fast_url, None, env)
         if "gateway_soak" in arms:  # a second, fresh gateway: the soak's heap starts from nothing
             self._gateway("gateway_soak", "fast", fast_url, None, env)
+        if "gateway_workers2" in arms:  # `serve --workers 2`: two workers and the nats-server it starts
+            self._gateway("gateway_workers2", "fast", fast_url, None, env, args=["--workers", "2"])
         if "gateway_1k" in arms:
             self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
         if "gateway_nohistory" in arms:
@@ -116,7 +138,7 @@ class Arms:
         return p
 
     def _gateway(self, arm: str, agent: str, agent_url: str, rules: dict[str, Any] | None, env: dict[str, str],
-                 wait_for: str | None = None, extra: dict[str, Any] | None = None) -> None:
+                 wait_for: str | None = None, extra: dict[str, Any] | None = None, args: list[str] | None = None) -> None:
         wait_ready(wait_for or agent_url, timeout=60)  # the gateway reads the agent's card at start
         port = free_port()
         cfg = self.tmp / f"{arm}.yaml"
@@ -124,16 +146,17 @@ class Arms:
                                    "data_dir": str(self.tmp / f"{arm}-data"),  # each its own history file, fresh
                                    "agents": [{"name": agent, "url": agent_url}], **({"rules": rules} if rules else {}),
                                    **(extra or {})}))
-        p = self._start([PY, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "warning"], env)
+        p = self._start([PY, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "warning", *(args or [])],
+                        env)
         self.url[arm], self.pid[arm] = f"http://127.0.0.1:{port}", p.pid
 
     def run(self, arm: str, seconds: int, connections: int, script: str) -> dict[str, Any]:
         expect = SDK_EXPECT if arm.startswith("sdk") else FAST_EXPECT
-        pid = self.pid[arm]
-        cpu0 = cpu_seconds(pid)
+        pids = tree(self.pid[arm])  # with workers: the supervisor, every worker and the nats-server
+        cpu0 = sum(cpu_seconds(p) for p in pids)
         r: dict[str, Any] = run_wrk(self.url[arm] + "/", seconds, connections, script, expect, "/", threads=1)
-        r["cpu_us_per_req"] = round(1e6 * (cpu_seconds(pid) - cpu0) / max(1, r["requests"]), 1)
-        r["rss_mb"] = round(rss_mb(pid), 1)
+        r["cpu_us_per_req"] = round(1e6 * (sum(cpu_seconds(p) for p in pids) - cpu0) / max(1, r["requests"]), 1)
+        r["rss_mb"] = round(sum(rss_mb(p) for p in pids), 1)
         return r
 
 
@@ -175,6 +198,10 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             ratios["gateway_nohistory_over_proxy_rps"] = round(table["gateway_nohistory"]["rps"] / table["proxy"]["rps"], 3)
             ratios["proxy_over_gateway_nohistory_cpu"] = round(
                 table["proxy"]["cpu_us_per_req"] / table["gateway_nohistory"]["cpu_us_per_req"], 3)
+        if "gateway_workers2" in table and "gateway" in table:
+            w2, g = table["gateway_workers2"], table["gateway"]
+            ratios["workers2_over_one_rps"] = round(w2["rps"] / g["rps"], 3)
+            ratios["workers2_over_one_cpu_per_req"] = round(w2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
         if "gateway_1k" in table and "gateway" in table:
             ratios["rules_1k_over_none_rps"] = round(table["gateway_1k"]["rps"] / table["gateway"]["rps"], 3)
             ratios["rules_none_over_1k_cpu"] = round(table["gateway"]["cpu_us_per_req"] / table["gateway_1k"]["cpu_us_per_req"], 3)
