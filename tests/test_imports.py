@@ -171,9 +171,9 @@ print(json.dumps(sorted(sys.modules)))
 def test_a_plain_gateway_loads_no_optional_feature() -> None:
     """The README's gateway.yaml (agents, nothing else) imports and starts without the modules of features it does not
     configure: no numpy/Pillow/models (no rule needs features or vectors), no language profiles, no joserfc (no
-    `auth.jwt`), no NATS or cluster code (no `cluster`), none of the gateway's gRPC modules (no `grpc_listen`), no
-    OpenTelemetry SDK (no exporter). (`grpc` and the OpenTelemetry API themselves are imported by a2a-sdk's
-    `a2a.server` packages, which the gateway serves with.)"""
+    `auth.jwt`), no cryptography (no signed messages, no federation keys), no NATS or cluster code (no `cluster`),
+    none of the gateway's gRPC modules (no `grpc_listen`), no OpenTelemetry SDK (no exporter). (`grpc` and the
+    OpenTelemetry API themselves are imported by a2a-sdk's `a2a.server` packages, which the gateway serves with.)"""
     import json
     import os
     import subprocess
@@ -184,7 +184,7 @@ def test_a_plain_gateway_loads_no_optional_feature() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert {"mma2a.gateway.app", "mma2a.gateway.server", "mma2a.routing.learned"} <= loaded  # it ran
-    unwanted = {"numpy", "PIL", "cv2", "av", "onnxruntime", "langdetect", "joserfc", "nats", "mma2a.cluster",
+    unwanted = {"numpy", "PIL", "cv2", "av", "onnxruntime", "langdetect", "joserfc", "cryptography", "nats", "mma2a.cluster",
                 "mma2a.gateway.jwt_clients", "mma2a.gateway.jwks", "mma2a.gateway.grpc_binding",
                 "mma2a.gateway.grpc_transport", "mma2a.gateway.grpc_admission", "opentelemetry.sdk"}
     assert not unwanted & loaded, sorted(unwanted & loaded)

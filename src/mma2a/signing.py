@@ -28,13 +28,13 @@ import heapq
 import math
 import secrets
 from collections.abc import Mapping
-from typing import Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING, Any
 
 from .errors import RateLimited, SignatureError
 from .ext import EXTENSION_URI, part_kind
+
+if TYPE_CHECKING:  # cryptography is imported where a key is made or a signature checked (a plain gateway has none)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 ALG = "Ed25519"
 SIGNED_VERSION = 2
@@ -217,11 +217,15 @@ def _unb64(text: str) -> bytes:
 
 
 def new_private_key() -> Ed25519PrivateKey:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     return Ed25519PrivateKey.generate()
 
 
 def private_key_from_text(text: str) -> Ed25519PrivateKey:
     """A private key from its 32 raw bytes in base64 (standard or URL-safe)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     try:
         return Ed25519PrivateKey.from_private_bytes(_unb64(text.strip().replace("+", "-").replace("/", "_")))
     except (ValueError, binascii.Error):
@@ -230,6 +234,8 @@ def private_key_from_text(text: str) -> Ed25519PrivateKey:
 
 def public_key_from_text(text: str, *, field: str = "public_key") -> Ed25519PublicKey:
     """A public key from its 32 raw bytes in base64 (standard or URL-safe)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         return Ed25519PublicKey.from_public_bytes(_unb64(text.strip().replace("+", "-").replace("/", "_")))
     except (ValueError, binascii.Error):
@@ -237,9 +243,10 @@ def public_key_from_text(text: str, *, field: str = "public_key") -> Ed25519Publ
 
 
 def public_key_text(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
-    pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+    pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
     return base64.b64encode(pub.public_bytes(Encoding.Raw, PublicFormat.Raw)).decode("ascii")
 
 
@@ -384,6 +391,8 @@ def verify_message(
         raw = _unb64(value)
     except (binascii.Error, ValueError):
         raise SignatureError(f"{_FIELD}.sig: not base64url", field=f"{_FIELD}.sig") from None
+    from cryptography.exceptions import InvalidSignature
+
     try:
         key.verify(raw, signing_input(message, signer=signer, nonce=nonce, ts=ts))
     except InvalidSignature:

@@ -30,16 +30,17 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError, SignatureError, Unauthorized
 from ..signing import canonicalize, private_key_from_text, public_key_from_text
 from .access import Client, current_client
+
+if TYPE_CHECKING:  # cryptography is imported where an assertion is checked (keys come from signing)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 HEADER = "MMA2A-Upstream-Client"
 HEADER_KEY = HEADER.lower()  # as headers and gRPC metadata are read
@@ -190,6 +191,8 @@ class Federation:
             body, sig = _unb64(body_text), _unb64(sig_text)
         except (binascii.Error, ValueError):
             raise refuse("not base64url") from None
+        from cryptography.exceptions import InvalidSignature
+
         try:
             key.verify(sig, body)
         except InvalidSignature:
