@@ -12,15 +12,15 @@ by the message id and the part index, so the same input gets the same choice.
   A decision sums the ratings of the `NEAREST` cells nearest its vector with a cosine of at least
   `SIMILAR`; a part without a vector has one cell per key.
 - **Ratings** are kept per (cell, owner, agent) as a Beta posterior (good = the sum of scores, n
-  = ratings), for the rating client and for everyone (`*`). Old ratings fade: past `WINDOW`
-  ratings both counts are scaled back to `WINDOW`, so an agent that degrades loses its lead within
-  about a window of bad ratings.
+  = ratings), for the rating client and for everyone (`*`). Old ratings fade: when an agent's
+  ratings summed over a part's similar cells pass `WINDOW`, they are scaled back to it, so an agent
+  that degrades loses its lead within about a window of bad ratings.
 - **The bandit rule**: optimistic greedy on the posterior mean (1 + good) / (2 + n) — an agent
   never rated there counts 1/2, so it is tried before agents rated worse — and, with probability
   `explore` (the rule's), a Thompson draw from each agent's Beta posterior instead. At most
   `explore` of choices depart from the greedy one. Ties keep capability order.
-- **Bounds** (`EvidenceIndex`): at most `max_cells` cells (the least recently rated is evicted
-  with its ratings) and `max_owners` owners per cell. A lookup is one matrix-vector product over
+- **Bounds** (`EvidenceIndex`): at most `max_cells` cells (when full, the least recently rated
+  eighth is evicted with its ratings) and `max_owners` owners per cell. A lookup is one matrix-vector product over
   the cells of the part's key (at most `max_cells` x the vector's dimension), whatever the number
   of past decisions.
 """
@@ -28,6 +28,7 @@ by the message id and the part index, so the same input gets the same choice.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -98,6 +99,7 @@ class Evidence:
         if cells is None or cells.leaders.shape[1] != vector.shape[0]:
             return (), 0.0
         import numpy as np
+
         cos = cells.leaders @ vector
         if len(cos) > NEAREST:
             top = np.argpartition(-cos, NEAREST)[:NEAREST]
@@ -191,18 +193,34 @@ class EvidenceIndex:
         return len(self._key_of)
 
     def rate(self, key: Key, vector: Any, owner: str, agent: str, score: float) -> int:
-        """Take one rating (0..1) of `agent` on a part of `key` (and `vector`) sent by `owner`; return its cell."""
+        """Take one rating (0..1) of `agent` on a part of `key` (and `vector`) sent by `owner`; return its cell.
+
+        The window applies to what a decision on this part would read: when `agent`'s ratings summed over the
+        part's similar cells pass `WINDOW`, they are scaled back (in every one of those cells) before this one is
+        added, so an agent that degrades loses its lead within about a window of bad ratings, wherever they fell."""
+        if vector is not None:
+            import numpy as np
+
+            vector = np.asarray(vector, dtype=np.float32)
         cell = self._cell(key, vector)
         self._key_of.move_to_end(cell)
-        owners = self._tallies.setdefault(cell, {})
+        near = {cell, *self._near(key, vector)}
         for who in (owner, EVERYONE) if owner != EVERYONE else (EVERYONE,):
+            total = sum(self._tallies.get(c, {}).get(who, {}).get(agent, (0.0, 0.0))[1] for c in near)
+            if total + 1.0 > WINDOW:
+                keep = (WINDOW - 1.0) / total
+                for c in near:
+                    agents_c = self._tallies.get(c, {}).get(who)
+                    if agents_c is not None and agent in agents_c:
+                        good, n = agents_c[agent]
+                        agents_c[agent] = (good * keep, n * keep)
+                        self._dirty.add(c)
+            owners = self._tallies.setdefault(cell, {})
             agents = owners.pop(who, None) or {}
             owners[who] = agents  # most recently rated last
             good, n = agents.get(agent, (0.0, 0.0))
-            good, n = good + score, n + 1.0
-            if n > WINDOW:
-                good, n = good * WINDOW / n, WINDOW
-            agents[agent] = (good, n)
+            agents[agent] = (good + score, n + 1.0)
+        owners = self._tallies[cell]
         while len(owners) > self.max_owners:
             oldest = next(w for w in owners if w != EVERYONE)
             del owners[oldest]
@@ -210,15 +228,28 @@ class EvidenceIndex:
         self._dirty.add(cell)
         return cell
 
+    def _near(self, key: Key, vector: Any) -> list[int]:
+        """The cells a decision on a part of `key` and `vector` sums (as `Evidence.similar`)."""
+        if vector is None:
+            return []
+        buffer, ids = self._rows.get(key, (None, []))
+        if buffer is None or not ids or buffer.shape[1] != vector.shape[0]:
+            return []
+        import numpy as np
+
+        cos = buffer[: len(ids)] @ vector
+        top = np.argpartition(-cos, NEAREST)[:NEAREST] if len(cos) > NEAREST else np.arange(len(cos))
+        return [ids[int(i)] for i in top if cos[i] >= SIMILAR]
+
     def _cell(self, key: Key, vector: Any) -> int:
         if vector is None:
             cell = self._plain.get(key)
             if cell is None:
-                cell = self._plain[key] = self._new_cell(key)
+                cell = self._new_cell(key)
+                self._plain[key] = cell
             return cell
         import numpy as np
 
-        vector = np.asarray(vector, dtype=np.float32)
         buffer, ids = self._rows.get(key, (None, []))
         if buffer is not None and ids and buffer.shape[1] == vector.shape[0]:
             cos = buffer[: len(ids)] @ vector
@@ -226,11 +257,8 @@ class EvidenceIndex:
             if cos[best] >= JOIN:
                 return ids[best]
         elif buffer is not None and buffer.shape[1] != vector.shape[0]:  # another model's vectors: start over
-            for old in list(ids):
-                self._forget(old)
-            self._rows.pop(key, None)
-            self._cells.pop(key, None)
-        cell = self._new_cell(key)  # may evict a cell of this key: its rows are read after
+            self._forget(list(ids))
+        cell = self._new_cell(key)  # may evict cells of this key: its rows are read after
         buffer, ids = self._rows.get(key, (None, []))
         if buffer is None or len(ids) == len(buffer):  # a new buffer: published views keep the old one
             grown = np.zeros((max(8, 2 * len(ids)), vector.shape[0]), dtype=np.float32)
@@ -244,33 +272,37 @@ class EvidenceIndex:
         return cell
 
     def _new_cell(self, key: Key) -> int:
-        while len(self._key_of) >= self.max_cells:
-            self._forget(next(iter(self._key_of)))
+        if len(self._key_of) >= self.max_cells:  # the least recently rated eighth out at once: one copy per key
+            self._forget(list(itertools.islice(self._key_of, max(1, self.max_cells // 8))))
         cell = self._next
         self._next += 1
         self._key_of[cell] = key
         return cell
 
-    def _forget(self, cell: int) -> None:
-        key = self._key_of.pop(cell)
-        self._tallies.pop(cell, None)
-        self._dirty.add(cell)
-        if self._plain.get(key) == cell:
-            del self._plain[key]
-            return
-        buffer, ids = self._rows[key]
-        i = ids.index(cell)
-        keep = [j for j in range(len(ids)) if j != i]
-        if not keep:
-            del self._rows[key]
-            self._cells.pop(key, None)
-            return
+    def _forget(self, cells: list[int]) -> None:
+        """Drop `cells` with their tallies; each key's rows are copied once (published views keep the old ones)."""
+        by_key: dict[Key, set[int]] = {}
+        for cell in cells:
+            key = self._key_of.pop(cell)
+            self._tallies.pop(cell, None)
+            self._dirty.add(cell)
+            if self._plain.get(key) == cell:
+                del self._plain[key]
+            else:
+                by_key.setdefault(key, set()).add(cell)
         import numpy as np
 
-        fresh = np.zeros_like(buffer)  # a copy: published views still read the old rows
-        fresh[: len(keep)] = buffer[keep]
-        self._rows[key] = (fresh, [ids[j] for j in keep])
-        self._publish_key(key)
+        for key, gone in by_key.items():
+            buffer, ids = self._rows[key]
+            keep = [j for j, c in enumerate(ids) if c not in gone]
+            if not keep:
+                del self._rows[key]
+                self._cells.pop(key, None)
+                continue
+            fresh = np.zeros_like(buffer)
+            fresh[: len(keep)] = buffer[keep]
+            self._rows[key] = (fresh, [ids[j] for j in keep])
+            self._publish_key(key)
 
     def _publish_key(self, key: Key) -> None:
         found = self._rows.get(key)
