@@ -77,6 +77,13 @@ async def test_a_task_made_on_one_gateway_is_its_owners_on_the_other_and_outlive
                 assert cancel["error"]["code"] == NOT_CANCELABLE, cancel  # the agent was asked: the task was found
                 events = await subscribe(c, gw2, "alice", fan["id"])
                 assert [e["result"]["task"]["id"] for e in events] == [fan["id"]], events
+                rest = await c.get(f"{gw2}/tasks/{single['id']}", headers=bearer("alice"))  # the HTTP+JSON binding
+                assert rest.status_code == 200 and rest.json()["id"] == single["id"], rest.text
+                rated = await c.post(f"{gw2}/tasks/{single['id']}:feedback", json={"score": 1.0}, headers=bearer("alice"))
+                assert rated.status_code == 200 and rated.json()["agent"] == "a", rated.text
+                assert (await c.get(f"{gw2}/tasks/{single['id']}", headers=bearer("bob"))).status_code == 404
+                assert (await c.post(f"{gw2}/tasks/{single['id']}:feedback", json={"score": 1.0},
+                                     headers=bearer("bob"))).status_code == 404
                 listed = await rpc(c, gw2, "alice", "ListTasks", {})
                 assert single["id"] in {t["id"] for t in listed["result"]["tasks"]}, listed
                 # another client, on either gateway: as unknown as a task that never was

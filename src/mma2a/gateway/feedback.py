@@ -62,6 +62,7 @@ class FeedbackService:
                      ) -> dict[str, Any]:
         """Take one rating; the answer says which agent was rated and how many parts routing learned it for."""
         score, agent, comment = check_feedback(body, where)
+        await self.task_ops.tasks.fetch(task_id)  # in a cluster: a task made by another gateway
         rec = self.task_ops.task_record(task_id, target)  # another client's task: TaskNotFound
         agents = list(dict.fromkeys(leg.agent for leg in rec.legs))
         if agent is None:
