@@ -58,7 +58,17 @@ async def test_ratings_steer_the_raters_own_traffic_and_are_kept_in_history(tmp_
         assert agent_of(third) == "desk-b"
         # bob's traffic is not steered by alice's ratings (feedback: own)
         assert agent_of(await send(c, url, "q-4", "I was charged twice for my subscription", BOB)) == "desk-a"
-        # explain shows the evidence
+        # a dry run as alice shows the evidence; as bob, none
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        sample = {"messageId": "d-1", "role": "ROLE_USER", "parts": [{"text": "charged twice for my subscription"}]}
+        dry = (await c.post(url + "/admin/explain", headers=admin, json={"message": sample,
+                                                                          "client": {"id": "alice"}})).json()
+        notes = dry["explanation"]["parts"][0]["notes"]
+        assert dry["parts"][0]["targets"] == ["desk-b"]
+        assert any(n.startswith("learned: 2 similar parts") and n.endswith("chose desk-b") for n in notes), notes
+        dry = (await c.post(url + "/admin/explain", headers=admin, json={"message": sample,
+                                                                          "client": {"id": "bob"}})).json()
+        assert "learned: no ratings of similar parts yet; capability routing" in dry["explanation"]["parts"][0]["notes"]
         assert gw.history is not None and await asyncio.to_thread(gw.history.flush, 10.0)
         rows = (await c.get(url + "/admin/history?limit=50", headers={"Authorization": f"Bearer {ADMIN}"})).json()
     by_id = {}
