@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 
+from mma2a.cluster.link import ClusterLink
 from mma2a.cluster.server import NatsServer
+from mma2a.cluster.tasks import ClusterTaskMap
+from mma2a.gateway.cluster_config import ClusterConfig
 from tests.agents import RecordingExecutor, make_card, run_agent
 
 from .conftest import admin, cluster_name, gateways, text_message
@@ -106,3 +110,43 @@ async def test_a_task_made_on_one_gateway_is_its_owners_on_the_other_and_outlive
                     again = await rpc(c, gw1, "alice", "GetTask", {"id": tid})
                     assert again["result"]["id"] == tid, again
                     assert (await rpc(c, gw1, "bob", "GetTask", {"id": tid}))["error"]["code"] == NOT_FOUND
+
+
+async def test_a_clients_task_budget_holds_across_gateways_and_spares_other_clients(nats_server: NatsServer) -> None:
+    """Each owner's byte budget (limits.task_bytes_per_client) holds on the cluster's records: what one gateway forgets
+    of a client past its share is deleted from the bucket, so no other gateway (nor a restarted one) answers it; another
+    client's task stays."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    link = await ClusterLink(config).connect()
+    maps: list[ClusterTaskMap] = []
+
+    async def opened(member_id: str) -> ClusterTaskMap:
+        m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id),
+                           max_bytes=1 << 20, max_bytes_per_owner=4000)
+        await m.open()
+        maps.append(m)
+        return m
+
+    try:
+        gw1, gw2 = await opened("gw1"), await opened("gw2")
+        gw1.put_leg("bob-1", "a", "ctx-bob", [], "bob")
+        ids = [f"alice-{i}" for i in range(40)]
+        for tid in ids:
+            gw1.put_leg(tid, "a", None, [], "alice")
+        for tid in ["bob-1", *ids]:
+            await gw1.flush(tid)  # stored, or (past alice's budget) deleted
+        kept = [tid for tid in ids if gw1.find(tid) is not None]
+        assert 0 < len(kept) < len(ids) and kept == ids[-len(kept):]  # alice's newest, within her budget
+        assert gw1.held_by("alice") <= 4000
+        gw3 = await opened("gw3")  # a gateway started now reads the bucket: the same records
+        assert [tid for tid in ids if gw3.find(tid) is not None] == kept
+        for m in (gw2, gw3):
+            await m.fetch("bob-1")
+            rec = m.find("bob-1")
+            assert rec is not None and rec.owner == "bob" and [(d.agent, d.task_id) for d in rec.legs] == [("a", "bob-1")]
+            assert m.context_owner("ctx-bob") == (True, "bob")
+        assert gw3.held_by("alice") == gw1.held_by("alice")  # counted alike on every gateway
+    finally:
+        for m in maps:
+            await m.close()
+        await link.close()

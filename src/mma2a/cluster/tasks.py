@@ -151,15 +151,19 @@ class ClusterTaskMap(TaskMap):
             doc = orjson.loads(value)
         except orjson.JSONDecodeError:
             return
-        if doc.get("id") != task_id or (doc.get("origin") == self.member.id and task_id in self._rows):
+        if doc.get("id") != task_id or doc.get("origin") == self.member.id:  # this process's own (the watch's echo,
+            # perhaps of a record it has since forgotten for its owner's budget: never adopted back)
             return
         legs = tuple(str(x) for x in doc.get("legs") or ())
         agg = orjson.dumps(doc["agg"]) if doc.get("agg") is not None else None
+        route = orjson.dumps(doc.get("route") or [])
+        # the record's size as its gateway counted it, less what `_store` adds again for the route and aggregate:
+        # every gateway counts an owner's records alike, so all forget the same ones past the owner's budget
+        size = int(doc.get("size") or 0) - (len(route) // 8 if agg is None else len(agg) + len(route))
         at = self.clock() - max(0.0, time.time() - float(doc.get("at") or time.time()))
         self._adopting = True
         try:
-            super()._store(task_id, legs, orjson.dumps(doc.get("route") or []), agg, int(doc.get("size") or 0),
-                           doc.get("owner"), doc.get("context"), at)
+            super()._store(task_id, legs, route, agg, max(0, size), doc.get("owner"), doc.get("context"), at)
         finally:
             self._adopting = False
         self.adopted += 1
