@@ -54,15 +54,15 @@ def test_the_best_rated_agent_on_similar_parts_gets_a_new_similar_part_and_expla
     snap = build_snapshot(LEARNED, DESKS)
     index = EvidenceIndex()
     topic = unit(7)
-    rate(index, topic, "desk-a", 1.0, times=2)
-    rate(index, topic, "desk-a", 0.0, times=13)
+    rate(index, topic, "desk-a", 1.0)
+    rate(index, topic, "desk-a", 0.0, times=5)
     rate(index, topic, "desk-b", 1.0, times=2)
     near = topic + 0.1 * unit(8)
     agent, reason, note = chosen(snap, text(near / np.linalg.norm(near), mid="m-explore-never"), index)
-    # desk-a 2/15, desk-b 2/2, desk-c never rated (its prior 1/2 < desk-b's 3/4)
+    # desk-a 1/6, desk-b 2/2, desk-c never rated (its prior 1/2 < desk-b's 3/4)
     assert agent == "desk-b"
-    assert note.startswith("learned: 17 similar parts (1 cell, cos ")
-    assert note.endswith("own ratings): desk-a 2/15 good, desk-b 2/2 good, desk-c untried; chose desk-b")
+    assert note.startswith("learned: 8 similar parts (1 cell, cos ")
+    assert note.endswith("own ratings): desk-a 1/6 good, desk-b 2/2 good, desk-c untried; chose desk-b")
     # an unrelated text has no similar parts: capability routing
     assert chosen(snap, text(unit(99)), index)[1] == "capability"
 

@@ -45,7 +45,7 @@ SIMILAR = 0.4
 """Cosine at which a cell counts as similar to a part being routed."""
 NEAREST = 8
 """How many of the nearest similar cells a decision sums the ratings of."""
-WINDOW = 16.0
+WINDOW = 8.0
 """Ratings kept per (cell, owner, agent): past it, good and n are scaled back to it (older ratings fade)."""
 GOOD = 0.5
 """A rating of at least this is `good` in explanations."""
