@@ -62,6 +62,8 @@ class FeedbackService:
                      ) -> dict[str, Any]:
         """Take one rating; the answer says which agent was rated and how many parts routing learned it for."""
         score, agent, comment = check_feedback(body, where)
+        owner = current_sender()
+        self.learner.admit(owner or "")  # before any lookup: a flood of ratings (of tasks real or not) costs no NATS read
         await self.task_ops.tasks.fetch(task_id)  # in a cluster: a task made by another gateway
         rec = self.task_ops.task_record(task_id, target)  # another client's task: TaskNotFound
         agents = list(dict.fromkeys(leg.agent for leg in rec.legs))
@@ -73,8 +75,6 @@ class FeedbackService:
         elif agent not in agents:
             raise InvalidParams(f"{where}.agent: {agent!r} is not an agent of this task ({', '.join(agents)})",
                                 field=f"{where}.agent")
-        owner = current_sender()
-        self.learner.admit(owner or "")
         learned = self.learner.rate(task_id, owner, agent, score)
         if self.history is not None:
             found = self.learner.task(task_id)
