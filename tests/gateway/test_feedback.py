@@ -114,8 +114,9 @@ async def test_another_clients_task_is_not_found_and_bad_input_names_the_field(t
 
 async def test_ratings_are_limited_per_client(tmp_path: Any) -> None:
     specs = {"desk-a": agent("desk-a", ["text/plain"])}
-    async with agents(specs) as urls, gateway(config(urls, tmp_path)) as (gw, url), httpx.AsyncClient(timeout=30) as c:
-        gw.pipeline.learner.rate_per_s, gw.pipeline.learner.burst = 0.001, 3.0  # a tiny budget, no refill in the test
+    tiny = {"limits": {"feedback_per_s": 0.001, "feedback_burst": 3}}  # a tiny budget, no refill in the test
+    async with agents(specs) as urls, gateway(config(urls, tmp_path, **tiny)) as (gw, url), \
+            httpx.AsyncClient(timeout=30) as c:
         tid = (await send(c, url, "q-1", "hello", ALICE))["id"]
         bob_tid = (await send(c, url, "q-2", "hello", BOB))["id"]
         codes = [(await c.post(f"{url}/tasks/{tid}:feedback", json={"score": 1}, headers=ALICE)).status_code

@@ -60,6 +60,7 @@ from .guard import MessageGuard, media_limits
 from .history import HistoryRecorder, HistoryStore
 from .hooks import ClusterHooks, Standalone
 from .ingress import JsonRpcIngress
+from .learning import Learner
 from .metrics import GatewayMetrics
 from .offload import OffloadStage
 from .overload import AgentSlotTable, SlotsCollector
@@ -183,6 +184,7 @@ class Gateway:
             public_url=self.public_url,
             slots=self._slots(config),
             anonymous_max_priority=config.auth.anonymous_max_priority,
+            learner=Learner(rate_per_s=config.limits.feedback_per_s, burst=config.limits.feedback_burst),
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.grpc: GrpcIngress | None = None
