@@ -11,7 +11,9 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope
 
-from .errors import InvalidRequest, PayloadTooLarge
+import orjson
+
+from .errors import InvalidRequest, ParseError, PayloadTooLarge
 
 MAX_JSON_VALUES = 1_000_000
 """The most JSON values a request body may hold, counted before it is parsed (commas and opening brackets: `{}` in a
@@ -42,6 +44,29 @@ def check_json_values(body: bytes, limit: int = MAX_JSON_VALUES) -> int | None:
         raise InvalidRequest(f"request body has {n} commas and opening brackets (about one JSON value each), the most "
                              f"is {limit}; send large data by reference (POST /blobs)", field="body")
     return brackets
+
+
+def parse_json_body(body: bytes, max_depth: int) -> tuple[Any, int | None]:
+    """The body's JSON document and the opening brackets `check_json_values` counted (None for a body it does not
+    count). `InvalidRequest` (field `body`) for too many values or nesting past orjson's limit (the message says
+    `max_depth`, the request's own limit); `ParseError` for anything else that is not JSON."""
+    brackets = check_json_values(body)  # before parsing: values, not bytes, decide what a parse costs
+    try:
+        return orjson.loads(body), brackets
+    except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise InvalidRequest(f"request body nests deeper than {max_depth} levels", field="body") from None
+        raise ParseError(f"request body is not valid JSON: {exc}") from None
+
+
+def parse_json_body_as_data(body: bytes, max_depth: int) -> tuple[Any, ...]:
+    """`parse_json_body`, its refusal returned as data: `(True, doc, brackets)` or `(False, error class name, message,
+    field)`. A worker process answers with this (an `MMA2AError` does not pickle with its field)."""
+    try:
+        doc, brackets = parse_json_body(body, max_depth)
+    except (InvalidRequest, ParseError) as exc:
+        return False, type(exc).__name__, exc.message, exc.field
+    return True, doc, brackets
 
 
 BODY_GROWN = "mma2a.body_grown"

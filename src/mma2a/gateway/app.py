@@ -382,6 +382,7 @@ class Gateway:
         if self.access.auth.jwt is not None:
             await self.access.auth.jwt.close()
         await self.transport.close()
+        await self._body_parser.close()
         if self.history is not None:
             await asyncio.to_thread(self.history.stop)  # writes what is queued
         if self._blob_tmp is not None:
@@ -425,6 +426,7 @@ class Gateway:
         cards = CardCache()
         security = security_declaration(self.config.auth, self.config.tls)
         self._handler = handler  # the gRPC binding (started with the gateway) serves the same handler
+        self._body_parser = rpc.parser  # its worker process (if a large body started it) stops with the gateway
 
         async def root_card(request: Request) -> Response:
             return cards.respond(request, "", gateway_card(self.directory, self.public_url, grpc_url=self.grpc_url,

@@ -24,13 +24,13 @@ from ..errors import (
     InvalidRequest,
     MMA2AError,
     Overloaded,
-    ParseError,
     PayloadTooLarge,
     RateLimited,
 )
-from ..request_body import check_json_values, header_map
+from ..request_body import header_map
 from ..responses import jsonrpc_error_json
 from .access import StreamSlots, current_client
+from .body_parser import JSONBodyParser
 from .overload import shed_note
 from .pipeline import Pipeline
 from .security import AccessControl, retry_after
@@ -126,6 +126,7 @@ class JsonRpcIngress:
         self.sdk = sdk_dispatcher
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
+        self.parser = JSONBodyParser(MAX_JSON_DEPTH)
         self._bytes_in = metrics.bytes_in.labels("jsonrpc")
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -187,14 +188,9 @@ class JsonRpcIngress:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._bytes_in.inc(len(body))
         try:
-            brackets = check_json_values(body)  # before parsing: values, not bytes, decide what a parse costs
-            doc = orjson.loads(body)
-        except InvalidRequest as exc:
+            doc, brackets = await self.parser.parse(body)  # a large body in the worker process: the loop stays free
+        except MMA2AError as exc:
             return rpc_error(None, exc)
-        except orjson.JSONDecodeError as exc:
-            if str(exc).startswith("depth limit exceeded"):
-                return rpc_error(None, InvalidRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels", field="body"))
-            return rpc_error(None, ParseError(f"request body is not valid JSON: {exc}"))
         if not isinstance(doc, dict):
             return rpc_error(None, InvalidRequest("request must be a JSON-RPC 2.0 object (batches are not supported)"))
         if brackets is None:  # a small body: not counted by check_json_values

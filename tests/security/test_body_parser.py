@@ -1,0 +1,100 @@
+"""Large JSON bodies are parsed in a worker process (security round 4, finding 10's remainder): three 26.7 MB bodies
+parsed and value-counted on the event loop held another client's text message up to ~250 ms. Whichever side of the
+inline limit a body is, the document and every refusal are the same."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+
+import httpx
+import orjson
+import pytest
+
+from mma2a.errors import InvalidRequest, MMA2AError, ParseError
+from mma2a.gateway.body_parser import INLINE_PARSE_BYTES, JSONBodyParser
+from mma2a.request_body import MAX_JSON_VALUES
+from tests.security.conftest import PNG_1PX, TOKEN, bearer, secured, send_body
+
+BODIES = [
+    b'{"jsonrpc":"2.0","id":1,"params":{"a":[1,2.5,"x",null,true,{"b":[]}]}}',  # a document
+    b"[" + b"," * MAX_JSON_VALUES + b"]",  # too many values (refused before it is parsed)
+    b'{"a": [1, 2,,]}',  # not JSON
+    b"[" * 1100 + b"]" * 1100,  # nests past orjson's limit
+]
+
+
+def outcome(result: tuple[object, int | None] | MMA2AError) -> tuple[object, ...]:
+    if isinstance(result, MMA2AError):
+        return type(result), result.message, result.field
+    return result
+
+
+async def test_the_worker_answers_as_the_inline_parse_for_every_body_and_refusal() -> None:
+    inline, worker = JSONBodyParser(64), JSONBodyParser(64, inline_bytes=0)
+    try:
+        for body in BODIES:
+            answers = []
+            for parser in (inline, worker):
+                try:
+                    answers.append(outcome(await parser.parse(body)))
+                except MMA2AError as exc:
+                    answers.append(outcome(exc))
+            assert answers[0] == answers[1], body[:40]
+        assert inline.worker_pid is None  # small bodies never start it
+        pid = worker.worker_pid
+        assert pid is not None and pid != os.getpid()
+    finally:
+        await worker.close()
+    assert worker.worker_pid is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # exited and reaped
+
+
+async def test_the_refusals_are_the_ones_the_client_reads() -> None:
+    worker = JSONBodyParser(64, inline_bytes=0)
+    try:
+        with pytest.raises(InvalidRequest) as many:
+            await worker.parse(BODIES[1])
+        with pytest.raises(ParseError) as broken:
+            await worker.parse(BODIES[2])
+        with pytest.raises(InvalidRequest) as deep:
+            await worker.parse(BODIES[3])
+    finally:
+        await worker.close()
+    assert many.value.field == "body" and many.value.message.startswith(
+        f"request body has {MAX_JSON_VALUES + 1} commas and opening brackets")
+    assert broken.value.message.startswith("request body is not valid JSON: ")
+    assert deep.value.message == "request body nests deeper than 64 levels" and deep.value.field == "body"
+
+
+async def test_a_killed_worker_is_replaced_and_the_body_still_parsed() -> None:
+    worker = JSONBodyParser(64, inline_bytes=0)
+    try:
+        assert await worker.parse(b"[1]") == ([1], None)  # small: not counted
+        pid = worker.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert await worker.parse(b'{"a": 2}') == ({"a": 2}, None)
+        assert worker.worker_pid not in (None, pid)
+    finally:
+        await worker.close()
+
+
+async def test_a_large_body_on_json_rpc_is_served_or_refused_as_a_small_one() -> None:
+    big_png = {"raw": PNG_1PX, "mediaType": "image/png",
+               "metadata": {"pad": base64.b64encode(os.urandom(INLINE_PARSE_BYTES)).decode()}}
+    broken = orjson.dumps(send_body("m-big", [big_png]))[:-1]  # cut: not JSON
+    async with secured({"max_body_bytes": 8 << 20}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            served = await c.post(url + "/", json=send_body("m-big", [big_png]), headers=bearer(TOKEN))
+            cut = await c.post(url + "/", content=broken, headers=bearer(TOKEN))
+            small_cut = await c.post(url + "/", content=orjson.dumps(send_body("m-small"))[:-1], headers=bearer(TOKEN))
+    assert len(broken) > INLINE_PARSE_BYTES
+    task = served.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    for answer in (cut, small_cut):
+        err = answer.json()["error"]
+        assert answer.status_code == 200 and err["code"] == -32700
+        assert err["message"].startswith("request body is not valid JSON: unexpected end of data")
