@@ -4,13 +4,22 @@ another client's task is not found, bad input names its field, ratings are limit
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import orjson
+import pytest
+from a2a.helpers.proto_helpers import new_task_from_user_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import Part
 
 from mma2a.ext import EXTENSION_URI
 from mma2a.gateway.feedback import FEEDBACK_METHOD
+from mma2a.gateway.learning import failed_agents
+from tests.agents import make_card
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
 
 ALICE, BOB = {"Authorization": "Bearer alice-token-1"}, {"Authorization": "Bearer bob-token-22"}
@@ -127,3 +136,63 @@ async def test_ratings_are_limited_per_client(tmp_path: Any) -> None:
     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
     assert r.json()["error"]["message"].startswith("feedback: at most 0.001 ratings a second per client (burst 3)")
     assert bob.status_code == 200  # another client's budget is its own
+
+
+@dataclass
+class FailingExecutor(AgentExecutor):
+    """Fails every task it is given (`raise_`: raises instead, an agent error the gateway sees as a failed leg)."""
+
+    raise_: bool = False
+    calls: int = 0
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.message is not None
+        self.calls += 1
+        if self.raise_:
+            raise RuntimeError("desk is down")
+        task = context.current_task or new_task_from_user_message(context.message)
+        if context.current_task is None:
+            await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        await updater.failed(updater.new_agent_message([Part(text="cannot answer")]))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("raise_", [False, True], ids=["failed-task", "agent-error"])
+async def test_a_failed_task_counts_as_a_bad_outcome_without_any_rating(tmp_path: Any, raise_: bool) -> None:
+    failing = FailingExecutor(raise_=raise_)
+    specs = {"desk-a": (make_card("desk-a", input_modes=["text/plain"], output_modes=["text/plain"]), failing),
+             **{n: agent(n, ["text/plain"]) for n in ("desk-b", "desk-c")}}
+    async with agents(specs) as urls, gateway(config(urls, tmp_path)) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+        async def raw(mid: str, who: dict[str, str]) -> dict[str, Any]:
+            body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+                "messageId": mid, "role": "ROLE_USER", "parts": [{"text": "My parcel was delivered to the wrong address"}]}}}
+            out: dict[str, Any] = (await c.post(url + "/", json=body, headers={**who, "A2A-Version": "1.0"})).json()
+            return out
+
+        first = await raw("f-1", ALICE)
+        second = await send(c, url, "f-2", "The parcel went to a wrong delivery address", ALICE)
+        bob = await raw("f-3", BOB)
+    for reply in (first, bob):  # both to desk-a: bob's traffic is his own (feedback: own), alice's outcome is hers
+        if raise_:  # one agent, one leg: its JSON-RPC error is the answer, no task
+            assert reply["error"] == {"code": -32603, "message": "desk is down"}
+        else:
+            assert agent_of(reply["result"]["task"]) == "desk-a"
+            assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_FAILED"
+    assert agent_of(second) == "desk-b"  # desk-a's failure was rated 0 for alice, with no call from her
+    assert failing.calls == 2
+
+
+def test_failed_agents_are_read_from_the_legs_or_the_tasks_state() -> None:
+    def task(state: str, legs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        meta = {EXTENSION_URI: {"route": [], **({"downstream": legs} if legs is not None else {})}}
+        return {"id": "t", "status": {"state": state}, "metadata": meta}
+
+    fan_out = task("TASK_STATE_FAILED", [{"agent": "a", "state": "TASK_STATE_COMPLETED"},
+                                         {"agent": "b", "state": "TASK_STATE_FAILED", "error": "timeout"},
+                                         {"agent": "c", "state": "TASK_STATE_REJECTED"}])
+    assert failed_agents(fan_out) == {"b", "c"}
+    assert failed_agents(task("TASK_STATE_REJECTED")) is None  # one agent's own task: that agent failed
+    assert failed_agents(task("TASK_STATE_COMPLETED")) == set()

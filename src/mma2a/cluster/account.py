@@ -19,7 +19,8 @@ KV_BUCKETS = ("rules", "agents", "modalities", "sessions", "members", "delivered
 def cluster_streams(names: Names) -> list[str]:
     """Every JetStream stream of the cluster: its KV buckets, its Object Store, the delivery and history streams."""
     return ([f"KV_{names.bucket(b)}" for b in KV_BUCKETS] + [f"OBJ_{names.blobs_bucket}", names.delivery_stream,
-                                                            f"{names.cluster}_history".upper()])
+                                                            f"{names.cluster}_history".upper(),
+                                                            f"{names.cluster}_learning".upper()])
 
 
 def gateway_permissions(names: Names) -> tuple[list[str], list[str]]:
@@ -33,7 +34,7 @@ def gateway_permissions(names: Names) -> tuple[list[str], list[str]]:
                     f"$JS.ACK.{s}.>", f"$JS.FC.{s}.>"]
     publish += [f"$KV.{names.bucket(b)}.>" for b in KV_BUCKETS]
     publish += [f"$O.{names.blobs_bucket}.>", f"{names.cluster}.deliver.>", f"{names.cluster}.reply.>",
-                f"{names.cluster}.history.>"]
+                f"{names.cluster}.history.>", f"{names.cluster}.learning.>"]
     subscribe = ["_INBOX.>", f"{names.cluster}.reply.>"]
     return publish, subscribe
 

@@ -33,6 +33,7 @@ from ..gateway.hooks import GatewayParts
 from ..routing import parse_rules
 from ..serving import cancel_tasks
 from .delivery import DurableDelivery
+from .learning import ClusterLearning
 from .push import PushJournalKV
 from .link import Names, connect, ensure_kv
 from .nonces import ClusterNonces
@@ -73,6 +74,7 @@ class ClusterState:
         self.store = ObjectBlobStore(self)
         self.delivery = DurableDelivery(self)
         self.nonces = ClusterNonces(self)
+        self.learning = ClusterLearning(self)  # the learner's journal: learned tasks and ratings, shared
         self.push_journal = PushJournalKV(self)  # opened by the gateway's push service once this member has started
         self.tasks: ClusterTaskMap | None = None  # set by task_map() when the gateway is built
         self.history: JetStreamHistory | None = None  # set by history_sink() when the gateway keeps a history
@@ -98,6 +100,10 @@ class ClusterState:
         self.history = JetStreamHistory(self, local, capacity=config.queue, max_age_s=config.max_age_s,
                                         max_bytes=config.max_bytes)
         return self.history
+
+    def learning_journal(self) -> ClusterLearning:
+        """Where the gateway's learner shares what it notes and takes (a stream every gateway follows from its start)."""
+        return self.learning
 
     def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> ClusterTaskMap:
         """The gateway's task map, shared with the other gateways (`tasks` bucket; opened by `start`)."""
@@ -128,6 +134,7 @@ class ClusterState:
             await self.tasks.open()
         if self.history is not None:
             await self.history.setup()
+        await self.learning.setup()
         await self.heartbeat()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
         log.info("joined cluster %s as %s", c.name, self.id)
@@ -135,6 +142,7 @@ class ClusterState:
     async def stop(self) -> None:
         if self.history is not None:
             await self.history.stop()
+        await self.learning.stop()
         await self.delivery.stop()
         if self.tasks is not None:
             await self.tasks.close()

@@ -184,7 +184,8 @@ class Gateway:
             public_url=self.public_url,
             slots=self._slots(config),
             anonymous_max_priority=config.auth.anonymous_max_priority,
-            learner=Learner(rate_per_s=config.limits.feedback_per_s, burst=config.limits.feedback_burst),
+            learner=Learner(rate_per_s=config.limits.feedback_per_s, burst=config.limits.feedback_burst,
+                            journal=self.cluster.learning_journal()),
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.grpc: GrpcIngress | None = None
@@ -291,6 +292,11 @@ class Gateway:
         return HistoryRecorder(store, capacity=hc.queue, batch=hc.batch, interval_s=hc.flush_interval_s,
                                prune_interval_s=hc.prune_interval_s, on_drop=fate.labels("dropped").inc,
                                on_write=fate.labels("written").inc)
+
+    @property
+    def learner(self) -> Learner:
+        """What learned routing has learned (the pipeline's; a cluster feeds it the other gateways' events)."""
+        return self.pipeline.learner
 
     @property
     def admin_token(self) -> str | None:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MMA2AError, Overloaded
+from ..errors import AgentRPCError, DispatchError, MMA2AError, Overloaded
 from ..ext import EXTENSION_URI
 from ..routing import RouteDecision
 from ..view import MessageView
@@ -20,6 +20,7 @@ from .aggregate import FAILED, LegResult, aggregate, chain_route, failed_task
 from .dispatch import Dispatcher
 from .federation import check_bound
 from .feed import DecisionFeed
+from .learning import FAILED_STATES
 from .history.record import DecisionRecord, HistorySink, refused_parts
 from .legs import Leg, LegPlanner, RouteSummaries, is_direct, record_adaptations, sendable
 from .metrics import GatewayMetrics
@@ -104,13 +105,20 @@ class Exchange:
         except Overloaded as exc:
             self.remember_shed(message, view, decision, route, exc, t0)
             raise
+        except (AgentRPCError, DispatchError):  # the agent failed the call: a bad outcome for a learned choice
+            if self.learner is not None and self.state.snapshot.learns:
+                self.learner.failed(view, decision, current_sender())
+            raise
         self.metrics.request_seconds.observe(time.perf_counter() - t0)
         task = result.get("task")
         outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
         self.feed.record(message, route, outcome)
         self.remember(view, decision, outcome, t0)
         if task is not None and self.learner is not None and self.state.snapshot.learns:  # for its ratings
-            self.learner.note(str(task.get("id", "")), view, decision, current_sender())
+            task_id, owner = str(task.get("id", "")), current_sender()
+            self.learner.note(task_id, view, decision, owner)
+            if outcome in FAILED_STATES:  # an agent's error, a timeout, a failed or rejected task: rated 0
+                self.learner.outcome(task_id, task, owner)
         return result
 
     def remember(self, view: MessageView, decision: RouteDecision, outcome: str, t0: float) -> None:

@@ -17,6 +17,7 @@ from .config import GatewayConfig
 from .directory import AgentDirectory, AgentEntry
 from .guard import NonceLedger
 from .history import HistoryConfig, HistoryRecorder, HistorySink
+from .learning import Learner, LearnJournal
 from .metrics import GatewayMetrics
 from .push.journal import PushJournal
 from .state import RoutingState
@@ -53,6 +54,10 @@ class GatewayParts(Protocol):
 
     @property
     def public_url(self) -> str: ...
+
+    @property
+    def learner(self) -> Learner:
+        """What learned routing has learned here (a cluster feeds it the other gateways' notes and ratings)."""
 
     async def rebuild_off_loop(self) -> None:
         """After agent changes made with `notify=False`: the routing snapshot rebuilt off the event loop."""
@@ -96,6 +101,9 @@ class ClusterHooks(RouteHooks, Protocol):
     def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> TaskMap:
         """The gateway's task map: its own on a lone gateway; shared with the other gateways in a cluster."""
 
+    def learning_journal(self) -> LearnJournal | None:
+        """Where learned tasks and ratings go for the other gateways (None: a lone gateway learns alone)."""
+
     async def start(self, gateway: GatewayParts) -> None:
         """Join: share or adopt rules, agents and modalities; open pins, blobs, deliveries, tasks."""
 
@@ -125,6 +133,9 @@ class Standalone:
 
     def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> TaskMap:
         return TaskMap(max_bytes=max_bytes, max_bytes_per_owner=max_bytes_per_owner)
+
+    def learning_journal(self) -> LearnJournal | None:
+        return None
 
     async def start(self, gateway: GatewayParts) -> None:
         return None
