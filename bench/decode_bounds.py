@@ -9,7 +9,7 @@ so two trees are measured side by side in one run):
   rule on `transcript`; `--concurrent` at once. Prints the gateway's peak RSS growth (VmHWM after clear_refs).
 - `mesh` (finding 8): `--concurrent` 23 MB OBJs (3 M vertices) as raw `model/obj` parts, a rule on `vertices`.
 - `pixels` (finding 5): `--concurrent` 6300x6300 PNGs (39.7 Mpx, ~154 KB) at once to a rule on a feature
-  (the gateway decodes each for its features); peak RSS growth against `limits.max_decode_pixels_in_flight`.
+  (the gateway decodes each for its features); peak RSS growth against `limits.max_decode_bytes_in_flight` + 64 MB.
 
     PYTHONPATH=src python bench/decode_bounds.py --case pngwalk [--src /path/to/other/tree/src]
 """
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import free_port, stop, wait_ready  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DECODE_BYTES = 320_000_000  # limits.max_decode_bytes_in_flight's default (mma2a.features.budget)
 TEXT_TARGET_MS = 100.0  # issue 31: another client's text message stays under this while the chunk-walk PNGs are in flight
 TOKENS = {"alice": "tok-alice-bench-1", "mallory": "tok-mallory-bench-2"}
 
@@ -265,7 +266,7 @@ def big_obj(vertices: int = 3_000_000) -> bytes:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=["pngwalk", "flac", "pixels", "mesh"], required=True)
-    ap.add_argument("--budget", type=int, default=None, help="limits.max_decode_pixels_in_flight (pixels case)")
+    ap.add_argument("--budget", type=int, default=None, help="limits.max_decode_bytes_in_flight (pixels case)")
     ap.add_argument("--concurrent", type=int, default=1)
     ap.add_argument("--audio", default="120,8,384000", help="flac: seconds,channels,rate")
     ap.add_argument("--control", action="store_true", help="pngwalk: also send random bytes of the same size")
@@ -286,10 +287,12 @@ def main() -> None:
             result["flac_bytes"], result["audio"] = len(data), args.audio
         elif args.case == "pixels":
             png = big_png()
-            extra = WIDTH_RULE + (f"limits: {{max_decode_pixels_in_flight: {args.budget}}}\n" if args.budget else "")
+            extra = WIDTH_RULE + (f"limits: {{max_decode_bytes_in_flight: {args.budget}}}\n" if args.budget else "")
             result = asyncio.run(flood(Path(src), "pixels", args.concurrent, extra,
                                        [{"raw": base64.b64encode(png).decode(), "mediaType": "image/png"}]))
-            result["png_bytes"] = len(png)
+            budget_mb = (args.budget or DEFAULT_DECODE_BYTES) / (1 << 20)
+            result.update(png_bytes=len(png), budget_mb=round(budget_mb, 1), bound_mb=round(budget_mb + 64, 1),
+                          meets_target=result["rss_peak_growth_mb"] < budget_mb + 64, load_average=os.getloadavg())
         elif args.case == "mesh":
             model = big_obj()
             result = asyncio.run(flood(Path(src), "mesh", args.concurrent, VERTICES_RULE,

@@ -1,6 +1,7 @@
-"""Security round 4 (issue 31), finding 5: every decode of a process holds its pixels of one budget
-(`limits.max_decode_pixels_in_flight`): past it, a decode waits within its deadline, else the part goes on without
-that work and the reason is recorded. Deterministic: the budget is held by the test itself, not raced."""
+"""Security round 4 (issue 31), finding 5: every decode of a process holds the bytes it decodes of one budget
+(`limits.max_decode_bytes_in_flight`, or `max_decode_pixels_in_flight` at 4 bytes a pixel): past it, a decode waits
+within its deadline, else the part goes on without that work and the reason is recorded. Deterministic: the budget is
+held by the test itself, not raced."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from google.protobuf import json_format
 
 from mma2a.ext import EXTENSION_URI
 from mma2a.features.base import Limits
-from mma2a.features.budget import DecodeBudget, DecodeBusy, decode_cost
+from mma2a.features.budget import DECODED_BYTES_PER_PIXEL, DEFAULT_DECODE_BYTES, DecodeBudget, DecodeBusy, decode_cost
 from mma2a.features.image import ImageExtractor
 from mma2a.features.pipeline import FeaturePipeline
 from mma2a.modality import parse_modality
@@ -41,7 +42,7 @@ def test_the_budget_waits_until_its_deadline_then_says_why() -> None:
         assert budget.held == 800
         with budget.reserve(200, time.monotonic(), "fits"):  # room: no wait at all
             assert budget.held == 1000
-    assert busy.value.message == ("second: 800 of 1000 pixels are decoding (limits.max_decode_pixels_in_flight), "
+    assert busy.value.message == ("second: 800 of 1000 bytes are decoding (limits.max_decode_bytes_in_flight), "
                                   "no room for 300 more before the deadline; not decoded")
     assert budget.held == 0 and budget.peak == 1000
     with budget.reserve(5000, None, "larger than all of it") as held:  # runs alone
@@ -67,19 +68,19 @@ def test_a_waiting_decode_runs_as_soon_as_room_is_given_back() -> None:
 
 
 def test_the_cost_of_a_decode_comes_from_its_header() -> None:
-    assert decode_cost(png(300, 200), PNG) == 60_000
+    assert decode_cost(png(300, 200), PNG) == 60_000 * DECODED_BYTES_PER_PIXEL == 240_000
     assert decode_cost(b"hello", parse_modality("text/plain")) == 0
 
 
 def test_an_extractor_past_the_budget_is_skipped_with_the_reason() -> None:
-    budget = DecodeBudget(100_000)
+    budget = DecodeBudget(400_000)
     data = png(300, 200)
     with FeaturePipeline([ImageExtractor(limits=Limits())], decode_budget=budget) as pipeline:
-        with budget.reserve(50_000, None, "another request"):
+        with budget.reserve(200_000, None, "another request"):
             busy = pipeline.extract_blocking(PNG, data, budget_s=2)  # gives up waiting at 1 s, recorded by 2 s
         done = pipeline.extract_blocking(PNG, data, budget_s=5)
-    assert busy.features["error"] == ("pillow-image: 50000 of 100000 pixels are decoding "
-                                      "(limits.max_decode_pixels_in_flight), no room for 60000 more before the "
+    assert busy.features["error"] == ("pillow-image: 200000 of 400000 bytes are decoding "
+                                      "(limits.max_decode_bytes_in_flight), no room for 240000 more before the "
                                       "deadline; not decoded")
     assert "width" not in busy.features
     assert (done.features["width"], done.features["height"]) == (300, 200) and budget.held == 0
@@ -94,8 +95,8 @@ async def test_the_gateway_shares_one_budget_and_records_the_reason() -> None:
         async with gateway({"rules": rules, "agents": [{"name": n, "url": u} for n, u in urls.items()],
                             "features": {"budget_s": 2}, "limits": {"max_decode_pixels_in_flight": 100_000}}
                            ) as (gw, url):
-            assert gw.decode_budget.capacity == 100_000
-            with gw.decode_budget.reserve(90_000, None, "held by the test"):
+            assert gw.decode_budget.capacity == 400_000  # 100,000 pixels of 4 bytes
+            with gw.decode_budget.reserve(360_000, None, "held by the test"):
                 held = await rpc(url, "SendMessage", {"message": {"messageId": "b1", "role": "ROLE_USER",
                                                                   "parts": [part]}})
             free = await rpc(url, "SendMessage", {"message": {"messageId": "b2", "role": "ROLE_USER", "parts": [part]}})
@@ -103,7 +104,8 @@ async def test_the_gateway_shares_one_budget_and_records_the_reason() -> None:
     got = [json_format.MessageToDict(m.message)["parts"][0]["metadata"][EXTENSION_URI]
            for spec in specs.values() for m in spec[1].received]
     errors = [g.get("features", {}).get("error", "") for g in got]
-    assert any("no room for 60000 more before the deadline" in e for e in errors), got
+    assert any(e == "pillow-image: 360000 of 400000 bytes are decoding (limits.max_decode_pixels_in_flight, 4 bytes a "
+               "pixel), no room for 240000 more before the deadline; not decoded" for e in errors), got
     assert [m.message.message_id for m in specs["wide"][1].received] == ["b2"]  # the free one matched the rule
 
 
@@ -123,9 +125,9 @@ def test_a_reference_agent_holds_its_own_budget(monkeypatch: pytest.MonkeyPatch)
     with runtime.AGENT_DECODES.reserve(runtime.AGENT_DECODES.capacity, None, "held by the test"):
         with pytest.raises(ValueError) as err:
             speech._transcribe(buf.getvalue(), "audio/wav")
-    assert str(err.value) == (f"speech: {runtime.AGENT_DECODES.capacity} of {runtime.AGENT_DECODES.capacity} pixels "
-                              "are decoding (the process's decode budget, mma2a.sdk.parts.DECODES), no room for 16000 more before the deadline; "
-                              "not decoded")
+    assert str(err.value) == (f"speech: {runtime.AGENT_DECODES.capacity} of {runtime.AGENT_DECODES.capacity} bytes "
+                              "are decoding (the process's decode budget, mma2a.sdk.parts.DECODES), no room for 128000 "
+                              "more before the deadline; not decoded")  # 16,000 samples of 8 bytes
     assert runtime.AGENT_DECODES.held == 0
 
 
@@ -141,7 +143,21 @@ async def test_the_sdk_image_helper_holds_the_process_budget(monkeypatch: pytest
     with budget.reserve(budget.capacity, None, "held by the test"):
         with pytest.raises(DecodeBusy) as busy:
             await view.image()
-    assert busy.value.message == (f"part 0 (image/png): {budget.capacity} of {budget.capacity} pixels are decoding "
-                                  "(the process's decode budget, mma2a.sdk.parts.DECODES), no room for 60000 more "
+    assert busy.value.message == (f"part 0 (image/png): {budget.capacity} of {budget.capacity} bytes are decoding "
+                                  "(the process's decode budget, mma2a.sdk.parts.DECODES), no room for 240000 more "
                                   "before the deadline; not decoded")
     assert (await view.image()).size == (300, 200) and budget.held == 0
+
+
+def test_the_budget_is_set_in_bytes_or_in_pixels_of_four_bytes_never_both() -> None:
+    from pydantic import ValidationError
+
+    from mma2a.gateway.guard import LimitsConfig
+
+    assert LimitsConfig().max_decode_bytes_in_flight == DEFAULT_DECODE_BYTES == 320_000_000
+    assert LimitsConfig(max_decode_bytes_in_flight=1000).decode_budget_name == "limits.max_decode_bytes_in_flight"
+    pixels = LimitsConfig(max_decode_pixels_in_flight=1000)
+    assert pixels.max_decode_bytes_in_flight == 4000
+    with pytest.raises(ValidationError) as both:
+        LimitsConfig(max_decode_pixels_in_flight=1000, max_decode_bytes_in_flight=1000)
+    assert "limits: set max_decode_bytes_in_flight or max_decode_pixels_in_flight, not both" in str(both.value)

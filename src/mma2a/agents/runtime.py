@@ -35,7 +35,7 @@ AGENT_LIMITS = Limits()
 """What a reference agent decodes: each part's header is checked against these before any model sees its bytes."""
 
 AGENT_DECODES = DECODES
-"""Pixels (audio: samples as decoded) a reference agent's process decodes at once — the SDK's own budget, which
+"""Bytes (`features.budget.decode_cost`) a reference agent's process decodes at once — the SDK's own budget, which
 `IncomingPart.image()` holds too; a decode waits for room up to `DECODE_WAIT_S`, then the part is refused with the
 reason (features.budget)."""
 DECODE_WAIT_S = 30.0

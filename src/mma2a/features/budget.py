@@ -1,11 +1,14 @@
-"""A process-wide budget of decoded pixels in flight: every decode reserves its cost before it runs.
+"""A process-wide budget of decoded bytes in flight: every decode reserves what it will hold before it runs.
 
 The pixel limit bounds one image (40 Mpx); nothing bounded how many decoded at once: four 154 KB PNGs of 6300x6300
 (39.7 Mpx each) sent at once took a gateway from 172 to 822 MB and an agent to 1,665 MB. `DecodeBudget.reserve`
 holds a decode (a feature extractor, a thumbnail, fitting a part to a receiver, an agent's own read) until the
-pixels it will decode fit in the budget, at most until the caller's deadline; past it, `DecodeBusy` says so and the
-caller goes on without that work, the reason recorded. The cost of a decode comes from headers only (`decode_cost`):
-an image's width × height, a video frame's, audio's samples as decoded (16 kHz mono at most), a mesh's bytes.
+bytes it will hold fit in the budget, at most until the caller's deadline; past it, `DecodeBusy` says so and the
+caller goes on without that work, the reason recorded. The cost of a decode comes from headers only (`decode_cost`),
+in the bytes the decoder really holds: an image's pixels at `DECODED_BYTES_PER_PIXEL`, a video frame's twice, audio's
+samples as decoded (16 kHz mono at most) at `DECODED_BYTES_PER_SAMPLE`, a mesh's bytes. Counted in bytes, the budget
+bounds memory: four 39.7 Mpx PNGs at once grew the gateway by the budget's bytes plus ~20 MB, where counted in pixels
+(session 9: 80 M "pixels") they grew it by 4.3 times the budget.
 A single decode larger than the whole budget runs alone (it waits until nothing else is in flight).
 
 Blocking: `reserve` waits on a condition; it is called on worker threads, never on the event loop.
@@ -22,8 +25,17 @@ from ..errors import MediaError
 from ..modality import Modality
 from .imagehead import HeadNotFound, image_size
 
-DEFAULT_DECODE_PIXELS = 80_000_000
-"""Two images at the default pixel limit decoding at once (about 8 bytes each in flight: RGB and one conversion)."""
+DECODED_BYTES_PER_PIXEL = 4
+"""What a decoded image holds per pixel: Pillow keeps every colour mode in 4 bytes a pixel (RGB as RGBX, RGBA, CMYK,
+32-bit grey), 16-bit grey in 2, grey and palettes in 1; the extractors' conversions run on a reduced copy and fitting's
+on the target size. Measured: one 6300x6300 PNG's features peaked at 159.6 MB over the process's RSS, 4.02 bytes a
+pixel (`bench/decode_bounds.py --case pixels`, docs/benchmarks.md)."""
+
+DECODED_BYTES_PER_SAMPLE = 8
+"""What decoded audio holds per sample: float32 samples at 16 kHz mono and a resampler's float32 of the same."""
+
+DEFAULT_DECODE_BYTES = 2 * 40_000_000 * DECODED_BYTES_PER_PIXEL
+"""320 MB: two images at the default pixel limit (`limits.max_pixels`, 40 M) decoding at once."""
 
 
 class DecodeBusy(MediaError):
@@ -31,9 +43,9 @@ class DecodeBusy(MediaError):
 
 
 class DecodeBudget:
-    """Pixels (or pixel-equivalents) decoding at once in this process, at most `capacity`."""
+    """Bytes decoding at once in this process, at most `capacity`."""
 
-    def __init__(self, capacity: int = DEFAULT_DECODE_PIXELS, *, name: str = "limits.max_decode_pixels_in_flight"):
+    def __init__(self, capacity: int = DEFAULT_DECODE_BYTES, *, name: str = "limits.max_decode_bytes_in_flight"):
         if capacity < 1:
             raise ValueError("capacity must be positive")
         self.capacity = capacity
@@ -54,7 +66,7 @@ class DecodeBudget:
             while self.held + cost > self.capacity:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise DecodeBusy(f"{what}: {self.held} of {self.capacity} pixels are decoding ({self.name}), "
+                    raise DecodeBusy(f"{what}: {self.held} of {self.capacity} bytes are decoding ({self.name}), "
                                      f"no room for {cost} more before the deadline; not decoded")
                 self._cond.wait(left)
             self.held += cost
@@ -68,14 +80,14 @@ class DecodeBudget:
 
 
 def decode_cost(data: bytes, modality: Modality) -> int:
-    """What decoding `data` holds, in pixels or their equivalent, from headers alone (0: nothing worth counting)."""
+    """The bytes decoding `data` holds, from headers alone (0: nothing worth counting)."""
     family = modality.type
     if family == "image":
         try:
             size = image_size(data, complete=True)
         except HeadNotFound:
             return 0  # refused by the decoder itself before it decodes anything
-        return size[0] * size[1] if size is not None else 0
+        return size[0] * size[1] * DECODED_BYTES_PER_PIXEL if size is not None else 0
     if family in ("audio", "video"):
         from .probe import container_header
 
@@ -83,9 +95,10 @@ def decode_cost(data: bytes, modality: Modality) -> int:
         if header is None:
             return len(data)
         if family == "video" and header.width and header.height:
-            return header.width * header.height * 2  # a frame decoded and one converted
+            return header.width * header.height * 2 * DECODED_BYTES_PER_PIXEL  # a frame decoded and one converted
         if header.seconds is not None:
-            return int(header.seconds * min(header.rate or 16000, 16000))  # samples as decoded: 16 kHz mono at most
+            # samples as decoded: 16 kHz mono at most
+            return int(header.seconds * min(header.rate or 16000, 16000)) * DECODED_BYTES_PER_SAMPLE
         return len(data)
     if family == "model":
         return len(data)  # a mesh parsed holds about its text's size in arrays

@@ -150,8 +150,8 @@ class Gateway:
                               f"({INSTALL[config.features.text_model]})", field="features.text_model")
         self.state = RoutingState(self.directory, mode=config.mode,
                                   embedder=CachedEmbedder(self.embedder) if self.embedder is not None else None)
-        # every decode of the gateway (features, thumbnails, fitting) holds its pixels of one budget (features.budget)
-        self.decode_budget = DecodeBudget(config.limits.max_decode_pixels_in_flight)
+        # every decode of the gateway (features, thumbnails, fitting) holds its bytes of one budget (features.budget)
+        self.decode_budget = DecodeBudget(config.limits.max_decode_bytes_in_flight, name=config.limits.decode_budget_name)
         self.features = self._feature_stage(config)
         scheme = "https" if config.tls else "http"
         self.public_url = (config.public_url or f"{scheme}://{config.listen}").rstrip("/")

@@ -32,7 +32,7 @@ from ..errors import (
 from ..ext import EXTENSION_URI, decoded_size
 from ..modality import parse_modality
 from ..features.base import Limits
-from ..features.budget import DEFAULT_DECODE_PIXELS
+from ..features.budget import DECODED_BYTES_PER_PIXEL, DEFAULT_DECODE_BYTES
 from ..features.probe import check_raw, looks_like_image
 from ..payload.ssrf import URLPolicy, check_url, normalize_url
 from ..signing import (
@@ -90,9 +90,11 @@ class LimitsConfig(BaseModel):
     max_pixels: int = Field(default=40_000_000, gt=0)
     max_audio_seconds: float = Field(default=4 * 3600.0, gt=0)
     max_audio_samples: int = Field(default=48_000 * 2 * 4 * 3600, gt=0)  # rate x channels x seconds: 4 h of 48 kHz stereo
-    # pixels (or their equivalent: audio samples, mesh bytes) every decode of the gateway holds at once (features,
-    # thumbnails, fitting); past it a decode waits within its deadline, else is skipped with the reason
-    max_decode_pixels_in_flight: int = Field(default=DEFAULT_DECODE_PIXELS, ge=1)
+    # bytes every decode of the gateway holds at once (features, thumbnails, fitting: an image 4 bytes a pixel, audio
+    # 8 a sample as decoded, a mesh its bytes); past it a decode waits within its deadline, else is skipped with the
+    # reason. `max_decode_pixels_in_flight` says the same budget in pixels (of 4 bytes): set one or the other
+    max_decode_bytes_in_flight: int = Field(default=DEFAULT_DECODE_BYTES, ge=1)
+    max_decode_pixels_in_flight: int | None = Field(default=None, ge=1)
     max_video_seconds: float = Field(default=4 * 3600.0, gt=0)
     modalities: ModalityLists = Field(default_factory=ModalityLists)
     agents: dict[str, ModalityLists] = Field(default_factory=dict)
@@ -106,6 +108,21 @@ class LimitsConfig(BaseModel):
     # ratings of tasks (POST /tasks/{id}:feedback, gateway/feedback.py) per client: a token bucket, past it 429
     feedback_per_s: float = Field(default=20.0, gt=0)
     feedback_burst: int = Field(default=100, ge=1)
+
+    @model_validator(mode="after")
+    def _decode_budget_in_bytes(self) -> LimitsConfig:
+        if self.max_decode_pixels_in_flight is not None:
+            if "max_decode_bytes_in_flight" in self.model_fields_set:
+                raise ValueError("limits: set max_decode_bytes_in_flight or max_decode_pixels_in_flight, not both")
+            self.max_decode_bytes_in_flight = self.max_decode_pixels_in_flight * DECODED_BYTES_PER_PIXEL
+        return self
+
+    @property
+    def decode_budget_name(self) -> str:
+        """The setting a decode budget refusal names: the one the operator set."""
+        if self.max_decode_pixels_in_flight is not None:
+            return f"limits.max_decode_pixels_in_flight, {DECODED_BYTES_PER_PIXEL} bytes a pixel"
+        return "limits.max_decode_bytes_in_flight"
 
 
 class URLConfig(BaseModel):

@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..ext import EXTENSION_URI, PartExtension, PayloadRef, StreamRef, Thumbnail, normalize_json, read_part
 from ..features.base import Limits
-from ..features.budget import DEFAULT_DECODE_PIXELS, DecodeBudget, decode_cost
+from ..features.budget import DEFAULT_DECODE_BYTES, DecodeBudget, decode_cost
 from ..features.probe import check_media
 from ..features.producer import sniff_modality
 from ..modality import EMBEDDING, Modality, parse_modality
@@ -46,9 +46,9 @@ from ..payload import FrameDecoder, SafeFetcher, URLPolicy
 from ..payload.ssrf import hosts_of
 
 CHUNK = 256 * 1024
-DECODES = DecodeBudget(DEFAULT_DECODE_PIXELS, name="the process's decode budget, mma2a.sdk.parts.DECODES")
-"""Pixels `IncomingPart.image()` decodes at once in this process (the reference agents' own decodes hold it too):
-an image waits for room up to `DECODE_WAIT_S`, then is refused with the reason (`DecodeBusy`)."""
+DECODES = DecodeBudget(DEFAULT_DECODE_BYTES, name="the process's decode budget, mma2a.sdk.parts.DECODES")
+"""Bytes `IncomingPart.image()` decodes at once in this process (`features.budget.decode_cost`; the reference agents'
+own decodes hold it too): an image waits for room up to `DECODE_WAIT_S`, then is refused with the reason (`DecodeBusy`)."""
 DECODE_WAIT_S = 30.0
 _SIGNATURE = re.compile(r"([?&]sig=)[^&\s:)]+")
 
@@ -352,7 +352,7 @@ class IncomingPart:
         data = await self.read_media(limits=limits)
         where = self.where
 
-        def decode() -> Any:  # holds its pixels of the process's decode budget while it decodes
+        def decode() -> Any:  # holds its bytes of the process's decode budget while it decodes
             with DECODES.reserve(decode_cost(data, parse_modality("image/*")), time.monotonic() + DECODE_WAIT_S, where):
                 return open_image(data, limits, where)
 
