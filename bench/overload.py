@@ -126,7 +126,8 @@ def priority_of(i: int) -> int:
 async def offer(url: str, rate: float, seconds: float, timeout: float, rss: Any = None,
                 rss_every: float = 0.0) -> dict[str, Any]:
     """Send `rate` messages a second for `seconds` (open loop); each message's outcome and latency."""
-    results: list[tuple[int, str, float, float]] = []  # (priority, outcome, seconds, answered at: since the start)
+    # (priority, outcome, seconds, answered at: since the start, the shed reason the answer names or "")
+    results: list[tuple[int, str, float, float, str]] = []
     rss_seen: list[tuple[float, float]] = []
     conn = aiohttp.TCPConnector(limit=0, force_close=False)
     start = time.perf_counter()
@@ -139,6 +140,7 @@ async def offer(url: str, rate: float, seconds: float, timeout: float, rss: Any 
                 "messageId": f"m-{i}-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": "work"}],
                 "extensions": [EXT], "metadata": {EXT: {"priority": p}}}}}
             t0 = time.perf_counter()
+            why = ""
             try:
                 async with session.post(url + "/", json=body, timeout=aiohttp.ClientTimeout(total=timeout),
                                         headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0",
@@ -147,7 +149,7 @@ async def offer(url: str, rate: float, seconds: float, timeout: float, rss: Any 
                     status = resp.status
                 dt = time.perf_counter() - t0
                 if status == 503:
-                    outcome = "shed"
+                    outcome, why = "shed", shed_reason(doc)
                 elif status == 200 and "result" in doc:
                     outcome = "ok"
                 else:
@@ -156,7 +158,7 @@ async def offer(url: str, rate: float, seconds: float, timeout: float, rss: Any 
                 outcome, dt = "timeout", time.perf_counter() - t0
             except aiohttp.ClientError as exc:
                 outcome, dt = f"error {type(exc).__name__}", time.perf_counter() - t0
-            results.append((p, outcome, dt, time.perf_counter() - start))
+            results.append((p, outcome, dt, time.perf_counter() - start, why))
 
         tasks = []
         start = time.perf_counter()
@@ -176,6 +178,14 @@ async def offer(url: str, rate: float, seconds: float, timeout: float, rss: Any 
         if rss is not None and rss_every:
             rss_seen.append((round(time.perf_counter() - start, 1), round(rss(), 1)))
     return {"results": results, "sent_for_s": sent_for, "rss": rss_seen}
+
+
+def shed_reason(doc: Any) -> str:
+    """The reason a 503's JSON-RPC ErrorInfo names (`shed` in its metadata)."""
+    try:
+        return str(next(d["metadata"]["shed"] for d in doc["error"]["data"] if "metadata" in d))
+    except (KeyError, TypeError, StopIteration):
+        return "?"
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -202,13 +212,21 @@ def summarise(run: dict[str, Any], capacity_rps: float) -> dict[str, Any]:
                            "shed_answer_ms": {"p50": _ms(pct([r[2] for r in shed], 0.5)),
                                               "p99": _ms(pct([r[2] for r in shed], 0.99)),
                                               "max": _ms(max((r[2] for r in shed), default=None)),
-                                              "over_100ms": sum(1 for r in shed if r[2] > 0.1)}}
+                                              "over_100ms": sum(1 for r in shed if r[2] > 0.1),
+                                              "over_100ms_by_reason": _count(r[4] for r in shed if r[2] > 0.1)}}
     for name, members in (("urgent", lambda p: p >= 7), ("routine", lambda p: p < 7)):
         mine = [r for r in results if members(r[0])]
         good = [r[2] for r in mine if r[1] == "ok"]
         out[name] = {"sent": len(mine), "answered": round(len(good) / len(mine), 4) if mine else None,
                      "shed": sum(1 for r in mine if r[1] == "shed"),
                      "p50_ms": _ms(pct(good, 0.5)), "p99_ms": _ms(pct(good, 0.99))}
+    return out
+
+
+def _count(keys: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k in keys:
+        out[k] = out.get(k, 0) + 1
     return out
 
 

@@ -116,20 +116,20 @@ def assert_overloaded_info(details: list[dict[str, Any]], priority: int) -> None
     assert info["reason"] == "OVERLOADED"
     assert info["metadata"]["agent"] == "slow"
     assert info["metadata"]["priority"] == str(priority)
-    assert info["metadata"]["shed"] == "queue_full"
+    assert info["metadata"]["shed"] == "outranked"
 
 
 async def test_urgent_first_the_rest_shed_with_503_on_jsonrpc_and_rest(tmp_path: Path) -> None:
     async with loaded(tmp_path) as (gw, url, executor), httpx.AsyncClient(timeout=60) as http:
         sent = await fill(gw, url, executor, http)
-        # the queue is full of legs at least as urgent: D (3) is shed at once, answered 503 + Retry-After
+        # a privileged leg (C) waits: D (3) is not queued behind it but shed at once, answered 503 + Retry-After
         shed = await send(http, url, ROUTINE, "D", 3)
         assert shed.status_code == 503
         assert int(shed.headers["retry-after"]) >= 1
         doc = shed.json()
         assert doc["id"] == "D" and doc["error"]["code"] == -32603
-        assert doc["error"]["message"].startswith("agent slow is overloaded: a leg of priority 3 was shed (the queue of "
-                                                  "agent slow is full (2 legs, limits.max_queue_per_agent))")
+        assert doc["error"]["message"].startswith("agent slow is overloaded: a leg of priority 3 was shed (legs of "
+                                                  "higher priority wait for agent slow)")
         assert_overloaded_info(doc["error"]["data"], 3)
         # REST: the same refusal in the REST error shape
         rest = await http.post(url + "/message:send", headers={"Authorization": f"Bearer {ROUTINE}", "A2A-Version": "1.0"},
@@ -161,10 +161,10 @@ async def test_urgent_first_the_rest_shed_with_503_on_jsonrpc_and_rest(tmp_path:
         hist = (await http.get(url + "/admin/history", params={"outcome": "shed"}, headers=admin)).json()
         rows = hist["decisions"]
         assert sorted(r["messageId"] for r in rows) == ["m-D", "m-E", "m-F"]
-        assert all(r["outcome"] == "shed" and r["error"].startswith("queue_full: agent slow is overloaded") for r in rows)
+        assert all(r["outcome"] == "shed" and r["error"].startswith("outranked: agent slow is overloaded") for r in rows)
         metrics = (await http.get(url + "/metrics", headers=admin)).text
         for p in ("0", "2", "3"):
-            assert f'mma2a_agent_shed_total{{agent="slow",priority="{p}",reason="queue_full"}} 1.0' in metrics
+            assert f'mma2a_agent_shed_total{{agent="slow",priority="{p}",reason="outranked"}} 1.0' in metrics
         assert 'mma2a_agent_queue_depth{agent="slow",priority="8"} 0.0' in metrics
         assert 'mma2a_agent_concurrency_limit{agent="slow"} 1.0' in metrics
         assert 'mma2a_agent_queue_wait_seconds_count{agent="slow",priority="8"} 1.0' in metrics

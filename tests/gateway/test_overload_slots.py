@@ -10,7 +10,7 @@ import pytest
 
 from mma2a.errors import Overloaded
 from mma2a.gateway.agent_limit import ALPHA, BETA, AdaptiveLimit, ConcurrencyLimit
-from mma2a.gateway.overload import ESTIMATE_AFTER, AgentSlots, AgentSlotTable
+from mma2a.gateway.overload import ESTIMATE_AFTER, QUEUE_RTTS, AgentSlots, AgentSlotTable
 
 
 class Clock:
@@ -43,10 +43,16 @@ async def test_queued_legs_are_granted_by_priority_then_age() -> None:
         await waiting
         order.append(name)
 
-    tasks = [asyncio.create_task(leg(n, p)) for n, p in (("low-a", 2), ("urgent", 8), ("low-b", 2), ("mid", 5))]
+    tasks = [asyncio.create_task(leg(n, p)) for n, p in (("low-a", 2), ("low-b", 2), ("mid", 5), ("urgent", 8))]
     await settle()
     assert s.queued == 4 and order == []
-    for _ in range(4):
+    with pytest.raises(Overloaded) as info:  # a privileged leg waits: a routine one is not queued behind it
+        s.acquire(5)
+    assert info.value.why == "outranked" and s.queued == 4
+    nine = s.acquire(9)  # (a privileged one is, ahead of it)
+    assert nine is not None
+    tasks.append(asyncio.ensure_future(nine))
+    for _ in range(5):
         s.release()  # the leg in the slot answers: the best waiter takes it
         await settle()
     await asyncio.gather(*tasks)
@@ -70,10 +76,10 @@ async def test_a_full_queue_sheds_the_lowest_priority_first() -> None:
     with pytest.raises(Overloaded) as info:
         t_low.result()
     assert info.value.why == "displaced" and info.value.agent == "vision" and info.value.priority == 1
-    with pytest.raises(Overloaded) as info:  # full, and nobody less urgent than this one: it is the one shed
+    with pytest.raises(Overloaded) as info:  # a privileged leg waits: a routine one is not queued behind it
         s.acquire(4)
-    assert info.value.why == "queue_full"
-    assert shed == [(1, "displaced"), (4, "queue_full")]
+    assert info.value.why == "outranked"
+    assert shed == [(1, "displaced"), (4, "outranked")]
     assert s.shed[1] == 1 and s.shed[4] == 1
     t_urgent = asyncio.ensure_future(w_urgent)
     s.release()
@@ -82,6 +88,21 @@ async def test_a_full_queue_sheds_the_lowest_priority_first() -> None:
     s.release()
     await settle()
     assert t_mid.done()
+
+
+async def test_a_full_queue_of_legs_as_urgent_sheds_the_newcomer() -> None:
+    shed: list[tuple[int, str]] = []
+    s = slots(1, max_queue=2, shed=shed)
+    s.acquire(7)
+    waiting = [s.acquire(8), s.acquire(7)]
+    tasks = [asyncio.ensure_future(w) for w in waiting if w is not None]
+    with pytest.raises(Overloaded) as info:  # full, and nobody less urgent than this one: it is the one shed
+        s.acquire(7)
+    assert info.value.why == "queue_full" and shed == [(7, "queue_full")] and s.queued == 2
+    s.release()
+    s.release()
+    await settle()
+    assert all(t.done() and t.exception() is None for t in tasks)
 
 
 async def test_a_leg_whose_deadline_passed_is_shed_at_once() -> None:
@@ -135,13 +156,14 @@ async def test_a_priority_whose_betters_take_the_whole_rate_is_shed_on_arrival()
     clock = Clock()
     s = slots(2, clock=clock, max_queue=64)
     s.acquire(9)
-    s.acquire(9)
-    for _ in range(ESTIMATE_AFTER):  # answers of 0.1 s, two at the agent: it serves 2 / 0.1 = 20 legs a second
+    s.acquire(3)
+    for i in range(3 * ESTIMATE_AFTER):  # an answer every 0.05 s, each slot at once taken again: 20 legs a second,
+        clock.now += 0.05                # half of them priority 9
         s.release(0.1)
-        assert s.acquire(9) is None
+        assert s.acquire(9 if i % 2 else 3) is None
     assert s.rate() == pytest.approx(20.0)
     urgent, why = [], []
-    for _ in range(24):  # 24 legs of priority 5 arrive within the one-second window: more than the agent serves
+    for _ in range(24):  # 24 legs of priority 5 at once: the agent has 20 - 10 a second left for them
         try:
             waiting = s.acquire(5)
         except Overloaded as exc:  # past QUEUE_RTTS answer times of waiting: shed at once, not after a wait
@@ -149,7 +171,10 @@ async def test_a_priority_whose_betters_take_the_whole_rate_is_shed_on_arrival()
         else:
             assert waiting is not None
             urgent.append(asyncio.ensure_future(waiting))
-    assert len(urgent) == 4 * 2 and set(why) == {"deadline"}  # 4 answer times of 0.1 s at 20 a second: 8 queue
+    # priority 9 arrives at 10 a second (the last quarter second's bucket may hold one more than its share)
+    assert 10.0 <= s.rate_above(5) <= 12.5
+    left = s.rate() - s.rate_above(5)  # legs a second the agent has for priority 5
+    assert len(urgent) == int(QUEUE_RTTS * 0.1 * left) >= 3 and set(why) == {"deadline"}  # those within 4 answer times
     with pytest.raises(Overloaded) as info:
         s.acquire(2)
     assert info.value.why == "outranked" and s.floor == 5

@@ -7,14 +7,18 @@ client), then by age, each with a deadline: `limits.queue_timeout_s`, or the cli
 shed — answered at once with `Overloaded` (HTTP 503 + `Retry-After`, gRPC UNAVAILABLE + RetryInfo), never left
 to hang — when:
 
-- `outranked`: legs of higher priority arrive at 90% or more of the agent's rate (`limit / mean_rtt`): this one
-  could only be served by taking their slots, so it is shed on arrival, even when a slot is free for a moment
-  (else routine legs taking free slots would leave urgent ones a standing backlog);
+- `outranked`: legs of higher priority arrive at 90% or more of the agent's rate (the rate it delivers while kept
+  busy, measured from the gaps between its answers): this one could only be served by taking their slots, so it is
+  shed on arrival, even when a slot is free for a moment (else routine legs taking free slots would leave urgent ones
+  a standing backlog); or — a routine leg — privileged legs are waiting for a slot now (queued behind them it could
+  only be served by capacity they need, or be shed later, after a wait). For a routine priority the arrivals above it
+  are read over the last quarter second as well as the last second (`ArrivalRates`: an overload that starts is seen
+  within a quarter second);
 - `deadline`: it would wait past its deadline, or — a routine leg (priority up to `ROUTINE_MAX`, the clients'
   default ceiling) — more than `QUEUE_RTTS` of the agent's mean answer times once its limit is settled (a standing
   queue only adds latency: better an answer now; a privileged leg waits to its deadline). The wait is estimated when it arrives (and again for
   the lowest queued legs whenever the queue moves) from the legs ahead of it and the agent's rate left to its
-  priority: `(ahead + 1) / (limit / mean_rtt - arrivals per second of higher priorities)`;
+  priority: `(ahead + 1) / (agent's rate - arrivals per second of higher priorities)`;
 - `queue_full`: the queue holds `limits.max_queue_per_agent` legs and none is less urgent (else that one,
   the youngest of the lowest priority, is shed in its place: `displaced`);
 - `expired`: its deadline passed while it waited.
@@ -38,7 +42,10 @@ from ..errors import Overloaded
 from .agent_limit import AdaptiveLimit, ConcurrencyLimit
 
 PRIORITIES = 10  # the extension's priority: 0..9
-RATE_WINDOW_S = 1.0  # arrivals per priority are counted over a sliding window this long
+RATE_WINDOW_S = 1.0  # arrivals per priority are counted over a sliding window this long ...
+BUCKETS = 4  # ... in this many buckets (a rise is seen within one: `ArrivalRates`)
+BUCKET_S = RATE_WINDOW_S / BUCKETS
+RATE_DECAY = 0.95  # each gap between answers (the agent kept busy) counts this much less with each newer one
 RTT_WEIGHT = 0.1  # weight of each answer in the mean latency the wait estimate uses
 ESTIMATE_AFTER = 8  # answers before a wait is estimated (until then the deadline alone sheds)
 QUEUE_RTTS = 4  # a routine leg is queued only when it is expected to reach the agent within this many answer times
@@ -70,6 +77,50 @@ class _Waiter:
         self.live = True
 
 
+class ArrivalRates:
+    """Legs arriving per second, per priority, counted in buckets of `BUCKET_S`. The rate of the legs above a priority
+    is the larger of two sliding windows: the last `RATE_WINDOW_S` and the last bucket, so a rise is seen within a
+    bucket (an overload that starts: every leg a routine one takes from an agent that urgent ones fill is their
+    capacity lost for good) and a fall only after the longer window (a lull between bursts is not a fall)."""
+
+    __slots__ = ("_buckets", "_i", "_start", "above", "steady")
+
+    def __init__(self) -> None:
+        self._buckets = [[0] * PRIORITIES for _ in range(BUCKETS + 1)]  # a ring: the current bucket and BUCKETS before
+        self._i = 0
+        self._start = -math.inf  # when the current bucket began
+        self.above = [0.0] * PRIORITIES  # legs a second above each priority, as of the last `estimate` ...
+        self.steady = [0.0] * PRIORITIES  # ... and over the longer window alone
+
+    def count(self, priority: int) -> None:
+        self._buckets[self._i][priority] += 1
+
+    def roll(self, now: float) -> None:
+        """Move the current bucket on to `now` (buckets past are kept, up to BUCKETS; a quiet spell empties them)."""
+        passed = (now - self._start) / BUCKET_S
+        if passed < 1.0:
+            return
+        steps = BUCKETS + 1 if passed > BUCKETS + 1 else int(passed)
+        for _ in range(steps):
+            self._i = (self._i + 1) % (BUCKETS + 1)
+            self._buckets[self._i] = [0] * PRIORITIES
+        self._start = now if passed > BUCKETS + 1 else self._start + steps * BUCKET_S
+
+    def estimate(self, now: float) -> None:
+        """`above` at `now` (after `roll`): the oldest bucket of each window counts for the part still inside it."""
+        n = BUCKETS + 1
+        keep = 1.0 - min(1.0, max(0.0, (now - self._start) / BUCKET_S))
+        cur, last, oldest = self._buckets[self._i], self._buckets[(self._i - 1) % n], self._buckets[(self._i + 1) % n]
+        middle = [self._buckets[(self._i - k) % n] for k in range(1, BUCKETS)]
+        long_w, short_w = 0.0, 0.0
+        for p in range(PRIORITIES - 1, 0, -1):  # above[p - 1]: the legs of priority p and up
+            long_w += cur[p] + sum(b[p] for b in middle) + keep * oldest[p]
+            short_w += cur[p] + keep * last[p]
+            self.steady[p - 1] = long_w / RATE_WINDOW_S
+            self.above[p - 1] = max(self.steady[p - 1], short_w / BUCKET_S)
+        self.above[PRIORITIES - 1] = self.steady[PRIORITIES - 1] = 0.0
+
+
 class AgentSlots:
     """One agent's slots and queue. Runs on the event loop only (no lock)."""
 
@@ -92,10 +143,11 @@ class AgentSlots:
         self.rtt_mean = 0.0
         self.inflight_mean = 0.0  # legs at the agent when an answer came, averaged as rtt_mean is: rate = this / that
         self.answers = 0
-        self._arrivals = [0] * PRIORITIES
-        self._prev_arrivals = [0] * PRIORITIES
-        self._window_start = 0.0
-        self._prev_counted = False  # the previous window's counts are of the window just before (not a quiet spell)
+        self.intervals = 0  # gaps between answers while the agent was kept busy ...
+        self._busy_n = 0.0  # ... and the decayed count and seconds of them (`rate`: the one over the other)
+        self._busy_s = 0.0
+        self._busy_answer: float | None = None  # when the last answer came, if legs were waiting then (else None)
+        self.arrivals = ArrivalRates()
         self.floor = 0  # the lowest priority not outranked (`_roll`); lower ones take the slow path, and are shed
 
     # --- taking and giving back a slot -------------------------------------------------------------------------
@@ -105,7 +157,7 @@ class AgentSlots:
         the wait to await (it raises `Overloaded` when the leg is shed). Raises `Overloaded` at once when it cannot
         wait."""
         if self.inflight < self.limit.value and not self.queued and priority >= self.floor:
-            self._arrivals[priority] += 1
+            self.arrivals.count(priority)
             self.inflight += 1
             return None
         return self._enqueue(priority, self._now(), deadline)
@@ -113,26 +165,43 @@ class AgentSlots:
     def release(self, rtt: float | None = None) -> None:
         """Give a slot back; `rtt`: the seconds the agent took to answer (None: no sample, as for a stream or an
         agent that could not be reached)."""
+        busy = self.queued > 0 or self.inflight >= self.limit.value
         self.inflight -= 1
+        now = 0.0
         if rtt is not None:
+            now = self._now()
+            self.arrivals.roll(now)  # (arrivals granted at once count into the bucket current then)
+            self._delivered(busy, now)
             self.answers += 1
             if self.rtt_mean == 0.0:
                 self.rtt_mean, self.inflight_mean = rtt, float(self.inflight + 1)
             else:
                 self.rtt_mean += RTT_WEIGHT * (rtt - self.rtt_mean)
                 self.inflight_mean += RTT_WEIGHT * (self.inflight + 1 - self.inflight_mean)
-            self.limit.sample(rtt, self.inflight + 1, self.queued > 0 or self.inflight + 1 >= self.limit.value)
+            self.limit.sample(rtt, self.inflight + 1, busy)
         if self.queued:
-            now = self._now()
+            now = now or self._now()
             self._roll(now)
             self._grant(now)
             self._shed_hopeless(now)
+
+    def _delivered(self, busy: bool, now: float) -> None:
+        """An answer came at `now`; `busy`: every slot was taken or legs waited. The time since the previous answer,
+        when both came busy (the agent was kept busy in between), is a sample of the rate the agent delivers."""
+        if not busy:
+            self._busy_answer = None
+            return
+        if self._busy_answer is not None:
+            self.intervals += 1
+            self._busy_n = self._busy_n * RATE_DECAY + 1.0
+            self._busy_s = self._busy_s * RATE_DECAY + (now - self._busy_answer)
+        self._busy_answer = now
 
     # --- the queue ---------------------------------------------------------------------------------------------
 
     def _enqueue(self, priority: int, now: float, deadline: float | None) -> Awaitable[None]:
         self._roll(now)
-        self._arrivals[priority] += 1
+        self.arrivals.count(priority)
         budget = self.queue_timeout_s if deadline is None else min(self.queue_timeout_s, deadline - now)
         ahead = sum(self.counts[priority:])
         if priority < self.floor:  # the legs above it take the agent's whole rate: even a free slot is not for it
@@ -141,6 +210,11 @@ class AgentSlots:
         if ahead == 0 and self.inflight < self.limit.value:  # a free slot, and nobody better waits
             self.inflight += 1
             return _granted()
+        if priority <= ROUTINE_MAX and ahead > sum(self.counts[priority:ROUTINE_MAX + 1]):
+            # privileged legs wait: the agent is full with what must go first, and a routine leg queued behind them
+            # could only be served by the capacity they need (or be shed later, after a wait): shed it now
+            raise self._shed_now(priority, "outranked", f"legs of higher priority wait for agent {self.agent}",
+                                 self._wait(priority, ahead))
         if budget <= 0:
             raise self._shed_now(priority, "deadline", f"its deadline passed before agent {self.agent} had a slot",
                                  self._wait(priority, ahead))
@@ -256,51 +330,43 @@ class AgentSlots:
     # --- the estimate ------------------------------------------------------------------------------------------
 
     def _roll(self, now: float) -> None:
-        """Move the arrival counts' window on to `now`, and the floor with them."""
-        elapsed = now - self._window_start
-        if elapsed >= RATE_WINDOW_S:
-            if elapsed < 2 * RATE_WINDOW_S:
-                self._prev_arrivals = self._arrivals
-                self._window_start += RATE_WINDOW_S
-                self._prev_counted = True
-            else:
-                self._prev_arrivals = [0] * PRIORITIES
-                self._window_start = now
-                self._prev_counted = False
-            self._arrivals = [0] * PRIORITIES
-        self.floor = self._floor(now)
+        """Move the arrival counts on to `now`, and the floor with them."""
+        self.arrivals.roll(now)
+        self.arrivals.estimate(now)
+        self.floor = self._floor()
 
-    def _floor(self, now: float) -> int:
+    def _floor(self) -> int:
         """The lowest priority whose betters arrive at less than (1 - FLOOR_MARGIN) of the agent's rate."""
         if self.answers < ESTIMATE_AFTER or self.rtt_mean <= 0.0:
             return 0
         rate = (1.0 - FLOOR_MARGIN) * self.rate()
         for p in range(PRIORITIES):
-            if self.rate_above(p, now) < rate:
+            if self.rate_above(p) < rate:
                 return p
         return PRIORITIES - 1
 
-    def rate_above(self, priority: int, now: float) -> float:
-        """Legs per second arriving with a priority above `priority` (sliding window of `RATE_WINDOW_S`)."""
-        frac = min(1.0, max(0.0, (now - self._window_start) / RATE_WINDOW_S))
-        prev, cur = self._prev_arrivals, self._arrivals
-        if self._prev_counted:
-            n = sum(prev[p] * (1.0 - frac) + cur[p] for p in range(priority + 1, PRIORITIES))
-            return n / RATE_WINDOW_S
-        # no previous window (the first, or after a quiet spell): the current one over the time it has covered, so
-        # an overload that starts is seen within a tenth of a second, not a second
-        return sum(cur[priority + 1:]) / max(frac * RATE_WINDOW_S, 0.1)
+    def rate_above(self, priority: int) -> float:
+        """Legs per second arriving with a priority above `priority` (`ArrivalRates`, as of the last move): for a
+        routine priority the larger of the last second's and the last quarter second's (a routine leg let in as an
+        overload starts takes capacity the privileged legs need for good), for a privileged one the last second's
+        (a privileged leg is not shed for a burst of its betters)."""
+        rates = self.arrivals.above if priority <= ROUTINE_MAX else self.arrivals.steady
+        return rates[priority]
 
     def rate(self) -> float:
-        """Legs a second the agent answers when busy: its limit (or, when more were at the agent over the recent
-        answers, as after the limit came down, that many) over the mean answer time (Little's law)."""
+        """Legs a second the agent answers when busy: as measured while it was kept busy (the gaps between answers
+        with legs waiting); until enough such answers, its limit (or, when more were at the agent over the recent
+        answers, that many) over the mean answer time (Little's law: an upper bound, as the mean answer time lags a
+        limit that just rose)."""
+        if self.intervals >= ESTIMATE_AFTER and self._busy_s > 0.0:
+            return self._busy_n / self._busy_s
         return max(self.limit.value, self.inflight_mean) / self.rtt_mean
 
     def _wait(self, priority: int, ahead: int) -> float:
         """Seconds a leg of `priority` with `ahead` legs of its priority or higher before it would wait."""
         if self.answers < ESTIMATE_AFTER or self.rtt_mean <= 0.0:  # too few answers to tell: the deadline decides
             return 0.0
-        rate = self.rate() - self.rate_above(priority, self._now())
+        rate = self.rate() - self.rate_above(priority)
         return (ahead + 1) / rate if rate > 0 else math.inf
 
     def _now(self) -> float:
