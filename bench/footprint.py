@@ -14,9 +14,15 @@ alternate tree by tree so load on a shared machine hits each alike; per run:
 - which heavy packages the idle process holds (read from the process with a second probe:
   `python -c 'import mma2a.gateway.server; Gateway(plain config)'` and its `sys.modules`).
 
-    .venv/bin/python bench/footprint.py --src new=src --src old=/tmp/fp-old/src --runs 5
+    .venv/bin/python bench/footprint.py --src new=src --src old=/tmp/fp-old/src --runs 5 [--cold] [--importtime 30]
 
-`--importtime` also prints the top cumulative costs of `python -X importtime -c 'import mma2a.gateway.server'`.
+Bytecode: an installed package has its `.pyc` files (pip compiles them at install; an editable install writes
+them at its first start), so each tree's bytecode is kept in a fresh cache (`PYTHONPYCACHEPREFIX`, a temporary
+directory) filled by one start that is not counted. `--cold` measures with no bytecode at all instead
+(`PYTHONDONTWRITEBYTECODE=1`, every module compiled at every start: what a checkout run that way pays).
+
+`--importtime N` also prints the N top cumulative costs of `python -X importtime -m mma2a.cli serve` up to its
+banner (the median of three starts per module).
 """
 
 from __future__ import annotations
@@ -66,22 +72,31 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-def env_for(src: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "PYTHONDONTWRITEBYTECODE": "1"}
+def env_for(src: str, pycache: str | None) -> dict[str, str]:
+    """The environment of a run of tree `src`: its bytecode cached in `pycache`, or none when None (`--cold`)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+    if pycache is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = pycache
+    return env
 
 
-def one_run(src: str, config: Path, port: int) -> tuple[float, float, float]:
+def one_run(env: dict[str, str], config: Path, port: int, importtime: Path | None = None) -> tuple[float, float, float]:
     """(seconds to serving, idle RSS in MB 1 s later, the gateway's CPU seconds to serving).
 
     Serving: the banner (`mma2a gateway on ...`, printed once connections are served; the socket is bound,
-    and a TCP connect succeeds, before the gateway is even built), then checked with one `GET /healthz`."""
+    and a TCP connect succeeds, before the gateway is even built), then checked with one `GET /healthz`.
+    With `importtime`, the start runs under `-X importtime` and its report goes to that file."""
+    flags = ["-X", "importtime"] if importtime is not None else []
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(config), "--log-level", "warning"],
-                            env=env_for(src), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, *flags, "-m", "mma2a.cli", "serve", "--config", str(config), "--log-level",
+                             "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout is not None
+        assert proc.stderr is not None
         seen = []
-        for line in proc.stdout:
+        for line in proc.stderr:  # the banner is on stderr, after the import report (-X importtime) if any
             if "mma2a gateway on" in line:
                 break
             seen.append(line)
@@ -99,16 +114,21 @@ def one_run(src: str, config: Path, port: int) -> tuple[float, float, float]:
     finally:
         proc.terminate()
         proc.wait(10)
+        if importtime is not None:
+            importtime.write_text("".join(seen))
 
 
-def importtime(src: str, top: int) -> list[tuple[int, str]]:
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import mma2a.gateway.server"], env=env_for(src),
-                         capture_output=True, text=True, check=True).stderr
-    rows = []
-    for line in out.splitlines():
-        if line.startswith("import time:") and "cumulative" not in line:
-            _, cum, name = line.split("|")
-            rows.append((int(cum), name.strip()))
+def import_costs(reports: list[Path], top: int) -> list[tuple[int, int, str]]:
+    """The `top` modules by cumulative import time (us, median over the reports), with their self time."""
+    cum: dict[str, list[int]] = {}
+    own: dict[str, list[int]] = {}
+    for report in reports:
+        for line in report.read_text().splitlines():
+            if line.startswith("import time:") and "cumulative" not in line:
+                self_us, cum_us, name = line.split("|")
+                cum.setdefault(name.strip(), []).append(int(cum_us))
+                own.setdefault(name.strip(), []).append(int(self_us.split(":")[1]))
+    rows = [(int(statistics.median(v)), int(statistics.median(own[k])), k) for k, v in cum.items()]
     return sorted(rows, reverse=True)[:top]
 
 
@@ -116,7 +136,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--src", action="append", required=True, help="NAME=DIR: a source tree holding mma2a/")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--importtime", type=int, default=0, metavar="N", help="print the N top import costs per tree")
+    ap.add_argument("--cold", action="store_true", help="no bytecode cache: every module compiled at every start")
+    ap.add_argument("--importtime", type=int, default=0, metavar="N",
+                    help="print the N top import costs per tree (three more starts each, not counted above)")
     args = ap.parse_args()
     trees = dict(s.split("=", 1) for s in args.src)
     agents = [subprocess.Popen([sys.executable, str(HERE / "fast_agent.py"), "--port", str(p)],
@@ -127,33 +149,45 @@ def main() -> None:
             config = Path(tmp) / "gateway.yaml"
             config.write_text(f"listen: 127.0.0.1:{port}\nagents:\n" + "".join(
                 f"  - {{name: {n}, url: http://127.0.0.1:{p}}}\n" for n, p in AGENTS))
+            envs = {name: env_for(src, None if args.cold else str(Path(tmp) / f"pycache-{name}"))
+                    for name, src in trees.items()}
             time.sleep(0.5)  # the agents bind
-            load = os.getloadavg()[0]
+            if not args.cold:
+                for env in envs.values():  # fills the tree's bytecode cache (as pip does at install): not counted
+                    one_run(env, config, port)
+            load = os.getloadavg()
             results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in trees}
             for _ in range(args.runs):
-                for name, src in trees.items():
-                    results[name].append(one_run(src, config, port))
-            print(f"load {load:.1f} -> {os.getloadavg()[0]:.1f} (1 min), {args.runs} runs per tree, alternating")
-            for name, src in trees.items():
+                for name in trees:
+                    results[name].append(one_run(envs[name], config, port))
+            end = os.getloadavg()
+            print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} -> {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}, "
+                  f"{args.runs} runs per tree, alternating, bytecode {'none (--cold)' if args.cold else 'cached'}")
+            for name in trees:
                 listen = [r[0] for r in results[name]]
                 rss = [r[1] for r in results[name]]
                 cpu = [r[2] for r in results[name]]
-                probe = subprocess.run([sys.executable, "-c", PROBE], env=env_for(src), capture_output=True, text=True,
+                probe = subprocess.run([sys.executable, "-c", PROBE], env=envs[name], capture_output=True, text=True,
                                        check=True)
                 held = json.loads(probe.stdout)
                 print(json.dumps({"tree": name, "listening_s_median": round(statistics.median(listen), 3),
-                                  "listening_s_min": round(min(listen), 3),
-                                  "cpu_to_listening_s_median": round(statistics.median(cpu), 3), "idle_rss_mb_median": round(statistics.median(rss), 1),
+                                  "listening_s_min": round(min(listen), 3), "listening_s_max": round(max(listen), 3),
+                                  "cpu_to_listening_s_median": round(statistics.median(cpu), 3),
+                                  "cpu_to_listening_s_min": round(min(cpu), 3),
+                                  "idle_rss_mb_median": round(statistics.median(rss), 1),
                                   "idle_rss_mb_min": round(min(rss), 1), "imports": held}))
             if len(trees) == 2:
                 (a, ra), (b, rb) = results.items()
                 print(f"{b}/{a}: listening {statistics.median(r[0] for r in rb) / statistics.median(r[0] for r in ra):.2f}x, "
                       f"CPU to listening {statistics.median(r[2] for r in rb) / statistics.median(r[2] for r in ra):.2f}x, "
                       f"idle RSS {statistics.median(r[1] for r in rb) / statistics.median(r[1] for r in ra):.2f}x")
-            for name, src in trees.items() if args.importtime else ():
-                print(f"-- {name}: top cumulative import times of mma2a.gateway.server (us)")
-                for cum, mod in importtime(src, args.importtime):
-                    print(f"{cum:>9} {mod}")
+            for name in trees if args.importtime else ():
+                reports = [Path(tmp) / f"importtime-{name}-{i}.txt" for i in range(3)]
+                for report in reports:
+                    one_run(envs[name], config, port, importtime=report)
+                print(f"-- {name}: top cumulative import times of `serve` to its banner (us, median of 3; self)")
+                for cum, own, mod in import_costs(reports, args.importtime):
+                    print(f"{cum:>9} {own:>8} {mod}")
     finally:
         for a in agents:
             a.terminate()

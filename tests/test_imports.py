@@ -172,8 +172,9 @@ def test_a_plain_gateway_loads_no_optional_feature() -> None:
     """The README's gateway.yaml (agents, nothing else) imports and starts without the modules of features it does not
     configure: no numpy/Pillow/models (no rule needs features or vectors), no language profiles, no joserfc (no
     `auth.jwt`), no cryptography (no signed messages, no federation keys), no NATS or cluster code (no `cluster`),
-    none of the gateway's gRPC modules (no `grpc_listen`), no OpenTelemetry SDK (no exporter). (`grpc` and the
-    OpenTelemetry API themselves are imported by a2a-sdk's `a2a.server` packages, which the gateway serves with.)"""
+    none of the gateway's gRPC modules and no `grpc` (no `grpc_listen`), no OpenTelemetry SDK (no exporter), and
+    none of a2a-sdk's server stack (`a2a.server`, loaded by the first request past the fast JSON-RPC path:
+    gateway/bindings.py)."""
     import json
     import os
     import subprocess
@@ -186,5 +187,6 @@ def test_a_plain_gateway_loads_no_optional_feature() -> None:
     assert {"mma2a.gateway.app", "mma2a.gateway.server", "mma2a.routing.learned"} <= loaded  # it ran
     unwanted = {"numpy", "PIL", "cv2", "av", "onnxruntime", "langdetect", "joserfc", "cryptography", "nats", "mma2a.cluster",
                 "mma2a.gateway.jwt_clients", "mma2a.gateway.jwks", "mma2a.gateway.grpc_binding",
-                "mma2a.gateway.grpc_transport", "mma2a.gateway.grpc_admission", "opentelemetry.sdk"}
+                "mma2a.gateway.grpc_transport", "mma2a.gateway.grpc_admission", "opentelemetry.sdk", "grpc", "a2a.server",
+                "mma2a.gateway.sdk_binding", "httpx"}
     assert not unwanted & loaded, sorted(unwanted & loaded)

@@ -12,10 +12,9 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
-
-import jsonschema
 
 from .errors import FeatureSchemaError, InvalidModality, UnknownModality
 from .patterns import bounded_validator, check_pattern, schema_patterns
@@ -195,12 +194,19 @@ class ModalityType:
     schema: Mapping[str, Any]
     description: str = ""
     builtin: bool = True
-    _validator: Any = field(default=None, compare=False, repr=False)
 
     @property
     def feature_schema(self) -> str:
         """The `featureSchema` value for parts of this type, e.g. `image/1`."""
         return f"{self.schema_id}/{self.version}"
+
+    @cached_property
+    def validator(self) -> Any:
+        """The schema's validator, patterns bounded (`patterns.bounded_validator`); made at its first use (jsonschema
+        is imported then: a gateway whose parts carry no features never loads it)."""
+        import jsonschema
+
+        return bounded_validator(jsonschema.validators.validator_for(self.schema))(self.schema)
 
 
 class ModalityRegistry:
@@ -213,26 +219,26 @@ class ModalityRegistry:
     def __init__(self, *, builtins: bool = True) -> None:
         self._lock = threading.Lock()
         self._types: dict[str, ModalityType] = {}
-        if builtins:
+        if builtins:  # the package's own schemas: checked by the tests (`check_schema`), not at every start
             for pattern, (schema_id, version, schema, description) in BUILTIN_SCHEMAS.items():
-                self._types[pattern] = self._make(pattern, schema_id, version, schema, description, builtin=True)
+                self._types[pattern] = ModalityType(pattern, schema_id, version, schema, description, builtin=True)
 
     @staticmethod
-    def _make(
-        pattern: str, schema_id: str, version: int, schema: Mapping[str, Any], description: str, *, builtin: bool
-    ) -> ModalityType:
+    def check_schema(pattern: str, schema: Any) -> None:
+        """Raise `FeatureSchemaError` naming the field unless `schema` is a valid JSON Schema whose regular
+        expressions cannot backtrack without bound."""
+        import jsonschema
+
         if not isinstance(schema, Mapping):
             raise FeatureSchemaError(f"schema: must be a JSON Schema object, got {type(schema).__name__}", field="schema")
         try:
-            cls = jsonschema.validators.validator_for(schema)
-            cls.check_schema(schema)
+            jsonschema.validators.validator_for(schema).check_schema(schema)
         except jsonschema.SchemaError as exc:
             raise FeatureSchemaError(f"schema: invalid JSON Schema for {pattern!r}: {exc.message}", field="schema") from None
         for where, regex in schema_patterns(schema):  # no regular expression that backtracks without bound
             why = check_pattern(regex)
             if why is not None:
                 raise FeatureSchemaError(f"{where}: {regex!r} refused: {why} (docs/security.md)", field="schema")
-        return ModalityType(pattern, schema_id, version, schema, description, builtin, bounded_validator(cls)(schema))
 
     def register(
         self,
@@ -260,7 +266,9 @@ class ModalityRegistry:
                 f"schema_id: must be a non-empty name without spaces, got {schema_id!r}", field="schema_id"
             )
         sid = schema_id or mod.essence
-        mtype = self._make(mod.essence, sid, version, {"type": "object"} if schema is None else schema, description, builtin=False)
+        schema = {"type": "object"} if schema is None else schema
+        self.check_schema(mod.essence, schema)
+        mtype = ModalityType(mod.essence, sid, version, schema, description, builtin=False)
         with self._lock:
             existing = self._types.get(mod.essence)
             if existing is not None and existing.builtin:
@@ -303,7 +311,7 @@ class ModalityRegistry:
         mtype = self.lookup(modality)
         if mtype is None:
             return
-        errors = sorted(mtype._validator.iter_errors(dict(features)), key=lambda e: [str(p) for p in e.path])
+        errors = sorted(mtype.validator.iter_errors(dict(features)), key=lambda e: [str(p) for p in e.path])
         if errors:
             err = errors[0]
             name = field + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)

@@ -20,8 +20,10 @@ from typing import Any
 from re import _constants as _c  # type: ignore[attr-defined]  # the parser `re` itself uses (3.11+)
 from re import _parser as _p  # type: ignore[attr-defined]
 
-import jsonschema
-from jsonschema import ValidationError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
 
 __all__ = ["MAX_PATTERN_CHARS", "MAX_PATTERN_SUBJECT", "bounded_validator", "check_pattern", "schema_patterns"]
 
@@ -99,6 +101,8 @@ def schema_patterns(schema: Any, where: str = "schema") -> Iterator[tuple[str, s
 
 
 def _too_long(text: str) -> ValidationError:
+    from jsonschema import ValidationError
+
     return ValidationError(f"{text[:32]!r}... is longer than {MAX_PATTERN_SUBJECT} characters, the most checked "
                            "against a pattern")
 
@@ -108,6 +112,8 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
         if len(instance) > MAX_PATTERN_SUBJECT:
             yield _too_long(instance)
         elif not re.search(pattern, instance):
+            from jsonschema import ValidationError
+
             yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
@@ -126,4 +132,6 @@ def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: An
 
 def bounded_validator(cls: Any) -> Any:
     """`cls` (a jsonschema validator class) with `pattern` and `patternProperties` bounded by `MAX_PATTERN_SUBJECT`."""
+    import jsonschema
+
     return jsonschema.validators.extend(cls, {"pattern": _pattern, "patternProperties": _pattern_properties})

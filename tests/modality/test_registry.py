@@ -94,6 +94,16 @@ def test_builtin_lookups_most_specific_first() -> None:
     assert ModalityRegistry(builtins=False).types() == []
 
 
+def test_every_builtin_schema_passes_the_checks_a_registered_one_gets() -> None:
+    """The built-in schemas are not checked at every start (jsonschema is imported at a registry's first use): they
+    pass here what `register` asks of a custom schema, bounded patterns included."""
+    from mma2a.schemas import BUILTIN_SCHEMAS
+
+    assert len(BUILTIN_SCHEMAS) == 8
+    for pattern, (_, _, schema, _) in BUILTIN_SCHEMAS.items():
+        ModalityRegistry.check_schema(pattern, schema)  # raises FeatureSchemaError naming the field otherwise
+
+
 @pytest.mark.parametrize(
     ("modality", "features", "field", "message"),
     [

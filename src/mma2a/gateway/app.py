@@ -22,12 +22,11 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Route
 
 from ..compression import ContentCoding
 from ..errors import MMA2AError, ParseError, RateLimited
@@ -66,7 +65,7 @@ from .offload import OffloadStage
 from .overload import AgentSlotTable, SlotsCollector
 from .pipeline import Pipeline
 from .push.follow import WEBHOOK_PATH
-from .sdk_binding import PipelineRequestHandler, TargetContextBuilder, rest_routes
+from .bindings import JSONRPC_METHODS, SdkBindings, rest_routes
 from .authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
 from .security import access_control, error_body
 from .state import RoutingState
@@ -348,7 +347,7 @@ class Gateway:
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
             from .grpc_binding import GrpcIngress
 
-            self.grpc = GrpcIngress(self.config, self.access, self._handler, self.jsonrpc_access, self.directory.get)
+            self.grpc = GrpcIngress(self.config, self.access, self.sdk.load(), self.jsonrpc_access, self.directory.get)
             await self.grpc.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if self.config.blob_max_age_s is not None and isinstance(self.store, LocalBlobStore):
@@ -422,16 +421,14 @@ class Gateway:
             await self.stop()
 
     def _build_app(self) -> FrontDoor:
-        handler = PipelineRequestHandler(self.pipeline, card_fn=lambda: gateway_card(self.directory, self.public_url))
-        ctx = TargetContextBuilder()
-        dispatcher = JsonRpcDispatcher(request_handler=handler, context_builder=ctx, enable_v0_3_compat=True)
+        # the SDK's stack (REST, SSE, v0.3, JSON-RPC past the fast path): imported by the first request needing it
+        sdk = self.sdk = SdkBindings(self.pipeline, card_fn=lambda: gateway_card(self.directory, self.public_url))
         control = self.access = access_control(self)  # the gRPC binding passes the same gate (grpc_admission)
-        rpc = JsonRpcIngress(self.pipeline, dispatcher, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics,
+        rpc = JsonRpcIngress(self.pipeline, sdk, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics,
                              control=control)
 
         cards = CardCache()
         security = security_declaration(self.config.auth, self.config.tls)
-        self._handler = handler  # the gRPC binding (started with the gateway) serves the same handler
         self._body_parser = rpc.parser  # its worker process (if a large body started it) stops with the gateway
 
         async def root_card(request: Request) -> Response:
@@ -504,10 +501,9 @@ class Gateway:
         # REST (HTTP+JSON): root routes, then /agents/{agent}/…, then the A2A 1.0 tenant form /{tenant}/… where the
         # gateway's tenants are its agents (as `tenant` on gRPC); in place of the SDK's catch-all tenant mount, the
         # same routes with the tenant as `agent`, so the access gate and the target read it as on /agents/{agent}
-        rest = [r for r in rest_routes(handler, ctx) if not isinstance(r, Mount)]
+        rest: list[BaseRoute] = [*rest_routes(sdk)]
         for prefix, v03 in (("/agents/{agent}", True), ("/{agent}", False)):
-            rest += [r for r in rest_routes(handler, ctx, path_prefix=prefix, v03=v03, agent_of=self.directory.get)
-                     if not isinstance(r, Mount)]
+            rest += rest_routes(sdk, path_prefix=prefix, v03=v03, agent_of=self.directory.get)
         table: list[tuple[RouteAccess, Sequence[BaseRoute]]] = [
             (rpc_access, [Route("/", rpc, methods=["POST"])]),  # first: the hot path matches at once
             (public, [Route("/.well-known/agent-card.json", root_card, methods=["GET"]),
@@ -529,7 +525,7 @@ class Gateway:
               for r in rest),  # public: the v0.3 /v1/card
         ]
         # each JSON-RPC method has the JSON-RPC route's class; a gRPC method takes its JSON-RPC twin's
-        self.jsonrpc_access = {method: rpc_access for method in dispatcher.METHOD_TO_MODEL}
+        self.jsonrpc_access = {method: rpc_access for method in JSONRPC_METHODS}
         coding = None
         if self.config.adapt.enabled:  # Content-Encoding on requests, compressed JSON replies: after access is granted
             def coding(app: Any, access: RouteAccess) -> Any:

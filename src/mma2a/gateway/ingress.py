@@ -3,7 +3,8 @@
 `SendMessage`, `GetTask` and `CancelTask` on A2A 1.x are parsed once with orjson and
 answered from the pipeline without a protobuf round trip. Every other request (streaming,
 v0.3 `message/send`, push configs, …) goes to the SDK's `JsonRpcDispatcher` with the same
-pipeline behind it, so conformance comes from the SDK where speed matters less.
+pipeline behind it, so conformance comes from the SDK where speed matters less (loaded by
+the first such request: `bindings`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..errors import (
 from ..request_body import header_map
 from ..responses import jsonrpc_error_json
 from .access import StreamSlots, current_client
+from .bindings import SdkBindings
 from .body_parser import JSONBodyParser
 from .overload import shed_note
 from .pipeline import Pipeline
@@ -118,12 +120,13 @@ def too_deep(value: Any, where: str, budget: int) -> str | None:
 class JsonRpcIngress:
     """The POST endpoint of the JSON-RPC binding at `/` and `/agents/{agent}/`."""
 
-    def __init__(self, pipeline: Pipeline, sdk_dispatcher: Any, *, max_body_bytes: int, metrics: Any,
+    def __init__(self, pipeline: Pipeline, sdk: SdkBindings, *, max_body_bytes: int, metrics: Any,
                  control: AccessControl | None = None) -> None:
-        """`control`: the access gate whose stream slots the streaming methods take (None: not counted)."""
+        """`sdk`: the SDK's bindings, for what the fast path does not answer; `control`: the access gate whose stream
+        slots the streaming methods take (None: not counted)."""
         self.control = control
         self.pipeline = pipeline
-        self.sdk = sdk_dispatcher
+        self.sdk = sdk
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.parser = JSONBodyParser(MAX_JSON_DEPTH)
@@ -153,12 +156,13 @@ class JsonRpcIngress:
     async def _plain_sdk(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any = None) -> Response:
         """The SDK's answer; a request whose message was shed (noted by the pipeline) is answered 503 instead, as
         on the fast path (the SDK answers every error with HTTP 200)."""
+        await self.sdk.loaded()
         request = Request(scope, receive)
         request._body = body  # the SDK dispatcher reads the cached body
         shed: list[Overloaded] = []
         token = shed_note.set(shed)
         try:
-            answer: Response = await self.sdk.handle_requests(request)
+            answer: Response = await self.sdk.dispatcher.handle_requests(request)
         finally:
             shed_note.reset(token)
         if shed and answer.media_type == "application/json":  # (a stream that has begun says it in its events)

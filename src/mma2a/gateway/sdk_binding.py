@@ -2,7 +2,8 @@
 
 `a2a-sdk`'s JsonRpcDispatcher and REST routes call this `RequestHandler`; it converts
 protobuf to the JSON form once, runs the same `Pipeline` as the fast JSON-RPC path, and
-maps mma2a errors onto the SDK's error types (same codes on every binding).
+maps mma2a errors onto the SDK's error types (same codes on every binding). Imported at the
+first request that needs it (`bindings`), or at the start with gRPC.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, TypeVar
 
-import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.request_handler import validate_request_params
 from a2a.utils.proto_utils import validate_proto_required_fields
 from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_routes
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -37,16 +38,15 @@ from a2a.types import (
 from a2a.utils import errors as sdk_errors
 from google.protobuf import json_format
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import Route
 
-from ..errors import AgentRPCError, InvalidParams, MMA2AError, Overloaded, metadata_strings, status_for_reason
-from ..responses import json_response
+from ..errors import AgentRPCError, InvalidParams, MMA2AError, metadata_strings
 from .access import current_client
 from .listing import list_tasks
 from .pipeline import Pipeline
-from .overload import shed_note
-from .security import AccessControl, retry_after
+from .security import AccessControl
+
+__all__ = ["JsonRpcDispatcher", "PipelineRequestHandler", "TargetContextBuilder", "rest_endpoints", "to_sdk_error"]
 
 _Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig)
 _BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk_errors.JSON_RPC_ERROR_CODE_MAP.items()}
@@ -75,61 +75,13 @@ def _agent_error_class(exc: AgentRPCError, by_code: type[sdk_errors.A2AError]) -
     return named if named is not None and _CODES.get(named) == exc.code else by_code
 
 
-def rest_routes(handler: RequestHandler, context_builder: Any, *, path_prefix: str = "", v03: bool = True,
-                agent_of: Callable[[str], object] | None = None) -> list[BaseRoute]:
-    """The SDK's REST (HTTP+JSON) routes, answering with the A2A error table's statuses (415 for an
-    unsupported content type, 409 for a task that cannot be canceled, 502 for an invalid agent response).
-    With `agent_of` (the directory's lookup), a path naming an agent not registered is answered 404 before
-    the SDK reads the request (the SDK has no error class that renders 404 but TaskNotFound's)."""
-    out: list[BaseRoute] = []
-    for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=v03,
-                                    path_prefix=path_prefix):
-        if isinstance(route, Mount):
-            inner = [_rest_route(r, agent_of) if isinstance(r, Route) else r for r in route.routes]
-            out.append(Mount(route.path, routes=inner))
-        elif isinstance(route, Route):
-            out.append(_rest_route(route, agent_of))
-        else:
-            out.append(route)
-    return out
-
-
-def _rest_route(route: Route, agent_of: Callable[[str], object] | None) -> Route:
-    endpoint = route.endpoint
-
-    async def answer(request: Request) -> Response:
-        if agent_of is not None and (name := request.path_params.get("agent")) is not None:
-            try:
-                agent_of(name)
-            except MMA2AError as exc:
-                return json_response(exc.to_rest(), exc.http_status)
-        shed: list[Overloaded] = []
-        token = shed_note.set(shed)
-        try:
-            response: Response = await endpoint(request)
-        finally:
-            shed_note.reset(token)
-        if shed and response.media_type == "application/json":  # shed under overload: 503 + Retry-After
-            return json_response(shed[0].to_rest(), shed[0].http_status, {"Retry-After": str(retry_after(shed[0]))})
-        if response.status_code >= 400 and response.media_type == "application/json":
-            return _restatus(response)
-        return response
-
-    return Route(route.path, answer, methods=list(route.methods or ()), name=route.name)
-
-
-def _restatus(response: Response) -> Response:
-    """The SDK's error response with the HTTP status the A2A error table gives its ErrorInfo reason."""
-    try:
-        doc = orjson.loads(bytes(response.body))
-        reason = doc["error"]["details"][0]["reason"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-        return response
-    status = status_for_reason(reason) if isinstance(reason, str) else None
-    if status is None or status == response.status_code:
-        return response
-    doc["error"]["code"] = status
-    return Response(orjson.dumps(doc), status_code=status, media_type="application/json")
+def rest_endpoints(handler: RequestHandler, context_builder: Any) -> dict[tuple[str, str], Callable[[Request], Any]]:
+    """The SDK's REST (HTTP+JSON) endpoints, A2A 1.0's and 0.3's, by (path, method) as `bindings.REST_ROUTES` and
+    `bindings.V03_REST_ROUTES` name them (the same endpoints serve every prefix: they read only the path's `id`
+    and `push_id`, and the context builder its `agent`)."""
+    return {(route.path, method): route.endpoint
+            for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=True)
+            if isinstance(route, Route) for method in route.methods or () if method != "HEAD"}
 
 
 def _target(context: ServerCallContext) -> str | None:
