@@ -71,3 +71,35 @@ def test_the_loader_names_a_bad_value() -> None:
     with pytest.raises(RuleError) as err:
         parse_rules(RULES.replace("on_incomplete: match", "on_incomplete: maybe"))
     assert "on_incomplete: must be one of no_match, match, refuse, got 'maybe'" in str(err.value)
+
+
+def test_a_rule_routing_to_a_restricted_agent_refuses_by_default() -> None:
+    """An agent some clients may not use (`restricted`): a rule that sends parts there and says no `on_incomplete`
+    refuses what it cannot judge; said values, and rules to other agents, keep theirs."""
+    refusal = ("part 0 (model/obj): rule big-models needs feature vertices, which was not extracted "
+               f"({CUT}); on_incomplete: refuse, the default of a rule routing to an agent some clients may not use")
+    rules = RULES.replace("action: {drop: too large}}", "action: {drop: too large}, on_incomplete: no_match}")
+    padded = message(part(0, "model/obj", incomplete=[CUT], faces=5))
+    restricted = build_snapshot(parse_rules(rules), AGENTS, restricted={"heavy"})
+    assert restricted.on_incomplete(restricted.rules.rule("big-models")) == "refuse"
+    assert both(restricted, padded) == ("refused", refusal, "params.message.parts[0]")
+    assert build_snapshot(parse_rules(rules), AGENTS).on_incomplete(restricted.rules.rule("big-models")) == "no_match"
+    open_ = both(build_snapshot(parse_rules(rules), AGENTS), padded)  # nobody restricted: as before
+    assert open_[:2] == ("ok", ("general",))
+    said = rules.replace("action: {route_to: heavy}}", "action: {route_to: heavy}, on_incomplete: no_match}")
+    assert both(build_snapshot(parse_rules(said), AGENTS, restricted={"heavy"}), padded)[:2] == ("ok", ("general",))
+    other = build_snapshot(parse_rules(rules), AGENTS, restricted={"general"})  # the default route's agent
+    assert other.on_incomplete(other.rules.rule("big-models")) == "no_match"
+
+
+def test_a_restricted_agent_in_a_group_makes_the_rule_refuse() -> None:
+    rules = parse_rules("""
+version: 1
+groups: {reviewers: [heavy, quarantine]}
+default: {route_to: general}
+rules:
+  - {name: review, match: {modality: "model/*", features: {vertices: {gt: 10}}}, action: {broadcast_to: reviewers}}
+""")
+    snap = build_snapshot(rules, AGENTS, restricted={"quarantine"})
+    got = both(snap, message(part(0, "model/obj", incomplete=[CUT])))
+    assert got[0] == "refused" and got[1].startswith("part 0 (model/obj): rule review needs feature vertices")

@@ -79,3 +79,42 @@ async def test_a_padded_mesh_no_longer_escapes_a_drop_rule() -> None:
     recorded = {d["messageId"]: d for d in hist["decisions"]}
     assert recorded["pad-1"]["outcome"] == "refused" and recorded["pad-1"]["error"] == f"-32602: {err['message']}"
     assert recorded["pad-2"]["parts"][0]["matched"] == ["models"]
+
+
+def test_the_agents_some_client_may_not_use_are_restricted() -> None:
+    from mma2a.gateway.access import AuthConfig
+
+    names = ["viewer", "heavy", "general"]
+    clients = [{"name": "alice", "token": "t-a-123456"}, {"name": "carol", "token": "t-c-123456", "agents": ["viewer"]}]
+    assert AuthConfig(clients=clients).restricted(names) == {"heavy", "general"}
+    assert AuthConfig(clients=clients[:1]).restricted(names) == frozenset()  # every client may use every agent
+    assert AuthConfig(clients=clients, enabled=False).restricted(names) == frozenset()
+    jwt = [{"issuer": "https://id.example", "audiences": ["mma2a"], "jwks_file": "/dev/null", "agents_claim": "agents"}]
+    assert AuthConfig(clients=clients[:1], jwt=jwt).restricted(names) == set(names)  # any token may leave any out
+
+
+async def test_a_padded_mesh_does_not_reach_a_restricted_agent_by_default() -> None:
+    """`heavy` is for alice alone (carol may use only `viewer`): the rule sending large models there says no
+    `on_incomplete`, so a mesh padded past extraction is refused, not routed to the default."""
+    rules = {"version": 1, "default": {"route_to": "viewer"}, "rules": [
+        {"name": "big-models", "match": {"modality": "model/*", "features": {"vertices": {"gt": 1500}}},
+         "action": {"route_to": "heavy"}}]}
+    specs = {"viewer": agent("viewer", ["model/*"]), "heavy": agent("heavy", ["model/*"])}
+    padded = {"raw": base64.b64encode(obj(2000)).decode(), "mediaType": "model/obj"}
+    clients = [{"name": "alice", "token": "tok-alice-mesh-1"}, {"name": "carol", "token": "tok-carol-mesh-2",
+                                                                 "agents": ["viewer"]}]
+    async with agents(specs) as urls:
+        async with gateway({"rules": rules, "agents": [{"name": n, "url": u} for n, u in urls.items()],
+                            "features": {"budget_s": 5, "max_mesh_elements": 1000},
+                            "auth": {"clients": clients}}) as (gw, url):
+            async with httpx.AsyncClient(timeout=30) as c:
+                refused = (await c.post(url + "/", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                    "message": {"messageId": "pad-r", "role": "ROLE_USER", "parts": [padded]}}},
+                    headers={"Authorization": "Bearer tok-alice-mesh-1", "A2A-Version": "1.0"})).json()
+    err = refused["error"]
+    assert err["code"] == -32602
+    assert err["message"].startswith("part 0 (model/obj): rule big-models needs feature vertices, which was not "
+                                     "extracted (model: OBJ has more than 1000 elements (max_mesh_elements); ")
+    assert err["message"].endswith("; on_incomplete: refuse, the default of a rule routing to an agent some clients "
+                                   "may not use")
+    assert not specs["viewer"][1].received and not specs["heavy"][1].received

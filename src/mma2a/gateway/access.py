@@ -13,7 +13,7 @@ import hmac
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -128,6 +128,18 @@ class AuthConfig(BaseModel):
     @property
     def active(self) -> bool:
         return bool(self.clients or self.jwt) if self.enabled is None else self.enabled
+
+    def restricted(self, agents: Iterable[str]) -> frozenset[str]:
+        """The `agents` some client may not use: left out of a client's `agents` list, or every agent when an issuer
+        reads the agents from its tokens' `agents_claim` (any token may leave any agent out). Rules routing to one
+        refuse by default what they cannot judge (`routing.Snapshot.on_incomplete`)."""
+        if not self.active:
+            return frozenset()
+        names = frozenset(agents)
+        if any(issuer.agents_claim is not None for issuer in self.jwt):
+            return names
+        return frozenset(name for name in names
+                         if any(c.agents is not None and name not in c.agents for c in self.clients))
 
     @model_validator(mode="after")
     def _issuers_apart(self) -> AuthConfig:

@@ -148,7 +148,8 @@ class Gateway:
             raise ConfigError(f"features.text_model: {config.features.text_model!r} is not installed "
                               f"({INSTALL[config.features.text_model]})", field="features.text_model")
         self.state = RoutingState(self.directory, mode=config.mode,
-                                  embedder=CachedEmbedder(self.embedder) if self.embedder is not None else None)
+                                  embedder=CachedEmbedder(self.embedder) if self.embedder is not None else None,
+                                  restricted=config.auth.restricted)
         # every decode of the gateway (features, thumbnails, fitting) holds its bytes of one budget (features.budget)
         self.decode_budget = DecodeBudget(config.limits.max_decode_bytes_in_flight, name=config.limits.decode_budget_name)
         self.features = self._feature_stage(config)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import MMA2AError
@@ -24,8 +25,11 @@ class RoutingState:
     """Owns the current `Snapshot`; readers take `state.snapshot` once per request."""
 
     def __init__(self, directory: AgentDirectory, *, rules: RuleSet | None = None, mode: str = "native",
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | None = None,
+                 restricted: Callable[[Iterable[str]], frozenset[str]] | None = None) -> None:
+        """`restricted`: of the agents, those some client may not use (`AuthConfig.restricted`), for rules' defaults."""
         self.directory = directory
+        self.restricted = restricted
         self.embedder = embedder  # embeds `semantic` examples and card skills when a snapshot is built
         self.mode = mode
         self.rules = rules if rules is not None else parse_rules(DEFAULT_RULES, source="<default>")
@@ -37,7 +41,10 @@ class RoutingState:
         self.snapshot: Snapshot = self._build(self.rules, self.mode)
 
     def _build(self, rules: RuleSet, mode: str) -> Snapshot:
-        return build_snapshot(rules, self.directory.infos(), mode=mode, version=next(self._versions), embedder=self.embedder)
+        infos = self.directory.infos()
+        restricted = self.restricted(a.name for a in infos) if self.restricted is not None else ()
+        return build_snapshot(rules, infos, mode=mode, version=next(self._versions), embedder=self.embedder,
+                              restricted=restricted)
 
     def set_rules(self, rules: RuleSet, source: Any = None) -> Snapshot:
         """Validate against the current agents, then swap; raises and keeps the old rules on error."""

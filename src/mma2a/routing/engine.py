@@ -273,16 +273,17 @@ def _judge_incomplete(snapshot: Snapshot, part: PartView, result: MatchResult, o
         feature = undecided_feature(rule, part)
         if feature is None:
             continue
-        out.notes.append(f"rule {rule.name}: feature {feature} was not extracted ({why}); on_incomplete: "
-                         f"{rule.on_incomplete}")
-        if rule.on_incomplete != "refuse":  # in the route (and so in history) as well as in the explanation
-            out.actions.append(f"on_incomplete:{rule.on_incomplete}:{rule.name}")
-        if rule.on_incomplete == "refuse":
+        mode = snapshot.on_incomplete(rule)
+        out.notes.append(f"rule {rule.name}: feature {feature} was not extracted ({why}); on_incomplete: {mode}")
+        if mode != "refuse":  # in the route (and so in history) as well as in the explanation
+            out.actions.append(f"on_incomplete:{mode}:{rule.name}")
+        if mode == "refuse":
             where = f"params.message.parts[{part.index}]"
+            said = ("the rule says on_incomplete: refuse" if rule.on_incomplete == "refuse" else
+                    "on_incomplete: refuse, the default of a rule routing to an agent some clients may not use")
             raise FeatureIncomplete(f"part {part.index} ({part.modality}): rule {rule.name} needs feature {feature}, "
-                                    f"which was not extracted ({why}); the rule says on_incomplete: refuse",
-                                    field=where)
-        if rule.on_incomplete == "match":
+                                    f"which was not extracted ({why}); {said}", field=where)
+        if mode == "match":
             added.append(rule)
             if not rule.cont:
                 stop = rule.order

@@ -246,7 +246,8 @@ def _validate(obj: Any, source: str, _lines: _LineMap | None) -> RuleSet:
     _raise(v)
     ordered = sorted(rules, key=lambda r: (-r.priority, r.index))
     final = tuple(
-        Rule(r.name, r.index, r.priority, r.clauses, r.action, r.cont, r.line, order, r.action_lines, r.on_incomplete)
+        Rule(r.name, r.index, r.priority, r.clauses, r.action, r.cont, r.line, order, r.action_lines, r.on_incomplete,
+             r.on_incomplete_said)
         for order, r in enumerate(ordered)
     )
     return RuleSet(final, default, groups, RULES_VERSION, source, obj)
@@ -343,7 +344,7 @@ def _parse_rule(v: _Validator, raw: Any, i: int, names: dict[str, int]) -> Rule 
         action_lines = tuple(sorted((_dotted(p[len(base):]), n) for p, n in v.lines.below(at)))
     assert isinstance(name, str) and isinstance(priority, int)
     return Rule(name, i, priority, clauses, action, cont, line, 0, action_lines,
-                str(on_incomplete) if on_incomplete is not None else default_on_incomplete(action))
+                str(on_incomplete) if on_incomplete is not None else default_on_incomplete(action), on_incomplete is not None)
 
 
 def _parse_match(ctx: _RuleContext, raw: Any) -> tuple[Clause, ...] | None:

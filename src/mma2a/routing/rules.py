@@ -192,6 +192,7 @@ class Rule:
     order: int = 0
     action_lines: tuple[tuple[str, int], ...] = ()  # ("action.route_to", line): where an action's names were written
     on_incomplete: str = "no_match"  # one of ON_INCOMPLETE; the loader's default: `refuse` for a drop rule
+    on_incomplete_said: bool = False  # written in the rule (else the default, which a snapshot may make `refuse`)
 
     @property
     def any_of(self) -> bool:
@@ -221,8 +222,9 @@ class RuleSet:
 
 
 def default_on_incomplete(action: Action) -> str:
-    """A rule's `on_incomplete` when it says none: a drop rule (a deny) refuses what it cannot judge, so padding a part
-    until its feature is not extracted in time does not get it past; other rules do not match, as before."""
+    """A rule's `on_incomplete` when it says none, from the rule alone: a drop rule (a deny) refuses what it cannot
+    judge, so padding a part until its feature is not extracted in time does not get it past; other rules do not
+    match. A snapshot makes it `refuse` also for a rule that routes to a restricted agent (`Snapshot.on_incomplete`)."""
     return "refuse" if isinstance(action, Drop) else "no_match"
 
 

@@ -20,7 +20,8 @@ from .index import RuleIndex
 from .match import ClauseKey, clause_keys
 from .scoring import family_shares
 from .rules import (
-    Action, BroadcastTo, Capability, CloneAndRouteTo, Learn, LoadBalance, RouteTo, Rule, RuleSet, Transform, uses_learning,
+    Action, BroadcastTo, Capability, CloneAndRouteTo, Drop, Learn, LoadBalance, RouteTo, Rule, RuleSet, Transform,
+    action_names, uses_learning,
 )
 from .caller import caller_claims
 from .semantic import Embedder, SemanticTable, SkillTable, build_semantic, build_skills, needs_vectors
@@ -48,6 +49,14 @@ class Snapshot:
     semantic: SemanticTable | None = field(repr=False, default=None)  # example vectors of `semantic` conditions
     skill_table: SkillTable | None = field(repr=False, default=None)  # skill vectors, for `capability: skills`
     specialisation: Mapping[str, Mapping[str, float]] = field(repr=False, default_factory=dict)  # agent -> family -> share
+    restricted: frozenset[str] = frozenset()  # agents some client may not use (auth.clients[].agents, a JWT agents claim)
+    refusing: frozenset[str] = field(repr=False, default=frozenset())  # rules whose default on_incomplete is `refuse`
+
+    def on_incomplete(self, rule: Rule) -> str:
+        """What `rule` does with a part whose feature it tests was not extracted: what it says, else `refuse` for a drop
+        rule and for a rule routing to a restricted agent (so padding a part past its extraction budget does not skip
+        the rule that keeps it from that agent's clients, nor from that agent), else `no_match`."""
+        return "refuse" if rule.name in self.refusing else rule.on_incomplete
 
     @property
     def needs_vectors(self) -> bool:
@@ -128,13 +137,16 @@ def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
 
 def build_snapshot(
     rules: RuleSet, agents: Iterable[AgentInfo], *, mode: str = "native", version: int = 0,
-    embedder: Embedder | None = None,
+    embedder: Embedder | None = None, restricted: Iterable[str] = (),
 ) -> Snapshot:
     """Compile `rules` against `agents`; raise `RuleError` when a rule names an agent or group that does not exist.
 
     With `embedder`, the examples of `semantic` conditions and, when the rules use `skills`
     mode, the agents' skill texts are embedded here, once per snapshot (a caching embedder
     makes that once per text). A `semantic` condition without an embedder is a `RuleError`.
+
+    `restricted`: the agents some client may not use; a rule that routes to one (by name, group or pool) and says
+    no `on_incomplete` refuses a part it cannot judge (`Snapshot.on_incomplete`).
 
     A group declared in the rule file's `groups:` may be empty (its agents may register
     later); a rule naming it is valid and a part routed to it while it is empty fails at
@@ -202,7 +214,23 @@ def build_snapshot(
         skills=skills,
         transformers=transformers,
         specialisation={name: family_shares(skills[name]) for name in names},
+        restricted=frozenset(restricted),
+        refusing=_refusing(rules, groups, frozenset(restricted)),
     )
+
+
+def _refusing(rules: RuleSet, groups: Mapping[str, tuple[str, ...]], restricted: frozenset[str]) -> frozenset[str]:
+    """The rules that say no `on_incomplete` and route to a restricted agent (named, or in a named group or pool)."""
+    if not restricted:
+        return frozenset()
+    out = set()
+    for rule in rules.rules:
+        if rule.on_incomplete_said or isinstance(rule.action, Drop):
+            continue
+        targets = {member for name in action_names(rule.action) for member in groups.get(name, (name,))}
+        if targets & restricted:
+            out.add(rule.name)
+    return frozenset(out)
 
 
 def _check_names(
