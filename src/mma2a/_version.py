@@ -1,10 +1,8 @@
-"""The installed distribution's version (internal: modules import it from here, never from the package root)."""
+"""The package's version, the one place it is written (pyproject.toml reads it: `[tool.setuptools.dynamic]`).
+
+Internal: modules import it from here, never from the package root. A literal rather than `importlib.metadata`,
+whose import and look-up took ~27 ms of every `mma2a serve` start."""
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("mma2a")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0"
+__version__ = "0.1.0"

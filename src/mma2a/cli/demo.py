@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from .root import app
+
+if TYPE_CHECKING:  # rich is imported where the demo prints (not by every command of the CLI, `serve` included)
+    from rich.console import Console
+    from rich.table import Table
 
 
 @app.command()
@@ -19,6 +20,9 @@ def demo(
     out: Annotated[Path | None, typer.Option("--out", help="Directory for the spoken summary (WAV); default a temp dir")] = None,
 ) -> None:
     """Start reference agents and a gateway in-process, send a multimodal defect report and a field report, show the routes."""
+    from rich.console import Console
+    from rich.text import Text
+
     from ..demo import DEMO_AGENT_TIMEOUT_S, REPORT, SERIAL, VOICE, run_demo
 
     if out is not None and not out.is_dir():
@@ -63,6 +67,9 @@ def demo(
 def route_table(title: str, rows: list[Any]) -> Table:
     """The demo's routes as a table that fits an 80-column terminal: the part and where it went, why and by which
     path, the answer (which wraps); every cell is plain text (a path's `[text bottleneck]` is not markup)."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title, show_lines=True, expand=True)
     table.add_column("part", no_wrap=True)
     table.add_column("to", no_wrap=True)
@@ -76,6 +83,8 @@ def route_table(title: str, rows: list[Any]) -> Table:
 
 
 def _print_field(console: Console, field: Any) -> None:
+    from rich.text import Text
+
     from ..demo import FIELD_REPORT, wav_seconds
 
     console.print(f"[bold]field report[/] → the analyst, accepting audio/wav and JSON:\n  text: {FIELD_REPORT!r}\n"
@@ -97,6 +106,8 @@ def _print_field(console: Console, field: Any) -> None:
 
 
 def _print_alarm(console: Console, alarm: dict[str, Any]) -> None:
+    from rich.text import Text
+
     from ..demo import ALARM_HZ, ALARM_QUESTION
 
     console.print(Text(f"a question the words cannot answer → the analyst:\n  text: {ALARM_QUESTION!r}\n  voice note: the "
