@@ -5,9 +5,10 @@ answered as one result. A stream that breaks before its first event falls back t
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from ..errors import AgentRPCError, DispatchError, MMA2AError, Overloaded, UnsupportedOperation
@@ -24,6 +25,8 @@ from .legs import Leg, record_adaptations, sendable
 from .overload import AgentSlots
 from .tasks import DownstreamTask, TaskRecord
 
+log = logging.getLogger("mma2a.gateway.streaming")
+
 
 def _streams(card: Mapping[str, Any]) -> bool:
     return bool((card.get("capabilities") or {}).get("streaming"))
@@ -39,6 +42,7 @@ class Streaming:
         self.dispatcher = exchange.dispatcher
         self.caller = exchange.dispatcher.caller
         self.tasks = exchange.tasks
+        self._fanning: set[asyncio.Task[None]] = set()  # fan-outs whose legs run on (their client may have gone)
 
     async def send_stream(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None = None, *, target: str | None = None
@@ -141,14 +145,53 @@ class Streaming:
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
         route: list[dict[str, Any]], priority: int,
     ) -> AsyncIterator[dict[str, Any]]:
+        """The task is recorded (working, no legs yet) before its id reaches the client, and its legs run in a task of
+        their own: a client whose stream drops finds the task with GetTask, CancelTask or SubscribeToTask on any
+        gateway, and its outcome is recorded all the same."""
         tid, ctx = f"gw-{uuid.uuid4()}", message.get("contextId") or str(uuid.uuid4())
-        yield {"task": {"id": tid, "contextId": ctx, "status": {"state": WORKING, "timestamp": now_iso()},
-                        "history": [message], "metadata": {EXTENSION_URI: {"route": route}}}}
+        working = {"id": tid, "contextId": ctx, "status": {"state": WORKING, "timestamp": now_iso()},
+                   "history": [message], "metadata": {EXTENSION_URI: {"route": route}}}
+        self.tasks.put(TaskRecord(tid, [], aggregate=working, route=route, owner=current_sender()))
+        await self.tasks.flush(tid)  # in a cluster: stored before the client sees the id
+        events: asyncio.Queue[dict[str, Any] | Exception | None] = asyncio.Queue()
+        legs = asyncio.create_task(self._fan_out_legs(message, configuration, decision, route, priority, tid, ctx,
+                                                      events.put_nowait))
+        self._fanning.add(legs)
+        legs.add_done_callback(self._fanning.discard)
+        yield {"task": working}
+        while (event := await events.get()) is not None:
+            if isinstance(event, Exception):
+                raise event
+            yield event
+
+    async def _fan_out_legs(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+        route: list[dict[str, Any]], priority: int, tid: str, ctx: str,
+        emit: Callable[[dict[str, Any] | Exception | None], None],
+    ) -> None:
+        """A fan-out's legs, each leg's artifacts emitted as it finishes, then the aggregate recorded and its final
+        status emitted (None: the end; an exception: the stream's error), whether or not anyone still reads it."""
+        try:
+            await self._legs_to_aggregate(message, configuration, decision, route, priority, tid, ctx, emit)
+        except Exception as exc:  # noqa: BLE001 - the client's stream raises it (if it is still read)
+            log.warning("fan-out %s failed: %s", tid, exc)
+            emit(exc)
+        finally:
+            emit(None)
+
+    async def _legs_to_aggregate(
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+        route: list[dict[str, Any]], priority: int, tid: str, ctx: str,
+        emit: Callable[[dict[str, Any] | Exception | None], None],
+    ) -> None:
         try:
             legs = sendable(await self.planner.legs(message, decision, priority), route)
         except MMA2AError as exc:
             failed = failed_task(f"transform failed: {exc.message}", message=message, task_id=tid, route=route)
-            yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": failed["status"]}}
+            failed["contextId"] = ctx
+            self.tasks.put(TaskRecord(tid, [], aggregate=failed, route=route, owner=current_sender()))
+            await self.tasks.flush(tid)
+            emit({"statusUpdate": {"taskId": tid, "contextId": ctx, "status": failed["status"]}})
             return
         record_adaptations(route, legs)
         results: list[LegResult] = []
@@ -158,7 +201,7 @@ class Streaming:
             res = await done
             results.append(res)
             for art in artifacts_of(res):
-                yield {"artifactUpdate": {"taskId": tid, "contextId": ctx, "artifact": art, "lastChunk": True}}
+                emit({"artifactUpdate": {"taskId": tid, "contextId": ctx, "artifact": art, "lastChunk": True}})
         task = aggregate(results, message=message, route=route)
         task["id"], task["contextId"] = tid, ctx
         for m in [task["status"].get("message")] if task["status"].get("message") else []:
@@ -172,5 +215,5 @@ class Streaming:
             history.record(DecisionRecord(decision.message_id, time.time(), current_sender(),
                                           [PartSummary(p.index, p.modality) for p in decision.parts], decision.parts,
                                           str(task["status"]["state"]), 0.0, (), decision.explanation.parts))
-        yield {"statusUpdate": {"taskId": tid, "contextId": ctx, "status": task["status"],
-                                "metadata": task["metadata"]}}
+        emit({"statusUpdate": {"taskId": tid, "contextId": ctx, "status": task["status"],
+                               "metadata": task["metadata"]}})

@@ -7,16 +7,21 @@ remember is not passed on to `/agents/{name}/` either (the agent cannot tell its
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..errors import AgentRPCError, DispatchError, InvalidParams, MMA2AError, TaskNotFound
+from ..errors import AgentRPCError, DispatchError, InvalidParams, MMA2AError, TaskNotCancelable, TaskNotFound
 from ..ext import EXTENSION_URI
 from .access import current_sender
-from .aggregate import LegResult, aggregate
+from .aggregate import TERMINAL, LegResult, aggregate
 from .calls import AgentCaller
 from .federation import check_bound
 from .tasks import DownstreamTask, TaskMap, TaskRecord
+
+FOLLOW_S = 300.0  # SubscribeToTask on a fan-out in progress follows it this long at most (then ends; subscribe again)
+FOLLOW_POLL_S = 0.1
 
 
 def cut_history(task: dict[str, Any], history_length: int | None) -> dict[str, Any]:
@@ -105,6 +110,10 @@ class TaskOperations:
     async def cancel_task(self, task_id: str, *, target: str | None = None) -> dict[str, Any]:
         await self.tasks.fetch(task_id)
         rec = self.task_record(task_id, target)
+        if rec.fanned_out and not rec.legs:  # a fan-out whose legs are not all answered yet (their ids unknown)
+            state = ((rec.aggregate or {}).get("status") or {}).get("state")
+            raise TaskNotCancelable(f"task {task_id!r} is {state}: a fan-out can be canceled once its agents have "
+                                    "taken it (their task ids are not known yet)", field="id")
         if not rec.fanned_out:  # one agent's task: its answer (or its error) is the answer
             return await self._agent_task(rec.legs[0], "CancelTask", {"id": rec.legs[0].task_id}, rec.route,
                                           empty_route=False)
@@ -118,11 +127,28 @@ class TaskOperations:
             raise errors[0]
         return await self.get_task(task_id)
 
+    async def _follow_fan_out(self, task_id: str, task: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """A fan-out in progress (on this gateway or another of the cluster, whose record reaches this one's map by
+        watch): its final task once recorded, read from the map every `FOLLOW_POLL_S` for at most `FOLLOW_S`."""
+        deadline = time.monotonic() + FOLLOW_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(FOLLOW_POLL_S)
+            rec = self.tasks.find(task_id)
+            if rec is None:
+                return
+            if rec.legs or ((rec.aggregate or {}).get("status") or {}).get("state") in TERMINAL:
+                yield {"task": cut_history(rec.aggregate or task, None)}
+                return
+
     async def subscribe(self, task_id: str, *, target: str | None = None) -> AsyncIterator[dict[str, Any]]:
         await self.tasks.fetch(task_id)
         rec = self.task_record(task_id, target)
         if rec.fanned_out or not rec.legs:
-            yield {"task": await self.get_task(task_id)}
+            task = await self.get_task(task_id)
+            yield {"task": task}
+            if rec.fanned_out and not rec.legs:  # in progress: its outcome, once the gateway running it records it
+                async for event in self._follow_fan_out(task_id, task):
+                    yield event
             return
         leg = rec.legs[0]
         async for event in self.caller.stream(self.directory.get(leg.agent), "SubscribeToTask", {"id": leg.task_id}):
