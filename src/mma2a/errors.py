@@ -59,6 +59,7 @@ __all__ = [
     "PayloadExpired",
     "PayloadNotFound",
     "PayloadTooLarge",
+    "ResolverBusy",
     "RoutingRefusal",
     "InsufficientStorage",
     "StoreQuotaExceeded",
@@ -76,8 +77,7 @@ __all__ = [
     "UnsupportedExtensionVersion",
     "UnsupportedOperation",
     "UploadOffsetMismatch",
-    "URLForbidden",
-]
+    "URLForbidden",]
 
 # JSON-RPC 2.0 and A2A 1.0 error codes (A2A spec, section "Error handling").
 PARSE_ERROR = -32700
@@ -395,6 +395,12 @@ class URLForbidden(PayloadError):
     """The gateway refuses to fetch this URL (SSRF guard)."""
 
     http_status = 403
+
+
+class ResolverBusy(MMA2AError):
+    """Too many host-name lookups of the SSRF guard in flight (`payload.ssrf.MAX_LOOKUPS`): retry."""
+
+    code, http_status = INTERNAL_ERROR, 503
 
 
 class Unauthorized(MMA2AError):

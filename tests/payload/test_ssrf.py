@@ -164,3 +164,39 @@ async def test_size_limit_and_redirect_limit(allowed: str) -> None:
         with pytest.raises(PayloadError) as exc2:
             await fetcher.fetch_bytes(f"{allowed}/missing-target")
         assert exc2.value.message == f"cannot fetch {allowed}/nowhere: HTTP 404"
+
+
+async def test_host_lookups_run_on_their_own_bounded_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 5 left DNS on the default executor, which header checks share: a burst of hosts whose DNS answers
+    slowly could fill it. Lookups now run on `mma2a-dns` threads, and past `most` in flight a URL is refused (503).
+    A slow resolver cannot run here: the lookup function is replaced by one that waits until the test lets it go."""
+    import asyncio
+    import socket
+    import threading
+
+    from mma2a.errors import ResolverBusy
+    from mma2a.payload import ssrf
+
+    release, threads = threading.Event(), []
+
+    def slow(host: str, port: int, **kw: object) -> list[tuple[object, ...]]:
+        threads.append(threading.current_thread().name)
+        release.wait(30)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port))]
+
+    lookups = ssrf.HostLookups(threads=2, most=3)
+    monkeypatch.setattr(ssrf, "_getaddrinfo", slow)
+    monkeypatch.setattr(ssrf, "LOOKUPS", lookups)
+    waiting = [asyncio.ensure_future(check_url(f"http://slow-{i}.example/")) for i in range(3)]
+    while lookups.pending < 3:
+        await asyncio.sleep(0)
+    with pytest.raises(ResolverBusy) as busy:
+        await check_url("http://one-more.example/")
+    assert await asyncio.to_thread(lambda: "the default pool is free") == "the default pool is free"
+    release.set()
+    assert [[str(a) for a in await w] for w in waiting] == [["93.184.215.14"]] * 3
+    assert busy.value.message == "cannot resolve host 'one-more.example' now: 3 host name lookups are in flight (at most 3); retry"
+    assert (busy.value.http_status, busy.value.field) == (503, "url")
+    assert threads and all(name.startswith("mma2a-dns") for name in threads)
+    while lookups.pending:  # each lookup counts until its thread is done with it
+        await asyncio.sleep(0)

@@ -29,11 +29,11 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from ..errors import A2A_DOMAIN, AgentNotFound, Forbidden, InvalidRequest, MMA2AError, RequestTimeout, grpc_status, metadata_strings
-from .access import Client, client_jwt, current_client, jwt_of
+from .access import BodyBudget, BodyHold, Client, client_jwt, current_client, jwt_of
 from .authz import AccessClass, RouteAccess, UnclassifiedRoute
 from .overload import client_deadline, shed_note
 from .peers import TrustedProxies, peer_host
-from .security import AccessControl, retry_after
+from .security import AccessControl, BodiesBusy, retry_after
 from .service_params import activated_extensions, read_extensions, requested_extensions
 
 A2A_SERVICE: descriptor.ServiceDescriptor = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
@@ -176,7 +176,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         admit = self._admit
 
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            client, request = await admit(access, method, requests, context)
+            client, request, held = await admit(access, method, requests, context)
             token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
             own = client_jwt.set(_jwt(client, context))
             activated: list[str] = []
@@ -188,6 +188,8 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 await _echo(context, activated)
                 return reply
             finally:
+                if held is not None:
+                    held.release()
                 self.leave()
                 client_deadline.reset(deadline)
                 shed_note.reset(shed)
@@ -197,10 +199,12 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 current_client.reset(token)
 
         async def stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            client, request = await admit(access, method, requests, context)
+            client, request, held = await admit(access, method, requests, context)
             try:  # one of the caller's stream slots while the stream is open, as SSE takes on HTTP
                 slot = self.control.open_stream(client, peer=self.peer(context)[0])
             except MMA2AError as exc:
+                if held is not None:
+                    held.release()
                 await abort(context, exc)
             token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
             own = client_jwt.set(_jwt(client, context))
@@ -216,6 +220,8 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                         await _echo(context, activated)
                     yield item
             finally:
+                if held is not None:
+                    held.release()
                 self.control.streams.give(slot)
                 self.leave()
                 client_deadline.reset(deadline)
@@ -246,8 +252,10 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return peer_host(context.peer()), _cn(context)
 
     async def _admit(self, access: RouteAccess | None, method: str, requests: AsyncIterator[Any],
-                     context: grpc.aio.ServicerContext) -> tuple[Client | None, Any]:
-        """The caller admitted (from metadata and peer), then its one request message read and its tenant checked."""
+                     context: grpc.aio.ServicerContext) -> tuple[Client | None, Any, BodyHold | None]:
+        """The caller admitted (from metadata and peer), then its one request message read, held in the body budget
+        (the hold returned: the caller releases it when the call ends) and its tenant checked."""
+        held: BodyHold | None = None
         try:
             if access is None:
                 raise Forbidden(f"gRPC method {method} has no access class; refused", field="method")
@@ -262,6 +270,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 peer = self.proxies.client_address(address, forwarded)
             client = await self.control.admit_async(access, headers, peer=peer, cn=cn)
             request = await self._read(requests)
+            held = self._hold(request, client, address)
             tenant = getattr(request, "tenant", "") or None
             self.control.check_agent(client, tenant, field="tenant")
             if tenant is not None and self.agent_of is not None:
@@ -270,8 +279,25 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 except AgentNotFound as exc:
                     raise AgentNotFound(exc.message, field="tenant") from None
         except MMA2AError as exc:
+            if held is not None:
+                held.release()
             await abort(context, exc)
-        return client, request
+        return client, request, held
+
+    def _hold(self, request: Message, client: Client | None, address: str) -> BodyHold | None:
+        """A request message over `BodyBudget.LARGE` bytes held in the HTTP doors' body budget
+        (`max_body_bytes_in_flight`, in all and per sender) until its call ends; `BodiesBusy` (UNAVAILABLE) when it
+        does not fit. gRPC has read it whole by then (`grpc.max_receive_message_length` caps one), so a refusal drops
+        it at once: what many large calls hold together is bounded as on HTTP (round 5 left gRPC outside)."""
+        size = request.ByteSize()
+        if size <= BodyBudget.LARGE:
+            return None
+        held = self.control.bodies.hold(client.key if client is not None else f"ip:{address}",
+                                        self.control.max_body_bytes)
+        why = held.grow(size)
+        if why is not None:
+            raise BodiesBusy(f"{why}; retry, or send large media by reference (POST /blobs)", field="request")
+        return held
 
     async def _read(self, requests: AsyncIterator[Any]) -> Any:
         """The call's one request message, whole within `message_timeout_s` (then the client's half-close)."""

@@ -14,6 +14,8 @@ import asyncio
 import ipaddress
 import re
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from ..errors import PayloadError, PayloadTooLarge, URLForbidden
+from ..errors import PayloadError, PayloadTooLarge, ResolverBusy, URLForbidden
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -216,13 +218,60 @@ def _split(url: str, policy: URLPolicy) -> tuple[str, str, int]:
     return scheme, host, port if port is not None else _DEFAULT_PORTS.get(scheme, 0)
 
 
+DNS_THREADS = 4
+"""Threads resolving the host names of URLs clients give: a pool of their own. `loop.getaddrinfo` ran them on the
+default executor, which header checks and file I/O share: a burst of messages naming hosts whose DNS answers slowly
+could fill it (security round 5, left open)."""
+
+MAX_LOOKUPS = 64
+"""Lookups running or queued at once; past them a URL is refused (`ResolverBusy`, 503) instead of queued."""
+
+_getaddrinfo = socket.getaddrinfo  # what a lookup thread calls
+
+
+class HostLookups:
+    """Host-name lookups on their own bounded pool: `threads` at once, at most `most` running or queued (a lookup
+    counts until its thread is done with it, even when its caller stopped waiting)."""
+
+    def __init__(self, threads: int = DNS_THREADS, most: int = MAX_LOOKUPS) -> None:
+        self.threads = threads
+        self.most = most
+        self.pending = 0
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    async def getaddrinfo(self, host: str, port: int) -> list[Any]:
+        with self._lock:
+            if self.pending >= self.most:
+                raise ResolverBusy(f"cannot resolve host {host!r} now: {self.pending} host name lookups are in flight "
+                                   f"(at most {self.most}); retry", field="url")
+            self.pending += 1
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="mma2a-dns")
+            pool = self._pool
+        try:
+            fut = pool.submit(_getaddrinfo, host, port, type=socket.SOCK_STREAM)
+        except BaseException:
+            self._done(None)
+            raise
+        fut.add_done_callback(self._done)
+        return await asyncio.wrap_future(fut)
+
+    def _done(self, _: object) -> None:
+        with self._lock:
+            self.pending -= 1
+
+
+LOOKUPS = HostLookups()
+"""The process's host-name lookups for the SSRF guard (`check_url`, the guarded connector)."""
+
+
 async def _resolve(host: str, port: int) -> list[IPAddress]:
     ip = _parse_ip(host)
     if ip is not None:
         return [ip]
-    loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = await LOOKUPS.getaddrinfo(host, port)
     except socket.gaierror as exc:
         raise PayloadError(f"cannot resolve host {host!r}: {exc.strerror}", field="url") from None
     out: list[IPAddress] = []
