@@ -1,6 +1,7 @@
 """`mma2a serve --workers 2`: two gateway processes on one port (SO_REUSEPORT) over the nats-server the command
 starts itself. A task is answered to its owner whichever worker a follow-up reaches — each worker is killed in
-turn, so one that did not make the task answers for it — and a killed worker is started again."""
+turn, so one that did not make the task answers for it — and a killed worker is started again; a stream made on one
+worker and dropped is resumed on the other after the first dies."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from a2a.types import GetTaskRequest, SubscribeToTaskRequest, TaskState
+from a2a.utils.errors import TaskNotFoundError
 
 from mma2a.serving import free_port
 from tests.agents import RecordingExecutor, make_card, run_agent
 
 from .conftest import text_message
+from .test_cross_worker import Stepper, sdk, state, stream_until_first, streaming_card, texts
 from .test_security import TOKENS, rpc
 
 pytestmark = pytest.mark.timeout(300)
@@ -108,3 +112,54 @@ async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_f
             code = proc.wait(60)
         assert code == 0, log.read_text()[-3000:]
         assert "mma2a serve: 2 workers on 127.0.0.1:" in log.read_text()
+
+
+async def test_a_stream_made_on_one_worker_resumes_on_the_other_after_its_worker_dies(tmp_path: Path) -> None:
+    """Which worker the kernel gives a connection is its choice, so the test makes it certain: with worker 0 killed the
+    stream is made on worker 1 (the only listener) and dropped; worker 0 comes back, worker 1 is killed, and worker 0
+    (now the only listener) answers GetTask and SubscribeToTask with the rest of the stream, for its owner only."""
+    stepper = Stepper()
+    async with run_agent(streaming_card("stepper"), stepper) as agent_url:
+        port = free_port()
+        config: dict[str, Any] = {
+            "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
+            "data_dir": str(tmp_path / "data"), "timeout_s": 20, "retries": 0,
+            "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
+            "agents": [{"name": "stepper", "url": agent_url}],
+            "rules": json.dumps({"version": 1, "rules": [
+                {"name": "all", "match": {"modality": "*/*"}, "action": {"route_to": "stepper"}}]}),
+        }
+        path = tmp_path / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        log = tmp_path / "serve.log"
+        env = {k: v for k, v in os.environ.items() if k != "MMA2A_URL_SECRET"}
+        with log.open("ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", "2", "--config", str(path),
+                                     "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            await until_banners(log, proc, 2)
+            url = f"http://127.0.0.1:{port}"
+            os.kill(worker_pids(log)[0], signal.SIGKILL)
+            await until_listeners(port, 1)  # worker 1 alone: the stream is made there
+            async with sdk(url, "alice") as alice:
+                tid = await stream_until_first(alice, "on-worker-1")
+            await until_banners(log, proc, 3)  # worker 0 is back and listening
+            await until_listeners(port, 2)
+            os.kill(worker_pids(log)[1], signal.SIGKILL)  # the worker that made the task dies
+            await until_listeners(port, 1)  # worker 0 alone: every call below reaches it
+            async with sdk(url, "alice") as alice, sdk(url, "bob") as bob:
+                with pytest.raises(TaskNotFoundError):
+                    await bob.get_task(GetTaskRequest(id=tid))
+                got = await alice.get_task(GetTaskRequest(id=tid))
+                assert got.status.state == TaskState.TASK_STATE_WORKING
+                assert [p.text for a in got.artifacts for p in a.parts] == ["first: on-worker-1"]
+                resumed = alice.subscribe(SubscribeToTaskRequest(id=tid))
+                assert state(await anext(resumed)) == TaskState.TASK_STATE_WORKING
+                stepper.gate("on-worker-1").set()
+                rest = [e async for e in resumed]
+                assert "second: on-worker-1" in [t for e in rest for t in texts(e)], rest
+                assert state(rest[-1]) == TaskState.TASK_STATE_COMPLETED, rest[-1]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(60)
+        assert code == 0, log.read_text()[-3000:]
