@@ -276,3 +276,58 @@ def test_to_json_says_what_the_console_shows() -> None:
     s.acquire(5)
     doc: dict[str, Any] = s.to_json()
     assert doc["inflight"] == 1 and doc["queued"] == 0 and doc["kind"] == "fixed" and doc["limit"] == 2
+
+
+def test_the_adaptive_limit_is_not_cut_below_what_keeps_the_agent_busy() -> None:
+    limit = AdaptiveLimit(initial=9)
+    limit.sample(0.2, 1, saturated=False)  # min_rtt 0.2 s
+    cuts = []
+    for _ in range(400):  # answers far slower than min_rtt (a loaded machine), the agent measured at 5 legs + 1
+        before = limit.value
+        limit.sample(0.6, limit.value, saturated=True, floor=6)
+        if limit.value < before:
+            cuts.append(limit.value)
+    assert cuts and min(cuts) == 6 and limit.value == 6
+
+
+def test_the_window_after_a_cut_is_not_judged() -> None:
+    limit = AdaptiveLimit(initial=20)
+    limit.sample(0.2, 1, saturated=False)
+    values = []
+    for _ in range(200):
+        limit.sample(0.6, 20, saturated=True)  # queued ~ 13: every judged window cuts
+        values.append(limit.value)
+    changes = [i for i in range(1, len(values)) if values[i] != values[i - 1]]
+    gaps = [b - a for a, b in zip(changes, changes[1:])]
+    assert changes and all(g >= 2 * 8 for g in gaps)  # a window (8 answers at least) passes unjudged between cuts
+
+
+def test_slow_start_grows_by_one_once_the_agent_is_kept_busy() -> None:
+    limit = AdaptiveLimit(initial=4)
+    limit.sample(0.2, 1, saturated=False)
+    for _ in range(8):  # no queueing, the limit reached, under the floor of 6: x1.5
+        limit.sample(0.2, 4, saturated=True, floor=6)
+    assert limit.value == 6 and limit.slow_start
+    for _ in range(8):  # at the floor: one more, not x1.5
+        limit.sample(0.2, 6, saturated=True, floor=6)
+    assert limit.value == 7
+
+
+async def test_the_agents_rate_is_measured_from_its_answers_while_kept_busy() -> None:
+    clock = Clock()
+    s = AgentSlots("vision", AdaptiveLimit(initial=4), max_queue=64, queue_timeout_s=1000.0, clock=clock)
+    for _ in range(4):
+        assert s.acquire(5) is None
+    for _ in range(3 * ESTIMATE_AFTER):  # an answer every 0.04 s, every slot at once taken again: 25 legs a second
+        clock.now += 0.04
+        s.release(0.16)
+        while s.inflight < s.limit.value:
+            assert s.acquire(5) is None
+    assert s.rate() == pytest.approx(25.0)
+    assert s.busy_floor() == 4 + 1  # 25 a second x 0.16 s: 4 at once, and one more waiting inside the agent
+    clock.now += 0.04
+    s.release(0.16)  # (every slot was taken: a sample)
+    for _ in range(s.inflight):  # answers with nothing waiting and slots free: not samples of the agent's rate
+        clock.now += 1.0
+        s.release(0.16)
+    assert s.rate() == pytest.approx(25.0)

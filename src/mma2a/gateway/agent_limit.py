@@ -8,11 +8,19 @@ window of answers tells how many legs are queued inside the agent:
     queued = in_flight x (mean_rtt - min_rtt - NOISE_S) / mean_rtt      (0 when negative)
 
 - `queued < ALPHA` while the limit was reached: the agent could take more: +1 (x1.5 until the first cut:
-  slow start);
-- `queued > BETA`: the agent is queueing: the limit drops by what is queued past ALPHA (at least 1);
+  slow start — but only +1 once the limit reaches the floor below);
+- `queued > BETA`: the agent is queueing: the limit drops by what is queued past ALPHA (at least 1), never below
+  the floor, and the next window is not judged (its answers are mostly of legs sent before the cut: judging them
+  cut again, from 9 to 4 at a 4-wide agent in bench/overload.py, and an agent kept below its width loses
+  capacity that a backlog of urgent legs never gets back);
 - between: kept. With ALPHA = 0.5 and BETA = 1.5 about one leg waits inside the agent, so it never idles
   between an answer and the next leg, and the order of the rest is the gateway's priority queue's, not the
   agent's first-come order.
+
+The floor (when the caller has measured it: `AgentSlots.busy_floor`) is the legs the agent works on at once —
+the rate it delivers while kept busy x `min_rtt` — plus one waiting inside it: on a loaded machine the answers
+stretch by more than NOISE_S, which the rule reads as queueing, and without the floor it kept a 4-wide agent at 4
+(19/s of its 20) or below.
 
 NOISE_S: a rise of up to 20 ms is the gateway's own loop and the network, not a queue inside the agent (an
 agent answering in 100 us would otherwise look buried whenever the gateway is busy). A window is
@@ -48,7 +56,12 @@ class ConcurrencyLimit:
         """The limit says what the agent takes (an adaptive one: once it has cut, leaving slow start)."""
         return True
 
-    def sample(self, rtt: float, in_flight: int, saturated: bool) -> None:
+    @property
+    def base_rtt(self) -> float:
+        """The agent's answer time with nothing queued inside it, as far as the limit knows (inf: not measured)."""
+        return float("inf")
+
+    def sample(self, rtt: float, in_flight: int, saturated: bool, floor: int | None = None) -> None:
         """An answer took `rtt` seconds with `in_flight` legs at the agent; a fixed limit ignores it."""
 
     def to_json(self) -> dict[str, object]:
@@ -59,7 +72,7 @@ class AdaptiveLimit(ConcurrencyLimit):
     """The Vegas rule above, between `minimum` and `maximum`."""
 
     __slots__ = ("minimum", "maximum", "min_rtt", "_prev_min", "_epoch_n", "_n", "_sum_rtt", "_sum_inflight",
-                 "_saturated", "slow_start", "last_queued")
+                 "_saturated", "slow_start", "last_queued", "_cooldown", "_floor")
 
     adaptive = True
 
@@ -76,14 +89,22 @@ class AdaptiveLimit(ConcurrencyLimit):
         self._saturated = False
         self.slow_start = True
         self.last_queued = 0.0
+        self._cooldown = False  # the window after a cut is not judged (its answers are of legs sent before the cut)
+        self._floor: int | None = None
 
     @property
     def settled(self) -> bool:
         return not self.slow_start
 
-    def sample(self, rtt: float, in_flight: int, saturated: bool) -> None:
+    @property
+    def base_rtt(self) -> float:
+        return min(self.min_rtt, self._prev_min)
+
+    def sample(self, rtt: float, in_flight: int, saturated: bool, floor: int | None = None) -> None:
         """One answer: `rtt` seconds, `in_flight` legs at the agent when it came (itself included), `saturated`:
-        legs were waiting for a slot (or every slot was taken) when it came."""
+        legs were waiting for a slot (or every slot was taken) when it came; `floor`: the fewest legs that keep the
+        agent busy, when the caller has measured it (its delivered rate x min_rtt, plus one)."""
+        self._floor = floor
         if rtt < self.min_rtt:
             self.min_rtt = rtt
         self._epoch_n += 1
@@ -101,12 +122,16 @@ class AdaptiveLimit(ConcurrencyLimit):
         base = min(self.min_rtt, self._prev_min)
         queued = (self._sum_inflight / self._n) * max(0.0, mean - base - NOISE_S) / mean if mean > 0 else 0.0
         self.last_queued = queued
-        limit = self.value
-        if queued > BETA:
-            limit = limit - max(1, int(queued - ALPHA))
+        limit, floor = self.value, self._floor or self.minimum
+        if self._cooldown:  # the answers of this window were mostly of legs sent before the last cut: not judged
+            self._cooldown = False
+        elif queued > BETA:
+            limit = max(min(floor, limit), limit - max(1, int(queued - ALPHA)))  # not below the floor
             self.slow_start = False
+            self._cooldown = True
         elif queued < ALPHA and self._saturated:
-            limit = max(limit + 1, limit * 3 // 2) if self.slow_start else limit + 1
+            grow = self.slow_start and (self._floor is None or limit < self._floor)
+            limit = max(limit + 1, limit * 3 // 2) if grow else limit + 1
         self.value = max(self.minimum, min(limit, self.maximum))
         self._n = 0
         self._sum_rtt = 0.0

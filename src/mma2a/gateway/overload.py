@@ -178,12 +178,20 @@ class AgentSlots:
             else:
                 self.rtt_mean += RTT_WEIGHT * (rtt - self.rtt_mean)
                 self.inflight_mean += RTT_WEIGHT * (self.inflight + 1 - self.inflight_mean)
-            self.limit.sample(rtt, self.inflight + 1, busy)
+            self.limit.sample(rtt, self.inflight + 1, busy, self.busy_floor())
         if self.queued:
             now = now or self._now()
             self._roll(now)
             self._grant(now)
             self._shed_hopeless(now)
+
+    def busy_floor(self) -> int | None:
+        """The fewest legs in flight that keep the agent busy: the rate it delivers x its answer time with nothing
+        queued inside it (the legs it works on at once), plus one waiting inside it; None until both are measured."""
+        base = self.limit.base_rtt
+        if self.intervals < ESTIMATE_AFTER or self._busy_s <= 0.0 or not math.isfinite(base):
+            return None
+        return math.ceil(self._busy_n / self._busy_s * base - 0.05) + 1
 
     def _delivered(self, busy: bool, now: float) -> None:
         """An answer came at `now`; `busy`: every slot was taken or legs waited. The time since the previous answer,
