@@ -6,10 +6,12 @@ worker and dropped is resumed on the other after the first dies."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -56,6 +58,20 @@ def listeners(port: int) -> int:
     return sum(1 for r in rows if r.split()[1] == local and r.split()[3] == "0A")
 
 
+async def until_indexed(path: Path, ids: set[str], timeout_s: float = 30.0) -> dict[str, int]:
+    """How many rows of the history file hold each message id, once it holds them all."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.closing(sqlite3.connect(path, timeout=10)) as db:
+            rows = db.execute("SELECT message_id, COUNT(*) FROM decisions GROUP BY message_id").fetchall()
+        counts = {m: n for m, n in rows if m in ids}
+        if set(counts) == ids:
+            return counts
+        if time.monotonic() > deadline:
+            raise AssertionError(f"history holds {sorted(counts)} of {sorted(ids)}")
+        await asyncio.sleep(0.05)
+
+
 async def until_listeners(port: int, n: int, timeout_s: float = 30.0) -> None:
     """Until `n` sockets listen on the port (a killed worker's socket is closed once its last thread is gone)."""
     deadline = time.monotonic() + timeout_s
@@ -92,6 +108,12 @@ async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_f
                 for _ in range(6):
                     assert (await rpc(c, url, "alice", "GetTask", {"id": task["id"]}))["result"]["id"] == task["id"]
                     assert (await rpc(c, url, "bob", "GetTask", {"id": task["id"]}))["error"]["code"] == -32001
+                sent = [text_message(f"m{i}") for i in range(6)]
+                for m in sent:
+                    assert "result" in await rpc(c, url, "alice", "SendMessage", {"message": m})
+                # the workers share one history file, which one of them indexes: every decision in it, once
+                counts = await until_indexed(tmp_path / "data" / "history.sqlite3", {m["messageId"] for m in sent})
+                assert set(counts.values()) == {1}, counts
                 for n, index in ((3, 0), (4, 1)):  # each worker killed in turn: the other answers alone meanwhile
                     pid = worker_pids(log)[index]
                     os.kill(pid, signal.SIGKILL)

@@ -7,6 +7,8 @@ The banner is printed only once the gateway accepts connections.
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -67,7 +69,7 @@ def serve(
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
-    from .workers import Supervisor, worker_count
+    from .workers import WORKER_INDEX_ENV, Supervisor, worker_count
 
     from ..cluster import cluster_state
     from ..errors import MMA2AError, RuleError
@@ -97,7 +99,9 @@ def serve(
                 typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
                 raise typer.Exit(2) from None
             raise typer.Exit(code)
-        hooks = cluster_state(cfg)  # None unless the config has a cluster section
+        # None unless the config has a cluster section; the workers of one host share one history file: the first
+        # indexes the cluster's decisions into it
+        hooks = cluster_state(cfg, index_history=not worker or os.environ.get(WORKER_INDEX_ENV, "0") == "0")
     except RuleError as exc:
         for line in exc.errors or [exc.message]:
             typer.echo(f"error: {line}", err=True)

@@ -26,6 +26,7 @@ import typer
 from ..gateway.config import GatewayConfig
 from ..serving import listen_socket
 
+WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
 QUICK_EXIT_S = 2.0  # a worker that exits this soon after its start, with status 2, cannot start (a bad config)
 
 
@@ -98,7 +99,7 @@ class Supervisor:
                 shutil.rmtree(store, ignore_errors=True)
 
     def _start(self, w: Worker, args: list[str], env: dict[str, str]) -> None:
-        w.proc = subprocess.Popen(args, env=env, start_new_session=True)  # signals reach it from here only
+        w.proc = subprocess.Popen(args, env={**env, WORKER_INDEX_ENV: str(w.index)}, start_new_session=True)  # signals reach it from here only
         w.started = time.monotonic()
         typer.echo(f"mma2a serve: worker {w.index} pid {w.proc.pid}", err=True)
 

@@ -20,12 +20,13 @@ if TYPE_CHECKING:
 __all__ = ["ClusterConfig", "ClusterState", "NatsServer", "ObjectBlobStore", "cluster_state"]
 
 
-def cluster_state(config: GatewayConfig) -> ClusterState | None:
+def cluster_state(config: GatewayConfig, *, index_history: bool = True) -> ClusterState | None:
     """The `ClusterState` for a gateway config with a `cluster:` section, else None (and no NATS import).
 
     Hand it to `Gateway(config, cluster=...)` (as `mma2a serve` does). Every gateway of a cluster
     must sign payload URLs with the same key, so cluster mode requires the URL secret to be
-    configured (`url_secret_env`, MMA2A_URL_SECRET by default).
+    configured (`url_secret_env`, MMA2A_URL_SECRET by default). `index_history=False`: another process indexes
+    the cluster's decisions into this gateway's history file (the workers of `serve --workers N` share one).
     """
     if config.cluster is None:
         return None
@@ -40,7 +41,7 @@ def cluster_state(config: GatewayConfig) -> ClusterState | None:
             "so a URL signed by one is accepted by all", field="url_secret_env")
     from .state import ClusterState
 
-    return ClusterState(config.cluster)
+    return ClusterState(config.cluster, index_history=index_history)
 
 
 def __getattr__(name: str) -> Any:

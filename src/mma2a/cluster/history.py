@@ -3,9 +3,15 @@ gateway indexes the whole stream into its own SQLite file, so `/admin/history` o
 
 The pipeline's `record()` only appends to a bounded deque (drops are counted, never a
 wait). A publisher task sends batches (one JSON document per batch, serialised off the
-loop); a follower task reads the stream from the position the local file last saved and
-hands the rows to the local writer thread, which saves the position in the same
-transaction — so a restarted gateway resumes exactly where its file stops.
+loop), gathering for `linger_s` first: at thousands of decisions a second one stream message (and
+one read by every follower) carries hundreds of them, not one or two. A follower task reads the
+stream from the position the local file last saved and hands the rows to the local writer
+thread, which saves the position in the same transaction — so a restarted gateway resumes
+exactly where its file stops.
+
+The workers of `serve --workers N` share one `data_dir`, so one history file: only the first worker
+follows the stream into it (`follow=False` for the others: the same rows indexed N times into one
+file cost N times the CPU and contend for its lock); every worker publishes and reads the file.
 """
 
 from __future__ import annotations
@@ -28,14 +34,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mma2a.cluster")
 BATCH = 200
+LINGER_S = 0.05  # how long the publisher gathers decisions before it sends a batch short of BATCH
 
 
 class JetStreamHistory:
     """The `HistorySink` of a clustered gateway."""
 
     def __init__(self, cluster: Member, local: HistoryRecorder, *, capacity: int, max_age_s: float,
-                 max_bytes: int) -> None:
+                 max_bytes: int, follow: bool = True, linger_s: float = LINGER_S) -> None:
         self.cluster, self.local = cluster, local
+        self.follow, self.linger_s = follow, linger_s
         self.capacity, self.max_age_s, self.max_bytes = capacity, max_age_s, max_bytes
         self.dropped = self.published = self.failed = 0
         self._queue: deque[DecisionRecord] = deque()
@@ -71,7 +79,9 @@ class JetStreamHistory:
         except NotFoundError:
             with contextlib.suppress(Exception):  # another gateway may create it at the same moment
                 await js.add_stream(cfg)
-        self._tasks += [asyncio.create_task(self._publish_loop()), asyncio.create_task(self._follow())]
+        self._tasks.append(asyncio.create_task(self._publish_loop()))
+        if self.follow:
+            self._tasks.append(asyncio.create_task(self._follow()))
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):  # what is still queued goes out if NATS is there
@@ -82,6 +92,8 @@ class JetStreamHistory:
     async def _publish_loop(self) -> None:
         while True:
             await self._wake.wait()
+            if len(self._queue) < BATCH:
+                await asyncio.sleep(self.linger_s)  # a batch gathers: one message per many decisions
             self._wake.clear()
             await self._publish_pending()
 

@@ -59,9 +59,10 @@ class ClusterState:
     handed to `Gateway(config, cluster=...)`, which calls `start(gateway)` when it starts.
     """
 
-    def __init__(self, config: ClusterConfig) -> None:
+    def __init__(self, config: ClusterConfig, *, index_history: bool = True) -> None:
         self._gw: GatewayParts | None = None
         self.config = config
+        self.index_history = index_history  # False: another process indexes the stream into the shared history file
         self.id = config.id or f"{socket.gethostname().split('.')[0]}-{os.getpid()}-{secrets.token_hex(3)}"
         self.names = Names(config.name)
         self.nc: Any = None
@@ -94,11 +95,12 @@ class ClusterState:
         return self._gw
 
     def history_sink(self, local: HistoryRecorder, config: HistoryConfig) -> JetStreamHistory:
-        """Decisions through the cluster's stream, indexed back into `local` (every gateway's file holds them all)."""
+        """Decisions through the cluster's stream, indexed back into `local` (every gateway's file holds them all;
+        the workers of one `serve --workers N` share a file, which the first of them indexes)."""
         from .history import JetStreamHistory
 
         self.history = JetStreamHistory(self, local, capacity=config.queue, max_age_s=config.max_age_s,
-                                        max_bytes=config.max_bytes)
+                                        max_bytes=config.max_bytes, follow=self.index_history)
         return self.history
 
     def learning_journal(self) -> ClusterLearning:
