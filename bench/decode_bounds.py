@@ -136,9 +136,11 @@ class Live:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False) -> dict[str, Any]:
+async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False, binding: str = "jsonrpc"
+                  ) -> dict[str, Any]:
     """`control`: the same number of bytes of random data as `application/octet-stream` (no header to check): what
-    any inline body of that size costs the gateway (its JSON parse), beside what the PNG costs."""
+    any inline body of that size costs the gateway (its JSON parse), beside what the PNG costs. `binding`: the
+    attackers send on JSON-RPC (`POST /`) or REST (`POST /message:send`); the victim always on JSON-RPC."""
     walk = chunk_walk_png()
     png = base64.b64encode(os.urandom(len(walk)) if control else walk).decode()
     media = "application/octet-stream" if control else "image/png"
@@ -153,7 +155,8 @@ async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False)
             bodies = []
             for k in range(attackers * rounds):
                 path = gw.tmp / f"walk-{k}.json"
-                path.write_bytes(json.dumps(send_body(f"walk-{k}", [{"raw": png, "mediaType": media}])).encode())
+                doc = send_body(f"walk-{k}", [{"raw": png, "mediaType": media}])
+                path.write_bytes(json.dumps(doc if binding == "jsonrpc" else doc["params"]).encode())
                 bodies.append(path)
 
             async def attack(k: int) -> None:  # curl processes: the bench's own loop measures only the victim
@@ -162,11 +165,11 @@ async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False)
                     in_flight += 1
                     try:
                         proc = await asyncio.create_subprocess_exec(
-                            "curl", "-sS", "-X", "POST", gw.url + "/", "-H", "Content-Type: application/json",
+                            "curl", "-sS", "-X", "POST", gw.url + ("/" if binding == "jsonrpc" else "/message:send"), "-H", "Content-Type: application/json",
                             "-H", f"Authorization: Bearer {TOKENS['mallory']}", "-H", "A2A-Version: 1.0",
                             "--data-binary", f"@{bodies[k * rounds + r]}", stdout=asyncio.subprocess.PIPE)
                         out, _ = await proc.communicate()
-                        answers.append(str(json.loads(out).get("error", {}).get("message", "accepted"))[:90])
+                        answers.append(str(json.loads(out).get("error", {}).get("message", "accepted"))[:90])  # both shapes
                     finally:
                         in_flight -= 1
 
@@ -193,7 +196,8 @@ async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False)
             await v
             peak = rss_kb(gw.gw.pid, "VmHWM")
     lat.sort()
-    return {"case": "pngwalk-control" if control else "pngwalk", "src": str(src), "attackers": attackers, "texts_during": len(lat),
+    return {"case": "pngwalk-control" if control else "pngwalk", "binding": binding, "src": str(src),
+            "attackers": attackers, "texts_during": len(lat),
             "p50_ms": round(lat[len(lat) // 2], 1) if lat else None,
             "p90_ms": round(lat[len(lat) * 9 // 10], 1) if lat else None, "max_ms": round(lat[-1], 1) if lat else None,
             "target_max_ms": TEXT_TARGET_MS, "over_target": sum(1 for t in lat if t >= TEXT_TARGET_MS),
@@ -272,13 +276,15 @@ def main() -> None:
     ap.add_argument("--control", action="store_true", help="pngwalk: also send random bytes of the same size")
     ap.add_argument("--src", action="append", default=None, help="sources to run (repeat: side by side)")
     ap.add_argument("--attackers", type=int, default=3)
+    ap.add_argument("--binding", choices=["jsonrpc", "rest"], default="jsonrpc", help="pngwalk: the attackers' binding")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     for src in args.src or [str(ROOT / "src")]:
         if args.case == "pngwalk":
-            result = asyncio.run(pngwalk(Path(src), args.attackers, args.rounds))
+            result = asyncio.run(pngwalk(Path(src), args.attackers, args.rounds, binding=args.binding))
             if args.control:
-                print(json.dumps(asyncio.run(pngwalk(Path(src), args.attackers, args.rounds, control=True))))
+                print(json.dumps(asyncio.run(pngwalk(Path(src), args.attackers, args.rounds, control=True,
+                                                     binding=args.binding))))
         elif args.case == "flac":
             seconds, channels, rate = map(int, args.audio.split(","))
             data = silent_flac(seconds, channels, rate)
