@@ -18,8 +18,8 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,23 +28,14 @@ from typing import Any
 import nats
 from nats.js.api import KeyValueConfig
 
-from mma2a.cluster.server import NatsServer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.footprint import rss_mb  # noqa: E402
+from mma2a.cluster.server import NatsServer  # noqa: E402
+from mma2a.serving import free_port  # noqa: E402
 
 VALUE = json.dumps({"id": "t" * 36, "legs": ["agent", "x" * 36], "route": [{"part": 0, "agent": "agent"}] * 4,
                     "owner": "client-a", "context": "c" * 36, "origin": "gw-1", "pad": "p" * 300}).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def three_node_cluster(root: Path) -> list[NatsServer]:

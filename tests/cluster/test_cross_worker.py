@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import grpc.aio
 import httpx
 import pytest
 import pytest_asyncio
-from a2a.client import Client, ClientConfig, create_client
+from a2a.client import Client, ClientCallContext, ClientConfig, create_client
+from a2a.client.interceptors import AfterArgs, BeforeArgs, ClientCallInterceptor
 from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -139,7 +141,7 @@ async def pair(nats_server: NatsServer, tmp_path_factory: pytest.TempPathFactory
         urls |= {n: await stack.enter_async_context(run_agent(make_card(n), ex)) for n, ex in recorders.items()}
         cfg: dict[str, Any] = {  # what every worker of `serve --workers` gets: the same file, agents and rules included
             "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
-            "timeout_s": 20, "retries": 0,
+            "timeout_s": 20, "retries": 0, "grpc_listen": "127.0.0.1:0",
             "agents": [{"name": n, "url": u} for n, u in urls.items()],
             "rules": rules("start", {"route_to": "stepper"}),
             "cluster": {"nats": nats_server.url, "name": cluster_name(), "heartbeat_s": 0.5, "member_ttl_s": 2},
@@ -317,3 +319,54 @@ async def test_a_rule_swap_through_one_gateway_is_in_force_on_the_other_within_a
         async with sdk(pair.urls[1], "alice") as client:  # in force there: the next message goes to the new agent
             reply = [e async for e in client.send_message(user(f"after swap {n}"))]
         assert [p.text for p in reply[-1].task.status.message.parts] == [f"{agent} ok"], reply[-1]
+
+
+class Bearer(ClientCallInterceptor):
+    """The client's token as a service parameter of every call: the SDK's gRPC transport sends service parameters as
+    call metadata (its HTTP transports as headers)."""
+
+    def __init__(self, who: str) -> None:
+        self.token = bearer(who)["Authorization"]
+
+    async def before(self, args: BeforeArgs) -> None:
+        args.context = args.context or ClientCallContext()
+        args.context.service_parameters = {**(args.context.service_parameters or {}), "authorization": self.token}
+
+    async def after(self, args: AfterArgs) -> None:
+        return None
+
+
+@contextlib.asynccontextmanager
+async def sdk_over(url: str, who: str, binding: str) -> AsyncIterator[Client]:
+    """A real a2a-sdk client of `who` following a gateway's card over one binding (JSONRPC, HTTP+JSON or GRPC)."""
+    async with httpx.AsyncClient(headers=bearer(who), timeout=30) as http:
+        config = ClientConfig(streaming=True, httpx_client=http, supported_protocol_bindings=[binding],
+                              grpc_channel_factory=grpc.aio.insecure_channel)
+        client = await create_client(url, config, interceptors=[Bearer(who)])
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON", "GRPC"])
+async def test_on_every_binding_a_stream_dropped_on_one_gateway_is_its_owners_on_the_other(pair: Pair, binding: str) -> None:
+    """The same follow-ups over each binding the gateways serve: made and dropped on gw1, then on gw2 read, listed and
+    resumed to completion by its owner, unknown to another client."""
+    await pair.swap({"route_to": "stepper"})
+    gw1, gw2 = pair.urls
+    text = f"over-{binding}"
+    async with sdk_over(gw1, "alice", binding) as a1:
+        tid = await stream_until_first(a1, text)
+    async with sdk_over(gw2, "alice", binding) as a2, sdk_over(gw2, "bob", binding) as b2:
+        with pytest.raises(TaskNotFoundError):
+            await b2.get_task(GetTaskRequest(id=tid))
+        assert tid not in {t.id for t in (await b2.list_tasks(ListTasksRequest())).tasks}
+        assert (await a2.get_task(GetTaskRequest(id=tid))).status.state == TaskState.TASK_STATE_WORKING
+        assert tid in {t.id for t in (await a2.list_tasks(ListTasksRequest())).tasks}
+        resumed = a2.subscribe(SubscribeToTaskRequest(id=tid))
+        assert state(await anext(resumed)) == TaskState.TASK_STATE_WORKING
+        pair.steppers["stepper"].gate(text).set()
+        rest = [e async for e in resumed]
+        assert f"second: {text}" in [t for e in rest for t in texts(e)], rest
+        assert state(rest[-1]) == TaskState.TASK_STATE_COMPLETED, rest[-1]

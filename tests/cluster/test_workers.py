@@ -15,6 +15,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,58 +83,76 @@ async def until_listeners(port: int, n: int, timeout_s: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
+@dataclass
+class Served:
+    """`mma2a serve --workers 2` running: its port, URL, supervisor process and log."""
+
+    port: int
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@contextlib.asynccontextmanager
+async def serve_workers(tmp_path: Path, agent: str, agent_url: str) -> AsyncIterator[Served]:
+    """`mma2a serve --workers 2` with auth on and every message routed to `agent`, until both workers listen; it must
+    stop cleanly (status 0) on SIGTERM at the end."""
+    port = free_port()
+    config: dict[str, Any] = {
+        "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
+        "data_dir": str(tmp_path / "data"), "timeout_s": 20, "retries": 0,
+        "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
+        "agents": [{"name": agent, "url": agent_url}],
+        "rules": json.dumps({"version": 1, "rules": [
+            {"name": agent, "match": {"modality": "*/*"}, "action": {"route_to": agent}}]}),
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = tmp_path / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k != "MMA2A_URL_SECRET"}  # the supervisor makes one
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", "2", "--config", str(path),
+                                 "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        await until_banners(log, proc, 2)
+        yield Served(port, f"http://127.0.0.1:{port}", proc, log)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    assert code == 0, log.read_text()[-3000:]
+
+
 async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_follow_up(tmp_path: Path) -> None:
-    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url:
-        port = free_port()
-        config: dict[str, Any] = {
-            "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
-            "data_dir": str(tmp_path / "data"), "timeout_s": 20, "retries": 0,
-            "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
-            "agents": [{"name": "echo", "url": agent_url}],
-            "rules": json.dumps({"version": 1, "rules": [
-                {"name": "echo", "match": {"modality": "*/*"}, "action": {"route_to": "echo"}}]}),
-        }
-        path = tmp_path / "gateway.yaml"
-        path.write_text(yaml.safe_dump(config))
-        log = tmp_path / "serve.log"
-        env = {k: v for k, v in os.environ.items() if k != "MMA2A_URL_SECRET"}  # the supervisor makes one
-        with log.open("ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", "2", "--config", str(path),
-                                     "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            await until_banners(log, proc, 2)
-            url = f"http://127.0.0.1:{port}"
-            fresh = httpx.Limits(max_keepalive_connections=0)  # every request on a new connection: any worker
-            async with httpx.AsyncClient(timeout=30, limits=fresh) as c:
-                task = (await rpc(c, url, "alice", "SendMessage", {"message": text_message("hello")}))["result"]["task"]
-                for _ in range(6):
-                    assert (await rpc(c, url, "alice", "GetTask", {"id": task["id"]}))["result"]["id"] == task["id"]
-                    assert (await rpc(c, url, "bob", "GetTask", {"id": task["id"]}))["error"]["code"] == -32001
-                sent = [text_message(f"m{i}") for i in range(6)]
-                for m in sent:
-                    assert "result" in await rpc(c, url, "alice", "SendMessage", {"message": m})
-                # the workers share one history file, which one of them indexes: every decision in it, once
-                counts = await until_indexed(tmp_path / "data" / "history.sqlite3", {m["messageId"] for m in sent})
-                assert set(counts.values()) == {1}, counts
-                for n, index in ((3, 0), (4, 1)):  # each worker killed in turn: the other answers alone meanwhile
-                    pid = worker_pids(log)[index]
-                    os.kill(pid, signal.SIGKILL)
-                    await until_listeners(port, 1)  # its socket closed: connections go to the other worker only
-                    for _ in range(4):
-                        got = await rpc(c, url, "alice", "GetTask", {"id": task["id"]})
-                        assert got["result"]["status"]["state"] == "TASK_STATE_COMPLETED", got
-                    cancel = await rpc(c, url, "alice", "CancelTask", {"id": task["id"]})
-                    assert cancel["error"]["code"] == -32002, cancel  # found, and the agent asked: not cancelable
-                    follow = text_message("again")
-                    follow["taskId"] = task["id"]
-                    again = await rpc(c, url, "bob", "SendMessage", {"message": follow})
-                    assert again["error"]["code"] == -32001, again
-                    await until_banners(log, proc, n)  # the killed worker started again and listening
-            assert len(worker_pids(log)) == 2 and log.read_text().count("starting it again") == 2
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(60)
-        assert code == 0, log.read_text()[-3000:]
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
+            serve_workers(tmp_path, "echo", agent_url) as served:
+        port, url, proc, log = served.port, served.url, served.proc, served.log
+        fresh = httpx.Limits(max_keepalive_connections=0)  # every request on a new connection: any worker
+        async with httpx.AsyncClient(timeout=30, limits=fresh) as c:
+            task = (await rpc(c, url, "alice", "SendMessage", {"message": text_message("hello")}))["result"]["task"]
+            for _ in range(6):
+                assert (await rpc(c, url, "alice", "GetTask", {"id": task["id"]}))["result"]["id"] == task["id"]
+                assert (await rpc(c, url, "bob", "GetTask", {"id": task["id"]}))["error"]["code"] == -32001
+            sent = [text_message(f"m{i}") for i in range(6)]
+            for m in sent:
+                assert "result" in await rpc(c, url, "alice", "SendMessage", {"message": m})
+            # the workers share one history file, which one of them indexes: every decision in it, once
+            counts = await until_indexed(tmp_path / "data" / "history.sqlite3", {m["messageId"] for m in sent})
+            assert set(counts.values()) == {1}, counts
+            for n, index in ((3, 0), (4, 1)):  # each worker killed in turn: the other answers alone meanwhile
+                pid = worker_pids(log)[index]
+                os.kill(pid, signal.SIGKILL)
+                await until_listeners(port, 1)  # its socket closed: connections go to the other worker only
+                for _ in range(4):
+                    got = await rpc(c, url, "alice", "GetTask", {"id": task["id"]})
+                    assert got["result"]["status"]["state"] == "TASK_STATE_COMPLETED", got
+                cancel = await rpc(c, url, "alice", "CancelTask", {"id": task["id"]})
+                assert cancel["error"]["code"] == -32002, cancel  # found, and the agent asked: not cancelable
+                follow = text_message("again")
+                follow["taskId"] = task["id"]
+                again = await rpc(c, url, "bob", "SendMessage", {"message": follow})
+                assert again["error"]["code"] == -32001, again
+                await until_banners(log, proc, n)  # the killed worker started again and listening
+        assert len(worker_pids(log)) == 2 and log.read_text().count("starting it again") == 2
         assert "mma2a serve: 2 workers on 127.0.0.1:" in log.read_text()
 
 
@@ -141,47 +161,26 @@ async def test_a_stream_made_on_one_worker_resumes_on_the_other_after_its_worker
     stream is made on worker 1 (the only listener) and dropped; worker 0 comes back, worker 1 is killed, and worker 0
     (now the only listener) answers GetTask and SubscribeToTask with the rest of the stream, for its owner only."""
     stepper = Stepper()
-    async with run_agent(streaming_card("stepper"), stepper) as agent_url:
-        port = free_port()
-        config: dict[str, Any] = {
-            "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
-            "data_dir": str(tmp_path / "data"), "timeout_s": 20, "retries": 0,
-            "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
-            "agents": [{"name": "stepper", "url": agent_url}],
-            "rules": json.dumps({"version": 1, "rules": [
-                {"name": "all", "match": {"modality": "*/*"}, "action": {"route_to": "stepper"}}]}),
-        }
-        path = tmp_path / "gateway.yaml"
-        path.write_text(yaml.safe_dump(config))
-        log = tmp_path / "serve.log"
-        env = {k: v for k, v in os.environ.items() if k != "MMA2A_URL_SECRET"}
-        with log.open("ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", "2", "--config", str(path),
-                                     "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            await until_banners(log, proc, 2)
-            url = f"http://127.0.0.1:{port}"
-            os.kill(worker_pids(log)[0], signal.SIGKILL)
-            await until_listeners(port, 1)  # worker 1 alone: the stream is made there
-            async with sdk(url, "alice") as alice:
-                tid = await stream_until_first(alice, "on-worker-1")
-            await until_banners(log, proc, 3)  # worker 0 is back and listening
-            await until_listeners(port, 2)
-            os.kill(worker_pids(log)[1], signal.SIGKILL)  # the worker that made the task dies
-            await until_listeners(port, 1)  # worker 0 alone: every call below reaches it
-            async with sdk(url, "alice") as alice, sdk(url, "bob") as bob:
-                with pytest.raises(TaskNotFoundError):
-                    await bob.get_task(GetTaskRequest(id=tid))
-                got = await alice.get_task(GetTaskRequest(id=tid))
-                assert got.status.state == TaskState.TASK_STATE_WORKING
-                assert [p.text for a in got.artifacts for p in a.parts] == ["first: on-worker-1"]
-                resumed = alice.subscribe(SubscribeToTaskRequest(id=tid))
-                assert state(await anext(resumed)) == TaskState.TASK_STATE_WORKING
-                stepper.gate("on-worker-1").set()
-                rest = [e async for e in resumed]
-                assert "second: on-worker-1" in [t for e in rest for t in texts(e)], rest
-                assert state(rest[-1]) == TaskState.TASK_STATE_COMPLETED, rest[-1]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(60)
-        assert code == 0, log.read_text()[-3000:]
+    async with run_agent(streaming_card("stepper"), stepper) as agent_url, \
+            serve_workers(tmp_path, "stepper", agent_url) as served:
+        port, url, proc, log = served.port, served.url, served.proc, served.log
+        os.kill(worker_pids(log)[0], signal.SIGKILL)
+        await until_listeners(port, 1)  # worker 1 alone: the stream is made there
+        async with sdk(url, "alice") as alice:
+            tid = await stream_until_first(alice, "on-worker-1")
+        await until_banners(log, proc, 3)  # worker 0 is back and listening
+        await until_listeners(port, 2)
+        os.kill(worker_pids(log)[1], signal.SIGKILL)  # the worker that made the task dies
+        await until_listeners(port, 1)  # worker 0 alone: every call below reaches it
+        async with sdk(url, "alice") as alice, sdk(url, "bob") as bob:
+            with pytest.raises(TaskNotFoundError):
+                await bob.get_task(GetTaskRequest(id=tid))
+            got = await alice.get_task(GetTaskRequest(id=tid))
+            assert got.status.state == TaskState.TASK_STATE_WORKING
+            assert [p.text for a in got.artifacts for p in a.parts] == ["first: on-worker-1"]
+            resumed = alice.subscribe(SubscribeToTaskRequest(id=tid))
+            assert state(await anext(resumed)) == TaskState.TASK_STATE_WORKING
+            stepper.gate("on-worker-1").set()
+            rest = [e async for e in resumed]
+            assert "second: on-worker-1" in [t for e in rest for t in texts(e)], rest
+            assert state(rest[-1]) == TaskState.TASK_STATE_COMPLETED, rest[-1]
