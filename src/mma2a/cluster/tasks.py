@@ -1,15 +1,25 @@
 """The task map shared by every gateway of a cluster (a KV bucket with a TTL).
 
 `ClusterTaskMap` is the gateway's `TaskMap` (the local cache every lookup reads, synchronously, as on one
-gateway) with a write-through to KV: a task recorded on one gateway is stored before the gateway answers
-(`flush`), so a follow-up reaching any other gateway finds it (`fetch` reads the bucket on a local miss), and a
-KV watch mirrors the others' records, updates and removals into the cache (ListTasks' owners and totals). A
-task outlives the process that made it: a restarted gateway reads the bucket back.
+gateway) whose records go to the bucket in batches: every record made or changed while a batch is being stored
+waits for the next one, so under load one KV write (one acknowledgement, one message for every gateway's watch)
+carries the records of many requests, where it carried one (session 9: that write per request cost a
+two-worker host 3x the CPU per request of one gateway). A request still answers only once the batch holding its
+record is stored (`flush`): a follow-up reaching any other gateway next finds it.
+
+Every gateway watches the bucket and mirrors the others' records, updates and removals into its cache (ListTasks'
+owners and totals, whose a context is). A lookup of a task the cache lacks (`fetch`) waits until the watch has
+applied everything the bucket held at the time of asking, so a record stored before the follow-up was sent is
+found. A task outlives the process that made it: a restarted gateway reads the bucket back.
 
 A record keeps its owner exactly as the gateway that made it keyed it (the principal: a federated client's
 too), so a task is answered only to its owner on every gateway. The bucket's TTL is the map's age limit;
 each owner's byte budget holds on the cluster's records: a gateway that forgets an owner's oldest records for
-the budget removes them from the bucket too.
+the budget removes them on every gateway (a removal is an entry of the next batch).
+
+A batch is one KV entry `b.<origin>.<n>` (`origin`: this process; the key is never written again, so the TTL
+alone removes it) holding `{"origin", "put": [records], "del": [task ids]}`; entries keyed by a task id alone
+(one record each, written by gateways before batching) are still read.
 """
 
 from __future__ import annotations
@@ -19,11 +29,11 @@ import base64
 import binascii
 import contextlib
 import logging
+import secrets
 import time
 from typing import Any
 
 import orjson
-from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from ..gateway.tasks import TaskMap
@@ -31,9 +41,12 @@ from .link import Member, ensure_kv
 
 log = logging.getLogger("mma2a.cluster.tasks")
 
+BATCH_BYTES = 256 << 10  # a batch entry's records at most (NATS refuses messages over max_payload, 1 MiB by default)
+CATCH_UP_S = 5.0  # how long a lookup waits for the watch to reach what the bucket holds (NATS slow or away)
+
 
 def task_key(task_id: str) -> str:
-    """A KV key for a task id: base64url of it (KV keys allow only `-_=./` and alphanumerics); reversible."""
+    """A KV key for a task id: base64url of it (the records of gateways before batching); reversible."""
     return base64.urlsafe_b64encode(task_id.encode()).decode()
 
 
@@ -51,10 +64,23 @@ class ClusterTaskMap(TaskMap):
         super().__init__(**limits)
         self.member = member
         self.kv: KeyValue | None = None
-        self._pending: dict[str, asyncio.Future[Any]] = {}
+        self.origin = f"{member.id}.{secrets.token_hex(4)}"  # this process: its batches are never adopted back
+        self._ops: dict[str, bytes | None] = {}  # task id -> its newest record (None: removed), for the next batch
+        self._batch: asyncio.Future[None] | None = None  # resolved once the records in `_ops` are stored
+        self._pending: dict[str, asyncio.Future[None]] = {}  # task id -> the batch storing its newest record
+        self._writer: asyncio.Task[None] | None = None
+        self._written = 0  # batches this process has stored
+        self._seen = 0  # the bucket's last sequence the watch has applied
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._adopting = False
         self._watch: asyncio.Task[None] | None = None
         self.adopted = 0
+        self.batches = 0  # batch entries written, and the records in them (the batching's measure)
+        self.records = 0
+
+    @property
+    def stream(self) -> str:
+        return f"KV_{self.member.names.bucket('tasks')}"
 
     async def open(self) -> None:
         """Open (or create) the bucket, mirror what it holds, and follow the other gateways' changes."""
@@ -66,16 +92,16 @@ class ClusterTaskMap(TaskMap):
         await asyncio.wait({loaded, self._watch}, return_when=asyncio.FIRST_COMPLETED)  # the bucket's records read
 
     async def close(self) -> None:
-        for fut in list(self._pending.values()):
+        if self._writer is not None:  # what is gathered is stored (NATS away: the put times out)
             with contextlib.suppress(Exception):
-                await asyncio.shield(fut)
+                await asyncio.shield(self._writer)
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._watch
             self._watch = None
 
-    # --- TaskMap, written through -------------------------------------------------------------------------
+    # --- TaskMap, written through in batches ----------------------------------------------------------------
     def _store(self, task_id: str, legs: tuple[str, ...], route_doc: list[dict[str, Any]] | bytes, agg: bytes | None,
                size: int, owner: str | None, context: str | None, at: float | None = None) -> None:
         super()._store(task_id, legs, route_doc, agg, size, owner, context, at)
@@ -90,28 +116,33 @@ class ClusterTaskMap(TaskMap):
         before = set(self._by_owner.get(owner) or ())
         super()._expire_owner(owner)
         for task_id in before - set(self._by_owner.get(owner) or ()):  # past the owner's budget: gone everywhere
-            self._send(task_id, "delete", None)
+            self._send(task_id, None)
 
     async def fetch(self, task_id: str) -> None:
-        """A task this gateway's cache does not hold: read it from the bucket (made by another gateway, or by this
-        one before a restart)."""
+        """A task this gateway's cache does not hold (made by another gateway, or by this one before a restart):
+        wait until the watch has applied everything the bucket holds now (a record stored before the caller asked
+        is then in the cache)."""
         if task_id in self._rows or self.kv is None:
             return
         try:
-            entry = await self.kv.get(task_key(task_id))
-        except KeyNotFoundError:
-            return
+            state = (await self.member.js.stream_info(self.stream)).state
         except Exception as exc:  # noqa: BLE001 - NATS away: answered from the cache alone
             log.debug("task lookup failed: %s", exc)
             return
-        self.on_entry(entry.key, entry.value, entry.operation)
+        if state.messages == 0 or self._seen >= state.last_seq:  # all expired (TTL), or all applied already
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((state.last_seq, fut))
+        try:
+            await asyncio.wait_for(fut, CATCH_UP_S)
+        except asyncio.TimeoutError:
+            log.info("task lookup: the tasks watch is behind the bucket (%d < %d)", self._seen, state.last_seq)
 
     async def flush(self, task_id: str) -> None:
         """Wait until this task's record is stored in the cluster (a follow-up may reach another gateway next)."""
         fut = self._pending.get(task_id)
         if fut is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(fut)
+            await asyncio.shield(fut)
 
     # --- the KV side --------------------------------------------------------------------------------------
     def _write_row(self, task_id: str) -> None:
@@ -121,38 +152,100 @@ class ClusterTaskMap(TaskMap):
         legs, route, agg, at, size, owner, context = row
         doc = {"id": task_id, "legs": list(legs), "route": orjson.Fragment(route),
                "agg": orjson.Fragment(agg) if agg is not None else None, "at": time.time() - (self.clock() - at),
-               "size": size, "owner": owner, "context": context, "origin": self.member.id}
-        self._send(task_id, "put", orjson.dumps(doc))
+               "size": size, "owner": owner, "context": context}
+        self._send(task_id, orjson.dumps(doc))
 
-    def _send(self, task_id: str, op: str, value: bytes | None) -> None:
+    def _send(self, task_id: str, record: bytes | None) -> None:
+        """Gather a record (None: its removal) for the next batch; a writer task stores batches one at a time."""
         if self.kv is None:  # not opened (the gateway has not started): this gateway's cache only
             return
-        key = task_key(task_id)
-        fut = asyncio.ensure_future(self.kv.put(key, value) if op == "put" and value is not None else self.kv.delete(key))
-        self._pending[task_id] = fut
-        fut.add_done_callback(lambda f: self._written(task_id, f))
+        if self._batch is None:
+            self._batch = asyncio.get_running_loop().create_future()
+        self._ops[task_id] = record  # a record changed twice before its batch leaves: stored once, as it is now
+        self._pending[task_id] = self._batch
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write())
 
-    def _written(self, task_id: str, fut: asyncio.Future[Any]) -> None:
-        if self._pending.get(task_id) is fut:
-            del self._pending[task_id]
-        if not fut.cancelled() and fut.exception() is not None:
-            log.warning("task %s not shared: %s", task_id, fut.exception())
+    async def _write(self) -> None:
+        try:
+            while self._ops:
+                ops, done = self._ops, self._batch
+                self._ops, self._batch = {}, None
+                try:
+                    await self._put_batch(ops)
+                except Exception as exc:  # noqa: BLE001 - NATS away: these records stay this gateway's own
+                    log.warning("%d task records not shared: %s", len(ops), exc)
+                finally:
+                    for task_id in ops:
+                        if self._pending.get(task_id) is done:
+                            del self._pending[task_id]
+                    if done is not None and not done.done():
+                        done.set_result(None)
+        finally:
+            self._writer = None
+
+    async def _put_batch(self, ops: dict[str, bytes | None]) -> None:
+        assert self.kv is not None
+        head = b'{"origin":' + orjson.dumps(self.origin) + b',"put":['
+        removed = [task_id for task_id, record in ops.items() if record is None]
+        chunk: list[bytes] = []
+        size = 0
+        records = [record for record in ops.values() if record is not None]
+        for i, record in enumerate(records):
+            chunk.append(record)
+            size += len(record)
+            if size >= BATCH_BYTES or i == len(records) - 1:
+                last = i == len(records) - 1
+                await self._put(head + b",".join(chunk) + b'],"del":' + orjson.dumps(removed if last else []) + b"}",
+                                len(chunk))
+                chunk, size = [], 0
+        if not records:
+            await self._put(head + b'],"del":' + orjson.dumps(removed) + b"}", len(removed))
+
+    async def _put(self, data: bytes, n: int) -> None:
+        assert self.kv is not None
+        self._written += 1
+        await self.kv.put(f"b.{self.origin}.{self._written}", data)
+        self.batches += 1
+        self.records += n
+
+    def on_batch(self, key: str, value: bytes) -> None:
+        """A batch of records stored by another gateway (from the watch)."""
+        if key.startswith(f"b.{self.origin}."):  # this process's own (the watch's echo: perhaps of records it has
+            # since forgotten for its owner's budget, never adopted back)
+            return
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(doc, dict):
+            return
+        for record in doc.get("put") or ():
+            if isinstance(record, dict):
+                self._adopt(record)
+        for task_id in doc.get("del") or ():
+            if isinstance(task_id, str) and task_id not in self._pending:  # not one this gateway writes again
+                self.discard(task_id)
 
     def on_entry(self, key: str, value: bytes | None, op: str | None) -> None:
-        """A record stored or removed by any gateway (from the watch or a fetch)."""
+        """A record stored or removed by a gateway writing one entry per task (before batching)."""
         task_id = task_of_key(key)
         if task_id is None:
             return
         if op in (KV_DEL, KV_PURGE) or not value:
-            if task_id not in self._pending:  # not one this gateway is writing again meanwhile
+            if task_id not in self._pending:
                 self.discard(task_id)
             return
         try:
             doc = orjson.loads(value)
         except orjson.JSONDecodeError:
             return
-        if doc.get("id") != task_id or doc.get("origin") == self.member.id:  # this process's own (the watch's echo,
-            # perhaps of a record it has since forgotten for its owner's budget: never adopted back)
+        if isinstance(doc, dict) and doc.get("id") == task_id:
+            self._adopt(doc)
+
+    def _adopt(self, doc: dict[str, Any]) -> None:
+        task_id = doc.get("id")
+        if not isinstance(task_id, str):
             return
         legs = tuple(str(x) for x in doc.get("legs") or ())
         agg = orjson.dumps(doc["agg"]) if doc.get("agg") is not None else None
@@ -168,6 +261,18 @@ class ClusterTaskMap(TaskMap):
             self._adopting = False
         self.adopted += 1
 
+    def _applied(self, revision: int) -> None:
+        self._seen = max(self._seen, revision)
+        if self._waiters:
+            waiting = []
+            for seq, fut in self._waiters:
+                if seq <= self._seen:
+                    if not fut.done():
+                        fut.set_result(None)
+                elif not fut.done():
+                    waiting.append((seq, fut))
+            self._waiters = waiting
+
     async def _follow(self, loaded: asyncio.Future[None]) -> None:
         """Mirror the bucket: its current records first (then `loaded` is set), then every change."""
         assert self.kv is not None
@@ -179,7 +284,12 @@ class ClusterTaskMap(TaskMap):
                         if not loaded.done():
                             loaded.set_result(None)
                         continue
-                    self.on_entry(entry.key, entry.value, entry.operation)
+                    if entry.key.startswith("b."):
+                        if entry.value and entry.operation not in (KV_DEL, KV_PURGE):
+                            self.on_batch(entry.key, entry.value)
+                    else:
+                        self.on_entry(entry.key, entry.value, entry.operation)
+                    self._applied(entry.revision or 0)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - NATS away: watch again
