@@ -4,7 +4,8 @@ Arms, each a separate process, driven by wrk (one thread, one script that checks
 answer's status and body and counts failures), interleaved in rounds so the machine's noise
 hits all alike, at 1, 4 and 16 connections:
 - `direct`: bench/fast_agent.py (raw uvloop + httptools; must be >= 10x the gateway's rate)
-- `proxy`: bench/bare_proxy.py (Starlette + aiohttp pass-through) in front of it
+- `proxy`: bench/bare_proxy.py (Starlette + aiohttp pass-through) in front of it, on mma2a's server
+- `proxy_stock`: the same proxy served by stock uvicorn (uvloop, httptools; issue 36's baseline)
 - `gateway`: `mma2a serve` in front of it, default rules
 - `gateway_1k`: `mma2a serve` with 1,000 synthetic rules in force (none matches a text part)
 - `gateway_workers2` (not in the default set): `mma2a serve --workers 2` (two workers on one port and the
@@ -110,6 +111,11 @@ class Arms:
             port = free_port()
             p = self._start([PY, str(ROOT / "bench" / "bare_proxy.py"), "--port", str(port), "--backend", fast_url], env)
             self.url["proxy"], self.pid["proxy"] = f"http://127.0.0.1:{port}", p.pid
+        if "proxy_stock" in arms:
+            port = free_port()
+            p = self._start([PY, str(ROOT / "bench" / "bare_proxy.py"), "--port", str(port), "--backend", fast_url,
+                             "--server", "stock"], env)
+            self.url["proxy_stock"], self.pid["proxy_stock"] = f"http://127.0.0.1:{port}", p.pid
         if "gateway" in arms:
             self._gateway("gateway", "fast", fast_url, None, env)
         if "gateway_soak" in arms:  # a second, fresh gateway: the soak's heap starts from nothing
@@ -175,12 +181,14 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
     levels = [int(c) for c in args.levels.split(",")]
     for name in names:  # warm up every arm (JIT-free Python still fills pools, caches, the allocator)
         arms.run(name, 2, max(levels), script)
+    load_before = os.getloadavg()
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for _ in range(args.rounds):
         for c in levels:
             for name in names:
                 runs.setdefault((name, c), []).append(arms.run(name, args.seconds, c, script))
-    result: dict[str, Any] = {"rounds": args.rounds, "seconds": args.seconds, "levels": {}}
+    result: dict[str, Any] = {"rounds": args.rounds, "seconds": args.seconds, "levels": {},
+                              "load_average": [[round(x, 2) for x in load_before], [round(x, 2) for x in os.getloadavg()]]}
     for c in levels:
         table = {name: summarise(runs[name, c]) for name in names}
         ratios: dict[str, float] = {}
@@ -191,6 +199,12 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             # CPU per request, proxy over gateway: the throughput ratio two saturated processes would show on one
             # free core each; steadier than req/s when other work shares the machine
             ratios["proxy_over_gateway_cpu"] = round(p["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
+        if "gateway" in table and "proxy_stock" in table:
+            g, p = table["gateway"], table["proxy_stock"]
+            ratios["gateway_over_proxy_stock_rps"] = round(g["rps"] / p["rps"], 3)
+            ratios["gateway_over_proxy_stock_p99"] = round(g["p99_ms"] / p["p99_ms"], 3)
+            ratios["proxy_stock_over_gateway_cpu"] = round(p["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
+            ratios["gateway_minus_proxy_stock_p50_ms"] = round(g["p50_ms"] - p["p50_ms"], 3)
         if "gateway" in table and "direct" in table:
             ratios["gateway_added_p50_ms"] = round(table["gateway"]["p50_ms"] - table["direct"]["p50_ms"], 3)
             ratios["direct_over_gateway_rps"] = round(table["direct"]["rps"] / table["gateway"]["rps"], 2)
@@ -277,6 +291,9 @@ def must_show(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, An
 
 
 def print_levels(result: dict[str, Any]) -> None:
+    if "load_average" in result:
+        (a1, a5, a15), (b1, b5, b15) = result["load_average"]
+        print(f"load average (1, 5, 15 min) {a1} {a5} {a15} before the rounds, {b1} {b5} {b15} after")
     for c, level in result["levels"].items():
         print(f"--- {c} connection(s)")
         for name, a in level["arms"].items():

@@ -162,27 +162,71 @@ LINGER_S = 1.0  # how long a refused request's remaining body is read and droppe
 CLOSE_GRACE_S = 30.0  # how long a closed connection's unsent answer waits for a peer that does not read it
 
 
-class _Lingering:
-    """A connection's transport whose `close()` lingers while the client is still sending its request body.
+_HEAD = b"HTTP/1.1 "  # how every response head uvicorn (httptools or h11) writes begins; it ends with a blank line
+_JOIN_MAX = 64 * 1024  # a body up to this size is copied behind its head (one bytes); a larger one goes beside it
 
-    An answer sent before the body was read (413, a 503 that closes) used to be followed by a plain close; the
-    client's unread bytes made the kernel answer with a reset, which threw the answer away before the client read
-    it (httpx: `ReadError`). Here the answer goes with a FIN, what the client goes on sending is read and dropped
-    for `LINGER_S`, then the socket closes. Writes go straight to the transport (no extra call)."""
+
+class _Lingering:
+    """A connection's transport as uvicorn sees it: a response head goes out with its body, and `close()` lingers
+    while the client is still sending its request body.
+
+    Heads: uvicorn writes a response's head (status line and headers) and its body in two writes, two system calls
+    and two TCP segments for an answer of a few hundred bytes. A head is held here and sent with the next write
+    (the body, in the same step of the event loop on the fast path), or at the end of that step (`call_soon`)
+    when no write follows: nothing waits past the loop's current turn, and the order of the bytes is kept.
+
+    Lingering: an answer sent before the body was read (413, a 503 that closes) used to be followed by a plain
+    close; the client's unread bytes made the kernel answer with a reset, which threw the answer away before the
+    client read it (httpx: `ReadError`). Here the answer goes with a FIN, what the client goes on sending is read and
+    dropped for `LINGER_S`, then the socket closes."""
 
     def __init__(self, transport: Any, proto: Any) -> None:
         self._t = transport
         self._proto = proto
         self._lingering = False
-        self.write = transport.write
+        self._held: bytes | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._t, name)
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:  # the head, then this (its body, usually): one write
+            self._held = None
+            if len(data) <= _JOIN_MAX:
+                self._t.write(held + data)
+            else:
+                self._t.writelines((held, data))
+        elif data[:9] == _HEAD and data[-4:] == b"\r\n\r\n":
+            self._held = data
+            self._proto.loop.call_soon(self.flush)
+        else:
+            self._t.write(data)
+
+    def writelines(self, data: Any) -> None:
+        self.flush()
+        self._t.writelines(data)
+
+    def flush(self) -> None:
+        """Send a head still held (its body did not follow in the loop's turn)."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self._t.is_closing():
+                self._t.write(held)
+
+    def get_write_buffer_size(self) -> int:
+        return int(self._t.get_write_buffer_size()) + len(self._held or b"")
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._t.write_eof()
 
     def is_closing(self) -> bool:
         return self._lingering or bool(self._t.is_closing())
 
     def close(self) -> None:
+        self.flush()
         t, proto = self._t, self._proto
         if self._lingering:
             return
