@@ -1,0 +1,109 @@
+"""The server's writes (deadlines._Lingering): a response head goes out with its body in one write (uvicorn wrote
+them apart: two system calls, two TCP segments), and a head whose body does not follow at once is not held for it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import uvicorn
+
+from mma2a.deadlines import Timeouts, http_protocol
+from mma2a.serving import Server, free_port
+
+BODY = b'{"jsonrpc":"2.0","id":1,"result":{"ok":true}}'
+
+
+class _App:
+    """`/whole`: head and body sent back to back; `/later`: the head, then the body once `go` is set."""
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        headers = [(b"content-type", b"application/json")]
+        if scope["path"] == "/whole":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [*headers, (b"content-length", b"%d" % len(BODY))]})
+            await send({"type": "http.response.body", "body": BODY})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": headers})  # chunked: a stream
+        await self.go.wait()
+        await send({"type": "http.response.body", "body": BODY})
+
+
+class _Counted:
+    """The socket's transport, each write of bytes that reaches it recorded (below the server's own transport
+    wrapper; h11's empty end-of-message write sends nothing)."""
+
+    def __init__(self, transport: Any, writes: list[bytes]) -> None:
+        self._t, self.writes = transport, writes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._t, name)
+
+    def write(self, data: bytes) -> None:
+        if data:
+            self.writes.append(bytes(data))
+        self._t.write(data)
+
+    def writelines(self, data: Any) -> None:
+        self.write(b"".join(data))
+
+
+async def _serving(app: _App, parser: str, writes: list[bytes] | None = None) -> tuple[Server, asyncio.Task[None], int]:
+    t = Timeouts()
+    port = free_port()
+    protocol = http_protocol(t, parser)
+    if writes is not None:
+        base = protocol
+
+        class Counting(base):  # type: ignore[misc, valid-type]
+            def connection_made(self, transport: Any) -> None:
+                super().connection_made(_Counted(transport, writes))
+
+        protocol = Counting
+    server = Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=protocol, lifespan="off",
+                                   log_level="warning", **t.uvicorn_options()))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, task, port
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+async def test_a_head_and_its_body_go_out_in_one_write(parser: str) -> None:
+    app, writes = _App(), []
+    server, task, port = await _serving(app, parser, writes)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(3):  # on a kept-alive connection too
+            writer.write(b"GET /whole HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = await asyncio.wait_for(reader.readuntil(BODY), 10)
+            assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"\r\n\r\n" + BODY), got
+            assert len(writes) == i + 1 and writes[-1] == got, writes  # one write each: the head with its body
+        writer.close()
+    finally:
+        server.exit()
+        await task
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+async def test_a_head_whose_body_waits_is_sent_at_once(parser: str) -> None:
+    app = _App()
+    server, task, port = await _serving(app, parser)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /later HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)  # before the body exists
+        assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in head.lower()
+        app.go.set()
+        chunk = await asyncio.wait_for(reader.readuntil(b"\r\n0\r\n\r\n"), 10)
+        assert BODY in chunk
+        writer.close()
+    finally:
+        server.exit()
+        await task
