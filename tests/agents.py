@@ -32,7 +32,7 @@ from starlette.types import ASGIApp
 from mma2a.serving import WEBSOCKETS, tls_options
 from mma2a.tls import ServerTLS
 
-__all__ = ["Received", "RecordingExecutor", "make_card", "run_agent", "serve_app"]
+__all__ = ["Received", "RecordingExecutor", "Stepper", "make_card", "run_agent", "serve_app", "streaming_card"]
 
 
 def make_card(
@@ -93,6 +93,40 @@ class RecordingExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         raise NotImplementedError
+
+
+class Stepper(AgentExecutor):
+    """A streaming agent the test steps: each task reports working and an artifact `first: TEXT`, then waits for the
+    test to release TEXT, adds `second: TEXT` and completes. Cancel ends a waiting task as canceled."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, asyncio.Event] = {}
+
+    def gate(self, text: str) -> asyncio.Event:
+        return self.gates.setdefault(text, asyncio.Event())
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.message is not None
+        task = context.current_task or new_task_from_user_message(context.message)
+        if context.current_task is None:
+            await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        text = " ".join(p.text for p in context.message.parts if p.text)
+        await updater.start_work()
+        await updater.add_artifact([Part(text=f"first: {text}")], name="first")
+        await self.gate(text).wait()
+        await updater.add_artifact([Part(text=f"second: {text}")], name="second")
+        await updater.complete(updater.new_agent_message([Part(text=f"done: {text}")]))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.current_task is not None
+        await TaskUpdater(event_queue, context.current_task.id, context.current_task.context_id).cancel()
+
+
+def streaming_card(name: str) -> AgentCard:
+    card = make_card(name)
+    card.capabilities.CopyFrom(AgentCapabilities(streaming=True))
+    return card
 
 
 def _copy(part: Part) -> Part:

@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 import json
 import time
-from dataclasses import dataclass
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc.aio
@@ -20,13 +20,7 @@ import pytest
 import pytest_asyncio
 from a2a.client import Client, ClientCallContext, ClientConfig, create_client
 from a2a.client.interceptors import AfterArgs, BeforeArgs, ClientCallInterceptor
-from a2a.helpers.proto_helpers import new_task_from_user_message
-from a2a.server.agent_execution import AgentExecutor, RequestContext
-from a2a.server.events import EventQueue
-from a2a.server.tasks import TaskUpdater
 from a2a.types import (
-    AgentCapabilities,
-    AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -42,7 +36,7 @@ from a2a.types import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
 from mma2a.cluster.server import NatsServer
-from tests.agents import RecordingExecutor, make_card, run_agent
+from tests.agents import RecordingExecutor, Stepper, make_card, run_agent, streaming_card
 
 from .conftest import GatewayProc, admin, cluster_name, gateways
 from .test_security import TOKENS, bearer
@@ -51,40 +45,6 @@ from .test_security import TOKENS, bearer
 pytestmark = [pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="module")]
 
 RULE_SWAP_S = 1.0  # the issue's bound: a rule change through one gateway is in force on every other within 1 s
-
-
-class Stepper(AgentExecutor):
-    """A streaming agent the test steps: each task reports working and an artifact `first: TEXT`, then waits for the
-    test to release TEXT, adds `second: TEXT` and completes. Cancel ends a waiting task as canceled."""
-
-    def __init__(self) -> None:
-        self.gates: dict[str, asyncio.Event] = {}
-
-    def gate(self, text: str) -> asyncio.Event:
-        return self.gates.setdefault(text, asyncio.Event())
-
-    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        assert context.message is not None
-        task = context.current_task or new_task_from_user_message(context.message)
-        if context.current_task is None:
-            await event_queue.enqueue_event(task)
-        updater = TaskUpdater(event_queue, task.id, task.context_id)
-        text = " ".join(p.text for p in context.message.parts if p.text)
-        await updater.start_work()
-        await updater.add_artifact([Part(text=f"first: {text}")], name="first")
-        await self.gate(text).wait()
-        await updater.add_artifact([Part(text=f"second: {text}")], name="second")
-        await updater.complete(updater.new_agent_message([Part(text=f"done: {text}")]))
-
-    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        assert context.current_task is not None
-        await TaskUpdater(event_queue, context.current_task.id, context.current_task.context_id).cancel()
-
-
-def streaming_card(name: str) -> AgentCard:
-    card = make_card(name)
-    card.capabilities.CopyFrom(AgentCapabilities(streaming=True))
-    return card
 
 
 async def until_true(check: Callable[[], bool], deadline_s: float = 30.0) -> None:

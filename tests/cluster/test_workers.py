@@ -27,10 +27,10 @@ from a2a.types import GetTaskRequest, SubscribeToTaskRequest, TaskState
 from a2a.utils.errors import TaskNotFoundError
 
 from mma2a.serving import free_port
-from tests.agents import RecordingExecutor, make_card, run_agent
+from tests.agents import RecordingExecutor, Stepper, make_card, run_agent, streaming_card
 
 from .conftest import text_message
-from .test_cross_worker import Stepper, sdk, state, stream_until_first, streaming_card, texts
+from .test_cross_worker import sdk, state, stream_until_first, texts
 from .test_security import TOKENS, rpc
 
 pytestmark = pytest.mark.timeout(300)

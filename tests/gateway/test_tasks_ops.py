@@ -14,8 +14,10 @@ import httpx
 
 from mma2a.ext import EXTENSION_URI
 from mma2a.gateway.server import JsonLogFormatter
+from mma2a.gateway.tasks import TaskRecord
 from mma2a.request_body import read_body, replaying
 from mma2a.serving import free_port
+from tests.agents import Stepper, streaming_card
 from tests.gateway.conftest import ADMIN, agent, agents, gateway, rpc
 from tests.media import png_bytes
 
@@ -154,6 +156,36 @@ async def test_fan_out_streams_each_legs_artifacts_then_the_final_status():
     assert all(u["artifactUpdate"]["taskId"] == tid for u in updates)
     assert last["statusUpdate"]["taskId"] == tid and last["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert got["result"]["id"] == tid and len(got["result"]["metadata"][EXTENSION_URI]["downstream"]) == 2
+
+
+async def test_a_fan_out_stream_dropped_after_its_first_event_is_found_and_finishes_on_one_gateway():
+    """The `gw-…` id reaches the client first: before this, GetTask answered not found until every leg had answered,
+    and a stream dropped then cancelled the legs, so the task was never recorded."""
+    steppers = {n: Stepper() for n in ("a", "b")}
+    rules = {"version": 1, "rules": [{"name": "both", "match": {"modality": "*/*"}, "action": {"clone_and_route_to": ["a", "b"]}}]}
+    async with agents({n: (streaming_card(n), ex) for n, ex in steppers.items()}) as urls:
+        async with gateway({"rules": rules, "agents": [{"name": n, "url": u} for n, u in urls.items()]}) as (gw, url):
+            async with httpx.AsyncClient(timeout=30) as c:
+                async with c.stream("POST", url + "/", json={"jsonrpc": "2.0", "id": 7, "method": "SendStreamingMessage",
+                                                          "params": {"message": {"messageId": "drop-1", "role": "ROLE_USER",
+                                                                                 "parts": [{"text": "go"}]}}},
+                                    headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}) as sse:
+                    first = json.loads(await anext(ln[5:] async for ln in sse.aiter_lines() if ln.startswith("data:")))
+            tid = first["result"]["task"]["id"]  # the stream is closed: the client is gone
+            while not all("go" in ex.gates for ex in steppers.values()):  # both legs reached their agents
+                await asyncio.sleep(0.01)
+            working = await rpc(url, "GetTask", {"id": tid})
+            assert working["result"]["status"]["state"] == "TASK_STATE_WORKING", working
+            refused = await rpc(url, "CancelTask", {"id": tid})
+            assert refused["error"]["code"] == -32002 and tid in refused["error"]["message"], refused
+            for ex in steppers.values():
+                ex.gate("go").set()
+            while not (gw.pipeline.tasks.find(tid) or TaskRecord(tid, [])).legs:  # the outcome recorded
+                await asyncio.sleep(0.01)
+            done = await rpc(url, "GetTask", {"id": tid})
+    assert done["result"]["status"]["state"] == "TASK_STATE_COMPLETED", done
+    names = sorted(a["name"].split("/")[0] for a in done["result"]["artifacts"])
+    assert names == ["a", "a", "b", "b"], done
 
 
 def _get_task_answers(result: object):
