@@ -17,6 +17,7 @@ import typer
 from .root import app, plural
 
 if TYPE_CHECKING:
+    from ..cluster.state import HistoryMode
     from ..gateway.app import Gateway
     from ..gateway.config import GatewayConfig
 
@@ -69,7 +70,7 @@ def serve(
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
-    from .workers import WORKER_INDEX_ENV, Supervisor, worker_count
+    from .workers import WORKER_INDEX_ENV, WORKER_NATS_ENV, Supervisor, worker_count
 
     from ..cluster import cluster_state
     from ..errors import MMA2AError, RuleError
@@ -99,9 +100,14 @@ def serve(
                 typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
                 raise typer.Exit(2) from None
             raise typer.Exit(code)
-        # None unless the config has a cluster section; the workers of one host share one history file: the first
-        # indexes the cluster's decisions into it
-        hooks = cluster_state(cfg, index_history=not worker or os.environ.get(WORKER_INDEX_ENV, "0") == "0")
+        # None unless the config has a cluster section. The workers of one host share one history file: each writes
+        # its decisions into it when they are the whole cluster, else the first indexes the cluster's stream into it
+        history: HistoryMode = "stream"
+        if worker and os.environ.get(WORKER_NATS_ENV) == "embedded":
+            history = "file"
+        elif worker and os.environ.get(WORKER_INDEX_ENV, "0") != "0":
+            history = "publish"
+        hooks = cluster_state(cfg, history=history)
     except RuleError as exc:
         for line in exc.errors or [exc.message]:
             typer.echo(f"error: {line}", err=True)

@@ -27,6 +27,7 @@ from ..gateway.config import GatewayConfig
 from ..serving import listen_socket
 
 WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
+WORKER_NATS_ENV = "MMA2A_WORKER_NATS"  # "embedded": the workers are the whole cluster (their own nats-server)
 QUICK_EXIT_S = 2.0  # a worker that exits this soon after its start, with status 2, cannot start (a bad config)
 
 
@@ -81,6 +82,7 @@ class Supervisor:
                 url = server.url
             args = [sys.executable, "-m", "mma2a.cli", "serve", *self.argv, "--port", str(port), "--cluster", url,
                     "--worker"]
+            env[WORKER_NATS_ENV] = "embedded" if server is not None else "external"
             where = "embedded nats-server at " + url if server is not None else url
             typer.echo(f"mma2a serve: {self.count} workers on {self.config.host}:{port}, sharing state through "
                        f"{where}", err=True)

@@ -15,18 +15,18 @@ if TYPE_CHECKING:
     from ..gateway.config import GatewayConfig
     from .objects import ObjectBlobStore
     from .server import NatsServer
-    from .state import ClusterState
+    from .state import ClusterState, HistoryMode
 
 __all__ = ["ClusterConfig", "ClusterState", "NatsServer", "ObjectBlobStore", "cluster_state"]
 
 
-def cluster_state(config: GatewayConfig, *, index_history: bool = True) -> ClusterState | None:
+def cluster_state(config: GatewayConfig, *, history: HistoryMode = "stream") -> ClusterState | None:
     """The `ClusterState` for a gateway config with a `cluster:` section, else None (and no NATS import).
 
     Hand it to `Gateway(config, cluster=...)` (as `mma2a serve` does). Every gateway of a cluster
     must sign payload URLs with the same key, so cluster mode requires the URL secret to be
-    configured (`url_secret_env`, MMA2A_URL_SECRET by default). `index_history=False`: another process indexes
-    the cluster's decisions into this gateway's history file (the workers of `serve --workers N` share one).
+    configured (`url_secret_env`, MMA2A_URL_SECRET by default). `history`: where its decisions go (`HistoryMode`:
+    the workers of `serve --workers N` share one history file).
     """
     if config.cluster is None:
         return None
@@ -41,7 +41,7 @@ def cluster_state(config: GatewayConfig, *, index_history: bool = True) -> Clust
             "so a URL signed by one is accepted by all", field="url_secret_env")
     from .state import ClusterState
 
-    return ClusterState(config.cluster, index_history=index_history)
+    return ClusterState(config.cluster, history=history)
 
 
 def __getattr__(name: str) -> Any:

@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import nats
 import orjson
@@ -44,12 +44,16 @@ from .tasks import ClusterTaskMap
 if TYPE_CHECKING:
     from ..gateway.aggregate import LegResult
     from ..gateway.directory import AgentEntry
-    from ..gateway.history import HistoryConfig, HistoryRecorder
+    from ..gateway.history import HistoryConfig, HistoryRecorder, HistorySink
     from .history import JetStreamHistory
 
 log = logging.getLogger("mma2a.cluster")
 
 CONFIG_BUCKETS = ("rules", "agents", "modalities")
+HistoryMode = Literal["stream", "publish", "file"]
+"""Where a member's decisions go: the cluster's stream, which it indexes into its file (`stream`) or another process
+indexes into the file they share (`publish`); or straight into a file the host's workers share, when they are
+the whole cluster (`file`: `serve --workers N` over the nats-server it starts)."""
 
 
 class ClusterState:
@@ -59,10 +63,10 @@ class ClusterState:
     handed to `Gateway(config, cluster=...)`, which calls `start(gateway)` when it starts.
     """
 
-    def __init__(self, config: ClusterConfig, *, index_history: bool = True) -> None:
+    def __init__(self, config: ClusterConfig, *, history: HistoryMode = "stream") -> None:
         self._gw: GatewayParts | None = None
         self.config = config
-        self.index_history = index_history  # False: another process indexes the stream into the shared history file
+        self.history_mode: HistoryMode = history
         self.id = config.id or f"{socket.gethostname().split('.')[0]}-{os.getpid()}-{secrets.token_hex(3)}"
         self.names = Names(config.name)
         self.nc: Any = None
@@ -94,13 +98,16 @@ class ClusterState:
             raise ClusterError("cluster: not started (Gateway.start calls ClusterState.start)")
         return self._gw
 
-    def history_sink(self, local: HistoryRecorder, config: HistoryConfig) -> JetStreamHistory:
+    def history_sink(self, local: HistoryRecorder, config: HistoryConfig) -> HistorySink:
         """Decisions through the cluster's stream, indexed back into `local` (every gateway's file holds them all;
-        the workers of one `serve --workers N` share a file, which the first of them indexes)."""
+        the workers of one `serve --workers N` share a file, which the first of them indexes); or, for the workers
+        of one host with no other gateway (`history="file"`), straight into the file they share."""
+        if self.history_mode == "file":
+            return local
         from .history import JetStreamHistory
 
         self.history = JetStreamHistory(self, local, capacity=config.queue, max_age_s=config.max_age_s,
-                                        max_bytes=config.max_bytes, follow=self.index_history)
+                                        max_bytes=config.max_bytes, follow=self.history_mode == "stream")
         return self.history
 
     def learning_journal(self) -> ClusterLearning:
