@@ -150,3 +150,40 @@ async def test_a_clients_task_budget_holds_across_gateways_and_spares_other_clie
         for m in maps:
             await m.close()
         await link.close()
+
+
+async def test_records_made_together_share_one_write_and_every_gateway_finds_them(nats_server: NatsServer) -> None:
+    """Records made while no batch is being stored go out as one KV entry (one write for many requests, where each
+    request paid its own); a gateway whose cache lacks one finds it once it is stored, as does one started after."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    link = await ClusterLink(config).connect()
+    maps: list[ClusterTaskMap] = []
+
+    async def opened(member_id: str) -> ClusterTaskMap:
+        m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id),
+                           max_bytes=1 << 20, max_bytes_per_owner=None)
+        await m.open()
+        maps.append(m)
+        return m
+
+    try:
+        gw1, gw2 = await opened("gw1"), await opened("gw2")
+        ids = [f"carol-{i}" for i in range(20)]
+        for tid in ids:
+            gw1.put_leg(tid, "a", f"ctx-{tid}", [], "carol")
+        for tid in ids:
+            await gw1.flush(tid)
+        assert (gw1.batches, gw1.records) == (1, 20)
+        for tid in ids:  # made on gw1: gw2 finds each (from its watch, or after catching up with the bucket)
+            await gw2.fetch(tid)
+            rec = gw2.find(tid)
+            assert rec is not None and rec.owner == "carol" and rec.legs[0].context_id == f"ctx-{tid}"
+            assert gw2.context_owner(f"ctx-{tid}") == (True, "carol")
+        await gw2.fetch("never-made")  # a task no gateway made: looked up, not found
+        assert gw2.find("never-made") is None
+        gw3 = await opened("gw3")  # started after: reads the batch back
+        assert all(gw3.find(tid) is not None for tid in ids)
+    finally:
+        for m in maps:
+            await m.close()
+        await link.close()
