@@ -82,6 +82,13 @@ def tree(pid: int) -> list[int]:
     return out
 
 
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -159,15 +166,21 @@ class Arms:
     def run(self, arm: str, seconds: int, connections: int, script: str) -> dict[str, Any]:
         expect = SDK_EXPECT if arm.startswith("sdk") else FAST_EXPECT
         pids = tree(self.pid[arm])  # with workers: the supervisor, every worker and the nats-server
-        cpu0 = sum(cpu_seconds(p) for p in pids)
+        cpu0 = {p: cpu_seconds(p) for p in pids}
         r: dict[str, Any] = run_wrk(self.url[arm] + "/", seconds, connections, script, expect, "/", threads=1)
-        r["cpu_us_per_req"] = round(1e6 * (sum(cpu_seconds(p) for p in pids) - cpu0) / max(1, r["requests"]), 1)
+        used = {p: cpu_seconds(p) - cpu0[p] for p in pids}
+        r["cpu_us_per_req"] = round(1e6 * sum(used.values()) / max(1, r["requests"]), 1)
+        nats = [p for p in pids if comm(p) == "nats-server"]
+        if nats:  # the embedded nats-server's share of it
+            r["nats_us_per_req"] = round(1e6 * sum(used[p] for p in nats) / max(1, r["requests"]), 1)
         r["rss_mb"] = round(sum(rss_mb(p) for p in pids), 1)
         return r
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out = {k: round(statistics.median(r[k] for r in runs), 3) for k in ("rps", "p50_ms", "p99_ms", "p999_ms", "cpu_us_per_req")}
+    if all("nats_us_per_req" in r for r in runs):
+        out["nats_us_per_req"] = round(statistics.median(r["nats_us_per_req"] for r in runs), 1)
     out["requests"] = sum(r["requests"] for r in runs)
     out["errors"] = sum(r["errors"] for r in runs)
     samples = [r["bad_sample"] for r in runs if "bad_sample" in r]
@@ -299,6 +312,7 @@ def print_levels(result: dict[str, Any]) -> None:
         for name, a in level["arms"].items():
             print(f"{name:12s} {a['rps']:9.0f} req/s  p50 {a['p50_ms']:6.2f} ms  p99 {a['p99_ms']:7.2f} ms  "
                   f"p99.9 {a['p999_ms']:7.2f} ms  cpu {a['cpu_us_per_req']:6.0f} us/req  "
+                  + (f"(nats-server {a['nats_us_per_req']:.0f})  " if "nats_us_per_req" in a else "") +
                   f"({a['requests']} requests, {a['errors']} errors{', e.g. ' + a['bad_sample'] if 'bad_sample' in a else ''})")
         print("  ", json.dumps(level["ratios"]))
 
