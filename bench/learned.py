@@ -10,7 +10,8 @@ questions through a real gateway (JSON-RPC over HTTP) and rates every answer fro
   never-seen questions (not rated: what was learned, frozen) — the share sent to the best desk for their topic;
   the same 200 through a gateway with the default capability routing, side by side.
 - drift: the best desk for one topic (desk-a, billing) degrades (0.9 -> 0.1); 100 more rated questions over
-  all topics (about 20 on billing: the share of those that moved away from desk-a), then rated billing
+  all topics (about 20 on billing: the share of those that moved away from desk-a; then 50 never-seen billing
+  questions, not rated: the share moved at the end of those 100), then rated billing
   questions until 100 billing questions have been sent since the drift (the share moved per block of 20 and
   in the last 50); then 50 never-seen billing questions (not rated): the share that moved.
 - cost: `decide` of a text part with a sentence vector, with learning and evidence from 100,000 past rated
@@ -18,6 +19,7 @@ questions through a real gateway (JSON-RPC over HTTP) and rates every answer fro
   capability routing, side by side, p50/p90; and the cost of taking a rating and publishing the evidence.
 
     .venv/bin/python bench/learned.py [--warmup 300] [--fresh 200] [--drift 100] [--past 100000] [--seed 7] [--json]
+    .venv/bin/python bench/learned.py --seeds 101,102,103 --set WINDOW=8   # tuning: other seeds, a constant changed
 """
 
 from __future__ import annotations
@@ -209,6 +211,7 @@ async def learning(args: argparse.Namespace) -> dict[str, Any]:
     warm, fresh = items(args.warmup, rng, seen), items(args.fresh, rng, seen)
     drift, probe = items(args.drift, rng, seen), items(args.probe, rng, seen, ["billing"])
     extra = items(args.drift, rng, seen, ["billing"])
+    probe_mixed = items(args.probe, rng, seen, ["billing"])
     out: dict[str, Any] = {}
     async with desks(quality) as urls, httpx.AsyncClient(timeout=60) as http:
         async with gateway(urls, STATIC_RULES) as url:
@@ -231,6 +234,8 @@ async def learning(args: argparse.Namespace) -> dict[str, Any]:
             out["drift_degraded"] = old
             out["drift_mixed_billing"] = len(billing)
             out["drift_mixed_billing_moved"] = moved(billing, old)
+            probed = await stream(client, probe_mixed, rate=False)  # never-seen, not rated: the state after 100
+            out["drift_mixed_probe_moved"] = moved([d for _, d in probed], old)
             more = await stream(client, extra[: max(0, args.drift - len(billing))], rate=True)  # billing only
             billing += [desk for _, desk in more]
             out["drift_billing_blocks_moved"] = [f"{len(billing[i:i + 20]) - billing[i:i + 20].count(old)}/"
@@ -295,6 +300,18 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def tune(args: argparse.Namespace, seeds: list[int]) -> None:
+    """The learning figures of several seeds, a line each, and their means (for choosing constants on seeds the
+    reported runs do not use)."""
+    keys = ("learned_fresh_best", "drift_mixed_billing_moved", "drift_mixed_probe_moved", "drift_billing_last50_moved")
+    rows = []
+    for seed in seeds:
+        out = asyncio.run(learning(argparse.Namespace(**{**vars(args), "seed": seed})))
+        rows.append(out)
+        print(seed, " ".join(f"{k} {out[k]:.3f}" for k in keys), out["drift_billing_blocks_moved"], flush=True)
+    print("mean", " ".join(f"{k} {statistics.mean(r[k] for r in rows):.3f}" for k in keys), args.set)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warmup", type=int, default=300)
@@ -304,10 +321,24 @@ def main() -> None:
     ap.add_argument("--past", type=int, default=100_000)
     ap.add_argument("--decisions", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--seeds", default="", help="several seeds, comma-separated: learning only, each seed's figures "
+                                                 "and their mean (tuning: use seeds the reported runs do not)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="tuning only: override a constant of mma2a.routing.learned for this run (e.g. WINDOW=8)")
     ap.add_argument("--skip-learning", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    from mma2a.routing import learned as constants
+
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if not isinstance(getattr(constants, name, None), (int, float)):
+            ap.error(f"--set {item}: {name} is not a numeric constant of mma2a.routing.learned")
+        setattr(constants, name, type(getattr(constants, name))(value))
+    if args.seeds:
+        tune(args, [int(s) for s in args.seeds.split(",")])
+        return
     result: dict[str, Any] = {}
     if not args.skip_learning:
         result["learning"] = asyncio.run(learning(args))
