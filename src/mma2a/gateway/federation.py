@@ -36,6 +36,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError, SignatureError, Unauthorized
+from ..ext import PROTOCOL_NAME
 from ..signing import canonicalize, private_key_from_text, public_key_from_text
 from .access import Client, current_client
 
@@ -48,7 +49,8 @@ MAX_HEADER = 2048
 MAX_CLIENT = 512
 _CLIENT = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,510}[\x21-\x7e])?")  # printable ASCII (multi-hop: `alice via gwa`)
 _BOUND_METHODS = {"SendMessage": "message", "SendStreamingMessage": "message",
-                  "GetTask": "task", "CancelTask": "task", "SubscribeToTask": "task"}
+                  "GetTask": "task", "CancelTask": "task", "SubscribeToTask": "task",
+                  f"{PROTOCOL_NAME}/TaskFeedback": "task"}  # a rating passed on to the peer that ran the task
 
 
 class TrustedGateway(BaseModel):

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidParams
+from ..errors import InvalidParams, MMA2AError
 from ..ext import PROTOCOL_NAME
 from ..routing import PartRoute, Target
 from .access import current_sender
@@ -84,4 +84,27 @@ class FeedbackService:
                 (PartSummary(0, "application/x-a2a-feedback"),),
                 (PartRoute(0, "application/x-a2a-feedback", (), (Target(agent, (), "feedback"),), ("feedback",)),),
                 f"feedback: {detail}", 0.0))
-        return {"taskId": task_id, "agent": agent, "score": score, "learnedParts": learned}
+        out: dict[str, Any] = {"taskId": task_id, "agent": agent, "score": score, "learnedParts": learned}
+        forwarded = await self._forward(rec.legs, agent, score, comment)
+        if forwarded is not None:
+            out["forwarded"] = forwarded
+        return out
+
+    async def _forward(self, legs: Any, agent: str, score: float, comment: str | None) -> dict[str, Any] | None:
+        """A rating of a leg that went to a peer gateway (its card says `gateway: true`), passed on to that gateway as
+        a rating of its own task, for the same client (the call carries the signed client assertion when this gateway
+        has a federation key): the peer's learned routing learns it too. None: not a peer; else what the peer said."""
+        try:
+            entry = self.task_ops.directory.get(agent)
+        except MMA2AError:
+            return None
+        leg = next((leg for leg in legs if leg.agent == agent), None)
+        if leg is None or not entry.is_gateway():
+            return None
+        params: dict[str, Any] = {"id": leg.task_id, "score": score} | ({"comment": comment} if comment else {})
+        try:
+            answer = await self.task_ops.caller.call(entry, FEEDBACK_METHOD, params)
+        except MMA2AError as exc:  # the local rating stands; the answer says the peer did not take it
+            return {"agent": agent, "error": exc.message}
+        parts = answer.get("learnedParts") if isinstance(answer, dict) else None
+        return {"agent": agent, "learnedParts": parts if isinstance(parts, int) else 0}
