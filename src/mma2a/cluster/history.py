@@ -23,11 +23,10 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from nats.js import api
-from nats.js.errors import NotFoundError
 
 from ..gateway.history.record import DecisionRecord, rows_from_json, rows_to_json, to_row
 from ..serving import cancel_tasks
-from .link import Member
+from .link import Member, ensure_stream
 
 if TYPE_CHECKING:
     from ..gateway.history import HistoryRecorder
@@ -69,16 +68,8 @@ class JetStreamHistory:
 
     # --- lifecycle --------------------------------------------------------------------------
     async def setup(self) -> None:
-        js, c = self.cluster.js, self.cluster.config
-        cfg = api.StreamConfig(
-            name=self.stream, subjects=[f"{self.cluster.names.cluster}.history.>"], storage=api.StorageType.FILE,
-            retention=api.RetentionPolicy.LIMITS, discard=api.DiscardPolicy.OLD, max_age=self.max_age_s,
-            max_bytes=self.max_bytes, num_replicas=c.replicas)
-        try:
-            await js.stream_info(self.stream)
-        except NotFoundError:
-            with contextlib.suppress(Exception):  # another gateway may create it at the same moment
-                await js.add_stream(cfg)
+        await ensure_stream(self.cluster.js, self.stream, f"{self.cluster.names.cluster}.history.>",
+                            max_age_s=self.max_age_s, max_bytes=self.max_bytes, replicas=self.cluster.config.replicas)
         self._tasks.append(asyncio.create_task(self._publish_loop()))
         if self.follow:
             self._tasks.append(asyncio.create_task(self._follow()))

@@ -27,11 +27,10 @@ from typing import Any
 
 import orjson
 from nats.js import api
-from nats.js.errors import NotFoundError
 
 from ..gateway.learning import LearnedPart, LearnedTask, Noted, Rated
 from ..serving import cancel_tasks
-from .link import Member
+from .link import Member, ensure_stream
 
 log = logging.getLogger("mma2a.cluster")
 BATCH = 200
@@ -132,16 +131,8 @@ class ClusterLearning:
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def setup(self) -> None:
-        js, c = self.cluster.js, self.cluster.config
-        cfg = api.StreamConfig(
-            name=self.stream, subjects=[f"{self.cluster.names.cluster}.learning.>"], storage=api.StorageType.FILE,
-            retention=api.RetentionPolicy.LIMITS, discard=api.DiscardPolicy.OLD, max_age=MAX_AGE_S,
-            max_bytes=MAX_BYTES, num_replicas=c.replicas)
-        try:
-            await js.stream_info(self.stream)
-        except NotFoundError:
-            with contextlib.suppress(Exception):  # another gateway may create it at the same moment
-                await js.add_stream(cfg)
+        await ensure_stream(self.cluster.js, self.stream, f"{self.cluster.names.cluster}.learning.>", max_age_s=MAX_AGE_S,
+                            max_bytes=MAX_BYTES, replicas=self.cluster.config.replicas)
         self._tasks += [asyncio.create_task(self._publish_loop()), asyncio.create_task(self._follow())]
 
     async def stop(self) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import nats
 from nats.aio.client import RawCredentials
 from nats.js import JetStreamContext, api
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from ..errors import ClusterError
@@ -114,6 +114,20 @@ async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = No
     except BucketNotFoundError:
         cfg = api.KeyValueConfig(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
         return await js.create_key_value(config=cfg)
+
+
+async def ensure_stream(js: JetStreamContext, name: str, subjects: str, *, max_age_s: float, max_bytes: int,
+                        replicas: int = 1) -> None:
+    """A limits-retention stream (file storage, oldest out past `max_age_s` or `max_bytes`), created on first use
+    (another gateway may create it at the same moment: that is fine)."""
+    try:
+        await js.stream_info(name)
+    except NotFoundError:
+        cfg = api.StreamConfig(name=name, subjects=[subjects], storage=api.StorageType.FILE,
+                               retention=api.RetentionPolicy.LIMITS, discard=api.DiscardPolicy.OLD, max_age=max_age_s,
+                               max_bytes=max_bytes, num_replicas=replicas)
+        with contextlib.suppress(Exception):
+            await js.add_stream(cfg)
 
 
 class Connected(Protocol):
