@@ -17,6 +17,11 @@ long a shed answer took, other failures (client timeouts), the gateway's RSS. Th
 each arm with the gateway's RSS every 5 s. Then the issue's checks, each with its figure.
 
     .venv/bin/python bench/overload.py [--seconds 15] [--soak 60] [--capacity 4] [--service 0.2] [--json]
+                                       [--urgent-share 0.25] [--levels 0.25,0.5,1,2,4]
+
+At 4x a quarter urgent is 20 a second: the agent's whole capacity, so every leg of capacity lost is an urgent
+backlog that never drains (docs/operations.md "When urgent traffic alone fills the agent"); `--urgent-share 0.2`
+offers 80% of it instead, to tell that apart from the gateway's own delays.
 """
 
 from __future__ import annotations
@@ -118,13 +123,15 @@ class Pair:
 # --- the load -----------------------------------------------------------------------------------------------
 
 
-def priority_of(i: int) -> int:
-    """A quarter urgent (7, 8, 9 in turn), the rest routine (0-5)."""
-    return 7 + (i // 4) % 3 if i % 4 == 0 else (i * 5) % 6
+def priority_of(i: int, share: float = 0.25) -> int:
+    """`share` of the messages urgent (7, 8, 9 in turn; a quarter: every fourth), the rest routine (0-5)."""
+    if i == 0 or int(i * share) != int((i - 1) * share):
+        return 7 + int(i * share) % 3
+    return (i * 5) % 6
 
 
 async def offer(url: str, rate: float, seconds: float, timeout: float, rss: Any = None,
-                rss_every: float = 0.0) -> dict[str, Any]:
+                rss_every: float = 0.0, share: float = 0.25) -> dict[str, Any]:
     """Send `rate` messages a second for `seconds` (open loop); each message's outcome and latency."""
     # (priority, outcome, seconds, answered at: since the start, the shed reason the answer names or "")
     results: list[tuple[int, str, float, float, str]] = []
@@ -134,7 +141,7 @@ async def offer(url: str, rate: float, seconds: float, timeout: float, rss: Any 
     async with aiohttp.ClientSession(connector=conn) as session:
 
         async def one(i: int) -> None:
-            p = priority_of(i)
+            p = priority_of(i, share)
             token = URGENT if p >= 7 else ROUTINE
             body = {"jsonrpc": "2.0", "id": i, "method": "SendMessage", "params": {"message": {
                 "messageId": f"m-{i}-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": "work"}],
@@ -239,9 +246,11 @@ def measure(arm: str, factor: float, seconds: float, args: argparse.Namespace, t
     capacity_rps = args.capacity / args.service
     pair = Pair(arm, args, tmp)
     try:
-        asyncio.run(offer(pair.url, capacity_rps * 0.5, args.warm, args.timeout))  # a gateway that has been running
+        asyncio.run(offer(pair.url, capacity_rps * 0.5, args.warm, args.timeout,  # a gateway that has been running
+                          share=args.urgent_share))
         rss0 = pair.rss()
-        run = asyncio.run(offer(pair.url, capacity_rps * factor, seconds, args.timeout, pair.rss, rss_every))
+        run = asyncio.run(offer(pair.url, capacity_rps * factor, seconds, args.timeout, pair.rss, rss_every,
+                                args.urgent_share))
         out = summarise(run, capacity_rps)
         out["rss_mb"] = {"start": round(rss0, 1), "end": round(pair.rss(), 1)}
         out["shed_by_reason"] = shed_reasons(pair.url)
@@ -326,12 +335,15 @@ def main() -> None:
     ap.add_argument("--soak", type=float, default=60.0, help="seconds at 4x per arm, RSS every 5 s (0: none)")
     ap.add_argument("--timeout", type=float, default=10.0, help="each client's own timeout, seconds")
     ap.add_argument("--warm", type=float, default=2.0, help="seconds at 0.5x before each measured run (not counted)")
+    ap.add_argument("--urgent-share", type=float, default=0.25,
+                    help="share of the messages that are urgent (the issue's: a quarter; at 4x that is 100%% of the "
+                         "agent's capacity)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.agent:
         serve_agent(args.port, args.capacity, args.service)
         return
-    doc: dict[str, Any] = {"capacity": args.capacity, "service_s": args.service,
+    doc: dict[str, Any] = {"capacity": args.capacity, "service_s": args.service, "urgent_share": args.urgent_share,
                            "capacity_rps": args.capacity / args.service, "seconds": args.seconds, "levels": {},
                            "soak_s": args.soak}
     with tempfile.TemporaryDirectory(prefix="mma2a-overload-") as tmp:
