@@ -262,6 +262,42 @@ def measure(arm: str, factor: float, seconds: float, args: argparse.Namespace, t
         pair.close()
 
 
+def probe_agent(args: argparse.Namespace, widths: list[int], seconds: float) -> dict[str, float]:
+    """The agent's own rate, no gateway: a fresh agent kept at each number of messages in flight (closed loop) for
+    `seconds`; answers per second counted after the first 2 s and before the last 0.5 s."""
+    port = free_port()
+    agent = subprocess.Popen([PY, __file__, "--agent", "--port", str(port), "--capacity", str(args.capacity),
+                              "--service", str(args.service)])
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_ready(url.rstrip("/"), timeout=60)
+
+        async def kept_at(width: int) -> float:
+            done: list[float] = []
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                t0 = time.perf_counter()
+                end = t0 + seconds
+
+                async def worker(k: int) -> None:
+                    i = 0
+                    while time.perf_counter() < end:
+                        i += 1
+                        body = {"jsonrpc": "2.0", "id": i, "method": "SendMessage", "params": {"message": {
+                            "messageId": f"p{k}-{i}-{time.monotonic_ns()}", "role": "ROLE_USER",
+                            "parts": [{"text": "work"}]}}}
+                        async with session.post(url, json=body, headers={"A2A-Version": "1.0"}) as resp:
+                            await resp.read()
+                        done.append(time.perf_counter())
+
+                await asyncio.gather(*(worker(k) for k in range(width)))
+            counted = [d for d in done if t0 + 2.0 <= d < end - 0.5]
+            return round(len(counted) / (seconds - 2.5), 2)
+
+        return {str(w): asyncio.run(kept_at(w)) for w in widths}
+    finally:
+        stop([agent])
+
+
 def shed_reasons(url: str) -> dict[str, int]:
     """Legs shed, by reason, from the gateway's metrics."""
     import re
@@ -338,6 +374,8 @@ def main() -> None:
     ap.add_argument("--urgent-share", type=float, default=0.25,
                     help="share of the messages that are urgent (the issue's: a quarter; at 4x that is 100%% of the "
                          "agent's capacity)")
+    ap.add_argument("--probe-agent", default="", metavar="WIDTHS",
+                    help="first, the agent's own rate with this many messages in flight, no gateway (e.g. 4,5,6,8)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.agent:
@@ -346,6 +384,10 @@ def main() -> None:
     doc: dict[str, Any] = {"capacity": args.capacity, "service_s": args.service, "urgent_share": args.urgent_share,
                            "capacity_rps": args.capacity / args.service, "seconds": args.seconds, "levels": {},
                            "soak_s": args.soak}
+    if args.probe_agent:
+        doc["agent_direct_rps"] = probe_agent(args, [int(w) for w in args.probe_agent.split(",")], 10.0)
+        if not args.json:
+            print(f"the agent alone, by messages in flight: {doc['agent_direct_rps']} a second", flush=True)
     with tempfile.TemporaryDirectory(prefix="mma2a-overload-") as tmp:
         for f in args.levels.split(","):
             doc["levels"][f] = {}
