@@ -331,3 +331,16 @@ async def test_the_agents_rate_is_measured_from_its_answers_while_kept_busy() ->
         clock.now += 1.0
         s.release(0.16)
     assert s.rate() == pytest.approx(25.0)
+
+
+async def test_a_privileged_leg_is_judged_by_the_hopeful_rate_a_routine_one_by_the_measured() -> None:
+    clock = Clock()
+    s = slots(4, clock=clock)
+    for _ in range(4):
+        assert s.acquire(5) is None
+    for _ in range(2 * ESTIMATE_AFTER):  # answers of 0.2 s, 4 at the agent (Little: 20 a second), but 0.1 s apart
+        clock.now += 0.1
+        s.release(0.2)
+        assert s.acquire(5) is None
+    assert s.rate() == pytest.approx(10.0)
+    assert s.rate_for(5) == pytest.approx(10.0) and s.rate_for(7) == pytest.approx(20.0)

@@ -347,9 +347,8 @@ class AgentSlots:
         """The lowest priority whose betters arrive at less than (1 - FLOOR_MARGIN) of the agent's rate."""
         if self.answers < ESTIMATE_AFTER or self.rtt_mean <= 0.0:
             return 0
-        rate = (1.0 - FLOOR_MARGIN) * self.rate()
         for p in range(PRIORITIES):
-            if self.rate_above(p) < rate:
+            if self.rate_above(p) < (1.0 - FLOOR_MARGIN) * self.rate_for(p):
                 return p
         return PRIORITIES - 1
 
@@ -370,11 +369,19 @@ class AgentSlots:
             return self._busy_n / self._busy_s
         return max(self.limit.value, self.inflight_mean) / self.rtt_mean
 
+    def rate_for(self, priority: int) -> float:
+        """The agent's rate a leg of `priority` is judged by: a routine leg by the rate measured (`rate`), a
+        privileged one by the larger of that and Little's law's (a stall of the machine stretches the gaps between
+        answers for a moment: shedding an urgent leg the agent could have served is the costlier mistake)."""
+        if priority <= ROUTINE_MAX or self.rtt_mean <= 0.0:
+            return self.rate()
+        return max(self.rate(), max(self.limit.value, self.inflight_mean) / self.rtt_mean)
+
     def _wait(self, priority: int, ahead: int) -> float:
         """Seconds a leg of `priority` with `ahead` legs of its priority or higher before it would wait."""
         if self.answers < ESTIMATE_AFTER or self.rtt_mean <= 0.0:  # too few answers to tell: the deadline decides
             return 0.0
-        rate = self.rate() - self.rate_above(priority)
+        rate = self.rate_for(priority) - self.rate_above(priority)
         return (ahead + 1) / rate if rate > 0 else math.inf
 
     def _now(self) -> float:
