@@ -188,6 +188,49 @@ async def test_a_fan_out_stream_dropped_after_its_first_event_is_found_and_finis
     assert names == ["a", "a", "b", "b"], done
 
 
+
+async def test_a_client_leaves_at_most_its_stream_limit_of_fan_outs_running():
+    """A fan-out whose client closed its stream runs on (above), but a client may leave at most
+    `limits.max_response_streams_per_client` of them running: past it, the one it leaves is cancelled and recorded
+    as canceled with the reason, so dropping streams is no way around the client's stream bound."""
+    steppers = {n: Stepper() for n in ("a", "b")}
+    rules = {"version": 1, "rules": [{"name": "both", "match": {"modality": "*/*"}, "action": {"clone_and_route_to": ["a", "b"]}}]}
+    async with agents({n: (streaming_card(n), ex) for n, ex in steppers.items()}) as urls:
+        async with gateway({"rules": rules, "agents": [{"name": n, "url": u} for n, u in urls.items()],
+                            "limits": {"max_response_streams_per_client": 2}}) as (gw, url):
+            detached = gw.pipeline.streaming._detached
+            tids = []
+            try:
+                async with httpx.AsyncClient(timeout=30) as c:
+                    for n, text in enumerate(("one", "two", "three")):
+                        async with c.stream("POST", url + "/", json={
+                                "jsonrpc": "2.0", "id": 7, "method": "SendStreamingMessage",
+                                "params": {"message": {"messageId": f"drop-{text}", "role": "ROLE_USER",
+                                                       "parts": [{"text": text}]}}},
+                                headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}) as sse:
+                            first = json.loads(await anext(ln[5:] async for ln in sse.aiter_lines() if ln.startswith("data:")))
+                        tids.append(first["result"]["task"]["id"])  # the stream is closed: the client is gone
+                        while n < 2 and sum(detached.values()) < n + 1:  # the gateway saw it go (its stream slot back)
+                            await asyncio.sleep(0.01)
+                while (canceled := await rpc(url, "GetTask", {"id": tids[2]}))["result"]["status"]["state"] == "TASK_STATE_WORKING":
+                    await asyncio.sleep(0.01)  # the gateway learns the stream is closed when it next writes to it
+                assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
+                why = canceled["result"]["status"]["message"]["parts"][0]["text"]
+                assert "2 fan-outs of its own still running (limits.max_response_streams_per_client: 2)" in why, why
+                while not all(t in ex.gates for ex in steppers.values() for t in ("one", "two")):  # those legs run on
+                    await asyncio.sleep(0.01)
+            finally:
+                for ex in steppers.values():  # the agents' own tasks end (the cancelled legs left theirs waiting)
+                    for t in ("one", "two", "three"):
+                        ex.gate(t).set()
+            for tid in tids[:2]:
+                while not (gw.pipeline.tasks.find(tid) or TaskRecord(tid, [])).legs:
+                    await asyncio.sleep(0.01)
+                done = await rpc(url, "GetTask", {"id": tid})
+                assert done["result"]["status"]["state"] == "TASK_STATE_COMPLETED", done
+            while detached:  # each count given back when its legs ended
+                await asyncio.sleep(0.01)
+
 def _get_task_answers(result: object):
     """ASGI middleware around a real agent: its JSON-RPC GetTask answer's `result` replaced by `result`."""
 

@@ -99,7 +99,8 @@ class Pipeline:
                                  metrics=metrics, tasks=self.tasks, feed=self.feed, history=history, dedupe=dedupe,
                                  log_decisions=log_decisions, gateway_id=gateway_id,
                                  anonymous_max_priority=anonymous_max_priority)
-        self.streaming = Streaming(self.exchange)
+        self.streaming = Streaming(self.exchange, detached_per_client=guard.limits.max_response_streams_per_client
+                                   if guard is not None else 64)
         self.task_ops = TaskOperations(self.tasks, self.caller)
         self.feedback = FeedbackService(self.task_ops, self.learner, history)
         self.push = PushService(push or PushSettings(), tasks=self.tasks, task_ops=self.task_ops, caller=self.caller,

@@ -16,7 +16,7 @@ from ..ext import EXTENSION_URI
 from ..routing import RouteDecision
 from ..view import MessageView
 from .access import current_sender
-from .aggregate import FAILED, WORKING, LegResult, aggregate, artifacts_of, failed_task, now_iso
+from .aggregate import CANCELED, FAILED, WORKING, LegResult, aggregate, agent_text_message, artifacts_of, failed_task, now_iso
 from .exchange import Exchange, outcome_of
 from .federation import check_bound
 from .history.record import DecisionRecord, PartSummary
@@ -35,8 +35,12 @@ def _streams(card: Mapping[str, Any]) -> bool:
 class Streaming:
     """The streaming form of an exchange, over the same stages."""
 
-    def __init__(self, exchange: Exchange) -> None:
+    def __init__(self, exchange: Exchange, *, detached_per_client: int = 64) -> None:
         self.exchange = exchange
+        # fan-outs a client left running (its stream closed before the legs answered), at most this many per client;
+        # past it, the one its client leaves is cancelled (as streams are bounded by the client's stream slots)
+        self.detached_per_client = detached_per_client
+        self._detached: dict[str, int] = {}
         self.admission = exchange.admission
         self.planner = exchange.planner
         self.dispatcher = exchange.dispatcher
@@ -158,11 +162,41 @@ class Streaming:
                                                       events.put_nowait))
         self._fanning.add(legs)
         legs.add_done_callback(self._fanning.discard)
-        yield {"task": working}
-        while (event := await events.get()) is not None:
-            if isinstance(event, Exception):
-                raise event
-            yield event
+        try:
+            yield {"task": working}
+            while (event := await events.get()) is not None:
+                if isinstance(event, Exception):
+                    raise event
+                yield event
+        finally:
+            if not legs.done():  # the client is gone: the legs run on, within the client's bound
+                self._detach(legs, working, route)
+
+    def _detach(self, legs: asyncio.Task[None], working: dict[str, Any], route: list[dict[str, Any]]) -> None:
+        """Leave a fan-out's legs running for a client that closed its stream, if it has fewer than
+        `detached_per_client` such fan-outs; otherwise cancel them and record the task as canceled, saying why."""
+        owner = current_sender()
+        sender = owner or ""  # (no client known: one count for all of them)
+        held = self._detached.get(sender, 0)
+        if held < self.detached_per_client:
+            self._detached[sender] = held + 1
+            legs.add_done_callback(lambda _: self._undetach(sender))
+            return
+        legs.cancel()
+        why = (f"canceled: the client closed its stream with {held} fan-outs of its own still running "
+               f"(limits.max_response_streams_per_client: {self.detached_per_client})")
+        canceled = {**working, "status": {"state": CANCELED, "timestamp": now_iso(),
+                                          "message": agent_text_message(why, task_id=working["id"],
+                                                                        context_id=working["contextId"])}}
+        self.tasks.put(TaskRecord(working["id"], [], aggregate=canceled, route=route, owner=owner))
+        log.warning("fan-out %s of %s %s", working["id"], sender, why)
+
+    def _undetach(self, sender: str) -> None:
+        left = self._detached.get(sender, 0) - 1
+        if left > 0:
+            self._detached[sender] = left
+        else:
+            self._detached.pop(sender, None)
 
     async def _fan_out_legs(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
