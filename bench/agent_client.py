@@ -3,7 +3,7 @@
 The same `SendMessage` body posted to bench/fast_agent.py (its own process) by
 - `aiohttp`: one `ClientSession` used as `Transport` used it for every call before `gateway.http1`
   (keep-alive pool, a total timeout, `ssl=True`, the same headers), and
-- `http1`: the gateway's lean pool (`mma2a.gateway.http1.HttpPool`), what `Transport.call` uses for http:// agents,
+- `http1`: the gateway's lean pool (`mma2a.gateway.downstream.http1.HttpPool`), what `Transport.call` uses for http:// agents,
 each answer read whole and parsed with orjson, `--concurrency` calls in flight; rounds interleaved.
 The figure is this process's CPU time (user + system, all threads) per call: the client's own
 work, with the agent's in another process.
@@ -28,7 +28,7 @@ import orjson
 import uvloop
 from common import free_port, wait_ready
 
-from mma2a.gateway.http1 import HttpPool
+from mma2a.gateway.downstream.http1 import HttpPool
 
 BODY = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
     "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}})

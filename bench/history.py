@@ -107,7 +107,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def query_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
-    from mma2a.gateway.history.api import parse_filter
+    from mma2a.gateway.bindings.admin_history import parse_filter
 
     data = tmp / "data"
     store = HistoryStore(data / "history.sqlite3", max_bytes=4 * 1024**3)

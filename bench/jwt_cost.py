@@ -33,8 +33,8 @@ from typing import Any
 from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 
-from mma2a.gateway.access import AuthConfig, Authenticator
-from mma2a.gateway.jwt_clients import JWTVerifier
+from mma2a.gateway.access.clients import AuthConfig, Authenticator
+from mma2a.gateway.access.jwt_clients import JWTVerifier
 
 ISSUER, AUDIENCE = "https://idp.bench/realms/acme", "mma2a"
 NOW = 1_900_000_000

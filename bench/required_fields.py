@@ -14,7 +14,7 @@ from a2a.types import GetTaskRequest, SendMessageRequest
 from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf import json_format
 
-from mma2a.gateway.sdk_binding import _check_required
+from mma2a.gateway.bindings.sdk_binding import _check_required
 
 
 def main() -> None:

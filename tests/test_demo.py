@@ -69,7 +69,7 @@ def test_demo_command_exits_zero_and_prints_the_tables(tmp_path):
 def test_a_target_that_gave_no_answer_is_shown_with_the_gateways_reason_not_a_dash():
     """The vision agent timed out (as it did cold under load 16 with the 30 s default): its row says so."""
     from mma2a.demo import rows_of
-    from mma2a.gateway.aggregate import LegResult, aggregate
+    from mma2a.gateway.state.aggregate import LegResult, aggregate
 
     route = [{"index": 1, "modality": "image/png", "targets": ["vision", "analyst"], "via": [[], []],
               "matched": ["clone-photos"], "bottleneck": False, "actions": ["clone_and_route_to"]}]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -52,20 +53,26 @@ def _unit(module: str) -> str | None:
     return ".".join(parts[:2])
 
 
-@functools.cache
-def unit_graph() -> dict[str, dict[str, list[str]]]:
-    """unit -> unit it imports -> where (file:line)."""
+def _graph(unit_of: Callable[[str], str | None]) -> dict[str, dict[str, list[str]]]:
+    """unit -> unit it imports -> where (file:line), for the modules `unit_of` places in a unit."""
     graph: dict[str, dict[str, list[str]]] = {}
     for module, path in _modules():
-        src = _unit(module)
-        assert src is not None
+        src = unit_of(module)
+        if src is None:
+            continue
         graph.setdefault(src, {})
         for target, line in _imported(module, path):
-            dst = _unit(target)
+            dst = unit_of(target)
             where = f"{path.relative_to(SRC.parent)}:{line}"
             if dst is not None and dst != src and where not in graph[src].setdefault(dst, []):
                 graph[src][dst].append(where)
     return graph
+
+
+@functools.cache
+def unit_graph() -> dict[str, dict[str, list[str]]]:
+    """subpackage of mma2a -> subpackage it imports -> where (file:line)."""
+    return _graph(_unit)
 
 
 def find_cycle(graph: dict[str, dict[str, list[str]]]) -> list[str] | None:
@@ -102,7 +109,7 @@ def test_no_import_cycle_between_subpackages() -> None:
 
 
 def test_the_gateway_does_not_know_the_cluster() -> None:
-    """The gateway defines the hooks it needs (gateway/hooks.py); mma2a.cluster implements them."""
+    """The gateway defines the hooks it needs (gateway/state/hooks.py); mma2a.cluster implements them."""
     graph = unit_graph()
     assert "mma2a.cluster" not in graph["mma2a.gateway"], describe(graph, ["mma2a.gateway", "mma2a.cluster"])
     assert "mma2a.gateway" in graph["mma2a.cluster"]
@@ -134,9 +141,9 @@ def module_graph() -> dict[str, dict[str, list[str]]]:
 def test_no_import_cycle_between_the_modules_of_a_subpackage() -> None:
     """Inside every subpackage (gateway, cluster and cli included) modules import each other one way,
     counting imports inside functions and under TYPE_CHECKING: a module that needs a type from one
-    that imports it takes a Protocol (gateway/hooks.py `GatewayParts`, cluster/link.py `Member`)."""
+    that imports it takes a Protocol (gateway/state/hooks.py `GatewayParts`, cluster/link.py `Member`)."""
     graph = module_graph()
-    assert "mma2a.gateway.admission" in graph["mma2a.gateway.pipeline"]  # every subpackage is in the graph
+    assert "mma2a.gateway.stages.admission" in graph["mma2a.gateway.pipeline"]  # every subpackage is in the graph
     assert "mma2a.cluster.link" in graph["mma2a.cluster.state"] and "mma2a.cli.root" in graph["mma2a.cli.serve"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle between modules: " + " -> ".join(cycle) + "\n" + describe(graph, cycle)
@@ -174,7 +181,7 @@ def test_a_plain_gateway_loads_no_optional_feature() -> None:
     `auth.jwt`), no cryptography (no signed messages, no federation keys), no NATS or cluster code (no `cluster`),
     none of the gateway's gRPC modules and no `grpc` (no `grpc_listen`), no OpenTelemetry SDK (no exporter), and
     none of a2a-sdk's server stack (`a2a.server`, loaded by the first request past the fast JSON-RPC path:
-    gateway/bindings.py)."""
+    gateway/bindings/sdk_routes.py)."""
     import json
     import os
     import subprocess
@@ -186,7 +193,55 @@ def test_a_plain_gateway_loads_no_optional_feature() -> None:
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert {"mma2a.gateway.app", "mma2a.gateway.server", "mma2a.routing.learned"} <= loaded  # it ran
     unwanted = {"numpy", "PIL", "cv2", "av", "onnxruntime", "langdetect", "joserfc", "cryptography", "nats", "mma2a.cluster",
-                "mma2a.gateway.jwt_clients", "mma2a.gateway.jwks", "mma2a.gateway.grpc_binding",
-                "mma2a.gateway.grpc_transport", "mma2a.gateway.grpc_admission", "opentelemetry.sdk", "grpc", "a2a.server",
-                "mma2a.gateway.sdk_binding", "httpx"}
+                "mma2a.gateway.access.jwt_clients", "mma2a.gateway.access.jwks", "mma2a.gateway.bindings.grpc_service",
+                "mma2a.gateway.downstream.grpc_transport", "mma2a.gateway.bindings.grpc_gate", "opentelemetry.sdk", "grpc", "a2a.server",
+                "mma2a.gateway.bindings.sdk_binding", "httpx"}
     assert not unwanted & loaded, sorted(unwanted & loaded)
+
+
+_MAY_IMPORT = re.compile(r"^May import: (.+?)\.?$", re.M)
+
+
+def _gateway_unit(module: str) -> str | None:
+    """`mma2a.gateway.stages.legs` -> `stages`; a top-level module of the gateway is a unit of its own."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == [PACKAGE, "gateway"] and len(parts) > 2 else None
+
+
+@functools.cache
+def gateway_graph() -> dict[str, dict[str, list[str]]]:
+    """gateway unit (subpackage or top-level module) -> gateway unit it imports -> where."""
+    return _graph(_gateway_unit)
+
+
+def may_import(unit: str) -> set[str]:
+    """What a gateway unit's docstring allows it to import: its `May import:` line."""
+    base = SRC / PACKAGE / "gateway" / unit
+    path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    found = _MAY_IMPORT.findall(doc)
+    assert len(found) == 1, f"{path.relative_to(SRC.parent)}: its docstring says once what it may import (`May import: ...`)"
+    return set() if found[0] == "nothing in the gateway" else set(re.findall(r"`([a-z_]+)`", found[0]))
+
+
+def test_the_gateway_is_grouped_into_subpackages_that_import_what_they_say() -> None:
+    """gateway/ is grouped by concern (docs/api.md, "Layout"): each subpackage and each top-level module says in
+    its docstring which others it may import, and imports nothing else; between them, no cycle."""
+    graph = gateway_graph()
+    packages = {p.name for p in (SRC / PACKAGE / "gateway").iterdir() if (p / "__init__.py").is_file()}
+    assert {"bindings", "stages", "access", "downstream", "state", "observe", "history", "push"} <= packages
+    loose = sorted(u for u in graph if u not in packages)
+    assert len(loose) <= 6, f"the gateway's top level holds only what ties the packages together: {loose}"
+    for unit in sorted(graph):
+        allowed = may_import(unit)
+        assert allowed <= set(graph), f"{unit}: its docstring allows what does not exist: {sorted(allowed - set(graph))}"
+        extra = {dst: where for dst, where in graph[unit].items() if dst not in allowed}
+        assert not extra, f"{unit} imports what its docstring does not allow: {extra}"
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between the gateway's packages: " + " -> ".join(cycle) + "\n" + describe(graph, cycle)
+
+
+def test_may_import_is_read_from_the_docstring() -> None:
+    assert may_import("observe") == set()
+    assert may_import("downstream") == {"access", "config", "observe"}
+    assert "stages" in may_import("bindings") and "bindings" not in may_import("stages")

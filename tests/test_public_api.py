@@ -66,3 +66,19 @@ def test_the_lazy_names_of_the_root_are_typed_as_what_they_are() -> None:
     assert lazy and set(typed) == lazy, f"lazy names {sorted(lazy)} vs typed under TYPE_CHECKING {sorted(typed)}"
     for name, module in typed.items():
         assert getattr(mma2a, name) is getattr(importlib.import_module(module), name), name
+
+
+def test_only_public_modules_define_all() -> None:
+    """`__all__` marks a public module (docs/api.md): an internal module does not define one, so the mark means
+    one thing across src and a reader can tell the two apart without the table."""
+    public = set(public_modules())
+    src = ROOT / "src"
+    marked = set()
+    for path in sorted((src / "mma2a").rglob("*.py")):
+        parts = path.relative_to(src).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(node, (ast.Assign, ast.AnnAssign)) and "__all__" in ast.unparse(node).split("=")[0]
+               for node in tree.body):
+            marked.add(name)
+    assert marked == public, f"define __all__ but are not public: {sorted(marked - public)}; public without: {sorted(public - marked)}"

@@ -14,7 +14,7 @@ import pytest
 
 from mma2a.cluster.learning import decode, encode
 from mma2a.cluster.server import NatsServer
-from mma2a.gateway.learning import LearnedPart, LearnedTask, Learner
+from mma2a.gateway.state.learning import LearnedPart, LearnedTask, Learner
 from mma2a.ext import EXTENSION_URI
 from tests.agents import RecordingExecutor, make_card, run_agent
 

@@ -16,7 +16,7 @@ import pytest
 from mma2a.cluster import cluster_state
 from mma2a.cluster.server import NatsServer
 from mma2a.gateway import Gateway, parse_config
-from mma2a.gateway.state import RoutingState
+from mma2a.gateway.state.routing import RoutingState
 from mma2a.modality import ModalityRegistry
 from tests.agents import RecordingExecutor, make_card, run_agent
 

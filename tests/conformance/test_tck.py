@@ -1219,8 +1219,8 @@ async def test_the_extensions_a_request_activates_go_on_to_a_grpc_agent_too() ->
     """The gRPC transport to an agent whose card prefers gRPC sends the client's extensions in `a2a-extensions`
     metadata, with the gateway's own extension only when the agent's card declares it."""
     from mma2a.ext import EXTENSION_URI
-    from mma2a.gateway.grpc_transport import GrpcAgents
-    from mma2a.gateway.service_params import requested_extensions
+    from mma2a.gateway.downstream.grpc_transport import GrpcAgents
+    from mma2a.gateway.downstream.service_params import requested_extensions
 
     token = requested_extensions.set((OTHER_EXT, EXTENSION_URI, REQUIRED_EXT))
     try:

@@ -170,7 +170,7 @@ def test_a_grpc_agent_refusing_the_credentials_is_told_apart_like_an_http_one() 
     import grpc.aio
 
     from mma2a.errors import DispatchError
-    from mma2a.gateway.grpc_transport import _agent_error
+    from mma2a.gateway.downstream.grpc_transport import _agent_error
 
     for code, status in ((grpc.StatusCode.UNAUTHENTICATED, 401), (grpc.StatusCode.PERMISSION_DENIED, 403)):
         refused = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="bad token")

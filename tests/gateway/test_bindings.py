@@ -15,7 +15,7 @@ from a2a.server.routes import create_rest_routes
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from starlette.routing import Mount, Route
 
-from mma2a.gateway.bindings import JSONRPC_METHODS, REST_ROUTES, V03_REST_ROUTES
+from mma2a.gateway.bindings.sdk_routes import JSONRPC_METHODS, REST_ROUTES, V03_REST_ROUTES
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

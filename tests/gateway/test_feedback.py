@@ -17,8 +17,8 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import Part
 
 from mma2a.ext import EXTENSION_URI
-from mma2a.gateway.feedback import FEEDBACK_METHOD
-from mma2a.gateway.learning import failed_agents
+from mma2a.gateway.stages.feedback import FEEDBACK_METHOD
+from mma2a.gateway.state.learning import failed_agents
 from tests.agents import make_card
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
 

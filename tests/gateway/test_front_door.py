@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from mma2a.gateway.front import FrontDoor
+from mma2a.gateway.bindings.front import FrontDoor
 
 
 class Counting:

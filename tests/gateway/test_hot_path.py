@@ -8,8 +8,8 @@ from typing import Any
 from mma2a.ext import EXTENSION_URI, PartExtension, downgrade_message, downgrade_part, read_part
 from mma2a.gateway import Gateway, parse_config
 from mma2a.gateway.config import AgentConfig
-from mma2a.gateway.directory import AgentEntry
-from mma2a.gateway.legs import route_summary
+from mma2a.gateway.downstream.directory import AgentEntry
+from mma2a.gateway.stages.legs import route_summary
 from mma2a.modality import parse_modality
 from mma2a.routing import RouteDecision, parse_rules
 
@@ -70,7 +70,7 @@ def test_a_remembered_decision_equals_a_fresh_one_in_every_field_but_the_message
 
 
 def test_the_underscore_prefilter_ignores_role_values_only():
-    from mma2a.gateway.ingress import _snake_case, _underscore
+    from mma2a.gateway.bindings.jsonrpc import _snake_case, _underscore
 
     def body(params: dict[str, Any], *, compact: bool = True) -> bytes:
         import json

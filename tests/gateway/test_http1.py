@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 client (gateway/http1.py) against real servers on loopback: keep-alive reuse, servers that
+"""The lean HTTP/1.1 client (gateway/downstream/http1.py) against real servers on loopback: keep-alive reuse, servers that
 close connections, chunked and close-delimited answers, large bodies, limits, deadlines and every error a caller sees."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from starlette.responses import Response as StarletteResponse
 from starlette.routing import Route
 
 from mma2a.errors import DispatchError
-from mma2a.gateway.http1 import BadResponse, ConnectFailed, DeadlineExceeded, Disconnected, HttpPool
-from mma2a.gateway.transport import Transport
+from mma2a.gateway.downstream.http1 import BadResponse, ConnectFailed, DeadlineExceeded, Disconnected, HttpPool
+from mma2a.gateway.downstream.transport import Transport
 from mma2a.serving import free_port, running
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "RawServer"], Awaitable[None]]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mma2a.gateway.metrics import MAX_CHILDREN, OTHER, GatewayMetrics
+from mma2a.gateway.observe.metrics import MAX_CHILDREN, OTHER, GatewayMetrics
 
 
 def test_a_child_is_resolved_once_and_counts_like_prometheus_own():
@@ -36,7 +36,7 @@ def _without_created(text: str) -> list[str]:
 def test_loop_metrics_expose_the_text_prometheus_client_writes_for_the_same_counts():
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-    from mma2a.gateway.metrics import LoopMetric
+    from mma2a.gateway.observe.metrics import LoopMetric
 
     ours, theirs = CollectorRegistry(), CollectorRegistry()
     c_ours = LoopMetric("counter", "x_requests", "Requests", ["outcome"], ours)

@@ -1,4 +1,4 @@
-"""An agent's slots and priority queue (gateway/overload.py) and its adaptive limit (gateway/agent_limit.py), driven
+"""An agent's slots and priority queue (gateway/downstream/overload.py) and its adaptive limit (gateway/downstream/agent_limit.py), driven
 step by step: a clock the test moves, legs granted and shed in the order the rules say, no timing."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from mma2a.errors import Overloaded
-from mma2a.gateway.agent_limit import ALPHA, BETA, AdaptiveLimit, ConcurrencyLimit
-from mma2a.gateway.overload import ESTIMATE_AFTER, QUEUE_RTTS, AgentSlots, AgentSlotTable
+from mma2a.gateway.downstream.agent_limit import ALPHA, BETA, AdaptiveLimit, ConcurrencyLimit
+from mma2a.gateway.downstream.overload import ESTIMATE_AFTER, QUEUE_RTTS, AgentSlots, AgentSlotTable
 
 
 class Clock:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from mma2a.gateway.peers import DEFAULT_TRUSTED, TrustedProxies, peer_host
+from mma2a.gateway.access.peers import DEFAULT_TRUSTED, TrustedProxies, peer_host
 
 
 def test_grpc_peer_strings_give_the_address_without_its_port() -> None:

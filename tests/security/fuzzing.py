@@ -324,7 +324,7 @@ def matched_access(routes: list[Any], method: str, raw_path: str) -> Any:
 
     from starlette.routing import Match
 
-    from mma2a.gateway.authz import route_table
+    from mma2a.gateway.access.authz import route_table
 
     scope = {"type": "http", "method": method, "path": unquote(raw_path), "root_path": ""}
     for route, access in route_table(routes):

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from mma2a.errors import InvalidRequest, MMA2AError, ParseError
-from mma2a.gateway.body_parser import INLINE_PARSE_BYTES, JSONBodyParser
+from mma2a.gateway.bindings.body_parser import INLINE_PARSE_BYTES, JSONBodyParser
 from mma2a.request_body import MAX_JSON_VALUES
 from tests.security.conftest import PNG_1PX, TOKEN, bearer, secured, send_body
 

@@ -57,7 +57,7 @@ async def test_refused_thumbnails_are_not_kept_and_the_feed_stays_in_its_byte_bu
 
 
 def test_the_feed_cuts_long_strings_and_skips_an_entry_larger_than_its_budget() -> None:
-    from mma2a.gateway.feed import DecisionFeed
+    from mma2a.gateway.observe.feed import DecisionFeed
 
     feed = DecisionFeed(max_bytes=2048)
     feed.record({"messageId": "m" * 100_000, "parts": []}, [], "refused -32602: " + "x" * 100_000, refused=True)

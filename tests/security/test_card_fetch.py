@@ -12,7 +12,7 @@ from starlette.routing import Route
 import httpx
 from google.protobuf import json_format
 
-from mma2a.gateway.transport import MAX_JSON_BYTES
+from mma2a.gateway.downstream.transport import MAX_JSON_BYTES
 from tests.agents import make_card
 from tests.gateway.conftest import ADMIN, gateway
 from tests.payload.support import serve

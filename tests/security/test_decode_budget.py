@@ -152,7 +152,7 @@ async def test_the_sdk_image_helper_holds_the_process_budget(monkeypatch: pytest
 def test_the_budget_is_set_in_bytes_or_in_pixels_of_four_bytes_never_both() -> None:
     from pydantic import ValidationError
 
-    from mma2a.gateway.guard import LimitsConfig
+    from mma2a.gateway.access.guard import LimitsConfig
 
     assert LimitsConfig().max_decode_bytes_in_flight == DEFAULT_DECODE_BYTES == 320_000_000
     assert LimitsConfig(max_decode_bytes_in_flight=1000).decode_budget_name == "limits.max_decode_bytes_in_flight"

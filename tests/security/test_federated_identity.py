@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mma2a.gateway.federation import HEADER, Federation
+from mma2a.gateway.access.federation import HEADER, Federation
 from mma2a.signing import new_private_key, private_key_text, public_key_text
 from tests.gateway.conftest import agent, gateway
 from tests.agents import run_agent

@@ -55,7 +55,7 @@ async def test_random_paths_and_methods_never_answer_2xx_without_a_credential() 
     """10,000 random paths × methods × junk credentials into the app: 2xx only where the matched route is public."""
     import random
 
-    from mma2a.gateway.authz import AccessClass, route_table
+    from mma2a.gateway.access.authz import AccessClass, route_table
     from tests.security.conftest import secured
 
     rng = random.Random(14)

@@ -21,10 +21,10 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from mma2a.errors import A2A_DOMAIN
-from mma2a.gateway.access import Authenticator, AuthConfig
-from mma2a.gateway.authz import AccessClass, ErrorShape, RouteAccess, UnclassifiedRoute
-from mma2a.gateway.grpc_admission import A2A_SERVICE, JSONRPC_TWINS, Admission, method_access
-from mma2a.gateway.security import AccessControl
+from mma2a.gateway.access.clients import Authenticator, AuthConfig
+from mma2a.gateway.access.authz import AccessClass, ErrorShape, RouteAccess, UnclassifiedRoute
+from mma2a.gateway.bindings.grpc_gate import A2A_SERVICE, JSONRPC_TWINS, Admission, method_access
+from mma2a.gateway.access.security import AccessControl
 from tests.agents import RecordingExecutor, run_agent
 from tests.gateway.conftest import agent, agents, gateway
 from tests.security.conftest import API_KEY, CAROL, CLIENTS, TOKEN, post, send_body
@@ -381,7 +381,7 @@ async def test_silent_and_idle_grpc_connections_are_closed_and_calls_in_progress
 
 def test_the_grpc_server_takes_its_deadlines_from_the_server_section() -> None:
     from mma2a.gateway import parse_config
-    from mma2a.gateway.grpc_binding import server_options
+    from mma2a.gateway.bindings.grpc_service import server_options
 
     cfg = parse_config({"max_body_bytes": 4096, "server": {"header_timeout_s": 2, "keep_alive_s": 7.5,
                                                            "ws_ping_interval_s": 15, "ws_ping_timeout_s": 4,

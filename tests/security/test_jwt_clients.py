@@ -14,11 +14,11 @@ from google.protobuf.json_format import ParseDict
 
 from mma2a.errors import Unauthorized
 from mma2a.gateway.config import ConfigError, parse_config
-from mma2a.gateway.jwks import IssuerKeys
+from mma2a.gateway.access.jwks import IssuerKeys
 from mma2a.payload.ssrf import URLPolicy
-from mma2a.gateway.jwt_clients import JWTVerifier, KeysStale
-from mma2a.gateway.access import JWTIssuerConfig
-from mma2a.gateway.cards import security_declaration
+from mma2a.gateway.access.jwt_clients import JWTVerifier, KeysStale
+from mma2a.gateway.access.clients import JWTIssuerConfig
+from mma2a.gateway.bindings.cards import security_declaration
 from mma2a.tls import ListenerTLS
 from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.gateway.conftest import ADMIN, agent, agents, gateway

@@ -82,7 +82,7 @@ async def test_a_padded_mesh_no_longer_escapes_a_drop_rule() -> None:
 
 
 def test_the_agents_some_client_may_not_use_are_restricted() -> None:
-    from mma2a.gateway.access import AuthConfig
+    from mma2a.gateway.access.clients import AuthConfig
 
     names = ["viewer", "heavy", "general"]
     clients = [{"name": "alice", "token": "t-a-123456"}, {"name": "carol", "token": "t-c-123456", "agents": ["viewer"]}]

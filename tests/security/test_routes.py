@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
 from mma2a.gateway import Gateway, parse_config
-from mma2a.gateway.authz import AccessClass, UnclassifiedRoute, Unrouted, check_classified, route_table
+from mma2a.gateway.access.authz import AccessClass, UnclassifiedRoute, Unrouted, check_classified, route_table
 from tests.gateway.conftest import ADMIN
 from tests.security.conftest import API_KEY, TOKEN, secured, send_body
 

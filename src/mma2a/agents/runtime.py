@@ -25,11 +25,11 @@ from ..errors import URLForbidden
 from ..features.base import Limits
 from ..features.budget import decode_cost
 from ..modality import parse_modality
-from ..sdk import IncomingMessage, IncomingPart, MultimodalExecutor, agent_app, run_agent
-from ..sdk.parts import DECODES, b64
-
-__all__ = ["AGENT_LIMITS", "ReceivedPart", "ReplyFn", "SkillExecutor", "agent_app", "b64", "make_card", "receive",
-           "run_agent", "run_blocking"]
+from ..sdk import IncomingMessage, IncomingPart, MultimodalExecutor
+from ..sdk import agent_app as agent_app
+from ..sdk import run_agent as run_agent
+from ..sdk.parts import DECODES
+from ..sdk.parts import b64 as b64
 
 AGENT_LIMITS = Limits()
 """What a reference agent decodes: each part's header is checked against these before any model sees its bytes."""

@@ -134,7 +134,7 @@ def _with_vectors(view: Any, obj: Any, snap: Any, embedder: Any) -> Any:
     """The view with the sentence vector of each part's words (text, or a transcript / OCR text the
     message carries as features), as the gateway's feature stage would add it."""
     from ..ext import read_part
-    from ..gateway.enrich import part_words, with_vectors
+    from ..gateway.stages.enrich import part_words, with_vectors
 
     if not snap.needs_vectors or embedder is None:
         return view

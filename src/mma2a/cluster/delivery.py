@@ -36,7 +36,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFound
 
 from ..errors import AgentRPCError, MMA2AError
 from ..ext import EXTENSION_URI
-from ..gateway.aggregate import LegResult
+from ..gateway.state.aggregate import LegResult
 
 from .link import Member, ensure_kv
 

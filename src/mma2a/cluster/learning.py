@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 from nats.js import api
 
-from ..gateway.learning import LearnedPart, LearnedTask, Noted, Rated
+from ..gateway.state.learning import LearnedPart, LearnedTask, Noted, Rated
 from ..serving import cancel_tasks
 from .link import Member, ensure_stream
 

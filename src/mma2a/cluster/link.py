@@ -18,7 +18,7 @@ from nats.js.kv import KeyValue
 
 from ..errors import ClusterError
 from ..gateway.cluster_config import ClusterConfig, NatsAuth
-from ..gateway.hooks import GatewayParts
+from ..gateway.state.hooks import GatewayParts
 from ..tls import client_context
 
 log = logging.getLogger("mma2a.cluster")

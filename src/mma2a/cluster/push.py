@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from nats.js.errors import KeyWrongLastSequenceError
 
-from ..gateway.push.journal import OnConfig, OnDelivery
+from ..gateway.state.push_journal import OnConfig, OnDelivery
 from .link import Member, ensure_kv
 
 log = logging.getLogger("mma2a.cluster.push")

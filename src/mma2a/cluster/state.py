@@ -29,7 +29,7 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from .._version import __version__
 from ..errors import ClusterError, InvalidParams, MMA2AError
 from ..gateway.cluster_config import ClusterConfig
-from ..gateway.hooks import GatewayParts
+from ..gateway.state.hooks import GatewayParts
 from ..routing import parse_rules
 from ..serving import cancel_tasks
 from .delivery import DurableDelivery
@@ -42,8 +42,8 @@ from .pins import ClusterSessionPins
 from .tasks import ClusterTaskMap
 
 if TYPE_CHECKING:
-    from ..gateway.aggregate import LegResult
-    from ..gateway.directory import AgentEntry
+    from ..gateway.state.aggregate import LegResult
+    from ..gateway.downstream.directory import AgentEntry
     from ..gateway.history import HistoryConfig, HistoryRecorder, HistorySink
     from .history import JetStreamHistory
 

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from ..gateway.tasks import TaskMap
+from ..gateway.state.tasks import TaskMap
 from .link import Member, ensure_kv
 
 log = logging.getLogger("mma2a.cluster.tasks")

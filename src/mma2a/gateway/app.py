@@ -3,6 +3,8 @@
 `Gateway(config)` wires the directory, routing state, pipeline, ingress bindings, admin
 API and metrics; `await gateway.start()` registers the agents; `gateway.app` is the
 ASGI application to serve (`front.FrontDoor` before a Starlette app) (see `mma2a.gateway.server`).
+
+May import: `access`, `bindings`, `config`, `downstream`, `faults`, `history`, `observe`, `pipeline`, `push`, `stages`, `state`.
 """
 
 from __future__ import annotations
@@ -44,38 +46,38 @@ from ..responses import error_response, json_response
 from ..routing import parse_rules
 from ..routing.semantic import CachedEmbedder
 from ..serving import cancel_tasks
-from .adapt import PartAdapter
-from .access import current_client, current_sender
-from .admin import admin_routes
-from .cards import CardCache, agent_card_through, gateway_card, security_declaration
+from .stages.adapt import PartAdapter
+from .access.clients import current_client, current_sender
+from .bindings.admin import admin_routes
+from .bindings.cards import CardCache, agent_card_through, gateway_card, security_declaration
 from .config import ConfigError, GatewayConfig
-from .directory import AgentDirectory
-from .enrich import FeatureStage
+from .downstream.directory import AgentDirectory
+from .stages.enrich import FeatureStage
 from .faults import Deduper, Drain
-from .federation import Federation
-from .front import FrontDoor
-from .feed import DecisionFeed
-from .guard import MessageGuard, media_limits
+from .access.federation import Federation
+from .bindings.front import FrontDoor
+from .observe.feed import DecisionFeed
+from .access.guard import MessageGuard, media_limits
 from .history import HistoryRecorder, HistoryStore
-from .hooks import ClusterHooks, Standalone
-from .ingress import JsonRpcIngress
-from .learning import Learner
-from .metrics import GatewayMetrics
-from .offload import OffloadStage
-from .overload import AgentSlotTable, SlotsCollector
+from .state.hooks import ClusterHooks, Standalone
+from .bindings.jsonrpc import JsonRpcIngress
+from .state.learning import Learner
+from .observe.metrics import GatewayMetrics
+from .stages.offload import OffloadStage
+from .downstream.overload import AgentSlotTable, SlotsCollector
 from .pipeline import Pipeline
 from .push.follow import WEBHOOK_PATH
-from .bindings import JSONRPC_METHODS, SdkBindings, rest_routes
-from .authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
-from .security import access_control, error_body
-from .state import RoutingState
-from .tracing import TracingMiddleware
-from .tracing import enabled as tracing_enabled
-from .transport import Transport
-from .vectors import TextVectors
+from .bindings.sdk_routes import JSONRPC_METHODS, SdkBindings, rest_routes
+from .access.authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
+from .access.security import access_control, error_body
+from .state.routing import RoutingState
+from .observe.tracing import TracingMiddleware
+from .observe.tracing import enabled as tracing_enabled
+from .downstream.transport import Transport
+from .stages.vectors import TextVectors
 
 if TYPE_CHECKING:
-    from .grpc_binding import GrpcIngress
+    from .bindings.grpc_service import GrpcIngress
 
 STARTUP_WAIT_S = 8.0
 FEEDBACK_BODY_BYTES = 8192  # a rating: a score, an agent name, a comment of at most 1 KiB
@@ -346,7 +348,7 @@ class Gateway:
         await self.cluster.start(self)  # clustered: share (or adopt) rules, agents, modalities; pins, blobs, deliveries
         await self.pipeline.push.start(self.cluster.push_journal)  # clustered: push configs, pending deliveries
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
-            from .grpc_binding import GrpcIngress
+            from .bindings.grpc_service import GrpcIngress
 
             self.grpc = GrpcIngress(self.config, self.access, self.sdk.load(), self.jsonrpc_access, self.directory.get)
             await self.grpc.start()

@@ -1,4 +1,7 @@
-"""The `cluster:` section of the gateway config (read by `mma2a.cluster`; no NATS import here)."""
+"""The `cluster:` section of the gateway config (read by `mma2a.cluster`; no NATS import here).
+
+May import: nothing in the gateway.
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,9 @@
   Keyed by (sender, messageId), bounded in entries and in the bytes of the answers it keeps,
   with a time to live.
 
-Failover within a pool is part of dispatch (`gateway/dispatch.py`).
+Failover within a pool is part of dispatch (`gateway/stages/dispatch.py`).
+
+May import: nothing in the gateway.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ stages once and hands each request to the one that answers it:
 
     calls ← legs ← dispatch ← exchange ← streaming      admission ← dispatch, exchange
     calls ← task_ops                                    all of them ← pipeline
+
+May import: `access`, `config`, `downstream`, `faults`, `history`, `observe`, `push`, `stages`, `state`.
 """
 
 from __future__ import annotations
@@ -17,34 +19,34 @@ from typing import TYPE_CHECKING, Any
 from ..modality import ModalityRegistry
 from ..routing import RouteDecision, SessionPins
 from ..view import MessageView
-from .adapt import PartAdapter
-from .admission import Admission
-from .calls import AgentCaller
-from .directory import AgentDirectory, AgentEntry
-from .dispatch import Dispatcher
-from .enrich import FeatureStage
-from .exchange import Exchange
-from .federation import Federation
-from .feed import DecisionFeed
+from .stages.adapt import PartAdapter
+from .stages.admission import Admission
+from .stages.calls import AgentCaller
+from .downstream.directory import AgentDirectory, AgentEntry
+from .stages.dispatch import Dispatcher
+from .stages.enrich import FeatureStage
+from .stages.exchange import Exchange
+from .access.federation import Federation
+from .observe.feed import DecisionFeed
 from .history.record import HistorySink
-from .hooks import ClusterHooks, Standalone
-from .feedback import FeedbackService
-from .learning import Learner
-from .legs import LegPlanner
-from .metrics import GatewayMetrics
-from .offload import OffloadStage
+from .state.hooks import ClusterHooks, Standalone
+from .stages.feedback import FeedbackService
+from .state.learning import Learner
+from .stages.legs import LegPlanner
+from .observe.metrics import GatewayMetrics
+from .stages.offload import OffloadStage
 from .push.service import PushService
-from .push.settings import PushSettings
-from .overload import AgentSlotTable
-from .state import RoutingState
-from .streaming import Streaming
-from .task_ops import TaskOperations
-from .tasks import TaskMap
-from .transport import Transport
+from .config import PushSettings
+from .downstream.overload import AgentSlotTable
+from .state.routing import RoutingState
+from .stages.streaming import Streaming
+from .stages.task_ops import TaskOperations
+from .state.tasks import TaskMap
+from .downstream.transport import Transport
 
 if TYPE_CHECKING:
     from .faults import Deduper
-    from .guard import MessageGuard
+    from .access.guard import MessageGuard
 
 
 class Pipeline:

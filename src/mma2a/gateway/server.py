@@ -1,4 +1,7 @@
-"""Serving the gateway: uvicorn on uvloop/httptools, JSON logs, and an in-process runner for embedding."""
+"""Serving the gateway: uvicorn on uvloop/httptools, JSON logs, and an in-process runner for embedding.
+
+May import: `app`, `config`, `faults`, `observe`, `state`.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +13,14 @@ from typing import Any
 
 import orjson
 
-from ..serving import listen_socket, running, settle_heap, uvicorn_config
+from ..serving import listen_socket, settle_heap, uvicorn_config
+from ..serving import running as running
 from ..tls import ServerTLS
 from .app import Gateway
 from .config import GatewayConfig
 from .faults import DrainingServer
-from .hooks import ClusterHooks
-from .tracing import configure_tracing
-
-__all__ = ["JsonLogFormatter", "configure_logging", "running", "serve"]
+from .state.hooks import ClusterHooks
+from .observe.tracing import configure_tracing
 
 
 class JsonLogFormatter(logging.Formatter):

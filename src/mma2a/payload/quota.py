@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from ..errors import ClientQuotaExceeded, StoreQuotaExceeded
 
-__all__ = ["ByteQuota"]
-
 
 class ByteQuota:
     """Bytes held in one store, in total and per owner; `charge` refuses what would pass a limit (None: no limit)."""

@@ -1,7 +1,7 @@
 """Learned routing: among the agents that accept a part, the one whose ratings on the most similar past parts are best.
 
 Pure, like the rest of routing. What was learned enters a decision as `Evidence`, an immutable
-index the gateway swaps in after each rating (gateway/learning.py); a choice reads it and the
+index the gateway swaps in after each rating (gateway/state/learning.py); a choice reads it and the
 part, never a clock or a global. Its randomness (exploration) is drawn from a generator seeded
 by the message id and the part index, so the same input gets the same choice.
 

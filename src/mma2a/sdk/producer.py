@@ -496,4 +496,3 @@ def _private_key(key: Any) -> Any:
     return private_key_from_text(key) if isinstance(key, str) else key
 
 
-__all__ = ["INLINE_LIMIT", "MultimodalClient"]

@@ -95,7 +95,7 @@ def outcome_class(outcome: str) -> tuple[str, str | None]:
         return "shed", outcome[len("shed"):].strip()[:1000] or None
     if outcome == "message":
         return "message", None
-    if outcome.startswith("feedback:"):  # a client's rating of a task (gateway/feedback.py)
+    if outcome.startswith("feedback:"):  # a client's rating of a task (gateway/stages/feedback.py)
         return "feedback", outcome[len("feedback:"):].strip()[:1000] or None
     if outcome.startswith("push "):
         word, _, detail = outcome.partition(":")

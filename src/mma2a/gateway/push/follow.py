@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import MMA2AError
-from ..access import digest_secret
-from ..aggregate import TERMINAL
-from ..calls import AgentCaller
-from ..tasks import TaskRecord
-from .settings import PushSettings
+from ..access.clients import digest_secret
+from ..state.aggregate import TERMINAL
+from ..stages.calls import AgentCaller
+from ..state.tasks import TaskRecord
+from ..config import PushSettings
 
 log = logging.getLogger("mma2a.gateway.push")
 

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from ...payload.ssrf import URLPolicy, guarded_connector
-from .settings import PushSettings
+from ..config import PushSettings
 from .store import ClientHook
 
 log = logging.getLogger("mma2a.gateway.push")

@@ -20,21 +20,21 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from ...errors import InvalidParams, MMA2AError, PushNotSupported, TaskNotFound, URLForbidden
-from ..access import current_sender
-from ..aggregate import TERMINAL
-from ..calls import AgentCaller
+from ..access.clients import current_sender
+from ..state.aggregate import TERMINAL
+from ..stages.calls import AgentCaller
 from ..history.record import DecisionRecord, HistorySink
-from ..task_ops import TaskOperations
-from ..tasks import TaskMap, TaskRecord
+from ..stages.task_ops import TaskOperations
+from ..state.tasks import TaskMap, TaskRecord
 from .follow import Follower, NotificationRefused, WebhookLeg
-from .journal import PushJournal, record_key
+from ..state.push_journal import PushJournal, record_key
 from .outbox import Delivery, Outbox
-from .settings import PushSettings
+from ..config import PushSettings
 from .store import ClientHook, PushConfigStore, normalize
 
 if TYPE_CHECKING:
-    from ..guard import MessageGuard
-    from ..metrics import GatewayMetrics
+    from ..access.guard import MessageGuard
+    from ..observe.metrics import GatewayMetrics
 
 log = logging.getLogger("mma2a.gateway.push")
 

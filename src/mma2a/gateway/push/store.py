@@ -13,7 +13,7 @@ import time
 import orjson
 
 from ...errors import InvalidParams, TaskNotFound
-from .settings import PushSettings
+from ..config import PushSettings
 
 # the A2A 1.0 JSON fields of a TaskPushNotificationConfig the gateway keeps (tenant is the path's, not kept)
 _FIELDS = ("id", "taskId", "url", "token", "authentication")

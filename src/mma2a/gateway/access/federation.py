@@ -1,0 +1,221 @@
+"""Who a peer gateway's client is: the upstream gateway signs an assertion of the client it authenticated, the
+downstream gateway keys everything per client by (peer, upstream client).
+
+Without it a federated hop made every client of the upstream gateway one principal downstream: the same
+`messageId` from two of its clients was one task, one client's flood emptied the rate bucket of all
+(docs/security.md, round 6).
+
+The upstream (`federation.private_key_env`) adds to each call it makes on a client's behalf to another gateway
+(an agent whose card marks the extension with `params.gateway: true`, as every card a gateway serves does) the
+header `MMA2A-Upstream-Client` (gRPC metadata `mma2a-upstream-client`):
+
+    v1.<base64url of the RFC 8785 form of {"v": 1, "gateway", "client", "for", "ts"}>.<base64url Ed25519 signature>
+
+`client` is the principal the upstream keys the caller by, `for` what the call is about (`message:<messageId>` for
+SendMessage and SendStreamingMessage, `task:<id>` for GetTask, CancelTask and SubscribeToTask), `ts` the Unix
+time. The downstream (`federation.trusted_gateways: {CLIENT_ID: {public_key_env}}`) checks it at the door, for a
+caller authenticated as CLIENT_ID only: the signature with that peer's key, `ts` within `window_s`, and, where the
+request is read, that `for` names this request (`check_bound`). The principal is then `client via CLIENT_ID` (the
+peer's policy — agents, rate, burst — applies to each of its clients apart). From any other caller the header is
+ignored: the caller stays one principal. A header from a trusted peer that does not verify is refused (401
+naming it). The header travels on the wire between gateways only: agents never see it, and it is not in `via`
+(a message's metadata reaches every agent downstream and the tasks' histories, where it could be lifted).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...errors import ConfigError, SignatureError, Unauthorized
+from ...ext import PROTOCOL_NAME
+from ...signing import canonicalize, private_key_from_text, public_key_from_text
+from .clients import Client, current_client
+
+if TYPE_CHECKING:  # cryptography is imported where an assertion is checked (keys come from signing)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+HEADER = "MMA2A-Upstream-Client"
+HEADER_KEY = HEADER.lower()  # as headers and gRPC metadata are read
+MAX_HEADER = 2048
+MAX_CLIENT = 512
+_CLIENT = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,510}[\x21-\x7e])?")  # printable ASCII (multi-hop: `alice via gwa`)
+_BOUND_METHODS = {"SendMessage": "message", "SendStreamingMessage": "message",
+                  "GetTask": "task", "CancelTask": "task", "SubscribeToTask": "task",
+                  f"{PROTOCOL_NAME}/TaskFeedback": "task"}  # a rating passed on to the peer that ran the task
+
+
+class TrustedGateway(BaseModel):
+    """A peer gateway whose assertions are believed: its Ed25519 public key (32 bytes, base64), from the env."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    public_key_env: str | None = None
+    public_key: str | None = None  # the key itself (tests, labs); `public_key_env` in production
+
+
+class FederationConfig(BaseModel):
+    """`federation:` in gateway.yaml (docs/operations.md, "Federation")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    private_key_env: str | None = None  # set: this gateway signs who its clients are for the gateways it calls
+    trusted_gateways: dict[str, TrustedGateway] = Field(default_factory=dict)  # peer client id -> its key
+    window_s: float = Field(default=60.0, gt=0, le=3600)  # how far an assertion's `ts` may be from this clock
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def bound_to(method: str, params: Mapping[str, Any]) -> str | None:
+    """What an assertion for `method` is signed for (`message:<id>`, `task:<id>`); None: the call carries none."""
+    kind = _BOUND_METHODS.get(method)
+    if kind == "message":
+        message = params.get("message")
+        mid = message.get("messageId") if isinstance(message, Mapping) else None
+        return f"message:{mid}" if isinstance(mid, str) and mid else None
+    if kind == "task":
+        tid = params.get("id")
+        return f"task:{tid}" if isinstance(tid, str) and tid else None
+    return None
+
+
+def check_bound(kind: str, value: object) -> None:
+    """`Unauthorized` when the caller's principal comes from an assertion signed for another request than this one,
+    `kind` (`message`, `task`) `value` (its id): an assertion lifted from one request cannot name the caller of
+    another. (Nothing is built for a caller without an assertion: one look at the context.)"""
+    client = current_client.get()
+    if client is None or client.bound is None or client.bound == f"{kind}:{value}":
+        return
+    raise Unauthorized(f"{HEADER}: the assertion was signed for another request than this one ({kind} {value!r}); "
+                       "the upstream gateway signs one per request", field=HEADER)
+
+
+class Federation:
+    """The signing side (an upstream's key) and the trusting side (peers' keys) of client assertions."""
+
+    def __init__(self, gateway_id: str, *, private_key: Ed25519PrivateKey | None = None,
+                 peers: Mapping[str, Ed25519PublicKey] | None = None, window_s: float = 60.0) -> None:
+        self.gateway_id = gateway_id
+        self.private_key = private_key
+        self.peers = dict(peers or {})
+        self.window_s = window_s
+
+    @classmethod
+    def from_config(cls, config: FederationConfig, gateway_id: str,
+                    environ: Mapping[str, str] | None = None) -> Federation | None:
+        """None when the section sets nothing; `ConfigError` naming the field of a key that is missing or bad."""
+        if config.private_key_env is None and not config.trusted_gateways:
+            return None
+        env = os.environ if environ is None else environ
+        private = None
+        if config.private_key_env is not None:
+            text = env.get(config.private_key_env)
+            if not text:
+                raise ConfigError(f"federation.private_key_env: the environment variable {config.private_key_env} is "
+                                  "not set (32 bytes of Ed25519 private key in base64)", field="federation.private_key_env")
+            try:
+                private = private_key_from_text(text)
+            except SignatureError as exc:
+                raise ConfigError(f"federation.private_key_env: {config.private_key_env}: {exc.message}",
+                                  field="federation.private_key_env") from None
+        peers = {}
+        for peer, trusted in config.trusted_gateways.items():
+            where = f"federation.trusted_gateways.{peer}"
+            text = trusted.public_key or (env.get(trusted.public_key_env) if trusted.public_key_env else None)
+            if not text:
+                what = f"the environment variable {trusted.public_key_env} is not set" if trusted.public_key_env \
+                    else "public_key_env is required"
+                raise ConfigError(f"{where}: {what}", field=where)
+            try:
+                peers[peer] = public_key_from_text(text, field=where)
+            except SignatureError as exc:
+                raise ConfigError(exc.message, field=where) from None
+        return cls(gateway_id, private_key=private, peers=peers, window_s=config.window_s)
+
+    # --- upstream: sign -------------------------------------------------------------------------------
+
+    def assertion(self, principal: str, bound: str, ts: int) -> str:
+        """The header value asserting `principal` for the request `bound` (see the module's doc)."""
+        assert self.private_key is not None
+        body = canonicalize({"v": 1, "gateway": self.gateway_id, "client": principal, "for": bound, "ts": ts})
+        return f"v1.{_b64(body)}.{_b64(self.private_key.sign(body))}"
+
+    def headers_for(self, method: str, params: Mapping[str, Any], ts: int) -> dict[str, str] | None:
+        """The assertion header of a call made for the current client (None: no key, no client, or a call that
+        carries none)."""
+        client = current_client.get()
+        if self.private_key is None or client is None or client.scheme == "admin":
+            return None
+        bound = bound_to(method, params)
+        if bound is None:
+            return None
+        return {HEADER: self.assertion(client.key, bound, ts)}
+
+    # --- downstream: verify ---------------------------------------------------------------------------
+
+    def principal(self, client: Client | None, value: str | None, now: float) -> Client | None:
+        """The caller as this gateway keys it: `client`'s upstream client when `client` is a trusted peer whose
+        header verifies; `client` itself when it is not a trusted peer or sent none; `Unauthorized` naming the
+        header when a trusted peer's does not verify."""
+        if client is None or value is None or client.upstream is not None:
+            return client
+        key = self.peers.get(client.name)
+        if key is None:  # not a gateway this one trusts: what it says of its clients is ignored
+            return client
+        upstream, bound = self._verify(value, key, client.name, now)
+        return dataclasses.replace(client, upstream=upstream, bound=bound)
+
+    def _verify(self, value: str, key: Ed25519PublicKey, peer: str, now: float) -> tuple[str, str]:
+        def refuse(why: str) -> Unauthorized:
+            return Unauthorized(f"{HEADER}: {why}", field=HEADER)
+
+        if len(value) > MAX_HEADER:
+            raise refuse(f"longer than {MAX_HEADER} characters")
+        version, _, rest = value.strip().partition(".")
+        body_text, _, sig_text = rest.partition(".")
+        if version != "v1" or not body_text or not sig_text:
+            raise refuse("not an assertion (v1.<payload>.<signature>)")
+        try:
+            body, sig = _unb64(body_text), _unb64(sig_text)
+        except (binascii.Error, ValueError):
+            raise refuse("not base64url") from None
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            key.verify(sig, body)
+        except InvalidSignature:
+            raise refuse(f"the signature does not verify with the key of {peer} "
+                         f"(federation.trusted_gateways.{peer})") from None
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise refuse("the payload is not JSON") from None
+        if not isinstance(doc, dict) or doc.get("v") != 1:
+            raise refuse("the payload is not a version 1 assertion")
+        upstream, bound, ts = doc.get("client"), doc.get("for"), doc.get("ts")
+        if not isinstance(upstream, str) or _CLIENT.fullmatch(upstream) is None:
+            raise refuse(f"client: must be 1 to {MAX_CLIENT} printable characters")
+        if not isinstance(bound, str) or not bound.startswith(("message:", "task:")):
+            raise refuse("for: must name the request (message:<messageId> or task:<id>)")
+        if isinstance(ts, bool) or not isinstance(ts, int):
+            raise refuse("ts: must be an integer (Unix seconds)")
+        if abs(now - ts) > self.window_s:
+            age = now - ts
+            when = f"{age:.0f} s old" if age > 0 else f"{-age:.0f} s in the future"
+            raise refuse(f"the assertion is {when}, outside the {self.window_s:g} s window "
+                         "(federation.window_s; replayed, or the clocks disagree)")
+        return upstream, bound

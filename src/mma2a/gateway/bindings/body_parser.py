@@ -1,0 +1,141 @@
+"""JSON request bodies parsed without holding the event loop: small ones inline, large ones in a worker process.
+
+A 26.7 MB body (one 20 MB image inline, base64) costs orjson 25-45 ms and the value count (`check_json_values`)
+another 15-30 ms, both holding the GIL: on the loop, three such bodies in flight held every other client's request
+for up to ~250 ms (security round 4, finding 10's remainder); in a thread they would hold it just the same. The
+worker process (`mma2a.json_worker`, a plain subprocess: nothing of the gateway's main module or threads is copied)
+counts and parses; one thread of the gateway hands it the body and reads its answer with blocking pipe I/O (the
+kernel copies with the GIL released), so the loop pays only for unpickling the document (~6 ms for 27 MB, a string
+copied). Large bodies go through one at a time (a lane: their parses' memory and CPU do not add up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any
+
+from ...errors import InvalidRequest, MMA2AError, ParseError
+from ...json_worker import ANSWER_HEAD, LAUNCH, REQUEST_HEAD
+from ...request_body import parse_json_body
+from ..access.security import Unavailable
+
+log = logging.getLogger("mma2a.gateway")
+
+INLINE_PARSE_BYTES = 1 << 20
+"""Bodies up to this size are parsed on the loop (about a millisecond); larger ones in the worker process."""
+
+_REFUSALS: dict[str, type[MMA2AError]] = {"InvalidRequest": InvalidRequest, "ParseError": ParseError}
+_SOURCES = str(Path(__file__).resolve().parents[2])  # the directory holding `mma2a`: the worker imports the same code
+
+
+class JSONBodyParser:
+    """`parse(body)`: the document and its counted brackets (`request_body.parse_json_body`), refusals raised the same
+    way whichever side of `inline_bytes` the body is. The worker starts with the first large body; `close` stops it."""
+
+    def __init__(self, max_depth: int, inline_bytes: int = INLINE_PARSE_BYTES) -> None:
+        self.max_depth = max_depth
+        self.inline_bytes = inline_bytes
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lane: ThreadPoolExecutor | None = None  # one thread: one exchange at a time, never cut by a cancel
+
+    async def parse(self, body: bytes) -> tuple[Any, int | None]:
+        if len(body) <= self.inline_bytes:
+            return parse_json_body(body, self.max_depth)
+        if self._lane is None:
+            self._lane = ThreadPoolExecutor(1, thread_name_prefix="mma2a-json-body")
+        answer = await asyncio.get_running_loop().run_in_executor(self._lane, self._exchange, body)
+        if answer is None:
+            raise Unavailable("the gateway could not parse the request body (its parser process stopped); retry, "
+                              "or send large media by reference (POST /blobs)", field="body")
+        if answer[0]:
+            return answer[1], answer[2]
+        raise _REFUSALS[answer[1]](answer[2], field=answer[3])
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The worker process's id, while it runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def _exchange(self, body: bytes) -> tuple[Any, ...] | None:
+        """The worker's answer for `body` (on the lane's thread); a worker found dead (killed, out of memory) is
+        replaced once, then None."""
+        for _ in range(2):
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                proc = self._proc = self._start()
+            try:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(REQUEST_HEAD.pack(len(body), self.max_depth))
+                proc.stdin.write(body)
+                proc.stdin.flush()
+                (size,) = ANSWER_HEAD.unpack(_read(proc.stdout, ANSWER_HEAD.size))
+                data = _read(proc.stdout, size)
+            except (OSError, EOFError, ValueError):
+                log.warning("the JSON body worker process stopped; a new one starts for the next large body")
+                _stop(proc)
+                self._proc = None
+                continue
+            answer: tuple[Any, ...] = pickle.loads(data)  # our own worker's pickle of JSON values
+            return answer
+        return None
+
+    @staticmethod
+    def _start() -> subprocess.Popen[bytes]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_SOURCES, os.environ.get("PYTHONPATH")) if p)}
+        return subprocess.Popen([sys.executable, "-c", LAUNCH], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env)
+
+    async def close(self) -> None:
+        """Stop the worker, if it started (after the exchange in progress, if any: it exits at the end of stdin)."""
+        lane, self._lane = self._lane, None
+        if lane is None:
+            return
+        await asyncio.get_running_loop().run_in_executor(lane, self._close_worker)
+        lane.shutdown(wait=False)
+
+    def _close_worker(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        try:
+            proc.stdin.close()
+            proc.wait(2.0)
+        except (OSError, subprocess.TimeoutExpired):
+            _stop(proc)
+        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def _read(stream: IO[bytes], size: int) -> bytearray:
+    """Exactly `size` bytes from `stream` into one buffer (no copies but the kernel's); `EOFError` if it ends first."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = stream.readinto(view[got:])  # type: ignore[attr-defined]
+        if not n:
+            raise EOFError(f"the worker's answer ended after {got} of {size} bytes")
+        got += n
+    return buf
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass

@@ -1,0 +1,369 @@
+"""Ingress: the fast JSON-RPC path, and the hand-off to the SDK's bindings for the rest.
+
+`SendMessage`, `GetTask` and `CancelTask` on A2A 1.x are parsed once with orjson and
+answered from the pipeline without a protobuf round trip. Every other request (streaming,
+v0.3 `message/send`, push configs, …) goes to the SDK's `JsonRpcDispatcher` with the same
+pipeline behind it, so conformance comes from the SDK where speed matters less (loaded by
+the first such request: `bindings`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ...card import VERSION_HEADER
+from ...errors import (
+    VERSION_NOT_SUPPORTED,
+    InvalidParams,
+    InvalidRequest,
+    MMA2AError,
+    Overloaded,
+    PayloadTooLarge,
+    RateLimited,
+)
+from ...request_body import header_map
+from ...responses import jsonrpc_error_json
+from ..access.clients import StreamSlots, current_client
+from .sdk_routes import SdkBindings
+from .body_parser import JSONBodyParser
+from ..downstream.overload import shed_note
+from ..pipeline import Pipeline
+from ..access.security import AccessControl, retry_after
+
+from ..stages.feedback import FEEDBACK_METHOD
+
+log = logging.getLogger("mma2a.gateway")
+
+FAST_METHODS = frozenset({"SendMessage", "GetTask", "CancelTask"})
+# the A2A 0.3 method names (answered through the SDK's compat layer); any other name with a slash is unknown (-32601)
+V03_METHODS = frozenset({
+    "message/send", "message/stream", "tasks/get", "tasks/cancel", "tasks/resubscribe", "tasks/pushNotificationConfig/set",
+    "tasks/pushNotificationConfig/get", "tasks/pushNotificationConfig/list", "tasks/pushNotificationConfig/delete",
+    "agent/getAuthenticatedExtendedCard",
+})
+# the methods answered with a stream (SSE): each holds one of the caller's stream slots while open
+STREAM_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe"})
+MAX_JSON_DEPTH = 64  # levels of objects and arrays under `params`; protobuf-based agents refuse about 100
+_PART_KINDS = ("text", "raw", "url", "data")
+
+
+_JSON_TYPE = (b"content-type", b"application/json")
+# "1.0", "1.2.3": the fast path's versions; any other value (a list, "1.x-beta") is the SDK's to accept or refuse
+_PLAIN_V1 = re.compile(r"1\.[0-9]+(?:\.[0-9]+)?").fullmatch
+_DECIMAL = re.compile(r"-?[0-9]+")
+_VERSION = VERSION_HEADER.lower().encode("latin-1")
+
+
+def rpc_response(rid: Any, result: Any) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+def rpc_error(rid: Any, exc: MMA2AError) -> bytes:
+    return orjson.dumps(jsonrpc_error_json(rid, exc))
+
+
+def check_message(message: Any) -> dict[str, Any]:
+    """Shape checks of an A2A 1.0 message, each error naming the field."""
+    if not isinstance(message, dict):
+        raise InvalidParams("params.message: required, must be an object", field="params.message")
+    if not isinstance(message.get("messageId"), str) or not message["messageId"]:
+        raise InvalidParams("params.message.messageId: required, must be a non-empty string", field="params.message.messageId")
+    role = message.get("role")
+    if role not in ("ROLE_USER", "ROLE_AGENT", "user", "agent"):
+        raise InvalidParams(f"params.message.role: must be ROLE_USER or ROLE_AGENT, got {role!r}", field="params.message.role")
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise InvalidParams("params.message.parts: required, must be a non-empty list", field="params.message.parts")
+    for i, part in enumerate(parts):
+        where = f"params.message.parts[{i}]"
+        if not isinstance(part, dict):
+            raise InvalidParams(f"{where}: must be an object", field=where)
+        kinds = [k for k in _PART_KINDS if k in part]
+        if len(kinds) != 1:
+            raise InvalidParams(f"{where}: must carry exactly one of text, raw, url, data (got {kinds or 'none'})", field=where)
+        kind = kinds[0]
+        if kind in ("text", "raw", "url") and not isinstance(part[kind], str):
+            raise InvalidParams(f"{where}.{kind}: must be a string", field=f"{where}.{kind}")
+        if "metadata" in part and not isinstance(part["metadata"], dict):
+            raise InvalidParams(f"{where}.metadata: must be an object", field=f"{where}.metadata")
+    if "metadata" in message and not isinstance(message["metadata"], dict):
+        raise InvalidParams("params.message.metadata: must be an object", field="params.message.metadata")
+    return message
+
+
+def too_deep(value: Any, where: str, budget: int) -> str | None:
+    """The path of the first object or array nested more than `budget` levels under `where`, else None."""
+    if budget < 0:
+        return where
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (dict, list)):
+                found = too_deep(v, f"{where}.{k}" if len(where) < 120 else where, budget - 1)
+                if found is not None:
+                    return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, (dict, list)):
+                found = too_deep(v, f"{where}[{i}]" if len(where) < 120 else where, budget - 1)
+                if found is not None:
+                    return found
+    return None
+
+
+class JsonRpcIngress:
+    """The POST endpoint of the JSON-RPC binding at `/` and `/agents/{agent}/`."""
+
+    def __init__(self, pipeline: Pipeline, sdk: SdkBindings, *, max_body_bytes: int, metrics: Any,
+                 control: AccessControl | None = None) -> None:
+        """`sdk`: the SDK's bindings, for what the fast path does not answer; `control`: the access gate whose stream
+        slots the streaming methods take (None: not counted)."""
+        self.control = control
+        self.pipeline = pipeline
+        self.sdk = sdk
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+        self.parser = JSONBodyParser(MAX_JSON_DEPTH)
+        self._bytes_in = metrics.bytes_in.labels("jsonrpc")
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The route's ASGI app: no per-request wrapping beyond the request and the response themselves.
+
+        A JSON-RPC answer (result or error, HTTP 200) goes out as two raw ASGI messages; other answers
+        (413, a client gone mid-body, the SDK's) are Starlette responses."""
+        answer = await self.handle(scope, receive)
+        if isinstance(answer, bytes):
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", b"%d" % len(answer)), _JSON_TYPE]})
+            await send({"type": "http.response.body", "body": answer})
+        else:
+            await answer(scope, receive, send)
+
+    async def _sdk(self, scope: dict[str, Any], receive: Any, body: bytes, method: Any = None, rid: Any = None
+                   ) -> Response:
+        """The request (its body already read) answered by the SDK's dispatcher; a streaming `method` holds one of
+        the caller's stream slots while it is answered."""
+        if method.__class__ is str and method in STREAM_METHODS and self.control is not None:
+            return await self._stream(scope, receive, body, rid)
+        return await self._plain_sdk(scope, receive, body, rid)
+
+    async def _plain_sdk(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any = None) -> Response:
+        """The SDK's answer; a request whose message was shed (noted by the pipeline) is answered 503 instead, as
+        on the fast path (the SDK answers every error with HTTP 200)."""
+        await self.sdk.loaded()
+        request = Request(scope, receive)
+        request._body = body  # the SDK dispatcher reads the cached body
+        shed: list[Overloaded] = []
+        token = shed_note.set(shed)
+        try:
+            answer: Response = await self.sdk.dispatcher.handle_requests(request)
+        finally:
+            shed_note.reset(token)
+        if shed and answer.media_type == "application/json":  # (a stream that has begun says it in its events)
+            return shed_response(rid, shed[0])
+        return answer
+
+    async def handle(self, scope: dict[str, Any], receive: Any) -> bytes | Response:
+        """The answer to one POST: a JSON-RPC document (bytes), or a response of another shape."""
+        headers = header_map(scope)
+        declared, raw_version = headers.get(b"content-length"), headers.get(_VERSION)
+        version = raw_version.decode("latin-1") if raw_version is not None else ""
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            return _too_large(self.max_body_bytes)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":  # gone mid-body (or cut off by the body deadline): nobody to answer
+                return Response(status_code=400)
+            chunk = msg.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return _too_large(self.max_body_bytes)
+            if not msg.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._bytes_in.inc(len(body))
+        try:
+            doc, brackets = await self.parser.parse(body)  # a large body in the worker process: the loop stays free
+        except MMA2AError as exc:
+            return rpc_error(None, exc)
+        if not isinstance(doc, dict):
+            return rpc_error(None, InvalidRequest("request must be a JSON-RPC 2.0 object (batches are not supported)"))
+        if brackets is None:  # a small body: not counted by check_json_values
+            brackets = body.count(b"{") + body.count(b"[")
+        if brackets > MAX_JSON_DEPTH:  # cheap: only such a body can nest that deep
+            deep = too_deep(doc.get("params"), "params", MAX_JSON_DEPTH)
+            if deep is not None:
+                return rpc_error(doc.get("id"), InvalidParams(
+                    f"{deep}: nested deeper than {MAX_JSON_DEPTH} levels (A2A agents parse at most about 100)", field=deep))
+        rid = doc.get("id")
+        if rid is not None and (rid.__class__ is not str and rid.__class__ is not int):  # bool is not int here
+            if rid.__class__ is float:  # orjson reads an integer past 64 bits as a float: the SDK's parser keeps it
+                return await self._sdk(scope, receive, body, doc.get("method"), rid)
+            return rpc_error(None, InvalidRequest("request id must be a string, an integer or null", field="id"))
+        method = doc.get("method")
+        if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
+            return rpc_error(rid, InvalidRequest("request must have jsonrpc: \"2.0\" and a string method", field="method"))
+        if method in V03_METHODS and version.startswith("1."):  # the SDK would answer -32603 (internal error)
+            err = InvalidRequest(f"method {method!r} is A2A 0.3; with A2A-Version {version} use the 1.0 method names "
+                                 "(SendMessage, GetTask, ...) or send A2A-Version: 0.3", field="method")
+            err.code = VERSION_NOT_SUPPORTED
+            return rpc_error(rid, err)
+        params = doc.get("params")
+        target = (scope.get("path_params") or {}).get("agent")
+        # A2A 1.0's `tenant` names the agent (the gateway's tenants are its agents, as on gRPC and REST): checked here
+        # against the agents the client may use, for the SDK's path too; a path (`/agents/{name}/`) wins
+        tenant = params.get("tenant") if params.__class__ is dict else None
+        if tenant is not None and (tenant.__class__ is not str or not tenant or target is not None):
+            tenant = None
+        if tenant is not None:
+            try:
+                AccessControl.check_agent(current_client.get(), tenant, field="params.tenant")
+            except MMA2AError as exc:
+                return rpc_error(rid, exc)
+        if method == FEEDBACK_METHOD:  # the extension's own method (docs/extension.md)
+            return await self._feedback(params, target if target is not None else tenant, rid)
+        fast_version = version == "1.0" or _PLAIN_V1(version) is not None
+        if method not in FAST_METHODS or not fast_version or (_underscore(body) and _snake_case(params)):
+            return await self._sdk(scope, receive, body, method, rid)
+        try:
+            if not isinstance(params, dict):
+                if params is not None and not isinstance(params, list):  # JSON-RPC 2.0 §4.2: a structured value
+                    raise InvalidRequest("params: must be an object or an array, if present", field="params")
+                raise InvalidParams("params: required, must be an object", field="params")
+            if target is None and tenant is not None:
+                target = tenant
+            if method == "SendMessage":
+                message = check_message(params.get("message"))
+                config = params.get("configuration")
+                if config is not None and not isinstance(config, dict):
+                    raise InvalidParams("params.configuration: must be an object", field="params.configuration")
+                result: Any = await self.pipeline.send(message, config, target=target)
+            else:
+                tid = params.get("id")
+                if not isinstance(tid, str) or not tid:
+                    raise InvalidParams("params.id: required, must be a task id string", field="params.id")
+                if method == "GetTask":
+                    result = await self.pipeline.get_task(tid, history_length(params), target=target)
+                else:
+                    result = await self.pipeline.cancel_task(tid, target=target)
+        except Overloaded as exc:  # shed under overload: 503 + Retry-After, the JSON-RPC error in the body
+            return shed_response(rid, exc)
+        except MMA2AError as exc:
+            return rpc_error(rid, exc)
+        except Exception:  # a bug of ours: no stack trace on the wire
+            log.exception("internal error in %s", method)
+            return rpc_error(rid, MMA2AError("internal error"))  # code -32603
+        return rpc_response(rid, result)
+
+
+    async def _feedback(self, params: Any, target: str | None, rid: Any) -> bytes:
+        """`a2a-multimodal/TaskFeedback`: `params` `{id, score, agent?, comment?}` (gateway/stages/feedback.py)."""
+        try:
+            if not isinstance(params, dict):
+                raise InvalidParams("params: required, must be an object with id and score", field="params")
+            tid = params.get("id")
+            if not isinstance(tid, str) or not tid:
+                raise InvalidParams("params.id: required, must be a task id string", field="params.id")
+            result = await self.pipeline.feedback.submit(tid, params, target=target, where="params")
+        except MMA2AError as exc:
+            return rpc_error(rid, exc)
+        return rpc_response(rid, result)
+
+    async def _stream(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any) -> Response:
+        """A streaming method: one of the caller's stream slots while its answer is sent, or 429 + `Retry-After`
+        with the JSON-RPC error (-32600, `data.retryAfter`) past the caps."""
+        assert self.control is not None
+        try:
+            sender = self.control.open_stream(current_client.get(), scope)
+        except RateLimited as exc:
+            return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=429, media_type="application/json",
+                            headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
+        try:
+            answer = await self._plain_sdk(scope, receive, body, rid)
+        except BaseException:
+            self.control.streams.give(sender)
+            raise
+        return _Holding(answer, self.control.streams, sender)
+
+
+class _Holding(Response):
+    """An answer that gives its stream slot back once it is sent (or the client left)."""
+
+    def __init__(self, answer: Response, slots: StreamSlots, sender: str) -> None:  # noqa: D107 (no body of its own)
+        self.answer, self.slots, self.sender = answer, slots, sender
+        self.status_code = answer.status_code
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.answer(scope, receive, send)
+        finally:
+            self.slots.give(self.sender)
+
+
+def history_length(params: dict[str, Any]) -> int | None:
+    """`historyLength` (or `history_length`, as the SDK also reads it): absent, or a count (0 = no history;
+    a negative count is the task owner's to refuse, see `Pipeline.get_task`)."""
+    hl = params.get("historyLength", params.get("history_length"))
+    if hl is None:
+        return None
+    if isinstance(hl, bool) or not isinstance(hl, int):
+        # as protobuf's JSON reading (the SDK's) takes them: a decimal string, a float with no fraction
+        if isinstance(hl, str) and _DECIMAL.fullmatch(hl):
+            return int(hl)
+        if isinstance(hl, float) and hl.is_integer():
+            return int(hl)
+        raise InvalidParams(f"params.historyLength: must be an integer, got {hl!r}", field="params.historyLength")
+    return hl
+
+
+def _underscore(body: bytes) -> bool:
+    """An underscore in the body outside the role values (`"role":"ROLE_USER"`): only such a body can have a proto
+    field name for `_snake_case` to find. (`:"ROLE_USER"` can only be a value: a key is never after a colon, and a
+    quote inside a JSON string is escaped.)"""
+    if b"_" not in body:
+        return False
+    if len(body) > 2048:  # not worth copying: `_snake_case` reads only keys
+        return True
+    for role in (b':"ROLE_USER"', b': "ROLE_USER"', b':"ROLE_AGENT"', b': "ROLE_AGENT"'):
+        if role in body:
+            body = body.replace(role, b"")
+    return b"_" in body
+
+
+def _snake_case(params: Any) -> bool:
+    """Params spelled with proto field names (`message_id`, `history_length`): the SDK's parser reads both
+    spellings, so such requests take its path rather than the fast one, which reads the JSON names.
+    (Called only for bodies with an underscore somewhere; the keys of each level are joined and searched once.)"""
+    if not isinstance(params, dict):
+        return False
+    keys = "".join(params)
+    message, config = params.get("message"), params.get("configuration")
+    if isinstance(message, dict):
+        keys += "".join(message)
+        parts = message.get("parts")
+        if isinstance(parts, list):
+            keys += "".join(k for p in parts if isinstance(p, dict) for k in p)
+    if isinstance(config, dict):
+        keys += "".join(config)
+    return "_" in keys
+
+
+def shed_response(rid: Any, exc: Overloaded) -> Response:
+    """A message shed under overload on JSON-RPC: HTTP 503 with `Retry-After`, the JSON-RPC error (ErrorInfo reason
+    `OVERLOADED`, the agent in its metadata) in the body."""
+    return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=503, media_type="application/json",
+                    headers={"Retry-After": str(retry_after(exc))})
+
+
+def _too_large(limit: int) -> Response:
+    err = PayloadTooLarge(f"request body exceeds {limit} bytes; send large media by reference (POST /blobs)")
+    return Response(orjson.dumps(jsonrpc_error_json(None, err)), status_code=413, media_type="application/json")

@@ -1,0 +1,110 @@
+"""Calls to agents over gRPC, for agents whose cards prefer it (the `grpc` extra: grpcio).
+
+The pipeline speaks A2A's JSON form; here each call becomes the `A2AService` request message,
+the reply comes back as the same JSON the JSON-RPC binding carries, and an agent's gRPC error
+(status + `google.rpc.ErrorInfo`) becomes the `AgentRPCError` its JSON-RPC twin would be. The
+A2A version and the extension travel in metadata (`a2a-version`, `a2a-extensions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import grpc
+import grpc.aio
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from google.protobuf import json_format
+from google.rpc import error_details_pb2, status_pb2
+
+from ...errors import ERROR_INFO_TYPE, INTERNAL_ERROR, AgentRPCError, DispatchError, code_for_reason
+from .service_params import extensions_for_agent
+
+_REQUESTS: dict[str, type[Any]] = {
+    "SendMessage": a2a_pb2.SendMessageRequest,
+    "SendStreamingMessage": a2a_pb2.SendMessageRequest,
+    "GetTask": a2a_pb2.GetTaskRequest,
+    "CancelTask": a2a_pb2.CancelTaskRequest,
+    "ListTasks": a2a_pb2.ListTasksRequest,
+    "SubscribeToTask": a2a_pb2.SubscribeToTaskRequest,
+}
+
+
+class GrpcAgents:
+    """One channel per agent address (`grpc://HOST:PORT`), reused across calls."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, tuple[grpc.aio.Channel, a2a_pb2_grpc.A2AServiceStub]] = {}
+
+    def _stub(self, url: str) -> a2a_pb2_grpc.A2AServiceStub:
+        target = url.removeprefix("grpc://").rstrip("/")
+        if target not in self._channels:
+            channel = grpc.aio.insecure_channel(target)
+            self._channels[target] = (channel, a2a_pb2_grpc.A2AServiceStub(channel))  # type: ignore[no-untyped-call]
+        return self._channels[target][1]
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel, _ in channels.values():
+            await channel.close()
+
+    @staticmethod
+    def _metadata(extension: bool, extra: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+        md = [("a2a-version", "1.0"), *((k.lower(), v) for k, v in (extra or {}).items())]
+        extensions = extensions_for_agent(extension)  # the client's, and ours when the agent reads it
+        if extensions is not None:
+            md.append(("a2a-extensions", extensions))
+        return md
+
+    async def call(self, agent: str, url: str, method: str, params: Mapping[str, Any], *, extension: bool,
+                   timeout_s: float, extra: Mapping[str, str] | None = None) -> Any:
+        request = json_format.ParseDict(dict(params), _REQUESTS[method](), ignore_unknown_fields=True)
+        rpc = getattr(self._stub(url), method)
+        try:
+            reply = await rpc(request, metadata=self._metadata(extension, extra), timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise _agent_error(agent, exc, timeout_s) from None
+        return json_format.MessageToDict(reply)
+
+    async def stream(self, agent: str, url: str, method: str, params: Mapping[str, Any], *, extension: bool,
+                     timeout_s: float, extra: Mapping[str, str] | None = None) -> AsyncIterator[Any]:
+        request = json_format.ParseDict(dict(params), _REQUESTS[method](), ignore_unknown_fields=True)
+        call = getattr(self._stub(url), method)(request, metadata=self._metadata(extension, extra))
+        try:
+            async for event in call:
+                yield json_format.MessageToDict(event)
+        except grpc.aio.AioRpcError as exc:
+            raise _agent_error(agent, exc, timeout_s) from None
+
+
+_REFUSED = {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403}
+
+
+def _agent_error(agent: str, exc: grpc.aio.AioRpcError, timeout_s: float) -> Exception:
+    """A gRPC failure as the error the JSON-RPC binding would give: the agent's A2A error, or a dispatch error."""
+    if exc.code() in _REFUSED:  # as an HTTP agent's 401/403: an OAuth2 token is fetched again once on the first
+        status = _REFUSED[exc.code()]
+        return DispatchError(f"agent {agent} refused the gateway's credentials (gRPC {exc.code().name}); check its "
+                             "agents[].auth (or token_env)", data={"agent": agent, "status": status})
+    info = _error_info(exc)
+    if info is not None:
+        code = code_for_reason(info.reason) or INTERNAL_ERROR
+        detail = {"@type": ERROR_INFO_TYPE, "reason": info.reason, "domain": info.domain, "metadata": dict(info.metadata)}
+        return AgentRPCError(agent, {"code": code, "message": exc.details() or "", "data": [detail]})
+    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DispatchError(f"agent {agent} timed out after {timeout_s:g} s", data={"agent": agent, "timeout": timeout_s})
+    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+        return DispatchError(f"agent {agent} unreachable: {exc.details()}", data={"agent": agent})
+    return DispatchError(f"agent {agent} failed: gRPC {exc.code().name}: {exc.details()}", data={"agent": agent})
+
+
+def _error_info(exc: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo | None:
+    for key, value in exc.trailing_metadata() or ():
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            status = status_pb2.Status()
+            status.ParseFromString(value)
+            for detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Unpack(info):
+                    return info
+    return None

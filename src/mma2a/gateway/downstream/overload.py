@@ -1,0 +1,469 @@
+"""Under overload, urgent legs first: each agent's concurrency slots and the bounded priority queue in front of them.
+
+Every leg sent to an agent (a message's dispatch, each step of a transform chain, a stream, each leg of a fan-out)
+takes one of the agent's slots for as long as the agent works on it; the agent's limit is fixed or adaptive
+(`agent_limit`). Past the limit a leg waits in the agent's queue, ordered by priority (the message's, capped per
+client), then by age, each with a deadline: `limits.queue_timeout_s`, or the client's own when sooner. A leg is
+shed — answered at once with `Overloaded` (HTTP 503 + `Retry-After`, gRPC UNAVAILABLE + RetryInfo), never left
+to hang — when:
+
+- `outranked`: legs of higher priority arrive at 90% or more of the agent's rate (the rate it delivers while kept
+  busy, measured from the gaps between its answers): this one could only be served by taking their slots, so it is
+  shed on arrival, even when a slot is free for a moment (else routine legs taking free slots would leave urgent ones
+  a standing backlog); or — a routine leg — privileged legs are waiting for a slot now (queued behind them it could
+  only be served by capacity they need, or be shed later, after a wait). For a routine priority the arrivals above it
+  are read over the last quarter second as well as the last second (`ArrivalRates`: an overload that starts is seen
+  within a quarter second);
+- `deadline`: it would wait past its deadline, or — a routine leg (priority up to `ROUTINE_MAX`, the clients'
+  default ceiling) — more than `QUEUE_RTTS` of the agent's mean answer times once its limit is settled (a standing
+  queue only adds latency: better an answer now; a privileged leg waits to its deadline). The wait is estimated when it arrives (and again for
+  the lowest queued legs whenever the queue moves) from the legs ahead of it and the agent's rate left to its
+  priority: `(ahead + 1) / (agent's rate - arrivals per second of higher priorities)`;
+- `queue_full`: the queue holds `limits.max_queue_per_agent` legs and none is less urgent (else that one,
+  the youngest of the lowest priority, is shed in its place: `displaced`);
+- `expired`: its deadline passed while it waited.
+
+When no limit binds (slots free, nobody queued) a leg costs a comparison and two counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ...errors import Overloaded
+from .agent_limit import AdaptiveLimit, ConcurrencyLimit
+
+PRIORITIES = 10  # the extension's priority: 0..9
+RATE_WINDOW_S = 1.0  # arrivals per priority are counted over a sliding window this long ...
+BUCKETS = 4  # ... in this many buckets (a rise is seen within one: `ArrivalRates`)
+BUCKET_S = RATE_WINDOW_S / BUCKETS
+RATE_DECAY = 0.95  # each gap between answers (the agent kept busy) counts this much less with each newer one
+RTT_WEIGHT = 0.1  # weight of each answer in the mean latency the wait estimate uses
+ESTIMATE_AFTER = 8  # answers before a wait is estimated (until then the deadline alone sheds)
+QUEUE_RTTS = 4  # a routine leg is queued only when it is expected to reach the agent within this many answer times
+ROUTINE_MAX = 5  # priorities up to the clients' default ceiling are routine; above it (privileged) legs wait to their deadline
+FLOOR_MARGIN = 0.1  # a priority whose betters arrive at 90% of the agent's rate or more is shed even at a free slot
+
+# the legs shed while the request being served ran (the SDK's bindings answer it 503 from there: `shed_of`)
+shed_note: contextvars.ContextVar[list[Overloaded] | None] = contextvars.ContextVar("mma2a_shed", default=None)
+# the client's deadline for the request being served, in loop time (gRPC's deadline; `X-Request-Timeout` on HTTP)
+client_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("mma2a_deadline", default=None)
+
+
+def note_shed(exc: Overloaded) -> None:
+    """Note a shed for the binding answering the request (nothing outside one)."""
+    found = shed_note.get()
+    if found is not None:
+        found.append(exc)
+
+
+class _Waiter:
+    __slots__ = ("priority", "future", "deadline", "since", "timer", "live")
+
+    def __init__(self, priority: int, future: asyncio.Future[None], deadline: float, since: float) -> None:
+        self.priority = priority
+        self.future = future
+        self.deadline = deadline
+        self.since = since
+        self.timer: asyncio.TimerHandle | None = None
+        self.live = True
+
+
+class ArrivalRates:
+    """Legs arriving per second, per priority, counted in buckets of `BUCKET_S`. The rate of the legs above a priority
+    is the larger of two sliding windows: the last `RATE_WINDOW_S` and the last bucket, so a rise is seen within a
+    bucket (an overload that starts: every leg a routine one takes from an agent that urgent ones fill is their
+    capacity lost for good) and a fall only after the longer window (a lull between bursts is not a fall)."""
+
+    __slots__ = ("_buckets", "_i", "_start", "above", "steady")
+
+    def __init__(self) -> None:
+        self._buckets = [[0] * PRIORITIES for _ in range(BUCKETS + 1)]  # a ring: the current bucket and BUCKETS before
+        self._i = 0
+        self._start = -math.inf  # when the current bucket began
+        self.above = [0.0] * PRIORITIES  # legs a second above each priority, as of the last `estimate` ...
+        self.steady = [0.0] * PRIORITIES  # ... and over the longer window alone
+
+    def count(self, priority: int) -> None:
+        self._buckets[self._i][priority] += 1
+
+    def roll(self, now: float) -> None:
+        """Move the current bucket on to `now` (buckets past are kept, up to BUCKETS; a quiet spell empties them)."""
+        passed = (now - self._start) / BUCKET_S
+        if passed < 1.0:
+            return
+        steps = BUCKETS + 1 if passed > BUCKETS + 1 else int(passed)
+        for _ in range(steps):
+            self._i = (self._i + 1) % (BUCKETS + 1)
+            self._buckets[self._i] = [0] * PRIORITIES
+        self._start = now if passed > BUCKETS + 1 else self._start + steps * BUCKET_S
+
+    def estimate(self, now: float) -> None:
+        """`above` at `now` (after `roll`): the oldest bucket of each window counts for the part still inside it."""
+        n = BUCKETS + 1
+        keep = 1.0 - min(1.0, max(0.0, (now - self._start) / BUCKET_S))
+        cur, last, oldest = self._buckets[self._i], self._buckets[(self._i - 1) % n], self._buckets[(self._i + 1) % n]
+        middle = [self._buckets[(self._i - k) % n] for k in range(1, BUCKETS)]
+        long_w, short_w = 0.0, 0.0
+        for p in range(PRIORITIES - 1, 0, -1):  # above[p - 1]: the legs of priority p and up
+            long_w += cur[p] + sum(b[p] for b in middle) + keep * oldest[p]
+            short_w += cur[p] + keep * last[p]
+            self.steady[p - 1] = long_w / RATE_WINDOW_S
+            self.above[p - 1] = max(self.steady[p - 1], short_w / BUCKET_S)
+        self.above[PRIORITIES - 1] = self.steady[PRIORITIES - 1] = 0.0
+
+
+class AgentSlots:
+    """One agent's slots and queue. Runs on the event loop only (no lock)."""
+
+    def __init__(self, agent: str, limit: ConcurrencyLimit, *, max_queue: int, queue_timeout_s: float,
+                 clock: Callable[[], float] | None = None,
+                 on_shed: Callable[[str, int, str], None] | None = None,
+                 on_wait: Callable[[str, int, float], None] | None = None) -> None:
+        self.agent = agent
+        self.limit = limit
+        self.max_queue = max_queue
+        self.queue_timeout_s = queue_timeout_s
+        self.clock = clock
+        self.on_shed = on_shed
+        self.on_wait = on_wait
+        self.inflight = 0
+        self.queued = 0
+        self._queues: list[deque[_Waiter]] = [deque() for _ in range(PRIORITIES)]
+        self.counts = [0] * PRIORITIES  # live waiters per priority
+        self.shed = [0] * PRIORITIES  # legs shed, per priority (the console's figures; metrics count by reason too)
+        self.rtt_mean = 0.0
+        self.inflight_mean = 0.0  # legs at the agent when an answer came, averaged as rtt_mean is: rate = this / that
+        self.answers = 0
+        self.intervals = 0  # gaps between answers while the agent was kept busy ...
+        self._busy_n = 0.0  # ... and the decayed count and seconds of them (`rate`: the one over the other)
+        self._busy_s = 0.0
+        self._busy_answer: float | None = None  # when the last answer came, if legs were waiting then (else None)
+        self.arrivals = ArrivalRates()
+        self.floor = 0  # the lowest priority not outranked (`_roll`); lower ones take the slow path, and are shed
+
+    # --- taking and giving back a slot -------------------------------------------------------------------------
+
+    def acquire(self, priority: int, deadline: float | None = None) -> Awaitable[None] | None:
+        """A slot for a leg of `priority` (`deadline`: the client's, in loop time): None when granted at once, else
+        the wait to await (it raises `Overloaded` when the leg is shed). Raises `Overloaded` at once when it cannot
+        wait."""
+        if self.inflight < self.limit.value and not self.queued and priority >= self.floor:
+            self.arrivals.count(priority)
+            self.inflight += 1
+            return None
+        return self._enqueue(priority, self._now(), deadline)
+
+    def release(self, rtt: float | None = None) -> None:
+        """Give a slot back; `rtt`: the seconds the agent took to answer (None: no sample, as for a stream or an
+        agent that could not be reached)."""
+        busy = self.queued > 0 or self.inflight >= self.limit.value
+        self.inflight -= 1
+        now = 0.0
+        if rtt is not None:
+            now = self._now()
+            self.arrivals.roll(now)  # (arrivals granted at once count into the bucket current then)
+            self._delivered(busy, now)
+            self.answers += 1
+            if self.rtt_mean == 0.0:
+                self.rtt_mean, self.inflight_mean = rtt, float(self.inflight + 1)
+            else:
+                self.rtt_mean += RTT_WEIGHT * (rtt - self.rtt_mean)
+                self.inflight_mean += RTT_WEIGHT * (self.inflight + 1 - self.inflight_mean)
+            self.limit.sample(rtt, self.inflight + 1, busy, self.busy_floor())
+        if self.queued:
+            now = now or self._now()
+            self._roll(now)
+            self._grant(now)
+            self._shed_hopeless(now)
+
+    def busy_floor(self) -> int | None:
+        """The fewest legs in flight that keep the agent busy: the rate it delivers x its answer time with nothing
+        queued inside it (the legs it works on at once), plus one waiting inside it; None until both are measured."""
+        base = self.limit.base_rtt
+        if self.intervals < ESTIMATE_AFTER or self._busy_s <= 0.0 or not math.isfinite(base):
+            return None
+        return math.ceil(self._busy_n / self._busy_s * base - 0.05) + 1
+
+    def _delivered(self, busy: bool, now: float) -> None:
+        """An answer came at `now`; `busy`: every slot was taken or legs waited. The time since the previous answer,
+        when both came busy (the agent was kept busy in between), is a sample of the rate the agent delivers."""
+        if not busy:
+            self._busy_answer = None
+            return
+        if self._busy_answer is not None:
+            self.intervals += 1
+            self._busy_n = self._busy_n * RATE_DECAY + 1.0
+            self._busy_s = self._busy_s * RATE_DECAY + (now - self._busy_answer)
+        self._busy_answer = now
+
+    # --- the queue ---------------------------------------------------------------------------------------------
+
+    def _enqueue(self, priority: int, now: float, deadline: float | None) -> Awaitable[None]:
+        self._roll(now)
+        self.arrivals.count(priority)
+        budget = self.queue_timeout_s if deadline is None else min(self.queue_timeout_s, deadline - now)
+        ahead = sum(self.counts[priority:])
+        if priority < self.floor:  # the legs above it take the agent's whole rate: even a free slot is not for it
+            raise self._shed_now(priority, "outranked", f"legs of higher priority take all agent {self.agent} "
+                                 "serves", self._wait(priority, ahead))
+        if ahead == 0 and self.inflight < self.limit.value:  # a free slot, and nobody better waits
+            self.inflight += 1
+            return _granted()
+        if priority <= ROUTINE_MAX and ahead > sum(self.counts[priority:ROUTINE_MAX + 1]):
+            # privileged legs wait: the agent is full with what must go first, and a routine leg queued behind them
+            # could only be served by the capacity they need (or be shed later, after a wait): shed it now
+            raise self._shed_now(priority, "outranked", f"legs of higher priority wait for agent {self.agent}",
+                                 self._wait(priority, ahead))
+        if budget <= 0:
+            raise self._shed_now(priority, "deadline", f"its deadline passed before agent {self.agent} had a slot",
+                                 self._wait(priority, ahead))
+        expected = self._wait(priority, ahead)
+        if expected > budget:
+            raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
+                                 f"past its deadline of {_secs(budget)}", expected)
+        # a standing queue only adds latency (not judged while an adaptive limit is still finding the agent's measure:
+        # a first burst at an idle agent waits for the limit to grow)
+        if priority <= ROUTINE_MAX and self.limit.settled and expected > QUEUE_RTTS * self.rtt_mean:
+            raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
+                                 f"more than {QUEUE_RTTS} of its answer times", expected)
+        if self.queued >= self.max_queue:
+            low = self._lowest()
+            if low is None or low.priority >= priority:
+                raise self._shed_now(priority, "queue_full", f"the queue of agent {self.agent} is full "
+                                     f"({self.max_queue} legs, limits.max_queue_per_agent)", expected)
+            self._shed(low, "displaced", f"a more urgent leg took its place in the queue of agent {self.agent}", now)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(priority, future, now + budget, now)
+        self._queues[priority].append(waiter)
+        self.counts[priority] += 1
+        self.queued += 1
+        waiter.timer = asyncio.get_running_loop().call_later(budget, self._expire, waiter)
+        self._shed_hopeless(now)
+        return self._await(waiter)
+
+    async def _await(self, waiter: _Waiter) -> None:
+        try:
+            await waiter.future
+        except asyncio.CancelledError:  # the caller left while it waited (or just as it was granted)
+            if waiter.live:
+                self._remove(waiter)
+            elif waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
+                self.release()  # granted, then left: the slot goes to the next
+            raise
+
+    def _grant(self, now: float) -> None:
+        while self.queued and self.inflight < self.limit.value:
+            waiter = self._best()
+            if waiter is None:
+                return
+            self._remove(waiter)
+            self.inflight += 1
+            waiter.future.set_result(None)
+            if self.on_wait is not None:
+                self.on_wait(self.agent, waiter.priority, now - waiter.since)
+
+    def _best(self) -> _Waiter | None:
+        for p in range(PRIORITIES - 1, -1, -1):
+            if self.counts[p]:
+                q = self._queues[p]
+                while q and not q[0].live:
+                    q.popleft()
+                if q:
+                    return q[0]
+        return None
+
+    def _lowest(self) -> _Waiter | None:
+        """The youngest waiter of the lowest priority waiting."""
+        for p in range(PRIORITIES):
+            if self.counts[p]:
+                q = self._queues[p]
+                while q and not q[-1].live:
+                    q.pop()
+                if q:
+                    return q[-1]
+        return None
+
+    def _remove(self, waiter: _Waiter) -> None:
+        waiter.live = False
+        self.counts[waiter.priority] -= 1
+        self.queued -= 1
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        q = self._queues[waiter.priority]
+        while q and not q[0].live:
+            q.popleft()
+        while q and not q[-1].live:
+            q.pop()
+
+    def _shed_hopeless(self, now: float) -> None:
+        """Shed, lowest priority first, the waiters that would now wait past their deadline."""
+        while self.queued:
+            low = self._lowest()
+            if low is None:
+                return
+            expected = self._wait(low.priority, sum(self.counts[low.priority:]) - 1)
+            if expected <= low.deadline - now:
+                return
+            self._shed(low, "deadline", f"it would wait about {_secs(expected)} more for agent {self.agent}, past "
+                       "its deadline", now)
+
+    def _expire(self, waiter: _Waiter) -> None:
+        if waiter.live:
+            self._shed(waiter, "expired", f"it waited {_secs(waiter.deadline - waiter.since)} for agent {self.agent} "
+                       "(limits.queue_timeout_s, or the client's deadline)", waiter.deadline)
+
+    def _shed(self, waiter: _Waiter, why: str, text: str, now: float) -> None:
+        self._remove(waiter)
+        exc = self._shed_now(waiter.priority, why, text, self._wait(waiter.priority, 0))
+        waiter.future.set_exception(exc)
+
+    def _shed_now(self, priority: int, why: str, text: str, expected: float) -> Overloaded:
+        self.shed[priority] += 1
+        if self.on_shed is not None:
+            self.on_shed(self.agent, priority, why)
+        retry = expected if math.isfinite(expected) else max(self.queue_timeout_s, self.rtt_mean)
+        return Overloaded(f"agent {self.agent} is overloaded: a leg of priority {priority} was shed ({text}); "
+                          f"retry in about {_secs(max(retry, 1.0))}", agent=self.agent, priority=priority, why=why,
+                          retry_after=max(retry, 1.0))
+
+    # --- the estimate ------------------------------------------------------------------------------------------
+
+    def _roll(self, now: float) -> None:
+        """Move the arrival counts on to `now`, and the floor with them."""
+        self.arrivals.roll(now)
+        self.arrivals.estimate(now)
+        self.floor = self._floor()
+
+    def _floor(self) -> int:
+        """The lowest priority whose betters arrive at less than (1 - FLOOR_MARGIN) of the agent's rate."""
+        if self.answers < ESTIMATE_AFTER or self.rtt_mean <= 0.0:
+            return 0
+        for p in range(PRIORITIES):
+            if self.rate_above(p) < (1.0 - FLOOR_MARGIN) * self.rate_for(p):
+                return p
+        return PRIORITIES - 1
+
+    def rate_above(self, priority: int) -> float:
+        """Legs per second arriving with a priority above `priority` (`ArrivalRates`, as of the last move): for a
+        routine priority the larger of the last second's and the last quarter second's (a routine leg let in as an
+        overload starts takes capacity the privileged legs need for good), for a privileged one the last second's
+        (a privileged leg is not shed for a burst of its betters)."""
+        rates = self.arrivals.above if priority <= ROUTINE_MAX else self.arrivals.steady
+        return rates[priority]
+
+    def rate(self) -> float:
+        """Legs a second the agent answers when busy: as measured while it was kept busy (the gaps between answers
+        with legs waiting); until enough such answers, its limit (or, when more were at the agent over the recent
+        answers, that many) over the mean answer time (Little's law: an upper bound, as the mean answer time lags a
+        limit that just rose)."""
+        if self.intervals >= ESTIMATE_AFTER and self._busy_s > 0.0:
+            return self._busy_n / self._busy_s
+        return max(self.limit.value, self.inflight_mean) / self.rtt_mean
+
+    def rate_for(self, priority: int) -> float:
+        """The agent's rate a leg of `priority` is judged by: a routine leg by the rate measured (`rate`), a
+        privileged one by the larger of that and Little's law's (a stall of the machine stretches the gaps between
+        answers for a moment: shedding an urgent leg the agent could have served is the costlier mistake)."""
+        if priority <= ROUTINE_MAX or self.rtt_mean <= 0.0:
+            return self.rate()
+        return max(self.rate(), max(self.limit.value, self.inflight_mean) / self.rtt_mean)
+
+    def _wait(self, priority: int, ahead: int) -> float:
+        """Seconds a leg of `priority` with `ahead` legs of its priority or higher before it would wait."""
+        if self.answers < ESTIMATE_AFTER or self.rtt_mean <= 0.0:  # too few answers to tell: the deadline decides
+            return 0.0
+        rate = self.rate_for(priority) - self.rate_above(priority)
+        return (ahead + 1) / rate if rate > 0 else math.inf
+
+    def _now(self) -> float:
+        return self.clock() if self.clock is not None else asyncio.get_running_loop().time()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"inflight": self.inflight, "queued": self.queued, **self.limit.to_json(),
+                "queuedByPriority": {str(p): n for p, n in enumerate(self.counts) if n},
+                "shedByPriority": {str(p): n for p, n in enumerate(self.shed) if n},
+                "meanRttS": round(self.rtt_mean, 6)}
+
+
+def _secs(s: float) -> str:
+    return f"{s:.2f} s" if math.isfinite(s) else "without end"
+
+
+async def _granted() -> None:
+    return None
+
+
+class AgentSlotTable:
+    """Every agent's `AgentSlots`, made on first use from the agent's config and the `limits` section."""
+
+    def __init__(self, *, adaptive: bool = True, initial: int = 4, maximum: int = 256, max_queue: int = 256,
+                 queue_timeout_s: float = 5.0, on_shed: Callable[[str, int, str], None] | None = None,
+                 on_wait: Callable[[str, int, float], None] | None = None) -> None:
+        self.adaptive = adaptive
+        self.initial = initial
+        self.maximum = maximum
+        self.max_queue = max_queue
+        self.queue_timeout_s = queue_timeout_s
+        self.on_shed = on_shed
+        self.on_wait = on_wait
+        self._slots: dict[str, tuple[int | None, AgentSlots]] = {}
+
+    def of(self, agent: str, fixed: int | None) -> AgentSlots | None:
+        """The slots of `agent` whose config says `fixed` (`max_concurrency`, None: adaptive); None when the agent
+        is not limited (adaptive limits are off and it has no fixed one)."""
+        known = self._slots.get(agent)
+        if known is not None and known[0] == fixed:
+            return known[1]
+        if fixed is None and not self.adaptive:
+            return None
+        limit = ConcurrencyLimit(fixed) if fixed is not None else AdaptiveLimit(initial=self.initial, maximum=self.maximum)
+        if known is not None:  # the config changed: the new limit, the same queue
+            known[1].limit = limit
+            self._slots[agent] = (fixed, known[1])
+            return known[1]
+        slots = AgentSlots(agent, limit, max_queue=self.max_queue, queue_timeout_s=self.queue_timeout_s,
+                           on_shed=self.on_shed, on_wait=self.on_wait)
+        self._slots[agent] = (fixed, slots)
+        return slots
+
+    def get(self, agent: str) -> AgentSlots | None:
+        known = self._slots.get(agent)
+        return known[1] if known is not None else None
+
+    def items(self) -> list[tuple[str, AgentSlots]]:
+        return [(name, s) for name, (_, s) in self._slots.items()]
+
+
+class SlotsCollector(Collector):
+    """Queue depth per agent and priority, slots in use and each agent's limit, read at scrape time (nothing on the
+    request path)."""
+
+    def __init__(self, table: AgentSlotTable) -> None:
+        self.table = table
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+    def collect(self) -> Iterator[Any]:
+        depth = GaugeMetricFamily("mma2a_agent_queue_depth", "Legs waiting for an agent's slot, by priority",
+                                  labels=["agent", "priority"])
+        inflight = GaugeMetricFamily("mma2a_agent_inflight", "Legs at an agent (slots taken)", labels=["agent"])
+        limit = GaugeMetricFamily("mma2a_agent_concurrency_limit", "An agent's concurrency limit (fixed or adaptive)",
+                                  labels=["agent"])
+        for name, slots in self.table.items():
+            for p in range(PRIORITIES):
+                depth.add_metric([name, str(p)], slots.counts[p])
+            inflight.add_metric([name], slots.inflight)
+            limit.add_metric([name], slots.limit.value)
+        yield depth
+        yield inflight
+        yield limit

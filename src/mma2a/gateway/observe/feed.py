@@ -1,0 +1,87 @@
+"""The live feed of routing decisions: a ring bounded in entries and in bytes, polled by the console
+(`GET /admin/decisions`).
+
+Refused messages are recorded without thumbnails (their parts did not pass validation); an
+accepted message's thumbnails passed the guard's size limits. Whatever an entry holds, the ring
+keeps its total encoded size under `max_bytes` by dropping the oldest entries, and strings taken
+from the message (its id, the refusal text) are cut short.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from ...ext import EXTENSION_URI
+
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+_MAX_TEXT = 512  # characters of a message id or an outcome kept in the feed
+
+
+def thumbnails(parts: Sequence[Any]) -> list[dict[str, Any]]:
+    """The tiny previews parts carry (`metadata[ext].thumbnail`), by part index."""
+    out: list[dict[str, Any]] = []
+    for i, part in enumerate(parts):
+        if not (isinstance(part, dict) or isinstance(part, Mapping)) or not part.get("metadata"):
+            continue
+        thumb = ((part.get("metadata") or {}).get(EXTENSION_URI) or {}).get("thumbnail")
+        if isinstance(thumb, Mapping) and isinstance(thumb.get("data"), str):
+            out.append({"index": i, "mediaType": thumb.get("mediaType"), "data": thumb["data"]})
+    return out
+
+
+def _short(value: Any) -> Any:
+    return value[:_MAX_TEXT] + "…" if isinstance(value, str) and len(value) > _MAX_TEXT else value
+
+
+class DecisionFeed:
+    """The last decisions (at most `capacity`, at most `max_bytes` encoded) with a sequence number,
+    so a poller asks only for what is new."""
+
+    def __init__(self, capacity: int = 200, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self._items: deque[tuple[dict[str, Any], int]] = deque()
+        self._bytes = 0
+        self._seq = itertools.count(1)
+
+    @property
+    def size_bytes(self) -> int:
+        """The encoded size of what the feed holds now."""
+        return self._bytes
+
+    def record(self, message: Mapping[str, Any], route: list[dict[str, Any]], outcome: str, *,
+               refused: bool = False) -> None:
+        """Add a decision; `refused`: the message failed validation, so none of its parts' previews are kept."""
+        parts = message.get("parts")
+        mid = message.get("messageId")
+        thumbs = [] if refused or not (isinstance(parts, list) or isinstance(parts, Sequence)) else thumbnails(parts)
+        entry = {
+            "seq": next(self._seq),
+            "ts": int(time.time() * 1000) / 1000,  # milliseconds (`round` costs several times this)
+            "messageId": _short(mid) if isinstance(mid, str) else None,
+            "route": route,
+            "outcome": _short(outcome),
+            "thumbnails": thumbs,
+        }
+        size = len(orjson.dumps(entry))
+        if size > self.max_bytes and thumbs:
+            entry["thumbnails"] = []
+            size = len(orjson.dumps(entry))
+        if size > self.max_bytes:
+            return
+        items = self._items
+        items.append((entry, size))
+        self._bytes += size
+        if len(items) > self.capacity:  # full: the oldest makes room (as the byte budget below may ask too)
+            self._bytes -= items.popleft()[1]
+        while self._bytes > self.max_bytes:
+            self._bytes -= items.popleft()[1]
+
+    def since(self, seq: int = 0) -> list[dict[str, Any]]:
+        return [d for d, _ in self._items if d["seq"] > seq]
