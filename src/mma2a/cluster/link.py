@@ -54,11 +54,13 @@ class Names:
 
 async def connect(config: ClusterConfig, *, name: str = "mma2a", **callbacks: Any) -> Any:
     """A NATS connection that reconnects forever; a clear `ClusterError` if the first connect fails."""
-    errors: list[Exception] = []  # the last error NATS gave (nats-py ends with "no servers available" whatever it was)
+    # the errors NATS gave while connecting (nats-py ends with "no servers available" whatever it was, and a refused
+    # credential's "Authorization Violation" can be followed by the closed connection's own error): the last few kept
+    errors: list[Exception] = []
     outer = callbacks.get("error_cb", _quiet)
 
     async def noted(exc: Exception) -> None:
-        errors[:] = [exc]
+        errors[:] = [*errors[-7:], exc]
         await outer(exc)
 
     callbacks["error_cb"] = noted
