@@ -32,49 +32,49 @@ from starlette.routing import BaseRoute, Route
 
 from ..compression import ContentCoding
 from ..errors import MMA2AError, ParseError, RateLimited
-from ..request_body import read_body
 from ..features.base import Limits
 from ..features.budget import DecodeBudget
-from ..features.probe import check_media
 from ..features.pipeline import FeaturePipeline
 from ..features.policy import FeaturePolicy
+from ..features.probe import check_media
 from ..features.sentence import SentenceEncoder
 from ..features.text_models import INSTALL, sentence_embedder
 from ..modality import DEFAULT_REGISTRY, ModalityRegistry
 from ..payload import SIGNED_ROUTES, BlobStore, LocalBlobStore, StreamHub, URLSigner, payload_routes
+from ..request_body import read_body
 from ..responses import error_response, json_response
 from ..routing import parse_rules
 from ..routing.semantic import CachedEmbedder
 from ..serving import cancel_tasks
-from .stages.adapt import PartAdapter
+from .access.authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
 from .access.clients import current_client, current_sender
+from .access.federation import Federation
+from .access.guard import MessageGuard, media_limits
+from .access.security import access_control, error_body
 from .bindings.admin import admin_routes
 from .bindings.cards import CardCache, agent_card_through, gateway_card, security_declaration
+from .bindings.front import FrontDoor
+from .bindings.jsonrpc import JsonRpcIngress
+from .bindings.sdk_routes import JSONRPC_METHODS, SdkBindings, rest_routes
 from .config import ConfigError, GatewayConfig
 from .downstream.directory import AgentDirectory
-from .stages.enrich import FeatureStage
-from .faults import Deduper, Drain
-from .access.federation import Federation
-from .bindings.front import FrontDoor
-from .observe.feed import DecisionFeed
-from .access.guard import MessageGuard, media_limits
-from .history import HistoryRecorder, HistoryStore
-from .state.hooks import ClusterHooks, Standalone
-from .bindings.jsonrpc import JsonRpcIngress
-from .state.learning import Learner
-from .observe.metrics import GatewayMetrics
-from .stages.offload import OffloadStage
 from .downstream.overload import AgentSlotTable, SlotsCollector
-from .pipeline import Pipeline
-from .push.follow import WEBHOOK_PATH
-from .bindings.sdk_routes import JSONRPC_METHODS, SdkBindings, rest_routes
-from .access.authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
-from .access.security import access_control, error_body
-from .state.routing import RoutingState
+from .downstream.transport import Transport
+from .faults import Deduper, Drain
+from .history import HistoryRecorder, HistoryStore
+from .observe.feed import DecisionFeed
+from .observe.metrics import GatewayMetrics
 from .observe.tracing import TracingMiddleware
 from .observe.tracing import enabled as tracing_enabled
-from .downstream.transport import Transport
+from .pipeline import Pipeline
+from .push.follow import WEBHOOK_PATH
+from .stages.adapt import PartAdapter
+from .stages.enrich import FeatureStage
+from .stages.offload import OffloadStage
 from .stages.vectors import TextVectors
+from .state.hooks import ClusterHooks, Standalone
+from .state.learning import Learner
+from .state.routing import RoutingState
 
 if TYPE_CHECKING:
     from .bindings.grpc_service import GrpcIngress

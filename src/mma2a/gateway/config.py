@@ -21,12 +21,12 @@ from ..errors import ConfigError as ConfigError  # its home is errors.py; config
 from ..errors import InvalidParams, MMA2AError
 from ..modality import parse_modality
 from ..tls import ClientTLS, ListenerTLS
-from .access.clients import AuthConfig, RateLimitConfig
-from .cluster_config import ClusterConfig
 from .access.agent_auth import AgentAuth
-from .faults import FaultsConfig
+from .access.clients import AuthConfig, RateLimitConfig
 from .access.federation import FederationConfig
 from .access.guard import LimitsConfig, SigningConfig, URLConfig
+from .cluster_config import ClusterConfig
+from .faults import FaultsConfig
 from .history.config import HistoryConfig
 from .observe.tracing import TracingConfig
 

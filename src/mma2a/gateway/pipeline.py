@@ -19,30 +19,30 @@ from typing import TYPE_CHECKING, Any
 from ..modality import ModalityRegistry
 from ..routing import RouteDecision, SessionPins
 from ..view import MessageView
+from .access.federation import Federation
+from .config import PushSettings
+from .downstream.directory import AgentDirectory, AgentEntry
+from .downstream.overload import AgentSlotTable
+from .downstream.transport import Transport
+from .history.record import HistorySink
+from .observe.feed import DecisionFeed
+from .observe.metrics import GatewayMetrics
+from .push.service import PushService
 from .stages.adapt import PartAdapter
 from .stages.admission import Admission
 from .stages.calls import AgentCaller
-from .downstream.directory import AgentDirectory, AgentEntry
 from .stages.dispatch import Dispatcher
 from .stages.enrich import FeatureStage
 from .stages.exchange import Exchange
-from .access.federation import Federation
-from .observe.feed import DecisionFeed
-from .history.record import HistorySink
-from .state.hooks import ClusterHooks, Standalone
 from .stages.feedback import FeedbackService
-from .state.learning import Learner
 from .stages.legs import LegPlanner
-from .observe.metrics import GatewayMetrics
 from .stages.offload import OffloadStage
-from .push.service import PushService
-from .config import PushSettings
-from .downstream.overload import AgentSlotTable
-from .state.routing import RoutingState
 from .stages.streaming import Streaming
 from .stages.task_ops import TaskOperations
+from .state.hooks import ClusterHooks, Standalone
+from .state.learning import Learner
+from .state.routing import RoutingState
 from .state.tasks import TaskMap
-from .downstream.transport import Transport
 
 if TYPE_CHECKING:
     from .faults import Deduper

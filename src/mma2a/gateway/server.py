@@ -19,8 +19,8 @@ from ..tls import ServerTLS
 from .app import Gateway
 from .config import GatewayConfig
 from .faults import DrainingServer
-from .state.hooks import ClusterHooks
 from .observe.tracing import configure_tracing
+from .state.hooks import ClusterHooks
 
 
 class JsonLogFormatter(logging.Formatter):

@@ -30,10 +30,10 @@ from ...errors import (
     URLForbidden,
 )
 from ...ext import EXTENSION_URI, decoded_size
-from ...modality import parse_modality
 from ...features.base import Limits
 from ...features.budget import DECODED_BYTES_PER_PIXEL, DEFAULT_DECODE_BYTES
 from ...features.probe import check_raw, looks_like_image
+from ...modality import parse_modality
 from ...payload.ssrf import URLPolicy, check_url, normalize_url
 from ...signing import (
     ReplayGuard,

@@ -45,6 +45,7 @@ from ...errors import (
 from ...request_body import BODY_GROWN, check_json_values, header_map, read_body, replaying
 from ...responses import error_json, jsonrpc_error_json
 from ...tls import client_cn
+from .authz import AccessClass, ErrorShape, RouteAccess
 from .clients import (
     ADMIN_MAX_PRIORITY,
     Authenticator,
@@ -59,7 +60,6 @@ from .clients import (
     jwt_of,
     shown,
 )
-from .authz import AccessClass, ErrorShape, RouteAccess
 from .federation import HEADER_KEY as FEDERATION_HEADER
 from .federation import Federation
 

@@ -21,16 +21,16 @@ from ...errors import (
     RuleError,
 )
 from ...modality import ModalityRegistry
-from ...responses import error_response, json_response, read_json_object
 from ...request_body import decimal
+from ...responses import error_response, json_response, read_json_object
 from ...routing import explain_capability, parse_rules
 from ...routing.loader import rules_to_json
 from ...view import read_caller
 from ..config import GatewayConfig
-from ..stages.enrich import FeatureStage, with_vectors
-from .admin_history import Endpoint, HistoryParts, history_routes
-from ..state.hooks import ClusterHooks
 from ..pipeline import Pipeline
+from ..stages.enrich import FeatureStage, with_vectors
+from ..state.hooks import ClusterHooks
+from .admin_history import Endpoint, HistoryParts, history_routes
 
 
 class AdminParts(HistoryParts, Protocol):

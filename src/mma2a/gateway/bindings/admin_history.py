@@ -20,15 +20,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import Forbidden, InvalidParams, RuleError
-from ...responses import json_response
 from ...request_body import decimal
+from ...responses import json_response
 from ...routing import build_snapshot, parse_rules
 from ..downstream.directory import AgentDirectory
-from ..state.routing import RoutingState
 from ..history.record import OUTCOMES
 from ..history.recorder import HistoryRecorder
 from ..history.replay import replay
 from ..history.store import HistoryFilter
+from ..state.routing import RoutingState
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 """A Starlette endpoint: the admin API's handlers, and what its `guard` wraps them into."""

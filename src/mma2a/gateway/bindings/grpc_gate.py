@@ -29,11 +29,11 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from ...errors import A2A_DOMAIN, AgentNotFound, Forbidden, InvalidRequest, MMA2AError, RequestTimeout, grpc_status, metadata_strings
-from ..access.clients import BodyBudget, BodyHold, Client, client_jwt, current_client, jwt_of
 from ..access.authz import AccessClass, RouteAccess, UnclassifiedRoute
-from ..downstream.overload import client_deadline, shed_note
+from ..access.clients import BodyBudget, BodyHold, Client, client_jwt, current_client, jwt_of
 from ..access.peers import TrustedProxies, peer_host
 from ..access.security import AccessControl, BodiesBusy, retry_after
+from ..downstream.overload import client_deadline, shed_note
 from ..downstream.service_params import activated_extensions, read_extensions, requested_extensions
 
 A2A_SERVICE: descriptor.ServiceDescriptor = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]

@@ -26,11 +26,11 @@ from a2a.utils import errors as sdk_errors
 from ...errors import A2A_ERRORS
 from ...tls import ListenerTLS, ServerTLS
 from ..access.authz import RouteAccess
+from ..access.security import AccessControl
 from ..config import GatewayConfig
+from ..downstream.overload import shed_note
 from .grpc_gate import Admission, error_status, method_access, rich_status
 from .grpc_relay import TlsRelay
-from ..downstream.overload import shed_note
-from ..access.security import AccessControl
 
 log = logging.getLogger("mma2a.gateway")
 

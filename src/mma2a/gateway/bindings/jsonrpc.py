@@ -31,11 +31,11 @@ from ...errors import (
 from ...request_body import header_map
 from ...responses import jsonrpc_error_json
 from ..access.clients import StreamSlots, current_client
-from .sdk_routes import SdkBindings
-from .body_parser import JSONBodyParser
+from ..access.security import AccessControl, retry_after
 from ..downstream.overload import shed_note
 from ..pipeline import Pipeline
-from ..access.security import AccessControl, retry_after
+from .body_parser import JSONBodyParser
+from .sdk_routes import SdkBindings
 
 from ..stages.feedback import FEEDBACK_METHOD
 

@@ -42,9 +42,9 @@ from starlette.routing import Route
 
 from ...errors import AgentRPCError, InvalidParams, MMA2AError, metadata_strings
 from ..access.clients import current_client
-from .listing import list_tasks
-from ..pipeline import Pipeline
 from ..access.security import AccessControl
+from ..pipeline import Pipeline
+from .listing import list_tasks
 
 _Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig)
 _BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk_errors.JSON_RPC_ERROR_CODE_MAP.items()}

@@ -25,9 +25,9 @@ from starlette.routing import Route
 
 from ...errors import MMA2AError, Overloaded, status_for_reason
 from ...responses import json_response
+from ..access.security import retry_after
 from ..downstream.overload import shed_note
 from ..pipeline import Pipeline
-from ..access.security import retry_after
 
 if TYPE_CHECKING:
     from .sdk_binding import PipelineRequestHandler

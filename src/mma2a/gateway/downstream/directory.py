@@ -20,8 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 from ...errors import AgentNotFound, DispatchError
 from ...ext import EXTENSION_URI
 from ...routing import AgentInfo, agent_info_from_card
-from ..config import AgentConfig
 from ..access.agent_auth import AgentCredentials, unmet_requirements
+from ..config import AgentConfig
 from .transport import Transport
 
 log = logging.getLogger("mma2a.gateway.directory")

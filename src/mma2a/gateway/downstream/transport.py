@@ -24,8 +24,8 @@ from ...card import EXTENSIONS_HEADER, VERSION_HEADER
 from ...compression import decode, encode
 from ...errors import AgentRPCError, DispatchError, MMA2AError
 from ...tls import ClientTLS, client_context
-from . import http1
 from ..observe.tracing import inject
+from . import http1
 from .service_params import extensions_for_agent, note_activated
 
 MAX_REDIRECTS = 3  # a card fetch's redirects, each within the card URL's origin

@@ -25,10 +25,10 @@ from typing import Any
 
 from ...errors import MMA2AError
 from ..access.clients import digest_secret
-from ..state.aggregate import TERMINAL
-from ..stages.calls import AgentCaller
-from ..state.tasks import TaskRecord
 from ..config import PushSettings
+from ..stages.calls import AgentCaller
+from ..state.aggregate import TERMINAL
+from ..state.tasks import TaskRecord
 
 log = logging.getLogger("mma2a.gateway.push")
 

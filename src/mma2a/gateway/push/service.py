@@ -21,15 +21,15 @@ from starlette.responses import Response
 
 from ...errors import InvalidParams, MMA2AError, PushNotSupported, TaskNotFound, URLForbidden
 from ..access.clients import current_sender
-from ..state.aggregate import TERMINAL
-from ..stages.calls import AgentCaller
+from ..config import PushSettings
 from ..history.record import DecisionRecord, HistorySink
+from ..stages.calls import AgentCaller
 from ..stages.task_ops import TaskOperations
+from ..state.aggregate import TERMINAL
+from ..state.push_journal import PushJournal, record_key
 from ..state.tasks import TaskMap, TaskRecord
 from .follow import Follower, NotificationRefused, WebhookLeg
-from ..state.push_journal import PushJournal, record_key
 from .outbox import Delivery, Outbox
-from ..config import PushSettings
 from .store import ClientHook, PushConfigStore, normalize
 
 if TYPE_CHECKING:

@@ -15,13 +15,13 @@ from ...routing import Load, RouteDecision, SessionPins, Snapshot, decide_pinned
 from ...view import Caller, MessageView, view_message
 from ..access.clients import Client, current_client, current_sender, shown
 from ..downstream.directory import AgentDirectory
-from .enrich import FeatureStage, with_vectors
+from ..observe.metrics import GatewayMetrics
 from ..state.hooks import RouteHooks
 from ..state.learning import Learner
-from ..observe.metrics import GatewayMetrics
-from .offload import OffloadStage
 from ..state.routing import RoutingState
 from ..state.tasks import TaskMap
+from .enrich import FeatureStage, with_vectors
+from .offload import OffloadStage
 
 if TYPE_CHECKING:
     from ..access.guard import MessageGuard

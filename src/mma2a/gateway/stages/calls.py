@@ -9,12 +9,12 @@ from typing import Any
 
 from ...errors import DispatchError
 from ..access.clients import client_jwt
-from .adapt import PartAdapter
-from ..downstream.directory import AgentDirectory, AgentEntry
 from ..access.federation import Federation
-from ..observe.metrics import GatewayMetrics
+from ..downstream.directory import AgentDirectory, AgentEntry
 from ..downstream.overload import AgentSlots, AgentSlotTable, client_deadline
 from ..downstream.transport import Transport
+from ..observe.metrics import GatewayMetrics
+from .adapt import PartAdapter
 
 
 def declares(entry: AgentEntry) -> bool:

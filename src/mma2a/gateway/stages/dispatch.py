@@ -10,15 +10,15 @@ from typing import Any
 from ...errors import AgentRPCError, DispatchError, MMA2AError
 from ...routing import RouteDecision
 from ..access.clients import current_sender
-from .admission import Admission
-from ..state.aggregate import LegResult
-from .calls import AgentCaller
 from ..downstream.directory import AgentDirectory
-from ..state.hooks import RouteHooks
-from .legs import Leg, LegPlanner
 from ..observe.metrics import GatewayMetrics
 from ..observe.tracing import active as tracing_active
 from ..observe.tracing import span
+from ..state.aggregate import LegResult
+from ..state.hooks import RouteHooks
+from .admission import Admission
+from .calls import AgentCaller
+from .legs import Leg, LegPlanner
 
 log = logging.getLogger("mma2a.gateway.faults")
 

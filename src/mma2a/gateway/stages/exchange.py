@@ -15,21 +15,21 @@ from ...ext import EXTENSION_URI
 from ...routing import RouteDecision
 from ...view import MessageView
 from ..access.clients import current_client, current_sender, honoured_priority
-from .admission import Admission
-from ..state.aggregate import FAILED, LegResult, aggregate, chain_route, failed_task
-from .dispatch import Dispatcher
 from ..access.federation import check_bound
-from ..observe.feed import DecisionFeed
-from ..state.learning import FAILED_STATES
-from ..history.record import DecisionRecord, HistorySink, refused_parts
-from .legs import Leg, LegPlanner, RouteSummaries, is_direct, record_adaptations, sendable
-from ..observe.metrics import GatewayMetrics
-from .outputs import adapt_outputs
 from ..downstream.overload import note_shed
-from ..state.routing import RoutingState
-from ..state.tasks import DownstreamTask, TaskMap, TaskRecord
+from ..history.record import DecisionRecord, HistorySink, refused_parts
+from ..observe.feed import DecisionFeed
+from ..observe.metrics import GatewayMetrics
 from ..observe.tracing import active as tracing_active
 from ..observe.tracing import span
+from ..state.aggregate import FAILED, LegResult, aggregate, chain_route, failed_task
+from ..state.learning import FAILED_STATES
+from ..state.routing import RoutingState
+from ..state.tasks import DownstreamTask, TaskMap, TaskRecord
+from .admission import Admission
+from .dispatch import Dispatcher
+from .legs import Leg, LegPlanner, RouteSummaries, is_direct, record_adaptations, sendable
+from .outputs import adapt_outputs
 
 if TYPE_CHECKING:
     from ..faults import Deduper

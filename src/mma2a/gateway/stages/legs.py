@@ -18,12 +18,12 @@ from ...ext import EXTENSION_URI, MessageExtension, downgrade_message, read_mess
 from ...modality import modality_matches
 from ...routing import PartRoute, RouteDecision
 from ...signing import ROUTED, pass_on_route
-from .adapt import Adaptation, PartAdapter
-from .calls import AgentCaller, declares, input_modes
 from ..downstream.directory import AgentDirectory, AgentEntry
 from ..observe.metrics import GatewayMetrics
-from ..state.tasks import TaskMap
 from ..observe.tracing import span
+from ..state.tasks import TaskMap
+from .adapt import Adaptation, PartAdapter
+from .calls import AgentCaller, declares, input_modes
 
 
 @dataclass

@@ -16,14 +16,14 @@ from ...ext import EXTENSION_URI
 from ...routing import RouteDecision
 from ...view import MessageView
 from ..access.clients import current_sender
-from ..state.aggregate import CANCELED, FAILED, WORKING, LegResult, aggregate, agent_text_message, artifacts_of, failed_task, now_iso
-from .exchange import Exchange, outcome_of
 from ..access.federation import check_bound
-from ..history.record import DecisionRecord, PartSummary
 from ..downstream.directory import AgentEntry
-from .legs import Leg, record_adaptations, sendable
 from ..downstream.overload import AgentSlots
+from ..history.record import DecisionRecord, PartSummary
+from ..state.aggregate import CANCELED, FAILED, WORKING, LegResult, aggregate, agent_text_message, artifacts_of, failed_task, now_iso
 from ..state.tasks import DownstreamTask, TaskRecord
+from .exchange import Exchange, outcome_of
+from .legs import Leg, record_adaptations, sendable
 
 log = logging.getLogger("mma2a.gateway.stages.streaming")
 

@@ -15,10 +15,10 @@ from typing import Any
 from ...errors import AgentRPCError, DispatchError, InvalidParams, MMA2AError, TaskNotCancelable, TaskNotFound
 from ...ext import EXTENSION_URI
 from ..access.clients import current_sender
-from ..state.aggregate import TERMINAL, LegResult, aggregate
-from .calls import AgentCaller
 from ..access.federation import check_bound
+from ..state.aggregate import TERMINAL, LegResult, aggregate
 from ..state.tasks import DownstreamTask, TaskMap, TaskRecord
+from .calls import AgentCaller
 
 FOLLOW_S = 300.0  # SubscribeToTask on a fan-out in progress follows it this long at most (then ends; subscribe again)
 FOLLOW_POLL_S = 0.1

@@ -12,13 +12,13 @@ from typing import Any, Protocol
 from ...modality import ModalityRegistry
 from ...payload import BlobStore
 from ...routing import SessionPins
-from .aggregate import LegResult
+from ..access.guard import NonceLedger
 from ..config import GatewayConfig
 from ..downstream.directory import AgentDirectory, AgentEntry
-from ..access.guard import NonceLedger
 from ..history import HistoryConfig, HistoryRecorder, HistorySink
-from .learning import Learner, LearnJournal
 from ..observe.metrics import GatewayMetrics
+from .aggregate import LegResult
+from .learning import Learner, LearnJournal
 from .push_journal import PushJournal
 from .routing import RoutingState
 from .tasks import TaskMap
