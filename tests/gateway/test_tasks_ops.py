@@ -217,6 +217,8 @@ async def test_a_client_leaves_at_most_its_stream_limit_of_fan_outs_running():
                 assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
                 why = canceled["result"]["status"]["message"]["parts"][0]["text"]
                 assert "2 fan-outs of its own still running (limits.max_response_streams_per_client: 2)" in why, why
+                metrics = (await httpx.AsyncClient().get(url + "/metrics")).text
+                assert 'mma2a_requests_total{outcome="canceled"} 1.0' in metrics  # counted, as every other end is
                 while not all(t in ex.gates for ex in steppers.values() for t in ("one", "two")):  # those legs run on
                     await asyncio.sleep(0.01)
             finally:

@@ -170,9 +170,10 @@ class Streaming:
                 yield event
         finally:
             if not legs.done():  # the client is gone: the legs run on, within the client's bound
-                self._detach(legs, working, route)
+                self._detach(legs, working, decision, route)
 
-    def _detach(self, legs: asyncio.Task[None], working: dict[str, Any], route: list[dict[str, Any]]) -> None:
+    def _detach(self, legs: asyncio.Task[None], working: dict[str, Any], decision: RouteDecision,
+                route: list[dict[str, Any]]) -> None:
         """Leave a fan-out's legs running for a client that closed its stream, if it has fewer than
         `detached_per_client` such fan-outs; otherwise cancel them and record the task as canceled, saying why."""
         owner = current_sender()
@@ -189,7 +190,17 @@ class Streaming:
                                           "message": agent_text_message(why, task_id=working["id"],
                                                                         context_id=working["contextId"])}}
         self.tasks.put(TaskRecord(working["id"], [], aggregate=canceled, route=route, owner=owner))
+        self.exchange.metrics.requests.labels("canceled").inc()
+        self._remember_fan_out(decision, CANCELED)
         log.warning("fan-out %s of %s %s", working["id"], sender, why)
+
+    def _remember_fan_out(self, decision: RouteDecision, outcome: str) -> None:
+        """A fan-out's end to the history (no view here: the modalities as routed)."""
+        history = self.exchange.history
+        if history is not None:
+            history.record(DecisionRecord(decision.message_id, time.time(), current_sender(),
+                                          [PartSummary(p.index, p.modality) for p in decision.parts], decision.parts,
+                                          outcome, 0.0, (), decision.explanation.parts))
 
     def _undetach(self, sender: str) -> None:
         left = self._detached.get(sender, 0) - 1
@@ -244,10 +255,6 @@ class Streaming:
                                         for r in results if r.task], aggregate=task, route=route, owner=current_sender()))
         await self.tasks.flush(tid)
         self.exchange.feed.record(message, route, str(task["status"]["state"]))
-        history = self.exchange.history
-        if history is not None:  # no view here: the modalities as routed
-            history.record(DecisionRecord(decision.message_id, time.time(), current_sender(),
-                                          [PartSummary(p.index, p.modality) for p in decision.parts], decision.parts,
-                                          str(task["status"]["state"]), 0.0, (), decision.explanation.parts))
+        self._remember_fan_out(decision, str(task["status"]["state"]))
         emit({"statusUpdate": {"taskId": tid, "contextId": ctx, "status": task["status"],
                                "metadata": task["metadata"]}})
