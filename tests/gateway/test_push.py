@@ -309,3 +309,38 @@ async def test_a_webhook_that_never_answers_holds_one_slot_for_timeout_s_per_att
     slow = [o for o in outcomes if o[0] == "slow"]
     assert len(slow) == 1 and slow[0][1] == "failed" and "Timeout" in slow[0][2], outcomes
     assert len(accepted) == 2  # two attempts, no more
+
+
+async def test_one_client_cannot_take_every_follow_and_a_config_that_cannot_be_followed_is_refused() -> None:
+    """Security round 4 (probe): bob's running tasks with push configs took every follow (`push.max_follows`), and
+    alice's config was then accepted and never delivered. A client's followed tasks are bounded by
+    `push.max_follows_per_client`; a config that would need a follow past it (or past the gateway's bound) is refused
+    -32602 naming the bound, before its message is sent; alice's task is followed to its end."""
+    async with webhook_receiver() as hook, tck_agent("tck") as agent:
+        cfg = {"agents": [{"name": "tck", "url": agent.url}], **allow(hook), "push": {"max_follows": 3,
+               "max_follows_per_client": 2}, "auth": {"clients": [{"name": n, "token": f"{n}-token"}
+                                                                   for n in ("alice", "bob", "carol")]}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            def slow(mid: str, path: str | None) -> dict[str, Any]:
+                return send_params(mid, {"url": hook.url + path} if path else None, returnImmediately=True)
+
+            for i in range(2):
+                assert "result" in await rpc(c, url, "SendMessage", slow(f"tck-slow-bob-{i}", f"/bob{i}"), "bob-token")
+            inline = await rpc(c, url, "SendMessage", slow("tck-slow-bob-2", "/bob2"), "bob-token")
+            plain = await rpc(c, url, "SendMessage", slow("tck-slow-bob-3", None), "bob-token")
+            created = await rpc(c, url, "CreateTaskPushNotificationConfig",
+                                {"taskId": plain["result"]["task"]["id"], "url": hook.url + "/bob3"}, "bob-token")
+            alice = await rpc(c, url, "SendMessage", slow("tck-slow-alice", "/alice"), "alice-token")
+            full = await rpc(c, url, "SendMessage", slow("tck-slow-carol", "/carol"), "carol-token")
+            followed = len(gw.pipeline.push.follower)
+            agent.executor.release.set()
+            hits = await hook.wait_until(lambda h: h.path == "/alice" and task_state(h) == DONE)
+    where = "params.configuration.taskPushNotificationConfig"
+    mine = "this client has 2 running tasks followed for push notifications, the most is 2 (push.max_follows_per_client)"
+    assert inline["error"] == {**inline["error"], "code": -32602, "message": f"{where}: {mine}; wait for some to end "
+                               "or delete their configs"}, inline
+    assert created["error"]["code"] == -32602 and created["error"]["message"].startswith(f"params: {mine}")
+    assert full["error"]["code"] == -32602 and full["error"]["message"] == (
+        f"{where}: the gateway follows 3 running tasks for push notifications, its most (push.max_follows); retry later")
+    assert followed == 3 and "result" in alice
+    assert {h.path for h in hits} >= {"/alice", "/bob0", "/bob1"} and not {"/bob2", "/bob3", "/carol"} & {h.path for h in hits}

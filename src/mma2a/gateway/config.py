@@ -57,6 +57,7 @@ class PushSettings(BaseModel):
     max_poll_s: float = Field(default=10.0, gt=0)
     follow_max_s: float = Field(default=24 * 3600.0, gt=0)  # a task followed longer than this is let go
     max_follows: int = Field(default=1000, ge=1)  # tasks followed at once, the whole gateway
+    max_follows_per_client: int = Field(default=128, ge=1)  # ... and of one client's tasks (a config past it: -32602)
 
 
 class AgentConfig(BaseModel):

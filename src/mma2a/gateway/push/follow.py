@@ -133,6 +133,7 @@ class Follower:
         self._follows: dict[str, asyncio.Task[None]] = {}
         self._seen: dict[str, tuple[Any, ...]] = {}
         self._records: dict[str, TaskRecord] = {}
+        self._per_owner: dict[str | None, int] = {}  # follows by the task's owner (push.max_follows_per_client)
 
     def __len__(self) -> int:
         return len(self._follows)
@@ -153,14 +154,30 @@ class Follower:
     def following(self, task_id: str) -> bool:
         return task_id in self._follows
 
+    def room(self, owner: str | None) -> str | None:
+        """Why one more task of `owner` could not be followed now (None: it could): the client's own share
+        (`max_follows_per_client`), so one client cannot take every follow, or the gateway's (`max_follows`)."""
+        s = self.settings
+        mine = self._per_owner.get(owner, 0)
+        if mine >= s.max_follows_per_client:
+            return (f"this client has {mine} running tasks followed for push notifications, the most is "
+                    f"{s.max_follows_per_client} (push.max_follows_per_client); wait for some to end or delete "
+                    "their configs")
+        if len(self._follows) >= s.max_follows:
+            return (f"the gateway follows {len(self._follows)} running tasks for push notifications, its most "
+                    "(push.max_follows); retry later")
+        return None
+
     def follow(self, rec: TaskRecord) -> bool:
-        """Start following a task (no-op when it is followed already); False past `max_follows`."""
+        """Start following a task (no-op when it is followed already); False past `max_follows` or the owner's
+        `max_follows_per_client` (callers ask `room` first, so that a client is told instead)."""
         if rec.task_id in self._follows:
             return True
-        if len(self._follows) >= self.settings.max_follows:
-            log.warning("push: %d tasks followed, the most (push.max_follows); task %s is not", len(self._follows),
-                        rec.task_id)
+        reason = self.room(rec.owner)
+        if reason is not None:
+            log.warning("push: task %s is not followed: %s", rec.task_id, reason)
             return False
+        self._per_owner[rec.owner] = self._per_owner.get(rec.owner, 0) + 1
         self._records[rec.task_id] = rec
         task = asyncio.create_task(self._follow(rec), name=f"push follow {rec.task_id}")
         self._follows[rec.task_id] = task
@@ -169,7 +186,11 @@ class Follower:
 
     def _ended(self, task_id: str, _task: asyncio.Task[None]) -> None:
         self._follows.pop(task_id, None)
-        self._records.pop(task_id, None)
+        rec = self._records.pop(task_id, None)
+        if rec is not None:
+            left = self._per_owner.pop(rec.owner, 0) - 1
+            if left > 0:
+                self._per_owner[rec.owner] = left
         self._seen.pop(task_id, None)
         self.webhooks.drop_task(task_id)
 

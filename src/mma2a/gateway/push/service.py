@@ -168,10 +168,21 @@ class PushService:
         config = normalize(str(task_id or ""), raw, "params")
         rec = await self._owned_task(str(task_id or ""), target)  # the task first, as an a2a-sdk agent checks
         await self._check_url(config["url"], "params.url")
+        task = await self.task_ops.current(rec)
+        running = (task.get("status") or {}).get("state") not in TERMINAL
+        if running and not self.follower.following(rec.task_id):
+            self._check_room("params")
         hook = self.store.put(current_sender(), config)
         self._journal_config(hook)
-        await self._start(rec, hook)
+        self._start(rec, task, running)
         return dict(hook.config)
+
+    def _check_room(self, where: str) -> None:
+        """A config that needs a new follow, refused naming the bound when the client (or the gateway) has no room
+        for one: kept and never delivered would be worse."""
+        reason = self.follower.room(current_sender())
+        if reason is not None:
+            raise InvalidParams(f"{where}: {reason}", field=where)
 
     async def _configs_task(self, task_id: str, target: str | None) -> None:
         """For get, list, delete: the caller's task, or one it holds configs of (a config is only ever kept for a task
@@ -203,12 +214,11 @@ class PushService:
         if self.store.delete(owner, task_id, cid) and self.journal is not None:
             self.journal.delete_config(record_key(owner, task_id, cid), {"owner": owner, "taskId": task_id, "id": cid})
 
-    async def _start(self, rec: TaskRecord, hook: ClientHook) -> None:
+    def _start(self, rec: TaskRecord, task: dict[str, Any], running: bool) -> None:
         """A config just kept for a task: the task as it is now (a config set on a running task hears of it at once
         only when it moves), and a follow while it runs."""
-        task = await self.task_ops.current(rec)
         self.follower.changed(rec.task_id, task)
-        if (task.get("status") or {}).get("state") not in TERMINAL:
+        if running:
             self.follower.follow(rec)
         self.follower.settle(rec.task_id)
 
@@ -226,7 +236,7 @@ class PushService:
                    target: str | None) -> dict[str, Any]:
         """SendMessage with the push config kept here (checked before anything is sent), never passed on."""
         rest, raw = split_inline(configuration)
-        config = await self._inline(raw)
+        config = await self._inline(raw, message)
         result = await send(message, rest, target=target)
         task = result.get("task")
         if isinstance(task, dict) and isinstance(task.get("id"), str):
@@ -236,7 +246,7 @@ class PushService:
     async def send_stream(self, stream: Callable[..., AsyncIterator[dict[str, Any]]], message: dict[str, Any],
                           configuration: Mapping[str, Any] | None, target: str | None) -> AsyncIterator[dict[str, Any]]:
         rest, raw = split_inline(configuration)
-        config = await self._inline(raw)
+        config = await self._inline(raw, message)
         first: dict[str, Any] | None = None
         async for event in stream(message, rest, target=target):
             if first is None and isinstance(event.get("task"), dict):
@@ -250,9 +260,10 @@ class PushService:
                 task = await self.task_ops.current(rec)
                 self._after(task, None)
 
-    async def _inline(self, raw: Any) -> dict[str, Any] | None:
-        """SendMessage's push config checked (shape, size, URL, the client's room for one more) before the message
-        goes anywhere; None when there is none (or push is off: dropped, as an agent without push ignores it)."""
+    async def _inline(self, raw: Any, message: Mapping[str, Any]) -> dict[str, Any] | None:
+        """SendMessage's push config checked (shape, size, URL, the client's room for one more config and for one
+        more followed task) before the message goes anywhere; None when there is none (or push is off: dropped, as
+        an agent without push ignores it)."""
         if raw is None or not self.settings.enabled:
             return None
         where = f"params.configuration.{INLINE}"
@@ -268,6 +279,9 @@ class PushService:
         if n >= self.settings.max_configs_per_client:
             raise InvalidParams(f"{where}: this client holds {n} push configs, the most is "
                                 f"{self.settings.max_configs_per_client}; delete some first", field=where)
+        task_id = message.get("taskId")
+        if not (isinstance(task_id, str) and self.follower.following(task_id)):  # the task may run on: a new follow
+            self._check_room(where)
         return config
 
     def _keep(self, task_id: str, config: dict[str, Any]) -> None:
