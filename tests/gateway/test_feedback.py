@@ -14,12 +14,12 @@ from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import Part
+from a2a.types import AgentCapabilities, Part
 
 from mma2a.ext import EXTENSION_URI
 from mma2a.gateway.stages.feedback import FEEDBACK_METHOD
 from mma2a.gateway.state.learning import failed_agents
-from tests.agents import make_card
+from tests.agents import RecordingExecutor, make_card
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
 
 ALICE, BOB = {"Authorization": "Bearer alice-token-1"}, {"Authorization": "Bearer bob-token-22"}
@@ -196,3 +196,36 @@ def test_failed_agents_are_read_from_the_legs_or_the_tasks_state() -> None:
     assert failed_agents(fan_out) == {"b", "c"}
     assert failed_agents(task("TASK_STATE_REJECTED")) is None  # one agent's own task: that agent failed
     assert failed_agents(task("TASK_STATE_COMPLETED")) == set()
+
+
+async def stream_send(c: httpx.AsyncClient, url: str, mid: str, text: str, who: dict[str, str]) -> list[dict[str, Any]]:
+    """SendStreamingMessage over JSON-RPC: every event's `result`, in order."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": {
+        "messageId": mid, "role": "ROLE_USER", "parts": [{"text": text}]}}}
+    async with c.stream("POST", url + "/", json=body,
+                        headers={**who, "A2A-Version": "1.0", "Accept": "text/event-stream"}) as sse:
+        return [orjson.loads(ln[5:])["result"] async for ln in sse.aiter_lines() if ln.startswith("data:")]
+
+
+@pytest.mark.parametrize("streams", [True, False], ids=["streamed-through", "answered-as-one-event"])
+async def test_streamed_learned_tasks_are_outcomes_and_can_be_rated(tmp_path: Any, streams: bool) -> None:
+    """SendStreamingMessage: a learned task that fails is rated 0 with no call from its client, and a streamed task
+    can be rated like a sent one — whether the agent's stream is passed through or the answer comes as one event."""
+    def card(name: str) -> Any:
+        c = make_card(name, input_modes=["text/plain"], output_modes=["text/plain"])
+        c.capabilities.CopyFrom(AgentCapabilities(streaming=streams))
+        return c
+
+    failing, b, c_ = FailingExecutor(), RecordingExecutor(reply="desk-b ok"), RecordingExecutor(reply="desk-c ok")
+    specs = {"desk-a": (card("desk-a"), failing), "desk-b": (card("desk-b"), b), "desk-c": (card("desk-c"), c_)}
+    async with agents(specs) as urls, gateway(config(urls, tmp_path)) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+        first = await stream_send(c, url, "s-1", "My parcel was delivered to the wrong address", ALICE)
+        second = await stream_send(c, url, "s-2", "The parcel went to a wrong delivery address", ALICE)
+        tid = second[0]["task"]["id"]
+        r = await c.post(f"{url}/tasks/{tid}:feedback", json={"score": 0}, headers=ALICE)
+        third = await stream_send(c, url, "s-3", "My parcel went to the wrong address again", ALICE)
+    states = [str((e.get("task") or e.get("statusUpdate") or {}).get("status", {}).get("state")) for e in first]
+    assert failing.calls == 1 and states[-1] == "TASK_STATE_FAILED"  # desk-a (capability order) failed: rated 0
+    assert len(b.received) == 1  # so the second went to an untried desk
+    assert r.status_code == 200 and r.json() == {"taskId": tid, "agent": "desk-b", "score": 0.0, "learnedParts": 1}
+    assert len(c_.received) == 1 and third  # desk-a and desk-b rated 0 for alice: desk-c, untried

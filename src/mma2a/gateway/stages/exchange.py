@@ -106,20 +106,35 @@ class Exchange:
             self.remember_shed(message, view, decision, route, exc, t0)
             raise
         except (AgentRPCError, DispatchError):  # the agent failed the call: a bad outcome for a learned choice
-            if self.learner is not None and self.state.snapshot.learns:
-                self.learner.failed(view, decision, current_sender())
+            self.learned_failure(view, decision)
             raise
         self.metrics.request_seconds.observe(time.perf_counter() - t0)
         task = result.get("task")
         outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
         self.feed.record(message, route, outcome)
         self.remember(view, decision, outcome, t0)
-        if task is not None and self.learner is not None and self.state.snapshot.learns:  # for its ratings
-            task_id, owner = str(task.get("id", "")), current_sender()
-            self.learner.note(task_id, view, decision, owner)
-            if outcome in FAILED_STATES:  # an agent's error, a timeout, a failed or rejected task: rated 0
-                self.learner.outcome(task_id, task, owner)
+        if task is not None:
+            self.learned_task(view, decision, str(task.get("id", "")))
+            self.learned_outcome(task)
         return result
+
+    def learned_task(self, view: MessageView, decision: RouteDecision, task_id: str) -> None:
+        """A task of a decision that learned routing made, noted under its id for the ratings its client may give
+        (a no-op when the rules do not learn or no part was learned). Call it before the client can see the id."""
+        if self.learner is not None and self.state.snapshot.learns:
+            self.learner.note(task_id, view, decision, current_sender())
+
+    def learned_outcome(self, task: Mapping[str, Any]) -> None:
+        """A noted task's answer as an outcome: failed or rejected (an agent's error, a timeout, a refusal), each
+        agent whose leg failed is rated 0, with no call from its client (a no-op for any other state)."""
+        if self.learner is not None and (task.get("status") or {}).get("state") in FAILED_STATES:
+            self.learner.outcome(str(task.get("id", "")), task, current_sender())
+
+    def learned_failure(self, view: MessageView, decision: RouteDecision) -> None:
+        """A learned decision whose call failed with no task (an agent's JSON-RPC error, an agent down or timed out):
+        each agent of its learned parts rated 0."""
+        if self.learner is not None and self.state.snapshot.learns:
+            self.learner.failed(view, decision, current_sender())
 
     def remember(self, view: MessageView, decision: RouteDecision, outcome: str, t0: float) -> None:
         """The decision and its outcome to the history (a no-op without one)."""

@@ -69,7 +69,7 @@ class Streaming:
         targets = decision.targets()
         dropped = any(pr.dropped for pr in decision.parts)
         if len(targets) > 1 and not dropped and not (configuration or {}).get("acceptedOutputModes"):
-            async for event in self._fan_out(message, configuration, decision, route, priority):
+            async for event in self._fan_out(message, configuration, view, decision, route, priority):
                 yield event
             return
         directory = self.caller.directory
@@ -80,7 +80,11 @@ class Streaming:
             except Overloaded as exc:
                 self.exchange.remember_shed(message, view, decision, route, exc, t0)
                 raise
+            except (AgentRPCError, DispatchError):  # the agent failed the call: a bad outcome for a learned choice
+                self.exchange.learned_failure(view, decision)
+                raise
             self.exchange.remember(view, decision, outcome_of(result), t0)
+            self._learned(view, decision, result)
             yield result
             return
         legs = await self.planner.legs(message, decision, priority)
@@ -121,12 +125,15 @@ class Streaming:
                             self.tasks.put(TaskRecord(tid, [DownstreamTask(leg.agent, tid, first.get("contextId"))],
                                                       route=route, owner=current_sender()))
                             await self.tasks.flush(tid)  # in a cluster: stored before the client sees the id
+                            self.exchange.learned_task(view, decision, tid)  # before the client can rate it
                             recorded = True
                     sent = True
                     outcome = outcome_of(event) or outcome
                     yield event
             except AgentRPCError:
                 outcome = FAILED
+                if tid is None:  # refused before any task: no task to rate, a bad outcome all the same
+                    self.exchange.learned_failure(view, decision)
                 raise
             except DispatchError as exc:
                 directory.mark(entry.name, ok=False, error=exc.message)
@@ -137,16 +144,24 @@ class Streaming:
                     if slots is not None:
                         slots.release()
                         slots = None
-                    result = await self.exchange.execute(message, configuration, decision, priority=priority)
+                    try:
+                        result = await self.exchange.execute(message, configuration, decision, priority=priority)
+                    except (AgentRPCError, DispatchError):
+                        outcome = FAILED
+                        self.exchange.learned_failure(view, decision)
+                        raise
                     outcome = outcome_of(result) or outcome
+                    self._learned(view, decision, result)
                     yield result
             finally:
                 if slots is not None:
                     slots.release()
                 self.exchange.remember(view, decision, outcome, t0)
+                if tid is not None:  # the stream's last state as the learned task's outcome (failed: rated 0)
+                    self.exchange.learned_outcome({"id": tid, "status": {"state": outcome}})
 
     async def _fan_out(
-        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
+        self, message: dict[str, Any], configuration: Mapping[str, Any] | None, view: MessageView, decision: RouteDecision,
         route: list[dict[str, Any]], priority: int,
     ) -> AsyncIterator[dict[str, Any]]:
         """The task is recorded (working, no legs yet) before its id reaches the client, and its legs run in a task of
@@ -157,6 +172,7 @@ class Streaming:
                    "history": [message], "metadata": {EXTENSION_URI: {"route": route}}}
         self.tasks.put(TaskRecord(tid, [], aggregate=working, route=route, owner=current_sender()))
         await self.tasks.flush(tid)  # in a cluster: stored before the client sees the id
+        self.exchange.learned_task(view, decision, tid)  # before the client can rate it
         events: asyncio.Queue[dict[str, Any] | Exception | None] = asyncio.Queue()
         legs = asyncio.create_task(self._fan_out_legs(message, configuration, decision, route, priority, tid, ctx,
                                                       events.put_nowait))
@@ -171,6 +187,13 @@ class Streaming:
         finally:
             if not legs.done():  # the client is gone: the legs run on, within the client's bound
                 self._detach(legs, working, decision, route)
+
+    def _learned(self, view: MessageView, decision: RouteDecision, result: Mapping[str, Any]) -> None:
+        """A learned decision answered as one result: its task noted for ratings, its outcome counted."""
+        task = result.get("task")
+        if isinstance(task, Mapping):
+            self.exchange.learned_task(view, decision, str(task.get("id", "")))
+            self.exchange.learned_outcome(task)
 
     def _detach(self, legs: asyncio.Task[None], working: dict[str, Any], decision: RouteDecision,
                 route: list[dict[str, Any]]) -> None:
@@ -236,6 +259,7 @@ class Streaming:
             failed["contextId"] = ctx
             self.tasks.put(TaskRecord(tid, [], aggregate=failed, route=route, owner=current_sender()))
             await self.tasks.flush(tid)
+            self.exchange.learned_outcome(failed)  # as SendMessage rates a failed transform
             emit({"statusUpdate": {"taskId": tid, "contextId": ctx, "status": failed["status"]}})
             return
         record_adaptations(route, legs)
@@ -255,6 +279,7 @@ class Streaming:
                                         for r in results if r.task], aggregate=task, route=route, owner=current_sender()))
         await self.tasks.flush(tid)
         self.exchange.feed.record(message, route, str(task["status"]["state"]))
+        self.exchange.learned_outcome(task)  # each failed leg of a learned fan-out: rated 0
         self._remember_fan_out(decision, str(task["status"]["state"]))
         emit({"statusUpdate": {"taskId": tid, "contextId": ctx, "status": task["status"],
                                "metadata": task["metadata"]}})
