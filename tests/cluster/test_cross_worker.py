@@ -2,7 +2,9 @@
 the same config (each seeds the cluster, as workers do) on one real nats-server, driven by real a2a-sdk clients.
 Each call is sent to a chosen gateway, so "the other worker" is certain, not left to the kernel's choice: a task
 streamed on one is read, listed, cancelled and resumed (SubscribeToTask after its SSE connection dropped) on the
-other; a gateway killed mid-stream and restarted loses no task; a rule swap reaches the other gateway within 1 s."""
+other; a gateway killed mid-stream and restarted loses no task; a rule swap reaches the other gateway within 1 s.
+Last, the pair behind a literal round-robin balancer: each new connection to the next gateway, so a task's
+follow-ups alternate gateways, on every binding."""
 
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ import grpc.aio
 import httpx
 import pytest
 import pytest_asyncio
+from google.protobuf import json_format
 from a2a.client import Client, ClientCallContext, ClientConfig, create_client
 from a2a.client.interceptors import AfterArgs, BeforeArgs, ClientCallInterceptor
 from a2a.types import (
+    AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -296,12 +300,18 @@ class Bearer(ClientCallInterceptor):
         return None
 
 
+def own_channel(target: str) -> grpc.aio.Channel:
+    """A gRPC channel with a connection of its own (gRPC shares one between channels to the same address by default:
+    a new client behind a balancer would reuse the last one's connection, so its gateway)."""
+    return grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
 @contextlib.asynccontextmanager
-async def sdk_over(url: str, who: str, binding: str) -> AsyncIterator[Client]:
+async def sdk_over(url: str | AgentCard, who: str, binding: str) -> AsyncIterator[Client]:
     """A real a2a-sdk client of `who` following a gateway's card over one binding (JSONRPC, HTTP+JSON or GRPC)."""
     async with httpx.AsyncClient(headers=bearer(who), timeout=30) as http:
         config = ClientConfig(streaming=True, httpx_client=http, supported_protocol_bindings=[binding],
-                              grpc_channel_factory=grpc.aio.insecure_channel)
+                              grpc_channel_factory=own_channel)
         client = await create_client(url, config, interceptors=[Bearer(who)])
         try:
             yield client
@@ -330,3 +340,145 @@ async def test_on_every_binding_a_stream_dropped_on_one_gateway_is_its_owners_on
         rest = [e async for e in resumed]
         assert f"second: {text}" in [t for e in rest for t in texts(e)], rest
         assert state(rest[-1]) == TaskState.TASK_STATE_COMPLETED, rest[-1]
+
+
+
+class RoundRobin:
+    """A real round-robin TCP balancer (layer 4, as a cloud load balancer without affinity): each connection it
+    accepts goes to the next backend in turn, its bytes piped both ways; `served` lists each connection's backend."""
+
+    def __init__(self, backends: list[tuple[str, int]]) -> None:
+        self.backends = backends
+        self.served: list[int] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+
+    async def __aenter__(self) -> RoundRobin:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._open):
+            writer.close()
+        await self._server.wait_closed()
+
+    @property
+    def next(self) -> int:
+        """The backend the next connection goes to."""
+        return len(self.served) % len(self.backends)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = self.next
+        self.served.append(index)
+        up_reader, up_writer = await asyncio.open_connection(*self.backends[index])
+        self._open |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except ConnectionError:
+                pass
+            finally:
+                dst.close()
+                self._open.discard(dst)
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def skip_to(self, index: int) -> None:
+        """Another client's connection (a health check's) until the next one goes to backend `index`."""
+        while self.next != index:
+            known = len(self.served)
+            _, w = await asyncio.open_connection("127.0.0.1", self.port)
+            await until_true(lambda: len(self.served) > known)  # accepted (and counted) by the balancer
+            w.close()
+            await w.wait_closed()
+
+
+def behind(card: dict[str, Any], http: RoundRobin, grpc_lb: RoundRobin) -> AgentCard:
+    """The card as the deployment advertises it: every interface at the balancers' addresses."""
+    for iface in card["supportedInterfaces"]:
+        grpc_binding = iface["protocolBinding"] == "GRPC"
+        iface["url"] = f"127.0.0.1:{grpc_lb.port}" if grpc_binding else f"http://127.0.0.1:{http.port}"
+    return json_format.ParseDict(card, AgentCard(), ignore_unknown_fields=True)
+
+
+async def test_behind_a_round_robin_balancer_every_follow_up_finds_its_task_on_every_binding(pair: Pair) -> None:
+    """Two gateways behind a literal round-robin balancer (one for HTTP, one for gRPC). Each call is made by a new
+    client, so on a new connection, so by the next gateway in turn: a task's follow-ups alternate gateways, and every
+    one of them (GetTask and ListTasks on each gateway, SubscribeToTask on both at once, CancelTask on the gateway that
+    did not make the task) finds it for its owner, on JSON-RPC, HTTP+JSON and gRPC; another client is told it does not
+    exist."""
+    await pair.swap({"route_to": "stepper"})
+    stepper = pair.steppers["stepper"]
+    cards = [(await pair.http.get(u + "/.well-known/agent-card.json")).json() for u in pair.urls]
+    grpc_ports = [int(next(i["url"] for i in c["supportedInterfaces"] if i["protocolBinding"] == "GRPC").rsplit(":", 1)[1])
+                  for c in cards]
+    async with RoundRobin([("127.0.0.1", gw.port) for gw in pair.gws]) as http_lb, \
+            RoundRobin([("127.0.0.1", p) for p in grpc_ports]) as grpc_lb:
+        card = behind(cards[0], http_lb, grpc_lb)
+        for binding in ("JSONRPC", "HTTP+JSON", "GRPC"):
+            lb = grpc_lb if binding == "GRPC" else http_lb
+
+            @contextlib.asynccontextmanager
+            async def call(who: str, lb: RoundRobin = lb, binding: str = binding) -> AsyncIterator[tuple[Client, int]]:
+                """A new client of `who` through the balancer, and the gateway its one connection went to."""
+                before = len(lb.served)
+                async with sdk_over(card, who, binding) as client:
+                    yield client, lb.next
+                assert len(lb.served) >= before + 1
+
+            text = f"rr-{binding}"
+            async with call("alice") as (a, _):
+                tid = await stream_until_first(a, text)
+            seen: dict[str, set[int]] = {"GetTask": set(), "ListTasks": set(), "bob": set()}
+            for _ in range(2):  # each call on the next connection, so each kind of call once on each gateway
+                async with call("alice") as (a, on):
+                    assert (await a.get_task(GetTaskRequest(id=tid))).status.state == TaskState.TASK_STATE_WORKING
+                    assert lb.served[-1] == on, (binding, lb.served)
+                    seen["GetTask"].add(on)
+                async with call("alice") as (a, on):
+                    assert tid in {t.id for t in (await a.list_tasks(ListTasksRequest())).tasks}
+                    assert lb.served[-1] == on, (binding, lb.served)
+                    seen["ListTasks"].add(on)
+                async with call("bob") as (b, on):
+                    with pytest.raises(TaskNotFoundError):
+                        await b.get_task(GetTaskRequest(id=tid))
+                    assert lb.served[-1] == on, (binding, lb.served)
+                    seen["bob"].add(on)
+            assert seen == {"GetTask": {0, 1}, "ListTasks": {0, 1}, "bob": {0, 1}}, seen
+            # SubscribeToTask on both gateways at once: each stream follows the task to its end
+            async with call("alice") as (s1, _), call("alice") as (s2, _):
+                followed = [s1.subscribe(SubscribeToTaskRequest(id=tid))]
+                assert state(await anext(followed[0])) == TaskState.TASK_STATE_WORKING
+                followed.append(s2.subscribe(SubscribeToTaskRequest(id=tid)))
+                assert state(await anext(followed[1])) == TaskState.TASK_STATE_WORKING
+                assert lb.served[-2:] in ([0, 1], [1, 0]), lb.served
+                stepper.gate(text).set()
+                for f in followed:
+                    rest = [e async for e in f]
+                    assert f"second: {text}" in [t for e in rest for t in texts(e)], rest
+                    assert state(rest[-1]) == TaskState.TASK_STATE_COMPLETED, rest[-1]
+            # CancelTask on the gateway that did not make the task (another client's refused first), then read on both
+            async with call("alice") as (a, _):
+                tid2 = await stream_until_first(a, text + "-2")
+                made_on = lb.served[-1]
+            for who in ("bob", "alice"):
+                await lb.skip_to(1 - made_on)
+                async with call(who) as (c, on):
+                    if who == "bob":
+                        with pytest.raises(TaskNotFoundError):
+                            await c.cancel_task(CancelTaskRequest(id=tid2))
+                    else:
+                        cancelled = await c.cancel_task(CancelTaskRequest(id=tid2))
+                        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+                    assert lb.served[-1] == on == 1 - made_on
+            for _ in range(2):
+                async with call("alice") as (a, _):
+                    assert (await a.get_task(GetTaskRequest(id=tid2))).status.state == TaskState.TASK_STATE_CANCELED
+            assert set(lb.served) == {0, 1}
