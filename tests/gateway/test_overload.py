@@ -80,7 +80,7 @@ async def loaded(tmp_path: Path, **extra: Any) -> AsyncIterator[tuple[Gateway, s
     executor = GatedExecutor()
     async with run_agent(card, executor) as url:
         cfg = {"agents": [{"name": "slow", "url": url.rstrip("/"), "max_concurrency": 1}],
-               "limits": {"max_queue_per_agent": 2, "queue_timeout_s": 600},
+               "limits": {"max_queue_per_agent": 2, "queue_timeout_s": 600, "routine_queue_timeout_s": 600},
                "auth": {"clients": [{"name": "urgent", "token": URGENT, "max_priority": 9},
                                     {"name": "routine", "token": ROUTINE}]},
                "data_dir": str(tmp_path), "history": {"flush_interval_s": 0.02}, **extra}
@@ -122,6 +122,7 @@ def assert_overloaded_info(details: list[dict[str, Any]], priority: int) -> None
 async def test_urgent_first_the_rest_shed_with_503_on_jsonrpc_and_rest(tmp_path: Path) -> None:
     async with loaded(tmp_path) as (gw, url, executor), httpx.AsyncClient(timeout=60) as http:
         sent = await fill(gw, url, executor, http)
+        assert gw.pipeline.slots.get("slow").routine_timeout_s == 600  # type: ignore[union-attr]  # (limits.routine_queue_timeout_s)
         # a privileged leg (C) waits: D (3) is not queued behind it but shed at once, answered 503 + Retry-After
         shed = await send(http, url, ROUTINE, "D", 3)
         assert shed.status_code == 503

@@ -21,10 +21,11 @@ class Clock:
         return self.now
 
 
-def slots(limit: int = 1, *, max_queue: int = 8, timeout: float = 1000.0, clock: Clock | None = None,
-          shed: list[tuple[int, str]] | None = None) -> AgentSlots:
+def slots(limit: int = 1, *, max_queue: int = 8, timeout: float = 1000.0, routine: float | None = None,
+          clock: Clock | None = None, shed: list[tuple[int, str]] | None = None) -> AgentSlots:
     return AgentSlots("vision", ConcurrencyLimit(limit), max_queue=max_queue, queue_timeout_s=timeout,
-                      clock=clock or Clock(), on_shed=lambda a, p, why: shed.append((p, why)) if shed is not None else None)
+                      routine_timeout_s=routine, clock=clock or Clock(),
+                      on_shed=lambda a, p, why: shed.append((p, why)) if shed is not None else None)
 
 
 async def settle() -> None:
@@ -135,6 +136,68 @@ async def test_a_waiter_past_its_deadline_is_shed_when_the_queue_moves() -> None
     assert info.value.retry_after >= 1.0
     queued.cancel()
     await settle()
+
+
+async def test_a_routine_leg_waits_at_most_its_own_timeout_a_privileged_one_its_deadline() -> None:
+    clock = Clock()
+    shed: list[tuple[int, str]] = []
+    s = slots(1, clock=clock, timeout=10.0, routine=0.05, shed=shed)
+    assert s.acquire(5) is None
+    routine, privileged = s.acquire(3), s.acquire(7)  # (too few answers to estimate a wait: both queue)
+    assert routine is not None and privileged is not None
+    t_routine, t_privileged = asyncio.ensure_future(routine), asyncio.ensure_future(privileged)
+    await settle()
+    assert s.queued == 2 and not t_routine.done()  # (its timer, if it fires, finds the clock short of the deadline)
+    clock.now += 0.06  # past the routine leg's 50 ms: the next move of the queue sheds it, not the privileged one
+    later = s.acquire(8)
+    assert later is not None and shed == [(3, "deadline")] and s.queued == 2
+    await settle()
+    with pytest.raises(Overloaded) as info:
+        t_routine.result()
+    assert info.value.why == "deadline" and info.value.priority == 3
+    s.release()  # the slot frees: the privileged legs go, most urgent first
+    await settle()
+    t_later = asyncio.ensure_future(later)
+    await settle()
+    assert t_later.done() and not t_privileged.done()
+    s.release()
+    await settle()
+    assert t_privileged.done() and t_privileged.exception() is None and shed == [(3, "deadline")]
+
+
+async def test_a_routine_leg_that_would_wait_past_its_timeout_is_shed_on_arrival() -> None:
+    clock = Clock()
+    s = slots(1, clock=clock, routine=0.05)
+    assert s.acquire(5) is None
+    for _ in range(2 * ESTIMATE_AFTER):  # an answer every 0.1 s, the slot at once taken again: 10 legs a second
+        clock.now += 0.1
+        s.release(0.1)
+        assert s.acquire(5) is None
+    assert s.rate() == pytest.approx(10.0)
+    with pytest.raises(Overloaded) as info:  # the next slot comes in about 0.1 s: past 50 ms, so shed now
+        s.acquire(5)
+    assert info.value.why == "deadline" and s.queued == 0
+    assert "it would wait about 0.10 s for agent vision, past its deadline of 0.05 s" in str(info.value)
+    privileged = s.acquire(6)  # a privileged leg waits up to queue_timeout_s
+    assert privileged is not None and s.queued == 1
+    task = asyncio.ensure_future(privileged)
+    s.release(0.1)
+    await settle()
+    assert task.done() and task.exception() is None
+
+
+async def test_a_routine_leg_past_its_timeout_is_answered_by_its_timer() -> None:
+    s = AgentSlots("vision", ConcurrencyLimit(1), max_queue=8, queue_timeout_s=600.0, routine_timeout_s=0.02)
+    assert s.acquire(5) is None
+    routine, privileged = s.acquire(2), s.acquire(9)
+    assert routine is not None and privileged is not None
+    t_privileged = asyncio.ensure_future(privileged)
+    with pytest.raises(Overloaded) as info:  # nothing moves the queue: the timer sheds it (awaited, not slept on)
+        await routine
+    assert info.value.why == "expired" and "(limits.routine_queue_timeout_s, or the client's deadline)" in str(info.value)
+    assert s.queued == 1 and not t_privileged.done()
+    s.release()
+    await t_privileged
 
 
 async def test_a_caller_that_leaves_gives_its_place_and_its_slot_back() -> None:

@@ -202,7 +202,7 @@ class Gateway:
         shed, wait = self.metrics.agent_shed, self.metrics.agent_queue_wait
         table = AgentSlotTable(adaptive=lc.agent_concurrency == "adaptive", initial=lc.initial_agent_concurrency,
                                maximum=lc.max_agent_concurrency, max_queue=lc.max_queue_per_agent,
-                               queue_timeout_s=lc.queue_timeout_s,
+                               queue_timeout_s=lc.queue_timeout_s, routine_timeout_s=lc.routine_queue_timeout_s,
                                on_shed=lambda agent, p, why: shed.labels(agent, str(p), why).inc(),
                                on_wait=lambda agent, p, s: wait.labels(agent, str(p)).observe(s))
         self.metrics.registry.register(SlotsCollector(table))

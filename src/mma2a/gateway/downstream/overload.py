@@ -3,7 +3,10 @@
 Every leg sent to an agent (a message's dispatch, each step of a transform chain, a stream, each leg of a fan-out)
 takes one of the agent's slots for as long as the agent works on it; the agent's limit is fixed or adaptive
 (`agent_limit`). Past the limit a leg waits in the agent's queue, ordered by priority (the message's, capped per
-client), then by age, each with a deadline: `limits.queue_timeout_s`, or the client's own when sooner. A leg is
+client), then by age, each with a deadline: `limits.queue_timeout_s` for a privileged leg (priority above
+`ROUTINE_MAX`), `limits.routine_queue_timeout_s` (50 ms) for a routine one, or the client's own when sooner (so a
+routine leg is answered within that: it reaches the agent, or it is shed; a shed answer that comes after a longer wait
+is of little use to its client, which could have retried, and a routine backlog only adds latency). A leg is
 shed — answered at once with `Overloaded` (HTTP 503 + `Retry-After`, gRPC UNAVAILABLE + RetryInfo), never left
 to hang — when:
 
@@ -21,7 +24,7 @@ to hang — when:
   priority: `(ahead + 1) / (agent's rate - arrivals per second of higher priorities)`;
 - `queue_full`: the queue holds `limits.max_queue_per_agent` legs and none is less urgent (else that one,
   the youngest of the lowest priority, is shed in its place: `displaced`);
-- `expired`: its deadline passed while it waited.
+- `expired`: its deadline passed while it waited (for a routine leg: it waited `routine_queue_timeout_s`).
 
 When no limit binds (slots free, nobody queued) a leg costs a comparison and two counts.
 """
@@ -50,6 +53,7 @@ RTT_WEIGHT = 0.1  # weight of each answer in the mean latency the wait estimate 
 ESTIMATE_AFTER = 8  # answers before a wait is estimated (until then the deadline alone sheds)
 QUEUE_RTTS = 4  # a routine leg is queued only when it is expected to reach the agent within this many answer times
 ROUTINE_MAX = 5  # priorities up to the clients' default ceiling are routine; above it (privileged) legs wait to their deadline
+EARLY_S = 0.001  # a deadline's timer may fire this much before the clock says it passed (the loop's resolution)
 FLOOR_MARGIN = 0.1  # a priority whose betters arrive at 90% of the agent's rate or more is shed even at a free slot
 
 # the legs shed while the request being served ran (the SDK's bindings answer it 503 from there: `shed_of`)
@@ -125,13 +129,15 @@ class AgentSlots:
     """One agent's slots and queue. Runs on the event loop only (no lock)."""
 
     def __init__(self, agent: str, limit: ConcurrencyLimit, *, max_queue: int, queue_timeout_s: float,
-                 clock: Callable[[], float] | None = None,
+                 routine_timeout_s: float | None = None, clock: Callable[[], float] | None = None,
                  on_shed: Callable[[str, int, str], None] | None = None,
                  on_wait: Callable[[str, int, float], None] | None = None) -> None:
         self.agent = agent
         self.limit = limit
         self.max_queue = max_queue
         self.queue_timeout_s = queue_timeout_s
+        # a routine leg's longest wait (None: queue_timeout_s, as a privileged leg's)
+        self.routine_timeout_s = queue_timeout_s if routine_timeout_s is None else min(routine_timeout_s, queue_timeout_s)
         self.clock = clock
         self.on_shed = on_shed
         self.on_wait = on_wait
@@ -210,7 +216,8 @@ class AgentSlots:
     def _enqueue(self, priority: int, now: float, deadline: float | None) -> Awaitable[None]:
         self._roll(now)
         self.arrivals.count(priority)
-        budget = self.queue_timeout_s if deadline is None else min(self.queue_timeout_s, deadline - now)
+        timeout = self.routine_timeout_s if priority <= ROUTINE_MAX else self.queue_timeout_s
+        budget = timeout if deadline is None else min(timeout, deadline - now)
         ahead = sum(self.counts[priority:])
         if priority < self.floor:  # the legs above it take the agent's whole rate: even a free slot is not for it
             raise self._shed_now(priority, "outranked", f"legs of higher priority take all agent {self.agent} "
@@ -231,7 +238,7 @@ class AgentSlots:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"past its deadline of {_secs(budget)}", expected)
         # a standing queue only adds latency (not judged while an adaptive limit is still finding the agent's measure:
-        # a first burst at an idle agent waits for the limit to grow)
+        # a first burst at an idle agent waits for the limit to grow, a routine leg within its own timeout)
         if priority <= ROUTINE_MAX and self.limit.settled and expected > QUEUE_RTTS * self.rtt_mean:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"more than {QUEUE_RTTS} of its answer times", expected)
@@ -317,9 +324,13 @@ class AgentSlots:
                        "its deadline", now)
 
     def _expire(self, waiter: _Waiter) -> None:
-        if waiter.live:
-            self._shed(waiter, "expired", f"it waited {_secs(waiter.deadline - waiter.since)} for agent {self.agent} "
-                       "(limits.queue_timeout_s, or the client's deadline)", waiter.deadline)
+        if not waiter.live:
+            return
+        if waiter.deadline - self._now() > EARLY_S:  # a clock of the caller's not there yet: the queue's moves shed it
+            return
+        setting = "limits.routine_queue_timeout_s" if waiter.priority <= ROUTINE_MAX else "limits.queue_timeout_s"
+        self._shed(waiter, "expired", f"it waited {_secs(waiter.deadline - waiter.since)} for agent {self.agent} "
+                   f"({setting}, or the client's deadline)", waiter.deadline)
 
     def _shed(self, waiter: _Waiter, why: str, text: str, now: float) -> None:
         self._remove(waiter)
@@ -406,13 +417,15 @@ class AgentSlotTable:
     """Every agent's `AgentSlots`, made on first use from the agent's config and the `limits` section."""
 
     def __init__(self, *, adaptive: bool = True, initial: int = 4, maximum: int = 256, max_queue: int = 256,
-                 queue_timeout_s: float = 5.0, on_shed: Callable[[str, int, str], None] | None = None,
+                 queue_timeout_s: float = 5.0, routine_timeout_s: float | None = None,
+                 on_shed: Callable[[str, int, str], None] | None = None,
                  on_wait: Callable[[str, int, float], None] | None = None) -> None:
         self.adaptive = adaptive
         self.initial = initial
         self.maximum = maximum
         self.max_queue = max_queue
         self.queue_timeout_s = queue_timeout_s
+        self.routine_timeout_s = routine_timeout_s
         self.on_shed = on_shed
         self.on_wait = on_wait
         self._slots: dict[str, tuple[int | None, AgentSlots]] = {}
@@ -431,7 +444,7 @@ class AgentSlotTable:
             self._slots[agent] = (fixed, known[1])
             return known[1]
         slots = AgentSlots(agent, limit, max_queue=self.max_queue, queue_timeout_s=self.queue_timeout_s,
-                           on_shed=self.on_shed, on_wait=self.on_wait)
+                           routine_timeout_s=self.routine_timeout_s, on_shed=self.on_shed, on_wait=self.on_wait)
         self._slots[agent] = (fixed, slots)
         return slots
 
