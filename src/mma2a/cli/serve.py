@@ -70,7 +70,7 @@ def serve(
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
-    from .workers import WORKER_INDEX_ENV, WORKER_NATS_ENV, Supervisor, worker_count
+    from .workers import WORKER_INDEX_ENV, WORKER_NATS_ENV, WORKER_TASKS_ENV, Supervisor, worker_count
 
     from ..cluster import cluster_state
     from ..errors import MMA2AError, RuleError
@@ -102,12 +102,15 @@ def serve(
             raise typer.Exit(code)
         # None unless the config has a cluster section. The workers of one host share one history file: each writes
         # its decisions into it when they are the whole cluster, else the first indexes the cluster's stream into it
+        # (and their task records through files in a directory the supervisor made)
         history: HistoryMode = "stream"
+        task_dir = None
         if worker and os.environ.get(WORKER_NATS_ENV) == "embedded":
             history = "file"
+            task_dir = os.environ.get(WORKER_TASKS_ENV) or None
         elif worker and os.environ.get(WORKER_INDEX_ENV, "0") != "0":
             history = "publish"
-        hooks = cluster_state(cfg, history=history)
+        hooks = cluster_state(cfg, history=history, task_dir=task_dir)
     except RuleError as exc:
         for line in exc.errors or [exc.message]:
             typer.echo(f"error: {line}", err=True)

@@ -4,7 +4,9 @@ Each worker is an ordinary `mma2a serve` process listening with SO_REUSEPORT on 
 spreads connections among them) and running in cluster mode: tasks, session pins, deduplication, history,
 blobs, push configs, rule and agent changes are shared as between the gateways of a cluster. The NATS they
 share is the one `--cluster` (or the config's `cluster:` section) names, else a `nats-server -js` this
-supervisor starts on a free loopback port with its store in a temporary directory, and stops at the end.
+supervisor starts on a free loopback port with its store in a temporary directory, and stops at the end; then the
+workers are the whole cluster, and share their task records through files in a directory made for them (in memory,
+/dev/shm, where the host has it: cluster/task_files.py) rather than through NATS.
 A worker that dies is started again; SIGTERM/SIGINT drain every worker, then stop NATS.
 """
 
@@ -28,6 +30,7 @@ from ..serving import listen_socket
 
 WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
 WORKER_NATS_ENV = "MMA2A_WORKER_NATS"  # "embedded": the workers are the whole cluster (their own nats-server)
+WORKER_TASKS_ENV = "MMA2A_WORKER_TASKS"  # with "embedded": the directory of the workers' task records
 QUICK_EXIT_S = 2.0  # a worker that exits this soon after its start, with status 2, cannot start (a bad config)
 
 
@@ -68,7 +71,7 @@ class Supervisor:
 
         hold = listen_socket(self.config.host, self.config.port, reuse_port=True, listen=False)  # port taken: said now
         port = hold.getsockname()[1]  # --port 0: one free port, the same for every worker
-        store = None
+        store = tasks = None
         server: NatsServer | None = None
         env = dict(os.environ)
         secret_env = self.config.url_secret_env
@@ -80,6 +83,9 @@ class Supervisor:
                 store = tempfile.mkdtemp(prefix="mma2a-nats-")
                 server = NatsServer(store).start()
                 url = server.url
+                shm = "/dev/shm"
+                tasks = tempfile.mkdtemp(prefix="mma2a-tasks-", dir=shm if os.access(shm, os.W_OK) else None)
+                env[WORKER_TASKS_ENV] = tasks
             args = [sys.executable, "-m", "mma2a.cli", "serve", *self.argv, "--port", str(port), "--cluster", url,
                     "--worker"]
             env[WORKER_NATS_ENV] = "embedded" if server is not None else "external"
@@ -97,8 +103,9 @@ class Supervisor:
             hold.close()
             if server is not None:
                 server.stop()
-            if store is not None:
-                shutil.rmtree(store, ignore_errors=True)
+            for made in (store, tasks):
+                if made is not None:
+                    shutil.rmtree(made, ignore_errors=True)
 
     def _start(self, w: Worker, args: list[str], env: dict[str, str]) -> None:
         w.proc = subprocess.Popen(args, env={**env, WORKER_INDEX_ENV: str(w.index)}, start_new_session=True)  # signals reach it from here only

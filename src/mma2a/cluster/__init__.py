@@ -20,13 +20,15 @@ if TYPE_CHECKING:
 __all__ = ["ClusterConfig", "ClusterState", "NatsServer", "ObjectBlobStore", "cluster_state"]
 
 
-def cluster_state(config: GatewayConfig, *, history: HistoryMode = "stream") -> ClusterState | None:
+def cluster_state(config: GatewayConfig, *, history: HistoryMode = "stream", task_dir: str | None = None
+                  ) -> ClusterState | None:
     """The `ClusterState` for a gateway config with a `cluster:` section, else None (and no NATS import).
 
     Hand it to `Gateway(config, cluster=...)` (as `mma2a serve` does). Every gateway of a cluster
     must sign payload URLs with the same key, so cluster mode requires the URL secret to be
     configured (`url_secret_env`, MMA2A_URL_SECRET by default). `history`: where its decisions go (`HistoryMode`:
-    the workers of `serve --workers N` share one history file).
+    the workers of `serve --workers N` share one history file); `task_dir`: the directory where the workers of one
+    host share their task records when they are the whole cluster (cluster/task_files.py), else the `tasks` bucket.
     """
     if config.cluster is None:
         return None
@@ -41,7 +43,7 @@ def cluster_state(config: GatewayConfig, *, history: HistoryMode = "stream") -> 
             "so a URL signed by one is accepted by all", field="url_secret_env")
     from .state import ClusterState
 
-    return ClusterState(config.cluster, history=history)
+    return ClusterState(config.cluster, history=history, task_dir=task_dir)
 
 
 def __getattr__(name: str) -> Any:

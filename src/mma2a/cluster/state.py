@@ -63,10 +63,11 @@ class ClusterState:
     handed to `Gateway(config, cluster=...)`, which calls `start(gateway)` when it starts.
     """
 
-    def __init__(self, config: ClusterConfig, *, history: HistoryMode = "stream") -> None:
+    def __init__(self, config: ClusterConfig, *, history: HistoryMode = "stream", task_dir: str | None = None) -> None:
         self._gw: GatewayParts | None = None
         self.config = config
         self.history_mode: HistoryMode = history
+        self.task_dir = task_dir  # the workers of one host, the whole cluster: their tasks through files there
         self.id = config.id or f"{socket.gethostname().split('.')[0]}-{os.getpid()}-{secrets.token_hex(3)}"
         self.names = Names(config.name)
         self.nc: Any = None
@@ -115,8 +116,10 @@ class ClusterState:
         return self.learning
 
     def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> ClusterTaskMap:
-        """The gateway's task map, shared with the other gateways (`tasks` bucket; opened by `start`)."""
-        self.tasks = ClusterTaskMap(self, max_bytes=max_bytes, max_bytes_per_owner=max_bytes_per_owner)
+        """The gateway's task map, shared with the other gateways (`tasks` bucket, or the workers' files in
+        `task_dir`; opened by `start`)."""
+        self.tasks = ClusterTaskMap(self, files_dir=self.task_dir, max_bytes=max_bytes,
+                                    max_bytes_per_owner=max_bytes_per_owner)
         return self.tasks
 
     # --- lifecycle ------------------------------------------------------------------

@@ -20,6 +20,12 @@ the budget removes them on every gateway (a removal is an entry of the next batc
 A batch is one KV entry `b.<origin>.<n>` (`origin`: this process; the key is never written again, so the TTL
 alone removes it) holding `{"origin", "put": [records], "del": [task ids]}`; entries keyed by a task id alone
 (one record each, written by gateways before batching) are still read.
+
+The workers of one `serve --workers N` over the nats-server it starts are the whole cluster: they share the same
+documents through files on the host instead (`files_dir`, cluster/task_files.py). Each record is appended as it
+is made (stored when the append returns: nothing to wait for before answering), and a worker reads the others'
+records only when it needs them (`sync`: a task it does not know, or a fan-out still in progress; a context it
+does not know; a listing): nothing reaches a worker per request of another, and nothing crosses NATS.
 """
 
 from __future__ import annotations
@@ -38,11 +44,13 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from ..gateway.state.tasks import TaskMap
 from .link import Member, ensure_kv
+from .task_files import TaskFiles
 
 log = logging.getLogger("mma2a.cluster.tasks")
 
 BATCH_BYTES = 256 << 10  # a batch entry's records at most (NATS refuses messages over max_payload, 1 MiB by default)
 CATCH_UP_S = 5.0  # how long a lookup waits for the watch to reach what the bucket holds (NATS slow or away)
+INLINE_READ = 256 << 10  # a catch-up on the files reading more than this reads in a thread
 
 
 def task_key(task_id: str) -> str:
@@ -60,11 +68,15 @@ def task_of_key(key: str) -> str | None:
 class ClusterTaskMap(TaskMap):
     """A `TaskMap` whose records are shared through the cluster's `tasks` bucket."""
 
-    def __init__(self, member: Member, **limits: Any) -> None:
+    def __init__(self, member: Member, *, files_dir: str | None = None, **limits: Any) -> None:
         super().__init__(**limits)
         self.member = member
         self.kv: KeyValue | None = None
         self.origin = f"{member.id}.{secrets.token_hex(4)}"  # this process: its batches are never adopted back
+        self.files = None if files_dir is None else TaskFiles(
+            files_dir, self.origin, max_age_s=self.max_age_s, retain_bytes=2 * self.max_bytes)
+        self._opened = False  # records are shared once open (before: this gateway's cache only)
+        self._sync_lock = asyncio.Lock()
         self._ops: dict[str, bytes | None] = {}  # task id -> its newest record (None: removed), for the next batch
         self._batch: asyncio.Future[None] | None = None  # resolved once the records in `_ops` are stored
         self._pending: dict[str, asyncio.Future[None]] = {}  # task id -> the batch storing its newest record
@@ -75,7 +87,7 @@ class ClusterTaskMap(TaskMap):
         self._adopting = False
         self._watch: asyncio.Task[None] | None = None
         self.adopted = 0
-        self.batches = 0  # batch entries written, and the records in them (the batching's measure)
+        self.batches = 0  # batch entries written, and the records in them (the batching's measure; on files, one a record)
         self.records = 0
 
     @property
@@ -83,15 +95,23 @@ class ClusterTaskMap(TaskMap):
         return f"KV_{self.member.names.bucket('tasks')}"
 
     async def open(self) -> None:
-        """Open (or create) the bucket, mirror what it holds, and follow the other gateways' changes."""
+        """Open (or create) the bucket, mirror what it holds, and follow the other gateways' changes (on files:
+        read what the other workers, and this one before a restart, stored)."""
+        if self.files is not None:
+            await self.sync()
+            self._opened = True
+            return
         c = self.member.config
         self.kv = await ensure_kv(self.member.js, self.member.names.bucket("tasks"), ttl=self.max_age_s,
                                   replicas=c.replicas)
         loaded = asyncio.get_running_loop().create_future()
         self._watch = asyncio.create_task(self._follow(loaded))
         await asyncio.wait({loaded, self._watch}, return_when=asyncio.FIRST_COMPLETED)  # the bucket's records read
+        self._opened = True
 
     async def close(self) -> None:
+        if self.files is not None:
+            self.files.close()
         if self._writer is not None:  # what is gathered is stored (NATS away: the put times out)
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._writer)
@@ -119,10 +139,27 @@ class ClusterTaskMap(TaskMap):
             self._send(task_id, None)
 
     async def fetch(self, task_id: str) -> None:
-        """A task this gateway's cache does not hold (made by another gateway, or by this one before a restart):
-        wait until the watch has applied everything the bucket holds now (a record stored before the caller asked
-        is then in the cache)."""
-        if task_id in self._rows or self.kv is None:
+        """A task this gateway's cache does not hold (made by another gateway, or by this one before a restart), or
+        a fan-out still in progress (its legs come later): read on what the cluster holds (`sync`)."""
+        row = self._rows.get(task_id)
+        if row is not None and (row[2] is None or row[0]):
+            return
+        await self.sync()
+
+    async def fetch_context(self, context_id: str) -> None:
+        """A message in a context this gateway does not know: on files, read on what the other workers stored (the
+        bucket's watch has brought every context already)."""
+        if self.files is not None and context_id not in self._contexts:
+            await self.sync()
+
+    async def sync(self) -> None:
+        """Everything the cluster held when this was called is in the cache once it returns: on files, the other
+        workers' records read on from where this worker stopped; on the bucket, the watch waited for until it has
+        applied the bucket's last sequence."""
+        if self.files is not None:
+            await self._read_files()
+            return
+        if self.kv is None:
             return
         try:
             state = (await self.member.js.stream_info(self.stream)).state
@@ -137,6 +174,19 @@ class ClusterTaskMap(TaskMap):
             await asyncio.wait_for(fut, CATCH_UP_S)
         except asyncio.TimeoutError:
             log.info("task lookup: the tasks watch is behind the bucket (%d < %d)", self._seen, state.last_seq)
+
+    async def _read_files(self) -> None:
+        assert self.files is not None
+        async with self._sync_lock:  # one reader of the files at a time (each read takes on from the last)
+            pending = self.files.pending()
+            if not pending:
+                return
+            if sum(size - taken for _, taken, size in pending) > INLINE_READ:  # a restart's read, or a long while
+                docs = await asyncio.to_thread(self.files.read, pending)
+            else:
+                docs = self.files.read(pending)
+            for doc in docs:
+                self._apply(doc)
 
     async def flush(self, task_id: str) -> None:
         """Wait until this task's record is stored in the cluster (a follow-up may reach another gateway next)."""
@@ -156,8 +206,18 @@ class ClusterTaskMap(TaskMap):
         self._send(task_id, orjson.dumps(doc))
 
     def _send(self, task_id: str, record: bytes | None) -> None:
-        """Gather a record (None: its removal) for the next batch; a writer task stores batches one at a time."""
-        if self.kv is None:  # not opened (the gateway has not started): this gateway's cache only
+        """Gather a record (None: its removal) for the next batch; a writer task stores batches one at a time (on
+        files: stored now)."""
+        if not self._opened:  # the gateway has not started: this gateway's cache only
+            return
+        if self.files is not None:
+            try:
+                for doc, n in self._docs({task_id: record}):
+                    self.files.append(doc)
+                    self.batches += 1
+                    self.records += n
+            except OSError as exc:  # the disk full: this record stays this worker's own
+                log.warning("a task record not shared: %s", exc)
             return
         if self._batch is None:
             self._batch = asyncio.get_running_loop().create_future()
@@ -185,22 +245,28 @@ class ClusterTaskMap(TaskMap):
             self._writer = None
 
     async def _put_batch(self, ops: dict[str, bytes | None]) -> None:
-        assert self.kv is not None
+        for doc, n in self._docs(ops):
+            await self._put(doc, n)
+
+    def _docs(self, ops: dict[str, bytes | None]) -> list[tuple[bytes, int]]:
+        """The batch documents holding `ops` (each under BATCH_BYTES of records but one), with their record counts."""
         head = b'{"origin":' + orjson.dumps(self.origin) + b',"put":['
         removed = [task_id for task_id, record in ops.items() if record is None]
         chunk: list[bytes] = []
         size = 0
+        docs = []
         records = [record for record in ops.values() if record is not None]
         for i, record in enumerate(records):
             chunk.append(record)
             size += len(record)
             if size >= BATCH_BYTES or i == len(records) - 1:
                 last = i == len(records) - 1
-                await self._put(head + b",".join(chunk) + b'],"del":' + orjson.dumps(removed if last else []) + b"}",
-                                len(chunk))
+                docs.append((head + b",".join(chunk) + b'],"del":' + orjson.dumps(removed if last else []) + b"}",
+                             len(chunk)))
                 chunk, size = [], 0
         if not records:
-            await self._put(head + b'],"del":' + orjson.dumps(removed) + b"}", len(removed))
+            docs.append((head + b'],"del":' + orjson.dumps(removed) + b"}", len(removed)))
+        return docs
 
     async def _put(self, data: bytes, n: int) -> None:
         assert self.kv is not None
@@ -214,6 +280,10 @@ class ClusterTaskMap(TaskMap):
         if key.startswith(f"b.{self.origin}."):  # this process's own (the watch's echo: perhaps of records it has
             # since forgotten for its owner's budget, never adopted back)
             return
+        self._apply(value)
+
+    def _apply(self, value: bytes) -> None:
+        """A batch document of another gateway: its records adopted, its removals applied."""
         try:
             doc = orjson.loads(value)
         except orjson.JSONDecodeError:

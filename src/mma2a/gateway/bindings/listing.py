@@ -117,6 +117,7 @@ async def _owned_tasks(pipeline: Pipeline, params: dict[str, Any], entries: list
     size = page_size(params)
     index, token, skip = decode_token(params["pageToken"]) if params.get("pageToken") else (0, "", 0)
     query = {k: v for k, v in params.items() if k not in ("pageToken", "page_token", "pageSize", "page_size", "tenant")}
+    await pipeline.tasks.sync()  # in a cluster: every gateway's tasks of this owner, for the totals
     known = pipeline.tasks.owner_of
     tasks: list[dict[str, Any]] = []
     asked = 0

@@ -129,6 +129,8 @@ class Admission:
         if message.get("taskId") or message.get("contextId"):
             if message.get("taskId"):
                 await self.tasks.fetch(str(message["taskId"]))  # in a cluster: a task made by another gateway
+            if message.get("contextId"):
+                await self.tasks.fetch_context(str(message["contextId"]))  # in a cluster: another gateway's context
             check_owner(self.tasks, message, caller)
         if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
             sender = await self.guard.admit(message, configuration, target, sender)

@@ -128,11 +128,12 @@ class TaskOperations:
         return await self.get_task(task_id)
 
     async def _follow_fan_out(self, task_id: str, task: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """A fan-out in progress (on this gateway or another of the cluster, whose record reaches this one's map by
-        watch): its final task once recorded, read from the map every `FOLLOW_POLL_S` for at most `FOLLOW_S`."""
+        """A fan-out in progress (on this gateway or another of the cluster, whose record this one's map reads on
+        from the cluster at each look): its final task once recorded, read from the map every `FOLLOW_POLL_S` for at most `FOLLOW_S`."""
         deadline = time.monotonic() + FOLLOW_S
         while time.monotonic() < deadline:
             await asyncio.sleep(FOLLOW_POLL_S)
+            await self.tasks.fetch(task_id)  # in a cluster: its outcome recorded by the gateway running it
             rec = self.tasks.find(task_id)
             if rec is None:
                 return

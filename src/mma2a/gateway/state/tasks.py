@@ -273,6 +273,12 @@ class TaskMap:
     async def fetch(self, task_id: str) -> None:
         """Before a lookup of a task this map may not hold: a shared map reads it from the cluster (here: nothing)."""
 
+    async def fetch_context(self, context_id: str) -> None:
+        """Before a context's owner is looked up: a shared map may read it from the cluster (here: nothing)."""
+
+    async def sync(self) -> None:
+        """Before reading what every gateway holds (ListTasks' totals): a shared map catches up (here: nothing)."""
+
     async def flush(self, task_id: str) -> None:
         """Before answering with a task just recorded: a shared map waits until the cluster holds it (here: nothing)."""
 

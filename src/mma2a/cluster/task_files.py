@@ -1,0 +1,146 @@
+"""The task records of one host's workers, shared through files in one directory (`serve --workers N` over the
+nats-server it starts, where the workers are the whole cluster).
+
+Each worker appends its batches of records to its own files (`<origin>.<n>.log`: one writer per file, a new one
+every `SEGMENT_S` or `SEGMENT_BYTES`); every worker reads the others' files, from where it last stopped, when it
+needs to (a task id or context it does not know, a listing). Appending is one `write` into the page cache:
+stored once it returns, for every process of the host to read (a worker killed after it answers loses nothing
+it answered), without a message to a server and back, and without waking another process per batch — what a
+batch cost through the `tasks` bucket: session 10 measured ~60 µs of nats-server CPU a request, besides the
+workers' own share of the put, its acknowledgement and the watch delivering every batch to every worker.
+
+A frame is `>IQ` (the document's length, the writer's `CLOCK_MONOTONIC` in ns: one clock for every process of a
+host, so records read from several files are applied in the order they were written) then the batch document
+(`ClusterTaskMap`'s: `{"origin", "put", "del"}`). A frame is written with one `write` on a file opened for
+appending; a reader takes whole frames only (a torn tail, from a writer killed mid-write, is never taken: its
+batch was never acknowledged). Files are kept while their records may be asked for: a writer removes its oldest
+files past `retain_bytes` (the task map's budget: a worker's cache never holds more) and any worker removes files
+not written for `max_age_s` (the map's age limit), a dead worker's included.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from pathlib import Path
+
+HEAD = struct.Struct(">IQ")
+SEGMENT_S = 60.0  # a writer starts a new file this often (so files age out whole) ...
+SEGMENT_BYTES = 8 << 20  # ... or once its file holds this much
+
+
+class TaskFiles:
+    """One worker's view of the shared directory: its own files to append to, the others' to read on."""
+
+    def __init__(self, directory: str | os.PathLike[str], origin: str, *, max_age_s: float, retain_bytes: int) -> None:
+        self.dir = Path(directory)
+        self.origin = origin
+        self.max_age_s = max_age_s
+        self.retain_bytes = retain_bytes
+        self._fd: int | None = None
+        self._segment = 0
+        self._segment_at = 0.0
+        self._segment_bytes = 0
+        self._own: list[tuple[Path, int]] = []  # this writer's files, oldest first, with their sizes
+        self._read: dict[str, int] = {}  # another writer's file -> the bytes of it taken (whole frames)
+        self.appended = 0  # frames written, and bytes
+        self.bytes = 0
+
+    # --- writing ------------------------------------------------------------------------------------------
+    def append(self, doc: bytes) -> None:
+        """Store one batch document: when this returns, every worker of the host reads it on its next catch-up."""
+        now = time.monotonic()
+        if self._fd is None or now - self._segment_at >= SEGMENT_S or self._segment_bytes >= SEGMENT_BYTES:
+            self._rotate(now)
+        assert self._fd is not None
+        frame = HEAD.pack(len(doc), time.monotonic_ns()) + doc
+        view = memoryview(frame)
+        while view:  # a regular file takes it whole unless the disk is full (then OSError)
+            view = view[os.write(self._fd, view):]
+        self._segment_bytes += len(frame)
+        self.appended += 1
+        self.bytes += len(frame)
+
+    def _rotate(self, now: float) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._own[-1] = (self._own[-1][0], self._segment_bytes)
+        self._segment += 1
+        path = self.dir / f"{self.origin}.{self._segment}.log"
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+        self._segment_at, self._segment_bytes = now, 0
+        self._own.append((path, 0))
+        self._prune()
+
+    def _prune(self) -> None:
+        """Remove this writer's oldest files past `retain_bytes`, and every file not written for `max_age_s`."""
+        held = sum(size for _, size in self._own)
+        while len(self._own) > 1 and held > self.retain_bytes:
+            path, size = self._own.pop(0)
+            held -= size
+            _unlink(path)
+        stale = time.time() - self.max_age_s
+        for entry in os.scandir(self.dir):
+            try:
+                if entry.name.endswith(".log") and entry.stat().st_mtime < stale:
+                    _unlink(Path(entry.path))
+            except FileNotFoundError:
+                pass
+        self._own = [(p, s) for p, s in self._own if p.exists()]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    # --- reading ------------------------------------------------------------------------------------------
+    def pending(self) -> list[tuple[str, int, int]]:
+        """The other writers' files with bytes not taken yet: (name, taken, size)."""
+        out = []
+        names = set()
+        for entry in os.scandir(self.dir):
+            name = entry.name
+            if not name.endswith(".log") or name.startswith(self.origin + "."):
+                continue
+            names.add(name)
+            try:
+                size = entry.stat().st_size
+            except FileNotFoundError:
+                continue
+            taken = self._read.get(name, 0)
+            if size > taken:
+                out.append((name, taken, size))
+        for gone in self._read.keys() - names:  # removed (aged out): nothing more to take from it
+            del self._read[gone]
+        return out
+
+    def read(self, pending: list[tuple[str, int, int]]) -> list[bytes]:
+        """The whole frames of `pending` (from `pending()`), in the order they were written, as batch documents."""
+        frames: list[tuple[int, bytes]] = []
+        for name, taken, size in pending:
+            try:
+                with open(self.dir / name, "rb") as f:
+                    f.seek(taken)
+                    data = f.read(size - taken)
+            except FileNotFoundError:
+                self._read.pop(name, None)
+                continue
+            at = 0
+            while at + HEAD.size <= len(data):
+                length, stamp = HEAD.unpack_from(data, at)
+                end = at + HEAD.size + length
+                if end > len(data):  # a frame being written (or torn): taken once whole
+                    break
+                frames.append((stamp, data[at + HEAD.size:end]))
+                at = end
+            self._read[name] = taken + at
+        frames.sort(key=lambda f: f[0])
+        return [doc for _, doc in frames]
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass

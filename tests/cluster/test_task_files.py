@@ -1,0 +1,153 @@
+"""The task records of `serve --workers N` over its own nats-server, shared through files (cluster/task_files.py):
+what one worker's map stores is found by another's when it asks (a task, a context, a fan-out's outcome, a listing's
+totals), a worker started after reads everything back, a torn frame is never taken, and files are removed past the
+retained bytes and the age limit. Real files in a temporary directory; no NATS is involved."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import orjson
+import pytest
+
+from mma2a.cluster import task_files
+from mma2a.cluster.task_files import HEAD, TaskFiles
+from mma2a.cluster.tasks import ClusterTaskMap
+from mma2a.gateway.state.tasks import DownstreamTask, TaskRecord
+
+
+def worker(directory: Path, name: str, **limits: int | None) -> ClusterTaskMap:
+    return ClusterTaskMap(SimpleNamespace(id=name), files_dir=str(directory),
+                          **{"max_bytes": 1 << 20, "max_bytes_per_owner": None, **limits})
+
+
+async def opened(directory: Path, name: str, **limits: int | None) -> ClusterTaskMap:
+    m = worker(directory, name, **limits)
+    await m.open()
+    return m
+
+
+def doc(n: int) -> bytes:
+    return orjson.dumps({"n": n})
+
+
+async def test_a_record_made_on_one_worker_is_found_on_another_and_by_one_started_after(tmp_path: Path) -> None:
+    w1, w2 = await opened(tmp_path, "w1"), await opened(tmp_path, "w2")
+    w1.put_leg("t-1", "a", "ctx-1", [{"agent": "a"}], "alice")
+    assert (w1.batches, w1.records) == (1, 1)  # stored as it was made: nothing to wait for before answering
+    await w1.flush("t-1")
+    assert w2.find("t-1") is None  # nothing reaches a worker per request of another ...
+    await w2.fetch("t-1")  # ... it reads on when asked about a task it does not know
+    rec = w2.find("t-1")
+    assert rec is not None and rec.owner == "alice" and [(d.agent, d.task_id) for d in rec.legs] == [("a", "t-1")]
+    assert rec.route == [{"agent": "a"}] and rec.legs[0].context_id == "ctx-1"
+    assert w2.context_owner("ctx-1") == (True, "alice")
+    w2.put_leg("t-2", "b", "ctx-2", [], "bob")
+    await w1.fetch_context("ctx-2")  # a message in a context of another worker's task: its owner is known
+    assert w1.context_owner("ctx-2") == (True, "bob")
+    await w1.fetch_context("ctx-2")  # known now: nothing read
+    await w2.fetch("never-made")
+    assert w2.find("never-made") is None
+    w3 = await opened(tmp_path, "w3")  # started after (a restarted worker): reads every worker's records back
+    assert {t for t in ("t-1", "t-2") if w3.find(t) is not None} == {"t-1", "t-2"}
+    assert w3.owned("alice", ["a"]) == 1 and w3.owned("bob", ["b"]) == 1
+    for m in (w1, w2, w3):
+        await m.close()
+
+
+async def test_a_fan_out_in_progress_is_read_on_until_its_outcome(tmp_path: Path) -> None:
+    """A fan-out recorded before its legs are known: another worker that knows it in progress reads its update."""
+    w1, w2 = await opened(tmp_path, "w1"), await opened(tmp_path, "w2")
+    working = {"id": "gw-1", "contextId": "ctx", "status": {"state": "TASK_STATE_WORKING"}}
+    w1.put(TaskRecord("gw-1", [], aggregate=working, owner="alice"))
+    await w2.fetch("gw-1")
+    rec = w2.find("gw-1")
+    assert rec is not None and rec.fanned_out and not rec.legs
+    done = TaskRecord("gw-1", [DownstreamTask("a", "ta"), DownstreamTask("b", "tb")],
+                      aggregate={**working, "status": {"state": "TASK_STATE_COMPLETED"}}, owner="alice")
+    w1.put(done)
+    await w2.fetch("gw-1")  # known, but in progress: read on
+    rec = w2.find("gw-1")
+    assert rec is not None and [d.task_id for d in rec.legs] == ["ta", "tb"]
+    assert rec.aggregate is not None and rec.aggregate["status"]["state"] == "TASK_STATE_COMPLETED"
+    for m in (w1, w2):
+        await m.close()
+
+
+async def test_an_owners_budget_removal_reaches_every_worker(tmp_path: Path) -> None:
+    """What one worker forgets of a client past its budget is removed from the other workers' maps when they read
+    on, and from what a worker started after reads; another client's task stays."""
+    w1, w2 = await opened(tmp_path, "w1", max_bytes_per_owner=4000), await opened(tmp_path, "w2", max_bytes_per_owner=4000)
+    w1.put_leg("bob-1", "a", "ctx-bob", [], "bob")
+    ids = [f"alice-{i}" for i in range(40)]
+    for tid in ids[:5]:
+        w1.put_leg(tid, "a", None, [], "alice")
+    await w2.sync()
+    assert all(w2.find(t) is not None for t in ids[:5])
+    for tid in ids[5:]:
+        w1.put_leg(tid, "a", None, [], "alice")
+    kept = [tid for tid in ids if w1.find(tid) is not None]
+    assert 0 < len(kept) < len(ids) and kept == ids[-len(kept):]
+    await w2.sync()
+    assert [tid for tid in ids if w2.find(tid) is not None] == kept and w2.find("bob-1") is not None
+    w3 = await opened(tmp_path, "w3", max_bytes_per_owner=4000)
+    assert [tid for tid in ids if w3.find(tid) is not None] == kept
+    assert w3.held_by("alice") == w1.held_by("alice") == w2.held_by("alice")
+    for m in (w1, w2, w3):
+        await m.close()
+
+
+async def test_records_before_open_stay_the_workers_own(tmp_path: Path) -> None:
+    m = worker(tmp_path, "w1")
+    m.put_leg("early", "a", None, [], None)  # the gateway has not started: its cache only
+    assert not any(tmp_path.iterdir()) and m.find("early") is not None
+    await m.open()
+    await m.close()
+
+
+def test_frames_are_taken_whole_in_the_order_written_and_never_a_writers_own(tmp_path: Path) -> None:
+    a = TaskFiles(tmp_path, "a.1", max_age_s=3600, retain_bytes=1 << 20)
+    b = TaskFiles(tmp_path, "b.1", max_age_s=3600, retain_bytes=1 << 20)
+    reader = TaskFiles(tmp_path, "r.1", max_age_s=3600, retain_bytes=1 << 20)
+    a.append(doc(1))
+    b.append(doc(2))
+    a.append(doc(3))
+    assert reader.read(reader.pending()) == [doc(1), doc(2), doc(3)]  # across files, as written
+    assert reader.pending() == []  # taken: nothing more until written
+    assert a.read(a.pending()) == [doc(2)]  # a writer reads the others' files only
+    # a frame being written (or torn by a writer killed mid-write): not taken until whole
+    path = next(tmp_path.glob("b.1.*.log"))
+    frame = HEAD.pack(len(doc(4)), time.monotonic_ns()) + doc(4)
+    with open(path, "ab") as f:
+        f.write(frame[:7])
+    assert reader.read(reader.pending()) == []
+    with open(path, "ab") as f:
+        f.write(frame[7:])
+    assert reader.read(reader.pending()) == [doc(4)]
+    for f in (a, b, reader):
+        f.close()
+
+
+def test_files_are_removed_past_the_retained_bytes_and_the_age_limit(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(task_files, "SEGMENT_BYTES", 100)  # a new file after every frame of 100 bytes or more
+    w = TaskFiles(tmp_path, "w.1", max_age_s=3600, retain_bytes=300)
+    big = orjson.dumps({"pad": "x" * 100})
+    for _ in range(6):
+        w.append(big)
+    own = sorted(tmp_path.glob("w.1.*.log"), key=lambda p: int(p.name.split(".")[2]))
+    assert 2 <= len(own) <= 4 and sum(p.stat().st_size for p in own[:-1]) <= 300  # the oldest went first
+    assert own[-1].name == "w.1.6.log"
+    dead = tmp_path / "gone.1.1.log"  # a dead worker's file, not written for longer than the age limit
+    dead.write_bytes(HEAD.pack(len(doc(9)), 1) + doc(9))
+    old = time.time() - 7200
+    os.utime(dead, (old, old))
+    reader = TaskFiles(tmp_path, "r.1", max_age_s=3600, retain_bytes=1 << 20)
+    assert doc(9) in reader.read(reader.pending())
+    w.append(big)  # a new file: the stale one removed
+    assert not dead.exists()
+    assert all(name != dead.name for name, _, _ in reader.pending())  # and forgotten by the reader
+    w.close()
