@@ -18,7 +18,7 @@ from a2a.types import AgentCapabilities, Part
 
 from mma2a.ext import EXTENSION_URI
 from mma2a.gateway.stages.feedback import FEEDBACK_METHOD
-from mma2a.gateway.state.learning import failed_agents
+from mma2a.gateway.state.learning import LearnedPart, LearnedTask, Learner, failed_agents
 from tests.agents import RecordingExecutor, make_card
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
 
@@ -229,3 +229,16 @@ async def test_streamed_learned_tasks_are_outcomes_and_can_be_rated(tmp_path: An
     assert len(b.received) == 1  # so the second went to an untried desk
     assert r.status_code == 200 and r.json() == {"taskId": tid, "agent": "desk-b", "score": 0.0, "learnedParts": 1}
     assert len(c_.received) == 1 and third  # desk-a and desk-b rated 0 for alice: desk-c, untried
+
+
+def test_one_clients_flood_of_learned_tasks_forgets_only_its_own() -> None:
+    """Security probe P2: the learner remembers the parts of its last `max_tasks` learned tasks for their ratings;
+    a flood of mallory's learned messages pushed alice's out and her rating then learned nothing (`learnedParts: 0`).
+    One client keeps at most a quarter of them; its own oldest go past it."""
+    learner = Learner(max_tasks=40)
+    part_ = LearnedPart(0, ("text/plain", None, (), False, "test"), None, "desk-a")
+    learner.take([("alice-1", LearnedTask("m-a", "alice", (part_,)))], [])
+    learner.take([(f"mallory-{i}", LearnedTask(f"m-{i}", "mallory", (part_,))) for i in range(500)], [])
+    assert learner.task("alice-1") is not None and learner.task("mallory-489") is None
+    assert learner.task("mallory-499") is not None and len([i for i in range(500) if learner.task(f"mallory-{i}")]) == 10
+    assert learner.rate("alice-1", "alice", "desk-a", 1.0) == 1

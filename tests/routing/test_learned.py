@@ -136,6 +136,23 @@ def test_the_index_is_bounded_in_cells_and_owners_and_published_evidence_never_c
     assert EVERYONE in next(iter(evidence.tallies.values()))
 
 
+def test_one_client_rating_ever_new_parts_evicts_only_its_own_cells() -> None:
+    """Security probe P2: mallory's ratings of parts unlike any before (a new cell each) filled the index and its
+    eviction took alice's evidence with it (her traffic went back to capability routing). One client's ratings make at
+    most `max_cells_per_owner` cells (a quarter); past it mallory's own least recently rated cell goes."""
+    snap = build_snapshot(parse_rules({"version": 1, "default": {"learn": {"explore": 0}}, "rules": []}), DESKS)
+    index = EvidenceIndex(max_cells=64)
+    rate(index, unit(7), "desk-a", 0.0, owner="alice")
+    assert chosen(snap, text(unit(7), caller="alice"), index)[:2] == ("desk-b", "learned")
+    for i in range(1000):
+        rate(index, unit(5000 + i, dim=16), "desk-c", 1.0, owner="mallory")
+    assert index.max_cells_per_owner == 16 and len(index) == 17  # mallory's 16 and alice's one
+    assert chosen(snap, text(unit(7), caller="alice"), index)[:2] == ("desk-b", "learned")
+    for i in range(100):  # anonymous ratings (auth off: everyone is "") keep the whole index, as before
+        rate(index, unit(9000 + i, dim=16), "desk-c", 1.0, owner="")
+    assert len(index) > 48  # past any one client's quarter (the index evicts an eighth when full)
+
+
 def test_rule_errors_name_the_field() -> None:
     bad = [({"learn": {"explore": 0.9}}, "explore: must be a number from 0 to 0.5"),
            ({"learn": {"feedback": "all"}}, "feedback: must be one of own, shared"),

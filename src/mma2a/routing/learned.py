@@ -20,7 +20,8 @@ by the message id and the part index, so the same input gets the same choice.
   `explore` (the rule's), a Thompson draw from each agent's Beta posterior instead. At most
   `explore` of choices depart from the greedy one. Ties keep capability order.
 - **Bounds** (`EvidenceIndex`): at most `max_cells` cells (when full, the least recently rated
-  eighth is evicted with its ratings) and `max_owners` owners per cell. A lookup is one matrix-vector product over
+  eighth is evicted with its ratings), of which one client's ratings make at most `max_cells_per_owner`
+  (a quarter; past it that client's own least recently rated cell goes), and `max_owners` owners per cell. A lookup is one matrix-vector product over
   the cells of the part's key (at most `max_cells` x the vector's dimension), whatever the number
   of past decisions.
 """
@@ -176,9 +177,15 @@ class EvidenceIndex:
     """The mutable side: ratings come in (`rate`), `freeze` makes the next immutable `Evidence` (sharing what did not
     change). Bounded: `max_cells` cells (least recently rated out, with their tallies), `max_owners` per cell."""
 
-    def __init__(self, *, max_cells: int = 4096, max_owners: int = 256) -> None:
+    def __init__(self, *, max_cells: int = 4096, max_owners: int = 256, max_cells_per_owner: int | None = None) -> None:
         self.max_cells = max_cells
         self.max_owners = max_owners
+        # the cells one client's ratings may make (a quarter by default): past it its own least recently rated go,
+        # so a client rating ever-new parts cannot push every other client's evidence out (anonymous "" is exempt:
+        # without identities there is no one else to protect)
+        self.max_cells_per_owner = max(1, max_cells // 4) if max_cells_per_owner is None else max_cells_per_owner
+        self._made_by: dict[int, str] = {}  # cell -> the owner whose rating made it
+        self._made: dict[str, int] = {}  # owner -> how many of the cells it made are kept
         self._rows: dict[Key, tuple[Any, list[int]]] = {}  # key -> (buffer, ids); rows [:len(ids)] are leaders
         self._cells: dict[Key, Cells] = {}
         self._plain: dict[Key, int] = {}
@@ -202,7 +209,7 @@ class EvidenceIndex:
             import numpy as np
 
             vector = np.asarray(vector, dtype=np.float32)
-        cell = self._cell(key, vector)
+        cell = self._cell(key, vector, owner)
         self._key_of.move_to_end(cell)
         near = {cell, *self._near(key, vector)}
         for who in (owner, EVERYONE) if owner != EVERYONE else (EVERYONE,):
@@ -241,11 +248,11 @@ class EvidenceIndex:
         top = np.argpartition(-cos, NEAREST)[:NEAREST] if len(cos) > NEAREST else np.arange(len(cos))
         return [ids[int(i)] for i in top if cos[i] >= SIMILAR]
 
-    def _cell(self, key: Key, vector: Any) -> int:
+    def _cell(self, key: Key, vector: Any, owner: str) -> int:
         if vector is None:
             cell = self._plain.get(key)
             if cell is None:
-                cell = self._new_cell(key)
+                cell = self._new_cell(key, owner)
                 self._plain[key] = cell
             return cell
         import numpy as np
@@ -258,7 +265,7 @@ class EvidenceIndex:
                 return ids[best]
         elif buffer is not None and buffer.shape[1] != vector.shape[0]:  # another model's vectors: start over
             self._forget(list(ids))
-        cell = self._new_cell(key)  # may evict cells of this key: its rows are read after
+        cell = self._new_cell(key, owner)  # may evict cells of this key: its rows are read after
         buffer, ids = self._rows.get(key, (None, []))
         if buffer is None or len(ids) == len(buffer):  # a new buffer: published views keep the old one
             grown = np.zeros((max(8, 2 * len(ids)), vector.shape[0]), dtype=np.float32)
@@ -271,12 +278,18 @@ class EvidenceIndex:
         self._publish_key(key)
         return cell
 
-    def _new_cell(self, key: Key) -> int:
+    def _new_cell(self, key: Key, owner: str) -> int:
+        mine = owner not in ("", EVERYONE)
+        if mine and self._made.get(owner, 0) >= self.max_cells_per_owner:  # the owner's own least recently rated
+            self._forget([next(c for c in self._key_of if self._made_by.get(c) == owner)])
         if len(self._key_of) >= self.max_cells:  # the least recently rated eighth out at once: one copy per key
             self._forget(list(itertools.islice(self._key_of, max(1, self.max_cells // 8))))
         cell = self._next
         self._next += 1
         self._key_of[cell] = key
+        if mine:
+            self._made_by[cell] = owner
+            self._made[owner] = self._made.get(owner, 0) + 1
         return cell
 
     def _forget(self, cells: list[int]) -> None:
@@ -285,6 +298,11 @@ class EvidenceIndex:
         for cell in cells:
             key = self._key_of.pop(cell)
             self._tallies.pop(cell, None)
+            maker = self._made_by.pop(cell, None)
+            if maker is not None:
+                left = self._made.pop(maker) - 1
+                if left:
+                    self._made[maker] = left
             self._dirty.add(cell)
             if self._plain.get(key) == cell:
                 del self._plain[key]

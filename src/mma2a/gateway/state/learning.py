@@ -92,6 +92,9 @@ class Learner:
         self.clock = clock
         self.journal = journal  # a cluster's: what this gateway notes and takes goes to the others
         self._tasks: OrderedDict[str, LearnedTask] = OrderedDict()
+        # each client's noted tasks, oldest first: one client keeps at most a quarter of `max_tasks` (its own oldest
+        # go past it), so a flood of learned messages cannot make every other client's ratings learn nothing
+        self._by_owner: dict[str, OrderedDict[str, None]] = {}
         # in a cluster: ratings of tasks whose note has not reached this gateway yet, taken in when it does
         self._waiting: OrderedDict[str, list[tuple[str, str, float]]] = OrderedDict()
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # owner -> (tokens, at)
@@ -113,10 +116,25 @@ class Learner:
             self.journal.noted(task_id, task)
 
     def _keep(self, task_id: str, task: LearnedTask) -> None:
+        old = self._tasks.pop(task_id, None)
+        if old is not None:
+            self._unown(task_id, old.owner)
+        if task.owner:  # anonymous ("": auth off) is everyone: the global bound only
+            mine = self._by_owner.setdefault(task.owner, OrderedDict())
+            if len(mine) >= max(1, self.max_tasks // 4):
+                self._tasks.pop(mine.popitem(last=False)[0], None)
+            mine[task_id] = None
         self._tasks[task_id] = task
-        self._tasks.move_to_end(task_id)
         while len(self._tasks) > self.max_tasks:
-            self._tasks.popitem(last=False)
+            gone, was = self._tasks.popitem(last=False)
+            self._unown(gone, was.owner)
+
+    def _unown(self, task_id: str, owner: str) -> None:
+        mine = self._by_owner.get(owner)
+        if mine is not None:
+            mine.pop(task_id, None)
+            if not mine:
+                del self._by_owner[owner]
 
     def task(self, task_id: str) -> LearnedTask | None:
         return self._tasks.get(task_id)
