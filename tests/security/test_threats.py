@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -117,6 +118,28 @@ async def test_malformed_requests_get_defined_errors_without_stack_traces() -> N
     for k, r in cases.items():
         assert r.status_code < 500, k
         assert "Traceback" not in r.text and 'File "' not in r.text and ".py" not in r.text, k
+
+
+async def test_a_history_length_past_32_bits_is_invalid_params_not_an_internal_error() -> None:
+    """Security probe P3: `GetTask` with `historyLength: 1e20` (or `"99999999999999999999"`) was read into an integer
+    past 64 bits, which the gateway could not pass on to the task's agent: `-32603 internal error` and a traceback in
+    its log. Now refused while the params are read, before any task is looked up (so any id shows it)."""
+    async with secured() as (gw, url, _):
+        h = {**bearer(TOKEN), "A2A-Version": "1.0"}
+
+        async def get(value: object) -> dict[str, Any]:
+            body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1", "historyLength": value}}
+            return (await post(url, "/", body, h)).json()  # type: ignore[no-any-return]
+
+        answers = {v: await get(v) for v in (10**20, "99999999999999999999", 1 << 31, -(1 << 31) - 1, 2.5, "1" * 30)}
+        fine = await get((1 << 31) - 1)
+    for value, answer in answers.items():
+        assert answer["error"]["code"] == -32602, (value, answer)
+        assert answer["error"]["message"].startswith("params.historyLength: must be a"), answer
+        assert error_field(answer["error"]) == "params.historyLength"
+    assert answers[10**20]["error"]["message"] == ("params.historyLength: must be a 32-bit integer, got "
+                                                   "100000000000000000000")
+    assert fine["error"]["code"] == -32001  # in range: read, then the task is looked up (there is none)
 
 
 def _bomb_png(width: int, height: int) -> str:

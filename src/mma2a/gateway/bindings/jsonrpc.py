@@ -317,11 +317,14 @@ def history_length(params: dict[str, Any]) -> int | None:
         return None
     if isinstance(hl, bool) or not isinstance(hl, int):
         # as protobuf's JSON reading (the SDK's) takes them: a decimal string, a float with no fraction
-        if isinstance(hl, str) and _DECIMAL.fullmatch(hl):
-            return int(hl)
-        if isinstance(hl, float) and hl.is_integer():
-            return int(hl)
-        raise InvalidParams(f"params.historyLength: must be an integer, got {hl!r}", field="params.historyLength")
+        if isinstance(hl, str) and _DECIMAL.fullmatch(hl) and len(hl) <= 20:
+            hl = int(hl)
+        elif isinstance(hl, float) and hl.is_integer():
+            hl = int(hl)
+        else:
+            raise InvalidParams(f"params.historyLength: must be an integer, got {hl!r}"[:200], field="params.historyLength")
+    if not -(1 << 31) <= hl < 1 << 31:  # the field is an int32; past 64 bits it could not even be passed on
+        raise InvalidParams(f"params.historyLength: must be a 32-bit integer, got {hl}"[:200], field="params.historyLength")
     return hl
 
 
