@@ -376,6 +376,27 @@ def test_slow_start_grows_by_one_once_the_agent_is_kept_busy() -> None:
     assert limit.value == 7
 
 
+def test_slow_start_stops_at_the_floor() -> None:
+    limit = AdaptiveLimit(initial=4)
+    limit.sample(0.2, 1, saturated=False)
+    for _ in range(8):  # x1.5 would be 6: two legs waiting inside an agent that 5 keep busy
+        limit.sample(0.2, 4, saturated=True, floor=5)
+    assert limit.value == 5 and limit.slow_start
+
+
+async def test_the_floor_counts_the_legs_the_agent_works_on_not_the_way_to_it() -> None:
+    clock = Clock()
+    s = AgentSlots("vision", AdaptiveLimit(initial=6, maximum=6), max_queue=64, queue_timeout_s=1000.0, clock=clock)
+    for _ in range(6):
+        assert s.acquire(5) is None
+    for _ in range(3 * ESTIMATE_AFTER):  # 4 at once for 0.2 s each (20 a second), 3 ms more on the way there and back
+        clock.now += 0.05
+        s.release(0.203)
+        assert s.acquire(5) is None
+    assert s.rate() == pytest.approx(20.0) and s.limit.base_rtt == pytest.approx(0.203)
+    assert s.busy_floor() == 4 + 1  # 20 x 0.203 = 4.06: 4 legs at work, and one waiting inside (not 5 + 1)
+
+
 async def test_the_agents_rate_is_measured_from_its_answers_while_kept_busy() -> None:
     clock = Clock()
     s = AgentSlots("vision", AdaptiveLimit(initial=4), max_queue=64, queue_timeout_s=1000.0, clock=clock)

@@ -8,7 +8,7 @@ window of answers tells how many legs are queued inside the agent:
     queued = in_flight x (mean_rtt - min_rtt - NOISE_S) / mean_rtt      (0 when negative)
 
 - `queued < ALPHA` while the limit was reached: the agent could take more: +1 (x1.5 until the first cut:
-  slow start — but only +1 once the limit reaches the floor below);
+  slow start — but not past the floor below, and only +1 once the limit has reached it);
 - `queued > BETA`: the agent is queueing: the limit drops by what is queued past ALPHA (at least 1), never below
   the floor, and the next window is not judged (its answers are mostly of legs sent before the cut: judging them
   cut again, from 9 to 4 at a 4-wide agent in bench/overload.py, and an agent kept below its width loses
@@ -131,7 +131,8 @@ class AdaptiveLimit(ConcurrencyLimit):
             self._cooldown = True
         elif queued < ALPHA and self._saturated:
             grow = self.slow_start and (self._floor is None or limit < self._floor)
-            limit = max(limit + 1, limit * 3 // 2) if grow else limit + 1
+            limit = (min(max(limit + 1, limit * 3 // 2), self._floor or self.maximum) if grow  # (not past the floor)
+                     else limit + 1)
         self.value = max(self.minimum, min(limit, self.maximum))
         self._n = 0
         self._sum_rtt = 0.0

@@ -53,6 +53,8 @@ RTT_WEIGHT = 0.1  # weight of each answer in the mean latency the wait estimate 
 ESTIMATE_AFTER = 8  # answers before a wait is estimated (until then the deadline alone sheds)
 QUEUE_RTTS = 4  # a routine leg is queued only when it is expected to reach the agent within this many answer times
 ROUTINE_MAX = 5  # priorities up to the clients' default ceiling are routine; above it (privileged) legs wait to their deadline
+WIDTH_SLACK = 0.25  # legs: rate x min_rtt over-counts the legs an agent works on at once by the share of min_rtt spent
+# on the way to it and back (4.06 for an agent of 4 at 0.2 s: one more leg waiting inside it, ~50 ms on every answer)
 EARLY_S = 0.001  # a deadline's timer may fire this much before the clock says it passed (the loop's resolution)
 FLOOR_MARGIN = 0.1  # a priority whose betters arrive at 90% of the agent's rate or more is shed even at a free slot
 
@@ -197,7 +199,7 @@ class AgentSlots:
         base = self.limit.base_rtt
         if self.intervals < ESTIMATE_AFTER or self._busy_s <= 0.0 or not math.isfinite(base):
             return None
-        return math.ceil(self._busy_n / self._busy_s * base - 0.05) + 1
+        return math.ceil(self._busy_n / self._busy_s * base - WIDTH_SLACK) + 1
 
     def _delivered(self, busy: bool, now: float) -> None:
         """An answer came at `now`; `busy`: every slot was taken or legs waited. The time since the previous answer,
