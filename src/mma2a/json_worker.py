@@ -1,20 +1,25 @@
 """The JSON body worker process (`python -c LAUNCH`): parses the request bodies the gateway hands it, one at a time, so
 a large body's parse never holds the gateway's event loop (`gateway.body_parser` starts and feeds it).
 
-On stdin: an 8-byte big-endian body length, a 4-byte depth limit, the body. On stdout: an 8-byte length and the
-pickled `request_body.parse_json_body_as_data` answer. It runs niced (`NICENESS`) and exits at the end of stdin."""
+On stdin: an 8-byte big-endian body length, a 4-byte depth limit, a 1-byte job, the body. On stdout: an 8-byte
+length and the pickled answer of the job: `PARSE` (a JSON-RPC body: `request_body.parse_json_body_as_data`),
+`CHECK` (a REST body at the gate: `request_body.check_json_body_as_data`) or `SEND` (a REST `message:send` body
+read as the SDK reads it: `sdk_requests.read_send_body_as_data`, whose module is loaded at the first such job).
+It runs niced (`NICENESS`) and exits at the end of stdin."""
 
 from __future__ import annotations
 
 import pickle
 import struct
 import sys
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from .request_body import parse_json_body_as_data
+from .request_body import check_json_body_as_data, parse_json_body_as_data
 
-REQUEST_HEAD = struct.Struct(">QI")
+REQUEST_HEAD = struct.Struct(">QIB")
 ANSWER_HEAD = struct.Struct(">Q")
+PARSE, CHECK, SEND = 0, 1, 2
+"""The jobs (see the module's docstring)."""
 NICENESS = 10
 """The worker runs at a lower CPU priority than the gateway: on a busy host the other clients' requests (and the
 gateway's loop handing bodies over) get the cores first, and large bodies wait for them."""
@@ -26,15 +31,28 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         head = inp.read(REQUEST_HEAD.size)
         if len(head) < REQUEST_HEAD.size:
             return
-        size, max_depth = REQUEST_HEAD.unpack(head)
+        size, max_depth, job = REQUEST_HEAD.unpack(head)
         body = inp.read(size)
         if len(body) < size:
             return
-        answer = pickle.dumps(parse_json_body_as_data(body, max_depth), protocol=5)
+        answer = pickle.dumps(run(job, body, max_depth), protocol=5)
         del body
         out.write(ANSWER_HEAD.pack(len(answer)))
         out.write(answer)
         out.flush()
+
+
+def run(job: int, body: bytes, max_depth: int) -> tuple[Any, ...]:
+    """The answer of one job."""
+    if job == PARSE:
+        return parse_json_body_as_data(body, max_depth)
+    if job == CHECK:
+        return check_json_body_as_data(body)
+    if job == SEND:
+        from .sdk_requests import read_send_body_as_data  # the SDK's types: loaded by the first REST body only
+
+        return read_send_body_as_data(body)
+    raise ValueError(f"unknown job {job}")
 
 
 LAUNCH = (f"import os; os.nice({NICENESS}); import runpy; "  # niced before its imports: even its start yields

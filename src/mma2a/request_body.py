@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.requests import Request
 from starlette.types import Message, Receive, Scope
 
 import orjson
@@ -69,9 +70,45 @@ def parse_json_body_as_data(body: bytes, max_depth: int) -> tuple[Any, ...]:
     return True, doc, brackets
 
 
+def check_json_body(body: bytes) -> None:
+    """The gate's check of a REST body before its binding reads it: `InvalidRequest` (field `body`) for too many
+    values (`check_json_values`) or for bytes that are not JSON. An empty body passes (the binding answers it)."""
+    if not body:
+        return
+    check_json_values(body)
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
+
+
+def check_json_body_as_data(body: bytes) -> tuple[Any, ...]:
+    """`check_json_body`, its refusal returned as data (as `parse_json_body_as_data`): `(True,)` or `(False, error
+    class name, message, field)`."""
+    try:
+        check_json_body(body)
+    except InvalidRequest as exc:
+        return False, type(exc).__name__, exc.message, exc.field
+    return (True,)
+
+
 BODY_GROWN = "mma2a.body_grown"
 """In the scope, when the gateway meters the request's body into its body budget: a callable told how many bytes of
 the body are held as they grow (decoding, `compression.decode_yielding`); it raises `MMA2AError` to refuse them."""
+
+READ_BODY = "mma2a.body"
+"""In the scope, once the gateway has read the request's body whole (the gate's check of a REST body): the body, for
+the route's `ReadRequest`."""
+
+
+class ReadRequest(Request):
+    """A request whose body has been read already (`READ_BODY`): `body()` answers it as it is. Starlette's own joins
+    the chunks it replays, which copies the body: one more 27 MB copy held per large body."""
+
+    def __init__(self, scope: Scope, receive: Receive, body: bytes) -> None:
+        super().__init__(scope, receive)
+        self._body = body
+
 
 TAIL_BYTES = 1 << 20
 """Past the limit, at most this much more is read (and dropped): the client then reads the 413

@@ -71,7 +71,7 @@ async def test_on_grpc_free_form_fields_are_bounded_in_bytes_before_they_are_con
     from a2a.types import a2a_pb2
     from google.protobuf import struct_pb2
 
-    from mma2a.gateway.bindings.sdk_binding import MAX_STRUCT_BYTES
+    from mma2a.sdk_requests import MAX_STRUCT_BYTES
     from tests.security.test_grpc_admission import _refused, _send, grpc_gateway
 
     def request(values: int) -> a2a_pb2.SendMessageRequest:

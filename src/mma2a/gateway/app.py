@@ -54,7 +54,8 @@ from .access.security import access_control, error_body
 from .bindings.admin import admin_routes
 from .bindings.cards import CardCache, agent_card_through, gateway_card, security_declaration
 from .bindings.front import FrontDoor
-from .bindings.jsonrpc import JsonRpcIngress
+from .bindings.body_parser import JSONBodyParser
+from .bindings.jsonrpc import MAX_JSON_DEPTH, JsonRpcIngress
 from .bindings.sdk_routes import JSONRPC_METHODS, SdkBindings, rest_routes
 from .config import ConfigError, GatewayConfig
 from .downstream.directory import AgentDirectory
@@ -425,14 +426,17 @@ class Gateway:
 
     def _build_app(self) -> FrontDoor:
         # the SDK's stack (REST, SSE, v0.3, JSON-RPC past the fast path): imported by the first request needing it
-        sdk = self.sdk = SdkBindings(self.pipeline, card_fn=lambda: gateway_card(self.directory, self.public_url))
-        control = self.access = access_control(self)  # the gRPC binding passes the same gate (grpc_admission)
+        # large JSON bodies (JSON-RPC's, REST's at the gate and in SendMessage) are read in one worker process
+        bodies = self._body_parser = JSONBodyParser(MAX_JSON_DEPTH)  # its worker (if started) stops with the gateway
+        sdk = self.sdk = SdkBindings(self.pipeline, card_fn=lambda: gateway_card(self.directory, self.public_url),
+                                     bodies=bodies)
+        # the gRPC binding passes the same gate (grpc_admission)
+        control = self.access = access_control(self, body_check=bodies.check)
         rpc = JsonRpcIngress(self.pipeline, sdk, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics,
-                             control=control)
+                             control=control, parser=bodies)
 
         cards = CardCache()
         security = security_declaration(self.config.auth, self.config.tls)
-        self._body_parser = rpc.parser  # its worker process (if a large body started it) stops with the gateway
 
         async def root_card(request: Request) -> Response:
             return cards.respond(request, "", gateway_card(self.directory, self.public_url, grpc_url=self.grpc_url,

@@ -34,7 +34,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ...errors import (
     INVALID_REQUEST,
     Forbidden,
-    InvalidRequest,
     MethodNotFound,
     MMA2AError,
     Overloaded,
@@ -42,7 +41,7 @@ from ...errors import (
     RateLimited,
     Unauthorized,
 )
-from ...request_body import BODY_GROWN, check_json_values, header_map, read_body, replaying
+from ...request_body import BODY_GROWN, READ_BODY, check_json_body, header_map, read_body, replaying
 from ...responses import error_json, jsonrpc_error_json
 from ...tls import client_cn
 from .authz import AccessClass, ErrorShape, RouteAccess
@@ -109,8 +108,12 @@ class AccessControl:
         bodies: BodyBudget | None = None,
         streams: StreamSlots | None = None,
         federation: Federation | None = None,
+        body_check: Callable[[bytes], Awaitable[None]] | None = None,
     ) -> None:
+        """`body_check`: the check of a REST body (`request_body.check_json_body`, raising its `MMA2AError`); the
+        gateway's keeps large bodies off the event loop (`bindings.body_parser`). Default: checked here."""
         self.auth = auth
+        self.body_check = body_check or _check_json_body
         self.federation = federation  # trusted peer gateways' assertions of their clients (gateway/access/federation.py)
         self.limiter = limiter
         self.max_body_bytes = max_body_bytes
@@ -203,9 +206,10 @@ class AccessControl:
         return app(scope, receive, send)
 
     async def _checked(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-        capped = await self._capped(receive, access.shape, send, check_json=access.shape is ErrorShape.REST)
-        if capped is not None:
-            await app(scope, capped, send)
+        body = await self._capped(receive, access.shape, send, check_json=access.shape is ErrorShape.REST)
+        if body is not None:
+            scope[READ_BODY] = body
+            await app(scope, replaying(body, receive), send)
 
     def open_stream(self, client: Client | None, scope: Scope | None = None, *, peer: str | None = None) -> str:
         """A stream slot for the caller (its client, else its address: `scope`'s or `peer`); the key to give it back
@@ -317,9 +321,9 @@ class AccessControl:
             await self.refuse(exc, ErrorShape.REST, send)
 
     async def _capped(self, receive: Receive, shape: ErrorShape, send: Send, *, check_json: bool = False
-                      ) -> Receive | None:
-        """Read a body up to the limit (413 past it; 400 if `check_json` and it is not JSON), then replay it; None
-        when answered here, or when the client left before the end of the body (the a2a-sdk's REST binding, run on
+                      ) -> bytes | None:
+        """Read a body up to the limit (413 past it; 400 if `check_json` and it is not JSON) for the caller to replay;
+        None when answered here, or when the client left before the end of the body (the a2a-sdk's REST binding, run on
         a disconnect, logged `Unknown error occurred` with a traceback)."""
         try:
             data = await read_body(receive, self.max_body_bytes)
@@ -331,15 +335,11 @@ class AccessControl:
             return None
         if check_json and data:
             try:
-                check_json_values(data)
-                orjson.loads(data)
-            except InvalidRequest as exc:
+                await self.body_check(data)
+            except MMA2AError as exc:  # too many values, not JSON; 503 if a large body's checker stopped
                 await self.refuse(exc, shape, send)
                 return None
-            except orjson.JSONDecodeError as exc:
-                await self.refuse(InvalidRequest(f"request body is not valid JSON: {exc}", field="body"), shape, send)
-                return None
-        return replaying(data, receive)
+        return data
 
     async def refuse(self, exc: MMA2AError, shape: ErrorShape, send: Send) -> None:
         body = error_body(exc, shape, exc.http_status)
@@ -406,6 +406,10 @@ class _Metered:
         await self._send(message)
 
 
+async def _check_json_body(body: bytes) -> None:
+    check_json_body(body)
+
+
 def retry_after(exc: MMA2AError) -> int | None:
     """The seconds a refused caller is told to wait (`Retry-After` on HTTP, `retry-after` on gRPC), if any."""
     if isinstance(exc, (RateLimited, Overloaded)):
@@ -436,8 +440,9 @@ def b64_secret(n: int = 32) -> str:
 # --- wiring into a Gateway ---------------------------------------------------------------------------
 
 
-def access_control(gw: Any) -> AccessControl:
-    """The `AccessControl` of a `Gateway` (authentication, admin token, rate limits, body cap, drain), from its config."""
+def access_control(gw: Any, body_check: Callable[[bytes], Awaitable[None]] | None = None) -> AccessControl:
+    """The `AccessControl` of a `Gateway` (authentication, admin token, rate limits, body cap, drain), from its config;
+    `body_check`: see `AccessControl`."""
     cfg = gw.config
     limiter = RateLimiter(cfg.rate_limit.rate, cfg.rate_limit.burst) if cfg.rate_limit.enabled else None
     in_flight = cfg.max_body_bytes_in_flight or 8 * cfg.max_body_bytes
@@ -445,7 +450,7 @@ def access_control(gw: Any) -> AccessControl:
                          admin_token=lambda: gw.admin_token, drain=gw.drain,
                          bodies=BodyBudget(in_flight, max(in_flight // 2, cfg.max_body_bytes)),
                          streams=StreamSlots(cfg.limits.max_response_streams_per_client, cfg.limits.max_response_streams),
-                         federation=gw.federation)
+                         federation=gw.federation, body_check=body_check)
 
 
 def jwt_verifier(gw: Any) -> JWTVerifier | None:

@@ -15,7 +15,6 @@ import re
 from typing import Any
 
 import orjson
-from starlette.requests import Request
 from starlette.responses import Response
 
 from ...card import VERSION_HEADER
@@ -28,7 +27,7 @@ from ...errors import (
     PayloadTooLarge,
     RateLimited,
 )
-from ...request_body import header_map
+from ...request_body import ReadRequest, header_map
 from ...responses import jsonrpc_error_json
 from ..access.clients import StreamSlots, current_client
 from ..access.security import AccessControl, retry_after
@@ -121,15 +120,16 @@ class JsonRpcIngress:
     """The POST endpoint of the JSON-RPC binding at `/` and `/agents/{agent}/`."""
 
     def __init__(self, pipeline: Pipeline, sdk: SdkBindings, *, max_body_bytes: int, metrics: Any,
-                 control: AccessControl | None = None) -> None:
+                 control: AccessControl | None = None, parser: JSONBodyParser | None = None) -> None:
         """`sdk`: the SDK's bindings, for what the fast path does not answer; `control`: the access gate whose stream
-        slots the streaming methods take (None: not counted)."""
+        slots the streaming methods take (None: not counted); `parser`: where bodies are parsed (its depth limit must
+        be `MAX_JSON_DEPTH`; default: a parser of its own)."""
         self.control = control
         self.pipeline = pipeline
         self.sdk = sdk
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
-        self.parser = JSONBodyParser(MAX_JSON_DEPTH)
+        self.parser = parser or JSONBodyParser(MAX_JSON_DEPTH)
         self._bytes_in = metrics.bytes_in.labels("jsonrpc")
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -157,8 +157,7 @@ class JsonRpcIngress:
         """The SDK's answer; a request whose message was shed (noted by the pipeline) is answered 503 instead, as
         on the fast path (the SDK answers every error with HTTP 200)."""
         await self.sdk.loaded()
-        request = Request(scope, receive)
-        request._body = body  # the SDK dispatcher reads the cached body
+        request = ReadRequest(scope, receive, body)  # the SDK dispatcher reads the body read here
         shed: list[Overloaded] = []
         token = shed_note.set(shed)
         try:

@@ -8,15 +8,15 @@ first request that needs it (`bindings`), or at the start with gRPC.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.request_handler import validate_request_params
-from a2a.utils.proto_utils import validate_proto_required_fields
 from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_routes
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.server.routes.rest_dispatcher import A2AJSONResponse, RestDispatcher  # type: ignore[attr-defined]
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -30,20 +30,27 @@ from a2a.types import (
     ListTasksResponse,
     Message,
     SendMessageRequest,
+    SendMessageResponse,
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
 )
+from a2a.utils import constants, proto_utils
 from a2a.utils import errors as sdk_errors
+from a2a.utils.error_handlers import rest_error_handler, rest_stream_error_handler
+from a2a.utils.version_validator import validate_version
 from google.protobuf import json_format
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
-from ...errors import AgentRPCError, InvalidParams, MMA2AError, metadata_strings
+from ...errors import AgentRPCError, MMA2AError, metadata_strings
+from ...sdk_requests import check_required, send_request_json
 from ..access.clients import current_client
 from ..access.security import AccessControl
 from ..pipeline import Pipeline
+from .body_parser import JSONBodyParser
 from .listing import list_tasks
 
 _Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig)
@@ -73,13 +80,83 @@ def _agent_error_class(exc: AgentRPCError, by_code: type[sdk_errors.A2AError]) -
     return named if named is not None and _CODES.get(named) == exc.code else by_code
 
 
-def rest_endpoints(handler: RequestHandler, context_builder: Any) -> dict[tuple[str, str], Callable[[Request], Any]]:
+def rest_endpoints(handler: PipelineRequestHandler, context_builder: Any, bodies: JSONBodyParser | None = None
+                   ) -> dict[tuple[str, str], Callable[[Request], Any]]:
     """The SDK's REST (HTTP+JSON) endpoints, A2A 1.0's and 0.3's, by (path, method) as `bindings.REST_ROUTES` and
     `bindings.V03_REST_ROUTES` name them (the same endpoints serve every prefix: they read only the path's `id`
-    and `push_id`, and the context builder its `agent`)."""
-    return {(route.path, method): route.endpoint
-            for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=True)
-            if isinstance(route, Route) for method in route.methods or () if method != "HEAD"}
+    and `push_id`, and the context builder its `agent`). With `bodies`, 1.0's `message:send` and `message:stream`
+    read large bodies there (`LargeBodyRestDispatcher`)."""
+    endpoints = {(route.path, method): route.endpoint
+                 for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=True)
+                 if isinstance(route, Route) for method in route.methods or () if method != "HEAD"}
+    if bodies is not None:
+        rest = LargeBodyRestDispatcher(handler, context_builder, bodies)
+        endpoints["/message:send", "POST"] = rest.on_message_send
+        endpoints["/message:stream", "POST"] = rest.on_message_send_stream
+    return endpoints
+
+
+class LargeBodyRestDispatcher(RestDispatcher):
+    """The SDK's REST dispatcher, but a SendMessage body past `bodies.inline_bytes` is read (parsed, checked, turned
+    into the pipeline's JSON: `sdk_requests.read_send_body`) in the JSON body worker process, not on the event loop:
+    the SDK's `json_format.Parse` and the handler's `MessageToDict` of a 26.7 MB body held every other client for
+    ~0.5 s. Smaller bodies take the SDK's own endpoint. Either way the same checks in the same order (the version,
+    then the body, then the pipeline), and the SDK's error handlers render the refusals."""
+
+    def __init__(self, handler: PipelineRequestHandler, context_builder: Any, bodies: JSONBodyParser) -> None:
+        super().__init__(request_handler=handler, context_builder=context_builder)
+        self._pipeline_handler = handler
+        self._bodies = bodies
+
+    async def on_message_send(self, request: Request) -> Response:
+        body = await _body(request)
+        if body is None or len(body) <= self._bodies.inline_bytes:
+            return await super().on_message_send(request)
+        return await self._send_large(request, body)
+
+    async def on_message_send_stream(self, request: Request) -> Any:
+        body = await _body(request)
+        if body is None or len(body) <= self._bodies.inline_bytes:
+            return await super().on_message_send_stream(request)
+        return await self._send_stream_large(request, body)
+
+    async def _read(self, body: bytes) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        try:
+            return await self._bodies.read_send(body)
+        except MMA2AError as exc:
+            raise to_sdk_error(exc) from None
+
+    @rest_error_handler
+    async def _send_large(self, request: Request, body: bytes) -> Response:
+        @validate_version(constants.PROTOCOL_VERSION_1_0)
+        async def _handler(context: ServerCallContext) -> SendMessageResponse:
+            message, config = await self._read(body)
+            task_or_message = await self._pipeline_handler.send_json(message, config, context)
+            if isinstance(task_or_message, Task):
+                return SendMessageResponse(task=task_or_message)
+            return SendMessageResponse(message=task_or_message)
+
+        response = await self._handle_non_streaming(request, _handler)
+        return A2AJSONResponse(content=json_format.MessageToDict(response))
+
+    @rest_stream_error_handler
+    async def _send_stream_large(self, request: Request, body: bytes) -> Any:
+        @validate_version(constants.PROTOCOL_VERSION_1_0)
+        async def _handler(context: ServerCallContext) -> AsyncIterator[dict[str, Any]]:
+            message, config = await self._read(body)
+            async for event in self._pipeline_handler.send_stream_json(message, config, context):
+                yield json_format.MessageToDict(proto_utils.to_stream_response(event))
+
+        return await self._handle_streaming(request, _handler)
+
+
+async def _body(request: Request) -> bytes | None:
+    """The request's body (read by the gate already), or None when reading it fails: the SDK's endpoint then meets
+    the same failure and answers it its way."""
+    try:
+        return await request.body()
+    except (ValueError, RuntimeError, OSError):
+        return None
 
 
 def _target(context: ServerCallContext) -> str | None:
@@ -108,40 +185,12 @@ def _parse(doc: dict[str, Any], into: _Proto) -> _Proto:
     return into
 
 
-def _check_required(params: SendMessageRequest | GetTaskRequest | CancelTaskRequest | SubscribeToTaskRequest) -> None:
-    """The required fields checked as an a2a-sdk agent checks them, with its error (InvalidParams, the missing
-    fields in ErrorInfo and BadRequest); the SDK's walk of the whole request (~100 us on a message) only once a
-    cheap look finds one missing."""
-    if isinstance(params, SendMessageRequest):
-        m = params.message
-        complete = (params.HasField("message") and bool(m.message_id) and m.role != 0 and len(m.parts) > 0
-                    and not params.configuration.HasField("task_push_notification_config"))
-    else:
-        complete = bool(params.id)
-    if not complete:
-        validate_proto_required_fields(params)
-
-
-MAX_STRUCT_BYTES = 1 << 20
-"""The most bytes of `Struct`/`Value` fields (metadata, data parts, configuration) a protobuf request may carry into
-`MessageToDict` (pure Python, run on the event loop): an empty struct is 4 bytes on the wire, and 8 MiB of them took
-26 s to convert (load average 14). JSON bodies are bounded by their values instead (`check_json_values`)."""
-
-
-def _check_struct_bytes(params: SendMessageRequest) -> None:
-    """`InvalidParams` naming the field when the request's free-form JSON fields pass `MAX_STRUCT_BYTES` (their sizes
-    are computed in C, without a walk in Python)."""
-    m = params.message
-    fields = [("message.metadata", m.metadata.ByteSize())]
-    fields += [(f"message.parts[{i}]", p.metadata.ByteSize() + (p.data.ByteSize() if p.HasField("data") else 0))
-               for i, p in enumerate(m.parts)]
-    fields += [("configuration", params.configuration.ByteSize()), ("metadata", params.metadata.ByteSize())]
-    total = sum(n for _, n in fields)
-    if total > MAX_STRUCT_BYTES:
-        where = max(fields, key=lambda f: f[1])[0]
-        raise to_sdk_error(InvalidParams(
-            f"{where}: the request's metadata, data and configuration take {total} bytes, the most is "
-            f"{MAX_STRUCT_BYTES}; send large data by reference (POST /blobs)", field=where))
+def _request_json(params: SendMessageRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """`send_request_json`, its refusal in the SDK's form."""
+    try:
+        return send_request_json(params)
+    except MMA2AError as exc:
+        raise to_sdk_error(exc) from None
 
 
 def _to_stream_event(event: dict[str, Any]) -> Any:
@@ -158,10 +207,11 @@ class PipelineRequestHandler(RequestHandler):
         self.card_fn = card_fn
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
-        _check_required(params)
-        _check_struct_bytes(params)
-        message = json_format.MessageToDict(params.message)
-        config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
+        return await self.send_json(*_request_json(params), context)
+
+    async def send_json(self, message: dict[str, Any], config: dict[str, Any] | None, context: ServerCallContext
+                        ) -> Task | Message:
+        """SendMessage of a request already read into its JSON (`sdk_requests.send_request_json`)."""
         try:
             result = await self.pipeline.send(message, config, target=_target(context))
         except MMA2AError as exc:
@@ -170,13 +220,15 @@ class PipelineRequestHandler(RequestHandler):
             return _parse(result["message"], Message())
         return _parse(result["task"], Task())
 
-    async def on_message_send_stream(
-        self, params: SendMessageRequest, context: ServerCallContext
-    ) -> AsyncGenerator[Any]:
-        _check_required(params)
-        _check_struct_bytes(params)
-        message = json_format.MessageToDict(params.message)
-        config = json_format.MessageToDict(params.configuration) if params.HasField("configuration") else None
+    async def on_message_send_stream(self, params: SendMessageRequest, context: ServerCallContext
+                                     ) -> AsyncGenerator[Any]:
+        message, config = _request_json(params)  # refused at the first event, as an SDK agent refuses
+        async for event in self.send_stream_json(message, config, context):
+            yield event
+
+    async def send_stream_json(self, message: dict[str, Any], config: dict[str, Any] | None,
+                               context: ServerCallContext) -> AsyncGenerator[Any]:
+        """SendStreamingMessage of a request already read into its JSON."""
         try:
             async for event in self.pipeline.send_stream(message, config, target=_target(context)):
                 ev = _to_stream_event(event)
@@ -186,7 +238,7 @@ class PipelineRequestHandler(RequestHandler):
             raise to_sdk_error(exc) from None
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        _check_required(params)
+        check_required(params)
         try:
             hl = params.history_length if params.HasField("history_length") else None
             task = await self.pipeline.get_task(params.id, hl, target=_target(context))
@@ -195,7 +247,7 @@ class PipelineRequestHandler(RequestHandler):
         return _parse(task, Task())
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
-        _check_required(params)
+        check_required(params)
         try:
             task = await self.pipeline.cancel_task(params.id, target=_target(context))
         except MMA2AError as exc:
@@ -203,7 +255,7 @@ class PipelineRequestHandler(RequestHandler):
         return _parse(task, Task())
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator[Any]:
-        _check_required(params)
+        check_required(params)
         try:
             async for event in self.pipeline.subscribe(params.id, target=_target(context)):
                 ev = _to_stream_event(event)

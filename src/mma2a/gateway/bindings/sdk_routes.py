@@ -24,12 +24,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import MMA2AError, Overloaded, status_for_reason
+from ...request_body import READ_BODY, ReadRequest
 from ...responses import json_response
 from ..access.security import retry_after
 from ..downstream.overload import shed_note
 from ..pipeline import Pipeline
 
 if TYPE_CHECKING:
+    from .body_parser import JSONBodyParser
     from .sdk_binding import PipelineRequestHandler
 
 JSONRPC_METHODS = (
@@ -58,11 +60,13 @@ V03_REST_ROUTES = (
 
 
 class SdkBindings:
-    """The SDK's request handler, JSON-RPC dispatcher and REST endpoints over one pipeline, built once, at first use."""
+    """The SDK's request handler, JSON-RPC dispatcher and REST endpoints over one pipeline, built once, at first use.
+    `bodies`: where the REST binding reads large SendMessage bodies (None: the SDK reads them, on the loop)."""
 
-    def __init__(self, pipeline: Pipeline, card_fn: Callable[[], Any]) -> None:
+    def __init__(self, pipeline: Pipeline, card_fn: Callable[[], Any], bodies: JSONBodyParser | None = None) -> None:
         self._pipeline = pipeline
         self._card_fn = card_fn
+        self._bodies = bodies
         self._loading: asyncio.Future[Any] | None = None
         self.handler: PipelineRequestHandler | None = None  # set once loaded
         self.dispatcher: Any = None  # the SDK's JsonRpcDispatcher, once loaded
@@ -95,7 +99,7 @@ class SdkBindings:
         handler = module.PipelineRequestHandler(self._pipeline, card_fn=self._card_fn)
         ctx = module.TargetContextBuilder()
         self.dispatcher = module.JsonRpcDispatcher(request_handler=handler, context_builder=ctx, enable_v0_3_compat=True)
-        self._rest = module.rest_endpoints(handler, ctx)
+        self._rest = module.rest_endpoints(handler, ctx, self._bodies)
         self.handler = handler
 
     async def rest_endpoint(self, path: str, method: str) -> Callable[[Request], Any]:
@@ -124,6 +128,9 @@ def _rest_answer(bindings: SdkBindings, path: str, method: str, agent_of: Callab
             except MMA2AError as exc:
                 return json_response(exc.to_rest(), exc.http_status)
         endpoint = await bindings.rest_endpoint(path, method)
+        body = request.scope.get(READ_BODY)
+        if body is not None:  # read by the gate: the SDK's endpoint reads it without another copy
+            request = ReadRequest(request.scope, request.receive, body)
         shed: list[Overloaded] = []
         token = shed_note.set(shed)
         try:

@@ -1,0 +1,210 @@
+"""Large REST bodies are read off the event loop (security round 4, finding 10 on REST): `POST /message:send` with a
+26.7 MB body was value-counted, checked and parsed (`json_format.Parse`, then `MessageToDict`) on the loop, and held
+another client's text message up to 0.6-1.9 s. Past `INLINE_PARSE_BYTES` the gate's check and the SDK's read of the
+body run in the JSON body worker; every answer a REST client gets is the one it got before, byte for byte."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from a2a.types import SendMessageRequest
+from google.protobuf import json_format
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mma2a.errors import InvalidRequest, MMA2AError, PayloadTooLarge
+from mma2a.gateway.bindings.body_parser import INLINE_PARSE_BYTES, JSONBodyParser
+from mma2a.request_body import MAX_JSON_VALUES
+from mma2a.sdk_requests import MAX_STRUCT_BYTES, SET_ASIDE_BYTES, canonical_base64, send_request_json
+from tests.security.conftest import PNG_1PX, TOKEN, bearer, secured
+
+REST = {**bearer(TOKEN), "Content-Type": "application/json"}
+PAD = b"p" * (INLINE_PARSE_BYTES + 1)
+
+
+def message(mid: str, **over: Any) -> dict[str, Any]:
+    return {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hi"}], **over}
+
+
+def padded(body: bytes) -> bytes:
+    """The same request past the inline limit: an unknown top-level field (which the SDK's parse ignores) in an
+    object, trailing white space after anything else."""
+    if body.endswith(b"}"):
+        return body[:-1] + b',"pad":"' + PAD + b'"}'
+    return body + b" " * len(PAD)
+
+
+# requests the SDK's REST binding refuses (or serves), each as bytes: the small and the padded form must answer alike
+REFUSED = {
+    "required field missing": orjson.dumps({"message": {"role": "ROLE_USER", "parts": [{"text": "hi"}]}}),
+    "no parts": orjson.dumps({"message": message("m-np", parts=[])}),
+    "unknown role": orjson.dumps({"message": message("m-role", role="ROLE_NOBODY")}),
+    "raw not base64": orjson.dumps({"message": message("m-b64", parts=[{"raw": "Q", "mediaType": "image/png"}])}),
+    "messageId a number": orjson.dumps({"message": message("m-num", messageId=[5])}),
+    "duplicate key": b'{"message": {"messageId": "m-dup", "messageId": "again", "role": "ROLE_USER", '
+                     b'"parts": [{"text": "hi"}]}}',
+    "message not an object": b'{"message": "hello"}',
+    "a JSON list": b'[{"message": 1}]',
+    "push config in send": orjson.dumps({"message": message("m-push"), "configuration": {
+        "taskPushNotificationConfig": {"url": "https://example.com/hook"}}}),
+}
+
+
+def reference(body: bytes) -> tuple[Any, ...]:
+    """What the SDK's REST binding and the gateway's handler make of a body, read on the loop as before."""
+    try:
+        params = SendMessageRequest()
+        json_format.Parse(body, params, ignore_unknown_fields=True)
+        return ("ok", *send_request_json(params))
+    except Exception as exc:  # noqa: BLE001 (the refusal's class and text are what is compared)
+        return outcome(exc)
+
+
+def outcome(exc: BaseException) -> tuple[Any, ...]:
+    if isinstance(exc, MMA2AError):
+        return type(exc).__name__, exc.message, exc.field
+    return type(exc).__name__, str(exc), getattr(exc, "data", None)
+
+
+def with_raw(raw: str, **over: Any) -> bytes:
+    parts = [{"text": "t"}, {"raw": raw, "mediaType": "image/png"}]
+    return orjson.dumps({"message": {**message("m-raw", parts=parts), **over}})
+
+
+BIG = base64.b64encode(os.urandom(3 * SET_ASIDE_BYTES + 1)).decode()  # canonical, padded
+RAW_BODIES = [
+    with_raw(BIG), with_raw(BIG[:-4]),  # canonical (the shortcut)
+    with_raw(BIG.replace("+", "-").replace("/", "_")), with_raw(BIG.rstrip("=")), with_raw(BIG[:2000] + "\n" + BIG[2000:]),
+    with_raw(BIG[:-3] + "B=="[-3:] if BIG.endswith("=") else BIG[:-1] + "B"),  # unused bits set: not canonical
+    with_raw(BIG[:-4] + "Q"),  # cannot decode: the SDK's ParseError
+    with_raw(BIG, role="ROLE_NOBODY"), with_raw(BIG, parts=[{"raw": BIG, "text": "both"}]),  # refused beside it
+    b'{"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"raw": "' + BIG.encode() + b'", "raw": "AAAA"}]}}',
+]
+
+
+@given(st.binary(max_size=64))
+def test_canonical_base64_is_what_the_sdk_gives_back_unchanged(data: bytes) -> None:
+    text = base64.b64encode(data).decode()
+    assert canonical_base64(text)
+    for other in (text.replace("+", "-"), text.rstrip("="), text + "====", " " + text, text[:-1] + "B"):
+        if other == text:
+            continue
+        try:
+            back = base64.b64encode(base64.urlsafe_b64decode(other.encode() + b"=" * (4 - len(other) % 4))).decode()
+        except (binascii.Error, ValueError):
+            back = None
+        assert canonical_base64(other) == (back == other), other
+
+
+async def test_the_worker_reads_a_send_body_as_the_sdk_does() -> None:
+    bodies = [*REFUSED.values(), *RAW_BODIES, orjson.dumps({"message": message("m-ok", parts=[
+        {"raw": PNG_1PX, "mediaType": "image/png", "metadata": {"k": [1, 2.5, None, True]}},
+        {"data": {"x": {"y": [1, "z"]}}}, {"url": "https://example.com/a.png", "filename": "a.png"}],
+        metadata={"m": 1}), "configuration": {"acceptedOutputModes": ["text/plain"], "historyLength": 3},
+        "metadata": {"top": "level"}, "unknown": {"ignored": True}})]
+    worker = JSONBodyParser(64, inline_bytes=0)
+    try:
+        for body in bodies:
+            try:
+                got: tuple[Any, ...] = ("ok", *await worker.read_send(body))
+            except Exception as exc:  # noqa: BLE001
+                got = outcome(exc)
+            assert got == reference(body), body[:60]
+    finally:
+        await worker.close()
+
+
+async def test_the_gate_refuses_a_large_body_from_the_worker_as_it_did() -> None:
+    broken = b'{"message": {"messageId": "m", "parts": [}' + b" " * INLINE_PARSE_BYTES
+    many = b'{"message": {"metadata": {"a": [' + b",".join([b"{}"] * (MAX_JSON_VALUES // 2 + 10)) + b"]}}}"
+    worker = JSONBodyParser(64, inline_bytes=0)
+    try:
+        with pytest.raises(InvalidRequest) as not_json:
+            await worker.check(broken)
+        with pytest.raises(InvalidRequest) as too_many:
+            await worker.check(many)
+        await worker.check(b"")  # the binding answers an empty body
+        await worker.check(padded(REFUSED["unknown role"]))
+    finally:
+        await worker.close()
+    try:
+        orjson.loads(broken)
+    except orjson.JSONDecodeError as exc:
+        assert not_json.value.message == f"request body is not valid JSON: {exc}" and not_json.value.field == "body"
+    n = many.count(b",") + many.count(b"{") + many.count(b"[")
+    assert too_many.value.message.startswith(f"request body has {n} commas and opening brackets")
+
+
+async def answers(c: httpx.AsyncClient, url: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+    r = await c.post(url + path, content=body, headers=headers)
+    if r.headers["content-type"].startswith("text/event-stream"):
+        return r.status_code, "stream"
+    doc = r.json()
+    if "task" in doc:  # served: its ids and times are its own
+        return r.status_code, {"task": doc["task"]["status"]["state"]}
+    return r.status_code, doc
+
+
+async def test_large_rest_bodies_get_the_answers_small_ones_get() -> None:
+    v1 = {**REST, "A2A-Version": "1.0"}
+    async with secured({"max_body_bytes": 4 << 20}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            for path in ("/message:send", "/message:stream", "/agents/text/message:send"):
+                for name, body in REFUSED.items():
+                    small = await answers(c, url, path, body, v1)
+                    large = await answers(c, url, path, padded(body), v1)
+                    assert small == large, (path, name)
+                    assert 400 <= small[0] < 500, (path, name, small)
+                # no A2A-Version: a 0.3 request on a 1.0 route, refused before the body is read
+                old = orjson.dumps({"message": message(f"m-old{path}")})
+                assert await answers(c, url, path, old, REST) == await answers(c, url, path, padded(old), REST)
+                for mid, parts in (("plain", [{"text": "hi"}]), ("lenient", [{"raw": "aGk@=", "mediaType": "text/plain"}])):
+                    small_ok = await answers(c, url, path, orjson.dumps({"message": message(f"s{mid}{path}",
+                                                                                            parts=parts)}), v1)
+                    large_ok = await answers(c, url, path, padded(orjson.dumps({"message": message(
+                        f"l{mid}{path}", parts=parts)})), v1)
+                    assert small_ok == large_ok
+                    assert small_ok[1] in ("stream", {"task": "TASK_STATE_COMPLETED"})
+            assert gw._body_parser.worker_pid is not None  # the large ones went through the worker
+
+
+async def test_large_rest_bodies_are_refused_with_the_exact_error() -> None:
+    v1 = {**REST, "A2A-Version": "1.0"}
+    broken = b'{"message": {"messageId": "m", "parts": [}' + b" " * INLINE_PARSE_BYTES
+    many = b'{"message": {"metadata": {"a": [' + b",".join([b"{}"] * (MAX_JSON_VALUES // 2 + 10)) + b"]}}}"
+    big_struct = orjson.dumps({"message": message("m-struct", metadata={"blob": "x" * (MAX_STRUCT_BYTES + 10)})})
+    size = json_format.Parse(big_struct, SendMessageRequest()).message.metadata.ByteSize()  # its bytes on the wire
+    async with secured({"max_body_bytes": 4 << 20}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            for path in ("/message:send", "/message:stream"):
+                oversize = await c.post(url + path, content=b"{" + b" " * (4 << 20) + b"}", headers=v1)
+                assert oversize.status_code == 413
+                assert oversize.json() == PayloadTooLarge(
+                    f"request body exceeds {4 << 20} bytes; send large media by reference (POST /blobs)").to_rest()
+                not_json = await c.post(url + path, content=broken, headers=v1)
+                try:
+                    orjson.loads(broken)
+                except orjson.JSONDecodeError as exc:
+                    assert not_json.status_code == 400
+                    assert not_json.json() == InvalidRequest(f"request body is not valid JSON: {exc}",
+                                                             field="body").to_rest()
+                too_many = await c.post(url + path, content=many, headers=v1)
+                n = many.count(b",") + many.count(b"{") + many.count(b"[")
+                assert too_many.status_code == 400 and too_many.json() == InvalidRequest(
+                    f"request body has {n} commas and opening brackets (about one JSON value each), the most is "
+                    f"{MAX_JSON_VALUES}; send large data by reference (POST /blobs)", field="body").to_rest()
+                struct = await c.post(url + path, content=big_struct, headers=v1)
+                assert struct.status_code == 400
+                err = struct.json()["error"]
+                assert err["status"] == "INVALID_ARGUMENT" and err["message"] == (
+                    f"message.metadata: the request's metadata, data and configuration take "
+                    f"{size} bytes, the most is {MAX_STRUCT_BYTES}; send large data by reference "
+                    "(POST /blobs)")
+                assert err["details"][0]["reason"] == "INVALID_PARAMS"
+                assert err["details"][0]["metadata"] == {"field": "message.metadata"}
