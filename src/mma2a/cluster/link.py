@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -109,13 +110,22 @@ async def _quiet(exc: Exception) -> None:
     log.debug("nats: %s", exc)
 
 
-async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1) -> KeyValue:
-    """Open a KV bucket, creating it on first use (creation is idempotent between gateways)."""
+async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1,
+                    max_bytes: int | None = None) -> KeyValue:
+    """Open a KV bucket, creating it on first use (creation is idempotent between gateways). With `max_bytes` the
+    bucket holds at most that many bytes, its oldest entries out first (`discard: old`; a KV bucket's own default
+    refuses new writes when full), set again on every open, so a bucket made before the bound gets it."""
     try:
-        return await js.key_value(bucket)
+        kv = await js.key_value(bucket)
     except BucketNotFoundError:
         cfg = api.KeyValueConfig(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
-        return await js.create_key_value(config=cfg)
+        kv = await js.create_key_value(config=cfg)
+    if max_bytes is not None:
+        stream = f"KV_{bucket}"
+        config = (await js.stream_info(stream)).config
+        if config.max_bytes != max_bytes or config.discard != api.DiscardPolicy.OLD:
+            await js.update_stream(dataclasses.replace(config, max_bytes=max_bytes, discard=api.DiscardPolicy.OLD))
+    return kv
 
 
 async def ensure_stream(js: JetStreamContext, name: str, subjects: str, *, max_age_s: float, max_bytes: int,

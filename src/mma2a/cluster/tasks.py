@@ -18,7 +18,7 @@ each owner's byte budget holds on the cluster's records: a gateway that forgets 
 the budget removes them on every gateway (a removal is an entry of the next batch).
 
 A batch is one KV entry `b.<origin>.<n>` (`origin`: this process; the key is never written again, so the TTL
-alone removes it) holding `{"origin", "put": [records], "del": [task ids]}`; entries keyed by a task id alone
+removes it, or the bucket's byte bound `cluster.task_bucket_bytes`, oldest first) holding `{"origin", "put": [records], "del": [task ids]}`; entries keyed by a task id alone
 (one record each, written by gateways before batching) are still read.
 
 The workers of one `serve --workers N` over the nats-server it starts are the whole cluster: they share the same
@@ -103,7 +103,7 @@ class ClusterTaskMap(TaskMap):
             return
         c = self.member.config
         self.kv = await ensure_kv(self.member.js, self.member.names.bucket("tasks"), ttl=self.max_age_s,
-                                  replicas=c.replicas)
+                                  replicas=c.replicas, max_bytes=c.task_bucket_bytes)
         loaded = asyncio.get_running_loop().create_future()
         self._watch = asyncio.create_task(self._follow(loaded))
         await asyncio.wait({loaded, self._watch}, return_when=asyncio.FIRST_COMPLETED)  # the bucket's records read

@@ -100,6 +100,9 @@ class ClusterConfig(BaseModel):
     dedupe_window_s: float = Field(default=120.0, gt=0)
     delivered_ttl_s: float = Field(default=24 * 3600.0, gt=0)
     """How long delivered message ids are remembered (dedupe beyond JetStream's window)."""
+    task_bucket_bytes: int = Field(default=1 << 30, ge=4 << 20)
+    """The `tasks` bucket's bytes at most, its oldest batches out first: every batch stays for the map's age limit
+    (an hour) whatever its records became, so without a bound one client's large tasks grew it without end."""
     heartbeat_s: float = Field(default=2.0, gt=0)
     member_ttl_s: float = Field(default=10.0, gt=0)
     session_ttl_s: float = Field(default=3600.0, gt=0)

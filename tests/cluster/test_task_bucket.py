@@ -1,0 +1,68 @@
+"""Security probe P4: the cluster's `tasks` bucket is bounded in bytes. Every batch of task records stays in it for
+the map's age limit (an hour) whatever its records became, so before the bound one client sending fan-out messages
+whose agents echo 200 KiB parts grew it by 469 KiB a message (7.7 MB/s from one client on loopback): the disk of the
+NATS servers, shared with every other stream of the cluster, filled at that rate for as long as it kept sending."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import nats
+import pytest
+from nats.js import api
+
+from mma2a.cluster import cluster_state
+from mma2a.cluster.server import NatsServer
+from mma2a.gateway import Gateway, parse_config
+from mma2a.serving import free_port, running
+from tests.cluster.conftest import ADMIN, SECRET, cluster_name
+from tests.gateway.conftest import agent, agents
+
+ALICE = {"Authorization": "Bearer alice-token", "A2A-Version": "1.0"}
+CAP = 4 << 20
+
+
+@contextlib.asynccontextmanager
+async def cluster_gateway(cfg: dict[str, Any]) -> AsyncIterator[tuple[Gateway, str]]:
+    port = free_port()
+    config = parse_config({"listen": f"127.0.0.1:{port}", "admin": {"token": ADMIN}, "health_interval_s": 3600,
+                           "features": False, **cfg})
+    gw = Gateway(config, cluster=cluster_state(config))
+    async with running(gw.app, "127.0.0.1", port, timeouts=gw.config.server.timeouts()) as url:
+        yield gw, url
+
+
+async def test_one_clients_large_tasks_keep_the_tasks_bucket_within_its_byte_bound(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    name = cluster_name()
+    specs = {"echo-t": agent("echo-t", ["text/plain"], echo=True),
+             "echo-d": agent("echo-d", ["application/octet-stream"], echo=True)}
+    blob = base64.b64encode(b"\x01" * (200 << 10)).decode()
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    try:
+        async with agents(specs) as urls:
+            cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], "data_dir": str(tmp_path),
+                   "cluster": {"nats": nats_server.url, "name": name, "task_bucket_bytes": CAP},
+                   "auth": {"clients": [{"name": "alice", "token": "alice-token"}]}}
+            async with cluster_gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as c:
+                last = ""
+                for i in range(24):  # ~11 MB of records: past the bound more than twice
+                    r = await c.post(url + "/", headers=ALICE, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                     "params": {"message": {"messageId": f"m-{i}", "role": "ROLE_USER", "parts": [
+                                         {"text": "t" * (200 << 10)}, {"raw": blob, "mediaType": "application/octet-stream"}]}}})
+                    last = r.json()["result"]["task"]["id"]
+                info = await js.stream_info(f"KV_{name}_tasks")
+                got = await c.post(url + "/", headers=ALICE, json={"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+                                                                   "params": {"id": last}})
+    finally:
+        await nc.close()
+    assert info.config.max_bytes == CAP and info.config.discard == api.DiscardPolicy.OLD
+    assert info.state.bytes <= CAP  # before: 11 MB and growing with every message
+    assert info.state.messages > 0 and got.json()["result"]["id"] == last  # the newest records are kept and served
