@@ -66,3 +66,33 @@ async def test_one_clients_large_tasks_keep_the_tasks_bucket_within_its_byte_bou
     assert info.config.max_bytes == CAP and info.config.discard == api.DiscardPolicy.OLD
     assert info.state.bytes <= CAP  # before: 11 MB and growing with every message
     assert info.state.messages > 0 and got.json()["result"]["id"] == last  # the newest records are kept and served
+
+
+async def test_durable_answers_keep_the_delivered_bucket_within_its_byte_bound(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for durable delivery: each delivered record keeps the agent's answer for `delivered_ttl_s` (24 h) under
+    a key of its own, so an echoing agent's 200 KiB answers grew the `delivered` bucket by each message's size for a
+    day. Bounded by `cluster.delivered_bucket_bytes`, oldest out first; the newest record still answers a retry."""
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    name = cluster_name()
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    try:
+        async with agents({"echo-t": agent("echo-t", ["text/plain"], echo=True)}) as urls:
+            cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], "data_dir": str(tmp_path),
+                   "cluster": {"nats": nats_server.url, "name": name, "durable": True, "delivered_bucket_bytes": CAP},
+                   "auth": {"clients": [{"name": "alice", "token": "alice-token"}]}}
+            async with cluster_gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as c:
+                def send(i: int) -> dict[str, Any]:
+                    return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+                        "messageId": f"m-{i}", "role": "ROLE_USER", "parts": [{"text": f"{i} " + "t" * (300 << 10)}]}}}
+
+                ids = [(await c.post(url + "/", headers=ALICE, json=send(i))).json()["result"]["task"]["id"]
+                       for i in range(24)]  # ~7 MB of answers
+                info = await js.stream_info(f"KV_{name}_delivered")
+                again = (await c.post(url + "/", headers=ALICE, json=send(23))).json()
+    finally:
+        await nc.close()
+    assert info.config.max_bytes == CAP and info.config.discard == api.DiscardPolicy.OLD
+    assert info.state.bytes <= CAP
+    assert again["result"]["task"]["id"] == ids[-1]  # the newest record still answers the retry (not delivered twice)

@@ -82,7 +82,8 @@ class DurableDelivery:
 
     async def setup(self) -> None:
         c, names, js = self.cluster.config, self.cluster.names, self.cluster.js
-        self.delivered_kv = await ensure_kv(js, names.bucket("delivered"), ttl=c.delivered_ttl_s, replicas=c.replicas)
+        self.delivered_kv = await ensure_kv(js, names.bucket("delivered"), ttl=c.delivered_ttl_s, replicas=c.replicas,
+                                            max_bytes=c.delivered_bucket_bytes)
         cfg = api.StreamConfig(
             name=names.delivery_stream, subjects=[names.deliver_filter], retention=api.RetentionPolicy.WORK_QUEUE,
             storage=api.StorageType.FILE, duplicate_window=c.dedupe_window_s, num_replicas=c.replicas,

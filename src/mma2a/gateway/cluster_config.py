@@ -100,6 +100,9 @@ class ClusterConfig(BaseModel):
     dedupe_window_s: float = Field(default=120.0, gt=0)
     delivered_ttl_s: float = Field(default=24 * 3600.0, gt=0)
     """How long delivered message ids are remembered (dedupe beyond JetStream's window)."""
+    delivered_bucket_bytes: int = Field(default=1 << 30, ge=4 << 20)
+    """The `delivered` bucket's bytes at most (each record keeps its answer for `delivered_ttl_s`), oldest out first:
+    past it a retry of an old message is delivered again rather than every client's records filling NATS's disk."""
     task_bucket_bytes: int = Field(default=1 << 30, ge=4 << 20)
     """The `tasks` bucket's bytes at most, its oldest batches out first: every batch stays for the map's age limit
     (an hour) whatever its records became, so without a bound one client's large tasks grew it without end."""
