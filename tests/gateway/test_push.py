@@ -344,3 +344,29 @@ async def test_one_client_cannot_take_every_follow_and_a_config_that_cannot_be_f
         f"{where}: the gateway follows 3 running tasks for push notifications, its most (push.max_follows); retry later")
     assert followed == 3 and "result" in alice
     assert {h.path for h in hits} >= {"/alice", "/bob0", "/bob1"} and not {"/bob2", "/bob3", "/carol"} & {h.path for h in hits}
+
+
+async def test_credentials_that_cannot_be_sent_in_a_header_are_refused_when_the_config_is_given() -> None:
+    """Security probe P6: a token or credentials holding CR/LF (a header injection attempt) or non-ASCII were kept, and
+    every delivery then failed (aiohttp refuses the header: no injection, but a config that could never work);
+    non-ASCII went out as mojibake. Refused -32602 naming the field, inline too (nothing sent)."""
+    async with webhook_receiver() as hook, tck_agent("tck") as agent:
+        cfg = {"agents": [{"name": "tck", "url": agent.url}], **allow(hook)}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            tid = (await rpc(c, url, "SendMessage", send_params("tck-complete-task-1")))["result"]["task"]["id"]
+            answers = [await rpc(c, url, "CreateTaskPushNotificationConfig", {"taskId": tid, "url": hook.url + "/h", **x})
+                       for x in ({"token": "a\r\nX-Injected: 1"}, {"token": "é"},
+                                 {"authentication": {"scheme": "Bearer", "credentials": "x\nX-Injected: 2"}},
+                                 {"authentication": {"scheme": "Bearer\r\n", "credentials": "x"}})]
+            inline = await rpc(c, url, "SendMessage", send_params("tck-complete-task-2", {"url": hook.url + "/h",
+                                                                                          "token": "t\r\n"}))
+            fine = await rpc(c, url, "CreateTaskPushNotificationConfig",
+                             {"taskId": tid, "url": hook.url + "/h", "token": "tok-1 ~!",
+                              "authentication": {"scheme": "Bearer", "credentials": "abc.def"}})
+    fields = ["params.token", "params.token", "params.authentication.credentials", "params.authentication.scheme"]
+    for answer, field in zip(answers, fields):
+        assert answer["error"]["code"] == -32602
+        assert answer["error"]["message"] == f"{field}: must be printable ASCII (it is sent in a header)"
+    assert inline["error"]["message"] == ("params.configuration.taskPushNotificationConfig.token: must be printable "
+                                          "ASCII (it is sent in a header)")
+    assert fine["result"]["token"] == "tok-1 ~!"

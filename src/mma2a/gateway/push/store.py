@@ -61,15 +61,24 @@ def normalize(task_id: str, raw: Mapping[str, Any], where: str) -> dict[str, Any
     if token:
         if not isinstance(token, str):
             raise InvalidParams(f"{where}.token: must be a string", field=f"{where}.token")
-        out["token"] = token
+        out["token"] = _header_value(token, f"{where}.token")
     auth = raw.get("authentication")
     if auth:
         if not isinstance(auth, Mapping) or not isinstance(auth.get("scheme", ""), str) \
                 or not isinstance(auth.get("credentials", ""), str):
             raise InvalidParams(f"{where}.authentication: must be an object with string scheme and credentials",
                                 field=f"{where}.authentication")
-        out["authentication"] = {k: auth[k] for k in ("scheme", "credentials") if auth.get(k)}
+        out["authentication"] = {k: _header_value(auth[k], f"{where}.authentication.{k}")
+                                 for k in ("scheme", "credentials") if auth.get(k)}
     return out
+
+
+def _header_value(value: str, where: str) -> str:
+    """A value the webhook gets in a header: visible ASCII and spaces only (a CR or LF could never be sent, so such a
+    config would be kept and every delivery fail)."""
+    if not value.isascii() or not all(" " <= c <= "~" for c in value):
+        raise InvalidParams(f"{where}: must be printable ASCII (it is sent in a header)", field=where)
+    return value
 
 
 class PushConfigStore:
