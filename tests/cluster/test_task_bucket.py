@@ -5,6 +5,7 @@ NATS servers, shared with every other stream of the cluster, filled at that rate
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator
@@ -21,7 +22,9 @@ from mma2a.cluster.server import NatsServer
 from mma2a.gateway import Gateway, parse_config
 from mma2a.serving import free_port, running
 from tests.cluster.conftest import ADMIN, SECRET, cluster_name
+from tests.conformance.tck_agent import tck_agent
 from tests.gateway.conftest import agent, agents
+from tests.webhooks import webhook_receiver
 
 ALICE = {"Authorization": "Bearer alice-token", "A2A-Version": "1.0"}
 CAP = 4 << 20
@@ -96,3 +99,46 @@ async def test_durable_answers_keep_the_delivered_bucket_within_its_byte_bound(
     assert info.config.max_bytes == CAP and info.config.discard == api.DiscardPolicy.OLD
     assert info.state.bytes <= CAP
     assert again["result"]["task"]["id"] == ids[-1]  # the newest record still answers the retry (not delivered twice)
+
+
+async def test_push_configs_set_and_deleted_do_not_stay_in_the_bucket_forever(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security probe P7: the `push_configs` bucket had no TTL: every config a client ever set left a key (a deleted
+    one a marker), kept forever and read one by one by every gateway at its start, so a client creating and deleting
+    configs grew the bucket and every start without end. The bucket now forgets a record `push.config_ttl_s` +
+    `push.follow_max_s` after it was written (a config lives no longer), and holds at most `push_bucket_bytes`."""
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    name = cluster_name()
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    try:
+        async with webhook_receiver() as hook, tck_agent("tck") as tck:
+            cfg = {"agents": [{"name": "tck", "url": tck.url}], "data_dir": str(tmp_path),
+                   "urls": {"allow_hosts": [hook.url.removeprefix("http://")]},
+                   "push": {"config_ttl_s": 0.5, "follow_max_s": 0.5},
+                   "cluster": {"nats": nats_server.url, "name": name, "push_bucket_bytes": CAP},
+                   "auth": {"clients": [{"name": "alice", "token": "alice-token"}]}}
+            async with cluster_gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as c:
+                async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+                    r = await c.post(url + "/", headers=ALICE, json={"jsonrpc": "2.0", "id": 1, "method": method,
+                                                                    "params": params})
+                    return r.json()  # type: ignore[no-any-return]
+
+                tid = (await rpc("SendMessage", {"message": {"messageId": "tck-complete-task-1", "role": "ROLE_USER",
+                                                             "parts": [{"text": "x"}]}}))["result"]["task"]["id"]
+                for i in range(20):
+                    assert "result" in await rpc("CreateTaskPushNotificationConfig",
+                                                 {"taskId": tid, "id": f"c{i}", "url": hook.url + "/h"})
+                    assert "result" in await rpc("DeleteTaskPushNotificationConfig", {"taskId": tid, "id": f"c{i}"})
+                stream = f"KV_{name}_push_configs"
+                written = (await js.stream_info(stream)).state.messages
+                deadline = asyncio.get_running_loop().time() + 20
+                while (left := (await js.stream_info(stream)).state.messages) and \
+                        asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.1)
+                info = await js.stream_info(stream)
+    finally:
+        await nc.close()
+    assert written >= 20  # one key per config set (each deleted: a marker), kept forever before
+    assert info.config.max_age == 1.0 and info.config.max_bytes == CAP and info.config.discard == api.DiscardPolicy.OLD
+    assert left == 0

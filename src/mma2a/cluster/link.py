@@ -111,20 +111,27 @@ async def _quiet(exc: Exception) -> None:
 
 
 async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1,
-                    max_bytes: int | None = None) -> KeyValue:
+                    max_bytes: int | None = None, enforce_ttl: bool = False) -> KeyValue:
     """Open a KV bucket, creating it on first use (creation is idempotent between gateways). With `max_bytes` the
     bucket holds at most that many bytes, its oldest entries out first (`discard: old`; a KV bucket's own default
-    refuses new writes when full), set again on every open, so a bucket made before the bound gets it."""
+    refuses new writes when full); that bound, and with `enforce_ttl` the TTL, are set again on every open, so a
+    bucket made before them gets them."""
     try:
         kv = await js.key_value(bucket)
     except BucketNotFoundError:
         cfg = api.KeyValueConfig(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
         kv = await js.create_key_value(config=cfg)
-    if max_bytes is not None:
-        stream = f"KV_{bucket}"
-        config = (await js.stream_info(stream)).config
-        if config.max_bytes != max_bytes or config.discard != api.DiscardPolicy.OLD:
-            await js.update_stream(dataclasses.replace(config, max_bytes=max_bytes, discard=api.DiscardPolicy.OLD))
+    if max_bytes is not None or enforce_ttl:
+        config = (await js.stream_info(f"KV_{bucket}")).config
+        want = dataclasses.replace(config)
+        if max_bytes is not None:
+            want.max_bytes, want.discard = max_bytes, api.DiscardPolicy.OLD
+        if enforce_ttl and ttl is not None:
+            want.max_age = ttl
+            if want.duplicate_window is not None and want.duplicate_window > ttl:  # NATS refuses a window past the age
+                want.duplicate_window = ttl
+        if want != config:
+            await js.update_stream(want)
     return kv
 
 

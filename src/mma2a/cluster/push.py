@@ -46,8 +46,13 @@ class PushJournalKV:
 
     async def open(self, on_config: OnConfig, on_delivery: OnDelivery) -> None:
         c, names, js = self.member.config, self.member.names, self.member.js
-        for kind in ("configs", "deliveries"):
-            self.kv[kind] = await ensure_kv(js, names.bucket(f"push_{kind}"), replicas=c.replicas)
+        push = self.member.gw.config.push
+        # every config ever set (or deleted: a marker) left a key forever, read one by one at every start; a config
+        # lives `config_ttl_s`, or while its task is followed (at most `follow_max_s`): the bucket forgets it after both
+        self.kv["configs"] = await ensure_kv(js, names.bucket("push_configs"), replicas=c.replicas,
+                                             ttl=push.config_ttl_s + push.follow_max_s, enforce_ttl=True,
+                                             max_bytes=c.push_bucket_bytes)
+        self.kv["deliveries"] = await ensure_kv(js, names.bucket("push_deliveries"), replicas=c.replicas)
         self._on_delivery = on_delivery
         self._tasks.append(asyncio.create_task(self._writer()))
         await self._load_configs(on_config)

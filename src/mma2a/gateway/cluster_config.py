@@ -106,6 +106,8 @@ class ClusterConfig(BaseModel):
     task_bucket_bytes: int = Field(default=1 << 30, ge=4 << 20)
     """The `tasks` bucket's bytes at most, its oldest batches out first: every batch stays for the map's age limit
     (an hour) whatever its records became, so without a bound one client's large tasks grew it without end."""
+    push_bucket_bytes: int = Field(default=256 << 20, ge=4 << 20)
+    """The `push_configs` bucket's bytes at most (its TTL: `push.config_ttl_s` + `push.follow_max_s`), oldest out first."""
     heartbeat_s: float = Field(default=2.0, gt=0)
     member_ttl_s: float = Field(default=10.0, gt=0)
     session_ttl_s: float = Field(default=3600.0, gt=0)
