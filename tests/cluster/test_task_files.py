@@ -151,3 +151,18 @@ def test_files_are_removed_past_the_retained_bytes_and_the_age_limit(tmp_path: P
     assert not dead.exists()
     assert all(name != dead.name for name, _, _ in reader.pending())  # and forgotten by the reader
     w.close()
+
+
+def test_a_writer_removes_its_files_once_its_cache_holds_none_of_their_records(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(task_files, "SEGMENT_BYTES", 100)
+    oldest_held = [float("-inf")]
+    w = TaskFiles(tmp_path, "w.1", max_age_s=3600, retain_bytes=1 << 20, held_since=lambda: oldest_held[0])
+    big = orjson.dumps({"pad": "x" * 100})
+    for _ in range(4):
+        w.append(big)
+    assert len(list(tmp_path.glob("w.1.*.log"))) == 4  # the cache holds records of every file: all kept
+    oldest_held[0] = time.monotonic()  # every record held now was made after these files were last written
+    w.append(big)
+    assert [p.name for p in tmp_path.glob("w.1.*.log")] == ["w.1.5.log"]
+    w.close()

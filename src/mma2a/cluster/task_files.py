@@ -13,9 +13,10 @@ A frame is `>IQ` (the document's length, the writer's `CLOCK_MONOTONIC` in ns: o
 host, so records read from several files are applied in the order they were written) then the batch document
 (`ClusterTaskMap`'s: `{"origin", "put", "del"}`). A frame is written with one `write` on a file opened for
 appending; a reader takes whole frames only (a torn tail, from a writer killed mid-write, is never taken: its
-batch was never acknowledged). Files are kept while their records may be asked for: a writer removes its oldest
-files past `retain_bytes` (the task map's budget: a worker's cache never holds more) and any worker removes files
-not written for `max_age_s` (the map's age limit), a dead worker's included.
+batch was never acknowledged). Files are kept while their records may be asked for: a writer removes its own
+files once its cache holds none of their records any more (`held_since`: its oldest record was made after the
+file's last write), and its oldest past `retain_bytes` whatever they hold; any worker removes files not written
+for `max_age_s` (the map's age limit), a dead worker's included.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HEAD = struct.Struct(">IQ")
@@ -33,16 +35,18 @@ SEGMENT_BYTES = 8 << 20  # ... or once its file holds this much
 class TaskFiles:
     """One worker's view of the shared directory: its own files to append to, the others' to read on."""
 
-    def __init__(self, directory: str | os.PathLike[str], origin: str, *, max_age_s: float, retain_bytes: int) -> None:
+    def __init__(self, directory: str | os.PathLike[str], origin: str, *, max_age_s: float, retain_bytes: int,
+                 held_since: Callable[[], float] = lambda: float("-inf")) -> None:
         self.dir = Path(directory)
         self.origin = origin
         self.max_age_s = max_age_s
         self.retain_bytes = retain_bytes
+        self.held_since = held_since  # time.monotonic() before which no record the writer's cache holds was made
         self._fd: int | None = None
         self._segment = 0
-        self._segment_at = 0.0
+        self._segment_at = self._segment_last = 0.0
         self._segment_bytes = 0
-        self._own: list[tuple[Path, int]] = []  # this writer's files, oldest first, with their sizes
+        self._own: list[tuple[Path, int, float]] = []  # this writer's files, oldest first: size, last written
         self._read: dict[str, int] = {}  # another writer's file -> the bytes of it taken (whole frames)
         self.appended = 0  # frames written, and bytes
         self.bytes = 0
@@ -59,25 +63,29 @@ class TaskFiles:
         while view:  # a regular file takes it whole unless the disk is full (then OSError)
             view = view[os.write(self._fd, view):]
         self._segment_bytes += len(frame)
+        self._segment_last = now
         self.appended += 1
         self.bytes += len(frame)
 
     def _rotate(self, now: float) -> None:
         if self._fd is not None:
             os.close(self._fd)
-            self._own[-1] = (self._own[-1][0], self._segment_bytes)
+            self._own[-1] = (self._own[-1][0], self._segment_bytes, self._segment_last)
         self._segment += 1
         path = self.dir / f"{self.origin}.{self._segment}.log"
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
-        self._segment_at, self._segment_bytes = now, 0
-        self._own.append((path, 0))
+        self._segment_at = self._segment_last = now
+        self._segment_bytes = 0
+        self._own.append((path, 0, now))
         self._prune()
 
     def _prune(self) -> None:
-        """Remove this writer's oldest files past `retain_bytes`, and every file not written for `max_age_s`."""
-        held = sum(size for _, size in self._own)
-        while len(self._own) > 1 and held > self.retain_bytes:
-            path, size = self._own.pop(0)
+        """Remove this writer's files whose records its cache no longer holds, its oldest past `retain_bytes`, and
+        every file not written for `max_age_s`."""
+        held = sum(size for _, size, _ in self._own)
+        since = self.held_since()
+        while len(self._own) > 1 and (held > self.retain_bytes or self._own[0][2] < since):
+            path, size, _ = self._own.pop(0)
             held -= size
             _unlink(path)
         stale = time.time() - self.max_age_s
@@ -87,7 +95,7 @@ class TaskFiles:
                     _unlink(Path(entry.path))
             except FileNotFoundError:
                 pass
-        self._own = [(p, s) for p, s in self._own if p.exists()]
+        self._own = [own for own in self._own if own[0].exists()]
 
     def close(self) -> None:
         if self._fd is not None:

@@ -51,6 +51,8 @@ log = logging.getLogger("mma2a.cluster.tasks")
 BATCH_BYTES = 256 << 10  # a batch entry's records at most (NATS refuses messages over max_payload, 1 MiB by default)
 CATCH_UP_S = 5.0  # how long a lookup waits for the watch to reach what the bucket holds (NATS slow or away)
 INLINE_READ = 256 << 10  # a catch-up on the files reading more than this reads in a thread
+RETAIN = 8  # a worker's files hold at most this many times its map's bytes (they hold what its cache holds, whose
+# records' JSON is larger than the map counts them: measured 337 B a record in the files for 276 counted)
 
 
 def task_key(task_id: str) -> str:
@@ -74,7 +76,8 @@ class ClusterTaskMap(TaskMap):
         self.kv: KeyValue | None = None
         self.origin = f"{member.id}.{secrets.token_hex(4)}"  # this process: its batches are never adopted back
         self.files = None if files_dir is None else TaskFiles(
-            files_dir, self.origin, max_age_s=self.max_age_s, retain_bytes=2 * self.max_bytes)
+            files_dir, self.origin, max_age_s=self.max_age_s, retain_bytes=RETAIN * self.max_bytes,
+            held_since=self._held_since)
         self._opened = False  # records are shared once open (before: this gateway's cache only)
         self._sync_lock = asyncio.Lock()
         self._ops: dict[str, bytes | None] = {}  # task id -> its newest record (None: removed), for the next batch
@@ -93,6 +96,12 @@ class ClusterTaskMap(TaskMap):
     @property
     def stream(self) -> str:
         return f"KV_{self.member.names.bucket('tasks')}"
+
+    def _held_since(self) -> float:
+        """When this map's oldest record was made (its clock, `time.monotonic` on a gateway): none older is held."""
+        for row in self._rows.values():
+            return row[3]
+        return float("inf")
 
     async def open(self) -> None:
         """Open (or create) the bucket, mirror what it holds, and follow the other gateways' changes (on files:
