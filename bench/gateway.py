@@ -10,6 +10,9 @@ hits all alike, at 1, 4 and 16 connections:
 - `gateway_1k`: `mma2a serve` with 1,000 synthetic rules in force (none matches a text part)
 - `gateway_workers2` (not in the default set): `mma2a serve --workers 2` (two workers on one port and the
   nats-server it starts; CPU and RSS summed over all three processes)
+- `gateway_unshared2` (not in the default set): two `mma2a serve` processes on one port (SO_REUSEPORT) sharing
+  nothing (no cluster, no NATS, each its own history): what two processes cost by themselves, beside
+  `gateway_workers2`'s sharing
 - `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
 - `gateway_skills` (not in the default set): `mma2a serve` with `default: {capability: skills}` and the
   feature stage on: the one text ("hello") is embedded once, then served from the vector cache, and ranked
@@ -109,6 +112,7 @@ class Arms:
 
     def __init__(self, tmp: Path, arms: list[str]) -> None:
         self.tmp, self.procs, self.url, self.pid = tmp, [], {}, {}
+        self.also: dict[str, int] = {}  # an arm's second process (gateway_unshared2)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         fast_port = free_port()
         fast = self._start([PY, str(ROOT / "bench" / "fast_agent.py"), "--port", str(fast_port)], env)
@@ -129,6 +133,12 @@ class Arms:
             self._gateway("gateway_soak", "fast", fast_url, None, env)
         if "gateway_workers2" in arms:  # `serve --workers 2`: two workers and the nats-server it starts
             self._gateway("gateway_workers2", "fast", fast_url, None, env, args=["--workers", "2"])
+        if "gateway_unshared2" in arms:  # two processes, one port, nothing shared (`--worker`: SO_REUSEPORT)
+            self._gateway("gateway_unshared2", "fast", fast_url, None, env, args=["--worker"])
+            port = int(self.url["gateway_unshared2"].rsplit(":", 1)[1])
+            self._gateway("gateway_unshared2_b", "fast", fast_url, None, env, args=["--worker"], port=port)
+            self.also["gateway_unshared2"] = self.pid.pop("gateway_unshared2_b")
+            del self.url["gateway_unshared2_b"]
         if "gateway_1k" in arms:
             self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
         if "gateway_nohistory" in arms:
@@ -151,9 +161,10 @@ class Arms:
         return p
 
     def _gateway(self, arm: str, agent: str, agent_url: str, rules: dict[str, Any] | None, env: dict[str, str],
-                 wait_for: str | None = None, extra: dict[str, Any] | None = None, args: list[str] | None = None) -> None:
+                 wait_for: str | None = None, extra: dict[str, Any] | None = None, args: list[str] | None = None,
+                 port: int | None = None) -> None:
         wait_ready(wait_for or agent_url, timeout=60)  # the gateway reads the agent's card at start
-        port = free_port()
+        port = port or free_port()
         cfg = self.tmp / f"{arm}.yaml"
         cfg.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "log_decisions": False, "features": False,
                                    "data_dir": str(self.tmp / f"{arm}-data"),  # each its own history file, fresh
@@ -166,6 +177,8 @@ class Arms:
     def run(self, arm: str, seconds: int, connections: int, script: str) -> dict[str, Any]:
         expect = SDK_EXPECT if arm.startswith("sdk") else FAST_EXPECT
         pids = tree(self.pid[arm])  # with workers: the supervisor, every worker and the nats-server
+        if arm in self.also:
+            pids += tree(self.also[arm])
         cpu0 = {p: cpu_seconds(p) for p in pids}
         r: dict[str, Any] = run_wrk(self.url[arm] + "/", seconds, connections, script, expect, "/", threads=1)
         used = {p: cpu_seconds(p) - cpu0[p] for p in pids}
@@ -229,6 +242,10 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             w2, g = table["gateway_workers2"], table["gateway"]
             ratios["workers2_over_one_rps"] = round(w2["rps"] / g["rps"], 3)
             ratios["workers2_over_one_cpu_per_req"] = round(w2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
+        if "gateway_unshared2" in table and "gateway" in table:
+            u2, g = table["gateway_unshared2"], table["gateway"]
+            ratios["unshared2_over_one_rps"] = round(u2["rps"] / g["rps"], 3)
+            ratios["unshared2_over_one_cpu_per_req"] = round(u2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
         if "gateway_1k" in table and "gateway" in table:
             ratios["rules_1k_over_none_rps"] = round(table["gateway_1k"]["rps"] / table["gateway"]["rps"], 3)
             ratios["rules_none_over_1k_cpu"] = round(table["gateway"]["cpu_us_per_req"] / table["gateway_1k"]["cpu_us_per_req"], 3)

@@ -108,7 +108,11 @@ class Supervisor:
                     shutil.rmtree(made, ignore_errors=True)
 
     def _start(self, w: Worker, args: list[str], env: dict[str, str]) -> None:
-        w.proc = subprocess.Popen(args, env={**env, WORKER_INDEX_ENV: str(w.index)}, start_new_session=True)  # signals reach it from here only
+        # its own process group (a terminal's ^C reaches the supervisor, which drains it), in the supervisor's session:
+        # a session of its own is a scheduling group of its own where the kernel groups by session (autogroup), and
+        # on a busy host each wake-up of a worker then waited for its group's turn, not its own: the same bench served
+        # 936 requests a second that way, 3,232 with the workers in the supervisor's session (docs/benchmarks.md)
+        w.proc = subprocess.Popen(args, env={**env, WORKER_INDEX_ENV: str(w.index)}, process_group=0)
         w.started = time.monotonic()
         typer.echo(f"mma2a serve: worker {w.index} pid {w.proc.pid}", err=True)
 
