@@ -19,7 +19,8 @@ hits all alike, at 1, 4 and 16 connections:
   against the card's skills; bench/gateway_skills.py compares repeated and never-seen texts per model
 - `sdk_direct` / `sdk_gateway`: the a2a-sdk echo agent (bench/echo_agent.py), directly and through a gateway
 
-Each arm's server CPU time per request (all threads, /proc schedstat) is reported too.
+Each arm's server CPU time per request (all threads, /proc schedstat) is reported too, and `ok_rps`: the answers
+that passed the check a second (`rps` counts every answer, a 503 shed too).
 `--soak N` instead sends N messages in a row through the gateway (16 connections, one-minute
 wrk runs until N are done) and reports RSS and each minute's p99.
 `--must-show` runs everything issue 16 asks for in one go and prints its table, each target
@@ -181,6 +182,8 @@ class Arms:
             pids += tree(self.also[arm])
         cpu0 = {p: cpu_seconds(p) for p in pids}
         r: dict[str, Any] = run_wrk(self.url[arm] + "/", seconds, connections, script, expect, "/", threads=1)
+        # answers that passed the script's check (an error, a 503 shed, is no throughput)
+        r["ok_rps"] = round(r["rps"] * (r["requests"] - r["errors"]) / max(1, r["requests"]), 1)
         used = {p: cpu_seconds(p) - cpu0[p] for p in pids}
         r["cpu_us_per_req"] = round(1e6 * sum(used.values()) / max(1, r["requests"]), 1)
         nats = [p for p in pids if comm(p) == "nats-server"]
@@ -191,7 +194,8 @@ class Arms:
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    out = {k: round(statistics.median(r[k] for r in runs), 3) for k in ("rps", "p50_ms", "p99_ms", "p999_ms", "cpu_us_per_req")}
+    out = {k: round(statistics.median(r[k] for r in runs), 3)
+           for k in ("rps", "ok_rps", "p50_ms", "p99_ms", "p999_ms", "cpu_us_per_req")}
     if all("nats_us_per_req" in r for r in runs):
         out["nats_us_per_req"] = round(statistics.median(r["nats_us_per_req"] for r in runs), 1)
     out["requests"] = sum(r["requests"] for r in runs)
@@ -228,6 +232,7 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
         if "gateway" in table and "proxy_stock" in table:
             g, p = table["gateway"], table["proxy_stock"]
             ratios["gateway_over_proxy_stock_rps"] = round(g["rps"] / p["rps"], 3)
+            ratios["gateway_over_proxy_stock_ok_rps"] = round(g["ok_rps"] / p["ok_rps"], 3) if p["ok_rps"] else 0.0
             ratios["gateway_over_proxy_stock_p99"] = round(g["p99_ms"] / p["p99_ms"], 3)
             ratios["proxy_stock_over_gateway_cpu"] = round(p["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
             ratios["gateway_minus_proxy_stock_p50_ms"] = round(g["p50_ms"] - p["p50_ms"], 3)
@@ -327,7 +332,7 @@ def print_levels(result: dict[str, Any]) -> None:
     for c, level in result["levels"].items():
         print(f"--- {c} connection(s)")
         for name, a in level["arms"].items():
-            print(f"{name:12s} {a['rps']:9.0f} req/s  p50 {a['p50_ms']:6.2f} ms  p99 {a['p99_ms']:7.2f} ms  "
+            print(f"{name:12s} {a['rps']:9.0f} req/s ({a['ok_rps']:.0f} answered)  p50 {a['p50_ms']:6.2f} ms  p99 {a['p99_ms']:7.2f} ms  "
                   f"p99.9 {a['p999_ms']:7.2f} ms  cpu {a['cpu_us_per_req']:6.0f} us/req  "
                   + (f"(nats-server {a['nats_us_per_req']:.0f})  " if "nats_us_per_req" in a else "") +
                   f"({a['requests']} requests, {a['errors']} errors{', e.g. ' + a['bad_sample'] if 'bad_sample' in a else ''})")

@@ -1,5 +1,7 @@
 """The server's writes (deadlines._Lingering): a response head goes out with its body in one write (uvicorn wrote
-them apart: two system calls, two TCP segments), and a head whose body does not follow at once is not held for it."""
+them apart: two system calls, two TCP segments), and a head whose body does not follow at once is not held for it.
+And the one timer a connection keeps across its phases and requests (deadlines._Deadline) keeps each phase's own
+deadline."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ BODY = b'{"jsonrpc":"2.0","id":1,"result":{"ok":true}}'
 
 
 class _App:
-    """`/whole`: head and body sent back to back; `/later`: the head, then the body once `go` is set."""
+    """`/whole`: head and body sent back to back; `/later`: the head, then the body once `go` is set; `/read`: the
+    request's body read to its end, then `/whole`'s answer."""
 
     def __init__(self) -> None:
         self.go = asyncio.Event()
@@ -25,7 +28,10 @@ class _App:
         if scope["type"] != "http":
             return
         headers = [(b"content-type", b"application/json")]
-        if scope["path"] == "/whole":
+        if scope["path"] == "/read":
+            while (await receive()).get("more_body"):
+                pass
+        if scope["path"] in ("/whole", "/read"):
             await send({"type": "http.response.start", "status": 200,
                         "headers": [*headers, (b"content-length", b"%d" % len(BODY))]})
             await send({"type": "http.response.body", "body": BODY})
@@ -54,8 +60,9 @@ class _Counted:
         self.write(b"".join(data))
 
 
-async def _serving(app: _App, parser: str, writes: list[bytes] | None = None) -> tuple[Server, asyncio.Task[None], int]:
-    t = Timeouts()
+async def _serving(app: _App, parser: str, writes: list[bytes] | None = None, t: Timeouts | None = None
+                   ) -> tuple[Server, asyncio.Task[None], int]:
+    t = t or Timeouts()
     port = free_port()
     protocol = http_protocol(t, parser)
     if writes is not None:
@@ -103,6 +110,29 @@ async def test_a_head_whose_body_waits_is_sent_at_once(parser: str) -> None:
         app.go.set()
         chunk = await asyncio.wait_for(reader.readuntil(b"\r\n0\r\n\r\n"), 10)
         assert BODY in chunk
+        writer.close()
+    finally:
+        server.exit()
+        await task
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+async def test_one_timer_keeps_each_phases_deadline_across_requests(parser: str) -> None:
+    """A body that pauses past the header deadline (within its own) is read to its end: the timer made for the head
+    looks again rather than cutting it. The next request's head, on the same connection, that never ends is cut at
+    the header deadline, not at the later one of the body before (10 s here: the test waits no longer)."""
+    app = _App()
+    server, task, port = await _serving(app, parser, t=Timeouts(header_s=0.3, body_s=60, keep_alive_s=60))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+        await asyncio.sleep(0.6)  # the client pauses mid-body: twice the header deadline
+        writer.write(b"cd")
+        got = await asyncio.wait_for(reader.readuntil(BODY), 10)
+        assert got.startswith(b"HTTP/1.1 200 "), got
+        writer.write(b"POST /read HTTP/1.1\r\nHost: x\r\nContent-")  # a head that never ends
+        cut = await asyncio.wait_for(reader.read(), 10)
+        assert cut.startswith(b"HTTP/1.1 408") or cut == b"", cut  # h11 may close without an answer
         writer.close()
     finally:
         server.exit()

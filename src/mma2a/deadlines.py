@@ -76,29 +76,44 @@ class Timeouts:
 
 
 class _Deadline:
-    """The current phase's deadline on one connection; closes the connection when it passes."""
+    """The current phase's deadline on one connection; closes the connection when it passes.
 
-    __slots__ = ("deadline", "limit", "phase", "proto", "timer")
+    One timer serves the connection's phases and requests: it is made again only when it is due later than a new
+    deadline, and when it fires early (the phase it was made for ended, or moved its deadline on) it looks again.
+    A timer made and cancelled for every request cost more than the rest of this class's work."""
+
+    __slots__ = ("deadline", "due", "limit", "phase", "proto", "timer")
 
     def __init__(self, proto: Any) -> None:
         self.proto = proto
         self.phase: str | None = None
         self.limit = 0.0
         self.deadline = 0.0
+        self.due = 0.0  # when `timer` fires
         self.timer: TimerHandle | None = None
 
     def arm(self, phase: str, limit: float) -> None:
         loop = self.proto.loop
         self.phase, self.limit = phase, limit
-        self.deadline = loop.time() + limit
-        if self.timer is None:
-            self.timer = loop.call_at(self.deadline, self._fire)
+        self.deadline = deadline = loop.time() + limit
+        timer = self.timer
+        if timer is not None:
+            if self.due <= deadline:
+                return
+            timer.cancel()
+        self.due = deadline
+        self.timer = loop.call_at(deadline, self._fire)
 
     def touch(self) -> None:
         """Progress in a body: its silence starts again (no new timer: the old one re-checks)."""
         self.deadline = self.proto.loop.time() + self.limit
 
     def clear(self) -> None:
+        """No deadline until the next phase is armed (the timer, if any, finds none when it fires)."""
+        self.phase = None
+
+    def stop(self) -> None:
+        """The connection is gone: no timer left behind."""
         self.phase = None
         if self.timer is not None:
             self.timer.cancel()
@@ -114,6 +129,7 @@ class _Deadline:
         if self.phase == "body" and proto.flow is not None and proto.flow.read_paused:
             self.deadline = loop.time() + self.limit  # the app is not reading: the client is not the one stalling
         if loop.time() < self.deadline:
+            self.due = self.deadline
             self.timer = loop.call_at(self.deadline, self._fire)
             return
         client = getattr(proto, "client", None)
@@ -323,7 +339,7 @@ class _TimedHttpTools(_WriteDeadline):
             transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._deadline.clear()
+        self._deadline.stop()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -360,7 +376,7 @@ class _TimedH11(_WriteDeadline, H11Protocol):
         self._deadline.arm("headers", self.timeouts.header_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._deadline.clear()
+        self._deadline.stop()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

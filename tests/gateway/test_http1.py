@@ -256,6 +256,31 @@ async def test_deadline_refused_and_bad_urls() -> None:
     await pool.close()
 
 
+async def test_one_connection_keeps_each_exchanges_own_deadline_across_exchanges() -> None:
+    """A connection keeps one timer across its exchanges: a short deadline's timer left from an exchange that ended
+    does not cut a later one with a longer deadline, and a later short deadline is kept though the timer was due
+    later."""
+    async def paced(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, srv: RawServer) -> None:
+        while (req := await srv.read_request(reader)) is not None:
+            if req[2] == b'"never"':
+                await reader.read()
+                return
+            if req[2] == b'"slow"':
+                await asyncio.sleep(0.5)  # past the first exchange's deadline, within its own
+            writer.write(answer(req[2]))
+
+    pool = HttpPool(limit_per_host=1)
+    async with RawServer(paced) as srv:
+        assert (await pool.request("POST", srv.url, b'"fast"', timeout_s=0.2)).body == b'"fast"'
+        assert (await pool.request("POST", srv.url, b'"slow"', timeout_s=5)).body == b'"slow"'
+        assert (await pool.request("POST", srv.url, b'"fast"', timeout_s=30)).body == b'"fast"'
+        async with asyncio.timeout(4):  # not the 30 s of the exchange before
+            with pytest.raises(DeadlineExceeded, match="no whole answer"):
+                await pool.request("POST", srv.url, b'"never"', timeout_s=0.2)
+        assert srv.connections == 1 and len(srv.requests) == 4
+    await pool.close()
+
+
 async def test_connections_per_host_are_limited_and_callers_wait_their_turn() -> None:
     async def slow_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, srv: RawServer) -> None:
         while (req := await srv.read_request(reader)) is not None:

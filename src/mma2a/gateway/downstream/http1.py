@@ -96,6 +96,9 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.reused = False  # it has answered before: a close before any answer may be a stale keep-alive
         self.idle_since = 0.0
+        self.deadline = 0.0  # the exchange in flight's, in loop time
+        self._timer: asyncio.TimerHandle | None = None  # due at or before `deadline` while an exchange is in flight
+        self._due = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -130,6 +133,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.pool._gone(self)
         if self.waiter is None or self.waiter.done():
             return
@@ -188,12 +194,38 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
 
+    def watch(self, deadline: float, loop: asyncio.AbstractEventLoop) -> None:
+        """Expire the exchange now in flight at `deadline`. The connection keeps one timer across its exchanges (a timer
+        made and cancelled per request cost more than the rest of the pool's work): it is made again only when it is
+        due later than `deadline`; when it fires early (the exchange it was made for ended), it looks again."""
+        self.deadline = deadline
+        timer = self._timer
+        if timer is not None:
+            if self._due <= deadline:
+                return
+            timer.cancel()
+        self._due = deadline
+        self._timer = loop.call_at(deadline, self._check, loop)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        if self.waiter is None or self.closed:  # idle (or gone): nothing to time
+            return
+        if loop.time() < self.deadline:  # a later exchange's deadline: wait for that one
+            self._due = self.deadline
+            self._timer = loop.call_at(self.deadline, self._check, loop)
+            return
+        self.expire()
+
     def expire(self) -> None:
         """The deadline passed with the answer outstanding: the connection cannot be reused."""
         self._fail(DeadlineExceeded(f"no whole answer from {self.target.host}:{self.target.port} in time"))
         self.close()
 
     def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self.closed:
             self.closed = True
             if self.transport is not None:
@@ -288,7 +320,7 @@ class HttpPool:
             conn.transport.writelines((head, body))
         else:
             conn.transport.write(head + body)
-        timer = loop.call_at(deadline, conn.expire)
+        conn.watch(deadline, loop)
         try:
             response = await waiter
         except BaseException:
@@ -296,8 +328,6 @@ class HttpPool:
                 conn.waiter = None
                 conn.close()
             raise
-        finally:
-            timer.cancel()
         self._release(conn, loop)
         return response
 
