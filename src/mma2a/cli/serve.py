@@ -70,7 +70,7 @@ def serve(
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
-    from .workers import WORKER_INDEX_ENV, WORKER_NATS_ENV, WORKER_TASKS_ENV, Supervisor, worker_count
+    from .workers import WORKER_INDEX_ENV, WORKER_NATS_ENV, WORKER_NATS_TOKEN_ENV, WORKER_TASKS_ENV, Supervisor, worker_count
 
     from ..cluster import cluster_state
     from ..errors import MMA2AError, RuleError
@@ -87,6 +87,8 @@ def serve(
         if cluster:  # the cluster section of the config, with this NATS
             data = cfg.model_dump(exclude_unset=True)
             data["cluster"] = {**(data.get("cluster") or {}), "nats": cluster}
+            if worker and os.environ.get(WORKER_NATS_ENV) == "embedded":  # the supervisor's nats-server wants its token
+                data["cluster"]["auth"] = {"token_env": WORKER_NATS_TOKEN_ENV}
             cfg = parse_config(data, base_dir=cfg.base_dir)
         check_rules(cfg)
         count = worker_count(workers)

@@ -4,8 +4,8 @@ Each worker is an ordinary `mma2a serve` process listening with SO_REUSEPORT on 
 spreads connections among them) and running in cluster mode: tasks, session pins, deduplication, history,
 blobs, push configs, rule and agent changes are shared as between the gateways of a cluster. The NATS they
 share is the one `--cluster` (or the config's `cluster:` section) names, else a `nats-server -js` this
-supervisor starts on a free loopback port with its store in a temporary directory, and stops at the end; then the
-workers are the whole cluster, and share their task records through files in a directory made for them (in memory,
+supervisor starts on a free loopback port with its store in a temporary directory, requiring a token made at start
+(given to the workers in their environment), and stops at the end; then the workers are the whole cluster, and share their task records through files in a directory made for them (in memory,
 /dev/shm, where the host has it: cluster/task_files.py) rather than through NATS.
 A worker that dies is started again; SIGTERM/SIGINT drain every worker, then stop NATS.
 """
@@ -31,6 +31,8 @@ from ..serving import listen_socket
 WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
 WORKER_NATS_ENV = "MMA2A_WORKER_NATS"  # "embedded": the workers are the whole cluster (their own nats-server)
 WORKER_TASKS_ENV = "MMA2A_WORKER_TASKS"  # with "embedded": the directory of the workers' task records
+WORKER_NATS_TOKEN_ENV = "MMA2A_WORKER_NATS_TOKEN"  # with "embedded": the token its nats-server requires (NATS access
+# is admin access: without one, any process of the host could rewrite rules and agents and read every client's data)
 QUICK_EXIT_S = 2.0  # a worker that exits this soon after its start, with status 2, cannot start (a bad config)
 
 
@@ -80,8 +82,13 @@ class Supervisor:
         try:
             url = self.nats
             if url is None:
-                store = tempfile.mkdtemp(prefix="mma2a-nats-")
-                server = NatsServer(store).start()
+                store = tempfile.mkdtemp(prefix="mma2a-nats-")  # 0700: the token's file is this user's alone
+                token = secrets.token_urlsafe(32)
+                conf = os.path.join(store, "auth.conf")  # a file, not `--auth`: a command line is every user's to read
+                with open(os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                    f.write(f'authorization {{ token: "{token}" }}\n')
+                env[WORKER_NATS_TOKEN_ENV] = token  # a process's environment is readable by its user only
+                server = NatsServer(store, args=["-c", conf]).start()
                 url = server.url
                 shm = "/dev/shm"
                 tasks = tempfile.mkdtemp(prefix="mma2a-tasks-", dir=shm if os.access(shm, os.W_OK) else None)
