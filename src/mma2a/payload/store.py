@@ -208,8 +208,9 @@ class LocalBlobStore(BlobStore):
         self._objects = self.root / "objects"
         self._tmp = self.root / "tmp"
         self._uploads = self.root / "uploads"
-        for d in (self._objects, self._tmp, self._uploads):
-            d.mkdir(parents=True, exist_ok=True)
+        for d in (self._objects, self._tmp, self._uploads):  # the clients' payloads: this user's alone (0700)
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            d.chmod(0o700)
         self._upload_locks: dict[str, asyncio.Lock] = {}
         # Running digests of uploads written by this process: upload id -> (offset, hasher).
         self._upload_hashes: dict[str, tuple[int, Any]] = {}
@@ -518,7 +519,7 @@ class LocalBlobStore(BlobStore):
         """Remove every blob and upload (for tests and `mma2a` maintenance commands)."""
         shutil.rmtree(self.root, ignore_errors=True)
         for d in (self._objects, self._tmp, self._uploads):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.quota.reset()
         self._upload_owners.clear()
 

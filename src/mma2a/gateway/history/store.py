@@ -231,9 +231,11 @@ class HistoryStore:
 
     def __init__(self, path: str | Path, *, max_age_s: float = 7 * 24 * 3600, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.max_age_s, self.max_bytes = max_age_s, max_bytes
         self._writer = self._connect()
+        self.path.chmod(0o600)  # who sent what, where it went, ratings' comments: this user's alone (SQLite gives its
+        # -wal and -shm files the database file's mode)
         self._writer.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes on a new file; lets prune give space back
         self._writer.execute("PRAGMA journal_mode=WAL")
         self._open_schema()
