@@ -242,3 +242,26 @@ def test_one_clients_flood_of_learned_tasks_forgets_only_its_own() -> None:
     assert learner.task("alice-1") is not None and learner.task("mallory-489") is None
     assert learner.task("mallory-499") is not None and len([i for i in range(500) if learner.task(f"mallory-{i}")]) == 10
     assert learner.rate("alice-1", "alice", "desk-a", 1.0) == 1
+
+
+async def test_callers_without_a_client_each_have_their_own_budget_of_ratings(tmp_path: Any) -> None:
+    """Security probe P10: with authentication off every caller's ratings came out of one budget (the client ""), so
+    one caller rating at the limit left every other caller 429. Callers without a client are limited by address, as
+    the gateway's rate limits key them (`ip:ADDRESS`, from `X-Forwarded-For` through a trusted proxy)."""
+    tiny = {"limits": {"feedback_per_s": 0.001, "feedback_burst": 2}}
+    cfg = {"agents": [], "rules": orjson.dumps(RULES).decode(), "data_dir": str(tmp_path), **tiny}
+    async with agents({"desk-a": agent("desk-a", ["text/plain"])}) as urls, \
+            gateway({**cfg, "agents": [{"name": "desk-a", "url": urls["desk-a"]}]}) as (gw, url), \
+            httpx.AsyncClient(timeout=30) as c:
+        tid = (await send(c, url, "q-1", "hello", {}))["id"]
+
+        async def rate(address: str, path: str = f"/tasks/{tid}:feedback") -> int:
+            r = await c.post(url + path, json={"score": 1}, headers={"X-Forwarded-For": address})
+            return r.status_code
+
+        first = [await rate("10.0.0.1") for _ in range(3)]
+        other = await rate("10.0.0.2")
+        on_rpc = (await rpc(c, url, {"id": tid, "score": 1}, {"X-Forwarded-For": "10.0.0.1"}))["error"]["code"]
+    assert first == [200, 200, 429]
+    assert other == 200  # before: 429, the first caller had spent everyone's budget
+    assert on_rpc == -32600  # the same budget on JSON-RPC

@@ -484,7 +484,8 @@ class Gateway:
                 except orjson.JSONDecodeError as exc:
                     raise ParseError(f"body: not valid JSON: {exc}", field="body") from None
                 result = await self.pipeline.feedback.submit(request.path_params["id"], doc,
-                                                             target=request.path_params.get("agent"))
+                                                             target=request.path_params.get("agent"),
+                                                             address=request.client.host if request.client else None)
             except MMA2AError as exc:
                 headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))} if isinstance(exc, RateLimited) else None
                 return json_response(exc.to_rest(), exc.http_status, headers)

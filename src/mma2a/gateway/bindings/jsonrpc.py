@@ -229,7 +229,8 @@ class JsonRpcIngress:
             except MMA2AError as exc:
                 return rpc_error(rid, exc)
         if method == FEEDBACK_METHOD:  # the extension's own method (docs/extension.md)
-            return await self._feedback(params, target if target is not None else tenant, rid)
+            return await self._feedback(params, target if target is not None else tenant, rid,
+                                        (scope.get("client") or ("?",))[0])
         fast_version = version == "1.0" or _PLAIN_V1(version) is not None
         if method not in FAST_METHODS or not fast_version or (_underscore(body) and _snake_case(params)):
             return await self._sdk(scope, receive, body, method, rid)
@@ -264,7 +265,7 @@ class JsonRpcIngress:
         return rpc_response(rid, result)
 
 
-    async def _feedback(self, params: Any, target: str | None, rid: Any) -> bytes:
+    async def _feedback(self, params: Any, target: str | None, rid: Any, address: str) -> bytes:
         """`a2a-multimodal/TaskFeedback`: `params` `{id, score, agent?, comment?}` (gateway/stages/feedback.py)."""
         try:
             if not isinstance(params, dict):
@@ -272,7 +273,7 @@ class JsonRpcIngress:
             tid = params.get("id")
             if not isinstance(tid, str) or not tid:
                 raise InvalidParams("params.id: required, must be a task id string", field="params.id")
-            result = await self.pipeline.feedback.submit(tid, params, target=target, where="params")
+            result = await self.pipeline.feedback.submit(tid, params, target=target, where="params", address=address)
         except MMA2AError as exc:
             return rpc_error(rid, exc)
         return rpc_response(rid, result)

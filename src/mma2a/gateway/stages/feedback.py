@@ -58,12 +58,15 @@ class FeedbackService:
         self.learner = learner
         self.history = history
 
-    async def submit(self, task_id: str, body: Any, *, target: str | None = None, where: str = "body"
-                     ) -> dict[str, Any]:
-        """Take one rating; the answer says which agent was rated and how many parts routing learned it for."""
+    async def submit(self, task_id: str, body: Any, *, target: str | None = None, where: str = "body",
+                     address: str | None = None) -> dict[str, Any]:
+        """Take one rating; the answer says which agent was rated and how many parts routing learned it for.
+        `address`: the caller's (as rate limits key a caller without a client), so anonymous callers do not share
+        one budget of ratings."""
         score, agent, comment = check_feedback(body, where)
         owner = current_sender()
-        self.learner.admit(owner or "")  # before any lookup: a flood of ratings (of tasks real or not) costs no NATS read
+        # before any lookup: a flood of ratings (of tasks real or not) costs no NATS read
+        self.learner.admit(owner or f"ip:{address or '?'}")
         await self.task_ops.tasks.fetch(task_id)  # in a cluster: a task made by another gateway
         rec = self.task_ops.task_record(task_id, target)  # another client's task: TaskNotFound
         agents = list(dict.fromkeys(leg.agent for leg in rec.legs))
