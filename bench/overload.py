@@ -14,10 +14,12 @@ most `--timeout` seconds (10) for its answer.
 Reported per level and arm: goodput (messages answered successfully, per second, and as a share of the agent's
 capacity), per class (urgent / routine) the share answered and p50/p99 of the answered, messages shed (503) and how
 long a shed answer took, other failures (client timeouts), the gateway's RSS. Then `--soak` seconds at 4x through
-each arm with the gateway's RSS every 5 s. Then the issue's checks, each with its figure.
+each arm with the gateway's RSS every 5 s. Then the issue's checks, each with its figure. `--src-before DIR` adds
+a third arm, `limits_prev`: the limits arm's gateway run from another tree's sources (the previous code of these
+limits), interleaved with the other two at every level (not in the soak).
 
     .venv/bin/python bench/overload.py [--seconds 15] [--soak 60] [--capacity 4] [--service 0.2] [--json]
-                                       [--urgent-share 0.25] [--levels 0.25,0.5,1,2,4]
+                                       [--urgent-share 0.25] [--levels 0.25,0.5,1,2,4] [--src-before DIR]
 
 At 4x a quarter urgent is 20 a second: the agent's whole capacity, so every leg of capacity lost is an urgent
 backlog that never drains (docs/operations.md "When urgent traffic alone fills the agent"); `--urgent-share 0.2`
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -102,13 +105,15 @@ class Pair:
         wait_ready(agent_url, timeout=60)
         cfg = tmp / f"{arm}-{gw_port}.json"
         limits = {"agent_concurrency": "off"} if arm == "before" else {}
+        env = {**os.environ, "PYTHONPATH": str(args.src_before)} if arm == "limits_prev" else None
         cfg.write_text(json.dumps({
             "listen": f"127.0.0.1:{gw_port}", "log_decisions": False, "features": False,
             "data_dir": str(tmp / f"{arm}-{gw_port}-data"), "agents": [{"name": "capacity", "url": agent_url}],
             "limits": limits, "admin": {"token": ADMIN},
             "auth": {"clients": [{"name": "urgent", "token": URGENT, "max_priority": 9},
                                  {"name": "routine", "token": ROUTINE}]}}))
-        self.gateway = subprocess.Popen([PY, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "error"])
+        self.gateway = subprocess.Popen([PY, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "error"],
+                                        env=env)
         self.procs.append(self.gateway)
         self.url = f"http://127.0.0.1:{gw_port}"
         wait_ready(self.url, timeout=60)
@@ -376,6 +381,8 @@ def main() -> None:
                          "agent's capacity)")
     ap.add_argument("--probe-agent", default="", metavar="WIDTHS",
                     help="first, the agent's own rate with this many messages in flight, no gateway (e.g. 4,5,6,8)")
+    ap.add_argument("--src-before", type=Path, default=None, metavar="DIR",
+                    help="also run the limits arm from these sources (another tree's src/), side by side")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.agent:
@@ -391,10 +398,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mma2a-overload-") as tmp:
         for f in args.levels.split(","):
             doc["levels"][f] = {}
-            for arm in ARMS:
+            for arm in (*ARMS, "limits_prev") if args.src_before else ARMS:
                 doc["levels"][f][arm] = r = measure(arm, float(f), args.seconds, args, Path(tmp))
                 if not args.json:
-                    print(f"{f:>5}x {arm:7} goodput {r['goodput_rps']:6.2f}/s ({100 * r['goodput_of_capacity']:5.1f}%) "
+                    print(f"{f:>5}x {arm:11} goodput {r['goodput_rps']:6.2f}/s ({100 * r['goodput_of_capacity']:5.1f}%) "
                           f"urgent {r['urgent']['answered']} p50/p99 {r['urgent']['p50_ms']}/{r['urgent']['p99_ms']} ms "
                           f"routine {r['routine']['answered']} p50/p99 {r['routine']['p50_ms']}/{r['routine']['p99_ms']} ms "
                           f"shed {r['shed']} {r['shed_by_reason']} (max {r['shed_answer_ms']['max']} ms) timeouts {r['timeouts']} "

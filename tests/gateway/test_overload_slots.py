@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mma2a.errors import Overloaded
-from mma2a.gateway.downstream.agent_limit import ALPHA, BETA, AdaptiveLimit, ConcurrencyLimit
+from mma2a.gateway.downstream.agent_limit import ALPHA, BETA, EPOCH, AdaptiveLimit, ConcurrencyLimit
 from mma2a.gateway.downstream.overload import ESTIMATE_AFTER, QUEUE_RTTS, AgentSlots, AgentSlotTable
 
 
@@ -395,6 +395,17 @@ async def test_the_floor_counts_the_legs_the_agent_works_on_not_the_way_to_it() 
         assert s.acquire(5) is None
     assert s.rate() == pytest.approx(20.0) and s.limit.base_rtt == pytest.approx(0.203)
     assert s.busy_floor() == 4 + 1  # 20 x 0.203 = 4.06: 4 legs at work, and one waiting inside (not 5 + 1)
+    for _ in range(5 * ESTIMATE_AFTER):  # a loaded machine: answers 0.1 s apart (10 a second)
+        clock.now += 0.1
+        s.release(0.203)
+        assert s.acquire(5) is None
+    assert 10.0 < s.rate() < 11.0
+    assert s.busy_floor() == 4 + 1  # the agent's width is remembered, as min_rtt is: not cut to 2 + 1
+    for _ in range(2 * EPOCH):  # two epochs of it: the agent did become narrower
+        clock.now += 0.1
+        s.release(0.203)
+        assert s.acquire(5) is None
+    assert s.busy_floor() == 2 + 1
 
 
 async def test_the_agents_rate_is_measured_from_its_answers_while_kept_busy() -> None:

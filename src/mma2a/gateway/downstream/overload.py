@@ -42,7 +42,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ...errors import Overloaded
-from .agent_limit import AdaptiveLimit, ConcurrencyLimit
+from .agent_limit import EPOCH, AdaptiveLimit, ConcurrencyLimit
 
 PRIORITIES = 10  # the extension's priority: 0..9
 RATE_WINDOW_S = 1.0  # arrivals per priority are counted over a sliding window this long ...
@@ -53,8 +53,9 @@ RTT_WEIGHT = 0.1  # weight of each answer in the mean latency the wait estimate 
 ESTIMATE_AFTER = 8  # answers before a wait is estimated (until then the deadline alone sheds)
 QUEUE_RTTS = 4  # a routine leg is queued only when it is expected to reach the agent within this many answer times
 ROUTINE_MAX = 5  # priorities up to the clients' default ceiling are routine; above it (privileged) legs wait to their deadline
-WIDTH_SLACK = 0.25  # legs: rate x min_rtt over-counts the legs an agent works on at once by the share of min_rtt spent
-# on the way to it and back (4.06 for an agent of 4 at 0.2 s: one more leg waiting inside it, ~50 ms on every answer)
+WIDTH_SLACK = 0.5  # legs: rate x min_rtt, rounded to the nearest, is the legs an agent works on at once (it over-counts
+# by the share of min_rtt spent on the way there and back: 4.06 for an agent of 4 at 0.2 s; rounded up, one more leg
+# waited inside it, ~50 ms on every answer)
 EARLY_S = 0.001  # a deadline's timer may fire this much before the clock says it passed (the loop's resolution)
 FLOOR_MARGIN = 0.1  # a priority whose betters arrive at 90% of the agent's rate or more is shed even at a free slot
 
@@ -156,6 +157,9 @@ class AgentSlots:
         self._busy_s = 0.0
         self._busy_answer: float | None = None  # when the last answer came, if legs were waiting then (else None)
         self.arrivals = ArrivalRates()
+        self._width = 0  # the most legs the agent was measured to work on at once, this epoch and the last (`busy_floor`)
+        self._prev_width = 0
+        self._width_n = 0  # answers in this epoch
         self.floor = 0  # the lowest priority not outranked (`_roll`); lower ones take the slow path, and are shed
 
     # --- taking and giving back a slot -------------------------------------------------------------------------
@@ -186,6 +190,7 @@ class AgentSlots:
             else:
                 self.rtt_mean += RTT_WEIGHT * (rtt - self.rtt_mean)
                 self.inflight_mean += RTT_WEIGHT * (self.inflight + 1 - self.inflight_mean)
+            self._measure_width()
             self.limit.sample(rtt, self.inflight + 1, busy, self.busy_floor())
         if self.queued:
             now = now or self._now()
@@ -194,12 +199,23 @@ class AgentSlots:
             self._shed_hopeless(now)
 
     def busy_floor(self) -> int | None:
-        """The fewest legs in flight that keep the agent busy: the rate it delivers x its answer time with nothing
-        queued inside it (the legs it works on at once), plus one waiting inside it; None until both are measured."""
+        """The fewest legs in flight that keep the agent busy: the legs it works on at once (the rate it delivers x
+        its answer time with nothing queued inside it, the most of this epoch's and the last's), plus one waiting
+        inside it; None until measured."""
+        width = max(self._width, self._prev_width)
+        return width + 1 if width else None
+
+    def _measure_width(self) -> None:
+        """After an answer: the legs the agent works on at once, as measured now, into the epoch's most. The most,
+        as `min_rtt` is the least: a loaded machine stretches the gaps between answers (the gateway's own turns
+        among them), and a floor that fell with them fed the agent less, which it read as a slower agent."""
+        self._width_n += 1
+        if self._width_n >= EPOCH:
+            self._prev_width, self._width, self._width_n = self._width, 0, 0
         base = self.limit.base_rtt
         if self.intervals < ESTIMATE_AFTER or self._busy_s <= 0.0 or not math.isfinite(base):
-            return None
-        return math.ceil(self._busy_n / self._busy_s * base - WIDTH_SLACK) + 1
+            return
+        self._width = max(self._width, 1, math.ceil(self._busy_n / self._busy_s * base - WIDTH_SLACK))
 
     def _delivered(self, busy: bool, now: float) -> None:
         """An answer came at `now`; `busy`: every slot was taken or legs waited. The time since the previous answer,
