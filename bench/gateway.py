@@ -14,6 +14,8 @@ hits all alike, at 1, 4 and 16 connections:
   nothing (no cluster, no NATS, each its own history): what two processes cost by themselves, beside
   `gateway_workers2`'s sharing
 - `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
+- `gateway_nolimit` (not in the default set): `mma2a serve` with `limits.agent_concurrency: off` (no adaptive limit
+  per agent, so nothing queued or shed in front of it: every leg forwarded at once, as the proxies do)
 - `gateway_skills` (not in the default set): `mma2a serve` with `default: {capability: skills}` and the
   feature stage on: the one text ("hello") is embedded once, then served from the vector cache, and ranked
   against the card's skills; bench/gateway_skills.py compares repeated and never-seen texts per model
@@ -142,6 +144,8 @@ class Arms:
             del self.url["gateway_unshared2_b"]
         if "gateway_1k" in arms:
             self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
+        if "gateway_nolimit" in arms:  # no per-agent slots: every leg forwarded at once, as the proxies do
+            self._gateway("gateway_nolimit", "fast", fast_url, None, env, extra={"limits": {"agent_concurrency": "off"}})
         if "gateway_nohistory" in arms:
             self._gateway("gateway_nohistory", "fast", fast_url, None, env, extra={"history": {"enabled": False}})
         if "gateway_skills" in arms:
@@ -251,6 +255,10 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             u2, g = table["gateway_unshared2"], table["gateway"]
             ratios["unshared2_over_one_rps"] = round(u2["rps"] / g["rps"], 3)
             ratios["unshared2_over_one_cpu_per_req"] = round(u2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
+        if "gateway_nolimit" in table and "proxy_stock" in table:
+            g, p = table["gateway_nolimit"], table["proxy_stock"]
+            ratios["gateway_nolimit_over_proxy_stock_ok_rps"] = round(g["ok_rps"] / p["ok_rps"], 3) if p["ok_rps"] else 0.0
+            ratios["proxy_stock_over_gateway_nolimit_cpu"] = round(p["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
         if "gateway_1k" in table and "gateway" in table:
             ratios["rules_1k_over_none_rps"] = round(table["gateway_1k"]["rps"] / table["gateway"]["rps"], 3)
             ratios["rules_none_over_1k_cpu"] = round(table["gateway"]["cpu_us_per_req"] / table["gateway_1k"]["cpu_us_per_req"], 3)
