@@ -209,6 +209,23 @@ async def test_the_clients_deadline_sheds_at_once_and_a_bad_one_is_refused(tmp_p
         await asyncio.gather(*sent)
 
 
+async def test_a_routine_message_is_answered_503_once_its_queue_timeout_passes(tmp_path: Path) -> None:
+    limits = {"max_queue_per_agent": 2, "queue_timeout_s": 600, "routine_queue_timeout_s": 0.05}
+    async with loaded(tmp_path, limits=limits) as (gw, url, executor), httpx.AsyncClient(timeout=60) as http:
+        first = asyncio.create_task(send(http, url, ROUTINE, "A", 1))
+        await until(lambda: len(executor.started) == 1, "A reaches the agent")
+        # B (routine) queues behind the busy slot; nothing frees it: its 50 ms pass and it is answered 503
+        shed = await send(http, url, ROUTINE, "B", 5)
+        assert shed.status_code == 503 and int(shed.headers["retry-after"]) >= 1
+        err = shed.json()["error"]
+        assert err["data"][0]["metadata"] == {**err["data"][0]["metadata"], "shed": "expired", "priority": "5"}
+        assert err["message"].startswith("agent slow is overloaded: a leg of priority 5 was shed (it waited 0.05 s "
+                                          "for agent slow (limits.routine_queue_timeout_s, or the client's deadline))")
+        assert gw.pipeline.slots.get("slow").queued == 0  # type: ignore[union-attr]
+        executor.go.release()
+        assert (await first).status_code == 200 and executor.started == [("A", 1)]
+
+
 async def test_grpc_answers_a_shed_message_unavailable_with_retry_info(tmp_path: Path) -> None:
     port = free_port()
     async with loaded(tmp_path, grpc_listen=f"127.0.0.1:{port}") as (gw, url, executor), \
