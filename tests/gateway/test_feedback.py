@@ -265,3 +265,23 @@ async def test_callers_without_a_client_each_have_their_own_budget_of_ratings(tm
     assert first == [200, 200, 429]
     assert other == 200  # before: 429, the first caller had spent everyone's budget
     assert on_rpc == -32600  # the same budget on JSON-RPC
+
+
+def test_remembered_learned_tasks_are_bounded_in_bytes_per_client_and_in_all() -> None:
+    """Security probe P11: the learner kept the parts of its last 100,000 learned tasks whatever their size, and a
+    message may have 64 text parts, each with its sentence vector (1,758 bytes a part with MiniLM's 384 floats): one
+    client's 25,000 such messages (its quarter) held ~2.8 GB, 100,000 ~11 GB. The memory is bounded in bytes
+    (`max_bytes`, 128 MiB), a quarter of it per client, its own oldest out first."""
+    import numpy as np
+
+    learner = Learner(max_bytes=1 << 20)
+    vector = np.ones(384, dtype=np.float32)
+    one = LearnedPart(0, ("text/plain", None, (), False, "minilm"), vector, "desk-a")
+    learner.take([("alice-1", LearnedTask("m-a", "alice", (one,)))], [])
+    many = tuple(LearnedPart(i, one.key, vector, "desk-a") for i in range(64))
+    learner.take([(f"mallory-{i}", LearnedTask(f"m-{i}", "mallory", many)) for i in range(500)], [])
+    kept = [i for i in range(500) if learner.task(f"mallory-{i}") is not None]
+    assert learner.bytes <= 1 << 20 and kept == [498, 499]  # (224 + 1,536) x 64 a task: two fit in her 256 KiB
+    assert learner.task("alice-1") is not None and learner.rate("alice-1", "alice", "desk-a", 1.0) == 1
+    learner.take([(f"anon-{i}", LearnedTask(f"n-{i}", "", many)) for i in range(100)], [])  # auth off: all of it
+    assert learner.bytes <= 1 << 20 and learner.task("anon-99") is not None and learner.task("alice-1") is None

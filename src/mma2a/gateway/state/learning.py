@@ -42,6 +42,16 @@ class LearnedTask(NamedTuple):
     parts: tuple[LearnedPart, ...]
 
 
+PART_BYTES = 224
+"""What a remembered learned part costs besides its vector's bytes (measured with tracemalloc: a part with a 384-float
+vector, 1,758 bytes)."""
+
+
+def task_bytes(task: LearnedTask) -> int:
+    """The memory a remembered learned task holds: its parts and their sentence vectors."""
+    return sum(PART_BYTES + int(getattr(p.vector, "nbytes", 0)) for p in task.parts)
+
+
 WAITING = 10_000
 """In a cluster: tasks whose ratings wait for their note (the oldest out past it; a task never routed by learning
 is rated into the history only, and its waiting rating goes out this way)."""
@@ -82,12 +92,15 @@ def learned(actions: tuple[str, ...]) -> bool:
 class Learner:
     """Learned decisions by task, ratings in, evidence out."""
 
-    def __init__(self, *, max_tasks: int = 100_000, max_cells: int = 4096, max_owners: int = 256,
-                 rate_per_s: float = 20.0, burst: float = 100.0, clock: Callable[[], float] = time.monotonic,
-                 journal: LearnJournal | None = None) -> None:
+    def __init__(self, *, max_tasks: int = 100_000, max_bytes: int = 128 << 20, max_cells: int = 4096,
+                 max_owners: int = 256, rate_per_s: float = 20.0, burst: float = 100.0,
+                 clock: Callable[[], float] = time.monotonic, journal: LearnJournal | None = None) -> None:
         self.index = EvidenceIndex(max_cells=max_cells, max_owners=max_owners)
         self.evidence: Evidence = NO_EVIDENCE  # what the next decision reads
         self.max_tasks = max_tasks
+        self.max_bytes = max_bytes  # the remembered tasks' parts and vectors (a message may have 64 parts)
+        self.bytes = 0
+        self._owner_bytes: dict[str, int] = {}
         self.rate_per_s, self.burst = rate_per_s, burst
         self.clock = clock
         self.journal = journal  # a cluster's: what this gateway notes and takes goes to the others
@@ -118,23 +131,33 @@ class Learner:
     def _keep(self, task_id: str, task: LearnedTask) -> None:
         old = self._tasks.pop(task_id, None)
         if old is not None:
-            self._unown(task_id, old.owner)
-        if task.owner:  # anonymous ("": auth off) is everyone: the global bound only
-            mine = self._by_owner.setdefault(task.owner, OrderedDict())
-            if len(mine) >= max(1, self.max_tasks // 4):
-                self._tasks.pop(mine.popitem(last=False)[0], None)
-            mine[task_id] = None
+            self._forget(task_id, old)
+        cost = task_bytes(task)
         self._tasks[task_id] = task
-        while len(self._tasks) > self.max_tasks:
+        self.bytes += cost
+        if task.owner:  # anonymous ("": auth off) is everyone: the global bounds only
+            mine = self._by_owner.setdefault(task.owner, OrderedDict())
+            mine[task_id] = None
+            self._owner_bytes[task.owner] = self._owner_bytes.get(task.owner, 0) + cost
+            while len(mine) > 1 and (len(mine) > max(1, self.max_tasks // 4)
+                                     or self._owner_bytes[task.owner] > self.max_bytes // 4):
+                gone = next(iter(mine))
+                self._forget(gone, self._tasks.pop(gone))
+        while len(self._tasks) > self.max_tasks or (self.bytes > self.max_bytes and len(self._tasks) > 1):
             gone, was = self._tasks.popitem(last=False)
-            self._unown(gone, was.owner)
+            self._forget(gone, was)
 
-    def _unown(self, task_id: str, owner: str) -> None:
-        mine = self._by_owner.get(owner)
-        if mine is not None:
-            mine.pop(task_id, None)
-            if not mine:
-                del self._by_owner[owner]
+    def _forget(self, task_id: str, task: LearnedTask) -> None:
+        """The bookkeeping of a task taken out of `_tasks`: its bytes, its owner's index."""
+        cost = task_bytes(task)
+        self.bytes -= cost
+        mine = self._by_owner.get(task.owner)
+        if mine is not None and mine.pop(task_id, 0) is None:
+            left = self._owner_bytes.pop(task.owner, 0) - cost
+            if mine:
+                self._owner_bytes[task.owner] = left
+            else:
+                del self._by_owner[task.owner]
 
     def task(self, task_id: str) -> LearnedTask | None:
         return self._tasks.get(task_id)
