@@ -161,3 +161,52 @@ def test_the_budget_is_set_in_bytes_or_in_pixels_of_four_bytes_never_both() -> N
     with pytest.raises(ValidationError) as both:
         LimitsConfig(max_decode_pixels_in_flight=1000, max_decode_bytes_in_flight=1000)
     assert "limits: set max_decode_bytes_in_flight or max_decode_pixels_in_flight, not both" in str(both.value)
+
+
+def test_one_holder_takes_at_most_half_the_budget_while_it_has_any() -> None:
+    budget = DecodeBudget(400_000)
+    with budget.reserve(300_000, None, "bob's first", "bob"):  # alone: past half is allowed
+        with pytest.raises(DecodeBusy) as err:
+            with budget.reserve(50_000, time.monotonic(), "bob's second", "bob"):
+                pass
+        with budget.reserve(100_000, time.monotonic(), "alice's", "alice"):
+            assert budget.held == 400_000
+    assert str(err.value) == ("bob's second: this client has 300000 bytes decoding, at most half of the 400000 "
+                              "(limits.max_decode_bytes_in_flight) while it has any; not decoded")
+    assert budget.held == 0 and budget._by_holder == {}
+
+
+async def test_one_client_holding_decodes_leaves_the_other_clients_half() -> None:
+    """Security probe P12: the decode budget was one for every client: bob keeping two 40 Mpx PNGs decoding at a
+    time (160 MB each, the whole default budget) left every other client's image parts waiting past their deadline and
+    going on without features — a rule on them then refused or missed alice's images. A client now holds at most half
+    of it while it has any decode in flight: with half held for bob, bob's next image is the one that waits (and goes
+    on without features, saying why), alice's decodes beside his and matches the rule."""
+    import httpx
+
+    rules = {"version": 1, "rules": [{"name": "wide", "match": {"modality": "image/*", "features": {
+        "width": {"gt": 100}}}, "action": {"route_to": "wide"}}]}
+    specs = {"wide": agent("wide", ["image/*"]), "other": agent("other", ["image/*"])}
+    part = {"raw": base64.b64encode(png(200, 150)).decode(), "mediaType": "image/png"}  # 120,000 bytes decoded
+    clients = [{"name": n, "token": f"{n}-token-0123"} for n in ("alice", "bob")]
+    async with agents(specs) as urls:
+        async with gateway({"rules": rules, "agents": [{"name": n, "url": u} for n, u in urls.items()],
+                            "features": {"budget_s": 2}, "limits": {"max_decode_bytes_in_flight": 400_000},
+                            "auth": {"clients": clients}}) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            async def send(who: str, mid: str) -> dict[str, object]:
+                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+                    "messageId": mid, "role": "ROLE_USER", "parts": [part]}}}
+                r = await c.post(url + "/", json=body, headers={"Authorization": f"Bearer {who}-token-0123",
+                                                                "A2A-Version": "1.0"})
+                return r.json()  # type: ignore[no-any-return]
+
+            with gw.decode_budget.reserve(200_000, None, "bob's decodes in flight", "bob"):
+                alice = await send("alice", "a1")
+                bob = await send("bob", "b1")
+    assert "result" in alice and "result" in bob
+    got = {m.message.message_id: json_format.MessageToDict(m.message)["parts"][0]["metadata"][EXTENSION_URI]
+           for spec in specs.values() for m in spec[1].received}
+    assert [m.message.message_id for m in specs["wide"][1].received] == ["a1"]  # before: b1 decoded too, past half
+    assert got["b1"]["features"]["error"] == (
+        "pillow-image: this client has 200000 bytes decoding, at most half of the 400000 "
+        "(limits.max_decode_bytes_in_flight) while it has any; not decoded")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import MediaError
 from ..modality import Modality
@@ -43,39 +43,58 @@ class DecodeBusy(MediaError):
 
 
 class DecodeBudget:
-    """Bytes decoding at once in this process, at most `capacity`."""
+    """Bytes decoding at once in this process, at most `capacity`; at most half of it for one holder (a gateway's
+    client), so one client decoding large images back to back cannot leave every other client's parts undecoded."""
 
-    def __init__(self, capacity: int = DEFAULT_DECODE_BYTES, *, name: str = "limits.max_decode_bytes_in_flight"):
+    def __init__(self, capacity: int = DEFAULT_DECODE_BYTES, *, name: str = "limits.max_decode_bytes_in_flight",
+                 who: Callable[[], str | None] | None = None):
+        """`who`: the holder of the decodes asked for in the current context (None: no shares, one budget)."""
         if capacity < 1:
             raise ValueError("capacity must be positive")
         self.capacity = capacity
         self.name = name
+        self.who = who or (lambda: None)
         self.held = 0
         self.peak = 0
+        self._by_holder: dict[str, int] = {}
         self._cond = threading.Condition()
 
     @contextlib.contextmanager
-    def reserve(self, cost: int, deadline: float | None, what: str) -> Iterator[int]:
+    def reserve(self, cost: int, deadline: float | None, what: str, holder: str | None = None) -> Iterator[int]:
         """Hold `cost` of the budget (at most all of it) while the block runs; wait for room until `deadline`
-        (monotonic seconds; None: as long as it takes), else `DecodeBusy` naming `what`."""
+        (monotonic seconds; None: as long as it takes), else `DecodeBusy` naming `what`. A `holder` with decodes in
+        flight waits, too, while one more would take it past half the budget (alone, it may take all of it)."""
         cost = max(0, min(int(cost), self.capacity))
         if cost == 0:
             yield 0
             return
+        share = self.capacity // 2
         with self._cond:
-            while self.held + cost > self.capacity:
+            while True:
+                mine = self._by_holder.get(holder, 0) if holder is not None else 0
+                if self.held + cost <= self.capacity and not (mine and mine + cost > share):
+                    break
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
+                    if self.held + cost <= self.capacity:
+                        raise DecodeBusy(f"{what}: this client has {mine} bytes decoding, at most half of the "
+                                         f"{self.capacity} ({self.name}) while it has any; not decoded")
                     raise DecodeBusy(f"{what}: {self.held} of {self.capacity} bytes are decoding ({self.name}), "
                                      f"no room for {cost} more before the deadline; not decoded")
                 self._cond.wait(left)
             self.held += cost
             self.peak = max(self.peak, self.held)
+            if holder is not None:
+                self._by_holder[holder] = self._by_holder.get(holder, 0) + cost
         try:
             yield cost
         finally:
             with self._cond:
                 self.held -= cost
+                if holder is not None:
+                    left_held = self._by_holder.pop(holder) - cost
+                    if left_held:
+                        self._by_holder[holder] = left_held
                 self._cond.notify_all()
 
 

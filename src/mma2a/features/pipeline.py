@@ -142,7 +142,7 @@ def default_budgets() -> dict[str, float]:
 
 
 def _run(extractor: Extractor, data: bytes, modality: Modality, deadline: float,
-         budget: DecodeBudget | None = None) -> _Outcome:
+         budget: DecodeBudget | None = None, holder: str | None = None) -> _Outcome:
     """One extractor on one payload, on a worker thread, holding its decode's cost of `budget` (waiting for room
     until its deadline); every failure becomes an outcome."""
     start = time.monotonic()
@@ -157,7 +157,7 @@ def _run(extractor: Extractor, data: bytes, modality: Modality, deadline: float,
             outcome.features = extractor.extract(data, modality)
         else:
             # it waits for room at most half its time: the rest is left to decode (and its skip is recorded in time)
-            with budget.reserve(decode_cost(data, modality), start + (deadline - start) / 2, extractor.name):
+            with budget.reserve(decode_cost(data, modality), start + (deadline - start) / 2, extractor.name, holder):
                 outcome.features = extractor.extract(data, modality)
     except MediaError as exc:
         outcome.error = exc.message
@@ -307,10 +307,11 @@ class FeaturePipeline:
         start = time.monotonic()
         pool = self._executor()
         longest = 0.0
+        holder = self.decode_budget.who() if self.decode_budget is not None else None  # the pool has no context
         for ex in runnable:
             allowed = self.allowance(ex, budget_s, data, mod)
             longest = max(longest, allowed)
-            fut = pool.submit(_run, ex, data, mod, start + allowed, self.decode_budget)
+            fut = pool.submit(_run, ex, data, mod, start + allowed, self.decode_budget, holder)
             fut.add_done_callback(self._release)
             jobs.append(_Job(ex, fut, allowed))
         return mod, jobs, skipped, errors, longest

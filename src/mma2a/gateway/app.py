@@ -154,7 +154,8 @@ class Gateway:
                                   embedder=CachedEmbedder(self.embedder) if self.embedder is not None else None,
                                   restricted=config.auth.restricted)
         # every decode of the gateway (features, thumbnails, fitting) holds its bytes of one budget (features.budget)
-        self.decode_budget = DecodeBudget(config.limits.max_decode_bytes_in_flight, name=config.limits.decode_budget_name)
+        self.decode_budget = DecodeBudget(config.limits.max_decode_bytes_in_flight, name=config.limits.decode_budget_name,
+                                          who=current_sender)  # a client's decodes: at most half of it
         self.features = self._feature_stage(config)
         scheme = "https" if config.tls else "http"
         self.public_url = (config.public_url or f"{scheme}://{config.listen}").rstrip("/")

@@ -214,7 +214,8 @@ class PartAdapter:
                 try:
                     if self.decode_budget is None:
                         return fit_media(data, modality, profile, self.limits)
-                    with self.decode_budget.reserve(decode_cost(data, modality), deadline, "adapt"):
+                    with self.decode_budget.reserve(decode_cost(data, modality), deadline, "adapt",
+                                                    self.decode_budget.who()):  # a copy of the request's context
                         return fit_media(data, modality, profile, self.limits)
                 finally:
                     set_deadline(None)
