@@ -12,7 +12,8 @@ hits all alike, at 1, 4 and 16 connections:
   nats-server it starts; CPU and RSS summed over all three processes)
 - `gateway_unshared2` (not in the default set): two `mma2a serve` processes on one port (SO_REUSEPORT) sharing
   nothing (no cluster, no NATS, each its own history): what two processes cost by themselves, beside
-  `gateway_workers2`'s sharing
+  `gateway_workers2`'s sharing. For both, how the kernel spread wrk's connections among the processes (read
+  halfway through each run) is printed as "connections per process"
 - `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
 - `gateway_nolimit` (not in the default set): `mma2a serve` with `limits.agent_concurrency: off` (no adaptive limit
   per agent, so nothing queued or shed in front of it: every leg forwarded at once, as the proxies do)
@@ -38,6 +39,7 @@ through the gateway, and the soak (`--soak N`, default 1,000,000) on a fresh gat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -45,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -86,6 +89,25 @@ def tree(pid: int) -> list[int]:
         out.append(p)
         todo += children.get(p, [])
     return out
+
+
+def connections_of(pids: list[int], port: int) -> list[int]:
+    """The established connections to `port` each process holds, fewest first (its socket inodes in /proc/net/tcp*)."""
+    established = set()
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            f = row.split()
+            if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port:  # ESTABLISHED, to the server's port
+                established.add(f[9])
+    counts = []
+    for pid in pids:
+        n = 0
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                n += link.startswith("socket:[") and link[8:-1] in established
+        counts.append(n)
+    return sorted(counts)
 
 
 def comm(pid: int) -> str:
@@ -184,8 +206,16 @@ class Arms:
         pids = tree(self.pid[arm])  # with workers: the supervisor, every worker and the nats-server
         if arm in self.also:
             pids += tree(self.also[arm])
+        # the gateway processes: with workers, all but the supervisor (and the nats-server)
+        servers = [p for p in pids if comm(p) == "python" and (arm in self.also or p != self.pid[arm])]
+        split: list[list[int]] = []
+        if len(servers) > 1:  # how the kernel spread wrk's connections among the processes, read halfway
+            timer = threading.Timer(seconds / 2, lambda: split.append(connections_of(servers, int(self.url[arm].rsplit(":", 1)[1]))))
+            timer.start()
         cpu0 = {p: cpu_seconds(p) for p in pids}
         r: dict[str, Any] = run_wrk(self.url[arm] + "/", seconds, connections, script, expect, "/", threads=1)
+        if split:
+            r["split"] = split[0]
         # answers that passed the script's check (an error, a 503 shed, is no throughput)
         r["ok_rps"] = round(r["rps"] * (r["requests"] - r["errors"]) / max(1, r["requests"]), 1)
         used = {p: cpu_seconds(p) - cpu0[p] for p in pids}
@@ -204,6 +234,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out["nats_us_per_req"] = round(statistics.median(r["nats_us_per_req"] for r in runs), 1)
     out["requests"] = sum(r["requests"] for r in runs)
     out["errors"] = sum(r["errors"] for r in runs)
+    if any("split" in r for r in runs):
+        out["splits"] = [r["split"] for r in runs if "split" in r]
     samples = [r["bad_sample"] for r in runs if "bad_sample" in r]
     if samples:
         out["bad_sample"] = samples[0]
@@ -250,10 +282,12 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
         if "gateway_workers2" in table and "gateway" in table:
             w2, g = table["gateway_workers2"], table["gateway"]
             ratios["workers2_over_one_rps"] = round(w2["rps"] / g["rps"], 3)
+            ratios["workers2_over_one_ok_rps"] = round(w2["ok_rps"] / g["ok_rps"], 3) if g["ok_rps"] else 0.0
             ratios["workers2_over_one_cpu_per_req"] = round(w2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
         if "gateway_unshared2" in table and "gateway" in table:
             u2, g = table["gateway_unshared2"], table["gateway"]
             ratios["unshared2_over_one_rps"] = round(u2["rps"] / g["rps"], 3)
+            ratios["unshared2_over_one_ok_rps"] = round(u2["ok_rps"] / g["ok_rps"], 3) if g["ok_rps"] else 0.0
             ratios["unshared2_over_one_cpu_per_req"] = round(u2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
         if "gateway_nolimit" in table and "proxy_stock" in table:
             g, p = table["gateway_nolimit"], table["proxy_stock"]
@@ -342,7 +376,8 @@ def print_levels(result: dict[str, Any]) -> None:
         for name, a in level["arms"].items():
             print(f"{name:12s} {a['rps']:9.0f} req/s ({a['ok_rps']:.0f} answered)  p50 {a['p50_ms']:6.2f} ms  p99 {a['p99_ms']:7.2f} ms  "
                   f"p99.9 {a['p999_ms']:7.2f} ms  cpu {a['cpu_us_per_req']:6.0f} us/req  "
-                  + (f"(nats-server {a['nats_us_per_req']:.0f})  " if "nats_us_per_req" in a else "") +
+                  + (f"(nats-server {a['nats_us_per_req']:.0f})  " if "nats_us_per_req" in a else "")
+                  + (f"(connections per process {a['splits']})  " if "splits" in a else "") +
                   f"({a['requests']} requests, {a['errors']} errors{', e.g. ' + a['bad_sample'] if 'bad_sample' in a else ''})")
         print("  ", json.dumps(level["ratios"]))
 

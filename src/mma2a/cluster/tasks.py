@@ -75,6 +75,7 @@ class ClusterTaskMap(TaskMap):
         self.member = member
         self.kv: KeyValue | None = None
         self.origin = f"{member.id}.{secrets.token_hex(4)}"  # this process: its batches are never adopted back
+        self._head = b'{"origin":' + orjson.dumps(self.origin) + b',"put":['  # every batch document's start
         self.files = None if files_dir is None else TaskFiles(
             files_dir, self.origin, max_age_s=self.max_age_s, retain_bytes=RETAIN * self.max_bytes,
             held_since=self._held_since)
@@ -219,12 +220,12 @@ class ClusterTaskMap(TaskMap):
         files: stored now)."""
         if not self._opened:  # the gateway has not started: this gateway's cache only
             return
-        if self.files is not None:
+        if self.files is not None:  # one record: one document (the batch head made once)
             try:
-                for doc, n in self._docs({task_id: record}):
-                    self.files.append(doc)
-                    self.batches += 1
-                    self.records += n
+                self.files.append(self._head + record + b'],"del":[]}' if record is not None else
+                                  self._head + b'],"del":' + orjson.dumps([task_id]) + b"}")
+                self.batches += 1
+                self.records += 1
             except OSError as exc:  # the disk full: this record stays this worker's own
                 log.warning("a task record not shared: %s", exc)
             return
@@ -259,7 +260,7 @@ class ClusterTaskMap(TaskMap):
 
     def _docs(self, ops: dict[str, bytes | None]) -> list[tuple[bytes, int]]:
         """The batch documents holding `ops` (each under BATCH_BYTES of records but one), with their record counts."""
-        head = b'{"origin":' + orjson.dumps(self.origin) + b',"put":['
+        head = self._head
         removed = [task_id for task_id, record in ops.items() if record is None]
         chunk: list[bytes] = []
         size = 0
