@@ -126,6 +126,14 @@ async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_f
     async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
             serve_workers(tmp_path, "echo", agent_url) as served:
         port, url, proc, log = served.port, served.url, served.proc, served.log
+        # each worker and the nats-server in a process group of its own (a terminal's ^C reaches the supervisor
+        # alone, which drains the workers, then stops NATS), the workers in the supervisor's session (a session
+        # is a scheduling group of its own under the kernel's autogroup: docs/operations.md)
+        children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        names = [Path(f"/proc/{p}/comm").read_text().strip() for p in children]
+        assert len(children) == 3 and names.count("nats-server") == 1, names  # two workers and the nats-server
+        for child in children:
+            assert os.getpgid(child) == child and os.getsid(child) == os.getsid(proc.pid)
         fresh = httpx.Limits(max_keepalive_connections=0)  # every request on a new connection: any worker
         async with httpx.AsyncClient(timeout=30, limits=fresh) as c:
             task = (await rpc(c, url, "alice", "SendMessage", {"message": text_message("hello")}))["result"]["task"]

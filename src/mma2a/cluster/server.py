@@ -57,7 +57,9 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         cmd = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store_dir), *self.args]
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        # a process group of its own: a terminal's ^C reaches `serve --workers`, which drains the workers before it
+        # stops this server (in the terminal's group it stopped at once, under the draining workers)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, process_group=0)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
