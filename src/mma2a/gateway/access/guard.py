@@ -106,8 +106,10 @@ class LimitsConfig(BaseModel):
     max_queue_per_agent: int = Field(default=256, ge=0)
     queue_timeout_s: float = Field(default=5.0, gt=0)  # the longest a leg waits for a slot (sooner: the client's deadline)
     # the longest a routine leg (priority up to 5) waits for a slot: past it, shed (a shed answer comes this soon at
-    # the latest); privileged legs wait up to queue_timeout_s
-    routine_queue_timeout_s: float = Field(default=0.05, gt=0)
+    # the latest); privileged legs wait up to queue_timeout_s. Off by default (None: queue_timeout_s for every leg): a
+    # short cap sheds routine requests whenever an agent is briefly full (a burst while an adaptive limit still
+    # grows, one client's flood ahead of another's request), which clients of a gateway do not expect by default
+    routine_queue_timeout_s: float | None = Field(default=None, gt=0)
     # ratings of tasks (POST /tasks/{id}:feedback, gateway/stages/feedback.py) per client: a token bucket, past it 429
     feedback_per_s: float = Field(default=20.0, gt=0)
     feedback_burst: int = Field(default=100, ge=1)
