@@ -335,3 +335,27 @@ async def test_path_parameters_and_escapes_are_not_the_gateways_own_blob_urls() 
     assert own.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     received = [m.message.message_id for spec in gw.test_specs.values() for m in spec[1].received]
     assert not any(mid.startswith("semi-") for mid in received)
+
+
+async def test_a_clients_malformed_params_are_logged_in_one_line_not_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """Security probe P13: the SDK logged each malformed `ListTasks` (`pageSize: "x"`, a number for a timestamp, ...)
+    as an ERROR with a ~2.2 KB traceback: five bad requests wrote 8 KB of log, a client's flood at the rate limit
+    ~19 GB a day. `mma2a serve` (configure_logging) makes such a record one INFO line saying why; the answer is the
+    same -32602."""
+    import logging
+
+    from mma2a.gateway.server import _ONE_LINE, SDK_DISPATCHER, quiet_client_errors
+
+    quiet_client_errors()
+    try:
+        with caplog.at_level(logging.INFO, logger=SDK_DISPATCHER):
+            async with secured() as (gw, url, _):
+                h = {**bearer(TOKEN), "A2A-Version": "1.0"}
+                answers = [(await post(url, "/", {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": p},
+                                       h)).json() for p in ({"pageSize": "x"}, {"statusTimestampAfter": 5})]
+    finally:
+        logging.getLogger(SDK_DISPATCHER).removeFilter(_ONE_LINE)
+    records = [r for r in caplog.records if r.name == SDK_DISPATCHER and "request params" in r.msg]
+    assert [a["error"]["code"] for a in answers] == [-32602, -32602]
+    assert len(records) == 2 and all(r.levelname == "INFO" and r.exc_info is None for r in records)
+    assert "Failed to parse pageSize field" in records[0].getMessage() and len(records[0].getMessage()) < 400

@@ -41,6 +41,34 @@ class JsonLogFormatter(logging.Formatter):
         return orjson.dumps(doc, default=str).decode()
 
 
+SDK_DISPATCHER = "a2a.server.routes.jsonrpc_dispatcher"
+CLIENT_ERRORS = frozenset({"Failed to parse request params", "Failed to validate base JSON-RPC request"})
+
+
+class ClientErrorsInOneLine(logging.Filter):
+    """The SDK logs a client's malformed params (a `ListTasks` with `pageSize: "x"`, ...) as an ERROR with a ~2 KB
+    traceback: a client's flood of them became a flood of tracebacks on the gateway's disk. Such a record becomes one
+    INFO line saying why; the client's answer (-32602) is unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in CLIENT_ERRORS and record.exc_info:
+            why = str(record.exc_info[1])[:300]
+            record.msg, record.args = f"{record.msg} (a client's request): %s", (why,)
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_ONE_LINE = ClientErrorsInOneLine()
+
+
+def quiet_client_errors() -> None:
+    """Log the SDK's reports of clients' malformed requests in one line, without a traceback (idempotent)."""
+    dispatcher = logging.getLogger(SDK_DISPATCHER)
+    if _ONE_LINE not in dispatcher.filters:
+        dispatcher.addFilter(_ONE_LINE)
+
+
 def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if json_logs:
@@ -49,6 +77,7 @@ def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    quiet_client_errors()
 
 
 def serve(
