@@ -166,3 +166,17 @@ def test_a_writer_removes_its_files_once_its_cache_holds_none_of_their_records(t
     w.append(big)
     assert [p.name for p in tmp_path.glob("w.1.*.log")] == ["w.1.5.log"]
     w.close()
+
+
+def test_the_directory_is_in_memory_only_where_it_has_room_for_every_worker(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container's /dev/shm is often 64 MiB: the workers' files go there only if all they may keep fits."""
+    monkeypatch.setattr(task_files, "SHM", str(tmp_path))
+    roomy = Path(task_files.make_task_dir(2, 1))
+    assert roomy.parent == tmp_path and roomy.stat().st_mode & 0o777 == 0o700
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    cramped = Path(task_files.make_task_dir(2, free))  # room for 1/16 of what two workers may keep
+    try:
+        assert cramped.parent != tmp_path and cramped.is_dir()
+    finally:
+        cramped.rmdir()

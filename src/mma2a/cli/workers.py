@@ -6,7 +6,7 @@ blobs, push configs, rule and agent changes are shared as between the gateways o
 share is the one `--cluster` (or the config's `cluster:` section) names, else a `nats-server -js` this
 supervisor starts on a free loopback port with its store in a temporary directory, requiring a token made at start
 (given to the workers in their environment), and stops at the end; then the workers are the whole cluster, and share their task records through files in a directory made for them (in memory,
-/dev/shm, where the host has it: cluster/task_files.py) rather than through NATS.
+/dev/shm, where it has room for them: cluster/task_files.py) rather than through NATS.
 A worker that dies is started again; SIGTERM/SIGINT drain every worker, then stop NATS.
 """
 
@@ -70,6 +70,7 @@ class Supervisor:
 
     def run(self) -> int:
         from ..cluster.server import NatsServer
+        from ..cluster.task_files import make_task_dir
 
         hold = listen_socket(self.config.host, self.config.port, reuse_port=True, listen=False)  # port taken: said now
         port = hold.getsockname()[1]  # --port 0: one free port, the same for every worker
@@ -90,8 +91,7 @@ class Supervisor:
                 env[WORKER_NATS_TOKEN_ENV] = token  # a process's environment is readable by its user only
                 server = NatsServer(store, args=["-c", conf]).start()
                 url = server.url
-                shm = "/dev/shm"
-                tasks = tempfile.mkdtemp(prefix="mma2a-tasks-", dir=shm if os.access(shm, os.W_OK) else None)
+                tasks = make_task_dir(self.count, self.config.limits.task_bytes)
                 env[WORKER_TASKS_ENV] = tasks
             args = [sys.executable, "-m", "mma2a.cli", "serve", *self.argv, "--port", str(port), "--cluster", url,
                     "--worker"]

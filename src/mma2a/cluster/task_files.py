@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import struct
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,21 @@ from pathlib import Path
 HEAD = struct.Struct(">IQ")
 SEGMENT_S = 60.0  # a writer starts a new file this often (so files age out whole) ...
 SEGMENT_BYTES = 8 << 20  # ... or once its file holds this much
+RETAIN = 8  # a worker's files hold at most this many times its map's bytes (they hold what its cache holds, whose
+# records' JSON is larger than the map counts them: measured 337 B a record in the files for 276 counted)
+SHM = "/dev/shm"
+
+
+def make_task_dir(workers: int, task_bytes: int) -> str:
+    """The directory for the task files of `workers` workers (0700, the caller removes it): in memory (/dev/shm) when
+    it has room for all they may keep (`RETAIN` x `task_bytes` each; a container's /dev/shm is often 64 MiB), else
+    the temporary directory (files in the page cache, written back to disk in the background)."""
+    try:
+        st = os.statvfs(SHM)
+        roomy = os.access(SHM, os.W_OK) and st.f_bavail * st.f_frsize >= workers * RETAIN * task_bytes
+    except OSError:
+        roomy = False
+    return tempfile.mkdtemp(prefix="mma2a-tasks-", dir=SHM if roomy else None)
 
 
 class TaskFiles:

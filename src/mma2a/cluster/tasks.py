@@ -44,15 +44,13 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from ..gateway.state.tasks import TaskMap
 from .link import Member, ensure_kv
-from .task_files import TaskFiles
+from .task_files import RETAIN, TaskFiles
 
 log = logging.getLogger("mma2a.cluster.tasks")
 
 BATCH_BYTES = 256 << 10  # a batch entry's records at most (NATS refuses messages over max_payload, 1 MiB by default)
 CATCH_UP_S = 5.0  # how long a lookup waits for the watch to reach what the bucket holds (NATS slow or away)
 INLINE_READ = 256 << 10  # a catch-up on the files reading more than this reads in a thread
-RETAIN = 8  # a worker's files hold at most this many times its map's bytes (they hold what its cache holds, whose
-# records' JSON is larger than the map counts them: measured 337 B a record in the files for 276 counted)
 
 
 def task_key(task_id: str) -> str:
