@@ -402,8 +402,7 @@ async def test_the_floor_counts_the_legs_the_agent_works_on_not_the_way_to_it() 
             assert s.acquire(5) is None
     assert 10.0 < s.rate() < 11.0 and s.limit.value / s.rtt_mean < 11.0
     assert s.busy_floor() == 4 + 1  # the agent's width is remembered, as min_rtt is: not cut to 2 + 1
-    assert s.rate_for(5) == s.rate()  # a routine leg is judged by the rate measured now, a privileged one by what
-    assert s.rate_for(7) == pytest.approx(4 / 0.203)  # the agent serves unhindered: its width over min_rtt
+    assert s.rate_for(7) < 11.0  # (urgent legs are judged by what it serves now: a load that lasts slows the agent too)
     for _ in range(2 * EPOCH):  # two epochs of it: the agent did become narrower
         clock.now += 0.1
         s.release(0.203)
