@@ -55,19 +55,21 @@ async def test_one_clients_large_tasks_keep_the_tasks_bucket_within_its_byte_bou
                    "cluster": {"nats": nats_server.url, "name": name, "task_bucket_bytes": CAP},
                    "auth": {"clients": [{"name": "alice", "token": "alice-token"}]}}
             async with cluster_gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as c:
-                last = ""
-                for i in range(24):  # ~11 MB of records: past the bound more than twice
+                last, stream = "", f"KV_{name}_tasks"
+                for i in range(400):  # until the bucket has let its oldest batches go: more was written than it holds
                     r = await c.post(url + "/", headers=ALICE, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
                                      "params": {"message": {"messageId": f"m-{i}", "role": "ROLE_USER", "parts": [
                                          {"text": "t" * (200 << 10)}, {"raw": blob, "mediaType": "application/octet-stream"}]}}})
                     last = r.json()["result"]["task"]["id"]
-                info = await js.stream_info(f"KV_{name}_tasks")
+                    if (await js.stream_info(stream)).state.first_seq > 1:
+                        break
+                info = await js.stream_info(stream)
                 got = await c.post(url + "/", headers=ALICE, json={"jsonrpc": "2.0", "id": 2, "method": "GetTask",
                                                                    "params": {"id": last}})
     finally:
         await nc.close()
     assert info.config.max_bytes == CAP and info.config.discard == api.DiscardPolicy.OLD
-    assert info.state.bytes <= CAP  # before: 11 MB and growing with every message
+    assert info.state.first_seq > 1 and info.state.bytes <= CAP  # before: every batch kept, growing with every message
     assert info.state.messages > 0 and got.json()["result"]["id"] == last  # the newest records are kept and served
 
 
@@ -81,7 +83,8 @@ async def test_durable_answers_keep_the_delivered_bucket_within_its_byte_bound(
     nc = await nats.connect(nats_server.url)
     js = nc.jetstream()
     try:
-        async with agents({"echo-t": agent("echo-t", ["text/plain"], echo=True)}) as urls:
+        echo = agent("echo-t", ["text/plain"], echo=True)
+        async with agents({"echo-t": echo}) as urls:
             cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()], "data_dir": str(tmp_path),
                    "cluster": {"nats": nats_server.url, "name": name, "durable": True, "delivered_bucket_bytes": CAP},
                    "auth": {"clients": [{"name": "alice", "token": "alice-token"}]}}
@@ -90,15 +93,16 @@ async def test_durable_answers_keep_the_delivered_bucket_within_its_byte_bound(
                     return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
                         "messageId": f"m-{i}", "role": "ROLE_USER", "parts": [{"text": f"{i} " + "t" * (300 << 10)}]}}}
 
+                stream = f"KV_{name}_delivered"
                 ids = [(await c.post(url + "/", headers=ALICE, json=send(i))).json()["result"]["task"]["id"]
-                       for i in range(24)]  # ~7 MB of answers
-                info = await js.stream_info(f"KV_{name}_delivered")
-                again = (await c.post(url + "/", headers=ALICE, json=send(23))).json()
+                       for i in range(28)]  # each record holds its 300 KiB answer: over 8 MB, twice the bound
+                again = (await c.post(url + "/", headers=ALICE, json=send(len(ids) - 1))).json()
+                info = await js.stream_info(stream)
     finally:
         await nc.close()
     assert info.config.max_bytes == CAP and info.config.discard == api.DiscardPolicy.OLD
-    assert info.state.bytes <= CAP
-    assert again["result"]["task"]["id"] == ids[-1]  # the newest record still answers the retry (not delivered twice)
+    assert info.state.bytes <= CAP and info.state.messages < len(ids)  # before: 28 records, 14.8 MB for 24
+    assert "result" in again and len(echo[1].received) == len(ids)  # the newest record answers the retry: not sent again
 
 
 async def test_push_configs_set_and_deleted_do_not_stay_in_the_bucket_forever(

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import nats
 from nats.aio.client import RawCredentials
 from nats.js import JetStreamContext, api
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import BucketNotFoundError, NotFoundError, ServerError
 from nats.js.kv import KeyValue
 
 from ..errors import ClusterError
@@ -131,7 +131,12 @@ async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = No
             if want.duplicate_window is not None and want.duplicate_window > ttl:  # NATS refuses a window past the age
                 want.duplicate_window = ttl
         if want != config:
-            await js.update_stream(want)
+            try:
+                await js.update_stream(want)
+            except ServerError as exc:  # e.g. JetStream cannot reserve max_bytes (its store is smaller): run unbounded
+                log.warning("bucket %s: its bounds (max_bytes %s, TTL %s s) not set: %s; lower them in the cluster "
+                            "section (task_bucket_bytes, delivered_bucket_bytes, push_bucket_bytes) or give JetStream "
+                            "more storage", bucket, max_bytes, ttl if enforce_ttl else None, exc.description or exc)
     return kv
 
 
