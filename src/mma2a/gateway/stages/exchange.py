@@ -113,7 +113,7 @@ class Exchange:
         outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
         self.feed.record(message, route, outcome)
         self.remember(view, decision, outcome, t0)
-        if task is not None:
+        if task is not None and self.learner is not None and self.state.snapshot.learns:  # for its ratings
             self.learned_task(view, decision, str(task.get("id", "")))
             self.learned_outcome(task)
         return result

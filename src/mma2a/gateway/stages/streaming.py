@@ -84,7 +84,8 @@ class Streaming:
                 self.exchange.learned_failure(view, decision)
                 raise
             self.exchange.remember(view, decision, outcome_of(result), t0)
-            self._learned(view, decision, result)
+            if self.exchange.learner is not None and self.exchange.state.snapshot.learns:
+                self._learned(view, decision, result)
             yield result
             return
         legs = await self.planner.legs(message, decision, priority)
