@@ -134,15 +134,17 @@ async def test_push_configs_set_and_deleted_do_not_stay_in_the_bucket_forever(
                     assert "result" in await rpc("CreateTaskPushNotificationConfig",
                                                  {"taskId": tid, "id": f"c{i}", "url": hook.url + "/h"})
                     assert "result" in await rpc("DeleteTaskPushNotificationConfig", {"taskId": tid, "id": f"c{i}"})
-                stream = f"KV_{name}_push_configs"
-                written = (await js.stream_info(stream)).state.messages
-                deadline = asyncio.get_running_loop().time() + 20
-                while (left := (await js.stream_info(stream)).state.messages) and \
-                        asyncio.get_running_loop().time() < deadline:
+                stream, clock = f"KV_{name}_push_configs", asyncio.get_running_loop().time
+                deadline = clock() + 20
+                # the journal writes in the background: every record put (a config and its deleted marker: 40), gone
+                # or not, then none left
+                while (written := (await js.stream_info(stream)).state.last_seq) < 40 and clock() < deadline:
+                    await asyncio.sleep(0.05)
+                while (left := (await js.stream_info(stream)).state.messages) and clock() < deadline:
                     await asyncio.sleep(0.1)
                 info = await js.stream_info(stream)
     finally:
         await nc.close()
-    assert written >= 20  # one key per config set (each deleted: a marker), kept forever before
+    assert written >= 40  # one key per config set, then its deleted marker: kept forever before
     assert info.config.max_age == 1.0 and info.config.max_bytes == CAP and info.config.discard == api.DiscardPolicy.OLD
     assert left == 0
