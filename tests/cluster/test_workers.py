@@ -137,7 +137,17 @@ async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_f
         fresh = httpx.Limits(max_keepalive_connections=0)  # every request on a new connection: any worker
         async with httpx.AsyncClient(timeout=30, limits=fresh) as c:
             task = (await rpc(c, url, "alice", "SendMessage", {"message": text_message("hello")}))["result"]["task"]
-            for _ in range(6):
+            ctx = task["contextId"]
+            for _ in range(6):  # each on a new connection, so on either worker: the one that did not make the task
+                # reads it from the other's task files when first asked (a context, a listing, the task), for its
+                # owner alone
+                in_context = text_message("in alice's context")
+                in_context["contextId"] = ctx
+                refused = await rpc(c, url, "bob", "SendMessage", {"message": in_context})
+                assert refused["error"]["message"] == f"params.message.contextId: context '{ctx}' belongs to another client"
+                listed = await rpc(c, url, "alice", "ListTasks", {})
+                assert task["id"] in {t["id"] for t in listed["result"]["tasks"]}, listed
+                assert task["id"] not in {t["id"] for t in (await rpc(c, url, "bob", "ListTasks", {}))["result"]["tasks"]}
                 assert (await rpc(c, url, "alice", "GetTask", {"id": task["id"]}))["result"]["id"] == task["id"]
                 assert (await rpc(c, url, "bob", "GetTask", {"id": task["id"]}))["error"]["code"] == -32001
             sent = [text_message(f"m{i}") for i in range(6)]
