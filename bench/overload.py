@@ -105,7 +105,8 @@ class Pair:
         wait_ready(agent_url, timeout=60)
         cfg = tmp / f"{arm}-{gw_port}.json"
         # the limits arm as an operator who wants routine clients told "overloaded" at once configures it
-        limits = {"agent_concurrency": "off"} if arm == "before" else {"routine_queue_timeout_s": 0.05}
+        limits = ({"agent_concurrency": "off"} if arm == "before" else {} if arm == "limits_prev"  # (before the key)
+                  else {"routine_queue_timeout_s": 0.05})
         env = {**os.environ, "PYTHONPATH": str(args.src_before)} if arm == "limits_prev" else None
         cfg.write_text(json.dumps({
             "listen": f"127.0.0.1:{gw_port}", "log_decisions": False, "features": False,
