@@ -23,7 +23,24 @@ stretch by more than NOISE_S, which the rule reads as queueing, and without the 
 (19/s of its 20) or below.
 
 NOISE_S: a rise of up to 20 ms is the gateway's own loop and the network, not a queue inside the agent (an
-agent answering in 100 us would otherwise look buried whenever the gateway is busy). A window is
+agent answering in 100 us would otherwise look buried whenever the gateway is busy). A gateway saturated itself
+(or waiting for a CPU on a busy host) delays every answer by far more: a 0.02 ms agent measured 56-157 ms on
+average against a min_rtt of 1 ms at 64-128 connections, and the rule cut its limit from 56 to 1-3 and shed most
+requests, which cannot help when the bottleneck is the gateway. So the gateway's own delay is told apart
+(`loop_lag`: the mean lateness of a periodic timer on the gateway's loop, `lag`):
+
+- the rise counted as queueing is `mean_rtt - min_rtt - NOISE_S - LAG_RTTS x lag` (an answer waits in the gateway
+  about LAG_RTTS times the timer's mean lateness: for the rest of the loop's turn before its bytes are read, and
+  for its coroutine's turn after);
+- no cut while the gateway is slower than the agent: its loop is busy (`lag >= LAG_BUSY_S`) and an answer's share
+  of it (`LAG_RTTS x lag`) is as long as the agent's whole `min_rtt` — a leg queued inside such an agent is lost in
+  the gateway's own noise, and fewer legs at it would only leave the gateway's clients waiting in its queue
+  (growth still applies: nothing is queued at the agent as far as the rule can tell);
+- a window whose lag is not measured yet (the timer has not run since the gateway was last idle: `lag` is inf)
+  is not judged.
+
+An agent of 0.2 s (bench/overload.py's) is judged as before: a loop 2-13 ms late there shifts its estimate by a
+fraction of a leg and never makes the gateway the slower. A window is
 `max(WINDOW_MIN, limit)` answers; `min_rtt` is the least of this epoch's answers and the last's (an
 epoch: `EPOCH` answers), so it follows an agent that became slower. The rule assumes requests of similar cost: for
 an agent whose work varies widely per request (audio of any length), set `max_concurrency`.
@@ -33,12 +50,17 @@ Pure: samples come in from the caller (no clock, no I/O), so tests drive it step
 
 from __future__ import annotations
 
+import math
+
 ALPHA = 0.5  # legs queued inside the agent below which the limit grows
 BETA = 1.5  # ... above which it shrinks
 WINDOW_MIN = 8  # answers per adjustment, at least
 EPOCH = 1000  # answers after which min_rtt starts afresh (the previous epoch's minimum still counts)
 INITIAL = 4  # the adaptive limit's first value
 NOISE_S = 0.02  # a rise of the mean latency this small is not counted as queueing
+LAG_RTTS = 4.0  # ... nor one of this many times the gateway's own loop lag (`loop_lag`: an answer waits about this
+# many of the probe's mean lateness in the gateway; measured 3-5 with a 0.02 ms agent at 64-128 connections, load 17)
+LAG_BUSY_S = 0.002  # a loop lag from which the gateway counts as busy (an idle loop's timer runs 0-1 ms late)
 
 
 class ConcurrencyLimit:
@@ -61,7 +83,7 @@ class ConcurrencyLimit:
         """The agent's answer time with nothing queued inside it, as far as the limit knows (inf: not measured)."""
         return float("inf")
 
-    def sample(self, rtt: float, in_flight: int, saturated: bool, floor: int | None = None) -> None:
+    def sample(self, rtt: float, in_flight: int, saturated: bool, floor: int | None = None, lag: float = 0.0) -> None:
         """An answer took `rtt` seconds with `in_flight` legs at the agent; a fixed limit ignores it."""
 
     def to_json(self) -> dict[str, object]:
@@ -72,7 +94,7 @@ class AdaptiveLimit(ConcurrencyLimit):
     """The Vegas rule above, between `minimum` and `maximum`."""
 
     __slots__ = ("minimum", "maximum", "min_rtt", "_prev_min", "_epoch_n", "_n", "_sum_rtt", "_sum_inflight",
-                 "_saturated", "slow_start", "last_queued", "_cooldown", "_floor")
+                 "_saturated", "slow_start", "last_queued", "_cooldown", "_floor", "_sum_lag", "last_lag")
 
     adaptive = True
 
@@ -86,9 +108,11 @@ class AdaptiveLimit(ConcurrencyLimit):
         self._n = 0
         self._sum_rtt = 0.0
         self._sum_inflight = 0
+        self._sum_lag = 0.0
         self._saturated = False
         self.slow_start = True
         self.last_queued = 0.0
+        self.last_lag = 0.0
         self._cooldown = False  # the window after a cut is not judged (its answers are of legs sent before the cut)
         self._floor: int | None = None
 
@@ -100,10 +124,11 @@ class AdaptiveLimit(ConcurrencyLimit):
     def base_rtt(self) -> float:
         return min(self.min_rtt, self._prev_min)
 
-    def sample(self, rtt: float, in_flight: int, saturated: bool, floor: int | None = None) -> None:
+    def sample(self, rtt: float, in_flight: int, saturated: bool, floor: int | None = None, lag: float = 0.0) -> None:
         """One answer: `rtt` seconds, `in_flight` legs at the agent when it came (itself included), `saturated`:
         legs were waiting for a slot (or every slot was taken) when it came; `floor`: the fewest legs that keep the
-        agent busy, when the caller has measured it (its delivered rate x min_rtt, plus one)."""
+        agent busy, when the caller has measured it (its delivered rate x min_rtt, plus one); `lag`: the gateway's own
+        event loop's recent lateness, seconds (`loop_lag.LoopLag`; inf: not measured yet)."""
         self._floor = floor
         if rtt < self.min_rtt:
             self.min_rtt = rtt
@@ -113,6 +138,7 @@ class AdaptiveLimit(ConcurrencyLimit):
         self._n += 1
         self._sum_rtt += rtt
         self._sum_inflight += in_flight
+        self._sum_lag += lag
         self._saturated = self._saturated or saturated
         if self._n >= max(WINDOW_MIN, self.value):
             self._adjust()
@@ -120,12 +146,18 @@ class AdaptiveLimit(ConcurrencyLimit):
     def _adjust(self) -> None:
         mean = self._sum_rtt / self._n
         base = min(self.min_rtt, self._prev_min)
-        queued = (self._sum_inflight / self._n) * max(0.0, mean - base - NOISE_S) / mean if mean > 0 else 0.0
+        lag = self._sum_lag / self._n  # the gateway's own loop lag over the window (inf: not known yet)
+        own = LAG_RTTS * lag  # the part of each answer's time that is the gateway's own delay
+        queued = (self._sum_inflight / self._n) * max(0.0, mean - base - NOISE_S - own) / mean if mean > 0 else 0.0
         self.last_queued = queued
+        self.last_lag = lag
         limit, floor = self.value, self._floor or self.minimum
+        gateway_bound = lag >= LAG_BUSY_S and own >= base  # the gateway is slower than the agent: never cut for it
         if self._cooldown:  # the answers of this window were mostly of legs sent before the last cut: not judged
             self._cooldown = False
-        elif queued > BETA:
+        elif not math.isfinite(lag):  # the loop's lag is not measured yet: not judged
+            pass
+        elif queued > BETA and not gateway_bound:
             limit = max(min(floor, limit), limit - max(1, int(queued - ALPHA)))  # not below the floor
             self.slow_start = False
             self._cooldown = True
@@ -137,9 +169,11 @@ class AdaptiveLimit(ConcurrencyLimit):
         self._n = 0
         self._sum_rtt = 0.0
         self._sum_inflight = 0
+        self._sum_lag = 0.0
         self._saturated = False
 
     def to_json(self) -> dict[str, object]:
         base = min(self.min_rtt, self._prev_min)
         return {"kind": "adaptive", "limit": self.value, "minRttS": round(base, 6) if base != float("inf") else None,
-                "queuedAtAgent": round(self.last_queued, 3)}
+                "queuedAtAgent": round(self.last_queued, 3),
+                "loopLagS": round(self.last_lag, 6) if math.isfinite(self.last_lag) else None}

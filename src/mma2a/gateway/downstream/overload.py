@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector
 
 from ...errors import Overloaded
 from .agent_limit import EPOCH, AdaptiveLimit, ConcurrencyLimit
+from .loop_lag import LoopLag
 
 PRIORITIES = 10  # the extension's priority: 0..9
 RATE_WINDOW_S = 1.0  # arrivals per priority are counted over a sliding window this long ...
@@ -134,8 +135,10 @@ class AgentSlots:
     def __init__(self, agent: str, limit: ConcurrencyLimit, *, max_queue: int, queue_timeout_s: float,
                  routine_timeout_s: float | None = None, clock: Callable[[], float] | None = None,
                  on_shed: Callable[[str, int, str], None] | None = None,
-                 on_wait: Callable[[str, int, float], None] | None = None) -> None:
+                 on_wait: Callable[[str, int, float], None] | None = None,
+                 lag: Callable[[], float] | None = None) -> None:
         self.agent = agent
+        self.lag = lag  # the gateway's own loop lag, seconds (`loop_lag.LoopLag.read`): not the agent's queueing
         self.limit = limit
         self.max_queue = max_queue
         self.queue_timeout_s = queue_timeout_s
@@ -191,7 +194,8 @@ class AgentSlots:
                 self.rtt_mean += RTT_WEIGHT * (rtt - self.rtt_mean)
                 self.inflight_mean += RTT_WEIGHT * (self.inflight + 1 - self.inflight_mean)
             self._measure_width()
-            self.limit.sample(rtt, self.inflight + 1, busy, self.busy_floor())
+            lag = self.lag() if self.lag is not None and self.limit.adaptive else 0.0  # the gateway's own delay
+            self.limit.sample(rtt, self.inflight + 1, busy, self.busy_floor(), lag)
         if self.queued:
             now = now or self._now()
             self._roll(now)
@@ -448,6 +452,7 @@ class AgentSlotTable:
         self.routine_timeout_s = routine_timeout_s
         self.on_shed = on_shed
         self.on_wait = on_wait
+        self.loop_lag = LoopLag()  # one probe of the gateway's own loop for every adaptive limit
         self._slots: dict[str, tuple[int | None, AgentSlots]] = {}
 
     def of(self, agent: str, fixed: int | None) -> AgentSlots | None:
@@ -464,7 +469,8 @@ class AgentSlotTable:
             self._slots[agent] = (fixed, known[1])
             return known[1]
         slots = AgentSlots(agent, limit, max_queue=self.max_queue, queue_timeout_s=self.queue_timeout_s,
-                           routine_timeout_s=self.routine_timeout_s, on_shed=self.on_shed, on_wait=self.on_wait)
+                           routine_timeout_s=self.routine_timeout_s, on_shed=self.on_shed, on_wait=self.on_wait,
+                           lag=self.loop_lag.read)
         self._slots[agent] = (fixed, slots)
         return slots
 

@@ -1,0 +1,167 @@
+"""The gateway's own loop lag (gateway/downstream/loop_lag.py) told apart from queueing at the agent by the adaptive
+limit (gateway/downstream/agent_limit.py): the lag is injected (a fake loop, samples given to the limit), never
+measured on the clock, so nothing here depends on how busy the machine is."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import pytest
+
+from mma2a.errors import Overloaded
+from mma2a.gateway.downstream.agent_limit import LAG_BUSY_S, LAG_RTTS, NOISE_S, AdaptiveLimit
+from mma2a.gateway.downstream.loop_lag import IDLE_TICKS, LAG_WEIGHT, MIN_TICKS, PROBE_S, LoopLag
+from mma2a.gateway.downstream.overload import AgentSlots, AgentSlotTable
+
+
+class Timer:
+    cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeLoop:
+    """What the probe uses of a loop: its clock (moved by the test) and `call_at` (recorded, run by the test)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.timers: list[tuple[float, Any]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, fn: Any, *args: Any) -> Timer:
+        timer = Timer()
+        self.timers.append((when, lambda: None if timer.cancelled else fn(*args)))
+        return timer
+
+    def run_next(self, late: float) -> None:
+        """The next timer runs `late` seconds after it was due."""
+        when, fn = self.timers.pop(0)
+        self.now = when + late
+        fn()
+
+
+def test_the_lag_is_the_decayed_mean_of_the_probes_lateness_and_unknown_until_it_ticked() -> None:
+    probe = LoopLag()
+    assert probe.read() == math.inf  # outside a running loop: not started, nothing measured
+    for _ in range(MIN_TICKS - 1):
+        probe.note(0.010)
+    assert probe.lag == math.inf  # too few ticks to tell
+    probe.note(0.010)
+    assert probe.lag == pytest.approx(0.010)
+    probe.note(0.060)
+    assert probe.lag == pytest.approx(0.010 + LAG_WEIGHT * 0.050)
+    probe.note(-0.001)  # a timer run a hair early is not late
+    assert probe.lag >= 0.0
+
+
+def test_the_probe_ticks_while_read_and_stops_when_nobody_reads_it() -> None:
+    loop = FakeLoop()
+    probe = LoopLag()
+    probe._loop = loop  # type: ignore[assignment]  # (as `read` does on a running loop)
+    probe._schedule(loop, loop.now)  # type: ignore[arg-type]
+    assert loop.timers and loop.timers[0][0] == pytest.approx(100.0 + PROBE_S)
+    for _ in range(MIN_TICKS):
+        loop.run_next(late=0.030)  # a loop 30 ms behind
+    assert probe.read() == pytest.approx(0.030)  # (a read: the probe keeps running IDLE_TICKS more)
+    for _ in range(IDLE_TICKS):
+        loop.run_next(late=0.0)
+    assert len(loop.timers) == 1  # still ticking: the last read was IDLE_TICKS ago
+    loop.run_next(late=0.0)
+    assert loop.timers == [] and probe._loop is None  # stopped: an idle gateway is not woken for it
+    assert probe.ticks == 0 and probe.lag == math.inf  # (measured afresh when read again)
+
+
+async def test_read_on_a_running_loop_starts_the_probe_once() -> None:
+    probe = LoopLag()
+    assert probe.read() == math.inf
+    first = probe._handle
+    assert first is not None and probe._loop is asyncio.get_running_loop()
+    probe.read()
+    assert probe._handle is first  # one probe, not one per read
+    probe.stop()
+    assert probe._handle is None
+
+
+def _window(limit: AdaptiveLimit, rtt: float, in_flight: int, lag: float, *, windows: int = 1) -> None:
+    for _ in range(windows * max(8, limit.value)):
+        limit.sample(rtt, in_flight, saturated=True, lag=lag)
+
+
+def _fast_agent(initial: int) -> AdaptiveLimit:
+    limit = AdaptiveLimit(initial=initial)
+    limit.sample(0.001, 1, saturated=False, lag=0.0)  # min_rtt 1 ms: an agent far faster than the gateway
+    return limit
+
+
+def test_a_rise_the_gateways_own_lag_explains_is_not_read_as_queueing() -> None:
+    limit = _fast_agent(8)
+    rise = NOISE_S + LAG_RTTS * 0.010  # an answer 60 ms slower than min_rtt, a loop 10 ms late
+    _window(limit, 0.001 + rise, 8, lag=0.010)
+    assert limit.last_queued == 0.0 and limit.value > 8  # kept busy, nothing queued at the agent: it grows
+    idle = _fast_agent(8)
+    _window(idle, 0.001 + rise, 8, lag=0.0)  # the same rise with the gateway's loop on time: legs queued at the agent
+    assert idle.last_queued > 1.5 and idle.value < 8
+
+
+def test_a_gateway_slower_than_the_agent_never_cuts_its_limit() -> None:
+    """The measurement that found it: a 0.02 ms backend behind a CPU-starved gateway at 128 connections answered in
+    56-157 ms on average against a min_rtt of 1 ms, and the limit fell from 56 to 1-3 and shed most requests."""
+    limit = _fast_agent(56)
+    for rtt, lag in ((0.060, 0.005), (0.157, 0.012), (0.230, 0.030), (0.090, LAG_BUSY_S)):
+        _window(limit, rtt, limit.value, lag=lag, windows=3)  # rises far past what the lag explains
+        assert limit.value >= 56
+    assert limit.slow_start  # never cut
+    calm = _fast_agent(56)  # the same answers with the gateway's loop on time are queueing at the agent: cut
+    _window(calm, 0.157, 56, lag=0.0)
+    assert calm.value < 56 and not calm.slow_start
+
+
+def test_a_slow_agent_that_queues_is_cut_whatever_the_gateways_lag() -> None:
+    limit = AdaptiveLimit(initial=8)
+    limit.sample(0.2, 1, saturated=False, lag=0.0)  # min_rtt 0.2 s (bench/overload.py's agent: 4 at a time)
+    _window(limit, 0.4, 8, lag=0.013)  # 8 legs at an agent of 4: 4 wait inside it; the loop 13 ms late (the most
+    # measured in bench/overload.py at load 17) explains 52 ms of the 200 ms rise, and is far below min_rtt
+    assert limit.value < 8 and not limit.slow_start
+
+
+def test_a_window_whose_loop_lag_is_not_measured_yet_is_not_judged() -> None:
+    limit = _fast_agent(4)
+    _window(limit, 0.2, 4, lag=math.inf)  # a first burst meets an idle gateway: its probe has not ticked
+    assert limit.value == 4 and limit.slow_start
+    _window(limit, 0.2, 4, lag=0.0, windows=2)  # measured: the same rise is queueing
+    assert limit.value < 4 and not limit.slow_start
+
+
+async def test_the_table_gives_every_adaptive_limit_the_one_probe_and_a_fast_agent_sheds_nothing() -> None:
+    table = AgentSlotTable(adaptive=True, initial=4)
+    s = table.of("fast", None)
+    assert s is not None and s.lag is not None and table.of("other", None).lag == s.lag  # type: ignore[union-attr]
+    table.loop_lag.stop()
+    now = [1000.0]
+    s = AgentSlots("fast", AdaptiveLimit(initial=4), max_queue=256, queue_timeout_s=5.0, clock=lambda: now[0],
+                   lag=lambda: 0.020)  # a gateway 20 ms behind, as measured at 128 connections on a busy host
+    s.limit.sample(0.001, 1, saturated=False)
+    shed: list[str] = []
+    waiting: list[asyncio.Future[None]] = []
+    for i in range(4000):  # 128 clients sending back to back; each answer takes 100 ms, all of it the gateway's
+        try:
+            got = s.acquire(5)
+        except Overloaded as exc:
+            shed.append(exc.why)
+            continue
+        if got is not None:
+            waiting.append(asyncio.ensure_future(got))
+        if s.inflight + s.queued >= 128:
+            now[0] += 0.100 / max(1, s.inflight)
+            s.release(0.100)
+            await asyncio.sleep(0)
+    assert shed == [] and s.limit.slow_start  # never cut, nothing shed
+    assert s.limit.value > 4  # it grew with the connections
+    for f in waiting:
+        f.cancel()
+    await asyncio.sleep(0)
