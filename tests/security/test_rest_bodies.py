@@ -208,3 +208,39 @@ async def test_large_rest_bodies_are_refused_with_the_exact_error() -> None:
                     "(POST /blobs)")
                 assert err["details"][0]["reason"] == "INVALID_PARAMS"
                 assert err["details"][0]["metadata"] == {"field": "message.metadata"}
+
+
+async def test_a_refused_large_body_is_not_kept_after_its_answer() -> None:
+    """The SDK's traced wrappers keep a refusal in a cycle through its traceback, which held the request's frames (its
+    body, the message read from it) until the collector ran: three rounds of three 26.7 MB bodies, +533 MB."""
+    import gc
+    import types
+
+    from mma2a.gateway.access.security import AccessControl
+    from mma2a.request_body import READ_BODY
+
+    from mma2a.gateway.bindings.sdk_binding import LargeBodyRestDispatcher
+
+    # frames that hold the body or the message read from it while the route answers
+    body_frames = {AccessControl._checked.__code__, JSONBodyParser.read_send.__code__,
+                   LargeBodyRestDispatcher._read.__code__, LargeBodyRestDispatcher._send_large.__wrapped__.__code__,
+                   LargeBodyRestDispatcher._send_stream_large.__wrapped__.__code__}
+
+    v1 = {**REST, "A2A-Version": "1.0"}
+    refused = padded(orjson.dumps({"message": message("m-kept", parts=[{"raw": "Q", "mediaType": "image/png"}])}))
+    async with secured({"max_body_bytes": 4 << 20}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            await c.post(url + "/message:send", content=refused, headers=v1)  # warm: the SDK's stack loaded
+            gc.collect()
+            gc.disable()  # garbage in a cycle stays findable
+            try:
+                for path in ("/message:send", "/message:stream"):
+                    answer = await c.post(url + path, content=refused, headers=v1)
+                    assert answer.status_code == 400
+                live = gc.get_objects()
+                kept = [(o.get("path"), o.get("method")) for o in live if isinstance(o, dict) and READ_BODY in o]
+                frames = [o.f_code.co_name for o in live if isinstance(o, types.FrameType) and o.f_code in body_frames]
+                del live
+            finally:
+                gc.enable()
+    assert kept == [] and frames == []

@@ -209,7 +209,10 @@ class AccessControl:
         body = await self._capped(receive, access.shape, send, check_json=access.shape is ErrorShape.REST)
         if body is not None:
             scope[READ_BODY] = body
-            await app(scope, replaying(body, receive), send)
+            try:
+                await app(scope, replaying(body, receive), send)
+            finally:  # the server keeps a keep-alive connection's last scope: not its body too
+                del scope[READ_BODY]
 
     def open_stream(self, client: Client | None, scope: Scope | None = None, *, peer: str | None = None) -> str:
         """A stream slot for the caller (its client, else its address: `scope`'s or `peer`); the key to give it back
