@@ -95,6 +95,22 @@ def reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
 
 
+GRPC_SEND = """
+import sys, grpc
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+port, token, path = sys.argv[1:4]
+request = a2a_pb2.SendMessageRequest.FromString(open(path, "rb").read())
+with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 1 << 27)]) as channel:
+    try:
+        a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, timeout=120, metadata=[
+            ("authorization", f"Bearer {token}"), ("a2a-version", "1.0")])
+        print("accepted")
+    except grpc.RpcError as exc:
+        print(exc.details())
+"""
+"""A gRPC client process sending one SendMessage (the request's bytes from a file): `--binding grpc`."""
+
+
 def json_workers(pid: int) -> list[int]:
     """The gateway's JSON body worker processes (`mma2a.json_worker`): its children running it."""
     found = []
@@ -119,8 +135,8 @@ def auth(who: str) -> dict[str, str]:
 class Live:
     """A gateway (`mma2a serve`, sources from `src`) in front of the bench echo agent."""
 
-    def __init__(self, src: Path, extra_yaml: str = "") -> None:
-        self.src, self.extra = src.resolve(), extra_yaml
+    def __init__(self, src: Path, extra_yaml: str = "", grpc: bool = False) -> None:
+        self.src, self.extra, self.grpc = src.resolve(), extra_yaml, grpc
 
     def __enter__(self) -> Live:
         self.tmp = Path(tempfile.mkdtemp(prefix="mma2a-decode-"))
@@ -133,7 +149,9 @@ class Live:
         wait_ready(f"http://127.0.0.1:{agent_port}")
         clients = "".join(f"    - {{name: {n}, token: {t}}}\n" for n, t in TOKENS.items())
         cfg = self.tmp / "gateway.yaml"
-        cfg.write_text(f"listen: 127.0.0.1:{gw_port}\nlog_decisions: false\ndata_dir: {self.tmp}\n"
+        self.grpc_port = free_port()  # listened on with `grpc`
+        grpc = f"grpc_listen: 127.0.0.1:{self.grpc_port}\n" if self.grpc else ""
+        cfg.write_text(f"listen: 127.0.0.1:{gw_port}\n{grpc}log_decisions: false\ndata_dir: {self.tmp}\n"
                        f"agents:\n  - {{name: echo, url: http://127.0.0.1:{agent_port}}}\n"
                        f"auth:\n  clients:\n{clients}{self.extra}")
         self.gw = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level",
@@ -152,11 +170,12 @@ async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False,
                   ) -> dict[str, Any]:
     """`control`: the same number of bytes of random data as `application/octet-stream` (no header to check): what
     any inline body of that size costs the gateway (its JSON parse), beside what the PNG costs. `binding`: the
-    attackers send on JSON-RPC (`POST /`) or REST (`POST /message:send`); the victim always on JSON-RPC."""
+    attackers send on JSON-RPC (`POST /`), REST (`POST /message:send`) or gRPC (`SendMessage`, a client process
+    each); the victim always on JSON-RPC."""
     walk = chunk_walk_png()
     png = base64.b64encode(os.urandom(len(walk)) if control else walk).decode()
     media = "application/octet-stream" if control else "image/png"
-    with Live(src) as gw:
+    with Live(src, grpc=binding == "grpc") as gw:
         async with httpx.AsyncClient(timeout=120) as c:
             await c.post(gw.url + "/", json=send_body("warm", [{"text": "hi"}]), headers=auth("alice"))
             if binding == "rest":  # the SDK's REST stack loads at the first REST request (once, ~1 s of CPU in a
@@ -172,7 +191,13 @@ async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False,
             for k in range(attackers * rounds):
                 path = gw.tmp / f"walk-{k}.json"
                 doc = send_body(f"walk-{k}", [{"raw": png, "mediaType": media}])
-                path.write_bytes(json.dumps(doc if binding == "jsonrpc" else doc["params"]).encode())
+                if binding == "grpc":  # the request message, serialized as the gRPC client sends it
+                    from a2a.types import SendMessageRequest
+                    from google.protobuf import json_format
+
+                    path.write_bytes(json_format.ParseDict(doc["params"], SendMessageRequest()).SerializeToString())
+                else:
+                    path.write_bytes(json.dumps(doc if binding == "jsonrpc" else doc["params"]).encode())
                 bodies.append(path)
 
             async def attack(k: int) -> None:  # curl processes: the bench's own loop measures only the victim
@@ -180,6 +205,13 @@ async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False,
                 for r in range(rounds):
                     in_flight += 1
                     try:
+                        if binding == "grpc":  # a client process of its own, as curl is for the other bindings
+                            proc = await asyncio.create_subprocess_exec(
+                                sys.executable, "-c", GRPC_SEND, str(gw.grpc_port), TOKENS["mallory"],
+                                str(bodies[k * rounds + r]), stdout=asyncio.subprocess.PIPE)
+                            out, _ = await proc.communicate()
+                            answers.append(out.decode()[:90])
+                            continue
                         proc = await asyncio.create_subprocess_exec(
                             "curl", "-sS", "-X", "POST", gw.url + ("/" if binding == "jsonrpc" else "/message:send"), "-H", "Content-Type: application/json",
                             "-H", f"Authorization: Bearer {TOKENS['mallory']}", "-H", "A2A-Version: 1.0",
@@ -294,7 +326,8 @@ def main() -> None:
     ap.add_argument("--control", action="store_true", help="pngwalk: also send random bytes of the same size")
     ap.add_argument("--src", action="append", default=None, help="sources to run (repeat: side by side)")
     ap.add_argument("--attackers", type=int, default=3)
-    ap.add_argument("--binding", choices=["jsonrpc", "rest"], default="jsonrpc", help="pngwalk: the attackers' binding")
+    ap.add_argument("--binding", choices=["jsonrpc", "rest", "grpc"], default="jsonrpc",
+                    help="pngwalk: the attackers' binding")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     for src in args.src or [str(ROOT / "src")]:
