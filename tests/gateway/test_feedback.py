@@ -4,6 +4,7 @@ another client's task is not found, bad input names its field, ratings are limit
 from __future__ import annotations
 
 import asyncio
+import base64
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from mma2a.gateway.stages.feedback import FEEDBACK_METHOD
 from mma2a.gateway.state.learning import LearnedPart, LearnedTask, Learner, failed_agents
 from tests.agents import RecordingExecutor, make_card
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
+from tests.media import png_bytes
 
 ALICE, BOB = {"Authorization": "Bearer alice-token-1"}, {"Authorization": "Bearer bob-token-22"}
 RULES = {"version": 1, "default": {"learn": {"explore": 0}}, "rules": []}
@@ -285,3 +287,29 @@ def test_remembered_learned_tasks_are_bounded_in_bytes_per_client_and_in_all() -
     assert learner.task("alice-1") is not None and learner.rate("alice-1", "alice", "desk-a", 1.0) == 1
     learner.take([(f"anon-{i}", LearnedTask(f"n-{i}", "", many)) for i in range(100)], [])  # auth off: all of it
     assert learner.bytes <= 1 << 20 and learner.task("anon-99") is not None and learner.task("alice-1") is None
+
+
+async def test_a_streamed_learned_fan_outs_failed_leg_is_an_outcome_and_its_task_can_be_rated(tmp_path: Any) -> None:
+    """SendStreamingMessage of a text and an image learned to two agents (a fan-out, task `gw-...`): the image leg's
+    failure rates its agent 0 with no call from the client, and the client rates the text leg on the fan-out's task."""
+    png = base64.b64encode(png_bytes()).decode()
+    failing, other = FailingExecutor(), RecordingExecutor(reply="img-b ok")
+    specs = {"desk-a": agent("desk-a", ["text/plain"]),
+             "img-a": (make_card("img-a", input_modes=["image/png"], output_modes=["text/plain"]), failing),
+             "img-b": (make_card("img-b", input_modes=["image/png"], output_modes=["text/plain"]), other)}
+
+    async def fan_out(mid: str, text: str) -> list[dict[str, Any]]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": {
+            "messageId": mid, "role": "ROLE_USER", "parts": [{"text": text}, {"raw": png, "mediaType": "image/png"}]}}}
+        async with c.stream("POST", url + "/", json=body,
+                            headers={**ALICE, "A2A-Version": "1.0", "Accept": "text/event-stream"}) as sse:
+            return [orjson.loads(ln[5:])["result"] async for ln in sse.aiter_lines() if ln.startswith("data:")]
+
+    async with agents(specs) as urls, gateway(config(urls, tmp_path)) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+        first = await fan_out("fo-1", "What does this receipt say about my refund?")
+        tid = first[0]["task"]["id"]
+        r = await c.post(f"{url}/tasks/{tid}:feedback", json={"score": 1, "agent": "desk-a"}, headers=ALICE)
+        await fan_out("fo-2", "Is the refund on this receipt right?")
+    assert tid.startswith("gw-") and first[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_FAILED"
+    assert failing.calls == 1 and len(other.received) == 1  # img-a failed the first: rated 0, the second went to img-b
+    assert r.status_code == 200 and r.json() == {"taskId": tid, "agent": "desk-a", "score": 1.0, "learnedParts": 1}
