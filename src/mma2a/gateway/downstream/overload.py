@@ -3,10 +3,11 @@
 Every leg sent to an agent (a message's dispatch, each step of a transform chain, a stream, each leg of a fan-out)
 takes one of the agent's slots for as long as the agent works on it; the agent's limit is fixed or adaptive
 (`agent_limit`). Past the limit a leg waits in the agent's queue, ordered by priority (the message's, capped per
-client), then by age, each with a deadline: `limits.queue_timeout_s` for a privileged leg (priority above
-`ROUTINE_MAX`), `limits.routine_queue_timeout_s` (50 ms) for a routine one, or the client's own when sooner (so a
-routine leg is answered within that: it reaches the agent, or it is shed; a shed answer that comes after a longer wait
-is of little use to its client, which could have retried, and a routine backlog only adds latency). A leg is
+client), then by age, each with a deadline: `limits.queue_timeout_s`, or for a routine leg (priority up to
+`ROUTINE_MAX`) `limits.routine_queue_timeout_s` when the operator sets it (off by default; 50 ms in
+bench/overload.py), or the client's own when sooner (with it, a routine leg is answered within that: it reaches the
+agent, or it is shed; a shed answer that comes after a longer wait is of little use to its client, which could have
+retried, and a routine backlog only adds latency). A leg is
 shed — answered at once with `Overloaded` (HTTP 503 + `Retry-After`, gRPC UNAVAILABLE + RetryInfo), never left
 to hang — when:
 
