@@ -222,7 +222,7 @@ async def test_a_refused_large_body_is_not_kept_after_its_answer() -> None:
     from mma2a.gateway.bindings.sdk_binding import LargeBodyRestDispatcher
 
     # frames that hold the body or the message read from it while the route answers
-    body_frames = {AccessControl._checked.__code__, JSONBodyParser.read_send.__code__,
+    body_frames = {AccessControl._checked.__code__, JSONBodyParser.read_send_answer.__code__,
                    LargeBodyRestDispatcher._read.__code__, LargeBodyRestDispatcher._send_large.__wrapped__.__code__,
                    LargeBodyRestDispatcher._send_stream_large.__wrapped__.__code__}
 

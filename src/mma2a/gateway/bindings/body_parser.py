@@ -76,9 +76,18 @@ class JSONBodyParser:
 
         if len(body) <= self.inline_bytes:
             return sdk_requests.read_send_body(body)
-        answer = await self._answer(body, SEND)
+        answer = await self.read_send_answer(body)
         sdk_requests.raise_refusal(answer)
         return answer[1], answer[2]
+
+    async def read_send_answer(self, body: bytes) -> tuple[Any, ...]:
+        """`read_send` as data (`sdk_requests.read_send_body_as_data`; `raise_refusal` raises its refusal): only
+        `Unavailable` is raised here, when the worker stopped."""
+        from ... import sdk_requests
+
+        if len(body) <= self.inline_bytes:
+            return sdk_requests.read_send_body_as_data(body)
+        return await self._answer(body, SEND)
 
     async def _answer(self, body: bytes, job: int) -> tuple[Any, ...]:
         if self._lane is None:

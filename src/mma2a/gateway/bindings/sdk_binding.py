@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, TypeVar
 
+import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.request_handler import validate_request_params
@@ -46,9 +47,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import AgentRPCError, MMA2AError, metadata_strings
-from ...sdk_requests import check_required, send_request_json
+from ...sdk_requests import check_required, raise_refusal, send_request_json
 from ..access.clients import current_client
-from ..access.security import AccessControl
+from ..access.security import AccessControl, retry_after
 from ..pipeline import Pipeline
 from .body_parser import JSONBodyParser
 from .listing import list_tasks
@@ -112,25 +113,35 @@ class LargeBodyRestDispatcher(RestDispatcher):
         body = await _body(request)
         if body is None or len(body) <= self._bodies.inline_bytes:
             return await super().on_message_send(request)
-        return await self._send_large(request, body)
+        try:
+            answer = await self._bodies.read_send_answer(body)  # its refusal is raised where the SDK's parse was
+        except MMA2AError as exc:  # the worker stopped: 503, as the gate answers it
+            return _refused(exc)
+        return await self._send_large(request, answer)
 
     async def on_message_send_stream(self, request: Request) -> Any:
         body = await _body(request)
         if body is None or len(body) <= self._bodies.inline_bytes:
             return await super().on_message_send_stream(request)
-        return await self._send_stream_large(request, body)
-
-    async def _read(self, body: bytes) -> tuple[dict[str, Any], dict[str, Any] | None]:
         try:
-            return await self._bodies.read_send(body)
+            answer = await self._bodies.read_send_answer(body)
+        except MMA2AError as exc:
+            return _refused(exc)
+        return await self._send_stream_large(request, answer)
+
+    @staticmethod
+    def _read(answer: tuple[Any, ...]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        try:
+            raise_refusal(answer)
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
+        return answer[1], answer[2]
 
     @rest_error_handler
-    async def _send_large(self, request: Request, body: bytes) -> Response:
+    async def _send_large(self, request: Request, answer: tuple[Any, ...]) -> Response:
         @validate_version(constants.PROTOCOL_VERSION_1_0)
         async def _handler(context: ServerCallContext) -> SendMessageResponse:
-            message, config = await self._read(body)
+            message, config = self._read(answer)
             task_or_message = await self._pipeline_handler.send_json(message, config, context)
             if isinstance(task_or_message, Task):
                 return SendMessageResponse(task=task_or_message)
@@ -144,10 +155,10 @@ class LargeBodyRestDispatcher(RestDispatcher):
         return A2AJSONResponse(content=json_format.MessageToDict(response))
 
     @rest_stream_error_handler
-    async def _send_stream_large(self, request: Request, body: bytes) -> Any:
+    async def _send_stream_large(self, request: Request, answer: tuple[Any, ...]) -> Any:
         @validate_version(constants.PROTOCOL_VERSION_1_0)
         async def _handler(context: ServerCallContext) -> AsyncIterator[dict[str, Any]]:
-            message, config = await self._read(body)
+            message, config = self._read(answer)
             async for event in self._pipeline_handler.send_stream_json(message, config, context):
                 yield json_format.MessageToDict(proto_utils.to_stream_response(event))
 
@@ -156,6 +167,13 @@ class LargeBodyRestDispatcher(RestDispatcher):
         except Exception as exc:
             _drop_tracebacks(exc)
             raise
+
+
+def _refused(exc: MMA2AError) -> Response:
+    """A refusal of the gateway's own before the SDK reads the request, in the REST shape the gate answers with."""
+    wait = retry_after(exc)
+    return Response(orjson.dumps(exc.to_rest()), status_code=exc.http_status, media_type="application/json",
+                    headers={"Retry-After": str(wait)} if wait is not None else None)
 
 
 def _drop_tracebacks(exc: BaseException) -> None:
