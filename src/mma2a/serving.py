@@ -324,11 +324,25 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+RECANCEL_S = 1.0  # a task still running this long after its cancel is cancelled again
+
+
 async def cancel_tasks(tasks: list[asyncio.Task[Any]]) -> None:
-    """Cancel background tasks and wait for them to end (whatever they raise); empties the list."""
-    for t in tasks:
+    """Cancel background tasks and wait for them to end (whatever they raise); empties the list.
+
+    A task still running `RECANCEL_S` after its cancel is cancelled again, until it ends: on Python 3.11
+    `asyncio.wait_for` loses a cancel that arrives as its inner future completes (CPython gh-86296, fixed in 3.12;
+    nats-py's fetch and KV watchers use it), and a loop around such a call then runs on — awaited once, its stop
+    (and a gateway's SIGTERM) waited forever."""
+    pending = {t for t in tasks if not t.done()}
+    for t in pending:
         t.cancel()
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=RECANCEL_S)
+        for t in pending:
+            log.info("background task %s still running after its cancel: cancelled again", t.get_name())
+            t.cancel()
     for t in tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await t
+        if not t.cancelled():
+            t.exception()  # retrieved (whatever it raised): never 'exception was never retrieved'
     tasks.clear()

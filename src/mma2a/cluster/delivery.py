@@ -37,6 +37,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFound
 from ..errors import AgentRPCError, MMA2AError
 from ..ext import EXTENSION_URI
 from ..gateway.state.aggregate import LegResult
+from ..serving import cancel_tasks
 
 from .link import Member, ensure_kv
 
@@ -100,9 +101,7 @@ class DurableDelivery:
     async def stop(self) -> None:
         self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_tasks([self._task])
         await self._close_pull()
         if self._active:  # finish what was claimed (a graceful stop leaves nothing in doubt)
             await asyncio.wait(list(self._active), timeout=10)

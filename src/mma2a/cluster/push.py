@@ -21,6 +21,7 @@ import orjson
 from nats.js.errors import KeyWrongLastSequenceError
 
 from ..gateway.state.push_journal import OnConfig, OnDelivery
+from ..serving import cancel_tasks
 from .link import Member, ensure_kv
 
 log = logging.getLogger("mma2a.cluster.push")
@@ -167,11 +168,7 @@ class PushJournalKV:
     async def close(self) -> None:
         self._writes.put_nowait(None)
         writer, rest = (self._tasks[0], self._tasks[1:]) if self._tasks else (None, [])
-        for t in rest:
-            t.cancel()
-        for t in rest:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_tasks(rest)
         if writer is not None:
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError, Exception):
                 await asyncio.wait_for(writer, 5.0)

@@ -43,6 +43,7 @@ import orjson
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from ..gateway.state.tasks import TaskMap
+from ..serving import cancel_tasks
 from .link import Member, ensure_kv
 from .task_files import RETAIN, TaskFiles
 
@@ -124,9 +125,7 @@ class ClusterTaskMap(TaskMap):
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._writer)
         if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watch
+            await cancel_tasks([self._watch])
             self._watch = None
 
     # --- TaskMap, written through in batches ----------------------------------------------------------------
