@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mma2a.errors import Overloaded
-from mma2a.gateway.downstream.agent_limit import LAG_BUSY_S, LAG_RTTS, NOISE_S, AdaptiveLimit
+from mma2a.gateway.downstream.agent_limit import LAG_BUSY_S, AdaptiveLimit
 from mma2a.gateway.downstream.loop_lag import IDLE_TICKS, LAG_WEIGHT, MIN_TICKS, PROBE_S, LoopLag
 from mma2a.gateway.downstream.overload import AgentSlots, AgentSlotTable
 
@@ -98,16 +98,6 @@ def _fast_agent(initial: int) -> AdaptiveLimit:
     return limit
 
 
-def test_a_rise_the_gateways_own_lag_explains_is_not_read_as_queueing() -> None:
-    limit = _fast_agent(8)
-    rise = NOISE_S + LAG_RTTS * 0.010  # an answer 60 ms slower than min_rtt, a loop 10 ms late
-    _window(limit, 0.001 + rise, 8, lag=0.010)
-    assert limit.last_queued == 0.0 and limit.value > 8  # kept busy, nothing queued at the agent: it grows
-    idle = _fast_agent(8)
-    _window(idle, 0.001 + rise, 8, lag=0.0)  # the same rise with the gateway's loop on time: legs queued at the agent
-    assert idle.last_queued > 1.5 and idle.value < 8
-
-
 def test_a_gateway_slower_than_the_agent_never_cuts_its_limit() -> None:
     """The measurement that found it: a 0.02 ms backend behind a CPU-starved gateway at 128 connections answered in
     56-157 ms on average against a min_rtt of 1 ms, and the limit fell from 56 to 1-3 and shed most requests."""
@@ -115,7 +105,7 @@ def test_a_gateway_slower_than_the_agent_never_cuts_its_limit() -> None:
     for rtt, lag in ((0.060, 0.005), (0.157, 0.012), (0.230, 0.030), (0.090, LAG_BUSY_S)):
         _window(limit, rtt, limit.value, lag=lag, windows=3)  # rises far past what the lag explains
         assert limit.value >= 56
-    assert limit.slow_start  # never cut
+    assert limit.slow_start and limit.value > 100  # never cut; grown x1.5 while reached (the gateway is the bottleneck)
     calm = _fast_agent(56)  # the same answers with the gateway's loop on time are queueing at the agent: cut
     _window(calm, 0.157, 56, lag=0.0)
     assert calm.value < 56 and not calm.slow_start
@@ -125,8 +115,12 @@ def test_a_slow_agent_that_queues_is_cut_whatever_the_gateways_lag() -> None:
     limit = AdaptiveLimit(initial=8)
     limit.sample(0.2, 1, saturated=False, lag=0.0)  # min_rtt 0.2 s (bench/overload.py's agent: 4 at a time)
     _window(limit, 0.4, 8, lag=0.013)  # 8 legs at an agent of 4: 4 wait inside it; the loop 13 ms late (the most
-    # measured in bench/overload.py at load 17) explains 52 ms of the 200 ms rise, and is far below min_rtt
+    # measured in bench/overload.py at load 17): an answer's share of it is far below the agent's min_rtt
     assert limit.value < 8 and not limit.slow_start
+    stalled = AdaptiveLimit(initial=8)
+    stalled.sample(0.2, 1, saturated=False, lag=0.0)
+    _window(stalled, 0.4, 8, lag=0.060)  # a loop 60 ms late: 4 x 60 ms is longer than the agent's answer itself
+    assert stalled.value > 8 and stalled.slow_start
 
 
 def test_a_window_whose_loop_lag_is_not_measured_yet_is_not_judged() -> None:

@@ -29,19 +29,17 @@ average against a min_rtt of 1 ms at 64-128 connections, and the rule cut its li
 requests, which cannot help when the bottleneck is the gateway. So the gateway's own delay is told apart
 (`loop_lag`: the mean lateness of a periodic timer on the gateway's loop, `lag`):
 
-- the rise counted as queueing is `mean_rtt - min_rtt - NOISE_S - LAG_RTTS x lag` (an answer waits in the gateway
-  about LAG_RTTS times the timer's mean lateness: for the rest of the loop's turn before its bytes are read, and
-  for its coroutine's turn after);
-- no cut while the gateway is slower than the agent: its loop is busy (`lag >= LAG_BUSY_S`) and an answer's share
-  of it (`LAG_RTTS x lag`) is as long as the agent's whole `min_rtt` — a leg queued inside such an agent is lost in
-  the gateway's own noise, and fewer legs at it would only leave the gateway's clients waiting in its queue
-  (growth still applies: nothing is queued at the agent as far as the rule can tell);
+- while the gateway is slower than the agent — its loop busy (`lag >= LAG_BUSY_S`) and an answer's share of its
+  delay (about `LAG_RTTS x lag`: the rest of the loop's turn before the answer's bytes are read, and the awaiting
+  coroutine's turn after) at least the agent's whole `min_rtt` — the rise is the gateway's, not a queue at the
+  agent: the limit is never cut, and grows x1.5 while reached (the gateway is the bottleneck: fewer legs at the
+  agent would only keep the gateway's clients waiting in its queue, and shed them);
 - a window whose lag is not measured yet (the timer has not run since the gateway was last idle: `lag` is inf)
   is not judged.
 
-An agent of 0.2 s (bench/overload.py's) is judged as before: a loop 2-13 ms late there shifts its estimate by a
-fraction of a leg and never makes the gateway the slower. A window is
-`max(WINDOW_MIN, limit)` answers; `min_rtt` is the least of this epoch's answers and the last's (an
+An agent slower than that (bench/overload.py's, 0.2 s) is judged as before: that would take a loop 50 ms late.
+
+A window is `max(WINDOW_MIN, limit)` answers; `min_rtt` is the least of this epoch's answers and the last's (an
 epoch: `EPOCH` answers), so it follows an agent that became slower. The rule assumes requests of similar cost: for
 an agent whose work varies widely per request (audio of any length), set `max_concurrency`.
 
@@ -58,8 +56,8 @@ WINDOW_MIN = 8  # answers per adjustment, at least
 EPOCH = 1000  # answers after which min_rtt starts afresh (the previous epoch's minimum still counts)
 INITIAL = 4  # the adaptive limit's first value
 NOISE_S = 0.02  # a rise of the mean latency this small is not counted as queueing
-LAG_RTTS = 4.0  # ... nor one of this many times the gateway's own loop lag (`loop_lag`: an answer waits about this
-# many of the probe's mean lateness in the gateway; measured 3-5 with a 0.02 ms agent at 64-128 connections, load 17)
+LAG_RTTS = 4.0  # an answer waits about this many of the loop's lag in the gateway itself (`loop_lag`: measured 3-5
+# times the probe's mean lateness with a 0.02 ms agent at 64-128 connections, load 17)
 LAG_BUSY_S = 0.002  # a loop lag from which the gateway counts as busy (an idle loop's timer runs 0-1 ms late)
 
 
@@ -146,18 +144,19 @@ class AdaptiveLimit(ConcurrencyLimit):
     def _adjust(self) -> None:
         mean = self._sum_rtt / self._n
         base = min(self.min_rtt, self._prev_min)
+        queued = (self._sum_inflight / self._n) * max(0.0, mean - base - NOISE_S) / mean if mean > 0 else 0.0
         lag = self._sum_lag / self._n  # the gateway's own loop lag over the window (inf: not known yet)
-        own = LAG_RTTS * lag  # the part of each answer's time that is the gateway's own delay
-        queued = (self._sum_inflight / self._n) * max(0.0, mean - base - NOISE_S - own) / mean if mean > 0 else 0.0
         self.last_queued = queued
         self.last_lag = lag
         limit, floor = self.value, self._floor or self.minimum
-        gateway_bound = lag >= LAG_BUSY_S and own >= base  # the gateway is slower than the agent: never cut for it
         if self._cooldown:  # the answers of this window were mostly of legs sent before the last cut: not judged
             self._cooldown = False
         elif not math.isfinite(lag):  # the loop's lag is not measured yet: not judged
             pass
-        elif queued > BETA and not gateway_bound:
+        elif lag >= LAG_BUSY_S and LAG_RTTS * lag >= base:  # the gateway is slower than the agent: its own delay,
+            if self._saturated:  # not a queue at the agent; the limit must not be what holds legs back: x1.5
+                limit = max(limit + 1, limit * 3 // 2)
+        elif queued > BETA:
             limit = max(min(floor, limit), limit - max(1, int(queued - ALPHA)))  # not below the floor
             self.slow_start = False
             self._cooldown = True
