@@ -3,8 +3,9 @@ a large body's parse never holds the gateway's event loop (`gateway.body_parser`
 
 On stdin: an 8-byte big-endian body length, a 4-byte depth limit, a 1-byte job, the body. On stdout: an 8-byte
 length and the pickled answer of the job: `PARSE` (a JSON-RPC body: `request_body.parse_json_body_as_data`),
-`CHECK` (a REST body at the gate: `request_body.check_json_body_as_data`) or `SEND` (a REST `message:send` body
-read as the SDK reads it: `sdk_requests.read_send_body_as_data`, whose module is loaded at the first such job).
+`CHECK` (a REST body at the gate: `request_body.check_json_body_as_data`), `SEND` (a REST `message:send` body
+read as the SDK reads it: `sdk_requests.read_send_body_as_data`, whose module is loaded at the first such job) or
+`SEND_PROTO` (a gRPC SendMessageRequest, serialized: `sdk_requests.read_send_proto_as_data`).
 It runs niced (`NICENESS`) and exits at the end of stdin."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .request_body import check_json_body_as_data, parse_json_body_as_data
 
 REQUEST_HEAD = struct.Struct(">QIB")
 ANSWER_HEAD = struct.Struct(">Q")
-PARSE, CHECK, SEND = 0, 1, 2
+PARSE, CHECK, SEND, SEND_PROTO = 0, 1, 2, 3
 """The jobs (see the module's docstring)."""
 NICENESS = 10
 """The worker runs at a lower CPU priority than the gateway: on a busy host the other clients' requests (and the
@@ -52,6 +53,10 @@ def run(job: int, body: bytes, max_depth: int) -> tuple[Any, ...]:
         from .sdk_requests import read_send_body_as_data  # the SDK's types: loaded by the first REST body only
 
         return read_send_body_as_data(body)
+    if job == SEND_PROTO:
+        from .sdk_requests import read_send_proto_as_data
+
+        return read_send_proto_as_data(body)
     raise ValueError(f"unknown job {job}")
 
 

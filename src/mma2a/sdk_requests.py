@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import binascii
 import json
+from collections.abc import Callable
 from typing import Any
 
 from a2a.types import CancelTaskRequest, GetTaskRequest, SendMessageRequest, SubscribeToTaskRequest
@@ -137,8 +138,18 @@ def canonical_base64(text: str) -> bool:
 def read_send_body_as_data(body: bytes) -> tuple[Any, ...]:
     """`read_send_body`, its refusal returned as data (what the worker process answers; `raise_refusal` raises it
     again): `(True, message, config)`, or `(False, kind, ...)`."""
+    return _as_data(read_send_body, body)
+
+
+def read_send_proto_as_data(body: bytes) -> tuple[Any, ...]:
+    """`send_request_json` of a serialized `SendMessageRequest` (one the gRPC binding received and serialized again:
+    the same message, field for field), its refusal returned as data as `read_send_body_as_data`'s."""
+    return _as_data(lambda b: send_request_json(SendMessageRequest.FromString(b)), body)
+
+
+def _as_data(read: Callable[[bytes], tuple[dict[str, Any], dict[str, Any] | None]], body: bytes) -> tuple[Any, ...]:
     try:
-        message, config = read_send_body(body)
+        message, config = read(body)
     except json_format.ParseError as exc:
         return False, "ParseError", str(exc)
     except sdk_errors.A2AError as exc:

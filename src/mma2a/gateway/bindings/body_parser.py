@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...errors import InvalidRequest, MMA2AError, ParseError
-from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, PARSE, REQUEST_HEAD, SEND
+from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, PARSE, REQUEST_HEAD, SEND, SEND_PROTO
 from ...request_body import check_json_body, parse_json_body
 from ..access.security import Unavailable
 
@@ -88,6 +88,15 @@ class JSONBodyParser:
         if len(body) <= self.inline_bytes:
             return sdk_requests.read_send_body_as_data(body)
         return await self._answer(body, SEND)
+
+    async def read_send_proto_answer(self, body: bytes) -> tuple[Any, ...]:
+        """`sdk_requests.read_send_proto_as_data` of a serialized SendMessageRequest, in the worker past
+        `inline_bytes` (`raise_refusal` raises its refusal); `Unavailable` when the worker stopped."""
+        from ... import sdk_requests
+
+        if len(body) <= self.inline_bytes:
+            return sdk_requests.read_send_proto_as_data(body)
+        return await self._answer(body, SEND_PROTO)
 
     async def _answer(self, body: bytes, job: int) -> tuple[Any, ...]:
         if self._lane is None:

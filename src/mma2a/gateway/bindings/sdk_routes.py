@@ -96,7 +96,7 @@ class SdkBindings:
             self._build(module)
 
     def _build(self, module: Any) -> None:
-        handler = module.PipelineRequestHandler(self._pipeline, card_fn=self._card_fn)
+        handler = module.PipelineRequestHandler(self._pipeline, card_fn=self._card_fn, bodies=self._bodies)
         ctx = module.TargetContextBuilder()
         self.dispatcher = module.JsonRpcDispatcher(request_handler=handler, context_builder=ctx, enable_v0_3_compat=True)
         self._rest = module.rest_endpoints(handler, ctx, self._bodies)
