@@ -7,7 +7,7 @@ gateway's index, and a gateway that joins later learns the history the stream st
 bounded by `MAX_AGE_S` and `MAX_BYTES`, oldest out).
 
 - The request path only appends to a bounded deque (drops counted, never a wait); a publisher task
-  sends batches (one JSON document each, serialised off the loop).
+  sends batches (one JSON document each, serialised off the loop): `publisher.StreamPublisher`.
 - A follower decodes each batch off the loop and hands it to `Learner.take` on the loop (notes first,
   then ratings; one evidence published per batch). A gateway skips the batches it published itself in
   this run (it took them in already); after a restart its own earlier batches are replayed like any.
@@ -22,28 +22,22 @@ import base64
 import contextlib
 import logging
 import secrets
-from collections import deque
 from typing import Any
 
 import orjson
 from nats.js import api
 
 from ..gateway.state.learning import LearnedPart, LearnedTask, Noted, Rated
-from ..serving import cancel_tasks
 from .link import Member, ensure_stream
+from .publisher import StreamPublisher
 
 log = logging.getLogger("mma2a.cluster")
-BATCH = 200
 QUEUE = 10_000
 """Events waiting to be published; past it new ones are dropped and counted (NATS away for long)."""
 MAX_AGE_S = 7 * 24 * 3600.0
 """How long the stream keeps a batch: the history a gateway that joins learns from."""
 MAX_BYTES = 256 * 1024 * 1024
 """The stream's size bound (a note with a 384-d vector is ~2.2 kB: ~100,000 learned tasks)."""
-
-
-def learning_stream(cluster: str) -> str:
-    return f"{cluster}_learning".upper()
 
 
 def _event_of_note(task_id: str, task: LearnedTask) -> dict[str, Any]:
@@ -96,72 +90,40 @@ def decode(data: bytes) -> tuple[str, list[Noted], list[Rated]]:
         raise ValueError(f"not a learning batch: {exc!r}"[:200]) from None
 
 
-class ClusterLearning:
+class ClusterLearning(StreamPublisher[dict[str, Any]]):
     """The `LearnJournal` of a clustered gateway, and the follower that feeds its learner the others' events."""
 
+    kind = "learning"
+
     def __init__(self, cluster: Member) -> None:
-        self.cluster = cluster
+        super().__init__(cluster, capacity=QUEUE)
         self.instance = secrets.token_hex(8)  # this run's batches: skipped when they come back
-        self.published = self.failed = self.dropped = self.taken = 0
-        self._queue: deque[dict[str, Any]] = deque()
-        self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[Any]] = []
-
-    @property
-    def stream(self) -> str:
-        return learning_stream(self.cluster.names.cluster)
-
-    @property
-    def subject(self) -> str:
-        return f"{self.cluster.names.cluster}.learning.{self.cluster.id}"
+        self.taken = 0
 
     # --- the request path (LearnJournal) ----------------------------------------------------
     def noted(self, task_id: str, task: LearnedTask) -> None:
-        self._put({"note": task_id, "task": task})
+        self.put({"note": task_id, "task": task})
 
     def rated(self, task_id: str, owner: str, agent: str, score: float) -> None:
-        self._put({"rate": task_id, "o": owner, "a": agent, "s": score})
+        self.put({"rate": task_id, "o": owner, "a": agent, "s": score})
 
-    def _put(self, event: dict[str, Any]) -> None:
-        if len(self._queue) >= QUEUE:
-            self.dropped += 1
-            return
-        self._queue.append(event)
-        self._wake.set()
+    def encode(self, batch: list[dict[str, Any]]) -> bytes:
+        return encode(self.instance, batch)
+
+    def on_failed(self, count: int, exc: Exception) -> None:  # the others do not learn these (this gateway did)
+        log.warning("learning: %d events not shared: %s", count, exc)
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def setup(self) -> None:
-        await ensure_stream(self.cluster.js, self.stream, f"{self.cluster.names.cluster}.learning.>", max_age_s=MAX_AGE_S,
+        await ensure_stream(self.cluster.js, self.stream, self.subjects, max_age_s=MAX_AGE_S,
                             max_bytes=MAX_BYTES, replicas=self.cluster.config.replicas)
-        self._tasks += [asyncio.create_task(self._publish_loop()), asyncio.create_task(self._follow())]
-
-    async def stop(self) -> None:
-        with contextlib.suppress(Exception):  # what is still queued goes out if NATS is there
-            await asyncio.wait_for(self._publish_pending(), 5.0)
-        await cancel_tasks(self._tasks)
-
-    # --- publishing ---------------------------------------------------------------------------
-    async def _publish_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            await self._publish_pending()
-
-    async def _publish_pending(self) -> None:
-        while self._queue:
-            batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
-            data = await asyncio.to_thread(encode, self.instance, batch)
-            try:
-                await self.cluster.js.publish(self.subject, data, stream=self.stream)
-                self.published += len(batch)
-            except Exception as exc:  # NATS away: the others do not learn these (this gateway did)
-                self.failed += len(batch)
-                log.warning("learning: %d events not shared: %s", len(batch), exc)
+        self.start_publishing()
+        self._tasks.append(asyncio.create_task(self._follow()))
 
     # --- following the stream into the learner ------------------------------------------------------
     async def _follow(self) -> None:
         sub = await self.cluster.js.subscribe(
-            f"{self.cluster.names.cluster}.learning.>", stream=self.stream, ordered_consumer=True,
+            self.subjects, stream=self.stream, ordered_consumer=True,
             deliver_policy=api.DeliverPolicy.ALL)
         learner = self.cluster.gw.learner
         try:
