@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from abc import ABC, abstractmethod
 from collections import deque
 from typing import Any, Generic, TypeVar
 
@@ -27,7 +28,7 @@ STOP_FLUSH_S = 5.0
 """How long `stop` gives what is still queued to go out."""
 
 
-class StreamPublisher(Generic[E]):
+class StreamPublisher(ABC, Generic[E]):
     """Batches of events of type `E` to the subject `<cluster>.<kind>.<member id>` of the stream `<CLUSTER>_<KIND>`."""
 
     kind = ""  # the stream's and subjects' middle name: "history", "learning"
@@ -64,9 +65,9 @@ class StreamPublisher(Generic[E]):
         self._wake.set()
 
     # --- what a subclass says -------------------------------------------------------------------
+    @abstractmethod
     def encode(self, batch: list[E]) -> bytes:
         """One stream message of `batch` (run in a thread)."""
-        raise NotImplementedError
 
     def on_dropped(self, count: int) -> None:
         """`count` events dropped (queue full), before they were published."""
