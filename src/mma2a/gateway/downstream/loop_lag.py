@@ -4,8 +4,8 @@ An answer's time as the gateway measures it includes the gateway's own delay: th
 kernel until the loop polls again, and the awaiting coroutine waits for its turn among every other ready one. On
 a saturated gateway (or a host where it waits for a CPU) that delay is tens of ms, against an agent that answers
 in microseconds; an adaptive limit that read it as legs queued inside the agent cut the agent's limit and shed
-requests, which cannot help when the bottleneck is the gateway itself (`agent_limit`: the lag is counted into
-its noise allowance).
+requests, which cannot help when the bottleneck is the gateway itself (`agent_limit`: while the loop is late
+enough to explain the answers' rise, `LAG_BUSY_S` and `LAG_RTTS`, the limit is not cut).
 
 The probe is a timer every `PROBE_S`; the lag is the decayed mean of how late it ran (`LAG_WEIGHT` per tick). It
 runs only while read: it starts on the first `read` in a running loop and stops after `IDLE_TICKS` ticks in a row
