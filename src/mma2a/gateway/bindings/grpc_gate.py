@@ -18,7 +18,8 @@ send `Retry-After`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, NoReturn
 
 import grpc
@@ -177,26 +178,14 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             client, request, held = await admit(access, method, requests, context)
-            token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
-            own = client_jwt.set(_jwt(client, context))
-            activated: list[str] = []
-            noted = activated_extensions.set(activated)
-            shed, deadline = shed_note.set([]), client_deadline.set(_deadline(context))
-            self.enter()
             try:
-                reply = await handler.unary_unary(request, context)
-                await _echo(context, activated)
-                return reply
+                with self._call(client, context) as activated:
+                    reply = await handler.unary_unary(request, context)
+                    await _echo(context, activated)
+                    return reply
             finally:
                 if held is not None:
                     held.release()
-                self.leave()
-                client_deadline.reset(deadline)
-                shed_note.reset(shed)
-                activated_extensions.reset(noted)
-                requested_extensions.reset(asked)
-                client_jwt.reset(own)
-                current_client.reset(token)
 
         async def stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             client, request, held = await admit(access, method, requests, context)
@@ -206,35 +195,44 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if held is not None:
                     held.release()
                 await abort(context, exc)
-            token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
-            own = client_jwt.set(_jwt(client, context))
-            activated: list[str] = []
-            noted = activated_extensions.set(activated)
-            shed, deadline = shed_note.set([]), client_deadline.set(_deadline(context))
-            self.enter()
             try:
-                first = True
-                async for item in handler.unary_stream(request, context):
-                    if first:  # the agent's answer has begun: its activated extensions go in the head
-                        first = False
-                        await _echo(context, activated)
-                    yield item
+                with self._call(client, context) as activated:
+                    first = True
+                    async for item in handler.unary_stream(request, context):
+                        if first:  # the agent's answer has begun: its activated extensions go in the head
+                            first = False
+                            await _echo(context, activated)
+                        yield item
             finally:
                 if held is not None:
                     held.release()
                 self.control.streams.give(slot)
-                self.leave()
-                client_deadline.reset(deadline)
-                shed_note.reset(shed)
-                activated_extensions.reset(noted)
-                requested_extensions.reset(asked)
-                client_jwt.reset(own)
-                current_client.reset(token)
 
         kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
         if handler.response_streaming:
             return grpc.stream_stream_rpc_method_handler(stream, **kw)
         return grpc.stream_unary_rpc_method_handler(unary, **kw)
+
+    @contextlib.contextmanager
+    def _call(self, client: Client | None, context: grpc.aio.ServicerContext) -> Iterator[list[str]]:
+        """One call's context (its client, JWT, requested extensions, deadline, shed note) and its place in the drain;
+        yields the list the call's activated extensions are noted in."""
+        token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
+        own = client_jwt.set(_jwt(client, context))
+        activated: list[str] = []
+        noted = activated_extensions.set(activated)
+        shed, deadline = shed_note.set([]), client_deadline.set(_deadline(context))
+        self.enter()
+        try:
+            yield activated
+        finally:
+            self.leave()
+            client_deadline.reset(deadline)
+            shed_note.reset(shed)
+            activated_extensions.reset(noted)
+            requested_extensions.reset(asked)
+            client_jwt.reset(own)
+            current_client.reset(token)
 
     def enter(self) -> None:
         if self.control.drain is not None:
