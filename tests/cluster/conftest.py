@@ -35,8 +35,17 @@ _names = itertools.count(1)
 
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    """One nats-server with JetStream for the whole session, on a free port, storing in a temp dir."""
-    server = NatsServer(tmp_path_factory.mktemp("nats"))
+    """One nats-server with JetStream for the whole session, on a free port, storing in a temp dir.
+
+    Its JetStream store is declared 1 TB (`max_file_store`: an account of reservations, not disk used): every test
+    makes a cluster of its own name, and each reserves its buckets' and streams' byte bounds (`task_bucket_bytes` and
+    `delivered_bucket_bytes` 1 GiB each, ...) against the server's store, by default 75% of the disk free at its
+    start; after a dozen or so clusters a new stream was refused ('insufficient storage resources', seen as a
+    history stream that took nothing) on a host whose disk had filled."""
+    store = tmp_path_factory.mktemp("nats")
+    conf = store / "jetstream.conf"
+    conf.write_text("jetstream {\n  max_file_store: 1T\n}\n")
+    server = NatsServer(store, args=["-c", str(conf)])
     server.start()
     yield server
     server.stop()
