@@ -5,7 +5,7 @@ On stdin: an 8-byte big-endian body length, a 4-byte depth limit, a 1-byte job, 
 length and the pickled answer of the job: `PARSE` (a JSON-RPC body: `request_body.parse_json_body_as_data`),
 `CHECK` (a REST body at the gate: `request_body.check_json_body_as_data`), `SEND` (a REST `message:send` body
 read as the SDK reads it: `sdk_requests.read_send_body_as_data`, whose module is loaded at the first such job) or
-`SEND_PROTO` (a gRPC SendMessageRequest, serialized: `sdk_requests.read_send_proto_as_data`).
+`SEND_PROTO` (the bytes of a gRPC SendMessageRequest: `sdk_requests.read_send_proto_as_data`).
 It runs niced (`NICENESS`) and exits at the end of stdin."""
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """A2A 1.0 `SendMessageRequest`s in the a2a-sdk's protobuf form, checked as an a2a-sdk agent checks them and read
-into the JSON the gateway's pipeline takes: from a parsed request (gRPC, REST bodies read on the event loop) or
-from a REST body, read as the SDK's REST binding reads it (`json_format.Parse`).
+into the JSON the gateway's pipeline takes: from a parsed request (small ones, read on the event loop), from the
+bytes of a gRPC request (parsed as grpc parses them), or from a REST body, read as the SDK's REST binding reads it
+(`json_format.Parse`).
 
-The JSON body worker process (`json_worker`) reads large REST bodies here: this module imports nothing of the
-gateway, so the worker loads the SDK's types and nothing more.
+The JSON body worker process (`json_worker`) reads large REST bodies and gRPC requests here: this module imports
+nothing of the gateway, so the worker loads the SDK's types and nothing more.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, SendMessageRequest, Sub
 from a2a.utils import errors as sdk_errors
 from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from .errors import InvalidParams
 
@@ -141,10 +143,16 @@ def read_send_body_as_data(body: bytes) -> tuple[Any, ...]:
     return _as_data(read_send_body, body)
 
 
-def read_send_proto_as_data(body: bytes) -> tuple[Any, ...]:
-    """`send_request_json` of a serialized `SendMessageRequest` (one the gRPC binding received and serialized again:
-    the same message, field for field), its refusal returned as data as `read_send_body_as_data`'s."""
-    return _as_data(lambda b: send_request_json(SendMessageRequest.FromString(b)), body)
+def read_send_proto_as_data(body: bytes) -> tuple[str, tuple[Any, ...]]:
+    """A serialized `SendMessageRequest` (the bytes of a gRPC SendMessage or SendStreamingMessage, as grpc received
+    them) parsed as the gRPC binding parses it (`FromString`), then `send_request_json`: the request's `tenant` and
+    the answer, its refusal returned as data as `read_send_body_as_data`'s (bytes that are no such message:
+    `(False, "DecodeError", text)`, the tenant '')."""
+    try:
+        params = SendMessageRequest.FromString(body)
+    except DecodeError as exc:
+        return "", (False, "DecodeError", str(exc))
+    return params.tenant, _as_data(lambda _: send_request_json(params), body)
 
 
 def _as_data(read: Callable[[bytes], tuple[dict[str, Any], dict[str, Any] | None]], body: bytes) -> tuple[Any, ...]:
@@ -166,12 +174,15 @@ class UnexpectedBodyError(Exception):
 
 
 def raise_refusal(answer: tuple[Any, ...]) -> None:
-    """Raise the refusal a `read_send_body_as_data` answer carries (nothing for an accepted body)."""
+    """Raise the refusal a `read_send_body_as_data` (or `read_send_proto_as_data`) answer carries (nothing for an
+    accepted body)."""
     if answer[0]:
         return
     kind = answer[1]
     if kind == "ParseError":
         raise json_format.ParseError(answer[2])
+    if kind == "DecodeError":  # what grpc's own deserializer raises (answered UNKNOWN `Unexpected <class …>: …`)
+        raise DecodeError(answer[2])
     if kind == "A2AError":
         cls = getattr(sdk_errors, answer[2], None)
         if not (isinstance(cls, type) and issubclass(cls, sdk_errors.A2AError)):

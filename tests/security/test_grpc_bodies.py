@@ -1,8 +1,9 @@
-"""Large gRPC SendMessage requests are converted off the event loop (security round 4, finding 10 on gRPC): a 20 MB
-PNG sent over gRPC was turned into the pipeline's JSON (`MessageToDict`: base64 of every raw part, in Python) on the
-loop, holding another client's text up to 245 ms at load 2. Past the body parser's inline size the request is
-serialized again and converted in the JSON body worker, as a REST body is; what the pipeline gets, and every
-refusal, is the same as the inline conversion's."""
+"""Large gRPC SendMessage requests are read off the event loop (security round 4, finding 10 on gRPC): a 20 MB
+PNG sent over gRPC was parsed by grpc (`FromString`), sized, and turned into the pipeline's JSON (`MessageToDict`:
+base64 of every raw part, in Python) on the loop, holding another client's text up to 245 ms at load 2. The door
+now takes SendMessage and SendStreamingMessage requests as bytes; past the body parser's inline size they are parsed
+and converted in the JSON body worker, as a REST body is; what the pipeline gets, and every refusal, is the same as
+grpc's and the inline conversion's. Such messages also hold their bytes of the body budget until their call ends."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ import httpx
 import pytest
 from a2a.types import SendMessageRequest, a2a_pb2, a2a_pb2_grpc
 from a2a.utils import errors as sdk_errors
+from google.protobuf.message import DecodeError
 from PIL import Image
 
 from mma2a.errors import InvalidParams
 from mma2a.gateway.bindings.body_parser import INLINE_PARSE_BYTES
-from mma2a.sdk_requests import MAX_STRUCT_BYTES, read_send_proto_as_data, send_request_json
+from mma2a.sdk_requests import MAX_STRUCT_BYTES, raise_refusal, read_send_proto_as_data, send_request_json
 from tests.gateway.conftest import agent, agents, gateway
+from tests.security.test_grpc_admission import _refused, _send, grpc_gateway
 
 VERSION = (("a2a-version", "1.0"),)
 
@@ -51,7 +54,8 @@ def inline(params: SendMessageRequest) -> tuple[Any, ...]:
 
 
 def in_worker(params: SendMessageRequest) -> tuple[Any, ...]:
-    answer = read_send_proto_as_data(params.SerializeToString())
+    tenant, answer = read_send_proto_as_data(params.SerializeToString())
+    assert tenant == params.tenant
     if answer[0]:
         return answer
     return (False, answer[2], answer[3]) if answer[1] == "A2AError" else (False, answer[1], answer[2])
@@ -63,9 +67,21 @@ def in_worker(params: SendMessageRequest) -> tuple[Any, ...]:
     request(""),  # a required field missing
     request("m-noparts", parts=[]),
     request("m-struct", metadata={"big": "x" * (MAX_STRUCT_BYTES + 10)}),
-], ids=["ok", "configuration", "no message id", "no parts", "free-form too large"])
+    request("m-tenant", tenant="vision"),
+], ids=["ok", "configuration", "no message id", "no parts", "free-form too large", "tenant"])
 def test_the_worker_reads_a_serialized_request_as_the_handler_reads_it(params: SendMessageRequest) -> None:
     assert in_worker(params) == inline(params)
+
+
+@pytest.mark.parametrize("data", [b"\xff\xff\xff", request("m-cut").SerializeToString()[:-1]], ids=["garbage", "cut"])
+def test_bytes_that_are_no_request_are_refused_as_grpcs_own_parse_refuses_them(data: bytes) -> None:
+    with pytest.raises(DecodeError) as grpcs:
+        SendMessageRequest.FromString(data)
+    tenant, answer = read_send_proto_as_data(data)
+    assert (tenant, answer) == ("", (False, "DecodeError", str(grpcs.value)))
+    with pytest.raises(DecodeError) as raised:
+        raise_refusal(answer)
+    assert str(raised.value) == str(grpcs.value)
 
 
 async def test_a_large_grpc_send_is_converted_in_the_worker_and_reaches_the_agent_intact() -> None:
@@ -93,3 +109,104 @@ async def test_a_large_grpc_send_is_converted_in_the_worker_and_reaches_the_agen
                     await stub.SendMessage(request(""), metadata=VERSION, timeout=60)
     assert refused.value.code() == small.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert refused.value.details() == small.value.details()
+
+
+def _padded(mid: str, tenant: str = "", text_bytes: int = 2_000_000) -> SendMessageRequest:
+    return request(mid, tenant=tenant, parts=[a2a_pb2.Part(text="x" * text_bytes)])
+
+
+@pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage"])
+async def test_large_requests_read_in_the_worker_get_the_answers_small_ones_get(method: str) -> None:
+    """Each case sent small (parsed on the loop) and padded past 1 MiB (parsed in the worker): the same status, details
+    and ErrorInfo; bytes that are no request get grpc's own UNKNOWN `Unexpected <class …DecodeError'>: …`."""
+    cases = {"served": lambda pad: _padded("m-ok", text_bytes=pad),
+             "no message id": lambda pad: _padded("", text_bytes=pad),
+             "unknown tenant": lambda pad: _padded("m-t", tenant="nope", text_bytes=pad),
+             "tenant not hers": lambda pad: _padded("m-h", tenant="other", text_bytes=pad)}
+    async with grpc_gateway({"auth": {"clients": [{"name": "alice", "token": "tok-a", "agents": ["text", "nope"]}]},
+                             "max_body_bytes": 4 << 20}) as (gw, _, port, _executor):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[
+                ("grpc.max_send_message_length", 8 << 20)]) as channel:
+            token = (("authorization", "Bearer tok-a"),)
+
+            async def answer(data: bytes) -> tuple[Any, ...]:
+                path = f"/lf.a2a.v1.A2AService/{method}"
+                try:
+                    if method == "SendMessage":
+                        reply = await channel.unary_unary(path)(data, metadata=VERSION + token, timeout=60)
+                        return "ok", a2a_pb2.SendMessageResponse.FromString(reply).WhichOneof("payload")
+                    events = [a2a_pb2.StreamResponse.FromString(e) async for e in channel.unary_stream(path)(
+                        data, metadata=VERSION + token, timeout=60)]
+                    return "ok", events[-1].WhichOneof("payload")
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code(), exc.details(), dict(exc.trailing_metadata() or ()).get("grpc-status-details-bin")
+
+            got = {}
+            for name, make in cases.items():
+                small, large = make(1000).SerializeToString(), make(2_000_000).SerializeToString()
+                assert len(small) <= INLINE_PARSE_BYTES < len(large)
+                got[name] = (await answer(small), await answer(large))
+            got["not a request"] = (await answer(b"\xff\xff\xff"), await answer(b"\x0a\xff\xff\xff\xff\x0f" + bytes(2 << 20)))
+            assert gw._body_parser.worker_pid is not None  # the large ones were read there
+            left = gw.access.bodies.held
+    for name, (small, large) in got.items():
+        assert small == large, name
+    assert got["served"][0] == ("ok", "task")
+    assert got["no message id"][0][:2] == (grpc.StatusCode.INVALID_ARGUMENT, "Validation failed")
+    assert got["unknown tenant"][0][:2] == (grpc.StatusCode.NOT_FOUND, "agent 'nope' is not registered")
+    assert got["tenant not hers"][0][:2] == (grpc.StatusCode.PERMISSION_DENIED, "client alice may not call agent other")
+    assert got["not a request"][0][:2] == (grpc.StatusCode.UNKNOWN, "Unexpected <class 'google.protobuf.message.DecodeError'>: "
+                                           "Error parsing message with type 'lf.a2a.v1.SendMessageRequest': Wire format was corrupt")
+    assert left == 0  # every large message's hold given back
+
+
+async def test_a_large_request_is_parsed_by_the_worker_not_by_grpc_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the worker unable to run (it exits at once: a worker killed, out of memory), a large SendMessage, even
+    one that is no request at all, is UNAVAILABLE as a large REST body is (before: grpc parsed it on the loop, and
+    the garbage got its DecodeError), while a small request is still served."""
+    import subprocess
+    import sys
+
+    from mma2a.gateway.bindings.body_parser import JSONBodyParser
+
+    monkeypatch.setattr(JSONBodyParser, "_start", staticmethod(lambda: subprocess.Popen(
+        [sys.executable, "-c", "pass"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)))
+    async with grpc_gateway({"max_body_bytes": 4 << 20}) as (gw, _, port, _executor):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[
+                ("grpc.max_send_message_length", 8 << 20)]) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as garbage:
+                await channel.unary_unary("/lf.a2a.v1.A2AService/SendMessage")(
+                    b"\x0a\xff\xff\xff\xff\x0f" + bytes(2 << 20), metadata=VERSION, timeout=60)
+        refused = await _refused("127.0.0.1", port, _padded("m-large"))
+        served = await _send("127.0.0.1", port, _padded("m-small", text_bytes=1000))
+        left = gw.access.bodies.held
+    for exc in (garbage.value, refused):
+        assert exc.code() == grpc.StatusCode.UNAVAILABLE
+        assert exc.details() == ("the gateway could not parse the request body (its parser process stopped); retry, "
+                                 "or send large media by reference (POST /blobs)")
+    assert served.HasField("task") and left == 0
+
+
+async def test_a_large_grpc_message_holds_its_bytes_of_the_body_budget_and_is_refused_past_it() -> None:
+    """gRPC request messages inside the body budget (round 5 left them outside): a message over 1 MiB holds its bytes
+    of `max_body_bytes_in_flight` (in all and per sender) until its call ends, as an HTTP body does, and one that does
+    not fit is refused UNAVAILABLE with the HTTP door's reason. Deterministic: the budget is held by the test."""
+    big = _padded("m-big")
+    size = big.ByteSize()
+    async with grpc_gateway({"max_body_bytes": 4 << 20}) as (gw, url, port, executor):
+        bodies = gw.access.bodies
+        room = bodies.total - 2_000_000  # what the test holds: less than the message's 2 MiB reservation is left
+        assert bodies.take("someone", bodies.per_sender) is None
+        assert bodies.take("someone else", room - bodies.per_sender) is None
+        refused = await _refused("127.0.0.1", port, big)
+        assert bodies.held == room  # the refused message holds nothing
+        small = await _send("127.0.0.1", port, _padded("m-small", text_bytes=1000))  # under 1 MiB: never counted
+        bodies.give("someone else", room - bodies.per_sender)
+        bodies.give("someone", bodies.per_sender)
+        served = await _send("127.0.0.1", port, big)
+        assert bodies.held == 0  # given back when the call ended
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE
+    assert refused.details() == (f"the gateway is reading {room} bytes of request bodies already "
+                                 "(max_body_bytes_in_flight); retry, or send large media by reference (POST /blobs)")
+    assert small.HasField("task") and served.HasField("task")
+    assert size > 2_000_000

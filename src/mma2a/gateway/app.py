@@ -352,7 +352,8 @@ class Gateway:
         if self.config.grpc_listen is not None:  # A2A's gRPC binding (the grpc extra), same handler, same pipeline
             from .bindings.grpc_service import GrpcIngress
 
-            self.grpc = GrpcIngress(self.config, self.access, self.sdk.load(), self.jsonrpc_access, self.directory.get)
+            self.grpc = GrpcIngress(self.config, self.access, self.sdk.load(), self.jsonrpc_access, self.directory.get,
+                                    bodies=self._body_parser)
             await self.grpc.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
         if self.config.blob_max_age_s is not None and isinstance(self.store, LocalBlobStore):

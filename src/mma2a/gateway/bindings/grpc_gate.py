@@ -24,18 +24,20 @@ from typing import Any, NoReturn
 
 import grpc
 import grpc.aio
-from a2a.types import a2a_pb2
+from a2a.types import SendMessageRequest, a2a_pb2
 from google.protobuf import any_pb2, descriptor, duration_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from ...errors import A2A_DOMAIN, AgentNotFound, Forbidden, InvalidRequest, MMA2AError, RequestTimeout, grpc_status, metadata_strings
+from ...sdk_requests import raise_refusal
 from ..access.authz import AccessClass, RouteAccess, UnclassifiedRoute
 from ..access.clients import BodyBudget, BodyHold, Client, client_jwt, current_client, jwt_of
 from ..access.peers import TrustedProxies, peer_host
 from ..access.security import AccessControl, BodiesBusy, retry_after
 from ..downstream.overload import client_deadline, shed_note
 from ..downstream.service_params import activated_extensions, read_extensions, requested_extensions
+from .body_parser import JSONBodyParser, read_ahead
 
 A2A_SERVICE: descriptor.ServiceDescriptor = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
 
@@ -56,6 +58,10 @@ JSONRPC_TWINS: Mapping[str, str] = {
 }
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+READ_AHEAD_METHODS = frozenset(f"/{A2A_SERVICE.full_name}/{m}" for m in ("SendMessage", "SendStreamingMessage"))
+"""The methods whose request reaches the door as bytes (no deserializer) and is parsed there: inline up to the body
+parser's inline size, past it in the JSON body worker, which also makes the pipeline's JSON of it (`read_ahead`)."""
 
 
 def method_access(jsonrpc: Mapping[str, RouteAccess], *, service: descriptor.ServiceDescriptor = A2A_SERVICE,
@@ -153,11 +159,14 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def __init__(self, control: AccessControl, methods: Mapping[str, RouteAccess], *, message_timeout_s: float,
                  proxies: TrustedProxies | None = None, agent_of: Callable[[str], object] | None = None,
-                 relayed: Callable[[str], tuple[str, str | None] | None] | None = None) -> None:
+                 relayed: Callable[[str], tuple[str, str | None] | None] | None = None,
+                 bodies: JSONBodyParser | None = None) -> None:
         """`agent_of`: the directory's lookup, which raises `AgentNotFound` for a tenant naming no agent;
         `relayed`: the client address and certificate CN behind a connection the gateway's own TLS relayed
-        (`grpc_relay.TlsRelay.identity`, by grpc's peer string), None for others."""
+        (`grpc_relay.TlsRelay.identity`, by grpc's peer string), None for others; `bodies`: the JSON body worker,
+        which reads the large requests of `READ_AHEAD_METHODS` (without it grpc parses every request itself)."""
         self.control = control
+        self.bodies = bodies
         self.relayed = relayed
         self.agent_of = agent_of
         self.methods = methods
@@ -175,11 +184,13 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def _wrap(self, handler: Any, access: RouteAccess | None, method: str) -> Any:
         admit = self._admit
+        parse = handler.request_deserializer
+        raw = self.bodies is not None and method in READ_AHEAD_METHODS and parse is not None
 
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            client, request, held = await admit(access, method, requests, context)
+            client, request, held, read = await admit(access, method, requests, context, parse if raw else None)
             try:
-                with self._call(client, context) as activated:
+                with self._call(client, context, read) as activated:
                     reply = await handler.unary_unary(request, context)
                     await _echo(context, activated)
                     return reply
@@ -188,7 +199,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     held.release()
 
         async def stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            client, request, held = await admit(access, method, requests, context)
+            client, request, held, read = await admit(access, method, requests, context, parse if raw else None)
             try:  # one of the caller's stream slots while the stream is open, as SSE takes on HTTP
                 slot = self.control.open_stream(client, peer=self.peer(context)[0])
             except MMA2AError as exc:
@@ -196,7 +207,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     held.release()
                 await abort(context, exc)
             try:
-                with self._call(client, context) as activated:
+                with self._call(client, context, read) as activated:
                     first = True
                     async for item in handler.unary_stream(request, context):
                         if first:  # the agent's answer has begun: its activated extensions go in the head
@@ -208,16 +219,18 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     held.release()
                 self.control.streams.give(slot)
 
-        kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+        kw = {"request_deserializer": None if raw else parse, "response_serializer": handler.response_serializer}
         if handler.response_streaming:
             return grpc.stream_stream_rpc_method_handler(stream, **kw)
         return grpc.stream_unary_rpc_method_handler(unary, **kw)
 
     @contextlib.contextmanager
-    def _call(self, client: Client | None, context: grpc.aio.ServicerContext) -> Iterator[list[str]]:
-        """One call's context (its client, JWT, requested extensions, deadline, shed note) and its place in the drain;
-        yields the list the call's activated extensions are noted in."""
+    def _call(self, client: Client | None, context: grpc.aio.ServicerContext,
+              read: tuple[Any, ...] | None) -> Iterator[list[str]]:
+        """One call's context (its client, JWT, requested extensions, deadline, shed note, the request read in the
+        worker) and its place in the drain; yields the list the call's activated extensions are noted in."""
         token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
+        ahead = read_ahead.set(read)
         own = client_jwt.set(_jwt(client, context))
         activated: list[str] = []
         noted = activated_extensions.set(activated)
@@ -230,6 +243,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             client_deadline.reset(deadline)
             shed_note.reset(shed)
             activated_extensions.reset(noted)
+            read_ahead.reset(ahead)
             requested_extensions.reset(asked)
             client_jwt.reset(own)
             current_client.reset(token)
@@ -250,10 +264,14 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return peer_host(context.peer()), _cn(context)
 
     async def _admit(self, access: RouteAccess | None, method: str, requests: AsyncIterator[Any],
-                     context: grpc.aio.ServicerContext) -> tuple[Client | None, Any, BodyHold | None]:
+                     context: grpc.aio.ServicerContext, parse: Callable[[bytes], Message] | None
+                     ) -> tuple[Client | None, Any, BodyHold | None, tuple[Any, ...] | None]:
         """The caller admitted (from metadata and peer), then its one request message read, held in the body budget
-        (the hold returned: the caller releases it when the call ends) and its tenant checked."""
+        (the hold returned: the caller releases it when the call ends) and its tenant checked. With `parse` the
+        message arrives as bytes (`READ_AHEAD_METHODS`) and is parsed here (`_parse`: the worker's answer returned
+        too, for `read_ahead`)."""
         held: BodyHold | None = None
+        read: tuple[Any, ...] | None = None
         try:
             if access is None:
                 raise Forbidden(f"gRPC method {method} has no access class; refused", field="method")
@@ -268,7 +286,11 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 peer = self.proxies.client_address(address, forwarded)
             client = await self.control.admit_async(access, headers, peer=peer, cn=cn)
             request = await self._read(requests)
-            held = self._hold(request, client, address)
+            if parse is None:
+                held = self._hold(request.ByteSize(), client, address)
+            else:  # the bytes as grpc received them: what is held is their length
+                held = self._hold(len(request), client, address)
+                request, read = await self._parse(request, parse)
             tenant = getattr(request, "tenant", "") or None
             self.control.check_agent(client, tenant, field="tenant")
             if tenant is not None and self.agent_of is not None:
@@ -280,14 +302,30 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if held is not None:
                 held.release()
             await abort(context, exc)
-        return client, request, held
+        except BaseException:  # bytes that are no request message: grpc answers it as its own deserializer's error
+            if held is not None:
+                held.release()
+            raise
+        return client, request, held, read
 
-    def _hold(self, request: Message, client: Client | None, address: str) -> BodyHold | None:
+    async def _parse(self, data: bytes, parse: Callable[[bytes], Message]) -> tuple[Message, tuple[Any, ...] | None]:
+        """A request that arrived as bytes: parsed on the loop up to the body parser's inline size (as grpc would have
+        parsed it, its `DecodeError` raised as grpc's), past it in the JSON body worker, which also reads it into the
+        pipeline's JSON (`sdk_requests.read_send_proto_as_data`). That request is returned as the servicer needs it
+        (its tenant alone; the handler takes the rest from `read_ahead`), with the worker's answer."""
+        assert self.bodies is not None
+        if len(data) <= self.bodies.inline_bytes:
+            return parse(data), None
+        tenant, answer = await self.bodies.read_send_proto_answer(data)
+        if not answer[0] and answer[1] == "DecodeError":
+            raise_refusal(answer)
+        return SendMessageRequest(tenant=tenant), answer
+
+    def _hold(self, size: int, client: Client | None, address: str) -> BodyHold | None:
         """A request message over `BodyBudget.LARGE` bytes held in the HTTP doors' body budget
         (`max_body_bytes_in_flight`, in all and per sender) until its call ends; `BodiesBusy` (UNAVAILABLE) when it
         does not fit. gRPC has read it whole by then (`grpc.max_receive_message_length` caps one), so a refusal drops
         it at once: what many large calls hold together is bounded as on HTTP (round 5 left gRPC outside)."""
-        size = request.ByteSize()
         if size <= BodyBudget.LARGE:
             return None
         held = self.control.bodies.hold(client.key if client is not None else f"ip:{address}",

@@ -1,7 +1,8 @@
 """gRPC, A2A 1.0's third binding, in front of the same pipeline (needs the `grpc` extra: grpcio).
 
 The `a2a-sdk`'s `GrpcHandler` serves the `A2AService`; behind it runs the gateway's
-`PipelineRequestHandler`, as on JSON-RPC and REST. A request's `tenant` names the target agent
+`PipelineRequestHandler`, as on JSON-RPC and REST. A SendMessage or SendStreamingMessage request past
+1 MiB is parsed in the JSON body worker, not on the event loop (`grpc_gate.READ_AHEAD_METHODS`). A request's `tenant` names the target agent
 (the per-agent card advertises it), so `tenant: "vision"` on gRPC is `/agents/vision/` on HTTP;
 no tenant is automatic routing. Every call passes the HTTP gate's access decision first
 (`grpc_admission`): the access class of its JSON-RPC twin, credentials from metadata, the same
@@ -29,6 +30,7 @@ from ..access.authz import RouteAccess
 from ..access.security import AccessControl
 from ..config import GatewayConfig
 from ..downstream.overload import shed_note
+from .body_parser import JSONBodyParser
 from .grpc_gate import Admission, error_status, method_access, rich_status
 from .grpc_relay import TlsRelay
 
@@ -130,15 +132,17 @@ class GrpcIngress:
     """The gateway's gRPC server: started with the gateway, stopped with it."""
 
     def __init__(self, cfg: GatewayConfig, control: AccessControl, handler: RequestHandler,
-                 jsonrpc: Mapping[str, RouteAccess], agent_of: Callable[[str], object] | None = None) -> None:
+                 jsonrpc: Mapping[str, RouteAccess], agent_of: Callable[[str], object] | None = None,
+                 bodies: JSONBodyParser | None = None) -> None:
         """`control`: the HTTP gate (its authenticator, rate-limit buckets, drain); `jsonrpc`: the access of each
         JSON-RPC method, which its gRPC twin takes (a method without one: `UnclassifiedRoute`); `agent_of`: the
-        directory's lookup, so a `tenant` naming no agent is NOT_FOUND before the call runs."""
+        directory's lookup, so a `tenant` naming no agent is NOT_FOUND before the call runs; `bodies`: the JSON body
+        worker, where a large SendMessage request is parsed (`grpc_gate.READ_AHEAD_METHODS`)."""
         assert cfg.grpc_listen is not None
         self.listen = cfg.grpc_listen
         self.relay: TlsRelay | None = None
         admission = Admission(control, method_access(jsonrpc), message_timeout_s=cfg.server.body_timeout_s,
-                              agent_of=agent_of, relayed=self._relayed)
+                              agent_of=agent_of, relayed=self._relayed, bodies=bodies)
         servicer = PipelineGrpcHandler(handler)
         # A name such as `localhost:0` resolves to several addresses. Given the name, gRPC binds the first on a free
         # port and then wants that port on the others too; where another process holds it there, gRPC keeps the one

@@ -51,7 +51,7 @@ from ...sdk_requests import check_required, raise_refusal, send_request_json
 from ..access.clients import current_client
 from ..access.security import AccessControl, retry_after
 from ..pipeline import Pipeline
-from .body_parser import JSONBodyParser
+from .body_parser import JSONBodyParser, read_ahead
 from .listing import list_tasks
 
 _Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig)
@@ -251,13 +251,17 @@ class PipelineRequestHandler(RequestHandler):
         return await self.send_json(*await self._read(params), context)
 
     async def _read(self, params: SendMessageRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """`_request_json`; a request past the body parser's inline size (a gRPC SendMessage carrying media) is
-        serialized again (C, a copy) and converted in the JSON body worker process, as a REST body is: the
-        conversion (base64 of every raw part, in Python) held the event loop, 245 ms for a 20 MB PNG."""
-        if self.bodies is None or params.ByteSize() <= self.bodies.inline_bytes:
+        """`_request_json`, or the answer the gRPC door read from a large request's bytes in the JSON body worker
+        (`body_parser.read_ahead`: `params` then holds only the tenant). A request parsed already past the body
+        parser's inline size (the SDK's JSON-RPC dispatcher's) is serialized again (C, a copy) and converted there
+        too: the conversion (base64 of every raw part, in Python) held the event loop, 245 ms for a 20 MB PNG."""
+        answer = read_ahead.get()
+        if answer is None and (self.bodies is None or params.ByteSize() <= self.bodies.inline_bytes):
             return _request_json(params)
         try:
-            answer = await self.bodies.read_send_proto_answer(params.SerializeToString())
+            if answer is None:
+                assert self.bodies is not None
+                _, answer = await self.bodies.read_send_proto_answer(params.SerializeToString())
             raise_refusal(answer)
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
