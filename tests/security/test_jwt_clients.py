@@ -382,3 +382,87 @@ async def test_requests_that_meet_a_new_kid_together_share_one_read(tmp_path: An
     await asyncio.gather(*reads)
     assert verifier.issuers[0].reads == 2  # one read at start, one for the new kid
     assert verifier.authenticate(token).name == "alice"
+
+
+# --- session 12 (probe5): attacks that worked, replayed -------------------------------------------------------------
+
+
+async def test_an_issuer_claim_that_is_not_a_string_is_refused_not_a_500_on_every_door() -> None:
+    """S12-1: `iss` is read before the signature is checked, so anyone, with no credential, could send an unsigned
+    token whose `iss` was a list or an object: the issuer lookup raised TypeError (unhashable) and every binding
+    answered 500 (gRPC UNKNOWN naming the exception), with a traceback in the log per request."""
+    idp = Issuer()
+    specs = {"text": agent("text", ["text/plain"])}
+    async with serving(idp) as jwks, agents(specs) as urls:
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "urls": LOOPBACK, "grpc_listen": "127.0.0.1:0",
+               "auth": {"jwt": [jwt_config(idp, jwks)]}}
+        async with gateway(cfg, clock=Clock()) as (gw, url):
+            tokens = [idp.forge({"alg": "RS256"}, {"iss": []}), idp.forge({"alg": "RS256"}, {**idp.claims(), "iss": [idp.name]}),
+                      idp.forge({"alg": "RS256", "kid": idp.keys[0].kid}, {**idp.claims(), "iss": {"a": 1}})]
+            answers = []
+            for token in tokens:
+                answers.append(await post(url, "/", send_body("i-1"), bearer(token)))
+                answers.append(await post(url, "/message:send", REST_MSG, bearer(token)))
+                async with httpx.AsyncClient() as c:
+                    answers.append(await c.get(url + "/metrics", headers=bearer(token)))
+            assert gw.grpc is not None
+            over_grpc = await _grpc_send(gw.grpc.port, tokens[0], "", "x")
+    why = "JWT: issuer (iss) is not one this gateway trusts (auth.jwt[].issuer)"
+    for r in answers:
+        assert r.status_code == 401, r.text
+        assert r.json()["error"]["message"] == why
+    assert over_grpc == (grpc.StatusCode.UNAUTHENTICATED, why)
+    assert spec_untouched(specs)
+
+
+async def test_a_jwks_server_that_trickles_its_answer_is_given_up_after_the_read_timeout(monkeypatch: Any) -> None:
+    """S12-2: the key set's fetch had per-read timeouts only: a JWKS URL sending its document a byte at a time held the
+    read for as long as it liked, every request with a new kid waited on it (a client's request hung past 45 s), and no
+    later read could start, so the key rotation was never seen. Now the whole read has `READ_TIMEOUT_S`; the request
+    waiting is answered, the keys in force stay, and the next read after `min_refresh_s` picks the new key up."""
+    from mma2a.gateway.access import jwks as jwks_module
+
+    monkeypatch.setattr(jwks_module, "READ_TIMEOUT_S", 1.0)
+    idp = Issuer(kind="EC")
+    trickle = {"on": False}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not trickle["on"]:
+            await idp.app(scope, receive, send)
+            return
+        idp.reads += 1
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        doc = __import__("orjson").dumps(idp.jwks())
+        for i in range(len(doc)):  # ~250 bytes, one every 0.2 s: 50 s in all (until the test turns it off)
+            if not trickle["on"]:
+                break
+            await send({"type": "http.response.body", "body": doc[i:i + 1], "more_body": True})
+            await asyncio.sleep(0.2)
+        await send({"type": "http.response.body", "body": b""})
+
+    specs = {"text": agent("text", ["text/plain"])}
+    from mma2a.serving import running
+
+    async with running(app) as served, agents(specs) as urls:
+        jwks = served.rstrip("/") + "/jwks"
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "urls": LOOPBACK,
+               "auth": {"jwt": [jwt_config(idp, jwks, min_refresh_s=0)]}}
+        async with gateway(cfg, clock=Clock()) as (gw, url):
+            first = idp.mint()
+            old = await post(url, "/", send_body("t-1"), bearer(first))
+            trickle["on"] = True
+            idp.rotate()
+            waited = await post(url, "/", send_body("t-2"), bearer(idp.mint()))  # before: no answer within 30 s
+            error = gw.access.auth.jwt.issuers[0].error  # type: ignore[union-attr]
+            still = await post(url, "/", send_body("t-3"), bearer(first))  # the keys in force stay
+            trickle["on"] = False  # the IdP answers again: a read may start (none is stuck), and it finds the new key
+            keys = gw.access.auth.jwt.issuers[0]  # type: ignore[union-attr]
+            await keys.refresh()  # joins a read the last request started in the background, if any
+            await keys.refresh()
+            fresh = await post(url, "/", send_body("t-4"), bearer(idp.mint()))
+    assert old.status_code == 200
+    assert waited.status_code == 401
+    assert waited.json()["error"]["message"] == "JWT: unknown key id (kid): not in the issuer's key set"
+    assert error == f"JWKS {jwks}: not read within 1 s"
+    assert still.status_code == 200
+    assert fresh.status_code == 200, fresh.text

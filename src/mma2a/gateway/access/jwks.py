@@ -5,7 +5,8 @@ answer, clamped to `[min_refresh_s, refresh_s]`; a file: every `refresh_s`), and
 `kid` it does not hold, at most once per `min_refresh_s` (a flood of made-up kids costs one fetch,
 then nothing). Readers never wait on the network: `keys` is swapped whole, a refresh runs once at a
 time (callers of `refresh` share it), and a failed refresh keeps the keys in force. A URL is fetched
-through the SSRF guard (`payload.ssrf.SafeFetcher`: every redirect checked, at most `MAX_JWKS_BYTES`);
+through the SSRF guard (`payload.ssrf.SafeFetcher`: every redirect checked, at most `MAX_JWKS_BYTES`, the whole
+read within `READ_TIMEOUT_S`);
 a file is read off the event loop.
 
 Only public keys for signatures are taken: `oct` (HMAC) keys are refused at parse, so no token can be
@@ -34,6 +35,11 @@ log = logging.getLogger("mma2a.gateway.jwks")
 
 MAX_JWKS_BYTES = 1 << 20
 """A key set document read at most this long (an IdP publishes a few keys: a few KB)."""
+
+READ_TIMEOUT_S = 10.0
+"""A key set URL read whole within this, connection to last byte. The fetcher's own timeouts are per socket read, so a
+server sending a byte every few seconds held the read (and every request waiting for a new kid) for as long as it
+liked, and no later read could start: rotation stopped."""
 
 PublicKey = RSAKey | ECKey | OKPKey
 _MAX_AGE = re.compile(r"max-age=(\d+)")
@@ -161,7 +167,10 @@ class IssuerKeys:
         self.reads += 1
         try:
             if self.is_url:
-                body, ttl = await self._fetch()
+                try:
+                    body, ttl = await asyncio.wait_for(self._fetch(), READ_TIMEOUT_S)
+                except TimeoutError:
+                    raise JWKSError(f"JWKS {self.source}: not read within {READ_TIMEOUT_S:g} s") from None
             else:
                 body, ttl = await asyncio.to_thread(Path(self.source).read_bytes), None
             keys = parse_jwks(body, self.source)

@@ -189,7 +189,8 @@ class JWTVerifier:
             raise JWTRefused("not a well-formed JWS compact token", "malformed") from None
         if not isinstance(claims, dict):
             raise JWTRefused("the payload is not a JSON object of claims", "malformed")
-        issuer = self._issuers.get(claims.get("iss"))  # type: ignore[arg-type]
+        iss = claims.get("iss")  # any JSON value, unsigned yet: only a string can name an issuer (a list is unhashable)
+        issuer = self._issuers.get(iss) if isinstance(iss, str) else None
         if issuer is None:
             raise JWTRefused("issuer (iss) is not one this gateway trusts (auth.jwt[].issuer)", "unknown_issuer")
         name = issuer.name
