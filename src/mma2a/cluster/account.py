@@ -34,8 +34,8 @@ def gateway_permissions(names: Names) -> tuple[list[str], list[str]]:
                     f"$JS.ACK.{s}.>", f"$JS.FC.{s}.>"]
     publish += [f"$KV.{names.bucket(b)}.>" for b in KV_BUCKETS]
     publish += [f"$O.{names.blobs_bucket}.>", f"{names.cluster}.deliver.>", f"{names.cluster}.reply.>",
-                f"{names.cluster}.history.>", f"{names.cluster}.learning.>"]
-    subscribe = ["_INBOX.>", f"{names.cluster}.reply.>"]
+                f"{names.cluster}.history.>", f"{names.cluster}.learning.>", f"{names.cluster}.budgets"]
+    subscribe = ["_INBOX.>", f"{names.cluster}.reply.>", f"{names.cluster}.budgets"]
     return publish, subscribe
 
 

@@ -28,10 +28,12 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from .._version import __version__
 from ..errors import ClusterError, InvalidParams, MMA2AError
+from ..gateway.access.budgets import SharedBudgets
 from ..gateway.cluster_config import ClusterConfig
 from ..gateway.state.hooks import GatewayParts
 from ..routing import parse_rules
 from ..serving import cancel_tasks
+from .budgets import BudgetExchange
 from .delivery import DurableDelivery
 from .learning import ClusterLearning
 from .push import PushJournalKV
@@ -84,6 +86,7 @@ class ClusterState:
         self.push_journal = PushJournalKV(self)  # opened by the gateway's push service once this member has started
         self.tasks: ClusterTaskMap | None = None  # set by task_map() when the gateway is built
         self.history: JetStreamHistory | None = None  # set by history_sink() when the gateway keeps a history
+        self.budgets: BudgetExchange | None = None  # set by share_budgets() when the gateway is built
         self._pending_rules: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._watchers: list[Any] = []
@@ -114,6 +117,12 @@ class ClusterState:
     def learning_journal(self) -> ClusterLearning:
         """Where the gateway's learner shares what it notes and takes (a stream every gateway follows from its start)."""
         return self.learning
+
+    def share_budgets(self, budgets: SharedBudgets) -> bool:
+        """The clients' budgets hold across the cluster: their use is exchanged with the other gateways (started by
+        `start`)."""
+        self.budgets = BudgetExchange(self, budgets)
+        return True
 
     def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> ClusterTaskMap:
         """The gateway's task map, shared with the other gateways (`tasks` bucket, or the workers' files in
@@ -147,6 +156,8 @@ class ClusterState:
         if self.history is not None:
             await self.history.setup()
         await self.learning.setup()
+        if self.budgets is not None:
+            await self.budgets.start()
         await self.heartbeat()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
         log.info("joined cluster %s as %s", c.name, self.id)
@@ -155,6 +166,8 @@ class ClusterState:
         if self.history is not None:
             await self.history.stop()
         await self.learning.stop()
+        if self.budgets is not None:
+            await self.budgets.stop()
         await self.delivery.stop()
         if self.tasks is not None:
             await self.tasks.close()

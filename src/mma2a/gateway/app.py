@@ -47,6 +47,7 @@ from ..routing import parse_rules
 from ..routing.semantic import CachedEmbedder
 from ..serving import cancel_tasks
 from .access.authz import AccessClass, ErrorShape, RouteAccess, RouteIndex, Unrouted, check_classified, guard_routes
+from .access.budgets import SharedBudgets
 from .access.clients import current_client, current_sender
 from .access.federation import Federation
 from .access.guard import MessageGuard, media_limits
@@ -196,6 +197,21 @@ class Gateway:
         self.startup_errors: list[str] = []
         self.drain = Drain()
         self.app = self._build_app()
+
+    def _share_budgets(self) -> None:
+        """In a cluster, the clients' budgets hold across its gateways (access/budgets.py): their use is exchanged.
+        A lone gateway keeps its own, at no cost."""
+        heard, elsewhere = self.metrics.budget_heard, self.metrics.budget_elsewhere
+        budgets = SharedBudgets(on_heard=lambda budget, units: heard.labels(budget).inc(units),
+                                on_elsewhere=lambda budget, held: elsewhere.labels(budget).set(held))
+        if not self.cluster.share_budgets(budgets):
+            return
+        if self.access.limiter is not None:
+            budgets.rate("requests", self.access.limiter)
+        budgets.rate("ratings", self.pipeline.learner.ratings)
+        budgets.count("streams", self.access.streams.by_sender)
+        budgets.count("detached", self.pipeline.streaming.detached)
+        budgets.count("follows", self.pipeline.push.follower.by_owner)
 
     def _slots(self, config: GatewayConfig) -> AgentSlotTable:
         """Each agent's concurrency limit and priority queue (`limits`, `agents[].max_concurrency`), counted in the
@@ -434,6 +450,7 @@ class Gateway:
                                      bodies=bodies)
         # the gRPC binding passes the same gate (grpc_admission)
         control = self.access = access_control(self, body_check=bodies.check)
+        self._share_budgets()
         rpc = JsonRpcIngress(self.pipeline, sdk, max_body_bytes=self.config.max_body_bytes, metrics=self.metrics,
                              control=control, parser=bodies)
 

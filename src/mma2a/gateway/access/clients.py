@@ -13,7 +13,7 @@ import hmac
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..._frozen import quick_init
 from ...errors import RateLimited, Unauthorized
+from .budgets import ClientCounts
 
 log = logging.getLogger("mma2a.gateway.security")
 
@@ -333,31 +334,77 @@ class Authenticator:
 
 
 class RateLimiter:
-    """Token buckets per sender: `rate` tokens a second, at most `burst`; idle buckets are forgotten."""
+    """Token buckets per sender: `rate` tokens a second, at most `burst`; idle buckets are forgotten.
 
-    def __init__(self, rate: float, burst: int, *, capacity: int = 50_000) -> None:
+    In a cluster (`budgets.SharedBudgets.rate`) the tokens taken are also counted per sender for the other gateways,
+    and theirs are charged here (`charge`): a bucket may then owe tokens (below zero) and refills from there."""
+
+    def __init__(self, rate: float, burst: float, *, capacity: int = 50_000) -> None:
         self.rate = rate
         self.burst = burst
         self.capacity = capacity
-        self._buckets: OrderedDict[str, list[float]] = OrderedDict()
+        self._buckets: OrderedDict[str, list[float]] = OrderedDict()  # key -> [tokens, at, rate, burst]
+        self._taken: dict[str, int] | None = None  # a cluster's: tokens taken per key since the last report
+        self._early = max(1, int(burst) // 4)  # ... told at once when a key took this many (a quarter of a burst)
+        self._wake: Callable[[], None] | None = None
 
-    def take(self, key: str, now: float, *, rate: float | None = None, burst: int | None = None) -> float | None:
+    def take(self, key: str, now: float, *, rate: float | None = None, burst: float | None = None) -> float | None:
         """Take one token; None when allowed, else the seconds until one is available."""
         rate = rate or self.rate
         burst = burst or self.burst
         b = self._buckets.get(key)
         if b is None:
-            b = self._buckets[key] = [float(burst), now]
+            b = self._buckets[key] = [float(burst), now, rate, burst]
             while len(self._buckets) > self.capacity:
                 self._buckets.popitem(last=False)
         else:
             self._buckets.move_to_end(key)
             b[0] = min(float(burst), b[0] + (now - b[1]) * rate)
             b[1] = now
+        taken = self._taken
+        if taken is None:
+            if b[0] >= 1.0:
+                b[0] -= 1.0
+                return None
+            return (1.0 - b[0]) / rate
+        b[2], b[3] = rate, burst  # what `charge` refills this key's bucket at
         if b[0] >= 1.0:
             b[0] -= 1.0
+            n = taken[key] = taken.get(key, 0) + 1
+            if n == self._early and self._wake is not None:
+                self._wake()
             return None
         return (1.0 - b[0]) / rate
+
+    def share(self, wake: Callable[[], None]) -> None:
+        """Count the tokens taken per key for `unreported` (a cluster's budgets); `wake` when a key took a quarter
+        of a burst since the last report."""
+        self._taken = {}
+        self._wake = wake
+
+    def unreported(self) -> dict[str, tuple[int, float, float]]:
+        """Per key, the tokens taken since the last call and the rate and burst of its bucket (empty unless shared)."""
+        taken = self._taken
+        if not taken:
+            return {}
+        self._taken = {}
+        buckets, rate, burst = self._buckets, self.rate, self.burst
+        return {key: (n, b[2], b[3]) if (b := buckets.get(key)) is not None else (n, rate, burst)
+                for key, n in taken.items()}
+
+    def charge(self, key: str, tokens: float, now: float, rate: float | None = None, burst: float | None = None) -> None:
+        """`tokens` another gateway let `key` take: taken out of its bucket here, refilled up to `now` first (a key not
+        seen here: a full bucket of the `rate` and `burst` the other gateway gives it)."""
+        b = self._buckets.get(key)
+        if b is None:
+            rate, burst = rate or self.rate, burst or self.burst
+            b = self._buckets[key] = [float(burst), now, rate, burst]
+            while len(self._buckets) > self.capacity:
+                self._buckets.popitem(last=False)
+        else:
+            b[0] = min(float(b[3]), b[0] + (now - b[1]) * b[2])
+            b[1] = now
+        b[0] -= tokens
 
     def admit(self, client: Client | None, peer: str, now: float) -> None:
         """Take a token for `client` (its own rate and burst), or for an anonymous `peer`; RateLimited when out."""
@@ -465,24 +512,23 @@ class StreamSlots:
         self.per_sender = per_sender
         self.total = total
         self.held = 0
-        self._by: dict[str, int] = {}
+        self.by_sender = ClientCounts()  # in a cluster, with what the other gateways hold (per_sender is on the sum)
 
     def take(self, sender: str) -> str | None:
         """A slot for `sender`; None when granted, else why not."""
-        mine = self._by.get(sender, 0)
-        if mine >= self.per_sender:
-            return (f"{_bare(sender)} has {mine} streams open already (limits.max_response_streams_per_client: "
-                    f"{self.per_sender}); close one first")
+        counts = self.by_sender
+        mine = counts.here(sender)
+        there = counts.there(sender)
+        if mine + there >= self.per_sender:
+            where = f" ({there} of them on other gateways of the cluster)" if there else ""
+            return (f"{_bare(sender)} has {mine + there} streams open already{where} "
+                    f"(limits.max_response_streams_per_client: {self.per_sender}); close one first")
         if self.held >= self.total:
             return f"the gateway has {self.held} streams open already (limits.max_response_streams); retry later"
-        self._by[sender] = mine + 1
+        counts.add(sender)
         self.held += 1
         return None
 
     def give(self, sender: str) -> None:
         self.held -= 1
-        left = self._by.get(sender, 0) - 1
-        if left > 0:
-            self._by[sender] = left
-        else:
-            self._by.pop(sender, None)
+        self.by_sender.remove(sender)

@@ -204,6 +204,13 @@ class GatewayMetrics:
         self.push_deliveries = _counter("mma2a_push_deliveries", "Push notifications to clients' webhooks, by outcome "
                                         "(delivered, failed, refused)", ["outcome"], r)
         self.agents = Labelled(Gauge("mma2a_agents", "Registered agents, by health", ["health"], registry=r))
+        # a cluster's per-client budgets (gateway/access/budgets.py): what the other gateways reported
+        self.budget_heard = _counter("mma2a_budget_heard", "Per-client budget use reported by the cluster's other "
+                                     "gateways, by budget (requests, ratings: tokens; streams, detached, follows: held)",
+                                     ["budget"], r)
+        self.budget_elsewhere = Labelled(Gauge("mma2a_budget_held_elsewhere", "What the clients hold on the cluster's "
+                                               "other gateways now, by budget (streams, detached, follows)", ["budget"],
+                                               registry=r))
 
     def render(self, agents: frozenset[str] | None = None) -> bytes:
         """The exposition text; for a client limited to `agents` (`auth.clients[].agents`), only those agents'

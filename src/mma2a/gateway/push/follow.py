@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import MMA2AError
+from ..access.budgets import ClientCounts
 from ..access.clients import digest_secret
 from ..config import PushSettings
 from ..stages.calls import AgentCaller
@@ -133,7 +134,8 @@ class Follower:
         self._follows: dict[str, asyncio.Task[None]] = {}
         self._seen: dict[str, tuple[Any, ...]] = {}
         self._records: dict[str, TaskRecord] = {}
-        self._per_owner: dict[str | None, int] = {}  # follows by the task's owner (push.max_follows_per_client)
+        # follows by the task's owner (push.max_follows_per_client; in a cluster with the other gateways' follows)
+        self.by_owner = ClientCounts()
 
     def __len__(self) -> int:
         return len(self._follows)
@@ -158,9 +160,11 @@ class Follower:
         """Why one more task of `owner` could not be followed now (None: it could): the client's own share
         (`max_follows_per_client`), so one client cannot take every follow, or the gateway's (`max_follows`)."""
         s = self.settings
-        mine = self._per_owner.get(owner, 0)
+        counts = self.by_owner
+        mine = counts.here(owner or "") + counts.there(owner or "")
         if mine >= s.max_follows_per_client:
-            return (f"this client has {mine} running tasks followed for push notifications, the most is "
+            where = " (on every gateway of the cluster)" if counts.there(owner or "") else ""
+            return (f"this client has {mine} running tasks followed for push notifications{where}, the most is "
                     f"{s.max_follows_per_client} (push.max_follows_per_client); wait for some to end or delete "
                     "their configs")
         if len(self._follows) >= s.max_follows:
@@ -177,7 +181,7 @@ class Follower:
         if reason is not None:
             log.warning("push: task %s is not followed: %s", rec.task_id, reason)
             return False
-        self._per_owner[rec.owner] = self._per_owner.get(rec.owner, 0) + 1
+        self.by_owner.add(rec.owner or "")
         self._records[rec.task_id] = rec
         task = asyncio.create_task(self._follow(rec), name=f"push follow {rec.task_id}")
         self._follows[rec.task_id] = task
@@ -188,9 +192,7 @@ class Follower:
         self._follows.pop(task_id, None)
         rec = self._records.pop(task_id, None)
         if rec is not None:
-            left = self._per_owner.pop(rec.owner, 0) - 1
-            if left > 0:
-                self._per_owner[rec.owner] = left
+            self.by_owner.remove(rec.owner or "")
         self._seen.pop(task_id, None)
         self.webhooks.drop_task(task_id)
 

@@ -15,6 +15,7 @@ from ...errors import AgentRPCError, DispatchError, MMA2AError, Overloaded, Unsu
 from ...ext import EXTENSION_URI
 from ...routing import RouteDecision
 from ...view import MessageView
+from ..access.budgets import ClientCounts
 from ..access.clients import current_sender
 from ..access.federation import check_bound
 from ..downstream.directory import AgentEntry
@@ -40,7 +41,7 @@ class Streaming:
         # fan-outs a client left running (its stream closed before the legs answered), at most this many per client;
         # past it, the one its client leaves is cancelled (as streams are bounded by the client's stream slots)
         self.detached_per_client = detached_per_client
-        self._detached: dict[str, int] = {}
+        self.detached = ClientCounts()  # in a cluster with the other gateways' (detached_per_client is on the sum)
         self.admission = exchange.admission
         self.planner = exchange.planner
         self.dispatcher = exchange.dispatcher
@@ -202,10 +203,10 @@ class Streaming:
         `detached_per_client` such fan-outs; otherwise cancel them and record the task as canceled, saying why."""
         owner = current_sender()
         sender = owner or ""  # (no client known: one count for all of them)
-        held = self._detached.get(sender, 0)
+        held = self.detached.here(sender) + self.detached.there(sender)
         if held < self.detached_per_client:
-            self._detached[sender] = held + 1
-            legs.add_done_callback(lambda _: self._undetach(sender))
+            self.detached.add(sender)
+            legs.add_done_callback(lambda _: self.detached.remove(sender))
             return
         legs.cancel()
         why = (f"canceled: the client closed its stream with {held} fan-outs of its own still running "
@@ -225,13 +226,6 @@ class Streaming:
             history.record(DecisionRecord(decision.message_id, time.time(), current_sender(),
                                           [PartSummary(p.index, p.modality) for p in decision.parts], decision.parts,
                                           outcome, 0.0, (), decision.explanation.parts))
-
-    def _undetach(self, sender: str) -> None:
-        left = self._detached.get(sender, 0) - 1
-        if left > 0:
-            self._detached[sender] = left
-        else:
-            self._detached.pop(sender, None)
 
     async def _fan_out_legs(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,

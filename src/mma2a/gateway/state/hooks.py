@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from ...modality import ModalityRegistry
 from ...payload import BlobStore
 from ...routing import SessionPins
+from ..access.budgets import SharedBudgets
 from ..access.guard import NonceLedger
 from ..config import GatewayConfig
 from ..downstream.directory import AgentDirectory, AgentEntry
@@ -104,6 +105,10 @@ class ClusterHooks(RouteHooks, Protocol):
     def learning_journal(self) -> LearnJournal | None:
         """Where learned tasks and ratings go for the other gateways (None: a lone gateway learns alone)."""
 
+    def share_budgets(self, budgets: SharedBudgets) -> bool:
+        """Exchange the clients' budget use with the other gateways through `budgets` (False: a lone gateway, whose
+        budgets are its own; nothing of `budgets` is used)."""
+
     async def start(self, gateway: GatewayParts) -> None:
         """Join: share or adopt rules, agents and modalities; open pins, blobs, deliveries, tasks."""
 
@@ -136,6 +141,9 @@ class Standalone:
 
     def learning_journal(self) -> LearnJournal | None:
         return None
+
+    def share_budgets(self, budgets: SharedBudgets) -> bool:
+        return False
 
     async def start(self, gateway: GatewayParts) -> None:
         return None

@@ -25,6 +25,7 @@ from ...ext import EXTENSION_URI
 from ...routing import NO_EVIDENCE, Evidence, EvidenceIndex, RouteDecision
 from ...routing.learned import part_key
 from ...view import MessageView
+from ..access.clients import RateLimiter
 
 
 class LearnedPart(NamedTuple):
@@ -110,7 +111,9 @@ class Learner:
         self._by_owner: dict[str, OrderedDict[str, None]] = {}
         # in a cluster: ratings of tasks whose note has not reached this gateway yet, taken in when it does
         self._waiting: OrderedDict[str, list[tuple[str, str, float]]] = OrderedDict()
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # owner -> (tokens, at)
+        # each owner's ratings (in a cluster, charged with what it rated on the other gateways); the least recently
+        # rating owners' buckets go past 65,536 (they were full again)
+        self.ratings = RateLimiter(rate_per_s, burst, capacity=65_536)
 
     def note(self, task_id: str, view: MessageView, decision: RouteDecision, owner: str | None) -> None:
         """Remember the learned parts of a decision whose task is `task_id` (no-op when none was learned)."""
@@ -164,17 +167,10 @@ class Learner:
 
     def admit(self, owner: str) -> None:
         """Take one of `owner`'s ratings from its bucket, or raise `RateLimited` (HTTP 429, with Retry-After)."""
-        now = self.clock()
-        tokens, at = self._buckets.pop(owner, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate_per_s)
-        if tokens < 1.0:
-            self._buckets[owner] = (tokens, now)
-            wait = (1.0 - tokens) / self.rate_per_s
+        wait = self.ratings.take(owner, self.clock())
+        if wait is not None:
             raise RateLimited(f"feedback: at most {self.rate_per_s:g} ratings a second per client "
                               f"(burst {self.burst:g}); retry in {wait:.2f} s", retry_after=wait)
-        self._buckets[owner] = (tokens - 1.0, now)
-        while len(self._buckets) > 65_536:  # the least recently rating clients' buckets go (they were full again)
-            self._buckets.popitem(last=False)
 
     def rate(self, task_id: str, owner: str | None, agent: str, score: float) -> int:
         """A rating of `agent`'s answer on a task: taken in for each of its parts that `agent` took by learning;

@@ -1,0 +1,171 @@
+"""Per-client budgets hold across a cluster's gateways (gateway/access/budgets.py, cluster/budgets.py): two gateway
+processes on one real nats-server; a client's request rate, ratings and open streams are its budget in all, not
+once per gateway; another client stays answered; no refusal names another client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mma2a.cluster.server import NatsServer
+from tests.agents import RecordingExecutor, Stepper, make_card, run_agent, streaming_card
+
+from .conftest import admin, cluster_name, gateways, task_state, text_message
+
+pytestmark = pytest.mark.timeout(300)  # gateway processes and nats-server: minutes on a loaded 2-core box
+
+TOKENS = {"alice": "alice-token-0123456789", "mallory": "mallory-token-0123456789", "carol": "carol-token-0123456789"}
+BURST = 8  # mallory's requests (a token every 1,000 s: none comes back during the test)
+RATINGS = 3  # every client's ratings (limits.feedback_burst; one every 1,000 s)
+STREAMS = 2  # every client's open streams (limits.max_response_streams_per_client)
+
+
+def bearer(client: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[client]}", "A2A-Version": "1.0"}
+
+
+def budgeted(nats_url: str, name: str, agents: dict[str, str] | None = None) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "auth": {"clients": [{"name": n, "token": t, **({"rate": 0.001, "burst": BURST} if n == "mallory" else {})}
+                             for n, t in TOKENS.items()]},
+        "rate_limit": {"enabled": True, "rate": 100, "burst": 200},
+        "limits": {"feedback_per_s": 0.001, "feedback_burst": RATINGS, "max_response_streams_per_client": STREAMS},
+        "timeout_s": 20, "retries": 0,
+        "cluster": {"nats": nats_url, "name": name, "heartbeat_s": 0.5, "member_ttl_s": 2},
+    }
+    if agents is not None:  # the first gateway seeds the cluster
+        config["agents"] = [{"name": n, "url": u} for n, u in agents.items()]
+        config["rules"] = json.dumps({"version": 1, "rules": [
+            {"name": "echo", "match": {"modality": "*/*"}, "action": {"route_to": "echo"}}]})
+    return config
+
+
+async def metric(c: httpx.AsyncClient, url: str, name: str, budget: str) -> float:
+    text = (await c.get(url + "/metrics", headers=admin())).text
+    found = re.search(rf'^{name}{{budget="{budget}"}} ([0-9.e+]+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+async def until(c: httpx.AsyncClient, url: str, name: str, budget: str, want: float, timeout_s: float = 30.0) -> None:
+    """Poll `url`'s metric until it reads `want` (the other gateway's report has been taken in there)."""
+    deadline = time.monotonic() + timeout_s
+    while (got := await metric(c, url, name, budget)) != want:
+        assert time.monotonic() < deadline, f"{name}{{budget={budget}}} on {url}: {got}, never {want}"
+        await asyncio.sleep(0.05)
+
+
+async def send(c: httpx.AsyncClient, url: str, who: str, text: str) -> httpx.Response:
+    return await c.post(url + "/", headers=bearer(who), json={
+        "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": text_message(text)}})
+
+
+async def test_a_clients_request_rate_and_ratings_are_its_budget_across_both_gateways(
+        nats_server: NatsServer, tmp_path: Path) -> None:
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as echo_url:
+        name = cluster_name()
+        configs = [budgeted(nats_server.url, name, {"echo": echo_url}), budgeted(nats_server.url, name)]
+        async with gateways(configs, tmp_path) as gws, httpx.AsyncClient(timeout=30) as c:
+            gw1, gw2 = gws[0].url, gws[1].url
+            # mallory floods gw1: her burst, then refusals
+            codes = [(await send(c, gw1, "mallory", f"flood {i}")).status_code for i in range(BURST + 4)]
+            assert codes == [200] * BURST + [429] * 4, codes
+            await until(c, gw2, "mma2a_budget_heard_total", "requests", BURST)  # gw2 took in gw1's report
+            # gw2 holds her to what is left of the same budget: nothing (without sharing: another BURST)
+            refused = await send(c, gw2, "mallory", "on the other gateway")
+            assert refused.status_code == 429, refused.text
+            error = refused.json()["error"]
+            assert re.fullmatch(r"rate limit of mallory exceeded; retry in [0-9.]+ s", error["message"]), error
+            assert "alice" not in refused.text and "carol" not in refused.text
+            assert int(refused.headers["retry-after"]) >= 1
+            # both flooded at once: every request of hers refused on both, while alice is answered on both
+            floods = [send(c, url, "mallory", f"again {i}") for i in range(10) for url in (gw1, gw2)]
+            calm = [send(c, url, "alice", f"alice {i}") for i in range(3) for url in (gw1, gw2)]
+            replies = await asyncio.gather(*floods, *calm)
+            assert [r.status_code for r in replies[:20]] == [429] * 20
+            for r in replies[20:]:
+                assert r.status_code == 200 and task_state(r.json()) == "TASK_STATE_COMPLETED", r.text
+            for r in replies[:20]:
+                assert "alice" not in r.text and "carol" not in r.text
+            # carol's ratings (of a task id nobody has: a rating is taken before the task is looked up): 3 in all
+            rate = f"/tasks/{uuid.uuid4()}:feedback"
+            codes = [(await c.post(gw1 + rate, json={"score": 1}, headers=bearer("carol"))).status_code
+                     for _ in range(RATINGS + 1)]
+            assert codes == [404] * RATINGS + [429], codes
+            await until(c, gw2, "mma2a_budget_heard_total", "ratings", RATINGS)
+            refused = await c.post(gw2 + rate, json={"score": 1}, headers=bearer("carol"))
+            assert refused.status_code == 429, refused.text
+            assert "ratings a second per client" in refused.text and "alice" not in refused.text
+            mine = await c.post(gw2 + rate, json={"score": 1}, headers=bearer("alice"))
+            assert mine.status_code == 404, mine.text  # alice's own budget: taken, then her (unknown) task looked up
+
+
+class Opened:
+    """A SendStreamingMessage to the stepper agent, read until its first event; the stream stays open until `close`
+    (its line reader is kept: a reader collected early closes the response)."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.response: httpx.Response | None = None
+        self.lines: Any = None
+
+    async def open(self) -> Opened:
+        self.response = response = await self.ctx.__aenter__()
+        if response.status_code != 200:
+            await response.aread()
+            return self
+        self.lines = response.aiter_lines()
+        async for line in self.lines:
+            if line.startswith("data:"):
+                break
+        return self
+
+    async def close(self) -> None:
+        await self.ctx.__aexit__(None, None, None)
+
+
+async def open_stream(c: httpx.AsyncClient, url: str, who: str, text: str) -> Opened:
+    return await Opened(c.stream("POST", url + "/agents/stepper/", headers={**bearer(who), "Accept": "text/event-stream"},
+                                 json={"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                                       "params": {"message": text_message(text)}})).open()
+
+
+async def test_a_clients_open_streams_are_its_budget_across_both_gateways(nats_server: NatsServer,
+                                                                           tmp_path: Path) -> None:
+    stepper = Stepper()
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as echo_url, \
+            run_agent(streaming_card("stepper"), stepper) as stepper_url:
+        name = cluster_name()
+        configs = [budgeted(nats_server.url, name, {"echo": echo_url, "stepper": stepper_url}),
+                   budgeted(nats_server.url, name)]
+        async with gateways(configs, tmp_path) as gws, httpx.AsyncClient(timeout=30) as c:
+            gw1, gw2 = gws[0].url, gws[1].url
+            held = [await open_stream(c, gw1, "mallory", f"m{i}") for i in range(STREAMS)]
+            try:
+                assert [h.response.status_code for h in held if h.response] == [200] * STREAMS
+                await until(c, gw2, "mma2a_budget_held_elsewhere", "streams", STREAMS)
+                refused = await open_stream(c, gw2, "mallory", "one more")
+                await refused.close()
+                assert refused.response is not None and refused.response.status_code == 429, refused.response
+                assert json.loads(refused.response.text)["error"]["message"] == (
+                    f"mallory has {STREAMS} streams open already ({STREAMS} of them on other gateways of the cluster) "
+                    f"(limits.max_response_streams_per_client: {STREAMS}); close one first")
+                alices = await open_stream(c, gw2, "alice", "alice's")  # another client's budget: untouched
+                await alices.close()
+                assert alices.response is not None and alices.response.status_code == 200
+            finally:
+                for h in held:
+                    await h.close()
+            await until(c, gw2, "mma2a_budget_held_elsewhere", "streams", 0)  # her streams on gw1 closed
+            again = await open_stream(c, gw2, "mallory", "after")
+            await again.close()
+            assert again.response is not None and again.response.status_code == 200, again.response
+            for text in ("m0", "m1", "alice's", "after"):
+                stepper.gate(text).set()
