@@ -187,3 +187,40 @@ async def test_a_stream_through_a_is_alices_at_b_too(monkeypatch: pytest.MonkeyP
         stolen = await call(c, url_a, DAVE, "GetTask", {"id": tid})
     assert "alice streams" in texts(got["result"])
     assert stolen["error"]["code"] == -32001
+
+
+async def test_an_assertion_lifted_from_a_message_neither_lists_the_clients_tasks_nor_uploads_as_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 12, S12-3: an assertion is bound to one message or task, but ListTasks (and the payload routes) never
+    looked at the binding: whoever held gwa's credential and one of alice's assertions (signed for her message) could,
+    within the window, list every task of hers at B — her texts in their history — on JSON-RPC, REST and gRPC, and
+    upload blobs charged to her quota. The upstream never signs such requests, so an assertion there is refused."""
+    import grpc
+    import grpc.aio
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+    async with a_to_b(monkeypatch) as (_, url_a, gw_b, url_b, key), httpx.AsyncClient(timeout=30) as c:
+        mine = await call(c, url_a, ALICE, "SendMessage", text_message("m-plan", "alice's secret plan"))
+        assert gw_b.pipeline.tasks.owner_of(mine["result"]["task"]["id"]) == (True, "alice via gwa")
+        lifted = {HEADER: Federation("gw-a", private_key=key).assertion("alice", "message:m-plan", int(time.time()))}
+        why = (f"{HEADER}: the assertion was signed for message m-plan; ListTasks carries none (the upstream gateway "
+               "signs messages, task calls and ratings only)")
+        listed = await call(c, url_b, GWA, "ListTasks", {}, lifted)
+        rest = await c.get(url_b + "/tasks", headers={"A2A-Version": "1.0", "Authorization": f"Bearer {GWA}", **lifted})
+        upload = await c.post(url_b + "/blobs", content=b"charged to alice", headers={
+            "Authorization": f"Bearer {GWA}", "Content-Type": "text/plain", **lifted})
+        own = await call(c, url_b, GWA, "ListTasks", {})  # gwa itself, without an assertion: its own (none)
+        assert gw_b.grpc is not None
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{gw_b.grpc.port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as over_grpc:
+                await a2a_pb2_grpc.A2AServiceStub(channel).ListTasks(  # type: ignore[no-untyped-call]
+                    a2a_pb2.ListTasksRequest(), timeout=30, metadata=[
+                        ("a2a-version", "1.0"), ("authorization", f"Bearer {GWA}"), (HEADER.lower(), lifted[HEADER])])
+    assert "result" not in listed and listed["error"]["message"] == why  # before: alice's task, her text in it
+    # REST: refused inside the SDK's handler, which renders it 400 (it has no 401), as a lifted GetTask already was
+    assert rest.status_code == 400 and rest.json()["error"]["message"] == why
+    assert rest.json()["error"]["details"][0]["metadata"] == {"field": HEADER}
+    assert upload.status_code == 401
+    assert upload.json()["error"]["message"] == why.replace("ListTasks", "POST /blobs")
+    assert over_grpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and over_grpc.value.details() == why
+    assert own["result"]["tasks"] == []

@@ -104,6 +104,18 @@ def check_bound(kind: str, value: object) -> None:
                        "the upstream gateway signs one per request", field=HEADER)
 
 
+def check_unbound(what: str, client: Client | None = None) -> None:
+    """`Unauthorized` when the caller's principal (`client`, else the request's) comes from an assertion, on a request
+    the upstream never signs one for (`what`: ListTasks, a blob upload, ...): the assertion was lifted from another
+    request, and believing it would let one message's assertion list or charge everything of that client for the rest
+    of the window."""
+    client = client or current_client.get()
+    if client is None or client.bound is None:
+        return
+    raise Unauthorized(f"{HEADER}: the assertion was signed for {client.bound.replace(':', ' ', 1)}; {what} carries "
+                       "none (the upstream gateway signs messages, task calls and ratings only)", field=HEADER)
+
+
 class Federation:
     """The signing side (an upstream's key) and the trusting side (peers' keys) of client assertions."""
 

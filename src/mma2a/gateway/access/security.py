@@ -60,7 +60,7 @@ from .clients import (
     shown,
 )
 from .federation import HEADER_KEY as FEDERATION_HEADER
-from .federation import Federation
+from .federation import Federation, check_unbound
 
 if TYPE_CHECKING:
     from .jwt_clients import JWTVerifier  # loaded with `auth.jwt` only (joserfc)
@@ -163,6 +163,8 @@ class AccessControl:
                                               field="Content-Length")
                             busy.drain = True
                             raise busy
+            if client is not None and client.bound is not None and access.shape is ErrorShape.PAYLOAD:
+                check_unbound(f"{scope.get('method', 'GET')} {scope.get('path', '')}", client)  # blobs, uploads, streams
             if access.stream:
                 streaming = self.open_stream(client, scope)
         except MMA2AError as exc:

@@ -49,6 +49,7 @@ from starlette.routing import Route
 from ...errors import AgentRPCError, MMA2AError, metadata_strings
 from ...sdk_requests import check_required, raise_refusal, send_request_json
 from ..access.clients import current_client
+from ..access.federation import check_unbound
 from ..access.security import AccessControl, retry_after
 from ..pipeline import Pipeline
 from .body_parser import JSONBodyParser, read_ahead
@@ -325,6 +326,7 @@ class PipelineRequestHandler(RequestHandler):
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         client = current_client.get()
         try:
+            check_unbound("ListTasks")  # a peer gateway's assertion, lifted from a message or task call: refused
             page = await list_tasks(self.pipeline, json_format.MessageToDict(params), target=_target(context),
                                     allowed=client.agents if client is not None else None,
                                     owner=client.key if client is not None else None)
