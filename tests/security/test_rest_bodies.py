@@ -244,3 +244,36 @@ async def test_a_refused_large_body_is_not_kept_after_its_answer() -> None:
             finally:
                 gc.enable()
     assert kept == [] and frames == []
+
+
+async def test_a_refused_small_body_is_freed_with_its_answer_on_every_body_route() -> None:
+    """The same cycle held refused bodies up to 1 MiB (the SDK's own endpoints, which read them) until the collector
+    ran, on the 1.0 routes (send, stream, push config) and the v0.3 ones: each is now freed with its answer."""
+    import gc
+
+    from mma2a.request_body import ReadRequest
+
+    v1, v03 = {**REST, "A2A-Version": "1.0"}, {**REST, "A2A-Version": "0.3"}
+    small = orjson.dumps({"message": message("m-small", parts=[{"raw": "Q", "mediaType": "image/png"}]),
+                          "pad": "p" * 200_000})
+    cases = [("/message:send", small, v1), ("/message:stream", small, v1),
+             ("/tasks/t-none/pushNotificationConfigs", b'{"url": 5, "pad": "' + b"p" * 200_000 + b'"}', v1),
+             ("/tasks/t-none/pushNotificationConfigs", b'{"url": "https://example.com/h"}', v1),
+             ("/v1/message:send", b'{"message": {"messageId": 5}, "pad": "' + b"p" * 200_000 + b'"}', v03),
+             ("/v1/tasks/t-none/pushNotificationConfigs", b'{"config": 5}', v03)]
+    async with secured({"max_body_bytes": 4 << 20}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            for path, body, headers in cases:  # warm: the SDK's stack loaded, each route once
+                await c.post(url + path, content=body, headers=headers)
+            gc.collect()
+            gc.disable()  # garbage in a cycle stays findable
+            try:
+                statuses = [(await c.post(url + path, content=body, headers=headers)).status_code
+                            for path, body, headers in cases]
+                live = gc.get_objects()
+                kept = [o.url.path for o in live if isinstance(o, ReadRequest)]
+                del live
+            finally:
+                gc.enable()
+    assert all(400 <= s < 500 for s in statuses), statuses
+    assert kept == []

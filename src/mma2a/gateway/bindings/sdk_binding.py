@@ -8,10 +8,12 @@ first request that needs it (`bindings`), or at the start with gRPC.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+import functools
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
+from a2a.compat.v0_3.rest_adapter import REST03Adapter
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.request_handler import validate_request_params
@@ -86,16 +88,30 @@ def rest_endpoints(handler: PipelineRequestHandler, context_builder: Any, bodies
                    ) -> dict[tuple[str, str], Callable[[Request], Any]]:
     """The SDK's REST (HTTP+JSON) endpoints, A2A 1.0's and 0.3's, by (path, method) as `bindings.REST_ROUTES` and
     `bindings.V03_REST_ROUTES` name them (the same endpoints serve every prefix: they read only the path's `id`
-    and `push_id`, and the context builder its `agent`). With `bodies`, 1.0's `message:send` and `message:stream`
-    read large bodies there (`LargeBodyRestDispatcher`)."""
-    endpoints = {(route.path, method): route.endpoint
-                 for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=True)
-                 if isinstance(route, Route) for method in route.methods or () if method != "HEAD"}
-    if bodies is not None:
-        rest = LargeBodyRestDispatcher(handler, context_builder, bodies)
-        endpoints["/message:send", "POST"] = rest.on_message_send
-        endpoints["/message:stream", "POST"] = rest.on_message_send_stream
+    and `push_id`, and the context builder its `agent`). The endpoints are this module's own dispatcher's
+    (`LargeBodyRestDispatcher`: with `bodies`, 1.0's `message:send` and `message:stream` read large bodies there)
+    and v0.3 adapter's (`FreeingREST03Adapter`): each route's refusal is freed with its answer."""
+    rest = LargeBodyRestDispatcher(handler, context_builder, bodies)
+    v03 = FreeingREST03Adapter(handler, context_builder)
+    endpoints: dict[tuple[str, str], Callable[[Request], Any]] = {}
+    for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=True):
+        if not isinstance(route, Route):
+            continue
+        for method in route.methods or ():
+            if method != "HEAD":  # the SDK's table of paths; the endpoints are the same methods of this module's own
+                endpoints[route.path, method] = _own_endpoint(route.endpoint, rest, v03)
     return endpoints
+
+
+def _own_endpoint(endpoint: Any, rest: LargeBodyRestDispatcher, v03: FreeingREST03Adapter) -> Callable[[Request], Any]:
+    """The endpoint of `rest` or `v03` that the SDK's `endpoint` (a method of its own dispatcher, or a partial of its
+    v0.3 adapter's) stands for."""
+    if isinstance(endpoint, functools.partial):  # v0.3: partial(adapter._handle_…, adapter.handler.METHOD)
+        runner, method = endpoint.func, endpoint.args[0]
+        own: Callable[[Request], Any] = functools.partial(getattr(v03, runner.__name__),
+                                                          getattr(v03.handler, method.__name__))
+        return own
+    return getattr(rest, endpoint.__name__)  # type: ignore[no-any-return]
 
 
 class LargeBodyRestDispatcher(RestDispatcher):
@@ -105,14 +121,30 @@ class LargeBodyRestDispatcher(RestDispatcher):
     ~0.5 s. Smaller bodies take the SDK's own endpoint. Either way the same checks in the same order (the version,
     then the body, then the pipeline), and the SDK's error handlers render the refusals."""
 
-    def __init__(self, handler: PipelineRequestHandler, context_builder: Any, bodies: JSONBodyParser) -> None:
+    def __init__(self, handler: PipelineRequestHandler, context_builder: Any, bodies: JSONBodyParser | None) -> None:
         super().__init__(request_handler=handler, context_builder=context_builder)
         self._pipeline_handler = handler
         self._bodies = bodies
 
+    async def _handle_non_streaming(self, request: Request, handler_func: Any) -> Any:
+        """The SDK's, its refusal freed at once (`_drop_tracebacks`), on every route of this dispatcher."""
+        try:
+            return await super()._handle_non_streaming(request, handler_func)
+        except Exception as exc:
+            _drop_tracebacks(exc)
+            raise  # rendered by the SDK's handler, as on its own endpoint
+
+    async def _handle_streaming(self, request: Request, handler_func: Any) -> Any:
+        """The SDK's, a refusal before the first event freed at once (`_drop_tracebacks`)."""
+        try:
+            return await super()._handle_streaming(request, handler_func)
+        except Exception as exc:
+            _drop_tracebacks(exc)
+            raise
+
     async def on_message_send(self, request: Request) -> Response:
         body = await _body(request)
-        if body is None or len(body) <= self._bodies.inline_bytes:
+        if body is None or self._bodies is None or len(body) <= self._bodies.inline_bytes:
             return await super().on_message_send(request)
         try:
             answer = await self._bodies.read_send_answer(body)  # its refusal is raised where the SDK's parse was
@@ -122,7 +154,7 @@ class LargeBodyRestDispatcher(RestDispatcher):
 
     async def on_message_send_stream(self, request: Request) -> Any:
         body = await _body(request)
-        if body is None or len(body) <= self._bodies.inline_bytes:
+        if body is None or self._bodies is None or len(body) <= self._bodies.inline_bytes:
             return await super().on_message_send_stream(request)
         try:
             answer = await self._bodies.read_send_answer(body)
@@ -148,11 +180,7 @@ class LargeBodyRestDispatcher(RestDispatcher):
                 return SendMessageResponse(task=task_or_message)
             return SendMessageResponse(message=task_or_message)
 
-        try:
-            response = await self._handle_non_streaming(request, _handler)
-        except Exception as exc:
-            _drop_tracebacks(exc)
-            raise  # rendered by the SDK's handler, as on its own endpoint
+        response = await self._handle_non_streaming(request, _handler)
         return A2AJSONResponse(content=json_format.MessageToDict(response))
 
     @rest_stream_error_handler
@@ -163,11 +191,24 @@ class LargeBodyRestDispatcher(RestDispatcher):
             async for event in self._pipeline_handler.send_stream_json(message, config, context):
                 yield json_format.MessageToDict(proto_utils.to_stream_response(event))
 
-        try:
-            return await self._handle_streaming(request, _handler)
-        except Exception as exc:
-            _drop_tracebacks(exc)
-            raise
+        return await self._handle_streaming(request, _handler)
+
+
+class FreeingREST03Adapter(REST03Adapter):
+    """The SDK's v0.3 REST adapter, a refusal of a non-streaming route freed at once (`_drop_tracebacks`): the SDK's
+    traced v0.3 handler kept it, and the request's frames with its body, in a cycle until the collector ran."""
+
+    async def _handle_request(self, method: Callable[[Request, ServerCallContext], Awaitable[Any]],
+                              request: Request) -> Response:
+        async def freeing(req: Request, context: ServerCallContext) -> Any:
+            try:
+                return await method(req, context)
+            except Exception as exc:
+                _drop_tracebacks(exc)
+                raise
+
+        response: Response = await super()._handle_request(freeing, request)
+        return response
 
 
 def _refused(exc: MMA2AError) -> Response:
@@ -180,9 +221,9 @@ def _refused(exc: MMA2AError) -> Response:
 def _drop_tracebacks(exc: BaseException) -> None:
     """Drop the tracebacks of a refusal and of the exceptions it chains. The SDK's traced wrappers
     (`a2a.utils.telemetry`) keep the exception in a local of their own frame: a cycle through the traceback, and
-    through each frame's caller, that held the request's every frame (the 27 MB body, the message read from it)
+    through each frame's caller, that held the request's every frame (its body, the message read from it)
     until the collector ran, which a served gateway does rarely (`serving.GC_THRESHOLDS`): three rounds of three
-    refused 26.7 MB REST bodies left the gateway +533 MB."""
+    refused 26.7 MB REST bodies left the gateway +533 MB, and each refused body up to 1 MiB stayed as long."""
     seen: set[int] = set()
     chained: BaseException | None = exc
     while chained is not None and id(chained) not in seen:
