@@ -191,13 +191,16 @@ class TaskMap:
             else:
                 self._owned.pop(key, None)
 
-    def _expire_owner(self, owner: str) -> None:
-        """Forget `owner`'s oldest records until it is within its budget again (its newest is kept)."""
+    def _expire_owner(self, owner: str) -> list[str]:
+        """Forget `owner`'s oldest records until it is within its budget again (its newest is kept); the ids forgotten."""
         assert self.max_bytes_per_owner is not None
         mine = self._by_owner[owner]
+        gone = []
         while self._owner_bytes.get(owner, 0) > self.max_bytes_per_owner and len(mine) > 1:
             task_id = next(iter(mine))
             self._forget(task_id, self._rows.pop(task_id))
+            gone.append(task_id)
+        return gone
 
     def held_by(self, owner: str) -> int:
         """The bytes `owner`'s records are counted at."""
