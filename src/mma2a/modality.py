@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -205,8 +205,11 @@ class ModalityType:
         """The schema's validator, patterns bounded (`patterns.bounded_validator`); made at its first use (jsonschema
         is imported then: a gateway whose parts carry no features never loads it)."""
         import jsonschema
+        from referencing import Registry
 
-        return bounded_validator(jsonschema.validators.validator_for(self.schema))(self.schema)
+        # an empty registry that retrieves nothing: jsonschema's default fetches a remote `$ref` with urllib, blocking,
+        # without a timeout, past the URL policy (registration refuses such schemas too: `check_schema`)
+        return bounded_validator(jsonschema.validators.validator_for(self.schema))(self.schema, registry=Registry())
 
 
 class ModalityRegistry:
@@ -235,6 +238,10 @@ class ModalityRegistry:
             jsonschema.validators.validator_for(schema).check_schema(schema)
         except jsonschema.SchemaError as exc:
             raise FeatureSchemaError(f"schema: invalid JSON Schema for {pattern!r}: {exc.message}", field="schema") from None
+        for where, ref in _references(schema):  # nothing fetched: a remote schema stalled the loop on every message
+            if not ref.startswith("#"):
+                raise FeatureSchemaError(f"{where}: {ref[:120]!r} refused: a feature schema's references must point "
+                                         "inside it ('#/$defs/...'); remote schemas are never fetched", field="schema")
         for where, regex in schema_patterns(schema):  # no regular expression that backtracks without bound
             why = check_pattern(regex)
             if why is not None:
@@ -261,6 +268,9 @@ class ModalityRegistry:
             )
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise FeatureSchemaError(f"version: must be a positive integer, got {version!r}", field="version")
+        if not isinstance(description, str):
+            raise FeatureSchemaError(f"description: must be a string, got {type(description).__name__}",
+                                     field="description")
         if schema_id is not None and (not isinstance(schema_id, str) or not _SCHEMA_ID_RE.fullmatch(schema_id)):
             raise FeatureSchemaError(
                 f"schema_id: must be a non-empty name without spaces, got {schema_id!r}", field="schema_id"
@@ -311,13 +321,32 @@ class ModalityRegistry:
         mtype = self.lookup(modality)
         if mtype is None:
             return
-        errors = sorted(mtype.validator.iter_errors(dict(features)), key=lambda e: [str(p) for p in e.path])
+        from referencing.exceptions import Unresolvable
+
+        try:
+            errors = sorted(mtype.validator.iter_errors(dict(features)), key=lambda e: [str(p) for p in e.path])
+        except Unresolvable as exc:  # a reference inside the schema that names nothing in it
+            raise FeatureSchemaError(f"{field}: schema {mtype.feature_schema} has a reference that cannot be resolved "
+                                     f"({str(exc)[:120]})", field=field, data={"schema": mtype.feature_schema}) from None
         if errors:
             err = errors[0]
             name = field + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
             raise FeatureSchemaError(
                 f"{name}: {err.message} (schema {mtype.feature_schema})", field=name, data={"schema": mtype.feature_schema}
             )
+
+
+def _references(schema: Any, where: str = "schema") -> Iterator[tuple[str, str]]:
+    """Every reference of a JSON Schema (`$ref`, `$dynamicRef`, `$recursiveRef`), with where it is."""
+    if isinstance(schema, Mapping):
+        for key, value in schema.items():
+            if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
+                yield f"{where}.{key}", value
+            elif isinstance(value, (Mapping, list)):
+                yield from _references(value, f"{where}.{key}")
+    elif isinstance(schema, list):
+        for i, item in enumerate(schema):
+            yield from _references(item, f"{where}[{i}]")
 
 
 DEFAULT_REGISTRY = ModalityRegistry()

@@ -82,3 +82,59 @@ async def test_slow_patterns_are_refused_at_registration_and_long_strings_are_no
                                      "^[^@]+@[^@]+$", "cat|dog", "[a-z]+\\d"])
 def test_ordinary_patterns_pass(pattern: str) -> None:
     assert check_pattern(pattern) is None
+
+
+async def test_a_schema_referring_to_a_remote_schema_is_refused_and_nothing_is_ever_fetched(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 12, S12-4: jsonschema's default resolver fetched a remote `$ref` with urllib when a client's features
+    were validated — on the event loop, with no timeout, past the URL policy: with the `$ref` host not answering, the
+    gateway answered nothing (not even /healthz) for as long as the host held the connection. Now registration refuses
+    a reference outside the schema, and the validator never retrieves (an empty registry)."""
+    from mma2a.errors import FeatureSchemaError
+    from mma2a.modality import ModalityRegistry
+    from mma2a.serving import running
+
+    hits: list[str] = []
+
+    async def remote(scope: dict[str, Any], receive: Any, send: Any) -> None:  # records what the gateway asks of it
+        if scope["type"] == "http":
+            hits.append(scope["path"])
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"type": "integer"}'})
+
+    async with running(remote) as there, sample_agent("a") as a:
+        ref = there.rstrip("/") + "/name.json"
+        cfg = {"agents": [{"name": "a", "url": a.url}], "auth": {"clients": [{"name": "c", "token": TOKEN}]}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c, registered(gw, "application/x-lidar"):
+            refused = {field: await c.post(url + "/admin/modalities", headers=admin(), json={
+                "modality": "application/x-lidar", "schema": schema}) for field, schema in (
+                ("schema.properties.name.$ref", {"type": "object", "properties": {"name": {"$ref": ref}}}),
+                ("schema.$defs.n.$dynamicRef", {"$defs": {"n": {"$dynamicRef": "name.json"}}}),
+                ("schema.allOf[0].$ref", {"$id": there, "allOf": [{"$ref": "name.json"}]}))}
+            local = await c.post(url + "/admin/modalities", headers=admin(), json={
+                "modality": "application/x-lidar", "schema": {"$defs": {"n": {"type": "integer"}}, "type": "object",
+                                                              "properties": {"name": {"$ref": "#/$defs/n"}}}})
+            described = await c.post(url + "/admin/modalities", headers=admin(), json={
+                "modality": "application/x-lidar", "description": {"an": "object"}})  # kept and served as it came
+            auth = {"Authorization": f"Bearer {TOKEN}", "A2A-Version": "1.0"}
+            checked = await c.post(url, json=with_features("m-ref", {"name": "not a number"}), headers=auth)
+    for field, r in refused.items():
+        assert r.status_code == 400, field
+        assert r.json()["error"]["message"].startswith(f"{field}: "), r.text
+        assert r.json()["error"]["message"].endswith("refused: a feature schema's references must point inside it "
+                                                     "('#/$defs/...'); remote schemas are never fetched")
+    assert local.status_code == 201  # a reference inside the schema works
+    assert described.status_code == 400 and described.json()["error"]["message"] == ("description: must be a "
+                                                                                       "string, got dict")
+    assert checked.json()["error"]["message"] == ("message.parts[0].features.name: 'not a number' is not of type "
+                                                  "'integer' (schema application/x-lidar/1)")
+    # a schema that got in some other way still fetches nothing: its reference cannot be resolved, said by name
+    registry = ModalityRegistry(builtins=False)
+    with monkeypatch.context() as m:  # as if an older replica had registered it, unchecked
+        m.setattr(ModalityRegistry, "check_schema", staticmethod(lambda pattern, schema: None))
+        registry.register("application/x-sneak", schema={"type": "object", "properties": {"name": {"$ref": ref}}})
+    with pytest.raises(FeatureSchemaError) as info:
+        registry.validate_features("application/x-sneak", {"name": 1})
+    assert info.value.message.startswith("features: schema application/x-sneak/1 has a reference that cannot be "
+                                         "resolved (")
+    assert hits == []  # before: /name.json fetched once per message
