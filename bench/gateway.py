@@ -21,6 +21,12 @@ hits all alike, at 1, 4 and 16 connections:
   feature stage on: the one text ("hello") is embedded once, then served from the vector cache, and ranked
   against the card's skills; bench/gateway_skills.py compares repeated and never-seen texts per model
 - `sdk_direct` / `sdk_gateway`: the a2a-sdk echo agent (bench/echo_agent.py), directly and through a gateway
+- `gateway_ratelimit`, `gateway_workers2_ratelimit` (not in the default set): `gateway` and `gateway_workers2` with
+  `rate_limit` on at a rate nothing reaches, so every request takes a token (and, with workers, the workers tell each
+  other what each client took: gateway/access/budgets.py)
+- `X_before` for X one of `gateway`, `gateway_ratelimit`, `gateway_workers2`, `gateway_workers2_ratelimit`: the same
+  arm run from another source tree (`--before OTHER/src`, e.g. `git archive COMMIT src | tar -x -C OTHER`), so a
+  change's cost is measured beside the code before it in one run (ratios `X_over_before_*`)
 
 Each arm's server CPU time per request (all threads, /proc schedstat) is reported too, and `ok_rps`: the answers
 that passed the check a second (`rps` counts every answer, a 503 shed too).
@@ -132,10 +138,19 @@ def thousand_rules() -> dict[str, Any]:
     return doc
 
 
-class Arms:
-    """Start the processes; `url[arm]` and `pid[arm]` (the server whose CPU is measured)."""
+RATE_LIMITED = {"rate_limit": {"enabled": True, "rate": 1e9, "burst": 10**9}}  # every request takes a token, none refused
+# arms that may also run from another source tree (`--before SRC`: the arm `X_before`), for a change's cost side by side
+BEFORE_ABLE: dict[str, dict[str, Any]] = {
+    "gateway": {}, "gateway_ratelimit": {"extra": RATE_LIMITED}, "gateway_workers2": {"args": ["--workers", "2"]},
+    "gateway_workers2_ratelimit": {"extra": RATE_LIMITED, "args": ["--workers", "2"]},
+}
 
-    def __init__(self, tmp: Path, arms: list[str]) -> None:
+
+class Arms:
+    """Start the processes; `url[arm]` and `pid[arm]` (the server whose CPU is measured). `before`: the source tree
+    (a `src` directory of another commit) the `X_before` arms run from."""
+
+    def __init__(self, tmp: Path, arms: list[str], before: str | None = None) -> None:
         self.tmp, self.procs, self.url, self.pid = tmp, [], {}, {}
         self.also: dict[str, int] = {}  # an arm's second process (gateway_unshared2)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -164,6 +179,15 @@ class Arms:
             self._gateway("gateway_unshared2_b", "fast", fast_url, None, env, args=["--worker"], port=port)
             self.also["gateway_unshared2"] = self.pid.pop("gateway_unshared2_b")
             del self.url["gateway_unshared2_b"]
+        for arm in ("gateway_ratelimit", "gateway_workers2_ratelimit"):  # every request through the rate limiter
+            if arm in arms:
+                self._gateway(arm, "fast", fast_url, None, env, **BEFORE_ABLE[arm])
+        for arm in arms:
+            if arm.endswith("_before") and arm.removesuffix("_before") in BEFORE_ABLE:
+                if before is None:
+                    raise SystemExit(f"--arms {arm}: give the other source tree with --before SRC")
+                self._gateway(arm, "fast", fast_url, None, {**env, "PYTHONPATH": before},
+                              **BEFORE_ABLE[arm.removesuffix("_before")])
         if "gateway_1k" in arms:
             self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
         if "gateway_nolimit" in arms:  # no per-agent slots: every leg forwarded at once, as the proxies do
@@ -298,6 +322,13 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             ratios["rules_none_over_1k_cpu"] = round(table["gateway"]["cpu_us_per_req"] / table["gateway_1k"]["cpu_us_per_req"], 3)
         if "gateway_skills" in table and "gateway" in table:
             ratios["skills_over_none_rps"] = round(table["gateway_skills"]["rps"] / table["gateway"]["rps"], 3)
+        for name in names:  # an arm beside itself from the other source tree (`--before`)
+            if name.endswith("_before") and name.removesuffix("_before") in table:
+                now_, then = table[name.removesuffix("_before")], table[name]
+                ratios[f"{name.removesuffix('_before')}_over_before_ok_rps"] = (
+                    round(now_["ok_rps"] / then["ok_rps"], 3) if then["ok_rps"] else 0.0)
+                ratios[f"{name.removesuffix('_before')}_over_before_cpu_per_req"] = round(
+                    now_["cpu_us_per_req"] / then["cpu_us_per_req"], 3)
         if "sdk_gateway" in table and "sdk_direct" in table:
             ratios["sdk_gateway_over_direct_rps"] = round(table["sdk_gateway"]["rps"] / table["sdk_direct"]["rps"], 3)
         result["levels"][str(c)] = {"arms": table, "ratios": ratios,
@@ -391,6 +422,7 @@ def main() -> None:
     ap.add_argument("--soak", type=int, default=0, help="send this many messages through the gateway instead")
     ap.add_argument("--must-show", action="store_true", help="issue 16's whole table in one run (see above)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--before", help="a source tree (another commit's src/) the arms named X_before run from")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk")
@@ -402,7 +434,7 @@ def main() -> None:
         wanted = ["direct", "proxy", "gateway", "gateway_1k", "gateway_soak"]
     else:
         wanted = ["gateway"] if args.soak else args.arms.split(",")
-    arms = Arms(tmp, wanted)
+    arms = Arms(tmp, wanted, before=str(Path(args.before).resolve()) if args.before else None)
     try:
         if args.must_show:
             result = must_show(args, arms, str(script))

@@ -455,3 +455,51 @@ def test_flows_count_parts_per_modality_and_target_with_how_they_got_there(tmp_p
     assert newest["truncated"] is True and newest["decisions"] == 2
     assert {f["target"] for f in newest["flows"]} == {"(dropped)", "(refused)"}
     assert store.flows(now + 1000, now + 2000) == {"decisions": 0, "truncated": False, "flows": []}
+
+
+def test_one_clients_decisions_past_its_share_evict_only_its_own(tmp_path):
+    """`max_bytes_per_client`: mallory's flood (far past her quarter of `max_bytes`) loses her own oldest decisions,
+    never alice's, nor those without a client (auth off: everyone's, held to `max_bytes` alone); each sender's
+    running total stays the sum of its rows, and a file from before the shares gets its totals on opening."""
+    path = tmp_path / "h.sqlite3"
+    store = HistoryStore(path, max_age_s=3600, max_bytes=400_000)
+    assert store.max_bytes_per_client == 100_000
+    now = time.time()
+    store.write([to_row(record(f"alice{i}", now - 100 + i)._replace(sender="alice")) for i in range(20)])
+    store.write([to_row(record(f"anon{i}", now - 90 + i)._replace(sender=None)) for i in range(5)])
+    pad = {"pad": "m" * 150}
+    for batch in range(10):
+        store.write([to_row(record(f"mallory{batch}-{i}", now - 50 + batch, features=pad)._replace(sender="mallory"))
+                     for i in range(100)])
+    held = dict(store._writer.execute("SELECT sender, bytes FROM senders"))
+    assert held["mallory"] > 100_000 and held == _sizes_by_sender(store)
+    assert store.prune(now) > 0
+    after = _sizes_by_sender(store)
+    assert 0 < after["mallory"] <= 90_000 and after["alice"] == held["alice"]
+    held = after
+    assert dict(store._writer.execute("SELECT sender, bytes FROM senders")) == held
+    assert store.stats()["bytes"] == _sum_of_sizes(store)
+    alice, _ = store.query(HistoryFilter(sender="alice", limit=100))
+    assert len(alice) == 20  # every one of hers kept
+    mine, _ = store.query(HistoryFilter(sender="mallory", limit=1000))
+    assert mine[0]["messageId"] == "mallory9-99"  # her newest kept, her oldest gone
+    assert len([d for d, in store._writer.execute("SELECT message_id FROM decisions WHERE sender IS NULL")]) == 5
+    store._writer.execute("DROP TABLE senders")  # as a file from before the shares
+    store.close()
+    reopened = HistoryStore(path, max_age_s=3600, max_bytes=400_000)
+    assert dict(reopened._writer.execute("SELECT sender, bytes FROM senders")) == _sizes_by_sender(reopened)
+
+
+def _sizes_by_sender(store):
+    return dict(store._writer.execute("SELECT sender, SUM(size) FROM decisions WHERE sender IS NOT NULL GROUP BY sender"))
+
+
+def test_a_share_larger_than_the_whole_is_refused_naming_both():
+    import pytest
+    from pydantic import ValidationError
+
+    from mma2a.gateway.history import HistoryConfig
+
+    with pytest.raises(ValidationError, match=r"max_bytes_per_client \(2000\) must not be more than max_bytes \(1000\)"):
+        HistoryConfig(max_bytes=1000, max_bytes_per_client=2000)
+    assert HistoryConfig(max_bytes=1000, max_bytes_per_client=1000).max_bytes_per_client == 1000

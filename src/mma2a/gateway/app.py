@@ -305,7 +305,8 @@ class Gateway:
             return None
         path = config.data_path(hc.file)
         try:
-            store = HistoryStore(path, max_age_s=hc.max_age_s, max_bytes=hc.max_bytes)
+            store = HistoryStore(path, max_age_s=hc.max_age_s, max_bytes=hc.max_bytes,
+                                 max_bytes_per_client=hc.max_bytes_per_client)
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"data_dir: cannot open the decision history at {path}: {exc}", field="data_dir") from None
         fate = self.metrics.history

@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS span_keys (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) SELECT 'bytes',
   (SELECT COALESCE(SUM(size), 0) FROM decisions) + (SELECT COALESCE(SUM(size), 0) FROM shapes);
+CREATE TABLE IF NOT EXISTS senders (sender TEXT PRIMARY KEY, bytes INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS minutes (
   kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NOT NULL, n INTEGER NOT NULL, latency_sum REAL NOT NULL,
   latency_max REAL NOT NULL, PRIMARY KEY (kind, minute, value)) WITHOUT ROWID;
@@ -101,6 +102,8 @@ _INSERT_SPAN_KEYS = "INSERT OR IGNORE INTO span_keys (span, kind, value)"
 _INSERT_MINUTES = "INSERT INTO minutes (kind, value, minute, n, latency_sum, latency_max)"
 _ON_MINUTE = ("ON CONFLICT (kind, minute, value) DO UPDATE SET n = n + excluded.n, "
               "latency_sum = latency_sum + excluded.latency_sum, latency_max = MAX(latency_max, excluded.latency_max)")
+_INSERT_SENDERS = "INSERT INTO senders (sender, bytes)"
+_ON_SENDER = "ON CONFLICT (sender) DO UPDATE SET bytes = bytes + excluded.bytes"
 _CHUNK = 64  # rows per INSERT statement, at most
 _SQL: dict[tuple[str, int], str] = {}
 
@@ -156,14 +159,18 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]
             tags += [x for kind, value in distinct[key].tags for x in (kind, value, sid)]
         _insert(db, _INSERT_SHAPES, 4, values)
         _insert(db, _INSERT_SHAPE_TAGS, 3, tags)
+    by_sender: dict[str, int] = {}
     for start in range(0, len(rows), _CHUNK):  # flattened a chunk at a time, between the inserts
         values = []
         for i, (mid, ts, sender, outcome, error, latency, shape, detail, receivers) in zip(
                 ids[start:start + _CHUNK], rows[start:start + _CHUNK], strict=True):
             size = len(detail) + len(mid) + (len(receivers) if receivers else 0) + ROW_OVERHEAD
             added += size
+            if sender is not None:
+                by_sender[sender] = by_sender.get(sender, 0) + size
             values += (i, mid, ts, sender, outcome, error, latency, shape_ids[shape.parts_json], detail, receivers, size)
         _insert(db, _INSERT_DECISIONS, 11, values)
+    _insert(db, _INSERT_SENDERS, 2, [x for item in by_sender.items() for x in item], _ON_SENDER)
     return added, {shape_ids[k]: s for k, s in distinct.items()}
 
 
@@ -229,10 +236,14 @@ def iso_time(ts: float) -> str:
 class HistoryStore:
     """One SQLite file. `write` belongs to one thread (the recorder's); queries may come from any thread."""
 
-    def __init__(self, path: str | Path, *, max_age_s: float = 7 * 24 * 3600, max_bytes: int = 256 * 1024 * 1024) -> None:
+    def __init__(self, path: str | Path, *, max_age_s: float = 7 * 24 * 3600, max_bytes: int = 256 * 1024 * 1024,
+                 max_bytes_per_client: int | None = None) -> None:
+        """`max_bytes_per_client`: what one sender's decisions may count of `max_bytes` (default a quarter; decisions
+        without a sender, of a gateway without authentication, are everyone's: the whole)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.max_age_s, self.max_bytes = max_age_s, max_bytes
+        self.max_bytes_per_client = max_bytes_per_client if max_bytes_per_client is not None else max_bytes // 4
         self._writer = self._connect()
         self.path.chmod(0o600)  # who sent what, where it went, ratings' comments: this user's alone (SQLite gives its
         # -wal and -shm files the database file's mode)
@@ -257,6 +268,7 @@ class HistoryStore:
         db.execute("BEGIN IMMEDIATE")
         try:
             had_spans = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'spans'").fetchone() is not None
+            had_senders = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'senders'").fetchone() is not None
             if "parts" in {row[1] for row in db.execute("PRAGMA table_info(decisions)")}:
                 for index in ("decisions_ts", "decisions_sender", "decisions_outcome", "tags_decision"):
                     db.execute(f"DROP INDEX IF EXISTS {index}")
@@ -284,6 +296,10 @@ class HistoryStore:
                     db.execute(statement)
             if not had_spans:
                 self._add_spans()
+            if not had_senders:  # a file from before per-client shares: each sender's bytes counted once
+                db.execute("DELETE FROM senders")
+                db.execute("INSERT INTO senders (sender, bytes) SELECT sender, SUM(size) FROM decisions "
+                           "WHERE sender IS NOT NULL GROUP BY sender")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -380,6 +396,38 @@ class HistoryStore:
             raise
 
     def prune(self, now: float) -> int:
+        """Delete each sender's oldest decisions past its share (`prune_senders`), then decisions older than
+        `max_age_s`, then the oldest until the rest fit `max_bytes`; returns how many."""
+        return self.prune_senders() + self._prune(now)
+
+    def prune_senders(self) -> int:
+        """Delete the oldest decisions of every sender whose decisions count more than `max_bytes_per_client`, until
+        they fit in 90% of it; returns how many. So one client's traffic evicts its own oldest decisions, never
+        another's (the global bound, `_prune`, then applies to what is left)."""
+        db = self._writer
+        over = db.execute("SELECT sender, bytes FROM senders WHERE bytes > ?", (self.max_bytes_per_client,)).fetchall()
+        removed = 0
+        for sender, held in over:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute(  # the sender's own rows, oldest first, until enough of them have gone
+                    "SELECT id, gone FROM (SELECT id, SUM(size) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) AS gone "
+                    "FROM decisions WHERE sender = ?) WHERE gone >= ? LIMIT 1",
+                    (sender, held - int(self.max_bytes_per_client * 0.9))).fetchone()
+                if row is not None:
+                    cut, gone = row
+                    removed += db.execute("DELETE FROM decisions WHERE id <= ? AND sender = ?", (cut, sender)).rowcount
+                    db.execute("UPDATE senders SET bytes = bytes - ? WHERE sender = ?", (gone, sender))
+                    db.execute("UPDATE meta SET value = value - ? WHERE key = 'bytes'", (gone,))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        # a shape whose decisions all went stays until the oldest-first prune passes its newest one (it is counted
+        # once, as a shape is); so do the spans' keys (a query reads a span's rows anyway)
+        return removed
+
+    def _prune(self, now: float) -> int:
         """Delete decisions older than `max_age_s`, then the oldest until the rest fit `max_bytes`; returns how many.
 
         Deletion goes by id (write order): every decision up to the newest one past the age
@@ -412,6 +460,10 @@ class HistoryStore:
                     cut, gone = row[0], gone + row[1]
             removed = 0
             if cut is not None:
+                db.executemany("UPDATE senders SET bytes = bytes - ? WHERE sender = ?", db.execute(
+                    "SELECT SUM(size), sender FROM decisions WHERE id <= ? AND sender IS NOT NULL GROUP BY sender",
+                    (cut,)).fetchall())
+                db.execute("DELETE FROM senders WHERE bytes <= 0")
                 shapes = [r[0] for r in db.execute("SELECT DISTINCT shape FROM decisions WHERE id <= ?", (cut,))]
                 removed = db.execute("DELETE FROM decisions WHERE id <= ?", (cut,)).rowcount
                 for shape in shapes:  # shapes whose newest decision went go too, their filter rows by key
