@@ -5,7 +5,9 @@ once per gateway; another client stays answered; no refusal names another client
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
 import time
 import uuid
@@ -18,7 +20,9 @@ import pytest
 from mma2a.cluster.server import NatsServer
 from tests.agents import RecordingExecutor, Stepper, make_card, run_agent, streaming_card
 
-from .conftest import admin, cluster_name, gateways, task_state, text_message
+from .conftest import ADMIN, admin, cluster_name, gateways, task_state, text_message
+from .test_security import TOKENS as WORKER_TOKENS
+from .test_workers import serve_workers, worker_pids
 
 pytestmark = pytest.mark.timeout(300)  # gateway processes and nats-server: minutes on a loaded 2-core box
 
@@ -169,3 +173,67 @@ async def test_a_clients_open_streams_are_its_budget_across_both_gateways(nats_s
             assert again.response is not None and again.response.status_code == 200, again.response
             for text in ("m0", "m1", "alice's", "after"):
                 stepper.gate(text).set()
+
+
+def server_sockets(pid: int, port: int) -> int:
+    """Connections to `port` the process `pid` holds (server side: its inodes among /proc/net/tcp's ESTABLISHED rows
+    whose local port is `port`)."""
+    rows = [r.split() for r in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    established = {f[9] for f in rows if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port}
+    n = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            n += link.startswith("socket:[") and link[8:-1] in established
+    return n
+
+
+async def one_client_per_worker(url: str, port: int, pids: list[int]) -> list[httpx.AsyncClient]:
+    """A client of one kept-alive connection on each worker (a connection stays with the worker that accepted it;
+    which one did is read from the workers' sockets)."""
+    found: dict[int, httpx.AsyncClient] = {}
+    for _ in range(40):
+        before = {p: server_sockets(p, port) for p in pids}
+        c = httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+        assert (await c.get("/healthz")).status_code == 200
+        grew = [p for p in pids if server_sockets(p, port) > before[p]]
+        if len(grew) == 1 and grew[0] not in found:
+            found[grew[0]] = c
+            if len(found) == len(pids):
+                return [found[p] for p in pids]
+        else:
+            await c.aclose()
+    raise AssertionError(f"no connection reached every worker: {sorted(found)} of {pids}")
+
+
+async def test_a_clients_request_rate_is_its_budget_across_serve_workers(tmp_path: Path) -> None:
+    """`serve --workers 2`: bob's burst taken on one worker leaves him nothing on the other; alice is answered on
+    both (each request on a connection known to be held by one worker)."""
+    clients = [{"name": n, "token": t, **({"rate": 0.001, "burst": BURST} if n == "bob" else {})}
+               for n, t in WORKER_TOKENS.items()]
+    extra = {"auth": {"clients": clients}, "admin": {"token": ADMIN},
+             "rate_limit": {"enabled": True, "rate": 100, "burst": 200}}
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
+            serve_workers(tmp_path, "echo", agent_url, extra) as served:
+        pids = sorted(worker_pids(served.log).values())
+        w1, w2 = await one_client_per_worker(served.url, served.port, pids)
+        try:
+            def ask(c: httpx.AsyncClient, who: str, text: str) -> Any:
+                return c.post("/", headers={"Authorization": f"Bearer {WORKER_TOKENS[who]}", "A2A-Version": "1.0"},
+                              json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                    "params": {"message": text_message(text)}})
+
+            codes = [(await ask(w1, "bob", f"flood {i}")).status_code for i in range(BURST + 2)]
+            assert codes == [200] * BURST + [429] * 2, codes
+            await until(w2, "", "mma2a_budget_heard_total", "requests", BURST)
+            refused = await ask(w2, "bob", "on the other worker")
+            assert refused.status_code == 429, refused.text
+            assert re.fullmatch(r"rate limit of bob exceeded; retry in [0-9.]+ s", refused.json()["error"]["message"])
+            for c in (w1, w2):
+                mine = await ask(c, "alice", "alice's")
+                assert mine.status_code == 200 and task_state(mine.json()) == "TASK_STATE_COMPLETED", mine.text
+                assert "bob" not in mine.text
+            assert [server_sockets(p, served.port) for p in pids] == [1, 1]  # each request on the worker meant
+        finally:
+            for c in (w1, w2):
+                await c.aclose()

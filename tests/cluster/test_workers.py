@@ -94,9 +94,10 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serve_workers(tmp_path: Path, agent: str, agent_url: str) -> AsyncIterator[Served]:
-    """`mma2a serve --workers 2` with auth on and every message routed to `agent`, until both workers listen; it must
-    stop cleanly (status 0) on SIGTERM at the end."""
+async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[str, Any] | None = None
+                        ) -> AsyncIterator[Served]:
+    """`mma2a serve --workers 2` with auth on and every message routed to `agent` (`extra`: more of the config),
+    until both workers listen; it must stop cleanly (status 0) on SIGTERM at the end."""
     port = free_port()
     config: dict[str, Any] = {
         "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
@@ -105,6 +106,7 @@ async def serve_workers(tmp_path: Path, agent: str, agent_url: str) -> AsyncIter
         "agents": [{"name": agent, "url": agent_url}],
         "rules": json.dumps({"version": 1, "rules": [
             {"name": agent, "match": {"modality": "*/*"}, "action": {"route_to": agent}}]}),
+        **(extra or {}),
     }
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
