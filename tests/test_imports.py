@@ -245,3 +245,16 @@ def test_may_import_is_read_from_the_docstring() -> None:
     assert may_import("observe") == set()
     assert may_import("downstream") == {"access", "config", "observe"}
     assert "stages" in may_import("bindings") and "bindings" not in may_import("stages")
+
+
+def test_the_sdk_binding_imports_first_in_a_fresh_process() -> None:
+    """With `grpc_listen` the gateway loads `bindings.sdk_binding` at start, before anything else imported a2a-sdk's
+    server routes: importing the SDK's v0.3 REST adapter first met a cycle inside the SDK, and `mma2a serve` exited
+    with an ImportError (tests, which import the routes earlier, never saw it)."""
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run([sys.executable, "-c", "import mma2a.gateway.bindings.sdk_binding"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -13,11 +13,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
-from a2a.compat.v0_3.rest_adapter import REST03Adapter
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.request_handler import validate_request_params
 from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_routes
+
+# after a2a.server.routes: imported first, the SDK's v0.3 adapter meets a cycle through routes.rest_routes
+# (ImportError: `mma2a serve` with grpc_listen, which loads this module at start, did not start)
+from a2a.compat.v0_3.rest_adapter import REST03Adapter
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.server.routes.rest_dispatcher import A2AJSONResponse, RestDispatcher  # type: ignore[attr-defined]
 from a2a.types import (
