@@ -282,3 +282,32 @@ async def test_numbers_past_64_bits_or_in_other_digits_are_400_not_500(tmp_path)
     }
     assert feed.status_code == 400 and feed.json()["error"]["message"] == "after: must be a decision sequence number, got '²'"
     assert ok.status_code == 200 and ok.json()["decisions"] == []
+
+
+async def test_times_far_from_now_are_400_not_500(tmp_path):
+    """Session 12, S12-5: `since`/`until` were any finite number, so `/admin/history/counts?since=-1e300` (or
+    `since=1e20&until=1e21`) made a bucket past 64 bits — a 500 (`OverflowError` into SQLite) — and `/admin/explain`
+    with a `configuration` that was no object was a 500 (`AttributeError`)."""
+    async with gateway({"data_dir": str(tmp_path)}) as (gw, url):
+        async with httpx.AsyncClient(base_url=url) as c:
+            got = {}
+            for path in ("/admin/history/counts?since=-1e300", "/admin/history/counts?since=1e20&until=1e21",
+                         "/admin/history/flows?since=99999999999999d", "/admin/history?until=-5"):
+                r = await c.get(path, headers=AUTH)
+                got[path] = (r.status_code, r.json()["error"]["message"])
+            ok = await c.get("/admin/history/counts?since=0&until=253402300799", headers=AUTH)
+            explained = [await c.post("/admin/explain", headers=AUTH, json={"message": {
+                "messageId": "x", "role": "ROLE_USER", "parts": [{"text": "a"}]}, "configuration": bad})
+                for bad in ([1], "x", 5)]
+    assert got == {
+        "/admin/history/counts?since=-1e300": (400, "since: must be a time between 1970 and 9999, got '-1e300'"),
+        "/admin/history/counts?since=1e20&until=1e21": (400, "since: must be a time between 1970 and 9999, got '1e20'"),
+        "/admin/history/flows?since=99999999999999d": (400, "since: must be a time between 1970 and 9999, got "
+                                                            "'99999999999999d'"),
+        "/admin/history?until=-5": (400, "until: must be a time between 1970 and 9999, got '-5'"),
+    }
+    assert ok.status_code == 200
+    for r in explained:
+        assert r.status_code == 400
+        assert r.json()["error"] == {"code": -32602, "reason": "invalid_params", "message": "configuration: must be an "
+                                     "object (a SendMessage configuration)", "data": {"field": "configuration"}}

@@ -129,6 +129,8 @@ def admin_routes(gw: AdminParts) -> list[Route]:
         if not isinstance(data.get("message"), dict):
             raise InvalidParams("message: required, an A2A 1.0 message object", field="message")
         message = data["message"]
+        if data.get("configuration") is not None and not isinstance(data["configuration"], dict):
+            raise InvalidParams("configuration: must be an object (a SendMessage configuration)", field="configuration")
         vectors: dict[int, Any] = {}
         if gw.features is not None and gw.state.snapshot.needs_vectors:  # a dry run routes by meaning as a send would
             vectors = await gw.features.apply(message, gw.state.snapshot)

@@ -41,8 +41,19 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _MODALITY = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]*/(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)$")
 
 
+LATEST = 253402300799.0  # 9999-12-31T23:59:59Z: times are read between the epoch and this
+
+
 def parse_time(name: str, value: str, now: float) -> float:
-    """Seconds since the epoch from `1700000000`, `2026-11-30T20:00:00Z` or a duration back from now (`90m`, `1h`)."""
+    """Seconds since the epoch from `1700000000`, `2026-11-30T20:00:00Z` or a duration back from now (`90m`, `1h`),
+    between 1970 and 9999 (further out, the counts' buckets passed SQLite's 64-bit integers: a 500)."""
+    ts = _seconds(name, value, now)
+    if not 0.0 <= ts <= LATEST:
+        raise InvalidParams(f"{name}: must be a time between 1970 and 9999, got {value[:80]!r}", field=name)
+    return ts
+
+
+def _seconds(name: str, value: str, now: float) -> float:
     v = value.strip()
     if m := _DURATION.match(v):
         return now - float(m.group(1)) * _UNITS[m.group(2)]
