@@ -466,3 +466,40 @@ async def test_a_jwks_server_that_trickles_its_answer_is_given_up_after_the_read
     assert error == f"JWKS {jwks}: not read within 1 s"
     assert still.status_code == 200
     assert fresh.status_code == 200, fresh.text
+
+
+async def test_a_key_set_is_parsed_off_the_event_loop_and_holds_at_most_100_keys(monkeypatch: Any) -> None:
+    """S12-6: a key set was parsed on the event loop as it arrived, and the 1 MiB it may be holds ~2,700 RSA or ~7,500
+    EC keys, each imported: 0.6-0.9 s of the loop per read (load 6.5), and a flood of tokens naming unknown kids asks
+    for a read every `min_refresh_s`. Now the parse runs in a thread and a set of more than 100 keys is refused whole
+    (the keys in force stay)."""
+    import threading
+
+    from mma2a.gateway.access import jwks as jwks_module
+
+    parsed_on: list[str] = []
+    parse = jwks_module.parse_jwks
+
+    def recording(data: Any, source: str) -> Any:
+        parsed_on.append(threading.current_thread().name)
+        return parse(data, source)
+
+    monkeypatch.setattr(jwks_module, "parse_jwks", recording)
+    idp = Issuer(kind="EC")
+    specs = {"text": agent("text", ["text/plain"])}
+    async with serving(idp) as jwks, agents(specs) as urls:
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "urls": LOOPBACK,
+               "auth": {"jwt": [jwt_config(idp, jwks, min_refresh_s=0)]}}
+        async with gateway(cfg, clock=Clock()) as (gw, url):
+            first = idp.mint()
+            ok = await post(url, "/", send_body("k-1"), bearer(first))
+            for _ in range(100):  # 101 keys published: the newest signs
+                idp.rotate()
+            refused = await post(url, "/", send_body("k-2"), bearer(idp.mint()))
+            error = gw.access.auth.jwt.issuers[0].error  # type: ignore[union-attr]
+            still = await post(url, "/", send_body("k-3"), bearer(first))
+    assert ok.status_code == 200 and still.status_code == 200
+    assert refused.status_code == 401
+    assert refused.json()["error"]["message"] == "JWT: unknown key id (kid): not in the issuer's key set"
+    assert error == f"JWKS {jwks}: 101 keys, more than 100"
+    assert len(parsed_on) >= 2 and threading.main_thread().name not in parsed_on  # start, the new kid (and maybe one more)

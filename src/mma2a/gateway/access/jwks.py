@@ -7,7 +7,7 @@ then nothing). Readers never wait on the network: `keys` is swapped whole, a ref
 time (callers of `refresh` share it), and a failed refresh keeps the keys in force. A URL is fetched
 through the SSRF guard (`payload.ssrf.SafeFetcher`: every redirect checked, at most `MAX_JWKS_BYTES`, the whole
 read within `READ_TIMEOUT_S`);
-a file is read off the event loop.
+a file is read off the event loop, and either is parsed there (at most `MAX_JWKS_KEYS` keys).
 
 Only public keys for signatures are taken: `oct` (HMAC) keys are refused at parse, so no token can be
 checked with a secret made of a public key; a key with `use: enc` is skipped.
@@ -35,6 +35,10 @@ log = logging.getLogger("mma2a.gateway.jwks")
 
 MAX_JWKS_BYTES = 1 << 20
 """A key set document read at most this long (an IdP publishes a few keys: a few KB)."""
+
+MAX_JWKS_KEYS = 100
+"""Keys a set may hold (an IdP publishes a few: the current one and the next). 1 MiB of keys is ~2,700 RSA or ~7,500 EC
+keys, each imported (0.6-0.9 s of CPU); a set past this is refused whole, the keys in force kept."""
 
 READ_TIMEOUT_S = 10.0
 """A key set URL read whole within this, connection to last byte. The fetcher's own timeouts are per socket read, so a
@@ -67,6 +71,8 @@ def parse_jwks(data: bytes | Mapping[str, Any], source: str) -> dict[str, Signin
         raise JWKSError(f"JWKS {source}: not JSON") from None
     if not isinstance(doc, Mapping) or not isinstance(doc.get("keys"), list):
         raise JWKSError(f"JWKS {source}: not a key set (a JSON object with a 'keys' list)")
+    if len(doc["keys"]) > MAX_JWKS_KEYS:
+        raise JWKSError(f"JWKS {source}: {len(doc['keys'])} keys, more than {MAX_JWKS_KEYS}")
     keys: dict[str, SigningKey] = {}
     for i, jwk in enumerate(doc["keys"]):
         if not isinstance(jwk, Mapping):
@@ -173,7 +179,7 @@ class IssuerKeys:
                     raise JWKSError(f"JWKS {self.source}: not read within {READ_TIMEOUT_S:g} s") from None
             else:
                 body, ttl = await asyncio.to_thread(Path(self.source).read_bytes), None
-            keys = parse_jwks(body, self.source)
+            keys = await asyncio.to_thread(parse_jwks, body, self.source)  # keys imported off the event loop
         except Exception as exc:  # noqa: BLE001 - a read never fails a request: the keys held stay in force
             if isinstance(exc, MMA2AError):
                 self.error = exc.message
