@@ -5,7 +5,9 @@ On stdin: an 8-byte big-endian body length, a 4-byte depth limit, a 1-byte job, 
 length and the pickled answer of the job: `PARSE` (a JSON-RPC body: `request_body.parse_json_body_as_data`),
 `CHECK` (a REST body at the gate: `request_body.check_json_body_as_data`), `SEND` (a REST `message:send` body
 read as the SDK reads it: `sdk_requests.read_send_body_as_data`, whose module is loaded at the first such job) or
-`SEND_PROTO` (the bytes of a gRPC SendMessageRequest: `sdk_requests.read_send_proto_as_data`).
+`SEND_PROTO` (the bytes of a gRPC SendMessageRequest: `sdk_requests.read_send_proto_as_data`), `SEND_V03` (a v0.3 REST
+`message:send` body: `read_v03_send_body_as_data`), `PUSH` / `PUSH_V03` (a REST push-config body, 1.0's or v0.3's:
+`read_push_config_as_data`).
 It runs niced (`NICENESS`) and exits at the end of stdin."""
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .request_body import check_json_body_as_data, parse_json_body_as_data
 
 REQUEST_HEAD = struct.Struct(">QIB")
 ANSWER_HEAD = struct.Struct(">Q")
-PARSE, CHECK, SEND, SEND_PROTO = 0, 1, 2, 3
+PARSE, CHECK, SEND, SEND_PROTO, SEND_V03, PUSH, PUSH_V03 = 0, 1, 2, 3, 4, 5, 6
 """The jobs (see the module's docstring)."""
 NICENESS = 10
 """The worker runs at a lower CPU priority than the gateway: on a busy host the other clients' requests (and the
@@ -49,14 +51,22 @@ def run(job: int, body: bytes, max_depth: int) -> tuple[Any, ...]:
         return parse_json_body_as_data(body, max_depth)
     if job == CHECK:
         return check_json_body_as_data(body)
+    return run_sdk(job, body)
+
+
+def run_sdk(job: int, body: bytes) -> tuple[Any, ...]:
+    """The answer of one of the jobs that read a body as the SDK does (`SEND` and after): the same function whether the
+    worker or the gateway's loop (a small body) runs it."""
+    from . import sdk_requests  # the SDK's types: loaded by the first such body only
+
     if job == SEND:
-        from .sdk_requests import read_send_body_as_data  # the SDK's types: loaded by the first REST body only
-
-        return read_send_body_as_data(body)
+        return sdk_requests.read_send_body_as_data(body)
     if job == SEND_PROTO:
-        from .sdk_requests import read_send_proto_as_data
-
-        return read_send_proto_as_data(body)
+        return sdk_requests.read_send_proto_as_data(body)
+    if job == SEND_V03:
+        return sdk_requests.read_v03_send_body_as_data(body)
+    if job == PUSH or job == PUSH_V03:
+        return sdk_requests.read_push_config_as_data(body, v03=job == PUSH_V03)
     raise ValueError(f"unknown job {job}")
 
 

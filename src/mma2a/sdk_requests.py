@@ -1,7 +1,7 @@
 """A2A 1.0 `SendMessageRequest`s in the a2a-sdk's protobuf form, checked as an a2a-sdk agent checks them and read
 into the JSON the gateway's pipeline takes: from a parsed request (small ones, read on the event loop), from the
 bytes of a gRPC request (parsed as grpc parses them), or from a REST body, read as the SDK's REST binding reads it
-(`json_format.Parse`).
+(`json_format.Parse`; v0.3's through the SDK's v0.3 types). REST push-config bodies are parsed here too.
 
 The JSON body worker process (`json_worker`) reads large REST bodies and gRPC requests here: this module imports
 nothing of the gateway, so the worker loads the SDK's types and nothing more.
@@ -14,7 +14,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from a2a.types import CancelTaskRequest, GetTaskRequest, SendMessageRequest, SubscribeToTaskRequest
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
+)
 from a2a.utils import errors as sdk_errors
 from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf import json_format
@@ -153,6 +159,42 @@ def read_send_proto_as_data(body: bytes) -> tuple[str, tuple[Any, ...]]:
     except DecodeError as exc:
         return "", (False, "DecodeError", str(exc))
     return params.tenant, _as_data(lambda _: send_request_json(params), body)
+
+
+def read_v03_send_body_as_data(body: bytes) -> tuple[Any, ...]:
+    """A v0.3 REST `message:send` / `message:stream` body read as the SDK's v0.3 REST handler reads it (`Parse` into
+    its v0.3 `SendMessageRequest`, its v0.3 params, the request in 1.0's form), then `send_request_json` (the
+    gateway's handler's read of it): the answer as `read_send_body_as_data`'s."""
+    from a2a.compat.v0_3 import a2a_v0_3_pb2 as pb2_v03
+    from a2a.compat.v0_3 import conversions, proto_utils
+    from a2a.compat.v0_3 import types as types_v03
+
+    def read(data: bytes) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        v03 = pb2_v03.SendMessageRequest()
+        json_format.Parse(data, v03, ignore_unknown_fields=True)
+        params = types_v03.SendMessageRequest(id="", params=proto_utils.FromProto.message_send_params(v03))
+        return send_request_json(conversions.to_core_send_message_request(params))
+
+    return _as_data(read, body)
+
+
+def read_push_config_as_data(body: bytes, v03: bool = False) -> tuple[Any, ...]:
+    """A REST push-config `POST` body parsed as the SDK's endpoint parses it (`Parse`, unknown fields ignored; 1.0: a
+    `TaskPushNotificationConfig`, `v03`: the v0.3 `CreateTaskPushNotificationConfigRequest`): `(True, serialized)`
+    (what was read, without the body's padding or unknown fields), or its refusal as `read_send_body_as_data`'s."""
+    if v03:
+        from a2a.compat.v0_3 import a2a_v0_3_pb2 as pb2_v03
+
+        config: Any = pb2_v03.CreateTaskPushNotificationConfigRequest()
+    else:
+        config = TaskPushNotificationConfig()
+    try:
+        json_format.Parse(body, config, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        return False, "ParseError", str(exc)
+    except Exception as exc:  # what the SDK's binding answers 500 `unknown exception`
+        return False, "Exception", f"{type(exc).__name__}: {exc}"
+    return True, config.SerializeToString()
 
 
 def _as_data(read: Callable[[bytes], tuple[dict[str, Any], dict[str, Any] | None]], body: bytes) -> tuple[Any, ...]:

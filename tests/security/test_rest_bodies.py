@@ -145,7 +145,10 @@ async def answers(c: httpx.AsyncClient, url: str, path: str, body: bytes, header
     r = await c.post(url + path, content=body, headers=headers)
     if r.headers["content-type"].startswith("text/event-stream"):
         return r.status_code, "stream"
-    doc = r.json()
+    try:
+        doc = r.json()
+    except ValueError:  # the SDK's v0.3 stream refused mid-way: a plain 500
+        return r.status_code, r.text
     if "task" in doc:  # served: its ids and times are its own
         return r.status_code, {"task": doc["task"]["status"]["state"]}
     return r.status_code, doc
@@ -277,3 +280,70 @@ async def test_a_refused_small_body_is_freed_with_its_answer_on_every_body_route
                 gc.enable()
     assert all(400 <= s < 500 for s in statuses), statuses
     assert kept == []
+
+
+def v03_message(mid: str, **over: Any) -> dict[str, Any]:
+    return {"messageId": mid, "role": "ROLE_USER", "content": [{"text": "hi"}], **over}  # v0.3's proto JSON
+
+
+async def test_large_v03_and_push_config_bodies_are_read_off_the_loop_and_answered_as_small_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The v0.3 REST send/stream routes and the push-config POSTs (1.0 and v0.3): the gate checked a large body in the
+    worker but the SDK parsed it on the loop (`json_format.Parse`, then v0.3's types). Past 1 MiB the worker reads it
+    now; every answer equals the one the small body gets from the SDK's own endpoint, and no body past 1 MiB reaches
+    the SDK's `Parse` in the gateway's process (before: every padded body here did)."""
+    from a2a.compat.v0_3 import rest_handler as v03_rest
+    from a2a.server.routes import rest_dispatcher
+
+    parsed: list[int] = []
+    for module in (rest_dispatcher, v03_rest):
+        real = module.Parse
+
+        def recording(text: Any, *a: Any, _real: Any = real, **kw: Any) -> Any:
+            parsed.append(len(text))
+            return _real(text, *a, **kw)
+
+        monkeypatch.setattr(module, "Parse", recording)
+    v1, v03 = {**REST, "A2A-Version": "1.0"}, {**REST, "A2A-Version": "0.3"}
+    sends = {"ok": orjson.dumps({"message": v03_message("m-v03")}),
+             "no message id": orjson.dumps({"message": v03_message("")}),
+             "no content": orjson.dumps({"message": v03_message("m-nc", content=[])}),
+             "unknown role": orjson.dumps({"message": v03_message("m-r", role="ROLE_NOBODY")}),
+             "messageId a list": orjson.dumps({"message": v03_message("m-l", messageId=[5])}),
+             "bytes not base64": orjson.dumps({"message": v03_message("m-b", content=[
+                 {"file": {"fileWithBytes": "Q", "mimeType": "image/png"}}])}),
+             "a JSON list": b'[{"message": 1}]'}
+    pushes = {"url a number": b'{"url": 5}', "unknown task": b'{"url": "https://example.com/hook"}',
+              "token a list": b'{"url": "https://example.com/hook", "token": [1]}'}
+    pushes03 = {"config a number": b'{"config": 5}', "unknown task": orjson.dumps(
+        {"parent": "tasks/t-none", "configId": "c1", "config": {"pushNotificationConfig": {"url": "https://example.com/h"}}})}
+    got = {}
+    async with secured({"max_body_bytes": 4 << 20, "urls": {"allow_hosts": ["127.0.0.1:9"]}}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            for path in ("/v1/message:send", "/v1/message:stream"):
+                for name, body in sends.items():
+                    got[path, name] = (await answers(c, url, path, body, v03),
+                                       await answers(c, url, path, padded(body), v03))
+                got[path, "1.0 version"] = (await answers(c, url, path, sends["ok"], v1),
+                                            await answers(c, url, path, padded(sends["ok"]), v1))
+            sent = await c.post(url + "/message:send", content=orjson.dumps({"message": message("m-task")}), headers=v1)
+            tid = sent.json()["task"]["id"]
+            pushes["ok"] = orjson.dumps({"id": "c1", "url": "http://127.0.0.1:9/hook", "token": "t"})
+            pushes03["ok"] = orjson.dumps({"parent": f"tasks/{tid}", "configId": "c2", "config": {
+                "pushNotificationConfig": {"id": "c2", "url": "http://127.0.0.1:9/hook"}}})
+            for path, cases, headers in (("/tasks/TID/pushNotificationConfigs", pushes, v1),
+                                         ("/v1/tasks/TID/pushNotificationConfigs", pushes03, v03)):
+                for name, body in cases.items():
+                    at = path.replace("TID", tid if name == "ok" else "t-none")
+                    got[path, name] = (await answers(c, url, at, body, headers),
+                                       await answers(c, url, at, padded(body), headers))
+    for key, (small, large) in got.items():
+        assert small == large, key
+    assert got["/v1/message:send", "ok"][0][0] == 200 and got["/v1/message:stream", "ok"][0][1] == "stream"
+    refused = ["no message id", "no content", "messageId a list", "bytes not base64", "a JSON list", "1.0 version"]
+    assert [got["/v1/message:send", name][0][0] for name in refused] == [400] * len(refused)  # 1.0 version: first
+    assert all(400 <= small[0] < 500 for key, (small, _) in got.items() if "pushNotificationConfigs" in key[0]
+               and key[1] != "ok")
+    assert got["/tasks/TID/pushNotificationConfigs", "ok"][0][0] == 200, got["/tasks/TID/pushNotificationConfigs", "ok"]
+    assert got["/v1/tasks/TID/pushNotificationConfigs", "ok"][0][0] == 200, got["/v1/tasks/TID/pushNotificationConfigs", "ok"]
+    assert parsed and max(parsed) <= INLINE_PARSE_BYTES

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...errors import InvalidRequest, MMA2AError, ParseError
-from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, PARSE, REQUEST_HEAD, SEND, SEND_PROTO
+from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, PARSE, REQUEST_HEAD, SEND, SEND_PROTO, run_sdk
 from ...request_body import check_json_body, parse_json_body
 from ..access.security import Unavailable
 
@@ -94,21 +94,21 @@ class JSONBodyParser:
     async def read_send_answer(self, body: bytes) -> tuple[Any, ...]:
         """`read_send` as data (`sdk_requests.read_send_body_as_data`; `raise_refusal` raises its refusal): only
         `Unavailable` is raised here, when the worker stopped."""
-        from ... import sdk_requests
-
-        if len(body) <= self.inline_bytes:
-            return sdk_requests.read_send_body_as_data(body)
-        return await self._answer(body, SEND)
+        return await self.sdk_answer(body, SEND)
 
     async def read_send_proto_answer(self, body: bytes) -> tuple[str, tuple[Any, ...]]:
         """`sdk_requests.read_send_proto_as_data` of a serialized SendMessageRequest (its tenant and the answer, whose
         refusal `raise_refusal` raises), in the worker past `inline_bytes`; `Unavailable` when the worker stopped."""
-        from ... import sdk_requests
-
-        if len(body) <= self.inline_bytes:
-            return sdk_requests.read_send_proto_as_data(body)
-        tenant, answer = await self._answer(body, SEND_PROTO)
+        tenant, answer = await self.sdk_answer(body, SEND_PROTO)
         return tenant, answer
+
+    async def sdk_answer(self, body: bytes, job: int) -> tuple[Any, ...]:
+        """The answer of one of `json_worker`'s SDK jobs (`SEND`, `SEND_PROTO`, `SEND_V03`, `PUSH`, `PUSH_V03`: a body
+        read as the SDK reads it), on the loop up to `inline_bytes`, past it in the worker; `Unavailable` when the
+        worker stopped."""
+        if len(body) <= self.inline_bytes:
+            return run_sdk(job, body)
+        return await self._answer(body, job)
 
     async def _answer(self, body: bytes, job: int) -> tuple[Any, ...]:
         if self._lane is None:

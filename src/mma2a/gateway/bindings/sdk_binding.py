@@ -20,7 +20,12 @@ from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_route
 
 # after a2a.server.routes: imported first, the SDK's v0.3 adapter meets a cycle through routes.rest_routes
 # (ImportError: `mma2a serve` with grpc_listen, which loads this module at start, did not start)
+from a2a.compat.v0_3 import a2a_v0_3_pb2 as v03_pb2
+from a2a.compat.v0_3 import conversions as v03_conversions
+from a2a.compat.v0_3 import proto_utils as v03_proto_utils
+from a2a.compat.v0_3 import types as v03_types
 from a2a.compat.v0_3.rest_adapter import REST03Adapter
+from a2a.compat.v0_3.rest_handler import REST03Handler
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.server.routes.rest_dispatcher import A2AJSONResponse, RestDispatcher  # type: ignore[attr-defined]
 from a2a.types import (
@@ -52,6 +57,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import AgentRPCError, MMA2AError, metadata_strings
+from ...json_worker import PUSH, PUSH_V03, SEND_V03
 from ...sdk_requests import check_required, raise_refusal, send_request_json
 from ..access.clients import current_client
 from ..access.federation import check_unbound
@@ -95,7 +101,7 @@ def rest_endpoints(handler: PipelineRequestHandler, context_builder: Any, bodies
     (`LargeBodyRestDispatcher`: with `bodies`, 1.0's `message:send` and `message:stream` read large bodies there)
     and v0.3 adapter's (`FreeingREST03Adapter`): each route's refusal is freed with its answer."""
     rest = LargeBodyRestDispatcher(handler, context_builder, bodies)
-    v03 = FreeingREST03Adapter(handler, context_builder)
+    v03 = FreeingREST03Adapter(handler, context_builder, bodies)
     endpoints: dict[tuple[str, str], Callable[[Request], Any]] = {}
     for route in create_rest_routes(handler, context_builder=context_builder, enable_v0_3_compat=True):
         if not isinstance(route, Route):
@@ -165,6 +171,30 @@ class LargeBodyRestDispatcher(RestDispatcher):
             return _refused(exc)
         return await self._send_stream_large(request, answer)
 
+    async def set_push_notification(self, request: Request) -> Response:
+        body = await _body(request)
+        if body is None or self._bodies is None or len(body) <= self._bodies.inline_bytes:
+            return await super().set_push_notification(request)
+        try:
+            answer = await self._bodies.sdk_answer(body, PUSH)
+        except MMA2AError as exc:
+            return _refused(exc)
+        return await self._set_push_large(request, answer)
+
+    @rest_error_handler
+    async def _set_push_large(self, request: Request, answer: tuple[Any, ...]) -> Response:
+        """The SDK's `set_push_notification`, the body parsed in the worker (`sdk_requests.read_push_config_as_data`:
+        a large one is padding or unknown fields, which the parse drops)."""
+        @validate_version(constants.PROTOCOL_VERSION_1_0)
+        async def _handler(context: ServerCallContext) -> TaskPushNotificationConfig:
+            raise_refusal(answer)
+            params = TaskPushNotificationConfig.FromString(answer[1])
+            params.task_id = request.path_params["id"]
+            return await self.request_handler.on_create_task_push_notification_config(params, context)
+
+        response = await self._handle_non_streaming(request, _handler)
+        return A2AJSONResponse(content=json_format.MessageToDict(response))
+
     @staticmethod
     def _read(answer: tuple[Any, ...]) -> tuple[dict[str, Any], dict[str, Any] | None]:
         try:
@@ -199,19 +229,91 @@ class LargeBodyRestDispatcher(RestDispatcher):
 
 class FreeingREST03Adapter(REST03Adapter):
     """The SDK's v0.3 REST adapter, a refusal of a non-streaming route freed at once (`_drop_tracebacks`): the SDK's
-    traced v0.3 handler kept it, and the request's frames with its body, in a cycle until the collector ran."""
+    traced v0.3 handler kept it, and the request's frames with its body, in a cycle until the collector ran. With
+    `bodies`, its handler reads large bodies in the JSON body worker (`LargeBodyREST03Handler`)."""
+
+    def __init__(self, handler: PipelineRequestHandler, context_builder: Any, bodies: JSONBodyParser | None) -> None:
+        super().__init__(handler, context_builder)
+        if bodies is not None:
+            self.handler = LargeBodyREST03Handler(handler, bodies)
 
     async def _handle_request(self, method: Callable[[Request, ServerCallContext], Awaitable[Any]],
                               request: Request) -> Response:
+        refused: list[MMA2AError] = []
+
         async def freeing(req: Request, context: ServerCallContext) -> Any:
             try:
                 return await method(req, context)
+            except MMA2AError as exc:  # the gateway's own, before the SDK's read (the body worker stopped): 503
+                refused.append(exc)
+                return {}
             except Exception as exc:
                 _drop_tracebacks(exc)
                 raise
 
         response: Response = await super()._handle_request(freeing, request)
-        return response
+        return _refused(refused[0]) if refused else response
+
+
+class LargeBodyREST03Handler(REST03Handler):
+    """The SDK's v0.3 REST handler, but a `message:send`, `message:stream` or push-config body past
+    `bodies.inline_bytes` is read in the JSON body worker, as the SDK reads it (`sdk_requests.read_v03_send_body_as_data`:
+    its `Parse`, v0.3 types and conversion to 1.0, then the gateway's read; `read_push_config_as_data`), not on the
+    event loop. The steps after the read are the SDK's own (its v0.3 handler's conversions of the answer), in the same
+    order: the version, then the body, then the pipeline. Smaller bodies take the SDK's methods."""
+
+    def __init__(self, handler: PipelineRequestHandler, bodies: JSONBodyParser) -> None:
+        super().__init__(request_handler=handler)
+        self._pipeline_handler = handler
+        self._bodies = bodies
+
+    async def _large(self, request: Request, job: int) -> tuple[Any, ...] | None:
+        """The worker's answer for a large body (None for a small one, or a body that could not be read)."""
+        body = await _body(request)
+        if body is None or len(body) <= self._bodies.inline_bytes:
+            return None
+        return await self._bodies.sdk_answer(body, job)  # `Unavailable` (503) when the worker stopped
+
+    @validate_version(constants.PROTOCOL_VERSION_0_3)
+    async def on_message_send(self, request: Request, context: ServerCallContext) -> dict[str, Any]:
+        answer = await self._large(request, SEND_V03)
+        if answer is None:
+            small: dict[str, Any] = await super().on_message_send(request, context)
+            return small
+        message, config = LargeBodyRestDispatcher._read(answer)
+        task_or_message = await self._pipeline_handler.send_json(message, config, context)
+        v03 = (v03_conversions.to_compat_task(task_or_message) if isinstance(task_or_message, Task)
+               else v03_conversions.to_compat_message(task_or_message))
+        out: dict[str, Any] = json_format.MessageToDict(v03_proto_utils.ToProto.task_or_message(v03))
+        return out
+
+    @validate_version(constants.PROTOCOL_VERSION_0_3)
+    async def on_message_send_stream(self, request: Request, context: ServerCallContext
+                                     ) -> AsyncIterator[dict[str, Any]]:
+        answer = await self._large(request, SEND_V03)
+        if answer is None:
+            async for item in super().on_message_send_stream(request, context):
+                yield item
+            return
+        message, config = LargeBodyRestDispatcher._read(answer)
+        async for event in self._pipeline_handler.send_stream_json(message, config, context):
+            v03 = v03_conversions.to_compat_stream_response(proto_utils.to_stream_response(event), "")
+            yield json_format.MessageToDict(v03_proto_utils.ToProto.stream_response(v03.result))
+
+    @validate_version(constants.PROTOCOL_VERSION_0_3)
+    async def set_push_notification(self, request: Request, context: ServerCallContext) -> dict[str, Any]:
+        answer = await self._large(request, PUSH_V03)
+        if answer is None:
+            small: dict[str, Any] = await super().set_push_notification(request, context)
+            return small
+        raise_refusal(answer)
+        v03_params = v03_proto_utils.FromProto.task_push_notification_config_request(
+            v03_pb2.CreateTaskPushNotificationConfigRequest.FromString(answer[1]))
+        v03_params.task_id = request.path_params["id"]
+        kept = await self.handler03.on_create_task_push_notification_config(
+            v03_types.SetTaskPushNotificationConfigRequest(id="", params=v03_params), context)
+        out: dict[str, Any] = json_format.MessageToDict(v03_proto_utils.ToProto.task_push_notification_config(kept))
+        return out
 
 
 def _refused(exc: MMA2AError) -> Response:
