@@ -224,3 +224,25 @@ async def test_an_assertion_lifted_from_a_message_neither_lists_the_clients_task
     assert upload.json()["error"]["message"] == why.replace("ListTasks", "POST /blobs")
     assert over_grpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and over_grpc.value.details() == why
     assert own["result"]["tasks"] == []
+
+
+async def test_a_via_list_longer_than_a_message_can_travel_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 12, S12-7: `via` was bounded only by the body cap: a client's message naming 200,000 gateways was taken,
+    kept in its task and passed on to the agent and every next gateway. Each gateway adds itself as it adds a hop, and
+    a message with `MAX_HOPS` hops is refused, so a longer list is forged."""
+    from mma2a.ext import EXTENSION_URI, PROTOCOL
+
+    async with a_to_b(monkeypatch) as (_, _, gw_b, url_b, _), httpx.AsyncClient(timeout=30) as c:
+        def forged(n: int) -> dict[str, Any]:
+            body = text_message(f"v-{n}", "x")
+            body["message"]["metadata"] = {EXTENSION_URI: {"protocol": PROTOCOL, "via": [f"gw-{i}" for i in range(n)]}}
+            return body
+
+        long = await call(c, url_b, EVE, "SendMessage", forged(200_000))
+        nine = await call(c, url_b, EVE, "SendMessage", forged(9))
+        eight = await call(c, url_b, EVE, "SendMessage", forged(8))
+    assert long["error"]["code"] == -32600
+    assert long["error"]["message"] == (f"message.metadata[{EXTENSION_URI}].via: 200000 gateways, more than a message "
+                                        "passes (8 hops)")
+    assert nine["error"]["message"].startswith(f"message.metadata[{EXTENSION_URI}].via: 9 gateways")
+    assert eight["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"

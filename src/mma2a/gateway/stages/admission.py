@@ -63,6 +63,9 @@ class Admission:
                 f"message.metadata[{EXTENSION_URI}].hops: {view.hops} hops, the limit is {MAX_HOPS} (routing loop?)",
                 field="hops",
             )
+        if len(view.via) > MAX_HOPS:  # a gateway adds itself as it adds a hop: a longer list was written by hand
+            raise InvalidRequest(f"message.metadata[{EXTENSION_URI}].via: {len(view.via)} gateways, more than a message "
+                                 f"passes ({MAX_HOPS} hops)", field="via")
         if self.gateway_id and self.gateway_id in view.via:
             path = " → ".join((*view.via, self.gateway_id))
             raise InvalidRequest(f"message.metadata[{EXTENSION_URI}].via: routing loop {path} (this gateway, "
