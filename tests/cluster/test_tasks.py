@@ -121,7 +121,7 @@ async def test_a_clients_task_budget_holds_across_gateways_and_spares_other_clie
     maps: list[ClusterTaskMap] = []
 
     async def opened(member_id: str) -> ClusterTaskMap:
-        m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id),
+        m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id, sizing={}),
                            max_bytes=1 << 20, max_bytes_per_owner=4000)
         await m.open()
         maps.append(m)
@@ -160,7 +160,7 @@ async def test_records_made_together_share_one_write_and_every_gateway_finds_the
     maps: list[ClusterTaskMap] = []
 
     async def opened(member_id: str) -> ClusterTaskMap:
-        m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id),
+        m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id, sizing={}),
                            max_bytes=1 << 20, max_bytes_per_owner=None)
         await m.open()
         maps.append(m)

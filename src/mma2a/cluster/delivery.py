@@ -84,7 +84,8 @@ class DurableDelivery:
     async def setup(self) -> None:
         c, names, js = self.cluster.config, self.cluster.names, self.cluster.js
         self.delivered_kv = await ensure_kv(js, names.bucket("delivered"), ttl=c.delivered_ttl_s, replicas=c.replicas,
-                                            max_bytes=c.delivered_bucket_bytes)
+                                            max_bytes=c.delivered_bucket_bytes, setting="cluster.delivered_bucket_bytes",
+                                            sizing=self.cluster.sizing)
         cfg = api.StreamConfig(
             name=names.delivery_stream, subjects=[names.deliver_filter], retention=api.RetentionPolicy.WORK_QUEUE,
             storage=api.StorageType.FILE, duplicate_window=c.dedupe_window_s, num_replicas=c.replicas,

@@ -58,12 +58,12 @@ class JetStreamHistory(StreamPublisher[DecisionRecord]):
 
     def on_failed(self, count: int, exc: Exception) -> None:  # these decisions are lost for the history, and counted
         self.cluster.gw.metrics.history.labels("dropped").inc(count)
-        log.warning("history: %d decisions not published: %s", count, exc)
 
     # --- lifecycle --------------------------------------------------------------------------
     async def setup(self) -> None:
-        await ensure_stream(self.cluster.js, self.stream, self.subjects,
-                            max_age_s=self.max_age_s, max_bytes=self.max_bytes, replicas=self.cluster.config.replicas)
+        self.refused = await ensure_stream(self.cluster.js, self.stream, self.subjects, max_age_s=self.max_age_s,
+                                           max_bytes=self.max_bytes, replicas=self.cluster.config.replicas,
+                                           setting="history.max_bytes", sizing=self.cluster.sizing)
         self.start_publishing()
         if self.follow:
             self._tasks.append(asyncio.create_task(self._follow()))

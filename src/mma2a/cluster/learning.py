@@ -4,7 +4,7 @@ Each gateway publishes what its learner notes (a task routed by learning: its pa
 agents) and takes (a client's rating, a failed outcome) to one JetStream stream, and follows that
 stream from its start: a rating given to any gateway, of a task routed by any gateway, reaches every
 gateway's index, and a gateway that joins later learns the history the stream still holds (it is
-bounded by `MAX_AGE_S` and `MAX_BYTES`, oldest out).
+bounded by `MAX_AGE_S` and `cluster.learning_stream_bytes`, oldest out).
 
 - The request path only appends to a bounded deque (drops counted, never a wait); a publisher task
   sends batches (one JSON document each, serialised off the loop): `publisher.StreamPublisher`.
@@ -36,8 +36,6 @@ QUEUE = 10_000
 """Events waiting to be published; past it new ones are dropped and counted (NATS away for long)."""
 MAX_AGE_S = 7 * 24 * 3600.0
 """How long the stream keeps a batch: the history a gateway that joins learns from."""
-MAX_BYTES = 256 * 1024 * 1024
-"""The stream's size bound (a note with a 384-d vector is ~2.2 kB: ~100,000 learned tasks)."""
 
 
 def _event_of_note(task_id: str, task: LearnedTask) -> dict[str, Any]:
@@ -110,13 +108,12 @@ class ClusterLearning(StreamPublisher[dict[str, Any]]):
     def encode(self, batch: list[dict[str, Any]]) -> bytes:
         return encode(self.instance, batch)
 
-    def on_failed(self, count: int, exc: Exception) -> None:  # the others do not learn these (this gateway did)
-        log.warning("learning: %d events not shared: %s", count, exc)
-
     # --- lifecycle -----------------------------------------------------------------------------
     async def setup(self) -> None:
-        await ensure_stream(self.cluster.js, self.stream, self.subjects, max_age_s=MAX_AGE_S,
-                            max_bytes=MAX_BYTES, replicas=self.cluster.config.replicas)
+        c = self.cluster.config
+        self.refused = await ensure_stream(self.cluster.js, self.stream, self.subjects, max_age_s=MAX_AGE_S,
+                                           max_bytes=c.learning_stream_bytes, replicas=c.replicas,
+                                           setting="cluster.learning_stream_bytes", sizing=self.cluster.sizing)
         self.start_publishing()
         self._tasks.append(asyncio.create_task(self._follow()))
 

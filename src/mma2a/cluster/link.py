@@ -110,12 +110,46 @@ async def _quiet(exc: Exception) -> None:
     log.debug("nats: %s", exc)
 
 
+def reserved(config: ClusterConfig, *, history_bytes: int | None = None, task_bucket: bool = True
+             ) -> dict[str, tuple[int, str]]:
+    """What a gateway's byte-bounded buckets and streams reserve of the JetStream store of each server that holds a
+    replica of them: stream name -> (bytes, the setting that sets it). JetStream counts a stream's `max_bytes` against
+    its store (`max_file_store`, by default 75% of the disk free when the server starts) when the stream is made or
+    bounded, whatever it holds; a stream or bound the store cannot take is refused ('insufficient storage resources').
+    The other buckets and streams (rules, agents, sessions, members, nonces, push deliveries, blobs, the delivery work
+    queue) are unbounded and reserve nothing. `history_bytes`: the history stream's (`history.max_bytes`) where the
+    gateway publishes its decisions (not the workers of `serve --workers N` over their own nats-server, which share a
+    file, nor do they use the `tasks` bucket: `task_bucket=False`)."""
+    names = Names(config.name)
+    out = {f"KV_{names.bucket('delivered')}": (config.delivered_bucket_bytes, "cluster.delivered_bucket_bytes")}
+    if task_bucket:
+        out[f"KV_{names.bucket('tasks')}"] = (config.task_bucket_bytes, "cluster.task_bucket_bytes")
+    if history_bytes is not None:
+        out[f"{config.name}_history".upper()] = (history_bytes, "history.max_bytes")
+    out[f"{config.name}_learning".upper()] = (config.learning_stream_bytes, "cluster.learning_stream_bytes")
+    out[f"KV_{names.bucket('push_configs')}"] = (config.push_bucket_bytes, "cluster.push_bucket_bytes")
+    return out
+
+
+def _refusal(what: str, max_bytes: int, setting: str, exc: Exception, sizing: dict[str, tuple[int, str]] | None) -> str:
+    """The one log line saying JetStream refused a bound (or a stream), naming the setting to lower and the others."""
+    said = getattr(exc, "description", None) or exc
+    total = f"{sum(b for b, _ in sizing.values()) / (1 << 30):.2f} GiB" if sizing else "its buckets' and streams' bounds"
+    others = ", ".join(s for _, s in (sizing or {}).values() if s != setting)
+    return (f"{what} ({setting}: {max_bytes} bytes): JetStream refused it: {said}. Each JetStream server holding a "
+            f"replica reserves every bound stream's max_bytes in its store; this gateway's streams reserve {total}. Lower "
+            f"{setting}{' (or ' + others + ')' if others else ''}, or give JetStream a larger store (max_file_store); "
+            "docs/operations.md, \"Sizing\"")
+
+
 async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = None, history: int = 1, replicas: int = 1,
-                    max_bytes: int | None = None, enforce_ttl: bool = False) -> KeyValue:
+                    max_bytes: int | None = None, enforce_ttl: bool = False, setting: str = "",
+                    sizing: dict[str, tuple[int, str]] | None = None) -> KeyValue:
     """Open a KV bucket, creating it on first use (creation is idempotent between gateways). With `max_bytes` the
     bucket holds at most that many bytes, its oldest entries out first (`discard: old`; a KV bucket's own default
     refuses new writes when full); that bound, and with `enforce_ttl` the TTL, are set again on every open, so a
-    bucket made before them gets them."""
+    bucket made before them gets them. A bound JetStream's store cannot take is logged once, naming `setting` (and
+    what `sizing` says the gateway reserves), and the bucket runs unbounded."""
     try:
         kv = await js.key_value(bucket)
     except BucketNotFoundError:
@@ -134,24 +168,37 @@ async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = No
             try:
                 await js.update_stream(want)
             except ServerError as exc:  # e.g. JetStream cannot reserve max_bytes (its store is smaller): run unbounded
-                log.warning("bucket %s: its bounds (max_bytes %s, TTL %s s) not set: %s; lower them in the cluster "
-                            "section (task_bucket_bytes, delivered_bucket_bytes, push_bucket_bytes) or give JetStream "
-                            "more storage", bucket, max_bytes, ttl if enforce_ttl else None, exc.description or exc)
+                log.error("%s", _refusal(f"bucket {bucket}: its bound not set, it runs unbounded", max_bytes or 0,
+                                         setting or "max_bytes", exc, sizing))
     return kv
 
 
 async def ensure_stream(js: JetStreamContext, name: str, subjects: str, *, max_age_s: float, max_bytes: int,
-                        replicas: int = 1) -> None:
+                        replicas: int = 1, setting: str = "", sizing: dict[str, tuple[int, str]] | None = None
+                        ) -> str | None:
     """A limits-retention stream (file storage, oldest out past `max_age_s` or `max_bytes`), created on first use
-    (another gateway may create it at the same moment: that is fine)."""
+    (another gateway may create it at the same moment: that is fine). A stream JetStream refuses (its store cannot
+    reserve `max_bytes`) is logged once, naming `setting`, and the refusal returned (None: the stream is there):
+    what is published to it then fails, and its publisher says so once, not per batch."""
     try:
         await js.stream_info(name)
+        return None
     except NotFoundError:
-        cfg = api.StreamConfig(name=name, subjects=[subjects], storage=api.StorageType.FILE,
-                               retention=api.RetentionPolicy.LIMITS, discard=api.DiscardPolicy.OLD, max_age=max_age_s,
-                               max_bytes=max_bytes, num_replicas=replicas)
-        with contextlib.suppress(Exception):
-            await js.add_stream(cfg)
+        pass
+    cfg = api.StreamConfig(name=name, subjects=[subjects], storage=api.StorageType.FILE,
+                           retention=api.RetentionPolicy.LIMITS, discard=api.DiscardPolicy.OLD, max_age=max_age_s,
+                           max_bytes=max_bytes, num_replicas=replicas)
+    try:
+        await js.add_stream(cfg)
+        return None
+    except Exception as exc:  # noqa: BLE001 - made by another gateway meanwhile, or refused
+        try:
+            await js.stream_info(name)
+            return None
+        except Exception:  # noqa: BLE001 - not there: refused
+            said = _refusal(f"stream {name} not created", max_bytes, setting or "max_bytes", exc, sizing)
+            log.error("%s", said)
+            return said
 
 
 class Connected(Protocol):
@@ -187,6 +234,10 @@ class Member(Connected, Protocol):
 
     async def is_alive(self, member: str) -> bool:
         """A member is alive while its heartbeat entry is fresh."""
+
+    @property
+    def sizing(self) -> dict[str, tuple[int, str]]:
+        """What its bound buckets and streams reserve of JetStream's store (`reserved`), for the log of a refusal."""
 
 
 class ClusterLink:

@@ -4,8 +4,11 @@ decision history (`history.JetStreamHistory`) and its learning (`learning.Cluste
 The request path only appends to a bounded deque (past `capacity`, the event is dropped and counted: never a
 wait). A publisher task sends what is queued in batches of up to `BATCH` events, one stream message each,
 encoded off the loop (`encode`), after gathering for `linger_s` when fewer than a batch are queued. A batch that
-NATS does not take is counted as failed (`on_failed`). `stop` sends what is still queued (if NATS is there, within
-5 s), then cancels the publisher and the subclass's own tasks.
+NATS does not take is counted as failed (`on_failed`) and said once: the first failure is logged (with why the
+stream was refused at start, `refused`, when it was), then failures are only counted until a batch goes out again,
+which is logged with how many were lost meanwhile (a stream JetStream refused used to log a warning per batch).
+`stop` sends what is still queued (if NATS is there, within 5 s), then cancels the publisher and the subclass's own
+tasks.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class StreamPublisher(ABC, Generic[E]):
         self.capacity = capacity
         self.linger_s = linger_s
         self.published = self.failed = self.dropped = 0
+        self.refused: str | None = None  # why JetStream refused the stream at start (`link.ensure_stream`), if it did
+        self._failing_since: int | None = None  # `failed` when the current run of failures began
         self._queue: deque[E] = deque()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -99,6 +104,18 @@ class StreamPublisher(ABC, Generic[E]):
             try:
                 await self.cluster.js.publish(self.subject, data, stream=self.stream)
                 self.published += len(batch)
-            except Exception as exc:  # NATS away: counted, and said
+            except Exception as exc:  # NATS away, or the stream refused: counted, and said once
+                if self._failing_since is None:
+                    self._failing_since = self.failed
+                    log.warning("%s: %d events not published to the stream %s: %s; %s", self.kind, len(batch),
+                                self.stream, exc or type(exc).__name__,
+                                "JetStream refused the stream at start (logged then, naming the setting to lower); "
+                                "further failures are counted" if self.refused else
+                                "further failures are counted, and said once publishing works again")
                 self.failed += len(batch)
                 self.on_failed(len(batch), exc)
+            else:
+                if self._failing_since is not None:
+                    log.warning("%s: publishing to the stream %s again; %d events were not published", self.kind,
+                                self.stream, self.failed - self._failing_since)
+                    self._failing_since = None

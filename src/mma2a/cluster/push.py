@@ -52,7 +52,8 @@ class PushJournalKV:
         # lives `config_ttl_s`, or while its task is followed (at most `follow_max_s`): the bucket forgets it after both
         self.kv["configs"] = await ensure_kv(js, names.bucket("push_configs"), replicas=c.replicas,
                                              ttl=push.config_ttl_s + push.follow_max_s, enforce_ttl=True,
-                                             max_bytes=c.push_bucket_bytes)
+                                             max_bytes=c.push_bucket_bytes, setting="cluster.push_bucket_bytes",
+                                             sizing=self.member.sizing)
         self.kv["deliveries"] = await ensure_kv(js, names.bucket("push_deliveries"), replicas=c.replicas)
         self._on_delivery = on_delivery
         self._tasks.append(asyncio.create_task(self._writer()))

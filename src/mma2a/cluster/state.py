@@ -37,7 +37,7 @@ from .budgets import BudgetExchange
 from .delivery import DurableDelivery
 from .learning import ClusterLearning
 from .push import PushJournalKV
-from .link import Names, connect, ensure_kv
+from .link import Names, connect, ensure_kv, reserved
 from .nonces import ClusterNonces
 from .objects import ObjectBlobStore
 from .pins import ClusterSessionPins
@@ -113,6 +113,12 @@ class ClusterState:
         self.history = JetStreamHistory(self, local, capacity=config.queue, max_age_s=config.max_age_s,
                                         max_bytes=config.max_bytes, follow=self.history_mode == "stream")
         return self.history
+
+    @property
+    def sizing(self) -> dict[str, tuple[int, str]]:
+        """What this gateway's bound buckets and streams reserve of JetStream's store (`link.reserved`)."""
+        return reserved(self.config, history_bytes=self.history.max_bytes if self.history is not None else None,
+                        task_bucket=self.task_dir is None)
 
     def learning_journal(self) -> ClusterLearning:
         """Where the gateway's learner shares what it notes and takes (a stream every gateway follows from its start)."""

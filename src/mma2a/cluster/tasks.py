@@ -112,7 +112,8 @@ class ClusterTaskMap(TaskMap):
             return
         c = self.member.config
         self.kv = await ensure_kv(self.member.js, self.member.names.bucket("tasks"), ttl=self.max_age_s,
-                                  replicas=c.replicas, max_bytes=c.task_bucket_bytes)
+                                  replicas=c.replicas, max_bytes=c.task_bucket_bytes, setting="cluster.task_bucket_bytes",
+                                  sizing=self.member.sizing)
         loaded = asyncio.get_running_loop().create_future()
         self._watch = asyncio.create_task(self._follow(loaded))
         await asyncio.wait({loaded, self._watch}, return_when=asyncio.FIRST_COMPLETED)  # the bucket's records read

@@ -108,6 +108,9 @@ class ClusterConfig(BaseModel):
     (an hour) whatever its records became, so without a bound one client's large tasks grew it without end."""
     push_bucket_bytes: int = Field(default=256 << 20, ge=4 << 20)
     """The `push_configs` bucket's bytes at most (its TTL: `push.config_ttl_s` + `push.follow_max_s`), oldest out first."""
+    learning_stream_bytes: int = Field(default=256 << 20, ge=4 << 20)
+    """The learning stream's bytes at most (learned tasks and ratings every gateway follows; a note with a 384-d
+    vector is ~2.2 kB: ~100,000 learned tasks), oldest out first."""
     budget_report_s: float = Field(default=0.1, gt=0, le=1.0)
     """How often a gateway tells the others what each client used of its budgets (rate, ratings, streams, follows;
     sooner when a client took a quarter of a burst or a count changed): the window within which a client may use
