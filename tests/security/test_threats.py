@@ -359,3 +359,28 @@ async def test_a_clients_malformed_params_are_logged_in_one_line_not_a_traceback
     assert [a["error"]["code"] for a in answers] == [-32602, -32602]
     assert len(records) == 2 and all(r.levelname == "INFO" and r.exc_info is None for r in records)
     assert "Failed to parse pageSize field" in records[0].getMessage() and len(records[0].getMessage()) < 400
+
+
+async def test_oracle_clouds_metadata_address_and_other_special_blocks_are_not_public() -> None:
+    """Session 12, S12-8: the guard judged "public" by Python's `is_global`, which before 3.12.4 takes most of
+    192.0.0.0/24 as global: a push config (or a part URL) aimed at `http://192.0.0.192/` — Oracle Cloud's instance
+    metadata address — was accepted (the webhook would have been called there with the client's credentials)."""
+    import ipaddress
+
+    from mma2a.payload.ssrf import address_problem
+
+    hook, part = "http://192.0.0.192/latest/user-data", "http://192.0.0.192/latest/meta-data/"
+    bodies = {("params.configuration.taskPushNotificationConfig.url", hook): send_body(
+                  configuration={"taskPushNotificationConfig": {"url": hook}}),
+              ("params.message.parts[0].url", part): send_body(parts=[{"url": part, "mediaType": "image/png"}])}
+    async with secured() as (gw, url, _):
+        answers = {k: await post(url, "/", body, bearer(TOKEN)) for k, body in bodies.items()}
+    for (field, target), r in answers.items():
+        assert r.json()["error"]["message"] == (
+            f"{field}: refused to fetch {target}: 192.0.0.192 is an IETF protocol assignment address (192.0.0.0/24; "
+            "192.0.0.192 is Oracle Cloud's metadata address)"), r.text
+    assert all(not spec[1].received for spec in gw.test_specs.values())
+    assert address_problem(ipaddress.ip_address("3fff::1")) == "a documentation address (3fff::/20)"
+    assert address_problem(ipaddress.ip_address("5f00::1")) == "a segment routing address (5f00::/16)"
+    assert address_problem(ipaddress.ip_address("192.0.2.1")) == "a private address"  # unchanged
+    assert address_problem(ipaddress.ip_address("8.8.8.8")) is None

@@ -30,6 +30,14 @@ from ..errors import PayloadError, PayloadTooLarge, ResolverBusy, URLForbidden
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _METADATA = ipaddress.ip_network("169.254.0.0/16")
+# special-purpose blocks IANA marks not globally reachable that Python's `is_global` takes as public before 3.12.4
+# (gh-113171): whatever the interpreter, they are not public here
+_NOT_GLOBAL = {
+    ipaddress.ip_network("192.0.0.0/24"): "an IETF protocol assignment address (192.0.0.0/24; 192.0.0.192 is Oracle "
+                                          "Cloud's metadata address)",
+    ipaddress.ip_network("3fff::/20"): "a documentation address (3fff::/20)",
+    ipaddress.ip_network("5f00::/16"): "a segment routing address (5f00::/16)",
+}
 
 
 def _parse_ip(text: str) -> IPAddress | None:
@@ -61,6 +69,9 @@ def address_problem(ip: IPAddress) -> str | None:
         return "an unspecified address"
     if isinstance(ip, ipaddress.IPv6Address) and ip in ipaddress.ip_network("fc00::/7"):
         return "a unique-local address"
+    for network, what in _NOT_GLOBAL.items():
+        if ip.version == network.version and ip in network:
+            return what
     if ip.is_private:
         return "a private address"
     if ip.is_reserved:
