@@ -246,3 +246,35 @@ async def test_a_via_list_longer_than_a_message_can_travel_is_refused(monkeypatc
                                         "passes (8 hops)")
     assert nine["error"]["message"].startswith(f"message.metadata[{EXTENSION_URI}].via: 9 gateways")
     assert eight["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_a_lifted_assertion_reads_no_push_config_of_a_task_the_map_forgot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S12-3, the push configs' side: get/list/delete of a task's configs skipped the task lookup (and its check of
+    the assertion's binding) when the task had left the task map but its owner still held configs of it, so an
+    assertion lifted from another of alice's requests read her config — the webhook's token and credentials."""
+    from mma2a.errors import Unauthorized
+    from mma2a.gateway.access.clients import Client, current_client
+
+    async with a_to_b(monkeypatch) as (_, _, gw_b, _, _):
+        push = gw_b.pipeline.push
+        push.store.put("alice via gwa", {"taskId": "t-gone", "id": "c1", "url": "https://hooks.example/alice",
+                                         "token": "alice-webhook-token"})
+        assert gw_b.pipeline.tasks.find("t-gone") is None
+        lifted = Client("gwa", "bearer", upstream="alice", bound="message:m-other")
+        own = Client("gwa", "bearer", upstream="alice", bound="task:t-gone")
+        token = current_client.set(lifted)
+        try:
+            with pytest.raises(Unauthorized) as info:
+                await push.get("t-gone", "c1", None)
+            with pytest.raises(Unauthorized):
+                await push.list("t-gone", None)
+        finally:
+            current_client.reset(token)
+        token = current_client.set(own)  # an assertion signed for this task still reads it
+        try:
+            kept = await push.get("t-gone", "c1", None)
+        finally:
+            current_client.reset(token)
+    assert info.value.message == (f"{HEADER}: the assertion was signed for another request than this one (task "
+                                  "'t-gone'); the upstream gateway signs one per request")
+    assert kept["token"] == "alice-webhook-token"

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from ...errors import InvalidParams, MMA2AError, PushNotSupported, TaskNotFound, URLForbidden
 from ..access.clients import current_sender
+from ..access.federation import check_bound
 from ..config import PushSettings
 from ..history.record import DecisionRecord, HistorySink
 from ..stages.calls import AgentCaller
@@ -190,6 +191,7 @@ class PushService:
         if isinstance(task_id, str) and task_id:
             await self.tasks.fetch(task_id)
         if isinstance(task_id, str) and self.tasks.find(task_id) is None and self.store.of_owner(current_sender(), task_id):
+            check_bound("task", task_id)  # a peer gateway's assertion names this task (as `_owned_task`'s lookup checks)
             return
         await self._owned_task(task_id, target)
 
