@@ -19,6 +19,9 @@ import pytest
 
 from mma2a.cluster.server import NatsServer
 from tests.agents import RecordingExecutor, Stepper, make_card, run_agent, streaming_card
+from tests.conformance.tck_agent import tck_agent
+from tests.webhooks import task_state as hook_state
+from tests.webhooks import webhook_receiver
 
 from .conftest import ADMIN, admin, cluster_name, gateways, task_state, text_message
 from .test_security import TOKENS as WORKER_TOKENS
@@ -237,3 +240,40 @@ async def test_a_clients_request_rate_is_its_budget_across_serve_workers(tmp_pat
         finally:
             for c in (w1, w2):
                 await c.aclose()
+
+
+async def test_a_clients_push_follows_are_its_budget_across_both_gateways(nats_server: NatsServer,
+                                                                          tmp_path: Path) -> None:
+    """`push.max_follows_per_client` (2): mallory's two running tasks followed on gw1 leave her no follow on gw2 (her
+    config there is refused before her message is sent); alice's is followed on gw2."""
+    async with webhook_receiver() as hook, tck_agent("tck") as agent:
+        name = cluster_name()
+        config = budgeted(nats_server.url, name)
+        config.update({"urls": {"allow_hosts": [hook.url.removeprefix("http://")]},
+                       "push": {"max_follows_per_client": 2}})
+        async with gateways([{**config, "agents": [{"name": "tck", "url": agent.url}]}, config], tmp_path) as gws, \
+                httpx.AsyncClient(timeout=30) as c:
+            gw1, gw2 = gws[0].url, gws[1].url
+
+            async def slow(url: str, who: str, mid: str) -> dict[str, Any]:
+                r = await c.post(url + "/", headers=bearer(who), json={
+                    "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                        "message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "inspect"}]},
+                        "configuration": {"returnImmediately": True,
+                                          "taskPushNotificationConfig": {"url": f"{hook.url}/{mid}"}}}})
+                return r.json()  # type: ignore[no-any-return]
+
+            try:
+                for i in range(2):
+                    assert "result" in await slow(gw1, "mallory", f"tck-slow-mallory-{i}")
+                await until(c, gw2, "mma2a_budget_held_elsewhere", "follows", 2)
+                refused = await slow(gw2, "mallory", "tck-slow-mallory-2")
+                assert refused["error"]["code"] == -32602 and refused["error"]["message"] == (
+                    "params.configuration.taskPushNotificationConfig: this client has 2 running tasks followed for push "
+                    "notifications (on every gateway of the cluster), the most is 2 (push.max_follows_per_client); "
+                    "wait for some to end or delete their configs"), refused
+                assert "result" in await slow(gw2, "alice", "tck-slow-alice")
+            finally:
+                agent.executor.release.set()
+            hits = await hook.wait_until(lambda h: h.path == "/tck-slow-alice" and hook_state(h) == "TASK_STATE_COMPLETED")
+            assert "/tck-slow-mallory-2" not in {h.path for h in hits}
