@@ -52,6 +52,19 @@ class ClientCounts:
         """What the other gateways said `key` holds (0 on a lone gateway)."""
         return self.elsewhere.get(key, 0) if self.elsewhere else 0
 
+    def take(self, key: str, limit: int) -> tuple[int, int] | None:
+        """One more for `key`, unless what it holds here and elsewhere together is `limit` already: None when taken,
+        else (held here, held elsewhere)."""
+        by = self._by
+        mine = by.get(key, 0)
+        there = self.elsewhere.get(key, 0) if self.elsewhere else 0
+        if mine + there >= limit:
+            return mine, there
+        by[key] = mine + 1
+        if self._wake is not None:
+            self._wake()
+        return None
+
     def add(self, key: str) -> None:
         self._by[key] = self._by.get(key, 0) + 1
         if self._wake is not None:

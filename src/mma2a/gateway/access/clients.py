@@ -516,16 +516,15 @@ class StreamSlots:
 
     def take(self, sender: str) -> str | None:
         """A slot for `sender`; None when granted, else why not."""
-        counts = self.by_sender
-        mine = counts.here(sender)
-        there = counts.there(sender)
-        if mine + there >= self.per_sender:
+        over = self.by_sender.take(sender, self.per_sender)
+        if over is not None:
+            mine, there = over
             where = f" ({there} of them on other gateways of the cluster)" if there else ""
             return (f"{_bare(sender)} has {mine + there} streams open already{where} "
                     f"(limits.max_response_streams_per_client: {self.per_sender}); close one first")
         if self.held >= self.total:
+            self.by_sender.remove(sender)
             return f"the gateway has {self.held} streams open already (limits.max_response_streams); retry later"
-        counts.add(sender)
         self.held += 1
         return None
 

@@ -203,11 +203,11 @@ class Streaming:
         `detached_per_client` such fan-outs; otherwise cancel them and record the task as canceled, saying why."""
         owner = current_sender()
         sender = owner or ""  # (no client known: one count for all of them)
-        held = self.detached.here(sender) + self.detached.there(sender)
-        if held < self.detached_per_client:
-            self.detached.add(sender)
+        over = self.detached.take(sender, self.detached_per_client)
+        if over is None:
             legs.add_done_callback(lambda _: self.detached.remove(sender))
             return
+        held = sum(over)
         legs.cancel()
         why = (f"canceled: the client closed its stream with {held} fan-outs of its own still running "
                f"(limits.max_response_streams_per_client: {self.detached_per_client})")
