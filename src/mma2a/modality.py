@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from .errors import FeatureSchemaError, InvalidModality, UnknownModality
-from .patterns import bounded_validator, check_pattern, schema_patterns
+from .patterns import bounded_validator, check_pattern, schema_entries, schema_patterns
 from .schemas import BUILTIN_SCHEMAS
 
 __all__ = [
@@ -336,17 +336,11 @@ class ModalityRegistry:
             )
 
 
-def _references(schema: Any, where: str = "schema") -> Iterator[tuple[str, str]]:
+def _references(schema: Any) -> Iterator[tuple[str, str]]:
     """Every reference of a JSON Schema (`$ref`, `$dynamicRef`, `$recursiveRef`), with where it is."""
-    if isinstance(schema, Mapping):
-        for key, value in schema.items():
-            if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
-                yield f"{where}.{key}", value
-            elif isinstance(value, (Mapping, list)):
-                yield from _references(value, f"{where}.{key}")
-    elif isinstance(schema, list):
-        for i, item in enumerate(schema):
-            yield from _references(item, f"{where}[{i}]")
+    for at, key, value in schema_entries(schema):
+        if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
+            yield f"{at}.{key}", value
 
 
 DEFAULT_REGISTRY = ModalityRegistry()

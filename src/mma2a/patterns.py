@@ -83,21 +83,27 @@ def check_pattern(pattern: str) -> str | None:
     return None
 
 
-def schema_patterns(schema: Any, where: str = "schema") -> Iterator[tuple[str, str]]:
-    """Every regular expression of a JSON Schema, with where it is: `pattern` values, `patternProperties` keys."""
+def schema_entries(schema: Any, where: str = "schema") -> Iterator[tuple[str, str, Any]]:
+    """Every key of every object in a JSON Schema, with where its object is: (where, key, value), depth first."""
     if isinstance(schema, Mapping):
         for key, value in schema.items():
-            if key == "pattern" and isinstance(value, str):
-                yield f"{where}.pattern", value
-            elif key == "patternProperties" and isinstance(value, Mapping):
-                for name in value:
-                    if isinstance(name, str):
-                        yield f"{where}.patternProperties", name
+            yield where, key, value
             if isinstance(value, (Mapping, list)):
-                yield from schema_patterns(value, f"{where}.{key}")
+                yield from schema_entries(value, f"{where}.{key}")
     elif isinstance(schema, list):
         for i, item in enumerate(schema):
-            yield from schema_patterns(item, f"{where}[{i}]")
+            yield from schema_entries(item, f"{where}[{i}]")
+
+
+def schema_patterns(schema: Any, where: str = "schema") -> Iterator[tuple[str, str]]:
+    """Every regular expression of a JSON Schema, with where it is: `pattern` values, `patternProperties` keys."""
+    for at, key, value in schema_entries(schema, where):
+        if key == "pattern" and isinstance(value, str):
+            yield f"{at}.pattern", value
+        elif key == "patternProperties" and isinstance(value, Mapping):
+            for name in value:
+                if isinstance(name, str):
+                    yield f"{at}.patternProperties", name
 
 
 def _too_long(text: str) -> ValidationError:
