@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from jsonschema import ValidationError
 
-__all__ = ["MAX_PATTERN_CHARS", "MAX_PATTERN_SUBJECT", "bounded_validator", "check_pattern", "schema_patterns"]
+__all__ = ["MAX_PATTERN_CHARS", "MAX_PATTERN_SUBJECT", "bounded_validator", "check_pattern", "schema_entries",
+           "schema_patterns"]
 
 MAX_PATTERN_CHARS = 512
 MAX_PATTERN_SUBJECT = 256
