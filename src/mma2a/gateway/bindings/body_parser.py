@@ -15,8 +15,8 @@ the loop cost ~0.35-0.6 s and ~0.15 s for a 26.7 MB body, against the unpickle h
 
 A gRPC SendMessage or SendStreamingMessage past the inline size reaches the gateway as bytes (`grpc_gate`) and is
 parsed (`FromString`) and turned into the pipeline's JSON in the worker (`read_send_proto_answer`): on the loop, the
-parse, the body budget's size (`ByteSize`, which serializes) and the serialization for the worker of a 20 MB request
-took ~37, ~23 and ~36 ms (load ~7), besides its JSON.
+parse, the body budget's size (`ByteSize`, which serializes) and the serialization for the worker were three passes
+over a 20 MB request, besides its JSON (docs/benchmarks.md, session 12).
 """
 
 from __future__ import annotations
