@@ -24,7 +24,11 @@ hits all alike, at 1, 4 and 16 connections:
 - `gateway_ratelimit`, `gateway_workers2_ratelimit` (not in the default set): `gateway` and `gateway_workers2` with
   `rate_limit` on at a rate nothing reaches, so every request takes a token (and, with workers, the workers tell each
   other what each client took: gateway/access/budgets.py)
-- `X_before` for X one of `gateway`, `gateway_ratelimit`, `gateway_workers2`, `gateway_workers2_ratelimit`: the same
+- `gateway_workers2_ext` (not in the default set): `mma2a serve --workers 2 --cluster URL` on a nats-server the bench
+  starts for the arm (an external NATS: the workers share tasks through the `tasks` bucket, as the gateways of a
+  cluster do); that nats-server's CPU counts with the arm's
+- `X_before` for X one of `gateway`, `gateway_ratelimit`, `gateway_workers2`, `gateway_workers2_ratelimit`,
+  `gateway_workers2_ext`: the same
   arm run from another source tree (`--before OTHER/src`, e.g. `git archive COMMIT src | tar -x -C OTHER`), so a
   change's cost is measured beside the code before it in one run (ratios `X_over_before_*`)
 
@@ -143,6 +147,7 @@ RATE_LIMITED = {"rate_limit": {"enabled": True, "rate": 1e9, "burst": 10**9}}  #
 BEFORE_ABLE: dict[str, dict[str, Any]] = {
     "gateway": {}, "gateway_ratelimit": {"extra": RATE_LIMITED}, "gateway_workers2": {"args": ["--workers", "2"]},
     "gateway_workers2_ratelimit": {"extra": RATE_LIMITED, "args": ["--workers", "2"]},
+    "gateway_workers2_ext": {"args": ["--workers", "2", "--cluster"]},  # the arm's own nats-server's URL appended
 }
 
 
@@ -153,6 +158,8 @@ class Arms:
     def __init__(self, tmp: Path, arms: list[str], before: str | None = None) -> None:
         self.tmp, self.procs, self.url, self.pid = tmp, [], {}, {}
         self.also: dict[str, int] = {}  # an arm's second process (gateway_unshared2)
+        self.extra: dict[str, int] = {}  # a process whose CPU counts with an arm's (gateway_workers2_ext's nats-server)
+        self.nats: list[Any] = []
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         fast_port = free_port()
         fast = self._start([PY, str(ROOT / "bench" / "fast_agent.py"), "--port", str(fast_port)], env)
@@ -183,11 +190,26 @@ class Arms:
             if arm in arms:
                 self._gateway(arm, "fast", fast_url, None, env, **BEFORE_ABLE[arm])
         for arm in arms:
-            if arm.endswith("_before") and arm.removesuffix("_before") in BEFORE_ABLE:
+            base = arm.removesuffix("_before")
+            if arm.endswith("_before") and base in BEFORE_ABLE:
                 if before is None:
                     raise SystemExit(f"--arms {arm}: give the other source tree with --before SRC")
-                self._gateway(arm, "fast", fast_url, None, {**env, "PYTHONPATH": before},
-                              **BEFORE_ABLE[arm.removesuffix("_before")])
+            elif arm != "gateway_workers2_ext":
+                continue
+            how = dict(BEFORE_ABLE[base])
+            if base == "gateway_workers2_ext":  # its own nats-server, whose CPU counts with the arm's
+                from mma2a.cluster.server import NatsServer
+
+                store = tmp / f"{arm}-nats"
+                store.mkdir()
+                (store / "js.conf").write_text("jetstream {\n  max_file_store: 1T\n}\n")  # reservations, not disk
+                server = NatsServer(store, args=["-c", str(store / "js.conf")]).start()
+                self.nats.append(server)
+                how["args"] = [*how["args"], server.url]
+            self._gateway(arm, "fast", fast_url, None, {**env, "PYTHONPATH": before} if arm != base else env, **how)
+            if base == "gateway_workers2_ext":
+                assert server.proc is not None
+                self.extra[arm] = server.proc.pid
         if "gateway_1k" in arms:
             self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
         if "gateway_nolimit" in arms:  # no per-agent slots: every leg forwarded at once, as the proxies do
@@ -230,6 +252,8 @@ class Arms:
         pids = tree(self.pid[arm])  # with workers: the supervisor, every worker and the nats-server
         if arm in self.also:
             pids += tree(self.also[arm])
+        if arm in self.extra:
+            pids.append(self.extra[arm])
         # the gateway processes: with workers, all but the supervisor (and the nats-server)
         servers = [p for p in pids if comm(p) == "python" and (arm in self.also or p != self.pid[arm])]
         split: list[list[int]] = []
@@ -442,6 +466,8 @@ def main() -> None:
             result = soak(args, arms, str(script)) if args.soak else bench(args, arms, str(script))
     finally:
         stop(arms.procs)
+        for server in arms.nats:
+            server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json or (args.soak and not args.must_show):
         print(json.dumps(result, indent=2))

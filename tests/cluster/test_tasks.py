@@ -174,11 +174,20 @@ async def test_records_made_together_share_one_write_and_every_gateway_finds_the
         for tid in ids:
             await gw1.flush(tid)
         assert (gw1.batches, gw1.records) == (1, 20)
-        for tid in ids:  # made on gw1: gw2 finds each (from its watch, or after catching up with the bucket)
+        assert gw2.find(ids[0]) is None and gw2.adopted == 0  # nothing reaches gw2 until it needs it
+        for tid in ids:  # made on gw1: gw2 finds each, the first lookup reading the batch from the bucket
             await gw2.fetch(tid)
             rec = gw2.find(tid)
             assert rec is not None and rec.owner == "carol" and rec.legs[0].context_id == f"ctx-{tid}"
             assert gw2.context_owner(f"ctx-{tid}") == (True, "carol")
+        assert gw2.adopted == 20  # one read, of the one batch
+        more = [f"dave-{i}" for i in range(5)]
+        for tid in more:
+            gw1.put_leg(tid, "a", None, [], "dave")
+        for tid in more:
+            await gw1.flush(tid)
+        await gw2.fetch_context("ctx-never-seen")  # an unknown context reads on too: from where gw2 stopped
+        assert all(gw2.find(tid) is not None for tid in more) and gw2.adopted == 25
         await gw2.fetch("never-made")  # a task no gateway made: looked up, not found
         assert gw2.find("never-made") is None
         gw3 = await opened("gw3")  # started after: reads the batch back

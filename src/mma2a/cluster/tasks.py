@@ -2,15 +2,17 @@
 
 `ClusterTaskMap` is the gateway's `TaskMap` (the local cache every lookup reads, synchronously, as on one
 gateway) whose records go to the bucket in batches: every record made or changed while a batch is being stored
-waits for the next one, so under load one KV write (one acknowledgement, one message for every gateway's watch)
-carries the records of many requests, where it carried one (session 9: that write per request cost a
-two-worker host 3x the CPU per request of one gateway). A request still answers only once the batch holding its
+waits for the next one, so under load one KV write (one acknowledgement) carries the records of many requests,
+where it carried one (session 9: that write per request cost a two-worker host 3x the CPU per request of one
+gateway). A request still answers only once the batch holding its
 record is stored (`flush`): a follow-up reaching any other gateway next finds it.
 
-Every gateway watches the bucket and mirrors the others' records, updates and removals into its cache (ListTasks'
-owners and totals, whose a context is). A lookup of a task the cache lacks (`fetch`) waits until the watch has
-applied everything the bucket held at the time of asking, so a record stored before the follow-up was sent is
-found. A task outlives the process that made it: a restarted gateway reads the bucket back.
+A gateway reads the others' records, updates and removals into its cache only when it needs them (`sync`: a task it
+does not know, or a fan-out still in progress; a context it does not know; a listing, for ListTasks' owners and
+totals), from where it last stopped up to what the bucket held at the time of asking, so a record stored before the
+follow-up was sent is found; nothing reaches a gateway per batch of another (every gateway used to mirror every
+batch by watch: each record was parsed and adopted by every other gateway whether anyone asked for it or not). A
+task outlives the process that made it: a gateway reads the bucket back when it starts.
 
 A record keeps its owner exactly as the gateway that made it keyed it (the principal: a federated client's
 too), so a task is answered only to its owner on every gateway. The bucket's TTL is the map's age limit;
@@ -40,17 +42,17 @@ import time
 from typing import Any
 
 import orjson
+from nats.js import api
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from ..gateway.state.tasks import TaskMap
-from ..serving import cancel_tasks
 from .link import Member, ensure_kv
 from .task_files import RETAIN, TaskFiles
 
 log = logging.getLogger("mma2a.cluster.tasks")
 
 BATCH_BYTES = 256 << 10  # a batch entry's records at most (NATS refuses messages over max_payload, 1 MiB by default)
-CATCH_UP_S = 5.0  # how long a lookup waits for the watch to reach what the bucket holds (NATS slow or away)
+CATCH_UP_S = 5.0  # how long a lookup waits for the bucket's next entry while it reads on (NATS slow or away)
 INLINE_READ = 256 << 10  # a catch-up on the files reading more than this reads in a thread
 
 
@@ -85,10 +87,8 @@ class ClusterTaskMap(TaskMap):
         self._pending: dict[str, asyncio.Future[None]] = {}  # task id -> the batch storing its newest record
         self._writer: asyncio.Task[None] | None = None
         self._written = 0  # batches this process has stored
-        self._seen = 0  # the bucket's last sequence the watch has applied
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._seen = 0  # the bucket's last sequence this gateway has read
         self._adopting = False
-        self._watch: asyncio.Task[None] | None = None
         self.adopted = 0
         self.batches = 0  # batch entries written, and the records in them (the batching's measure; on files, one a record)
         self.records = 0
@@ -114,9 +114,7 @@ class ClusterTaskMap(TaskMap):
         self.kv = await ensure_kv(self.member.js, self.member.names.bucket("tasks"), ttl=self.max_age_s,
                                   replicas=c.replicas, max_bytes=c.task_bucket_bytes, setting="cluster.task_bucket_bytes",
                                   sizing=self.member.sizing)
-        loaded = asyncio.get_running_loop().create_future()
-        self._watch = asyncio.create_task(self._follow(loaded))
-        await asyncio.wait({loaded, self._watch}, return_when=asyncio.FIRST_COMPLETED)  # the bucket's records read
+        await self.sync()  # what the bucket holds (a restarted gateway's own records too)
         self._opened = True
 
     async def close(self) -> None:
@@ -125,9 +123,6 @@ class ClusterTaskMap(TaskMap):
         if self._writer is not None:  # what is gathered is stored (NATS away: the put times out)
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._writer)
-        if self._watch is not None:
-            await cancel_tasks([self._watch])
-            self._watch = None
 
     # --- TaskMap, written through in batches ----------------------------------------------------------------
     def _store(self, task_id: str, legs: tuple[str, ...], route_doc: list[dict[str, Any]] | bytes, agg: bytes | None,
@@ -156,33 +151,57 @@ class ClusterTaskMap(TaskMap):
         await self.sync()
 
     async def fetch_context(self, context_id: str) -> None:
-        """A message in a context this gateway does not know: on files, read on what the other workers stored (the
-        bucket's watch has brought every context already)."""
-        if self.files is not None and context_id not in self._contexts:
+        """A message in a context this gateway does not know: read on what the other gateways stored (`sync`)."""
+        if context_id not in self._contexts:
             await self.sync()
 
     async def sync(self) -> None:
-        """Everything the cluster held when this was called is in the cache once it returns: on files, the other
-        workers' records read on from where this worker stopped; on the bucket, the watch waited for until it has
-        applied the bucket's last sequence."""
+        """Everything the cluster held when this was called is in the cache once it returns: the other gateways'
+        records read on from where this gateway stopped (on files, the other workers'; on the bucket, its entries up
+        to its last sequence at the time of asking). One reader at a time: a lookup that waited for another's read
+        finds most of what it needs read already."""
         if self.files is not None:
             await self._read_files()
-            return
-        if self.kv is None:
-            return
-        try:
-            state = (await self.member.js.stream_info(self.stream)).state
-        except Exception as exc:  # noqa: BLE001 - NATS away: answered from the cache alone
-            log.debug("task lookup failed: %s", exc)
-            return
-        if state.messages == 0 or self._seen >= state.last_seq:  # all expired (TTL), or all applied already
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((state.last_seq, fut))
-        try:
-            await asyncio.wait_for(fut, CATCH_UP_S)
-        except asyncio.TimeoutError:
-            log.info("task lookup: the tasks watch is behind the bucket (%d < %d)", self._seen, state.last_seq)
+        elif self.kv is not None:
+            await self._read_bucket()
+
+    async def _read_bucket(self) -> None:
+        assert self.kv is not None
+        async with self._sync_lock:
+            try:
+                state = (await self.member.js.stream_info(self.stream)).state
+            except Exception as exc:  # noqa: BLE001 - NATS away: answered from the cache alone
+                log.debug("task lookup failed: %s", exc)
+                return
+            if state.messages == 0 or self._seen >= state.last_seq:  # all expired (TTL), or all read already
+                return
+            # an ordered consumer for this read only (flow-controlled, gone once it is unsubscribed), from where this
+            # gateway stopped; entries leave the bucket oldest first, so its last sequence is there to be read up to
+            bucket = self.member.names.bucket("tasks")
+            prefix = f"$KV.{bucket}."
+            sub = await self.member.js.subscribe(
+                prefix + ">", stream=self.stream, ordered_consumer=True,
+                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                config=api.ConsumerConfig(opt_start_seq=max(self._seen + 1, state.first_seq)))
+            try:
+                while self._seen < state.last_seq:
+                    msg = await sub.next_msg(timeout=CATCH_UP_S)
+                    key = msg.subject[len(prefix):]
+                    op = (msg.headers or {}).get("KV-Operation")
+                    if key.startswith("b."):
+                        if msg.data and op not in (KV_DEL, KV_PURGE):
+                            self.on_batch(key, msg.data)
+                    else:
+                        self.on_entry(key, msg.data, op)
+                    self._seen = max(self._seen, msg.metadata.sequence.stream)
+            except (asyncio.TimeoutError, TimeoutError) as exc:
+                log.info("task lookup: the tasks bucket read stopped at %d of %d: %s", self._seen, state.last_seq,
+                         exc or type(exc).__name__)
+            except Exception as exc:  # noqa: BLE001 - NATS away: answered from the cache alone
+                log.info("task lookup: the tasks bucket read stopped at %d of %d: %s", self._seen, state.last_seq, exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
 
     async def _read_files(self) -> None:
         assert self.files is not None
@@ -288,8 +307,8 @@ class ClusterTaskMap(TaskMap):
         self.records += n
 
     def on_batch(self, key: str, value: bytes) -> None:
-        """A batch of records stored by another gateway (from the watch)."""
-        if key.startswith(f"b.{self.origin}."):  # this process's own (the watch's echo: perhaps of records it has
+        """A batch of records stored by another gateway (read from the bucket)."""
+        if key.startswith(f"b.{self.origin}."):  # this process's own (read back: perhaps of records it has
             # since forgotten for its owner's budget, never adopted back)
             return
         self._apply(value)
@@ -342,40 +361,3 @@ class ClusterTaskMap(TaskMap):
         finally:
             self._adopting = False
         self.adopted += 1
-
-    def _applied(self, revision: int) -> None:
-        self._seen = max(self._seen, revision)
-        if self._waiters:
-            waiting = []
-            for seq, fut in self._waiters:
-                if seq <= self._seen:
-                    if not fut.done():
-                        fut.set_result(None)
-                elif not fut.done():
-                    waiting.append((seq, fut))
-            self._waiters = waiting
-
-    async def _follow(self, loaded: asyncio.Future[None]) -> None:
-        """Mirror the bucket: its current records first (then `loaded` is set), then every change."""
-        assert self.kv is not None
-        while True:
-            try:
-                watcher = await self.kv.watchall()
-                async for entry in watcher:
-                    if entry is None:  # the records held when the watch began are all delivered
-                        if not loaded.done():
-                            loaded.set_result(None)
-                        continue
-                    if entry.key.startswith("b."):
-                        if entry.value and entry.operation not in (KV_DEL, KV_PURGE):
-                            self.on_batch(entry.key, entry.value)
-                    else:
-                        self.on_entry(entry.key, entry.value, entry.operation)
-                    self._applied(entry.revision or 0)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - NATS away: watch again
-                log.info("tasks watch: %s; watching again", exc or type(exc).__name__)
-                if not loaded.done():
-                    loaded.set_result(None)
-                await asyncio.sleep(1.0)
