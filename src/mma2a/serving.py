@@ -14,6 +14,7 @@ import errno
 import functools
 import gc
 import logging
+import resource
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -251,6 +252,34 @@ class Server(uvicorn.Server):
         """Ask the server to finish (as SIGTERM would)."""
         self.should_exit = True
         self.wake()
+
+
+# Past this many open files a server says so at start: every client connection, every connection to an agent, every
+# open file of the history and the blobs takes one, and 1,024 (many systems' default soft limit) is reached by
+# 512 clients whose legs each hold a connection to an agent
+FEW_OPEN_FILES = 4096
+# where the hard limit is unlimited (macOS), the soft one is raised this far (Linux's default fs.nr_open)
+OPEN_FILES_CAP = 1 << 20
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit, as servers do (nginx's worker_rlimit_nofile, Go's
+    runtime since 1.19), so connections are not refused with EMFILE at the soft limit a login shell leaves (often
+    1,024). Children inherit it. Returns the soft limit now in force (logged as a warning when still low)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = OPEN_FILES_CAP if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError) as exc:  # a sandbox that refuses: keep the soft limit, said below
+            log.debug("could not raise RLIMIT_NOFILE from %d to %d: %s", soft, want, exc)
+    if soft != resource.RLIM_INFINITY and soft < FEW_OPEN_FILES:
+        log.warning("this process may open only %d files (RLIMIT_NOFILE, hard limit %s): each client connection and "
+                    "each connection to an agent takes one; raise the hard limit (`ulimit -Hn`, systemd's "
+                    "LimitNOFILE=, docker's --ulimit nofile=) to serve more clients at once", soft,
+                    "unlimited" if hard == resource.RLIM_INFINITY else hard)
+    return soft
 
 
 TRIM_EVERY_S = 10.0  # how often a server gives the C heap's free pages back (`Server._release_memory`)

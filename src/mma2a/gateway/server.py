@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from ..serving import listen_socket, settle_heap, uvicorn_config
+from ..serving import listen_socket, raise_open_files_limit, settle_heap, uvicorn_config
 from ..serving import running as running
 from ..tls import ServerTLS
 from .app import Gateway
@@ -91,6 +91,7 @@ def serve(
     the start, after closing what was opened); `on_ready` runs once connections are served.
     """
     tls = ServerTLS(config.tls, config.base_dir) if config.tls else None  # a bad file: TLSFileError naming it
+    raise_open_files_limit()  # a soft limit of 1,024 refuses the 1,000th client with EMFILE
     sock = listen_socket(config.host, config.port, reuse_port=reuse_port)  # a worker of `serve --workers N`: shared
     try:
         configure_tracing(config.tracing)
