@@ -216,7 +216,9 @@ async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False,
                     path.write_bytes(json.dumps({"message": {"messageId": f"walk-{k}", "role": "ROLE_USER", "content": [
                         {"file": {"fileWithBytes": twice, "mimeType": media}}]}}).encode())
                 else:
-                    path.write_bytes(json.dumps(doc if binding == "jsonrpc" else doc["params"]).encode())
+                    if binding == "jsonrpc_stream":  # SendStreamingMessage: past the fast path, the SDK's dispatcher
+                        doc = {**doc, "method": "SendStreamingMessage"}
+                    path.write_bytes(json.dumps(doc if binding.startswith("jsonrpc") else doc["params"]).encode())
                 bodies.append(path)
 
             async def attack(k: int) -> None:  # curl processes: the bench's own loop measures only the victim
@@ -231,14 +233,18 @@ async def pngwalk(src: Path, attackers: int, rounds: int, control: bool = False,
                             out, _ = await proc.communicate()
                             answers.append(out.decode()[:90])
                             continue
-                        route = {"jsonrpc": "/", "rest": "/message:send", "rest03": "/v1/message:send"}[binding]
+                        route = {"jsonrpc": "/", "jsonrpc_stream": "/", "rest": "/message:send",
+                                 "rest03": "/v1/message:send"}[binding]
                         proc = await asyncio.create_subprocess_exec(
                             "curl", "-sS", "-X", "POST", gw.url + route, "-H", "Content-Type: application/json",
                             "-H", f"Authorization: Bearer {TOKENS['mallory']}",
                             "-H", f"A2A-Version: {'0.3' if binding == 'rest03' else '1.0'}",
                             "--data-binary", f"@{bodies[k * rounds + r]}", stdout=asyncio.subprocess.PIPE)
                         out, _ = await proc.communicate()
-                        answers.append(str(json.loads(out).get("error", {}).get("message", "accepted"))[:90])  # both shapes
+                        text = out.decode()
+                        if text.startswith("data:") or "\ndata:" in text:  # a stream: its first event
+                            text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+                        answers.append(str(json.loads(text).get("error", {}).get("message", "accepted"))[:90])
                     finally:
                         in_flight -= 1
 
@@ -434,7 +440,7 @@ def main() -> None:
     ap.add_argument("--control", action="store_true", help="pngwalk: also send random bytes of the same size")
     ap.add_argument("--src", action="append", default=None, help="sources to run (repeat: side by side)")
     ap.add_argument("--attackers", type=int, default=3)
-    ap.add_argument("--binding", choices=["jsonrpc", "rest", "rest03", "grpc"], default="jsonrpc",
+    ap.add_argument("--binding", choices=["jsonrpc", "jsonrpc_stream", "rest", "rest03", "grpc"], default="jsonrpc",
                     help="pngwalk: the attackers' binding")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
