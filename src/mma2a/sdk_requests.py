@@ -178,6 +178,35 @@ def read_v03_send_body_as_data(body: bytes) -> tuple[Any, ...]:
     return _as_data(read, body)
 
 
+JSONRPC_SEND_METHODS = ("SendMessage", "SendStreamingMessage")
+
+
+def read_jsonrpc_send_as_data(body: bytes) -> tuple[Any, ...]:
+    """A JSON-RPC SendMessage / SendStreamingMessage body read as the SDK's JSON-RPC dispatcher reads it (`json.loads`
+    of the body, `ParseDict` of its `params`, unknown fields ignored), then `send_request_json`:
+    - `("read", stub, answer)`: `answer` as `read_send_body_as_data`'s, and `stub` the same request with `params`
+      holding only the tenant (JSON bytes; members other than JSON-RPC's kept by name, as null, so that the
+      dispatcher's checks of the request's members answer the stub as they answer the body);
+    - `("params", stub, text)`: `ParseDict` refused the params (the SDK answers `InvalidParamsError` with that text,
+      once the members pass its checks);
+    - `("other",)`: another method, or a body that is not a JSON object."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return ("other",)
+    if not isinstance(doc, dict) or doc.get("method") not in JSONRPC_SEND_METHODS:
+        return ("other",)
+    stub = {k: (doc[k] if k in ("jsonrpc", "method", "id") else None) for k in doc}
+    params = SendMessageRequest()
+    try:
+        json_format.ParseDict(doc.get("params", {}), params, ignore_unknown_fields=True)
+    except Exception as exc:  # the SDK's dispatcher: InvalidParamsError(data={'parseError': str(e)})
+        return "params", json.dumps(stub).encode(), str(exc)
+    if "params" in doc:
+        stub["params"] = {"tenant": params.tenant} if params.tenant else {}
+    return "read", json.dumps(stub).encode(), _as_data(lambda _: send_request_json(params), body)
+
+
 def read_push_config_as_data(body: bytes, v03: bool = False) -> tuple[Any, ...]:
     """A REST push-config `POST` body parsed as the SDK's endpoint parses it (`Parse`, unknown fields ignored; 1.0: a
     `TaskPushNotificationConfig`, `v03`: the v0.3 `CreateTaskPushNotificationConfigRequest`): `(True, serialized)`

@@ -98,3 +98,60 @@ async def test_a_large_body_on_json_rpc_is_served_or_refused_as_a_small_one() ->
         err = answer.json()["error"]
         assert answer.status_code == 200 and err["code"] == -32700
         assert err["message"].startswith("request body is not valid JSON: unexpected end of data")
+
+
+async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_small_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SendStreamingMessage (and a SendMessage past the fast path) is answered by the SDK's JSON-RPC dispatcher, which
+    parsed the whole body again on the loop (`json.loads`, `ParseDict` of the params): the chunk-walk PNGs sent that
+    way held another client's text up to 1.9 s. Past 1 MiB the worker reads it now; every answer equals the small
+    body's, and no params past 1 MiB reach the dispatcher's `ParseDict` in the gateway's process."""
+    import json
+
+    from a2a.server.routes import jsonrpc_dispatcher
+
+    seen: list[int] = []
+    real = jsonrpc_dispatcher.ParseDict
+
+    def recording(js: object, *a: object, **kw: object) -> object:
+        seen.append(len(json.dumps(js)))
+        return real(js, *a, **kw)
+
+    monkeypatch.setattr(jsonrpc_dispatcher, "ParseDict", recording)
+    pad = "p" * (INLINE_PARSE_BYTES + 10)
+
+    def body(method: str, params: object, **members: object) -> tuple[bytes, bytes]:
+        small = {"jsonrpc": "2.0", "id": "r1", "method": method, "params": params, **members}
+        large = {**small, "params": {**params, "pad": pad}} if isinstance(params, dict) else {**small, "x": pad}
+        return orjson.dumps(small), orjson.dumps(large)
+
+    msg = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    cases = {
+        "served": body("SendStreamingMessage", {"message": msg}),
+        "no message id": body("SendStreamingMessage", {"message": {**msg, "messageId": ""}}),
+        "messageId a list": body("SendStreamingMessage", {"message": {**msg, "messageId": [5]}}),
+        "unknown tenant": body("SendStreamingMessage", {"message": msg, "tenant": "nope"}),
+        "an extra member": body("SendStreamingMessage", {"message": msg}, extra=1),
+        "an extra member, bad params": body("SendStreamingMessage", {"message": {**msg, "role": 5.5}}, extra=1),
+    }
+    got = {}
+    async with secured({"max_body_bytes": 8 << 20}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            for name, (small, large) in cases.items():
+                answers = []
+                for data, version in ((small, "1.0"), (large, "1.0"), (small, "0.3"), (large, "0.3")):
+                    r = await c.post(url + "/", content=data, headers={**bearer(TOKEN), "A2A-Version": version})
+                    text = r.text
+                    if text.startswith("data:"):  # a stream: the kinds of its events (their ids and times differ)
+                        events = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+                        text = "stream: " + ",".join(next(iter(e["result"])) if "result" in e else "error"
+                                                     for e in events)
+                    answers.append((r.status_code, text))
+                got[name] = answers
+    for name, (small, large, small03, large03) in got.items():
+        assert small == large and small03 == large03, name
+    assert got["served"][0][1].startswith("stream: ")
+    assert '"code":-32602' in got["messageId a list"][0][1] and "parseError" in got["messageId a list"][0][1]
+    assert '"code":-32600' in got["an extra member"][0][1] and "Extra fields" in got["an extra member"][0][1]
+    assert got["an extra member, bad params"][0] == got["an extra member"][0]  # the members checked first
+    assert seen and max(seen) <= INLINE_PARSE_BYTES

@@ -9,6 +9,7 @@ first request that needs it (`bindings`), or at the start with gRPC.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -52,12 +53,14 @@ from a2a.utils import errors as sdk_errors
 from a2a.utils.error_handlers import rest_error_handler, rest_stream_error_handler
 from a2a.utils.version_validator import validate_version
 from google.protobuf import json_format
+from jsonrpc.jsonrpc2 import JSONRPC20Request
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import AgentRPCError, MMA2AError, metadata_strings
-from ...json_worker import PUSH, PUSH_V03, SEND_V03
+from ...json_worker import PUSH, PUSH_V03, SEND_JSONRPC, SEND_V03
+from ...request_body import ReadRequest
 from ...sdk_requests import check_required, raise_refusal, send_request_json
 from ..access.clients import current_client
 from ..access.federation import check_unbound
@@ -314,6 +317,56 @@ class LargeBodyREST03Handler(REST03Handler):
             v03_types.SetTaskPushNotificationConfigRequest(id="", params=v03_params), context)
         out: dict[str, Any] = json_format.MessageToDict(v03_proto_utils.ToProto.task_push_notification_config(kept))
         return out
+
+
+class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
+    """The SDK's JSON-RPC dispatcher (what the fast path does not answer), but a SendMessage or SendStreamingMessage
+    body past `bodies.inline_bytes` is read in the JSON body worker as the dispatcher reads it
+    (`sdk_requests.read_jsonrpc_send_as_data`: `json.loads`, `ParseDict` of the params, then the gateway's read), not
+    on the event loop: the dispatcher then answers a stub of the request (its params only the tenant) and the handler
+    takes the worker's answer (`body_parser.read_ahead`). A refusal of the params is answered as the dispatcher
+    answers it; every other body (other methods, a worker that stopped) takes the SDK's own path."""
+
+    def __init__(self, *args: Any, bodies: JSONBodyParser | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._bodies = bodies
+
+    async def handle_requests(self, request: Request) -> Response:
+        body = await _body(request)
+        if self._bodies is None or body is None or len(body) <= self._bodies.inline_bytes:
+            return await super().handle_requests(request)
+        try:
+            answer = await self._bodies.sdk_answer(body, SEND_JSONRPC)
+        except MMA2AError:  # the worker stopped: the SDK reads it, as before
+            return await super().handle_requests(request)
+        if answer[0] == "other":
+            return await super().handle_requests(request)
+        stub = ReadRequest(request.scope, request.receive, answer[1])
+        if answer[0] == "params":  # refused where the dispatcher parses the params, once the members pass its checks
+            base = _jsonrpc_members(json.loads(answer[1]))
+            if base is None:  # the dispatcher refuses the stub as it refuses the body, before the params
+                return await super().handle_requests(stub)
+            response: Response = self._generate_error_response(
+                base._id, sdk_errors.InvalidParamsError(data={"parseError": answer[2]}))  # noqa: SLF001
+            return response
+        token = read_ahead.set(answer[2])
+        try:
+            return await super().handle_requests(stub)
+        finally:
+            read_ahead.reset(token)
+
+
+def _jsonrpc_members(doc: dict[str, Any]) -> Any:
+    """The SDK dispatcher's checks of a request's members before it reads the params (`JSONRPC20Request.from_data`,
+    `jsonrpc` exactly "2.0", an id that is not a boolean, a method): the request they make, or None if they refuse it."""
+    try:
+        base = JSONRPC20Request.from_data(doc)
+    except Exception:  # noqa: BLE001 (the dispatcher answers every failure here with InvalidRequestError)
+        return None
+    if (not isinstance(base, JSONRPC20Request) or doc.get("jsonrpc") != "2.0" or isinstance(base._id, bool)
+            or not base.method):
+        return None
+    return base
 
 
 def _refused(exc: MMA2AError) -> Response:

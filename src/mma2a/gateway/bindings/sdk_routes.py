@@ -98,7 +98,8 @@ class SdkBindings:
     def _build(self, module: Any) -> None:
         handler = module.PipelineRequestHandler(self._pipeline, card_fn=self._card_fn, bodies=self._bodies)
         ctx = module.TargetContextBuilder()
-        self.dispatcher = module.JsonRpcDispatcher(request_handler=handler, context_builder=ctx, enable_v0_3_compat=True)
+        self.dispatcher = module.LargeBodyJsonRpcDispatcher(request_handler=handler, context_builder=ctx,
+                                                            enable_v0_3_compat=True, bodies=self._bodies)
         self._rest = module.rest_endpoints(handler, ctx, self._bodies)
         self.handler = handler
 
