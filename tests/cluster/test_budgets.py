@@ -144,14 +144,21 @@ async def open_stream(c: httpx.AsyncClient, url: str, who: str, text: str) -> Op
                                        "params": {"message": text_message(text)}})).open()
 
 
-async def test_a_clients_open_streams_are_its_budget_across_both_gateways(nats_server: NatsServer,
-                                                                           tmp_path: Path) -> None:
+async def test_a_clients_open_streams_and_push_follows_are_its_budget_across_both_gateways(
+        nats_server: NatsServer, tmp_path: Path) -> None:
+    """Streams: mallory's two open on gw1 refuse her third on gw2 (alice's opens), and once closed gw2 opens one for
+    her. Push follows (`push.max_follows_per_client` 2): her two running tasks followed on gw1 leave her no follow on
+    gw2 (her config there refused before her message is sent); alice's is followed to its end."""
     stepper = Stepper()
     async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as echo_url, \
-            run_agent(streaming_card("stepper"), stepper) as stepper_url:
+            run_agent(streaming_card("stepper"), stepper) as stepper_url, \
+            webhook_receiver() as hook, tck_agent("tck") as tck:
         name = cluster_name()
-        configs = [budgeted(nats_server.url, name, {"echo": echo_url, "stepper": stepper_url}),
+        configs = [budgeted(nats_server.url, name, {"echo": echo_url, "stepper": stepper_url, "tck": tck.url}),
                    budgeted(nats_server.url, name)]
+        for config in configs:
+            config.update({"urls": {"allow_hosts": [hook.url.removeprefix("http://")]},
+                           "push": {"max_follows_per_client": 2}})
         async with gateways(configs, tmp_path) as gws, httpx.AsyncClient(timeout=30) as c:
             gw1, gw2 = gws[0].url, gws[1].url
             held = [await open_stream(c, gw1, "mallory", f"m{i}") for i in range(STREAMS)]
@@ -176,6 +183,29 @@ async def test_a_clients_open_streams_are_its_budget_across_both_gateways(nats_s
             assert again.response is not None and again.response.status_code == 200, again.response
             for text in ("m0", "m1", "alice's", "after"):
                 stepper.gate(text).set()
+
+            async def slow(url: str, who: str, mid: str) -> dict[str, Any]:
+                r = await c.post(url + "/agents/tck/", headers=bearer(who), json={
+                    "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                        "message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "inspect"}]},
+                        "configuration": {"returnImmediately": True,
+                                          "taskPushNotificationConfig": {"url": f"{hook.url}/{mid}"}}}})
+                return r.json()  # type: ignore[no-any-return]
+
+            try:
+                for i in range(2):
+                    assert "result" in await slow(gw1, "mallory", f"tck-slow-mallory-{i}")
+                await until(c, gw2, "mma2a_budget_held_elsewhere", "follows", 2)
+                refused_config = await slow(gw2, "mallory", "tck-slow-mallory-2")
+                assert refused_config["error"]["code"] == -32602 and refused_config["error"]["message"] == (
+                    "params.configuration.taskPushNotificationConfig: this client has 2 running tasks followed for push "
+                    "notifications (on every gateway of the cluster), the most is 2 (push.max_follows_per_client); "
+                    "wait for some to end or delete their configs"), refused_config
+                assert "result" in await slow(gw2, "alice", "tck-slow-alice")
+            finally:
+                tck.executor.release.set()
+            hits = await hook.wait_until(lambda h: h.path == "/tck-slow-alice" and hook_state(h) == "TASK_STATE_COMPLETED")
+            assert "/tck-slow-mallory-2" not in {h.path for h in hits}
 
 
 def server_sockets(pid: int, port: int) -> int:
@@ -215,7 +245,8 @@ async def test_a_clients_request_rate_is_its_budget_across_serve_workers(tmp_pat
     clients = [{"name": n, "token": t, **({"rate": 0.001, "burst": BURST} if n == "bob" else {})}
                for n, t in WORKER_TOKENS.items()]
     extra = {"auth": {"clients": clients}, "admin": {"token": ADMIN},
-             "rate_limit": {"enabled": True, "rate": 100, "burst": 200}}
+             "rate_limit": {"enabled": True, "rate": 100, "burst": 200},
+             "server": {"keep_alive_s": 300}}  # each connection stays with its worker while the test waits
     async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
             serve_workers(tmp_path, "echo", agent_url, extra) as served:
         pids = sorted(worker_pids(served.log).values())
@@ -240,40 +271,3 @@ async def test_a_clients_request_rate_is_its_budget_across_serve_workers(tmp_pat
         finally:
             for c in (w1, w2):
                 await c.aclose()
-
-
-async def test_a_clients_push_follows_are_its_budget_across_both_gateways(nats_server: NatsServer,
-                                                                          tmp_path: Path) -> None:
-    """`push.max_follows_per_client` (2): mallory's two running tasks followed on gw1 leave her no follow on gw2 (her
-    config there is refused before her message is sent); alice's is followed on gw2."""
-    async with webhook_receiver() as hook, tck_agent("tck") as agent:
-        name = cluster_name()
-        config = budgeted(nats_server.url, name)
-        config.update({"urls": {"allow_hosts": [hook.url.removeprefix("http://")]},
-                       "push": {"max_follows_per_client": 2}})
-        async with gateways([{**config, "agents": [{"name": "tck", "url": agent.url}]}, config], tmp_path) as gws, \
-                httpx.AsyncClient(timeout=30) as c:
-            gw1, gw2 = gws[0].url, gws[1].url
-
-            async def slow(url: str, who: str, mid: str) -> dict[str, Any]:
-                r = await c.post(url + "/", headers=bearer(who), json={
-                    "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-                        "message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "inspect"}]},
-                        "configuration": {"returnImmediately": True,
-                                          "taskPushNotificationConfig": {"url": f"{hook.url}/{mid}"}}}})
-                return r.json()  # type: ignore[no-any-return]
-
-            try:
-                for i in range(2):
-                    assert "result" in await slow(gw1, "mallory", f"tck-slow-mallory-{i}")
-                await until(c, gw2, "mma2a_budget_held_elsewhere", "follows", 2)
-                refused = await slow(gw2, "mallory", "tck-slow-mallory-2")
-                assert refused["error"]["code"] == -32602 and refused["error"]["message"] == (
-                    "params.configuration.taskPushNotificationConfig: this client has 2 running tasks followed for push "
-                    "notifications (on every gateway of the cluster), the most is 2 (push.max_follows_per_client); "
-                    "wait for some to end or delete their configs"), refused
-                assert "result" in await slow(gw2, "alice", "tck-slow-alice")
-            finally:
-                agent.executor.release.set()
-            hits = await hook.wait_until(lambda h: h.path == "/tck-slow-alice" and hook_state(h) == "TASK_STATE_COMPLETED")
-            assert "/tck-slow-mallory-2" not in {h.path for h in hits}

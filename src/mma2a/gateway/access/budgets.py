@@ -109,7 +109,7 @@ class SharedBudgets:
     forgotten `expire_s` after its last report (a gateway that died holds nothing), so a gateway with holds
     reports at least every `keep_s`."""
 
-    def __init__(self, *, keep_s: float = 1.0, expire_s: float = 3.0,
+    def __init__(self, *, keep_s: float = 1.0, expire_s: float = 10.0,
                  on_heard: Callable[[str, float], None] | None = None,
                  on_elsewhere: Callable[[str, int], None] | None = None) -> None:
         """`on_heard(budget, units)`: each report's use, as heard; `on_elsewhere(budget, held)`: what every client
