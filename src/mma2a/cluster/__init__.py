@@ -1,7 +1,8 @@
 """Cluster mode: many stateless gateways sharing one NATS JetStream.
 
 KV buckets carry rules, modalities, agents, session pins and membership; the Object
-Store carries payloads; a stream carries durable deliveries. Only `ClusterConfig` is
+Store carries payloads; a stream carries durable deliveries; a core subject carries what each client used of its
+budgets (`budgets`). Only `ClusterConfig` is
 imported eagerly: nothing here imports `nats` until a gateway is actually clustered.
 """
 

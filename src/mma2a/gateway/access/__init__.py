@@ -2,6 +2,8 @@
 
 - `clients`: client credentials (bearer tokens, API keys) and per-sender rate limits; the `auth` and
   `rate_limits` sections.
+- `budgets`: the per-client budgets a cluster's gateways (and `serve --workers`' workers) hold together: what each
+  used, told to the others (the exchange itself is `mma2a.cluster.budgets`).
 - `jwt_clients`, `jwks`: clients named by JWTs of trusted issuers, and those issuers' keys.
 - `federation`: who a peer gateway's client is (a signed upstream-client assertion).
 - `security`: the ingress gate that puts them together (identity, rate, body budget).
