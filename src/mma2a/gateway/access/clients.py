@@ -13,7 +13,7 @@ import hmac
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -531,3 +531,28 @@ class StreamSlots:
     def give(self, sender: str) -> None:
         self.held -= 1
         self.by_sender.remove(sender)
+
+
+class StreamSlot:
+    """One stream's slot in `StreamSlots`, given back once: when the answer's last body message is handed to the
+    server (`sending`), so a client that opens its next stream as soon as this one ended never finds it still held
+    (the answer's task ends a few loop turns after its last byte is out), or at the latest by `give` in a `finally`."""
+
+    __slots__ = ("slots", "sender", "held")
+
+    def __init__(self, slots: StreamSlots, sender: str) -> None:
+        self.slots, self.sender, self.held = slots, sender, True
+
+    def give(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots.give(self.sender)
+
+    def sending(self, send: Callable[[MutableMapping[str, Any]], Awaitable[None]]
+                ) -> Callable[[MutableMapping[str, Any]], Awaitable[None]]:
+        """`send` (an ASGI send), giving the slot back just before the answer's last body message goes out."""
+        async def send_(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                self.give()
+            await send(message)
+        return send_

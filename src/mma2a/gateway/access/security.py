@@ -52,6 +52,7 @@ from .clients import (
     BodyHold,
     Client,
     RateLimiter,
+    StreamSlot,
     StreamSlots,
     client_jwt,
     current_client,
@@ -177,6 +178,10 @@ class AccessControl:
         counted = self.drain is not None and http and cls is AccessClass.CLIENT
         if counted:
             self.drain.enter()
+        slot = None
+        if streaming is not None and http:  # free before the answer's last byte is out (the next stream may follow)
+            slot = StreamSlot(self.streams, streaming)
+            send = slot.sending(send)
         metered = _Metered(self.bodies.hold(sender, self.max_body_bytes), receive, send) if sender is not None else None
         try:
             if metered is None:
@@ -188,7 +193,9 @@ class AccessControl:
                 self.drain.leave()
             if metered is not None:
                 metered.hold.release()
-            if streaming is not None:
+            if slot is not None:
+                slot.give()
+            elif streaming is not None:
                 self.streams.give(streaming)
             client_jwt.reset(own)
             current_client.reset(token)

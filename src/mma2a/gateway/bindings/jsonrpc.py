@@ -29,7 +29,7 @@ from ...errors import (
 )
 from ...request_body import ReadRequest, header_map
 from ...responses import jsonrpc_error_json
-from ..access.clients import StreamSlots, current_client
+from ..access.clients import StreamSlot, StreamSlots, current_client
 from ..access.security import AccessControl, retry_after
 from ..downstream.overload import shed_note
 from ..pipeline import Pipeline
@@ -303,10 +303,11 @@ class _Holding(Response):
         self.status_code = answer.status_code
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        slot = StreamSlot(self.slots, self.sender)
         try:
-            await self.answer(scope, receive, send)
+            await self.answer(scope, receive, slot.sending(send))  # free before the last byte is out
         finally:
-            self.slots.give(self.sender)
+            slot.give()
 
 
 def history_length(params: dict[str, Any]) -> int | None:
