@@ -10,6 +10,7 @@ import pytest
 
 from mma2a.errors import RuleError
 from mma2a.routing import EvidenceIndex, build_snapshot, decide, decide_linear, parse_rules
+from mma2a.routing import learned
 from mma2a.routing.learned import EVERYONE, WINDOW, part_key
 from mma2a.view import Caller
 
@@ -167,3 +168,63 @@ def test_rule_errors_name_the_field() -> None:
     with pytest.raises(RuleError) as err:
         build_snapshot(rules, DESKS)
     assert "learn.among[1]: unknown agent 'desk-z'" in str(err.value)
+
+
+def topic_parts(n: int, dim: int = 32) -> list[Any]:
+    """`n` parts of one topic, each its own cell but all similar: cos 0.45 between any two (>= SIMILAR, < JOIN)."""
+    basis = np.eye(dim, dtype=np.float32)
+    a = np.float32(np.sqrt(0.45))
+    return [a * basis[0] + np.sqrt(np.float32(1) - a * a) * basis[1 + i] for i in range(n)]
+
+
+def test_a_detected_change_restarts_a_degraded_agents_records_across_the_topic() -> None:
+    """The best desk for a topic degrades: a few bad ratings on some of the topic's parts are a change (Bayes factor
+    past ALARM), and its old lead goes wherever a decision reads a cell of the change, also for a never-rated part
+    of the topic. Without the detection (ALARM infinite) the window alone keeps its lead there."""
+    snap = build_snapshot(parse_rules({"version": 1, "default": {"learn": {"explore": 0}}, "rules": []}), DESKS)
+    parts = topic_parts(10)
+
+    def drifted(alarm: float) -> tuple[EvidenceIndex, str, str]:
+        index = EvidenceIndex()
+        old = learned.ALARM
+        learned.ALARM = alarm
+        try:
+            for v in parts[:8]:
+                rate(index, v, "desk-a", 1.0, times=4)
+                for s in (1.0, 0.0):
+                    rate(index, v, "desk-b", s)
+            for v in parts[:4]:  # desk-a degrades: four bad answers on four of the topic's parts
+                rate(index, v, "desk-a", 0.0)
+        finally:
+            learned.ALARM = old
+        agent, _, note = chosen(snap, text(parts[9], caller="alice"), index)
+        return index, agent, note
+
+    index, agent, note = drifted(learned.ALARM)
+    assert index.restarts == 2 and agent != "desk-a"  # alice's records and everyone's
+    assert "desk-a 0/4 good" in note  # only its ratings since the change count where one is read
+    index, agent, note = drifted(float("inf"))
+    assert index.restarts == 0 and agent == "desk-a"
+
+
+def test_ordinary_bad_luck_of_a_good_agent_restarts_nothing_and_published_evidence_stays() -> None:
+    snap = build_snapshot(parse_rules({"version": 1, "default": {"learn": {"explore": 0}}, "rules": []}), DESKS)
+    parts = topic_parts(8)
+    index = EvidenceIndex()
+    for i in range(200):  # right 9 times in 10, a wrong answer now and then
+        rate(index, parts[i % 8], "desk-a", 0.0 if i % 10 == 9 else 1.0)
+        rate(index, parts[i % 8], "desk-b", float(i % 2))
+    assert index.restarts == 0
+    before = index.freeze()
+    seen = chosen(snap, text(parts[3], mid="m-before"), index)
+    for v in parts[:4]:
+        rate(index, v, "desk-a", 0.0)
+    assert index.restarts >= 1  # four wrong in a row is a change
+    assert decide(text(parts[3], mid="m-before"), snap, evidence=before).parts[0].targets[0].agent == seen[0] == "desk-a"
+
+
+def test_the_change_watch_is_bounded() -> None:
+    index = EvidenceIndex(max_cells=64)
+    for i in range(100):
+        rate(index, unit(3), f"agent-{i}", 1.0, owner=f"client-{i}")
+    assert index.watched == 64 // 16

@@ -13,8 +13,13 @@ by the message id and the part index, so the same input gets the same choice.
   `SIMILAR`; a part without a vector has one cell per key.
 - **Ratings** are kept per (cell, owner, agent) as a Beta posterior (good = the sum of scores, n
   = ratings), for the rating client and for everyone (`*`). Old ratings fade: when an agent's
-  ratings summed over a part's similar cells pass `WINDOW`, they are scaled back to it, so an agent
-  that degrades loses its lead within about a window of bad ratings.
+  ratings summed over a part's similar cells pass `WINDOW`, they are scaled back to it.
+- **Changes are detected** (a non-stationary bandit by change detection and restart): each rating is
+  tested, with the agent's recent ratings of similar parts, against what its records predicted (a
+  Bayes factor, `EvidenceIndex._detect`); past `ALARM` the agent's records around those parts restart
+  from the ratings since the change, under a new *epoch*, and a decision (or rating) that reads any
+  cell of that epoch ignores the agent's older records: an agent that degrades on one topic loses its
+  old lead across the topic within a few bad ratings, not only where the bad ratings fell.
 - **The bandit rule**: optimistic greedy on the posterior mean (1 + good) / (2 + n) — an agent
   never rated there counts 1/2, so it is tried before agents rated worse — and, with probability
   `explore` (the rule's), a Thompson draw from each agent's Beta posterior instead. At most
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import random
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -48,6 +54,11 @@ NEAREST = 8
 """How many of the nearest similar cells a decision sums the ratings of."""
 WINDOW = 8.0
 """Ratings kept per (cell, owner, agent): past it, good and n are scaled back to it (older ratings fade)."""
+ALARM = math.log(30.0)
+"""Change detection: the log of the Bayes factor for "the agent changed" past which its records restart (30: "very
+strong" evidence on Jeffreys' scale)."""
+WATCH = 32
+"""Change detection: an agent's last ratings watched, per (owner, agent, key)."""
 GOOD = 0.5
 """A rating of at least this is `good` in explanations."""
 EVERYONE = "*"
@@ -55,6 +66,48 @@ EVERYONE = "*"
 
 Key = tuple[Any, ...]
 Tally = tuple[float, float]  # (good, n)
+Record = tuple[float, float, int]  # (good, n, epoch): an agent's tally in a cell, and the detected change it dates from
+
+
+class Watch:
+    """An agent's last `WATCH` ratings (per owner and key), oldest first: each one's cell, score and the log of the
+    probability its records gave that score; `rows` holds their vectors (row i: rating i), None for parts without."""
+
+    __slots__ = ("ratings", "rows")
+
+    def __init__(self) -> None:
+        self.ratings: list[tuple[int, float, float]] = []
+        self.rows: Any = None
+
+    def add(self, cell: int, vector: Any, score: float, log_p: float) -> None:
+        if vector is not None and (self.rows is None or self.rows.shape[1] != vector.shape[0]):
+            import numpy as np
+
+            self.ratings, self.rows = [], np.zeros((WATCH, vector.shape[0]), dtype=np.float32)
+        elif vector is None and self.rows is not None:
+            self.ratings, self.rows = [], None
+        if len(self.ratings) == WATCH:
+            del self.ratings[0]
+            if self.rows is not None:
+                self.rows[:-1] = self.rows[1:]
+        if self.rows is not None:
+            self.rows[len(self.ratings)] = vector
+        self.ratings.append((cell, score, log_p))
+
+    def near(self, cell: int, vector: Any) -> list[int]:
+        """The watched ratings of parts similar to this one (cosine >= `SIMILAR`; the same cell without vectors)."""
+        if self.rows is None or vector is None:
+            return [i for i, r in enumerate(self.ratings) if r[0] == cell]
+        cos = self.rows[: len(self.ratings)] @ vector
+        return [int(i) for i in (cos >= SIMILAR).nonzero()[0]]
+
+    def drop(self, gone: list[int]) -> None:
+        out = set(gone)
+        keep = [i for i in range(len(self.ratings)) if i not in out]
+        self.ratings = [self.ratings[i] for i in keep]
+        if self.rows is not None:
+            self.rows[: len(keep)] = self.rows[keep]
+
 
 
 def part_key(part: PartView) -> Key:
@@ -88,7 +141,7 @@ class Evidence:
 
     cells: Mapping[Key, Cells]
     plain: Mapping[Key, int]  # the one cell of a key whose parts have no vector
-    tallies: Mapping[int, Mapping[str, Mapping[str, Tally]]]  # cell -> owner -> agent -> (good, n)
+    tallies: Mapping[int, Mapping[str, Mapping[str, Record]]]  # cell -> owner -> agent -> (good, n, epoch)
     ratings: int = 0  # ratings taken in so far (explanations, metrics)
 
     def similar(self, key: Key, vector: Any) -> tuple[tuple[int, ...], float]:
@@ -112,12 +165,18 @@ class Evidence:
         return tuple(cells.ids[i] for i in keep), float(max(cos[i] for i in keep))
 
     def tally(self, cells: Sequence[int], owner: str) -> dict[str, Tally]:
-        """Each agent's (good, n) summed over `cells`, as rated by `owner` (`EVERYONE`: by every client)."""
+        """Each agent's (good, n) summed over `cells`, as rated by `owner` (`EVERYONE`: by every client): only its
+        records of the latest change detected among them (older ones describe the agent before it changed)."""
         out: dict[str, Tally] = {}
+        latest: dict[str, int] = {}
         for cell in cells:
-            for agent, (good, n) in self.tallies.get(cell, {}).get(owner, {}).items():
-                g0, n0 = out.get(agent, (0.0, 0.0))
-                out[agent] = (g0 + good, n0 + n)
+            for agent, (good, n, epoch) in self.tallies.get(cell, {}).get(owner, {}).items():
+                last = latest.get(agent, -1)
+                if epoch > last:
+                    latest[agent], out[agent] = epoch, (good, n)
+                elif epoch == last:
+                    g0, n0 = out[agent]
+                    out[agent] = (g0 + good, n0 + n)
         return out
 
 
@@ -169,6 +228,10 @@ def choose(inp: LearnInput, candidates: Sequence[str], explore: float, shared: b
     return LearnedChoice(best, explored, note)
 
 
+def _lbeta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
 def _count(x: float) -> str:
     return str(round(x))
 
@@ -190,21 +253,30 @@ class EvidenceIndex:
         self._cells: dict[Key, Cells] = {}
         self._plain: dict[Key, int] = {}
         self._key_of: OrderedDict[int, Key] = OrderedDict()  # cell -> its key, least recently rated first
-        self._tallies: dict[int, dict[str, dict[str, Tally]]] = {}
+        self._tallies: dict[int, dict[str, dict[str, Record]]] = {}
         self._next = 0
         self._ratings = 0
         self._frozen = NO_EVIDENCE
         self._dirty: set[int] = set()  # cells rated or forgotten since the last `freeze`
+        # change detection: (owner, agent, key) -> its last ratings, least recently rated first (at most max_cells // 16)
+        self._watch: OrderedDict[tuple[str, str, Key], Watch] = OrderedDict()
+        self._epoch = 0
+        self.restarts = 0
 
     def __len__(self) -> int:
         return len(self._key_of)
 
+    @property
+    def watched(self) -> int:
+        """How many (owner, agent, key) have their recent ratings watched for a change (at most `max_cells` // 16)."""
+        return len(self._watch)
+
     def rate(self, key: Key, vector: Any, owner: str, agent: str, score: float) -> int:
         """Take one rating (0..1) of `agent` on a part of `key` (and `vector`) sent by `owner`; return its cell.
 
-        The window applies to what a decision on this part would read: when `agent`'s ratings summed over the
-        part's similar cells pass `WINDOW`, they are scaled back (in every one of those cells) before this one is
-        added, so an agent that degrades loses its lead within about a window of bad ratings, wherever they fell."""
+        What a decision on this part would read is watched: records older than the agent's latest detected change
+        among the part's similar cells are dropped; the rating is tested for a change (`_detect`, which may restart the
+        agent's records around it); past `WINDOW` ratings the agent's records there are scaled back; then it is added."""
         if vector is not None:
             import numpy as np
 
@@ -213,20 +285,17 @@ class EvidenceIndex:
         self._key_of.move_to_end(cell)
         near = {cell, *self._near(key, vector)}
         for who in (owner, EVERYONE) if owner != EVERYONE else (EVERYONE,):
-            total = sum(self._tallies.get(c, {}).get(who, {}).get(agent, (0.0, 0.0))[1] for c in near)
+            epoch, good, n = self._current(near, who, agent)
+            epoch = self._detect(who, agent, key, vector, cell, (1.0 + good) / (2.0 + n), score) or epoch
+            kept = [(c, self._tallies[c][who]) for c in near if agent in self._tallies.get(c, {}).get(who, {})]
+            total = sum(agents[agent][1] for _, agents in kept)
             if total + 1.0 > WINDOW:
                 keep = (WINDOW - 1.0) / total
-                for c in near:
-                    agents_c = self._tallies.get(c, {}).get(who)
-                    if agents_c is not None and agent in agents_c:
-                        good, n = agents_c[agent]
-                        agents_c[agent] = (good * keep, n * keep)
-                        self._dirty.add(c)
-            owners = self._tallies.setdefault(cell, {})
-            agents = owners.pop(who, None) or {}
-            owners[who] = agents  # most recently rated last
-            good, n = agents.get(agent, (0.0, 0.0))
-            agents[agent] = (good + score, n + 1.0)
+                for c, agents in kept:
+                    g, m, e = agents[agent]
+                    agents[agent] = (g * keep, m * keep, e)
+                    self._dirty.add(c)
+            self._add(cell, who, agent, score, epoch)
         owners = self._tallies[cell]
         while len(owners) > self.max_owners:
             oldest = next(w for w in owners if w != EVERYONE)
@@ -234,6 +303,84 @@ class EvidenceIndex:
         self._ratings += 1
         self._dirty.add(cell)
         return cell
+
+    def _current(self, near: set[int], who: str, agent: str) -> tuple[int, float, float]:
+        """The agent's latest epoch among `near` and its (good, n) there; its older records in `near` are dropped."""
+        found = [(c, self._tallies[c][who]) for c in near if agent in self._tallies.get(c, {}).get(who, {})]
+        epoch = max((agents[agent][2] for _, agents in found), default=0)
+        good = n = 0.0
+        for c, agents in found:
+            g, m, e = agents[agent]
+            if e < epoch:
+                del agents[agent]
+                self._dirty.add(c)
+            else:
+                good, n = good + g, n + m
+        return epoch, good, n
+
+    def _add(self, cell: int, who: str, agent: str, score: float, epoch: int) -> None:
+        owners = self._tallies.setdefault(cell, {})
+        agents = owners.pop(who, None) or {}
+        owners[who] = agents  # most recently rated last
+        g, m, e = agents.get(agent, (0.0, 0.0, epoch))
+        agents[agent] = (g + score, m + 1.0, e) if e == epoch else (score, 1.0, epoch)
+        self._dirty.add(cell)
+
+    def _detect(self, who: str, agent: str, key: Key, vector: Any, cell: int, predicted: float,
+                score: float) -> int | None:
+        """Test `agent`'s recent ratings near this one for a change; on one, restart its records around them and
+        return the new epoch.
+
+        The agent's last `WATCH` ratings (per owner and key) are kept, each with the probability its records gave
+        it when it came (`predicted`: the posterior mean a decision read there). Those whose parts are similar to
+        this one (cosine >= `SIMILAR`: where its records predict alike), this one last, are tested: for each
+        suffix (a change just before it) the Bayes factor of "the agent now answers well at some other rate
+        (uniform prior)" against "its ratings went as its records predicted" is B(1 + good, 1 + bad) / the product
+        of the predicted probabilities of the suffix's ratings. Past e^`ALARM` the change is taken, from the suffix
+        with the largest factor."""
+        k = (who, agent, key)
+        watch = self._watch.pop(k, None) or Watch()
+        p = min(max(predicted, 1e-6), 1.0 - 1e-6)
+        watch.add(cell, vector, score, score * math.log(p) + (1.0 - score) * math.log(1.0 - p))
+        local = watch.near(cell, vector)
+        if not local or local[-1] != len(watch.ratings) - 1:  # this one (a zero vector is similar to nothing)
+            local.append(len(watch.ratings) - 1)
+        best, start, good, m, null = 0.0, -1, 0.0, 0.0, 0.0
+        for j in range(len(local) - 1, -1, -1):
+            _, score_j, log_p = watch.ratings[local[j]]
+            good, m, null = good + score_j, m + 1.0, null + log_p
+            log_bf = _lbeta(1.0 + good, 1.0 + m - good) - null
+            if log_bf > best:
+                best, start = log_bf, j
+        epoch = None
+        if best > ALARM:
+            run = local[start:]
+            epoch = self._restart(who, agent, key, watch, run)
+            watch.drop(run)
+        self._watch[k] = watch
+        while len(self._watch) > max(1, self.max_cells // 16):  # each holds up to WATCH vectors
+            self._watch.popitem(last=False)
+        return epoch
+
+    def _restart(self, who: str, agent: str, key: Key, watch: Watch, run: list[int]) -> int:
+        """A detected change: `agent`'s records in every cell of the key similar to a part of `run` (the ratings since
+        the change) are dropped, and the run's earlier ratings make its records there, of a new epoch (returned): a
+        decision or rating reading any of these cells then reads only the agent's records from after the change."""
+        self._epoch += 1
+        region = {watch.ratings[i][0] for i in run}
+        buffer, ids = self._rows.get(key, (None, []))
+        if watch.rows is not None and buffer is not None and ids and buffer.shape[1] == watch.rows.shape[1]:
+            cos = buffer[: len(ids)] @ watch.rows[run].T  # every cell against each part of the run
+            region.update(ids[int(i)] for i in (cos >= SIMILAR).any(axis=1).nonzero()[0])
+        for c in region:
+            agents = self._tallies.get(c, {}).get(who)
+            if agents is not None and agents.pop(agent, None) is not None:
+                self._dirty.add(c)
+        for cell, score, _ in (watch.ratings[i] for i in run[:-1]):  # the last is the rating being taken
+            if cell in self._key_of:
+                self._add(cell, who, agent, score, self._epoch)
+        self.restarts += 1
+        return self._epoch
 
     def _near(self, key: Key, vector: Any) -> list[int]:
         """The cells a decision on a part of `key` and `vector` sums (as `Evidence.similar`)."""
