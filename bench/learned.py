@@ -26,6 +26,8 @@ readings are reported beside it and are not the target: `drift_mixed_billing_mov
 billing questions *inside* the 100 that avoided desk-a (the first of them cannot have moved: nothing has
 said desk-a degraded before their ratings come back), and `drift_billing_last50_moved` (billing only).
 `--seeds` prints each seed's figures, their mean and their minimum: report every held-out seed run, not the best.
+Protocol (docs/benchmarks.md, "Learned routing, session 12"): seeds 101-110, 301-305, 7 and 8 are for tuning and
+diagnosis (`--in-process` is fine there); 901-910 are held out, run once over HTTP after the rule is frozen.
 - cost: `decide` of a text part with a sentence vector, with learning and evidence from 100,000 past rated
   decisions (synthetic vectors over 2,000 topics: the index at its 4,096-cell bound) against `decide` with
   capability routing, side by side, p50/p90; and the cost of taking a rating and publishing the evidence.
