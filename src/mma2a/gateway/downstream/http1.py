@@ -74,6 +74,18 @@ class Response:
                 return v.decode("latin-1")
         return None
 
+    def headers_named(self, *names: bytes) -> list[str | None]:
+        """The first header of each of `names` (lowercase, as bytes), decoded as Latin-1, or None: one pass over the
+        answer's headers for all of them."""
+        found: list[str | None] = [None] * len(names)
+        for k, v in self.headers:
+            low = k.lower()
+            if low in names:
+                i = names.index(low)
+                if found[i] is None:
+                    found[i] = v.decode("latin-1")
+        return found
+
 
 @dataclass(frozen=True, slots=True)
 class _Target:

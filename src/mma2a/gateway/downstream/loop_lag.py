@@ -41,15 +41,12 @@ class LoopLag:
         """The loop's recent lag in seconds (inf: not measured yet); starts the probe when it is not running (outside a
         running loop it is not started)."""
         self._idle = 0
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return self.lag
-        if self._loop is not loop:  # not running, or on a loop of before (a test's, closed): afresh on this one
-            self.stop()
+        loop = asyncio._get_running_loop()  # (None outside one: no exception to raise and catch per answer)
+        if loop is not self._loop and loop is not None:  # not running, or on a loop of before (a test's, closed):
+            self.stop()  # afresh on this one
             self._loop, self.value, self.ticks = loop, 0.0, 0
             self._schedule(loop, loop.time())
-        return self.lag
+        return self.value if self.ticks >= MIN_TICKS else math.inf  # (`lag`)
 
     @property
     def lag(self) -> float:

@@ -164,6 +164,8 @@ class AgentSlots:
         self._width = 0  # the most legs the agent was measured to work on at once, this epoch and the last (`busy_floor`)
         self._prev_width = 0
         self._width_n = 0  # answers in this epoch
+        self._width_due = True  # the rate or the epoch moved since the width was last worked out ...
+        self._width_base: float | None = None  # ... or `min_rtt` did (the one it was worked out with)
         self.floor = 0  # the lowest priority not outranked (`_roll`); lower ones take the slow path, and are shed
 
     # --- taking and giving back a slot -------------------------------------------------------------------------
@@ -180,23 +182,38 @@ class AgentSlots:
 
     def release(self, rtt: float | None = None) -> None:
         """Give a slot back; `rtt`: the seconds the agent took to answer (None: no sample, as for a stream or an
-        agent that could not be reached)."""
-        busy = self.queued > 0 or self.inflight >= self.limit.value
-        self.inflight -= 1
+        agent that could not be reached). Every answer is a sample (one function's work: it runs per request)."""
+        limit = self.limit
+        inflight = self.inflight  # the legs at the agent when the answer came, itself included
+        busy = self.queued > 0 or inflight >= limit.value
+        self.inflight = inflight - 1
         now = 0.0
         if rtt is not None:
-            now = self._now()
+            now = self.clock() if self.clock is not None else asyncio.get_running_loop().time()
             self.arrivals.roll(now)  # (arrivals granted at once count into the bucket current then)
-            self._delivered(busy, now)
+            # the time since the previous answer, when both came busy (the agent was kept busy in between), is a
+            # sample of the rate the agent delivers
+            if not busy:
+                self._busy_answer = None
+            else:
+                last = self._busy_answer
+                if last is not None:
+                    self.intervals += 1
+                    self._busy_n = self._busy_n * RATE_DECAY + 1.0
+                    self._busy_s = self._busy_s * RATE_DECAY + (now - last)
+                    self._width_due = True
+                self._busy_answer = now
             self.answers += 1
             if self.rtt_mean == 0.0:
-                self.rtt_mean, self.inflight_mean = rtt, float(self.inflight + 1)
+                self.rtt_mean, self.inflight_mean = rtt, float(inflight)
             else:
                 self.rtt_mean += RTT_WEIGHT * (rtt - self.rtt_mean)
-                self.inflight_mean += RTT_WEIGHT * (self.inflight + 1 - self.inflight_mean)
+                self.inflight_mean += RTT_WEIGHT * (inflight - self.inflight_mean)
             self._measure_width()
-            lag = self.lag() if self.lag is not None and self.limit.adaptive else 0.0  # the gateway's own delay
-            self.limit.sample(rtt, self.inflight + 1, busy, self.busy_floor(), lag)
+            if limit.adaptive:
+                lag = self.lag() if self.lag is not None else 0.0  # the gateway's own delay
+                width = max(self._width, self._prev_width)
+                limit.sample(rtt, inflight, busy, width + 1 if width else None, lag)  # (`busy_floor`)
         if self.queued:
             now = now or self._now()
             self._roll(now)
@@ -213,26 +230,19 @@ class AgentSlots:
     def _measure_width(self) -> None:
         """After an answer: the legs the agent works on at once, as measured now, into the epoch's most. The most,
         as `min_rtt` is the least: a loaded machine stretches the gaps between answers (the gateway's own turns
-        among them), and a floor that fell with them fed the agent less, which it read as a slower agent."""
+        among them), and a floor that fell with them fed the agent less, which it read as a slower agent. Worked
+        out again only when what it is made of moved (the rate, after a busy answer; `min_rtt`; a new epoch)."""
         self._width_n += 1
         if self._width_n >= EPOCH:
             self._prev_width, self._width, self._width_n = self._width, 0, 0
+            self._width_due = True
         base = self.limit.base_rtt
+        if not self._width_due and base == self._width_base:
+            return
+        self._width_due, self._width_base = False, base
         if self.intervals < ESTIMATE_AFTER or self._busy_s <= 0.0 or not math.isfinite(base):
             return
         self._width = max(self._width, 1, math.ceil(self._busy_n / self._busy_s * base - WIDTH_SLACK))
-
-    def _delivered(self, busy: bool, now: float) -> None:
-        """An answer came at `now`; `busy`: every slot was taken or legs waited. The time since the previous answer,
-        when both came busy (the agent was kept busy in between), is a sample of the rate the agent delivers."""
-        if not busy:
-            self._busy_answer = None
-            return
-        if self._busy_answer is not None:
-            self.intervals += 1
-            self._busy_n = self._busy_n * RATE_DECAY + 1.0
-            self._busy_s = self._busy_s * RATE_DECAY + (now - self._busy_answer)
-        self._busy_answer = now
 
     # --- the queue ---------------------------------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ from .service_params import extensions_for_agent, note_activated
 MAX_REDIRECTS = 3  # a card fetch's redirects, each within the card URL's origin
 MAX_JSON_BYTES = 1 << 20  # an agent card (or any JSON document fetched) read at most this long
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_EXTENSIONS = EXTENSIONS_HEADER.lower().encode("latin-1")  # an answer's headers read by the lean pool
+_CODING = b"content-encoding"
 
 if TYPE_CHECKING:
     from .grpc_transport import GrpcAgents
@@ -243,8 +245,8 @@ class Transport:
             except (http1.HttpError, ValueError) as exc:
                 raise DispatchError(f"agent {agent} failed: {exc}", data={"agent": agent}) from None
         raw = resp.body
-        note_activated(resp.header(EXTENSIONS_HEADER))  # what the agent says it activated goes back to the client
-        coding = resp.header("Content-Encoding")
+        activated, coding = resp.headers_named(_EXTENSIONS, _CODING)
+        note_activated(activated)  # what the agent says it activated goes back to the client
         if coding is not None and coding.strip().lower() != "identity":
             try:
                 raw = decode(raw, coding, self.max_response_bytes)
