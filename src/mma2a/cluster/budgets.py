@@ -51,7 +51,7 @@ class BudgetExchange:
 
     async def start(self) -> None:
         self._sub = await self.member.nc.subscribe(subject(self.member.names.cluster), cb=self._heard)
-        self.budgets.wake = self.wake
+        self.budgets.wake_with(self.wake)
         self._tasks.append(asyncio.create_task(self._run(), name="budget reports"))
 
     async def stop(self) -> None:

@@ -123,10 +123,14 @@ class SharedBudgets:
         self._peers: dict[str, tuple[float, dict[str, dict[str, int]]]] = {}  # peer -> (heard at, budget -> holds)
         self._told: dict[str, dict[str, int]] = {}  # the holds last reported
         self._told_at = 0.0
-        self.wake: Wake = _never  # the exchange's: report soon
+        self._report_soon: Wake = _never  # the exchange's (`wake_with`)
+
+    def wake_with(self, report_soon: Wake) -> None:
+        """Call `report_soon` whenever a client's use should be told before the next regular report."""
+        self._report_soon = report_soon
 
     def _wake(self) -> None:
-        self.wake()
+        self._report_soon()
 
     def rate(self, budget: str, buckets: Buckets) -> None:
         """Share a rate budget (one of `RATE_BUDGETS`)."""
