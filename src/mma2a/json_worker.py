@@ -7,7 +7,7 @@ length and the pickled answer of the job: `PARSE` (a JSON-RPC body: `request_bod
 read as the SDK reads it: `sdk_requests.read_send_body_as_data`, whose module is loaded at the first such job) or
 `SEND_PROTO` (the bytes of a gRPC SendMessageRequest: `sdk_requests.read_send_proto_as_data`), `SEND_V03` (a v0.3 REST
 `message:send` body: `read_v03_send_body_as_data`), `PUSH` / `PUSH_V03` (a REST push-config body, 1.0's or v0.3's:
-`read_push_config_as_data`), `SEND_JSONRPC` (a JSON-RPC body the SDK's dispatcher answers: `read_jsonrpc_send_as_data`).
+`read_push_config_as_data`), `JSONRPC` (a JSON-RPC body the SDK's dispatcher answers: `read_jsonrpc_as_data`).
 It runs niced (`NICENESS`) and exits at the end of stdin."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .request_body import check_json_body_as_data, parse_json_body_as_data
 
 REQUEST_HEAD = struct.Struct(">QIB")
 ANSWER_HEAD = struct.Struct(">Q")
-PARSE, CHECK, SEND, SEND_PROTO, SEND_V03, PUSH, PUSH_V03, SEND_JSONRPC = 0, 1, 2, 3, 4, 5, 6, 7
+PARSE, CHECK, SEND, SEND_PROTO, SEND_V03, PUSH, PUSH_V03, JSONRPC = 0, 1, 2, 3, 4, 5, 6, 7
 """The jobs (see the module's docstring)."""
 NICENESS = 10
 """The worker runs at a lower CPU priority than the gateway: on a busy host the other clients' requests (and the
@@ -67,8 +67,8 @@ def run_sdk(job: int, body: bytes) -> tuple[Any, ...]:
         return sdk_requests.read_v03_send_body_as_data(body)
     if job == PUSH or job == PUSH_V03:
         return sdk_requests.read_push_config_as_data(body, v03=job == PUSH_V03)
-    if job == SEND_JSONRPC:
-        return sdk_requests.read_jsonrpc_send_as_data(body)
+    if job == JSONRPC:
+        return sdk_requests.read_jsonrpc_as_data(body)
     raise ValueError(f"unknown job {job}")
 
 

@@ -181,27 +181,39 @@ def read_v03_send_body_as_data(body: bytes) -> tuple[Any, ...]:
 JSONRPC_SEND_METHODS = ("SendMessage", "SendStreamingMessage")
 
 
-def read_jsonrpc_send_as_data(body: bytes) -> tuple[Any, ...]:
-    """A JSON-RPC SendMessage / SendStreamingMessage body read as the SDK's JSON-RPC dispatcher reads it (`json.loads`
-    of the body, `ParseDict` of its `params`, unknown fields ignored), then `send_request_json`:
-    - `("read", stub, answer)`: `answer` as `read_send_body_as_data`'s, and `stub` the same request with `params`
-      holding only the tenant (JSON bytes; members other than JSON-RPC's kept by name, as null, so that the
+def read_jsonrpc_as_data(body: bytes) -> tuple[Any, ...]:
+    """A JSON-RPC body of one of A2A 1.0's methods read as the SDK's JSON-RPC dispatcher reads it (`json.loads` of the
+    body, `ParseDict` of its `params` into the method's type, unknown fields ignored); for SendMessage and
+    SendStreamingMessage, then `send_request_json`:
+    - `("read", stub, answer)`: a send; `answer` as `read_send_body_as_data`'s, and `stub` the same request with
+      `params` holding only the tenant (JSON bytes; members other than JSON-RPC's kept by name, as null, so that the
       dispatcher's checks of the request's members answer the stub as they answer the body);
+    - `("stub", stub)`: another method; `stub` the same request with `params` as they were read (`MessageToDict`:
+      without the body's padding or unknown fields, parsed again into the same message);
     - `("params", stub, text)`: `ParseDict` refused the params (the SDK answers `InvalidParamsError` with that text,
       once the members pass its checks);
-    - `("other",)`: another method, or a body that is not a JSON object."""
+    - `("other",)`: a method the dispatcher does not read so (v0.3's), or a body that is not a JSON object."""
+    from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher  # its table of methods and their params
+
     try:
         doc = json.loads(body)
     except ValueError:
         return ("other",)
-    if not isinstance(doc, dict) or doc.get("method") not in JSONRPC_SEND_METHODS:
+    if not isinstance(doc, dict) or not isinstance(doc.get("method"), str):
+        return ("other",)
+    model = JsonRpcDispatcher.METHOD_TO_MODEL.get(doc["method"])
+    if model is None:
         return ("other",)
     stub = {k: (doc[k] if k in ("jsonrpc", "method", "id") else None) for k in doc}
-    params = SendMessageRequest()
+    params = model()
     try:
         json_format.ParseDict(doc.get("params", {}), params, ignore_unknown_fields=True)
     except Exception as exc:  # the SDK's dispatcher: InvalidParamsError(data={'parseError': str(e)})
         return "params", json.dumps(stub).encode(), str(exc)
+    if doc["method"] not in JSONRPC_SEND_METHODS:
+        if "params" in doc:
+            stub["params"] = json_format.MessageToDict(params)
+        return "stub", json.dumps(stub).encode()
     if "params" in doc:
         stub["params"] = {"tenant": params.tenant} if params.tenant else {}
     return "read", json.dumps(stub).encode(), _as_data(lambda _: send_request_json(params), body)

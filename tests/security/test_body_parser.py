@@ -102,10 +102,11 @@ async def test_a_large_body_on_json_rpc_is_served_or_refused_as_a_small_one() ->
 
 async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_small_ones(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """SendStreamingMessage (and a SendMessage past the fast path) is answered by the SDK's JSON-RPC dispatcher, which
-    parsed the whole body again on the loop (`json.loads`, `ParseDict` of the params): the chunk-walk PNGs sent that
-    way held another client's text up to 1.9 s. Past 1 MiB the worker reads it now; every answer equals the small
-    body's, and no params past 1 MiB reach the dispatcher's `ParseDict` in the gateway's process."""
+    """SendStreamingMessage (and every 1.0 method past the fast path, push configs included) is answered by the SDK's
+    JSON-RPC dispatcher, which parsed the whole body again on the loop (`json.loads`, `ParseDict` of the params): the
+    chunk-walk PNGs sent that way held another client's text up to 1.9 s. Past 1 MiB the worker reads it now; every
+    answer equals the small body's, and no params past 1 MiB reach the dispatcher's `ParseDict` in the gateway's
+    process."""
     import json
 
     from a2a.server.routes import jsonrpc_dispatcher
@@ -133,6 +134,9 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
         "unknown tenant": body("SendStreamingMessage", {"message": msg, "tenant": "nope"}),
         "an extra member": body("SendStreamingMessage", {"message": msg}, extra=1),
         "an extra member, bad params": body("SendStreamingMessage", {"message": {**msg, "role": 5.5}}, extra=1),
+        "push config, unknown task": body("CreateTaskPushNotificationConfig", {"taskId": "t-none",
+                                                                              "url": "https://example.com/h"}),
+        "push config, url a number": body("CreateTaskPushNotificationConfig", {"taskId": "t-none", "url": 5}),
     }
     got = {}
     async with secured({"max_body_bytes": 8 << 20}) as (gw, url, _):
@@ -154,4 +158,6 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
     assert '"code":-32602' in got["messageId a list"][0][1] and "parseError" in got["messageId a list"][0][1]
     assert '"code":-32600' in got["an extra member"][0][1] and "Extra fields" in got["an extra member"][0][1]
     assert got["an extra member, bad params"][0] == got["an extra member"][0]  # the members checked first
+    assert '"code":-32001' in got["push config, unknown task"][0][1]
+    assert '"code":-32602' in got["push config, url a number"][0][1] and "parseError" in got["push config, url a number"][0][1]
     assert seen and max(seen) <= INLINE_PARSE_BYTES

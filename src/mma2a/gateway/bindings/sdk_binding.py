@@ -59,7 +59,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import AgentRPCError, MMA2AError, metadata_strings
-from ...json_worker import PUSH, PUSH_V03, SEND_JSONRPC, SEND_V03
+from ...json_worker import JSONRPC, PUSH, PUSH_V03, SEND_V03
 from ...request_body import ReadRequest
 from ...sdk_requests import check_required, raise_refusal, send_request_json
 from ..access.clients import current_client
@@ -320,12 +320,13 @@ class LargeBodyREST03Handler(REST03Handler):
 
 
 class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
-    """The SDK's JSON-RPC dispatcher (what the fast path does not answer), but a SendMessage or SendStreamingMessage
-    body past `bodies.inline_bytes` is read in the JSON body worker as the dispatcher reads it
-    (`sdk_requests.read_jsonrpc_send_as_data`: `json.loads`, `ParseDict` of the params, then the gateway's read), not
-    on the event loop: the dispatcher then answers a stub of the request (its params only the tenant) and the handler
-    takes the worker's answer (`body_parser.read_ahead`). A refusal of the params is answered as the dispatcher
-    answers it; every other body (other methods, a worker that stopped) takes the SDK's own path."""
+    """The SDK's JSON-RPC dispatcher (what the fast path does not answer), but a body of an A2A 1.0 method past
+    `bodies.inline_bytes` is read in the JSON body worker as the dispatcher reads it
+    (`sdk_requests.read_jsonrpc_as_data`: `json.loads`, `ParseDict` of the params; for SendMessage and
+    SendStreamingMessage the gateway's read), not on the event loop. The dispatcher then answers a stub of the
+    request: a send's params hold only the tenant and the handler takes the worker's answer (`body_parser.read_ahead`);
+    another method's params are what was read. A refusal of the params is answered as the dispatcher answers it;
+    every other body (v0.3's methods, a worker that stopped) takes the SDK's own path."""
 
     def __init__(self, *args: Any, bodies: JSONBodyParser | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -336,7 +337,7 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
         if self._bodies is None or body is None or len(body) <= self._bodies.inline_bytes:
             return await super().handle_requests(request)
         try:
-            answer = await self._bodies.sdk_answer(body, SEND_JSONRPC)
+            answer = await self._bodies.sdk_answer(body, JSONRPC)
         except MMA2AError:  # the worker stopped: the SDK reads it, as before
             return await super().handle_requests(request)
         if answer[0] == "other":
@@ -349,6 +350,8 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
             response: Response = self._generate_error_response(
                 base._id, sdk_errors.InvalidParamsError(data={"parseError": answer[2]}))  # noqa: SLF001
             return response
+        if answer[0] == "stub":  # another 1.0 method: its params as read, parsed again into the same message
+            return await super().handle_requests(stub)
         token = read_ahead.set(answer[2])
         try:
             return await super().handle_requests(stub)
