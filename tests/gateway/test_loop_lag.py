@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mma2a.errors import Overloaded
-from mma2a.gateway.downstream.agent_limit import LAG_BUSY_S, AdaptiveLimit
+from mma2a.gateway.downstream.agent_limit import LAG_BUSY_S, AdaptiveLimit, ConcurrencyLimit
 from mma2a.gateway.downstream.loop_lag import IDLE_TICKS, LAG_WEIGHT, MIN_TICKS, PROBE_S, LoopLag
 from mma2a.gateway.downstream.overload import AgentSlots, AgentSlotTable
 
@@ -159,3 +159,85 @@ async def test_the_table_gives_every_adaptive_limit_the_one_probe_and_a_fast_age
     for f in waiting:
         f.cancel()
     await asyncio.sleep(0)
+
+
+
+class Clients:
+    """Closed-loop clients at `slots` (each sends its next leg when answered or shed), every answer taking `rtt` of
+    the gateway's time; the legs that wait are held here, never awaited (the clock and the releases are the test's)."""
+
+    def __init__(self, slots: AgentSlots, now: list[float]) -> None:
+        self.s, self.now = slots, now
+        self.waiting: list[Any] = []
+
+    def run(self, clients: int, legs: int, rtt: float) -> list[str]:
+        """`legs` legs from `clients` clients; the reasons of those shed."""
+        shed: list[str] = []
+        for _ in range(legs):
+            was_shed = False
+            try:
+                got = self.s.acquire(5)
+                if got is not None:
+                    self.waiting.append(got)
+            except Overloaded as exc:
+                shed.append(exc.why)
+                was_shed = True
+            if was_shed or self.s.inflight + self.s.queued >= clients:
+                self.now[0] += rtt / max(1, self.s.inflight)
+                self.s.release(rtt)
+        return shed
+
+    def close(self) -> None:
+        for got in self.waiting:
+            got.close()
+
+async def test_a_first_burst_of_more_legs_than_the_queue_holds_waits_while_the_limit_grows() -> None:
+    """1,024 connections at a fresh gateway: their legs arrive before any answer, at a limit of 4 and a queue of 256.
+    The queue was cut at 256 and 764 legs were shed 503 by a gateway whose agent answers in 0.02 ms."""
+    now = [1000.0]
+    s = AgentSlots("fast", AdaptiveLimit(initial=4), max_queue=256, queue_timeout_s=5.0, clock=lambda: now[0],
+                   lag=lambda: math.inf)  # a first burst: the loop's lag not measured yet
+    shed: list[str] = []
+    for _ in range(1024):
+        try:
+            got = s.acquire(5)
+        except Overloaded as exc:
+            shed.append(exc.why)
+            continue
+        if got is not None:
+            got.close()  # type: ignore[attr-defined]  (the coroutine of a leg that waits: not awaited here)
+    assert shed == [] and s.queued == 1020 and not s.limit.settled
+    fixed = AgentSlots("slow", ConcurrencyLimit(4), max_queue=256, queue_timeout_s=5.0, clock=lambda: now[0])
+    for _ in range(4 + 256):  # a fixed limit says what the agent takes: its queue is cut at max_queue as before
+        got = fixed.acquire(5)
+        if got is not None:
+            got.close()  # type: ignore[attr-defined]
+    with pytest.raises(Overloaded) as refused:
+        fixed.acquire(5)
+    assert refused.value.why == "queue_full"
+
+
+async def test_a_settled_limit_sheds_nothing_while_the_gateway_is_slower_than_its_agent() -> None:
+    """Once cut (out of slow start), a limit at a fast agent still sheds nothing when the gateway itself is the
+    bottleneck: neither the routine leg's standing-queue rule nor the full queue (1,024 closed-loop clients, a queue
+    of 256, the limit at its maximum of 256, every answer 100 ms late for the gateway's loop)."""
+    now = [1000.0]
+    lag = [0.0]
+    s = AgentSlots("fast", AdaptiveLimit(initial=64, maximum=256), max_queue=256, queue_timeout_s=5.0,
+                   clock=lambda: now[0], lag=lambda: lag[0])
+    s.limit.sample(0.001, 1, saturated=False)  # min_rtt 1 ms
+    for _ in range(64):  # a calm moment: answers 30 ms late with the loop not lagging read as queueing: cut
+        s.limit.sample(0.030, 64, saturated=True, lag=0.0)
+    assert s.limit.settled and not s.limit.gateway_bound
+    lag[0] = 0.030  # then the gateway falls behind: its loop 30 ms late, first with 128 clients, then 1,024
+    clients = Clients(s, now)
+    shed = clients.run(128, 2_000, rtt=0.100)
+    assert shed == [] and s.limit.gateway_bound
+    shed = clients.run(1024, 20_000, rtt=0.100)
+    assert shed == []
+    assert s.limit.gateway_bound and s.limit.value == 256  # grew to its maximum; the rest waited in the queue
+    assert s.queued > 256  # more than max_queue_per_agent, bounded by the clients (and each leg's deadline)
+    lag[0] = 0.0  # the gateway keeps up again: the same answers now say the agent queues, and the rules apply
+    shed = clients.run(1024, 4_000, rtt=0.100)
+    assert not s.limit.gateway_bound and shed and set(shed) <= {"deadline", "queue_full"}
+    clients.close()

@@ -81,6 +81,12 @@ class ConcurrencyLimit:
         """The agent's answer time with nothing queued inside it, as far as the limit knows (inf: not measured)."""
         return float("inf")
 
+    @property
+    def gateway_bound(self) -> bool:
+        """The last window found the gateway slower than the agent (its own loop's lag, not the agent, made the
+        answers late): legs waiting for this agent wait for the gateway, not for the agent. A fixed limit: never."""
+        return False
+
     def sample(self, rtt: float, in_flight: int, saturated: bool, floor: int | None = None, lag: float = 0.0) -> None:
         """An answer took `rtt` seconds with `in_flight` legs at the agent; a fixed limit ignores it."""
 
@@ -92,7 +98,7 @@ class AdaptiveLimit(ConcurrencyLimit):
     """The Vegas rule above, between `minimum` and `maximum`."""
 
     __slots__ = ("minimum", "maximum", "min_rtt", "_prev_min", "_epoch_n", "_n", "_sum_rtt", "_sum_inflight",
-                 "_saturated", "slow_start", "last_queued", "_cooldown", "_floor", "_sum_lag", "last_lag")
+                 "_saturated", "slow_start", "last_queued", "_cooldown", "_floor", "_sum_lag", "last_lag", "_gateway_bound")
 
     adaptive = True
 
@@ -113,10 +119,15 @@ class AdaptiveLimit(ConcurrencyLimit):
         self.last_lag = 0.0
         self._cooldown = False  # the window after a cut is not judged (its answers are of legs sent before the cut)
         self._floor: int | None = None
+        self._gateway_bound = False
 
     @property
     def settled(self) -> bool:
         return not self.slow_start
+
+    @property
+    def gateway_bound(self) -> bool:
+        return self._gateway_bound
 
     @property
     def base_rtt(self) -> float:
@@ -149,11 +160,12 @@ class AdaptiveLimit(ConcurrencyLimit):
         self.last_queued = queued
         self.last_lag = lag
         limit, floor = self.value, self._floor or self.minimum
+        self._gateway_bound = math.isfinite(lag) and lag >= LAG_BUSY_S and LAG_RTTS * lag >= base
         if self._cooldown:  # the answers of this window were mostly of legs sent before the last cut: not judged
             self._cooldown = False
         elif not math.isfinite(lag):  # the loop's lag is not measured yet: not judged
             pass
-        elif lag >= LAG_BUSY_S and LAG_RTTS * lag >= base:  # the gateway is slower than the agent: its own delay,
+        elif self._gateway_bound:  # the gateway is slower than the agent: its own delay,
             if self._saturated:  # not a queue at the agent; the limit must not be what holds legs back: x1.5
                 limit = max(limit + 1, limit * 3 // 2)
         elif queued > BETA:

@@ -24,7 +24,9 @@ to hang — when:
   the lowest queued legs whenever the queue moves) from the legs ahead of it and the agent's rate left to its
   priority: `(ahead + 1) / (agent's rate - arrivals per second of higher priorities)`;
 - `queue_full`: the queue holds `limits.max_queue_per_agent` legs and none is less urgent (else that one,
-  the youngest of the lowest priority, is shed in its place: `displaced`);
+  the youngest of the lowest priority, is shed in its place: `displaced`); judged, as the routine leg's
+  `QUEUE_RTTS` rule is, only once the agent is what legs wait for (a fixed limit; an adaptive one out of slow start
+  and not `gateway_bound`): a first burst, or a gateway slower than its agent, is bounded by the deadline;
 - `expired`: its deadline passed while it waited (for a routine leg: it waited `routine_queue_timeout_s`).
 
 When no limit binds (slots free, nobody queued) a leg costs a comparison and two counts.
@@ -270,12 +272,17 @@ class AgentSlots:
         if expected > budget:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"past its deadline of {_secs(budget)}", expected)
-        # a standing queue only adds latency (not judged while an adaptive limit is still finding the agent's measure:
-        # a first burst at an idle agent waits for the limit to grow, a routine leg within its own timeout)
-        if priority <= ROUTINE_MAX and self.limit.settled and expected > QUEUE_RTTS * self.rtt_mean:
+        # a standing queue only adds latency, and a full queue is shed — judged only when the agent is what legs wait
+        # for: not while an adaptive limit is still finding the agent's measure (a first burst at an idle agent waits
+        # for the limit to grow, within its own deadline), nor while the gateway's own loop is slower than the agent
+        # (its legs wait for the gateway, and a shed answer only brings the client's next request sooner: 1,024
+        # connections at a fast agent were shed 503 by the hundred). The deadline still bounds every wait, and the
+        # estimate above (after ESTIMATE_AFTER answers) sheds a leg that would wait past it
+        agents = self.limit.settled and not self.limit.gateway_bound
+        if priority <= ROUTINE_MAX and agents and expected > QUEUE_RTTS * self.rtt_mean:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"more than {QUEUE_RTTS} of its answer times", expected)
-        if self.queued >= self.max_queue:
+        if self.queued >= self.max_queue and agents:
             low = self._lowest()
             if low is None or low.priority >= priority:
                 raise self._shed_now(priority, "queue_full", f"the queue of agent {self.agent} is full "
