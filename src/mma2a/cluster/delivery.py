@@ -44,6 +44,8 @@ from .link import Member, ensure_kv
 log = logging.getLogger("mma2a.cluster.delivery")
 
 CONSUMER = "dispatch"
+FETCH_S = 5.0  # an idle dispatcher's pull request lives this long (each one a request, a timer and its expiry's
+# status on the nats-server and the gateway; it was 1 s)
 
 
 def delivery_id(client: str | None, agent: str, message_id: str) -> str:
@@ -209,8 +211,9 @@ class DurableDelivery:
                     continue
                 try:
                     # one at a time, each returned the moment it arrives: a batch fetch holds its first
-                    # message until the batch fills or the fetch times out (up to 1 s at low load)
-                    msgs = await sub.fetch(batch=1, timeout=1.0)
+                    # message until the batch fills or the fetch times out (up to 1 s at low load); an idle
+                    # dispatcher asks again every FETCH_S (a stop cancels the wait)
+                    msgs = await sub.fetch(batch=1, timeout=FETCH_S)
                 except (asyncio.TimeoutError, nats.errors.TimeoutError):
                     continue
                 for m in msgs:

@@ -64,6 +64,9 @@ class PushJournalKV:
 
     async def _keys(self, kind: str) -> list[str]:
         try:
+            bucket = self.member.names.bucket("push_" + kind)  # push_configs, push_deliveries
+            if (await self.member.js.stream_info(f"KV_{bucket}")).state.messages == 0:
+                return []  # an empty bucket (the common case, every member_ttl_s): no consumer made and removed
             return list(await self.kv[kind].keys())
         except Exception:  # noqa: BLE001 - nats-py raises NoKeysError (or a timeout) on an empty bucket
             return []
