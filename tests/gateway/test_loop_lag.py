@@ -207,6 +207,19 @@ async def test_a_first_burst_of_more_legs_than_the_queue_holds_waits_while_the_l
         if got is not None:
             got.close()  # type: ignore[attr-defined]  (the coroutine of a leg that waits: not awaited here)
     assert shed == [] and s.queued == 1020 and not s.limit.settled
+    for _ in range(50):  # answers come, 100 ms late for the gateway: the rate through a limit still growing is
+        now[0] += 0.100 / s.inflight  # no measure of the agent's, and ~1,000 legs ahead would "wait" past 5 s
+        s.release(0.100)
+    assert not s.limit.settled and s.rate() < 1024 / 5.0
+    for _ in range(500):
+        try:
+            got = s.acquire(5)
+        except Overloaded as exc:
+            shed.append(exc.why)
+            continue
+        if got is not None:
+            got.close()  # type: ignore[attr-defined]
+    assert shed == [] and s.queued > 1024  # every leg waits, each at most its deadline (its timer: `expired`)
     fixed = AgentSlots("slow", ConcurrencyLimit(4), max_queue=256, queue_timeout_s=5.0, clock=lambda: now[0])
     for _ in range(4 + 256):  # a fixed limit says what the agent takes: its queue is cut at max_queue as before
         got = fixed.acquire(5)

@@ -24,9 +24,9 @@ to hang — when:
   the lowest queued legs whenever the queue moves) from the legs ahead of it and the agent's rate left to its
   priority: `(ahead + 1) / (agent's rate - arrivals per second of higher priorities)`;
 - `queue_full`: the queue holds `limits.max_queue_per_agent` legs and none is less urgent (else that one,
-  the youngest of the lowest priority, is shed in its place: `displaced`); judged, as the routine leg's
-  `QUEUE_RTTS` rule is, only once the agent is what legs wait for (a fixed limit; an adaptive one out of slow start
-  and not `gateway_bound`): a first burst, or a gateway slower than its agent, is bounded by the deadline;
+  the youngest of the lowest priority, is shed in its place: `displaced`). It and `deadline`'s estimates are
+  judged only once the agent is what legs wait for (a fixed limit; an adaptive one out of slow start and not
+  `gateway_bound`): a first burst, or a gateway slower than its agent, waits up to its deadline (`expired`);
 - `expired`: its deadline passed while it waited (for a routine leg: it waited `routine_queue_timeout_s`).
 
 When no limit binds (slots free, nobody queued) a leg costs a comparison and two counts.
@@ -220,7 +220,8 @@ class AgentSlots:
             now = now or self._now()
             self._roll(now)
             self._grant(now)
-            self._shed_hopeless(now)
+            if self.limit.settled and not self.limit.gateway_bound:  # (as in `_enqueue`)
+                self._shed_hopeless(now)
 
     def busy_floor(self) -> int | None:
         """The fewest legs in flight that keep the agent busy: the legs it works on at once (the rate it delivers x
@@ -268,17 +269,18 @@ class AgentSlots:
         if budget <= 0:
             raise self._shed_now(priority, "deadline", f"its deadline passed before agent {self.agent} had a slot",
                                  self._wait(priority, ahead))
+        # the estimate's sheds (past the deadline, a standing queue, a full queue) are judged only when the agent is
+        # what legs wait for: not while an adaptive limit is still finding the agent's measure (its rate, measured
+        # through a limit still growing, is not the agent's: a first burst at an idle agent waits for the limit to
+        # grow), nor while the gateway's own loop is slower than the agent (its legs wait for the gateway, and a
+        # shed answer only brings the client's next request sooner). 1,024 connections at a fresh gateway in front
+        # of a fast agent were shed 503 by the thousand ('deadline', then 'queue_full'). Each wait is still bounded
+        # by its deadline: the timer below sheds it as `expired`
+        agents = self.limit.settled and not self.limit.gateway_bound
         expected = self._wait(priority, ahead)
-        if expected > budget:
+        if expected > budget and agents:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"past its deadline of {_secs(budget)}", expected)
-        # a standing queue only adds latency, and a full queue is shed — judged only when the agent is what legs wait
-        # for: not while an adaptive limit is still finding the agent's measure (a first burst at an idle agent waits
-        # for the limit to grow, within its own deadline), nor while the gateway's own loop is slower than the agent
-        # (its legs wait for the gateway, and a shed answer only brings the client's next request sooner: 1,024
-        # connections at a fast agent were shed 503 by the hundred). The deadline still bounds every wait, and the
-        # estimate above (after ESTIMATE_AFTER answers) sheds a leg that would wait past it
-        agents = self.limit.settled and not self.limit.gateway_bound
         if priority <= ROUTINE_MAX and agents and expected > QUEUE_RTTS * self.rtt_mean:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"more than {QUEUE_RTTS} of its answer times", expected)
@@ -294,7 +296,8 @@ class AgentSlots:
         self.counts[priority] += 1
         self.queued += 1
         waiter.timer = asyncio.get_running_loop().call_later(budget, self._expire, waiter)
-        self._shed_hopeless(now)
+        if agents:
+            self._shed_hopeless(now)
         return self._await(waiter)
 
     async def _await(self, waiter: _Waiter) -> None:
