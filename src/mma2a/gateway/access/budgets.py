@@ -13,8 +13,8 @@ gateway admits against the budget minus what the others used, and the steady rat
 gateway is its budget; before a report arrives each other gateway may admit what its own bucket holds (the
 tolerance, docs/security.md).
 
-Pure bookkeeping, no I/O: `mma2a.cluster.budgets` sends `report()` and feeds `heard()`; without a cluster none of
-this is built, and the budgets cost what they cost on a lone gateway.
+Pure bookkeeping, no I/O: `mma2a.cluster.budgets` sends `report()` and feeds `heard()`. Without a cluster nothing is
+shared (`ClusterHooks.share_budgets` says no): the buckets count nothing for others, the counts read no one else's.
 """
 
 from __future__ import annotations
