@@ -345,7 +345,6 @@ class RateLimiter:
         self.capacity = capacity
         self._buckets: OrderedDict[str, list[float]] = OrderedDict()  # key -> [tokens, at, rate, burst]
         self._taken: dict[str, int] | None = None  # a cluster's: tokens taken per key since the last report
-        self._early = max(1, int(burst) // 4)  # ... told at once when a key took this many (a quarter of a burst)
         self._wake: Callable[[], None] | None = None
 
     def take(self, key: str, now: float, *, rate: float | None = None, burst: float | None = None) -> float | None:
@@ -371,7 +370,7 @@ class RateLimiter:
         if b[0] >= 1.0:
             b[0] -= 1.0
             n = taken[key] = taken.get(key, 0) + 1
-            if n == self._early and self._wake is not None:
+            if n == (int(burst) >> 2 or 1) and self._wake is not None:  # a quarter of its burst: tell the others now
                 self._wake()
             return None
         return (1.0 - b[0]) / rate
