@@ -67,7 +67,9 @@ class BudgetExchange:
             timer = loop.call_later(self.every_s, self._wanted.set)
             await self._wanted.wait()
             timer.cancel()
-            await asyncio.sleep(COALESCE_S)
+            if loop.time() < timer.when():  # woken before the period: wakes close together make one report (the
+                # period's own turn has nothing to gather: its sleep was one more timer and wake-up a period, idle too)
+                await asyncio.sleep(COALESCE_S)
             self._wanted.clear()
             now = time.monotonic()
             self.budgets.expire(now)
