@@ -100,3 +100,30 @@ def test_a_report_it_cannot_read_changes_nothing() -> None:
     ledger.heard("g0", {"t": {"requests": {"mallory": [-5, 1, 4], "bob": "x", "eve": [1e9, 0, 4]},
                               "nope": {"mallory": [1, 1, 4]}}, "h": {"streams": {"mallory": -3}, "x": []}}, 0.0)
     assert b.take("mallory", 0.0) is None and b.take("eve", 0.0) is None and ledger.held_elsewhere("streams") == 0
+
+
+def test_a_flood_starting_on_both_gateways_at_once_gets_about_one_burst_when_reports_are_prompt() -> None:
+    """A client idle until now floods both gateways (a request every ms on each). A gateway reports as soon as the
+    client took a quarter of its burst there (the exchange sends 5 ms after the wake, delivered 5 ms later): in the
+    first 200 ms it gets one burst, the rate, and at most a quarter burst more — not a burst per gateway."""
+    rate, burst = 100.0, 100
+    (a, b), ledgers = pair(rate, burst)
+    woke: list[int | None] = [None, None]
+    for i, ledger in enumerate(ledgers):
+        ledger.wake_with(lambda i=i: woke.__setitem__(i, woke[i] if woke[i] is not None else -1))
+    in_flight: list[tuple[int, int, dict[str, Any]]] = []
+    admitted = 0
+    for ms in range(200):
+        now = ms / 1000
+        for due, sender, report in [m for m in in_flight if m[0] <= ms]:
+            ledgers[1 - sender].heard(f"g{sender}", report, now)
+        in_flight = [m for m in in_flight if m[0] > ms]
+        admitted += sum(limiter.take("mallory", now) is None for limiter in (a, b))
+        for i, ledger in enumerate(ledgers):
+            if woke[i] == -1:
+                woke[i] = ms
+            if ms % 100 == 0 or (woke[i] is not None and ms - woke[i] >= 5):
+                woke[i] = None
+                if (report := ledger.report(now)) is not None:
+                    in_flight.append((ms + 5, i, wire(report)))
+    assert burst + rate * 0.2 <= admitted <= burst + rate * 0.2 + burst / 4, admitted
