@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import orjson
+
 from mma2a.ext import EXTENSION_URI, PartExtension, downgrade_message, downgrade_part, read_part
 from mma2a.gateway import Gateway, parse_config
 from mma2a.gateway.config import AgentConfig
 from mma2a.gateway.downstream.directory import AgentEntry
-from mma2a.gateway.stages.legs import route_summary
+from mma2a.gateway.stages.adapt import Adaptation
+from mma2a.gateway.stages.legs import Leg, record_adaptations, route_summary, sendable
 from mma2a.modality import parse_modality
 from mma2a.routing import RouteDecision, parse_rules
 
@@ -121,7 +124,7 @@ def test_plain_part_views_never_share_a_features_dict():
     assert len({id(v.features) for v in views}) == 3
 
 
-def test_a_remembered_decisions_route_summary_is_the_summary_made_afresh_and_a_copy_each_time():
+def test_a_remembered_decisions_route_summary_is_the_summary_made_afresh_and_noting_in_it_copies_it():
     gw = Gateway(parse_config({"listen": "127.0.0.1:1", "features": False, "history": {"enabled": False}}))
     rules = {"version": 1, "rules": [{"name": "all-text", "match": {"modality": "text/*"}, "action": {"drop": "quiet"}}]}
     gw.state.set_rules(parse_rules(rules), rules)
@@ -132,5 +135,14 @@ def test_a_remembered_decisions_route_summary_is_the_summary_made_afresh_and_a_c
     again = routes.of(again_decision)
     assert first == again == route_summary(again_decision)
     assert again[0]["matched"] == ["all-text"] and again[0]["dropped"] == "quiet"
-    again[0].setdefault("outcome", []).append({"agent": "a"})  # the exchange notes what legs did in its copy
-    assert routes.of(again_decision) == first and "outcome" not in routes.of(again_decision)[0]
+    assert routes.encoded(again) == orjson.dumps(again)  # its JSON, made once (the task map and the feed take it)
+    skipped = Leg("a", [], skipped=[{"index": 0, "reason": "empty", "outcome": "dropped"}])
+    adapted = Leg("b", [(1, {"text": "there"})], adapted=[Adaptation(1, "b", "text/plain", "text/plain", 2, 2, 0.1)])
+    legs, noted = sendable([skipped, adapted], again)  # the exchange notes what legs did: in a copy
+    noted = record_adaptations(noted, legs)
+    assert [leg.agent for leg in legs] == ["b"]
+    assert noted[0]["outcome"] == [{"agent": "a", "index": 0, "reason": "empty", "outcome": "dropped"}]
+    assert noted[1]["adapted"] == [adapted.adapted[0].to_json()]
+    assert routes.of(again_decision) is again and again == route_summary(again_decision)  # the shared one: as made
+    assert "outcome" not in again[0] and "adapted" not in again[1]
+    assert routes.encoded(noted) is noted  # a changed route is not the summary's JSON

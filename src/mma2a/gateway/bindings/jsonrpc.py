@@ -333,14 +333,14 @@ def _underscore(body: bytes) -> bool:
     """An underscore in the body outside the role values (`"role":"ROLE_USER"`): only such a body can have a proto
     field name for `_snake_case` to find. (`:"ROLE_USER"` can only be a value: a key is never after a colon, and a
     quote inside a JSON string is escaped.)"""
-    if b"_" not in body:
+    underscores = body.count(b"_")
+    if not underscores:
         return False
-    if len(body) > 2048:  # not worth copying: `_snake_case` reads only keys
+    if len(body) > 2048:  # not worth counting: `_snake_case` reads only keys
         return True
-    for role in (b':"ROLE_USER"', b': "ROLE_USER"', b':"ROLE_AGENT"', b': "ROLE_AGENT"'):
-        if role in body:
-            body = body.replace(role, b"")
-    return b"_" in body
+    # each role value holds one underscore: any other is outside them (counted, not copied out)
+    return underscores > (body.count(b':"ROLE_USER"') + body.count(b': "ROLE_USER"') + body.count(b':"ROLE_AGENT"')
+                          + body.count(b': "ROLE_AGENT"'))
 
 
 def _snake_case(params: Any) -> bool:

@@ -60,7 +60,12 @@ class DecisionFeed:
         """Add a decision; `refused`: the message failed validation, so none of its parts' previews are kept."""
         parts = message.get("parts")
         mid = message.get("messageId")
-        thumbs = [] if refused or not (isinstance(parts, list) or isinstance(parts, Sequence)) else thumbnails(parts)
+        if refused or not (isinstance(parts, list) or isinstance(parts, Sequence)):
+            thumbs: list[dict[str, Any]] = []
+        elif parts.__class__ is list and all(p.__class__ is dict and "metadata" not in p for p in parts):
+            thumbs = []  # plain parts: no previews to look for
+        else:
+            thumbs = thumbnails(parts)
         entry = {
             "seq": next(self._seq),
             "ts": int(time.time() * 1000) / 1000,  # milliseconds (`round` costs several times this)

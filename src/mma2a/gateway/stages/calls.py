@@ -72,7 +72,8 @@ class AgentCaller:
         t0 = time.perf_counter()
         sampled = True  # the answer's time says how busy the agent is (not so for an agent that cannot be reached)
         try:
-            with entry.in_flight():
+            entry.enter_call()  # (`entry.in_flight()`'s block, without its object: once per leg)
+            try:
                 headers = await self.headers_for(entry, method, params)
                 try:
                     result = await self._call(entry, method, params, headers)
@@ -81,6 +82,8 @@ class AgentCaller:
                     if fresh is None:
                         raise
                     result = await self._call(entry, method, params, fresh)
+            finally:
+                entry.leave_call()
         except DispatchError as exc:
             sampled = exc.data.get("timeout") is not None  # a timeout: a sample of how slow it is
             self.directory.mark(entry.name, ok=False, error=exc.message)

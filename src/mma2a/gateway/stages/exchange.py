@@ -202,7 +202,7 @@ class Exchange:
             self.metrics.requests.labels("dropped").inc()
             return {"task": failed_task(f"dropped by rule: {reasons}", message=message, state="TASK_STATE_REJECTED", route=route)}
         try:
-            legs = sendable(await self.planner.legs(message, decision, priority), route)
+            legs, route = sendable(await self.planner.legs(message, decision, priority), route)
         except Overloaded:
             raise
         except MMA2AError as exc:
@@ -213,7 +213,7 @@ class Exchange:
             reasons = "; ".join(f"part {e['index']}: {o['reason']}" for e in route for o in e.get("outcome") or [])
             return {"task": failed_task(f"nothing left to send: {reasons}", message=message, state="TASK_STATE_COMPLETED",
                                         route=route)}
-        record_adaptations(route, legs)
+        route = record_adaptations(route, legs)
         passthrough = len(legs) == 1 and is_direct(decision)
         dispatch = self.dispatcher.dispatch
         if len(legs) == 1:  # no task to spawn for one leg
@@ -242,7 +242,8 @@ class Exchange:
                 for art in task.get("artifacts") or []:
                     ameta = art.setdefault("metadata", {})
                     ameta[EXTENSION_URI] = {**(ameta.get(EXTENSION_URI) or {}), "source": res.agent}
-                self.tasks.put_leg(task["id"], res.agent, task.get("contextId"), route, current_sender())
+                self.tasks.put_leg(task["id"], res.agent, task.get("contextId"), self.routes.encoded(route),
+                                   current_sender())
                 await self.tasks.flush(task["id"])
             return result
         task = aggregate(results, message=message, route=route)

@@ -65,43 +65,62 @@ def route_summary(decision: RouteDecision) -> list[dict[str, Any]]:
 
 class RouteSummaries:
     """`route_summary` per decision, made once for decisions that share their parts (the admission's remembered
-    decisions do) and handed out as a fresh copy from its JSON each time (cheaper than building it; a copy, since
-    the exchange notes in it what the legs did). Keyed by the parts tuple itself: an entry holds it."""
+    decisions do) and handed out as that one list to every request of them: read it, never change it in place
+    (`sendable` and `record_adaptations` note what the legs did in a copy; the task map and the feed take its JSON
+    from `encoded`, made once too). Keyed by the parts tuple itself: an entry holds it."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
-        self._known: dict[int, tuple[tuple[PartRoute, ...], bytes]] = {}
+        self._known: dict[int, tuple[tuple[PartRoute, ...], list[dict[str, Any]], bytes]] = {}
+        self._bytes: dict[int, tuple[list[dict[str, Any]], bytes]] = {}  # by the id of a list handed out
 
     def of(self, decision: RouteDecision) -> list[dict[str, Any]]:
         parts = decision.parts
         known = self._known.get(id(parts))
         if known is not None and known[0] is parts:
-            return orjson.loads(known[1])  # type: ignore[no-any-return]
+            return known[1]
         route = route_summary(decision)
-        if len(self._known) >= self.capacity:  # decisions made afresh (pools, sessions) never repeat: start again
+        if len(self._bytes) >= self.capacity:  # decisions made afresh (pools, sessions) never repeat: start again
             self._known.clear()
-        self._known[id(parts)] = (parts, orjson.dumps(route))
+            self._bytes.clear()
+        encoded = orjson.dumps(route)
+        self._known[id(parts)] = (parts, route, encoded)
+        self._bytes[id(route)] = (route, encoded)
         return route
 
+    def encoded(self, route: list[dict[str, Any]]) -> list[dict[str, Any]] | bytes:
+        """`route` as JSON when it is a summary handed out by `of` (as made: never changed in place), else itself."""
+        known = self._bytes.get(id(route))
+        return known[1] if known is not None and known[0] is route else route
 
-def sendable(legs: list[Leg], route: list[dict[str, Any]]) -> list[Leg]:
-    """The legs with something left to send; each part a transform emptied is noted in `route`
-    (`outcome`: the reason, the part dropped)."""
+
+def _noted(route: list[dict[str, Any]], index: int, key: str, note: dict[str, Any]) -> list[dict[str, Any]]:
+    """`route` with `note` added under `key` of part `index`'s entry: a copy of the list and of that entry (the
+    summary handed out by `RouteSummaries.of` is shared by every request of its decision)."""
+    out = list(route)
+    for i, entry in enumerate(out):
+        if entry["index"] == index:
+            entry = out[i] = dict(entry)
+            entry[key] = [*entry.get(key, ()), note]
+    return out
+
+
+def sendable(legs: list[Leg], route: list[dict[str, Any]]) -> tuple[list[Leg], list[dict[str, Any]]]:
+    """The legs with something left to send, and `route` with each part a transform emptied noted in it (`outcome`:
+    the reason, the part dropped; a new list when there is any to note, `route` itself is not changed)."""
     for leg in legs:
         for note in leg.skipped:
-            for entry in route:
-                if entry["index"] == note["index"]:
-                    entry.setdefault("outcome", []).append({"agent": leg.agent, **note})
-    return [leg for leg in legs if leg.parts]
+            route = _noted(route, note["index"], "outcome", {"agent": leg.agent, **note})
+    return [leg for leg in legs if leg.parts], route
 
 
-def record_adaptations(route: list[dict[str, Any]], legs: Sequence[Leg]) -> None:
-    """Add each leg's recorded transforms to the route summary, under the part they changed."""
+def record_adaptations(route: list[dict[str, Any]], legs: Sequence[Leg]) -> list[dict[str, Any]]:
+    """`route` with each leg's recorded transforms added under the part they changed (a new list when there is any;
+    `route` itself is not changed)."""
     for leg in legs:
         for a in leg.adapted:
-            for entry in route:
-                if entry["index"] == a.index:
-                    entry.setdefault("adapted", []).append(a.to_json())
+            route = _noted(route, a.index, "adapted", a.to_json())
+    return route
 
 
 def is_direct(decision: RouteDecision) -> bool:

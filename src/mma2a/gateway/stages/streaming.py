@@ -90,7 +90,7 @@ class Streaming:
             yield result
             return
         legs = await self.planner.legs(message, decision, priority)
-        record_adaptations(route, legs)
+        route = record_adaptations(route, legs)
         leg = legs[0]
         entry = directory.get(leg.agent)
         params: dict[str, Any] = {"message": self.planner.leg_message(message, leg, entry, priority)}
@@ -248,7 +248,7 @@ class Streaming:
         emit: Callable[[dict[str, Any] | Exception | None], None],
     ) -> None:
         try:
-            legs = sendable(await self.planner.legs(message, decision, priority), route)
+            legs, route = sendable(await self.planner.legs(message, decision, priority), route)
         except MMA2AError as exc:
             failed = failed_task(f"transform failed: {exc.message}", message=message, task_id=tid, route=route)
             failed["contextId"] = ctx
@@ -257,7 +257,7 @@ class Streaming:
             self.exchange.learned_outcome(failed)  # as SendMessage rates a failed transform
             emit({"statusUpdate": {"taskId": tid, "contextId": ctx, "status": failed["status"]}})
             return
-        record_adaptations(route, legs)
+        route = record_adaptations(route, legs)
         results: list[LegResult] = []
         shed: list[Overloaded] = []  # each leg takes its agent's slot; a shed leg fails alone
         for done in asyncio.as_completed([self.exchange.shed_as_failed(leg, message, configuration, decision, priority,

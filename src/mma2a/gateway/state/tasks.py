@@ -124,7 +124,7 @@ class TaskMap:
         agg = orjson.dumps(stored(record.aggregate)) if record.aggregate is not None else None
         self._store(record.task_id, legs, record.route, agg, size, record.owner, record.context_id)
 
-    def put_leg(self, task_id: str, agent: str, context_id: str | None, route: list[dict[str, Any]],
+    def put_leg(self, task_id: str, agent: str, context_id: str | None, route: list[dict[str, Any]] | bytes,
                 owner: str | None) -> None:
         """`put` of the commonest record, an agent's own task (one leg, no aggregate), without building it."""
         self._store(task_id, (agent, task_id), route, None, _OVERHEAD + 3 * len(task_id) + len(agent), owner, context_id)
