@@ -192,7 +192,10 @@ def read_jsonrpc_as_data(body: bytes) -> tuple[Any, ...]:
       without the body's padding or unknown fields, parsed again into the same message);
     - `("params", stub, text)`: `ParseDict` refused the params (the SDK answers `InvalidParamsError` with that text,
       once the members pass its checks);
-    - `("other",)`: a method the dispatcher does not read so (v0.3's), or a body that is not a JSON object."""
+    - `("v03", stub, text)`: v0.3's `message/send` or `message/stream`, which the dispatcher's v0.3 adapter reads
+      (its pydantic model of the whole request, then the request in 1.0's form): `("read", …)` when it reads, else
+      this, the model's refusal (the adapter answers `InvalidRequestError` with that text);
+    - `("other",)`: another v0.3 method, or a body that is not a JSON object."""
     from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher  # its table of methods and their params
 
     try:
@@ -201,10 +204,12 @@ def read_jsonrpc_as_data(body: bytes) -> tuple[Any, ...]:
         return ("other",)
     if not isinstance(doc, dict) or not isinstance(doc.get("method"), str):
         return ("other",)
+    stub = {k: (doc[k] if k in ("jsonrpc", "method", "id") else None) for k in doc}
+    if doc["method"] in V03_SEND_METHODS:
+        return _read_v03_jsonrpc(doc, stub, body)
     model = JsonRpcDispatcher.METHOD_TO_MODEL.get(doc["method"])
     if model is None:
         return ("other",)
-    stub = {k: (doc[k] if k in ("jsonrpc", "method", "id") else None) for k in doc}
     params = model()
     try:
         json_format.ParseDict(doc.get("params", {}), params, ignore_unknown_fields=True)
@@ -217,6 +222,29 @@ def read_jsonrpc_as_data(body: bytes) -> tuple[Any, ...]:
     if "params" in doc:
         stub["params"] = {"tenant": params.tenant} if params.tenant else {}
     return "read", json.dumps(stub).encode(), _as_data(lambda _: send_request_json(params), body)
+
+
+V03_SEND_METHODS = ("message/send", "message/stream")
+_V03_STUB_PARAMS = {"message": {"kind": "message", "messageId": "-", "role": "user", "parts": []}}
+"""A v0.3 send's params that its model takes and that convert to 1.0's form: what the stub carries (the handler
+takes the worker's answer, not these)."""
+
+
+def _read_v03_jsonrpc(doc: dict[str, Any], stub: dict[str, Any], body: bytes) -> tuple[Any, ...]:
+    """`read_jsonrpc_as_data` of a v0.3 send: the adapter's `model_validate` of the request, its conversion to 1.0's
+    `SendMessageRequest` (as the SDK's v0.3 handler converts it), then `send_request_json`."""
+    from a2a.compat.v0_3 import conversions
+    from a2a.compat.v0_3.jsonrpc_adapter import JSONRPC03Adapter
+
+    try:
+        model: Any = JSONRPC03Adapter.METHOD_TO_MODEL[doc["method"]]
+        request = model.model_validate(doc)
+    except Exception as exc:  # the adapter: InvalidRequestError(data=str(e))
+        return "v03", json.dumps(stub).encode(), str(exc)
+    if "params" in doc:
+        stub["params"] = _V03_STUB_PARAMS
+    return "read", json.dumps(stub).encode(), _as_data(
+        lambda _: send_request_json(conversions.to_core_send_message_request(request)), body)
 
 
 def read_push_config_as_data(body: bytes, v03: bool = False) -> tuple[Any, ...]:

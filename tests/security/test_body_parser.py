@@ -102,11 +102,11 @@ async def test_a_large_body_on_json_rpc_is_served_or_refused_as_a_small_one() ->
 
 async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_small_ones(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """SendStreamingMessage (and every 1.0 method past the fast path, push configs included) is answered by the SDK's
-    JSON-RPC dispatcher, which parsed the whole body again on the loop (`json.loads`, `ParseDict` of the params): the
-    chunk-walk PNGs sent that way held another client's text up to 1.9 s. Past 1 MiB the worker reads it now; every
-    answer equals the small body's, and no params past 1 MiB reach the dispatcher's `ParseDict` in the gateway's
-    process."""
+    """SendStreamingMessage (and every 1.0 method past the fast path, push configs included, and v0.3's sends) is
+    answered by the SDK's JSON-RPC dispatcher, which parsed the whole body again on the loop (`json.loads`, then
+    `ParseDict` of the params or v0.3's pydantic model): the chunk-walk PNGs sent that way held another client's text
+    up to 1.9 s. Past 1 MiB the worker reads it now; every answer equals the small body's, and nothing past 1 MiB
+    reaches the dispatcher's `ParseDict` or v0.3's model in the gateway's process."""
     import json
 
     from a2a.server.routes import jsonrpc_dispatcher
@@ -119,6 +119,18 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
         return real(js, *a, **kw)
 
     monkeypatch.setattr(jsonrpc_dispatcher, "ParseDict", recording)
+    from a2a.compat.v0_3.jsonrpc_adapter import JSONRPC03Adapter
+
+    for v03_method in ("message/send", "message/stream"):  # v0.3's adapter validates the whole request
+        model = JSONRPC03Adapter.METHOD_TO_MODEL[v03_method]
+
+        class Recording:
+            @staticmethod
+            def model_validate(doc: object, _model: object = model) -> object:
+                seen.append(len(json.dumps(doc)))
+                return _model.model_validate(doc)  # type: ignore[attr-defined]
+
+        monkeypatch.setitem(JSONRPC03Adapter.METHOD_TO_MODEL, v03_method, Recording)
     pad = "p" * (INLINE_PARSE_BYTES + 10)
 
     def body(method: str, params: object, **members: object) -> tuple[bytes, bytes]:
@@ -127,6 +139,7 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
         return orjson.dumps(small), orjson.dumps(large)
 
     msg = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    msg03 = {"kind": "message", "messageId": "m-3", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}
     cases = {
         "served": body("SendStreamingMessage", {"message": msg}),
         "no message id": body("SendStreamingMessage", {"message": {**msg, "messageId": ""}}),
@@ -137,6 +150,10 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
         "push config, unknown task": body("CreateTaskPushNotificationConfig", {"taskId": "t-none",
                                                                               "url": "https://example.com/h"}),
         "push config, url a number": body("CreateTaskPushNotificationConfig", {"taskId": "t-none", "url": 5}),
+        "v0.3 send": body("message/send", {"message": msg03}),
+        "v0.3 stream": body("message/stream", {"message": msg03}),
+        "v0.3 send, role unknown": body("message/send", {"message": {**msg03, "role": "nobody"}}),
+        "v0.3 send, an extra member": body("message/send", {"message": msg03}, extra=1),
     }
     got = {}
     async with secured({"max_body_bytes": 8 << 20}) as (gw, url, _):
@@ -150,6 +167,9 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
                         events = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
                         text = "stream: " + ",".join(next(iter(e["result"])) if "result" in e else "error"
                                                      for e in events)
+                    elif '"result"' in text:  # served: what it is, not its ids and times
+                        result = json.loads(text)["result"]
+                        text = "result: " + str(result.get("kind") or next(iter(result)))
                     answers.append((r.status_code, text))
                 got[name] = answers
     for name, (small, large, small03, large03) in got.items():
@@ -158,6 +178,9 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
     assert '"code":-32602' in got["messageId a list"][0][1] and "parseError" in got["messageId a list"][0][1]
     assert '"code":-32600' in got["an extra member"][0][1] and "Extra fields" in got["an extra member"][0][1]
     assert got["an extra member, bad params"][0] == got["an extra member"][0]  # the members checked first
+    assert got["v0.3 send"][2][1] == "result: task" and got["v0.3 stream"][2][1].startswith("stream: ")
+    assert "error" not in got["v0.3 stream"][2][1]
+    assert '"code":-32600' in got["v0.3 send, role unknown"][2][1] and "role" in got["v0.3 send, role unknown"][2][1]
     assert '"code":-32001' in got["push config, unknown task"][0][1]
     assert '"code":-32602' in got["push config, url a number"][0][1] and "parseError" in got["push config, url a number"][0][1]
     assert seen and max(seen) <= INLINE_PARSE_BYTES

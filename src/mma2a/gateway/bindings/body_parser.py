@@ -43,9 +43,9 @@ INLINE_PARSE_BYTES = 1 << 20
 """Bodies up to this size are parsed on the loop (about a millisecond); larger ones in the worker process."""
 
 read_ahead: ContextVar[tuple[Any, ...] | None] = ContextVar("mma2a_read_ahead", default=None)
-"""The answer (`read_send_proto_answer`'s) of the SendMessage request a gRPC call carries, read by the gRPC door
-before the SDK's servicer runs: the handler takes it instead of the request the servicer passes on (which holds
-only the tenant). None in every other call."""
+"""The answer (`sdk_requests.read_send_body_as_data`'s form) of the SendMessage request a gRPC call or a large
+JSON-RPC body carries, read in the worker before the SDK's servicer or dispatcher runs: the handler takes it (once)
+instead of the request they pass on (which holds only the tenant). None in every other call."""
 
 _REFUSALS: dict[str, type[MMA2AError]] = {"InvalidRequest": InvalidRequest, "ParseError": ParseError}
 _SOURCES = str(Path(__file__).resolve().parents[2])  # the directory holding `mma2a`: the worker imports the same code

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import orjson
 from a2a.server.context import ServerCallContext
+from a2a.server.jsonrpc_models import InvalidRequestError as JsonRpcInvalidRequest
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.request_handler import validate_request_params
 from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_routes
@@ -343,20 +344,23 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
         if answer[0] == "other":
             return await super().handle_requests(request)
         stub = ReadRequest(request.scope, request.receive, answer[1])
-        if answer[0] == "params":  # refused where the dispatcher parses the params, once the members pass its checks
-            base = _jsonrpc_members(json.loads(answer[1]))
+        if answer[0] in ("params", "v03"):  # refused where the dispatcher (or its v0.3 adapter) reads the params,
+            base = _jsonrpc_members(json.loads(answer[1]))  # once the members pass its checks
             if base is None:  # the dispatcher refuses the stub as it refuses the body, before the params
                 return await super().handle_requests(stub)
+            if answer[0] == "v03" and self._v03_adapter is not None:
+                refused: Response = self._v03_adapter._generate_error_response(
+                    base._id, JsonRpcInvalidRequest(data=answer[2]))  # noqa: SLF001
+                return refused
             response: Response = self._generate_error_response(
                 base._id, sdk_errors.InvalidParamsError(data={"parseError": answer[2]}))  # noqa: SLF001
             return response
         if answer[0] == "stub":  # another 1.0 method: its params as read, parsed again into the same message
             return await super().handle_requests(stub)
-        token = read_ahead.set(answer[2])
-        try:
-            return await super().handle_requests(stub)
-        finally:
-            read_ahead.reset(token)
+        # held for the rest of this request's task, not reset on return: v0.3's adapter starts a stream's handler
+        # after the dispatcher has answered (the handler takes the answer once, `PipelineRequestHandler._read`)
+        read_ahead.set(answer[2])
+        return await super().handle_requests(stub)
 
 
 def _jsonrpc_members(doc: dict[str, Any]) -> Any:
@@ -459,7 +463,9 @@ class PipelineRequestHandler(RequestHandler):
         parser's inline size (the SDK's JSON-RPC dispatcher's) is serialized again (C, a copy) and converted there
         too: the conversion (base64 of every raw part, in Python) held the event loop, 245 ms for a 20 MB PNG."""
         answer = read_ahead.get()
-        if answer is None and (self.bodies is None or params.ByteSize() <= self.bodies.inline_bytes):
+        if answer is not None:
+            read_ahead.set(None)  # taken once
+        elif self.bodies is None or params.ByteSize() <= self.bodies.inline_bytes:
             return _request_json(params)
         try:
             if answer is None:
