@@ -127,3 +127,24 @@ def test_a_flood_starting_on_both_gateways_at_once_gets_about_one_burst_when_rep
                 if (report := ledger.report(now)) is not None:
                     in_flight.append((ms + 5, i, wire(report)))
     assert burst + rate * 0.2 <= admitted <= burst + rate * 0.2 + burst / 4, admitted
+
+
+def test_a_ledger_with_nothing_to_tell_is_idle_and_the_first_use_arms_a_report() -> None:
+    """With nothing to tell and nothing to forget the exchange sets no timer (an idle gateway is not woken ten times a
+    second); the first take after a report, a hold here, or another gateway's holds end that."""
+    (a, _), (ledger, other) = pair(rate=100.0, burst=100)
+    armed: list[str] = []
+    ledger.wake_with(lambda: armed.append("soon"), lambda: armed.append("due"))
+    slots = StreamSlots(4, 100)
+    ledger.count("streams", slots.by_sender)
+    assert ledger.idle() and ledger.report(0.0) is None
+    assert a.take("alice", 0.0) is None and a.take("alice", 0.0) is None
+    assert armed == ["due"] and not ledger.idle()  # once, at the first take
+    other.heard("g0", wire(ledger.report(0.1)), 0.1)
+    assert ledger.idle()
+    assert slots.take("alice") is None and armed == ["due", "soon"] and not ledger.idle()
+    other.heard("g0", wire(ledger.report(0.2)), 0.2)
+    assert not other.idle() and other.held_elsewhere("streams") == 1  # to forget if g0 stops reporting
+    slots.give("alice")
+    other.heard("g0", wire(ledger.report(0.3)), 0.3)
+    assert ledger.idle() and other.idle()

@@ -3,7 +3,8 @@
 Each gateway publishes what its `SharedBudgets` reports (the tokens each client took since the last report, what
 each client holds now) every `cluster.budget_report_s`, or sooner when the ledger wakes it (a client took a quarter
 of a burst, a count changed; wakes within `COALESCE_S` go out as one report), and feeds every other gateway's
-report to its ledger. Core NATS, not JetStream: a report is worth only its freshness — one lost is made good by the
+report to its ledger. With nothing to tell and nothing to forget the loop sets no timer: the first take (or another
+gateway's holds) starts a period. Core NATS, not JetStream: a report is worth only its freshness — one lost is made good by the
 next (takes are then under-counted once; holds are snapshots), nothing is stored, and a publish costs the gateway
 a buffer append, never a round trip on a request.
 """
@@ -40,6 +41,8 @@ class BudgetExchange:
         self.budgets = budgets
         self.every_s = member.config.budget_report_s
         self._wanted = asyncio.Event()
+        self._soon = False  # a wake asked for a report now, not at the period's end
+        self._idle = False  # the loop waits with no timer (nothing to tell, nothing to forget)
         self._sub: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.sent = 0
@@ -47,11 +50,17 @@ class BudgetExchange:
 
     def wake(self) -> None:
         """Report soon (called from the request path: one flag)."""
+        self._soon = True
         self._wanted.set()
+
+    def arm(self) -> None:
+        """There is something to report within the period: start one if the loop waits with nothing to do."""
+        if self._idle:
+            self._wanted.set()
 
     async def start(self) -> None:
         self._sub = await self.member.nc.subscribe(subject(self.member.names.cluster), cb=self._heard)
-        self.budgets.wake_with(self.wake)
+        self.budgets.wake_with(self.wake, self.arm)
         self._tasks.append(asyncio.create_task(self._run(), name="budget reports"))
 
     async def stop(self) -> None:
@@ -64,13 +73,23 @@ class BudgetExchange:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            timer = loop.call_later(self.every_s, self._wanted.set)
-            await self._wanted.wait()
-            timer.cancel()
-            if loop.time() < timer.when():  # woken before the period: wakes close together make one report (the
-                # period's own turn has nothing to gather: its sleep was one more timer and wake-up a period, idle too)
+            if self.budgets.idle():  # no timer while there is nothing to tell: an idle gateway is not woken
+                self._idle = True
+                await self._wanted.wait()
+                self._idle = False
+                if not self._soon:  # armed (a first take, another gateway's holds): the period starts now
+                    self._wanted.clear()
+            if self._wanted.is_set():  # a wake asked for a report now: wakes close together make one report
                 await asyncio.sleep(COALESCE_S)
+            else:
+                timer = loop.call_later(self.every_s, self._wanted.set)
+                await self._wanted.wait()
+                timer.cancel()
+                if loop.time() < timer.when():  # woken before the period: wakes close together make one report
+                    # (the period's own turn has nothing to gather: its sleep was one more timer and wake-up)
+                    await asyncio.sleep(COALESCE_S)
             self._wanted.clear()
+            self._soon = False
             now = time.monotonic()
             self.budgets.expire(now)
             report = self.budgets.report(now)

@@ -81,6 +81,10 @@ class ClientCounts:
         """What each client holds here now (a copy, for a report)."""
         return dict(self._by)
 
+    def any(self) -> bool:
+        """Some client holds one here."""
+        return bool(self._by)
+
     def share(self, elsewhere: Mapping[str, int], wake: Wake) -> None:
         """Count what the other gateways hold (`elsewhere`, kept up to date by the caller) and call `wake` on every
         change here, so they hear of it."""
@@ -91,8 +95,12 @@ class ClientCounts:
 class Buckets(Protocol):
     """A rate budget's token buckets (`clients.RateLimiter`), as the cluster shares them."""
 
-    def share(self, wake: Wake) -> None:
-        """Start counting the tokens taken per key for `unreported`; `wake` when a key took a quarter of a burst."""
+    def share(self, wake: Wake, arm: Wake | None = None) -> None:
+        """Start counting the tokens taken per key for `unreported`; `wake` when a key took a quarter of a burst, `arm`
+        at the first take since the last report."""
+
+    def pending(self) -> bool:
+        """Tokens were taken since the last `unreported`."""
 
     def unreported(self) -> dict[str, tuple[int, float, float]]:
         """Per key, the tokens taken since the last call, and its bucket's rate and burst."""
@@ -124,18 +132,32 @@ class SharedBudgets:
         self._told: dict[str, dict[str, int]] = {}  # the holds last reported
         self._told_at = 0.0
         self._report_soon: Wake = _never  # the exchange's (`wake_with`)
+        self._report_due: Wake = _never
 
-    def wake_with(self, report_soon: Wake) -> None:
-        """Call `report_soon` whenever a client's use should be told before the next regular report."""
+    def wake_with(self, report_soon: Wake, report_due: Wake = _never) -> None:
+        """Call `report_soon` whenever a client's use should be told before the next regular report, and `report_due`
+        when there is something to tell (or holds to forget) after a time with nothing (`idle`)."""
         self._report_soon = report_soon
+        self._report_due = report_due
 
     def _wake(self) -> None:
         self._report_soon()
 
+    def _arm(self) -> None:
+        self._report_due()
+
+    def idle(self) -> bool:
+        """Nothing to tell and nothing to forget: no token taken since the last report, no hold here (to keep alive)
+        or told (to clear), none of another gateway's (to forget when it stops reporting)."""
+        return (not any(b.pending() for b in self._rates.values())
+                and not any(c.any() for c in self._counts.values())
+                and not self._told
+                and not any(any(h.values()) for _, h in self._peers.values()))
+
     def rate(self, budget: str, buckets: Buckets) -> None:
         """Share a rate budget (one of `RATE_BUDGETS`)."""
         self._rates[budget] = buckets
-        buckets.share(self._wake)
+        buckets.share(self._wake, self._arm)
 
     def count(self, budget: str, counts: ClientCounts) -> None:
         """Share a count budget (one of `COUNT_BUDGETS`)."""
@@ -147,14 +169,14 @@ class SharedBudgets:
     def report(self, now: float) -> dict[str, Any] | None:
         """What to tell the others now (None: nothing new, and no holds to keep alive)."""
         taken = {budget: t for budget, b in self._rates.items() if (t := b.unreported())}
-        held = {budget: c.held() for budget, c in self._counts.items()}
+        held = {budget: c.held() for budget, c in self._counts.items() if c.any()}  # a budget not named: none held
         changed = held != self._told
-        if not taken and not changed and not (any(held.values()) and now - self._told_at >= self.keep_s):
+        if not taken and not changed and not (held and now - self._told_at >= self.keep_s):
             return None
         out: dict[str, Any] = {}
         if taken:
             out["t"] = taken
-        if changed or any(held.values()):
+        if changed or held:
             out["h"] = held
             self._told, self._told_at = held, now
         return out or None
@@ -182,6 +204,8 @@ class SharedBudgets:
                      for b, h in held.items() if b in self.elsewhere and isinstance(h, dict)}
             self._replace(peer, clean)
             self._peers[peer] = (now, clean)
+            if any(clean.values()):
+                self._arm()  # to forget them if that gateway stops reporting
             for budget, h in clean.items():
                 self.on_heard(budget, float(sum(h.values())))
         elif peer in self._peers:

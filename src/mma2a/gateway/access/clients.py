@@ -346,6 +346,7 @@ class RateLimiter:
         self._buckets: OrderedDict[str, list[float]] = OrderedDict()  # key -> [tokens, at, rate, burst]
         self._taken: dict[str, int] | None = None  # a cluster's: tokens taken per key since the last report
         self._wake: Callable[[], None] | None = None
+        self._arm: Callable[[], None] | None = None
 
     def take(self, key: str, now: float, *, rate: float | None = None, burst: float | None = None) -> float | None:
         """Take one token; None when allowed, else the seconds until one is available."""
@@ -369,17 +370,24 @@ class RateLimiter:
         b[2], b[3] = rate, burst  # what `charge` refills this key's bucket at
         if b[0] >= 1.0:
             b[0] -= 1.0
+            if not taken and self._arm is not None:  # the first take since the last report: one is due
+                self._arm()
             n = taken[key] = taken.get(key, 0) + 1
             if n == (int(burst) >> 2 or 1) and self._wake is not None:  # a quarter of its burst: tell the others now
                 self._wake()
             return None
         return (1.0 - b[0]) / rate
 
-    def share(self, wake: Callable[[], None]) -> None:
+    def share(self, wake: Callable[[], None], arm: Callable[[], None] | None = None) -> None:
         """Count the tokens taken per key for `unreported` (a cluster's budgets); `wake` when a key took a quarter
-        of a burst since the last report."""
+        of its burst since the last report, `arm` at the first take since the last report."""
         self._taken = {}
         self._wake = wake
+        self._arm = arm
+
+    def pending(self) -> bool:
+        """Tokens were taken since the last `unreported`."""
+        return bool(self._taken)
 
     def unreported(self) -> dict[str, tuple[int, float, float]]:
         """Per key, the tokens taken since the last call and the rate and burst of its bucket (empty unless shared)."""
