@@ -4,6 +4,7 @@ and still there after the gateway that made it restarts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -188,6 +189,11 @@ async def test_records_made_together_share_one_write_and_every_gateway_finds_the
             await gw1.flush(tid)
         await gw2.fetch_context("ctx-never-seen")  # an unknown context reads on too: from where gw2 stopped
         assert all(gw2.find(tid) is not None for tid in more) and gw2.adopted == 25
+        gw1.put_leg("erin-1", "a", None, [], "erin")
+        await gw1.flush("erin-1")
+        reads = gw2.reads
+        await asyncio.gather(*(gw2.fetch_context(f"ctx-new-{i}") for i in range(20)))  # 20 misses at once: one read
+        assert gw2.reads - reads == 1 and gw2.find("erin-1") is not None
         await gw2.fetch("never-made")  # a task no gateway made: looked up, not found
         assert gw2.find("never-made") is None
         gw3 = await opened("gw3")  # started after: reads the batch back

@@ -46,6 +46,7 @@ from nats.js import api
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from ..gateway.state.tasks import TaskMap
+from ..serving import cancel_tasks
 from .link import Member, ensure_kv
 from .task_files import RETAIN, TaskFiles
 
@@ -82,6 +83,7 @@ class ClusterTaskMap(TaskMap):
             held_since=self._held_since)
         self._opened = False  # records are shared once open (before: this gateway's cache only)
         self._sync_lock = asyncio.Lock()
+        self._queued: asyncio.Task[None] | None = None  # the bucket read that starts once the current one ends
         self._ops: dict[str, bytes | None] = {}  # task id -> its newest record (None: removed), for the next batch
         self._batch: asyncio.Future[None] | None = None  # resolved once the records in `_ops` are stored
         self._pending: dict[str, asyncio.Future[None]] = {}  # task id -> the batch storing its newest record
@@ -90,6 +92,7 @@ class ClusterTaskMap(TaskMap):
         self._seen = 0  # the bucket's last sequence this gateway has read
         self._adopting = False
         self.adopted = 0
+        self.reads = 0  # reads of the bucket's entries (on a miss, or at the start)
         self.batches = 0  # batch entries written, and the records in them (the batching's measure; on files, one a record)
         self.records = 0
 
@@ -120,6 +123,8 @@ class ClusterTaskMap(TaskMap):
     async def close(self) -> None:
         if self.files is not None:
             self.files.close()
+        if self._queued is not None:
+            await cancel_tasks([self._queued])
         if self._writer is not None:  # what is gathered is stored (NATS away: the put times out)
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._writer)
@@ -166,8 +171,17 @@ class ClusterTaskMap(TaskMap):
             await self._read_bucket()
 
     async def _read_bucket(self) -> None:
+        """Every lookup that misses while a read runs shares the one read queued after it (which starts after they
+        asked, so it covers them): concurrent misses cost two reads, not one each in turn (a round trip each, where
+        every message in a context new to the cluster misses)."""
+        if self._queued is None:
+            self._queued = asyncio.get_running_loop().create_task(self._queued_read())
+        await asyncio.shield(self._queued)  # a caller that leaves does not stop the read the others wait for
+
+    async def _queued_read(self) -> None:
         assert self.kv is not None
         async with self._sync_lock:
+            self._queued = None  # a lookup from now on queues the next read
             try:
                 state = (await self.member.js.stream_info(self.stream)).state
             except Exception as exc:  # noqa: BLE001 - NATS away: answered from the cache alone
@@ -177,13 +191,15 @@ class ClusterTaskMap(TaskMap):
                 return
             # an ordered consumer for this read only (flow-controlled, gone once it is unsubscribed), from where this
             # gateway stopped; entries leave the bucket oldest first, so its last sequence is there to be read up to
+            self.reads += 1
             bucket = self.member.names.bucket("tasks")
             prefix = f"$KV.{bucket}."
-            sub = await self.member.js.subscribe(
-                prefix + ">", stream=self.stream, ordered_consumer=True,
-                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-                config=api.ConsumerConfig(opt_start_seq=max(self._seen + 1, state.first_seq)))
+            sub = None
             try:
+                sub = await self.member.js.subscribe(
+                    prefix + ">", stream=self.stream, ordered_consumer=True,
+                    deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                    config=api.ConsumerConfig(opt_start_seq=max(self._seen + 1, state.first_seq)))
                 while self._seen < state.last_seq:
                     msg = await sub.next_msg(timeout=CATCH_UP_S)
                     key = msg.subject[len(prefix):]
@@ -200,8 +216,9 @@ class ClusterTaskMap(TaskMap):
             except Exception as exc:  # noqa: BLE001 - NATS away: answered from the cache alone
                 log.info("task lookup: the tasks bucket read stopped at %d of %d: %s", self._seen, state.last_seq, exc)
             finally:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
+                if sub is not None:
+                    with contextlib.suppress(Exception):
+                        await sub.unsubscribe()
 
     async def _read_files(self) -> None:
         assert self.files is not None
