@@ -94,7 +94,17 @@ class FrontDoor:
         self._matched: dict[str, tuple[Route, Any, dict[str, Any]]] = {}  # path -> route, endpoint, path params
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        timeout = header_map(scope).get(_TIMEOUT) if scope["type"] == "http" else None
+        """One request; without a deadline or extensions to read (the common case) the route's app is awaited from
+        this frame alone. (A coroutine function: servers tell an ASGI 3 app by it.)"""
+        if scope["type"] == "http":
+            headers = header_map(scope)
+            if _TIMEOUT in headers or _EXTENSIONS in headers:
+                await self._deadline(scope, receive, send)
+                return
+        await self._serve(scope, receive, send)
+
+    async def _deadline(self, scope: Scope, receive: Any, send: Any) -> None:
+        timeout = header_map(scope).get(_TIMEOUT)
         if timeout is not None:  # the client's deadline: legs wait for an agent's slot at most until then
             try:
                 seconds = float(timeout)
@@ -128,7 +138,7 @@ class FrontDoor:
             return
         await self._serve(scope, receive, send)
 
-    async def _serve(self, scope: Scope, receive: Any, send: Any) -> None:
+    def _serve(self, scope: Scope, receive: Any, send: Any) -> Awaitable[None]:
         if (scope["type"] == "http" and scope["method"] == "POST" and not self.tracing()
                 and (scope["path"] == "/" or scope["path"].startswith("/agents/"))):
             matched = self._match(scope)
@@ -137,9 +147,8 @@ class FrontDoor:
                 scope.update(child)
                 scope["app"] = self.app  # as Starlette sets it, for endpoints that look (the SDK's handling)
                 scope[_ROUTE] = route
-                await self.hot(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+                return self.hot(scope, receive, send)  # type: ignore[no-any-return]
+        return self.app(scope, receive, send)
 
     def _match(self, scope: Scope) -> tuple[Route, Scope] | None:
         """The hot route a POST matches in full, and its child scope; remembered by path (a path alone decides
