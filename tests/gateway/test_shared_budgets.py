@@ -75,8 +75,8 @@ def test_flooding_both_gateways_gets_a_client_its_rate_plus_a_bounded_tolerance(
 def test_holds_elsewhere_count_until_their_gateway_stops_reporting() -> None:
     here, there = StreamSlots(2, 100), StreamSlots(2, 100)
     ledgers = [SharedBudgets(keep_s=1.0, expire_s=3.0), SharedBudgets(keep_s=1.0, expire_s=3.0)]
-    ledgers[0].count("streams", here.by_sender)
-    ledgers[1].count("streams", there.by_sender)
+    ledgers[0].count("streams", here)
+    ledgers[1].count("streams", there)
     assert here.take("mallory") is None and here.take("mallory") is None
     exchange(ledgers, 0.0)
     assert there.take("mallory") == ("mallory has 2 streams open already (2 of them on other gateways of the cluster) "
@@ -136,7 +136,7 @@ def test_a_ledger_with_nothing_to_tell_is_idle_and_the_first_use_arms_a_report()
     armed: list[str] = []
     ledger.wake_with(lambda: armed.append("soon"), lambda: armed.append("due"))
     slots = StreamSlots(4, 100)
-    ledger.count("streams", slots.by_sender)
+    ledger.count("streams", slots)
     assert ledger.idle() and ledger.report(0.0) is None
     assert a.take("alice", 0.0) is None and a.take("alice", 0.0) is None
     assert armed == ["due"] and not ledger.idle()  # once, at the first take

@@ -210,7 +210,7 @@ async def test_a_client_leaves_at_most_its_stream_limit_of_fan_outs_running():
                                 headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}) as sse:
                             first = json.loads(await anext(ln[5:] async for ln in sse.aiter_lines() if ln.startswith("data:")))
                         tids.append(first["result"]["task"]["id"])  # the stream is closed: the client is gone
-                        while n < 2 and sum(detached.held().values()) < n + 1:  # the gateway saw it go (its stream slot back)
+                        while n < 2 and sum(detached.holds().values()) < n + 1:  # the gateway saw it go (its stream slot back)
                             await asyncio.sleep(0.01)
                 while (canceled := await rpc(url, "GetTask", {"id": tids[2]}))["result"]["status"]["state"] == "TASK_STATE_WORKING":
                     await asyncio.sleep(0.01)  # the gateway learns the stream is closed when it next writes to it
@@ -230,7 +230,7 @@ async def test_a_client_leaves_at_most_its_stream_limit_of_fan_outs_running():
                     await asyncio.sleep(0.01)
                 done = await rpc(url, "GetTask", {"id": tid})
                 assert done["result"]["status"]["state"] == "TASK_STATE_COMPLETED", done
-            while detached.held():  # each count given back when its legs ended
+            while detached.holds():  # each count given back when its legs ended
                 await asyncio.sleep(0.01)
 
 def _get_task_answers(result: object):

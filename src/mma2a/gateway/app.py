@@ -209,7 +209,7 @@ class Gateway:
         if self.access.limiter is not None:
             budgets.rate("requests", self.access.limiter)
         budgets.rate("ratings", self.pipeline.learner.ratings)
-        budgets.count("streams", self.access.streams.by_sender)
+        budgets.count("streams", self.access.streams)
         budgets.count("detached", self.pipeline.streaming.detached)
         budgets.count("follows", self.pipeline.push.follower.by_owner)
 

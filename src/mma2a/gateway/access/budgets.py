@@ -52,7 +52,7 @@ class ClientCounts:
         """What the other gateways said `key` holds (0 on a lone gateway)."""
         return self.elsewhere.get(key, 0) if self.elsewhere else 0
 
-    def take(self, key: str, limit: int) -> tuple[int, int] | None:
+    def claim(self, key: str, limit: int) -> tuple[int, int] | None:
         """One more for `key`, unless what it holds here and elsewhere together is `limit` already: None when taken,
         else (held here, held elsewhere)."""
         by = self._by
@@ -77,7 +77,7 @@ class ClientCounts:
         if self._wake is not None:
             self._wake()
 
-    def held(self) -> dict[str, int]:
+    def holds(self) -> dict[str, int]:
         """What each client holds here now (a copy, for a report)."""
         return dict(self._by)
 
@@ -169,7 +169,7 @@ class SharedBudgets:
     def report(self, now: float) -> dict[str, Any] | None:
         """What to tell the others now (None: nothing new, and no holds to keep alive)."""
         taken = {budget: t for budget, b in self._rates.items() if (t := b.unreported())}
-        held = {budget: c.held() for budget, c in self._counts.items() if c.any()}  # a budget not named: none held
+        held = {budget: c.holds() for budget, c in self._counts.items() if c.any()}  # a budget not named: none held
         changed = held != self._told
         if not taken and not changed and not (held and now - self._told_at >= self.keep_s):
             return None

@@ -506,38 +506,50 @@ class BodyHold:
             self.held = 0
 
 
-class StreamSlots:
+class StreamSlots(ClientCounts):
     """Response streams (SSE on JSON-RPC and REST, gRPC server streams) open at once: per sender and in all.
 
     Each open stream holds a client socket, a connection to an agent and a task; nothing bounded how many one
     client kept open (400 subscriptions were taken without a refusal). A stream takes a slot before it starts and
     gives it back when it ends; past `per_sender` for one sender, or `total` in all, it is refused (429). Requests
-    that do not stream never look here.
+    that do not stream never look here. In a cluster `per_sender` is on the sum with what the sender holds on the
+    other gateways (a `ClientCounts`, shared as `streams`).
     """
 
+    __slots__ = ("held", "per_sender", "total")
+
     def __init__(self, per_sender: int, total: int) -> None:
+        super().__init__()
         self.per_sender = per_sender
         self.total = total
         self.held = 0
-        self.by_sender = ClientCounts()  # in a cluster, with what the other gateways hold (per_sender is on the sum)
 
     def take(self, sender: str) -> str | None:
         """A slot for `sender`; None when granted, else why not."""
-        over = self.by_sender.take(sender, self.per_sender)
-        if over is not None:
-            mine, there = over
-            where = f" ({there} of them on other gateways of the cluster)" if there else ""
-            return (f"{_bare(sender)} has {mine + there} streams open already{where} "
-                    f"(limits.max_response_streams_per_client: {self.per_sender}); close one first")
+        by = self._by
+        mine = by.get(sender, 0)
+        if mine >= self.per_sender or self.elsewhere:
+            there = self.elsewhere.get(sender, 0) if self.elsewhere else 0
+            if mine + there >= self.per_sender:
+                where = f" ({there} of them on other gateways of the cluster)" if there else ""
+                return (f"{_bare(sender)} has {mine + there} streams open already{where} "
+                        f"(limits.max_response_streams_per_client: {self.per_sender}); close one first")
         if self.held >= self.total:
-            self.by_sender.remove(sender)
             return f"the gateway has {self.held} streams open already (limits.max_response_streams); retry later"
+        by[sender] = mine + 1
         self.held += 1
+        if self._wake is not None:
+            self._wake()
         return None
 
     def give(self, sender: str) -> None:
         self.held -= 1
-        self.by_sender.remove(sender)
+        by = self._by
+        left = by.pop(sender, 0) - 1
+        if left > 0:
+            by[sender] = left
+        if self._wake is not None:
+            self._wake()
 
 
 class StreamSlot:

@@ -203,7 +203,7 @@ class Streaming:
         `detached_per_client` such fan-outs; otherwise cancel them and record the task as canceled, saying why."""
         owner = current_sender()
         sender = owner or ""  # (no client known: one count for all of them)
-        over = self.detached.take(sender, self.detached_per_client)
+        over = self.detached.claim(sender, self.detached_per_client)
         if over is None:
             legs.add_done_callback(lambda _: self.detached.remove(sender))
             return
