@@ -14,6 +14,7 @@ import errno
 import functools
 import gc
 import logging
+import os
 import resource
 import socket
 import time
@@ -111,6 +112,80 @@ def tls_options(tls: ServerTLS | None, http: str | type[Any], ws: Any) -> dict[s
     }
 
 
+ACCEPT_BATCH = 128  # connections a listening socket accepts each time it is readable (`BatchAccept`)
+ACCEPT_RETRY_S = 1.0  # out of descriptors (EMFILE): accepting pauses this long, as asyncio's own server does
+
+
+class BatchAccept:
+    """A listening socket served by accepting up to `ACCEPT_BATCH` connections each time it is readable, each handed
+    to `loop.connect_accepted_socket` with the server's protocol (what `loop.create_server` does, less the accept).
+
+    libuv (uvloop's) accepts one connection per loop iteration since 1.45 (libuv#3696, "don't accept() connections in
+    a loop"): on a busy gateway an iteration runs every ready callback of every connection, tens of milliseconds,
+    and 1,024 wrk connections opened at once waited in the kernel's accept queue for seconds (300-600 still queued
+    after 5 s, accepted ~16 a second: wrk's 2 s timeouts, bench/connections.py), as would clients that connect per
+    request. asyncio's own loop accepts up to its backlog per readiness; this does the same on either loop. The
+    socket is the caller's to close (uvicorn closes the sockets it was given); `close` stops accepting."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol_factory: Callable[[], Any],
+                 ssl: Any = None, ssl_handshake_timeout: float | None = None) -> None:
+        self.loop, self.sock, self.protocol_factory = loop, sock, protocol_factory
+        self.ssl, self.ssl_handshake_timeout = ssl, ssl_handshake_timeout
+        self.sockets = [sock]
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._serving = True
+        self._tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
+        sock.setblocking(False)
+        loop.add_reader(sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return  # nothing more waits
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.error("cannot accept a connection (%s): accepting again in %.0f s (raise the open files limit)",
+                              os.strerror(exc.errno), ACCEPT_RETRY_S)
+                    self.loop.remove_reader(self.sock.fileno())
+                    self.loop.call_later(ACCEPT_RETRY_S, self._resume)
+                    return
+                log.warning("accept failed: %s", exc)
+                return
+            conn.setblocking(False)
+            if self._tcp:
+                with contextlib.suppress(OSError):
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            options: dict[str, Any] = {} if self.ssl is None else {
+                "ssl": self.ssl, "ssl_handshake_timeout": self.ssl_handshake_timeout}
+            task = self.loop.create_task(self._connect(conn, options))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, conn: socket.socket, options: dict[str, Any]) -> None:
+        try:
+            await self.loop.connect_accepted_socket(self.protocol_factory, conn, **options)
+        except (OSError, asyncio.TimeoutError) as exc:  # a TLS handshake that failed or took too long, a reset
+            log.debug("connection dropped before it was served: %s", exc)
+            conn.close()
+
+    def _resume(self) -> None:
+        if self._serving and self.sock.fileno() >= 0:
+            self.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        if self._serving:
+            self._serving = False
+            if self.sock.fileno() >= 0:
+                self.loop.remove_reader(self.sock.fileno())
+
+    async def wait_closed(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
 class Server(uvicorn.Server):
     """uvicorn's server, ticking once a second rather than ten times, and woken at once to exit.
 
@@ -133,8 +208,9 @@ class Server(uvicorn.Server):
         self._trim: asyncio.Future[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        """uvicorn's start-up, then `on_started` once the server accepts connections."""
-        if self.config.ssl is not None and self.config.uds is None and self.config.fd is None:
+        """uvicorn's start-up, then `on_started` once the server accepts connections. Sockets passed in (the
+        gateway's: `listen_socket`) are served by `BatchAccept`."""
+        if sockets is not None or (self.config.ssl is not None and self.config.uds is None and self.config.fd is None):
             await self._startup_tls(sockets)
         else:
             await super().startup(sockets=sockets)
@@ -142,7 +218,8 @@ class Server(uvicorn.Server):
             self._on_started()
 
     async def _startup_tls(self, sockets: list[socket.socket] | None) -> None:
-        """uvicorn's start-up for a TLS listener, with the TLS handshake held to the header deadline.
+        """uvicorn's start-up for a TLS listener, with the TLS handshake held to the header deadline, and for sockets
+        passed in (TLS or not: served by `BatchAccept`).
 
         The header deadline (`mma2a.deadlines`) starts when the HTTP protocol sees the connection, which over TLS is
         after the handshake: uvicorn leaves the handshake to asyncio's default of 60 s, so silent TCP connections to
@@ -161,10 +238,11 @@ class Server(uvicorn.Server):
                                               app_state=self.lifespan.state, _loop=_loop)
 
         loop = asyncio.get_running_loop()
-        options: dict[str, Any] = {"ssl": config.ssl, "backlog": config.backlog, "ssl_handshake_timeout": handshake_s}
         if sockets is not None:
-            self.servers = [await loop.create_server(create_protocol, sock=sock, **options) for sock in sockets]
+            self.servers = [BatchAccept(loop, sock, create_protocol, config.ssl,  # type: ignore[misc]
+                                        handshake_s if config.ssl is not None else None) for sock in sockets]
         else:
+            options: dict[str, Any] = {"ssl": config.ssl, "backlog": config.backlog, "ssl_handshake_timeout": handshake_s}
             try:
                 server = await loop.create_server(create_protocol, host=config.host, port=config.port, **options)
             except OSError as exc:
