@@ -34,6 +34,7 @@ class Agent(asyncio.Protocol):
 
     reply = "task"
     card_body = b"{}"
+    prefix = ""  # its port: task ids unique among several fast agents behind one gateway
     ids = itertools.count(1)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -83,7 +84,7 @@ class Agent(asyncio.Protocol):
                 result = {"message": {"messageId": f"r-{n}", "role": "ROLE_AGENT", "contextId": ctx,
                                       "parts": [{"text": "ok"}]}}
             else:
-                result = {"task": {"id": f"t-{n}", "contextId": ctx, "status": {"state": "TASK_STATE_COMPLETED"},
+                result = {"task": {"id": f"t-{self.prefix}{n}", "contextId": ctx, "status": {"state": "TASK_STATE_COMPLETED"},
                                    "artifacts": [{"artifactId": "a1", "parts": [{"text": "ok"}]}]}}
         elif method == "GetTask":
             result = {"id": params.get("id"), "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"}}
@@ -104,6 +105,7 @@ def main() -> None:
     args = ap.parse_args()
     Agent.reply = args.reply
     Agent.card_body = card(f"http://127.0.0.1:{args.port}/")
+    Agent.prefix = f"{args.port}-"
 
     async def serve() -> None:
         server = await asyncio.get_running_loop().create_server(Agent, "127.0.0.1", args.port, backlog=1024)
