@@ -223,57 +223,6 @@ def test_ordinary_bad_luck_of_a_good_agent_restarts_nothing_and_published_eviden
     assert decide(text(parts[3], mid="m-before"), snap, evidence=before).parts[0].targets[0].agent == seen[0] == "desk-a"
 
 
-def _falsely_alarmed() -> tuple[Any, list[Any], EvidenceIndex]:
-    """desk-a right on a topic, desk-b right half the time, desk-c wrong; then desk-a wrong a few times in a row, until
-    that is taken for a change (three times here)."""
-    snap = build_snapshot(parse_rules({"version": 1, "default": {"learn": {"explore": 0}}, "rules": []}), DESKS)
-    parts = topic_parts(10)
-    index = EvidenceIndex()
-    for v in parts[:8]:
-        rate(index, v, "desk-a", 1.0, times=2)
-        for s in (1.0, 0.0):
-            rate(index, v, "desk-b", s)
-        rate(index, v, "desk-c", 0.0)
-    for v in parts[:3]:
-        rate(index, v, "desk-a", 0.0)
-    assert index.restarts == 2 and index.false_alarms == 0  # alice's records and everyone's
-    return snap, parts, index
-
-
-def test_a_detected_change_is_retried_once_and_taken_back_when_the_retry_fits_the_old_records() -> None:
-    """A false alarm costs one message: the next part like those the change was seen on goes to the agent again, and a
-    good answer there is likelier under its records before the change than after it, so the old records return."""
-    snap, parts, index = _falsely_alarmed()
-    agent, _, note = chosen(snap, text(parts[9], mid="m-retry"), index)
-    assert agent == "desk-a" and note.endswith("chose desk-a (retried after a detected change)")
-    assert "desk-a 0/" in note  # its records there: the ratings since the change
-    rate(index, parts[9], "desk-a", 1.0)
-    assert index.false_alarms == 2  # alice's and everyone's
-    agent, _, note = chosen(snap, text(parts[8], mid="m-after"), index)
-    assert agent == "desk-a" and "retried" not in note
-
-
-def test_a_detected_change_whose_retry_fails_stands_and_is_not_retried_again() -> None:
-    snap, parts, index = _falsely_alarmed()
-    assert chosen(snap, text(parts[9], mid="m-retry"), index)[0] == "desk-a"
-    rate(index, parts[9], "desk-a", 0.0)
-    assert index.false_alarms == 0
-    for i in range(5):  # unrated decisions after the one retry: the change stands, desk-a is not tried again
-        agent, _, note = chosen(snap, text(parts[i], mid=f"m-{i}"), index)
-        assert agent == "desk-b" and "retried" not in note
-
-
-def test_a_retry_is_sought_only_on_parts_like_the_change_and_only_for_a_while() -> None:
-    snap, parts, index = _falsely_alarmed()
-    other = np.zeros(32, dtype=np.float32)
-    other[31] = 1.0  # unlike every part of the topic: no retry there (and no evidence: capability order)
-    assert "retried" not in chosen(snap, text(other, mid="m-other"), index)[2]
-    for i in range(learned.TRIAL_SPAN + 1):  # ratings elsewhere, none of desk-a on the topic: the trial ends
-        rate(index, unit(100 + i, dim=32), "desk-c", 1.0)
-    agent, _, note = chosen(snap, text(parts[9], mid="m-late"), index)
-    assert agent == "desk-b" and "retried" not in note and index.false_alarms == 0
-
-
 def test_the_change_watch_is_bounded() -> None:
     index = EvidenceIndex(max_cells=64)
     for i in range(100):

@@ -20,12 +20,6 @@ by the message id and the part index, so the same input gets the same choice.
   from the ratings since the change, under a new *epoch*, and a decision (or rating) that reads any
   cell of that epoch ignores the agent's older records: an agent that degrades on one topic loses its
   old lead across the topic within a few bad ratings, not only where the bad ratings fell.
-- **A change is put on trial** (against false alarms: a good agent wrong a few times in a row is tested
-  as a degraded one): the next part like those it was seen on goes to the agent once more (`Trial`,
-  `Evidence.retry`), and its ratings there since the change (judged when their Bayes factor either way
-  passes `TRIAL_DECIDES`, or after `TRIAL`) are weighed between its records before the change and its
-  ratings since; likelier under the old records, the change is taken back and those records return. A
-  false alarm costs one message instead of the agent's place; a real change, one more bad answer.
 - **The bandit rule**: optimistic greedy on the posterior mean (1 + good) / (2 + n) — an agent
   never rated there counts 1/2, so it is tried before agents rated worse — and, with probability
   `explore` (the rule's), a Thompson draw from each agent's Beta posterior instead. At most
@@ -45,7 +39,7 @@ import math
 import random
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..view import PartView
@@ -58,21 +52,13 @@ SIMILAR = 0.4
 """Cosine at which a cell counts as similar to a part being routed."""
 NEAREST = 8
 """How many of the nearest similar cells a decision sums the ratings of."""
-WINDOW = 12.0
+WINDOW = 8.0
 """Ratings kept per (cell, owner, agent): past it, good and n are scaled back to it (older ratings fade)."""
-ALARM = math.log(40.0)
-"""Change detection: the log of the Bayes factor for "the agent changed" past which its records restart (40: "very
-strong" evidence on Jeffreys' scale, 30-100; chosen there on the bench's tuning seeds, docs/benchmarks.md)."""
+ALARM = math.log(30.0)
+"""Change detection: the log of the Bayes factor for "the agent changed" past which its records restart (30: "very
+strong" evidence on Jeffreys' scale)."""
 WATCH = 32
 """Change detection: an agent's last ratings watched, per (owner, agent, key)."""
-TRIAL = 3
-"""A detected change is put on trial: the agent is retried once on a part like those it was seen on (chosen first there
-until one such rating comes), and its ratings there after the change, at most `TRIAL`, are weighed: likelier under
-its records before the change than after it, the change is taken back (a false alarm)."""
-TRIAL_DECIDES = math.log(3.0)
-"""A trial is judged as soon as its ratings' Bayes factor either way passes this (3: "substantial" on Jeffreys' scale)."""
-TRIAL_SPAN = 64
-"""A trial still short of its ratings after this many more ratings (of any agent) ends: the change stands."""
 GOOD = 0.5
 """A rating of at least this is `good` in explanations."""
 EVERYONE = "*"
@@ -157,7 +143,6 @@ class Evidence:
     plain: Mapping[Key, int]  # the one cell of a key whose parts have no vector
     tallies: Mapping[int, Mapping[str, Mapping[str, Record]]]  # cell -> owner -> agent -> (good, n, epoch)
     ratings: int = 0  # ratings taken in so far (explanations, metrics)
-    retry: Mapping[int, Any] = field(default_factory=dict)  # epoch of a change on trial, not yet retried -> its centre
 
     def similar(self, key: Key, vector: Any) -> tuple[tuple[int, ...], float]:
         """The cells similar to a part (ids, best cosine); () when none."""
@@ -182,10 +167,6 @@ class Evidence:
     def tally(self, cells: Sequence[int], owner: str) -> dict[str, Tally]:
         """Each agent's (good, n) summed over `cells`, as rated by `owner` (`EVERYONE`: by every client): only its
         records of the latest change detected among them (older ones describe the agent before it changed)."""
-        return self.tally_epochs(cells, owner)[0]
-
-    def tally_epochs(self, cells: Sequence[int], owner: str) -> tuple[dict[str, Tally], dict[str, int]]:
-        """`tally`, and each agent's latest epoch among `cells`."""
         out: dict[str, Tally] = {}
         latest: dict[str, int] = {}
         for cell in cells:
@@ -196,7 +177,7 @@ class Evidence:
                 elif epoch == last:
                     g0, n0 = out[agent]
                     out[agent] = (g0 + good, n0 + n)
-        return out, latest
+        return out
 
 
 NO_EVIDENCE = Evidence({}, {}, {})
@@ -227,35 +208,24 @@ def choose(inp: LearnInput, candidates: Sequence[str], explore: float, shared: b
     cells, cos = inp.evidence.similar(inp.key, inp.vector)
     if not cells:
         return None
-    tallies, latest = inp.evidence.tally_epochs(cells, EVERYONE if shared else inp.owner)
+    tallies = inp.evidence.tally(cells, EVERYONE if shared else inp.owner)
     if not any(a in tallies for a in candidates):
         return None
     rng = random.Random(inp.seed)
     explored = rng.random() < explore
     best, best_value = candidates[0], -1.0
-    retry = inp.evidence.retry
-    retried = False
     for agent in candidates:
         good, n = tallies.get(agent, (0.0, 0.0))
         value = rng.betavariate(1.0 + good, 1.0 + n - good) if explored else (1.0 + good) / (2.0 + n)
-        if retry and (epoch := latest.get(agent, 0)) in retry and _alike(retry[epoch], inp.vector):
-            value += 1.0  # a detected change on trial, not yet retried: its agent first on parts like those it was seen on
         if value > best_value:
             best, best_value = agent, value
-            retried = value > 1.0
     total = sum(n for _, n in tallies.values())
     shown = ", ".join(f"{a} {_count(tallies[a][0])}/{_count(tallies[a][1])} good" if a in tallies else f"{a} untried"
                       for a in candidates)
     whose = "everyone's" if shared else "own"
     note = (f"learned: {_count(total)} similar parts ({len(cells)} cell{'s' if len(cells) > 1 else ''}, cos {cos:.2f}, "
-            f"{whose} ratings): {shown}; chose {best}" + (" (explored)" if explored else "")
-            + (" (retried after a detected change)" if retried else ""))
+            f"{whose} ratings): {shown}; chose {best}" + (" (explored)" if explored else ""))
     return LearnedChoice(best, explored, note)
-
-
-def _alike(centre: Any, vector: Any) -> bool:
-    """Whether a part is like those a detected change was seen on (their mean vector; without vectors, every part)."""
-    return centre is None or vector is None or float(centre @ vector) >= SIMILAR
 
 
 def _lbeta(a: float, b: float) -> float:
@@ -264,29 +234,6 @@ def _lbeta(a: float, b: float) -> float:
 
 def _count(x: float) -> str:
     return str(round(x))
-
-
-@dataclass(slots=True)
-class Trial:
-    """A detected change on trial: whose records and which agent's, the cells restarted with the records they held,
-    the probability of a good rating before and after the change (the records' prediction; the posterior mean of the
-    ratings since), when it began (the index's ratings), the mean vector of the parts it was seen on, and the
-    agent's ratings of parts like them since."""
-
-    who: str
-    agent: str
-    region: set[int]
-    old: dict[int, Record]
-    before: float
-    after: float
-    since: int
-    centre: Any
-    scores: list[float] = field(default_factory=list)
-
-    def log_bf(self) -> float:
-        """The log Bayes factor of the trial's ratings for "changed" (positive) against "not changed"."""
-        good, bad = math.log(self.after / self.before), math.log((1.0 - self.after) / (1.0 - self.before))
-        return sum(s * good + (1.0 - s) * bad for s in self.scores)
 
 
 class EvidenceIndex:
@@ -315,8 +262,6 @@ class EvidenceIndex:
         self._watch: OrderedDict[tuple[str, str, Key], Watch] = OrderedDict()
         self._epoch = 0
         self.restarts = 0
-        self._trials: dict[int, Trial] = {}  # epoch -> the trial of that detected change (at most 2 x TRIAL_SPAN)
-        self.false_alarms = 0  # changes taken back by their trial
 
     def __len__(self) -> int:
         return len(self._key_of)
@@ -341,12 +286,6 @@ class EvidenceIndex:
         near = {cell, *self._near(key, vector)}
         for who in (owner, EVERYONE) if owner != EVERYONE else (EVERYONE,):
             epoch, good, n = self._current(near, who, agent)
-            trial = self._trials.get(epoch)
-            if trial is not None and trial.who == who and trial.agent == agent and _alike(trial.centre, vector):
-                trial.scores.append(score)
-                if len(trial.scores) >= TRIAL or abs(trial.log_bf()) >= TRIAL_DECIDES:
-                    self._judge(epoch, trial)
-                    epoch, good, n = self._current(near, who, agent)
             epoch = self._detect(who, agent, key, vector, cell, (1.0 + good) / (2.0 + n), score) or epoch
             kept = [(c, self._tallies[c][who]) for c in near if agent in self._tallies.get(c, {}).get(who, {})]
             total = sum(agents[agent][1] for _, agents in kept)
@@ -363,26 +302,7 @@ class EvidenceIndex:
             del owners[oldest]
         self._ratings += 1
         self._dirty.add(cell)
-        for epoch in [e for e, t in self._trials.items() if self._ratings - t.since > TRIAL_SPAN]:
-            del self._trials[epoch]
         return cell
-
-    def _judge(self, epoch: int, trial: Trial) -> None:
-        """A trial's ratings are in: if they are likelier under the agent's records before the change than after it,
-        the change is taken back (its records of the epoch dropped, the older ones put back)."""
-        del self._trials[epoch]
-        if trial.log_bf() >= 0.0:
-            return
-        for c in trial.region:
-            agents = self._tallies.get(c, {}).get(trial.who)
-            if agents is not None and agents.get(trial.agent, (0.0, 0.0, -1))[2] == epoch:
-                del agents[trial.agent]
-                self._dirty.add(c)
-        for c, record in trial.old.items():
-            if c in self._key_of:
-                self._tallies.setdefault(c, {}).setdefault(trial.who, {})[trial.agent] = record
-                self._dirty.add(c)
-        self.false_alarms += 1
 
     def _current(self, near: set[int], who: str, agent: str) -> tuple[int, float, float]:
         """The agent's latest epoch among `near` and its (good, n) there; its older records in `near` are dropped."""
@@ -435,14 +355,14 @@ class EvidenceIndex:
         epoch = None
         if best > ALARM:
             run = local[start:]
-            epoch = self._restart(who, agent, key, watch, run, predicted)
+            epoch = self._restart(who, agent, key, watch, run)
             watch.drop(run)
         self._watch[k] = watch
         while len(self._watch) > max(1, self.max_cells // 16):  # each holds up to WATCH vectors
             self._watch.popitem(last=False)
         return epoch
 
-    def _restart(self, who: str, agent: str, key: Key, watch: Watch, run: list[int], predicted: float) -> int:
+    def _restart(self, who: str, agent: str, key: Key, watch: Watch, run: list[int]) -> int:
         """A detected change: `agent`'s records in every cell of the key similar to a part of `run` (the ratings since
         the change) are dropped, and the run's earlier ratings make its records there, of a new epoch (returned): a
         decision or rating reading any of these cells then reads only the agent's records from after the change."""
@@ -452,26 +372,13 @@ class EvidenceIndex:
         if watch.rows is not None and buffer is not None and ids and buffer.shape[1] == watch.rows.shape[1]:
             cos = buffer[: len(ids)] @ watch.rows[run].T  # every cell against each part of the run
             region.update(ids[int(i)] for i in (cos >= SIMILAR).any(axis=1).nonzero()[0])
-        old: dict[int, Record] = {}
         for c in region:
             agents = self._tallies.get(c, {}).get(who)
-            if agents is not None and (record := agents.pop(agent, None)) is not None:
-                old[c] = record
+            if agents is not None and agents.pop(agent, None) is not None:
                 self._dirty.add(c)
         for cell, score, _ in (watch.ratings[i] for i in run[:-1]):  # the last is the rating being taken
             if cell in self._key_of:
                 self._add(cell, who, agent, score, self._epoch)
-        good = sum(watch.ratings[i][1] for i in run)
-        centre = None
-        if watch.rows is not None:
-            import numpy as np
-
-            mean = watch.rows[run].mean(axis=0)
-            norm = float(np.linalg.norm(mean))
-            centre = mean / norm if norm > 0 else None
-        after = (1.0 + good) / (2.0 + len(run))
-        self._trials[self._epoch] = Trial(who, agent, region, old, min(max(predicted, 1e-6), 1.0 - 1e-6), after,
-                                          self._ratings, centre)
         self.restarts += 1
         return self._epoch
 
@@ -583,6 +490,5 @@ class EvidenceIndex:
             else:
                 tallies[cell] = {who: dict(agents) for who, agents in owners.items()}
         self._dirty.clear()
-        retry = {e: t.centre for e, t in self._trials.items() if not t.scores}
-        self._frozen = Evidence(dict(self._cells), dict(self._plain), tallies, self._ratings, retry)
+        self._frozen = Evidence(dict(self._cells), dict(self._plain), tallies, self._ratings)
         return self._frozen
