@@ -160,14 +160,19 @@ def nofile(pid: int) -> str:
     return "?"
 
 
-def sheds(url: str) -> int:
-    """Sheds the gateway counted over all agents (`GET /metrics`: mma2a_agent_shed_total)."""
+def sheds(url: str) -> dict[str, int]:
+    """Legs the gateway shed so far, by reason (`GET /metrics`: mma2a_agent_shed_total), summed over agents."""
     try:
         text = httpx.get(url + "/metrics", timeout=30).text
     except httpx.HTTPError:
-        return -1
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("mma2a_agent_shed_total")))
+        return {"unread": 1}
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("mma2a_agent_shed_total{"):
+            why = re.search(r'reason="([^"]*)"', line)
+            key = why.group(1) if why else "?"
+            out[key] = out.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
 
 
 def seed_tasks(url: str, n: int = 64) -> list[str]:
@@ -256,7 +261,7 @@ def main() -> None:
         for kind in args.kinds.split(","):
             scripts[kind] = tmp / f"{kind}.lua"
         rss0 = sum(rss_mb(p) for p in servers)
-        shed0 = sheds(url)
+        shed0 = shed_before = sheds(url)
         load0 = os.getloadavg()
         runs = []
         for kind in args.kinds.split(","):
@@ -268,20 +273,23 @@ def main() -> None:
                 for arm, where in arms:
                     r = run_wrk(where, args.seconds, c, scripts[kind], args.timeout, servers if arm == "gateway" else None)
                     r.update(kind=kind, arm=arm, load1=round(os.getloadavg()[0], 2))
+                    settle(url if arm == "gateway" else None)
                     if arm == "gateway":
                         r["rss_mb"] = round(sum(rss_mb(p) for p in servers), 1)
+                        now_shed = sheds(url)  # (with --workers: the worker that answered /metrics)
+                        r["sheds"] = {k: v - shed_before.get(k, 0) for k, v in now_shed.items() if v - shed_before.get(k, 0)}
+                        shed_before = now_shed
                     runs.append(r)
-                    settle(url if arm == "gateway" else None)
                     if not args.json:
                         print(f"{arm:7s} {kind:8s} {c:5d} conns {r['rps']:8.0f} req/s p50 {r['p50_ms']:7.2f} ms p99 "
                               f"{r['p99_ms']:8.2f} ms errors {r['errors']} {r['by_cause'] or ''} {r['by_status'] or ''} "
-                              f"fds {r['fds_halfway']} RSS {r.get('rss_mb', '-')} MB load {r['load1']}"
+                              f"fds {r['fds_halfway']} RSS {r.get('rss_mb', '-')} MB sheds {r.get('sheds', '-')} load {r['load1']}"
                               + (f"\n   e.g. {r['sample'][:200]}" if "sample" in r else ""), flush=True)
         result = {"workers": args.workers, "seconds": args.seconds, "nofile_soft_at_start": args.nofile or "inherited",
                   "gateway_nofile": [nofile(p) for p in servers],
                   "load_average": [[round(x, 2) for x in load0], [round(x, 2) for x in os.getloadavg()]],
                   "rss_mb": [round(rss0, 1), round(sum(rss_mb(p) for p in servers), 1)],
-                  "sheds": sheds(url) - shed0 if shed0 >= 0 else None,
+                  "sheds": {k: v - shed0.get(k, 0) for k, v in sheds(url).items() if v - shed0.get(k, 0)},
                   "errors": sum(r["errors"] for r in runs if r["arm"] == "gateway"),
                   "runs": runs}
     finally:
