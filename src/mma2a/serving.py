@@ -125,16 +125,18 @@ class BatchAccept:
     and 1,024 wrk connections opened at once waited in the kernel's accept queue for seconds (300-600 still queued
     after 5 s, accepted ~16 a second: wrk's 2 s timeouts, bench/connections.py), as would clients that connect per
     request. asyncio's own loop accepts up to its backlog per readiness; this does the same on either loop. The
-    socket is the caller's to close (uvicorn closes the sockets it was given); `close` stops accepting."""
+    socket is the caller's to close (uvicorn closes the sockets it was given); `close` stops accepting. A socket given
+    bound but not yet listening is put to listen with `backlog`, as `loop.create_server` does with its sockets."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol_factory: Callable[[], Any],
-                 ssl: Any = None, ssl_handshake_timeout: float | None = None) -> None:
+                 ssl: Any = None, ssl_handshake_timeout: float | None = None, *, backlog: int = 2048) -> None:
         self.loop, self.sock, self.protocol_factory = loop, sock, protocol_factory
         self.ssl, self.ssl_handshake_timeout = ssl, ssl_handshake_timeout
         self.sockets = [sock]
         self._tasks: set[asyncio.Task[Any]] = set()
         self._serving = True
         self._tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
+        sock.listen(backlog)
         sock.setblocking(False)
         loop.add_reader(sock.fileno(), self._accept)
 
@@ -240,7 +242,8 @@ class Server(uvicorn.Server):
         loop = asyncio.get_running_loop()
         if sockets is not None:
             self.servers = [BatchAccept(loop, sock, create_protocol, config.ssl,  # type: ignore[misc]
-                                        handshake_s if config.ssl is not None else None) for sock in sockets]
+                                        handshake_s if config.ssl is not None else None, backlog=config.backlog)
+                            for sock in sockets]
         else:
             options: dict[str, Any] = {"ssl": config.ssl, "backlog": config.backlog, "ssl_handshake_timeout": handshake_s}
             try:
