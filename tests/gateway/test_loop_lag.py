@@ -13,7 +13,7 @@ import pytest
 from mma2a.errors import Overloaded
 from mma2a.gateway.downstream.agent_limit import LAG_BUSY_S, AdaptiveLimit, ConcurrencyLimit
 from mma2a.gateway.downstream.loop_lag import IDLE_TICKS, LAG_WEIGHT, MIN_TICKS, PROBE_S, LoopLag
-from mma2a.gateway.downstream.overload import AgentSlots, AgentSlotTable
+from mma2a.gateway.downstream.overload import UNJUDGED_QUEUE_FACTOR, AgentSlots, AgentSlotTable
 
 
 class Timer:
@@ -228,6 +228,26 @@ async def test_a_first_burst_of_more_legs_than_the_queue_holds_waits_while_the_l
     with pytest.raises(Overloaded) as refused:
         fixed.acquire(5)
     assert refused.value.why == "queue_full"
+
+
+async def test_a_queue_not_yet_judged_is_still_bounded_in_legs() -> None:
+    """While the limit is found (slow start: a slow agent answers rarely), the full-queue rule waits, but the queue
+    still holds at most UNJUDGED_QUEUE_FACTOR x max_queue legs: one client cannot queue without end until the
+    deadlines run out."""
+    now = [1000.0]
+    s = AgentSlots("slow", AdaptiveLimit(initial=4), max_queue=4, queue_timeout_s=5.0, clock=lambda: now[0],
+                   lag=lambda: math.inf)
+    held = []
+    for _ in range(4 + 4 * UNJUDGED_QUEUE_FACTOR):
+        got = s.acquire(5)
+        if got is not None:
+            held.append(got)
+    assert s.queued == 4 * UNJUDGED_QUEUE_FACTOR and not s.limit.settled
+    with pytest.raises(Overloaded) as refused:
+        s.acquire(5)
+    assert refused.value.why == "queue_full" and f"({4 * UNJUDGED_QUEUE_FACTOR} legs" in str(refused.value)
+    for got in held:
+        got.close()  # type: ignore[attr-defined]  (the coroutines of legs that wait: not awaited here)
 
 
 async def test_a_settled_limit_sheds_nothing_while_the_gateway_is_slower_than_its_agent() -> None:

@@ -56,6 +56,7 @@ RATE_DECAY = 0.95  # each gap between answers (the agent kept busy) counts this 
 RTT_WEIGHT = 0.1  # weight of each answer in the mean latency the wait estimate uses
 ESTIMATE_AFTER = 8  # answers before a wait is estimated (until then the deadline alone sheds)
 QUEUE_RTTS = 4  # a routine leg is queued only when it is expected to reach the agent within this many answer times
+UNJUDGED_QUEUE_FACTOR = 16  # while the queue is not judged (see `acquire`), it still holds at most this many times max_queue
 ROUTINE_MAX = 5  # priorities up to the clients' default ceiling are routine; above it (privileged) legs wait to their deadline
 WIDTH_SLACK = 0.5  # legs: rate x min_rtt, rounded to the nearest, is the legs an agent works on at once (it over-counts
 # by the share of min_rtt spent on the way there and back: 4.06 for an agent of 4 at 0.2 s; rounded up, one more leg
@@ -284,11 +285,16 @@ class AgentSlots:
         if priority <= ROUTINE_MAX and agents and expected > QUEUE_RTTS * self.rtt_mean:
             raise self._shed_now(priority, "deadline", f"it would wait about {_secs(expected)} for agent {self.agent}, "
                                  f"more than {QUEUE_RTTS} of its answer times", expected)
-        if self.queued >= self.max_queue and agents:
+        # not judged, the queue is still bounded in legs (memory), not by deadlines alone: a client holding an agent
+        # in slow start (a slow agent answers rarely) could otherwise queue without end until the deadlines run out
+        cap = self.max_queue if agents else self.max_queue * UNJUDGED_QUEUE_FACTOR
+        if self.queued >= cap:
             low = self._lowest()
             if low is None or low.priority >= priority:
                 raise self._shed_now(priority, "queue_full", f"the queue of agent {self.agent} is full "
-                                     f"({self.max_queue} legs, limits.max_queue_per_agent)", expected)
+                                     f"({cap} legs, limits.max_queue_per_agent"
+                                     f"{'' if agents else f' x {UNJUDGED_QUEUE_FACTOR} while its limit is found'})",
+                                     expected)
             self._shed(low, "displaced", f"a more urgent leg took its place in the queue of agent {self.agent}", now)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(priority, future, now + budget, now)
