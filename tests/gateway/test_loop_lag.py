@@ -191,40 +191,38 @@ class Clients:
         for got in self.waiting:
             got.close()
 
+def _offer(slots: AgentSlots, legs: int) -> list[str]:
+    """Offer `legs` legs of priority 5, each taking a slot or a place in the queue (the coroutine of a leg that waits
+    is closed, not awaited: it stays queued); the reasons of those shed."""
+    shed: list[str] = []
+    for _ in range(legs):
+        try:
+            got = slots.acquire(5)
+        except Overloaded as exc:
+            shed.append(exc.why)
+            continue
+        if got is not None:
+            got.close()  # type: ignore[attr-defined]
+    return shed
+
+
 async def test_a_first_burst_of_more_legs_than_the_queue_holds_waits_while_the_limit_grows() -> None:
     """1,024 connections at a fresh gateway: their legs arrive before any answer, at a limit of 4 and a queue of 256.
     The queue was cut at 256 and 764 legs were shed 503 by a gateway whose agent answers in 0.02 ms."""
     now = [1000.0]
     s = AgentSlots("fast", AdaptiveLimit(initial=4), max_queue=256, queue_timeout_s=5.0, clock=lambda: now[0],
                    lag=lambda: math.inf)  # a first burst: the loop's lag not measured yet
-    shed: list[str] = []
-    for _ in range(1024):
-        try:
-            got = s.acquire(5)
-        except Overloaded as exc:
-            shed.append(exc.why)
-            continue
-        if got is not None:
-            got.close()  # type: ignore[attr-defined]  (the coroutine of a leg that waits: not awaited here)
+    shed = _offer(s, 1024)
     assert shed == [] and s.queued == 1020 and not s.limit.settled
     for _ in range(50):  # answers come, 100 ms late for the gateway: the rate through a limit still growing is
         now[0] += 0.100 / s.inflight  # no measure of the agent's, and ~1,000 legs ahead would "wait" past 5 s
         s.release(0.100)
     assert not s.limit.settled and s.rate() < 1024 / 5.0
-    for _ in range(500):
-        try:
-            got = s.acquire(5)
-        except Overloaded as exc:
-            shed.append(exc.why)
-            continue
-        if got is not None:
-            got.close()  # type: ignore[attr-defined]
+    shed += _offer(s, 500)
     assert shed == [] and s.queued > 1024  # every leg waits, each at most its deadline (its timer: `expired`)
     fixed = AgentSlots("slow", ConcurrencyLimit(4), max_queue=256, queue_timeout_s=5.0, clock=lambda: now[0])
-    for _ in range(4 + 256):  # a fixed limit says what the agent takes: its queue is cut at max_queue as before
-        got = fixed.acquire(5)
-        if got is not None:
-            got.close()  # type: ignore[attr-defined]
+    # a fixed limit says what the agent takes: its queue is cut at max_queue as before
+    assert _offer(fixed, 4 + 256) == []
     with pytest.raises(Overloaded) as refused:
         fixed.acquire(5)
     assert refused.value.why == "queue_full"
@@ -237,17 +235,11 @@ async def test_a_queue_not_yet_judged_is_still_bounded_in_legs() -> None:
     now = [1000.0]
     s = AgentSlots("slow", AdaptiveLimit(initial=4), max_queue=4, queue_timeout_s=5.0, clock=lambda: now[0],
                    lag=lambda: math.inf)
-    held = []
-    for _ in range(4 + 4 * UNJUDGED_QUEUE_FACTOR):
-        got = s.acquire(5)
-        if got is not None:
-            held.append(got)
+    assert _offer(s, 4 + 4 * UNJUDGED_QUEUE_FACTOR) == []
     assert s.queued == 4 * UNJUDGED_QUEUE_FACTOR and not s.limit.settled
     with pytest.raises(Overloaded) as refused:
         s.acquire(5)
     assert refused.value.why == "queue_full" and f"({4 * UNJUDGED_QUEUE_FACTOR} legs" in str(refused.value)
-    for got in held:
-        got.close()  # type: ignore[attr-defined]  (the coroutines of legs that wait: not awaited here)
 
 
 async def test_a_settled_limit_sheds_nothing_while_the_gateway_is_slower_than_its_agent() -> None:
