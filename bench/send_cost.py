@@ -20,6 +20,8 @@ import asyncio
 import cProfile
 import itertools
 import json
+import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -85,7 +87,15 @@ async def measure(args: argparse.Namespace, agent_url: str, data_dir: str) -> di
                            "agents": [{"name": "fast", "url": agent_url}]}
     if not args.history:
         cfg["history"] = {"enabled": False}
-    gw = Gateway(parse_config(cfg))
+    hooks = None
+    if args.worker:  # one worker of `serve --workers N` over the nats-server it starts, as that supervisor sets it up
+        from mma2a.cluster import cluster_state
+        from mma2a.cluster.task_files import make_task_dir
+
+        cfg["cluster"] = {"nats": args.worker["url"], "auth": {"token_env": "MMA2A_WORKER_NATS_TOKEN"}}
+        parsed = parse_config(cfg)
+        hooks = cluster_state(parsed, history="file", task_dir=make_task_dir(2, parsed.limits.task_bytes))
+    gw = Gateway(parse_config(cfg), cluster=hooks)
     await gw.start()
     try:
         await run(gw.app, max(500, args.n // 4), args.concurrency)  # warm: pools, caches, the allocator
@@ -112,6 +122,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--history", action="store_true", help="decision history on (off by default: measured apart)")
     ap.add_argument("--profile", metavar="FILE", help="also write a cProfile of one more run to FILE")
+    ap.add_argument("--worker", action="store_true", help="as one worker of `serve --workers N` (cluster mode over an "
+                    "embedded nats-server, task records in files, the shared history file)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     port = free_port()
@@ -122,7 +134,23 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="mma2a-send-cost-") as tmp:
             import uvloop
 
-            result = uvloop.run(measure(args, url, tmp))
+            server = None
+            if args.worker:
+                from mma2a.cluster import NatsServer
+
+                token = secrets.token_urlsafe(16)
+                conf = Path(tmp) / "auth.conf"
+                conf.write_text(f'authorization {{ token: "{token}" }}\n')
+                (Path(tmp) / "nats").mkdir()
+                server = NatsServer(Path(tmp) / "nats", args=["-c", str(conf)]).start()
+                os.environ["MMA2A_WORKER_NATS_TOKEN"] = token
+                os.environ.setdefault("MMA2A_URL_SECRET", secrets.token_urlsafe(16))
+                args.worker = {"url": server.url}
+            try:
+                result = uvloop.run(measure(args, url, tmp))
+            finally:
+                if server is not None:
+                    server.stop()
     finally:
         stop([agent])
     print(json.dumps(result) if args.json else f"SendMessage {result['send']:8.1f} us CPU/request")

@@ -5,8 +5,10 @@ retained bytes and the age limit. Real files in a temporary directory; no NATS i
 
 from __future__ import annotations
 
+import mmap
 import os
 import time
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +16,7 @@ import orjson
 import pytest
 
 from mma2a.cluster import task_files
-from mma2a.cluster.task_files import HEAD, TaskFiles
+from mma2a.cluster.task_files import FILE_HEAD, FRAME_HEAD, MAGIC, TaskFiles
 from mma2a.cluster.tasks import ClusterTaskMap
 from mma2a.gateway.state.tasks import DownstreamTask, TaskRecord
 
@@ -32,6 +34,18 @@ async def opened(directory: Path, name: str, **limits: int | None) -> ClusterTas
 
 def doc(n: int) -> bytes:
     return orjson.dumps({"n": n})
+
+
+def frame(data: bytes, stamp: int | None = None, crc: int | None = None) -> bytes:
+    return FRAME_HEAD.pack(len(data), zlib.crc32(data) if crc is None else crc,
+                           time.monotonic_ns() if stamp is None else stamp) + data
+
+
+def committed(path: Path) -> int:
+    with open(path, "rb") as f:
+        magic, length = FILE_HEAD.unpack(f.read(FILE_HEAD.size))
+    assert magic == MAGIC
+    return length
 
 
 async def test_a_record_made_on_one_worker_is_found_on_another_and_by_one_started_after(tmp_path: Path) -> None:
@@ -118,17 +132,64 @@ def test_frames_are_taken_whole_in_the_order_written_and_never_a_writers_own(tmp
     assert reader.read(reader.pending()) == [doc(1), doc(2), doc(3)]  # across files, as written
     assert reader.pending() == []  # taken: nothing more until written
     assert a.read(a.pending()) == [doc(2)]  # a writer reads the others' files only
-    # a frame being written (or torn by a writer killed mid-write): not taken until whole
     path = next(tmp_path.glob("b.1.*.log"))
-    frame = HEAD.pack(len(doc(4)), time.monotonic_ns()) + doc(4)
-    with open(path, "ab") as f:
-        f.write(frame[:7])
-    assert reader.read(reader.pending()) == []
-    with open(path, "ab") as f:
-        f.write(frame[7:])
-    assert reader.read(reader.pending()) == [doc(4)]
+    end = committed(path)
+    assert end == FILE_HEAD.size + len(frame(doc(2))) and path.stat().st_size > end  # allocated ahead
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+        # a frame copied by a writer killed before it raised the committed length: never taken
+        whole = frame(doc(4))
+        m[end:end + len(whole)] = whole
+        assert reader.read(reader.pending()) == []
+        # the committed length raised while the frame is not (yet) visible whole: not taken until it is
+        m[end + len(whole) - 3:end + len(whole)] = b"\0\0\0"
+        m[8:16] = (end + len(whole)).to_bytes(8, "big")
+        assert reader.pending() == [(path.name, end, end + len(whole))]
+        assert reader.read(reader.pending()) == []
+        m[end:end + len(whole)] = whole
+        assert reader.read(reader.pending()) == [doc(4)]
     for f in (a, b, reader):
         f.close()
+
+
+def test_a_file_grows_as_it_fills_and_is_cut_back_to_its_frames_when_its_writer_moves_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(task_files, "FIRST_BYTES", 256)
+    w = TaskFiles(tmp_path, "w.1", max_age_s=3600, retain_bytes=1 << 20)
+    reader = TaskFiles(tmp_path, "r.1", max_age_s=3600, retain_bytes=1 << 20)
+    docs = [orjson.dumps({"n": n, "pad": "x" * 50}) for n in range(20)]
+    for d in docs[:10]:
+        w.append(d)
+    path = next(tmp_path.glob("w.1.*.log"))
+    assert path.stat().st_size == 1024 and committed(path) == FILE_HEAD.size + sum(len(frame(d)) for d in docs[:10])
+    assert reader.read(reader.pending()) == docs[:10]
+    big = orjson.dumps({"pad": "y" * 5000})  # larger than the file: it grows to hold it whole
+    w.append(big)
+    for d in docs[10:]:
+        w.append(d)
+    assert reader.read(reader.pending()) == [big, *docs[10:]]
+    w.close()  # given back: the file holds its frames only
+    assert path.stat().st_size == committed(path)
+    later = TaskFiles(tmp_path, "r.2", max_age_s=3600, retain_bytes=1 << 20)  # a worker started after: reads it all
+    assert later.read(later.pending()) == [*docs[:10], big, *docs[10:]]
+
+
+def test_a_full_disk_is_an_error_of_the_append_never_a_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Space is allocated before anything is copied into the mapped file: a full disk (ENOSPC from posix_fallocate)
+    raises OSError from `append`, which ClusterTaskMap logs (the record stays the worker's own)."""
+    monkeypatch.setattr(task_files, "FIRST_BYTES", 256)
+    w = TaskFiles(tmp_path, "w.1", max_age_s=3600, retain_bytes=1 << 20)
+    w.append(doc(1))
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(task_files.os, "posix_fallocate", full)
+    with pytest.raises(OSError, match="No space"):
+        w.append(orjson.dumps({"pad": "z" * 1000}))
+    w.append(doc(2))  # what fits still goes in
+    reader = TaskFiles(tmp_path, "r.1", max_age_s=3600, retain_bytes=1 << 20)
+    assert reader.read(reader.pending()) == [doc(1), doc(2)]
+    w.close()
 
 
 def test_files_are_removed_past_the_retained_bytes_and_the_age_limit(tmp_path: Path,
@@ -142,7 +203,8 @@ def test_files_are_removed_past_the_retained_bytes_and_the_age_limit(tmp_path: P
     assert 2 <= len(own) <= 4 and sum(p.stat().st_size for p in own[:-1]) <= 300  # the oldest went first
     assert own[-1].name == "w.1.6.log"
     dead = tmp_path / "gone.1.1.log"  # a dead worker's file, not written for longer than the age limit
-    dead.write_bytes(HEAD.pack(len(doc(9)), 1) + doc(9))
+    body = frame(doc(9), stamp=1)
+    dead.write_bytes(FILE_HEAD.pack(MAGIC, FILE_HEAD.size + len(body)) + body)
     old = time.time() - 7200
     os.utime(dead, (old, old))
     reader = TaskFiles(tmp_path, "r.1", max_age_s=3600, retain_bytes=1 << 20)

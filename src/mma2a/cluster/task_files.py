@@ -2,35 +2,50 @@
 nats-server it starts, where the workers are the whole cluster).
 
 Each worker appends its batches of records to its own files (`<origin>.<n>.log`: one writer per file, a new one
-every `SEGMENT_S` or `SEGMENT_BYTES`); every worker reads the others' files, from where it last stopped, when it
-needs to (a task id or context it does not know, a listing). Appending is one `write` into the page cache:
-stored once it returns, for every process of the host to read (a worker killed after it answers loses nothing
-it answered), without a message to a server and back, and without waking another process per batch — what a
-batch cost through the `tasks` bucket: session 10 measured ~60 µs of nats-server CPU a request, besides the
-workers' own share of the put, its acknowledgement and the watch delivering every batch to every worker.
+every `SEGMENT_S` or once it holds `SEGMENT_BYTES`); every worker reads the others' files, from where it last
+stopped, when it needs to (a task id or context it does not know, a listing). A writer maps its file into memory
+and appends by copying a frame into it: no system call on the request path (a `write` per record cost a worker ~3 µs
+of a request, docs/benchmarks.md), and stored once the copy returns, in the page cache every process of the host
+reads (a worker killed after it answers loses nothing it answered) — without a message to a server and back, and
+without waking another process per batch, which is what a batch cost through the `tasks` bucket (session 10: ~60 µs
+of nats-server CPU a request, besides the workers' own share of the put, its acknowledgement and the watch
+delivering every batch to every worker).
 
-A frame is `>IQ` (the document's length, the writer's `CLOCK_MONOTONIC` in ns: one clock for every process of a
-host, so records read from several files are applied in the order they were written) then the batch document
-(`ClusterTaskMap`'s: `{"origin", "put", "del"}`). A frame is written with one `write` on a file opened for
-appending; a reader takes whole frames only (a torn tail, from a writer killed mid-write, is never taken: its
-batch was never acknowledged). Files are kept while their records may be asked for: a writer removes its own
-files once its cache holds none of their records any more (`held_since`: its oldest record was made after the
-file's last write), and its oldest past `retain_bytes` whatever they hold; any worker removes files not written
-for `max_age_s` (the map's age limit), a dead worker's included.
+A file starts with `FILE_HEAD` (a magic number, then how many of its bytes are frames: the writer's committed
+length, raised after each frame) and is allocated ahead (`posix_fallocate`: a full disk is an `OSError` when the file
+grows, never a fault on a copy), from `FIRST_BYTES`, doubling as it fills; it is cut back to its frames when its
+writer moves to the next. A frame is `FRAME_HEAD` (the document's length, its CRC-32, the writer's `CLOCK_MONOTONIC`
+in ns: one clock for every process of a host, so records read from several files are applied in the order they
+were written) then the batch document (`ClusterTaskMap`'s: `{"origin", "put", "del"}`). A reader takes whole frames
+below the committed length, each checked against its CRC: a frame being written (or torn by a writer killed
+mid-copy) is never taken. Files are kept while their records may be asked for: a writer removes its own files once
+its cache holds none of their records any more (`held_since`: its oldest record was made after the file's last
+write), and its oldest past `retain_bytes` whatever they hold; any worker removes files not written for `max_age_s`
+(the map's age limit), a dead worker's included (a writer sets its file's modification time at most every `TOUCH_S`,
+since copies into a mapping do not, and moves to a new file after half the age limit without an append).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-HEAD = struct.Struct(">IQ")
-SEGMENT_S = 60.0  # a writer starts a new file this often (so files age out whole) ...
-SEGMENT_BYTES = 8 << 20  # ... or once its file holds this much
+FILE_HEAD = struct.Struct(">QQ")  # MAGIC, the committed length (the file's bytes that are whole frames, FILE_HEAD's
+# own included)
+FRAME_HEAD = struct.Struct(">IIQ")  # the document's length, its CRC-32, the writer's monotonic clock in ns
+COMMITTED = struct.Struct(">Q")  # FILE_HEAD's second field, at offset 8
+MAGIC = 0x6D6D6132_74617331  # "mma2tas1"
+POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: a mapping's pages faulted in when it is made
+FIRST_BYTES = 64 << 10  # a new file's first allocation; doubled as it fills ...
+SEGMENT_BYTES = 8 << 20  # ... up to this, then a new file (a frame larger than it: a file as large as it)
+SEGMENT_S = 60.0  # a writer starts a new file this often (so files age out whole)
+TOUCH_S = 1.0  # a writer sets its file's modification time at most this often (what `max_age_s` is judged by)
 RETAIN = 8  # a worker's files hold at most this many times its map's bytes (they hold what its cache holds, whose
 # records' JSON is larger than the map counts them: measured 337 B a record in the files for 276 counted)
 SHM = "/dev/shm"
@@ -59,9 +74,13 @@ class TaskFiles:
         self.retain_bytes = retain_bytes
         self.held_since = held_since  # time.monotonic() before which no record the writer's cache holds was made
         self._fd: int | None = None
+        self._map: mmap.mmap | None = None
+        self._size = 0  # the current file's allocated bytes
+        self._used = 0  # ... and its committed ones (FILE_HEAD and whole frames)
         self._segment = 0
-        self._segment_at = self._segment_last = 0.0
-        self._segment_bytes = 0
+        self._segment_at = self._segment_last = self._touched = 0.0
+        self._due = 0.0  # when an append next looks at the file's age and time (`_make_room`)
+        self._touch_s = min(TOUCH_S, max_age_s / 4)
         self._own: list[tuple[Path, int, float]] = []  # this writer's files, oldest first: size, last written
         self._read: dict[str, int] = {}  # another writer's file -> the bytes of it taken (whole frames)
         self.appended = 0  # frames written, and bytes
@@ -70,37 +89,86 @@ class TaskFiles:
     # --- writing ------------------------------------------------------------------------------------------
     def append(self, *parts: bytes) -> None:
         """Store one batch document (`parts` joined): when this returns, every worker of the host reads it on its next
-        catch-up. One frame, built in one join and written with one `write`."""
+        catch-up. The document is copied into the mapped file, then its frame head, then the committed length."""
         stamp = time.monotonic_ns()
         now = stamp / 1e9  # time.monotonic(), on the same clock
-        if self._fd is None or now - self._segment_at >= SEGMENT_S or self._segment_bytes >= SEGMENT_BYTES:
-            self._rotate(now)
-        assert self._fd is not None
-        length = 0
-        for part in parts:
-            length += len(part)
-        frame = b"".join((HEAD.pack(length, stamp), *parts))
-        written = os.write(self._fd, frame)
-        if written < len(frame):  # a regular file takes it whole unless the disk is full (then OSError)
-            view = memoryview(frame)[written:]
-            while view:
-                view = view[os.write(self._fd, view):]
-        self._segment_bytes += len(frame)
+        doc = b"".join(parts)
+        at = self._used
+        end = at + FRAME_HEAD.size + len(doc)
+        if end > self._size or now >= self._due:  # (no file yet: `_size` is 0)
+            at, end = self._make_room(now, end, FRAME_HEAD.size + len(doc))
+        m = self._map
+        assert m is not None
+        m[at + FRAME_HEAD.size:end] = doc
+        FRAME_HEAD.pack_into(m, at, len(doc), zlib.crc32(doc), stamp)
+        COMMITTED.pack_into(m, 8, end)  # readers take it from now
+        self._used = end
         self._segment_last = now
         self.appended += 1
-        self.bytes += len(frame)
+        self.bytes += end - at
 
-    def _rotate(self, now: float) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._own[-1] = (self._own[-1][0], self._segment_bytes, self._segment_last)
+    def _make_room(self, now: float, end: int, frame: int) -> tuple[int, int]:
+        """Before an append that does not fit, or once `_due`: a new file (none yet; this one `SEGMENT_S` old, full, or
+        idle for half the age limit, which the other workers judge files by), or this one grown; its time touched."""
+        if (self._map is None or now - self._segment_at >= SEGMENT_S or now - self._segment_last >= self.max_age_s / 2
+                or (end > self._size and self._size >= SEGMENT_BYTES)):
+            self._rotate(now, frame)
+        elif end > self._size:
+            self._grow(end)
+        if now - self._touched >= self._touch_s:
+            assert self._fd is not None
+            os.utime(self._fd)  # (an fd: futimens) copies into a mapping leave the modification time as it was
+            self._touched = now
+        self._due = min(self._segment_at + SEGMENT_S, self._touched + self._touch_s)
+        return self._used, self._used + frame
+
+    def _map_file(self, fd: int, size: int) -> mmap.mmap:
+        """`size` bytes of `fd` allocated (a full disk: OSError here, never a fault on a copy) and mapped, its pages
+        faulted in at once (MAP_POPULATE, where there is one)."""
+        os.posix_fallocate(fd, 0, size)
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | POPULATE)
+
+    def _grow(self, end: int) -> None:
+        """Allocate the current file up to at least `end` bytes (doubling, up to `SEGMENT_BYTES` unless one frame needs
+        more), and map it anew."""
+        assert self._fd is not None and self._map is not None
+        size = max(end, min(self._size * 2, SEGMENT_BYTES))
+        m = self._map_file(self._fd, size)
+        self._map.close()
+        self._map, self._size = m, size
+
+    def _rotate(self, now: float, frame: int) -> None:
+        self._finish()
         self._segment += 1
         path = self.dir / f"{self.origin}.{self._segment}.log"
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
-        self._segment_at = self._segment_last = now
-        self._segment_bytes = 0
-        self._own.append((path, 0, now))
+        size = max(min(FIRST_BYTES, SEGMENT_BYTES), FILE_HEAD.size + frame)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            m = self._map_file(fd, size)
+        except OSError:
+            os.close(fd)
+            _unlink(path)
+            raise
+        m[0:FILE_HEAD.size] = FILE_HEAD.pack(MAGIC, FILE_HEAD.size)
+        self._fd, self._map, self._size, self._used = fd, m, size, FILE_HEAD.size
+        self._segment_at = self._segment_last = self._touched = now
+        self._own.append((path, FILE_HEAD.size, now))
         self._prune()
+
+    def _finish(self) -> None:
+        """Close the current file, cut back to its frames (what it allocated ahead is given back)."""
+        if self._fd is None:
+            return
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        try:
+            os.ftruncate(self._fd, self._used)
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+        self._own[-1] = (self._own[-1][0], self._used, self._segment_last)
 
     def _prune(self) -> None:
         """Remove this writer's files whose records its cache no longer holds, its oldest past `retain_bytes`, and
@@ -121,13 +189,11 @@ class TaskFiles:
         self._own = [own for own in self._own if own[0].exists()]
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._finish()
 
     # --- reading ------------------------------------------------------------------------------------------
     def pending(self) -> list[tuple[str, int, int]]:
-        """The other writers' files with bytes not taken yet: (name, taken, size)."""
+        """The other writers' files with frames not taken yet: (name, taken, committed)."""
         out = []
         names = set()
         for entry in os.scandir(self.dir):
@@ -135,13 +201,19 @@ class TaskFiles:
             if not name.endswith(".log") or name.startswith(self.origin + "."):
                 continue
             names.add(name)
+            taken = self._read.get(name, 0)
             try:
-                size = entry.stat().st_size
+                if entry.stat().st_size <= max(taken, FILE_HEAD.size):
+                    continue
+                with open(entry.path, "rb") as f:
+                    head = f.read(FILE_HEAD.size)
             except FileNotFoundError:
                 continue
-            taken = self._read.get(name, 0)
-            if size > taken:
-                out.append((name, taken, size))
+            if len(head) < FILE_HEAD.size:
+                continue
+            magic, committed = FILE_HEAD.unpack(head)
+            if magic == MAGIC and committed > max(taken, FILE_HEAD.size):
+                out.append((name, max(taken, FILE_HEAD.size), committed))
         for gone in self._read.keys() - names:  # removed (aged out): nothing more to take from it
             del self._read[gone]
         return out
@@ -149,21 +221,24 @@ class TaskFiles:
     def read(self, pending: list[tuple[str, int, int]]) -> list[bytes]:
         """The whole frames of `pending` (from `pending()`), in the order they were written, as batch documents."""
         frames: list[tuple[int, bytes]] = []
-        for name, taken, size in pending:
+        for name, taken, committed in pending:
             try:
                 with open(self.dir / name, "rb") as f:
                     f.seek(taken)
-                    data = f.read(size - taken)
+                    data = f.read(committed - taken)
             except FileNotFoundError:
                 self._read.pop(name, None)
                 continue
             at = 0
-            while at + HEAD.size <= len(data):
-                length, stamp = HEAD.unpack_from(data, at)
-                end = at + HEAD.size + length
-                if end > len(data):  # a frame being written (or torn): taken once whole
+            while at + FRAME_HEAD.size <= len(data):
+                length, crc, stamp = FRAME_HEAD.unpack_from(data, at)
+                end = at + FRAME_HEAD.size + length
+                if end > len(data):  # past the committed length (a file cut short): not whole
                     break
-                frames.append((stamp, data[at + HEAD.size:end]))
+                doc = data[at + FRAME_HEAD.size:end]
+                if zlib.crc32(doc) != crc:  # not as written (not yet visible whole): taken on a later read
+                    break
+                frames.append((stamp, doc))
                 at = end
             self._read[name] = taken + at
         frames.sort(key=lambda f: f[0])
