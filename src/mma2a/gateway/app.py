@@ -143,6 +143,7 @@ class Gateway:
         self.registry = registry or DEFAULT_REGISTRY
         self.metrics = GatewayMetrics()
         self.transport = Transport(timeout_s=config.timeout_s, retries=config.retries,
+                                   pool_size=config.limits.max_connections_per_agent,
                                    compress_min_bytes=config.adapt.compress_min_bytes, base_dir=config.base_dir)
         self.directory = AgentDirectory(self.transport, on_change=self._agents_changed, clock=clock)
         self.embedder = sentence_embedder(config.features.text_model,  # None without its packages: no semantic routing

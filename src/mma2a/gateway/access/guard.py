@@ -104,6 +104,9 @@ class LimitsConfig(BaseModel):
     initial_agent_concurrency: int = Field(default=4, ge=1)
     max_agent_concurrency: int = Field(default=256, ge=1)
     max_queue_per_agent: int = Field(default=256, ge=0)
+    # connections the gateway keeps open to one agent at most (http:// calls and every stream: SSE); legs past them
+    # wait for one in the pool (a leg holding an agent's slot still waits here when this is below the limit)
+    max_connections_per_agent: int = Field(default=256, ge=1, le=65_536)
     queue_timeout_s: float = Field(default=5.0, gt=0)  # the longest a leg waits for a slot (sooner: the client's deadline)
     # the longest a routine leg (priority up to 5) waits for a slot: past it, shed (a shed answer comes this soon at
     # the latest); privileged legs wait up to queue_timeout_s. Off by default (None: queue_timeout_s for every leg): a

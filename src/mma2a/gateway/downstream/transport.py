@@ -41,7 +41,9 @@ _ids = itertools.count(1)
 
 
 class Transport:
-    """Pooled HTTP client for agent calls (JSON-RPC binding of A2A 1.0)."""
+    """Pooled HTTP client for agent calls (JSON-RPC binding of A2A 1.0): at most `pool_size` connections open to
+    one agent (host and port) in each pool, the lean one (`http://` calls) and aiohttp's (`https://`, streams);
+    a call past them waits for one to be handed over, within its timeout."""
 
     def __init__(self, *, timeout_s: float = 30.0, retries: int = 1, pool_size: int = 256,
                  compress_min_bytes: int = 4096, base_dir: str = ".", max_response_bytes: int = 256 * 1024 * 1024) -> None:
@@ -67,7 +69,8 @@ class Transport:
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=self._pool_size, keepalive_timeout=30)
+            # `pool_size` per agent (limits.max_connections_per_agent), no cap over all agents together
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self._pool_size, keepalive_timeout=30)
             self._session = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
         return self._session
 
