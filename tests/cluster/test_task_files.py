@@ -242,3 +242,29 @@ def test_the_directory_is_in_memory_only_where_it_has_room_for_every_worker(tmp_
         assert cramped.parent != tmp_path and cramped.is_dir()
     finally:
         cramped.rmdir()
+
+
+async def test_a_full_disk_is_said_once_and_the_records_stay_the_workers_own(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(task_files, "FIRST_BYTES", 256)
+    w1, w2 = await opened(tmp_path, "w1"), await opened(tmp_path, "w2")
+    w1.put_leg("t-0", "a", None, [], None)
+    fallocate = task_files.os.posix_fallocate
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(task_files.os, "posix_fallocate", full)
+    with caplog.at_level("WARNING", logger="mma2a.cluster.tasks"):
+        for i in range(1, 20):  # past the file's 256 bytes: each append must grow it, and cannot
+            w1.put_leg(f"t-{i}", "a", None, [{"agent": "a", "pad": "x" * 40}], None)
+    said = [r for r in caplog.records if "not shared" in r.getMessage()]
+    assert len(said) == 1 and "No space left" in said[0].getMessage()  # once for the outage, not once a record
+    assert all(w1.find(f"t-{i}") is not None for i in range(20))  # every record kept in the worker's own cache
+    monkeypatch.setattr(task_files.os, "posix_fallocate", fallocate)
+    w1.put_leg("t-after", "a", None, [], None)  # room again: shared again
+    await w2.sync()
+    assert w2.find("t-0") is not None and w2.find("t-after") is not None
+    for m in (w1, w2):
+        await m.close()

@@ -89,6 +89,7 @@ class ClusterTaskMap(TaskMap):
         self._pending: dict[str, asyncio.Future[None]] = {}  # task id -> the batch storing its newest record
         self._writer: asyncio.Task[None] | None = None
         self._written = 0  # batches this process has stored
+        self._unshared = 0  # records in a row the files refused (a full disk)
         self._seen = 0  # the bucket's last sequence this gateway has read
         self._adopting = False
         self.adopted = 0
@@ -264,8 +265,12 @@ class ClusterTaskMap(TaskMap):
                     self.files.append(self._head, b'],"del":', orjson.dumps([task_id]), b"}")
                 self.batches += 1
                 self.records += 1
-            except OSError as exc:  # the disk full: this record stays this worker's own
-                log.warning("a task record not shared: %s", exc)
+                self._unshared = 0
+            except OSError as exc:  # the disk full: this record stays this worker's own (said once an outage)
+                if not self._unshared:
+                    log.warning("task records not shared with the other workers (each stays this worker's own until "
+                                "an append succeeds again): %s", exc)
+                self._unshared += 1
             return
         if self._batch is None:
             self._batch = asyncio.get_running_loop().create_future()
