@@ -13,7 +13,8 @@ delivering every batch to every worker).
 
 A file starts with `FILE_HEAD` (a magic number, then how many of its bytes are frames: the writer's committed
 length, raised after each frame) and is allocated ahead (`posix_fallocate`: a full disk is an `OSError` when the file
-grows, never a fault on a copy), from `FIRST_BYTES`, doubling as it fills; it is cut back to its frames when its
+grows, never a fault on a copy), from `FIRST_BYTES`, doubling as it fills (by `GROW_BYTES` at most: one request
+allocates that much at most); it is cut back to its frames when its
 writer moves to the next. A frame is `FRAME_HEAD` (the document's length, its CRC-32, the writer's `CLOCK_MONOTONIC`
 in ns: one clock for every process of a host, so records read from several files are applied in the order they
 were written) then the batch document (`ClusterTaskMap`'s: `{"origin", "put", "del"}`). A reader takes whole frames
@@ -41,8 +42,8 @@ FILE_HEAD = struct.Struct(">QQ")  # MAGIC, the committed length (the file's byte
 FRAME_HEAD = struct.Struct(">IIQ")  # the document's length, its CRC-32, the writer's monotonic clock in ns
 COMMITTED = struct.Struct(">Q")  # FILE_HEAD's second field, at offset 8
 MAGIC = 0x6D6D6132_74617331  # "mma2tas1"
-POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: a mapping's pages faulted in when it is made
-FIRST_BYTES = 64 << 10  # a new file's first allocation; doubled as it fills ...
+FIRST_BYTES = 64 << 10  # a new file's first allocation; doubled as it fills (by GROW_BYTES at most) ...
+GROW_BYTES = 1 << 20
 SEGMENT_BYTES = 8 << 20  # ... up to this, then a new file (a frame larger than it: a file as large as it)
 SEGMENT_S = 60.0  # a writer starts a new file this often (so files age out whole)
 TOUCH_S = 1.0  # a writer sets its file's modification time at most this often (what `max_age_s` is judged by)
@@ -123,16 +124,16 @@ class TaskFiles:
         return self._used, self._used + frame
 
     def _map_file(self, fd: int, size: int) -> mmap.mmap:
-        """`size` bytes of `fd` allocated (a full disk: OSError here, never a fault on a copy) and mapped, its pages
-        faulted in at once (MAP_POPULATE, where there is one)."""
+        """`size` bytes of `fd` allocated (a full disk: OSError here, never a fault on a copy) and mapped (each page
+        faulted in when first copied into: a file's growth costs its request no more than the pages it allocates)."""
         os.posix_fallocate(fd, 0, size)
-        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | POPULATE)
+        return mmap.mmap(fd, size)
 
     def _grow(self, end: int) -> None:
-        """Allocate the current file up to at least `end` bytes (doubling, up to `SEGMENT_BYTES` unless one frame needs
-        more), and map it anew."""
+        """Allocate the current file up to at least `end` bytes (doubling, by `GROW_BYTES` at most, up to
+        `SEGMENT_BYTES` unless one frame needs more), and map it anew."""
         assert self._fd is not None and self._map is not None
-        size = max(end, min(self._size * 2, SEGMENT_BYTES))
+        size = max(end, min(self._size * 2, self._size + GROW_BYTES, SEGMENT_BYTES))
         m = self._map_file(self._fd, size)
         self._map.close()
         self._map, self._size = m, size
