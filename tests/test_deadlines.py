@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import uvicorn
 
+from mma2a import client_link
+from mma2a.client_link import ClientLink
 from mma2a.deadlines import Timeouts, http_protocol
 from mma2a.serving import Server, free_port
 
@@ -134,6 +136,57 @@ async def test_one_timer_keeps_each_phases_deadline_across_requests(parser: str)
         cut = await asyncio.wait_for(reader.read(), 10)
         assert cut.startswith(b"HTTP/1.1 408") or cut == b"", cut  # h11 may close without an answer
         writer.close()
+    finally:
+        server.exit()
+        await task
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+async def test_a_lost_connection_marks_its_requests_client_gone_at_once(parser: str) -> None:
+    """The request's task runs with its connection's `client_link.ClientLink`, each request of a kept-alive
+    connection with the same one; when the client closes the connection while the app works on a request, the link
+    is gone and its watcher called before the app hears anything, and a request of another connection is not
+    touched."""
+    links: list[ClientLink | None] = []
+    gone: list[int] = []
+    hold = asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        link = client_link.current.get()
+        links.append(link)
+        if scope["path"] == "/hold" and link is not None:
+            link.watch(lambda: gone.append(len(links)))
+            await hold.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(BODY))]})
+        await send({"type": "http.response.body", "body": BODY})
+
+    server, task, port = await _serving(app, parser)  # type: ignore[arg-type]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        other_reader, other = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /whole HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.wait_for(reader.readuntil(BODY), 10)
+        writer.write(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+        other.write(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+        for _ in range(10_000):
+            if len(links) == 3:
+                break
+            await asyncio.sleep(0.001)
+        first, held, elsewhere = links
+        assert isinstance(first, ClientLink) and first is held and elsewhere is not held  # one link a connection
+        assert not held.gone and gone == []
+        writer.close()
+        await writer.wait_closed()
+        for _ in range(10_000):
+            if held.gone:
+                break
+            await asyncio.sleep(0.001)
+        assert held.gone and gone == [3] and elsewhere is not None and not elsewhere.gone
+        hold.set()  # the other connection's request is answered as usual
+        assert (await asyncio.wait_for(other_reader.readuntil(BODY), 10)).startswith(b"HTTP/1.1 200 ")
+        other.close()
     finally:
         server.exit()
         await task

@@ -25,6 +25,11 @@ Past the cap: `431 Request Header Fields Too Large` and the connection is closed
 `h11_max_incomplete_event_size`, set to the same value.)
 
 While the app works on a request (and streams its answer: SSE) no other deadline runs.
+
+A connection lost while the app works on one of its requests marks the connection's `client_link.ClientLink` gone
+at once, before uvicorn tells the app (`http.disconnect`, to an app that asks): the request's task runs with the link
+in `client_link.current`, so the work it queued for a client that left is let go (a leg waiting for an agent's slot:
+gateway/downstream/overload.py).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ from typing import Any, cast
 import h11
 from asyncio import TimerHandle
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from . import client_link
+from .client_link import ClientLink
 
 log = logging.getLogger("mma2a.serving")
 
@@ -301,9 +309,11 @@ class _TimedHttpTools(_WriteDeadline):
     timeouts: Timeouts = Timeouts()
     _deadline: _Deadline
     _head: int
+    _link: ClientLink
 
     def connection_made(self, transport: Any) -> None:
         self._deadline = _Deadline(self)
+        self._link = ClientLink()
         self._lingering = _Lingering(transport, self)
         super().connection_made(self._lingering)  # type: ignore[misc]
         self._deadline.arm("headers", self.timeouts.header_s)
@@ -340,7 +350,16 @@ class _TimedHttpTools(_WriteDeadline):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._deadline.stop()
+        self._link.leave()  # before uvicorn marks its request disconnected: what waits for it is let go first
         super().connection_lost(exc)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """The request's task, made with this connection's link in its context."""
+        token = client_link.current.set(self._link)
+        try:
+            super()._start_asgi_task(cycle, app)  # type: ignore[misc]
+        finally:
+            client_link.current.reset(token)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()  # type: ignore[misc]
@@ -371,13 +390,23 @@ class _TimedH11(_WriteDeadline, H11Protocol):
 
     def connection_made(self, transport: Any) -> None:
         self._deadline = _Deadline(self)
+        self._link = ClientLink()
         self._lingering = _Lingering(transport, self)
         super().connection_made(cast(asyncio.Transport, self._lingering))  # the transport, its close() lingering
         self._deadline.arm("headers", self.timeouts.header_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._deadline.stop()
+        self._link.leave()  # (as `_TimedHttpTools`)
         super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        """h11 starts a request's task from here: with this connection's link in its context."""
+        token = client_link.current.set(self._link)
+        try:
+            super().handle_events()
+        finally:
+            client_link.current.reset(token)
 
     def data_received(self, data: bytes) -> None:
         if self._lingering._lingering:  # answered and closing: what the client still sends is dropped

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from mma2a import client_link
+from mma2a.client_link import CallLink, ClientLink
 from mma2a.errors import Overloaded
 from mma2a.gateway.downstream.agent_limit import ALPHA, BETA, EPOCH, AdaptiveLimit, ConcurrencyLimit
 from mma2a.gateway.downstream.overload import ESTIMATE_AFTER, QUEUE_RTTS, AgentSlots, AgentSlotTable
@@ -442,3 +444,58 @@ async def test_a_privileged_leg_is_judged_by_the_hopeful_rate_a_routine_one_by_t
         assert s.acquire(5) is None
     assert s.rate() == pytest.approx(10.0)
     assert s.rate_for(5) == pytest.approx(10.0) and s.rate_for(7) == pytest.approx(20.0)
+
+
+def _acquire_as(link: ClientLink | None, s: AgentSlots, priority: int) -> Any:
+    """`s.acquire(priority)` for a request whose client is `link` (as the server sets it around the request)."""
+    token = client_link.current.set(link)
+    try:
+        return s.acquire(priority)
+    finally:
+        client_link.current.reset(token)
+
+
+async def test_a_leg_whose_client_leaves_while_it_waits_leaves_the_queue_unsent() -> None:
+    shed: list[tuple[int, str]] = []
+    s = slots(1, shed=shed)
+    assert s.acquire(5) is None  # the slot taken
+    a_link, b_link = ClientLink(), ClientLink()
+    a = asyncio.ensure_future(_acquire_as(a_link, s, 5))
+    b = asyncio.ensure_future(_acquire_as(b_link, s, 5))
+    await settle()
+    assert s.queued == 2
+    a_link.leave()  # A's client went: its leg is shed at once, not when a slot frees
+    assert s.queued == 1 and shed == [(5, "client_gone")]
+    with pytest.raises(Overloaded) as info:
+        await a
+    assert info.value.why == "client_gone" and "its client went away while it waited for agent vision" in str(info.value)
+    s.release()  # the slot goes to B
+    await b
+    assert (s.inflight, s.queued, s.shed[5]) == (1, 0, 1)
+    a_link.leave()  # (once)
+    assert shed == [(5, "client_gone")]
+    # a leg whose client had gone before it would queue is shed as it arrives (a free slot on the fast path is not
+    # looked at: its client is not asked)
+    with pytest.raises(Overloaded) as info:
+        _acquire_as(a_link, s, 5)
+    assert info.value.why == "client_gone" and shed == [(5, "client_gone")] * 2 and s.queued == 0
+
+
+async def test_a_cancelled_grpc_call_is_counted_once_its_gate_says_the_client_went() -> None:
+    """grpc cancels the call's task before anything says why: the leg leaves the queue with the cancel, and counts
+    as `client_gone` when the gate marks the call's link gone (not for a cancel of another cause)."""
+    shed: list[tuple[int, str]] = []
+    s = slots(1, shed=shed)
+    assert s.acquire(5) is None
+    gone_link, other_link = CallLink(), CallLink()
+    gone, other = (asyncio.ensure_future(_acquire_as(link, s, 5)) for link in (gone_link, other_link))
+    await settle()
+    assert s.queued == 2
+    for task in (gone, other):
+        task.cancel()
+    await settle()
+    assert s.queued == 0 and shed == []
+    gone_link.leave()
+    assert shed == [(5, "client_gone")]
+    s.release()
+    assert s.inflight == 0  # nothing was granted to either

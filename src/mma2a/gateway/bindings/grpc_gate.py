@@ -29,6 +29,8 @@ from google.protobuf import any_pb2, descriptor, duration_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
+from ... import client_link
+from ...client_link import CallLink
 from ...errors import A2A_DOMAIN, AgentNotFound, Forbidden, InvalidRequest, MMA2AError, RequestTimeout, grpc_status, metadata_strings
 from ...sdk_requests import raise_refusal
 from ..access.authz import AccessClass, RouteAccess, UnclassifiedRoute
@@ -227,19 +229,28 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     @contextlib.contextmanager
     def _call(self, client: Client | None, context: grpc.aio.ServicerContext,
               read: tuple[Any, ...] | None) -> Iterator[list[str]]:
-        """One call's context (its client, JWT, requested extensions, deadline, shed note, the request read in the
-        worker) and its place in the drain; yields the list the call's activated extensions are noted in."""
+        """One call's context (its client, JWT, requested extensions, deadline, shed note, link to its client, the
+        request read in the worker) and its place in the drain; yields the list the call's activated extensions are noted in."""
         token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
         ahead = read_ahead.set(read)
         own = client_jwt.set(_jwt(client, context))
         activated: list[str] = []
         noted = activated_extensions.set(activated)
         shed, deadline = shed_note.set([]), client_deadline.set(_deadline(context))
+        link = CallLink()
+        linked = client_link.current.set(link)  # a cancelled call's legs leave their agents' queues, counted
         self.enter()
         try:
             yield activated
+        except asyncio.CancelledError:
+            # grpc cancels a call's task when its client cancelled it, its deadline passed or its connection closed
+            # (and when the server stops past its grace: not the client's doing, so not counted as it)
+            if self.control.drain is None or not self.control.drain.draining:
+                link.leave()
+            raise
         finally:
             self.leave()
+            client_link.current.reset(linked)
             client_deadline.reset(deadline)
             shed_note.reset(shed)
             activated_extensions.reset(noted)

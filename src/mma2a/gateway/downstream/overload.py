@@ -27,7 +27,11 @@ to hang — when:
   the youngest of the lowest priority, is shed in its place: `displaced`). It and `deadline`'s estimates are
   judged only once the agent is what legs wait for (a fixed limit; an adaptive one out of slow start and not
   `gateway_bound`): a first burst, or a gateway slower than its agent, waits up to its deadline (`expired`);
-- `expired`: its deadline passed while it waited (for a routine leg: it waited `routine_queue_timeout_s`).
+- `expired`: its deadline passed while it waited (for a routine leg: it waited `routine_queue_timeout_s`);
+- `client_gone`: its client left while it waited (the server marks the request's `client_link.ClientLink` gone: an
+  HTTP connection lost, a gRPC call cancelled), or had left when it would have queued: it leaves the queue unsent
+  (the agent does no work nobody reads, while it is what others wait for). A leg already sent is not called back:
+  the agent's task goes on, and its client may come back for it (GetTask, SubscribeToTask).
 
 When no limit binds (slots free, nobody queued) a leg costs a comparison and two counts.
 """
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
@@ -44,6 +49,8 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ... import client_link
+from ...client_link import ClientLink
 from ...errors import Overloaded
 from .agent_limit import EPOCH, AdaptiveLimit, ConcurrencyLimit
 from .loop_lag import LoopLag
@@ -78,7 +85,7 @@ def note_shed(exc: Overloaded) -> None:
 
 
 class _Waiter:
-    __slots__ = ("priority", "future", "deadline", "since", "timer", "live")
+    __slots__ = ("priority", "future", "deadline", "since", "timer", "live", "link", "on_gone")
 
     def __init__(self, priority: int, future: asyncio.Future[None], deadline: float, since: float) -> None:
         self.priority = priority
@@ -87,6 +94,8 @@ class _Waiter:
         self.since = since
         self.timer: asyncio.TimerHandle | None = None
         self.live = True
+        self.link: ClientLink | None = None  # its client's (`client_link`), watched while it waits ...
+        self.on_gone: Callable[[], None] | None = None  # ... with this
 
 
 class ArrivalRates:
@@ -267,6 +276,10 @@ class AgentSlots:
             # could only be served by the capacity they need (or be shed later, after a wait): shed it now
             raise self._shed_now(priority, "outranked", f"legs of higher priority wait for agent {self.agent}",
                                  self._wait(priority, ahead))
+        link = client_link.current.get()
+        if link is not None and link.gone:  # its client left before it queued (while its message was read, routed)
+            raise self._shed_now(priority, "client_gone", f"its client went away before agent {self.agent} had a "
+                                 "slot", self._wait(priority, ahead))
         if budget <= 0:
             raise self._shed_now(priority, "deadline", f"its deadline passed before agent {self.agent} had a slot",
                                  self._wait(priority, ahead))
@@ -302,6 +315,9 @@ class AgentSlots:
         self.counts[priority] += 1
         self.queued += 1
         waiter.timer = asyncio.get_running_loop().call_later(budget, self._expire, waiter)
+        if link is not None:  # its client leaving takes it out of the queue, unsent
+            waiter.link, waiter.on_gone = link, functools.partial(self._client_gone, waiter)
+            link.watch(waiter.on_gone)
         if agents:
             self._shed_hopeless(now)
         return self._await(waiter)
@@ -310,10 +326,14 @@ class AgentSlots:
         try:
             await waiter.future
         except asyncio.CancelledError:  # the caller left while it waited (or just as it was granted)
+            future = waiter.future
             if waiter.live:
                 self._remove(waiter)
-            elif waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
-                self.release()  # granted, then left: the slot goes to the next
+                if waiter.link is not None:  # cancelled because its client went (a gRPC call): counted as such
+                    waiter.link.if_gone(functools.partial(self._count, waiter.priority, "client_gone"))
+            elif future.done() and not future.cancelled():
+                if future.exception() is None:
+                    self.release()  # granted, then left: the slot goes to the next
             raise
 
     def _grant(self, now: float) -> None:
@@ -354,6 +374,8 @@ class AgentSlots:
         self.queued -= 1
         if waiter.timer is not None:
             waiter.timer.cancel()
+        if waiter.link is not None and waiter.on_gone is not None:
+            waiter.link.unwatch(waiter.on_gone)
         q = self._queues[waiter.priority]
         while q and not q[0].live:
             q.popleft()
@@ -381,19 +403,29 @@ class AgentSlots:
         self._shed(waiter, "expired", f"it waited {_secs(waiter.deadline - waiter.since)} for agent {self.agent} "
                    f"({setting}, or the client's deadline)", waiter.deadline)
 
+    def _client_gone(self, waiter: _Waiter) -> None:
+        """Its client left while it waited: out of the queue, never sent (`client_gone`)."""
+        if waiter.live:
+            self._shed(waiter, "client_gone", f"its client went away while it waited for agent {self.agent}",
+                       self._now())
+
     def _shed(self, waiter: _Waiter, why: str, text: str, now: float) -> None:
         self._remove(waiter)
         exc = self._shed_now(waiter.priority, why, text, self._wait(waiter.priority, 0))
         waiter.future.set_exception(exc)
 
     def _shed_now(self, priority: int, why: str, text: str, expected: float) -> Overloaded:
-        self.shed[priority] += 1
-        if self.on_shed is not None:
-            self.on_shed(self.agent, priority, why)
+        self._count(priority, why)
         retry = expected if math.isfinite(expected) else max(self.queue_timeout_s, self.rtt_mean)
         return Overloaded(f"agent {self.agent} is overloaded: a leg of priority {priority} was shed ({text}); "
                           f"retry in about {_secs(max(retry, 1.0))}", agent=self.agent, priority=priority, why=why,
                           retry_after=max(retry, 1.0))
+
+    def _count(self, priority: int, why: str) -> None:
+        """A leg shed: the console's figure and the metric's."""
+        self.shed[priority] += 1
+        if self.on_shed is not None:
+            self.on_shed(self.agent, priority, why)
 
     # --- the estimate ------------------------------------------------------------------------------------------
 

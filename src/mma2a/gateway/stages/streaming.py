@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+from ... import client_link
 from ...errors import AgentRPCError, DispatchError, MMA2AError, Overloaded, UnsupportedOperation
 from ...ext import EXTENSION_URI
 from ...routing import RouteDecision
@@ -233,7 +234,10 @@ class Streaming:
         emit: Callable[[dict[str, Any] | Exception | None], None],
     ) -> None:
         """A fan-out's legs, each leg's artifacts emitted as it finishes, then the aggregate recorded and its final
-        status emitted (None: the end; an exception: the stream's error), whether or not anyone still reads it."""
+        status emitted (None: the end; an exception: the stream's error), whether or not anyone still reads it.
+        Its legs are the task's, whose id the client was given, not the request's: they are not let go when the
+        client's connection is (`client_link`; this task's own context)."""
+        client_link.current.set(None)
         try:
             await self._legs_to_aggregate(message, configuration, decision, route, priority, tid, ctx, emit)
         except Exception as exc:  # noqa: BLE001 - the client's stream raises it (if it is still read)

@@ -1,0 +1,182 @@
+"""A client that has gone is not served: its leg, waiting in the gateway's queue for a slow agent at its limit, leaves
+the queue unsent when the client closes its connection (JSON-RPC, REST, an SSE stream) or cancels its gRPC call.
+
+The agent is `test_overload`'s: a real a2a-sdk agent that serves one message at a time and finishes each only when
+the test says so, behind a gateway with `max_concurrency: 1`. H takes the slot, A's message queues, then B's; A's
+client goes; the slot frees: the agent never receives A's message (it counts what it starts), B is served, and
+the metrics and the history count A's leg as `client_gone`. No timing: every step waits for a state."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+import httpx
+import orjson
+import pytest
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from google.protobuf import json_format
+
+from mma2a.ext import EXTENSION_URI
+from mma2a.gateway import Gateway
+from mma2a.serving import free_port
+from tests.gateway.conftest import ADMIN
+from tests.gateway.test_overload import ROUTINE, GatedExecutor, loaded, message, send, until
+
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+GONE = 'mma2a_agent_shed_total{agent="slow",priority="5",reason="client_gone"} 1.0'
+
+
+def queued(gw: Gateway) -> int:
+    slots = gw.pipeline.slots.get("slow")
+    return slots.queued if slots is not None else 0
+
+
+def raw_request(path: str, body: dict[str, Any], *, stream: bool = False) -> bytes:
+    data = orjson.dumps(body)
+    accept = b"text/event-stream" if stream else b"application/json"
+    return (b"POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nAccept: %s\r\nA2A-Version: 1.0\r\n"
+            b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s"
+            % (path.encode(), accept, ROUTINE.encode(), len(data), data))
+
+
+def request_of(binding: str, text: str) -> bytes:
+    msg = message(text, 5)
+    if binding == "rest":
+        return raw_request("/message:send", {"message": msg})
+    method = "SendStreamingMessage" if binding == "sse" else "SendMessage"
+    return raw_request("/", {"jsonrpc": "2.0", "id": text, "method": method, "params": {"message": msg}},
+                       stream=binding == "sse")
+
+
+async def metrics(http: httpx.AsyncClient, url: str) -> str:
+    return (await http.get(url + "/metrics", headers=ADMIN_HEADERS)).text
+
+
+async def served_after_a_leaves(gw: Gateway, url: str, executor: GatedExecutor, http: httpx.AsyncClient,
+                                leave: Any) -> None:
+    """H holds the slot, A and B queue; `leave()` makes A's client go; then the slot frees."""
+    holder = asyncio.create_task(send(http, url, ROUTINE, "H", 1))
+    await until(lambda: len(executor.started) == 1, "H reaches the agent")
+    await leave.queue()
+    await until(lambda: queued(gw) == 1, "A queues")
+    second = asyncio.create_task(send(http, url, ROUTINE, "B", 5))
+    await until(lambda: queued(gw) == 2, "B queues")
+    await leave.go()
+    await until(lambda: queued(gw) == 1, "A's leg leaves the queue")
+    slots = gw.pipeline.slots.get("slow")
+    assert slots is not None
+    await until(lambda: slots.shed[5] == 1, "A's leg is counted")  # (gRPC: once grpc says the call was cancelled)
+    assert GONE in await metrics(http, url)  # counted as it left, before any slot freed
+    executor.go.release()  # H done: the slot goes to B, not to A
+    executor.go.release()
+    answers = [await holder, await second]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert [a.json()["result"]["task"]["status"]["state"] for a in answers] == ["TASK_STATE_COMPLETED"] * 2
+    assert executor.started == [("H", 1), ("B", 5)]  # the agent never received A's message
+    assert (slots.inflight, slots.queued, slots.shed[5]) == (0, 0, 1)  # nothing held for A, counted once
+
+
+class ClosesItsConnection:
+    """A client on a raw socket: sends its request, then closes the connection without reading the answer."""
+
+    def __init__(self, url: str, binding: str) -> None:
+        self.url, self.binding = url, binding
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def queue(self) -> None:
+        host, port = self.url.removeprefix("http://").split(":")
+        _, self.writer = await asyncio.open_connection(host, int(port))
+        self.writer.write(request_of(self.binding, "A"))
+        await self.writer.drain()
+
+    async def go(self) -> None:
+        assert self.writer is not None
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest", "sse"])
+async def test_a_queued_leg_whose_client_closed_its_connection_is_never_sent(tmp_path: Path, binding: str) -> None:
+    async with loaded(tmp_path) as (gw, url, executor), httpx.AsyncClient(timeout=60) as http:
+        await served_after_a_leaves(gw, url, executor, http, ClosesItsConnection(url, binding))
+        if binding != "sse":  # (a stream's leg is recorded by the request's task, which its server cancels)
+            async def recorded() -> list[dict[str, Any]]:
+                got = await http.get(url + "/admin/history", params={"outcome": "shed"}, headers=ADMIN_HEADERS)
+                return got.json()["decisions"]  # type: ignore[no-any-return]
+
+            for _ in range(2_000):
+                rows = await recorded()
+                if rows:
+                    break
+                await asyncio.sleep(0.005)
+            assert [r["messageId"] for r in rows] == ["m-A"]
+            assert rows[0]["error"].startswith("client_gone: agent slow is overloaded: a leg of priority 5 was shed "
+                                               "(its client went away while it waited for agent slow)")
+
+
+class CancelsItsCall:
+    """A gRPC client: sends SendMessage, then cancels the call."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.call: Any = None
+        self.channel: grpc.aio.Channel | None = None
+
+    async def queue(self) -> None:
+        msg = a2a_pb2.Message(message_id="m-A", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="A")])
+        json_format.ParseDict({EXTENSION_URI: {"priority": 5}}, msg.metadata)
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
+        self.call = a2a_pb2_grpc.A2AServiceStub(self.channel).SendMessage(  # type: ignore[no-untyped-call]
+            a2a_pb2.SendMessageRequest(message=msg), timeout=60,
+            metadata=(("a2a-version", "1.0"), ("authorization", f"Bearer {ROUTINE}")))
+
+    async def go(self) -> None:
+        assert self.call is not None and self.channel is not None
+        self.call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await self.call
+        await self.channel.close()
+
+
+async def test_a_queued_leg_whose_grpc_call_was_cancelled_is_never_sent(tmp_path: Path) -> None:
+    port = free_port()
+    async with loaded(tmp_path, grpc_listen=f"127.0.0.1:{port}") as (gw, url, executor), \
+            httpx.AsyncClient(timeout=60) as http:
+        await served_after_a_leaves(gw, url, executor, http, CancelsItsCall(port))
+
+
+async def test_a_leg_already_sent_when_its_client_goes_runs_on_and_its_task_can_be_found(tmp_path: Path) -> None:
+    """The decision for a leg the agent already works on: nothing is cancelled (the agent's `cancel` would raise),
+    the agent's answer is recorded as on any request, and the client that dropped its connection comes back
+    (ListTasks, then GetTask) and finds its task done."""
+    async with loaded(tmp_path) as (gw, url, executor), httpx.AsyncClient(timeout=60) as http:
+        gone = ClosesItsConnection(url, "jsonrpc")
+        await gone.queue()  # the slot is free: A's message goes to the agent
+        await until(lambda: executor.started == [("A", 5)], "A reaches the agent")
+        await gone.go()
+        slots = gw.pipeline.slots.get("slow")
+        assert slots is not None and slots.inflight == 1  # the agent works on it: its slot stays taken
+        executor.go.release()  # the agent finishes what it was given
+        await until(lambda: slots.inflight == 0, "the agent answers")
+        headers = {"Authorization": f"Bearer {ROUTINE}", "A2A-Version": "1.0"}
+
+        async def tasks() -> list[dict[str, Any]]:
+            got = await http.post(url + "/", headers=headers,
+                                  json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}})
+            return got.json()["result"].get("tasks") or []  # type: ignore[no-any-return]
+
+        for _ in range(2_000):
+            if found := await tasks():
+                break
+            await asyncio.sleep(0.005)
+        assert [t["status"]["state"] for t in found] == ["TASK_STATE_COMPLETED"]
+        got = await http.post(url + "/", headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+                                                                 "params": {"id": found[0]["id"]}})
+        task = got.json()["result"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert task["status"]["message"]["parts"] == [{"text": "done A"}]
+        assert executor.started == [("A", 5)] and slots.shed[5] == 0  # sent once, never shed nor cancelled
