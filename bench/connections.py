@@ -11,7 +11,8 @@ is bench/fast_agent.py, raw uvloop + httptools) and drive it with wrk at 1, 16, 
 Every answer is checked in wrk's response() hook and counted per cause in per-thread globals, summed in done():
 `status` (an HTTP status other than 200, by status), `rpc` (a JSON-RPC `"error"` in the body), `nobody` (200
 without the agent's answer in it), and wrk's socket errors `connect`, `read`, `write`, `timeout` (wrk's own
-2 s timeout; raise it with `--timeout`). The gateway's RSS is read before the first run and after the last, its
+2 s timeout; raise it with `--timeout`). The gateway's RSS is read before the first run and after each (with
+`--workers`: each worker's and the nats-server's apart too, `rss_each_mb`; by kind at the end, `memory_at_end`), its
 soft RLIMIT_NOFILE, and the legs it shed (`/metrics`). Between runs the bench waits until the gateway has no leg in
 flight or queued: wrk leaves its last requests unanswered as it stops, and the gateway still serves them.
 
@@ -50,7 +51,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from common import free_port, stop, wait_ready  # noqa: E402  (bench/common.py)
-from gateway import rss_mb, tree  # noqa: E402  (bench/gateway.py)
+from gateway import comm, memory_mb, rss_mb, tree  # noqa: E402  (bench/gateway.py)
 
 PY = sys.executable
 HEADERS = '{["Content-Type"] = "application/json", ["A2A-Version"] = "1.0"}'
@@ -257,6 +258,7 @@ def main() -> None:
             wait_ready(proxy_url, timeout=60)
         servers = [p for p in tree(gw.pid) if p != gw.pid and Path(f"/proc/{p}/comm").read_text().strip() == "python"]
         servers = servers or [gw.pid]
+        nats = [p for p in tree(gw.pid) if comm(p) == "nats-server"]  # `--workers 2`'s own (RSS apart from the workers)
         scripts = {}
         for kind in args.kinds.split(","):
             scripts[kind] = tmp / f"{kind}.lua"
@@ -276,6 +278,7 @@ def main() -> None:
                     settle(url if arm == "gateway" else None)
                     if arm == "gateway":
                         r["rss_mb"] = round(sum(rss_mb(p) for p in servers), 1)
+                        r["rss_each_mb"] = [rss_mb(p) for p in servers + nats]  # each worker, then the nats-server
                         now_shed = sheds(url)  # (with --workers: the worker that answered /metrics)
                         r["sheds"] = {k: v - shed_before.get(k, 0) for k, v in now_shed.items() if v - shed_before.get(k, 0)}
                         shed_before = now_shed
@@ -283,12 +286,13 @@ def main() -> None:
                     if not args.json:
                         print(f"{arm:7s} {kind:8s} {c:5d} conns {r['rps']:8.0f} req/s p50 {r['p50_ms']:7.2f} ms p99 "
                               f"{r['p99_ms']:8.2f} ms errors {r['errors']} {r['by_cause'] or ''} {r['by_status'] or ''} "
-                              f"fds {r['fds_halfway']} RSS {r.get('rss_mb', '-')} MB sheds {r.get('sheds', '-')} load {r['load1']}"
+                              f"fds {r['fds_halfway']} RSS {r.get('rss_mb', '-')} MB {r.get('rss_each_mb', '')} sheds {r.get('sheds', '-')} load {r['load1']}"
                               + (f"\n   e.g. {r['sample'][:200]}" if "sample" in r else ""), flush=True)
         result = {"workers": args.workers, "seconds": args.seconds, "nofile_soft_at_start": args.nofile or "inherited",
                   "gateway_nofile": [nofile(p) for p in servers],
                   "load_average": [[round(x, 2) for x in load0], [round(x, 2) for x in os.getloadavg()]],
                   "rss_mb": [round(rss0, 1), round(sum(rss_mb(p) for p in servers), 1)],
+                  "memory_at_end": [memory_mb(p) for p in servers + nats],  # by kind: anon, file, shmem
                   "sheds": {k: v - shed0.get(k, 0) for k, v in sheds(url).items() if v - shed0.get(k, 0)},
                   "errors": sum(r["errors"] for r in runs if r["arm"] == "gateway"),
                   "runs": runs}

@@ -35,7 +35,10 @@ hits all alike, at 1, 4 and 16 connections:
 Each arm's server CPU time per request (all threads, /proc schedstat) is reported too, and `ok_rps`: the answers
 that passed the check a second (`rps` counts every answer, a 503 shed too).
 `--soak N` instead sends N messages in a row through the gateway (16 connections, one-minute
-wrk runs until N are done) and reports RSS and each minute's p99.
+wrk runs until N are done) and reports RSS and each minute's p99. `--soak-arms` names the arms soaked (fresh ones,
+their runs interleaved): `gateway`, `gateway_workers2`, `gateway_unshared2`; the resident memory of each process
+(each worker, the nats-server and the supervisor; `anon`: the heap, `file`: mapped files) is read after every run
+(`--soak-seconds`, default 60), and the growth over the second half of the runs says whether it flattened.
 `--must-show` runs everything issue 16 asks for in one go and prints its table, each target
 with the figure measured and whether it is met: the arms direct, proxy, gateway and 1,000 rules
 at 1 and 16 connections (interleaved rounds), one 1-connection run of at least 10,000 requests
@@ -43,6 +46,7 @@ through the gateway, and the soak (`--soak N`, default 1,000,000) on a fresh gat
 
     .venv/bin/python bench/gateway.py [--rounds 3] [--seconds 6] [--levels 1,4,16] [--json]
     .venv/bin/python bench/gateway.py --soak 1000000 [--json]
+    .venv/bin/python bench/gateway.py --soak 400000 --soak-arms gateway,gateway_workers2,gateway_unshared2 --soak-seconds 20
     .venv/bin/python bench/gateway.py --must-show [--soak 1000000] [--json]
 """
 
@@ -360,26 +364,87 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
     return result
 
 
+def memory_mb(pid: int) -> dict[str, float]:
+    """A process's resident memory by kind (/proc/PID/status): `rss`, and of it `anon` (the heap: Python's objects,
+    malloc), `file` (mapped files: the interpreter, libraries) and `shmem` (mapped shared memory; /dev/shm files read
+    or written with read()/write() are not mapped, so not counted here)."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file", "RssShmem:": "shmem"}.get(line.split(":")[0] + ":")
+        if key:
+            out[key] = round(int(line.split()[1]) / 1024, 1)
+    return out
+
+
+SOAK_ARMS = ("gateway", "gateway_workers2", "gateway_unshared2")
+
+
+def soak_processes(arms: Arms, arm: str) -> dict[str, int]:
+    """The processes of an arm whose memory a soak follows, by name: `gateway` (one process); `worker0`, `worker1`,
+    `nats-server` and `supervisor` (`--workers 2`: the `mma2a serve` that starts and watches them); `proc0`, `proc1`
+    (two unshared)."""
+    if arm in arms.also:
+        return {"proc0": arms.pid[arm], "proc1": arms.also[arm]}
+    below = [p for p in tree(arms.pid[arm]) if p != arms.pid[arm]]
+    if not below:
+        return {"gateway": arms.pid[arm]}
+    workers = sorted(p for p in below if comm(p) == "python")
+    out = {f"worker{i}": p for i, p in enumerate(workers)}
+    out.update({"nats-server": p for p in below if comm(p) == "nats-server"})
+    out["supervisor"] = arms.pid[arm]
+    return out
+
+
 def soak(args: argparse.Namespace, arms: Arms, script: str, arm: str = "gateway") -> dict[str, Any]:
-    pid = arms.pid[arm]
-    arms.run(arm, 5, 16, script)  # warm up
-    rss0 = rss_mb(pid)
-    minutes, done_ = [], 0
+    """`args.soak` messages in a row through `arm` in runs of `args.soak_seconds` at 16 connections: each run's
+    latency, and the resident memory of each of the arm's processes after it (`memory_mb`), from a fresh start."""
+    return soaks(args, arms, script, [arm])[arm]
+
+
+def soaks(args: argparse.Namespace, arms: Arms, script: str, names: list[str]) -> dict[str, Any]:
+    """`soak` of several arms at once, their runs interleaved (the machine's noise hits all alike): each arm is run
+    until it has served `args.soak` messages."""
+    procs, start, minutes, done_ = {}, {}, {}, {}
+    for arm in names:
+        arms.run(arm, 5, 16, script)  # warm up
+        procs[arm] = soak_processes(arms, arm)
+        start[arm] = {name: memory_mb(pid) for name, pid in procs[arm].items()}
+        minutes[arm], done_[arm] = [], 0
     t0 = time.time()
-    while done_ < args.soak:
-        r = arms.run(arm, 60, 16, script)
-        done_ += int(r["requests"])
-        minutes.append({k: r[k] for k in ("requests", "rps", "p50_ms", "p99_ms", "p999_ms", "max_ms", "errors", "rss_mb",
-                                          "cpu_us_per_req")})
-        if not args.json:
-            m = minutes[-1]
-            print(f"minute {len(minutes)}: {m['requests']} req, {m['rps']:.0f} req/s, p50 {m['p50_ms']:.2f} ms, "
-                  f"p99 {m['p99_ms']:.2f} ms, max {m['max_ms']:.1f} ms, RSS {m['rss_mb']} MB, errors {m['errors']}",
-                  flush=True)
-    return {"messages": done_, "seconds": round(time.time() - t0), "rss_start_mb": round(rss0, 1),
-            "rss_end_mb": minutes[-1]["rss_mb"], "rss_growth_mb": round(minutes[-1]["rss_mb"] - rss0, 1),
-            "p99_last_over_first": round(minutes[-1]["p99_ms"] / minutes[0]["p99_ms"], 3),
-            "errors": sum(m["errors"] for m in minutes), "minutes": minutes}
+    while any(done_[arm] < args.soak for arm in names):
+        for arm in names:
+            if done_[arm] >= args.soak:
+                continue
+            r = arms.run(arm, args.soak_seconds, 16, script)
+            done_[arm] += int(r["requests"])
+            m = {k: r[k] for k in ("requests", "rps", "p50_ms", "p99_ms", "p999_ms", "max_ms", "errors", "rss_mb",
+                                   "cpu_us_per_req")}
+            m["messages"] = done_[arm]
+            m["memory"] = {name: memory_mb(pid) for name, pid in procs[arm].items()}
+            m["load_average"] = round(os.getloadavg()[0], 2)
+            minutes[arm].append(m)
+            if not args.json:
+                each = ", ".join(f"{name} {v['rss']} (anon {v.get('anon', 0)})" for name, v in m["memory"].items())
+                print(f"{arm} run {len(minutes[arm])}: {m['requests']} req ({done_[arm]} in all), {m['rps']:.0f} req/s, "
+                      f"p50 {m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms, max {m['max_ms']:.1f} ms, "
+                      f"RSS [{each}] MB, errors {m['errors']}, load {m['load_average']}", flush=True)
+    out = {}
+    for arm in names:
+        runs = minutes[arm]
+        end, half = runs[-1], runs[(len(runs) - 1) // 2]  # growth over the second half: whether it flattened
+        per_process = {name: {"start_mb": start[arm][name]["rss"], "half_mb": half["memory"][name]["rss"],
+                              "end_mb": end["memory"][name]["rss"],
+                              "growth_mb": round(end["memory"][name]["rss"] - start[arm][name]["rss"], 1),
+                              "second_half_growth_mb": round(end["memory"][name]["rss"] - half["memory"][name]["rss"], 1),
+                              "anon_end_mb": end["memory"][name].get("anon")}
+                       for name in procs[arm]}
+        rss0 = sum(m["rss"] for m in start[arm].values())
+        rss1 = sum(m["rss"] for m in end["memory"].values())
+        out[arm] = {"arm": arm, "messages": done_[arm], "messages_at_half": half["messages"], "seconds": round(time.time() - t0),
+                    "rss_start_mb": round(rss0, 1), "rss_end_mb": round(rss1, 1), "rss_growth_mb": round(rss1 - rss0, 1),
+                    "per_process": per_process, "p99_last_over_first": round(runs[-1]["p99_ms"] / runs[0]["p99_ms"], 3),
+                    "errors": sum(m["errors"] for m in runs), "minutes": runs}
+    return out
 
 
 def one_connection(arms: Arms, script: str, rps_hint: float, requests: int = 10_000) -> dict[str, Any]:
@@ -444,6 +509,8 @@ def main() -> None:
     ap.add_argument("--levels", default="1,4,16")
     ap.add_argument("--arms", default="direct,proxy,gateway,gateway_1k,sdk_direct,sdk_gateway")
     ap.add_argument("--soak", type=int, default=0, help="send this many messages through the gateway instead")
+    ap.add_argument("--soak-seconds", type=int, default=60, help="the soak's runs, each this long (memory read after each)")
+    ap.add_argument("--soak-arms", default="gateway", help=f"the arms the soak drives, interleaved (of {', '.join(SOAK_ARMS)})")
     ap.add_argument("--must-show", action="store_true", help="issue 16's whole table in one run (see above)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--before", help="a source tree (another commit's src/) the arms named X_before run from")
@@ -457,13 +524,16 @@ def main() -> None:
         args.soak = args.soak or 1_000_000
         wanted = ["direct", "proxy", "gateway", "gateway_1k", "gateway_soak"]
     else:
-        wanted = ["gateway"] if args.soak else args.arms.split(",")
+        soaked = args.soak_arms.split(",")
+        if args.soak and not set(soaked) <= set(SOAK_ARMS):
+            sys.exit(f"--soak-arms: of {', '.join(SOAK_ARMS)}, got {args.soak_arms}")
+        wanted = soaked if args.soak else args.arms.split(",")
     arms = Arms(tmp, wanted, before=str(Path(args.before).resolve()) if args.before else None)
     try:
         if args.must_show:
             result = must_show(args, arms, str(script))
         else:
-            result = soak(args, arms, str(script)) if args.soak else bench(args, arms, str(script))
+            result = soaks(args, arms, str(script), soaked) if args.soak else bench(args, arms, str(script))
     finally:
         stop(arms.procs)
         for server in arms.nats:
