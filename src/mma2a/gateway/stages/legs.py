@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from ..._kept import kept
 from ...errors import DispatchError, MMA2AError
 from ...ext import EXTENSION_URI, MessageExtension, downgrade_message, read_message, read_part, write_message
 from ...modality import modality_matches
@@ -83,7 +84,7 @@ class RouteSummaries:
         if len(self._bytes) >= self.capacity:  # decisions made afresh (pools, sessions) never repeat: start again
             self._known.clear()
             self._bytes.clear()
-        encoded = orjson.dumps(route)
+        encoded = kept(orjson.dumps(route))  # kept while its decision is remembered: right-sized (`_kept`)
         self._known[id(parts)] = (parts, route, encoded)
         self._bytes[id(route)] = (route, encoded)
         return route

@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from ..._frozen import quick_init
+from ..._kept import kept
 from ...errors import TaskNotFound
 
 
@@ -47,7 +48,12 @@ class DownstreamTask:
 # (flat legs: agent, task id, agent, task id, ...; route JSON; aggregate JSON or None; created at; size estimate;
 #  owner; context id)
 _Row = tuple[tuple[str, ...], bytes, bytes | None, float, int, str | None, str | None]
-_OVERHEAD = 240  # bytes a record costs beyond its strings: the map's entry, the tuples, the key object
+_OVERHEAD = 640  # bytes a record costs beyond its strings' characters: its entries in the map (and its owner's and
+# context's), the row and legs tuples, the time and size objects, the key's and context's string headers
+_LEG = 64  # and each leg of a `put` record beyond its characters: its task id's own string, its slots in the legs tuple
+# (tracemalloc: a record held 333-824 B where 240 B beyond its characters were counted, and a fan-out's aggregate 4 KiB
+# more than its length, orjson's buffer (`_kept`); with these a map at its budget holds 0.56-0.91 of it in memory, by
+# how full its dicts' tables are: tests/gateway/test_task_map.py)
 _MESSAGE_IDS = ("messageId", "role", "contextId", "taskId")
 
 
@@ -120,7 +126,7 @@ class TaskMap:
         size = _OVERHEAD + 2 * len(record.task_id)
         for d in record.legs:
             legs += (d.agent, d.task_id)
-            size += len(d.agent) + len(d.task_id)
+            size += _LEG + len(d.agent) + len(d.task_id)
         agg = orjson.dumps(stored(record.aggregate)) if record.aggregate is not None else None
         self._store(record.task_id, legs, record.route, agg, size, record.owner, record.context_id)
 
@@ -134,12 +140,17 @@ class TaskMap:
         """`at`: when the record was made on this map's clock (a record adopted from another gateway keeps its age)."""
         route = route_doc if isinstance(route_doc, bytes) else orjson.dumps(route_doc)
         routes = self._routes
-        if len(routes) >= 4096:
-            routes.clear()
-        route = routes.setdefault(route, route)  # identical routes share one bytes object
+        shared = routes.get(route)
+        if shared is None:  # identical routes share one bytes object, right-sized (`kept`: orjson's own holds 4 KiB)
+            if len(routes) >= 4096:
+                routes.clear()
+            shared = kept(route)
+            routes[shared] = shared
+        route = shared
         if agg is None:
             size += len(route) // 8  # shared with other records on the same route, mostly
         else:
+            agg = kept(agg)
             size += len(agg) + len(route)
         now = self.clock()
         rows = self._rows
@@ -259,7 +270,7 @@ class TaskMap:
         row = self._rows.get(record.task_id)
         if row is None:
             return
-        agg = orjson.dumps(stored(record.aggregate)) if record.aggregate is not None else None
+        agg = kept(orjson.dumps(stored(record.aggregate))) if record.aggregate is not None else None
         size = row[4] - (len(row[2]) if row[2] else 0) + (len(agg) if agg else 0)
         self.bytes += size - row[4]
         owner = row[5]
