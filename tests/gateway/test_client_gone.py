@@ -23,7 +23,8 @@ from google.protobuf import json_format
 from mma2a.ext import EXTENSION_URI
 from mma2a.gateway import Gateway
 from mma2a.serving import free_port
-from tests.gateway.conftest import ADMIN
+from tests.agents import Stepper, streaming_card
+from tests.gateway.conftest import ADMIN, agents, gateway
 from tests.gateway.test_overload import ROUTINE, GatedExecutor, loaded, message, send, until
 
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
@@ -180,3 +181,45 @@ async def test_a_leg_already_sent_when_its_client_goes_runs_on_and_its_task_can_
         assert task["status"]["state"] == "TASK_STATE_COMPLETED"
         assert task["status"]["message"]["parts"] == [{"text": "done A"}]
         assert executor.started == [("A", 5)] and slots.shed[5] == 0  # sent once, never shed nor cancelled
+
+
+async def test_a_streaming_fan_outs_queued_leg_is_sent_after_its_client_leaves(tmp_path: Path) -> None:
+    """A streaming fan-out's legs belong to the task whose id the client was given first (it may come back for it):
+    its leg queued for a busy agent is not let go when the client's connection is; it is sent once a slot frees,
+    and the task completes."""
+    steppers = {n: Stepper() for n in ("a", "b")}
+    rules = {"version": 1, "rules": [{"name": "both", "match": {"modality": "*/*"},
+                                      "action": {"clone_and_route_to": ["a", "b"]}}]}
+    async with agents({n: (streaming_card(n), ex) for n, ex in steppers.items()}) as urls:
+        cfg = {"rules": rules, "data_dir": str(tmp_path),
+               "agents": [{"name": n, "url": u, "max_concurrency": 1} for n, u in urls.items()]}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as http:
+            hold = asyncio.create_task(http.post(url + "/agents/a/", headers={"A2A-Version": "1.0"}, json={
+                "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                "params": {"message": {"messageId": "hold", "role": "ROLE_USER", "parts": [{"text": "hold"}]}}}))
+            await until(lambda: "hold" in steppers["a"].gates, "agent a is busy")
+            slots = gw.pipeline.slots.get("a")
+            assert slots is not None
+            body = {"jsonrpc": "2.0", "id": 7, "method": "SendStreamingMessage",
+                    "params": {"message": {"messageId": "fan", "role": "ROLE_USER", "parts": [{"text": "go"}]}}}
+            async with httpx.AsyncClient(timeout=60) as leaving, leaving.stream(
+                    "POST", url + "/", json=body, headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}) as sse:
+                first = orjson.loads(await anext(ln[5:] async for ln in sse.aiter_lines() if ln.startswith("data:")))
+                await until(lambda: slots.queued == 1, "the fan-out's leg to a queues")
+            tid = first["result"]["task"]["id"]  # the stream is closed: the client is gone
+            detached = gw.pipeline.streaming.detached
+            await until(lambda: sum(detached.holds().values()) == 1, "the gateway saw the client go")
+            assert slots.queued == 1 and sum(slots.shed) == 0  # still waiting, not shed
+            steppers["a"].gate("hold").set()
+            await until(lambda: "go" in steppers["a"].gates, "the fan-out's leg reaches agent a")
+            for ex in steppers.values():
+                ex.gate("go").set()
+            assert (await hold).status_code == 200
+            await until(lambda: not detached.holds(), "the fan-out's legs end")
+
+            async def state() -> str:
+                got = await http.post(url + "/", headers={"A2A-Version": "1.0"}, json={
+                    "jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": tid}})
+                return str(got.json()["result"]["status"]["state"])
+
+            assert await state() == "TASK_STATE_COMPLETED"
