@@ -15,6 +15,8 @@ hits all alike, at 1, 4 and 16 connections:
   `gateway_workers2`'s sharing. For both, how the kernel spread wrk's connections among the processes (read
   halfway through each run) is printed as "connections per process"
 - `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
+- `gateway_small_tasks` (not in the default set): `mma2a serve` with the task map at its least (`limits.task_bytes`
+  64 KiB): beside `gateway` in a soak, what the map holds at its bound
 - `gateway_nolimit` (not in the default set): `mma2a serve` with `limits.agent_concurrency: off` (no adaptive limit
   per agent, so nothing queued or shed in front of it: every leg forwarded at once, as the proxies do)
 - `gateway_skills` (not in the default set): `mma2a serve` with `default: {capability: skills}` and the
@@ -36,7 +38,9 @@ Each arm's server CPU time per request (all threads, /proc schedstat) is reporte
 that passed the check a second (`rps` counts every answer, a 503 shed too).
 `--soak N` instead sends N messages in a row through the gateway (16 connections, one-minute
 wrk runs until N are done) and reports RSS and each minute's p99. `--soak-arms` names the arms soaked (fresh ones,
-their runs interleaved): `gateway`, `gateway_workers2`, `gateway_unshared2`; the resident memory of each process
+their runs interleaved): `gateway`, `gateway_workers2`, `gateway_unshared2`, `gateway_small_tasks`,
+`gateway_nohistory`, and
+`gateway_before` / `gateway_workers2_before` (with `--before SRC`); the resident memory of each process
 (each worker, the nats-server and the supervisor; `anon`: the heap, `file`: mapped files) is read after every run
 (`--soak-seconds`, default 60), and the growth over the second half of the runs says whether it flattened.
 `--must-show` runs everything issue 16 asks for in one go and prints its table, each target
@@ -218,6 +222,9 @@ class Arms:
             self._gateway("gateway_1k", "fast", fast_url, thousand_rules(), env)
         if "gateway_nolimit" in arms:  # no per-agent slots: every leg forwarded at once, as the proxies do
             self._gateway("gateway_nolimit", "fast", fast_url, None, env, extra={"limits": {"agent_concurrency": "off"}})
+        if "gateway_small_tasks" in arms:  # the task map at its least (64 KiB): what the map's fill adds to RSS
+            self._gateway("gateway_small_tasks", "fast", fast_url, None, env,
+                          extra={"limits": {"task_bytes": 65536, "task_bytes_per_client": 16384}})
         if "gateway_nohistory" in arms:
             self._gateway("gateway_nohistory", "fast", fast_url, None, env, extra={"history": {"enabled": False}})
         if "gateway_skills" in arms:
@@ -376,7 +383,8 @@ def memory_mb(pid: int) -> dict[str, float]:
     return out
 
 
-SOAK_ARMS = ("gateway", "gateway_workers2", "gateway_unshared2")
+SOAK_ARMS = ("gateway", "gateway_workers2", "gateway_unshared2", "gateway_small_tasks", "gateway_nohistory",
+             "gateway_before", "gateway_workers2_before")
 
 
 def soak_processes(arms: Arms, arm: str) -> dict[str, int]:
