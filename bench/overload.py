@@ -16,7 +16,8 @@ capacity), per class (urgent / routine) the share answered and p50/p99 of the an
 long a shed answer took, other failures (client timeouts), the gateway's RSS. Then `--soak` seconds at 4x through
 each arm with the gateway's RSS every 5 s. Then the issue's checks, each with its figure. `--src-before DIR` adds
 a third arm, `limits_prev`: the limits arm's gateway run from another tree's sources (the previous code of these
-limits), interleaved with the other two at every level (not in the soak).
+limits), interleaved with the other two at every level (not in the soak); configured as the limits arm with
+`--src-before-routine` (a tree that knows `limits.routine_queue_timeout_s`, session 11 on), else without it.
 
     .venv/bin/python bench/overload.py [--seconds 15] [--soak 60] [--capacity 4] [--service 0.2] [--json]
                                        [--urgent-share 0.25] [--levels 0.25,0.5,1,2,4] [--src-before DIR]
@@ -105,8 +106,9 @@ class Pair:
         wait_ready(agent_url, timeout=60)
         cfg = tmp / f"{arm}-{gw_port}.json"
         # the limits arm as an operator who wants routine clients told "overloaded" at once configures it
-        limits = ({"agent_concurrency": "off"} if arm == "before" else {} if arm == "limits_prev"  # (before the key)
-                  else {"routine_queue_timeout_s": 0.05})
+        # (limits_prev: without it unless `--src-before-routine`, for a tree from before the key)
+        plain = arm == "limits_prev" and not args.src_before_routine
+        limits = ({"agent_concurrency": "off"} if arm == "before" else {} if plain else {"routine_queue_timeout_s": 0.05})
         env = {**os.environ, "PYTHONPATH": str(args.src_before)} if arm == "limits_prev" else None
         cfg.write_text(json.dumps({
             "listen": f"127.0.0.1:{gw_port}", "log_decisions": False, "features": False,
@@ -385,6 +387,8 @@ def main() -> None:
                     help="first, the agent's own rate with this many messages in flight, no gateway (e.g. 4,5,6,8)")
     ap.add_argument("--src-before", type=Path, default=None, metavar="DIR",
                     help="also run the limits arm from these sources (another tree's src/), side by side")
+    ap.add_argument("--src-before-routine", action="store_true",
+                    help="configure --src-before's arm as the limits arm (routine_queue_timeout_s: a tree that has it)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.agent:

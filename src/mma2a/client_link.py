@@ -2,9 +2,10 @@
 
 Work queued for a request is of no use once its client has gone: nobody reads its answer. The server is the one
 that knows: uvicorn's HTTP protocols (`deadlines`) mark a connection's `ClientLink` gone when the connection is
-lost (the client closed it, or its own timeout did), gRPC calls (`CallLink`) when grpc cancels the call's task. `current`
-holds the link of the request being served, for the work it queues to watch (`watch`: a callback when the client
-goes; gateway/downstream/overload.py takes a waiting leg out of its agent's queue with it). None: nothing says.
+lost (the client closed it, or its own timeout did), the gRPC gate a call's `CallLink` when grpc cancels the call's
+task. `current` holds the link of the request being served, for the work it queues to watch (`watch`: a callback
+when the client goes; gateway/downstream/overload.py takes a waiting leg out of its agent's queue with it). None:
+nothing says.
 """
 
 from __future__ import annotations
