@@ -19,6 +19,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from ..._kept import kept
 from ...errors import InvalidParams, MMA2AError, PushNotSupported, TaskNotFound, URLForbidden
 from ..access.clients import current_sender
 from ..access.federation import check_bound
@@ -312,7 +313,7 @@ class PushService:
         hooks = self.store.for_task(task_id)
         if not hooks:
             return
-        body = orjson.dumps({"task": task})
+        body = kept(orjson.dumps({"task": task}))  # pending until delivered (retries: minutes), counted by its length
         for hook in hooks:
             self.outbox.enqueue(hook, task_id, body)
 
