@@ -42,7 +42,8 @@ their runs interleaved): `gateway`, `gateway_workers2`, `gateway_unshared2`, `ga
 `gateway_nohistory`, and
 `gateway_before` / `gateway_workers2_before` (with `--before SRC`); the resident memory of each process
 (each worker, the nats-server and the supervisor; `anon`: the heap, `file`: mapped files) is read after every run
-(`--soak-seconds`, default 60), and the growth over the second half of the runs says whether it flattened.
+(`--soak-seconds`, default 60), and the growth over the second half of the runs says whether it flattened; for
+`gateway_workers2`, what its task files hold too (`task_files_mb`: in /dev/shm, host memory outside every RSS).
 `--must-show` runs everything issue 16 asks for in one go and prints its table, each target
 with the figure measured and whether it is met: the arms direct, proxy, gateway and 1,000 rules
 at 1 and 16 connections (interleaved rounds), one 1-connection run of at least 10,000 requests
@@ -383,6 +384,24 @@ def memory_mb(pid: int) -> dict[str, float]:
     return out
 
 
+def task_files_mb(pids: dict[str, int]) -> float | None:
+    """What the task files of `serve --workers N` over its own nats-server hold (the directory in the workers'
+    environment, `MMA2A_WORKER_TASKS`; /dev/shm: host memory, in no process's RSS unless mapped), allocated blocks."""
+    for pid in pids.values():
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(b"MMA2A_WORKER_TASKS="):
+                total = 0
+                for entry in os.scandir(item.split(b"=", 1)[1].decode()):
+                    with contextlib.suppress(FileNotFoundError):
+                        total += entry.stat().st_blocks * 512
+                return round(total / 2**20, 1)
+    return None
+
+
 SOAK_ARMS = ("gateway", "gateway_workers2", "gateway_unshared2", "gateway_small_tasks", "gateway_nohistory",
              "gateway_before", "gateway_workers2_before")
 
@@ -429,10 +448,15 @@ def soaks(args: argparse.Namespace, arms: Arms, script: str, names: list[str]) -
                                    "cpu_us_per_req")}
             m["messages"] = done_[arm]
             m["memory"] = {name: memory_mb(pid) for name, pid in procs[arm].items()}
+            shm = task_files_mb(procs[arm])
+            if shm is not None:
+                m["task_files_mb"] = shm
             m["load_average"] = round(os.getloadavg()[0], 2)
             minutes[arm].append(m)
             if not args.json:
                 each = ", ".join(f"{name} {v['rss']} (anon {v.get('anon', 0)})" for name, v in m["memory"].items())
+                if "task_files_mb" in m:
+                    each += f"; task files {m['task_files_mb']}"
                 print(f"{arm} run {len(minutes[arm])}: {m['requests']} req ({done_[arm]} in all), {m['rps']:.0f} req/s, "
                       f"p50 {m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms, max {m['max_ms']:.1f} ms, "
                       f"RSS [{each}] MB, errors {m['errors']}, load {m['load_average']}", flush=True)
