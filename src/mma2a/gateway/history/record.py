@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
+from ..._kept import kept
 from ...ext import EXTENSION_URI
 
 MAX_PARTS = 64  # parts kept per decision (the rest are counted, not stored)
@@ -306,8 +307,8 @@ def detail_json(parts: Sequence[Any]) -> bytes:
     if len(parts) == 1 and not parts[0].features and (parts[0].size is None or type(parts[0].size) is int):
         size = parts[0].size
         return b"[null]" if size is None else b"[%d]" % size
-    return orjson.dumps([[p.size, cap_features(p.features)] if p.features else p.size for p in parts[:MAX_PARTS]],
-                        default=str)
+    return kept(orjson.dumps([[p.size, cap_features(p.features)] if p.features else p.size for p in parts[:MAX_PARTS]],
+                             default=str))
 
 
 _new_row = tuple.__new__  # Row's own __new__ is a Python function: one per request is worth skipping
@@ -320,7 +321,7 @@ def to_row(entry: DecisionRecord, memo: ShapeMemo | None = None) -> Row:
     outcome, error = outcome_class(outcome_text)
     return _new_row(Row, (
         str(message_id)[:MAX_STRING], ts, sender[:MAX_STRING] if sender else None, outcome, error,
-        round(latency_s * 1000, 3), shape, detail_json(parts), orjson.dumps(list(receivers)) if receivers else None))
+        round(latency_s * 1000, 3), shape, detail_json(parts), kept(orjson.dumps(list(receivers))) if receivers else None))
 
 
 def _shape(entry: DecisionRecord) -> Shape:
@@ -348,4 +349,4 @@ def _shape(entry: DecisionRecord) -> Shape:
         if evidence is not None:  # a learned choice's evidence (routing/learned.py)
             row["learned"] = evidence
         parts.append(row)
-    return Shape(orjson.dumps(parts, default=str), shape_tags(parts))
+    return Shape(kept(orjson.dumps(parts, default=str)), shape_tags(parts))  # kept: ShapeMemo holds up to 1,024
