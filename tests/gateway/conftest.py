@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -18,6 +19,15 @@ from mma2a.tls import ServerTLS
 from tests.agents import RecordingExecutor, make_card, run_agent
 
 ADMIN = "test-admin-token"
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Wait for a state of the gateway or the agent (yielding to the loop they run on), within the test's timeout."""
+    for _ in range(20_000):
+        if check():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"never happened: {what}")
 
 
 @contextlib.asynccontextmanager

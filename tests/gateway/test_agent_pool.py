@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import pytest
 from mma2a.errors import ConfigError
 from mma2a.gateway import Gateway
 from mma2a.gateway.config import parse_config
+from tests.gateway.conftest import until
 
 POOL, EXTRA = 3, 4  # the pool configured, and the legs sent past it
 
@@ -70,13 +71,6 @@ async def pooled(tmp_path: Path, size: int) -> AsyncIterator[tuple[Gateway, Coun
         server.close()
         await server.wait_closed()
 
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    for _ in range(20_000):
-        if check():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def _held(agent: CountingAgent, legs: list[asyncio.Task[Any]]) -> None:

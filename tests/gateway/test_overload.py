@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from mma2a.ext import EXTENSION_URI
 from mma2a.gateway import Gateway
 from mma2a.serving import free_port
 from tests.agents import make_card, run_agent
-from tests.gateway.conftest import ADMIN, gateway
+from tests.gateway.conftest import ADMIN, gateway, until
 
 URGENT, ROUTINE = "urgent-token", "routine-token"
 
@@ -57,14 +57,6 @@ class GatedExecutor(AgentExecutor):
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         raise NotImplementedError
 
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    """Wait for a state of the gateway or the agent (yielding to the loop they run on), within the test's timeout."""
-    for _ in range(20_000):
-        if check():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError(f"never happened: {what}")
 
 
 def message(text: str, priority: int) -> dict[str, Any]:
