@@ -187,8 +187,15 @@ def test_a_full_disk_is_an_error_of_the_append_never_a_fault(tmp_path: Path, mon
     with pytest.raises(OSError, match="No space"):
         w.append(orjson.dumps({"pad": "z" * 1000}))
     w.append(doc(2))  # what fits still goes in
+    monkeypatch.setattr(task_files, "SEGMENT_BYTES", 256)  # the next one that does not fit needs a new file
+    with pytest.raises(OSError, match="No space"):
+        w.append(orjson.dumps({"pad": "z" * 1000}))
+    with pytest.raises(OSError, match="No space"):  # no file to write into: every append tries to make one
+        w.append(doc(3))
+    monkeypatch.undo()
+    w.append(doc(4))  # room again: a new file
     reader = TaskFiles(tmp_path, "r.1", max_age_s=3600, retain_bytes=1 << 20)
-    assert reader.read(reader.pending()) == [doc(1), doc(2)]
+    assert reader.read(reader.pending()) == [doc(1), doc(2), doc(4)]
     w.close()
 
 

@@ -169,6 +169,7 @@ class TaskFiles:
             pass
         os.close(self._fd)
         self._fd = None
+        self._size = 0  # no file: the next append makes one (`_make_room`), even if this one's rotation fails
         self._own[-1] = (self._own[-1][0], self._used, self._segment_last)
 
     def _prune(self) -> None:
