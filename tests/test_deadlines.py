@@ -190,3 +190,14 @@ async def test_a_lost_connection_marks_its_requests_client_gone_at_once(parser: 
     finally:
         server.exit()
         await task
+
+
+def test_the_uvicorn_methods_that_start_a_requests_task_are_still_there() -> None:
+    """deadlines runs each request's task with its connection's client link by overriding where uvicorn starts it:
+    httptools' `_start_asgi_task` (0.45 and later) and h11's `handle_events`. Renamed or gone in an upgrade, the link
+    would silently never be set (a client that left would be served again): this names the method first."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    assert callable(getattr(HttpToolsProtocol, "_start_asgi_task", None)), uvicorn.__version__
+    assert callable(getattr(H11Protocol, "handle_events", None)), uvicorn.__version__
