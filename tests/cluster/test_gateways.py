@@ -241,6 +241,7 @@ async def test_cluster_status_lists_the_gateways_and_their_rule_set(cluster: dic
     st = json.loads(await status("--json"))
     assert sorted(g["url"] for g in st["gateways"]) == sorted(urls)
     assert {g["rulesRevision"] for g in st["gateways"]} == {st["rulesRevision"]}
+    assert all(g["tasks"]["via"] == "bucket" and g["tasks"]["unshared"] == 0 for g in st["gateways"])  # task sharing
     assert st["agents"] == 2
     text = await status()
     assert f"cluster {cluster['name']} on {cluster['nats']}: rules revision {st['rulesRevision']}" in text

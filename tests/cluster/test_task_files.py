@@ -269,9 +269,13 @@ async def test_a_full_disk_is_said_once_and_the_records_stay_the_workers_own(tmp
     said = [r for r in caplog.records if "not shared" in r.getMessage()]
     assert len(said) == 1 and "No space left" in said[0].getMessage()  # once for the outage, not once a record
     assert all(w1.find(f"t-{i}") is not None for i in range(20))  # every record kept in the worker's own cache
+    stats = w1.stats()  # what `mma2a cluster status` shows of this worker (its member document's `tasks`)
+    assert stats["via"] == "files" and stats["unshared"] == stats["unsharedNow"] > 0
     monkeypatch.setattr(task_files.os, "posix_fallocate", fallocate)
     w1.put_leg("t-after", "a", None, [], None)  # room again: shared again
     await w2.sync()
     assert w2.find("t-0") is not None and w2.find("t-after") is not None
+    assert w1.stats()["unsharedNow"] == 0 and w1.stats()["unshared"] == stats["unshared"]
+    assert w2.stats()["adopted"] >= 2
     for m in (w1, w2):
         await m.close()

@@ -426,6 +426,7 @@ class ClusterState:
             "epoch": self.epoch(), "lag": await self.lag(), "agents": len(self.gw.directory.entries()),
             "dispatch": self.config.dispatch, "delivery": self.delivery.stats(), "lastError": self.last_error,
             "started": self.started_at, "at": time.time(), "reconnects": self.reconnects,
+            "tasks": self.tasks.stats() if self.tasks is not None else None,
         }
 
     async def heartbeat(self) -> None:

@@ -90,6 +90,7 @@ class ClusterTaskMap(TaskMap):
         self._writer: asyncio.Task[None] | None = None
         self._written = 0  # batches this process has stored
         self._unshared = 0  # records in a row the files refused (a full disk)
+        self.unshared = 0  # records never shared: refused by the files, or their batch's put failed (NATS away)
         self._seen = 0  # the bucket's last sequence this gateway has read
         self._adopting = False
         self.adopted = 0
@@ -147,6 +148,14 @@ class ClusterTaskMap(TaskMap):
             # after each record used to cost ~1 ms a request once a client was at its budget)
             self._send(task_id, None)
         return gone
+
+    def stats(self) -> dict[str, Any]:
+        """What this gateway shared of its task records (`mma2a cluster status`, each gateway's `tasks`): batches and
+        records stored, records never shared (and of them those refused in a row now: on files, a full disk), records
+        adopted from the others and the reads that took them."""
+        return {"via": "files" if self.files is not None else "bucket", "batches": self.batches,
+                "records": self.records, "unshared": self.unshared, "unsharedNow": self._unshared, "adopted": self.adopted,
+                "reads": self.reads}
 
     async def fetch(self, task_id: str) -> None:
         """A task this gateway's cache does not hold (made by another gateway, or by this one before a restart), or
@@ -271,6 +280,7 @@ class ClusterTaskMap(TaskMap):
                     log.warning("task records not shared with the other workers (each stays this worker's own until "
                                 "an append succeeds again): %s", exc)
                 self._unshared += 1
+                self.unshared += 1
             return
         if self._batch is None:
             self._batch = asyncio.get_running_loop().create_future()
@@ -288,6 +298,7 @@ class ClusterTaskMap(TaskMap):
                     await self._put_batch(ops)
                 except Exception as exc:  # noqa: BLE001 - NATS away: these records stay this gateway's own
                     log.warning("%d task records not shared: %s", len(ops), exc)
+                    self.unshared += len(ops)
                 finally:
                     for task_id in ops:
                         if self._pending.get(task_id) is done:
