@@ -92,6 +92,18 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of a process's threads: its main thread (the loop's) and the others by name (`comm`)."""
+    out: dict[str, float] = {}
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = "main" if t.name == str(pid) else (t / "comm").read_text().strip()  # Python names no OS thread
+            out[name] = out.get(name, 0.0) + int((t / "schedstat").read_text().split()[0]) / 1e9
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return out
+
+
 def tree(pid: int) -> list[int]:
     """A process and all its descendants (a `serve --workers N` supervisor: its workers and its nats-server)."""
     children: dict[int, list[int]] = {}
@@ -164,7 +176,10 @@ class Arms:
     """Start the processes; `url[arm]` and `pid[arm]` (the server whose CPU is measured). `before`: the source tree
     (a `src` directory of another commit) the `X_before` arms run from."""
 
-    def __init__(self, tmp: Path, arms: list[str], before: str | None = None) -> None:
+    def __init__(self, tmp: Path, arms: list[str], before: str | None = None, threads: bool = False,
+                 config: dict[str, Any] | None = None) -> None:
+        self.threads = threads  # each run also reads every process's threads by name
+        self.config = config or {}  # config keys every gateway arm gets (`--config-json`)
         self.tmp, self.procs, self.url, self.pid = tmp, [], {}, {}
         self.also: dict[str, int] = {}  # an arm's second process (gateway_unshared2)
         self.extra: dict[str, int] = {}  # a process whose CPU counts with an arm's (gateway_workers2_ext's nats-server)
@@ -254,7 +269,7 @@ class Arms:
         cfg.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "log_decisions": False, "features": False,
                                    "data_dir": str(self.tmp / f"{arm}-data"),  # each its own history file, fresh
                                    "agents": [{"name": agent, "url": agent_url}], **({"rules": rules} if rules else {}),
-                                   **(extra or {})}))
+                                   **self.config, **(extra or {})}))
         p = self._start([PY, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--log-level", "warning", *(args or [])],
                         env)
         self.url[arm], self.pid[arm] = f"http://127.0.0.1:{port}", p.pid
@@ -273,6 +288,7 @@ class Arms:
             timer = threading.Timer(seconds / 2, lambda: split.append(connections_of(servers, int(self.url[arm].rsplit(":", 1)[1]))))
             timer.start()
         cpu0 = {p: cpu_seconds(p) for p in pids}
+        threads0 = {p: thread_cpu(p) for p in pids}
         r: dict[str, Any] = run_wrk(self.url[arm] + "/", seconds, connections, script, expect, "/", threads=1)
         if split:
             r["split"] = split[0]
@@ -280,6 +296,14 @@ class Arms:
         r["ok_rps"] = round(r["rps"] * (r["requests"] - r["errors"]) / max(1, r["requests"]), 1)
         used = {p: cpu_seconds(p) - cpu0[p] for p in pids}
         r["cpu_us_per_req"] = round(1e6 * sum(used.values()) / max(1, r["requests"]), 1)
+        if self.threads:  # each process's threads by name, µs a request (where a worker's CPU goes besides its loop)
+            by: dict[str, float] = {}
+            for p in pids:
+                role = "supervisor" if p == self.pid[arm] and arm not in self.also and len(servers) > 1 else comm(p)
+                for name, sec in thread_cpu(p).items():
+                    key = f"{role}:{name}"
+                    by[key] = by.get(key, 0.0) + sec - threads0[p].get(name, 0.0)
+            r["threads"] = {k: round(1e6 * v / max(1, r["requests"]), 1) for k, v in sorted(by.items()) if v > 0}
         nats = [p for p in pids if comm(p) == "nats-server"]
         if nats:  # the embedded nats-server's share of it
             r["nats_us_per_req"] = round(1e6 * sum(used[p] for p in nats) / max(1, r["requests"]), 1)
@@ -294,6 +318,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out["nats_us_per_req"] = round(statistics.median(r["nats_us_per_req"] for r in runs), 1)
     out["requests"] = sum(r["requests"] for r in runs)
     out["errors"] = sum(r["errors"] for r in runs)
+    if all("threads" in r for r in runs):
+        out["threads"] = {k: round(statistics.median(r["threads"].get(k, 0.0) for r in runs), 1)
+                          for k in sorted(set().union(*(r["threads"] for r in runs)))}
     if any("split" in r for r in runs):
         out["splits"] = [r["split"] for r in runs if "split" in r]
     samples = [r["bad_sample"] for r in runs if "bad_sample" in r]
@@ -531,6 +558,8 @@ def print_levels(result: dict[str, Any]) -> None:
                   + (f"(nats-server {a['nats_us_per_req']:.0f})  " if "nats_us_per_req" in a else "")
                   + (f"(connections per process {a['splits']})  " if "splits" in a else "") +
                   f"({a['requests']} requests, {a['errors']} errors{', e.g. ' + a['bad_sample'] if 'bad_sample' in a else ''})")
+            if "threads" in a:
+                print("      by thread, us/req:", json.dumps(a["threads"]))
         print("  ", json.dumps(level["ratios"]))
 
 
@@ -545,6 +574,8 @@ def main() -> None:
     ap.add_argument("--soak-arms", default="gateway", help=f"the arms the soak drives, interleaved (of {', '.join(SOAK_ARMS)})")
     ap.add_argument("--must-show", action="store_true", help="issue 16's whole table in one run (see above)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--config-json", help='config keys for every gateway arm, e.g. \'{"history": {"enabled": false}}\'')
+    ap.add_argument("--threads", action="store_true", help="each arm's CPU a request by process and thread name (median)")
     ap.add_argument("--before", help="a source tree (another commit's src/) the arms named X_before run from")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
@@ -560,7 +591,8 @@ def main() -> None:
         if args.soak and not set(soaked) <= set(SOAK_ARMS):
             sys.exit(f"--soak-arms: of {', '.join(SOAK_ARMS)}, got {args.soak_arms}")
         wanted = soaked if args.soak else args.arms.split(",")
-    arms = Arms(tmp, wanted, before=str(Path(args.before).resolve()) if args.before else None)
+    arms = Arms(tmp, wanted, before=str(Path(args.before).resolve()) if args.before else None, threads=args.threads,
+                 config=json.loads(args.config_json) if args.config_json else None)
     try:
         if args.must_show:
             result = must_show(args, arms, str(script))
