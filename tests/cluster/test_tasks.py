@@ -202,3 +202,49 @@ async def test_records_made_together_share_one_write_and_every_gateway_finds_the
         for m in maps:
             await m.close()
         await link.close()
+
+
+async def test_a_bucket_outage_is_said_once_and_its_records_counted_until_sharing_resumes(
+        nats_server: NatsServer, caplog: pytest.LogCaptureFixture) -> None:
+    """The tasks bucket gone (its stream deleted: every batch put refused by NATS): one warning for the outage, not one
+    a batch; the records stay this gateway's own and are counted (`unshared`, `unsharedNow`, as `cluster status`
+    shows); once the bucket is back the next batch is stored, it is said, and the other gateway finds that record."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    link = await ClusterLink(config).connect()
+    maps: list[ClusterTaskMap] = []
+
+    async def opened(member_id: str) -> ClusterTaskMap:
+        m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id, sizing={}),
+                           max_bytes=1 << 20, max_bytes_per_owner=None)
+        await m.open()
+        maps.append(m)
+        return m
+
+    try:
+        gw1, gw2 = await opened("gw1"), await opened("gw2")
+        gw1.put_leg("before", "a", None, [], "carol")
+        await gw1.flush("before")
+        stream = await link.js.stream_info(gw1.stream)
+        await link.js.delete_stream(gw1.stream)
+        with caplog.at_level("WARNING", logger="mma2a.cluster.tasks"):
+            for i in range(5):  # five batches, one after the other: each put refused
+                gw1.put_leg(f"away-{i}", "a", None, [], "carol")
+                await gw1.flush(f"away-{i}")
+            said = [r.getMessage() for r in caplog.records if "not shared" in r.getMessage()]
+            assert len(said) == 1, said  # once for the outage, not once a batch
+            assert all(gw1.find(f"away-{i}") is not None for i in range(5))  # kept in this gateway's own cache
+            stats = gw1.stats()
+            assert stats["via"] == "bucket" and stats["unshared"] == stats["unsharedNow"] == 5
+            assert (stats["batches"], stats["records"]) == (1, 1)
+            await link.js.add_stream(stream.config)  # the bucket back (empty)
+            gw1.put_leg("after", "a", None, [], "carol")
+            await gw1.flush("after")
+            assert [r.getMessage() for r in caplog.records if "shared again" in r.getMessage()] == [
+                "task records shared again (5 were kept this gateway's own in the outage)"]
+        assert gw1.stats()["unsharedNow"] == 0 and gw1.stats()["unshared"] == 5 and gw1.stats()["records"] == 2
+        await gw2.fetch("after")
+        assert gw2.find("after") is not None and gw2.find("away-0") is None  # the outage's records were never shared
+    finally:
+        for m in maps:
+            await m.close()
+        await link.close()

@@ -89,7 +89,7 @@ class ClusterTaskMap(TaskMap):
         self._pending: dict[str, asyncio.Future[None]] = {}  # task id -> the batch storing its newest record
         self._writer: asyncio.Task[None] | None = None
         self._written = 0  # batches this process has stored
-        self._unshared = 0  # records in a row the files refused (a full disk)
+        self._unshared = 0  # records in a row not shared (refused by the files: a full disk; a failed batch: NATS away)
         self.unshared = 0  # records never shared: refused by the files, or their batch's put failed (NATS away)
         self._seen = 0  # the bucket's last sequence this gateway has read
         self._adopting = False
@@ -151,7 +151,7 @@ class ClusterTaskMap(TaskMap):
 
     def stats(self) -> dict[str, Any]:
         """What this gateway shared of its task records (`mma2a cluster status`, each gateway's `tasks`): batches and
-        records stored, records never shared (and of them those refused in a row now: on files, a full disk), records
+        records stored, records never shared (and of them those not shared in a row now: a full disk, NATS away), records
         adopted from the others and the reads that took them."""
         return {"via": "files" if self.files is not None else "bucket", "batches": self.batches,
                 "records": self.records, "unshared": self.unshared, "unsharedNow": self._unshared, "adopted": self.adopted,
@@ -274,7 +274,8 @@ class ClusterTaskMap(TaskMap):
                     self.files.append(self._head, b'],"del":', orjson.dumps([task_id]), b"}")
                 self.batches += 1
                 self.records += 1
-                self._unshared = 0
+                if self._unshared:
+                    self._shared_again()
             except OSError as exc:  # the disk full: this record stays this worker's own (said once an outage)
                 if not self._unshared:
                     log.warning("task records not shared with the other workers (each stays this worker's own until "
@@ -297,8 +298,14 @@ class ClusterTaskMap(TaskMap):
                 try:
                     await self._put_batch(ops)
                 except Exception as exc:  # noqa: BLE001 - NATS away: these records stay this gateway's own
-                    log.warning("%d task records not shared: %s", len(ops), exc)
+                    if not self._unshared:  # said once an outage, as on the files
+                        log.warning("task records not shared with the other gateways (each stays this gateway's own "
+                                    "until a batch is stored again): %d in this batch: %s", len(ops), exc)
+                    self._unshared += len(ops)
                     self.unshared += len(ops)
+                else:
+                    if self._unshared:
+                        self._shared_again()
                 finally:
                     for task_id in ops:
                         if self._pending.get(task_id) is done:
@@ -307,6 +314,10 @@ class ClusterTaskMap(TaskMap):
                         done.set_result(None)
         finally:
             self._writer = None
+
+    def _shared_again(self) -> None:
+        log.warning("task records shared again (%d were kept this gateway's own in the outage)", self._unshared)
+        self._unshared = 0
 
     async def _put_batch(self, ops: dict[str, bytes | None]) -> None:
         for doc, n in self._docs(ops):
