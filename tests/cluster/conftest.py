@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from mma2a.cluster.server import NatsServer
 from mma2a.ext import EXTENSION_URI
@@ -120,6 +121,22 @@ async def gateways(configs: list[dict[str, Any]], workdir: Path) -> AsyncIterato
 
 def admin(token: str = ADMIN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def task_sharing(metrics: str) -> dict[str, Any]:
+    """A gateway's task sharing in its `/metrics` text (`mma2a_task_*{via}`), by stats key (as `cluster status` names
+    them), with `via` besides."""
+    names = {"mma2a_task_records_shared": "records", "mma2a_task_batches": "batches",
+             "mma2a_task_records_unshared": "unshared", "mma2a_task_records_unshared_now": "unsharedNow",
+             "mma2a_task_records_adopted": "adopted", "mma2a_task_reads": "reads"}
+    got: dict[str, Any] = {}
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            key = names.get(sample.name.removesuffix("_total"))
+            if key is not None and not sample.name.endswith("_created"):
+                got[key] = sample.value
+                got["via"] = sample.labels["via"]
+    return got
 
 
 def text_message(text: str, *, message_id: str | None = None, session: dict[str, Any] | None = None) -> dict[str, Any]:

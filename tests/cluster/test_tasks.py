@@ -19,7 +19,7 @@ from mma2a.cluster.tasks import ClusterTaskMap
 from mma2a.gateway.cluster_config import ClusterConfig
 from tests.agents import RecordingExecutor, make_card, run_agent
 
-from .conftest import admin, cluster_name, gateways, text_message
+from .conftest import admin, cluster_name, gateways, task_sharing, text_message
 from .test_gateways import until
 from .test_security import TOKENS, bearer, rpc
 
@@ -91,6 +91,13 @@ async def test_a_task_made_on_one_gateway_is_its_owners_on_the_other_and_outlive
                                      headers=bearer("bob"))).status_code == 404
                 listed = await rpc(c, gw2, "alice", "ListTasks", {})
                 assert single["id"] in {t["id"] for t in listed["result"]["tasks"]}, listed
+                # the sharing in each gateway's /metrics (read at scrape time): gw1 stored the records, gw2 read them
+                made = task_sharing((await c.get(gw1 + "/metrics", headers=admin())).text)
+                took = task_sharing((await c.get(gw2 + "/metrics", headers=admin())).text)
+                assert made["via"] == took["via"] == "bucket", (made, took)
+                assert made["records"] >= 2 and 1 <= made["batches"] <= made["records"], made
+                assert made["unshared"] == made["unsharedNow"] == took["unshared"] == 0, (made, took)
+                assert took["adopted"] >= 2 and took["reads"] >= 1, took
                 # another client, on either gateway: as unknown as a task that never was
                 for url in (gw1, gw2):
                     for tid in (fan["id"], single["id"]):

@@ -29,9 +29,9 @@ from a2a.utils.errors import TaskNotFoundError
 from mma2a.serving import free_port
 from tests.agents import RecordingExecutor, Stepper, make_card, run_agent, streaming_card
 
-from .conftest import text_message
+from .conftest import task_sharing, text_message
 from .test_cross_worker import sdk, state, stream_until_first, texts
-from .test_security import TOKENS, rpc
+from .test_security import TOKENS, bearer, rpc
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -158,6 +158,21 @@ async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_f
             # the workers share one history file, which one of them indexes: every decision in it, once
             counts = await until_indexed(tmp_path / "data" / "history.sqlite3", {m["messageId"] for m in sent})
             assert set(counts.values()) == {1}, counts
+        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=1)) as one:
+            # on one connection, so on one worker: the task records it shared through the files, in its /metrics
+            local = set()
+            for i in range(3):
+                r = await one.post(url + "/", headers=bearer("alice"), json={
+                    "jsonrpc": "2.0", "id": i, "method": "SendMessage", "params": {"message": text_message(f"one {i}")}})
+                assert "result" in r.json(), r.text
+                local.add(r.extensions["network_stream"].get_extra_info("client_addr"))
+            r = await one.get(url + "/metrics", headers=bearer("alice"))
+            local.add(r.extensions["network_stream"].get_extra_info("client_addr"))
+            assert len(local) == 1, local  # one connection throughout: the worker that made the three answers
+            shared = task_sharing(r.text)
+            assert shared["via"] == "files" and shared["records"] >= 3 and shared["batches"] == shared["records"], shared
+            assert shared["unshared"] == shared["unsharedNow"] == 0, shared
+        async with httpx.AsyncClient(timeout=30, limits=fresh) as c:
             for n, index in ((3, 0), (4, 1)):  # each worker killed in turn: the other answers alone meanwhile
                 pid = worker_pids(log)[index]
                 os.kill(pid, signal.SIGKILL)

@@ -80,6 +80,7 @@ async def test_metrics_count_requests_parts_rules_and_agents():
     assert 'mma2a_rule_matches_total{rule="to-a"} 3.0' in text
     assert 'mma2a_agent_seconds_count{agent="a"} 3.0' in text
     assert 'mma2a_agents{health="healthy"} 1.0' in text
+    assert "mma2a_task_records" not in text  # a lone gateway shares no task records (tests/cluster: those that do)
 
 
 async def test_decisions_are_logged_as_json_lines():

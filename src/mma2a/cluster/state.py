@@ -137,6 +137,10 @@ class ClusterState:
                                     max_bytes_per_owner=max_bytes_per_owner)
         return self.tasks
 
+    def task_sharing(self) -> dict[str, Any] | None:
+        """What this gateway shared of its task records (its member document's `tasks`, and `/metrics`)."""
+        return self.tasks.stats() if self.tasks is not None else None
+
     # --- lifecycle ------------------------------------------------------------------
     async def start(self, gateway: GatewayParts) -> None:
         """Connect, open buckets, seed them from this gateway's config if empty, then adopt and watch them."""
@@ -426,7 +430,7 @@ class ClusterState:
             "epoch": self.epoch(), "lag": await self.lag(), "agents": len(self.gw.directory.entries()),
             "dispatch": self.config.dispatch, "delivery": self.delivery.stats(), "lastError": self.last_error,
             "started": self.started_at, "at": time.time(), "reconnects": self.reconnects,
-            "tasks": self.tasks.stats() if self.tasks is not None else None,
+            "tasks": self.task_sharing(),
         }
 
     async def heartbeat(self) -> None:

@@ -193,6 +193,7 @@ class Gateway:
             learner=Learner(rate_per_s=config.limits.feedback_per_s, burst=config.limits.feedback_burst,
                             journal=self.cluster.learning_journal()),
         )
+        self.metrics.count_task_sharing(self.cluster.task_sharing)  # read at scrape time
         self._tasks: list[asyncio.Task[Any]] = []
         self.grpc: GrpcIngress | None = None
         self.startup_errors: list[str] = []

@@ -26,7 +26,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString as _float_to_go
 
 _go_float = cast(Callable[[float], str], _float_to_go)  # how prometheus_client writes a bucket's `le`
@@ -168,6 +168,43 @@ def _histogram(name: str, documentation: str, labelnames: Sequence[str], registr
     return LoopMetric("histogram", name, documentation, labelnames, registry, buckets)
 
 
+# a cluster's task sharing (`ClusterTaskMap.stats`): the stats key, the metric, whether a counter, what it counts
+_TASK_SHARING = (
+    ("records", "mma2a_task_records_shared", True, "Task records this gateway stored for the cluster's other gateways "
+     "or workers, by way (files: the workers of one host; bucket: the cluster's tasks bucket)"),
+    ("batches", "mma2a_task_batches", True, "Batch entries those records were stored in (on the files, one a record)"),
+    ("unshared", "mma2a_task_records_unshared", True, "Task records never shared: refused by the files (a full disk) "
+     "or their batch's put failed (NATS away); each stays this gateway's own"),
+    ("unsharedNow", "mma2a_task_records_unshared_now", False, "Task records not shared in a row now (above 0: an outage "
+     "of the sharing is going on)"),
+    ("adopted", "mma2a_task_records_adopted", True, "Task records of the other gateways or workers taken into this "
+     "one's cache"),
+    ("reads", "mma2a_task_reads", True, "Reads of the tasks bucket that took them (on a miss, a listing, at the start)"),
+)
+
+
+class TaskSharingCollector:
+    """A cluster gateway's task sharing, read when `/metrics` is scraped from the counts the task map keeps anyway
+    (nothing on the request path); `read` returns None on a lone gateway, which exposes none of these."""
+
+    def __init__(self, read: Callable[[], dict[str, Any] | None]) -> None:
+        self.read = read
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.read()
+        if stats is None:
+            return
+        via = [str(stats.get("via", ""))]
+        for key, name, counter, documentation in _TASK_SHARING:
+            family = (CounterMetricFamily(name, documentation, labels=["via"]) if counter
+                      else GaugeMetricFamily(name, documentation, labels=["via"]))
+            family.add_metric(via, float(stats.get(key) or 0))
+            yield family
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
@@ -211,6 +248,10 @@ class GatewayMetrics:
         self.budget_elsewhere = Labelled(Gauge("mma2a_budget_held_elsewhere", "What the clients hold on the cluster's "
                                                "other gateways now, by budget (streams, detached, follows)", ["budget"],
                                                registry=r))
+
+    def count_task_sharing(self, read: Callable[[], dict[str, Any] | None]) -> None:
+        """Expose a cluster gateway's task sharing (`read`: its task map's counts, None on a lone gateway)."""
+        self.registry.register(TaskSharingCollector(read))
 
     def render(self, agents: frozenset[str] | None = None) -> bytes:
         """The exposition text; for a client limited to `agents` (`auth.clients[].agents`), only those agents'

@@ -102,6 +102,10 @@ class ClusterHooks(RouteHooks, Protocol):
     def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> TaskMap:
         """The gateway's task map: its own on a lone gateway; shared with the other gateways in a cluster."""
 
+    def task_sharing(self) -> dict[str, Any] | None:
+        """What this gateway shared of its task records so far (`ClusterTaskMap.stats`: via, batches, records,
+        unshared, unsharedNow, adopted, reads), read when `/metrics` is scraped (None: a lone gateway shares none)."""
+
     def learning_journal(self) -> LearnJournal | None:
         """Where learned tasks and ratings go for the other gateways (None: a lone gateway learns alone)."""
 
@@ -138,6 +142,9 @@ class Standalone:
 
     def task_map(self, *, max_bytes: int, max_bytes_per_owner: int | None) -> TaskMap:
         return TaskMap(max_bytes=max_bytes, max_bytes_per_owner=max_bytes_per_owner)
+
+    def task_sharing(self) -> dict[str, Any] | None:
+        return None
 
     def learning_journal(self) -> LearnJournal | None:
         return None
