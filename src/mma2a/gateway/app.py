@@ -210,6 +210,8 @@ class Gateway:
             return
         if self.access.limiter is not None:
             budgets.rate("requests", self.access.limiter)
+        if self.access.failures is not None:  # failed credentials per address: a guesser's budget once, not per gateway
+            budgets.rate("failures", self.access.failures.buckets)
         budgets.rate("ratings", self.pipeline.learner.ratings)
         budgets.count("streams", self.access.streams)
         budgets.count("detached", self.pipeline.streaming.detached)

@@ -2,6 +2,7 @@
 
 - `clients`: client credentials (bearer tokens, API keys) and per-sender rate limits; the `auth` and
   `rate_limits` sections.
+- `failures`: the budget of failed credential checks per source address (`auth.failed_credentials`).
 - `budgets`: the per-client budgets a cluster's gateways (and `serve --workers`' workers) hold together: what each
   used, told to the others (the exchange itself is `mma2a.cluster.budgets`).
 - `jwt_clients`, `jwks`: clients named by JWTs of trusted issuers, and those issuers' keys.

@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-RATE_BUDGETS = ("requests", "ratings")
-"""Token buckets: the tokens each client took since the last report are told."""
+RATE_BUDGETS = ("requests", "ratings", "failures")
+"""Token buckets: the tokens each client took since the last report are told (`failures`: an address's failed
+credential checks, `auth.failed_credentials`, keyed `ip:ADDRESS`)."""
 COUNT_BUDGETS = ("streams", "detached", "follows")
 """Counts held at once: what each client holds now is told."""
 

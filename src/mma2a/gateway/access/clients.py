@@ -116,6 +116,18 @@ class JWTIssuerConfig(BaseModel):
         return self
 
 
+class FailedCredentialsConfig(BaseModel):
+    """The budget of failed credential checks per source address (`auth.failed_credentials`, access/failures.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    burst: int = Field(default=100, ge=1)  # failed checks an address may make at once
+    per_s: float = Field(default=0.2, gt=0, le=1000)  # ... and regains a second (one every 5 s)
+    max_addresses: int = Field(default=65_536, ge=16)  # addresses tracked (the least recently failing forgotten)
+    max_remembered: int = Field(default=16_384, ge=16)  # (address, client) pairs that verified: served when over
+
+
 class AuthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -125,6 +137,7 @@ class AuthConfig(BaseModel):
     api_key_header: str = "X-API-Key"
     protect_metrics: bool = True
     anonymous_max_priority: int = Field(default=5, ge=0, le=9)  # callers without a client (auth off)
+    failed_credentials: FailedCredentialsConfig = Field(default_factory=FailedCredentialsConfig)
 
     @property
     def active(self) -> bool:
@@ -377,6 +390,23 @@ class RateLimiter:
                 self._wake()
             return None
         return (1.0 - b[0]) / rate
+
+    def has_any(self) -> bool:
+        """Some key has a bucket (one that refilled may still be kept)."""
+        return bool(self._buckets)
+
+    def due(self, key: str, now: float) -> float | None:
+        """The seconds until `key` has a token, None when it has one now (nothing is taken; a bucket found full again
+        is forgotten)."""
+        b = self._buckets.get(key)
+        if b is None:
+            return None
+        tokens = b[0] + (now - b[1]) * b[2]
+        if tokens >= 1.0:
+            if tokens >= b[3] and (self._taken is None or key not in self._taken):
+                del self._buckets[key]
+            return None
+        return (1.0 - tokens) / b[2]
 
     def share(self, wake: Callable[[], None], arm: Callable[[], None] | None = None) -> None:
         """Count the tokens taken per key for `unreported` (a cluster's budgets); `wake` when a key took a quarter

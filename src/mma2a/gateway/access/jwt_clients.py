@@ -52,6 +52,8 @@ class KeysStale(JWTRefused):
     """The token names a kid its issuer's key set lacks, and the set may be read again now: a caller that can wait
     awaits `refresh()` and tries once more; one that cannot answers this 401."""
 
+    final = False  # not a failed credential yet (access/failures.py): judged again once the set is read
+
     def __init__(self, keys: IssuerKeys, issuer: str) -> None:
         super().__init__("unknown key id (kid): not in the issuer's key set", "unknown_kid", issuer)
         self.keys = keys

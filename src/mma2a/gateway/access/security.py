@@ -60,6 +60,7 @@ from .clients import (
     jwt_of,
     shown,
 )
+from .failures import CredentialFailures
 from .federation import HEADER_KEY as FEDERATION_HEADER
 from .federation import Federation, check_unbound
 
@@ -110,10 +111,13 @@ class AccessControl:
         streams: StreamSlots | None = None,
         federation: Federation | None = None,
         body_check: Callable[[bytes], Awaitable[None]] | None = None,
+        failures: CredentialFailures | None = None,
     ) -> None:
         """`body_check`: the check of a REST body (`request_body.check_json_body`, raising its `MMA2AError`); the
-        gateway's keeps large bodies off the event loop (`bindings.body_parser`). Default: checked here."""
+        gateway's keeps large bodies off the event loop (`bindings.body_parser`). Default: checked here.
+        `failures`: the budget of failed credential checks per address (None: not limited)."""
         self.auth = auth
+        self.failures = failures
         self.body_check = body_check or _check_json_body
         self.federation = federation  # trusted peer gateways' assertions of their clients (gateway/access/federation.py)
         self.limiter = limiter
@@ -142,7 +146,7 @@ class AccessControl:
             raw = scope.get("headers") or ()
             if len(header_map(scope)) != len(raw):  # some header is repeated (rare): never a credential
                 self.single_credentials(k for k, _ in raw)
-            peer = str((scope.get("client") or ("?",))[0]) if self.limiter is not None else "?"
+            peer = str((scope.get("client") or ("?",))[0]) if self.keys_by_address else "?"
             cn = client_cn(scope) if cls is AccessClass.CLIENT else None
             client = await self.admit_async(access, headers, peer=peer, cn=cn,
                                             agent=scope.get("path_params", {}).get("agent"), refuse_draining=http)
@@ -252,6 +256,11 @@ class AccessControl:
         headers = header_map(scope)
         return {name: v.decode("latin-1") for name, key in self._wanted if (v := headers.get(key)) is not None}
 
+    @property
+    def keys_by_address(self) -> bool:
+        """Something is counted per caller address (rate limits, failed credentials): the doors find it."""
+        return self.limiter is not None or self.failures is not None
+
     def admit(self, access: RouteAccess, headers: Mapping[str, str], *, peer: str, cn: str | None = None,
               agent: str | None = None, refuse_draining: bool = True) -> Client | None:
         """The access decision of both front doors (an HTTP route, a gRPC method): the caller's client (None:
@@ -262,12 +271,12 @@ class AccessControl:
         use, then a rate-limit token for the client, or for the anonymous caller's address `peer`."""
         cls = access.cls
         if cls is AccessClass.ADMIN:
-            return self.admin(headers)
+            return self.admin(headers, peer)
         if cls is not AccessClass.CLIENT:
             return None
         if refuse_draining and self.drain is not None and self.drain.draining:
             raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
-        client = self._client(headers, access, cn)
+        client = self._client(headers, access, cn, peer)
         if self.federation is not None and client is not None:  # a trusted peer gateway's client: its own principal
             client = self.federation.principal(client, headers.get(FEDERATION_HEADER), time.time())
         self.check_agent(client, agent)
@@ -289,23 +298,62 @@ class AccessControl:
             await stale.refresh()
         return self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
 
-    def admin(self, headers: Mapping[str, str]) -> Client:
-        """The one check of the admin token (admin routes, and `/metrics` besides client credentials)."""
+    def admin(self, headers: Mapping[str, str], peer: str | None = None) -> Client:
+        """The one check of the admin token (admin routes, and `/metrics` besides client credentials); a wrong one
+        counts as a failed credential of `peer` (the caller's address)."""
         token = self.admin_token() if self.admin_token else None
         if not token:
             raise Forbidden("admin API disabled: set the admin token (admin.token_env) to enable it")
         scheme, _, given = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise Unauthorized("admin API: missing bearer token")
-        if not hmac.compare_digest(digest_secret(given.strip()), digest_secret(token)):
+        return self.judged(peer, "Authorization", lambda: self._admin_token(given.strip(), token))
+
+    @staticmethod
+    def _admin_token(given: str, token: str) -> Client:
+        if not hmac.compare_digest(digest_secret(given), digest_secret(token)):
             raise Forbidden("admin API: invalid token")
         return Client("admin", "bearer", max_priority=ADMIN_MAX_PRIORITY)
 
-    def _client(self, headers: Mapping[str, str], access: RouteAccess, cn: str | None) -> Client | None:
+    def judged(self, peer: str | None, field: str, check: Callable[[], Client]) -> Client:
+        """`check()` of a credential (in the header `field`) from address `peer`, within the address's budget of
+        failed checks (`failures`): a refusal by `check` (401, 403) counts as a failure; while the address is over its
+        budget every credential from it is refused alike (`CredentialsLocked`, 429, right or wrong), but for clients
+        served from that address recently, which are checked and served as ever."""
+        failures = self.failures
+        if failures is None or peer is None:
+            return check()
+        now = self.clock()
+        wait = failures.over(peer, now)
+        try:
+            found = check()
+        except (Unauthorized, Forbidden) as exc:
+            if wait is not None:  # the same answer as for a right one: a guess learns nothing
+                raise failures.locked(peer, wait, field) from None
+            if getattr(exc, "final", True):  # a JWT naming a kid not read yet is judged again after the read
+                failures.failed(peer, now)
+            raise
+        key = found.key
+        if wait is not None and not failures.known(peer, key):
+            raise failures.locked(peer, wait, field)
+        failures.verified(peer, key)
+        return found
+
+    def _client(self, headers: Mapping[str, str], access: RouteAccess, cn: str | None,
+                peer: str | None = None) -> Client | None:
         if cn is not None and "authorization" not in headers and self.auth.header not in headers:
             return self.auth.certificate(cn)  # mutual TLS: the certificate's subject is the sender
         if not self.auth.active:
             return None
+        authorization = headers.get("authorization")
+        presented = authorization or headers.get(self.auth.header)
+        if not presented:  # nothing to check (401 missing credentials): no guess
+            return self.auth.authenticate(headers)
+        field = "Authorization" if authorization else self.auth.header
+        return self.judged(peer, field, lambda: self._credential(headers, access))
+
+    def _credential(self, headers: Mapping[str, str], access: RouteAccess) -> Client:
+        """The client (or, where the route takes it too, the admin) the request's credential names, or 401."""
         if access.admin_also:
             admin = self.admin_token() if self.admin_token else None
             scheme, _, given = headers.get("authorization", "").partition(" ")
@@ -326,8 +374,15 @@ class AccessControl:
     async def unmatched(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A path no route matches: 401 first when auth is on (no route map for strangers), else 404."""
         try:
-            if self.auth.active:
-                self.auth.authenticate(self._pick(scope))
+            if self.auth.active:  # 401 or 404 would tell whether a credential is good: counted as a check
+                headers = self._pick(scope)
+                presented = headers.get("authorization") or headers.get(self.auth.header)
+                if presented and self.failures is not None:
+                    peer = str((scope.get("client") or ("?",))[0])
+                    field = "Authorization" if "authorization" in headers else self.auth.header
+                    self.judged(peer, field, lambda: self.auth.authenticate(headers))
+                else:
+                    self.auth.authenticate(headers)
             raise MethodNotFound(f"no route for {scope.get('method', 'GET')} {scope.get('path', '/')}", field="path")
         except MMA2AError as exc:
             await self.refuse(exc, ErrorShape.REST, send)
@@ -462,7 +517,17 @@ def access_control(gw: Any, body_check: Callable[[bytes], Awaitable[None]] | Non
                          admin_token=lambda: gw.admin_token, drain=gw.drain,
                          bodies=BodyBudget(in_flight, max(in_flight // 2, cfg.max_body_bytes)),
                          streams=StreamSlots(cfg.limits.max_response_streams_per_client, cfg.limits.max_response_streams),
-                         federation=gw.federation, body_check=body_check)
+                         federation=gw.federation, body_check=body_check, failures=credential_failures(gw))
+
+
+def credential_failures(gw: Any) -> CredentialFailures | None:
+    """The budget of failed credential checks per address of a `Gateway` (`auth.failed_credentials`), its refusals
+    counted in the metrics; None when turned off."""
+    cfg = gw.config.auth.failed_credentials
+    if not cfg.enabled:
+        return None
+    counter = gw.metrics.credential_failures
+    return CredentialFailures(cfg, count=lambda result: counter.labels(result).inc())
 
 
 def jwt_verifier(gw: Any) -> JWTVerifier | None:

@@ -292,7 +292,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 self.control.single_credentials(k for k, _ in metadata)
             peer = "?"
             address, cn = self.peer(context)
-            if self.control.limiter is not None:
+            if self.control.keys_by_address:  # rate limits, failed credentials
                 forwarded = [v for k, v in metadata if k.lower() == "x-forwarded-for" and isinstance(v, str)]
                 peer = self.proxies.client_address(address, forwarded)
             client = await self.control.admit_async(access, headers, peer=peer, cn=cn)

@@ -238,6 +238,10 @@ class GatewayMetrics:
                                    "bad_signature, unknown_kid, too_large, malformed, ...)", ["issuer", "result"], r)
         self.jwks_reads = _counter("mma2a_jwks_reads", "Reads of JWT issuers' key sets, by issuer and result (ok, failed)",
                                    ["issuer", "result"], r)
+        self.credential_failures = _counter("mma2a_credential_failures", "Credentials (client tokens, API keys, JWTs, "
+                                            "the admin token) that did not verify (failed), and those refused unchecked "
+                                            "from an address over its budget of failures (refused; "
+                                            "auth.failed_credentials)", ["result"], r)
         self.push_deliveries = _counter("mma2a_push_deliveries", "Push notifications to clients' webhooks, by outcome "
                                         "(delivered, failed, refused)", ["outcome"], r)
         self.agents = Labelled(Gauge("mma2a_agents", "Registered agents, by health", ["health"], registry=r))

@@ -1,0 +1,119 @@
+"""Failed credential checks per source address: a budget, so nobody can try tokens, API keys or admin tokens as fast
+as the gateway answers (882 a second from one connection, session 12), without locking out a neighbour.
+
+Each address (an IPv6 caller by its /64, which one host usually holds whole) has a token bucket of failed checks
+(`auth.failed_credentials`: `burst` at once, `per_s` regained a second): a credential that does not verify takes one.
+Only failures are counted: a client whose credential verifies never spends any, and requests without a credential
+guess nothing. While an address's bucket is empty, every credential from it is answered alike — 429 + `Retry-After`
+(gRPC `RESOURCE_EXHAUSTED`) naming the budget, whether the credential is wrong or right — except one naming a client
+that was served from that same address recently: the gateway keeps a bounded set of (address, client) pairs that
+verified (client names, never a credential), and such a client is still checked and served. So a guess learns
+nothing once the budget is spent, while a neighbour behind the same NAT whose client was working keeps working (a
+JWT client too, whose token is renewed meanwhile: the pair names the client, not the token).
+
+In a cluster (and `serve --workers N`) the buckets are a shared budget (`budgets.SharedBudgets`, budget
+`failures`): a guesser spreading over N gateways has the budget once, not N times. The remembered pairs stay per
+process.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+
+from ...errors import RateLimited
+from .clients import FailedCredentialsConfig, RateLimiter
+
+log = logging.getLogger("mma2a.gateway.security")
+
+WARN_EVERY_S = 60.0  # an address over its budget is logged at most this often
+
+
+class CredentialsLocked(RateLimited):
+    """An address over its budget of failed credential checks presented a credential that did not verify from it
+    recently: refused unchecked (429 + `Retry-After`; gRPC `RESOURCE_EXHAUSTED`); `field` names the credential's
+    header, never the credential."""
+
+    def __init__(self, message: str, *, retry_after: float, field: str) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.field = field
+        self.data["field"] = field
+
+
+def address_key(address: str) -> str:
+    """The bucket of an address: `ip:<IPv4 address>`, or `ip:<IPv6 /64>::/64` (one host's usual share; an
+    IPv4-mapped IPv6 address counts as its IPv4 address)."""
+    if ":" not in address:
+        return f"ip:{address}"
+    try:
+        ip = ipaddress.IPv6Address(address.partition("%")[0])
+    except ValueError:
+        return f"ip:{address}"
+    if ip.ipv4_mapped is not None:
+        return f"ip:{ip.ipv4_mapped}"
+    return f"ip:{ipaddress.IPv6Network((int(ip) >> 64 << 64, 64))}"
+
+
+class CredentialFailures:
+    """The failure buckets of source addresses and the (address, client) pairs that verified from them recently.
+
+    `over` before a credential is checked (the seconds until the address may fail again, None while it may),
+    `failed` when one did not verify, `known` and `verified` when one did. Memory: at most `max_addresses` buckets
+    and `max_remembered` pairs, the least recently used dropped first."""
+
+    def __init__(self, config: FailedCredentialsConfig, *, count: Callable[[str], None] | None = None) -> None:
+        """`count(result)`: each credential that did not verify (`failed`) and each refused for its address's budget
+        (`refused`)."""
+        self.per_s = config.per_s
+        self.burst = config.burst
+        self.buckets = RateLimiter(config.per_s, config.burst, capacity=config.max_addresses)
+        self.max_remembered = config.max_remembered
+        self._remembered: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._warned: OrderedDict[str, float] = OrderedDict()
+        self.count = count or (lambda result: None)
+
+    def over(self, address: str, now: float) -> float | None:
+        """The seconds until `address` may fail a check again; None while it may (its budget is not spent)."""
+        if not self.buckets.has_any():
+            return None
+        return self.buckets.due(address_key(address), now)
+
+    def locked(self, address: str, wait: float, field: str) -> CredentialsLocked:
+        """The refusal of a credential from `address`, over its budget for `wait` more seconds (right or wrong)."""
+        self.count("refused")
+        return CredentialsLocked(
+            f"too many failed credentials from {address} (auth.failed_credentials: {self.burst} at once, "
+            f"{self.per_s:g} a second): only clients served from this address recently are served for {wait:.1f} s; "
+            "retry then", retry_after=round(wait, 3), field=field)
+
+    def failed(self, address: str, now: float) -> None:
+        """A credential presented from `address` did not verify: one of its failures taken."""
+        self.count("failed")
+        key = address_key(address)
+        self.buckets.take(key, now)
+        if self.buckets.due(key, now) is not None:
+            warned = self._warned.get(key)
+            if warned is None or now - warned >= WARN_EVERY_S:
+                self._warned[key] = now
+                self._warned.move_to_end(key)
+                while len(self._warned) > 1024:
+                    self._warned.popitem(last=False)
+                log.warning("%s is over its budget of failed credentials (auth.failed_credentials: %d at once, %g a "
+                            "second): only clients served from it recently are served", key, self.burst, self.per_s)
+
+    def known(self, address: str, client: str) -> bool:
+        """`client` verified from `address` recently."""
+        return (address, client) in self._remembered
+
+    def verified(self, address: str, client: str) -> None:
+        """`client` verified from `address`: remembered (the least recently verified pair forgotten past the cap)."""
+        remembered = self._remembered
+        pair = (address, client)
+        if pair in remembered:
+            remembered.move_to_end(pair)
+            return
+        remembered[pair] = None
+        if len(remembered) > self.max_remembered:
+            remembered.popitem(last=False)

@@ -1,0 +1,240 @@
+"""Failed credentials are budgeted per source address (`auth.failed_credentials`, gateway/access/failures.py).
+
+Session 12 left it open: one connection tried 882 admin tokens a second, every one judged. Now an address over its
+budget of failed checks has every credential refused alike, right or wrong (429 / RESOURCE_EXHAUSTED), so guessing
+gets nowhere, while a neighbour behind the same address whose client was served there keeps being served. Addresses come
+through the trusted local proxy (`X-Forwarded-For` from 127.0.0.1, as uvicorn and the gRPC door read it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import grpc
+import grpc.aio
+import httpx
+import orjson
+import pytest
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+from mma2a.gateway import parse_config
+from mma2a.gateway.access.budgets import SharedBudgets
+from mma2a.gateway.access.clients import FailedCredentialsConfig
+from mma2a.gateway.access.failures import CredentialFailures, CredentialsLocked, address_key
+from mma2a.errors import ConfigError
+from tests.gateway.conftest import ADMIN, agent, agents, gateway
+from tests.oidc import Clock, Issuer
+from tests.security.conftest import API_KEY, CAROL, CLIENTS, TOKEN, secured, send_body
+from tests.security.test_grpc_admission import _message, _retry_info, _status, grpc_gateway
+
+BUDGET = {"burst": 5, "per_s": 0.001}  # five failures, then one more each 1,000 s: no refill during a test
+GUESSER = "203.0.113.7"  # the guesser's address, and the neighbours' behind the same NAT
+ELSEWHERE = "198.51.100.20"
+
+
+def _from(address: str, headers: dict[str, str] | None = None) -> dict[str, str]:
+    return {"A2A-Version": "1.0", "X-Forwarded-For": address, **(headers or {})}
+
+
+def _bearer(token: str, address: str) -> dict[str, str]:
+    return _from(address, {"Authorization": f"Bearer {token}"})
+
+
+async def test_a_guesser_learns_nothing_while_a_neighbour_with_a_working_credential_is_served(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_BOB_KEY", API_KEY)
+    auth = {"clients": CLIENTS, "failed_credentials": BUDGET}
+    async with secured({"auth": auth}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            # alice works from behind the NAT before the guessing starts
+            before = await c.post(url + "/", json=send_body("a-1"), headers=_bearer(TOKEN, GUESSER))
+            guesses = [await c.post(url + "/", json=send_body(f"g-{i}"), headers=_bearer(f"guess-{i:04d}", GUESSER))
+                       for i in range(8)]
+            # a right guess of a client never served from this address is refused like a wrong one
+            carol_guessed = await c.post(url + "/", json=send_body("g-carol"), headers=_bearer(CAROL, GUESSER))
+            rest = await c.post(url + "/v1/message:send", json={"message": send_body("g-r")["params"]["message"]},
+                                headers=_bearer("guess-rest", GUESSER))
+            key = await c.post(url + "/", json=send_body("g-k"), headers=_from(GUESSER, {"X-API-Key": "guess-key"}))
+            # the neighbour: checked and accepted, on both bindings
+            alice = await c.post(url + "/", json=send_body("a-2"), headers=_bearer(TOKEN, GUESSER))
+            task_id = before.json()["result"]["task"]["id"]
+            alice_rest = await c.get(url + f"/tasks/{task_id}", headers=_bearer(TOKEN, GUESSER))
+            # another address is not touched, whatever it sends
+            carol = await c.post(url + "/", json=send_body("c-1"), headers=_bearer(CAROL, ELSEWHERE))
+            wrong_elsewhere = await c.post(url + "/", json=send_body("w-1"), headers=_bearer("nope", ELSEWHERE))
+            bob = await c.post(url + "/", json=send_body("b-1"), headers=_from(ELSEWHERE, {"X-API-Key": API_KEY}))
+            metrics = await c.get(url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert before.status_code == 200 and "result" in before.json()
+    # five failures are checked and answered 401, then the address is over its budget
+    assert [g.status_code for g in guesses] == [401] * 5 + [429] * 3
+    assert guesses[0].json()["error"]["message"] == "Authorization: invalid bearer token"
+    locked = guesses[5]
+    wait = float(locked.headers["Retry-After"])
+    assert 990 <= wait <= 1000
+    err = locked.json()["error"]
+    assert err["code"] == -32600
+    assert err["message"] == (
+        f"too many failed credentials from {GUESSER} (auth.failed_credentials: 5 at once, 0.001 a second): only "
+        f"clients served from this address recently are served for {err['message'].split('for ')[1]}")
+    assert err["message"].endswith(" s; retry then")
+    info = err["data"][0]
+    assert info["reason"] == "RESOURCE_EXHAUSTED" and info["metadata"]["field"] == "Authorization"
+    assert math.isclose(float(info["metadata"]["retryAfter"]), wait, abs_tol=1.0)
+    assert all("guess" not in g.text for g in guesses)  # never which credential was tried
+    assert carol_guessed.status_code == 429 and CAROL not in carol_guessed.text and "carol" not in carol_guessed.text
+    same = [r.json()["error"]["message"].split(" for ")[0] for r in (carol_guessed, guesses[7])]
+    assert same[0] == same[1]  # the answer to a right credential is the answer to a wrong one
+    assert rest.status_code == 429 and rest.headers["Retry-After"]
+    assert rest.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert rest.json()["error"]["message"].startswith(f"too many failed credentials from {GUESSER} ")
+    assert key.status_code == 429 and key.json()["error"]["data"][0]["metadata"]["field"] == "x-api-key"
+    assert alice.status_code == 200 and alice.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert alice_rest.status_code == 200
+    assert carol.status_code == 200 and bob.status_code == 200
+    assert wrong_elsewhere.status_code == 401
+    text = metrics.text
+    assert 'mma2a_credential_failures_total{result="failed"} 6.0' in text  # five guesses here, one elsewhere
+    assert 'mma2a_credential_failures_total{result="refused"} 6.0' in text  # three guesses, carol's, REST, API key
+
+
+async def test_admin_tokens_are_budgeted_and_the_admin_keeps_working() -> None:
+    """The attack of session 12 (882 admin tokens a second): after the budget, refused unchecked; the admin's own
+    token, used from that address before, still opens the admin API; from elsewhere the admin is not affected."""
+    auth = {"clients": CLIENTS, "failed_credentials": BUDGET}
+    async with secured({"auth": auth}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            first = await c.get(url + "/admin/agents", headers=_bearer(ADMIN, GUESSER))
+            answers = [await c.get(url + "/admin/agents", headers=_bearer(f"admin-guess-{i}", GUESSER))
+                       for i in range(7)]
+            admin = await c.get(url + "/admin/agents", headers=_bearer(ADMIN, GUESSER))
+            # a path no route has answers 401 or 404 by the credential: an oracle too, so it is budgeted as well
+            unrouted = await c.get(url + "/no/such/path", headers=_bearer("unrouted-guess", GUESSER))
+            other = await c.get(url + "/admin/agents", headers=_bearer(ADMIN, ELSEWHERE))
+    assert first.status_code == 200 and admin.status_code == 200 and other.status_code == 200
+    assert [a.status_code for a in answers] == [403] * 5 + [429] * 2
+    assert answers[0].json()["error"]["message"] == "admin API: invalid token"
+    assert answers[5].json()["error"]["message"].startswith(f"too many failed credentials from {GUESSER} ")
+    assert unrouted.status_code == 429
+
+
+async def test_the_grpc_door_shares_the_budget_and_answers_resource_exhausted() -> None:
+    cfg = {"auth": {"clients": CLIENTS, "failed_credentials": BUDGET}}
+    fwd = ("x-forwarded-for", GUESSER)
+    async with grpc_gateway(cfg) as (gw, url, port, executor):
+        async with httpx.AsyncClient(timeout=30) as c:
+            ok = await c.post(url + "/", json=send_body("h-1"), headers=_bearer(TOKEN, GUESSER))
+            http = [await c.post(url + "/", json=send_body(f"h-g{i}"), headers=_bearer(f"guess-{i}", GUESSER))
+                    for i in range(3)]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
+            codes = []
+            for i in range(4):  # two more failures use up the budget the HTTP door began
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.SendMessage(_message("guess", f"r-g{i}"), timeout=30,
+                                           metadata=[("a2a-version", "1.0"), fwd, ("authorization", f"Bearer g-{i}")])
+                codes.append(refused.value)
+            alice = await stub.SendMessage(_message("alice", "r-a"), timeout=30,
+                                           metadata=[("a2a-version", "1.0"), fwd, ("authorization", f"Bearer {TOKEN}")])
+    assert ok.status_code == 200 and [r.status_code for r in http] == [401] * 3
+    assert [e.code() for e in codes] == [grpc.StatusCode.UNAUTHENTICATED] * 2 + [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
+    locked = codes[2]
+    assert locked.details().startswith(f"too many failed credentials from {GUESSER} (auth.failed_credentials: 5 ")
+    wait = math.ceil(float(locked.details().split("served for ")[1].split(" ")[0]))
+    assert dict(locked.trailing_metadata() or ())["retry-after"] == str(wait)
+    retry = _retry_info(_status(locked))
+    assert retry is not None and retry.retry_delay.seconds == wait
+    assert alice.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    assert [p.text for r in executor.received for p in r.message.parts] == ["hello", "alice"]
+
+
+def _refused(failures: CredentialFailures, address: str, now: float) -> bool:
+    return failures.over(address, now) is not None
+
+
+def test_memory_is_bounded_and_ipv6_callers_count_by_their_64() -> None:
+    failures = CredentialFailures(FailedCredentialsConfig(burst=1, per_s=0.001, max_addresses=16, max_remembered=16))
+    for i in range(1000):  # a thousand addresses failing, a thousand clients verifying
+        failures.failed(f"10.0.{i // 256}.{i % 256}", 0.0)
+        failures.verified(f"10.1.{i // 256}.{i % 256}", f"client-{i}")
+    assert len(failures.buckets._buckets) == 16 and len(failures._remembered) == 16
+    # the newest kept, the oldest forgotten
+    assert _refused(failures, "10.0.3.231", 1.0) and not _refused(failures, "10.0.0.0", 1.0)
+    assert failures.known("10.1.3.231", "client-999") and not failures.known("10.1.0.0", "client-0")
+    assert not failures.known("10.1.3.230", "client-999")  # a client is remembered from its own address only
+    assert address_key("2001:db8:0:0:aaaa::1") == address_key("2001:db8::ffff:1") == "ip:2001:db8::/64"
+    assert address_key("2001:db8:0:1::1") == "ip:2001:db8:0:1::/64"
+    assert address_key("::ffff:192.0.2.1") == "ip:192.0.2.1" and address_key("192.0.2.1") == "ip:192.0.2.1"
+    assert address_key("?") == "ip:?"
+    failures.failed("2001:db8::1", 0.0)
+    assert _refused(failures, "2001:db8::2", 1.0)  # another address of the same /64
+    assert not _refused(failures, "2001:db8:0:1::1", 1.0)
+    # a bucket full again is forgotten once it is looked at
+    assert not _refused(failures, "2001:db8::2", 5000.0)
+    assert "ip:2001:db8::/64" not in failures.buckets._buckets
+    locked = failures.locked("10.0.3.231", 12.5, "x-api-key")
+    assert isinstance(locked, CredentialsLocked) and locked.http_status == 429 and locked.retry_after == 12.5
+    assert locked.data == {"retryAfter": 12.5, "field": "x-api-key"}
+
+
+def test_a_guesser_spreading_over_gateways_has_the_budget_once() -> None:
+    """`serve --workers N` and a cluster: each gateway reports the failures it counted, the others charge them."""
+    cfg = FailedCredentialsConfig(burst=4, per_s=0.001)
+    gw1, gw2 = CredentialFailures(cfg), CredentialFailures(cfg)
+    shared1, shared2 = SharedBudgets(), SharedBudgets()
+    shared1.rate("failures", gw1.buckets)
+    shared2.rate("failures", gw2.buckets)
+    for _ in range(2):
+        gw1.failed(GUESSER, 0.0)
+    for _ in range(2):
+        gw2.failed(GUESSER, 0.0)
+    assert not _refused(gw1, GUESSER, 0.1) and not _refused(gw2, GUESSER, 0.1)  # two of four, on each
+    report1, report2 = shared1.report(0.1), shared2.report(0.1)
+    assert report1 == report2 == {"t": {"failures": {f"ip:{GUESSER}": (2, 0.001, 4)}}}
+    assert report1 is not None and report2 is not None
+    as_sent = orjson.loads(orjson.dumps(report1)), orjson.loads(orjson.dumps(report2))  # over NATS, as JSON
+    shared2.heard("gw1", as_sent[0], 0.1)
+    shared1.heard("gw2", as_sent[1], 0.1)
+    assert _refused(gw1, GUESSER, 0.2) and _refused(gw2, GUESSER, 0.2)  # four failures in all, on both
+
+
+@pytest.mark.parametrize(("value", "field"), [
+    ({"per_s": 0}, "auth.failed_credentials.per_s"),
+    ({"burst": 0}, "auth.failed_credentials.burst"),
+    ({"max_addresses": 2}, "auth.failed_credentials.max_addresses"),
+    ({"max_remembered": "many"}, "auth.failed_credentials.max_remembered"),
+    ({"rate": 1}, "auth.failed_credentials.rate"),
+])
+def test_bad_settings_are_refused_naming_the_field(value: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as bad:
+        parse_config({"auth": {"clients": CLIENTS, "failed_credentials": value}})
+    assert bad.value.message.startswith(field), bad.value.message
+
+
+async def test_a_jwt_client_renewing_its_token_behind_the_guessers_address_is_still_served(tmp_path: Any) -> None:
+    """A neighbour's pair names its client, not its token: alice's fresh JWT is checked and served; bob's valid JWT,
+    never served from that address, is answered as the forgeries are; a made-up kid reads no key set."""
+    idp, forger = Issuer(kind="EC"), Issuer(kind="EC")
+    path = tmp_path / "jwks.json"
+    path.write_bytes(orjson.dumps(idp.jwks()))
+    issuer = {"issuer": idp.name, "audiences": [idp.audience], "jwks_file": str(path), "algorithms": ["ES256"],
+              "client_prefix": "kc:"}
+    auth = {"clients": CLIENTS, "jwt": [issuer], "failed_credentials": BUDGET}
+    async with agents({"text": agent("text", ["text/plain"])}) as urls, \
+            gateway({"agents": [{"name": "text", "url": urls["text"]}], "auth": auth}, clock=Clock()) as (gw, url):
+        async with httpx.AsyncClient(timeout=30) as c:
+            first = await c.post(url + "/", json=send_body("j-1"), headers=_bearer(idp.mint("alice"), GUESSER))
+            forged = [await c.post(url + "/", json=send_body(f"j-f{i}"),
+                                   headers=_bearer(idp.mint("alice", key=forger.keys[0], jti=str(i)), GUESSER))
+                      for i in range(6)]
+            renewed = await c.post(url + "/", json=send_body("j-2"),
+                                   headers=_bearer(idp.mint("alice", ttl=600, jti="renewed"), GUESSER))
+            bob = await c.post(url + "/", json=send_body("j-3"), headers=_bearer(idp.mint("bob"), GUESSER))
+            bob_elsewhere = await c.post(url + "/", json=send_body("j-4"), headers=_bearer(idp.mint("bob"), ELSEWHERE))
+    assert first.status_code == renewed.status_code == bob_elsewhere.status_code == 200
+    assert [f.status_code for f in forged] == [401] * 5 + [429]
+    assert forged[0].json()["error"]["message"] == "JWT: unknown key id (kid): not in the issuer's key set"
+    assert bob.status_code == 429
+    assert bob.json()["error"]["message"].split(" for ")[0] == forged[5].json()["error"]["message"].split(" for ")[0]
+    assert gw.access.auth.jwt is not None
+    assert gw.access.auth.jwt.issuers[0].reads == 1  # type: ignore[attr-defined]
