@@ -36,8 +36,8 @@ def doc(n: int) -> bytes:
     return orjson.dumps({"n": n})
 
 
-def frame(data: bytes, stamp: int | None = None, crc: int | None = None) -> bytes:
-    return FRAME_HEAD.pack(len(data), zlib.crc32(data) if crc is None else crc,
+def frame(data: bytes, stamp: int | None = None, check: int | None = None) -> bytes:
+    return FRAME_HEAD.pack(len(data), zlib.adler32(data) if check is None else check,
                            time.monotonic_ns() if stamp is None else stamp) + data
 
 

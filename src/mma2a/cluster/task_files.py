@@ -1,7 +1,7 @@
 """The task records of one host's workers, shared through files in one directory (`serve --workers N` over the
 nats-server it starts, where the workers are the whole cluster).
 
-Each worker appends its batches of records to its own files (`<origin>.<n>.log`: one writer per file, a new one
+Each worker appends its records to its own files (`<origin>.<n>.log`: one writer per file, a new one
 every `SEGMENT_S` or once it holds `SEGMENT_BYTES`); every worker reads the others' files, from where it last
 stopped, when it needs to (a task id or context it does not know, a listing). A writer maps its file into memory
 and appends by copying a frame into it: no system call on the request path (a `write` per record cost a worker ~3 µs
@@ -15,11 +15,12 @@ A file starts with `FILE_HEAD` (a magic number, then how many of its bytes are f
 length, raised after each frame) and is allocated ahead (`posix_fallocate`: a full disk is an `OSError` when the file
 grows, never a fault on a copy), from `FIRST_BYTES`, doubling as it fills (by `GROW_BYTES` at most: one request
 allocates that much at most); it is cut back to its frames when its
-writer moves to the next. A frame is `FRAME_HEAD` (the document's length, its CRC-32, the writer's `CLOCK_MONOTONIC`
+writer moves to the next. A frame is `FRAME_HEAD` (the document's length, its Adler-32, the writer's `CLOCK_MONOTONIC`
 in ns: one clock for every process of a host, so records read from several files are applied in the order they
-were written) then the batch document (`ClusterTaskMap`'s: `{"origin", "put", "del"}`). A reader takes whole frames
-below the committed length, each checked against its CRC: a frame being written (or torn by a writer killed
-mid-copy) is never taken. Files are kept while their records may be asked for: a writer removes its own files once
+were written) then the document (`ClusterTaskMap`'s: one record, or one removal). A reader takes whole frames
+below the committed length, each checked against its checksum: a frame being written (or torn by a writer killed
+mid-copy, or whose copy another core does not see whole yet) is never taken. Adler-32, not CRC-32: it only has to
+tell a whole copy from a partial one (the rest of a file is zeros), and costs half as much on every request. Files are kept while their records may be asked for: a writer removes its own files once
 its cache holds none of their records any more (`held_since`: its oldest record was made after the file's last
 write), and its oldest past `retain_bytes` whatever they hold; any worker removes files not written for `max_age_s`
 (the map's age limit), a dead worker's included (a writer sets its file's modification time at most every `TOUCH_S`,
@@ -33,15 +34,16 @@ import os
 import struct
 import tempfile
 import time
-import zlib
+from zlib import adler32
 from collections.abc import Callable
 from pathlib import Path
 
 FILE_HEAD = struct.Struct(">QQ")  # MAGIC, the committed length (the file's bytes that are whole frames, FILE_HEAD's
 # own included)
-FRAME_HEAD = struct.Struct(">IIQ")  # the document's length, its CRC-32, the writer's monotonic clock in ns
+FRAME_HEAD = struct.Struct(">IIQ")  # the document's length, its Adler-32, the writer's monotonic clock in ns
+FRAME_BYTES = FRAME_HEAD.size
 COMMITTED = struct.Struct(">Q")  # FILE_HEAD's second field, at offset 8
-MAGIC = 0x6D6D6132_74617331  # "mma2tas1"
+MAGIC = 0x6D6D6132_74617332  # "mma2tas2" (frames: one record each, Adler-32)
 FIRST_BYTES = 64 << 10  # a new file's first allocation; doubled as it fills (by GROW_BYTES at most) ...
 GROW_BYTES = 1 << 20
 SEGMENT_BYTES = 8 << 20  # ... up to this, then a new file (a frame larger than it: a file as large as it)
@@ -79,39 +81,34 @@ class TaskFiles:
         self._size = 0  # the current file's allocated bytes
         self._used = 0  # ... and its committed ones (FILE_HEAD and whole frames)
         self._segment = 0
-        self._segment_at = self._segment_last = self._touched = 0.0
-        self._due = 0.0  # when an append next looks at the file's age and time (`_make_room`)
+        self._segment_at = self._touched = 0.0
+        self._last_ns = 0  # the last append's time (`time.monotonic_ns`)
+        self._due_ns = 0  # when an append next looks at the file's age and time (`_make_room`), the same clock
         self._touch_s = min(TOUCH_S, max_age_s / 4)
         self._own: list[tuple[Path, int, float]] = []  # this writer's files, oldest first: size, last written
         self._read: dict[str, int] = {}  # another writer's file -> the bytes of it taken (whole frames)
-        self.appended = 0  # frames written, and bytes
-        self.bytes = 0
 
     # --- writing ------------------------------------------------------------------------------------------
-    def append(self, *parts: bytes) -> None:
-        """Store one batch document (`parts` joined): when this returns, every worker of the host reads it on its next
-        catch-up. The document is copied into the mapped file, then its frame head, then the committed length."""
+    def append(self, doc: bytes) -> None:
+        """Store one document: when this returns, every worker of the host reads it on its next catch-up. The document
+        is copied into the mapped file, then its frame head, then the committed length."""
         stamp = time.monotonic_ns()
-        now = stamp / 1e9  # time.monotonic(), on the same clock
-        doc = b"".join(parts)
         at = self._used
-        end = at + FRAME_HEAD.size + len(doc)
-        if end > self._size or now >= self._due:  # (no file yet: `_size` is 0)
-            at, end = self._make_room(now, end, FRAME_HEAD.size + len(doc))
+        end = at + FRAME_BYTES + len(doc)
+        if end > self._size or stamp >= self._due_ns:  # (no file yet: `_size` is 0)
+            at, end = self._make_room(stamp / 1e9, end, FRAME_BYTES + len(doc))  # time.monotonic(), the same clock
         m = self._map
         assert m is not None
-        m[at + FRAME_HEAD.size:end] = doc
-        FRAME_HEAD.pack_into(m, at, len(doc), zlib.crc32(doc), stamp)
+        m[at + FRAME_BYTES:end] = doc
+        FRAME_HEAD.pack_into(m, at, len(doc), adler32(doc), stamp)
         COMMITTED.pack_into(m, 8, end)  # readers take it from now
         self._used = end
-        self._segment_last = now
-        self.appended += 1
-        self.bytes += end - at
+        self._last_ns = stamp
 
     def _make_room(self, now: float, end: int, frame: int) -> tuple[int, int]:
         """Before an append that does not fit, or once `_due`: a new file (none yet; this one `SEGMENT_S` old, full, or
         idle for half the age limit, which the other workers judge files by), or this one grown; its time touched."""
-        if (self._map is None or now - self._segment_at >= SEGMENT_S or now - self._segment_last >= self.max_age_s / 2
+        if (self._map is None or now - self._segment_at >= SEGMENT_S or now - self._last_ns / 1e9 >= self.max_age_s / 2
                 or (end > self._size and self._size >= SEGMENT_BYTES)):
             self._rotate(now, frame)
         elif end > self._size:
@@ -120,7 +117,7 @@ class TaskFiles:
             assert self._fd is not None
             os.utime(self._fd)  # (an fd: futimens) copies into a mapping leave the modification time as it was
             self._touched = now
-        self._due = min(self._segment_at + SEGMENT_S, self._touched + self._touch_s)
+        self._due_ns = int(min(self._segment_at + SEGMENT_S, self._touched + self._touch_s) * 1e9)
         return self._used, self._used + frame
 
     def _map_file(self, fd: int, size: int) -> mmap.mmap:
@@ -152,7 +149,8 @@ class TaskFiles:
             raise
         m[0:FILE_HEAD.size] = FILE_HEAD.pack(MAGIC, FILE_HEAD.size)
         self._fd, self._map, self._size, self._used = fd, m, size, FILE_HEAD.size
-        self._segment_at = self._segment_last = self._touched = now
+        self._segment_at = self._touched = now
+        self._last_ns = int(now * 1e9)
         self._own.append((path, FILE_HEAD.size, now))
         self._prune()
 
@@ -170,7 +168,7 @@ class TaskFiles:
         os.close(self._fd)
         self._fd = None
         self._size = 0  # no file: the next append makes one (`_make_room`), even if this one's rotation fails
-        self._own[-1] = (self._own[-1][0], self._used, self._segment_last)
+        self._own[-1] = (self._own[-1][0], self._used, self._last_ns / 1e9)
 
     def _prune(self) -> None:
         """Remove this writer's files whose records its cache no longer holds, its oldest past `retain_bytes`, and
@@ -221,7 +219,7 @@ class TaskFiles:
         return out
 
     def read(self, pending: list[tuple[str, int, int]]) -> list[bytes]:
-        """The whole frames of `pending` (from `pending()`), in the order they were written, as batch documents."""
+        """The whole frames of `pending` (from `pending()`), in the order they were written: their documents."""
         frames: list[tuple[int, bytes]] = []
         for name, taken, committed in pending:
             try:
@@ -233,12 +231,12 @@ class TaskFiles:
                 continue
             at = 0
             while at + FRAME_HEAD.size <= len(data):
-                length, crc, stamp = FRAME_HEAD.unpack_from(data, at)
+                length, check, stamp = FRAME_HEAD.unpack_from(data, at)
                 end = at + FRAME_HEAD.size + length
                 if end > len(data):  # past the committed length (a file cut short): not whole
                     break
                 doc = data[at + FRAME_HEAD.size:end]
-                if zlib.crc32(doc) != crc:  # not as written (not yet visible whole): taken on a later read
+                if adler32(doc) != check:  # not as written (not yet visible whole): taken on a later read
                     break
                 frames.append((stamp, doc))
                 at = end

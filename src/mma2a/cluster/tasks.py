@@ -24,10 +24,13 @@ removes it, or the bucket's byte bound `cluster.task_bucket_bytes`, oldest first
 (one record each, written by gateways before batching) are still read.
 
 The workers of one `serve --workers N` over the nats-server it starts are the whole cluster: they share the same
-documents through files on the host instead (`files_dir`, cluster/task_files.py). Each record is appended as it
+records through files on the host instead (`files_dir`, cluster/task_files.py). Each record is appended as it
 is made (stored when the append returns: nothing to wait for before answering), and a worker reads the others'
 records only when it needs them (`sync`: a task it does not know, or a fan-out still in progress; a context it
-does not know; a listing): nothing reaches a worker per request of another, and nothing crosses NATS.
+does not know; a listing): nothing reaches a worker per request of another, and nothing crosses NATS. A file's
+document is one record as a JSON array, `[id, legs, route, at, size, owner, context]` (and the aggregate, if any,
+eighth), or a removal, `[id]`: the record is made on every request a worker answers, and an array without keys
+costs half of what the bucket's object does (files are read only by the workers of one `serve`, of one version).
 """
 
 from __future__ import annotations
@@ -241,7 +244,7 @@ class ClusterTaskMap(TaskMap):
             else:
                 docs = self.files.read(pending)
             for doc in docs:
-                self._apply(doc)
+                self._apply_file_record(doc)
 
     async def flush(self, task_id: str) -> None:
         """Wait until this task's record is stored in the cluster (a follow-up may reach another gateway next)."""
@@ -255,7 +258,12 @@ class ClusterTaskMap(TaskMap):
         if row is None:
             return
         legs, route, agg, at, size, owner, context = row
-        doc = {"id": task_id, "legs": legs, "route": orjson.Fragment(route), "at": time.time() - (self.clock() - at),
+        wall = time.time() - (self.clock() - at)
+        if self.files is not None:  # positional (the module's docstring)
+            fields = (task_id, legs, orjson.Fragment(route), wall, size, owner, context)
+            self._send(task_id, orjson.dumps(fields if agg is None else (*fields, orjson.Fragment(agg))))
+            return
+        doc = {"id": task_id, "legs": legs, "route": orjson.Fragment(route), "at": wall,
                "size": size, "owner": owner, "context": context}
         if agg is not None:  # absent: none (a reader takes a missing aggregate as none)
             doc["agg"] = orjson.Fragment(agg)
@@ -266,12 +274,9 @@ class ClusterTaskMap(TaskMap):
         files: stored now)."""
         if not self._opened:  # the gateway has not started: this gateway's cache only
             return
-        if self.files is not None:  # one record: one document (the batch head made once)
+        if self.files is not None:  # one record (or removal): one document
             try:
-                if record is not None:
-                    self.files.append(self._head, record, b'],"del":[]}')
-                else:
-                    self.files.append(self._head, b'],"del":', orjson.dumps([task_id]), b"}")
+                self.files.append(record if record is not None else orjson.dumps((task_id,)))
                 self.batches += 1
                 self.records += 1
                 if self._unshared:
@@ -371,6 +376,21 @@ class ClusterTaskMap(TaskMap):
         for task_id in doc.get("del") or ():
             if isinstance(task_id, str) and task_id not in self._pending:  # not one this gateway writes again
                 self.discard(task_id)
+
+    def _apply_file_record(self, value: bytes) -> None:
+        """A document of another worker's file: a record adopted, or a removal applied (the module's docstring)."""
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(doc, list) or not doc or not isinstance(doc[0], str):
+            return
+        if len(doc) == 1:
+            if doc[0] not in self._pending:
+                self.discard(doc[0])
+        elif len(doc) in (7, 8):
+            self._adopt({"id": doc[0], "legs": doc[1], "route": doc[2], "at": doc[3], "size": doc[4], "owner": doc[5],
+                         "context": doc[6], "agg": doc[7] if len(doc) == 8 else None})
 
     def on_entry(self, key: str, value: bytes | None, op: str | None) -> None:
         """A record stored or removed by a gateway writing one entry per task (before batching)."""
