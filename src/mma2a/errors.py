@@ -318,9 +318,22 @@ class UnsupportedOperation(MMA2AError):
 
 
 class DispatchError(MMA2AError):
-    """A downstream agent failed, timed out or answered with something that is not A2A."""
+    """A downstream agent failed, timed out or answered with something that is not A2A.
+
+    `message` is what a client is told: it names the agent, never its address. `detail`, when set, is the whole
+    text with the address and low-level cause (`described`): for the operator only (logs, the admin API)."""
 
     code, http_status = INVALID_AGENT_RESPONSE, 502
+
+    def __init__(self, message: str, *, field: str | None = None, data: dict[str, Any] | None = None,
+                 detail: str | None = None) -> None:
+        super().__init__(message, field=field, data=data)
+        self.detail = detail
+
+    @property
+    def described(self) -> str:
+        """The failure as the operator reads it: `detail` when there is one, else the message."""
+        return self.detail or self.message
 
 
 class AgentRPCError(MMA2AError):

@@ -67,5 +67,8 @@ async def test_single_agent_killed_mid_request_fails_with_the_reason(tmp_path: P
     assert task["status"]["state"] == "TASK_STATE_FAILED"
     reason = task["status"]["message"]["parts"][0]["text"]
     port = url_s.rsplit(":", 1)[1]
-    assert reason.startswith(f"agent solo unreachable: cannot connect to 127.0.0.1:{port}"), reason
+    assert reason.startswith("agent solo unreachable: cannot connect ("), reason  # named, never located
+    assert "127.0.0.1" not in reason and port not in reason
+    last = gw.directory.get("solo").last_error  # the operator reads where it was (admin API `lastError`)
+    assert last is not None and last.startswith(f"agent solo unreachable: cannot connect to 127.0.0.1:{port}"), last
     assert took < 10  # the agent's death is noticed at once, not after the 10 s timeout

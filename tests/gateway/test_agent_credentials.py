@@ -78,8 +78,10 @@ async def test_an_oauth2_agent_gets_one_token_per_lifetime_and_a_new_one_after_a
     assert idp.scopes[idp.issued[0]] == "agents.call"
 
 
-async def test_a_token_endpoint_refusal_fails_the_call_naming_the_endpoint_not_the_secret(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_token_endpoint_refusal_fails_the_call_naming_the_agent_not_the_endpoint_or_the_secret(
+        monkeypatch: pytest.MonkeyPatch, admin_headers: dict[str, str]) -> None:
+    """The client is told which agent and why; the token endpoint's address (the network behind the gateway) only
+    the operator, in the admin API's `lastError`."""
     monkeypatch.setenv("MMA2A_AGENT_CLIENT_ID", "mma2a-gateway")
     monkeypatch.setenv("MMA2A_AGENT_CLIENT_SECRET", "not-the-secret-4821")
     idp = TokenEndpoint()
@@ -90,9 +92,15 @@ async def test_a_token_endpoint_refusal_fails_the_call_naming_the_endpoint_not_t
             "token_url": url_token, "client_id_env": "MMA2A_AGENT_CLIENT_ID", "client_secret_env": "MMA2A_AGENT_CLIENT_SECRET"}}}]}
         async with gateway(cfg) as (gw, url):
             failed = await rpc(url, "SendMessage", _message(1), path="/agents/secured/")
+            async with httpx.AsyncClient(timeout=30) as c:
+                listed = (await c.get(url + "/admin/agents", headers=admin_headers)).json()
     text = failed["result"]["task"]["status"]["message"]["parts"][0]["text"]
-    assert text == f"agent secured: OAuth2 token from {url_token}: HTTP 401 (invalid_client)"
+    assert text == "agent secured: OAuth2 token (agents[].auth.oauth2_client_credentials): HTTP 401 (invalid_client)"
     assert "not-the-secret-4821" not in str(failed) and executor.received == []
+    assert url_token not in str(failed) and "127.0.0.1" not in str(failed)
+    last = next(a for a in listed["agents"] if a["name"] == "secured")["lastError"]
+    assert last == f"agent secured: OAuth2 token from {url_token}: HTTP 401 (invalid_client)"
+    assert "not-the-secret-4821" not in str(listed)
 
 
 async def test_a_card_scheme_the_config_does_not_meet_is_reported_and_an_api_key_is_sent(
@@ -174,7 +182,7 @@ def test_a_grpc_agent_refusing_the_credentials_is_told_apart_like_an_http_one() 
 
     for code, status in ((grpc.StatusCode.UNAUTHENTICATED, 401), (grpc.StatusCode.PERMISSION_DENIED, 403)):
         refused = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="bad token")
-        err = _agent_error("claims", refused, 30.0)
+        err = _agent_error("claims", "grpc://127.0.0.1:50051", refused, 30.0)
         assert isinstance(err, DispatchError) and err.data == {"agent": "claims", "status": status}  # 401: fetched again
         assert err.message == (f"agent claims refused the gateway's credentials (gRPC {code.name}); "
                                "check its agents[].auth (or token_env)")

@@ -38,7 +38,8 @@ async def test_target_down_gives_failed_task_with_reason():
             doc = await rpc(url, "SendMessage", {"message": IMG_MSG})
     task = doc["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_FAILED"
-    assert task["status"]["message"]["parts"][0]["text"].startswith("agent vision unreachable: cannot connect to 127.0.0.1")
+    # the agent named, never its address (docs/security.md, "Agents named, not located")
+    assert task["status"]["message"]["parts"][0]["text"] == "agent vision unreachable: cannot connect (Connection refused)"
 
 
 async def test_target_timeout_gives_failed_task_never_a_hang():

@@ -141,11 +141,14 @@ class AgentCredentials:
             self._refresh_at = self.clock() + lifetime - min(cc.refresh_before_s, lifetime / 10)
 
     async def _grant(self, cc: OAuth2ClientCredentials, post_form: PostForm) -> tuple[str, float]:
+        # clients are told the agent and what went wrong; the token endpoint's address only the operator (`detail`)
         where = f"agent {self.agent}: OAuth2 token from {cc.token_url}"
+        told = f"agent {self.agent}: OAuth2 token (agents[].auth.oauth2_client_credentials)"
         client_id, secret = read_env(cc.client_id_env), read_env(cc.client_secret_env)
         if not client_id or not secret:
             missing = cc.client_id_env if not client_id else cc.client_secret_env
-            raise DispatchError(f"{where}: environment variable {missing} is not set", data={"agent": self.agent})
+            raise DispatchError(f"{told}: environment variable {missing} is not set", data={"agent": self.agent},
+                                detail=f"{where}: environment variable {missing} is not set")
         form = {"grant_type": "client_credentials"}
         if cc.scopes:
             form["scope"] = " ".join(cc.scopes)
@@ -157,14 +160,19 @@ class AgentCredentials:
             headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
         else:
             form |= {"client_id": client_id, "client_secret": secret}
-        status, doc = await post_form(cc.token_url, form, headers)
+        try:
+            status, doc = await post_form(cc.token_url, form, headers)
+        except DispatchError as exc:  # `POST <token_url>: cannot connect to …`
+            raise DispatchError(f"{told}: the token endpoint cannot be reached", data={"agent": self.agent},
+                                detail=f"{where}: {exc.message}") from None
         if status != 200 or not isinstance(doc, dict):
             error = doc.get("error") if isinstance(doc, dict) and isinstance(doc.get("error"), str) else None
-            raise DispatchError(f"{where}: HTTP {status}" + (f" ({error[:64]})" if error else ""),
-                                data={"agent": self.agent, "status": status})
+            said = f": HTTP {status}" + (f" ({error[:64]})" if error else "")
+            raise DispatchError(told + said, data={"agent": self.agent, "status": status}, detail=where + said)
         token, kind, expires = doc.get("access_token"), doc.get("token_type", "Bearer"), doc.get("expires_in", 300)
         if not isinstance(token, str) or not token or not isinstance(kind, str) or kind.lower() != "bearer":
-            raise DispatchError(f"{where}: the answer holds no bearer access_token", data={"agent": self.agent})
+            raise DispatchError(f"{told}: the answer holds no bearer access_token", data={"agent": self.agent},
+                                detail=f"{where}: the answer holds no bearer access_token")
         if not isinstance(expires, (int, float)) or isinstance(expires, bool) or expires <= 0:
             expires = 300
         return token, float(expires)

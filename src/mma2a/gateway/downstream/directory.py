@@ -313,7 +313,7 @@ class AgentDirectory:
         try:
             card = await self.fetch_card(entry.config)
         except DispatchError as exc:
-            entry.last_error = exc.message
+            entry.last_error = exc.described
             if entry.healthy:
                 entry.healthy = False
                 self._changed()

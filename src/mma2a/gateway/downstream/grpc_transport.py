@@ -18,6 +18,7 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
 from ...errors import ERROR_INFO_TYPE, INTERNAL_ERROR, AgentRPCError, DispatchError, code_for_reason
+from .addresses import agent_failure
 from .service_params import extensions_for_agent
 
 _REQUESTS: dict[str, type[Any]] = {
@@ -63,7 +64,7 @@ class GrpcAgents:
         try:
             reply = await rpc(request, metadata=self._metadata(extension, extra), timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
-            raise _agent_error(agent, exc, timeout_s) from None
+            raise _agent_error(agent, url, exc, timeout_s) from None
         return json_format.MessageToDict(reply)
 
     async def stream(self, agent: str, url: str, method: str, params: Mapping[str, Any], *, extension: bool,
@@ -74,14 +75,15 @@ class GrpcAgents:
             async for event in call:
                 yield json_format.MessageToDict(event)
         except grpc.aio.AioRpcError as exc:
-            raise _agent_error(agent, exc, timeout_s) from None
+            raise _agent_error(agent, url, exc, timeout_s) from None
 
 
 _REFUSED = {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403}
 
 
-def _agent_error(agent: str, exc: grpc.aio.AioRpcError, timeout_s: float) -> Exception:
-    """A gRPC failure as the error the JSON-RPC binding would give: the agent's A2A error, or a dispatch error."""
+def _agent_error(agent: str, url: str, exc: grpc.aio.AioRpcError, timeout_s: float) -> Exception:
+    """A gRPC failure as the error the JSON-RPC binding would give: the agent's A2A error, or a dispatch error (told
+    to clients without the agent's address: gRPC's own details name it, `ipv4:10.0.0.7:50051: …`)."""
     if exc.code() in _REFUSED:  # as an HTTP agent's 401/403: an OAuth2 token is fetched again once on the first
         status = _REFUSED[exc.code()]
         return DispatchError(f"agent {agent} refused the gateway's credentials (gRPC {exc.code().name}); check its "
@@ -94,8 +96,8 @@ def _agent_error(agent: str, exc: grpc.aio.AioRpcError, timeout_s: float) -> Exc
     if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DispatchError(f"agent {agent} timed out after {timeout_s:g} s", data={"agent": agent, "timeout": timeout_s})
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
-        return DispatchError(f"agent {agent} unreachable: {exc.details()}", data={"agent": agent})
-    return DispatchError(f"agent {agent} failed: gRPC {exc.code().name}: {exc.details()}", data={"agent": agent})
+        return agent_failure(f"agent {agent} unreachable: {exc.details()}", url, data={"agent": agent})
+    return agent_failure(f"agent {agent} failed: gRPC {exc.code().name}: {exc.details()}", url, data={"agent": agent})
 
 
 def _error_info(exc: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo | None:

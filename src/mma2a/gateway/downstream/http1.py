@@ -33,22 +33,27 @@ _BIG_BODY = 64 * 1024  # above this the head and the body are written as two buf
 
 
 class HttpError(Exception):
-    """A call that produced no usable answer."""
+    """A call that produced no usable answer. `bare`: the same said without the host and port (what a client of the
+    gateway may read; the message names them for the operator)."""
+
+    def __init__(self, message: str, *, bare: str | None = None) -> None:
+        super().__init__(message)
+        self.bare = bare if bare is not None else message
 
 
 class ConnectFailed(HttpError):
     """No connection could be made (refused, unknown host, unreachable network)."""
 
     def __init__(self, host: str, port: int, reason: str) -> None:
-        super().__init__(f"cannot connect to {host}:{port} ({reason})")
+        super().__init__(f"cannot connect to {host}:{port} ({reason})", bare=f"cannot connect ({reason})")
         self.host, self.port, self.reason = host, port, reason
 
 
 class Disconnected(HttpError):
     """The connection closed (or was reset) before the whole answer arrived; `answered`: some of it had."""
 
-    def __init__(self, message: str, *, answered: bool) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, answered: bool, bare: str | None = None) -> None:
+        super().__init__(message, bare=bare)
         self.answered = answered
 
 
@@ -140,7 +145,8 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(BadResponse(f"malformed HTTP answer from {self.target.host}:{self.target.port}: {exc}"))
+            self._fail(BadResponse(f"malformed HTTP answer from {self.target.host}:{self.target.port}: {exc}",
+                                   bare=f"malformed HTTP answer: {exc}"))
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -157,7 +163,7 @@ class _Connection(asyncio.Protocol):
         why = f" ({exc.strerror or exc})" if isinstance(exc, OSError) else ""
         what = "in the middle of its answer" if self.answered else "before answering"
         self._fail(Disconnected(f"{self.target.host}:{self.target.port} closed the connection {what}{why}",
-                                answered=self.answered))
+                                answered=self.answered, bare=f"the agent closed the connection {what}{why}"))
 
     # --- httptools callbacks ----------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -176,7 +182,8 @@ class _Connection(asyncio.Protocol):
         self.size += len(body)
         if self.size > self.pool.max_response_bytes:
             self._fail(BadResponse(f"the answer from {self.target.host}:{self.target.port} is larger than "
-                                   f"{self.pool.max_response_bytes} bytes"))
+                                   f"{self.pool.max_response_bytes} bytes",
+                                   bare=f"the answer is larger than {self.pool.max_response_bytes} bytes"))
             self.close()
             return
         self.body.append(body)

@@ -26,6 +26,7 @@ from ...errors import AgentRPCError, DispatchError, MMA2AError
 from ...tls import ClientTLS, client_context
 from ..observe.tracing import inject
 from . import http1
+from .addresses import agent_failure
 from .service_params import extensions_for_agent, note_activated
 
 MAX_REDIRECTS = 3  # a card fetch's redirects, each within the card URL's origin
@@ -240,13 +241,16 @@ class Transport:
                 break
             except (http1.ConnectFailed, http1.Disconnected) as exc:
                 if attempt + 1 >= attempts or (isinstance(exc, http1.Disconnected) and exc.answered):
-                    raise DispatchError(f"agent {agent} unreachable: {exc}", data={"agent": agent}) from None
+                    raise agent_failure(f"agent {agent} unreachable: {exc}", url, data={"agent": agent},
+                                        bare=f"agent {agent} unreachable: {exc.bare}") from None
                 await asyncio.sleep(0.05 * (2**attempt))
             except http1.DeadlineExceeded:
                 raise DispatchError(f"agent {agent} timed out after {total:g} s",
                                     data={"agent": agent, "timeout": total}) from None
             except (http1.HttpError, ValueError) as exc:
-                raise DispatchError(f"agent {agent} failed: {exc}", data={"agent": agent}) from None
+                raise agent_failure(f"agent {agent} failed: {exc}", url, data={"agent": agent},
+                                    bare=f"agent {agent} failed: {exc.bare}" if isinstance(exc, http1.HttpError)
+                                    else None) from None
         raw = resp.body
         activated, coding = resp.headers_named(_EXTENSIONS, _CODING)
         note_activated(activated)  # what the agent says it activated goes back to the client
@@ -279,17 +283,17 @@ class Transport:
                         status = resp.status
                 return raw, status
             except aiohttp.ClientSSLError as exc:  # a certificate problem does not go away on retry
-                raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
+                raise _failed(agent, url, "unreachable", exc) from None
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
                 if attempt + 1 >= attempts:
-                    raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
+                    raise _failed(agent, url, "unreachable", exc) from None
                 await asyncio.sleep(0.05 * (2**attempt))
             except asyncio.TimeoutError:
                 raise DispatchError(
                     f"agent {agent} timed out after {total:g} s", data={"agent": agent, "timeout": total}
                 ) from None
             except (aiohttp.ClientError, OSError) as exc:
-                raise DispatchError(f"agent {agent} failed: {_describe(exc)}", data={"agent": agent}) from None
+                raise _failed(agent, url, "failed", exc) from None
         raise AssertionError("unreachable")  # pragma: no cover: the loop returns or raises
 
     async def stream(
@@ -339,11 +343,29 @@ class Transport:
                             raise AgentRPCError(agent, doc["error"])
                         yield doc.get("result") if isinstance(doc, dict) else doc
         except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
-            raise DispatchError(f"agent {agent} unreachable: {_describe(exc)}", data={"agent": agent}) from None
+            raise _failed(agent, url, "unreachable", exc) from None
         except asyncio.TimeoutError:
             raise DispatchError(f"agent {agent} stream stalled for {timeout_s or self.timeout_s:g} s", data={"agent": agent}) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise DispatchError(f"agent {agent} failed: {_describe(exc)}", data={"agent": agent}) from None
+            raise _failed(agent, url, "failed", exc) from None
+
+
+def _failed(agent: str, url: str, how: str, exc: BaseException) -> DispatchError:
+    """`agent X unreachable: …` (`how`: unreachable, failed): the cause for the operator, the same without the
+    agent's address for clients."""
+    return agent_failure(f"agent {agent} {how}: {_describe(exc)}", url, data={"agent": agent},
+                         bare=f"agent {agent} {how}: {_bare(exc)}")
+
+
+def _bare(exc: BaseException) -> str:
+    """`_describe` without the host and port (what a client may read)."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "TLS: its certificate is not trusted; check the agent's tls.ca_file"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "TLS handshake failed; check the agent's tls settings"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__})"
+    return _describe(exc)
 
 
 def _describe(exc: BaseException) -> str:

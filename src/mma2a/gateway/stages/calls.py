@@ -86,7 +86,7 @@ class AgentCaller:
                 entry.leave_call()
         except DispatchError as exc:
             sampled = exc.data.get("timeout") is not None  # a timeout: a sample of how slow it is
-            self.directory.mark(entry.name, ok=False, error=exc.message)
+            self.directory.mark(entry.name, ok=False, error=exc.described)  # the address: the operator's only
             self.metrics.agent_errors.labels(entry.name).inc()
             raise
         finally:

@@ -25,7 +25,8 @@ log = logging.getLogger("mma2a.gateway.faults")
 
 def is_unreachable(exc: DispatchError) -> bool:
     """A failure that says the agent is gone (refused, reset, disconnected mid-request), not slow or wrong."""
-    return " unreachable: " in exc.message or "ClientOSError" in exc.message or "Connection reset" in exc.message
+    said = exc.described
+    return " unreachable: " in said or "ClientOSError" in said or "Connection reset" in said
 
 
 def failover_parts(decision: RouteDecision, agent: str) -> list[int] | None:
@@ -105,7 +106,7 @@ class Dispatcher:
         indexes = failover_parts(decision, leg.agent)
         if indexes is None:
             return None
-        self.directory.mark(leg.agent, ok=False, error=exc.message, eject=True)
+        self.directory.mark(leg.agent, ok=False, error=exc.described, eject=True)
         try:
             new = self.admission.route(self.admission.view(message, configuration, None))
         except MMA2AError:
@@ -115,6 +116,6 @@ class Dispatcher:
         if len(agents) != 1 or leg.agent in agents:
             return None
         other = agents.pop()
-        log.warning("failover: %s is unreachable (%s); parts %s go to %s", leg.agent, exc.message, indexes, other)
+        log.warning("failover: %s is unreachable (%s); parts %s go to %s", leg.agent, exc.described, indexes, other)
         self.metrics.agent_errors.labels(leg.agent).inc()
         return await self.dispatch(Leg(other, leg.parts), message, configuration, new, priority=priority)

@@ -139,7 +139,7 @@ class Streaming:
                     self.exchange.learned_failure(view, decision)
                 raise
             except DispatchError as exc:
-                directory.mark(entry.name, ok=False, error=exc.message)
+                directory.mark(entry.name, ok=False, error=exc.described)
                 if sent:  # the stream broke midway: say so on the task the client already has
                     outcome = FAILED
                     yield {"task": failed_task(exc.message, message=message, task_id=tid, route=route)}
