@@ -33,6 +33,8 @@ TOKENS = {"alice": "alice-token-0123456789", "mallory": "mallory-token-012345678
 BURST = 8  # mallory's requests (a token every 1,000 s: none comes back during the test)
 RATINGS = 3  # every client's ratings (limits.feedback_burst; one every 1,000 s)
 STREAMS = 2  # every client's open streams (limits.max_response_streams_per_client)
+CAROL = "carol-token-0123456789"  # a client of the workers served by one of them only
+GUESSES = 3  # an address's failed credentials (auth.failed_credentials.burst; one every 1,000 s)
 
 
 def bearer(client: str) -> dict[str, str]:
@@ -243,8 +245,9 @@ async def test_a_clients_request_rate_is_its_budget_across_serve_workers(tmp_pat
     """`serve --workers 2`: bob's burst taken on one worker leaves him nothing on the other; alice is answered on
     both (each request on a connection known to be held by one worker)."""
     clients = [{"name": n, "token": t, **({"rate": 0.001, "burst": BURST} if n == "bob" else {})}
-               for n, t in WORKER_TOKENS.items()]
-    extra = {"auth": {"clients": clients}, "admin": {"token": ADMIN},
+               for n, t in {**WORKER_TOKENS, "carol": CAROL}.items()]
+    failures = {"burst": GUESSES, "per_s": 0.001}  # a guesser's failed credentials (a budget of the address)
+    extra = {"auth": {"clients": clients, "failed_credentials": failures}, "admin": {"token": ADMIN},
              "rate_limit": {"enabled": True, "rate": 100, "burst": 200},
              "server": {"keep_alive_s": 300}}  # each connection stays with its worker while the test waits
     async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
@@ -267,6 +270,30 @@ async def test_a_clients_request_rate_is_its_budget_across_serve_workers(tmp_pat
                 mine = await ask(c, "alice", "alice's")
                 assert mine.status_code == 200 and task_state(mine.json()) == "TASK_STATE_COMPLETED", mine.text
                 assert "bob" not in mine.text
+            # a guesser at the same address (127.0.0.1) spends the address's failures on w1: w2 refuses the next
+            # guess, while alice, served there before, is still served, and carol, served by w1 only, too: w1 told
+            # w2 (docs/security.md, F3)
+            carol = await w1.post("/", headers={"Authorization": f"Bearer {CAROL}", "A2A-Version": "1.0"},
+                                  json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                        "params": {"message": text_message("carol's")}})
+            assert carol.status_code == 200, carol.text
+            guess = {"Authorization": "Bearer guess-0000", "A2A-Version": "1.0"}
+            codes = [(await w1.post("/", headers=guess, json={})).status_code for _ in range(GUESSES)]
+            assert codes == [401] * GUESSES, codes
+            await until(w2, "", "mma2a_budget_heard_total", "failures", GUESSES)
+            locked = await w2.post("/", headers=guess, json={})
+            assert locked.status_code == 429, locked.text
+            assert locked.json()["error"]["message"].startswith("too many failed credentials from 127.0.0.1 ")
+            mine = await ask(w2, "alice", "alice's, while the address is locked")
+            assert mine.status_code == 200 and task_state(mine.json()) == "TASK_STATE_COMPLETED", mine.text
+            deadline = time.monotonic() + 30  # w1's report of her (within 0.1 s of her answer) reached w2
+            while (hers := await w2.post("/", headers={"Authorization": f"Bearer {CAROL}", "A2A-Version": "1.0"},
+                                         json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                               "params": {"message": text_message("carol's, on w2")}})).status_code == 429:
+                assert hers.json()["error"]["message"].startswith("too many failed credentials from 127.0.0.1 ")
+                assert time.monotonic() < deadline, "w2 never heard that w1 served carol"
+                await asyncio.sleep(0.05)
+            assert hers.status_code == 200 and task_state(hers.json()) == "TASK_STATE_COMPLETED", hers.text
             assert [server_sockets(p, served.port) for p in pids] == [1, 1]  # each request on the worker meant
         finally:
             for c in (w1, w2):

@@ -178,24 +178,31 @@ def test_memory_is_bounded_and_ipv6_callers_count_by_their_64() -> None:
 
 
 def test_a_guesser_spreading_over_gateways_has_the_budget_once() -> None:
-    """`serve --workers N` and a cluster: each gateway reports the failures it counted, the others charge them."""
+    """`serve --workers N` and a cluster: each gateway reports the failures it counted, the others charge them; and
+    the pairs it served for the first time, which the others then serve too."""
     cfg = FailedCredentialsConfig(burst=4, per_s=0.001)
     gw1, gw2 = CredentialFailures(cfg), CredentialFailures(cfg)
     shared1, shared2 = SharedBudgets(), SharedBudgets()
-    shared1.rate("failures", gw1.buckets)
-    shared2.rate("failures", gw2.buckets)
+    for shared, gw in ((shared1, gw1), (shared2, gw2)):
+        shared.rate("failures", gw.buckets)
+        shared.known("served", gw)
+    gw1.verified(GUESSER, "alice")  # alice is served by gw1 only
+    gw1.verified(GUESSER, "alice")  # (told once)
     for _ in range(2):
         gw1.failed(GUESSER, 0.0)
     for _ in range(2):
         gw2.failed(GUESSER, 0.0)
     assert not _refused(gw1, GUESSER, 0.1) and not _refused(gw2, GUESSER, 0.1)  # two of four, on each
     report1, report2 = shared1.report(0.1), shared2.report(0.1)
-    assert report1 == report2 == {"t": {"failures": {f"ip:{GUESSER}": (2, 0.001, 4)}}}
+    assert report2 == {"t": {"failures": {f"ip:{GUESSER}": (2, 0.001, 4)}}}
+    assert report1 == {**report2, "k": {"served": [[GUESSER, "alice"]]}}
     assert report1 is not None and report2 is not None
     as_sent = orjson.loads(orjson.dumps(report1)), orjson.loads(orjson.dumps(report2))  # over NATS, as JSON
     shared2.heard("gw1", as_sent[0], 0.1)
     shared1.heard("gw2", as_sent[1], 0.1)
     assert _refused(gw1, GUESSER, 0.2) and _refused(gw2, GUESSER, 0.2)  # four failures in all, on both
+    assert gw2.known(GUESSER, "alice") and not gw2.pending()  # served by gw2 too, and not told back
+    assert shared1.report(0.3) is None and shared2.report(0.3) is None
 
 
 @pytest.mark.parametrize(("value", "field"), [

@@ -212,6 +212,7 @@ class Gateway:
             budgets.rate("requests", self.access.limiter)
         if self.access.failures is not None:  # failed credentials per address: a guesser's budget once, not per gateway
             budgets.rate("failures", self.access.failures.buckets)
+            budgets.known("served", self.access.failures)  # the clients an address over its budget still gets
         budgets.rate("ratings", self.pipeline.learner.ratings)
         budgets.count("streams", self.access.streams)
         budgets.count("detached", self.pipeline.streaming.detached)

@@ -27,6 +27,9 @@ RATE_BUDGETS = ("requests", "ratings", "failures")
 credential checks, `auth.failed_credentials`, keyed `ip:ADDRESS`)."""
 COUNT_BUDGETS = ("streams", "detached", "follows")
 """Counts held at once: what each client holds now is told."""
+KNOWN_SETS = ("served",)
+"""Facts learned once and remembered (`served`: the (address, client) pairs served, which an address over its budget of
+failed credentials still serves, `failures.CredentialFailures`): each new one is told once."""
 
 Wake = Callable[[], None]
 
@@ -110,11 +113,28 @@ class Buckets(Protocol):
         """Tokens another gateway let `key` take (whose bucket there has this rate and burst): out of its bucket here."""
 
 
+class Known(Protocol):
+    """A remembered set whose new entries the cluster's gateways tell each other (`failures.CredentialFailures`)."""
+
+    def share(self, arm: Wake) -> None:
+        """Start keeping the new entries for `unreported`; `arm` at the first since the last report."""
+
+    def pending(self) -> bool:
+        """Entries were added since the last `unreported`."""
+
+    def unreported(self) -> list[list[str]]:
+        """The entries added since the last call."""
+
+    def learn(self, entries: list[Any]) -> None:
+        """Entries another gateway added: remembered here too (never told on)."""
+
+
 class SharedBudgets:
     """This gateway's use of the clients' budgets as the others are told it, and theirs as this one hears it.
 
-    Each report is `{"t": {budget: {client: [tokens taken, rate, burst]}}, "h": {budget: {client: held}}}` (a peer
-    that never saw the client makes its bucket with that rate and burst); a peer's holds are
+    Each report is `{"t": {budget: {client: [tokens taken, rate, burst]}}, "h": {budget: {client: held}},
+    "k": {set: [entry, ...]}}` (a peer that never saw the client makes its bucket with that rate and burst; `k`: the
+    entries of remembered sets new since the last report); a peer's holds are
     forgotten `expire_s` after its last report (a gateway that died holds nothing), so a gateway with holds
     reports at least every `keep_s`."""
 
@@ -128,6 +148,7 @@ class SharedBudgets:
         self.on_elsewhere = on_elsewhere or (lambda budget, held: None)
         self._rates: dict[str, Buckets] = {}
         self._counts: dict[str, ClientCounts] = {}
+        self._known: dict[str, Known] = {}
         self.elsewhere: dict[str, dict[str, int]] = {b: {} for b in COUNT_BUDGETS}  # budget -> client -> held elsewhere
         self._peers: dict[str, tuple[float, dict[str, dict[str, int]]]] = {}  # peer -> (heard at, budget -> holds)
         self._told: dict[str, dict[str, int]] = {}  # the holds last reported
@@ -151,6 +172,7 @@ class SharedBudgets:
         """Nothing to tell and nothing to forget: no token taken since the last report, no hold here (to keep alive)
         or told (to clear), none of another gateway's (to forget when it stops reporting)."""
         return (not any(b.pending() for b in self._rates.values())
+                and not any(k.pending() for k in self._known.values())
                 and not any(c.any() for c in self._counts.values())
                 and not self._told
                 and not any(any(h.values()) for _, h in self._peers.values()))
@@ -165,18 +187,26 @@ class SharedBudgets:
         self._counts[budget] = counts
         counts.share(self.elsewhere.setdefault(budget, {}), self._wake)
 
+    def known(self, name: str, known: Known) -> None:
+        """Share a remembered set (one of `KNOWN_SETS`)."""
+        self._known[name] = known
+        known.share(self._arm)
+
     # --- telling --------------------------------------------------------------------------------------
 
     def report(self, now: float) -> dict[str, Any] | None:
         """What to tell the others now (None: nothing new, and no holds to keep alive)."""
         taken = {budget: t for budget, b in self._rates.items() if (t := b.unreported())}
+        learned = {name: k.unreported() for name, k in self._known.items() if k.pending()}
         held = {budget: c.holds() for budget, c in self._counts.items() if c.any()}  # a budget not named: none held
         changed = held != self._told
-        if not taken and not changed and not (held and now - self._told_at >= self.keep_s):
+        if not taken and not learned and not changed and not (held and now - self._told_at >= self.keep_s):
             return None
         out: dict[str, Any] = {}
         if taken:
             out["t"] = taken
+        if learned:
+            out["k"] = learned
         if changed or held:
             out["h"] = held
             self._told, self._told_at = held, now
@@ -199,6 +229,11 @@ class SharedBudgets:
                 buckets.charge(key, float(n), now, float(rate), float(burst))
                 total += n
             self.on_heard(budget, total)
+        for name, entries in (report.get("k") or {}).items():
+            known = self._known.get(name)
+            if known is not None and isinstance(entries, list):
+                known.learn(entries)
+                self.on_heard(name, float(len(entries)))
         held = report.get("h")
         if isinstance(held, dict):
             clean = {b: {k: int(n) for k, n in h.items() if isinstance(k, str) and isinstance(n, int) and n > 0}

@@ -12,8 +12,8 @@ nothing once the budget is spent, while a neighbour behind the same NAT whose cl
 JWT client too, whose token is renewed meanwhile: the pair names the client, not the token).
 
 In a cluster (and `serve --workers N`) the buckets are a shared budget (`budgets.SharedBudgets`, budget
-`failures`): a guesser spreading over N gateways has the budget once, not N times. The remembered pairs stay per
-process.
+`failures`): a guesser spreading over N gateways has the budget once, not N times; and each pair served for the first
+time is told to the others (set `served`), so a neighbour served by one gateway is served by all.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import ipaddress
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 from ...errors import RateLimited
 from .clients import FailedCredentialsConfig, RateLimiter
@@ -73,6 +74,8 @@ class CredentialFailures:
         self._remembered: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._warned: OrderedDict[str, float] = OrderedDict()
         self.count = count or (lambda result: None)
+        self._fresh: list[tuple[str, str]] | None = None  # a cluster's: pairs to tell the other gateways
+        self._arm: Callable[[], None] | None = None
 
     def over(self, address: str, now: float) -> float | None:
         """The seconds until `address` may fail a check again; None while it may (its budget is not spent)."""
@@ -114,6 +117,44 @@ class CredentialFailures:
         if pair in remembered:
             remembered.move_to_end(pair)
             return
+        self._remember(pair)
+        fresh = self._fresh
+        if fresh is not None and len(fresh) < self.max_remembered:
+            if not fresh and self._arm is not None:
+                self._arm()
+            fresh.append(pair)
+
+    def _remember(self, pair: tuple[str, str]) -> None:
+        remembered = self._remembered
         remembered[pair] = None
         if len(remembered) > self.max_remembered:
             remembered.popitem(last=False)
+
+    # --- across a cluster's gateways (`budgets.SharedBudgets.known`, set `served`) ------------------------------
+
+    def share(self, arm: Callable[[], None]) -> None:
+        """Keep each newly served pair for `unreported`; `arm` at the first since the last report."""
+        self._fresh = []
+        self._arm = arm
+
+    def pending(self) -> bool:
+        return bool(self._fresh)
+
+    def unreported(self) -> list[list[str]]:
+        """The pairs served here for the first time since the last call, as `[address, client]`."""
+        fresh = self._fresh
+        if not fresh:
+            return []
+        self._fresh = []
+        return [list(pair) for pair in fresh]
+
+    def learn(self, entries: list[Any]) -> None:
+        """Pairs another gateway served: served here too while their address is over its budget."""
+        for entry in entries[:self.max_remembered]:
+            if (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], str)
+                    and (address := entry[0]) and (client := entry[1])):
+                pair = (address, client)
+                if pair in self._remembered:
+                    self._remembered.move_to_end(pair)
+                else:
+                    self._remember(pair)
