@@ -245,3 +245,28 @@ async def test_a_jwt_client_renewing_its_token_behind_the_guessers_address_is_st
     assert bob.json()["error"]["message"].split(" for ")[0] == forged[5].json()["error"]["message"].split(" for ")[0]
     assert gw.access.auth.jwt is not None
     assert gw.access.auth.jwt.issuers[0].reads == 1  # type: ignore[attr-defined]
+
+
+async def test_a_rotated_key_is_read_for_a_known_client_while_the_address_is_over_its_budget(tmp_path: Any) -> None:
+    """Alice's next token names a kid the gateway has not read yet: the key set is read and she is served; dave's
+    valid token of the new key, never served from there, is answered as the guesses are."""
+    idp = Issuer(kind="EC")
+    path = tmp_path / "jwks.json"
+    path.write_bytes(orjson.dumps(idp.jwks()))
+    issuer = {"issuer": idp.name, "audiences": [idp.audience], "jwks_file": str(path), "algorithms": ["ES256"],
+              "client_prefix": "kc:", "min_refresh_s": 0}
+    auth = {"clients": CLIENTS, "jwt": [issuer], "failed_credentials": BUDGET}
+    async with agents({"text": agent("text", ["text/plain"])}) as urls, \
+            gateway({"agents": [{"name": "text", "url": urls["text"]}], "auth": auth}, clock=Clock()) as (gw, url):
+        async with httpx.AsyncClient(timeout=30) as c:
+            first = await c.post(url + "/", json=send_body("k-1"), headers=_bearer(idp.mint("alice"), GUESSER))
+            guesses = [await c.post(url + "/", json=send_body(f"k-g{i}"), headers=_bearer(f"guess-{i}", GUESSER))
+                       for i in range(6)]
+            idp.rotate()
+            path.write_bytes(orjson.dumps(idp.jwks()))
+            rotated = await c.post(url + "/", json=send_body("k-2"), headers=_bearer(idp.mint("alice"), GUESSER))
+            dave = await c.post(url + "/", json=send_body("k-3"), headers=_bearer(idp.mint("dave"), GUESSER))
+    assert first.status_code == 200 and [g.status_code for g in guesses] == [401] * 5 + [429]
+    assert rotated.status_code == 200, rotated.text
+    assert dave.status_code == 429
+    assert dave.json()["error"]["message"].split(" for ")[0] == guesses[5].json()["error"]["message"].split(" for ")[0]

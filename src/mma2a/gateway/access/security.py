@@ -328,10 +328,11 @@ class AccessControl:
         try:
             found = check()
         except (Unauthorized, Forbidden) as exc:
+            if not getattr(exc, "final", True):  # a JWT naming a kid not read yet: judged again after the read
+                raise
             if wait is not None:  # the same answer as for a right one: a guess learns nothing
                 raise failures.locked(peer, wait, field) from None
-            if getattr(exc, "final", True):  # a JWT naming a kid not read yet is judged again after the read
-                failures.failed(peer, now)
+            failures.failed(peer, now)
             raise
         key = found.key
         if wait is not None and not failures.known(peer, key):
