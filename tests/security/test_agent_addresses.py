@@ -36,7 +36,7 @@ def _addresses(text: str, ports: list[str]) -> list[str]:
 
 async def test_an_unreachable_agent_is_named_not_located_on_every_binding(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_BOB_KEY", "unused")
-    names = ("analyst", "auditor", "archivist")
+    names = ("analyst", "auditor", "archivist", "keeper")
     specs = {n: agent(n, ["text/plain"]) for n in names}
     specs["auditor"][0].capabilities.streaming = True  # SSE through /agents/auditor/ is passed to it as a stream
     live = agents(specs)
@@ -47,6 +47,9 @@ async def test_an_unreachable_agent_is_named_not_located_on_every_binding(monkey
                "grpc_listen": "127.0.0.1:0", "urls": {"allow_hosts": [hook.url.removeprefix("http://")]}}
         try:
             async with gateway(cfg) as (gw, url):
+                async with httpx.AsyncClient(timeout=30) as c:  # a task the keeper finished, read after it went
+                    kept = await c.post(url + "/agents/keeper/", json=send_body("u-0"), headers=bearer(TOKEN))
+                kept_id = kept.json()["result"]["task"]["id"]
                 await live.__aexit__(None, None, None)  # the agents go away; the gateway still has them registered
                 live = None
                 assert gw.grpc is not None
@@ -62,6 +65,10 @@ async def test_an_unreachable_agent_is_named_not_located_on_every_binding(monkey
                     task_id = jsonrpc.json()["result"]["task"]["id"]
                     read = await c.post(url + "/", headers=bearer(TOKEN), json={
                         "jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}})
+                    # reading the keeper's task asks the keeper, which is gone: an error, on JSON-RPC and REST
+                    gone = await c.post(url + "/", headers=bearer(TOKEN), json={
+                        "jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": kept_id}})
+                    gone_rest = await c.get(url + f"/tasks/{kept_id}", headers=bearer(TOKEN))
                     async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.grpc.port}") as channel:
                         stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
                         msg = a2a_pb2.Message(message_id="u-5", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="hi")])
@@ -88,7 +95,10 @@ async def test_an_unreachable_agent_is_named_not_located_on_every_binding(monkey
     assert grpc_status.state == a2a_pb2.TASK_STATE_FAILED
     assert grpc_status.message.parts[0].text == f"agent archivist unreachable: {REFUSED}"
     assert hits[0].body["task"]["status"]["message"]["parts"][0]["text"] == f"agent archivist unreachable: {REFUSED}"
-    said = [jsonrpc.text, rest.text, stream.text, pushed.text, read.text, str(over_grpc), str([h.body for h in hits])]
+    assert gone.json()["error"]["message"] == f"agent keeper unreachable: {REFUSED}", gone.text
+    assert gone_rest.status_code == 502 and gone_rest.json()["error"]["message"] == f"agent keeper unreachable: {REFUSED}"
+    said = [jsonrpc.text, rest.text, stream.text, pushed.text, read.text, str(over_grpc), str([h.body for h in hits]),
+            gone.text, gone_rest.text]
     for text in said:
         assert _addresses(text, ports) == [], text
     # the operator reads where each agent was
