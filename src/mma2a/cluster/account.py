@@ -12,7 +12,7 @@ from __future__ import annotations
 from .link import Names
 
 KV_BUCKETS = ("rules", "agents", "modalities", "sessions", "members", "delivered", "nonces", "uploads", "push_configs",
-              "push_deliveries", "tasks")
+              "push_deliveries", "tasks", "blob_quota")
 """Every KV bucket a gateway opens (`<name>_<kind>`); tests/cluster/test_security.py fails on one missing here."""
 
 

@@ -8,6 +8,13 @@ The info is published last, so a reader never sees a half-written blob; storing 
 already present drops the new chunks. Resumable uploads keep their chunks under their own
 subject, with the accepted chunks' sequence numbers in a KV record (any gateway can resume
 an upload); `finish` copies them into the blob, hashing as it goes.
+
+Quotas (`blob_max_bytes`, `blob_max_bytes_per_client`) hold for the whole cluster: the bytes are counted in a KV
+bucket shared by every gateway (`blob_quota.SharedByteQuota`) before they are published, and the client a blob is
+counted for is in its info's `metadata` (`mma2a-owner`; an upload's in its record). An object's info is written
+only over the one it read (JetStream's expected last subject sequence), so two gateways storing the same bytes, or
+deleting one blob, at the same moment count it once. `prune` deletes what is older than `blob_max_age_s`, and
+uploads idle for longer than their record would live (`UPLOAD_IDLE_S`), freeing their bytes.
 """
 
 from __future__ import annotations
@@ -16,14 +23,16 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import logging
 import secrets
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
 import orjson
 from nats.js import api
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError, NotFoundError
 
 from ..errors import (
     ClusterError,
@@ -44,12 +53,23 @@ from ..payload.store import (
     digest_mismatch,
 )
 
-from .link import ClusterLink, Connected, ensure_kv
+from .blob_quota import Reservation, SharedByteQuota
+from .link import ClusterLink, Connected, ensure_kv, reserved
+
+log = logging.getLogger("mma2a.cluster")
 
 CHUNK_SIZE = 128 * 1024
 """The Object Store's default chunk size (well under NATS's 1 MB message limit)."""
 ACK_WINDOW = 16
 """Chunks published before waiting for their acks."""
+UPLOADS_TTL_S = 24 * 3600.0
+"""How long an upload's record lives after its last chunk (the `uploads` bucket's TTL)."""
+UPLOAD_IDLE_S = UPLOADS_TTL_S - 3600.0
+"""An upload idle this long is aborted by `prune` (its bytes freed) before its record would expire unseen."""
+OWNER = "mma2a-owner"
+"""The key of the object info's `metadata` naming the client the blob is counted for."""
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's error code for a write refused because the subject moved past the expected sequence."""
 
 
 def _b64(data: bytes) -> str:
@@ -77,6 +97,7 @@ class ObjectBlobStore(BlobStore):
         self.stream = f"OBJ_{self.bucket}"
         self._uploads: Any = None
         self._locks: dict[str, asyncio.Lock] = {}
+        self.quota: SharedByteQuota | None = None
 
     @property
     def js(self) -> Any:
@@ -84,14 +105,21 @@ class ObjectBlobStore(BlobStore):
             raise ClusterError("blob store: not connected to the cluster yet", field="cluster")
         return self.cluster.js
 
-    async def setup(self) -> None:
+    async def setup(self, *, max_bytes: int | None = None, max_bytes_per_client: int | None = None) -> None:
+        """Open the Object Store and the uploads' records; with a limit, the cluster's counts of what is held
+        (`blob_max_bytes`, `blob_max_bytes_per_client`), counted from the objects when their bucket is new."""
         js, c = self.js, self.cluster.config
         try:
             await js.object_store(self.bucket)
         except Exception:
             with contextlib.suppress(Exception):  # created concurrently by another gateway
                 await js.create_object_store(self.bucket, config=api.ObjectStoreConfig(replicas=c.replicas))
-        self._uploads = await ensure_kv(js, self.cluster.names.bucket("uploads"), ttl=24 * 3600.0, replicas=c.replicas)
+        self._uploads = await ensure_kv(js, self.cluster.names.bucket("uploads"), ttl=UPLOADS_TTL_S, replicas=c.replicas)
+        if max_bytes is not None or max_bytes_per_client is not None:
+            quota = SharedByteQuota(max_bytes, max_bytes_per_client)
+            await quota.open(js, self.cluster.names.bucket("blob_quota"), replicas=c.replicas,
+                             max_bytes=c.blob_quota_bucket_bytes, sizing=reserved(c), holdings=self._holdings)
+            self.quota = quota
 
     def _chunk_subject(self, nuid: str) -> str:
         return f"$O.{self.bucket}.C.{nuid}"
@@ -99,10 +127,24 @@ class ObjectBlobStore(BlobStore):
     def _meta_subject(self, key: str) -> str:
         return f"$O.{self.bucket}.M.{_b64(key.encode())}"
 
+    async def check_room(self, owner: str | None, size: int) -> None:
+        if self.quota is not None:
+            await self.quota.check(owner, size)
+
+    async def _settle(self, reservation: Reservation, keep: int = 0) -> None:
+        """Give back what `reservation` holds past `keep`; a failure (NATS gone) leaves it counted, said once here."""
+        try:
+            await reservation.settle(keep)
+        except Exception as exc:  # noqa: BLE001 - counted too much is the safe side: deleting or pruning frees it
+            log.warning("blob quotas: %d bytes of %s not given back: %r", reservation.reserved - keep,
+                        reservation.owner or "no client", exc)
+
     # --- writing ------------------------------------------------------------------------
     async def _publish_all(self, subject: str, pieces: AsyncIterator[bytes], *, max_size: int | None,
-                           what: str) -> tuple[str, int, int]:
-        """Publish every piece to `subject`, acks pipelined; returns (sha256, size, chunks)."""
+                           what: str, reserve: Callable[[int], Awaitable[None]] | None = None
+                           ) -> tuple[str, int, int]:
+        """Publish every piece to `subject`, acks pipelined, each counted by `reserve` first; returns
+        (sha256, size, chunks)."""
         js, h, size, n = self.js, hashlib.sha256(), 0, 0
         window: list[asyncio.Future[Any]] = []
         try:
@@ -110,6 +152,8 @@ class ObjectBlobStore(BlobStore):
                 size += len(piece)
                 if max_size is not None and size > max_size:
                     raise PayloadTooLarge(f"{what} is larger than the limit of {max_size} bytes", field="body")
+                if reserve is not None:
+                    await reserve(len(piece))
                 h.update(piece)
                 window.append(await js.publish_async(subject, piece))
                 n += 1
@@ -125,22 +169,51 @@ class ObjectBlobStore(BlobStore):
             raise
         return h.hexdigest(), size, n
 
-    async def _commit(self, nuid: str, key: str, size: int, chunks: int, media_type: str) -> BlobInfo:
-        """Publish the object's info (its name is its digest); if it is already stored, drop the new chunks."""
+    async def _last_info(self, key: str) -> tuple[dict[str, Any] | None, int]:
+        """The object's info (deleted or not) and its stream sequence; (None, 0) for a name never stored."""
+        check_key(key)
         try:
-            first = await self.stat(key)
-            await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
-            return BlobInfo(key, size, first.media_type)  # the first media type stays (never rewritten by another)
-        except PayloadNotFound:
-            pass
-        info = {
-            "name": key, "bucket": self.bucket, "nuid": nuid, "size": size, "chunks": chunks,
-            "mtime": datetime.now(timezone.utc).isoformat(),
-            "digest": "SHA-256=" + _b64(bytes.fromhex(key)),
-            "headers": {"Content-Type": [media_type]}, "options": {"max_chunk_size": CHUNK_SIZE},
-        }
-        await self.js.publish(self._meta_subject(key), orjson.dumps(info), headers={api.Header.ROLLUP: "sub"})
-        return BlobInfo(key, size, media_type)
+            msg = await self.js.get_msg(self.stream, subject=self._meta_subject(key))
+        except NotFoundError:
+            return None, 0
+        info: dict[str, Any] = orjson.loads(msg.data)
+        return info, int(msg.seq)
+
+    async def _put_info(self, key: str, info: dict[str, Any], over: int) -> bool:
+        """Publish `info` if the object's last info is still the one at sequence `over` (0: none); False when
+        another gateway wrote it first."""
+        headers = {api.Header.ROLLUP: "sub", api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE: str(over)}
+        try:
+            await self.js.publish(self._meta_subject(key), orjson.dumps(info), headers=headers)
+        except APIError as exc:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
+
+    async def _commit(self, nuid: str, key: str, size: int, chunks: int, media_type: str,
+                      owner: str | None) -> tuple[BlobInfo, bool]:
+        """Publish the object's info (its name is its digest): (the blob, whether it is new). Bytes already stored
+        keep their first owner and media type (never rewritten by another), their age starts again, and the new
+        chunks are dropped."""
+        for _ in range(32):  # each turn lost to a write of another gateway on this very name
+            now = datetime.now(timezone.utc).isoformat()
+            first, seq = await self._last_info(key)
+            if first is not None and not first.get("deleted"):
+                if await self._put_info(key, {**first, "mtime": now}, seq):
+                    await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
+                    return BlobInfo(key, size, _media_type(first)), False
+                continue
+            info = {
+                "name": key, "bucket": self.bucket, "nuid": nuid, "size": size, "chunks": chunks, "mtime": now,
+                "digest": "SHA-256=" + _b64(bytes.fromhex(key)),
+                "headers": {"Content-Type": [media_type]}, "options": {"max_chunk_size": CHUNK_SIZE},
+            }
+            if owner is not None:
+                info["metadata"] = {OWNER: owner}
+            if await self._put_info(key, info, seq):
+                return BlobInfo(key, size, media_type), True
+        raise ClusterError(f"blob {key}: its info kept changing under this gateway's write", field="key")
 
     async def put_stream(
         self,
@@ -153,28 +226,30 @@ class ObjectBlobStore(BlobStore):
     ) -> BlobInfo:
         expected = None if sha256 is None else check_sha256(sha256)
         nuid = secrets.token_hex(11)
-        key, size, n = await self._publish_all(self._chunk_subject(nuid), _rechunk(chunks), max_size=max_size, what="blob")
-        if expected is not None and key != expected:
-            await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
-            raise digest_mismatch("the body", key, expected)
-        return await self._commit(nuid, key, size, n, media_type)
+        held = Reservation(self.quota, owner)  # every chunk counted before it is published
+        try:
+            key, size, n = await self._publish_all(self._chunk_subject(nuid), _rechunk(chunks), max_size=max_size,
+                                                   what="blob", reserve=held.take)
+            if expected is not None and key != expected:
+                await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
+                raise digest_mismatch("the body", key, expected)
+            info, fresh = await self._commit(nuid, key, size, n, media_type, owner)
+        except BaseException:
+            await self._settle(held)
+            raise
+        await self._settle(held, size if fresh else 0)  # the same content stored already: counted for its first owner
+        return info
 
     # --- reading ------------------------------------------------------------------------
     async def _info(self, key: str) -> dict[str, Any]:
-        check_key(key)
-        try:
-            msg = await self.js.get_msg(self.stream, subject=self._meta_subject(key))
-        except NotFoundError:
-            raise PayloadNotFound(f"blob {key} not found", field="key") from None
-        info: dict[str, Any] = orjson.loads(msg.data)
-        if info.get("deleted"):
+        info, _ = await self._last_info(key)
+        if info is None or info.get("deleted"):
             raise PayloadNotFound(f"blob {key} not found", field="key")
         return info
 
     async def stat(self, key: str) -> BlobInfo:
         info = await self._info(key)
-        media = ((info.get("headers") or {}).get("Content-Type") or [DEFAULT_MEDIA_TYPE])[0]
-        return BlobInfo(key, int(info.get("size") or 0), media)
+        return BlobInfo(key, int(info.get("size") or 0), _media_type(info))
 
     async def _chunks(self, subject: str) -> AsyncIterator[bytes]:
         """Every message on `subject`, in order, one request each (nothing buffered ahead)."""
@@ -209,10 +284,20 @@ class ObjectBlobStore(BlobStore):
             raise PayloadError(f"blob {key} ended early (chunks missing from the object store)", field="key")
 
     async def delete(self, key: str) -> None:
-        info = await self._info(key)
-        info.update(deleted=True, size=0, chunks=0, digest="", mtime=datetime.now(timezone.utc).isoformat())
-        await self.js.publish(self._meta_subject(key), orjson.dumps(info), headers={api.Header.ROLLUP: "sub"})
-        await self.js.purge_stream(self.stream, subject=self._chunk_subject(info["nuid"]))
+        """Mark the blob deleted (only over the info read: of two gateways deleting it, one frees its bytes), drop
+        its chunks, free its owner's quota."""
+        for _ in range(32):
+            info, seq = await self._last_info(key)
+            if info is None or info.get("deleted"):
+                raise PayloadNotFound(f"blob {key} not found", field="key")
+            dead = {**info, "deleted": True, "size": 0, "chunks": 0, "digest": "",
+                    "mtime": datetime.now(timezone.utc).isoformat()}
+            if await self._put_info(key, dead, seq):
+                await self.js.purge_stream(self.stream, subject=self._chunk_subject(info["nuid"]))
+                if self.quota is not None:
+                    await self.quota.release(_owner(info), int(info.get("size") or 0))
+                return
+        raise ClusterError(f"blob {key}: its info kept changing under this gateway's delete", field="key")
 
     # --- resumable uploads ----------------------------------------------------------------
     async def _record(self, upload_id: str) -> tuple[dict[str, Any], int]:
@@ -225,7 +310,8 @@ class ObjectBlobStore(BlobStore):
 
     async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE, *, owner: str | None = None) -> str:
         upload_id = secrets.token_hex(16)
-        await self._uploads.create(upload_id, orjson.dumps({"mediaType": media_type, "offset": 0, "seqs": []}))
+        record = {"mediaType": media_type, "offset": 0, "seqs": [], "owner": owner, "at": time.time()}
+        await self._uploads.create(upload_id, orjson.dumps(record))
         return upload_id
 
     async def upload_offset(self, upload_id: str) -> int:
@@ -234,10 +320,17 @@ class ObjectBlobStore(BlobStore):
     def _lock(self, upload_id: str) -> asyncio.Lock:
         return self._locks.setdefault(upload_id, asyncio.Lock())
 
+    async def _drop(self, seqs: list[int]) -> None:
+        """Delete the pieces of a chunk that was not recorded (their bytes were given back)."""
+        for seq in seqs:
+            with contextlib.suppress(Exception):
+                await self.js.delete_msg(self.stream, seq)
+
     async def append(
         self, upload_id: str, offset: int, chunks: AsyncIterator[bytes], *, max_size: int | None = None
     ) -> int:
-        """Publish the chunk's pieces, then record them; a chunk cut off mid-way is not recorded (resend it)."""
+        """Publish the chunk's pieces, each counted for the upload's client first, then record them; a chunk refused
+        or cut off mid-way is not recorded (resend it), its pieces are dropped and their bytes given back."""
         async with self._lock(upload_id):
             rec, rev = await self._record(upload_id)
             current = int(rec["offset"])
@@ -245,26 +338,39 @@ class ObjectBlobStore(BlobStore):
                 raise UploadOffsetMismatch(f"upload {upload_id}: chunk sent at offset {offset}, expected offset {current}",
                                            field="Upload-Offset", data={"expectedOffset": current})
             subject = self._chunk_subject("up" + upload_id)
-            seqs, size = list(rec["seqs"]), current
-            async for piece in _rechunk(chunks):
-                size += len(piece)
-                if max_size is not None and size > max_size:
-                    raise PayloadTooLarge(f"upload {upload_id} is larger than the limit of {max_size} bytes", field="body")
-                ack = await self.js.publish(subject, piece)
-                seqs.append(ack.seq)
+            held = Reservation(self.quota, rec.get("owner"))
+            seqs, size, mine = list(rec["seqs"]), current, []
             try:
-                await self._uploads.update(upload_id, orjson.dumps({**rec, "offset": size, "seqs": seqs}), last=rev)
-            except KeyWrongLastSequenceError:
-                now = await self.upload_offset(upload_id)
-                raise UploadOffsetMismatch(f"upload {upload_id}: another chunk was stored at offset {offset} first",
-                                           field="Upload-Offset", data={"expectedOffset": now}) from None
+                async for piece in _rechunk(chunks):
+                    size += len(piece)
+                    if max_size is not None and size > max_size:
+                        raise PayloadTooLarge(f"upload {upload_id} is larger than the limit of {max_size} bytes",
+                                              field="body")
+                    await held.take(len(piece))
+                    ack = await self.js.publish(subject, piece)
+                    mine.append(ack.seq)
+                try:
+                    await self._uploads.update(upload_id, orjson.dumps(
+                        {**rec, "offset": size, "seqs": seqs + mine, "at": time.time()}), last=rev)
+                except KeyWrongLastSequenceError:
+                    now = await self.upload_offset(upload_id)
+                    raise UploadOffsetMismatch(f"upload {upload_id}: another chunk was stored at offset {offset} first",
+                                               field="Upload-Offset", data={"expectedOffset": now}) from None
+            except BaseException:
+                await self._drop(mine)
+                await self._settle(held)
+                raise
+            await self._settle(held, size - current)
             return size
 
     async def finish(self, upload_id: str, sha256: str | None = None) -> BlobInfo:
+        """Copy the upload's chunks into a blob. Of the gateways finishing, aborting or pruning one upload at once,
+        the one that deletes its record (over the revision it read) owns its counted bytes: they stay with a new
+        blob, go with one already stored; a finish that lost the record counts a new blob again."""
         expected = None if sha256 is None else check_sha256(sha256)
         async with self._lock(upload_id):
-            rec, _ = await self._record(upload_id)
-            up_subject = self._chunk_subject("up" + upload_id)
+            rec, rev = await self._record(upload_id)
+            up_subject, owner = self._chunk_subject("up" + upload_id), rec.get("owner")
 
             async def pieces() -> AsyncIterator[bytes]:
                 for seq in rec["seqs"]:
@@ -276,23 +382,124 @@ class ObjectBlobStore(BlobStore):
             if expected is not None and key != expected:
                 await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
                 raise digest_mismatch(f"upload {upload_id}", key, expected)
-            info = await self._commit(nuid, key, size, n, rec.get("mediaType", DEFAULT_MEDIA_TYPE))
-            await self.js.purge_stream(self.stream, subject=up_subject)
-            await self._uploads.delete(upload_id)
+            info, fresh = await self._commit(nuid, key, size, n, rec.get("mediaType", DEFAULT_MEDIA_TYPE), owner)
+            try:
+                await self._uploads.delete(upload_id, last=rev)
+                owned = True
+            except KeyWrongLastSequenceError:
+                owned = False  # aborted, pruned, finished or appended to elsewhere meanwhile
+            if owned:
+                await self.js.purge_stream(self.stream, subject=up_subject)
+            if self.quota is not None:
+                if owned and not fresh:
+                    await self.quota.release(owner, size)
+                elif fresh and not owned:
+                    await self.quota.add(owner, size)
         self._locks.pop(upload_id, None)
         return info
 
     async def abort_upload(self, upload_id: str) -> None:
         async with self._lock(upload_id):
-            await self._record(upload_id)
-            await self.js.purge_stream(self.stream, subject=self._chunk_subject("up" + upload_id))
-            await self._uploads.delete(upload_id)
+            await self._abort(upload_id)
         self._locks.pop(upload_id, None)
 
+    async def _abort(self, upload_id: str, idle_s: float | None = None) -> bool:
+        """Delete the upload's record (over the revision read: one gateway frees its bytes), its chunks, its count.
+        With `idle_s`, only if it was last written longer ago than that; returns whether it was deleted."""
+        while True:
+            rec, rev = await self._record(upload_id)
+            if idle_s is not None and time.time() - float(rec.get("at") or 0) <= idle_s:
+                return False
+            try:
+                await self._uploads.delete(upload_id, last=rev)
+                break
+            except KeyWrongLastSequenceError:
+                continue  # a chunk was recorded meanwhile
+        await self.js.purge_stream(self.stream, subject=self._chunk_subject("up" + upload_id))
+        if self.quota is not None:
+            await self.quota.release(rec.get("owner"), int(rec.get("offset") or 0))
+        return True
 
-async def open_object_store(config: ClusterConfig) -> tuple[ObjectBlobStore, ClusterLink]:
-    """An `ObjectBlobStore` on its own connection (close the link when done)."""
+    # --- age and counts -------------------------------------------------------------------
+    async def _infos(self) -> AsyncIterator[dict[str, Any]]:
+        """Every object's info (one per object: each is rolled up on its subject), one request each."""
+        subject, seq = f"$O.{self.bucket}.M.>", 0
+        while True:
+            try:
+                msg = await self.js.get_msg(self.stream, seq=seq + 1, subject=subject, next=True)
+            except NotFoundError:
+                return
+            seq = msg.seq
+            with contextlib.suppress(ValueError):
+                yield orjson.loads(msg.data)
+
+    async def _records(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Every upload's id and record."""
+        try:
+            ids = await self._uploads.keys()
+        except NoKeysError:
+            return
+        for upload_id in ids:
+            with contextlib.suppress(PayloadNotFound, PayloadError):
+                yield upload_id, (await self._record(upload_id))[0]
+
+    async def _holdings(self) -> AsyncIterator[tuple[str | None, int]]:
+        """What each blob and upload holds, and for whom (a new count's source)."""
+        async for info in self._infos():
+            if not info.get("deleted"):
+                yield _owner(info), int(info.get("size") or 0)
+        async for _, rec in self._records():
+            yield rec.get("owner"), int(rec.get("offset") or 0)
+
+    def prune_every_s(self, max_age_s: float | None) -> float | None:
+        return min(max_age_s / 4, 600.0) if max_age_s is not None else 600.0  # idle uploads, whatever the age limit
+
+    async def prune(self, max_age_s: float | None, now: float | None = None) -> int:
+        """Delete blobs stored (or stored again) more than `max_age_s` ago (`blob_max_age_s`; None: none), and uploads
+        idle for longer than that or `UPLOAD_IDLE_S`, freeing their quota; returns how many were deleted. Every
+        gateway prunes: of two deleting one blob or upload, one frees it."""
+        at = time.time() if now is None else now
+        gone = 0
+        if max_age_s is not None:
+            cutoff = at - max_age_s
+            old = [info["name"] for info in [i async for i in self._infos()]
+                   if not info.get("deleted") and isinstance(info.get("name"), str) and _mtime(info) < cutoff]
+            for key in old:
+                with contextlib.suppress(PayloadNotFound, PayloadError):
+                    await self.delete(key)
+                    gone += 1
+        idle_s = min(UPLOAD_IDLE_S, max_age_s if max_age_s is not None else UPLOAD_IDLE_S) + time.time() - at
+        for upload_id, _ in [r async for r in self._records()]:
+            with contextlib.suppress(PayloadNotFound):
+                async with self._lock(upload_id):
+                    gone += await self._abort(upload_id, idle_s)
+                self._locks.pop(upload_id, None)
+        return gone
+
+
+def _media_type(info: dict[str, Any]) -> str:
+    return str(((info.get("headers") or {}).get("Content-Type") or [DEFAULT_MEDIA_TYPE])[0])
+
+
+def _owner(info: dict[str, Any]) -> str | None:
+    """The client a blob is counted for (None: none, or stored before owners were kept)."""
+    owner = (info.get("metadata") or {}).get(OWNER)
+    return owner if isinstance(owner, str) else None
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    """When the blob was stored (or stored again); 0 when its info says nothing readable (then it is old)."""
+    try:
+        return datetime.fromisoformat(str(info.get("mtime"))).timestamp()
+    except ValueError:
+        return 0.0
+
+
+async def open_object_store(config: ClusterConfig, *, max_bytes: int | None = None,
+                            max_bytes_per_client: int | None = None) -> tuple[ObjectBlobStore, ClusterLink]:
+    """An `ObjectBlobStore` on its own connection (close the link when done); with a limit, counting for the
+    cluster's quotas as its gateways do."""
     link = await ClusterLink(config).connect()
     store = ObjectBlobStore(link)
-    await store.setup()
+    await store.setup(max_bytes=max_bytes, max_bytes_per_client=max_bytes_per_client)
     return store, link

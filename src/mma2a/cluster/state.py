@@ -153,7 +153,8 @@ class ClusterState:
             self.kv[kind] = await ensure_kv(self.js, self.names.bucket(kind), history=5, replicas=c.replicas)
         self.kv["sessions"] = await ensure_kv(self.js, self.names.bucket("sessions"), ttl=c.session_ttl_s, replicas=c.replicas)
         self.kv["members"] = await ensure_kv(self.js, self.names.bucket("members"), ttl=c.member_ttl_s, replicas=c.replicas)
-        await self.store.setup()
+        await self.store.setup(max_bytes=gateway.config.blob_max_bytes,
+                               max_bytes_per_client=gateway.config.blob_max_bytes_per_client)
         if gateway.config.signing.active:
             await self.nonces.setup(gateway.config.signing.window_s)
         await self._seed()

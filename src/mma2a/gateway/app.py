@@ -378,8 +378,8 @@ class Gateway:
                                     bodies=self._body_parser)
             await self.grpc.start()
         self._tasks.append(asyncio.create_task(self._health_loop()))
-        if self.config.blob_max_age_s is not None and isinstance(self.store, LocalBlobStore):
-            self._tasks.append(asyncio.create_task(self._prune_loop(self.store, self.config.blob_max_age_s)))
+        if (every_s := self.store.prune_every_s(self.config.blob_max_age_s)) is not None:
+            self._tasks.append(asyncio.create_task(self._prune_loop(self.store, self.config.blob_max_age_s, every_s)))
         if self.coming_embedder is not None:
             self._tasks.append(asyncio.create_task(self._adopt(self.coming_embedder)))
         if any(c.name not in self.directory for c in self.config.agents):  # still not up: keep trying in the background
@@ -430,15 +430,17 @@ class Gateway:
                 log.exception("health check failed")
 
     @staticmethod
-    async def _prune_loop(store: LocalBlobStore, max_age_s: float) -> None:
-        """Delete what is older than `blob_max_age_s` at start, then every quarter of it (at most every 10 min)."""
+    async def _prune_loop(store: BlobStore, max_age_s: float | None, every_s: float) -> None:
+        """Delete what is older than `blob_max_age_s` (and, in a cluster, uploads left idle) at start, then every
+        `every_s` (`BlobStore.prune_every_s`)."""
         while True:
             try:
                 if gone := await store.prune(max_age_s):
-                    log.info("blob_max_age_s: %d blobs and uploads older than %g s deleted", gone, max_age_s)
+                    log.info("blob_max_age_s: %d blobs and uploads older than %s deleted", gone,
+                             "their age limit" if max_age_s is None else f"{max_age_s:g} s")
             except Exception:  # never let the loop die
                 log.exception("blob pruning failed")
-            await asyncio.sleep(min(max_age_s / 4, 600.0))
+            await asyncio.sleep(every_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:

@@ -11,6 +11,25 @@ from __future__ import annotations
 from ..errors import ClientQuotaExceeded, StoreQuotaExceeded
 
 
+def check_limits(owner: str | None, held: int, total: int, more: int, max_bytes: int | None,
+                 max_bytes_per_client: int | None) -> None:
+    """`ClientQuotaExceeded` (413) or `StoreQuotaExceeded` (507) when `more` bytes would pass a limit, `owner` holding
+    `held` bytes and the store `total`: the client's own quota first, as it is the one the client can act on. Every
+    store with quotas (this one in memory, the cluster's Object Store) answers in these words."""
+    limit = max_bytes_per_client
+    if owner is not None and limit is not None and held + more > limit:
+        raise ClientQuotaExceeded(
+            f"blob quota exceeded: {'this client' if ' via ' in owner else f'client {owner!r}'} holds {held} bytes in blobs and uploads, {more} more would "
+            f"pass its quota of {limit} bytes (blob_max_bytes_per_client); abort its unfinished uploads, "
+            "delete blobs it no longer needs (URLs signed for DELETE) or send a smaller payload",
+            field="body", data={"setting": "blob_max_bytes_per_client", "limit": limit, "held": held})
+    if max_bytes is not None and total + more > max_bytes:
+        raise StoreQuotaExceeded(
+            f"the blob store is full: it holds {total} bytes, {more} more would pass its quota of "
+            f"{max_bytes} bytes (blob_max_bytes); retry later or send a smaller payload",
+            field="body", data={"setting": "blob_max_bytes", "limit": max_bytes, "held": total})
+
+
 class ByteQuota:
     """Bytes held in one store, in total and per owner; `charge` refuses what would pass a limit (None: no limit)."""
 
@@ -25,22 +44,8 @@ class ByteQuota:
         return 0 if owner is None else self._by_owner.get(owner, 0)
 
     def check(self, owner: str | None, more: int) -> None:
-        """`ClientQuotaExceeded` (413) or `StoreQuotaExceeded` (507) when `more` bytes would pass a limit; the
-        client's own quota first, as it is the one the client can act on."""
-        limit = self.max_bytes_per_client
-        if owner is not None and limit is not None:
-            held = self.held(owner)
-            if held + more > limit:
-                raise ClientQuotaExceeded(
-                    f"blob quota exceeded: {'this client' if ' via ' in owner else f'client {owner!r}'} holds {held} bytes in blobs and uploads, {more} more would "
-                    f"pass its quota of {limit} bytes (blob_max_bytes_per_client); abort its unfinished uploads, "
-                    "delete blobs it no longer needs (URLs signed for DELETE) or send a smaller payload",
-                    field="body", data={"setting": "blob_max_bytes_per_client", "limit": limit, "held": held})
-        if self.max_bytes is not None and self.total + more > self.max_bytes:
-            raise StoreQuotaExceeded(
-                f"the blob store is full: it holds {self.total} bytes, {more} more would pass its quota of "
-                f"{self.max_bytes} bytes (blob_max_bytes); retry later or send a smaller payload",
-                field="body", data={"setting": "blob_max_bytes", "limit": self.max_bytes, "held": self.total})
+        """`ClientQuotaExceeded` (413) or `StoreQuotaExceeded` (507) when `more` bytes would pass a limit (`check_limits`)."""
+        check_limits(owner, self.held(owner), self.total, more, self.max_bytes, self.max_bytes_per_client)
 
     def charge(self, owner: str | None, n: int) -> None:
         """Count `n` more bytes for `owner`, or raise as `check` does (nothing counted then)."""

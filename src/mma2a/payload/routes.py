@@ -156,18 +156,18 @@ class BlobEndpoints:
         except ClientDisconnect:
             raise PayloadError("client disconnected before the body was complete", field="body") from None
 
-    def _check_room(self, request: Request) -> str | None:
+    async def _check_room(self, request: Request) -> str | None:
         """The calling client, once the store's quotas can take the body's declared length (if any): a body over
         them is refused before a byte of it is read; one without a length is counted as it is written."""
         owner = self.owner_fn()
         length = request.headers.get("content-length")
         if length is not None and length.isdigit():
-            self.store.check_room(owner, int(length))
+            await self.store.check_room(owner, int(length))
         return owner
 
     async def put(self, request: Request) -> Response:
         _declared_length(request, self.max_upload_bytes)
-        owner = self._check_room(request)
+        owner = await self._check_room(request)
         media_type = media_type_of(request.headers.get("content-type"))
         digest = request.headers.get("x-content-sha256")
         info = await self.store.put_stream(
@@ -208,7 +208,7 @@ class BlobEndpoints:
             raise PayloadError(f"Upload-Offset {raw[:80]!r} is not a non-negative integer", field="Upload-Offset")
         start: int = offset
         self._store_id(request)  # another client's id is refused before its quota is looked at
-        self._check_room(request)
+        await self._check_room(request)
         try:
             upload_id, offset = await self._on_upload(request, lambda sid: self.store.append(
                 sid, start, request.stream(), max_size=self.max_upload_bytes))

@@ -131,9 +131,18 @@ class BlobStore(abc.ABC):
     async def abort_upload(self, upload_id: str) -> None:
         """Drop an upload and its bytes."""
 
-    def check_room(self, owner: str | None, size: int) -> None:
+    async def check_room(self, owner: str | None, size: int) -> None:
         """Refuse, before any byte is read, a write of `size` bytes (a declared Content-Length) the store cannot
         take; stores without quotas or reserve take anything."""
+
+    async def prune(self, max_age_s: float | None, now: float | None = None) -> int:
+        """Delete what is older than `max_age_s` (`blob_max_age_s`; None: nothing is old), freeing its quota; returns
+        how many blobs and uploads were deleted. Stores that keep nothing of their own delete nothing."""
+        return 0
+
+    def prune_every_s(self, max_age_s: float | None) -> float | None:
+        """How often the gateway calls `prune` (None: never): every quarter of `max_age_s`, at most every 10 min."""
+        return None if max_age_s is None else min(max_age_s / 4, 600.0)
 
     async def read_all(self, key: str) -> bytes:
         """The whole blob in memory: for small blobs and tests only."""
@@ -234,7 +243,7 @@ class LocalBlobStore(BlobStore):
                 self._upload_owners[entry.name[:-5]] = owner
                 self.quota.add(owner, entry.stat().st_size)
 
-    def check_room(self, owner: str | None, size: int) -> None:
+    async def check_room(self, owner: str | None, size: int) -> None:
         self.quota.check(owner, size)
         self._check_space(size)
 
@@ -491,9 +500,11 @@ class LocalBlobStore(BlobStore):
             self.quota.release(self._upload_owners.pop(upload_id, None), size)
         self._upload_locks.pop(upload_id, None)
 
-    async def prune(self, max_age_s: float, now: float | None = None) -> int:
+    async def prune(self, max_age_s: float | None, now: float | None = None) -> int:
         """Delete blobs stored (or stored again) and uploads last written more than `max_age_s` ago, freeing their
         quota (`blob_max_age_s`); returns how many were deleted. `now`: the time to count from (default: now)."""
+        if max_age_s is None:
+            return 0
         cutoff = (time.time() if now is None else now) - max_age_s
 
         def stale() -> tuple[list[str], list[str]]:

@@ -1,0 +1,175 @@
+"""`SharedByteQuota`: the blob quotas of the cluster's Object Store, counted once for the whole cluster.
+
+What a client's blobs and uploads hold (`blob_max_bytes_per_client`) and what the store holds (`blob_max_bytes`) are
+byte counts in a small KV bucket (`<cluster>_blob_quota`: a key per client, `c.<base64url(name)>`, and `total`),
+each changed by a compare-and-set on its revision, so a client spreading its uploads over the gateways (or the
+workers of `serve --workers N`) gets its quota once, not once per gateway. Only blob writes and deletes touch it
+(one read and one write of each key per change); nothing on the path of an ordinary message does. Bytes are
+counted before they are stored (`Reservation`), in growing blocks, so two uploads of one client on two gateways
+cannot pass its quota together; the words of a refusal are the local store's (`payload.quota.check_limits`).
+
+A missing bucket (a cluster made before the quotas, or the bucket deleted) is counted again from the objects' own
+info (their owner is in their metadata) and the upload records, by the one gateway that claims the count.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+
+from ..errors import ClientQuotaExceeded, StoreQuotaExceeded
+from ..payload.quota import check_limits
+from .link import ensure_kv
+
+log = logging.getLogger("mma2a.cluster")
+
+TOTAL = "total"
+COUNTED = "counted"  # created by the gateway that counts a new bucket from the objects
+MAX_BLOCK = 4 << 20
+"""The most bytes a write reserves ahead of what it has stored (blocks double from its first chunk up to this)."""
+
+
+def _key(owner: str) -> str:
+    return "c." + base64.urlsafe_b64encode(owner.encode()).decode()
+
+
+class SharedByteQuota:
+    """Bytes held in the cluster's Object Store, in total and per owner, in a KV bucket every gateway changes."""
+
+    def __init__(self, max_bytes: int | None, max_bytes_per_client: int | None) -> None:
+        self.max_bytes = max_bytes
+        self.max_bytes_per_client = max_bytes_per_client
+        self.kv: Any = None
+
+    async def open(self, js: Any, bucket: str, *, replicas: int, max_bytes: int, sizing: dict[str, tuple[int, str]],
+                   holdings: Callable[[], AsyncIterator[tuple[str | None, int]]]) -> None:
+        """Open the counts (bounded at `max_bytes`, `cluster.blob_quota_bucket_bytes`); a bucket made here is counted
+        from `holdings()` (every blob and upload: its owner and bytes) by the gateway that claims it first."""
+        try:
+            await js.key_value(bucket)
+            fresh = False
+        except BucketNotFoundError:
+            fresh = True
+        self.kv = await ensure_kv(js, bucket, replicas=replicas, max_bytes=max_bytes,
+                                  setting="cluster.blob_quota_bucket_bytes", sizing=sizing)
+        if not fresh:
+            return
+        try:
+            await self.kv.create(COUNTED, b"1")
+        except KeyWrongLastSequenceError:
+            return  # another gateway made the bucket at the same moment and counts
+        by_owner: dict[str | None, int] = {}
+        async for owner, size in holdings():
+            by_owner[owner] = by_owner.get(owner, 0) + size
+        for owner, size in by_owner.items():
+            await self.add(owner, size)
+        if by_owner:
+            log.info("blob quotas: counted %d bytes of %d clients from the object store",
+                     sum(by_owner.values()), sum(1 for o in by_owner if o is not None))
+
+    async def _read(self, key: str) -> tuple[int, int]:
+        """(the count, its revision; 0 when the key was never written)."""
+        try:
+            entry = await self.kv.get(key)
+        except KeyNotFoundError:
+            return 0, 0
+        return int(entry.value or b"0"), int(entry.revision or 0)
+
+    async def _swap(self, key: str, value: int, revision: int) -> bool:
+        """Set `key` to `value` if it is still at `revision` (0: never written); False when another write came first."""
+        try:
+            if revision:
+                await self.kv.update(key, str(max(0, value)).encode(), last=revision)
+            else:
+                await self.kv.create(key, str(max(0, value)).encode())
+        except KeyWrongLastSequenceError:
+            return False
+        return True
+
+    async def _add_to(self, key: str, n: int) -> None:
+        while True:
+            value, revision = await self._read(key)
+            if await self._swap(key, value + n, revision):
+                return
+
+    async def held(self, owner: str | None) -> int:
+        """Bytes `owner`'s blobs and uploads hold across the cluster (0 for no owner)."""
+        return 0 if owner is None else (await self._read(_key(owner)))[0]
+
+    async def total(self) -> int:
+        return (await self._read(TOTAL))[0]
+
+    async def check(self, owner: str | None, more: int) -> None:
+        """Refuse (413, 507) what `more` bytes would pass, as the local store words it; nothing is counted."""
+        held = await self.held(owner)
+        check_limits(owner, held, await self.total(), more, self.max_bytes, self.max_bytes_per_client)
+
+    async def charge(self, owner: str | None, n: int) -> None:
+        """Count `n` more bytes for `owner`, or raise as `check` does (nothing counted then). The client's count first,
+        then the total; a total past its quota takes the client's back."""
+        okey = None if owner is None else _key(owner)
+        while True:
+            held, orev = (0, 0) if okey is None else await self._read(okey)
+            total, trev = await self._read(TOTAL)
+            check_limits(owner, held, total, n, self.max_bytes, self.max_bytes_per_client)
+            if okey is None or await self._swap(okey, held + n, orev):
+                break
+        while not await self._swap(TOTAL, total + n, trev):
+            total, trev = await self._read(TOTAL)
+            try:
+                check_limits(None, 0, total, n, self.max_bytes, None)
+            except StoreQuotaExceeded:
+                if okey is not None:
+                    await self._add_to(okey, -n)
+                raise
+
+    async def add(self, owner: str | None, n: int) -> None:
+        """Count `n` bytes already stored (the count of a new bucket): no limit is checked."""
+        if owner is not None and n:
+            await self._add_to(_key(owner), n)
+        await self._add_to(TOTAL, n)
+
+    async def release(self, owner: str | None, n: int) -> None:
+        """`n` bytes of `owner` are gone (deleted, refused, or the same content was already stored)."""
+        if n:
+            await self.add(owner, -n)
+
+
+class Reservation:
+    """The bytes one write (a blob, or a chunk of an upload) counts as it stores them: `take(n)` before `n` more bytes
+    are stored, in blocks that double from the first chunk up to `MAX_BLOCK`, so a large write is a few KV round trips;
+    at the quota's edge only what the bytes need is asked for, so the limit holds to the byte. `settle(keep)` gives
+    back what was reserved past `keep` bytes."""
+
+    def __init__(self, quota: SharedByteQuota | None, owner: str | None) -> None:
+        self.quota, self.owner = quota, owner
+        self.used = self.reserved = 0
+
+    async def take(self, n: int) -> None:
+        self.used += n
+        if self.quota is None or self.used <= self.reserved:
+            return
+        need = self.used - self.reserved
+        block = max(need, min(MAX_BLOCK, self.reserved))
+        try:
+            try:
+                await self.quota.charge(self.owner, block)
+            except (ClientQuotaExceeded, StoreQuotaExceeded):
+                if block == need:
+                    raise
+                block = need
+                await self.quota.charge(self.owner, block)
+        except BaseException:
+            self.used -= n
+            raise
+        self.reserved += block
+
+    async def settle(self, keep: int = 0) -> None:
+        """Keep `keep` bytes counted (a new blob's, an upload's stored chunk), give back the rest."""
+        if self.quota is not None and self.reserved > keep:
+            await self.quota.release(self.owner, self.reserved - keep)
+        self.reserved = min(self.reserved, keep)

@@ -1,0 +1,250 @@
+"""The blob quotas on the cluster's Object Store (`blob_max_bytes_per_client` 413, `blob_max_bytes` 507), held once for
+the whole cluster: before them, one client with a credential could fill JetStream's store through any gateway. Two
+gateways of one cluster on a real nats-server, auth on; a client's bytes on one gateway count on the other, in the
+local store's words (tests/security/test_blob_quota.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from mma2a.cluster import cluster_state
+from mma2a.cluster.objects import UPLOAD_IDLE_S, ObjectBlobStore, open_object_store
+from mma2a.cluster.server import NatsServer
+from mma2a.gateway import Gateway, parse_config
+from mma2a.gateway.cluster_config import ClusterConfig
+from mma2a.serving import free_port, running
+from tests.cluster.conftest import ADMIN, SECRET, cluster_name
+from tests.gateway.conftest import agent, agents
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKENS = {"alice": "alice-token-0123456789", "carol": "carol-token-0123456789"}
+ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
+CAROL = {"Authorization": f"Bearer {TOKENS['carol']}"}
+
+
+def client_quota_message(held: int, more: int, limit: int, client: str = "alice") -> str:
+    return (f"blob quota exceeded: client {client!r} holds {held} bytes in blobs and uploads, {more} more would pass "
+            f"its quota of {limit} bytes (blob_max_bytes_per_client); abort its unfinished uploads, delete blobs it "
+            "no longer needs (URLs signed for DELETE) or send a smaller payload")
+
+
+def setting(r: httpx.Response) -> Any:
+    return r.json()["error"]["data"]["setting"]
+
+
+async def chunked(data: bytes, size: int = 16_384) -> AsyncIterator[bytes]:
+    """A body without Content-Length (chunked transfer encoding)."""
+    for i in range(0, len(data), size):
+        yield data[i:i + size]
+
+
+@contextlib.asynccontextmanager
+async def two_gateways(nats_url: str, monkeypatch: pytest.MonkeyPatch, **extra: Any
+                       ) -> AsyncIterator[tuple[tuple[Gateway, str], tuple[Gateway, str]]]:
+    """Gateways A and B of one cluster, clients alice and carol, `extra` in both configs."""
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    name = cluster_name()
+    async with contextlib.AsyncExitStack() as stack:
+        out = []
+        for _ in range(2):
+            port = free_port()
+            config = parse_config({
+                "listen": f"127.0.0.1:{port}", "admin": {"token": ADMIN}, "health_interval_s": 3600,
+                "features": False, "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
+                "cluster": {"nats": nats_url, "name": name}, **extra})
+            gw = Gateway(config, cluster=cluster_state(config))
+            url = await stack.enter_async_context(running(gw.app, "127.0.0.1", port, timeouts=config.server.timeouts()))
+            out.append((gw, url))
+        yield out[0], out[1]
+
+
+def store_of(gw: Gateway) -> ObjectBlobStore:
+    assert isinstance(gw.store, ObjectBlobStore) and gw.store.quota is not None
+    return gw.store
+
+
+async def held(gw: Gateway, *owners: str) -> tuple[int, ...]:
+    """What each owner holds, then the total, as the cluster counts them."""
+    quota = store_of(gw).quota
+    assert quota is not None
+    return (*[await quota.held(o) for o in owners], await quota.total())
+
+
+async def test_a_client_at_its_quota_on_one_gateway_is_refused_on_the_other_and_another_client_still_uploads(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with two_gateways(nats_server.url, monkeypatch, blob_max_bytes_per_client=100_000) as ((a, url_a), (b, url_b)):
+        async with httpx.AsyncClient(timeout=30) as c:
+            first = await c.post(url_a + "/blobs", content=b"a" * 60_000, headers=ALICE)
+            declared = await c.post(url_b + "/blobs", content=b"b" * 60_000, headers=ALICE)
+            streamed = await c.post(url_b + "/blobs", content=chunked(b"c" * 60_000), headers=ALICE)
+            begun = (await c.post(url_b + "/blobs/uploads", headers=ALICE)).json()
+            patch = await c.patch(f"{url_b}/blobs/uploads/{begun['uploadId']}", content=chunked(b"d" * 50_000),
+                                  headers=ALICE | {"Upload-Offset": "0"})
+            offset = (await c.get(f"{url_a}/blobs/uploads/{begun['uploadId']}", headers=ALICE)).json()["offset"]
+            other = await c.post(url_b + "/blobs", content=b"f" * 60_000, headers=CAROL)
+            small = await c.post(url_b + "/blobs", content=b"e" * 40_000, headers=ALICE)  # still fits: 100 000 exactly
+            counts = await held(a, "alice", "carol")
+        assert first.status_code == 201 and other.status_code == 201 and small.status_code == 201
+        assert declared.status_code == 413
+        assert declared.json()["error"]["message"] == client_quota_message(60_000, 60_000, 100_000)
+        assert setting(declared) == "blob_max_bytes_per_client"
+        for r in (streamed, patch):  # no Content-Length: refused at the chunk that passes the quota
+            assert r.status_code == 413 and setting(r) == "blob_max_bytes_per_client"
+            message = r.json()["error"]["message"]
+            assert message.startswith("blob quota exceeded: client 'alice' holds ")
+            assert message.endswith(client_quota_message(0, 0, 100_000).split(" more would pass ")[1])
+            assert "carol" not in message
+        assert offset == 0  # the refused chunk was not kept
+        assert counts == (100_000, 60_000, 160_000)
+        si = await store_of(a).js.stream_info(store_of(a).stream)
+        assert si.state.bytes < 160_000 + 20_000  # refused bodies left no chunks behind (info messages aside)
+
+
+async def test_the_store_quota_is_507_for_every_client_across_gateways(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with two_gateways(nats_server.url, monkeypatch, blob_max_bytes=100_000) as ((_, url_a), (b, url_b)):
+        async with httpx.AsyncClient(timeout=30) as c:
+            first = await c.post(url_a + "/blobs", content=b"a" * 60_000, headers=ALICE)
+            full = await c.post(url_b + "/blobs", content=b"b" * 60_000, headers=CAROL)
+            streamed = await c.post(url_b + "/blobs", content=chunked(b"c" * 60_000), headers=CAROL)
+            counts = await held(b, "alice", "carol")
+    assert first.status_code == 201
+    assert full.status_code == 507 and setting(full) == "blob_max_bytes"
+    assert full.json()["error"]["message"] == (
+        "the blob store is full: it holds 60000 bytes, 60000 more would pass its quota of 100000 bytes "
+        "(blob_max_bytes); retry later or send a smaller payload")
+    assert streamed.status_code == 507 and setting(streamed) == "blob_max_bytes"
+    assert counts == (60_000, 0, 60_000)
+
+
+async def test_a_delete_or_an_abort_on_one_gateway_frees_the_quota_on_the_other(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = {"blob_max_bytes_per_client": 100_000, "blob_max_bytes": 150_000}
+    async with two_gateways(nats_server.url, monkeypatch, **cfg) as ((a, url_a), (b, url_b)):
+        async with httpx.AsyncClient(timeout=30) as c:
+            blob = (await c.post(url_a + "/blobs", content=b"a" * 60_000, headers=ALICE)).json()
+            refused = await c.post(url_b + "/blobs", content=b"b" * 60_000, headers=ALICE)
+            deleted = await c.delete(f"{url_a}{a.signer.sign(blob['sha256'], 'DELETE')}")
+            again = await c.delete(f"{url_b}{b.signer.sign(blob['sha256'], 'DELETE')}")  # deleted once, freed once
+            stored = await c.post(url_b + "/blobs", content=b"b" * 60_000, headers=ALICE)
+            begun = (await c.post(url_b + "/blobs/uploads", headers=ALICE)).json()
+            where = f"/blobs/uploads/{begun['uploadId']}"
+            await c.patch(url_b + where, content=b"c" * 30_000, headers=ALICE | {"Upload-Offset": "0"})
+            during = await held(a, "alice")
+            aborted = await c.delete(url_a + where, headers=ALICE)
+            after = await held(b, "alice")
+    assert refused.status_code == 413 and deleted.status_code == 204 and stored.status_code == 201
+    assert again.status_code == 404
+    assert during == (90_000, 90_000) and aborted.status_code == 204
+    assert after == (60_000, 60_000)
+
+
+async def test_one_clients_uploads_at_once_on_two_gateways_pass_its_quota_together_never(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each body passes the declared-length check alone (nothing is held yet); the bytes are counted before they are
+    stored, so only one of them is kept."""
+    async with two_gateways(nats_server.url, monkeypatch, blob_max_bytes_per_client=100_000) as ((a, url_a), (_, url_b)):
+        async with httpx.AsyncClient(timeout=30) as c:
+            answers = await asyncio.gather(*[c.post(url + "/blobs", content=fill * 60_000, headers=ALICE)
+                                             for url, fill in ((url_a, b"x"), (url_b, b"y"))])
+            counts = await held(a, "alice")
+    assert sorted(r.status_code for r in answers) == [201, 413]
+    refused = next(r for r in answers if r.status_code == 413)
+    assert refused.json()["error"]["message"] == client_quota_message(60_000, 60_000, 100_000)
+    assert counts == (60_000, 60_000)
+
+
+async def test_the_same_content_on_two_gateways_is_counted_once_for_its_first_owner(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with two_gateways(nats_server.url, monkeypatch, blob_max_bytes_per_client=100_000) as ((a, url_a), (_, url_b)):
+        async with httpx.AsyncClient(timeout=30) as c:
+            one = await c.post(url_a + "/blobs", content=b"a" * 40_000, headers=ALICE)
+            two = await c.post(url_b + "/blobs", content=b"a" * 40_000, headers=CAROL)
+            begun = (await c.post(url_b + "/blobs/uploads", headers=CAROL)).json()
+            where = f"/blobs/uploads/{begun['uploadId']}"
+            await c.patch(url_b + where, content=b"a" * 40_000, headers=CAROL | {"Upload-Offset": "0"})
+            finished = await c.post(url_a + where + "/finish", headers=CAROL)  # the same bytes again, by an upload
+            counts = await held(a, "alice", "carol")
+    assert one.status_code == two.status_code == finished.status_code == 201
+    assert counts == (40_000, 0, 40_000)
+
+
+async def test_parts_a_gateway_offloads_count_in_the_senders_quota_on_every_gateway(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    def message(fill: bytes) -> dict[str, Any]:
+        msg = {"messageId": f"m-{fill!r}", "role": "ROLE_USER",
+               "parts": [{"raw": base64.b64encode(fill * 60_000).decode(), "mediaType": "text/plain"}]}
+        return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": msg}}
+
+    async with agents({"text": agent("text", ["text/plain"])}) as urls:
+        cfg = {"blob_max_bytes_per_client": 100_000, "offload_threshold": 10_000,
+               "agents": [{"name": "text", "url": urls["text"]}]}
+        async with two_gateways(nats_server.url, monkeypatch, **cfg) as ((a, url_a), (_, url_b)):
+            async with httpx.AsyncClient(timeout=30) as c:
+                v1 = {"A2A-Version": "1.0"}
+                first = (await c.post(url_a + "/", json=message(b"a"), headers=ALICE | v1)).json()
+                during = await held(a, "alice")
+                second = (await c.post(url_b + "/", json=message(b"b"), headers=ALICE | v1)).json()
+                other = (await c.post(url_b + "/", json=message(b"c"), headers=CAROL | v1)).json()
+                after = await held(a, "alice", "carol")
+    assert "result" in first and during == (60_000, 60_000)
+    refused = second["error"]["message"]
+    assert refused == client_quota_message(60_000, 60_000, 100_000)
+    assert "result" in other
+    assert after == (60_000, 60_000, 120_000)  # nothing of the refused part was kept
+
+
+async def test_blob_max_age_and_idle_uploads_are_pruned_on_the_object_store_freeing_their_bytes(
+        nats_server: NatsServer) -> None:
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    store, link = await open_object_store(config, max_bytes_per_client=100_000)
+    try:
+        quota = store.quota
+        assert quota is not None
+        info = await store.put_stream(chunked(b"a" * 60_000), owner="alice")
+        upload = await store.begin_upload(owner="alice")
+        await store.append(upload, 0, chunked(b"b" * 30_000))
+        assert (await quota.held("alice"), await quota.total()) == (90_000, 90_000)
+        assert await store.prune(3600) == 0  # nothing is an hour old yet
+        assert await store.prune(3600, now=time.time() + 7200) == 2  # the blob and the upload: idle past the age
+        assert (await quota.held("alice"), await quota.total()) == (0, 0)
+        with pytest.raises(Exception) as gone:
+            await store.stat(info.key)
+        assert gone.value.args[0] == f"blob {info.key} not found"
+        upload = await store.begin_upload(owner="alice")
+        await store.append(upload, 0, chunked(b"c" * 30_000))
+        assert await store.prune(None, now=time.time() + UPLOAD_IDLE_S / 2) == 0
+        assert await store.prune(None, now=time.time() + UPLOAD_IDLE_S + 60) == 1  # before its record would expire
+        assert (await quota.held("alice"), await quota.total()) == (0, 0)
+    finally:
+        await link.close()
+
+
+async def test_the_counts_are_counted_again_from_the_objects_when_their_bucket_is_gone(
+        nats_server: NatsServer) -> None:
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    store, link = await open_object_store(config, max_bytes_per_client=100_000, max_bytes=1 << 20)
+    try:
+        await store.put_stream(chunked(b"a" * 60_000), owner="alice")
+        await store.put_stream(chunked(b"b" * 10_000))  # no owner: in the total only
+        upload = await store.begin_upload(owner="carol")
+        await store.append(upload, 0, chunked(b"c" * 25_000))
+        await link.js.delete_key_value(f"{config.name}_blob_quota")
+        again, link2 = await open_object_store(config, max_bytes_per_client=100_000, max_bytes=1 << 20)
+        try:
+            quota = again.quota
+            assert quota is not None
+            assert (await quota.held("alice"), await quota.held("carol"), await quota.total()) == (60_000, 25_000, 95_000)
+        finally:
+            await link2.close()
+    finally:
+        await link.close()
