@@ -23,28 +23,13 @@ from mma2a.gateway.cluster_config import ClusterConfig
 from mma2a.serving import free_port, running
 from tests.cluster.conftest import ADMIN, SECRET, cluster_name
 from tests.gateway.conftest import agent, agents
+from tests.security.test_blob_quota import chunked, client_quota_message, setting
 
 pytestmark = pytest.mark.timeout(120)
 
 TOKENS = {"alice": "alice-token-0123456789", "carol": "carol-token-0123456789"}
 ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
 CAROL = {"Authorization": f"Bearer {TOKENS['carol']}"}
-
-
-def client_quota_message(held: int, more: int, limit: int, client: str = "alice") -> str:
-    return (f"blob quota exceeded: client {client!r} holds {held} bytes in blobs and uploads, {more} more would pass "
-            f"its quota of {limit} bytes (blob_max_bytes_per_client); abort its unfinished uploads, delete blobs it "
-            "no longer needs (URLs signed for DELETE) or send a smaller payload")
-
-
-def setting(r: httpx.Response) -> Any:
-    return r.json()["error"]["data"]["setting"]
-
-
-async def chunked(data: bytes, size: int = 16_384) -> AsyncIterator[bytes]:
-    """A body without Content-Length (chunked transfer encoding)."""
-    for i in range(0, len(data), size):
-        yield data[i:i + size]
 
 
 @contextlib.asynccontextmanager

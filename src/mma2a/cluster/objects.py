@@ -251,8 +251,8 @@ class ObjectBlobStore(BlobStore):
         info = await self._info(key)
         return BlobInfo(key, int(info.get("size") or 0), _media_type(info))
 
-    async def _chunks(self, subject: str) -> AsyncIterator[bytes]:
-        """Every message on `subject`, in order, one request each (nothing buffered ahead)."""
+    async def _messages(self, subject: str) -> AsyncIterator[bytes]:
+        """Every message on `subject` (a wildcard too), in order, one request each (nothing buffered ahead)."""
         seq = 0
         while True:
             try:
@@ -272,7 +272,7 @@ class ObjectBlobStore(BlobStore):
         pos = 0
         if stop == start:
             return
-        async for data in self._chunks(self._chunk_subject(info["nuid"])):
+        async for data in self._messages(self._chunk_subject(info["nuid"])):
             lo, hi = pos, pos + len(data)
             pos = hi
             if hi <= start:
@@ -422,16 +422,10 @@ class ObjectBlobStore(BlobStore):
 
     # --- age and counts -------------------------------------------------------------------
     async def _infos(self) -> AsyncIterator[dict[str, Any]]:
-        """Every object's info (one per object: each is rolled up on its subject), one request each."""
-        subject, seq = f"$O.{self.bucket}.M.>", 0
-        while True:
-            try:
-                msg = await self.js.get_msg(self.stream, seq=seq + 1, subject=subject, next=True)
-            except NotFoundError:
-                return
-            seq = msg.seq
+        """Every object's info (one per object: each is rolled up on its subject)."""
+        async for data in self._messages(f"$O.{self.bucket}.M.>"):
             with contextlib.suppress(ValueError):
-                yield orjson.loads(msg.data)
+                yield orjson.loads(data)
 
     async def _records(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """Every upload's id and record."""
