@@ -33,9 +33,9 @@ WARN_EVERY_S = 60.0  # an address over its budget is logged at most this often
 
 
 class CredentialsLocked(RateLimited):
-    """An address over its budget of failed credential checks presented a credential that did not verify from it
-    recently: refused unchecked (429 + `Retry-After`; gRPC `RESOURCE_EXHAUSTED`); `field` names the credential's
-    header, never the credential."""
+    """An address over its budget of failed credential checks presented a credential that is wrong, or names a client
+    not served from that address recently: refused alike (429 + `Retry-After`; gRPC `RESOURCE_EXHAUSTED`); `field`
+    names the credential's header, never the credential."""
 
     def __init__(self, message: str, *, retry_after: float, field: str) -> None:
         super().__init__(message, retry_after=retry_after)
@@ -44,8 +44,8 @@ class CredentialsLocked(RateLimited):
 
 
 def address_key(address: str) -> str:
-    """The bucket of an address: `ip:<IPv4 address>`, or `ip:<IPv6 /64>::/64` (one host's usual share; an
-    IPv4-mapped IPv6 address counts as its IPv4 address)."""
+    """The bucket of an address: `ip:192.0.2.1`, or an IPv6 address's /64, `ip:2001:db8::/64` (one host's usual
+    share; an IPv4-mapped IPv6 address counts as its IPv4 address)."""
     if ":" not in address:
         return f"ip:{address}"
     try:
