@@ -4,7 +4,8 @@ What a client's blobs and uploads hold (`blob_max_bytes_per_client`) and what th
 byte counts in a small KV bucket (`<cluster>_blob_quota`: a key per client, `c.<base64url(name)>`, and `total`),
 each changed by a compare-and-set on its revision, so a client spreading its uploads over the gateways (or the
 workers of `serve --workers N`) gets its quota once, not once per gateway. Only blob writes and deletes touch it
-(one read and one write of each key per change); nothing on the path of an ordinary message does. Bytes are
+(one write of the client's key and one of the total per change, each over the revision this gateway saw last; a
+read first only when another gateway wrote meanwhile); nothing on the path of an ordinary message does. Bytes are
 counted before they are stored (`Reservation`), in growing blocks, so two uploads of one client on two gateways
 cannot pass its quota together; the words of a refusal are the local store's (`payload.quota.check_limits`).
 
@@ -29,6 +30,9 @@ log = logging.getLogger("mma2a.cluster")
 
 TOTAL = "total"
 COUNTED = "counted"  # created by the gateway that counts a new bucket from the objects
+SEEN_MAX = 4096
+"""Counts (value, revision) remembered from this gateway's last reads and writes: a stale one costs a refused write
+and a read, never a wrong count (every write is over the revision it was computed from)."""
 MAX_BLOCK = 4 << 20
 """The most bytes a write reserves ahead of what it has stored (blocks double from its first chunk up to this)."""
 
@@ -44,6 +48,7 @@ class SharedByteQuota:
         self.max_bytes = max_bytes
         self.max_bytes_per_client = max_bytes_per_client
         self.kv: Any = None
+        self._seen: dict[str, tuple[int, int]] = {}
 
     async def open(self, js: Any, bucket: str, *, replicas: int, max_bytes: int, sizing: dict[str, tuple[int, str]],
                    holdings: Callable[[], AsyncIterator[tuple[str | None, int]]]) -> None:
@@ -71,28 +76,40 @@ class SharedByteQuota:
             log.info("blob quotas: counted %d bytes of %d clients from the object store",
                      sum(by_owner.values()), sum(1 for o in by_owner if o is not None))
 
-    async def _read(self, key: str) -> tuple[int, int]:
-        """(the count, its revision; 0 when the key was never written)."""
+    async def _read(self, key: str, fresh: bool = True) -> tuple[int, int]:
+        """(the count, its revision; 0 when the key was never written); not `fresh`: as this gateway saw it last."""
+        if not fresh and key in self._seen:
+            return self._seen[key]
         try:
             entry = await self.kv.get(key)
+            seen = int(entry.value or b"0"), int(entry.revision or 0)
         except KeyNotFoundError:
-            return 0, 0
-        return int(entry.value or b"0"), int(entry.revision or 0)
+            seen = 0, 0
+        self._remember(key, seen)
+        return seen
+
+    def _remember(self, key: str, seen: tuple[int, int]) -> None:
+        if len(self._seen) >= SEEN_MAX:
+            self._seen.clear()
+        self._seen[key] = seen
 
     async def _swap(self, key: str, value: int, revision: int) -> bool:
         """Set `key` to `value` if it is still at `revision` (0: never written); False when another write came first."""
+        data = str(max(0, value)).encode()
         try:
             if revision:
-                await self.kv.update(key, str(max(0, value)).encode(), last=revision)
+                now = await self.kv.update(key, data, last=revision)
             else:
-                await self.kv.create(key, str(max(0, value)).encode())
+                now = await self.kv.create(key, data)
         except KeyWrongLastSequenceError:
+            self._seen.pop(key, None)  # read again next time
             return False
+        self._remember(key, (max(0, value), int(now)))
         return True
 
     async def _add_to(self, key: str, n: int) -> None:
         while True:
-            value, revision = await self._read(key)
+            value, revision = await self._read(key, fresh=False)
             if await self._swap(key, value + n, revision):
                 return
 
@@ -103,19 +120,31 @@ class SharedByteQuota:
     async def total(self) -> int:
         return (await self._read(TOTAL))[0]
 
+    async def _checked(self, owner: str | None, okey: str | None, more: int) -> tuple[int, int, int, int]:
+        """(held, its revision, total, its revision) once `more` bytes fit, read as last seen, and read again before a
+        refusal (another gateway may have freed bytes since)."""
+        for fresh in (False, True):
+            held, orev = (0, 0) if okey is None else await self._read(okey, fresh)
+            total, trev = await self._read(TOTAL, fresh)
+            try:
+                check_limits(owner, held, total, more, self.max_bytes, self.max_bytes_per_client)
+            except (ClientQuotaExceeded, StoreQuotaExceeded):
+                if fresh:
+                    raise
+                continue
+            break
+        return held, orev, total, trev
+
     async def check(self, owner: str | None, more: int) -> None:
         """Refuse (413, 507) what `more` bytes would pass, as the local store words it; nothing is counted."""
-        held = await self.held(owner)
-        check_limits(owner, held, await self.total(), more, self.max_bytes, self.max_bytes_per_client)
+        await self._checked(owner, None if owner is None else _key(owner), more)
 
     async def charge(self, owner: str | None, n: int) -> None:
         """Count `n` more bytes for `owner`, or raise as `check` does (nothing counted then). The client's count first,
         then the total; a total past its quota takes the client's back."""
         okey = None if owner is None else _key(owner)
         while True:
-            held, orev = (0, 0) if okey is None else await self._read(okey)
-            total, trev = await self._read(TOTAL)
-            check_limits(owner, held, total, n, self.max_bytes, self.max_bytes_per_client)
+            held, orev, total, trev = await self._checked(owner, okey, n)
             if okey is None or await self._swap(okey, held + n, orev):
                 break
         while not await self._swap(TOTAL, total + n, trev):

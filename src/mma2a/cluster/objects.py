@@ -251,8 +251,8 @@ class ObjectBlobStore(BlobStore):
         info = await self._info(key)
         return BlobInfo(key, int(info.get("size") or 0), _media_type(info))
 
-    async def _messages(self, subject: str) -> AsyncIterator[bytes]:
-        """Every message on `subject` (a wildcard too), in order, one request each (nothing buffered ahead)."""
+    async def _chunks(self, subject: str) -> AsyncIterator[bytes]:
+        """Every message on `subject`, in order, one request each (nothing buffered ahead)."""
         seq = 0
         while True:
             try:
@@ -272,7 +272,7 @@ class ObjectBlobStore(BlobStore):
         pos = 0
         if stop == start:
             return
-        async for data in self._messages(self._chunk_subject(info["nuid"])):
+        async for data in self._chunks(self._chunk_subject(info["nuid"])):
             lo, hi = pos, pos + len(data)
             pos = hi
             if hi <= start:
@@ -422,10 +422,24 @@ class ObjectBlobStore(BlobStore):
 
     # --- age and counts -------------------------------------------------------------------
     async def _infos(self) -> AsyncIterator[dict[str, Any]]:
-        """Every object's info (one per object: each is rolled up on its subject)."""
-        async for data in self._messages(f"$O.{self.bucket}.M.>"):
-            with contextlib.suppress(ValueError):
-                yield orjson.loads(data)
+        """Every object's info (one per object: each is rolled up on its subject), streamed by an ordered consumer
+        (the last message of each subject), as `nats object ls` lists them."""
+        subject = f"$O.{self.bucket}.M.>"
+        try:
+            await self.js.get_last_msg(self.stream, subject)
+        except NotFoundError:
+            return  # no object yet
+        sub = await self.js.subscribe(subject, ordered_consumer=True, deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
+        try:
+            while True:
+                msg = await sub.next_msg(timeout=10.0)
+                with contextlib.suppress(ValueError):
+                    yield orjson.loads(msg.data)
+                if msg.metadata.num_pending == 0:
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     async def _records(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """Every upload's id and record."""
