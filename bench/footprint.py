@@ -21,6 +21,12 @@ them at its first start), so each tree's bytecode is kept in a fresh cache (`PYT
 directory) filled by one start that is not counted. `--cold` measures with no bytecode at all instead
 (`PYTHONDONTWRITEBYTECODE=1`, every module compiled at every start: what a checkout run that way pays).
 
+`--workers N` measures `serve --workers N` instead, with the same config: per run, the seconds to all N banners,
+and 1 s later the VmRSS of the supervisor (the process the command started, which only waits), of each worker and
+of the nats-server it started:
+
+    .venv/bin/python bench/footprint.py --src new=src --src old=/tmp/fp-old/src --runs 5 --workers 2
+
 `--importtime N` also prints the N top cumulative costs of `python -X importtime -m mma2a.cli serve` up to its
 banner (the median of three starts per module).
 """
@@ -83,6 +89,15 @@ def env_for(src: str, pycache: str | None) -> dict[str, str]:
     return env
 
 
+def check_healthz(port: int) -> None:
+    """One `GET /healthz` must answer 200 (the gateway serves, not only listens)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+        status = conn.recv(64).split(b"\r\n", 1)[0]
+    if b" 200 " not in status:
+        raise RuntimeError(f"/healthz answered {status!r}")
+
+
 def one_run(env: dict[str, str], config: Path, port: int, importtime: Path | None = None) -> tuple[float, float, float]:
     """(seconds to serving, idle RSS in MB 1 s later, the gateway's CPU seconds to serving).
 
@@ -104,11 +119,7 @@ def one_run(env: dict[str, str], config: Path, port: int, importtime: Path | Non
             raise RuntimeError(f"serve exited {proc.wait()}: {''.join(seen)[-2000:]}")
         serving = time.perf_counter() - t0
         cpu = cpu_s(proc.pid)
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
-            status = conn.recv(64).split(b"\r\n", 1)[0]
-        if b" 200 " not in status:
-            raise RuntimeError(f"/healthz answered {status!r}")
+        check_healthz(port)
         time.sleep(1.0)
         return serving, rss_mb(proc.pid), cpu
     finally:
@@ -116,6 +127,37 @@ def one_run(env: dict[str, str], config: Path, port: int, importtime: Path | Non
         proc.wait(10)
         if importtime is not None:
             importtime.write_text("".join(seen))
+
+
+def workers_run(env: dict[str, str], config: Path, port: int, n: int) -> dict[str, float]:
+    """One `serve --workers n`: seconds to its n banners, then (1 s later) each process's VmRSS in MB: the supervisor,
+    its workers (median) and the nats-server it started."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", str(n), "--config", str(config),
+                             "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stderr is not None
+        seen, banners = [], 0
+        for line in proc.stderr:
+            seen.append(line)
+            banners += "mma2a gateway on" in line
+            if banners == n:
+                break
+        else:
+            raise RuntimeError(f"serve exited {proc.wait()}: {''.join(seen)[-2000:]}")
+        serving = time.perf_counter() - t0
+        check_healthz(port)
+        time.sleep(1.0)
+        children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        names = {p: Path(f"/proc/{p}/comm").read_text().strip() for p in children}
+        workers = [rss_mb(p) for p in children if names[p] != "nats-server"]
+        nats = [rss_mb(p) for p in children if names[p] == "nats-server"]
+        return {"listening_s": serving, "supervisor_mb": rss_mb(proc.pid), "worker_mb": statistics.median(workers),
+                "nats_server_mb": nats[0] if nats else 0.0}
+    finally:
+        proc.terminate()
+        proc.wait(60)
 
 
 def import_costs(reports: list[Path], top: int) -> list[tuple[int, int, str]]:
@@ -139,6 +181,8 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="no bytecode cache: every module compiled at every start")
     ap.add_argument("--importtime", type=int, default=0, metavar="N",
                     help="print the N top import costs per tree (three more starts each, not counted above)")
+    ap.add_argument("--workers", type=int, default=0, metavar="N",
+                    help="measure `serve --workers N` (its supervisor, workers and nats-server) instead of one gateway")
     args = ap.parse_args()
     trees = dict(s.split("=", 1) for s in args.src)
     agents = [subprocess.Popen([sys.executable, str(HERE / "fast_agent.py"), "--port", str(p)],
@@ -152,6 +196,9 @@ def main() -> None:
             envs = {name: env_for(src, None if args.cold else str(Path(tmp) / f"pycache-{name}"))
                     for name, src in trees.items()}
             time.sleep(0.5)  # the agents bind
+            if args.workers:
+                report_workers(envs, config, port, args.workers, args.runs, args.cold)
+                return
             if not args.cold:
                 for env in envs.values():  # fills the tree's bytecode cache (as pip does at install): not counted
                     one_run(env, config, port)
@@ -192,6 +239,29 @@ def main() -> None:
         for a in agents:
             a.terminate()
             a.wait(10)
+
+
+def report_workers(envs: dict[str, dict[str, str]], config: Path, port: int, n: int, runs: int, cold: bool) -> None:
+    """`--workers N`: each tree's runs alternating (one uncounted start first fills its bytecode cache), medians."""
+    if not cold:
+        for env in envs.values():
+            workers_run(env, config, port, n)
+    load = os.getloadavg()
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in envs}
+    for _ in range(runs):
+        for name, env in envs.items():
+            results[name].append(workers_run(env, config, port, n))
+    end = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} -> {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}, "
+          f"`serve --workers {n}`, {runs} runs per tree, alternating, bytecode {'none (--cold)' if cold else 'cached'}")
+    medians = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in results.items()}
+    for name, m in medians.items():
+        print(json.dumps({"tree": name, **{f"{k}_median": round(v, 3 if k.endswith("_s") else 1) for k, v in m.items()},
+                          "supervisor_mb_min": round(min(r["supervisor_mb"] for r in results[name]), 1),
+                          "supervisor_mb_max": round(max(r["supervisor_mb"] for r in results[name]), 1)}))
+    if len(medians) == 2:
+        (a, ma), (b, mb) = medians.items()
+        print(f"{b}/{a}: " + ", ".join(f"{k} {mb[k] / ma[k]:.2f}x" for k in ma if ma[k]))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Serving ASGI apps with uvicorn: free loopback ports, fast loop/parser when installed, in-process runs.
+"""Serving ASGI apps with uvicorn: fast loop/parser when installed, in-process runs (listen sockets and free loopback
+ports: `mma2a.listen`, imported here too).
 
 Every app is served with `DirectWebSocketProtocol` (WebSockets, plus the direct I/O that
 live streams use) by `Server`, uvicorn's server with a quieter idle loop, and with connection
@@ -25,57 +26,15 @@ import uvicorn
 
 from .deadlines import Timeouts, http_protocol
 from .directws import DirectWebSocketProtocol
+from .listen import ListenError as ListenError
+from .listen import free_port as free_port
+from .listen import listen_socket as listen_socket
 
 if TYPE_CHECKING:
     from .tls import ServerTLS
 
 
 log = logging.getLogger("mma2a.serving")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-class ListenError(Exception):
-    """The listen address cannot be bound; the message says why in one line."""
-
-
-def listen_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
-    """A TCP socket bound to host:port and listening, so clients queue from now on (before the app starts).
-
-    `reuse_port`: SO_REUSEPORT, so several worker processes each listen on the same address and the kernel spreads
-    the connections among them (`mma2a serve --workers N`); `listen=False` only binds (a supervisor holding the port).
-
-    A taken port, an unknown host or a privileged port raise `ListenError` with a one-line reason.
-    """
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise ListenError(f"cannot listen on {host}:{port}: unknown host ({exc.strerror})") from None
-    family, kind, proto, _, addr = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(addr)
-        if listen:
-            sock.listen(2048)
-        sock.set_inheritable(True)
-    except OSError as exc:
-        sock.close()
-        reason = {
-            errno.EADDRINUSE: "address already in use (another process listens there)",
-            errno.EACCES: "permission denied (ports below 1024 need privileges)",
-            errno.EADDRNOTAVAIL: "no such address on this machine",
-        }.get(exc.errno or 0, exc.strerror or str(exc))
-        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from None
-    return sock
 
 
 # WebSockets here carry media (already compressed: Opus, JPEG, H.264...): per-message deflate

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -83,6 +84,30 @@ async def until_listeners(port: int, n: int, timeout_s: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
+# `python -m mma2a.cli ...` as it is, which also writes the modules the process holds when it exits (its atexit: the
+# fork that checks the config ends with os._exit, so only the supervisor writes)
+_HELD_AT_EXIT = """
+import atexit, json, runpy, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+runpy.run_module("mma2a.cli", run_name="__main__", alter_sys=True)
+"""
+# what the supervisor must not hold: it only waits (the config is checked in a fork; the workers load the gateway)
+GATEWAY_MODULES = {"mma2a.gateway.app", "mma2a.gateway.server", "mma2a.gateway.config", "mma2a.gateway.pipeline",
+                   "mma2a.serving", "mma2a.cluster.state", "mma2a.payload", "mma2a.features", "uvicorn", "starlette",
+                   "aiohttp", "httpx", "a2a", "nats", "grpc", "google.protobuf", "opentelemetry", "prometheus_client",
+                   "numpy", "PIL"}
+
+
+def supervisor_loaded(held: Path) -> set[str]:
+    """The modules the supervisor held when it exited (written by `_HELD_AT_EXIT`), checked to be none of the
+    gateway's: `serve --workers N`'s supervisor stays small (~39 MB resident where it held ~69: docs/benchmarks.md)."""
+    loaded = set(json.loads(held.read_text()))
+    assert {"mma2a.cli.workers", "mma2a.cluster.server", "mma2a.cluster.task_files", "mma2a.listen"} <= loaded  # it ran
+    assert not GATEWAY_MODULES & loaded, sorted(GATEWAY_MODULES & loaded)
+    return loaded
+
+
 @dataclass
 class Served:
     """`mma2a serve --workers 2` running: its port, URL, supervisor process and log."""
@@ -97,7 +122,8 @@ class Served:
 async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[str, Any] | None = None
                         ) -> AsyncIterator[Served]:
     """`mma2a serve --workers 2` with auth on and every message routed to `agent` (`extra`: more of the config),
-    until both workers listen; it must stop cleanly (status 0) on SIGTERM at the end."""
+    until both workers listen; it must stop cleanly (status 0) on SIGTERM at the end, its supervisor having loaded
+    none of the gateway (`supervisor_loaded`)."""
     port = free_port()
     config: dict[str, Any] = {
         "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
@@ -113,8 +139,9 @@ async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[
     log = tmp_path / "serve.log"
     env = {k: v for k, v in os.environ.items() if k != "MMA2A_URL_SECRET"}  # the supervisor makes one
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", "2", "--config", str(path),
-                                 "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen([sys.executable, "-c", _HELD_AT_EXIT, str(tmp_path / "supervisor-modules.json"),
+                                 "serve", "--workers", "2", "--config", str(path), "--log-level", "warning"],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         await until_banners(log, proc, 2)
         yield Served(port, f"http://127.0.0.1:{port}", proc, log)
@@ -122,6 +149,7 @@ async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(60)
     assert code == 0, log.read_text()[-3000:]
+    supervisor_loaded(tmp_path / "supervisor-modules.json")
 
 
 async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_follow_up(tmp_path: Path) -> None:
@@ -219,3 +247,28 @@ async def test_a_stream_made_on_one_worker_resumes_on_the_other_after_its_worker
             rest = [e async for e in resumed]
             assert "second: on-worker-1" in [t for e in rest for t in texts(e)], rest
             assert state(rest[-1]) == TaskState.TASK_STATE_COMPLETED, rest[-1]
+
+
+
+
+def test_serve_with_workers_says_a_bad_config_or_a_taken_port_as_serve_does_and_starts_nothing(tmp_path: Path) -> None:
+    """The config is checked (in the supervisor's fork) before anything starts: the same one line, status 2, no
+    traceback, no nats-server or worker; so is a port another process holds."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("listn: 127.0.0.1:1\n")
+
+    def serve(*args: str) -> tuple[int, str]:
+        out = subprocess.run([sys.executable, "-m", "mma2a.cli", "serve", *args], capture_output=True, text=True,
+                             timeout=120)
+        return out.returncode, out.stderr
+
+    said = f"error: {bad}: listn: unknown field; did you mean 'listen'?\n"
+    assert serve("--config", str(bad)) == (2, said)
+    assert serve("--workers", "2", "--config", str(bad)) == (2, said)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = serve("--workers", "2", "--port", str(port))
+    assert (code, err) == (2, f"error: cannot listen on 127.0.0.1:{port}: address already in use (another process "
+                              "listens there); choose another with --port or `listen:` in the config\n")

@@ -18,6 +18,7 @@ from .root import app, plural
 
 if TYPE_CHECKING:
     from ..cluster.state import HistoryMode
+    from ..errors import MMA2AError
     from ..gateway.app import Gateway
     from ..gateway.config import GatewayConfig
 
@@ -70,13 +71,58 @@ def serve(
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
-    from .workers import WORKER_INDEX_ENV, WORKER_NATS_ENV, WORKER_NATS_TOKEN_ENV, WORKER_TASKS_ENV, Supervisor, worker_count
+    from .workers import WORKER_INDEX_ENV, WORKER_NATS_ENV, WORKER_TASKS_ENV, worker_count
 
+    count = worker_count(workers)
+    if count > 1:  # the supervisor: its workers are `mma2a serve --worker` processes; it loads no gateway itself
+        raise typer.Exit(supervise(config, host, port, cluster, log_level, count))
     from ..cluster import cluster_state
+    from ..errors import MMA2AError
+    from ..gateway.server import configure_logging, serve as run
+    from ..listen import ListenError
+
+    cfg = load_serve_config(config, host, port, cluster, worker=worker)
+    try:
+        # None unless the config has a cluster section. The workers of one host share one history file: each writes
+        # its decisions into it when they are the whole cluster, else the first indexes the cluster's stream into it
+        # (and their task records through files in a directory the supervisor made)
+        history: HistoryMode = "stream"
+        task_dir = None
+        if worker and os.environ.get(WORKER_NATS_ENV) == "embedded":
+            history = "file"
+            task_dir = os.environ.get(WORKER_TASKS_ENV) or None
+        elif worker and os.environ.get(WORKER_INDEX_ENV, "0") != "0":
+            history = "publish"
+        hooks = cluster_state(cfg, history=history, task_dir=task_dir)
+    except MMA2AError as exc:
+        raise refused(config, exc) from None
+    configure_logging(log_level)
+    for line in credential_warnings(cfg):
+        typer.echo(line, err=True)
+    try:
+        run(cfg, cluster=hooks, on_ready=lambda gw: typer.echo(banner(gw), err=True), reuse_port=worker)
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
+        raise typer.Exit(2) from None
+    except MMA2AError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(2) from None
+
+
+def refused(config: Path | None, exc: MMA2AError) -> typer.Exit:
+    """A config refused: said in one line naming the file (unless the message does), status 2."""
+    where = f"{config}: " if config is not None and str(config) not in exc.message else ""
+    typer.echo(f"error: {where}{exc.message}", err=True)
+    return typer.Exit(2)
+
+
+def load_serve_config(config: Path | None, host: str | None, port: int | None, cluster: str | None, *,
+                      worker: bool) -> GatewayConfig:
+    """The config `serve` runs with: the file (or the defaults), --host/--port and --cluster applied, its rules checked.
+    A bad one is said in one line per error naming the file or field, and exits with status 2."""
     from ..errors import MMA2AError, RuleError
     from ..gateway.config import load_config, parse_config
-    from ..gateway.server import configure_logging, serve as run
-    from ..serving import ListenError
+    from .workers import WORKER_NATS_ENV, WORKER_NATS_TOKEN_ENV
 
     try:
         cfg = load_config(config) if config else parse_config({})
@@ -91,44 +137,26 @@ def serve(
                 data["cluster"]["auth"] = {"token_env": WORKER_NATS_TOKEN_ENV}
             cfg = parse_config(data, base_dir=cfg.base_dir)
         check_rules(cfg)
-        count = worker_count(workers)
-        if count > 1:  # the supervisor: its workers are `mma2a serve --worker` processes
-            argv = [*(["--config", str(config)] if config else []), *(["--host", host] if host else []),
-                    "--log-level", log_level]
-            nats = cfg.cluster.nats if cfg.cluster is not None else None
-            try:
-                code = Supervisor(cfg, argv, count, nats).run()
-            except ListenError as exc:
-                typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
-                raise typer.Exit(2) from None
-            raise typer.Exit(code)
-        # None unless the config has a cluster section. The workers of one host share one history file: each writes
-        # its decisions into it when they are the whole cluster, else the first indexes the cluster's stream into it
-        # (and their task records through files in a directory the supervisor made)
-        history: HistoryMode = "stream"
-        task_dir = None
-        if worker and os.environ.get(WORKER_NATS_ENV) == "embedded":
-            history = "file"
-            task_dir = os.environ.get(WORKER_TASKS_ENV) or None
-        elif worker and os.environ.get(WORKER_INDEX_ENV, "0") != "0":
-            history = "publish"
-        hooks = cluster_state(cfg, history=history, task_dir=task_dir)
     except RuleError as exc:
         for line in exc.errors or [exc.message]:
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2) from None
     except MMA2AError as exc:
-        where = f"{config}: " if config is not None and str(config) not in exc.message else ""
-        typer.echo(f"error: {where}{exc.message}", err=True)
-        raise typer.Exit(2) from None
-    configure_logging(log_level)
-    for line in credential_warnings(cfg):
-        typer.echo(line, err=True)
+        raise refused(config, exc) from None
+    return cfg
+
+
+def supervise(config: Path | None, host: str | None, port: int | None, cluster: str | None, log_level: str,
+              count: int) -> int:
+    """`serve --workers N`: the config checked once (in a fork: the supervisor loads none of the gateway), then the
+    workers started and watched until SIGTERM/SIGINT; the exit status."""
+    from ..listen import ListenError
+    from .workers import Supervisor, checked_in_fork, plan_of
+
+    plan = checked_in_fork(lambda: plan_of(load_serve_config(config, host, port, cluster, worker=False)))
+    argv = [*(["--config", str(config)] if config else []), *(["--host", host] if host else []), "--log-level", log_level]
     try:
-        run(cfg, cluster=hooks, on_ready=lambda gw: typer.echo(banner(gw), err=True), reuse_port=worker)
+        return Supervisor(plan, argv, count).run()
     except ListenError as exc:
         typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
-        raise typer.Exit(2) from None
-    except MMA2AError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(2) from None
+        return 2

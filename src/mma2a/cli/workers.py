@@ -8,10 +8,16 @@ supervisor starts on a free loopback port with its store in a temporary director
 (given to the workers in their environment), and stops at the end; then the workers are the whole cluster, and share their task records through files in a directory made for them (in memory,
 /dev/shm, where it has room for them: cluster/task_files.py) rather than through NATS.
 A worker that dies is started again; SIGTERM/SIGINT drain every worker, then stop NATS.
+
+The supervisor only waits, so it loads only what it needs: the command line, the nats-server starter, the task
+directory and process management (~30 MB resident where it held ~69 MB with the whole gateway loaded). The config is
+loaded and checked, once, in a fork that exits (`checked_in_fork`: the gateway's modules, its errors said as by any
+`mma2a serve`), which hands the supervisor the few settings it runs by (`Plan`); each worker loads the config again.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -20,13 +26,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import typer
 
-from ..gateway.config import GatewayConfig
-from ..serving import listen_socket
+from ..listen import listen_socket
+
+if TYPE_CHECKING:
+    from ..gateway.config import GatewayConfig
 
 WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
 WORKER_NATS_ENV = "MMA2A_WORKER_NATS"  # "embedded": the workers are the whole cluster (their own nats-server)
@@ -49,6 +59,56 @@ def worker_count(value: str) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What the supervisor runs by, taken from the checked config (`plan_of`)."""
+
+    host: str
+    port: int
+    nats: str | None  # an external NATS (--cluster or the config's cluster section); None: embedded
+    url_secret_env: str | None  # the workers sign payload URLs with one key: made here when this variable is unset
+    task_bytes: int  # `limits.task_bytes`: sizes the workers' task directory
+    drain_timeout_s: float  # `faults.drain_timeout_s`: how long the workers are given to drain at the end
+
+
+def plan_of(config: GatewayConfig) -> Plan:
+    return Plan(host=config.host, port=config.port, nats=config.cluster.nats if config.cluster is not None else None,
+                url_secret_env=config.url_secret_env or None, task_bytes=config.limits.task_bytes,
+                drain_timeout_s=config.faults.drain_timeout_s)
+
+
+def checked_in_fork(check: Callable[[], Plan]) -> Plan:
+    """`check()` run in a forked child, whose modules (the gateway's, to load and check the config) go with it: the
+    supervisor stays small. The child's errors are its own to say (stderr, as `mma2a serve` says them); its exit
+    status is raised here as `typer.Exit` (2: a bad config), else its `Plan` returned."""
+    read, write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the supervisor's code
+        code = 1
+        try:
+            os.close(read)
+            with os.fdopen(write, "w") as out:
+                out.write(json.dumps(asdict(check())))
+            code = 0
+        except typer.Exit as exc:
+            code = exc.exit_code
+        except BaseException:  # noqa: BLE001 - said, and the supervisor stops with status 1
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as got:
+        data = got.read()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code != 0 or not data:
+        raise typer.Exit(code or 1)
+    return Plan(**json.loads(data))
+
+
 @dataclass
 class Worker:
     index: int
@@ -61,10 +121,9 @@ class Worker:
 class Supervisor:
     """Starts, watches and stops the workers (and the embedded NATS, when no external one is given)."""
 
-    config: GatewayConfig
+    plan: Plan
     argv: Sequence[str]  # the worker's `mma2a serve` arguments, less --cluster/--workers
     count: int
-    nats: str | None  # an external NATS (--cluster or the config's cluster section); None: embedded
     workers: list[Worker] = field(default_factory=list)
     stopping: bool = False
 
@@ -72,16 +131,17 @@ class Supervisor:
         from ..cluster.server import NatsServer
         from ..cluster.task_files import make_task_dir
 
-        hold = listen_socket(self.config.host, self.config.port, reuse_port=True, listen=False)  # port taken: said now
+        plan = self.plan
+        hold = listen_socket(plan.host, plan.port, reuse_port=True, listen=False)  # port taken: said now
         port = hold.getsockname()[1]  # --port 0: one free port, the same for every worker
         store = tasks = None
         server: NatsServer | None = None
         env = dict(os.environ)
-        secret_env = self.config.url_secret_env
+        secret_env = plan.url_secret_env
         if secret_env and not env.get(secret_env):  # the workers sign payload URLs with one key
             env[secret_env] = secrets.token_urlsafe(32)
         try:
-            url = self.nats
+            url = plan.nats
             if url is None:
                 store = tempfile.mkdtemp(prefix="mma2a-nats-")  # 0700: the token's file is this user's alone
                 token = secrets.token_urlsafe(32)
@@ -91,13 +151,13 @@ class Supervisor:
                 env[WORKER_NATS_TOKEN_ENV] = token  # a process's environment is readable by its user only
                 server = NatsServer(store, args=["-c", conf]).start()
                 url = server.url
-                tasks = make_task_dir(self.count, self.config.limits.task_bytes)
+                tasks = make_task_dir(self.count, plan.task_bytes)
                 env[WORKER_TASKS_ENV] = tasks
             args = [sys.executable, "-m", "mma2a.cli", "serve", *self.argv, "--port", str(port), "--cluster", url,
                     "--worker"]
             env[WORKER_NATS_ENV] = "embedded" if server is not None else "external"
             where = "embedded nats-server at " + url if server is not None else url
-            typer.echo(f"mma2a serve: {self.count} workers on {self.config.host}:{port}, sharing state through "
+            typer.echo(f"mma2a serve: {self.count} workers on {plan.host}:{port}, sharing state through "
                        f"{where}", err=True)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._stop)
@@ -149,7 +209,7 @@ class Supervisor:
         live = [w.proc for w in self.workers if w.proc is not None and w.proc.poll() is None]
         for p in live:
             p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.config.faults.drain_timeout_s + 10
+        deadline = time.monotonic() + self.plan.drain_timeout_s + 10
         for p in live:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))

@@ -2,17 +2,17 @@
 
 KV buckets carry rules, modalities, agents, session pins and membership; the Object
 Store carries payloads; a stream carries durable deliveries; a core subject carries what each client used of its
-budgets (`budgets`). Only `ClusterConfig` is
-imported eagerly: nothing here imports `nats` until a gateway is actually clustered.
+budgets (`budgets`). Nothing is
+imported eagerly: nothing here imports `nats` until a gateway is actually clustered, nor pydantic until a config is
+read (the supervisor of `serve --workers N` starts its nats-server with `server` alone).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..gateway.cluster_config import ClusterConfig
-
 if TYPE_CHECKING:
+    from ..gateway.cluster_config import ClusterConfig
     from ..gateway.config import GatewayConfig
     from .objects import ObjectBlobStore
     from .server import NatsServer
@@ -48,6 +48,10 @@ def cluster_state(config: GatewayConfig, *, history: HistoryMode = "stream", tas
 
 
 def __getattr__(name: str) -> Any:
+    if name == "ClusterConfig":
+        from ..gateway.cluster_config import ClusterConfig
+
+        return ClusterConfig
     if name == "ClusterState":
         from .state import ClusterState
 
