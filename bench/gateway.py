@@ -104,6 +104,25 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
+def kernel_counts(pid: int) -> dict[str, float]:
+    """A process's user and system CPU seconds (`/proc/<pid>/stat`, clock ticks), minor faults, and its context switches
+    (voluntary: it waited; involuntary: it was preempted), every thread's."""
+    out = {"user_s": 0.0, "sys_s": 0.0, "minflt": 0.0, "vcsw": 0.0, "ivcsw": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out["minflt"], out["user_s"], out["sys_s"] = float(f[7]), int(f[11]) / tick, int(f[12]) / tick
+        for t in Path(f"/proc/{pid}/task").iterdir():
+            for line in (t / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    out["vcsw"] += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    out["ivcsw"] += int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return out
+
+
 def tree(pid: int) -> list[int]:
     """A process and all its descendants (a `serve --workers N` supervisor: its workers and its nats-server)."""
     children: dict[int, list[int]] = {}
@@ -289,6 +308,7 @@ class Arms:
             timer.start()
         cpu0 = {p: cpu_seconds(p) for p in pids}
         threads0 = {p: thread_cpu(p) for p in pids}
+        kernel0 = {p: kernel_counts(p) for p in pids}
         r: dict[str, Any] = run_wrk(self.url[arm] + "/", seconds, connections, script, expect, "/", threads=1)
         if split:
             r["split"] = split[0]
@@ -304,6 +324,10 @@ class Arms:
                     key = f"{role}:{name}"
                     by[key] = by.get(key, 0.0) + sec - threads0[p].get(name, 0.0)
             r["threads"] = {k: round(1e6 * v / max(1, r["requests"]), 1) for k, v in sorted(by.items()) if v > 0}
+            for k in ("user_s", "sys_s", "minflt", "vcsw", "ivcsw"):  # the servers' (workers'), a request
+                total = sum(kernel_counts(p)[k] - kernel0[p][k] for p in servers or pids[:1])
+                r["threads"][k.removesuffix("_s") + ("_us" if k.endswith("_s") else "")] = round(
+                    (1e6 if k.endswith("_s") else 1) * total / max(1, r["requests"]), 3)
         nats = [p for p in pids if comm(p) == "nats-server"]
         if nats:  # the embedded nats-server's share of it
             r["nats_us_per_req"] = round(1e6 * sum(used[p] for p in nats) / max(1, r["requests"]), 1)
