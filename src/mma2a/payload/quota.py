@@ -3,7 +3,8 @@
 Bytes are counted as they are written (blobs, resumable uploads and single-shot bodies still coming), so two
 uploads of one client running at once cannot pass its quota together. A client is the name its credential
 gives (`owner`); bytes with no owner (auth off, the gateway's own offloaded parts) count in the total only.
-The counts live in memory; the store that owns them rebuilds them from its directory at start.
+The counts live in memory; the store that owns them rebuilds them from its directory at start. (A cluster's Object
+Store counts in NATS, for all its gateways: `mma2a.cluster.blob_quota`, in the words of `check_limits`.)
 """
 
 from __future__ import annotations
