@@ -10,6 +10,7 @@ import base64
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,7 +22,10 @@ from mma2a.cluster.server import NatsServer
 from mma2a.gateway import Gateway, parse_config
 from mma2a.gateway.cluster_config import ClusterConfig
 from mma2a.serving import free_port, running
+from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.cluster.conftest import ADMIN, SECRET, cluster_name
+from tests.cluster.test_security import bearer
+from tests.cluster.test_workers import serve_workers
 from tests.gateway.conftest import agent, agents
 from tests.security.test_blob_quota import chunked, client_quota_message, setting
 
@@ -233,3 +237,22 @@ async def test_the_counts_are_counted_again_from_the_objects_when_their_bucket_i
             await link2.close()
     finally:
         await link.close()
+
+
+async def test_serve_with_two_workers_counts_a_clients_blobs_once_whichever_worker_takes_them(tmp_path: Path) -> None:
+    """`serve --workers 2`: each new connection reaches either worker; alice's ten 10 KB blobs fill her 100 KB quota
+    however they were spread, and every further one is refused, on either worker; bob still stores."""
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url:
+        async with serve_workers(tmp_path, "echo", agent_url, {"blob_max_bytes_per_client": 100_000}) as served:
+            answers = []
+            for i in range(16):
+                async with httpx.AsyncClient(timeout=30) as c:  # a connection of its own: either worker takes it
+                    answers.append(await c.post(served.url + "/blobs", content=bytes([i]) * 10_000,
+                                                headers=bearer("alice")))
+            async with httpx.AsyncClient(timeout=30) as c:
+                bob = await c.post(served.url + "/blobs", content=b"b" * 10_000, headers=bearer("bob"))
+    assert [r.status_code for r in answers] == [201] * 10 + [413] * 6
+    for r in answers[10:]:
+        assert r.json()["error"]["message"] == client_quota_message(100_000, 10_000, 100_000)
+        assert setting(r) == "blob_max_bytes_per_client"
+    assert bob.status_code == 201
