@@ -122,8 +122,11 @@ class FailedCredentialsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    burst: int = Field(default=100, ge=1)  # failed checks an address may make at once
-    per_s: float = Field(default=0.2, gt=0, le=1000)  # ... and regains a second (one every 5 s)
+    # failed checks an address may make at once, and regains a second: generous enough that a route sweep or a fleet of
+    # clients with a stale token behind one address (a NAT, an ingress without forwarded headers) does not lock its new
+    # clients out, tight enough that guessing is bounded (87,400 judged guesses a day, not 76 million; docs/security.md)
+    burst: int = Field(default=1000, ge=1)
+    per_s: float = Field(default=1.0, gt=0, le=1000)
     max_addresses: int = Field(default=65_536, ge=16)  # addresses tracked (the least recently failing forgotten)
     max_remembered: int = Field(default=16_384, ge=16)  # (address, client) pairs that verified: served when over
 
