@@ -256,3 +256,30 @@ async def test_serve_with_two_workers_counts_a_clients_blobs_once_whichever_work
         assert r.json()["error"]["message"] == client_quota_message(100_000, 10_000, 100_000)
         assert setting(r) == "blob_max_bytes_per_client"
     assert bob.status_code == 201
+
+
+async def test_one_blob_deleted_and_one_upload_finished_on_two_gateways_at_once_are_counted_once(
+        nats_server: NatsServer) -> None:
+    """Two stores of one cluster (as two gateways) race on the same delete, then on the same finish: whichever wins,
+    alice's count is what she holds (a double release would take her other blob's bytes off it too)."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    a, link_a = await open_object_store(config, max_bytes_per_client=1 << 20)
+    b, link_b = await open_object_store(config, max_bytes_per_client=1 << 20)
+    try:
+        quota = a.quota
+        assert quota is not None
+        gone = await a.put_stream(chunked(b"a" * 60_000), owner="alice")
+        await b.put_stream(chunked(b"k" * 30_000), owner="alice")
+        deletes = await asyncio.gather(a.delete(gone.key), b.delete(gone.key), return_exceptions=True)
+        assert sorted(type(r).__name__ for r in deletes) == ["NoneType", "PayloadNotFound"]
+        assert await quota.held("alice") == 30_000
+        upload = await a.begin_upload(owner="alice")
+        await a.append(upload, 0, chunked(b"u" * 300_000))
+        finishes = await asyncio.gather(a.finish(upload), b.finish(upload), return_exceptions=True)
+        assert all(not isinstance(r, BaseException) or type(r).__name__ == "PayloadNotFound" for r in finishes), finishes
+        key = next(r for r in finishes if not isinstance(r, BaseException)).key
+        assert (await b.stat(key)).size == 300_000
+        assert (await quota.held("alice"), await quota.total()) == (330_000, 330_000)
+    finally:
+        await link_a.close()
+        await link_b.close()

@@ -68,8 +68,8 @@ UPLOAD_IDLE_S = UPLOADS_TTL_S - 3600.0
 """An upload idle this long is aborted by `prune` (its bytes freed) before its record would expire unseen."""
 OWNER = "mma2a-owner"
 """The key of the object info's `metadata` naming the client the blob is counted for."""
-WRONG_LAST_SEQUENCE = 10071
-"""JetStream's error code for a write refused because the subject moved past the expected sequence."""
+WRONG_LAST_SEQUENCE = (10071, 10164)
+"""JetStream's error codes for a write refused because the subject moved past the expected sequence."""
 
 
 def _b64(data: bytes) -> str:
@@ -186,7 +186,7 @@ class ObjectBlobStore(BlobStore):
         try:
             await self.js.publish(self._meta_subject(key), orjson.dumps(info), headers=headers)
         except APIError as exc:
-            if exc.err_code == WRONG_LAST_SEQUENCE:
+            if exc.err_code in WRONG_LAST_SEQUENCE:
                 return False
             raise
         return True
@@ -374,7 +374,10 @@ class ObjectBlobStore(BlobStore):
 
             async def pieces() -> AsyncIterator[bytes]:
                 for seq in rec["seqs"]:
-                    msg = await self.js.get_msg(self.stream, seq=seq)
+                    try:
+                        msg = await self.js.get_msg(self.stream, seq=seq)
+                    except NotFoundError:  # finished or aborted on another gateway meanwhile
+                        raise PayloadNotFound(f"upload {upload_id} not found", field="uploadId") from None
                     yield msg.data or b""
 
             nuid = secrets.token_hex(11)
@@ -383,11 +386,7 @@ class ObjectBlobStore(BlobStore):
                 await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
                 raise digest_mismatch(f"upload {upload_id}", key, expected)
             info, fresh = await self._commit(nuid, key, size, n, rec.get("mediaType", DEFAULT_MEDIA_TYPE), owner)
-            try:
-                await self._uploads.delete(upload_id, last=rev)
-                owned = True
-            except KeyWrongLastSequenceError:
-                owned = False  # aborted, pruned, finished or appended to elsewhere meanwhile
+            owned = await self._drop_record(upload_id, rev)  # False: aborted, pruned, finished or appended to elsewhere
             if owned:
                 await self.js.purge_stream(self.stream, subject=up_subject)
             if self.quota is not None:
@@ -397,6 +396,17 @@ class ObjectBlobStore(BlobStore):
                     await self.quota.add(owner, size)
         self._locks.pop(upload_id, None)
         return info
+
+    async def _drop_record(self, upload_id: str, revision: int) -> bool:
+        """Delete the upload's record if it is still at `revision`; False when another write came first (kv.delete
+        raises JetStream's own error for that)."""
+        try:
+            await self._uploads.delete(upload_id, last=revision)
+        except APIError as exc:
+            if exc.err_code in WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
 
     async def abort_upload(self, upload_id: str) -> None:
         async with self._lock(upload_id):
@@ -410,11 +420,8 @@ class ObjectBlobStore(BlobStore):
             rec, rev = await self._record(upload_id)
             if idle_s is not None and time.time() - float(rec.get("at") or 0) <= idle_s:
                 return False
-            try:
-                await self._uploads.delete(upload_id, last=rev)
-                break
-            except KeyWrongLastSequenceError:
-                continue  # a chunk was recorded meanwhile
+            if await self._drop_record(upload_id, rev):
+                break  # else a chunk was recorded meanwhile, or another gateway deleted it: read again
         await self.js.purge_stream(self.stream, subject=self._chunk_subject("up" + upload_id))
         if self.quota is not None:
             await self.quota.release(rec.get("owner"), int(rec.get("offset") or 0))
