@@ -218,3 +218,5 @@ async def test_a_stopping_gateway_leaves_the_nats_drain_nothing_to_wait_for(
     assert at_drain == [[]]
     assert nc.is_closed
     assert [r.getMessage() for r in caplog.records if "drain" in r.getMessage().lower()] == []
+    # a stop closes the connection: nats-py says so as a disconnection, which is not one to warn of ("reconnecting")
+    assert [r.getMessage() for r in caplog.records if "disconnected" in r.getMessage()] == []

@@ -94,6 +94,7 @@ class ClusterState:
         self._ready = asyncio.Event()
         self.started_at = time.time()
         self.reconnects = 0
+        self._leaving = False  # `stop` closes the connection
 
     @property
     def gw(self) -> GatewayParts:
@@ -187,11 +188,14 @@ class ClusterState:
         if self.nc is not None and self.nc.is_connected:
             with contextlib.suppress(Exception):
                 await self.kv["members"].delete(self.id)
+            self._leaving = True  # nats-py says a drain's close as a disconnection: not one to warn of
             with contextlib.suppress(Exception):
                 await self.nc.drain()
         self.nc = None
 
     async def _disconnected(self) -> None:
+        if self._leaving:
+            return
         log.warning("cluster %s: disconnected from NATS, reconnecting", self.config.name)
 
     async def _reconnected(self) -> None:
