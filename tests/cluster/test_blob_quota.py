@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from mma2a.cluster import cluster_state
+from mma2a.cluster.account import nats_account
 from mma2a.cluster.objects import UPLOAD_IDLE_S, ObjectBlobStore, open_object_store
 from mma2a.cluster.server import NatsServer
 from mma2a.gateway import Gateway, parse_config
@@ -283,3 +284,33 @@ async def test_one_blob_deleted_and_one_upload_finished_on_two_gateways_at_once_
     finally:
         await link_a.close()
         await link_b.close()
+
+
+async def test_counting_again_and_pruning_need_no_more_than_the_documented_nats_permissions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nats-server configured as docs/operations.md says ("Securing NATS"): listing the objects (a recount, pruning)
+    names its stream, as a stream lookup is not among the gateways' permissions (it timed out)."""
+    name = cluster_name()
+    monkeypatch.setenv("MMA2A_NATS_PASSWORD", "nats-gateway-s3cret-0123456789")
+    conf = tmp_path / "nats.conf"
+    conf.write_text(nats_account(name))
+    server = NatsServer(tmp_path / "nats", args=["-c", str(conf)]).start()
+    try:
+        config = ClusterConfig(nats=server.url, name=name,
+                               auth={"user": "mma2a-gateway", "password_env": "MMA2A_NATS_PASSWORD"})
+        store, link = await open_object_store(config, max_bytes_per_client=1 << 20)
+        for i in range(3):
+            await store.put_stream(chunked(bytes([i]) * 1000), owner="alice")
+        upload = await store.begin_upload(owner="alice")
+        await store.append(upload, 0, chunked(b"u" * 500))
+        await link.js.delete_key_value(f"{name}_blob_quota")
+        again, link2 = await open_object_store(config, max_bytes_per_client=1 << 20)
+        quota = again.quota
+        assert quota is not None
+        counted = await quota.held("alice")
+        pruned = await again.prune(60, now=time.time() + UPLOAD_IDLE_S + 120)
+        assert (counted, pruned, await quota.held("alice")) == (3500, 4, 0)
+        await link.close()
+        await link2.close()
+    finally:
+        server.stop()

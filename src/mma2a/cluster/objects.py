@@ -436,7 +436,8 @@ class ObjectBlobStore(BlobStore):
             await self.js.get_last_msg(self.stream, subject)
         except NotFoundError:
             return  # no object yet
-        sub = await self.js.subscribe(subject, ordered_consumer=True, deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
+        sub = await self.js.subscribe(subject, stream=self.stream, ordered_consumer=True,  # named: no stream lookup,
+                                      deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)  # which NATS permissions refuse
         try:
             while True:
                 msg = await sub.next_msg(timeout=10.0)
