@@ -436,8 +436,10 @@ class Gateway:
         while True:
             try:
                 if gone := await store.prune(max_age_s):
-                    log.info("blob_max_age_s: %d blobs and uploads older than %s deleted", gone,
-                             "their age limit" if max_age_s is None else f"{max_age_s:g} s")
+                    if max_age_s is None:
+                        log.info("blob store: %d uploads left idle deleted", gone)
+                    else:
+                        log.info("blob_max_age_s: %d blobs and uploads older than %g s deleted", gone, max_age_s)
             except Exception:  # never let the loop die
                 log.exception("blob pruning failed")
             await asyncio.sleep(every_s)
