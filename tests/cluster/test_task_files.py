@@ -272,7 +272,9 @@ async def test_a_full_disk_is_said_once_and_the_records_stay_the_workers_own(tmp
     stats = w1.stats()  # what `mma2a cluster status` shows of this worker (its member document's `tasks`)
     assert stats["via"] == "files" and stats["unshared"] == stats["unsharedNow"] > 0
     monkeypatch.setattr(task_files.os, "posix_fallocate", fallocate)
-    w1.put_leg("t-after", "a", None, [], None)  # room again: shared again
+    w1.put_leg("t-after", "a", None, [], None)  # room again: shared again, and said so once
+    assert [r.getMessage() for r in caplog.records if "shared again" in r.getMessage()] == [
+        f"task records shared again ({stats['unshared']} were kept this gateway's own in the outage)"]
     await w2.sync()
     assert w2.find("t-0") is not None and w2.find("t-after") is not None
     assert w1.stats()["unsharedNow"] == 0 and w1.stats()["unshared"] == stats["unshared"]
