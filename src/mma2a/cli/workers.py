@@ -17,6 +17,7 @@ loaded and checked, once, in a fork that exits (`checked_in_fork`: the gateway's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -94,18 +95,21 @@ def checked_in_fork(check: Callable[[], Plan]) -> Plan:
             code = 0
         except typer.Exit as exc:
             code = exc.exit_code
+        except (KeyboardInterrupt, BrokenPipeError):  # ^C, or the supervisor gone: nothing to say
+            pass
         except BaseException:  # noqa: BLE001 - said, and the supervisor stops with status 1
             traceback.print_exc()
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            with contextlib.suppress(BaseException):  # nothing may keep the child from ending here
+                sys.stdout.flush()
+                sys.stderr.flush()
             os._exit(code)
     os.close(write)
     with os.fdopen(read) as got:
         data = got.read()
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if code != 0 or not data:
-        raise typer.Exit(code or 1)
+    if code != 0 or not data:  # a signal's death (negative) as a failure
+        raise typer.Exit(code if code > 0 else 1)
     return Plan(**json.loads(data))
 
 
