@@ -25,6 +25,7 @@ from mma2a.gateway.cluster_config import ClusterConfig
 from mma2a.serving import free_port, running
 from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.cluster.conftest import ADMIN, SECRET, cluster_name
+from tests.cluster.test_gateways import until
 from tests.cluster.test_security import bearer
 from tests.cluster.test_workers import serve_workers
 from tests.gateway.conftest import agent, agents
@@ -314,3 +315,30 @@ async def test_counting_again_and_pruning_need_no_more_than_the_documented_nats_
         await link2.close()
     finally:
         server.stop()
+
+
+async def test_a_client_gone_mid_body_leaves_nothing_counted_nor_stored(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alice declares 300 KB, sends 200 KB (a 128 KiB chunk is counted and published) and goes: the body's bytes are
+    given back and its chunks dropped, as a refused body's are."""
+    async with two_gateways(nats_server.url, monkeypatch, blob_max_bytes_per_client=1 << 20) as ((a, url_a), (b, _)):
+        host, port = url_a.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"POST /blobs HTTP/1.1\r\nHost: {host}\r\nAuthorization: {ALICE['Authorization']}\r\n"
+                     "Content-Length: 300000\r\n\r\n".encode() + b"p" * 200_000)
+        await writer.drain()
+
+        async def counted() -> bool:
+            return (await held(b, "alice"))[0] > 0
+
+        await until(counted)  # the first chunk is counted: the gateway is storing the body
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+        async def given_back() -> bool:
+            return await held(b, "alice") == (0, 0)
+
+        await until(given_back)
+        stream = await store_of(b).js.stream_info(store_of(b).stream)
+        assert stream.state.messages == 0

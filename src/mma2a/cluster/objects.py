@@ -98,6 +98,7 @@ class ObjectBlobStore(BlobStore):
         self._uploads: Any = None
         self._locks: dict[str, asyncio.Lock] = {}
         self.quota: SharedByteQuota | None = None
+        self._settling: set[asyncio.Future[None]] = set()  # reservations being given back (held until done)
 
     @property
     def js(self) -> Any:
@@ -131,13 +132,25 @@ class ObjectBlobStore(BlobStore):
         if self.quota is not None:
             await self.quota.check(owner, size)
 
-    async def _settle(self, reservation: Reservation, keep: int = 0) -> None:
-        """Give back what `reservation` holds past `keep`; a failure (NATS gone) leaves it counted, said once here."""
-        try:
-            await reservation.settle(keep)
-        except Exception as exc:  # noqa: BLE001 - counted too much is the safe side: deleting or pruning frees it
-            log.warning("blob quotas: %d bytes of %s not given back: %r", reservation.reserved - keep,
-                        reservation.owner or "no client", exc)
+    async def _settle(self, reservation: Reservation, keep: int = 0, drop: list[int] | None = None) -> None:
+        """Give back what `reservation` holds past `keep` (and delete the stream messages `drop`), in a task of its own
+        that a cancelled request does not cut short (a request cancelled again at each await would leave its bytes
+        counted for nobody). A failure (NATS gone) leaves them counted, said here: deleting the `blob_quota` bucket
+        has them counted again from what is stored."""
+
+        async def settle() -> None:
+            if drop:
+                await self._drop(drop)
+            try:
+                await reservation.settle(keep)
+            except Exception as exc:  # noqa: BLE001 - counted too much is the safe side
+                log.warning("blob quotas: %d bytes of %s not given back: %r", reservation.reserved - keep,
+                            reservation.owner or "no client", exc)
+
+        task = asyncio.ensure_future(settle())
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+        await asyncio.shield(task)
 
     # --- writing ------------------------------------------------------------------------
     async def _publish_all(self, subject: str, pieces: AsyncIterator[bytes], *, max_size: int | None,
@@ -357,8 +370,7 @@ class ObjectBlobStore(BlobStore):
                     raise UploadOffsetMismatch(f"upload {upload_id}: another chunk was stored at offset {offset} first",
                                                field="Upload-Offset", data={"expectedOffset": now}) from None
             except BaseException:
-                await self._drop(mine)
-                await self._settle(held)
+                await self._settle(held, drop=mine)
                 raise
             await self._settle(held, size - current)
             return size
