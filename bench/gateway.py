@@ -35,7 +35,11 @@ hits all alike, at 1, 4 and 16 connections:
   change's cost is measured beside the code before it in one run (ratios `X_over_before_*`)
 
 Each arm's server CPU time per request (all threads, /proc schedstat) is reported too, and `ok_rps`: the answers
-that passed the check a second (`rps` counts every answer, a 503 shed too).
+that passed the check a second (`rps` counts every answer, a 503 shed too). `--threads` splits each arm's CPU a
+request by process (worker, supervisor, nats-server) and thread (a process's main thread, the loop's, apart), and
+adds its servers' user and system CPU, minor faults and context switches (voluntary: it waited; involuntary: it was
+preempted) a request. `--config-json '{...}'` gives every gateway arm those config keys besides its own (a setting
+A/B'd across the arms of one run, e.g. `'{"history": {"enabled": false}}'`).
 `--soak N` instead sends N messages in a row through the gateway (16 connections, one-minute
 wrk runs until N are done) and reports RSS and each minute's p99. `--soak-arms` names the arms soaked (fresh ones,
 their runs interleaved): `gateway`, `gateway_workers2`, `gateway_unshared2`, `gateway_small_tasks`,
@@ -53,6 +57,7 @@ through the gateway, and the soak (`--soak N`, default 1,000,000) on a fresh gat
     .venv/bin/python bench/gateway.py --soak 1000000 [--json]
     .venv/bin/python bench/gateway.py --soak 400000 --soak-arms gateway,gateway_workers2,gateway_unshared2 --soak-seconds 20
     .venv/bin/python bench/gateway.py --must-show [--soak 1000000] [--json]
+    .venv/bin/python bench/gateway.py --arms gateway,gateway_workers2,gateway_unshared2 --levels 16 --threads
 """
 
 from __future__ import annotations
