@@ -255,6 +255,24 @@ async def test_cluster_status_lists_the_gateways_and_their_rule_set(cluster: dic
     await until(two_left)
 
 
+def test_cluster_status_says_which_gateway_has_task_records_not_shared_now() -> None:
+    """`unsharedNow` in a gateway's member document (its task map's counts: tests/cluster/test_tasks.py) is said in
+    its state, so an outage of the sharing shows without --json; a gateway sharing as it should says nothing more."""
+    from mma2a.cli.cluster import _render
+
+    def member(n: str, now: int, total: int) -> dict[str, Any]:
+        return {"id": n, "url": f"http://{n}", "version": "1", "rulesRevision": 3, "lag": 0, "age_s": 0.4,
+                "current": True, "tasks": {"via": "bucket", "batches": 9, "records": 40, "unshared": total,
+                                           "unsharedNow": now, "adopted": 2, "reads": 1}}
+
+    text = _render({"cluster": "c", "nats": "nats://n:4222", "rulesRevision": 3, "mode": None, "agents": 1,
+                    "modalities": 0, "sessions": 0, "gateways": [member("gw-1", 0, 5), member("gw-2", 7, 12)],
+                    "delivery": {}, "blobs": {}})
+    gw1, gw2 = (line for line in text.splitlines() if line.startswith("gw-"))
+    assert gw1.endswith("  current")  # 5 not shared once, shared again since: nothing to say now
+    assert gw2.endswith("  current (task records not shared: 7 in a row through the bucket, 12 in all)")
+
+
 def test_cluster_status_names_an_unreachable_nats() -> None:
     _register()
     res = CliRunner().invoke(app, ["cluster", "status", "--nats", "nats://127.0.0.1:1"])

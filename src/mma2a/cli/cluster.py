@@ -29,6 +29,10 @@ def _render(st: dict[str, Any]) -> str:
             state = "current" if g.get("current") else "behind"
             if g.get("lastError"):
                 state += f" (error: {g['lastError']})"
+            tasks = g.get("tasks") or {}
+            if tasks.get("unsharedNow"):  # a full disk or NATS away: its follow-ups are answered by it alone
+                state += (f" (task records not shared: {tasks['unsharedNow']} in a row through the "
+                          f"{tasks.get('via', 'bucket')}, {tasks.get('unshared', 0)} in all)")
             lines.append(f"{g.get('id', '?'):<32} {g.get('url', ''):<26} {g.get('version', ''):<8} "
                          f"{g.get('rulesRevision', 0):>5} {g.get('lag', 0):>4} {g.get('age_s', 0):>5.1f}s  {state}")
     d = st["delivery"]
