@@ -230,11 +230,17 @@ async def test_the_counts_are_counted_again_from_the_objects_when_their_bucket_i
         upload = await store.begin_upload(owner="carol")
         await store.append(upload, 0, chunked(b"c" * 25_000))
         await link.js.delete_key_value(f"{config.name}_blob_quota")
+        holdings = await store._stored()  # what a new count counts: what is stored before the bucket is made
+        bare, link3 = await open_object_store(config)  # (a store that counts nothing, as the bucket is gone)
+        await bare.put_stream(chunked(b"d" * 5_000), owner="alice")  # later: its gateway counts it, a recount not
+        await bare.append(upload, 25_000, chunked(b"e" * 5_000))
+        await link3.close()
+        assert sorted([h async for h in holdings()], key=str) == [("alice", 60_000), ("carol", 25_000), (None, 10_000)]
         again, link2 = await open_object_store(config, max_bytes_per_client=100_000, max_bytes=1 << 20)
         try:
             quota = again.quota
             assert quota is not None
-            assert (await quota.held("alice"), await quota.held("carol"), await quota.total()) == (60_000, 25_000, 95_000)
+            assert (await quota.held("alice"), await quota.held("carol"), await quota.total()) == (65_000, 30_000, 105_000)
         finally:
             await link2.close()
     finally:

@@ -10,14 +10,15 @@ counted before they are stored (`Reservation`), in growing blocks, so two upload
 cannot pass its quota together; the words of a refusal are the local store's (`payload.quota.check_limits`).
 
 A missing bucket (a cluster made before the quotas, or the bucket deleted) is counted again from the objects' own
-info (their owner is in their metadata) and the upload records, by the one gateway that claims the count.
+info (their owner is in their metadata) and the upload records as they were before it was made, by the one gateway
+that claims the count.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
@@ -51,17 +52,20 @@ class SharedByteQuota:
         self._seen: dict[str, tuple[int, int]] = {}
 
     async def open(self, js: Any, bucket: str, *, replicas: int, max_bytes: int, sizing: dict[str, tuple[int, str]],
-                   holdings: Callable[[], AsyncIterator[tuple[str | None, int]]]) -> None:
-        """Open the counts (bounded at `max_bytes`, `cluster.blob_quota_bucket_bytes`); a bucket made here is counted
-        from `holdings()` (every blob and upload: its owner and bytes) by the gateway that claims it first."""
+                   stored: Callable[[], Awaitable[Callable[[], AsyncIterator[tuple[str | None, int]]]]]) -> None:
+        """Open the counts (bounded at `max_bytes`, `cluster.blob_quota_bucket_bytes`). A bucket that is not there yet
+        is counted by the gateway that claims it first, from `stored()`, called before the bucket is made: what is
+        stored at that moment (an iterator over each blob's and upload's owner and bytes). What is written once the
+        bucket is there is counted by the gateway writing it, so nothing is counted twice (a blob stored in between
+        is counted by neither: the safe side)."""
         try:
             await js.key_value(bucket)
-            fresh = False
+            holdings = None
         except BucketNotFoundError:
-            fresh = True
+            holdings = await stored()
         self.kv = await ensure_kv(js, bucket, replicas=replicas, max_bytes=max_bytes,
                                   setting="cluster.blob_quota_bucket_bytes", sizing=sizing)
-        if not fresh:
+        if holdings is None:
             return
         try:
             await self.kv.create(COUNTED, b"1")

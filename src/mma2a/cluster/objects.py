@@ -119,7 +119,7 @@ class ObjectBlobStore(BlobStore):
         if max_bytes is not None or max_bytes_per_client is not None:
             quota = SharedByteQuota(max_bytes, max_bytes_per_client)
             await quota.open(js, self.cluster.names.bucket("blob_quota"), replicas=c.replicas,
-                             max_bytes=c.blob_quota_bucket_bytes, sizing=reserved(c), holdings=self._holdings)
+                             max_bytes=c.blob_quota_bucket_bytes, sizing=reserved(c), stored=self._stored)
             self.quota = quota
 
     def _chunk_subject(self, nuid: str) -> str:
@@ -440,9 +440,9 @@ class ObjectBlobStore(BlobStore):
         return True
 
     # --- age and counts -------------------------------------------------------------------
-    async def _infos(self) -> AsyncIterator[dict[str, Any]]:
-        """Every object's info (one per object: each is rolled up on its subject), streamed by an ordered consumer
-        (the last message of each subject), as `nats object ls` lists them."""
+    async def _infos(self) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """Every object's info and its stream sequence (one per object: each is rolled up on its subject), streamed by
+        an ordered consumer (the last message of each subject), as `nats object ls` lists them."""
         subject = f"$O.{self.bucket}.M.>"
         try:
             await self.js.get_last_msg(self.stream, subject)
@@ -454,30 +454,39 @@ class ObjectBlobStore(BlobStore):
             while True:
                 msg = await sub.next_msg(timeout=10.0)
                 with contextlib.suppress(ValueError):
-                    yield orjson.loads(msg.data)
+                    yield int(msg.metadata.sequence.stream), orjson.loads(msg.data)
                 if msg.metadata.num_pending == 0:
                     return
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def _records(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """Every upload's id and record."""
+    async def _records(self) -> AsyncIterator[tuple[str, dict[str, Any], int]]:
+        """Every upload's id, record and revision."""
         try:
             ids = await self._uploads.keys()
         except NoKeysError:
             return
         for upload_id in ids:
             with contextlib.suppress(PayloadNotFound, PayloadError):
-                yield upload_id, (await self._record(upload_id))[0]
+                yield upload_id, *(await self._record(upload_id))
 
-    async def _holdings(self) -> AsyncIterator[tuple[str | None, int]]:
-        """What each blob and upload holds, and for whom (a new count's source)."""
-        async for info in self._infos():
-            if not info.get("deleted"):
-                yield _owner(info), int(info.get("size") or 0)
-        async for _, rec in self._records():
-            yield rec.get("owner"), int(rec.get("offset") or 0)
+    async def _stored(self) -> Callable[[], AsyncIterator[tuple[str | None, int]]]:
+        """What is stored now: an iterator over each blob's and upload's owner and bytes (a new count's source). The
+        uploads' offsets are read here; the blobs are those whose info is at or before the objects' stream's last
+        sequence, read here. What was written later is left out, as its gateway counted it (a blob stored again or
+        deleted later, its info rewritten, is left out too: counted low, never twice)."""
+        last = (await self.js.stream_info(self.stream)).state.last_seq
+        uploads = [(rec.get("owner"), int(rec.get("offset") or 0)) async for _, rec, _ in self._records()]
+
+        async def holdings() -> AsyncIterator[tuple[str | None, int]]:
+            async for seq, info in self._infos():
+                if seq <= last and not info.get("deleted"):
+                    yield _owner(info), int(info.get("size") or 0)
+            for held in uploads:
+                yield held
+
+        return holdings
 
     def prune_every_s(self, max_age_s: float | None) -> float | None:
         return min(max_age_s / 4, 600.0) if max_age_s is not None else 600.0  # idle uploads, whatever the age limit
@@ -490,14 +499,14 @@ class ObjectBlobStore(BlobStore):
         gone = 0
         if max_age_s is not None:
             cutoff = at - max_age_s
-            old = [info["name"] for info in [i async for i in self._infos()]
+            old = [info["name"] for _, info in [i async for i in self._infos()]
                    if not info.get("deleted") and isinstance(info.get("name"), str) and _mtime(info) < cutoff]
             for key in old:
                 with contextlib.suppress(PayloadNotFound, PayloadError):
                     await self.delete(key)
                     gone += 1
         idle_s = min(UPLOAD_IDLE_S, max_age_s if max_age_s is not None else UPLOAD_IDLE_S) + time.time() - at
-        for upload_id, _ in [r async for r in self._records()]:
+        for upload_id, _, _ in [r async for r in self._records()]:
             with contextlib.suppress(PayloadNotFound):
                 async with self._lock(upload_id):
                     gone += await self._abort(upload_id, idle_s)
