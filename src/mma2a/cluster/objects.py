@@ -430,7 +430,8 @@ class ObjectBlobStore(BlobStore):
         With `idle_s`, only if it was last written longer ago than that; returns whether it was deleted."""
         while True:
             rec, rev = await self._record(upload_id)
-            if idle_s is not None and time.time() - float(rec.get("at") or 0) <= idle_s:
+            at = rec.get("at")  # none in a record of a gateway from before: its TTL drops it
+            if idle_s is not None and (not isinstance(at, (int, float)) or time.time() - at <= idle_s):
                 return False
             if await self._drop_record(upload_id, rev):
                 break  # else a chunk was recorded meanwhile, or another gateway deleted it: read again
