@@ -31,6 +31,7 @@ log = logging.getLogger("mma2a.cluster")
 
 TOTAL = "total"
 COUNTED = "counted"  # created by the gateway that counts a new bucket from the objects
+PRUNED = "pruned"  # when the store was last pruned (by whichever gateway took that turn)
 SEEN_MAX = 4096
 """Counts (value, revision) remembered from this gateway's last reads and writes: a stale one costs a refused write
 and a read, never a wrong count (every write is over the revision it was computed from)."""
@@ -97,19 +98,38 @@ class SharedByteQuota:
             self._seen.clear()
         self._seen[key] = seen
 
-    async def _swap(self, key: str, value: int, revision: int) -> bool:
-        """Set `key` to `value` if it is still at `revision` (0: never written); False when another write came first."""
-        data = str(max(0, value)).encode()
+    async def _put_over(self, key: str, data: bytes, revision: int) -> int | None:
+        """Write `key` if it is still at `revision` (0: never written): its new revision, None when another write came
+        first."""
         try:
             if revision:
-                now = await self.kv.update(key, data, last=revision)
-            else:
-                now = await self.kv.create(key, data)
+                return int(await self.kv.update(key, data, last=revision))
+            return int(await self.kv.create(key, data))
         except KeyWrongLastSequenceError:
+            return None
+
+    async def _swap(self, key: str, value: int, revision: int) -> bool:
+        """Set `key` to `value` if it is still at `revision` (0: never written); False when another write came first."""
+        now = await self._put_over(key, str(max(0, value)).encode(), revision)
+        if now is None:
             self._seen.pop(key, None)  # read again next time
             return False
-        self._remember(key, (max(0, value), int(now)))
+        self._remember(key, (max(0, value), now))
         return True
+
+    async def turn(self, at: float, every_s: float) -> bool:
+        """Whether this gateway prunes the store now (at time `at`): the first to find the last turn `every_s` or more
+        ago takes it, so the cluster's gateways do not each list every object."""
+        while True:
+            try:
+                entry = await self.kv.get(PRUNED)
+                last, revision = float(entry.value or b"0"), int(entry.revision or 0)
+            except (KeyNotFoundError, ValueError):
+                last, revision = 0.0, 0
+            if at - last < every_s:
+                return False
+            if await self._put_over(PRUNED, repr(at).encode(), revision) is not None:
+                return True
 
     async def _add_to(self, key: str, n: int) -> None:
         while True:

@@ -14,7 +14,7 @@ bucket shared by every gateway (`blob_quota.SharedByteQuota`) before they are pu
 counted for is in its info's `metadata` (`mma2a-owner`; an upload's in its record). An object's info is written
 only over the one it read (JetStream's expected last subject sequence), so two gateways storing the same bytes, or
 deleting one blob, at the same moment count it once. `prune` deletes what is older than `blob_max_age_s`, and
-uploads idle for longer than their record would live (`UPLOAD_IDLE_S`), freeing their bytes.
+uploads idle for longer than their record would live (`UPLOAD_IDLE_S`), freeing their bytes: one gateway a turn.
 """
 
 from __future__ import annotations
@@ -495,8 +495,12 @@ class ObjectBlobStore(BlobStore):
     async def prune(self, max_age_s: float | None, now: float | None = None) -> int:
         """Delete blobs stored (or stored again) more than `max_age_s` ago (`blob_max_age_s`; None: none), and uploads
         idle for longer than that or `UPLOAD_IDLE_S`, freeing their quota; returns how many were deleted. Every
-        gateway prunes: of two deleting one blob or upload, one frees it."""
+        gateway calls it, one takes each turn (`SharedByteQuota.turn`: none lists the objects within 90% of an interval
+        after another did); of two deleting one blob or upload anyway, one frees it."""
         at = time.time() if now is None else now
+        every_s = self.prune_every_s(max_age_s)
+        if self.quota is not None and every_s is not None and not await self.quota.turn(at, 0.9 * every_s):
+            return 0  # another gateway pruned within this interval
         gone = 0
         if max_age_s is not None:
             cutoff = at - max_age_s
