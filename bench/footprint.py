@@ -21,8 +21,8 @@ them at its first start), so each tree's bytecode is kept in a fresh cache (`PYT
 directory) filled by one start that is not counted. `--cold` measures with no bytecode at all instead
 (`PYTHONDONTWRITEBYTECODE=1`, every module compiled at every start: what a checkout run that way pays).
 
-`--workers N` measures `serve --workers N` instead, with the same config: per run, the seconds to all N banners,
-and 1 s later the VmRSS of the supervisor (the process the command started, which only waits), of each worker and
+`--workers N` measures `serve --workers N` instead, with the same config: per run, the seconds to all N banners
+and the supervisor's CPU seconds to then, and 1 s later the VmRSS of the supervisor (the process the command started, which only waits), of each worker and
 of the nats-server it started:
 
     .venv/bin/python bench/footprint.py --src new=src --src old=/tmp/fp-old/src --runs 5 --workers 2
@@ -147,13 +147,14 @@ def workers_run(env: dict[str, str], config: Path, port: int, n: int) -> dict[st
         else:
             raise RuntimeError(f"serve exited {proc.wait()}: {''.join(seen)[-2000:]}")
         serving = time.perf_counter() - t0
+        cpu = cpu_s(proc.pid)  # the supervisor's CPU to that moment (kept across its exec, the same process)
         check_healthz(port)
         time.sleep(1.0)
         children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
         names = {p: Path(f"/proc/{p}/comm").read_text().strip() for p in children}
         workers = [rss_mb(p) for p in children if names[p] != "nats-server"]
         nats = [rss_mb(p) for p in children if names[p] == "nats-server"]
-        return {"listening_s": serving, "supervisor_mb": rss_mb(proc.pid), "worker_mb": statistics.median(workers),
+        return {"listening_s": serving, "supervisor_cpu_s": cpu, "supervisor_mb": rss_mb(proc.pid), "worker_mb": statistics.median(workers),
                 "nats_server_mb": nats[0] if nats else 0.0}
     finally:
         proc.terminate()

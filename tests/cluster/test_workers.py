@@ -84,28 +84,35 @@ async def until_listeners(port: int, n: int, timeout_s: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
-# `python -m mma2a.cli ...` as it is, which also writes the modules the process holds when it exits (its atexit: the
-# fork that checks the config ends with os._exit, so only the supervisor writes)
-_HELD_AT_EXIT = """
-import atexit, json, runpy, sys
-out = sys.argv.pop(1)
-atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
-runpy.run_module("mma2a.cli", run_name="__main__", alter_sys=True)
-"""
-# what the supervisor must not hold: it only waits (the config is checked in a fork; the workers load the gateway)
-GATEWAY_MODULES = {"mma2a.gateway.app", "mma2a.gateway.server", "mma2a.gateway.config", "mma2a.gateway.pipeline",
-                   "mma2a.serving", "mma2a.cluster.state", "mma2a.payload", "mma2a.features", "uvicorn", "starlette",
-                   "aiohttp", "httpx", "a2a", "nats", "grpc", "google.protobuf", "opentelemetry", "prometheus_client",
-                   "numpy", "PIL"}
+# what the supervisor must not hold: it only waits (the command checks the config, then becomes the supervisor)
+GATEWAY_MODULES = {"mma2a.cli", "mma2a.gateway", "mma2a.gateway.app", "mma2a.gateway.config", "mma2a.serving",
+                   "mma2a.cluster.state", "mma2a.payload", "mma2a.features", "typer", "pydantic", "uvicorn",
+                   "starlette", "aiohttp", "httpx", "a2a", "nats", "grpc", "google.protobuf", "opentelemetry",
+                   "prometheus_client", "numpy", "PIL"}
+# the shared libraries of what it must not hold (read from the running supervisor's /proc/PID/maps)
+GATEWAY_LIBRARIES = ("pydantic_core", "uvloop", "httptools", "aiohttp", "yarl", "multidict", "grpc", "_upb",
+                     "cryptography", "numpy", "PIL")
 
 
-def supervisor_loaded(held: Path) -> set[str]:
-    """The modules the supervisor held when it exited (written by `_HELD_AT_EXIT`), checked to be none of the
-    gateway's: `serve --workers N`'s supervisor stays small (~39 MB resident where it held ~69: docs/benchmarks.md)."""
-    loaded = set(json.loads(held.read_text()))
-    assert {"mma2a.cli.workers", "mma2a.cluster.server", "mma2a.cluster.task_files", "mma2a.listen"} <= loaded  # it ran
+def check_supervisor(pid: int) -> None:
+    """The running supervisor of `serve --workers N` is `python -m mma2a.supervisor` (the same pid the command
+    started as) and has none of the gateway's shared libraries mapped: it only waits."""
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert cmdline[1:3] == [b"-m", b"mma2a.supervisor"], cmdline
+    mapped = {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines() if "/" in line}
+    held = sorted(path for path in mapped if any(lib in path for lib in GATEWAY_LIBRARIES))
+    assert not held, held
+
+
+def test_the_supervisor_imports_none_of_the_gateway() -> None:
+    """`python -m mma2a.supervisor` in a fresh process: the standard library, the nats-server starter, the task
+    directory and the listen socket; no gateway, command line, config code or web server (~24 MB resident where the
+    supervisor held ~66-69: docs/benchmarks.md)."""
+    probe = "import json, sys; import mma2a.supervisor; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert {"mma2a.supervisor", "mma2a.cluster.server", "mma2a.cluster.task_files", "mma2a.listen"} <= loaded
     assert not GATEWAY_MODULES & loaded, sorted(GATEWAY_MODULES & loaded)
-    return loaded
 
 
 @dataclass
@@ -122,8 +129,8 @@ class Served:
 async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[str, Any] | None = None
                         ) -> AsyncIterator[Served]:
     """`mma2a serve --workers 2` with auth on and every message routed to `agent` (`extra`: more of the config),
-    until both workers listen; it must stop cleanly (status 0) on SIGTERM at the end, its supervisor having loaded
-    none of the gateway (`supervisor_loaded`)."""
+    until both workers listen, its supervisor holding none of the gateway (`check_supervisor`); it must stop cleanly
+    (status 0) on SIGTERM at the end."""
     port = free_port()
     config: dict[str, Any] = {
         "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
@@ -139,17 +146,16 @@ async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[
     log = tmp_path / "serve.log"
     env = {k: v for k, v in os.environ.items() if k != "MMA2A_URL_SECRET"}  # the supervisor makes one
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-c", _HELD_AT_EXIT, str(tmp_path / "supervisor-modules.json"),
-                                 "serve", "--workers", "2", "--config", str(path), "--log-level", "warning"],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", "2", "--config", str(path),
+                                 "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         await until_banners(log, proc, 2)
+        check_supervisor(proc.pid)
         yield Served(port, f"http://127.0.0.1:{port}", proc, log)
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(60)
     assert code == 0, log.read_text()[-3000:]
-    supervisor_loaded(tmp_path / "supervisor-modules.json")
 
 
 async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_follow_up(tmp_path: Path) -> None:
@@ -252,8 +258,9 @@ async def test_a_stream_made_on_one_worker_resumes_on_the_other_after_its_worker
 
 
 def test_serve_with_workers_says_a_bad_config_or_a_taken_port_as_serve_does_and_starts_nothing(tmp_path: Path) -> None:
-    """The config is checked (in the supervisor's fork) before anything starts: the same one line, status 2, no
-    traceback, no nats-server or worker; so is a port another process holds."""
+    """The config is checked before the command becomes the supervisor, and so before anything starts: the same one
+    line as `serve`, status 2, no traceback, no nats-server or worker; so is a port another process holds (said by the
+    supervisor)."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("listn: 127.0.0.1:1\n")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -71,11 +71,11 @@ def serve(
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
-    from .workers import WORKER_INDEX_ENV, WORKER_NATS_ENV, WORKER_TASKS_ENV, worker_count
+    from .workers import worker_count
 
     count = worker_count(workers)
     if count > 1:  # the supervisor: its workers are `mma2a serve --worker` processes; it loads no gateway itself
-        raise typer.Exit(supervise(config, host, port, cluster, log_level, count))
+        supervise(config, host, port, cluster, log_level, count)
     from ..cluster import cluster_state
     from ..errors import MMA2AError
     from ..gateway.server import configure_logging, serve as run
@@ -83,17 +83,8 @@ def serve(
 
     cfg = load_serve_config(config, host, port, cluster, worker=worker)
     try:
-        # None unless the config has a cluster section. The workers of one host share one history file: each writes
-        # its decisions into it when they are the whole cluster, else the first indexes the cluster's stream into it
-        # (and their task records through files in a directory the supervisor made)
-        history: HistoryMode = "stream"
-        task_dir = None
-        if worker and os.environ.get(WORKER_NATS_ENV) == "embedded":
-            history = "file"
-            task_dir = os.environ.get(WORKER_TASKS_ENV) or None
-        elif worker and os.environ.get(WORKER_INDEX_ENV, "0") != "0":
-            history = "publish"
-        hooks = cluster_state(cfg, history=history, task_dir=task_dir)
+        history, task_dir = worker_sharing(worker)
+        hooks = cluster_state(cfg, history=history, task_dir=task_dir)  # None unless the config has a cluster section
     except MMA2AError as exc:
         raise refused(config, exc) from None
     configure_logging(log_level)
@@ -109,6 +100,20 @@ def serve(
         raise typer.Exit(2) from None
 
 
+def worker_sharing(worker: bool) -> tuple[HistoryMode, str | None]:
+    """Where a gateway's decisions go, and the directory of its task records (None: the `tasks` bucket). The workers of
+    one host share one history file: each writes its decisions into it when they are the whole cluster, else the first
+    indexes the cluster's stream into it; and then their task records through files in a directory the supervisor
+    made."""
+    if not worker:
+        return "stream", None
+    from ..supervisor import WORKER_INDEX_ENV, WORKER_NATS_ENV, WORKER_TASKS_ENV
+
+    if os.environ.get(WORKER_NATS_ENV) == "embedded":
+        return "file", os.environ.get(WORKER_TASKS_ENV) or None
+    return ("publish" if os.environ.get(WORKER_INDEX_ENV, "0") != "0" else "stream"), None
+
+
 def refused(config: Path | None, exc: MMA2AError) -> typer.Exit:
     """A config refused: said in one line naming the file (unless the message does), status 2."""
     where = f"{config}: " if config is not None and str(config) not in exc.message else ""
@@ -122,8 +127,6 @@ def load_serve_config(config: Path | None, host: str | None, port: int | None, c
     A bad one is said in one line per error naming the file or field, and exits with status 2."""
     from ..errors import MMA2AError, RuleError
     from ..gateway.config import load_config, parse_config
-    from .workers import WORKER_NATS_ENV, WORKER_NATS_TOKEN_ENV
-
     try:
         cfg = load_config(config) if config else parse_config({})
         if host or port:
@@ -133,8 +136,11 @@ def load_serve_config(config: Path | None, host: str | None, port: int | None, c
         if cluster:  # the cluster section of the config, with this NATS
             data = cfg.model_dump(exclude_unset=True)
             data["cluster"] = {**(data.get("cluster") or {}), "nats": cluster}
-            if worker and os.environ.get(WORKER_NATS_ENV) == "embedded":  # the supervisor's nats-server wants its token
-                data["cluster"]["auth"] = {"token_env": WORKER_NATS_TOKEN_ENV}
+            if worker:
+                from ..supervisor import WORKER_NATS_ENV, WORKER_NATS_TOKEN_ENV
+
+                if os.environ.get(WORKER_NATS_ENV) == "embedded":  # the supervisor's nats-server wants its token
+                    data["cluster"]["auth"] = {"token_env": WORKER_NATS_TOKEN_ENV}
             cfg = parse_config(data, base_dir=cfg.base_dir)
         check_rules(cfg)
     except RuleError as exc:
@@ -147,16 +153,13 @@ def load_serve_config(config: Path | None, host: str | None, port: int | None, c
 
 
 def supervise(config: Path | None, host: str | None, port: int | None, cluster: str | None, log_level: str,
-              count: int) -> int:
-    """`serve --workers N`: the config checked once (in a fork: the supervisor loads none of the gateway), then the
-    workers started and watched until SIGTERM/SIGINT; the exit status."""
-    from ..listen import ListenError
-    from .workers import Supervisor, checked_in_fork, plan_of
+              count: int) -> NoReturn:
+    """`serve --workers N`: the config checked once (a bad one said here, status 2), then this process becomes the
+    supervisor (`mma2a.supervisor`: the same pid, none of the gateway's modules), which starts and watches the
+    workers until SIGTERM/SIGINT."""
+    from ..supervisor import exec_supervisor
+    from .workers import plan_of
 
-    plan = checked_in_fork(lambda: plan_of(load_serve_config(config, host, port, cluster, worker=False)))
+    cfg = load_serve_config(config, host, port, cluster, worker=False)
     argv = [*(["--config", str(config)] if config else []), *(["--host", host] if host else []), "--log-level", log_level]
-    try:
-        return Supervisor(plan, argv, count).run()
-    except ListenError as exc:
-        typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
-        return 2
+    exec_supervisor(plan_of(cfg, count, argv))

@@ -1,50 +1,17 @@
-"""`mma2a serve --workers N`: N gateway processes on one address, sharing their state through the cluster layer.
-
-Each worker is an ordinary `mma2a serve` process listening with SO_REUSEPORT on the same host:port (the kernel
-spreads connections among them) and running in cluster mode: tasks, session pins, deduplication, history,
-blobs, push configs, rule and agent changes are shared as between the gateways of a cluster. The NATS they
-share is the one `--cluster` (or the config's `cluster:` section) names, else a `nats-server -js` this
-supervisor starts on a free loopback port with its store in a temporary directory, requiring a token made at start
-(given to the workers in their environment), and stops at the end; then the workers are the whole cluster, and share their task records through files in a directory made for them (in memory,
-/dev/shm, where it has room for them: cluster/task_files.py) rather than through NATS.
-A worker that dies is started again; SIGTERM/SIGINT drain every worker, then stop NATS.
-
-The supervisor only waits, so it loads only what it needs: the command line, the nats-server starter, the task
-directory and process management (~30 MB resident where it held ~69 MB with the whole gateway loaded). The config is
-loaded and checked, once, in a fork that exits (`checked_in_fork`: the gateway's modules, its errors said as by any
-`mma2a serve`), which hands the supervisor the few settings it runs by (`Plan`); each worker loads the config again.
-"""
+"""The command line's side of `mma2a serve --workers N` (the supervisor itself: `mma2a.supervisor`): how many
+workers, and the settings the supervisor runs by, from a checked config."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import secrets
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import time
-import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import typer
 
-from ..listen import listen_socket
-
 if TYPE_CHECKING:
     from ..gateway.config import GatewayConfig
-
-WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
-WORKER_NATS_ENV = "MMA2A_WORKER_NATS"  # "embedded": the workers are the whole cluster (their own nats-server)
-WORKER_TASKS_ENV = "MMA2A_WORKER_TASKS"  # with "embedded": the directory of the workers' task records
-WORKER_NATS_TOKEN_ENV = "MMA2A_WORKER_NATS_TOKEN"  # with "embedded": the token its nats-server requires (NATS access
-# is admin access: without one, any process of the host could rewrite rules and agents and read every client's data)
-QUICK_EXIT_S = 2.0  # a worker that exits this soon after its start, with status 2, cannot start (a bad config)
+    from ..supervisor import Plan
 
 
 def worker_count(value: str) -> int:
@@ -60,163 +27,10 @@ def worker_count(value: str) -> int:
     return n
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What the supervisor runs by, taken from the checked config (`plan_of`)."""
+def plan_of(config: GatewayConfig, count: int, argv: Sequence[str]) -> Plan:
+    from ..supervisor import Plan
 
-    host: str
-    port: int
-    nats: str | None  # an external NATS (--cluster or the config's cluster section); None: embedded
-    url_secret_env: str | None  # the workers sign payload URLs with one key: made here when this variable is unset
-    task_bytes: int  # `limits.task_bytes`: sizes the workers' task directory
-    drain_timeout_s: float  # `faults.drain_timeout_s`: how long the workers are given to drain at the end
-
-
-def plan_of(config: GatewayConfig) -> Plan:
-    return Plan(host=config.host, port=config.port, nats=config.cluster.nats if config.cluster is not None else None,
+    return Plan(count=count, argv=tuple(argv), host=config.host, port=config.port,
+                nats=config.cluster.nats if config.cluster is not None else None,
                 url_secret_env=config.url_secret_env or None, task_bytes=config.limits.task_bytes,
                 drain_timeout_s=config.faults.drain_timeout_s)
-
-
-def checked_in_fork(check: Callable[[], Plan]) -> Plan:
-    """`check()` run in a forked child, whose modules (the gateway's, to load and check the config) go with it: the
-    supervisor stays small. The child's errors are its own to say (stderr, as `mma2a serve` says them); its exit
-    status is raised here as `typer.Exit` (2: a bad config), else its `Plan` returned."""
-    read, write = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the supervisor's code
-        code = 1
-        try:
-            os.close(read)
-            with os.fdopen(write, "w") as out:
-                out.write(json.dumps(asdict(check())))
-            code = 0
-        except typer.Exit as exc:
-            code = exc.exit_code
-        except (KeyboardInterrupt, BrokenPipeError):  # ^C, or the supervisor gone: nothing to say
-            pass
-        except BaseException:  # noqa: BLE001 - said, and the supervisor stops with status 1
-            traceback.print_exc()
-        finally:
-            with contextlib.suppress(BaseException):  # nothing may keep the child from ending here
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read) as got:
-        data = got.read()
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if code != 0 or not data:  # a signal's death (negative) as a failure
-        raise typer.Exit(code if code > 0 else 1)
-    return Plan(**json.loads(data))
-
-
-@dataclass
-class Worker:
-    index: int
-    proc: subprocess.Popen[bytes] | None = None
-    started: float = 0.0
-    restarts: int = 0
-
-
-@dataclass
-class Supervisor:
-    """Starts, watches and stops the workers (and the embedded NATS, when no external one is given)."""
-
-    plan: Plan
-    argv: Sequence[str]  # the worker's `mma2a serve` arguments, less --cluster/--workers
-    count: int
-    workers: list[Worker] = field(default_factory=list)
-    stopping: bool = False
-
-    def run(self) -> int:
-        from ..cluster.server import NatsServer
-        from ..cluster.task_files import make_task_dir
-
-        plan = self.plan
-        hold = listen_socket(plan.host, plan.port, reuse_port=True, listen=False)  # port taken: said now
-        port = hold.getsockname()[1]  # --port 0: one free port, the same for every worker
-        store = tasks = None
-        server: NatsServer | None = None
-        env = dict(os.environ)
-        secret_env = plan.url_secret_env
-        if secret_env and not env.get(secret_env):  # the workers sign payload URLs with one key
-            env[secret_env] = secrets.token_urlsafe(32)
-        try:
-            url = plan.nats
-            if url is None:
-                store = tempfile.mkdtemp(prefix="mma2a-nats-")  # 0700: the token's file is this user's alone
-                token = secrets.token_urlsafe(32)
-                conf = os.path.join(store, "auth.conf")  # a file, not `--auth`: a command line is every user's to read
-                with open(os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-                    f.write(f'authorization {{ token: "{token}" }}\n')
-                env[WORKER_NATS_TOKEN_ENV] = token  # a process's environment is readable by its user only
-                server = NatsServer(store, args=["-c", conf]).start()
-                url = server.url
-                tasks = make_task_dir(self.count, plan.task_bytes)
-                env[WORKER_TASKS_ENV] = tasks
-            args = [sys.executable, "-m", "mma2a.cli", "serve", *self.argv, "--port", str(port), "--cluster", url,
-                    "--worker"]
-            env[WORKER_NATS_ENV] = "embedded" if server is not None else "external"
-            where = "embedded nats-server at " + url if server is not None else url
-            typer.echo(f"mma2a serve: {self.count} workers on {plan.host}:{port}, sharing state through "
-                       f"{where}", err=True)
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, self._stop)
-            self.workers = [Worker(i) for i in range(self.count)]
-            for w in self.workers:
-                self._start(w, args, env)
-            return self._watch(args, env)
-        finally:
-            self._stop_all()
-            hold.close()
-            if server is not None:
-                server.stop()
-            for made in (store, tasks):
-                if made is not None:
-                    shutil.rmtree(made, ignore_errors=True)
-
-    def _start(self, w: Worker, args: list[str], env: dict[str, str]) -> None:
-        # its own process group (a terminal's ^C reaches the supervisor, which drains it), in the supervisor's session:
-        # a session of its own is a scheduling group of its own where the kernel groups by session (autogroup), and
-        # on a busy host each wake-up of a worker then waited for its group's turn, not its own: the same bench served
-        # 936 requests a second that way, 3,232 with the workers in the supervisor's session (docs/benchmarks.md)
-        w.proc = subprocess.Popen(args, env={**env, WORKER_INDEX_ENV: str(w.index)}, process_group=0)
-        w.started = time.monotonic()
-        typer.echo(f"mma2a serve: worker {w.index} pid {w.proc.pid}", err=True)
-
-    def _watch(self, args: list[str], env: dict[str, str]) -> int:
-        while not self.stopping:
-            time.sleep(0.2)
-            for w in self.workers:
-                assert w.proc is not None
-                code = w.proc.poll()
-                if code is None or self.stopping:
-                    continue
-                if code == 2 and time.monotonic() - w.started < QUICK_EXIT_S:  # it said why on stderr
-                    typer.echo(f"error: worker {w.index} could not start (exit status 2); stopping", err=True)
-                    return 2
-                w.restarts += 1
-                typer.echo(f"mma2a serve: worker {w.index} (pid {w.proc.pid}) exited with status {code}; "
-                           "starting it again", err=True)
-                self._start(w, args, env)
-        return 0
-
-    def _stop(self, signum: int, frame: object) -> None:
-        self.stopping = True
-
-    def _stop_all(self) -> None:
-        """SIGTERM to every worker (each drains), then SIGKILL to any still running after the drain timeout."""
-        self.stopping = True
-        live = [w.proc for w in self.workers if w.proc is not None and w.proc.poll() is None]
-        for p in live:
-            p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.plan.drain_timeout_s + 10
-        for p in live:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
