@@ -6,8 +6,8 @@ agents' side), `access/` (who may ask what), `state/` (what outlives a request),
 `observe/`; `app.py` assembles them. docs/api.md, "Layout of the gateway", gives each one's imports.
 
 Each name loads its module when first asked for: a process that reads a config (`gateway.config`) and never builds a
-gateway, such as the supervisor of `mma2a serve --workers N`, does not load the web stack, the bindings and the
-pipeline (~35 MB and ~540 modules).
+gateway, such as `mma2a serve --workers N` before it becomes the supervisor, does not load the web stack, the
+bindings and the pipeline (~35 MB and ~540 modules).
 """
 
 from __future__ import annotations
