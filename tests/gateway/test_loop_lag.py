@@ -33,6 +33,9 @@ class FakeLoop:
     def time(self) -> float:
         return self.now
 
+    def is_running(self) -> bool:
+        return True  # the loop the probe runs on (the test drives it; `read` takes it without asking asyncio)
+
     def call_at(self, when: float, fn: Any, *args: Any) -> Timer:
         timer = Timer()
         self.timers.append((when, lambda: None if timer.cancelled else fn(*args)))

@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from ...loops import running_loop
+
 _BIG_BODY = 64 * 1024  # above this the head and the body are written as two buffers (no copy of the body)
 
 
@@ -268,6 +270,7 @@ class HttpPool:
         self._waiters: dict[tuple[str, int], deque[asyncio.Future[_Connection | None]]] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its connections are on (`loops.running_loop`)
 
     def target(self, url: str) -> _Target:
         """The parsed URL (cached); `ValueError` for anything but an `http://` URL with a host."""
@@ -296,7 +299,7 @@ class HttpPool:
         if self._closed:
             raise HttpError("the connection pool is closed")
         target = self.target(url)
-        loop = asyncio.get_running_loop()
+        loop = self._loop = running_loop(self._loop)
         deadline = loop.time() + timeout_s
         head = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n%s\r\n" % (
             method.encode("ascii"), target.path, target.host_header, len(body), self._header_block(headers))

@@ -41,11 +41,13 @@ class LoopLag:
         """The loop's recent lag in seconds (inf: not measured yet); starts the probe when it is not running (outside a
         running loop it is not started)."""
         self._idle = 0
-        loop = asyncio._get_running_loop()  # (None outside one: no exception to raise and catch per answer)
-        if loop is not self._loop and loop is not None:  # not running, or on a loop of before (a test's, closed):
-            self.stop()  # afresh on this one
-            self._loop, self.value, self.ticks = loop, 0.0, 0
-            self._schedule(loop, loop.time())
+        kept = self._loop
+        if kept is None or not kept.is_running():  # (asyncio's look-up is a system call on 3.11: `loops`)
+            loop = asyncio._get_running_loop()  # (None outside one: no exception to raise and catch per answer)
+            if loop is not kept and loop is not None:  # not running, or on a loop of before (a test's, closed):
+                self.stop()  # afresh on this one
+                self._loop, self.value, self.ticks = loop, 0.0, 0
+                self._schedule(loop, loop.time())
         return self.value if self.ticks >= MIN_TICKS else math.inf  # (`lag`)
 
     @property

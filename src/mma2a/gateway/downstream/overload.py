@@ -52,6 +52,7 @@ from prometheus_client.registry import Collector
 from ... import client_link
 from ...client_link import ClientLink
 from ...errors import Overloaded
+from ...loops import running_loop
 from .agent_limit import EPOCH, AdaptiveLimit, ConcurrencyLimit
 from .loop_lag import LoopLag
 
@@ -158,6 +159,7 @@ class AgentSlots:
         # a routine leg's longest wait (None: queue_timeout_s, as a privileged leg's)
         self.routine_timeout_s = queue_timeout_s if routine_timeout_s is None else min(routine_timeout_s, queue_timeout_s)
         self.clock = clock
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its legs wait on (`loops.running_loop`)
         self.on_shed = on_shed
         self.on_wait = on_wait
         self.inflight = 0
@@ -201,7 +203,7 @@ class AgentSlots:
         self.inflight = inflight - 1
         now = 0.0
         if rtt is not None:
-            now = self.clock() if self.clock is not None else asyncio.get_running_loop().time()
+            now = self.clock() if self.clock is not None else self._loop_now()
             self.arrivals.roll(now)  # (arrivals granted at once count into the bucket current then)
             # the time since the previous answer, when both came busy (the agent was kept busy in between), is a
             # sample of the rate the agent delivers
@@ -479,7 +481,11 @@ class AgentSlots:
         return (ahead + 1) / rate if rate > 0 else math.inf
 
     def _now(self) -> float:
-        return self.clock() if self.clock is not None else asyncio.get_running_loop().time()
+        return self.clock() if self.clock is not None else self._loop_now()
+
+    def _loop_now(self) -> float:
+        loop = self._loop = running_loop(self._loop)
+        return loop.time()
 
     def to_json(self) -> dict[str, Any]:
         return {"inflight": self.inflight, "queued": self.queued, **self.limit.to_json(),
