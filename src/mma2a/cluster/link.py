@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import nats
 from nats.aio.client import RawCredentials
 from nats.js import JetStreamContext, api
-from nats.js.errors import BucketNotFoundError, NotFoundError, ServerError
+from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError, ServerError
 from nats.js.kv import KeyValue
 
 from ..errors import ClusterError
@@ -155,7 +155,15 @@ async def ensure_kv(js: JetStreamContext, bucket: str, *, ttl: float | None = No
         kv = await js.key_value(bucket)
     except BucketNotFoundError:
         cfg = api.KeyValueConfig(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
-        kv = await js.create_key_value(config=cfg)
+        try:
+            kv = await js.create_key_value(config=cfg)
+        except BadRequestError as exc:  # another gateway made it meanwhile, and bounded it since (below): JetStream
+            # refuses a second creation whose configuration differs ('stream name already in use'); two gateways
+            # starting together failed so (a worker of serve --workers 2 exited at its start)
+            try:
+                kv = await js.key_value(bucket)
+            except BucketNotFoundError:
+                raise exc from None
     if max_bytes is not None or enforce_ttl:
         config = (await js.stream_info(f"KV_{bucket}")).config
         want = dataclasses.replace(config)
