@@ -5,7 +5,9 @@ and still there after the gateway that made it restarts."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -120,22 +122,35 @@ async def test_a_task_made_on_one_gateway_is_its_owners_on_the_other_and_outlive
                     assert (await rpc(c, gw1, "bob", "GetTask", {"id": tid}))["error"]["code"] == NOT_FOUND
 
 
-async def test_a_clients_task_budget_holds_across_gateways_and_spares_other_clients(nats_server: NatsServer) -> None:
-    """Each owner's byte budget (limits.task_bytes_per_client) holds on the cluster's records: what one gateway forgets
-    of a client past its share is deleted from the bucket, so no other gateway (nor a restarted one) answers it; another
-    client's task stays."""
+@contextlib.asynccontextmanager
+async def bucket_maps(nats_server: NatsServer, *, per_owner: int | None = None
+                      ) -> AsyncIterator[tuple[Callable[[str], Awaitable[ClusterTaskMap]], ClusterLink]]:
+    """`opened(member_id)`: a gateway's task map over the `tasks` bucket of a cluster of its own (`per_owner`: each
+    owner's byte budget); every map and the link closed at the end."""
     config = ClusterConfig(nats=nats_server.url, name=cluster_name())
     link = await ClusterLink(config).connect()
     maps: list[ClusterTaskMap] = []
 
     async def opened(member_id: str) -> ClusterTaskMap:
         m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id, sizing={}),
-                           max_bytes=1 << 20, max_bytes_per_owner=4000)
+                           max_bytes=1 << 20, max_bytes_per_owner=per_owner)
         await m.open()
         maps.append(m)
         return m
 
     try:
+        yield opened, link
+    finally:
+        for m in maps:
+            await m.close()
+        await link.close()
+
+
+async def test_a_clients_task_budget_holds_across_gateways_and_spares_other_clients(nats_server: NatsServer) -> None:
+    """Each owner's byte budget (limits.task_bytes_per_client) holds on the cluster's records: what one gateway forgets
+    of a client past its share is deleted from the bucket, so no other gateway (nor a restarted one) answers it; another
+    client's task stays."""
+    async with bucket_maps(nats_server, per_owner=4000) as (opened, link):
         gw1, gw2 = await opened("gw1"), await opened("gw2")
         gw1.put_leg("bob-1", "a", "ctx-bob", [], "bob")
         ids = [f"alice-{i}" for i in range(40)]
@@ -154,27 +169,12 @@ async def test_a_clients_task_budget_holds_across_gateways_and_spares_other_clie
             assert rec is not None and rec.owner == "bob" and [(d.agent, d.task_id) for d in rec.legs] == [("a", "bob-1")]
             assert m.context_owner("ctx-bob") == (True, "bob")
         assert gw3.held_by("alice") == gw1.held_by("alice")  # counted alike on every gateway
-    finally:
-        for m in maps:
-            await m.close()
-        await link.close()
 
 
 async def test_records_made_together_share_one_write_and_every_gateway_finds_them(nats_server: NatsServer) -> None:
     """Records made while no batch is being stored go out as one KV entry (one write for many requests, where each
     request paid its own); a gateway whose cache lacks one finds it once it is stored, as does one started after."""
-    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
-    link = await ClusterLink(config).connect()
-    maps: list[ClusterTaskMap] = []
-
-    async def opened(member_id: str) -> ClusterTaskMap:
-        m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id, sizing={}),
-                           max_bytes=1 << 20, max_bytes_per_owner=None)
-        await m.open()
-        maps.append(m)
-        return m
-
-    try:
+    async with bucket_maps(nats_server) as (opened, link):
         gw1, gw2 = await opened("gw1"), await opened("gw2")
         ids = [f"carol-{i}" for i in range(20)]
         for tid in ids:
@@ -205,10 +205,6 @@ async def test_records_made_together_share_one_write_and_every_gateway_finds_the
         assert gw2.find("never-made") is None
         gw3 = await opened("gw3")  # started after: reads the batch back
         assert all(gw3.find(tid) is not None for tid in ids)
-    finally:
-        for m in maps:
-            await m.close()
-        await link.close()
 
 
 async def test_a_bucket_outage_is_said_once_and_its_records_counted_until_sharing_resumes(
@@ -216,18 +212,7 @@ async def test_a_bucket_outage_is_said_once_and_its_records_counted_until_sharin
     """The tasks bucket gone (its stream deleted: every batch put refused by NATS): one warning for the outage, not one
     a batch; the records stay this gateway's own and are counted (`unshared`, `unsharedNow`, as `cluster status`
     shows); once the bucket is back the next batch is stored, it is said, and the other gateway finds that record."""
-    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
-    link = await ClusterLink(config).connect()
-    maps: list[ClusterTaskMap] = []
-
-    async def opened(member_id: str) -> ClusterTaskMap:
-        m = ClusterTaskMap(SimpleNamespace(config=config, names=link.names, js=link.js, id=member_id, sizing={}),
-                           max_bytes=1 << 20, max_bytes_per_owner=None)
-        await m.open()
-        maps.append(m)
-        return m
-
-    try:
+    async with bucket_maps(nats_server) as (opened, link):
         gw1, gw2 = await opened("gw1"), await opened("gw2")
         gw1.put_leg("before", "a", None, [], "carol")
         await gw1.flush("before")
@@ -251,7 +236,3 @@ async def test_a_bucket_outage_is_said_once_and_its_records_counted_until_sharin
         assert gw1.stats()["unsharedNow"] == 0 and gw1.stats()["unshared"] == 5 and gw1.stats()["records"] == 2
         await gw2.fetch("after")
         assert gw2.find("after") is not None and gw2.find("away-0") is None  # the outage's records were never shared
-    finally:
-        for m in maps:
-            await m.close()
-        await link.close()
