@@ -37,6 +37,20 @@ async def chunked(data: bytes, size: int = 16_384) -> AsyncIterator[bytes]:
         yield data[i:i + size]
 
 
+def assert_alice_refused_past_100_kb(declared: httpx.Response, *chunked_ones: httpx.Response) -> None:
+    """alice, at 60 KB of her 100 KB quota, refused 60 KB more: with a Content-Length before the body is read (413, the
+    exact message), and without one at the chunk that passes the quota; no other client named."""
+    assert declared.status_code == 413
+    assert declared.json()["error"]["message"] == client_quota_message(60_000, 60_000, 100_000)
+    assert setting(declared) == "blob_max_bytes_per_client"
+    for r in chunked_ones:  # no Content-Length: refused at the chunk that passes the quota
+        assert r.status_code == 413 and setting(r) == "blob_max_bytes_per_client"
+        message = r.json()["error"]["message"]
+        assert message.startswith("blob quota exceeded: client 'alice' holds ")
+        assert message.endswith(client_quota_message(0, 0, 100_000).split(" more would pass ")[1])
+        assert "carol" not in message
+
+
 def left_on_disk(root: Path) -> list[str]:
     return sorted(os.listdir(root / "tmp"))
 
@@ -54,14 +68,7 @@ async def test_a_client_over_its_quota_gets_413_and_another_client_still_uploads
         small = await c.post(url + "/blobs", content=b"e" * 40_000, headers=ALICE)  # still fits: 100 000 exactly
         other = await c.post(url + "/blobs", content=b"f" * 60_000, headers=CAROL_H)
     assert first.status_code == 201 and small.status_code == 201 and other.status_code == 201
-    assert declared.status_code == 413
-    assert declared.json()["error"]["message"] == client_quota_message(60_000, 60_000, 100_000)
-    assert setting(declared) == "blob_max_bytes_per_client"
-    for r in (streamed, patch):  # no Content-Length: refused at the chunk that passes the quota
-        assert r.status_code == 413 and setting(r) == "blob_max_bytes_per_client"
-        message = r.json()["error"]["message"]
-        assert message.startswith("blob quota exceeded: client 'alice' holds ")
-        assert message.endswith(client_quota_message(0, 0, 100_000).split(" more would pass ")[1])
+    assert_alice_refused_past_100_kb(declared, streamed, patch)
     assert offset == 0  # the refused chunk was not kept
     assert left_on_disk(tmp_path) == []
 
