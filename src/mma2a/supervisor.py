@@ -73,8 +73,13 @@ def exec_supervisor(plan: Plan) -> NoReturn:
 
 def main(args: list[str]) -> int:
     """`python -m mma2a.supervisor PLAN`: run the workers until SIGTERM/SIGINT; the exit status."""
-    data = json.loads(args[0])
-    plan = Plan(**{**data, "argv": tuple(data["argv"])})
+    try:
+        data = json.loads(args[0])
+        plan = Plan(**{**data, "argv": tuple(data["argv"])})
+    except (IndexError, ValueError, TypeError, KeyError) as exc:  # run by hand: not what `serve --workers N` passes
+        say(f"error: python -m mma2a.supervisor takes the plan `mma2a serve --workers N` makes (one JSON argument), "
+            f"not {' '.join(args)!r}: {type(exc).__name__}: {exc}; run `mma2a serve --workers N` instead")
+        return 2
     try:
         return Supervisor(plan).run()
     except ListenError as exc:
