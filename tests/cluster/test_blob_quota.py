@@ -29,7 +29,13 @@ from tests.cluster.test_gateways import until
 from tests.cluster.test_security import bearer
 from tests.cluster.test_workers import serve_workers
 from tests.gateway.conftest import agent, agents
-from tests.security.test_blob_quota import assert_alice_refused_past_100_kb, chunked, client_quota_message, setting
+from tests.security.test_blob_quota import (
+    assert_alice_refused_past_100_kb,
+    assert_the_store_full_past_100_kb,
+    chunked,
+    client_quota_message,
+    setting,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -100,12 +106,7 @@ async def test_the_store_quota_is_507_for_every_client_across_gateways(
             full = await c.post(url_b + "/blobs", content=b"b" * 60_000, headers=CAROL)
             streamed = await c.post(url_b + "/blobs", content=chunked(b"c" * 60_000), headers=CAROL)
             counts = await held(b, "alice", "carol")
-    assert first.status_code == 201
-    assert full.status_code == 507 and setting(full) == "blob_max_bytes"
-    assert full.json()["error"]["message"] == (
-        "the blob store is full: it holds 60000 bytes, 60000 more would pass its quota of 100000 bytes "
-        "(blob_max_bytes); retry later or send a smaller payload")
-    assert streamed.status_code == 507 and setting(streamed) == "blob_max_bytes"
+    assert_the_store_full_past_100_kb(first, full, streamed)
     assert counts == (60_000, 0, 60_000)
 
 

@@ -51,6 +51,17 @@ def assert_alice_refused_past_100_kb(declared: httpx.Response, *chunked_ones: ht
         assert "carol" not in message
 
 
+def assert_the_store_full_past_100_kb(first: httpx.Response, full: httpx.Response, streamed: httpx.Response) -> None:
+    """60 KB stored of the store's 100 KB (`blob_max_bytes`), then 60 KB more refused for any client: 507 with the
+    exact message when the length is declared, 507 at the chunk that passes the quota when it is not."""
+    assert first.status_code == 201
+    assert full.status_code == 507 and setting(full) == "blob_max_bytes"
+    assert full.json()["error"]["message"] == (
+        "the blob store is full: it holds 60000 bytes, 60000 more would pass its quota of 100000 bytes "
+        "(blob_max_bytes); retry later or send a smaller payload")
+    assert streamed.status_code == 507 and setting(streamed) == "blob_max_bytes"
+
+
 def left_on_disk(root: Path) -> list[str]:
     return sorted(os.listdir(root / "tmp"))
 
@@ -79,12 +90,7 @@ async def test_the_store_quota_is_507_for_every_client(tmp_path):
         first = await c.post(url + "/blobs", content=b"a" * 60_000, headers=ALICE)
         full = await c.post(url + "/blobs", content=b"b" * 60_000, headers=CAROL_H)
         streamed = await c.post(url + "/blobs", content=chunked(b"c" * 60_000), headers=CAROL_H)
-    assert first.status_code == 201
-    assert full.status_code == 507 and setting(full) == "blob_max_bytes"
-    assert full.json()["error"]["message"] == (
-        "the blob store is full: it holds 60000 bytes, 60000 more would pass its quota of 100000 bytes "
-        "(blob_max_bytes); retry later or send a smaller payload")
-    assert streamed.status_code == 507 and setting(streamed) == "blob_max_bytes"
+    assert_the_store_full_past_100_kb(first, full, streamed)
     assert left_on_disk(tmp_path) == []
 
 
