@@ -15,9 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
+from nats.js.errors import KeyNotFoundError
 
 from mma2a.cluster import cluster_state
 from mma2a.cluster.account import nats_account
+from mma2a.cluster.blob_quota import MAX_SWAPS, TOTAL, QuotaBusy, Reservation, SharedByteQuota, _key
+from mma2a.cluster.link import reserved
 from mma2a.cluster.objects import UPLOAD_IDLE_S, ObjectBlobStore, open_object_store
 from mma2a.cluster.server import NatsServer
 from mma2a.gateway import Gateway, parse_config
@@ -345,3 +348,51 @@ async def test_a_client_gone_mid_body_leaves_nothing_counted_nor_stored(
         await until(given_back)
         stream = await store_of(b).js.stream_info(store_of(b).stream)
         assert stream.state.messages == 0
+
+
+class Contended(SharedByteQuota):
+    """The counts as a gateway sees them while other gateways write `keys` between each of its reads and its writes:
+    before each of its writes, a rival's write of the same value (a real write on the server, so this gateway's
+    compare-and-set finds a newer revision every time)."""
+
+    def __init__(self, keys: set[str], *limits: int | None) -> None:
+        super().__init__(*limits)
+        self.keys, self.rivals = keys, 0
+
+    async def _put_over(self, key: str, data: bytes, revision: int) -> int | None:
+        if key in self.keys:
+            self.rivals += 1
+            try:
+                await self.kv.put(key, (await self.kv.get(key)).value)
+            except KeyNotFoundError:
+                await self.kv.put(key, b"0")
+        return await super()._put_over(key, data, revision)
+
+
+async def test_a_count_other_gateways_keep_changing_is_given_up_after_a_bounded_number_of_tries(
+        nats_server: NatsServer) -> None:
+    """Each compare-and-set of a count is tried at most `MAX_SWAPS` times: a write whose count keeps changing under
+    it is refused 503 naming the quota as busy, and nothing of it stays counted (alice's count taken back when the
+    total was the busy one)."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    store, link = await open_object_store(config, max_bytes_per_client=100_000, max_bytes=1 << 20)
+    try:
+        assert store.quota is not None
+        await store.put_stream(chunked(b"a" * 10_000), owner="alice")
+        bucket, sizing = f"{config.name}_blob_quota", reserved(config)
+        for busy, what in (({_key("alice")}, "a client's count"), ({TOTAL}, "the store's total")):
+            rival = Contended(busy, 1 << 20, 100_000)
+            await rival.open(link.js, bucket, replicas=1, max_bytes=config.blob_quota_bucket_bytes, sizing=sizing,
+                             stored=store._stored)
+            with pytest.raises(QuotaBusy) as info:
+                await Reservation(rival, "alice").take(5_000)
+            assert (info.value.http_status, info.value.message, info.value.data) == (
+                503, f"the blob quota is busy: {what} was changed by other gateways {MAX_SWAPS} times in a row while "
+                "this gateway tried to count its bytes; nothing was stored or counted, retry", {"field": "blob_quota"})
+            assert rival.rivals == MAX_SWAPS  # tried that many times, not forever
+            assert (await store.quota.held("alice"), await store.quota.total()) == (10_000, 10_000)
+        # the same counts, uncontended, take the bytes at the first try
+        await Reservation(store.quota, "alice").take(5_000)
+        assert (await store.quota.held("alice"), await store.quota.total()) == (15_000, 15_000)
+    finally:
+        await link.close()

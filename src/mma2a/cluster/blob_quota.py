@@ -16,14 +16,16 @@ that claims the count.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 
-from ..errors import ClientQuotaExceeded, StoreQuotaExceeded
+from ..errors import ClientQuotaExceeded, ClusterError, StoreQuotaExceeded
 from ..payload.quota import check_limits
 from .link import ensure_kv
 
@@ -37,6 +39,30 @@ SEEN_MAX = 4096
 and a read, never a wrong count (every write is over the revision it was computed from)."""
 MAX_BLOCK = 4 << 20
 """The most bytes a write reserves ahead of what it has stored (blocks double from its first chunk up to this)."""
+MAX_SWAPS = 64
+"""Compare-and-set attempts on one count before a change gives up (`QuotaBusy`, 503). Each lost attempt means another
+gateway's write to that count landed, so the cluster progresses; the bound keeps one request from looping on a count
+that many gateways write at once (the total, under a storm of uploads) for as long as they do."""
+
+
+class QuotaBusy(ClusterError):
+    """A count of the blob quotas kept changing under this gateway for `MAX_SWAPS` attempts: the change is not made
+    (503, retry), and nothing of it stays counted."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the blob quota is busy: {what} was changed by other gateways {MAX_SWAPS} times in a row "
+                         "while this gateway tried to count its bytes; nothing was stored or counted, retry",
+                         field="blob_quota")
+
+
+async def _backoff(attempt: int) -> None:
+    """After a few lost swaps, a short random pause (at most 20 ms), so the writers of one count spread out."""
+    if attempt >= 4:
+        await asyncio.sleep(random.uniform(0, min(0.02, 0.0005 * attempt)))
+
+
+def _what(key: str) -> str:
+    return "the store's total" if key == TOTAL else "a client's count"
 
 
 def _key(owner: str) -> str:
@@ -120,7 +146,8 @@ class SharedByteQuota:
     async def turn(self, at: float, every_s: float) -> bool:
         """Whether this gateway prunes the store now (at time `at`): the first to find the last turn `every_s` or more
         ago takes it, so the cluster's gateways do not each list every object."""
-        while True:
+        for attempt in range(MAX_SWAPS):
+            await _backoff(attempt)
             try:
                 entry = await self.kv.get(PRUNED)
                 last, revision = float(entry.value or b"0"), int(entry.revision or 0)
@@ -130,12 +157,15 @@ class SharedByteQuota:
                 return False
             if await self._put_over(PRUNED, repr(at).encode(), revision) is not None:
                 return True
+        return False  # other gateways keep taking turns: this one prunes at its next
 
     async def _add_to(self, key: str, n: int) -> None:
-        while True:
+        for attempt in range(MAX_SWAPS):
+            await _backoff(attempt)
             value, revision = await self._read(key, fresh=False)
             if await self._swap(key, value + n, revision):
                 return
+        raise QuotaBusy(_what(key))
 
     async def held(self, owner: str | None) -> int:
         """Bytes `owner`'s blobs and uploads hold across the cluster (0 for no owner)."""
@@ -165,20 +195,32 @@ class SharedByteQuota:
 
     async def charge(self, owner: str | None, n: int) -> None:
         """Count `n` more bytes for `owner`, or raise as `check` does (nothing counted then). The client's count first,
-        then the total; a total past its quota takes the client's back."""
+        then the total; a total past its quota, or too busy to change (`QuotaBusy`), takes the client's back."""
         okey = None if owner is None else _key(owner)
-        while True:
+        for attempt in range(MAX_SWAPS):
+            await _backoff(attempt)
             held, orev, total, trev = await self._checked(owner, okey, n)
             if okey is None or await self._swap(okey, held + n, orev):
                 break
-        while not await self._swap(TOTAL, total + n, trev):
-            total, trev = await self._read(TOTAL)
-            try:
-                check_limits(None, 0, total, n, self.max_bytes, None)
-            except StoreQuotaExceeded:
-                if okey is not None:
+        else:
+            raise QuotaBusy(_what(okey or TOTAL))
+        try:
+            for attempt in range(MAX_SWAPS):
+                if attempt:
+                    await _backoff(attempt)
+                    total, trev = await self._read(TOTAL)
+                    check_limits(None, 0, total, n, self.max_bytes, None)
+                if await self._swap(TOTAL, total + n, trev):
+                    return
+            raise QuotaBusy(_what(TOTAL))
+        except (StoreQuotaExceeded, QuotaBusy):
+            if okey is not None:
+                try:
                     await self._add_to(okey, -n)
-                raise
+                except QuotaBusy:  # counted high until the count is made again (operations.md, "Sizing")
+                    log.error("blob quotas: %d bytes of %s stay counted: its count was too busy to take them back",
+                              n, owner)
+            raise
 
     async def add(self, owner: str | None, n: int) -> None:
         """Count `n` bytes already stored (the count of a new bucket): no limit is checked."""
