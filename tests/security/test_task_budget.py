@@ -45,3 +45,38 @@ async def test_one_clients_large_fan_outs_no_longer_evict_another_clients_task()
     # carol's own oldest went to make room for her newest
     assert oldest["error"] == {"code": -32001, "message": f"task {carol[0]['id']!r} not found",
                                "data": oldest["error"]["data"]}
+
+
+async def test_a_clients_long_context_ids_count_in_its_task_budget() -> None:
+    """Session 15 (probe6): a context id is the client's to choose, of any length up to the body cap, and each task
+    record keeps it; its characters were not counted, so mallory's 40 messages with a distinct 100 KB context each
+    were all remembered (4 MB held, counted ~30 KB), and her budget (here 256 KiB; 4 MiB by default: some 6,500
+    records, so as many context ids of up to 64 MiB each) bounded nothing of them. Now a record counts its context id:
+    her own oldest go, alice's task stays."""
+    specs = {"echo": agent("echo", ["text/plain"], echo=True)}
+    budget = 256 * 1024
+    async with agents(specs) as urls:
+        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()],
+               "limits": {"task_bytes_per_client": budget},
+               "auth": {"clients": [{"name": "alice", "token": "alice-t"}, {"name": "mallory", "token": "mallory-t"}]}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as c:
+            async def call(token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+                r = await c.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                                 headers={"A2A-Version": "1.0", "Authorization": f"Bearer {token}"})
+                return r.json()  # type: ignore[no-any-return]
+
+            def message(mid: str, context: str | None = None) -> dict[str, Any]:
+                m = {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+                return {"message": m if context is None else {**m, "contextId": context}}
+
+            alice = (await call("alice-t", "SendMessage", message("a-1")))["result"]["task"]
+            sent = [(await call("mallory-t", "SendMessage", message(f"m-{i}", f"{i:03d}" + "c" * 100_000)))["result"]["task"]
+                    for i in range(40)]
+            assert all(len(t["contextId"]) == 100_003 for t in sent)
+            tasks = gw.pipeline.tasks
+            held = [t for t in sent if tasks.find(t["id"]) is not None]
+            assert len(held) * 100_003 <= tasks.held_by("mallory") <= budget  # before: all 40 held, counted ~30 KB
+            oldest = await call("mallory-t", "GetTask", {"id": sent[0]["id"]})
+            assert oldest["error"]["message"] == f"task {sent[0]['id']!r} not found"
+            assert (await call("mallory-t", "GetTask", {"id": sent[-1]["id"]}))["result"]["id"] == sent[-1]["id"]
+            assert (await call("alice-t", "GetTask", {"id": alice["id"]}))["result"]["id"] == alice["id"]

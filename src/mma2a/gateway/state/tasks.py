@@ -123,17 +123,19 @@ class TaskMap:
 
     def put(self, record: TaskRecord) -> None:
         legs: tuple[str, ...] = ()
-        size = _OVERHEAD + 2 * len(record.task_id)
+        context = record.context_id
+        size = _OVERHEAD + 2 * len(record.task_id) + len(context or "")  # a client's context id: any length it likes
         for d in record.legs:
             legs += (d.agent, d.task_id)
             size += _LEG + len(d.agent) + len(d.task_id)
         agg = orjson.dumps(stored(record.aggregate)) if record.aggregate is not None else None
-        self._store(record.task_id, legs, record.route, agg, size, record.owner, record.context_id)
+        self._store(record.task_id, legs, record.route, agg, size, record.owner, context)
 
     def put_leg(self, task_id: str, agent: str, context_id: str | None, route: list[dict[str, Any]] | bytes,
                 owner: str | None) -> None:
         """`put` of the commonest record, an agent's own task (one leg, no aggregate), without building it."""
-        self._store(task_id, (agent, task_id), route, None, _OVERHEAD + 3 * len(task_id) + len(agent), owner, context_id)
+        size = _OVERHEAD + 3 * len(task_id) + len(agent) + len(context_id or "")
+        self._store(task_id, (agent, task_id), route, None, size, owner, context_id)
 
     def _store(self, task_id: str, legs: tuple[str, ...], route_doc: list[dict[str, Any]] | bytes, agg: bytes | None,
                size: int, owner: str | None, context: str | None, at: float | None = None) -> None:
