@@ -20,15 +20,11 @@ current: contextvars.ContextVar[ClientLink | None] = contextvars.ContextVar("mma
 class ClientLink:
     """One connection's (or call's) client: `gone` once it has left; `watch` callbacks run then, once each."""
 
-    __slots__ = ("_gone", "_watchers")
+    __slots__ = ("gone", "_watchers")
 
     def __init__(self) -> None:
-        self._gone = False
+        self.gone = False  # (a plain attribute, set by `leave` alone: read on every leg a free slot takes)
         self._watchers: set[Callable[[], None]] | None = None
-
-    @property
-    def gone(self) -> bool:
-        return self._gone
 
     def watch(self, callback: Callable[[], None]) -> None:
         """Call `callback` when the client goes (the caller checks `gone` first: a link already gone calls nothing)."""
@@ -43,14 +39,14 @@ class ClientLink:
     def if_gone(self, callback: Callable[[], None]) -> None:
         """After the task of the request was cancelled: call `callback` if that was because its client went. Here, at
         once or never (the server marks the link before anything is cancelled)."""
-        if self._gone:
+        if self.gone:
             callback()
 
     def leave(self) -> None:
         """The client has gone: every watcher is called, once (a watcher may unwatch others as it runs)."""
-        if self._gone:
+        if self.gone:
             return
-        self._gone = True
+        self.gone = True
         watchers, self._watchers = self._watchers, None
         for callback in watchers or ():
             callback()
@@ -65,7 +61,7 @@ class CallLink(ClientLink):
     __slots__ = ()
 
     def if_gone(self, callback: Callable[[], None]) -> None:
-        if self._gone:
+        if self.gone:
             callback()
         else:  # told as the cancel leaves the call (a call that ends otherwise drops its link and this)
             self.watch(callback)

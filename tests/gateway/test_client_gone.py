@@ -9,6 +9,9 @@ the metrics and the history count A's leg as `client_gone`. No timing: every ste
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +23,14 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 
+from mma2a.card import declare_extension
 from mma2a.ext import EXTENSION_URI
 from mma2a.gateway import Gateway
 from mma2a.serving import free_port
-from tests.agents import Stepper, streaming_card
+from tests.agents import Stepper, make_card, streaming_card
 from tests.gateway.conftest import ADMIN, agents, gateway
 from tests.gateway.test_overload import ROUTINE, GatedExecutor, loaded, message, send, until
+from tests.media import wav_bytes
 
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 GONE = 'mma2a_agent_shed_total{agent="slow",priority="5",reason="client_gone"} 1.0'
@@ -223,3 +228,85 @@ async def test_a_streaming_fan_outs_queued_leg_is_sent_after_its_client_leaves(t
                 return str(got.json()["result"]["status"]["state"])
 
             assert await state() == "TASK_STATE_COMPLETED"
+
+
+def tcp_state(port: int) -> str | None:
+    """The kernel's state of this host's IPv4 TCP socket bound to `port` (/proc/net/tcp: '06' is TIME_WAIT)."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                return fields[3]
+    return None
+
+
+@contextlib.asynccontextmanager
+async def transformed(tmp_path: Path) -> AsyncIterator[tuple[Gateway, str, GatedExecutor, GatedExecutor]]:
+    """Audio goes through a transformer (`stt`, the test's: it answers when released) to `slow` (a free slot)."""
+    stt, slow = GatedExecutor(), GatedExecutor()
+    cards = {"stt": make_card("stt", input_modes=["audio/*"]), "slow": make_card("slow")}
+    declare_extension(cards["slow"])
+    rules = {"version": 1, "rules": [{"name": "speech", "match": {"modality": "audio/*"},
+                                      "action": {"transform": "text/plain", "then": {"route_to": "slow"}}}]}
+    async with agents({"stt": (cards["stt"], stt), "slow": (cards["slow"], slow)}) as urls:
+        cfg = {"rules": rules, "data_dir": str(tmp_path), "history": {"flush_interval_s": 0.02},
+               "agents": [{"name": "stt", "url": urls["stt"], "transformer": True},
+                          {"name": "slow", "url": urls["slow"], "max_concurrency": 1}],
+               "auth": {"clients": [{"name": "routine", "token": ROUTINE}]}}
+        async with gateway(cfg) as (gw, url):
+            try:
+                yield gw, url, stt, slow
+            finally:
+                for _ in range(4):
+                    stt.go.release()
+                    slow.go.release()
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+async def test_a_leg_whose_client_has_gone_is_not_sent_at_a_free_slot(tmp_path: Path, binding: str) -> None:
+    """The fast path: `slow`'s slot is free, but by the time the leg would take it (after the transformer answered)
+    its client has closed the connection: the leg is never sent, counted and recorded as a queued one is. Then a
+    client that stays is served through the same slot."""
+    audio = {"raw": base64.b64encode(wav_bytes()).decode(), "mediaType": "audio/wav"}
+    msg = {"messageId": "m-A", "role": "ROLE_USER", "parts": [audio],
+           "metadata": {EXTENSION_URI: {"priority": 5}}, "extensions": [EXTENSION_URI]}
+    request = raw_request("/message:send", {"message": msg}) if binding == "rest" else raw_request(
+        "/", {"jsonrpc": "2.0", "id": "A", "method": "SendMessage", "params": {"message": msg}})
+    async with transformed(tmp_path) as (gw, url, stt, slow), httpx.AsyncClient(timeout=60) as http:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(request)
+        await writer.drain()
+        await until(lambda: len(stt.started) == 1, "A's audio reaches the transformer")
+        own = writer.get_extra_info("sockname")[1]
+        writer.close()
+        await writer.wait_closed()
+        # the gateway closed its end (TIME_WAIT on ours): it has seen the client go (`connection_lost` marks the
+        # link before the socket is closed)
+        await until(lambda: tcp_state(own) == "06", "the gateway closes the connection")
+        assert gw.pipeline.slots.get("slow") is None  # nothing was ever sent to slow: its slots are made on first use
+        stt.go.release()  # the transformer answers: A's leg to slow would take its free slot now
+        await until(lambda: (s := gw.pipeline.slots.get("slow")) is not None and s.shed[5] == 1, "A's leg is shed")
+        slots = gw.pipeline.slots.get("slow")
+        assert slots is not None and (slots.inflight, slots.queued) == (0, 0)
+        assert GONE in await metrics(http, url)
+
+        async def recorded() -> list[dict[str, Any]]:
+            got = await http.get(url + "/admin/history", params={"outcome": "shed"}, headers=ADMIN_HEADERS)
+            return got.json()["decisions"]  # type: ignore[no-any-return]
+
+        for _ in range(2_000):
+            if rows := await recorded():
+                break
+            await asyncio.sleep(0.005)
+        assert [r["messageId"] for r in rows] == ["m-A"]
+        assert rows[0]["error"].startswith("client_gone: agent slow is overloaded: a leg of priority 5 was shed "
+                                           "(its client went away before its leg was sent to agent slow)")
+        stt.go.release()
+        slow.go.release()
+        staying = await http.post(url + "/", headers={"Authorization": f"Bearer {ROUTINE}", "A2A-Version": "1.0"},
+                                  json={"jsonrpc": "2.0", "id": "B", "method": "SendMessage",
+                                        "params": {"message": {**msg, "messageId": "m-B"}}})
+        assert staying.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert slow.started == [("done ", 5)]  # B's transformed leg alone: A's was never sent
+        assert (slots.inflight, slots.queued, slots.shed[5]) == (0, 0, 1)

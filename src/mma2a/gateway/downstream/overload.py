@@ -29,11 +29,12 @@ to hang — when:
   `gateway_bound`): a first burst, or a gateway slower than its agent, waits up to its deadline (`expired`);
 - `expired`: its deadline passed while it waited (for a routine leg: it waited `routine_queue_timeout_s`);
 - `client_gone`: its client left while it waited (the server marks the request's `client_link.ClientLink` gone: an
-  HTTP connection lost, a gRPC call cancelled), or had left when it would have queued: it leaves the queue unsent
-  (the agent does no work nobody reads, while it is what others wait for). A leg already sent is not called back:
+  HTTP connection lost, a gRPC call cancelled), or had left by the time its leg would take a slot, free or not (while
+  its message was read, routed or transformed): it leaves the queue, or is never sent (the agent does no work nobody
+  reads, while it is what others wait for). A leg already sent is not called back:
   the agent's task goes on, and its client may come back for it (GetTask, SubscribeToTask).
 
-When no limit binds (slots free, nobody queued) a leg costs a comparison and two counts.
+When no limit binds (slots free, nobody queued) a leg costs a comparison, a look at its client's link and two counts.
 """
 
 from __future__ import annotations
@@ -189,9 +190,11 @@ class AgentSlots:
         the wait to await (it raises `Overloaded` when the leg is shed). Raises `Overloaded` at once when it cannot
         wait."""
         if self.inflight < self.limit.value and not self.queued and priority >= self.floor:
-            self.arrivals.count(priority)
-            self.inflight += 1
-            return None
+            link = client_link.current.get()
+            if link is None or not link.gone:  # (a client gone by now: `_enqueue` sheds its leg, unsent)
+                self.arrivals.count(priority)
+                self.inflight += 1
+                return None
         return self._enqueue(priority, self._now(), deadline)
 
     def release(self, rtt: float | None = None) -> None:
@@ -267,6 +270,11 @@ class AgentSlots:
         timeout = self.routine_timeout_s if priority <= ROUTINE_MAX else self.queue_timeout_s
         budget = timeout if deadline is None else min(timeout, deadline - now)
         ahead = sum(self.counts[priority:])
+        link = client_link.current.get()
+        if link is not None and link.gone:  # its client left before its leg was sent (while its message was read,
+            # routed, transformed; or its agent's slot was free): never sent, whether a slot is free or not
+            raise self._shed_now(priority, "client_gone", f"its client went away before its leg was sent to agent "
+                                 f"{self.agent}", self._wait(priority, ahead))
         if priority < self.floor:  # the legs above it take the agent's whole rate: even a free slot is not for it
             raise self._shed_now(priority, "outranked", f"legs of higher priority take all agent {self.agent} "
                                  "serves", self._wait(priority, ahead))
@@ -278,10 +286,6 @@ class AgentSlots:
             # could only be served by the capacity they need (or be shed later, after a wait): shed it now
             raise self._shed_now(priority, "outranked", f"legs of higher priority wait for agent {self.agent}",
                                  self._wait(priority, ahead))
-        link = client_link.current.get()
-        if link is not None and link.gone:  # its client left before it queued (while its message was read, routed)
-            raise self._shed_now(priority, "client_gone", f"its client went away before agent {self.agent} had a "
-                                 "slot", self._wait(priority, ahead))
         if budget <= 0:
             raise self._shed_now(priority, "deadline", f"its deadline passed before agent {self.agent} had a slot",
                                  self._wait(priority, ahead))
