@@ -98,6 +98,33 @@ async def test_a_guesser_learns_nothing_while_a_neighbour_with_a_working_credent
     assert 'mma2a_credential_failures_total{result="refused"} 6.0' in text  # three guesses, carol's, REST, API key
 
 
+async def test_a_neighbour_is_known_from_every_address_of_the_64_whose_budget_it_shares() -> None:
+    """Session 15 (probe6): the budget is an IPv6 caller's /64, but the clients served were remembered by the exact
+    address, so a guesser on alice's LAN (one /64) locked her out as soon as her host used another of its addresses
+    (temporary addresses change daily, RFC 8981); and alice served as 203.0.113.7 was unknown as ::ffff:203.0.113.7,
+    the same budget. Now a client is remembered from the budget's neighbourhood."""
+    here, later, guesser, other = "2001:db8:1:1::1", "2001:db8:1:1:abcd::7", "2001:db8:1:1::99", "2001:db8:1:2::1"
+    async with secured({"auth": {"clients": CLIENTS, "failed_credentials": BUDGET}}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            async def send(token: str, address: str, mid: str) -> httpx.Response:
+                return await c.post(url + "/", json=send_body(mid), headers=_bearer(token, address))
+
+            assert (await send(TOKEN, here, "a-1")).status_code == 200
+            assert (await send(TOKEN, GUESSER, "a-2")).status_code == 200
+            guesses = [(await send(f"guess-{i}", a, f"g-{a}-{i}")).status_code
+                       for a in (guesser, f"::ffff:{GUESSER}") for i in range(6)]
+            assert guesses == ([401] * 5 + [429]) * 2
+            alice_later = await send(TOKEN, later, "a-3")  # before: 429 too many failed credentials from 2001:db8:1:1:…
+            alice_mapped = await send(TOKEN, f"::ffff:{GUESSER}", "a-4")  # before: 429
+            carol = await send(CAROL, later, "c-1")  # never served from that /64: refused like a guess
+            carol_elsewhere = await send(CAROL, other, "c-2")
+    assert alice_later.status_code == 200 and "result" in alice_later.json(), alice_later.text
+    assert alice_mapped.status_code == 200 and "result" in alice_mapped.json(), alice_mapped.text
+    assert carol.status_code == 429
+    assert carol.json()["error"]["message"].startswith(f"too many failed credentials from {later} (")
+    assert carol_elsewhere.status_code == 200
+
+
 async def test_admin_tokens_are_budgeted_and_the_admin_keeps_working() -> None:
     """The attack of session 12 (882 admin tokens a second): after the budget, refused unchecked; the admin's own
     token, used from that address before, still opens the admin API; from elsewhere the admin is not affected."""
@@ -161,7 +188,10 @@ def test_memory_is_bounded_and_ipv6_callers_count_by_their_64() -> None:
     # the newest kept, the oldest forgotten
     assert _refused(failures, "10.0.3.231", 1.0) and not _refused(failures, "10.0.0.0", 1.0)
     assert failures.known("10.1.3.231", "client-999") and not failures.known("10.1.0.0", "client-0")
-    assert not failures.known("10.1.3.230", "client-999")  # a client is remembered from its own address only
+    assert not failures.known("10.1.3.230", "client-999")  # a client is remembered from its own address only ...
+    failures.verified("2001:db8::1", "client-v6")
+    assert failures.known("2001:db8::ffff:2", "client-v6") and not failures.known("2001:db8:0:1::1", "client-v6")
+    assert ("2001:db8::/64", "client-v6") in failures._remembered  # ... an IPv6 one from its /64
     assert address_key("2001:db8:0:0:aaaa::1") == address_key("2001:db8::ffff:1") == "ip:2001:db8::/64"
     assert address_key("2001:db8:0:1::1") == "ip:2001:db8:0:1::/64"
     assert address_key("::ffff:192.0.2.1") == "ip:192.0.2.1" and address_key("192.0.2.1") == "ip:192.0.2.1"

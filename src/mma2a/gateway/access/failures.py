@@ -18,6 +18,7 @@ time is told to the others (set `served`), so a neighbour served by one gateway 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from collections import OrderedDict
@@ -48,6 +49,19 @@ def address_key(address: str) -> str:
     share; an IPv4-mapped IPv6 address counts as its IPv4 address)."""
     if ":" not in address:
         return f"ip:{address}"
+    return _ipv6_key(address)
+
+
+def neighbourhood(address: str) -> str:
+    """Where a served client is remembered from: its address's bucket (`address_key`, without `ip:`), so a client
+    served from one address of a /64 (a host's temporary IPv6 addresses change daily, RFC 8981) is known from every
+    address of it, as the budget it shares is; an IPv4 address is itself (no work on the request path)."""
+    return address if ":" not in address else _ipv6_key(address)[3:]
+
+
+@functools.lru_cache(maxsize=4096)
+def _ipv6_key(address: str) -> str:
+    """`address_key` of an address with a colon (parsed once a caller: a parse costs microseconds)."""
     try:
         ip = ipaddress.IPv6Address(address.partition("%")[0])
     except ValueError:
@@ -107,13 +121,13 @@ class CredentialFailures:
                             "second): only clients served from it recently are served", key, self.burst, self.per_s)
 
     def known(self, address: str, client: str) -> bool:
-        """`client` verified from `address` recently."""
-        return (address, client) in self._remembered
+        """`client` verified from `address` (from its /64, an IPv6 one) recently."""
+        return (neighbourhood(address), client) in self._remembered
 
     def verified(self, address: str, client: str) -> None:
         """`client` verified from `address`: remembered (the least recently verified pair forgotten past the cap)."""
         remembered = self._remembered
-        pair = (address, client)
+        pair = (neighbourhood(address), client)
         if pair in remembered:
             remembered.move_to_end(pair)
             return
@@ -153,7 +167,7 @@ class CredentialFailures:
         for entry in entries[:self.max_remembered]:
             if (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], str)
                     and (address := entry[0]) and (client := entry[1])):
-                pair = (address, client)
+                pair = (neighbourhood(address), client)  # (a gateway from before told an IPv6 caller's own address)
                 if pair in self._remembered:
                     self._remembered.move_to_end(pair)
                 else:
