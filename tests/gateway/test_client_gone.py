@@ -84,6 +84,22 @@ async def served_after_a_leaves(gw: Gateway, url: str, executor: GatedExecutor, 
     assert [a.json()["result"]["task"]["status"]["state"] for a in answers] == ["TASK_STATE_COMPLETED"] * 2
     assert executor.started == [("H", 1), ("B", 5)]  # the agent never received A's message
     assert (slots.inflight, slots.queued, slots.shed[5]) == (0, 0, 1)  # nothing held for A, counted once
+    await shed_recorded(http, url, "its client went away while it waited for agent slow")
+
+
+async def shed_recorded(http: httpx.AsyncClient, url: str, why: str) -> None:
+    """A's message is in the history, once, as shed `client_gone` (the history writes every 20 ms)."""
+    async def recorded() -> list[dict[str, Any]]:
+        got = await http.get(url + "/admin/history", params={"outcome": "shed"}, headers=ADMIN_HEADERS)
+        return got.json()["decisions"]  # type: ignore[no-any-return]
+
+    for _ in range(2_000):
+        if rows := await recorded():
+            break
+        await asyncio.sleep(0.005)
+    assert [r["messageId"] for r in rows] == ["m-A"]
+    assert rows[0]["error"] == f"client_gone: agent slow is overloaded: a leg of priority 5 was shed ({why}); retry in " \
+                               "about 1.00 s"
 
 
 class ClosesItsConnection:
@@ -109,26 +125,13 @@ class ClosesItsConnection:
 async def test_a_queued_leg_whose_client_closed_its_connection_is_never_sent(tmp_path: Path, binding: str) -> None:
     async with loaded(tmp_path) as (gw, url, executor), httpx.AsyncClient(timeout=60) as http:
         await served_after_a_leaves(gw, url, executor, http, ClosesItsConnection(url, binding))
-        if binding != "sse":  # (a stream's leg is recorded by the request's task, which its server cancels)
-            async def recorded() -> list[dict[str, Any]]:
-                got = await http.get(url + "/admin/history", params={"outcome": "shed"}, headers=ADMIN_HEADERS)
-                return got.json()["decisions"]  # type: ignore[no-any-return]
-
-            for _ in range(2_000):
-                rows = await recorded()
-                if rows:
-                    break
-                await asyncio.sleep(0.005)
-            assert [r["messageId"] for r in rows] == ["m-A"]
-            assert rows[0]["error"].startswith("client_gone: agent slow is overloaded: a leg of priority 5 was shed "
-                                               "(its client went away while it waited for agent slow)")
 
 
 class CancelsItsCall:
-    """A gRPC client: sends SendMessage, then cancels the call."""
+    """A gRPC client: sends SendMessage (or SendStreamingMessage), then cancels the call."""
 
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self, port: int, method: str) -> None:
+        self.port, self.method = port, method
         self.call: Any = None
         self.channel: grpc.aio.Channel | None = None
 
@@ -136,7 +139,8 @@ class CancelsItsCall:
         msg = a2a_pb2.Message(message_id="m-A", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="A")])
         json_format.ParseDict({EXTENSION_URI: {"priority": 5}}, msg.metadata)
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
-        self.call = a2a_pb2_grpc.A2AServiceStub(self.channel).SendMessage(  # type: ignore[no-untyped-call]
+        stub = a2a_pb2_grpc.A2AServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.call = getattr(stub, self.method)(
             a2a_pb2.SendMessageRequest(message=msg), timeout=60,
             metadata=(("a2a-version", "1.0"), ("authorization", f"Bearer {ROUTINE}")))
 
@@ -144,15 +148,19 @@ class CancelsItsCall:
         assert self.call is not None and self.channel is not None
         self.call.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await self.call
+            if self.method == "SendMessage":
+                await self.call
+            else:
+                await self.call.read()
         await self.channel.close()
 
 
-async def test_a_queued_leg_whose_grpc_call_was_cancelled_is_never_sent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage"])
+async def test_a_queued_leg_whose_grpc_call_was_cancelled_is_never_sent(tmp_path: Path, method: str) -> None:
     port = free_port()
     async with loaded(tmp_path, grpc_listen=f"127.0.0.1:{port}") as (gw, url, executor), \
             httpx.AsyncClient(timeout=60) as http:
-        await served_after_a_leaves(gw, url, executor, http, CancelsItsCall(port))
+        await served_after_a_leaves(gw, url, executor, http, CancelsItsCall(port, method))
 
 
 async def test_a_leg_already_sent_when_its_client_goes_runs_on_and_its_task_can_be_found(tmp_path: Path) -> None:
@@ -290,18 +298,7 @@ async def test_a_leg_whose_client_has_gone_is_not_sent_at_a_free_slot(tmp_path: 
         slots = gw.pipeline.slots.get("slow")
         assert slots is not None and (slots.inflight, slots.queued) == (0, 0)
         assert GONE in await metrics(http, url)
-
-        async def recorded() -> list[dict[str, Any]]:
-            got = await http.get(url + "/admin/history", params={"outcome": "shed"}, headers=ADMIN_HEADERS)
-            return got.json()["decisions"]  # type: ignore[no-any-return]
-
-        for _ in range(2_000):
-            if rows := await recorded():
-                break
-            await asyncio.sleep(0.005)
-        assert [r["messageId"] for r in rows] == ["m-A"]
-        assert rows[0]["error"].startswith("client_gone: agent slow is overloaded: a leg of priority 5 was shed "
-                                           "(its client went away before its leg was sent to agent slow)")
+        await shed_recorded(http, url, "its client went away before its leg was sent to agent slow")
         stt.go.release()
         slow.go.release()
         staying = await http.post(url + "/", headers={"Authorization": f"Bearer {ROUTINE}", "A2A-Version": "1.0"},

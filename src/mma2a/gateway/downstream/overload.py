@@ -75,8 +75,18 @@ FLOOR_MARGIN = 0.1  # a priority whose betters arrive at 90% of the agent's rate
 
 # the legs shed while the request being served ran (the SDK's bindings answer it 503 from there: `shed_of`)
 shed_note: contextvars.ContextVar[list[Overloaded] | None] = contextvars.ContextVar("mma2a_shed", default=None)
+# a leg of the request being served let go unsent because its client left, as the request's task was cancelled (an
+# SSE stream's, a gRPC call's: their servers cancel them): the stage that waited records it (`gone_unsent`)
+gone_leg: contextvars.ContextVar[Overloaded | None] = contextvars.ContextVar("mma2a_gone_leg", default=None)
 # the client's deadline for the request being served, in loop time (gRPC's deadline; `X-Request-Timeout` on HTTP)
 client_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("mma2a_deadline", default=None)
+
+
+def gone_unsent() -> tuple[ClientLink, Overloaded] | None:
+    """After the request's task was cancelled: its client's link and the shed of the leg its leaving let go unsent,
+    if one was (the link says whether the client went: `ClientLink.if_gone`); None when none was."""
+    exc, link = gone_leg.get(), client_link.current.get()
+    return (link, exc) if exc is not None and link is not None else None
 
 
 def note_shed(exc: Overloaded) -> None:
@@ -335,11 +345,16 @@ class AgentSlots:
             future = waiter.future
             if waiter.live:
                 self._remove(waiter)
-                if waiter.link is not None:  # cancelled because its client went (a gRPC call): counted as such
+                if waiter.link is not None:  # cancelled because its client went (a gRPC call): counted as such ...
                     waiter.link.if_gone(functools.partial(self._count, waiter.priority, "client_gone"))
+                    gone_leg.set(self._overloaded(waiter.priority, "client_gone", "its client went away while it "
+                                                  f"waited for agent {self.agent}", self._wait(waiter.priority, 0)))
             elif future.done() and not future.cancelled():
-                if future.exception() is None:
+                exc = future.exception()
+                if exc is None:
                     self.release()  # granted, then left: the slot goes to the next
+                elif isinstance(exc, Overloaded) and exc.why == "client_gone":  # shed as its client left, then
+                    gone_leg.set(exc)  # cancelled by its server (an SSE stream): ... and recorded as such
             raise
 
     def _grant(self, now: float) -> None:
@@ -422,6 +437,9 @@ class AgentSlots:
 
     def _shed_now(self, priority: int, why: str, text: str, expected: float) -> Overloaded:
         self._count(priority, why)
+        return self._overloaded(priority, why, text, expected)
+
+    def _overloaded(self, priority: int, why: str, text: str, expected: float) -> Overloaded:
         retry = expected if math.isfinite(expected) else max(self.queue_timeout_s, self.rtt_mean)
         return Overloaded(f"agent {self.agent} is overloaded: a leg of priority {priority} was shed ({text}); "
                           f"retry in about {_secs(max(retry, 1.0))}", agent=self.agent, priority=priority, why=why,

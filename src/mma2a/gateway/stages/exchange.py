@@ -16,7 +16,7 @@ from ...routing import RouteDecision
 from ...view import MessageView
 from ..access.clients import current_client, current_sender, honoured_priority
 from ..access.federation import check_bound
-from ..downstream.overload import note_shed
+from ..downstream.overload import gone_unsent, note_shed
 from ..history.record import DecisionRecord, HistorySink, refused_parts
 from ..observe.feed import DecisionFeed
 from ..observe.metrics import GatewayMetrics
@@ -105,6 +105,9 @@ class Exchange:
         except Overloaded as exc:
             self.remember_shed(message, view, decision, route, exc, t0)
             raise
+        except asyncio.CancelledError:  # (a gRPC call's task, cancelled as its client goes)
+            self.remember_gone(message, view, decision, route, t0)
+            raise
         except (AgentRPCError, DispatchError):  # the agent failed the call: a bad outcome for a learned choice
             self.learned_failure(view, decision)
             raise
@@ -147,8 +150,22 @@ class Exchange:
                       route: list[dict[str, Any]], exc: Overloaded, t0: float) -> None:
         """A message shed under overload: counted, to the feed and the history (outcome `shed`), and noted for the
         binding that answers it (503 + Retry-After)."""
-        self.metrics.requests.labels("shed").inc()
         note_shed(exc)
+        self._shed_recorded(message, view, decision, route, exc, t0)
+
+    def remember_gone(self, message: dict[str, Any], view: MessageView, decision: RouteDecision,
+                      route: list[dict[str, Any]], t0: float) -> None:
+        """The request's task was cancelled: a leg of it let go unsent because its client went (an SSE stream's task
+        and a gRPC call's are cancelled by their servers as their clients go) is recorded as shed, as JSON-RPC's and
+        REST's are (once the client's link says it went: a gRPC call's says so as the cancel leaves the call)."""
+        gone = gone_unsent()
+        if gone is not None:
+            link, exc = gone
+            link.if_gone(lambda: self._shed_recorded(message, view, decision, route, exc, t0))
+
+    def _shed_recorded(self, message: dict[str, Any], view: MessageView, decision: RouteDecision,
+                       route: list[dict[str, Any]], exc: Overloaded, t0: float) -> None:
+        self.metrics.requests.labels("shed").inc()
         self.feed.record(message, route, f"shed: {exc.message}")
         self.remember(view, decision, f"shed {exc.why}: {exc.message}", t0)
 

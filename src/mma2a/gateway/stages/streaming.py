@@ -82,6 +82,9 @@ class Streaming:
             except Overloaded as exc:
                 self.exchange.remember_shed(message, view, decision, route, exc, t0)
                 raise
+            except asyncio.CancelledError:  # (cancelled by its server as its client goes)
+                self.exchange.remember_gone(message, view, decision, route, t0)
+                raise
             except (AgentRPCError, DispatchError):  # the agent failed the call: a bad outcome for a learned choice
                 self.exchange.learned_failure(view, decision)
                 raise
@@ -103,6 +106,9 @@ class Streaming:
                 await waiting
         except Overloaded as exc:
             self.exchange.remember_shed(message, view, decision, route, exc, t0)
+            raise
+        except asyncio.CancelledError:  # (cancelled by its server as its client goes)
+            self.exchange.remember_gone(message, view, decision, route, t0)
             raise
         async for event in self._through(message, configuration, decision, route, leg, entry, params, t0, view,
                                          priority, slots):
