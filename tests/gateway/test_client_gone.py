@@ -4,7 +4,9 @@ the queue unsent when the client closes its connection (JSON-RPC, REST, an SSE s
 The agent is `test_overload`'s: a real a2a-sdk agent that serves one message at a time and finishes each only when
 the test says so, behind a gateway with `max_concurrency: 1`. H takes the slot, A's message queues, then B's; A's
 client goes; the slot frees: the agent never receives A's message (it counts what it starts), B is served, and
-the metrics and the history count A's leg as `client_gone`. No timing: every step waits for a state."""
+the metrics and the history count A's leg as `client_gone` (on every binding: an SSE stream's and a gRPC call's
+task is cancelled by its server, and the stage records the leg as the cancel passes). A leg whose client has gone by
+the time it would take a free slot is not sent either (`transformed`). No timing: every step waits for a state."""
 
 from __future__ import annotations
 
