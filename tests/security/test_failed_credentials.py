@@ -22,6 +22,8 @@ from mma2a.gateway import parse_config
 from mma2a.gateway.access.budgets import SharedBudgets
 from mma2a.gateway.access.clients import FailedCredentialsConfig
 from mma2a.gateway.access.failures import CredentialFailures, CredentialsLocked, address_key
+from mma2a.gateway.access.federation import Asserted
+from mma2a.signing import new_private_key, private_key_text, public_key_text
 from mma2a.errors import ConfigError
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
 from tests.oidc import Clock, Issuer
@@ -300,3 +302,81 @@ async def test_a_rotated_key_is_read_for_a_known_client_while_the_address_is_ove
     assert rotated.status_code == 200, rotated.text
     assert dave.status_code == 429
     assert dave.json()["error"]["message"].split(" for ")[0] == guesses[5].json()["error"]["message"].split(" for ")[0]
+
+
+async def test_a_guesser_behind_a_federation_peer_spends_its_own_share_not_the_peers_address(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gw-a → gw-b, gw-a passing its clients' own JWTs on (`forward_client_token`) and signing who they are
+    (`federation`). mallory's tokens pass gw-a (its audience) but not gw-b: each of her messages is a failed
+    credential at gw-b, from gw-a's address. They count against mallory via gwa (half of gwa's budget here), not
+    against gw-a's address: once her share is spent she is refused even with a token gw-b takes, while alice — new to
+    gw-b, through the same gateway — and dave, straight to gw-b from the same address, are served. Before: mallory's
+    failures spent 127.0.0.1's budget, and every client new to it (alice via gw-a, dave) was refused."""
+    idp = Issuer(kind="EC")
+    path = tmp_path / "jwks.json"
+    path.write_bytes(orjson.dumps(idp.jwks()))
+    issuer = {"issuer": idp.name, "audiences": [idp.audience], "jwks_file": str(path), "algorithms": ["ES256"],
+              "client_prefix": "kc:"}
+    key = new_private_key()
+    monkeypatch.setenv("FED_A_KEY", private_key_text(key))
+    budget = {"burst": 6, "per_s": 0.001, "origin_share": 0.5}  # mallory 3 failures, gw-a's clients 6 together
+    dave = "dave-token-0123456789"
+    async with agents({"text": agent("text", ["text/plain"], echo=True)}) as urls, \
+            gateway({"name": "gw-b", "agents": [{"name": "text", "url": urls["text"]}],
+                     "auth": {"clients": [{"name": "dave", "token": dave}], "jwt": [issuer],
+                              "failed_credentials": budget},
+                     "federation": {"trusted_gateways": {"gwa": {"public_key": public_key_text(key)}}}},
+                    clock=Clock()) as (gw_b, url_b), \
+            gateway({"name": "gw-a", "agents": [{"name": "site-b", "url": url_b, "forward_client_token": True}],
+                     "auth": {"jwt": [{**issuer, "audiences": [idp.audience, "gw-a"]}]},
+                     "federation": {"private_key_env": "FED_A_KEY"}}, clock=Clock()) as (gw_a, url_a):
+        assert gw_a.startup_errors == gw_b.startup_errors == []
+        async with httpx.AsyncClient(timeout=30) as c:
+            async def via_a(token: str, mid: str) -> dict[str, Any]:
+                r = await c.post(url_a + "/", json=send_body(mid), headers={"A2A-Version": "1.0",
+                                                                            "Authorization": f"Bearer {token}"})
+                assert r.status_code == 200, r.text
+                return r.json()  # type: ignore[no-any-return]
+
+            mallory = [await via_a(idp.mint("mallory", aud="gw-a", jti=str(i)), f"m-{i}") for i in range(6)]
+            mallory_right = await via_a(idp.mint("mallory", jti="right"), "m-right")  # a token gw-b would take
+            alice = await via_a(idp.mint("alice"), "a-1")
+            direct = await c.post(url_b + "/", json=send_body("d-1"),
+                                  headers={"A2A-Version": "1.0", "Authorization": f"Bearer {dave}"})
+            metrics = (await c.get(url_b + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"})).text
+    said = [m["error"]["message"] for m in (*mallory, mallory_right)]  # gw-b's answers, passed back by gw-a
+    assert said[:3] == ["JWT: audience (aud) names none of this gateway's audiences"] * 3, said
+    for message in said[3:]:  # her share is spent: a token gw-b would take is refused as her guesses are
+        assert message.startswith("too many failed credentials from this client through its gateway "
+                                  "(auth.failed_credentials: 3 at once a client, 6 for all of its gateway's clients"), said
+        assert "127.0.0.1" not in message and "gwa" not in message and "alice" not in message
+    assert alice["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", alice
+    assert direct.status_code == 200 and "result" in direct.json(), direct.text
+    assert 'mma2a_credential_failures_total{result="failed"} 3.0' in metrics
+    assert 'mma2a_credential_failures_total{result="refused"} 4.0' in metrics
+
+
+def test_a_peers_clients_fail_within_the_peers_budget_and_never_another_addresss() -> None:
+    """Keyed by (peer, its client): one client of gwa spends its share; gwa's clients together spend gwa's budget
+    (then a client of gwa never served through it is refused, one served before is still served); another peer's
+    clients and the peer's own address keep theirs."""
+    failures = CredentialFailures(FailedCredentialsConfig(burst=4, per_s=0.001, origin_share=0.5))
+    via = {name: Asserted("gwa", name, f"message:{name}") for name in ("mallory", "eve", "alice", "carol")}
+    failures.verified("127.0.0.1", "kc:alice", via["alice"])
+    for _ in range(2):
+        assert failures.over("127.0.0.1", 0.0, via["mallory"]) is None
+        failures.failed("127.0.0.1", 0.0, via["mallory"])
+    assert failures.over("127.0.0.1", 0.0, via["mallory"]) is not None  # her share (2 of 4)
+    assert failures.over("127.0.0.1", 0.0, via["eve"]) is None
+    failures.failed("127.0.0.1", 0.0, via["eve"])
+    failures.failed("127.0.0.1", 0.0, via["eve"])  # gwa's clients have spent gwa's 4 together
+    assert failures.over("127.0.0.1", 0.0, via["carol"]) is not None
+    assert not failures.known("127.0.0.1", "kc:carol", via["carol"])  # carol via gwa: refused until it refills
+    assert failures.known("127.0.0.1", "kc:alice", via["alice"])  # served through gwa before: still served
+    assert failures.over("127.0.0.1", 0.0) is None  # the peer's address: untouched
+    assert failures.over("127.0.0.1", 0.0, Asserted("gwq", "mallory", "message:q")) is None  # another peer's client
+    locked = failures.locked("127.0.0.1", 12.0, "Authorization", via["carol"])
+    assert locked.message == (
+        "too many failed credentials from this client through its gateway (auth.failed_credentials: 2 at once a "
+        "client, 4 for all of its gateway's clients, 0.001 a second): only clients served through that gateway "
+        "recently are served for 12.0 s; retry then")

@@ -129,6 +129,9 @@ class FailedCredentialsConfig(BaseModel):
     per_s: float = Field(default=1.0, gt=0, le=1000)
     max_addresses: int = Field(default=65_536, ge=16)  # addresses tracked (the least recently failing forgotten)
     max_remembered: int = Field(default=16_384, ge=16)  # (address, client) pairs that verified: served when over
+    # a trusted peer gateway's clients (its verified assertion, federation): their failures take from the peer's own
+    # budget (one address's: burst, per_s) and each client's from this share of it, not from the peer's address
+    origin_share: float = Field(default=0.1, gt=0, le=1)
 
 
 class AuthConfig(BaseModel):

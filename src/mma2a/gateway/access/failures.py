@@ -11,6 +11,13 @@ verified (client names, never a credential), and such a client is still checked 
 nothing once the budget is spent, while a neighbour behind the same NAT whose client was working keeps working (a
 JWT client too, whose token is renewed meanwhile: the pair names the client, not the token).
 
+A request through a trusted peer gateway (one carrying the peer's assertion of its client, verified:
+`federation.Federation.asserted`) is judged against that client's budget at the peer — `CLIENT via PEER`, the
+`origin_share` of the peer's budget — and the peer's own total, `peer:PEER` (one address's budget), never against the
+peer's address: a guesser behind the peer (a client whose tokens the peer accepts and this gateway refuses, e.g. a
+forwarded JWT) spends its own share and, with others, the peer's, but locks out no other client of the peer before
+the peer's total is spent, and never a client of another peer or a direct client sharing the peer's address.
+
 In a cluster (and `serve --workers N`) the buckets are a shared budget (`budgets.SharedBudgets`, budget
 `failures`): a guesser spreading over N gateways has the budget once, not N times; and each pair served for the first
 time is told to the others (set `served`), so a neighbour served by one gateway is served by all.
@@ -27,6 +34,7 @@ from typing import Any
 
 from ...errors import RateLimited
 from .clients import FailedCredentialsConfig, RateLimiter
+from .federation import Asserted
 
 log = logging.getLogger("mma2a.gateway.security")
 
@@ -71,6 +79,16 @@ def _ipv6_key(address: str) -> str:
     return f"ip:{ipaddress.IPv6Network((int(ip) >> 64 << 64, 64))}"
 
 
+def origin_key(via: Asserted) -> str:
+    """The bucket of a trusted peer's client: its principal here, `CLIENT via PEER` (no address has a space)."""
+    return f"{via.client} via {via.peer}"
+
+
+def peer_key(via: Asserted) -> str:
+    """The bucket of everything a trusted peer's clients fail together: `peer:PEER` (one address's budget)."""
+    return f"peer:{via.peer}"
+
+
 class CredentialFailures:
     """The failure buckets of source addresses and the (address, client) pairs that verified from them recently.
 
@@ -83,6 +101,7 @@ class CredentialFailures:
         (`refused`)."""
         self.per_s = config.per_s
         self.burst = config.burst
+        self.origin_share = config.origin_share
         self.buckets = RateLimiter(config.per_s, config.burst, capacity=config.max_addresses)
         self.max_remembered = config.max_remembered
         self._remembered: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -91,43 +110,70 @@ class CredentialFailures:
         self._fresh: list[tuple[str, str]] | None = None  # a cluster's: pairs to tell the other gateways
         self._arm: Callable[[], None] | None = None
 
-    def over(self, address: str, now: float) -> float | None:
-        """The seconds until `address` may fail a check again; None while it may (its budget is not spent)."""
-        if not self.buckets.has_any():
+    def over(self, address: str, now: float, via: Asserted | None = None) -> float | None:
+        """The seconds until `address` (or, `via` a trusted peer, that peer's client) may fail a check again; None while
+        it may (its budget is not spent)."""
+        buckets = self.buckets
+        if not buckets.has_any():
             return None
-        return self.buckets.due(address_key(address), now)
+        if via is None:
+            return buckets.due(address_key(address), now)
+        mine, theirs = buckets.due(origin_key(via), now), buckets.due(peer_key(via), now)
+        return theirs if mine is None else mine if theirs is None else max(mine, theirs)
 
-    def locked(self, address: str, wait: float, field: str) -> CredentialsLocked:
-        """The refusal of a credential from `address`, over its budget for `wait` more seconds (right or wrong)."""
+    def locked(self, address: str, wait: float, field: str, via: Asserted | None = None) -> CredentialsLocked:
+        """The refusal of a credential from `address` (or `via` a trusted peer), over its budget for `wait` more
+        seconds (right or wrong). Through a peer it names neither the peer nor its client."""
         self.count("refused")
+        if via is None:
+            return CredentialsLocked(
+                f"too many failed credentials from {address} (auth.failed_credentials: {self.burst} at once, "
+                f"{self.per_s:g} a second): only clients served from this address recently are served for "
+                f"{wait:.1f} s; retry then", retry_after=round(wait, 3), field=field)
         return CredentialsLocked(
-            f"too many failed credentials from {address} (auth.failed_credentials: {self.burst} at once, "
-            f"{self.per_s:g} a second): only clients served from this address recently are served for {wait:.1f} s; "
-            "retry then", retry_after=round(wait, 3), field=field)
+            f"too many failed credentials from this client through its gateway (auth.failed_credentials: "
+            f"{self.origin_burst:g} at once a client, {self.burst} for all of its gateway's clients, {self.per_s:g} a "
+            f"second): only clients served through that gateway recently are served for {wait:.1f} s; retry then",
+            retry_after=round(wait, 3), field=field)
 
-    def failed(self, address: str, now: float) -> None:
-        """A credential presented from `address` did not verify: one of its failures taken."""
+    @property
+    def origin_burst(self) -> float:
+        """The failures one client of a trusted peer may make at once (`origin_share` of the peer's `burst`)."""
+        return max(1.0, self.burst * self.origin_share)
+
+    def failed(self, address: str, now: float, via: Asserted | None = None) -> None:
+        """A credential presented from `address` (`via` a trusted peer: for that peer's client) did not verify: one
+        of its failures taken (through a peer: of the client's share and of the peer's total)."""
         self.count("failed")
-        key = address_key(address)
-        self.buckets.take(key, now)
-        if self.buckets.due(key, now) is not None:
+        if via is None:
+            key = address_key(address)
+            self.buckets.take(key, now)
+        else:
+            key = origin_key(via)
+            self.buckets.take(key, now, rate=self.per_s * self.origin_share, burst=self.origin_burst)
+            self.buckets.take(peer_key(via), now)
+        if self.over(address, now, via) is not None:
             warned = self._warned.get(key)
             if warned is None or now - warned >= WARN_EVERY_S:
                 self._warned[key] = now
                 self._warned.move_to_end(key)
                 while len(self._warned) > 1024:
                     self._warned.popitem(last=False)
-                log.warning("%s is over its budget of failed credentials (auth.failed_credentials: %d at once, %g a "
-                            "second): only clients served from it recently are served", key, self.burst, self.per_s)
+                log.warning("%s is over its budget of failed credentials (auth.failed_credentials: %g at once, %g a "
+                            "second%s): only clients served from it recently are served", key,
+                            self.burst if via is None else self.origin_burst, self.per_s if via is None else
+                            self.per_s * self.origin_share, "" if via is None else f"; its gateway {self.burst} in all")
 
-    def known(self, address: str, client: str) -> bool:
-        """`client` verified from `address` (from its /64, an IPv6 one) recently."""
-        return (neighbourhood(address), client) in self._remembered
+    def known(self, address: str, client: str, via: Asserted | None = None) -> bool:
+        """`client` verified from `address` (from its /64, an IPv6 one; `via` a trusted peer: for that peer's client)
+        recently."""
+        return (neighbourhood(address) if via is None else origin_key(via), client) in self._remembered
 
-    def verified(self, address: str, client: str) -> None:
-        """`client` verified from `address`: remembered (the least recently verified pair forgotten past the cap)."""
+    def verified(self, address: str, client: str, via: Asserted | None = None) -> None:
+        """`client` verified from `address` (or `via` a trusted peer): remembered (the least recently verified pair
+        forgotten past the cap)."""
         remembered = self._remembered
-        pair = (neighbourhood(address), client)
+        pair = (neighbourhood(address) if via is None else origin_key(via), client)
         if pair in remembered:
             remembered.move_to_end(pair)
             return

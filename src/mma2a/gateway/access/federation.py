@@ -53,6 +53,16 @@ _BOUND_METHODS = {"SendMessage": "message", "SendStreamingMessage": "message",
                   f"{PROTOCOL_NAME}/TaskFeedback": "task"}  # a rating passed on to the peer that ran the task
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Asserted:
+    """What a verified assertion says: the trusted `peer` (its client id here) signed that its `client` sent the
+    request `bound` (`message:<id>`, `task:<id>`)."""
+
+    peer: str
+    client: str
+    bound: str
+
+
 class TrustedGateway(BaseModel):
     """A peer gateway whose assertions are believed: its Ed25519 public key (32 bytes, base64), from the env."""
 
@@ -179,17 +189,34 @@ class Federation:
 
     # --- downstream: verify ---------------------------------------------------------------------------
 
-    def principal(self, client: Client | None, value: str | None, now: float) -> Client | None:
+    def principal(self, client: Client | None, value: str | None, now: float,
+                  asserted: Asserted | None = None) -> Client | None:
         """The caller as this gateway keys it: `client`'s upstream client when `client` is a trusted peer whose
         header verifies; `client` itself when it is not a trusted peer or sent none; `Unauthorized` naming the
-        header when a trusted peer's does not verify."""
+        header when a trusted peer's does not verify. `asserted`: the header as `asserted` read it already."""
         if client is None or value is None or client.upstream is not None:
             return client
         key = self.peers.get(client.name)
         if key is None:  # not a gateway this one trusts: what it says of its clients is ignored
             return client
-        upstream, bound = self._verify(value, key, client.name, now)
+        if asserted is not None and asserted.peer == client.name:
+            upstream, bound = asserted.client, asserted.bound
+        else:
+            upstream, bound = self._verify(value, key, client.name, now)
         return dataclasses.replace(client, upstream=upstream, bound=bound)
+
+    def asserted(self, value: str, now: float) -> Asserted | None:
+        """Whom the header asserts, if it verifies with a trusted peer's key within the window (None otherwise, and no
+        refusal: whether the caller is that peer is known only once its credential is checked). Read before the
+        credential so that the credential's failures count against the peer's client, not the peer's address
+        (`failures.CredentialFailures`)."""
+        for peer, key in self.peers.items():
+            try:
+                upstream, bound = self._verify(value, key, peer, now)
+            except Unauthorized:
+                continue
+            return Asserted(peer, upstream, bound)
+        return None
 
     def _verify(self, value: str, key: Ed25519PublicKey, peer: str, now: float) -> tuple[str, str]:
         def refuse(why: str) -> Unauthorized:

@@ -62,7 +62,7 @@ from .clients import (
 )
 from .failures import CredentialFailures
 from .federation import HEADER_KEY as FEDERATION_HEADER
-from .federation import Federation, check_unbound
+from .federation import Asserted, Federation, check_unbound
 
 if TYPE_CHECKING:
     from .jwt_clients import JWTVerifier  # loaded with `auth.jwt` only (joserfc)
@@ -276,9 +276,13 @@ class AccessControl:
             return None
         if refuse_draining and self.drain is not None and self.drain.draining:
             raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
-        client = self._client(headers, access, cn, peer)
-        if self.federation is not None and client is not None:  # a trusted peer gateway's client: its own principal
-            client = self.federation.principal(client, headers.get(FEDERATION_HEADER), time.time())
+        federation = self.federation
+        asserted = None
+        if federation is not None and self.failures is not None and (said := headers.get(FEDERATION_HEADER)):
+            asserted = federation.asserted(said, time.time())  # a peer's client: failures are judged as its
+        client = self._client(headers, access, cn, peer, asserted)
+        if federation is not None and client is not None:  # a trusted peer gateway's client: its own principal
+            client = federation.principal(client, headers.get(FEDERATION_HEADER), time.time(), asserted)
         self.check_agent(client, agent)
         if self.limiter is not None:
             self.limiter.admit(client, peer, self.clock())
@@ -315,33 +319,35 @@ class AccessControl:
             raise Forbidden("admin API: invalid token")
         return Client("admin", "bearer", max_priority=ADMIN_MAX_PRIORITY)
 
-    def judged(self, peer: str | None, field: str, check: Callable[[], Client]) -> Client:
+    def judged(self, peer: str | None, field: str, check: Callable[[], Client], via: Asserted | None = None
+               ) -> Client:
         """`check()` of a credential (in the header `field`) from address `peer`, within the address's budget of
         failed checks (`failures`): a refusal by `check` (401, 403) counts as a failure; while the address is over its
         budget every credential from it is refused alike (`CredentialsLocked`, 429, right or wrong), but for clients
-        served from that address recently, which are checked and served as ever."""
+        served from that address recently, which are checked and served as ever. `via`: the request carries a trusted
+        peer gateway's verified assertion: judged within that peer client's budget instead of the address's."""
         failures = self.failures
         if failures is None or peer is None:
             return check()
         now = self.clock()
-        wait = failures.over(peer, now)
+        wait = failures.over(peer, now, via)
         try:
             found = check()
         except (Unauthorized, Forbidden) as exc:
             if not getattr(exc, "final", True):  # a JWT naming a kid not read yet: judged again after the read
                 raise
             if wait is not None:  # the same answer as for a right one: a guess learns nothing
-                raise failures.locked(peer, wait, field) from None
-            failures.failed(peer, now)
+                raise failures.locked(peer, wait, field, via) from None
+            failures.failed(peer, now, via)
             raise
         key = found.key
-        if wait is not None and not failures.known(peer, key):
-            raise failures.locked(peer, wait, field)
-        failures.verified(peer, key)
+        if wait is not None and not failures.known(peer, key, via):
+            raise failures.locked(peer, wait, field, via)
+        failures.verified(peer, key, via)
         return found
 
     def _client(self, headers: Mapping[str, str], access: RouteAccess, cn: str | None,
-                peer: str | None = None) -> Client | None:
+                peer: str | None = None, via: Asserted | None = None) -> Client | None:
         if cn is not None and "authorization" not in headers and self.auth.header not in headers:
             return self.auth.certificate(cn)  # mutual TLS: the certificate's subject is the sender
         if not self.auth.active:
@@ -351,7 +357,7 @@ class AccessControl:
         if not presented:  # nothing to check (401 missing credentials): no guess
             return self.auth.authenticate(headers)
         field = "Authorization" if authorization else self.auth.header
-        return self.judged(peer, field, lambda: self._credential(headers, access))
+        return self.judged(peer, field, lambda: self._credential(headers, access), via)
 
     def _credential(self, headers: Mapping[str, str], access: RouteAccess) -> Client:
         """The client (or, where the route takes it too, the admin) the request's credential names, or 401."""
