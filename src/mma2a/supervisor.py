@@ -40,6 +40,7 @@ from .listen import ListenError, listen_socket
 WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
 WORKER_NATS_ENV = "MMA2A_WORKER_NATS"  # "embedded": the workers are the whole cluster (their own nats-server)
 WORKER_TASKS_ENV = "MMA2A_WORKER_TASKS"  # with "embedded": the directory of the workers' task records
+WORKER_CPU_ENV = "MMA2A_WORKER_CPU"  # the CPU a worker binds its event loop's thread to (`mma2a.affinity`), if any
 WORKER_NATS_TOKEN_ENV = "MMA2A_WORKER_NATS_TOKEN"  # with "embedded": the token its nats-server requires (NATS access
 # is admin access: without one, any process of the host could rewrite rules and agents and read every client's data)
 QUICK_EXIT_S = 2.0  # a worker that exits this soon after its start, with status 2, cannot start (a bad config)
@@ -57,6 +58,7 @@ class Plan:
     url_secret_env: str | None  # the workers sign payload URLs with one key: made here when this variable is unset
     task_bytes: int  # `limits.task_bytes`: sizes the workers' task directory
     drain_timeout_s: float  # `faults.drain_timeout_s`: how long the workers are given to drain at the end
+    cpus: tuple[int, ...] = ()  # worker i's event loop runs on cpus[i] (`mma2a.affinity`); (): each runs anywhere
 
 
 def say(line: str) -> None:
@@ -154,9 +156,10 @@ class Supervisor:
         # a session of its own is a scheduling group of its own where the kernel groups by session (autogroup), and
         # on a busy host each wake-up of a worker then waited for its group's turn, not its own: the same bench served
         # 936 requests a second that way, 3,232 with the workers in the supervisor's session (docs/benchmarks.md)
-        w.proc = subprocess.Popen(args, env={**env, WORKER_INDEX_ENV: str(w.index)}, process_group=0)
+        cpu = {WORKER_CPU_ENV: str(self.plan.cpus[w.index])} if w.index < len(self.plan.cpus) else {}
+        w.proc = subprocess.Popen(args, env={**env, WORKER_INDEX_ENV: str(w.index), **cpu}, process_group=0)
         w.started = time.monotonic()
-        say(f"mma2a serve: worker {w.index} pid {w.proc.pid}")
+        say(f"mma2a serve: worker {w.index} pid {w.proc.pid}" + (f" on CPU {cpu[WORKER_CPU_ENV]}" if cpu else ""))
 
     def _watch(self, args: list[str], env: dict[str, str]) -> int:
         while not self.stopping:

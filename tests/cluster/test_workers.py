@@ -115,6 +115,24 @@ def test_the_supervisor_imports_none_of_the_gateway() -> None:
     assert not GATEWAY_MODULES & loaded, sorted(GATEWAY_MODULES & loaded)
 
 
+def cpus_allowed(pid: int, tid: int) -> str:
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    return re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M).group(1)  # type: ignore[union-attr]
+
+
+def check_pinned(log: Path) -> None:
+    """On a host with a CPU for each worker, worker i's event loop (its main thread) runs on the i-th CPU the test may
+    use, and its other threads (the history writer, the pools' threads) anywhere; on a smaller one, every thread
+    anywhere."""
+    allowed = sorted(os.sched_getaffinity(0))
+    everywhere = cpus_allowed(os.getpid(), os.getpid())
+    for index, pid in worker_pids(log).items():
+        loop = cpus_allowed(pid, pid)
+        assert loop == (str(allowed[index]) if len(allowed) >= 2 else everywhere), (index, loop)
+        others = {cpus_allowed(pid, int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir() if int(t.name) != pid}
+        assert others == {everywhere}, others  # (Python 3.11 leaves a thread's name to the process: not told apart)
+
+
 @dataclass
 class Served:
     """`mma2a serve --workers 2` running: its port, URL, supervisor process and log."""
@@ -170,6 +188,7 @@ async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_f
         assert len(children) == 3 and names.count("nats-server") == 1, names  # two workers and the nats-server
         for child in children:
             assert os.getpgid(child) == child and os.getsid(child) == os.getsid(proc.pid)
+        check_pinned(log)
         fresh = httpx.Limits(max_keepalive_connections=0)  # every request on a new connection: any worker
         async with httpx.AsyncClient(timeout=30, limits=fresh) as c:
             task = (await rpc(c, url, "alice", "SendMessage", {"message": text_message("hello")}))["result"]["task"]
@@ -222,6 +241,7 @@ async def test_serve_with_two_workers_answers_a_task_whichever_worker_gets_the_f
                 assert again["error"]["code"] == -32001, again
                 await until_banners(log, proc, n)  # the killed worker started again and listening
         assert len(worker_pids(log)) == 2 and log.read_text().count("starting it again") == 2
+        check_pinned(log)  # a worker started again runs its loop on its CPU again
         assert "mma2a serve: 2 workers on 127.0.0.1:" in log.read_text()
 
 

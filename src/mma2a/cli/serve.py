@@ -7,6 +7,7 @@ The banner is printed only once the gateway accepts connections.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from pathlib import Path
@@ -68,6 +69,8 @@ def serve(
     cluster: Annotated[str | None, typer.Option(help="Cluster mode: nats://HOST:PORT of the NATS JetStream to share")] = None,
     workers: Annotated[str, typer.Option(help="Gateway processes on the one address (SO_REUSEPORT), sharing state "
                                               "through NATS (--cluster, else one started here); 'auto': one per core")] = "1",
+    pin_cpus: Annotated[bool, typer.Option(help="With --workers N: each worker's event loop on a CPU of its own (when "
+                                                "the host has N or more); its other threads run anywhere")] = True,
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
@@ -75,7 +78,7 @@ def serve(
 
     count = worker_count(workers)
     if count > 1:  # the supervisor: its workers are `mma2a serve --worker` processes; it loads no gateway itself
-        supervise(config, host, port, cluster, log_level, count)
+        supervise(config, host, port, cluster, log_level, count, pin_cpus)
     from ..cluster import cluster_state
     from ..errors import MMA2AError
     from ..gateway.server import configure_logging, serve as run
@@ -91,13 +94,28 @@ def serve(
     for line in credential_warnings(cfg):
         typer.echo(line, err=True)
     try:
-        run(cfg, cluster=hooks, on_ready=lambda gw: typer.echo(banner(gw), err=True), reuse_port=worker)
+        run(cfg, cluster=hooks, on_ready=lambda gw: ready(gw, worker), reuse_port=worker)
     except ListenError as exc:
         typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
         raise typer.Exit(2) from None
     except MMA2AError as exc:
         typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(2) from None
+
+
+def ready(gateway: Gateway, worker: bool) -> None:
+    """Once it serves (on its event loop's thread): a worker of `serve --workers N` binds that thread to the CPU the
+    supervisor gave it (`mma2a.affinity`), and the banner is said."""
+    if worker:
+        from ..supervisor import WORKER_CPU_ENV
+
+        if cpu := os.environ.get(WORKER_CPU_ENV):
+            from ..affinity import pin_loop_thread
+
+            if not pin_loop_thread(int(cpu), asyncio.get_running_loop()):
+                typer.echo(f"mma2a serve: CPU {cpu} is not one this worker may run on; its event loop runs anywhere",
+                           err=True)
+    typer.echo(banner(gateway), err=True)
 
 
 def worker_sharing(worker: bool) -> tuple[HistoryMode, str | None]:
@@ -153,7 +171,7 @@ def load_serve_config(config: Path | None, host: str | None, port: int | None, c
 
 
 def supervise(config: Path | None, host: str | None, port: int | None, cluster: str | None, log_level: str,
-              count: int) -> NoReturn:
+              count: int, pin_cpus: bool) -> NoReturn:
     """`serve --workers N`: the config checked once (a bad one said here, status 2), then this process becomes the
     supervisor (`mma2a.supervisor`: the same pid, none of the gateway's modules), which starts and watches the
     workers until SIGTERM/SIGINT."""
@@ -162,4 +180,4 @@ def supervise(config: Path | None, host: str | None, port: int | None, cluster: 
 
     cfg = load_serve_config(config, host, port, cluster, worker=False)
     argv = [*(["--config", str(config)] if config else []), *(["--host", host] if host else []), "--log-level", log_level]
-    exec_supervisor(plan_of(cfg, count, argv))
+    exec_supervisor(plan_of(cfg, count, argv, pin=pin_cpus))

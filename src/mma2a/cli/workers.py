@@ -27,10 +27,20 @@ def worker_count(value: str) -> int:
     return n
 
 
-def plan_of(config: GatewayConfig, count: int, argv: Sequence[str]) -> Plan:
+def worker_cpus(count: int, pin: bool) -> tuple[int, ...]:
+    """The CPU each worker's event loop is bound to (`mma2a.affinity`): the first `count` this process may run on, one
+    each; none when `pin` is off or there are fewer CPUs than workers (two loops bound to one CPU could never move
+    apart)."""
+    from ..affinity import allowed_cpus
+
+    cpus = allowed_cpus()
+    return tuple(cpus[:count]) if pin and count <= len(cpus) else ()
+
+
+def plan_of(config: GatewayConfig, count: int, argv: Sequence[str], *, pin: bool = True) -> Plan:
     from ..supervisor import Plan
 
-    return Plan(count=count, argv=tuple(argv), host=config.host, port=config.port,
+    return Plan(cpus=worker_cpus(count, pin), count=count, argv=tuple(argv), host=config.host, port=config.port,
                 nats=config.cluster.nats if config.cluster is not None else None,
                 url_secret_env=config.url_secret_env or None, task_bytes=config.limits.task_bytes,
                 drain_timeout_s=config.faults.drain_timeout_s)

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ..affinity import free_thread
 from ..errors import FeatureSchemaError, MediaError
 from ..ext import FeatureSource, Thumbnail
 from ..modality import DEFAULT_REGISTRY, Modality, ModalityRegistry, parse_modality
@@ -275,7 +276,8 @@ class FeaturePipeline:
         if self._pool is None:
             with self._lock:
                 if self._pool is None:
-                    self._pool = cf.ThreadPoolExecutor(self.max_workers, thread_name_prefix="mma2a-features")
+                    self._pool = cf.ThreadPoolExecutor(self.max_workers, thread_name_prefix="mma2a-features",
+                                                       initializer=free_thread)
         return self._pool
 
     def _release(self, _: Any) -> None:

@@ -25,6 +25,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from ..affinity import free_thread
 from ..errors import PayloadError, PayloadTooLarge, ResolverBusy, URLForbidden
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -258,7 +259,7 @@ class HostLookups:
                                    f"(at most {self.most}); retry", field="url")
             self.pending += 1
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="mma2a-dns")
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="mma2a-dns", initializer=free_thread)
             pool = self._pool
         try:
             fut = pool.submit(_getaddrinfo, host, port, type=socket.SOCK_STREAM)

@@ -32,6 +32,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any
 
+from ...affinity import free_thread
 from ...errors import InvalidRequest, MMA2AError, ParseError
 from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, PARSE, REQUEST_HEAD, SEND, SEND_PROTO, run_sdk
 from ...request_body import check_json_body, parse_json_body
@@ -112,7 +113,7 @@ class JSONBodyParser:
 
     async def _answer(self, body: bytes, job: int) -> tuple[Any, ...]:
         if self._lane is None:
-            self._lane = ThreadPoolExecutor(1, thread_name_prefix="mma2a-json-body")
+            self._lane = ThreadPoolExecutor(1, thread_name_prefix="mma2a-json-body", initializer=free_thread)
         answer = await asyncio.get_running_loop().run_in_executor(self._lane, self._exchange, body, job)
         if answer is None:
             raise Unavailable("the gateway could not parse the request body (its parser process stopped); retry, "
