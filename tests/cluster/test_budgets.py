@@ -17,13 +17,16 @@ from typing import Any
 import httpx
 import pytest
 
+from mma2a.cluster import cluster_state
 from mma2a.cluster.server import NatsServer
+from mma2a.gateway import Gateway, parse_config
+from mma2a.serving import free_port, running
 from tests.agents import RecordingExecutor, Stepper, make_card, run_agent, streaming_card
 from tests.conformance.tck_agent import tck_agent
 from tests.webhooks import task_state as hook_state
 from tests.webhooks import webhook_receiver
 
-from .conftest import ADMIN, admin, cluster_name, gateways, task_state, text_message
+from .conftest import ADMIN, SECRET, admin, cluster_name, gateways, task_state, text_message
 from .test_security import TOKENS as WORKER_TOKENS
 from .test_workers import serve_workers, worker_pids
 
@@ -298,3 +301,49 @@ async def test_a_clients_request_rate_is_its_budget_across_serve_workers(tmp_pat
         finally:
             for c in (w1, w2):
                 await c.aclose()
+
+
+@contextlib.asynccontextmanager
+async def two_in_process(nats_url: str, echo_url: str) -> Any:
+    """Two gateways of one cluster in this process (`budgeted` configs), each on its own port: (url1, url2)."""
+    name = cluster_name()
+    async with contextlib.AsyncExitStack() as stack:
+        urls = []
+        for config in (budgeted(nats_url, name, {"echo": echo_url}), budgeted(nats_url, name)):
+            port = free_port()
+            parsed = parse_config({"listen": f"127.0.0.1:{port}", "admin": {"token": ADMIN}, "health_interval_s": 3600,
+                                   "features": False, **config})
+            gw = Gateway(parsed, cluster=cluster_state(parsed))
+            urls.append(await stack.enter_async_context(running(gw.app, "127.0.0.1", port,
+                                                                timeouts=parsed.server.timeouts())))
+        yield urls[0], urls[1]
+
+
+async def test_a_flood_on_both_gateways_at_once_gets_at_most_a_burst_per_gateway_and_every_gateway_owes_the_excess(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first-interval tolerance, pinned (docs/security.md, "Per-client budgets across gateways and workers"):
+    mallory (a burst of 8, a token every 1,000 s), idle until now, floods both gateways at once. Whatever the timing
+    of the reports, each gateway admits at most what its own bucket of her holds before it hears the other's takes, so
+    she gets at least her burst and at most one burst per gateway (16); once each gateway has heard the other, each
+    holds her to the same budget minus everything she got anywhere — the excess is owed, on both: her next request
+    is refused on either, told to wait (1 + admitted - 8) x 1,000 s."""
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as echo_url, \
+            two_in_process(nats_server.url, echo_url) as (gw1, gw2), httpx.AsyncClient(timeout=30) as c:
+        replies = await asyncio.gather(*(send(c, url, "mallory", f"flood {i}") for i in range(12) for url in (gw1, gw2)))
+        per_gateway = [sum(r.status_code == 200 for r in replies[k::2]) for k in (0, 1)]
+        assert {r.status_code for r in replies} <= {200, 429}, [r.text for r in replies]
+        admitted = sum(per_gateway)
+        assert BURST <= admitted <= 2 * BURST, per_gateway
+        # each has taken in what the other admitted (its reports' takes, as heard)
+        await until(c, gw2, "mma2a_budget_heard_total", "requests", per_gateway[0])
+        await until(c, gw1, "mma2a_budget_heard_total", "requests", per_gateway[1])
+        started = time.monotonic()
+        for url in (gw1, gw2):
+            refused = await send(c, url, "mallory", "after")
+            assert refused.status_code == 429, refused.text
+            found = re.fullmatch(r"rate limit of mallory exceeded; retry in ([0-9.]+) s", refused.json()["error"]["message"])
+            assert found is not None, refused.text
+            owed = (1 + admitted - BURST) * 1000  # her bucket there: 8 - admitted, refilled a token every 1,000 s
+            assert owed - 120 - (time.monotonic() - started) <= float(found.group(1)) <= owed, (found.group(1), owed)
+        assert (await send(c, gw2, "alice", "still served")).status_code == 200
