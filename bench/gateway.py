@@ -10,6 +10,8 @@ hits all alike, at 1, 4 and 16 connections:
 - `gateway_1k`: `mma2a serve` with 1,000 synthetic rules in force (none matches a text part)
 - `gateway_workers2` (not in the default set): `mma2a serve --workers 2` (two workers on one port and the
   nats-server it starts; CPU and RSS summed over all three processes)
+- `gateway_workers2_free` (not in the default set): `mma2a serve --workers 2 --no-pin-cpus` (each worker's event loop
+  left to run on any core, as before session 15's `mma2a.affinity`)
 - `gateway_unshared2` (not in the default set): two `mma2a serve` processes on one port (SO_REUSEPORT) sharing
   nothing (no cluster, no NATS, each its own history): what two processes cost by themselves, beside
   `gateway_workers2`'s sharing. For both, how the kernel spread wrk's connections among the processes (read
@@ -228,6 +230,8 @@ class Arms:
             self._gateway("gateway_soak", "fast", fast_url, None, env)
         if "gateway_workers2" in arms:  # `serve --workers 2`: two workers and the nats-server it starts
             self._gateway("gateway_workers2", "fast", fast_url, None, env, args=["--workers", "2"])
+        if "gateway_workers2_free" in arms:  # the same, each worker's loop on any core
+            self._gateway("gateway_workers2_free", "fast", fast_url, None, env, args=["--workers", "2", "--no-pin-cpus"])
         if "gateway_unshared2" in arms:  # two processes, one port, nothing shared (`--worker`: SO_REUSEPORT)
             self._gateway("gateway_unshared2", "fast", fast_url, None, env, args=["--worker"])
             port = int(self.url["gateway_unshared2"].rsplit(":", 1)[1])
@@ -400,6 +404,10 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             ratios["workers2_over_one_rps"] = round(w2["rps"] / g["rps"], 3)
             ratios["workers2_over_one_ok_rps"] = round(w2["ok_rps"] / g["ok_rps"], 3) if g["ok_rps"] else 0.0
             ratios["workers2_over_one_cpu_per_req"] = round(w2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
+        if "gateway_workers2_free" in table and "gateway" in table:
+            w2, g = table["gateway_workers2_free"], table["gateway"]
+            ratios["workers2_free_over_one_rps"] = round(w2["rps"] / g["rps"], 3)
+            ratios["workers2_free_over_one_cpu_per_req"] = round(w2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
         if "gateway_unshared2" in table and "gateway" in table:
             u2, g = table["gateway_unshared2"], table["gateway"]
             ratios["unshared2_over_one_rps"] = round(u2["rps"] / g["rps"], 3)
