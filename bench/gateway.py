@@ -13,7 +13,8 @@ hits all alike, at 1, 4 and 16 connections:
 - `gateway_workers2_free` (not in the default set): `mma2a serve --workers 2 --no-pin-cpus` (each worker's event loop
   left to run on any core, as before session 15's `mma2a.affinity`)
 - `gateway_unshared2` (not in the default set): two `mma2a serve` processes on one port (SO_REUSEPORT) sharing
-  nothing (no cluster, no NATS, each its own history): what two processes cost by themselves, beside
+  nothing (no cluster, no NATS, each its own history; each loop on a CPU of its own, as the workers' are): what two
+  processes cost by themselves, beside
   `gateway_workers2`'s sharing. For both, how the kernel spread wrk's connections among the processes (read
   halfway through each run) is printed as "connections per process"
 - `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
@@ -80,7 +81,9 @@ from typing import Any
 
 from common import free_port, run_wrk, send_message_lua, stop, wait_ready
 
+from mma2a.cli.workers import worker_cpus
 from mma2a.routing.synthetic import synthetic_rules
+from mma2a.supervisor import WORKER_CPU_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -198,6 +201,11 @@ BEFORE_ABLE: dict[str, dict[str, Any]] = {
 }
 
 
+def pinned(env: dict[str, str], cpus: tuple[int, ...], index: int) -> dict[str, str]:
+    """A `serve --worker` process's environment with the CPU its event loop is bound to, as the supervisor gives it."""
+    return {**env, WORKER_CPU_ENV: str(cpus[index])} if cpus else env
+
+
 class Arms:
     """Start the processes; `url[arm]` and `pid[arm]` (the server whose CPU is measured). `before`: the source tree
     (a `src` directory of another commit) the `X_before` arms run from."""
@@ -233,9 +241,12 @@ class Arms:
         if "gateway_workers2_free" in arms:  # the same, each worker's loop on any core
             self._gateway("gateway_workers2_free", "fast", fast_url, None, env, args=["--workers", "2", "--no-pin-cpus"])
         if "gateway_unshared2" in arms:  # two processes, one port, nothing shared (`--worker`: SO_REUSEPORT)
-            self._gateway("gateway_unshared2", "fast", fast_url, None, env, args=["--worker"])
+            # each loop on a CPU of its own, as `serve --workers 2` gives its workers (`mma2a.affinity`)
+            cpus = worker_cpus(2, True)
+            self._gateway("gateway_unshared2", "fast", fast_url, None, pinned(env, cpus, 0), args=["--worker"])
             port = int(self.url["gateway_unshared2"].rsplit(":", 1)[1])
-            self._gateway("gateway_unshared2_b", "fast", fast_url, None, env, args=["--worker"], port=port)
+            self._gateway("gateway_unshared2_b", "fast", fast_url, None, pinned(env, cpus, 1), args=["--worker"],
+                          port=port)
             self.also["gateway_unshared2"] = self.pid.pop("gateway_unshared2_b")
             del self.url["gateway_unshared2_b"]
         for arm in ("gateway_ratelimit", "gateway_workers2_ratelimit"):  # every request through the rate limiter
