@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import NoReturn
 
 from .cluster.server import NatsServer
@@ -59,6 +60,29 @@ class Plan:
     task_bytes: int  # `limits.task_bytes`: sizes the workers' task directory
     drain_timeout_s: float  # `faults.drain_timeout_s`: how long the workers are given to drain at the end
     cpus: tuple[int, ...] = ()  # worker i's event loop runs on cpus[i] (`mma2a.affinity`); (): each runs anywhere
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def dies_with(parent: int) -> Callable[[], None] | None:
+    """`preexec_fn` for the supervisor's children (the workers, the embedded nats-server): each gets SIGTERM when the
+    supervisor dies, however it dies. A supervisor killed with SIGKILL (or by the OOM killer) never stops them itself,
+    and they went on serving its port with the config of before, beside the workers of the next `serve --workers N`
+    (SO_REUSEPORT): a client removed from the new config was still served on two connections of three
+    (docs/security.md S15-3). ctypes is imported in the child, between its fork and its exec: the supervisor holds
+    none of it. None where there is no prctl (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def child() -> None:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the supervisor died between the fork and the prctl: nothing would stop this one
+            os._exit(1)
+
+    return child
 
 
 def say(line: str) -> None:
@@ -127,7 +151,7 @@ class Supervisor:
                 with open(os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
                     f.write(f'authorization {{ token: "{token}" }}\n')
                 env[WORKER_NATS_TOKEN_ENV] = token  # a process's environment is readable by its user only
-                server = NatsServer(store, args=["-c", conf]).start()
+                server = NatsServer(store, args=["-c", conf], preexec=dies_with(os.getpid())).start()
                 url = server.url
                 tasks = make_task_dir(plan.count, plan.task_bytes)
                 env[WORKER_TASKS_ENV] = tasks
@@ -157,7 +181,8 @@ class Supervisor:
         # on a busy host each wake-up of a worker then waited for its group's turn, not its own: the same bench served
         # 936 requests a second that way, 3,232 with the workers in the supervisor's session (docs/benchmarks.md)
         cpu = {WORKER_CPU_ENV: str(self.plan.cpus[w.index])} if w.index < len(self.plan.cpus) else {}
-        w.proc = subprocess.Popen(args, env={**env, WORKER_INDEX_ENV: str(w.index), **cpu}, process_group=0)
+        w.proc = subprocess.Popen(args, env={**env, WORKER_INDEX_ENV: str(w.index), **cpu}, process_group=0,
+                                  preexec_fn=dies_with(os.getpid()))
         w.started = time.monotonic()
         say(f"mma2a serve: worker {w.index} pid {w.proc.pid}" + (f" on CPU {cpu[WORKER_CPU_ENV]}" if cpu else ""))
 

@@ -15,7 +15,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import ClusterError
 
@@ -42,9 +42,11 @@ def _free_port() -> int:
 class NatsServer:
     """One `nats-server -js` on 127.0.0.1:`port` storing JetStream under `store_dir`."""
 
-    def __init__(self, store_dir: str | os.PathLike[str], port: int | None = None, *, args: Sequence[str] = ()) -> None:
+    def __init__(self, store_dir: str | os.PathLike[str], port: int | None = None, *, args: Sequence[str] = (),
+                 preexec: Callable[[], None] | None = None) -> None:
         self.store_dir = Path(store_dir)
         self.args = list(args)  # more nats-server options (TLS: --tls --tlscert F --tlskey F --tlsverify --tlscacert F)
+        self.preexec = preexec  # run in the child before the exec (`serve --workers`: it dies with the supervisor)
         self.port = port or _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.store_dir / "nats-server.log"
@@ -59,7 +61,8 @@ class NatsServer:
         log = self.log_path.open("ab")
         # a process group of its own: a terminal's ^C reaches `serve --workers`, which drains the workers before it
         # stops this server (in the terminal's group it stopped at once, under the draining workers)
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, process_group=0)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, process_group=0,
+                                     preexec_fn=self.preexec)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
