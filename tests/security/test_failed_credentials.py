@@ -243,6 +243,8 @@ def test_a_guesser_spreading_over_gateways_has_the_budget_once() -> None:
     ({"max_addresses": 2}, "auth.failed_credentials.max_addresses"),
     ({"max_remembered": "many"}, "auth.failed_credentials.max_remembered"),
     ({"rate": 1}, "auth.failed_credentials.rate"),
+    ({"origin_share": 0}, "auth.failed_credentials.origin_share"),
+    ({"origin_share": 2}, "auth.failed_credentials.origin_share"),
 ])
 def test_bad_settings_are_refused_naming_the_field(value: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as bad:
@@ -380,3 +382,26 @@ def test_a_peers_clients_fail_within_the_peers_budget_and_never_another_addresss
         "too many failed credentials from this client through its gateway (auth.failed_credentials: 2 at once a "
         "client, 4 for all of its gateway's clients, 0.001 a second): only clients served through that gateway "
         "recently are served for 12.0 s; retry then")
+
+
+def test_a_peers_clients_failures_are_told_across_gateways_with_their_share() -> None:
+    """A cluster downstream of a peer: the failures of a peer's client and the peer's total travel in the budgets
+    exchange with their own rate and burst (the share), so a gateway that never saw that client holds it to its share;
+    a pair served through the peer is told under the peer's client."""
+    cfg = FailedCredentialsConfig(burst=4, per_s=0.001, origin_share=0.5)
+    gw1, gw2 = CredentialFailures(cfg), CredentialFailures(cfg)
+    shared1, shared2 = SharedBudgets(), SharedBudgets()
+    for shared, gw in ((shared1, gw1), (shared2, gw2)):
+        shared.rate("failures", gw.buckets)
+        shared.known("served", gw)
+    mallory, alice = Asserted("gwa", "mallory", "message:m"), Asserted("gwa", "alice", "message:a")
+    gw1.verified("127.0.0.1", "kc:alice", alice)
+    gw1.failed("127.0.0.1", 0.0, mallory)
+    report = shared1.report(0.1)
+    assert report == {"t": {"failures": {"mallory via gwa": (1, 0.0005, 2.0), "peer:gwa": (1, 0.001, 4)}},
+                      "k": {"served": [["alice via gwa", "kc:alice"]]}}
+    shared2.heard("gw1", orjson.loads(orjson.dumps(report)), 0.1)
+    assert gw2.over("127.0.0.1", 0.2, mallory) is None  # one of her two
+    gw2.failed("127.0.0.1", 0.2, mallory)
+    assert gw2.over("127.0.0.1", 0.2, mallory) is not None  # her share, counted over both gateways
+    assert gw2.known("127.0.0.1", "kc:alice", alice) and gw2.over("127.0.0.1", 0.2) is None
