@@ -142,6 +142,32 @@ async def test_a_history_length_past_32_bits_is_invalid_params_not_an_internal_e
     assert fine["error"]["code"] == -32001  # in range: read, then the task is looked up (there is none)
 
 
+async def test_a_v03_method_under_a_version_its_handler_refuses_is_version_not_supported_not_an_internal_error(
+        ) -> None:
+    """Session 15 (probe6): a v0.3 method under `A2A-Version: 1.0` got -32009 (threat 12), but under any other version
+    the SDK's 0.3 handler refuses — `1`, `v1.0` (which the 1.0 methods take as 1.0), `2.0`, not a version at all —
+    the SDK answered `-32603` (an internal error) with its own text, echoing the whole header. Now each is -32009
+    naming the method, as under 1.0; none or a 0.x version still reaches the 0.3 handler."""
+    async with secured() as (gw, url, _):
+        async def call(version: str | None, method: str = "tasks/get") -> dict[str, Any]:
+            h = {"Authorization": f"Bearer {TOKEN}", **({} if version is None else {"A2A-Version": version})}
+            body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {"id": "t-1"}}
+            return (await post(url, "/", body, h)).json()  # type: ignore[no-any-return]
+
+        refused = {v: await call(v) for v in ("1", "v1.0", "1.0", "2.0", "NaN", "x" * 3000)}
+        sent = await call("1", "message/send")
+        taken = {v: await call(v) for v in (None, "0.3", "0.3.2", "0.2.5")}
+    for version, answer in refused.items():
+        assert answer["error"]["code"] == -32009, (version, answer)  # before: -32603 but for 1.0
+        assert answer["error"]["message"] == (
+            f"method 'tasks/get' is A2A 0.3; with A2A-Version {version[:40]!r} use the 1.0 method names (SendMessage, "
+            "GetTask, ...) with A2A-Version: 1.0, or send A2A-Version: 0.3"), answer
+        assert error_field(answer["error"]) == "method" and answer["id"] == 7
+    assert sent["error"]["code"] == -32009 and sent["error"]["message"].startswith("method 'message/send' is A2A 0.3")
+    for version, answer in taken.items():  # the 0.3 handler's own answer: the task is unknown
+        assert answer["error"]["code"] == -32001, (version, answer)
+
+
 def _bomb_png(width: int, height: int) -> str:
     """A real PNG whose header claims width x height; the pixel data compresses to almost nothing."""
     img = Image.new("1", (width, height))

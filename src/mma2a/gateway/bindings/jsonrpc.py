@@ -68,6 +68,19 @@ def rpc_error(rid: Any, exc: MMA2AError) -> bytes:
     return orjson.dumps(jsonrpc_error_json(rid, exc))
 
 
+def _v03_version(version: str) -> bool:
+    """An A2A-Version the SDK's 0.3 methods take (its `validate_version`): none (read as 0.3), or one of major 0. Any
+    other — `1`, `2.0`, `v1.0`, not a version at all — it refuses with an internal error (-32603)."""
+    if not version:
+        return True
+    from packaging.version import InvalidVersion, Version  # (the SDK's 0.3 handler loads it anyway)
+
+    try:
+        return Version(version).major == 0
+    except InvalidVersion:
+        return False
+
+
 def check_message(message: Any) -> dict[str, Any]:
     """Shape checks of an A2A 1.0 message, each error naming the field."""
     if not isinstance(message, dict):
@@ -211,9 +224,10 @@ class JsonRpcIngress:
         method = doc.get("method")
         if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
             return rpc_error(rid, InvalidRequest("request must have jsonrpc: \"2.0\" and a string method", field="method"))
-        if method in V03_METHODS and version.startswith("1."):  # the SDK would answer -32603 (internal error)
-            err = InvalidRequest(f"method {method!r} is A2A 0.3; with A2A-Version {version} use the 1.0 method names "
-                                 "(SendMessage, GetTask, ...) or send A2A-Version: 0.3", field="method")
+        if method in V03_METHODS and not _v03_version(version):  # the SDK would answer -32603 (internal error)
+            err = InvalidRequest(f"method {method!r} is A2A 0.3; with A2A-Version {version[:40]!r} use the 1.0 method "
+                                 "names (SendMessage, GetTask, ...) with A2A-Version: 1.0, or send A2A-Version: 0.3",
+                                 field="method")
             err.code = VERSION_NOT_SUPPORTED
             return rpc_error(rid, err)
         params = doc.get("params")
