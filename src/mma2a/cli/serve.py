@@ -147,7 +147,7 @@ def load_serve_config(config: Path | None, host: str | None, port: int | None, c
     from ..gateway.config import load_config, parse_config
     try:
         cfg = load_config(config) if config else parse_config({})
-        if host or port:
+        if host or port is not None:  # (--port 0: a free port, said in the banner)
             h = host or cfg.host
             p = port if port is not None else cfg.port
             cfg = cfg.model_copy(update={"listen": f"{h}:{p}"})

@@ -94,6 +94,8 @@ def serve(
     raise_open_files_limit()  # a soft limit of 1,024 refuses the 1,000th client with EMFILE
     sock = listen_socket(config.host, config.port, reuse_port=reuse_port)  # a worker of `serve --workers N`: shared
     try:
+        if config.port == 0:  # a free port: the one bound is the gateway's (its banner, its card's URL)
+            config = config.model_copy(update={"listen": f"{config.host}:{sock.getsockname()[1]}"})
         configure_tracing(config.tracing)
         gateway = Gateway(config, cluster=cluster)
         config_ = uvicorn_config(gateway.app, config.host, config.port, timeouts=config.server.timeouts(), tls=tls,
