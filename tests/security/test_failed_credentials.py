@@ -405,3 +405,37 @@ def test_a_peers_clients_failures_are_told_across_gateways_with_their_share() ->
     gw2.failed("127.0.0.1", 0.2, mallory)
     assert gw2.over("127.0.0.1", 0.2, mallory) is not None  # her share, counted over both gateways
     assert gw2.known("127.0.0.1", "kc:alice", alice) and gw2.over("127.0.0.1", 0.2) is None
+
+
+async def test_a_peer_gateway_new_to_its_address_is_served_while_a_neighbour_guesses_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """gw-a → gw-b with gw-a's own token and its signed assertion (federation). Something else on gw-a's address
+    guesses at gw-b directly and spends that address's budget before gw-a ever called gw-b (a host or NAT shared with
+    the peer; gw-b just restarted): alice's message through gw-a is still served, judged as alice via gwa; a right
+    credential sent straight from that address by a client never served there is refused as the guesses are. Before:
+    gw-a, new to the address, was refused until the budget refilled, and every client of gw-a with it."""
+    key = new_private_key()
+    monkeypatch.setenv("FED_A_KEY", private_key_text(key))
+    monkeypatch.setenv("MMA2A_AGENT_GWA_TOKEN", "gwa-token-0123456789")
+    eve = "eve-token-0123456789"
+    async with agents({"text": agent("text", ["text/plain"], echo=True)}) as urls, \
+            gateway({"name": "gw-b", "agents": [{"name": "text", "url": urls["text"]}],
+                     "auth": {"clients": [{"name": "gwa", "token": "gwa-token-0123456789"}, {"name": "eve", "token": eve}],
+                              "failed_credentials": {"burst": 3, "per_s": 0.001}},
+                     "federation": {"trusted_gateways": {"gwa": {"public_key": public_key_text(key)}}}}) as (_, url_b), \
+            gateway({"name": "gw-a", "agents": [{"name": "site-b", "url": url_b, "token_env": "MMA2A_AGENT_GWA_TOKEN"}],
+                     "auth": {"clients": [{"name": "alice", "token": TOKEN}]},
+                     "federation": {"private_key_env": "FED_A_KEY"}}) as (_, url_a):
+        async with httpx.AsyncClient(timeout=30) as c:
+            guesses = [await c.post(url_b + "/", json=send_body(f"g-{i}"),
+                                    headers={"A2A-Version": "1.0", "Authorization": f"Bearer guess-{i}"})
+                       for i in range(4)]
+            alice = await c.post(url_a + "/", json=send_body("a-1"),
+                                 headers={"A2A-Version": "1.0", "Authorization": f"Bearer {TOKEN}"})
+            eve_direct = await c.post(url_b + "/", json=send_body("e-1"),
+                                      headers={"A2A-Version": "1.0", "Authorization": f"Bearer {eve}"})
+    assert [g.status_code for g in guesses] == [401] * 3 + [429]
+    assert alice.status_code == 200, alice.text
+    assert alice.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", alice.text
+    assert eve_direct.status_code == 429
+    assert eve_direct.json()["error"]["message"].startswith("too many failed credentials from 127.0.0.1 ")
