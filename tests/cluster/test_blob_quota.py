@@ -23,6 +23,7 @@ from mma2a.cluster.blob_quota import MAX_SWAPS, TOTAL, QuotaBusy, Reservation, S
 from mma2a.cluster.link import reserved
 from mma2a.cluster.objects import UPLOAD_IDLE_S, ObjectBlobStore, open_object_store
 from mma2a.cluster.server import NatsServer
+from mma2a.errors import ClientQuotaExceeded
 from mma2a.gateway import Gateway, parse_config
 from mma2a.gateway.cluster_config import ClusterConfig
 from mma2a.serving import free_port, running
@@ -394,5 +395,28 @@ async def test_a_count_other_gateways_keep_changing_is_given_up_after_a_bounded_
         # the same counts, uncontended, take the bytes at the first try
         await Reservation(store.quota, "alice").take(5_000)
         assert (await store.quota.held("alice"), await store.quota.total()) == (15_000, 15_000)
+    finally:
+        await link.close()
+
+
+async def test_a_client_with_a_long_id_is_counted_and_leaves_the_cluster_connection_up(nats_server: NatsServer) -> None:
+    """Session 15 (probe6, S15-5): a client's count was keyed by its id in base64, and an id is as long as its identity
+    provider makes it (a JWT client's: up to the 8 KiB token). The key of a 3,500-character id made a subject past
+    nats-server's max_control_line (4 KiB): the server closed the connection and nats-py gave it up for good — the
+    upload timed out after 5 s and every later one on that gateway (alice's) failed `nats: connection closed`. Now a
+    long id is keyed by its digest: counted, held to its quota, the connection up."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    store, link = await open_object_store(config, max_bytes_per_client=100_000, max_bytes=1 << 20)
+    long_id = "https://idp.example/users/" + "x" * 3500
+    try:
+        assert store.quota is not None
+        await store.put_stream(chunked(b"l" * 60_000), owner=long_id)
+        with pytest.raises(ClientQuotaExceeded):
+            await store.put_stream(chunked(b"m" * 60_000), owner=long_id)
+        assert link.nc.is_connected  # before: closed by the server, never reconnected
+        await store.put_stream(chunked(b"a" * 10_000), owner="alice")
+        assert (await store.quota.held(long_id), await store.quota.held("alice"), await store.quota.total()) == (
+            60_000, 10_000, 70_000)
+        assert len(_key(long_id)) == 66 and _key("alice") == "c.YWxpY2U="  # short ids keep the key they had
     finally:
         await link.close()

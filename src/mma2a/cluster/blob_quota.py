@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -65,8 +66,17 @@ def _what(key: str) -> str:
     return "the store's total" if key == TOTAL else "a client's count"
 
 
+LONG_OWNER = 384  # an owner's bytes past which its count is keyed by a digest (a NATS subject is one protocol line)
+
+
 def _key(owner: str) -> str:
-    return "c." + base64.urlsafe_b64encode(owner.encode()).decode()
+    """The count's key: `c.` + the owner in base64url, or for a long one (a JWT client's id may be ~6 KB) `h.` + its
+    SHA-256: nats-server takes a subject of at most its max_control_line (4 KiB) and, past it, closes the connection
+    (the gateway's cluster connection, for good: session 15, S15-5)."""
+    raw = owner.encode()
+    if len(raw) > LONG_OWNER:
+        return "h." + hashlib.sha256(raw).hexdigest()
+    return "c." + base64.urlsafe_b64encode(raw).decode()
 
 
 class SharedByteQuota:
