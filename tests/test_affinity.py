@@ -65,6 +65,9 @@ def test_workers_get_a_cpu_each_only_when_there_is_one_for_each() -> None:
     from mma2a.cli.workers import worker_cpus
 
     cpus = allowed_cpus()
-    assert worker_cpus(2, True) == tuple(cpus[:2])
-    assert worker_cpus(len(cpus) + 1, True) == ()  # more workers than CPUs: two loops on one could never move apart
-    assert worker_cpus(2, False) == ()
+    n = len(cpus)
+    assert worker_cpus(n, None) == tuple(cpus)  # the default: as many workers as CPUs (`--workers auto`)
+    assert worker_cpus(n - 1, None) == ()  # fewer: another `serve --workers` would bind to the same first CPUs
+    assert worker_cpus(n - 1, True) == tuple(cpus[:n - 1])  # unless asked (`--pin-cpus`)
+    assert worker_cpus(n + 1, True) == worker_cpus(n + 1, None) == ()  # more workers than CPUs: never
+    assert worker_cpus(n, False) == ()  # `--no-pin-cpus`

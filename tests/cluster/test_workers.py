@@ -121,9 +121,9 @@ def cpus_allowed(pid: int, tid: int) -> str:
 
 
 def check_pinned(log: Path) -> None:
-    """On a host with a CPU for each worker, worker i's event loop (its main thread) runs on the i-th CPU the test may
-    use, and its other threads (the history writer, the pools' threads) anywhere; on a smaller one, every thread
-    anywhere."""
+    """With `--pin-cpus`, on a host with a CPU for each worker, worker i's event loop (its main thread) runs on the i-th
+    CPU the test may use, and its other threads (the history writer, the pools' threads) anywhere; on a smaller one,
+    every thread anywhere."""
     allowed = sorted(os.sched_getaffinity(0))
     everywhere = cpus_allowed(os.getpid(), os.getpid())
     for index, pid in worker_pids(log).items():
@@ -165,7 +165,7 @@ async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[
     env = {k: v for k, v in os.environ.items() if k != "MMA2A_URL_SECRET"}  # the supervisor makes one
     with log.open("ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", "2", "--config", str(path),
-                                 "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
+                                 "--pin-cpus", "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         await until_banners(log, proc, 2)
         check_supervisor(proc.pid)

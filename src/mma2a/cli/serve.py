@@ -69,8 +69,9 @@ def serve(
     cluster: Annotated[str | None, typer.Option(help="Cluster mode: nats://HOST:PORT of the NATS JetStream to share")] = None,
     workers: Annotated[str, typer.Option(help="Gateway processes on the one address (SO_REUSEPORT), sharing state "
                                               "through NATS (--cluster, else one started here); 'auto': one per core")] = "1",
-    pin_cpus: Annotated[bool, typer.Option(help="With --workers N: each worker's event loop on a CPU of its own (when "
-                                                "the host has N or more); its other threads run anywhere")] = True,
+    pin_cpus: Annotated[bool | None, typer.Option(
+        "--pin-cpus/--no-pin-cpus", help="With --workers N: each worker's event loop on a CPU of its own, its other "
+        "threads anywhere. Default: when N is every CPU this process may use (--workers auto)")] = None,
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
@@ -171,7 +172,7 @@ def load_serve_config(config: Path | None, host: str | None, port: int | None, c
 
 
 def supervise(config: Path | None, host: str | None, port: int | None, cluster: str | None, log_level: str,
-              count: int, pin_cpus: bool) -> NoReturn:
+              count: int, pin_cpus: bool | None) -> NoReturn:
     """`serve --workers N`: the config checked once (a bad one said here, status 2), then this process becomes the
     supervisor (`mma2a.supervisor`: the same pid, none of the gateway's modules), which starts and watches the
     workers until SIGTERM/SIGINT."""

@@ -27,17 +27,21 @@ def worker_count(value: str) -> int:
     return n
 
 
-def worker_cpus(count: int, pin: bool) -> tuple[int, ...]:
+def worker_cpus(count: int, pin: bool | None) -> tuple[int, ...]:
     """The CPU each worker's event loop is bound to (`mma2a.affinity`): the first `count` this process may run on, one
-    each; none when `pin` is off or there are fewer CPUs than workers (two loops bound to one CPU could never move
-    apart)."""
+    each. `pin` None (the default): only when there are exactly as many as workers (`--workers auto`, or a container's
+    CPUs), the whole of what this process may use; with fewer workers the CPUs are left free, since another
+    `serve --workers` on the host would bind its loops to the same first ones. True: also with fewer workers. False, or
+    fewer CPUs than workers (two loops bound to one CPU could never move apart): none."""
     from ..affinity import allowed_cpus
 
     cpus = allowed_cpus()
-    return tuple(cpus[:count]) if pin and count <= len(cpus) else ()
+    if not pin and (pin is not None or count != len(cpus)):
+        return ()
+    return tuple(cpus[:count]) if count <= len(cpus) else ()
 
 
-def plan_of(config: GatewayConfig, count: int, argv: Sequence[str], *, pin: bool = True) -> Plan:
+def plan_of(config: GatewayConfig, count: int, argv: Sequence[str], *, pin: bool | None = None) -> Plan:
     from ..supervisor import Plan
 
     return Plan(cpus=worker_cpus(count, pin), count=count, argv=tuple(argv), host=config.host, port=config.port,
