@@ -22,7 +22,7 @@ from mma2a.gateway import parse_config
 from mma2a.gateway.access.budgets import SharedBudgets
 from mma2a.gateway.access.clients import FailedCredentialsConfig
 from mma2a.gateway.access.failures import CredentialFailures, CredentialsLocked, address_key
-from mma2a.gateway.access.federation import Asserted
+from mma2a.gateway.access.federation import Asserted, Federation, _b64, key_id
 from mma2a.signing import new_private_key, private_key_text, public_key_text
 from mma2a.errors import ConfigError
 from tests.gateway.conftest import ADMIN, agent, agents, gateway
@@ -439,3 +439,49 @@ async def test_a_peer_gateway_new_to_its_address_is_served_while_a_neighbour_gue
     assert alice.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", alice.text
     assert eve_direct.status_code == 429
     assert eve_direct.json()["error"]["message"].startswith("too many failed credentials from 127.0.0.1 ")
+
+
+async def test_a_forged_assertion_costs_at_most_one_signature_and_none_without_a_credential(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 15 (probe6, S15-6): to judge failures through a peer (F4), the assertion header was checked before the
+    credential, with every trusted peer's key in turn — so anyone, with no credential or a wrong one, made each
+    request cost a signature check per trusted peer (eight peers: ~1.4 ms of the event loop a request at load 4,
+    where the 401 itself costs a fraction of that). Now an assertion names its key (`key`), only that peer's key is
+    tried, and a request without a credential has nothing judged and none checked. Eight trusted peers, a live
+    gateway; the checks counted (each still made by the real verifier)."""
+    keys = [new_private_key() for _ in range(8)]
+    trusted = {f"gw{i}": {"public_key": public_key_text(k)} for i, k in enumerate(keys)}
+    checked: list[str] = []
+    real_verify = Federation._verify
+
+    def counted(self: Federation, value: str, key: Any, peer: str, now: float) -> tuple[str, str]:
+        checked.append(peer)
+        return real_verify(self, value, key, peer, now)
+
+    monkeypatch.setattr(Federation, "_verify", counted)
+    forger_key = new_private_key()
+    forger = Federation("evil", private_key=forger_key)
+    genuine = Federation("gw-5", private_key=keys[5])
+    async with secured({"auth": {"clients": CLIENTS, "failed_credentials": BUDGET},
+                        "federation": {"trusted_gateways": trusted}}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            async def send(header: str, token: str | None, mid: str) -> tuple[int, list[str]]:
+                checked.clear()
+                auth = {} if token is None else {"Authorization": f"Bearer {token}"}
+                r = await c.post(url + "/", json=send_body(mid), headers={
+                    **_from(ELSEWHERE, auth), "MMA2A-Upstream-Client": header})
+                return r.status_code, list(checked)
+
+            now = int(gw.clock())
+            forged = forger.assertion("mallory", "message:f-1", now)
+            body = orjson.dumps({"v": 1, "gateway": "evil", "key": key_id(keys[3]), "client": "mallory",
+                                 "for": "message:f-2", "ts": now})  # names gw3's key, signed with another
+            naming_gw3 = f"v1.{_b64(body)}.{_b64(forger_key.sign(body))}"
+            anonymous = await send(naming_gw3, None, "f-1")
+            wrong = await send(naming_gw3, "guess-1", "f-2")
+            unnamed = await send(forged, "guess-2", "f-3")
+            real = await send(genuine.assertion("bob", "message:g-1", now), "guess-3", "g-1")
+    assert anonymous == (401, [])  # before: 401 after 8 signature checks
+    assert wrong == (401, ["gw3"])  # before: 8
+    assert unnamed == (401, [])  # a key no peer has: nothing to check (before: 8)
+    assert real == (401, ["gw5"])  # a genuine one is still read, with its one key (F4)

@@ -9,11 +9,11 @@ The upstream (`federation.private_key_env`) adds to each call it makes on a clie
 (an agent whose card marks the extension with `params.gateway: true`, as every card a gateway serves does) the
 header `MMA2A-Upstream-Client` (gRPC metadata `mma2a-upstream-client`):
 
-    v1.<base64url of the RFC 8785 form of {"v": 1, "gateway", "client", "for", "ts"}>.<base64url Ed25519 signature>
+    v1.<base64url of the RFC 8785 form of {"v": 1, "gateway", "key", "client", "for", "ts"}>.<base64url Ed25519 signature>
 
 `client` is the principal the upstream keys the caller by, `for` what the call is about (`message:<messageId>` for
 SendMessage and SendStreamingMessage, `task:<id>` for GetTask, CancelTask and SubscribeToTask), `ts` the Unix
-time. The downstream (`federation.trusted_gateways: {CLIENT_ID: {public_key_env}}`) checks it at the door, for a
+time, `key` the signing key's id (`key_id`: which trusted peer's key verifies it, without trying each). The downstream (`federation.trusted_gateways: {CLIENT_ID: {public_key_env}}`) checks it at the door, for a
 caller authenticated as CLIENT_ID only: the signature with that peer's key, `ts` within `window_s`, and, where the
 request is read, that `for` names this request (`check_bound`). The principal is then `client via CLIENT_ID` (the
 peer's policy — agents, rate, burst — applies to each of its clients apart). From any other caller the header is
@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -37,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ConfigError, SignatureError, Unauthorized
 from ...ext import PROTOCOL_NAME
-from ...signing import canonicalize, private_key_from_text, public_key_from_text
+from ...signing import canonicalize, private_key_from_text, public_key_from_text, public_key_text
 from .clients import Client, current_client
 
 if TYPE_CHECKING:  # cryptography is imported where an assertion is checked (keys come from signing)
@@ -90,6 +91,11 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def key_id(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+    """The id an assertion names its signing key by: the first 16 hex digits of the SHA-256 of the public key's text."""
+    return hashlib.sha256(public_key_text(key).encode()).hexdigest()[:16]
+
+
 def bound_to(method: str, params: Mapping[str, Any]) -> str | None:
     """What an assertion for `method` is signed for (`message:<id>`, `task:<id>`); None: the call carries none."""
     kind = _BOUND_METHODS.get(method)
@@ -135,6 +141,8 @@ class Federation:
         self.private_key = private_key
         self.peers = dict(peers or {})
         self.window_s = window_s
+        self._key = key_id(private_key) if private_key is not None else None
+        self._by_key = {key_id(key): peer for peer, key in self.peers.items()}  # an assertion's `key` -> its peer
 
     @classmethod
     def from_config(cls, config: FederationConfig, gateway_id: str,
@@ -173,7 +181,8 @@ class Federation:
     def assertion(self, principal: str, bound: str, ts: int) -> str:
         """The header value asserting `principal` for the request `bound` (see the module's doc)."""
         assert self.private_key is not None
-        body = canonicalize({"v": 1, "gateway": self.gateway_id, "client": principal, "for": bound, "ts": ts})
+        body = canonicalize({"v": 1, "gateway": self.gateway_id, "key": self._key, "client": principal, "for": bound,
+                             "ts": ts})
         return f"v1.{_b64(body)}.{_b64(self.private_key.sign(body))}"
 
     def headers_for(self, method: str, params: Mapping[str, Any], ts: int) -> dict[str, str] | None:
@@ -206,17 +215,28 @@ class Federation:
         return dataclasses.replace(client, upstream=upstream, bound=bound)
 
     def asserted(self, value: str, now: float) -> Asserted | None:
-        """Whom the header asserts, if it verifies with a trusted peer's key within the window (None otherwise, and no
-        refusal: whether the caller is that peer is known only once its credential is checked). Read before the
-        credential so that the credential's failures count against the peer's client, not the peer's address
-        (`failures.CredentialFailures`)."""
-        for peer, key in self.peers.items():
-            try:
-                upstream, bound = self._verify(value, key, peer, now)
-            except Unauthorized:
-                continue
-            return Asserted(peer, upstream, bound)
-        return None
+        """Whom the header asserts, if it verifies with the key of the trusted peer it names (`key`) within the
+        window (None otherwise, and no refusal: whether the caller is that peer is known only once its credential is
+        checked). Read before the credential so that the credential's failures count against the peer's client, not
+        the peer's address (`failures.CredentialFailures`). One signature checked at most: with every peer's key tried
+        in turn, anyone could make each request cost a signature per trusted peer before its credential was looked at
+        (session 15, S15-6); an assertion naming no key (an upstream from before) is read only as `principal` reads
+        it, from the peer its credential names."""
+        if len(value) > MAX_HEADER:
+            return None
+        try:
+            doc = orjson.loads(_unb64(value.strip().split(".", 2)[1]))  # unsigned yet: only which key to try
+        except (IndexError, binascii.Error, ValueError):
+            return None
+        key = doc.get("key") if isinstance(doc, dict) else None
+        peer = self._by_key.get(key) if isinstance(key, str) else None
+        if peer is None:
+            return None
+        try:
+            upstream, bound = self._verify(value, self.peers[peer], peer, now)
+        except Unauthorized:
+            return None
+        return Asserted(peer, upstream, bound)
 
     def _verify(self, value: str, key: Ed25519PublicKey, peer: str, now: float) -> tuple[str, str]:
         def refuse(why: str) -> Unauthorized:

@@ -278,7 +278,8 @@ class AccessControl:
             raise Unavailable("the gateway is shutting down and takes no new work; retry on another instance")
         federation = self.federation
         asserted = None
-        if federation is not None and self.failures is not None and (said := headers.get(FEDERATION_HEADER)):
+        if (federation is not None and self.failures is not None and (said := headers.get(FEDERATION_HEADER))
+                and ("authorization" in headers or self.auth.header in headers)):  # (no credential: nothing judged)
             asserted = federation.asserted(said, time.time())  # a peer's client: failures are judged as its
         client = self._client(headers, access, cn, peer, asserted)
         if federation is not None and client is not None:  # a trusted peer gateway's client: its own principal
