@@ -20,7 +20,8 @@ from nats.js.errors import KeyNotFoundError
 from mma2a.cluster import cluster_state
 from mma2a.cluster.account import nats_account
 from mma2a.cluster.blob_quota import MAX_SWAPS, TOTAL, QuotaBusy, Reservation, SharedByteQuota, _key
-from mma2a.cluster.link import reserved
+from mma2a.cluster.link import ClusterLink, reserved
+from mma2a.errors import ClusterError
 from mma2a.cluster.objects import UPLOAD_IDLE_S, ObjectBlobStore, open_object_store
 from mma2a.cluster.server import NatsServer
 from mma2a.errors import ClientQuotaExceeded
@@ -419,4 +420,44 @@ async def test_a_client_with_a_long_id_is_counted_and_leaves_the_cluster_connect
             60_000, 10_000, 70_000)
         assert len(_key(long_id)) == 66 and _key("alice") == "c.YWxpY2U="  # short ids keep the key they had
     finally:
+        await link.close()
+
+
+class ContendedUploads(ObjectBlobStore):
+    """The store as a gateway sees it while chunks keep being recorded to the upload it aborts: before each of its
+    deletes over the record's revision, a rival's write of the same record (a real write on the server)."""
+
+    rivals = 0
+
+    async def _drop_record(self, upload_id: str, revision: int) -> bool:
+        self.rivals += 1
+        entry = await self._uploads.get(upload_id)
+        await self._uploads.put(upload_id, entry.value)
+        return await super()._drop_record(upload_id, revision)
+
+
+async def test_an_abort_whose_upload_keeps_changing_is_given_up_after_a_bounded_number_of_tries(
+        nats_server: NatsServer) -> None:
+    """The abort's compare-and-delete of an upload's record is tried at most `MAX_SWAPS` times: then 503 naming the
+    upload, nothing deleted or freed; an abort that is not raced frees the upload's bytes."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    store, link = await open_object_store(config, max_bytes_per_client=100_000, max_bytes=1 << 20)
+    rival_link = await ClusterLink(config).connect()
+    try:
+        upload = await store.begin_upload(owner="alice")
+        await store.append(upload, 0, chunked(b"u" * 10_000))
+        rival = ContendedUploads(rival_link)
+        await rival.setup(max_bytes_per_client=100_000, max_bytes=1 << 20)
+        with pytest.raises(ClusterError) as info:
+            await rival.abort_upload(upload)
+        assert (info.value.http_status, info.value.message) == (
+            503, f"upload {upload}: its record was changed {MAX_SWAPS} times in a row while this gateway aborted it "
+            "(chunks are being sent to it); nothing was deleted, retry")
+        assert rival.rivals == MAX_SWAPS
+        assert store.quota is not None
+        assert await store.upload_offset(upload) == 10_000 and await store.quota.held("alice") == 10_000
+        await store.abort_upload(upload)
+        assert await store.quota.held("alice") == 0
+    finally:
+        await rival_link.close()
         await link.close()

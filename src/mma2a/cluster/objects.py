@@ -53,7 +53,7 @@ from ..payload.store import (
     digest_mismatch,
 )
 
-from .blob_quota import Reservation, SharedByteQuota
+from .blob_quota import MAX_SWAPS, Reservation, SharedByteQuota
 from .link import ClusterLink, Connected, ensure_kv, reserved
 
 log = logging.getLogger("mma2a.cluster")
@@ -428,13 +428,17 @@ class ObjectBlobStore(BlobStore):
     async def _abort(self, upload_id: str, idle_s: float | None = None) -> bool:
         """Delete the upload's record (over the revision read: one gateway frees its bytes), its chunks, its count.
         With `idle_s`, only if it was last written longer ago than that; returns whether it was deleted."""
-        while True:
+        for _ in range(MAX_SWAPS):
             rec, rev = await self._record(upload_id)
             at = rec.get("at")  # none in a record of a gateway from before: its TTL drops it
             if idle_s is not None and (not isinstance(at, (int, float)) or time.time() - at <= idle_s):
                 return False
             if await self._drop_record(upload_id, rev):
                 break  # else a chunk was recorded meanwhile, or another gateway deleted it: read again
+        else:
+            raise ClusterError(f"upload {upload_id}: its record was changed {MAX_SWAPS} times in a row while this "
+                               "gateway aborted it (chunks are being sent to it); nothing was deleted, retry",
+                               field="uploadId")
         await self.js.purge_stream(self.stream, subject=self._chunk_subject("up" + upload_id))
         if self.quota is not None:
             await self.quota.release(rec.get("owner"), int(rec.get("offset") or 0))
