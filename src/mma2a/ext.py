@@ -56,6 +56,7 @@ ENCODINGS_KNOWN = frozenset({"native", "raw", "base64", "h264", "h265", "vp8", "
 FEATURE_SOURCES = frozenset({"producer", "router", "hybrid"})
 INTENTS = frozenset({"auto", "explicit"})
 MAX_HOPS = 8
+MAX_SESSION_ID = 256  # characters of a session id (a stream's: each is a pin a rule with pin_session keeps)
 _PROTOCOL_RE = re.compile(rf"{re.escape(PROTOCOL_NAME)}/([0-9]+)(?:\.[0-9]+)?")
 _FEATURE_SCHEMA_RE = re.compile(r"\S+/[0-9]+")
 THUMBNAIL_MAX_BYTES = 16 * 1024
@@ -297,6 +298,8 @@ class Session:
         sid = _expect(data.get("id"), str, f"{where}.id", "a string")
         if not sid:
             raise ExtensionError(f"{where}.id: must not be empty", field=f"{where}.id")
+        if len(sid) > MAX_SESSION_ID:
+            raise ExtensionError(f"{where}.id: at most {MAX_SESSION_ID} characters, got {len(sid)}", field=f"{where}.id")
         final = data.get("final", False)
         _expect(final, bool, f"{where}.final", "a boolean")
         return cls(sid, _int(data.get("seq", 0), f"{where}.seq"), final)

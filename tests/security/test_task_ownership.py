@@ -166,3 +166,35 @@ async def test_another_client_naming_the_same_session_neither_takes_nor_releases
             alice_rest = [await send(ALICE, chunk(f"a{i}", i)) for i in (1, 2, 3)]
     assert alice_rest == [alice_first] * 3  # bob's final chunk did not release alice's pin
     assert bob[0] != alice_first  # bob's "cam-1" is his own session, routed afresh (round robin: the other one)
+
+
+async def test_a_session_id_is_bounded_so_pins_are() -> None:
+    """Session 15 (probe6, S15-7): a session id is the client's to choose and was bounded by the body cap alone; a rule
+    with `pin_session` keeps one pin per session id (100,000 at most, with no byte bound): bob's 1 MB session id was
+    taken and pinned, so at 100 messages a second a client could make a gateway hold ~100 MB more a second, to ~100
+    GB. Now a session id is at most `ext.MAX_SESSION_ID` (256) characters: a longer one is refused naming its field
+    before anything is routed or pinned."""
+    from mma2a.ext import EXTENSION_URI, MAX_SESSION_ID
+    from tests.gateway.conftest import agent, agents
+    from tests.security.conftest import PNG_1PX
+
+    def chunk(mid: str, sid: str) -> dict[str, Any]:
+        return {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"raw": PNG_1PX, "mediaType": "image/png"}],
+                            "extensions": [EXTENSION_URI], "metadata": {EXTENSION_URI: {
+                                "protocol": "a2a-multimodal/1.0", "session": {"id": sid, "seq": 0}}}}}
+
+    rules = {"rules": [{"name": "lb", "match": {"modality": "image/*"},
+                        "action": {"load_balance": "pool", "strategy": "round_robin", "pin_session": True}}]}
+    async with agents({n: agent(n, ["image/*"]) for n in ("w1", "w2")}) as urls:
+        cfg = {"agents": [{"name": n, "url": u, "groups": ["pool"]} for n, u in urls.items()],
+               "auth": {"clients": CLIENTS}, "rules": rules, "features": False}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            longest = await rpc(c, url, "SendMessage", chunk("b-0", "s" * MAX_SESSION_ID), BOB)
+            refused = [await rpc(c, url, "SendMessage", chunk(f"b-{n}", "s" * n), BOB) for n in (MAX_SESSION_ID + 1, 1 << 20)]
+            pinned = len(gw.pipeline.admission.pins)
+    assert longest["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    field = f"message.metadata[{EXTENSION_URI}].session.id"
+    for doc, n in zip(refused, (MAX_SESSION_ID + 1, 1 << 20)):
+        assert doc["error"]["code"] == -32602, doc  # before: taken and pinned
+        assert doc["error"]["message"] == f"{field}: at most {MAX_SESSION_ID} characters, got {n}", doc
+    assert pinned == 1
