@@ -2,12 +2,12 @@
 a large body's parse never holds the gateway's event loop (`gateway.body_parser` starts and feeds it).
 
 On stdin: an 8-byte big-endian body length, a 4-byte depth limit, a 1-byte job, the body. On stdout: an 8-byte
-length and the pickled answer of the job: `PARSE` (a JSON-RPC body: `request_body.parse_json_body_as_data`),
-`CHECK` (a REST body at the gate: `request_body.check_json_body_as_data`), `SEND` (a REST `message:send` body
+length and the pickled answer of the job: `RPC` / `RPC_SDK` (a JSON-RPC body at the gateway's ingress:
+`read_rpc_as_data`, parsed once for the ingress and, if the SDK's dispatcher will answer it, read for it too), `CHECK` (a REST body at the gate: `request_body.check_json_body_as_data`), `SEND` (a REST `message:send` body
 read as the SDK reads it: `sdk_requests.read_send_body_as_data`, whose module is loaded at the first such job) or
 `SEND_PROTO` (the bytes of a gRPC SendMessageRequest: `sdk_requests.read_send_proto_as_data`), `SEND_V03` (a v0.3 REST
 `message:send` body: `read_v03_send_body_as_data`), `PUSH` / `PUSH_V03` (a REST push-config body, 1.0's or v0.3's:
-`read_push_config_as_data`), `JSONRPC` (a JSON-RPC body the SDK's dispatcher answers: `read_jsonrpc_as_data`).
+`read_push_config_as_data`), `JSONRPC` (a JSON-RPC body the SDK's dispatcher answers, not read by `RPC`: `read_jsonrpc_as_data`).
 It runs niced (`NICENESS`) and exits at the end of stdin."""
 
 from __future__ import annotations
@@ -17,12 +17,16 @@ import struct
 import sys
 from typing import Any, BinaryIO
 
-from .request_body import check_json_body_as_data, parse_json_body_as_data
+from .request_body import check_json_body_as_data, parse_json_body_as_data, too_deep
 
 REQUEST_HEAD = struct.Struct(">QIB")
 ANSWER_HEAD = struct.Struct(">Q")
-PARSE, CHECK, SEND, SEND_PROTO, SEND_V03, PUSH, PUSH_V03, JSONRPC = 0, 1, 2, 3, 4, 5, 6, 7
+RPC, RPC_SDK, CHECK, SEND, SEND_PROTO, SEND_V03, PUSH, PUSH_V03, JSONRPC = range(9)
 """The jobs (see the module's docstring)."""
+FAST_METHODS = frozenset({"SendMessage", "GetTask", "CancelTask"})
+"""The JSON-RPC methods the gateway's ingress answers itself from the parsed document (`gateway.bindings.jsonrpc`),
+when the request's A2A-Version is a plain 1.x; the SDK's dispatcher answers every other request."""
+_WIDE_INT = float(1 << 63)  # orjson reads an integer literal past 64 bits as a float (at least this large)
 NICENESS = 10
 """The worker runs at a lower CPU priority than the gateway: on a busy host the other clients' requests (and the
 gateway's loop handing bodies over) get the cores first, and large bodies wait for them."""
@@ -47,11 +51,55 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
 
 def run(job: int, body: bytes, max_depth: int) -> tuple[Any, ...]:
     """The answer of one job."""
-    if job == PARSE:
-        return parse_json_body_as_data(body, max_depth)
+    if job == RPC or job == RPC_SDK:
+        return read_rpc_as_data(body, max_depth, every=job == RPC_SDK)
     if job == CHECK:
         return check_json_body_as_data(body)
     return run_sdk(job, body)
+
+
+def read_rpc_as_data(body: bytes, max_depth: int, *, every: bool) -> tuple[Any, ...]:
+    """A large JSON-RPC body at the ingress, parsed once: `parse_json_body_as_data`'s answer (a refusal as it is),
+    then, for a request the SDK's dispatcher will answer (`every`: the request's A2A-Version is not one the ingress
+    answers itself, so every method; else any method but `FAST_METHODS` and v0.3's names, which the ingress refuses
+    under a 1.x version), `read_jsonrpc_as_data`'s answer of the same document: `(True, doc, brackets, read)`.
+    With a read, `doc`'s `params` keep only the tenant (the ingress reads nothing else of them on the SDK's way; a
+    document it refuses for its nesting is read for nobody); `read` None: not read (the ingress answers it, or
+    the dispatcher reads it as it reads any other body)."""
+    parsed = parse_json_body_as_data(body, max_depth)
+    if not parsed[0]:
+        return parsed
+    _, doc, brackets = parsed
+    method = doc.get("method") if isinstance(doc, dict) else None
+    if not isinstance(method, str) or (not every and (method in FAST_METHODS or "/" in method)):
+        return True, doc, brackets, None
+    params = doc.get("params")
+    if brackets is not None and brackets > max_depth and too_deep(params, "params", max_depth) is not None:
+        return True, doc, brackets, None
+    from . import sdk_requests
+
+    if _wide_ints(doc):  # `json.loads`, as the SDK's dispatcher parses it, keeps such an integer whole
+        read = sdk_requests.read_jsonrpc_as_data(body)
+    else:
+        read = sdk_requests.read_jsonrpc_doc_as_data(doc, body)
+    if read[0] != "other" and isinstance(params, dict):
+        doc = {**doc, "params": {"tenant": params["tenant"]} if "tenant" in params else {}}
+    return True, doc, brackets, read
+
+
+def _wide_ints(value: Any) -> bool:
+    """A float in `value` as large as an integer past 64 bits and whole: orjson's reading of such an integer literal,
+    where `json.loads` reads an `int` (every other JSON value orjson accepts, both read alike)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif v.__class__ is float and abs(v) >= _WIDE_INT and v.is_integer():
+            return True
+    return False
 
 
 def run_sdk(job: int, body: bytes) -> tuple[Any, ...]:

@@ -70,6 +70,25 @@ def parse_json_body_as_data(body: bytes, max_depth: int) -> tuple[Any, ...]:
     return True, doc, brackets
 
 
+def too_deep(value: Any, where: str, budget: int) -> str | None:
+    """The path of the first object or array nested more than `budget` levels under `where`, else None."""
+    if budget < 0:
+        return where
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (dict, list)):
+                found = too_deep(v, f"{where}.{k}" if len(where) < 120 else where, budget - 1)
+                if found is not None:
+                    return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, (dict, list)):
+                found = too_deep(v, f"{where}[{i}]" if len(where) < 120 else where, budget - 1)
+                if found is not None:
+                    return found
+    return None
+
+
 def check_json_body(body: bytes) -> None:
     """The gate's check of a REST body before its binding reads it: `InvalidRequest` (field `body`) for too many
     values (`check_json_values`) or for bytes that are not JSON. An empty body passes (the binding answers it)."""

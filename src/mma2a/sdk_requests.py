@@ -195,13 +195,20 @@ def read_jsonrpc_as_data(body: bytes) -> tuple[Any, ...]:
     - `("v03", stub, text)`: v0.3's `message/send` or `message/stream`, which the dispatcher's v0.3 adapter reads
       (its pydantic model of the whole request, then the request in 1.0's form): `("read", …)` when it reads, else
       this, the model's refusal (the adapter answers `InvalidRequestError` with that text);
-    - `("other",)`: another v0.3 method, or a body that is not a JSON object."""
-    from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher  # its table of methods and their params
-
+    - `("other", method, id)`: another method (v0.3's others, which its adapter reads with pydantic; a name no binding
+      knows): the dispatcher reads it whole (`json.loads`, a model) wherever it runs;
+    - `("other",)`: a body that is not a JSON object with a string method."""
     try:
         doc = json.loads(body)
     except ValueError:
         return ("other",)
+    return read_jsonrpc_doc_as_data(doc, body)
+
+
+def read_jsonrpc_doc_as_data(doc: Any, body: bytes) -> tuple[Any, ...]:
+    """`read_jsonrpc_as_data` of the body `body`, parsed already into `doc` as `json.loads` parses it."""
+    from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher  # its table of methods and their params
+
     if not isinstance(doc, dict) or not isinstance(doc.get("method"), str):
         return ("other",)
     stub = {k: (doc[k] if k in ("jsonrpc", "method", "id") else None) for k in doc}
@@ -209,7 +216,7 @@ def read_jsonrpc_as_data(body: bytes) -> tuple[Any, ...]:
         return _read_v03_jsonrpc(doc, stub, body)
     model = JsonRpcDispatcher.METHOD_TO_MODEL.get(doc["method"])
     if model is None:
-        return ("other",)
+        return "other", doc["method"], doc.get("id")
     params = model()
     try:
         json_format.ParseDict(doc.get("params", {}), params, ignore_unknown_fields=True)

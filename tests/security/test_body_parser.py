@@ -12,6 +12,7 @@ import httpx
 import orjson
 import pytest
 
+from mma2a import json_worker, sdk_requests
 from mma2a.errors import InvalidRequest, MMA2AError, ParseError
 from mma2a.gateway.bindings.body_parser import INLINE_PARSE_BYTES, JSONBodyParser
 from mma2a.request_body import MAX_JSON_VALUES
@@ -25,7 +26,7 @@ BODIES = [
 ]
 
 
-def outcome(result: tuple[object, int | None] | MMA2AError) -> tuple[object, ...]:
+def outcome(result: tuple[object, ...] | MMA2AError) -> tuple[object, ...]:
     if isinstance(result, MMA2AError):
         return type(result), result.message, result.field
     return result
@@ -72,11 +73,11 @@ async def test_the_refusals_are_the_ones_the_client_reads() -> None:
 async def test_a_killed_worker_is_replaced_and_the_body_still_parsed() -> None:
     worker = JSONBodyParser(64, inline_bytes=0)
     try:
-        assert await worker.parse(b"[1]") == ([1], None)  # small: not counted
+        assert await worker.parse(b"[1]") == ([1], None, None)  # small: not counted
         pid = worker.worker_pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        assert await worker.parse(b'{"a": 2}') == ({"a": 2}, None)
+        assert await worker.parse(b'{"a": 2}') == ({"a": 2}, None, None)
         assert worker.worker_pid not in (None, pid)
     finally:
         await worker.close()
@@ -155,13 +156,24 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
         "v0.3 send, role unknown": body("message/send", {"message": {**msg03, "role": "nobody"}}),
         "v0.3 send, an extra member": body("message/send", {"message": msg03}, extra=1),
     }
+    jobs: list[int] = []  # each exchange with the JSON body worker: one per large body, parsed there once
+    exchange = JSONBodyParser._exchange
+
+    def counted(self: JSONBodyParser, data: bytes, job: int) -> object:
+        jobs.append(job)
+        return exchange(self, data, job)
+
+    monkeypatch.setattr(JSONBodyParser, "_exchange", counted)
     got = {}
     async with secured({"max_body_bytes": 8 << 20}) as (gw, url, _):
         async with httpx.AsyncClient(timeout=60) as c:
             for name, (small, large) in cases.items():
                 answers = []
                 for data, version in ((small, "1.0"), (large, "1.0"), (small, "0.3"), (large, "0.3")):
+                    del jobs[:]
                     r = await c.post(url + "/", content=data, headers={**bearer(TOKEN), "A2A-Version": version})
+                    assert jobs == ([] if data is small else [json_worker.RPC if version == "1.0" else json_worker.RPC_SDK]), \
+                        (name, version)
                     text = r.text
                     if text.startswith("data:"):  # a stream: the kinds of its events (their ids and times differ)
                         events = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
@@ -184,3 +196,87 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
     assert '"code":-32001' in got["push config, unknown task"][0][1]
     assert '"code":-32602' in got["push config, url a number"][0][1] and "parseError" in got["push config, url a number"][0][1]
     assert seen and max(seen) <= INLINE_PARSE_BYTES
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_a_large_jsonrpc_body_is_parsed_once_in_the_worker_for_the_ingress_and_the_sdk(
+        monkeypatch: pytest.MonkeyPatch, wide: bool) -> None:
+    """The worker's job for a large JSON-RPC body the SDK's dispatcher answers (`json_worker.read_rpc_as_data`, run
+    here in process): one `orjson.loads` serves the ingress's checks and the dispatcher's read, which is the one
+    `read_jsonrpc_as_data` (a `json.loads` of its own) gave. An integer past 64 bits, which orjson reads as a float
+    and `json.loads` whole, is read with `json.loads` (`wide`), as the dispatcher reads it."""
+    import json
+
+    msg = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}],
+           "metadata": {"n": 123456789012345678901234 if wide else 12, "x": 2.5}}
+    body = json.dumps({"jsonrpc": "2.0", "id": "r1", "method": "SendStreamingMessage",
+                       "params": {"message": msg, "tenant": "t", "pad": "p" * 4096}}).encode()
+    expected = sdk_requests.read_jsonrpc_as_data(body)
+    calls = {"orjson": 0, "json": 0}
+    real_orjson, real_json = orjson.loads, json.loads
+
+    def counting_orjson(data: object) -> object:
+        calls["orjson"] += 1
+        return real_orjson(data)  # type: ignore[arg-type]
+
+    def counting_json(data: object, **kw: object) -> object:
+        calls["json"] += 1
+        return real_json(data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(orjson, "loads", counting_orjson)
+    monkeypatch.setattr(json, "loads", counting_json)
+    ok, doc, brackets, read = json_worker.run(json_worker.RPC, body, 64)
+    assert calls == ({"orjson": 1, "json": 1} if wide else {"orjson": 1, "json": 0})
+    assert ok is True and read == expected and read[0] == "read"
+    assert doc == {"jsonrpc": "2.0", "id": "r1", "method": "SendStreamingMessage", "params": {"tenant": "t"}}
+    assert brackets is None  # (a body under MAX_JSON_VALUES bytes is not counted)
+    # a method the ingress answers itself is parsed for it alone, its document whole
+    fast = body.replace(b"SendStreamingMessage", b"SendMessage")
+    calls.update(orjson=0, json=0)
+    ok, doc, _, read = json_worker.run(json_worker.RPC, fast, 64)
+    assert (calls, read) == ({"orjson": 1, "json": 0}, None) and doc["params"]["message"]["messageId"] == "m-1"
+    # ... unless the request's version sends it to the SDK's dispatcher
+    ok, doc, _, read = json_worker.run(json_worker.RPC_SDK, fast, 64)
+    assert read == sdk_requests.read_jsonrpc_as_data(fast) and doc["params"] == {"tenant": "t"}
+
+
+async def test_a_large_body_of_a_method_that_carries_no_media_is_refused_naming_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """v0.3's methods but its sends (and a method no binding knows) are read by the SDK whole, on the event loop
+    (`json.loads`, then v0.3's pydantic models), wherever the body is: past 1 MiB (padding: they carry ids, a push
+    config) such a body is refused, 413 and -32600 naming the limit, before anything reads it in the gateway's
+    process; small ones are answered as before."""
+    from starlette.requests import Request
+
+    read: list[int] = []
+    real = Request.json
+
+    async def recording(self: Request) -> object:
+        read.append(len(await self.body()))
+        return await real(self)
+
+    monkeypatch.setattr(Request, "json", recording)
+    pad = "p" * (INLINE_PARSE_BYTES + 10)
+    cases = [("tasks/get", "0.3", {"id": "t-none"}), ("tasks/pushNotificationConfig/set", "0.3",
+              {"taskId": "t-none", "pushNotificationConfig": {"url": "https://example.com/h"}}),
+             ("tasks/cancel", "0.3", {"id": "t-none"}), ("NoSuchMethod", "1.0", {})]
+    async with secured({"max_body_bytes": 8 << 20}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            for method, version, params in cases:
+                headers = {**bearer(TOKEN), "A2A-Version": version}
+                small = await c.post(url + "/", headers=headers, json={"jsonrpc": "2.0", "id": 7, "method": method,
+                                                                       "params": params})
+                large = orjson.dumps({"jsonrpc": "2.0", "id": 7, "method": method,
+                                      "params": {**params, "metadata": {"pad": pad}}})
+                refused = await c.post(url + "/", headers=headers, content=large)
+                assert small.status_code == 200 and "error" in small.json(), method  # (no such task; no such method)
+                assert small.json()["error"]["code"] != -32600, method
+                assert refused.status_code == 413, method
+                err = refused.json()
+                assert (err["id"], err["error"]["code"]) == (7, -32600), method
+                assert err["error"]["message"] == (
+                    f"request body of {len(large)} bytes exceeds {INLINE_PARSE_BYTES} bytes, the most a {method} "
+                    "request may carry (only A2A 1.0's methods and v0.3's message/send and message/stream carry "
+                    "more); send large media by reference (POST /blobs)"), method
+                assert err["error"]["data"][0]["metadata"] == {"field": "body"}, method
+    assert read and max(read) <= INLINE_PARSE_BYTES  # the small ones were read by the SDK; no large one was

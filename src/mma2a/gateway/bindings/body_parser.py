@@ -8,6 +8,9 @@ counts and parses; one thread of the gateway hands it the body and reads its ans
 kernel copies with the GIL released), so the loop pays only for unpickling the document (~6 ms for 27 MB, a string
 copied). Large bodies go through one at a time (a lane: their parses' memory and CPU do not add up).
 
+A large JSON-RPC body is parsed once (`parse`): for the ingress, and for the SDK's dispatcher when that answers
+it, in one job (the document's params sent back once).
+
 The REST binding's large bodies take the same worker twice: the gate's check (`check`: values counted, JSON
 checked, nothing sent back), then for `message:send` and `message:stream` the SDK's own read of the body
 (`read_send`: `json_format.Parse`, the required fields, the free-form bytes, the JSON the pipeline takes), which on
@@ -34,7 +37,7 @@ from typing import IO, Any
 
 from ...affinity import free_thread
 from ...errors import InvalidRequest, MMA2AError, ParseError
-from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, PARSE, REQUEST_HEAD, SEND, SEND_PROTO, run_sdk
+from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, REQUEST_HEAD, RPC, RPC_SDK, SEND, SEND_PROTO, run_sdk
 from ...request_body import check_json_body, parse_json_body
 from ..access.security import Unavailable
 
@@ -53,7 +56,8 @@ _SOURCES = str(Path(__file__).resolve().parents[2])  # the directory holding `mm
 
 
 class JSONBodyParser:
-    """`parse(body)`: the document and its counted brackets (`request_body.parse_json_body`); `check(body)`: a REST
+    """`parse(body)`: a JSON-RPC body's document and its counted brackets (`request_body.parse_json_body`), and its
+    read for the SDK's dispatcher when that answers it (past `inline_bytes`); `check(body)`: a REST
     body's check at the gate; `read_send(body)`: a REST SendMessage body read for the pipeline. Refusals are raised
     the same way whichever side of `inline_bytes` the body is. The worker starts with the first large body; `close`
     stops it."""
@@ -64,12 +68,18 @@ class JSONBodyParser:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lane: ThreadPoolExecutor | None = None  # one thread: one exchange at a time, never cut by a cancel
 
-    async def parse(self, body: bytes) -> tuple[Any, int | None]:
+    async def parse(self, body: bytes, *, every: bool = False) -> tuple[Any, int | None, tuple[Any, ...] | None]:
+        """A JSON-RPC body at the ingress: its document and counted brackets (`request_body.parse_json_body`), and
+        past `inline_bytes`, in the same job of the worker, for a request the SDK's dispatcher will answer, its read
+        as the dispatcher reads it (`json_worker.read_rpc_as_data`: the document's `params` then hold only the tenant;
+        `every`: whatever the method): one parse of a large body, not one for the ingress and one for the dispatcher.
+        The read is None for a small body, and for a request the ingress answers itself."""
         if len(body) <= self.inline_bytes:
-            return parse_json_body(body, self.max_depth)
-        answer = await self._answer(body, PARSE)
+            doc, brackets = parse_json_body(body, self.max_depth)
+            return doc, brackets, None
+        answer = await self._answer(body, RPC_SDK if every else RPC)
         if answer[0]:
-            return answer[1], answer[2]
+            return answer[1], answer[2], answer[3]
         raise _REFUSALS[answer[1]](answer[2], field=answer[3])
 
     async def check(self, body: bytes) -> None:

@@ -27,7 +27,8 @@ from ...errors import (
     PayloadTooLarge,
     RateLimited,
 )
-from ...request_body import ReadRequest, header_map
+from ...json_worker import FAST_METHODS
+from ...request_body import ReadRequest, header_map, too_deep
 from ...responses import jsonrpc_error_json
 from ..access.clients import StreamSlot, StreamSlots, current_client
 from ..access.security import AccessControl, retry_after
@@ -40,7 +41,6 @@ from ..stages.feedback import FEEDBACK_METHOD
 
 log = logging.getLogger("mma2a.gateway")
 
-FAST_METHODS = frozenset({"SendMessage", "GetTask", "CancelTask"})
 # the A2A 0.3 method names (answered through the SDK's compat layer); any other name with a slash is unknown (-32601)
 V03_METHODS = frozenset({
     "message/send", "message/stream", "tasks/get", "tasks/cancel", "tasks/resubscribe", "tasks/pushNotificationConfig/set",
@@ -110,25 +110,6 @@ def check_message(message: Any) -> dict[str, Any]:
     return message
 
 
-def too_deep(value: Any, where: str, budget: int) -> str | None:
-    """The path of the first object or array nested more than `budget` levels under `where`, else None."""
-    if budget < 0:
-        return where
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if isinstance(v, (dict, list)):
-                found = too_deep(v, f"{where}.{k}" if len(where) < 120 else where, budget - 1)
-                if found is not None:
-                    return found
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            if isinstance(v, (dict, list)):
-                found = too_deep(v, f"{where}[{i}]" if len(where) < 120 else where, budget - 1)
-                if found is not None:
-                    return found
-    return None
-
-
 class JsonRpcIngress:
     """The POST endpoint of the JSON-RPC binding at `/` and `/agents/{agent}/`."""
 
@@ -158,15 +139,16 @@ class JsonRpcIngress:
         else:
             await answer(scope, receive, send)
 
-    async def _sdk(self, scope: dict[str, Any], receive: Any, body: bytes, method: Any = None, rid: Any = None
-                   ) -> Response:
-        """The request (its body already read) answered by the SDK's dispatcher; a streaming `method` holds one of
-        the caller's stream slots while it is answered."""
+    async def _sdk(self, scope: dict[str, Any], receive: Any, body: bytes, method: Any = None, rid: Any = None,
+                   read: tuple[Any, ...] | None = None) -> Response:
+        """The request (its body already read; `read`: as the dispatcher reads it, if the worker has) answered by the
+        SDK's dispatcher; a streaming `method` holds one of the caller's stream slots while it is answered."""
         if method.__class__ is str and method in STREAM_METHODS and self.control is not None:
-            return await self._stream(scope, receive, body, rid)
-        return await self._plain_sdk(scope, receive, body, rid)
+            return await self._stream(scope, receive, body, rid, read)
+        return await self._plain_sdk(scope, receive, body, rid, read)
 
-    async def _plain_sdk(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any = None) -> Response:
+    async def _plain_sdk(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any = None,
+                         read: tuple[Any, ...] | None = None) -> Response:
         """The SDK's answer; a request whose message was shed (noted by the pipeline) is answered 503 instead, as
         on the fast path (the SDK answers every error with HTTP 200)."""
         await self.sdk.loaded()
@@ -174,7 +156,7 @@ class JsonRpcIngress:
         shed: list[Overloaded] = []
         token = shed_note.set(shed)
         try:
-            answer: Response = await self.sdk.dispatcher.handle_requests(request)
+            answer: Response = await self.sdk.dispatcher.handle_read(request, read)
         finally:
             shed_note.reset(token)
         if shed and answer.media_type == "application/json":  # (a stream that has begun says it in its events)
@@ -203,8 +185,9 @@ class JsonRpcIngress:
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._bytes_in.inc(len(body))
-        try:
-            doc, brackets = await self.parser.parse(body)  # a large body in the worker process: the loop stays free
+        fast_version = version == "1.0" or _PLAIN_V1(version) is not None
+        try:  # a large body in the worker process (the loop stays free), read there for the SDK too if it answers it
+            doc, brackets, read = await self.parser.parse(body, every=not fast_version)
         except MMA2AError as exc:
             return rpc_error(None, exc)
         if not isinstance(doc, dict):
@@ -219,7 +202,7 @@ class JsonRpcIngress:
         rid = doc.get("id")
         if rid is not None and (rid.__class__ is not str and rid.__class__ is not int):  # bool is not int here
             if rid.__class__ is float:  # orjson reads an integer past 64 bits as a float: the SDK's parser keeps it
-                return await self._sdk(scope, receive, body, doc.get("method"), rid)
+                return await self._sdk(scope, receive, body, doc.get("method"), rid, read)
             return rpc_error(None, InvalidRequest("request id must be a string, an integer or null", field="id"))
         method = doc.get("method")
         if doc.get("jsonrpc") != "2.0" or not isinstance(method, str):
@@ -245,9 +228,8 @@ class JsonRpcIngress:
         if method == FEEDBACK_METHOD:  # the extension's own method (docs/extension.md)
             return await self._feedback(params, target if target is not None else tenant, rid,
                                         (scope.get("client") or ("?",))[0])
-        fast_version = version == "1.0" or _PLAIN_V1(version) is not None
         if method not in FAST_METHODS or not fast_version or (_underscore(body) and _snake_case(params)):
-            return await self._sdk(scope, receive, body, method, rid)
+            return await self._sdk(scope, receive, body, method, rid, read)
         try:
             if not isinstance(params, dict):
                 if params is not None and not isinstance(params, list):  # JSON-RPC 2.0 §4.2: a structured value
@@ -292,7 +274,8 @@ class JsonRpcIngress:
             return rpc_error(rid, exc)
         return rpc_response(rid, result)
 
-    async def _stream(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any) -> Response:
+    async def _stream(self, scope: dict[str, Any], receive: Any, body: bytes, rid: Any,
+                      read: tuple[Any, ...] | None) -> Response:
         """A streaming method: one of the caller's stream slots while its answer is sent, or 429 + `Retry-After`
         with the JSON-RPC error (-32600, `data.retryAfter`) past the caps."""
         assert self.control is not None
@@ -302,7 +285,7 @@ class JsonRpcIngress:
             return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=429, media_type="application/json",
                             headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
         try:
-            answer = await self._plain_sdk(scope, receive, body, rid)
+            answer = await self._plain_sdk(scope, receive, body, rid, read)
         except BaseException:
             self.control.streams.give(sender)
             raise

@@ -59,9 +59,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...errors import AgentRPCError, MMA2AError, metadata_strings
+from ...errors import AgentRPCError, MMA2AError, PayloadTooLarge, metadata_strings
 from ...json_worker import JSONRPC, PUSH, PUSH_V03, SEND_V03
 from ...request_body import ReadRequest
+from ...responses import jsonrpc_error_json
 from ...sdk_requests import check_required, raise_refusal, send_request_json
 from ..access.clients import current_client
 from ..access.federation import check_unbound
@@ -326,22 +327,34 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
     (`sdk_requests.read_jsonrpc_as_data`: `json.loads`, `ParseDict` of the params; for SendMessage and
     SendStreamingMessage the gateway's read), not on the event loop. The dispatcher then answers a stub of the
     request: a send's params hold only the tenant and the handler takes the worker's answer (`body_parser.read_ahead`);
-    another method's params are what was read. A refusal of the params is answered as the dispatcher answers it;
-    every other body (v0.3's methods, a worker that stopped) takes the SDK's own path."""
+    another method's params are what was read. A refusal of the params is answered as the dispatcher answers it.
+    A body of any other method (v0.3's but its sends, a name no binding knows), which the SDK reads whole on the loop
+    wherever it runs, is refused past the inline size (413, -32600 naming the limit: `_beyond_inline`); a body when
+    the worker stopped takes the SDK's own path. The ingress's own job in the worker reads the body for the
+    dispatcher as it parses it (`handle_read`): one parse of a large body."""
 
     def __init__(self, *args: Any, bodies: JSONBodyParser | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._bodies = bodies
 
     async def handle_requests(self, request: Request) -> Response:
-        body = await _body(request)
-        if self._bodies is None or body is None or len(body) <= self._bodies.inline_bytes:
-            return await super().handle_requests(request)
-        try:
-            answer = await self._bodies.sdk_answer(body, JSONRPC)
-        except MMA2AError:  # the worker stopped: the SDK reads it, as before
-            return await super().handle_requests(request)
+        return await self.handle_read(request, None)
+
+    async def handle_read(self, request: Request, answer: tuple[Any, ...] | None) -> Response:
+        """`handle_requests`, the body read already as the dispatcher reads it (`answer`, the ingress's job in the
+        worker: `json_worker.read_rpc_as_data`), or None: read here (past the inline size, in the worker)."""
+        if answer is None:
+            body = await _body(request)
+            if self._bodies is None or body is None or len(body) <= self._bodies.inline_bytes:
+                return await super().handle_requests(request)
+            try:
+                answer = await self._bodies.sdk_answer(body, JSONRPC)
+            except MMA2AError:  # the worker stopped: the SDK reads it, as before
+                return await super().handle_requests(request)
         if answer[0] == "other":
+            if len(answer) > 1 and self._bodies is not None:  # (a body past the inline size: only such is read)
+                body = await _body(request)
+                return _beyond_inline(answer[1], answer[2], len(body or b""), self._bodies.inline_bytes)
             return await super().handle_requests(request)
         stub = ReadRequest(request.scope, request.receive, answer[1])
         if answer[0] in ("params", "v03"):  # refused where the dispatcher (or its v0.3 adapter) reads the params,
@@ -361,6 +374,20 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
         # after the dispatcher has answered (the handler takes the answer once, `PipelineRequestHandler._read`)
         read_ahead.set(answer[2])
         return await super().handle_requests(stub)
+
+
+def _beyond_inline(method: str, rid: Any, size: int, limit: int) -> Response:
+    """A JSON-RPC request past the inline size whose method carries no media (v0.3's methods but its sends, a name
+    no binding knows): the SDK would read it whole on the event loop (`json.loads`, then v0.3's pydantic models),
+    stalling every client for a body of padding. Refused, 413 and -32600 naming the limit, as a body past
+    `max_body_bytes` is."""
+    if rid.__class__ is not str and rid.__class__ is not int:
+        rid = None
+    err = PayloadTooLarge(
+        f"request body of {size} bytes exceeds {limit} bytes, the most a {method[:100]} request may carry (only A2A "
+        "1.0's methods and v0.3's message/send and message/stream carry more); send large media by reference "
+        "(POST /blobs)", field="body")
+    return Response(orjson.dumps(jsonrpc_error_json(rid, err)), status_code=413, media_type="application/json")
 
 
 def _jsonrpc_members(doc: dict[str, Any]) -> Any:
