@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mma2a.routing import AgentInfo, Load, SessionPins, build_snapshot, decide_pinned, parse_rules
+from mma2a.routing.sessions import OWNER_SEP
 
 from .helpers import wire_message
 
@@ -99,3 +100,28 @@ def test_a_message_without_a_session_is_just_decided() -> None:
     snap = build_snapshot(RULES, AGENTS)
     d = decide_pinned(wire_message(("video/mp4", {})), snap, pins)
     assert d.targets() == ("v1",) and len(pins) == 0
+
+
+def test_one_clients_new_sessions_push_out_its_own_pins_never_anothers() -> None:
+    """Session 15 (probe6, S15-8): the pins were one least-recently-used set for every client, so a client opening new
+    sessions (a new id a message, as fast as its rate allows) pushed every other client's pins out: alice's stream,
+    pinned to v1 (a stateful agent holding her stream), had its next chunk routed afresh to v2. Now one client's
+    sessions are at most a quarter of the pins, its own least recently used going first; ids without an owner (a
+    gateway without authentication) are held to the whole."""
+    pins = SessionPins(max_sessions=8)
+    snap = build_snapshot(RULES, AGENTS, version=1)
+    first = decide_pinned(chunk(0, sid=f"alice{OWNER_SEP}cam"), snap, pins, load=Load(tick=0))
+    assert first.targets() == ("v1",)
+    for i in range(100):  # mallory's sessions, each new
+        decide_pinned(chunk(0, sid=f"mallory{OWNER_SEP}s{i}"), snap, pins, load=Load(tick=i))
+    assert f"alice{OWNER_SEP}cam" in pins  # before: pushed out by mallory's 100
+    again = decide_pinned(chunk(1, sid=f"alice{OWNER_SEP}cam"), snap, pins, load=Load(tick=1))  # round robin: v2
+    assert again.pinned and again.targets() == ("v1",)
+    held = [f"mallory{OWNER_SEP}s{i}" in pins for i in range(100)]
+    assert sum(held) == 2 and held[-2:] == [True, True]  # a quarter of 8: her newest two
+    pins.release(f"mallory{OWNER_SEP}s99")
+    pins.invalidate("v2")
+    anonymous = SessionPins(max_sessions=4)
+    for i in range(10):
+        anonymous.pin(f"s{i}", 1, ())
+    assert len(anonymous) == 4 and "s9" in anonymous  # no owner: the whole, least recently used first

@@ -2,7 +2,9 @@
 
 A pin holds the snapshot version it was made under; it is used only while that version
 is current, so any change of rules or agents (a new snapshot) re-routes the session.
-A failed target invalidates every pin through it. The gateway owns one `SessionPins`.
+A failed target invalidates every pin through it. The gateway owns one `SessionPins`, and keys a client's session
+`CLIENT\x1fID` (`OWNER_SEP`): one client's sessions make at most a quarter of the pins, so its new sessions push out
+its own least recently used pins, never another client's (docs/security.md S15-8).
 """
 
 from __future__ import annotations
@@ -18,14 +20,26 @@ from .learned import Evidence
 from .snapshot import Snapshot
 
 
+OWNER_SEP = "\x1f"  # between the client and its own session id, in the ids the gateway pins
+
+
+def owner_of(session_id: str) -> str | None:
+    """The client a pinned session id belongs to (None: a gateway without authentication, where all are one's)."""
+    owner, sep, _ = session_id.partition(OWNER_SEP)
+    return owner if sep else None
+
+
 class SessionPins:
-    """Pinned routes by session id, least recently used dropped beyond `max_sessions`."""
+    """Pinned routes by session id, least recently used dropped beyond `max_sessions`; one owner's at most
+    `max_per_owner` (a quarter), its own least recently used dropped first."""
 
     def __init__(self, max_sessions: int = 100_000) -> None:
         if max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         self._max = max_sessions
+        self.max_per_owner = max(1, max_sessions // 4)
         self._pins: OrderedDict[str, tuple[int, tuple[PartRoute, ...]]] = OrderedDict()
+        self._owned: dict[str, OrderedDict[str, None]] = {}  # owner -> its pinned session ids, least recent first
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -39,8 +53,26 @@ class SessionPins:
         with self._lock:
             self._pins[session_id] = (version, tuple(routes))
             self._pins.move_to_end(session_id)
+            owner = owner_of(session_id)
+            if owner is not None:
+                mine = self._owned.setdefault(owner, OrderedDict())
+                mine[session_id] = None
+                mine.move_to_end(session_id)
+                while len(mine) > self.max_per_owner:
+                    self._pins.pop(mine.popitem(last=False)[0], None)
             while len(self._pins) > self._max:
-                self._pins.popitem(last=False)
+                self._disown(self._pins.popitem(last=False)[0])
+
+    def _disown(self, session_id: str) -> None:
+        """A pin gone: off its owner's list (under the lock)."""
+        owner = owner_of(session_id)
+        if owner is None:
+            return
+        mine = self._owned.get(owner)
+        if mine is not None:
+            mine.pop(session_id, None)
+            if not mine:
+                del self._owned[owner]
 
     def lookup(self, session_id: str, version: int) -> tuple[PartRoute, ...] | None:
         """The pinned routes, only while the snapshot version is unchanged (a stale pin is dropped)."""
@@ -50,14 +82,19 @@ class SessionPins:
                 return None
             if entry[0] != version:
                 del self._pins[session_id]
+                self._disown(session_id)
                 return None
             self._pins.move_to_end(session_id)
+            owner = owner_of(session_id)
+            if owner is not None:
+                self._owned[owner].move_to_end(session_id)
             return entry[1]
 
     def release(self, session_id: str) -> None:
         """Forget a session (its stream ended)."""
         with self._lock:
-            self._pins.pop(session_id, None)
+            if self._pins.pop(session_id, None) is not None:
+                self._disown(session_id)
 
     def invalidate(self, agent: str) -> int:
         """Drop every pin whose route goes to or through `agent`; return how many were dropped."""
@@ -69,11 +106,13 @@ class SessionPins:
             ]
             for sid in stale:
                 del self._pins[sid]
+                self._disown(sid)
             return len(stale)
 
     def clear(self) -> None:
         with self._lock:
             self._pins.clear()
+            self._owned.clear()
 
 
 def decide_pinned(

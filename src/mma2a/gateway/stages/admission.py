@@ -12,6 +12,7 @@ from ...errors import ContentTypeNotSupported, Forbidden, InvalidParams, Invalid
 from ...ext import EXTENSION_URI, MAX_HOPS
 from ...modality import ModalityRegistry
 from ...routing import Load, RouteDecision, SessionPins, Snapshot, decide_pinned, decision_key
+from ...routing.sessions import OWNER_SEP
 from ...view import Caller, MessageView, view_message
 from ..access.clients import Client, current_client, current_sender, shown
 from ..downstream.directory import AgentDirectory
@@ -148,7 +149,8 @@ class Admission:
                 view = dataclasses.replace(view, receivers=(rec.legs[0].agent,))
         if view.session is not None and caller is not None:  # a session's pin is its client's: another client
             # naming the same session id neither takes the pinned route nor releases it
-            view = dataclasses.replace(view, session=dataclasses.replace(view.session, id=f"{caller}\x1f{view.session.id}"))
+            own = f"{caller}{OWNER_SEP}{view.session.id}"  # (its pins are its own too: routing/sessions.py)
+            view = dataclasses.replace(view, session=dataclasses.replace(view.session, id=own))
         client = current_client.get()
         wanted = self.state.snapshot.caller_claims
         if wanted is not None and client is not None:  # `client:` conditions read who is calling
