@@ -29,8 +29,10 @@ since copies into a mapping do not, and moves to a new file after half the age l
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
+import shutil
 import struct
 import tempfile
 import time
@@ -52,18 +54,55 @@ TOUCH_S = 1.0  # a writer sets its file's modification time at most this often (
 RETAIN = 8  # a worker's files hold at most this many times its map's bytes (they hold what its cache holds, each
 # record's JSON ~300 B against the ~700 B the map counts it since 8217bce: room to spare)
 SHM = "/dev/shm"
+PREFIX = "mma2a-tasks-"  # a task directory's name: PREFIX + mkdtemp's random part
+LOCK = ".lock"  # in a task directory: locked (flock) by the process that made it, for as long as that runs
 
 
 def make_task_dir(workers: int, task_bytes: int) -> str:
     """The directory for the task files of `workers` workers (0700, the caller removes it): in memory (/dev/shm) when
     it has room for all they may keep (`RETAIN` x `task_bytes` each; a container's /dev/shm is often 64 MiB), else
-    the temporary directory (files in the page cache, written back to disk in the background)."""
+    the temporary directory (files in the page cache, written back to disk in the background). This process holds
+    the directory's lock until it ends, however it ends: the directories of makers gone without removing theirs are
+    removed first (`remove_orphans`)."""
     try:
         st = os.statvfs(SHM)
         roomy = os.access(SHM, os.W_OK) and st.f_bavail * st.f_frsize >= workers * RETAIN * task_bytes
     except OSError:
         roomy = False
-    return tempfile.mkdtemp(prefix="mma2a-tasks-", dir=SHM if roomy else None)
+    parent = SHM if roomy else tempfile.gettempdir()
+    remove_orphans(parent)
+    path = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
+    fd = os.open(os.path.join(path, LOCK + ".new"), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # never unlocked nor closed: the kernel releases it when this process ends
+    os.rename(os.path.join(path, LOCK + ".new"), os.path.join(path, LOCK))  # named once held: never seen free alive
+    return path
+
+
+def remove_orphans(parent: str) -> None:
+    """Remove this user's task directories under `parent` whose maker has ended (their lock is free). A supervisor
+    killed outright (SIGKILL, the OOM killer) never ran its cleanup: its directory stayed in /dev/shm, memory the host
+    got back only at a reboot (up to `RETAIN` x `task_bytes` a worker; docs/security.md S15-9). A directory without a
+    lock (made before this) is left as it is."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(PREFIX):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            fd = os.open(os.path.join(entry.path, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:  # gone, no lock, not readable
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its maker runs
+            os.close(fd)
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        os.close(fd)
 
 
 class TaskFiles:
