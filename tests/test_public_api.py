@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import mma2a
 
@@ -52,8 +57,8 @@ def test_the_docs_import_only_public_names() -> None:
 
 
 def test_the_lazy_names_of_the_root_are_typed_as_what_they_are() -> None:
-    """`mma2a.Gateway` and the SDK names load on first use (`__getattr__`); under TYPE_CHECKING the same
-    names are imported from the module that serves them, so a type checker sees the real classes."""
+    """Every name of `mma2a` but `__version__` loads its module on first use (`__getattr__`); under TYPE_CHECKING the
+    same names are imported from the module that serves them, so a type checker sees the real classes."""
     tree = ast.parse((ROOT / "src" / "mma2a" / "__init__.py").read_text(encoding="utf-8"))
     typed: dict[str, str] = {}
     for node in tree.body:
@@ -64,8 +69,27 @@ def test_the_lazy_names_of_the_root_are_typed_as_what_they_are() -> None:
     eager = {n for n in mma2a.__all__ if n in vars(mma2a)}
     lazy = set(mma2a.__all__) - eager
     assert lazy and set(typed) == lazy, f"lazy names {sorted(lazy)} vs typed under TYPE_CHECKING {sorted(typed)}"
+    assert eager == {"__version__"}, sorted(eager)
     for name, module in typed.items():
         assert getattr(mma2a, name) is getattr(importlib.import_module(module), name), name
+    assert set(mma2a.__all__) <= set(dir(mma2a))
+    with pytest.raises(AttributeError, match="^module 'mma2a' has no attribute 'Rules'$"):
+        mma2a.Rules  # noqa: B018
+    from mma2a import client_link  # a submodule is still imported by `from mma2a import`
+
+    assert client_link is importlib.import_module("mma2a.client_link")
+
+
+def test_import_mma2a_loads_nothing_else_of_the_package() -> None:
+    """`import mma2a` is cheap: no routing, wire types, yaml or orjson until a name is asked for (the supervisor of
+    `serve --workers N` imports one module of the package and holds only that module's imports); `from mma2a import`
+    of every public name then works in the same fresh process."""
+    probe = ("import json, sys; import mma2a; before = sorted(sys.modules); "
+             f"from mma2a import {', '.join(n for n in mma2a.__all__)}; print(json.dumps(before))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert {m for m in loaded if m.startswith("mma2a")} == {"mma2a", "mma2a._version"}
+    assert not {"yaml", "orjson", "pydantic", "a2a"} & loaded
 
 
 def test_only_public_modules_define_all() -> None:

@@ -88,7 +88,10 @@ async def until_listeners(port: int, n: int, timeout_s: float = 30.0) -> None:
 GATEWAY_MODULES = {"mma2a.cli", "mma2a.gateway", "mma2a.gateway.app", "mma2a.gateway.config", "mma2a.serving",
                    "mma2a.cluster.state", "mma2a.payload", "mma2a.features", "typer", "pydantic", "uvicorn",
                    "starlette", "aiohttp", "httpx", "a2a", "nats", "grpc", "google.protobuf", "opentelemetry",
-                   "prometheus_client", "numpy", "PIL"}
+                   "prometheus_client", "numpy", "PIL",
+                   # nor routing and the wire types (`mma2a`'s public names load on first use)
+                   "mma2a.routing", "mma2a.routing.engine", "mma2a.ext", "mma2a.modality", "mma2a.view",
+                   "mma2a.schemas", "mma2a.sdk", "yaml", "orjson"}
 # the shared libraries of what it must not hold (read from the running supervisor's /proc/PID/maps)
 GATEWAY_LIBRARIES = ("pydantic_core", "uvloop", "httptools", "aiohttp", "yarl", "multidict", "grpc", "_upb",
                      "cryptography", "numpy", "PIL")
@@ -106,8 +109,8 @@ def check_supervisor(pid: int) -> None:
 
 def test_the_supervisor_imports_none_of_the_gateway() -> None:
     """`python -m mma2a.supervisor` in a fresh process: the standard library, the nats-server starter, the task
-    directory and the listen socket; no gateway, command line, config code or web server (~24 MB resident where the
-    supervisor held ~66-69: docs/benchmarks.md)."""
+    directory and the listen socket; no gateway, command line, config code, web server or routing (~20 MB resident
+    where the supervisor held ~66-69, then ~23: docs/benchmarks.md)."""
     probe = "import json, sys; import mma2a.supervisor; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     loaded = set(json.loads(out.stdout))
