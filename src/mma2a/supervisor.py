@@ -14,15 +14,21 @@ worker, then stop NATS.
 The supervisor only waits, so it holds only what it needs: the standard library, the nats-server starter, the task
 directory and the listen socket. `mma2a serve --workers N` loads and checks the config (the gateway's config code, its
 errors said as by any `mma2a serve`), then replaces itself (`exec_supervisor`: the same pid) with
-`python -m mma2a.supervisor PLAN`, the few settings the supervisor runs by (`Plan`, JSON); each worker loads the
-config again. Nothing here may import the gateway, the command line or a web server: tests/cluster/test_workers.py.
+`python -m mma2a.supervisor`, given the few settings it runs by (`Plan`, JSON) in its environment; each worker loads
+the config again. Nothing here may import the gateway, the command line or a web server: tests/cluster/test_workers.py.
+
+No credential on any command line: a process's command line is every user's of the host to read (/proc/PID/cmdline,
+`ps`), its environment its own user's alone. An external NATS's URL may carry credentials (`nats://user:password@host`,
+`nats://token@host`), so the plan (which holds it) and each worker's NATS URL go through the environment; the embedded
+nats-server's token through its 0600 config file and the workers' environment; the URL is said with its credentials
+replaced (`cluster.nats_urls`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -33,11 +39,14 @@ from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
 from typing import NoReturn
 
+from .cluster.nats_urls import without_credentials
 from .cluster.server import NatsServer
 from .cluster.task_files import make_task_dir
 from .errors import MMA2AError
 from .listen import ListenError, listen_socket
 
+PLAN_ENV = "MMA2A_SUPERVISOR_PLAN"  # the plan, JSON: what `serve --workers N` gives `python -m mma2a.supervisor`
+WORKER_NATS_URL_ENV = "MMA2A_WORKER_NATS_URL"  # each worker's NATS (`serve --worker` reads it as --cluster)
 WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
 WORKER_NATS_ENV = "MMA2A_WORKER_NATS"  # "embedded": the workers are the whole cluster (their own nats-server)
 WORKER_TASKS_ENV = "MMA2A_WORKER_TASKS"  # with "embedded": the directory of the workers' task records
@@ -85,6 +94,12 @@ def dies_with(parent: int) -> Callable[[], None] | None:
     return child
 
 
+def token_of(n: int) -> str:
+    """`secrets.token_urlsafe(n)`: n bytes of `os.urandom` (what `secrets` draws them from), URL-safe base64, without
+    importing `secrets`, whose `hashlib` maps OpenSSL's libcrypto (3.7 MB of this process's ~20)."""
+    return base64.urlsafe_b64encode(os.urandom(n)).rstrip(b"=").decode("ascii")
+
+
 def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -94,17 +109,33 @@ def exec_supervisor(plan: Plan) -> NoReturn:
     what it imported so far."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "mma2a.supervisor", json.dumps(asdict(plan))])
+    env = {**os.environ, PLAN_ENV: json.dumps(asdict(plan))}  # not an argument: the plan may hold NATS credentials
+    os.execve(sys.executable, [sys.executable, "-m", "mma2a.supervisor"], env)
+
+
+def read_plan(args: list[str]) -> Plan:
+    """The plan `exec_supervisor` put in this process's environment (and out of the workers'); `ValueError` saying
+    what is wrong with it (never its text: it may hold credentials)."""
+    if args:
+        raise ValueError(f"it takes no arguments, got {' '.join(args)!r}")
+    text = os.environ.pop(PLAN_ENV, None)
+    if text is None:
+        raise ValueError(f"${PLAN_ENV} is not set")
+    try:
+        data = json.loads(text)
+        return Plan(**{**data, "argv": tuple(data["argv"])})
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"${PLAN_ENV} is not such a plan: {type(exc).__name__}: {exc}") from None
 
 
 def main(args: list[str]) -> int:
-    """`python -m mma2a.supervisor PLAN`: run the workers until SIGTERM/SIGINT; the exit status."""
+    """`python -m mma2a.supervisor` (its plan in $MMA2A_SUPERVISOR_PLAN): run the workers until SIGTERM/SIGINT; the
+    exit status."""
     try:
-        data = json.loads(args[0])
-        plan = Plan(**{**data, "argv": tuple(data["argv"])})
-    except (IndexError, ValueError, TypeError, KeyError) as exc:  # run by hand: not what `serve --workers N` passes
-        say(f"error: python -m mma2a.supervisor takes the plan `mma2a serve --workers N` makes (one JSON argument), "
-            f"not {' '.join(args)!r}: {type(exc).__name__}: {exc}; run `mma2a serve --workers N` instead")
+        plan = read_plan(args)
+    except ValueError as exc:  # run by hand: not what `serve --workers N` passes
+        say(f"error: python -m mma2a.supervisor takes the plan `mma2a serve --workers N` makes, in its environment "
+            f"({exc}); run `mma2a serve --workers N` instead")
         return 2
     try:
         return Supervisor(plan).run()
@@ -141,12 +172,12 @@ class Supervisor:
         env = dict(os.environ)
         secret_env = plan.url_secret_env
         if secret_env and not env.get(secret_env):  # the workers sign payload URLs with one key
-            env[secret_env] = secrets.token_urlsafe(32)
+            env[secret_env] = token_of(32)
         try:
             url = plan.nats
             if url is None:
                 store = tempfile.mkdtemp(prefix="mma2a-nats-")  # 0700: the token's file is this user's alone
-                token = secrets.token_urlsafe(32)
+                token = token_of(32)
                 conf = os.path.join(store, "auth.conf")  # a file, not `--auth`: a command line is every user's to read
                 with open(os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
                     f.write(f'authorization {{ token: "{token}" }}\n')
@@ -155,10 +186,10 @@ class Supervisor:
                 url = server.url
                 tasks = make_task_dir(plan.count, plan.task_bytes)
                 env[WORKER_TASKS_ENV] = tasks
-            args = [sys.executable, "-m", "mma2a.cli", "serve", *plan.argv, "--port", str(port), "--cluster", url,
-                    "--worker"]
+            env[WORKER_NATS_URL_ENV] = url  # not `--cluster URL`: an external one may hold credentials
+            args = [sys.executable, "-m", "mma2a.cli", "serve", *plan.argv, "--port", str(port), "--worker"]
             env[WORKER_NATS_ENV] = "embedded" if server is not None else "external"
-            where = "embedded nats-server at " + url if server is not None else url
+            where = "embedded nats-server at " + url if server is not None else without_credentials(url)
             say(f"mma2a serve: {plan.count} workers on {plan.host}:{port}, sharing state through {where}")
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._stop)

@@ -91,10 +91,11 @@ GATEWAY_MODULES = {"mma2a.cli", "mma2a.gateway", "mma2a.gateway.app", "mma2a.gat
                    "prometheus_client", "numpy", "PIL",
                    # nor routing and the wire types (`mma2a`'s public names load on first use)
                    "mma2a.routing", "mma2a.routing.engine", "mma2a.ext", "mma2a.modality", "mma2a.view",
-                   "mma2a.schemas", "mma2a.sdk", "yaml", "orjson"}
+                   "mma2a.schemas", "mma2a.sdk", "yaml", "orjson",
+                   "hashlib"}  # its tokens are os.urandom's bytes, as `secrets` makes them, without OpenSSL's libcrypto
 # the shared libraries of what it must not hold (read from the running supervisor's /proc/PID/maps)
 GATEWAY_LIBRARIES = ("pydantic_core", "uvloop", "httptools", "aiohttp", "yarl", "multidict", "grpc", "_upb",
-                     "cryptography", "numpy", "PIL")
+                     "cryptography", "numpy", "PIL", "_hashlib", "libcrypto")
 
 
 def check_supervisor(pid: int) -> None:
@@ -109,8 +110,8 @@ def check_supervisor(pid: int) -> None:
 
 def test_the_supervisor_imports_none_of_the_gateway() -> None:
     """`python -m mma2a.supervisor` in a fresh process: the standard library, the nats-server starter, the task
-    directory and the listen socket; no gateway, command line, config code, web server or routing (~20 MB resident
-    where the supervisor held ~66-69, then ~23: docs/benchmarks.md)."""
+    directory and the listen socket; no gateway, command line, config code, web server, routing or OpenSSL (~16 MB
+    resident where the supervisor held ~66-69, then ~23: docs/benchmarks.md)."""
     probe = "import json, sys; import mma2a.supervisor; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     loaded = set(json.loads(out.stdout))
@@ -147,11 +148,11 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[str, Any] | None = None
-                        ) -> AsyncIterator[Served]:
-    """`mma2a serve --workers 2` with auth on and every message routed to `agent` (`extra`: more of the config),
-    until both workers listen, its supervisor holding none of the gateway (`check_supervisor`); it must stop cleanly
-    (status 0) on SIGTERM at the end."""
+async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[str, Any] | None = None,
+                        args: tuple[str, ...] = ()) -> AsyncIterator[Served]:
+    """`mma2a serve --workers 2` with auth on and every message routed to `agent` (`extra`: more of the config; `args`:
+    more of the command line), until both workers listen, its supervisor holding none of the gateway
+    (`check_supervisor`); it must stop cleanly (status 0) on SIGTERM at the end."""
     port = free_port()
     config: dict[str, Any] = {
         "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
@@ -168,7 +169,8 @@ async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[
     env = {k: v for k, v in os.environ.items() if k != "MMA2A_URL_SECRET"}  # the supervisor makes one
     with log.open("ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--workers", "2", "--config", str(path),
-                                 "--pin-cpus", "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=env)
+                                 "--pin-cpus", "--log-level", "warning", *args], stdout=out, stderr=subprocess.STDOUT,
+                                env=env)
     try:
         await until_banners(log, proc, 2)
         check_supervisor(proc.pid)

@@ -146,6 +146,10 @@ def load_serve_config(config: Path | None, host: str | None, port: int | None, c
     A bad one is said in one line per error naming the file or field, and exits with status 2."""
     from ..errors import MMA2AError, RuleError
     from ..gateway.config import load_config, parse_config
+    if worker:  # a worker of `serve --workers N`: its NATS in its environment, not on its command line (credentials)
+        from ..supervisor import WORKER_NATS_URL_ENV
+
+        cluster = os.environ.get(WORKER_NATS_URL_ENV) or cluster
     try:
         cfg = load_config(config) if config else parse_config({})
         if host or port is not None:  # (--port 0: a free port, said in the banner)

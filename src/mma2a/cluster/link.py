@@ -21,6 +21,7 @@ from ..errors import ClusterError
 from ..gateway.cluster_config import ClusterConfig, NatsAuth
 from ..gateway.state.hooks import GatewayParts
 from ..tls import client_context
+from .nats_urls import without_credentials
 
 log = logging.getLogger("mma2a.cluster")
 
@@ -76,15 +77,16 @@ async def connect(config: ClusterConfig, *, name: str = "mma2a", **callbacks: An
         ), limit)
     except asyncio.TimeoutError:
         hint = "; check cluster.tls (its ca_file, and whether the server requires TLS)"
-        raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: no connection within {limit:g} s{hint}",
-                           field="cluster.nats") from None
+        raise ClusterError(f"cluster.nats: cannot connect to {without_credentials(config.nats)}: no connection within "
+                           f"{limit:g} s{hint}", field="cluster.nats") from None
     except Exception as exc:  # nats raises NoServersError, TimeoutError, OSError
         said = next((e for e in errors if "authorization" in str(e).lower()), None)
         if said is not None:
-            raise ClusterError(f"cluster.auth: NATS at {config.nats} refused the gateway's credentials ({said}); check "
-                               "cluster.auth (docs/operations.md, \"Securing NATS\")", field="cluster.auth") from None
-        raise ClusterError(f"cluster.nats: cannot connect to {config.nats}: {exc or type(exc).__name__}",
-                           field="cluster.nats") from None
+            raise ClusterError(f"cluster.auth: NATS at {without_credentials(config.nats)} refused the gateway's "
+                               f"credentials ({said}); check cluster.auth (docs/operations.md, \"Securing NATS\")",
+                               field="cluster.auth") from None
+        raise ClusterError(f"cluster.nats: cannot connect to {without_credentials(config.nats)}: "
+                           f"{exc or type(exc).__name__}", field="cluster.nats") from None
     nc.options["max_reconnect_attempts"] = -1
     return nc
 

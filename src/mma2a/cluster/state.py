@@ -38,6 +38,7 @@ from .delivery import DurableDelivery
 from .learning import ClusterLearning
 from .push import PushJournalKV
 from .link import Names, connect, ensure_kv, reserved
+from .nats_urls import without_credentials
 from .nonces import ClusterNonces
 from .objects import ObjectBlobStore
 from .pins import ClusterSessionPins
@@ -201,7 +202,8 @@ class ClusterState:
     async def _reconnected(self) -> None:
         """After NATS comes back, restart the watches from what was applied (ordered consumers may be gone)."""
         self.reconnects += 1
-        log.info("cluster %s: reconnected to %s", self.config.name, self.nc.connected_url.netloc if self.nc else "?")
+        where = without_credentials(self.nc.connected_url.netloc) if self.nc else "?"  # a URL may hold credentials
+        log.info("cluster %s: reconnected to %s", self.config.name, where)
         self._tasks.append(asyncio.create_task(self._rewatch()))
 
     async def _rewatch(self) -> None:

@@ -12,6 +12,7 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 from ..gateway.cluster_config import ClusterConfig
 from .delivery import CONSUMER
 from .link import Names, connect
+from .nats_urls import without_credentials
 
 
 async def _kv_keys(js: Any, bucket: str) -> list[str]:
@@ -61,7 +62,8 @@ async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
             si = await js.stream_info(f"OBJ_{names.blobs_bucket}")
             blobs.update(bytes=si.state.bytes, messages=si.state.messages)
         return {
-            "cluster": config.name, "nats": config.nats, "server": nc.connected_server_version.__dict__.get("_version")
+            "cluster": config.name, "nats": without_credentials(config.nats),
+            "server": nc.connected_server_version.__dict__.get("_version")
             if nc.connected_server_version else None,
             "rulesRevision": latest_rules, "mode": mode,
             "agents": len(await _kv_keys(js, names.bucket("agents"))),
