@@ -42,7 +42,10 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         body = inp.read(size)
         if len(body) < size:
             return
-        answer = pickle.dumps(run(job, body, max_depth), protocol=5)
+        try:
+            answer = pickle.dumps(run(job, body, max_depth), protocol=5)
+        except RecursionError:  # (past PICKLE_RECURSION: not a document orjson reads) refused, not the worker's end
+            answer = pickle.dumps((False, "InvalidRequest", f"request body nests deeper than {max_depth} levels", "body"))
         del body
         out.write(ANSWER_HEAD.pack(len(answer)))
         out.write(answer)
@@ -124,5 +127,11 @@ LAUNCH = (f"import os; os.nice({NICENESS}); import runpy; "  # niced before its 
           "runpy.run_module('mma2a.json_worker', run_name='__main__')")
 """What `python -c` runs to start the worker."""
 
+PICKLE_RECURSION = 5 * 1024
+"""The worker's recursion limit: orjson reads documents up to 1,024 levels deep, and pickling one recurses about twice
+a level — with Python's 1,000, a 2 MB body nested 500 deep stopped the worker (`RecursionError while pickling`), so
+every such request cost a new worker process and failed the other bodies it had (docs/security.md S15-10)."""
+
 if __name__ == "__main__":
+    sys.setrecursionlimit(PICKLE_RECURSION)
     serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -23,6 +23,7 @@ BODIES = [
     b"[" + b"," * MAX_JSON_VALUES + b"]",  # too many values (refused before it is parsed)
     b'{"a": [1, 2,,]}',  # not JSON
     b"[" * 1100 + b"]" * 1100,  # nests past orjson's limit
+    b"[" * 500 + b"]" * 500,  # within it: the worker pickles it back (S15-10: it stopped there)
 ]
 
 
@@ -99,6 +100,28 @@ async def test_a_large_body_on_json_rpc_is_served_or_refused_as_a_small_one() ->
         err = answer.json()["error"]
         assert answer.status_code == 200 and err["code"] == -32700
         assert err["message"].startswith("request body is not valid JSON: unexpected end of data")
+
+
+async def test_a_large_body_nested_within_orjsons_limit_is_refused_by_its_depth_not_the_workers_end(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Session 15 (probe6, S15-10): a JSON-RPC body past the inline limit nested 500 deep (within orjson's 1,024) was
+    parsed in the worker, then pickled back with Python's recursion limit of 1,000: `RecursionError`, the worker
+    process stopped, the request got `-32600 the gateway could not parse the request body (its parser process
+    stopped); retry` and the next large body a new worker process. Now the worker pickles any document orjson reads,
+    and the body is refused for its depth as a small one is."""
+    deep = "[" * 500 + "]" * 500
+    pad = "a" * INLINE_PARSE_BYTES
+    bodies = [f'{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"messageId":"m-{i}","role":'
+              f'"ROLE_USER","parts":[{{"text":"hi"}}]}},"x":{deep},"pad":"{pad}"}}}}'.encode() for i in range(2)]
+    async with secured({"max_body_bytes": 8 << 20}) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            answers = [await c.post(url + "/", content=body, headers=bearer(TOKEN)) for body in bodies]
+    for answer in answers:
+        err = answer.json()["error"]
+        assert err["code"] == -32602, err  # before: -32600 … (its parser process stopped); retry …
+        assert err["message"].endswith(": nested deeper than 64 levels (A2A agents parse at most about 100)"), err
+        assert err["message"].startswith("params.x[0][0]")
+    assert "the JSON body worker process stopped" not in caplog.text
 
 
 async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_small_ones(
