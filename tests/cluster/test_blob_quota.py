@@ -401,11 +401,11 @@ async def test_a_count_other_gateways_keep_changing_is_given_up_after_a_bounded_
 
 
 async def test_a_client_with_a_long_id_is_counted_and_leaves_the_cluster_connection_up(nats_server: NatsServer) -> None:
-    """Session 15 (probe6, S15-5): a client's count was keyed by its id in base64, and an id is as long as its identity
-    provider makes it (a JWT client's: up to the 8 KiB token). The key of a 3,500-character id made a subject past
-    nats-server's max_control_line (4 KiB): the server closed the connection and nats-py gave it up for good — the
-    upload timed out after 5 s and every later one on that gateway (alice's) failed `nats: connection closed`. Now a
-    long id is keyed by its digest: counted, held to its quota, the connection up."""
+    """Session 15 (probe6, S15-5): a client's count was keyed by its id in base64, and the key of a 3,500-character
+    owner made a subject past nats-server's max_control_line (4 KiB): the server closed the connection and nats-py
+    gave it up for good — the upload timed out after 5 s and every later one on that gateway (alice's) failed
+    `nats: connection closed`. (Client ids are shorter today; a long `client_prefix` could reach it.) Now a long id
+    is keyed by its digest: counted, held to its quota, the connection up."""
     config = ClusterConfig(nats=nats_server.url, name=cluster_name())
     store, link = await open_object_store(config, max_bytes_per_client=100_000, max_bytes=1 << 20)
     long_id = "https://idp.example/users/" + "x" * 3500

@@ -70,9 +70,9 @@ LONG_OWNER = 384  # an owner's bytes past which its count is keyed by a digest (
 
 
 def _key(owner: str) -> str:
-    """The count's key: `c.` + the owner in base64url, or for a long one (a JWT client's id may be ~6 KB) `h.` + its
-    SHA-256: nats-server takes a subject of at most its max_control_line (4 KiB) and, past it, closes the connection
-    (the gateway's cluster connection, for good: session 15, S15-5)."""
+    """The count's key: `c.` + the owner in base64url, or for a long one `h.` + its SHA-256: nats-server takes a
+    subject of at most its max_control_line (4 KiB) and, past it, closes the connection (the gateway's cluster
+    connection, for good: session 15, S15-5). Client ids are shorter today (a federated one ~600 bytes at most)."""
     raw = owner.encode()
     if len(raw) > LONG_OWNER:
         return "h." + hashlib.sha256(raw).hexdigest()
