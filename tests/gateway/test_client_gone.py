@@ -123,10 +123,34 @@ class ClosesItsConnection:
         await self.writer.wait_closed()
 
 
-@pytest.mark.parametrize("binding", ["jsonrpc", "rest", "sse"])
+class GivesUpOnItsStream:
+    """An SSE client (httpx) that gives up: it asks for SendStreamingMessage's stream, and is cancelled while it waits
+    for the answer (the gateway sends the stream's headers with its first event), as a client's own timeout does."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.client = httpx.AsyncClient(timeout=60)
+        self.waiting: asyncio.Task[httpx.Response] | None = None
+
+    async def queue(self) -> None:
+        body = {"jsonrpc": "2.0", "id": "A", "method": "SendStreamingMessage", "params": {"message": message("A", 5)}}
+        request = self.client.build_request("POST", self.url + "/", json=body, headers={
+            "Authorization": f"Bearer {ROUTINE}", "A2A-Version": "1.0", "Accept": "text/event-stream"})
+        self.waiting = asyncio.create_task(self.client.send(request, stream=True))
+
+    async def go(self) -> None:
+        assert self.waiting is not None
+        self.waiting.cancel()  # httpx closes the connection of a request it was cancelled in
+        with pytest.raises(asyncio.CancelledError):
+            await self.waiting
+        await self.client.aclose()
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest", "sse", "sse_client"])
 async def test_a_queued_leg_whose_client_closed_its_connection_is_never_sent(tmp_path: Path, binding: str) -> None:
     async with loaded(tmp_path) as (gw, url, executor), httpx.AsyncClient(timeout=60) as http:
-        await served_after_a_leaves(gw, url, executor, http, ClosesItsConnection(url, binding))
+        leaving = GivesUpOnItsStream(url) if binding == "sse_client" else ClosesItsConnection(url, binding)
+        await served_after_a_leaves(gw, url, executor, http, leaving)
 
 
 class CancelsItsCall:
