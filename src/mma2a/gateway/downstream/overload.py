@@ -441,9 +441,7 @@ class AgentSlots:
 
     def _overloaded(self, priority: int, why: str, text: str, expected: float) -> Overloaded:
         retry = expected if math.isfinite(expected) else max(self.queue_timeout_s, self.rtt_mean)
-        return Overloaded(f"agent {self.agent} is overloaded: a leg of priority {priority} was shed ({text}); "
-                          f"retry in about {_secs(max(retry, 1.0))}", agent=self.agent, priority=priority, why=why,
-                          retry_after=max(retry, 1.0))
+        return shed_error(self.agent, priority, why, text, retry)
 
     def _count(self, priority: int, why: str) -> None:
         """A leg shed: the console's figure and the metric's."""
@@ -516,6 +514,13 @@ class AgentSlots:
                 "meanRttS": round(self.rtt_mean, 6)}
 
 
+def shed_error(agent: str, priority: int, why: str, text: str, retry: float) -> Overloaded:
+    """The `Overloaded` a shed leg is answered with (`retry`: the seconds its client may retry in, at least one)."""
+    return Overloaded(f"agent {agent} is overloaded: a leg of priority {priority} was shed ({text}); "
+                      f"retry in about {_secs(max(retry, 1.0))}", agent=agent, priority=priority, why=why,
+                      retry_after=max(retry, 1.0))
+
+
 def _secs(s: float) -> str:
     return f"{s:.2f} s" if math.isfinite(s) else "without end"
 
@@ -560,6 +565,16 @@ class AgentSlotTable:
                            lag=self.loop_lag.read)
         self._slots[agent] = (fixed, slots)
         return slots
+
+    def unlimited(self, agent: str, priority: int) -> None:
+        """A leg of `priority` to `agent`, which takes no slot (not limited): `Overloaded` (`client_gone`, counted as
+        a limited agent's) when its client has gone, as at a free slot (`AgentSlots.acquire`)."""
+        link = client_link.current.get()
+        if link is not None and link.gone:
+            if self.on_shed is not None:
+                self.on_shed(agent, priority, "client_gone")
+            raise shed_error(agent, priority, "client_gone", f"its client went away before its leg was sent to "
+                             f"agent {agent}", 1.0)
 
     def get(self, agent: str) -> AgentSlots | None:
         known = self._slots.get(agent)

@@ -52,7 +52,8 @@ class AgentCaller:
         """A slot of `entry`'s for a leg of `priority`: the agent's slots (None: not limited) and the wait for one
         (None: granted at once). Raises `Overloaded` when the leg is shed at once."""
         slots = self.slots.of(entry.name, entry.config.max_concurrency)
-        if slots is None:
+        if slots is None:  # (a leg whose client has gone is not sent all the same)
+            self.slots.unlimited(entry.name, priority)
             return None, None
         return slots, slots.acquire(priority, client_deadline.get())
 
