@@ -83,20 +83,24 @@ def test_a_nats_url_is_said_without_its_credentials(url: str, shown: str) -> Non
     assert without_credentials(url) == shown
 
 
-async def test_an_external_nats_urls_credentials_are_on_no_command_line_and_in_no_log(tmp_path: Path) -> None:
-    """`serve --workers 2 --cluster nats://user:password@host:port` against a nats-server requiring that user and
-    password: the URL reaches the supervisor and its workers through their environment (readable by their user alone),
-    never a command line (every user's of the host: /proc/PID/cmdline, `ps`); the supervisor's and the workers' lines
-    and `cluster status` say it as `nats://user:***@...`; the workers connect with it and serve. A wrong password is
-    refused in one line that does not say it either."""
+@pytest.mark.parametrize("form", ["password", "token"])
+async def test_an_external_nats_urls_credentials_are_on_no_command_line_and_in_no_log(tmp_path: Path, form: str) -> None:
+    """`serve --workers 2 --cluster nats://user:password@host:port` (or a token's `nats://token@host:port`) against a
+    nats-server requiring that password (or token): the URL reaches the supervisor and its workers through their
+    environment (readable by their user alone), never a command line (every user's of the host: /proc/PID/cmdline,
+    `ps`); the supervisor's and the workers' lines and `cluster status` say it as `nats://user:***@...`
+    (`nats://***@...`); the workers connect with it and serve. A wrong one is refused in one line that does not say it
+    either."""
     password = secrets.token_urlsafe(18)
     store = tmp_path / "nats"
     store.mkdir()
     conf = store / "auth.conf"
-    conf.write_text(f'authorization {{ user: "mma2a-gw", password: "{password}" }}\njetstream {{ max_file_store: 1T }}\n')
+    auth = f'user: "mma2a-gw", password: "{password}"' if form == "password" else f'token: "{password}"'
+    conf.write_text(f"authorization {{ {auth} }}\njetstream {{ max_file_store: 1T }}\n")
     with NatsServer(store, args=["-c", str(conf)]) as server:
-        url = f"nats://mma2a-gw:{password}@127.0.0.1:{server.port}"
-        shown = f"nats://mma2a-gw:***@127.0.0.1:{server.port}"
+        user = "mma2a-gw:" if form == "password" else ""
+        url = f"nats://{user}{password}@127.0.0.1:{server.port}"
+        shown = f"nats://{user}***@127.0.0.1:{server.port}"
         async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url:
             async with serve_workers(tmp_path, "echo", agent_url.rstrip("/"), args=("--cluster", url)) as served:
                 tree = [served.proc.pid, *descendants(served.proc.pid)]
