@@ -5,6 +5,7 @@ without the request's parts."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 import httpx
@@ -18,6 +19,12 @@ def fan_out(mid: str, text: str) -> dict[str, Any]:
                         "metadata": {EXTENSION_URI: {"intent": "explicit", "receivers": ["left", "right"]}}}}
 
 
+async def rpc(c: httpx.AsyncClient, url: str, token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    r = await c.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                     headers={"A2A-Version": "1.0", "Authorization": f"Bearer {token}"})
+    return r.json()  # type: ignore[no-any-return]
+
+
 async def test_one_clients_large_fan_outs_no_longer_evict_another_clients_task() -> None:
     specs = {"left": agent("left", ["text/plain"], echo=True), "right": agent("right", ["text/plain"], echo=True)}
     big = "carol " * 300_000  # 1.8 MB, echoed by both agents: 5.4 MB an aggregate as it was stored before
@@ -25,10 +32,8 @@ async def test_one_clients_large_fan_outs_no_longer_evict_another_clients_task()
         cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()],
                "auth": {"clients": [{"name": "alice", "token": "alice-t"}, {"name": "carol", "token": "carol-t"}]}}
         async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as c:
-            async def call(token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
-                r = await c.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
-                                 headers={"A2A-Version": "1.0", "Authorization": f"Bearer {token}"})
-                return r.json()  # type: ignore[no-any-return]
+            def call(token: str, method: str, params: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+                return rpc(c, url, token, method, params)
 
             mine = await call("alice-t", "SendMessage", fan_out("a-1", "alice's question"))
             alice_task = mine["result"]["task"]["id"]
@@ -60,10 +65,8 @@ async def test_a_clients_long_context_ids_count_in_its_task_budget() -> None:
                "limits": {"task_bytes_per_client": budget},
                "auth": {"clients": [{"name": "alice", "token": "alice-t"}, {"name": "mallory", "token": "mallory-t"}]}}
         async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as c:
-            async def call(token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
-                r = await c.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
-                                 headers={"A2A-Version": "1.0", "Authorization": f"Bearer {token}"})
-                return r.json()  # type: ignore[no-any-return]
+            def call(token: str, method: str, params: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+                return rpc(c, url, token, method, params)
 
             def message(mid: str, context: str | None = None) -> dict[str, Any]:
                 m = {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hi"}]}

@@ -141,21 +141,30 @@ async def test_capability_routing_chooses_among_the_clients_own_agents():
         "runner-up b (1.10) lost to a (1.10): equal score: fewer requests in flight, then name"
 
 
+def session_chunk(mid: str, sid: str, seq: int = 0, final: bool = False) -> dict[str, Any]:
+    """A one-image message, chunk `seq` of session `sid` (the pinning tests' message)."""
+    from mma2a.ext import EXTENSION_URI
+    from tests.security.conftest import PNG_1PX
+
+    return {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"raw": PNG_1PX, "mediaType": "image/png"}],
+                        "extensions": [EXTENSION_URI], "metadata": {EXTENSION_URI: {
+                            "protocol": "a2a-multimodal/1.0", "session": {"id": sid, "seq": seq, "final": final}}}}}
+
+
+PINNING_RULES = {"rules": [{"name": "lb", "match": {"modality": "image/*"},
+                            "action": {"load_balance": "pool", "strategy": "round_robin", "pin_session": True}}]}
+
+
 async def test_another_client_naming_the_same_session_neither_takes_nor_releases_its_pin():
     from mma2a.ext import EXTENSION_URI
     from tests.gateway.conftest import agent, agents
-    from tests.security.conftest import PNG_1PX
 
     def chunk(mid: str, seq: int, final: bool = False) -> dict[str, Any]:
-        return {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"raw": PNG_1PX, "mediaType": "image/png"}],
-                            "extensions": [EXTENSION_URI], "metadata": {EXTENSION_URI: {
-                                "protocol": "a2a-multimodal/1.0", "session": {"id": "cam-1", "seq": seq, "final": final}}}}}
+        return session_chunk(mid, "cam-1", seq, final)
 
-    rules = {"rules": [{"name": "lb", "match": {"modality": "image/*"},
-                        "action": {"load_balance": "pool", "strategy": "round_robin", "pin_session": True}}]}
     async with agents({n: agent(n, ["image/*"]) for n in ("w1", "w2")}) as urls:
         cfg = {"agents": [{"name": n, "url": u, "groups": ["pool"]} for n, u in urls.items()],
-               "auth": {"clients": CLIENTS}, "rules": rules, "features": False}
+               "auth": {"clients": CLIENTS}, "rules": PINNING_RULES, "features": False}
         async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
             async def send(token: str, body: dict[str, Any]) -> str:
                 doc = await rpc(c, url, "SendMessage", body, token)
@@ -176,21 +185,14 @@ async def test_a_session_id_is_bounded_so_pins_are() -> None:
     before anything is routed or pinned."""
     from mma2a.ext import EXTENSION_URI, MAX_SESSION_ID
     from tests.gateway.conftest import agent, agents
-    from tests.security.conftest import PNG_1PX
 
-    def chunk(mid: str, sid: str) -> dict[str, Any]:
-        return {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"raw": PNG_1PX, "mediaType": "image/png"}],
-                            "extensions": [EXTENSION_URI], "metadata": {EXTENSION_URI: {
-                                "protocol": "a2a-multimodal/1.0", "session": {"id": sid, "seq": 0}}}}}
-
-    rules = {"rules": [{"name": "lb", "match": {"modality": "image/*"},
-                        "action": {"load_balance": "pool", "strategy": "round_robin", "pin_session": True}}]}
     async with agents({n: agent(n, ["image/*"]) for n in ("w1", "w2")}) as urls:
         cfg = {"agents": [{"name": n, "url": u, "groups": ["pool"]} for n, u in urls.items()],
-               "auth": {"clients": CLIENTS}, "rules": rules, "features": False}
+               "auth": {"clients": CLIENTS}, "rules": PINNING_RULES, "features": False}
         async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
-            longest = await rpc(c, url, "SendMessage", chunk("b-0", "s" * MAX_SESSION_ID), BOB)
-            refused = [await rpc(c, url, "SendMessage", chunk(f"b-{n}", "s" * n), BOB) for n in (MAX_SESSION_ID + 1, 1 << 20)]
+            longest = await rpc(c, url, "SendMessage", session_chunk("b-0", "s" * MAX_SESSION_ID), BOB)
+            refused = [await rpc(c, url, "SendMessage", session_chunk(f"b-{n}", "s" * n), BOB)
+                       for n in (MAX_SESSION_ID + 1, 1 << 20)]
             pinned = len(gw.pipeline.admission.pins)
     assert longest["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     field = f"message.metadata[{EXTENSION_URI}].session.id"
