@@ -116,6 +116,9 @@ def _split_params(text: str) -> list[str]:
 
 
 _CACHE: dict[str, Modality] = {}
+MAX_MEDIA_TYPE = 256  # characters of a media type, parameters included (RFC 6838 names are 127 at most; a client's
+# text was kept as it came — in task records, history rows and this cache — and 20 messages whose part named a 5 MB
+# media type grew a gateway by 800 MB: docs/security.md S15-11)
 
 
 def parse_modality(text: str, *, field: str = "modality") -> Modality:
@@ -127,6 +130,9 @@ def parse_modality(text: str, *, field: str = "modality") -> Modality:
         return cached
     if not text.strip():
         raise InvalidModality(f"{field}: empty media type", field=field)
+    if len(text) > MAX_MEDIA_TYPE:
+        raise InvalidModality(f"{field}: a media type of {len(text)} characters, the most is {MAX_MEDIA_TYPE} "
+                              f"({text[:40]!r}…)", field=field)
     try:
         head, *raw_params = _split_params(text)
     except InvalidModality as exc:

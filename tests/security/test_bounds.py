@@ -212,3 +212,40 @@ async def test_deadlines_hold_on_both_parsers_and_spare_a_slow_app(parser: str) 
     assert ok.status_code == 200 and ok.text == str(4 * 1024 * 1024)
     assert cut.startswith(b"HTTP/1.1 408")
     assert mid_body == b"" or mid_body.startswith(b"HTTP/1.1 ")  # closed (h11 may answer the cut-off request)
+
+
+async def test_a_media_type_is_bounded_on_every_way_a_client_names_one() -> None:
+    """Session 15 (probe6, S15-11): a media type was bounded only by the body or header cap, and the text was kept as
+    it came (task records, history rows, the parser's cache of 4,096 media types, a stream's info): 20 messages whose
+    part named a 5 MB media type (`text/plain; x=…`) grew a gateway from 433 to 1,227 MB, and kept it. Now a media
+    type is at most `modality.MAX_MEDIA_TYPE` (256) characters, wherever a client names one: a message part, a blob's
+    Content-Type, a stream's mediaType — refused naming the field, the gateway's memory unchanged."""
+    from mma2a.modality import _CACHE, MAX_MEDIA_TYPE, parse_modality
+
+    longest = "text/plain; x=" + "a" * (MAX_MEDIA_TYPE - 14)
+    too_long = longest + "b"
+    bearer = {"Authorization": "Bearer alice-t", "A2A-Version": "1.0"}
+
+    def message(mid: str, media_type: str) -> dict[str, object]:
+        return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hi", "mediaType": media_type}]}}}
+
+    async with agents({"text": agent("text", ["text/plain"], echo=True)}) as urls:
+        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()],
+               "auth": {"clients": [{"name": "alice", "token": "alice-t"}]}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            served = (await c.post(url + "/", json=message("m-1", longest), headers=bearer)).json()
+            refused = [(await c.post(url + "/", json=message(f"m-{n}", too_long + "c" * n), headers=bearer)).json()
+                       for n in (0, 5_000_000)]
+            blob = await c.post(url + "/blobs", content=b"hi", headers={**bearer, "Content-Type": too_long})
+            stream = await c.post(url + "/streams", json={"mediaType": too_long}, headers=bearer)
+    assert served["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    for doc, n in zip(refused, (MAX_MEDIA_TYPE + 1, MAX_MEDIA_TYPE + 1 + 5_000_000)):
+        assert doc["error"]["code"] == -32602, doc  # before: taken, and the 5 MB text kept
+        assert doc["error"]["message"] == (f"message.parts[0].mediaType: a media type of {n} characters, the most is "
+                                           f"{MAX_MEDIA_TYPE} ('text/plain; x=aaaaaaaaaaaaaaaaaaaaaaaaaa'…)")
+        assert error_field(doc["error"]) == "message.parts[0].mediaType"
+    assert blob.status_code == 400 and blob.json()["error"]["message"].startswith(
+        f"Content-Type: a media type of {MAX_MEDIA_TYPE + 1} characters, the most is {MAX_MEDIA_TYPE}")
+    assert stream.status_code == 400 and stream.json()["error"]["data"]["field"] == "mediaType"
+    assert max(map(len, _CACHE)) <= MAX_MEDIA_TYPE and parse_modality(longest).params == (("x", "a" * 242),)
