@@ -176,6 +176,9 @@ class StreamRef:
         _expect(data, dict, where, "an object")
         url = _expect(data.get("url"), str, f"{where}.url", "a URL string")
         sid = _expect(data.get("sessionId"), str, f"{where}.sessionId", "a string")
+        if len(sid) > MAX_SESSION_ID:
+            raise ExtensionError(f"{where}.sessionId: at most {MAX_SESSION_ID} characters, got {len(sid)}",
+                                 field=f"{where}.sessionId")
         chunk = data.get("chunkSize")
         is_open = data.get("open", True)
         _expect(is_open, bool, f"{where}.open", "a boolean")

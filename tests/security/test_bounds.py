@@ -249,3 +249,32 @@ async def test_a_media_type_is_bounded_on_every_way_a_client_names_one() -> None
         f"Content-Type: a media type of {MAX_MEDIA_TYPE + 1} characters, the most is {MAX_MEDIA_TYPE}")
     assert stream.status_code == 400 and stream.json()["error"]["data"]["field"] == "mediaType"
     assert max(map(len, _CACHE)) <= MAX_MEDIA_TYPE and parse_modality(longest).params == (("x", "a" * 242),)
+
+
+async def test_a_streams_session_id_is_bounded_as_a_messages_is() -> None:
+    """Session 15 (probe6, S15-12): `POST /streams` kept its `sessionId` (and `stream.sessionId` in a message's part
+    was read) whatever its length: bob's 20 streams with a 10 MB session id each grew a gateway by 211 MB, and a client
+    may hold a quarter of the 1,024 streams (256 x the 64 MiB body cap: ~16 GB). Now at most `ext.MAX_SESSION_ID`
+    (256) characters, as a message's `session.id` (S15-7)."""
+    from mma2a.ext import MAX_SESSION_ID
+
+    bearer = {"Authorization": "Bearer bob-t", "A2A-Version": "1.0"}
+    async with agents({"text": agent("text", ["text/plain"], echo=True)}) as urls:
+        cfg = {"agents": [{"name": n, "url": u} for n, u in urls.items()],
+               "auth": {"clients": [{"name": "bob", "token": "bob-t"}]}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=30) as c:
+            made = await c.post(url + "/streams", json={"mediaType": "audio/ogg", "sessionId": "s" * MAX_SESSION_ID},
+                                headers=bearer)
+            refused = [await c.post(url + "/streams", json={"mediaType": "audio/ogg", "sessionId": "s" * n},
+                                    headers=bearer) for n in (MAX_SESSION_ID + 1, 10_000_000)]
+            ref = {**made.json()["stream"], "sessionId": "s" * 1000}  # the gateway's own stream, a longer session
+            part = {"text": "hi", "metadata": {EXTENSION_URI: {"stream": ref}}}
+            sent = (await c.post(url + "/", headers=bearer, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                    "params": {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [part]}}})).json()
+    assert made.status_code == 201 and made.json()["sessionId"] == "s" * MAX_SESSION_ID
+    for answer, n in zip(refused, (MAX_SESSION_ID + 1, 10_000_000)):
+        assert answer.status_code == 400, answer.text  # before: 201, the id kept with the stream
+        assert answer.json()["error"]["message"] == f"sessionId: at most {MAX_SESSION_ID} characters, got {n}"
+    assert sent["error"]["code"] == -32602, sent
+    assert sent["error"]["message"] == (f"message.parts[0].metadata[{EXTENSION_URI}].stream.sessionId: at most "
+                                        f"{MAX_SESSION_ID} characters, got 1000")

@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ..directws import DirectIO, direct_io
 from ..errors import MMA2AError, PayloadError
-from ..ext import StreamRef
+from ..ext import MAX_SESSION_ID, StreamRef
 from ..responses import json_response, read_json_object
 from ..request_body import decimal
 from .diffing import DiffPolicy
@@ -118,6 +118,8 @@ class StreamEndpoints:
             raise PayloadError("id: must be a string", field="id")
         if session is not None and not isinstance(session, str):
             raise PayloadError("sessionId: must be a string", field="sessionId")
+        if session is not None and len(session) > MAX_SESSION_ID:  # kept with the stream, as a message's session.id
+            raise PayloadError(f"sessionId: at most {MAX_SESSION_ID} characters, got {len(session)}", field="sessionId")
         diff = DiffPolicy.from_json(doc["diff"]) if doc.get("diff") is not None else None
         info = self.hub.create(media_type, stream_id=sid, session_id=session, diff=diff,
                                owner=self.owner_fn() if self.owner_fn is not None else None)
