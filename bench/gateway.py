@@ -11,7 +11,7 @@ hits all alike, at 1, 4 and 16 connections:
 - `gateway_workers2` (not in the default set): `mma2a serve --workers 2` (two workers on one port and the
   nats-server it starts; CPU and RSS summed over all three processes)
 - `gateway_workers2_free` (not in the default set): `mma2a serve --workers 2 --no-pin-cpus` (each worker's event loop
-  left to run on any core, as before session 15's `mma2a.affinity`)
+  left to run on any core, as before session 15's `mma2a.cpus`)
 - `gateway_unshared2` (not in the default set): two `mma2a serve` processes on one port (SO_REUSEPORT) sharing
   nothing (no cluster, no NATS, each its own history; each loop on a CPU of its own, as the workers' are): what two
   processes cost by themselves, beside
@@ -115,9 +115,10 @@ def thread_cpu(pid: int) -> dict[str, float]:
 
 
 def kernel_counts(pid: int) -> dict[str, float]:
-    """A process's user and system CPU seconds (`/proc/<pid>/stat`, clock ticks), minor faults, and its context switches
-    (voluntary: it waited; involuntary: it was preempted), every thread's."""
-    out = {"user_s": 0.0, "sys_s": 0.0, "minflt": 0.0, "vcsw": 0.0, "ivcsw": 0.0}
+    """A process's user and system CPU seconds (`/proc/<pid>/stat`, clock ticks), minor faults, its context switches
+    (voluntary: it waited; involuntary: it was preempted) and its moves from one CPU to another (`migrations`, the
+    scheduler's `se.nr_migrations`), every thread's."""
+    out = {"user_s": 0.0, "sys_s": 0.0, "minflt": 0.0, "vcsw": 0.0, "ivcsw": 0.0, "migrations": 0.0}
     tick = os.sysconf("SC_CLK_TCK")
     try:
         f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -128,6 +129,9 @@ def kernel_counts(pid: int) -> dict[str, float]:
                     out["vcsw"] += int(line.split()[1])
                 elif line.startswith("nonvoluntary_ctxt_switches:"):
                     out["ivcsw"] += int(line.split()[1])
+            for line in (t / "sched").read_text().splitlines():
+                if line.startswith("se.nr_migrations"):
+                    out["migrations"] += int(line.split(":")[1])
     except (FileNotFoundError, ProcessLookupError):
         pass
     return out
@@ -241,7 +245,7 @@ class Arms:
         if "gateway_workers2_free" in arms:  # the same, each worker's loop on any core
             self._gateway("gateway_workers2_free", "fast", fast_url, None, env, args=["--workers", "2", "--no-pin-cpus"])
         if "gateway_unshared2" in arms:  # two processes, one port, nothing shared (`--worker`: SO_REUSEPORT)
-            # each loop on a CPU of its own, as `serve --workers 2` gives its workers (`mma2a.affinity`)
+            # each loop on a CPU of its own, as `serve --workers 2` gives its workers (`mma2a.cpus`)
             cpus = worker_cpus(2, True)
             self._gateway("gateway_unshared2", "fast", fast_url, None, pinned(env, cpus, 0), args=["--worker"])
             port = int(self.url["gateway_unshared2"].rsplit(":", 1)[1])
@@ -344,7 +348,7 @@ class Arms:
                     key = f"{role}:{name}"
                     by[key] = by.get(key, 0.0) + sec - threads0[p].get(name, 0.0)
             r["threads"] = {k: round(1e6 * v / max(1, r["requests"]), 1) for k, v in sorted(by.items()) if v > 0}
-            for k in ("user_s", "sys_s", "minflt", "vcsw", "ivcsw"):  # the servers' (workers'), a request
+            for k in ("user_s", "sys_s", "minflt", "vcsw", "ivcsw", "migrations"):  # the servers' (workers'), a request
                 total = sum(kernel_counts(p)[k] - kernel0[p][k] for p in servers or pids[:1])
                 r["threads"][k.removesuffix("_s") + ("_us" if k.endswith("_s") else "")] = round(
                     (1e6 if k.endswith("_s") else 1) * total / max(1, r["requests"]), 3)

@@ -50,7 +50,7 @@ WORKER_NATS_URL_ENV = "MMA2A_WORKER_NATS_URL"  # each worker's NATS (`serve --wo
 WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
 WORKER_NATS_ENV = "MMA2A_WORKER_NATS"  # "embedded": the workers are the whole cluster (their own nats-server)
 WORKER_TASKS_ENV = "MMA2A_WORKER_TASKS"  # with "embedded": the directory of the workers' task records
-WORKER_CPU_ENV = "MMA2A_WORKER_CPU"  # the CPU a worker binds its event loop's thread to (`mma2a.affinity`), if any
+WORKER_CPU_ENV = "MMA2A_WORKER_CPU"  # the CPU a worker binds its event loop's thread to (`mma2a.cpus`), if any
 WORKER_NATS_TOKEN_ENV = "MMA2A_WORKER_NATS_TOKEN"  # with "embedded": the token its nats-server requires (NATS access
 # is admin access: without one, any process of the host could rewrite rules and agents and read every client's data)
 QUICK_EXIT_S = 2.0  # a worker that exits this soon after its start, with status 2, cannot start (a bad config)
@@ -68,7 +68,7 @@ class Plan:
     url_secret_env: str | None  # the workers sign payload URLs with one key: made here when this variable is unset
     task_bytes: int  # `limits.task_bytes`: sizes the workers' task directory
     drain_timeout_s: float  # `faults.drain_timeout_s`: how long the workers are given to drain at the end
-    cpus: tuple[int, ...] = ()  # worker i's event loop runs on cpus[i] (`mma2a.affinity`); (): each runs anywhere
+    cpus: tuple[int, ...] = ()  # worker i's event loop runs on cpus[i] (`mma2a.cpus`); (): each runs anywhere
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies

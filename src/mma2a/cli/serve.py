@@ -106,12 +106,12 @@ def serve(
 
 def ready(gateway: Gateway, worker: bool) -> None:
     """Once it serves (on its event loop's thread): a worker of `serve --workers N` binds that thread to the CPU the
-    supervisor gave it (`mma2a.affinity`), and the banner is said."""
+    supervisor gave it (`mma2a.cpus`), and the banner is said."""
     if worker:
         from ..supervisor import WORKER_CPU_ENV
 
         if cpu := os.environ.get(WORKER_CPU_ENV):
-            from ..affinity import pin_loop_thread
+            from ..cpus import pin_loop_thread
 
             if not pin_loop_thread(int(cpu), asyncio.get_running_loop()):
                 typer.echo(f"mma2a serve: CPU {cpu} is not one this worker may run on; its event loop runs anywhere",

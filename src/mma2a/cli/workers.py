@@ -15,9 +15,12 @@ if TYPE_CHECKING:
 
 
 def worker_count(value: str) -> int:
-    """`--workers`: a positive number, or `auto` (the cores this process may run on)."""
+    """`--workers`: a positive number, or `auto` (the CPUs this process may use: its affinity mask, or fewer where its
+    cgroup grants less time, `mma2a.cpus.usable_cpus`)."""
     if value == "auto":
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        from ..cpus import usable_cpus
+
+        return usable_cpus()
     try:
         n = int(value)
     except ValueError:
@@ -28,12 +31,12 @@ def worker_count(value: str) -> int:
 
 
 def worker_cpus(count: int, pin: bool | None) -> tuple[int, ...]:
-    """The CPU each worker's event loop is bound to (`mma2a.affinity`): the first `count` this process may run on, one
+    """The CPU each worker's event loop is bound to (`mma2a.cpus`): the first `count` this process may run on, one
     each. `pin` None (the default): only when there are exactly as many as workers (`--workers auto`, or a container's
     CPUs), the whole of what this process may use; with fewer workers the CPUs are left free, since another
     `serve --workers` on the host would bind its loops to the same first ones. True: also with fewer workers. False, or
     fewer CPUs than workers (two loops bound to one CPU could never move apart): none."""
-    from ..affinity import allowed_cpus
+    from ..cpus import allowed_cpus
 
     cpus = allowed_cpus()
     if not pin and (pin is not None or count != len(cpus)):

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..affinity import free_thread
+from ..cpus import free_thread
 from ..errors import FeatureSchemaError, MediaError
 from ..ext import FeatureSource, Thumbnail
 from ..modality import DEFAULT_REGISTRY, Modality, ModalityRegistry, parse_modality

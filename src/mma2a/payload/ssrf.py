@@ -25,7 +25,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from ..affinity import free_thread
+from ..cpus import free_thread
 from ..errors import PayloadError, PayloadTooLarge, ResolverBusy, URLForbidden
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -35,7 +35,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any
 
-from ...affinity import free_thread
+from ...cpus import free_thread
 from ...errors import InvalidRequest, MMA2AError, ParseError
 from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, REQUEST_HEAD, RPC, RPC_SDK, SEND, SEND_PROTO, run_sdk
 from ...request_body import check_json_body, parse_json_body
