@@ -12,8 +12,9 @@ processes wake (docs/benchmarks.md, "`serve --workers 2` in session 15", counts 
 
 Only the loop's thread is bound. A thread inherits the mask of the thread that starts it, so the pools a worker starts
 later from its loop (the perception models', the JSON body's, the resolver's, asyncio's default executor) first run
-`free_thread`: the models of one busy worker may still use every core the others leave idle. Threads a library starts
-from the loop thread itself (gRPC's, once `grpc_listen` serves) share its CPU.
+`free_thread`: the models of one busy worker may still use every core the others leave idle. Threads started before
+the worker serves (the history writer's, gRPC's) were never bound; a thread a library starts later from the loop
+thread itself shares its CPU.
 """
 
 from __future__ import annotations
