@@ -64,8 +64,9 @@ def run(job: int, body: bytes, max_depth: int) -> tuple[Any, ...]:
 def read_rpc_as_data(body: bytes, max_depth: int, *, every: bool) -> tuple[Any, ...]:
     """A large JSON-RPC body at the ingress, parsed once: `parse_json_body_as_data`'s answer (a refusal as it is),
     then, for a request the SDK's dispatcher will answer (`every`: the request's A2A-Version is not one the ingress
-    answers itself, so every method; else any method but `FAST_METHODS` and v0.3's names, which the ingress refuses
-    under a 1.x version), `read_jsonrpc_as_data`'s answer of the same document: `(True, doc, brackets, read)`.
+    answers itself, so every method; else any method but v0.3's names, which the ingress refuses under a 1.x
+    version, and `FAST_METHODS` the ingress answers: not spelled with proto field names, `proto_spelled`, nor with
+    an id past 64 bits), `read_jsonrpc_as_data`'s answer of the same document: `(True, doc, brackets, read)`.
     With a read, `doc`'s `params` keep only the tenant (the ingress reads nothing else of them on the SDK's way; a
     document it refuses for its nesting is read for nobody); `read` None: not read (the ingress answers it, or
     the dispatcher reads it as it reads any other body)."""
@@ -74,9 +75,12 @@ def read_rpc_as_data(body: bytes, max_depth: int, *, every: bool) -> tuple[Any, 
         return parsed
     _, doc, brackets = parsed
     method = doc.get("method") if isinstance(doc, dict) else None
-    if not isinstance(method, str) or (not every and (method in FAST_METHODS or "/" in method)):
+    if not isinstance(method, str):
         return True, doc, brackets, None
     params = doc.get("params")
+    if not every and ("/" in method or (method in FAST_METHODS and doc.get("id").__class__ is not float
+                                        and not (b"_" in body and proto_spelled(params)))):
+        return True, doc, brackets, None  # (the ingress answers it, or refuses v0.3's names under a 1.x version)
     if brackets is not None and brackets > max_depth and too_deep(params, "params", max_depth) is not None:
         return True, doc, brackets, None
     from . import sdk_requests
@@ -88,6 +92,24 @@ def read_rpc_as_data(body: bytes, max_depth: int, *, every: bool) -> tuple[Any, 
     if read[0] != "other" and isinstance(params, dict):
         doc = {**doc, "params": {"tenant": params["tenant"]} if "tenant" in params else {}}
     return True, doc, brackets, read
+
+
+def proto_spelled(params: Any) -> bool:
+    """Params spelled with proto field names (`message_id`, `history_length`): the SDK's parser reads both
+    spellings, so such requests take its path rather than the fast one, which reads the JSON names.
+    (Called only for bodies with an underscore somewhere; the keys of each level are joined and searched once.)"""
+    if not isinstance(params, dict):
+        return False
+    keys = "".join(params)
+    message, config = params.get("message"), params.get("configuration")
+    if isinstance(message, dict):
+        keys += "".join(message)
+        parts = message.get("parts")
+        if isinstance(parts, list):
+            keys += "".join(k for p in parts if isinstance(p, dict) for k in p)
+    if isinstance(config, dict):
+        keys += "".join(config)
+    return "_" in keys
 
 
 def _wide_ints(value: Any) -> bool:

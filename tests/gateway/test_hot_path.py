@@ -73,7 +73,8 @@ def test_a_remembered_decision_equals_a_fresh_one_in_every_field_but_the_message
 
 
 def test_the_underscore_prefilter_ignores_role_values_only():
-    from mma2a.gateway.bindings.jsonrpc import _snake_case, _underscore
+    from mma2a.gateway.bindings.jsonrpc import _underscore
+    from mma2a.json_worker import proto_spelled as _snake_case
 
     def body(params: dict[str, Any], *, compact: bool = True) -> bytes:
         import json

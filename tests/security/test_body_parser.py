@@ -166,6 +166,8 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
     msg03 = {"kind": "message", "messageId": "m-3", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}
     cases = {
         "served": body("SendStreamingMessage", {"message": msg}),
+        "SendMessage spelled with proto field names": body("SendMessage", {"message": {
+            "message_id": "m-2", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}),
         "no message id": body("SendStreamingMessage", {"message": {**msg, "messageId": ""}}),
         "messageId a list": body("SendStreamingMessage", {"message": {**msg, "messageId": [5]}}),
         "unknown tenant": body("SendStreamingMessage", {"message": msg, "tenant": "nope"}),
@@ -258,9 +260,12 @@ def test_a_large_jsonrpc_body_is_parsed_once_in_the_worker_for_the_ingress_and_t
     calls.update(orjson=0, json=0)
     ok, doc, _, read = json_worker.run(json_worker.RPC, fast, 64)
     assert (calls, read) == ({"orjson": 1, "json": 0}, None) and doc["params"]["message"]["messageId"] == "m-1"
-    # ... unless the request's version sends it to the SDK's dispatcher
+    # ... unless the request's version, its proto field names or its id past 64 bits send it to the SDK's dispatcher
     ok, doc, _, read = json_worker.run(json_worker.RPC_SDK, fast, 64)
     assert read == sdk_requests.read_jsonrpc_as_data(fast) and doc["params"] == {"tenant": "t"}
+    for sent in (fast.replace(b'"messageId"', b'"message_id"'), fast.replace(b'"id": "r1"', b'"id": 18446744073709551616')):
+        ok, doc, _, read = json_worker.run(json_worker.RPC, sent, 64)
+        assert read == sdk_requests.read_jsonrpc_as_data(sent) and read[0] == "read" and doc["params"] == {"tenant": "t"}
 
 
 async def test_a_large_body_of_a_method_that_carries_no_media_is_refused_naming_the_limit(
@@ -302,4 +307,14 @@ async def test_a_large_body_of_a_method_that_carries_no_media_is_refused_naming_
                     "request may carry (only A2A 1.0's methods and v0.3's message/send and message/stream carry "
                     "more); send large media by reference (POST /blobs)"), method
                 assert err["error"]["data"][0]["metadata"] == {"field": "body"}, method
+            # an id past 64 bits sends the request to the SDK's dispatcher before its method is looked at: one that
+            # names no method is refused past 1 MiB too
+            nameless = b'{"jsonrpc":"2.0","id":123456789012345678901234,"method":5,"params":{"pad":"%s"}}'
+            small = await c.post(url + "/", headers=bearer(TOKEN), content=nameless % b"p")
+            large = nameless % pad.encode()
+            refused = await c.post(url + "/", headers=bearer(TOKEN), content=large)
+            assert small.status_code == 200 and small.json()["error"]["code"] == -32600
+            assert refused.status_code == 413 and refused.json()["error"]["message"].startswith(
+                f"request body of {len(large)} bytes exceeds {INLINE_PARSE_BYTES} bytes, the most a request that "
+                "names no method may carry")
     assert read and max(read) <= INLINE_PARSE_BYTES  # the small ones were read by the SDK; no large one was

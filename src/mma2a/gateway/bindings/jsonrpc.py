@@ -27,7 +27,7 @@ from ...errors import (
     PayloadTooLarge,
     RateLimited,
 )
-from ...json_worker import FAST_METHODS
+from ...json_worker import FAST_METHODS, proto_spelled
 from ...request_body import ReadRequest, header_map, too_deep
 from ...responses import jsonrpc_error_json
 from ..access.clients import StreamSlot, StreamSlots, current_client
@@ -228,7 +228,8 @@ class JsonRpcIngress:
         if method == FEEDBACK_METHOD:  # the extension's own method (docs/extension.md)
             return await self._feedback(params, target if target is not None else tenant, rid,
                                         (scope.get("client") or ("?",))[0])
-        if method not in FAST_METHODS or not fast_version or (_underscore(body) and _snake_case(params)):
+        if (read is not None or method not in FAST_METHODS or not fast_version  # (read: the worker found it the SDK's)
+                or (_underscore(body) and proto_spelled(params))):
             return await self._sdk(scope, receive, body, method, rid, read)
         try:
             if not isinstance(params, dict):
@@ -328,34 +329,16 @@ def history_length(params: dict[str, Any]) -> int | None:
 
 def _underscore(body: bytes) -> bool:
     """An underscore in the body outside the role values (`"role":"ROLE_USER"`): only such a body can have a proto
-    field name for `_snake_case` to find. (`:"ROLE_USER"` can only be a value: a key is never after a colon, and a
+    field name for `proto_spelled` to find. (`:"ROLE_USER"` can only be a value: a key is never after a colon, and a
     quote inside a JSON string is escaped.)"""
     underscores = body.count(b"_")
     if not underscores:
         return False
-    if len(body) > 2048:  # not worth counting: `_snake_case` reads only keys
+    if len(body) > 2048:  # not worth counting: `proto_spelled` reads only keys
         return True
     # each role value holds one underscore: any other is outside them (counted, not copied out)
     return underscores > (body.count(b':"ROLE_USER"') + body.count(b': "ROLE_USER"') + body.count(b':"ROLE_AGENT"')
                           + body.count(b': "ROLE_AGENT"'))
-
-
-def _snake_case(params: Any) -> bool:
-    """Params spelled with proto field names (`message_id`, `history_length`): the SDK's parser reads both
-    spellings, so such requests take its path rather than the fast one, which reads the JSON names.
-    (Called only for bodies with an underscore somewhere; the keys of each level are joined and searched once.)"""
-    if not isinstance(params, dict):
-        return False
-    keys = "".join(params)
-    message, config = params.get("message"), params.get("configuration")
-    if isinstance(message, dict):
-        keys += "".join(message)
-        parts = message.get("parts")
-        if isinstance(parts, list):
-            keys += "".join(k for p in parts if isinstance(p, dict) for k in p)
-    if isinstance(config, dict):
-        keys += "".join(config)
-    return "_" in keys
 
 
 def shed_response(rid: Any, exc: Overloaded) -> Response:

@@ -352,9 +352,10 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
             except MMA2AError:  # the worker stopped: the SDK reads it, as before
                 return await super().handle_requests(request)
         if answer[0] == "other":
-            if len(answer) > 1 and self._bodies is not None:  # (a body past the inline size: only such is read)
+            if self._bodies is not None:  # (a body past the inline size: only such is read)
                 body = await _body(request)
-                return _beyond_inline(answer[1], answer[2], len(body or b""), self._bodies.inline_bytes)
+                method, rid = (answer[1], answer[2]) if len(answer) > 1 else (None, None)
+                return _beyond_inline(method, rid, len(body or b""), self._bodies.inline_bytes)
             return await super().handle_requests(request)
         stub = ReadRequest(request.scope, request.receive, answer[1])
         if answer[0] in ("params", "v03"):  # refused where the dispatcher (or its v0.3 adapter) reads the params,
@@ -376,17 +377,18 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
         return await super().handle_requests(stub)
 
 
-def _beyond_inline(method: str, rid: Any, size: int, limit: int) -> Response:
+def _beyond_inline(method: str | None, rid: Any, size: int, limit: int) -> Response:
     """A JSON-RPC request past the inline size whose method carries no media (v0.3's methods but its sends, a name
-    no binding knows): the SDK would read it whole on the event loop (`json.loads`, then v0.3's pydantic models),
-    stalling every client for a body of padding. Refused, 413 and -32600 naming the limit, as a body past
-    `max_body_bytes` is."""
+    no binding knows; None: it names no method): the SDK would read it whole on the event loop (`json.loads`, then
+    v0.3's pydantic models), stalling every client for a body of padding. Refused, 413 and -32600 naming the limit,
+    as a body past `max_body_bytes` is."""
     if rid.__class__ is not str and rid.__class__ is not int:
         rid = None
+    what = f"a {method[:100]} request" if method is not None else "a request that names no method"
     err = PayloadTooLarge(
-        f"request body of {size} bytes exceeds {limit} bytes, the most a {method[:100]} request may carry (only A2A "
-        "1.0's methods and v0.3's message/send and message/stream carry more); send large media by reference "
-        "(POST /blobs)", field="body")
+        f"request body of {size} bytes exceeds {limit} bytes, the most {what} may carry (only A2A 1.0's methods and "
+        "v0.3's message/send and message/stream carry more); send large media by reference (POST /blobs)",
+        field="body")
     return Response(orjson.dumps(jsonrpc_error_json(rid, err)), status_code=413, media_type="application/json")
 
 
