@@ -21,7 +21,8 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from mma2a.gateway import parse_config
 from mma2a.gateway.access.budgets import SharedBudgets
 from mma2a.gateway.access.clients import FailedCredentialsConfig
-from mma2a.gateway.access.failures import CredentialFailures, CredentialsLocked, address_key
+from mma2a.gateway.access.failures import CredentialFailures, CredentialsLocked
+from mma2a.gateway.access.peers import address_key
 from mma2a.gateway.access.federation import Asserted, Federation, _b64, key_id
 from mma2a.signing import new_private_key, private_key_text, public_key_text
 from mma2a.errors import ConfigError

@@ -4,6 +4,7 @@ modality allow/deny lists (gateway-wide and per agent), rate limits (429 + Retry
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import httpx
 import pytest
@@ -109,3 +110,25 @@ async def test_anonymous_senders_are_limited_by_address_when_auth_is_off() -> No
             second = await post(url, "/", send_body("2"), {"A2A-Version": "1.0"})
     assert first.status_code == 200
     assert second.status_code == 429 and second.json()["error"]["message"].startswith("rate limit of ip:127.0.0.1 exceeded")
+
+
+async def test_an_ipv6_caller_is_limited_by_its_64_not_by_each_of_its_addresses() -> None:
+    """Session 15 (probe6, S15-13): without authentication a caller is limited by its address, and an IPv6 caller was
+    keyed by its whole address — a host holds a /64, 2^64 addresses, so by changing its source address on each request
+    it had a fresh bucket each time: 10 requests from 10 addresses of one /64, all served past a burst of 3. Now an
+    IPv6 caller is keyed by its /64 (as its failed credentials already were), for its request rate, ratings, body
+    bytes and stream slots; another /64 and IPv4 callers keep theirs. Addresses through the trusted local proxy."""
+    from tests.gateway.conftest import agent, agents, gateway
+
+    async with agents({"text": agent("text", ["text/plain"])}) as urls:
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}], "rate_limit": {"enabled": True, "rate": 0.001, "burst": 3}}
+        async with gateway(cfg) as (gw, url):
+            def sent(i: int, address: str) -> Any:
+                return post(url, "/", send_body(f"m-{i}"), {"A2A-Version": "1.0", "X-Forwarded-For": address})
+
+            one_64 = [(await sent(i, f"2001:db8:1:1::{i + 1:x}")).status_code for i in range(10)]
+            other_64 = await sent(10, "2001:db8:1:2::1")
+            refused = await sent(11, "2001:db8:1:1:ffff::9")
+    assert one_64 == [200] * 3 + [429] * 7  # before: 200 all ten
+    assert other_64.status_code == 200
+    assert refused.json()["error"]["message"].startswith("rate limit of ip:2001:db8:1:1::/64 exceeded; retry in ")

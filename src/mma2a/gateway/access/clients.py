@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..._frozen import quick_init
 from ...errors import RateLimited, Unauthorized
 from .budgets import ClientCounts
+from .peers import address_key
 
 log = logging.getLogger("mma2a.gateway.security")
 
@@ -451,7 +452,7 @@ class RateLimiter:
 
     def admit(self, client: Client | None, peer: str, now: float) -> None:
         """Take a token for `client` (its own rate and burst), or for an anonymous `peer`; RateLimited when out."""
-        key = client.key if client is not None else f"ip:{peer}"
+        key = client.key if client is not None else address_key(peer)
         wait = self.take(key, now, rate=client.rate if client else None, burst=client.burst if client else None)
         if wait is not None:
             raise RateLimited(f"rate limit of {_bare(key)} exceeded; retry in {wait:.2f} s", retry_after=round(wait, 3))

@@ -25,8 +25,6 @@ time is told to the others (set `served`), so a neighbour served by one gateway 
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -35,6 +33,7 @@ from typing import Any
 from ...errors import RateLimited
 from .clients import FailedCredentialsConfig, RateLimiter
 from .federation import Asserted
+from .peers import address_key
 
 log = logging.getLogger("mma2a.gateway.security")
 
@@ -52,31 +51,11 @@ class CredentialsLocked(RateLimited):
         self.data["field"] = field
 
 
-def address_key(address: str) -> str:
-    """The bucket of an address: `ip:192.0.2.1`, or an IPv6 address's /64, `ip:2001:db8::/64` (one host's usual
-    share; an IPv4-mapped IPv6 address counts as its IPv4 address)."""
-    if ":" not in address:
-        return f"ip:{address}"
-    return _ipv6_key(address)
-
-
 def neighbourhood(address: str) -> str:
-    """Where a served client is remembered from: its address's bucket (`address_key`, without `ip:`), so a client
-    served from one address of a /64 (a host's temporary IPv6 addresses change daily, RFC 8981) is known from every
-    address of it, as the budget it shares is; an IPv4 address is itself (no work on the request path)."""
-    return address if ":" not in address else _ipv6_key(address)[3:]
-
-
-@functools.lru_cache(maxsize=4096)
-def _ipv6_key(address: str) -> str:
-    """`address_key` of an address with a colon (parsed once a caller: a parse costs microseconds)."""
-    try:
-        ip = ipaddress.IPv6Address(address.partition("%")[0])
-    except ValueError:
-        return f"ip:{address}"
-    if ip.ipv4_mapped is not None:
-        return f"ip:{ip.ipv4_mapped}"
-    return f"ip:{ipaddress.IPv6Network((int(ip) >> 64 << 64, 64))}"
+    """Where a served client is remembered from: its address's bucket (`peers.address_key`, without `ip:`), so a
+    client served from one address of a /64 (a host's temporary IPv6 addresses change daily, RFC 8981) is known from
+    every address of it, as the budget it shares is; an IPv4 address is itself (no work on the request path)."""
+    return address if ":" not in address else address_key(address)[3:]
 
 
 def origin_key(via: Asserted) -> str:

@@ -1,4 +1,5 @@
-"""Where an anonymous caller comes from: its address, as rate limits key it (`ip:<address>`).
+"""Where an anonymous caller comes from: its address, as rate limits key it (`address_key`: `ip:<address>`, an IPv6
+one by its /64).
 
 On HTTP, uvicorn's proxy-headers middleware gives each request its client address: the TCP peer,
 or — when the peer is a trusted proxy (`FORWARDED_ALLOW_IPS`, default `127.0.0.1,::1`) — the
@@ -9,12 +10,35 @@ reads it, and the `x-forwarded-for` metadata, the same way, so both bindings key
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 from urllib.parse import unquote
 
 DEFAULT_TRUSTED = "127.0.0.1,::1"  # uvicorn's default for FORWARDED_ALLOW_IPS
 UNKNOWN = "?"  # the address of a caller with none (a Unix socket): as the HTTP gate names it
+
+
+def address_key(address: str) -> str:
+    """The key an anonymous caller's budgets (request rate, failed credentials, ratings, body bytes, stream slots) are
+    kept under: `ip:192.0.2.1`, or an IPv6 address's /64, `ip:2001:db8::/64` — one host's usual share: keyed by the
+    address, a caller with a /64 had a fresh budget for each of its 2^64 addresses (docs/security.md S15-13); an
+    IPv4-mapped IPv6 address counts as its IPv4 address."""
+    if ":" not in address:
+        return f"ip:{address}"
+    return _ipv6_key(address)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ipv6_key(address: str) -> str:
+    """`address_key` of an address with a colon (parsed once a caller: a parse costs microseconds)."""
+    try:
+        ip = ipaddress.IPv6Address(address.partition("%")[0])
+    except ValueError:
+        return f"ip:{address}"
+    if ip.ipv4_mapped is not None:
+        return f"ip:{ip.ipv4_mapped}"
+    return f"ip:{ipaddress.IPv6Network((int(ip) >> 64 << 64, 64))}"
 
 
 def peer_host(peer: str) -> str:

@@ -63,6 +63,7 @@ from .clients import (
 from .failures import CredentialFailures
 from .federation import HEADER_KEY as FEDERATION_HEADER
 from .federation import Asserted, Federation, check_unbound
+from .peers import address_key
 
 if TYPE_CHECKING:
     from .jwt_clients import JWTVerifier  # loaded with `auth.jwt` only (joserfc)
@@ -160,7 +161,7 @@ class AccessControl:
                         or (size and headers.get("content-encoding", "identity").strip().lower() != "identity"):
                     # metered as it arrives (a coded body: as it decodes); no length said, or coded: it may grow
                     # to the cap, so only what has come counts
-                    sender = client.key if client is not None else f"ip:{(scope.get('client') or ('?',))[0]}"
+                    sender = client.key if client is not None else address_key((scope.get('client') or ('?',))[0])
                     if size is not None and size > BodyBudget.LARGE:  # a length that cannot fit: refused unread
                         why = self.bodies.why_not(sender, size)
                         if why is not None:
@@ -233,7 +234,7 @@ class AccessControl:
         if client is not None:
             sender = client.key
         else:
-            sender = f"ip:{peer if peer is not None else ((scope or {}).get('client') or ('?',))[0]}"
+            sender = address_key(peer if peer is not None else ((scope or {}).get('client') or ('?',))[0])
         why = self.streams.take(sender)
         if why is not None:
             raise RateLimited(why, retry_after=1.0)

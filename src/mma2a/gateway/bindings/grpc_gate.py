@@ -35,7 +35,7 @@ from ...errors import A2A_DOMAIN, AgentNotFound, Forbidden, InvalidRequest, MMA2
 from ...sdk_requests import raise_refusal
 from ..access.authz import AccessClass, RouteAccess, UnclassifiedRoute
 from ..access.clients import BodyBudget, BodyHold, Client, client_jwt, current_client, jwt_of
-from ..access.peers import TrustedProxies, peer_host
+from ..access.peers import TrustedProxies, address_key, peer_host
 from ..access.security import AccessControl, BodiesBusy, retry_after
 from ..downstream.overload import client_deadline, shed_note
 from ..downstream.service_params import activated_extensions, read_extensions, requested_extensions
@@ -339,7 +339,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         it at once: what many large calls hold together is bounded as on HTTP (round 5 left gRPC outside)."""
         if size <= BodyBudget.LARGE:
             return None
-        held = self.control.bodies.hold(client.key if client is not None else f"ip:{address}",
+        held = self.control.bodies.hold(client.key if client is not None else address_key(address),
                                         self.control.max_body_bytes)
         why = held.grow(size)
         if why is not None:

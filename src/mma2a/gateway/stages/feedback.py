@@ -18,6 +18,7 @@ from ...errors import InvalidParams, MMA2AError
 from ...ext import PROTOCOL_NAME
 from ...routing import PartRoute, Target
 from ..access.clients import current_sender
+from ..access.peers import address_key
 from ..history.record import DecisionRecord, HistorySink, PartSummary
 from ..state.learning import Learner
 from .task_ops import TaskOperations
@@ -66,7 +67,7 @@ class FeedbackService:
         score, agent, comment = check_feedback(body, where)
         owner = current_sender()
         # before any lookup: a flood of ratings (of tasks real or not) costs no NATS read
-        self.learner.admit(owner or f"ip:{address or '?'}")
+        self.learner.admit(owner or address_key(address or "?"))
         await self.task_ops.tasks.fetch(task_id)  # in a cluster: a task made by another gateway
         rec = self.task_ops.task_record(task_id, target)  # another client's task: TaskNotFound
         agents = list(dict.fromkeys(leg.agent for leg in rec.legs))
