@@ -2,12 +2,15 @@
 a large body's parse never holds the gateway's event loop (`gateway.body_parser` starts and feeds it).
 
 On stdin: an 8-byte big-endian body length, a 4-byte depth limit, a 1-byte job, the body. On stdout: an 8-byte
-length and the pickled answer of the job: `RPC` / `RPC_SDK` (a JSON-RPC body at the gateway's ingress:
-`read_rpc_as_data`, parsed once for the ingress and, if the SDK's dispatcher will answer it, read for it too), `CHECK` (a REST body at the gate: `request_body.check_json_body_as_data`), `SEND` (a REST `message:send` body
-read as the SDK reads it: `sdk_requests.read_send_body_as_data`, whose module is loaded at the first such job) or
-`SEND_PROTO` (the bytes of a gRPC SendMessageRequest: `sdk_requests.read_send_proto_as_data`), `SEND_V03` (a v0.3 REST
-`message:send` body: `read_v03_send_body_as_data`), `PUSH` / `PUSH_V03` (a REST push-config body, 1.0's or v0.3's:
-`read_push_config_as_data`), `JSONRPC` (a JSON-RPC body the SDK's dispatcher answers, not read by `RPC`: `read_jsonrpc_as_data`).
+length and the pickled answer of the job:
+- `RPC` / `RPC_SDK`: a JSON-RPC body at the gateway's ingress (`read_rpc_as_data`: parsed once, for the ingress and,
+  if the SDK's dispatcher will answer it, read for it too);
+- `CHECK`: a REST body at the gate (`request_body.check_json_body_as_data`);
+- `SEND`: a REST `message:send` body read as the SDK reads it (`sdk_requests.read_send_body_as_data`, whose module is
+  loaded at the first such job); `SEND_PROTO`: the bytes of a gRPC SendMessageRequest
+  (`sdk_requests.read_send_proto_as_data`); `SEND_V03`: a v0.3 REST `message:send` body (`read_v03_send_body_as_data`);
+- `PUSH` / `PUSH_V03`: a REST push-config body, 1.0's or v0.3's (`read_push_config_as_data`);
+- `JSONRPC`: a JSON-RPC body the SDK's dispatcher answers that `RPC` did not read (`read_jsonrpc_as_data`).
 It runs niced (`NICENESS`) and exits at the end of stdin."""
 
 from __future__ import annotations
