@@ -96,7 +96,10 @@ class Deduper:
 
     Answers are kept up to `max_bytes` together (their JSON size; the oldest go first) and one answer
     larger than a sixteenth of it is not kept: without a byte bound, 20,000 kept answers of agents that
-    echo a large message back could hold gigabytes for the whole time to live."""
+    echo a large message back could hold gigabytes for the whole time to live. One sender's answers are at most a
+    quarter of the entries and of the bytes, its own oldest going first: shared, seventeen large answers of one client
+    pushed every other client's out, and their retries were delivered again (docs/security.md S15-14). A sender of
+    None (a gateway without authentication) is held to the whole."""
 
     def __init__(self, ttl_s: float = 600.0, capacity: int = 20_000, clock: Callable[[], float] = time.monotonic,
                  max_bytes: int = 64 * 1024 * 1024) -> None:
@@ -107,6 +110,8 @@ class Deduper:
         self.bytes = 0
         self._seen: OrderedDict[tuple[str | None, str], tuple[float, asyncio.Future[Any]]] = OrderedDict()
         self._sizes: dict[tuple[str | None, str], int] = {}
+        self._kept: dict[str, OrderedDict[str, int]] = {}  # sender -> its kept answers' message ids (and sizes), oldest
+        self._kept_bytes: dict[str, int] = {}  # first, and their bytes
 
     async def run(self, sender: str | None, message_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
         """`attempt()` once per (sender, messageId) within the TTL; later calls share its outcome.
@@ -137,8 +142,35 @@ class Deduper:
         else:
             self._sizes[key] = size
             self.bytes += size
+            if sender is not None:
+                self._keep(sender, message_id, size)
             self._expire(self.clock())
         return result
+
+    def _keep(self, sender: str, message_id: str, size: int) -> None:
+        """Count a kept answer for `sender`; past its share, its own oldest kept answers go."""
+        mine = self._kept.setdefault(sender, OrderedDict())
+        mine[message_id] = size
+        held = self._kept_bytes[sender] = self._kept_bytes.get(sender, 0) + size
+        while mine and (len(mine) > max(1, self.capacity // 4) or held > self.max_bytes // 4):
+            oldest, n = mine.popitem(last=False)
+            held -= n
+            self._seen.pop((sender, oldest), None)
+            self.bytes -= self._sizes.pop((sender, oldest), 0)
+        self._kept_bytes[sender] = held
+
+    def _forget(self, key: tuple[str | None, str]) -> None:
+        """A kept answer gone from `_seen`: off its sender's count."""
+        sender, message_id = key
+        mine = self._kept.get(sender) if sender is not None else None
+        if sender is None or mine is None:
+            return
+        n = mine.pop(message_id, None)
+        if n is None:
+            return
+        self._kept_bytes[sender] -= n
+        if not mine:
+            del self._kept[sender], self._kept_bytes[sender]
 
     def _expire(self, now: float) -> None:
         while self._seen:
@@ -148,6 +180,7 @@ class Deduper:
                 break
             self._seen.popitem(last=False)
             self.bytes -= self._sizes.pop(key, 0)
+            self._forget(key)
 
 
 def _json_size(value: Any) -> int:
