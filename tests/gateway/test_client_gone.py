@@ -264,12 +264,14 @@ async def test_a_streaming_fan_outs_queued_leg_is_sent_after_its_client_leaves(t
             assert await state() == "TASK_STATE_COMPLETED"
 
 
-def tcp_state(port: int) -> str | None:
-    """The kernel's state of this host's IPv4 TCP socket bound to `port` (/proc/net/tcp: '06' is TIME_WAIT)."""
+def tcp_state(local: int, remote: int) -> str | None:
+    """The kernel's state of the loopback TCP connection from port `local` to port `remote` (/proc/net/tcp: '06' is
+    TIME_WAIT; both ends named: another connection may hold the same local port to elsewhere)."""
+    ends = (f"0100007F:{local:04X}", f"0100007F:{remote:04X}")
     with open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:
             fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+            if (fields[1], fields[2]) == ends:
                 return fields[3]
     return None
 
@@ -320,7 +322,7 @@ async def test_a_leg_whose_client_has_gone_is_not_sent_at_a_free_slot(tmp_path: 
         await writer.wait_closed()
         # the gateway closed its end (TIME_WAIT on ours): it has seen the client go (`connection_lost` marks the
         # link before the socket is closed)
-        await until(lambda: tcp_state(own) == "06", "the gateway closes the connection")
+        await until(lambda: tcp_state(own, int(port)) == "06", "the gateway closes the connection")
         assert gw.pipeline.slots.get("slow") is None  # nothing was ever sent to slow: its slots are made on first use
         stt.go.release()  # the transformer answers: A's leg to slow would take its free slot now
         for _ in range(2_000):
