@@ -41,8 +41,8 @@ def test_length_words_and_keywords() -> None:
 def test_text_charset_and_binary_errors() -> None:
     assert TextExtractor().extract("café".encode("latin-1"), parse_modality("text/plain; charset=latin-1"))["length"] == 4
     with pytest.raises(MediaError) as err:
-        TextExtractor().extract(b"\xff\xfe\x00a", TEXT)
-    assert err.value.message == "text: not valid utf-8 at byte 0"
+        TextExtractor().extract(b"ok \xe9t\xe9", TEXT)  # Latin-1 sent without a charset
+    assert err.value.message == "text: not valid utf-8 at byte 3 (0xe9) (no charset given: UTF-8 assumed)"
     with pytest.raises(MediaError) as err:
         TextExtractor().extract(b"abc\x00def", TEXT)
     assert err.value.message == "text: contains NUL characters; this looks like binary data, not text"

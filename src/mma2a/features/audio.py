@@ -115,10 +115,14 @@ def sniff_audio(data: bytes) -> str | None:
         return "ogg"
     if head[:4] == b"fLaC":
         return "flac"
+    if len(head) > 1 and head[0] == 0xFF and head[1] & 0xF6 == 0xF0:
+        return "aac"  # an ADTS frame: MPEG's frame sync with layer bits 00 (an MP3 frame's are never 00)
     if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
         return "mp3"
     if head[4:8] == b"ftyp":
-        return "mp4"
+        from .containers import IMAGE_BRANDS, ftyp_brand
+
+        return None if ftyp_brand(head) in IMAGE_BRANDS else "mp4"  # an AVIF or HEIC photo is no recording
     if head[:4] == b"\x1a\x45\xdf\xa3":
         return "webm"
     return None
@@ -220,14 +224,15 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
         ) from None
     import numpy as np
 
-    from .containers import av_reason, container_name, open_input
+    from .containers import av_reason, container_name, open_input, stream_context
 
     with open_input(data, "audio") as container:
         if not container.streams.audio:
             raise MediaError(f"audio: the {container_name(container)} container has no audio stream")
         stream = container.streams.audio[0]
-        rate = stream.codec_context.sample_rate or stream.rate or 0
-        channels = stream.codec_context.channels or 1
+        ctx = stream_context(stream, "audio", container_name(container, data[:64]))
+        rate = ctx.sample_rate or stream.rate or 0
+        channels = ctx.channels or 1
         if rate < 1:
             raise MediaError("audio: the audio stream has no sample rate")
         declared = _declared_seconds(container, stream)
@@ -235,10 +240,12 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
             if declared > limits.max_audio_seconds:
                 raise MediaError(f"audio: {declared:.1f} s is over the {limits.max_audio_seconds:g} s limit; not decoded")
             check_samples(rate, channels, declared, limits)
-        out_rate, out_channels = want_rate or rate, 1 if mono else channels
-        layout = "mono" if mono else (stream.layout.name if stream.layout else "mono")
-        # FFmpeg mixes and resamples each frame as it is decoded: only the target's samples are ever held
+        out_rate = want_rate or rate
+        layout = stream.layout.name if stream.layout else "mono"
+        # FFmpeg resamples each frame as it is decoded, and the mono mix is the channels' mean (as for WAV): FFmpeg's
+        # own downmix keeps a -3 dB pan law, so a stereo tone read 3 dB louder than as WAV and a 5.1 one over full scale
         resampler = av.AudioResampler(format="flt", layout=layout, rate=out_rate)
+        width = stream.layout.nb_channels if stream.layout else 1
         chunks: list[Any] = []
         taken = 0  # input samples (all channels) decoded so far: the header may understate them
         try:
@@ -249,18 +256,40 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
                     raise MediaError(f"audio: more than {limits.max_audio_samples} samples (rate x channels x seconds); "
                                      "decoding stopped")
                 for out in resampler.resample(frame):
-                    chunks.append(out.to_ndarray().reshape(-1, out_channels))
+                    chunks.append(_mixed(out.to_ndarray().reshape(-1, width), mono))
                 if taken / channels / rate > limits.max_audio_seconds:
                     raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; decoding stopped")
             for out in resampler.resample(None):
-                chunks.append(out.to_ndarray().reshape(-1, out_channels))
+                chunks.append(_mixed(out.to_ndarray().reshape(-1, width), mono))
         except av.FFmpegError as exc:
             raise MediaError(f"audio: corrupt {container_name(container)} audio: {av_reason(exc)}") from None
         name = fmt or container_name(container)
+        heard = taken / channels / rate
+        if declared is not None and fmt in EXACT_LENGTH and heard < declared - TRUNCATED_S:
+            raise MediaError(f"audio: truncated {name}: the header declares {declared:.2f} s, only {heard:.2f} s "
+                             "decoded")
     if not chunks:
         raise MediaError(f"audio: the {name} stream holds no decodable samples")
     samples = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # float32 already: no further copy
-    return DecodedAudio(samples, int(out_rate), out_channels, name, int(rate), int(channels))
+    return DecodedAudio(samples, int(out_rate), 1 if mono else width, name, int(rate), int(channels))
+
+
+EXACT_LENGTH = frozenset({"flac", "mp4", "ogg", "webm", "wav"})
+"""Containers whose header states the exact length (FLAC's sample count, MP4's and WebM's durations, Ogg's last
+granule): decoding less than that means the file was cut short. An MP3 or ADTS length without an index is FFmpeg's
+estimate from the bit rate, so it proves nothing."""
+
+TRUNCATED_S = 0.1
+"""Decoded audio this much shorter than its header declares was cut short (codec delay and padding are milliseconds)."""
+
+
+def _mixed(block: Any, mono: bool) -> Any:
+    """A block of interleaved float samples (frames, channels), mixed to (frames, 1) as their mean when `mono`."""
+    import numpy as np
+
+    if not mono or block.shape[1] == 1:
+        return block
+    return block.mean(axis=1, dtype=np.float32)[:, None]
 
 
 def _declared_seconds(container: Any, stream: Any) -> float | None:

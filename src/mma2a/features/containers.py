@@ -41,17 +41,45 @@ def audio_only(data: bytes) -> bool | None:
         return None
 
 
-CONTAINER_NAMES = {"mov,mp4,m4a,3gp,3g2,mj2": "mp4", "matroska,webm": "webm"}
+def stream_context(stream: Any, what: str, container: str) -> Any:
+    """The decoder context of a container's `stream`; `MediaError` naming `what` when FFmpeg opened none (a QuickTime
+    file cut before its index still lists a stream, with no codec parameters to decode it by)."""
+    ctx = stream.codec_context
+    if ctx is None:
+        raise MediaError(f"{what}: the {container} container's {stream.type} stream cannot be decoded: its codec "
+                         "parameters are missing (a file cut short, or a codec not built in here)")
+    return ctx
+
+
+CONTAINER_MP4 = "mov,mp4,m4a,3gp,3g2,mj2"
+"""FFmpeg's one demuxer for QuickTime, MP4, M4A and 3GP."""
+
+CONTAINER_NAMES = {CONTAINER_MP4: "mp4", "matroska,webm": "webm"}
 """FFmpeg's demuxer names as people name the containers."""
 
 
 def container_name(container: Any, head: bytes = b"") -> str:
     """The container's name as people say it (`mp4`, not FFmpeg's `mov,mp4,m4a,3gp,3g2,mj2`). FFmpeg reads Matroska
-    and WebM with one demuxer; the file's first bytes (`head`) tell them apart by the EBML DocType."""
+    and WebM with one demuxer, and QuickTime and MP4 with another; the file's first bytes (`head`) tell them apart:
+    the EBML DocType, the `ftyp` box's major brand (`qt  `: a QuickTime movie, `mov`)."""
     fmt = str(container.format.name)
     if fmt == "matroska,webm" and ebml_doctype(head) == "matroska":
         return "matroska"
+    if fmt == CONTAINER_MP4 and ftyp_brand(head) == "qt":
+        return "mov"
     return CONTAINER_NAMES.get(fmt, fmt.split(",")[0])
+
+
+def ftyp_brand(head: bytes) -> str | None:
+    """The major brand (`isom`, `qt`, `M4A`, `avif`, `heic`; trailing spaces dropped) an ISO base media file's leading
+    `ftyp` box states; None when the file does not start with one."""
+    if len(head) < 12 or head[4:8] != b"ftyp":
+        return None
+    return head[8:12].decode("latin-1").rstrip(" ") or None
+
+
+IMAGE_BRANDS = frozenset({"avif", "avis", "heic", "heix", "heim", "heis", "hevc", "hevx", "mif1", "msf1"})
+"""`ftyp` major brands of still images and image sequences (AVIF, HEIF/HEIC): ISO boxes, but no audio or video."""
 
 
 def ebml_doctype(head: bytes) -> str | None:

@@ -125,5 +125,7 @@ class ObjectExtractor:
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
         rgb, back = image_array(data, self.limits, max_side=self.max_side)
+        if (rgb == rgb[:1, :1]).all():  # one colour (a 1x1 pixel, a blank frame): nothing to see, nothing detected
+            return {"objects": [], "detections": []}
         found = detect_objects(rgb, back, min_score=self.min_score)
         return {"objects": labels(found), "detections": [d.to_json() for d in found]}

@@ -16,9 +16,10 @@ from ..ext import FeatureSource, PartExtension, PayloadRef, write_part
 from ..modality import EMBEDDING, parse_modality
 from .audio import sniff_audio
 from .base import load_once
-from .containers import audio_only
+from .containers import IMAGE_BRANDS, audio_only, ftyp_brand
 from .mesh import sniff_mesh
 from .pipeline import FeaturePipeline
+from .text import text_bom
 
 Uploader = Callable[[bytes, str], str]
 """Stores the bytes (given the modality) and returns the URL they can be fetched from."""
@@ -68,6 +69,11 @@ def sniff_modality(data: bytes, filename: str | None = None) -> str:
         return "image/bmp"
     if head[:4] in (b"II*\x00", b"MM\x00*"):
         return "image/tiff"
+    brand = ftyp_brand(head)
+    if brand in ("avif", "avis"):
+        return "image/avif"
+    if brand in IMAGE_BRANDS:
+        return "image/heic"
     audio = sniff_audio(data)
     if audio in ("mp4", "webm"):
         if audio == "mp4" and head[8:11] == b"M4A":
@@ -76,11 +82,11 @@ def sniff_modality(data: bytes, filename: str | None = None) -> str:
             return f"audio/{audio}"
         if audio == "webm" and b"matroska" in data[:64]:
             return "video/x-matroska"
-        return f"video/{audio}"
-    if audio == "mp3" and head[:3] != b"ID3" and not (filename or "").lower().endswith(".mp3"):
+        return "video/quicktime" if brand == "qt" else f"video/{audio}"
+    if audio in ("mp3", "aac") and head[:3] != b"ID3" and not (filename or "").lower().endswith(f".{audio}"):
         audio = None  # a bare MPEG frame sync is too weak a sign on its own
     if audio is not None:
-        return {"wav": "audio/wav", "ogg": "audio/ogg", "flac": "audio/flac", "mp3": "audio/mpeg"}[audio]
+        return {"wav": "audio/wav", "ogg": "audio/ogg", "flac": "audio/flac", "mp3": "audio/mpeg", "aac": "audio/aac"}[audio]
     if filename:
         suffix = Path(filename).suffix.lower()
         if suffix in _EXTENSIONS:
@@ -93,6 +99,9 @@ def sniff_modality(data: bytes, filename: str | None = None) -> str:
         return "model/x-ply"
     if mesh in ("stl", "stl-binary"):
         return "model/stl"
+    bom = text_bom(data)
+    if bom is not None:
+        return "text/plain" if bom == "utf-8" else f"text/plain; charset={bom}"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

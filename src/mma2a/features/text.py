@@ -13,6 +13,10 @@ from ..modality import Modality
 from .base import Limits, load_once
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+"""Invisible format characters (soft hyphen, zero-width space/joiners, direction marks and embeddings, word joiner,
+BOM): not part of any word a reader sees. Left in, `in<ZWJ>voice` was two words and never the keyword `invoice`,
+and a Persian word written with its zero-width non-joiner was two."""
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below between
@@ -62,6 +66,38 @@ def keywords(text: str, count: int = 5) -> list[str]:
     return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:count]]
 
 
+BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
+        (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+"""Byte order marks and the encodings they announce (UTF-32 LE before UTF-16 LE: its mark begins with the other's)."""
+
+
+def text_bom(data: bytes) -> str | None:
+    """The encoding a byte order mark at the start of `data` announces, or None."""
+    for mark, charset in BOMS:
+        if data.startswith(mark):
+            return charset
+    return None
+
+
+def decode_text(data: bytes, modality: Modality) -> str:
+    """The text in `data`: a byte order mark decides the encoding (as a browser decides, whatever the label says:
+    a Windows editor's UTF-16 file sent as `text/plain` is still read) and is not part of the text; else the
+    `charset` parameter, else UTF-8. `MediaError` names the charset and the first byte that is not valid in it."""
+    label = modality.param("charset")
+    bom = text_bom(data)
+    charset = bom or label or "utf-8"
+    body = data[len(next(m for m, c in BOMS if c == bom)):] if bom else data
+    try:
+        text = body.decode(charset)
+    except LookupError:
+        raise MediaError(f"text: unknown charset {charset!r}") from None
+    except UnicodeDecodeError as exc:
+        at = exc.start + len(data) - len(body)
+        said = f"; the part says charset={label}" if label else " (no charset given: UTF-8 assumed)"
+        raise MediaError(f"text: not valid {charset} at byte {at} (0x{data[at]:02x}){said}") from None
+    return text
+
+
 class TextExtractor:
     """language, length (characters), words, keywords."""
 
@@ -81,17 +117,13 @@ class TextExtractor:
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
         self.limits.check_size(data, "text")
-        charset = modality.param("charset") or "utf-8"
-        try:
-            text = data.decode(charset)
-        except LookupError:
-            raise MediaError(f"text: unknown charset {charset!r}") from None
-        except UnicodeDecodeError as exc:
-            raise MediaError(f"text: not valid {charset} at byte {exc.start}") from None
+        text = decode_text(data, modality)
         if "\x00" in text:
             raise MediaError("text: contains NUL characters; this looks like binary data, not text")
-        sample = text[: self.limits.max_text_chars]
-        out: dict[str, Any] = {"length": len(text), "words": len(_WORD.findall(text)), "keywords": keywords(sample, self.keyword_count)}
+        visible = _INVISIBLE.sub("", text)  # words as a reader sees them; `length` counts what was sent
+        sample = visible[: self.limits.max_text_chars]
+        out: dict[str, Any] = {"length": len(text), "words": len(_WORD.findall(visible)),
+                               "keywords": keywords(sample, self.keyword_count)}
         language = detect_language(sample) if sample.strip() else None
         if language is not None:
             out["language"] = language

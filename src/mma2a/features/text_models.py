@@ -17,6 +17,7 @@ from ..modality import Modality
 from .base import Limits
 from .sentence import MODEL_NAME, MODEL_PACKAGE, TOKENIZER_PACKAGE, USE_PACKAGE, SentenceEncoder, TextEmbedder, UniversalEncoder
 from .static import StaticEmbedder
+from .text import decode_text
 from .wordllama import WordLlamaEmbedder
 
 _CLASSES: dict[str, type[SentenceEncoder]] = {
@@ -98,10 +99,7 @@ class SentenceEmbeddingExtractor:
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
         self.limits.check_size(data, "text")
-        try:
-            text = data.decode(modality.param("charset") or "utf-8")
-        except (LookupError, UnicodeDecodeError) as exc:
-            raise MediaError(f"text: cannot decode for embedding: {exc}") from None
+        text = decode_text(data, modality)
         embedder = self.embedder or shared_embedder()
         vec = embedder.embed_one(text)
         return {"embedding": {"model": embedder.model, "dimension": int(vec.shape[0]),

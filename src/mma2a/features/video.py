@@ -10,8 +10,14 @@ from typing import Any
 from ..errors import MediaError
 from ..modality import Modality
 from .base import THUMBNAIL_KEY, Limits, check_deadline
-from .containers import av_reason, container_name, open_input
+from .containers import av_reason, container_name, open_input, stream_context
 from .image import make_thumbnail
+
+
+TRUNCATED_FRAMES = 2
+TRUNCATED_S = 0.1
+"""A WebM or Matroska file whose packets end more than two frame intervals (at least 0.1 s) before the duration its
+header declares was cut short: a complete file's last packet ends where its header says, within a packet."""
 
 
 class VideoExtractor:
@@ -42,7 +48,8 @@ class VideoExtractor:
                 audio = " (audio only: send it as audio/*)" if container.streams.audio else ""
                 raise MediaError(f"video: the {container_name(container)} container has no video stream{audio}")
             stream = container.streams.video[0]
-            ctx = stream.codec_context
+            name = container_name(container, data[:64])
+            ctx = stream_context(stream, "video", name)
             width, height = int(ctx.width or 0), int(ctx.height or 0)
             self.limits.check_pixels(width, height, "video")
             fps = float(stream.average_rate or stream.guessed_rate or 0)
@@ -54,7 +61,7 @@ class VideoExtractor:
             if duration > self.limits.max_video_seconds:
                 raise MediaError(f"video: {duration:.0f} s is over the {self.limits.max_video_seconds:g} s limit")
             out: dict[str, Any] = {
-                "container": container_name(container, data[:64]),
+                "container": name,
                 "codec": ctx.name,
                 "fps": round(fps, 3),
                 "duration": round(duration, 3),
@@ -63,35 +70,74 @@ class VideoExtractor:
                 "audio": bool(container.streams.audio),
             }
             if container.streams.audio:  # the sound track a speech agent would hear
-                sound = container.streams.audio[0].codec_context
+                sound = stream_context(container.streams.audio[0], "video", name)
                 out["audioCodec"] = sound.name
                 if sound.sample_rate:
                     out["audioSampleRate"] = int(sound.sample_rate)
             try:
+                picture, turn = self._first_keyframe(container, stream)
+                container.seek(0)
+                if turn:  # a phone's portrait clip is stored landscape with a display matrix: say it as shown
+                    out["rotation"] = turn
+                    if turn in (90, 270):
+                        out["width"], out["height"] = height, width
                 if self.thumbnail:
-                    out[THUMBNAIL_KEY] = self._keyframe_thumbnail(container, stream)
-                    container.seek(0)
-                out["frames"] = int(stream.frames) if stream.frames else self._count_frames(container, stream)
+                    out[THUMBNAIL_KEY] = make_thumbnail(upright(picture, turn))
+                if stream.frames:
+                    out["frames"] = int(stream.frames)
+                else:  # counted by demuxing (WebM, Matroska): which also shows where the file really ends
+                    out["frames"], end = self._count_frames(container, stream)
+                    slack = max(TRUNCATED_FRAMES / fps if fps else 0.0, TRUNCATED_S)
+                    if container.duration is not None and end is not None and end < duration - slack:
+                        raise MediaError(f"video: truncated {name}: the container declares {duration:.1f} s, its "
+                                         f"packets end at {end:.1f} s")
             except av.FFmpegError as exc:
                 raise MediaError(f"video: corrupt {ctx.name} stream: {av_reason(exc)}") from None
         return out
 
-    def _keyframe_thumbnail(self, container: Any, stream: Any) -> Any:
+    def _first_keyframe(self, container: Any, stream: Any) -> tuple[Any, int]:
+        """The first keyframe as a Pillow image (as stored) and its display rotation (`display_rotation`)."""
         stream.codec_context.skip_frame = "NONKEY"
         try:
             for frame in container.decode(stream):
-                return make_thumbnail(frame.to_image())
+                return frame.to_image(), display_rotation(frame)
         finally:
             stream.codec_context.skip_frame = "DEFAULT"
         raise MediaError("video: no decodable keyframe")
 
-    def _count_frames(self, container: Any, stream: Any) -> int:
-        count = 0
-        for packet in container.demux(stream):
-            if packet.size:
+    def _count_frames(self, container: Any, stream: Any) -> tuple[int, float | None]:
+        """The video stream's packets, and where the last packet of any stream ends (seconds from the start; None when
+        no packet says)."""
+        count = seen = 0
+        end: float | None = None
+        start = container.start_time / 1_000_000 if container.start_time is not None else 0.0
+        for packet in container.demux():
+            seen += 1
+            if packet.pts is not None and packet.time_base is not None:
+                stop = float((packet.pts + (packet.duration or 0)) * packet.time_base) - start
+                end = stop if end is None else max(end, stop)
+            if packet.stream is stream and packet.size:
                 count += 1
-            if count % 256 == 0:
+            if seen % 256 == 0:
                 check_deadline("video frame count")
-            if count > self.max_packets:
+            if seen > self.max_packets:
                 raise MediaError(f"video: more than {self.max_packets} packets; counting stopped")
-        return count
+        return count, end
+
+
+def display_rotation(frame: Any) -> int:
+    """The clockwise quarter turns, in degrees (0, 90, 180, 270), a player applies to show `frame` upright: its display
+    matrix (a phone's portrait clip is stored landscape with one; FFmpeg gives the angle counter-clockwise)."""
+    try:
+        angle = float(frame.rotation or 0)
+    except (AttributeError, TypeError, ValueError):
+        return 0
+    return int(round(-angle / 90.0)) % 4 * 90
+
+
+def upright(picture: Any, turn: int) -> Any:
+    """A Pillow image turned `turn` degrees clockwise (a `display_rotation`)."""
+    from PIL import Image
+
+    op = {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_90}.get(turn)
+    return picture.transpose(op) if op is not None else picture
