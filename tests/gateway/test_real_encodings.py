@@ -296,3 +296,96 @@ async def test_text_in_other_encodings_scripts_and_shapes() -> None:
     assert (got[7]["words"], got[7]["length"], got[7]["keywords"]) == (3, 26, ["evil", "invoice", "password"])
     assert got[8]["words"] == 5
     assert (got[9]["length"], got[9]["words"], got[9]["keywords"]) == (len(long_line), 40_000, ["invoice", "warehouse"])
+
+
+# --- parts fitted for an agent that cannot take their encoding ------------------------------------------------------
+
+async def fitted(accepts: dict[str, Any], parts: list[tuple[bytes, str]]) -> list[tuple[str, bytes, str]]:
+    """Send `parts` to an agent whose card asks for `accepts` (the extension's params); (media type, bytes, what the
+    gateway's route says it did) of each part as the agent got it."""
+    import httpx
+
+    from tests.gateway.test_adapt import wants
+
+    spec = wants(agent("picky", SINK), accepts)
+    async with agents({"picky": spec}) as urls:
+        async with gateway({"agents": [{"name": "picky", "url": urls["picky"]}]}) as (_, url):
+            client = await sdk_client(url)
+            message = Message(message_id="fit-1", role=Role.ROLE_USER,
+                              parts=[Part(raw=data, media_type=mt) for data, mt in parts])
+            events = [ev async for ev in client.send_message(SendMessageRequest(message=message),
+                                                             context=ClientCallContext(timeout=120))]
+            await client.close()
+            got = [json_format.MessageToDict(p) for r in spec[1].received for p in r.message.parts]
+            out = []
+            route = json_format.MessageToDict(events[-1].task.metadata)[EXTENSION_URI]["route"]
+            for i, p in enumerate(got):
+                if "raw" in p:
+                    body = base64.b64decode(p["raw"])
+                else:
+                    async with httpx.AsyncClient() as c:
+                        body = (await c.get(p["url"])).content
+                done = next(r for r in route if r["index"] == i).get("adapted", [{}])[0]
+                out.append((p["mediaType"], body, done.get("detail") or done.get("error", "")))
+    return out
+
+
+async def test_pictures_fitted_to_jpeg_keep_deep_grey_and_show_white_where_transparent() -> None:
+    ramp = np.tile(np.linspace(0, 65535, 256), (32, 1)).astype(np.uint16)
+    hidden = np.zeros((50, 100, 4), np.uint8)
+    hidden[:, :, 0] = 255  # red everywhere, opaque only in the middle
+    hidden[10:40, 40:60, 3] = 255
+    got = await fitted({"image/*": {"encodings": ["image/jpeg"]}},
+                       [(e.encode_image(Image.fromarray(ramp), "PNG"), "image/png"),
+                        (e.encode_image(Image.fromarray(hidden, "RGBA"), "PNG"), "image/png"),
+                        (e.turned_jpeg(e.halves(320, 200), 6, "WEBP"), "image/webp")])
+    assert [mt for mt, _, _ in got] == ["image/jpeg"] * 3
+    grey = np.asarray(Image.open(io.BytesIO(got[0][1])).convert("L"), dtype=int)
+    assert grey[5, 0] < 5 and 120 <= grey[5, 128] <= 135 and grey[5, -1] > 250  # Pillow alone: white from x=1 on
+    shown = np.asarray(Image.open(io.BytesIO(got[1][1])).convert("RGB"), dtype=int)
+    assert shown[2, 2].min() > 245 and shown[25, 50, 0] > 240 and shown[25, 50, 1] < 20  # white around, red inside
+    turned = Image.open(io.BytesIO(got[2][1]))
+    assert turned.size == (320, 200) and red_left_blue_right(turned.convert("RGB"))
+
+
+async def test_recordings_in_float_surround_and_adts_fitted_to_what_the_agent_reads() -> None:
+    float_stereo = e.encode_audio(e.tone(1.0, 44100, 2), 44100, "wav", "pcm_f32le")
+    surround = e.encode_audio(e.tone(1.0, 48000, 6), 48000, "wav", "pcm_s24le")  # WAVE_FORMAT_EXTENSIBLE
+    adts = e.encode_audio(e.tone(1.0, 44100), 44100, "adts", "aac")
+    mono16k = await fitted({"audio/*": {"sampleRate": 16000, "channels": 1, "encodings": ["audio/wav"]}},
+                           [(float_stereo, "audio/wav"), (surround, "audio/wav"), (adts, "audio/aac")])
+    stereo = await fitted({"audio/*": {"channels": 2, "encodings": ["audio/flac"]}}, [(surround, "audio/wav")])
+    opus = await fitted({"audio/*": {"encodings": ["audio/ogg; codecs=opus"]}}, [(adts, "audio/aac")])
+    for mt, body, detail in mono16k:
+        assert mt == "audio/wav", detail
+        with av.open(io.BytesIO(body)) as c:
+            ctx = c.streams.audio[0].codec_context
+            frames = [f.to_ndarray() for f in c.decode(audio=0)]
+        samples = np.concatenate(frames, axis=1)
+        assert (ctx.sample_rate, ctx.channels) == (16000, 1) and abs(samples.shape[1] - 16000) < 1200, detail
+    mt, body, detail = stereo[0]
+    with av.open(io.BytesIO(body)) as c:
+        ctx = c.streams.audio[0].codec_context
+        count = sum(f.samples for f in c.decode(audio=0))
+    # six channels read as stereo once played three times as long
+    assert (mt, ctx.channels, ctx.sample_rate, count) == ("audio/flac", 2, 48000, 48000), detail
+    mt, body, detail = opus[0]
+    assert mt == "audio/ogg; codecs=opus" and "44100 Hz 1 ch audio/aac -> 48000 Hz" in detail, detail  # Opus's own rate
+
+
+async def test_video_fitted_keeps_its_sound_track_and_its_rotation_and_matroska_is_not_taken_for_webm() -> None:
+    sound = e.tone(1.0, 48000)[:, 0]
+    phone = e.clip("mp4", "libx264", size=(320, 240), rotation=-90, sound=sound)
+    small = await fitted({"video/*": {"maxPixels": 160 * 120}}, [(phone, "video/mp4")])
+    webm = await fitted({"video/*": {"encodings": ["video/webm"]}}, [(e.clip("matroska", "libx264"), "video/x-matroska")])
+    mt, body, detail = small[0]
+    with av.open(io.BytesIO(body)) as c:
+        kinds = sorted(s.type for s in c.streams)
+        frame = next(c.decode(video=0))
+        track = c.streams.audio[0]
+        heard = abs(float(track.duration * track.time_base) - 1.0) if track.duration else None
+    assert (mt, kinds, frame.width, frame.height, frame.rotation) == ("video/mp4", ["audio", "video"], 160, 120, -90), detail
+    assert heard is not None and heard < 0.1 and "sound aac" in detail
+    mt, body, detail = webm[0]
+    with av.open(io.BytesIO(body)) as c:
+        assert (mt, c.streams.video[0].codec_context.name) == ("video/webm", "vp8"), detail

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..errors import MediaError
 from ..features.base import Limits, check_deadline
-from ..features.containers import av_reason, open_input
+from ..features.containers import av_reason, container_name, open_input, stream_context
+from ..features.image import to_8bit, to_rgb
 from ..features.imagehead import HeadNotFound, image_size, png_for_decoder
 from ..features.probe import head_refusal
 from ..modality import Modality, parse_modality
@@ -109,8 +110,10 @@ def fit_image(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
             pic = pic.resize((tw, th), Image.Resampling.BICUBIC, reducing_gap=2.0)
         check_deadline("image adapt")
         fmt = _IMAGE_WRITERS[target]
+        if pic.mode in ("I", "F") or pic.mode.startswith("I;"):
+            pic = to_8bit(pic)  # 16-bit and float grey keep their range (Pillow's own conversion clips them)
         if fmt == "JPEG" and pic.mode not in ("RGB", "L"):
-            pic = pic.convert("RGB")
+            pic, _ = to_rgb(pic)  # no alpha in JPEG: transparent pixels as they show, on white
         elif pic.mode not in ("RGB", "RGBA", "L", "LA"):
             pic = pic.convert("RGBA" if "A" in pic.getbands() or "transparency" in pic.info else "RGB")
         out = io.BytesIO()
@@ -157,11 +160,13 @@ def _probe_audio(data: bytes, limits: Limits) -> tuple[str, int, int]:
             with wave.open(io.BytesIO(data)) as w:
                 rate, channels, frames = w.getframerate(), w.getnchannels(), w.getnframes()
         except (wave.Error, EOFError, RuntimeError) as exc:
-            raise MediaError(f"audio: corrupt WAV header: {exc}") from None
-        if rate < 1 or frames / rate > limits.max_audio_seconds:
-            raise MediaError(f"audio: WAV declares {frames / max(rate, 1):.1f} s, over the "
-                             f"{limits.max_audio_seconds:g} s limit; not decoded")
-        return "audio/wav", rate, channels
+            if "unknown format" not in str(exc):  # float and WAVE_FORMAT_EXTENSIBLE (24-bit, 5.1): PyAV reads them
+                raise MediaError(f"audio: corrupt WAV header: {exc}") from None
+        else:
+            if rate < 1 or frames / rate > limits.max_audio_seconds:
+                raise MediaError(f"audio: WAV declares {frames / max(rate, 1):.1f} s, over the "
+                                 f"{limits.max_audio_seconds:g} s limit; not decoded")
+            return "audio/wav", rate, channels
     if fmt is None:
         raise MediaError(f"audio: bytes are not a known audio container (starts {data[:8]!r})")
     import av
@@ -171,13 +176,14 @@ def _probe_audio(data: bytes, limits: Limits) -> tuple[str, int, int]:
             if not c.streams.audio:
                 raise MediaError("audio: the container has no audio stream")
             s = c.streams.audio[0]
+            stream_context(s, "audio", container_name(c, data[:64]))
             if c.duration is not None and c.duration / 1_000_000 > limits.max_audio_seconds:
                 raise MediaError(f"audio: {c.duration / 1_000_000:.1f} s is over the {limits.max_audio_seconds:g} s limit; "
                                  "not decoded")
             codec = s.codec_context.name
             media = {"ogg": f"audio/ogg; codecs={codec}" if codec == "opus" else "audio/ogg",
-                     "flac": "audio/flac", "mp3": "audio/mpeg", "mp4": "audio/mp4",
-                     "webm": f"audio/webm; codecs={codec}"}[fmt]
+                     "flac": "audio/flac", "mp3": "audio/mpeg", "mp4": "audio/mp4", "aac": "audio/aac",
+                     "wav": "audio/wav", "webm": f"audio/webm; codecs={codec}"}[fmt]
             return media, int(s.codec_context.sample_rate or 0), int(s.codec_context.channels or 1)
     except av.FFmpegError as exc:
         raise MediaError(f"audio: not a readable audio container: {av_reason(exc)}") from None
@@ -202,6 +208,8 @@ def fit_audio(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
     if target is None:
         raise MediaError(f"audio: no encoder here for any of {', '.join(choices)}")
     container, codec, media_type = target
+    if codec == "libopus" and want_rate not in OPUS_RATES and not profile.sample_rate:
+        want_rate = 48000  # a 44.1 kHz MP3 for an Opus receiver that named no rate: Opus's own rate
     if codec == "libopus" and want_rate not in OPUS_RATES:
         raise MediaError(f"audio: Opus cannot encode at {want_rate} Hz (it takes {', '.join(map(str, OPUS_RATES))})")
     # limits (seconds, samples) checked from the header first; mixed down while decoding when the target is mono
@@ -217,8 +225,7 @@ def _encode_audio(samples: Any, rate: int, channels: int, want_rate: int, want_c
     import av
     import numpy as np
 
-    layout = "mono" if channels == 1 else "stereo"
-    out_layout = "mono" if want_channels == 1 else "stereo"
+    layout, out_layout = channel_layout(channels), channel_layout(want_channels)
     buf = io.BytesIO()
     with av.open(buf, mode="w", format=container) as oc:
         stream: Any = oc.add_stream(codec, rate=want_rate)
@@ -249,26 +256,41 @@ def _encode_audio(samples: Any, rate: int, channels: int, want_rate: int, want_c
     return buf.getvalue()
 
 
+def channel_layout(channels: int) -> str:
+    """FFmpeg's usual layout for a channel count (`mono`, `stereo`, `5.1`, ...; `10c` past 8): the samples of that
+    many channels, interleaved, are read in it (a 5.1 recording read as stereo would play three times as long)."""
+    return _LAYOUTS.get(channels, f"{channels}c")
+
+
+_LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "4.0", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
+
+
 # --- video --------------------------------------------------------------------------------
 
 _VIDEO_TARGETS = {"video/mp4": ("mp4", "libx264"), "video/webm": ("webm", "libvpx")}
+_SOUND_CODECS = {"mp4": ("aac", None), "webm": ("libopus", 48000)}
+"""The sound track's codec in each target container, and the one rate it takes (None: the source's)."""
+_VIDEO_SOURCES = {"mp4": "video/mp4", "webm": "video/webm", "matroska": "video/x-matroska", "mov": "video/quicktime"}
 
 
 def fit_video(data: bytes, modality: Modality, profile: ReceiverProfile, limits: Limits) -> Adapted | None:
+    """Re-encode a clip to the receiver's size, rate and encoding; its sound track goes along (AAC in MP4, Opus in
+    WebM) and so does its display rotation (a phone's portrait clip stays upright)."""
     import av
 
     with open_input(data, "video") as ic:
         if not ic.streams.video:
             raise MediaError("video: the container has no video stream")
         vs = ic.streams.video[0]
-        width, height = int(vs.codec_context.width or 0), int(vs.codec_context.height or 0)
+        name = container_name(ic, data[:64])
+        ctx = stream_context(vs, "video", name)
+        width, height = int(ctx.width or 0), int(ctx.height or 0)
         limits.check_pixels(width, height, "video")
         duration = float(vs.duration * vs.time_base) if vs.duration and vs.time_base else (ic.duration or 0) / 1e6
         if duration > limits.max_video_seconds:
             raise MediaError(f"video: {duration:.0f} s is over the {limits.max_video_seconds:g} s limit; not decoded")
         fps = float(vs.average_rate or vs.guessed_rate or 25)
-        fmt = ic.format.name
-        source = "video/mp4" if "mp4" in fmt else "video/webm" if "webm" in fmt else modality.essence
+        source = _VIDEO_SOURCES.get(name, modality.essence)
         tw, th = _scaled(width, height, profile.max_pixels)
         tw, th = max(2, tw - tw % 2), max(2, th - th % 2)  # 4:2:0 wants even sizes
         out_fps = min(fps, profile.max_fps) if profile.max_fps else fps
@@ -280,6 +302,9 @@ def fit_video(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
             raise MediaError(f"video: no encoder here for any of {', '.join(profile.encodings or (source,))}")
         container, codec = _VIDEO_TARGETS[essence]
         rate = max(1, round(out_fps))
+        sound_in = ic.streams.audio[0] if ic.streams.audio else None
+        if sound_in is not None:
+            stream_context(sound_in, "video", name)
         buf = io.BytesIO()
         try:
             with av.open(buf, mode="w", format=container) as oc:
@@ -287,23 +312,78 @@ def fit_video(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
                 ostream.width, ostream.height, ostream.pix_fmt = tw, th, "yuv420p"
                 if codec == "libx264":
                     ostream.options = {"preset": "veryfast", "crf": "26"}
+                sound = _SoundTrack(oc, container, sound_in) if sound_in is not None else None
                 next_t, n = 0.0, 0
-                for frame in ic.decode(vs):
-                    t = float(frame.time) if frame.time is not None else n / fps
-                    if t > limits.max_video_seconds:  # a header that understated the duration
-                        raise MediaError(f"video: longer than the {limits.max_video_seconds:g} s limit; decoding stopped")
-                    if t + 1e-6 < next_t:
-                        continue  # re-timed: dropped to reach the receiver's fps
-                    next_t += 1.0 / out_fps
-                    out = frame.reformat(width=tw, height=th, format="yuv420p")
-                    out.pts, out.time_base = n, Fraction(1, rate)
-                    for packet in ostream.encode(out):
-                        oc.mux(packet)
-                    n += 1
-                    check_deadline("video adapt")
-                for packet in ostream.encode(None):
-                    oc.mux(packet)
+                for packet in ic.demux(*[st for st in (vs, sound_in) if st is not None]):
+                    if sound is not None and packet.stream is sound_in:
+                        sound.push(packet)
+                        continue
+                    for frame in packet.decode():
+                        t = float(frame.time) if frame.time is not None else n / fps
+                        if t > limits.max_video_seconds:  # a header that understated the duration
+                            raise MediaError(f"video: longer than the {limits.max_video_seconds:g} s limit; decoding stopped")
+                        if t + 1e-6 < next_t:
+                            continue  # re-timed: dropped to reach the receiver's fps
+                        next_t += 1.0 / out_fps
+                        if n == 0 and frame.rotation:  # before the first frame is encoded: the display matrix
+                            ostream.set_display_rotation(frame.rotation)
+                        out = frame.reformat(width=tw, height=th, format="yuv420p")
+                        out.pts, out.time_base = n, Fraction(1, rate)
+                        for vp in ostream.encode(out):
+                            oc.mux(vp)
+                        n += 1
+                        check_deadline("video adapt")
+                for vp in ostream.encode(None):
+                    oc.mux(vp)
+                if sound is not None:
+                    sound.close()
         except av.FFmpegError as exc:
             raise MediaError(f"video: cannot re-encode: {av_reason(exc)}") from None
+    said = f", sound {sound.codec}" if sound is not None else ""
     return Adapted(buf.getvalue(), essence,
-                   f"{width}x{height} {fps:g} fps {source} -> {tw}x{th} {out_fps:g} fps {essence} ({n} frames)")
+                   f"{width}x{height} {fps:g} fps {source} -> {tw}x{th} {out_fps:g} fps {essence} ({n} frames{said})")
+
+
+class _SoundTrack:
+    """A clip's sound track re-encoded into the adapted container as its packets come (a frame's worth at a time)."""
+
+    def __init__(self, oc: Any, container: str, source: Any) -> None:
+        import av
+
+        self.codec, fixed = _SOUND_CODECS[container]
+        ctx = source.codec_context
+        self.rate = fixed or int(ctx.sample_rate or 48000)
+        self.layout = "mono" if (ctx.channels or 1) == 1 else "stereo"
+        self.oc = oc
+        self.stream: Any = oc.add_stream(self.codec, rate=self.rate)
+        self.stream.layout = self.layout
+        self.resampler = av.AudioResampler(format=self.stream.codec_context.codec.audio_formats[0].name,
+                                           layout=self.layout, rate=self.rate)
+        self.fifo = av.AudioFifo()
+        self.size = self.stream.codec_context.frame_size or 1024
+        self.written = 0
+
+    def push(self, packet: Any) -> None:
+        for frame in packet.decode():
+            for f in self.resampler.resample(frame):
+                f.pts = None
+                self.fifo.write(f)
+        self._drain(partial=False)
+
+    def close(self) -> None:
+        for f in self.resampler.resample(None):
+            f.pts = None
+            self.fifo.write(f)
+        self._drain(partial=True)
+        for packet in self.stream.encode(None):
+            self.oc.mux(packet)
+
+    def _drain(self, *, partial: bool) -> None:
+        while self.fifo.samples >= self.size or (partial and self.fifo.samples):
+            frame = self.fifo.read(self.size, partial=partial)
+            if frame is None:
+                return
+            frame.pts, frame.time_base = self.written, Fraction(1, self.rate)
+            self.written += frame.samples
+            for packet in self.stream.encode(frame):
+                self.oc.mux(packet)
