@@ -32,6 +32,17 @@ def rules(*features: str) -> dict[str, Any]:
     return {"version": 1, "rules": [*out, {"name": "all", "match": {"modality": "*/*"}, "action": {"route_to": "sink"}}]}
 
 
+async def send(url: str, parts: list[tuple[bytes, str]]) -> Any:
+    """`parts` (bytes, media type) as one message from the a2a-sdk client; the task it ends in."""
+    client = await sdk_client(url)
+    message = Message(message_id="enc-1", role=Role.ROLE_USER, parts=[Part(raw=data, media_type=mt) for data, mt in parts])
+    # Whisper on a loaded 2-core machine can take longer than the client's default 5 s: not what is tested here
+    events = [ev async for ev in client.send_message(SendMessageRequest(message=message),
+                                                     context=ClientCallContext(timeout=120))]
+    await client.close()
+    return events[-1].task
+
+
 async def features_of(parts: list[tuple[bytes, str]], *wanted: str, budget_s: float = 30) -> list[dict[str, Any]]:
     """Send `parts` (bytes, media type) as one message with the a2a-sdk client; the features the agent got with each,
     in order (the thumbnail left out)."""
@@ -40,14 +51,8 @@ async def features_of(parts: list[tuple[bytes, str]], *wanted: str, budget_s: fl
         cfg = {"rules": rules(*wanted), "agents": [{"name": "sink", "url": urls["sink"]}],
                "features": {"budget_s": budget_s, "model_budget_s": {"whisper-tiny.en": 300}}}
         async with gateway(cfg) as (_, url):
-            client = await sdk_client(url)
-            message = Message(message_id="enc-1", role=Role.ROLE_USER,
-                              parts=[Part(raw=data, media_type=mt) for data, mt in parts])
-            # Whisper on a loaded 2-core machine can take longer than the client's default 5 s: not what is tested here
-            events = [ev async for ev in client.send_message(SendMessageRequest(message=message),
-                                                             context=ClientCallContext(timeout=120))]
-            await client.close()
-    assert events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+            task = await send(url, parts)
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
     got = [json_format.MessageToDict(p) for r in spec[1].received for p in r.message.parts]
     assert len(got) == len(parts)
     out = []
@@ -310,15 +315,10 @@ async def fitted(accepts: dict[str, Any], parts: list[tuple[bytes, str]]) -> lis
     spec = wants(agent("picky", SINK), accepts)
     async with agents({"picky": spec}) as urls:
         async with gateway({"agents": [{"name": "picky", "url": urls["picky"]}]}) as (_, url):
-            client = await sdk_client(url)
-            message = Message(message_id="fit-1", role=Role.ROLE_USER,
-                              parts=[Part(raw=data, media_type=mt) for data, mt in parts])
-            events = [ev async for ev in client.send_message(SendMessageRequest(message=message),
-                                                             context=ClientCallContext(timeout=120))]
-            await client.close()
+            task = await send(url, parts)
             got = [json_format.MessageToDict(p) for r in spec[1].received for p in r.message.parts]
             out = []
-            route = json_format.MessageToDict(events[-1].task.metadata)[EXTENSION_URI]["route"]
+            route = json_format.MessageToDict(task.metadata)[EXTENSION_URI]["route"]
             for i, p in enumerate(got):
                 if "raw" in p:
                     body = base64.b64decode(p["raw"])
