@@ -41,7 +41,7 @@ from typing import NoReturn
 
 from .cluster.nats_urls import without_credentials
 from .cluster.server import NatsServer
-from .cluster.task_files import make_task_dir
+from .cluster.task_files import NATS_PREFIX, held_dir, make_task_dir
 from .errors import MMA2AError
 from .listen import ListenError, listen_socket
 
@@ -176,7 +176,7 @@ class Supervisor:
         try:
             url = plan.nats
             if url is None:
-                store = tempfile.mkdtemp(prefix="mma2a-nats-")  # 0700: the token's file is this user's alone
+                store = held_dir(tempfile.gettempdir(), NATS_PREFIX)  # 0700: the token's file is this user's alone
                 token = token_of(32)
                 conf = os.path.join(store, "auth.conf")  # a file, not `--auth`: a command line is every user's to read
                 with open(os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:

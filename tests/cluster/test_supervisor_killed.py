@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from mma2a.cluster import task_files
 from mma2a.serving import free_port
 
 from .test_security import TOKENS
@@ -58,6 +59,12 @@ async def test_the_workers_and_their_nats_server_stop_when_the_supervisor_is_kil
                 "Authorization": f"Bearer {next(iter(TOKENS.values()))}", "A2A-Version": "1.0"},
                 json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}})
         assert "result" in served.json(), served.text
+        worker_env = Path(f"/proc/{worker_pids(log)[0]}/environ").read_bytes().split(b"\0")
+        tasks = Path(next(v for v in worker_env if v.startswith(b"MMA2A_WORKER_TASKS=")).split(b"=", 1)[1].decode())
+        nats_pid = next(p for p in children if Path(f"/proc/{p}/comm").read_text().strip() == "nats-server")
+        nats_argv = Path(f"/proc/{nats_pid}/cmdline").read_bytes().split(b"\0")
+        store = Path(nats_argv[nats_argv.index(b"-sd") + 1].decode())
+        assert tasks.is_dir() and store.is_dir()
         proc.kill()  # the supervisor alone: nothing of it runs to stop the others
         proc.wait(30)
         deadline = time.monotonic() + 60
@@ -68,6 +75,10 @@ async def test_the_workers_and_their_nats_server_stop_when_the_supervisor_is_kil
         async with httpx.AsyncClient(timeout=5) as c:
             with pytest.raises(httpx.ConnectError):
                 await c.get(f"http://127.0.0.1:{port}/healthz")
+        # what it left — its task directory (in memory) and its nats-server's store — the next one removes (S15-9)
+        task_files.remove_orphans(str(tasks.parent))
+        task_files.remove_orphans(str(store.parent), task_files.NATS_PREFIX)
+        assert not tasks.exists() and not store.exists()
     finally:
         for pid in [proc.pid, *children]:
             if alive(pid):

@@ -55,6 +55,7 @@ RETAIN = 8  # a worker's files hold at most this many times its map's bytes (the
 # record's JSON ~300 B against the ~700 B the map counts it since 8217bce: room to spare)
 SHM = "/dev/shm"
 PREFIX = "mma2a-tasks-"  # a task directory's name: PREFIX + mkdtemp's random part
+NATS_PREFIX = "mma2a-nats-"  # the store of the nats-server `serve --workers N` starts (supervisor.py)
 LOCK = ".lock"  # in a task directory: locked (flock) by the process that made it, for as long as that runs
 
 
@@ -69,26 +70,33 @@ def make_task_dir(workers: int, task_bytes: int) -> str:
         roomy = os.access(SHM, os.W_OK) and st.f_bavail * st.f_frsize >= workers * RETAIN * task_bytes
     except OSError:
         roomy = False
-    parent = SHM if roomy else tempfile.gettempdir()
-    remove_orphans(parent)
-    path = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
+    return held_dir(SHM if roomy else tempfile.gettempdir(), PREFIX)
+
+
+def held_dir(parent: str, prefix: str) -> str:
+    """A new 0700 directory `parent/prefix…` this process holds the lock of until it ends, however it ends (the task
+    directory; the supervisor's nats-server store, `NATS_PREFIX`); first the directories of `prefix` whose maker has
+    ended are removed (`remove_orphans`)."""
+    remove_orphans(parent, prefix)
+    path = tempfile.mkdtemp(prefix=prefix, dir=parent)
     fd = os.open(os.path.join(path, LOCK + ".new"), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)  # never unlocked nor closed: the kernel releases it when this process ends
     os.rename(os.path.join(path, LOCK + ".new"), os.path.join(path, LOCK))  # named once held: never seen free alive
     return path
 
 
-def remove_orphans(parent: str) -> None:
-    """Remove this user's task directories under `parent` whose maker has ended (their lock is free). A supervisor
-    killed outright (SIGKILL, the OOM killer) never ran its cleanup: its directory stayed in /dev/shm, memory the host
-    got back only at a reboot (up to `RETAIN` x `task_bytes` a worker; docs/security.md S15-9). A directory without a
-    lock (made before this) is left as it is."""
+def remove_orphans(parent: str, prefix: str = PREFIX) -> None:
+    """Remove this user's directories `parent/prefix…` whose maker has ended (their lock is free). A supervisor
+    killed outright (SIGKILL, the OOM killer) never ran its cleanup: its task directory stayed in /dev/shm, memory the
+    host got back only at a reboot (up to `RETAIN` x `task_bytes` a worker), and its nats-server's store on disk
+    (the cluster's blobs, up to `blob_max_bytes`; docs/security.md S15-9). A directory without a lock (made before
+    this) is left as it is."""
     try:
         entries = list(os.scandir(parent))
     except OSError:
         return
     for entry in entries:
-        if not entry.name.startswith(PREFIX):
+        if not entry.name.startswith(prefix):
             continue
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
