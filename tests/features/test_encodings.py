@@ -36,3 +36,21 @@ def test_a_picture_of_one_colour_shows_no_object() -> None:
     # SSD-MobileNet called these a refrigerator (0.61): a 1x1 pixel, a 10000x10 strip, a blank frame
     for im in (Image.new("RGB", (1, 1), "red"), Image.new("RGB", (10000, 10), "red"), Image.new("RGB", (64, 48), "red")):
         assert found.extract(e.encode_image(im, "PNG"), png) == {"objects": [], "detections": []}
+
+
+def test_a_long_text_of_short_words_is_counted_without_a_list_of_them() -> None:
+    import tracemalloc
+
+    from mma2a.features import TextExtractor
+
+    data = ("ab " * 200_000).encode()  # 600 KB, 200,000 words: a list of them held 20 times its size
+    extractor = TextExtractor()
+    extractor.warm_up()
+    tracemalloc.start()
+    try:
+        out = extractor.extract(data, parse_modality("text/plain"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (out["words"], out["length"]) == (200_000, 600_000)
+    assert peak < 4 * len(data)
