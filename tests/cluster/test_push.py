@@ -16,7 +16,8 @@ from mma2a.cluster.server import NatsServer
 from tests.conformance.tck_agent import tck_agent
 from tests.webhooks import WebhookReceiver, webhook_receiver
 
-from .conftest import GatewayProc, cluster_name
+from .conftest import SECRET, GatewayProc, cluster_name
+from .test_task_bucket import ALICE, cluster_gateway
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -136,3 +137,37 @@ async def test_another_gateway_takes_over_the_deliveries_of_one_that_died(nats_s
             second.stop()
     assert hits[-1].body["task"]["id"] == task and hits[-1].headers["authorization"] == "Bearer alice-credential"
     assert "taken over" in second.log.read_text()  # by the other gateway, not a restart
+
+
+async def test_a_clients_push_configs_read_the_same_through_either_gateway_at_once(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config created through one gateway is there at once through the other (get, list), and one deleted through
+    one is gone at once through the other, as through one gateway (the conformance kit's PUSH-CREATE/GET/LIST/DEL
+    checks through a round-robin balancer: each config change reached the other gateway by its watch of the bucket, a
+    moment after the answer, so the kit's next call there saw it missing, or still there)."""
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    async with webhook_receiver() as hook, tck_agent("tck") as agent:
+        cfg = {"agents": [{"name": "tck", "url": agent.url}], "data_dir": str(tmp_path),
+               "cluster": {"nats": nats_server.url, "name": cluster_name()},
+               "auth": {"clients": [{"name": "alice", "token": "alice-token"}]},
+               "urls": {"allow_hosts": [hook.url.removeprefix("http://")]}}
+        async with cluster_gateway(cfg) as (_, one), cluster_gateway(cfg) as (_, two), \
+                httpx.AsyncClient(timeout=30) as c:
+            async def rpc(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+                r = await c.post(url + "/", headers=ALICE, json={"jsonrpc": "2.0", "id": 1, "method": method,
+                                                                 "params": params})
+                return r.json()  # type: ignore[no-any-return]
+
+            tid = (await rpc(one, "SendMessage", {"message": {"messageId": "tck-complete-task-1", "role": "ROLE_USER",
+                                                              "parts": [{"text": "hi"}]}}))["result"]["task"]["id"]
+            seen = []
+            for i, (a, b) in enumerate([(one, two), (two, one)] * 5):
+                cid = f"cfg-{i}"
+                made = await rpc(a, "CreateTaskPushNotificationConfig", {"taskId": tid, "id": cid, "url": hook.url + "/h"})
+                got = await rpc(b, "GetTaskPushNotificationConfig", {"taskId": tid, "id": cid})
+                listed = await rpc(b, "ListTaskPushNotificationConfigs", {"taskId": tid})
+                await rpc(b, "DeleteTaskPushNotificationConfig", {"taskId": tid, "id": cid})
+                gone = await rpc(a, "GetTaskPushNotificationConfig", {"taskId": tid, "id": cid})
+                seen.append((made["result"]["id"], got.get("result", {}).get("id"),
+                             [x["id"] for x in listed["result"]["configs"]], gone.get("error", {}).get("code")))
+    assert seen == [(f"cfg-{i}", f"cfg-{i}", [f"cfg-{i}"], -32001) for i in range(10)], seen

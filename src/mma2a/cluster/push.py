@@ -8,6 +8,11 @@ Two buckets: `push_configs` (every gateway loads them at start and follows other
 notification, a task as `GetTask` shows it, is in the record, so it is self-contained). A gateway takes a
 delivery over by a compare-and-set of its record (`update` with the revision read), so two never both
 take the same one from a dead gateway.
+
+A client's config methods read what it did through any gateway (as through one): a change is in the bucket before
+its answer leaves (`written`), and a config method first applies every change the bucket holds (`caught_up`: one
+`stream_info` and, when this gateway's watch is behind, a wait for it), each wait bounded by `SYNC_S` (NATS away:
+the gateway answers from what it has, as before).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from .link import Member, ensure_kv
 log = logging.getLogger("mma2a.cluster.push")
 
 _Op = tuple[str, str, str, bytes | None]  # (bucket kind, op, key, value)
+SYNC_S = 2.0  # the longest a config method waits for its change to be written, or for other gateways' to be applied
 
 
 class PushJournalKV:
@@ -36,7 +42,9 @@ class PushJournalKV:
         self.member = member
         self.takeover_s = takeover_s
         self.kv: dict[str, Any] = {}
-        self._writes: asyncio.Queue[_Op | None] = asyncio.Queue()
+        self._writes: asyncio.Queue[_Op | asyncio.Future[None] | None] = asyncio.Queue()  # a future: `written`
+        self._applied = 0  # the configs bucket's last revision this gateway's watch has applied
+        self._advanced = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
         self._held: set[str] = set()  # delivery keys this gateway holds
         self._on_delivery: OnDelivery | None = None
@@ -85,11 +93,16 @@ class PushJournalKV:
             try:
                 watcher = await self.kv["configs"].watchall(include_history=False)
                 async for entry in watcher:
-                    if entry is None or not entry.value:
+                    if entry is None:
                         continue
-                    rec = orjson.loads(entry.value)
-                    if rec.get("gateway") != self.gateway:
-                        on_config(rec)  # a deleted one too: the service drops it
+                    if entry.value:
+                        rec = orjson.loads(entry.value)
+                        if rec.get("gateway") != self.gateway:
+                            on_config(rec)  # a deleted one too: the service drops it
+                    if entry.revision and entry.revision > self._applied:
+                        async with self._advanced:
+                            self._applied = entry.revision
+                            self._advanced.notify_all()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - NATS away: watch again
@@ -132,6 +145,26 @@ class PushJournalKV:
             except Exception as exc:  # noqa: BLE001 - NATS away: next round
                 log.info("push takeover: %s", exc or type(exc).__name__)
 
+    async def written(self) -> None:
+        """Until the changes queued so far are in the bucket (at most `SYNC_S`)."""
+        done = asyncio.get_running_loop().create_future()
+        self._writes.put_nowait(done)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(done), SYNC_S)
+
+    async def caught_up(self) -> None:
+        """Until every config change the bucket holds now is applied here (at most `SYNC_S`)."""
+        try:
+            async with asyncio.timeout(SYNC_S):
+                info = await self.member.js.stream_info(f"KV_{self.member.names.bucket('push_configs')}")
+                last = int(info.state.last_seq or 0) if info.state.messages else 0
+                async with self._advanced:
+                    await self._advanced.wait_for(lambda: self._applied >= last)
+        except TimeoutError:
+            return
+        except Exception as exc:  # noqa: BLE001 - NATS away: answer from what this gateway has
+            log.info("push configs: not caught up: %s", exc or type(exc).__name__)
+
     def put_config(self, key: str, record: dict[str, object]) -> None:
         self._writes.put_nowait(("configs", "put", key, orjson.dumps({**record, "gateway": self.gateway})))
 
@@ -153,6 +186,10 @@ class PushJournalKV:
             op = await self._writes.get()
             if op is None:
                 return
+            if isinstance(op, asyncio.Future):  # `written`: what was queued before it is written
+                if not op.done():
+                    op.set_result(None)
+                continue
             kind, what, key, value = op
             for attempt in range(20):
                 try:

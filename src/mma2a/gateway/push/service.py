@@ -163,9 +163,21 @@ class PushService:
         if self.guard is not None:
             await self.guard.check_url(url, where)
 
+    async def _caught_up(self) -> None:
+        """In a cluster, the config changes made through other gateways applied here first, so a client's config
+        methods read what it did through any of them (as through one)."""
+        if self.journal is not None:
+            await self.journal.caught_up()
+
+    async def _written(self) -> None:
+        """In a cluster, this change written where every gateway reads it before the answer leaves."""
+        if self.journal is not None:
+            await self.journal.written()
+
     async def create(self, raw: Mapping[str, Any], target: str | None) -> dict[str, Any]:
         """CreateTaskPushNotificationConfig: the config as kept (its id defaulted to the task id)."""
         self._check_enabled()
+        await self._caught_up()
         task_id = raw.get("taskId")
         config = normalize(str(task_id or ""), raw, "params")
         rec = await self._owned_task(str(task_id or ""), target)  # the task first, as an a2a-sdk agent checks
@@ -177,6 +189,7 @@ class PushService:
         hook = self.store.put(current_sender(), config)
         self._journal_config(hook)
         self._start(rec, task, running)
+        await self._written()
         return dict(hook.config)
 
     def _check_room(self, where: str) -> None:
@@ -198,6 +211,7 @@ class PushService:
 
     async def get(self, task_id: str, config_id: str, target: str | None) -> dict[str, Any]:
         self._check_enabled()
+        await self._caught_up()
         await self._configs_task(task_id, target)
         hook = self.store.get(current_sender(), task_id, config_id or task_id)
         if hook is None:
@@ -206,16 +220,19 @@ class PushService:
 
     async def list(self, task_id: str, target: str | None) -> list[dict[str, Any]]:
         self._check_enabled()
+        await self._caught_up()
         await self._configs_task(task_id, target)
         return [dict(h.config) for h in self.store.of_owner(current_sender(), task_id)]
 
     async def delete(self, task_id: str, config_id: str, target: str | None) -> None:
         """Deleting a config that is not there is no error (as a2a-sdk agents answer)."""
         self._check_enabled()
+        await self._caught_up()
         await self._configs_task(task_id, target)
         owner, cid = current_sender(), config_id or task_id
         if self.store.delete(owner, task_id, cid) and self.journal is not None:
             self.journal.delete_config(record_key(owner, task_id, cid), {"owner": owner, "taskId": task_id, "id": cid})
+            await self._written()
 
     def _start(self, rec: TaskRecord, task: dict[str, Any], running: bool) -> None:
         """A config just kept for a task: the task as it is now (a config set on a running task hears of it at once
@@ -244,6 +261,8 @@ class PushService:
         task = result.get("task")
         if isinstance(task, dict) and isinstance(task.get("id"), str):
             self._after(task, config)
+            if config is not None:
+                await self._written()
         return result
 
     async def send_stream(self, stream: Callable[..., AsyncIterator[dict[str, Any]]], message: dict[str, Any],
@@ -256,6 +275,7 @@ class PushService:
                 first = event["task"]
                 if config is not None:
                     self._keep(first["id"], config)
+                    await self._written()
             yield event
         if first is not None and self.store.has(first["id"]):
             rec = self.tasks.find(first["id"])

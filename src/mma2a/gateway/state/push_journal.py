@@ -35,6 +35,12 @@ class PushJournal(Protocol):
     async def open(self, on_config: OnConfig, on_delivery: OnDelivery) -> None:
         """Load every config (then follow other gateways' changes) and take over pending deliveries."""
 
+    async def written(self) -> None:
+        """Until the changes made so far are where every gateway reads them (a bounded wait)."""
+
+    async def caught_up(self) -> None:
+        """Until every config change the cluster holds now is applied here (a bounded wait)."""
+
     def put_config(self, key: str, record: dict[str, object]) -> None: ...
 
     def delete_config(self, key: str, record: dict[str, object]) -> None:
