@@ -150,19 +150,27 @@ class Served:
 @contextlib.asynccontextmanager
 async def serve_workers(tmp_path: Path, agent: str, agent_url: str, extra: dict[str, Any] | None = None,
                         args: tuple[str, ...] = ()) -> AsyncIterator[Served]:
-    """`mma2a serve --workers 2` with auth on and every message routed to `agent` (`extra`: more of the config; `args`:
-    more of the command line), until both workers listen, its supervisor holding none of the gateway
-    (`check_supervisor`); it must stop cleanly (status 0) on SIGTERM at the end."""
-    port = free_port()
+    """`serving_workers` with auth on and every message routed to `agent` (`extra`: more of the config; `args`: more of
+    the command line)."""
     config: dict[str, Any] = {
-        "listen": f"127.0.0.1:{port}", "features": False, "log_decisions": False, "health_interval_s": 3600,
-        "data_dir": str(tmp_path / "data"), "timeout_s": 20, "retries": 0,
+        "features": False, "log_decisions": False, "health_interval_s": 3600, "timeout_s": 20, "retries": 0,
         "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
         "agents": [{"name": agent, "url": agent_url}],
         "rules": json.dumps({"version": 1, "rules": [
             {"name": agent, "match": {"modality": "*/*"}, "action": {"route_to": agent}}]}),
         **(extra or {}),
     }
+    async with serving_workers(tmp_path, config, args) as served:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def serving_workers(tmp_path: Path, config: dict[str, Any], args: tuple[str, ...] = ()) -> AsyncIterator[Served]:
+    """`mma2a serve --workers 2` with `config` (its `listen` a free port, its `data_dir` in `tmp_path`), until both
+    workers listen, its supervisor holding none of the gateway (`check_supervisor`); it must stop cleanly (status 0)
+    on SIGTERM at the end."""
+    port = free_port()
+    config = {"listen": f"127.0.0.1:{port}", "data_dir": str(tmp_path / "data"), **config}
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     log = tmp_path / "serve.log"

@@ -67,6 +67,12 @@ async def stack() -> AsyncIterator[Stack]:
         yield s
 
 
+def own_channel(target: str) -> grpc.aio.Channel:
+    """A gRPC channel on a connection of its own (gRPC shares one between channels to an address by default), so each
+    call through a balancer, or to `serve --workers`, may reach another gateway."""
+    return grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
 def mid(prefix: str) -> str:
     return f"{prefix}-{next(_n)}"
 
@@ -836,19 +842,29 @@ DIRECT: dict[tuple[str, str], dict[str, Any]] = {
 assert {n for n, _ in DIRECT} == set(CHECKS), "every check pins what the agent answers directly"
 
 
+def check_direct(name: str, binding: str, direct: Any) -> None:
+    """What the agent answered directly is what `DIRECT` pins."""
+    pinned = DIRECT.get((name, binding), {})
+    if pinned:
+        assert isinstance(direct, dict) and {k: direct.get(k) for k in pinned} == pinned, direct
+
+
+def through_gateway(name: str, binding: str, kind: str, direct: Any) -> Any:
+    """What a client of a gateway must observe (way `kind`: "root" or "agent-path") where the agent directly gave
+    `direct`: the same, but for the fields `DIFFERENCES` names (a None there: the field is absent)."""
+    override, _why = DIFFERENCES.get((name, binding, kind), ({}, ""))
+    return {k: v for k, v in {**direct, **override}.items() if v is not None or k not in override} if override else direct
+
+
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
 @pytest.mark.parametrize("name", list(CHECKS))
 async def test_the_kits_checks_see_the_same_agent_through_the_gateway(stack: Stack, name: str, binding: str) -> None:
     async with httpx.AsyncClient(timeout=30) as c:
         seen = {kind: await CHECKS[name](c, way, binding, stack) for kind, way in stack.ways.items()}
     direct = seen.pop("direct")
-    expected = DIRECT.get((name, binding), {})
-    if expected:
-        assert isinstance(direct, dict) and {k: direct.get(k) for k in expected} == expected, direct
+    check_direct(name, binding, direct)
     for kind, got in seen.items():
-        override, _why = DIFFERENCES.get((name, binding, kind), ({}, ""))
-        want = {k: v for k, v in {**direct, **override}.items() if v is not None or k not in override} if override else direct
-        assert got == want, f"{kind} differs from the agent's own {direct}"
+        assert got == through_gateway(name, binding, kind, direct), f"{kind} differs from the agent's own {direct}"
 
 
 async def test_an_agents_card_through_the_gateway_claims_only_what_the_gateway_relays() -> None:
@@ -928,7 +944,7 @@ async def grpc_view(way: Way, method: str, params: dict[str, Any], version: str 
     and ErrorInfo reasons."""
     request = json_format.ParseDict({**params, **({"tenant": way.tenant} if way.tenant else {})}, _GRPC_REQUESTS[method]())
     metadata = [("a2a-version", version)] if version is not None else []
-    async with grpc.aio.insecure_channel(way.grpc) as channel:
+    async with own_channel(way.grpc) as channel:
         rpc_ = getattr(a2a_pb2_grpc.A2AServiceStub(channel), method)
         try:
             if method in ("SendStreamingMessage", "SubscribeToTask"):
@@ -945,33 +961,32 @@ async def grpc_view(way: Way, method: str, params: dict[str, Any], version: str 
             return (exc.code().name, found)
 
 
-async def test_the_kits_grpc_checks_see_the_same_agent_through_the_gateway(stack: Stack) -> None:
-    """GRPC-SVC-001, GRPC-META-001, GRPC-ERR-001/002/003 and the core checks on gRPC: the gateway's gRPC binding
-    (at the root, and with `tenant` naming the agent) answers as the agent's own gRPC binding."""
-    async def checks(way: Way) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for prefix in ("tck-complete-task", "tck-message-response", "tck-reject-task", "tck-input-required", "tck-artifact-file"):
-            out[f"send {prefix}"] = await grpc_view(way, "SendMessage", {"message": message(prefix)})
-        for prefix in ("tck-stream", "tck-stream-chunked", "tck-message-response", "tck-reject-task", "tck-stream-artifact-chunked",
-                       "tck-stream-artifact-file", "tck-stream-002", "tck-quiet-input"):
-            out[f"stream {prefix}"] = await grpc_view(way, "SendStreamingMessage", {"message": message(prefix)})
-        out["no parts"] = await grpc_view(way, "SendMessage", {"message": {**message("tck-complete-task"), "parts": []}})
-        for method in ("GetTask", "CancelTask", "SubscribeToTask"):
-            out[f"{method} unknown"] = await grpc_view(way, method, {"id": "tck-no-such-task"})
-        done = await grpc_view(way, "SendMessage", {"message": message("tck-complete-task"), "configuration": {"historyLength": 0}})
-        out["history 0 on send"] = done
-        out["push"] = [await grpc_view(way, m, p) for m, p in [
-            ("CreateTaskPushNotificationConfig", {"taskId": "tck-x", "url": "https://example.com/hook"}),
-            ("GetTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"}),
-            ("ListTaskPushNotificationConfigs", {"taskId": "tck-x"}),
-            ("DeleteTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"})]]
-        out["extended card"] = await grpc_view(way, "GetExtendedAgentCard", {})
-        out["version 99"] = await grpc_view(way, "SendMessage", {"message": message("tck-complete-task")}, "99.0")
-        out["no version"] = await grpc_view(way, "SendMessage", {"message": message("tck-complete-task")}, None)
-        return out
+async def grpc_checks(way: Way) -> dict[str, Any]:
+    """GRPC-SVC-001, GRPC-META-001, GRPC-ERR-001/002/003 and the core checks on gRPC, through `way`."""
+    out: dict[str, Any] = {}
+    for prefix in ("tck-complete-task", "tck-message-response", "tck-reject-task", "tck-input-required", "tck-artifact-file"):
+        out[f"send {prefix}"] = await grpc_view(way, "SendMessage", {"message": message(prefix)})
+    for prefix in ("tck-stream", "tck-stream-chunked", "tck-message-response", "tck-reject-task", "tck-stream-artifact-chunked",
+                   "tck-stream-artifact-file", "tck-stream-002", "tck-quiet-input"):
+        out[f"stream {prefix}"] = await grpc_view(way, "SendStreamingMessage", {"message": message(prefix)})
+    out["no parts"] = await grpc_view(way, "SendMessage", {"message": {**message("tck-complete-task"), "parts": []}})
+    for method in ("GetTask", "CancelTask", "SubscribeToTask"):
+        out[f"{method} unknown"] = await grpc_view(way, method, {"id": "tck-no-such-task"})
+    done = await grpc_view(way, "SendMessage", {"message": message("tck-complete-task"), "configuration": {"historyLength": 0}})
+    out["history 0 on send"] = done
+    out["push"] = [await grpc_view(way, m, p) for m, p in [
+        ("CreateTaskPushNotificationConfig", {"taskId": "tck-x", "url": "https://example.com/hook"}),
+        ("GetTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"}),
+        ("ListTaskPushNotificationConfigs", {"taskId": "tck-x"}),
+        ("DeleteTaskPushNotificationConfig", {"taskId": "tck-x", "id": "c1"})]]
+    out["extended card"] = await grpc_view(way, "GetExtendedAgentCard", {})
+    out["version 99"] = await grpc_view(way, "SendMessage", {"message": message("tck-complete-task")}, "99.0")
+    out["no version"] = await grpc_view(way, "SendMessage", {"message": message("tck-complete-task")}, None)
+    return out
 
-    seen = {kind: await checks(way) for kind, way in stack.ways.items()}
-    direct = seen.pop("direct")
+
+def check_grpc_direct(direct: dict[str, Any]) -> None:
+    """What the agent's own gRPC binding answered (`grpc_checks`), pinned."""
     assert direct["send tck-message-response"] == {"kind": "message", "state": None}
     assert direct["send tck-reject-task"] == ("UNKNOWN", [])  # a2a-sdk 1.3 sends its own A2AError so on gRPC
     assert direct["stream tck-stream-chunked"][-1] == ("statusUpdate", "TASK_STATE_COMPLETED")
@@ -980,6 +995,14 @@ async def test_the_kits_grpc_checks_see_the_same_agent_through_the_gateway(stack
     assert direct["extended card"] == ("FAILED_PRECONDITION", ["UNSUPPORTED_OPERATION"])
     assert direct["version 99"]["state"] == "TASK_STATE_COMPLETED"  # a2a-sdk 1.3's gRPC binding reads no version
     assert direct["no parts"] == ("INVALID_ARGUMENT", ["INVALID_PARAMS"])
+
+
+async def test_the_kits_grpc_checks_see_the_same_agent_through_the_gateway(stack: Stack) -> None:
+    """The gateway's gRPC binding (at the root, and with `tenant` naming the agent) answers the kit's gRPC checks as the
+    agent's own gRPC binding."""
+    seen = {kind: await grpc_checks(way) for kind, way in stack.ways.items()}
+    direct = seen.pop("direct")
+    check_grpc_direct(direct)
     for kind, got in seen.items():
         assert got == direct, f"{kind} differs from the agent's own gRPC answers"
 
@@ -987,7 +1010,7 @@ async def test_the_kits_grpc_checks_see_the_same_agent_through_the_gateway(stack
 async def grpc_call(way: Way, method: str, params: dict[str, Any]) -> dict[str, Any]:
     """One unary gRPC call: `ok` and the answer as JSON, or the status code and ErrorInfo reasons."""
     request = json_format.ParseDict({**params, **({"tenant": way.tenant} if way.tenant else {})}, _GRPC_REQUESTS[method]())
-    async with grpc.aio.insecure_channel(way.grpc) as channel:
+    async with own_channel(way.grpc) as channel:
         try:
             answer = await getattr(a2a_pb2_grpc.A2AServiceStub(channel), method)(request, metadata=[("a2a-version", "1.0")])
         except grpc.aio.AioRpcError as exc:
@@ -995,49 +1018,55 @@ async def grpc_call(way: Way, method: str, params: dict[str, Any]) -> dict[str, 
     return {"ok": True, "answer": json_format.MessageToDict(answer)}
 
 
-async def test_the_kits_push_checks_on_grpc_see_the_same_agent_through_the_gateway(stack: Stack) -> None:
-    """PUSH-CREATE/GET/LIST/DEL-* and PUSH-DELIVER-001..003 on gRPC: the config methods on a completed task, and a
-    task created with a push config and completed by a follow-up, through the gateway's gRPC binding (root, and
-    `tenant` naming the agent) as on the agent's own."""
-    async def checks(way: Way) -> dict[str, Any]:
-        tid = (await grpc_call(way, "SendMessage", {"message": message("tck-complete-task")}))["answer"]["task"]["id"]
-        cid = mid("tck-push")
-        out: dict[str, Any] = {}
-        for label, method, params in [
-                ("create", "CreateTaskPushNotificationConfig", {"taskId": tid, "id": cid, "url": f"{stack.hook.url}/grpc"}),
-                ("get", "GetTaskPushNotificationConfig", {"taskId": tid, "id": cid}),
-                ("get nonexistent", "GetTaskPushNotificationConfig", {"taskId": tid, "id": mid("tck-none")}),
-                ("list", "ListTaskPushNotificationConfigs", {"taskId": tid}),
-                ("delete", "DeleteTaskPushNotificationConfig", {"taskId": tid, "id": cid}),
-                ("get deleted", "GetTaskPushNotificationConfig", {"taskId": tid, "id": cid}),
-                ("delete again", "DeleteTaskPushNotificationConfig", {"taskId": tid, "id": cid})]:
-            got = await grpc_call(way, method, params)
-            answer = got.pop("answer", {})
-            if "configs" in answer:
-                got["ids"] = [c.get("id") == cid for c in answer["configs"]]
-            elif "url" in answer:
-                got["id"], got["task"] = answer.get("id") == cid, answer.get("taskId") == tid
-            out[label] = got
-        path = f"/grpc-deliver/{mid(way.kind)}"
-        cfg = {"id": mid("tck-push"), "url": stack.hook.url + path,
-               "authentication": {"scheme": "Bearer", "credentials": "tck-test-token-auth"}}
-        first = await grpc_call(way, "SendMessage", {"message": message("tck-input-required"),
-                                                     "configuration": {"taskPushNotificationConfig": cfg}})
-        tid = first["answer"]["task"]["id"]
-        await grpc_call(way, "SendMessage", {"message": message("tck-complete-task", taskId=tid)})
-        hit = next(h for h in await stack.hook.wait_until(lambda h: h.path == path, timeout=DELIVERY_TIMEOUT_S)
-                   if h.path == path)
-        event = json_format.ParseDict(hit.body, a2a_pb2.StreamResponse())
-        out["delivery"] = {"authorization": hit.headers.get("authorization"), "payload": bool(event.WhichOneof("payload")),
-                           "about the task": event_task(event) == tid}
-        return out
+async def grpc_push_checks(way: Way, hook: WebhookReceiver) -> dict[str, Any]:
+    """PUSH-CREATE/GET/LIST/DEL-* and PUSH-DELIVER-001..003 on gRPC through `way`: the config methods on a completed
+    task, and a task created with a push config and completed by a follow-up (its webhook: `hook`'s)."""
+    tid = (await grpc_call(way, "SendMessage", {"message": message("tck-complete-task")}))["answer"]["task"]["id"]
+    cid = mid("tck-push")
+    out: dict[str, Any] = {}
+    for label, method, params in [
+            ("create", "CreateTaskPushNotificationConfig", {"taskId": tid, "id": cid, "url": f"{hook.url}/grpc"}),
+            ("get", "GetTaskPushNotificationConfig", {"taskId": tid, "id": cid}),
+            ("get nonexistent", "GetTaskPushNotificationConfig", {"taskId": tid, "id": mid("tck-none")}),
+            ("list", "ListTaskPushNotificationConfigs", {"taskId": tid}),
+            ("delete", "DeleteTaskPushNotificationConfig", {"taskId": tid, "id": cid}),
+            ("get deleted", "GetTaskPushNotificationConfig", {"taskId": tid, "id": cid}),
+            ("delete again", "DeleteTaskPushNotificationConfig", {"taskId": tid, "id": cid})]:
+        got = await grpc_call(way, method, params)
+        answer = got.pop("answer", {})
+        if "configs" in answer:
+            got["ids"] = [c.get("id") == cid for c in answer["configs"]]
+        elif "url" in answer:
+            got["id"], got["task"] = answer.get("id") == cid, answer.get("taskId") == tid
+        out[label] = got
+    path = f"/grpc-deliver/{mid(way.kind)}"
+    cfg = {"id": mid("tck-push"), "url": hook.url + path,
+           "authentication": {"scheme": "Bearer", "credentials": "tck-test-token-auth"}}
+    first = await grpc_call(way, "SendMessage", {"message": message("tck-input-required"),
+                                                 "configuration": {"taskPushNotificationConfig": cfg}})
+    tid = first["answer"]["task"]["id"]
+    await grpc_call(way, "SendMessage", {"message": message("tck-complete-task", taskId=tid)})
+    hit = next(h for h in await hook.wait_until(lambda h: h.path == path, timeout=DELIVERY_TIMEOUT_S) if h.path == path)
+    event = json_format.ParseDict(hit.body, a2a_pb2.StreamResponse())
+    out["delivery"] = {"authorization": hit.headers.get("authorization"), "payload": bool(event.WhichOneof("payload")),
+                       "about the task": event_task(event) == tid}
+    return out
 
-    seen = {kind: await checks(way) for kind, way in stack.ways.items()}
-    direct = seen.pop("direct")
+
+def check_grpc_push_direct(direct: dict[str, Any]) -> None:
+    """What the agent's own gRPC binding answered (`grpc_push_checks`), pinned."""
     assert direct["create"] == direct["get"] == {"ok": True, "id": True, "task": True}
     assert direct["get nonexistent"] == direct["get deleted"] == {"ok": False, "code": "NOT_FOUND"}
     assert direct["list"] == {"ok": True, "ids": [True]} and direct["delete again"] == {"ok": True}
     assert direct["delivery"] == {"authorization": "Bearer tck-test-token-auth", "payload": True, "about the task": True}
+
+
+async def test_the_kits_push_checks_on_grpc_see_the_same_agent_through_the_gateway(stack: Stack) -> None:
+    """The push checks on gRPC through the gateway's gRPC binding (root, and `tenant` naming the agent) as on the
+    agent's own."""
+    seen = {kind: await grpc_push_checks(way, stack.hook) for kind, way in stack.ways.items()}
+    direct = seen.pop("direct")
+    check_grpc_push_direct(direct)
     for kind, got in seen.items():
         assert got == direct, f"{kind} differs from the agent's own gRPC answers"
 
@@ -1076,7 +1105,7 @@ async def grpc_error_info(way: Way, method: str, params: dict[str, Any], tenant:
     """A gRPC call's status name and the ErrorInfo it carries (reason, domain, metadata), or the result's view."""
     request = json_format.ParseDict({**params, **({"tenant": tenant or way.tenant} if tenant or way.tenant else {})},
                                     _GRPC_REQUESTS[method]())
-    async with grpc.aio.insecure_channel(way.grpc) as channel:
+    async with own_channel(way.grpc) as channel:
         rpc_ = getattr(a2a_pb2_grpc.A2AServiceStub(channel), method)
         try:
             if method in ("SendStreamingMessage", "SubscribeToTask"):
@@ -1186,7 +1215,7 @@ async def test_a_required_extension_the_client_activates_reaches_the_agent() -> 
                         request = json_format.ParseDict({"message": message("tck-extensions"),
                                                          **({"tenant": way.tenant} if way.tenant else {})}, a2a_pb2.SendMessageRequest())
                         md = [("a2a-version", "1.0"), *([("a2a-extensions", value)] if value else [])]
-                        async with grpc.aio.insecure_channel(way.grpc) as channel:
+                        async with own_channel(way.grpc) as channel:
                             call = a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, metadata=md)
                             try:
                                 reply = await call
