@@ -51,7 +51,7 @@ async def test_a_gateway_with_the_defaults_reserves_what_the_docs_say(own_server
     server, monitor = own_server
     name = cluster_name()
     want = reserved(ClusterConfig(nats=server.url, name=name), history_bytes=256 << 20)
-    assert sum(b for b, _ in want.values()) == 2 * GiB + 784 * (1 << 20)  # 2.77 GiB: docs/operations.md, "Sizing"
+    assert sum(b for b, _ in want.values()) == 2 * GiB + 848 * (1 << 20)  # 2.83 GiB: docs/operations.md, "Sizing"
     async with run_agent(make_card("a"), RecordingExecutor(echo=True)) as a_url:
         async with gateways([{"agents": [{"name": "a", "url": a_url}],
                               "cluster": {"nats": server.url, "name": name}}], tmp_path):
@@ -69,7 +69,7 @@ async def test_a_history_stream_the_store_cannot_take_is_said_once_naming_the_se
         own_server: tuple[NatsServer, int], tmp_path: Path) -> None:
     server, _ = own_server
     config = {"cluster": {"nats": server.url, "name": cluster_name()},
-              "history": {"max_bytes": 4 * GiB, "flush_interval_s": 0.05}}  # the other bounds take 2.52 GiB of 3
+              "history": {"max_bytes": 4 * GiB, "flush_interval_s": 0.05}}  # the other bounds take 2.58 GiB of 3
     async with run_agent(make_card("a"), RecordingExecutor(echo=True)) as a_url:
         async with gateways([{**config, "agents": [{"name": "a", "url": a_url}]}], tmp_path) as (gw,):
             async with httpx.AsyncClient(timeout=10) as c:
@@ -97,6 +97,7 @@ async def dropped(c: httpx.AsyncClient, url: str) -> float:
 def test_the_workers_over_their_own_server_reserve_neither_the_tasks_bucket_nor_a_history_stream() -> None:
     got = reserved(ClusterConfig(nats="nats://127.0.0.1:4222"), task_bucket=False)
     assert sorted(s for _, s in got.values()) == ["cluster.blob_quota_bucket_bytes", "cluster.delivered_bucket_bytes",
-                                                 "cluster.learning_stream_bytes", "cluster.push_bucket_bytes"]
-    assert sum(b for b, _ in got.values()) == GiB + 528 * (1 << 20)
+                                                 "cluster.learning_stream_bytes", "cluster.push_bucket_bytes",
+                                                 "cluster.sessions_bucket_bytes"]
+    assert sum(b for b, _ in got.values()) == GiB + 592 * (1 << 20)
 

@@ -148,3 +148,43 @@ async def test_push_configs_set_and_deleted_do_not_stay_in_the_bucket_forever(
     assert written >= 40  # one key per config set, then its deleted marker: kept forever before
     assert info.config.max_age == 1.0 and info.config.max_bytes == CAP and info.config.discard == api.DiscardPolicy.OLD
     assert left == 0
+
+
+async def test_pinned_sessions_keep_the_sessions_bucket_within_its_byte_bound(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security probe S15 (left open by probe6, closed by the lead): the `sessions` bucket had a TTL but no byte bound,
+    and each session a `pin_session` rule routes is a key of its own for `session_ttl_s` (an hour) after its last
+    use: clients opening new sessions grew it without end. Bounded by `cluster.sessions_bucket_bytes`, the pins idle
+    longest out first; the newest pin is still there for the other gateways."""
+    from nats.js.errors import KeyNotFoundError
+
+    from mma2a.cluster.pins import ClusterSessionPins, session_key
+    from mma2a.routing.decision import PartRoute, Target
+
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    name, cap = cluster_name(), 1 << 20
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    routes = (PartRoute(0, "text/plain", ("pool",), (Target("a1", (), "round_robin"),), (), None, False, True),)
+    try:
+        cfg = {"agents": [], "data_dir": str(tmp_path),
+               "cluster": {"nats": nats_server.url, "name": name, "sessions_bucket_bytes": cap}}
+        async with cluster_gateway(cfg) as (gw, _):
+            pins = gw.cluster.pins
+            assert isinstance(pins, ClusterSessionPins)
+            sessions = [f"{i:06d}-" + "s" * 249 for i in range(3000)]  # 256 characters, the most an id may have
+            for i, sid in enumerate(sessions):  # ~1.4 MB of pins written through to the bucket
+                pins.pin(sid, 1, routes)
+                if i % 100 == 99:
+                    await pins.flush(sid)
+            await pins.flush(sessions[-1])
+            info = await js.stream_info(f"KV_{name}_sessions")
+            kv = await js.key_value(f"{name}_sessions")
+            newest = await kv.get(session_key(sessions[-1]))
+            with pytest.raises(KeyNotFoundError):
+                await kv.get(session_key(sessions[0]))
+    finally:
+        await nc.close()
+    assert info.config.max_bytes == cap and info.config.discard == api.DiscardPolicy.OLD
+    assert info.state.bytes <= cap and 0 < info.state.messages < len(sessions)  # before: all 3,000 kept for an hour
+    assert newest.value is not None and sessions[-1].encode() in newest.value

@@ -118,7 +118,7 @@ def reserved(config: ClusterConfig, *, history_bytes: int | None = None, task_bu
     replica of them: stream name -> (bytes, the setting that sets it). JetStream counts a stream's `max_bytes` against
     its store (`max_file_store`, by default 75% of the disk free when the server starts) when the stream is made or
     bounded, whatever it holds; a stream or bound the store cannot take is refused ('insufficient storage resources').
-    The other buckets and streams (rules, agents, sessions, members, nonces, push deliveries, blobs (bounded by the
+    The other buckets and streams (rules, agents, members, nonces, push deliveries, blobs (bounded by the
     gateways' own `blob_max_bytes`), the delivery work queue) are unbounded and reserve nothing. `history_bytes`: the history stream's (`history.max_bytes`) where the
     gateway publishes its decisions (not the workers of `serve --workers N` over their own nats-server, which share a
     file, nor do they use the `tasks` bucket: `task_bucket=False`)."""
@@ -131,6 +131,7 @@ def reserved(config: ClusterConfig, *, history_bytes: int | None = None, task_bu
     out[f"{config.name}_learning".upper()] = (config.learning_stream_bytes, "cluster.learning_stream_bytes")
     out[f"KV_{names.bucket('push_configs')}"] = (config.push_bucket_bytes, "cluster.push_bucket_bytes")
     out[f"KV_{names.bucket('blob_quota')}"] = (config.blob_quota_bucket_bytes, "cluster.blob_quota_bucket_bytes")
+    out[f"KV_{names.bucket('sessions')}"] = (config.sessions_bucket_bytes, "cluster.sessions_bucket_bytes")
     return out
 
 

@@ -153,7 +153,9 @@ class ClusterState:
         c = self.config
         for kind in CONFIG_BUCKETS:
             self.kv[kind] = await ensure_kv(self.js, self.names.bucket(kind), history=5, replicas=c.replicas)
-        self.kv["sessions"] = await ensure_kv(self.js, self.names.bucket("sessions"), ttl=c.session_ttl_s, replicas=c.replicas)
+        self.kv["sessions"] = await ensure_kv(self.js, self.names.bucket("sessions"), ttl=c.session_ttl_s, replicas=c.replicas,
+                                              max_bytes=c.sessions_bucket_bytes, setting="cluster.sessions_bucket_bytes",
+                                              sizing=self.sizing)
         self.kv["members"] = await ensure_kv(self.js, self.names.bucket("members"), ttl=c.member_ttl_s, replicas=c.replicas)
         await self.store.setup(max_bytes=gateway.config.blob_max_bytes,
                                max_bytes_per_client=gateway.config.blob_max_bytes_per_client)
