@@ -200,19 +200,18 @@ async def test_audio_in_every_common_encoding_gives_its_rate_channels_and_length
     assert got[16]["transcript"] == ""  # nor is a chord
 
 
-async def test_speech_is_transcribed_from_compressed_multichannel_and_float_recordings() -> None:
+async def test_speech_is_transcribed_from_opus_and_from_the_centre_of_a_5_1_flac() -> None:
     said, rate = _said()
     at48 = e.resample(said, rate, 48000)
     centre = np.hstack([np.zeros_like(at48)] * 2 + [at48] + [np.zeros_like(at48)] * 3)  # 5.1: the voice in the centre
-    cases = [(e.encode_audio(e.resample(said, rate, 44100), 44100, "ipod", "aac"), "audio/mp4"),
-             (e.encode_audio(at48, 48000, "webm", "libopus"), "audio/webm; codecs=opus"),
+    cases = [(e.encode_audio(at48, 48000, "webm", "libopus"), "audio/webm; codecs=opus"),  # a browser's voice note
              (e.encode_audio(centre, 48000, "flac", "flac"), "audio/flac")]
     got = await features_of(cases, "transcript")
     for f in got:
         words = f["transcript"].lower()
         assert all(w in words for w in ("send", "warehouse", "today")), f["transcript"]
         assert 2.3 < f["duration"] < 2.8 and f["voiceActivity"] > 0.5
-    assert got[2]["channels"] == 6 and -36.5 < got[2]["loudness"] < -35.3  # the mean of 6 channels: the voice -15.6 dB
+    assert got[1]["channels"] == 6 and -36.5 < got[1]["loudness"] < -35.3  # the mean of 6 channels: the voice -15.6 dB
 
 
 async def test_broken_long_and_mislabelled_audio_give_their_reason() -> None:
