@@ -6,6 +6,8 @@ and HEVC clips in MP4, WebM, Matroska and QuickTime, with a display rotation or 
 from __future__ import annotations
 
 import io
+import os
+import tempfile
 import wave
 from typing import Any
 
@@ -132,13 +134,29 @@ def resample(samples: Any, rate: int, to: int) -> Any:
 # --- video ----------------------------------------------------------------------------------------------------------
 
 def clip(fmt: str, codec: str | None, *, frames: int = 10, size: tuple[int, int] = (160, 120), fps: int = 10,
-         rotation: int = 0, sound: Any = None, rate: int = 48000, sound_codec: str = "aac") -> bytes:
+         rotation: int = 0, sound: Any = None, rate: int = 48000, sound_codec: str = "aac",
+         faststart: bool = False) -> bytes:
     """A clip of `frames` pictures red on the left, blue on the right (None codec: no pictures), stored with a display
-    `rotation` (FFmpeg's: counter-clockwise degrees), with `sound` (mono samples at `rate`) as a sound track."""
+    `rotation` (FFmpeg's: counter-clockwise degrees), with `sound` (mono samples at `rate`) as a sound track;
+    `faststart`: an MP4's index before its data, as web servers want it (FFmpeg's second pass needs a file)."""
     import av
 
+    if faststart:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "clip.mp4")
+            _write_clip(path, fmt, codec, frames, size, fps, rotation, sound, rate, sound_codec, {"movflags": "faststart"})
+            with open(path, "rb") as f:
+                return f.read()
     buf = io.BytesIO()
-    with av.open(buf, "w", format=fmt) as out:
+    _write_clip(buf, fmt, codec, frames, size, fps, rotation, sound, rate, sound_codec, {})
+    return buf.getvalue()
+
+
+def _write_clip(target: Any, fmt: str, codec: str | None, frames: int, size: tuple[int, int], fps: int, rotation: int,
+                sound: Any, rate: int, sound_codec: str, options: dict[str, str]) -> None:
+    import av
+
+    with av.open(target, "w", format=fmt, options=options) as out:
         stream: Any = None
         if codec is not None:
             stream = out.add_stream(codec, rate=fps)
@@ -175,4 +193,3 @@ def clip(fmt: str, codec: str | None, *, frames: int = 10, size: tuple[int, int]
                     out.mux(packet)
             for packet in stream.encode():
                 out.mux(packet)
-    return buf.getvalue()

@@ -259,14 +259,19 @@ async def test_broken_and_audio_only_video_give_their_reason() -> None:
     mp4 = e.clip("mp4", "libx264", frames=30, sound=e.tone(3.0, 48000)[:, 0])
     webm = e.clip("webm", "libvpx", frames=30)
     mov = e.clip("mov", "libx264", frames=30)
+    web = e.clip("mp4", "libx264", frames=30, sound=e.tone(3.0, 48000)[:, 0], faststart=True)  # its index first
     got = await features_of([(mp4[: len(mp4) // 2], "video/mp4"), (webm[: len(webm) * 4 // 5], "video/webm"),
-                             (mov[: len(mov) * 4 // 5], "video/quicktime"), (e.clip("mp4", None, sound=sound), "video/mp4")],
-                            "qr")
+                             (mov[: len(mov) * 4 // 5], "video/quicktime"), (e.clip("mp4", None, sound=sound), "video/mp4"),
+                             (web[: len(web) * 9 // 10], "video/mp4")], "qr")
     assert got[0]["error"] == "video: not a readable video container: Invalid data found when processing input"
     assert got[1]["error"] == "video: truncated webm: the container declares 3.0 s, its packets end at 2.2 s"
     assert got[2]["error"] == ("video: the mov container's video stream cannot be decoded: its codec parameters are "
                                "missing (a file cut short, or a codec not built in here)")
     assert got[3]["error"] == "video: the mp4 container has no video stream (audio only: send it as audio/*)"
+    cut = len(web) * 9 // 10
+    assert got[4]["error"].startswith("video: truncated mp4: its index places packets up to byte ")
+    assert got[4]["error"].endswith(f", the file has {cut} bytes")
+    assert int(got[4]["error"].split("up to byte ")[1].split(",")[0]) > cut
 
 
 # --- text -----------------------------------------------------------------------------------------------------------

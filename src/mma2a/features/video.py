@@ -52,6 +52,10 @@ class VideoExtractor:
             ctx = stream_context(stream, "video", name)
             width, height = int(ctx.width or 0), int(ctx.height or 0)
             self.limits.check_pixels(width, height, "video")
+            last = index_end(container)  # an MP4 whose index comes first says where its last packet lies
+            if last > len(data):
+                raise MediaError(f"video: truncated {name}: its index places packets up to byte {last}, the file has "
+                                 f"{len(data)} bytes")
             fps = float(stream.average_rate or stream.guessed_rate or 0)
             duration = 0.0
             if stream.duration is not None and stream.time_base is not None:
@@ -123,6 +127,19 @@ class VideoExtractor:
             if seen > self.max_packets:
                 raise MediaError(f"video: more than {self.max_packets} packets; counting stopped")
         return count, end
+
+
+def index_end(container: Any) -> int:
+    """Where the last packet a container's index lists ends (bytes from the start; 0 without an index). The last entry
+    of each stream: muxers write packets in time order, so that is where each stream's data ends."""
+    end = 0
+    for stream in container.streams:
+        entries = stream.index_entries
+        if entries is not None and len(entries):
+            last = entries[len(entries) - 1]
+            if last.pos >= 0:
+                end = max(end, int(last.pos) + int(last.size))
+    return end
 
 
 def display_rotation(frame: Any) -> int:
