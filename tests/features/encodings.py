@@ -120,6 +120,35 @@ def encode_audio(samples: Any, rate: int, fmt: str, codec: str, **options: str) 
     return buf.getvalue()
 
 
+class _Pipe:
+    """A file FFmpeg can only write to, never seek in: a pipe."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def write(self, data: Any) -> int:
+        self.chunks.append(bytes(data))
+        return len(data)
+
+
+def piped_wav(samples: Any, rate: int) -> bytes:
+    """16-bit WAV as FFmpeg writes it to a pipe (a live recorder's): the RIFF and data sizes left at 0xFFFFFFFF."""
+    import av
+
+    pipe = _Pipe()
+    layout = LAYOUTS[samples.shape[1]]
+    with av.open(pipe, "w", format="wav") as out:
+        stream: Any = out.add_stream("pcm_s16le", rate=rate, layout=layout)
+        frame = av.AudioFrame.from_ndarray(np.rint(np.clip(samples, -1, 1) * 32767).astype(np.int16).reshape(1, -1),
+                                           format="s16", layout=layout)
+        frame.sample_rate = rate
+        for packet in stream.encode(frame):
+            out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return b"".join(pipe.chunks)
+
+
 def resample(samples: Any, rate: int, to: int) -> Any:
     """Mono float samples (frames, 1) resampled by FFmpeg (filtered, as a recorder does)."""
     import av

@@ -184,6 +184,7 @@ async def test_audio_in_every_common_encoding_gives_its_rate_channels_and_length
         (e.encode_audio(np.zeros((16000, 1)), 16000, "flac", "flac"), "audio/flac", ("flac", 1.0, 16000, 1)),
         (e.encode_audio(e.tone(1.0, 44100), 44100, "mp3", "libmp3lame"), "audio/wav", ("mp3", 1.0, 44100, 1)),  # lies
         (e.encode_audio(e.chord(2.0, 48000), 48000, "ogg", "libopus"), "audio/ogg", ("ogg", 2.0, 48000, 1)),
+        (e.piped_wav(e.tone(1.0, 16000, 2), 16000), "audio/wav", ("wav", 1.0, 16000, 2)),  # sizes 0xFFFFFFFF
     ]
     got = await features_of([(d, mt) for d, mt, _ in cases], "transcript")
     for (_, mt, want), f in zip(cases, got, strict=True):
@@ -193,7 +194,7 @@ async def test_audio_in_every_common_encoding_gives_its_rate_channels_and_length
         assert abs(f["duration"] - seconds) <= 0.03, (mt, want, f)
     # a tone at half scale is -9 dBFS whatever the encoding and however many channels carry it (the mono mix is their
     # mean: FFmpeg's own downmix read a stereo one at -6 and a 5.1 one at +1.6 dBFS, over full scale)
-    for f in got[:14] + got[15:16]:
+    for f in got[:14] + got[15:16] + got[17:]:
         assert -9.6 <= f["loudness"] <= -8.5 and f["voiceActivity"] >= 0.9, (f["format"], f["channels"], f["loudness"])
     assert (got[14]["loudness"], got[14]["voiceActivity"], got[14]["transcript"]) == (-120.0, 0.0, "")
     assert [f["transcript"] for f in got[:16]] == [""] * 16  # tones are no speech
@@ -357,7 +358,8 @@ async def test_recordings_in_float_surround_and_adts_fitted_to_what_the_agent_re
     surround = e.encode_audio(e.tone(1.0, 48000, 6), 48000, "wav", "pcm_s24le")  # WAVE_FORMAT_EXTENSIBLE
     adts = e.encode_audio(e.tone(1.0, 44100), 44100, "adts", "aac")
     mono16k = await fitted({"audio/*": {"sampleRate": 16000, "channels": 1, "encodings": ["audio/wav"]}},
-                           [(float_stereo, "audio/wav"), (surround, "audio/wav"), (adts, "audio/aac")])
+                           [(float_stereo, "audio/wav"), (surround, "audio/wav"), (adts, "audio/aac"),
+                            (e.piped_wav(e.tone(1.0, 44100, 2), 44100), "audio/wav")])
     stereo = await fitted({"audio/*": {"channels": 2, "encodings": ["audio/flac"]}}, [(surround, "audio/wav")])
     opus = await fitted({"audio/*": {"encodings": ["audio/ogg; codecs=opus"]}}, [(adts, "audio/aac")])
     for mt, body, detail in mono16k:

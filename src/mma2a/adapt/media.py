@@ -152,12 +152,12 @@ def _audio_target(want: str) -> tuple[str, str, str] | None:
 
 def _probe_audio(data: bytes, limits: Limits) -> tuple[str, int, int]:
     """(media type, rate, channels) from the header, the duration checked against the limit."""
-    from ..features.audio import sniff_audio
+    from ..features.audio import sniff_audio, streamed_wav
 
     fmt = sniff_audio(data)
     if fmt == "wav":
         try:
-            with wave.open(io.BytesIO(data)) as w:
+            with wave.open(io.BytesIO(streamed_wav(data))) as w:
                 rate, channels, frames = w.getframerate(), w.getnchannels(), w.getnframes()
         except (wave.Error, EOFError, RuntimeError) as exc:
             if "unknown format" not in str(exc):  # float and WAVE_FORMAT_EXTENSIBLE (24-bit, 5.1): PyAV reads them

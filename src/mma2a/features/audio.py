@@ -128,6 +128,34 @@ def sniff_audio(data: bytes) -> str | None:
     return None
 
 
+WAV_PLACEHOLDER = 0x7FFF0000
+"""A WAV data size this large (or 0) is a recorder's placeholder, not a length: a recorder writing to a pipe cannot go
+back to fill it in (FFmpeg, arecord and sox write 0 or about 4 GiB), and no body under the caps holds that much."""
+
+
+def streamed_wav(data: bytes) -> bytes:
+    """A WAV written as a stream (its RIFF and data sizes placeholders, `WAV_PLACEHOLDER`) with the sizes of the samples
+    it holds; any other bytes as they are. Such a file read by its header was refused as 37 hours long (0xFFFFFFFF) or
+    as no WAV at all (0)."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return data
+    at = 12
+    while at + 8 <= min(len(data), 1 << 16):  # the chunks before the samples: format, list, fact ...
+        size = int.from_bytes(data[at + 4:at + 8], "little")
+        if data[at:at + 4] == b"data":
+            present = len(data) - at - 8
+            if present <= 0 or 0 < size < WAV_PLACEHOLDER:
+                return data
+            out = bytearray(data)
+            out[4:8] = (len(data) - 8).to_bytes(4, "little")
+            out[at + 4:at + 8] = present.to_bytes(4, "little")
+            return bytes(out)
+        if size >= WAV_PLACEHOLDER:
+            return data
+        at += 8 + size + (size & 1)
+    return data
+
+
 def _pcm_params(modality: Modality, default_rate: int | None = None) -> tuple[int, int]:
     rate_s, ch_s = modality.param("rate"), modality.param("channels")
     if rate_s is None and default_rate is None:
@@ -318,6 +346,7 @@ def decode_audio(data: bytes, modality: Modality, limits: Limits, *, rate: int |
         raise MediaError("audio: empty payload")
     fmt = sniff_audio(data)
     if fmt == "wav":
+        data = streamed_wav(data)
         try:
             return _decode_wav(data, limits, rate, mono)
         except MediaError as exc:

@@ -51,8 +51,10 @@ def image_header(data: bytes, *, complete: bool = True) -> MediaHeader | None:
 
 
 def _wav_header(data: bytes) -> MediaHeader | None:
+    from .audio import streamed_wav
+
     try:
-        with wave.open(io.BytesIO(data)) as w:
+        with wave.open(io.BytesIO(streamed_wav(data))) as w:
             rate, frames, channels = w.getframerate(), w.getnframes(), w.getnchannels()
     except (wave.Error, EOFError, RuntimeError, ValueError):
         return None
