@@ -164,12 +164,15 @@ def resample(samples: Any, rate: int, to: int) -> Any:
 
 def clip(fmt: str, codec: str | None, *, frames: int = 10, size: tuple[int, int] = (160, 120), fps: int = 10,
          rotation: int = 0, sound: Any = None, rate: int = 48000, sound_codec: str = "aac",
-         faststart: bool = False) -> bytes:
+         faststart: bool = False, piped: bool = False) -> bytes:
     """A clip of `frames` pictures red on the left, blue on the right (None codec: no pictures), stored with a display
     `rotation` (FFmpeg's: counter-clockwise degrees), with `sound` (mono samples at `rate`) as a sound track;
-    `faststart`: an MP4's index before its data, as web servers want it (FFmpeg's second pass needs a file)."""
-    import av
-
+    `faststart`: an MP4's index before its data, as web servers want it (FFmpeg's second pass needs a file); `piped`:
+    written to a pipe, as a browser's MediaRecorder writes WebM (no duration, no index)."""
+    if piped:
+        pipe = _Pipe()
+        _write_clip(pipe, fmt, codec, frames, size, fps, rotation, sound, rate, sound_codec, {})
+        return b"".join(pipe.chunks)
     if faststart:
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "clip.mp4")

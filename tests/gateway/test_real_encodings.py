@@ -242,12 +242,15 @@ async def test_video_in_common_containers_gives_its_shown_size_and_length() -> N
         (e.clip("mov", "libx264", rotation=90), "video/quicktime", ("mov", "h264", 120, 160, 10, None)),
         (e.clip("mp4", "libx265"), "video/mp4", ("mp4", "hevc", 160, 120, 10, None)),
         (e.clip("webm", "libvpx"), "video/mp4", ("webm", "vp8", 160, 120, 10, None)),  # the declared type lies
+        (e.clip("webm", "libvpx", frames=30, sound=e.tone(3.0, 48000)[:, 0], sound_codec="libopus", piped=True),
+         "video/webm", ("webm", "vp8", 160, 120, 30, "opus")),  # as a browser records: no duration in its header
     ]
     got = await features_of([(d, mt) for d, mt, _ in cases], "qr")
     for (_, mt, want), f in zip(cases, got, strict=True):
         assert facts(f, "container", "codec", "width", "height", "frames", "audioCodec") == want, (mt, f)
-    assert [f.get("rotation") for f in got] == [None] * 6 + [90, 270, None, None]
+    assert [f.get("rotation") for f in got] == [None] * 6 + [90, 270, None, None, None]
     assert [f["duration"] for f in got[5:7]] == [0.1, 1.0]
+    assert abs(got[10]["duration"] - 3.0) < 0.05  # from its packets (it was 0.0)
     for f in got[:6] + got[8:]:
         assert red_left_blue_right(f["_thumbnail"])
     turned = [np.asarray(f["_thumbnail"], dtype=int) for f in got[6:8]]

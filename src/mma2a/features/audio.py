@@ -256,7 +256,7 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
 
     with open_input(data, "audio") as container:
         if not container.streams.audio:
-            raise MediaError(f"audio: the {container_name(container)} container has no audio stream")
+            raise MediaError(f"audio: the {container_name(container, data[:64])} container has no audio stream")
         stream = container.streams.audio[0]
         ctx = stream_context(stream, "audio", container_name(container, data[:64]))
         rate = ctx.sample_rate or stream.rate or 0
@@ -290,8 +290,8 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
             for out in resampler.resample(None):
                 chunks.append(_mixed(out.to_ndarray().reshape(-1, width), mono))
         except av.FFmpegError as exc:
-            raise MediaError(f"audio: corrupt {container_name(container)} audio: {av_reason(exc)}") from None
-        name = fmt or container_name(container)
+            raise MediaError(f"audio: corrupt {container_name(container, data[:64])} audio: {av_reason(exc)}") from None
+        name = fmt or container_name(container, data[:64])
         heard = taken / channels / rate
         if declared is not None and fmt in EXACT_LENGTH and heard < declared - TRUNCATED_S:
             raise MediaError(f"audio: truncated {name}: the header declares {declared:.2f} s, only {heard:.2f} s "

@@ -46,7 +46,7 @@ class VideoExtractor:
                 raise MediaError(f"video: the bytes are a still image ({fmt.removesuffix('_pipe')}), not a video")
             if not container.streams.video:
                 audio = " (audio only: send it as audio/*)" if container.streams.audio else ""
-                raise MediaError(f"video: the {container_name(container)} container has no video stream{audio}")
+                raise MediaError(f"video: the {container_name(container, data[:64])} container has no video stream{audio}")
             stream = container.streams.video[0]
             name = container_name(container, data[:64])
             ctx = stream_context(stream, "video", name)
@@ -95,6 +95,10 @@ class VideoExtractor:
                     if container.duration is not None and end is not None and end < duration - slack:
                         raise MediaError(f"video: truncated {name}: the container declares {duration:.1f} s, its "
                                          f"packets end at {end:.1f} s")
+                    if container.duration is None and end is not None:  # written live (a browser's MediaRecorder):
+                        out["duration"] = round(end, 3)  # no duration in the header, the packets say it
+                        if end > self.limits.max_video_seconds:
+                            raise MediaError(f"video: {end:.0f} s is over the {self.limits.max_video_seconds:g} s limit")
             except av.FFmpegError as exc:
                 raise MediaError(f"video: corrupt {ctx.name} stream: {av_reason(exc)}") from None
         return out
