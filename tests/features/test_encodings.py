@@ -20,6 +20,12 @@ def test_sniffed_modalities_of_real_world_files() -> None:
     assert sniff_modality(e.encode_audio(e.tone(0.2, 44100), 44100, "adts", "aac")) == "application/octet-stream"
     assert sniff_modality(e.encode_audio(e.tone(0.2, 44100), 44100, "adts", "aac"), "note.aac") == "audio/aac"
     assert sniff_modality(e.encode_audio(e.tone(0.2, 44100), 44100, "ipod", "aac")) == "audio/mp4"
+    assert sniff_modality(e.encode_audio(e.tone(0.2, 44100), 44100, "aiff", "pcm_s16be")) == "audio/aiff"
+    assert sniff_modality(e.encode_audio(e.tone(0.2, 8000), 8000, "amr", "libopencore_amrnb")) == "audio/amr"
+    assert sniff_modality(e.encode_audio(e.tone(0.2, 8000), 8000, "3gp", "libopencore_amrnb")) == "audio/3gpp"
+    assert sniff_modality(e.encode_audio(e.tone(0.2, 8000), 8000, "au", "pcm_mulaw")) == "audio/basic"
+    assert sniff_modality(e.encode_audio(e.tone(0.2, 44100), 44100, "caf", "alac")) == "audio/x-caf"
+    assert sniff_modality(e.clip("3gp", "libx264", frames=2)) == "video/3gpp"
     assert sniff_modality(e.clip("mov", "libx264", frames=2)) == "video/quicktime"
     assert sniff_modality(e.clip("mp4", "libx264", frames=2)) == "video/mp4"
     if "AVIF" in Image.SAVE:  # an ISO box file too, but a photo: never video/mp4

@@ -152,7 +152,7 @@ def _audio_target(want: str) -> tuple[str, str, str] | None:
 
 def _probe_audio(data: bytes, limits: Limits) -> tuple[str, int, int]:
     """(media type, rate, channels) from the header, the duration checked against the limit."""
-    from ..features.audio import sniff_audio, streamed_wav
+    from ..features.audio import SNIFFED_AUDIO, sniff_audio, streamed_wav
 
     fmt = sniff_audio(data)
     if fmt == "wav":
@@ -182,8 +182,9 @@ def _probe_audio(data: bytes, limits: Limits) -> tuple[str, int, int]:
                                  "not decoded")
             codec = s.codec_context.name
             media = {"ogg": f"audio/ogg; codecs={codec}" if codec == "opus" else "audio/ogg",
-                     "flac": "audio/flac", "mp3": "audio/mpeg", "mp4": "audio/mp4", "aac": "audio/aac",
-                     "wav": "audio/wav", "webm": f"audio/webm; codecs={codec}"}[fmt]
+                     "mp4": "audio/mp4", "3gp": "audio/3gpp", "webm": f"audio/webm; codecs={codec}"}.get(fmt)
+            if media is None:
+                media = SNIFFED_AUDIO[fmt]
             return media, int(s.codec_context.sample_rate or 0), int(s.codec_context.channels or 1)
     except av.FFmpegError as exc:
         raise MediaError(f"audio: not a readable audio container: {av_reason(exc)}") from None

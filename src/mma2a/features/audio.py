@@ -106,6 +106,11 @@ def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mon
     return (parts[0] if len(parts) == 1 else np.concatenate(parts)), out_rate, out_channels
 
 
+SNIFFED_AUDIO = {"wav": "audio/wav", "ogg": "audio/ogg", "flac": "audio/flac", "mp3": "audio/mpeg", "aac": "audio/aac",
+                 "aiff": "audio/aiff", "amr": "audio/amr", "caf": "audio/x-caf", "au": "audio/basic"}
+"""The media type of each container `sniff_audio` names but MP4, WebM and 3GP (audio or video: told apart by PyAV)."""
+
+
 def sniff_audio(data: bytes) -> str | None:
     """The container of audio bytes from their magic number, or None."""
     head = data[:16]
@@ -122,7 +127,18 @@ def sniff_audio(data: bytes) -> str | None:
     if head[4:8] == b"ftyp":
         from .containers import IMAGE_BRANDS, ftyp_brand
 
-        return None if ftyp_brand(head) in IMAGE_BRANDS else "mp4"  # an AVIF or HEIC photo is no recording
+        brand = ftyp_brand(head) or ""
+        if brand in IMAGE_BRANDS:
+            return None  # an AVIF or HEIC photo is no recording
+        return "3gp" if brand.startswith(("3gp", "3g2")) else "mp4"  # a phone's voice memo (AMR in 3GP) or MP4
+    if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+        return "aiff"  # a Mac's uncompressed recording
+    if head[:6] == b"#!AMR\n" or head[:9] == b"#!AMR-WB\n":
+        return "amr"  # a phone's voice memo, bare
+    if head[:4] == b"caff":
+        return "caf"  # Core Audio (iOS apps)
+    if head[:4] == b".snd":
+        return "au"  # Sun/NeXT audio: mu-law telephony
     if head[:4] == b"\x1a\x45\xdf\xa3":
         return "webm"
     return None
@@ -302,10 +318,10 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
     return DecodedAudio(samples, int(out_rate), 1 if mono else width, name, int(rate), int(channels))
 
 
-EXACT_LENGTH = frozenset({"flac", "mp4", "ogg", "webm", "wav"})
-"""Containers whose header states the exact length (FLAC's sample count, MP4's and WebM's durations, Ogg's last
-granule): decoding less than that means the file was cut short. An MP3 or ADTS length without an index is FFmpeg's
-estimate from the bit rate, so it proves nothing."""
+EXACT_LENGTH = frozenset({"flac", "mp4", "3gp", "ogg", "webm", "wav", "aiff"})
+"""Containers whose header states the exact length (FLAC's and AIFF's sample counts, MP4's and WebM's durations, Ogg's
+last granule): decoding less than that means the file was cut short. An MP3, ADTS or AMR length without an index is
+FFmpeg's estimate from the bit rate, so it proves nothing."""
 
 TRUNCATED_S = 0.1
 """Decoded audio this much shorter than its header declares was cut short (codec delay and padding are milliseconds)."""

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import InvalidParams
 from ..ext import FeatureSource, PartExtension, PayloadRef, write_part
 from ..modality import EMBEDDING, parse_modality
-from .audio import sniff_audio
+from .audio import SNIFFED_AUDIO, sniff_audio
 from .base import load_once
 from .containers import IMAGE_BRANDS, audio_only, ftyp_brand
 from .mesh import sniff_mesh
@@ -75,18 +75,20 @@ def sniff_modality(data: bytes, filename: str | None = None) -> str:
     if brand in IMAGE_BRANDS:
         return "image/heic"
     audio = sniff_audio(data)
-    if audio in ("mp4", "webm"):
+    if audio in ("mp4", "webm", "3gp"):
         if audio == "mp4" and head[8:11] == b"M4A":
             return "audio/mp4"
-        if audio_only(data):  # a voice note in WebM or MP4 is audio, not a video without pictures
-            return f"audio/{audio}"
+        if audio_only(data):  # a voice note in WebM, MP4 or 3GP is audio, not a video without pictures
+            return "audio/3gpp" if audio == "3gp" else f"audio/{audio}"
+        if audio == "3gp":
+            return "video/3gpp"
         if audio == "webm" and b"matroska" in data[:64]:
             return "video/x-matroska"
         return "video/quicktime" if brand == "qt" else f"video/{audio}"
     if audio in ("mp3", "aac") and head[:3] != b"ID3" and not (filename or "").lower().endswith(f".{audio}"):
         audio = None  # a bare MPEG frame sync is too weak a sign on its own
     if audio is not None:
-        return {"wav": "audio/wav", "ogg": "audio/ogg", "flac": "audio/flac", "mp3": "audio/mpeg", "aac": "audio/aac"}[audio]
+        return SNIFFED_AUDIO[audio]
     if filename:
         suffix = Path(filename).suffix.lower()
         if suffix in _EXTENSIONS:
