@@ -32,10 +32,11 @@ def rules(*features: str) -> dict[str, Any]:
     return {"version": 1, "rules": [*out, {"name": "all", "match": {"modality": "*/*"}, "action": {"route_to": "sink"}}]}
 
 
-async def send(url: str, parts: list[tuple[bytes, str]]) -> Any:
-    """`parts` (bytes, media type) as one message from the a2a-sdk client; the task it ends in."""
+async def send(url: str, parts: list[tuple[bytes, str]] | list[Part]) -> Any:
+    """`parts` (bytes and media type, or a2a `Part`s) as one message from the a2a-sdk client; the task it ends in."""
     client = await sdk_client(url)
-    message = Message(message_id="enc-1", role=Role.ROLE_USER, parts=[Part(raw=data, media_type=mt) for data, mt in parts])
+    message = Message(message_id="enc-1", role=Role.ROLE_USER,
+                      parts=[p if isinstance(p, Part) else Part(raw=p[0], media_type=p[1]) for p in parts])
     # Whisper on a loaded 2-core machine can take longer than the client's default 5 s: not what is tested here
     events = [ev async for ev in client.send_message(SendMessageRequest(message=message),
                                                      context=ClientCallContext(timeout=120))]
@@ -403,3 +404,17 @@ async def test_video_fitted_keeps_its_sound_track_and_its_rotation_and_matroska_
     mt, body, detail = webm[0]
     with av.open(io.BytesIO(body)) as c:
         assert (mt, c.streams.video[0].codec_context.name) == ("video/webm", "vp8"), detail
+
+
+async def test_a_text_part_labelled_with_another_charset_is_read_as_the_string_it_is() -> None:
+    # a text part's text is a JSON string: its bytes are UTF-8 whatever charset its media type names
+    said = "Le café crème est très bon aujourd'hui"
+    spec = agent("sink", SINK)
+    async with agents({"sink": spec}) as urls:
+        async with gateway({"rules": rules("keywords"), "agents": [{"name": "sink", "url": urls["sink"]}]}) as (_, url):
+            await send(url, [Part(text=said, media_type=mt) for mt in
+                             ("text/plain; charset=iso-8859-1", "text/plain; charset=utf-16", "text/plain")])
+    got = [json_format.MessageToDict(p)["metadata"][EXTENSION_URI]["features"]
+           for r in spec[1].received for p in r.message.parts]
+    for f in got:  # was: "cafã", "crã" as Latin-1, and an error as UTF-16
+        assert (f["length"], f["words"], f["keywords"]) == (38, 8, ["aujourd", "bon", "café", "crème", "hui"]), f

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from ..errors import FeatureSchemaError
 from ..ext import FeatureSource, PartExtension, read_part, write_part
-from ..modality import parse_modality
+from ..modality import Modality, parse_modality
 from .pipeline import FeaturePipeline, FeatureResult
 
 UntrustedAction = Literal["validate", "reextract", "drop"]
@@ -59,6 +59,16 @@ def keep_valid(pipeline: FeaturePipeline, modality: str, features: dict[str, Any
     return {}, dropped
 
 
+def as_utf8(modality: str) -> str:
+    """A text part's modality as its bytes are: the part's text is a JSON string, handed over as UTF-8, whatever
+    `charset` its media type names (`text/plain; charset=iso-8859-1` read its "café" as "cafã©")."""
+    m = parse_modality(modality)
+    charset = m.param("charset")
+    if charset is None or charset.lower() in ("utf-8", "utf8"):
+        return modality
+    return str(Modality(m.type, m.subtype, tuple((k, "utf-8" if k == "charset" else v) for k, v in m.params)))
+
+
 async def enrich_part(
     part_json: dict[str, Any],
     data: bytes | None,
@@ -90,7 +100,8 @@ async def enrich_part(
     result: FeatureResult | None = None
     if want_extract:
         assert data is not None
-        result = await pipeline.extract(modality, data, budget_s=policy.budget_s, wanted=wanted)
+        read_as = as_utf8(modality) if isinstance(part_json.get("text"), str) else modality
+        result = await pipeline.extract(read_as, data, budget_s=policy.budget_s, wanted=wanted)
 
     features = dict(kept)
     added = False
