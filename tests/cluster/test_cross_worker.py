@@ -345,17 +345,18 @@ async def test_on_every_binding_a_stream_dropped_on_one_gateway_is_its_owners_on
 
 class RoundRobin:
     """A real round-robin TCP balancer (layer 4, as a cloud load balancer without affinity): each connection it
-    accepts goes to the next backend in turn, its bytes piped both ways; `served` lists each connection's backend."""
+    accepts goes to the next backend in turn, its bytes piped both ways; `served` lists each connection's backend. It
+    listens on `port` (0: a free one, known once entered)."""
 
-    def __init__(self, backends: list[tuple[str, int]]) -> None:
+    def __init__(self, backends: list[tuple[str, int]], port: int = 0) -> None:
         self.backends = backends
         self.served: list[int] = []
-        self.port = 0
+        self.port = port
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
 
     async def __aenter__(self) -> RoundRobin:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -17,6 +18,9 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, 
 from starlette.applications import Starlette
 
 from tests.agents import _bind_loopback, _serve_on
+
+if TYPE_CHECKING:
+    import grpc.aio
 
 
 class SampleExecutor(AgentExecutor):
@@ -59,8 +63,9 @@ def sample_card(name: str, url: str, grpc_address: str | None = None, *, grpc_on
 
 @dataclass(frozen=True)
 class Way:
-    """One way to reach an agent — directly, at the gateway's root or at /agents/{name}: its JSON-RPC URL, its
-    HTTP+JSON base and its card base (the well-known path goes after it)."""
+    """One way to reach an agent — directly, at a gateway's root or at /agents/{name} (of one gateway, of `serve
+    --workers 2`, of a cluster behind a balancer: test_tck_scaled.py): its JSON-RPC URL, its HTTP+JSON base and its
+    card base (the well-known path goes after it)."""
 
     kind: str  # "direct", "root", "agent-path"
     rpc: str
@@ -68,6 +73,14 @@ class Way:
     card: str
     grpc: str = ""  # HOST:PORT of the gRPC binding ("" without one)
     tenant: str = ""  # on gRPC the gateway's per-agent address is the tenant
+
+
+def own_channel(target: str) -> grpc.aio.Channel:
+    """A gRPC channel on a connection of its own (gRPC shares one between channels to an address
+    by default), so each call through a balancer, or to `serve --workers`, may reach another gateway."""
+    import grpc.aio
+
+    return grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from a2a.types import AgentCard, AgentCardSignature, a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
-from tests.conformance.sut import Way
+from tests.conformance.sut import Way, own_channel
 from tests.conformance.tck_agent import TckAgent, tck_agent
 from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.gateway.conftest import gateway
@@ -65,12 +65,6 @@ async def kit_stack() -> AsyncIterator[Stack]:
 async def stack() -> AsyncIterator[Stack]:
     async with kit_stack() as s:
         yield s
-
-
-def own_channel(target: str) -> grpc.aio.Channel:
-    """A gRPC channel on a connection of its own (gRPC shares one between channels to an address by default), so each
-    call through a balancer, or to `serve --workers`, may reach another gateway."""
-    return grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
 
 
 def mid(prefix: str) -> str:

@@ -26,7 +26,7 @@ from tests.cluster.test_cross_worker import RoundRobin
 from tests.cluster.test_workers import serving_workers
 from tests.conformance.sut import Way
 from tests.conformance.tck_agent import tck_agent
-from tests.conformance.test_tck import (CARD, CHECKS, Stack, check_direct, check_grpc_direct, check_grpc_push_direct,
+from tests.conformance.test_tck import (CHECKS, Stack, check_direct, check_grpc_direct, check_grpc_push_direct,
                                         grpc_checks, grpc_push_checks, through_gateway)
 from tests.webhooks import webhook_receiver
 
@@ -40,46 +40,67 @@ ACROSS: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
 
 
 @dataclass(frozen=True)
+class Fronts:
+    """`serve --workers 2` and the two gateways of a cluster behind round-robin balancers, configured alike."""
+
+    workers: str  # the workers' URL
+    workers_grpc: str  # HOST:PORT of their gRPC binding
+    cluster: str  # the HTTP balancer's URL
+    cluster_grpc: str  # HOST:PORT of the gRPC balancer
+    balancers: dict[str, RoundRobin]  # "http", "grpc"
+
+    def ways(self, agent: str) -> dict[str, Way]:
+        """The ways of SCALED to `agent`: each front's root and `/agents/{agent}` (on gRPC: `tenant`)."""
+        out = {}
+        for front, url, grpc_ in (("workers", self.workers, self.workers_grpc), ("cluster", self.cluster, self.cluster_grpc)):
+            path = f"{url}/agents/{agent}"
+            out[f"{front} root"] = Way("root", url + "/", url, url, grpc_)
+            out[f"{front} agent-path"] = Way("agent-path", path, path, path, grpc_, agent)
+        return out
+
+
+@contextlib.asynccontextmanager
+async def fronts(config: dict[str, Any], nats: NatsServer, workdir: Path) -> AsyncIterator[Fronts]:
+    """`serve --workers 2` and a 2-gateway cluster (on `nats`) behind round-robin balancers, each with `config` (as one
+    gateway's) and a gRPC binding; the cluster's gateways advertise the balancers on their cards (`public_url`,
+    `public_grpc`), as deployed behind them."""
+    async with contextlib.AsyncExitStack() as stack:
+        (workdir / "workers").mkdir()
+        (workdir / "cluster").mkdir()
+        grpc_port = free_port()  # the workers' gRPC binding: one port, both listen on it (grpc's SO_REUSEPORT)
+        served = await stack.enter_async_context(serving_workers(workdir / "workers", {
+            "health_interval_s": 3600, **config, "grpc_listen": f"127.0.0.1:{grpc_port}"}))
+        lb_port, grpc_lb_port, grpc_ports = free_port(), free_port(), [free_port(), free_port()]
+        cluster = {"health_interval_s": 3600, **config, "public_url": f"http://127.0.0.1:{lb_port}",
+                   "public_grpc": f"127.0.0.1:{grpc_lb_port}",
+                   "cluster": {"nats": nats.url, "name": cluster_name(), "heartbeat_s": 0.5, "member_ttl_s": 2}}
+        gws = await stack.enter_async_context(gateways([{**cluster, "grpc_listen": f"127.0.0.1:{p}"} for p in grpc_ports],
+                                                       workdir / "cluster"))
+        http_lb = await stack.enter_async_context(RoundRobin([("127.0.0.1", gw.port) for gw in gws], lb_port))
+        grpc_lb = await stack.enter_async_context(RoundRobin([("127.0.0.1", p) for p in grpc_ports], grpc_lb_port))
+        yield Fronts(served.url, f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{lb_port}", f"127.0.0.1:{grpc_lb_port}",
+                     {"http": http_lb, "grpc": grpc_lb})
+
+
+@dataclass(frozen=True)
 class Scaled:
     stack: Stack  # "direct" and the ways of SCALED
-    balancers: dict[str, RoundRobin]  # "http", "grpc": in front of the cluster's two gateways
+    fronts: Fronts
 
 
 @contextlib.asynccontextmanager
 async def scaled_stack(nats: NatsServer, workdir: Path) -> AsyncIterator[Scaled]:
-    """The kit's agent (push on) and webhook receiver, `serve --workers 2` and a 2-gateway cluster in front of it, each
-    configured as test_tck.py's one gateway."""
-    async with webhook_receiver() as hook, tck_agent("tck", push=True) as agent, contextlib.AsyncExitStack() as stack:
-        config: dict[str, Any] = {"agents": [{"name": "tck", "url": agent.url}], "health_interval_s": 3600,
-                                  "urls": {"allow_hosts": [hook.url.removeprefix("http://")]}}
-        grpc_port = free_port()  # the workers' gRPC binding: one port, both listen on it (grpc's SO_REUSEPORT)
-        served = await stack.enter_async_context(serving_workers(workdir / "workers", {
-            **config, "grpc_listen": f"127.0.0.1:{grpc_port}"}))
-        cluster = {**config, "grpc_listen": "127.0.0.1:0",
-                   "cluster": {"nats": nats.url, "name": cluster_name(), "heartbeat_s": 0.5, "member_ttl_s": 2}}
-        gws = await stack.enter_async_context(gateways([cluster, cluster], workdir / "cluster"))
-        async with httpx.AsyncClient(timeout=30) as c:
-            cards = [(await c.get(gw.url + CARD)).json() for gw in gws]
-        grpc_ports = [int(next(i["url"] for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC")
-                          .rsplit(":", 1)[1]) for card in cards]
-        http_lb = await stack.enter_async_context(RoundRobin([("127.0.0.1", gw.port) for gw in gws]))
-        grpc_lb = await stack.enter_async_context(RoundRobin([("127.0.0.1", p) for p in grpc_ports]))
-        w, lb, wg, lg = served.url, f"http://127.0.0.1:{http_lb.port}", f"127.0.0.1:{grpc_port}", f"127.0.0.1:{grpc_lb.port}"
-        yield Scaled(Stack(agent, hook=hook, ways={
-            "direct": Way("direct", agent.url + "/", agent.rest, agent.url, agent.grpc),
-            "workers root": Way("root", w + "/", w, w, wg),
-            "workers agent-path": Way("agent-path", f"{w}/agents/tck", f"{w}/agents/tck", f"{w}/agents/tck", wg, "tck"),
-            "cluster root": Way("root", lb + "/", lb, lb, lg),
-            "cluster agent-path": Way("agent-path", f"{lb}/agents/tck", f"{lb}/agents/tck", f"{lb}/agents/tck", lg, "tck"),
-        }), {"http": http_lb, "grpc": grpc_lb})
+    """The kit's agent (push on) and webhook receiver, and the fronts, each configured as test_tck.py's one gateway."""
+    async with webhook_receiver() as hook, tck_agent("tck", push=True) as agent:
+        config = {"agents": [{"name": "tck", "url": agent.url}], "urls": {"allow_hosts": [hook.url.removeprefix("http://")]}}
+        async with fronts(config, nats, workdir) as f:
+            direct = Way("direct", agent.url + "/", agent.rest, agent.url, agent.grpc)
+            yield Scaled(Stack(agent, hook=hook, ways={"direct": direct, **f.ways("tck")}), f)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def scaled(nats_server: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Scaled]:  # noqa: F811
-    workdir = tmp_path_factory.mktemp("scaled")
-    (workdir / "workers").mkdir()
-    (workdir / "cluster").mkdir()
-    async with scaled_stack(nats_server, workdir) as s:
+    async with scaled_stack(nats_server, tmp_path_factory.mktemp("scaled")) as s:
         yield s
 
 
@@ -91,9 +112,9 @@ def across(name: str, binding: str, way: str, kind: str, direct: Any) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def alternating(scaled: Scaled, way: str, balancer: str) -> AsyncIterator[None]:
+async def alternating(fronts: Fronts, way: str, balancer: str) -> AsyncIterator[None]:
     """Through the cluster, the requests made inside went to both gateways in turn (when there were two or more)."""
-    lb = scaled.balancers[balancer]
+    lb = fronts.balancers[balancer]
     before = len(lb.served)
     yield
     made = lb.served[before:]
@@ -109,7 +130,7 @@ async def test_the_kits_checks_hold_through_workers_and_a_cluster(scaled: Scaled
         direct = await CHECKS[name](c, s.ways["direct"], binding, s)
         check_direct(name, binding, direct)
         for way in SCALED:
-            async with alternating(scaled, way, "http"):
+            async with alternating(scaled.fronts, way, "http"):
                 got = await CHECKS[name](c, s.ways[way], binding, s)
             assert got == across(name, binding, way, s.ways[way].kind, direct), f"{way} differs from one gateway"
 
@@ -119,7 +140,7 @@ async def test_the_kits_grpc_checks_hold_through_workers_and_a_cluster(scaled: S
     direct = await grpc_checks(s.ways["direct"])
     check_grpc_direct(direct)
     for way in SCALED:
-        async with alternating(scaled, way, "grpc"):
+        async with alternating(scaled.fronts, way, "grpc"):
             got = await grpc_checks(s.ways[way])
         assert got == direct, f"{way} differs from the agent's own gRPC answers"
 
@@ -129,7 +150,7 @@ async def test_the_kits_push_checks_on_grpc_hold_through_workers_and_a_cluster(s
     direct = await grpc_push_checks(s.ways["direct"], s.hook)
     check_grpc_push_direct(direct)
     for way in SCALED:
-        async with alternating(scaled, way, "grpc"):
+        async with alternating(scaled.fronts, way, "grpc"):
             got = await grpc_push_checks(s.ways[way], s.hook)
         assert got == direct, f"{way} differs from the agent's own gRPC answers"
 

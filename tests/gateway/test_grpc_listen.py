@@ -6,9 +6,11 @@ from __future__ import annotations
 import socket
 
 import grpc.aio
+import httpx
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
+from mma2a.errors import ConfigError
 from mma2a.gateway import Gateway
 from mma2a.gateway.config import parse_config
 from tests.gateway.conftest import agent, agents, gateway
@@ -44,3 +46,24 @@ async def test_localhost_port_zero_serves_on_both_loopbacks() -> None:
                             a2a_pb2.SendMessageRequest(message=msg), metadata=(("a2a-version", "1.0"),), timeout=30)
                     assert sent.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
     assert [p.text for r in executor.received for p in r.message.parts] == ["hello over 127.0.0.1", "hello over [::1]"] * 3
+
+
+async def test_cards_advertise_the_balancers_grpc_address_when_public_grpc_says_it() -> None:
+    """Behind a balancer whose gRPC address is not the public URL's host with the binding's port (several gateways on
+    one host, or a balancer port other than the pods'), `public_grpc` is what every card names for gRPC, so the
+    gateways' cards are one document (one ETag: a client's cached card revalidates on any of them); without it, the
+    public URL's host and the binding's own port; a value that is not HOST:PORT is refused naming the setting."""
+    card, executor = agent("text", ["text/plain"])
+    async with agents({"text": (card, executor)}) as urls, httpx.AsyncClient(timeout=30) as c:
+        base = {"agents": [{"name": "text", "url": urls["text"]}], "grpc_listen": "127.0.0.1:0",
+                "public_url": "https://gw.example.org"}
+        seen, ports = {}, {}
+        for label, extra in (("default", {}), ("public", {"public_grpc": "grpc.example.org:443"})):
+            async with gateway({**base, **extra}) as (gw, url):
+                assert gw.grpc is not None
+                ports[label] = gw.grpc.port
+                seen[label] = [[i["url"] for i in (await c.get(u + "/.well-known/agent-card.json")).json()[
+                    "supportedInterfaces"] if i["protocolBinding"] == "GRPC"] for u in (url.rstrip("/"), url.rstrip("/") + "/agents/text")]
+    assert seen == {"default": [[f"gw.example.org:{ports['default']}"]] * 2, "public": [["grpc.example.org:443"]] * 2}
+    with pytest.raises(ConfigError, match="^public_grpc: Value error, must be HOST:PORT"):
+        parse_config({"agents": [], "public_grpc": "grpc.example.org"})

@@ -402,8 +402,11 @@ class Gateway:
 
     @property
     def grpc_url(self) -> str | None:
-        """The gRPC address cards advertise (HOST:PORT), once the gRPC binding runs."""
-        return f"{urlsplit(self.public_url).hostname}:{self.grpc.port}" if self.grpc is not None else None
+        """The gRPC address cards advertise (HOST:PORT), once the gRPC binding runs: `public_grpc`, else the public URL's
+        host and the binding's port."""
+        if self.grpc is None:
+            return None
+        return self.config.public_grpc or f"{urlsplit(self.public_url).hostname}:{self.grpc.port}"
 
     async def stop(self) -> None:
         if self.grpc is not None:

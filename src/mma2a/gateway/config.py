@@ -230,6 +230,7 @@ class GatewayConfig(BaseModel):
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")  # id in `via` (default: public_url)
     public_url: str | None = None
     grpc_listen: str | None = None  # HOST:PORT of the gRPC binding (the grpc extra); off when unset
+    public_grpc: str | None = None  # HOST:PORT cards advertise for it (a balancer's); default public_url's host, its port
     tls: ListenerTLS | None = None  # serve HTTPS (and gRPC over TLS); client certificates name senders
     rules: str | dict[str, Any] | None = None
     mode: Literal["native", "text-bottleneck"] = "native"
@@ -289,14 +290,14 @@ class GatewayConfig(BaseModel):
     def _features(cls, v: Any) -> Any:
         return {"enabled": v} if isinstance(v, bool) else v
 
-    @field_validator("listen", "grpc_listen", mode="before")
+    @field_validator("listen", "grpc_listen", "public_grpc", mode="before")
     @classmethod
     def _listen_port_only(cls, v: Any) -> Any:
         if isinstance(v, int) and not isinstance(v, bool):
             raise ValueError(f"must be HOST:PORT (did you mean 127.0.0.1:{v}?)")
         return v
 
-    @field_validator("listen", "grpc_listen")
+    @field_validator("listen", "grpc_listen", "public_grpc")
     @classmethod
     def _listen(cls, v: str | None) -> str | None:
         if v is None:
