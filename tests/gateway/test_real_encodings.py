@@ -352,8 +352,9 @@ async def test_pictures_fitted_to_jpeg_keep_deep_grey_and_show_white_where_trans
     got = await fitted({"image/*": {"encodings": ["image/jpeg"]}},
                        [(e.encode_image(Image.fromarray(ramp), "PNG"), "image/png"),
                         (e.encode_image(Image.fromarray(hidden, "RGBA"), "PNG"), "image/png"),
-                        (e.turned_jpeg(e.halves(320, 200), 6, "WEBP"), "image/webp")])
-    assert [mt for mt, _, _ in got] == ["image/jpeg"] * 3
+                        (e.turned_jpeg(e.halves(320, 200), 6, "WEBP"), "image/webp"), (e.animation("GIF"), "image/gif")])
+    assert [mt for mt, _, _ in got] == ["image/jpeg"] * 4
+    assert got[3][2] == "64x48 image/gif -> 64x48 image/jpeg (the first of 3 frames: an animation is fitted as its first frame)"
     grey = np.asarray(Image.open(io.BytesIO(got[0][1])).convert("L"), dtype=int)
     assert grey[5, 0] < 5 and 120 <= grey[5, 128] <= 135 and grey[5, -1] > 250  # Pillow alone: white from x=1 on
     shown = np.asarray(Image.open(io.BytesIO(got[1][1])).convert("RGB"), dtype=int)

@@ -126,7 +126,9 @@ def fit_image(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
             pic.save(out, fmt, compress_level=6)
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise MediaError(f"image: cannot decode {fmt_in or 'image'} data: {exc}") from None
-    return Adapted(out.getvalue(), target, f"{width}x{height} {source} -> {pic.size[0]}x{pic.size[1]} {target}")
+    frames = int(getattr(im, "n_frames", 1) or 1)
+    only = f" (the first of {frames} frames: an animation is fitted as its first frame)" if frames > 1 else ""
+    return Adapted(out.getvalue(), target, f"{width}x{height} {source} -> {pic.size[0]}x{pic.size[1]} {target}{only}")
 
 
 # --- audio --------------------------------------------------------------------------------
