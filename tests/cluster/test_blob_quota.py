@@ -1,7 +1,8 @@
 """The blob quotas on the cluster's Object Store (`blob_max_bytes_per_client` 413, `blob_max_bytes` 507), held once for
 the whole cluster: before them, one client with a credential could fill JetStream's store through any gateway. Two
 gateways of one cluster on a real nats-server, auth on; a client's bytes on one gateway count on the other, in the
-local store's words (tests/security/test_blob_quota.py)."""
+local store's words and charges (tests/security/test_blob_quota.py: each blob or upload is charged its bytes in
+whole 4 KiB blocks plus one block, `payload.quota.footprint`)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,13 @@ from tests.cluster.test_security import bearer
 from tests.cluster.test_workers import serve_workers
 from tests.gateway.conftest import agent, agents
 from tests.security.test_blob_quota import (
-    assert_alice_refused_past_100_kb,
+    QUOTA,
+    assert_alice_refused_past_her_quota,
+    assert_filled_by_upload_chunks,
     assert_the_store_full_past_100_kb,
     chunked,
     client_quota_message,
+    fill_by_upload_chunks,
     setting,
 )
 
@@ -83,7 +87,7 @@ async def held(gw: Gateway, *owners: str) -> tuple[int, ...]:
 
 async def test_a_client_at_its_quota_on_one_gateway_is_refused_on_the_other_and_another_client_still_uploads(
         nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with two_gateways(nats_server.url, monkeypatch, blob_max_bytes_per_client=100_000) as ((a, url_a), (b, url_b)):
+    async with two_gateways(nats_server.url, monkeypatch, blob_max_bytes_per_client=QUOTA) as ((a, url_a), (b, url_b)):
         async with httpx.AsyncClient(timeout=30) as c:
             first = await c.post(url_a + "/blobs", content=b"a" * 60_000, headers=ALICE)
             declared = await c.post(url_b + "/blobs", content=b"b" * 60_000, headers=ALICE)
@@ -93,12 +97,12 @@ async def test_a_client_at_its_quota_on_one_gateway_is_refused_on_the_other_and_
                                   headers=ALICE | {"Upload-Offset": "0"})
             offset = (await c.get(f"{url_a}/blobs/uploads/{begun['uploadId']}", headers=ALICE)).json()["offset"]
             other = await c.post(url_b + "/blobs", content=b"f" * 60_000, headers=CAROL)
-            small = await c.post(url_b + "/blobs", content=b"e" * 40_000, headers=ALICE)  # still fits: 100 000 exactly
+            small = await c.post(url_b + "/blobs", content=b"e" * 40_000, headers=ALICE)  # still fits: QUOTA exactly
             counts = await held(a, "alice", "carol")
         assert first.status_code == 201 and other.status_code == 201 and small.status_code == 201
-        assert_alice_refused_past_100_kb(declared, streamed, patch)
+        assert_alice_refused_past_her_quota(declared, streamed, patch)
         assert offset == 0  # the refused chunk was not kept
-        assert counts == (100_000, 60_000, 160_000)
+        assert counts == (QUOTA, 65_536, QUOTA + 65_536)
         si = await store_of(a).js.stream_info(store_of(a).stream)
         assert si.state.bytes < 160_000 + 20_000  # refused bodies left no chunks behind (info messages aside)
 
@@ -112,7 +116,7 @@ async def test_the_store_quota_is_507_for_every_client_across_gateways(
             streamed = await c.post(url_b + "/blobs", content=chunked(b"c" * 60_000), headers=CAROL)
             counts = await held(b, "alice", "carol")
     assert_the_store_full_past_100_kb(first, full, streamed)
-    assert counts == (60_000, 0, 60_000)
+    assert counts == (65_536, 0, 65_536)
 
 
 async def test_a_delete_or_an_abort_on_one_gateway_frees_the_quota_on_the_other(
@@ -127,14 +131,14 @@ async def test_a_delete_or_an_abort_on_one_gateway_frees_the_quota_on_the_other(
             stored = await c.post(url_b + "/blobs", content=b"b" * 60_000, headers=ALICE)
             begun = (await c.post(url_b + "/blobs/uploads", headers=ALICE)).json()
             where = f"/blobs/uploads/{begun['uploadId']}"
-            await c.patch(url_b + where, content=b"c" * 30_000, headers=ALICE | {"Upload-Offset": "0"})
+            await c.patch(url_b + where, content=b"c" * 20_000, headers=ALICE | {"Upload-Offset": "0"})
             during = await held(a, "alice")
             aborted = await c.delete(url_a + where, headers=ALICE)
             after = await held(b, "alice")
     assert refused.status_code == 413 and deleted.status_code == 204 and stored.status_code == 201
     assert again.status_code == 404
-    assert during == (90_000, 90_000) and aborted.status_code == 204
-    assert after == (60_000, 60_000)
+    assert during == (65_536 + 24_576,) * 2 and aborted.status_code == 204
+    assert after == (65_536, 65_536)
 
 
 async def test_one_clients_uploads_at_once_on_two_gateways_pass_its_quota_together_never(
@@ -148,8 +152,8 @@ async def test_one_clients_uploads_at_once_on_two_gateways_pass_its_quota_togeth
             counts = await held(a, "alice")
     assert sorted(r.status_code for r in answers) == [201, 413]
     refused = next(r for r in answers if r.status_code == 413)
-    assert refused.json()["error"]["message"] == client_quota_message(60_000, 60_000, 100_000)
-    assert counts == (60_000, 60_000)
+    assert refused.json()["error"]["message"] == client_quota_message(65_536, 65_536, 100_000)
+    assert counts == (65_536, 65_536)
 
 
 async def test_the_same_content_on_two_gateways_is_counted_once_for_its_first_owner(
@@ -164,7 +168,7 @@ async def test_the_same_content_on_two_gateways_is_counted_once_for_its_first_ow
             finished = await c.post(url_a + where + "/finish", headers=CAROL)  # the same bytes again, by an upload
             counts = await held(a, "alice", "carol")
     assert one.status_code == two.status_code == finished.status_code == 201
-    assert counts == (40_000, 0, 40_000)
+    assert counts == (45_056, 0, 45_056)  # carol's upload (4,096 from its start) went with the same content
 
 
 async def test_parts_a_gateway_offloads_count_in_the_senders_quota_on_every_gateway(
@@ -185,11 +189,11 @@ async def test_parts_a_gateway_offloads_count_in_the_senders_quota_on_every_gate
                 second = (await c.post(url_b + "/", json=message(b"b"), headers=ALICE | v1)).json()
                 other = (await c.post(url_b + "/", json=message(b"c"), headers=CAROL | v1)).json()
                 after = await held(a, "alice", "carol")
-    assert "result" in first and during == (60_000, 60_000)
+    assert "result" in first and during == (65_536, 65_536)
     refused = second["error"]["message"]
-    assert refused == client_quota_message(60_000, 60_000, 100_000)
+    assert refused == client_quota_message(65_536, 65_536, 100_000)
     assert "result" in other
-    assert after == (60_000, 60_000, 120_000)  # nothing of the refused part was kept
+    assert after == (65_536, 65_536, 131_072)  # nothing of the refused part was kept
 
 
 async def test_blob_max_age_and_idle_uploads_are_pruned_on_the_object_store_freeing_their_bytes(
@@ -201,8 +205,8 @@ async def test_blob_max_age_and_idle_uploads_are_pruned_on_the_object_store_free
         assert quota is not None
         info = await store.put_stream(chunked(b"a" * 60_000), owner="alice")
         upload = await store.begin_upload(owner="alice")
-        await store.append(upload, 0, chunked(b"b" * 30_000))
-        assert (await quota.held("alice"), await quota.total()) == (90_000, 90_000)
+        await store.append(upload, 0, chunked(b"b" * 20_000))
+        assert (await quota.held("alice"), await quota.total()) == (65_536 + 24_576,) * 2
         assert await store.prune(3600) == 0  # nothing is an hour old yet
         assert await store.prune(3600, now=time.time() + 7200) == 2  # the blob and the upload: idle past the age
         assert (await quota.held("alice"), await quota.total()) == (0, 0)
@@ -237,12 +241,14 @@ async def test_the_counts_are_counted_again_from_the_objects_when_their_bucket_i
         await bare.put_stream(chunked(b"d" * 5_000), owner="alice")  # later: its gateway counts it, a recount not
         await bare.append(upload, 25_000, chunked(b"e" * 5_000))
         await link3.close()
-        assert sorted([h async for h in holdings()], key=str) == [("alice", 60_000), ("carol", 25_000), (None, 10_000)]
+        assert sorted([h async for h in holdings()], key=str) == [("alice", 65_536), ("carol", 32_768), (None, 16_384)]
         again, link2 = await open_object_store(config, max_bytes_per_client=100_000, max_bytes=1 << 20)
         try:
             quota = again.quota
             assert quota is not None
-            assert (await quota.held("alice"), await quota.held("carol"), await quota.total()) == (65_000, 30_000, 105_000)
+            # alice 60,000 + 5,000 bytes (65,536 + 12,288), carol's upload at 30,000 (36,864), no owner 10,000 (16,384)
+            assert (await quota.held("alice"), await quota.held("carol"), await quota.total()) == (
+                77_824, 36_864, 131_072)
         finally:
             await link2.close()
     finally:
@@ -250,10 +256,11 @@ async def test_the_counts_are_counted_again_from_the_objects_when_their_bucket_i
 
 
 async def test_serve_with_two_workers_counts_a_clients_blobs_once_whichever_worker_takes_them(tmp_path: Path) -> None:
-    """`serve --workers 2`: each new connection reaches either worker; alice's ten 10 KB blobs fill her 100 KB quota
-    however they were spread, and every further one is refused, on either worker; bob still stores."""
+    """`serve --workers 2`: each new connection reaches either worker; alice's ten 10 KB blobs (16,384 charged each)
+    fill her quota of 163,840 however they were spread, and every further one is refused, on either worker; bob still
+    stores."""
     async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url:
-        async with serve_workers(tmp_path, "echo", agent_url, {"blob_max_bytes_per_client": 100_000}) as served:
+        async with serve_workers(tmp_path, "echo", agent_url, {"blob_max_bytes_per_client": 163_840}) as served:
             answers = []
             for i in range(16):
                 async with httpx.AsyncClient(timeout=30) as c:  # a connection of its own: either worker takes it
@@ -263,7 +270,7 @@ async def test_serve_with_two_workers_counts_a_clients_blobs_once_whichever_work
                 bob = await c.post(served.url + "/blobs", content=b"b" * 10_000, headers=bearer("bob"))
     assert [r.status_code for r in answers] == [201] * 10 + [413] * 6
     for r in answers[10:]:
-        assert r.json()["error"]["message"] == client_quota_message(100_000, 10_000, 100_000)
+        assert r.json()["error"]["message"] == client_quota_message(163_840, 16_384, 163_840)
         assert setting(r) == "blob_max_bytes_per_client"
     assert bob.status_code == 201
 
@@ -282,14 +289,14 @@ async def test_one_blob_deleted_and_one_upload_finished_on_two_gateways_at_once_
         await b.put_stream(chunked(b"k" * 30_000), owner="alice")
         deletes = await asyncio.gather(a.delete(gone.key), b.delete(gone.key), return_exceptions=True)
         assert sorted(type(r).__name__ for r in deletes) == ["NoneType", "PayloadNotFound"]
-        assert await quota.held("alice") == 30_000
+        assert await quota.held("alice") == 36_864
         upload = await a.begin_upload(owner="alice")
         await a.append(upload, 0, chunked(b"u" * 300_000))
         finishes = await asyncio.gather(a.finish(upload), b.finish(upload), return_exceptions=True)
         assert all(not isinstance(r, BaseException) or type(r).__name__ == "PayloadNotFound" for r in finishes), finishes
         key = next(r for r in finishes if not isinstance(r, BaseException)).key
         assert (await b.stat(key)).size == 300_000
-        assert (await quota.held("alice"), await quota.total()) == (330_000, 330_000)
+        assert (await quota.held("alice"), await quota.total()) == (36_864 + 307_200,) * 2
     finally:
         await link_a.close()
         await link_b.close()
@@ -318,7 +325,7 @@ async def test_counting_again_and_pruning_need_no_more_than_the_documented_nats_
         assert quota is not None
         counted = await quota.held("alice")
         pruned = await again.prune(60, now=time.time() + UPLOAD_IDLE_S + 120)
-        assert (counted, pruned, await quota.held("alice")) == (3500, 4, 0)
+        assert (counted, pruned, await quota.held("alice")) == (4 * 8192, 4, 0)  # 1,000 bytes thrice, 500
         await link.close()
         await link2.close()
     finally:
@@ -392,10 +399,10 @@ async def test_a_count_other_gateways_keep_changing_is_given_up_after_a_bounded_
                 503, f"the blob quota is busy: {what} was changed by other gateways {MAX_SWAPS} times in a row while "
                 "this gateway tried to count its bytes; nothing was stored or counted, retry", {"field": "blob_quota"})
             assert rival.rivals == MAX_SWAPS  # tried that many times, not forever
-            assert (await store.quota.held("alice"), await store.quota.total()) == (10_000, 10_000)
-        # the same counts, uncontended, take the bytes at the first try
+            assert (await store.quota.held("alice"), await store.quota.total()) == (16_384, 16_384)
+        # the same counts, uncontended, take the bytes at the first try (a new object of 5,000 bytes: 12,288)
         await Reservation(store.quota, "alice").take(5_000)
-        assert (await store.quota.held("alice"), await store.quota.total()) == (15_000, 15_000)
+        assert (await store.quota.held("alice"), await store.quota.total()) == (28_672, 28_672)
     finally:
         await link.close()
 
@@ -417,7 +424,7 @@ async def test_a_client_with_a_long_id_is_counted_and_leaves_the_cluster_connect
         assert link.nc.is_connected  # before: closed by the server, never reconnected
         await store.put_stream(chunked(b"a" * 10_000), owner="alice")
         assert (await store.quota.held(long_id), await store.quota.held("alice"), await store.quota.total()) == (
-            60_000, 10_000, 70_000)
+            65_536, 16_384, 81_920)
         assert len(_key(long_id)) == 66 and _key("alice") == "c.YWxpY2U="  # short ids keep the key they had
     finally:
         await link.close()
@@ -455,9 +462,49 @@ async def test_an_abort_whose_upload_keeps_changing_is_given_up_after_a_bounded_
             "(chunks are being sent to it); nothing was deleted, retry")
         assert rival.rivals == MAX_SWAPS
         assert store.quota is not None
-        assert await store.upload_offset(upload) == 10_000 and await store.quota.held("alice") == 10_000
+        assert await store.upload_offset(upload) == 10_000 and await store.quota.held("alice") == 16_384
         await store.abort_upload(upload)
         assert await store.quota.held("alice") == 0
     finally:
         await rival_link.close()
         await link.close()
+
+
+async def test_many_tiny_blobs_are_refused_once_their_footprint_reaches_the_quota_on_either_gateway(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 15 (probe6's open finding, as tests/security/test_blob_quota.py replays it on one gateway): 8-byte blobs
+    were counted 8 bytes each. Charged their footprint (8,192) in the Object Store's shared counts as in the local
+    store, alice's tiny blobs spread over two gateways fill her quota of 81,920 at ten, and every further one — and an
+    upload begun — is refused on either gateway in the quota's words; carol's fill the store's 122,880 (507) at the
+    fifteenth blob of the cluster. The same bytes again count once."""
+    cfg = {"blob_max_bytes_per_client": 10 * 8192, "blob_max_bytes": 15 * 8192}
+    async with two_gateways(nats_server.url, monkeypatch, **cfg) as ((a, url_a), (b, url_b)):
+        urls = (url_a, url_b)
+        async with httpx.AsyncClient(timeout=30) as c:
+            mine = [await c.post(urls[i % 2] + "/blobs", content=i.to_bytes(8, "big"), headers=ALICE)
+                    for i in range(14)]
+            upload = await c.post(url_b + "/blobs/uploads", headers=ALICE)
+            again = await c.post(url_b + "/blobs", content=(0).to_bytes(8, "big"), headers=CAROL)  # counted once
+            hers = [await c.post(urls[i % 2] + "/blobs", content=(100 + i).to_bytes(8, "big"), headers=CAROL)
+                    for i in range(7)]
+            counts = await held(b, "alice", "carol")
+    assert [r.status_code for r in mine] == [201] * 10 + [413] * 4  # before: all 201, 112 bytes counted
+    for r, more in [(r, 8_192) for r in mine[10:]] + [(upload, 4_096)]:
+        assert r.json()["error"]["message"] == client_quota_message(81_920, more, 81_920)
+        assert setting(r) == "blob_max_bytes_per_client"
+    assert again.status_code == 201
+    assert [r.status_code for r in hers] == [201] * 5 + [507] * 2
+    for r in hers[5:]:
+        assert r.json()["error"]["message"] == (
+            "the blob store is full: it holds 122880 bytes, 8192 more would pass its quota of 122880 bytes "
+            "(blob_max_bytes); retry later or send a smaller payload")
+    assert counts == (81_920, 40_960, 122_880)
+
+
+async def test_an_uploads_chunks_are_charged_the_blocks_they_add_whichever_gateway_takes_them(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with two_gateways(nats_server.url, monkeypatch, blob_max_bytes_per_client=16_384) as ((a, url_a), (b, url_b)):
+        async with httpx.AsyncClient(timeout=30) as c:
+            answers = await fill_by_upload_chunks(c, lambda i: (url_a, url_b)[i % 2], ALICE)
+            counts = await held(a, "alice")
+    assert_filled_by_upload_chunks(answers, counts)

@@ -176,10 +176,11 @@ async def test_prune_deletes_what_is_older_than_the_max_age_and_frees_its_quota(
     os.utime(tmp_path / "uploads" / f"{stale}.part", (long_ago, long_ago))
     await store.put_stream(chunks_of(b"a" * 3000), owner="bob")  # stored again: its age starts again
     os.utime(tmp_path / "objects" / kept.key[:2] / kept.key, (long_ago + 100, long_ago + 100))
-    assert store.quota.held("alice") == 5500 and store.quota.total == 6500
+    # each blob or upload is charged its bytes in 4 KiB blocks plus one block (quota.footprint): 8192 each here
+    assert store.quota.held("alice") == 3 * 8192 and store.quota.total == 4 * 8192
 
     assert await store.prune(60, now=long_ago + 120) == 2  # old and the stale upload; kept is 20 s old, again new
-    assert store.quota.held("alice") == 5000 and store.quota.held("bob") == 0 and store.quota.total == 5000
+    assert store.quota.held("alice") == 2 * 8192 and store.quota.held("bob") == 0 and store.quota.total == 2 * 8192
     await store.stat(kept.key)
     await store.stat(again.key)
     with pytest.raises(PayloadNotFound):
@@ -199,7 +200,7 @@ async def test_counts_are_rebuilt_from_the_directory(tmp_path: Path) -> None:
     await store.append(upload, 0, chunks_of(b"u" * 50))
 
     again = LocalBlobStore(tmp_path)
-    assert again.quota.held("alice") == 750 and again.quota.total == 1050
+    assert again.quota.held("alice") == 2 * 8192 and again.quota.total == 3 * 8192  # 700, 50 and 300 bytes
     await again.delete(mine.key)
     await again.abort_upload(upload)
-    assert again.quota.held("alice") == 0 and again.quota.total == 300
+    assert again.quota.held("alice") == 0 and again.quota.total == 8192

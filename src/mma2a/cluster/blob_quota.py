@@ -1,13 +1,14 @@
 """`SharedByteQuota`: the blob quotas of the cluster's Object Store, counted once for the whole cluster.
 
 What a client's blobs and uploads hold (`blob_max_bytes_per_client`) and what the store holds (`blob_max_bytes`) are
-byte counts in a small KV bucket (`<cluster>_blob_quota`: a key per client, `c.<base64url(name)>`, and `total`),
+counts of bytes in a small KV bucket (`<cluster>_blob_quota`: a key per client, `c.<base64url(name)>`, and `total`),
 each changed by a compare-and-set on its revision, so a client spreading its uploads over the gateways (or the
 workers of `serve --workers N`) gets its quota once, not once per gateway. Only blob writes and deletes touch it
 (one write of the client's key and one of the total per change, each over the revision this gateway saw last; a
 read first only when another gateway wrote meanwhile); nothing on the path of an ordinary message does. Bytes are
 counted before they are stored (`Reservation`), in growing blocks, so two uploads of one client on two gateways
-cannot pass its quota together; the words of a refusal are the local store's (`payload.quota.check_limits`).
+cannot pass its quota together; the words of a refusal are the local store's (`payload.quota.check_limits`), and
+so is what a blob or upload is charged (`payload.quota.footprint`: its bytes in whole 4 KiB blocks, plus one).
 
 A missing bucket (a cluster made before the quotas, or the bucket deleted) is counted again from the objects' own
 info (their owner is in their metadata) and the upload records as they were before it was made, by the one gateway
@@ -27,7 +28,7 @@ from typing import Any
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from ..errors import ClientQuotaExceeded, ClusterError, StoreQuotaExceeded
-from ..payload.quota import check_limits
+from ..payload.quota import check_limits, growth
 from .link import ensure_kv
 
 log = logging.getLogger("mma2a.cluster")
@@ -245,17 +246,22 @@ class SharedByteQuota:
 
 
 class Reservation:
-    """The bytes one write (a blob, or a chunk of an upload) counts as it stores them: `take(n)` before `n` more bytes
-    are stored, in blocks that double from the first chunk up to `MAX_BLOCK`, so a large write is a few KV round trips;
-    at the quota's edge only what the bytes need is asked for, so the limit holds to the byte. `settle(keep)` gives
-    back what was reserved past `keep` bytes."""
+    """What one write (a blob, or a chunk of an upload) is charged as it stores its bytes: `take(n)` before `n` more
+    bytes are stored counts what they add to the footprint (`payload.quota.growth`: for a new object, from its first
+    `take`, its own block too), reserved in blocks that double from the first chunk up to `MAX_BLOCK`, so a large
+    write is a few KV round trips; at the quota's edge only what the bytes need is asked for, so the limit holds to
+    the byte charged. `used` is what the bytes taken are charged; `settle(keep)` gives back what was reserved past
+    `keep`."""
 
-    def __init__(self, quota: SharedByteQuota | None, owner: str | None) -> None:
-        self.quota, self.owner = quota, owner
-        self.used = self.reserved = 0
+    def __init__(self, quota: SharedByteQuota | None, owner: str | None, at: int | None = None) -> None:
+        """`at`: the bytes the upload written to holds already (charged already); None: a new object."""
+        self.quota, self.owner, self.at = quota, owner, at
+        self.size = self.used = self.reserved = 0
 
     async def take(self, n: int) -> None:
-        self.used += n
+        before = self.used
+        self.size += n
+        self.used = growth(self.at, self.size)
         if self.quota is None or self.used <= self.reserved:
             return
         need = self.used - self.reserved
@@ -269,7 +275,8 @@ class Reservation:
                 block = need
                 await self.quota.charge(self.owner, block)
         except BaseException:
-            self.used -= n
+            self.size -= n
+            self.used = before
             raise
         self.reserved += block
 

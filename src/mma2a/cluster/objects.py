@@ -53,6 +53,7 @@ from ..payload.store import (
     digest_mismatch,
 )
 
+from ..payload.quota import footprint, growth
 from .blob_quota import MAX_SWAPS, Reservation, SharedByteQuota
 from .link import ClusterLink, Connected, ensure_kv, reserved
 
@@ -128,9 +129,9 @@ class ObjectBlobStore(BlobStore):
     def _meta_subject(self, key: str) -> str:
         return f"$O.{self.bucket}.M.{_b64(key.encode())}"
 
-    async def check_room(self, owner: str | None, size: int) -> None:
+    async def check_room(self, owner: str | None, size: int, at: int | None = None) -> None:
         if self.quota is not None:
-            await self.quota.check(owner, size)
+            await self.quota.check(owner, growth(at, size))
 
     async def _settle(self, reservation: Reservation, keep: int = 0, drop: list[int] | None = None) -> None:
         """Give back what `reservation` holds past `keep` (and delete the stream messages `drop`), in a task of its own
@@ -243,6 +244,7 @@ class ObjectBlobStore(BlobStore):
         try:
             key, size, n = await self._publish_all(self._chunk_subject(nuid), _rechunk(chunks), max_size=max_size,
                                                    what="blob", reserve=held.take)
+            await held.take(0)  # an empty blob's block (the first chunk of any other took it: `quota.footprint`)
             if expected is not None and key != expected:
                 await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
                 raise digest_mismatch("the body", key, expected)
@@ -250,7 +252,8 @@ class ObjectBlobStore(BlobStore):
         except BaseException:
             await self._settle(held)
             raise
-        await self._settle(held, size if fresh else 0)  # the same content stored already: counted for its first owner
+        await self._settle(held, held.used if fresh else 0)  # the same content stored already: counted for its first
+        # owner
         return info
 
     # --- reading ------------------------------------------------------------------------
@@ -308,7 +311,7 @@ class ObjectBlobStore(BlobStore):
             if await self._put_info(key, dead, seq):
                 await self.js.purge_stream(self.stream, subject=self._chunk_subject(info["nuid"]))
                 if self.quota is not None:
-                    await self.quota.release(_owner(info), int(info.get("size") or 0))
+                    await self.quota.release(_owner(info), footprint(int(info.get("size") or 0)))
                 return
         raise ClusterError(f"blob {key}: its info kept changing under this gateway's delete", field="key")
 
@@ -324,7 +327,13 @@ class ObjectBlobStore(BlobStore):
     async def begin_upload(self, media_type: str = DEFAULT_MEDIA_TYPE, *, owner: str | None = None) -> str:
         upload_id = secrets.token_hex(16)
         record = {"mediaType": media_type, "offset": 0, "seqs": [], "owner": owner, "at": time.time()}
-        await self._uploads.create(upload_id, orjson.dumps(record))
+        held = Reservation(self.quota, owner)
+        try:
+            await held.take(0)  # an upload is charged from its start (`quota.footprint(0)`; 413/507 when full)
+            await self._uploads.create(upload_id, orjson.dumps(record))
+        except BaseException:
+            await self._settle(held)
+            raise
         return upload_id
 
     async def upload_offset(self, upload_id: str) -> int:
@@ -351,7 +360,7 @@ class ObjectBlobStore(BlobStore):
                 raise UploadOffsetMismatch(f"upload {upload_id}: chunk sent at offset {offset}, expected offset {current}",
                                            field="Upload-Offset", data={"expectedOffset": current})
             subject = self._chunk_subject("up" + upload_id)
-            held = Reservation(self.quota, rec.get("owner"))
+            held = Reservation(self.quota, rec.get("owner"), at=current)
             seqs, size, mine = list(rec["seqs"]), current, []
             try:
                 async for piece in _rechunk(chunks):
@@ -372,7 +381,7 @@ class ObjectBlobStore(BlobStore):
             except BaseException:
                 await self._settle(held, drop=mine)
                 raise
-            await self._settle(held, size - current)
+            await self._settle(held, held.used)
             return size
 
     async def finish(self, upload_id: str, sha256: str | None = None) -> BlobInfo:
@@ -403,9 +412,9 @@ class ObjectBlobStore(BlobStore):
                 await self.js.purge_stream(self.stream, subject=up_subject)
             if self.quota is not None:
                 if owned and not fresh:
-                    await self.quota.release(owner, size)
+                    await self.quota.release(owner, footprint(size))
                 elif fresh and not owned:
-                    await self.quota.add(owner, size)
+                    await self.quota.add(owner, footprint(size))
         self._locks.pop(upload_id, None)
         return info
 
@@ -441,7 +450,7 @@ class ObjectBlobStore(BlobStore):
                                field="uploadId")
         await self.js.purge_stream(self.stream, subject=self._chunk_subject("up" + upload_id))
         if self.quota is not None:
-            await self.quota.release(rec.get("owner"), int(rec.get("offset") or 0))
+            await self.quota.release(rec.get("owner"), footprint(int(rec.get("offset") or 0)))
         return True
 
     # --- age and counts -------------------------------------------------------------------
@@ -482,12 +491,12 @@ class ObjectBlobStore(BlobStore):
         sequence, read here. What was written later is left out, as its gateway counted it (a blob stored again or
         deleted later, its info rewritten, is left out too: counted low, never twice)."""
         last = (await self.js.stream_info(self.stream)).state.last_seq
-        uploads = [(rec.get("owner"), int(rec.get("offset") or 0)) async for _, rec, _ in self._records()]
+        uploads = [(rec.get("owner"), footprint(int(rec.get("offset") or 0))) async for _, rec, _ in self._records()]
 
         async def holdings() -> AsyncIterator[tuple[str | None, int]]:
             async for seq, info in self._infos():
                 if seq <= last and not info.get("deleted"):
-                    yield _owner(info), int(info.get("size") or 0)
+                    yield _owner(info), footprint(int(info.get("size") or 0))
             for held in uploads:
                 yield held
 

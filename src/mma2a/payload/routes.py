@@ -156,13 +156,14 @@ class BlobEndpoints:
         except ClientDisconnect:
             raise PayloadError("client disconnected before the body was complete", field="body") from None
 
-    async def _check_room(self, request: Request) -> str | None:
-        """The calling client, once the store's quotas can take the body's declared length (if any): a body over
-        them is refused before a byte of it is read; one without a length is counted as it is written."""
+    async def _check_room(self, request: Request, at: int | None = None) -> str | None:
+        """The calling client, once the store's quotas can take the body's declared length (if any), as a new blob
+        or (`at`) a chunk appended to an upload at that offset: a body over them is refused before a byte of it is
+        read; one without a length is counted as it is written."""
         owner = self.owner_fn()
         length = request.headers.get("content-length")
         if length is not None and length.isdigit():
-            await self.store.check_room(owner, int(length))
+            await self.store.check_room(owner, int(length), at)
         return owner
 
     async def put(self, request: Request) -> Response:
@@ -208,7 +209,7 @@ class BlobEndpoints:
             raise PayloadError(f"Upload-Offset {raw[:80]!r} is not a non-negative integer", field="Upload-Offset")
         start: int = offset
         self._store_id(request)  # another client's id is refused before its quota is looked at
-        await self._check_room(request)
+        await self._check_room(request, start)
         try:
             upload_id, offset = await self._on_upload(request, lambda sid: self.store.append(
                 sid, start, request.stream(), max_size=self.max_upload_bytes))

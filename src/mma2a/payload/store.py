@@ -33,7 +33,7 @@ from ..errors import (
     StoreQuotaExceeded,
     UploadOffsetMismatch,
 )
-from .quota import ByteQuota
+from .quota import ByteQuota, footprint, growth
 
 CHUNK_SIZE = 256 * 1024
 """Bytes read from disk per chunk; also the size of each write batch."""
@@ -131,9 +131,10 @@ class BlobStore(abc.ABC):
     async def abort_upload(self, upload_id: str) -> None:
         """Drop an upload and its bytes."""
 
-    async def check_room(self, owner: str | None, size: int) -> None:
+    async def check_room(self, owner: str | None, size: int, at: int | None = None) -> None:
         """Refuse, before any byte is read, a write of `size` bytes (a declared Content-Length) the store cannot
-        take; stores without quotas or reserve take anything."""
+        take: a new blob, or (`at`) a chunk of an upload holding `at` bytes, charged as `quota.growth` counts it;
+        stores without quotas or reserve take anything."""
 
     async def prune(self, max_age_s: float | None, now: float | None = None) -> int:
         """Delete what is older than `max_age_s` (`blob_max_age_s`; None: nothing is old), freeing its quota; returns
@@ -236,15 +237,15 @@ class LocalBlobStore(BlobStore):
             for entry in os.scandir(sub.path):
                 if _KEY_RE.match(entry.name):
                     owner = _owner_of(Path(entry.path).with_suffix(".json"))
-                    self.quota.add(owner, entry.stat().st_size)
+                    self.quota.add(owner, footprint(entry.stat().st_size))
         for entry in os.scandir(self._uploads):
             if entry.name.endswith(".part") and _UPLOAD_RE.match(entry.name[:-5]):
                 owner = _owner_of(Path(entry.path).with_suffix(".json"))
                 self._upload_owners[entry.name[:-5]] = owner
-                self.quota.add(owner, entry.stat().st_size)
+                self.quota.add(owner, footprint(entry.stat().st_size))
 
-    async def check_room(self, owner: str | None, size: int) -> None:
-        self.quota.check(owner, size)
+    async def check_room(self, owner: str | None, size: int, at: int | None = None) -> None:
+        self.quota.check(owner, growth(at, size))
         self._check_space(size)
 
     def _check_space(self, more: int) -> None:
@@ -284,16 +285,20 @@ class LocalBlobStore(BlobStore):
         expected = None if sha256 is None else check_sha256(sha256)
         tmp = self._tmp / f"{secrets.token_hex(16)}.tmp"
         fh = await asyncio.to_thread(tmp.open, "wb")
-        charged = 0  # bytes counted for `owner` and not (yet) kept in a blob
+        charged = 0  # bytes counted for `owner` (the footprint of what came) and not (yet) kept in a blob
         try:
             sink = _Sink(fh)
             async for chunk in chunks:
                 self._check_space(len(chunk))
-                self.quota.charge(owner, len(chunk))
-                charged += len(chunk)
+                more = footprint(sink.size + len(chunk)) - charged  # the first chunk: the object's own block too
+                self.quota.charge(owner, more)
+                charged += more
                 await sink.add(chunk)
                 if max_size is not None and sink.size > max_size:
                     raise PayloadTooLarge(f"blob is larger than the limit of {max_size} bytes", field="body")
+            if not charged:  # an empty blob: its block
+                self.quota.charge(owner, footprint(0))
+                charged = footprint(0)
             await sink.flush()
             await asyncio.to_thread(fh.close)
             key = sink.hasher.hexdigest()
@@ -375,7 +380,7 @@ class LocalBlobStore(BlobStore):
         path = self._path(key)
 
         def remove() -> tuple[str | None, int]:
-            size = path.stat().st_size
+            size = footprint(path.stat().st_size)
             owner = _owner_of(self._meta_path(key))
             path.unlink()
             return owner, size
@@ -397,7 +402,12 @@ class LocalBlobStore(BlobStore):
             path.with_suffix(".json").write_text(json.dumps({"mediaType": media_type, "owner": owner}))
             path.touch()
 
-        await asyncio.to_thread(create)
+        self.quota.charge(owner, footprint(0))  # an upload's files are held from its start (413/507 when full)
+        try:
+            await asyncio.to_thread(create)
+        except BaseException:
+            self.quota.release(owner, footprint(0))
+            raise
         self._upload_owners[upload_id] = owner
         self._upload_hashes[upload_id] = (0, hashlib.sha256())
         return upload_id
@@ -433,8 +443,9 @@ class LocalBlobStore(BlobStore):
             try:
                 async for chunk in chunks:
                     self._check_space(len(chunk))
-                    self.quota.charge(owner, len(chunk))
-                    charged += len(chunk)
+                    more = growth(current + sink.size, len(chunk))
+                    self.quota.charge(owner, more)
+                    charged += more
                     await sink.add(chunk)
                     if max_size is not None and current + sink.size > max_size:
                         raise PayloadTooLarge(
@@ -479,7 +490,7 @@ class LocalBlobStore(BlobStore):
             owner = self._upload_owners.get(upload_id)
             fresh, media_type = await self._commit(path, key, size, media_type, owner)
             if not fresh:
-                self.quota.release(owner, size)  # the content was stored already: the upload's bytes are gone
+                self.quota.release(owner, footprint(size))  # the content was stored already: the upload is gone
             meta_path.unlink(missing_ok=True)
             path.unlink(missing_ok=True)
             self._upload_hashes.pop(upload_id, None)
@@ -497,7 +508,7 @@ class LocalBlobStore(BlobStore):
             path.unlink(missing_ok=True)
             path.with_suffix(".json").unlink(missing_ok=True)
             self._upload_hashes.pop(upload_id, None)
-            self.quota.release(self._upload_owners.pop(upload_id, None), size)
+            self.quota.release(self._upload_owners.pop(upload_id, None), footprint(size))
         self._upload_locks.pop(upload_id, None)
 
     async def prune(self, max_age_s: float | None, now: float | None = None) -> int:
