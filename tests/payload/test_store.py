@@ -12,6 +12,7 @@ import pytest
 
 from mma2a.errors import PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable, UploadOffsetMismatch
 from mma2a.payload import LocalBlobStore
+from mma2a.payload.quota import footprint, growth
 
 
 async def chunks_of(data: bytes, size: int = 100_000) -> AsyncIterator[bytes]:
@@ -204,3 +205,13 @@ async def test_counts_are_rebuilt_from_the_directory(tmp_path: Path) -> None:
     await again.delete(mine.key)
     await again.abort_upload(upload)
     assert again.quota.held("alice") == 0 and again.quota.total == 8192
+
+
+def test_a_blob_is_charged_its_bytes_in_whole_blocks_plus_one() -> None:
+    """`footprint`: what the quotas of both stores count for a blob or upload (session 15: 8-byte blobs were counted
+    8 bytes and took 8 KiB and two inodes each); `growth`: what more bytes add, to a new object or to an upload."""
+    assert [footprint(n) for n in (0, 1, 8, 4096, 4097, 60_000, 1 << 20)] == [
+        4096, 8192, 8192, 8192, 12_288, 65_536, 1_052_672]
+    assert growth(None, 0) == 4096 and growth(None, 8) == 8192  # a new object: its own block too
+    assert growth(0, 8) == 4096 and growth(8, 4088) == 0 and growth(4096, 1) == 4096  # an upload: the blocks added
+    assert sum(growth(i * 1000, 1000) for i in range(60)) + footprint(0) == footprint(60_000)  # chunk by chunk

@@ -252,8 +252,8 @@ class ObjectBlobStore(BlobStore):
         except BaseException:
             await self._settle(held)
             raise
-        await self._settle(held, held.used if fresh else 0)  # the same content stored already: counted for its first
-        # owner
+        # a new blob keeps its footprint counted; the same content stored already is counted for its first owner
+        await self._settle(held, held.used if fresh else 0)
         return info
 
     # --- reading ------------------------------------------------------------------------
