@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import MediaError
 from ..features.base import Limits, check_deadline
-from ..features.containers import av_reason, container_name, open_input, stream_context
+from ..features.containers import av_reason, channel_layout, container_name, open_input, stream_context
 from ..features.image import to_8bit, to_rgb
 from ..features.imagehead import HeadNotFound, image_size, png_for_decoder
 from ..features.probe import head_refusal
@@ -257,15 +257,6 @@ def _encode_audio(samples: Any, rate: int, channels: int, want_rate: int, want_c
         for packet in stream.encode(None):
             oc.mux(packet)
     return buf.getvalue()
-
-
-def channel_layout(channels: int) -> str:
-    """FFmpeg's usual layout for a channel count (`mono`, `stereo`, `5.1`, ...; `10c` past 8): the samples of that
-    many channels, interleaved, are read in it (a 5.1 recording read as stereo would play three times as long)."""
-    return _LAYOUTS.get(channels, f"{channels}c")
-
-
-_LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "4.0", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
 
 
 # --- video --------------------------------------------------------------------------------

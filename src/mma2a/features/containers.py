@@ -89,3 +89,12 @@ def ebml_doctype(head: bytes) -> str | None:
         return None
     n = head[at + 2] & 0x7F
     return head[at + 3:at + 3 + n].rstrip(b"\0").decode("ascii", "replace") or None
+
+
+def channel_layout(channels: int) -> str:
+    """FFmpeg's usual layout for a channel count (`mono`, `stereo`, `5.1`, ...; `10c` past 8): the samples of that
+    many channels, interleaved, are read in it (a 5.1 recording read as stereo would play three times as long)."""
+    return _LAYOUTS.get(channels, f"{channels}c")
+
+
+_LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "4.0", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
