@@ -93,13 +93,15 @@ def wav_int(samples: Any, rate: int, width: int) -> bytes:
     return buf.getvalue()
 
 
-def encode_audio(samples: Any, rate: int, fmt: str, codec: str, **options: str) -> bytes:
-    """`samples` (frames, channels) encoded by FFmpeg's `codec` into a `fmt` container, a codec frame at a time."""
+def encode_audio(samples: Any, rate: int, fmt: str, codec: str, *, muxer: dict[str, str] | None = None,
+                 **options: str) -> bytes:
+    """`samples` (frames, channels) encoded by FFmpeg's `codec` (with `options`) into a `fmt` container (with the
+    `muxer` options: `{"rf64": "always"}` for a broadcast WAV), a codec frame at a time."""
     import av
 
     layout = LAYOUTS[samples.shape[1]]
     buf = io.BytesIO()
-    with av.open(buf, "w", format=fmt) as out:
+    with av.open(buf, "w", format=fmt, options=muxer or {}) as out:
         stream: Any = out.add_stream(codec, rate=rate, layout=layout)
         if options:
             stream.options = options

@@ -191,6 +191,8 @@ async def test_audio_in_every_common_encoding_gives_its_rate_channels_and_length
         (e.encode_audio(e.tone(1.0, 8000), 8000, "amr", "libopencore_amrnb"), "audio/amr", ("amr", 1.02, 8000, 1)),
         (e.encode_audio(e.tone(1.0, 8000), 8000, "3gp", "libopencore_amrnb"), "audio/3gpp", ("3gp", 1.01, 8000, 1)),
         (e.encode_audio(e.tone(1.0, 8000), 8000, "au", "pcm_mulaw"), "audio/basic", ("au", 1.0, 8000, 1)),
+        (e.encode_audio(e.tone(1.0, 48000, 2), 48000, "wav", "pcm_s24le", muxer={"rf64": "always"}), "audio/wav",
+         ("wav", 1.0, 48000, 2)),  # RF64: a broadcast recorder's
     ]
     got = await features_of([(d, mt) for d, mt, _ in cases], "transcript")
     for (_, mt, want), f in zip(cases, got, strict=True):

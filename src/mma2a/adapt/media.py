@@ -157,7 +157,7 @@ def _probe_audio(data: bytes, limits: Limits) -> tuple[str, int, int]:
     from ..features.audio import SNIFFED_AUDIO, sniff_audio, streamed_wav
 
     fmt = sniff_audio(data)
-    if fmt == "wav":
+    if fmt == "wav" and data[:4] == b"RIFF":  # RF64 and BW64: PyAV reads them, below
         try:
             with wave.open(io.BytesIO(streamed_wav(data))) as w:
                 rate, channels, frames = w.getframerate(), w.getnchannels(), w.getnframes()

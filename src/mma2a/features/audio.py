@@ -157,8 +157,8 @@ SNIFFED_AUDIO = {"wav": "audio/wav", "ogg": "audio/ogg", "flac": "audio/flac", "
 def sniff_audio(data: bytes) -> str | None:
     """The container of audio bytes from their magic number, or None."""
     head = data[:16]
-    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        return "wav"
+    if head[:4] in (b"RIFF", b"RF64", b"BW64") and head[8:12] == b"WAVE":
+        return "wav"  # RF64 and BW64: a broadcast recorder's WAV with 64-bit sizes (PyAV reads them)
     if head[:4] == b"OggS":
         return "ogg"
     if head[:4] == b"fLaC":
@@ -404,6 +404,8 @@ def decode_audio(data: bytes, modality: Modality, limits: Limits, *, rate: int |
     if not data:
         raise MediaError("audio: empty payload")
     fmt = sniff_audio(data)
+    if fmt == "wav" and data[:4] != b"RIFF":
+        return _decode_av(data, "wav", limits, rate, mono)  # RF64, BW64: the wave module reads RIFF alone
     if fmt == "wav":
         data = streamed_wav(data)
         try:
