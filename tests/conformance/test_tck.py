@@ -1120,11 +1120,9 @@ def first_info(details: Any) -> tuple[Any, ...]:
     return info.get("reason"), info.get("domain"), info.get("metadata")
 
 
-async def test_a_tenant_naming_no_agent_is_not_found_on_grpc_as_on_rest(stack: Stack) -> None:
-    """The gateway's tenants are its agents: a `tenant` naming none is NOT_FOUND on gRPC on every method (was
-    INVALID_ARGUMENT, and the push config and extended card methods answered as if it named one), as the REST
-    tenant path `/{tenant}/...` is 404 NOT_FOUND; the ErrorInfo (INVALID_PARAMS, the field at fault) alike."""
-    root = stack.ways["root"]
+async def tenant_answers(root: Way) -> dict[str, Any]:
+    """Through a gateway's root: a gRPC `tenant` naming no agent on every method, the REST tenant path naming none, and
+    gRPC with the agent's tenant."""
     task = {"message": message("tck-complete-task")}
     grpc_answers = {m: await grpc_error_info(root, m, p, tenant="tck-nobody") for m, p in [
         ("SendMessage", task), ("SendStreamingMessage", task), ("GetTask", {"id": "x"}), ("ListTasks", {}),
@@ -1133,12 +1131,38 @@ async def test_a_tenant_naming_no_agent_is_not_found_on_grpc_as_on_rest(stack: S
     async with httpx.AsyncClient(timeout=30) as c:
         rest_answers = [await c.get(root.rest + "/tck-nobody/tasks/x", headers=V1),
                         await c.post(root.rest + "/tck-nobody/message:send", json=task, headers=V1)]
-        named = await grpc_error_info(root, "GetTask", {"id": "tck-no-such-task"}, tenant="tck")
-    assert grpc_answers == dict.fromkeys(grpc_answers, ("NOT_FOUND", "INVALID_PARAMS", "a2a-protocol.org", {"field": "tenant"}))
-    for r in rest_answers:
-        assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND", r.text
-        assert first_info(r.json()["error"]["details"]) == ("INVALID_PARAMS", "a2a-protocol.org", {"field": "agent"})
-    assert named == ("NOT_FOUND", "TASK_NOT_FOUND", "a2a-protocol.org", {})  # a registered tenant: the agent's answer
+    return {"grpc": grpc_answers, "rest": [(r.status_code, r.json()["error"]["status"], first_info(r.json()["error"]["details"]))
+                                          for r in rest_answers],
+            "named": await grpc_error_info(root, "GetTask", {"id": "tck-no-such-task"}, tenant="tck")}
+
+
+def check_tenant_answers(seen: dict[str, Any]) -> None:
+    assert seen["grpc"] == dict.fromkeys(seen["grpc"], ("NOT_FOUND", "INVALID_PARAMS", "a2a-protocol.org", {"field": "tenant"}))
+    assert seen["rest"] == [(404, "NOT_FOUND", ("INVALID_PARAMS", "a2a-protocol.org", {"field": "agent"}))] * 2
+    assert seen["named"] == ("NOT_FOUND", "TASK_NOT_FOUND", "a2a-protocol.org", {})  # a registered tenant: the agent's answer
+
+
+async def test_a_tenant_naming_no_agent_is_not_found_on_grpc_as_on_rest(stack: Stack) -> None:
+    """The gateway's tenants are its agents: a `tenant` naming none is NOT_FOUND on gRPC on every method (was
+    INVALID_ARGUMENT, and the push config and extended card methods answered as if it named one), as the REST
+    tenant path `/{tenant}/...` is 404 NOT_FOUND; the ErrorInfo (INVALID_PARAMS, the field at fault) alike."""
+    check_tenant_answers(await tenant_answers(stack.ways["root"]))
+
+
+async def error_infos(way: Way, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """An error's ErrorInfo (reason, domain, metadata) on JSON-RPC, HTTP+JSON and gRPC through `way`."""
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=V1)
+        if method == "GetTask":
+            rr = await c.get(way.rest + f"/tasks/{params['id']}", headers=V1)
+        else:
+            rr = await c.post(way.rest + "/message:send", json=params, headers=V1)
+    return {"jsonrpc": first_info(r.json()["error"]["data"]), "rest": first_info(rr.json()["error"]["details"]),
+            "grpc": (await grpc_error_info(way, method, params))[1:]}
+
+
+UNKNOWN_TASK_INFO = ("TASK_NOT_FOUND", "a2a-protocol.org", {"field": "id"})  # the root's own answer
+AGENT_SAYS = ("INVALID_PARAMS", "a2a-protocol.org", {"field": "message.parts", "hint": "say it in words"})
 
 
 async def test_the_error_info_metadata_is_the_same_on_every_binding(stack: Stack) -> None:
@@ -1147,24 +1171,13 @@ async def test_the_error_info_metadata_is_the_same_on_every_binding(stack: Stack
     fault) and an agent's, with the metadata the agent gave it. The a2a-sdk's gRPC binding sends every ErrorInfo
     with empty metadata (its JSON-RPC and REST bindings send it), so the agent's own gRPC answer is the one
     that differs; the gateway's gRPC binding used to drop the metadata the same way."""
-    async def three(way: Way, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        async with httpx.AsyncClient(timeout=30) as c:
-            r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=V1)
-            if method == "GetTask":
-                rr = await c.get(way.rest + f"/tasks/{params['id']}", headers=V1)
-            else:
-                rr = await c.post(way.rest + "/message:send", json=params, headers=V1)
-        return {"jsonrpc": first_info(r.json()["error"]["data"]), "rest": first_info(rr.json()["error"]["details"]),
-                "grpc": (await grpc_error_info(way, method, params))[1:]}
-
-    unknown = await three(stack.ways["root"], "GetTask", {"id": "tck-no-such-task"})
-    assert unknown == dict.fromkeys(("jsonrpc", "rest", "grpc"), ("TASK_NOT_FOUND", "a2a-protocol.org", {"field": "id"}))
-    agent_says = ("INVALID_PARAMS", "a2a-protocol.org", {"field": "message.parts", "hint": "say it in words"})
-    direct = await three(stack.ways["direct"], "SendMessage", {"message": message("tck-error-metadata")})
-    assert direct == {"jsonrpc": agent_says, "rest": agent_says, "grpc": agent_says[:2] + ({},)}  # a2a-sdk 1.3's gRPC
+    unknown = await error_infos(stack.ways["root"], "GetTask", {"id": "tck-no-such-task"})
+    assert unknown == dict.fromkeys(("jsonrpc", "rest", "grpc"), UNKNOWN_TASK_INFO)
+    direct = await error_infos(stack.ways["direct"], "SendMessage", {"message": message("tck-error-metadata")})
+    assert direct == {"jsonrpc": AGENT_SAYS, "rest": AGENT_SAYS, "grpc": AGENT_SAYS[:2] + ({},)}  # a2a-sdk 1.3's gRPC
     for kind in ("root", "agent-path"):
-        seen = await three(stack.ways[kind], "SendMessage", {"message": message("tck-error-metadata")})
-        assert seen == dict.fromkeys(("jsonrpc", "rest", "grpc"), agent_says), kind
+        seen = await error_infos(stack.ways[kind], "SendMessage", {"message": message("tck-error-metadata")})
+        assert seen == dict.fromkeys(("jsonrpc", "rest", "grpc"), AGENT_SAYS), kind
 
 
 REQUIRED_EXT = "https://example.com/ext/tck-required/v1"

@@ -26,8 +26,9 @@ from tests.cluster.test_cross_worker import RoundRobin
 from tests.cluster.test_workers import serving_workers
 from tests.conformance.sut import Way
 from tests.conformance.tck_agent import tck_agent
-from tests.conformance.test_tck import (CHECKS, Stack, check_direct, check_grpc_direct, check_grpc_push_direct,
-                                        grpc_checks, grpc_push_checks, through_gateway)
+from tests.conformance.test_tck import (AGENT_SAYS, CHECKS, UNKNOWN_TASK_INFO, Stack, check_direct, check_grpc_direct,
+                                        check_grpc_push_direct, check_tenant_answers, error_infos, grpc_checks,
+                                        grpc_push_checks, message, tenant_answers, through_gateway)
 from tests.webhooks import webhook_receiver
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
@@ -153,6 +154,19 @@ async def test_the_kits_push_checks_on_grpc_hold_through_workers_and_a_cluster(s
         async with alternating(scaled.fronts, way, "grpc"):
             got = await grpc_push_checks(s.ways[way], s.hook)
         assert got == direct, f"{way} differs from the agent's own gRPC answers"
+
+
+async def test_tenants_and_error_infos_hold_through_workers_and_a_cluster(scaled: Scaled) -> None:
+    """test_tck.py's tenant and ErrorInfo checks: a tenant naming no agent is NOT_FOUND (gRPC, REST's tenant path), the
+    root's own TaskNotFound and an agent's error carry the same ErrorInfo on every binding, through each way."""
+    ways = scaled.stack.ways
+    for way in SCALED:
+        if ways[way].kind == "root":
+            check_tenant_answers(await tenant_answers(ways[way]))
+            unknown = await error_infos(ways[way], "GetTask", {"id": "tck-no-such-task"})
+            assert unknown == dict.fromkeys(("jsonrpc", "rest", "grpc"), UNKNOWN_TASK_INFO), way
+        agents = await error_infos(ways[way], "SendMessage", {"message": message("tck-error-metadata")})
+        assert agents == dict.fromkeys(("jsonrpc", "rest", "grpc"), AGENT_SAYS), way
 
 
 async def test_both_workers_made_tasks_for_the_checks_and_read_each_others(scaled: Scaled) -> None:
