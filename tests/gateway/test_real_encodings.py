@@ -209,16 +209,6 @@ async def test_audio_in_every_common_encoding_gives_its_rate_channels_and_length
     assert got[16]["transcript"] == ""  # nor is a chord
 
 
-async def test_a_wav_and_a_flac_of_the_same_recording_give_the_same_facts() -> None:
-    # a 12 kHz whistle at 48 kHz, heard at 16 kHz: filtered out of both (interpolated alone, the WAV's folded onto
-    # 4 kHz at full level: -9 dBFS and voice throughout, where its FLAC read -56 and none)
-    whistle = e.tone(1.0, 48000, 2, freq=12000)
-    got = await features_of([(e.wav_int(whistle, 48000, 2), "audio/wav"),
-                             (e.encode_audio(whistle, 48000, "flac", "flac"), "audio/flac")], "transcript")
-    assert abs(got[0]["loudness"] - got[1]["loudness"]) < 0.1 and got[0]["loudness"] < -50
-    assert got[0]["voiceActivity"] < 0.1 and got[1]["voiceActivity"] < 0.1
-
-
 async def test_speech_is_transcribed_from_opus_and_from_the_centre_of_a_5_1_flac() -> None:
     said, rate = _said()
     at48 = e.resample(said, rate, 48000)

@@ -84,40 +84,6 @@ class LinearResampler:
         return np.interp(pos - base, np.arange(x.shape[0]), x).astype(np.float32)
 
 
-class FilteredResampler:
-    """Float32 blocks (frames, channels) resampled by FFmpeg's resampler (PyAV), block by block: low-passed first, as
-    PyAV-decoded audio is, so a WAV and a FLAC of the same recording give the same samples. Interpolated alone
-    (`LinearResampler`) a 12 kHz tone in a 48 kHz WAV folded onto 4 kHz at full level: read -9 dBFS where its FLAC
-    read -56. `ImportError` without PyAV."""
-
-    def __init__(self, rate_in: int, rate_out: int, channels: int) -> None:
-        import av
-
-        from .containers import channel_layout
-
-        self.rate_in = rate_in
-        self.channels = channels
-        self.layout = channel_layout(channels)
-        self.resampler = av.AudioResampler(format="flt", layout=self.layout, rate=rate_out)
-
-    def push(self, block: Any) -> Any:
-        """The resampled frames of `block` ((frames, channels) float32; None: the end, what the filter still holds)."""
-        import av
-        import numpy as np
-
-        if block is None:
-            frames = self.resampler.resample(None)
-        else:
-            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block, dtype=np.float32).reshape(1, -1),
-                                               format="flt", layout=self.layout)
-            frame.sample_rate = self.rate_in
-            frames = self.resampler.resample(frame)
-        out = [f.to_ndarray().reshape(-1, self.channels) for f in frames]
-        if not out:
-            return np.zeros((0, self.channels), np.float32)
-        return out[0] if len(out) == 1 else np.concatenate(out)
-
-
 def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mono: bool) -> tuple[Any, int, int]:
     """Float32 blocks (frames, channels) at `rate`, mixed to mono and resampled to `want_rate` as they come; returns
     (samples, rate, channels) of what was asked."""
@@ -125,25 +91,16 @@ def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mon
 
     out_rate = want_rate or rate
     out_channels = 1 if mono else channels
-    resampler: FilteredResampler | LinearResampler | None = None
-    if out_rate != rate:
-        try:
-            resampler = FilteredResampler(rate, out_rate, out_channels)
-        except ImportError:  # numpy alone: interpolated, mono only
-            if out_channels != 1:
-                raise MediaError(f"audio: resampling {channels} channels needs PyAV; ask for mono") from None
-            resampler = LinearResampler(rate, out_rate)
+    resampler = LinearResampler(rate, out_rate) if out_rate != rate else None
     parts: list[Any] = []
     for block in blocks:
         if mono and channels > 1:
             block = block.mean(axis=1, dtype=np.float32)[:, None]
-        if isinstance(resampler, FilteredResampler):
-            block = resampler.push(block)
-        elif resampler is not None:
+        if resampler is not None:
+            if out_channels != 1:
+                raise MediaError(f"audio: resampling {channels} channels needs PyAV; ask for mono")
             block = resampler.push(block[:, 0])[:, None]
         parts.append(block)
-    if isinstance(resampler, FilteredResampler):
-        parts.append(resampler.push(None))
     if not parts:
         return np.zeros((0, out_channels), np.float32), out_rate, out_channels
     return (parts[0] if len(parts) == 1 else np.concatenate(parts)), out_rate, out_channels
