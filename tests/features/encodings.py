@@ -94,13 +94,14 @@ def wav_int(samples: Any, rate: int, width: int) -> bytes:
 
 
 def encode_audio(samples: Any, rate: int, fmt: str, codec: str, *, muxer: dict[str, str] | None = None,
-                 **options: str) -> bytes:
+                 piped: bool = False, **options: str) -> bytes:
     """`samples` (frames, channels) encoded by FFmpeg's `codec` (with `options`) into a `fmt` container (with the
-    `muxer` options: `{"rf64": "always"}` for a broadcast WAV), a codec frame at a time."""
+    `muxer` options: `{"rf64": "always"}` for a broadcast WAV), a codec frame at a time; `piped`: written to a pipe
+    (an MP3 then has no Info frame counting its frames)."""
     import av
 
     layout = LAYOUTS[samples.shape[1]]
-    buf = io.BytesIO()
+    buf: Any = _Pipe() if piped else io.BytesIO()
     with av.open(buf, "w", format=fmt, options=muxer or {}) as out:
         stream: Any = out.add_stream(codec, rate=rate, layout=layout)
         if options:
@@ -119,7 +120,7 @@ def encode_audio(samples: Any, rate: int, fmt: str, codec: str, *, muxer: dict[s
                 out.mux(packet)
         for packet in stream.encode(None):
             out.mux(packet)
-    return buf.getvalue()
+    return b"".join(buf.chunks) if piped else bytes(buf.getvalue())
 
 
 class _Pipe:

@@ -227,12 +227,18 @@ async def test_broken_long_and_mislabelled_audio_give_their_reason() -> None:
     wav = e.wav_int(e.tone(2.0, 16000), 16000, 2)
     flac = e.encode_audio(e.tone(2.0, 44100), 44100, "flac", "flac")
     long = e.encode_audio(np.zeros((8000 * 400, 1)), 8000, "flac", "flac")  # 400 s of silence in a few KB
+    counted = e.encode_audio(e.tone(2.0, 44100), 44100, "mp3", "libmp3lame")  # LAME's Info frame counts its frames
+    estimated = e.encode_audio(e.tone(2.0, 44100), 44100, "mp3", "libmp3lame", piped=True)  # no Info frame
     got = await features_of([(wav[: len(wav) // 2], "audio/wav"), (flac[: len(flac) // 2], "audio/flac"),
-                             (long, "audio/flac"), (b"not audio at all", "audio/mpeg")], "transcript")
+                             (long, "audio/flac"), (b"not audio at all", "audio/mpeg"),
+                             (counted[: len(counted) // 2], "audio/mpeg"), (estimated[: len(estimated) // 2], "audio/mpeg")],
+                            "transcript")
     assert got[0]["error"] == "audio: truncated WAV: header declares 32000 frames, only 15989 present"
     assert got[1]["error"] == "audio: truncated flac: the header declares 2.00 s, only 0.73 s decoded"
     assert got[2]["error"] == "audio: 400.0 s is over the 120 s limit; not decoded"
     assert got[3]["error"] == "audio: bytes are not a known audio container (declared audio/mpeg, starts b'not audi')"
+    assert got[4]["error"] == "audio: truncated mp3: the header declares 2.00 s, only 0.99 s decoded"
+    assert "error" not in got[5] and abs(got[5]["duration"] - 1.0) < 0.05  # its length is the size's: what is there
 
 
 # --- video ----------------------------------------------------------------------------------------------------------

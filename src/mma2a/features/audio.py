@@ -309,7 +309,8 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
             raise MediaError(f"audio: corrupt {container_name(container, data[:64])} audio: {av_reason(exc)}") from None
         name = fmt or container_name(container, data[:64])
         heard = taken / channels / rate
-        if declared is not None and fmt in EXACT_LENGTH and heard < declared - TRUNCATED_S:
+        exact = fmt in EXACT_LENGTH or (fmt == "mp3" and mp3_counted(data))
+        if declared is not None and exact and heard < declared - TRUNCATED_S:
             raise MediaError(f"audio: truncated {name}: the header declares {declared:.2f} s, only {heard:.2f} s "
                              "decoded")
     if not chunks:
@@ -320,8 +321,20 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
 
 EXACT_LENGTH = frozenset({"flac", "mp4", "3gp", "ogg", "webm", "wav", "aiff"})
 """Containers whose header states the exact length (FLAC's and AIFF's sample counts, MP4's and WebM's durations, Ogg's
-last granule): decoding less than that means the file was cut short. An MP3, ADTS or AMR length without an index is
-FFmpeg's estimate from the bit rate, so it proves nothing."""
+last granule): decoding less than that means the file was cut short; so does an MP3 that counts its frames (a Xing or Info
+frame: `mp3_counted`). Any other MP3's, an ADTS or an AMR stream's length is FFmpeg's estimate from the bit rate and
+the size, which proves nothing."""
+
+
+def mp3_counted(data: bytes) -> bool:
+    """Does an MP3 count its frames (a Xing or Info frame first, as LAME writes to a file)? Then its length is exact;
+    without one FFmpeg estimates it from the bit rate and the size (a cut file then reads as the shorter recording)."""
+    at = 0
+    if data[:3] == b"ID3" and len(data) >= 10:  # ID3v2: a syncsafe size after the 10-byte header
+        at = 10 + ((data[6] & 0x7F) << 21 | (data[7] & 0x7F) << 14 | (data[8] & 0x7F) << 7 | (data[9] & 0x7F))
+    head = data[at:at + 64]  # the first frame's header, side information, then the tag
+    return b"Xing" in head or b"Info" in head
+
 
 TRUNCATED_S = 0.1
 """Decoded audio this much shorter than its header declares was cut short (codec delay and padding are milliseconds)."""
