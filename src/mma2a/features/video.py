@@ -79,7 +79,7 @@ class VideoExtractor:
                 if sound.sample_rate:
                     out["audioSampleRate"] = int(sound.sample_rate)
             try:
-                picture, turn = self._first_keyframe(container, stream)
+                picture, turn = self._first_keyframe(container, stream, self.thumbnail)
                 container.seek(0)
                 if turn:  # a phone's portrait clip is stored landscape with a display matrix: say it as shown
                     out["rotation"] = turn
@@ -103,12 +103,13 @@ class VideoExtractor:
                 raise MediaError(f"video: corrupt {ctx.name} stream: {av_reason(exc)}") from None
         return out
 
-    def _first_keyframe(self, container: Any, stream: Any) -> tuple[Any, int]:
-        """The first keyframe as a Pillow image (as stored) and its display rotation (`display_rotation`)."""
+    def _first_keyframe(self, container: Any, stream: Any, picture: bool) -> tuple[Any, int]:
+        """The first keyframe's display rotation (`display_rotation`), and with `picture` the keyframe as a Pillow
+        image (as stored; None without)."""
         stream.codec_context.skip_frame = "NONKEY"
         try:
             for frame in container.decode(stream):
-                return frame.to_image(), display_rotation(frame)
+                return (frame.to_image() if picture else None), display_rotation(frame)
         finally:
             stream.codec_context.skip_frame = "DEFAULT"
         raise MediaError("video: no decodable keyframe")
