@@ -37,10 +37,6 @@ _TOTALS = ("an identified caller's totalSize counts its tasks the gateway rememb
 AUTHED: dict[tuple[str, str, str], tuple[tuple[str, ...], str]] = {
     **{("list", b, k): (("total",), _TOTALS) for b in ("jsonrpc", "rest") for k in ("root", "agent-path")},
     **{("list_filters", b, k): (("waiting total",), _TOTALS) for b in ("jsonrpc", "rest") for k in ("root", "agent-path")},
-    **{("get_and_history", b, "agent-path"): (("unknown, negative length",),
-                                              "on /agents/{name}/ an identified caller is told an id the gateway does not "
-                                              "remember is not found (-32001) before the agent reads its params (-32602)")
-       for b in ("jsonrpc", "rest")},
 }
 
 

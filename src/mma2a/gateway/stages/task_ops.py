@@ -75,8 +75,10 @@ class TaskOperations:
     async def get_task(self, task_id: str, history_length: int | None = None, *, target: str | None = None
                        ) -> dict[str, Any]:
         await self.tasks.fetch(task_id)  # in a cluster: a task made by another gateway
-        if history_length is not None and history_length < 0 and target is None and self.tasks.find(task_id) is None:
-            # params are checked before the task is looked up, as an agent checks them
+        if history_length is not None and history_length < 0 and (target is None or current_sender() is not None) \
+                and self.tasks.find(task_id) is None:
+            # params are checked before the task is looked up, as an agent checks them, wherever the gateway answers
+            # for a task it does not remember itself (at the root; on /agents/{name}/ to an identified caller)
             raise InvalidParams("history length must be non-negative", field="params.historyLength")
         rec = self.task_record(task_id, target)
         if rec.fanned_out and history_length is not None and history_length < 0:
