@@ -68,7 +68,8 @@ def serve(
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error")] = "info",
     cluster: Annotated[str | None, typer.Option(help="Cluster mode: nats://HOST:PORT of the NATS JetStream to share")] = None,
     workers: Annotated[str, typer.Option(help="Gateway processes on the one address (SO_REUSEPORT), sharing state "
-                                              "through NATS (--cluster, else one started here); 'auto': one per core")] = "1",
+                                              "through NATS (--cluster, else one started here); 'auto': one per "
+                                              "CPU this process may use, a container's CPU limit counted")] = "1",
     pin_cpus: Annotated[bool | None, typer.Option(
         "--pin-cpus/--no-pin-cpus", help="With --workers N: each worker's event loop on a CPU of its own, its other "
         "threads anywhere. Default: when N is every CPU this process may use (--workers auto)")] = None,

@@ -3,7 +3,6 @@ workers, and the settings the supervisor runs by, from a checked config."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
