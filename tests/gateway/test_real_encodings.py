@@ -62,7 +62,10 @@ async def features_of(parts: list[tuple[bytes, str]], *wanted: str, budget_s: fl
         ext = p["metadata"][EXTENSION_URI]
         feats = dict(ext["features"])
         if "thumbnail" in ext:  # the preview, as a picture: which way up the part was read
-            feats["_thumbnail"] = Image.open(io.BytesIO(base64.b64decode(ext["thumbnail"]["data"]))).convert("RGB")
+            thumb = Image.open(io.BytesIO(base64.b64decode(ext["thumbnail"]["data"])))
+            if "transparency" in thumb.info:  # a PNG's palette transparency: through RGBA (Pillow warns otherwise)
+                thumb = thumb.convert("RGBA")
+            feats["_thumbnail"] = thumb.convert("RGB")
         out.append(feats)
     return out
 
