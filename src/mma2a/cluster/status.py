@@ -23,6 +23,18 @@ async def _kv_keys(js: Any, bucket: str) -> list[str]:
         return []
 
 
+async def _held_keys(js: Any, bucket: str) -> list[str]:
+    """The keys a KV bucket holds a message for (a deleted key's marker too: its `get` says so), from its stream's
+    subjects. Not a watch (`KeyValue.keys`): its end-of-values signal came before the values on a busy host, and
+    `cluster status` then said "no gateways" of a cluster whose two gateways were serving."""
+    try:
+        info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.>")
+    except NotFoundError:
+        return []
+    prefix = f"$KV.{bucket}."
+    return [subject[len(prefix):] for subject in info.state.subjects or {}]
+
+
 async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
     """A snapshot of the cluster read from NATS alone (no gateway needs to answer)."""
     names = Names(config.name)
@@ -39,7 +51,7 @@ async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
             with contextlib.suppress(KeyNotFoundError):
                 mode = orjson.loads((await rules_kv.get("mode")).value).get("mode")
         members = []
-        keys = await _kv_keys(js, names.bucket("members"))
+        keys = await _held_keys(js, names.bucket("members"))
         if keys:
             kv = await js.key_value(names.bucket("members"))
             for key in keys:

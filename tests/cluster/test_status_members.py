@@ -1,0 +1,45 @@
+"""`mma2a cluster status` lists every gateway whose member document is in the `members` bucket, also while the
+gateways are writing their heartbeats. It used to list them with a KV watch (`KeyValue.keys`), whose end-of-values
+signal came before the values when a key was rewritten meanwhile: a clean-clone run said "no gateways" of a cluster
+whose two workers were serving (tests/cluster/test_workers_nats_auth.py), and a loop like the one below read the
+wrong keys 8 times in 300."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+import orjson
+from nats.js import api
+
+from mma2a.cluster.link import Names
+from mma2a.cluster.server import NatsServer
+from mma2a.cluster.status import cluster_status
+from mma2a.gateway.cluster_config import ClusterConfig
+from tests.cluster.conftest import cluster_name
+
+
+async def test_status_lists_every_member_while_their_heartbeats_are_written(nats_server: NatsServer) -> None:
+    name = cluster_name()
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    kv = await js.create_key_value(config=api.KeyValueConfig(bucket=Names(name).bucket("members"), ttl=10))
+    beating = True
+
+    async def heartbeats() -> None:  # two gateways' member documents rewritten as fast as NATS takes them
+        while beating:
+            for gw in ("gw-a", "gw-b"):
+                await kv.put(gw, orjson.dumps({"id": gw, "at": time.time(), "rulesRevision": 0}))
+
+    beat = asyncio.create_task(heartbeats())
+    seen = []
+    try:
+        for _ in range(60):
+            status = await cluster_status(ClusterConfig(nats=nats_server.url, name=name))
+            seen.append(sorted(g["id"] for g in status["gateways"]))
+    finally:
+        beating = False
+        await beat
+        await nc.close()
+    assert seen == [["gw-a", "gw-b"]] * 60
