@@ -9,11 +9,11 @@ for the display rotation).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
+
+from common import cpu_ms as common_cpu_ms
 
 from mma2a.features.audio import AudioExtractor
 from mma2a.features.video import VideoExtractor
@@ -22,13 +22,7 @@ from tests.features import encodings as e
 
 
 def cpu_ms(f: Callable[[], object], runs: int) -> float:
-    f()
-    times = []
-    for _ in range(runs):
-        t = time.process_time()
-        f()
-        times.append(time.process_time() - t)
-    return statistics.median(times) * 1000
+    return common_cpu_ms(f, runs, warm=True)
 
 
 def main() -> None:

@@ -9,22 +9,12 @@ it finds, on `astronaut`.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def cpu_ms(f: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t = time.process_time()
-        f()
-        times.append(time.process_time() - t)
-    return statistics.median(times) * 1000
+from common import cpu_ms  # noqa: E402
 
 
 def main() -> None:
