@@ -114,7 +114,7 @@ def ready(gateway: Gateway, worker: bool) -> None:
         if cpu := os.environ.get(WORKER_CPU_ENV):
             from ..cpus import pin_loop_thread
 
-            if not pin_loop_thread(int(cpu), asyncio.get_running_loop()):
+            if not cpu.isdigit() or not pin_loop_thread(int(cpu), asyncio.get_running_loop()):
                 typer.echo(f"mma2a serve: CPU {cpu} is not one this worker may run on; its event loop runs anywhere",
                            err=True)
     typer.echo(banner(gateway), err=True)
