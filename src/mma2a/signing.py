@@ -319,6 +319,11 @@ class ReplayGuard:
         """How many nonces of `signer` are remembered now."""
         return len(self._seen.get(signer, ()))
 
+    def holds(self, signer: str, nonce: str, now: float) -> bool:
+        """`nonce` of `signer` was recorded and may still be replayed (`remember` would refuse it)."""
+        expiry = self._seen.get(signer, {}).get(nonce)
+        return expiry is not None and expiry >= now
+
     def forget(self, signer: str, nonce: str) -> None:
         """Drop a nonce recorded for a message that was not accepted after all (the cluster's record was out of
         reach): its retry is not a replay. Its heap entry stays until it expires (harmless)."""

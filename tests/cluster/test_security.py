@@ -142,6 +142,39 @@ async def test_a_signed_message_is_good_once_per_cluster_and_only_from_the_clien
     assert sorted(r.message.parts[0].text for r in ex.received) == ["alice's", "once"]
 
 
+async def test_a_federation_peers_assertion_is_good_once_per_cluster(nats_server: NatsServer, tmp_path: Path) -> None:
+    """A peer gateway's signed assertion of its client (`MMA2A-Upstream-Client`) is good for one request on every
+    gateway of the cluster: captured and replayed to the other gateway (or the same), it is refused naming why."""
+    from mma2a.gateway.access.federation import HEADER, Federation
+
+    key = new_private_key()
+    ex = RecordingExecutor(reply="ok")
+    async with run_agent(make_card("echo"), ex) as agent_url:
+        name = cluster_name()
+        configs = [secured(nats_server.url, name, agent_url), secured(nats_server.url, name)]
+        for config in configs:
+            config["auth"]["clients"].append({"name": "gwa", "token": "gwa-token-0123456789"})
+            config["federation"] = {"trusted_gateways": {"gwa": {"public_key": public_key_text(key)}}}
+        async with gateways(configs, tmp_path) as gws:
+            async with httpx.AsyncClient(timeout=30) as c:
+                async def send(url: str, assertion: str) -> dict[str, Any]:
+                    r = await c.post(url + "/", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                                      "params": {"message": text_message("x", message_id="f-1")}},
+                                     headers={"A2A-Version": "1.0", "Authorization": "Bearer gwa-token-0123456789",
+                                              HEADER: assertion})
+                    return {"status": r.status_code, **r.json()}
+
+                captured = Federation("gw-a", private_key=key).assertion("alice", "message:f-1", int(time.time()))
+                served = await send(gws[0].url, captured)
+                replays = [await send(gws[1].url, captured), await send(gws[0].url, captured)]
+    assert task_state(served) == "TASK_STATE_COMPLETED", served
+    why = (f"{HEADER}: the assertion was used already{{}} (each is good for one request; a replay of a lifted header "
+           "is refused): the upstream gateway signs one per call")
+    assert [(r["status"], r["error"]["code"], r["error"]["message"]) for r in replays] == [
+        (401, -32600, why.format(" on another gateway of the cluster")), (401, -32600, why.format(""))]
+    assert [r.message.message_id for r in ex.received] == ["f-1"]
+
+
 NATS_PASSWORD = "nats-gateway-s3cret-0123456789"
 
 

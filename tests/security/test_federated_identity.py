@@ -140,6 +140,50 @@ async def test_assertions_are_checked_at_the_door(monkeypatch: pytest.MonkeyPatc
         assert gw_b.pipeline.tasks.owner_of(doc["result"]["task"]["id"]) == (True, "alice via gwa")
 
 
+async def test_a_captured_assertion_replayed_is_refused_and_the_request_it_came_with_served(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 15's leftover: an assertion was good for its whole 60 s window, so one lifted from the wire between the
+    gateways could be sent again (with the request it was signed for) and B believed it each time — its holder was
+    alice at B, and a wrong credential beside it spent alice's share of failed credentials and gwa's total instead of
+    its own address's budget. Now each assertion is good for one request (A signs a fresh one, a nonce in it, for each
+    call: alice's repeated task calls through A are all served)."""
+    import grpc
+    import grpc.aio
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+    async with a_to_b(monkeypatch) as (_, url_a, gw_b, url_b, key), httpx.AsyncClient(timeout=30) as c:
+        a = Federation("gw-a", private_key=key)
+        captured = {HEADER: a.assertion("alice", "message:r-1", int(time.time()))}
+        served = await call(c, url_b, GWA, "SendMessage", text_message("r-1", "alice's"), captured)
+        r = await c.post(url_b, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                      "params": text_message("r-1", "replayed")},
+                         headers={"A2A-Version": "1.0", "Authorization": f"Bearer {GWA}", **captured})
+        replayed = r.status_code, r.json()
+        assert gw_b.federation is not None  # a replay beside a wrong credential is judged as its address's
+        judged_as = gw_b.federation.asserted(captured[HEADER], time.time())
+        assert gw_b.grpc is not None
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{gw_b.grpc.port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as over_grpc:
+                await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(  # type: ignore[no-untyped-call]
+                    a2a_pb2.SendMessageRequest(message=a2a_pb2.Message(
+                        message_id="r-1", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="replayed")])),
+                    timeout=30, metadata=[("a2a-version", "1.0"), ("authorization", f"Bearer {GWA}"),
+                                          (HEADER.lower(), captured[HEADER])])
+        # the real upstream: a message and its task read twice at once, each call its own assertion
+        mine = await call(c, url_a, ALICE, "SendMessage", text_message("r-2", "through a"))
+        task_id = mine["result"]["task"]["id"]
+        reads = await asyncio.gather(*(call(c, url_a, ALICE, "GetTask", {"id": task_id}) for _ in range(3)))
+    assert gw_b.pipeline.tasks.owner_of(served["result"]["task"]["id"]) == (True, "alice via gwa")
+    why = (f"{HEADER}: the assertion was used already (each is good for one request; a replay of a lifted header is "
+           "refused): the upstream gateway signs one per call")
+    assert replayed == (401, {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": why, "data": replayed[1]["error"]["data"]}})
+    assert {"field": HEADER} in [d.get("metadata") for d in replayed[1]["error"]["data"]], replayed
+    assert judged_as is None
+    assert over_grpc.value.code() == grpc.StatusCode.UNAUTHENTICATED and over_grpc.value.details() == why
+    assert [r["result"]["id"] for r in reads] == [task_id] * 3, reads
+
+
 async def test_the_grpc_door_reads_the_assertion_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
     """B's gRPC port: the same header as metadata (`mma2a-upstream-client`) makes gwa's call alice's; a forged one is
     UNAUTHENTICATED naming it."""
@@ -202,20 +246,22 @@ async def test_an_assertion_lifted_from_a_message_neither_lists_the_clients_task
     async with a_to_b(monkeypatch) as (_, url_a, gw_b, url_b, key), httpx.AsyncClient(timeout=30) as c:
         mine = await call(c, url_a, ALICE, "SendMessage", text_message("m-plan", "alice's secret plan"))
         assert gw_b.pipeline.tasks.owner_of(mine["result"]["task"]["id"]) == (True, "alice via gwa")
-        lifted = {HEADER: Federation("gw-a", private_key=key).assertion("alice", "message:m-plan", int(time.time()))}
+        def lifted() -> dict[str, str]:  # one of alice's assertions for m-plan, not used yet (each is good once)
+            return {HEADER: Federation("gw-a", private_key=key).assertion("alice", "message:m-plan", int(time.time()))}
+
         why = (f"{HEADER}: the assertion was signed for message m-plan; ListTasks carries none (the upstream gateway "
                "signs messages, task calls and ratings only)")
-        listed = await call(c, url_b, GWA, "ListTasks", {}, lifted)
-        rest = await c.get(url_b + "/tasks", headers={"A2A-Version": "1.0", "Authorization": f"Bearer {GWA}", **lifted})
+        listed = await call(c, url_b, GWA, "ListTasks", {}, lifted())
+        rest = await c.get(url_b + "/tasks", headers={"A2A-Version": "1.0", "Authorization": f"Bearer {GWA}", **lifted()})
         upload = await c.post(url_b + "/blobs", content=b"charged to alice", headers={
-            "Authorization": f"Bearer {GWA}", "Content-Type": "text/plain", **lifted})
+            "Authorization": f"Bearer {GWA}", "Content-Type": "text/plain", **lifted()})
         own = await call(c, url_b, GWA, "ListTasks", {})  # gwa itself, without an assertion: its own (none)
         assert gw_b.grpc is not None
         async with grpc.aio.insecure_channel(f"127.0.0.1:{gw_b.grpc.port}") as channel:
             with pytest.raises(grpc.aio.AioRpcError) as over_grpc:
                 await a2a_pb2_grpc.A2AServiceStub(channel).ListTasks(  # type: ignore[no-untyped-call]
                     a2a_pb2.ListTasksRequest(), timeout=30, metadata=[
-                        ("a2a-version", "1.0"), ("authorization", f"Bearer {GWA}"), (HEADER.lower(), lifted[HEADER])])
+                        ("a2a-version", "1.0"), ("authorization", f"Bearer {GWA}"), (HEADER.lower(), lifted()[HEADER])])
     assert "result" not in listed and listed["error"]["message"] == why  # before: alice's task, her text in it
     # REST: refused inside the SDK's handler, which renders it 400 (it has no 401), as a lifted GetTask already was
     assert rest.status_code == 400 and rest.json()["error"]["message"] == why

@@ -168,7 +168,8 @@ class Gateway:
         self.signer = URLSigner(secret.encode() if secret else secrets.token_bytes(32), default_expires_in=config.url_expires_s)
         self.streams = StreamHub()
         self.history = self._history(config)
-        self.federation = Federation.from_config(config.federation, config.name or self.public_url)
+        self.federation = Federation.from_config(config.federation, config.name or self.public_url,
+                                                 ledger=self.cluster.nonces)
         self.pipeline = Pipeline(
             directory=self.directory, state=self.state, transport=self.transport, metrics=self.metrics,
             registry=self.registry, features=self.features, log_decisions=config.log_decisions,

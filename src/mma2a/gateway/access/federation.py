@@ -9,13 +9,16 @@ The upstream (`federation.private_key_env`) adds to each call it makes on a clie
 (an agent whose card marks the extension with `params.gateway: true`, as every card a gateway serves does) the
 header `MMA2A-Upstream-Client` (gRPC metadata `mma2a-upstream-client`):
 
-    v1.<base64url of the RFC 8785 form of {"v": 1, "gateway", "key", "client", "for", "ts"}>.<base64url Ed25519 signature>
+    v1.<base64url of the RFC 8785 form of {"v": 1, "gateway", "key", "client", "for", "ts", "n"}>.<base64url Ed25519 signature>
 
 `client` is the principal the upstream keys the caller by, `for` what the call is about (`message:<messageId>` for
 SendMessage and SendStreamingMessage, `task:<id>` for GetTask, CancelTask and SubscribeToTask), `ts` the Unix
-time, `key` the signing key's id (`key_id`: which trusted peer's key verifies it, without trying each). The downstream (`federation.trusted_gateways: {CLIENT_ID: {public_key_env}}`) checks it at the door, for a
+time, `key` the signing key's id (`key_id`: which trusted peer's key verifies it, without trying each), `n` a random
+nonce (no two calls carry the same assertion). The downstream (`federation.trusted_gateways: {CLIENT_ID: {public_key_env}}`) checks it at the door, for a
 caller authenticated as CLIENT_ID only: the signature with that peer's key, `ts` within `window_s`, and, where the
-request is read, that `for` names this request (`check_bound`). The principal is then `client via CLIENT_ID` (the
+request is read, that `for` names this request (`check_bound`), and that the assertion was never used before: each is
+good for one request, on this gateway and (with a cluster) on every gateway of the cluster (`NonceLedger`), so one
+lifted from the wire cannot be presented again within its window. The principal is then `client via CLIENT_ID` (the
 peer's policy — agents, rate, burst — applies to each of its clients apart). From any other caller the header is
 ignored: the caller stays one principal. A header from a trusted peer that does not verify is refused (401
 naming it). The header travels on the wire between gateways only: agents never see it, and it is not in `via`
@@ -30,18 +33,20 @@ import dataclasses
 import hashlib
 import os
 import re
+import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...errors import ConfigError, SignatureError, Unauthorized
+from ...errors import ConfigError, RateLimited, SignatureError, Unauthorized
 from ...ext import PROTOCOL_NAME
-from ...signing import canonicalize, private_key_from_text, public_key_from_text, public_key_text
+from ...signing import ReplayGuard, canonicalize, private_key_from_text, public_key_from_text, public_key_text
 from .clients import Client, current_client
 
 if TYPE_CHECKING:  # cryptography is imported where an assertion is checked (keys come from signing)
+    from .guard import NonceLedger
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 HEADER = "MMA2A-Upstream-Client"
@@ -62,6 +67,8 @@ class Asserted:
     peer: str
     client: str
     bound: str
+    ident: str  # which assertion (a digest of its payload): each is used once
+    ts: int
 
 
 class TrustedGateway(BaseModel):
@@ -81,6 +88,7 @@ class FederationConfig(BaseModel):
     private_key_env: str | None = None  # set: this gateway signs who its clients are for the gateways it calls
     trusted_gateways: dict[str, TrustedGateway] = Field(default_factory=dict)  # peer client id -> its key
     window_s: float = Field(default=60.0, gt=0, le=3600)  # how far an assertion's `ts` may be from this clock
+    max_assertions_per_peer: int = Field(default=1_000_000, ge=1)  # used ones remembered (a window's); past it 429
 
 
 def _b64(data: bytes) -> str:
@@ -136,17 +144,22 @@ class Federation:
     """The signing side (an upstream's key) and the trusting side (peers' keys) of client assertions."""
 
     def __init__(self, gateway_id: str, *, private_key: Ed25519PrivateKey | None = None,
-                 peers: Mapping[str, Ed25519PublicKey] | None = None, window_s: float = 60.0) -> None:
+                 peers: Mapping[str, Ed25519PublicKey] | None = None, window_s: float = 60.0,
+                 max_assertions_per_peer: int = 1_000_000, ledger: NonceLedger | None = None) -> None:
+        """`ledger`: the cluster's record of nonces, where each assertion used is claimed once for every gateway
+        of the cluster (None: this gateway's own record only)."""
         self.gateway_id = gateway_id
         self.private_key = private_key
         self.peers = dict(peers or {})
         self.window_s = window_s
+        self.ledger = ledger
+        self._used = ReplayGuard(window_s, capacity=max_assertions_per_peer)  # peer -> assertions used, per window
         self._key = key_id(private_key) if private_key is not None else None
         self._by_key = {key_id(key): peer for peer, key in self.peers.items()}  # an assertion's `key` -> its peer
 
     @classmethod
-    def from_config(cls, config: FederationConfig, gateway_id: str,
-                    environ: Mapping[str, str] | None = None) -> Federation | None:
+    def from_config(cls, config: FederationConfig, gateway_id: str, environ: Mapping[str, str] | None = None,
+                    ledger: NonceLedger | None = None) -> Federation | None:
         """None when the section sets nothing; `ConfigError` naming the field of a key that is missing or bad."""
         if config.private_key_env is None and not config.trusted_gateways:
             return None
@@ -174,7 +187,8 @@ class Federation:
                 peers[peer] = public_key_from_text(text, field=where)
             except SignatureError as exc:
                 raise ConfigError(exc.message, field=where) from None
-        return cls(gateway_id, private_key=private, peers=peers, window_s=config.window_s)
+        return cls(gateway_id, private_key=private, peers=peers, window_s=config.window_s,
+                   max_assertions_per_peer=config.max_assertions_per_peer, ledger=ledger if peers else None)
 
     # --- upstream: sign -------------------------------------------------------------------------------
 
@@ -182,7 +196,7 @@ class Federation:
         """The header value asserting `principal` for the request `bound` (see the module's doc)."""
         assert self.private_key is not None
         body = canonicalize({"v": 1, "gateway": self.gateway_id, "key": self._key, "client": principal, "for": bound,
-                             "ts": ts})
+                             "ts": ts, "n": secrets.token_urlsafe(12)})
         return f"v1.{_b64(body)}.{_b64(self.private_key.sign(body))}"
 
     def headers_for(self, method: str, params: Mapping[str, Any], ts: int) -> dict[str, str] | None:
@@ -208,11 +222,31 @@ class Federation:
         key = self.peers.get(client.name)
         if key is None:  # not a gateway this one trusts: what it says of its clients is ignored
             return client
-        if asserted is not None and asserted.peer == client.name:
-            upstream, bound = asserted.client, asserted.bound
-        else:
-            upstream, bound = self._verify(value, key, client.name, now)
-        return dataclasses.replace(client, upstream=upstream, bound=bound)
+        if asserted is None or asserted.peer != client.name:
+            asserted = self._verify(value, key, client.name, now)
+        self._spend(asserted, now)
+        return dataclasses.replace(client, upstream=asserted.client, bound=asserted.bound)
+
+    def _spend(self, asserted: Asserted, now: float) -> None:
+        """Record the assertion as used on this gateway; `Unauthorized` naming why when it was used already (a replay
+        of a lifted header), `RateLimited` when the peer has sent more than `max_assertions_per_peer` in a window."""
+        try:
+            self._used.remember(asserted.peer, asserted.ident, now, asserted.ts)
+        except SignatureError:
+            raise _replayed() from None
+        except RateLimited as exc:
+            raise RateLimited(f"{HEADER}: {asserted.peer} sent {self._used.held(asserted.peer)} assertions inside the "
+                              f"{self.window_s:g} s window (federation.max_assertions_per_peer); its requests are "
+                              f"refused for {exc.retry_after:.0f} s", retry_after=exc.retry_after) from None
+
+    async def claim(self, client: Client, value: str | None) -> None:
+        """The assertion `client`'s principal came from (the header `value`), once for every gateway of the cluster:
+        `Unauthorized` when another gateway has recorded it (a replay there), `ClusterError` (503) when the record
+        is out of reach (not served: a replay could not be told apart). Nothing without a ledger or an assertion."""
+        if self.ledger is None or client.bound is None or value is None:
+            return
+        if not await self.ledger.claim(f"federation:{client.name}", _ident(value)):
+            raise _replayed(" on another gateway of the cluster")
 
     def asserted(self, value: str, now: float) -> Asserted | None:
         """Whom the header asserts, if it verifies with the key of the trusted peer it names (`key`) within the
@@ -233,12 +267,13 @@ class Federation:
         if peer is None:
             return None
         try:
-            upstream, bound = self._verify(value, self.peers[peer], peer, now)
+            asserted = self._verify(value, self.peers[peer], peer, now)
         except Unauthorized:
             return None
-        return Asserted(peer, upstream, bound)
+        # one used already is a replay: its credential is judged as its address's, never the peer's client's
+        return None if self._used.holds(peer, asserted.ident, now) else asserted
 
-    def _verify(self, value: str, key: Ed25519PublicKey, peer: str, now: float) -> tuple[str, str]:
+    def _verify(self, value: str, key: Ed25519PublicKey, peer: str, now: float) -> Asserted:
         def refuse(why: str) -> Unauthorized:
             return Unauthorized(f"{HEADER}: {why}", field=HEADER)
 
@@ -277,4 +312,14 @@ class Federation:
             when = f"{age:.0f} s old" if age > 0 else f"{-age:.0f} s in the future"
             raise refuse(f"the assertion is {when}, outside the {self.window_s:g} s window "
                          "(federation.window_s; replayed, or the clocks disagree)")
-        return upstream, bound
+        return Asserted(peer, upstream, bound, _ident(value), ts)
+
+
+def _ident(value: str) -> str:
+    """Which assertion a header carries: a digest of its signed payload (the nonce `n` in it makes each call's own)."""
+    return hashlib.sha256(value.strip().partition(".")[2].partition(".")[0].encode()).hexdigest()[:32]
+
+
+def _replayed(where: str = "") -> Unauthorized:
+    return Unauthorized(f"{HEADER}: the assertion was used already{where} (each is good for one request; a replay "
+                        "of a lifted header is refused): the upstream gateway signs one per call", field=HEADER)

@@ -295,14 +295,18 @@ class AccessControl:
         """`admit`, but a JWT naming a key its issuer's set lacks waits for one read of the set (at most one per
         `min_refresh_s`, shared by every request that asks) and is judged again: a rotated key works at once."""
         if self.auth.jwt is None:  # no issuers: joserfc (jwt_clients) is never loaded
-            return self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
-        from .jwt_clients import KeysStale
+            client = self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
+        else:
+            from .jwt_clients import KeysStale
 
-        try:
-            return self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
-        except KeysStale as stale:
-            await stale.refresh()
-        return self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
+            try:
+                client = self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
+            except KeysStale as stale:
+                await stale.refresh()
+                client = self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=refuse_draining)
+        if client is not None and client.bound is not None and self.federation is not None:  # a peer's client:
+            await self.federation.claim(client, headers.get(FEDERATION_HEADER))  # its assertion once per cluster
+        return client
 
     def admin(self, headers: Mapping[str, str], peer: str | None = None) -> Client:
         """The one check of the admin token (admin routes, and `/metrics` besides client credentials); a wrong one

@@ -1,0 +1,64 @@
+"""bench/assertion_once_cost: what making a peer's assertion good once costs a federated request, in process.
+
+Downstream: `Federation.principal` (the signature checked, then the assertion recorded as used) against the same check
+without the record (`_verify` alone: the code before); upstream: `Federation.assertion` (signing, now with a random
+nonce in the payload) against the same payload without the nonce. Interleaved rounds in one process; prints the best
+of each and the difference. A request without the header pays one attribute look (`client.bound`), not measured.
+A clustered gateway also claims each assertion in the cluster's nonce bucket (one NATS round trip): not here.
+
+    PYTHONPATH=src .venv/bin/python bench/assertion_once_cost.py [--rounds 7] [--n 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+import timeit
+
+from mma2a.gateway.access.clients import Client
+from mma2a.gateway.access.federation import Federation, _b64
+from mma2a.signing import canonicalize, new_private_key
+
+
+def main(rounds: int, n: int) -> None:
+    key = new_private_key()
+    up = Federation("gw-a", private_key=key)
+    down = Federation("gw-b", peers={"gwa": key.public_key()}, window_s=3600.0)
+    peer = Client("gwa", "bearer")
+    now = int(time.time())
+    best = {k: float("inf") for k in ("verify", "verify+once", "sign", "sign+nonce")}
+    for _ in range(rounds):
+        headers = [up.assertion("alice", f"message:m-{i}", now) for i in range(n)]
+        it = iter(headers)
+
+        def principal_before() -> Client:  # `principal` as it was: the check, then the client it names
+            asserted = down._verify(next(it), down.peers["gwa"], "gwa", now)
+            return dataclasses.replace(peer, upstream=asserted.client, bound=asserted.bound)
+
+        best["verify"] = min(best["verify"], timeit.timeit(principal_before, number=n) / n * 1e6)
+        it = iter(headers)
+        best["verify+once"] = min(best["verify+once"], timeit.timeit(
+            lambda: down.principal(peer, next(it), now), number=n) / n * 1e6)
+
+        def sign_plain() -> str:  # the payload as before: no nonce
+            body = canonicalize({"v": 1, "gateway": "gw-a", "key": up._key, "client": "alice", "for": "message:m",
+                                 "ts": now})
+            return f"v1.{_b64(body)}.{_b64(key.sign(body))}"
+
+        best["sign"] = min(best["sign"], timeit.timeit(sign_plain, number=n) / n * 1e6)
+        best["sign+nonce"] = min(best["sign+nonce"], timeit.timeit(
+            lambda: up.assertion("alice", "message:m", now), number=n) / n * 1e6)
+    print(f"downstream: verify {best['verify']:.1f} us, verify + recorded once {best['verify+once']:.1f} us "
+          f"(+{best['verify+once'] - best['verify']:.2f} us, {best['verify+once'] / best['verify']:.3f}x)")
+    print(f"upstream: sign {best['sign']:.1f} us, sign with a nonce {best['sign+nonce']:.1f} us "
+          f"(+{best['sign+nonce'] - best['sign']:.2f} us, {best['sign+nonce'] / best['sign']:.3f}x); "
+          f"best of {rounds} interleaved rounds of {n}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--n", type=int, default=2000)
+    args = ap.parse_args()
+    main(args.rounds, args.n)
