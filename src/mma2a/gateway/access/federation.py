@@ -67,8 +67,8 @@ class Asserted:
     peer: str
     client: str
     bound: str
-    ident: str  # which assertion (a digest of its payload): each is used once
-    ts: int
+    ident: str = ""  # which assertion (a digest of its payload): each is used once
+    ts: int = 0  # its time (when it may be forgotten)
 
 
 class TrustedGateway(BaseModel):
