@@ -188,3 +188,50 @@ async def test_pinned_sessions_keep_the_sessions_bucket_within_its_byte_bound(
     assert info.config.max_bytes == cap and info.config.discard == api.DiscardPolicy.OLD
     assert info.state.bytes <= cap and 0 < info.state.messages < len(sessions)  # before: all 3,000 kept for an hour
     assert newest.value is not None and sessions[-1].encode() in newest.value
+
+
+async def test_a_pin_removed_anywhere_is_found_by_its_key_not_by_hashing_every_pin(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security probe S16-1: a pin removed from the `sessions` bucket (a client's `session.final`, from any gateway,
+    this one's own included) reached every gateway's watch as a key, and the watch found its session by hashing every
+    pin it held (up to 100,000) on the event loop: ~0.3 s of the loop a removal, which any client with a
+    `pin_session` rule could ask for at its request rate, on every gateway of the cluster (every worker of
+    `serve --workers N`). Now one dictionary read: no pin is hashed for it, the removed session's pin is gone, every
+    other one kept."""
+    from mma2a.cluster import pins as pins_module
+    from mma2a.cluster.pins import ClusterSessionPins
+    from mma2a.routing.decision import PartRoute, Target
+
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    routes = (PartRoute(0, "text/plain", ("pool",), (Target("a1", (), "round_robin"),), (), None, False, True),)
+    cfg = {"agents": [], "data_dir": str(tmp_path), "cluster": {"nats": nats_server.url, "name": cluster_name()}}
+    async with cluster_gateway(cfg) as (gw, _):
+        pins = gw.cluster.pins
+        assert isinstance(pins, ClusterSessionPins)
+        sessions = [f"mallory\x1f{i:05d}" for i in range(2000)]
+        for i, sid in enumerate(sessions):
+            pins.pin(sid, 1, routes)
+            if i % 100 == 99:
+                await pins.flush(sid)
+        await pins.flush(sessions[-1])
+        removed = asyncio.Event()
+        hashed: list[str] = []
+        watched = pins.on_entry
+
+        def on_entry(key: str, value: bytes | None, op: str | None) -> None:
+            watched(key, value, op)
+            if not value:
+                removed.set()
+
+        def counted(session_id: str) -> str:
+            hashed.append(session_id)
+            return pins_module.hashlib.sha256(session_id.encode()).hexdigest()[:40]
+
+        monkeypatch.setattr(pins, "on_entry", on_entry)  # what the `sessions` watch calls
+        monkeypatch.setattr(pins_module, "session_key", counted)
+        pins.release(sessions[7])  # the session's last chunk: its pin deleted from the bucket, seen by the watch
+        await asyncio.wait_for(removed.wait(), 10)
+        pins_module.ClusterSessionPins.on_entry(pins, pins_module.session_key(sessions[8]), None, "DEL")  # another's
+    assert set(hashed) <= {sessions[7], sessions[8]}, len(set(hashed))  # (before: all 2,000, for each removal)
+    assert sessions[7] not in pins and sessions[8] not in pins and sessions[9] in pins
+    assert pins.lookup(sessions[8], 1) is None and pins.lookup(sessions[9], 1) == routes

@@ -57,6 +57,7 @@ class ClusterSessionPins(SessionPins):
         super().__init__(max_sessions)
         self.cluster = cluster
         self._remote: OrderedDict[str, tuple[str, tuple[PartRoute, ...]]] = OrderedDict()
+        self._by_key: dict[str, str] = {}  # session_key -> session id, of every pin in `_remote`: a removal read in O(1)
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self.adopted = 0
 
@@ -65,8 +66,9 @@ class ClusterSessionPins(SessionPins):
         super().pin(session_id, version, routes)
         epoch = self.cluster.epoch()
         doc = {"session": session_id, "epoch": epoch, "routes": routes_to_json(routes), "origin": self.cluster.id}
-        self._remember(session_id, epoch, routes)
-        self._write(session_id, self.cluster.kv["sessions"].put(session_key(session_id), orjson.dumps(doc)))
+        key = session_key(session_id)
+        self._remember(session_id, epoch, routes, key)
+        self._write(session_id, self.cluster.kv["sessions"].put(key, orjson.dumps(doc)))
 
     def lookup(self, session_id: str, version: int) -> tuple[PartRoute, ...] | None:
         routes = super().lookup(session_id, version)
@@ -81,15 +83,24 @@ class ClusterSessionPins(SessionPins):
 
     def release(self, session_id: str) -> None:
         super().release(session_id)
-        if self._remote.pop(session_id, None) is not None or session_id in self._pending:
+        if self._forget(session_id) or session_id in self._pending:
             self._write(session_id, self.cluster.kv["sessions"].delete(session_key(session_id)))
 
     # --- the KV side --------------------------------------------------------------------
-    def _remember(self, session_id: str, epoch: str, routes: tuple[PartRoute, ...]) -> None:
+    def _remember(self, session_id: str, epoch: str, routes: tuple[PartRoute, ...], key: str) -> None:
+        if session_id not in self._remote:
+            self._by_key[key] = session_id
         self._remote[session_id] = (epoch, routes)
         self._remote.move_to_end(session_id)
         while len(self._remote) > self._max:
-            self._remote.popitem(last=False)
+            self._by_key.pop(session_key(self._remote.popitem(last=False)[0]), None)
+
+    def _forget(self, session_id: str) -> bool:
+        """Drop a session's cluster pin from `_remote`; whether it was there."""
+        if self._remote.pop(session_id, None) is None:
+            return False
+        self._by_key.pop(session_key(session_id), None)
+        return True
 
     def _write(self, session_id: str, op: Any) -> None:
         fut = asyncio.ensure_future(op)
@@ -125,9 +136,11 @@ class ClusterSessionPins(SessionPins):
     def on_entry(self, key: str, value: bytes | None, op: str | None) -> None:
         """A pin stored or removed by any gateway (from the KV watch or a fetch)."""
         if op in (KV_DEL, KV_PURGE) or not value:
-            stale = [sid for sid in self._remote if session_key(sid) == key]
-            for sid in stale:
-                self._remote.pop(sid, None)
+            # by the key's own entry: a scan hashing every remote pin held the event loop ~0.3 s a removal at 100,000
+            # pins, and any client removes its pin with `session.final` (docs/security.md S16-1)
+            sid = self._by_key.get(key)
+            if sid is not None:
+                self._forget(sid)
                 SessionPins.release(self, sid)
             return
         doc = orjson.loads(value)
@@ -138,7 +151,7 @@ class ClusterSessionPins(SessionPins):
         current = self._remote.get(sid)
         if current is not None and current[1] != routes:
             SessionPins.release(self, sid)  # re-pinned elsewhere: drop our stale copy
-        self._remember(sid, doc["epoch"], routes)
+        self._remember(sid, doc["epoch"], routes, key)
 
     def _usable(self, routes: tuple[PartRoute, ...]) -> bool:
         directory = self.cluster.gw.directory
