@@ -243,11 +243,13 @@ async def card_caching(c: httpx.AsyncClient, s: Way, binding: str) -> dict[str, 
         return {"skipped": "cards are HTTP documents; see the JSON-RPC and REST cases"}
     first = await c.get(s.card + CARD)
     again = await c.get(s.card + CARD, headers={"If-None-Match": first.headers.get("etag", '"none"')})
+    since = (await c.get(s.card + CARD, headers={"If-Modified-Since": first.headers["last-modified"]})).status_code \
+        if "last-modified" in first.headers else None  # (through workers or a cluster: another process answers it)
     url = next(i["url"] for i in first.json()["supportedInterfaces"] if i["protocolBinding"] == "HTTP+JSON")
     sent = await c.post(f"{url}/message:send", json={"message": message("via card")}, headers=V1)
     return {"etag": "etag" in first.headers, "conditional": again.status_code, "sendViaCardUrl": sent.status_code,
             "cacheControl": "max-age" in first.headers.get("cache-control", ""),
-            "lastModified": "last-modified" in first.headers}
+            "lastModified": "last-modified" in first.headers, "ifModifiedSince": since}
 
 
 def v03_view(status: int, doc: Any) -> Any:
@@ -323,9 +325,9 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {
     **{("v03", "rest", k): ({"cancel terminal": {"http": 409, "code": 409}},
                             "REST statuses follow the A2A error table (409) on the v0.3 paths too; the SDK agent answers 400")
        for k in ("agent-path", "root")},
-    **{("card_caching", b, k): ({"cacheControl": True, "lastModified": True},
-                                "the gateway's cards carry Cache-Control and Last-Modified; the sample agent's "
-                                "only an ETag") for b in ("jsonrpc", "rest") for k in ("agent-path", "root")},
+    **{("card_caching", b, k): ({"cacheControl": True, "lastModified": True, "ifModifiedSince": 304},
+                                "the gateway's cards carry Cache-Control and Last-Modified (a conditional GET by it is "
+                                "304); the sample agent's only an ETag") for b in ("jsonrpc", "rest") for k in ("agent-path", "root")},
     **{("get_unknown_task", b, "root"): (
         {"message": "task 'no-such-task' not found"},
         "at the root the gateway cannot know which agent owns an unknown task id: its own TaskNotFound answers")

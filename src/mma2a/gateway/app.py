@@ -472,16 +472,16 @@ class Gateway:
         security = security_declaration(self.config.auth, self.config.tls)
 
         async def root_card(request: Request) -> Response:
-            return cards.respond(request, "", gateway_card(self.directory, self.public_url, grpc_url=self.grpc_url,
-                                                           security=security, push=self.config.push.enabled))
+            return cards.respond(request, gateway_card(self.directory, self.public_url, grpc_url=self.grpc_url,
+                                                       security=security, push=self.config.push.enabled))
 
         async def agent_card(request: Request) -> Response:
             try:
                 entry = self.directory.get(request.path_params["agent"])
             except MMA2AError as exc:
                 return error_response(exc)
-            return cards.respond(request, entry.name, agent_card_through(entry, self.public_url, grpc_url=self.grpc_url,
-                                                                         security=security, push=self.config.push.enabled))
+            return cards.respond(request, agent_card_through(entry, self.public_url, grpc_url=self.grpc_url,
+                                                             security=security, push=self.config.push.enabled))
 
         console = console_endpoints()
 

@@ -1,7 +1,7 @@
 """Agent Cards the gateway publishes: its own (the union of its agents) and each agent's, rewritten.
 
-Cards are served with `ETag` (weak, over the card's content), `Last-Modified` (when this content
-was first served), `Cache-Control: public, max-age=CARD_MAX_AGE_S`, and answer a conditional GET
+Cards are served with `ETag` (weak, over the card's content), `Last-Modified` (a date the content names,
+the same on every gateway serving it; matched exactly), `Cache-Control: public, max-age=CARD_MAX_AGE_S`, and answer a conditional GET
 with 304. Advertised URLs carry no trailing slash, so `{url}/message:send` is a valid address.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import time
 from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
@@ -37,33 +36,35 @@ def _extension_entry() -> dict[str, Any]:
 
 
 CARD_MAX_AGE_S = 60  # agents come and go: a client re-checks a card after a minute (a 304 when unchanged)
-_MAX_TRACKED = 4096  # cards whose first-served time is remembered (the root card and one per agent)
+_STAMP_FROM = 1_577_836_800  # 2020-01-01: a card's Last-Modified is a second of the five years from here its content names
+_STAMP_SPAN = 5 * 365 * 86_400
 
 
 class CardCache:
-    """Conditional-GET state of the served cards: each card key's current ETag and since when it holds."""
+    """Conditional GETs of the served cards. The validators come from the card's content alone, so every gateway of
+    a cluster and every worker serving the same card sends the same ones and a client's copy revalidates anywhere:
+    the `ETag` is a digest of the content, and `Last-Modified` a date that digest names (a stable stamp of this
+    content, not when it changed: a process cannot know when another first served it). So `If-Modified-Since` is
+    matched exactly (as nginx's `if_modified_since exact`): 304 for the date this content names, 200 for any other —
+    another content's stamp may be earlier or later, and a card is never left stale."""
 
     def __init__(self, max_age_s: int = CARD_MAX_AGE_S) -> None:
         self.max_age_s = max_age_s
-        self._seen: dict[str, tuple[str, float]] = {}
 
-    def respond(self, request: Request, key: str, card: dict[str, Any]) -> Response:
+    def respond(self, request: Request, card: dict[str, Any]) -> Response:
         """The card as a response, or 304 when the client's copy is current."""
         body = orjson.dumps(card, option=orjson.OPT_SORT_KEYS)
-        etag = f'W/"{hashlib.sha256(body).hexdigest()[:40]}"'
-        seen = self._seen.get(key)
-        if seen is None or seen[0] != etag:
-            if len(self._seen) >= _MAX_TRACKED:
-                self._seen.pop(next(iter(self._seen)))
-            seen = self._seen[key] = (etag, float(int(time.time())))
-        headers = {"ETag": etag, "Last-Modified": formatdate(seen[1], usegmt=True),
+        digest = hashlib.sha256(body).hexdigest()
+        etag = f'W/"{digest[:40]}"'
+        stamp = _STAMP_FROM + int(digest[40:52], 16) % _STAMP_SPAN
+        headers = {"ETag": etag, "Last-Modified": formatdate(stamp, usegmt=True),
                    "Cache-Control": f"public, max-age={self.max_age_s}"}
-        if _not_modified(request, etag, seen[1]):
+        if _not_modified(request, etag, stamp):
             return Response(status_code=304, headers=headers)
         return Response(body, media_type="application/json", headers=headers)
 
 
-def _not_modified(request: Request, etag: str, modified: float) -> bool:
+def _not_modified(request: Request, etag: str, stamp: int) -> bool:
     inm = request.headers.get("if-none-match")
     if inm is not None:  # RFC 9110 13.1.2: weak comparison; If-Modified-Since is then ignored
         tags = [t.strip().removeprefix("W/") for t in inm.split(",")]
@@ -72,7 +73,7 @@ def _not_modified(request: Request, etag: str, modified: float) -> bool:
     if ims is None:
         return False
     try:
-        return parsedate_to_datetime(ims).timestamp() >= modified
+        return parsedate_to_datetime(ims).timestamp() == stamp
     except (TypeError, ValueError):
         return False
 
