@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -155,3 +156,31 @@ async def send(client: httpx.AsyncClient, url: str, message: dict[str, Any]) -> 
 
 def task_state(reply: dict[str, Any]) -> str | None:
     return ((reply.get("result") or {}).get("task") or {}).get("status", {}).get("state")
+
+
+@contextlib.asynccontextmanager
+async def rewriting(nats_url: str, bucket: str, docs: dict[str, bytes], *, nc: Any = None) -> AsyncIterator[None]:
+    """Other members rewriting `docs`' keys of a KV bucket as fast as NATS takes them (on their own connection) while
+    the body runs: a listing by KV watch (nats-py's `KeyValue.keys`) then missed keys, its end-of-values signal coming
+    before the values (a few listings in a hundred; cluster/kv_keys.py)."""
+    own = nc is None
+    nc = await nats.connect(nats_url) if own else nc
+    kv = await nc.jetstream().key_value(bucket)
+    going = True
+
+    async def writes() -> None:
+        while going:
+            for key, doc in docs.items():
+                await kv.put(key, doc)
+
+    writer = asyncio.create_task(writes())
+    try:
+        for key, doc in docs.items():  # every key written before the body reads
+            await kv.put(key, doc)
+        yield
+    finally:
+        going = False
+        with contextlib.suppress(Exception):
+            await writer
+        if own:
+            await nc.close()

@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from mma2a.cluster.account import nats_account
+from mma2a.cluster.kv_keys import current, held_keys
 from mma2a.cluster.server import NatsServer
 from mma2a.ext import EXTENSION_URI
 from mma2a.signing import new_private_key, public_key_text, sign_message
@@ -233,7 +234,8 @@ async def test_nats_configured_as_documented_refuses_clients_without_the_gateway
                                                                           "token_env": "MMA2A_URL_SECRET"}}))
                     errors: list[str] = []
                     for _ in range(400):  # until both heartbeats report it (a heartbeat every 0.5 s)
-                        docs = [orjson.loads((await members_kv.get(k)).value) for k in await members_kv.keys()]
+                        keys = await held_keys(js, f"{name}_members")  # not a KV watch: cluster/kv_keys.py
+                        docs = [orjson.loads(e.value or b"{}") for e in await current(members_kv, keys)]
                         errors = sorted(d.get("lastError") or "" for d in docs)
                         if len(docs) == 2 and all("thief" in e for e in errors):
                             break

@@ -17,7 +17,7 @@ from mma2a.cluster.link import Names
 from mma2a.cluster.server import NatsServer
 from mma2a.cluster.status import cluster_status
 from mma2a.gateway.cluster_config import ClusterConfig
-from tests.cluster.conftest import cluster_name
+from tests.cluster.conftest import cluster_name, rewriting
 
 
 async def test_status_lists_every_member_while_their_heartbeats_are_written(nats_server: NatsServer) -> None:
@@ -43,3 +43,29 @@ async def test_status_lists_every_member_while_their_heartbeats_are_written(nats
         await beat
         await nc.close()
     assert seen == [["gw-a", "gw-b"]] * 60
+
+
+async def test_status_counts_every_agent_modality_and_session_while_they_are_rewritten_and_no_deleted_one(
+        nats_server: NatsServer) -> None:
+    """The counts of agents, modalities and session pins were read by KV watch too (a few in a hundred wrong while
+    other gateways rewrote them); a deleted key (its marker) is not counted."""
+    name = cluster_name()
+    names = Names(name)
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    for kind in ("agents", "modalities", "sessions"):
+        kv = await js.create_key_value(config=api.KeyValueConfig(bucket=names.bucket(kind)))
+        await kv.put("kept", b"{}")
+        await kv.put("gone", b"{}")
+        await kv.delete("gone")
+    seen = []
+    try:
+        async with rewriting(nats_server.url, names.bucket("agents"), {"a1": b"{}", "a2": b"{}"}), \
+                rewriting(nats_server.url, names.bucket("modalities"), {"m1": b"{}"}), \
+                rewriting(nats_server.url, names.bucket("sessions"), {"s1": b"{}", "s2": b"{}", "s3": b"{}"}):
+            for _ in range(100):
+                status = await cluster_status(ClusterConfig(nats=nats_server.url, name=name))
+                seen.append((status["agents"], status["modalities"], status["sessions"]))
+    finally:
+        await nc.close()
+    assert seen == [(3, 2, 4)] * 100

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 from nats.js import api
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError, NotFoundError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
 from ..errors import (
     ClusterError,
@@ -55,6 +55,7 @@ from ..payload.store import (
 
 from ..payload.quota import footprint, growth
 from .blob_quota import MAX_SWAPS, Reservation, SharedByteQuota
+from .kv_keys import held_keys
 from .link import ClusterLink, Connected, ensure_kv, reserved
 
 log = logging.getLogger("mma2a.cluster")
@@ -476,12 +477,9 @@ class ObjectBlobStore(BlobStore):
                 await sub.unsubscribe()
 
     async def _records(self) -> AsyncIterator[tuple[str, dict[str, Any], int]]:
-        """Every upload's id, record and revision."""
-        try:
-            ids = await self._uploads.keys()
-        except NoKeysError:
-            return
-        for upload_id in ids:
+        """Every upload's id, record and revision (the ids read from the records' stream, not by a watch: kv_keys.py, a
+        watch's listing missed records other gateways were rewriting, and a recount then left their bytes out)."""
+        for upload_id in await held_keys(self.js, self.cluster.names.bucket("uploads")):
             with contextlib.suppress(PayloadNotFound, PayloadError):
                 yield upload_id, *(await self._record(upload_id))
 

@@ -27,6 +27,7 @@ from nats.js.errors import KeyWrongLastSequenceError
 
 from ..gateway.state.push_journal import OnConfig, OnDelivery
 from ..serving import cancel_tasks
+from .kv_keys import current, held_keys
 from .link import Member, ensure_kv
 
 log = logging.getLogger("mma2a.cluster.push")
@@ -70,19 +71,20 @@ class PushJournalKV:
         self._tasks.append(asyncio.create_task(self._watch_configs(on_config)))
         self._tasks.append(asyncio.create_task(self._takeover_loop()))
 
-    async def _keys(self, kind: str) -> list[str]:
+    async def _entries(self, kind: str, skip: set[str] | frozenset[str] = frozenset()) -> list[Any]:
+        """The current entry of each key of `push_<kind>` but those in `skip` (a deleted delivery's marker left out),
+        the keys read from its stream, not by a watch (kv_keys.py: a watch's listing missed keys other gateways were
+        rewriting); [] when NATS is away (the next round reads again)."""
         try:
-            bucket = self.member.names.bucket("push_" + kind)  # push_configs, push_deliveries
-            if (await self.member.js.stream_info(f"KV_{bucket}")).state.messages == 0:
-                return []  # an empty bucket (the common case, every member_ttl_s): no consumer made and removed
-            return list(await self.kv[kind].keys())
-        except Exception:  # noqa: BLE001 - nats-py raises NoKeysError (or a timeout) on an empty bucket
+            keys = await held_keys(self.member.js, self.member.names.bucket("push_" + kind))
+            return await current(self.kv[kind], [k for k in keys if k not in skip])
+        except Exception as exc:  # noqa: BLE001 - NATS away
+            log.info("push %s: not read: %s", kind, exc or type(exc).__name__)
             return []
 
     async def _load_configs(self, on_config: OnConfig) -> None:
-        for key in await self._keys("configs"):
+        for entry in await self._entries("configs"):
             with contextlib.suppress(Exception):
-                entry = await self.kv["configs"].get(key)
                 rec = orjson.loads(entry.value or b"{}")
                 if not rec.get("deleted"):
                     on_config(rec)
@@ -112,13 +114,13 @@ class PushJournalKV:
     async def _take_over(self, *, own: bool) -> None:
         """Claim the deliveries of gateways that stopped (and, at start, this gateway's own from before)."""
         kv = self.kv["deliveries"]
-        for key in await self._keys("deliveries"):
-            if key in self._held:
+        for entry in await self._entries("deliveries", skip=set(self._held)):
+            key = entry.key
+            if key in self._held:  # taken by this gateway meanwhile
                 continue
             try:
-                entry = await kv.get(key)
                 rec = orjson.loads(entry.value or b"{}")
-            except Exception:  # noqa: BLE001 - deleted meanwhile
+            except orjson.JSONDecodeError:
                 continue
             holder = str(rec.get("gateway") or "")
             if not ((own and holder == self.gateway) or (holder != self.gateway and not await self.member.is_alive(holder))):

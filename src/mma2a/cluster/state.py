@@ -35,6 +35,7 @@ from ..routing import parse_rules
 from ..serving import cancel_tasks
 from .budgets import BudgetExchange
 from .delivery import DurableDelivery
+from .kv_keys import current, held_keys
 from .learning import ClusterLearning
 from .push import PushJournalKV
 from .link import Names, connect, ensure_kv, reserved
@@ -244,18 +245,10 @@ class ClusterState:
         return self._doc(config=entry.config.model_dump(), card=entry.card, draining=entry.draining)
 
     async def _catch_up(self, kind: str) -> None:
-        """Apply the current value of every key of a config bucket (used at start and after a reconnect)."""
-        kv = self.kv[kind]
-        try:
-            keys = await kv.keys()
-        except Exception as exc:
-            if "no keys" in str(exc).lower() or type(exc).__name__ == "NoKeysError":
-                return
-            raise
-        entries = []
-        for key in keys:
-            with contextlib.suppress(KeyNotFoundError):
-                entries.append(await kv.get(key))
+        """Apply the current entry of every key of a config bucket (at start and after a reconnect), a key deleted
+        meanwhile too (an agent removed while this gateway was away is removed here). The keys are read from the
+        bucket's stream, not by a watch (kv_keys.py: a watch's listing missed keys other gateways were rewriting)."""
+        entries = await current(self.kv[kind], await held_keys(self.js, self.names.bucket(kind)), deleted=True)
         # agents first within rules order: apply in stream order
         # (entries read by `get` always carry their stream sequence as revision)
         for entry in sorted(entries, key=lambda e: e.revision or 0):

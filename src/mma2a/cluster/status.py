@@ -11,28 +11,15 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from ..gateway.cluster_config import ClusterConfig
 from .delivery import CONSUMER
+from .kv_keys import current, held_keys
 from .link import Names, connect
 from .nats_urls import without_credentials
 
 
-async def _kv_keys(js: Any, bucket: str) -> list[str]:
-    try:
-        kv = await js.key_value(bucket)
-        return list(await kv.keys())
-    except Exception:  # no bucket yet, or no keys
-        return []
-
-
-async def _held_keys(js: Any, bucket: str) -> list[str]:
-    """The keys a KV bucket holds a message for (a deleted key's marker too: its `get` says so), from its stream's
-    subjects. Not a watch (`KeyValue.keys`): its end-of-values signal came before the values on a busy host, and
-    `cluster status` then said "no gateways" of a cluster whose two gateways were serving."""
-    try:
-        info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.>")
-    except NotFoundError:
-        return []
-    prefix = f"$KV.{bucket}."
-    return [subject[len(prefix):] for subject in info.state.subjects or {}]
+async def _count(js: Any, bucket: str) -> int:
+    """How many keys `bucket` holds a value for (not a deleted one's marker); 0 when there is no such bucket."""
+    keys = await held_keys(js, bucket)
+    return len(await current(await js.key_value(bucket), keys)) if keys else 0
 
 
 async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
@@ -51,15 +38,13 @@ async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
             with contextlib.suppress(KeyNotFoundError):
                 mode = orjson.loads((await rules_kv.get("mode")).value).get("mode")
         members = []
-        keys = await _held_keys(js, names.bucket("members"))
+        keys = await held_keys(js, names.bucket("members"))  # not a KV watch: kv_keys.py
         if keys:
-            kv = await js.key_value(names.bucket("members"))
-            for key in keys:
-                with contextlib.suppress(KeyNotFoundError):
-                    doc = orjson.loads((await kv.get(key)).value)
-                    doc["age_s"] = round(now - float(doc.get("at", now)), 2)
-                    doc["current"] = doc.get("rulesRevision", 0) >= latest_rules
-                    members.append(doc)
+            for entry in await current(await js.key_value(names.bucket("members")), keys):
+                doc = orjson.loads(entry.value or b"{}")
+                doc["age_s"] = round(now - float(doc.get("at", now)), 2)
+                doc["current"] = doc.get("rulesRevision", 0) >= latest_rules
+                members.append(doc)
         members.sort(key=lambda d: d.get("id", ""))
         delivery: dict[str, Any] = {"stream": names.delivery_stream}
         try:
@@ -78,9 +63,9 @@ async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
             "server": nc.connected_server_version.__dict__.get("_version")
             if nc.connected_server_version else None,
             "rulesRevision": latest_rules, "mode": mode,
-            "agents": len(await _kv_keys(js, names.bucket("agents"))),
-            "modalities": len(await _kv_keys(js, names.bucket("modalities"))),
-            "sessions": len(await _kv_keys(js, names.bucket("sessions"))),
+            "agents": await _count(js, names.bucket("agents")),
+            "modalities": await _count(js, names.bucket("modalities")),
+            "sessions": await _count(js, names.bucket("sessions")),
             "gateways": members, "delivery": delivery, "blobs": blobs,
         }
     finally:

@@ -1,0 +1,91 @@
+"""The keys a JetStream KV bucket holds, and each one's current entry, read without a watch.
+
+nats-py's `KeyValue.keys` lists them with a watch (an ordered consumer) whose end-of-values signal can come before the
+values while other members rewrite keys: a listing then missed keys, or had none (`cluster status` said "no gateways"
+of two serving workers; a config catch-up could miss a rule or agent change until it changed again). Here the keys are
+the subjects of the bucket's stream, as JetStream answers `STREAM.INFO` with a subjects filter: under the stream's
+lock, so a key rewritten meanwhile is in the answer. One answer carries at most the server's limit of subjects
+(100,000 in nats-server 2.10 to 2.15: `total`, `limit` and `offset` in the answer say how many there are and where it
+starts); past it the subjects are read in pages by offset into the sorted list, each page starting at the previous
+one's last subject, so subjects removed meanwhile before a page's start (a key aged out or purged), which move the
+rest back, are seen and the page is read again from further back: a key held throughout the listing is in it.
+
+A deleted or purged key keeps a marker message on its subject, so it is listed: `current` says it apart (its marker's
+entry, `operation` KV_DEL or KV_PURGE), as `KeyValue.get` does (KeyNotFoundError)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import orjson
+from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
+
+from ..serving import cancel_tasks
+
+AT_ONCE = 32  # entries read at once by `current`
+
+
+async def held_keys(js: Any, bucket: str) -> list[str]:
+    """Every key `bucket` holds a message for (its value, or the marker a delete or purge left), sorted; [] when the
+    bucket does not exist."""
+    prefix = f"$KV.{bucket}."
+    try:
+        subjects = await stream_subjects(js, f"KV_{bucket}", prefix + ">")
+    except NotFoundError:
+        return []
+    return [subject[len(prefix):] for subject in subjects]
+
+
+async def stream_subjects(js: Any, stream: str, subjects_filter: str) -> list[str]:
+    """Every subject of `stream` matching `subjects_filter` that holds a message, sorted, read in as many pages as the
+    server needs (a NotFoundError when there is no such stream)."""
+    out: list[str] = []
+    offset, back, last = 0, 1, ""
+    while True:
+        page, total = await _page(js, stream, subjects_filter, offset)
+        if offset > 0 and (not page or page[0] > last):
+            # subjects before this page's start went away since the previous page: the rest moved back, and some
+            # after `last` may now be before `offset`: read again from further back (at 0 nothing can be before)
+            offset, back = max(0, offset - back), back * 2
+            continue
+        out.extend(s for s in page if s > last)  # a subject added meanwhile before `last` moved the rest on: read once
+        if not page or offset + len(page) >= total:
+            return out
+        last, back = page[-1], 1
+        offset += max(1, len(page) - 1)  # the next page starts at this one's last subject
+
+
+async def _page(js: Any, stream: str, subjects_filter: str, offset: int) -> tuple[list[str], int]:
+    """One `STREAM.INFO` answer: its subjects from `offset` on, sorted, and how many match in all. nats-py's
+    `stream_info` sends no offset, nor returns the total: the request goes through its JetStream API call."""
+    resp = await js._api_request(f"{js._prefix}.STREAM.INFO.{stream}",
+                                 orjson.dumps({"subjects_filter": subjects_filter, "offset": offset}),
+                                 timeout=js._timeout)
+    subjects = (resp.get("state") or {}).get("subjects") or {}
+    return sorted(subjects), int(resp.get("total") or 0)
+
+
+async def current(kv: KeyValue, keys: list[str], *, deleted: bool = False) -> list[KeyValue.Entry]:
+    """The current entry of each key, in the order of `keys` (read `AT_ONCE` at a time). A key whose last message is a
+    delete's or purge's marker: that marker's entry (its `operation` KV_DEL or KV_PURGE) when `deleted`, else left
+    out; a key gone meanwhile (aged out) left out. Any other error is raised."""
+    found: list[KeyValue.Entry | None] = [None] * len(keys)
+    todo = iter(range(len(keys)))
+
+    async def reader() -> None:  # AT_ONCE of them, each reading the next key not read yet
+        for i in todo:
+            try:
+                found[i] = await kv.get(keys[i])
+            except KeyNotFoundError as exc:
+                if deleted and exc.op is not None and isinstance(exc.entry, KeyValue.Entry):
+                    found[i] = dataclasses.replace(exc.entry, operation=exc.op)
+
+    readers = [asyncio.create_task(reader()) for _ in range(min(AT_ONCE, len(keys)))]
+    try:
+        await asyncio.gather(*readers)
+    finally:  # one failed (or the listing was cancelled): the others stop too
+        await cancel_tasks(readers)
+    return [e for e in found if e is not None]
