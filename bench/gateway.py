@@ -174,6 +174,13 @@ def connections_of(pids: list[int], port: int) -> list[int]:
     return sorted(counts)
 
 
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
 def comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
@@ -325,7 +332,8 @@ class Arms:
         if arm in self.extra:
             pids.append(self.extra[arm])
         # the gateway processes: with workers, all but the supervisor (and the nats-server)
-        servers = [p for p in pids if comm(p) == "python" and (arm in self.also or p != self.pid[arm])]
+        servers = [p for p in pids if comm(p) == "python" and (arm in self.also or p != self.pid[arm])
+                   and "history.writer" not in cmdline(p)]  # a gateway's history writer process serves no one
         split: list[list[int]] = []
         if len(servers) > 1:  # how the kernel spread wrk's connections among the processes, read halfway
             timer = threading.Timer(seconds / 2, lambda: split.append(connections_of(servers, int(self.url[arm].rsplit(":", 1)[1]))))

@@ -401,34 +401,6 @@ COMMIT;
     assert store.stats()["bytes"] == 0
 
 
-def test_started_on_an_event_loop_the_loop_commits_in_slices_and_flush_works_from_both_sides(tmp_path):
-    """On a loop the loop commits (no writer thread's GIL hand-offs); a flush on the loop's thread drains inline,
-    one from another thread waits for the loop's turn; after the loop is closed a flush says what is stored."""
-    import asyncio
-
-    from mma2a.gateway.history.recorder import SLICE
-
-    store = HistoryStore(tmp_path / "h.sqlite3")
-    writes: list[int] = []
-    rec = HistoryRecorder(store, batch=500, interval_s=3600, on_write=writes.append)  # no timed turn in this test
-    now = time.time()
-
-    async def main() -> None:
-        rec.start()
-        for i in range(SLICE * 2 + 5):
-            rec.record(record(f"a{i}", now + i))
-        assert await asyncio.to_thread(rec.flush, 30.0) and rec.pending == 0  # slice after slice on the loop
-        rec.record(record("b0", now + 1000))
-        assert rec.flush(1.0) and rec.pending == 0  # on the loop's thread: inline
-        await asyncio.to_thread(rec.stop)
-
-    asyncio.run(main())
-    assert max(writes) <= SLICE and sum(writes) == SLICE * 2 + 6
-    assert rec.flush(1.0)  # the loop is closed: nothing pending, nothing to wait for
-    got, _ = HistoryStore(tmp_path / "h.sqlite3").query(HistoryFilter(limit=1000))
-    assert len(got) == SLICE * 2 + 6 and got[0]["messageId"] == "b0"
-
-
 def test_flows_count_parts_per_modality_and_target_with_how_they_got_there(tmp_path):
     """The console's route map: parts per (modality, target) from the decisions' shapes, in the span only, the newest
     `limit` of it; transforms name their transformers, drops and refusals are flows of their own."""

@@ -1,39 +1,49 @@
-"""Writes decisions off the request path: a bounded queue drained in batches.
+"""Writes decisions off the request path: a bounded queue handed to a writer in batches.
 
 `record()` turns the decision into its row (a few µs of Python, while the view and routes it
 reads are still in the CPU's cache; alike decisions share a memoised shape) and appends it to
 a deque: no lock, no I/O. When the queue holds `capacity` decisions, new ones are dropped and
 counted, so a slow disk never slows a request.
 
-Started on an event loop (the gateway), the loop itself inserts each batch, every `interval_s`,
-in one transaction of at most `SLICE` rows at a time: SQLite's work is C, and a second thread
-writing would take the GIL back each time the loop lets it go for a socket call (measured: 33-47
-µs of CPU a request with the thread, 21 with the loop, docs/operations.md). It never waits: when
-another process or the prune holds the file, the batch stays queued for the next turn. A thread
-prunes by age and size and checkpoints the WAL (the fsyncs) off the loop. Started without a loop,
-the thread does it all.
+Started on an event loop (the gateway), every `interval_s` the loop frames what is queued (a
+batch a frame, ~0.3 µs a decision) into the pipe of the history's writer process
+(`writer.py`), which inserts, prunes and checkpoints: SQLite's work leaves the gateway's process
+(on the loop it was ~10-15 µs a decision; on a thread of the gateway more, for the GIL's hand-offs,
+docs/benchmarks.md). The process starts with the first frame, and again after it dies (what it had
+not acknowledged is counted as dropped); when the pipe is full, frames wait in memory
+(`MAX_UNSENT`) and then the queue does. If the process cannot be started, a thread of the gateway
+writes instead. Started without a loop, the thread does it all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
-import sqlite3
+import os
+import select
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
+import orjson
+
 from .record import DecisionRecord, Row, ShapeMemo, to_row
 from .store import HistoryStore
+from .writer import ACK, LAUNCH, encode
 
 log = logging.getLogger("mma2a.history")
 
-SLICE = 64
-"""Rows a loop turn commits at most before it lets requests in again: 128 held the 1-connection p99 at 1.5-2.0 ms,
-32 cut it by a fifth but cost 5% of throughput at 16 connections (bench/ab.py, docs/benchmarks.md)."""
-CHECKPOINT_EVERY = 4096
-"""Rows written between WAL checkpoints run by the thread (the file's fsyncs stay off the loop)."""
+MAX_UNSENT = 8 << 20
+"""Framed bytes the gateway holds for a writer process whose pipe is full (~120,000 decisions); past it, the queue."""
+PIPE_BYTES = 1 << 20
+"""The pipe to the writer process is asked to hold this much (Linux; 64 KiB otherwise): a few seconds of decisions."""
+RESPAWN_S = (0.5, 30.0)
+"""After the writer process dies, the next one starts no sooner than this, doubling each time it dies again."""
 
 
 class _Followed:
@@ -45,8 +55,28 @@ class _Followed:
         self.rows, self.position = rows, position
 
 
+class _Process:
+    """A writer process and its pipes (used on the loop's thread, or by `stop` once the loop has let go of it)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        self.proc = proc
+        self.to, self.back = proc.stdin.fileno(), proc.stdout.fileno()
+        self.unsent = bytearray()  # framed, not yet in the pipe
+        self.frames: deque[tuple[int, int]] = deque()  # each frame's (queue items, rows) not acknowledged yet
+        self.acks = bytearray()  # what came back, short of a whole acknowledgement
+        self.watched = False  # the loop reads its acknowledgements
+        self.writing = False  # the loop watches the pipe for room
+
+    def close(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+
+
 class HistoryRecorder:
-    """The default `HistorySink`: SQLite through a background writer."""
+    """The default `HistorySink`: SQLite, written by a process of its own (or a thread, without an event loop)."""
 
     def __init__(self, store: HistoryStore, *, capacity: int = 10_000, batch: int = 500, interval_s: float = 0.2,
                  prune_interval_s: float = 30.0, on_drop: Callable[[], None] | None = None,
@@ -63,10 +93,12 @@ class HistoryRecorder:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._memo = ShapeMemo()  # the request path's (the event loop's thread)
-        self._loop: asyncio.AbstractEventLoop | None = None  # set: the loop writes, the thread prunes
+        self._loop: asyncio.AbstractEventLoop | None = None  # set: the loop hands rows to a writer process
         self._loop_thread: int | None = None
-        self._io = threading.Lock()  # the store's writer connection: one user at a time
-        self._since_checkpoint = 0
+        self._process: _Process | None = None
+        self._deaths = 0  # writer processes that died since one last acknowledged a frame
+        self._respawn_at = 0.0
+        self._io = threading.Lock()  # the store's writer connection (thread mode): one user at a time
 
     # --- the request path -------------------------------------------------------------------
     def record(self, entry: DecisionRecord) -> None:
@@ -82,10 +114,11 @@ class HistoryRecorder:
         self._queue.append(row)
         self._enqueued += 1
 
-    def _drop(self) -> None:
-        self.dropped += 1
+    def _drop(self, count: int = 1) -> None:
+        self.dropped += count
         if self._on_drop is not None:
-            self._on_drop()
+            for _ in range(count):
+                self._on_drop()
 
     def ingest(self, rows: list[Row], position: int) -> bool:
         """Queue rows read from the cluster's stream; False when the queue is full (the follower waits and retries)."""
@@ -100,96 +133,285 @@ class HistoryRecorder:
         """Decisions queued and not yet taken by the writer."""
         return len(self._queue)
 
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's pid (None: none running now; it starts with the first decisions to write)."""
+        return self._process.proc.pid if self._process is not None else None
+
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start writing: on the running event loop if there is one (the thread then only prunes), else on a thread."""
-        if self._thread is not None:
+        """Start writing: through a writer process fed by the running event loop if there is one, else on a thread."""
+        if self._thread is not None or self._loop is not None:
             return
         try:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._loop = None
-        if self._loop is not None:
-            self._loop_thread = threading.get_ident()
-            self.store.defer_checkpoints()
-            self._loop.call_later(self.interval_s, self._turn)
+            self._start_thread()
+            return
+        self._loop_thread = threading.get_ident()
+        self._loop.call_later(self.interval_s, self._turn)
+
+    def _start_thread(self) -> None:
+        self._loop = None
         self._thread = threading.Thread(target=self._run, name="mma2a-history", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Write what is queued, then stop the thread and close the store."""
+        """Write what is queued, then stop the writer and close the store."""
+        if self._loop is not None:
+            self._let_go()
+            self._finish(time.monotonic() + 30)  # starts a writer if none has yet and decisions are queued
+            if self._process is not None:
+                process, self._process = self._process, None
+                process.close()  # the end of its input: it exits once it has written what it read
+                try:
+                    process.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    log.error("history: the writer process did not end in 30 s: killed")
+                    process.proc.kill()
+                    process.proc.wait()
+                self._lose(process)
         self._stopping = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
         with self._io:
-            self._drain()
+            if self._loop is None:
+                self._drain()
             self.store.close()
+
+    def _let_go(self) -> None:
+        """The loop stops feeding the writer process and watching its pipes (done on the loop's thread, and waited
+        for, while the loop runs); this thread then owns the process."""
+        loop = self._loop
+        assert loop is not None
+
+        def detach() -> None:
+            self._stopping = True
+            if self._process is not None and not loop.is_closed():
+                loop.remove_reader(self._process.back)
+                loop.remove_writer(self._process.to)
+                self._process.writing = False
+
+        if threading.get_ident() == self._loop_thread or loop.is_closed() or not loop.is_running():
+            detach()
+            return
+        done = threading.Event()
+
+        def detach_and_say() -> None:
+            try:
+                detach()
+            finally:
+                done.set()
+
+        try:
+            loop.call_soon_threadsafe(detach_and_say)
+        except RuntimeError:  # closed in between
+            detach()
+            return
+        if not done.wait(10):
+            log.error("history: the event loop did not let go of the writer process in 10 s")
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Block until every decision recorded before the call is in the store (True), or the timeout."""
         target = self._enqueued
+        deadline = time.monotonic() + timeout_s
         if self._loop is not None and threading.get_ident() == self._loop_thread:  # the loop waits for no one
-            with self._io:
-                self._drain()
+            if not self._stopping:
+                self._finish(deadline)
             return self._written >= target
         if self._loop is not None:
             try:
-                self._loop.call_soon_threadsafe(self._flush_turns)
+                self._loop.call_soon_threadsafe(self._send)
             except RuntimeError:  # the loop is closed (the gateway has stopped): nothing more will be committed
                 return self._written >= target
         else:
             self._wake.set()
         with self._done:
-            return self._done.wait_for(lambda: self._written >= target, timeout=timeout_s)
+            return self._done.wait_for(lambda: self._written >= target, timeout=max(0.0, deadline - time.monotonic()))
 
-    # --- the event loop's turns ------------------------------------------------------------------
+    # --- the event loop's side of the writer process ----------------------------------------------
     def _turn(self) -> None:
         if self._stopping:
             return
         assert self._loop is not None
-        more = self._turn_now(least=SLICE)  # a full slice still queued: go on at once, else wait for more
-        self._loop.call_later(0 if more else self.interval_s, self._turn)
+        self._send()
+        if self._thread is None:  # still feeding a process (not fallen back to a thread)
+            self._loop.call_later(self.interval_s, self._turn)
 
-    def _flush_turns(self) -> None:
-        """A flush asked from another thread: slice after slice until the queue is empty, requests in between."""
-        if self._turn_now(least=1) and self._loop is not None:
-            self._loop.call_soon(self._flush_turns)
+    def _send(self) -> None:
+        """Frame what is queued into the writer process's pipe: as much as it takes now, the rest as it drains."""
+        if self._stopping or not self._queue:
+            return
+        process = self._process if self._process is not None else self._spawn()
+        if process is None:
+            return
+        if not process.watched:
+            assert self._loop is not None
+            self._loop.add_reader(process.back, self._on_answer, process)
+            process.watched = True
+        self._frame(process)
+        self._push(process)
 
-    def _turn_now(self, least: int) -> bool:
-        """Commit one slice if the store is free; True when it did and at least `least` rows are still queued
-        (False when the file or the lock was taken: the next turn is the next interval, no spinning)."""
-        if not self._queue or self._stopping or not self._io.acquire(blocking=False):
-            return False
+    def _frame(self, process: _Process) -> None:
+        """Queued rows into frames of at most `batch` rows (a position from the stream ends a frame's rows)."""
+        while self._queue and len(process.unsent) < MAX_UNSENT:
+            rows: list[Row] = []
+            position: int | None = None
+            items = 0
+            while self._queue and len(rows) < self.batch:
+                item = self._queue.popleft()
+                items += 1
+                if isinstance(item, _Followed):
+                    rows += item.rows
+                    position = item.position
+                else:
+                    rows.append(item)
+            process.unsent += encode(rows, position)
+            process.frames.append((items, len(rows)))
+
+    def _push(self, process: _Process) -> None:
+        """Write framed bytes into the pipe until it is full (the loop then says when it has room)."""
         try:
-            wrote = self._drain(limit=SLICE, wait=False)
-        finally:
-            self._io.release()
-        return wrote > 0 and len(self._queue) >= least
+            while process.unsent:
+                sent = os.write(process.to, process.unsent)
+                del process.unsent[:sent]
+        except BlockingIOError:
+            pass
+        except OSError:  # it has gone: its reader sees the end of its answers
+            process.unsent.clear()
+            return
+        wants = bool(process.unsent) and not self._stopping
+        if wants != process.writing and self._loop is not None:
+            if wants:
+                self._loop.add_writer(process.to, self._on_room, process)
+            else:
+                self._loop.remove_writer(process.to)
+            process.writing = wants
 
-    # --- the writer thread --------------------------------------------------------------------
+    def _on_room(self, process: _Process) -> None:
+        self._frame(process)
+        self._push(process)
+
+    def _on_answer(self, process: _Process) -> None:
+        """Acknowledgements from the writer process; its end when it has died."""
+        try:
+            data = os.read(process.back, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self._acknowledged(process, data)
+            return
+        assert self._loop is not None
+        self._loop.remove_reader(process.back)
+        process.watched = False
+        if process.writing:
+            self._loop.remove_writer(process.to)
+            process.writing = False
+        process.close()
+        code = process.proc.poll()
+        if process is self._process:
+            self._process = None
+            self._deaths += 1
+            wait = min(RESPAWN_S[1], RESPAWN_S[0] * 2 ** (self._deaths - 1))
+            self._respawn_at = time.monotonic() + wait
+            lost = sum(rows for _, rows in process.frames)
+            log.error("history: the writer process ended (exit %s) with %d decisions not acknowledged, counted as "
+                      "dropped; the next starts in %.1f s", code, lost, wait)
+        self._lose(process)
+
+    def _acknowledged(self, process: _Process, data: bytes) -> None:
+        process.acks += data
+        whole = len(process.acks) - len(process.acks) % ACK.size
+        items = 0
+        for (count,) in ACK.iter_unpack(process.acks[:whole]):
+            items += process.frames.popleft()[0]
+            if self._on_write is not None and count:
+                self._on_write(count)
+        del process.acks[:whole]
+        self._deaths = 0
+        with self._done:
+            self._written += items
+            self._done.notify_all()
+
+    def _lose(self, process: _Process) -> None:
+        """Rows framed for a process that will not acknowledge them: dropped, and counted."""
+        items = sum(n for n, _ in process.frames)
+        lost = sum(rows for _, rows in process.frames)
+        process.frames.clear()
+        process.unsent.clear()
+        if lost:
+            self._drop(lost)
+        if items:
+            with self._done:
+                self._written += items
+                self._done.notify_all()
+
+    def _spawn(self, now: bool = False) -> _Process | None:
+        """Start a writer process (None while a dead one's wait lasts, unless `now`; a thread takes over if none can
+        start). Its acknowledgements are read by whoever feeds it (the loop: `_send`; `_finish`)."""
+        if not now and time.monotonic() < self._respawn_at:
+            return None
+        settings = {"path": str(self.store.path), "max_age_s": self.store.max_age_s, "max_bytes": self.store.max_bytes,
+                    "max_bytes_per_client": self.store.max_bytes_per_client, "prune_interval_s": self.prune_interval_s}
+        try:
+            proc = subprocess.Popen([sys.executable, "-c", LAUNCH, orjson.dumps(settings).decode()],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        except OSError as exc:
+            log.error("history: no writer process (%s): a thread of the gateway writes the history", exc)
+            self._start_thread()
+            return None
+        process = self._process = _Process(proc)
+        os.set_blocking(process.to, False)
+        os.set_blocking(process.back, False)
+        with contextlib.suppress(OSError, AttributeError):  # Linux only; the default (64 KiB) works, in more turns
+            fcntl.fcntl(process.to, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        return process
+
+    def _finish(self, deadline: float) -> None:
+        """Hand everything queued to the writer process and wait for its acknowledgements, or the deadline (blocking:
+        a flush on the loop's thread, or `stop` once the loop has let go)."""
+        process = self._process if self._process is not None else (self._spawn(now=True) if self._queue else None)
+        if process is None:
+            return
+        while self._queue or process.unsent or process.frames:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._frame(process)
+            ready, room, _ = select.select([process.back], [process.to] if process.unsent else [], [], left)
+            if room:
+                try:
+                    sent = os.write(process.to, process.unsent)
+                    del process.unsent[:sent]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    process.unsent.clear()
+            if ready:
+                try:
+                    data = os.read(process.back, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:  # it died: what it had is lost
+                    self._lose(process)
+                    return
+                self._acknowledged(process, data)
+
+    # --- the writer thread (no event loop, or no process) -------------------------------------------
     def _run(self) -> None:
         next_prune = time.monotonic()  # once at start (what aged while the gateway was down), then every interval
         while not self._stopping:
-            if self._loop is None:
-                # wait out the interval unless a batch is full, a flush asks or the gateway stops: draining as soon
-                # as anything is queued commits many small transactions under load
-                if len(self._queue) < self.batch:
-                    self._wake.wait(self.interval_s)
-                    self._wake.clear()
-                with self._io:
-                    self._drain()
-            else:
+            # wait out the interval unless a batch is full, a flush asks or the gateway stops: draining as soon
+            # as anything is queued commits many small transactions under load
+            if len(self._queue) < self.batch:
                 self._wake.wait(self.interval_s)
                 self._wake.clear()
-                if self._since_checkpoint >= CHECKPOINT_EVERY:
-                    with self._io:
-                        self._since_checkpoint = 0
-                        try:
-                            self.store.checkpoint()
-                        except sqlite3.Error:  # busy: next time
-                            log.debug("history: checkpoint postponed", exc_info=True)
+            with self._io:
+                self._drain()
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + self.prune_interval_s
                 with self._io:
@@ -198,18 +420,14 @@ class HistoryRecorder:
                     except Exception:  # a locked or full disk: try again next time
                         log.exception("history: prune failed")
 
-    def _drain(self, limit: int | None = None, wait: bool = True) -> int:
-        """Write what is queued (at most `limit` rows) in batches; the caller holds `_io`; returns how many were
-        taken off the queue. `wait=False`: a file another process holds is not waited for, the batch goes back
-        to the queue's front."""
-        budget = limit
+    def _drain(self) -> int:
+        """Write what is queued in batches (the caller holds `_io`); returns how many were taken off the queue."""
         taken_all = 0
-        while self._queue and (budget is None or budget > 0):
+        while self._queue:
             taken: list[Row | _Followed] = []
             rows: list[Row] = []
             position: int | None = None
-            most = self.batch if budget is None else min(self.batch, budget)
-            while self._queue and len(rows) < most:
+            while self._queue and len(rows) < self.batch:
                 item = self._queue.popleft()
                 taken.append(item)
                 if isinstance(item, _Followed):
@@ -217,18 +435,10 @@ class HistoryRecorder:
                     position = item.position
                 else:
                     rows.append(item)
-            if budget is not None:
-                budget -= len(rows)
             try:
-                self.store.write(rows, position, wait=wait)
-                self._since_checkpoint += len(rows)
+                self.store.write(rows, position)
                 if self._on_write is not None and rows:
                     self._on_write(len(rows))
-            except sqlite3.OperationalError as exc:
-                if not wait and "locked" in str(exc):  # another writer has the file: next turn
-                    self._queue.extendleft(reversed(taken))
-                    return taken_all
-                log.exception("history: %d decisions not written", len(taken))
             except Exception:  # never let the writer die: these decisions are lost, and said so
                 log.exception("history: %d decisions not written", len(taken))
             taken_all += len(taken)

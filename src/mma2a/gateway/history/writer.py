@@ -1,0 +1,155 @@
+"""The history's writer process: SQLite's inserts, prunes and checkpoints off the gateway's process.
+
+The recorder (`recorder.HistoryRecorder`, started on an event loop) hands this process its
+decisions in frames and reads back how many of each it took. SQLite's work is C, but it ran on the
+gateway's event loop (a thread writing took the GIL back from the loop at every step and cost
+more): ~10-15 µs of the loop's CPU a decision at 5,000 a second, a tenth of what a routed request
+costs. Here it runs beside the loop, on another core when there is one; the loop's share is the
+frame, ~0.3 µs a decision (docs/benchmarks.md).
+
+On stdin, frames: `FRAME_HEAD` (the payload's length, the cluster stream position its rows end at
+or -1) and a pickled `(shapes, rows)`: each distinct shape's JSON once, then each row as a tuple
+of `Row`'s fields with its shape's index in `shapes`. On stdout, per frame: `ACK` (how many rows it
+took: committed, or given up on and logged). The process exits at the end of stdin, after it has
+written everything it read; a pipe closed by the gateway's death is that end too.
+
+Trusted input only: the gateway that started it writes the pipe (pickle).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import sqlite3
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+
+import orjson
+
+from .record import Row, Shape, shape_tags
+from .store import HistoryStore
+
+FRAME_HEAD = struct.Struct(">Qq")
+ACK = struct.Struct(">Q")
+LAUNCH = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+          "import runpy; runpy.run_module('mma2a.gateway.history.writer', run_name='__main__')")
+"""What `python -c` runs to start the process (its settings in argv[1], JSON). It ignores SIGINT and SIGTERM, which a
+terminal's Ctrl-C or a service manager sends the gateway's whole group: the gateway's stop hands it what is queued,
+then closes the pipe, and that end is its own."""
+
+log = logging.getLogger("mma2a.history")
+_new_row = tuple.__new__
+
+
+def encode(rows: Sequence[Row], position: int | None) -> bytes:
+    """One frame of rows (alike rows share their shape's JSON, sent once) and the position they end at."""
+    shapes: dict[bytes, int] = {}
+    flat = [(r[0], r[1], r[2], r[3], r[4], r[5], shapes.setdefault(r[6].parts_json, len(shapes)), r[7], r[8])
+            for r in rows]
+    payload = pickle.dumps((list(shapes), flat), protocol=5)
+    return FRAME_HEAD.pack(len(payload), -1 if position is None else position) + payload
+
+
+class Shapes:
+    """The shapes this process has seen (a bounded memo): their filter tags are computed once, not per frame."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self._known: dict[bytes, Shape] = {}
+
+    def get(self, parts_json: bytes) -> Shape:
+        shape = self._known.get(parts_json)
+        if shape is None:
+            if len(self._known) >= self.capacity:
+                self._known.clear()
+            shape = self._known[parts_json] = Shape(parts_json, shape_tags(orjson.loads(parts_json)))
+        return shape
+
+
+def decode(payload: bytes, shapes: Shapes) -> list[Row]:
+    """The rows of a frame's payload."""
+    parts, flat = pickle.loads(payload)
+    known = [shapes.get(p) for p in parts]
+    return [_new_row(Row, (mid, ts, sender, outcome, error, latency, known[i], detail, receivers))
+            for mid, ts, sender, outcome, error, latency, i, detail, receivers in flat]
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    """`n` bytes from `fd` (a pipe gives them in pieces), or None at its end."""
+    chunks = []
+    while n > 0:
+        data = os.read(fd, min(n, 1 << 20))
+        if not data:
+            return None
+        chunks.append(data)
+        n -= len(data)
+    return b"".join(chunks)
+
+
+def _write(store: HistoryStore, payload: bytes, position: int, shapes: Shapes) -> int:
+    """One frame into the file: how many rows were committed. A file another process holds past the busy timeout is
+    waited for again (the pipe, then the gateway's memory, then its queue hold what comes meanwhile; only the queue
+    drops, and counts); any other error loses the frame's rows, and says so."""
+    rows: list[Row] = []
+    try:
+        rows = decode(payload, shapes)
+        while True:
+            try:
+                store.write(rows, None if position < 0 else position)
+                return len(rows)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                log.warning("history: the file is held by another process; waiting on")
+    except Exception:  # never let the writer die: these decisions are lost, and said so
+        log.exception("history: %d decisions not written", len(rows))
+        return 0
+
+
+def serve(fd: int, out: BinaryIO, store: HistoryStore, prune_interval_s: float) -> None:
+    """Write every frame read on `fd` into `store` and acknowledge it on `out`; prune every `prune_interval_s` (once
+    at start: what aged while the gateway was down) between frames; return at the end of `fd`. Unbuffered reads: a
+    frame read ahead into a buffer would wait for `select` to see more."""
+    shapes = Shapes()
+    next_prune = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now >= next_prune:
+            next_prune = now + prune_interval_s
+            try:
+                store.prune(time.time())
+            except Exception:  # a locked or full disk: try again next time
+                log.exception("history: prune failed")
+        ready, _, _ = select.select([fd], [], [], max(0.0, next_prune - time.monotonic()))
+        if not ready:
+            continue
+        head = _read_exactly(fd, FRAME_HEAD.size)
+        if head is None:
+            return
+        size, position = FRAME_HEAD.unpack(head)
+        payload = _read_exactly(fd, size)
+        if payload is None:
+            return
+        out.write(ACK.pack(_write(store, payload, position, shapes)))
+        out.flush()
+
+
+def main() -> None:
+    settings: dict[str, Any] = orjson.loads(sys.argv[1])
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: history writer: %(message)s")
+    store = HistoryStore(settings["path"], max_age_s=settings["max_age_s"], max_bytes=settings["max_bytes"],
+                         max_bytes_per_client=settings["max_bytes_per_client"])
+    try:
+        serve(sys.stdin.fileno(), sys.stdout.buffer, store, settings["prune_interval_s"])
+    finally:
+        store.close()
+    os._exit(0)  # nothing else to tidy: the store is closed
+
+
+if __name__ == "__main__":
+    main()

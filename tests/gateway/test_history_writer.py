@@ -1,0 +1,195 @@
+"""The history's writer process (gateway/history/writer.py): a recorder started on an event loop hands its decisions
+to a process of its own, which writes them into the SQLite file; its death loses only what it had not acknowledged
+(counted as dropped), and the next one takes over; a service manager's signals and the gateway's death end it
+cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from mma2a.gateway.history import DecisionRecord, HistoryFilter, HistoryRecorder, HistoryStore, PartSummary
+from mma2a.gateway.history import recorder as recorder_module
+from mma2a.routing import PartRoute, Target
+
+NOW = time.time()
+
+
+def record(mid: str, ts: float = NOW) -> DecisionRecord:
+    route = PartRoute(0, "image/png", ("r1",), (Target("vision"),), ("route_to",))
+    return DecisionRecord(mid, ts, "client-a", (PartSummary(0, "image/png"),), (route,), "TASK_STATE_COMPLETED", 0.01)
+
+
+def stored(path: Path) -> list[str]:
+    got, _ = HistoryStore(path).query(HistoryFilter(limit=10_000))
+    return sorted(d["messageId"] for d in got)
+
+
+def cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+async def until(check, what: str, timeout_s: float = 30.0) -> None:
+    """Wait (on the loop) until `check()` holds: a condition the loop makes true, never a guess at a duration."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+def test_on_a_loop_a_writer_process_writes_in_batches_and_flush_works_from_both_sides(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    writes: list[int] = []
+    rec = HistoryRecorder(HistoryStore(path), batch=50, interval_s=3600, on_write=writes.append)  # no timed turn
+    pids: list[int] = []
+
+    async def main() -> None:
+        rec.start()
+        assert rec.writer_pid is None  # it starts with the first decisions to write
+        for i in range(125):
+            rec.record(record(f"a{i}", NOW + i))
+        assert await asyncio.to_thread(rec.flush, 30.0) and rec.pending == 0  # another thread waits for the loop
+        pid = rec.writer_pid
+        assert pid is not None and pid != os.getpid() and "mma2a.gateway.history.writer" in cmdline(pid)
+        pids.append(pid)
+        rec.record(record("b0", NOW + 1000))
+        assert rec.flush(10.0) and rec.pending == 0  # on the loop's thread: it waits itself
+        assert rec.writer_pid == pid
+        await asyncio.to_thread(rec.stop)
+
+    asyncio.run(main())
+    assert max(writes) <= 50 and sum(writes) == 126 and rec.dropped == 0
+    assert rec.writer_pid is None and not Path(f"/proc/{pids[0]}").exists()  # ended and reaped by stop
+    assert rec.flush(1.0)  # the loop is closed: nothing pending, nothing to wait for
+    assert stored(path) == sorted([f"a{i}" for i in range(125)] + ["b0"])
+
+
+def test_stop_writes_what_is_queued_before_any_turn(tmp_path):
+    """Decisions recorded and the gateway stopped before the first turn: stop starts a writer and waits for it."""
+    path = tmp_path / "h.sqlite3"
+    rec = HistoryRecorder(HistoryStore(path), interval_s=3600)
+
+    async def main() -> None:
+        rec.start()
+        for i in range(7):
+            rec.record(record(f"s{i}"))
+        await asyncio.to_thread(rec.stop)
+
+    asyncio.run(main())
+    assert stored(path) == [f"s{i}" for i in range(7)] and rec.dropped == 0
+
+
+def test_a_killed_writer_loses_only_what_it_had_not_acknowledged_and_the_next_takes_over(tmp_path, monkeypatch):
+    monkeypatch.setattr(recorder_module, "RESPAWN_S", (0.0, 0.0))
+    path = tmp_path / "h.sqlite3"
+    drops: list[int] = []
+    rec = HistoryRecorder(HistoryStore(path), interval_s=3600, on_drop=lambda: drops.append(1))
+
+    async def main() -> None:
+        rec.start()
+        for i in range(10):
+            rec.record(record(f"kept{i}"))
+        assert await asyncio.to_thread(rec.flush, 30.0)
+        first = rec.writer_pid
+        assert first is not None
+        os.kill(first, signal.SIGSTOP)  # it can read nothing more, nor answer
+        for i in range(5):
+            rec.record(record(f"lost{i}"))
+        assert not await asyncio.to_thread(rec.flush, 0.5)  # sent, never acknowledged
+        assert rec.pending == 0
+        os.kill(first, signal.SIGKILL)
+        await until(lambda: rec.writer_pid is None, "the loop saw the writer's end")
+        assert rec.dropped == 5 and len(drops) == 5
+        for i in range(3):
+            rec.record(record(f"after{i}"))
+        assert await asyncio.to_thread(rec.flush, 30.0)
+        assert rec.writer_pid not in (None, first)
+        await asyncio.to_thread(rec.stop)
+
+    asyncio.run(main())
+    assert stored(path) == sorted([f"kept{i}" for i in range(10)] + [f"after{i}" for i in range(3)])
+
+
+def test_the_writer_ignores_a_groups_sigterm_and_sigint(tmp_path):
+    """A service manager (or a terminal's Ctrl-C) signals the gateway's whole group: the writer stays until the
+    gateway's stop has handed it everything."""
+    path = tmp_path / "h.sqlite3"
+    rec = HistoryRecorder(HistoryStore(path), interval_s=3600)
+
+    async def main() -> None:
+        rec.start()
+        rec.record(record("one"))
+        assert await asyncio.to_thread(rec.flush, 30.0)
+        pid = rec.writer_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGINT)
+        rec.record(record("two"))
+        assert await asyncio.to_thread(rec.flush, 30.0) and rec.writer_pid == pid and rec.dropped == 0
+        await asyncio.to_thread(rec.stop)
+
+    asyncio.run(main())
+    assert stored(path) == ["one", "two"]
+
+
+def test_the_writer_ends_with_the_gateway_process_and_keeps_what_it_was_given(tmp_path):
+    """The gateway SIGKILLed: the writer reads the end of its pipe, commits what it read and exits."""
+    path = tmp_path / "h.sqlite3"
+    script = textwrap.dedent(f"""
+        import asyncio, os, signal, sys
+        sys.path[:0] = {sys.path!r}
+        from mma2a.gateway.history import DecisionRecord, HistoryRecorder, HistoryStore, PartSummary
+        from mma2a.routing import PartRoute, Target
+        route = PartRoute(0, "image/png", (), (Target("vision"),), ("route_to",))
+        async def main():
+            rec = HistoryRecorder(HistoryStore({str(path)!r}), interval_s=3600)
+            rec.start()
+            for i in range(20):
+                rec.record(DecisionRecord(f"m{{i}}", 1.0e9, None, (PartSummary(0, "image/png"),), (route,),
+                                          "TASK_STATE_COMPLETED", 0.01))
+            assert await asyncio.to_thread(rec.flush, 30.0)
+            print(rec.writer_pid, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        asyncio.run(main())
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pid = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and b"zombie" not in Path(f"/proc/{pid}/status").read_bytes().lower():
+        assert time.monotonic() < deadline, "the writer outlived its gateway"
+        time.sleep(0.02)
+    assert stored(path) == sorted(f"m{i}" for i in range(20))
+
+
+@pytest.mark.parametrize("count", [1, 3000])
+def test_a_full_pipe_holds_frames_until_the_writer_reads_them(tmp_path, count, monkeypatch):
+    """Frames bigger than the pipe holds wait in the gateway's memory and go as the writer reads (paused here)."""
+    monkeypatch.setattr(recorder_module, "PIPE_BYTES", 4096)
+    path = tmp_path / "h.sqlite3"
+    rec = HistoryRecorder(HistoryStore(path), capacity=10_000, batch=100, interval_s=3600)
+
+    async def main() -> None:
+        rec.start()
+        rec.record(record("first"))
+        assert await asyncio.to_thread(rec.flush, 30.0)
+        pid = rec.writer_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        for i in range(count):
+            rec.record(record(f"x{i:05d}-" + "y" * 150))
+        assert not await asyncio.to_thread(rec.flush, 0.2)
+        os.kill(pid, signal.SIGCONT)
+        assert await asyncio.to_thread(rec.flush, 60.0) and rec.dropped == 0
+        await asyncio.to_thread(rec.stop)
+
+    asyncio.run(main())
+    assert len(stored(path)) == count + 1
