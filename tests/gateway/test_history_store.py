@@ -125,7 +125,8 @@ def test_rows_from_a_stream_keep_their_position_and_a_full_queue_says_wait(tmp_p
     store = HistoryStore(tmp_path / "h.sqlite3")
     rec = HistoryRecorder(store, capacity=2)
     assert store.position() == 0
-    assert rec.ingest(rows[:2], 7) and rec.ingest(rows[2:], 9) and not rec.ingest(rows, 10)  # full: the caller waits
+    assert rec.ingest(rows_to_json(rows[:2]), 7) and rec.ingest(rows_to_json(rows[2:]), 9)
+    assert not rec.ingest(rows_to_json(rows), 10)  # full: the caller waits
     rec.start()
     assert rec.flush(10.0)
     assert store.position() == 9 and store.stats()["decisions"] == 3

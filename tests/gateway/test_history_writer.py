@@ -193,3 +193,26 @@ def test_a_full_pipe_holds_frames_until_the_writer_reads_them(tmp_path, count, m
 
     asyncio.run(main())
     assert len(stored(path)) == count + 1
+
+
+def test_stream_messages_are_read_by_the_writer_and_keep_their_position(tmp_path):
+    """A clustered gateway's follower passes the history stream's messages on as they came: the writer reads their rows
+    (between the gateway's own), saves each one's position with them, and a message that holds no rows still moves
+    the position (it is skipped, with a warning)."""
+    from mma2a.gateway.history.record import rows_to_json, to_row
+
+    path = tmp_path / "h.sqlite3"
+    store = HistoryStore(path)
+    rec = HistoryRecorder(store, interval_s=3600)
+
+    async def main() -> None:
+        rec.start()
+        rec.record(record("own-0"))
+        assert rec.ingest(rows_to_json([to_row(record("s0")), to_row(record("s1"))]), 7)
+        rec.record(record("own-1"))
+        assert rec.ingest(b'{"rows": 3}', 8)  # not a batch of rows
+        assert await asyncio.to_thread(rec.flush, 30.0) and rec.dropped == 0
+        await asyncio.to_thread(rec.stop)
+
+    asyncio.run(main())
+    assert stored(path) == ["own-0", "own-1", "s0", "s1"] and HistoryStore(path).position() == 8

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ..gateway.history.record import DecisionRecord, rows_from_json, rows_to_json, to_row
+from ..gateway.history.record import DecisionRecord, rows_to_json, to_row
 from .link import Member, ensure_stream
 from .publisher import StreamPublisher
 
@@ -75,14 +75,9 @@ class JetStreamHistory(StreamPublisher[DecisionRecord]):
             self.subjects, stream=self.stream, ordered_consumer=True,
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, config=api.ConsumerConfig(opt_start_seq=start))
         try:
-            async for msg in sub.messages:
-                try:
-                    rows = await asyncio.to_thread(rows_from_json, msg.data)
-                except ValueError as exc:
-                    log.warning("history: skipped a stream message: %s", exc)
-                    rows = []
+            async for msg in sub.messages:  # the writer reads the rows (or says it skipped a message holding none)
                 position = msg.metadata.sequence.stream
-                while not self.local.ingest(rows, position):  # the writer is behind: wait, never drop
+                while not self.local.ingest(msg.data, position):  # the writer is behind: wait, never drop
                     await asyncio.sleep(0.05)
         finally:
             with contextlib.suppress(Exception):

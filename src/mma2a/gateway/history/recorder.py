@@ -34,7 +34,7 @@ import orjson
 
 from .record import DecisionRecord, Row, ShapeMemo, to_row
 from .store import HistoryStore
-from .writer import ACK, LAUNCH, encode
+from .writer import ACK, LAUNCH, encode, encode_stream, stream_rows
 
 log = logging.getLogger("mma2a.history")
 
@@ -47,12 +47,12 @@ RESPAWN_S = (0.5, 30.0)
 
 
 class _Followed:
-    """Rows that arrived from the cluster's stream, and the stream position of the last."""
+    """A message of the cluster's history stream (`record.rows_to_json`'s document) and its stream position."""
 
-    __slots__ = ("position", "rows")
+    __slots__ = ("data", "position")
 
-    def __init__(self, rows: list[Row], position: int) -> None:
-        self.rows, self.position = rows, position
+    def __init__(self, data: bytes, position: int) -> None:
+        self.data, self.position = data, position
 
 
 class _Process:
@@ -120,11 +120,12 @@ class HistoryRecorder:
             for _ in range(count):
                 self._on_drop()
 
-    def ingest(self, rows: list[Row], position: int) -> bool:
-        """Queue rows read from the cluster's stream; False when the queue is full (the follower waits and retries)."""
+    def ingest(self, data: bytes, position: int) -> bool:
+        """Queue a message of the cluster's history stream as it came (the writer reads its rows; one that holds none
+        still moves the file's position); False when the queue is full (the follower waits and retries)."""
         if len(self._queue) >= self.capacity:
             return False
-        self._queue.append(_Followed(rows, position))
+        self._queue.append(_Followed(data, position))
         self._enqueued += 1
         return True
 
@@ -257,19 +258,17 @@ class HistoryRecorder:
     def _frame(self, process: _Process) -> None:
         """Queued rows into frames of at most `batch` rows (a position from the stream ends a frame's rows)."""
         while self._queue and len(process.unsent) < MAX_UNSENT:
+            head = self._queue[0]
+            if isinstance(head, _Followed):  # a stream message: a frame of its own, read by the writer
+                self._queue.popleft()
+                process.unsent += encode_stream(head.data, head.position)
+                process.frames.append((1, 0))
+                continue
             rows: list[Row] = []
-            position: int | None = None
-            items = 0
-            while self._queue and len(rows) < self.batch:
-                item = self._queue.popleft()
-                items += 1
-                if isinstance(item, _Followed):
-                    rows += item.rows
-                    position = item.position
-                else:
-                    rows.append(item)
-            process.unsent += encode(rows, position)
-            process.frames.append((items, len(rows)))
+            while self._queue and len(rows) < self.batch and not isinstance(self._queue[0], _Followed):
+                rows.append(self._queue.popleft())  # type: ignore[arg-type]
+            process.unsent += encode(rows, None)
+            process.frames.append((len(rows), len(rows)))
 
     def _push(self, process: _Process) -> None:
         """Write framed bytes into the pipe until it is full (the loop then says when it has room)."""
@@ -431,7 +430,7 @@ class HistoryRecorder:
                 item = self._queue.popleft()
                 taken.append(item)
                 if isinstance(item, _Followed):
-                    rows += item.rows
+                    rows += stream_rows(item.data)
                     position = item.position
                 else:
                     rows.append(item)

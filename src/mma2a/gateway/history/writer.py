@@ -8,8 +8,10 @@ costs. Here it runs beside the loop, on another core when there is one; the loop
 frame, ~0.3 µs a decision (docs/benchmarks.md).
 
 On stdin, frames: `FRAME_HEAD` (the payload's length, the cluster stream position its rows end at
-or -1) and a pickled `(shapes, rows)`: each distinct shape's JSON once, then each row as a tuple
-of `Row`'s fields with its shape's index in `shapes`. On stdout, per frame: `ACK` (how many rows it
+or -1, its kind) and the payload: `ROWS`, a pickled `(shapes, rows)` — each distinct shape's JSON
+once, then each row as a tuple of `Row`'s fields with its shape's index in `shapes`; `STREAM`, a
+message of the cluster's history stream as it came (`record.rows_to_json`'s document, read here:
+the gateway that follows the stream only passes it on). On stdout, per frame: `ACK` (how many rows it
 took: committed, or given up on and logged). The process exits at the end of stdin, after it has
 written everything it read; a pipe closed by the gateway's death is that end too.
 
@@ -31,10 +33,11 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from .record import Row, Shape, shape_tags
+from .record import Row, Shape, rows_from_json, shape_tags
 from .store import HistoryStore
 
-FRAME_HEAD = struct.Struct(">Qq")
+FRAME_HEAD = struct.Struct(">QqB")
+ROWS, STREAM = range(2)
 ACK = struct.Struct(">Q")
 LAUNCH = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
           "import runpy; runpy.run_module('mma2a.gateway.history.writer', run_name='__main__')")
@@ -52,7 +55,21 @@ def encode(rows: Sequence[Row], position: int | None) -> bytes:
     flat = [(r[0], r[1], r[2], r[3], r[4], r[5], shapes.setdefault(r[6].parts_json, len(shapes)), r[7], r[8])
             for r in rows]
     payload = pickle.dumps((list(shapes), flat), protocol=5)
-    return FRAME_HEAD.pack(len(payload), -1 if position is None else position) + payload
+    return FRAME_HEAD.pack(len(payload), -1 if position is None else position, ROWS) + payload
+
+
+def encode_stream(data: bytes, position: int) -> bytes:
+    """One frame of a history stream message (its rows end at `position`)."""
+    return FRAME_HEAD.pack(len(data), position, STREAM) + data
+
+
+def stream_rows(data: bytes) -> list[Row]:
+    """The rows of a stream message; none (and a warning) for one that holds no rows: its position still counts."""
+    try:
+        return rows_from_json(data)
+    except ValueError as exc:
+        log.warning("history: skipped a stream message: %s", exc)
+        return []
 
 
 class Shapes:
@@ -91,13 +108,13 @@ def _read_exactly(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _write(store: HistoryStore, payload: bytes, position: int, shapes: Shapes) -> int:
+def _write(store: HistoryStore, payload: bytes, position: int, kind: int, shapes: Shapes) -> int:
     """One frame into the file: how many rows were committed. A file another process holds past the busy timeout is
     waited for again (the pipe, then the gateway's memory, then its queue hold what comes meanwhile; only the queue
     drops, and counts); any other error loses the frame's rows, and says so."""
     rows: list[Row] = []
     try:
-        rows = decode(payload, shapes)
+        rows = decode(payload, shapes) if kind == ROWS else stream_rows(payload)
         while True:
             try:
                 store.write(rows, None if position < 0 else position)
@@ -131,11 +148,11 @@ def serve(fd: int, out: BinaryIO, store: HistoryStore, prune_interval_s: float) 
         head = _read_exactly(fd, FRAME_HEAD.size)
         if head is None:
             return
-        size, position = FRAME_HEAD.unpack(head)
+        size, position, kind = FRAME_HEAD.unpack(head)
         payload = _read_exactly(fd, size)
         if payload is None:
             return
-        out.write(ACK.pack(_write(store, payload, position, shapes)))
+        out.write(ACK.pack(_write(store, payload, position, kind, shapes)))
         out.flush()
 
 
