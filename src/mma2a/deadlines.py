@@ -30,6 +30,11 @@ A connection lost while the app works on one of its requests marks the connectio
 at once, before uvicorn tells the app (`http.disconnect`, to an app that asks): the request's task runs with the link
 in `client_link.current`, so the work it queued for a client that left is let go (a leg waiting for an agent's slot:
 gateway/downstream/overload.py).
+HTTP/1.1 pipelining: uvicorn stops reading a connection while a request waits behind the one being served (its
+flow control), so a client that pipelined and closed went unseen — the request in progress was served (its leg
+sent once a slot freed), then the pipelined one run, both for a client long gone. What a client sends behind a
+request in progress is now read and held, unparsed (`_Pipelined`, at most `PIPELINED_HELD` bytes; past that reading
+pauses, as before), and parsed once the requests ahead are answered: its close is seen at once.
 """
 
 from __future__ import annotations
@@ -303,7 +308,43 @@ class _WriteDeadline:
         super().connection_lost(exc)  # type: ignore[misc]
 
 
-class _TimedHttpTools(_WriteDeadline):
+PIPELINED_HELD = 64 * 1024  # bytes a connection's pipelined requests may hold unparsed (uvicorn's body high-water mark)
+
+
+class _Pipelined:
+    """Mixin over uvicorn's HTTP protocols: bytes that arrive behind a request in progress (`_behind`: another
+    request waits behind it, or it was read whole and not answered) are held, unparsed, while reading goes on, so a
+    client that closes is seen (`connection_lost`) while its requests wait; they are parsed once the requests ahead
+    are answered (`_release`). Past `PIPELINED_HELD` reading pauses (uvicorn's own behaviour)."""
+
+    _held: bytearray | None = None
+    flow: Any
+
+    def _behind(self) -> bool:
+        raise NotImplementedError
+
+    def _hold(self, data: bytes) -> None:
+        held = self._held
+        if held is None:
+            held = self._held = bytearray()
+        held += data
+        if len(held) >= PIPELINED_HELD:
+            self.flow.pause_reading()
+
+    def _read_on(self) -> None:
+        """uvicorn paused reading for a pipelined request: read on (into `_hold`) while there is room."""
+        if self.flow.read_paused and (self._held is None or len(self._held) < PIPELINED_HELD):
+            self.flow.resume_reading()
+
+    def _release(self) -> None:
+        """After an answer: what was held is parsed once nothing waits ahead of it."""
+        held = self._held
+        if held and not self._behind() and not self.transport.is_closing():  # type: ignore[attr-defined]
+            self._held = None
+            self.data_received(bytes(held))  # type: ignore[attr-defined]
+
+
+class _TimedHttpTools(_Pipelined, _WriteDeadline):
     """Mixin over uvicorn's `HttpToolsProtocol`: the parser's callbacks move the deadline."""
 
     timeouts: Timeouts = Timeouts()
@@ -323,6 +364,9 @@ class _TimedHttpTools(_WriteDeadline):
         """Count the bytes of an unfinished head (a chunk that starts a message on a kept-alive connection is not
         counted, so the head held is at most the cap plus one read); past the cap, 431 and close."""
         if self._head < 0 or self._lingering._lingering:  # refused: what the client still sends is dropped
+            return
+        if self.pipeline:  # type: ignore[attr-defined]  # a request waits behind the one being served
+            self._hold(data)
             return
         waiting = self._deadline.phase == "headers"
         super().data_received(data)  # type: ignore[misc]
@@ -373,6 +417,15 @@ class _TimedHttpTools(_WriteDeadline):
             self._deadline.clear()
         else:
             self._deadline.arm("body", self.timeouts.body_s)
+        if self.pipeline:  # type: ignore[attr-defined]  # this one waits behind another: uvicorn paused reading
+            self._read_on()
+
+    def _behind(self) -> bool:
+        return bool(self.pipeline)  # type: ignore[attr-defined]
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]  # (starts the next pipelined request, if any)
+        self._release()
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)  # type: ignore[misc]
@@ -383,7 +436,7 @@ class _TimedHttpTools(_WriteDeadline):
         self._deadline.clear()
 
 
-class _TimedH11(_WriteDeadline, H11Protocol):
+class _TimedH11(_Pipelined, _WriteDeadline, H11Protocol):
     """uvicorn's `H11Protocol`, its deadline moved by h11's state after each read."""
 
     timeouts: Timeouts = Timeouts()
@@ -407,9 +460,22 @@ class _TimedH11(_WriteDeadline, H11Protocol):
             super().handle_events()
         finally:
             client_link.current.reset(token)
+        if self._behind():  # (h11 said PAUSED: a request behind this one, and uvicorn paused reading)
+            self._read_on()
+
+    def _behind(self) -> bool:
+        cycle = self.cycle
+        return cycle is not None and not cycle.response_complete and self.conn.their_state is h11.DONE
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # (starts the next pipelined request h11 holds, if any)
+        self._release()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering._lingering:  # answered and closing: what the client still sends is dropped
+            return
+        if self._behind():  # the request in progress was read whole: this is a request behind it
+            self._hold(data)
             return
         super().data_received(data)
         state, d = self.conn.their_state, self._deadline
