@@ -345,3 +345,57 @@ async def test_a_leg_whose_client_has_gone_is_not_sent_at_a_free_slot(tmp_path: 
         assert slow.started == [("done ", 5)]  # B's transformed leg alone: A's was never sent
         if slots is not None:
             assert (slots.inflight, slots.queued, slots.shed[5]) == (0, 0, 1)
+
+
+async def test_a_cancelled_grpc_fan_outs_queued_legs_are_counted_and_recorded_as_shed(tmp_path: Path) -> None:
+    """A gRPC SendMessage cloned to two busy agents: its legs wait, each in a task of its own, in both agents'
+    queues; the client cancels the call. Each leg leaves its queue unsent and is counted `client_gone` (as before),
+    and the message is in the history as shed `client_gone`, once, as a JSON-RPC fan-out's is (before: counted, not
+    recorded — each leg's note stayed in its own task's context)."""
+    executors = {"slow": GatedExecutor(), "other": GatedExecutor()}
+    cards = {name: make_card(name) for name in executors}
+    for card in cards.values():
+        declare_extension(card)
+    rules = {"version": 1, "rules": [{"name": "both", "match": {"modality": "*/*"},
+                                      "action": {"clone_and_route_to": ["slow", "other"]}}]}
+    port = free_port()
+    async with agents({n: (cards[n], ex) for n, ex in executors.items()}) as urls:
+        cfg = {"rules": rules, "data_dir": str(tmp_path), "history": {"flush_interval_s": 0.02},
+               "grpc_listen": f"127.0.0.1:{port}",
+               "agents": [{"name": n, "url": u, "max_concurrency": 1} for n, u in urls.items()],
+               "limits": {"max_queue_per_agent": 2, "queue_timeout_s": 600, "routine_queue_timeout_s": 600},
+               "auth": {"clients": [{"name": "routine", "token": ROUTINE}]}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as http:
+            try:
+                holders = [asyncio.create_task(http.post(f"{url}/agents/{n}/", headers={
+                    "Authorization": f"Bearer {ROUTINE}", "A2A-Version": "1.0"}, json={
+                    "jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": message(f"H-{n}", 1)}}))
+                    for n in executors]
+                await until(lambda: all(len(ex.started) == 1 for ex in executors.values()), "both agents are busy")
+                leaving = CancelsItsCall(port, "SendMessage")
+                await leaving.queue()
+                slots = [gw.pipeline.slots.get(n) for n in executors]
+                assert all(s is not None for s in slots)
+                await until(lambda: all(s.queued == 1 for s in slots if s is not None), "A's two legs queue")
+                await leaving.go()
+                await until(lambda: all(s.shed[5] == 1 and s.queued == 0 for s in slots if s is not None),
+                            "both legs leave their queues, counted")
+                text = await metrics(http, url)
+                assert all(f'mma2a_agent_shed_total{{agent="{n}",priority="5",reason="client_gone"}} 1.0' in text
+                           for n in executors)
+                for _ in range(2_000):
+                    got = await http.get(url + "/admin/history", params={"outcome": "shed"}, headers=ADMIN_HEADERS)
+                    if rows := got.json()["decisions"]:
+                        break
+                    await asyncio.sleep(0.005)
+                assert [r["messageId"] for r in rows] == ["m-A"]
+                assert rows[0]["error"].startswith("client_gone: agent ")
+                assert "(its client went away while it waited for agent " in rows[0]["error"]
+                for ex in executors.values():
+                    ex.go.release()
+                assert [(await h).status_code for h in holders] == [200, 200]
+                assert [ex.started for ex in executors.values()] == [[("H-slow", 1)], [("H-other", 1)]]
+            finally:
+                for ex in executors.values():
+                    for _ in range(2):
+                        ex.go.release()

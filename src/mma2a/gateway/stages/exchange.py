@@ -16,7 +16,7 @@ from ...routing import RouteDecision
 from ...view import MessageView
 from ..access.clients import current_client, current_sender, honoured_priority
 from ..access.federation import check_bound
-from ..downstream.overload import gone_unsent, note_shed
+from ..downstream.overload import gone_leg, gone_unsent, note_shed
 from ..history.record import DecisionRecord, HistorySink, refused_parts
 from ..observe.feed import DecisionFeed
 from ..observe.metrics import GatewayMetrics
@@ -201,12 +201,18 @@ class Exchange:
 
     async def shed_as_failed(self, leg: Leg, message: dict[str, Any], configuration: Mapping[str, Any] | None,
                               decision: RouteDecision, priority: int, shed: list[Overloaded]) -> LegResult:
-        """One leg of a fan-out: a shed leg fails alone (noted in `shed`), the others go on."""
+        """One leg of a fan-out: a shed leg fails alone (noted in `shed`), the others go on. Cancelled (a gRPC call's
+        fan-out, as its client goes): a leg its client's leaving let go unsent is noted in `shed` too, for the request
+        to record (each leg runs in a task of its own, whose context the request never sees)."""
         try:
             return await self.dispatcher.dispatch(leg, message, configuration, decision, priority=priority)
         except Overloaded as exc:
             shed.append(exc)
             return LegResult(leg.agent, error=exc.message)
+        except asyncio.CancelledError:
+            if (gone := gone_leg.get()) is not None:
+                shed.append(gone)
+            raise
 
     async def _execute(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, decision: RouteDecision,
@@ -238,8 +244,13 @@ class Exchange:
                                       priority=priority)]
         else:
             shed: list[Overloaded] = []
-            results = list(await asyncio.gather(*(self.shed_as_failed(leg, message, configuration, decision, priority,
-                                                                       shed) for leg in legs)))
+            try:
+                results = list(await asyncio.gather(*(self.shed_as_failed(leg, message, configuration, decision,
+                                                                           priority, shed) for leg in legs)))
+            except asyncio.CancelledError:  # (a gRPC call's, as its client goes): `remember_gone` records the message
+                if gone := [exc for exc in shed if exc.why == "client_gone"]:  # shed, as one leg's would be
+                    gone_leg.set(gone[0])
+                raise
             if len(shed) == len(legs):  # every leg shed: the message is, answered 503 as one leg's would be
                 raise shed[0]
         if len(results) == 1:
