@@ -87,9 +87,11 @@ async def test_a_gateway_takes_over_every_delivery_it_should_while_a_live_gatewa
                 journal._held.clear()  # as after a restart: its own are taken again
                 await journal._take_over(own=True)
                 rounds.append(sorted(taken))
+        left = (await link.js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.>")).state.subjects
     finally:
         await link.close()
     assert rounds == [["own-1", "own-2"]] * ROUNDS
+    assert sorted(left) == [f"$KV.{bucket}.{k}" for k in ("b-1", "b-2", "own-1", "own-2")]  # the marker purged
 
 
 async def test_a_recount_reads_every_upload_while_another_gateway_writes_to_its_own(nats_server: NatsServer) -> None:

@@ -32,6 +32,15 @@ async def pending_keys(nats_url: str, bucket: str) -> list[str]:
         await nc.close()
 
 
+async def held(nats_url: str, bucket: str) -> list[str]:
+    """The keys with a message in the bucket: a delivery's outcome leaves none (a KV delete's marker stayed forever)."""
+    nc = await nats.connect(nats_url)
+    try:
+        return await held_keys(nc.jetstream(), bucket)
+    finally:
+        await nc.close()
+
+
 async def until(predicate: Any, timeout_s: float = 60.0) -> None:
     """Until `predicate()` (an async check) holds; the timeout only guards against a hang."""
     async def loop() -> None:
@@ -82,8 +91,8 @@ async def test_a_killed_gateways_pending_deliveries_are_delivered_after_its_rest
                 hits_a = await alice_hook.wait_for(refused[0] + 1)
                 hits_b = await bob_hook.wait_for(refused[1] + 1)
 
-                async def none_pending() -> bool:
-                    return await pending_keys(nats_server.url, f"{name}_push_deliveries") == []
+                async def none_pending() -> bool:  # not even a marker left
+                    return await held(nats_server.url, f"{name}_push_deliveries") == []
                 await until(none_pending)
                 listed = await c.post(gw.url + "/", json={"jsonrpc": "2.0", "id": 1, "method": "ListTaskPushNotificationConfigs",
                                                           "params": {"taskId": alice_task}},
@@ -127,8 +136,8 @@ async def test_another_gateway_takes_over_the_deliveries_of_one_that_died(nats_s
                 hook.statuses.clear()
                 hits = await hook.wait_for(refused + 1)
 
-                async def none_pending() -> bool:
-                    return await pending_keys(nats_server.url, f"{name}_push_deliveries") == []
+                async def none_pending() -> bool:  # not even a marker left
+                    return await held(nats_server.url, f"{name}_push_deliveries") == []
                 await until(none_pending)
         finally:
             first.stop()

@@ -72,15 +72,27 @@ class PushJournalKV:
         self._tasks.append(asyncio.create_task(self._takeover_loop()))
 
     async def _entries(self, kind: str, skip: set[str] | frozenset[str] = frozenset()) -> list[Any]:
-        """The current entry of each key of `push_<kind>` but those in `skip` (a deleted delivery's marker left out),
-        the keys read from its stream, not by a watch (kv_keys.py: a watch's listing missed keys other gateways were
-        rewriting); [] when NATS is away (the next round reads again)."""
+        """The current entry of each key of `push_<kind>` but those in `skip`, the keys read from its stream, not by a
+        watch (kv_keys.py: a watch's listing missed keys other gateways were rewriting); [] when NATS is away (the next
+        round reads again). A delivery's marker (a KV delete's, by a gateway from before `_forget`) is purged."""
         try:
             keys = await held_keys(self.member.js, self.member.names.bucket("push_" + kind))
-            return await current(self.kv[kind], [k for k in keys if k not in skip])
+            entries = await current(self.kv[kind], [k for k in keys if k not in skip], deleted=kind == "deliveries")
         except Exception as exc:  # noqa: BLE001 - NATS away
             log.info("push %s: not read: %s", kind, exc or type(exc).__name__)
             return []
+        live = [e for e in entries if e.operation is None]
+        for marker in (e for e in entries if e.operation is not None):
+            with contextlib.suppress(Exception):  # up to the marker only: a record written since stays
+                await self._forget(marker.key, upto=marker.revision)
+        return live
+
+    async def _forget(self, key: str, *, upto: int | None = None) -> None:
+        """A delivery's record removed, leaving no marker (a KV delete's stays: this bucket has no TTL, and every
+        takeover round read each of them, one request a marker); with `upto`, its messages up to that revision only."""
+        bucket = self.member.names.bucket("push_deliveries")
+        await self.member.js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}",
+                                          seq=upto + 1 if upto is not None else None)
 
     async def _load_configs(self, on_config: OnConfig) -> None:
         for entry in await self._entries("configs"):
@@ -198,8 +210,8 @@ class PushJournalKV:
                     if what == "put":
                         assert value is not None
                         await self.kv[kind].put(key, value)
-                    else:
-                        await self.kv[kind].delete(key)
+                    else:  # a delivery's outcome (a config is never deleted: a deleted one is marked so)
+                        await self._forget(key)
                     break
                 except asyncio.CancelledError:
                     raise
