@@ -1,13 +1,13 @@
 """Cluster mode's decision history: every gateway publishes its decisions to one JetStream stream, and every
 gateway indexes the whole stream into its own SQLite file, so `/admin/history` on any gateway answers for all.
 
-The pipeline's `record()` only appends to a bounded deque (drops are counted, never a
-wait). A publisher task (`publisher.StreamPublisher`) sends batches (one JSON document per batch, serialised off the
-loop), gathering for `linger_s` first: at thousands of decisions a second one stream message (and
-one read by every follower) carries hundreds of them, not one or two. A follower task reads the
-stream from the position the local file last saved and hands the rows to the local writer
-thread, which saves the position in the same transaction — so a restarted gateway resumes
-exactly where its file stops.
+The pipeline's `record()` makes the decision's row (alike decisions' shapes memoised, as the local recorder
+does) and appends it to a bounded deque (drops are counted, never a wait). A publisher task
+(`publisher.StreamPublisher`) sends batches (one JSON document per batch), gathering for `linger_s` first: at
+thousands of decisions a second one stream message (and one read by every follower) carries hundreds of them, not
+one or two. A follower task reads the stream from the position the local file last saved and hands each message as
+it came to the local recorder, whose writer process reads its rows and saves the position in the same transaction —
+so a restarted gateway resumes exactly where its file stops.
 
 The workers of `serve --workers N` share one `data_dir`, so one history file: only the first worker
 follows the stream into it (`follow=False` for the others: the same rows indexed N times into one
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.js import api
 
-from ..gateway.history.record import DecisionRecord, rows_to_json, to_row
+from ..gateway.history.record import DecisionRecord, Row, ShapeMemo, rows_to_json, to_row
 from .link import Member, ensure_stream
 from .publisher import StreamPublisher
 
@@ -34,10 +34,11 @@ log = logging.getLogger("mma2a.cluster")
 LINGER_S = 0.05  # how long the publisher gathers decisions before it sends a batch short of `publisher.BATCH`
 
 
-class JetStreamHistory(StreamPublisher[DecisionRecord]):
+class JetStreamHistory(StreamPublisher[Row]):
     """The `HistorySink` of a clustered gateway."""
 
     kind = "history"
+    encode_on_loop = True  # rows made as decisions are recorded: a batch of 200 is ~80 µs of orjson
 
     def __init__(self, cluster: Member, local: HistoryRecorder, *, capacity: int, max_age_s: float,
                  max_bytes: int, follow: bool = True, linger_s: float = LINGER_S) -> None:
@@ -45,13 +46,23 @@ class JetStreamHistory(StreamPublisher[DecisionRecord]):
         self.local = local
         self.follow = follow
         self.max_age_s, self.max_bytes = max_age_s, max_bytes
+        self._memo = ShapeMemo()  # the request path's (the event loop's thread), as the local recorder's
 
     # --- the request path -----------------------------------------------------------------
     def record(self, entry: DecisionRecord) -> None:
-        self.put(entry)
+        """The decision's row, made at once with the shapes of alike decisions memoised (~2 µs; made later on a thread
+        without the memo it cost ~10 µs, under the loop's GIL), queued for the publisher."""
+        try:
+            row = to_row(entry, self._memo)
+        except Exception:  # features no JSON takes: this decision is lost, and counted
+            log.exception("history: a decision not recorded")
+            self.dropped += 1
+            self.on_dropped(1)
+            return
+        self.put(row)
 
-    def encode(self, batch: list[DecisionRecord]) -> bytes:
-        return rows_to_json([to_row(e) for e in batch])
+    def encode(self, batch: list[Row]) -> bytes:
+        return rows_to_json(batch)
 
     def on_dropped(self, count: int) -> None:
         self.cluster.gw.metrics.history.labels("dropped").inc(count)

@@ -3,7 +3,7 @@ decision history (`history.JetStreamHistory`) and its learning (`learning.Cluste
 
 The request path only appends to a bounded deque (past `capacity`, the event is dropped and counted: never a
 wait). A publisher task sends what is queued in batches of up to `BATCH` events, one stream message each,
-encoded off the loop (`encode`), after gathering for `linger_s` when fewer than a batch are queued. A batch that
+encoded off the loop (`encode`; on it when `encode_on_loop`: a few µs a batch), after gathering for `linger_s` when fewer than a batch are queued. A batch that
 NATS does not take is counted as failed (`on_failed`) and said once: the first failure is logged (with why the
 stream was refused at start, `refused`, when it was), then failures are only counted until a batch goes out again,
 which is logged with how many were lost meanwhile (a stream JetStream refused used to log a warning per batch).
@@ -35,6 +35,7 @@ class StreamPublisher(ABC, Generic[E]):
     """Batches of events of type `E` to the subject `<cluster>.<kind>.<member id>` of the stream `<CLUSTER>_<KIND>`."""
 
     kind = ""  # the stream's and subjects' middle name: "history", "learning"
+    encode_on_loop = False  # True: `encode` is cheap enough for the loop (a thread's hand-off and GIL cost more)
 
     def __init__(self, cluster: Member, *, capacity: int, linger_s: float = 0.0) -> None:
         self.cluster = cluster
@@ -72,7 +73,7 @@ class StreamPublisher(ABC, Generic[E]):
     # --- what a subclass says -------------------------------------------------------------------
     @abstractmethod
     def encode(self, batch: list[E]) -> bytes:
-        """One stream message of `batch` (run in a thread)."""
+        """One stream message of `batch` (run in a thread, unless `encode_on_loop`)."""
 
     def on_dropped(self, count: int) -> None:
         """`count` events dropped (queue full), before they were published."""
@@ -100,7 +101,7 @@ class StreamPublisher(ABC, Generic[E]):
     async def _publish_pending(self) -> None:
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
-            data = await asyncio.to_thread(self.encode, batch)
+            data = self.encode(batch) if self.encode_on_loop else await asyncio.to_thread(self.encode, batch)
             try:
                 await self.cluster.js.publish(self.subject, data, stream=self.stream)
                 self.published += len(batch)
