@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mma2a.cpus import allowed_cpus, cpu_quota, free_thread, pin_loop_thread, usable_cpus
+from mma2a.cpus import allowed_cpus, cpu_quota, free_default_executor, free_thread, pin_loop_thread, usable_cpus
 
 needs_two = pytest.mark.skipif(len(allowed_cpus()) < 2, reason="binding a thread to one CPU of one shows nothing")
 
@@ -54,6 +54,90 @@ def test_the_loop_thread_is_bound_and_the_threads_it_starts_with_free_thread_run
     assert got["freed"] == everywhere
     assert got["inherited"] == {cpu}  # what a pool without `free_thread` would get: the reason for it
     assert mask() == everywhere  # the test's own thread untouched
+
+
+@needs_two
+def test_the_loop_keeps_one_default_executor_whose_threads_run_anywhere_before_and_after_binding() -> None:
+    """`serve` gives the loop its default executor as it starts: the thread a `to_thread` started before the loop
+    was bound (a DNS look-up at start) serves after it too, and one started after runs anywhere (before: binding gave
+    the loop a new executor, and the first one's threads stayed idle until the process exited)."""
+    everywhere = set(allowed_cpus())
+    cpu = allowed_cpus()[-1]
+
+    async def body() -> dict[str, object]:
+        loop = asyncio.get_running_loop()
+        first = await asyncio.to_thread(threading.get_ident)
+        pinned = pin_loop_thread(cpu, loop)
+        both = threading.Barrier(2, timeout=60)  # two calls at once: the executor must start a second thread
+
+        def met() -> tuple[int, frozenset[int]]:
+            both.wait()
+            return threading.get_ident(), frozenset(mask())
+
+        after = await asyncio.gather(asyncio.to_thread(met), asyncio.to_thread(met))
+        return {"pinned": pinned, "loop": mask(), "first": first, "after": after}
+
+    out: dict[str, object] = {}
+
+    def run() -> None:
+        with asyncio.Runner() as runner:
+            free_default_executor(runner.get_loop())
+            out.update(runner.run(body()))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    after = out["after"]
+    assert out["pinned"] is True and out["loop"] == {cpu}
+    assert isinstance(after, list) and len({ident for ident, _ in after}) == 2
+    assert out["first"] in {ident for ident, _ in after}  # the one executor: its first thread not left idle
+    assert [cpus for _, cpus in after] == [everywhere, everywhere]  # the new thread too
+
+
+@needs_two
+def test_serve_pin_cpus_with_one_process_binds_its_loop_and_leaves_its_other_threads_free(tmp_path: Path) -> None:
+    """`mma2a serve --pin-cpus` (one process; it used to accept the flag and bind nothing): its event loop's thread
+    on the first CPU it may use, said in one line; every other thread anywhere (asyncio's executor's, started to store
+    a blob once it was bound)."""
+    import re
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text("listen: 127.0.0.1:0\nfeatures: false\nlog_decisions: false\n")
+    import mma2a
+
+    env = {**os.environ, "PYTHONPATH": str(Path(mma2a.__file__).parents[1])}  # these sources, from any directory
+    proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--pin-cpus",
+                             "--log-level", "warning"], stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        while not lines or "mma2a gateway on " not in lines[-1]:  # the banner once it serves
+            lines.append(proc.stderr.readline())
+            assert lines[-1], f"serve exited with {proc.wait()}: {lines}"
+
+        port = re.search(r"mma2a gateway on http://127\.0\.0\.1:(\d+) ", lines[-1]).group(1)  # type: ignore[union-attr]
+        import httpx  # a blob stored: threads of asyncio's default executor started after the binding
+
+        stored = httpx.post(f"http://127.0.0.1:{port}/blobs", content=b"x" * 100_000, timeout=30,
+                            headers={"Content-Type": "application/octet-stream"})
+        assert stored.status_code == 201, stored.text
+
+        def allowed(tid: int) -> str:
+            status = Path(f"/proc/{proc.pid}/task/{tid}/status").read_text()
+            return re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M).group(1)  # type: ignore[union-attr]
+
+        loop = allowed(proc.pid)
+        others = {allowed(int(t.name)) for t in Path(f"/proc/{proc.pid}/task").iterdir() if int(t.name) != proc.pid}
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    first = allowed_cpus()[0]
+    everywhere = Path(f"/proc/{os.getpid()}/status").read_text().split("Cpus_allowed_list:")[1].split()[0]
+    assert f"mma2a serve: event loop on CPU {first} (--pin-cpus), its other threads on any\n" in lines
+    assert loop == str(first)  # before: every CPU
+    assert others and others == {everywhere}, others
 
 
 @needs_two

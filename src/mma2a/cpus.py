@@ -10,11 +10,15 @@ or when asked: `Plan.cpus`); once the worker serves, `pin_loop_thread` binds the
 CPU. Every request of a worker runs on that thread; left to the kernel, it moves the loops between the cores as other
 processes wake (docs/benchmarks.md, "`serve --workers 2` in session 15", counts the moves and what binding saves).
 
+`serve --pin-cpus` with one process binds its loop the same way, to the first CPU it may run on.
+
 Only the loop's thread is bound. A thread inherits the mask of the thread that starts it, so the pools a worker starts
 later from its loop (the perception models', the JSON body's, the resolver's, asyncio's default executor) first run
 `free_thread`: the models of one busy worker may still use every core the others leave idle. Threads started before
 the worker serves (the history writer's, gRPC's) were never bound; a thread a library starts later from the loop
-thread itself shares its CPU.
+thread itself shares its CPU. The loop's default executor is given as the loop starts (`free_default_executor`), so
+it is the one executor for the loop's life: asyncio would make its own at the first `to_thread` (a DNS look-up at
+start), and one given later left that one's threads idle until the process exited (uvloop has no handle to it).
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 _free: frozenset[int] | None = None  # the CPUs this process could run on before its loop thread was bound (None: not)
+_given: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()  # loops given `free_default_executor`
 
 
 def allowed_cpus() -> list[int]:
@@ -87,17 +93,26 @@ def usable_cpus() -> int:
     return max(1, min(cpus, math.ceil(quota - 1e-9))) if quota is not None else cpus
 
 
+def free_default_executor(loop: asyncio.AbstractEventLoop) -> None:
+    """Give `loop`, before anything runs on it, the default executor it keeps: its threads run `free_thread` first
+    (nothing while the loop's thread is unbound; every CPU the process could use once it is)."""
+    loop.set_default_executor(ThreadPoolExecutor(initializer=free_thread, thread_name_prefix="asyncio"))
+    _given.add(loop)
+
+
 def pin_loop_thread(cpu: int, loop: asyncio.AbstractEventLoop) -> bool:
-    """Bind the calling thread (the one running `loop`) to `cpu`, and give `loop` a default executor whose threads run
-    anywhere. False, and nothing changed, when `cpu` is not one this process may run on (the host's CPUs changed since
-    the supervisor looked)."""
+    """Bind the calling thread (the one running `loop`) to `cpu`; the loop's default executor runs its threads
+    anywhere (given at the start by `free_default_executor`, as `serve` does; else given now, and one asyncio made
+    before stays as it is). False, and nothing changed, when `cpu` is not one this process may run on (the host's
+    CPUs changed since the supervisor looked)."""
     global _free
     free = frozenset(allowed_cpus())
     if cpu not in free:
         return False
     _free = free
     os.sched_setaffinity(0, {cpu})  # 0: the calling thread (Linux affinity is a thread's)
-    loop.set_default_executor(ThreadPoolExecutor(initializer=free_thread, thread_name_prefix="asyncio"))
+    if loop not in _given:
+        free_default_executor(loop)
     return True
 
 

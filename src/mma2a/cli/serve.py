@@ -71,8 +71,9 @@ def serve(
                                               "through NATS (--cluster, else one started here); 'auto': one per "
                                               "CPU this process may use, a container's CPU limit counted")] = "1",
     pin_cpus: Annotated[bool | None, typer.Option(
-        "--pin-cpus/--no-pin-cpus", help="With --workers N: each worker's event loop on a CPU of its own, its other "
-        "threads anywhere. Default: when N is every CPU this process may use (--workers auto)")] = None,
+        "--pin-cpus/--no-pin-cpus", help="Each worker's event loop on a CPU of its own (one process: the first CPU "
+        "it may use), its other threads anywhere. Default: with --workers N when N is every CPU this process may use "
+        "(--workers auto)")] = None,
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
@@ -95,8 +96,9 @@ def serve(
     configure_logging(log_level)
     for line in credential_warnings(cfg):
         typer.echo(line, err=True)
+    cpu = worker_cpu() if worker else own_cpu(pin_cpus)
     try:
-        run(cfg, cluster=hooks, on_ready=lambda gw: ready(gw, worker), reuse_port=worker)
+        run(cfg, cluster=hooks, on_ready=lambda gw: ready(gw, cpu, worker), reuse_port=worker)
     except ListenError as exc:
         typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
         raise typer.Exit(2) from None
@@ -105,18 +107,36 @@ def serve(
         raise typer.Exit(2) from None
 
 
-def ready(gateway: Gateway, worker: bool) -> None:
+def worker_cpu() -> str | None:
+    """The CPU the supervisor gave this worker of `serve --workers N` (None: none)."""
+    from ..supervisor import WORKER_CPU_ENV
+
+    return os.environ.get(WORKER_CPU_ENV) or None
+
+
+def own_cpu(pin: bool | None) -> str | None:
+    """The CPU a gateway of one process binds its event loop to: with `--pin-cpus`, the first it may run on (as worker 0
+    of `--workers N` would be); None otherwise (binding one process by default would put every `serve` of a host on
+    the same CPU)."""
+    if not pin:
+        return None
+    from ..cpus import allowed_cpus
+
+    cpus = allowed_cpus()
+    return str(cpus[0]) if cpus else None
+
+
+def ready(gateway: Gateway, cpu: str | None, worker: bool = False) -> None:
     """Once it serves (on its event loop's thread): a worker of `serve --workers N` binds that thread to the CPU the
-    supervisor gave it (`mma2a.cpus`), and the banner is said."""
-    if worker:
-        from ..supervisor import WORKER_CPU_ENV
+    supervisor gave it (`mma2a.cpus`), `serve --pin-cpus` to its own; then the banner is said."""
+    if cpu:
+        from ..cpus import pin_loop_thread
 
-        if cpu := os.environ.get(WORKER_CPU_ENV):
-            from ..cpus import pin_loop_thread
-
-            if not cpu.isdigit() or not pin_loop_thread(int(cpu), asyncio.get_running_loop()):
-                typer.echo(f"mma2a serve: CPU {cpu} is not one this worker may run on; its event loop runs anywhere",
-                           err=True)
+        if not cpu.isdigit() or not pin_loop_thread(int(cpu), asyncio.get_running_loop()):
+            typer.echo(f"mma2a serve: CPU {cpu} is not one this gateway may run on; its event loop runs anywhere",
+                       err=True)
+        elif not worker:  # (the supervisor says a worker's)
+            typer.echo(f"mma2a serve: event loop on CPU {cpu} (--pin-cpus), its other threads on any", err=True)
     typer.echo(banner(gateway), err=True)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from ..cpus import free_default_executor
 from ..serving import listen_socket, raise_open_files_limit, settle_heap, uvicorn_config
 from ..serving import running as running
 from ..tls import ServerTLS
@@ -112,6 +113,7 @@ def serve(
         # the app's lifespan, run here so a start error is raised (one line at the CLI), not logged with a traceback
         run = server.serve_between([sock], start=gateway.start, stop=gateway.stop)
         with asyncio.Runner(loop_factory=config_.get_loop_factory()) as runner:
+            free_default_executor(runner.get_loop())  # the loop's one executor, its threads free if it is bound
             runner.run(run)
     finally:
         sock.close()
