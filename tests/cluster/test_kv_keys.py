@@ -15,7 +15,7 @@ from mma2a.cluster.kv_keys import current, held_keys, stream_subjects
 from mma2a.cluster.server import NatsServer
 from tests.cluster.conftest import cluster_name
 
-LIMIT = 100_000  # subjects in one STREAM.INFO answer (nats-server's JSMaxSubjectDetails, 2.10 to 2.15)
+LIMIT = 100_000  # subjects in one STREAM.INFO answer (nats-server's JSMaxSubjectDetails, a constant; 2.15.1 here)
 pytestmark = pytest.mark.timeout(120)
 
 

@@ -5,10 +5,11 @@ values while other members rewrite keys: a listing then missed keys, or had none
 of two serving workers; a config catch-up could miss a rule or agent change until it changed again). Here the keys are
 the subjects of the bucket's stream, as JetStream answers `STREAM.INFO` with a subjects filter: under the stream's
 lock, so a key rewritten meanwhile is in the answer. One answer carries at most the server's limit of subjects
-(100,000 in nats-server 2.10 to 2.15: `total`, `limit` and `offset` in the answer say how many there are and where it
-starts); past it the subjects are read in pages by offset into the sorted list, each page starting at the previous
-one's last subject, so subjects removed meanwhile before a page's start (a key aged out or purged), which move the
-rest back, are seen and the page is read again from further back: a key held throughout the listing is in it.
+(100,000 in nats-server 2.15.1, a constant: JSMaxSubjectDetails; `total`, `limit` and `offset` in the answer say how
+many there are and where it starts); past it the subjects are read in pages by offset into the sorted list, each page
+starting at the previous one's last subject, so subjects removed meanwhile before a page's start (a key aged out or
+purged), which move the rest back, are seen and the page is read again from further back: a key held throughout the
+listing is in it.
 
 A deleted or purged key keeps a marker message on its subject, so it is listed: `current` says it apart (its marker's
 entry, `operation` KV_DEL or KV_PURGE), as `KeyValue.get` does (KeyNotFoundError)."""
