@@ -20,6 +20,7 @@ from mma2a.cluster.account import nats_account
 from mma2a.cluster.kv_keys import current, held_keys
 from mma2a.cluster.server import NatsServer
 from mma2a.ext import EXTENSION_URI
+from mma2a.gateway.access.federation import HEADER, Federation
 from mma2a.signing import new_private_key, public_key_text, sign_message
 from tests.agents import RecordingExecutor, make_card, run_agent
 
@@ -146,8 +147,6 @@ async def test_a_signed_message_is_good_once_per_cluster_and_only_from_the_clien
 async def test_a_federation_peers_assertion_is_good_once_per_cluster(nats_server: NatsServer, tmp_path: Path) -> None:
     """A peer gateway's signed assertion of its client (`MMA2A-Upstream-Client`) is good for one request on every
     gateway of the cluster: captured and replayed to the other gateway (or the same), it is refused naming why."""
-    from mma2a.gateway.access.federation import HEADER, Federation
-
     key = new_private_key()
     ex = RecordingExecutor(reply="ok")
     async with run_agent(make_card("echo"), ex) as agent_url:
@@ -268,13 +267,22 @@ async def test_a_signed_message_is_not_accepted_while_the_nonce_record_is_out_of
     try:
         async with run_agent(make_card("echo"), ex) as agent_url:
             config = {**secured(server.url, cluster_name(), agent_url),
-                      "signing": {"senders": {"camera-1": public_key_text(key)}}}
+                      "signing": {"senders": {"camera-1": public_key_text(key)}},
+                      "federation": {"trusted_gateways": {"gwa": {"public_key": public_key_text(key)}}}}
+            config["auth"]["clients"].append({"name": "gwa", "token": "gwa-token-0123456789"})
             config["cluster"]["durable"] = False  # direct delivery: only the nonce needs NATS
             async with gateways([config], tmp_path) as gws:
                 msg = signed_message(key, "camera-1", "once, later")
                 async with httpx.AsyncClient(timeout=60) as c:
                     await asyncio.to_thread(server.stop)
                     refused = await rpc(c, gws[0].url, "alice", "SendMessage", {"message": copy.deepcopy(msg)})
+                    # a federation peer's assertion is claimed in the same record: not accepted either, said so
+                    r = await c.post(gws[0].url + "/", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                                             "params": {"message": text_message("x", message_id="f-9")}},
+                                     headers={"A2A-Version": "1.0", "Authorization": "Bearer gwa-token-0123456789",
+                                              HEADER: Federation("gw-a", private_key=key).assertion(
+                                                  "alice", "message:f-9", int(time.time()))})
+                    peers = r.status_code, r.json()
                     await asyncio.to_thread(server.start)
                     answers = []
                     for _ in range(120):  # the same message again until the gateway reaches NATS once more
@@ -289,6 +297,9 @@ async def test_a_signed_message_is_not_accepted_while_the_nonce_record_is_out_of
     assert refused["error"]["message"].startswith(
         "signed message not accepted: the cluster's nonce record is out of reach (NATS: "), refused
     assert refused["error"]["message"].endswith("); retry")
+    assert peers[0] == 503 and peers[1]["error"]["code"] == -32603, peers
+    assert peers[1]["error"]["message"].startswith(
+        f"{HEADER}: not accepted: the cluster's nonce record is out of reach (NATS: "), peers
     assert task_state(answers[-1]) == "TASK_STATE_COMPLETED", answers[-1]  # the retry is not taken for a replay
     assert again["error"]["message"] == (f"message.metadata[{EXTENSION_URI}].signature.nonce: nonce already used by "
                                          "camera-1 (replayed message)")

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...errors import ConfigError, RateLimited, SignatureError, Unauthorized
+from ...errors import ClusterError, ConfigError, RateLimited, SignatureError, Unauthorized
 from ...ext import PROTOCOL_NAME
 from ...signing import ReplayGuard, canonicalize, private_key_from_text, public_key_from_text, public_key_text
 from .clients import Client, current_client
@@ -245,7 +245,11 @@ class Federation:
         is out of reach (not served: a replay could not be told apart). Nothing without a ledger or an assertion."""
         if self.ledger is None or client.bound is None or value is None:
             return
-        if not await self.ledger.claim(f"federation:{client.name}", _ident(value)):
+        try:
+            fresh = await self.ledger.claim(f"federation:{client.name}", _ident(value))
+        except ClusterError as exc:  # (its words name a signed message)
+            raise ClusterError(f"{HEADER}: not accepted: {exc.message.partition(': ')[2]}", field=HEADER) from None
+        if not fresh:
             raise _replayed(" on another gateway of the cluster")
 
     def asserted(self, value: str, now: float) -> Asserted | None:
