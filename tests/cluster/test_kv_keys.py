@@ -4,6 +4,7 @@ entry, a deleted or purged key's marker said apart."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -11,8 +12,12 @@ import pytest
 from nats.js import api
 from nats.js.kv import KV_DEL, KV_PURGE
 
+from mma2a.cluster.account import nats_account
 from mma2a.cluster.kv_keys import current, held_keys, stream_subjects
+from mma2a.cluster.link import ClusterLink, ensure_kv
+from mma2a.cluster.push import PushJournalKV
 from mma2a.cluster.server import NatsServer
+from mma2a.gateway.cluster_config import ClusterConfig
 from tests.cluster.conftest import cluster_name
 
 LIMIT = 100_000  # subjects in one STREAM.INFO answer (nats-server's JSMaxSubjectDetails, a constant; 2.15.1 here)
@@ -106,3 +111,27 @@ async def test_a_deleted_or_purged_key_is_listed_and_said_apart_and_a_missing_bu
     finally:
         await js.delete_key_value(bucket)
         await nc.close()
+
+
+async def test_a_listing_and_a_deliverys_purge_need_no_more_than_the_documented_nats_permissions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nats-server configured as docs/operations.md says ("Securing NATS"): a listing's STREAM.INFO (with an offset)
+    and the purge that removes a push delivery's record (cluster/push.py `_forget`) are among the gateways' subjects."""
+    name = cluster_name()
+    monkeypatch.setenv("MMA2A_NATS_PASSWORD", "nats-gateway-s3cret-0123456789")
+    conf = tmp_path / "nats.conf"
+    conf.write_text(nats_account(name))
+    server = NatsServer(tmp_path / "nats", args=["-c", str(conf)]).start()
+    try:
+        link = await ClusterLink(ClusterConfig(nats=server.url, name=name, auth={
+            "user": "mma2a-gateway", "password_env": "MMA2A_NATS_PASSWORD"})).connect()
+        bucket = link.names.bucket("push_deliveries")
+        kv = await ensure_kv(link.js, bucket)
+        for key in ("d1", "d2"):
+            await kv.put(key, b"{}")
+        assert await held_keys(link.js, bucket) == ["d1", "d2"]
+        await PushJournalKV(link)._forget("d1")  # type: ignore[arg-type]  # a link: all `_forget` uses of a member
+        assert await held_keys(link.js, bucket) == ["d2"]
+        await link.close()
+    finally:
+        server.stop()
