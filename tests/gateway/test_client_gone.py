@@ -264,16 +264,22 @@ async def test_a_streaming_fan_outs_queued_leg_is_sent_after_its_client_leaves(t
             assert await state() == "TASK_STATE_COMPLETED"
 
 
-def tcp_state(local: int, remote: int) -> str | None:
-    """The kernel's state of the loopback TCP connection from port `local` to port `remote` (/proc/net/tcp: '06' is
-    TIME_WAIT; both ends named: another connection may hold the same local port to elsewhere)."""
+def tcp_entry(local: int, remote: int) -> list[str] | None:
+    """The kernel's line of the loopback TCP connection from port `local` to port `remote`, split (/proc/net/tcp;
+    both ends named: another connection may hold the same local port to elsewhere)."""
     ends = (f"0100007F:{local:04X}", f"0100007F:{remote:04X}")
     with open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:
             fields = line.split()
             if (fields[1], fields[2]) == ends:
-                return fields[3]
+                return fields
     return None
+
+
+def tcp_state(local: int, remote: int) -> str | None:
+    """The state of that connection ('06' is TIME_WAIT)."""
+    fields = tcp_entry(local, remote)
+    return fields[3] if fields is not None else None
 
 
 @contextlib.asynccontextmanager

@@ -16,19 +16,14 @@ import httpx
 import pytest
 
 from mma2a import serving
-from tests.gateway.test_client_gone import GONE, metrics, queued, request_of, shed_recorded, tcp_state
+from tests.gateway.test_client_gone import GONE, metrics, queued, request_of, shed_recorded, tcp_entry, tcp_state
 from tests.gateway.test_overload import ROUTINE, loaded, send, until
 
 
 def unread(local: int, remote: int) -> int | None:
-    """Bytes the kernel holds unread on the loopback connection from port `local` to `remote` (/proc/net/tcp)."""
-    ends = (f"0100007F:{local:04X}", f"0100007F:{remote:04X}")
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if (fields[1], fields[2]) == ends:
-                return int(fields[4].split(":")[1], 16)
-    return None
+    """Bytes the kernel holds unread on the loopback connection from port `local` to `remote`."""
+    fields = tcp_entry(local, remote)
+    return int(fields[4].split(":")[1], 16) if fields is not None else None
 
 
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
