@@ -15,13 +15,14 @@
    client: the tail). Compare two source trees with bench/ab.py.
 4. `--served` (only this part): `mma2a serve` in front of bench/fast_agent.py, history on and off, driven by
    wrk (16 connections, the checked one-text-part SendMessage), interleaved in rounds: each arm's CPU per
-   request split by thread (/proc schedstat) — the event loop's thread and the others (the history writer) —
-   with their voluntary context switches per request (a wait for the GIL is one).
+   request split by thread (/proc schedstat) — the event loop's thread, the others — and the history's writer
+   process, with their voluntary context switches per request (a wait for the GIL is one). `--before SRC`: a
+   third arm, the gateway of another source tree.
 
     .venv/bin/python bench/history.py [--decisions 100000] [--repeat 30] [--rounds 3] [--seconds 8]
                                       [--connections 16] [--json]
     .venv/bin/python bench/history.py --hot-path [--rounds 3] [--units 20000]
-    .venv/bin/python bench/history.py --served [--rounds 3] [--seconds 5] [--connections 16] [--json]
+    .venv/bin/python bench/history.py --served [--rounds 3] [--seconds 5] [--connections 16] [--before SRC] [--json]
 """
 
 from __future__ import annotations
@@ -372,12 +373,12 @@ def _threads(pid: int) -> dict[str, tuple[int, int]]:
 
 def served_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     """History on and off behind `mma2a serve`, interleaved; CPU per request by thread, medians over rounds."""
-    from gateway import FAST_EXPECT, Arms  # bench/gateway.py's processes: fast agent, gateways
+    from gateway import FAST_EXPECT, Arms, tree  # bench/gateway.py's processes: fast agent, gateways
 
     script = tmp / "send.lua"
     script.write_text(send_message_lua())
-    names = ["gateway", "gateway_nohistory"]
-    arms = Arms(tmp, ["direct", *names])
+    names = ["gateway", "gateway_nohistory", *(["gateway_before"] if args.before else [])]
+    arms = Arms(tmp, ["direct", *names], before=args.before)
     runs: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     try:
         for name in names:  # warm up
@@ -385,16 +386,21 @@ def served_bench(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         for r in range(args.rounds):
             for name in (names if r % 2 == 0 else names[::-1]):
                 pid = arms.pid[name]
+                writers = [p for p in tree(pid) if p != pid]  # the history's writer process (the warm-up started it)
                 before, load = _threads(pid), os.getloadavg()[0]
+                before_w = {p: _threads(p) for p in writers}
                 w = run_wrk(arms.url[name] + "/", args.seconds, args.connections, str(script), FAST_EXPECT, "/", threads=1)
                 after = _threads(pid)
+                after_w = {p: _threads(p) for p in writers}
                 n = max(1, w["requests"])
                 loop = [a - b for a, b in zip(after[str(pid)], before[str(pid)], strict=True)]
                 others = [sum(v[i] - before.get(t, (0, 0))[i] for t, v in after.items() if t != str(pid)) for i in (0, 1)]
+                writer = sum(v[0] - before_w[p].get(t, (0, 0))[0] for p in writers for t, v in after_w[p].items())
                 runs[name].append({"rps": w["rps"], "errors": w["errors"], "load": round(load, 1),
-                                   "cpu_us_per_req": round((loop[0] + others[0]) / 1e3 / n, 1),
+                                   "cpu_us_per_req": round((loop[0] + others[0] + writer) / 1e3 / n, 1),
                                    "loop_cpu_us_per_req": round(loop[0] / 1e3 / n, 1),
                                    "other_cpu_us_per_req": round(others[0] / 1e3 / n, 1),
+                                   "writer_process_cpu_us_per_req": round(writer / 1e3 / n, 1),
                                    "loop_waits_per_req": round(loop[1] / n, 3), "other_waits_per_req": round(others[1] / n, 3)})
     finally:
         stop(arms.procs)
@@ -415,6 +421,7 @@ def main() -> None:
     ap.add_argument("--hot-path", action="store_true", help="only part 3: what recording costs the request thread")
     ap.add_argument("--units", type=int, default=20_000, help="request-like units per arm and round (--hot-path)")
     ap.add_argument("--served", action="store_true", help="only part 4: a served gateway's CPU by thread")
+    ap.add_argument("--before", help="--served: also the gateway of this source tree (a `src` directory), `gateway_before`")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-history-"))
