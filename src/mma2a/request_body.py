@@ -40,11 +40,16 @@ def check_json_values(body: bytes, limit: int = MAX_JSON_VALUES) -> int | None:
     if len(body) <= limit:
         return None
     brackets = body.count(b"{") + body.count(b"[")
-    n = body.count(b",") + brackets
+    n = body.count(b",") + brackets  # (json_values, the brackets kept)
     if n > limit:
         raise InvalidRequest(f"request body has {n} commas and opening brackets (about one JSON value each), the most "
                              f"is {limit}; send large data by reference (POST /blobs)", field="body")
     return brackets
+
+
+def json_values(body: bytes) -> int:
+    """About how many JSON values `body` holds, as `check_json_values` counts them (commas and opening brackets)."""
+    return body.count(b",") + body.count(b"{") + body.count(b"[")
 
 
 def parse_json_body(body: bytes, max_depth: int) -> tuple[Any, int | None]:

@@ -48,14 +48,20 @@ def check_required(params: SendMessageRequest | GetTaskRequest | CancelTaskReque
         validate_proto_required_fields(params)
 
 
-def check_struct_bytes(params: SendMessageRequest) -> None:
-    """`InvalidParams` naming the field when the request's free-form JSON fields pass `MAX_STRUCT_BYTES` (their sizes
-    are computed in C, without a walk in Python)."""
+def struct_fields(params: SendMessageRequest) -> list[tuple[str, int]]:
+    """The request's free-form JSON fields (metadata, data parts, configuration) and their sizes in bytes, computed in
+    C without a walk in Python: what `MessageToDict` (pure Python, ~3 us a value) will convert."""
     m = params.message
     fields = [("message.metadata", m.metadata.ByteSize())]
     fields += [(f"message.parts[{i}]", p.metadata.ByteSize() + (p.data.ByteSize() if p.HasField("data") else 0))
                for i, p in enumerate(m.parts)]
     fields += [("configuration", params.configuration.ByteSize()), ("metadata", params.metadata.ByteSize())]
+    return fields
+
+
+def check_struct_bytes(params: SendMessageRequest) -> None:
+    """`InvalidParams` naming the field when the request's free-form JSON fields pass `MAX_STRUCT_BYTES`."""
+    fields = struct_fields(params)
     total = sum(n for _, n in fields)
     if total > MAX_STRUCT_BYTES:
         where = max(fields, key=lambda f: f[1])[0]

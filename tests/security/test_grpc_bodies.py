@@ -210,3 +210,31 @@ async def test_a_large_grpc_message_holds_its_bytes_of_the_body_budget_and_is_re
                                  "(max_body_bytes_in_flight); retry, or send large media by reference (POST /blobs)")
     assert small.HasField("task") and served.HasField("task")
     assert size > 2_000_000
+
+
+async def test_a_small_request_of_many_free_form_values_is_converted_in_the_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security probe S16-2 on gRPC: a request within the inline size was converted on the loop (`MessageToDict`, pure
+    Python, ~3.4 us a value): 1 MiB of empty structs, within `MAX_STRUCT_BYTES`, held every client 0.9 s. Free-form
+    fields of more than `INLINE_SDK_STRUCT_BYTES` are converted in the worker; the request is served as before."""
+    from google.protobuf import struct_pb2
+
+    from mma2a.gateway.bindings import sdk_binding
+
+    on_loop: list[int] = []
+    real = sdk_binding._request_json
+
+    def recording(params: SendMessageRequest) -> Any:
+        on_loop.append(params.ByteSize())
+        return real(params)
+
+    monkeypatch.setattr(sdk_binding, "_request_json", recording)
+    many = request("m-many", parts=[a2a_pb2.Part(text="hi")])
+    many.message.metadata.update({"a": [{} for _ in range(20_000)]})
+    assert isinstance(many.message.metadata["a"], struct_pb2.ListValue)
+    async with grpc_gateway({}) as (gw, _, port, _executor):
+        served = await _send("127.0.0.1", port, many)
+        few = await _send("127.0.0.1", port, request("m-few", parts=[a2a_pb2.Part(text="hi")]))
+        worker = gw._body_parser.worker_pid
+    assert served.HasField("task") and few.HasField("task") and worker is not None
+    assert len(on_loop) == 1 and on_loop[0] < 1000, on_loop  # m-few's alone (before: m-many's 80 KB too)

@@ -347,3 +347,69 @@ async def test_large_v03_and_push_config_bodies_are_read_off_the_loop_and_answer
     assert got["/tasks/TID/pushNotificationConfigs", "ok"][0][0] == 200, got["/tasks/TID/pushNotificationConfigs", "ok"]
     assert got["/v1/tasks/TID/pushNotificationConfigs", "ok"][0][0] == 200, got["/v1/tasks/TID/pushNotificationConfigs", "ok"]
     assert parsed and max(parsed) <= INLINE_PARSE_BYTES
+
+
+def empties(n: int) -> dict[str, Any]:
+    """Message metadata of `n` empty objects (3 bytes each in JSON, 4 on the protobuf wire)."""
+    return {"a": [{} for _ in range(n)]}
+
+
+def test_a_body_of_many_values_is_read_in_the_worker_however_small() -> None:
+    from mma2a.gateway.bindings.body_parser import INLINE_SDK_VALUES
+
+    parser = JSONBodyParser(64)
+    assert parser.inline(b"{}" * (INLINE_SDK_VALUES // 2)) and parser.inline(b"x" * INLINE_PARSE_BYTES)
+    assert parser.inline(b"," * INLINE_SDK_VALUES) and not parser.inline(b"," * (INLINE_SDK_VALUES + 1))
+    assert not parser.inline(b" " * (INLINE_PARSE_BYTES + 1))
+
+
+async def test_a_small_body_of_many_values_is_read_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security probe S16-2: the SDK's reads of a request (`json_format`'s `Parse`/`ParseDict`, then `MessageToDict`,
+    pure Python, ~5 us a JSON value) ran on the event loop for every body up to 1 MiB, which was taken as cheap: a
+    786 KB REST body of 262,000 empty objects held every client 1.2 s, refused or not (the struct bound is checked
+    after the parse); JSON-RPC's SendStreamingMessage likewise. Such a body is now read in the worker: answered as
+    before (served; the struct bound's refusal, exact), and never parsed by the SDK in the gateway's process."""
+    import sys
+
+    from a2a.server.routes import jsonrpc_dispatcher, rest_dispatcher
+
+    from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+    from a2a.server.routes.rest_dispatcher import RestDispatcher
+
+    from mma2a.gateway.bindings.sdk_binding import LargeBodyJsonRpcDispatcher, LargeBodyRestDispatcher
+
+    parsed: list[int] = []  # what the gateway's SDK dispatchers parsed (not the agents' behind it)
+    for module, name in ((rest_dispatcher, "Parse"), (jsonrpc_dispatcher, "ParseDict")):
+        real = getattr(module, name)
+
+        def recording(doc: Any, *a: Any, _real: Any = real, **kw: Any) -> Any:
+            caller = sys._getframe(1)  # up to the dispatcher's frame: the gateway's, or an agent's
+            while caller.f_back is not None and not isinstance(caller.f_locals.get("self"), (
+                    JsonRpcDispatcher, RestDispatcher)):
+                caller = caller.f_back
+            if isinstance(caller.f_locals.get("self"), (LargeBodyJsonRpcDispatcher, LargeBodyRestDispatcher)):
+                parsed.append(len(doc) if isinstance(doc, (str, bytes)) else len(orjson.dumps(doc)))
+            return _real(doc, *a, **kw)
+
+        monkeypatch.setattr(module, name, recording)
+    v1 = {**REST, "A2A-Version": "1.0"}
+    many = orjson.dumps({"message": message("m-many", metadata=empties(20_000))})  # 60 KB
+    over = 262_145  # past MAX_STRUCT_BYTES on the wire, 786 KB of JSON
+    refused = orjson.dumps({"message": message("m-over", metadata=empties(over))})
+    size = json_format.Parse(refused, SendMessageRequest()).message.metadata.ByteSize()
+    stream = orjson.dumps({"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage",
+                           "params": {"message": message("m-stream", metadata=empties(20_000))}})
+    async with secured() as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            served = await answers(c, url, "/message:send", many, v1)
+            struct = await c.post(url + "/message:send", content=refused, headers=v1)
+            streamed = await c.post(url + "/", content=stream, headers={**v1, "Accept": "text/event-stream"})
+            small = await answers(c, url, "/message:send", orjson.dumps({"message": message("m-few")}), v1)
+        worker = gw._body_parser.worker_pid
+    assert served == small == (200, {"task": "TASK_STATE_COMPLETED"})
+    assert struct.status_code == 400 and struct.json()["error"]["message"] == (
+        f"message.metadata: the request's metadata, data and configuration take {size} bytes, the most is "
+        f"{MAX_STRUCT_BYTES}; send large data by reference (POST /blobs)")
+    assert streamed.status_code == 200 and "TASK_STATE_COMPLETED" in streamed.text
+    assert worker is not None and parsed and max(parsed) < 1000, parsed  # m-few's, the stream's stub (before: m-many's
+    # 60,080 bytes, m-over's 786,099, the stream's 60,2xx)

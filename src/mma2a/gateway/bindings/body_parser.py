@@ -38,13 +38,24 @@ from typing import IO, Any
 from ...cpus import free_thread
 from ...errors import InvalidRequest, MMA2AError, ParseError
 from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, REQUEST_HEAD, RPC, RPC_SDK, SEND, SEND_PROTO, run_sdk
-from ...request_body import check_json_body, parse_json_body
+from ...request_body import check_json_body, json_values, parse_json_body
 from ..access.security import Unavailable
 
 log = logging.getLogger("mma2a.gateway")
 
 INLINE_PARSE_BYTES = 1 << 20
 """Bodies up to this size are parsed on the loop (about a millisecond); larger ones in the worker process."""
+
+INLINE_SDK_VALUES = 2048
+"""The most JSON values (`request_body.json_values`) of a body the SDK reads on the loop: its reads (`json.loads`, then
+`json_format`'s `Parse`/`ParseDict` and the handler's `MessageToDict`, pure Python) take ~5 us a value, so a 786 KB REST
+body of 262,000 empty objects held every client 1.2 s (docs/security.md S16-2); a body holding more is read in the
+worker however small (~10 ms of the loop at most here). Bodies of at most this many bytes are not counted."""
+
+INLINE_SDK_STRUCT_BYTES = 8192
+"""The most bytes of a protobuf request's free-form fields (`sdk_requests.struct_fields`: metadata, data parts,
+configuration; 4 bytes an empty value) converted by `MessageToDict` on the loop (~3.4 us a value: 1 MiB of empty
+structs, a gRPC SendMessage within every bound, held every client 0.9 s); more is converted in the worker."""
 
 read_ahead: ContextVar[tuple[Any, ...] | None] = ContextVar("mma2a_read_ahead", default=None)
 """The answer (`sdk_requests.read_send_body_as_data`'s form) of the SendMessage request a gRPC call or a large
@@ -67,6 +78,12 @@ class JSONBodyParser:
         self.inline_bytes = inline_bytes
         self._proc: subprocess.Popen[bytes] | None = None
         self._lane: ThreadPoolExecutor | None = None  # one thread: one exchange at a time, never cut by a cancel
+
+    def inline(self, body: bytes) -> bool:
+        """Is the SDK's read of `body` made on the loop: at most `inline_bytes`, and at most `INLINE_SDK_VALUES` values
+        (counted only past that many bytes: a small body pays one length check)?"""
+        size = len(body)
+        return size <= self.inline_bytes and (size <= INLINE_SDK_VALUES or json_values(body) <= INLINE_SDK_VALUES)
 
     async def parse(self, body: bytes, *, every: bool = False) -> tuple[Any, int | None, tuple[Any, ...] | None]:
         """A JSON-RPC body at the ingress: its document and counted brackets (`request_body.parse_json_body`), and
@@ -96,7 +113,7 @@ class JSONBodyParser:
         refusal the SDK's REST binding raises for it (`json_format.ParseError`, its `A2AError`s) or `InvalidParams`."""
         from ... import sdk_requests  # the SDK's types: loaded with the SDK's bindings, not at the gateway's start
 
-        if len(body) <= self.inline_bytes:
+        if self.inline(body):
             return sdk_requests.read_send_body(body)
         answer = await self.read_send_answer(body)
         sdk_requests.raise_refusal(answer)
@@ -107,17 +124,21 @@ class JSONBodyParser:
         `Unavailable` is raised here, when the worker stopped."""
         return await self.sdk_answer(body, SEND)
 
-    async def read_send_proto_answer(self, body: bytes) -> tuple[str, tuple[Any, ...]]:
+    async def read_send_proto_answer(self, body: bytes, *, many: bool = False) -> tuple[str, tuple[Any, ...]]:
         """`sdk_requests.read_send_proto_as_data` of a serialized SendMessageRequest (its tenant and the answer, whose
-        refusal `raise_refusal` raises), in the worker past `inline_bytes`; `Unavailable` when the worker stopped."""
-        tenant, answer = await self.sdk_answer(body, SEND_PROTO)
+        refusal `raise_refusal` raises), in the worker past `inline_bytes` or when its free-form fields hold `many`
+        values (`INLINE_SDK_STRUCT_BYTES`); `Unavailable` when the worker stopped."""
+        if len(body) <= self.inline_bytes and not many:
+            tenant, answer = run_sdk(SEND_PROTO, body)
+        else:
+            tenant, answer = await self._answer(body, SEND_PROTO)
         return tenant, answer
 
     async def sdk_answer(self, body: bytes, job: int) -> tuple[Any, ...]:
         """The answer of one of `json_worker`'s SDK jobs (`SEND`, `SEND_PROTO`, `SEND_V03`, `PUSH`, `PUSH_V03`: a body
-        read as the SDK reads it), on the loop up to `inline_bytes`, past it in the worker; `Unavailable` when the
-        worker stopped."""
-        if len(body) <= self.inline_bytes:
+        read as the SDK reads it), on the loop up to `inline_bytes` and `INLINE_SDK_VALUES` values (`inline`), else in
+        the worker; `Unavailable` when the worker stopped."""
+        if self.inline(body):
             return run_sdk(job, body)
         return await self._answer(body, job)
 

@@ -63,12 +63,12 @@ from ...errors import AgentRPCError, MMA2AError, PayloadTooLarge, metadata_strin
 from ...json_worker import JSONRPC, PUSH, PUSH_V03, SEND_V03
 from ...request_body import ReadRequest
 from ...responses import jsonrpc_error_json
-from ...sdk_requests import check_required, raise_refusal, send_request_json
+from ...sdk_requests import check_required, raise_refusal, send_request_json, struct_fields
 from ..access.clients import current_client
 from ..access.federation import check_unbound
 from ..access.security import AccessControl, retry_after
 from ..pipeline import Pipeline
-from .body_parser import JSONBodyParser, read_ahead
+from .body_parser import INLINE_SDK_STRUCT_BYTES, JSONBodyParser, read_ahead
 from .listing import list_tasks
 
 _Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig)
@@ -158,7 +158,7 @@ class LargeBodyRestDispatcher(RestDispatcher):
 
     async def on_message_send(self, request: Request) -> Response:
         body = await _body(request)
-        if body is None or self._bodies is None or len(body) <= self._bodies.inline_bytes:
+        if body is None or self._bodies is None or self._bodies.inline(body):
             return await super().on_message_send(request)
         try:
             answer = await self._bodies.read_send_answer(body)  # its refusal is raised where the SDK's parse was
@@ -168,7 +168,7 @@ class LargeBodyRestDispatcher(RestDispatcher):
 
     async def on_message_send_stream(self, request: Request) -> Any:
         body = await _body(request)
-        if body is None or self._bodies is None or len(body) <= self._bodies.inline_bytes:
+        if body is None or self._bodies is None or self._bodies.inline(body):
             return await super().on_message_send_stream(request)
         try:
             answer = await self._bodies.read_send_answer(body)
@@ -178,7 +178,7 @@ class LargeBodyRestDispatcher(RestDispatcher):
 
     async def set_push_notification(self, request: Request) -> Response:
         body = await _body(request)
-        if body is None or self._bodies is None or len(body) <= self._bodies.inline_bytes:
+        if body is None or self._bodies is None or self._bodies.inline(body):
             return await super().set_push_notification(request)
         try:
             answer = await self._bodies.sdk_answer(body, PUSH)
@@ -275,7 +275,7 @@ class LargeBodyREST03Handler(REST03Handler):
     async def _large(self, request: Request, job: int) -> tuple[Any, ...] | None:
         """The worker's answer for a large body (None for a small one, or a body that could not be read)."""
         body = await _body(request)
-        if body is None or len(body) <= self._bodies.inline_bytes:
+        if body is None or self._bodies.inline(body):
             return None
         return await self._bodies.sdk_answer(body, job)  # `Unavailable` (503) when the worker stopped
 
@@ -345,18 +345,18 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
         worker: `json_worker.read_rpc_as_data`), or None: read here (past the inline size, in the worker)."""
         if answer is None:
             body = await _body(request)
-            if self._bodies is None or body is None or len(body) <= self._bodies.inline_bytes:
+            if self._bodies is None or body is None or self._bodies.inline(body):
                 return await super().handle_requests(request)
             try:
                 answer = await self._bodies.sdk_answer(body, JSONRPC)
             except MMA2AError:  # the worker stopped: the SDK reads it, as before
                 return await super().handle_requests(request)
         if answer[0] == "other":
-            if self._bodies is not None:  # (a body past the inline size: only such is read)
-                body = await _body(request)
+            body = await _body(request)
+            if self._bodies is not None and len(body or b"") > self._bodies.inline_bytes:
                 method, rid = (answer[1], answer[2]) if len(answer) > 1 else (None, None)
                 return _beyond_inline(method, rid, len(body or b""), self._bodies.inline_bytes)
-            return await super().handle_requests(request)
+            return await super().handle_requests(request)  # (its many values read by pydantic, in Rust)
         stub = ReadRequest(request.scope, request.receive, answer[1])
         if answer[0] in ("params", "v03"):  # refused where the dispatcher (or its v0.3 adapter) reads the params,
             base = _jsonrpc_members(json.loads(answer[1]))  # once the members pass its checks
@@ -494,12 +494,13 @@ class PipelineRequestHandler(RequestHandler):
         answer = read_ahead.get()
         if answer is not None:
             read_ahead.set(None)  # taken once
-        elif self.bodies is None or params.ByteSize() <= self.bodies.inline_bytes:
-            return _request_json(params)
+        elif self.bodies is None or (size := params.ByteSize()) <= INLINE_SDK_STRUCT_BYTES or (
+                size <= self.bodies.inline_bytes and sum(n for _, n in struct_fields(params)) <= INLINE_SDK_STRUCT_BYTES):
+            return _request_json(params)  # (many free-form values, however small: converted in the worker, S16-2)
         try:
             if answer is None:
                 assert self.bodies is not None
-                _, answer = await self.bodies.read_send_proto_answer(params.SerializeToString())
+                _, answer = await self.bodies.read_send_proto_answer(params.SerializeToString(), many=True)
             raise_refusal(answer)
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
