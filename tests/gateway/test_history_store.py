@@ -115,7 +115,17 @@ def test_rows_from_a_stream_keep_their_position_and_a_full_queue_says_wait(tmp_p
     now = time.time()
     rows = [to_row(record(f"s{i}", now + i, features={"objects": ["cat"]})) for i in range(3)]
     assert rows_from_json(rows_to_json(rows)) == rows
-    for bad in (b"{", b"[[1, 2]]", b'"x"', b'{"rows": [["m", 1, null, "completed", null, 1.0, {}, [], null]]}', b'{"rows": 3}'):
+    doc = orjson.loads(rows_to_json(rows))
+    assert doc["shapes"] == 2 and len(doc["parts"]) == 1  # alike rows: their shape sent once
+    v1 = orjson.dumps({"shapes": 1, "rows": [  # a batch of session 15's gateways (every row with its parts)
+        [r.message_id, r.time, r.sender, r.outcome, r.error, r.latency_ms, orjson.Fragment(r.shape.parts_json),
+         orjson.Fragment(r.detail), None] for r in rows]})
+    assert rows_from_json(v1) == rows
+    for bad in (b"{", b"[[1, 2]]", b'"x"', b'{"rows": [["m", 1, null, "completed", null, 1.0, {}, [], null]]}', b'{"rows": 3}',
+                b'{"shapes": 2, "parts": [[]], "rows": [["m", 1, null, "completed", null, 1.0, 1, "[1]", null]]}',
+                b'{"shapes": 2, "parts": [[]], "rows": [["m", 1, null, "completed", null, 1.0, 0, "[1", null]]}',
+                b'{"shapes": 2, "parts": [[]], "rows": [["m", 1, null, "completed", null, 1.0, 0, [1], null]]}',
+                b'{"shapes": 2, "parts": [3], "rows": []}'):
         try:
             rows_from_json(bad)
         except ValueError as exc:
