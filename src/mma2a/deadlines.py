@@ -337,7 +337,7 @@ class _Pipelined:
             self.flow.resume_reading()
 
     def _release(self) -> None:
-        """After an answer: what was held is parsed once nothing waits ahead of it."""
+        """What was held is parsed once nothing waits ahead of it (after the answer of the request ahead)."""
         held = self._held
         if held and not self._behind() and not self.transport.is_closing():  # type: ignore[attr-defined]
             self._held = None
@@ -398,12 +398,15 @@ class _TimedHttpTools(_Pipelined, _WriteDeadline):
         super().connection_lost(exc)
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-        """The request's task, made with this connection's link in its context."""
+        """The request's task, made with this connection's link in its context; the last request that waited behind
+        another has started (uvicorn starts it as the one ahead is answered): what was held behind it is read now."""
         token = client_link.current.set(self._link)
         try:
             super()._start_asgi_task(cycle, app)  # type: ignore[misc]
         finally:
             client_link.current.reset(token)
+        if self._held is not None:
+            self._release()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()  # type: ignore[misc]
@@ -422,10 +425,6 @@ class _TimedHttpTools(_Pipelined, _WriteDeadline):
 
     def _behind(self) -> bool:
         return bool(self.pipeline)  # type: ignore[attr-defined]
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()  # type: ignore[misc]  # (starts the next pipelined request, if any)
-        self._release()
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)  # type: ignore[misc]
@@ -460,16 +459,14 @@ class _TimedH11(_Pipelined, _WriteDeadline, H11Protocol):
             super().handle_events()
         finally:
             client_link.current.reset(token)
-        if self._behind():  # (h11 said PAUSED: a request behind this one, and uvicorn paused reading)
+        if self.flow.read_paused and self._behind():  # (h11 said PAUSED: a request behind this one)
             self._read_on()
+        elif self._held is not None:  # (after an answer, uvicorn starts the next request h11 holds from here)
+            self._release()
 
     def _behind(self) -> bool:
         cycle = self.cycle
         return cycle is not None and not cycle.response_complete and self.conn.their_state is h11.DONE
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()  # (starts the next pipelined request h11 holds, if any)
-        self._release()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering._lingering:  # answered and closing: what the client still sends is dropped
