@@ -1,7 +1,8 @@
 """HTTP/1.1 pipelining and a client that goes (session 15's leftover): a client that sends two requests on one
 connection without waiting for the first answer, then closes it. uvicorn pauses reading a connection while a
-pipelined request waits behind the one being served, so the close went unseen: the first request's leg, queued for
-a busy agent, was sent once a slot freed, and the second request was then run too, both for a client long gone.
+pipelined request waits behind the one being served, so the close went unseen (the connection in CLOSE_WAIT): the
+first request's leg, queued for a busy agent, was sent once a slot freed, for a client long gone, and the second
+request was then read and routed, its leg shed only as writing the first answer found the close.
 Now what a client sends behind a request in progress is read and held (bounded), so its close is seen at once.
 
 Real sockets; the agent is `test_overload`'s (one slot, finishes when the test says so). No timing: each step waits
@@ -54,7 +55,7 @@ async def test_a_pipelining_client_that_closes_is_seen_gone_and_its_requests_are
         executor.go.release()
         answers = [await holder, await second]
         assert [a.json()["result"]["task"]["status"]["state"] for a in answers] == ["TASK_STATE_COMPLETED"] * 2
-        assert executor.started == [("H", 1), ("B", 5)]  # before: H, A, A2 (then B)
+        assert executor.started == [("H", 1), ("B", 5)]  # before: H, A (then B)
         await shed_recorded(http, url, "its client went away while it waited for agent slow")
 
 
