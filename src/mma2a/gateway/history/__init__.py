@@ -17,9 +17,6 @@ if TYPE_CHECKING:
     from .recorder import HistoryRecorder
     from .store import HistoryFilter, HistoryStore
 
-__all__ = ["OUTCOMES", "DecisionRecord", "HistoryConfig", "HistoryFilter", "HistoryRecorder", "HistorySink",
-           "HistoryStore", "PartSummary", "refused_parts", "to_row"]
-
 _HOMES = {"HistoryConfig": "config", "OUTCOMES": "record", "DecisionRecord": "record", "HistorySink": "record",
           "PartSummary": "record", "refused_parts": "record", "to_row": "record", "HistoryRecorder": "recorder",
           "HistoryFilter": "store", "HistoryStore": "store"}

@@ -234,15 +234,15 @@ def rows_from_json(data: bytes) -> list[Row]:
         doc = orjson.loads(data)
         out = []
         if isinstance(doc, dict) and doc.get("shapes") == 2:
-            known = []
+            batch_shapes: list[Shape] = []
             for shape_parts in doc["parts"]:
                 if not isinstance(shape_parts, list):
                     raise TypeError("parts must be lists")
-                known.append(Shape(orjson.dumps(shape_parts), shape_tags(shape_parts)))
+                batch_shapes.append(Shape(orjson.dumps(shape_parts), shape_tags(shape_parts)))
             for mid, ts, sender, outcome, error, latency, index, detail, receivers in doc["rows"]:
-                if type(index) is not int or not 0 <= index < len(known):
+                if type(index) is not int or not 0 <= index < len(batch_shapes):
                     raise TypeError("a row names no shape of the batch")
-                out.append(_new_row(Row, (str(mid), float(ts), sender, str(outcome), error, float(latency), known[index],
+                out.append(_new_row(Row, (str(mid), float(ts), sender, str(outcome), error, float(latency), batch_shapes[index],
                                           _json_list(detail), _json_list(receivers) if receivers else None)))
             return out
         if isinstance(doc, list):  # before shapes: whole parts, then receivers and tags (those follow from the parts)
