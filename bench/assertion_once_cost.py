@@ -4,15 +4,19 @@ Downstream: `Federation.principal` (the signature checked, then the assertion re
 without the record (`_verify` alone: the code before); upstream: `Federation.assertion` (signing, now with a random
 nonce in the payload) against the same payload without the nonce. Interleaved rounds in one process; prints the best
 of each and the difference. A request without the header pays one attribute look (`client.bound`), not measured.
-A clustered gateway also claims each assertion in the cluster's nonce bucket (one NATS round trip): not here.
+`--nats`: a clustered gateway also claims each assertion in the cluster's nonce bucket; the claim's time (wall, a
+NATS KV create on a nats-server of its own on loopback) and the process's CPU for it, median and mean of `--n` claims.
 
-    PYTHONPATH=src .venv/bin/python bench/assertion_once_cost.py [--rounds 7] [--n 2000]
+    PYTHONPATH=src .venv/bin/python bench/assertion_once_cost.py [--rounds 7] [--n 2000] [--nats]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
+import statistics
+import tempfile
 import time
 import timeit
 
@@ -56,9 +60,43 @@ def main(rounds: int, n: int) -> None:
           f"best of {rounds} interleaved rounds of {n}")
 
 
+async def claims(n: int) -> None:
+    from mma2a.cluster.link import ClusterLink
+    from mma2a.cluster.nonces import ClusterNonces
+    from mma2a.cluster.server import NatsServer
+    from mma2a.gateway.cluster_config import ClusterConfig
+
+    key = new_private_key()
+    up = Federation("gw-a", private_key=key)
+    with tempfile.TemporaryDirectory() as store:
+        server = NatsServer(store).start()
+        try:
+            link = await ClusterLink(ClusterConfig(nats=server.url, name="bench")).connect()
+            nonces = ClusterNonces(link)
+            await nonces.setup(60.0)
+            down = Federation("gw-b", peers={"gwa": key.public_key()}, ledger=nonces)
+            peer = Client("gwa", "bearer", upstream="alice", bound="message:m")
+            headers = [up.assertion("alice", f"message:m-{i}", int(time.time())) for i in range(n)]
+            walls = []
+            cpu0 = time.process_time()
+            for value in headers:
+                t0 = time.perf_counter()
+                await down.claim(peer, value)
+                walls.append((time.perf_counter() - t0) * 1e6)
+            cpu = (time.process_time() - cpu0) / n * 1e6
+            await link.close()
+        finally:
+            server.stop()
+    print(f"cluster claim: {statistics.median(walls):.0f} us median, {statistics.fmean(walls):.0f} us mean (wall, "
+          f"one NATS round trip); {cpu:.0f} us of this process's CPU a claim; {n} claims")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--nats", action="store_true", help="also the cluster's claim, on a nats-server of its own")
     args = ap.parse_args()
     main(args.rounds, args.n)
+    if args.nats:
+        asyncio.run(claims(args.n))
