@@ -11,11 +11,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from .config import HistoryConfig
-    from .record import OUTCOMES, DecisionRecord, HistorySink, PartSummary, refused_parts, to_row
-    from .recorder import HistoryRecorder
-    from .store import HistoryFilter, HistoryStore
+if TYPE_CHECKING:  # `X as X`: names this package gives (mypy's explicit re-export)
+    from .config import HistoryConfig as HistoryConfig
+    from .record import OUTCOMES as OUTCOMES
+    from .record import DecisionRecord as DecisionRecord
+    from .record import HistorySink as HistorySink
+    from .record import PartSummary as PartSummary
+    from .record import refused_parts as refused_parts
+    from .record import to_row as to_row
+    from .recorder import HistoryRecorder as HistoryRecorder
+    from .store import HistoryFilter as HistoryFilter
+    from .store import HistoryStore as HistoryStore
 
 _HOMES = {"HistoryConfig": "config", "OUTCOMES": "record", "DecisionRecord": "record", "HistorySink": "record",
           "PartSummary": "record", "refused_parts": "record", "to_row": "record", "HistoryRecorder": "recorder",
