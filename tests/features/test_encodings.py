@@ -60,3 +60,49 @@ def test_a_long_text_of_short_words_is_counted_without_a_list_of_them() -> None:
         tracemalloc.stop()
     assert (out["words"], out["length"]) == (200_000, 600_000)
     assert peak < 4 * len(data)
+
+
+def test_a_header_stating_a_channel_count_ffmpeg_cannot_take_is_refused_in_one_clear_line() -> None:
+    """Security probe S16-4: an AU, AIFF or CAF header stating 1,000 channels (or -1) was opened by FFmpeg with no
+    channels, and the mix into floats failed with PyAV's `ValueError: Invalid layout: 0 channels` (the extractor's
+    error said that, fitting forwarded the original saying it). Now a `MediaError` naming what is wrong."""
+    import struct
+
+    from mma2a.errors import MediaError
+    from mma2a.features.audio import AudioExtractor
+
+    def stating(data: bytes, at: int, fmt: str, value: int) -> bytes:
+        out = bytearray(data)
+        struct.pack_into(fmt, out, at, value)
+        return bytes(out)
+
+    au = e.encode_audio(e.tone(0.2, 8000), 8000, "au", "pcm_mulaw")
+    aiff = e.encode_audio(e.tone(0.2, 8000, 2), 8000, "aiff", "pcm_s16be")
+    caf = e.encode_audio(e.tone(0.2, 8000, 2), 8000, "caf", "pcm_s16le")
+    for data, name, media in ((stating(au, 20, ">I", 1000), "au", "audio/basic"),  # AU: channels at byte 20
+                              (stating(aiff, 20, ">h", -1), "aiff", "audio/aiff"),  # COMM's first field
+                              (stating(caf, 44, ">I", 100_000), "caf", "audio/x-caf")):  # desc's channels per frame
+        with pytest.raises(MediaError) as refused:
+            AudioExtractor().extract(data, parse_modality(media))
+        assert refused.value.message == (f"audio: the {name} header states a channel count FFmpeg cannot read (0 "
+                                         "channels taken); not decoded")
+    assert AudioExtractor().extract(stating(au, 20, ">I", 1), parse_modality("audio/basic"))["channels"] == 1
+
+
+def test_a_tag_that_is_not_utf8_is_read_replaced_not_a_decode_error() -> None:
+    """Security probe S16-4: a container whose tag is not UTF-8 (an RF64 WAV's LIST/INFO title `\\x90abc`; mutated CAF
+    headers alike) made PyAV's open raise `UnicodeDecodeError`, which no caller expected: the extractor failed with
+    it, the decode budget's header read gave up. Tags are now read with U+FFFD and the audio decoded."""
+    import struct
+
+    from mma2a.features.audio import AudioExtractor
+    from mma2a.features.probe import container_header
+
+    rf64 = e.encode_audio(e.tone(0.2, 8000), 8000, "wav", "pcm_s16le", muxer={"rf64": "always"})
+    info = b"INFO" + b"INAM" + struct.pack("<I", 4) + b"\x90abc"
+    at = rf64.find(b"data")
+    tagged = rf64[:at] + b"LIST" + struct.pack("<I", len(info)) + info + rf64[at:]
+    got = AudioExtractor().extract(tagged, parse_modality("audio/wav"))
+    assert got["format"] == "wav" and got["duration"] == pytest.approx(0.2, abs=0.01)
+    header = container_header(tagged)
+    assert header is not None and header.rate == 8000

@@ -275,6 +275,9 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
             raise MediaError(f"audio: the {container_name(container, data[:64])} container has no audio stream")
         stream = container.streams.audio[0]
         ctx = stream_context(stream, "audio", container_name(container, data[:64]))
+        if stream.layout is not None and stream.layout.nb_channels < 1:  # a header's count FFmpeg would not take
+            raise MediaError(f"audio: the {container_name(container, data[:64])} header states a channel count FFmpeg "
+                             "cannot read (0 channels taken); not decoded")
         rate = ctx.sample_rate or stream.rate or 0
         channels = ctx.channels or 1
         if rate < 1:

@@ -21,8 +21,8 @@ def open_input(data: bytes, what: str) -> Any:
     (`audio`, `video`) and FFmpeg's reason when the bytes are no container it reads."""
     import av
 
-    try:
-        return av.open(io.BytesIO(data), mode="r")
+    try:  # a tag that is not UTF-8 (any bytes a recorder or a client wrote) is read with U+FFFD, not a decode error
+        return av.open(io.BytesIO(data), mode="r", metadata_errors="replace")
     except av.FFmpegError as exc:
         raise MediaError(f"{what}: not a readable {what} container: {av_reason(exc)}") from None
 
@@ -35,7 +35,7 @@ def audio_only(data: bytes) -> bool | None:
     except ImportError:
         return None
     try:
-        with av.open(io.BytesIO(data), mode="r") as c:
+        with av.open(io.BytesIO(data), mode="r", metadata_errors="replace") as c:
             return bool(c.streams.audio) and not c.streams.video
     except Exception:  # noqa: BLE001 - FFmpeg errors of every kind: not judged here, the decoder reports them
         return None

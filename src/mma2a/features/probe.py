@@ -70,7 +70,7 @@ def container_header(data: bytes) -> MediaHeader | None:
     except ImportError:
         return None
     try:
-        with av.open(io.BytesIO(data), mode="r") as c:
+        with av.open(io.BytesIO(data), mode="r", metadata_errors="replace") as c:
             seconds = c.duration / 1_000_000 if c.duration is not None else None
             width = height = rate = channels = None
             for s in c.streams:
