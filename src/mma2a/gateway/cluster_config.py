@@ -124,8 +124,9 @@ class ClusterConfig(BaseModel):
     session_ttl_s: float = Field(default=3600.0, gt=0)
     sessions_bucket_bytes: int = Field(default=64 << 20, ge=1 << 20)
     """The `sessions` bucket's bytes at most (one pin a session a `pin_session` rule routed, ~0.4 kB with a 256-character
-    id, kept for `session_ttl_s` after its last use), the pins idle longest out first: clients opening new sessions
-    grew it without end; a pin let go this way routes its session's next message afresh."""
+    id, kept for `session_ttl_s` after it was written: a pin is written once, when its session's route is made), the
+    pins written longest ago out first (used or not): clients opening new sessions grew it without end; a pin let go
+    this way routes its session's next message afresh on a gateway that does not hold it (docs/security.md S16-5)."""
     replicas: int = Field(default=1, ge=1, le=5)
     """JetStream replicas of every bucket and stream (3 on a 3-node NATS cluster)."""
     connect_timeout_s: float = Field(default=5.0, gt=0)
