@@ -16,12 +16,13 @@ import argparse
 import asyncio
 import dataclasses
 import statistics
+import sys
 import tempfile
 import time
 import timeit
 
 from mma2a.gateway.access.clients import Client
-from mma2a.gateway.access.federation import Federation, _b64
+from mma2a.gateway.access.federation import Asserted, Federation, _b64, _ident
 from mma2a.signing import canonicalize, new_private_key
 
 
@@ -55,6 +56,16 @@ def main(rounds: int, n: int) -> None:
             lambda: up.assertion("alice", "message:m", now), number=n) / n * 1e6)
     print(f"downstream: verify {best['verify']:.1f} us, verify + recorded once {best['verify+once']:.1f} us "
           f"(+{best['verify+once'] - best['verify']:.2f} us, {best['verify+once'] / best['verify']:.3f}x)")
+    import tracemalloc  # what a remembered assertion holds: its digest and its record
+
+    guard = Federation("gw-m", peers={"gwa": key.public_key()}, window_s=3600.0)
+    idents = [_ident(h) for h in headers]
+    tracemalloc.start()
+    for i, ident in enumerate(idents):
+        guard._spend(Asserted("gwa", "alice", f"message:m-{i}", ident, now), now)
+    held = tracemalloc.get_traced_memory()[0] / n + sys.getsizeof(idents[0])
+    tracemalloc.stop()
+    print(f"a remembered assertion holds ~{held:.0f} bytes ({n} remembered)")
     print(f"upstream: sign {best['sign']:.1f} us, sign with a nonce {best['sign+nonce']:.1f} us "
           f"(+{best['sign+nonce'] - best['sign']:.2f} us, {best['sign+nonce'] / best['sign']:.3f}x); "
           f"best of {rounds} interleaved rounds of {n}")
