@@ -15,11 +15,15 @@ the gateway that follows the stream only passes it on). On stdout, per frame: `A
 took: committed, or given up on and logged). The process exits at the end of stdin, after it has
 written everything it read; a pipe closed by the gateway's death is that end too.
 
+It runs as a batch process (Linux's `SCHED_BATCH`): it gets its share of the CPU, but a frame that wakes it does not
+preempt the gateway's loop that wrote it (on a busy host the loop then waited for the writer's transaction to end).
+
 Trusted input only: the gateway that started it writes the pipe (pickle).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -158,6 +162,8 @@ def serve(fd: int, out: BinaryIO, store: HistoryStore, prune_interval_s: float) 
 
 def main() -> None:
     settings: dict[str, Any] = orjson.loads(sys.argv[1])
+    with contextlib.suppress(AttributeError, OSError):  # Linux: woken by a frame, it no longer preempts the gateway
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: history writer: %(message)s")
     store = HistoryStore(settings["path"], max_age_s=settings["max_age_s"], max_bytes=settings["max_bytes"],
                          max_bytes_per_client=settings["max_bytes_per_client"])
