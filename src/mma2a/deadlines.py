@@ -30,12 +30,13 @@ A connection lost while the app works on one of its requests marks the connectio
 at once, before uvicorn tells the app (`http.disconnect`, to an app that asks): the request's task runs with the link
 in `client_link.current`, so the work it queued for a client that left is let go (a leg waiting for an agent's slot:
 gateway/downstream/overload.py).
+
 HTTP/1.1 pipelining: uvicorn stops reading a connection while a request waits behind the one being served (its
 flow control), so a client that pipelined and closed went unseen, its connection left in CLOSE_WAIT — the request
 in progress was served (its leg sent once a slot freed) for a client long gone, and the pipelined one routed before
-the close was read. What a client sends behind a
-request in progress is now read and held, unparsed (`_Pipelined`, at most `PIPELINED_HELD` bytes; past that reading
-pauses, as before), and parsed once the requests ahead are answered: its close is seen at once.
+the close was read. What a client sends behind a request in progress is now read and held, unparsed (`_Pipelined`,
+at most `PIPELINED_HELD` bytes; past that reading pauses, as before), and parsed once the requests ahead are
+answered: its close is seen at once.
 """
 
 from __future__ import annotations
