@@ -35,3 +35,27 @@ def test_serve_with_port_0_listens_on_a_free_port_and_says_it(tmp_path: Path) ->
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+@pytest.mark.parametrize("cpu", ["\u00b2", "x1"])
+def test_a_worker_cpu_that_is_no_number_is_said_in_one_line_and_the_worker_serves(tmp_path: Path, cpu: str) -> None:
+    """Security probe S16-6: `MMA2A_WORKER_CPU` (the supervisor's, or anyone's by hand) was checked with `str.isdigit`,
+    which takes '²' (and other Unicode digits `int` refuses): a `ValueError` traceback on the event loop's first turn,
+    and the worker exited (status 1). Now the same one line as for a CPU it may not run on, and it serves."""
+    import os
+
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text("listen: 127.0.0.1:0\nfeatures: false\nlog_decisions: false\n")
+    proc = subprocess.Popen([sys.executable, "-m", "mma2a.cli", "serve", "--config", str(cfg), "--worker",
+                             "--log-level", "warning"], stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "MMA2A_WORKER_CPU": cpu})
+    said = []
+    try:
+        assert proc.stderr is not None
+        while not said or "mma2a gateway on " not in said[-1]:
+            said.append(proc.stderr.readline())
+            assert said[-1], f"serve exited with {proc.wait()}: {''.join(said)[-2000:]}"
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert said[:-1] == [f"mma2a serve: CPU {cpu} is not one this gateway may run on; its event loop runs anywhere\n"]

@@ -132,7 +132,8 @@ def ready(gateway: Gateway, cpu: str | None, worker: bool = False) -> None:
     if cpu:
         from ..cpus import pin_loop_thread
 
-        if not cpu.isdigit() or not pin_loop_thread(int(cpu), asyncio.get_running_loop()):
+        # (ASCII digits: `str.isdigit` also takes '²', which `int` refuses — a traceback that stopped the gateway)
+        if not (cpu.isascii() and cpu.isdigit()) or not pin_loop_thread(int(cpu), asyncio.get_running_loop()):
             typer.echo(f"mma2a serve: CPU {cpu} is not one this gateway may run on; its event loop runs anywhere",
                        err=True)
         elif not worker:  # (the supervisor says a worker's)
