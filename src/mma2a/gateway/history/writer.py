@@ -138,6 +138,7 @@ def serve(fd: int, out: BinaryIO, store: HistoryStore, prune_interval_s: float) 
     frame read ahead into a buffer would wait for `select` to see more."""
     shapes = Shapes()
     next_prune = time.monotonic()
+    answering = True
     while True:
         now = time.monotonic()
         if now >= next_prune:
@@ -156,8 +157,13 @@ def serve(fd: int, out: BinaryIO, store: HistoryStore, prune_interval_s: float) 
         payload = _read_exactly(fd, size)
         if payload is None:
             return
-        out.write(ACK.pack(_write(store, payload, position, kind, shapes)))
-        out.flush()
+        taken = _write(store, payload, position, kind, shapes)
+        if answering:
+            try:
+                out.write(ACK.pack(taken))
+                out.flush()
+            except BrokenPipeError:  # the gateway stopped listening (its stop gave up waiting): write on, unheard
+                answering = False
 
 
 def main() -> None:
