@@ -11,6 +11,8 @@ alternate tree by tree so load on a shared machine hits each alike; per run:
 - CPU to listening: the gateway process's user + system CPU time at that moment (what the wall
   time would be on an idle core; on a loaded machine the wall time is mostly waiting for one);
 - idle RSS: VmRSS of the gateway process 1 s after the banner (`mma2a gateway on ...`);
+- after one request: one routed SendMessage, then the gateway's VmRSS and its child processes' (the history's writer
+  process starts with the first decision to write);
 - which heavy packages the idle process holds (read from the process with a second probe:
   `python -c 'import mma2a.gateway.server; Gateway(plain config)'` and its `sys.modules`).
 
@@ -98,8 +100,45 @@ def check_healthz(port: int) -> None:
         raise RuntimeError(f"/healthz answered {status!r}")
 
 
-def one_run(env: dict[str, str], config: Path, port: int, importtime: Path | None = None) -> tuple[float, float, float]:
-    """(seconds to serving, idle RSS in MB 1 s later, the gateway's CPU seconds to serving).
+def send_one(port: int) -> None:
+    """One routed SendMessage (one text part), answered 200."""
+    body = (b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"fp-1","role":"ROLE_USER",'
+            b'"parts":[{"text":"hello"}]}}}')
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        status = conn.recv(64).split(b"\r\n", 1)[0]
+    if b" 200 " not in status:
+        raise RuntimeError(f"SendMessage answered {status!r}")
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def after_one_decision(proc: subprocess.Popen[str], port: int) -> tuple[float, float]:
+    """After one routed request: the gateway's RSS, and its child processes' (the history's writer, started with the
+    first decision to write; none in trees before session 16: waited for 3 s), in MB."""
+    send_one(port)
+    deadline = time.monotonic() + 3.0
+    while not children_of(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    return rss_mb(proc.pid), sum(rss_mb(p) for p in children_of(proc.pid))
+
+
+def one_run(env: dict[str, str], config: Path, port: int, importtime: Path | None = None,
+            decided: list[tuple[float, float]] | None = None) -> tuple[float, float, float]:
+    """(seconds to serving, idle RSS in MB 1 s later, the gateway's CPU seconds to serving); with `decided`, the RSS
+    after one routed request is appended to it (`after_one_decision`).
 
     Serving: the banner (`mma2a gateway on ...`, printed once connections are served; the socket is bound,
     and a TCP connect succeeds, before the gateway is even built), then checked with one `GET /healthz`.
@@ -121,7 +160,10 @@ def one_run(env: dict[str, str], config: Path, port: int, importtime: Path | Non
         cpu = cpu_s(proc.pid)
         check_healthz(port)
         time.sleep(1.0)
-        return serving, rss_mb(proc.pid), cpu
+        idle = rss_mb(proc.pid)
+        if decided is not None:
+            decided.append(after_one_decision(proc, port))
+        return serving, idle, cpu
     finally:
         proc.terminate()
         proc.wait(10)
@@ -205,9 +247,10 @@ def main() -> None:
                     one_run(env, config, port)
             load = os.getloadavg()
             results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in trees}
+            decided: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
             for _ in range(args.runs):
                 for name in trees:
-                    results[name].append(one_run(envs[name], config, port))
+                    results[name].append(one_run(envs[name], config, port, decided=decided[name]))
             end = os.getloadavg()
             print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} -> {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}, "
                   f"{args.runs} runs per tree, alternating, bytecode {'none (--cold)' if args.cold else 'cached'}")
@@ -223,7 +266,10 @@ def main() -> None:
                                   "cpu_to_listening_s_median": round(statistics.median(cpu), 3),
                                   "cpu_to_listening_s_min": round(min(cpu), 3),
                                   "idle_rss_mb_median": round(statistics.median(rss), 1),
-                                  "idle_rss_mb_min": round(min(rss), 1), "imports": held}))
+                                  "idle_rss_mb_min": round(min(rss), 1),
+                                  "after_one_request_rss_mb_median": round(statistics.median(d[0] for d in decided[name]), 1),
+                                  "its_children_rss_mb_median": round(statistics.median(d[1] for d in decided[name]), 1),
+                                  "imports": held}))
             if len(trees) == 2:
                 (a, ra), (b, rb) = results.items()
                 print(f"{b}/{a}: listening {statistics.median(r[0] for r in rb) / statistics.median(r[0] for r in ra):.2f}x, "
