@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import signal
 import sqlite3
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -237,28 +239,35 @@ async def test_streaming_exchanges_are_recorded_single_fan_out_and_refused(tmp_p
     assert sorted(got[1]["parts"][0]["targets"]) == ["vision", "writer"]
 
 
-async def test_a_locked_history_file_never_holds_a_request_and_loses_no_decision(tmp_path):
-    """Another process holds the history file: requests are answered at once, the writer process waits for the file
-    (its pipe holds what comes meanwhile), and every decision is there once the file is free."""
-    cfg = {"data_dir": str(tmp_path), "history": {"queue": 3, "flush_interval_s": 0.02, "prune_interval_s": 3600}}
+@contextlib.asynccontextmanager
+async def small_queue_gateway(tmp_path) -> AsyncIterator[tuple[Any, str]]:
+    """A gateway whose history queue holds 3 decisions and turns every 0.02 s, in front of one text agent."""
+    cfg: dict[str, Any] = {"data_dir": str(tmp_path),
+                           "history": {"queue": 3, "flush_interval_s": 0.02, "prune_interval_s": 3600}}
     async with agents({"writer": agent("writer", ["text/plain"])}) as urls:
         cfg["agents"] = [{"name": "writer", "url": urls["writer"]}]
         async with gateway(cfg) as (gw, url):
-            rec = gw.history
-            assert rec is not None
-            await rpc(url, "SendMessage", msg("warm", {"text": "hi"}))
-            assert await asyncio.to_thread(rec.flush, 10.0)
-            other = sqlite3.connect(tmp_path / "history.sqlite3", isolation_level=None)
-            other.execute("BEGIN EXCLUSIVE")  # another process holds the file: no request may wait for it
-            try:
-                answers = [await rpc(url, "SendMessage", msg(f"locked-{i}", {"text": "hi"})) for i in range(6)]
-            finally:
-                other.execute("ROLLBACK")
-                other.close()
-            assert await asyncio.to_thread(rec.flush, 30.0)
-            async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
-                got = [d["messageId"] for d in (await c.get("/admin/history")).json()["decisions"]]
-                metrics = (await c.get("/metrics")).text
+            assert gw.history is not None
+            yield gw.history, url
+
+
+async def test_a_locked_history_file_never_holds_a_request_and_loses_no_decision(tmp_path):
+    """Another process holds the history file: requests are answered at once, the writer process waits for the file
+    (its pipe holds what comes meanwhile), and every decision is there once the file is free."""
+    async with small_queue_gateway(tmp_path) as (rec, url):
+        await rpc(url, "SendMessage", msg("warm", {"text": "hi"}))
+        assert await asyncio.to_thread(rec.flush, 10.0)
+        other = sqlite3.connect(tmp_path / "history.sqlite3", isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the file: no request may wait for it
+        try:
+            answers = [await rpc(url, "SendMessage", msg(f"locked-{i}", {"text": "hi"})) for i in range(6)]
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert await asyncio.to_thread(rec.flush, 30.0)
+        async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
+            got = [d["messageId"] for d in (await c.get("/admin/history")).json()["decisions"]]
+            metrics = (await c.get("/metrics")).text
     assert all(a["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED" for a in answers)
     assert got == [f"locked-{i}" for i in range(5, -1, -1)] + ["warm"]
     assert 'fate="dropped"} 0.0' in metrics or 'fate="dropped"' not in metrics
@@ -270,27 +279,22 @@ async def test_a_stalled_writer_never_holds_a_request_and_a_full_queue_drops_and
     Once it runs again, every decision is stored or counted as dropped."""
     monkeypatch.setattr(recorder_module, "MAX_UNSENT", 1)
     monkeypatch.setattr(recorder_module, "PIPE_BYTES", 4096)
-    cfg = {"data_dir": str(tmp_path), "history": {"queue": 3, "flush_interval_s": 0.02, "prune_interval_s": 3600}}
-    async with agents({"writer": agent("writer", ["text/plain"])}) as urls:
-        cfg["agents"] = [{"name": "writer", "url": urls["writer"]}]
-        async with gateway(cfg) as (gw, url):
-            rec = gw.history
-            assert rec is not None
-            await rpc(url, "SendMessage", msg("warm", {"text": "hi" * 200}))
-            assert await asyncio.to_thread(rec.flush, 10.0)
-            pid = rec.writer_pid
-            assert pid is not None
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                answers = [await rpc(url, "SendMessage", msg(f"stalled-{i}-" + "x" * 150, {"text": "hi"}))
-                           for i in range(50)]
-                assert rec.dropped > 0 and rec.pending <= 3
-            finally:
-                os.kill(pid, signal.SIGCONT)
-            assert await asyncio.to_thread(rec.flush, 30.0)
-            async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
-                got = [d["messageId"] for d in (await c.get("/admin/history?limit=500")).json()["decisions"]]
-                metrics = (await c.get("/metrics")).text
+    async with small_queue_gateway(tmp_path) as (rec, url):
+        await rpc(url, "SendMessage", msg("warm", {"text": "hi" * 200}))
+        assert await asyncio.to_thread(rec.flush, 10.0)
+        pid = rec.writer_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            answers = [await rpc(url, "SendMessage", msg(f"stalled-{i}-" + "x" * 150, {"text": "hi"}))
+                       for i in range(50)]
+            assert rec.dropped > 0 and rec.pending <= 3
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert await asyncio.to_thread(rec.flush, 30.0)
+        async with httpx.AsyncClient(base_url=url, headers=AUTH) as c:
+            got = [d["messageId"] for d in (await c.get("/admin/history?limit=500")).json()["decisions"]]
+            metrics = (await c.get("/metrics")).text
     assert all(a["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED" for a in answers)
     assert len(got) + rec.dropped == 51 and "warm" in got
     assert f'mma2a_history_decisions_total{{fate="dropped"}} {float(rec.dropped)}' in metrics
