@@ -216,3 +216,35 @@ def test_stream_messages_are_read_by_the_writer_and_keep_their_position(tmp_path
 
     asyncio.run(main())
     assert stored(path) == ["own-0", "own-1", "s0", "s1"] and HistoryStore(path).position() == 8
+
+
+def test_stream_messages_a_killed_writer_had_go_to_the_next_once(tmp_path, monkeypatch):
+    """The writer killed with two stream messages unacknowledged, one of which it had committed: the next writer writes
+    the other and skips the committed one (the file's position says so): each row once, none dropped."""
+    from mma2a.gateway.history.record import rows_to_json, to_row
+
+    monkeypatch.setattr(recorder_module, "RESPAWN_S", (0.0, 0.0))
+    path = tmp_path / "h.sqlite3"
+    rec = HistoryRecorder(HistoryStore(path), interval_s=3600)
+
+    async def main() -> None:
+        rec.start()
+        rec.record(record("own"))
+        assert await asyncio.to_thread(rec.flush, 30.0)
+        first = rec.writer_pid
+        assert first is not None
+        os.kill(first, signal.SIGSTOP)
+        committed = [to_row(record("c0")), to_row(record("c1"))]
+        assert rec.ingest(rows_to_json(committed), 5) and rec.ingest(rows_to_json([to_row(record("n0"))]), 6)
+        assert not await asyncio.to_thread(rec.flush, 0.5)
+        other = HistoryStore(path)  # what the stopped writer had committed of the first before it died
+        other.write(committed, 5)
+        other.close()
+        os.kill(first, signal.SIGKILL)
+        await until(lambda: rec.writer_pid is None, "the loop saw the writer's end")
+        rec.record(record("after"))
+        assert await asyncio.to_thread(rec.flush, 30.0) and rec.dropped == 0
+        await asyncio.to_thread(rec.stop)
+
+    asyncio.run(main())
+    assert stored(path) == ["after", "c0", "c1", "n0", "own"] and HistoryStore(path).position() == 6

@@ -63,7 +63,8 @@ class _Process:
         self.proc = proc
         self.to, self.back = proc.stdin.fileno(), proc.stdout.fileno()
         self.unsent = bytearray()  # framed, not yet in the pipe
-        self.frames: deque[tuple[int, int]] = deque()  # each frame's (queue items, rows) not acknowledged yet
+        self.frames: deque[tuple[int, int, _Followed | None]] = deque()  # each frame's (queue items, rows, the
+        # stream message it carries) not acknowledged yet
         self.acks = bytearray()  # what came back, short of a whole acknowledgement
         self.watched = False  # the loop reads its acknowledgements
         self.writing = False  # the loop watches the pipe for room
@@ -262,13 +263,13 @@ class HistoryRecorder:
             if isinstance(head, _Followed):  # a stream message: a frame of its own, read by the writer
                 self._queue.popleft()
                 process.unsent += encode_stream(head.data, head.position)
-                process.frames.append((1, 0))
+                process.frames.append((1, 0, head))
                 continue
             rows: list[Row] = []
             while self._queue and len(rows) < self.batch and not isinstance(self._queue[0], _Followed):
                 rows.append(self._queue.popleft())  # type: ignore[arg-type]
             process.unsent += encode(rows, None)
-            process.frames.append((len(rows), len(rows)))
+            process.frames.append((len(rows), len(rows), None))
 
     def _push(self, process: _Process) -> None:
         """Write framed bytes into the pipe until it is full (the loop then says when it has room)."""
@@ -317,10 +318,11 @@ class HistoryRecorder:
             self._deaths += 1
             wait = min(RESPAWN_S[1], RESPAWN_S[0] * 2 ** (self._deaths - 1))
             self._respawn_at = time.monotonic() + wait
-            lost = sum(rows for _, rows in process.frames)
+            lost = sum(rows for _, rows, _ in process.frames)
             log.error("history: the writer process ended (exit %s) with %d decisions not acknowledged, counted as "
-                      "dropped; the next starts in %.1f s", code, lost, wait)
-        self._lose(process)
+                      "dropped (stream messages go to the next, which skips what the file already holds); the next "
+                      "starts in %.1f s", code, lost, wait)
+        self._lose(process, again=not self._stopping)
 
     def _acknowledged(self, process: _Process, data: bytes) -> None:
         process.acks += data
@@ -336,10 +338,18 @@ class HistoryRecorder:
             self._written += items
             self._done.notify_all()
 
-    def _lose(self, process: _Process) -> None:
-        """Rows framed for a process that will not acknowledge them: dropped, and counted."""
-        items = sum(n for n, _ in process.frames)
-        lost = sum(rows for _, rows in process.frames)
+    def _lose(self, process: _Process, again: bool = False) -> None:
+        """Rows framed for a process that will not acknowledge them: dropped, and counted; with `again`, the stream
+        messages among them are queued again, first (the stream holds them, and the file's position says which the
+        dead process had committed: the next skips those)."""
+        if again:
+            followed = [f for _, _, f in process.frames if f is not None]
+            self._queue.extendleft(reversed(followed))
+            own = [frame for frame in process.frames if frame[2] is None]
+            process.frames.clear()
+            process.frames.extend(own)
+        items = sum(n for n, _, _ in process.frames)
+        lost = sum(rows for _, rows, _ in process.frames)
         process.frames.clear()
         process.unsent.clear()
         if lost:

@@ -115,8 +115,11 @@ def _read_exactly(fd: int, n: int) -> bytes | None:
 def _write(store: HistoryStore, payload: bytes, position: int, kind: int, shapes: Shapes) -> int:
     """One frame into the file: how many rows were committed. A file another process holds past the busy timeout is
     waited for again (the pipe, then the gateway's memory, then its queue hold what comes meanwhile; only the queue
-    drops, and counts); any other error loses the frame's rows, and says so."""
+    drops, and counts); any other error loses the frame's rows, and says so. A stream message at or before the
+    file's position is one a writer before this one committed and died before it said so: skipped."""
     rows: list[Row] = []
+    if kind == STREAM and position <= store.position():
+        return 0
     try:
         rows = decode(payload, shapes) if kind == ROWS else stream_rows(payload)
         while True:
