@@ -249,8 +249,8 @@ async def test_an_assertion_lifted_from_a_message_neither_lists_the_clients_task
         def lifted() -> dict[str, str]:  # one of alice's assertions for m-plan, not used yet (each is good once)
             return {HEADER: Federation("gw-a", private_key=key).assertion("alice", "message:m-plan", int(time.time()))}
 
-        why = (f"{HEADER}: the assertion was signed for message m-plan; ListTasks carries none (the upstream gateway "
-               "signs messages, task calls and ratings only)")
+        why = (f"{HEADER}: the assertion was signed for message m-plan, not for this ListTasks (the upstream gateway "
+               "signs each listing for its params)")
         listed = await call(c, url_b, GWA, "ListTasks", {}, lifted())
         rest = await c.get(url_b + "/tasks", headers={"A2A-Version": "1.0", "Authorization": f"Bearer {GWA}", **lifted()})
         upload = await c.post(url_b + "/blobs", content=b"charged to alice", headers={
@@ -267,7 +267,9 @@ async def test_an_assertion_lifted_from_a_message_neither_lists_the_clients_task
     assert rest.status_code == 400 and rest.json()["error"]["message"] == why
     assert rest.json()["error"]["details"][0]["metadata"] == {"field": HEADER}
     assert upload.status_code == 401
-    assert upload.json()["error"]["message"] == why.replace("ListTasks", "POST /blobs")
+    assert upload.json()["error"]["message"] == (f"{HEADER}: the assertion was signed for message m-plan; POST /blobs "
+                                                 "carries none (the upstream gateway signs messages, task calls, listings "
+                                                 "and ratings only)")
     assert over_grpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and over_grpc.value.details() == why
     assert own["result"]["tasks"] == []
 
@@ -324,3 +326,32 @@ async def test_a_lifted_assertion_reads_no_push_config_of_a_task_the_map_forgot(
     assert info.value.message == (f"{HEADER}: the assertion was signed for another request than this one (task "
                                   "'t-gone'); the upstream gateway signs one per request")
     assert kept["token"] == "alice-webhook-token"
+
+
+async def test_a_client_of_a_lists_her_own_tasks_through_the_hop_and_a_listings_assertion_lists_nothing_else(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ListTasks through A (root and `/agents/site-b`) lists alice's tasks at B: A signs each listing for its params
+    (`list:<digest>`), so B lists `alice via gwa`'s. Before, A signed none, B listed gwa's own (none) and alice saw an
+    empty list through the hop (docs/security.md's "a gap, not a leak"; the conformance kit through a hop,
+    tests/conformance/test_tck_federated_auth.py). Dave through A sees none of hers. Straight to B, an assertion
+    signed for one listing is refused on a listing of other params, and used once only."""
+    from mma2a.gateway.access.federation import list_bound
+
+    async with a_to_b(monkeypatch) as (_, url_a, gw_b, url_b, key), httpx.AsyncClient(timeout=30) as c:
+        ctx = {"contextId": "ctx-plans"}
+        mine = await call(c, url_a, ALICE, "SendMessage", {"message": {**text_message("l-1", "alice's plan")["message"], **ctx}})
+        his = await call(c, url_a, DAVE, "SendMessage", text_message("l-2", "dave's note"))
+        tid = mine["result"]["task"]["id"]
+        lists = {who: [t["id"] for t in (await call(c, url, token, "ListTasks", params))["result"]["tasks"]]
+                 for who, url, token, params in [("alice", url_a, ALICE, {}), ("alice by context", url_a, ALICE, ctx),
+                                                 ("alice on the path", url_a + "/agents/site-b", ALICE, ctx),
+                                                 ("dave by her context", url_a, DAVE, ctx)]}
+        signed = Federation("gw-a", private_key=key).assertion("alice", list_bound(ctx) or "", int(time.time()))
+        other = await call(c, url_b, GWA, "ListTasks", {"pageSize": 5}, {HEADER: signed})
+        same = await call(c, url_b, GWA, "ListTasks", ctx, {HEADER: signed})
+    assert lists == {"alice": [tid], "alice by context": [tid], "alice on the path": [tid], "dave by her context": []}
+    assert his["result"]["task"]["id"] not in lists["alice"]
+    assert gw_b.pipeline.tasks.owner_of(tid) == (True, "alice via gwa")
+    assert other["error"]["message"] == (f"{HEADER}: the assertion was signed for {list_bound(ctx).replace(':', ' ')}, "  # type: ignore[union-attr]
+                                         "not for this ListTasks (the upstream gateway signs each listing for its params)")
+    assert same["error"]["message"].startswith(f"{HEADER}: the assertion was used already")  # spent by the refused one

@@ -12,7 +12,8 @@ header `MMA2A-Upstream-Client` (gRPC metadata `mma2a-upstream-client`):
     v1.<base64url of the RFC 8785 form of {"v": 1, "gateway", "key", "client", "for", "ts", "n"}>.<base64url Ed25519 signature>
 
 `client` is the principal the upstream keys the caller by, `for` what the call is about (`message:<messageId>` for
-SendMessage and SendStreamingMessage, `task:<id>` for GetTask, CancelTask and SubscribeToTask), `ts` the Unix
+SendMessage and SendStreamingMessage, `task:<id>` for GetTask, CancelTask and SubscribeToTask, `list:<digest>` for
+ListTasks: the digest of its params, `list_bound`), `ts` the Unix
 time, `key` the signing key's id (`key_id`: which trusted peer's key verifies it, without trying each), `n` a random
 nonce (no two calls carry the same assertion). The downstream (`federation.trusted_gateways: {CLIENT_ID: {public_key_env}}`) checks it at the door, for a
 caller authenticated as CLIENT_ID only: the signature with that peer's key, `ts` within `window_s`, and, where the
@@ -56,13 +57,14 @@ MAX_CLIENT = 512
 _CLIENT = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,510}[\x21-\x7e])?")  # printable ASCII (multi-hop: `alice via gwa`)
 _BOUND_METHODS = {"SendMessage": "message", "SendStreamingMessage": "message",
                   "GetTask": "task", "CancelTask": "task", "SubscribeToTask": "task",
-                  f"{PROTOCOL_NAME}/TaskFeedback": "task"}  # a rating passed on to the peer that ran the task
+                  f"{PROTOCOL_NAME}/TaskFeedback": "task",  # a rating passed on to the peer that ran the task
+                  "ListTasks": "list"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Asserted:
     """What a verified assertion says: the trusted `peer` (its client id here) signed that its `client` sent the
-    request `bound` (`message:<id>`, `task:<id>`)."""
+    request `bound` (`message:<id>`, `task:<id>`, `list:<digest>`)."""
 
     peer: str
     client: str
@@ -104,9 +106,29 @@ def key_id(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
     return hashlib.sha256(public_key_text(key).encode()).hexdigest()[:16]
 
 
+def list_bound(params: Mapping[str, Any]) -> str | None:
+    """What an assertion for a ListTasks is signed for: `list:<digest>`, the SHA-256 (32 hex digits) of the RFC 8785
+    form of its params as the A2A type reads them (proto JSON names, defaults left out), `tenant` aside (the path
+    names the agent). The upstream signs the params it sends and the downstream checks the params it read (the same
+    request read back: `check_bound("list", …)`), so an assertion lifted from one listing lists nothing else, and one
+    from a message or a task call no listing. None: params the A2A type does not read (the call carries none)."""
+    from a2a.types import ListTasksRequest
+    from google.protobuf import json_format
+
+    try:
+        read = json_format.MessageToDict(json_format.ParseDict(dict(params), ListTasksRequest(), ignore_unknown_fields=True))
+    except (json_format.ParseError, TypeError, ValueError):
+        return None
+    read.pop("tenant", None)
+    return f"list:{hashlib.sha256(canonicalize(read)).hexdigest()[:32]}"
+
+
 def bound_to(method: str, params: Mapping[str, Any]) -> str | None:
-    """What an assertion for `method` is signed for (`message:<id>`, `task:<id>`); None: the call carries none."""
+    """What an assertion for `method` is signed for (`message:<id>`, `task:<id>`, `list:<digest>`); None: the call
+    carries none."""
     kind = _BOUND_METHODS.get(method)
+    if kind == "list":
+        return list_bound(params)
     if kind == "message":
         message = params.get("message")
         mid = message.get("messageId") if isinstance(message, Mapping) else None
@@ -119,13 +141,24 @@ def bound_to(method: str, params: Mapping[str, Any]) -> str | None:
 
 def check_bound(kind: str, value: object) -> None:
     """`Unauthorized` when the caller's principal comes from an assertion signed for another request than this one,
-    `kind` (`message`, `task`) `value` (its id): an assertion lifted from one request cannot name the caller of
-    another. (Nothing is built for a caller without an assertion: one look at the context.)"""
+    `kind` (`message`, `task`, `list`) `value` (its id; a listing's digest, `list_bound`): an assertion lifted from one
+    request cannot name the caller of another. (Nothing is built for a caller without an assertion: one look at the context.)"""
     client = current_client.get()
     if client is None or client.bound is None or client.bound == f"{kind}:{value}":
         return
     raise Unauthorized(f"{HEADER}: the assertion was signed for another request than this one ({kind} {value!r}); "
                        "the upstream gateway signs one per request", field=HEADER)
+
+
+def check_listing(params: Mapping[str, Any]) -> None:
+    """`Unauthorized` when the caller's principal comes from an assertion not signed for this ListTasks (`params`, as
+    read): one lifted from a message, a task call or another listing lists none of that client's tasks. (Nothing is
+    computed for a caller without an assertion.)"""
+    client = current_client.get()
+    if client is None or client.bound is None or client.bound == list_bound(params):
+        return
+    raise Unauthorized(f"{HEADER}: the assertion was signed for {client.bound.replace(':', ' ', 1)}, not for this "
+                       "ListTasks (the upstream gateway signs each listing for its params)", field=HEADER)
 
 
 def check_unbound(what: str, client: Client | None = None) -> None:
@@ -137,7 +170,7 @@ def check_unbound(what: str, client: Client | None = None) -> None:
     if client is None or client.bound is None:
         return
     raise Unauthorized(f"{HEADER}: the assertion was signed for {client.bound.replace(':', ' ', 1)}; {what} carries "
-                       "none (the upstream gateway signs messages, task calls and ratings only)", field=HEADER)
+                       "none (the upstream gateway signs messages, task calls, listings and ratings only)", field=HEADER)
 
 
 class Federation:
@@ -307,8 +340,8 @@ class Federation:
         upstream, bound, ts = doc.get("client"), doc.get("for"), doc.get("ts")
         if not isinstance(upstream, str) or _CLIENT.fullmatch(upstream) is None:
             raise refuse(f"client: must be 1 to {MAX_CLIENT} printable characters")
-        if not isinstance(bound, str) or not bound.startswith(("message:", "task:")):
-            raise refuse("for: must name the request (message:<messageId> or task:<id>)")
+        if not isinstance(bound, str) or not bound.startswith(("message:", "task:", "list:")):
+            raise refuse("for: must name the request (message:<messageId>, task:<id> or list:<digest>)")
         if isinstance(ts, bool) or not isinstance(ts, int):
             raise refuse("ts: must be an integer (Unix seconds)")
         if abs(now - ts) > self.window_s:

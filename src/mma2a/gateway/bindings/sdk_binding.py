@@ -65,7 +65,7 @@ from ...request_body import ReadRequest
 from ...responses import jsonrpc_error_json
 from ...sdk_requests import check_required, raise_refusal, send_request_json, struct_fields
 from ..access.clients import current_client
-from ..access.federation import check_unbound
+from ..access.federation import check_listing
 from ..access.security import AccessControl, retry_after
 from ..pipeline import Pipeline
 from .body_parser import INLINE_SDK_STRUCT_BYTES, JSONBodyParser, read_ahead
@@ -564,8 +564,9 @@ class PipelineRequestHandler(RequestHandler):
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         client = current_client.get()
         try:
-            check_unbound("ListTasks")  # a peer gateway's assertion, lifted from a message or task call: refused
-            page = await list_tasks(self.pipeline, json_format.MessageToDict(params), target=_target(context),
+            query = json_format.MessageToDict(params)
+            check_listing(query)  # a peer gateway's assertion names this listing (lifted from another request: refused)
+            page = await list_tasks(self.pipeline, query, target=_target(context),
                                     allowed=client.agents if client is not None else None,
                                     owner=client.key if client is not None else None)
         except MMA2AError as exc:

@@ -1,0 +1,91 @@
+"""The kit's checks that keep a client's state, with authentication on, through a federation hop as deployed: gateway A
+(clients alice and bob) signs who each client is (`federation.private_key_env`), gateway B knows A as its client `gwa`
+and trusts A's key (`federation.trusted_gateways`), so at B alice is `alice via gwa` (docs/operations.md, "Who the
+client is, across a hop"). Alice observes through A what she observes through one gateway of the same auth config
+(test_tck_scaled_auth.py's `AUTHED`), and bob is told her tasks do not exist through A, as through one gateway."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from mma2a.signing import new_private_key, private_key_text, public_key_text
+from tests.cluster.test_security import TOKENS
+from tests.conformance.sut import Way
+from tests.conformance.tck_agent import tck_agent
+from tests.conformance.test_tck import CHECKS, V1, Stack, message
+from tests.conformance.test_tck_scaled_auth import ONE, PER_CLIENT, strangers_view, who
+from tests.gateway.conftest import gateway
+from tests.webhooks import webhook_receiver
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+
+HOPS = ("hop root", "hop agent-path")
+GWA = "gwa-token-0123456789"
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def secured() -> AsyncIterator[Stack]:
+    key = new_private_key()
+    with environment(FED_A_KEY=private_key_text(key), FED_A_PUB=public_key_text(key), MMA2A_AGENT_GWA_TOKEN=GWA):
+        async with webhook_receiver() as hook, tck_agent("tck", push=True) as agent, contextlib.AsyncExitStack() as stack:
+            urls = {"allow_hosts": [hook.url.removeprefix("http://")]}
+            clients = {"auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]}}
+            _, one = await stack.enter_async_context(gateway({"agents": [{"name": "tck", "url": agent.url}], "urls": urls,
+                                                              **clients}))
+            _, url_b = await stack.enter_async_context(gateway({
+                "name": "gw-b", "agents": [{"name": "tck", "url": agent.url}], "urls": urls,
+                "auth": {"clients": [{"name": "gwa", "token": GWA}]},
+                "federation": {"trusted_gateways": {"gwa": {"public_key_env": "FED_A_PUB"}}}}))
+            _, url_a = await stack.enter_async_context(gateway({
+                "name": "gw-a", "agents": [{"name": "tck", "url": url_b, "token_env": "MMA2A_AGENT_GWA_TOKEN"}],
+                "urls": urls, **clients, "federation": {"private_key_env": "FED_A_KEY"}}))
+            o, a = one.rstrip("/"), url_a.rstrip("/")
+            yield Stack(agent, hook=hook, ways={
+                "direct": Way("direct", agent.url + "/", agent.rest, agent.url, agent.grpc),
+                "one root": Way("root", o + "/", o, o), "one agent-path": Way("agent-path", *[f"{o}/agents/tck"] * 3),
+                "hop root": Way("root", a + "/", a, a), "hop agent-path": Way("agent-path", *[f"{a}/agents/tck"] * 3)})
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+@pytest.mark.parametrize("name", PER_CLIENT)
+async def test_a_clients_checks_hold_through_a_federation_hop(secured: Stack, name: str, binding: str) -> None:
+    async with httpx.AsyncClient(timeout=30, headers=who("alice")) as c:
+        one = {secured.ways[w].kind: await CHECKS[name](c, secured.ways[w], binding, secured) for w in ONE}
+        for way in HOPS:
+            got = await CHECKS[name](c, secured.ways[way], binding, secured)
+            assert got == one[secured.ways[way].kind], f"{way} differs from one gateway"
+
+
+async def test_another_client_of_a_is_told_her_tasks_do_not_exist_through_the_hop(secured: Stack) -> None:
+    s = secured
+    seen: dict[str, Any] = {}
+    async with httpx.AsyncClient(timeout=30) as c:
+        for way in (*ONE, *HOPS):
+            r = await c.post(s.ways[way].rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                "message": message("tck-input-required")}}, headers={**V1, **who("alice")})
+            task = r.json()["result"]["task"]
+            async with httpx.AsyncClient(timeout=30, headers={**V1, **who("bob")}) as b:
+                seen[way] = await strangers_view(b, s.ways[way], task["id"], task["contextId"])
+    for way in HOPS:
+        assert seen[way] == seen[f"one {s.ways[way].kind}"], way
