@@ -9,10 +9,10 @@ Started on an event loop (the gateway), every `interval_s` the loop frames what 
 batch a frame, ~0.3 µs a decision) into the pipe of the history's writer process
 (`writer.py`), which inserts, prunes and checkpoints: SQLite's work leaves the gateway's process
 (on the loop it was ~10-15 µs a decision; on a thread of the gateway more, for the GIL's hand-offs,
-docs/benchmarks.md). The process starts with the first frame, and again after it dies (what it had
-not acknowledged is counted as dropped); when the pipe is full, frames wait in memory
-(`MAX_UNSENT`) and then the queue does. If the process cannot be started, a thread of the gateway
-writes instead. Started without a loop, the thread does it all.
+docs/benchmarks.md). The process starts with the first frame, and again after it dies (the frames
+it had not acknowledged go to the next); when the pipe is full, frames wait in memory
+(`MAX_UNSENT`) and then the queue does. If no process can be started (`SILENT_DEATHS`), a thread
+of the gateway writes instead. Started without a loop, the thread does it all.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ PIPE_BYTES = 1 << 20
 """The pipe to the writer process is asked to hold this much (Linux; 64 KiB otherwise): a few seconds of decisions."""
 RESPAWN_S = (0.5, 30.0)
 """After the writer process dies, the next one starts no sooner than this, doubling each time it dies again."""
+SILENT_DEATHS = 3
+"""Writer processes in a row that end before acknowledging anything (one that cannot start: an interpreter that
+cannot import mma2a, say): then a thread of the gateway writes instead."""
 
 
 class _Followed:
@@ -63,10 +66,10 @@ class _Process:
         self.proc = proc
         self.to, self.back = proc.stdin.fileno(), proc.stdout.fileno()
         self.unsent = bytearray()  # framed, not yet in the pipe
-        self.frames: deque[tuple[int, int, _Followed | None]] = deque()  # each frame's (queue items, rows, the
-        # stream message it carries) not acknowledged yet
+        self.frames: deque[list[Row] | _Followed] = deque()  # each frame's queue items, until it is acknowledged
         self.acks = bytearray()  # what came back, short of a whole acknowledgement
         self.watched = False  # the loop reads its acknowledgements
+        self.silent = True  # it has acknowledged nothing yet
         self.writing = False  # the loop watches the pipe for room
 
     def close(self) -> None:
@@ -263,13 +266,13 @@ class HistoryRecorder:
             if isinstance(head, _Followed):  # a stream message: a frame of its own, read by the writer
                 self._queue.popleft()
                 process.unsent += encode_stream(head.data, head.position)
-                process.frames.append((1, 0, head))
+                process.frames.append(head)
                 continue
             rows: list[Row] = []
             while self._queue and len(rows) < self.batch and not isinstance(self._queue[0], _Followed):
                 rows.append(self._queue.popleft())  # type: ignore[arg-type]
             process.unsent += encode(rows, None)
-            process.frames.append((len(rows), len(rows), None))
+            process.frames.append(rows)
 
     def _push(self, process: _Process) -> None:
         """Write framed bytes into the pipe until it is full (the loop then says when it has room)."""
@@ -318,10 +321,14 @@ class HistoryRecorder:
             self._deaths += 1
             wait = min(RESPAWN_S[1], RESPAWN_S[0] * 2 ** (self._deaths - 1))
             self._respawn_at = time.monotonic() + wait
-            lost = sum(rows for _, rows, _ in process.frames)
-            log.error("history: the writer process ended (exit %s) with %d decisions not acknowledged, counted as "
-                      "dropped (stream messages go to the next, which skips what the file already holds); the next "
-                      "starts in %.1f s", code, lost, wait)
+            if process.silent and self._deaths >= SILENT_DEATHS:
+                log.error("history: %d writer processes in a row ended (the last: exit %s) before writing anything: "
+                          "a thread of the gateway writes the history", self._deaths, code)
+                self._lose(process, again=True)
+                self._start_thread()
+                return
+            log.error("history: the writer process ended (exit %s) with %d frames not acknowledged, handed to the "
+                      "next, which starts in %.1f s", code, len(process.frames), wait)
         self._lose(process, again=not self._stopping)
 
     def _acknowledged(self, process: _Process, data: bytes) -> None:
@@ -329,29 +336,34 @@ class HistoryRecorder:
         whole = len(process.acks) - len(process.acks) % ACK.size
         items = 0
         for (count,) in ACK.iter_unpack(process.acks[:whole]):
-            items += process.frames.popleft()[0]
+            frame = process.frames.popleft()
+            items += len(frame) if isinstance(frame, list) else 1
             if self._on_write is not None and count:
                 self._on_write(count)
         del process.acks[:whole]
         self._deaths = 0
+        process.silent = False
         with self._done:
             self._written += items
             self._done.notify_all()
 
     def _lose(self, process: _Process, again: bool = False) -> None:
-        """Rows framed for a process that will not acknowledge them: dropped, and counted; with `again`, the stream
-        messages among them are queued again, first (the stream holds them, and the file's position says which the
-        dead process had committed: the next skips those)."""
-        if again:
-            followed = [f for _, _, f in process.frames if f is not None]
-            self._queue.extendleft(reversed(followed))
-            own = [frame for frame in process.frames if frame[2] is None]
-            process.frames.clear()
-            process.frames.extend(own)
-        items = sum(n for n, _, _ in process.frames)
-        lost = sum(rows for _, rows, _ in process.frames)
+        """Frames a process will not acknowledge: with `again` (it died), queued again, first, for the next writer
+        (a stream message it had committed is skipped by the next: the file's position says so; a frame of its own
+        decisions committed in the instant before it died is stored twice); else (the gateway stops) dropped, and
+        counted."""
+        frames = list(process.frames)
         process.frames.clear()
         process.unsent.clear()
+        if again:
+            for frame in reversed(frames):
+                if isinstance(frame, list):
+                    self._queue.extendleft(reversed(frame))
+                else:
+                    self._queue.appendleft(frame)
+            return
+        items = sum(len(f) if isinstance(f, list) else 1 for f in frames)
+        lost = sum(len(f) for f in frames if isinstance(f, list))
         if lost:
             self._drop(lost)
         if items:
@@ -365,7 +377,8 @@ class HistoryRecorder:
         if not now and time.monotonic() < self._respawn_at:
             return None
         settings = {"path": str(self.store.path), "max_age_s": self.store.max_age_s, "max_bytes": self.store.max_bytes,
-                    "max_bytes_per_client": self.store.max_bytes_per_client, "prune_interval_s": self.prune_interval_s}
+                    "max_bytes_per_client": self.store.max_bytes_per_client, "prune_interval_s": self.prune_interval_s,
+                    "sys_path": [p for p in sys.path if p]}  # where this process found mma2a, the writer finds it
         try:
             proc = subprocess.Popen([sys.executable, "-c", LAUNCH, orjson.dumps(settings).decode()],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
@@ -405,8 +418,10 @@ class HistoryRecorder:
                     data = os.read(process.back, 1 << 16)
                 except BlockingIOError:
                     continue
-                if not data:  # it died: what it had is lost
-                    self._lose(process)
+                if not data:  # it died: what it had goes to the next (stopping: lost, and counted)
+                    if process is self._process:
+                        self._process = None
+                    self._lose(process, again=not self._stopping)
                     return
                 self._acknowledged(process, data)
 

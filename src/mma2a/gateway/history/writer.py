@@ -44,10 +44,12 @@ FRAME_HEAD = struct.Struct(">QqB")
 ROWS, STREAM = range(2)
 ACK = struct.Struct(">Q")
 LAUNCH = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+          "import json, sys; sys.path[:0] = [p for p in json.loads(sys.argv[1])['sys_path'] if p not in sys.path]; "
           "import runpy; runpy.run_module('mma2a.gateway.history.writer', run_name='__main__')")
-"""What `python -c` runs to start the process (its settings in argv[1], JSON). It ignores SIGINT and SIGTERM, which a
-terminal's Ctrl-C or a service manager sends the gateway's whole group: the gateway's stop hands it what is queued,
-then closes the pipe, and that end is its own."""
+"""What `python -c` runs to start the process (its settings in argv[1], JSON, with the gateway's `sys.path`: it
+imports mma2a where the gateway did). It ignores SIGINT and SIGTERM, which a terminal's Ctrl-C or a service manager
+sends the gateway's whole group: the gateway's stop hands it what is queued, then closes the pipe, and that end is its
+own."""
 
 log = logging.getLogger("mma2a.history")
 _new_row = tuple.__new__
