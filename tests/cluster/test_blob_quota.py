@@ -20,7 +20,8 @@ from nats.js.errors import KeyNotFoundError
 
 from mma2a.cluster import cluster_state
 from mma2a.cluster.account import nats_account
-from mma2a.cluster.blob_quota import MAX_SWAPS, TOTAL, QuotaBusy, Reservation, SharedByteQuota, _key
+from mma2a.cluster.blob_quota import FORM, MAX_SWAPS, TOTAL, QuotaBusy, Reservation, SharedByteQuota, _key
+from mma2a.cluster.kv_keys import held_keys
 from mma2a.cluster.link import ClusterLink, reserved
 from mma2a.errors import ClusterError
 from mma2a.cluster.objects import UPLOAD_IDLE_S, ObjectBlobStore, open_object_store
@@ -255,6 +256,85 @@ async def test_the_counts_are_counted_again_from_the_objects_when_their_bucket_i
         await link.close()
 
 
+class CountedWhileOthersWrite(ObjectBlobStore):
+    """A store whose count of what is stored waits, once it has claimed the count, until `go` is set: meanwhile the
+    test writes through another gateway (real writes on the server), which must be counted once, by that gateway."""
+
+    def __init__(self, link: ClusterLink) -> None:
+        super().__init__(link)
+        self.counting, self.go = asyncio.Event(), asyncio.Event()
+
+    async def _stored(self) -> Any:
+        holdings = await super()._stored()
+
+        async def held() -> AsyncIterator[tuple[str | None, int]]:
+            self.counting.set()
+            await self.go.wait()
+            async for h in holdings():
+                yield h
+
+        return held
+
+
+async def test_counts_of_content_bytes_made_before_session_15_are_counted_again_as_footprints_on_upgrade(
+        nats_server: NatsServer) -> None:
+    """Session 15 charged footprints, but a bucket of counts made before held content bytes (alice's 60,000-byte blob
+    counted 60,000, not 65,536) and kept them: the note said to delete it once by hand. Now the counts are keyed
+    under `FORM`: a gateway finding none claims the count and counts the objects, while another gateway of the new
+    version stores and deletes (its charges kept: the count adds to them), and purges the old keys."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    bucket = f"{config.name}_blob_quota"
+    limits = {"max_bytes_per_client": 1 << 20, "max_bytes": 1 << 22}
+    store, link = await open_object_store(config, **limits)
+    try:
+        await store.put_stream(chunked(b"a" * 60_000), owner="alice")
+        await store.put_stream(chunked(b"b" * 10_000))  # no owner: in the total only
+        upload = await store.begin_upload(owner="carol")
+        await store.append(upload, 0, chunked(b"c" * 25_000))
+        # the bucket as session 14 left it: content bytes under keys without the prefix, and its claim
+        await link.js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{FORM}>")
+        kv = await link.js.key_value(bucket)
+        old = {"counted": 1, "total": 115_000, "c." + base64.urlsafe_b64encode(b"alice").decode(): 80_000,
+               "c." + base64.urlsafe_b64encode(b"carol").decode(): 25_000}
+        for key, value in old.items():
+            await kv.put(key, str(value).encode())
+        upgraded_link = await ClusterLink(config).connect()
+        upgraded = CountedWhileOthersWrite(upgraded_link)
+        try:
+            counting = asyncio.ensure_future(upgraded.setup(**limits))
+            await upgraded.counting.wait()  # it claimed the count and is about to list the objects
+            other, link2 = await open_object_store(config, **limits)  # a gateway of the new version, started meanwhile
+            try:
+                await other.put_stream(chunked(b"d" * 5_000), owner="alice")  # 12,288
+                brief = await other.put_stream(chunked(b"f" * 20_000), owner="alice")  # stored and deleted: nothing
+                await other.delete(brief.key)
+                await other.append(upload, 25_000, chunked(b"e" * 5_000))  # carol's upload 25,000 -> 30,000: +4,096
+                upgraded.go.set()
+                await counting
+                quota = upgraded.quota
+                assert quota is not None
+                # alice 60,000 + 5,000 (65,536 + 12,288), carol's upload at 30,000 (36,864), no owner 10,000 (16,384)
+                want = (77_824, 36_864, 131_072)
+                assert (await quota.held("alice"), await quota.held("carol"), await quota.total()) == want
+                assert other.quota is not None
+                assert (await other.quota.held("alice"), await other.quota.held("carol"),
+                        await other.quota.total()) == want  # before: 92,288 and 30,000 (content bytes, then charges)
+                for key in old:
+                    with pytest.raises(KeyNotFoundError):
+                        await kv.get(key)
+                assert sorted(await held_keys(link.js, bucket)) == sorted(
+                    [TOTAL, _key("alice"), _key("carol")])  # the old keys purged, nothing left of them
+                again, link3 = await open_object_store(config, **limits)  # counted: a later gateway counts nothing
+                await link3.close()
+                assert (await quota.held("alice"), await quota.total()) == (77_824, 131_072)
+            finally:
+                await link2.close()
+        finally:
+            await upgraded_link.close()
+    finally:
+        await link.close()
+
+
 async def test_serve_with_two_workers_counts_a_clients_blobs_once_whichever_worker_takes_them(tmp_path: Path) -> None:
     """`serve --workers 2`: each new connection reaches either worker; alice's ten 10 KB blobs (16,384 charged each)
     fill her quota of 163,840 however they were spread, and every further one is refused, on either worker; bob still
@@ -425,7 +505,7 @@ async def test_a_client_with_a_long_id_is_counted_and_leaves_the_cluster_connect
         await store.put_stream(chunked(b"a" * 10_000), owner="alice")
         assert (await store.quota.held(long_id), await store.quota.held("alice"), await store.quota.total()) == (
             65_536, 16_384, 81_920)
-        assert len(_key(long_id)) == 66 and _key("alice") == "c.YWxpY2U="  # short ids keep the key they had
+        assert len(_key(long_id)) == 68 and _key("alice") == "f.c.YWxpY2U="  # short ids: in base64
     finally:
         await link.close()
 

@@ -10,9 +10,11 @@ counted before they are stored (`Reservation`), in growing blocks, so two upload
 cannot pass its quota together; the words of a refusal are the local store's (`payload.quota.check_limits`), and
 so is what a blob or upload is charged (`payload.quota.footprint`: its bytes in whole 4 KiB blocks, plus one).
 
-A missing bucket (a cluster made before the quotas, or the bucket deleted) is counted again from the objects' own
-info (their owner is in their metadata) and the upload records as they were before it was made, by the one gateway
-that claims the count.
+Counts missing (a cluster made before the quotas, the bucket deleted, or a bucket of session 14's counts of content
+bytes) are counted again from the objects' own info (their owner is in their metadata) and the upload records as
+they were before the count was claimed, by the one gateway that claims it (creating the store's total). The counts
+are keyed under `FORM` (`f.`): the content bytes of a bucket made before session 15 (keys `total`, `counted`,
+`c.…`, `h.…`) are left out of every count and purged once the footprints are counted, so an upgrade needs no step.
 """
 
 from __future__ import annotations
@@ -33,8 +35,13 @@ from .link import ensure_kv
 
 log = logging.getLogger("mma2a.cluster")
 
-TOTAL = "total"
-COUNTED = "counted"  # created by the gateway that counts a new bucket from the objects
+FORM = "f."
+"""The prefix of every count's key: footprints (`payload.quota.footprint`, session 15). A bucket made before held
+content bytes under keys without it (`OLD_FORM`), which no gateway reads any more: its counts are missing, so they are
+counted from the objects (`SharedByteQuota.open`)."""
+TOTAL = FORM + "total"  # created by the gateway that counts the objects (its claim), then changed by every write
+OLD_FORM = ("total", "counted", "c.>", "h.>")
+"""The keys of session 14's counts of content bytes, purged by the gateway that counts the footprints."""
 PRUNED = "pruned"  # when the store was last pruned (by whichever gateway took that turn)
 SEEN_MAX = 4096
 """Counts (value, revision) remembered from this gateway's last reads and writes: a stale one costs a refused write
@@ -73,11 +80,12 @@ LONG_OWNER = 384  # an owner's bytes past which its count is keyed by a digest (
 def _key(owner: str) -> str:
     """The count's key: `c.` + the owner in base64url, or for a long one `h.` + its SHA-256: nats-server takes a
     subject of at most its max_control_line (4 KiB) and, past it, closes the connection (the gateway's cluster
-    connection, for good: session 15, S15-5). Client ids are shorter today (a federated one ~600 bytes at most)."""
+    connection, for good: session 15, S15-5). Client ids are shorter today (a federated one ~600 bytes at most). Both
+    under `FORM`."""
     raw = owner.encode()
     if len(raw) > LONG_OWNER:
-        return "h." + hashlib.sha256(raw).hexdigest()
-    return "c." + base64.urlsafe_b64encode(raw).decode()
+        return FORM + "h." + hashlib.sha256(raw).hexdigest()
+    return FORM + "c." + base64.urlsafe_b64encode(raw).decode()
 
 
 class SharedByteQuota:
@@ -91,24 +99,26 @@ class SharedByteQuota:
 
     async def open(self, js: Any, bucket: str, *, replicas: int, max_bytes: int, sizing: dict[str, tuple[int, str]],
                    stored: Callable[[], Awaitable[Callable[[], AsyncIterator[tuple[str | None, int]]]]]) -> None:
-        """Open the counts (bounded at `max_bytes`, `cluster.blob_quota_bucket_bytes`). A bucket that is not there yet
-        is counted by the gateway that claims it first, from `stored()`, called before the bucket is made: what is
-        stored at that moment (an iterator over each blob's and upload's owner and bytes). What is written once the
-        bucket is there is counted by the gateway writing it, so nothing is counted twice (a blob stored in between
-        is counted by neither: the safe side)."""
+        """Open the counts (bounded at `max_bytes`, `cluster.blob_quota_bucket_bytes`). Counts that are not there yet
+        (no bucket, or no `TOTAL` in it: a bucket of content bytes made before session 15) are counted by the gateway
+        that claims them first (creating `TOTAL`), from `stored()`, called before the claim: what is stored at that
+        moment (an iterator over each blob's and upload's owner and bytes), added to what other gateways count
+        meanwhile. A gateway writes counts only once `TOTAL` is there, so what is written after the claim is counted
+        by the gateway writing it and nothing is counted twice (a blob stored in between by a gateway of the version
+        before is counted by neither: the safe side)."""
         try:
-            await js.key_value(bucket)
+            await (await js.key_value(bucket)).get(TOTAL)
             holdings = None
-        except BucketNotFoundError:
+        except (BucketNotFoundError, KeyNotFoundError):
             holdings = await stored()
         self.kv = await ensure_kv(js, bucket, replicas=replicas, max_bytes=max_bytes,
                                   setting="cluster.blob_quota_bucket_bytes", sizing=sizing)
         if holdings is None:
             return
         try:
-            await self.kv.create(COUNTED, b"1")
+            self._remember(TOTAL, (0, int(await self.kv.create(TOTAL, b"0"))))
         except KeyWrongLastSequenceError:
-            return  # another gateway made the bucket at the same moment and counts
+            return  # another gateway claimed the count at the same moment
         by_owner: dict[str | None, int] = {}
         async for owner, size in holdings():
             by_owner[owner] = by_owner.get(owner, 0) + size
@@ -117,6 +127,18 @@ class SharedByteQuota:
         if by_owner:
             log.info("blob quotas: counted %d bytes of %d clients from the object store",
                      sum(by_owner.values()), sum(1 for o in by_owner if o is not None))
+        await self._purge_old_form(js, bucket)
+
+    @staticmethod
+    async def _purge_old_form(js: Any, bucket: str) -> None:
+        """Remove the counts of content bytes a bucket made before session 15 holds (`OLD_FORM`; one purge of the
+        bucket's stream a key or prefix, nothing left of them): they are not read any more and would hold the bucket's
+        bytes. A failure is logged, not raised: the counts are right without it."""
+        try:
+            for key in OLD_FORM:
+                await js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}")
+        except Exception as exc:  # noqa: BLE001 - left over, never read
+            log.warning("blob quotas: the counts of content bytes made before session 15 were not purged: %r", exc)
 
     async def _read(self, key: str, fresh: bool = True) -> tuple[int, int]:
         """(the count, its revision; 0 when the key was never written); not `fresh`: as this gateway saw it last."""

@@ -246,6 +246,8 @@ class GatewayConfig(BaseModel):
     offload_threshold: int = Field(default=256 * 1024, ge=0)
     blob_dir: str | None = None  # default: a fresh temporary directory per process
     blob_min_free_bytes: int = Field(default=256 * 1024**2, ge=0)  # disk kept free by the blob store; past it 507
+    # the disk's files (inodes) kept free by the blob store (two a blob); past it 507. 256 MiB at ext4's 16 KiB an inode
+    blob_min_free_inodes: int = Field(default=16_384, ge=0)
     # what the local blob store may hold in all (507 past it) and per client (413), blobs and uploads counted
     blob_max_bytes: int = Field(default=8 * 1024**3, gt=0)
     blob_max_bytes_per_client: int = Field(default=1024**3, gt=0)

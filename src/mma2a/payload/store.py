@@ -37,6 +37,9 @@ from .quota import ByteQuota, footprint, growth
 
 CHUNK_SIZE = 256 * 1024
 """Bytes read from disk per chunk; also the size of each write batch."""
+OBJECT_FILES = 2
+"""Files a new blob or upload takes on the local store's disk (its bytes and its `.json` sidecar): the inodes checked
+against `min_free_inodes` before it is written."""
 
 DEFAULT_MEDIA_TYPE = "application/octet-stream"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -208,13 +211,15 @@ def _hash_file(path: Path) -> str:
 class LocalBlobStore(BlobStore):
     """Blobs in a local directory: `objects/ab/<key>` with a `<key>.json` sidecar for the media type and owner."""
 
-    def __init__(self, root: str | os.PathLike[str], *, min_free_bytes: int = 0, max_bytes: int | None = None,
-                 max_bytes_per_client: int | None = None):
-        """`min_free_bytes`: the disk space kept free; a write that would go below it is refused (507). `max_bytes`,
+    def __init__(self, root: str | os.PathLike[str], *, min_free_bytes: int = 0, min_free_inodes: int = 0,
+                 max_bytes: int | None = None, max_bytes_per_client: int | None = None):
+        """`min_free_bytes`: the disk space kept free; a write that would go below it is refused (507).
+        `min_free_inodes`: the disk's files (inodes) kept free, alike: a blob or an upload begun takes two. `max_bytes`,
         `max_bytes_per_client`: what the store and each client may hold (507, 413); the counts are rebuilt from the
         directory here. One process per directory: the counts are this process's."""
         self.root = Path(root)
         self.min_free_bytes = min_free_bytes
+        self.min_free_inodes = min_free_inodes
         self._objects = self.root / "objects"
         self._tmp = self.root / "tmp"
         self._uploads = self.root / "uploads"
@@ -246,18 +251,25 @@ class LocalBlobStore(BlobStore):
 
     async def check_room(self, owner: str | None, size: int, at: int | None = None) -> None:
         self.quota.check(owner, growth(at, size))
-        self._check_space(size)
+        self._check_space(size, OBJECT_FILES if at is None else 0)
 
-    def _check_space(self, more: int) -> None:
-        """`InsufficientStorage` when writing `more` bytes would leave less than `min_free_bytes` on the disk (one
-        `statvfs` per chunk; nothing when no reserve is set)."""
-        if self.min_free_bytes:
-            st = os.statvfs(self.root)
-            free = st.f_bavail * st.f_frsize
-            if free - more < self.min_free_bytes:
-                raise InsufficientStorage(
-                    f"the blob store is full: {free} bytes free on its disk, {self.min_free_bytes} kept in reserve "
-                    "(blob_min_free_bytes); retry later or send a smaller payload", field="body")
+    def _check_space(self, more: int, files: int = 0) -> None:
+        """`InsufficientStorage` when writing `more` (> 0) bytes would leave less than `min_free_bytes` on the disk, or
+        making `files` new files less than `min_free_inodes` of its inodes (one `statvfs` per chunk, and per blob or
+        upload begun; nothing when no reserve is set). A filesystem that reports no inodes (`f_files` 0: btrfs, some
+        network ones) has no fixed number to run out of: only its bytes are checked."""
+        if not (self.min_free_bytes or self.min_free_inodes):
+            return
+        st = os.statvfs(self.root)
+        free = st.f_bavail * st.f_frsize
+        if self.min_free_bytes and more and free - more < self.min_free_bytes:
+            raise InsufficientStorage(
+                f"the blob store is full: {free} bytes free on its disk, {self.min_free_bytes} kept in reserve "
+                "(blob_min_free_bytes); retry later or send a smaller payload", field="body")
+        if self.min_free_inodes and st.f_files and st.f_favail - files < self.min_free_inodes:
+            raise InsufficientStorage(
+                f"the blob store is full: {st.f_favail} files (inodes) free on its disk, {self.min_free_inodes} kept "
+                "in reserve (blob_min_free_inodes); retry later", field="body")
 
     # --- paths ----------------------------------------------------------------------
 
@@ -289,14 +301,15 @@ class LocalBlobStore(BlobStore):
         try:
             sink = _Sink(fh)
             async for chunk in chunks:
-                self._check_space(len(chunk))
+                self._check_space(len(chunk), OBJECT_FILES - 1)  # its temporary file is there: its sidecar to come
                 more = footprint(sink.size + len(chunk)) - charged  # the first chunk: the object's own block too
                 self.quota.charge(owner, more)
                 charged += more
                 await sink.add(chunk)
                 if max_size is not None and sink.size > max_size:
                     raise PayloadTooLarge(f"blob is larger than the limit of {max_size} bytes", field="body")
-            if not charged:  # an empty blob: its block
+            if not charged:  # an empty blob: its block, its sidecar
+                self._check_space(0, OBJECT_FILES - 1)
                 self.quota.charge(owner, footprint(0))
                 charged = footprint(0)
             await sink.flush()
@@ -399,9 +412,14 @@ class LocalBlobStore(BlobStore):
         path = self._upload_path(upload_id)
 
         def create() -> None:
-            path.with_suffix(".json").write_text(json.dumps({"mediaType": media_type, "owner": owner}))
-            path.touch()
+            try:
+                path.with_suffix(".json").write_text(json.dumps({"mediaType": media_type, "owner": owner}))
+                path.touch()
+            except OSError:  # e.g. the disk's last inode taken meanwhile: nothing of the upload stays
+                path.with_suffix(".json").unlink(missing_ok=True)
+                raise
 
+        self._check_space(0, OBJECT_FILES)
         self.quota.charge(owner, footprint(0))  # an upload's files are held from its start (413/507 when full)
         try:
             await asyncio.to_thread(create)
