@@ -218,14 +218,16 @@ async def test_a_pin_removed_anywhere_is_found_by_its_key_not_by_hashing_every_p
         hashed: list[str] = []
         watched = pins.on_entry
 
-        def on_entry(key: str, value: bytes | None, op: str | None) -> None:
-            watched(key, value, op)
+        def on_entry(key: str, value: bytes | None, op: str | None, revision: int | None = None) -> None:
+            watched(key, value, op, revision)
             if not value:
                 removed.set()
 
+        key_of = pins_module.session_key
+
         def counted(session_id: str) -> str:
             hashed.append(session_id)
-            return pins_module.hashlib.sha256(session_id.encode()).hexdigest()[:40]
+            return key_of(session_id)
 
         monkeypatch.setattr(pins, "on_entry", on_entry)  # what the `sessions` watch calls
         monkeypatch.setattr(pins_module, "session_key", counted)

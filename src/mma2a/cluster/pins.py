@@ -6,6 +6,13 @@ the session, whichever gateway it reaches, finds it. A pin from elsewhere is ado
 if it was made under the same cluster config (`ClusterState.epoch`) and every agent it
 names is registered, healthy and not draining here; otherwise the chunk is routed afresh
 (and re-pinned). A pin replaced or released elsewhere drops the local copy (KV watch).
+
+The bucket is shared by every client and drops its oldest writes first when full (`cluster.sessions_bucket_bytes`),
+so each client's pins are held to a share of it (`cluster.sessions_bytes_per_client`, a quarter by default):
+`PinShares` counts what each client's keys take of the bucket, from this gateway's writes and the watch's (every
+gateway's), and a client past its share has its oldest keys removed — purged, leaving no marker — by the gateway that
+wrote them, never another client's (docs/security.md S16-5). A session whose pin went so is routed afresh at its next
+message on a gateway holding no copy of it.
 """
 
 from __future__ import annotations
@@ -13,24 +20,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import heapq
 import logging
+import time
 from collections import OrderedDict
 from typing import Any
 
 import orjson
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KV_DEL, KV_PURGE
+from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
 
 from ..routing import SessionPins
 from ..routing.decision import PartRoute, Target, TransformStep
+from ..routing.sessions import owner_of
 
 from .link import Member
 
 log = logging.getLogger("mma2a.cluster.pins")
 
 
+OWNER_DIGEST = 20  # hex digits of a client's digest that start its pins' keys (80 bits: no client picks another's)
+
+
 def session_key(session_id: str) -> str:
-    return hashlib.sha256(session_id.encode()).hexdigest()[:40]
+    """The pin's key in the `sessions` bucket: for a client's session (`CLIENT\x1fID`) its client's digest, a dot and
+    the session's (so every gateway tells whose a key is from the key alone); without a client (a gateway without
+    authentication, where all sessions are one's), the session's digest alone."""
+    digest = hashlib.sha256(session_id.encode()).hexdigest()[:40]
+    owner = owner_of(session_id)
+    if owner is None:
+        return digest
+    return f"{hashlib.sha256(owner.encode()).hexdigest()[:OWNER_DIGEST]}.{digest}"
 
 
 def routes_to_json(routes: tuple[PartRoute, ...]) -> list[Any]:
@@ -50,6 +70,121 @@ def routes_from_json(data: list[Any]) -> tuple[PartRoute, ...]:
     )
 
 
+def stored_bytes(subject: str, value: int, headers: int = 0) -> int:
+    """What a message takes of a file-backed stream's bytes (its `max_bytes`), as nats-server counts it: a 22-byte
+    record header, the subject, the headers (with their 4-byte length), the value and an 8-byte checksum."""
+    return 22 + len(subject) + (4 + headers if headers else 0) + value + 8
+
+
+DELETE_HEADERS = len(b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n")  # what `KeyValue.delete` writes (the marker)
+
+
+class PinShares:
+    """What each client's keys take of the `sessions` bucket, in the bucket's order (its stream sequence): each key's
+    last message (a pin, or a release's marker) counted as the bucket counts its bytes, this gateway's own once stored
+    (their sequence known), the others' as the watch brings them. Past `share` bytes a client's oldest keys leave the
+    count: those this gateway wrote are for it to purge (`wrote` returns them), the others' their writer purges. Every
+    gateway counts the same messages in the same order, so a key leaves every count at the same point, its writer's
+    included, whatever order the watch brought them in; a gateway that has not heard a message yet counts fewer and
+    purges later, never more. Keys written longer ago than `ttl_s` have left the bucket and the count; at most
+    `max_keys` are counted (the oldest forgotten past it, unpurged: the bucket drops them first anyway)."""
+
+    def __init__(self, share: int, ttl_s: float, max_keys: int) -> None:
+        self.share = share
+        self.ttl_s = ttl_s
+        self.max_keys = max_keys
+        self._keys: dict[str, dict[str, tuple[int, int, bool, float]]] = {}  # owner -> key -> (seq, bytes, mine, at)
+        self._order: dict[str, list[tuple[int, str]]] = {}  # owner -> a heap of (seq, key); stale ones skipped
+        self._held: dict[str, int] = {}  # owner -> bytes its keys take
+        self._recent: OrderedDict[str, float] = OrderedDict()  # owner -> when it last wrote, least recent first
+        self._count = 0
+        self.purged = 0  # keys this gateway gave to purge (of clients past their share)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def held(self, owner: str) -> int:
+        """Bytes `owner`'s keys take, as counted (owner: the key's prefix, `OWNER_DIGEST` hex digits)."""
+        return self._held.get(owner, 0)
+
+    def seq(self, key: str) -> int | None:
+        """The stream sequence of `key`'s message as counted (None: not counted)."""
+        keys = self._keys.get(key.partition(".")[0])
+        entry = keys.get(key) if keys is not None else None
+        return None if entry is None else entry[0]
+
+    def wrote(self, key: str, seq: int, size: int, mine: bool, now: float) -> tuple[list[tuple[str, int]], list[str]]:
+        """`key`'s message `seq` takes `size` bytes, written by this gateway (`mine`) or another: (the messages to purge
+        — this gateway's, past their client's share: key and sequence —, every key that left the count). A key without
+        a client is not counted, nor a message older than the key's one counted."""
+        owner, dot, _ = key.partition(".")
+        if not dot:
+            return [], []
+        keys = self._keys.setdefault(owner, {})
+        order = self._order.setdefault(owner, [])
+        old = keys.get(key)
+        if old is not None:
+            if old[0] == seq and mine and not old[2]:  # this gateway's own, heard before its write was acknowledged
+                keys[key] = (seq, old[1], True, old[3])
+            if old[0] >= seq:
+                return [], []
+            self._held[owner] -= old[1]
+            self._count -= 1
+        keys[key] = (seq, size, mine, now)
+        heapq.heappush(order, (seq, key))
+        self._held[owner] = self._held.get(owner, 0) + size
+        self._count += 1
+        self._recent[owner] = now
+        self._recent.move_to_end(owner)
+        purge: list[tuple[str, int]] = []
+        gone: list[str] = []
+        while order:
+            first_seq, first = order[0]
+            entry = keys.get(first)
+            if entry is None or entry[0] != first_seq:  # rewritten since, or gone
+                heapq.heappop(order)
+                continue
+            aged = entry[3] < now - self.ttl_s
+            if not aged and (self._held[owner] <= self.share or len(keys) == 1):
+                break
+            heapq.heappop(order)
+            del keys[first]
+            self._held[owner] -= entry[1]
+            self._count -= 1
+            gone.append(first)
+            if entry[2] and not aged:
+                purge.append((first, first_seq))
+        if len(order) > 2 * len(keys) + 16:  # stale entries of keys rewritten: the heap made again
+            self._order[owner] = order = [(e[0], k) for k, e in keys.items()]
+            heapq.heapify(order)
+        self._expire(now, gone)
+        self.purged += len(purge)
+        return purge, gone
+
+    def _expire(self, now: float, gone: list[str]) -> None:
+        """Forget the clients that wrote nothing for `ttl_s` (their keys aged out of the bucket), then, past `max_keys`,
+        the oldest keys of the clients that wrote least recently."""
+        while self._recent:
+            owner, at = next(iter(self._recent.items()))
+            keys, order = self._keys[owner], self._order[owner]
+            if at >= now - self.ttl_s:
+                if self._count <= self.max_keys:
+                    return
+                while order and self._count > self.max_keys:
+                    seq, key = heapq.heappop(order)
+                    entry = keys.get(key)
+                    if entry is not None and entry[0] == seq:
+                        del keys[key]
+                        self._held[owner] -= entry[1]
+                        self._count -= 1
+                        gone.append(key)
+                if keys:
+                    return
+            del self._recent[owner], self._keys[owner], self._order[owner], self._held[owner]
+            self._count -= len(keys)
+            gone.extend(keys)
+
+
 class ClusterSessionPins(SessionPins):
     """Local pins (as `SessionPins`) plus the cluster's: written through, fetched on a local miss."""
 
@@ -59,6 +194,13 @@ class ClusterSessionPins(SessionPins):
         self._remote: OrderedDict[str, tuple[str, tuple[PartRoute, ...]]] = OrderedDict()
         self._by_key: dict[str, str] = {}  # session_key -> session id, of every pin in `_remote`: a removal read in O(1)
         self._pending: dict[str, asyncio.Future[Any]] = {}
+        self._purging: set[asyncio.Future[Any]] = set()
+        c = cluster.config
+        bucket = cluster.names.bucket("sessions")
+        self._stream, self._subject = f"KV_{bucket}", f"$KV.{bucket}."
+        # as many keys as the bucket can hold (a delete's marker, the least a key takes, ~120 bytes)
+        self.shares = PinShares(c.sessions_share, c.session_ttl_s,
+                                c.sessions_bucket_bytes // stored_bytes(self._subject + "k" * 61, 0, DELETE_HEADERS))
         self.adopted = 0
 
     # --- SessionPins, with the cluster behind it --------------------------------------
@@ -67,8 +209,10 @@ class ClusterSessionPins(SessionPins):
         epoch = self.cluster.epoch()
         doc = {"session": session_id, "epoch": epoch, "routes": routes_to_json(routes), "origin": self.cluster.id}
         key = session_key(session_id)
+        data = orjson.dumps(doc)
         self._remember(session_id, epoch, routes, key)
-        self._write(session_id, self.cluster.kv["sessions"].put(key, orjson.dumps(doc)))
+        self._write(session_id, key, self.cluster.kv["sessions"].put(key, data),
+                    stored_bytes(self._subject + key, len(data)))
 
     def lookup(self, session_id: str, version: int) -> tuple[PartRoute, ...] | None:
         routes = super().lookup(session_id, version)
@@ -84,9 +228,41 @@ class ClusterSessionPins(SessionPins):
     def release(self, session_id: str) -> None:
         super().release(session_id)
         if self._forget(session_id) or session_id in self._pending:
-            self._write(session_id, self.cluster.kv["sessions"].delete(session_key(session_id)))
+            key = session_key(session_id)
+            # (`KeyValue.delete`'s marker, published here for its sequence)
+            self._write(session_id, key, self._delete(key), stored_bytes(self._subject + key, 0, DELETE_HEADERS))
 
     # --- the KV side --------------------------------------------------------------------
+    async def _delete(self, key: str) -> int:
+        ack = await self.cluster.js.publish(self._subject + key, headers={KV_OP: KV_DEL})
+        return int(ack.seq)
+
+    def _counted(self, key: str, seq: int, size: int, mine: bool) -> None:
+        """`key`'s message `seq` (a pin, or a release's marker) takes `size` bytes of the bucket: its client's keys
+        past its share leave this gateway's copies, and those this gateway wrote leave the bucket (purged: no
+        marker)."""
+        purge, gone = self.shares.wrote(key, seq, size, mine, time.monotonic())
+        for k, at in purge:  # that message alone: a later one on the key (the session pinned again) stays
+            fut = asyncio.ensure_future(self.cluster.js.purge_stream(self._stream, seq=at + 1,
+                                                                     subject=self._subject + k))
+            self._purging.add(fut)
+            fut.add_done_callback(self._purged)
+        for k in gone:
+            sid = self._by_key.get(k)
+            if sid is not None:
+                self._forget(sid)
+
+    def _purged(self, fut: asyncio.Future[Any]) -> None:
+        self._purging.discard(fut)
+        if not fut.cancelled() and fut.exception() is not None:
+            log.warning("a session pin past its client's share not purged: %s", fut.exception())
+
+    async def settle(self) -> None:
+        """Wait until every pin, release and purge this gateway began is done in the cluster."""
+        while self._pending or self._purging:
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*self._pending.values(), *self._purging, return_exceptions=True)
+
     def _remember(self, session_id: str, epoch: str, routes: tuple[PartRoute, ...], key: str) -> None:
         if session_id not in self._remote:
             self._by_key[key] = session_id
@@ -102,16 +278,21 @@ class ClusterSessionPins(SessionPins):
         self._by_key.pop(session_key(session_id), None)
         return True
 
-    def _write(self, session_id: str, op: Any) -> None:
+    def _write(self, session_id: str, key: str, op: Any, size: int) -> None:
+        """Write a pin or a release (`op`, which returns the message's sequence), `size` bytes of the bucket."""
         fut = asyncio.ensure_future(op)
         self._pending[session_id] = fut
-        fut.add_done_callback(lambda f: self._written(session_id, f))
+        fut.add_done_callback(lambda f: self._written(session_id, key, size, f))
 
-    def _written(self, session_id: str, fut: asyncio.Future[Any]) -> None:
+    def _written(self, session_id: str, key: str, size: int, fut: asyncio.Future[Any]) -> None:
         if self._pending.get(session_id) is fut:
             del self._pending[session_id]
-        if not fut.cancelled() and fut.exception() is not None:
+        if fut.cancelled():
+            return
+        if fut.exception() is not None:
             log.warning("session pin %s not shared: %s", session_id, fut.exception())
+            return
+        self._counted(key, int(fut.result()), size, True)
 
     async def flush(self, session_id: str) -> None:
         """Wait until this session's pin (or release) is stored in the cluster."""
@@ -131,11 +312,13 @@ class ClusterSessionPins(SessionPins):
         except Exception as exc:  # NATS unavailable: route afresh
             log.debug("session pin lookup failed: %s", exc)
             return
-        self.on_entry(entry.key, entry.value, entry.operation)
+        self.on_entry(entry.key, entry.value, entry.operation, entry.revision)
 
-    def on_entry(self, key: str, value: bytes | None, op: str | None) -> None:
+    def on_entry(self, key: str, value: bytes | None, op: str | None, revision: int | None = None) -> None:
         """A pin stored or removed by any gateway (from the KV watch or a fetch)."""
         if op in (KV_DEL, KV_PURGE) or not value:
+            if revision is not None and revision != self.shares.seq(key):  # (this gateway's own: counted when stored)
+                self._counted(key, revision, stored_bytes(self._subject + key, 0, DELETE_HEADERS), False)
             # by the key's own entry: a scan hashing every remote pin held the event loop ~0.3 s a removal at 100,000
             # pins, and any client removes its pin with `session.final` (docs/security.md S16-1)
             sid = self._by_key.get(key)
@@ -145,8 +328,10 @@ class ClusterSessionPins(SessionPins):
             return
         doc = orjson.loads(value)
         sid = doc["session"]
-        if doc.get("origin") == self.cluster.id:
+        if doc.get("origin") == self.cluster.id:  # counted when stored
             return
+        if revision is not None:
+            self._counted(key, revision, stored_bytes(self._subject + key, len(value)), False)
         routes = routes_from_json(doc["routes"])
         current = self._remote.get(sid)
         if current is not None and current[1] != routes:

@@ -281,7 +281,7 @@ class ClusterState:
                 continue
             try:
                 if kind == "sessions":
-                    self.pins.on_entry(entry.key, entry.value, entry.operation)
+                    self.pins.on_entry(entry.key, entry.value, entry.operation, entry.revision)
                 else:
                     await self.apply(kind, entry.key, entry.value, entry.revision, entry.operation)
             except Exception:

@@ -126,7 +126,14 @@ class ClusterConfig(BaseModel):
     """The `sessions` bucket's bytes at most (one pin a session a `pin_session` rule routed, ~0.4 kB with a 256-character
     id, kept for `session_ttl_s` after it was written: a pin is written once, when its session's route is made), the
     pins written longest ago out first (used or not): clients opening new sessions grew it without end; a pin let go
-    this way routes its session's next message afresh on a gateway that does not hold it (docs/security.md S16-5)."""
+    this way routes its session's next message afresh on a gateway that does not hold it. Each client is held to
+    `sessions_bytes_per_client` of it, so one client's sessions never push another's out (docs/security.md S16-5)."""
+    sessions_bytes_per_client: int | None = Field(default=None, ge=4096)
+    """The most bytes one client's pins (and its released sessions' markers) take of the `sessions` bucket, across
+    every gateway of the cluster (default: a quarter of `sessions_bucket_bytes`, 16 MiB: ~35,000 pins of 256-character
+    session ids). Past it the client's own pins written longest ago leave the bucket, never another client's; its
+    session whose pin went is routed afresh at its next message where no gateway holds a copy. Sessions of a gateway
+    without authentication are all one's, held to the bucket's bound alone."""
     replicas: int = Field(default=1, ge=1, le=5)
     """JetStream replicas of every bucket and stream (3 on a 3-node NATS cluster)."""
     connect_timeout_s: float = Field(default=5.0, gt=0)
@@ -147,7 +154,15 @@ class ClusterConfig(BaseModel):
     def _ttl(self) -> ClusterConfig:
         if self.member_ttl_s < 2 * self.heartbeat_s:
             raise ValueError(f"member_ttl_s ({self.member_ttl_s}) must be at least twice heartbeat_s ({self.heartbeat_s})")
+        if self.sessions_bytes_per_client is not None and self.sessions_bytes_per_client > self.sessions_bucket_bytes:
+            raise ValueError(f"sessions_bytes_per_client ({self.sessions_bytes_per_client}) must be at most "
+                             f"sessions_bucket_bytes ({self.sessions_bucket_bytes}): a client's share of that bucket")
         return self
+
+    @property
+    def sessions_share(self) -> int:
+        """The bytes of the `sessions` bucket one client's pins may take (`sessions_bytes_per_client`, or a quarter)."""
+        return self.sessions_bytes_per_client or self.sessions_bucket_bytes // 4
 
     def servers(self) -> list[str]:
         return self.nats.split(",")

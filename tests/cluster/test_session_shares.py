@@ -1,0 +1,103 @@
+"""Security probe S16-5: the cluster's `sessions` bucket is shared by every client and drops its oldest writes first
+when full (`cluster.sessions_bucket_bytes`), and a pin is written once: a client opening a new session a message
+pushed every other client's cluster pins out (~140,000 messages at the 64 MiB default), and alice's next chunk,
+reaching a gateway without her pin, was routed afresh — to another member of the pool than the one holding her
+stream. Each client's pins are now held to a share of the bucket (`cluster.sessions_bytes_per_client`, a quarter by
+default) across the cluster's gateways: past it the client's own oldest pins leave the bucket, never another's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import nats
+import pytest
+from pydantic import ValidationError
+
+from mma2a.cluster.kv_keys import current, held_keys
+from mma2a.cluster.pins import DELETE_HEADERS, ClusterSessionPins, session_key, stored_bytes
+from mma2a.cluster.server import NatsServer
+from mma2a.ext import EXTENSION_URI
+from mma2a.gateway.cluster_config import ClusterConfig
+from mma2a.routing.decision import PartRoute, Target
+from tests.cluster.conftest import SECRET, cluster_name
+from tests.cluster.test_task_bucket import cluster_gateway
+from tests.gateway.conftest import agent, agents
+from tests.security.test_task_ownership import PINNING_RULES, rpc, session_chunk
+
+ALICE, MALLORY = "tok-alice-shares-1", "tok-mallory-shares-2"
+CLIENTS = [{"name": "alice", "token": ALICE}, {"name": "mallory", "token": MALLORY}]
+BUCKET, SHARE = 1 << 20, 16 << 10
+
+
+def target(doc: dict[str, Any]) -> str:
+    return str(doc["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"][0])
+
+
+async def test_one_clients_flood_of_new_sessions_leaves_another_clients_pin_across_gateways(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    name = cluster_name()
+    bucket = f"{name}_sessions"
+    cluster = {"nats": nats_server.url, "name": name, "sessions_bucket_bytes": BUCKET,
+               "sessions_bytes_per_client": SHARE}
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    try:
+        async with agents({n: agent(n, ["image/*"]) for n in ("w1", "w2")}) as urls, \
+                httpx.AsyncClient(timeout=30) as c:
+            pool = [{"name": n, "url": u, "groups": ["pool"]} for n, u in urls.items()]
+            base = {"auth": {"clients": CLIENTS}, "features": False, "cluster": cluster}
+            async with cluster_gateway({**base, "agents": pool, "rules": PINNING_RULES,
+                                        "data_dir": str(tmp_path / "a")}) as (a, url_a), \
+                    cluster_gateway({**base, "data_dir": str(tmp_path / "b")}) as (b, url_b):
+                pins = [a.cluster.pins, b.cluster.pins]
+                assert isinstance(pins[0], ClusterSessionPins) and isinstance(pins[1], ClusterSessionPins)
+                unpinned = dict(session_chunk("u0", "x"))
+                del unpinned["message"]["metadata"]  # no session: round robin moves on, alice's session starts on w2
+                first = target(await rpc(c, url_a, "SendMessage", unpinned, ALICE))
+                alice = target(await rpc(c, url_a, "SendMessage", session_chunk("a0", "cam", 0), ALICE))
+                await pins[0].settle()
+                # mallory's new sessions through both gateways' pipelines ...
+                mallorys = [target(await rpc(c, url, "SendMessage", session_chunk(f"m{i}", f"m-{i}"), MALLORY))
+                            for i, url in enumerate([url_a, url_b] * 2)]
+                # ... and then ~1.4 MB more of them, pinned as the pipeline pins each (her client, her session id)
+                routes = (PartRoute(0, "image/png", ("lb",), (Target("w1", (), "round_robin"),), (), None, False, True),)
+                flood = [f"mallory\x1f{i:06d}-" + "s" * 249 for i in range(2400)]  # 256 characters, the most
+                for i, sid in enumerate(flood):
+                    pins[i % 2].pin(sid, a.state.snapshot.version, routes)
+                    if i % 200 == 199:
+                        await pins[i % 2].flush(sid)
+                for p in pins:
+                    await p.settle()
+                kv = await js.key_value(bucket)
+                entries = await current(kv, await held_keys(js, bucket), deleted=True)
+                info = await js.stream_info(f"KV_{bucket}")
+                # a gateway started after the flood holds no copy of alice's pin: it has the bucket's alone
+                async with cluster_gateway({**base, "data_dir": str(tmp_path / "c")}) as (g, url_c):
+                    later = target(await rpc(c, url_c, "SendMessage", session_chunk("a1", "cam", 1), ALICE))
+                    adopted = g.cluster.pins.adopted
+                purged = [p.shares.purged for p in pins]
+    finally:
+        await nc.close()
+    assert first != alice and len(set(mallorys)) == 2
+    assert later == alice and adopted == 1  # before: her pin pushed out, routed afresh to `first`
+    alices = session_key("alice\x1fcam")
+    mallory_prefix = session_key("mallory\x1fx").partition(".")[0]
+    held = {e.key: stored_bytes(f"$KV.{bucket}.{e.key}", len(e.value or b""), 0 if e.value else DELETE_HEADERS)
+            for e in entries}
+    assert alices in held  # before: gone, the first of ~2,400 pins past what the bucket holds
+    theirs = [k for k in held if k.startswith(mallory_prefix + ".")]
+    assert sum(held[k] for k in theirs) <= 2 * SHARE  # her share, once for each gateway's writes at most
+    assert session_key(flood[-1]) in theirs and session_key(flood[-2]) in theirs  # she keeps her newest pins
+    assert session_key(flood[0]) not in theirs and sum(purged) >= len(flood) - len(theirs)
+    assert info.state.bytes == sum(held.values()) < BUCKET  # each key counted as the bucket counts it; none discarded
+
+
+def test_a_clients_share_is_at_most_the_bucket_and_a_quarter_by_default() -> None:
+    assert ClusterConfig(nats="nats://127.0.0.1:4222").sessions_share == 16 << 20
+    assert ClusterConfig(nats="nats://127.0.0.1:4222", sessions_bucket_bytes=4 << 20).sessions_share == 1 << 20
+    with pytest.raises(ValidationError) as err:
+        ClusterConfig(nats="nats://127.0.0.1:4222", sessions_bucket_bytes=1 << 20, sessions_bytes_per_client=2 << 20)
+    assert "sessions_bytes_per_client (2097152) must be at most sessions_bucket_bytes (1048576)" in str(err.value)
