@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from mma2a.errors import PayloadError, PayloadNotFound, PayloadTooLarge, RangeNotSatisfiable, UploadOffsetMismatch
 from mma2a.payload import LocalBlobStore
 from mma2a.payload.quota import footprint, growth
+from mma2a.payload.store import LEFT_OVER_S
 
 
 async def chunks_of(data: bytes, size: int = 100_000) -> AsyncIterator[bytes]:
@@ -215,3 +217,31 @@ def test_a_blob_is_charged_its_bytes_in_whole_blocks_plus_one() -> None:
     assert growth(None, 0) == 4096 and growth(None, 8) == 8192  # a new object: its own block too
     assert growth(0, 8) == 4096 and growth(8, 4088) == 0 and growth(4096, 1) == 4096  # an upload: the blocks added
     assert sum(growth(i * 1000, 1000) for i in range(60)) + footprint(0) == footprint(60_000)  # chunk by chunk
+
+
+async def test_files_a_crash_left_are_removed_at_start_and_nothing_else(tmp_path: Path) -> None:
+    """A process stopped mid-write leaves its temporary file in `tmp/` (up to a whole body's bytes), one stopped
+    between a blob's or upload's two files a sidecar alone: each takes an inode, counted in no quota, and before
+    session 16 none was ever removed. The store's start removes those untouched for `LEFT_OVER_S`; younger ones (a
+    write going on) and every blob and upload stay."""
+    store = LocalBlobStore(tmp_path, max_bytes_per_client=1_000_000)
+    blob = await store.put_stream(chunks_of(b"b" * 700), owner="alice")
+    upload = await store.begin_upload(owner="alice")
+    await store.append(upload, 0, chunks_of(b"u" * 50))
+    shard = tmp_path / "objects" / blob.key[:2]
+    long_ago = time.time() - LEFT_OVER_S - 60
+    left = [tmp_path / "tmp" / "0123.tmp", tmp_path / "tmp" / "0123.meta", shard / f"{'e' * 64}.json",
+            tmp_path / "uploads" / f"{'f' * 32}.json"]
+    young = [tmp_path / "tmp" / "4567.tmp", shard / f"{'d' * 64}.json"]
+    for path in left + young:
+        path.write_bytes(b"x" * 100)
+    for path in left + [shard / blob.key, shard / f"{blob.key}.json", tmp_path / "uploads" / f"{upload}.part",
+                        tmp_path / "uploads" / f"{upload}.json"]:
+        os.utime(path, (long_ago, long_ago))  # the blob and the upload as old: kept all the same
+
+    again = LocalBlobStore(tmp_path, max_bytes_per_client=1_000_000)
+    assert [p.exists() for p in left] == [False] * 4  # before: all there
+    assert all(p.exists() for p in young)
+    assert again.quota.held("alice") == 2 * 8192  # 700 and 50 bytes
+    assert (await again.stat(blob.key)).size == 700
+    assert await again.upload_offset(upload) == 50

@@ -200,6 +200,21 @@ def _owner_of(meta_path: Path) -> str | None:
     return owner if isinstance(owner, str) else None
 
 
+LEFT_OVER_S = 3600.0
+"""How long a file a crash may have left in the local store (a temporary file, a sidecar without its blob or upload)
+stays untouched before the store's start removes it: none is uncounted and never freed, while one a process sharing
+the directory against the rules is still writing (touched at each chunk) is left alone."""
+
+
+def _left_over(entry: os.DirEntry[str]) -> None:
+    """Remove what a cut write or delete left, untouched for `LEFT_OVER_S`: it holds a file (an inode) and, in `tmp/`,
+    up to a whole body's bytes, counted in no quota."""
+    with contextlib.suppress(OSError):
+        stale = entry.stat(follow_symlinks=False).st_mtime < time.time() - LEFT_OVER_S
+        if stale and entry.is_file(follow_symlinks=False):
+            os.unlink(entry.path)
+
+
 def _hash_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
@@ -235,19 +250,29 @@ class LocalBlobStore(BlobStore):
 
     def _count_held(self) -> None:
         """Count what the directory holds (blobs, uploads) per owner: one `scandir` per directory and one small
-        sidecar read per blob or upload. Files in `tmp/` (a write cut by a crash) are not counted."""
+        sidecar read per blob or upload. What a write or delete cut by a crash left (`_left_over`) is removed."""
         for sub in os.scandir(self._objects):
             if not sub.is_dir():
                 continue
-            for entry in os.scandir(sub.path):
+            entries = list(os.scandir(sub.path))
+            names = {entry.name for entry in entries}
+            for entry in entries:
                 if _KEY_RE.match(entry.name):
                     owner = _owner_of(Path(entry.path).with_suffix(".json"))
                     self.quota.add(owner, footprint(entry.stat().st_size))
-        for entry in os.scandir(self._uploads):
+                elif entry.name.endswith(".json") and entry.name[:-5] not in names:
+                    _left_over(entry)  # the sidecar of a blob whose delete was cut between its two files
+        entries = list(os.scandir(self._uploads))
+        names = {entry.name for entry in entries}
+        for entry in entries:
             if entry.name.endswith(".part") and _UPLOAD_RE.match(entry.name[:-5]):
                 owner = _owner_of(Path(entry.path).with_suffix(".json"))
                 self._upload_owners[entry.name[:-5]] = owner
                 self.quota.add(owner, footprint(entry.stat().st_size))
+            elif entry.name.endswith(".json") and f"{entry.name[:-5]}.part" not in names:
+                _left_over(entry)  # an upload whose begin or abort was cut between its two files
+        for entry in os.scandir(self._tmp):
+            _left_over(entry)  # a body being written, or a sidecar being made, when the process stopped
 
     async def check_room(self, owner: str | None, size: int, at: int | None = None) -> None:
         self.quota.check(owner, growth(at, size))
