@@ -20,7 +20,7 @@ from nats.js.errors import KeyNotFoundError
 
 from mma2a.cluster import cluster_state
 from mma2a.cluster.account import nats_account
-from mma2a.cluster.blob_quota import FORM, MAX_SWAPS, TOTAL, QuotaBusy, Reservation, SharedByteQuota, _key
+from mma2a.cluster.blob_quota import FORM, MAX_SWAPS, PRUNED, TOTAL, QuotaBusy, Reservation, SharedByteQuota, _key
 from mma2a.cluster.kv_keys import held_keys
 from mma2a.cluster.link import ClusterLink, reserved
 from mma2a.errors import ClusterError
@@ -406,8 +406,21 @@ async def test_counting_again_and_pruning_need_no_more_than_the_documented_nats_
         counted = await quota.held("alice")
         pruned = await again.prune(60, now=time.time() + UPLOAD_IDLE_S + 120)
         assert (counted, pruned, await quota.held("alice")) == (4 * 8192, 4, 0)  # 1,000 bytes thrice, 500
+        # counts of content bytes as session 14 kept them: counted again and purged within the same permissions
+        await store.put_stream(chunked(b"k" * 1000), owner="alice")
+        bucket = f"{name}_blob_quota"
+        kv = await link.js.key_value(bucket)
+        for key in await held_keys(link.js, bucket):
+            if key.startswith(FORM):
+                await kv.purge(key)
+        for key, value in (("c." + base64.urlsafe_b64encode(b"alice").decode(), 1000), ("total", 1000)):
+            await kv.put(key, str(value).encode())
+        upgraded, link3 = await open_object_store(config, max_bytes_per_client=1 << 20)
+        assert upgraded.quota is not None and await upgraded.quota.held("alice") == 8192
+        assert await held_keys(link.js, bucket) == sorted([PRUNED, TOTAL, _key("alice")])  # the old keys purged
         await link.close()
         await link2.close()
+        await link3.close()
     finally:
         server.stop()
 
