@@ -112,9 +112,9 @@ class ClusterConfig(BaseModel):
     """The learning stream's bytes at most (learned tasks and ratings every gateway follows; a note with a 384-d
     vector is ~2.2 kB: ~100,000 learned tasks), oldest out first."""
     blob_quota_bucket_bytes: int = Field(default=16 << 20, ge=1 << 20)
-    """The `blob_quota` bucket's bytes at most (one count per client that ever held a blob, 148 bytes for a
-    24-character name: bench/blob_quota_cost.py; and the store's total), its counts idle longest out first: the blob
-    quotas' counts, shared by the gateways."""
+    """The `blob_quota` bucket's bytes at most (one count per client that ever held a blob, 150 bytes for a
+    24-character name: bench/blob_quota_cost.py, session 16; and the store's total), its counts idle longest out
+    first: the blob quotas' counts, shared by the gateways."""
     budget_report_s: float = Field(default=0.1, gt=0, le=1.0)
     """How often a gateway tells the others what each client used of its budgets (rate, ratings, streams, follows;
     sooner when a client took a quarter of a burst or a count changed): the window within which a client may use
