@@ -222,8 +222,8 @@ class HistoryRecorder:
         """Block until every decision recorded before the call is in the store (True), or the timeout."""
         target = self._enqueued
         deadline = time.monotonic() + timeout_s
-        if self._loop is not None and threading.get_ident() == self._loop_thread:  # the loop waits for no one
-            if not self._stopping:
+        if self._loop is not None and threading.get_ident() == self._loop_thread:  # hands the queue over and waits
+            if not self._stopping:  # itself for the writer (tests and tools: no request flushes)
                 self._finish(deadline)
             return self._written >= target
         if self._loop is not None:
