@@ -4,6 +4,8 @@ Downstream: `Federation.principal` (the signature checked, then the assertion re
 without the record (`_verify` alone: the code before); upstream: `Federation.assertion` (signing, now with a random
 nonce in the payload) against the same payload without the nonce. Interleaved rounds in one process; prints the best
 of each and the difference. A request without the header pays one attribute look (`client.bound`), not measured.
+A listing (session 16): its binding `list_bound` (its params read through the A2A type and digested; paid by the
+upstream signing it and the downstream checking it) and `check_listing` for a listing without an assertion.
 `--nats`: a clustered gateway also claims each assertion in the cluster's nonce bucket; the claim's time (wall, a
 NATS KV create on a nats-server of its own on loopback) and the process's CPU for it, median and mean of `--n` claims.
 
@@ -22,7 +24,7 @@ import time
 import timeit
 
 from mma2a.gateway.access.clients import Client
-from mma2a.gateway.access.federation import Asserted, Federation, _b64, _ident
+from mma2a.gateway.access.federation import Asserted, Federation, _b64, _ident, check_listing, list_bound
 from mma2a.signing import canonicalize, new_private_key
 
 
@@ -69,6 +71,12 @@ def main(rounds: int, n: int) -> None:
     print(f"upstream: sign {best['sign']:.1f} us, sign with a nonce {best['sign+nonce']:.1f} us "
           f"(+{best['sign+nonce'] - best['sign']:.2f} us, {best['sign+nonce'] / best['sign']:.3f}x); "
           f"best of {rounds} interleaved rounds of {n}")
+    listing = {"contextId": "ctx-0123456789", "pageSize": 100, "pageToken": "WzAsIiJd", "historyLength": 1,
+               "includeArtifacts": True}
+    bound = min(timeit.timeit(lambda: list_bound(listing), number=n) / n * 1e6 for _ in range(rounds))
+    plain = min(timeit.timeit(lambda: check_listing(listing), number=n) / n * 1e6 for _ in range(rounds))
+    print(f"a listing: its binding (list_bound, at each side) {bound:.1f} us; check_listing without an assertion "
+          f"{plain:.3f} us; best of {rounds} rounds of {n}")
 
 
 async def claims(n: int) -> None:

@@ -1184,6 +1184,44 @@ REQUIRED_EXT = "https://example.com/ext/tck-required/v1"
 OTHER_EXT = "https://example.com/ext/tck-other/v1"
 
 
+async def extension_view(c: httpx.AsyncClient, way: Way) -> dict[str, Any]:
+    """What a client observes of the agent `needs` (its card marks REQUIRED_EXT required) through `way`: the card's
+    declaration, and a SendMessage activating none, the required one, both, on JSON-RPC, HTTP+JSON, a REST stream and
+    gRPC (the state and what the agent read, the answering `A2A-Extensions`)."""
+    card = (await c.get(way.card + CARD)).json()
+    out: dict[str, Any] = {"declared": [(e["uri"], e.get("required", False))
+                                        for e in card["capabilities"].get("extensions", [])
+                                        if e["uri"] == REQUIRED_EXT]}
+    for label, value in [("none", None), ("required", REQUIRED_EXT), ("both", f"{OTHER_EXT}, {REQUIRED_EXT}")]:
+        h = {**V1, **({"A2A-Extensions": value} if value else {})}
+        sent = {"message": message("tck-extensions")}
+        r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": sent}, headers=h)
+        doc = r.json()
+        out[f"jsonrpc {label}"] = (doc["error"]["code"], reasons(doc["error"]["data"])) if "error" in doc else (
+            doc["result"]["task"]["status"]["state"], doc["result"]["task"]["status"]["message"]["parts"][0]["text"])
+        rr = await c.post(way.rest + "/message:send", json={"message": message("tck-extensions")}, headers=h)
+        out[f"rest {label}"] = (rr.status_code, rest_view(rr).get("status"), rest_view(rr).get("reasons"),
+                                rr.json().get("task", {}).get("status", {}).get("message", {}).get("parts"))
+        out[f"echoed {label}"] = (r.headers.get("a2a-extensions"), rr.headers.get("a2a-extensions"))
+        async with c.stream("POST", way.rest + "/message:stream", json={"message": message("tck-extensions")},
+                            headers={**h, "Accept": "text/event-stream"}) as streamed:
+            events = [line async for line in streamed.aiter_lines() if line.startswith("data:")]
+            out[f"stream {label}"] = (streamed.status_code, len(events), streamed.headers.get("a2a-extensions"))
+        request = json_format.ParseDict({"message": message("tck-extensions"),
+                                         **({"tenant": way.tenant} if way.tenant else {})}, a2a_pb2.SendMessageRequest())
+        md = [("a2a-version", "1.0"), *([("a2a-extensions", value)] if value else [])]
+        async with own_channel(way.grpc) as channel:
+            call = a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, metadata=md)
+            try:
+                reply = await call
+                out[f"grpc {label}"] = (reply.task.status.state, reply.task.status.message.parts[0].text)
+            except grpc.aio.AioRpcError as exc:
+                out[f"grpc {label}"] = exc.code().name
+            out[f"grpc echoed {label}"] = dict(await call.initial_metadata() or ()).get("a2a-extensions")
+    out["stream, none"] = await stream_view(c, way, "rest", "SendStreamingMessage", {"message": message("tck-extensions")})
+    return out
+
+
 async def test_a_required_extension_the_client_activates_reaches_the_agent() -> None:
     """CORE-CAP-004, JSONRPC-SVC-002, HTTP_JSON-SVC-002, GRPC-META-001: an agent whose card marks an extension
     `required` refuses a request that does not activate it (ExtensionSupportRequiredError) and serves one that
@@ -1197,42 +1235,8 @@ async def test_a_required_extension_the_client_activates_reaches_the_agent() -> 
             gw, g = url.rstrip("/"), gw_.grpc_url
             ways = [Way("direct", agent.url + "/", agent.rest, agent.url, agent.grpc), Way("root", gw + "/", gw, gw, g),
                     Way("agent-path", f"{gw}/agents/needs", f"{gw}/agents/needs", f"{gw}/agents/needs", g, "needs")]
-            seen: dict[str, Any] = {}
             async with httpx.AsyncClient(timeout=30) as c:
-                for way in ways:
-                    card = (await c.get(way.card + CARD)).json()
-                    out: dict[str, Any] = {"declared": [(e["uri"], e.get("required", False))
-                                                        for e in card["capabilities"].get("extensions", [])
-                                                        if e["uri"] == REQUIRED_EXT]}
-                    for label, value in [("none", None), ("required", REQUIRED_EXT), ("both", f"{OTHER_EXT}, {REQUIRED_EXT}")]:
-                        h = {**V1, **({"A2A-Extensions": value} if value else {})}
-                        sent = {"message": message("tck-extensions")}
-                        r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": sent}, headers=h)
-                        doc = r.json()
-                        out[f"jsonrpc {label}"] = (doc["error"]["code"], reasons(doc["error"]["data"])) if "error" in doc else (
-                            doc["result"]["task"]["status"]["state"], doc["result"]["task"]["status"]["message"]["parts"][0]["text"])
-                        rr = await c.post(way.rest + "/message:send", json={"message": message("tck-extensions")}, headers=h)
-                        out[f"rest {label}"] = (rr.status_code, rest_view(rr).get("status"), rest_view(rr).get("reasons"),
-                                                rr.json().get("task", {}).get("status", {}).get("message", {}).get("parts"))
-                        out[f"echoed {label}"] = (r.headers.get("a2a-extensions"), rr.headers.get("a2a-extensions"))
-                        async with c.stream("POST", way.rest + "/message:stream", json={"message": message("tck-extensions")},
-                                            headers={**h, "Accept": "text/event-stream"}) as streamed:
-                            events = [line async for line in streamed.aiter_lines() if line.startswith("data:")]
-                            out[f"stream {label}"] = (streamed.status_code, len(events), streamed.headers.get("a2a-extensions"))
-                        request = json_format.ParseDict({"message": message("tck-extensions"),
-                                                         **({"tenant": way.tenant} if way.tenant else {})}, a2a_pb2.SendMessageRequest())
-                        md = [("a2a-version", "1.0"), *([("a2a-extensions", value)] if value else [])]
-                        async with own_channel(way.grpc) as channel:
-                            call = a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, metadata=md)
-                            try:
-                                reply = await call
-                                out[f"grpc {label}"] = (reply.task.status.state, reply.task.status.message.parts[0].text)
-                            except grpc.aio.AioRpcError as exc:
-                                out[f"grpc {label}"] = exc.code().name
-                            out[f"grpc echoed {label}"] = dict(await call.initial_metadata() or ()).get("a2a-extensions")
-                    out["stream, none"] = await stream_view(c, way, "rest", "SendStreamingMessage",
-                                                               {"message": message("tck-extensions")})
-                    seen[way.kind] = out
+                seen: dict[str, Any] = {way.kind: await extension_view(c, way) for way in ways}
     direct = seen.pop("direct")
     assert direct["declared"] == [(REQUIRED_EXT, True)]
     assert direct["jsonrpc none"] == (-32008, ["EXTENSION_SUPPORT_REQUIRED"])

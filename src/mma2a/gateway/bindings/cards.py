@@ -151,7 +151,7 @@ def gateway_card(directory: AgentDirectory, base_url: str, *, name: str = "mma2a
             skill = copy.deepcopy(s)
             skill["id"] = f"{e.name}/{s.get('id', 'skill')}"
             skill.setdefault("tags", [])
-            skill["tags"] = list(skill["tags"]) + [f"agent:{e.name}"]
+            skill["tags"] = _union([list(skill["tags"]), [f"agent:{e.name}"]])  # once (a peer gateway's root tags it too)
             skills.append(skill)
     return _with_security({
         "name": name,
