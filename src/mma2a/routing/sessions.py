@@ -2,7 +2,10 @@
 
 A pin holds the snapshot version it was made under; it is used only while that version
 is current, so any change of rules or agents (a new snapshot) re-routes the session.
-A failed target invalidates every pin through it. The gateway owns one `SessionPins`, and keys a client's session
+A failing target is ejected (the gateway's `AgentDirectory.mark`: at once when it cannot be reached, after three
+failures in a row otherwise), and the snapshot an ejection makes drops every pin (`clear`), so the session's next
+message is routed afresh without it — with failover (`faults.failover`) the very message whose agent could not be
+reached — and pinned again. The gateway owns one `SessionPins`, and keys a client's session
 `CLIENT\x1fID` (`OWNER_SEP`): one client's sessions make at most a quarter of the pins, so its new sessions push out
 its own least recently used pins, never another client's (docs/security.md S15-8).
 """
@@ -97,7 +100,8 @@ class SessionPins:
                 self._disown(session_id)
 
     def invalidate(self, agent: str) -> int:
-        """Drop every pin whose route goes to or through `agent`; return how many were dropped."""
+        """Drop every pin whose route goes to or through `agent`; return how many were dropped. (The gateway does not
+        call it: an agent's ejection makes a new snapshot, which drops every pin.)"""
         with self._lock:
             stale = [
                 sid

@@ -109,6 +109,29 @@ class Admission:
             self.metrics.pinned.inc()
         return decision
 
+    def _for_client(self, view: MessageView, caller: str | None, client: Client | None) -> MessageView:
+        """The view as routed for its client: its session the client's own, its claims, the agents it may use."""
+        if view.session is not None and caller is not None:  # a session's pin is its client's: another client
+            # naming the same session id neither takes the pinned route nor releases it
+            own = f"{caller}{OWNER_SEP}{view.session.id}"  # (its pins are its own too: routing/sessions.py)
+            view = dataclasses.replace(view, session=dataclasses.replace(view.session, id=own))
+        wanted = self.state.snapshot.caller_claims
+        if wanted is not None and client is not None:  # `client:` conditions read who is calling
+            view = dataclasses.replace(view, caller=caller_of(client, wanted))
+        if client is not None and client.agents is not None:  # capability routing chooses among the client's agents
+            view = dataclasses.replace(view, allowed=client.agents)
+        return view
+
+    def reroute(self, message: dict[str, Any], configuration: Mapping[str, Any] | None) -> RouteDecision:
+        """Route a message `prepare` made again, after an agent of its route was ejected (failover), for the same
+        client as `prepare` routed it: a session's new pin is that client's own (a session pinned to the ejected
+        agent lost its pin with the snapshot the ejection made), and the client's agents alone."""
+        client = current_client.get()
+        decision = self.route(self._for_client(self.view(message, configuration, None), current_sender(), client))
+        if client is not None and client.agents is not None:
+            check_client_agents(client, decision)
+        return decision
+
     async def _route_shared(self, view: MessageView) -> RouteDecision:
         """Route a message of a session: its pin may come from another gateway; a new pin is shared before dispatch."""
         assert view.session is not None
@@ -147,16 +170,8 @@ class Admission:
             if rec is not None and not rec.fanned_out and len(rec.legs) == 1:
                 # a follow-up on a task: it goes where the task lives
                 view = dataclasses.replace(view, receivers=(rec.legs[0].agent,))
-        if view.session is not None and caller is not None:  # a session's pin is its client's: another client
-            # naming the same session id neither takes the pinned route nor releases it
-            own = f"{caller}{OWNER_SEP}{view.session.id}"  # (its pins are its own too: routing/sessions.py)
-            view = dataclasses.replace(view, session=dataclasses.replace(view.session, id=own))
         client = current_client.get()
-        wanted = self.state.snapshot.caller_claims
-        if wanted is not None and client is not None:  # `client:` conditions read who is calling
-            view = dataclasses.replace(view, caller=caller_of(client, wanted))
-        if client is not None and client.agents is not None:  # capability routing chooses among the client's agents
-            view = dataclasses.replace(view, allowed=client.agents)
+        view = self._for_client(view, caller, client)
         try:
             decision = await self._route_shared(view) if view.session else self.route(view)
         except RoutingRefusal as exc:

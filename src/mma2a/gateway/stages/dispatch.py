@@ -108,7 +108,7 @@ class Dispatcher:
             return None
         self.directory.mark(leg.agent, ok=False, error=exc.described, eject=True)
         try:
-            new = self.admission.route(self.admission.view(message, configuration, None))
+            new = self.admission.reroute(message, configuration)
         except MMA2AError:
             return None
         by_index = {pr.index: pr for pr in new.parts}

@@ -222,6 +222,8 @@ class LegPlanner:
             return out
         out = {k: v for k, v in message.items() if k != "parts"}
         out["parts"] = parts
+        out["metadata"] = dict(message.get("metadata") or {})  # the leg's extension written in its own: the message's
+        # kept as it came (another leg, or a failover's new route, reads it: it said this gateway had passed it on)
         self._own_task(out, leg)
         mext = read_message(message) or MessageExtension()
         via = (*mext.via, self.gateway_id) if self.gateway_id else mext.via

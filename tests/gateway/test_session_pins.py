@@ -1,0 +1,76 @@
+"""What becomes of a session's pin when its agent fails (routing/sessions.py's docstring held to what the gateway
+does). Session 16 (probe7): the docstring said a failed target invalidates every pin through it, as if by
+`SessionPins.invalidate`, which nothing calls. What happens: a failing agent is ejected (at once when it cannot be
+reached, after three failures in a row otherwise: `AgentDirectory.mark`), and the new routing snapshot an ejection
+makes drops every pin, so the session's next message is routed afresh without that agent, and pinned again.
+
+Checking it found failover broken (pins2, session 16): the leg message an agent is sent was written into the
+metadata of the message itself (a shallow copy), which then said this gateway had passed it on, so failover's new
+route was refused as a routing loop and the message failed `unreachable` (and a fan-out's later legs counted a hop
+and this gateway in `via` once more for each leg before them); and failover routed the message without its client
+(`Admission.reroute` now shapes it as `prepare` does): a session's new pin was made under the bare session id, not
+its client's, and the client's agents were not held to."""
+
+from __future__ import annotations
+
+import contextlib
+
+import httpx
+
+from mma2a.ext import EXTENSION_URI
+from mma2a.routing.sessions import OWNER_SEP
+from tests.gateway.conftest import agent, gateway
+from tests.agents import run_agent
+from tests.security.test_task_ownership import PINNING_RULES, rpc, session_chunk
+
+ALICE = "tok-alice-pins-1"
+
+
+def targets(doc: dict[str, object]) -> list[str]:
+    return doc["result"]["task"]["metadata"][EXTENSION_URI]["route"][0]["targets"]  # type: ignore[index,no-any-return]
+
+
+async def test_a_pinned_sessions_agent_that_is_gone_is_ejected_and_the_session_routed_afresh_and_pinned_again() -> None:
+    async with contextlib.AsyncExitStack() as stack, httpx.AsyncClient(timeout=30) as c:
+        servers = {n: contextlib.AsyncExitStack() for n in ("w1", "w2")}
+        for s in servers.values():
+            stack.push_async_callback(s.aclose)
+        specs = {n: agent(n, ["image/*"]) for n in servers}
+        urls = {n: (await s.enter_async_context(run_agent(*specs[n]))).rstrip("/") for n, s in servers.items()}
+        cfg = {"agents": [{"name": n, "url": u, "groups": ["pool"]} for n, u in urls.items()],
+               "auth": {"clients": [{"name": "alice", "token": ALICE}]}, "rules": PINNING_RULES, "features": False}
+        gw, url = await stack.enter_async_context(gateway(cfg))
+        pins = gw.pipeline.admission.pins
+        [first] = targets(await rpc(c, url, "SendMessage", session_chunk("c0", "cam", 0), ALICE))
+        [other] = set(urls) - {first}
+        held = pins.lookup(f"alice{OWNER_SEP}cam", gw.state.snapshot.version)
+        await servers[first].aclose()  # the session's agent is gone: its port refuses
+        failed_over = await rpc(c, url, "SendMessage", session_chunk("c1", "cam", 1), ALICE)
+        after = pins.lookup(f"alice{OWNER_SEP}cam", gw.state.snapshot.version)
+        third = targets(await rpc(c, url, "SendMessage", session_chunk("c2", "cam", 2), ALICE))
+        ejected = not gw.directory.get(first).healthy
+    assert held is not None and [t.agent for t in held[0].targets] == [first]
+    assert failed_over["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"  # before: FAILED, unreachable
+    assert ejected and [r.message.message_id for r in specs[other][1].received] == ["c1", "c2"]
+    assert after is not None and [t.agent for t in after[0].targets] == [other]  # pinned again, without it
+    assert third == [other]
+
+
+async def test_each_leg_of_a_fan_out_passes_one_hop_and_this_gateway_once() -> None:
+    """Every leg's message written from the message as it came (before: the first leg's extension was written into
+    the message itself, so the second leg carried two hops and this gateway twice in `via`)."""
+    from google.protobuf.json_format import MessageToDict
+
+    specs = {n: agent(n, ["image/*"]) for n in ("o1", "o2")}
+    rules = {"rules": [{"name": "alert", "match": {"modality": "image/*"}, "action": {"broadcast_to": "ops"}}]}
+    async with contextlib.AsyncExitStack() as stack, httpx.AsyncClient(timeout=30) as c:
+        urls = {n: (await stack.enter_async_context(run_agent(*spec))).rstrip("/") for n, spec in specs.items()}
+        cfg = {"agents": [{"name": n, "url": u, "groups": ["ops"]} for n, u in urls.items()],
+               "auth": {"clients": [{"name": "alice", "token": ALICE}]}, "rules": rules, "features": False}
+        gw, url = await stack.enter_async_context(gateway(cfg))
+        doc = await rpc(c, url, "SendMessage", session_chunk("f0", "cam"), ALICE)
+    assert doc["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    for name, (_, executor) in specs.items():
+        [got] = executor.received
+        ext = MessageToDict(got.message)["metadata"][EXTENSION_URI]
+        assert ext["hops"] == 1 and ext["via"] == [gw.pipeline.admission.gateway_id], (name, ext)
