@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -124,10 +125,22 @@ def test_serve_pin_cpus_with_one_process_binds_its_loop_and_leaves_its_other_thr
                             headers={"Content-Type": "application/octet-stream"})
         assert stored.status_code == 201, stored.text
 
-        def allowed(tid: int) -> str:
-            status = Path(f"/proc/{proc.pid}/task/{tid}/status").read_text()
+        def allowed(tid: int, pid: int = proc.pid) -> str:
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
             return re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M).group(1)  # type: ignore[union-attr]
 
+        refused = httpx.post(f"http://127.0.0.1:{port}/", timeout=30, headers={"A2A-Version": "1.0"}, json={  # a decision
+            "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+                "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}})  # no agent: refused, recorded
+        assert refused.status_code == 200 and "error" in refused.json(), refused.text
+        writers: list[int] = []
+        deadline = time.monotonic() + 30
+        while not writers:  # the history's writer process starts with the first decision to write
+            assert time.monotonic() < deadline, "no history writer process"
+            writers = [int(c) for t in Path(f"/proc/{proc.pid}/task").iterdir()
+                       for c in (t / "children").read_text().split()]
+            time.sleep(0.02)
+        writer = allowed(writers[0], writers[0])
         loop = allowed(proc.pid)
         others = {allowed(int(t.name)) for t in Path(f"/proc/{proc.pid}/task").iterdir() if int(t.name) != proc.pid}
     finally:
@@ -138,6 +151,7 @@ def test_serve_pin_cpus_with_one_process_binds_its_loop_and_leaves_its_other_thr
     assert f"mma2a serve: event loop on CPU {first} (--pin-cpus), its other threads on any\n" in lines
     assert loop == str(first)  # before: every CPU
     assert others and others == {everywhere}, others
+    assert writer == everywhere  # started from the bound loop thread, then freed
 
 
 @needs_two

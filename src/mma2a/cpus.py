@@ -116,6 +116,13 @@ def pin_loop_thread(cpu: int, loop: asyncio.AbstractEventLoop) -> bool:
     return True
 
 
+def free_process(pid: int) -> None:
+    """A child process started by a bound thread (it inherits that thread's CPU) runs on every CPU its parent could
+    (the history's writer process: beside its worker's loop, not on its CPU)."""
+    if _free is not None:
+        os.sched_setaffinity(pid, _free)
+
+
 def free_thread() -> None:
     """A pool's thread initializer: this thread runs on every CPU its process could before its loop was bound."""
     if _free is not None:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import orjson
 
+from ...cpus import free_process
 from .record import DecisionRecord, Row, ShapeMemo, to_row
 from .store import HistoryStore
 from .writer import ACK, LAUNCH, encode, encode_stream, stream_rows
@@ -386,6 +387,8 @@ class HistoryRecorder:
             log.error("history: no writer process (%s): a thread of the gateway writes the history", exc)
             self._start_thread()
             return None
+        with contextlib.suppress(OSError):  # started from a worker's bound loop thread: on any CPU, as its pools are
+            free_process(proc.pid)
         process = self._process = _Process(proc)
         os.set_blocking(process.to, False)
         os.set_blocking(process.back, False)
