@@ -272,7 +272,7 @@ class HistoryRecorder:
             rows: list[Row] = []
             while self._queue and len(rows) < self.batch and not isinstance(self._queue[0], _Followed):
                 rows.append(self._queue.popleft())  # type: ignore[arg-type]
-            process.unsent += encode(rows, None)
+            process.unsent += encode(rows)
             process.frames.append(rows)
 
     def _push(self, process: _Process) -> None:

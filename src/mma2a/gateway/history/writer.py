@@ -8,7 +8,7 @@ costs. Here it runs beside the loop, on another core when there is one; the loop
 frame, ~0.3 µs a decision (docs/benchmarks.md).
 
 On stdin, frames: `FRAME_HEAD` (the payload's length, the cluster stream position its rows end at
-or -1, its kind) and the payload: `ROWS`, a pickled `(shapes, rows)` — each distinct shape's JSON
+or -1 for the gateway's own, its kind) and the payload: `ROWS`, a pickled `(shapes, rows)` — each distinct shape's JSON
 once, then each row as a tuple of `Row`'s fields with its shape's index in `shapes`; `STREAM`, a
 message of the cluster's history stream as it came (`record.rows_to_json`'s document, read here:
 the gateway that follows the stream only passes it on). On stdout, per frame: `ACK` (how many rows it
@@ -55,13 +55,13 @@ log = logging.getLogger("mma2a.history")
 _new_row = tuple.__new__
 
 
-def encode(rows: Sequence[Row], position: int | None) -> bytes:
-    """One frame of rows (alike rows share their shape's JSON, sent once) and the position they end at."""
+def encode(rows: Sequence[Row]) -> bytes:
+    """One frame of the gateway's own rows (alike rows share their shape's JSON, sent once)."""
     shapes: dict[bytes, int] = {}
     flat = [(r[0], r[1], r[2], r[3], r[4], r[5], shapes.setdefault(r[6].parts_json, len(shapes)), r[7], r[8])
             for r in rows]
     payload = pickle.dumps((list(shapes), flat), protocol=5)
-    return FRAME_HEAD.pack(len(payload), -1 if position is None else position, ROWS) + payload
+    return FRAME_HEAD.pack(len(payload), -1, ROWS) + payload
 
 
 def encode_stream(data: bytes, position: int) -> bytes:
