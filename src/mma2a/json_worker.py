@@ -10,7 +10,9 @@ length and the pickled answer of the job:
   loaded at the first such job); `SEND_PROTO`: the bytes of a gRPC SendMessageRequest
   (`sdk_requests.read_send_proto_as_data`); `SEND_V03`: a v0.3 REST `message:send` body (`read_v03_send_body_as_data`);
 - `PUSH` / `PUSH_V03`: a REST push-config body, 1.0's or v0.3's (`read_push_config_as_data`);
-- `JSONRPC`: a JSON-RPC body the SDK's dispatcher answers that `RPC` did not read (`read_jsonrpc_as_data`).
+- `JSONRPC`: a JSON-RPC body the SDK's dispatcher answers that `RPC` did not read (`read_jsonrpc_as_data`);
+- `ANSWER`: not a request but an answer of many values, converted as the SDK's bindings convert it
+  (`sdk_answers.convert_as_data`: the pipeline's JSON in; the serialized protobuf, or the REST JSON, out).
 It runs niced (`NICENESS`) and exits at the end of stdin."""
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .request_body import check_json_body_as_data, parse_json_body_as_data, too_
 
 REQUEST_HEAD = struct.Struct(">QIB")
 ANSWER_HEAD = struct.Struct(">Q")
-RPC, RPC_SDK, CHECK, SEND, SEND_PROTO, SEND_V03, PUSH, PUSH_V03, JSONRPC = range(9)
+RPC, RPC_SDK, CHECK, SEND, SEND_PROTO, SEND_V03, PUSH, PUSH_V03, JSONRPC, ANSWER = range(10)
 """The jobs (see the module's docstring)."""
 FAST_METHODS = frozenset({"SendMessage", "GetTask", "CancelTask"})
 """The JSON-RPC methods the gateway's ingress answers itself from the parsed document (`gateway.bindings.jsonrpc`),
@@ -61,6 +63,10 @@ def run(job: int, body: bytes, max_depth: int) -> tuple[Any, ...]:
         return read_rpc_as_data(body, max_depth, every=job == RPC_SDK)
     if job == CHECK:
         return check_json_body_as_data(body)
+    if job == ANSWER:
+        from . import sdk_answers  # the SDK's types: loaded by the first such answer only
+
+        return sdk_answers.convert_as_data(body)
     return run_sdk(job, body)
 
 

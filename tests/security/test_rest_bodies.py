@@ -226,8 +226,9 @@ async def test_a_refused_large_body_is_not_kept_after_its_answer() -> None:
 
     # frames that hold the body or the message read from it while the route answers
     body_frames = {AccessControl._checked.__code__, JSONBodyParser.read_send_answer.__code__,
-                   LargeBodyRestDispatcher._read.__code__, LargeBodyRestDispatcher._send_large.__wrapped__.__code__,
-                   LargeBodyRestDispatcher._send_stream_large.__wrapped__.__code__}
+                   LargeBodyRestDispatcher._read.__code__, LargeBodyRestDispatcher._request.__code__,
+                   LargeBodyRestDispatcher._send.__wrapped__.__code__,
+                   LargeBodyRestDispatcher._send_stream.__wrapped__.__code__}
 
     v1 = {**REST, "A2A-Version": "1.0"}
     refused = padded(orjson.dumps({"message": message("m-kept", parts=[{"raw": "Q", "mediaType": "image/png"}])}))

@@ -20,6 +20,9 @@ A gRPC SendMessage or SendStreamingMessage past the inline size reaches the gate
 parsed (`FromString`) and turned into the pipeline's JSON in the worker (`read_send_proto_answer`): on the loop, the
 parse, the body budget's size (`ByteSize`, which serializes) and the serialization for the worker were three passes
 over a 20 MB request, besides its JSON (docs/benchmarks.md, session 12).
+
+Answers of many values (a stored task's message of 300,000 empty objects) are converted there too
+(`convert_answer`, `sdk_answers`): the SDK's `ParseDict` and REST's `MessageToDict` of them held every client.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import IO, Any
 
 from ...cpus import free_thread
 from ...errors import InvalidRequest, MMA2AError, ParseError
-from ...json_worker import ANSWER_HEAD, CHECK, LAUNCH, REQUEST_HEAD, RPC, RPC_SDK, SEND, SEND_PROTO, run_sdk
+from ...json_worker import ANSWER, ANSWER_HEAD, CHECK, LAUNCH, REQUEST_HEAD, RPC, RPC_SDK, SEND, SEND_PROTO, run_sdk
 from ...request_body import check_json_body, json_values, parse_json_body
 from ..access.security import Unavailable
 
@@ -141,6 +144,14 @@ class JSONBodyParser:
         if self.inline(body):
             return run_sdk(job, body)
         return await self._answer(body, job)
+
+    async def convert_answer(self, kind: int, mode: int, rendered: bool, data: bytes) -> Any:
+        """An answer of many values (`sdk_answers.many_values`'s `data`) converted in the worker as the SDK's bindings
+        convert it (`sdk_answers.convert`): what the conversion gave, or raised (raised again,
+        `sdk_answers.raise_failure`); `Unavailable` when the worker stopped."""
+        from ... import sdk_answers  # the SDK's types: loaded with the SDK's bindings, not at the gateway's start
+
+        return sdk_answers.raise_failure(await self._answer(sdk_answers.job_body(kind, mode, rendered, data), ANSWER))
 
     async def _answer(self, body: bytes, job: int) -> tuple[Any, ...]:
         if self._lane is None:

@@ -18,6 +18,7 @@ from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import InvalidRequestError as JsonRpcInvalidRequest
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.request_handler import validate_request_params
+from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_routes
 
 # after a2a.server.routes: imported first, the SDK's v0.3 adapter meets a cycle through routes.rest_routes
@@ -54,7 +55,7 @@ from a2a.utils import errors as sdk_errors
 from a2a.utils.error_handlers import rest_error_handler, rest_stream_error_handler
 from a2a.utils.version_validator import validate_version
 from google.protobuf import json_format
-from jsonrpc.jsonrpc2 import JSONRPC20Request
+from jsonrpc.jsonrpc2 import JSONRPC20Request, JSONRPC20Response
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -63,6 +64,20 @@ from ...errors import AgentRPCError, MMA2AError, PayloadTooLarge, metadata_strin
 from ...json_worker import JSONRPC, PUSH, PUSH_V03, SEND_V03
 from ...request_body import ReadRequest
 from ...responses import jsonrpc_error_json
+from ...sdk_answers import (
+    DICT,
+    EVENT,
+    KINDS,
+    LIST,
+    LIST_ARTIFACTS,
+    LIST_TASKS,
+    PROTO,
+    SEND_RESPONSE,
+    STREAM_EVENT,
+    TASK,
+    convert,
+    many_values,
+)
 from ...sdk_requests import check_required, raise_refusal, send_request_json, struct_fields
 from ..access.clients import current_client
 from ..access.federation import check_listing
@@ -71,7 +86,8 @@ from ..pipeline import Pipeline
 from .body_parser import INLINE_SDK_STRUCT_BYTES, JSONBodyParser, read_ahead
 from .listing import list_tasks
 
-_Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig)
+_Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig, ListTasksResponse, StreamResponse)
+_Answer = TypeVar("_Answer", Message, Task, ListTasksResponse, StreamResponse)
 _BY_CODE: dict[int, type[sdk_errors.A2AError]] = {code: cls for cls, code in sdk_errors.JSON_RPC_ERROR_CODE_MAP.items()}
 _CODES = sdk_errors.JSON_RPC_ERROR_CODE_MAP
 _REASONS = sdk_errors.A2A_ERROR_REASONS
@@ -158,23 +174,81 @@ class LargeBodyRestDispatcher(RestDispatcher):
 
     async def on_message_send(self, request: Request) -> Response:
         body = await _body(request)
-        if body is None or self._bodies is None or self._bodies.inline(body):
+        if body is None or self._bodies is None:
             return await super().on_message_send(request)
-        try:
-            answer = await self._bodies.read_send_answer(body)  # its refusal is raised where the SDK's parse was
-        except MMA2AError as exc:  # the worker stopped: 503, as the gate answers it
-            return _refused(exc)
-        return await self._send_large(request, answer)
+        answer = None
+        if not self._bodies.inline(body):
+            try:
+                answer = await self._bodies.read_send_answer(body)  # its refusal is raised where the SDK's parse was
+            except MMA2AError as exc:  # the worker stopped: 503, as the gate answers it
+                return _refused(exc)
+        return await self._send(request, body, answer)
 
     async def on_message_send_stream(self, request: Request) -> Any:
         body = await _body(request)
-        if body is None or self._bodies is None or self._bodies.inline(body):
+        if body is None or self._bodies is None:
             return await super().on_message_send_stream(request)
-        try:
-            answer = await self._bodies.read_send_answer(body)
-        except MMA2AError as exc:
-            return _refused(exc)
-        return await self._send_stream_large(request, answer)
+        answer = None
+        if not self._bodies.inline(body):
+            try:
+                answer = await self._bodies.read_send_answer(body)
+            except MMA2AError as exc:
+                return _refused(exc)
+        return await self._send_stream(request, body, answer)
+
+    async def _rendered(self, doc: dict[str, Any], kind: int, mode: int) -> Response:
+        """The REST response the SDK renders of the pipeline's answer `doc` (its `ParseDict`, `MessageToDict` and
+        `JSONResponse`'s bytes), made in the JSON body worker when it holds many values (`converted`)."""
+        content = await self._pipeline_handler.converted(doc, kind, mode, rendered=True)
+        return Response(content, media_type=A2AJSONResponse.media_type)
+
+    @rest_error_handler
+    async def on_get_task(self, request: Request) -> Response:
+        """The SDK's, its answer rendered by `_rendered`."""
+        @validate_version(constants.PROTOCOL_VERSION_1_0)
+        async def _handler(context: ServerCallContext) -> dict[str, Any]:
+            params = GetTaskRequest()
+            proto_utils.parse_params(request.query_params, params)
+            params.id = request.path_params["id"]
+            return await self._pipeline_handler.get_task_doc(params, context)
+
+        return await self._rendered(await self._handle_non_streaming(request, _handler), TASK, DICT)
+
+    @rest_error_handler
+    async def on_cancel_task(self, request: Request) -> Response:
+        """The SDK's, its answer rendered by `_rendered`."""
+        @validate_version(constants.PROTOCOL_VERSION_1_0)
+        async def _handler(context: ServerCallContext) -> dict[str, Any]:
+            return await self._pipeline_handler.cancel_task_doc(CancelTaskRequest(id=request.path_params["id"]),
+                                                                context)
+
+        return await self._rendered(await self._handle_non_streaming(request, _handler), TASK, DICT)
+
+    @rest_error_handler
+    async def list_tasks(self, request: Request) -> Response:
+        """The SDK's, its answer rendered by `_rendered` (as `serialize_list_tasks_response` renders it)."""
+        params = ListTasksRequest()
+
+        @validate_version(constants.PROTOCOL_VERSION_1_0)
+        async def _handler(context: ServerCallContext) -> dict[str, Any]:
+            proto_utils.parse_params(request.query_params, params)
+            return await self._pipeline_handler.list_tasks_doc(params, context)
+
+        page = await self._handle_non_streaming(request, _handler)
+        return await self._rendered(page, LIST_TASKS, LIST_ARTIFACTS if params.include_artifacts else LIST)
+
+    @rest_stream_error_handler
+    async def on_subscribe_to_task(self, request: Request) -> Any:
+        """The SDK's, each event made in the JSON body worker when it holds many values (`event_items`)."""
+        task_id = request.path_params["id"]
+
+        @validate_version(constants.PROTOCOL_VERSION_1_0)
+        async def _handler(context: ServerCallContext) -> AsyncIterator[dict[str, Any]]:
+            handler = self._pipeline_handler
+            async for item in handler.event_items(handler.subscribe_docs(SubscribeToTaskRequest(id=task_id), context)):
+                yield item
+
+        return await self._handle_streaming(request, _handler)
 
     async def set_push_notification(self, request: Request) -> Response:
         body = await _body(request)
@@ -208,26 +282,37 @@ class LargeBodyRestDispatcher(RestDispatcher):
             raise to_sdk_error(exc) from None
         return answer[1], answer[2]
 
-    @rest_error_handler
-    async def _send_large(self, request: Request, answer: tuple[Any, ...]) -> Response:
-        @validate_version(constants.PROTOCOL_VERSION_1_0)
-        async def _handler(context: ServerCallContext) -> SendMessageResponse:
-            message, config = self._read(answer)
-            task_or_message = await self._pipeline_handler.send_json(message, config, context)
-            if isinstance(task_or_message, Task):
-                return SendMessageResponse(task=task_or_message)
-            return SendMessageResponse(message=task_or_message)
+    async def _request(self, body: bytes, answer: tuple[Any, ...] | None
+                       ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """A SendMessage body read as the SDK's endpoint reads it (`Parse`, then the handler's read), or the worker's
+        `answer` for a large one."""
+        if answer is not None:
+            return self._read(answer)
+        params = SendMessageRequest()
+        json_format.Parse(body, params, ignore_unknown_fields=True)
+        return await self._pipeline_handler.read_request(params)
 
-        response = await self._handle_non_streaming(request, _handler)
-        return A2AJSONResponse(content=json_format.MessageToDict(response))
+    @rest_error_handler
+    async def _send(self, request: Request, body: bytes, answer: tuple[Any, ...] | None) -> Response:
+        """The SDK's `on_message_send`, a large body read in the worker (`answer`), the answer rendered by
+        `_rendered`."""
+        @validate_version(constants.PROTOCOL_VERSION_1_0)
+        async def _handler(context: ServerCallContext) -> dict[str, Any]:
+            message, config = await self._request(body, answer)
+            return await self._pipeline_handler.send_doc(message, config, context)
+
+        return await self._rendered(await self._handle_non_streaming(request, _handler), SEND_RESPONSE, DICT)
 
     @rest_stream_error_handler
-    async def _send_stream_large(self, request: Request, answer: tuple[Any, ...]) -> Any:
+    async def _send_stream(self, request: Request, body: bytes, answer: tuple[Any, ...] | None) -> Any:
+        """The SDK's `on_message_send_stream`, a large body read in the worker (`answer`), each event made in the JSON
+        body worker when it holds many values (`event_items`)."""
         @validate_version(constants.PROTOCOL_VERSION_1_0)
         async def _handler(context: ServerCallContext) -> AsyncIterator[dict[str, Any]]:
-            message, config = self._read(answer)
-            async for event in self._pipeline_handler.send_stream_json(message, config, context):
-                yield json_format.MessageToDict(proto_utils.to_stream_response(event))
+            message, config = await self._request(body, answer)
+            handler = self._pipeline_handler
+            async for item in handler.event_items(handler.send_stream_docs(message, config, context)):
+                yield item
 
         return await self._handle_streaming(request, _handler)
 
@@ -372,9 +457,67 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
         if answer[0] == "stub":  # another 1.0 method: its params as read, parsed again into the same message
             return await super().handle_requests(stub)
         # held for the rest of this request's task, not reset on return: v0.3's adapter starts a stream's handler
-        # after the dispatcher has answered (the handler takes the answer once, `PipelineRequestHandler._read`)
+        # after the dispatcher has answered (the handler takes the answer once, `PipelineRequestHandler.read_request`)
         read_ahead.set(answer[2])
         return await super().handle_requests(stub)
+
+    # The answers of A2A 1.0's methods, as the SDK's own methods make them (`MessageToDict` of the handler's protobuf),
+    # made in the JSON body worker when they hold many values (`PipelineRequestHandler.converted`, S16-3).
+
+    def _pipeline_handler(self) -> PipelineRequestHandler:
+        handler = self.request_handler
+        assert isinstance(handler, PipelineRequestHandler)
+        return handler
+
+    async def _handle_send_message(self, request_obj: SendMessageRequest, context: ServerCallContext
+                                   ) -> dict[str, Any]:
+        handler = self._pipeline_handler()
+        answer = await handler.send_doc(*await handler.read_request(request_obj), context)
+        out: dict[str, Any] = await handler.converted(answer, SEND_RESPONSE, DICT)
+        return out
+
+    async def _handle_cancel_task(self, request_obj: CancelTaskRequest, context: ServerCallContext) -> dict[str, Any]:
+        handler = self._pipeline_handler()
+        out: dict[str, Any] = await handler.converted(await handler.cancel_task_doc(request_obj, context), TASK, DICT)
+        return out
+
+    async def _handle_get_task(self, request_obj: GetTaskRequest, context: ServerCallContext) -> dict[str, Any]:
+        handler = self._pipeline_handler()
+        out: dict[str, Any] = await handler.converted(await handler.get_task_doc(request_obj, context), TASK, DICT)
+        return out
+
+    async def _handle_list_tasks(self, request_obj: ListTasksRequest, context: ServerCallContext) -> dict[str, Any]:
+        handler = self._pipeline_handler()
+        out: dict[str, Any] = await handler.converted(await handler.list_tasks_doc(request_obj, context), LIST_TASKS,
+                                                      LIST_ARTIFACTS if request_obj.include_artifacts else LIST)
+        return out
+
+    async def _process_streaming_request(self, request_id: str | int | None, request_obj: Any,
+                                         context: ServerCallContext) -> AsyncGenerator[dict[str, Any]]:
+        """The SDK's, each event made by `PipelineRequestHandler.event_items`."""
+        handler = self._pipeline_handler()
+        method = context.state.get("method")
+        if method == "SendStreamingMessage":
+            stream = handler.send_stream_items(request_obj, context)
+        elif method == "SubscribeToTask":
+            stream = handler.event_items(handler.subscribe_docs(request_obj, context))
+        else:
+            return await super()._process_streaming_request(request_id, request_obj, context)
+        try:  # the first event fetched at once: a refusal before it is answered as an error, not a stream
+            first: dict[str, Any] | None = await anext(stream)
+        except StopAsyncIteration:
+            first = None
+
+        async def wrapped() -> AsyncGenerator[dict[str, Any]]:
+            try:
+                if first is not None:
+                    yield JSONRPC20Response(result=first, _id=request_id).data
+                async for item in stream:
+                    yield JSONRPC20Response(result=item, _id=request_id).data
+            except sdk_errors.A2AError as exc:
+                yield build_error_response(request_id, exc)
+
+        return wrapped()
 
 
 def _beyond_inline(method: str | None, rid: Any, size: int, limit: int) -> Response:
@@ -469,12 +612,6 @@ def _request_json(params: SendMessageRequest) -> tuple[dict[str, Any], dict[str,
         raise to_sdk_error(exc) from None
 
 
-def _to_stream_event(event: dict[str, Any]) -> Any:
-    resp = json_format.ParseDict(event, StreamResponse(), ignore_unknown_fields=True)
-    which = resp.WhichOneof("payload")
-    return getattr(resp, which) if which else None
-
-
 class PipelineRequestHandler(RequestHandler):
     """An SDK `RequestHandler` whose every method runs through the gateway's pipeline."""
 
@@ -484,9 +621,51 @@ class PipelineRequestHandler(RequestHandler):
         self.bodies = bodies  # reads a large request (gRPC's: the SDK's JSON bindings read theirs before) off the loop
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
-        return await self.send_json(*await self._read(params), context)
+        return await self.send_json(*await self.read_request(params), context)
 
-    async def _read(self, params: SendMessageRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    async def _proto(self, doc: dict[str, Any], into: type[_Answer]) -> _Answer:
+        """The pipeline's answer `doc` as the SDK's protobuf `into`: parsed here (`_parse`), or in the JSON body worker
+        when it holds many values (`sdk_answers.many_values`: ParseDict's ~5 us a value held every client, S16-3),
+        read back with `ParseFromString` (C)."""
+        data = many_values(doc) if self.bodies is not None else None
+        if data is None:
+            return _parse(doc, into())
+        out = into()
+        out.ParseFromString(await self._in_worker(KINDS.index(into), PROTO, False, data))
+        return out
+
+    async def converted(self, doc: dict[str, Any], kind: int, mode: int, rendered: bool = False) -> Any:
+        """The pipeline's answer `doc` as the SDK's JSON bindings answer it (`sdk_answers.convert`: `ParseDict`, then
+        `MessageToDict`, ~8 us a value), made in the JSON body worker when it holds many values
+        (`sdk_answers.many_values`: a REST GetTask of a task keeping 300,000 held every client 1.7 s, S16-3)."""
+        data = many_values(doc) if self.bodies is not None else None
+        if data is None:
+            return convert(doc, kind, mode, rendered)
+        return await self._in_worker(kind, mode, rendered, data)
+
+    async def _in_worker(self, kind: int, mode: int, rendered: bool, data: bytes) -> Any:
+        assert self.bodies is not None
+        try:
+            return await self.bodies.convert_answer(kind, mode, rendered, data)
+        except MMA2AError as exc:  # the worker stopped: 503
+            raise to_sdk_error(exc) from None
+
+    async def event_items(self, events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[dict[str, Any]]:
+        """A stream's events (the pipeline's JSON) as the SDK's REST and JSON-RPC dispatchers write them (`converted`,
+        `sdk_answers.EVENT`); an event with no payload is not sent."""
+        async for event in events:
+            item = await self.converted(event, STREAM_EVENT, EVENT)
+            if item is not None:
+                yield item
+
+    async def send_stream_items(self, params: SendMessageRequest, context: ServerCallContext
+                                ) -> AsyncGenerator[dict[str, Any]]:
+        """`on_message_send_stream`'s events as `event_items` writes them."""
+        message, config = await self.read_request(params)
+        async for item in self.event_items(self.send_stream_docs(message, config, context)):
+            yield item
+
+    async def read_request(self, params: SendMessageRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """`_request_json`, or the answer the gRPC door read from a large request's bytes in the JSON body worker
         (`body_parser.read_ahead`: `params` then holds only the tenant). A request parsed already past the body
         parser's inline size (the SDK's JSON-RPC dispatcher's) is serialized again (C, a copy) and converted there
@@ -509,71 +688,102 @@ class PipelineRequestHandler(RequestHandler):
     async def send_json(self, message: dict[str, Any], config: dict[str, Any] | None, context: ServerCallContext
                         ) -> Task | Message:
         """SendMessage of a request already read into its JSON (`sdk_requests.send_request_json`)."""
+        answer = await self.send_doc(message, config, context)
+        if "message" in answer:
+            return await self._proto(answer["message"], Message)
+        return await self._proto(answer["task"], Task)
+
+    async def send_doc(self, message: dict[str, Any], config: dict[str, Any] | None, context: ServerCallContext
+                       ) -> dict[str, Any]:
+        """`send_json`'s answer in the pipeline's JSON, a SendMessageResponse's: `{"message": …}` or `{"task": …}`."""
         try:
             result = await self.pipeline.send(message, config, target=_target(context))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
-        if "message" in result:
-            return _parse(result["message"], Message())
-        return _parse(result["task"], Task())
+        return {"message": result["message"]} if "message" in result else {"task": result["task"]}
 
     async def on_message_send_stream(self, params: SendMessageRequest, context: ServerCallContext
                                      ) -> AsyncGenerator[Any]:
-        message, config = await self._read(params)  # refused at the first event, as an SDK agent refuses
+        message, config = await self.read_request(params)  # refused at the first event, as an SDK agent refuses
         async for event in self.send_stream_json(message, config, context):
             yield event
 
     async def send_stream_json(self, message: dict[str, Any], config: dict[str, Any] | None,
                                context: ServerCallContext) -> AsyncGenerator[Any]:
         """SendStreamingMessage of a request already read into its JSON."""
+        async for event in self.send_stream_docs(message, config, context):
+            ev = await self._event(event)
+            if ev is not None:
+                yield ev
+
+    async def send_stream_docs(self, message: dict[str, Any], config: dict[str, Any] | None,
+                               context: ServerCallContext) -> AsyncGenerator[dict[str, Any]]:
+        """`send_stream_json`'s events in the pipeline's JSON (StreamResponses')."""
         try:
             async for event in self.pipeline.send_stream(message, config, target=_target(context)):
-                ev = _to_stream_event(event)
-                if ev is not None:
-                    yield ev
+                yield event
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
 
+    async def _event(self, event: dict[str, Any]) -> Any:
+        """A stream's event as the SDK's protobuf (its payload: `_to_stream_event`), None for none."""
+        resp = await self._proto(event, StreamResponse)
+        which = resp.WhichOneof("payload")
+        return getattr(resp, which) if which else None
+
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        return await self._proto(await self.get_task_doc(params, context), Task)
+
+    async def get_task_doc(self, params: GetTaskRequest, context: ServerCallContext) -> dict[str, Any]:
+        """`on_get_task`'s answer in the pipeline's JSON."""
         check_required(params)
         try:
             hl = params.history_length if params.HasField("history_length") else None
-            task = await self.pipeline.get_task(params.id, hl, target=_target(context))
+            return await self.pipeline.get_task(params.id, hl, target=_target(context))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
-        return _parse(task, Task())
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        return await self._proto(await self.cancel_task_doc(params, context), Task)
+
+    async def cancel_task_doc(self, params: CancelTaskRequest, context: ServerCallContext) -> dict[str, Any]:
+        """`on_cancel_task`'s answer in the pipeline's JSON."""
         check_required(params)
         try:
-            task = await self.pipeline.cancel_task(params.id, target=_target(context))
+            return await self.pipeline.cancel_task(params.id, target=_target(context))
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
-        return _parse(task, Task())
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator[Any]:
+        async for event in self.subscribe_docs(params, context):
+            ev = await self._event(event)
+            if ev is not None:
+                yield ev
+
+    async def subscribe_docs(self, params: SubscribeToTaskRequest, context: ServerCallContext
+                             ) -> AsyncGenerator[dict[str, Any]]:
+        """`on_subscribe_to_task`'s events in the pipeline's JSON."""
         check_required(params)
         try:
             async for event in self.pipeline.subscribe(params.id, target=_target(context)):
-                ev = _to_stream_event(event)
-                if ev is not None:
-                    yield ev
+                yield event
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        return await self._proto(await self.list_tasks_doc(params, context), ListTasksResponse)
+
+    async def list_tasks_doc(self, params: ListTasksRequest, context: ServerCallContext) -> dict[str, Any]:
+        """`on_list_tasks`'s answer in the pipeline's JSON."""
         client = current_client.get()
         try:
             query = json_format.MessageToDict(params)
             check_listing(query)  # a peer gateway's assertion names this listing (lifted from another request: refused)
-            page = await list_tasks(self.pipeline, query, target=_target(context),
+            return await list_tasks(self.pipeline, query, target=_target(context),
                                     allowed=client.agents if client is not None else None,
                                     owner=client.key if client is not None else None)
         except MMA2AError as exc:
             raise to_sdk_error(exc) from None
-        out = ListTasksResponse()
-        json_format.ParseDict(page, out, ignore_unknown_fields=True)
-        return out
 
     # push configs: kept by the gateway (gateway/push), never passed to an agent
     @validate_request_params  # params checked first, as an a2a-sdk agent checks them

@@ -1,0 +1,122 @@
+"""The pipeline's answers (its JSON: a task, a message, a page of tasks, a stream's event) in the forms the a2a-sdk's
+bindings answer with: the SDK's protobuf (gRPC serializes it; the SDK's handlers take it), or for REST the JSON the
+SDK's REST dispatcher renders from it (`MessageToDict`, then Starlette's `JSONResponse.render` or, for an SSE event,
+the dict `json_utils.dumps` writes).
+
+The conversions are the SDK's own, in pure Python (`json_format.ParseDict`, `MessageToDict`: ~5 and ~3 us a JSON
+value): an answer holding many values — a task whose history keeps a message of 300,000 empty objects, stored cheaply
+through JSON-RPC's fast path — held every client's requests 1.7 s a REST GetTask (docs/security.md S16-3). So an
+answer of more than `INLINE_ANSWER_VALUES` values (`many_values`, counted on its orjson serialization: under a
+microsecond for a small task) is converted in the JSON body worker (`json_worker.ANSWER`, `convert_as_data`), the
+event loop paying for the serialization it sends, `FromString` (C) of the protobuf answered, or nothing for REST's
+rendered bytes. Either side, the same function (`convert`) makes the answer: byte for byte what the SDK made.
+
+This module imports nothing of the gateway: the worker loads the SDK's types and nothing more.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import pickle
+from typing import Any
+
+import orjson
+from a2a.types import ListTasksResponse, Message, SendMessageResponse, StreamResponse, Task
+from a2a.utils import proto_utils
+from google.protobuf import json_format
+
+from .request_body import json_values
+
+KINDS: tuple[type[Any], ...] = (Task, Message, ListTasksResponse, SendMessageResponse, StreamResponse)
+"""The protobuf types an answer is converted into (a job names one by its index)."""
+TASK, MESSAGE, LIST_TASKS, SEND_RESPONSE, STREAM_EVENT = range(len(KINDS))
+
+PROTO, DICT, LIST, LIST_ARTIFACTS, EVENT = range(5)
+"""What an answer is converted to: `PROTO`, the serialized protobuf (`ParseFromString` reads it on the loop); `DICT`,
+the SDK's `MessageToDict` of it; `LIST` / `LIST_ARTIFACTS`, the SDK's `serialize_list_tasks_response` of a page
+(without or with the tasks' artifacts); `EVENT`, what the SDK's REST and JSON-RPC dispatchers make of a stream's event
+(`MessageToDict` of its StreamResponse; None for an event with no payload, which is not sent). `rendered`: the dict
+as the bytes Starlette's `JSONResponse` renders (REST's answers)."""
+
+INLINE_ANSWER_VALUES = 2048
+"""The most JSON values of an answer converted on the event loop (~10 ms at ~5 us a value); a larger one is converted
+in the JSON body worker. Answers of at most this many bytes are not counted."""
+
+_ORJSON, _PICKLE = 0, 1
+
+
+def many_values(doc: Any) -> bytes | None:
+    """The job's body (`convert_as_data` reads it, after the bytes `job_body` puts first) for an answer
+    holding more than `INLINE_ANSWER_VALUES` values, else None (converted where it is). The count is made on the
+    answer's orjson serialization, which is sent when it is exact: orjson writes a NaN or an infinity as `null`, so
+    an answer whose serialization holds a `null` is pickled instead; one orjson cannot write (an integer past 64
+    bits) is pickled."""
+    try:
+        data = orjson.dumps(doc)
+    except (TypeError, orjson.JSONEncodeError):
+        return bytes((_PICKLE,)) + pickle.dumps(doc, protocol=5)
+    if len(data) <= INLINE_ANSWER_VALUES or json_values(data) <= INLINE_ANSWER_VALUES:
+        return None
+    if b"null" in data:
+        return bytes((_PICKLE,)) + pickle.dumps(doc, protocol=5)
+    return bytes((_ORJSON,)) + data
+
+
+def job_body(kind: int, mode: int, rendered: bool, data: bytes) -> bytes:
+    """The body of a worker's `ANSWER` job: the kind, the mode, `rendered`, then `many_values`'s bytes."""
+    return bytes((kind, mode, rendered)) + data
+
+
+def convert(doc: Any, kind: int, mode: int, rendered: bool = False) -> Any:
+    """The answer `doc` in `mode`'s form, as the SDK makes it (raising what it raises: `json_format.ParseError` for a
+    document that is no `KINDS[kind]`); `rendered`: as `render`'s bytes."""
+    proto = json_format.ParseDict(doc, KINDS[kind](), ignore_unknown_fields=True)
+    if mode == PROTO:
+        return proto.SerializeToString()
+    content: Any
+    if mode == EVENT:  # the handler yields the event's payload; the SDK's dispatchers wrap it again
+        which = proto.WhichOneof("payload")
+        content = (None if which is None
+                   else json_format.MessageToDict(proto_utils.to_stream_response(getattr(proto, which))))
+    elif mode == DICT:
+        content = json_format.MessageToDict(proto)
+    else:
+        content = json_format.MessageToDict(proto, preserving_proto_field_name=False,
+                                            always_print_fields_with_no_presence=True)
+        if mode == LIST:
+            for task in content["tasks"]:
+                task.pop("artifacts", None)
+    return render(content) if rendered and content is not None else content
+
+
+def render(content: Any) -> bytes:
+    """Starlette's `JSONResponse.render`, which the SDK's REST responses use."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode("utf-8")
+
+
+def convert_as_data(body: bytes) -> tuple[Any, ...]:
+    """A worker's `ANSWER` job (`job_body`): `(True, answer)`, or `(False, exception class name, message)` for what
+    the conversion raised (`raise_failure` raises it again)."""
+    kind, mode, rendered, codec = body[0], body[1], bool(body[2]), body[3]
+    doc = orjson.loads(memoryview(body)[4:]) if codec == _ORJSON else pickle.loads(memoryview(body)[4:])
+    del body
+    try:
+        return True, convert(doc, kind, mode, rendered)
+    except Exception as exc:  # noqa: BLE001 (raised again as what it was, on the loop)
+        return False, type(exc).__name__, str(exc)
+
+
+def raise_failure(answer: tuple[Any, ...]) -> Any:
+    """The converted answer of a `convert_as_data` job, or what the conversion raised, raised again: an exception of
+    `json_format` or a built-in one of that name, else a `RuntimeError` saying it."""
+    if answer[0]:
+        return answer[1]
+    name, message = answer[1], answer[2]
+    if name == "ParseError":
+        raise json_format.ParseError(message)
+    for module in (json_format, builtins):  # (`SerializeToJsonError`: a NaN `MessageToDict` cannot write)
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            raise cls(message)
+    raise RuntimeError(f"{name}: {message}")
