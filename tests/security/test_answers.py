@@ -138,8 +138,7 @@ def test_only_answers_of_many_values_are_counted_and_sent() -> None:
     assert json_values(orjson.dumps(edge)) == INLINE_ANSWER_VALUES and many_values(edge) is None
     edge["a"].append(0)
     assert many_values(edge) is not None
-    assert many_values(task_doc(3000))[:1] == b"\x01"  # a null in it: pickled (a NaN would be written null)
-    assert many_values({"a": [{} for _ in range(3000)]})[:1] == b"\x00"  # orjson's bytes, sent as they are
+    assert many_values({"a": 1 << 70}) is not None  # (orjson writes no such integer: sent to be exact)
 
 
 # --- live: the gateway's bindings convert no answer of many values on its loop ---------------------------------------
