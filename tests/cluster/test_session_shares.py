@@ -101,3 +101,24 @@ def test_a_clients_share_is_at_most_the_bucket_and_a_quarter_by_default() -> Non
     with pytest.raises(ValidationError) as err:
         ClusterConfig(nats="nats://127.0.0.1:4222", sessions_bucket_bytes=1 << 20, sessions_bytes_per_client=2 << 20)
     assert "sessions_bytes_per_client (2097152) must be at most sessions_bucket_bytes (1048576)" in str(err.value)
+
+
+def test_every_gateway_lets_go_of_the_same_keys_whatever_order_it_hears_them_in() -> None:
+    """Two gateways' counts fed the same writes, one in the bucket's order and one shuffled (the watch brings the
+    others' late, its own come when acknowledged): each key past its client's share is purged once, by the gateway
+    that wrote it; the client's newest stay, and a client within its share loses nothing."""
+    import random
+
+    from mma2a.cluster.pins import PinShares
+
+    writes = [(f"{'alice' if i in (0, 100) else 'mallory'}.{i:04d}", i + 1) for i in range(200)]  # (key, sequence)
+    counts = [PinShares(share=3 * 100, ttl_s=3600, max_keys=10_000) for _ in range(2)]
+    heard = [list(writes), random.Random(7).sample(writes, len(writes))]
+    purged: list[str] = []
+    for g, (count, order) in enumerate(zip(counts, heard)):
+        for key, seq in order:
+            out, _ = count.wrote(key, seq, 100, seq % 2 == g, now=0.0)  # gateway g wrote the writes of its parity
+            purged += [k for k, _ in out]
+    mallorys = [k for k, _ in writes if k.startswith("mallory.")]
+    assert sorted(purged) == sorted(mallorys[:-3])  # each once, by its writer; her newest three stay
+    assert all(c.held("mallory") == 300 and c.held("alice") == 200 for c in counts)  # alice's two kept
