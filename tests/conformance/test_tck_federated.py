@@ -157,3 +157,22 @@ async def test_a_peer_registered_at_its_root_is_its_root_card_at_its_agents_path
     assert views["a agent-path"] == {**views["one agent-path"], "declared": []}
     assert views["a2 agent-path"] == views["one agent-path"]
     assert views["a root"] == views["a2 root"] == views["one root"]
+
+
+async def test_an_id_nobody_saw_on_the_agents_path_is_the_peer_roots_own_answer_and_the_agents_through_its_path(
+        hop: Chain) -> None:
+    """GetTask, CancelTask and SubscribeToTask of an id nobody saw, on `/agents/tck` (JSON-RPC, auth off): through A
+    gw-b's root answers (`_ROOT_ANSWERS`), through A2 the agent, as through one gateway (B's own `/agents/tck`); the
+    code and the reason are the same everywhere."""
+    async def answers(way: Way) -> list[Any]:
+        async with httpx.AsyncClient(timeout=30) as c:
+            docs = [(await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": m, "params": {"id": "tck-nobody"}},
+                                  headers={"A2A-Version": "1.0"})).json()["error"]
+                    for m in ("GetTask", "CancelTask", "SubscribeToTask")]
+        return [(e["code"], e["message"], e["data"][0]["reason"], e["data"][0]["metadata"]) for e in docs]
+
+    one = await answers(hop.b["agent-path"])
+    assert one == [(-32001, "Task not found", "TASK_NOT_FOUND", {})] * 3  # the agent's own
+    assert await answers(hop.a2["agent-path"]) == one
+    assert await answers(hop.stack.ways["hop agent-path"]) == [
+        (-32001, "task 'tck-nobody' not found", "TASK_NOT_FOUND", {"field": "id"})] * 3  # gw-b's root's own
