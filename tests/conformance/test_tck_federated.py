@@ -176,3 +176,31 @@ async def test_an_id_nobody_saw_on_the_agents_path_is_the_peer_roots_own_answer_
     assert await answers(hop.a2["agent-path"]) == one
     assert await answers(hop.stack.ways["hop agent-path"]) == [
         (-32001, "task 'tck-nobody' not found", "TASK_NOT_FOUND", {"field": "id"})] * 3  # gw-b's root's own
+
+
+async def test_an_agent_that_does_not_stream_is_streamed_for_through_a_peer_registered_at_its_root() -> None:
+    """An agent whose card declares no streaming refuses SubscribeToTask and SendStreamingMessage (-32004), and so does
+    one gateway's `/agents/quiet` (test_conformance.py). Through A, whose `/agents/quiet` card is gw-b's root card
+    (streaming: true), a new message is streamed for the agent as gw-b's root streams it (one event: the task), as
+    that card promises; a task's subscription is refused as through one gateway. Through A2 (gw-b's `/agents/quiet`
+    registered) nothing differs."""
+    from tests.conformance.sut import sample_agent
+    from tests.conformance.test_conformance import sent_task
+    from tests.conformance.test_tck import stream_view
+
+    async with sample_agent("quiet", streaming=False) as agent, chain(agent.url, "quiet", {}) as (b, a, a2), \
+            httpx.AsyncClient(timeout=30) as c:
+        seen = {}
+        for label, (_, url) in (("one", b), ("a", a), ("a2", a2)):
+            for kind, way in ways_of(url, None, "quiet").items():
+                live, done = await sent_task(c, way, "jsonrpc", "wait"), await sent_task(c, way, "jsonrpc")
+                seen[f"{label} {kind}"] = {
+                    "live": await stream_view(c, way, "jsonrpc", "SubscribeToTask", {"id": live["id"]}),
+                    "terminal": await stream_view(c, way, "jsonrpc", "SubscribeToTask", {"id": done["id"]}),
+                    "stream": await stream_view(c, way, "jsonrpc", "SendStreamingMessage", {"message": message("s")})}
+    refused = {"http": 200, "id": 5, "code": -32004, "reasons": ["UNSUPPORTED_OPERATION"]}
+    streamed = {"http": 200, "type": "text/event-stream", "events": [("task", "TASK_STATE_COMPLETED", [["text"]], 1)]}
+    assert seen["one agent-path"] == dict.fromkeys(("live", "terminal", "stream"), refused)
+    assert seen["one root"] == {"live": refused, "terminal": refused, "stream": streamed}
+    assert seen["a agent-path"] == seen["a root"] == seen["a2 root"] == seen["one root"]  # as gw-b's root card says
+    assert seen["a2 agent-path"] == seen["one agent-path"]
