@@ -58,7 +58,10 @@ async def test_one_clients_flood_of_new_sessions_leaves_another_clients_pin_acro
                 del unpinned["message"]["metadata"]  # no session: round robin moves on, alice's session starts on w2
                 first = target(await rpc(c, url_a, "SendMessage", unpinned, ALICE))
                 alice = target(await rpc(c, url_a, "SendMessage", session_chunk("a0", "cam", 0), ALICE))
+                for seq, final in ((0, False), (1, True)):  # and a session ended: its release's marker stays
+                    await rpc(c, url_b, "SendMessage", session_chunk(f"mic{seq}", "mic", seq, final), ALICE)
                 await pins[0].settle()
+                await pins[1].settle()
                 # mallory's new sessions through both gateways' pipelines ...
                 mallorys = [target(await rpc(c, url, "SendMessage", session_chunk(f"m{i}", f"m-{i}"), MALLORY))
                             for i, url in enumerate([url_a, url_b] * 2)]
@@ -88,6 +91,8 @@ async def test_one_clients_flood_of_new_sessions_leaves_another_clients_pin_acro
     held = {e.key: stored_bytes(f"$KV.{bucket}.{e.key}", len(e.value or b""), 0 if e.value else DELETE_HEADERS)
             for e in entries}
     assert alices in held  # before: gone, the first of ~2,400 pins past what the bucket holds
+    assert held[session_key("alice\x1fmic")] == stored_bytes(f"$KV.{bucket}.{session_key('alice' + chr(31) + 'mic')}",
+                                                               0, DELETE_HEADERS)  # a marker
     theirs = [k for k in held if k.startswith(mallory_prefix + ".")]
     assert sum(held[k] for k in theirs) <= 2 * SHARE  # her share, once for each gateway's writes at most
     assert session_key(flood[-1]) in theirs and session_key(flood[-2]) in theirs  # she keeps her newest pins
