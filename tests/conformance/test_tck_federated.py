@@ -21,10 +21,10 @@ import pytest_asyncio
 
 from tests.conformance.sut import Way
 from tests.conformance.tck_agent import tck_agent
-from tests.conformance.test_tck import (AGENT_SAYS, CARD, CHECKS, REQUIRED_EXT, UNKNOWN_TASK_INFO, Stack, check_direct,
-                                        check_grpc_direct, check_grpc_push_direct, check_tenant_answers, error_infos,
-                                        extension_view, grpc_checks, grpc_push_checks, message, tenant_answers,
-                                        through_gateway)
+from tests.conformance.test_tck import (AGENT_SAYS, CARD, CHECKS, REQUIRED_EXT, UNKNOWN_TASK_INFO, V1, Stack,
+                                        check_direct, check_grpc_direct, check_grpc_push_direct, check_tenant_answers,
+                                        error_infos, extension_view, grpc_checks, grpc_push_checks, message, mid,
+                                        tenant_answers, through_gateway)
 from tests.gateway.conftest import gateway
 from tests.webhooks import webhook_receiver
 
@@ -50,6 +50,7 @@ class Chain:
     stack: Stack  # "direct" and the ways of HOPS (through gw-a)
     b: dict[str, Way]  # gw-b's own "root" and "agent-path": one gateway in front of the agent
     a2: dict[str, Way]  # gw-a2's (gw-b's /agents/tck registered as its agent)
+    gw_a: Any  # gw-a itself (its push follows and deliveries)
 
 
 @contextlib.asynccontextmanager
@@ -72,7 +73,7 @@ async def hop() -> AsyncIterator[Chain]:
             through_a = ways_of(a[1], a[0].grpc_url, "tck")
             direct = Way("direct", agent.url + "/", agent.rest, agent.url, agent.grpc)
             yield Chain(Stack(agent, hook=hook, ways={"direct": direct, **{f"hop {k}": w for k, w in through_a.items()}}),
-                        ways_of(b[1], b[0].grpc_url, "tck"), ways_of(a2[1], a2[0].grpc_url, "tck"))
+                        ways_of(b[1], b[0].grpc_url, "tck"), ways_of(a2[1], a2[0].grpc_url, "tck"), a[0])
 
 
 def across(name: str, binding: str, way: str, kind: str, direct: Any) -> Any:
@@ -204,3 +205,28 @@ async def test_an_agent_that_does_not_stream_is_streamed_for_through_a_peer_regi
     assert seen["one root"] == {"live": refused, "terminal": refused, "stream": streamed}
     assert seen["a agent-path"] == seen["a root"] == seen["a2 root"] == seen["one root"]  # as gw-b's root card says
     assert seen["a2 agent-path"] == seen["one agent-path"]
+
+
+async def test_a_webhook_never_hears_a_task_go_back_through_a_hop(hop: Chain) -> None:
+    """A task made with a push config through A (input required) and completed by a follow-up: A's follow of it
+    (its webhook registered at B, one read of the task) began before the follow-up's answer came back, and that read,
+    two gateways long, brought the task as it was before (input required): the client's webhook heard INPUT_REQUIRED
+    after COMPLETED (4 of 4 runs). Now nothing but the terminal state after it (the outbox coalesces, so how many came
+    before varies)."""
+    from tests.gateway.conftest import until
+
+    s, push = hop.stack, hop.gw_a.pipeline.push
+    way, path = s.ways["hop agent-path"], f"/went-back/{mid('hop')}"
+    send = {"message": message("tck-input-required"), "configuration": {"taskPushNotificationConfig": {
+        "id": mid("tck-push"), "url": s.hook.url + path, "token": "tck-token"}}}
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": send}, headers=V1)
+        tid = r.json()["result"]["task"]["id"]
+        await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {
+            "message": message("tck-complete-task", taskId=tid)}}, headers=V1)
+    await s.hook.wait_until(lambda h: h.path == path and h.body["task"]["status"]["state"] == "TASK_STATE_COMPLETED")
+    await until(lambda: not push.follower.following(tid) and push.outbox.pending(None) == 0, "A's follow and deliveries end")
+    states = [h.body["task"]["status"]["state"] for h in s.hook.hits if h.path == path]
+    ended = states.index("TASK_STATE_COMPLETED")
+    assert states[ended:] == ["TASK_STATE_COMPLETED"] * (len(states) - ended), states  # before: [..., COMPLETED, INPUT_REQUIRED, COMPLETED]
+    assert set(states[:ended]) <= {"TASK_STATE_INPUT_REQUIRED"}, states

@@ -370,3 +370,31 @@ async def test_credentials_that_cannot_be_sent_in_a_header_are_refused_when_the_
     assert inline["error"]["message"] == ("params.configuration.taskPushNotificationConfig.token: must be printable "
                                           "ASCII (it is sent in a header)")
     assert fine["result"]["token"] == "tok-1 ~!"
+
+
+async def test_a_read_older_than_the_state_noted_is_neither_noted_nor_notified() -> None:
+    """The follow's read of a task may have begun before a later state was noted (the answer to a follow-up came back
+    meanwhile; through a federation hop the read is two gateways long): such a stale task — running again after it
+    ended, or a status time before the one noted — must not notify the client (the webhook heard INPUT_REQUIRED after
+    COMPLETED through a hop: tests/conformance/test_tck_federated.py); a later or a richer one does."""
+    from types import SimpleNamespace
+
+    from mma2a.gateway.push.follow import Follower
+
+    f = Follower(PushSettings(), SimpleNamespace(directory=None), None, None, None, None)  # type: ignore[arg-type]
+
+    def task(state: str, second: int, artifacts: int = 0) -> dict[str, Any]:
+        return {"id": "t", "status": {"state": f"TASK_STATE_{state}", "timestamp": f"2026-12-05T19:50:{second:02}.5Z"},
+                "artifacts": [{}] * artifacts}
+
+    assert f.changed("t", task("WORKING", 1))
+    assert f.changed("t", task("INPUT_REQUIRED", 3))
+    assert not f.changed("t", task("WORKING", 2))  # read before the input request was noted
+    assert f.changed("t", task("WORKING", 4))  # the task went on
+    assert f.changed("t", task("COMPLETED", 5))
+    assert not f.changed("t", task("WORKING", 4))  # a stale read after the end
+    assert not f.changed("t", task("INPUT_REQUIRED", 9))  # an ended task does not run again, whatever its time says
+    assert f.changed("t", task("COMPLETED", 5, artifacts=1))  # richer, not older
+    assert not f.changed("t", task("COMPLETED", 5, artifacts=1))
+    assert f.changed("u", {"id": "u", "status": {"state": "TASK_STATE_WORKING", "timestamp": "not a time"}})
+    assert f.changed("u", {"id": "u", "status": {"state": "TASK_STATE_INPUT_REQUIRED", "timestamp": "2026-12-05T19:50:00Z"}})

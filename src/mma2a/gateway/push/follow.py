@@ -21,6 +21,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ...errors import MMA2AError
@@ -115,6 +116,16 @@ def signature(task: dict[str, Any]) -> tuple[Any, ...]:
     return (status.get("state"), status.get("timestamp"), len(task.get("artifacts") or ()), len(task.get("history") or ()))
 
 
+def _before(stamp: Any, than: Any) -> bool:
+    """Whether status time `stamp` is before `than` (ISO 8601; False when either is missing or not one)."""
+    if not isinstance(stamp, str) or not isinstance(than, str) or stamp == than:
+        return False
+    try:
+        return datetime.fromisoformat(stamp) < datetime.fromisoformat(than)
+    except (ValueError, TypeError):  # (TypeError: one with a zone, one without)
+        return False
+
+
 class Follower:
     """One follow per gateway task with push configs, whichever way its legs report."""
 
@@ -141,9 +152,15 @@ class Follower:
         return len(self._follows)
 
     def changed(self, task_id: str, task: dict[str, Any]) -> bool:
-        """Note `task` as the latest known; True when it differs from the one before."""
+        """Note `task` as the latest known; True when it differs from the one before and is not older: a read that
+        began before a later state was noted (the follow's read of an agent while the answer to a follow-up came back;
+        through a federation hop, two gateways long) is stale — not running again after the task ended, nor a status
+        time before the one noted — and is neither noted nor notified, so a client never hears a task go back."""
         sig = signature(task)
-        if self._seen.get(task_id) == sig:
+        seen = self._seen.get(task_id)
+        if seen == sig:
+            return False
+        if seen is not None and (seen[0] in TERMINAL and sig[0] not in TERMINAL or _before(sig[1], seen[1])):
             return False
         self._seen[task_id] = sig
         return True
