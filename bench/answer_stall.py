@@ -5,7 +5,9 @@
    (`ParseDict` into the SDK's Task, then `MessageToDict` for REST), best of `--rounds` of 10,000.
 2. A task keeping a message of `--values` empty objects (S16-3's attack: 300,000): the longest the loop is held
    (the largest gap of a 1 ms ticker beside it) and the whole answer's time, for the SDK's conversions made on the
-   loop (before: REST's `ParseDict` + `MessageToDict` + render, gRPC's `ParseDict`) and as the gateway makes them now
+   loop (before: REST's `ParseDict` + `MessageToDict` + render, gRPC's `ParseDict`, v0.3 REST's `ParseDict` +
+   `to_compat_task` + `ToProto.task` + `MessageToDict`; the worker's dict of the last is unpickled on the loop, which
+   a measure of the gap includes) and as the gateway makes them now
    (`sdk_answers.many_values`, then the JSON body worker's `ANSWER` job; gRPC reads the protobuf back). Interleaved
    (ABBA), best of `--rounds`.
 
@@ -24,7 +26,7 @@ from a2a.types import Task
 from google.protobuf import json_format
 
 from mma2a.gateway.bindings.body_parser import JSONBodyParser
-from mma2a.sdk_answers import DICT, PROTO, TASK, convert, many_values
+from mma2a.sdk_answers import DICT, PROTO, TASK, V03_DICT, convert, many_values
 
 
 def task(values: int) -> dict[str, Any]:
@@ -105,10 +107,19 @@ async def large_cost(values: int, rounds: int) -> None:
         out.ParseFromString(await bodies.convert_answer(TASK, PROTO, False, data))
         return out
 
+    async def v03_loop() -> Any:
+        return convert(doc, TASK, V03_DICT)
+
+    async def v03_worker() -> Any:
+        data = many_values(doc)
+        assert data is not None
+        return await bodies.convert_answer(TASK, V03_DICT, False, data)
+
     try:
         assert await rest_loop() is not None and await rest_worker() is not None  # (the worker started and warm)
         arms = {"REST GetTask, on the loop (before)": rest_loop, "REST GetTask, in the worker": rest_worker,
-                "gRPC GetTask, on the loop (before)": grpc_loop, "gRPC GetTask, in the worker": grpc_worker}
+                "gRPC GetTask, on the loop (before)": grpc_loop, "gRPC GetTask, in the worker": grpc_worker,
+                "v0.3 REST GetTask, on the loop (before)": v03_loop, "v0.3 REST GetTask, in the worker": v03_worker}
         best: dict[str, tuple[float, float]] = {}
         for r in range(rounds):
             for name, arm in (list(arms.items()) if r % 2 == 0 else list(arms.items())[::-1]):

@@ -32,12 +32,15 @@ KINDS: tuple[type[Any], ...] = (Task, Message, ListTasksResponse, SendMessageRes
 """The protobuf types an answer is converted into (a job names one by its index)."""
 TASK, MESSAGE, LIST_TASKS, SEND_RESPONSE, STREAM_EVENT = range(len(KINDS))
 
-PROTO, DICT, LIST, LIST_ARTIFACTS, EVENT = range(5)
+PROTO, DICT, LIST, LIST_ARTIFACTS, EVENT, V03_MODEL, V03_DICT = range(7)
 """What an answer is converted to: `PROTO`, the serialized protobuf (`ParseFromString` reads it on the loop); `DICT`,
 the SDK's `MessageToDict` of it; `LIST` / `LIST_ARTIFACTS`, the SDK's `serialize_list_tasks_response` of a page
 (without or with the tasks' artifacts); `EVENT`, what the SDK's REST and JSON-RPC dispatchers make of a stream's event
-(`MessageToDict` of its StreamResponse; None for an event with no payload, which is not sent). `rendered`: the dict
-as the bytes Starlette's `JSONResponse` renders (REST's answers)."""
+(`MessageToDict` of its StreamResponse; None for an event with no payload, which is not sent). v0.3's answers (of
+`TASK`, `MESSAGE` or `SEND_RESPONSE`): `V03_MODEL`, the SDK's v0.3 model of it (`conversions.to_compat_task` or
+`to_compat_message`, what its JSON-RPC adapter answers with); `V03_DICT`, what its REST handler answers (`MessageToDict`
+of the model's v0.3 protobuf: `ToProto.task`, or `ToProto.task_or_message` for a send). `rendered`: the dict as the
+bytes Starlette's `JSONResponse` renders (REST's answers)."""
 
 INLINE_ANSWER_VALUES = 2048
 """The most JSON values of an answer converted on the event loop (~10 ms at ~5 us a value); a larger one is converted
@@ -70,8 +73,12 @@ def convert(doc: Any, kind: int, mode: int, rendered: bool = False) -> Any:
     proto = json_format.ParseDict(doc, KINDS[kind](), ignore_unknown_fields=True)
     if mode == PROTO:
         return proto.SerializeToString()
+    if mode == V03_MODEL:
+        return _v03(proto, kind, mode)
     content: Any
-    if mode == EVENT:  # the handler yields the event's payload; the SDK's dispatchers wrap it again
+    if mode == V03_DICT:
+        content = _v03(proto, kind, mode)
+    elif mode == EVENT:  # the handler yields the event's payload; the SDK's dispatchers wrap it again
         which = proto.WhichOneof("payload")
         content = (None if which is None
                    else json_format.MessageToDict(proto_utils.to_stream_response(getattr(proto, which))))
@@ -84,6 +91,27 @@ def convert(doc: Any, kind: int, mode: int, rendered: bool = False) -> Any:
             for task in content["tasks"]:
                 task.pop("artifacts", None)
     return render(content) if rendered and content is not None else content
+
+
+def _v03(proto: Any, kind: int, mode: int) -> Any:
+    """The SDK's v0.3 answer of a task, a message or a send's answer (`V03_MODEL`, `V03_DICT`)."""
+    from a2a.compat.v0_3 import conversions
+    from a2a.compat.v0_3 import proto_utils as v03_proto_utils
+
+    inner = proto
+    if kind == SEND_RESPONSE:
+        inner = proto.message if proto.HasField("message") else proto.task
+    if isinstance(inner, Message):
+        message = conversions.to_compat_message(inner)
+        if mode == V03_MODEL:
+            return message
+        return json_format.MessageToDict(v03_proto_utils.ToProto.task_or_message(message))
+    task = conversions.to_compat_task(inner)
+    if mode == V03_MODEL:
+        return task
+    if kind == SEND_RESPONSE:
+        return json_format.MessageToDict(v03_proto_utils.ToProto.task_or_message(task))
+    return json_format.MessageToDict(v03_proto_utils.ToProto.task(task))
 
 
 def render(content: Any) -> bytes:

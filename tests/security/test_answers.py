@@ -18,6 +18,8 @@ import grpc.aio
 import httpx
 import orjson
 import pytest
+from a2a.compat.v0_3 import conversions, rest_handler
+from a2a.compat.v0_3 import proto_utils as v03_proto_utils
 from a2a.server.routes import common, jsonrpc_dispatcher, rest_dispatcher
 from a2a.server.routes.common import serialize_list_tasks_response
 from a2a.types import GetTaskRequest, ListTasksResponse, Message, SendMessageResponse, StreamResponse, Task, a2a_pb2_grpc
@@ -38,6 +40,8 @@ from mma2a.sdk_answers import (
     SEND_RESPONSE,
     STREAM_EVENT,
     TASK,
+    V03_DICT,
+    V03_MODEL,
     convert,
     convert_as_data,
     job_body,
@@ -69,7 +73,16 @@ def sdk_form(doc: Any, kind: int, mode: int, rendered: bool) -> Any:
     proto = _PARSE(doc, sdk_answers.KINDS[kind](), ignore_unknown_fields=True)
     if mode == PROTO:
         return proto.SerializeToString()
-    if mode == EVENT:
+    if mode in (V03_MODEL, V03_DICT):
+        inner = proto.message if kind == SEND_RESPONSE and proto.HasField("message") else (
+            proto.task if kind == SEND_RESPONSE else proto)
+        compat = (conversions.to_compat_message(inner) if isinstance(inner, Message)
+                  else conversions.to_compat_task(inner))
+        if mode == V03_MODEL:
+            return compat
+        to_proto = v03_proto_utils.ToProto.task_or_message if kind == SEND_RESPONSE else v03_proto_utils.ToProto.task
+        content = _TO_DICT(to_proto(compat))
+    elif mode == EVENT:
         which = proto.WhichOneof("payload")
         content = None if which is None else _TO_DICT(proto_utils.to_stream_response(getattr(proto, which)))
     elif mode == DICT:
@@ -98,7 +111,24 @@ CASES = {
     "event of no payload": ({"unknown": [{} for _ in range(3000)]}, STREAM_EVENT, EVENT),
     "non-ASCII": (task_doc(3000, metadata={"é": "日本 \u2028"}), TASK, DICT),
     "integer past 64 bits": (task_doc(3000, metadata={"big": 1 << 70}), TASK, DICT),
+    "v0.3 task": (task_doc(3000), TASK, V03_DICT),
+    "v0.3 send's task": ({"task": task_doc(3000)}, SEND_RESPONSE, V03_DICT),
+    "v0.3 send's message": ({"message": message("m-4", 3000)}, SEND_RESPONSE, V03_DICT),
 }
+
+V03_MODELS = {
+    "v0.3 task": (task_doc(3000), TASK),
+    "v0.3 send's task": ({"task": task_doc(3000)}, SEND_RESPONSE),
+    "v0.3 send's message": ({"message": message("m-4", 3000)}, SEND_RESPONSE),
+}
+
+
+@pytest.mark.parametrize("case", list(V03_MODELS))
+def test_a_v03_model_made_in_the_worker_is_the_sdks(case: str) -> None:
+    doc, kind = V03_MODELS[case]
+    expected = sdk_form(doc, kind, V03_MODEL, False)
+    for got in (convert(doc, kind, V03_MODEL), in_worker(doc, kind, V03_MODEL, False)):
+        assert got == expected and got.model_dump_json(by_alias=True) == expected.model_dump_json(by_alias=True)
 
 
 @pytest.mark.parametrize("rendered", [False, True], ids=["dict", "rendered"])
@@ -153,7 +183,14 @@ def _record(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         PipelineRequestHandler,
     )
 
-    ours = (PipelineRequestHandler, LargeBodyRestDispatcher, LargeBodyJsonRpcDispatcher)
+    from a2a.compat.v0_3.jsonrpc_adapter import JSONRPC03Adapter
+    from a2a.compat.v0_3.request_handler import RequestHandler03
+    from a2a.compat.v0_3.rest_adapter import REST03Adapter
+    from a2a.compat.v0_3.rest_handler import REST03Handler
+
+    # (the agents in this process answer A2A 1.0 only: the v0.3 classes here are the gateway's)
+    ours = (PipelineRequestHandler, LargeBodyRestDispatcher, LargeBodyJsonRpcDispatcher, JSONRPC03Adapter,
+            RequestHandler03, REST03Adapter, REST03Handler)
     seen: list[tuple[str, int]] = []
 
     def bindings() -> bool:
@@ -177,9 +214,10 @@ def _record(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
     monkeypatch.setattr(json_format, "ParseDict", parse)
     monkeypatch.setattr(json_format, "MessageToDict", to_dict)
-    for module in (rest_dispatcher, jsonrpc_dispatcher, common):  # (imported by name there)
-        monkeypatch.setattr(module, "MessageToDict", to_dict)
-    monkeypatch.setattr(jsonrpc_dispatcher, "ParseDict", parse)
+    for module in (rest_dispatcher, jsonrpc_dispatcher, common, conversions, rest_handler, v03_proto_utils):
+        for name, recording in (("MessageToDict", to_dict), ("ParseDict", parse)):  # (imported by name there)
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, recording)
     return seen
 
 
@@ -208,6 +246,9 @@ async def test_answers_of_many_values_are_converted_in_the_worker_and_answered_a
             rpc_stream = await c.post(url + "/", headers={**V1, "Accept": "text/event-stream"}, json={
                 "jsonrpc": "2.0", "id": 2, "method": "SendStreamingMessage",
                 "params": {"message": message("m-rpc-stream", MANY)}})
+            v03_rest = await c.get(url + f"/v1/tasks/{tid}", headers={"A2A-Version": "0.3"})
+            v03_rpc = await c.post(url + "/", headers={"A2A-Version": "0.3"}, json={
+                "jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"id": tid}})
             healthz = await c.get(url + "/healthz")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -233,6 +274,8 @@ async def test_answers_of_many_values_are_converted_in_the_worker_and_answered_a
         events = [json.loads(line[5:]) for line in stream.text.splitlines() if line.startswith("data:")]
         tasks = [e.get("result", e)["task"] for e in events if "task" in e.get("result", e)]
         assert stream.status_code == 200 and tasks and len(tasks[0]["history"][0]["metadata"]["a"]) == MANY
+    assert v03_rest.status_code == 200 and v03_rest.json() == sdk_form(doc, TASK, V03_DICT, False)
+    assert len(v03_rpc.json()["result"]["history"][0]["metadata"]["a"]) == MANY
     # ... none of them converted on the loop past INLINE_ANSWER_VALUES (before: each of these, ~60 KB apiece)
     big = [s for s in seen if s[1] > INLINE_ANSWER_VALUES * 3]
     assert big == [], big

@@ -27,6 +27,8 @@ from a2a.compat.v0_3 import a2a_v0_3_pb2 as v03_pb2
 from a2a.compat.v0_3 import conversions as v03_conversions
 from a2a.compat.v0_3 import proto_utils as v03_proto_utils
 from a2a.compat.v0_3 import types as v03_types
+from a2a.compat.v0_3.jsonrpc_adapter import JSONRPC03Adapter
+from a2a.compat.v0_3.request_handler import RequestHandler03
 from a2a.compat.v0_3.rest_adapter import REST03Adapter
 from a2a.compat.v0_3.rest_handler import REST03Handler
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
@@ -75,6 +77,8 @@ from ...sdk_answers import (
     SEND_RESPONSE,
     STREAM_EVENT,
     TASK,
+    V03_DICT,
+    V03_MODEL,
     convert,
     many_values,
 )
@@ -354,6 +358,7 @@ class LargeBodyREST03Handler(REST03Handler):
 
     def __init__(self, handler: PipelineRequestHandler, bodies: JSONBodyParser) -> None:
         super().__init__(request_handler=handler)
+        self.handler03 = PipelineRequestHandler03(handler)
         self._pipeline_handler = handler
         self._bodies = bodies
 
@@ -366,15 +371,36 @@ class LargeBodyREST03Handler(REST03Handler):
 
     @validate_version(constants.PROTOCOL_VERSION_0_3)
     async def on_message_send(self, request: Request, context: ServerCallContext) -> dict[str, Any]:
+        """The SDK's, its answer made in the JSON body worker when it holds many values (`converted`)."""
+        handler = self._pipeline_handler
         answer = await self._large(request, SEND_V03)
-        if answer is None:
-            small: dict[str, Any] = await super().on_message_send(request, context)
-            return small
-        message, config = LargeBodyRestDispatcher._read(answer)
-        task_or_message = await self._pipeline_handler.send_json(message, config, context)
-        v03 = (v03_conversions.to_compat_task(task_or_message) if isinstance(task_or_message, Task)
-               else v03_conversions.to_compat_message(task_or_message))
-        out: dict[str, Any] = json_format.MessageToDict(v03_proto_utils.ToProto.task_or_message(v03))
+        if answer is None:  # the SDK's read of the body
+            v03_request = v03_pb2.SendMessageRequest()
+            json_format.Parse(await request.body(), v03_request, ignore_unknown_fields=True)
+            params = v03_types.SendMessageRequest(id="", params=v03_proto_utils.FromProto.message_send_params(v03_request))
+            message, config = await handler.read_request(v03_conversions.to_core_send_message_request(params))
+        else:
+            message, config = LargeBodyRestDispatcher._read(answer)
+        out: dict[str, Any] = await handler.converted(await handler.send_doc(message, config, context), SEND_RESPONSE,
+                                                      V03_DICT)
+        return out
+
+    @validate_version(constants.PROTOCOL_VERSION_0_3)
+    async def on_get_task(self, request: Request, context: ServerCallContext) -> dict[str, Any]:
+        """The SDK's, its answer made in the JSON body worker when it holds many values (`converted`)."""
+        history_length = request.query_params.get("historyLength")
+        params = v03_types.GetTaskRequest(id="", params=v03_types.TaskQueryParams(
+            id=request.path_params["id"], history_length=int(history_length) if history_length else None))
+        doc = await self._pipeline_handler.get_task_doc(v03_conversions.to_core_get_task_request(params), context)
+        out: dict[str, Any] = await self._pipeline_handler.converted(doc, TASK, V03_DICT)
+        return out
+
+    @validate_version(constants.PROTOCOL_VERSION_0_3)
+    async def on_cancel_task(self, request: Request, context: ServerCallContext) -> dict[str, Any]:
+        """The SDK's, its answer made in the JSON body worker when it holds many values (`converted`)."""
+        params = v03_types.CancelTaskRequest(id="", params=v03_types.TaskIdParams(id=request.path_params["id"]))
+        doc = await self._pipeline_handler.cancel_task_doc(v03_conversions.to_core_cancel_task_request(params), context)
+        out: dict[str, Any] = await self._pipeline_handler.converted(doc, TASK, V03_DICT)
         return out
 
     @validate_version(constants.PROTOCOL_VERSION_0_3)
@@ -406,6 +432,43 @@ class LargeBodyREST03Handler(REST03Handler):
         return out
 
 
+class PipelineRequestHandler03(RequestHandler03):
+    """The SDK's v0.3 request handler (its JSON-RPC adapter's and REST handler's), but its answers of tasks and messages
+    (`message/send`, `tasks/get`, `tasks/cancel`) are made from the pipeline's JSON in the JSON body worker when they
+    hold many values (`PipelineRequestHandler.converted`: the SDK's `ParseDict`, then its v0.3 conversion,
+    `to_compat_task`, pure Python; S16-3)."""
+
+    def __init__(self, handler: PipelineRequestHandler) -> None:
+        super().__init__(request_handler=handler)
+        self._pipeline_handler = handler
+
+    async def on_message_send(self, request: v03_types.SendMessageRequest, context: ServerCallContext
+                              ) -> v03_types.Task | v03_types.Message:
+        handler = self._pipeline_handler
+        message, config = await handler.read_request(v03_conversions.to_core_send_message_request(request))
+        out: v03_types.Task | v03_types.Message = await handler.converted(
+            await handler.send_doc(message, config, context), SEND_RESPONSE, V03_MODEL)
+        return out
+
+    async def on_get_task(self, request: v03_types.GetTaskRequest, context: ServerCallContext) -> v03_types.Task:
+        doc = await self._pipeline_handler.get_task_doc(v03_conversions.to_core_get_task_request(request), context)
+        out: v03_types.Task = await self._pipeline_handler.converted(doc, TASK, V03_MODEL)
+        return out
+
+    async def on_cancel_task(self, request: v03_types.CancelTaskRequest, context: ServerCallContext) -> v03_types.Task:
+        doc = await self._pipeline_handler.cancel_task_doc(v03_conversions.to_core_cancel_task_request(request), context)
+        out: v03_types.Task = await self._pipeline_handler.converted(doc, TASK, V03_MODEL)
+        return out
+
+
+class PipelineJSONRPC03Adapter(JSONRPC03Adapter):
+    """The SDK's v0.3 JSON-RPC adapter, answering through `PipelineRequestHandler03`."""
+
+    def __init__(self, handler: PipelineRequestHandler, context_builder: Any, shutdown_grace_period: float) -> None:
+        super().__init__(handler, context_builder=context_builder, shutdown_grace_period=shutdown_grace_period)
+        self.handler = PipelineRequestHandler03(handler)
+
+
 class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
     """The SDK's JSON-RPC dispatcher (what the fast path does not answer), but a body of an A2A 1.0 method past
     `bodies.inline_bytes` is read in the JSON body worker as the dispatcher reads it
@@ -421,6 +484,9 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
     def __init__(self, *args: Any, bodies: JSONBodyParser | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._bodies = bodies
+        if self._v03_adapter is not None and isinstance(self.request_handler, PipelineRequestHandler):
+            self._v03_adapter = PipelineJSONRPC03Adapter(self.request_handler, self._context_builder,
+                                                         self._shutdown_grace_period)
 
     async def handle_requests(self, request: Request) -> Response:
         return await self.handle_read(request, None)
