@@ -359,6 +359,22 @@ class AgentRPCError(MMA2AError):
         return dict(self.error)
 
 
+class AgentRefusal(AgentRPCError):
+    """The agent refused the call for now — HTTP 429 or 503 with a JSON-RPC error, as a peer gateway refuses a client
+    past its rate or sheds a message: passed on as the refusal it is, the agent's code, message and details with its
+    HTTP status and a `Retry-After` (the `retryAfter` of its ErrorInfo, else 1 s), on every binding as the gateway's
+    own refusals (through a federation hop the client is told as one gateway tells it)."""
+
+    def __init__(self, agent: str, error: Mapping[str, Any], status: int) -> None:
+        super().__init__(agent, error)
+        self.http_status = status
+        wait = self.data.get("retryAfter")
+        try:
+            self.retry_after = max(0.0, float(wait)) if wait is not None else 1.0
+        except (TypeError, ValueError):
+            self.retry_after = 1.0
+
+
 class PayloadError(MMA2AError):
     """A blob or stream could not be stored, read or verified."""
 

@@ -19,7 +19,7 @@ from mma2a.signing import new_private_key, private_key_text, public_key_text
 from tests.cluster.test_security import TOKENS
 from tests.conformance.sut import Way
 from tests.conformance.tck_agent import tck_agent
-from tests.conformance.test_tck import CHECKS, V1, Stack, message
+from tests.conformance.test_tck import CHECKS, V1, Stack, message, mid
 from tests.conformance.test_tck_scaled_auth import ONE, PER_CLIENT, strangers_view, who
 from tests.gateway.conftest import gateway
 from tests.webhooks import webhook_receiver
@@ -91,42 +91,55 @@ async def test_another_client_of_a_is_told_her_tasks_do_not_exist_through_the_ho
         assert seen[way] == seen[f"one {s.ways[way].kind}"], way
 
 
-async def test_a_peers_rate_limit_reaches_the_client_through_the_hop_without_its_http_status() -> None:
+async def test_a_peers_rate_limit_reaches_the_client_through_the_hop_as_one_gateways() -> None:
     """Alice past her rate at B (B's `gwa` client: rate 0.01 a second, burst 2, per client of A), through A, against
-    alice past the same rate at one gateway. One gateway answers 429 with `Retry-After` (JSON-RPC -32600, REST 429
-    RESOURCE_EXHAUSTED). Through the hop A passes B's answer on as an agent's error: JSON-RPC the same code, message,
-    reason and `retryAfter` in HTTP 200 without `Retry-After`; REST 400 INVALID_ARGUMENT, reason INVALID_REQUEST (the
-    code's), `retryAfter` still in the metadata. A documented gap (docs/operations.md, "Through a hop"), pinned."""
+    alice past the same rate at one gateway: 429 with `Retry-After` (JSON-RPC -32600, REST 429 RESOURCE_EXHAUSTED,
+    gRPC RESOURCE_EXHAUSTED with `retry-after`), the ErrorInfo's reason RESOURCE_EXHAUSTED and its `retryAfter`, on
+    every binding through both. Before, A passed B's refusal on as an agent's error: JSON-RPC in HTTP 200 without
+    `Retry-After`, REST 400 INVALID_ARGUMENT with the reason INVALID_REQUEST (a client's "do not retry"). B names no
+    client of a peer's (`rate limit of this client exceeded`)."""
+    import grpc
+    import grpc.aio
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
     key = new_private_key()
     with environment(FED_A_KEY=private_key_text(key), FED_A_PUB=public_key_text(key), MMA2A_AGENT_GWA_TOKEN=GWA):
         async with tck_agent("tck") as agent, contextlib.AsyncExitStack() as stack:
             slow = {"rate": 0.01, "burst": 2}
-            _, one = await stack.enter_async_context(gateway({
-                "agents": [{"name": "tck", "url": agent.url}], "rate_limit": {"enabled": True},
+            one, url_one = await stack.enter_async_context(gateway({
+                "agents": [{"name": "tck", "url": agent.url}], "rate_limit": {"enabled": True}, "grpc_listen": "127.0.0.1:0",
                 "auth": {"clients": [{"name": n, "token": t, **slow} for n, t in TOKENS.items()]}}))
             _, url_b = await stack.enter_async_context(gateway({
                 "name": "gw-b", "agents": [{"name": "tck", "url": agent.url}], "rate_limit": {"enabled": True},
                 "auth": {"clients": [{"name": "gwa", "token": GWA, **slow}]},
                 "federation": {"trusted_gateways": {"gwa": {"public_key_env": "FED_A_PUB"}}}}))
-            _, url_a = await stack.enter_async_context(gateway({
+            a, url_a = await stack.enter_async_context(gateway({
                 "name": "gw-a", "agents": [{"name": "tck", "url": url_b, "token_env": "MMA2A_AGENT_GWA_TOKEN"}],
-                "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]},
+                "auth": {"clients": [{"name": n, "token": t} for n, t in TOKENS.items()]}, "grpc_listen": "127.0.0.1:0",
                 "federation": {"private_key_env": "FED_A_KEY"}}))
             seen: dict[str, Any] = {}
             async with httpx.AsyncClient(timeout=30, headers={**V1, **who("alice")}) as c:
-                for label, url in (("one", one.rstrip("/")), ("hop", url_a.rstrip("/"))):
+                for label, url, gw in (("one", url_one.rstrip("/"), one), ("hop", url_a.rstrip("/"), a)):
                     for binding in ("jsonrpc", "rest"):
-                        for _ in range(3):  # the third is past the burst
+                        for _ in range(3):  # past the burst from the third on
                             r = await (c.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
                                 "message": message("tck-complete-task")}}) if binding == "jsonrpc" else
                                 c.post(url + "/message:send", json={"message": message("tck-complete-task")}))
                         err = r.json()["error"]
                         info = (err.get("data") or err.get("details"))[0]
                         seen[f"{label} {binding}"] = (r.status_code, "retry-after" in r.headers, err["code"],
-                                                      err.get("status"), info["reason"], "retryAfter" in info["metadata"],
-                                                      err["message"].split(";")[0])
-    assert seen == {
-        "one jsonrpc": (429, True, -32600, None, "RESOURCE_EXHAUSTED", True, "rate limit of alice exceeded"),
-        "one rest": (429, True, 429, "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED", True, "rate limit of alice exceeded"),
-        "hop jsonrpc": (200, False, -32600, None, "RESOURCE_EXHAUSTED", True, "rate limit of this client exceeded"),
-        "hop rest": (400, False, 400, "INVALID_ARGUMENT", "INVALID_REQUEST", True, "rate limit of this client exceeded")}
+                                                      err.get("status"), info["reason"], "retryAfter" in info["metadata"])
+                    async with grpc.aio.insecure_channel(gw.grpc_url) as channel:
+                        with pytest.raises(grpc.aio.AioRpcError) as refused:
+                            await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(  # type: ignore[no-untyped-call]
+                                a2a_pb2.SendMessageRequest(message=a2a_pb2.Message(
+                                    message_id=mid("tck-complete-task"), role=a2a_pb2.ROLE_USER,
+                                    parts=[a2a_pb2.Part(text="from the kit")])),
+                                metadata=[("a2a-version", "1.0"), ("authorization", who("alice")["Authorization"])])
+                    seen[f"{label} grpc"] = (refused.value.code().name,
+                                             "retry-after" in dict(refused.value.trailing_metadata() or ()))
+    assert seen["one jsonrpc"] == (429, True, -32600, None, "RESOURCE_EXHAUSTED", True)
+    assert seen["one rest"] == (429, True, 429, "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED", True)
+    assert seen["one grpc"] == ("RESOURCE_EXHAUSTED", True)
+    for binding in ("jsonrpc", "rest", "grpc"):
+        assert seen[f"hop {binding}"] == seen[f"one {binding}"], binding

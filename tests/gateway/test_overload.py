@@ -243,3 +243,52 @@ async def test_grpc_answers_a_shed_message_unavailable_with_retry_info(tmp_path:
         for _ in range(3):
             executor.go.release()
         await asyncio.gather(*sent)
+
+
+async def test_an_agents_refusal_for_now_reaches_the_client_with_its_status_and_retry_after() -> None:
+    """An agent that answers HTTP 503 (or 429) with a JSON-RPC error — a peer gateway that shed the message, or past a
+    client's rate — is passed on as the refusal it is: the agent's code, message and ErrorInfo with its status and
+    `Retry-After` (its `retryAfter`, rounded up), on JSON-RPC and REST at `/agents/{name}` and the root (before: HTTP 200
+    on JSON-RPC, REST the code's status, and no `Retry-After`); a 500 with an error stays the agent's error."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from tests.agents import make_card, serve_app
+
+    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "OVERLOADED", "domain": "a2a-protocol.org",
+            "metadata": {"agent": "inner", "retryAfter": "2.5"}}
+    answers = {"busy": (503, -32603), "slow down": (429, -32600), "broken": (500, -32603)}
+
+    async def rpc_(request: Request) -> JSONResponse:
+        doc = await request.json()
+        text = doc["params"]["message"]["parts"][0]["text"]
+        status, code = answers[text]
+        return JSONResponse({"jsonrpc": "2.0", "id": doc["id"], "error": {"code": code, "message": f"{text}: not now",
+                                                                           "data": [info]}}, status_code=status)
+
+    async def card_(request: Request) -> JSONResponse:
+        card = make_card("peer")
+        declare_extension(card)
+        return JSONResponse(json_format.MessageToDict(card))
+
+    app = Starlette(routes=[Route("/", rpc_, methods=["POST"]), Route("/.well-known/agent-card.json", card_)])
+    async with serve_app(app) as agent_url, gateway({"agents": [{"name": "peer", "url": agent_url}]}) as (_, url):
+        seen = {}
+        async with httpx.AsyncClient(timeout=30) as c:
+            for base in (url.rstrip("/"), f"{url.rstrip('/')}/agents/peer"):
+                for text in answers:
+                    msg = {"messageId": f"m-{text}-{len(seen)}", "role": "ROLE_USER", "parts": [{"text": text}]}
+                    r = await c.post(base, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                                 "params": {"message": msg}}, headers={"A2A-Version": "1.0"})
+                    rr = await c.post(base + "/message:send", json={"message": {**msg, "messageId": msg["messageId"] + "r"}},
+                                      headers={"A2A-Version": "1.0"})
+                    seen[(base.endswith("peer"), text)] = (
+                        r.status_code, r.headers.get("retry-after"), r.json()["error"]["code"], r.json()["error"]["data"][0]["reason"],
+                        rr.status_code, rr.headers.get("retry-after"), rr.json()["error"]["details"][0]["reason"])
+    for at_path in (False, True):
+        assert seen[(at_path, "busy")] == (503, "3", -32603, "OVERLOADED", 503, "3", "OVERLOADED")
+        assert seen[(at_path, "slow down")] == (429, "3", -32600, "OVERLOADED", 429, "3", "OVERLOADED")
+        assert seen[(at_path, "broken")][:3] == (200, None, -32603)  # the agent's error, as before
+        assert seen[(at_path, "broken")][4:6] == (500, None)

@@ -335,10 +335,12 @@ async def test_a_guesser_behind_a_federation_peer_spends_its_own_share_not_the_p
                      "federation": {"private_key_env": "FED_A_KEY"}}, clock=Clock()) as (gw_a, url_a):
         assert gw_a.startup_errors == gw_b.startup_errors == []
         async with httpx.AsyncClient(timeout=30) as c:
+            statuses: list[tuple[int, str | None]] = []
+
             async def via_a(token: str, mid: str) -> dict[str, Any]:
                 r = await c.post(url_a + "/", json=send_body(mid), headers={"A2A-Version": "1.0",
                                                                             "Authorization": f"Bearer {token}"})
-                assert r.status_code == 200, r.text
+                statuses.append((r.status_code, r.headers.get("retry-after")))
                 return r.json()  # type: ignore[no-any-return]
 
             mallory = [await via_a(idp.mint("mallory", aud="gw-a", jti=str(i)), f"m-{i}") for i in range(6)]
@@ -348,6 +350,9 @@ async def test_a_guesser_behind_a_federation_peer_spends_its_own_share_not_the_p
                                   headers={"A2A-Version": "1.0", "Authorization": f"Bearer {dave}"})
             metrics = (await c.get(url_b + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"})).text
     said = [m["error"]["message"] for m in (*mallory, mallory_right)]  # gw-b's answers, passed back by gw-a
+    # gw-b's refusals for now reach her as gw-b answers them, 429 with Retry-After (session 16: HTTP 200 before)
+    assert [s for s, _ in statuses] == [200] * 3 + [429] * 4 + [200], statuses
+    assert all(wait is not None and int(wait) >= 1 for _, wait in statuses[3:7]), statuses
     assert said[:3] == ["JWT: audience (aud) names none of this gateway's audiences"] * 3, said
     for message in said[3:]:  # her share is spent: a token gw-b would take is refused as her guesses are
         assert message.startswith("too many failed credentials from this client through its gateway "

@@ -35,6 +35,7 @@ from ...errors import (
     INVALID_REQUEST,
     Forbidden,
     MethodNotFound,
+    AgentRefusal,
     MMA2AError,
     Overloaded,
     PayloadTooLarge,
@@ -492,7 +493,7 @@ async def _check_json_body(body: bytes) -> None:
 
 def retry_after(exc: MMA2AError) -> int | None:
     """The seconds a refused caller is told to wait (`Retry-After` on HTTP, `retry-after` on gRPC), if any."""
-    if isinstance(exc, (RateLimited, Overloaded)):
+    if isinstance(exc, (RateLimited, Overloaded, AgentRefusal)):
         return max(1, math.ceil(exc.retry_after))
     return 1 if exc.http_status == 503 else None
 

@@ -21,6 +21,7 @@ from ...card import VERSION_HEADER
 from ...errors import (
     VERSION_NOT_SUPPORTED,
     InvalidParams,
+    AgentRefusal,
     InvalidRequest,
     MMA2AError,
     Overloaded,
@@ -153,7 +154,7 @@ class JsonRpcIngress:
         on the fast path (the SDK answers every error with HTTP 200)."""
         await self.sdk.loaded()
         request = ReadRequest(scope, receive, body)  # the SDK dispatcher reads the body read here
-        shed: list[Overloaded] = []
+        shed: list[MMA2AError] = []
         token = shed_note.set(shed)
         try:
             answer: Response = await self.sdk.dispatcher.handle_read(request, read)
@@ -256,7 +257,7 @@ class JsonRpcIngress:
                     result = await self.pipeline.get_task(tid, history_length(params), target=target)
                 else:
                     result = await self.pipeline.cancel_task(tid, target=target)
-        except Overloaded as exc:  # shed under overload: 503 + Retry-After, the JSON-RPC error in the body
+        except (Overloaded, AgentRefusal) as exc:  # shed (503), or an agent's refusal for now: its status + Retry-After
             return shed_response(rid, exc)
         except MMA2AError as exc:
             return rpc_error(rid, exc)
@@ -345,10 +346,11 @@ def _underscore(body: bytes) -> bool:
                           + body.count(b': "ROLE_AGENT"'))
 
 
-def shed_response(rid: Any, exc: Overloaded) -> Response:
+def shed_response(rid: Any, exc: MMA2AError) -> Response:
     """A message shed under overload on JSON-RPC: HTTP 503 with `Retry-After`, the JSON-RPC error (ErrorInfo reason
-    `OVERLOADED`, the agent in its metadata) in the body."""
-    return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=503, media_type="application/json",
+    `OVERLOADED`, the agent in its metadata) in the body; an agent's refusal for now (`AgentRefusal`) the same way,
+    with its status (429, 503) and its error."""
+    return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=exc.http_status, media_type="application/json",
                     headers={"Retry-After": str(retry_after(exc))})
 
 

@@ -62,7 +62,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...errors import AgentRPCError, MMA2AError, PayloadTooLarge, metadata_strings
+from ...errors import AgentRefusal, AgentRPCError, MMA2AError, PayloadTooLarge, metadata_strings
 from ...json_worker import JSONRPC, PUSH, PUSH_V03, SEND_V03
 from ...request_body import ReadRequest
 from ...responses import jsonrpc_error_json
@@ -86,6 +86,7 @@ from ...sdk_requests import check_required, raise_refusal, send_request_json, st
 from ..access.clients import current_client
 from ..access.federation import check_listing
 from ..access.security import AccessControl, retry_after
+from ..downstream.overload import note_shed
 from ..pipeline import Pipeline
 from .body_parser import INLINE_SDK_STRUCT_BYTES, JSONBodyParser, read_ahead
 from .listing import list_tasks
@@ -101,6 +102,8 @@ def to_sdk_error(exc: MMA2AError) -> sdk_errors.A2AError:
     """The SDK error with the same JSON-RPC code as an mma2a error; its `data` becomes the ErrorInfo metadata
     (an agent's error passed through keeps the metadata and the ErrorInfo reason the agent sent)."""
     cls = _BY_CODE.get(exc.code, sdk_errors.InvalidParamsError if exc.http_status < 500 else sdk_errors.InternalError)
+    if isinstance(exc, AgentRefusal):  # answered with its status and Retry-After by the binding (as a shed is)
+        note_shed(exc)
     if isinstance(exc, AgentRPCError):
         cls = _agent_error_class(exc, cls)
     return cls(exc.message, data=metadata_strings(exc.data) or None)

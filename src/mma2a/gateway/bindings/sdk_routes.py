@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...errors import MMA2AError, Overloaded, status_for_reason
+from ...errors import MMA2AError, status_for_reason
 from ...request_body import READ_BODY, ReadRequest
 from ...responses import json_response
 from ..access.security import retry_after
@@ -132,7 +132,7 @@ def _rest_answer(bindings: SdkBindings, path: str, method: str, agent_of: Callab
         body = request.scope.get(READ_BODY)
         if body is not None:  # read by the gate: the SDK's endpoint reads it without another copy
             request = ReadRequest(request.scope, request.receive, body)
-        shed: list[Overloaded] = []
+        shed: list[MMA2AError] = []
         token = shed_note.set(shed)
         try:
             response: Response = await endpoint(request)

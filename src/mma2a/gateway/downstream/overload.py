@@ -52,7 +52,7 @@ from prometheus_client.registry import Collector
 
 from ... import client_link
 from ...client_link import ClientLink
-from ...errors import Overloaded
+from ...errors import MMA2AError, Overloaded
 from ...loops import running_loop
 from .agent_limit import EPOCH, AdaptiveLimit, ConcurrencyLimit
 from .loop_lag import LoopLag
@@ -73,8 +73,9 @@ WIDTH_SLACK = 0.5  # legs: rate x min_rtt, rounded to the nearest, is the legs a
 EARLY_S = 0.001  # a deadline's timer may fire this much before the clock says it passed (the loop's resolution)
 FLOOR_MARGIN = 0.1  # a priority whose betters arrive at 90% of the agent's rate or more is shed even at a free slot
 
-# the legs shed while the request being served ran (the SDK's bindings answer it 503 from there: `shed_of`)
-shed_note: contextvars.ContextVar[list[Overloaded] | None] = contextvars.ContextVar("mma2a_shed", default=None)
+# the legs shed while the request being served ran, and an agent's refusal for now passed on (`AgentRefusal`: a peer
+# gateway's 429 or 503): the SDK's bindings answer the request with its status and `Retry-After` from there
+shed_note: contextvars.ContextVar[list[MMA2AError] | None] = contextvars.ContextVar("mma2a_shed", default=None)
 # a leg of the request being served let go unsent because its client left, as the request's task was cancelled (an
 # SSE stream's, a gRPC call's: their servers cancel them): the stage that waited records it (`gone_unsent`)
 gone_leg: contextvars.ContextVar[Overloaded | None] = contextvars.ContextVar("mma2a_gone_leg", default=None)
@@ -89,8 +90,8 @@ def gone_unsent() -> tuple[ClientLink, Overloaded] | None:
     return (link, exc) if exc is not None and link is not None else None
 
 
-def note_shed(exc: Overloaded) -> None:
-    """Note a shed for the binding answering the request (nothing outside one)."""
+def note_shed(exc: MMA2AError) -> None:
+    """Note a shed (or an agent's refusal for now) for the binding answering the request (nothing outside one)."""
     found = shed_note.get()
     if found is not None:
         found.append(exc)

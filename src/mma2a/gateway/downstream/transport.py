@@ -22,7 +22,7 @@ import yarl
 
 from ...card import EXTENSIONS_HEADER, VERSION_HEADER
 from ...compression import decode, encode
-from ...errors import AgentRPCError, DispatchError, MMA2AError
+from ...errors import AgentRefusal, AgentRPCError, DispatchError, MMA2AError
 from ...tls import ClientTLS, client_context
 from ..observe.tracing import inject
 from . import http1
@@ -216,6 +216,8 @@ class Transport:
         if not isinstance(doc, dict):
             raise DispatchError(f"agent {agent} answered with a JSON value that is not a JSON-RPC response", data={"agent": agent})
         if "error" in doc and isinstance(doc["error"], dict):
+            if status in (429, 503):  # refused for now (a peer gateway's rate limit, a shed): said so to the client
+                raise AgentRefusal(agent, doc["error"], status)
             raise AgentRPCError(agent, doc["error"])
         if "result" not in doc:
             if status in (401, 403):
