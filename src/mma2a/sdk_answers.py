@@ -32,14 +32,16 @@ KINDS: tuple[type[Any], ...] = (Task, Message, ListTasksResponse, SendMessageRes
 """The protobuf types an answer is converted into (a job names one by its index)."""
 TASK, MESSAGE, LIST_TASKS, SEND_RESPONSE, STREAM_EVENT = range(len(KINDS))
 
-PROTO, DICT, LIST, LIST_ARTIFACTS, EVENT, V03_MODEL, V03_DICT = range(7)
+PROTO, DICT, LIST, LIST_ARTIFACTS, EVENT, V03_MODEL, V03_DICT, V03_EVENT, V03_EVENT_DICT = range(9)
 """What an answer is converted to: `PROTO`, the serialized protobuf (`ParseFromString` reads it on the loop); `DICT`,
 the SDK's `MessageToDict` of it; `LIST` / `LIST_ARTIFACTS`, the SDK's `serialize_list_tasks_response` of a page
 (without or with the tasks' artifacts); `EVENT`, what the SDK's REST and JSON-RPC dispatchers make of a stream's event
 (`MessageToDict` of its StreamResponse; None for an event with no payload, which is not sent). v0.3's answers (of
 `TASK`, `MESSAGE` or `SEND_RESPONSE`): `V03_MODEL`, the SDK's v0.3 model of it (`conversions.to_compat_task` or
 `to_compat_message`, what its JSON-RPC adapter answers with); `V03_DICT`, what its REST handler answers (`MessageToDict`
-of the model's v0.3 protobuf: `ToProto.task`, or `ToProto.task_or_message` for a send). `rendered`: the dict as the
+of the model's v0.3 protobuf: `ToProto.task`, or `ToProto.task_or_message` for a send); a stream's event in v0.3:
+`V03_EVENT`, the `result` of the SDK's `to_compat_stream_response` (its JSON-RPC adapter's), `V03_EVENT_DICT`,
+`MessageToDict` of its v0.3 protobuf (its REST handler's); None for an event with no payload. `rendered`: the dict as the
 bytes Starlette's `JSONResponse` renders (REST's answers)."""
 
 INLINE_ANSWER_VALUES = 2048
@@ -75,6 +77,8 @@ def convert(doc: Any, kind: int, mode: int, rendered: bool = False) -> Any:
         return proto.SerializeToString()
     if mode == V03_MODEL:
         return _v03(proto, kind, mode)
+    if mode == V03_EVENT or mode == V03_EVENT_DICT:
+        return _v03_event(proto, mode)
     content: Any
     if mode == V03_DICT:
         content = _v03(proto, kind, mode)
@@ -112,6 +116,20 @@ def _v03(proto: Any, kind: int, mode: int) -> Any:
     if kind == SEND_RESPONSE:
         return json_format.MessageToDict(v03_proto_utils.ToProto.task_or_message(task))
     return json_format.MessageToDict(v03_proto_utils.ToProto.task(task))
+
+
+def _v03_event(proto: Any, mode: int) -> Any:
+    """A stream's event in v0.3 (`V03_EVENT`, `V03_EVENT_DICT`), None for one with no payload."""
+    from a2a.compat.v0_3 import conversions
+    from a2a.compat.v0_3 import proto_utils as v03_proto_utils
+
+    which = proto.WhichOneof("payload")
+    if which is None:
+        return None
+    result = conversions.to_compat_stream_response(proto_utils.to_stream_response(getattr(proto, which))).result
+    if mode == V03_EVENT:
+        return result
+    return json_format.MessageToDict(v03_proto_utils.ToProto.stream_response(result))
 
 
 def render(content: Any) -> bytes:

@@ -41,6 +41,8 @@ from mma2a.sdk_answers import (
     STREAM_EVENT,
     TASK,
     V03_DICT,
+    V03_EVENT,
+    V03_EVENT_DICT,
     V03_MODEL,
     convert,
     convert_as_data,
@@ -73,6 +75,12 @@ def sdk_form(doc: Any, kind: int, mode: int, rendered: bool) -> Any:
     proto = _PARSE(doc, sdk_answers.KINDS[kind](), ignore_unknown_fields=True)
     if mode == PROTO:
         return proto.SerializeToString()
+    if mode in (V03_EVENT, V03_EVENT_DICT):  # (the SDK's v0.3 handlers: its request's id is set on the loop)
+        which = proto.WhichOneof("payload")
+        if which is None:
+            return None
+        result = conversions.to_compat_stream_response(proto_utils.to_stream_response(getattr(proto, which)), 7).result
+        return result if mode == V03_EVENT else _TO_DICT(v03_proto_utils.ToProto.stream_response(result))
     if mode in (V03_MODEL, V03_DICT):
         inner = proto.message if kind == SEND_RESPONSE and proto.HasField("message") else (
             proto.task if kind == SEND_RESPONSE else proto)
@@ -121,6 +129,26 @@ V03_MODELS = {
     "v0.3 send's task": ({"task": task_doc(3000)}, SEND_RESPONSE),
     "v0.3 send's message": ({"message": message("m-4", 3000)}, SEND_RESPONSE),
 }
+
+
+V03_EVENTS = {
+    "task": {"task": task_doc(3000)},
+    "message": {"message": message("m-5", 3000)},
+    "status": {"statusUpdate": {"taskId": "t-1", "contextId": "c-1", "status": {
+        "state": "TASK_STATE_WORKING", "message": message("m-3", 3000)}}},
+    "artifact": {"artifactUpdate": {"taskId": "t-1", "contextId": "c-1", "artifact": {
+        "artifactId": "a-2", "parts": [{"data": {"a": [{} for _ in range(3000)]}}]}}},
+    "no payload": {"unknown": [{} for _ in range(3000)]},
+}
+
+
+@pytest.mark.parametrize("mode", [V03_EVENT, V03_EVENT_DICT], ids=["JSON-RPC", "REST"])
+@pytest.mark.parametrize("case", list(V03_EVENTS))
+def test_a_v03_event_made_in_the_worker_is_the_sdks(case: str, mode: int) -> None:
+    doc = V03_EVENTS[case]
+    expected = sdk_form(doc, STREAM_EVENT, mode, False)
+    assert convert(doc, STREAM_EVENT, mode) == expected and in_worker(doc, STREAM_EVENT, mode, False) == expected
+    assert (expected is None) == (case == "no payload")
 
 
 @pytest.mark.parametrize("case", list(V03_MODELS))
@@ -249,6 +277,15 @@ async def test_answers_of_many_values_are_converted_in_the_worker_and_answered_a
             v03_rest = await c.get(url + f"/v1/tasks/{tid}", headers={"A2A-Version": "0.3"})
             v03_rpc = await c.post(url + "/", headers={"A2A-Version": "0.3"}, json={
                 "jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"id": tid}})
+            v03_stream = await c.post(url + "/v1/message:stream", headers={"A2A-Version": "0.3"},
+                                      content=orjson.dumps({"message": {"messageId": "m-v03", "role": "ROLE_USER",
+                                                                        "content": [{"text": "hi"}],
+                                                                        "metadata": {"a": [{}] * MANY}}}))
+            v03_rpc_stream = await c.post(url + "/", headers={"A2A-Version": "0.3", "Accept": "text/event-stream"},
+                                          json={"jsonrpc": "2.0", "id": 4, "method": "message/stream", "params": {
+                                              "message": {"messageId": "m-v03-rpc", "role": "user", "kind": "message",
+                                                          "parts": [{"kind": "text", "text": "hi"}],
+                                                          "metadata": {"a": [{}] * MANY}}}})
             healthz = await c.get(url + "/healthz")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -276,6 +313,10 @@ async def test_answers_of_many_values_are_converted_in_the_worker_and_answered_a
         assert stream.status_code == 200 and tasks and len(tasks[0]["history"][0]["metadata"]["a"]) == MANY
     assert v03_rest.status_code == 200 and v03_rest.json() == sdk_form(doc, TASK, V03_DICT, False)
     assert len(v03_rpc.json()["result"]["history"][0]["metadata"]["a"]) == MANY
+    for stream in (v03_stream, v03_rpc_stream):
+        events = [json.loads(line[5:]) for line in stream.text.splitlines() if line.startswith("data:")]
+        found = [e for e in events if len(json.dumps(e)) > 2 * MANY]  # the task, the message of MANY values kept
+        assert stream.status_code == 200 and found, stream.text[:300]
     # ... none of them converted on the loop past INLINE_ANSWER_VALUES (before: each of these, ~60 KB apiece)
     big = [s for s in seen if s[1] > INLINE_ANSWER_VALUES * 3]
     assert big == [], big

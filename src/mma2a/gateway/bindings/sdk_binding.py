@@ -78,6 +78,8 @@ from ...sdk_answers import (
     STREAM_EVENT,
     TASK,
     V03_DICT,
+    V03_EVENT,
+    V03_EVENT_DICT,
     V03_MODEL,
     convert,
     many_values,
@@ -409,15 +411,28 @@ class LargeBodyREST03Handler(REST03Handler):
     @validate_version(constants.PROTOCOL_VERSION_0_3)
     async def on_message_send_stream(self, request: Request, context: ServerCallContext
                                      ) -> AsyncIterator[dict[str, Any]]:
+        """The SDK's, each event made in the JSON body worker when it holds many values (`event_items`)."""
+        handler = self._pipeline_handler
         answer = await self._large(request, SEND_V03)
-        if answer is None:
-            async for item in super().on_message_send_stream(request, context):
-                yield item
-            return
-        message, config = LargeBodyRestDispatcher._read(answer)
-        async for event in self._pipeline_handler.send_stream_json(message, config, context):
-            v03 = v03_conversions.to_compat_stream_response(proto_utils.to_stream_response(event), "")
-            yield json_format.MessageToDict(v03_proto_utils.ToProto.stream_response(v03.result))
+        if answer is None:  # the SDK's read of the body
+            v03_request = v03_pb2.SendMessageRequest()
+            json_format.Parse(await request.body(), v03_request, ignore_unknown_fields=True)
+            params = v03_types.SendMessageRequest(id="", params=v03_proto_utils.FromProto.message_send_params(v03_request))
+            message, config = await handler.read_request(v03_conversions.to_core_send_message_request(params))
+        else:
+            message, config = LargeBodyRestDispatcher._read(answer)
+        async for item in handler.event_items(handler.send_stream_docs(message, config, context), V03_EVENT_DICT):
+            yield item
+
+    @validate_version(constants.PROTOCOL_VERSION_0_3)
+    async def on_subscribe_to_task(self, request: Request, context: ServerCallContext
+                                   ) -> AsyncIterator[dict[str, Any]]:
+        """The SDK's, each event made in the JSON body worker when it holds many values (`event_items`)."""
+        params = v03_types.TaskResubscriptionRequest(id="", params=v03_types.TaskIdParams(id=request.path_params["id"]))
+        handler = self._pipeline_handler
+        events = handler.subscribe_docs(v03_conversions.to_core_subscribe_to_task_request(params), context)
+        async for item in handler.event_items(events, V03_EVENT_DICT):
+            yield item
 
     @validate_version(constants.PROTOCOL_VERSION_0_3)
     async def set_push_notification(self, request: Request, context: ServerCallContext) -> dict[str, Any]:
@@ -462,6 +477,20 @@ class PipelineRequestHandler03(RequestHandler03):
         doc = await self._pipeline_handler.cancel_task_doc(v03_conversions.to_core_cancel_task_request(request), context)
         out: v03_types.Task = await self._pipeline_handler.converted(doc, TASK, V03_MODEL)
         return out
+
+    async def on_message_send_stream(self, request: v03_types.SendMessageRequest, context: ServerCallContext
+                                     ) -> AsyncGenerator[v03_types.SendStreamingMessageSuccessResponse]:
+        handler = self._pipeline_handler
+        message, config = await handler.read_request(v03_conversions.to_core_send_message_request(request))
+        async for result in handler.event_items(handler.send_stream_docs(message, config, context), V03_EVENT):
+            yield v03_types.SendStreamingMessageSuccessResponse(id=request.id, result=result)
+
+    async def on_subscribe_to_task(self, request: v03_types.TaskResubscriptionRequest, context: ServerCallContext
+                                   ) -> AsyncGenerator[v03_types.SendStreamingMessageSuccessResponse]:
+        handler = self._pipeline_handler
+        events = handler.subscribe_docs(v03_conversions.to_core_subscribe_to_task_request(request), context)
+        async for result in handler.event_items(events, V03_EVENT):
+            yield v03_types.SendStreamingMessageSuccessResponse(id=request.id, result=result)
 
 
 class PipelineJSONRPC03Adapter(JSONRPC03Adapter):
@@ -719,11 +748,11 @@ class PipelineRequestHandler(RequestHandler):
         except MMA2AError as exc:  # the worker stopped: 503
             raise to_sdk_error(exc) from None
 
-    async def event_items(self, events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[dict[str, Any]]:
+    async def event_items(self, events: AsyncIterator[dict[str, Any]], mode: int = EVENT) -> AsyncGenerator[Any]:
         """A stream's events (the pipeline's JSON) as the SDK's REST and JSON-RPC dispatchers write them (`converted`,
-        `sdk_answers.EVENT`); an event with no payload is not sent."""
+        `sdk_answers.EVENT`; v0.3's: `V03_EVENT`, `V03_EVENT_DICT`); an event with no payload is not sent."""
         async for event in events:
-            item = await self.converted(event, STREAM_EVENT, EVENT)
+            item = await self.converted(event, STREAM_EVENT, mode)
             if item is not None:
                 yield item
 
