@@ -23,7 +23,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from a2a.types import Task
+from a2a.server.routes.rest_dispatcher import A2AJSONResponse  # type: ignore[attr-defined]
 from google.protobuf import json_format
+from starlette.responses import Response
 
 from mma2a.gateway.bindings.body_parser import JSONBodyParser
 from mma2a.sdk_answers import DICT, PROTO, TASK, V03_DICT, convert, many_values
@@ -44,7 +46,24 @@ def small_cost(rounds: int) -> None:
     doc = task(2)
     n = 10_000
     best_decide = best_grpc = best_rest = float("inf")
-    for _ in range(rounds):
+    best_ab = {"REST GetTask's answer, before (the SDK's endpoint)": float("inf"), "now (`_rendered`)": float("inf")}
+
+    def before() -> Any:  # the SDK's REST endpoint: the handler's `ParseDict`, its `MessageToDict`, a JSONResponse
+        return A2AJSONResponse(content=json_format.MessageToDict(json_format.ParseDict(doc, Task(),
+                                                                                          ignore_unknown_fields=True)))
+
+    def now() -> Any:  # `PipelineRequestHandler.converted` inline, then `_rendered`'s Response
+        data = many_values(doc)
+        assert data is None
+        return Response(convert(doc, TASK, DICT, True), media_type=A2AJSONResponse.media_type)
+
+    assert before().body == now().body
+    for r in range(rounds):
+        for name, arm in ([*zip(best_ab, (before, now))] if r % 2 == 0 else [*zip(best_ab, (before, now))][::-1]):
+            t0 = time.perf_counter()
+            for _ in range(n // 10):
+                arm()
+            best_ab[name] = min(best_ab[name], (time.perf_counter() - t0) / (n // 10))
         t0 = time.perf_counter()
         for _ in range(n):
             many_values(doc)
@@ -60,6 +79,7 @@ def small_cost(rounds: int) -> None:
     print(f"small answer ({len(__import__('orjson').dumps(doc))} bytes), best of {rounds} rounds:")
     print(f"  deciding where (many_values): {best_decide * 1e6:.2f} us; the conversion itself: gRPC's ParseDict "
           f"{best_grpc * 1e6:.0f} us, REST's ParseDict + MessageToDict + render {best_rest * 1e6:.0f} us")
+    print("  " + ", ".join(f"{name}: {t * 1e6:.1f} us" for name, t in best_ab.items()))
 
 
 async def held(step: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
