@@ -4,6 +4,10 @@
 protobuf to the JSON form once, runs the same `Pipeline` as the fast JSON-RPC path, and
 maps mma2a errors onto the SDK's error types (same codes on every binding). Imported at the
 first request that needs it (`bindings`), or at the start with gRPC.
+
+The pipeline's answers are converted into the SDK's forms as the SDK converts them (`ParseDict`, `MessageToDict`,
+v0.3's conversions), in the JSON body worker when they hold many values (`sdk_answers`, S16-3): the REST and JSON-RPC
+dispatchers' methods that answer tasks and messages take the handler's JSON answers (`*_doc`) for that.
 """
 
 from __future__ import annotations
@@ -157,8 +161,10 @@ class LargeBodyRestDispatcher(RestDispatcher):
     """The SDK's REST dispatcher, but a SendMessage body past `bodies.inline_bytes` is read (parsed, checked, turned
     into the pipeline's JSON: `sdk_requests.read_send_body`) in the JSON body worker process, not on the event loop:
     the SDK's `json_format.Parse` and the handler's `MessageToDict` of a 26.7 MB body held every other client for
-    ~0.5 s. Smaller bodies take the SDK's own endpoint. Either way the same checks in the same order (the version,
-    then the body, then the pipeline), and the SDK's error handlers render the refusals."""
+    ~0.5 s; a smaller one is read as the SDK's endpoint reads it. The answers of sends, streams, GetTask, CancelTask,
+    ListTasks and SubscribeToTask are made as the SDK's endpoints make them, in the JSON body worker when they hold
+    many values (`PipelineRequestHandler.converted`, S16-3). Either way the same checks in the same order (the
+    version, then the body, then the pipeline), and the SDK's error handlers render the refusals."""
 
     def __init__(self, handler: PipelineRequestHandler, context_builder: Any, bodies: JSONBodyParser | None) -> None:
         super().__init__(request_handler=handler, context_builder=context_builder)
@@ -358,8 +364,10 @@ class LargeBodyREST03Handler(REST03Handler):
     """The SDK's v0.3 REST handler, but a `message:send`, `message:stream` or push-config body past
     `bodies.inline_bytes` is read in the JSON body worker, as the SDK reads it (`sdk_requests.read_v03_send_body_as_data`:
     its `Parse`, v0.3 types and conversion to 1.0, then the gateway's read; `read_push_config_as_data`), not on the
-    event loop. The steps after the read are the SDK's own (its v0.3 handler's conversions of the answer), in the same
-    order: the version, then the body, then the pipeline. Smaller bodies take the SDK's methods."""
+    event loop; a smaller one is read as the SDK reads it. The answers of sends, streams, GetTask, CancelTask and
+    SubscribeToTask are the SDK's v0.3 conversions, made in the JSON body worker when they hold many values
+    (`PipelineRequestHandler.converted`, S16-3). The steps are in the SDK's order: the version, then the body, then the
+    pipeline."""
 
     def __init__(self, handler: PipelineRequestHandler, bodies: JSONBodyParser) -> None:
         super().__init__(request_handler=handler)
