@@ -382,18 +382,22 @@ class LargeBodyREST03Handler(REST03Handler):
             return None
         return await self._bodies.sdk_answer(body, job)  # `Unavailable` (503) when the worker stopped
 
+    async def _send_request(self, request: Request) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """A v0.3 send's body read as the SDK's handler reads it (`Parse`, its v0.3 types, the conversion to 1.0, then
+        the handler's read), in the worker when it is large (`_large`)."""
+        answer = await self._large(request, SEND_V03)
+        if answer is not None:
+            return LargeBodyRestDispatcher._read(answer)
+        v03_request = v03_pb2.SendMessageRequest()
+        json_format.Parse(await request.body(), v03_request, ignore_unknown_fields=True)
+        params = v03_types.SendMessageRequest(id="", params=v03_proto_utils.FromProto.message_send_params(v03_request))
+        return await self._pipeline_handler.read_request(v03_conversions.to_core_send_message_request(params))
+
     @validate_version(constants.PROTOCOL_VERSION_0_3)
     async def on_message_send(self, request: Request, context: ServerCallContext) -> dict[str, Any]:
         """The SDK's, its answer made in the JSON body worker when it holds many values (`converted`)."""
         handler = self._pipeline_handler
-        answer = await self._large(request, SEND_V03)
-        if answer is None:  # the SDK's read of the body
-            v03_request = v03_pb2.SendMessageRequest()
-            json_format.Parse(await request.body(), v03_request, ignore_unknown_fields=True)
-            params = v03_types.SendMessageRequest(id="", params=v03_proto_utils.FromProto.message_send_params(v03_request))
-            message, config = await handler.read_request(v03_conversions.to_core_send_message_request(params))
-        else:
-            message, config = LargeBodyRestDispatcher._read(answer)
+        message, config = await self._send_request(request)
         out: dict[str, Any] = await handler.converted(await handler.send_doc(message, config, context), SEND_RESPONSE,
                                                       V03_DICT)
         return out
@@ -421,14 +425,7 @@ class LargeBodyREST03Handler(REST03Handler):
                                      ) -> AsyncIterator[dict[str, Any]]:
         """The SDK's, each event made in the JSON body worker when it holds many values (`event_items`)."""
         handler = self._pipeline_handler
-        answer = await self._large(request, SEND_V03)
-        if answer is None:  # the SDK's read of the body
-            v03_request = v03_pb2.SendMessageRequest()
-            json_format.Parse(await request.body(), v03_request, ignore_unknown_fields=True)
-            params = v03_types.SendMessageRequest(id="", params=v03_proto_utils.FromProto.message_send_params(v03_request))
-            message, config = await handler.read_request(v03_conversions.to_core_send_message_request(params))
-        else:
-            message, config = LargeBodyRestDispatcher._read(answer)
+        message, config = await self._send_request(request)
         async for item in handler.event_items(handler.send_stream_docs(message, config, context), V03_EVENT_DICT):
             yield item
 
