@@ -90,8 +90,8 @@ async def test_a_history_stream_the_store_cannot_take_is_said_once_naming_the_se
 
 async def dropped(c: httpx.AsyncClient, url: str) -> float:
     text = (await c.get(url + "/metrics")).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("mma2a_history_decisions") and 'fate="dropped"' in line)
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()  # not `_created`: a timestamp, there from
+               if line.startswith("mma2a_history_decisions_total{") and 'fate="dropped"' in line)  # the start
 
 
 def test_the_workers_over_their_own_server_reserve_neither_the_tasks_bucket_nor_a_history_stream() -> None:
