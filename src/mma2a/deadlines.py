@@ -45,6 +45,7 @@ import asyncio
 import logging
 import socket
 import struct
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -313,7 +314,7 @@ class _WriteDeadline:
 PIPELINED_HELD = 64 * 1024  # bytes a connection's pipelined requests may hold unparsed (uvicorn's body high-water mark)
 
 
-class _Pipelined:
+class _Pipelined(ABC):
     """Mixin over uvicorn's HTTP protocols: bytes that arrive behind a request in progress (`_behind`: another
     request waits behind it, or it was read whole and not answered) are held, unparsed, while reading goes on, so a
     client that closes is seen (`connection_lost`) while its requests wait; they are parsed once the requests ahead
@@ -322,8 +323,9 @@ class _Pipelined:
     _held: bytearray | None = None
     flow: Any
 
+    @abstractmethod
     def _behind(self) -> bool:
-        raise NotImplementedError
+        """Whether a request is in progress ahead of bytes that arrive now (each protocol's parser says it its way)."""
 
     def _hold(self, data: bytes) -> None:
         held = self._held
