@@ -24,11 +24,63 @@ from tests.agents import run_agent
 ALICE, DAVE, GWA, EVE = "alice-token-1", "dave-token-1", "gwa-token-1", "eve-token-1"
 
 
+class CutOnce:
+    """A TCP relay in front of gw-b that, armed with a marker, cuts the connection whose request carries it as soon
+    as gw-b's answer begins: gw-b read and served the request, gw-a sees the connection close before any answer
+    (an answer lost on the way) and sends the request again. `cut`: the request's bytes as gw-b received them."""
+
+    def __init__(self) -> None:
+        self.target_port = 0
+        self.marker: bytes | None = None
+        self.cut: list[bytes] = []
+        self.url = ""
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> CutOnce:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        seen = bytearray()  # the request bytes since the last answer
+
+        async def to_b() -> None:
+            while data := await reader.read(1 << 16):
+                seen.extend(data)
+                up_writer.write(data)
+                await up_writer.drain()
+            up_writer.close()
+
+        async def to_a() -> None:
+            while data := await up_reader.read(1 << 16):
+                if self.marker is not None and self.marker in seen:
+                    self.marker = None
+                    self.cut.append(bytes(seen))
+                    writer.transport.abort()
+                    up_writer.transport.abort()
+                    return
+                seen.clear()
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        tasks = [asyncio.ensure_future(to_b()), asyncio.ensure_future(to_a())]
+        with contextlib.suppress(ConnectionError, OSError):
+            await asyncio.gather(*tasks)
+        for t in tasks:
+            t.cancel()
+
+
 @contextlib.asynccontextmanager
-async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst: int = 200
+async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst: int = 200, relay: CutOnce | None = None
                  ) -> AsyncIterator[tuple[Any, str, Any, str, Any]]:
     """gw-a (alice, dave) → gw-b (gwa, eve) → agent `notes` (echoes what it is sent); yields (gw_a, url_a, gw_b,
-    url_b, gw-a's private key)."""
+    url_b, gw-a's private key). `relay`: gw-a reaches gw-b through it."""
     key = new_private_key()
     monkeypatch.setenv("FED_A_KEY", private_key_text(key))
     monkeypatch.setenv("FED_A_PUB", public_key_text(key))
@@ -40,7 +92,10 @@ async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst:
                                                  {"name": "eve", "token": EVE}]},
                             "rate_limit": {"enabled": True}, "faults": {"dedupe_ttl_s": 300}, "grpc_listen": "127.0.0.1:0",
                             "federation": {"trusted_gateways": {"gwa": {"public_key_env": "FED_A_PUB"}}}}) as (gw_b, url_b):
-            async with gateway({"name": "gw-a", "agents": [{"name": "site-b", "url": url_b, "token_env": "MMA2A_AGENT_GWA_TOKEN"}],
+            if relay is not None:
+                relay.target_port = int(url_b.rsplit(":", 1)[1])
+            async with gateway({"name": "gw-a", "agents": [{"name": "site-b", "url": relay.url if relay else url_b,
+                                                            "token_env": "MMA2A_AGENT_GWA_TOKEN"}],
                                 "auth": {"clients": [{"name": "alice", "token": ALICE}, {"name": "dave", "token": DAVE}]},
                                 "federation": {"private_key_env": "FED_A_KEY"}}) as (gw_a, url_a):
                 assert gw_a.startup_errors == gw_b.startup_errors == []
@@ -182,6 +237,34 @@ async def test_a_captured_assertion_replayed_is_refused_and_the_request_it_came_
     assert judged_as is None
     assert over_grpc.value.code() == grpc.StatusCode.UNAUTHENTICATED and over_grpc.value.details() == why
     assert [r["result"]["id"] for r in reads] == [task_id] * 3, reads
+
+
+async def test_a_request_sent_again_after_a_cut_connection_carries_a_fresh_assertion(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 16's leftover: gw-a resends a request whose connection to gw-b was cut before any answer (a new
+    connection; a kept-alive one gone stale), and it resent the same bytes, assertion and all: gw-b had read that
+    assertion, so it refused the second send as a replay (401, `the assertion was used already`) and alice got that.
+    Each send is signed afresh now: gw-b's dedupe answers the resend with the task it made. The first send's bytes
+    sent again as they were are still a replay."""
+    async with CutOnce() as relay, a_to_b(monkeypatch, relay=relay) as (_, url_a, gw_b, url_b, _), \
+            httpx.AsyncClient(timeout=30) as c:
+        answers = []
+        for mid in ("cut-1", "cut-2"):  # the first on a new connection, the second on a kept-alive one
+            relay.marker = mid.encode()
+            answers.append(await call(c, url_a, ALICE, "SendMessage", text_message(mid, f"alice's {mid}")))
+        first_cut = relay.cut[0]
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay.target_port)
+        writer.write(first_cut)
+        await writer.drain()
+        status = await reader.readline()
+        writer.close()
+    assert len(relay.cut) == 2
+    for answer in answers:
+        assert "result" in answer, answer
+        task = answer["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
+        assert gw_b.pipeline.tasks.owner_of(task["id"]) == (True, "alice via gwa")
+    assert status.startswith(b"HTTP/1.1 401 "), status  # the captured send itself: good once
 
 
 async def test_the_grpc_door_reads_the_assertion_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ header `MMA2A-Upstream-Client` (gRPC metadata `mma2a-upstream-client`):
 SendMessage and SendStreamingMessage, `task:<id>` for GetTask, CancelTask and SubscribeToTask, `list:<digest>` for
 ListTasks: the digest of its params, `list_bound`), `ts` the Unix
 time, `key` the signing key's id (`key_id`: which trusted peer's key verifies it, without trying each), `n` a random
-nonce (no two calls carry the same assertion). The downstream (`federation.trusted_gateways: {CLIENT_ID: {public_key_env}}`) checks it at the door, for a
+nonce (no two sends carry the same assertion: a request sent again, after a cut connection or as a 415's plain resend, is signed again). The downstream (`federation.trusted_gateways: {CLIENT_ID: {public_key_env}}`) checks it at the door, for a
 caller authenticated as CLIENT_ID only: the signature with that peer's key, `ts` within `window_s`, and, where the
 request is read, that `for` names this request (`check_bound`), and that the assertion was never used before: each is
 good for one request, on this gateway and (with a cluster) on every gateway of the cluster (`NonceLedger`), so one
@@ -35,7 +35,8 @@ import hashlib
 import os
 import re
 import secrets
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -232,16 +233,23 @@ class Federation:
                              "ts": ts, "n": secrets.token_urlsafe(12)})
         return f"v1.{_b64(body)}.{_b64(self.private_key.sign(body))}"
 
-    def headers_for(self, method: str, params: Mapping[str, Any], ts: int) -> dict[str, str] | None:
-        """The assertion header of a call made for the current client (None: no key, no client, or a call that
-        carries none)."""
+    def signer(self, method: str, params: Mapping[str, Any]) -> Callable[[], dict[str, str]] | None:
+        """What makes the assertion header of a call made for the current client, a fresh one (its own nonce and
+        time) for each send of it: the downstream takes each once, so a request sent again — after a cut connection,
+        as a 415's plain resend, with a refreshed credential — would be refused as a replay with the first's. None: no
+        key, no client, or a call that carries none."""
         client = current_client.get()
         if self.private_key is None or client is None or client.scheme == "admin":
             return None
         bound = bound_to(method, params)
         if bound is None:
             return None
-        return {HEADER: self.assertion(client.key, bound, ts)}
+        principal = client.key
+
+        def sign() -> dict[str, str]:
+            return {HEADER: self.assertion(principal, bound, int(time.time()))}
+
+        return sign
 
     # --- downstream: verify ---------------------------------------------------------------------------
 

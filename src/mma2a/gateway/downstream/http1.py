@@ -23,7 +23,7 @@ import contextlib
 import os
 import socket
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -291,8 +291,9 @@ class HttpPool:
         return t
 
     async def request(self, method: str, url: str, body: bytes = b"", headers: Mapping[str, str] | None = None, *,
-                      timeout_s: float = 30.0) -> Response:
-        """One exchange: `method url` with `body` and `headers`; the whole answer, whatever its status.
+                      timeout_s: float = 30.0, fresh: Callable[[], Mapping[str, str]] | None = None) -> Response:
+        """One exchange: `method url` with `body` and `headers`; the whole answer, whatever its status. `fresh`: headers
+        made anew for each send (a federation assertion is good for one: the retry on a new connection gets its own).
 
         Raises `ConnectFailed`, `Disconnected`, `DeadlineExceeded` (after `timeout_s` in all) or `BadResponse`.
         """
@@ -301,8 +302,9 @@ class HttpPool:
         target = self.target(url)
         loop = self._loop = running_loop(self._loop)
         deadline = loop.time() + timeout_s
-        head = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n%s\r\n" % (
+        start = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n%s" % (
             method.encode("ascii"), target.path, target.host_header, len(body), self._header_block(headers))
+        head = start + (_lines(fresh()) if fresh is not None else b"") + b"\r\n"
         conn = await self._acquire(target, deadline, loop)
         try:
             return await self._exchange(conn, head, body, deadline, loop)
@@ -313,6 +315,8 @@ class HttpPool:
         # as old, so they go too, and the one retry runs on a new connection
         self._drop_idle((target.host, target.port))
         conn = await self._acquire(target, deadline, loop, fresh=True)
+        if fresh is not None:  # the server may have read the first send before the connection went
+            head = start + _lines(fresh()) + b"\r\n"
         return await self._exchange(conn, head, body, deadline, loop)
 
     def _header_block(self, headers: Mapping[str, str] | None) -> bytes:
@@ -322,12 +326,7 @@ class HttpPool:
         key = tuple(headers.items())
         block = self._blocks.get(key)
         if block is None:
-            lines = []
-            for name, value in key:
-                if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
-                    raise ValueError(f"header {name!r} has a line break or a colon in its name or value")
-                lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
-            block = b"".join(lines)
+            block = _lines(headers)
             if len(self._blocks) >= 1024:  # per-request headers (a trace's traceparent) never repeat: start again
                 self._blocks.clear()
             self._blocks[key] = block
@@ -483,6 +482,16 @@ class HttpPool:
                     fut.set_exception(HttpError("the connection pool is closed"))
         self._waiters.clear()
         await asyncio.sleep(0)  # let the transports run their close callbacks
+
+
+def _lines(headers: Mapping[str, str]) -> bytes:
+    """`headers` as request header lines; `ValueError` for a line break in a name or value, or a colon in a name."""
+    lines = []
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+            raise ValueError(f"header {name!r} has a line break or a colon in its name or value")
+        lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
+    return b"".join(lines)
 
 
 def _reason(exc: OSError) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from .grpc_transport import GrpcAgents
 
 _ids = itertools.count(1)
+
+FreshHeaders = Callable[[], Mapping[str, str]]
+"""Headers made anew for each send of a request (the signed assertion of the client to another gateway: each is good
+for one request, so a request sent again — a retry after a cut connection, a 415's plain resend — carries its own)."""
 
 
 class Transport:
@@ -191,24 +195,27 @@ class Transport:
         retry: bool = True,
         coding: str | None = None,
         headers: Mapping[str, str] | None = None,
+        fresh: FreshHeaders | None = None,
     ) -> Any:
         """One JSON-RPC call; returns `result`, raises `AgentRPCError` or `DispatchError`.
 
         `coding` (`zstd`, `gzip`): compress the request body when it is over `compress_min_bytes`;
         an agent that answers 415 gets it again plain, and plain bodies from then on. `headers`: sent besides the
-        usual ones (another gateway gets the signed assertion of the client, gateway/access/federation.py).
+        usual ones (the agent's credentials); `fresh`: made anew for each send (another gateway gets the signed
+        assertion of the client, gateway/access/federation.py, good for one request).
         """
-        if url.startswith("grpc://"):  # an agent whose card prefers gRPC
+        if url.startswith("grpc://"):  # an agent whose card prefers gRPC (one send: no retry here)
+            extra = {**(headers or {}), **fresh()} if fresh is not None else headers
             return await self.grpc.call(agent, url, method, params, extension=extension,
-                                        timeout_s=timeout_s or self.timeout_s, extra=headers)
+                                        timeout_s=timeout_s or self.timeout_s, extra=extra)
         plain = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
         sent = self._headers(extension, headers)
         body = self._encoded(agent, plain, coding, sent)
         total = timeout_s or self.timeout_s
         if url.startswith("http://"):
-            raw, status = await self._post_lean(agent, url, body, plain, sent, total, retry)
+            raw, status = await self._post_lean(agent, url, body, plain, sent, total, retry, fresh)
         else:
-            raw, status = await self._post_aiohttp(agent, url, body, plain, sent, total, retry)
+            raw, status = await self._post_aiohttp(agent, url, body, plain, sent, total, retry, fresh)
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -228,18 +235,19 @@ class Transport:
         return doc["result"]
 
     async def _post_lean(self, agent: str, url: str, body: bytes, plain: bytes, headers: dict[str, str],
-                         total: float, retry: bool) -> tuple[bytes, int]:
-        """POST over the lean pool; the answer's body (decoded if the agent compressed it) and status."""
+                         total: float, retry: bool, fresh: FreshHeaders | None) -> tuple[bytes, int]:
+        """POST over the lean pool; the answer's body (decoded if the agent compressed it) and status. Each send,
+        a retry's too, with `fresh`'s headers made for it."""
         pool = self.http1
         attempts = 1 + (self.retries if retry else 0)
         for attempt in range(attempts):
             try:
-                resp = await pool.request("POST", url, body, headers, timeout_s=total)
+                resp = await pool.request("POST", url, body, headers, timeout_s=total, fresh=fresh)
                 if resp.status == 415 and body is not plain:
                     self._plain.add(agent)
                     body = plain
                     del headers["Content-Encoding"]
-                    resp = await pool.request("POST", url, body, headers, timeout_s=total)
+                    resp = await pool.request("POST", url, body, headers, timeout_s=total, fresh=fresh)
                 break
             except (http1.ConnectFailed, http1.Disconnected) as exc:
                 if attempt + 1 >= attempts or (isinstance(exc, http1.Disconnected) and exc.answered):
@@ -265,14 +273,19 @@ class Transport:
         return raw, resp.status
 
     async def _post_aiohttp(self, agent: str, url: str, body: bytes, plain: bytes, headers: dict[str, str],
-                            total: float, retry: bool) -> tuple[bytes, int]:
-        """POST through aiohttp (https:// agents); the answer's body and status."""
+                            total: float, retry: bool, fresh: FreshHeaders | None) -> tuple[bytes, int]:
+        """POST through aiohttp (https:// agents); the answer's body and status. Each send, a retry's too, with
+        `fresh`'s headers made for it."""
         timeout = aiohttp.ClientTimeout(total=total)
         attempts = 1 + (self.retries if retry else 0)
         tls = self.ssl_for(agent)
+
+        def each() -> dict[str, str]:
+            return {**headers, **fresh()} if fresh is not None else headers
+
         for attempt in range(attempts):
             try:
-                async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=tls) as resp:
+                async with self.session.post(url, data=body, headers=each(), timeout=timeout, ssl=tls) as resp:
                     raw = await resp.read()
                     status = resp.status
                     note_activated(resp.headers.get(EXTENSIONS_HEADER))
@@ -280,7 +293,7 @@ class Transport:
                     self._plain.add(agent)
                     body = plain
                     del headers["Content-Encoding"]
-                    async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=tls) as resp:
+                    async with self.session.post(url, data=body, headers=each(), timeout=timeout, ssl=tls) as resp:
                         raw = await resp.read()
                         status = resp.status
                 return raw, status
@@ -309,8 +322,12 @@ class Transport:
         timeout_s: float | None = None,
         coding: str | None = None,
         headers: Mapping[str, str] | None = None,
+        fresh: FreshHeaders | None = None,
     ) -> AsyncIterator[Any]:
-        """A JSON-RPC streaming call (SSE); yields each event's `result`."""
+        """A JSON-RPC streaming call (SSE); yields each event's `result`. One send (never retried here): `fresh`'s
+        headers made once, beside `headers`."""
+        if fresh is not None:
+            headers = {**(headers or {}), **fresh()}
         if url.startswith("grpc://"):
             async for event in self.grpc.stream(agent, url, method, params, extension=extension,
                                                 timeout_s=timeout_s or self.timeout_s, extra=headers):

@@ -12,7 +12,7 @@ from ..access.clients import client_jwt
 from ..access.federation import Federation
 from ..downstream.directory import AgentDirectory, AgentEntry
 from ..downstream.overload import AgentSlots, AgentSlotTable, client_deadline
-from ..downstream.transport import Transport
+from ..downstream.transport import FreshHeaders, Transport
 from ..observe.metrics import GatewayMetrics
 from .adapt import PartAdapter
 
@@ -41,12 +41,13 @@ class AgentCaller:
         self.slots = slots if slots is not None else AgentSlotTable(adaptive=False)
         self.federation = federation  # signs who the client is for the gateways this one calls
 
-    def upstream_headers(self, entry: AgentEntry, method: str, params: Mapping[str, Any]) -> dict[str, str] | None:
-        """The signed assertion of the current client, for an agent that is another gateway (its card says
-        `params.gateway: true`) when this gateway has a federation key; None otherwise (plain agents never see it)."""
+    def upstream_signer(self, entry: AgentEntry, method: str, params: Mapping[str, Any]) -> FreshHeaders | None:
+        """What signs the assertion of the current client, afresh for each send, for an agent that is another gateway
+        (its card says `params.gateway: true`) when this gateway has a federation key; None otherwise (plain agents
+        never see it)."""
         if self.federation is None or self.federation.private_key is None or not entry.is_gateway():
             return None
-        return self.federation.headers_for(method, params, int(time.time()))
+        return self.federation.signer(method, params)
 
     def slot(self, entry: AgentEntry, priority: int) -> tuple[AgentSlots | None, Awaitable[None] | None]:
         """A slot of `entry`'s for a leg of `priority`: the agent's slots (None: not limited) and the wait for one
@@ -75,14 +76,15 @@ class AgentCaller:
         try:
             entry.enter_call()  # (`entry.in_flight()`'s block, without its object: once per leg)
             try:
-                headers = await self.headers_for(entry, method, params)
+                headers = await self.headers_for(entry)
+                signed = self.upstream_signer(entry, method, params)
                 try:
-                    result = await self._call(entry, method, params, headers)
+                    result = await self._call(entry, method, params, headers, signed)
                 except DispatchError as exc:
-                    fresh = await self.refreshed_after(entry, method, params, headers, exc)
+                    fresh = await self.refreshed_after(entry, headers, exc)
                     if fresh is None:
                         raise
-                    result = await self._call(entry, method, params, fresh)
+                    result = await self._call(entry, method, params, fresh, signed)
             finally:
                 entry.leave_call()
         except DispatchError as exc:
@@ -98,49 +100,48 @@ class AgentCaller:
         self.directory.mark(entry.name, ok=True)  # counts the answer (`sent`)
         return result
 
-    def _call(self, entry: AgentEntry, method: str, params: dict[str, Any], headers: Mapping[str, str]) -> Awaitable[Any]:
+    def _call(self, entry: AgentEntry, method: str, params: dict[str, Any], headers: Mapping[str, str],
+              signed: FreshHeaders | None) -> Awaitable[Any]:
         return self.transport.call(entry.name, entry.rpc_url, method, params, extension=declares(entry),
-                                   timeout_s=entry.config.timeout_s, coding=self.coding(entry), headers=headers)
+                                   timeout_s=entry.config.timeout_s, coding=self.coding(entry), headers=headers,
+                                   fresh=signed)
 
     async def stream(self, entry: AgentEntry, method: str, params: dict[str, Any], *, coding: str | None = None
                      ) -> AsyncIterator[Any]:
         """A streaming call (SSE, gRPC server stream) to `entry`: each event's `result`; a 401 before the first event
         is retried once as `call` does."""
-        headers = await self.headers_for(entry, method, params)
+        headers = await self.headers_for(entry)
+        signed = self.upstream_signer(entry, method, params)
         started = False
         try:
-            async for event in self._stream(entry, method, params, headers, coding):
+            async for event in self._stream(entry, method, params, headers, signed, coding):
                 started = True
                 yield event
             return
         except DispatchError as exc:
-            fresh = None if started else await self.refreshed_after(entry, method, params, headers, exc)
+            fresh = None if started else await self.refreshed_after(entry, headers, exc)
             if fresh is None:
                 raise
-        async for event in self._stream(entry, method, params, fresh, coding):
+        async for event in self._stream(entry, method, params, fresh, signed, coding):
             yield event
 
     def _stream(self, entry: AgentEntry, method: str, params: dict[str, Any], headers: Mapping[str, str],
-                coding: str | None) -> AsyncIterator[Any]:
+                signed: FreshHeaders | None, coding: str | None) -> AsyncIterator[Any]:
         return self.transport.stream(entry.name, entry.rpc_url, method, params, extension=declares(entry),
-                                     timeout_s=entry.config.timeout_s, coding=coding, headers=headers)
+                                     timeout_s=entry.config.timeout_s, coding=coding, headers=headers, fresh=signed)
 
-    async def headers_for(self, entry: AgentEntry, method: str, params: Mapping[str, Any]) -> dict[str, str]:
-        """What authenticates this call: the agent's credentials (agents[].auth) and, to another gateway, the signed
-        assertion of the client."""
+    async def headers_for(self, entry: AgentEntry) -> dict[str, str]:
+        """What authenticates this call to the agent: its credentials (agents[].auth), or the end user's JWT passed
+        on. (To another gateway the signed assertion of the client goes beside them, made for each send:
+        `upstream_signer`.)"""
         headers = await entry.credentials.headers()
         if entry.config.forward_client_token and (own := client_jwt.get()) is not None:
             headers = {**headers, "Authorization": f"Bearer {own}"}  # the end user's JWT, for agents that judge it
-        upstream = self.upstream_headers(entry, method, params)
-        return {**headers, **upstream} if upstream else headers
+        return headers
 
-    async def refreshed_after(self, entry: AgentEntry, method: str, params: Mapping[str, Any],
-                              used: Mapping[str, str], exc: DispatchError) -> dict[str, str] | None:
-        """New headers when the agent answered 401 to `used` and a fresh credential can be had; else None."""
+    async def refreshed_after(self, entry: AgentEntry, used: Mapping[str, str], exc: DispatchError
+                              ) -> dict[str, str] | None:
+        """New credentials when the agent answered 401 to `used` and a fresh one can be had; else None."""
         if not isinstance(exc.data, dict) or exc.data.get("status") != 401:
             return None
-        fresh = await entry.credentials.refreshed(used)
-        if fresh is None:
-            return None
-        upstream = self.upstream_headers(entry, method, params)
-        return {**fresh, **upstream} if upstream else fresh
+        return await entry.credentials.refreshed(used)
