@@ -335,6 +335,44 @@ async def test_counts_of_content_bytes_made_before_session_15_are_counted_again_
         await link.close()
 
 
+async def test_a_blob_of_before_deleted_by_another_gateway_during_the_recount_leaves_its_owner_counted_right(
+        nats_server: NatsServer) -> None:
+    """A gateway counts the footprints again (no `f.total`: an upgrade) and, held after its claim, before it lists the
+    objects, another gateway of the new version stores 5,000 bytes for alice and deletes her 60,000-byte blob of
+    before. The count and the delete agree whichever lands first: alice holds her new blob's 12,288, the total that
+    and carol's 16,384. Before: the listing left the deleted blob out while its delete took its 65,536 back from a
+    count of 12,288, floored at 0: alice counted 0 for good."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    bucket = f"{config.name}_blob_quota"
+    limits = {"max_bytes_per_client": 1 << 20, "max_bytes": 1 << 22}
+    store, link = await open_object_store(config, **limits)
+    try:
+        old = await store.put_stream(chunked(b"a" * 60_000), owner="alice")  # 65,536
+        await store.put_stream(chunked(b"c" * 10_000), owner="carol")  # 16,384
+        await link.js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{FORM}>")  # no count: it is made again
+        upgraded_link = await ClusterLink(config).connect()
+        upgraded = CountedWhileOthersWrite(upgraded_link)
+        try:
+            counting = asyncio.ensure_future(upgraded.setup(**limits))
+            await upgraded.counting.wait()  # it claimed the count and is about to list the objects
+            other, link2 = await open_object_store(config, **limits)
+            try:
+                await other.put_stream(chunked(b"d" * 5_000), owner="alice")  # 12,288, counted by `other`
+                await other.delete(old.key)  # 65,536 taken back by `other`, before the recount adds anything
+                upgraded.go.set()
+                await counting
+                for quota in (upgraded.quota, other.quota):
+                    assert quota is not None
+                    assert (await quota.held("alice"), await quota.held("carol"), await quota.total()) == (
+                        12_288, 16_384, 28_672)  # before: alice 0
+            finally:
+                await link2.close()
+        finally:
+            await upgraded_link.close()
+    finally:
+        await link.close()
+
+
 async def test_serve_with_two_workers_counts_a_clients_blobs_once_whichever_worker_takes_them(tmp_path: Path) -> None:
     """`serve --workers 2`: each new connection reaches either worker; alice's ten 10 KB blobs (16,384 charged each)
     fill her quota of 163,840 however they were spread, and every further one is refused, on either worker; bob still

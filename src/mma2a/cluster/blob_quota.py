@@ -168,12 +168,17 @@ class SharedByteQuota:
             return None
 
     async def _swap(self, key: str, value: int, revision: int) -> bool:
-        """Set `key` to `value` if it is still at `revision` (0: never written); False when another write came first."""
-        now = await self._put_over(key, str(max(0, value)).encode(), revision)
+        """Set `key` to `value` if it is still at `revision` (0: never written); False when another write came first.
+        Not floored at 0: while a count is made again (`open`), a blob of before deleted by another gateway is taken
+        back before or after the count adds it, and only unfloored do the two agree in either order (floored, its
+        owner was counted low by it for good). A count lost (the bucket past its bound) may so go below 0 by what its
+        client then deletes: the client holds no more than it could with the count at 0 (its blobs of before, plus
+        its quota)."""
+        now = await self._put_over(key, str(value).encode(), revision)
         if now is None:
             self._seen.pop(key, None)  # read again next time
             return False
-        self._remember(key, (max(0, value), now))
+        self._remember(key, (value, now))
         return True
 
     async def turn(self, at: float, every_s: float) -> bool:

@@ -69,6 +69,9 @@ UPLOADS_TTL_S = 24 * 3600.0
 UPLOAD_IDLE_S = UPLOADS_TTL_S - 3600.0
 """An upload idle this long is aborted by `prune` (its bytes freed) before its record would expire unseen."""
 OWNER = "mma2a-owner"
+FREED = "mma2a-freed"
+"""In a deleted blob's info, written by a gateway that counts the quotas: the sequence of the info it deleted and the
+footprint it takes back from its owner's count (`_stored`: a recount under way counts it, so the two cancel)."""
 """The key of the object info's `metadata` naming the client the blob is counted for."""
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a write refused because the subject moved past the expected sequence."""
@@ -309,6 +312,9 @@ class ObjectBlobStore(BlobStore):
                 raise PayloadNotFound(f"blob {key} not found", field="key")
             dead = {**info, "deleted": True, "size": 0, "chunks": 0, "digest": "",
                     "mtime": datetime.now(timezone.utc).isoformat()}
+            if self.quota is not None:  # its bytes are taken back below: a recount under way counts them (`_stored`)
+                dead["metadata"] = {**(info.get("metadata") or {}),
+                                    FREED: f"{seq} {footprint(int(info.get('size') or 0))}"}
             if await self._put_info(key, dead, seq):
                 await self.js.purge_stream(self.stream, subject=self._chunk_subject(info["nuid"]))
                 if self.quota is not None:
@@ -486,8 +492,10 @@ class ObjectBlobStore(BlobStore):
     async def _stored(self) -> Callable[[], AsyncIterator[tuple[str | None, int]]]:
         """What is stored now: an iterator over each blob's and upload's owner and bytes (a new count's source). The
         uploads' offsets are read here; the blobs are those whose info is at or before the objects' stream's last
-        sequence, read here. What was written later is left out, as its gateway counted it (a blob stored again or
-        deleted later, its info rewritten, is left out too: counted low, never twice)."""
+        sequence, read here. What was written later is left out, as its gateway counted it (a blob stored again later,
+        its info rewritten, is left out too: counted low, never twice). A blob of before that a gateway counting the
+        quotas deleted since (its deleted info says so, `FREED`) is counted as it was: that gateway takes its bytes
+        back from the count, in whichever order the two land (counts are not floored: `SharedByteQuota._swap`)."""
         last = (await self.js.stream_info(self.stream)).state.last_seq
         uploads = [(rec.get("owner"), footprint(int(rec.get("offset") or 0))) async for _, rec, _ in self._records()]
 
@@ -495,6 +503,10 @@ class ObjectBlobStore(BlobStore):
             async for seq, info in self._infos():
                 if seq <= last and not info.get("deleted"):
                     yield _owner(info), footprint(int(info.get("size") or 0))
+                elif seq > last and info.get("deleted"):
+                    freed = _freed(info)
+                    if freed is not None and freed[0] <= last:
+                        yield _owner(info), freed[1]
             for held in uploads:
                 yield held
 
@@ -538,6 +550,17 @@ def _owner(info: dict[str, Any]) -> str | None:
     """The client a blob is counted for (None: none, or stored before owners were kept)."""
     owner = (info.get("metadata") or {}).get(OWNER)
     return owner if isinstance(owner, str) else None
+
+
+def _freed(info: dict[str, Any]) -> tuple[int, int] | None:
+    """A deleted blob's `FREED`: (the sequence of the info deleted, the footprint taken back); None: not said (deleted
+    by a gateway not counting the quotas, or of a version before)."""
+    said = (info.get("metadata") or {}).get(FREED)
+    try:
+        seq, size = str(said).split(" ")
+        return int(seq), int(size)
+    except ValueError:
+        return None
 
 
 def _mtime(info: dict[str, Any]) -> float:
