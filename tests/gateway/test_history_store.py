@@ -109,6 +109,44 @@ def test_two_stores_on_one_file_share_it(tmp_path):
     assert a.stats()["decisions"] == 10
 
 
+def test_a_recorders_frame_is_stored_once_and_each_recorder_numbers_its_own(tmp_path):
+    """A frame of a recorder's own decisions commits its number with its rows: the same frame again (sent to the next
+    writer after one died between its commit and its acknowledgement) is skipped; another recorder on the file (another
+    worker, or the gateway restarted) numbers its frames apart; a recorder silent for a day is forgotten by the prune."""
+    from mma2a.gateway.history.store import RECORDER_TTL_S
+
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    now = time.time()
+    first = [to_row(record(f"a{i}", now)) for i in range(3)]
+    assert store.write(first, frame=(11, 1))
+    size = store.stats()["bytes"]
+    assert not store.write(first, frame=(11, 1))  # committed already: nothing written, nothing counted
+    assert store.stats() == {"decisions": 3, "bytes": size, "path": str(store.path)}
+    assert store.write([to_row(record("w0", now))], frame=(-7, 1))  # another recorder's frame 1
+    assert store.write([to_row(record("a3", now))], frame=(11, 2))
+    assert not store.write([to_row(record("again", now))], frame=(11, 1))  # below the last: committed before it
+    got, _ = store.query(HistoryFilter(limit=100))
+    assert sorted(d["messageId"] for d in got) == ["a0", "a1", "a2", "a3", "w0"]
+    assert store._read("SELECT id, frame FROM recorders ORDER BY id", ()) == [(-7, 1), (11, 2)]
+    store.prune(now + RECORDER_TTL_S - 60)
+    assert len(store._read("SELECT id FROM recorders", ())) == 2
+    store.prune(now + RECORDER_TTL_S + 60)
+    assert store._read("SELECT id FROM recorders", ()) == []
+
+
+def test_a_file_from_before_frame_numbers_gets_their_table_on_opening(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    old = HistoryStore(path)
+    old.write([to_row(record("kept", time.time()))])
+    old._writer.execute("DROP TABLE recorders")  # as a file of session 16 had it
+    old.close()
+    store = HistoryStore(path)
+    assert store.write([to_row(record("new", time.time()))], frame=(5, 1))
+    assert not store.write([to_row(record("new", time.time()))], frame=(5, 1))
+    got, _ = store.query(HistoryFilter(limit=10))
+    assert [d["messageId"] for d in got] == ["new", "kept"]
+
+
 def test_rows_from_a_stream_keep_their_position_and_a_full_queue_says_wait(tmp_path):
     from mma2a.gateway.history.record import rows_from_json, rows_to_json
 

@@ -1,7 +1,7 @@
 """The history's writer process (gateway/history/writer.py): a recorder started on an event loop hands its decisions
-to a process of its own, which writes them into the SQLite file; its death loses only what it had not acknowledged
-(counted as dropped), and the next one takes over; a service manager's signals and the gateway's death end it
-cleanly."""
+to a process of its own, which writes them into the SQLite file; when it dies, what it had not acknowledged goes to
+the next one (or a thread), which stores each decision once; a service manager's signals and the gateway's death end
+it cleanly."""
 
 from __future__ import annotations
 
@@ -35,6 +35,30 @@ def stored(path: Path) -> list[str]:
 
 def cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP): its state in /proc, after its name."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def pausing_launch(after: int) -> str:
+    """The writer, stopping itself (SIGSTOP) right after its `after`-th commit, before it acknowledges that frame: a
+    writer that dies between the two is then a SIGKILL away, with no timing to guess."""
+    hook = textwrap.dedent(f"""
+        import os, signal
+        from mma2a.gateway.history import store
+        commit, commits = store.HistoryStore.write, [0]
+        def write(self, *args, **kwargs):
+            done = commit(self, *args, **kwargs)
+            commits[0] += 1
+            if commits[0] == {after}:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return done
+        store.HistoryStore.write = write
+    """)
+    assert "import runpy;" in recorder_module.LAUNCH
+    return recorder_module.LAUNCH.replace("import runpy;", f"\n{hook}\nimport runpy;")
 
 
 async def until(check, what: str, timeout_s: float = 30.0) -> None:
@@ -270,3 +294,70 @@ def test_writers_that_cannot_start_leave_the_writing_to_a_thread(tmp_path, monke
 
     asyncio.run(main())
     assert stored(path) == ["later", "m0", "m1", "m2", "m3"]
+
+
+@pytest.mark.parametrize("next_writer", ["process", "thread"])
+def test_a_frame_its_writer_committed_and_died_before_acknowledging_is_stored_once(tmp_path, monkeypatch, next_writer):
+    """The writer commits a frame of the gateway's decisions and is killed before it says so (stopped right after the
+    commit, then SIGKILLed), with the next frame unread in its pipe: both go to the next writer — a process, or the
+    gateway's thread once writers cannot start — which skips the committed one (the file holds its number) and writes
+    the other. Every decision once, none dropped, each counted written once."""
+    plain = recorder_module.LAUNCH
+    monkeypatch.setattr(recorder_module, "RESPAWN_S", (0.0, 0.0))
+    monkeypatch.setattr(recorder_module, "LAUNCH", pausing_launch(2))
+    path = tmp_path / "h.sqlite3"
+    writes: list[int] = []
+    rec = HistoryRecorder(HistoryStore(path), batch=4, interval_s=3600 if next_writer == "process" else 0.01,
+                          on_write=writes.append)
+
+    async def main() -> None:
+        rec.start()
+        for i in range(3):
+            rec.record(record(f"a{i}"))
+        assert await asyncio.to_thread(rec.flush, 30.0)  # frame 1, acknowledged
+        first = rec.writer_pid
+        assert first is not None
+        monkeypatch.setattr(recorder_module, "LAUNCH", plain if next_writer == "process" else "import sys; sys.exit(3)")
+        for i in range(6):  # frames 2 (b0-b3: committed, then the writer stops) and 3 (b4, b5: left in the pipe)
+            rec.record(record(f"b{i}"))
+        await asyncio.to_thread(rec.flush, 0.0)  # the loop sends them
+        await until(lambda: stopped(first), "the writer stopped after its second commit")
+        assert stored(path) == ["a0", "a1", "a2", "b0", "b1", "b2", "b3"] and rec.pending == 0 and sum(writes) == 3
+        os.kill(first, signal.SIGKILL)
+        if next_writer == "process":
+            await until(lambda: rec.writer_pid is None, "the loop saw the writer's end")
+            assert rec.pending == 6  # both frames, kept for the next writer
+            assert await asyncio.to_thread(rec.flush, 30.0)
+            assert rec.writer_pid not in (None, first)
+        else:  # two writers that cannot start, then the thread
+            await until(lambda: rec.pending == 0 and rec.writer_pid is None and rec.flush(0.0), "a thread wrote them")
+        rec.record(record("after"))
+        assert await asyncio.to_thread(rec.flush, 30.0)
+        await asyncio.to_thread(rec.stop)
+
+    asyncio.run(main())
+    assert stored(path) == ["a0", "a1", "a2", "after", "b0", "b1", "b2", "b3", "b4", "b5"]
+    assert rec.dropped == 0 and sum(writes) == 10
+
+
+def test_recorders_sharing_a_file_and_a_restarted_gateway_number_their_frames_apart(tmp_path):
+    """The workers of `serve --workers N` write one file, each through its own recorder and writer; a restarted
+    gateway's recorder is a new one: each numbers its frames from 1 under an id of its own, and none skips another's."""
+    path = tmp_path / "h.sqlite3"
+
+    async def run(names: list[str]) -> int:
+        recs = [HistoryRecorder(HistoryStore(path), interval_s=3600) for _ in names]
+        for rec, name in zip(recs, names):
+            rec.start()
+            rec.record(record(name))
+        assert all(await asyncio.gather(*(asyncio.to_thread(rec.flush, 30.0) for rec in recs)))
+        for rec, name in zip(recs, names):
+            rec.record(record(f"{name}-2"))
+            assert await asyncio.to_thread(rec.flush, 30.0)
+            await asyncio.to_thread(rec.stop)
+        assert len({rec.id for rec in recs}) == len(recs)
+        return len(HistoryStore(path)._read("SELECT id FROM recorders", ()))
+
+    assert asyncio.run(run(["w1", "w2"])) == 2
+    assert asyncio.run(run(["restarted"])) == 3
+    assert stored(path) == ["restarted", "restarted-2", "w1", "w1-2", "w2", "w2-2"]

@@ -10,7 +10,8 @@ batch a frame, ~0.3 µs a decision) into the pipe of the history's writer proces
 (`writer.py`), which inserts, prunes and checkpoints: SQLite's work leaves the gateway's process
 (on the loop it was ~10-15 µs a decision; on a thread of the gateway more, for the GIL's hand-offs,
 docs/benchmarks.md). The process starts with the first frame, and again after it dies (the frames
-it had not acknowledged go to the next); when the pipe is full, frames wait in memory
+it had not acknowledged go to the next, as they were: each keeps its number, so the next skips those the file says
+were committed, and every decision is stored once); when the pipe is full, frames wait in memory
 (`MAX_UNSENT`) and then the queue does. If no process can be started (`SILENT_DEATHS`), a thread
 of the gateway writes instead. Started without a loop, the thread does it all.
 """
@@ -22,6 +23,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import secrets
 import select
 import subprocess
 import sys
@@ -59,6 +61,21 @@ class _Followed:
         self.data, self.position = data, position
 
 
+class _Framed:
+    """A frame of the gateway's own decisions: its rows and its number in the recorder's sequence (committed with them,
+    so a frame sent again to the next writer is not stored twice)."""
+
+    __slots__ = ("number", "rows")
+
+    def __init__(self, rows: list[Row], number: int) -> None:
+        self.rows, self.number = rows, number
+
+
+def _items(frame: _Framed | _Followed) -> int:
+    """The queue items a frame took: its rows, or one stream message."""
+    return len(frame.rows) if isinstance(frame, _Framed) else 1
+
+
 class _Process:
     """A writer process and its pipes (used on the loop's thread, or by `stop` once the loop has let go of it)."""
 
@@ -67,7 +84,7 @@ class _Process:
         self.proc = proc
         self.to, self.back = proc.stdin.fileno(), proc.stdout.fileno()
         self.unsent = bytearray()  # framed, not yet in the pipe
-        self.frames: deque[list[Row] | _Followed] = deque()  # each frame's queue items, until it is acknowledged
+        self.frames: deque[_Framed | _Followed] = deque()  # each frame's queue items, until it is acknowledged
         self.acks = bytearray()  # what came back, short of a whole acknowledgement
         self.watched = False  # the loop reads its acknowledgements
         self.silent = True  # it has acknowledged nothing yet
@@ -90,6 +107,9 @@ class HistoryRecorder:
         self.capacity, self.batch, self.interval_s, self.prune_interval_s = capacity, batch, interval_s, prune_interval_s
         self.dropped = 0
         self._queue: deque[Row | _Followed] = deque()
+        self._again: deque[_Framed | _Followed] = deque()  # a dead writer's unacknowledged frames, first to the next
+        self.id = secrets.randbits(63)  # its frames' numbers are this recorder's own among the file's writers
+        self._numbered = 0  # the last frame number given
         self._on_drop, self._on_write = on_drop, on_write
         self._enqueued = 0
         self._written = 0  # records taken off the queue and committed (or given up on)
@@ -137,7 +157,7 @@ class HistoryRecorder:
     @property
     def pending(self) -> int:
         """Decisions queued and not yet taken by the writer."""
-        return len(self._queue)
+        return len(self._queue) + sum(_items(f) for f in self._again)
 
     @property
     def writer_pid(self) -> int | None:
@@ -248,7 +268,7 @@ class HistoryRecorder:
 
     def _send(self) -> None:
         """Frame what is queued into the writer process's pipe: as much as it takes now, the rest as it drains."""
-        if self._stopping or not self._queue:
+        if self._stopping or not (self._queue or self._again):
             return
         process = self._process if self._process is not None else self._spawn()
         if process is None:
@@ -261,7 +281,13 @@ class HistoryRecorder:
         self._push(process)
 
     def _frame(self, process: _Process) -> None:
-        """Queued rows into frames of at most `batch` rows (a position from the stream ends a frame's rows)."""
+        """Queued rows into frames of at most `batch` rows (a position from the stream ends a frame's rows), after the
+        frames a dead writer left, as they were."""
+        while self._again and len(process.unsent) < MAX_UNSENT:
+            frame = self._again.popleft()
+            process.unsent += encode(frame.rows, frame.number) if isinstance(frame, _Framed) else \
+                encode_stream(frame.data, frame.position)
+            process.frames.append(frame)
         while self._queue and len(process.unsent) < MAX_UNSENT:
             head = self._queue[0]
             if isinstance(head, _Followed):  # a stream message: a frame of its own, read by the writer
@@ -272,8 +298,9 @@ class HistoryRecorder:
             rows: list[Row] = []
             while self._queue and len(rows) < self.batch and not isinstance(self._queue[0], _Followed):
                 rows.append(self._queue.popleft())  # type: ignore[arg-type]
-            process.unsent += encode(rows)
-            process.frames.append(rows)
+            self._numbered += 1
+            process.unsent += encode(rows, self._numbered)
+            process.frames.append(_Framed(rows, self._numbered))
 
     def _push(self, process: _Process) -> None:
         """Write framed bytes into the pipe until it is full (the loop then says when it has room)."""
@@ -337,8 +364,7 @@ class HistoryRecorder:
         whole = len(process.acks) - len(process.acks) % ACK.size
         items = 0
         for (count,) in ACK.iter_unpack(process.acks[:whole]):
-            frame = process.frames.popleft()
-            items += len(frame) if isinstance(frame, list) else 1
+            items += _items(process.frames.popleft())
             if self._on_write is not None and count:
                 self._on_write(count)
         del process.acks[:whole]
@@ -349,22 +375,17 @@ class HistoryRecorder:
             self._done.notify_all()
 
     def _lose(self, process: _Process, again: bool = False) -> None:
-        """Frames a process will not acknowledge: with `again` (it died), queued again, first, for the next writer
-        (a stream message it had committed is skipped by the next: the file's position says so; a frame of its own
-        decisions committed in the instant before it died is stored twice); else (the gateway stops) dropped, and
-        counted."""
+        """Frames a process will not acknowledge: with `again` (it died), kept as they were, first, for the next writer
+        (those it committed in the instant before it died are skipped by the next: the file holds their numbers);
+        else (the gateway stops) dropped, and counted."""
         frames = list(process.frames)
         process.frames.clear()
         process.unsent.clear()
         if again:
-            for frame in reversed(frames):
-                if isinstance(frame, list):
-                    self._queue.extendleft(reversed(frame))
-                else:
-                    self._queue.appendleft(frame)
+            self._again.extendleft(reversed(frames))
             return
-        items = sum(len(f) if isinstance(f, list) else 1 for f in frames)
-        lost = sum(len(f) for f in frames if isinstance(f, list))
+        items = sum(_items(f) for f in frames)
+        lost = sum(len(f.rows) for f in frames if isinstance(f, _Framed))
         if lost:
             self._drop(lost)
         if items:
@@ -379,6 +400,7 @@ class HistoryRecorder:
             return None
         settings = {"path": str(self.store.path), "max_age_s": self.store.max_age_s, "max_bytes": self.store.max_bytes,
                     "max_bytes_per_client": self.store.max_bytes_per_client, "prune_interval_s": self.prune_interval_s,
+                    "recorder": self.id,
                     "sys_path": [p for p in sys.path if p]}  # where this process found mma2a, the writer finds it
         try:
             proc = subprocess.Popen([sys.executable, "-c", LAUNCH, orjson.dumps(settings).decode()],
@@ -399,10 +421,11 @@ class HistoryRecorder:
     def _finish(self, deadline: float) -> None:
         """Hand everything queued to the writer process and wait for its acknowledgements, or the deadline (blocking:
         a flush on the loop's thread, or `stop` once the loop has let go)."""
-        process = self._process if self._process is not None else (self._spawn(now=True) if self._queue else None)
+        process = self._process if self._process is not None else \
+            (self._spawn(now=True) if self._queue or self._again else None)
         if process is None:
             return
-        while self._queue or process.unsent or process.frames:
+        while self._queue or self._again or process.unsent or process.frames:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -434,7 +457,7 @@ class HistoryRecorder:
         while not self._stopping:
             # wait out the interval unless a batch is full, a flush asks or the gateway stops: draining as soon
             # as anything is queued commits many small transactions under load
-            if len(self._queue) < self.batch:
+            if len(self._queue) < self.batch and not self._again:
                 self._wake.wait(self.interval_s)
                 self._wake.clear()
             with self._io:
@@ -448,8 +471,29 @@ class HistoryRecorder:
                         log.exception("history: prune failed")
 
     def _drain(self) -> int:
-        """Write what is queued in batches (the caller holds `_io`); returns how many were taken off the queue."""
+        """Write what is queued in batches (the caller holds `_io`), after the frames a dead writer left (each skipped
+        if the file says it committed it); returns how many were taken off the queue."""
         taken_all = 0
+        while self._again:
+            frame = self._again.popleft()
+            try:
+                if isinstance(frame, _Framed):
+                    self.store.write(frame.rows, frame=(self.id, frame.number))  # skipped if committed: rows there
+                    written = len(frame.rows)
+                else:
+                    written = 0
+                    if frame.position > self.store.position():
+                        followed = stream_rows(frame.data)
+                        self.store.write(followed, frame.position)
+                        written = len(followed)
+                if self._on_write is not None and written:
+                    self._on_write(written)
+            except Exception:  # never let the writer die: these decisions are lost, and said so
+                log.exception("history: %d decisions not written", _items(frame))
+            taken_all += _items(frame)
+            with self._done:
+                self._written += _items(frame)
+                self._done.notify_all()
         while self._queue:
             taken: list[Row | _Followed] = []
             rows: list[Row] = []

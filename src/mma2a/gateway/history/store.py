@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +49,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) SELECT 'bytes',
   (SELECT COALESCE(SUM(size), 0) FROM decisions) + (SELECT COALESCE(SUM(size), 0) FROM shapes);
 CREATE TABLE IF NOT EXISTS senders (sender TEXT PRIMARY KEY, bytes INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS recorders (id INTEGER PRIMARY KEY, frame INTEGER NOT NULL, ts REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS minutes (
   kind TEXT NOT NULL, value TEXT NOT NULL, minute INTEGER NOT NULL, n INTEGER NOT NULL, latency_sum REAL NOT NULL,
   latency_max REAL NOT NULL, PRIMARY KEY (kind, minute, value)) WITHOUT ROWID;
@@ -61,6 +63,10 @@ COUNT_KINDS = {"modality": "m", "agent": "a", "outcome": "o"}
 ROW_OVERHEAD = 64  # bytes counted per decision (and per shape) besides its JSON (ids, time, indexes)
 TAG_BYTES = 40  # per filter row of a shape
 SPAN_ROWS = 1024  # a batch extends the newest span while that holds fewer decisions than this
+RECORDER_TTL_S = 24 * 3600
+"""A recorder's last committed frame (`recorders`) is kept this long after its last commit: a frame is sent again
+within seconds of its writer's death (the next starts within 30 s), and a recorder lives as long as its gateway process
+(a restart, or another worker, numbers its frames under another id)."""
 _COLUMNS = "d.id, d.message_id, d.ts, d.sender, d.outcome, d.error, d.latency_ms, d.shape, d.detail, d.receivers"
 
 
@@ -356,8 +362,10 @@ class HistoryStore:
         """Copy what the WAL holds into the file, without waiting for readers (SQLite's PASSIVE checkpoint)."""
         self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def write(self, rows: Sequence[Row], position: int | None = None, *, wait: bool = True) -> None:
-        """Insert a batch in one transaction (ids assigned under the write lock, so several processes may share a file).
+    def write(self, rows: Sequence[Row], position: int | None = None, *, wait: bool = True,
+              frame: tuple[int, int] | None = None) -> bool:
+        """Insert a batch in one transaction (ids assigned under the write lock, so several processes may share a file);
+        False when `frame` says it is already in the file (nothing written).
 
         Rows and the per-minute rollup go in by multi-row statements (`_insert`), a shape not
         stored yet (with its filter rows) before the first row that has it; the batch's ids, times
@@ -367,11 +375,15 @@ class HistoryStore:
         `position` (cluster mode: the stream sequence of the batch's last row) is saved in the
         same transaction, so a restart resumes the stream exactly where the file stops.
 
+        `frame` (a recorder's own decisions: its id, and the frame's number in its sequence, from 1) is saved in the
+        same transaction as the recorder's last committed frame; a frame at or below it was committed by a writer that
+        died before it said so, and is skipped: each decision stored once.
+
         `wait=False`: when another connection holds the write lock, raise `sqlite3.OperationalError`
         ("database is locked") at once instead of waiting up to the busy timeout.
         """
-        if not rows and position is None:
-            return
+        if not rows and position is None and frame is None:
+            return True
         db = self._writer
         if wait:
             db.execute("BEGIN IMMEDIATE")
@@ -382,6 +394,13 @@ class HistoryStore:
             finally:
                 db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         try:
+            if frame is not None:
+                done = db.execute("SELECT frame FROM recorders WHERE id = ?", (frame[0],)).fetchone()
+                if done is not None and done[0] >= frame[1]:
+                    db.execute("COMMIT")
+                    return False
+                db.execute("INSERT INTO recorders (id, frame, ts) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                           "frame = excluded.frame, ts = excluded.ts", (*frame, time.time()))
             if rows:
                 first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM decisions").fetchone()[0]
                 added, shapes = _insert_rows(db, rows, range(first, first + len(rows)))
@@ -394,6 +413,7 @@ class HistoryStore:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        return True
 
     def prune(self, now: float) -> int:
         """Delete each sender's oldest decisions past its share (`prune_senders`), then decisions older than
@@ -435,7 +455,7 @@ class HistoryStore:
         fill 90% of the byte budget. The total comes from the running count in `meta`, and only
         the rows to be deleted are read (their sizes and shapes, from the oldest up), so a prune
         costs what it removes, not the table's size. A shape goes with its newest decision, a
-        span with its last.
+        span with its last; a recorder's last frame a day after its last commit (`RECORDER_TTL_S`).
         """
         db = self._writer
         db.execute("BEGIN IMMEDIATE")
@@ -484,6 +504,7 @@ class HistoryStore:
                 oldest = db.execute("SELECT MIN(ts_min) FROM spans").fetchone()[0]
                 db.execute("DELETE FROM minutes WHERE kind IN ('m', 'a', 'o') AND minute < ?",
                            (int((oldest if oldest is not None else now) // 60),))
+            db.execute("DELETE FROM recorders WHERE ts < ?", (now - RECORDER_TTL_S,))  # gateways long gone
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

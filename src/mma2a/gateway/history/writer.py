@@ -7,13 +7,17 @@ more): ~10-15 µs of the loop's CPU a decision at 5,000 a second, a tenth of wha
 costs. Here it runs beside the loop, on another core when there is one; the loop's share is the
 frame, ~0.3 µs a decision (docs/benchmarks.md).
 
-On stdin, frames: `FRAME_HEAD` (the payload's length, the cluster stream position its rows end at
-or -1 for the gateway's own, its kind) and the payload: `ROWS`, a pickled `(shapes, rows)` — each distinct shape's JSON
-once, then each row as a tuple of `Row`'s fields with its shape's index in `shapes`; `STREAM`, a
-message of the cluster's history stream as it came (`record.rows_to_json`'s document, read here:
-the gateway that follows the stream only passes it on). On stdout, per frame: `ACK` (how many rows it
-took: committed, or given up on and logged). The process exits at the end of stdin, after it has
-written everything it read; a pipe closed by the gateway's death is that end too.
+On stdin, frames: `FRAME_HEAD` (the payload's length, its number, its kind) and the payload: `ROWS`, the gateway's own
+decisions, a pickled `(shapes, rows)` — each distinct shape's JSON once, then each row as a tuple of `Row`'s fields
+with its shape's index in `shapes`, numbered in the recorder's sequence (from 1; the recorder's id is in the settings);
+`STREAM`, a message of the cluster's history stream as it came (`record.rows_to_json`'s document, read here: the
+gateway that follows the stream only passes it on), numbered by the stream position its rows end at. On stdout, per
+frame: `ACK` (how many rows it took: committed, found committed already, or given up on and logged). The process exits
+at the end of stdin, after it has written everything it read; a pipe closed by the gateway's death is that end too.
+
+Each frame's number is committed with its rows (the file's stream position; the recorder's last frame, `recorders`), so
+a frame at or below it — one a writer before this one committed and died before it said so, sent again by the
+gateway — is skipped: every decision is stored once.
 
 It runs as a batch process (Linux's `SCHED_BATCH`): it gets its share of the CPU, but a frame that wakes it does not
 preempt the gateway's loop that wrote it (on a busy host the loop then waited for the writer's transaction to end).
@@ -55,13 +59,13 @@ log = logging.getLogger("mma2a.history")
 _new_row = tuple.__new__
 
 
-def encode(rows: Sequence[Row]) -> bytes:
-    """One frame of the gateway's own rows (alike rows share their shape's JSON, sent once)."""
+def encode(rows: Sequence[Row], number: int) -> bytes:
+    """Frame `number` of the gateway's own rows (alike rows share their shape's JSON, sent once)."""
     shapes: dict[bytes, int] = {}
     flat = [(r[0], r[1], r[2], r[3], r[4], r[5], shapes.setdefault(r[6].parts_json, len(shapes)), r[7], r[8])
             for r in rows]
     payload = pickle.dumps((list(shapes), flat), protocol=5)
-    return FRAME_HEAD.pack(len(payload), -1, ROWS) + payload
+    return FRAME_HEAD.pack(len(payload), number, ROWS) + payload
 
 
 def encode_stream(data: bytes, position: int) -> bytes:
@@ -114,19 +118,23 @@ def _read_exactly(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _write(store: HistoryStore, payload: bytes, position: int, kind: int, shapes: Shapes) -> int:
-    """One frame into the file: how many rows were committed. A file another process holds past the busy timeout is
-    waited for again (the pipe, then the gateway's memory, then its queue hold what comes meanwhile; only the queue
-    drops, and counts); any other error loses the frame's rows, and says so. A stream message at or before the
-    file's position is one a writer before this one committed and died before it said so: skipped."""
+def _write(store: HistoryStore, recorder: int, payload: bytes, number: int, kind: int, shapes: Shapes) -> int:
+    """One frame into the file: how many rows it holds (committed now or before). A file another process holds past
+    the busy timeout is waited for again (the pipe, then the gateway's memory, then its queue hold what comes
+    meanwhile; only the queue drops, and counts); any other error loses the frame's rows, and says so. A frame at or
+    below the number the file holds (the stream's position; the recorder's last frame) is one a writer before this
+    one committed and died before it said so: skipped."""
     rows: list[Row] = []
-    if kind == STREAM and position <= store.position():
+    if kind == STREAM and number <= store.position():
         return 0
     try:
         rows = decode(payload, shapes) if kind == ROWS else stream_rows(payload)
         while True:
             try:
-                store.write(rows, None if position < 0 else position)
+                if kind == ROWS:
+                    store.write(rows, frame=(recorder, number))  # skipped if committed: its rows are there
+                else:
+                    store.write(rows, number)
                 return len(rows)
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
@@ -137,10 +145,11 @@ def _write(store: HistoryStore, payload: bytes, position: int, kind: int, shapes
         return 0
 
 
-def serve(fd: int, out: BinaryIO, store: HistoryStore, prune_interval_s: float) -> None:
-    """Write every frame read on `fd` into `store` and acknowledge it on `out`; prune every `prune_interval_s` (once
-    at start: what aged while the gateway was down) between frames; return at the end of `fd`. Unbuffered reads: a
-    frame read ahead into a buffer would wait for `select` to see more."""
+def serve(fd: int, out: BinaryIO, store: HistoryStore, recorder: int, prune_interval_s: float) -> None:
+    """Write every frame read on `fd` (the gateway's own decisions: of recorder `recorder`) into `store` and acknowledge
+    it on `out`; prune every `prune_interval_s` (once at start: what aged while the gateway was down) between frames;
+    return at the end of `fd`. Unbuffered reads: a frame read ahead into a buffer would wait for `select` to see
+    more."""
     shapes = Shapes()
     next_prune = time.monotonic()
     answering = True
@@ -158,11 +167,11 @@ def serve(fd: int, out: BinaryIO, store: HistoryStore, prune_interval_s: float) 
         head = _read_exactly(fd, FRAME_HEAD.size)
         if head is None:
             return
-        size, position, kind = FRAME_HEAD.unpack(head)
+        size, number, kind = FRAME_HEAD.unpack(head)
         payload = _read_exactly(fd, size)
         if payload is None:
             return
-        taken = _write(store, payload, position, kind, shapes)
+        taken = _write(store, recorder, payload, number, kind, shapes)
         if answering:
             try:
                 out.write(ACK.pack(taken))
@@ -179,7 +188,7 @@ def main() -> None:
     store = HistoryStore(settings["path"], max_age_s=settings["max_age_s"], max_bytes=settings["max_bytes"],
                          max_bytes_per_client=settings["max_bytes_per_client"])
     try:
-        serve(sys.stdin.fileno(), sys.stdout.buffer, store, settings["prune_interval_s"])
+        serve(sys.stdin.fileno(), sys.stdout.buffer, store, settings["recorder"], settings["prune_interval_s"])
     finally:
         store.close()
     os._exit(0)  # nothing else to tidy: the store is closed
