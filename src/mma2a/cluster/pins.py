@@ -18,11 +18,13 @@ message on a gateway holding no copy of it.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
-import heapq
 import logging
+import re
 import time
+from array import array
 from collections import OrderedDict
 from typing import Any
 
@@ -79,6 +81,68 @@ def stored_bytes(subject: str, value: int, headers: int = 0) -> int:
 DELETE_HEADERS = len(b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n")  # what `KeyValue.delete` writes (the marker)
 
 
+def _key_id(rest: str) -> int | str:
+    """What a key is held by after its client's digest: the session's digest (40 hex digits) as an int (48 B, where
+    the key's string took 110), anything else as it is."""
+    if len(rest) == 40 and _HEX40.fullmatch(rest):
+        return int(rest, 16)
+    return rest
+
+
+def _key_of(owner: str, kid: int | str) -> str:
+    return f"{owner}.{kid:040x}" if isinstance(kid, int) else f"{owner}.{kid}"
+
+
+_HEX40 = re.compile("[0-9a-f]{40}")
+
+
+class _ClientKeys:
+    """One client's counted keys: each key's id (`_key_id`) to its message's sequence, and the messages in the bucket's
+    order in parallel arrays (sequence, size and whether this gateway wrote it, when counted, the key's id), from
+    `head` on. An entry whose key was rewritten since stays until it reaches `head` (`stale` of them)."""
+
+    __slots__ = ("seq_of", "seqs", "sizes", "ats", "ids", "head", "stale", "held")
+
+    def __init__(self) -> None:
+        self.seq_of: dict[int | str, int] = {}
+        self.seqs = array("Q")
+        self.sizes = array("q")  # size << 1 | mine
+        self.ats = array("d")
+        self.ids: list[int | str] = []
+        self.head = self.stale = self.held = 0
+
+    def at(self, seq: int) -> int:
+        """The index of the counted message `seq` (one in `seq_of`)."""
+        return bisect.bisect_left(self.seqs, seq, self.head)
+
+    def add(self, kid: int | str, seq: int, packed: int, now: float) -> None:
+        self.seq_of[kid] = seq
+        i = len(self.seqs)
+        if i > self.head and self.seqs[i - 1] > seq:  # heard out of the bucket's order
+            i = bisect.bisect_left(self.seqs, seq, self.head)
+        self.seqs.insert(i, seq)
+        self.sizes.insert(i, packed)
+        self.ats.insert(i, now)
+        self.ids.insert(i, kid)
+
+    def live(self, i: int) -> bool:
+        return self.seq_of.get(self.ids[i]) == self.seqs[i]
+
+    def compact(self) -> None:
+        """Drop what is before `head`, and the stale entries when they outnumber the live ones."""
+        n = len(self.seqs)
+        if self.stale > (n - self.head - self.stale) + 16:
+            keep = [i for i in range(self.head, n) if self.live(i)]
+            self.seqs = array("Q", (self.seqs[i] for i in keep))
+            self.sizes = array("q", (self.sizes[i] for i in keep))
+            self.ats = array("d", (self.ats[i] for i in keep))
+            self.ids = [self.ids[i] for i in keep]
+            self.head = self.stale = 0
+        elif self.head > 64 and self.head * 2 > n:
+            del self.seqs[:self.head], self.sizes[:self.head], self.ats[:self.head], self.ids[:self.head]
+            self.head = 0
+
+
 class PinShares:
     """What each client's keys take of the `sessions` bucket, in the bucket's order (its stream sequence): each key's
     last message (a pin, or a release's marker) counted as the bucket counts its bytes, this gateway's own once stored
@@ -87,15 +151,16 @@ class PinShares:
     gateway counts the same messages in the same order, so a key leaves every count at the same point, its writer's
     included, whatever order the watch brought them in; a gateway that has not heard a message yet counts fewer and
     purges later, never more. Keys written longer ago than `ttl_s` have left the bucket and the count; at most
-    `max_keys` are counted (the oldest forgotten past it, unpurged: the bucket drops them first anyway)."""
+    `max_keys` are counted (the oldest forgotten past it, unpurged: the bucket drops them first anyway).
+
+    Every gateway counts every client's keys, so a key is held compactly (`_ClientKeys`: its session's digest as an
+    int and four array slots, no string nor tuple of its own): ~150 B a key, was ~316 (`bench/pin_share_cost.py`)."""
 
     def __init__(self, share: int, ttl_s: float, max_keys: int) -> None:
         self.share = share
         self.ttl_s = ttl_s
         self.max_keys = max_keys
-        self._keys: dict[str, dict[str, tuple[int, int, bool, float]]] = {}  # owner -> key -> (seq, bytes, mine, at)
-        self._order: dict[str, list[tuple[int, str]]] = {}  # owner -> a heap of (seq, key); stale ones skipped
-        self._held: dict[str, int] = {}  # owner -> bytes its keys take
+        self._clients: dict[str, _ClientKeys] = {}  # owner -> its keys
         self._recent: OrderedDict[str, float] = OrderedDict()  # owner -> when it last wrote, least recent first
         self._count = 0
         self.purged = 0  # keys this gateway gave to purge (of clients past their share)
@@ -105,58 +170,62 @@ class PinShares:
 
     def held(self, owner: str) -> int:
         """Bytes `owner`'s keys take, as counted (owner: the key's prefix, `OWNER_DIGEST` hex digits)."""
-        return self._held.get(owner, 0)
+        client = self._clients.get(owner)
+        return 0 if client is None else client.held
 
     def seq(self, key: str) -> int | None:
         """The stream sequence of `key`'s message as counted (None: not counted)."""
-        keys = self._keys.get(key.partition(".")[0])
-        entry = keys.get(key) if keys is not None else None
-        return None if entry is None else entry[0]
+        owner, _, rest = key.partition(".")
+        client = self._clients.get(owner)
+        return None if client is None else client.seq_of.get(_key_id(rest))
 
     def wrote(self, key: str, seq: int, size: int, mine: bool, now: float) -> tuple[list[tuple[str, int]], list[str]]:
         """`key`'s message `seq` takes `size` bytes, written by this gateway (`mine`) or another: (the messages to purge
         — this gateway's, past their client's share: key and sequence —, every key that left the count). A key without
         a client is not counted, nor a message older than the key's one counted."""
-        owner, dot, _ = key.partition(".")
+        owner, dot, rest = key.partition(".")
         if not dot:
             return [], []
-        keys = self._keys.setdefault(owner, {})
-        order = self._order.setdefault(owner, [])
-        old = keys.get(key)
+        client = self._clients.get(owner)
+        if client is None:
+            client = self._clients[owner] = _ClientKeys()
+        kid = _key_id(rest)
+        old = client.seq_of.get(kid)
         if old is not None:
-            if old[0] == seq and mine and not old[2]:  # this gateway's own, heard before its write was acknowledged
-                keys[key] = (seq, old[1], True, old[3])
-            if old[0] >= seq:
+            i = client.at(old)
+            if old == seq and mine:  # this gateway's own, heard before its write was acknowledged
+                client.sizes[i] |= 1
+            if old >= seq:
                 return [], []
-            self._held[owner] -= old[1]
+            client.held -= client.sizes[i] >> 1
+            client.stale += 1
             self._count -= 1
-        keys[key] = (seq, size, mine, now)
-        heapq.heappush(order, (seq, key))
-        self._held[owner] = self._held.get(owner, 0) + size
+        client.add(kid, seq, size << 1 | mine, now)
+        client.held += size
         self._count += 1
         self._recent[owner] = now
         self._recent.move_to_end(owner)
         purge: list[tuple[str, int]] = []
         gone: list[str] = []
-        while order:
-            first_seq, first = order[0]
-            entry = keys.get(first)
-            if entry is None or entry[0] != first_seq:  # rewritten since, or gone
-                heapq.heappop(order)
+        seqs, sizes, ats, ids = client.seqs, client.sizes, client.ats, client.ids
+        while client.head < len(seqs):
+            i = client.head
+            if not client.live(i):  # rewritten since, or gone
+                client.head += 1
+                client.stale -= 1
                 continue
-            aged = entry[3] < now - self.ttl_s
-            if not aged and (self._held[owner] <= self.share or len(keys) == 1):
+            aged = ats[i] < now - self.ttl_s
+            if not aged and (client.held <= self.share or len(client.seq_of) == 1):
                 break
-            heapq.heappop(order)
-            del keys[first]
-            self._held[owner] -= entry[1]
+            client.head += 1
+            first = _key_of(owner, ids[i])
+            del client.seq_of[ids[i]]
+            client.held -= sizes[i] >> 1
             self._count -= 1
             gone.append(first)
-            if entry[2] and not aged:
-                purge.append((first, first_seq))
-        if len(order) > 2 * len(keys) + 16:  # stale entries of keys rewritten: the heap made again
-            self._order[owner] = order = [(e[0], k) for k, e in keys.items()]
-            heapq.heapify(order)
+            if sizes[i] & 1 and not aged:
+                purge.append((first, seqs[i]))
+        client.compact()
         self._expire(now, gone)
         self.purged += len(purge)
         return purge, gone
@@ -166,23 +235,26 @@ class PinShares:
         the oldest keys of the clients that wrote least recently."""
         while self._recent:
             owner, at = next(iter(self._recent.items()))
-            keys, order = self._keys[owner], self._order[owner]
+            client = self._clients[owner]
             if at >= now - self.ttl_s:
                 if self._count <= self.max_keys:
                     return
-                while order and self._count > self.max_keys:
-                    seq, key = heapq.heappop(order)
-                    entry = keys.get(key)
-                    if entry is not None and entry[0] == seq:
-                        del keys[key]
-                        self._held[owner] -= entry[1]
+                while client.head < len(client.seqs) and self._count > self.max_keys:
+                    i = client.head
+                    client.head += 1
+                    if client.live(i):
+                        del client.seq_of[client.ids[i]]
+                        client.held -= client.sizes[i] >> 1
                         self._count -= 1
-                        gone.append(key)
-                if keys:
+                        gone.append(_key_of(owner, client.ids[i]))
+                    else:
+                        client.stale -= 1
+                client.compact()
+                if client.seq_of:
                     return
-            del self._recent[owner], self._keys[owner], self._order[owner], self._held[owner]
-            self._count -= len(keys)
-            gone.extend(keys)
+            del self._recent[owner], self._clients[owner]
+            self._count -= len(client.seq_of)
+            gone.extend(_key_of(owner, kid) for kid in client.seq_of)
 
 
 class ClusterSessionPins(SessionPins):
