@@ -14,7 +14,7 @@ import pytest
 
 from mma2a import json_worker, sdk_requests
 from mma2a.errors import InvalidRequest, MMA2AError, ParseError
-from mma2a.gateway.bindings.body_parser import INLINE_PARSE_BYTES, JSONBodyParser
+from mma2a.gateway.bindings.body_parser import INLINE_PARSE_BYTES, JSONBodyParser, WorkerLane
 from mma2a.request_body import MAX_JSON_VALUES
 from tests.security.conftest import PNG_1PX, TOKEN, bearer, secured, send_body
 
@@ -182,13 +182,13 @@ async def test_large_sdk_jsonrpc_sends_are_read_off_the_loop_and_answered_as_sma
         "v0.3 send, an extra member": body("message/send", {"message": msg03}, extra=1),
     }
     jobs: list[int] = []  # each exchange with the JSON body worker: one per large body, parsed there once
-    exchange = JSONBodyParser._exchange
+    exchange = WorkerLane._exchange
 
-    def counted(self: JSONBodyParser, data: bytes, job: int) -> object:
+    def counted(self: WorkerLane, data: bytes, job: int) -> object:
         jobs.append(job)
         return exchange(self, data, job)
 
-    monkeypatch.setattr(JSONBodyParser, "_exchange", counted)
+    monkeypatch.setattr(WorkerLane, "_exchange", counted)
     got = {}
     async with secured({"max_body_bytes": 8 << 20}) as (gw, url, _):
         async with httpx.AsyncClient(timeout=60) as c:

@@ -167,9 +167,9 @@ async def test_a_large_request_is_parsed_by_the_worker_not_by_grpc_on_the_loop(m
     import subprocess
     import sys
 
-    from mma2a.gateway.bindings.body_parser import JSONBodyParser
+    from mma2a.gateway.bindings.body_parser import WorkerLane
 
-    monkeypatch.setattr(JSONBodyParser, "_start", staticmethod(lambda: subprocess.Popen(
+    monkeypatch.setattr(WorkerLane, "_start", staticmethod(lambda: subprocess.Popen(
         [sys.executable, "-c", "pass"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)))
     async with grpc_gateway({"max_body_bytes": 4 << 20}) as (gw, _, port, _executor):
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[

@@ -460,7 +460,10 @@ class Gateway:
     def _build_app(self) -> FrontDoor:
         # the SDK's stack (REST, SSE, v0.3, JSON-RPC past the fast path): imported by the first request needing it
         # large JSON bodies (JSON-RPC's, REST's at the gate and in SendMessage) are read in one worker process
-        bodies = self._body_parser = JSONBodyParser(MAX_JSON_DEPTH)  # its worker (if started) stops with the gateway
+        limits = self.config.limits  # its workers (if started) stop with the gateway
+        bodies = self._body_parser = JSONBodyParser(MAX_JSON_DEPTH, lanes=limits.body_worker_lanes,
+                                                    jobs_per_caller=limits.body_worker_jobs_per_client,
+                                                    bytes_per_caller=limits.body_worker_bytes_per_client)
         sdk = self.sdk = SdkBindings(self.pipeline, card_fn=lambda: gateway_card(self.directory, self.public_url),
                                      bodies=bodies)
         # the gRPC binding passes the same gate (grpc_admission)

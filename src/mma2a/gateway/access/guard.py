@@ -104,6 +104,12 @@ class LimitsConfig(BaseModel):
     initial_agent_concurrency: int = Field(default=4, ge=1)
     max_agent_concurrency: int = Field(default=256, ge=1)
     max_queue_per_agent: int = Field(default=256, ge=0)
+    # the JSON body worker (large bodies read, answers of many values converted; docs/security.md S17-1): its worker
+    # processes (lanes) in each gateway process, and what one caller (client, or anonymous address) may hold in it,
+    # waiting or running; its jobs are taken in turn across callers, and past these its own next is refused 429
+    body_worker_lanes: int = Field(default=1, ge=1, le=64)
+    body_worker_jobs_per_client: int = Field(default=8, ge=1)
+    body_worker_bytes_per_client: int = Field(default=256 * 1024 * 1024, ge=1)
     # connections the gateway keeps open to one agent at most (http:// calls and every stream: SSE); legs past them
     # wait for one in the pool (a leg holding an agent's slot still waits here when this is below the limit)
     max_connections_per_agent: int = Field(default=256, ge=1, le=65_536)

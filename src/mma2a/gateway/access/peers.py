@@ -13,10 +13,16 @@ from __future__ import annotations
 import functools
 import ipaddress
 import os
+from contextvars import ContextVar
 from urllib.parse import unquote
 
 DEFAULT_TRUSTED = "127.0.0.1,::1"  # uvicorn's default for FORWARDED_ALLOW_IPS
 UNKNOWN = "?"  # the address of a caller with none (a Unix socket): as the HTTP gate names it
+
+current_address: ContextVar[str | None] = ContextVar("mma2a_address", default=None)
+"""The address of the request being served when no client is named (auth off, the admin token), set by the doors
+where they set `clients.current_client`: what keys such a caller's work queued past the request's own start (the
+JSON body worker's queue). None where no client is either: the caller is unknown."""
 
 
 def address_key(address: str) -> str:

@@ -64,7 +64,7 @@ from .clients import (
 from .failures import CredentialFailures
 from .federation import HEADER_KEY as FEDERATION_HEADER
 from .federation import Asserted, Federation, check_unbound
-from .peers import address_key
+from .peers import UNKNOWN, address_key, current_address
 
 if TYPE_CHECKING:
     from .jwt_clients import JWTVerifier  # loaded with `auth.jwt` only (joserfc)
@@ -181,6 +181,8 @@ class AccessControl:
             await self.refuse(exc, access.shape, send)
             return
         token, own = current_client.set(client), client_jwt.set(jwt_of(client, headers.get("authorization")))
+        # no client named (auth off, the admin token): the address keys what is queued for the caller (body worker)
+        where = current_address.set(str((scope.get("client") or (UNKNOWN,))[0])) if client is None else None
         counted = self.drain is not None and http and cls is AccessClass.CLIENT
         if counted:
             self.drain.enter()
@@ -205,6 +207,8 @@ class AccessControl:
                 self.streams.give(streaming)
             client_jwt.reset(own)
             current_client.reset(token)
+            if where is not None:
+                current_address.reset(where)
 
     def check_body(self, access: RouteAccess, app: ASGIApp, scope: Scope, receive: Receive, send: Send
                    ) -> Awaitable[None]:

@@ -6,7 +6,9 @@ for up to ~250 ms (security round 4, finding 10's remainder); in a thread they w
 worker process (`mma2a.json_worker`, a plain subprocess: nothing of the gateway's main module or threads is copied)
 counts and parses; one thread of the gateway hands it the body and reads its answer with blocking pipe I/O (the
 kernel copies with the GIL released), so the loop pays only for unpickling the document (~6 ms for 27 MB, a string
-copied). Large bodies go through one at a time (a lane: their parses' memory and CPU do not add up).
+copied). Large bodies go through one at a time a lane (`lanes` worker processes, one by default: their parses' memory
+and CPU do not add up), taken in turn across callers (`body_queue.FairQueue`): one client's many jobs never queue
+another's behind them (docs/security.md S17-1); past its own bounds a caller's next is refused 429 + Retry-After.
 
 A large JSON-RPC body is parsed once (`parse`): for the ingress, and for the SDK's dispatcher when that answers
 it, in one job (the document's params sent back once).
@@ -33,16 +35,20 @@ import os
 import pickle
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
 from ...cpus import free_thread
-from ...errors import InvalidRequest, MMA2AError, ParseError
+from ...errors import InvalidRequest, MMA2AError, ParseError, RateLimited
 from ...json_worker import ANSWER, ANSWER_HEAD, CHECK, LAUNCH, REQUEST_HEAD, RPC, RPC_SDK, SEND, SEND_PROTO, run_sdk
 from ...request_body import check_json_body, json_values, parse_json_body
+from ..access.clients import current_client
+from ..access.peers import UNKNOWN, address_key, current_address
 from ..access.security import Unavailable
+from .body_queue import FairQueue
 
 log = logging.getLogger("mma2a.gateway")
 
@@ -65,6 +71,14 @@ read_ahead: ContextVar[tuple[Any, ...] | None] = ContextVar("mma2a_read_ahead", 
 JSON-RPC body carries, read in the worker before the SDK's servicer or dispatcher runs: the handler takes it (once)
 instead of the request they pass on (which holds only the tenant). None in every other call."""
 
+JOBS_PER_CALLER = 8
+"""The jobs (large bodies, answers of many values) one caller may hold in the worker, waiting or running, by default
+(`limits.body_worker_jobs_per_client`); past them its next is refused 429 + Retry-After."""
+
+BYTES_PER_CALLER = 256 * 1024 * 1024
+"""The bytes of such jobs one caller may hold by default (`limits.body_worker_bytes_per_client`; its first always
+fits): as the default body budget holds one sender's large bodies in flight (4 x `max_body_bytes`)."""
+
 _REFUSALS: dict[str, type[MMA2AError]] = {"InvalidRequest": InvalidRequest, "ParseError": ParseError}
 _SOURCES = str(Path(__file__).resolve().parents[2])  # the directory holding `mma2a`: the worker imports the same code
 
@@ -73,14 +87,16 @@ class JSONBodyParser:
     """`parse(body)`: a JSON-RPC body's document and its counted brackets (`request_body.parse_json_body`), and its
     read for the SDK's dispatcher when that answers it (past `inline_bytes`); `check(body)`: a REST
     body's check at the gate; `read_send(body)`: a REST SendMessage body read for the pipeline. Refusals are raised
-    the same way whichever side of `inline_bytes` the body is. The worker starts with the first large body; `close`
-    stops it."""
+    the same way whichever side of `inline_bytes` the body is. A worker starts with the first large body; `close`
+    stops them. The jobs wait in a `FairQueue` keyed by their caller (`caller_key`) for one of `lanes` workers."""
 
-    def __init__(self, max_depth: int, inline_bytes: int = INLINE_PARSE_BYTES) -> None:
+    def __init__(self, max_depth: int, inline_bytes: int = INLINE_PARSE_BYTES, *, lanes: int = 1,
+                 jobs_per_caller: int = JOBS_PER_CALLER, bytes_per_caller: int = BYTES_PER_CALLER) -> None:
         self.max_depth = max_depth
         self.inline_bytes = inline_bytes
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._lane: ThreadPoolExecutor | None = None  # one thread: one exchange at a time, never cut by a cancel
+        self.queue: FairQueue[_Job] = FairQueue(jobs_per_caller, bytes_per_caller)
+        self._lanes = [WorkerLane(max_depth) for _ in range(lanes)]
+        self._free = list(reversed(self._lanes))  # the first lane is taken first (its worker started first)
 
     def inline(self, body: bytes) -> bool:
         """Is the SDK's read of `body` made on the loop: at most `inline_bytes`, and at most `INLINE_SDK_VALUES` values
@@ -124,23 +140,25 @@ class JSONBodyParser:
 
     async def read_send_answer(self, body: bytes) -> tuple[Any, ...]:
         """`read_send` as data (`sdk_requests.read_send_body_as_data`; `raise_refusal` raises its refusal): only
-        `Unavailable` is raised here, when the worker stopped."""
+        `Unavailable` is raised here, when the worker stopped, and `RateLimited` past the caller's bounds."""
         return await self.sdk_answer(body, SEND)
 
-    async def read_send_proto_answer(self, body: bytes, *, many: bool = False) -> tuple[str, tuple[Any, ...]]:
+    async def read_send_proto_answer(self, body: bytes, *, many: bool = False, caller: str | None = None
+                                     ) -> tuple[str, tuple[Any, ...]]:
         """`sdk_requests.read_send_proto_as_data` of a serialized SendMessageRequest (its tenant and the answer, whose
         refusal `raise_refusal` raises), in the worker past `inline_bytes` or when its free-form fields hold `many`
-        values (`INLINE_SDK_STRUCT_BYTES`); `Unavailable` when the worker stopped."""
+        values (`INLINE_SDK_STRUCT_BYTES`), queued for `caller` (default: the request's, `caller_key`); `Unavailable`
+        when the worker stopped, `RateLimited` past the caller's bounds."""
         if len(body) <= self.inline_bytes and not many:
             tenant, answer = run_sdk(SEND_PROTO, body)
         else:
-            tenant, answer = await self._answer(body, SEND_PROTO)
+            tenant, answer = await self._answer(body, SEND_PROTO, caller)
         return tenant, answer
 
     async def sdk_answer(self, body: bytes, job: int) -> tuple[Any, ...]:
         """The answer of one of `json_worker`'s SDK jobs (`SEND`, `SEND_PROTO`, `SEND_V03`, `PUSH`, `PUSH_V03`: a body
         read as the SDK reads it), on the loop up to `inline_bytes` and `INLINE_SDK_VALUES` values (`inline`), else in
-        the worker; `Unavailable` when the worker stopped."""
+        the worker; `Unavailable` when the worker stopped, `RateLimited` past the caller's bounds."""
         if self.inline(body):
             return run_sdk(job, body)
         return await self._answer(body, job)
@@ -148,23 +166,117 @@ class JSONBodyParser:
     async def convert_answer(self, kind: int, mode: int, rendered: bool, data: bytes) -> Any:
         """An answer of many values (`sdk_answers.many_values`'s `data`) converted in the worker as the SDK's bindings
         convert it (`sdk_answers.convert`): what the conversion gave, or raised (raised again,
-        `sdk_answers.raise_failure`); `Unavailable` when the worker stopped."""
+        `sdk_answers.raise_failure`); `Unavailable` when the worker stopped, `RateLimited` past the caller's bounds."""
         from ... import sdk_answers  # the SDK's types: loaded with the SDK's bindings, not at the gateway's start
 
         return sdk_answers.raise_failure(await self._answer(sdk_answers.job_body(kind, mode, rendered, data), ANSWER))
 
-    async def _answer(self, body: bytes, job: int) -> tuple[Any, ...]:
-        if self._lane is None:
-            self._lane = ThreadPoolExecutor(1, thread_name_prefix="mma2a-json-body", initializer=free_thread)
-        answer = await asyncio.get_running_loop().run_in_executor(self._lane, self._exchange, body, job)
+    async def _answer(self, body: bytes, job: int, caller: str | None = None) -> tuple[Any, ...]:
+        """The worker's answer of `job`, queued behind the caller's own jobs and taken in turn with other callers'."""
+        if caller is None:
+            caller = caller_key()
+        loop = asyncio.get_running_loop()
+        queued = _Job(body, job, loop.create_future())
+        why = self.queue.put(caller, queued, len(body))
+        if why is not None:
+            raise RateLimited(f"{why}; retry when they are answered, or send large media by reference (POST /blobs)",
+                              retry_after=1.0)
+        self._run_next(loop)
+        try:
+            answer = await queued.answer
+        except asyncio.CancelledError:  # the request went: a job still waiting is dropped (one running ends anyway)
+            self.queue.drop(caller, queued)
+            raise
         if answer is None:
             raise Unavailable("the gateway could not parse the request body (its parser process stopped); retry, "
                               "or send large media by reference (POST /blobs)", field="body")
         return answer
 
+    def _run_next(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand the next jobs (`FairQueue.take`) to the free lanes."""
+        while self._free:
+            taken = self.queue.take()
+            if taken is None:
+                return
+            caller, queued, size = taken
+            lane = self._free.pop()
+            running = lane.run(queued.body, queued.job)
+            queued.body = b""  # (the lane holds it while it runs: not kept past its answer by a waiting request)
+            running.add_done_callback(partial(self._ended, loop, lane, caller, queued, size))
+
+    def _ended(self, loop: asyncio.AbstractEventLoop, lane: WorkerLane, caller: str, queued: _Job, size: int,
+               running: Future[tuple[Any, ...] | None]) -> None:
+        """A lane's job ended (on its thread): its answer handed to the request, the lane to the next job (on the
+        loop; a closed loop, the gateway's end: nothing waits)."""
+        try:
+            loop.call_soon_threadsafe(self._finish, lane, caller, queued, size, running)
+        except RuntimeError:
+            pass
+
+    def _finish(self, lane: WorkerLane, caller: str, queued: _Job, size: int,
+                running: Future[tuple[Any, ...] | None]) -> None:
+        self.queue.done(caller, size)
+        self._free.append(lane)
+        if not queued.answer.done():  # (cancelled: its request went)
+            exc = running.exception()
+            if exc is not None:
+                queued.answer.set_exception(exc)
+            else:
+                queued.answer.set_result(running.result())
+        self._run_next(asyncio.get_running_loop())
+
     @property
     def worker_pid(self) -> int | None:
-        """The worker process's id, while it runs."""
+        """The first lane's worker process's id, while it runs."""
+        return self._lanes[0].pid
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The ids of the worker processes running (one a lane at most)."""
+        return [pid for lane in self._lanes if (pid := lane.pid) is not None]
+
+    async def close(self) -> None:
+        """Stop the workers, if they started (after the exchange in progress, if any: each exits at the end of stdin)."""
+        await asyncio.gather(*(lane.close() for lane in self._lanes))
+
+
+def caller_key() -> str:
+    """Whose job this is: the request's client (`Client.key`), or when none is named its caller's address
+    (`peers.address_key`, as its rate, body bytes and stream slots are kept), or `?` outside a request."""
+    client = current_client.get()
+    if client is not None:
+        return client.key
+    address = current_address.get()
+    return address_key(address) if address is not None else UNKNOWN
+
+
+class _Job:
+    """One job waiting for a lane: its body and kind, and its answer's future (on the loop)."""
+
+    __slots__ = ("answer", "body", "job")
+
+    def __init__(self, body: bytes, job: int, answer: asyncio.Future[tuple[Any, ...] | None]) -> None:
+        self.body = body
+        self.job = job
+        self.answer = answer
+
+
+class WorkerLane:
+    """One worker process and the one thread that exchanges with it (blocking pipe I/O: one job at a time, never cut
+    by a cancel)."""
+
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread: ThreadPoolExecutor | None = None
+
+    def run(self, body: bytes, job: int) -> Future[tuple[Any, ...] | None]:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="mma2a-json-body", initializer=free_thread)
+        return self._thread.submit(self._exchange, body, job)
+
+    @property
+    def pid(self) -> int | None:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
@@ -199,11 +311,11 @@ class JSONBodyParser:
 
     async def close(self) -> None:
         """Stop the worker, if it started (after the exchange in progress, if any: it exits at the end of stdin)."""
-        lane, self._lane = self._lane, None
-        if lane is None:
+        thread, self._thread = self._thread, None
+        if thread is None:
             return
-        await asyncio.get_running_loop().run_in_executor(lane, self._close_worker)
-        lane.shutdown(wait=False)
+        await asyncio.get_running_loop().run_in_executor(thread, self._close_worker)
+        thread.shutdown(wait=False)
 
     def _close_worker(self) -> None:
         proc, self._proc = self._proc, None

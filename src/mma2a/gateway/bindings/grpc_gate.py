@@ -35,7 +35,7 @@ from ...errors import A2A_DOMAIN, AgentNotFound, Forbidden, InvalidRequest, MMA2
 from ...sdk_requests import raise_refusal
 from ..access.authz import AccessClass, RouteAccess, UnclassifiedRoute
 from ..access.clients import BodyBudget, BodyHold, Client, client_jwt, current_client, jwt_of
-from ..access.peers import TrustedProxies, address_key, peer_host
+from ..access.peers import TrustedProxies, address_key, current_address, peer_host
 from ..access.security import AccessControl, BodiesBusy, retry_after
 from ..downstream.overload import client_deadline, shed_note
 from ..downstream.service_params import activated_extensions, read_extensions, requested_extensions
@@ -190,9 +190,9 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         raw = self.bodies is not None and method in READ_AHEAD_METHODS and parse is not None
 
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            client, request, held, read = await admit(access, method, requests, context, parse if raw else None)
+            client, request, held, read, address = await admit(access, method, requests, context, parse if raw else None)
             try:
-                with self._call(client, context, read) as activated:
+                with self._call(client, context, read, address) as activated:
                     reply = await handler.unary_unary(request, context)
                     await _echo(context, activated)
                     return reply
@@ -201,15 +201,15 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     held.release()
 
         async def stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            client, request, held, read = await admit(access, method, requests, context, parse if raw else None)
+            client, request, held, read, address = await admit(access, method, requests, context, parse if raw else None)
             try:  # one of the caller's stream slots while the stream is open, as SSE takes on HTTP
-                slot = self.control.open_stream(client, peer=self.peer(context)[0])
+                slot = self.control.open_stream(client, peer=address)
             except MMA2AError as exc:
                 if held is not None:
                     held.release()
                 await abort(context, exc)
             try:
-                with self._call(client, context, read) as activated:
+                with self._call(client, context, read, address) as activated:
                     first = True
                     async for item in handler.unary_stream(request, context):
                         if first:  # the agent's answer has begun: its activated extensions go in the head
@@ -228,10 +228,11 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     @contextlib.contextmanager
     def _call(self, client: Client | None, context: grpc.aio.ServicerContext,
-              read: tuple[Any, ...] | None) -> Iterator[list[str]]:
+              read: tuple[Any, ...] | None, address: str) -> Iterator[list[str]]:
         """One call's context (its client, JWT, requested extensions, deadline, shed note, link to its client, the
         request read in the worker) and its place in the drain; yields the list the call's activated extensions are noted in."""
         token, asked = current_client.set(client), requested_extensions.set(_extensions(context))
+        where = current_address.set(address) if client is None else None  # (as the body budget keys the caller)
         ahead = read_ahead.set(read)
         own = client_jwt.set(_jwt(client, context))
         activated: list[str] = []
@@ -258,6 +259,8 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             requested_extensions.reset(asked)
             client_jwt.reset(own)
             current_client.reset(token)
+            if where is not None:
+                current_address.reset(where)
 
     def enter(self) -> None:
         if self.control.drain is not None:
@@ -276,7 +279,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def _admit(self, access: RouteAccess | None, method: str, requests: AsyncIterator[Any],
                      context: grpc.aio.ServicerContext, parse: Callable[[bytes], Message] | None
-                     ) -> tuple[Client | None, Any, BodyHold | None, tuple[Any, ...] | None]:
+                     ) -> tuple[Client | None, Any, BodyHold | None, tuple[Any, ...] | None, str]:
         """The caller admitted (from metadata and peer), then its one request message read, held in the body budget
         (the hold returned: the caller releases it when the call ends) and its tenant checked. With `parse` the
         message arrives as bytes (`READ_AHEAD_METHODS`) and is parsed here (`_parse`: the worker's answer returned
@@ -301,7 +304,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 held = self._hold(request.ByteSize(), client, address)
             else:  # the bytes as grpc received them: what is held is their length
                 held = self._hold(len(request), client, address)
-                request, read = await self._parse(request, parse)
+                request, read = await self._parse(request, parse, client.key if client is not None else address_key(address))
             tenant = getattr(request, "tenant", "") or None
             self.control.check_agent(client, tenant, field="tenant")
             if tenant is not None and self.agent_of is not None:
@@ -317,9 +320,10 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if held is not None:
                 held.release()
             raise
-        return client, request, held, read
+        return client, request, held, read, address
 
-    async def _parse(self, data: bytes, parse: Callable[[bytes], Message]) -> tuple[Message, tuple[Any, ...] | None]:
+    async def _parse(self, data: bytes, parse: Callable[[bytes], Message], caller: str
+                     ) -> tuple[Message, tuple[Any, ...] | None]:
         """A request that arrived as bytes: parsed on the loop up to the body parser's inline size (as grpc would have
         parsed it, its `DecodeError` raised as grpc's), past it in the JSON body worker, which also reads it into the
         pipeline's JSON (`sdk_requests.read_send_proto_as_data`). That request is returned as the servicer needs it
@@ -327,7 +331,7 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         assert self.bodies is not None
         if len(data) <= self.bodies.inline_bytes:
             return parse(data), None
-        tenant, answer = await self.bodies.read_send_proto_answer(data)
+        tenant, answer = await self.bodies.read_send_proto_answer(data, caller=caller)  # (in the caller's queue)
         if not answer[0] and answer[1] == "DecodeError":
             raise_refusal(answer)
         return SendMessageRequest(tenant=tenant), answer

@@ -193,6 +193,8 @@ class JsonRpcIngress:
                 doc, brackets = parse_json_body(body, self.parser.max_depth)
             else:  # in the worker process (the loop stays free), read there for the SDK too if it answers it
                 doc, brackets, read = await self.parser.parse(body, every=not fast_version)
+        except RateLimited as exc:  # the caller's own jobs in the body worker past its bounds: 429 + Retry-After
+            return shed_response(None, exc)
         except MMA2AError as exc:
             return rpc_error(None, exc)
         if not isinstance(doc, dict):

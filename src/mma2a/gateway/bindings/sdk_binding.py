@@ -66,7 +66,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...errors import AgentRefusal, AgentRPCError, MMA2AError, PayloadTooLarge, metadata_strings
+from ...errors import AgentRefusal, AgentRPCError, MMA2AError, PayloadTooLarge, RateLimited, metadata_strings
 from ...json_worker import JSONRPC, PUSH, PUSH_V03, SEND_V03
 from ...request_body import ReadRequest
 from ...responses import jsonrpc_error_json
@@ -108,8 +108,8 @@ def to_sdk_error(exc: MMA2AError) -> sdk_errors.A2AError:
     """The SDK error with the same JSON-RPC code as an mma2a error; its `data` becomes the ErrorInfo metadata
     (an agent's error passed through keeps the metadata and the ErrorInfo reason the agent sent)."""
     cls = _BY_CODE.get(exc.code, sdk_errors.InvalidParamsError if exc.http_status < 500 else sdk_errors.InternalError)
-    if isinstance(exc, AgentRefusal):  # answered with its status and Retry-After by the binding (as a shed is)
-        note_shed(exc)
+    if isinstance(exc, (AgentRefusal, RateLimited)):  # answered with its status and Retry-After by the binding (as a
+        note_shed(exc)  # shed is): an agent's refusal for now, a caller's own jobs of the JSON body worker past its bounds
     if isinstance(exc, AgentRPCError):
         cls = _agent_error_class(exc, cls)
     return cls(exc.message, data=metadata_strings(exc.data) or None)
@@ -537,6 +537,9 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
                 return await super().handle_requests(request)
             try:
                 answer = await self._bodies.sdk_answer(body, JSONRPC)
+            except RateLimited as exc:  # the caller's own jobs in the worker past its bounds: 429, not read here
+                return Response(orjson.dumps(jsonrpc_error_json(None, exc)), status_code=exc.http_status,
+                                media_type="application/json", headers={"Retry-After": str(retry_after(exc))})
             except MMA2AError:  # the worker stopped: the SDK reads it, as before
                 return await super().handle_requests(request)
         if answer[0] == "other":

@@ -1,0 +1,199 @@
+"""One client's large bodies and answers do not queue another's (docs/security.md S17-1): the JSON body worker took one
+job at a time, whoever sent it, so mallory's answers of many values (a REST GetTask of 300,000 values takes it ~1.3 s)
+queued there with everyone's large bodies and answers, and alice's one large body waited behind all of mallory's.
+Now each caller's jobs wait apart (`body_queue.FairQueue`) and are taken in turn across callers: alice's job runs after
+at most one of mallory's, and past her own bounds mallory's next is refused 429 + Retry-After, never alice's."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from mma2a.gateway.access.clients import Client, current_client
+from mma2a.gateway.access.peers import current_address
+from mma2a.gateway.bindings.body_parser import WorkerLane, caller_key
+from mma2a.gateway.bindings.body_queue import FairQueue
+from tests.gateway.conftest import agent, agents, gateway, until
+
+MALLORY, ALICE = "tok-mallory-90c1d7", "tok-alice-3e5a77"
+MANY = 20_000  # empty objects in a message's metadata: 60 KB of JSON, ~10x what is converted on the loop
+
+
+def message(mid: str, n: int = MANY) -> dict[str, Any]:
+    return {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hi"}], "metadata": {"a": [{} for _ in range(n)]}}
+
+
+# --- the queue --------------------------------------------------------------------------------------------------------
+
+
+def drain(q: FairQueue[str]) -> list[str]:
+    """Run every job to its end one at a time (one lane), in the order `take` gives them."""
+    order = []
+    while (taken := q.take()) is not None:
+        caller, item, size = taken
+        order.append(item)
+        q.done(caller, size)
+    return order
+
+
+def test_callers_are_served_in_turn_and_each_callers_jobs_in_order() -> None:
+    q: FairQueue[str] = FairQueue(max_jobs=10, max_bytes=1 << 30)
+    for i in range(4):
+        assert q.put("mallory", f"m{i}", 100) is None
+    assert q.put("alice", "a0", 100) is None
+    assert q.put("bob", "b0", 100) is None
+    assert q.put("alice", "a1", 100) is None
+    assert drain(q) == ["m0", "a0", "b0", "m1", "a1", "m2", "m3"]
+    assert q.held("mallory") == (0, 0) and q.waiting == 0
+
+
+def test_a_caller_arriving_while_anothers_job_runs_is_next() -> None:
+    """One lane: mallory's first job runs, her others wait; alice's job, come after, runs right after it; and a caller
+    sending one job at a time waits its turn behind those waiting (no fresh start to jump the line)."""
+    q: FairQueue[str] = FairQueue(max_jobs=10, max_bytes=1 << 30)
+    for i in range(3):
+        q.put("mallory", f"m{i}", 1)
+    caller, item, size = q.take()  # type: ignore[misc]
+    assert item == "m0"
+    q.put("alice", "a0", 1)
+    q.done(caller, size)
+    assert drain(q) == ["a0", "m1", "m2"]
+    q.put("mallory", "m3", 1)
+    caller, item, size = q.take()  # type: ignore[misc]
+    q.put("mallory", "m4", 1)
+    q.put("alice", "a1", 1)
+    q.put("alice", "a2", 1)
+    q.done(caller, size)
+    assert drain(q) == ["a1", "m4", "a2"]
+
+
+def test_with_two_lanes_one_caller_may_use_both_and_a_newcomer_takes_the_next_free_one() -> None:
+    q: FairQueue[str] = FairQueue(max_jobs=10, max_bytes=1 << 30)
+    for i in range(4):
+        q.put("mallory", f"m{i}", 1)
+    first, second = q.take(), q.take()
+    assert first is not None and second is not None and (first[1], second[1]) == ("m0", "m1")
+    q.put("alice", "a0", 1)
+    q.done("mallory", 1)
+    third = q.take()
+    assert third is not None and third[1] == "a0"
+
+
+def test_a_caller_past_its_own_bounds_is_refused_naming_them_and_no_one_else_is() -> None:
+    q: FairQueue[str] = FairQueue(max_jobs=3, max_bytes=1000)
+    for i in range(3):
+        assert q.put("mallory", f"m{i}", 10) is None
+    why = q.put("mallory", "m3", 10)
+    assert why == ("this caller has 3 large bodies and answers in the gateway's JSON body worker already (at most 3 a "
+                   "caller: limits.body_worker_jobs_per_client)")
+    assert q.put("alice", "a0", 10) is None
+    assert q.put("bob", "b0", 5000) is None  # a caller's first job always fits, however large
+    why = q.put("bob", "b1", 1)
+    assert why is not None and "5000 bytes" in why and "limits.body_worker_bytes_per_client" in why
+    assert q.held("mallory") == (3, 30) and q.held("bob") == (1, 5000)
+
+
+def test_a_waiting_job_whose_request_went_is_dropped() -> None:
+    q: FairQueue[str] = FairQueue(max_jobs=2, max_bytes=1000)
+    q.put("mallory", "m0", 10)
+    q.put("mallory", "m1", 10)
+    taken = q.take()
+    assert taken is not None and not q.drop("mallory", "m0")  # running: it ends anyway
+    assert q.drop("mallory", "m1") and q.held("mallory") == (1, 10)
+    assert q.put("mallory", "m2", 10) is None  # room again
+    q.done("mallory", 10)
+    assert drain(q) == ["m2"] and q.held("mallory") == (0, 0)
+
+
+def test_a_job_is_its_clients_else_its_callers_address() -> None:
+    assert caller_key() == "?"
+    token = current_client.set(Client(name="alice", scheme="bearer"))
+    try:
+        assert caller_key() == "alice"
+    finally:
+        current_client.reset(token)
+    where = current_address.set("2001:db8::7")
+    try:
+        assert caller_key() == "ip:2001:db8::/64"  # as anonymous rate limits, body bytes and stream slots key it
+    finally:
+        current_address.reset(where)
+
+
+# --- the attack, live -------------------------------------------------------------------------------------------------
+
+
+async def test_mallorys_many_answers_do_not_queue_alices_large_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mallory keeps a task of 20,000 values (stored cheaply on JSON-RPC's fast path) and asks for it 6 times at once
+    on REST: each answer is converted in the worker, and the first holds it (the test's gate) until her others wait
+    and alice's large REST send (20,000 values: read in the worker, then its answer converted there) waits too. Alice's
+    jobs each run after at most one of mallory's; mallory holds at most her 4 and is refused the rest with 429, naming
+    the limit; everyone's answer is whole. Before: one line for everyone, alice's body behind all of mallory's."""
+    gate = threading.Event()
+    events: list[tuple[str, str]] = []  # ("put" | "run", caller), in the order the queue saw them
+    put, take = FairQueue.put, FairQueue.take
+    exchange = WorkerLane._exchange
+
+    def putting(self: FairQueue[Any], caller: str, item: Any, size: int) -> str | None:
+        why = put(self, caller, item, size)
+        if why is None:
+            events.append(("put", caller))
+        return why
+
+    def taking(self: FairQueue[Any]) -> Any:
+        taken = take(self)
+        if taken is not None:
+            events.append(("run", taken[0]))
+        return taken
+
+    def gated(self: WorkerLane, data: bytes, job: int) -> object:
+        gate.wait(60)  # (the lane's thread, not the loop) released once everyone's jobs are queued
+        return exchange(self, data, job)
+
+    monkeypatch.setattr(FairQueue, "put", putting)
+    monkeypatch.setattr(FairQueue, "take", taking)
+    monkeypatch.setattr(WorkerLane, "_exchange", gated)
+    card, executor = agent("text", ["text/plain"])
+    async with agents({"text": (card, executor)}) as urls:
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}],
+               "auth": {"clients": [{"name": "mallory", "token": MALLORY}, {"name": "alice", "token": ALICE}]},
+               "limits": {"body_worker_jobs_per_client": 4}}
+        async with gateway(cfg) as (gw, url), httpx.AsyncClient(timeout=60) as c:
+            queue = gw._body_parser.queue
+            as_mallory = {"Authorization": f"Bearer {MALLORY}", "A2A-Version": "1.0"}
+            as_alice = {"Authorization": f"Bearer {ALICE}", "A2A-Version": "1.0"}
+            stored = await c.post(url + "/", headers=as_mallory, json={
+                "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message("m-mallory")}})
+            tid = stored.json()["result"]["task"]["id"]  # (the fast path: read and answered by orjson, no job)
+            assert events == []
+            asks = [asyncio.create_task(c.get(url + f"/tasks/{tid}", headers=as_mallory)) for _ in range(6)]
+            await until(lambda: sum(a.done() for a in asks) == 2 and queue.held("mallory")[0] == 4,
+                        "mallory's 4 answers held, 2 refused")
+            refused = [a.result() for a in asks if a.done()]
+            send = asyncio.create_task(c.post(url + "/message:send", headers=as_alice,
+                                              content=orjson.dumps({"message": message("m-alice")})))
+            await until(lambda: queue.held("alice")[0] == 1, "alice's body queued")
+            gate.set()
+            sent = await send
+            served = [await a for a in asks]
+    for r in refused:
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+        assert r.json()["error"]["message"] == (
+            "this caller has 4 large bodies and answers in the gateway's JSON body worker already (at most 4 a caller: "
+            "limits.body_worker_jobs_per_client); retry when they are answered, or send large media by reference "
+            "(POST /blobs)")
+    answered = [r for r in served if r.status_code == 200]
+    assert len(answered) == 4 and all(len(r.json()["history"][0]["metadata"]["a"]) == MANY for r in answered)
+    assert sent.status_code == 200 and len(sent.json()["task"]["history"][0]["metadata"]["a"]) == MANY
+    # alice's two jobs (her body read, her answer converted): each ran after at most one of mallory's
+    alice = [i for i, e in enumerate(events) if e == ("put", "alice")]
+    assert len(alice) == 2 and [e for e in events if e[0] == "run"].count(("run", "alice")) == 2
+    for at in alice:
+        ran = events.index(("run", "alice"), at)
+        between = [e for e in events[at:ran] if e == ("run", "mallory")]
+        assert len(between) <= 1, events
+    assert events.count(("run", "mallory")) == 4 and queue.held("mallory") == (0, 0) == queue.held("alice")
