@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
+from .balance import Balance
 from .deadlines import Timeouts, http_protocol
 from .directws import DirectWebSocketProtocol
 from .listen import ListenError as ListenError
@@ -88,41 +89,83 @@ class BatchAccept:
     bound but not yet listening is put to listen with `backlog`, as `loop.create_server` does with its sockets."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol_factory: Callable[[], Any],
-                 ssl: Any = None, ssl_handshake_timeout: float | None = None, *, backlog: int = 2048) -> None:
+                 ssl: Any = None, ssl_handshake_timeout: float | None = None, *, backlog: int = 2048,
+                 balance: Balance | None = None, held: Callable[[], int] | None = None) -> None:
         self.loop, self.sock, self.protocol_factory = loop, sock, protocol_factory
         self.ssl, self.ssl_handshake_timeout = ssl, ssl_handshake_timeout
         self.sockets = [sock]
         self._tasks: set[asyncio.Task[Any]] = set()
         self._serving = True
         self._tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
+        # `serve --workers N`: connections spread evenly among the workers (`mma2a.balance`); `held`: the connections
+        # the server holds (those being set up here are added)
+        self.balance, self._held = balance, held
         sock.listen(backlog)
         sock.setblocking(False)
         loop.add_reader(sock.fileno(), self._accept)
+        if balance is not None:
+            balance.open()
+            loop.add_reader(balance.fileno(), self._receive)
+
+    def held(self) -> int:
+        """The connections this server holds: open, and accepted but not yet connected."""
+        return (self._held() if self._held is not None else 0) + len(self._tasks)
 
     def _accept(self) -> None:
-        for _ in range(ACCEPT_BATCH):
-            try:
-                conn, _ = self.sock.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                return  # nothing more waits
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.error("cannot accept a connection (%s): accepting again in %.0f s (raise the open files limit)",
-                              os.strerror(exc.errno), ACCEPT_RETRY_S)
-                    self.loop.remove_reader(self.sock.fileno())
-                    self.loop.call_later(ACCEPT_RETRY_S, self._resume)
+        balance = self.balance
+        held = self.held() if balance is not None else 0
+        given: dict[int, int] = {}  # sibling -> connections handed it in this batch (its own count says them later)
+        try:
+            for _ in range(ACCEPT_BATCH):
+                try:
+                    conn, _ = self.sock.accept()
+                except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                    return  # nothing more waits
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                        log.error("cannot accept a connection (%s): accepting again in %.0f s (raise the open files "
+                                  "limit)", os.strerror(exc.errno), ACCEPT_RETRY_S)
+                        self.loop.remove_reader(self.sock.fileno())
+                        self.loop.call_later(ACCEPT_RETRY_S, self._resume)
+                        return
+                    log.warning("accept failed: %s", exc)
                     return
-                log.warning("accept failed: %s", exc)
-                return
+                conn.setblocking(False)
+                if self._tcp:
+                    with contextlib.suppress(OSError):
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if balance is not None:
+                    to = balance.place(held, given)
+                    if to is not None and balance.hand(conn, to):
+                        conn.close()  # the sibling has it
+                        given[to] = given.get(to, 0) + 1
+                        continue
+                    held += 1
+                self._serve(conn)
+        finally:
+            if balance is not None and self._serving:
+                balance.publish(held)
+
+    def _receive(self) -> None:
+        """Connections a sibling worker accepted and handed here (`mma2a.balance`)."""
+        if self.balance is None or not self._serving:
+            return
+        for conn in self.balance.receive():
             conn.setblocking(False)
-            if self._tcp:
-                with contextlib.suppress(OSError):
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            options: dict[str, Any] = {} if self.ssl is None else {
-                "ssl": self.ssl, "ssl_handshake_timeout": self.ssl_handshake_timeout}
-            task = self.loop.create_task(self._connect(conn, options))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._serve(conn)
+        self.balance.publish(self.held())
+
+    def publish_held(self) -> None:
+        """Say again what this server holds (closed connections counted out): once a second, from the server's tick."""
+        if self.balance is not None and self._serving:
+            self.balance.publish(self.held())
+
+    def _serve(self, conn: socket.socket) -> None:
+        options: dict[str, Any] = {} if self.ssl is None else {
+            "ssl": self.ssl, "ssl_handshake_timeout": self.ssl_handshake_timeout}
+        task = self.loop.create_task(self._connect(conn, options))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _connect(self, conn: socket.socket, options: dict[str, Any]) -> None:
         try:
@@ -140,6 +183,9 @@ class BatchAccept:
             self._serving = False
             if self.sock.fileno() >= 0:
                 self.loop.remove_reader(self.sock.fileno())
+            if self.balance is not None:  # siblings keep what they accept from now on
+                self.loop.remove_reader(self.balance.fileno())
+                self.balance.close()
 
     async def wait_closed(self) -> None:
         for task in list(self._tasks):
@@ -158,8 +204,9 @@ class Server(uvicorn.Server):
     """
 
     def __init__(self, config: uvicorn.Config, *, on_started: Callable[[], None] | None = None,
-                 tls: ServerTLS | None = None) -> None:
+                 tls: ServerTLS | None = None, balance: Balance | None = None) -> None:
         super().__init__(config)
+        self.balance = balance  # a worker of `serve --workers N`: its sockets' connections spread (`mma2a.balance`)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick: asyncio.Future[None] | None = None
         self._on_started = on_started
@@ -201,8 +248,9 @@ class Server(uvicorn.Server):
         loop = asyncio.get_running_loop()
         if sockets is not None:
             self.servers = [BatchAccept(loop, sock, create_protocol, config.ssl,  # type: ignore[misc]
-                                        handshake_s if config.ssl is not None else None, backlog=config.backlog)
-                            for sock in sockets]
+                                        handshake_s if config.ssl is not None else None, backlog=config.backlog,
+                                        balance=self.balance if i == 0 else None, held=self._connections)
+                            for i, sock in enumerate(sockets)]
         else:
             options: dict[str, Any] = {"ssl": config.ssl, "backlog": config.backlog, "ssl_handshake_timeout": handshake_s}
             try:
@@ -214,7 +262,12 @@ class Server(uvicorn.Server):
             assert server.sockets is not None
             self.servers = [server]
             self._log_started_message(list(server.sockets))
+            if self.balance is not None:  # no socket of its own to spread
+                self.balance.close()
         self.started = True
+
+    def _connections(self) -> int:
+        return len(self.server_state.connections)
 
     def tick_interval(self) -> float:
         return 1.0
@@ -252,6 +305,10 @@ class Server(uvicorn.Server):
         if self._tls is not None and time.monotonic() - self._tls_checked >= self._tls.config.reload_s:
             self._tls_checked = time.monotonic()
             self._tls.reload_if_changed()  # a few stat() calls; a changed file is loaded into the same context
+        if self.balance is not None:  # connections closed since the last accept counted out
+            for server in self.servers:
+                if isinstance(server, BatchAccept):
+                    server.publish_held()
         now = time.monotonic()
         if now - self._trimmed >= TRIM_EVERY_S and self._trim is None:
             self._release_memory(now)

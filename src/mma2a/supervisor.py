@@ -2,7 +2,7 @@
 cluster layer (as uvicorn's `supervisors/multiprocess.py` runs its workers on one socket).
 
 Each worker is an ordinary `mma2a serve` process listening with SO_REUSEPORT on the same host:port (the kernel
-spreads connections among them) and running in cluster mode: tasks, session pins, deduplication, history,
+spreads connections among them, and a worker holding more than a sibling hands it new ones: `mma2a.balance`) and running in cluster mode: tasks, session pins, deduplication, history,
 blobs, push configs, rule and agent changes are shared as between the gateways of a cluster. The NATS they
 share is the one `--cluster` (or the config's `cluster:` section) names, else a `nats-server -js` this
 supervisor starts on a free loopback port with its store in a temporary directory, requiring a token made at start
@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
 from typing import NoReturn
 
+from .balance import BALANCE_PREFIX, make_loads
 from .cluster.nats_urls import without_credentials
 from .cluster.server import NatsServer
 from .cluster.task_files import NATS_PREFIX, held_dir, make_task_dir
@@ -50,6 +51,8 @@ WORKER_NATS_URL_ENV = "MMA2A_WORKER_NATS_URL"  # each worker's NATS (`serve --wo
 WORKER_INDEX_ENV = "MMA2A_WORKER_INDEX"  # each worker's number (0 ...): worker 0 indexes the shared history file
 WORKER_NATS_ENV = "MMA2A_WORKER_NATS"  # "embedded": the workers are the whole cluster (their own nats-server)
 WORKER_TASKS_ENV = "MMA2A_WORKER_TASKS"  # with "embedded": the directory of the workers' task records
+WORKER_BALANCE_ENV = "MMA2A_WORKER_BALANCE"  # the directory through which the workers spread connections evenly
+# (`mma2a.balance`); unset: as the kernel's SO_REUSEPORT hash puts them
 WORKER_CPU_ENV = "MMA2A_WORKER_CPU"  # the CPU a worker binds its event loop's thread to (`mma2a.cpus`), if any
 WORKER_NATS_TOKEN_ENV = "MMA2A_WORKER_NATS_TOKEN"  # with "embedded": the token its nats-server requires (NATS access
 # is admin access: without one, any process of the host could rewrite rules and agents and read every client's data)
@@ -69,6 +72,7 @@ class Plan:
     task_bytes: int  # `limits.task_bytes`: sizes the workers' task directory
     drain_timeout_s: float  # `faults.drain_timeout_s`: how long the workers are given to drain at the end
     cpus: tuple[int, ...] = ()  # worker i's event loop runs on cpus[i] (`mma2a.cpus`); (): each runs anywhere
+    balance: bool = True  # connections spread evenly among the workers (`mma2a.balance`); False: the kernel's hash
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
@@ -167,7 +171,7 @@ class Supervisor:
         plan = self.plan
         hold = listen_socket(plan.host, plan.port, reuse_port=True, listen=False)  # port taken: said now
         port = hold.getsockname()[1]  # --port 0: one free port, the same for every worker
-        store = tasks = None
+        store = tasks = spread = None
         server: NatsServer | None = None
         env = dict(os.environ)
         secret_env = plan.url_secret_env
@@ -187,6 +191,10 @@ class Supervisor:
                 tasks = make_task_dir(plan.count, plan.task_bytes)
                 env[WORKER_TASKS_ENV] = tasks
             env[WORKER_NATS_URL_ENV] = url  # not `--cluster URL`: an external one may hold credentials
+            if plan.balance:
+                spread = held_dir(tempfile.gettempdir(), BALANCE_PREFIX)  # 0700: this user's processes only
+                make_loads(spread, plan.count)
+                env[WORKER_BALANCE_ENV] = spread
             args = [sys.executable, "-m", "mma2a.cli", "serve", *plan.argv, "--port", str(port), "--worker"]
             env[WORKER_NATS_ENV] = "embedded" if server is not None else "external"
             where = "embedded nats-server at " + url if server is not None else without_credentials(url)
@@ -202,7 +210,7 @@ class Supervisor:
             hold.close()
             if server is not None:
                 server.stop()
-            for made in (store, tasks):
+            for made in (store, tasks, spread):
                 if made is not None:
                     shutil.rmtree(made, ignore_errors=True)
 

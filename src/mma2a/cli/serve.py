@@ -18,6 +18,7 @@ import typer
 from .root import app, plural
 
 if TYPE_CHECKING:
+    from ..balance import Balance
     from ..cluster.state import HistoryMode
     from ..errors import MMA2AError
     from ..gateway.app import Gateway
@@ -74,6 +75,10 @@ def serve(
         "--pin-cpus/--no-pin-cpus", help="Each worker's event loop on a CPU of its own (one process: the first CPU "
         "it may use), its other threads anywhere. Default: with --workers N when N is every CPU this process may use "
         "(--workers auto)")] = None,
+    balance: Annotated[bool, typer.Option(
+        "--balance/--no-balance", help="With --workers N: a worker holding more connections than another hands it new "
+        "ones, so a few long-lived connections (a load balancer's pool) spread evenly; --no-balance leaves them where "
+        "the kernel's SO_REUSEPORT hash puts them")] = True,
     worker: Annotated[bool, typer.Option("--worker", hidden=True, help="A worker of `serve --workers N`")] = False,
 ) -> None:
     """Run the gateway (A2A 1.0 JSON-RPC, HTTP+JSON, SSE; admin API; /metrics)."""
@@ -81,7 +86,7 @@ def serve(
 
     count = worker_count(workers)
     if count > 1:  # the supervisor: its workers are `mma2a serve --worker` processes; it loads no gateway itself
-        supervise(config, host, port, cluster, log_level, count, pin_cpus)
+        supervise(config, host, port, cluster, log_level, count, pin_cpus, balance)
     from ..cluster import cluster_state
     from ..errors import MMA2AError
     from ..gateway.server import configure_logging, serve as run
@@ -98,7 +103,8 @@ def serve(
         typer.echo(line, err=True)
     cpu = worker_cpu() if worker else own_cpu(pin_cpus)
     try:
-        run(cfg, cluster=hooks, on_ready=lambda gw: ready(gw, cpu, worker), reuse_port=worker)
+        run(cfg, cluster=hooks, on_ready=lambda gw: ready(gw, cpu, worker), reuse_port=worker,
+            balance=worker_balance() if worker else None)
     except ListenError as exc:
         typer.echo(f"error: {exc}; choose another with --port or `listen:` in the config", err=True)
         raise typer.Exit(2) from None
@@ -112,6 +118,17 @@ def worker_cpu() -> str | None:
     from ..supervisor import WORKER_CPU_ENV
 
     return os.environ.get(WORKER_CPU_ENV) or None
+
+
+def worker_balance() -> Balance | None:
+    """This worker's side of the even spread of connections (`mma2a.balance`), when the supervisor set one up."""
+    from ..balance import Balance
+    from ..supervisor import WORKER_BALANCE_ENV, WORKER_INDEX_ENV
+
+    directory = os.environ.get(WORKER_BALANCE_ENV)
+    if not directory:
+        return None
+    return Balance(directory, int(os.environ.get(WORKER_INDEX_ENV, "0")))
 
 
 def own_cpu(pin: bool | None) -> str | None:
@@ -198,7 +215,7 @@ def load_serve_config(config: Path | None, host: str | None, port: int | None, c
 
 
 def supervise(config: Path | None, host: str | None, port: int | None, cluster: str | None, log_level: str,
-              count: int, pin_cpus: bool | None) -> NoReturn:
+              count: int, pin_cpus: bool | None, balance: bool = True) -> NoReturn:
     """`serve --workers N`: the config checked once (a bad one said here, status 2), then this process becomes the
     supervisor (`mma2a.supervisor`: the same pid, none of the gateway's modules), which starts and watches the
     workers until SIGTERM/SIGINT."""
@@ -207,4 +224,4 @@ def supervise(config: Path | None, host: str | None, port: int | None, cluster: 
 
     cfg = load_serve_config(config, host, port, cluster, worker=False)
     argv = [*(["--config", str(config)] if config else []), *(["--host", host] if host else []), "--log-level", log_level]
-    exec_supervisor(plan_of(cfg, count, argv, pin=pin_cpus))
+    exec_supervisor(plan_of(cfg, count, argv, pin=pin_cpus, balance=balance))

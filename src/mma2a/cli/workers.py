@@ -43,10 +43,11 @@ def worker_cpus(count: int, pin: bool | None) -> tuple[int, ...]:
     return tuple(cpus[:count]) if count <= len(cpus) else ()
 
 
-def plan_of(config: GatewayConfig, count: int, argv: Sequence[str], *, pin: bool | None = None) -> Plan:
+def plan_of(config: GatewayConfig, count: int, argv: Sequence[str], *, pin: bool | None = None,
+            balance: bool = True) -> Plan:
     from ..supervisor import Plan
 
-    return Plan(cpus=worker_cpus(count, pin), count=count, argv=tuple(argv), host=config.host, port=config.port,
+    return Plan(cpus=worker_cpus(count, pin), balance=balance, count=count, argv=tuple(argv), host=config.host, port=config.port,
                 nats=config.cluster.nats if config.cluster is not None else None,
                 url_secret_env=config.url_secret_env or None, task_bytes=config.limits.task_bytes,
                 drain_timeout_s=config.faults.drain_timeout_s)

@@ -26,6 +26,7 @@ import orjson
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..balance import Balance
 from ..serving import Server
 from ..tls import ServerTLS
 
@@ -62,8 +63,9 @@ class DrainingServer(Server):
     """
 
     def __init__(self, config: uvicorn.Config, drain: Drain, *, grace_s: float = 0.5, timeout_s: float = 30.0,
-                 on_started: Callable[[], None] | None = None, tls: ServerTLS | None = None) -> None:
-        super().__init__(config, on_started=on_started, tls=tls)
+                 on_started: Callable[[], None] | None = None, tls: ServerTLS | None = None,
+                 balance: Balance | None = None) -> None:
+        super().__init__(config, on_started=on_started, tls=tls, balance=balance)
         self.drain = drain
         self.grace_s = grace_s
         self.drain_timeout_s = timeout_s

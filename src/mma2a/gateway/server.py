@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from ..balance import Balance
 from ..cpus import free_default_executor
 from ..serving import listen_socket, raise_open_files_limit, settle_heap, uvicorn_config
 from ..serving import running as running
@@ -83,12 +84,13 @@ def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
 
 def serve(
     config: GatewayConfig, *, cluster: ClusterHooks | None = None, on_ready: Callable[[Gateway], None] | None = None,
-    reuse_port: bool = False,
+    reuse_port: bool = False, balance: Balance | None = None,
 ) -> None:
     """Run a gateway until SIGINT/SIGTERM (uvicorn finishes in-flight requests first); `cluster` as for `Gateway`.
 
     The listen socket is bound first (a taken port raises `ListenError` before anything
-    starts; with `reuse_port` other worker processes listen on it too); then the gateway starts (agents, rules, cluster: an `MMA2AError` here stops
+    starts; with `reuse_port` other worker processes listen on it too, and `balance` spreads the connections evenly
+    among them: `mma2a.balance`); then the gateway starts (agents, rules, cluster: an `MMA2AError` here stops
     the start, after closing what was opened); `on_ready` runs once connections are served.
     """
     tls = ServerTLS(config.tls, config.base_dir) if config.tls else None  # a bad file: TLSFileError naming it
@@ -108,7 +110,7 @@ def serve(
                 on_ready(gateway)
 
         server = DrainingServer(config_, gateway.drain, timeout_s=config.faults.drain_timeout_s,  # SIGTERM: drain, then close
-                                on_started=started, tls=tls)
+                                on_started=started, tls=tls, balance=balance)
 
         # the app's lifespan, run here so a start error is raised (one line at the CLI), not logged with a traceback
         run = server.serve_between([sock], start=gateway.start, stop=gateway.stop)

@@ -1,0 +1,211 @@
+"""Connections spread evenly among the workers of `mma2a serve --workers N` (`mma2a.balance`): a worker holding more
+connections than a sibling hands it the next one it accepts. Real TCP connections, real worker processes."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import http.client
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mma2a.balance import GONE, Balance, make_loads
+from tests.agents import RecordingExecutor, make_card, run_agent
+
+from .test_workers import banners, serve_workers, until_banners, until_listeners, worker_pids
+
+pytestmark = pytest.mark.timeout(300)
+KEPT = {"server": {"keep_alive_s": 600}}  # the test's connections stay open between its requests, however slow the host
+
+
+@contextlib.contextmanager
+def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A client's connection and the server's side of it, accepted from a real listener."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    with client, server:
+        yield client, server
+
+
+def balances(tmp_path: Path, workers: int = 2) -> list[Balance]:
+    make_loads(str(tmp_path), workers)
+    return [Balance(str(tmp_path), i) for i in range(workers)]
+
+
+def test_a_connection_goes_to_the_sibling_holding_fewer_and_stays_when_alike(tmp_path: Path) -> None:
+    a, b, c = balances(tmp_path, 3)
+    for x in (a, b, c):
+        x.open()
+    a.publish(3)
+    b.publish(1)
+    c.publish(2)
+    assert a.place(3, {}) == 1  # the fewest
+    assert a.place(3, {1: 1}) == 1  # b has one on its way: b and c hold 2 each, the first of the fewest
+    assert a.place(3, {1: 2}) == 2  # two on their way to b: c holds fewest
+    assert a.place(1, {}) is None  # alike: stays
+    assert b.place(1, {}) is None  # b holds fewest: keeps its own
+    c.close()  # closed: says it holds GONE, so nothing goes to it
+    assert a.place(5, {1: 4}) is None  # b would hold as many as a; c is gone
+    for x in (a, b):
+        x.close()
+
+
+def test_a_handed_connection_is_served_by_the_sibling_and_the_client_never_knows(tmp_path: Path) -> None:
+    a, b = balances(tmp_path)
+    a.open()
+    b.open()
+    with tcp_pair() as (client, accepted):
+        assert a.hand(accepted, 1)
+        accepted.close()  # the accepting worker's copy: the connection lives on in b
+        [taken] = b.receive()
+        with taken:
+            client.sendall(b"ping")
+            assert taken.recv(4) == b"ping"
+            taken.sendall(b"pong")
+            assert client.recv(4) == b"pong"
+    assert (a.handed, b.received) == (1, 1)
+    assert b.receive() == []  # nothing more
+    a.close()
+    b.close()
+
+
+def test_what_is_not_a_tcp_connection_is_closed_not_served(tmp_path: Path) -> None:
+    """Anything this user's processes send to a worker's socket: a pipe, a Unix socket: closed on arrival."""
+    a, b = balances(tmp_path)
+    b.open()
+    read, write = os.pipe()
+    unix_a, unix_b = socket.socketpair()
+    with unix_a, unix_b, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as out:
+        out.sendmsg([b"c"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [read, unix_a.fileno()]))], 0,
+                    str(tmp_path / "w1.sock"))
+        os.close(read)
+        unix_a.close()
+        assert b.receive() == []
+        with pytest.raises(BrokenPipeError):  # the received read end was closed: no reader is left
+            os.write(write, b"x")
+        assert unix_b.recv(1) == b""  # the received end was closed: end of file
+    os.close(write)
+    a.close()
+    b.close()
+
+
+def test_a_sibling_gone_keeps_nothing_waiting_and_is_asked_again_once_started_again(tmp_path: Path) -> None:
+    a, _ = balances(tmp_path)
+    a.open()
+    pid = os.fork()
+    if pid == 0:  # a worker that starts and dies without a word (SIGKILL, the OOM killer)
+        Balance(str(tmp_path), 1).open()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert a.place(1, {}) == 1  # it said it holds nothing
+    with tcp_pair() as (client, accepted):
+        assert not a.hand(accepted, 1)  # refused: the accepting worker keeps it
+        assert a.place(1, {}) is None  # and does not ask the dead one again
+        client.sendall(b"still here")
+        assert accepted.recv(10) == b"still here"
+    again = Balance(str(tmp_path), 1)
+    again.open()  # started again: a new generation
+    assert a.place(1, {}) == 1
+    with tcp_pair() as (_, accepted):
+        assert a.hand(accepted, 1)
+    assert len(again.receive()) == 1
+    again.close()
+    a.close()
+
+
+def test_a_worker_not_yet_open_refuses_and_one_closed_is_never_chosen(tmp_path: Path) -> None:
+    a, b = balances(tmp_path)
+    a.open()
+    assert a.place(4, {}) is None  # b has never started (generation 0)
+    b.open()
+    assert a.place(4, {}) == 1
+    b.close()
+    assert a.place(4, {}) is None  # closed: GONE
+    with tcp_pair() as (_, accepted):
+        assert not a.hand(accepted, 1)
+    assert GONE > 1 << 40
+    a.close()
+
+
+def held_by(pids: dict[int, int], port: int) -> dict[int, int]:
+    """How many established connections to 127.0.0.1:`port` each worker (index -> pid) holds."""
+    local = f"0100007F:{port:04X}"
+    inodes = {row.split()[9] for row in Path("/proc/net/tcp").read_text().splitlines()[1:]
+              if row.split()[1] == local and row.split()[3] == "01"}
+    out = {}
+    for index, pid in pids.items():
+        held = 0
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                held += link.startswith("socket:[") and link[8:-1] in inodes
+        out[index] = held
+    return out
+
+
+def answered(connection: http.client.HTTPConnection) -> int:
+    connection.request("GET", "/healthz")
+    response = connection.getresponse()
+    response.read()
+    return response.status
+
+
+async def test_sixteen_connections_opened_one_after_another_are_held_eight_by_each_worker(tmp_path: Path) -> None:
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
+            serve_workers(tmp_path, "echo", agent_url, KEPT) as served:
+        pids = worker_pids(served.log)
+        connections = [http.client.HTTPConnection("127.0.0.1", served.port, timeout=30) for _ in range(16)]
+        try:
+            for c in connections:  # each answered before the next opens: every worker's count said by then
+                assert await asyncio.to_thread(answered, c) == 200
+            assert held_by(pids, served.port) == {0: 8, 1: 8}
+            for c in connections:  # each still served where it is now (kept alive)
+                assert await asyncio.to_thread(answered, c) == 200
+        finally:
+            for c in connections:
+                c.close()
+
+
+async def test_with_a_worker_gone_the_other_serves_every_connection_and_they_spread_once_it_is_back(
+        tmp_path: Path) -> None:
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
+            serve_workers(tmp_path, "echo", agent_url, KEPT) as served:
+        pids = worker_pids(served.log)
+        os.kill(pids[1], signal.SIGKILL)
+        await until_listeners(served.port, 1)  # its socket closed: no connection is put in a dead worker's queue
+        connections = [http.client.HTTPConnection("127.0.0.1", served.port, timeout=30) for _ in range(12)]
+        try:
+            for c in connections[:6]:  # worker 1 gone (or starting again): each still answered
+                assert await asyncio.to_thread(answered, c) == 200
+            await until_banners(served.log, served.proc, 3)  # worker 1 is back and accepting
+            for c in connections[6:]:
+                assert await asyncio.to_thread(answered, c) == 200
+            # whenever it came back, the connections after it evened the two out
+            assert held_by(worker_pids(served.log), served.port) == {0: 6, 1: 6}
+        finally:
+            for c in connections:
+                c.close()
+        assert banners(served.log) == 3
+
+
+async def test_no_balance_leaves_the_spread_to_the_kernel_and_serves_alike(tmp_path: Path) -> None:
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
+            serve_workers(tmp_path, "echo", agent_url, KEPT, args=("--no-balance",)) as served:
+        pids = worker_pids(served.log)
+        for pid in pids.values():
+            assert "MMA2A_WORKER_BALANCE" not in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        connections = [http.client.HTTPConnection("127.0.0.1", served.port, timeout=30) for _ in range(8)]
+        try:
+            for c in connections:
+                assert await asyncio.to_thread(answered, c) == 200
+            assert sum(held_by(pids, served.port).values()) == 8
+        finally:
+            for c in connections:
+                c.close()
