@@ -5,11 +5,12 @@ keys other gateways were rewriting, tests/cluster/test_kv_listings.py), side by 
 Arms, per bucket shape: `keys` (`KeyValue.keys` alone: what `cluster status` counted), `keys+get` (and a `get` of each
 key it lists, one after another, as the catch-up and the push rounds did), `subjects` (`held_keys` alone: what a
 listing that needs no value costs, e.g. the uploads' ids of a recount), `entries` (`held_keys` then `current`: the
-catch-up, the push rounds, `cluster status`). Shapes: N live keys (`cluster status` counting session pins), and N
+catch-up, the push rounds, `cluster status` before session 17 counting pins), `state` (`key_count`: the stream's
+`num_subjects` from one `STREAM.INFO`, delete markers counted as keys: `cluster status` counting pins since). Shapes: N live keys (`cluster status` counting session pins), and N
 delete markers beside two live keys (what the push deliveries bucket held after N deliveries, before a delivery's
 outcome purged its record). Wall and process CPU per listing, mean of `--repeat`.
 
-    .venv/bin/python bench/kv_listing.py [--keys 5000] [--repeat 5] [--json]
+    .venv/bin/python bench/kv_listing.py [--keys 5000] [--repeat 5] [--arms entries,state] [--json]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import nats  # noqa: E402
 from nats.js import api  # noqa: E402
 from nats.js.errors import KeyNotFoundError, NoKeysError  # noqa: E402
 
-from mma2a.cluster.kv_keys import current, held_keys  # noqa: E402
+from mma2a.cluster.kv_keys import current, held_keys, key_count  # noqa: E402
 from mma2a.cluster.server import NatsServer  # noqa: E402
 
 
@@ -64,8 +65,12 @@ async def entries(js: Any, kv: Any, bucket: str) -> int:
     return len(await current(kv, await held_keys(js, bucket)))
 
 
+async def state(js: Any, kv: Any, bucket: str) -> int:
+    return (await key_count(js, bucket))[0]
+
+
 ARMS: dict[str, Callable[[Any, Any, str], Awaitable[int]]] = {
-    "keys": watch_keys, "keys+get": watch, "subjects": subjects, "entries": entries}
+    "keys": watch_keys, "keys+get": watch, "subjects": subjects, "entries": entries, "state": state}
 
 
 async def run(keys: int, repeat: int) -> list[dict[str, Any]]:
@@ -98,8 +103,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--arms", default=",".join(ARMS), help="the arms to run (comma-separated)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    for name in list(ARMS):
+        if name not in args.arms.split(","):
+            del ARMS[name]
     rows = asyncio.run(run(args.keys, args.repeat))
     summary = []
     for shape in ("live", "markers"):

@@ -35,8 +35,8 @@ HTTP/1.1 pipelining: uvicorn stops reading a connection while a request waits be
 flow control), so a client that pipelined and closed went unseen, its connection left in CLOSE_WAIT — the request
 in progress was served (its leg sent once a slot freed) for a client long gone, and the pipelined one routed before
 the close was read. What a client sends behind a request in progress is now read and held, unparsed (`_Pipelined`,
-at most `PIPELINED_HELD` bytes; past that reading pauses, as before), and parsed once the requests ahead are
-answered: its close is seen at once.
+at most `PIPELINED_HELD` bytes; past that reading pauses, as before, and the socket waits for the client's close,
+nothing more read: `hangups.py`), and parsed once the requests ahead are answered: its close is seen at once.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from . import client_link
 from .client_link import ClientLink
+from .hangups import hangups
 
 log = logging.getLogger("mma2a.serving")
 
@@ -257,6 +258,10 @@ class _Lingering:
     def is_closing(self) -> bool:
         return self._lingering or bool(self._t.is_closing())
 
+    def close_now(self) -> None:
+        """Close as at an end of file read: no lingering (the peer is gone)."""
+        self._t.close()
+
     def close(self) -> None:
         self.flush()
         t, proto = self._t, self._proto
@@ -318,10 +323,15 @@ class _Pipelined(ABC):
     """Mixin over uvicorn's HTTP protocols: bytes that arrive behind a request in progress (`_behind`: another
     request waits behind it, or it was read whole and not answered) are held, unparsed, while reading goes on, so a
     client that closes is seen (`connection_lost`) while its requests wait; they are parsed once the requests ahead
-    are answered (`_release`). Past `PIPELINED_HELD` reading pauses (uvicorn's own behaviour)."""
+    are answered (`_release`). Past `PIPELINED_HELD` reading pauses (uvicorn's own behaviour), and the socket waits
+    for the client's close meanwhile, nothing more read (`hangups.py`): a close (or reset) then closes the connection
+    as an end of file read would."""
 
     _held: bytearray | None = None
+    _watched: int | None = None  # the socket waiting in `hangups` for its peer's close
+    _lingering: _Lingering
     flow: Any
+    loop: asyncio.AbstractEventLoop
 
     @abstractmethod
     def _behind(self) -> bool:
@@ -334,11 +344,40 @@ class _Pipelined(ABC):
         held += data
         if len(held) >= PIPELINED_HELD:
             self.flow.pause_reading()
+            self._watch_hangup()
 
     def _read_on(self) -> None:
         """uvicorn paused reading for a pipelined request: read on (into `_hold`) while there is room."""
-        if self.flow.read_paused and (self._held is None or len(self._held) < PIPELINED_HELD):
-            self.flow.resume_reading()
+        if self.flow.read_paused:
+            if self._held is None or len(self._held) < PIPELINED_HELD:
+                self.flow.resume_reading()
+            else:
+                self._watch_hangup()
+
+    def _watch_hangup(self) -> None:
+        watch = hangups(self.loop)
+        sock = self._lingering.get_extra_info("socket")
+        if watch is not None and sock is not None and self._watched is None:
+            self._watched = sock.fileno()
+            watch.watch(self._watched, self._hung_up)
+
+    def _hung_up(self) -> None:
+        """The client closed (or reset) the connection while reading was paused: closed as uvicorn's protocols close
+        it at an end of file read (`eof_received`), what was held dropped; when reading resumed meanwhile, it reads
+        the end itself. Watched again at the next pause."""
+        self._watched = None
+        if self.flow.read_paused:
+            log.info("closing connection from %s: it closed while its pipelined requests waited (%d bytes held)",
+                     getattr(self, "client", None), len(self._held or b""))
+            self._lingering.close_now()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._watched is not None:
+            watch = hangups(self.loop)
+            if watch is not None:
+                watch.forget(self._watched)
+            self._watched = None
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def _release(self) -> None:
         """What was held is parsed once nothing waits ahead of it (after the answer of the request ahead)."""
@@ -392,7 +431,7 @@ class _TimedHttpTools(_Pipelined, _WriteDeadline):
         transport.write(_too_large_431(self.timeouts.max_header_bytes))
         if transport.can_write_eof():
             transport.write_eof()
-            self.loop.call_later(1.0, transport.close)  # type: ignore[attr-defined]
+            self.loop.call_later(1.0, transport.close)
         else:  # TLS: no half-close
             transport.close()
 

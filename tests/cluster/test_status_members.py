@@ -9,9 +9,13 @@ from __future__ import annotations
 import asyncio
 import time
 
+from typing import Any
+
 import nats
 import orjson
+import pytest
 from nats.js import api
+from nats.js.kv import KeyValue
 
 from mma2a.cluster.link import Names
 from mma2a.cluster.server import NatsServer
@@ -48,7 +52,8 @@ async def test_status_lists_every_member_while_their_heartbeats_are_written(nats
 async def test_status_counts_every_agent_modality_and_session_while_they_are_rewritten_and_no_deleted_one(
         nats_server: NatsServer) -> None:
     """The counts of agents, modalities and session pins were read by KV watch too (a few in a hundred wrong while
-    other gateways rewrote them); a deleted key (its marker) is not counted."""
+    other gateways rewrote them); a deleted agent or modality (its marker) is not counted. Sessions are counted as keys
+    from the stream's state: an ended session's marker is one until it ages out (see the next test)."""
     name = cluster_name()
     names = Names(name)
     nc = await nats.connect(nats_server.url)
@@ -68,4 +73,38 @@ async def test_status_counts_every_agent_modality_and_session_while_they_are_rew
                 seen.append((status["agents"], status["modalities"], status["sessions"]))
     finally:
         await nc.close()
-    assert seen == [(3, 2, 4)] * 100
+    assert seen == [(3, 2, 5)] * 100
+
+
+async def test_status_counts_the_session_keys_from_the_streams_state_reading_none_of_them(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cluster status` read every key of the `sessions` bucket (its subjects listed, then each key's entry) to count
+    the pins: 100,000 pins took 12 s. It now counts the keys from the stream's state (`num_subjects`, one
+    `STREAM.INFO`): pins and the markers of ended sessions, each a key until it ages out or is purged, as the bucket
+    holds them against its bound (`sessionsBytes`: its stream's bytes)."""
+    name = cluster_name()
+    bucket = Names(name).bucket("sessions")
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    read: list[str] = []
+    get = KeyValue.get
+
+    async def counted_get(kv: KeyValue, key: str, *args: Any, **kwargs: Any) -> Any:
+        if kv._name == bucket:
+            read.append(key)
+        return await get(kv, key, *args, **kwargs)
+
+    try:
+        kv = await js.create_key_value(config=api.KeyValueConfig(bucket=bucket))
+        for i in range(300):
+            await kv.put(f"c.{i:04d}", b'{"session": "s"}')
+        for i in range(0, 300, 3):
+            await kv.delete(f"c.{i:04d}")  # ended: a marker each
+        await js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.c.0001")  # past a share: nothing left of it
+        monkeypatch.setattr(KeyValue, "get", counted_get)
+        status = await cluster_status(ClusterConfig(nats=nats_server.url, name=name))
+        info = await js.stream_info(f"KV_{bucket}")
+    finally:
+        await nc.close()
+    assert read == []  # before: every one of the 299 keys read
+    assert (status["sessions"], status["sessionsBytes"]) == (299, info.state.bytes)  # 199 pins and 100 markers

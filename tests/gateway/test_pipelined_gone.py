@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mma2a import serving
+from mma2a import deadlines, serving
 from mma2a.deadlines import PIPELINED_HELD
 from tests.gateway.test_client_gone import GONE, metrics, queued, request_of, shed_recorded, tcp_entry, tcp_state
 from tests.gateway.test_overload import ROUTINE, loaded, send, until
@@ -85,3 +85,41 @@ async def test_pipelined_requests_of_a_client_that_stays_are_all_answered_in_ord
         await writer.wait_closed()
     assert executor.started == [("P1", 5), (big, 5), ("P3", 5)]
     assert got.index(b'"done P1"') < got.index(b'"done P2..') < got.index(b'"done P3"')
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+async def test_a_client_that_closes_behind_more_than_the_gateway_holds_is_seen_gone(
+        tmp_path: Path, parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past what the gateway holds of a connection's pipelined requests (`PIPELINED_HELD`, here 1 KiB so that every
+    byte sent is read before the close: a state to wait for) reading pauses; the client's close was then not seen
+    until the requests ahead were answered (its leg sent to the agent for a client long gone). Now the paused socket
+    waits for the close, nothing more read (`mma2a.hangups`): the connection closes as at an end of file."""
+    if parser == "h11":
+        monkeypatch.setattr(serving, "_has", lambda mod: mod != "httptools")
+    monkeypatch.setattr(deadlines, "PIPELINED_HELD", 1024)
+    async with loaded(tmp_path) as (gw, url, executor), httpx.AsyncClient(timeout=60) as http:
+        holder = asyncio.create_task(send(http, url, ROUTINE, "H", 1))
+        await until(lambda: len(executor.started) == 1, "H reaches the agent")
+        host, port = url.removeprefix("http://").split(":")
+        _, writer = await asyncio.open_connection(host, int(port))
+        own = writer.get_extra_info("sockname")[1]
+        writer.write(request_of("jsonrpc", "A"))
+        await writer.drain()
+        await until(lambda: queued(gw) == 1, "A queues")
+        writer.write(request_of("rest", "A2"))  # pipelined behind A
+        await writer.drain()
+        await until(lambda: unread(int(port), own) == 0, "the gateway reads A2")
+        writer.write(request_of("rest", "A3" + "." * 4096))  # behind A2, past what is held: reading pauses
+        await writer.drain()
+        await until(lambda: unread(int(port), own) == 0, "the gateway reads A3 (then pauses)")
+        writer.close()
+        await writer.wait_closed()
+        await until(lambda: queued(gw) == 0, "A's leg leaves the queue as its client goes")  # before: never
+        await until(lambda: tcp_state(own, int(port)) in ("06", None), "the gateway closes the connection")
+        second = asyncio.create_task(send(http, url, ROUTINE, "B", 5))
+        await until(lambda: queued(gw) == 1, "B queues")
+        executor.go.release()
+        executor.go.release()
+        answers = [await holder, await second]
+        assert [a.json()["result"]["task"]["status"]["state"] for a in answers] == ["TASK_STATE_COMPLETED"] * 2
+        assert executor.started == [("H", 1), ("B", 5)]

@@ -18,7 +18,8 @@ def _render(st: dict[str, Any]) -> str:
     lines = [
         f"cluster {st['cluster']} on {st['nats']}: rules revision {st['rulesRevision']}, mode {st['mode'] or 'native'}, "
         f"{plural(st['agents'], 'agent')}, {plural(st['modalities'], 'custom modality', 'custom modalities')}, "
-        f"{plural(st['sessions'], 'pinned session')}",
+        f"{plural(st['sessions'], 'session key')} ({st.get('sessionsBytes', 0)} bytes: pins, and ended sessions' "
+        "markers until they age out)",
     ]
     gws = st["gateways"]
     if not gws:

@@ -59,6 +59,18 @@ async def stream_subjects(js: Any, stream: str, subjects_filter: str) -> list[st
         offset += max(1, len(page) - 1)  # the next page starts at this one's last subject
 
 
+async def key_count(js: Any, bucket: str) -> tuple[int, int]:
+    """How many keys `bucket` holds a message for (a value, or the marker a delete or purge left: a KV stream holds one
+    subject a key) and the bytes its stream holds, from one `STREAM.INFO` (the stream's `num_subjects`, which nats-py's
+    `stream_info` leaves out), whatever the keys' number; (0, 0) when the bucket does not exist."""
+    try:
+        resp = await js._api_request(f"{js._prefix}.STREAM.INFO.KV_{bucket}", b"{}", timeout=js._timeout)
+    except NotFoundError:
+        return 0, 0
+    state = resp.get("state") or {}
+    return int(state.get("num_subjects") or 0), int(state.get("bytes") or 0)
+
+
 async def _page(js: Any, stream: str, subjects_filter: str, offset: int) -> tuple[list[str], int]:
     """One `STREAM.INFO` answer: its subjects from `offset` on, sorted, and how many match in all. nats-py's
     `stream_info` sends no offset, nor returns the total: the request goes through its JetStream API call."""
