@@ -232,7 +232,7 @@ def test_the_running_byte_total_matches_the_rows_through_writes_prunes_sharing_a
     assert a.prune(now) == 60  # every a-row is past the age
     assert a.stats()["bytes"] == _sum_of_sizes(a) and a.stats()["decisions"] == 20
     budget = a.stats()["bytes"] // 2
-    small = HistoryStore(path, max_age_s=3600, max_bytes=budget)
+    small = HistoryStore(path, max_age_s=3600, max_bytes=budget, max_bytes_per_client=budget)  # the whole bound
     assert small.prune(now) > 0
     assert _sum_of_sizes(small) <= budget * 0.9 and small.stats()["bytes"] == _sum_of_sizes(small)
     left, _ = small.query(HistoryFilter(limit=100))
@@ -395,7 +395,8 @@ COMMIT;
     store.close()
     store = HistoryStore(path, max_age_s=3600)
     assert "digest" in {r[1] for r in store._read("PRAGMA table_info(shapes)", ())}
-    store.write([to_row(record("new", now, agent="agent1"))])
+    # shapes from before are everyone's (no sender): a decision without a sender finds its own among them
+    store.write([to_row(record("new", now, agent="agent1"))._replace(sender=None)])
     assert store._read("SELECT COUNT(*) FROM shapes", ()) == [(3,)]  # the new decision found its shape
     got, _ = store.query(HistoryFilter(agent="agent1"))
     assert [d["messageId"] for d in got] == ["new", "m4", "m1"]
@@ -419,6 +420,7 @@ def test_a_file_from_before_spans_is_brought_to_them_on_opening(tmp_path):
 BEGIN;
 DROP TABLE spans;
 DROP TABLE span_keys;
+DROP INDEX shapes_last;
 ALTER TABLE shapes DROP COLUMN last_id;
 CREATE INDEX decisions_ts ON decisions(ts);
 CREATE INDEX decisions_sender ON decisions(sender, id);
@@ -512,7 +514,9 @@ def test_one_clients_decisions_past_its_share_evict_only_its_own(tmp_path):
 
 
 def _sizes_by_sender(store):
-    return dict(store._writer.execute("SELECT sender, SUM(size) FROM decisions WHERE sender IS NOT NULL GROUP BY sender"))
+    """Each sender's decisions and shapes (a shape is its sender's: S17-1)."""
+    return dict(store._writer.execute("SELECT sender, SUM(size) FROM (SELECT sender, size FROM decisions UNION ALL "
+                                      "SELECT sender, size FROM shapes) WHERE sender IS NOT NULL GROUP BY sender"))
 
 
 def test_a_share_larger_than_the_whole_is_refused_naming_both():

@@ -6,7 +6,8 @@ need to skip rows is kept per *span* instead (about `SPAN_ROWS` consecutive deci
 few of the writer's batches): its id range, its time range, and its keys — the filter tags of its
 shapes, its senders and its outcomes. A query walks the spans that may hold a match, newest
 first, and reads only their rows (a range of ids); a shape keeps the id of its newest decision,
-so pruning knows when a shape goes.
+so pruning knows when a shape goes, and is counted there. A shape is its sender's (decisions of two
+clients never share one), so a client's shapes count in its share and go with its decisions.
 
 The file is opened in WAL mode, so queries read while the writer thread commits. Writes
 come in batches (one transaction, multi-row statements); queries page by keyset (`id < cursor`),
@@ -32,8 +33,9 @@ from .record import Row, Shape, base_modality, merge_parts, shape_tags, split_pa
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS shapes (
   id INTEGER PRIMARY KEY, digest INTEGER NOT NULL, parts BLOB NOT NULL, size INTEGER NOT NULL,
-  last_id INTEGER NOT NULL DEFAULT 0);
+  last_id INTEGER NOT NULL DEFAULT 0, sender TEXT);
 CREATE INDEX IF NOT EXISTS shapes_digest ON shapes(digest);
+CREATE INDEX IF NOT EXISTS shapes_last ON shapes(last_id);
 CREATE TABLE IF NOT EXISTS shape_tags (
   kind TEXT NOT NULL, value TEXT NOT NULL, shape INTEGER NOT NULL, PRIMARY KEY (kind, value, shape)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS decisions (
@@ -102,7 +104,7 @@ def shape_bytes(shape: Shape) -> int:
 
 _INSERT_DECISIONS = ("INSERT INTO decisions (id, message_id, ts, sender, outcome, error, latency_ms, shape, detail, "
                      "receivers, size)")
-_INSERT_SHAPES = "INSERT INTO shapes (id, digest, parts, size)"
+_INSERT_SHAPES = "INSERT INTO shapes (id, digest, parts, size, sender)"
 _INSERT_SHAPE_TAGS = "INSERT OR IGNORE INTO shape_tags (kind, value, shape)"
 _INSERT_SPAN_KEYS = "INSERT OR IGNORE INTO span_keys (span, kind, value)"
 _INSERT_MINUTES = "INSERT INTO minutes (kind, value, minute, n, latency_sum, latency_max)"
@@ -137,21 +139,28 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]
     """Insert decisions with the given ids inside the caller's transaction, their shapes first if new; returns
     the bytes they add to the running total and the batch's shapes by id.
 
+    A shape is its sender's (decisions without a sender share theirs): its bytes count in its sender's share, and
+    it goes with its sender's decisions when they are pruned, so a client's decisions of new shapes each (parts of
+    media types of its choosing: ~45 KB a decision of 64 parts, its row ~200 B) count against its own share, never
+    the whole file's alone (docs/security.md S17-1).
+
     Shape ids are looked up afresh in every transaction, never remembered across them (another
     writer on the file may have pruned a shape since): the batch's distinct shapes are read by
     multi-row `IN` lookups, and the new ones inserted with their filter rows by multi-row
     statements, so a batch of unalike decisions costs a few statements, not a few per decision."""
-    distinct: dict[bytes, Shape] = {}
+    distinct: dict[tuple[str | None, bytes], Shape] = {}
     for r in rows:
-        distinct.setdefault(r.shape.parts_json, r.shape)
+        distinct.setdefault((r.sender, r.shape.parts_json), r.shape)
     keys = list(distinct)
-    digests = [shape_digest(k) for k in keys]
-    shape_ids: dict[bytes, int] = {}
+    digests = [shape_digest(parts, sender) for sender, parts in keys]
+    shape_ids: dict[tuple[str | None, bytes], int] = {}
     for start in range(0, len(keys), _CHUNK):
         chunk = digests[start:start + _CHUNK]
-        shape_ids.update((parts, sid) for sid, parts in db.execute(
-            f"SELECT id, parts FROM shapes WHERE digest IN ({', '.join('?' * len(chunk))})", chunk) if parts in distinct)
+        shape_ids.update(((sender, parts), sid) for sid, parts, sender in db.execute(
+            f"SELECT id, parts, sender FROM shapes WHERE digest IN ({', '.join('?' * len(chunk))})", chunk)
+            if (sender, parts) in distinct)
     added = 0
+    by_sender: dict[str, int] = {}
     new = [(k, d) for k, d in zip(keys, digests, strict=True) if k not in shape_ids]
     if new:
         first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM shapes").fetchone()[0]
@@ -160,12 +169,13 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]
         for sid, (key, digest) in enumerate(new, first):
             size = shape_bytes(distinct[key])
             added += size
+            if key[0] is not None:
+                by_sender[key[0]] = by_sender.get(key[0], 0) + size
             shape_ids[key] = sid
-            values += (sid, digest, key, size)
+            values += (sid, digest, key[1], size, key[0])
             tags += [x for kind, value in distinct[key].tags for x in (kind, value, sid)]
-        _insert(db, _INSERT_SHAPES, 4, values)
+        _insert(db, _INSERT_SHAPES, 5, values)
         _insert(db, _INSERT_SHAPE_TAGS, 3, tags)
-    by_sender: dict[str, int] = {}
     for start in range(0, len(rows), _CHUNK):  # flattened a chunk at a time, between the inserts
         values = []
         for i, (mid, ts, sender, outcome, error, latency, shape, detail, receivers) in zip(
@@ -174,7 +184,8 @@ def _insert_rows(db: sqlite3.Connection, rows: Sequence[Row], ids: Sequence[int]
             added += size
             if sender is not None:
                 by_sender[sender] = by_sender.get(sender, 0) + size
-            values += (i, mid, ts, sender, outcome, error, latency, shape_ids[shape.parts_json], detail, receivers, size)
+            values += (i, mid, ts, sender, outcome, error, latency, shape_ids[(sender, shape.parts_json)], detail,
+                       receivers, size)
         _insert(db, _INSERT_DECISIONS, 11, values)
     _insert(db, _INSERT_SENDERS, 2, [x for item in by_sender.items() for x in item], _ON_SENDER)
     return added, {shape_ids[k]: s for k, s in distinct.items()}
@@ -226,9 +237,11 @@ def _add_span(db: sqlite3.Connection, first: int, last: int, ts_min: float, ts_m
     _insert(db, _INSERT_SPAN_KEYS, 3, [x for kind, value in keys for x in (first, kind, value)])
 
 
-def shape_digest(parts_json: bytes) -> int:
-    """What shapes are looked up by: 8 bytes of BLAKE2b (an index of those, not of the JSON; equal JSON confirms)."""
-    return int.from_bytes(hashlib.blake2b(parts_json, digest_size=8).digest(), "big", signed=True)
+def shape_digest(parts_json: bytes, sender: str | None = None) -> int:
+    """What shapes are looked up by: 8 bytes of BLAKE2b of the JSON and its sender (an index of those, not of the
+    JSON; equal JSON and sender confirm). A shape without a sender's is the JSON's alone, as before shapes had one."""
+    data = parts_json if sender is None else sender.encode("utf-8", "surrogatepass") + b"\x00" + parts_json
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big", signed=True)
 
 
 def _statements(script: str) -> list[str]:
@@ -298,14 +311,19 @@ class HistoryStore:
                     self._add_digests()
                 elif columns and "last_id" not in columns:
                     db.execute("ALTER TABLE shapes ADD COLUMN last_id INTEGER NOT NULL DEFAULT 0")
+                if columns and "sender" not in {r[1] for r in db.execute("PRAGMA table_info(shapes)")}:
+                    # a file from before shapes were their senders': its shapes stay everyone's (no sender), go
+                    # with the oldest-first prune as before, and count in no share; new ones are their sender's
+                    db.execute("ALTER TABLE shapes ADD COLUMN sender TEXT")
                 for statement in _statements(SCHEMA):
                     db.execute(statement)
             if not had_spans:
                 self._add_spans()
             if not had_senders:  # a file from before per-client shares: each sender's bytes counted once
                 db.execute("DELETE FROM senders")
-                db.execute("INSERT INTO senders (sender, bytes) SELECT sender, SUM(size) FROM decisions "
-                           "WHERE sender IS NOT NULL GROUP BY sender")
+                db.execute("INSERT INTO senders (sender, bytes) SELECT sender, SUM(size) FROM (SELECT sender, size "
+                           "FROM decisions UNION ALL SELECT sender, size FROM shapes) WHERE sender IS NOT NULL "
+                           "GROUP BY sender")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -421,31 +439,47 @@ class HistoryStore:
         return self.prune_senders() + self._prune(now)
 
     def prune_senders(self) -> int:
-        """Delete the oldest decisions of every sender whose decisions count more than `max_bytes_per_client`, until
-        they fit in 90% of it; returns how many. So one client's traffic evicts its own oldest decisions, never
-        another's (the global bound, `_prune`, then applies to what is left)."""
+        """Delete the oldest decisions of every sender whose decisions and shapes count more than
+        `max_bytes_per_client`, until they fit in 90% of it; returns how many. So one client's traffic evicts its own
+        oldest decisions, never another's (the global bound, `_prune`, then applies to what is left). A shape of the
+        sender's goes with its newest decision (each is counted there, in the order the decisions go)."""
         db = self._writer
         over = db.execute("SELECT sender, bytes FROM senders WHERE bytes > ?", (self.max_bytes_per_client,)).fetchall()
         removed = 0
         for sender, held in over:
             db.execute("BEGIN IMMEDIATE")
             try:
-                row = db.execute(  # the sender's own rows, oldest first, until enough of them have gone
-                    "SELECT id, gone FROM (SELECT id, SUM(size) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) AS gone "
-                    "FROM decisions WHERE sender = ?) WHERE gone >= ? LIMIT 1",
+                row = db.execute(  # the sender's own rows (and shapes), oldest first, until enough of them have gone
+                    "SELECT id FROM (SELECT d.id, SUM(d.size + COALESCE(s.size, 0)) OVER (ORDER BY d.id ROWS UNBOUNDED "
+                    "PRECEDING) AS gone FROM decisions d LEFT JOIN shapes s ON s.last_id = d.id AND s.sender = d.sender "
+                    "WHERE d.sender = ?) WHERE gone >= ? LIMIT 1",
                     (sender, held - int(self.max_bytes_per_client * 0.9))).fetchone()
                 if row is not None:
-                    cut, gone = row
-                    removed += db.execute("DELETE FROM decisions WHERE id <= ? AND sender = ?", (cut, sender)).rowcount
+                    cut = row[0]
+                    sizes = db.execute("DELETE FROM decisions WHERE id <= ? AND sender = ? RETURNING size",
+                                       (cut, sender)).fetchall()
+                    removed += len(sizes)
+                    gone = sum(size for size, in sizes) + self._drop_shapes(
+                        "sender = ? AND last_id <= ?", (sender, cut))
                     db.execute("UPDATE senders SET bytes = bytes - ? WHERE sender = ?", (gone, sender))
                     db.execute("UPDATE meta SET value = value - ? WHERE key = 'bytes'", (gone,))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        # a shape whose decisions all went stays until the oldest-first prune passes its newest one (it is counted
-        # once, as a shape is); so do the spans' keys (a query reads a span's rows anyway)
+        # the spans' keys stay (a query reads a span's rows anyway)
         return removed
+
+    def _drop_shapes(self, where: str, params: Sequence[Any]) -> int:
+        """Delete the shapes `where` selects, with their filter rows (inside the caller's transaction); their bytes."""
+        db = self._writer
+        gone = 0
+        for sid, parts, size in db.execute(f"DELETE FROM shapes WHERE {where} RETURNING id, parts, size",
+                                           params).fetchall():
+            db.executemany("DELETE FROM shape_tags WHERE kind = ? AND value = ? AND shape = ?",
+                           [(kind, value, sid) for kind, value in shape_tags(orjson.loads(parts))])
+            gone += size
+        return gone
 
     def _prune(self, now: float) -> int:
         """Delete decisions older than `max_age_s`, then the oldest until the rest fit `max_bytes`; returns how many.
@@ -469,30 +503,37 @@ class HistoryStore:
                 cut = db.execute("SELECT MAX(id) FROM decisions WHERE id BETWEEN ? AND ? AND ts < ?",
                                  (*span, cutoff)).fetchone()[0]
             gone = 0
-            if cut is not None:
-                gone = db.execute("SELECT COALESCE(SUM(size), 0) FROM decisions WHERE id <= ?", (cut,)).fetchone()[0]
-            if total - gone > self.max_bytes:  # keep the newest rows that fit in 90% of the budget
-                row = db.execute(
-                    "SELECT id, gone FROM (SELECT id, SUM(size) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) AS gone "
-                    "FROM decisions WHERE id > ?) WHERE gone >= ? LIMIT 1",
+            if cut is not None:  # the decisions and the shapes whose newest decision is one of them
+                gone = db.execute("SELECT COALESCE(SUM(size), 0) FROM decisions WHERE id <= ?", (cut,)).fetchone()[0] \
+                    + db.execute("SELECT COALESCE(SUM(size), 0) FROM shapes WHERE last_id BETWEEN 1 AND ?",
+                                 (cut,)).fetchone()[0]
+            if total - gone > self.max_bytes:  # keep the newest rows that fit in 90% of the budget (a shape counted
+                row = db.execute(  # with its newest decision: it goes with it)
+                    "SELECT id FROM (SELECT d.id, SUM(d.size + COALESCE(s.size, 0)) OVER (ORDER BY d.id ROWS UNBOUNDED "
+                    "PRECEDING) AS gone FROM decisions d LEFT JOIN shapes s ON s.last_id = d.id WHERE d.id > ?) "
+                    "WHERE gone >= ? LIMIT 1",
                     (cut or 0, total - gone - int(self.max_bytes * 0.9))).fetchone()
                 if row is not None:
-                    cut, gone = row[0], gone + row[1]
+                    cut = row[0]
             removed = 0
             if cut is not None:
-                db.executemany("UPDATE senders SET bytes = bytes - ? WHERE sender = ?", db.execute(
-                    "SELECT SUM(size), sender FROM decisions WHERE id <= ? AND sender IS NOT NULL GROUP BY sender",
-                    (cut,)).fetchall())
-                db.execute("DELETE FROM senders WHERE bytes <= 0")
+                held = dict(db.execute("SELECT sender, SUM(size) FROM decisions WHERE id <= ? AND sender IS NOT NULL "
+                                       "GROUP BY sender", (cut,)).fetchall())
+                gone = db.execute("SELECT COALESCE(SUM(size), 0) FROM decisions WHERE id <= ?", (cut,)).fetchone()[0]
                 shapes = [r[0] for r in db.execute("SELECT DISTINCT shape FROM decisions WHERE id <= ?", (cut,))]
                 removed = db.execute("DELETE FROM decisions WHERE id <= ?", (cut,)).rowcount
                 for shape in shapes:  # shapes whose newest decision went go too, their filter rows by key
-                    found = db.execute("DELETE FROM shapes WHERE id = ? AND last_id <= ? RETURNING parts, size",
+                    found = db.execute("DELETE FROM shapes WHERE id = ? AND last_id <= ? RETURNING parts, size, sender",
                                        (shape, cut)).fetchone()
                     if found is not None:
                         db.executemany("DELETE FROM shape_tags WHERE kind = ? AND value = ? AND shape = ?",
                                        [(kind, value, shape) for kind, value in shape_tags(orjson.loads(found[0]))])
                         gone += found[1]
+                        if found[2] is not None:
+                            held[found[2]] = held.get(found[2], 0) + found[1]
+                db.executemany("UPDATE senders SET bytes = bytes - ? WHERE sender = ?",
+                               [(size, sender) for sender, size in held.items()])
+                db.execute("DELETE FROM senders WHERE bytes <= 0")
                 db.execute("UPDATE meta SET value = value - ? WHERE key = 'bytes'", (gone,))
                 whole = db.execute("SELECT MAX(first_id) FROM spans WHERE last_id <= ?", (cut,)).fetchone()[0]
                 if whole is not None:

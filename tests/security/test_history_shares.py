@@ -1,0 +1,72 @@
+"""The decision history's bounds hold against one client (docs/security.md S17-1): `history.max_bytes` and each
+client's share of it (`max_bytes_per_client`) count everything a client's decisions put in the file, the shapes
+(their parts' routes, media types of the client's choosing) as well as the rows."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from tests.security.conftest import API_KEY, TOKEN, bearer, secured, send_body
+
+MAX_BYTES = 2_000_000
+SHARE = 500_000
+
+
+def _sizes(store) -> tuple[int, dict[str, int]]:
+    """The file's bytes as the rows and shapes count them, and each sender's."""
+    db = store._writer
+    total = db.execute("SELECT (SELECT COALESCE(SUM(size), 0) FROM decisions) + "
+                       "(SELECT COALESCE(SUM(size), 0) FROM shapes)").fetchone()[0]
+    shapes = "SELECT sender, size FROM shapes" if "sender" in {r[1] for r in db.execute("PRAGMA table_info(shapes)")} \
+        else "SELECT NULL, 0"  # before S17-1 a shape was no sender's
+    by_sender = dict(db.execute(f"SELECT sender, SUM(size) FROM (SELECT sender, size FROM decisions UNION ALL {shapes}) "
+                                "WHERE sender IS NOT NULL GROUP BY sender"))
+    return total, by_sender
+
+
+async def test_a_clients_decisions_of_new_shapes_each_count_in_its_share_and_the_file_stays_bounded(tmp_path,
+                                                                                                   monkeypatch):
+    """Bob's 120 messages of 64 text parts, each part of a media type of his own (`text/plain; n=…`, 200 characters):
+    each decision is a new shape of ~45 KB, its row ~200 B. Before: only the rows counted in his share (24 KB of
+    500 KB), the shapes in the file's total alone, which no prune could bring down (the oldest-first prune reads the
+    rows' sizes): the file held 5.4 MB against a `max_bytes` of 2 MB and grew on at his rate, ~6 MB a second on this
+    host, until `max_age_s` (7 days). Now his shapes count in his share: a prune leaves him within it, the file within
+    `max_bytes`, and alice's decisions every one."""
+    monkeypatch.setenv("TEST_BOB_KEY", API_KEY)
+    extra = {"data_dir": str(tmp_path / "data"),
+             "history": {"max_bytes": MAX_BYTES, "max_bytes_per_client": SHARE}}
+    async with secured(extra, monkeypatch=monkeypatch, names=("text",)) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            for i in range(10):
+                r = await c.post(url + "/", json=send_body(f"alice-{i}"), headers=bearer(TOKEN))
+                assert r.status_code == 200 and "result" in r.json(), r.text
+
+            async def bobs(k: int) -> None:
+                for j in range(k * 30, (k + 1) * 30):
+                    parts = [{"text": "x", "mediaType": f"text/plain; n={'b' * 180}{j}.{i}"} for i in range(64)]
+                    r = await c.post(url + "/", json=send_body(f"bob-{j}", parts),
+                                     headers={"X-API-Key": API_KEY, "A2A-Version": "1.0"})
+                    assert r.status_code == 200 and "result" in r.json(), r.text[:300]
+
+            await asyncio.gather(*(bobs(k) for k in range(4)))
+        store = gw.history.store
+        assert await asyncio.to_thread(gw.history.flush, 30)
+        total, by_sender = _sizes(store)
+        assert total > 2 * MAX_BYTES  # bob's 120 decisions hold ~5 MB: past the file's bound
+        assert store.stats()["bytes"] == total and store.stats()["decisions"] == 130
+        await asyncio.to_thread(store.prune, time.time())  # what the writer process runs every prune_interval_s
+        total, by_sender = _sizes(store)
+        assert store.stats()["bytes"] == total <= MAX_BYTES
+        assert 0 < by_sender["bob"] <= SHARE * 0.9
+        held = dict(store._writer.execute("SELECT sender, bytes FROM senders"))
+        assert held == by_sender  # each running total is what the file holds of that client
+        alice = [r[0] for r in store._writer.execute("SELECT message_id FROM decisions WHERE sender = 'alice'")]
+        assert sorted(alice) == sorted(f"alice-{i}" for i in range(10))
+        newest = store._writer.execute("SELECT message_id FROM decisions WHERE sender = 'bob' ORDER BY id DESC "
+                                       "LIMIT 1").fetchone()[0]
+        assert newest.startswith("bob-")
+        orphans = store._writer.execute("SELECT COUNT(*) FROM shapes WHERE id NOT IN (SELECT shape FROM decisions)")
+        assert orphans.fetchone()[0] == 0  # every shape of his that lost its decisions went with them
