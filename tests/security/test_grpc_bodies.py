@@ -238,3 +238,46 @@ async def test_a_small_request_of_many_free_form_values_is_converted_in_the_work
         worker = gw._body_parser.worker_pid
     assert served.HasField("task") and few.HasField("task") and worker is not None
     assert len(on_loop) == 1 and on_loop[0] < 1000, on_loop  # m-few's alone (before: m-many's 80 KB too)
+
+
+async def test_a_request_of_many_parts_or_repeated_values_is_parsed_and_converted_in_the_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security round S17-2: a gRPC SendMessage within the inline size (1 MiB) was parsed (`FromString`) and converted
+    (`struct_fields` walked its parts in Python, then `MessageToDict`) on the loop, and its repeated fields counted for
+    nothing: 1 MiB of empty parts (2 bytes each, 524,288) held every client for seconds (at load 21: parse 195 ms,
+    `struct_fields` 3.9 s, `MessageToDict` 8.1 s), 1 MiB of empty extensions 0.6 s. Now a request past
+    `INLINE_GRPC_BYTES` is parsed in the worker, and one of more than `INLINE_SDK_REPEATED` repeated elements is
+    converted there; each is answered as before (the pipeline's part limit, or served)."""
+    from mma2a.gateway.bindings import sdk_binding
+    from mma2a.gateway.bindings.body_parser import INLINE_GRPC_BYTES, JSONBodyParser
+
+    on_loop: list[int] = []
+    real = sdk_binding._request_json
+
+    def recording(params: SendMessageRequest) -> Any:
+        on_loop.append(params.ByteSize())
+        return real(params)
+
+    to_worker: list[int] = []
+    read = JSONBodyParser.read_send_proto_answer
+
+    async def sent(self: JSONBodyParser, body: bytes, **kw: Any) -> Any:
+        to_worker.append(len(body))
+        return await read(self, body, **kw)
+
+    monkeypatch.setattr(sdk_binding, "_request_json", recording)
+    monkeypatch.setattr(JSONBodyParser, "read_send_proto_answer", sent)
+    parts = request("m-parts", parts=[a2a_pb2.Part() for _ in range(20_000)])  # 40 KB: parsed on the loop
+    huge = request("m-huge", parts=[a2a_pb2.Part() for _ in range(300_000)])  # 600 KB: parsed in the worker
+    extensions = request("m-ext", parts=[a2a_pb2.Part(text="hi")])
+    extensions.message.extensions.extend([""] * 20_000)
+    assert parts.ByteSize() < INLINE_GRPC_BYTES < huge.ByteSize() < INLINE_PARSE_BYTES
+    async with grpc_gateway({}) as (gw, _, port, _executor):
+        refused = [await _refused("127.0.0.1", port, r) for r in (parts, huge)]
+        served = await _send("127.0.0.1", port, extensions)
+        few = await _send("127.0.0.1", port, request("m-few", parts=[a2a_pb2.Part(text="hi")]))
+    for exc, n in zip(refused, (20_000, 300_000)):
+        assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT and f"{n} parts" in exc.details(), exc.details()
+    assert served.HasField("task") and few.HasField("task")
+    assert len(on_loop) == 1 and on_loop[0] < 1000, on_loop  # m-few's alone (before: all four)
+    assert sorted(to_worker) == sorted([parts.ByteSize(), huge.ByteSize(), extensions.ByteSize()])

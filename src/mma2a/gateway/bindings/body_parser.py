@@ -66,6 +66,16 @@ INLINE_SDK_STRUCT_BYTES = 8192
 configuration; 4 bytes an empty value) converted by `MessageToDict` on the loop (~3.4 us a value: 1 MiB of empty
 structs, a gRPC SendMessage within every bound, held every client 0.9 s); more is converted in the worker."""
 
+INLINE_SDK_REPEATED = 256
+"""The most elements of a protobuf request's repeated fields (`sdk_requests.repeated_elements`: parts, extensions,
+reference task ids, accepted output modes) converted by `MessageToDict` on the loop (~5 us an empty part; a message
+has at most `limits.max_parts`, 64 by default); more are converted in the worker."""
+
+INLINE_GRPC_BYTES = 64 * 1024
+"""The largest gRPC SendMessage request parsed on the loop (`FromString`, C, but an element at a time: 1 MiB of empty
+parts, 524,288, took 195 ms at load 21); a larger one is parsed in the worker, with its conversion
+(`read_send_proto_answer`)."""
+
 read_ahead: ContextVar[tuple[Any, ...] | None] = ContextVar("mma2a_read_ahead", default=None)
 """The answer (`sdk_requests.read_send_body_as_data`'s form) of the SendMessage request a gRPC call or a large
 JSON-RPC body carries, read in the worker before the SDK's servicer or dispatcher runs: the handler takes it (once)

@@ -39,7 +39,7 @@ from ..access.peers import TrustedProxies, address_key, current_address, peer_ho
 from ..access.security import AccessControl, BodiesBusy, retry_after
 from ..downstream.overload import client_deadline, shed_note
 from ..downstream.service_params import activated_extensions, read_extensions, requested_extensions
-from .body_parser import JSONBodyParser, read_ahead
+from .body_parser import INLINE_GRPC_BYTES, JSONBodyParser, read_ahead
 
 A2A_SERVICE: descriptor.ServiceDescriptor = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
 
@@ -62,8 +62,8 @@ JSONRPC_TWINS: Mapping[str, str] = {
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 READ_AHEAD_METHODS = frozenset(f"/{A2A_SERVICE.full_name}/{m}" for m in ("SendMessage", "SendStreamingMessage"))
-"""The methods whose request reaches the door as bytes (no deserializer) and is parsed there: inline up to the body
-parser's inline size, past it in the JSON body worker, which also makes the pipeline's JSON of it (`read_ahead`)."""
+"""The methods whose request reaches the door as bytes (no deserializer) and is parsed there: inline up to
+`body_parser.INLINE_GRPC_BYTES`, past it in the JSON body worker, which also makes the pipeline's JSON of it (`read_ahead`)."""
 
 
 def method_access(jsonrpc: Mapping[str, RouteAccess], *, service: descriptor.ServiceDescriptor = A2A_SERVICE,
@@ -324,14 +324,14 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def _parse(self, data: bytes, parse: Callable[[bytes], Message], caller: str
                      ) -> tuple[Message, tuple[Any, ...] | None]:
-        """A request that arrived as bytes: parsed on the loop up to the body parser's inline size (as grpc would have
-        parsed it, its `DecodeError` raised as grpc's), past it in the JSON body worker, which also reads it into the
-        pipeline's JSON (`sdk_requests.read_send_proto_as_data`). That request is returned as the servicer needs it
-        (its tenant alone; the handler takes the rest from `read_ahead`), with the worker's answer."""
+        """A request that arrived as bytes: parsed on the loop up to `INLINE_GRPC_BYTES` (as grpc would have parsed it,
+        its `DecodeError` raised as grpc's), past it in the JSON body worker, which also reads it into the pipeline's
+        JSON (`sdk_requests.read_send_proto_as_data`). That request is returned as the servicer needs it (its tenant
+        alone; the handler takes the rest from `read_ahead`), with the worker's answer."""
         assert self.bodies is not None
-        if len(data) <= self.bodies.inline_bytes:
+        if len(data) <= self.bodies.inline_bytes and len(data) <= INLINE_GRPC_BYTES:
             return parse(data), None
-        tenant, answer = await self.bodies.read_send_proto_answer(data, caller=caller)  # (in the caller's queue)
+        tenant, answer = await self.bodies.read_send_proto_answer(data, many=True, caller=caller)  # (its caller's queue)
         if not answer[0] and answer[1] == "DecodeError":
             raise_refusal(answer)
         return SendMessageRequest(tenant=tenant), answer

@@ -88,13 +88,13 @@ from ...sdk_answers import (
     convert,
     many_values,
 )
-from ...sdk_requests import check_required, raise_refusal, send_request_json, struct_fields
+from ...sdk_requests import check_required, raise_refusal, repeated_elements, send_request_json, struct_fields
 from ..access.clients import current_client
 from ..access.federation import check_listing
 from ..access.security import AccessControl, retry_after
 from ..downstream.overload import note_shed
 from ..pipeline import Pipeline
-from .body_parser import INLINE_SDK_STRUCT_BYTES, JSONBodyParser, read_ahead
+from .body_parser import INLINE_SDK_REPEATED, INLINE_SDK_STRUCT_BYTES, JSONBodyParser, read_ahead
 from .listing import list_tasks
 
 _Proto = TypeVar("_Proto", Message, Task, TaskPushNotificationConfig, ListTasksResponse, StreamResponse)
@@ -779,9 +779,10 @@ class PipelineRequestHandler(RequestHandler):
         answer = read_ahead.get()
         if answer is not None:
             read_ahead.set(None)  # taken once
-        elif self.bodies is None or (size := params.ByteSize()) <= INLINE_SDK_STRUCT_BYTES or (
-                size <= self.bodies.inline_bytes and sum(n for _, n in struct_fields(params)) <= INLINE_SDK_STRUCT_BYTES):
-            return _request_json(params)  # (many free-form values, however small: converted in the worker, S16-2)
+        elif self.bodies is None or repeated_elements(params) <= INLINE_SDK_REPEATED and (
+                (size := params.ByteSize()) <= INLINE_SDK_STRUCT_BYTES or (size <= self.bodies.inline_bytes and sum(
+                    n for _, n in struct_fields(params)) <= INLINE_SDK_STRUCT_BYTES)):
+            return _request_json(params)  # (many free-form values, S16-2, or many parts, S17-2: in the worker)
         try:
             if answer is None:
                 assert self.bodies is not None
