@@ -779,10 +779,12 @@ class PipelineRequestHandler(RequestHandler):
         answer = read_ahead.get()
         if answer is not None:
             read_ahead.set(None)  # taken once
-        elif self.bodies is None or repeated_elements(params) <= INLINE_SDK_REPEATED and (
-                (size := params.ByteSize()) <= INLINE_SDK_STRUCT_BYTES or (size <= self.bodies.inline_bytes and sum(
-                    n for _, n in struct_fields(params)) <= INLINE_SDK_STRUCT_BYTES)):
-            return _request_json(params)  # (many free-form values, S16-2, or many parts, S17-2: in the worker)
+        elif self.bodies is None or (
+                ((size := params.ByteSize()) <= 2 * INLINE_SDK_REPEATED or repeated_elements(params) <= INLINE_SDK_REPEATED)
+                and (size <= INLINE_SDK_STRUCT_BYTES or (size <= self.bodies.inline_bytes and sum(
+                    n for _, n in struct_fields(params)) <= INLINE_SDK_STRUCT_BYTES))):
+            return _request_json(params)  # (many free-form values, S16-2, or many elements, S17-2: in the worker;
+            # an element takes 2 bytes at least: a request of at most 512 is not counted)
         try:
             if answer is None:
                 assert self.bodies is not None
