@@ -1,4 +1,4 @@
-"""bench/body_lanes: the JSON body worker's queue per caller, in process (docs/security.md S17-1).
+"""bench/body_lanes: the JSON body worker's queue per caller, in process (docs/security.md LN1).
 
 1. What the queue costs a job: its bookkeeping alone (`FairQueue.put`, `take`, `done`), best of `--rounds` of 100,000;
    and a tiny job's round trip to a worker process (a 2-byte body's `CHECK`) through the parser's queue against the

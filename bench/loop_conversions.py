@@ -1,5 +1,5 @@
 """bench/loop_conversions: what the gateway's event loop still converts itself, at its worst, in process
-(docs/security.md S17-2, S17-3).
+(docs/security.md LN2, LN3).
 
 1. gRPC SendMessage of many repeated elements (`--bytes` of empty parts, 2 bytes each; of empty extensions): the
    loop's work before (grpc's `FromString` up to the inline size, 1 MiB; `ByteSize`; `struct_fields`, a walk of the

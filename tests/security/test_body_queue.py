@@ -1,4 +1,4 @@
-"""One client's large bodies and answers do not queue another's (docs/security.md S17-1): the JSON body worker took one
+"""One client's large bodies and answers do not queue another's (docs/security.md LN1): the JSON body worker took one
 job at a time, whoever sent it, so mallory's answers of many values (a REST GetTask of 300,000 values takes it ~1.3 s)
 queued there with everyone's large bodies and answers, and alice's one large body waited behind all of mallory's.
 Now each caller's jobs wait apart (`body_queue.FairQueue`) and are taken in turn across callers: alice's job runs after

@@ -242,7 +242,7 @@ async def test_a_small_request_of_many_free_form_values_is_converted_in_the_work
 
 async def test_a_request_of_many_parts_or_repeated_values_is_parsed_and_converted_in_the_worker(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Security round S17-2: a gRPC SendMessage within the inline size (1 MiB) was parsed (`FromString`) and converted
+    """Session 17 (lanes) LN2: a gRPC SendMessage within the inline size (1 MiB) was parsed (`FromString`) and converted
     (`struct_fields` walked its parts in Python, then `MessageToDict`) on the loop, and its repeated fields counted for
     nothing: 1 MiB of empty parts (2 bytes each, 524,288) held every client for seconds (at load 21: parse 195 ms,
     `struct_fields` 3.9 s, `MessageToDict` 8.1 s), 1 MiB of empty extensions 0.6 s. Now a request past

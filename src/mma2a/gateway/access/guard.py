@@ -104,7 +104,7 @@ class LimitsConfig(BaseModel):
     initial_agent_concurrency: int = Field(default=4, ge=1)
     max_agent_concurrency: int = Field(default=256, ge=1)
     max_queue_per_agent: int = Field(default=256, ge=0)
-    # the JSON body worker (large bodies read, answers of many values converted; docs/security.md S17-1): its worker
+    # the JSON body worker (large bodies read, answers of many values converted; docs/security.md LN1): its worker
     # processes (lanes) in each gateway process, and what one caller (client, or anonymous address) may hold in it,
     # waiting or running; its jobs are taken in turn across callers, and past these its own next is refused 429
     body_worker_lanes: int = Field(default=1, ge=1, le=64)

@@ -8,7 +8,7 @@ counts and parses; one thread of the gateway hands it the body and reads its ans
 kernel copies with the GIL released), so the loop pays only for unpickling the document (~6 ms for 27 MB, a string
 copied). Large bodies go through one at a time a lane (`lanes` worker processes, one by default: their parses' memory
 and CPU do not add up), taken in turn across callers (`body_queue.FairQueue`): one client's many jobs never queue
-another's behind them (docs/security.md S17-1); past its own bounds a caller's next is refused 429 + Retry-After.
+another's behind them (docs/security.md LN1); past its own bounds a caller's next is refused 429 + Retry-After.
 
 A large JSON-RPC body is parsed once (`parse`): for the ingress, and for the SDK's dispatcher when that answers
 it, in one job (the document's params sent back once).

@@ -2,7 +2,7 @@
 
 The worker (`body_parser`) reads large bodies and converts answers of many values, each a job of up to seconds (a REST
 GetTask of 300,000 values: ~1.3 s). Taken first come first served, one client's many jobs queued everyone's behind
-them (docs/security.md S17-1). Here a caller (its client's key; an anonymous caller's address, as every other
+them (docs/security.md LN1). Here a caller (its client's key; an anonymous caller's address, as every other
 anonymous budget is keyed: `access.peers.address_key`) waits its turn behind at most one job of each other caller
 that has one waiting: the next job goes to the caller waiting longest that has none running (`ready`, in the order
 they became so), then to callers with one running (`resting`: they use a lane no caller without one waits for).

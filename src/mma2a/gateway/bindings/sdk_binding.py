@@ -783,7 +783,7 @@ class PipelineRequestHandler(RequestHandler):
                 ((size := params.ByteSize()) <= 2 * INLINE_SDK_REPEATED or repeated_elements(params) <= INLINE_SDK_REPEATED)
                 and (size <= INLINE_SDK_STRUCT_BYTES or (size <= self.bodies.inline_bytes and sum(
                     n for _, n in struct_fields(params)) <= INLINE_SDK_STRUCT_BYTES))):
-            return _request_json(params)  # (many free-form values, S16-2, or many elements, S17-2: in the worker;
+            return _request_json(params)  # (many free-form values, S16-2, or many elements, LN2: in the worker;
             # an element takes 2 bytes at least: a request of at most 512 is not counted)
         try:
             if answer is None:
