@@ -170,3 +170,96 @@ def test_keys_of_real_form_are_counted_compactly_and_given_back_as_they_were() -
         tracemalloc.stop()
     assert len(held) == len(keys) and held.seq(keys[7]) == 8
     assert per_key < 180, per_key  # ~159 B; before: 206 B a key, beside its string (110 B) which it held too
+
+
+class _Reference:
+    """What `PinShares` counts, said plainly (every key in one dict, the oldest found by sorting): the reference the
+    compact count is checked against."""
+
+    def __init__(self, share: int, ttl_s: float, max_keys: int) -> None:
+        from collections import OrderedDict
+
+        self.share, self.ttl_s, self.max_keys = share, ttl_s, max_keys
+        self.keys: dict[str, dict[str, tuple[int, int, bool, float]]] = {}
+        self.recent: OrderedDict[str, float] = OrderedDict()
+
+    def count(self) -> int:
+        return sum(len(k) for k in self.keys.values())
+
+    def held(self, owner: str) -> int:
+        return sum(e[1] for e in self.keys.get(owner, {}).values())
+
+    def wrote(self, key: str, seq: int, size: int, mine: bool, now: float) -> tuple[list[tuple[str, int]], list[str]]:
+        owner, dot, _ = key.partition(".")
+        if not dot:
+            return [], []
+        keys = self.keys.setdefault(owner, {})
+        old = keys.get(key)
+        if old is not None:
+            if old[0] == seq and mine:
+                keys[key] = (seq, old[1], True, old[3])
+            if old[0] >= seq:
+                return [], []
+        keys[key] = (seq, size, mine, now)
+        self.recent[owner] = now
+        self.recent.move_to_end(owner)
+        purge, gone = [], []
+        while keys:
+            first = min(keys, key=lambda k: keys[k][0])
+            entry = keys[first]
+            aged = entry[3] < now - self.ttl_s
+            if not aged and (self.held(owner) <= self.share or len(keys) == 1):
+                break
+            del keys[first]
+            gone.append(first)
+            if entry[2] and not aged:
+                purge.append((first, entry[0]))
+        while self.recent:
+            owner, at = next(iter(self.recent.items()))
+            keys = self.keys[owner]
+            if at >= now - self.ttl_s:
+                if self.count() <= self.max_keys:
+                    break
+                while keys and self.count() > self.max_keys:
+                    first = min(keys, key=lambda k: keys[k][0])
+                    del keys[first]
+                    gone.append(first)
+                if keys:
+                    break
+            del self.recent[owner], self.keys[owner]
+            gone.extend(keys)
+        return purge, gone
+
+
+@pytest.mark.parametrize(("share", "max_keys"), [(1_500, 25), (1 << 20, 10_000), (1 << 20, 30)])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_compact_count_counts_as_the_plain_one(seed: int, share: int, max_keys: int) -> None:
+    """Random writes of four clients (real keys and others, rewrites, releases' smaller markers, messages heard out of
+    the bucket's order, time passing the TTL, more keys than `max_keys`; clients past their share, or within it
+    rewriting their keys): the compact count purges, lets go of and holds exactly what the plain one does (and so
+    did the count before it, a dict and a heap of tuples)."""
+    import random
+
+    from mma2a.cluster.pins import PinShares
+
+    rnd = random.Random(seed)
+    names = {c: [session_key(f"{c}\x1f{i}") for i in range(40)] for c in ("alice", "bob", "carol")}
+    names["plain"] = [f"plain.s{i}" for i in range(40)]  # a key of another form: held as it is
+    owners = [keys[0].partition(".")[0] for keys in names.values()]
+    compact, plain = PinShares(share, 100.0, max_keys), _Reference(share, 100.0, max_keys)
+    seq, now, pending = 0, 0.0, []
+    for _ in range(3_000):
+        seq += 1
+        pending.append((rnd.choice(rnd.choice(list(names.values()))), seq, rnd.choice((120, 200, 430)), rnd.random() < 0.5))
+        if rnd.random() < 0.3 or len(pending) > 6:  # heard in another order than written, now and then
+            rnd.shuffle(pending)
+            for key, s, size, mine in pending:
+                got = compact.wrote(key, s, size, mine, now)
+                want = plain.wrote(key, s, size, mine, now)
+                assert (got[0], sorted(got[1])) == (want[0], sorted(want[1])), (key, s)
+                if rnd.random() < 0.05:  # its own, heard again once acknowledged
+                    assert compact.wrote(key, s, size, True, now) == plain.wrote(key, s, size, True, now)
+            pending.clear()
+        now += 30.0 if rnd.random() < 0.02 else rnd.choice((0.0, 0.1, 0.5))  # past the TTL now and then
+        assert len(compact) == plain.count()
+        assert all(compact.held(o) == plain.held(o) for o in owners)
