@@ -335,13 +335,31 @@ async def test_counts_of_content_bytes_made_before_session_15_are_counted_again_
         await link.close()
 
 
+class CountedAfterListing(CountedWhileOthersWrite):
+    """As `CountedWhileOthersWrite`, but held once it has listed every object, before it adds what it counted."""
+
+    async def _stored(self) -> Any:
+        holdings = await ObjectBlobStore._stored(self)
+
+        async def held() -> AsyncIterator[tuple[str | None, int]]:
+            listed = [h async for h in holdings()]
+            self.counting.set()
+            await self.go.wait()
+            for h in listed:
+                yield h
+
+        return held
+
+
+@pytest.mark.parametrize("held_at", ["before the listing", "after the listing"])
 async def test_a_blob_of_before_deleted_by_another_gateway_during_the_recount_leaves_its_owner_counted_right(
-        nats_server: NatsServer) -> None:
+        nats_server: NatsServer, held_at: str) -> None:
     """A gateway counts the footprints again (no `f.total`: an upgrade) and, held after its claim, before it lists the
-    objects, another gateway of the new version stores 5,000 bytes for alice and deletes her 60,000-byte blob of
-    before. The count and the delete agree whichever lands first: alice holds her new blob's 12,288, the total that
-    and carol's 16,384. Before: the listing left the deleted blob out while its delete took its 65,536 back from a
-    count of 12,288, floored at 0: alice counted 0 for good."""
+    objects or once it has listed them, another gateway of the new version stores 5,000 bytes for alice and deletes
+    her 60,000-byte blob of before, taking its 65,536 back before the count adds anything. The count and the delete
+    agree: alice holds her new blob's 12,288, the total that and carol's 16,384. Before: held before the listing, the
+    listing left the deleted blob out while its delete took its footprint from a count of 12,288, floored at 0 (alice
+    0 for good); held after it, the delete's take was floored and the listing's 65,536 added (alice 65,536)."""
     config = ClusterConfig(nats=nats_server.url, name=cluster_name())
     bucket = f"{config.name}_blob_quota"
     limits = {"max_bytes_per_client": 1 << 20, "max_bytes": 1 << 22}
@@ -351,10 +369,11 @@ async def test_a_blob_of_before_deleted_by_another_gateway_during_the_recount_le
         await store.put_stream(chunked(b"c" * 10_000), owner="carol")  # 16,384
         await link.js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{FORM}>")  # no count: it is made again
         upgraded_link = await ClusterLink(config).connect()
-        upgraded = CountedWhileOthersWrite(upgraded_link)
+        upgraded = (CountedWhileOthersWrite if held_at == "before the listing" else CountedAfterListing)(
+            upgraded_link)
         try:
             counting = asyncio.ensure_future(upgraded.setup(**limits))
-            await upgraded.counting.wait()  # it claimed the count and is about to list the objects
+            await upgraded.counting.wait()  # it claimed the count (and listed the objects, or is about to)
             other, link2 = await open_object_store(config, **limits)
             try:
                 await other.put_stream(chunked(b"d" * 5_000), owner="alice")  # 12,288, counted by `other`
@@ -364,7 +383,7 @@ async def test_a_blob_of_before_deleted_by_another_gateway_during_the_recount_le
                 for quota in (upgraded.quota, other.quota):
                     assert quota is not None
                     assert (await quota.held("alice"), await quota.held("carol"), await quota.total()) == (
-                        12_288, 16_384, 28_672)  # before: alice 0
+                        12_288, 16_384, 28_672)  # before: alice 0, or 65,536
             finally:
                 await link2.close()
         finally:
