@@ -8,7 +8,9 @@ import asyncio
 import time
 
 import httpx
+import orjson
 
+from tests.gateway.conftest import ADMIN
 from tests.security.conftest import API_KEY, TOKEN, bearer, secured, send_body
 
 MAX_BYTES = 2_000_000
@@ -70,3 +72,57 @@ async def test_a_clients_decisions_of_new_shapes_each_count_in_its_share_and_the
         assert newest.startswith("bob-")
         orphans = store._writer.execute("SELECT COUNT(*) FROM shapes WHERE id NOT IN (SELECT shape FROM decisions)")
         assert orphans.fetchone()[0] == 0  # every shape of his that lost its decisions went with them
+
+
+async def test_a_clients_large_decisions_are_read_in_bounded_pages_and_the_route_map_reads_bounded_shapes(
+        tmp_path, monkeypatch):
+    """Bob's 200 decisions of 64 parts of long media types (~48 KB of parts each, as a page shows them). Before: a page
+    of `/admin/history?limit=1000` was every one of them (9.6 MB here; 47.8 MB for 1,000 on a live gateway, where
+    `/healthz` waited 587 ms beside it) and the route map (`/admin/history/flows`) parsed every shape of the span
+    (12,000: 10.6 s, `/healthz` waited 3.0 s), in threads of the gateway holding its event loop's GIL. Now a page
+    ends past `PAGE_BYTES` of parts, with a cursor, and the pages together are every decision once; the map reads
+    the shapes of most decisions first, up to `FLOW_SHAPE_BYTES`, and says it left the rest out."""
+    from mma2a.gateway.history.store import FLOW_SHAPE_BYTES, PAGE_BYTES
+
+    monkeypatch.setenv("TEST_BOB_KEY", API_KEY)
+    async with secured({"data_dir": str(tmp_path / "data")}, monkeypatch=monkeypatch, names=("text",)) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            for i in range(20):
+                r = await c.post(url + "/", json=send_body(f"alice-{i}"), headers=bearer(TOKEN))
+                assert r.status_code == 200 and "result" in r.json(), r.text
+
+            async def bobs(k: int) -> None:
+                for j in range(k * 50, (k + 1) * 50):
+                    parts = [{"text": "x", "mediaType": f"text/plain; n={'b' * 180}{j}.{i}"} for i in range(64)]
+                    r = await c.post(url + "/", json=send_body(f"bob-{j}", parts),
+                                     headers={"X-API-Key": API_KEY, "A2A-Version": "1.0"})
+                    assert r.status_code == 200 and "result" in r.json(), r.text[:300]
+
+            await asyncio.gather(*(bobs(k) for k in range(4)))
+            admin = {"Authorization": "Bearer " + ADMIN}
+            seen: list[str] = []
+            cursor = None
+            pages = 0
+            while True:
+                params = {"limit": "1000"} | ({"cursor": cursor} if cursor else {})
+                r = await c.get(url + "/admin/history", params=params, headers=admin)
+                assert r.status_code == 200
+                page = r.json()
+                pages += 1
+                # a page's parts: at most PAGE_BYTES as stored, plus the one decision that passed it
+                assert len(orjson.dumps([d["parts"] for d in page["decisions"]])) <= PAGE_BYTES + 200_000
+                seen += [d["messageId"] for d in page["decisions"]]
+                cursor = page.get("cursor")
+                if not cursor:
+                    break
+            assert pages >= 3  # 200 decisions of ~48 KB: more than 4 MiB twice over
+            assert sorted(seen) == sorted([f"alice-{i}" for i in range(20)] + [f"bob-{j}" for j in range(200)])
+            r = await c.get(url + "/admin/history/flows", params={"since": "1h"}, headers=admin)
+            assert r.status_code == 200
+            flows = r.json()
+        store = gw.history.store
+        sizes = sorted((n for n, in store._writer.execute("SELECT length(parts) FROM shapes")), reverse=True)
+        assert sum(sizes) > FLOW_SHAPE_BYTES  # the span's shapes are more than the map reads
+        assert flows["truncated"] is True and flows["decisions"] < 220
+        alice = [f for f in flows["flows"] if f["modality"] == "text/plain" and f["target"] == "text"]
+        assert alice and alice[0]["parts"] >= 20  # the shape of most decisions is read first: alice's is shown

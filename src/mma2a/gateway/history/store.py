@@ -59,6 +59,8 @@ CREATE TABLE IF NOT EXISTS minutes (
 OLD_INDEXES = ("decisions_ts", "decisions_sender", "decisions_outcome", "decisions_shape")  # one per decision, before spans
 
 FLOW_DECISIONS = 100_000  # the route map reads at most this many decisions, the newest of its span
+FLOW_SHAPE_BYTES = 8 << 20  # ... and at most this much of their shapes' JSON, the shapes of most decisions first
+PAGE_BYTES = 4 << 20  # a page of decisions holds at most about this much of their parts' JSON (at least one decision)
 BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock
 TAG_KINDS = {"modality": "m", "agent": "a", "rule": "r"}
 COUNT_KINDS = {"modality": "m", "agent": "a", "outcome": "o"}
@@ -559,8 +561,11 @@ class HistoryStore:
         with self._read_lock:
             return self._reader.execute(sql, params).fetchall()
 
-    def query(self, f: HistoryFilter) -> tuple[list[dict[str, Any]], str | None]:
-        """Matching decisions, newest first, and the cursor of the next page (None on the last)."""
+    def query(self, f: HistoryFilter, max_bytes: int | None = PAGE_BYTES) -> tuple[list[dict[str, Any]], str | None]:
+        """Matching decisions, newest first, and the cursor of the next page (None on the last). A page ends early,
+        with a cursor, past `max_bytes` of its decisions' parts as stored (each its shape's JSON and its own detail;
+        at least one decision): a client's decisions of 64 parts of long media types are ~48 KB each, and a page
+        of 1,000 of them (48 MB) held the gateway's event loop (docs/security.md S17-2)."""
         with self._read_lock:
             db = self._reader
             db.execute("BEGIN")  # one snapshot: the decisions and their shapes
@@ -569,10 +574,18 @@ class HistoryStore:
                 more = len(rows) > f.limit
                 rows = rows[:f.limit]
                 ids = sorted({r[7] for r in rows})
-                shapes = {sid: orjson.loads(parts) for sid, parts in db.execute(
-                    f"SELECT id, parts FROM shapes WHERE id IN ({', '.join('?' * len(ids))})", ids)} if ids else {}
+                raw: dict[int, bytes] = dict(db.execute(
+                    f"SELECT id, parts FROM shapes WHERE id IN ({', '.join('?' * len(ids))})", ids)) if ids else {}
             finally:
                 db.execute("COMMIT")
+        if max_bytes is not None:
+            used = 0
+            for i, row in enumerate(rows):
+                used += len(raw.get(row[7], b"")) + len(row[8])
+                if used > max_bytes and i > 0:
+                    rows, more = rows[:i], True
+                    break
+        shapes = {sid: orjson.loads(raw[sid]) for sid in {r[7] for r in rows} if sid in raw}
         out = []
         for _, mid, ts, sender, outcome, error, latency, shape, detail, receivers in rows:
             item: dict[str, Any] = {"messageId": mid, "time": iso_time(ts), "sender": sender,
@@ -657,7 +670,9 @@ class HistoryStore:
     def flows(self, since: float, until: float, limit: int = FLOW_DECISIONS) -> dict[str, Any]:
         """Where parts went between `since` and `until`: parts per (modality, target) over the newest `limit` decisions
         of the span, with how they got there (`native`, `transform` with the transformers, `dropped`, `refused`) and how
-        many of their decisions did not complete. Read from each decision's shape: a few shapes serve many decisions."""
+        many of their decisions did not complete. Read from each decision's shape: a few shapes serve many decisions;
+        at most `FLOW_SHAPE_BYTES` of shapes are read, those of most decisions first (`decisions` counts the decisions
+        of the shapes read; `truncated` says the span held more)."""
         with self._read_lock:
             db = self._reader
             db.execute("BEGIN")
@@ -672,15 +687,35 @@ class HistoryStore:
                 groups = db.execute(
                     "SELECT shape, outcome, COUNT(*) FROM decisions WHERE id BETWEEN ? AND ? AND ts >= ? AND ts <= ? "
                     "GROUP BY shape, outcome", (past[0] + 1 if truncated else lo, hi, since, until)).fetchall()
-                ids = sorted({g[0] for g in groups})
-                shapes: dict[int, list[dict[str, Any]]] = {}
+                uses: dict[int, int] = {}
+                for sid, _, n in groups:
+                    uses[sid] = uses.get(sid, 0) + n
+                ids = sorted(uses)
+                sizes: dict[int, int] = {}
                 for i in range(0, len(ids), 500):
                     chunk = ids[i:i + 500]
+                    sizes.update(db.execute(f"SELECT id, length(parts) FROM shapes WHERE id IN "
+                                            f"({', '.join('?' * len(chunk))})", chunk))
+                # the shapes of most decisions first, up to FLOW_SHAPE_BYTES of their JSON: one client's decisions of a
+                # new shape each (~45 KB) made the map parse the whole file, holding the gateway's loop (S17-2)
+                chosen: list[int] = []
+                used = 0
+                for sid in sorted(sizes, key=lambda k: (-uses[k], k)):
+                    used += sizes[sid]
+                    if used > FLOW_SHAPE_BYTES and chosen:
+                        truncated = True
+                        break
+                    chosen.append(sid)
+                chosen.sort()
+                shapes: dict[int, list[dict[str, Any]]] = {}
+                for i in range(0, len(chosen), 500):
+                    chunk = chosen[i:i + 500]
                     for sid, parts in db.execute(f"SELECT id, parts FROM shapes WHERE id IN ({', '.join('?' * len(chunk))})",
                                                  chunk):
                         shapes[sid] = orjson.loads(parts)
             finally:
                 db.execute("COMMIT")
+        groups = [g for g in groups if g[0] in shapes]
         seen = sum(g[2] for g in groups)  # at most `limit`
         flows: dict[tuple[str, str, str, tuple[str, ...]], list[int]] = {}
         for sid, outcome, n in groups:
