@@ -1,5 +1,5 @@
 """bench/loop_conversions: what the gateway's event loop still converts itself, at its worst, in process
-(docs/security.md LN2, LN3).
+(docs/security.md LN2-LN4).
 
 1. gRPC SendMessage of many repeated elements (`--bytes` of empty parts, 2 bytes each; of empty extensions): the
    loop's work before (grpc's `FromString` up to the inline size, 1 MiB; `ByteSize`; `struct_fields`, a walk of the
@@ -10,6 +10,8 @@
    bytes of JSON: URL, token, credentials) as GetTaskPushNotificationConfig answers it on REST (`ParseDict` into the
    SDK's config, then `MessageToDict` and the JSON response), and a ListTaskPushNotificationConfigs of the most a task
    holds (`push.max_configs_per_task`, 8), best of `--rounds` of 1,000.
+3. Another method's request (GetTask, ListTasks) padded with `--unknown-mib` MiB (64: `max_body_bytes`) of small
+   unknown fields: grpc's `FromString` on the loop before, now the parse of what the worker sends back (LN4).
 
     PYTHONPATH=src .venv/bin/python bench/loop_conversions.py [--bytes 1048576] [--rounds 5]
 """
@@ -84,6 +86,21 @@ def grpc_requests(size: int, rounds: int) -> None:
           f"take {count * 1e6:.2f} us (repeated_elements), against its conversion {convert * 1e6:.1f} us")
 
 
+def other_methods(mib: int, rounds: int) -> None:
+    """A GetTask (and the other methods' requests) padded with `mib` MiB of small unknown fields (field 99, varint
+    0: 3 bytes each): grpc's `FromString` on the loop before; now the worker's bytes back, without them."""
+    from a2a.types import GetTaskRequest, ListTasksRequest
+
+    from mma2a.sdk_requests import read_known_fields_as_data
+
+    print(f"another method's request padded with {mib} MiB of small unknown fields, the loop's parse, best of {rounds}:")
+    for cls in (GetTaskRequest, ListTasksRequest):
+        data = cls(tenant="t").SerializeToString() + b"\x98\x06\x00" * ((mib << 20) // 3)
+        back = read_known_fields_as_data(cls.__name__.encode() + b"\n" + data)[1]
+        b, a = best(lambda: cls.FromString(data), rounds), best(lambda: cls.FromString(back), rounds, 1000)
+        print(f"  {cls.__name__}: before {b * 1e3:,.1f} ms, now {a * 1e6:.2f} us ({len(back)} bytes back)")
+
+
 def push_configs(rounds: int) -> None:
     s = PushSettings()
     base = {"id": "c" * 64, "taskId": "t" * 36, "url": "https://hooks.example.com/" + "u" * 1000,
@@ -111,7 +128,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bytes", type=int, default=1 << 20)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--unknown-mib", type=int, default=64)
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}")
     push_configs(args.rounds)
     grpc_requests(args.bytes, args.rounds)
+    other_methods(args.unknown_mib, args.rounds)

@@ -12,7 +12,9 @@ length and the pickled answer of the job:
 - `PUSH` / `PUSH_V03`: a REST push-config body, 1.0's or v0.3's (`read_push_config_as_data`);
 - `JSONRPC`: a JSON-RPC body the SDK's dispatcher answers that `RPC` did not read (`read_jsonrpc_as_data`);
 - `ANSWER`: not a request but an answer of many values, converted as the SDK's bindings convert it
-  (`sdk_answers.convert_as_data`: the pipeline's JSON in; the serialized protobuf, or the REST JSON, out).
+  (`sdk_answers.convert_as_data`: the pipeline's JSON in; the serialized protobuf, or the REST JSON, out);
+- `KNOWN`: a large gRPC request of another method than SendMessage, parsed as grpc parses it and serialized again
+  without its unknown fields (`sdk_requests.read_known_fields_as_data`).
 It runs niced (`NICENESS`) and exits at the end of stdin."""
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from .request_body import check_json_body_as_data, parse_json_body_as_data, too_
 
 REQUEST_HEAD = struct.Struct(">QIB")
 ANSWER_HEAD = struct.Struct(">Q")
-RPC, RPC_SDK, CHECK, SEND, SEND_PROTO, SEND_V03, PUSH, PUSH_V03, JSONRPC, ANSWER = range(10)
+RPC, RPC_SDK, CHECK, SEND, SEND_PROTO, SEND_V03, PUSH, PUSH_V03, JSONRPC, ANSWER, KNOWN = range(11)
 """The jobs (see the module's docstring)."""
 FAST_METHODS = frozenset({"SendMessage", "GetTask", "CancelTask"})
 """The JSON-RPC methods the gateway's ingress answers itself from the parsed document (`gateway.bindings.jsonrpc`),
@@ -151,6 +153,8 @@ def run_sdk(job: int, body: bytes) -> tuple[Any, ...]:
         return sdk_requests.read_push_config_as_data(body, v03=job == PUSH_V03)
     if job == JSONRPC:
         return sdk_requests.read_jsonrpc_as_data(body)
+    if job == KNOWN:
+        return sdk_requests.read_known_fields_as_data(body)
     raise ValueError(f"unknown job {job}")
 
 

@@ -25,6 +25,7 @@ from a2a.utils import errors as sdk_errors
 from a2a.utils.proto_utils import validate_proto_required_fields
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as ProtoMessage
 
 from .errors import InvalidParams
 
@@ -174,6 +175,27 @@ def read_send_proto_as_data(body: bytes) -> tuple[str, tuple[Any, ...]]:
     except DecodeError as exc:
         return "", (False, "DecodeError", str(exc))
     return params.tenant, _as_data(lambda _: send_request_json(params), body)
+
+
+def read_known_fields_as_data(body: bytes) -> tuple[Any, ...]:
+    """A serialized request of an A2A gRPC method (`body`: its type's name in `a2a_pb2`, a newline, the bytes as grpc
+    received them) parsed as grpc parses it (`FromString`), then serialized again without its unknown fields, which
+    nothing reads: `(True, bytes)`, a request the loop parses in a few microseconds however many unknown fields came
+    (4 MiB of small ones took `FromString` 10-26 ms, and grpc takes up to `max_body_bytes`); bytes that are no such
+    message: `(False, "DecodeError", text)`."""
+    from a2a.types import a2a_pb2
+
+    name, _, data = body.partition(b"\n")
+    cls = getattr(a2a_pb2, name.decode("ascii"), None)
+    if not (isinstance(cls, type) and issubclass(cls, ProtoMessage)):
+        return False, "DecodeError", f"no A2A request type {name[:64]!r}"
+    request: ProtoMessage = cls()
+    try:
+        request.ParseFromString(data)
+    except DecodeError as exc:
+        return False, "DecodeError", str(exc)
+    request.DiscardUnknownFields()
+    return True, request.SerializeToString()
 
 
 def read_v03_send_body_as_data(body: bytes) -> tuple[Any, ...]:

@@ -281,3 +281,41 @@ async def test_a_request_of_many_parts_or_repeated_values_is_parsed_and_converte
     assert served.HasField("task") and few.HasField("task")
     assert len(on_loop) == 1 and on_loop[0] < 1000, on_loop  # m-few's alone (before: all four)
     assert sorted(to_worker) == sorted([parts.ByteSize(), huge.ByteSize(), extensions.ByteSize()])
+
+
+async def test_a_large_request_of_another_method_is_parsed_in_the_worker_without_its_unknown_fields(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 17 (lanes) LN4: grpc parsed every other method's request on the loop, up to `max_body_bytes` (64 MiB):
+    4 MiB of small unknown fields in a GetTask took `FromString` 10-26 ms. Past `INLINE_GRPC_BYTES` the door takes it
+    as bytes to the worker, which parses it and sends it back without its unknown fields (nothing reads them): the
+    same answer as the plain request's, and bytes that are no request get grpc's own error, whichever side."""
+    from a2a.types import GetTaskRequest, Task
+
+    from mma2a import json_worker
+    from mma2a.gateway.bindings.body_parser import INLINE_GRPC_BYTES, WorkerLane
+
+    jobs: list[tuple[int, int]] = []
+    exchange = WorkerLane._exchange
+
+    def counted(self: WorkerLane, data: bytes, job: int, *prefix: bytes) -> object:
+        jobs.append((job, len(data)))
+        return exchange(self, data, job, *prefix)
+
+    monkeypatch.setattr(WorkerLane, "_exchange", counted)
+    unknown = b"\x98\x06\x00" * ((2 << 20) // 3)  # field 99, varint 0: 2 MiB of small unknown fields
+    async with grpc_gateway({}) as (gw, _, port, _executor):
+        task = (await _send("127.0.0.1", port, request("m-1", parts=[a2a_pb2.Part(text="hi")]))).task
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            get = channel.unary_unary("/lf.a2a.v1.A2AService/GetTask", response_deserializer=Task.FromString)
+            plain = await get(GetTaskRequest(id=task.id).SerializeToString(), metadata=VERSION, timeout=60)
+            before = list(jobs)
+            padded = await get(GetTaskRequest(id=task.id).SerializeToString() + unknown, metadata=VERSION, timeout=60)
+            refused = []
+            for garbage in (b"\x0a\xff\xff\xff\xff\x0f", b"\x0a\xff\xff\xff\xff\x0f" + bytes(2 << 20)):
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await get(garbage, metadata=VERSION, timeout=60)
+                refused.append((info.value.code(), info.value.details()))
+    assert before == [] and padded == plain and plain.id == task.id
+    assert [j for j, n in jobs] == [json_worker.KNOWN] * 2 and all(n > INLINE_GRPC_BYTES for _, n in jobs)
+    assert refused[0] == refused[1] and refused[0][0] == grpc.StatusCode.UNKNOWN, refused
+    assert "DecodeError" in refused[0][1]

@@ -43,7 +43,19 @@ from typing import IO, Any
 
 from ...cpus import free_thread
 from ...errors import InvalidRequest, MMA2AError, ParseError, RateLimited
-from ...json_worker import ANSWER, ANSWER_HEAD, CHECK, LAUNCH, REQUEST_HEAD, RPC, RPC_SDK, SEND, SEND_PROTO, run_sdk
+from ...json_worker import (
+    ANSWER,
+    ANSWER_HEAD,
+    CHECK,
+    KNOWN,
+    LAUNCH,
+    REQUEST_HEAD,
+    RPC,
+    RPC_SDK,
+    SEND,
+    SEND_PROTO,
+    run_sdk,
+)
 from ...request_body import check_json_body, json_values, parse_json_body
 from ..access.clients import current_client
 from ..access.peers import UNKNOWN, address_key, current_address
@@ -165,6 +177,13 @@ class JSONBodyParser:
             tenant, answer = await self._answer(body, SEND_PROTO, caller)
         return tenant, answer
 
+    async def read_known(self, name: str, data: bytes, caller: str | None = None) -> tuple[Any, ...]:
+        """A gRPC request of type `name` (in `a2a_pb2`) read in the worker without its unknown fields
+        (`sdk_requests.read_known_fields_as_data`'s answer), queued for `caller`; `Unavailable` when the worker
+        stopped, `RateLimited` past the caller's bounds."""
+        return await self._answer(data, KNOWN, caller, prefix=name.encode("ascii") + b"\n")  # (not copied: 64 MiB took
+        # 87 ms to join)
+
     async def sdk_answer(self, body: bytes, job: int) -> tuple[Any, ...]:
         """The answer of one of `json_worker`'s SDK jobs (`SEND`, `SEND_PROTO`, `SEND_V03`, `PUSH`, `PUSH_V03`: a body
         read as the SDK reads it), on the loop up to `inline_bytes` and `INLINE_SDK_VALUES` values (`inline`), else in
@@ -181,13 +200,14 @@ class JSONBodyParser:
 
         return sdk_answers.raise_failure(await self._answer(sdk_answers.job_body(kind, mode, rendered, data), ANSWER))
 
-    async def _answer(self, body: bytes, job: int, caller: str | None = None) -> tuple[Any, ...]:
-        """The worker's answer of `job`, queued behind the caller's own jobs and taken in turn with other callers'."""
+    async def _answer(self, body: bytes, job: int, caller: str | None = None, *, prefix: bytes = b"") -> tuple[Any, ...]:
+        """The worker's answer of `job` (its body `prefix` then `body`), queued behind the caller's own jobs and taken in
+        turn with other callers'."""
         if caller is None:
             caller = caller_key()
         loop = asyncio.get_running_loop()
-        queued = _Job(body, job, loop.create_future())
-        why = self.queue.put(caller, queued, len(body))
+        queued = _Job(body, job, loop.create_future(), prefix)
+        why = self.queue.put(caller, queued, len(prefix) + len(body))
         if why is not None:
             raise RateLimited(f"{why}; retry when they are answered, or send large media by reference (POST /blobs)",
                               retry_after=1.0)
@@ -210,7 +230,7 @@ class JSONBodyParser:
                 return
             caller, queued, size = taken
             lane = self._free.pop()
-            running = lane.run(queued.body, queued.job)
+            running = lane.run(queued.body, queued.job, queued.prefix)
             queued.body = b""  # (the lane holds it while it runs: not kept past its answer by a waiting request)
             running.add_done_callback(partial(self._ended, loop, lane, caller, queued, size))
 
@@ -263,12 +283,13 @@ def caller_key() -> str:
 class _Job:
     """One job waiting for a lane: its body and kind, and its answer's future (on the loop)."""
 
-    __slots__ = ("answer", "body", "job")
+    __slots__ = ("answer", "body", "job", "prefix")
 
-    def __init__(self, body: bytes, job: int, answer: asyncio.Future[tuple[Any, ...] | None]) -> None:
+    def __init__(self, body: bytes, job: int, answer: asyncio.Future[tuple[Any, ...] | None], prefix: bytes) -> None:
         self.body = body
         self.job = job
         self.answer = answer
+        self.prefix = prefix
 
 
 class WorkerLane:
@@ -280,9 +301,11 @@ class WorkerLane:
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread: ThreadPoolExecutor | None = None
 
-    def run(self, body: bytes, job: int) -> Future[tuple[Any, ...] | None]:
+    def run(self, body: bytes, job: int, prefix: bytes = b"") -> Future[tuple[Any, ...] | None]:
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="mma2a-json-body", initializer=free_thread)
+        if prefix:
+            return self._thread.submit(self._exchange, body, job, prefix)
         return self._thread.submit(self._exchange, body, job)
 
     @property
@@ -290,16 +313,18 @@ class WorkerLane:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
-    def _exchange(self, body: bytes, job: int) -> tuple[Any, ...] | None:
-        """The worker's answer for `body` (on the lane's thread); a worker found dead (killed, out of memory) is
-        replaced once, then None."""
+    def _exchange(self, body: bytes, job: int, prefix: bytes = b"") -> tuple[Any, ...] | None:
+        """The worker's answer for `prefix` + `body` (on the lane's thread, written one after the other); a worker
+        found dead (killed, out of memory) is replaced once, then None."""
         for _ in range(2):
             proc = self._proc
             if proc is None or proc.poll() is not None:
                 proc = self._proc = self._start()
             try:
                 assert proc.stdin is not None and proc.stdout is not None
-                proc.stdin.write(REQUEST_HEAD.pack(len(body), self.max_depth, job))
+                proc.stdin.write(REQUEST_HEAD.pack(len(prefix) + len(body), self.max_depth, job))
+                if prefix:
+                    proc.stdin.write(prefix)
                 proc.stdin.write(body)
                 proc.stdin.flush()
                 (size,) = ANSWER_HEAD.unpack(_read(proc.stdout, ANSWER_HEAD.size))

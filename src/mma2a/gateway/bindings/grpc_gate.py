@@ -61,9 +61,11 @@ JSONRPC_TWINS: Mapping[str, str] = {
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
+_SERVICE_PATH = f"/{A2A_SERVICE.full_name}"
+_INPUTS = {m.name: m.input_type.name for m in A2A_SERVICE.methods}  # each method's request type, by its name
 READ_AHEAD_METHODS = frozenset(f"/{A2A_SERVICE.full_name}/{m}" for m in ("SendMessage", "SendStreamingMessage"))
-"""The methods whose request reaches the door as bytes (no deserializer) and is parsed there: inline up to
-`body_parser.INLINE_GRPC_BYTES`, past it in the JSON body worker, which also makes the pipeline's JSON of it (`read_ahead`)."""
+"""The methods whose request, past `body_parser.INLINE_GRPC_BYTES`, the JSON body worker also makes the pipeline's
+JSON of (`read_ahead`). Every A2A request reaches the door as bytes (no deserializer) and is parsed there (`_parse`)."""
 
 
 def method_access(jsonrpc: Mapping[str, RouteAccess], *, service: descriptor.ServiceDescriptor = A2A_SERVICE,
@@ -187,7 +189,8 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _wrap(self, handler: Any, access: RouteAccess | None, method: str) -> Any:
         admit = self._admit
         parse = handler.request_deserializer
-        raw = self.bodies is not None and method in READ_AHEAD_METHODS and parse is not None
+        # every A2A request arrives as bytes: parsed by the door (`_parse`), a large one in the JSON body worker
+        raw = self.bodies is not None and parse is not None and method.rpartition("/")[0] == _SERVICE_PATH
 
         async def unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             client, request, held, read, address = await admit(access, method, requests, context, parse if raw else None)
@@ -304,7 +307,8 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 held = self._hold(request.ByteSize(), client, address)
             else:  # the bytes as grpc received them: what is held is their length
                 held = self._hold(len(request), client, address)
-                request, read = await self._parse(request, parse, client.key if client is not None else address_key(address))
+                request, read = await self._parse(request, parse, method,
+                                                  client.key if client is not None else address_key(address))
             tenant = getattr(request, "tenant", "") or None
             self.control.check_agent(client, tenant, field="tenant")
             if tenant is not None and self.agent_of is not None:
@@ -322,15 +326,21 @@ class Admission(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             raise
         return client, request, held, read, address
 
-    async def _parse(self, data: bytes, parse: Callable[[bytes], Message], caller: str
+    async def _parse(self, data: bytes, parse: Callable[[bytes], Message], method: str, caller: str
                      ) -> tuple[Message, tuple[Any, ...] | None]:
         """A request that arrived as bytes: parsed on the loop up to `INLINE_GRPC_BYTES` (as grpc would have parsed it,
-        its `DecodeError` raised as grpc's), past it in the JSON body worker, which also reads it into the pipeline's
-        JSON (`sdk_requests.read_send_proto_as_data`). That request is returned as the servicer needs it (its tenant
-        alone; the handler takes the rest from `read_ahead`), with the worker's answer."""
+        its `DecodeError` raised as grpc's), past it in the JSON body worker (in `caller`'s queue). A SendMessage is
+        read there into the pipeline's JSON too (`sdk_requests.read_send_proto_as_data`) and returned as the servicer
+        needs it (its tenant alone; the handler takes the rest from `read_ahead`), with the worker's answer; another
+        method's request comes back without its unknown fields (`sdk_requests.read_known_fields_as_data`: 4 MiB of
+        small ones held the loop 10-26 ms, and a message may be `max_body_bytes`), parsed here."""
         assert self.bodies is not None
         if len(data) <= self.bodies.inline_bytes and len(data) <= INLINE_GRPC_BYTES:
             return parse(data), None
+        if method not in READ_AHEAD_METHODS:
+            known = await self.bodies.read_known(_INPUTS[method.rpartition("/")[2]], data, caller)
+            raise_refusal(known)
+            return parse(known[1]), None
         tenant, answer = await self.bodies.read_send_proto_answer(data, many=True, caller=caller)  # (its caller's queue)
         if not answer[0] and answer[1] == "DecodeError":
             raise_refusal(answer)
