@@ -46,3 +46,27 @@ async def test_a_peers_close_behind_unread_bytes_is_seen_once_and_nothing_is_rea
     finally:
         for s in (ours, peer, kept, kept_peer):
             s.close()
+
+
+async def test_a_socket_closed_unforgotten_leaves_its_number_free_for_the_next_one() -> None:
+    """A socket closed while waiting (its connection's end said after its close) leaves epoll with it; a new socket
+    given the same number waits as any other."""
+    watch = hangups(asyncio.get_running_loop())
+    assert watch is not None
+    first, first_peer = socket.socketpair()
+    number = first.fileno()
+    watch.watch(number, lambda: None)
+    first.close()
+    first_peer.close()
+    ours, peer = socket.socketpair()
+    try:
+        if ours.fileno() != number:  # (the lowest free number is usually the one just freed)
+            ours, peer = peer, ours
+        closed = asyncio.Event()
+        watch.watch(ours.fileno(), closed.set)
+        peer.close()
+        await asyncio.wait_for(closed.wait(), 10)
+        assert len(watch) == 0
+    finally:
+        ours.close()
+        peer.close()

@@ -29,10 +29,10 @@ class HangupWatch:
         self._waiting: dict[int, Callable[[], None]] = {}
 
     def watch(self, fd: int, hung_up: Callable[[], None]) -> None:
-        if fd in self._waiting:
-            self._waiting[fd] = hung_up
-            return
-        self._epoll.register(fd, _EVENTS)
+        try:
+            self._epoll.register(fd, _EVENTS)
+        except FileExistsError:  # (waiting already)
+            self._epoll.modify(fd, _EVENTS)
         loop = self._loop()
         if not self._waiting and loop is not None:
             loop.add_reader(self._epoll.fileno(), self._ready)
