@@ -47,7 +47,7 @@ def main(n: int) -> None:
     before = tracemalloc.get_traced_memory()[0]
     held = PinShares(share=1 << 40, ttl_s=3600, max_keys=10 * n)
     for i in range(n):
-        held.wrote(session_key(sids[i]), i + 1, 600, False, now)  # keys made here: each counted key's own string
+        held.wrote(session_key(sids[i]), i + 1, 600, False, now)  # keys made here (the count kept their strings, <S17)
     per_key = (tracemalloc.get_traced_memory()[0] - before) / n
     tracemalloc.stop()
     put = asyncio.run(put_us(min(n, 2000)))
