@@ -392,6 +392,47 @@ async def test_a_blob_of_before_deleted_by_another_gateway_during_the_recount_le
         await link.close()
 
 
+async def test_a_blob_of_before_stored_again_during_the_recount_stays_counted_for_its_first_owner(
+        nats_server: NatsServer) -> None:
+    """A gateway counts the footprints again (an upgrade) and, held after its claim, another gateway of the new
+    version stores alice's blob of before again, for carol: the same content stays alice's (counted once, for its
+    first owner; carol is charged nothing) and its age starts again (its info rewritten). The recount counts it for
+    alice. Before: its info, rewritten after the count began, was left out and charged to nobody: alice 0 for good."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    bucket = f"{config.name}_blob_quota"
+    limits = {"max_bytes_per_client": 1 << 20, "max_bytes": 1 << 22}
+    store, link = await open_object_store(config, **limits)
+    try:
+        await store.put_stream(chunked(b"a" * 60_000), owner="alice")  # 65,536
+        await link.js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{FORM}>")  # no count: it is made again
+        upgraded_link = await ClusterLink(config).connect()
+        upgraded = CountedWhileOthersWrite(upgraded_link)
+        try:
+            counting = asyncio.ensure_future(upgraded.setup(**limits))
+            await upgraded.counting.wait()  # it claimed the count and is about to list the objects
+            other, link2 = await open_object_store(config, **limits)
+            try:
+                await other.put_stream(chunked(b"a" * 60_000), owner="carol")  # the same content: alice's still
+                upgraded.go.set()
+                await counting
+                for quota in (upgraded.quota, other.quota):
+                    assert quota is not None
+                    assert (await quota.held("alice"), await quota.held("carol"), await quota.total()) == (
+                        65_536, 0, 65_536)  # before: 0, 0, 0
+                deleted_later, link3 = await open_object_store(config, **limits)
+                try:  # and once deleted, it leaves alice's count
+                    await deleted_later.delete((await deleted_later.put_stream(chunked(b"a" * 60_000))).key)
+                    assert (await quota.held("alice"), await quota.total()) == (0, 0)
+                finally:
+                    await link3.close()
+            finally:
+                await link2.close()
+        finally:
+            await upgraded_link.close()
+    finally:
+        await link.close()
+
+
 async def test_serve_with_two_workers_counts_a_clients_blobs_once_whichever_worker_takes_them(tmp_path: Path) -> None:
     """`serve --workers 2`: each new connection reaches either worker; alice's ten 10 KB blobs (16,384 charged each)
     fill her quota of 163,840 however they were spread, and every further one is refused, on either worker; bob still

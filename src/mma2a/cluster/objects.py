@@ -70,8 +70,12 @@ UPLOAD_IDLE_S = UPLOADS_TTL_S - 3600.0
 """An upload idle this long is aborted by `prune` (its bytes freed) before its record would expire unseen."""
 OWNER = "mma2a-owner"
 FREED = "mma2a-freed"
-"""In a deleted blob's info, written by a gateway that counts the quotas: the sequence of the info it deleted and the
-footprint it takes back from its owner's count (`_stored`: a recount under way counts it, so the two cancel)."""
+"""In a deleted blob's info, written by a gateway that counts the quotas: the sequence of the blob's first info
+(`_first_seq`) and the footprint it takes back from its owner's count (`_stored`: a recount under way counts it, so
+the two cancel)."""
+FIRST = "mma2a-first"
+"""In the info of a blob stored again (its info rewritten, its age started again): the sequence of its first info, so
+a recount tells a blob of before (counted by nobody, `_stored`) from one stored since."""
 """The key of the object info's `metadata` naming the client the blob is counted for."""
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a write refused because the subject moved past the expected sequence."""
@@ -218,7 +222,9 @@ class ObjectBlobStore(BlobStore):
             now = datetime.now(timezone.utc).isoformat()
             first, seq = await self._last_info(key)
             if first is not None and not first.get("deleted"):
-                if await self._put_info(key, {**first, "mtime": now}, seq):
+                again = {**first, "mtime": now,
+                         "metadata": {**(first.get("metadata") or {}), FIRST: str(_first_seq(first, seq))}}
+                if await self._put_info(key, again, seq):
                     await self.js.purge_stream(self.stream, subject=self._chunk_subject(nuid))
                     return BlobInfo(key, size, _media_type(first)), False
                 continue
@@ -314,7 +320,7 @@ class ObjectBlobStore(BlobStore):
                     "mtime": datetime.now(timezone.utc).isoformat()}
             if self.quota is not None:  # its bytes are taken back below: a recount under way counts them (`_stored`)
                 dead["metadata"] = {**(info.get("metadata") or {}),
-                                    FREED: f"{seq} {footprint(int(info.get('size') or 0))}"}
+                                    FREED: f"{_first_seq(info, seq)} {footprint(int(info.get('size') or 0))}"}
             if await self._put_info(key, dead, seq):
                 await self.js.purge_stream(self.stream, subject=self._chunk_subject(info["nuid"]))
                 if self.quota is not None:
@@ -492,18 +498,20 @@ class ObjectBlobStore(BlobStore):
     async def _stored(self) -> Callable[[], AsyncIterator[tuple[str | None, int]]]:
         """What is stored now: an iterator over each blob's and upload's owner and bytes (a new count's source). The
         uploads' offsets are read here; the blobs are those whose info is at or before the objects' stream's last
-        sequence, read here. What was written later is left out, as its gateway counted it (a blob stored again later,
-        its info rewritten, is left out too: counted low, never twice). A blob of before that a gateway counting the
-        quotas deleted since (its deleted info says so, `FREED`) is counted as it was: that gateway takes its bytes
-        back from the count, in whichever order the two land (counts are not floored: `SharedByteQuota._swap`)."""
+        sequence, read here (a blob stored again since, its info rewritten, by the sequence of its first info,
+        `FIRST`: stored again, it was charged to nobody). What was written later is left out, as its gateway counted
+        it. A blob of before that a gateway counting the quotas deleted since (its deleted info says so, `FREED`) is
+        counted as it was: that gateway takes its bytes back from the count, in whichever order the two land (counts
+        are not floored: `SharedByteQuota._swap`)."""
         last = (await self.js.stream_info(self.stream)).state.last_seq
         uploads = [(rec.get("owner"), footprint(int(rec.get("offset") or 0))) async for _, rec, _ in self._records()]
 
         async def holdings() -> AsyncIterator[tuple[str | None, int]]:
             async for seq, info in self._infos():
-                if seq <= last and not info.get("deleted"):
-                    yield _owner(info), footprint(int(info.get("size") or 0))
-                elif seq > last and info.get("deleted"):
+                if not info.get("deleted"):
+                    if _first_seq(info, seq) <= last:
+                        yield _owner(info), footprint(int(info.get("size") or 0))
+                elif seq > last:
                     freed = _freed(info)
                     if freed is not None and freed[0] <= last:
                         yield _owner(info), freed[1]
@@ -550,6 +558,15 @@ def _owner(info: dict[str, Any]) -> str | None:
     """The client a blob is counted for (None: none, or stored before owners were kept)."""
     owner = (info.get("metadata") or {}).get(OWNER)
     return owner if isinstance(owner, str) else None
+
+
+def _first_seq(info: dict[str, Any], seq: int) -> int:
+    """The sequence of a blob's first info, its info (at `seq`) being `info`: its `FIRST`, else `seq` (never stored
+    again, or stored again by a gateway of before)."""
+    try:
+        return int((info.get("metadata") or {}).get(FIRST, seq))
+    except (TypeError, ValueError):
+        return seq
 
 
 def _freed(info: dict[str, Any]) -> tuple[int, int] | None:
