@@ -58,7 +58,8 @@ def check_samples(rate: int, channels: int, seconds: float, limits: Limits, what
 
 class LinearResampler:
     """Mono samples resampled by linear interpolation, block by block (the same output as one `np.interp` over the
-    whole recording, within a sample at its end): a block's memory, never the recording's."""
+    whole recording, within a sample at its end): a block's memory, never the recording's. Used to lower a rate (a
+    44.1 or 48 kHz WAV read at 16 kHz: docs/features.md says what folds); `resampler_for` raises one with FFmpeg's."""
 
     def __init__(self, rate_in: int, rate_out: int) -> None:
         self.step = rate_in / rate_out
@@ -83,6 +84,59 @@ class LinearResampler:
         self.last = block[-1:]
         return np.interp(pos - base, np.arange(x.shape[0]), x).astype(np.float32)
 
+    def finish(self) -> Any:
+        """What is still held back at the end (nothing: each output needs only the samples around it)."""
+        import numpy as np
+
+        return np.zeros(0, np.float32)
+
+
+class FilteredUpsampler:
+    """Mono samples raised to a higher rate by FFmpeg's resampler (band-limited: nothing above the recording's own
+    Nyquist frequency is made), block by block; `finish` gives the filter's last samples. Linear interpolation from
+    8 kHz to 16 kHz mirrors the 0-4 kHz band into 4-8 kHz at -10 to -20 dB: Whisper read eSpeak NG's sentence
+    through it as nothing it understood (`unclear` over all of it), through this as the same words as μ-law's
+    (tests/features/test_media_variants.py)."""
+
+    def __init__(self, rate_in: int, rate_out: int) -> None:
+        import av
+
+        self.rate_in = rate_in
+        self.resampler = av.AudioResampler(format="flt", layout="mono", rate=rate_out)
+
+    def _out(self, frames: Any) -> Any:
+        import numpy as np
+
+        got = [f.to_ndarray().reshape(-1) for f in frames]
+        return np.concatenate(got).astype(np.float32, copy=False) if got else np.zeros(0, np.float32)
+
+    def push(self, block: Any) -> Any:
+        import av
+        import numpy as np
+
+        if block.shape[0] == 0:
+            return np.zeros(0, np.float32)
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block, np.float32).reshape(1, -1), format="flt",
+                                           layout="mono")
+        frame.sample_rate = self.rate_in
+        return self._out(self.resampler.resample(frame))
+
+    def finish(self) -> Any:
+        return self._out(self.resampler.resample(None))
+
+
+def resampler_for(rate_in: int, rate_out: int) -> LinearResampler | FilteredUpsampler:
+    """How mono WAV and PCM samples change rate: up through FFmpeg's filter when PyAV is installed (faster-whisper,
+    which hears 16 kHz, needs it anyway), down by linear interpolation (what the evaluation's figures were measured
+    with: docs/features.md)."""
+    if rate_out > rate_in:
+        try:
+            import av  # noqa: F401
+        except ImportError:
+            return LinearResampler(rate_in, rate_out)
+        return FilteredUpsampler(rate_in, rate_out)
+    return LinearResampler(rate_in, rate_out)
+
 
 def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mono: bool) -> tuple[Any, int, int]:
     """Float32 blocks (frames, channels) at `rate`, mixed to mono and resampled to `want_rate` as they come; returns
@@ -91,7 +145,7 @@ def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mon
 
     out_rate = want_rate or rate
     out_channels = 1 if mono else channels
-    resampler = LinearResampler(rate, out_rate) if out_rate != rate else None
+    resampler = resampler_for(rate, out_rate) if out_rate != rate else None
     parts: list[Any] = []
     for block in blocks:
         if mono and channels > 1:
@@ -101,6 +155,8 @@ def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mon
                 raise MediaError(f"audio: resampling {channels} channels needs PyAV; ask for mono")
             block = resampler.push(block[:, 0])[:, None]
         parts.append(block)
+    if resampler is not None:
+        parts.append(resampler.finish()[:, None])
     if not parts:
         return np.zeros((0, out_channels), np.float32), out_rate, out_channels
     return (parts[0] if len(parts) == 1 else np.concatenate(parts)), out_rate, out_channels
@@ -430,8 +486,16 @@ def voice_activity(levels: Any, *, floor_db: float = -45.0) -> float:
 
 
 def describe(audio: DecodedAudio, *, floor_db: float = -45.0) -> dict[str, Any]:
-    """The audio/1 facts of decoded audio."""
+    """The audio/1 facts of decoded audio. Loudness and voice activity are read around the recording's mean, not
+    zero: a DC offset (a cheap sound card's, a recorder's bias) is no sound, and counted as one it read an offset of
+    0.3 as -10 dBFS of speech throughout and its silences as voice."""
+    import numpy as np
+
     mono = audio.mono()
+    if mono.shape[0]:
+        offset = float(np.mean(mono, dtype=np.float64))
+        if offset:
+            mono = mono - np.float32(offset)
     return {
         "format": audio.format,
         "duration": round(audio.duration, 3),

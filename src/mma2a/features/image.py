@@ -32,6 +32,30 @@ BLUR_SIDE = 1024
 COLOR_COUNT = 5
 
 
+UNDECODED_BRANDS = {"heic": "HEIC", "heix": "HEIC", "heim": "HEIC", "heis": "HEIC", "hevc": "HEIC", "hevx": "HEIC",
+                    "mif1": "HEIF", "msf1": "HEIF"}
+"""`ftyp` major brands of HEIF stills (an iPhone's photos) Pillow cannot read without `pillow-heif`, not installed here."""
+
+
+def undecodable_kind(data: bytes) -> str | None:
+    """The name of an image format these bytes are in that Pillow does not read here (HEIC, JPEG XL, SVG, PDF), so
+    that the error names it rather than calling the bytes unknown; None otherwise."""
+    from .containers import ftyp_brand
+
+    head = data[:256]
+    brand = ftyp_brand(head)
+    if brand in UNDECODED_BRANDS:
+        return f"{UNDECODED_BRANDS[brand]} (an HEIF photo: no HEIF decoder is installed)"
+    if head[:2] == b"\xff\x0a" or head[:12] == b"\0\0\0\x0cJXL \r\n\x87\n":
+        return "JPEG XL (no decoder installed)"
+    if head[:5] == b"%PDF-":
+        return "PDF (a document, not a picture)"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if text.startswith(b"<svg") or (text.startswith((b"<?xml", b"<!doctype svg")) and b"<svg" in data[:4096].lower()):
+        return "SVG (a vector drawing: nothing here renders it)"
+    return None
+
+
 def open_image(data: bytes, limits: Limits, what: str = "image", *, max_side: int | None = None) -> Image:
     """Open and fully decode an image, refusing it before decoding when it has too many pixels.
 
@@ -54,6 +78,10 @@ def open_image(data: bytes, limits: Limits, what: str = "image", *, max_side: in
             warnings.simplefilter("error", PILImage.DecompressionBombWarning)
             im = PILImage.open(io.BytesIO(data))
     except UnidentifiedImageError:
+        known = undecodable_kind(data)
+        if known is not None:
+            raise MediaError(f"{what}: {known} is not decoded here ({len(data)} bytes); send it as JPEG, PNG or "
+                             "WebP") from None
         raise MediaError(f"{what}: not a readable image (unknown or corrupt format, {len(data)} bytes)") from None
     except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning) as exc:
         found = re.search(r"\((\d+) pixels\)", str(exc))

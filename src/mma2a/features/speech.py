@@ -86,11 +86,14 @@ SPEECH_RATE = 16000
 
 def to_16k_mono(audio: DecodedAudio) -> Any:
     """Mono float32 samples at 16 kHz, what Whisper expects (decoded so already: then no copy is made)."""
-    from .audio import LinearResampler
+    import numpy as np
+
+    from .audio import resampler_for
 
     mono = audio.samples[:, 0] if audio.channels == 1 else audio.mono()
     if audio.rate != SPEECH_RATE and mono.shape[0]:
-        mono = LinearResampler(audio.rate, SPEECH_RATE).push(mono)
+        resampler = resampler_for(audio.rate, SPEECH_RATE)
+        mono = np.concatenate([resampler.push(mono), resampler.finish()])
     return mono
 
 
