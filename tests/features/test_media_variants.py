@@ -171,6 +171,31 @@ def test_telephone_speech_at_8khz_is_upsampled_band_limited(pipeline: FeaturePip
             k, f["transcript"])
 
 
+def test_8khz_wav_and_pcm_are_raised_to_16khz_without_a_mirror_image() -> None:
+    """A 1 kHz tone at 8 kHz read at 16 kHz: linear interpolation put its mirror at 7 kHz 28 dB under it (every voice
+    frequency f got a ghost at 8 - f kHz); FFmpeg's filter leaves nothing there. Whole or a second at a time, and in
+    the FLAC of the same samples, it is the same."""
+    from mma2a.features.audio import decode_audio
+    from mma2a.features.base import Limits
+    from mma2a.modality import parse_modality
+
+    tone = e.tone(3.0, 8000, freq=1000.0)
+    pcm = np.rint(tone[:, 0] * 32767).astype("<i2").tobytes()
+    read = {k: decode_audio(d, parse_modality(mt), Limits(), rate=16000, mono=True).samples[:, 0]
+            for k, (d, mt) in {"wav": (e.wav_int(tone, 8000, 2), "audio/wav"), "pcm": (pcm, "audio/pcm; rate=8000"),
+                               "flac": (e.encode_audio(tone, 8000, "flac", "flac"), "audio/flac")}.items()}
+    for name, x in read.items():
+        assert abs(x.shape[0] - 48000) <= 64, name
+        spectrum = np.abs(np.fft.rfft(x[8000:40000] * np.hanning(32000)))
+        hz = np.fft.rfftfreq(32000, 1 / 16000)
+        tone_db = 20 * np.log10(spectrum[np.abs(hz - 1000) < 20].max())
+        mirror_db = 20 * np.log10(spectrum[np.abs(hz - 7000) < 20].max())
+        assert tone_db - mirror_db > 60, (name, tone_db - mirror_db)
+    n = min(x.shape[0] for x in read.values())
+    assert np.max(np.abs(read["wav"][:n] - read["pcm"][:n])) < 1e-6
+    assert np.max(np.abs(read["wav"][:n] - read["flac"][:n])) < 1e-3
+
+
 def test_a_call_recorded_one_party_a_channel_reads_both(pipeline: FeaturePipeline, voice: dict[int, Any],
                                                         plain: dict[str, Any]) -> None:
     """A call centre's stereo recording: the agent on the left, the caller on the right, one after the other. Both
