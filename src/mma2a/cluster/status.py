@@ -65,7 +65,7 @@ async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
             "rulesRevision": latest_rules, "mode": mode,
             "agents": await _count(js, names.bucket("agents")),
             "modalities": await _count(js, names.bucket("modalities")),
-            # not each key's entry read (100,000 pins: 14.7 s, bench/kv_listing.py): its keys from the stream's
+            # not each key's entry read (100,000 pins: 12-15 s, bench/kv_listing.py): its keys from the stream's
             # state, pins and ended sessions' markers (until they age out or are purged) alike, and its bytes
             **dict(zip(("sessions", "sessionsBytes"), await key_count(js, names.bucket("sessions")))),
             "gateways": members, "delivery": delivery, "blobs": blobs,
