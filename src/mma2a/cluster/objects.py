@@ -69,6 +69,7 @@ UPLOADS_TTL_S = 24 * 3600.0
 UPLOAD_IDLE_S = UPLOADS_TTL_S - 3600.0
 """An upload idle this long is aborted by `prune` (its bytes freed) before its record would expire unseen."""
 OWNER = "mma2a-owner"
+"""The key of the object info's `metadata` naming the client the blob is counted for."""
 FREED = "mma2a-freed"
 """In a deleted blob's info, written by a gateway that counts the quotas: the sequence of the blob's first info
 (`_first_seq`) and the footprint it takes back from its owner's count (`_stored`: a recount under way counts it, so
@@ -76,7 +77,6 @@ the two cancel)."""
 FIRST = "mma2a-first"
 """In the info of a blob stored again (its info rewritten, its age started again): the sequence of its first info, so
 a recount tells a blob of before (counted by nobody, `_stored`) from one stored since."""
-"""The key of the object info's `metadata` naming the client the blob is counted for."""
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a write refused because the subject moved past the expected sequence."""
 
@@ -570,8 +570,8 @@ def _first_seq(info: dict[str, Any], seq: int) -> int:
 
 
 def _freed(info: dict[str, Any]) -> tuple[int, int] | None:
-    """A deleted blob's `FREED`: (the sequence of the info deleted, the footprint taken back); None: not said (deleted
-    by a gateway not counting the quotas, or of a version before)."""
+    """A deleted blob's `FREED`: (the sequence of its first info, the footprint taken back); None: not said (deleted by
+    a gateway not counting the quotas, or of a version before)."""
     said = (info.get("metadata") or {}).get(FREED)
     try:
         seq, size = str(said).split(" ")

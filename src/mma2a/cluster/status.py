@@ -58,6 +58,9 @@ async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
         with contextlib.suppress(NotFoundError):
             si = await js.stream_info(f"OBJ_{names.blobs_bucket}")
             blobs.update(bytes=si.state.bytes, messages=si.state.messages)
+        # the sessions bucket's keys from its stream's state, not each key's entry read (100,000 pins: 12-15 s,
+        # bench/kv_listing.py): pins and ended sessions' markers (until they age out or are purged) alike
+        sessions, sessions_bytes = await key_count(js, names.bucket("sessions"))
         return {
             "cluster": config.name, "nats": without_credentials(config.nats),
             "server": nc.connected_server_version.__dict__.get("_version")
@@ -65,9 +68,7 @@ async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
             "rulesRevision": latest_rules, "mode": mode,
             "agents": await _count(js, names.bucket("agents")),
             "modalities": await _count(js, names.bucket("modalities")),
-            # not each key's entry read (100,000 pins: 12-15 s, bench/kv_listing.py): its keys from the stream's
-            # state, pins and ended sessions' markers (until they age out or are purged) alike, and its bytes
-            **dict(zip(("sessions", "sessionsBytes"), await key_count(js, names.bucket("sessions")))),
+            "sessions": sessions, "sessionsBytes": sessions_bytes,
             "gateways": members, "delivery": delivery, "blobs": blobs,
         }
     finally:
