@@ -145,8 +145,8 @@ def test_loudness_and_voice_activity_read_the_sound_not_its_offset_or_padding(pi
 
 def test_telephone_speech_at_8khz_is_upsampled_band_limited(pipeline: FeaturePipeline, voice: dict[int, Any],
                                                             plain: dict[str, Any]) -> None:
-    """8 kHz speech (a phone line's band, 0-4 kHz) read as a WAV, μ-law, A-law, raw PCM, and as the FLAC of the same
-    samples (FFmpeg's path). Before: WAV and PCM were raised to 16 kHz by linear interpolation, which mirrors the band
+    """8 kHz speech (a phone line's band, 0-4 kHz) read as a WAV, μ-law, A-law, IMA and MS ADPCM, raw PCM, and as the
+    FLAC of the same samples (FFmpeg's path). Before: WAV and PCM were raised to 16 kHz by linear interpolation, which mirrors the band
     into 4-8 kHz, and Whisper understood nothing of the sentence (all of it `unclear`)."""
     t8 = voice[8000]
     pcm = np.rint(np.clip(t8[:, 0], -1, 1) * 32767).astype("<i2")
@@ -157,6 +157,8 @@ def test_telephone_speech_at_8khz_is_upsampled_band_limited(pipeline: FeaturePip
              "mu-law-wav": (e.encode_audio(t8, 8000, "wav", "pcm_mulaw"), "audio/wav"),
              "a-law-wav": (e.encode_audio(t8, 8000, "wav", "pcm_alaw"), "audio/wav"),
              "mu-law-au": (e.encode_audio(t8, 8000, "au", "pcm_mulaw"), "audio/basic"),
+             "ima-adpcm-wav": (e.encode_audio(t8, 8000, "wav", "adpcm_ima_wav"), "audio/wav"),  # a dictaphone's
+             "ms-adpcm-wav": (e.encode_audio(t8, 8000, "wav", "adpcm_ms"), "audio/wav"),
              "wav-11025": (e.wav_int(voice[11025], 11025, 2), "audio/wav")}
     got = {k: features(pipeline, d, mt, SPEECH) for k, (d, mt) in cases.items()}
     for k, f in got.items():
