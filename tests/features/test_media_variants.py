@@ -100,6 +100,7 @@ WIDEBAND: dict[str, tuple[Callable[[dict[int, Any]], bytes], str, tuple[str, int
     "ogg-opus": (lambda v: e.encode_audio(v[48000], 48000, "ogg", "libopus"), "audio/ogg; codecs=opus", ("ogg", 48000, 1)),
     "webm-opus": (lambda v: e.encode_audio(v[48000], 48000, "webm", "libopus"), "audio/webm", ("webm", 48000, 1)),
     "m4a-aac": (lambda v: e.encode_audio(v[44100], 44100, "ipod", "aac"), "audio/mp4", ("mp4", 44100, 1)),
+    "wma": (lambda v: e.encode_audio(v[44100], 44100, "asf", "wmav2", b="64000"), "audio/x-ms-wma", ("asf", 44100, 1)),
     "stereo-speech-left-only": (lambda v: e.wav_int(stereo(v[48000], 0 * v[48000]), 48000, 2), "audio/wav",
                                 ("wav", 48000, 2)),
     "stereo-speech-right-only-mp3": (lambda v: e.encode_audio(stereo(0 * v[44100], v[44100]), 44100, "mp3",
@@ -125,6 +126,15 @@ def test_speech_reads_as_the_plain_wav_does(name: str, pipeline: FeaturePipeline
     assert (got["format"], got["sampleRate"], got["channels"]) == (fmt, rate, channels)
     assert words(got["transcript"]) == words(plain["transcript"]), (name, got["transcript"])
     assert got["voiceActivity"] > 0
+
+
+def test_windows_media_is_sniffed_and_read() -> None:
+    """WMA (an older Windows recorder's) was `audio: bytes are not a known audio container`; FFmpeg reads it."""
+    from mma2a.features.producer import sniff_modality
+
+    wma = e.encode_audio(e.tone(1.0, 44100), 44100, "asf", "wmav2", b="64000")
+    assert sniff_modality(wma) == "audio/x-ms-wma"
+    assert sniff_modality(e.clip("asf", "wmv2", frames=3)) == "video/x-ms-wmv"
 
 
 def test_loudness_and_voice_activity_read_the_sound_not_its_offset_or_padding(pipeline: FeaturePipeline,

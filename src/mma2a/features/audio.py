@@ -163,7 +163,8 @@ def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mon
 
 
 SNIFFED_AUDIO = {"wav": "audio/wav", "ogg": "audio/ogg", "flac": "audio/flac", "mp3": "audio/mpeg", "aac": "audio/aac",
-                 "aiff": "audio/aiff", "amr": "audio/amr", "caf": "audio/x-caf", "au": "audio/basic"}
+                 "aiff": "audio/aiff", "amr": "audio/amr", "caf": "audio/x-caf", "au": "audio/basic",
+                 "asf": "audio/x-ms-wma"}
 """The media type of each container `sniff_audio` names but MP4, WebM and 3GP (audio or video: told apart by PyAV)."""
 
 
@@ -197,7 +198,13 @@ def sniff_audio(data: bytes) -> str | None:
         return "au"  # Sun/NeXT audio: mu-law telephony
     if head[:4] == b"\x1a\x45\xdf\xa3":
         return "webm"
+    if head[:16] == ASF_HEADER:
+        return "asf"  # Windows Media Audio (WMA): an older Windows recorder's (FFmpeg reads it; it was no known container)
     return None
+
+
+ASF_HEADER = bytes.fromhex("3026b2758e66cf11a6d900aa0062ce6c")
+"""The Advanced Systems Format's header object GUID: WMA's and WMV's first 16 bytes."""
 
 
 WAV_PLACEHOLDER = 0x7FFF0000
