@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mma2a.gateway.access.clients import Client, current_client
 from mma2a.gateway.access.peers import current_address
@@ -108,6 +110,49 @@ def test_a_waiting_job_whose_request_went_is_dropped() -> None:
     assert q.put("mallory", "m2", 10) is None  # room again
     q.done("mallory", 10)
     assert drain(q) == ["m2"] and q.held("mallory") == (0, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("put take".split()), st.sampled_from("abcd")), max_size=120))
+def test_with_one_lane_a_job_waits_for_at_most_one_of_each_other_callers(steps: list[tuple[str, str]]) -> None:
+    """Any arrivals and completions, one lane: each caller's jobs run in the order they came, and from a job's arrival
+    to its run each other caller runs at most one job — the one running when it came counted — plus one for each job of
+    its own caller that was waiting ahead of it (which run first)."""
+    q: FairQueue[tuple[str, int]] = FairQueue(max_jobs=1000, max_bytes=1 << 40)
+    running: tuple[str, tuple[str, int], int] | None = None
+    events: list[tuple[str, str, int, str]] = []  # ("put" | "run", caller, its job's number, the caller running)
+    numbers = dict.fromkeys("abcd", 0)
+
+    def step_take() -> None:
+        nonlocal running
+        if running is not None:
+            q.done(running[0], running[2])
+        running = q.take()
+        if running is not None:
+            events.append(("run", running[0], running[1][1], ""))
+
+    for what, caller in steps:
+        if what == "put":
+            q.put(caller, (caller, numbers[caller]), 1)
+            events.append(("put", caller, numbers[caller], running[0] if running is not None else ""))
+            numbers[caller] += 1
+        else:
+            step_take()
+    while running is not None or q.waiting:
+        step_take()
+    for caller in "abcd":
+        assert [n for e, c, n, _ in events if e == "run" and c == caller] == list(range(numbers[caller]))
+    for i, (e, caller, n, busy) in enumerate(events):
+        if e != "put":
+            continue
+        ran = next(j for j in range(i, len(events)) if events[j][:3] == ("run", caller, n))
+        before = events[:i]
+        ahead = sum(1 for e2, c2, _, _ in before if c2 == caller and e2 == "put") - sum(
+            1 for e2, c2, _, _ in before if c2 == caller and e2 == "run")  # its own, waiting when it came
+        for other in "abcd":
+            if other != caller:
+                runs = sum(1 for e2, c2, _, _ in events[i:ran] if e2 == "run" and c2 == other) + (busy == other)
+                assert runs <= 1 + ahead, events
 
 
 def test_a_job_is_its_clients_else_its_callers_address() -> None:
