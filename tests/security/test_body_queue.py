@@ -242,3 +242,81 @@ async def test_mallorys_many_answers_do_not_queue_alices_large_body(monkeypatch:
         between = [e for e in events[at:ran] if e == ("run", "mallory")]
         assert len(between) <= 1, events
     assert events.count(("run", "mallory")) == 4 and queue.held("mallory") == (0, 0) == queue.held("alice")
+
+
+async def test_a_caller_past_its_bound_is_refused_429_on_every_binding_and_another_served(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mallory may hold one job (`body_worker_jobs_per_client: 1`), and holds it (the test's gate): her next large
+    body or answer of many values is refused on every way into the worker — the JSON-RPC ingress's parse of a body
+    past 1 MiB, the SDK's dispatcher's read of a body and conversion of an answer (ListTasks), REST's read of a send,
+    gRPC's conversion of an answer (GetTask) — with 429 + Retry-After (gRPC RESOURCE_EXHAUSTED, `retry-after`),
+    naming the limit (a JSON-RPC body of many values the SDK's dispatcher reads — SendStreamingMessage — is not then
+    read on the loop instead, as it was when the worker stopped); alice's large send meanwhile waits and is served."""
+    import grpc
+    import grpc.aio
+    from a2a.types import GetTaskRequest, a2a_pb2_grpc
+
+    from tests.security.test_grpc_admission import grpc_gateway
+
+    gate = threading.Event()
+    exchange = WorkerLane._exchange
+
+    def gated(self: WorkerLane, data: bytes, job: int, *prefix: bytes) -> object:
+        gate.wait(60)
+        return exchange(self, data, job, *prefix)
+
+    monkeypatch.setattr(WorkerLane, "_exchange", gated)
+    from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+
+    read_by_sdk: list[object] = []  # requests the SDK's dispatcher read itself, on the loop
+    handle = JsonRpcDispatcher.handle_requests
+
+    async def recorded(self: Any, request: Any) -> Any:
+        if b"m-sse" in await request.body():  # (the small requests are the SDK's to read)
+            read_by_sdk.append(request)
+        return await handle(self, request)
+
+    monkeypatch.setattr(JsonRpcDispatcher, "handle_requests", recorded)
+    auth = {"clients": [{"name": "mallory", "token": MALLORY}, {"name": "alice", "token": ALICE}]}
+    limit = ("this caller has 1 large bodies and answers in the gateway's JSON body worker already (at most 1 a caller: "
+             "limits.body_worker_jobs_per_client); retry when they are answered, or send large media by reference "
+             "(POST /blobs)")
+    async with grpc_gateway({"auth": auth, "limits": {"body_worker_jobs_per_client": 1}}) as (gw, url, port, _):
+        queue = gw._body_parser.queue
+        as_mallory = {"Authorization": f"Bearer {MALLORY}", "A2A-Version": "1.0"}
+        as_alice = {"Authorization": f"Bearer {ALICE}", "A2A-Version": "1.0"}
+        async with httpx.AsyncClient(timeout=60) as c:
+            stored = await c.post(url + "/", headers=as_mallory, json={
+                "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message("m-mallory")}})
+            tid = stored.json()["result"]["task"]["id"]
+            held = asyncio.create_task(c.get(url + f"/tasks/{tid}", headers=as_mallory))
+            await until(lambda: queue.held("mallory")[0] == 1, "mallory's first job held")
+            large = orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {
+                "message": message("m-large", 0) | {"parts": [{"text": "x" * (1 << 20)}]}}})
+            ingress = await c.post(url + "/", headers=as_mallory, content=large)
+            listed = await c.post(url + "/", headers=as_mallory, json={
+                "jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {}})
+            sent = await c.post(url + "/message:send", headers=as_mallory,
+                                content=orjson.dumps({"message": message("m-rest")}))
+            streamed = await c.post(url + "/", headers={**as_mallory, "Accept": "text/event-stream"}, json={
+                "jsonrpc": "2.0", "id": 4, "method": "SendStreamingMessage", "params": {"message": message("m-sse")}})
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
+                with pytest.raises(grpc.aio.AioRpcError) as grpc_refused:
+                    await stub.GetTask(GetTaskRequest(id=tid), timeout=60, metadata=[
+                        ("a2a-version", "1.0"), ("authorization", f"Bearer {MALLORY}")])
+            alice = asyncio.create_task(c.post(url + "/message:send", headers=as_alice,
+                                               content=orjson.dumps({"message": message("m-alice")})))
+            await until(lambda: queue.held("alice")[0] == 1, "alice's body queued")
+            gate.set()
+            first, served = await held, await alice
+    assert read_by_sdk == []  # (the stream's body: before, the SDK's dispatcher read it on the loop instead)
+    for r in (ingress, listed, streamed):
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1", r.text[:300]
+        assert r.json()["error"]["message"] == limit
+    assert sent.status_code == 429 and sent.headers["Retry-After"] == "1" and sent.json()["error"]["message"] == limit
+    exc = grpc_refused.value
+    assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and exc.details() == limit
+    assert ("retry-after", "1") in tuple(exc.trailing_metadata() or ())
+    assert first.status_code == 200 and len(first.json()["history"][0]["metadata"]["a"]) == MANY
+    assert served.status_code == 200 and len(served.json()["task"]["history"][0]["metadata"]["a"]) == MANY
