@@ -155,8 +155,9 @@ def test_loudness_and_voice_activity_read_the_sound_not_its_offset_or_padding(pi
 
 def test_telephone_speech_at_8khz_is_upsampled_band_limited(pipeline: FeaturePipeline, voice: dict[int, Any],
                                                             plain: dict[str, Any]) -> None:
-    """8 kHz speech (a phone line's band, 0-4 kHz) read as a WAV, μ-law, A-law, IMA and MS ADPCM, raw PCM, and as the
-    FLAC of the same samples (FFmpeg's path). Before: WAV and PCM were raised to 16 kHz by linear interpolation, which mirrors the band
+    """8 kHz speech (a phone line's band, 0-4 kHz) read as a WAV, μ-law, A-law, IMA and MS ADPCM, raw PCM, raw G.711
+    (`audio/PCMU`, `audio/x-mulaw`, `audio/basic`, `audio/PCMA`: before, not a known audio container), and as the FLAC
+    of the same samples (FFmpeg's path). Before: WAV and PCM were raised to 16 kHz by linear interpolation, which mirrors the band
     into 4-8 kHz, and Whisper understood nothing of the sentence (all of it `unclear`)."""
     t8 = voice[8000]
     pcm = np.rint(np.clip(t8[:, 0], -1, 1) * 32767).astype("<i2")
@@ -168,6 +169,10 @@ def test_telephone_speech_at_8khz_is_upsampled_band_limited(pipeline: FeaturePip
              "a-law-wav": (e.encode_audio(t8, 8000, "wav", "pcm_alaw"), "audio/wav"),
              "mu-law-au": (e.encode_audio(t8, 8000, "au", "pcm_mulaw"), "audio/basic"),
              "ima-adpcm-wav": (e.encode_audio(t8, 8000, "wav", "adpcm_ima_wav"), "audio/wav"),  # a dictaphone's
+             "raw-pcmu": (e.encode_audio(t8, 8000, "mulaw", "pcm_mulaw"), "audio/PCMU"),  # RTP's G.711
+             "raw-x-mulaw": (e.encode_audio(t8, 8000, "mulaw", "pcm_mulaw"), "audio/x-mulaw; rate=8000"),  # a media stream
+             "raw-basic": (e.encode_audio(t8, 8000, "mulaw", "pcm_mulaw"), "audio/basic"),  # RFC 2046: no .snd header
+             "raw-pcma": (e.encode_audio(t8, 8000, "alaw", "pcm_alaw"), "audio/PCMA"),
              "ms-adpcm-wav": (e.encode_audio(t8, 8000, "wav", "adpcm_ms"), "audio/wav"),
              "wav-11025": (e.wav_int(voice[11025], 11025, 2), "audio/wav")}
     got = {k: features(pipeline, d, mt, SPEECH) for k, (d, mt) in cases.items()}
@@ -176,6 +181,11 @@ def test_telephone_speech_at_8khz_is_upsampled_band_limited(pipeline: FeaturePip
     # the same samples read the same whichever way they came: numpy's WAV reader and FFmpeg's FLAC decoder
     assert got["wav"]["transcript"] == got["raw-pcm"]["transcript"] == got["raw-l16"]["transcript"]
     assert got["wav"]["transcript"] == got["flac"]["transcript"]
+    # raw G.711 (numpy's table) reads as its WAV (FFmpeg's decoder): the same bytes
+    assert got["raw-pcmu"]["transcript"] == got["raw-x-mulaw"]["transcript"] == got["raw-basic"]["transcript"]
+    assert got["raw-pcmu"]["transcript"] == got["mu-law-wav"]["transcript"]
+    assert got["raw-pcma"]["transcript"] == got["a-law-wav"]["transcript"]
+    assert [got[k]["format"] for k in ("raw-pcmu", "raw-pcma", "mu-law-au")] == ["mu-law", "a-law", "au"]
     said_plainly = words(plain["transcript"])
     for k, f in got.items():  # a phone line loses the sentence's top octave, not most of its words
         heard = words(f["transcript"])

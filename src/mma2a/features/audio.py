@@ -253,13 +253,61 @@ PCM_SUBTYPES = ("pcm", "x-pcm", "l16")
 """Raw 16-bit PCM: the rate and channels are the modality's parameters, the length is the byte count."""
 
 
+G711_SUBTYPES = {"pcmu": "mu-law", "x-mulaw": "mu-law", "mulaw": "mu-law", "basic": "mu-law",
+                 "pcma": "a-law", "x-alaw": "a-law", "alaw": "a-law"}
+"""Raw G.711 telephony, one byte a sample, 8 kHz mono unless the parameters say otherwise: RTP's names (`audio/PCMU`,
+`audio/PCMA`, RFC 3551), a telephony API's media stream (`audio/x-mulaw; rate=8000`), and `audio/basic` without the
+`.snd` header an AU file has (RFC 2046: 8 kHz mono μ-law). Each was `audio: bytes are not a known audio container`."""
+G711_RATE = 8000
+
+
+def g711_law(data: bytes, modality: Modality) -> str | None:
+    """`mu-law` or `a-law` when `data` is raw G.711 as `modality` names it; None otherwise (an AU file's header)."""
+    law = G711_SUBTYPES.get(modality.subtype)
+    if law is None or (modality.subtype == "basic" and data[:4] == b".snd"):
+        return None
+    return law
+
+
+def raw_audio(data: bytes, modality: Modality) -> bool:
+    """Are these bytes headerless samples whose rate and layout the media type states (PCM, L16, G.711)?"""
+    return modality.subtype in PCM_SUBTYPES or g711_law(data, modality) is not None
+
+
 def pcm_seconds(size: int, modality: Modality) -> float | None:
-    """How long `size` bytes of raw PCM in `modality` play (None: its parameters are missing or invalid)."""
+    """How long `size` bytes of raw PCM or G.711 in `modality` play (None: its parameters are missing or invalid)."""
+    g711 = modality.subtype in G711_SUBTYPES
     try:
-        rate, channels = _pcm_params(modality)
+        rate, channels = _pcm_params(modality, G711_RATE if g711 else None)
     except MediaError:
         return None
-    return size / (2 * channels * rate)
+    return size / ((1 if g711 else 2) * channels * rate)
+
+
+def _g711_table(law: str) -> Any:
+    """The 16-bit sample each G.711 byte stands for (ITU-T G.711, as FFmpeg's pcm_mulaw and pcm_alaw decode it)."""
+    import numpy as np
+
+    code = np.arange(256, dtype=np.int32)
+    if law == "mu-law":
+        u = ~code & 0xFF
+        magnitude = (((u & 0x0F) << 3) + 0x84) << ((u >> 4) & 7)
+        return np.where(u & 0x80, 0x84 - magnitude, magnitude - 0x84).astype(np.int16)
+    a = code ^ 0x55
+    exponent, mantissa = (a >> 4) & 7, (a & 0x0F) << 4
+    magnitude = np.where(exponent == 0, mantissa + 8, (mantissa + 0x108) << np.maximum(exponent - 1, 0))
+    return np.where(a & 0x80, magnitude, -magnitude).astype(np.int16)
+
+
+def decode_g711(data: bytes, law: str, rate: int, channels: int, *, want_rate: int | None = None,
+                mono: bool = False) -> DecodedAudio:
+    """Raw μ-law or A-law bytes to samples (mixed to mono and resampled to `want_rate` a second at a time)."""
+    import numpy as np
+
+    usable = len(data) - len(data) % channels
+    pcm = _g711_table(law)[np.frombuffer(data[:usable], dtype=np.uint8)]
+    samples, r, c = _to_target(_int_blocks(pcm, channels, rate, 32768.0), rate, channels, want_rate, mono)
+    return DecodedAudio(samples, r, c, law, rate, channels)
 
 
 def _int_blocks(raw: Any, channels: int, rate: int, scale: float, offset: float = 0.0) -> Any:
@@ -437,6 +485,14 @@ def decode_audio(data: bytes, modality: Modality, limits: Limits, *, rate: int |
         check_samples(src_rate, channels, len(data) / (2 * channels * src_rate), limits)
         return decode_pcm(data, src_rate, channels, big_endian=sub == "l16", fmt="l16" if sub == "l16" else "pcm",
                           want_rate=rate, mono=mono)
+    law = g711_law(data, modality)
+    if law is not None:
+        src_rate, channels = _pcm_params(modality, G711_RATE)
+        seconds = len(data) / (channels * src_rate)
+        if seconds > limits.max_audio_seconds:
+            raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; not decoded")
+        check_samples(src_rate, channels, seconds, limits)
+        return decode_g711(data, law, src_rate, channels, want_rate=rate, mono=mono)
     if not data:
         raise MediaError("audio: empty payload")
     fmt = sniff_audio(data)
@@ -539,9 +595,9 @@ ANALYSIS_RATE = 16000
 
 def _source_rate(data: bytes, modality: Modality) -> int | None:
     """The rate a recording states (PCM: its parameter; WAV: its header); None when only decoding would tell."""
-    if modality.subtype in PCM_SUBTYPES:
+    if raw_audio(data, modality):
         try:
-            return _pcm_params(modality)[0]
+            return _pcm_params(modality, G711_RATE if modality.subtype in G711_SUBTYPES else None)[0]
         except MediaError:
             return None
     if sniff_audio(data) == "wav" and len(data) >= 28:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..modality import Modality
-from .audio import PCM_SUBTYPES, DecodedAudio, decode_audio, pcm_seconds
+from .audio import DecodedAudio, decode_audio, pcm_seconds, raw_audio
 from .base import Limits, check_deadline, load_once
 from .probe import container_header
 
@@ -170,7 +170,7 @@ def allowance_for(seconds: float | None) -> float:
 
 def recording_seconds(data: bytes, modality: Modality) -> float | None:
     """The length a recording declares, from its header alone (raw PCM: from its byte count); None if not stated."""
-    if modality.subtype in PCM_SUBTYPES:
+    if raw_audio(data, modality):
         return pcm_seconds(len(data), modality)
     header = container_header(data)
     return header.seconds if header is not None else None
