@@ -1,7 +1,8 @@
 """Perception on media in the forms real users send, none of it tuned for: the same content in each encoding, rate,
 layout and oddity, and the features it gives against the same content presented plainly (a 16 kHz PCM WAV of the
 sentence, a PNG of the picture). Nothing here is from an evaluation set: eSpeak NG's own sentence and voice, a
-scikit-image photo, a card and a QR code drawn here. The sweep (docs/features.md, "Formats nobody tuned for"):
+scikit-image photo, a printed line and a QR code drawn here. The sweep (docs/features.md, "Perception across formats
+(the sweep)"):
 
     PYTHONPATH=src /work/main/.venv/bin/python -m pytest -q tests/features/test_media_variants.py
 
