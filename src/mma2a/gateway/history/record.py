@@ -270,8 +270,10 @@ class ShapeMemo:
     """The shapes of recent decisions, by their routes and their parts' (index, modality, kind): a stream of alike
     messages is serialised once, whatever their sizes and features (those are each decision's own)."""
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 1024, max_bytes: int = 4 << 20) -> None:
         self.capacity = capacity
+        self.max_bytes = max_bytes  # of the shapes' JSON in all (a client's shape of 64 parts is ~45 KB: S17-3)
+        self._bytes = 0
         self._shapes: dict[tuple[Any, ...], Shape] = {}
         self._last: tuple[Any, ...] = (None, None, None, None, None, None)  # a one-part decision's routes, part and shape
 
@@ -293,9 +295,12 @@ class ShapeMemo:
         except TypeError:  # routes that do not hash (not the routers' tuples): serialised every time
             return _shape(entry)
         if found is None:
-            if len(self._shapes) >= self.capacity:
+            found = _shape(entry)
+            if len(self._shapes) >= self.capacity or self._bytes + len(found.parts_json) > self.max_bytes:
                 self._shapes.clear()
-            found = self._shapes[key] = _shape(entry)
+                self._bytes = 0
+            self._shapes[key] = found
+            self._bytes += len(found.parts_json)
         if len(parts) == 1:
             self._last = (entry.routes, parts[0].modality, parts[0].index, parts[0].kind, found, entry.explanations)
         return found

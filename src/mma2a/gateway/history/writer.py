@@ -85,16 +85,20 @@ def stream_rows(data: bytes) -> list[Row]:
 class Shapes:
     """The shapes this process has seen (a bounded memo): their filter tags are computed once, not per frame."""
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 1024, max_bytes: int = 4 << 20) -> None:
         self.capacity = capacity
+        self.max_bytes = max_bytes  # of their JSON in all (a client's shape of 64 parts is ~45 KB: S17-3)
+        self._bytes = 0
         self._known: dict[bytes, Shape] = {}
 
     def get(self, parts_json: bytes) -> Shape:
         shape = self._known.get(parts_json)
         if shape is None:
-            if len(self._known) >= self.capacity:
+            if len(self._known) >= self.capacity or self._bytes + len(parts_json) > self.max_bytes:
                 self._known.clear()
+                self._bytes = 0
             shape = self._known[parts_json] = Shape(parts_json, shape_tags(orjson.loads(parts_json)))
+            self._bytes += len(parts_json)
         return shape
 
 

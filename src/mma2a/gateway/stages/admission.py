@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from ..access.guard import MessageGuard
 
 _MEMO_SIZE = 4096  # distinct message shapes remembered per snapshot
+_MEMO_PARTS = 16_384  # ... holding this many parts at most (a decision of 64 parts of a client's own media types holds
+# ~100 KB with its explanation: 4,096 of them were ~0.4 GB a gateway; docs/security.md S17-3)
 
 
 class Admission:
@@ -54,6 +56,7 @@ class Admission:
         self._tick = 0
         self._memo: dict[Hashable, RouteDecision] = {}  # decisions that read no load, for this snapshot
         self._memo_snapshot: Snapshot | None = None
+        self._memo_parts = 0  # the parts of the decisions `_memo` holds
 
     def view(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None) -> MessageView:
         """The message as routing sees it; refuses routing loops (hops, this gateway already in `via`)."""
@@ -89,6 +92,7 @@ class Admission:
         if key is not None:
             if self._memo_snapshot is not snapshot:
                 self._memo.clear()
+                self._memo_parts = 0
                 self._memo_snapshot = snapshot
             known = self._memo.get(key)
             if known is not None:
@@ -101,9 +105,11 @@ class Admission:
         decision = decide_pinned(view, snapshot, self.pins, load=Load(inflight=inflight, tick=self._tick),
                                  evidence=evidence)
         if key is not None and not decision.uses_load:
-            if len(self._memo) >= _MEMO_SIZE:
+            if len(self._memo) >= _MEMO_SIZE or self._memo_parts + len(decision.parts) > _MEMO_PARTS:
                 self._memo.clear()
+                self._memo_parts = 0
             self._memo[key] = decision
+            self._memo_parts += len(decision.parts)
         self.metrics.decision_seconds.observe(time.perf_counter() - t0)
         if decision.pinned:
             self.metrics.pinned.inc()

@@ -70,8 +70,10 @@ class RouteSummaries:
     (`sendable` and `record_adaptations` note what the legs did in a copy; the task map and the feed take its JSON
     from `encoded`, made once too). Keyed by the parts tuple itself: an entry holds it."""
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 1024, max_parts: int = 4096) -> None:
         self.capacity = capacity
+        self.max_parts = max_parts  # parts held in all: a summary of 64 parts is ~100 KB (docs/security.md S17-3)
+        self._parts = 0
         self._known: dict[int, tuple[tuple[PartRoute, ...], list[dict[str, Any]], bytes]] = {}
         self._bytes: dict[int, tuple[list[dict[str, Any]], bytes]] = {}  # by the id of a list handed out
 
@@ -81,9 +83,11 @@ class RouteSummaries:
         if known is not None and known[0] is parts:
             return known[1]
         route = route_summary(decision)
-        if len(self._bytes) >= self.capacity:  # decisions made afresh (pools, sessions) never repeat: start again
-            self._known.clear()
+        if len(self._bytes) >= self.capacity or self._parts + len(parts) > self.max_parts:
+            self._known.clear()  # decisions made afresh (pools, sessions) never repeat: start again
             self._bytes.clear()
+            self._parts = 0
+        self._parts += len(parts)
         encoded = kept(orjson.dumps(route))  # kept while its decision is remembered: right-sized (`_kept`)
         self._known[id(parts)] = (parts, route, encoded)
         self._bytes[id(route)] = (route, encoded)

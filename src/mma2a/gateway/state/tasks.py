@@ -50,6 +50,7 @@ class DownstreamTask:
 _Row = tuple[tuple[str, ...], bytes, bytes | None, float, int, str | None, str | None]
 _OVERHEAD = 640  # bytes a record costs beyond its strings' characters: its entries in the map (and its owner's and
 # context's), the row and legs tuples, the time and size objects, the key's and context's string headers
+ROUTES_BYTES = 4 << 20  # routes the map interns (shared by records on the same route) at most, in bytes
 _LEG = 64  # and each leg of a `put` record beyond its characters: its task id's own string, its slots in the legs tuple
 # (tracemalloc: a record held 333-824 B where 240 B beyond its characters were counted, and a fan-out's aggregate 4 KiB
 # more than its length, orjson's buffer (`_kept`); with these a map at its budget holds 0.56-0.91 of it in memory, by
@@ -117,6 +118,7 @@ class TaskMap:
         self.bytes = 0
         self._rows: OrderedDict[str, _Row] = OrderedDict()
         self._routes: dict[bytes, bytes] = {}  # identical routes share one bytes object
+        self._routes_bytes = 0  # ... of at most ROUTES_BYTES in all
         self._contexts: dict[str, tuple[str | None, int]] = {}  # context id -> (owner, live records in it)
         self._owned: dict[tuple[str, str], int] = {}  # (owner, agent) -> live single-agent records (ListTasks totals)
         self._age_check_at = float("-inf")  # no row can be past max_age_s before then: `put` skips `_expire`
@@ -143,14 +145,18 @@ class TaskMap:
         route = route_doc if isinstance(route_doc, bytes) else orjson.dumps(route_doc)
         routes = self._routes
         shared = routes.get(route)
+        new = shared is None
         if shared is None:  # identical routes share one bytes object, right-sized (`kept`: orjson's own holds 4 KiB)
-            if len(routes) >= 4096:
+            if len(routes) >= 4096 or self._routes_bytes + len(route) > ROUTES_BYTES:
                 routes.clear()
+                self._routes_bytes = 0
             shared = kept(route)
             routes[shared] = shared
+            self._routes_bytes += len(shared)
         route = shared
-        if agg is None:
-            size += len(route) // 8  # shared with other records on the same route, mostly
+        if agg is None:  # the record that brings a route pays for it; the others share it, mostly (a client's routes
+            size += len(route) if new else len(route) // 8  # of 64 parts of its own media types, ~22 KB each, all
+            # new, were counted an eighth: S17-3)
         else:
             agg = kept(agg)
             size += len(agg) + len(route)
