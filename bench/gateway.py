@@ -12,8 +12,11 @@ hits all alike, at 1, 4 and 16 connections:
   nats-server it starts; CPU and RSS summed over all three processes)
 - `gateway_workers2_free` (not in the default set): `mma2a serve --workers 2 --no-pin-cpus` (each worker's event loop
   left to run on any core, as before session 15's `mma2a.cpus`)
+- `gateway_workers2_hash` (not in the default set): `mma2a serve --workers 2 --no-balance` (wrk's connections left
+  where the kernel's SO_REUSEPORT hash puts them, as before session 17's `mma2a.balance`)
 - `gateway_unshared2` (not in the default set): two `mma2a serve` processes on one port (SO_REUSEPORT) sharing
-  nothing (no cluster, no NATS, each its own history; each loop on a CPU of its own, as the workers' are): what two
+  nothing (no cluster, no NATS, each its own history; each loop on a CPU of its own and the connections spread
+  evenly between them, as the workers' are): what two
   processes cost by themselves, beside
   `gateway_workers2`'s sharing. For both, how the kernel spread wrk's connections among the processes (read
   halfway through each run) is printed as "connections per process"
@@ -81,9 +84,10 @@ from typing import Any
 
 from common import free_port, run_wrk, send_message_lua, stop, wait_ready
 
+from mma2a.balance import make_loads
 from mma2a.cli.workers import worker_cpus
 from mma2a.routing.synthetic import synthetic_rules
-from mma2a.supervisor import WORKER_CPU_ENV
+from mma2a.supervisor import WORKER_BALANCE_ENV, WORKER_CPU_ENV, WORKER_INDEX_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -251,13 +255,21 @@ class Arms:
             self._gateway("gateway_workers2", "fast", fast_url, None, env, args=["--workers", "2"])
         if "gateway_workers2_free" in arms:  # the same, each worker's loop on any core
             self._gateway("gateway_workers2_free", "fast", fast_url, None, env, args=["--workers", "2", "--no-pin-cpus"])
+        if "gateway_workers2_hash" in arms:  # the same, the connections where the kernel's hash puts them
+            self._gateway("gateway_workers2_hash", "fast", fast_url, None, env, args=["--workers", "2", "--no-balance"])
         if "gateway_unshared2" in arms:  # two processes, one port, nothing shared (`--worker`: SO_REUSEPORT)
             # each loop on a CPU of its own, as `serve --workers 2` gives its workers (`mma2a.cpus`)
+            # and the connections spread evenly between them (`mma2a.balance`), as the supervisor sets it up
             cpus = worker_cpus(2, True)
-            self._gateway("gateway_unshared2", "fast", fast_url, None, pinned(env, cpus, 0), args=["--worker"])
+            spread = tmp / "unshared2-balance"
+            spread.mkdir(mode=0o700)
+            make_loads(str(spread), 2)
+            env_ = {**env, WORKER_BALANCE_ENV: str(spread)}
+            self._gateway("gateway_unshared2", "fast", fast_url, None, {**pinned(env_, cpus, 0), WORKER_INDEX_ENV: "0"},
+                          args=["--worker"])
             port = int(self.url["gateway_unshared2"].rsplit(":", 1)[1])
-            self._gateway("gateway_unshared2_b", "fast", fast_url, None, pinned(env, cpus, 1), args=["--worker"],
-                          port=port)
+            self._gateway("gateway_unshared2_b", "fast", fast_url, None, {**pinned(env_, cpus, 1), WORKER_INDEX_ENV: "1"},
+                          args=["--worker"], port=port)
             self.also["gateway_unshared2"] = self.pid.pop("gateway_unshared2_b")
             del self.url["gateway_unshared2_b"]
         for arm in ("gateway_ratelimit", "gateway_workers2_ratelimit"):  # every request through the rate limiter
@@ -431,6 +443,10 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             w2, g = table["gateway_workers2_free"], table["gateway"]
             ratios["workers2_free_over_one_rps"] = round(w2["rps"] / g["rps"], 3)
             ratios["workers2_free_over_one_cpu_per_req"] = round(w2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
+        if "gateway_workers2_hash" in table and "gateway" in table:
+            w2, g = table["gateway_workers2_hash"], table["gateway"]
+            ratios["workers2_hash_over_one_rps"] = round(w2["rps"] / g["rps"], 3)
+            ratios["workers2_hash_over_one_cpu_per_req"] = round(w2["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
         if "gateway_unshared2" in table and "gateway" in table:
             u2, g = table["gateway_unshared2"], table["gateway"]
             ratios["unshared2_over_one_rps"] = round(u2["rps"] / g["rps"], 3)

@@ -2,18 +2,21 @@
 
 Each worker listens on the one address with SO_REUSEPORT, and the kernel puts each new connection in one worker's
 accept queue by a hash of the connection's addresses and ports. Few long-lived connections (a load balancer's pool
-of keep-alive connections, a benchmark's 16) then split unevenly — 3 and 13 as often as 8 and 8 — and the worker
-holding most runs at its CPU's limit while the other waits for work. As Envoy's exact connection balance does among
-its threads, a worker that accepts a connection while it holds more than a sibling hands it to the sibling holding
-fewest, before a byte of it is read: through the sibling's Unix datagram socket (the descriptor passed with
+of keep-alive connections, a benchmark's 16) then split unevenly — 6 and 10, 3 and 13 as well as 8 and 8 — and the
+worker holding most runs at its CPU's limit while the other waits for work. As Envoy's exact connection balance does
+among its threads, a worker that accepts a connection while it holds more than a sibling hands it to the sibling
+holding fewest, before a byte of it is read: through the sibling's Unix datagram socket (the descriptor passed with
 SCM_RIGHTS; TLS, if any, not yet begun). A connection moves once at most: one a worker was handed is its own. A
-sibling that does not take it (gone, restarting, draining: its socket refuses; its queue full) leaves it with the
-worker that accepted it, so nothing waits on a sibling.
+sibling that does not take it (gone, not started yet, closed to draining: its socket refuses; its queue full)
+leaves it with the worker that accepted it, so nothing waits on a sibling.
 
-What each worker holds is in `loads`, a file of one slot a worker (its generation, bumped at each start, and the
-connections it holds), mapped by all and written by each in its own slot only: at each accept and hand-over and once
-a second (a closed connection counts until then). A sibling that refused a connection is not asked again until its
-generation changes (it was started again).
+What each worker holds is in `loads`, a file every worker maps: the number of workers; a slot a worker (its
+generation, bumped at each start, and the connections it holds, said after each it keeps or takes and once a
+second, when closed ones are counted out); and how many connections each worker handed each other and how many each
+took from each other, so a connection on its way counts as its receiver's at once (a burst of connections, as a
+pool opens them, is spread as it comes, not after the receiver has said it took them). Each worker writes its own
+slot and rows only. A sibling that refused a connection is not asked again until its generation changes (it was
+started again).
 
 The files are in a directory the supervisor makes (0700) and names in the workers' environment: `loads` and
 `w<index>.sock`, each worker's socket. Only this user's processes can reach them, and what arrives is served only if
@@ -27,24 +30,30 @@ from __future__ import annotations
 import array
 import contextlib
 import errno
+import fcntl
 import mmap
 import os
 import socket
 import struct
 
+Q = struct.Struct("<q")
 SLOT = struct.Struct("<qq")  # a worker's: its generation (0: never started), the connections it holds
-HELD = struct.Struct("<q")
 LOADS = "loads"
 BALANCE_PREFIX = "mma2a-balance-"  # the supervisor's directory (in the temporary directory; `task_files.held_dir`)
 GONE = 1 << 62  # what a closed worker says it holds: no sibling hands it anything
-RECEIVE_BATCH = 64  # connections taken each time the socket is readable
+RECEIVE_BATCH = 64  # messages taken each time the socket is readable
 FDS_PER_MESSAGE = 4  # room for descriptors in one message (a sibling sends one; more are closed by the kernel)
+
+
+def loads_size(workers: int) -> int:
+    """The file's bytes: the count, the slots, then the handed and taken tables (workers x workers each)."""
+    return Q.size + workers * SLOT.size + 2 * workers * workers * Q.size
 
 
 def make_loads(directory: str, workers: int) -> None:
     """The `loads` file of `workers` workers, in `directory` (the supervisor's)."""
     with open(os.path.join(directory, LOADS), "xb") as f:
-        f.write(bytes(SLOT.size * workers))
+        f.write(Q.pack(workers) + bytes(loads_size(workers) - Q.size))
 
 
 def socket_path(directory: str, index: int) -> str:
@@ -60,29 +69,60 @@ class Balance:
         fd = os.open(os.path.join(directory, LOADS), os.O_RDWR | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
-            if size < SLOT.size * (index + 1) or size % SLOT.size:
-                raise ValueError(f"{directory}/{LOADS}: {size} bytes, no slot for worker {index}")
+            workers = Q.unpack(os.pread(fd, Q.size, 0))[0] if size >= Q.size else 0
+            if not 0 <= index < workers or size != loads_size(workers):
+                raise ValueError(f"{directory}/{LOADS}: {size} bytes, not the loads of workers 0..{index}")
             self._loads = mmap.mmap(fd, size)
-        finally:
+        except BaseException:
             os.close(fd)
-        self.workers = size // SLOT.size
+            raise
+        self._lock = fd  # flock'd around each placing: every worker's decision sees every earlier one
+        self.workers = workers
+        self._handed_at = Q.size + workers * SLOT.size  # handed[i][j]: row i written by worker i
+        self._taken_at = self._handed_at + workers * workers * Q.size  # taken[j][i]: row j written by worker j
         self._refused: dict[int, int] = {}  # a sibling that refused a connection -> its generation then
-        self.handed = self.received = 0
+        self._senders: list[int] = []  # the siblings of the connections received and not yet counted in (`taken_in`)
+        self.handed = self.received = 0  # this process's, for tests and stats
         self._inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._outbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._open = False
 
+    # --- the shared file -------------------------------------------------------------------------
+    def _slot(self, j: int) -> tuple[int, int]:
+        return SLOT.unpack_from(self._loads, Q.size + j * SLOT.size)
+
+    def _handed(self, i: int, j: int) -> int:
+        return int(Q.unpack_from(self._loads, self._handed_at + (i * self.workers + j) * Q.size)[0])
+
+    def _bump(self, at: int) -> None:
+        Q.pack_into(self._loads, at, Q.unpack_from(self._loads, at)[0] + 1)
+
+    def _on_the_way(self, j: int) -> int:
+        """Connections handed to worker `j` it has not taken yet: its column of the handed table less its row of the
+        taken one."""
+        n = self.workers
+        handed = memoryview(self._loads)[self._handed_at:self._taken_at].cast("q")
+        taken = memoryview(self._loads)[self._taken_at + j * n * Q.size:self._taken_at + (j + 1) * n * Q.size].cast("q")
+        try:
+            return max(0, sum(handed[j::n]) - sum(taken))
+        finally:
+            handed.release()
+            taken.release()
+
     def open(self) -> None:
-        """Take connections from now on (when the worker accepts its own): the socket bound, the slot's generation
-        bumped. Before, a sibling's hand-over is refused (nothing is bound there) and the sibling keeps it."""
+        """Take connections from now on (when the worker accepts its own): what was handed to this worker's
+        predecessors counted as taken (gone with them), the socket bound, the slot's generation bumped. Before, a
+        sibling's hand-over is refused (nothing is bound there) and the sibling keeps it."""
+        for i in range(self.workers):
+            Q.pack_into(self._loads, self._taken_at + (self.index * self.workers + i) * Q.size, self._handed(i, self.index))
         path = socket_path(self.directory, self.index)
         with contextlib.suppress(FileNotFoundError):  # this worker's predecessor's
             os.unlink(path)
         self._inbox.bind(path)
         self._inbox.setblocking(False)
         self._outbox.setblocking(False)
-        generation = SLOT.unpack_from(self._loads, self.index * SLOT.size)[0] + 1
-        SLOT.pack_into(self._loads, self.index * SLOT.size, generation, 0)  # holding nothing yet
+        generation = self._slot(self.index)[0] + 1
+        SLOT.pack_into(self._loads, Q.size + self.index * SLOT.size, generation, 0)  # holding nothing yet
         self._open = True
 
     def fileno(self) -> int:
@@ -90,46 +130,86 @@ class Balance:
         return self._inbox.fileno()
 
     def publish(self, held: int) -> None:
-        HELD.pack_into(self._loads, self.index * SLOT.size + 8, held)
+        Q.pack_into(self._loads, Q.size + self.index * SLOT.size + Q.size, held)
 
-    def place(self, held: int, given: dict[int, int]) -> int | None:
-        """The sibling a new connection goes to, when this worker holds `held` (the new one not counted) and has
-        handed `given` (sibling -> connections) since it last read them: the one holding fewest, if fewer than
-        `held` (so the spread narrows; alike, it stays here)."""
+    # --- placing ---------------------------------------------------------------------------------
+    def place(self, held: int) -> int | None:
+        """The sibling a new connection goes to when this worker holds `held` (the new one not counted; those handed
+        to it taken first): the one holding fewest, connections on their way to each counted, if fewer than this
+        worker (so the spread narrows; alike, it stays here)."""
         best, fewest = None, held
         for j in range(self.workers):
             if j == self.index:
                 continue
-            generation, theirs = SLOT.unpack_from(self._loads, j * SLOT.size)
-            if generation == 0 or self._refused.get(j) == generation:
+            generation, theirs = self._slot(j)
+            if generation == 0 or self._refused.get(j) == generation or theirs >= fewest:
                 continue
-            theirs += given.get(j, 0)
+            theirs += self._on_the_way(j)
             if theirs < fewest:
                 best, fewest = j, theirs
         return best
 
+    def route(self, conn: socket.socket, held: int) -> bool:
+        """Place a connection this worker accepted, holding `held` others: True, handed to a sibling (close this
+        copy); False, it stays (and is counted here at once). Under the file's lock when it is free at once (never
+        waiting on a sibling): two workers placing a burst of connections at the same time each see the other's."""
+        locked = self._try_lock()
+        try:
+            to = self.place(held)
+            if to is not None and self.hand(conn, to):
+                return True
+            self.publish(held + 1)
+            return False
+        finally:
+            if locked:
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+
+    def _try_lock(self) -> bool:
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a sibling places one now: this decision goes without (a connection may be off by one)
+            return False
+        return True
+
+    def taken_in(self, held: int) -> None:
+        """The connections `receive` returned are served and counted in `held`: said, and counted off their way
+        (together, under the lock when free: never counted on the way and held at once, nor neither)."""
+        locked = self._try_lock()
+        try:
+            self.publish(held)
+            for sender in self._senders:
+                self._bump(self._taken_at + (self.index * self.workers + sender) * Q.size)
+            self._senders.clear()
+        finally:
+            if locked:
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+
     def hand(self, conn: socket.socket, to: int) -> bool:
         """Pass `conn` to sibling `to` (True: it has it, close this copy); False: keep it (the sibling is gone or
         full)."""
-        try:
-            # (not `socket.send_fds`, which leaves its `address` out before Python 3.12)
-            self._outbox.sendmsg([b"c"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [conn.fileno()]))],
+        try:  # (not `socket.send_fds`, which leaves its `address` out before Python 3.12)
+            self._outbox.sendmsg([Q.pack(self.index)],
+                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [conn.fileno()]))],
                                  0, socket_path(self.directory, to))
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.ENOBUFS):  # gone: not asked again until it is started again
-                self._refused[to] = SLOT.unpack_from(self._loads, to * SLOT.size)[0]
+                self._refused[to] = self._slot(to)[0]
             return False
+        self._bump(self._handed_at + (self.index * self.workers + to) * Q.size)
         self.handed += 1
         return True
 
     def receive(self) -> list[socket.socket]:
-        """The connections siblings handed this worker since the last call (TCP sockets only)."""
+        """The connections siblings handed this worker since the last call (TCP sockets only); once they are served,
+        `taken_in` counts them."""
         taken: list[socket.socket] = []
         for _ in range(RECEIVE_BATCH):
             try:
-                _, fds, _, _ = socket.recv_fds(self._inbox, 16, FDS_PER_MESSAGE)
+                data, fds, _, _ = socket.recv_fds(self._inbox, 16, FDS_PER_MESSAGE)
             except (BlockingIOError, InterruptedError):
                 break
+            if len(data) == Q.size and 0 <= (sender := Q.unpack(data)[0]) < self.workers:  # a sibling's
+                self._senders.append(sender)
             for fd in fds:
                 try:
                     conn = socket.socket(fileno=fd)
@@ -152,3 +232,4 @@ class Balance:
         self._inbox.close()  # its path stays (the next worker of this index unlinks it): never another's removed
         self._outbox.close()
         self._loads.close()
+        os.close(self._lock)

@@ -113,47 +113,40 @@ class BatchAccept:
 
     def _accept(self) -> None:
         balance = self.balance
-        held = self.held() if balance is not None else 0
-        given: dict[int, int] = {}  # sibling -> connections handed it in this batch (its own count says them later)
-        try:
-            for _ in range(ACCEPT_BATCH):
-                try:
-                    conn, _ = self.sock.accept()
-                except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                    return  # nothing more waits
-                except OSError as exc:
-                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                        log.error("cannot accept a connection (%s): accepting again in %.0f s (raise the open files "
-                                  "limit)", os.strerror(exc.errno), ACCEPT_RETRY_S)
-                        self.loop.remove_reader(self.sock.fileno())
-                        self.loop.call_later(ACCEPT_RETRY_S, self._resume)
-                        return
-                    log.warning("accept failed: %s", exc)
+        if balance is not None:  # what siblings handed this worker first: what it holds, counted
+            self._receive()
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return  # nothing more waits
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.error("cannot accept a connection (%s): accepting again in %.0f s (raise the open files limit)",
+                              os.strerror(exc.errno), ACCEPT_RETRY_S)
+                    self.loop.remove_reader(self.sock.fileno())
+                    self.loop.call_later(ACCEPT_RETRY_S, self._resume)
                     return
-                conn.setblocking(False)
-                if self._tcp:
-                    with contextlib.suppress(OSError):
-                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if balance is not None:
-                    to = balance.place(held, given)
-                    if to is not None and balance.hand(conn, to):
-                        conn.close()  # the sibling has it
-                        given[to] = given.get(to, 0) + 1
-                        continue
-                    held += 1
-                self._serve(conn)
-        finally:
-            if balance is not None and self._serving:
-                balance.publish(held)
+                log.warning("accept failed: %s", exc)
+                return
+            conn.setblocking(False)
+            if self._tcp:
+                with contextlib.suppress(OSError):
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if balance is not None and balance.route(conn, self.held()):
+                conn.close()  # a sibling holding fewer has it
+                continue
+            self._serve(conn)
 
     def _receive(self) -> None:
         """Connections a sibling worker accepted and handed here (`mma2a.balance`)."""
         if self.balance is None or not self._serving:
             return
-        for conn in self.balance.receive():
+        taken = self.balance.receive()
+        for conn in taken:
             conn.setblocking(False)
             self._serve(conn)
-        self.balance.publish(self.held())
+        self.balance.taken_in(self.held())
 
     def publish_held(self) -> None:
         """Say again what this server holds (closed connections counted out): once a second, from the server's tick."""

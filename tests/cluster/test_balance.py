@@ -39,20 +39,27 @@ def balances(tmp_path: Path, workers: int = 2) -> list[Balance]:
     return [Balance(str(tmp_path), i) for i in range(workers)]
 
 
-def test_a_connection_goes_to_the_sibling_holding_fewer_and_stays_when_alike(tmp_path: Path) -> None:
+def test_a_connection_goes_to_the_sibling_holding_fewest_counting_those_on_their_way(tmp_path: Path) -> None:
     a, b, c = balances(tmp_path, 3)
     for x in (a, b, c):
         x.open()
     a.publish(3)
     b.publish(1)
     c.publish(2)
-    assert a.place(3, {}) == 1  # the fewest
-    assert a.place(3, {1: 1}) == 1  # b has one on its way: b and c hold 2 each, the first of the fewest
-    assert a.place(3, {1: 2}) == 2  # two on their way to b: c holds fewest
-    assert a.place(1, {}) is None  # alike: stays
-    assert b.place(1, {}) is None  # b holds fewest: keeps its own
+    assert a.place(3) == 1  # the fewest
+    with tcp_pair() as (_, first), tcp_pair() as (_, second):
+        assert a.hand(first, 1) and a.hand(second, 1)  # on their way: b's at once, before b has taken them
+        assert a.place(3) == 2  # b 1 + 2 on their way, c 2
+        assert c.place(2) is None  # alike (a 3, b 3): stays
+        taken = b.receive()
+        assert len(taken) == 2
+        b.taken_in(3)  # served: b's own count says them from now on, and they are off their way
+        assert a.place(3) == 2  # b 3 (not 5), c 2
+        for conn in taken:
+            conn.close()
     c.close()  # closed: says it holds GONE, so nothing goes to it
-    assert a.place(5, {1: 4}) is None  # b would hold as many as a; c is gone
+    assert a.place(3) is None
+    assert a.place(4) == 1
     for x in (a, b):
         x.close()
 
@@ -99,23 +106,37 @@ def test_what_is_not_a_tcp_connection_is_closed_not_served(tmp_path: Path) -> No
 def test_a_sibling_gone_keeps_nothing_waiting_and_is_asked_again_once_started_again(tmp_path: Path) -> None:
     a, _ = balances(tmp_path)
     a.open()
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # a worker that starts and dies without a word (SIGKILL, the OOM killer)
-        Balance(str(tmp_path), 1).open()
-        os._exit(0)
+    if pid == 0:  # a worker that starts, and dies without a word (SIGKILL, the OOM killer) holding what it was handed
+        held = Balance(str(tmp_path), 1)
+        held.open()
+        os.write(ready_w, b"1")
+        os.read(hold_r, 1)  # until killed
+        os._exit(held.received)
+    assert os.read(ready_r, 1) == b"1"
+    assert a.place(1) == 1  # it said it holds nothing
+    with tcp_pair() as (_, doomed):
+        assert a.hand(doomed, 1)  # on its way to a worker that dies before taking it
+    os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    assert a.place(1, {}) == 1  # it said it holds nothing
+    for fd in (ready_r, ready_w, hold_r, hold_w):
+        os.close(fd)
+    assert a.place(2) == 1  # its slot says 0, plus 1 on its way
     with tcp_pair() as (client, accepted):
         assert not a.hand(accepted, 1)  # refused: the accepting worker keeps it
-        assert a.place(1, {}) is None  # and does not ask the dead one again
+        assert a.place(5) is None  # and does not ask the dead one again
         client.sendall(b"still here")
         assert accepted.recv(10) == b"still here"
     again = Balance(str(tmp_path), 1)
-    again.open()  # started again: a new generation
-    assert a.place(1, {}) == 1
+    again.open()  # started again: a new generation, and what its predecessor never took is not on its way any more
+    assert a.place(1) == 1
     with tcp_pair() as (_, accepted):
         assert a.hand(accepted, 1)
     assert len(again.receive()) == 1
+    again.taken_in(1)
+    assert a.place(1) is None  # 1 each
     again.close()
     a.close()
 
@@ -123,11 +144,11 @@ def test_a_sibling_gone_keeps_nothing_waiting_and_is_asked_again_once_started_ag
 def test_a_worker_not_yet_open_refuses_and_one_closed_is_never_chosen(tmp_path: Path) -> None:
     a, b = balances(tmp_path)
     a.open()
-    assert a.place(4, {}) is None  # b has never started (generation 0)
+    assert a.place(4) is None  # b has never started (generation 0)
     b.open()
-    assert a.place(4, {}) == 1
+    assert a.place(4) == 1
     b.close()
-    assert a.place(4, {}) is None  # closed: GONE
+    assert a.place(4) is None  # closed: GONE
     with tcp_pair() as (_, accepted):
         assert not a.hand(accepted, 1)
     assert GONE > 1 << 40
