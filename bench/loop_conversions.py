@@ -11,7 +11,8 @@
    SDK's config, then `MessageToDict` and the JSON response), and a ListTaskPushNotificationConfigs of the most a task
    holds (`push.max_configs_per_task`, 8), best of `--rounds` of 1,000.
 3. Another method's request (GetTask, ListTasks) padded with `--unknown-mib` MiB (64: `max_body_bytes`) of small
-   unknown fields: grpc's `FromString` on the loop before, now the parse of what the worker sends back (LN4).
+   unknown fields: grpc's `FromString` on the loop before, now the parse of what the worker sends back (LN4); and
+   what the door's own parse costs a small request of such a method, against `FromString` alone.
 
     PYTHONPATH=src .venv/bin/python bench/loop_conversions.py [--bytes 1048576] [--rounds 5]
 """
@@ -101,6 +102,36 @@ def other_methods(mib: int, rounds: int) -> None:
         print(f"  {cls.__name__}: before {b * 1e3:,.1f} ms, now {a * 1e6:.2f} us ({len(back)} bytes back)")
 
 
+def door_cost(rounds: int) -> None:
+    """A small request of another method (ListTasks) as the door now parses it (`Admission._parse`: a coroutine, two
+    length checks, `FromString`) against `FromString` alone (what grpc's deserializer called), best of `rounds` x
+    200,000."""
+    import asyncio
+
+    from a2a.types import ListTasksRequest
+
+    from mma2a.gateway.bindings.body_parser import JSONBodyParser
+    from mma2a.gateway.bindings.grpc_gate import Admission
+
+    data = ListTasksRequest(page_size=10).SerializeToString()
+    parse = ListTasksRequest.FromString
+    gate = Admission.__new__(Admission)
+    gate.bodies = JSONBodyParser(64)
+    n = 200_000
+
+    async def door() -> None:
+        for _ in range(n):
+            await gate._parse(data, parse, "/lf.a2a.v1.A2AService/ListTasks", "alice")
+
+    def plain() -> None:
+        for _ in range(n):
+            parse(data)
+
+    alone = best(plain, rounds) / n
+    now = best(lambda: asyncio.run(door()), rounds) / n
+    print(f"a small ListTasks request parsed: FromString alone {alone * 1e6:.2f} us, by the door now {now * 1e6:.2f} us")
+
+
 def push_configs(rounds: int) -> None:
     s = PushSettings()
     base = {"id": "c" * 64, "taskId": "t" * 36, "url": "https://hooks.example.com/" + "u" * 1000,
@@ -134,3 +165,4 @@ if __name__ == "__main__":
     push_configs(args.rounds)
     grpc_requests(args.bytes, args.rounds)
     other_methods(args.unknown_mib, args.rounds)
+    door_cost(args.rounds)
