@@ -31,6 +31,8 @@ __all__ = [
     "VERSION_NOT_SUPPORTED",
     "AgentNotFound",
     "AgentRPCError",
+    "AgentStatusError",
+    "AgentTooLarge",
     "ClusterError",
     "code_for_reason",
     "ConfigError",
@@ -70,6 +72,7 @@ __all__ = [
     "RuleError",
     "SignatureError",
     "status_for_reason",
+    "status_of_reason",
     "TaskNotCancelable",
     "TaskNotFound",
     "Unauthorized",
@@ -124,6 +127,30 @@ _GRPC_BY_HTTP = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOU
 
 _REASON_BY_HTTP = {s: _GRPC_BY_HTTP[s] for s in (401, 403, 429, 503)}
 
+# the HTTP status of each canonical gRPC code (google.rpc.Code's own table): an ErrorInfo reason named after one
+# (`PERMISSION_DENIED`, `RESOURCE_EXHAUSTED`, as gateways name their refusals) says how a client should take it
+_HTTP_BY_GRPC = {"CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504, "NOT_FOUND": 404,
+                 "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429, "FAILED_PRECONDITION": 400,
+                 "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501, "INTERNAL": 500, "UNAVAILABLE": 503,
+                 "DATA_LOSS": 500, "UNAUTHENTICATED": 401}
+_OTHER_REASONS = {"OVERLOADED": (503, "UNAVAILABLE")}  # reasons of ours that name no gRPC code
+
+
+def status_of_reason(reason: str | None, grpc_code: str | None = None) -> tuple[int, str] | None:
+    """How REST and gRPC answer an agent's error whose ErrorInfo `reason` is not its code's (an agent's own, a later
+    A2A's, a peer gateway's refusal): the HTTP status and gRPC code the reason names (the A2A table's, a canonical
+    gRPC code's, ours), else those of the gRPC code the agent answered with (`grpc_code`); None: nothing names them."""
+    for name, status, code in A2A_ERRORS.values():
+        if name == reason:
+            return status, code
+    if reason in _HTTP_BY_GRPC:
+        return _HTTP_BY_GRPC[reason], reason
+    if reason in _OTHER_REASONS:
+        return _OTHER_REASONS[reason]
+    if grpc_code is not None and grpc_code in _HTTP_BY_GRPC:
+        return _HTTP_BY_GRPC[grpc_code], grpc_code
+    return None
+
 
 def rest_status(code: int) -> int:
     """The HTTP status the REST binding answers an A2A/JSON-RPC error code with."""
@@ -144,7 +171,8 @@ def metadata_strings(metadata: dict[str, Any] | None) -> dict[str, str]:
 
 def grpc_status(exc: MMA2AError) -> str:
     """The gRPC status code name an error is answered with on the gRPC binding."""
-    return _GRPC_BY_HTTP.get(exc.http_status) or A2A_ERRORS.get(exc.code, ("", 500, "INTERNAL"))[2]
+    return (exc.grpc_code or _GRPC_BY_HTTP.get(exc.http_status)
+            or A2A_ERRORS.get(exc.code, ("", 500, "INTERNAL"))[2])
 
 
 def code_for_reason(reason: str) -> int | None:
@@ -187,6 +215,7 @@ class MMA2AError(Exception):
 
     code: int = INTERNAL_ERROR
     http_status: int = 500
+    grpc_code: str | None = None  # the gRPC status, where the HTTP status and the code do not say it (`grpc_status`)
 
     def __init__(self, message: str, *, field: str | None = None, data: dict[str, Any] | None = None):
         super().__init__(message)
@@ -338,9 +367,11 @@ class DispatchError(MMA2AError):
 
 class AgentRPCError(MMA2AError):
     """The agent answered with a JSON-RPC error. Passed on unchanged: its code, message and `data` (the
-    typed details) as the agent sent them, on REST with the status the A2A error table gives its code."""
+    typed details) as the agent sent them, on REST with the status the A2A error table gives its code — for a code
+    the table has no row for, the status its ErrorInfo reason names (`status_of_reason`; `grpc_code`: the gRPC status
+    a gRPC agent answered with), never 500 INTERNAL as if the gateway had failed."""
 
-    def __init__(self, agent: str, error: Mapping[str, Any]) -> None:
+    def __init__(self, agent: str, error: Mapping[str, Any], *, grpc_code: str | None = None) -> None:
         code = error.get("code", -32603)
         msg = str(error.get("message", "agent error"))
         super().__init__(msg, data=error_metadata(error.get("data")))
@@ -348,6 +379,23 @@ class AgentRPCError(MMA2AError):
         self.http_status = rest_status(self.code)
         self.agent = agent
         self.error = {"code": self.code, "message": msg} | ({"data": error["data"]} if "data" in error else {})
+        row, reason = A2A_ERRORS.get(self.code), self.reason()
+        if row is None or (reason is not None and reason != row[0]):  # a reason its code does not name
+            named = status_of_reason(reason, grpc_code)
+            # (a refusal for now is told by the agent's HTTP status, AgentRefusal; an agent's 401 is about this
+            # gateway's credential, never the client's: those keep their code's status)
+            if named is not None and named[0] not in (401, 429, 503):
+                self.http_status, self.grpc_code = named
+            elif row is None:  # gRPC's code for an error from another address space whose kind is not known
+                self.http_status, self.grpc_code = 500, "UNKNOWN"
+
+    def reason(self) -> str | None:
+        """The reason of the agent's first ErrorInfo (None: it sent none)."""
+        for detail in self.details():
+            if str(detail.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+                reason = detail.get("reason")
+                return reason if isinstance(reason, str) else None
+        return None
 
     def details(self) -> list[dict[str, Any]]:
         data = self.error.get("data")
@@ -359,7 +407,37 @@ class AgentRPCError(MMA2AError):
         return dict(self.error)
 
 
-class AgentRefusal(AgentRPCError):
+class AgentStatusError(AgentRPCError):
+    """An agent's error that its HTTP status tells (a refusal for now, a body too large): answered with that status on
+    every binding — JSON-RPC too, as the gateway's own refusals at its door are."""
+
+
+class AgentTooLarge(AgentStatusError):
+    """The agent (a peer gateway) answered HTTP 413 with a JSON-RPC error: the request as this gateway passed it on —
+    the client's message with this gateway's metadata (`via`, `hops`, extension fields), maybe re-encoded — is over the
+    agent's body limit, though the client's was within this gateway's. Answered 413 naming the agent, the bytes sent
+    and the agent's own words (its limit); the agent's ErrorInfo kept, with `agent` and `sentBytes` added."""
+
+    def __init__(self, agent: str, error: Mapping[str, Any], sent: int) -> None:
+        theirs = str(error.get("message", "request body too large"))
+        data = error.get("data")
+        extra = {"agent": agent, "sentBytes": str(sent)}
+        if isinstance(data, list) and any(isinstance(d, dict) and d.get("@type") == ERROR_INFO_TYPE for d in data):
+            first = next(i for i, d in enumerate(data) if isinstance(d, dict) and d.get("@type") == ERROR_INFO_TYPE)
+            info = dict(data[first])
+            theirs_meta = info.get("metadata")
+            info["metadata"] = {**(theirs_meta if isinstance(theirs_meta, dict) else {}), **extra}
+            data = [*data[:first], info, *data[first + 1:]]
+        else:
+            data = [error_info(INVALID_REQUEST, extra)]
+        message = (f"the request as passed on to agent {agent} ({sent} bytes: the message with this gateway's routing "
+                   f"metadata) is over that agent's body limit: {theirs}")
+        super().__init__(agent, {"code": error.get("code", INVALID_REQUEST), "message": message, "data": data})
+        self.http_status = 413
+        self.grpc_code = None  # as the gateway's own 413 (INVALID_ARGUMENT)
+
+
+class AgentRefusal(AgentStatusError):
     """The agent refused the call for now — HTTP 429 or 503 with a JSON-RPC error, as a peer gateway refuses a client
     past its rate or sheds a message: passed on as the refusal it is, the agent's code, message and details with its
     HTTP status and a `Retry-After` (the `retryAfter` of its ErrorInfo, else 1 s), on every binding as the gateway's
@@ -368,6 +446,7 @@ class AgentRefusal(AgentRPCError):
     def __init__(self, agent: str, error: Mapping[str, Any], status: int) -> None:
         super().__init__(agent, error)
         self.http_status = status
+        self.grpc_code = None  # its status says it (429: RESOURCE_EXHAUSTED, 503: UNAVAILABLE)
         wait = self.data.get("retryAfter")
         try:
             self.retry_after = max(0.0, float(wait)) if wait is not None else 1.0

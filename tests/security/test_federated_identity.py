@@ -346,14 +346,15 @@ async def test_an_assertion_lifted_from_a_message_neither_lists_the_clients_task
                     a2a_pb2.ListTasksRequest(), timeout=30, metadata=[
                         ("a2a-version", "1.0"), ("authorization", f"Bearer {GWA}"), (HEADER.lower(), lifted()[HEADER])])
     assert "result" not in listed and listed["error"]["message"] == why  # before: alice's task, her text in it
-    # REST: refused inside the SDK's handler, which renders it 400 (it has no 401), as a lifted GetTask already was
-    assert rest.status_code == 400 and rest.json()["error"]["message"] == why
+    # REST: refused inside the SDK's handler, answered with its own status as on JSON-RPC (session 17: the SDK, which
+    # has no 401, rendered it 400), as a lifted GetTask already was
+    assert rest.status_code == 401 and rest.json()["error"]["message"] == why
     assert rest.json()["error"]["details"][0]["metadata"] == {"field": HEADER}
     assert upload.status_code == 401
     assert upload.json()["error"]["message"] == (f"{HEADER}: the assertion was signed for message m-plan; POST /blobs "
                                                  "carries none (the upstream gateway signs messages, task calls, listings "
                                                  "and ratings only)")
-    assert over_grpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and over_grpc.value.details() == why
+    assert over_grpc.value.code() == grpc.StatusCode.UNAUTHENTICATED and over_grpc.value.details() == why
     assert own["result"]["tasks"] == []
 
 

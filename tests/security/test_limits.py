@@ -57,7 +57,7 @@ async def test_parts_inline_bytes_and_features_size_are_limited() -> None:
         "params.message.parts[1]: inline content passes 1000 bytes; send large media by reference (POST /blobs)")
     where = f"params.message.parts[0].metadata[{EXTENSION_URI}].features"
     assert features.json()["error"]["message"] == f"{where}: 543 bytes, the limit is 200"
-    assert rest.status_code == 400 and rest.json()["error"]["message"] == "params.message.parts: 4 parts, the limit is 3"
+    assert rest.status_code == 413 and rest.json()["error"]["message"] == "params.message.parts: 4 parts, the limit is 3"
 
 
 async def test_modality_deny_and_allow_lists_gateway_wide_and_per_agent() -> None:
@@ -76,7 +76,7 @@ async def test_modality_deny_and_allow_lists_gateway_wide_and_per_agent() -> Non
         "params.message.parts[0]: modality image/png is not on the allow list of agent text")
     assert gif.json()["error"]["message"] == "params.message.parts[0]: modality image/gif is on the deny list of agent vision"
     assert png.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
-    assert rest.status_code == 400 and "is on the deny list of this gateway" in rest.json()["error"]["message"]
+    assert rest.status_code == 403 and "is on the deny list of this gateway" in rest.json()["error"]["message"]  # its own status (session 17)
 
 
 async def test_rate_limits_per_sender_answer_429_with_retry_after() -> None:

@@ -112,7 +112,7 @@ async def test_a_client_limited_to_some_agents_cannot_reach_others_through_the_r
     expected = "params.message.parts[0]: routed to agent a, which client carol may not use (auth.clients: b)"
     assert refused["error"]["message"] == expected and refused["error"]["code"] == -32600
     assert expected in streamed.text
-    assert rest.status_code == 400 and rest.json()["error"]["message"] == expected  # REST: as the modality lists
+    assert rest.status_code == 403 and rest.json()["error"]["message"] == expected  # REST: as the modality lists
     assert direct["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"  # her own agent still answers
     # the REST tenant form names the agent, and is held to the client's agents as /agents/{name} is
     assert tenant_a.status_code == 403 and tenant_a.json()["error"]["message"] == "client carol may not call agent a"

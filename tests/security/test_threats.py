@@ -73,7 +73,7 @@ async def test_ssrf_through_every_url_field_is_refused(canary) -> None:
     assert errors[STREAM]["message"] == (f"{STREAM}: refused to fetch ws://127.0.0.1:{port}/s: 127.0.0.1 is a loopback address")
     assert errors["params.configuration.taskPushNotificationConfig.url"]["message"].startswith(
         "params.configuration.taskPushNotificationConfig.url: refused to fetch")
-    assert rest.status_code == 400 and "link-local" in rest.json()["error"]["message"]
+    assert rest.status_code == 403 and "link-local" in rest.json()["error"]["message"]  # its own status (session 17)
     assert "error" in listed.json()
     assert hits == []  # nobody (gateway or agent) ever reached the internal service
     assert all(not spec[1].received for spec in gw.test_specs.values())

@@ -102,16 +102,17 @@ def error_status(exc: MMA2AError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
     extra: list[Message] = []
     if wait is not None:
         extra.append(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=wait)))
-    trailers = rich_status(code, exc.message, info["reason"], metadata_strings(exc.data), extra)
+    trailers = rich_status(code, exc.message, info["reason"], metadata_strings(exc.data), extra,
+                           domain=str(info.get("domain") or A2A_DOMAIN))  # an agent's error: its own domain
     return code, exc.message, (*trailers, *((("retry-after", str(wait)),) if wait is not None else ()))
 
 
 def rich_status(code: grpc.StatusCode, message: str, reason: str, metadata: Mapping[str, str],
-                extra: list[Message] | None = None) -> tuple[tuple[str, bytes], ...]:
-    """The `grpc-status-details-bin` trailer: a `google.rpc.Status` led by the ErrorInfo (A2A's domain, `metadata`
-    as on JSON-RPC and REST), then `extra` details."""
+                extra: list[Message] | None = None, *, domain: str = A2A_DOMAIN) -> tuple[tuple[str, bytes], ...]:
+    """The `grpc-status-details-bin` trailer: a `google.rpc.Status` led by the ErrorInfo (A2A's domain unless an
+    agent's error names another, `metadata` as on JSON-RPC and REST), then `extra` details."""
     details = []
-    for item in [error_details_pb2.ErrorInfo(reason=reason, domain=A2A_DOMAIN, metadata=dict(metadata)), *(extra or ())]:
+    for item in [error_details_pb2.ErrorInfo(reason=reason, domain=domain, metadata=dict(metadata)), *(extra or ())]:
         detail = any_pb2.Any()
         detail.Pack(item)
         details.append(detail)

@@ -20,8 +20,8 @@ from starlette.responses import Response
 from ...card import VERSION_HEADER
 from ...errors import (
     VERSION_NOT_SUPPORTED,
+    AgentStatusError,
     InvalidParams,
-    AgentRefusal,
     InvalidRequest,
     MMA2AError,
     Overloaded,
@@ -259,7 +259,8 @@ class JsonRpcIngress:
                     result = await self.pipeline.get_task(tid, history_length(params), target=target)
                 else:
                     result = await self.pipeline.cancel_task(tid, target=target)
-        except (Overloaded, AgentRefusal) as exc:  # shed (503), or an agent's refusal for now: its status + Retry-After
+        except (Overloaded, AgentStatusError) as exc:  # shed (503), an agent's refusal for now (its status +
+            # Retry-After), a peer's 413
             return shed_response(rid, exc)
         except MMA2AError as exc:
             return rpc_error(rid, exc)
@@ -351,9 +352,12 @@ def _underscore(body: bytes) -> bool:
 def shed_response(rid: Any, exc: MMA2AError) -> Response:
     """A message shed under overload on JSON-RPC: HTTP 503 with `Retry-After`, the JSON-RPC error (ErrorInfo reason
     `OVERLOADED`, the agent in its metadata) in the body; an agent's refusal for now (`AgentRefusal`) the same way,
-    with its status (429, 503) and its error."""
-    return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=exc.http_status, media_type="application/json",
-                    headers={"Retry-After": str(retry_after(exc))})
+    with its status (429, 503) and its error, and a peer's 413 (`AgentTooLarge`) with 413. Any other error noted (an
+    agent's the SDK has no class for): the error as the agent sent it, HTTP 200 as the SDK answers errors."""
+    wait = retry_after(exc)
+    status = exc.http_status if wait is not None or isinstance(exc, AgentStatusError) else 200
+    return Response(orjson.dumps(jsonrpc_error_json(rid, exc)), status_code=status, media_type="application/json",
+                    headers={"Retry-After": str(wait)} if wait is not None else None)
 
 
 def _too_large(limit: int) -> Response:

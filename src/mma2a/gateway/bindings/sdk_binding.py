@@ -66,7 +66,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...errors import AgentRefusal, AgentRPCError, MMA2AError, PayloadTooLarge, RateLimited, metadata_strings
+from ...errors import (A2A_DOMAIN, AgentRPCError, AgentStatusError, MMA2AError, PayloadTooLarge, RateLimited,
+                       metadata_strings, status_for_reason)
 from ...json_worker import JSONRPC, PUSH, PUSH_V03, SEND_V03
 from ...request_body import ReadRequest
 from ...responses import jsonrpc_error_json
@@ -108,11 +109,28 @@ def to_sdk_error(exc: MMA2AError) -> sdk_errors.A2AError:
     """The SDK error with the same JSON-RPC code as an mma2a error; its `data` becomes the ErrorInfo metadata
     (an agent's error passed through keeps the metadata and the ErrorInfo reason the agent sent)."""
     cls = _BY_CODE.get(exc.code, sdk_errors.InvalidParamsError if exc.http_status < 500 else sdk_errors.InternalError)
-    if isinstance(exc, (AgentRefusal, RateLimited)):  # answered with its status and Retry-After by the binding (as a
-        note_shed(exc)  # shed is): an agent's refusal for now, a caller's own jobs of the JSON body worker past its bounds
     if isinstance(exc, AgentRPCError):
         cls = _agent_error_class(exc, cls)
+    if isinstance(exc, (AgentStatusError, RateLimited)) or not _renders(cls, exc):
+        # answered by the binding itself, with its status (and Retry-After), its code and its ErrorInfo (as a shed
+        # is): an agent's refusal for now or 413, a caller's own jobs of the JSON body worker past its bounds, an
+        # error the SDK's classes would render with another reason or status
+        note_shed(exc)
     return cls(exc.message, data=metadata_strings(exc.data) or None)
+
+
+def _renders(cls: type[sdk_errors.A2AError], exc: MMA2AError) -> bool:
+    """Whether the SDK's `cls` renders `exc` as it is: its JSON-RPC code, its ErrorInfo's reason and domain, and its
+    HTTP status (as REST's `_restatus` corrects the SDK's by the reason). An agent's own reason, a later A2A's code,
+    a refusal's PERMISSION_DENIED, a 413 are not: the SDK would answer INTERNAL_ERROR, or the code's reason and
+    status, in their place."""
+    infos = [d for d in exc.details() if str(d.get("@type", "")).endswith("google.rpc.ErrorInfo")]
+    own = _REASONS.get(cls, "UNKNOWN_ERROR")
+    reason = infos[0].get("reason") if infos else own
+    domain = infos[0].get("domain", A2A_DOMAIN) if infos else A2A_DOMAIN
+    status = status_for_reason(own) or (500 if cls is sdk_errors.A2AError else None)
+    return (_CODES.get(cls, -32603) == exc.code and own == reason and domain == A2A_DOMAIN
+            and (status is None or status == exc.http_status))
 
 
 def _agent_error_class(exc: AgentRPCError, by_code: type[sdk_errors.A2AError]) -> type[sdk_errors.A2AError]:

@@ -138,8 +138,11 @@ def _rest_answer(bindings: SdkBindings, path: str, method: str, agent_of: Callab
             response: Response = await endpoint(request)
         finally:
             shed_note.reset(token)
-        if shed and response.media_type == "application/json":  # shed under overload: 503 + Retry-After
-            return json_response(shed[0].to_rest(), shed[0].http_status, {"Retry-After": str(retry_after(shed[0]))})
+        if shed and response.media_type == "application/json":  # shed under overload: 503 + Retry-After; an
+            # agent's error the SDK has no class for: its own status and ErrorInfo (sdk_binding.to_sdk_error)
+            wait = retry_after(shed[0])
+            return json_response(shed[0].to_rest(), shed[0].http_status,
+                                 {"Retry-After": str(wait)} if wait is not None else None)
         if response.status_code >= 400 and response.media_type == "application/json":
             return _restatus(response)
         return response

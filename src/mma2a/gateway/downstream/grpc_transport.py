@@ -92,7 +92,8 @@ def _agent_error(agent: str, url: str, exc: grpc.aio.AioRpcError, timeout_s: flo
     if info is not None:
         code = code_for_reason(info.reason) or INTERNAL_ERROR
         detail = {"@type": ERROR_INFO_TYPE, "reason": info.reason, "domain": info.domain, "metadata": dict(info.metadata)}
-        return AgentRPCError(agent, {"code": code, "message": exc.details() or "", "data": [detail]})
+        return AgentRPCError(agent, {"code": code, "message": exc.details() or "", "data": [detail]},
+                             grpc_code=exc.code().name)  # a reason no table names: the status the agent gave
     if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DispatchError(f"agent {agent} timed out after {timeout_s:g} s", data={"agent": agent, "timeout": timeout_s})
     if exc.code() == grpc.StatusCode.UNAVAILABLE:

@@ -10,6 +10,7 @@ refused, or closed before any answer).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -22,7 +23,7 @@ import yarl
 
 from ...card import EXTENSIONS_HEADER, VERSION_HEADER
 from ...compression import decode, encode
-from ...errors import AgentRefusal, AgentRPCError, DispatchError, MMA2AError
+from ...errors import AgentRefusal, AgentRPCError, AgentTooLarge, DispatchError, MMA2AError
 from ...tls import ClientTLS, client_context
 from ..observe.tracing import inject
 from . import http1
@@ -225,6 +226,8 @@ class Transport:
         if "error" in doc and isinstance(doc["error"], dict):
             if status in (429, 503):  # refused for now (a peer gateway's rate limit, a shed): said so to the client
                 raise AgentRefusal(agent, doc["error"], status)
+            if status == 413:  # the body as passed on is over a peer's limit: 413 to the client, naming it
+                raise AgentTooLarge(agent, doc["error"], len(body))
             raise AgentRPCError(agent, doc["error"])
         if "result" not in doc:
             if status in (401, 403):
@@ -339,6 +342,12 @@ class Transport:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s or self.timeout_s, sock_read=timeout_s or self.timeout_s)
         try:
             async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=self.ssl_for(agent)) as resp:
+                if resp.status == 413:  # the body as passed on is over a peer's limit (as `call` tells it)
+                    refused = await resp.content.read(MAX_JSON_BYTES)
+                    with contextlib.suppress(orjson.JSONDecodeError):
+                        doc = orjson.loads(refused)
+                        if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+                            raise AgentTooLarge(agent, doc["error"], len(body))
                 if resp.status != 200:
                     raise DispatchError(f"agent {agent} answered HTTP {resp.status} to a stream",
                                         data={"agent": agent, "status": resp.status})
