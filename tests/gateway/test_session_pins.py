@@ -14,12 +14,15 @@ its client's, and the client's agents were not held to."""
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import httpx
+import pytest
 
 from mma2a.ext import EXTENSION_URI
 from mma2a.routing.sessions import OWNER_SEP
-from tests.gateway.conftest import agent, gateway
+from mma2a.signing import new_private_key, private_key_text, public_key_text
+from tests.gateway.conftest import agent, agents, gateway
 from tests.agents import run_agent
 from tests.security.test_task_ownership import PINNING_RULES, rpc, session_chunk
 
@@ -74,3 +77,46 @@ async def test_each_leg_of_a_fan_out_passes_one_hop_and_this_gateway_once() -> N
         [got] = executor.received
         ext = MessageToDict(got.message)["metadata"][EXTENSION_URI]
         assert ext["hops"] == 1 and ext["via"] == [gw.pipeline.admission.gateway_id], (name, ext)
+
+
+async def test_a_session_pinned_through_a_federation_hop_holds_its_pin_at_the_peer_as_directly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 17 (fedleft): alice's session `cam-1`, sent to gw-b directly and through gw-a (which signs who its
+    clients are), keeps its pin at gw-b — every chunk on one worker of gw-b's pool — and bob naming the same session
+    id, ending it, neither takes nor releases hers: at gw-b her pin is `alice via gwa`'s, his `bob via gwa`'s."""
+    key = new_private_key()
+    monkeypatch.setenv("PINS_FED_KEY", private_key_text(key))
+    monkeypatch.setenv("MMA2A_AGENT_PINS_GWA_TOKEN", "tok-gwa-pins-1")
+    bob = "tok-bob-pins-2"
+    clients = [{"name": "alice", "token": ALICE}, {"name": "bob", "token": bob}]
+
+    def worker(doc: dict[str, Any]) -> str:
+        """Which of gw-b's workers answered (each replies with its name)."""
+        return str(doc["result"]["task"]["status"]["message"]["parts"][0]["text"]).removesuffix(" ok")
+
+    async with agents({n: agent(n, ["image/*"]) for n in ("w1", "w2")}) as urls, httpx.AsyncClient(timeout=30) as c:
+        pool = [{"name": n, "url": u, "groups": ["pool"]} for n, u in urls.items()]
+        b_cfg = {"name": "gw-b", "agents": pool, "rules": PINNING_RULES, "features": False,
+                 "auth": {"clients": [*clients, {"name": "gwa", "token": "tok-gwa-pins-1"}]},
+                 "federation": {"trusted_gateways": {"gwa": {"public_key": public_key_text(key)}}}}
+        async with gateway(b_cfg) as (gw_b, url_b), gateway({
+                "name": "gw-a", "agents": [{"name": "site-b", "url": url_b, "token_env": "MMA2A_AGENT_PINS_GWA_TOKEN"}],
+                "auth": {"clients": clients}, "features": False,
+                "federation": {"private_key_env": "PINS_FED_KEY"}}) as (gw_a, url_a):
+            assert gw_a.startup_errors == gw_b.startup_errors == []
+            seen: dict[str, list[str]] = {}
+            for way, url in (("direct", url_b), ("hop", url_a)):
+                async def send(token: str, mid: str, seq: int, final: bool = False) -> str:
+                    doc = await rpc(c, url, "SendMessage", session_chunk(f"{way}-{mid}", "cam-1", seq, final), token)
+                    assert "result" in doc, doc
+                    return worker(doc)
+
+                first = await send(ALICE, "a0", 0)
+                bobs = [await send(bob, "b0", 0), await send(bob, "b1", 1, final=True)]
+                rest = [await send(ALICE, f"a{i}", i) for i in (1, 2, 3)]
+                seen[way] = [first, *rest, *bobs]
+            pinned = set(gw_b.pipeline.admission.pins._pins)
+    for way, (first, *rest, bob0, bob1) in seen.items():
+        assert rest == [first] * 3, (way, seen)  # bob's final chunk released nothing of hers
+        assert bob0 != first and bob1 == bob0, (way, seen)  # his own session, routed afresh (round robin)
+    assert {f"alice{OWNER_SEP}cam-1", f"alice via gwa{OWNER_SEP}cam-1"} <= pinned, pinned
