@@ -304,3 +304,36 @@ async def test_a_signed_message_is_not_accepted_while_the_nonce_record_is_out_of
     assert again["error"]["message"] == (f"message.metadata[{EXTENSION_URI}].signature.nonce: nonce already used by "
                                          "camera-1 (replayed message)")
     assert [r.message.parts[0].text for r in ex.received] == ["once, later"]
+
+
+async def test_a_durable_delivery_to_a_peer_gateway_carries_its_clients_assertion(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 17 (fedleft): with durable delivery, gw-a's dispatcher sends a leg from the delivery stream, outside the
+    client's request, and signed no assertion: at gw-b the message was gwa's (every client of gw-a one principal
+    there), so alice's GetTask through gw-a, signed as hers, was told her task does not exist. Now the dispatcher signs
+    for the client the delivery was accepted for: alice's task at gw-b is `alice via gwa`, she reads it through gw-a,
+    bob does not."""
+    from mma2a.signing import private_key_text
+    from tests.gateway.conftest import gateway
+
+    key = new_private_key()
+    monkeypatch.setenv("FED_DURABLE_KEY", private_key_text(key))
+    monkeypatch.setenv("MMA2A_AGENT_GWA_DURABLE", "gwa-token-0123456789")
+    ex = RecordingExecutor(echo=True)
+    async with run_agent(make_card("echo"), ex) as agent_url, gateway({
+            "name": "gw-b", "agents": [{"name": "echo", "url": agent_url}],
+            "auth": {"clients": [{"name": "gwa", "token": "gwa-token-0123456789"}]},
+            "federation": {"trusted_gateways": {"gwa": {"public_key": public_key_text(key)}}}}) as (gw_b, url_b):
+        config = secured(nats_server.url, cluster_name())
+        config.update({"name": "gw-a", "federation": {"private_key_env": "FED_DURABLE_KEY"},
+                       "agents": [{"name": "site-b", "url": url_b, "token_env": "MMA2A_AGENT_GWA_DURABLE"}]})
+        async with gateways([config], tmp_path) as gws, httpx.AsyncClient(timeout=60) as c:
+            sent = await rpc(c, gws[0].url, "alice", "SendMessage", {"message": text_message("alice's, durably")})
+            assert task_state(sent) == "TASK_STATE_COMPLETED", sent
+            task_id = sent["result"]["task"]["id"]
+            mine = await rpc(c, gws[0].url, "alice", "GetTask", {"id": task_id})
+            theirs = await rpc(c, gws[0].url, "bob", "GetTask", {"id": task_id})
+            owners = {gw_b.pipeline.tasks.owner_of(t)[1] for t in list(gw_b.pipeline.tasks._rows)}
+    assert owners == {"alice via gwa"}, owners  # before: {"gwa"}
+    assert mine["result"]["id"] == task_id and "alice's, durably" in json.dumps(mine), mine
+    assert theirs["error"]["code"] == -32001, theirs

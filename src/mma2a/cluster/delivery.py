@@ -297,7 +297,9 @@ class DurableDelivery:
         agent, params = body["agent"], body["params"]
         gw = self.cluster.gw
         try:
-            result = await gw.pipeline.call_agent(gw.directory.get(agent), "SendMessage", params)
+            # for the client it was accepted for (a peer gateway is told who, in a fresh assertion each delivery)
+            result = await gw.pipeline.call_agent(gw.directory.get(agent), "SendMessage", params,
+                                                  principal=body.get("client"))
             outcome: dict[str, Any] = {"result": result}
         except AgentRPCError as exc:  # the agent got it and said no: delivered
             outcome = {"error": f"agent error {exc.code}: {exc.message}"}

@@ -146,6 +146,8 @@ class Pipeline:
     def subscribe(self, task_id: str, *, target: str | None = None) -> AsyncIterator[dict[str, Any]]:
         return self.task_ops.subscribe(task_id, target=target)
 
-    async def call_agent(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
-        """One JSON-RPC call to an agent, counted and health-marked like every dispatch."""
-        return await self.caller.call(entry, method, params)
+    async def call_agent(self, entry: AgentEntry, method: str, params: dict[str, Any], *,
+                         principal: str | None = None) -> Any:
+        """One JSON-RPC call to an agent, counted and health-marked like every dispatch; `principal`: the client it
+        is made for, where that is not the current request's (a durable delivery, sent by a dispatcher)."""
+        return await self.caller.call(entry, method, params, principal=principal)

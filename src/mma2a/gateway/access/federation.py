@@ -233,21 +233,26 @@ class Federation:
                              "ts": ts, "n": secrets.token_urlsafe(12)})
         return f"v1.{_b64(body)}.{_b64(self.private_key.sign(body))}"
 
-    def signer(self, method: str, params: Mapping[str, Any]) -> Callable[[], dict[str, str]] | None:
-        """What makes the assertion header of a call made for the current client, a fresh one (its own nonce and
-        time) for each send of it: the downstream takes each once, so a request sent again — after a cut connection,
-        as a 415's plain resend, with a refreshed credential — would be refused as a replay with the first's. None: no
-        key, no client, or a call that carries none."""
-        client = current_client.get()
-        if self.private_key is None or client is None or client.scheme == "admin":
+    def signer(self, method: str, params: Mapping[str, Any], principal: str | None = None
+               ) -> Callable[[], dict[str, str]] | None:
+        """What makes the assertion header of a call made for the current client (or for `principal`, the client a
+        durable delivery was accepted for, sent later by a dispatcher outside the client's request), a fresh one (its
+        own nonce and time) for each send of it: the downstream takes each once, so a request sent again — after a
+        cut connection, as a 415's plain resend, with a refreshed credential, redelivered — would be refused as a
+        replay with the first's. None: no key, no client, or a call that carries none."""
+        if self.private_key is None:
             return None
+        if principal is None:
+            client = current_client.get()
+            if client is None or client.scheme == "admin":
+                return None
+            principal = client.key
         bound = bound_to(method, params)
         if bound is None:
             return None
-        principal = client.key
 
-        def sign() -> dict[str, str]:
-            return {HEADER: self.assertion(principal, bound, int(time.time()))}
+        def sign(who: str = principal) -> dict[str, str]:
+            return {HEADER: self.assertion(who, bound, int(time.time()))}
 
         return sign
 

@@ -41,13 +41,14 @@ class AgentCaller:
         self.slots = slots if slots is not None else AgentSlotTable(adaptive=False)
         self.federation = federation  # signs who the client is for the gateways this one calls
 
-    def upstream_signer(self, entry: AgentEntry, method: str, params: Mapping[str, Any]) -> FreshHeaders | None:
-        """What signs the assertion of the current client, afresh for each send, for an agent that is another gateway
-        (its card says `params.gateway: true`) when this gateway has a federation key; None otherwise (plain agents
-        never see it)."""
+    def upstream_signer(self, entry: AgentEntry, method: str, params: Mapping[str, Any],
+                        principal: str | None = None) -> FreshHeaders | None:
+        """What signs the assertion of the current client (`principal`: of that client), afresh for each send, for an
+        agent that is another gateway (its card says `params.gateway: true`) when this gateway has a federation key;
+        None otherwise (plain agents never see it)."""
         if self.federation is None or self.federation.private_key is None or not entry.is_gateway():
             return None
-        return self.federation.signer(method, params)
+        return self.federation.signer(method, params, principal)
 
     def slot(self, entry: AgentEntry, priority: int) -> tuple[AgentSlots | None, Awaitable[None] | None]:
         """A slot of `entry`'s for a leg of `priority`: the agent's slots (None: not limited) and the wait for one
@@ -62,10 +63,12 @@ class AgentCaller:
         """The content coding this agent's requests are compressed with (None: as they are)."""
         return self.adapter.coding(entry) if self.adapter is not None else None
 
-    async def call(self, entry: AgentEntry, method: str, params: dict[str, Any], *, priority: int | None = None) -> Any:
+    async def call(self, entry: AgentEntry, method: str, params: dict[str, Any], *, priority: int | None = None,
+                   principal: str | None = None) -> Any:
         """One JSON-RPC call; its `result` (DispatchError and AgentRPCError raised as they come). A 401 to an OAuth2
         token the agent no longer takes gets the call once more with a token fetched again. With `priority` (a leg:
-        a message, a transform step) it takes one of the agent's slots first (`Overloaded` when shed)."""
+        a message, a transform step) it takes one of the agent's slots first (`Overloaded` when shed). `principal`:
+        the client the call is made for, where it is not the current one (a durable delivery's dispatcher)."""
         slots = None
         if priority is not None:
             slots, waiting = self.slot(entry, priority)
@@ -77,7 +80,7 @@ class AgentCaller:
             entry.enter_call()  # (`entry.in_flight()`'s block, without its object: once per leg)
             try:
                 headers = await self.headers_for(entry)
-                signed = self.upstream_signer(entry, method, params)
+                signed = self.upstream_signer(entry, method, params, principal)
                 try:
                     result = await self._call(entry, method, params, headers, signed)
                 except DispatchError as exc:

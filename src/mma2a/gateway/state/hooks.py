@@ -28,8 +28,10 @@ from .tasks import TaskMap
 class AgentCalls(Protocol):
     """The one request-path call a cluster makes itself (a durable delivery taken from the stream)."""
 
-    async def call_agent(self, entry: AgentEntry, method: str, params: dict[str, Any]) -> Any:
-        """One JSON-RPC call to an agent, counted and health-marked like every dispatch."""
+    async def call_agent(self, entry: AgentEntry, method: str, params: dict[str, Any], *,
+                         principal: str | None = None) -> Any:
+        """One JSON-RPC call to an agent, counted and health-marked like every dispatch (`principal`: the client it
+        is made for, where that is not the current request's)."""
 
 
 class GatewayParts(Protocol):
