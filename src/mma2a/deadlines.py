@@ -317,6 +317,7 @@ class _WriteDeadline:
 
 
 PIPELINED_HELD = 64 * 1024  # bytes a connection's pipelined requests may hold unparsed (uvicorn's body high-water mark)
+MAX_PIPELINED = 64  # pipelined requests parsed and waiting on a connection (httptools): past it, `_trim_pipeline`
 
 
 class _Pipelined(ABC):
@@ -413,10 +414,33 @@ class _TimedHttpTools(_Pipelined, _WriteDeadline):
             return
         waiting = self._deadline.phase == "headers"
         super().data_received(data)  # type: ignore[misc]
+        if len(self.pipeline) > MAX_PIPELINED:  # type: ignore[attr-defined]
+            self._trim_pipeline()
+            return
         if waiting and self._deadline.phase == "headers":
             self._head += len(data)
             if self._head > self.timeouts.max_header_bytes:
                 self._refuse_head()
+
+    def _trim_pipeline(self) -> None:
+        """httptools parses all of a read, and uvicorn queues a request cycle for each pipelined request in it: a read
+        of 64 KiB of 26-byte requests queued ~2,500 (~2 KB each) on the connection. The first `MAX_PIPELINED` waiting
+        are kept and answered, the last of them closing the connection; the newer ones are dropped unanswered, as
+        a server closing a persistent connection may (RFC 9112 9.3.2: the client sends them again), and what the
+        client sends after is dropped (docs/security.md S17-4)."""
+        pipeline = self.pipeline  # type: ignore[attr-defined]  # newest first: uvicorn appends on the left
+        dropped = len(pipeline) - MAX_PIPELINED
+        for _ in range(dropped):
+            pipeline.popleft()
+        last = pipeline[0][0]
+        last.keep_alive = False  # uvicorn closes the connection once it has answered this one
+        self.cycle = last  # the connection's newest request, as uvicorn's callbacks and its end read it
+        self._head = -1  # nothing more is parsed: what still comes is dropped (`data_received`)
+        self._held = None
+        self._deadline.clear()
+        log.info("connection from %s: %d pipelined requests waiting, the most is %d: the %d newest dropped, the "
+                 "connection closed after the others are answered", getattr(self, "client", None),
+                 dropped + MAX_PIPELINED, MAX_PIPELINED, dropped)
 
     def _refuse_head(self) -> None:
         """431, then a lingering close: the answer is sent with a FIN and what the client goes on sending is

@@ -1,0 +1,48 @@
+"""HTTP/1.1 pipelining bounded in requests, not only in bytes held (docs/security.md S17-4): httptools parses all of a
+read, and uvicorn queued a request cycle (~2 KB) for every pipelined request in it, so a read of 64 KiB of 40-byte
+requests became ~1,600 queued cycles on one connection, with no credential needed. Real sockets on a live gateway."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from mma2a.deadlines import MAX_PIPELINED
+from tests.gateway.conftest import gateway
+
+REQUEST = b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n"
+
+
+async def answers_until_close(host: str, port: int, requests: int) -> tuple[int, bool]:
+    """Pipeline `requests` GETs in one write, then read: how many answers came, and whether the gateway closed."""
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(REQUEST * requests)
+    await writer.drain()
+    got = b""
+    closed = False
+    while got.count(b"HTTP/1.1 200") < requests:
+        data = await reader.read(1 << 16)
+        if not data:
+            closed = True
+            break
+        got += data
+    writer.close()
+    return got.count(b"HTTP/1.1 200"), closed
+
+
+async def test_a_connection_pipelining_past_the_bound_gets_the_first_answers_then_its_close() -> None:
+    """64 KiB of pipelined requests (1,872) in one write, by a client without a credential: the request in progress
+    and the `MAX_PIPELINED` waiting behind it are answered, in order, and the connection is then closed (the newer
+    ones were never queued: the client sends them again, as after any close of a persistent connection). Before:
+    all 1,872 were queued as request cycles at once and answered (200 such connections held 518 MB more of the
+    gateway's memory, 236 -> 754 MB). A client pipelining within the bound is answered whole on an open
+    connection, and others are served meanwhile."""
+    async with gateway({}) as (_, url):
+        host, port = url.removeprefix("http://").split(":")
+        many = (64 * 1024) // len(REQUEST)
+        results = await asyncio.gather(*(answers_until_close(host, int(port), many) for _ in range(8)))
+        assert results == [(MAX_PIPELINED + 1, True)] * 8  # before: [(1872, False)] * 8
+        assert await answers_until_close(host, int(port), MAX_PIPELINED + 1) == (MAX_PIPELINED + 1, False)
+        async with httpx.AsyncClient() as c:
+            assert (await c.get(url + "/healthz")).status_code == 200
