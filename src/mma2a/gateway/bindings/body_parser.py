@@ -18,10 +18,12 @@ checked, nothing sent back), then for `message:send` and `message:stream` the SD
 (`read_send`: `json_format.Parse`, the required fields, the free-form bytes, the JSON the pipeline takes), which on
 the loop cost ~0.35-0.6 s and ~0.15 s for a 26.7 MB body, against the unpickle here.
 
-A gRPC SendMessage or SendStreamingMessage past the inline size reaches the gateway as bytes (`grpc_gate`) and is
-parsed (`FromString`) and turned into the pipeline's JSON in the worker (`read_send_proto_answer`): on the loop, the
-parse, the body budget's size (`ByteSize`, which serializes) and the serialization for the worker were three passes
-over a 20 MB request, besides its JSON (docs/benchmarks.md, session 12).
+A gRPC request reaches the gateway as bytes (`grpc_gate`); a SendMessage or SendStreamingMessage past
+`INLINE_GRPC_BYTES` is parsed (`FromString`) and turned into the pipeline's JSON in the worker
+(`read_send_proto_answer`): on the loop, the parse, the body budget's size (`ByteSize`, which serializes) and the
+serialization for the worker were three passes over a 20 MB request, besides its JSON (docs/benchmarks.md, session
+12), and 1 MiB of empty parts took seconds (docs/security.md LN2); another method's request past it comes back
+without its unknown fields (`read_known`, LN4).
 
 Answers of many values (a stored task's message of 300,000 empty objects) are converted there too
 (`convert_answer`, `sdk_answers`): the SDK's `ParseDict` and REST's `MessageToDict` of them held every client.
