@@ -42,7 +42,7 @@ LOADS = "loads"
 BALANCE_PREFIX = "mma2a-balance-"  # the supervisor's directory (in the temporary directory; `task_files.held_dir`)
 GONE = 1 << 62  # what a closed worker says it holds: no sibling hands it anything
 RECEIVE_BATCH = 64  # messages taken each time the socket is readable
-FDS_PER_MESSAGE = 4  # room for descriptors in one message (a sibling sends one; more are closed by the kernel)
+FDS_PER_MESSAGE = 64  # descriptors in one message at most (room for them read; more would be closed by the kernel)
 
 
 def loads_size(workers: int) -> int:
@@ -81,6 +81,7 @@ class Balance:
         self._handed_at = Q.size + workers * SLOT.size  # handed[i][j]: row i written by worker i
         self._taken_at = self._handed_at + workers * workers * Q.size  # taken[j][i]: row j written by worker j
         self._refused: dict[int, int] = {}  # a sibling that refused a connection -> its generation then
+        self._outgoing: dict[int, list[socket.socket]] = {}  # placed with a sibling by `route`, sent by `flush`
         self._senders: list[int] = []  # the siblings of the connections received and not yet counted in (`taken_in`)
         self.handed = self.received = 0  # this process's, for tests and stats
         self._inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -150,19 +151,42 @@ class Balance:
         return best
 
     def route(self, conn: socket.socket, held: int) -> bool:
-        """Place a connection this worker accepted, holding `held` others: True, handed to a sibling (close this
-        copy); False, it stays (and is counted here at once). Under the file's lock when it is free at once (never
-        waiting on a sibling): two workers placing a burst of connections at the same time each see the other's."""
+        """Place a connection this worker accepted, holding `held` others: True, it goes to a sibling (with the
+        others of this accept batch, by `flush`); False, it stays (and is counted here at once). Under the file's
+        lock when it is free at once (never waiting on a sibling): two workers placing a burst of connections at the
+        same time each see the other's placings."""
         locked = self._try_lock()
         try:
             to = self.place(held)
-            if to is not None and self.hand(conn, to):
+            if to is not None:
+                self._bump(self._handed_at + (self.index * self.workers + to) * Q.size)  # on its way from now
+                self._outgoing.setdefault(to, []).append(conn)
                 return True
             self.publish(held + 1)
             return False
         finally:
             if locked:
                 fcntl.flock(self._lock, fcntl.LOCK_UN)
+
+    def flush(self) -> list[socket.socket]:
+        """Send what `route` placed with siblings, each sibling's in one message (a datagram socket queues only
+        `net.unix.max_dgram_qlen` messages, 10 by default, however many descriptors each carries). What a sibling
+        does not take (gone, or full) is returned, to be served here, and counted off its way; what it took is
+        closed here (the sibling has it)."""
+        kept: list[socket.socket] = []
+        for to, conns in self._outgoing.items():
+            for start in range(0, len(conns), FDS_PER_MESSAGE):
+                some = conns[start:start + FDS_PER_MESSAGE]
+                if self._send(to, some):
+                    for conn in some:
+                        conn.close()
+                    self.handed += len(some)
+                else:
+                    at = self._handed_at + (self.index * self.workers + to) * Q.size
+                    Q.pack_into(self._loads, at, Q.unpack_from(self._loads, at)[0] - len(some))
+                    kept += some
+        self._outgoing.clear()
+        return kept
 
     def _try_lock(self) -> bool:
         try:
@@ -185,18 +209,23 @@ class Balance:
                 fcntl.flock(self._lock, fcntl.LOCK_UN)
 
     def hand(self, conn: socket.socket, to: int) -> bool:
-        """Pass `conn` to sibling `to` (True: it has it, close this copy); False: keep it (the sibling is gone or
-        full)."""
+        """Pass `conn` to sibling `to` now (True: it has it, close this copy); False: keep it (the sibling is gone
+        or full)."""
+        if not self._send(to, [conn]):
+            return False
+        self._bump(self._handed_at + (self.index * self.workers + to) * Q.size)
+        self.handed += 1
+        return True
+
+    def _send(self, to: int, conns: list[socket.socket]) -> bool:
         try:  # (not `socket.send_fds`, which leaves its `address` out before Python 3.12)
             self._outbox.sendmsg([Q.pack(self.index)],
-                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [conn.fileno()]))],
+                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [c.fileno() for c in conns]))],
                                  0, socket_path(self.directory, to))
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.ENOBUFS):  # gone: not asked again until it is started again
                 self._refused[to] = self._slot(to)[0]
             return False
-        self._bump(self._handed_at + (self.index * self.workers + to) * Q.size)
-        self.handed += 1
         return True
 
     def receive(self) -> list[socket.socket]:
@@ -205,11 +234,11 @@ class Balance:
         taken: list[socket.socket] = []
         for _ in range(RECEIVE_BATCH):
             try:
-                data, fds, _, _ = socket.recv_fds(self._inbox, 16, FDS_PER_MESSAGE)
+                data, fds, _, _ = socket.recv_fds(self._inbox, 64, FDS_PER_MESSAGE)
             except (BlockingIOError, InterruptedError):
                 break
             if len(data) == Q.size and 0 <= (sender := Q.unpack(data)[0]) < self.workers:  # a sibling's
-                self._senders.append(sender)
+                self._senders += [sender] * len(fds)
             for fd in fds:
                 try:
                     conn = socket.socket(fileno=fd)

@@ -19,7 +19,7 @@ import os
 import resource
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -90,15 +90,15 @@ class BatchAccept:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol_factory: Callable[[], Any],
                  ssl: Any = None, ssl_handshake_timeout: float | None = None, *, backlog: int = 2048,
-                 balance: Balance | None = None, held: Callable[[], int] | None = None) -> None:
+                 balance: Balance | None = None, held: Callable[[], Collection[Any]] | None = None) -> None:
         self.loop, self.sock, self.protocol_factory = loop, sock, protocol_factory
         self.ssl, self.ssl_handshake_timeout = ssl, ssl_handshake_timeout
         self.sockets = [sock]
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: dict[asyncio.Task[Any], list[Any]] = {}  # a connection being set up -> its protocol, once made
         self._serving = True
         self._tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
-        # `serve --workers N`: connections spread evenly among the workers (`mma2a.balance`); `held`: the connections
-        # the server holds (those being set up here are added)
+        # `serve --workers N`: connections spread evenly among the workers (`mma2a.balance`); `held`: the protocols of
+        # the connections the server holds (those being set up here are added: `held()`)
         self.balance, self._held = balance, held
         sock.listen(backlog)
         sock.setblocking(False)
@@ -108,13 +108,26 @@ class BatchAccept:
             loop.add_reader(balance.fileno(), self._receive)
 
     def held(self) -> int:
-        """The connections this server holds: open, and accepted but not yet connected."""
-        return (self._held() if self._held is not None else 0) + len(self._tasks)
+        """The connections this server holds: its protocols' (`held`: the server's set of them), and those accepted
+        whose protocol is not among them yet (being set up, a TLS handshake under way): each once."""
+        if self._held is None:
+            return len(self._tasks)
+        connections = self._held()
+        return len(connections) + sum(1 for made in self._tasks.values() if not made or made[0] not in connections)
 
     def _accept(self) -> None:
         balance = self.balance
         if balance is not None:  # what siblings handed this worker first: what it holds, counted
             self._receive()
+        try:
+            self._accept_batch(balance)
+        finally:
+            if balance is not None and self._serving:  # the batch's hand-overs sent; what a sibling refused served here
+                for conn in balance.flush():
+                    self._serve(conn)
+                balance.publish(self.held())
+
+    def _accept_batch(self, balance: Balance | None) -> None:
         for _ in range(ACCEPT_BATCH):
             try:
                 conn, _ = self.sock.accept()
@@ -134,8 +147,7 @@ class BatchAccept:
                 with contextlib.suppress(OSError):
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if balance is not None and balance.route(conn, self.held()):
-                conn.close()  # a sibling holding fewer has it
-                continue
+                continue  # a sibling holding fewer will have it (`flush`)
             self._serve(conn)
 
     def _receive(self) -> None:
@@ -156,13 +168,21 @@ class BatchAccept:
     def _serve(self, conn: socket.socket) -> None:
         options: dict[str, Any] = {} if self.ssl is None else {
             "ssl": self.ssl, "ssl_handshake_timeout": self.ssl_handshake_timeout}
-        task = self.loop.create_task(self._connect(conn, options))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        made: list[Any] = []
+        task = self.loop.create_task(self._connect(conn, options, made))
+        self._tasks[task] = made
+        task.add_done_callback(self._connected)
 
-    async def _connect(self, conn: socket.socket, options: dict[str, Any]) -> None:
+    def _connected(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.pop(task, None)
+
+    async def _connect(self, conn: socket.socket, options: dict[str, Any], made: list[Any]) -> None:
+        def protocol() -> Any:
+            made.append(self.protocol_factory())
+            return made[0]
+
         try:
-            await self.loop.connect_accepted_socket(self.protocol_factory, conn, **options)
+            await self.loop.connect_accepted_socket(protocol, conn, **options)
         except (OSError, asyncio.TimeoutError) as exc:  # a TLS handshake that failed or took too long, a reset
             log.debug("connection dropped before it was served: %s", exc)
             conn.close()
@@ -259,8 +279,8 @@ class Server(uvicorn.Server):
                 self.balance.close()
         self.started = True
 
-    def _connections(self) -> int:
-        return len(self.server_state.connections)
+    def _connections(self) -> Collection[Any]:
+        return self.server_state.connections
 
     def tick_interval(self) -> float:
         return 1.0

@@ -83,6 +83,47 @@ def test_a_handed_connection_is_served_by_the_sibling_and_the_client_never_knows
     b.close()
 
 
+def test_a_burst_is_spread_as_it_comes_and_sent_in_one_message_a_sibling(tmp_path: Path) -> None:
+    """40 connections accepted in one batch while the sibling reads nothing yet: 20 each. One message per sibling and
+    batch, since a datagram socket queues only `net.unix.max_dgram_qlen` messages (10 by default): 20 hand-overs
+    one by one would leave all but the first 10 where they were accepted."""
+    a, b = balances(tmp_path)
+    a.open()
+    b.open()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(40)]
+        kept = []
+        for _ in range(40):
+            conn, _ = listener.accept()
+            if not a.route(conn, len(kept)):
+                kept.append(conn)
+        assert a.flush() == []  # b took every one placed with it
+        taken = b.receive()
+        assert (len(kept), len(taken)) == (20, 20)
+        b.taken_in(len(taken))
+        assert a.place(20) is None and b.place(20) is None  # even
+        for conn in kept + taken:  # each a live connection to one of the clients
+            conn.sendall(b"x")
+        assert sorted(c.recv(1) for c in clients) == [b"x"] * 40
+        for conn in kept + taken + clients:
+            conn.close()
+    a.close()
+    b.close()
+
+
+def test_what_a_sibling_does_not_take_is_served_where_it_was_accepted(tmp_path: Path) -> None:
+    a, b = balances(tmp_path)
+    a.open()
+    b.open()
+    with tcp_pair() as (_, one), tcp_pair() as (_, two):
+        assert a.route(one, 1)  # placed with b
+        b.close()  # b closes before the batch is sent
+        assert a.flush() == [one]  # refused: a serves it
+        assert a.place(5) is None  # and counts nothing on its way to b
+        assert not a.route(two, 1)
+    a.close()
+
+
 def test_what_is_not_a_tcp_connection_is_closed_not_served(tmp_path: Path) -> None:
     """Anything this user's processes send to a worker's socket: a pipe, a Unix socket: closed on arrival."""
     a, b = balances(tmp_path)
