@@ -15,6 +15,7 @@ gateways. And gw-b's own refusal whose reason its code does not name (a modality
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -105,6 +106,43 @@ async def test_an_agents_error_of_a_reason_no_table_names_keeps_its_code_reason_
         assert seen["jsonrpc"] == (200, said), seen
         assert seen["rest"] == (500, {"error": {"code": 500, "status": "UNKNOWN", "message": "out of widgets for today",
                                                 "details": [info]}}), seen
+        assert seen["grpc"] == ("UNKNOWN", REASON, "a2a-protocol.org", META), seen
+
+
+async def stream_errors(way: Way, mid: str) -> dict[str, Any]:
+    """The `error` event a stream ends with, after the task's first event, on JSON-RPC and REST (its data), and
+    what gRPC's stream ends with (its code and ErrorInfo)."""
+    async with httpx.AsyncClient(timeout=30) as c:
+        rpc = await c.post(way.rpc, json={"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                                          "params": {"message": message(mid)}}, headers=V1)
+        rest = await c.post(way.rest + "/message:stream", json={"message": message(mid + "-r")}, headers=V1)
+
+    def last_error(text: str) -> Any:
+        events = [e for e in text.replace("\r\n", "\n").split("\n\n") if e.strip()]
+        assert len(events) == 2 and events[-1].startswith("event: error\n"), text
+        return json.loads(events[-1].split("data:", 1)[1])
+
+    return {"jsonrpc": last_error(rpc.text), "rest": last_error(rest.text),
+            "grpc": await grpc_error_info(way, "SendStreamingMessage", {"message": message(mid + "-g")})}
+
+
+async def test_an_agents_error_of_a_reason_no_table_names_in_the_middle_of_a_stream_keeps_it_too(
+        own_error: None) -> None:
+    """The same error, raised by the agent after it streamed the task: the stream's `error` event (JSON-RPC, REST)
+    carries it as before a stream, gRPC's too (before: -32603 `INTERNAL_ERROR` and 500 `INTERNAL`, the metadata
+    kept)."""
+    async with tck.tck_agent("tck") as ag, hop(ag.url, "tck") as (b, a):
+        direct = Way("direct", ag.url + "/", ag.rest, ag.url, ag.grpc)
+        mine = await stream_errors(direct, "tck-own-reason-s")
+        through = [await stream_errors(way, "tck-own-reason-s") for way in (b, a)]
+    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": REASON, "domain": "a2a-protocol.org",
+            "metadata": META}
+    said = {"code": -32050, "message": "out of widgets for today", "data": [info]}
+    assert mine["jsonrpc"] == {"jsonrpc": "2.0", "id": 1, "error": said}
+    for seen in through:
+        assert seen["jsonrpc"] == {"jsonrpc": "2.0", "id": 1, "error": said}, seen
+        assert seen["rest"] == {"error": {"code": 500, "status": "UNKNOWN", "message": "out of widgets for today",
+                                          "details": [info]}}, seen
         assert seen["grpc"] == ("UNKNOWN", REASON, "a2a-protocol.org", META), seen
 
 

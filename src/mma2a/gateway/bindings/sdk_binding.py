@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import InvalidRequestError as JsonRpcInvalidRequest
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.request_handler import validate_request_params
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes import DefaultServerCallContextBuilder, create_rest_routes
+from a2a.server.routes.common import create_event_source_response
 
 # after a2a.server.routes: imported first, the SDK's v0.3 adapter meets a cycle through routes.rest_routes
 # (ImportError: `mma2a serve` with grpc_listen, which loads this module at start, did not start)
@@ -119,6 +121,14 @@ def to_sdk_error(exc: MMA2AError) -> sdk_errors.A2AError:
     return cls(exc.message, data=metadata_strings(exc.data) or None)
 
 
+def own_error(exc: sdk_errors.A2AError) -> MMA2AError | None:
+    """The gateway's error an SDK error was made of (`to_sdk_error`, raised in its place: its context), when the SDK's
+    class would render it with another code, reason or status; None otherwise. A stream's writers, which render an
+    error in the middle of a stream by its class, write this one as it is instead."""
+    own = exc.__context__
+    return own if isinstance(own, MMA2AError) and not _renders(type(exc), own) else None
+
+
 def _renders(cls: type[sdk_errors.A2AError], exc: MMA2AError) -> bool:
     """Whether the SDK's `cls` renders `exc` as it is: its JSON-RPC code, its ErrorInfo's reason and domain, and its
     HTTP status (as REST's `_restatus` corrects the SDK's by the reason). An agent's own reason, a later A2A's code,
@@ -198,12 +208,31 @@ class LargeBodyRestDispatcher(RestDispatcher):
             raise  # rendered by the SDK's handler, as on its own endpoint
 
     async def _handle_streaming(self, request: Request, handler_func: Any) -> Any:
-        """The SDK's, a refusal before the first event freed at once (`_drop_tracebacks`)."""
+        """The SDK's, a refusal before the first event freed at once (`_drop_tracebacks`), and an error in the middle
+        of the stream the SDK's class would render otherwise (`own_error`: an agent's of a reason no table names)
+        written as it is (`to_rest()`) in the stream's `error` event."""
+        failed: list[MMA2AError] = []
+
+        def watched(context: ServerCallContext) -> AsyncIterator[Any]:
+            async def items() -> AsyncIterator[Any]:
+                try:
+                    async for item in handler_func(context):
+                        yield item
+                except sdk_errors.A2AError as exc:
+                    if (own := own_error(exc)) is not None:
+                        failed.append(own)
+                    raise
+            return items()
+
         try:
-            return await super()._handle_streaming(request, handler_func)
+            response = await super()._handle_streaming(request, watched)
         except Exception as exc:
             _drop_tracebacks(exc)
             raise
+        if not isinstance(response, EventSourceResponse):
+            return response
+        return create_event_source_response(_own_error_events(response.body_iterator, failed),
+                                            shutdown_grace_period=self._shutdown_grace_period)
 
     async def on_message_send(self, request: Request) -> Response:
         body = await _body(request)
@@ -638,10 +667,21 @@ class LargeBodyJsonRpcDispatcher(JsonRpcDispatcher):
                     yield JSONRPC20Response(result=first, _id=request_id).data
                 async for item in stream:
                     yield JSONRPC20Response(result=item, _id=request_id).data
-            except sdk_errors.A2AError as exc:
-                yield build_error_response(request_id, exc)
+            except sdk_errors.A2AError as exc:  # (the gateway's own as it is, where the SDK's class would change it)
+                own = own_error(exc)
+                yield build_error_response(request_id, exc) if own is None else JSONRPC20Response(
+                    error=own.to_jsonrpc(), _id=request_id).data
 
         return wrapped()
+
+
+async def _own_error_events(events: AsyncIterable[Any], failed: list[MMA2AError]) -> AsyncIterator[Any]:
+    """A REST stream's events, its `error` event written of the gateway's own error (`failed`, noted as the stream
+    failed) where there is one: as the binding answers it before a stream (`to_rest()`), not by the SDK's class."""
+    async for event in events:
+        if failed and isinstance(event, ServerSentEvent) and event.event == "error":
+            event = ServerSentEvent(data=orjson.dumps(failed[0].to_rest()).decode(), event="error")
+        yield event
 
 
 def _beyond_inline(method: str | None, rid: Any, size: int, limit: int) -> Response:
