@@ -42,6 +42,8 @@ LOADS = "loads"
 BALANCE_PREFIX = "mma2a-balance-"  # the supervisor's directory (in the temporary directory; `task_files.held_dir`)
 GONE = 1 << 62  # what a closed worker says it holds: no sibling hands it anything
 RECEIVE_BATCH = 64  # messages taken each time the socket is readable
+FULL_TRIES = 8  # flushes in a row a busy sibling's queue may have no room before its connections are served here
+FULL_RETRY_S = 0.002  # between them (`serving.BatchAccept`): a connection waits ~16 ms at most for a busy sibling
 FDS_PER_MESSAGE = 64  # descriptors in one message at most (room for them read; more would be closed by the kernel)
 
 
@@ -82,6 +84,7 @@ class Balance:
         self._taken_at = self._handed_at + workers * workers * Q.size  # taken[j][i]: row j written by worker j
         self._refused: dict[int, int] = {}  # a sibling that refused a connection -> its generation then
         self._outgoing: dict[int, list[socket.socket]] = {}  # placed with a sibling by `route`, sent by `flush`
+        self._full: dict[int, int] = {}  # a sibling whose queue had no room -> the flushes in a row it had none
         self._senders: list[int] = []  # the siblings of the connections received and not yet counted in (`taken_in`)
         self.handed = self.received = 0  # this process's, for tests and stats
         self._inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -168,25 +171,40 @@ class Balance:
             if locked:
                 fcntl.flock(self._lock, fcntl.LOCK_UN)
 
-    def flush(self) -> list[socket.socket]:
+    def flush(self, *, last: bool = False) -> list[socket.socket]:
         """Send what `route` placed with siblings, each sibling's in one message (a datagram socket queues only
-        `net.unix.max_dgram_qlen` messages, 10 by default, however many descriptors each carries). What a sibling
-        does not take (gone, or full) is returned, to be served here, and counted off its way; what it took is
-        closed here (the sibling has it)."""
+        `net.unix.max_dgram_qlen` messages, 10 by default, however many descriptors each carries); what a sibling
+        took is closed here (the sibling has it). What a gone sibling refuses is returned, to be served here, and
+        counted off its way; what a busy one has no room for yet stays for the next `flush` (`waiting`), up to
+        `FULL_TRIES` times a sibling in a row (or none, `last`), then is returned too."""
         kept: list[socket.socket] = []
-        for to, conns in self._outgoing.items():
-            for start in range(0, len(conns), FDS_PER_MESSAGE):
-                some = conns[start:start + FDS_PER_MESSAGE]
-                if self._send(to, some):
+        for to in list(self._outgoing):
+            conns = self._outgoing.pop(to)
+            while conns:
+                some = conns[:FDS_PER_MESSAGE]
+                sent = self._send(to, some)
+                if sent is True:
                     for conn in some:
                         conn.close()
                     self.handed += len(some)
+                    self._full.pop(to, None)
+                    del conns[:len(some)]
+                    continue
+                if sent == "full" and not last and self._full.get(to, 0) < FULL_TRIES:
+                    self._full[to] = self._full.get(to, 0) + 1
+                    self._outgoing[to] = conns  # tried again at the next flush
                 else:
+                    self._full.pop(to, None)
                     at = self._handed_at + (self.index * self.workers + to) * Q.size
-                    Q.pack_into(self._loads, at, Q.unpack_from(self._loads, at)[0] - len(some))
-                    kept += some
-        self._outgoing.clear()
+                    Q.pack_into(self._loads, at, Q.unpack_from(self._loads, at)[0] - len(conns))
+                    kept += conns
+                break
         return kept
+
+    @property
+    def waiting(self) -> bool:
+        """Connections placed with a sibling that had no room for them yet (`flush` again soon)."""
+        return bool(self._outgoing)
 
     def _try_lock(self) -> bool:
         try:
@@ -211,21 +229,24 @@ class Balance:
     def hand(self, conn: socket.socket, to: int) -> bool:
         """Pass `conn` to sibling `to` now (True: it has it, close this copy); False: keep it (the sibling is gone
         or full)."""
-        if not self._send(to, [conn]):
+        if self._send(to, [conn]) is not True:
             return False
         self._bump(self._handed_at + (self.index * self.workers + to) * Q.size)
         self.handed += 1
         return True
 
-    def _send(self, to: int, conns: list[socket.socket]) -> bool:
+    def _send(self, to: int, conns: list[socket.socket]) -> bool | str:
+        """True: sent; "full": the sibling's queue has no room now; "gone": nothing listens there (not asked again
+        until it is started again)."""
         try:  # (not `socket.send_fds`, which leaves its `address` out before Python 3.12)
             self._outbox.sendmsg([Q.pack(self.index)],
                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [c.fileno() for c in conns]))],
                                  0, socket_path(self.directory, to))
         except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.ENOBUFS):  # gone: not asked again until it is started again
-                self._refused[to] = self._slot(to)[0]
-            return False
+            if exc.errno in (errno.EAGAIN, errno.ENOBUFS):
+                return "full"
+            self._refused[to] = self._slot(to)[0]
+            return "gone"
         return True
 
     def receive(self) -> list[socket.socket]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from .balance import Balance
+from .balance import FULL_RETRY_S, Balance
 from .deadlines import Timeouts, http_protocol
 from .directws import DirectWebSocketProtocol
 from .listen import ListenError as ListenError
@@ -100,6 +100,7 @@ class BatchAccept:
         # `serve --workers N`: connections spread evenly among the workers (`mma2a.balance`); `held`: the protocols of
         # the connections the server holds (those being set up here are added: `held()`)
         self.balance, self._held = balance, held
+        self._retry: asyncio.TimerHandle | None = None  # the next flush of hand-overs a busy sibling had no room for
         sock.listen(backlog)
         sock.setblocking(False)
         loop.add_reader(sock.fileno(), self._accept)
@@ -122,10 +123,22 @@ class BatchAccept:
         try:
             self._accept_batch(balance)
         finally:
-            if balance is not None and self._serving:  # the batch's hand-overs sent; what a sibling refused served here
-                for conn in balance.flush():
-                    self._serve(conn)
-                balance.publish(self.held())
+            self._flush()
+
+    def _flush(self) -> None:
+        """The hand-overs placed since the last flush sent; what a sibling refused served here; what a busy sibling
+        had no room for sent again in a moment (`Balance.flush`)."""
+        balance = self.balance
+        if balance is None or not self._serving:
+            return
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        for conn in balance.flush():
+            self._serve(conn)
+        balance.publish(self.held())
+        if balance.waiting and self._retry is None:
+            self._retry = self.loop.call_later(FULL_RETRY_S, self._flush)
 
     def _accept_batch(self, balance: Balance | None) -> None:
         for _ in range(ACCEPT_BATCH):
@@ -197,6 +210,10 @@ class BatchAccept:
             if self.sock.fileno() >= 0:
                 self.loop.remove_reader(self.sock.fileno())
             if self.balance is not None:  # siblings keep what they accept from now on
+                if self._retry is not None:
+                    self._retry.cancel()
+                for conn in self.balance.flush(last=True):  # placed, and no sibling had room: never served
+                    conn.close()
                 self.loop.remove_reader(self.balance.fileno())
                 self.balance.close()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mma2a.balance import GONE, Balance, make_loads
+from mma2a.balance import FULL_TRIES, GONE, Balance, make_loads
 from tests.agents import RecordingExecutor, make_card, run_agent
 
 from .test_workers import banners, serve_workers, until_banners, until_listeners, worker_pids
@@ -122,6 +122,53 @@ def test_what_a_sibling_does_not_take_is_served_where_it_was_accepted(tmp_path: 
         assert a.place(5) is None  # and counts nothing on its way to b
         assert not a.route(two, 1)
     a.close()
+
+
+def test_a_busy_sibling_gets_its_connections_once_it_has_room_and_never_makes_them_wait_long(tmp_path: Path) -> None:
+    """A sibling whose queue is full (it reads nothing for a while: `net.unix.max_dgram_qlen` messages wait) gets
+    what was placed with it at a later flush; past `FULL_TRIES` flushes in a row, they are served where accepted."""
+    a, b = balances(tmp_path)
+    a.open()
+    b.open()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = listener.getsockname()
+        clients, queued = [], 0
+        while True:  # fill b's queue, one message at a time
+            clients.append(socket.create_connection(address))
+            conn, _ = listener.accept()
+            sent = a.hand(conn, 1)
+            conn.close()
+            if not sent:
+                break
+            queued += 1
+        assert queued >= 1  # (net.unix.max_dgram_qlen + 1: 11 by default)
+        clients.append(socket.create_connection(address))
+        late, _ = listener.accept()
+        assert a.route(late, 100)  # placed with b (a holds 100, b those on their way)
+        assert a.flush() == [] and a.waiting  # no room yet: kept for the next flush
+        assert len(b.receive()) == queued  # b reads
+        assert a.flush() == [] and not a.waiting  # now it has it
+        [got] = b.receive()
+        got.sendall(b"y")
+        assert clients[-1].recv(1) == b"y"
+        got.close()
+        for _ in range(queued):  # full again, and b reads nothing this time
+            clients.append(socket.create_connection(address))
+            conn, _ = listener.accept()
+            assert a.hand(conn, 1)
+            conn.close()
+        clients.append(socket.create_connection(address))
+        stuck, _ = listener.accept()
+        assert a.route(stuck, 100)
+        for _ in range(FULL_TRIES):
+            assert a.flush() == [] and a.waiting
+        assert a.flush() == [stuck] and not a.waiting  # served where it was accepted
+        stuck.sendall(b"z")
+        assert clients[-1].recv(1) == b"z"
+        for c in clients + [stuck]:
+            c.close()
+    a.close()
+    b.close()
 
 
 def test_what_is_not_a_tcp_connection_is_closed_not_served(tmp_path: Path) -> None:
