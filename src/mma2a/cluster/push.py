@@ -34,6 +34,12 @@ log = logging.getLogger("mma2a.cluster.push")
 
 _Op = tuple[str, str, str, bytes | None]  # (bucket kind, op, key, value)
 SYNC_S = 2.0  # the longest a config method waits for its change to be written, or for other gateways' to be applied
+RETIRE_S = 10.0
+"""A deleted config's record (what tells the other gateways' watches it went) is purged this long after it is written,
+leaving no message: kept until the bucket's TTL, a client creating and deleting configs of new ids (its live ones
+within `push.max_configs_per_client`) filled the bucket, which then dropped its oldest records — other clients' live
+configs, missing from then on for a gateway that starts (docs/security.md S17-7). A watch that misses it (NATS away)
+keeps the config until it ages out (`push.config_ttl_s`), as one the bucket aged out."""
 
 
 class PushJournalKV:
@@ -183,8 +189,8 @@ class PushJournalKV:
         self._writes.put_nowait(("configs", "put", key, orjson.dumps({**record, "gateway": self.gateway})))
 
     def delete_config(self, key: str, record: dict[str, object]) -> None:
-        self._writes.put_nowait(("configs", "put", key, orjson.dumps({**record, "deleted": True,
-                                                                      "gateway": self.gateway})))
+        self._writes.put_nowait(("configs", "retire", key, orjson.dumps({**record, "deleted": True,
+                                                                         "gateway": self.gateway})))
 
     def put_delivery(self, key: str, record: dict[str, object]) -> None:
         self._held.add(key)
@@ -210,7 +216,16 @@ class PushJournalKV:
                     if what == "put":
                         assert value is not None
                         await self.kv[kind].put(key, value)
-                    else:  # a delivery's outcome (a config is never deleted: a deleted one is marked so)
+                    elif what == "retire":  # a config deleted: marked so for the watches, purged after RETIRE_S
+                        assert value is not None
+                        seq = await self.kv[kind].put(key, value)
+                        asyncio.get_running_loop().call_later(
+                            RETIRE_S, self._writes.put_nowait, (kind, "purge", key, b"%d" % seq))
+                    elif what == "purge":  # up to the deleted record only: a config of that id set since stays
+                        bucket = self.member.names.bucket("push_" + kind)
+                        await self.member.js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}",
+                                                          seq=int(value or b"0") + 1)
+                    else:  # a delivery's outcome
                         await self._forget(key)
                     break
                 except asyncio.CancelledError:
