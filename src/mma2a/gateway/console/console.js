@@ -198,7 +198,7 @@ function routeMap(container, doc) {
   for (const [name, info] of L) node(0, name, info, false, "start");
   for (const [name, info] of Rt) node(W - NODE, name, info, name.startsWith("("), "start");
   container.append(root, h("p", {className: "status"}, `${total} parts in ${doc.decisions} decisions` +
-    (doc.truncated ? " (the newest of the span)" : "")));
+    (doc.truncated ? " (part of the span: its newest decisions, of its most frequent routes)" : "")));
 }
 
 let overviewSeq = 0;
