@@ -42,9 +42,9 @@ LOADS = "loads"
 BALANCE_PREFIX = "mma2a-balance-"  # the supervisor's directory (in the temporary directory; `task_files.held_dir`)
 GONE = 1 << 62  # what a closed worker says it holds: no sibling hands it anything
 RECEIVE_BATCH = 64  # messages taken each time the socket is readable
-LOCK_TRIES = 200  # ~0.1-0.3 ms of trying for the file's lock before a placing goes without it
-FULL_TRIES = 8  # flushes in a row a busy sibling's queue may have no room before its connections are served here
-FULL_RETRY_S = 0.002  # between them (`serving.BatchAccept`): a connection waits ~16 ms at most for a busy sibling
+LOCK_TRIES = 1000  # ~0.5-1.5 ms of trying for the file's lock before a placing goes without it
+FULL_TRIES = 5  # flushes in a row a busy sibling's queue may have no room before its connections are served here
+FULL_RETRY_S = 0.002  # the first wait before the next (`serving.BatchAccept`), doubling: ~62 ms at most in all
 FDS_PER_MESSAGE = 64  # descriptors in one message at most (room for them read; more would be closed by the kernel)
 
 
@@ -204,8 +204,13 @@ class Balance:
 
     @property
     def waiting(self) -> bool:
-        """Connections placed with a sibling that had no room for them yet (`flush` again soon)."""
+        """Connections placed with a sibling that had no room for them yet (`flush` again in `retry_in` s)."""
         return bool(self._outgoing)
+
+    def retry_in(self) -> float:
+        """Seconds to the next `flush` of what is waiting: `FULL_RETRY_S`, doubling with each time in a row a sibling
+        had no room (a sibling busy for a while is given the time to read, within ~62 ms in all)."""
+        return float(FULL_RETRY_S * 2 ** max(0, max(self._full.values(), default=1) - 1))
 
     def _try_lock(self) -> bool:
         """The file's lock, tried `LOCK_TRIES` times (a sibling holds it for a placing, microseconds, unless it was

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from .balance import FULL_RETRY_S, Balance
+from .balance import Balance
 from .deadlines import Timeouts, http_protocol
 from .directws import DirectWebSocketProtocol
 from .listen import ListenError as ListenError
@@ -138,7 +138,7 @@ class BatchAccept:
             self._serve(conn)
         balance.publish(self.held())
         if balance.waiting and self._retry is None:
-            self._retry = self.loop.call_later(FULL_RETRY_S, self._flush)
+            self._retry = self.loop.call_later(balance.retry_in(), self._flush)
 
     def _accept_batch(self, balance: Balance | None) -> None:
         for _ in range(ACCEPT_BATCH):
