@@ -318,6 +318,19 @@ class _WriteDeadline:
 
 PIPELINED_HELD = 64 * 1024  # bytes a connection's pipelined requests may hold unparsed (uvicorn's body high-water mark)
 MAX_PIPELINED = 64  # pipelined requests parsed and waiting on a connection (httptools): past it, `_trim_pipeline`
+PARSE_AHEAD = 8192  # a read longer than this that starts a request is parsed up to its MAX_PIPELINED + 2'th head
+
+
+def _heads_end(data: bytes, heads: int) -> int | None:
+    """Where the `heads`'th blank line (`\r\n\r\n`: the end of a request head, or bytes of a body) of `data` ends;
+    None if it has fewer."""
+    end = 0
+    for _ in range(heads):
+        found = data.find(b"\r\n\r\n", end)
+        if found < 0:
+            return None
+        end = found + 4
+    return end
 
 
 class _Pipelined(ABC):
@@ -413,6 +426,12 @@ class _TimedHttpTools(_Pipelined, _WriteDeadline):
             self._hold(data)
             return
         waiting = self._deadline.phase == "headers"
+        if waiting and len(data) > PARSE_AHEAD:  # a read of many pipelined requests: at most the heads of
+            cut = _heads_end(data, MAX_PIPELINED + 2)  # MAX_PIPELINED + 2 parsed (one step of the loop: 256 KiB of
+            if cut is not None and cut < len(data):  # them were ~10,000 cycles made at once), the rest after
+                self.data_received(data[:cut])
+                self.data_received(data[cut:])
+                return
         super().data_received(data)  # type: ignore[misc]
         if len(self.pipeline) > MAX_PIPELINED:  # type: ignore[attr-defined]
             self._trim_pipeline()

@@ -46,3 +46,27 @@ async def test_a_connection_pipelining_past_the_bound_gets_the_first_answers_the
         assert await answers_until_close(host, int(port), MAX_PIPELINED + 1) == (MAX_PIPELINED + 1, False)
         async with httpx.AsyncClient() as c:
             assert (await c.get(url + "/healthz")).status_code == 200
+
+
+async def test_a_read_of_many_pipelined_requests_makes_cycles_for_the_bound_only(monkeypatch) -> None:
+    """One write of 256 KiB of pipelined requests (7,489), without a credential: uvicorn makes a request cycle for
+    each request httptools parses, and httptools parses all of a read — before, every request of the first read in
+    one step of the event loop (3,656 here; ~10,000 for a 256 KiB read of 26-byte requests: `/healthz` waited 202 ms
+    beside four clients sending such reads, 21 ms now), then dropped past the bound. Now a read is parsed up to the
+    bound's heads, and the rest is dropped unparsed."""
+    from uvicorn.protocols.http import httptools_impl
+
+    made = 0
+    real = httptools_impl.RequestResponseCycle.__init__
+
+    def counted(self, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        nonlocal made
+        made += 1
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(httptools_impl.RequestResponseCycle, "__init__", counted)
+    async with gateway({}) as (_, url):
+        host, port = url.removeprefix("http://").split(":")
+        answered, closed = await answers_until_close(host, int(port), (256 * 1024) // len(REQUEST))
+        assert (answered, closed) == (MAX_PIPELINED + 1, True)
+        assert made <= MAX_PIPELINED + 2  # before: 3,656 (every request of the first read)
