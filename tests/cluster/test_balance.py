@@ -10,13 +10,15 @@ import http.client
 import os
 import signal
 import socket
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mma2a.balance import FULL_TRIES, GONE, Balance, make_loads
+from mma2a.balance import FULL_TRIES, GONE, LOADS, Q, SLOT, Balance, make_loads
 from tests.agents import RecordingExecutor, make_card, run_agent
+from tests.certs import CA
 
 from .test_workers import banners, serve_workers, until_banners, until_listeners, worker_pids
 
@@ -277,6 +279,42 @@ async def test_sixteen_connections_opened_one_after_another_are_held_eight_by_ea
             assert held_by(pids, served.port) == {0: 8, 1: 8}
             for c in connections:  # each still served where it is now (kept alive)
                 assert await asyncio.to_thread(answered, c) == 200
+        finally:
+            for c in connections:
+                c.close()
+
+
+def handed_in_all(directory: str) -> int:
+    """The connections the workers have handed each other so far (the loads file's handed table)."""
+    data = (Path(directory) / LOADS).read_bytes()
+    workers = Q.unpack_from(data, 0)[0]
+    at = Q.size + workers * SLOT.size
+    return sum(Q.unpack_from(data, at + k * Q.size)[0] for k in range(workers * workers))
+
+
+async def test_over_tls_a_connection_is_handed_before_its_handshake_and_the_sibling_makes_it(tmp_path: Path) -> None:
+    """The descriptor moves before a byte is read: the worker it reaches does the TLS handshake itself. Connections
+    are opened one at a time until one was handed over (the kernel's hash put it on the worker holding more), then
+    it and every other is used."""
+    ca = CA(tmp_path)
+    server = ca.issue("gateway")
+    tls = {"tls": {"cert_file": server.cert_file, "key_file": server.key_file}}
+    context = ssl.create_default_context(cafile=str(ca.cert_file))
+    async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
+            serve_workers(tmp_path, "echo", agent_url, {**KEPT, **tls}) as served:
+        pids = worker_pids(served.log)
+        [directory] = {Path(f"/proc/{pid}/environ").read_bytes().split(b"MMA2A_WORKER_BALANCE=")[1].split(b"\0")[0]
+                       for pid in pids.values()}
+        connections: list[http.client.HTTPSConnection] = []
+        try:
+            while handed_in_all(directory.decode()) == 0:
+                assert len(connections) < 64  # a hash that never once put one on the fuller worker: ~2^-32
+                connections.append(http.client.HTTPSConnection("127.0.0.1", served.port, timeout=30, context=context))
+                assert await asyncio.to_thread(answered, connections[-1]) == 200
+            for c in connections:  # the handed one among them: each answered again over its TLS session
+                assert await asyncio.to_thread(answered, c) == 200
+            held = held_by(pids, served.port)
+            assert abs(held[0] - held[1]) <= 1 and sum(held.values()) == len(connections), held
         finally:
             for c in connections:
                 c.close()
