@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import http.client
 import os
+import re
 import signal
 import socket
 import ssl
@@ -20,6 +21,7 @@ from mma2a.balance import FULL_TRIES, GONE, LOADS, Q, SLOT, Balance, make_loads
 from tests.agents import RecordingExecutor, make_card, run_agent
 from tests.certs import CA
 
+from .test_security import bearer
 from .test_workers import banners, serve_workers, until_banners, until_listeners, worker_pids
 
 pytestmark = pytest.mark.timeout(300)
@@ -261,6 +263,29 @@ def held_by(pids: dict[int, int], port: int) -> dict[int, int]:
     return out
 
 
+def worker_holding(connection: http.client.HTTPConnection, pids: dict[int, int], port: int) -> int:
+    """The worker (index) holding the server's side of a client's connection."""
+    assert connection.sock is not None
+    mine = f"0100007F:{connection.sock.getsockname()[1]:04X}"
+    [inode] = [row.split()[9] for row in Path("/proc/net/tcp").read_text().splitlines()[1:]
+               if row.split()[1] == f"0100007F:{port:04X}" and row.split()[2] == mine]
+    [index] = [i for i, pid in pids.items() if any(
+        os.readlink(fd) == f"socket:[{inode}]" for fd in Path(f"/proc/{pid}/fd").iterdir() if fd.is_symlink())]
+    return index
+
+
+def spread_counts(connection: http.client.HTTPConnection) -> tuple[int, int]:
+    """The connections handed and received by the worker serving `connection`, from its /metrics."""
+    connection.request("GET", "/metrics", headers=bearer("alice"))
+    response = connection.getresponse()
+    text = response.read().decode()
+    assert response.status == 200, text
+    handed = re.search(r"^mma2a_connections_handed_total (\S+)$", text, re.M)
+    received = re.search(r"^mma2a_connections_received_total (\S+)$", text, re.M)
+    assert handed and received, text
+    return int(float(handed.group(1))), int(float(received.group(1)))
+
+
 def answered(connection: http.client.HTTPConnection) -> int:
     connection.request("GET", "/healthz")
     response = connection.getresponse()
@@ -279,9 +304,21 @@ async def test_sixteen_connections_opened_one_after_another_are_held_eight_by_ea
             assert held_by(pids, served.port) == {0: 8, 1: 8}
             for c in connections:  # each still served where it is now (kept alive)
                 assert await asyncio.to_thread(answered, c) == 200
+            # each worker's /metrics says what it handed and took: what one handed, the other took
+            by_worker = {worker_holding(c, pids, served.port): c for c in connections}
+            counts = {i: await asyncio.to_thread(spread_counts, c) for i, c in by_worker.items()}
+            assert counts[0][0] == counts[1][1] and counts[1][0] == counts[0][1], counts
+            assert counts[0][0] + counts[1][0] == handed_in_all(balance_dir(pids))  # as the shared file says
         finally:
             for c in connections:
                 c.close()
+
+
+def balance_dir(pids: dict[int, int]) -> str:
+    """The directory the supervisor gave the workers (`MMA2A_WORKER_BALANCE` in their environment)."""
+    [directory] = {Path(f"/proc/{pid}/environ").read_bytes().split(b"MMA2A_WORKER_BALANCE=")[1].split(b"\0")[0]
+                   for pid in pids.values()}
+    return directory.decode()
 
 
 def handed_in_all(directory: str) -> int:
@@ -303,11 +340,10 @@ async def test_over_tls_a_connection_is_handed_before_its_handshake_and_the_sibl
     async with run_agent(make_card("echo"), RecordingExecutor(echo=True)) as agent_url, \
             serve_workers(tmp_path, "echo", agent_url, {**KEPT, **tls}) as served:
         pids = worker_pids(served.log)
-        [directory] = {Path(f"/proc/{pid}/environ").read_bytes().split(b"MMA2A_WORKER_BALANCE=")[1].split(b"\0")[0]
-                       for pid in pids.values()}
+        directory = balance_dir(pids)
         connections: list[http.client.HTTPSConnection] = []
         try:
-            while handed_in_all(directory.decode()) == 0:
+            while handed_in_all(directory) == 0:
                 assert len(connections) < 64  # a hash that never once put one on the fuller worker: ~2^-32
                 connections.append(http.client.HTTPSConnection("127.0.0.1", served.port, timeout=30, context=context))
                 assert await asyncio.to_thread(answered, connections[-1]) == 200

@@ -101,6 +101,8 @@ def serve(
             config = config.model_copy(update={"listen": f"{config.host}:{sock.getsockname()[1]}"})
         configure_tracing(config.tracing)
         gateway = Gateway(config, cluster=cluster)
+        if balance is not None:  # read at scrape time
+            gateway.metrics.count_connection_spread(lambda: (balance.handed, balance.received))
         config_ = uvicorn_config(gateway.app, config.host, config.port, timeouts=config.server.timeouts(), tls=tls,
                                  timeout_graceful_shutdown=30, lifespan="off")
 

@@ -205,6 +205,28 @@ class TaskSharingCollector:
             yield family
 
 
+class ConnectionSpreadCollector:
+    """A worker of `serve --workers N`: the connections it handed to another worker and took from one
+    (`mma2a.balance`), read when `/metrics` is scraped."""
+
+    def __init__(self, read: Callable[[], tuple[int, int]]) -> None:
+        self.read = read
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        handed, received = self.read()
+        for name, value, documentation in (
+                ("mma2a_connections_handed", handed, "Connections this worker accepted and handed to another worker "
+                 "holding fewer (serve --workers N)"),
+                ("mma2a_connections_received", received, "Connections another worker accepted and handed to this one "
+                 "(serve --workers N)")):
+            family = CounterMetricFamily(name, documentation)
+            family.add_metric([], float(value))
+            yield family
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
@@ -252,6 +274,10 @@ class GatewayMetrics:
         self.budget_elsewhere = Labelled(Gauge("mma2a_budget_held_elsewhere", "What the clients hold on the cluster's "
                                                "other gateways now, by budget (streams, detached, follows)", ["budget"],
                                                registry=r))
+
+    def count_connection_spread(self, read: Callable[[], tuple[int, int]]) -> None:
+        """Expose a worker's connections handed to and taken from its siblings (`read`: handed, received)."""
+        self.registry.register(ConnectionSpreadCollector(read))
 
     def count_task_sharing(self, read: Callable[[], dict[str, Any] | None]) -> None:
         """Expose a cluster gateway's task sharing (`read`: its task map's counts, None on a lone gateway)."""
