@@ -141,6 +141,7 @@ class BatchAccept:
             self._retry = self.loop.call_later(balance.retry_in(), self._flush)
 
     def _accept_batch(self, balance: Balance | None) -> None:
+        held = self.held() if balance is not None else 0  # counted once a batch: nothing else runs meanwhile
         for _ in range(ACCEPT_BATCH):
             try:
                 conn, _ = self.sock.accept()
@@ -159,8 +160,10 @@ class BatchAccept:
             if self._tcp:
                 with contextlib.suppress(OSError):
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if balance is not None and balance.route(conn, self.held()):
-                continue  # a sibling holding fewer will have it (`flush`)
+            if balance is not None:
+                if balance.route(conn, held):
+                    continue  # a sibling holding fewer will have it (`flush`)
+                held += 1
             self._serve(conn)
 
     def _receive(self) -> None:
