@@ -310,6 +310,7 @@ async def test_a_caller_past_its_bound_is_refused_429_on_every_binding_and_anoth
             await until(lambda: queue.held("alice")[0] == 1, "alice's body queued")
             gate.set()
             first, served = await held, await alice
+            scraped = (await c.get(url + "/metrics", headers=as_alice)).text  # an operator sees the refusals
     assert read_by_sdk == []  # (the stream's body: before, the SDK's dispatcher read it on the loop instead)
     for r in (ingress, listed, streamed):
         assert r.status_code == 429 and r.headers["Retry-After"] == "1", r.text[:300]
@@ -320,3 +321,6 @@ async def test_a_caller_past_its_bound_is_refused_429_on_every_binding_and_anoth
     assert ("retry-after", "1") in tuple(exc.trailing_metadata() or ())
     assert first.status_code == 200 and len(first.json()["history"][0]["metadata"]["a"]) == MANY
     assert served.status_code == 200 and len(served.json()["task"]["history"][0]["metadata"]["a"]) == MANY
+    assert "\nmma2a_body_worker_refused_total 5.0\n" in scraped, scraped  # the five 429s above, gRPC's included
+    assert f"\nmma2a_body_worker_jobs_total {float(gw._body_parser.taken)}\n" in scraped
+    assert gw._body_parser.taken >= 2  # mallory's held job, alice's body

@@ -102,7 +102,11 @@ def serve(
         configure_tracing(config.tracing)
         gateway = Gateway(config, cluster=cluster)
         if balance is not None:  # read at scrape time
-            gateway.metrics.count_connection_spread(lambda: (balance.handed, balance.received))
+            gateway.metrics.count_at_scrape([
+                ("mma2a_connections_handed", "Connections this worker accepted and handed to another worker holding "
+                 "fewer (serve --workers N)", lambda: balance.handed),
+                ("mma2a_connections_received", "Connections another worker accepted and handed to this one "
+                 "(serve --workers N)", lambda: balance.received)])
         config_ = uvicorn_config(gateway.app, config.host, config.port, timeouts=config.server.timeouts(), tls=tls,
                                  timeout_graceful_shutdown=30, lifespan="off")
 

@@ -119,6 +119,7 @@ class JSONBodyParser:
         self.max_depth = max_depth
         self.inline_bytes = inline_bytes
         self.queue: FairQueue[_Job] = FairQueue(jobs_per_caller, bytes_per_caller)
+        self.taken = self.refused = 0  # jobs queued, and refused past their caller's bounds (`/metrics`)
         self._lanes = [WorkerLane(max_depth) for _ in range(lanes)]
         self._free = list(reversed(self._lanes))  # the first lane is taken first (its worker started first)
 
@@ -211,8 +212,10 @@ class JSONBodyParser:
         queued = _Job(body, job, loop.create_future(), prefix)
         why = self.queue.put(caller, queued, len(prefix) + len(body))
         if why is not None:
+            self.refused += 1
             raise RateLimited(f"{why}; retry when they are answered, or send large media by reference (POST /blobs)",
                               retry_after=1.0)
+        self.taken += 1
         self._run_next(loop)
         try:
             answer = await queued.answer

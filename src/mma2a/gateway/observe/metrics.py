@@ -205,25 +205,20 @@ class TaskSharingCollector:
             yield family
 
 
-class ConnectionSpreadCollector:
-    """A worker of `serve --workers N`: the connections it handed to another worker and took from one
-    (`mma2a.balance`), read when `/metrics` is scraped."""
+class ScrapedCounters:
+    """Counters a component keeps anyway (nothing added on the request path), read when `/metrics` is scraped: each
+    family's name, documentation and how to read it."""
 
-    def __init__(self, read: Callable[[], tuple[int, int]]) -> None:
-        self.read = read
+    def __init__(self, families: Sequence[tuple[str, str, Callable[[], float]]]) -> None:
+        self.families = families
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
 
     def collect(self) -> Iterator[Metric]:
-        handed, received = self.read()
-        for name, value, documentation in (
-                ("mma2a_connections_handed", handed, "Connections this worker accepted and handed to another worker "
-                 "holding fewer (serve --workers N)"),
-                ("mma2a_connections_received", received, "Connections another worker accepted and handed to this one "
-                 "(serve --workers N)")):
+        for name, documentation, read in self.families:
             family = CounterMetricFamily(name, documentation)
-            family.add_metric([], float(value))
+            family.add_metric([], float(read()))
             yield family
 
 
@@ -275,9 +270,10 @@ class GatewayMetrics:
                                                "other gateways now, by budget (streams, detached, follows)", ["budget"],
                                                registry=r))
 
-    def count_connection_spread(self, read: Callable[[], tuple[int, int]]) -> None:
-        """Expose a worker's connections handed to and taken from its siblings (`read`: handed, received)."""
-        self.registry.register(ConnectionSpreadCollector(read))
+    def count_at_scrape(self, families: Sequence[tuple[str, str, Callable[[], float]]]) -> None:
+        """Expose counters a component keeps itself (`ScrapedCounters`): a worker's connections handed to and taken
+        from its siblings, the JSON body worker's jobs."""
+        self.registry.register(ScrapedCounters(families))
 
     def count_task_sharing(self, read: Callable[[], dict[str, Any] | None]) -> None:
         """Expose a cluster gateway's task sharing (`read`: its task map's counts, None on a lone gateway)."""
