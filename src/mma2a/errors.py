@@ -440,14 +440,15 @@ class AgentTooLarge(AgentStatusError):
 class AgentRefusal(AgentStatusError):
     """The agent refused the call for now — HTTP 429 or 503 with a JSON-RPC error, as a peer gateway refuses a client
     past its rate or sheds a message: passed on as the refusal it is, the agent's code, message and details with its
-    HTTP status and a `Retry-After` (the `retryAfter` of its ErrorInfo, else 1 s), on every binding as the gateway's
-    own refusals (through a federation hop the client is told as one gateway tells it)."""
+    HTTP status and a `Retry-After` (the `retryAfter` of its ErrorInfo, else `retry_after` — a gRPC agent's
+    `retry-after` — else 1 s), on every binding as the gateway's own refusals (through a federation hop the client is
+    told as one gateway tells it). A gRPC agent's `RESOURCE_EXHAUSTED` with an ErrorInfo is its 429."""
 
-    def __init__(self, agent: str, error: Mapping[str, Any], status: int) -> None:
+    def __init__(self, agent: str, error: Mapping[str, Any], status: int, *, retry_after: str | None = None) -> None:
         super().__init__(agent, error)
         self.http_status = status
         self.grpc_code = None  # its status says it (429: RESOURCE_EXHAUSTED, 503: UNAVAILABLE)
-        wait = self.data.get("retryAfter")
+        wait = self.data.get("retryAfter", retry_after)  # its ErrorInfo's, else the wait its answer said besides
         try:
             self.retry_after = max(0.0, float(wait)) if wait is not None else 1.0
         except (TypeError, ValueError):

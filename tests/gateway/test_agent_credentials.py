@@ -182,7 +182,7 @@ def test_a_grpc_agent_refusing_the_credentials_is_told_apart_like_an_http_one() 
 
     for code, status in ((grpc.StatusCode.UNAUTHENTICATED, 401), (grpc.StatusCode.PERMISSION_DENIED, 403)):
         refused = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="bad token")
-        err = _agent_error("claims", "grpc://127.0.0.1:50051", refused, 30.0)
+        err = _agent_error("claims", "grpc://127.0.0.1:50051", refused, 30.0, None)
         assert isinstance(err, DispatchError) and err.data == {"agent": "claims", "status": status}  # 401: fetched again
         assert err.message == (f"agent claims refused the gateway's credentials (gRPC {code.name}); "
                                "check its agents[].auth (or token_env)")

@@ -8,6 +8,7 @@ A2A version and the extension travel in metadata (`a2a-version`, `a2a-extensions
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -17,7 +18,8 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
-from ...errors import ERROR_INFO_TYPE, INTERNAL_ERROR, AgentRPCError, DispatchError, code_for_reason
+from ...errors import (ERROR_INFO_TYPE, INTERNAL_ERROR, INVALID_REQUEST, AgentRefusal, AgentRPCError, AgentTooLarge,
+                       DispatchError, code_for_reason)
 from .addresses import agent_failure
 from .service_params import extensions_for_agent
 
@@ -64,7 +66,7 @@ class GrpcAgents:
         try:
             reply = await rpc(request, metadata=self._metadata(extension, extra), timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
-            raise _agent_error(agent, url, exc, timeout_s) from None
+            raise _agent_error(agent, url, exc, timeout_s, request) from None
         return json_format.MessageToDict(reply)
 
     async def stream(self, agent: str, url: str, method: str, params: Mapping[str, Any], *, extension: bool,
@@ -75,30 +77,54 @@ class GrpcAgents:
             async for event in call:
                 yield json_format.MessageToDict(event)
         except grpc.aio.AioRpcError as exc:
-            raise _agent_error(agent, url, exc, timeout_s) from None
+            raise _agent_error(agent, url, exc, timeout_s, request) from None
 
 
 _REFUSED = {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403}
 
 
-def _agent_error(agent: str, url: str, exc: grpc.aio.AioRpcError, timeout_s: float) -> Exception:
+# grpc-core's refusal of a message over the receiver's `max_receive_message_length`, before any handler reads it;
+# `SERVER:` the agent's (`CLIENT:` would be this gateway's channel refusing the agent's answer)
+_TOO_LARGE = re.compile(r"SERVER: (Received message larger than max \(\d+ vs\. \d+\))")
+
+
+def _agent_error(agent: str, url: str, exc: grpc.aio.AioRpcError, timeout_s: float, request: Any) -> Exception:
     """A gRPC failure as the error the JSON-RPC binding would give: the agent's A2A error, or a dispatch error (told
-    to clients without the agent's address: gRPC's own details name it, `ipv4:10.0.0.7:50051: …`)."""
+    to clients without the agent's address: gRPC's own details name it, `ipv4:10.0.0.7:50051: …`).
+
+    `RESOURCE_EXHAUSTED` is two things: grpc-core's refusal of `request` as over the agent's size limit (no ErrorInfo)
+    is the agent's 413 (`AgentTooLarge`, as a peer gateway's HTTP 413); the agent's own, with its ErrorInfo, is its
+    refusal for now (`AgentRefusal` 429, as an HTTP agent's 429, its `retry-after` kept)."""
     if exc.code() in _REFUSED:  # as an HTTP agent's 401/403: an OAuth2 token is fetched again once on the first
         status = _REFUSED[exc.code()]
         return DispatchError(f"agent {agent} refused the gateway's credentials (gRPC {exc.code().name}); check its "
                              "agents[].auth (or token_env)", data={"agent": agent, "status": status})
     info = _error_info(exc)
+    exhausted = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    if exhausted and info is None:
+        too_large = _TOO_LARGE.search(exc.details() or "")
+        if too_large is not None:
+            return AgentTooLarge(agent, {"code": INVALID_REQUEST, "message": too_large.group(1)}, request.ByteSize())
     if info is not None:
-        code = code_for_reason(info.reason) or INTERNAL_ERROR
+        code = code_for_reason(info.reason)
         detail = {"@type": ERROR_INFO_TYPE, "reason": info.reason, "domain": info.domain, "metadata": dict(info.metadata)}
-        return AgentRPCError(agent, {"code": code, "message": exc.details() or "", "data": [detail]},
+        if exhausted:  # a reason no A2A code names: the code of the gateway's own refusal for now (-32600)
+            error = {"code": code or INVALID_REQUEST, "message": exc.details() or "", "data": [detail]}
+            return AgentRefusal(agent, error, 429, retry_after=_trailer(exc, "retry-after"))
+        return AgentRPCError(agent, {"code": code or INTERNAL_ERROR, "message": exc.details() or "", "data": [detail]},
                              grpc_code=exc.code().name)  # a reason no table names: the status the agent gave
     if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DispatchError(f"agent {agent} timed out after {timeout_s:g} s", data={"agent": agent, "timeout": timeout_s})
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
         return agent_failure(f"agent {agent} unreachable: {exc.details()}", url, data={"agent": agent})
     return agent_failure(f"agent {agent} failed: gRPC {exc.code().name}: {exc.details()}", url, data={"agent": agent})
+
+
+def _trailer(exc: grpc.aio.AioRpcError, key: str) -> str | None:
+    for name, value in exc.trailing_metadata() or ():
+        if name == key and isinstance(value, str):
+            return value
+    return None
 
 
 def _error_info(exc: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo | None:
