@@ -361,3 +361,31 @@ def test_recorders_sharing_a_file_and_a_restarted_gateway_number_their_frames_ap
     assert asyncio.run(run(["w1", "w2"])) == 2
     assert asyncio.run(run(["restarted"])) == 3
     assert stored(path) == ["restarted", "restarted-2", "w1", "w1-2", "w2", "w2-2"]
+
+
+def test_a_writer_killed_at_stop_after_a_commit_has_that_frame_counted_written_not_dropped(tmp_path, monkeypatch):
+    """`stop` gives the writer its time, then kills it: the frame it committed and never acknowledged (it stopped right
+    after the commit) is counted written, as the file holds it; only the frame it never read is dropped (before: both
+    counted dropped, 6 of 6)."""
+    monkeypatch.setattr(recorder_module, "LAUNCH", pausing_launch(2))
+    path = tmp_path / "h.sqlite3"
+    writes: list[int] = []
+    rec = HistoryRecorder(HistoryStore(path), batch=4, interval_s=3600, on_write=writes.append)
+
+    async def main() -> None:
+        rec.start()
+        for i in range(3):
+            rec.record(record(f"a{i}"))
+        assert await asyncio.to_thread(rec.flush, 30.0)  # frame 1, acknowledged
+        first = rec.writer_pid
+        assert first is not None
+        for i in range(6):  # frames 2 (b0-b3: committed, then the writer stops) and 3 (b4, b5: left in its pipe)
+            rec.record(record(f"b{i}"))
+        await asyncio.to_thread(rec.flush, 0.0)  # the loop sends them
+        await until(lambda: stopped(first), "the writer stopped after its second commit")
+        await asyncio.to_thread(rec.stop, 0.5)  # no acknowledgement comes, nor its end: killed
+        assert not Path(f"/proc/{first}").exists()
+
+    asyncio.run(main())
+    assert stored(path) == ["a0", "a1", "a2", "b0", "b1", "b2", "b3"]
+    assert sum(writes) == 7 and rec.dropped == 2  # what the file holds, and what it does not

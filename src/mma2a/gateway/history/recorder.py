@@ -182,18 +182,20 @@ class HistoryRecorder:
         self._thread = threading.Thread(target=self._run, name="mma2a-history", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Write what is queued, then stop the writer and close the store."""
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Write what is queued, then stop the writer and close the store: the writer process is given `timeout_s` to
+        acknowledge what it was handed, then as long to end once its input is closed, then killed. What it had not
+        acknowledged is counted by what the file says: the frames it committed as written, the rest as dropped."""
         if self._loop is not None:
             self._let_go()
-            self._finish(time.monotonic() + 30)  # starts a writer if none has yet and decisions are queued
+            self._finish(time.monotonic() + timeout_s)  # starts a writer if none has yet and decisions are queued
             if self._process is not None:
                 process, self._process = self._process, None
                 process.close()  # the end of its input: it exits once it has written what it read
                 try:
-                    process.proc.wait(timeout=30)
+                    process.proc.wait(timeout=timeout_s)
                 except subprocess.TimeoutExpired:
-                    log.error("history: the writer process did not end in 30 s: killed")
+                    log.error("history: the writer process did not end in %g s: killed", timeout_s)
                     process.proc.kill()
                     process.proc.wait()
                 self._lose(process)
@@ -385,13 +387,30 @@ class HistoryRecorder:
             self._again.extendleft(reversed(frames))
             return
         items = sum(_items(f) for f in frames)
-        lost = sum(len(f.rows) for f in frames if isinstance(f, _Framed))
+        committed, lost = self._committed(frames)
+        if committed and self._on_write is not None:
+            self._on_write(committed)
         if lost:
             self._drop(lost)
         if items:
             with self._done:
                 self._written += items
                 self._done.notify_all()
+
+    def _committed(self, frames: list[_Framed | _Followed]) -> tuple[int, int]:
+        """Of the gateway's own decisions in frames a stopped writer did not acknowledge: (how many it committed, how
+        many it did not), by the last frame number the file holds for this recorder (a writer ended or killed after
+        committing a frame whose acknowledgement was never read had them counted dropped, though stored)."""
+        rows = [f for f in frames if isinstance(f, _Framed)]
+        if not rows:
+            return 0, 0
+        try:
+            done = self.store.committed_frame(self.id)
+        except Exception:  # the file cannot be read: what was not acknowledged counts as lost
+            log.exception("history: the file's committed frames not read")
+            done = 0
+        committed = sum(len(f.rows) for f in rows if f.number <= done)
+        return committed, sum(len(f.rows) for f in rows) - committed
 
     def _spawn(self, now: bool = False) -> _Process | None:
         """Start a writer process (None while a dead one's wait lasts, unless `now`; a thread takes over if none can

@@ -745,6 +745,11 @@ class HistoryStore:
         rows = self._read("SELECT value FROM meta WHERE key = 'stream_position'", ())
         return int(rows[0][0]) if rows else 0
 
+    def committed_frame(self, recorder: int) -> int:
+        """The last frame of recorder `recorder` the file holds (0: none)."""
+        rows = self._read("SELECT frame FROM recorders WHERE id = ?", (recorder,))
+        return int(rows[0][0]) if rows else 0
+
     def stats(self) -> dict[str, Any]:
         """How many decisions the file holds and the bytes they count against `max_bytes` (the running total)."""
         count = self._read("SELECT COUNT(*) FROM decisions", ())[0][0]
