@@ -22,7 +22,7 @@ import orjson
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import InvalidRequest, MMA2AError, PayloadTooLarge
+from .errors import InvalidRequest, MMA2AError, PayloadTooLarge, UnsupportedContentCoding
 from .request_body import BODY_GROWN, header_map, read_body, replaying
 from .responses import jsonrpc_error_json
 
@@ -72,8 +72,8 @@ def _slices(body: bytes, coding: str, max_size: int) -> Iterator[bytes]:
     elif coding == "zstd" and _zstd is not None:
         pieces = _unzstd(body)
     else:
-        raise InvalidRequest(f"Content-Encoding {coding!r} is not supported (use {', '.join(codings())})",
-                             field="Content-Encoding")
+        raise UnsupportedContentCoding(f"Content-Encoding {coding!r} is not supported (use {', '.join(codings())})",
+                                       field="Content-Encoding")
     for piece in pieces:
         total += len(piece)
         if total > max_size:
@@ -190,8 +190,9 @@ class ContentCoding:
                 receive, scope = await self._decoded(scope, receive, content.decode("latin-1"))
             except MMA2AError as exc:
                 body = self.error_body(exc, scope)
+                readable = [(b"accept-encoding", ", ".join(codings()).encode())] if exc.http_status == 415 else []
                 await send({"type": "http.response.start", "status": exc.http_status, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *readable]})
                 await send({"type": "http.response.body", "body": body})
                 return
         if accept is None or self.min_size is None:

@@ -524,6 +524,13 @@ class PayloadTooLarge(MMA2AError):
     code, http_status = INVALID_REQUEST, 413
 
 
+class UnsupportedContentCoding(InvalidRequest):
+    """A request body in a `Content-Encoding` this process does not read: 415 with `Accept-Encoding` naming the
+    codings it reads (RFC 9110 15.5.16, RFC 7694), so a sender (an upstream gateway too) sends it again plain."""
+
+    http_status = 415
+
+
 class RequestTimeout(MMA2AError):
     """The request did not arrive whole in time (HTTP 408; gRPC DEADLINE_EXCEEDED)."""
 

@@ -41,14 +41,17 @@ async def agents(specs: Mapping[str, tuple[AgentCard, Any]]) -> AsyncIterator[di
 
 
 @contextlib.asynccontextmanager
-async def gateway(config: dict[str, Any], **kw: Any) -> AsyncIterator[tuple[Gateway, str]]:
-    """A gateway on a free loopback port (lifespan on: agents registered, rules loaded; HTTPS with `tls:`); `kw`
-    go to `Gateway` (a test's `clock`)."""
+async def gateway(config: dict[str, Any], *, wrap: Callable[[Any], Any] | None = None, **kw: Any
+                  ) -> AsyncIterator[tuple[Gateway, str]]:
+    """A gateway on a free loopback port (lifespan on: agents registered, rules loaded; HTTPS with `tls:`); `wrap`
+    puts ASGI middleware in front of its app (what a peer answers before it); `kw` go to `Gateway` (a test's
+    `clock`)."""
     port = free_port()
     cfg = {"listen": f"127.0.0.1:{port}", "admin": {"token": ADMIN}, "health_interval_s": 3600, **config}
     gw = Gateway(parse_config(cfg), **kw)
     tls = ServerTLS(gw.config.tls, gw.config.base_dir) if gw.config.tls else None
-    async with running(gw.app, "127.0.0.1", port, timeouts=gw.config.server.timeouts(), tls=tls) as url:
+    app = wrap(gw.app) if wrap is not None else gw.app
+    async with running(app, "127.0.0.1", port, timeouts=gw.config.server.timeouts(), tls=tls) as url:
         yield gw, url
 
 

@@ -158,4 +158,5 @@ async def test_clients_may_send_coded_requests_and_bad_ones_get_clear_errors():
     assert ok_z.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert corrupt.status_code == 400 and "not valid gzip data" in corrupt.json()["error"]["message"]
     assert bomb.status_code == 413 and "decodes to more than 1048576 bytes" in bomb.json()["error"]["message"]
-    assert unknown.status_code == 400 and "Content-Encoding 'br' is not supported" in unknown.json()["error"]["message"]
+    assert unknown.status_code == 415 and "Content-Encoding 'br' is not supported" in unknown.json()["error"]["message"]
+    assert unknown.headers["accept-encoding"] == "zstd, gzip"  # RFC 7694: what it reads (an upstream resends plain)

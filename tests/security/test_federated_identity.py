@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +23,7 @@ from mma2a.gateway.access.federation import HEADER, Federation
 from mma2a.signing import new_private_key, private_key_text, public_key_text
 from tests.gateway.conftest import agent, gateway
 from tests.agents import run_agent
+from tests.certs import CA
 
 ALICE, DAVE, GWA, EVE = "alice-token-1", "dave-token-1", "gwa-token-1", "eve-token-1"
 
@@ -29,16 +33,18 @@ class CutOnce:
     as gw-b's answer begins: gw-b read and served the request, gw-a sees the connection close before any answer
     (an answer lost on the way) and sends the request again. `cut`: the request's bytes as gw-b received them."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.target_port = 0
         self.marker: bytes | None = None
         self.cut: list[bytes] = []
         self.url = ""
+        self.tls = tls  # HTTPS to gw-a (TLS ends here, gw-b is reached plain): gw-a sends over aiohttp
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> CutOnce:
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0, ssl=self.tls)
+        scheme = "https" if self.tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -77,10 +83,12 @@ class CutOnce:
 
 
 @contextlib.asynccontextmanager
-async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst: int = 200, relay: CutOnce | None = None
+async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst: int = 200, relay: CutOnce | None = None,
+                 site_b: dict[str, Any] | None = None, wrap_b: Callable[[Any], Any] | None = None
                  ) -> AsyncIterator[tuple[Any, str, Any, str, Any]]:
     """gw-a (alice, dave) → gw-b (gwa, eve) → agent `notes` (echoes what it is sent); yields (gw_a, url_a, gw_b,
-    url_b, gw-a's private key). `relay`: gw-a reaches gw-b through it."""
+    url_b, gw-a's private key). `relay`: gw-a reaches gw-b through it; `site_b`: more of gw-a's config of gw-b
+    (`tls`, `compress`); `wrap_b`: ASGI middleware in front of gw-b."""
     key = new_private_key()
     monkeypatch.setenv("FED_A_KEY", private_key_text(key))
     monkeypatch.setenv("FED_A_PUB", public_key_text(key))
@@ -91,11 +99,12 @@ async def a_to_b(monkeypatch: pytest.MonkeyPatch, *, rate: float = 100.0, burst:
                             "auth": {"clients": [{"name": "gwa", "token": GWA, "rate": rate, "burst": burst},
                                                  {"name": "eve", "token": EVE}]},
                             "rate_limit": {"enabled": True}, "faults": {"dedupe_ttl_s": 300}, "grpc_listen": "127.0.0.1:0",
-                            "federation": {"trusted_gateways": {"gwa": {"public_key_env": "FED_A_PUB"}}}}) as (gw_b, url_b):
+                            "federation": {"trusted_gateways": {"gwa": {"public_key_env": "FED_A_PUB"}}}},
+                           wrap=wrap_b) as (gw_b, url_b):
             if relay is not None:
                 relay.target_port = int(url_b.rsplit(":", 1)[1])
             async with gateway({"name": "gw-a", "agents": [{"name": "site-b", "url": relay.url if relay else url_b,
-                                                            "token_env": "MMA2A_AGENT_GWA_TOKEN"}],
+                                                            "token_env": "MMA2A_AGENT_GWA_TOKEN", **(site_b or {})}],
                                 "auth": {"clients": [{"name": "alice", "token": ALICE}, {"name": "dave", "token": DAVE}]},
                                 "federation": {"private_key_env": "FED_A_KEY"}}) as (gw_a, url_a):
                 assert gw_a.startup_errors == gw_b.startup_errors == []
@@ -265,6 +274,96 @@ async def test_a_request_sent_again_after_a_cut_connection_carries_a_fresh_asser
         assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
         assert gw_b.pipeline.tasks.owner_of(task["id"]) == (True, "alice via gwa")
     assert status.startswith(b"HTTP/1.1 401 "), status  # the captured send itself: good once
+
+
+async def test_an_https_request_sent_again_after_a_cut_connection_carries_a_fresh_assertion(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """FL1's resend over HTTPS (gw-a's aiohttp session, not the lean pool): gw-a reaches gw-b through a relay that
+    ends TLS with a certificate the test made (gw-a trusts its CA, `agents[].tls.ca_file`) and cuts the connection as
+    gw-b's answer begins. gw-a sends again, signed afresh, and gw-b's dedupe answers with the task it made; the cut
+    send's bytes sent again as they were are a replay (401)."""
+    ca = CA(tmp_path)
+    pair = ca.issue("relay")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(pair.cert_file, pair.key_file)
+    async with CutOnce(tls) as relay, \
+            a_to_b(monkeypatch, relay=relay, site_b={"tls": {"ca_file": ca.cert_file}}) as (_, url_a, gw_b, _, _), \
+            httpx.AsyncClient(timeout=30) as c:
+        assert relay.url.startswith("https://")
+        answers = []
+        for mid in ("tls-cut-1", "tls-cut-2"):  # the first on a new connection, the second on a kept-alive one
+            relay.marker = mid.encode()
+            answers.append(await call(c, url_a, ALICE, "SendMessage", text_message(mid, f"alice's {mid}")))
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay.target_port)
+        writer.write(relay.cut[0])
+        await writer.drain()
+        status = await reader.readline()
+        writer.close()
+    assert len(relay.cut) == 2
+    for answer in answers:
+        assert "result" in answer, answer
+        task = answer["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
+        assert gw_b.pipeline.tasks.owner_of(task["id"]) == (True, "alice via gwa")
+    assert status.startswith(b"HTTP/1.1 401 "), status  # the captured send itself: good once
+
+
+class Unread:
+    """In front of gw-b: a body gw-a sent coded is passed on with a coding gw-b does not read (`br`), as to a peer
+    without gw-a's coding: gw-b's door checks the request's assertion first, then answers 415 (and the codings it
+    reads). Each request's (coding, assertion) and each answer's status are kept."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.seen: list[tuple[str | None, str | None]] = []
+        self.statuses: list[int] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        coding = headers.get(b"content-encoding")
+        assertion = headers.get(HEADER.lower().encode())
+        self.seen.append((coding.decode() if coding else None, assertion.decode() if assertion else None))
+        if coding == b"gzip":
+            scope = {**scope, "headers": [(k, b"br" if k == b"content-encoding" else v) for k, v in scope["headers"]]}
+
+        async def keep(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                self.statuses.append(message["status"])
+            await send(message)
+
+        await self.app(scope, receive, keep)
+
+
+async def test_a_plain_resend_after_a_peers_415_carries_a_fresh_assertion(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FL1's 415 resend: gw-a compresses bodies to gw-b (`compress: [gzip]`, over 4,096 bytes); gw-b reads the
+    assertion, then refuses the coding with 415 (RFC 7694: before this round it answered 400, which gw-a passed on
+    to alice). gw-a sends the body again plain with an assertion of its own — gw-b would refuse the first's as a
+    replay — and plain from then on: alice's message is served, hers at gw-b."""
+    wrapped: list[Unread] = []
+
+    def unread(app: Any) -> Unread:
+        wrapped.append(Unread(app))
+        return wrapped[0]
+
+    async with a_to_b(monkeypatch, site_b={"compress": ["gzip"]}, wrap_b=unread) as (_, url_a, gw_b, _, _), \
+            httpx.AsyncClient(timeout=30) as c:
+        front = wrapped[0]
+        front.seen.clear()
+        front.statuses.clear()  # (gw-a's reading of gw-b's card)
+        first = await call(c, url_a, ALICE, "SendMessage", text_message("coded-1", "x" * 8000))
+        second = await call(c, url_a, ALICE, "SendMessage", text_message("coded-2", "y" * 8000))
+    for answer in (first, second):
+        assert "result" in answer, answer
+        task = answer["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
+        assert gw_b.pipeline.tasks.owner_of(task["id"]) == (True, "alice via gwa")
+    assert front.statuses == [415, 200, 200], front.statuses
+    (coded, a1), (plain, a2), (then, a3) = front.seen
+    assert (coded, plain, then) == ("gzip", None, None)  # coded once, then plain, and plain from then on
+    assert a1 and a2 and a3 and len({a1, a2, a3}) == 3  # each send its own assertion
 
 
 async def test_the_grpc_door_reads_the_assertion_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
