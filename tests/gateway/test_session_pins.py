@@ -120,3 +120,51 @@ async def test_a_session_pinned_through_a_federation_hop_holds_its_pin_at_the_pe
         assert rest == [first] * 3, (way, seen)  # bob's final chunk released nothing of hers
         assert bob0 != first and bob1 == bob0, (way, seen)  # his own session, routed afresh (round robin)
     assert {f"alice{OWNER_SEP}cam-1", f"alice via gwa{OWNER_SEP}cam-1"} <= pinned, pinned
+
+
+async def test_one_clients_session_flood_through_a_hop_is_held_to_its_share_at_both_gateways(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 18 (edges): mallory, a client of gw-a, opens 30 sessions through gw-a to gw-b (each pinned by both:
+    `pin_session` rules at both gateways, `limits.session_pins: 16`, so each client at most 4). At gw-a her pins are
+    `mallory`'s, at gw-b `mallory via gwa`'s (gw-a signs who its clients are): each gateway holds 4 of them, her most
+    recent, and alice's session pinned before the flood and dave's opened after keep theirs at both — her flood takes
+    her own share, no one else's, across the hop."""
+    key = new_private_key()
+    monkeypatch.setenv("FLOOD_FED_KEY", private_key_text(key))
+    monkeypatch.setenv("MMA2A_AGENT_FLOOD_GWA_TOKEN", "tok-gwa-flood-1")
+    mallory, dave = "tok-mallory-flood-2", "tok-dave-flood-3"
+    clients = [{"name": "alice", "token": ALICE}, {"name": "mallory", "token": mallory}, {"name": "dave", "token": dave}]
+    limits = {"session_pins": 16}
+
+    def worker(doc: dict[str, Any]) -> str:
+        assert "result" in doc, doc
+        return str(doc["result"]["task"]["status"]["message"]["parts"][0]["text"]).removesuffix(" ok")
+
+    async with agents({n: agent(n, ["image/*"]) for n in ("w1", "w2")}) as urls, httpx.AsyncClient(timeout=30) as c:
+        pool = [{"name": n, "url": u, "groups": ["pool"]} for n, u in urls.items()]
+        b_cfg = {"name": "gw-b", "agents": pool, "rules": PINNING_RULES, "features": False, "limits": limits,
+                 "auth": {"clients": [{"name": "gwa", "token": "tok-gwa-flood-1"}]},
+                 "federation": {"trusted_gateways": {"gwa": {"public_key": public_key_text(key)}}}}
+        async with gateway(b_cfg) as (gw_b, url_b), gateway({
+                "name": "gw-a", "agents": [{"name": "site-b", "url": url_b, "token_env": "MMA2A_AGENT_FLOOD_GWA_TOKEN",
+                                            "groups": ["pool"]}],
+                "rules": PINNING_RULES, "features": False, "limits": limits, "auth": {"clients": clients},
+                "federation": {"private_key_env": "FLOOD_FED_KEY"}}) as (gw_a, url_a):
+            assert gw_a.startup_errors == gw_b.startup_errors == []
+
+            async def send(token: str, mid: str, sid: str, seq: int) -> str:
+                return worker(await rpc(c, url_a, "SendMessage", session_chunk(mid, sid, seq), token))
+
+            alices = [await send(ALICE, "a0", "cam-a", 0)]
+            for i in range(30):
+                await send(mallory, f"m{i}", f"flood-{i}", 0)
+            daves = [await send(dave, "d0", "cam-d", 0)]
+            alices += [await send(ALICE, f"a{i}", "cam-a", i) for i in (1, 2, 3)]
+            daves += [await send(dave, f"d{i}", "cam-d", i) for i in (1, 2, 3)]
+            at_a, at_b = set(gw_a.pipeline.admission.pins._pins), set(gw_b.pipeline.admission.pins._pins)
+    assert alices == [alices[0]] * 4 and daves == [daves[0]] * 4, (alices, daves)
+    for pins, via in ((at_a, ""), (at_b, " via gwa")):
+        held = sorted(p for p in pins if p.startswith(f"mallory{via}{OWNER_SEP}"))
+        assert held == [f"mallory{via}{OWNER_SEP}flood-{i}" for i in (26, 27, 28, 29)], (via, pins)  # her newest 4
+        assert {f"alice{via}{OWNER_SEP}cam-a", f"dave{via}{OWNER_SEP}cam-d"} <= pins, (via, pins)
+        assert len(pins) == 6, pins

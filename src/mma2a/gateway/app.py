@@ -193,6 +193,7 @@ class Gateway:
             anonymous_max_priority=config.auth.anonymous_max_priority,
             learner=Learner(rate_per_s=config.limits.feedback_per_s, burst=config.limits.feedback_burst,
                             journal=self.cluster.learning_journal()),
+            session_pins=config.limits.session_pins,
         )
         self.metrics.count_task_sharing(self.cluster.task_sharing)  # read at scrape time
         self._tasks: list[asyncio.Task[Any]] = []

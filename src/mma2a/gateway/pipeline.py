@@ -78,6 +78,7 @@ class Pipeline:
         slots: AgentSlotTable | None = None,
         anonymous_max_priority: int = 5,
         learner: Learner | None = None,
+        session_pins: int = 100_000,
     ) -> None:
         """`push`: the push notification settings (default: on, default bounds); `public_url`: the address agents
         call the gateway's push webhook at (None: agents' tasks are followed, never given a webhook)."""
@@ -92,7 +93,7 @@ class Pipeline:
         self.learner = learner if learner is not None else Learner()
         self.admission = Admission(directory=directory, state=state, metrics=metrics, registry=registry, tasks=self.tasks,
                                    cluster=hooks, features=features, offload=offload, guard=guard, gateway_id=gateway_id,
-                                   learner=self.learner)
+                                   learner=self.learner, session_pins=session_pins)
         planner = LegPlanner(directory=directory, caller=self.caller, metrics=metrics, tasks=self.tasks, adapter=adapter,
                              gateway_id=gateway_id)
         dispatcher = Dispatcher(directory=directory, caller=self.caller, planner=planner, admission=self.admission,

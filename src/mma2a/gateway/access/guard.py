@@ -110,6 +110,10 @@ class LimitsConfig(BaseModel):
     body_worker_lanes: int = Field(default=1, ge=1, le=64)
     body_worker_jobs_per_client: int = Field(default=8, ge=1)
     body_worker_bytes_per_client: int = Field(default=256 * 1024 * 1024, ge=1)
+    # sessions pinned to their route (`pin_session`) a gateway process remembers, its least recently used dropped past
+    # it; one client's at most a quarter (a peer gateway's clients each their own: `CLIENT via PEER`). In cluster mode
+    # the shared pins are bounded by the sessions bucket instead (cluster.sessions_bucket_bytes, sessions_bytes_per_client)
+    session_pins: int = Field(default=100_000, ge=4)
     # connections the gateway keeps open to one agent at most (http:// calls and every stream: SSE); legs past them
     # wait for one in the pool (a leg holding an agent's slot still waits here when this is below the limit)
     max_connections_per_agent: int = Field(default=256, ge=1, le=65_536)

@@ -39,6 +39,7 @@ class Admission:
         self, *, directory: AgentDirectory, state: RoutingState, metrics: GatewayMetrics, registry: ModalityRegistry,
         tasks: TaskMap, cluster: RouteHooks, features: FeatureStage | None = None, offload: OffloadStage | None = None,
         guard: MessageGuard | None = None, gateway_id: str = "", learner: Learner | None = None,
+        session_pins: int = 100_000,
     ) -> None:
         self.directory = directory
         self.state = state
@@ -52,7 +53,7 @@ class Admission:
         self.gateway_id = gateway_id  # this gateway in `via` (federation: loops are refused by it)
         self.learner = learner  # what learned routing has learned (its evidence goes to each decision)
         shared = cluster.pins
-        self.pins = shared if shared is not None else SessionPins()
+        self.pins = shared if shared is not None else SessionPins(session_pins)  # limits.session_pins
         self._tick = 0
         self._memo: dict[Hashable, RouteDecision] = {}  # decisions that read no load, for this snapshot
         self._memo_snapshot: Snapshot | None = None
