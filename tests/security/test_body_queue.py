@@ -155,6 +155,107 @@ def test_with_one_lane_a_job_waits_for_at_most_one_of_each_other_callers(steps: 
                 assert runs <= 1 + ahead, events
 
 
+# --- the total across callers (session 18, edges; docs/security.md ED4) -----------------------------------------------
+
+
+def test_many_callers_each_within_their_share_are_held_to_the_total() -> None:
+    """40 callers each within its own bounds (2 jobs of 40 bytes, at most 100 a caller) held 3,200 bytes in all before;
+    with a total of 300 the queue never holds more, and the jobs past it are refused naming the bound."""
+    q: FairQueue[str] = FairQueue(max_jobs=10, max_bytes=100, max_total=300)
+    refused = []
+    for i in range(40):
+        for j in range(2):
+            why = q.put(f"c{i}", f"c{i}-{j}", 40)
+            if why is not None:
+                refused.append((f"c{i}-{j}", why))
+            assert q.total <= 300 and q.total == sum(q.held(f"c{k}")[1] for k in range(40))
+    assert refused and all("(at most 300 in all: limits.body_worker_bytes_total)" in why for _, why in refused)
+    assert q.total <= 300
+    before = FairQueue[str](max_jobs=10, max_bytes=100)  # (no total: all of them)
+    for i in range(40):
+        for j in range(2):
+            assert before.put(f"c{i}", f"c{i}-{j}", 40) is None
+    assert before.total == 3200
+
+
+def test_past_the_total_a_caller_within_its_share_takes_the_room_of_the_heaviest_callers_newest_waiting_job() -> None:
+    displaced: list[tuple[str, str, str]] = []
+    q: FairQueue[str] = FairQueue(max_jobs=10, max_bytes=1000, max_total=400,
+                                  displaced=lambda c, job, why: displaced.append((c, job, why)))
+    for i in range(3):
+        assert q.put("mallory", f"m{i}", 100) is None
+    assert q.put("bob", "b0", 100) is None  # 400: full
+    assert q.put("alice", "a0", 100) is None  # even share 400 // 3 = 133: hers fits, mallory's newest goes
+    assert displaced == [("mallory", "m2", (
+        "the gateway's JSON body worker holds 400 bytes of large bodies and answers at most in all "
+        "(limits.body_worker_bytes_total); this caller held 300, past its even share of 133 (3 callers), and its "
+        "newest waiting job made room for another caller's"))]
+    assert q.total == 400 and q.held("mallory") == (2, 200) and q.held("bob") == (1, 100)
+    why = q.put("mallory", "m3", 100)  # past her even share: her own next is refused, no one else's taken out
+    assert why == ("the gateway's JSON body worker holds 400 bytes of large bodies and answers already, and this one "
+                   "is 100 (at most 400 in all: limits.body_worker_bytes_total); this caller holds 200 of them, past "
+                   "its even share of 133 (3 callers)")
+    assert len(displaced) == 1 and drain(q) == ["m0", "b0", "a0", "m1"]
+    assert q.total == 0
+
+
+def test_past_the_total_with_the_heavy_callers_jobs_running_a_newcomer_is_refused_and_nothing_taken_out() -> None:
+    displaced: list[tuple[str, str, str]] = []
+    q: FairQueue[str] = FairQueue(max_jobs=10, max_bytes=1000, max_total=300,
+                                  displaced=lambda c, job, why: displaced.append((c, job, why)))
+    assert q.put("mallory", "m0", 250) is None
+    assert q.take() == ("mallory", "m0", 250)  # running: not taken out
+    assert q.put("alice", "a0", 100) == (
+        "the gateway's JSON body worker holds 250 bytes of large bodies and answers already, and this one is 100 (at "
+        "most 300 in all: limits.body_worker_bytes_total); what is past the callers' even shares is running, none of "
+        "it waiting")
+    assert displaced == [] and q.put("alice", "a1", 50) is None  # what fits, fits
+    assert q.put("bob", "b0", 301) is not None  # more than the total: never
+    q.done("mallory", 250)
+    assert q.put("alice", "a2", 150) is None and q.total == 200
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("put take".split()), st.sampled_from("abcd"), st.integers(1, 120)),
+                max_size=120))
+def test_the_total_is_never_passed_and_a_caller_within_its_share_loses_no_job(
+        steps: list[tuple[str, str, int]]) -> None:
+    """Any arrivals (of any size) and completions, one lane, a total of 300: the queue never holds more; a job taken
+    out was its caller's newest waiting one while that caller held more than its even share; and each caller's jobs
+    that run, run in the order they came."""
+    holding: dict[str, int] = {}
+    out: list[tuple[str, tuple[str, int]]] = []
+
+    def displaced(caller: str, job: tuple[str, int], why: str) -> None:
+        out.append((caller, job))
+        assert "past its even share" in why and "limits.body_worker_bytes_total" in why
+
+    q: FairQueue[tuple[str, int]] = FairQueue(max_jobs=1000, max_bytes=1 << 40, max_total=300, displaced=displaced)
+    running: tuple[str, tuple[str, int], int] | None = None
+    ran: dict[str, list[int]] = {c: [] for c in "abcd"}
+    numbers = dict.fromkeys("abcd", 0)
+    for what, caller, size in steps:
+        if what == "put":
+            holding = {c: q.held(c)[1] for c in "abcd"}
+            callers = sum(1 for c in "abcd" if q.held(c)[0]) + (q.held(caller)[0] == 0)
+            before = len(out)
+            why = q.put(caller, (caller, numbers[caller]), size)
+            for victim, _ in out[before:]:
+                assert holding[victim] > 300 // callers and victim != caller
+            if why is not None:
+                assert len(out) == before
+            numbers[caller] += 1
+        else:
+            if running is not None:
+                q.done(running[0], running[2])
+            running = q.take()
+            if running is not None:
+                ran[running[0]].append(running[1][1])
+        assert q.total <= 300 and q.total == sum(q.held(c)[1] for c in "abcd")
+    for c in "abcd":
+        assert ran[c] == sorted(ran[c])
+
+
 def test_a_job_is_its_clients_else_its_callers_address() -> None:
     assert caller_key() == "?"
     token = current_client.set(Client(name="alice", scheme="bearer"))
@@ -324,3 +425,77 @@ async def test_a_caller_past_its_bound_is_refused_429_on_every_binding_and_anoth
     assert "\nmma2a_body_worker_refused_total 5.0\n" in scraped, scraped  # the five 429s above, gRPC's included
     assert f"\nmma2a_body_worker_jobs_total {float(gw._body_parser.taken)}\n" in scraped
     assert gw._body_parser.taken >= 2  # mallory's held job, alice's body
+
+
+async def test_past_the_total_a_caller_is_refused_429_on_every_binding_and_another_takes_its_waiting_jobs_room(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`limits.body_worker_bytes_total` (session 18, edges; docs/security.md ED4), set just above what mallory's large
+    JSON-RPC body (held running by the test's gate) and one more job of hers take: her REST send's check waits, then
+    alice's REST send needs room: alice is within her even share, mallory past hers, so mallory's waiting job makes
+    room (her send answered 429 naming the bound) and alice's is served. Mallory's next on every way into the worker —
+    JSON-RPC's ingress, the SDK's dispatcher's read of a stream's body and conversion of ListTasks, gRPC's GetTask — is
+    refused 429 + Retry-After: 1 (gRPC RESOURCE_EXHAUSTED, `retry-after`) naming the bound and her share. Before: no
+    total; many callers each within their share held any sum."""
+    import grpc
+    import grpc.aio
+    from a2a.types import GetTaskRequest, a2a_pb2_grpc
+
+    from tests.security.test_grpc_admission import grpc_gateway
+
+    gate = threading.Event()
+    exchange = WorkerLane._exchange
+
+    def gated(self: WorkerLane, data: bytes, job: int, *prefix: bytes) -> object:
+        gate.wait(60)
+        return exchange(self, data, job, *prefix)
+
+    monkeypatch.setattr(WorkerLane, "_exchange", gated)
+    large = orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {
+        "message": message("m-large", 0) | {"parts": [{"text": "x" * (1 << 20)}]}}})
+    rest_send = orjson.dumps({"message": message("m-rest")})
+    total = len(large) + len(rest_send) + len(rest_send) // 2
+    auth = {"clients": [{"name": "mallory", "token": MALLORY}, {"name": "alice", "token": ALICE}]}
+    bound = "(at most %d in all: limits.body_worker_bytes_total)" % total
+    async with grpc_gateway({"auth": auth, "limits": {"body_worker_bytes_total": total}}) as (gw, url, port, _):
+        queue = gw._body_parser.queue
+        as_mallory = {"Authorization": f"Bearer {MALLORY}", "A2A-Version": "1.0"}
+        as_alice = {"Authorization": f"Bearer {ALICE}", "A2A-Version": "1.0"}
+        async with httpx.AsyncClient(timeout=60) as c:
+            stored = await c.post(url + "/", headers=as_mallory, json={
+                "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message("m-mallory")}})
+            tid = stored.json()["result"]["task"]["id"]  # (the fast path: no job)
+            held = asyncio.create_task(c.post(url + "/", headers=as_mallory, content=large))
+            await until(lambda: queue.held("mallory") == (1, len(large)), "mallory's large body held")
+            waiting = asyncio.create_task(c.post(url + "/message:send", headers=as_mallory, content=rest_send))
+            await until(lambda: queue.held("mallory")[0] == 2, "mallory's REST send waiting")
+            alice = asyncio.create_task(c.post(url + "/message:send", headers=as_alice, content=rest_send))
+            await until(lambda: queue.held("alice")[0] == 1, "alice's body queued")
+            displaced = await waiting
+            again = await c.post(url + "/", headers=as_mallory, content=large.replace(b"m-large", b"m-again"))
+            listed = await c.post(url + "/", headers=as_mallory, json={
+                "jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {}})
+            streamed = await c.post(url + "/", headers={**as_mallory, "Accept": "text/event-stream"}, json={
+                "jsonrpc": "2.0", "id": 4, "method": "SendStreamingMessage", "params": {"message": message("m-sse")}})
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
+                with pytest.raises(grpc.aio.AioRpcError) as grpc_refused:
+                    await stub.GetTask(GetTaskRequest(id=tid), timeout=60, metadata=[
+                        ("a2a-version", "1.0"), ("authorization", f"Bearer {MALLORY}")])
+            assert queue.total <= total
+            gate.set()
+            first, served = await held, await alice
+    assert displaced.status_code == 429 and displaced.headers["Retry-After"] == "1", displaced.text[:300]
+    assert displaced.json()["error"]["message"] == (
+        f"the gateway's JSON body worker holds {total} bytes of large bodies and answers at most in all "
+        f"(limits.body_worker_bytes_total); this caller held {len(large) + len(rest_send)}, past its even share of "
+        f"{total // 2} (2 callers), and its newest waiting job made room for another caller's; retry when they are "
+        "answered, or send large media by reference (POST /blobs)")
+    for r in (again, listed, streamed):
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1", r.text[:300]
+        why = r.json()["error"]["message"]
+        assert bound in why and f"this caller holds {len(large)} of them, past its even share of {total // 2}" in why
+    exc = grpc_refused.value
+    assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and bound in (exc.details() or "")
+    assert ("retry-after", "1") in tuple(exc.trailing_metadata() or ())
+    assert first.status_code == 200 and first.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert served.status_code == 200 and len(served.json()["task"]["history"][0]["metadata"]["a"]) == MANY

@@ -464,12 +464,16 @@ class Gateway:
         limits = self.config.limits  # its workers (if started) stop with the gateway
         bodies = self._body_parser = JSONBodyParser(MAX_JSON_DEPTH, lanes=limits.body_worker_lanes,
                                                     jobs_per_caller=limits.body_worker_jobs_per_client,
-                                                    bytes_per_caller=limits.body_worker_bytes_per_client)
+                                                    bytes_per_caller=limits.body_worker_bytes_per_client,
+                                                    bytes_total=limits.body_worker_bytes_total
+                                                    or self.config.max_body_bytes_in_flight
+                                                    or 8 * self.config.max_body_bytes)
         self.metrics.count_at_scrape([  # read at scrape time
             ("mma2a_body_worker_jobs", "Large bodies and answers of many values queued for the JSON body worker",
              lambda: bodies.taken),
             ("mma2a_body_worker_refused", "Jobs for the JSON body worker refused 429 past their caller's bounds "
-             "(limits.body_worker_jobs_per_client, body_worker_bytes_per_client)", lambda: bodies.refused)])
+             "(limits.body_worker_jobs_per_client, body_worker_bytes_per_client) or its total "
+             "(body_worker_bytes_total)", lambda: bodies.refused)])
         sdk = self.sdk = SdkBindings(self.pipeline, card_fn=lambda: gateway_card(self.directory, self.public_url),
                                      bodies=bodies)
         # the gRPC binding passes the same gate (grpc_admission)

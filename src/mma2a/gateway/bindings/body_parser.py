@@ -107,6 +107,12 @@ _REFUSALS: dict[str, type[MMA2AError]] = {"InvalidRequest": InvalidRequest, "Par
 _SOURCES = str(Path(__file__).resolve().parents[2])  # the directory holding `mma2a`: the worker imports the same code
 
 
+def _refusal(why: str) -> RateLimited:
+    """A job refused by the queue (`why`): 429 + Retry-After: 1 on every binding (gRPC RESOURCE_EXHAUSTED)."""
+    return RateLimited(f"{why}; retry when they are answered, or send large media by reference (POST /blobs)",
+                       retry_after=1.0)
+
+
 class JSONBodyParser:
     """`parse(body)`: a JSON-RPC body's document and its counted brackets (`request_body.parse_json_body`), and its
     read for the SDK's dispatcher when that answers it (past `inline_bytes`); `check(body)`: a REST
@@ -115,11 +121,12 @@ class JSONBodyParser:
     stops them. The jobs wait in a `FairQueue` keyed by their caller (`caller_key`) for one of `lanes` workers."""
 
     def __init__(self, max_depth: int, inline_bytes: int = INLINE_PARSE_BYTES, *, lanes: int = 1,
-                 jobs_per_caller: int = JOBS_PER_CALLER, bytes_per_caller: int = BYTES_PER_CALLER) -> None:
+                 jobs_per_caller: int = JOBS_PER_CALLER, bytes_per_caller: int = BYTES_PER_CALLER,
+                 bytes_total: int | None = None) -> None:
         self.max_depth = max_depth
         self.inline_bytes = inline_bytes
-        self.queue: FairQueue[_Job] = FairQueue(jobs_per_caller, bytes_per_caller)
-        self.taken = self.refused = 0  # jobs queued, and refused past their caller's bounds (`/metrics`)
+        self.queue: FairQueue[_Job] = FairQueue(jobs_per_caller, bytes_per_caller, bytes_total, self._displaced)
+        self.taken = self.refused = 0  # jobs queued, and refused past their bounds or taken out for room (`/metrics`)
         self._lanes = [WorkerLane(max_depth) for _ in range(lanes)]
         self._free = list(reversed(self._lanes))  # the first lane is taken first (its worker started first)
 
@@ -213,8 +220,7 @@ class JSONBodyParser:
         why = self.queue.put(caller, queued, len(prefix) + len(body))
         if why is not None:
             self.refused += 1
-            raise RateLimited(f"{why}; retry when they are answered, or send large media by reference (POST /blobs)",
-                              retry_after=1.0)
+            raise _refusal(why)
         self.taken += 1
         self._run_next(loop)
         try:
@@ -226,6 +232,13 @@ class JSONBodyParser:
             raise Unavailable("the gateway could not parse the request body (its parser process stopped); retry, "
                               "or send large media by reference (POST /blobs)", field="body")
         return answer
+
+    def _displaced(self, caller: str, queued: _Job, why: str) -> None:
+        """A waiting job taken out of the queue to make room within its total for another caller's: refused as a job
+        past its caller's bounds is."""
+        self.refused += 1
+        if not queued.answer.done():
+            queued.answer.set_exception(_refusal(why))
 
     def _run_next(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hand the next jobs (`FairQueue.take`) to the free lanes."""

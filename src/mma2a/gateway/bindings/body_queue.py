@@ -8,12 +8,21 @@ that has one waiting: the next job goes to the caller waiting longest that has n
 they became so), then to callers with one running (`resting`: they use a lane no caller without one waits for).
 A caller's own jobs keep their order. A caller holds at most `max_jobs` jobs and `max_bytes` bytes (waiting and
 running); past them its own next job is refused (`why_not`), never another caller's; its first job always fits.
+
+All callers together hold at most `max_total` bytes: many callers each within its own bounds held any total before.
+Past it, a caller holding more than its even share (`max_total` over the callers holding jobs, itself counted) is
+refused; one within it gets room from the waiting jobs of the callers holding most past their even shares (each such
+caller's newest first, while it is past its share: `displaced` answers them), and is refused only when their jobs
+are running (nothing waits to make room of). So the bound is never passed, and one or two callers filling it cannot
+keep every other caller out (as a plain "refuse past the total" would let them).
 Pure bookkeeping, no I/O: the body parser takes, runs and finishes the jobs.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -32,11 +41,17 @@ class _Share(Generic[T]):
 
 
 class FairQueue(Generic[T]):
-    """Jobs (`T`) of callers, taken round-robin across callers (`take`); `put` refuses a caller past its own bounds."""
+    """Jobs (`T`) of callers, taken round-robin across callers (`take`); `put` refuses a caller past its own bounds
+    or, past `max_total` in all, past its even share; `displaced(caller, job, why)` is told of each waiting job taken
+    out to make room within `max_total` for another caller's (None: no total)."""
 
-    def __init__(self, max_jobs: int, max_bytes: int) -> None:
+    def __init__(self, max_jobs: int, max_bytes: int, max_total: int | None = None,
+                 displaced: Callable[[str, T, str], None] | None = None) -> None:
         self.max_jobs = max_jobs
         self.max_bytes = max_bytes
+        self.max_total = max_total
+        self.total = 0  # bytes held, every caller's (waiting and running)
+        self._displaced = displaced
         self._shares: dict[str, _Share[T]] = {}
         self._ready: dict[str, None] = {}  # callers with a job waiting and none running, longest waiting first
         self._resting: dict[str, None] = {}  # callers with a job waiting and one running (or more, with lanes)
@@ -56,10 +71,20 @@ class FairQueue(Generic[T]):
         return None
 
     def put(self, caller: str, item: T, size: int) -> str | None:
-        """Queue `item` (`size` bytes) behind `caller`'s others; None, or why not (nothing queued then)."""
+        """Queue `item` (`size` bytes) behind `caller`'s others; None, or why not (nothing queued then). Past
+        `max_total`, waiting jobs of callers past their even shares may be taken out first (`displaced`)."""
         why = self.why_not(caller, size)
         if why is not None:
             return why
+        if self.max_total is not None and self.total + size > self.max_total:
+            room = self._room(caller, size, self.max_total)
+            if isinstance(room, str):
+                return room
+            for victim, job, why in room:
+                self.drop(victim, job)
+                if self._displaced is not None:
+                    self._displaced(victim, job, why)
+        self.total += size
         share = self._shares.get(caller)
         if share is None:
             share = self._shares[caller] = _Share()
@@ -69,6 +94,38 @@ class FairQueue(Generic[T]):
         if caller not in self._ready and caller not in self._resting:
             (self._resting if share.running else self._ready)[caller] = None
         return None
+
+    def _room(self, caller: str, size: int, max_total: int) -> str | list[tuple[str, T, str]]:
+        """Room within `max_total` for `caller`'s job of `size` bytes: the waiting jobs to take out (of callers past
+        their even shares, those holding most first, each one's newest first), or why there is none."""
+        held = self.held(caller)[1]
+        callers = len(self._shares) + (caller not in self._shares)
+        even = max_total // callers
+        said = (f"the gateway's JSON body worker holds {self.total} bytes of large bodies and answers already, and "
+                f"this one is {size} (at most {max_total} in all: limits.body_worker_bytes_total)")
+        if held + size > even:
+            return f"{said}; this caller holds {held} of them, past its even share of {even} ({callers} callers)"
+        need = self.total + size - max_total
+        heavy = [(-s.bytes, c) for c, s in self._shares.items() if c != caller and s.bytes > even and s.waiting]
+        heapq.heapify(heavy)
+        taken: dict[str, int] = {}  # caller -> its newest waiting jobs taken so far
+        out: list[tuple[str, T, str]] = []
+        while need > 0 and heavy:
+            minus, victim = heapq.heappop(heavy)
+            share = self._shares[victim]
+            job, job_size = share.waiting[-1 - taken.get(victim, 0)]
+            taken[victim] = taken.get(victim, 0) + 1
+            out.append((victim, job, f"the gateway's JSON body worker holds {max_total} bytes of large bodies and "
+                                     "answers at most in all (limits.body_worker_bytes_total); this caller held "
+                                     f"{-minus}, past its even share of {even} ({callers} callers), and its newest "
+                                     "waiting job made room for another caller's"))
+            need -= job_size
+            left = -minus - job_size
+            if left > even and taken[victim] < len(share.waiting):
+                heapq.heappush(heavy, (-left, victim))
+        if need > 0:  # the jobs past their shares are running: none to take out
+            return f"{said}; what is past the callers' even shares is running, none of it waiting"
+        return out
 
     def take(self) -> tuple[str, T, int] | None:
         """The next job to run: its caller, the job and its size (its caller counts it running until `done`); None
@@ -94,6 +151,7 @@ class FairQueue(Generic[T]):
         share.running -= 1
         share.jobs -= 1
         share.bytes -= size
+        self.total -= size
         if share.running == 0 and caller in self._resting:  # back in line, behind those who waited meanwhile
             del self._resting[caller]
             self._ready[caller] = None
@@ -110,6 +168,7 @@ class FairQueue(Generic[T]):
                 del share.waiting[i]
                 share.jobs -= 1
                 share.bytes -= size
+                self.total -= size
                 if not share.waiting:
                     self._ready.pop(caller, None)
                     self._resting.pop(caller, None)
