@@ -6,9 +6,11 @@ grpc-core refuses a message over the agent's `grpc.max_receive_message_length` b
 `RESOURCE_EXHAUSTED` and no ErrorInfo: `SERVER: Received message larger than max (N vs. LIMIT)`. That is the agent's
 size limit, told to the client as a peer gateway's HTTP 413 is (`AgentTooLarge`: JSON-RPC HTTP 413 / -32600, REST 413,
 gRPC `INVALID_ARGUMENT`, naming the agent and the bytes passed on). Before: a failed task (HTTP 200) whose status said
-`agent notes failed: gRPC RESOURCE_EXHAUSTED: …`. An agent's own `RESOURCE_EXHAUSTED` with an ErrorInfo (an a2a-sdk
+`agent notes failed: gRPC RESOURCE_EXHAUSTED: …`, counted as the agent's failure: three such messages of one client
+ejected the agent for every client. An agent's own `RESOURCE_EXHAUSTED` with an ErrorInfo (an a2a-sdk
 agent's error mapped to it, reason `RATE_LIMIT_EXCEEDED`) is its refusal for now, as an HTTP agent's 429: 429 +
-`Retry-After` on every binding (gRPC `RESOURCE_EXHAUSTED` with `retry-after`). Before: -32603 / REST 500 `INTERNAL`.
+`Retry-After` on every binding (gRPC `RESOURCE_EXHAUSTED` with `retry-after`). Before: JSON-RPC HTTP 200 -32603, REST
+500 `INTERNAL`, gRPC `INTERNAL`, no `Retry-After`.
 """
 
 from __future__ import annotations
@@ -147,7 +149,13 @@ async def test_a_grpc_agents_size_limit_is_413_naming_the_agent_and_the_bytes_on
         assert gw.grpc_url is not None
         seen = await every_binding(url, gw.grpc_url, {"messageId": "big", "role": "ROLE_USER",
                                                       "parts": [{"text": "x" * 20_000}]})
-    assert len(ex.received) == 1  # the small one only
+        again = await c.post(url, headers=V1, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": "small-2", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}})
+        healthy = gw.directory.get("notes").healthy
+    # the agent's refusals are answers, not its failures: before, three of them ejected it for every client (the
+    # rest of the six, and everyone's messages after, were -32005 `notes (unhealthy: its health check fails)`)
+    assert healthy and again.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert len(ex.received) == 2  # the small ones only
 
     def said(message: str, meta: dict[str, str]) -> None:
         head = "the request as passed on to agent notes ("
@@ -195,3 +203,27 @@ async def test_a_grpc_agents_own_rate_limit_stays_429_with_retry_after_on_every_
         assert first_info(error["details"]) == (RATE_REASON, "a2a-protocol.org", {}), seen[name]
     for name in ("grpc", "grpc-stream"):
         assert seen[name] == ("RESOURCE_EXHAUSTED", (RATE_REASON, "a2a-protocol.org", {}), "1"), seen[name]
+
+
+async def test_a_grpc_agents_answer_past_grpcs_default_4_mib_is_read_as_an_http_agents_is() -> None:
+    """A gRPC agent echoing a 5 MB message: the gateway's channel took answers of 4 MiB at most (grpc's default), so the
+    answer failed (`agent notes failed: gRPC RESOURCE_EXHAUSTED: … CLIENT: Received message larger than max`), counted
+    as the agent's failure — three ejected it for every client — where an HTTP agent's answer is read up to the
+    transport's `max_response_bytes` (256 MiB). Now the channel takes what the transport takes; the size refusals
+    above are never counted as failures (the agent stays healthy)."""
+    card, _ = agent("notes", ["text/*"])
+    ex = Limited(echo=True)
+    text = "y" * 5_000_000
+    async with grpc_agent(card, ex, max_receive=16 << 20) as agent_url, \
+            gateway({"agents": [{"name": "notes", "url": agent_url}], "max_body_bytes": 16 << 20,
+                     "offload_threshold": 64 << 20}) as (gw, url), httpx.AsyncClient(timeout=60) as c:
+        answers = []
+        for i in range(3):
+            r = await c.post(url, headers=V1, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                "message": {"messageId": f"echo-{i}", "role": "ROLE_USER", "parts": [{"text": text}]}}})
+            answers.append(r.json()["result"]["task"])
+        healthy = gw.directory.get("notes").healthy
+    for task in answers:
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", str(task["status"])[:300]
+        assert task["status"]["message"]["parts"][0]["text"] == text
+    assert healthy

@@ -215,6 +215,15 @@ def test_past_the_total_with_the_heavy_callers_jobs_running_a_newcomer_is_refuse
     assert q.put("alice", "a2", 150) is None and q.total == 200
 
 
+def test_the_total_is_the_body_budgets_by_default_and_holds_a_page_of_task_records() -> None:
+    from mma2a.gateway import parse_config
+    from mma2a.gateway.app import body_worker_total
+
+    assert body_worker_total(parse_config({})) == 8 * 64 * 1024 * 1024  # max_body_bytes_in_flight's default
+    assert body_worker_total(parse_config({"max_body_bytes_in_flight": 1 << 20})) == 16 * 1024 * 1024  # task_bytes
+    assert body_worker_total(parse_config({"limits": {"body_worker_bytes_total": 12345}})) == 12345
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("put take".split()), st.sampled_from("abcd"), st.integers(1, 120)),
                 max_size=120))

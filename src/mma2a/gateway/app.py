@@ -465,9 +465,7 @@ class Gateway:
         bodies = self._body_parser = JSONBodyParser(MAX_JSON_DEPTH, lanes=limits.body_worker_lanes,
                                                     jobs_per_caller=limits.body_worker_jobs_per_client,
                                                     bytes_per_caller=limits.body_worker_bytes_per_client,
-                                                    bytes_total=limits.body_worker_bytes_total
-                                                    or self.config.max_body_bytes_in_flight
-                                                    or 8 * self.config.max_body_bytes)
+                                                    bytes_total=body_worker_total(self.config))
         self.metrics.count_at_scrape([  # read at scrape time
             ("mma2a_body_worker_jobs", "Large bodies and answers of many values queued for the JSON body worker",
              lambda: bodies.taken),
@@ -596,3 +594,14 @@ class Gateway:
         check_classified(app.routes)
         # JSON-RPC POSTs go straight to their routes: their access gates are on the routes themselves
         return FrontDoor(app)
+
+
+def body_worker_total(config: GatewayConfig) -> int:
+    """`limits.body_worker_bytes_total`, or by default the body budget's total (`max_body_bytes_in_flight`: 8 x
+    `max_body_bytes` unless set) — what the gateway holds of request bodies at once, so its large JSON in all (bodies,
+    and answers converted in the worker) is at most about twice that — and never under `limits.task_bytes` (the task
+    records one answer may carry: a ListTasks page of them must fit)."""
+    limits = config.limits
+    if limits.body_worker_bytes_total is not None:
+        return limits.body_worker_bytes_total
+    return max(config.max_body_bytes_in_flight or 8 * config.max_body_bytes, limits.task_bytes)

@@ -111,8 +111,9 @@ class LimitsConfig(BaseModel):
     body_worker_jobs_per_client: int = Field(default=8, ge=1)
     body_worker_bytes_per_client: int = Field(default=256 * 1024 * 1024, ge=1)
     # what all callers together may hold in it (bytes, waiting and running; default: the body budget's total,
-    # max_body_bytes_in_flight, 8 x max_body_bytes unless set): past it a caller past its even share is refused 429,
-    # one within it takes the room of the newest waiting jobs of those past theirs (docs/security.md ED4)
+    # max_body_bytes_in_flight, 8 x max_body_bytes unless set, at least task_bytes: app.body_worker_total): past it a
+    # caller past its even share is refused 429, one within it takes the room of the newest waiting jobs of those past
+    # theirs (docs/security.md ED4)
     body_worker_bytes_total: int | None = Field(default=None, ge=1)
     # sessions pinned to their route (`pin_session`) a gateway process remembers, its least recently used dropped past
     # it; one client's at most a quarter (a peer gateway's clients each their own: `CLIENT via PEER`). In cluster mode

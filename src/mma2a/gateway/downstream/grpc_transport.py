@@ -34,15 +34,18 @@ _REQUESTS: dict[str, type[Any]] = {
 
 
 class GrpcAgents:
-    """One channel per agent address (`grpc://HOST:PORT`), reused across calls."""
+    """One channel per agent address (`grpc://HOST:PORT`), reused across calls, reading answers of up to
+    `max_response_bytes` as the HTTP transport does (grpc's own default, 4 MiB, failed a larger answer as the agent's
+    failure: three such, from one client's messages, ejected the agent for every client)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_response_bytes: int = 256 * 1024 * 1024) -> None:
+        self._options = [("grpc.max_receive_message_length", max_response_bytes)]
         self._channels: dict[str, tuple[grpc.aio.Channel, a2a_pb2_grpc.A2AServiceStub]] = {}
 
     def _stub(self, url: str) -> a2a_pb2_grpc.A2AServiceStub:
         target = url.removeprefix("grpc://").rstrip("/")
         if target not in self._channels:
-            channel = grpc.aio.insecure_channel(target)
+            channel = grpc.aio.insecure_channel(target, options=self._options)
             self._channels[target] = (channel, a2a_pb2_grpc.A2AServiceStub(channel))  # type: ignore[no-untyped-call]
         return self._channels[target][1]
 

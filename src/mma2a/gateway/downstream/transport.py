@@ -99,7 +99,7 @@ class Transport:
         if self._grpc is None:
             from .grpc_transport import GrpcAgents
 
-            self._grpc = GrpcAgents()
+            self._grpc = GrpcAgents(self.max_response_bytes)
         return self._grpc
 
     @property
