@@ -23,7 +23,7 @@ import yarl
 
 from ...card import EXTENSIONS_HEADER, VERSION_HEADER
 from ...compression import decode, encode
-from ...errors import AgentRefusal, AgentRPCError, AgentTooLarge, DispatchError, MMA2AError
+from ...errors import INVALID_REQUEST, AgentRefusal, AgentRPCError, AgentTooLarge, DispatchError, MMA2AError
 from ...tls import ClientTLS, client_context
 from ..observe.tracing import inject
 from . import http1
@@ -220,7 +220,11 @@ class Transport:
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
+            if status == 413:  # a proxy's, a server's own page: the size refused all the same, not a failure
+                raise too_large(agent, len(body)) from None
             raise DispatchError(f"agent {agent} answered HTTP {status} with a body that is not JSON", data={"agent": agent}) from None
+        if status == 413 and not isinstance(doc.get("error") if isinstance(doc, dict) else None, dict):
+            raise too_large(agent, len(body))
         if not isinstance(doc, dict):
             raise DispatchError(f"agent {agent} answered with a JSON value that is not a JSON-RPC response", data={"agent": agent})
         if "error" in doc and isinstance(doc["error"], dict):
@@ -348,6 +352,7 @@ class Transport:
                         doc = orjson.loads(refused)
                         if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
                             raise AgentTooLarge(agent, doc["error"], len(body))
+                    raise too_large(agent, len(body))
                 if resp.status != 200:
                     raise DispatchError(f"agent {agent} answered HTTP {resp.status} to a stream",
                                         data={"agent": agent, "status": resp.status})
@@ -410,3 +415,10 @@ def _describe(exc: BaseException) -> str:
         return f"cannot connect to {exc.host}:{exc.port} ({exc.os_error.strerror or exc.os_error})"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def too_large(agent: str, sent: int) -> AgentTooLarge:
+    """An agent's HTTP 413 without a JSON-RPC error (a proxy in front of it, a server's own page): the request as
+    passed on is over its limit all the same — told as a peer's 413 is, never counted as the agent's failure (three
+    failures eject it for every client: one client's large messages did)."""
+    return AgentTooLarge(agent, {"code": INVALID_REQUEST, "message": "HTTP 413 (Content Too Large)"}, sent)

@@ -1,6 +1,6 @@
-"""An agent reached over gRPC that refuses a message as too large, or refuses it for now (its own rate limit): both
-answer `RESOURCE_EXHAUSTED`, and the gateway tells them apart (session 18, edges; docs/security.md "Edges of the
-federation and the body worker").
+"""An agent that refuses a message as too large, or for now, is answering, not failing (session 18, edges;
+docs/security.md ED1). Over gRPC both refusals are `RESOURCE_EXHAUSTED`, and the gateway tells them apart; over HTTP a
+proxy in front of an agent answers 413 with a page of its own, no JSON-RPC error.
 
 grpc-core refuses a message over the agent's `grpc.max_receive_message_length` before any handler runs, with
 `RESOURCE_EXHAUSTED` and no ErrorInfo: `SERVER: Received message larger than max (N vs. LIMIT)`. That is the agent's
@@ -33,7 +33,7 @@ from google.rpc import error_details_pb2, status_pb2
 from starlette.applications import Starlette
 
 import mma2a.gateway.bindings.sdk_binding  # noqa: F401  (its tables made before the agent's error is in the SDK's)
-from tests.agents import RecordingExecutor, serve_app
+from tests.agents import RecordingExecutor, run_agent, serve_app
 from tests.conformance.test_tck import first_info
 from tests.gateway.conftest import agent, gateway
 
@@ -227,3 +227,49 @@ async def test_a_grpc_agents_answer_past_grpcs_default_4_mib_is_read_as_an_http_
         assert task["status"]["state"] == "TASK_STATE_COMPLETED", str(task["status"])[:300]
         assert task["status"]["message"]["parts"][0]["text"] == text
     assert healthy
+
+
+def behind_a_proxy(limit: int) -> Any:
+    """ASGI middleware answering 413 with a text page for a body over `limit` bytes, as a proxy in front of an agent
+    (nginx's `client_max_body_size`) does."""
+    def wrap(app: Any) -> Any:
+        async def proxy(scope: Any, receive: Any, send: Any) -> None:
+            size = int(dict(scope.get("headers") or ()).get(b"content-length", b"0"))
+            if scope["type"] == "http" and size > limit:
+                page = b"<html><body><h1>413 Request Entity Too Large</h1></body></html>"
+                await send({"type": "http.response.start", "status": 413, "headers": [
+                    (b"content-type", b"text/html"), (b"content-length", str(len(page)).encode())]})
+                await send({"type": "http.response.body", "body": page})
+                return
+            await app(scope, receive, send)
+        return proxy
+    return wrap
+
+
+async def test_an_http_agents_proxy_413_page_is_413_naming_the_agent_and_never_its_failure() -> None:
+    """Before: `agent notes answered HTTP 413 with a body that is not JSON`, a failed task (HTTP 200) counted as the
+    agent's failure, so three of one client's large messages ejected the agent for every client; a stream's 413 the
+    same (`answered HTTP 413 to a stream`)."""
+    card, ex = agent("notes", ["text/*"])
+    big = {"messageId": "big", "role": "ROLE_USER", "parts": [{"text": "x" * 20_000}]}
+    async with run_agent(card, ex, wrap=behind_a_proxy(LIMIT)) as agent_url, \
+            gateway({"agents": [{"name": "notes", "url": agent_url}], "grpc_listen": "127.0.0.1:0"}) as (gw, url), \
+            httpx.AsyncClient(timeout=30) as c:
+        assert gw.grpc_url is not None
+        seen = await every_binding(url, gw.grpc_url, big)
+        small = await c.post(url, headers=V1, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": "small", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}})
+        healthy = gw.directory.get("notes").healthy
+    head = "the request as passed on to agent notes ("
+    tail = (" bytes: the message with this gateway's routing metadata) is over that agent's body limit: HTTP 413 "
+            "(Content Too Large)")
+    for name in ("rpc", "rpc-stream", "rest", "rest-stream"):
+        status, wait, error = seen[name]
+        assert (status, wait) == (413, None), seen[name]
+        assert error["message"].startswith(head) and error["message"].endswith(tail), error
+    for name in ("grpc", "grpc-stream"):
+        code, (reason, _, meta), _ = seen[name]
+        assert (code, reason, meta["agent"]) == ("INVALID_ARGUMENT", "INVALID_REQUEST", "notes"), seen[name]
+        assert int(meta["sentBytes"]) > 20_000
+    assert healthy and small.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert len(ex.received) == 1
