@@ -66,6 +66,7 @@ __all__ = [
     "InsufficientStorage",
     "StoreQuotaExceeded",
     "ClientQuotaExceeded",
+    "TooManyUploads",
     "RangeNotSatisfiable",
     "RateLimited",
     "rest_status",
@@ -486,6 +487,14 @@ class ClientQuotaExceeded(PayloadError):
     some of its blobs (or send less); waiting does not help, so not 429."""
 
     http_status = 413
+
+
+class TooManyUploads(PayloadError):
+    """A client would hold more resumable uploads open at once than `blob_max_uploads_per_client`: 429, as for its
+    response streams (`limits.max_response_streams_per_client`); it must finish or abort one first (an abandoned one
+    ends by itself once idle for a day). No `Retry-After`: waiting alone does not help."""
+
+    http_status = 429
 
 
 class UploadOffsetMismatch(PayloadError):

@@ -237,7 +237,8 @@ class Gateway:
         """Payloads in `blob_dir`, else in a temporary directory removed at stop."""
         limits = {"min_free_bytes": config.blob_min_free_bytes, "min_free_inodes": config.blob_min_free_inodes,
                   "max_bytes": config.blob_max_bytes,
-                  "max_bytes_per_client": config.blob_max_bytes_per_client}
+                  "max_bytes_per_client": config.blob_max_bytes_per_client,
+                  "max_uploads_per_client": config.blob_max_uploads_per_client}
         if config.blob_dir:
             return LocalBlobStore(config.blob_dir, **limits)
         self._blob_tmp = tempfile.TemporaryDirectory(prefix="mma2a-blobs-")

@@ -20,6 +20,7 @@ from ..deadlines import Timeouts
 from ..errors import ConfigError as ConfigError  # its home is errors.py; configs are refused with it from here too
 from ..errors import InvalidParams, MMA2AError
 from ..modality import parse_modality
+from ..payload.quota import DEFAULT_MAX_UPLOADS
 from ..tls import ClientTLS, ListenerTLS
 from .access.agent_auth import AgentAuth
 from .access.clients import AuthConfig, RateLimitConfig
@@ -251,6 +252,8 @@ class GatewayConfig(BaseModel):
     # what the local blob store may hold in all (507 past it) and per client (413), blobs and uploads counted
     blob_max_bytes: int = Field(default=8 * 1024**3, gt=0)
     blob_max_bytes_per_client: int = Field(default=1024**3, gt=0)
+    # resumable uploads one client may hold open at once, across a cluster's gateways and workers (429 past it)
+    blob_max_uploads_per_client: int = Field(default=DEFAULT_MAX_UPLOADS, ge=1)
     blob_max_age_s: float | None = Field(default=None, gt=0)  # blobs and uploads older than this are deleted; off if unset
     url_secret_env: str | None = "MMA2A_URL_SECRET"  # HMAC key for signed payload URLs (random per process if unset)
     url_expires_s: int = Field(default=3600, gt=0, le=7 * 24 * 3600)

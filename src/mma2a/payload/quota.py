@@ -7,13 +7,16 @@ one, the cluster's Object Store) charge alike, so a quota means the same on a ga
 Bytes are counted as they are written (blobs, resumable uploads and single-shot bodies still coming), so two
 uploads of one client running at once cannot pass its quota together. A client is the name its credential
 gives (`owner`); bytes with no owner (auth off, the gateway's own offloaded parts) count in the total only.
+A client's resumable uploads open at once are bounded too (`blob_max_uploads_per_client`, `check_uploads`): an upload
+begun is charged one block only, so the byte quota alone let one client keep 262,144 of them open for a day, each a
+record every prune and recount of a cluster reads (docs/security.md, S17-5).
 The counts live in memory; the store that owns them rebuilds them from its directory at start. (A cluster's Object
 Store counts in NATS, for all its gateways: `mma2a.cluster.blob_quota`, in the words of `check_limits`.)
 """
 
 from __future__ import annotations
 
-from ..errors import ClientQuotaExceeded, StoreQuotaExceeded
+from ..errors import ClientQuotaExceeded, StoreQuotaExceeded, TooManyUploads
 
 CHARGE_UNIT = 4096
 """The block a blob's bytes are charged in (a filesystem's usual block): a blob of 1 to 4096 bytes is charged one,
@@ -51,6 +54,23 @@ def check_limits(owner: str | None, held: int, total: int, more: int, max_bytes:
             f"the blob store is full: it holds {total} bytes, {more} more would pass its quota of "
             f"{max_bytes} bytes (blob_max_bytes); retry later or send a smaller payload",
             field="body", data={"setting": "blob_max_bytes", "limit": max_bytes, "held": total})
+
+
+DEFAULT_MAX_UPLOADS = 256
+"""`blob_max_uploads_per_client`'s default: four times the response streams a client may hold at once, room for a
+client sending many files at once and for the uploads of a few crashed runs of it left open (each ends once idle for a
+day), while one client's records stay a few hundred for every prune and recount to read, not 262,144."""
+
+
+def check_uploads(owner: str | None, open_: int, limit: int | None) -> None:
+    """`TooManyUploads` (429) when `owner`, holding `open_` uploads, may not begin another (limit None, or no owner:
+    no bound). Every store (this one in memory, the cluster's Object Store) answers in these words."""
+    if owner is not None and limit is not None and open_ >= limit:
+        who = "this client" if " via " in owner else f"client {owner!r}"
+        raise TooManyUploads(
+            f"too many uploads open: {who} has {open_} resumable uploads open, its limit is {limit} "
+            "(blob_max_uploads_per_client); finish or abort one (DELETE /blobs/uploads/{id}) before beginning another",
+            data={"setting": "blob_max_uploads_per_client", "limit": limit, "open": open_})
 
 
 class ByteQuota:

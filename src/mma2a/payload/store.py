@@ -33,7 +33,7 @@ from ..errors import (
     StoreQuotaExceeded,
     UploadOffsetMismatch,
 )
-from .quota import ByteQuota, footprint, growth
+from .quota import ByteQuota, check_uploads, footprint, growth
 
 CHUNK_SIZE = 256 * 1024
 """Bytes read from disk per chunk; also the size of each write batch."""
@@ -227,11 +227,13 @@ class LocalBlobStore(BlobStore):
     """Blobs in a local directory: `objects/ab/<key>` with a `<key>.json` sidecar for the media type and owner."""
 
     def __init__(self, root: str | os.PathLike[str], *, min_free_bytes: int = 0, min_free_inodes: int = 0,
-                 max_bytes: int | None = None, max_bytes_per_client: int | None = None):
+                 max_bytes: int | None = None, max_bytes_per_client: int | None = None,
+                 max_uploads_per_client: int | None = None):
         """`min_free_bytes`: the disk space kept free; a write that would go below it is refused (507).
         `min_free_inodes`: the disk's files (inodes) kept free, alike: a blob or an upload begun takes two. `max_bytes`,
-        `max_bytes_per_client`: what the store and each client may hold (507, 413); the counts are rebuilt from the
-        directory here. One process per directory: the counts are this process's."""
+        `max_bytes_per_client`: what the store and each client may hold (507, 413); `max_uploads_per_client`: the
+        resumable uploads a client may hold open at once (429); the counts are rebuilt from the directory here. One
+        process per directory: the counts are this process's."""
         self.root = Path(root)
         self.min_free_bytes = min_free_bytes
         self.min_free_inodes = min_free_inodes
@@ -246,6 +248,8 @@ class LocalBlobStore(BlobStore):
         self._upload_hashes: dict[str, tuple[int, Any]] = {}
         self.quota = ByteQuota(max_bytes, max_bytes_per_client)
         self._upload_owners: dict[str, str | None] = {}  # every upload on disk -> the client it is counted for
+        self.max_uploads_per_client = max_uploads_per_client
+        self._open_uploads: dict[str, int] = {}  # owners holding uploads -> how many (`quota.check_uploads`)
         self._count_held()
 
     def _count_held(self) -> None:
@@ -268,11 +272,25 @@ class LocalBlobStore(BlobStore):
             if entry.name.endswith(".part") and _UPLOAD_RE.match(entry.name[:-5]):
                 owner = _owner_of(Path(entry.path).with_suffix(".json"))
                 self._upload_owners[entry.name[:-5]] = owner
+                self._opened(owner, 1)
                 self.quota.add(owner, footprint(entry.stat().st_size))
             elif entry.name.endswith(".json") and f"{entry.name[:-5]}.part" not in names:
                 _left_over(entry)  # an upload whose begin or abort was cut between its two files
         for entry in os.scandir(self._tmp):
             _left_over(entry)  # a body being written, or a sidecar being made, when the process stopped
+
+    def _opened(self, owner: str | None, n: int) -> None:
+        """`n` more (or, negative, fewer) uploads open for `owner`."""
+        if owner is not None:
+            left = self._open_uploads.get(owner, 0) + n
+            if left > 0:
+                self._open_uploads[owner] = left
+            else:
+                self._open_uploads.pop(owner, None)
+
+    def open_uploads(self, owner: str | None) -> int:
+        """The resumable uploads `owner` holds open (0 for no owner)."""
+        return 0 if owner is None else self._open_uploads.get(owner, 0)
 
     async def check_room(self, owner: str | None, size: int, at: int | None = None) -> None:
         self.quota.check(owner, growth(at, size))
@@ -444,11 +462,14 @@ class LocalBlobStore(BlobStore):
                 path.with_suffix(".json").unlink(missing_ok=True)
                 raise
 
+        check_uploads(owner, self.open_uploads(owner), self.max_uploads_per_client)  # 429 past its open uploads
         self._check_space(0, OBJECT_FILES)
         self.quota.charge(owner, footprint(0))  # an upload's files are held from its start (413/507 when full)
+        self._opened(owner, 1)  # counted before the first await: two begins at once cannot both take the last one
         try:
             await asyncio.to_thread(create)
         except BaseException:
+            self._opened(owner, -1)
             self.quota.release(owner, footprint(0))
             raise
         self._upload_owners[upload_id] = owner
@@ -537,7 +558,7 @@ class LocalBlobStore(BlobStore):
             meta_path.unlink(missing_ok=True)
             path.unlink(missing_ok=True)
             self._upload_hashes.pop(upload_id, None)
-            self._upload_owners.pop(upload_id, None)
+            self._opened(self._upload_owners.pop(upload_id, None), -1)
         self._upload_locks.pop(upload_id, None)
         return BlobInfo(key, size, media_type)
 
@@ -551,7 +572,9 @@ class LocalBlobStore(BlobStore):
             path.unlink(missing_ok=True)
             path.with_suffix(".json").unlink(missing_ok=True)
             self._upload_hashes.pop(upload_id, None)
-            self.quota.release(self._upload_owners.pop(upload_id, None), footprint(size))
+            owner = self._upload_owners.pop(upload_id, None)
+            self._opened(owner, -1)
+            self.quota.release(owner, footprint(size))
         self._upload_locks.pop(upload_id, None)
 
     async def prune(self, max_age_s: float | None, now: float | None = None) -> int:
@@ -587,4 +610,5 @@ class LocalBlobStore(BlobStore):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.quota.reset()
         self._upload_owners.clear()
+        self._open_uploads.clear()
 

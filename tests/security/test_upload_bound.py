@@ -1,0 +1,97 @@
+"""A client's resumable uploads open at once are bounded (`blob_max_uploads_per_client`, docs/security.md S17-5): an
+upload begun is charged one 4 KiB block, so the byte quota alone (1 GiB) let one client keep 262,144 of them open for a
+day. Past the bound the next `POST /blobs/uploads` is 429 naming the setting and the count; finishing, aborting or
+pruning one gives its place back, and the count survives a restart. On the local store here; across a cluster's
+gateways and workers in tests/cluster/test_upload_bound.py."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import httpx
+
+from mma2a.errors import TooManyUploads
+from mma2a.payload import LocalBlobStore
+from tests.security.conftest import CAROL, TOKEN, secured
+
+ALICE = {"Authorization": f"Bearer {TOKEN}"}
+CAROL_H = {"Authorization": f"Bearer {CAROL}"}
+LIMIT = 3
+
+
+def too_many_message(held: int, limit: int = LIMIT, client: str = "alice") -> str:
+    return (f"too many uploads open: client {client!r} has {held} resumable uploads open, its limit is {limit} "
+            "(blob_max_uploads_per_client); finish or abort one (DELETE /blobs/uploads/{id}) before beginning another")
+
+
+def assert_too_many(r: httpx.Response, held: int = LIMIT, limit: int = LIMIT) -> None:
+    """The refusal of one upload past the bound: 429, the exact message, the setting, limit and count in its data."""
+    assert r.status_code == 429, r.text
+    error = r.json()["error"]
+    assert error["message"] == too_many_message(held, limit)
+    assert error["data"] == {"setting": "blob_max_uploads_per_client", "limit": limit, "open": held}
+
+
+async def begin(c: httpx.AsyncClient, url: str, headers: dict[str, str]) -> httpx.Response:
+    return await c.post(url + "/blobs/uploads", headers=headers)
+
+
+async def test_a_client_past_its_open_uploads_gets_429_and_another_client_still_begins(tmp_path):
+    cfg = {"blob_dir": str(tmp_path), "blob_max_uploads_per_client": LIMIT}
+    async with secured(cfg) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        mine = [await begin(c, url, ALICE) for _ in range(LIMIT)]
+        refused = await begin(c, url, ALICE)
+        other = await begin(c, url, CAROL_H)
+        counts = gw.store.open_uploads("alice"), gw.store.open_uploads("carol")
+    assert [r.status_code for r in mine] == [201] * LIMIT and other.status_code == 201
+    assert_too_many(refused)
+    assert counts == (LIMIT, 1)
+    assert len(list((tmp_path / "uploads").glob("*.part"))) == LIMIT + 1  # the refused one left nothing on disk
+
+
+async def test_finishing_or_aborting_an_upload_gives_its_place_back(tmp_path):
+    cfg = {"blob_dir": str(tmp_path), "blob_max_uploads_per_client": LIMIT}
+    async with secured(cfg) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        ids = [(await begin(c, url, ALICE)).json()["uploadId"] for _ in range(LIMIT)]
+        await c.patch(f"{url}/blobs/uploads/{ids[0]}", content=b"a" * 1000, headers=ALICE | {"Upload-Offset": "0"})
+        finished = await c.post(f"{url}/blobs/uploads/{ids[0]}/finish", headers=ALICE)
+        after_finish = gw.store.open_uploads("alice")
+        again = await begin(c, url, ALICE)
+        aborted = await c.delete(f"{url}/blobs/uploads/{ids[1]}", headers=ALICE)
+        after_abort = gw.store.open_uploads("alice")
+        third = await begin(c, url, ALICE)
+        refused = await begin(c, url, ALICE)
+    assert finished.status_code == 201 and finished.json()["sha256"] == hashlib.sha256(b"a" * 1000).hexdigest()
+    assert (after_finish, again.status_code) == (LIMIT - 1, 201)
+    assert (aborted.status_code, after_abort, third.status_code) == (204, LIMIT - 1, 201)
+    assert_too_many(refused)
+
+
+async def test_open_uploads_are_counted_again_at_a_restart_and_freed_by_pruning(tmp_path):
+    cfg = {"blob_dir": str(tmp_path), "blob_max_uploads_per_client": LIMIT}
+    async with secured(cfg) as (_, url, _), httpx.AsyncClient(timeout=30) as c:
+        assert [(await begin(c, url, ALICE)).status_code for _ in range(LIMIT)] == [201] * LIMIT
+    async with secured(cfg) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        counted = gw.store.open_uploads("alice")
+        refused = await begin(c, url, ALICE)
+        pruned = await gw.store.prune(60, now=time.time() + 120)  # every upload idle past blob_max_age_s
+        freed = gw.store.open_uploads("alice")
+        again = await begin(c, url, ALICE)
+    assert counted == LIMIT
+    assert_too_many(refused)
+    assert (pruned, freed, again.status_code) == (LIMIT, 0, 201)
+
+
+async def test_the_store_refuses_past_the_bound_with_nothing_made_and_counts_uploads_without_owner_never(tmp_path):
+    store = LocalBlobStore(tmp_path, max_uploads_per_client=2)
+    await store.begin_upload(owner="alice")
+    await store.begin_upload(owner="alice")
+    try:
+        await store.begin_upload(owner="alice")
+        raise AssertionError("a third upload was begun")
+    except TooManyUploads as exc:
+        assert exc.message == too_many_message(2, 2) and exc.http_status == 429
+    anonymous = [await store.begin_upload() for _ in range(3)]  # no owner (auth off): no client to bound
+    assert len(anonymous) == 3 and store.open_uploads("alice") == 2 and store.open_uploads(None) == 0
+    assert store.quota.held("alice") == 2 * 4096  # the refused one charged nothing
