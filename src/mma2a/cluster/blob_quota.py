@@ -10,6 +10,12 @@ counted before they are stored (`Reservation`), in growing blocks, so two upload
 cannot pass its quota together; the words of a refusal are the local store's (`payload.quota.check_limits`), and
 so is what a blob or upload is charged (`payload.quota.footprint`: its bytes in whole 4 KiB blocks, plus one).
 
+A client's resumable uploads open at once (`blob_max_uploads_per_client`) are a count of the same bucket (`OPEN`),
+changed alike: one more as an upload begins (over the revision read, refused at the limit: 429), one fewer by the
+gateway that deletes its record (finished, aborted, pruned). A count a gateway left high (it died between the two
+writes; a record that aged out unseen) or low (a cluster made before the bound) is set right by the prune that lists
+the records (`recount_uploads`).
+
 Counts missing (a cluster made before the quotas, the bucket deleted, or a bucket of session 14's counts of content
 bytes) are counted again from the objects' own info (their owner is in their metadata) and the upload records as
 they were before the count was claimed, by the one gateway that claims it (creating the store's total). The counts
@@ -29,8 +35,9 @@ from typing import Any
 
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 
-from ..errors import ClientQuotaExceeded, ClusterError, StoreQuotaExceeded
-from ..payload.quota import check_limits, growth
+from ..errors import ClientQuotaExceeded, ClusterError, StoreQuotaExceeded, TooManyUploads
+from ..payload.quota import check_limits, check_uploads, growth
+from .kv_keys import streamed_entries
 from .link import ensure_kv
 
 log = logging.getLogger("mma2a.cluster")
@@ -42,6 +49,8 @@ counted from the objects (`SharedByteQuota.open`)."""
 TOTAL = FORM + "total"  # created by the gateway that counts the objects (its claim), then changed by every write
 OLD_FORM = ("total", "counted", "c.>", "h.>")
 """The keys of session 14's counts of content bytes, purged by the gateway that counts the footprints."""
+OPEN = "o."
+"""Under `FORM`, the prefix of a client's count of resumable uploads open (`blob_max_uploads_per_client`)."""
 PRUNED = "pruned"  # when the store was last pruned (by whichever gateway took that turn)
 SEEN_MAX = 4096
 """Counts (value, revision) remembered from this gateway's last reads and writes: a stale one costs a refused write
@@ -77,25 +86,35 @@ def _what(key: str) -> str:
 LONG_OWNER = 384  # an owner's bytes past which its count is keyed by a digest (a NATS subject is one protocol line)
 
 
-def _key(owner: str) -> str:
+def _key(owner: str, kind: str = "") -> str:
     """The count's key: `c.` + the owner in base64url, or for a long one `h.` + its SHA-256: nats-server takes a
     subject of at most its max_control_line (4 KiB) and, past it, closes the connection (the gateway's cluster
     connection, for good: session 15, S15-5). Client ids are shorter today (a federated one ~600 bytes at most). Both
     under `FORM`."""
     raw = owner.encode()
     if len(raw) > LONG_OWNER:
-        return FORM + "h." + hashlib.sha256(raw).hexdigest()
-    return FORM + "c." + base64.urlsafe_b64encode(raw).decode()
+        return FORM + kind + "h." + hashlib.sha256(raw).hexdigest()
+    return FORM + kind + "c." + base64.urlsafe_b64encode(raw).decode()
+
+
+def uploads_key(owner: str) -> str:
+    """The key of `owner`'s count of open uploads."""
+    return _key(owner, OPEN)
 
 
 class SharedByteQuota:
     """Bytes held in the cluster's Object Store, in total and per owner, in a KV bucket every gateway changes."""
 
-    def __init__(self, max_bytes: int | None, max_bytes_per_client: int | None) -> None:
+    def __init__(self, max_bytes: int | None, max_bytes_per_client: int | None,
+                 max_uploads_per_client: int | None = None) -> None:
         self.max_bytes = max_bytes
         self.max_bytes_per_client = max_bytes_per_client
+        self.max_uploads_per_client = max_uploads_per_client
         self.kv: Any = None
+        self.js: Any = None
+        self.bucket = ""
         self._seen: dict[str, tuple[int, int]] = {}
+        self._high: dict[str, int] = {}  # counts of open uploads the last recount found high: key -> their revision
 
     async def open(self, js: Any, bucket: str, *, replicas: int, max_bytes: int, sizing: dict[str, tuple[int, str]],
                    stored: Callable[[], Awaitable[Callable[[], AsyncIterator[tuple[str | None, int]]]]]) -> None:
@@ -106,6 +125,7 @@ class SharedByteQuota:
         meanwhile. A gateway writes counts only once `TOTAL` is there, so what is written after the claim is counted
         by the gateway writing it and nothing is counted twice (a blob stored in between by a gateway of the version
         before is counted by neither: the safe side)."""
+        self.js, self.bucket = js, bucket
         try:
             await (await js.key_value(bucket)).get(TOTAL)
             holdings = None
@@ -270,6 +290,87 @@ class SharedByteQuota:
         """`n` bytes of `owner` are gone (deleted, refused, or the same content was already stored)."""
         if n:
             await self.add(owner, -n)
+
+
+    # --- open uploads (`blob_max_uploads_per_client`) ---------------------------------------------------------------
+    @property
+    def counts_uploads(self) -> bool:
+        return self.max_uploads_per_client is not None
+
+    async def open_uploads(self, owner: str | None) -> int:
+        """How many resumable uploads `owner` holds open across the cluster (0 for no owner, or no bound)."""
+        return 0 if owner is None or not self.counts_uploads else (await self._read(uploads_key(owner)))[0]
+
+    async def begin_upload(self, owner: str | None) -> None:
+        """Count one more upload open for `owner`, or `TooManyUploads` (429) at its limit (nothing counted then); the
+        count read as last seen, and read again before a refusal."""
+        if owner is None or not self.counts_uploads:
+            return
+        key = uploads_key(owner)
+        for attempt in range(MAX_SWAPS):
+            await _backoff(attempt)
+            for fresh in (False, True):
+                value, revision = await self._read(key, fresh)
+                try:
+                    check_uploads(owner, value, self.max_uploads_per_client)
+                except TooManyUploads:
+                    if fresh:
+                        raise
+                    continue
+                break
+            if await self._swap(key, value + 1, revision):
+                return
+        raise QuotaBusy("a client's open uploads")
+
+    async def end_upload(self, owner: str | None) -> None:
+        """One upload of `owner` is gone (finished, aborted, pruned, or never made): by the gateway that deleted its
+        record. Floored at 0 (a count made low is raised by the next recount)."""
+        if owner is None or not self.counts_uploads:
+            return
+        key = uploads_key(owner)
+        for attempt in range(MAX_SWAPS):
+            await _backoff(attempt)
+            value, revision = await self._read(key, fresh=False)
+            if await self._swap(key, max(0, value - 1), revision):
+                return
+        raise QuotaBusy("a client's open uploads")
+
+    async def upload_counts(self) -> dict[str, tuple[int, int]]:
+        """Every client's count of open uploads as it stands: key -> (count, revision), streamed from the bucket (one
+        small entry per client that held an upload)."""
+        counts: dict[str, tuple[int, int]] = {}
+        async for entry in streamed_entries(self.js, self.bucket, FORM + OPEN + ">"):
+            try:
+                counts[entry.key] = (int(entry.value or b"0"), entry.revision)
+            except ValueError:
+                counts[entry.key] = (0, entry.revision)
+        return counts
+
+    async def recount_uploads(self, before: dict[str, tuple[int, int]], records: dict[str, int],
+                              busy: set[str]) -> int:
+        """Set each client's count of open uploads to the records found (`records`: key -> how many), for clients no
+        upload began or ended of since `before` (`upload_counts`, read before the records were listed: a count still
+        at that revision, written over it) and none of whose records was written during the listing (`busy`). A
+        count below its records is raised at once (no write in flight makes one so: a count goes up before its record
+        is made and down after it is deleted). One above them is lowered only when the previous recount of this
+        gateway found it high at the same revision: a gateway that deleted a record and is about to take its count
+        down would otherwise have it taken down twice; a count left high by a gateway that died stays at its
+        revision. Returns how many counts were set."""
+        high, fixed = {}, 0
+        for key in before.keys() | records.keys():
+            count, revision = before.get(key, (0, 0))
+            found = records.get(key, 0)
+            if key in busy or found == count:
+                continue
+            if found < count and self._high.get(key) != revision:
+                high[key] = revision
+                continue
+            if await self._swap(key, found, revision):
+                fixed += 1
+                log.info("blob quotas: a client's count of open uploads set from %d to %d, as its records are",
+                         count, found)
+        self._high = high
+        return fixed
 
 
 class Reservation:

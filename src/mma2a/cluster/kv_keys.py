@@ -12,21 +12,73 @@ purged), which move the rest back, are seen and the page is read again from furt
 listing is in it.
 
 A deleted or purged key keeps a marker message on its subject, so it is listed: `current` says it apart (its marker's
-entry, `operation` KV_DEL or KV_PURGE), as `KeyValue.get` does (KeyNotFoundError)."""
+entry, `operation` KV_DEL or KV_PURGE), as `KeyValue.get` does (KeyNotFoundError).
+
+A bucket of many keys whose values are all wanted (the uploads' records a prune and a recount read) is streamed
+instead (`streamed_entries`): an ordered consumer delivers the last message of each key, so nothing is read one `get`
+a key, nothing is parsed in one piece, and only what the caller keeps is held (docs/security.md, S17-5)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+from nats.js import api
 from nats.js.errors import KeyNotFoundError, NotFoundError
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from ..errors import ClusterError
 from ..serving import cancel_tasks
 
 AT_ONCE = 32  # entries read at once by `current`
+STREAM_WAIT_S = 10.0  # the longest `streamed_entries` waits for the next message of a listing
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Streamed:
+    """One message of a streamed listing: a key's value (None: a delete's or purge's marker), its revision, and
+    whether it was written after the listing began (`late`: the key may be listed again, with its value of before)."""
+
+    key: str
+    value: bytes | None
+    revision: int
+    late: bool
+
+
+async def streamed_entries(js: Any, bucket: str, keys: str = ">") -> AsyncIterator[Streamed]:
+    """Every key of `bucket` matching `keys` (a subject filter under the bucket's prefix) with its last value, in the
+    order of the bucket's stream, by one ordered consumer (flow-controlled, gone once the listing ends; its stream named,
+    as NATS permissions refuse a lookup). It ends once the consumer has passed what the stream held when the listing
+    began and has nothing pending: a key held throughout is listed. A key rewritten meanwhile may come twice (its value
+    of before, then its new one, `late`); a key whose message of before was replaced before it was delivered comes
+    once, `late`. A listing the server stops feeding for `STREAM_WAIT_S` raises `ClusterError`."""
+    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
+    try:
+        last = int((await js.get_last_msg(stream, prefix + keys)).seq)
+    except NotFoundError:
+        return  # no such bucket, or no key yet
+    sub = await js.subscribe(prefix + keys, stream=stream, ordered_consumer=True,
+                             deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=STREAM_WAIT_S)
+            except (asyncio.TimeoutError, TimeoutError):
+                raise ClusterError(f"the listing of {bucket} stopped: no message for {STREAM_WAIT_S:g} s",
+                                   field="cluster") from None
+            meta = msg.metadata
+            seq = int(meta.sequence.stream)
+            op = (msg.headers or {}).get("KV-Operation")
+            yield Streamed(msg.subject[len(prefix):], None if op in (KV_DEL, KV_PURGE) else msg.data, seq, seq > last)
+            if meta.num_pending == 0 and seq >= last:
+                return
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
 
 
 async def held_keys(js: Any, bucket: str) -> list[str]:

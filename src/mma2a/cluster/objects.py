@@ -15,6 +15,10 @@ counted for is in its info's `metadata` (`mma2a-owner`; an upload's in its recor
 only over the one it read (JetStream's expected last subject sequence), so two gateways storing the same bytes, or
 deleting one blob, at the same moment count it once. `prune` deletes what is older than `blob_max_age_s`, and
 uploads idle for longer than their record would live (`UPLOAD_IDLE_S`), freeing their bytes: one gateway a turn.
+A client's uploads open at once are counted in the same bucket (`blob_max_uploads_per_client`, 429 past it), and the
+prune that lists the records sets a count a dead gateway left wrong right (`SharedByteQuota.recount_uploads`). The
+records are read streamed, by one ordered consumer, never one `get` each nor all held at once (docs/security.md,
+S17-5: 262,144 records, a `get` each, held the loop ~32 s of CPU a round).
 """
 
 from __future__ import annotations
@@ -54,8 +58,8 @@ from ..payload.store import (
 )
 
 from ..payload.quota import footprint, growth
-from .blob_quota import MAX_SWAPS, Reservation, SharedByteQuota
-from .kv_keys import held_keys
+from .blob_quota import MAX_SWAPS, Reservation, SharedByteQuota, uploads_key
+from .kv_keys import streamed_entries
 from .link import ClusterLink, Connected, ensure_kv, reserved
 
 log = logging.getLogger("mma2a.cluster")
@@ -115,9 +119,11 @@ class ObjectBlobStore(BlobStore):
             raise ClusterError("blob store: not connected to the cluster yet", field="cluster")
         return self.cluster.js
 
-    async def setup(self, *, max_bytes: int | None = None, max_bytes_per_client: int | None = None) -> None:
+    async def setup(self, *, max_bytes: int | None = None, max_bytes_per_client: int | None = None,
+                    max_uploads_per_client: int | None = None) -> None:
         """Open the Object Store and the uploads' records; with a limit, the cluster's counts of what is held
-        (`blob_max_bytes`, `blob_max_bytes_per_client`), counted from the objects when their bucket is new."""
+        (`blob_max_bytes`, `blob_max_bytes_per_client`), counted from the objects when their bucket is new, and of
+        each client's uploads open (`blob_max_uploads_per_client`)."""
         js, c = self.js, self.cluster.config
         try:
             await js.object_store(self.bucket)
@@ -125,8 +131,8 @@ class ObjectBlobStore(BlobStore):
             with contextlib.suppress(Exception):  # created concurrently by another gateway
                 await js.create_object_store(self.bucket, config=api.ObjectStoreConfig(replicas=c.replicas))
         self._uploads = await ensure_kv(js, self.cluster.names.bucket("uploads"), ttl=UPLOADS_TTL_S, replicas=c.replicas)
-        if max_bytes is not None or max_bytes_per_client is not None:
-            quota = SharedByteQuota(max_bytes, max_bytes_per_client)
+        if max_bytes is not None or max_bytes_per_client is not None or max_uploads_per_client is not None:
+            quota = SharedByteQuota(max_bytes, max_bytes_per_client, max_uploads_per_client)
             await quota.open(js, self.cluster.names.bucket("blob_quota"), replicas=c.replicas,
                              max_bytes=c.blob_quota_bucket_bytes, sizing=reserved(c), stored=self._stored)
             self.quota = quota
@@ -156,10 +162,30 @@ class ObjectBlobStore(BlobStore):
                 log.warning("blob quotas: %d bytes of %s not given back: %r", reservation.reserved - keep,
                             reservation.owner or "no client", exc)
 
-        task = asyncio.ensure_future(settle())
+        await self._shielded(settle())
+
+    async def _shielded(self, work: Awaitable[None]) -> None:
+        """Run `work` in a task of its own that a cancelled request does not cut short."""
+        task = asyncio.ensure_future(work)
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
         await asyncio.shield(task)
+
+    async def _upload_ended(self, owner: str | None) -> None:
+        """One upload of `owner` fewer open (its record deleted by this gateway, or never made). A failure (NATS gone,
+        the count too busy) leaves it counted, said here: the next prune's recount sets it right."""
+        quota = self.quota
+        if quota is None or not quota.counts_uploads:
+            return
+
+        async def end() -> None:
+            try:
+                await quota.end_upload(owner)
+            except Exception as exc:  # noqa: BLE001 - counted high until the next recount: the safe side
+                log.warning("blob quotas: an upload of %s ended, its count not taken down: %r", owner or "no client",
+                            exc)
+
+        await self._shielded(end())
 
     # --- writing ------------------------------------------------------------------------
     async def _publish_all(self, subject: str, pieces: AsyncIterator[bytes], *, max_size: int | None,
@@ -341,10 +367,16 @@ class ObjectBlobStore(BlobStore):
         upload_id = secrets.token_hex(16)
         record = {"mediaType": media_type, "offset": 0, "seqs": [], "owner": owner, "at": time.time()}
         held = Reservation(self.quota, owner)
+        counted = False
         try:
+            if self.quota is not None:  # counted before its record is made (429 at the limit), taken down if not made
+                await self.quota.begin_upload(owner)
+                counted = True
             await held.take(0)  # an upload is charged from its start (`quota.footprint(0)`; 413/507 when full)
             await self._uploads.create(upload_id, orjson.dumps(record))
         except BaseException:
+            if counted:
+                await self._upload_ended(owner)
             await self._settle(held)
             raise
         return upload_id
@@ -422,6 +454,7 @@ class ObjectBlobStore(BlobStore):
             info, fresh = await self._commit(nuid, key, size, n, rec.get("mediaType", DEFAULT_MEDIA_TYPE), owner)
             owned = await self._drop_record(upload_id, rev)  # False: aborted, pruned, finished or appended to elsewhere
             if owned:
+                await self._upload_ended(owner)
                 await self.js.purge_stream(self.stream, subject=up_subject)
             if self.quota is not None:
                 if owned and not fresh:
@@ -461,6 +494,7 @@ class ObjectBlobStore(BlobStore):
             raise ClusterError(f"upload {upload_id}: its record was changed {MAX_SWAPS} times in a row while this "
                                "gateway aborted it (chunks are being sent to it); nothing was deleted, retry",
                                field="uploadId")
+        await self._upload_ended(rec.get("owner"))
         await self.js.purge_stream(self.stream, subject=self._chunk_subject("up" + upload_id))
         if self.quota is not None:
             await self.quota.release(rec.get("owner"), footprint(int(rec.get("offset") or 0)))
@@ -488,12 +522,27 @@ class ObjectBlobStore(BlobStore):
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def _records(self) -> AsyncIterator[tuple[str, dict[str, Any], int]]:
-        """Every upload's id, record and revision (the ids read from the records' stream, not by a watch: kv_keys.py, a
-        watch's listing missed records other gateways were rewriting, and a recount then left their bytes out)."""
-        for upload_id in await held_keys(self.js, self.cluster.names.bucket("uploads")):
-            with contextlib.suppress(PayloadNotFound, PayloadError):
-                yield upload_id, *(await self._record(upload_id))
+    async def _records(self, busy: set[str] | None = None) -> AsyncIterator[tuple[str, dict[str, Any], int]]:
+        """Every upload's id, record and revision, each once, streamed from the records' stream (`streamed_entries`:
+        no `get` each; what is held is the ids listed, ~100 bytes an upload, for a record rewritten during the listing
+        comes again). `busy` collects the count keys (`uploads_key`) of the clients whose records were written during
+        the listing (their count is not set from it: `SharedByteQuota.recount_uploads`)."""
+        listed: set[str] = set()
+        async for entry in streamed_entries(self.js, self.cluster.names.bucket("uploads")):
+            if entry.value is None:
+                continue  # a finished or aborted upload's marker
+            try:
+                rec = orjson.loads(entry.value)
+                check_upload_id(entry.key)
+            except (ValueError, PayloadError):
+                continue
+            if not isinstance(rec, dict):
+                continue
+            if entry.late and busy is not None and isinstance(rec.get("owner"), str):
+                busy.add(uploads_key(rec["owner"]))
+            if entry.key not in listed:
+                listed.add(entry.key)
+                yield entry.key, rec, entry.revision
 
     async def _stored(self) -> Callable[[], AsyncIterator[tuple[str | None, int]]]:
         """What is stored now: an iterator over each blob's and upload's owner and bytes (a new count's source). The
@@ -504,7 +553,10 @@ class ObjectBlobStore(BlobStore):
         counted as it was: that gateway takes its bytes back from the count, in whichever order the two land (counts
         are not floored: `SharedByteQuota._swap`)."""
         last = (await self.js.stream_info(self.stream)).state.last_seq
-        uploads = [(rec.get("owner"), footprint(int(rec.get("offset") or 0))) async for _, rec, _ in self._records()]
+        uploads: dict[str | None, int] = {}  # by owner: as many entries as clients, not as uploads
+        async for _, rec, _ in self._records():
+            owner = rec.get("owner") if isinstance(rec.get("owner"), str) else None
+            uploads[owner] = uploads.get(owner, 0) + footprint(int(rec.get("offset") or 0))
 
         async def holdings() -> AsyncIterator[tuple[str | None, int]]:
             async for seq, info in self._infos():
@@ -515,7 +567,7 @@ class ObjectBlobStore(BlobStore):
                     freed = _freed(info)
                     if freed is not None and freed[0] <= last:
                         yield _owner(info), freed[1]
-            for held in uploads:
+            for held in uploads.items():
                 yield held
 
         return holdings
@@ -535,19 +587,39 @@ class ObjectBlobStore(BlobStore):
         gone = 0
         if max_age_s is not None:
             cutoff = at - max_age_s
-            old = [info["name"] for _, info in [i async for i in self._infos()]
+            old = [info["name"] async for _, info in self._infos()  # the old ones' names kept, not every info
                    if not info.get("deleted") and isinstance(info.get("name"), str) and _mtime(info) < cutoff]
             for key in old:
                 with contextlib.suppress(PayloadNotFound, PayloadError):
                     await self.delete(key)
                     gone += 1
         idle_s = min(UPLOAD_IDLE_S, max_age_s if max_age_s is not None else UPLOAD_IDLE_S) + time.time() - at
-        for upload_id, _, _ in [r async for r in self._records()]:
+        for upload_id in await self._idle_uploads(idle_s):
             with contextlib.suppress(PayloadNotFound):
                 async with self._lock(upload_id):
-                    gone += await self._abort(upload_id, idle_s)
+                    gone += await self._abort(upload_id, idle_s)  # read again: appended to since, it is kept
                 self._locks.pop(upload_id, None)
         return gone
+
+    async def _idle_uploads(self, idle_s: float) -> list[str]:
+        """The ids of the uploads last written more than `idle_s` ago (a record with no time, of a gateway from before,
+        is left to its TTL), from one streamed listing of the records; counting open uploads, that listing also sets
+        each client's count right (`SharedByteQuota.recount_uploads`: the counts read before it)."""
+        quota = self.quota if self.quota is not None and self.quota.counts_uploads else None
+        before = await quota.upload_counts() if quota is not None else {}
+        found: dict[str, int] = {}
+        busy: set[str] = set()
+        idle: list[str] = []
+        async for upload_id, rec, _ in self._records(busy):
+            owner, written = rec.get("owner"), rec.get("at")
+            if quota is not None and isinstance(owner, str):
+                key = uploads_key(owner)
+                found[key] = found.get(key, 0) + 1
+            if isinstance(written, (int, float)) and time.time() - written > idle_s:
+                idle.append(upload_id)
+        if quota is not None:
+            await quota.recount_uploads(before, found, busy)
+        return idle
 
 
 def _media_type(info: dict[str, Any]) -> str:
@@ -589,10 +661,12 @@ def _mtime(info: dict[str, Any]) -> float:
 
 
 async def open_object_store(config: ClusterConfig, *, max_bytes: int | None = None,
-                            max_bytes_per_client: int | None = None) -> tuple[ObjectBlobStore, ClusterLink]:
+                            max_bytes_per_client: int | None = None,
+                            max_uploads_per_client: int | None = None) -> tuple[ObjectBlobStore, ClusterLink]:
     """An `ObjectBlobStore` on its own connection (close the link when done); with a limit, counting for the
     cluster's quotas as its gateways do."""
     link = await ClusterLink(config).connect()
     store = ObjectBlobStore(link)
-    await store.setup(max_bytes=max_bytes, max_bytes_per_client=max_bytes_per_client)
+    await store.setup(max_bytes=max_bytes, max_bytes_per_client=max_bytes_per_client,
+                      max_uploads_per_client=max_uploads_per_client)
     return store, link
