@@ -1,6 +1,6 @@
 """An agent that refuses a message as too large, or for now, is answering, not failing (session 18, edges;
-docs/security.md ED1). Over gRPC both refusals are `RESOURCE_EXHAUSTED`, and the gateway tells them apart; over HTTP a
-proxy in front of an agent answers 413 with a page of its own, no JSON-RPC error.
+docs/security.md ED1, ED2). Over gRPC both refusals are `RESOURCE_EXHAUSTED`, and the gateway tells them apart; over
+HTTP a proxy in front of an agent answers 413 with a page of its own, no JSON-RPC error.
 
 grpc-core refuses a message over the agent's `grpc.max_receive_message_length` before any handler runs, with
 `RESOURCE_EXHAUSTED` and no ErrorInfo: `SERVER: Received message larger than max (N vs. LIMIT)`. That is the agent's
