@@ -2,7 +2,8 @@
 decision history (`history.JetStreamHistory`) and its learning (`learning.ClusterLearning`) share.
 
 The request path only appends to a bounded deque (past `capacity`, the event is dropped and counted: never a
-wait). A publisher task sends what is queued in batches of up to `BATCH` events, one stream message each,
+wait). A publisher task sends what is queued in batches of up to `BATCH` events, one stream message each (or as
+`messages` divides a batch: the history's, a message per client),
 encoded off the loop (`encode`; on it when `encode_on_loop`: a few µs a batch), after gathering for `linger_s` when fewer than a batch are queued. A batch that
 NATS does not take is counted as failed (`on_failed`) and said once: the first failure is logged (with why the
 stream was refused at start, `refused`, when it was), then failures are only counted until a batch goes out again,
@@ -81,6 +82,11 @@ class StreamPublisher(ABC, Generic[E]):
     def on_failed(self, count: int, exc: Exception) -> None:
         """`count` events NATS did not take."""
 
+    def messages(self, batch: list[E]) -> list[tuple[str, list[E], dict[str, str] | None]]:
+        """The stream messages of a batch: each its subject, its events and its headers (by default one message on
+        `subject`)."""
+        return [(self.subject, batch, None)]
+
     # --- lifecycle --------------------------------------------------------------------------------
     def start_publishing(self) -> None:
         self._tasks.append(asyncio.create_task(self._publish_loop()))
@@ -101,22 +107,35 @@ class StreamPublisher(ABC, Generic[E]):
     async def _publish_pending(self) -> None:
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
-            data = self.encode(batch) if self.encode_on_loop else await asyncio.to_thread(self.encode, batch)
-            try:
-                await self.cluster.js.publish(self.subject, data, stream=self.stream)
-                self.published += len(batch)
-            except Exception as exc:  # NATS away, or the stream refused: counted, and said once
-                if self._failing_since is None:
-                    self._failing_since = self.failed
-                    log.warning("%s: %d events not published to the stream %s: %s; %s", self.kind, len(batch),
-                                self.stream, exc or type(exc).__name__,
-                                "JetStream refused the stream at start (logged then, naming the setting to lower); "
-                                "further failures are counted" if self.refused else
-                                "further failures are counted, and said once publishing works again")
-                self.failed += len(batch)
-                self.on_failed(len(batch), exc)
+            messages = self.messages(batch)
+            if self.encode_on_loop:
+                datas = [self.encode(events) for _, events, _ in messages]
             else:
+                datas = await asyncio.to_thread(lambda: [self.encode(events) for _, events, _ in messages])
+            # a batch's messages sent at once (their acknowledgements awaited together, not one round trip each)
+            results = await asyncio.gather(*(
+                self.cluster.js.publish(subject, data, stream=self.stream, headers=headers)
+                for (subject, _, headers), data in zip(messages, datas, strict=True)), return_exceptions=True)
+            for (_, events, _), result in zip(messages, results, strict=True):
+                if isinstance(result, BaseException):
+                    if isinstance(result, asyncio.CancelledError):
+                        raise result
+                    self._failure(len(events), result if isinstance(result, Exception) else Exception(str(result)))
+                    continue
+                self.published += len(events)
                 if self._failing_since is not None:
                     log.warning("%s: publishing to the stream %s again; %d events were not published", self.kind,
                                 self.stream, self.failed - self._failing_since)
                     self._failing_since = None
+
+    def _failure(self, count: int, exc: Exception) -> None:
+        """`count` events NATS did not take (away, or the stream refused): counted, and said once."""
+        if self._failing_since is None:
+            self._failing_since = self.failed
+            log.warning("%s: %d events not published to the stream %s: %s; %s", self.kind, count,
+                        self.stream, exc or type(exc).__name__,
+                        "JetStream refused the stream at start (logged then, naming the setting to lower); "
+                        "further failures are counted" if self.refused else
+                        "further failures are counted, and said once publishing works again")
+        self.failed += count
+        self.on_failed(count, exc)

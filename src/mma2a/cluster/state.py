@@ -114,7 +114,8 @@ class ClusterState:
         from .history import JetStreamHistory
 
         self.history = JetStreamHistory(self, local, capacity=config.queue, max_age_s=config.max_age_s,
-                                        max_bytes=config.max_bytes, follow=self.history_mode == "stream")
+                                        max_bytes=config.max_bytes, max_bytes_per_client=config.max_bytes_per_client,
+                                        follow=self.history_mode == "stream")
         return self.history
 
     @property

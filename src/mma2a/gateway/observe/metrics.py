@@ -243,7 +243,8 @@ class GatewayMetrics:
         self.bytes_in = _counter("mma2a_bytes_in", "Request body bytes", ["binding"], r)
         self.bytes_out = _counter("mma2a_bytes_out", "Response body bytes", ["binding"], r)
         # updated by other threads too (the history writer, text-vector batches): prometheus_client's, locked
-        self.history = Labelled(Counter("mma2a_history_decisions", "Decisions for the history, by fate (written, dropped)",
+        self.history = Labelled(Counter("mma2a_history_decisions", "Decisions for the history, by fate (written, dropped; "
+                                        "purged: a client's oldest past its share of the cluster's stream)",
                                         ["fate"], registry=r))
         self.adaptations = _counter("mma2a_adaptations", "Parts fitted to receivers, by result (adapted, reused, failed)",
                                     ["result"], r)
