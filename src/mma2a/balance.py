@@ -12,10 +12,11 @@ leaves it with the worker that accepted it, so nothing waits on a sibling.
 
 What each worker holds is in `loads`, a file every worker maps: the number of workers; a slot a worker (its
 generation, bumped at each start, and the connections it holds, said after each it keeps or takes and once a
-second, when closed ones are counted out); and how many connections each worker handed each other and how many each
-took from each other, so a connection on its way counts as its receiver's at once (a burst of connections, as a
-pool opens them, is spread as it comes, not after the receiver has said it took them). Each worker writes its own
-slot and rows only. A sibling that refused a connection is not asked again until its generation changes (it was
+second, when closed ones are counted out); and how many connections each worker placed with each other and has not
+sent yet, handed each other and took from each other, so a connection on its way counts as its receiver's at once (a
+burst of connections, as a pool opens them, is spread as it comes, not after the receiver has said it took them).
+Each worker writes its own slot and rows only. A worker started again zeroes its row of placings: what its
+predecessor placed and never sent died with it, and is no longer counted on its way to a sibling. A sibling that refused a connection is not asked again until its generation changes (it was
 started again).
 
 The files are in a directory the supervisor makes (0700) and names in the workers' environment: `loads` and
@@ -49,8 +50,8 @@ FDS_PER_MESSAGE = 64  # descriptors in one message at most (room for them read; 
 
 
 def loads_size(workers: int) -> int:
-    """The file's bytes: the count, the slots, then the handed and taken tables (workers x workers each)."""
-    return Q.size + workers * SLOT.size + 2 * workers * workers * Q.size
+    """The file's bytes: the count, the slots, then the handed, taken and placed tables (workers x workers each)."""
+    return Q.size + workers * SLOT.size + 3 * workers * workers * Q.size
 
 
 def make_loads(directory: str, workers: int) -> None:
@@ -83,6 +84,7 @@ class Balance:
         self.workers = workers
         self._handed_at = Q.size + workers * SLOT.size  # handed[i][j]: row i written by worker i
         self._taken_at = self._handed_at + workers * workers * Q.size  # taken[j][i]: row j written by worker j
+        self._placed_at = self._taken_at + workers * workers * Q.size  # placed[i][j], not sent yet: row i by worker i
         self._refused: dict[int, int] = {}  # a sibling that refused a connection -> its generation then
         self._outgoing: dict[int, list[socket.socket]] = {}  # placed with a sibling by `route`, sent by `flush`
         self._full: dict[int, int] = {}  # a sibling whose queue had no room -> the flushes in a row it had none
@@ -99,27 +101,31 @@ class Balance:
     def _handed(self, i: int, j: int) -> int:
         return int(Q.unpack_from(self._loads, self._handed_at + (i * self.workers + j) * Q.size)[0])
 
-    def _bump(self, at: int) -> None:
-        Q.pack_into(self._loads, at, Q.unpack_from(self._loads, at)[0] + 1)
+    def _bump(self, at: int, by: int = 1) -> None:
+        Q.pack_into(self._loads, at, Q.unpack_from(self._loads, at)[0] + by)
 
     def _on_the_way(self, j: int) -> int:
-        """Connections handed to worker `j` it has not taken yet: its column of the handed table less its row of the
-        taken one."""
+        """Connections placed with or handed to worker `j` it has not taken yet: its columns of the placed and handed
+        tables less its row of the taken one."""
         n = self.workers
         handed = memoryview(self._loads)[self._handed_at:self._taken_at].cast("q")
         taken = memoryview(self._loads)[self._taken_at + j * n * Q.size:self._taken_at + (j + 1) * n * Q.size].cast("q")
+        placed = memoryview(self._loads)[self._placed_at:self._placed_at + n * n * Q.size].cast("q")
         try:
-            return max(0, sum(handed[j::n]) - sum(taken))
+            return max(0, sum(handed[j::n]) + sum(placed[j::n]) - sum(taken))
         finally:
             handed.release()
             taken.release()
+            placed.release()
 
     def open(self) -> None:
         """Take connections from now on (when the worker accepts its own): what was handed to this worker's
         predecessors counted as taken (gone with them), the socket bound, the slot's generation bumped. Before, a
-        sibling's hand-over is refused (nothing is bound there) and the sibling keeps it."""
+        sibling's hand-over is refused (nothing is bound there) and the sibling keeps it. What the predecessors placed
+        with siblings and never sent (they died first) is no longer on its way."""
         for i in range(self.workers):
             Q.pack_into(self._loads, self._taken_at + (self.index * self.workers + i) * Q.size, self._handed(i, self.index))
+            Q.pack_into(self._loads, self._placed_at + (self.index * self.workers + i) * Q.size, 0)
         path = socket_path(self.directory, self.index)
         with contextlib.suppress(FileNotFoundError):  # this worker's predecessor's
             os.unlink(path)
@@ -163,7 +169,7 @@ class Balance:
         try:
             to = self.place(held)
             if to is not None:
-                self._bump(self._handed_at + (self.index * self.workers + to) * Q.size)  # on its way from now
+                self._bump(self._placed_at + (self.index * self.workers + to) * Q.size)  # on its way from now
                 self._outgoing.setdefault(to, []).append(conn)
                 return True
             self.publish(held + 1)
@@ -177,16 +183,20 @@ class Balance:
         `net.unix.max_dgram_qlen` messages, 10 by default, however many descriptors each carries); what a sibling
         took is closed here (the sibling has it). What a gone sibling refuses is returned, to be served here, and
         counted off its way; what a busy one has no room for yet stays for the next `flush` (`waiting`), up to
-        `FULL_TRIES` times a sibling in a row (or none, `last`), then is returned too."""
+        `FULL_TRIES` times a sibling in a row (or none, `last`), then is returned too. A sent connection moves from
+        the placed table to the handed one (counted in the second first: on its way throughout)."""
         kept: list[socket.socket] = []
         for to in list(self._outgoing):
             conns = self._outgoing.pop(to)
+            pair = (self.index * self.workers + to) * Q.size
             while conns:
                 some = conns[:FDS_PER_MESSAGE]
                 sent = self._send(to, some)
                 if sent is True:
                     for conn in some:
                         conn.close()
+                    self._bump(self._handed_at + pair, len(some))
+                    self._bump(self._placed_at + pair, -len(some))
                     self.handed += len(some)
                     self._full.pop(to, None)
                     del conns[:len(some)]
@@ -196,8 +206,7 @@ class Balance:
                     self._outgoing[to] = conns  # tried again at the next flush
                 else:
                     self._full.pop(to, None)
-                    at = self._handed_at + (self.index * self.workers + to) * Q.size
-                    Q.pack_into(self._loads, at, Q.unpack_from(self._loads, at)[0] - len(conns))
+                    self._bump(self._placed_at + pair, -len(conns))
                     kept += conns
                 break
         return kept

@@ -233,6 +233,48 @@ def test_a_sibling_gone_keeps_nothing_waiting_and_is_asked_again_once_started_ag
     a.close()
 
 
+def test_what_a_dead_worker_placed_and_never_sent_is_off_its_way_once_that_worker_is_started_again(
+        tmp_path: Path) -> None:
+    """A worker killed between placing connections with a sibling and sending them (one accept's step, or up to
+    ~62 ms while the sibling's queue is full): they died with it. Until it is started again they count on their way
+    to the sibling; its successor no longer counts them, so the sibling is not taken for fuller than it is."""
+    make_loads(str(tmp_path), 2)
+    b = Balance(str(tmp_path), 1)
+    b.open()
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # worker 0: places two connections with b (it holds none), and is killed before it sends them
+        dying = Balance(str(tmp_path), 0)
+        dying.open()
+        with tcp_pair() as (_, one), tcp_pair() as (_, two):
+            placed = dying.route(one, 5) and dying.route(two, 5)
+            os.write(ready_w, b"1" if placed else b"0")
+            os.read(hold_r, 1)  # until killed
+        os._exit(0)
+    assert os.read(ready_r, 1) == b"1"
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    for fd in (ready_r, ready_w, hold_r, hold_w):
+        os.close(fd)
+    assert b.receive() == []  # nothing was sent
+    again = Balance(str(tmp_path), 0)
+    assert again.place(1) is None  # before it opens: b holds 0 + the 2 on their way, not fewer than 1
+    again.open()
+    assert again.place(1) == 1  # b holds none: the dead worker's placings are off their way
+    with tcp_pair() as (client, accepted):
+        assert again.route(accepted, 1)
+        assert again.flush() == []
+        [got] = b.receive()
+        b.taken_in(1)
+        got.sendall(b"b")
+        assert client.recv(1) == b"b"
+        got.close()
+    assert again.place(1) is None  # 1 each: what was sent is counted once, as b's
+    again.close()
+    b.close()
+
+
 def test_a_worker_not_yet_open_refuses_and_one_closed_is_never_chosen(tmp_path: Path) -> None:
     a, b = balances(tmp_path)
     a.open()
