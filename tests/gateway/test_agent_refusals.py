@@ -273,3 +273,54 @@ async def test_an_http_agents_proxy_413_page_is_413_naming_the_agent_and_never_i
         assert int(meta["sentBytes"]) > 20_000
     assert healthy and small.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert len(ex.received) == 1
+
+
+def behind_a_rate_limit(app: Any) -> Any:
+    """ASGI middleware answering 429 with a text page and `Retry-After: 7` to a request naming `limited`, as a proxy's
+    rate limit in front of an agent does."""
+    async def proxy(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            event = await receive()
+            chunks.append(event.get("body", b""))
+            more = event.get("more_body", False)
+        body = b"".join(chunks)
+        if b"limited" in body:
+            page = b"<html><body><h1>429 Too Many Requests</h1></body></html>"
+            await send({"type": "http.response.start", "status": 429, "headers": [
+                (b"content-type", b"text/html"), (b"retry-after", b"7"), (b"content-length", str(len(page)).encode())]})
+            await send({"type": "http.response.body", "body": page})
+            return
+
+        async def again() -> Any:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, again, send)
+    return proxy
+
+
+async def test_an_http_agents_proxy_429_page_is_429_with_its_retry_after_and_never_its_failure() -> None:
+    """Before: `agent notes answered HTTP 429 with a body that is not JSON`, a failed task counted as the agent's
+    failure (three ejected it for every client), its `Retry-After` lost; a stream's `answered HTTP 429 to a stream`."""
+    card, ex = agent("notes", ["text/*"])
+    async with run_agent(card, ex, wrap=behind_a_rate_limit) as agent_url, \
+            gateway({"agents": [{"name": "notes", "url": agent_url}], "grpc_listen": "127.0.0.1:0"}) as (gw, url), \
+            httpx.AsyncClient(timeout=30) as c:
+        assert gw.grpc_url is not None
+        seen = await every_binding(url, gw.grpc_url, {"messageId": "limited", "role": "ROLE_USER",
+                                                      "parts": [{"text": "hello"}]})
+        small = await c.post(url, headers=V1, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": "small", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}})
+        healthy = gw.directory.get("notes").healthy
+    words = "agent notes refused the request for now: HTTP 429 (Too Many Requests)"
+    for name in ("rpc", "rpc-stream", "rest", "rest-stream"):
+        status, wait, error = seen[name]
+        assert (status, wait, error["message"]) == (429, "7", words), seen[name]
+    for name in ("grpc", "grpc-stream"):
+        code, (reason, _, _), wait = seen[name]
+        assert (code, reason, wait) == ("RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED", "7"), seen[name]
+    assert healthy and small.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert len(ex.received) == 1

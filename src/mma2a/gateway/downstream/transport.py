@@ -35,6 +35,8 @@ MAX_JSON_BYTES = 1 << 20  # an agent card (or any JSON document fetched) read at
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _EXTENSIONS = EXTENSIONS_HEADER.lower().encode("latin-1")  # an answer's headers read by the lean pool
 _CODING = b"content-encoding"
+_RETRY_AFTER = b"retry-after"
+_NOT_JSON = object()  # an answer's body that does not parse
 
 if TYPE_CHECKING:
     from .grpc_transport import GrpcAgents
@@ -214,22 +216,23 @@ class Transport:
         body = self._encoded(agent, plain, coding, sent)
         total = timeout_s or self.timeout_s
         if url.startswith("http://"):
-            raw, status = await self._post_lean(agent, url, body, plain, sent, total, retry, fresh)
+            raw, status, wait = await self._post_lean(agent, url, body, plain, sent, total, retry, fresh)
         else:
-            raw, status = await self._post_aiohttp(agent, url, body, plain, sent, total, retry, fresh)
+            raw, status, wait = await self._post_aiohttp(agent, url, body, plain, sent, total, retry, fresh)
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            if status == 413:  # a proxy's, a server's own page: the size refused all the same, not a failure
-                raise too_large(agent, len(body)) from None
-            raise DispatchError(f"agent {agent} answered HTTP {status} with a body that is not JSON", data={"agent": agent}) from None
-        if status == 413 and not isinstance(doc.get("error") if isinstance(doc, dict) else None, dict):
-            raise too_large(agent, len(body))
+            doc = _NOT_JSON
+        if status in (413, 429) and not isinstance(doc.get("error") if isinstance(doc, dict) else None, dict):
+            # a proxy's page, a server's own: the size refused, or a refusal for now, all the same — never a failure
+            raise too_large(agent, len(body)) if status == 413 else refused_for_now(agent, wait)
+        if doc is _NOT_JSON:
+            raise DispatchError(f"agent {agent} answered HTTP {status} with a body that is not JSON", data={"agent": agent})
         if not isinstance(doc, dict):
             raise DispatchError(f"agent {agent} answered with a JSON value that is not a JSON-RPC response", data={"agent": agent})
         if "error" in doc and isinstance(doc["error"], dict):
             if status in (429, 503):  # refused for now (a peer gateway's rate limit, a shed): said so to the client
-                raise AgentRefusal(agent, doc["error"], status)
+                raise AgentRefusal(agent, doc["error"], status, retry_after=wait)
             if status == 413:  # the body as passed on is over a peer's limit: 413 to the client, naming it
                 raise AgentTooLarge(agent, doc["error"], len(body))
             raise AgentRPCError(agent, doc["error"])
@@ -242,9 +245,9 @@ class Transport:
         return doc["result"]
 
     async def _post_lean(self, agent: str, url: str, body: bytes, plain: bytes, headers: dict[str, str],
-                         total: float, retry: bool, fresh: FreshHeaders | None) -> tuple[bytes, int]:
-        """POST over the lean pool; the answer's body (decoded if the agent compressed it) and status. Each send,
-        a retry's too, with `fresh`'s headers made for it."""
+                         total: float, retry: bool, fresh: FreshHeaders | None) -> tuple[bytes, int, str | None]:
+        """POST over the lean pool; the answer's body (decoded if the agent compressed it), status and
+        `Retry-After`. Each send, a retry's too, with `fresh`'s headers made for it."""
         pool = self.http1
         attempts = 1 + (self.retries if retry else 0)
         for attempt in range(attempts):
@@ -269,7 +272,7 @@ class Transport:
                                     bare=f"agent {agent} failed: {exc.bare}" if isinstance(exc, http1.HttpError)
                                     else None) from None
         raw = resp.body
-        activated, coding = resp.headers_named(_EXTENSIONS, _CODING)
+        activated, coding, wait = resp.headers_named(_EXTENSIONS, _CODING, _RETRY_AFTER)
         note_activated(activated)  # what the agent says it activated goes back to the client
         if coding is not None and coding.strip().lower() != "identity":
             try:
@@ -277,12 +280,12 @@ class Transport:
             except MMA2AError as exc:
                 raise DispatchError(f"agent {agent} answered with a body that cannot be decoded: {exc.message}",
                                     data={"agent": agent}) from None
-        return raw, resp.status
+        return raw, resp.status, wait
 
     async def _post_aiohttp(self, agent: str, url: str, body: bytes, plain: bytes, headers: dict[str, str],
-                            total: float, retry: bool, fresh: FreshHeaders | None) -> tuple[bytes, int]:
-        """POST through aiohttp (https:// agents); the answer's body and status. Each send, a retry's too, with
-        `fresh`'s headers made for it."""
+                            total: float, retry: bool, fresh: FreshHeaders | None) -> tuple[bytes, int, str | None]:
+        """POST through aiohttp (https:// agents); the answer's body, status and `Retry-After`. Each send, a retry's
+        too, with `fresh`'s headers made for it."""
         timeout = aiohttp.ClientTimeout(total=total)
         attempts = 1 + (self.retries if retry else 0)
         tls = self.ssl_for(agent)
@@ -295,6 +298,7 @@ class Transport:
                 async with self.session.post(url, data=body, headers=each(), timeout=timeout, ssl=tls) as resp:
                     raw = await resp.read()
                     status = resp.status
+                    wait = resp.headers.get("Retry-After")
                     note_activated(resp.headers.get(EXTENSIONS_HEADER))
                 if status == 415 and body is not plain:
                     self._plain.add(agent)
@@ -303,7 +307,8 @@ class Transport:
                     async with self.session.post(url, data=body, headers=each(), timeout=timeout, ssl=tls) as resp:
                         raw = await resp.read()
                         status = resp.status
-                return raw, status
+                        wait = resp.headers.get("Retry-After")
+                return raw, status, wait
             except aiohttp.ClientSSLError as exc:  # a certificate problem does not go away on retry
                 raise _failed(agent, url, "unreachable", exc) from None
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
@@ -346,13 +351,16 @@ class Transport:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s or self.timeout_s, sock_read=timeout_s or self.timeout_s)
         try:
             async with self.session.post(url, data=body, headers=headers, timeout=timeout, ssl=self.ssl_for(agent)) as resp:
-                if resp.status == 413:  # the body as passed on is over a peer's limit (as `call` tells it)
-                    refused = await resp.content.read(MAX_JSON_BYTES)
+                if resp.status in (413, 429, 503):  # over a peer's limit, refused for now (as `call` tells them)
+                    refused, wait = await resp.content.read(MAX_JSON_BYTES), resp.headers.get("Retry-After")
                     with contextlib.suppress(orjson.JSONDecodeError):
                         doc = orjson.loads(refused)
                         if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
-                            raise AgentTooLarge(agent, doc["error"], len(body))
-                    raise too_large(agent, len(body))
+                            if resp.status == 413:
+                                raise AgentTooLarge(agent, doc["error"], len(body))
+                            raise AgentRefusal(agent, doc["error"], resp.status, retry_after=wait)
+                    if resp.status != 503:  # (a 503 page: the agent unavailable, as before)
+                        raise too_large(agent, len(body)) if resp.status == 413 else refused_for_now(agent, wait)
                 if resp.status != 200:
                     raise DispatchError(f"agent {agent} answered HTTP {resp.status} to a stream",
                                         data={"agent": agent, "status": resp.status})
@@ -422,3 +430,10 @@ def too_large(agent: str, sent: int) -> AgentTooLarge:
     passed on is over its limit all the same — told as a peer's 413 is, never counted as the agent's failure (three
     failures eject it for every client: one client's large messages did)."""
     return AgentTooLarge(agent, {"code": INVALID_REQUEST, "message": "HTTP 413 (Content Too Large)"}, sent)
+
+
+def refused_for_now(agent: str, wait: str | None) -> AgentRefusal:
+    """An agent's HTTP 429 without a JSON-RPC error (a proxy's rate limit in front of it): its refusal for now, passed
+    on with its `Retry-After` (else 1 s) as a peer gateway's 429 is — not the agent's failure."""
+    return AgentRefusal(agent, {"code": INVALID_REQUEST, "message": f"agent {agent} refused the request for now: "
+                                "HTTP 429 (Too Many Requests)"}, 429, retry_after=wait)
