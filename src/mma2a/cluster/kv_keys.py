@@ -54,8 +54,15 @@ class Streamed:
 
 
 async def streamed_entries(js: Any, bucket: str, keys: str = ">") -> AsyncIterator[Streamed]:
-    """Every key of `bucket` matching `keys` (a subject filter under the bucket's prefix) with its last value, in the
-    order of the bucket's stream, by one consumer of this listing alone (the last message of each key, no acks, in
+    """Every key of `bucket` matching `keys` (a subject filter under the bucket's prefix) with its last value
+    (`streamed_last` on the bucket's stream)."""
+    async for entry in streamed_last(js, f"KV_{bucket}", f"$KV.{bucket}.", keys):
+        yield entry
+
+
+async def streamed_last(js: Any, stream: str, prefix: str, keys: str = ">") -> AsyncIterator[Streamed]:
+    """The last message of every subject of `stream` matching `prefix + keys` (its key: the subject past `prefix`), in
+    the order of the stream, by one consumer of this listing alone (the last message of each key, no acks, in
     memory, deleted at the end; its stream named, as NATS permissions refuse a lookup), pulled `STREAM_BATCH` at a
     time, so what waits to be read is one batch, whatever the bucket holds (a pushed one queued them all in the
     client: +118 MB at 262,144 records, bench/upload_records.py). It ends once the consumer has passed what the stream
@@ -63,7 +70,6 @@ async def streamed_entries(js: Any, bucket: str, keys: str = ">") -> AsyncIterat
     may come twice (its value of before, then its new one, `late`); a key whose message of before was replaced before
     it was delivered comes once, `late`. A listing the server stops feeding for `STREAM_WAIT_S` raises
     `ClusterError`."""
-    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
     try:
         last = int((await js.get_last_msg(stream, prefix + keys)).seq)
     except NotFoundError:
@@ -78,7 +84,7 @@ async def streamed_entries(js: Any, bucket: str, keys: str = ">") -> AsyncIterat
             try:
                 batch = await sub.fetch(STREAM_BATCH, timeout=STREAM_WAIT_S)
             except (asyncio.TimeoutError, TimeoutError, nats_errors.TimeoutError):
-                raise ClusterError(f"the listing of {bucket} stopped: no message for {STREAM_WAIT_S:g} s",
+                raise ClusterError(f"the listing of {stream} stopped: no message for {STREAM_WAIT_S:g} s",
                                    field="cluster") from None
             for msg in batch:
                 meta = msg.metadata

@@ -59,7 +59,7 @@ from ..payload.store import (
 
 from ..payload.quota import footprint, growth
 from .blob_quota import MAX_SWAPS, Reservation, SharedByteQuota, uploads_key
-from .kv_keys import streamed_entries
+from .kv_keys import streamed_entries, streamed_last
 from .link import ClusterLink, Connected, ensure_kv, reserved
 
 log = logging.getLogger("mma2a.cluster")
@@ -502,25 +502,14 @@ class ObjectBlobStore(BlobStore):
 
     # --- age and counts -------------------------------------------------------------------
     async def _infos(self) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-        """Every object's info and its stream sequence (one per object: each is rolled up on its subject), streamed by
-        an ordered consumer (the last message of each subject), as `nats object ls` lists them."""
-        subject = f"$O.{self.bucket}.M.>"
-        try:
-            await self.js.get_last_msg(self.stream, subject)
-        except NotFoundError:
-            return  # no object yet
-        sub = await self.js.subscribe(subject, stream=self.stream, ordered_consumer=True,  # named: no stream lookup,
-                                      deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT)  # which NATS permissions refuse
-        try:
-            while True:
-                msg = await sub.next_msg(timeout=10.0)
-                with contextlib.suppress(ValueError):
-                    yield int(msg.metadata.sequence.stream), orjson.loads(msg.data)
-                if msg.metadata.num_pending == 0:
-                    return
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        """Every object's info and its stream sequence (one per object: each is rolled up on its subject), streamed
+        (`kv_keys.streamed_last`: the last message of each subject, pulled a batch at a time), as `nats object ls`
+        lists them; an info rewritten meanwhile may come twice."""
+        async for entry in streamed_last(self.js, self.stream, f"$O.{self.bucket}.M.", ">"):
+            with contextlib.suppress(ValueError):
+                info = orjson.loads(entry.value or b"")
+                if isinstance(info, dict):
+                    yield entry.revision, info
 
     async def _records(self, busy: set[str] | None = None) -> AsyncIterator[tuple[str, dict[str, Any], int]]:
         """Every upload's id, record and revision, each once, streamed from the records' stream (`streamed_entries`:
