@@ -6,8 +6,8 @@ published into the `uploads` bucket, then listed by each arm:
 - `before`: as the prune and the recount listed them until session 18: the ids from `STREAM.INFO` pages
   (`kv_keys.held_keys`, parsed by nats-py on the loop), then one `get` each, every record held in a list
   (`--gets M` reads only the first M and scales the figures by N/M: the listing itself is always whole);
-- `after`: `ObjectBlobStore._idle_uploads`, what the prune runs now: one ordered consumer streaming the records, the
-  clients' counts of open uploads read before and set right after (nothing idle: no record is aborted).
+- `after`: `ObjectBlobStore._idle_uploads`, what the prune runs now: one consumer streaming the records (pulled 256 at
+  a time), the clients' counts of open uploads read before and set right after (nothing idle: no record is aborted).
 For each: wall time, this process's CPU, the longest the loop was held (a task asking for 1 ms sleeps: how late it woke,
 and the loop thread's CPU time between two of its wakes, which a busy host's scheduling does not inflate) and the
 growth of the process's peak RSS (`after` runs first, as the peak only grows), and the longest garbage collection

@@ -15,8 +15,9 @@ A deleted or purged key keeps a marker message on its subject, so it is listed: 
 entry, `operation` KV_DEL or KV_PURGE), as `KeyValue.get` does (KeyNotFoundError).
 
 A bucket of many keys whose values are all wanted (the uploads' records a prune and a recount read) is streamed
-instead (`streamed_entries`): an ordered consumer delivers the last message of each key, so nothing is read one `get`
-a key, nothing is parsed in one piece, and only what the caller keeps is held (docs/security.md, S17-5)."""
+instead (`streamed_entries`): a consumer of the listing's own delivers the last message of each key, a batch pulled at
+a time, so nothing is read one `get` a key, nothing is parsed in one piece, and only what the caller keeps is held
+(docs/security.md, S17-5)."""
 
 from __future__ import annotations
 

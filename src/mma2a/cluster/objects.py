@@ -17,8 +17,8 @@ deleting one blob, at the same moment count it once. `prune` deletes what is old
 uploads idle for longer than their record would live (`UPLOAD_IDLE_S`), freeing their bytes: one gateway a turn.
 A client's uploads open at once are counted in the same bucket (`blob_max_uploads_per_client`, 429 past it), and the
 prune that lists the records sets a count a dead gateway left wrong right (`SharedByteQuota.recount_uploads`). The
-records are read streamed, by one ordered consumer, never one `get` each nor all held at once (docs/security.md,
-S17-5: 262,144 records, a `get` each, held the loop ~32 s of CPU a round).
+records are read streamed (a consumer of the listing's own, pulled a batch at a time), never one `get` each nor all
+held at once (docs/security.md, S17-5: 262,144 records, a `get` each, held the loop ~32 s of CPU a round).
 """
 
 from __future__ import annotations
