@@ -100,6 +100,62 @@ async def test_one_clients_flood_of_new_sessions_leaves_another_clients_pin_acro
     assert info.state.bytes == sum(held.values()) < BUCKET  # each key counted as the bucket counts it; none discarded
 
 
+async def test_one_clients_flood_of_sessions_through_a_hop_is_held_to_its_share_of_the_peers_bucket(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 18 (edges, docs/security.md ED5): gw-b a cluster gateway (`sessions_bytes_per_client` 4 KiB), gw-a a
+    lone one signing who its clients are. Mallory's 40 sessions of long ids through gw-a are `mallory via gwa`'s at
+    gw-b: her pins in the bucket stay within her share, her newest kept; alice's session through gw-a, pinned before
+    the flood, keeps its pin and its worker."""
+    from mma2a.signing import new_private_key, private_key_text, public_key_text
+
+    monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
+    key = new_private_key()
+    monkeypatch.setenv("SHARES_FED_KEY", private_key_text(key))
+    monkeypatch.setenv("MMA2A_AGENT_SHARES_GWA", "tok-gwa-shares-3")
+    name = cluster_name()
+    bucket, share = f"{name}_sessions", 4096
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    long = "s" * 200
+    try:
+        async with agents({n: agent(n, ["image/*"]) for n in ("w1", "w2")}) as urls, \
+                httpx.AsyncClient(timeout=30) as c:
+            pool = [{"name": n, "url": u, "groups": ["pool"]} for n, u in urls.items()]
+            async with cluster_gateway({
+                    "agents": pool, "rules": PINNING_RULES, "data_dir": str(tmp_path / "b"),
+                    "auth": {"clients": [{"name": "gwa", "token": "tok-gwa-shares-3"}]},
+                    "federation": {"trusted_gateways": {"gwa": {"public_key": public_key_text(key)}}},
+                    "cluster": {"nats": nats_server.url, "name": name, "sessions_bucket_bytes": BUCKET,
+                                "sessions_bytes_per_client": share}}) as (gw_b, url_b), \
+                    cluster_gateway({"name": "gw-a", "data_dir": str(tmp_path / "a"), "auth": {"clients": CLIENTS},
+                                     "agents": [{"name": "site-b", "url": url_b, "token_env": "MMA2A_AGENT_SHARES_GWA"}],
+                                     "federation": {"private_key_env": "SHARES_FED_KEY"}}) as (_, url_a):
+                async def worker(token: str, mid: str, sid: str, seq: int = 0) -> str:
+                    doc = await rpc(c, url_a, "SendMessage", session_chunk(mid, sid, seq), token)
+                    assert "result" in doc, doc
+                    return str(doc["result"]["task"]["status"]["message"]["parts"][0]["text"]).removesuffix(" ok")
+
+                alice = [await worker(ALICE, "a0", "cam-" + long)]
+                for i in range(40):
+                    await worker(MALLORY, f"m{i}", f"{i:03d}-{long}")
+                alice += [await worker(ALICE, f"a{i}", "cam-" + long, i) for i in (1, 2)]
+                pins = gw_b.cluster.pins
+                assert isinstance(pins, ClusterSessionPins)
+                await pins.settle()
+                kv = await js.key_value(bucket)
+                entries = await current(kv, await held_keys(js, bucket), deleted=True)
+    finally:
+        await nc.close()
+    assert alice == [alice[0]] * 3, alice
+    held = {e.key: stored_bytes(f"$KV.{bucket}.{e.key}", len(e.value or b""), 0 if e.value else DELETE_HEADERS)
+            for e in entries}
+    theirs = [k for k in held if k.startswith(session_key(f"mallory via gwa{chr(31)}x").partition(".")[0] + ".")]
+    assert session_key(f"alice via gwa{chr(31)}cam-{long}") in held
+    assert 0 < sum(held[k] for k in theirs) <= share and len(theirs) < 40, (len(theirs), sum(held[k] for k in theirs))
+    assert session_key(f"mallory via gwa{chr(31)}039-{long}") in theirs  # her newest kept, her oldest gone
+    assert session_key(f"mallory via gwa{chr(31)}000-{long}") not in theirs
+
+
 def test_a_clients_share_is_at_most_the_bucket_and_a_quarter_by_default() -> None:
     assert ClusterConfig(nats="nats://127.0.0.1:4222").sessions_share == 16 << 20
     assert ClusterConfig(nats="nats://127.0.0.1:4222", sessions_bucket_bytes=4 << 20).sessions_share == 1 << 20
