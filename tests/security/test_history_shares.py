@@ -126,3 +126,84 @@ async def test_a_clients_large_decisions_are_read_in_bounded_pages_and_the_route
         assert flows["truncated"] is True and flows["decisions"] < 220
         alice = [f for f in flows["flows"] if f["modality"] == "text/plain" and f["target"] == "text"]
         assert alice and alice[0]["parts"] >= 20  # the shape of most decisions is read first: alice's is shown
+
+
+def _large_rows(n: int, sender: str = "bob"):
+    """`n` decisions of 64 parts of media types of their own (a new shape of ~45 KB each), as the recorder makes them."""
+    from mma2a.gateway.history import DecisionRecord, PartSummary, to_row
+
+    now = time.time()
+    return [to_row(DecisionRecord(f"{sender}-{j}", now + j * 1e-3, sender,
+                                  tuple(PartSummary(i, f"text/plain; n={'b' * 180}{j}.{i}") for i in range(64)), (),
+                                  "TASK_STATE_COMPLETED", 0.01)) for j in range(n)]
+
+
+def test_a_query_of_many_large_decisions_holds_a_page_of_them_not_its_limit(tmp_path):
+    """600 decisions of 64 parts of media types of their own (~20 KB of shape each): a query of 5,000 (the replay's
+    most) reads the sizes of all, then the decisions and shapes of one page only (`PAGE_BYTES` of parts: 203 of them).
+    Before, every decision's detail and shape were read before the page was cut: its peak grew with the limit, by each
+    decision past the page (29.2 MB here, against 21.1 MB for a query of that page's 203; 5,000 such decisions would
+    add ~100 MB); now it is a page's whatever the limit (21.2 MB)."""
+    import tracemalloc
+
+    from mma2a.gateway.history import HistoryFilter, HistoryStore
+    from mma2a.gateway.history.store import PAGE_BYTES
+
+    store = HistoryStore(tmp_path / "h.sqlite3", max_bytes=1 << 30)
+    rows = _large_rows(600)
+    for start in range(0, len(rows), 50):
+        store.write(rows[start:start + 50])
+    del rows
+
+    def peak(limit: int) -> tuple[int, int, str | None]:
+        tracemalloc.start()
+        try:
+            page, cursor = store.query(HistoryFilter(limit=limit))
+            size = len(page)
+            del page
+            return tracemalloc.get_traced_memory()[1], size, cursor
+        finally:
+            tracemalloc.stop()
+
+    whole, n, cursor = peak(5000)
+    one, m, _ = peak(n)  # a query whose limit is that page's decisions
+    assert 0 < n == m < 600 and cursor is not None  # a page, and a cursor to the rest
+    assert whole <= one * 1.2  # before: 29.2 MB against 21.1 MB
+    assert whole < 8 * PAGE_BYTES
+    store.close()
+
+
+async def test_a_replay_reads_page_by_page_and_examines_every_decision_it_was_asked_for(tmp_path, monkeypatch):
+    """`POST /admin/history/replay` over bob's 120 decisions of ~48 KB of parts each and alice's 10: it examines all
+    130 (pages of `PAGE_BYTES`, each read and replayed in turn). Before, it read one page of its `limit` and examined
+    that alone: 98 of 130."""
+    monkeypatch.setenv("TEST_BOB_KEY", API_KEY)
+    candidate = "version: 1\ndefault: {capability: any}\nrules:\n  - {name: no-text, match: {modality: text/*}, " \
+                "action: {drop: no text today}}\n"
+    async with secured({"data_dir": str(tmp_path / "data")}, monkeypatch=monkeypatch, names=("text",)) as (gw, url, _):
+        async with httpx.AsyncClient(timeout=60) as c:
+            for i in range(10):
+                r = await c.post(url + "/", json=send_body(f"alice-{i}"), headers=bearer(TOKEN))
+                assert r.status_code == 200 and "result" in r.json(), r.text
+
+            async def bobs(k: int) -> None:
+                for j in range(k * 30, (k + 1) * 30):
+                    parts = [{"text": "x", "mediaType": f"text/plain; n={'b' * 180}{j}.{i}"} for i in range(64)]
+                    r = await c.post(url + "/", json=send_body(f"bob-{j}", parts),
+                                     headers={"X-API-Key": API_KEY, "A2A-Version": "1.0"})
+                    assert r.status_code == 200 and "result" in r.json(), r.text[:300]
+
+            await asyncio.gather(*(bobs(k) for k in range(4)))
+            admin = {"Authorization": "Bearer " + ADMIN}
+            first = (await c.get(url + "/admin/history", params={"limit": "1000"}, headers=admin)).json()
+            r = await c.post(url + "/admin/history/replay", json={"rules": candidate, "limit": 5000}, headers=admin)
+            assert r.status_code == 200, r.text
+            every = r.json()
+            r = await c.post(url + "/admin/history/replay", json={"rules": candidate, "limit": 20, "sender": "alice"},
+                             headers=admin)
+            alices = r.json()
+    assert first["cursor"] is not None and len(first["decisions"]) < 130  # more than a page
+    assert every["examined"] == 130 and every["changed"] == 130 and every["skipped"] == 0  # before: 98
+    assert every["changedPartsByModality"] == {"text/plain": 120 * 64 + 10}
+    assert len(every["decisions"]) == 100  # the first 100 changed are listed, as before
+    assert alices["examined"] == 10 and alices["changed"] == 10

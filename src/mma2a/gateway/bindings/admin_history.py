@@ -7,6 +7,7 @@ Query values are checked here; a bad one answers 400 naming the parameter.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import re
 import time
@@ -26,7 +27,7 @@ from ...routing import build_snapshot, parse_rules
 from ..downstream.directory import AgentDirectory
 from ..history.record import OUTCOMES
 from ..history.recorder import HistoryRecorder
-from ..history.replay import replay
+from ..history.replay import Replay
 from ..history.store import HistoryFilter
 from ..state.routing import RoutingState
 
@@ -207,9 +208,18 @@ def history_routes(gw: HistoryParts, guard: Callable[[Endpoint], Endpoint]) -> l
         f = parse_filter(filters, time.time(), default_limit=REPLAY_DEFAULT, max_limit=REPLAY_MAX)
         rec = recorder()
         await asyncio.to_thread(rec.flush, 2.0)
-        items, _ = await asyncio.to_thread(rec.store.query, f)
-        result = await asyncio.to_thread(replay, items, gw.state.snapshot, candidate)
-        return json_response({"rules": len(rules.rules), **result})
+        # page by page (each at most `PAGE_BYTES` of parts, read and replayed in a thread), newest first, until `limit`
+        # decisions: it read one page of its limit and examined that alone, or, of small decisions, up to 5,000 at once
+        run = Replay(gw.state.snapshot, candidate)
+        left, cursor = f.limit, f.before
+        while left > 0:
+            items, more = await asyncio.to_thread(rec.store.query, dataclasses.replace(f, limit=left, before=cursor))
+            await asyncio.to_thread(run.add, items)
+            left -= len(items)
+            if more is None or not items:
+                break
+            cursor = int(more)
+        return json_response({"rules": len(rules.rules), **run.result()})
 
     async def validate_rules(request: Request) -> Response:
         text = (await request.body()).decode("utf-8", errors="replace")

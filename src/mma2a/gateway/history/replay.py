@@ -37,28 +37,45 @@ def _routes(view: MessageView, snapshot: Snapshot) -> dict[int, dict[str, Any]]:
                        "transforms": [s.agent for t in pr.targets for s in t.via]} for pr in decision.parts}
 
 
+class Replay:
+    """A replay's running answer, page by page (`add`), so what it holds is a page of decisions at a time, not all it
+    examines (`POST /admin/history/replay` reads up to 5,000)."""
+
+    def __init__(self, current: Snapshot, candidate: Snapshot) -> None:
+        self.current, self.candidate = current, candidate
+        self.examined = self.skipped = self.changed = 0
+        self.listed: list[dict[str, Any]] = []
+        self.by_modality: dict[str, int] = {}
+
+    def add(self, items: Sequence[Mapping[str, Any]]) -> None:
+        """Compare each decision under the current and the candidate rules; list the first `MAX_LISTED` that change."""
+        for item in items:
+            try:
+                view = stored_view(item)
+            except (MMA2AError, KeyError, TypeError):
+                self.skipped += 1
+                continue
+            self.examined += 1
+            now, then = _routes(view, self.current), _routes(view, self.candidate)
+            diff = [{"index": p.index, "modality": str(p.modality), "current": now[p.index], "candidate": then[p.index]}
+                    for p in view.parts if now[p.index] != then[p.index]]
+            if not diff:
+                continue
+            self.changed += 1
+            for d in diff:
+                key = str(d["modality"]).split(";")[0]
+                self.by_modality[key] = self.by_modality.get(key, 0) + 1
+            if len(self.listed) < MAX_LISTED:
+                self.listed.append({"messageId": item["messageId"], "time": item["time"], "sender": item.get("sender"),
+                                    "outcome": item.get("outcome"), "parts": diff})
+
+    def result(self) -> dict[str, Any]:
+        return {"examined": self.examined, "skipped": self.skipped, "changed": self.changed,
+                "changedPartsByModality": self.by_modality, "decisions": self.listed}
+
+
 def replay(items: Sequence[Mapping[str, Any]], current: Snapshot, candidate: Snapshot) -> dict[str, Any]:
     """Compare each decision under `current` and `candidate`; lists the ones whose route would change."""
-    changed, skipped = 0, 0
-    listed: list[dict[str, Any]] = []
-    by_modality: dict[str, int] = {}
-    for item in items:
-        try:
-            view = stored_view(item)
-        except (MMA2AError, KeyError, TypeError):
-            skipped += 1
-            continue
-        now, then = _routes(view, current), _routes(view, candidate)
-        diff = [{"index": p.index, "modality": str(p.modality), "current": now[p.index], "candidate": then[p.index]}
-                for p in view.parts if now[p.index] != then[p.index]]
-        if not diff:
-            continue
-        changed += 1
-        for d in diff:
-            key = str(d["modality"]).split(";")[0]
-            by_modality[key] = by_modality.get(key, 0) + 1
-        if len(listed) < MAX_LISTED:
-            listed.append({"messageId": item["messageId"], "time": item["time"], "sender": item.get("sender"),
-                           "outcome": item.get("outcome"), "parts": diff})
-    return {"examined": len(items) - skipped, "skipped": skipped, "changed": changed,
-            "changedPartsByModality": by_modality, "decisions": listed}
+    run = Replay(current, candidate)
+    run.add(items)
+    return run.result()

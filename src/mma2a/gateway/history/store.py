@@ -565,29 +565,35 @@ class HistoryStore:
         """Matching decisions, newest first, and the cursor of the next page (None on the last). A page ends early,
         with a cursor, past `max_bytes` of its decisions' parts as stored (each its shape's JSON and its own detail;
         at least one decision): a client's decisions of 64 parts of long media types are ~48 KB each, and a page
-        of 1,000 of them (48 MB) held the gateway's event loop (docs/security.md S17-2)."""
+        of 1,000 of them (48 MB) held the gateway's event loop (docs/security.md S17-2). The page is found from the
+        sizes alone (ids, shapes, lengths), then only its decisions and shapes are read: what a query holds is a page,
+        whatever `limit` (read whole before the cut, each decision past the page added its detail and shape: ~20 KB
+        each for 64 parts of long media types, ~100 MB at a replay's 5,000)."""
         with self._read_lock:
             db = self._reader
             db.execute("BEGIN")  # one snapshot: the decisions and their shapes
             try:
-                rows = self._walk(f, f.limit + 1)
-                more = len(rows) > f.limit
-                rows = rows[:f.limit]
-                ids = sorted({r[7] for r in rows})
-                raw: dict[int, bytes] = dict(db.execute(
-                    f"SELECT id, parts FROM shapes WHERE id IN ({', '.join('?' * len(ids))})", ids)) if ids else {}
+                found = self._walk(f, f.limit + 1, "d.id, d.shape, length(d.detail)")
+                more = len(found) > f.limit
+                found = found[:f.limit]
+                if max_bytes is not None and found:
+                    sizes = self._in(db, "SELECT id, length(parts) FROM shapes WHERE id IN ({})",
+                                     sorted({r[1] for r in found}))
+                    used = 0
+                    for i, (_, shape, detail) in enumerate(found):
+                        used += sizes.get(shape, 0) + detail
+                        if used > max_bytes and i > 0:
+                            found, more = found[:i], True
+                            break
+                rows = sorted(self._in(db, f"SELECT id, {_COLUMNS.replace('d.id, ', '')} FROM decisions d "
+                                           "WHERE id IN ({})", [r[0] for r in found], whole=True).items(),
+                              reverse=True)
+                raw = self._in(db, "SELECT id, parts FROM shapes WHERE id IN ({})", sorted({r[1][6] for r in rows}))
             finally:
                 db.execute("COMMIT")
-        if max_bytes is not None:
-            used = 0
-            for i, row in enumerate(rows):
-                used += len(raw.get(row[7], b"")) + len(row[8])
-                if used > max_bytes and i > 0:
-                    rows, more = rows[:i], True
-                    break
-        shapes = {sid: orjson.loads(raw[sid]) for sid in {r[7] for r in rows} if sid in raw}
+        shapes = {sid: orjson.loads(parts) for sid, parts in raw.items()}
         out = []
-        for _, mid, ts, sender, outcome, error, latency, shape, detail, receivers in rows:
+        for _, (mid, ts, sender, outcome, error, latency, shape, detail, receivers) in rows:
             item: dict[str, Any] = {"messageId": mid, "time": iso_time(ts), "sender": sender,
                                     "parts": merge_parts(shapes.get(shape, ()), orjson.loads(detail)), "outcome": outcome,
                                     "latencyMs": latency}
@@ -596,10 +602,21 @@ class HistoryStore:
             if receivers:
                 item["receivers"] = orjson.loads(receivers)
             out.append(item)
-        return out, (str(rows[-1][0]) if more and rows else None)
+        return out, (str(found[-1][0]) if more and found else None)
 
-    def _walk(self, f: HistoryFilter, limit: int) -> list[Any]:
-        """Up to `limit` decision rows matching `f`, newest first (the read lock held).
+    @staticmethod
+    def _in(db: sqlite3.Connection, sql: str, ids: Sequence[int], whole: bool = False) -> dict[int, Any]:
+        """`sql` (its `IN ({})` filled) over `ids` in chunks of 500: each row's first column to its second (`whole`: to
+        the rest of its columns)."""
+        out: dict[int, Any] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            for row in db.execute(sql.format(", ".join("?" * len(chunk))), chunk):
+                out[row[0]] = row[1:] if whole else row[1]
+        return out
+
+    def _walk(self, f: HistoryFilter, limit: int, columns: str = _COLUMNS) -> list[Any]:
+        """Up to `limit` decision rows (`columns` of them) matching `f`, newest first (the read lock held).
 
         The spans whose times overlap the filter's and whose keys hold each of its tags, its
         sender and its outcome are the only ones that may hold a match; runs of adjacent such
@@ -643,7 +660,7 @@ class HistoryStore:
                 ranges[-1][0] = first
             else:
                 ranges.append([first, last])
-        sql = f"SELECT {_COLUMNS} FROM decisions d WHERE id BETWEEN ? AND ?{''.join(f' AND {w}' for w in where)} " \
+        sql = f"SELECT {columns} FROM decisions d WHERE id BETWEEN ? AND ?{''.join(f' AND {w}' for w in where)} " \
               "ORDER BY id DESC LIMIT ?"
         out: list[Any] = []
         for first, last in ranges:
