@@ -130,8 +130,11 @@ def dominant_angle(grey: Any) -> float:
     import cv2
     import numpy as np
 
-    scale = ANGLE_SIDE / max(grey.shape[:2])
-    small = cv2.resize(grey, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA) if scale < 1 else grey
+    h, w = grey.shape[:2]
+    scale = ANGLE_SIDE / max(h, w)
+    # the size given, at least a pixel a side: a 1x20000 strip scaled by a factor was 0 pixels wide (OpenCV's assert)
+    small = (cv2.resize(grey, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
+             if scale < 1 else grey)
     gx = cv2.Sobel(small, cv2.CV_32F, 1, 0, ksize=3)
     gy = cv2.Sobel(small, cv2.CV_32F, 0, 1, ksize=3)
     mag = cv2.magnitude(gx, gy)
