@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import MediaError
 from ..features.base import Limits, check_deadline
-from ..features.containers import av_reason, channel_layout, container_name, open_input, stream_context
+from ..features.containers import av_reason, channel_layout, container_name, moving_pictures, open_input, stream_context
 from ..features.image import to_8bit, to_rgb
 from ..features.imagehead import HeadNotFound, image_size, png_for_decoder
 from ..features.probe import head_refusal
@@ -273,9 +273,10 @@ def fit_video(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
     import av
 
     with open_input(data, "video") as ic:
-        if not ic.streams.video:
+        pictures = moving_pictures(ic)  # not an audio file's cover picture
+        if not pictures:
             raise MediaError("video: the container has no video stream")
-        vs = ic.streams.video[0]
+        vs = pictures[0]
         name = container_name(ic, data[:64])
         ctx = stream_context(vs, "video", name)
         width, height = int(ctx.width or 0), int(ctx.height or 0)

@@ -36,9 +36,19 @@ def audio_only(data: bytes) -> bool | None:
         return None
     try:
         with av.open(io.BytesIO(data), mode="r", metadata_errors="replace") as c:
-            return bool(c.streams.audio) and not c.streams.video
+            return bool(c.streams.audio) and not moving_pictures(c)
     except Exception:  # noqa: BLE001 - FFmpeg errors of every kind: not judged here, the decoder reports them
         return None
+
+
+def moving_pictures(container: Any) -> list[Any]:
+    """The container's video streams that are pictures in motion: not a cover picture (`attached_pic`: the album art of
+    an MP3, FLAC or M4A, a podcast's artwork in an MP4). A song with its cover was sniffed as `video/mp4` and read as a
+    one-frame video at 90,000 fps."""
+    import av
+
+    cover = av.stream.Disposition.attached_pic
+    return [s for s in container.streams.video if not s.disposition & cover]
 
 
 def stream_context(stream: Any, what: str, container: str) -> Any:
@@ -67,6 +77,8 @@ def container_name(container: Any, head: bytes = b"") -> str:
         return "matroska"
     if fmt == CONTAINER_MP4 and ftyp_brand(head) == "qt":
         return "mov"
+    if fmt == CONTAINER_MP4 and (ftyp_brand(head) or "").startswith(("3gp", "3g2")):
+        return "3gp"  # a phone's clip or voice memo (its audio was already named so)
     return CONTAINER_NAMES.get(fmt, fmt.split(",")[0])
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import MediaError
 from ..modality import Modality
 from .base import THUMBNAIL_KEY, Limits, check_deadline
-from .containers import av_reason, container_name, open_input, stream_context
+from .containers import av_reason, container_name, moving_pictures, open_input, stream_context
 from .image import make_thumbnail
 
 
@@ -43,11 +43,18 @@ class VideoExtractor:
         with open_input(data, "video") as container:
             fmt = container.format.name
             if fmt.endswith("_pipe") or fmt == "image2":
+                if fmt == "webp_pipe" and animated_webp(data):  # FFmpeg reads no animated WebP: Pillow does
+                    raise MediaError("video: the bytes are an animated WebP image, not a video container: send it as "
+                                     "image/webp")
                 raise MediaError(f"video: the bytes are a still image ({fmt.removesuffix('_pipe')}), not a video")
-            if not container.streams.video:
-                audio = " (audio only: send it as audio/*)" if container.streams.audio else ""
+            pictures = moving_pictures(container)
+            if not pictures:
+                audio = ""
+                if container.streams.audio:
+                    cover = ", with a cover picture" if container.streams.video else ""
+                    audio = f" (audio only{cover}: send it as audio/*)"
                 raise MediaError(f"video: the {container_name(container, data[:64])} container has no video stream{audio}")
-            stream = container.streams.video[0]
+            stream = pictures[0]
             name = container_name(container, data[:64])
             ctx = stream_context(stream, "video", name)
             width, height = int(ctx.width or 0), int(ctx.height or 0)
@@ -90,7 +97,11 @@ class VideoExtractor:
                 if stream.frames:
                     out["frames"] = int(stream.frames)
                 else:  # counted by demuxing (WebM, Matroska): which also shows where the file really ends
-                    out["frames"], end = self._count_frames(container, stream)
+                    out["frames"], end, span = self._count_frames(container, stream)
+                    if span and out["frames"] > 1 and abs(out["frames"] / span - fps) > 0.1 * fps:
+                        # variable frame rate (a phone's, a screen recorder's): Matroska's and WebM's nominal rate is
+                        # its shortest frame's, so the mean rate of the frames shown is the one said (as MP4 says it)
+                        out["fps"] = round(out["frames"] / span, 3)
                     slack = max(TRUNCATED_FRAMES / fps if fps else 0.0, TRUNCATED_S)
                     if container.duration is not None and end is not None and end < duration - slack:
                         raise MediaError(f"video: truncated {name}: the container declares {duration:.1f} s, its "
@@ -114,11 +125,13 @@ class VideoExtractor:
             stream.codec_context.skip_frame = "DEFAULT"
         raise MediaError("video: no decodable keyframe")
 
-    def _count_frames(self, container: Any, stream: Any) -> tuple[int, float | None]:
-        """The video stream's packets, and where the last packet of any stream ends (seconds from the start; None when
-        no packet says)."""
+    def _count_frames(self, container: Any, stream: Any) -> tuple[int, float | None, float]:
+        """The video stream's packets, where the last packet of any stream ends (seconds from the start; None when
+        no packet says), and the time the video stream's own packets cover (seconds; 0 when they do not say)."""
         count = seen = 0
         end: float | None = None
+        first: float | None = None
+        last: float | None = None
         start = container.start_time / 1_000_000 if container.start_time is not None else 0.0
         for packet in container.demux():
             seen += 1
@@ -127,11 +140,22 @@ class VideoExtractor:
                 end = stop if end is None else max(end, stop)
             if packet.stream is stream and packet.size:
                 count += 1
+                if packet.pts is not None and packet.time_base is not None:
+                    t0 = float(packet.pts * packet.time_base)
+                    t1 = float((packet.pts + (packet.duration or 0)) * packet.time_base)
+                    first = t0 if first is None else min(first, t0)
+                    last = t1 if last is None else max(last, t1)
             if seen % 256 == 0:
                 check_deadline("video frame count")
             if seen > self.max_packets:
                 raise MediaError(f"video: more than {self.max_packets} packets; counting stopped")
-        return count, end
+        span = last - first if first is not None and last is not None and last > first else 0.0
+        return count, end, span
+
+
+def animated_webp(data: bytes) -> bool:
+    """Is this WebP an animation (an extended header with its animation flag, and an `ANIM` chunk)?"""
+    return data[12:16] == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02)
 
 
 def index_end(container: Any) -> int:
