@@ -138,33 +138,80 @@ def resampler_for(rate_in: int, rate_out: int) -> LinearResampler | FilteredUpsa
     return LinearResampler(rate_in, rate_out)
 
 
-def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mono: bool) -> tuple[Any, int, int]:
+def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mono: bool,
+               voiced: bool = False) -> tuple[Any, int, int]:
     """Float32 blocks (frames, channels) at `rate`, mixed to mono and resampled to `want_rate` as they come; returns
-    (samples, rate, channels) of what was asked."""
+    (samples, rate, channels) of what was asked. `voiced` (with `mono`): a stereo recording's two channels are kept
+    apart until the end and mixed by `mix_voiced`."""
     import numpy as np
 
     out_rate = want_rate or rate
     out_channels = 1 if mono else channels
-    resampler = resampler_for(rate, out_rate) if out_rate != rate else None
+    apart = mono and voiced and channels == VOICED_MIX_CHANNELS
+    width = channels if apart else out_channels
+    resamplers = [resampler_for(rate, out_rate) for _ in range(width)] if out_rate != rate else []
     parts: list[Any] = []
     for block in blocks:
-        if mono and channels > 1:
+        if mono and channels > 1 and not apart:
             block = block.mean(axis=1, dtype=np.float32)[:, None]
-        if resampler is not None:
-            if out_channels != 1:
+        if resamplers:
+            if width != 1 and not apart:
                 raise MediaError(f"audio: resampling {channels} channels needs PyAV; ask for mono")
-            block = resampler.push(block[:, 0])[:, None]
+            block = _columns([r.push(block[:, i]) for i, r in enumerate(resamplers)])
         parts.append(block)
-    if resampler is not None:
-        parts.append(resampler.finish()[:, None])
+    if resamplers:
+        parts.append(_columns([r.finish() for r in resamplers]))
     if not parts:
         return np.zeros((0, out_channels), np.float32), out_rate, out_channels
-    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), out_rate, out_channels
+    samples = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return (mix_voiced(samples, out_rate) if apart else samples), out_rate, out_channels
+
+
+def _columns(channels: list[Any]) -> Any:
+    """Mono sample arrays as the columns of one (frames, channels) array (cut to the shortest)."""
+    import numpy as np
+
+    n = min(c.shape[0] for c in channels)
+    return channels[0][:n, None] if len(channels) == 1 else np.stack([c[:n] for c in channels], axis=1)
+
+
+VOICED_MIX_CHANNELS = 2
+"""`mix_voiced` judges the channels of stereo recordings (a call's two parties, a lavalier and a room mic); more
+channels are mixed as their mean (a 5.1 film's voice is in its centre channel and spills into the rest)."""
+
+STANDS_OUT_DB = 10.0
+VOICED_SHARE = 0.05
+"""A channel carries sound that comes and goes (a voice, a knock) when at least this share of its 30 ms frames stand
+`STANDS_OUT_DB` over its own floor (its 10th percentile frame); a hiss, a hum or digital silence never does."""
+
+
+def channel_voiced(x: Any, rate: int) -> bool:
+    """Does this channel's sound come and go (`STANDS_OUT_DB`, `VOICED_SHARE`), as a voice does?"""
+    import numpy as np
+
+    levels = frame_levels(x - np.float32(np.mean(x, dtype=np.float64)) if x.shape[0] else x, rate)
+    floor = float(np.percentile(levels, 10))
+    return float(np.mean(levels > floor + STANDS_OUT_DB)) >= VOICED_SHARE
+
+
+def mix_voiced(samples: Any, rate: int) -> Any:
+    """A stereo recording (frames, 2) mixed to (frames, 1) for a listener: the mean of the channels whose sound comes
+    and goes (`channel_voiced`) when the other carries none: a voice recorded in one channel over hiss or hum in the
+    other was heard through it at half its level (the mean) and misheard ("move" as "do" under -50 dBFS of hiss, all
+    of it `unclear` under -30); a call's two parties, a channel each, are both kept. Any other case: the mean."""
+    import numpy as np
+
+    if samples.shape[1] == 1:
+        return samples
+    voiced = [channel_voiced(samples[:, c], rate) for c in range(samples.shape[1])]
+    if any(voiced) and not all(voiced):
+        samples = samples[:, [c for c, v in enumerate(voiced) if v]]
+    return samples.mean(axis=1, dtype=np.float32)[:, None] if samples.shape[1] > 1 else samples
 
 
 SNIFFED_AUDIO = {"wav": "audio/wav", "ogg": "audio/ogg", "flac": "audio/flac", "mp3": "audio/mpeg", "aac": "audio/aac",
                  "aiff": "audio/aiff", "amr": "audio/amr", "caf": "audio/x-caf", "au": "audio/basic",
-                 "asf": "audio/x-ms-wma"}
+                 "asf": "audio/x-ms-wma", "mpegts": "audio/mp2t"}
 """The media type of each container `sniff_audio` names but MP4, WebM and 3GP (audio or video: told apart by PyAV)."""
 
 
@@ -200,7 +247,23 @@ def sniff_audio(data: bytes) -> str | None:
         return "webm"
     if head[:16] == ASF_HEADER:
         return "asf"  # Windows Media Audio (WMA): an older Windows recorder's (FFmpeg reads it; it was no known container)
+    if transport_stream(data):
+        return "mpegts"  # a broadcast recording, an HLS segment, a camcorder's M2TS: was no known container
     return None
+
+
+TS_PACKETS = 3
+"""An MPEG transport stream is told by its sync byte (0x47) at the start of this many 188-byte packets in a row (192
+for a camcorder's or a Blu-ray's M2TS: a 4-byte timestamp before each); fewer when the whole stream is shorter."""
+
+
+def transport_stream(data: bytes) -> bool:
+    """Do these bytes start as an MPEG transport stream (TS or M2TS)?"""
+    for lead, size in ((0, 188), (4, 192)):
+        count = min(TS_PACKETS, (len(data) - lead) // size)
+        if count >= 1 and all(data[lead + i * size] == 0x47 for i in range(count)):
+            return True
+    return False
 
 
 ASF_HEADER = bytes.fromhex("3026b2758e66cf11a6d900aa0062ce6c")
@@ -300,13 +363,13 @@ def _g711_table(law: str) -> Any:
 
 
 def decode_g711(data: bytes, law: str, rate: int, channels: int, *, want_rate: int | None = None,
-                mono: bool = False) -> DecodedAudio:
+                mono: bool = False, voiced: bool = False) -> DecodedAudio:
     """Raw μ-law or A-law bytes to samples (mixed to mono and resampled to `want_rate` a second at a time)."""
     import numpy as np
 
     usable = len(data) - len(data) % channels
     pcm = _g711_table(law)[np.frombuffer(data[:usable], dtype=np.uint8)]
-    samples, r, c = _to_target(_int_blocks(pcm, channels, rate, 32768.0), rate, channels, want_rate, mono)
+    samples, r, c = _to_target(_int_blocks(pcm, channels, rate, 32768.0), rate, channels, want_rate, mono, voiced)
     return DecodedAudio(samples, r, c, law, rate, channels)
 
 
@@ -321,17 +384,18 @@ def _int_blocks(raw: Any, channels: int, rate: int, scale: float, offset: float 
 
 
 def decode_pcm(data: bytes, rate: int, channels: int, *, big_endian: bool = False, fmt: str = "pcm",
-               want_rate: int | None = None, mono: bool = False) -> DecodedAudio:
+               want_rate: int | None = None, mono: bool = False, voiced: bool = False) -> DecodedAudio:
     """Signed 16-bit PCM bytes to samples (mixed to mono and resampled to `want_rate` a second at a time)."""
     import numpy as np
 
     usable = len(data) - len(data) % (2 * channels)
     pcm = np.frombuffer(data[:usable], dtype=">i2" if big_endian else "<i2")
-    samples, r, c = _to_target(_int_blocks(pcm, channels, rate, 32768.0), rate, channels, want_rate, mono)
+    samples, r, c = _to_target(_int_blocks(pcm, channels, rate, 32768.0), rate, channels, want_rate, mono, voiced)
     return DecodedAudio(samples, r, c, fmt, rate, channels)
 
 
-def _decode_wav(data: bytes, limits: Limits, want_rate: int | None = None, mono: bool = False) -> DecodedAudio:
+def _decode_wav(data: bytes, limits: Limits, want_rate: int | None = None, mono: bool = False,
+                voiced: bool = False) -> DecodedAudio:
     import numpy as np
 
     try:
@@ -365,12 +429,12 @@ def _decode_wav(data: bytes, limits: Limits, want_rate: int | None = None, mono:
         blocks = _int_blocks(np.frombuffer(raw, "<i4"), channels, rate, float(1 << 31))
     else:
         raise MediaError(f"audio: WAV sample width of {width} bytes is not supported")
-    samples, r, c = _to_target(blocks, rate, channels, want_rate, mono)
+    samples, r, c = _to_target(blocks, rate, channels, want_rate, mono, voiced)
     return DecodedAudio(samples, r, c, "wav", rate, channels)
 
 
 def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | None = None,
-               mono: bool = False) -> DecodedAudio:
+               mono: bool = False, voiced: bool = False) -> DecodedAudio:
     try:
         import av
     except ImportError:
@@ -404,6 +468,7 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
         # own downmix keeps a -3 dB pan law, so a stereo tone read 3 dB louder than as WAV and a 5.1 one over full scale
         resampler = av.AudioResampler(format="flt", layout=layout, rate=out_rate)
         width = stream.layout.nb_channels if stream.layout else 1
+        apart = mono and voiced and width == VOICED_MIX_CHANNELS  # mixed at the end, by `mix_voiced`
         chunks: list[Any] = []
         taken = 0  # input samples (all channels) decoded so far: the header may understate them
         try:
@@ -414,14 +479,15 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
                     raise MediaError(f"audio: more than {limits.max_audio_samples} samples (rate x channels x seconds); "
                                      "decoding stopped")
                 for out in resampler.resample(frame):
-                    chunks.append(_mixed(out.to_ndarray().reshape(-1, width), mono))
+                    chunks.append(_mixed(out.to_ndarray().reshape(-1, width), mono and not apart))
                 if taken / channels / rate > limits.max_audio_seconds:
                     raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; decoding stopped")
             for out in resampler.resample(None):
-                chunks.append(_mixed(out.to_ndarray().reshape(-1, width), mono))
+                chunks.append(_mixed(out.to_ndarray().reshape(-1, width), mono and not apart))
         except av.FFmpegError as exc:
             raise MediaError(f"audio: corrupt {container_name(container, data[:64])} audio: {av_reason(exc)}") from None
-        name = fmt or container_name(container, data[:64])
+        # the container as the video extractor names it (`mov`, `matroska`, `3gp`: not the sniffed family `mp4`, `webm`)
+        name = container_name(container, data[:64]) if fmt in (None, "mp4", "webm") else fmt
         heard = taken / channels / rate
         exact = fmt in EXACT_LENGTH or (fmt == "mp3" and mp3_counted(data))
         if declared is not None and exact and heard < declared - TRUNCATED_S:
@@ -430,6 +496,8 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
     if not chunks:
         raise MediaError(f"audio: the {name} stream holds no decodable samples")
     samples = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # float32 already: no further copy
+    if apart:
+        samples = mix_voiced(samples, int(out_rate))
     return DecodedAudio(samples, int(out_rate), 1 if mono else width, name, int(rate), int(channels))
 
 
@@ -473,9 +541,10 @@ def _declared_seconds(container: Any, stream: Any) -> float | None:
 
 
 def decode_audio(data: bytes, modality: Modality, limits: Limits, *, rate: int | None = None,
-                 mono: bool = False) -> DecodedAudio:
+                 mono: bool = False, voiced: bool = False) -> DecodedAudio:
     """Decode any supported audio to float samples, within `limits`; MediaError with a clear message otherwise.
-    `rate` and `mono`: decode straight to that (16 kHz mono for speech) rather than the recording's own."""
+    `rate` and `mono`: decode straight to that (16 kHz mono for speech) rather than the recording's own; `voiced`
+    (with `mono`): a stereo recording mixed by `mix_voiced` (for a listener), not as the channels' mean."""
     limits.check_size(data, "audio")
     sub = modality.subtype
     if sub in PCM_SUBTYPES:
@@ -484,7 +553,7 @@ def decode_audio(data: bytes, modality: Modality, limits: Limits, *, rate: int |
             raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; not decoded")
         check_samples(src_rate, channels, len(data) / (2 * channels * src_rate), limits)
         return decode_pcm(data, src_rate, channels, big_endian=sub == "l16", fmt="l16" if sub == "l16" else "pcm",
-                          want_rate=rate, mono=mono)
+                          want_rate=rate, mono=mono, voiced=voiced)
     law = g711_law(data, modality)
     if law is not None:
         src_rate, channels = _pcm_params(modality, G711_RATE)
@@ -492,23 +561,23 @@ def decode_audio(data: bytes, modality: Modality, limits: Limits, *, rate: int |
         if seconds > limits.max_audio_seconds:
             raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; not decoded")
         check_samples(src_rate, channels, seconds, limits)
-        return decode_g711(data, law, src_rate, channels, want_rate=rate, mono=mono)
+        return decode_g711(data, law, src_rate, channels, want_rate=rate, mono=mono, voiced=voiced)
     if not data:
         raise MediaError("audio: empty payload")
     fmt = sniff_audio(data)
     if fmt == "wav" and data[:4] != b"RIFF":
-        return _decode_av(data, "wav", limits, rate, mono)  # RF64, BW64: the wave module reads RIFF alone
+        return _decode_av(data, "wav", limits, rate, mono, voiced)  # RF64, BW64: the wave module reads RIFF alone
     if fmt == "wav":
         data = streamed_wav(data)
         try:
-            return _decode_wav(data, limits, rate, mono)
+            return _decode_wav(data, limits, rate, mono, voiced)
         except MediaError as exc:
             if "unknown format" not in exc.message:  # e.g. float WAV: let PyAV try it
                 raise
-            return _decode_av(data, "wav", limits, rate, mono)
+            return _decode_av(data, "wav", limits, rate, mono, voiced)
     if fmt is None:
         raise MediaError(f"audio: bytes are not a known audio container (declared {modality.essence}, starts {data[:8]!r})")
-    return _decode_av(data, fmt, limits, rate, mono)
+    return _decode_av(data, fmt, limits, rate, mono, voiced)
 
 
 def frame_levels(mono: Any, rate: int, frame_s: float = FRAME_S) -> Any:
@@ -535,15 +604,23 @@ def loudness_db(mono: Any) -> float:
     return round(max(20.0 * math.log10(max(rms, 1e-12)), SILENCE_DB), 2)
 
 
+QUIET_DB = 30.0
+"""How far under `floor_db` a sound that comes and goes still counts as activity (-75 dBFS by default)."""
+
+
 def voice_activity(levels: Any, *, floor_db: float = -45.0) -> float:
     """Share of frames above an adaptive energy threshold: 10 dB over the noise floor, at most
-    30 dB under the loudest frame, never below `floor_db`."""
+    30 dB under the loudest frame, never below `floor_db` — or `QUIET_DB` under it when the sound comes and goes
+    (`STANDS_OUT_DB`, `VOICED_SHARE`): a steady hiss or hum under `floor_db` is no activity, a quiet voice is (speech at
+    -50 dBFS, a far microphone's, was 6 % active and at -60 none while Whisper read every word of it)."""
     import numpy as np
 
     if levels.shape[0] == 0:
         return 0.0
     noise = float(np.percentile(levels, 10))
     loudest = float(levels.max())
+    if float(np.mean(levels > noise + STANDS_OUT_DB)) >= VOICED_SHARE:
+        floor_db -= QUIET_DB
     threshold = max(floor_db, min(noise + 10.0, loudest - 30.0))
     return round(float(np.mean(levels > threshold)), 3)
 
