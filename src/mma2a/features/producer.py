@@ -19,7 +19,7 @@ from .base import load_once
 from .containers import IMAGE_BRANDS, audio_only, ftyp_brand
 from .mesh import sniff_mesh
 from .pipeline import FeaturePipeline
-from .text import text_bom
+from .text import text_bom, utf16_without_bom
 
 Uploader = Callable[[bytes, str], str]
 """Stores the bytes (given the modality) and returns the URL they can be fetched from."""
@@ -75,13 +75,17 @@ def sniff_modality(data: bytes, filename: str | None = None) -> str:
     if brand in IMAGE_BRANDS:
         return "image/heic"
     audio = sniff_audio(data)
-    if audio in ("mp4", "webm", "3gp"):
+    if audio in ("mp4", "webm", "3gp", "mpegts"):
         if audio == "mp4" and head[8:11] == b"M4A":
             return "audio/mp4"
-        if audio_only(data):  # a voice note in WebM, MP4 or 3GP is audio, not a video without pictures
-            return "audio/3gpp" if audio == "3gp" else f"audio/{audio}"
+        if audio_only(data):  # a voice note in WebM, MP4 or 3GP is audio, not a video without pictures (or a cover's)
+            if audio == "webm" and b"matroska" in data[:64]:
+                return "audio/x-matroska"  # a Matroska audio file (.mka), as its video kin is video/x-matroska
+            return {"3gp": "audio/3gpp", "mpegts": "audio/mp2t"}.get(audio, f"audio/{audio}")
         if audio == "3gp":
             return "video/3gpp"
+        if audio == "mpegts":
+            return "video/mp2t"
         if audio == "webm" and b"matroska" in data[:64]:
             return "video/x-matroska"
         return "video/quicktime" if brand == "qt" else f"video/{audio}"
@@ -106,6 +110,9 @@ def sniff_modality(data: bytes, filename: str | None = None) -> str:
     bom = text_bom(data)
     if bom is not None:
         return "text/plain" if bom == "utf-8" else f"text/plain; charset={bom}"
+    wide = utf16_without_bom(data)
+    if wide is not None:
+        return f"text/plain; charset={wide}"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

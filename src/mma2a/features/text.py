@@ -5,6 +5,7 @@ answer), length in characters, word count, and the most frequent words that are 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from typing import Any
 
@@ -89,14 +90,53 @@ def text_bom(data: bytes) -> str | None:
     return None
 
 
+WINDOWS_1252_LABELS = frozenset({"iso-8859-1", "iso8859-1", "iso_8859-1", "latin1", "latin-1", "l1", "cp819",
+                                  "ibm819", "iso-ir-100", "csisolatin1", "iso_8859-1:1987"})
+"""Labels of Latin-1 that every browser reads as windows-1252 (the WHATWG Encoding standard): a Windows program's
+text labelled ISO-8859-1 has its curly quotes, dashes and euro sign in 0x80-0x9F, which Latin-1 makes invisible
+control characters (`don't` with a curly apostrophe was the two words `don` and `t`)."""
+
+
+def utf16_without_bom(data: bytes) -> str | None:
+    """`utf-16-le` or `-be` when unlabelled bytes are plainly UTF-16 without a byte order mark (a program's export:
+    every other byte NUL in the first 512, never the other ones); None otherwise. Read as UTF-8 they were refused as
+    binary (`contains NUL characters`) or as not valid UTF-8."""
+    head = data[:512]
+    if len(head) < 8 or len(data) % 2:
+        return None
+    even, odd = head[0::2], head[1::2]
+    for zeros, other, charset in ((odd, even, "utf-16-le"), (even, odd, "utf-16-be")):
+        if zeros.count(0) >= 0.75 * len(zeros) and other.count(0) == 0:
+            return charset
+    return None
+
+
+META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
+
+
+def html_charset(data: bytes) -> str | None:
+    """The charset an HTML document declares in its first 1024 bytes (`<meta charset=...>` or the `http-equiv`
+    content type), as a browser's prescan finds it; None without one."""
+    found = META_CHARSET.search(data[:1024])
+    return found.group(1).decode("ascii").lower() if found else None
+
+
 def decode_text(data: bytes, modality: Modality) -> str:
     """The text in `data`: a byte order mark decides the encoding (as a browser decides, whatever the label says:
     a Windows editor's UTF-16 file sent as `text/plain` is still read) and is not part of the text; else the
-    `charset` parameter, else UTF-8. `MediaError` names the charset and the first byte that is not valid in it."""
+    `charset` parameter (Latin-1's labels read as windows-1252, as browsers read them), else an HTML document's own
+    `<meta charset>`, else UTF-16 when the bytes plainly are, else UTF-8. `MediaError` names the charset and the first
+    byte that is not valid in it."""
     label = modality.param("charset")
     bom = text_bom(data)
-    charset = bom or label or "utf-8"
+    found = None if bom or label else (html_charset(data) if modality.subtype in HTML_SUBTYPES else None)
+    charset = bom or label or found or utf16_without_bom(data) or "utf-8"
     body = data[len(next(m for m, c in BOMS if c == bom)):] if bom else data
+    if charset.lower() in WINDOWS_1252_LABELS:
+        try:
+            return body.decode("cp1252")
+        except UnicodeDecodeError:  # 0x81, 0x8D, 0x8F, 0x90, 0x9D: no windows-1252 character; Latin-1 reads them all
+            return body.decode("latin-1")
     try:
         text = body.decode(charset)
     except LookupError:
@@ -106,6 +146,42 @@ def decode_text(data: bytes, modality: Modality) -> str:
         said = f"; the part says charset={label}" if label else " (no charset given: UTF-8 assumed)"
         raise MediaError(f"text: not valid {charset} at byte {at} (0x{data[at]:02x}){said}") from None
     return text
+
+
+HTML_SUBTYPES = frozenset({"html", "xhtml+xml"})
+"""Text parts whose words are their visible text, not their markup (an HTML mail's keywords were `body`, `div`)."""
+
+
+def html_text(markup: str) -> str:
+    """The text a browser shows of an HTML document: its markup, scripts and styles left out, entities resolved."""
+    from html.parser import HTMLParser
+
+    class _Visible(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.parts: list[str] = []
+            self.hidden = 0
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag in ("script", "style", "template", "head", "title", "noscript"):
+                self.hidden += 1
+            elif tag in ("br", "p", "div", "li", "tr", "td", "th", "h1", "h2", "h3", "h4", "h5", "h6"):
+                self.parts.append(" ")
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag in ("script", "style", "template", "head", "title", "noscript"):
+                self.hidden = max(0, self.hidden - 1)
+            else:
+                self.parts.append(" ")
+
+        def handle_data(self, data: str) -> None:
+            if not self.hidden:
+                self.parts.append(data)
+
+    reader = _Visible()
+    reader.feed(markup)
+    reader.close()
+    return "".join(reader.parts)
 
 
 class TextExtractor:
@@ -130,7 +206,10 @@ class TextExtractor:
         text = decode_text(data, modality)
         if "\x00" in text:
             raise MediaError("text: contains NUL characters; this looks like binary data, not text")
-        visible = _INVISIBLE.sub("", text)  # words as a reader sees them; `length` counts what was sent
+        shown = html_text(text) if modality.subtype in HTML_SUBTYPES else text
+        # words as a reader sees them (`length` counts what was sent): composed, so that `cafe` + U+0301 (macOS's
+        # decomposed form) is the one word `café`, not `cafe` and a stray accent
+        visible = unicodedata.normalize("NFC", _INVISIBLE.sub("", shown))
         sample = visible[: self.limits.max_text_chars]
         out: dict[str, Any] = {"length": len(text), "words": count_words(visible),
                                "keywords": keywords(sample, self.keyword_count)}
