@@ -102,6 +102,7 @@ class VideoExtractor:
                         # variable frame rate (a phone's, a screen recorder's): Matroska's and WebM's nominal rate is
                         # its shortest frame's, so the mean rate of the frames shown is the one said (as MP4 says it)
                         out["fps"] = round(out["frames"] / span, 3)
+                        fps = out["fps"]
                     slack = max(TRUNCATED_FRAMES / fps if fps else 0.0, TRUNCATED_S)
                     if container.duration is not None and end is not None and end < duration - slack:
                         raise MediaError(f"video: truncated {name}: the container declares {duration:.1f} s, its "
@@ -128,10 +129,11 @@ class VideoExtractor:
     def _count_frames(self, container: Any, stream: Any) -> tuple[int, float | None, float]:
         """The video stream's packets, where the last packet of any stream ends (seconds from the start; None when
         no packet says), and the time the video stream's own packets cover (seconds; 0 when they do not say)."""
+        from array import array
+
         count = seen = 0
         end: float | None = None
-        first: float | None = None
-        last: float | None = None
+        starts = array("d")  # when each frame is shown (seconds): 8 bytes a frame
         start = container.start_time / 1_000_000 if container.start_time is not None else 0.0
         for packet in container.demux():
             seen += 1
@@ -141,16 +143,25 @@ class VideoExtractor:
             if packet.stream is stream and packet.size:
                 count += 1
                 if packet.pts is not None and packet.time_base is not None:
-                    t0 = float(packet.pts * packet.time_base)
-                    t1 = float((packet.pts + (packet.duration or 0)) * packet.time_base)
-                    first = t0 if first is None else min(first, t0)
-                    last = t1 if last is None else max(last, t1)
+                    starts.append(float(packet.pts * packet.time_base))
             if seen % 256 == 0:
                 check_deadline("video frame count")
             if seen > self.max_packets:
                 raise MediaError(f"video: more than {self.max_packets} packets; counting stopped")
-        span = last - first if first is not None and last is not None and last > first else 0.0
-        return count, end, span
+        return count, end, shown_span(starts)
+
+
+def shown_span(starts: Any) -> float:
+    """How long frames shown at `starts` (seconds, any order) last: first to last, plus the last one shown for the
+    median interval (Matroska's blocks carry their nominal duration, or none: not the time to a next frame that is
+    not there); 0 for fewer than two frames."""
+    import numpy as np
+
+    if len(starts) < 2:
+        return 0.0
+    t = np.sort(np.frombuffer(starts, dtype=np.float64))
+    gaps = np.diff(t)
+    return float(t[-1] - t[0] + np.median(gaps)) if t[-1] > t[0] else 0.0
 
 
 def animated_webp(data: bytes) -> bool:

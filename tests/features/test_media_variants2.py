@@ -1,0 +1,452 @@
+"""Perception on media nobody here tuned for, second sweep (the first: test_media_variants.py, whose cases are not
+repeated): video in Matroska, QuickTime, MPEG-TS, AVI, FLV and 3GP, one frame long, turned by a display matrix, at a
+variable frame rate; songs with their cover picture; MPEG-TS sound; speech in 24-bit FLAC, 8 and 11 kHz MP3, beside
+hiss or hum in the other channel, after 5 s of silence, at -50 and -60 dBFS, clipped hard; pictures as ICO, 16-bit
+PGM, JPEG 2000, TIFF (CMYK, 1-bit G4), with the EXIF or TIFF orientations the first sweep left out (5, 7), and as
+strips a pixel wide; text in UTF-16 without a byte order mark, windows-1252 labelled Latin-1,
+decomposed accents, HTML with its own charset, mixed scripts. Made here with PyAV's FFmpeg, Pillow, OpenCV and
+eSpeak NG; nothing is from an evaluation set (docs/features.md, "Perception across formats (the sweep)"):
+
+    PYTHONPATH=src /work/main/.venv/bin/python -m pytest -q tests/features/test_media_variants2.py
+
+Every case goes through the feature pipeline the gateway runs: the facts must be the content's, or the error must
+name the format; no exception escapes."""
+
+from __future__ import annotations
+
+import io
+import re
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from mma2a.features import FeaturePipeline, sniff_modality
+
+from . import encodings as e
+from . import media as m
+
+av = pytest.importorskip("av")
+
+SPEECH = frozenset({"transcript"})
+PICTURE = frozenset({"text", "codes", "objects", "faces"})
+FACTS = frozenset({"nothing-but-the-cheap-facts"})
+
+
+def features(pipeline: FeaturePipeline, data: bytes, media_type: str, wanted: frozenset[str] = FACTS) -> dict[str, Any]:
+    """What the gateway's pipeline makes of `data` (a generous budget: the facts are tested here, not the clock)."""
+    result = pipeline.extract_blocking(media_type, data, budget_s=300, wanted=wanted)
+    assert not result.timed_out and not result.late, result.errors
+    return result.features
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+# --- video ----------------------------------------------------------------------------------------------------------
+
+def red_side(thumb: bytes) -> str:
+    """Where the red half of `encodings.clip`'s frames (red left, blue right as stored) is shown in a preview."""
+    a = np.asarray(Image.open(io.BytesIO(thumb)).convert("RGB"), dtype=int)
+    h, w = a.shape[:2]
+    spots = {"left": a[h // 2, w // 8], "right": a[h // 2, w - 1 - w // 8], "top": a[h // 8, w // 2],
+             "bottom": a[h - 1 - h // 8, w // 2]}
+    red = [k for k, px in spots.items() if px[0] > 200 and px[2] < 60]
+    assert len(red) == 1, spots
+    return red[0]
+
+
+CLIPS: dict[str, tuple[Any, str, tuple[Any, ...]]] = {
+    # name: (the clip, declared type, (container, codec, width, height, frames, duration, rotation, red shown at))
+    "matroska-h264": (lambda: e.clip("matroska", "libx264", frames=20), "video/x-matroska",
+                      ("matroska", "h264", 160, 120, 20, 2.0, None, "left")),
+    "quicktime-h264": (lambda: e.clip("mov", "libx264", frames=20), "video/quicktime",
+                       ("mov", "h264", 160, 120, 20, 2.0, None, "left")),
+    "mpegts-h264": (lambda: e.clip("mpegts", "libx264", frames=20), "video/mp2t",
+                    ("mpegts", "h264", 160, 120, 20, 2.0, None, "left")),
+    "mpegts-mpeg2": (lambda: e.clip("mpegts", "mpeg2video", frames=20), "video/mp2t",
+                     ("mpegts", "mpeg2video", 160, 120, 20, 2.0, None, "left")),
+    "webm-vp8": (lambda: e.clip("webm", "libvpx", frames=20), "video/webm", ("webm", "vp8", 160, 120, 20, 2.0, None, "left")),
+    "avi-mpeg4": (lambda: e.clip("avi", "mpeg4", frames=10), "video/x-msvideo",
+                  ("avi", "mpeg4", 160, 120, 10, 1.0, None, "left")),
+    "flv": (lambda: e.clip("flv", "flv", frames=10), "video/x-flv", ("flv", "flv", 160, 120, 10, 1.0, None, "left")),
+    "3gp": (lambda: e.clip("3gp", "libx264", frames=10), "video/3gpp", ("3gp", "h264", 160, 120, 10, 1.0, None, "left")),
+    "one-frame-mp4": (lambda: e.clip("mp4", "libx264", frames=1), "video/mp4",
+                      ("mp4", "h264", 160, 120, 1, 0.1, None, "left")),
+    "one-frame-webm": (lambda: e.clip("webm", "libvpx-vp9", frames=1), "video/webm",
+                       ("webm", "vp9", 160, 120, 1, 0.1, None, "left")),
+    "mp4-upside-down": (lambda: e.clip("mp4", "libx264", frames=10, rotation=180), "video/mp4",
+                        ("mp4", "h264", 160, 120, 10, 1.0, 180, "right")),
+    "quicktime-turned-left": (lambda: e.clip("mov", "libx264", frames=10, rotation=90), "video/quicktime",
+                              ("mov", "h264", 120, 160, 10, 1.0, 270, "bottom")),
+    "matroska-turned-right": (lambda: e.clip("matroska", "libx264", frames=10, rotation=-90), "video/x-matroska",
+                              ("matroska", "h264", 120, 160, 10, 1.0, 90, "top")),
+    "matroska-piped": (lambda: e.clip("matroska", "libx264", frames=10, piped=True), "video/x-matroska",
+                       ("matroska", "h264", 160, 120, 10, 1.0, None, "left")),
+    "odd-size-mp4": (lambda: e.clip("mp4", "libx264", frames=5, size=(162, 98)), "video/mp4",
+                     ("mp4", "h264", 162, 98, 5, 0.5, None, "left")),
+}
+
+
+@pytest.mark.parametrize("name", list(CLIPS))
+def test_a_clip_in_any_container_gives_its_shown_facts(name: str, pipeline: FeaturePipeline) -> None:
+    make, media_type, (container, codec, width, height, frames, duration, rotation, red) = CLIPS[name]
+    data = make()
+    result = pipeline.extract_blocking(media_type, data, budget_s=300)
+    f = result.features
+    assert "error" not in f, f
+    assert (f["container"], f["codec"], f["width"], f["height"], f["frames"]) == (container, codec, width, height, frames)
+    assert abs(f["duration"] - duration) < 0.05 and f["fps"] == 10.0 and f.get("rotation") == rotation, f
+    assert result.thumbnail is not None and red_side(result.thumbnail.data) == red  # shown as a player shows it
+
+
+def test_the_sniffed_type_of_each_container_is_the_one_it_is() -> None:
+    assert sniff_modality(e.clip("mpegts", "libx264", frames=3)) == "video/mp2t"  # was application/octet-stream
+    assert sniff_modality(e.clip("3gp", "libx264", frames=3)) == "video/3gpp"
+    assert sniff_modality(e.clip("matroska", None, sound=e.tone(1.0, 48000)[:, 0], sound_codec="libopus")) == \
+        "audio/x-matroska"  # was audio/webm
+    assert sniff_modality(e.clip("mpegts", None, sound=e.tone(1.0, 48000)[:, 0])) == "audio/mp2t"
+
+
+def frames_at(fmt: str, codec: str, times_ms: list[int]) -> bytes:
+    """The red/blue frame shown at each of `times_ms` (a variable frame rate: a phone's or a screen recorder's)."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as out:
+        stream: Any = out.add_stream(codec, rate=30)
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 1000)
+        stream.options = {"preset": "ultrafast"} if codec == "libx264" else {"deadline": "realtime", "cpu-used": "8"}
+        img = np.asarray(e.halves(160, 120))
+        for t in times_ms:
+            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+            frame.pts, frame.time_base = t, Fraction(1, 1000)
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def test_a_variable_frame_rate_clip_says_its_mean_rate_in_every_container(pipeline: FeaturePipeline) -> None:
+    """9 frames over 2.93 s at irregular times: MP4 said 3.07 fps, Matroska and WebM their nominal 30 (the shortest
+    frame's rate, the only one their header holds). Now every container says the mean rate of the frames shown
+    (MP4's from its sample table, the others' from the frames' times: within a tenth of each other)."""
+    times = [0, 33, 66, 100, 500, 1000, 1033, 2000, 2900]
+    for fmt, codec, media_type in (("mp4", "libx264", "video/mp4"), ("matroska", "libx264", "video/x-matroska"),
+                                   ("webm", "libvpx-vp9", "video/webm")):
+        f = features(pipeline, frames_at(fmt, codec, times), media_type)
+        assert f["frames"] == 9 and abs(f["duration"] - 2.933) < 0.01, (fmt, f)
+        assert abs(f["fps"] - 9 / 2.933) < 0.1 * 9 / 2.933, (fmt, f)
+    steady = features(pipeline, frames_at("matroska", "libx264", list(range(0, 3000, 100))), "video/x-matroska")
+    assert (steady["frames"], steady["fps"]) == (30, 10.0)  # a steady 10 fps clip written at a 30 fps time base
+
+
+def with_cover(fmt: str, codec: str, cover: str) -> bytes:
+    """A 2 s tone as a song is sold: the sound, and its cover picture as an `attached_pic` stream (album art)."""
+    song = e.encode_audio(e.tone(2.0, 44100), 44100, fmt, codec)
+    buf = io.BytesIO()
+    with av.open(io.BytesIO(song)) as src, av.open(buf, "w", format=fmt) as out:
+        sound = out.add_stream_from_template(src.streams.audio[0])
+        art: Any = out.add_stream(cover, rate=1)
+        art.width = art.height = 300
+        art.pix_fmt = "yuvj420p" if cover == "mjpeg" else "rgb24"
+        art.disposition = av.stream.Disposition.attached_pic
+        picture = av.VideoFrame.from_image(Image.new("RGB", (300, 300), "red"))
+        for packet in list(art.encode(picture)) + list(art.encode(None)):
+            out.mux(packet)
+        for packet in src.demux(src.streams.audio[0]):
+            if packet.dts is not None:
+                packet.stream = sound
+                out.mux(packet)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(("fmt", "codec", "cover", "media_type", "container"),
+                         [("mp3", "libmp3lame", "mjpeg", "audio/mpeg", "mp3"), ("mp4", "aac", "mjpeg", "audio/mp4", "mp4"),
+                          ("flac", "flac", "png", "audio/flac", "flac")])
+def test_a_song_with_its_cover_picture_is_audio(fmt: str, codec: str, cover: str, media_type: str, container: str,
+                                                pipeline: FeaturePipeline) -> None:
+    """The cover was read as a video stream: an MP4 song was sniffed `video/mp4`, and as video every song was a clip
+    of one frame at 90,000 fps."""
+    song = with_cover(fmt, codec, cover)
+    assert sniff_modality(song) == media_type
+    heard = features(pipeline, song, media_type)
+    assert (heard["format"], heard["channels"], heard["sampleRate"]) == (container, 1, 44100)
+    assert abs(heard["duration"] - 2.0) < 0.05 and heard["voiceActivity"] == 1.0
+    shown = features(pipeline, song, "video/mp4")
+    assert shown["error"] == (f"video: the {container} container has no video stream (audio only, with a cover "
+                              "picture: send it as audio/*)")
+
+
+def test_audio_names_its_container_as_video_does_and_an_animated_webp_is_no_video(pipeline: FeaturePipeline) -> None:
+    sound = e.tone(2.0, 48000)[:, 0]
+    for fmt, media_type, name in (("mov", "audio/quicktime", "mov"), ("matroska", "audio/x-matroska", "matroska"),
+                                  ("3gp", "audio/3gpp", "3gp"), ("mpegts", "audio/mp2t", "mpegts")):
+        clip = e.clip(fmt, "libx264", frames=20, sound=sound, sound_codec="libopus" if fmt == "matroska" else "aac")
+        shown = features(pipeline, clip, "video/" + media_type.split("/")[1])
+        heard = features(pipeline, clip, media_type)
+        assert shown["container"] == heard["format"] == name, (shown, heard)  # audio said mp4, webm or no container
+        assert abs(heard["duration"] - 2.0) < 0.05 and heard["sampleRate"] == 48000
+    anim = e.animation("WEBP")
+    assert features(pipeline, anim, "video/webp")["error"] == ("video: the bytes are an animated WebP image, not a video "
+                                                               "container: send it as image/webp")
+    assert features(pipeline, anim, "image/webp")["frames"] == 3
+    gif = features(pipeline, e.animation("GIF"), "video/gif")  # FFmpeg reads GIF and APNG as video: their facts
+    apng = features(pipeline, e.animation("PNG"), "video/apng")
+    assert (gif["container"], gif["frames"], apng["container"], apng["frames"]) == ("gif", 3, "apng", 3)
+
+
+# --- speech ---------------------------------------------------------------------------------------------------------
+
+SENTENCE = "Please move the green boxes to the loading dock before noon"
+
+
+@pytest.fixture(scope="module")
+def voice() -> dict[int, Any]:
+    """The sentence (eSpeak NG `en-us`, 160 wpm, pitch 45) at each rate used here, resampled by FFmpeg, mono."""
+    pytest.importorskip("faster_whisper")
+    x, rate = m.speech_with(SENTENCE, voice="en-us", wpm=160, pitch=45)
+    x = x[:, None]
+    return {r: (x if r == rate else e.resample(x, rate, r)) for r in (8000, 11025, 16000, 44100, 48000)}
+
+
+@pytest.fixture(scope="module")
+def plain(pipeline: FeaturePipeline, voice: dict[int, Any]) -> dict[str, Any]:
+    out = features(pipeline, e.wav_int(voice[16000], 16000, 2), "audio/wav", SPEECH)
+    assert words(out["transcript"]) == words(SENTENCE), out
+    return out
+
+
+def at_dbfs(x: Any, db: float) -> Any:
+    return x * (10 ** (db / 20) / np.sqrt(np.mean(x ** 2)))
+
+
+def shared(heard: str, said: str) -> int:
+    """How many of `said`'s words `heard` has (each as often as said)."""
+    a, b = words(heard), words(said)
+    return sum(min(a.count(w), b.count(w)) for w in set(b))
+
+
+def test_speech_in_more_encodings_reads_as_the_plain_wav(pipeline: FeaturePipeline, voice: dict[int, Any],
+                                                         plain: dict[str, Any]) -> None:
+    cases = {"flac-24bit-48k": (e.encode_audio(voice[48000], 48000, "flac", "flac", sample_fmt="s32"), "audio/flac",
+                                ("flac", 48000, 1)),
+             "mp3-11k-mono": (e.encode_audio(voice[11025], 11025, "mp3", "libmp3lame"), "audio/mpeg", ("mp3", 11025, 1)),
+             "mpegts-aac": (e.clip("mpegts", None, sound=voice[48000][:, 0]), "audio/mp2t", ("mpegts", 48000, 1)),
+             "opus-from-16k": (e.encode_audio(voice[16000], 16000, "ogg", "libopus"), "audio/ogg", ("ogg", 48000, 1))}
+    for name, (data, media_type, facts) in cases.items():
+        got = features(pipeline, data, media_type, SPEECH)
+        assert "error" not in got and (got["format"], got["sampleRate"], got["channels"]) == facts, (name, got)
+        assert words(got["transcript"]) == words(plain["transcript"]), (name, got["transcript"])
+        assert abs(got["voiceActivity"] - plain["voiceActivity"]) < 0.05, (name, got)
+
+
+def test_mp3_at_8_kbps_is_unclear_not_wrong(pipeline: FeaturePipeline, voice: dict[int, Any]) -> None:
+    """LAME's default for 8 kHz mono is 8 kbps: too little of the voice is left for Whisper tiny (the same samples
+    decoded and sent as WAV read the same). What is heard and not understood is said so, with no invented words."""
+    mp3 = e.encode_audio(voice[8000], 8000, "mp3", "libmp3lame")
+    got = features(pipeline, mp3, "audio/mpeg", SPEECH)
+    assert (got["format"], got["sampleRate"], got["channels"], got["duration"]) == ("mp3", 8000, 1, 3.288)
+    assert shared(got["transcript"], SENTENCE) == len(words(got["transcript"])), got  # no word that was not said
+    assert got["transcript"] or got["unclear"]
+
+
+@pytest.mark.parametrize(("other", "what"), [(-50.0, "hiss"), (-40.0, "hiss"), (-30.0, "hiss"), (-26.0, "hum"),
+                                             (None, "silence")])
+def test_a_voice_beside_a_channel_of_hiss_or_hum_is_heard_as_alone(other: float | None, what: str,
+                                                                    pipeline: FeaturePipeline, voice: dict[int, Any],
+                                                                    plain: dict[str, Any]) -> None:
+    """A lapel microphone in the left channel, an unplugged or humming input in the right: the mix Whisper heard was
+    the channels' mean, the voice at half its level over the hiss ("move" heard as "do" under -50 dBFS of hiss, all of
+    it `unclear` under -30). The voiceless channel is now left out of what is heard."""
+    x = voice[48000]
+    n = x.shape[0]
+    if what == "hiss":
+        right = np.random.default_rng(7).normal(0, 10 ** (other / 20), (n, 1)) if other is not None else 0 * x
+    elif what == "hum":
+        right = (10 ** (other / 20) * np.sqrt(2) * np.sin(2 * np.pi * 50 * np.arange(n) / 48000))[:, None]
+    else:
+        right = 0 * x
+    got = features(pipeline, e.wav_int(np.hstack([x, right]), 48000, 2), "audio/wav", SPEECH)
+    assert (got["channels"], words(got["transcript"])) == (2, words(plain["transcript"])), got
+
+
+def test_speech_after_five_seconds_of_silence_is_found(pipeline: FeaturePipeline, voice: dict[int, Any],
+                                                       plain: dict[str, Any]) -> None:
+    x = voice[44100]
+    lead = 5 * 44100
+    got = features(pipeline, e.encode_audio(np.pad(x, ((lead, 0), (0, 0))), 44100, "mp3", "libmp3lame"), "audio/mpeg",
+                   SPEECH)
+    assert words(got["transcript"]) == words(plain["transcript"]) and abs(got["duration"] - 8.288) < 0.01, got
+    share = x.shape[0] / (x.shape[0] + lead)
+    assert abs(got["voiceActivity"] - plain["voiceActivity"] * share) < 0.02, got
+    assert got["words"][0]["start"] >= 4.5  # the words are placed where they are said (Whisper's to a few tenths)
+
+
+@pytest.mark.parametrize("db", [-50.0, -60.0])
+def test_quiet_speech_is_voice_activity_and_is_heard(db: float, pipeline: FeaturePipeline, voice: dict[int, Any],
+                                                     plain: dict[str, Any]) -> None:
+    """A far microphone's speech (24-bit FLAC, no gain applied): Whisper read it, but the energy detector's fixed
+    -45 dBFS floor said 6 % of -50 dBFS speech was voice and none of -60. A sound that comes and goes now counts
+    down to -75 dBFS; a steady hiss there still does not (the floor holds for it)."""
+    quiet = at_dbfs(voice[48000], db)
+    got = features(pipeline, e.encode_audio(quiet, 48000, "flac", "flac", sample_fmt="s32"), "audio/flac", SPEECH)
+    assert abs(got["loudness"] - db) < 0.1 and got["voiceActivity"] > 0.85 * plain["voiceActivity"], got
+    assert shared(got["transcript"], SENTENCE) >= 9, got["transcript"]  # "green box into" for "green boxes to", at most
+    hiss = np.random.default_rng(3).normal(0, 10 ** (db / 20), (48000 * 3, 1))
+    assert features(pipeline, e.encode_audio(hiss, 48000, "flac", "flac", sample_fmt="s32"), "audio/flac")[
+        "voiceActivity"] == 0.0
+
+
+def test_speech_clipped_thirty_times_over_gives_its_facts(pipeline: FeaturePipeline, voice: dict[int, Any],
+                                                          plain: dict[str, Any]) -> None:
+    """Thirty times too loud, square-topped: loud and active as it is; Whisper tiny mishears some words of it (a model
+    limit, docs/features.md), most are still the sentence's."""
+    for data, media_type in ((e.wav_int(np.clip(30 * voice[16000], -1, 1), 16000, 2), "audio/wav"),
+                             (e.encode_audio(np.clip(30 * voice[44100], -1, 1), 44100, "mp3", "libmp3lame"), "audio/mpeg")):
+        got = features(pipeline, data, media_type, SPEECH)
+        assert -4.0 < got["loudness"] < -3.0 and got["voiceActivity"] >= plain["voiceActivity"], got
+        assert shared(got["transcript"], SENTENCE) * 2 >= len(words(SENTENCE)), got["transcript"]
+
+
+# --- pictures -------------------------------------------------------------------------------------------------------
+
+TEXT = "INVOICE 4821 PAID"
+CODE = "SN-4821"
+
+
+@pytest.fixture(scope="module")
+def scene() -> Image.Image:
+    """A photo (scikit-image's `astronaut`: a person, a face) beside a printed line and a QR label on white."""
+    skdata = pytest.importorskip("skimage.data")
+    pytest.importorskip("rapidocr")
+    im = Image.new("RGB", (1100, 560), "white")
+    im.paste(Image.fromarray(skdata.astronaut()), (24, 24))
+    im.paste(m.qr_image(CODE, scale=7), (640, 24))
+    ImageDraw.Draw(im).text((560, 420), TEXT, fill="black", font=ImageFont.load_default(size=48))
+    return im
+
+
+def seen(f: dict[str, Any], photo: bool = True) -> tuple[Any, ...]:
+    """What a reader takes from the scene: its text, its codes, its face, and (for a photo, not a 1-bit print of one)
+    its surest object."""
+    out = (f["text"], [(c["format"], c["text"]) for c in f["codes"]], f["faces"])
+    return out + (f["objects"][:1],) if photo else out
+
+
+def stored_turned(im: Image.Image, tag: int, fmt: str) -> bytes:
+    """`im` stored as a camera stores it for EXIF orientation `tag`, with the tag that shows it upright again (TIFF
+    keeps it in its own tag 274)."""
+    inverse = {3: Image.Transpose.ROTATE_180, 5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_90,
+               7: Image.Transpose.TRANSVERSE, 2: Image.Transpose.FLIP_LEFT_RIGHT}[tag]
+    stored = im.transpose(inverse)
+    if fmt == "TIFF":
+        return e.encode_image(stored, "TIFF", tiffinfo={274: tag})
+    exif = Image.Exif()
+    exif[0x0112] = tag
+    return e.encode_image(stored, fmt, exif=exif.tobytes(), **({"quality": 92} if fmt == "JPEG" else {}))
+
+
+PICTURES: dict[str, tuple[Any, str, str, bool]] = {
+    # name: (bytes of the scene, declared type, format reported, a photo still (not 1-bit))
+    "ico-256": (lambda im: e.encode_image(im.resize((256, 256)), "ICO", sizes=[(256, 256)]), "image/x-icon", "ico", True),
+    "pgm-16bit": (lambda im: e.encode_image(Image.fromarray(np.asarray(im.convert("L")).astype(np.uint16) * 257), "PPM"),
+                  "image/x-portable-graymap", "ppm", True),
+    "jpeg-2000": (lambda im: e.encode_image(im, "JPEG2000"), "image/jp2", "jpeg2000", True),
+    "tiff-cmyk": (lambda im: e.encode_image(im.convert("CMYK"), "TIFF"), "image/tiff", "tiff", True),
+    "tiff-1bit-group4": (lambda im: e.encode_image(im.convert("1"), "TIFF", compression="group4"), "image/tiff", "tiff",
+                         False),
+    "jpeg-exif-5": (lambda im: stored_turned(im, 5, "JPEG"), "image/jpeg", "jpeg", True),
+    "tiff-orientation-7": (lambda im: stored_turned(im, 7, "TIFF"), "image/tiff", "tiff", True),
+}
+
+
+@pytest.mark.parametrize("name", list(PICTURES))
+def test_a_picture_in_more_formats_reads_as_the_plain_png(name: str, pipeline: FeaturePipeline,
+                                                          scene: Image.Image) -> None:
+    make, media_type, fmt, photo = PICTURES[name]
+    got = features(pipeline, make(scene), media_type, PICTURE)
+    assert "error" not in got, got
+    size = (256, 256) if name == "ico-256" else scene.size
+    assert (got["format"], got["width"], got["height"]) == (fmt, *size)  # as shown: orientations applied
+    want = (TEXT, [("QRCode", CODE)], 1) + ((["person"],) if photo else ())
+    assert seen(got, photo) == want, (name, seen(got, photo))  # the plain PNG's (test_media_variants.py)
+
+
+def test_a_strip_a_pixel_wide_gives_its_facts(pipeline: FeaturePipeline) -> None:
+    """A 1x20000 strip: zxing-cpp's edge-angle look scaled it by a factor to 0 pixels wide, and OpenCV asserted."""
+    for size, fmt in (((1, 20000), "PNG"), ((20000, 1), "JPEG"), ((2, 16000), "WEBP")):
+        got = features(pipeline, e.encode_image(Image.new("RGB", size, (120, 30, 30)), fmt), f"image/{fmt.lower()}",
+                       frozenset({"codes", "faces"}))
+        assert "error" not in got, (size, got)
+        assert (got["width"], got["height"], got["codes"], got["faces"]) == (*size, [], 0)
+
+
+# --- text -----------------------------------------------------------------------------------------------------------
+
+FRENCH = "Le café de la gare ouvre à sept heures; les élèves y prennent un crème avant l'école."
+
+
+def test_utf16_without_a_byte_order_mark_is_read_when_plainly_utf16(pipeline: FeaturePipeline) -> None:
+    """A program's UTF-16 export without a BOM, unlabelled: refused as binary (`contains NUL characters`) or as not
+    valid UTF-8; labelled, it was read. It is now read either way, and sniffed as what it is."""
+    plain = features(pipeline, FRENCH.encode(), "text/plain")
+    for charset in ("utf-16-le", "utf-16-be"):
+        data = FRENCH.encode(charset)
+        assert sniff_modality(data) == f"text/plain; charset={charset}"
+        for media_type in ("text/plain", f"text/plain; charset={charset}"):
+            assert features(pipeline, data, media_type) == {**plain, "size": len(data)}
+        english = features(pipeline, "Send the invoice on Friday".encode(charset), "text/plain")
+        assert (english["words"], english["language"]) == (5, "en"), english
+    bom_wins = features(pipeline, "\ufeff".encode("utf-16-le") + FRENCH.encode("utf-16-le"),
+                        "text/plain; charset=iso-8859-1")
+    assert bom_wins["keywords"] == plain["keywords"]
+
+
+def test_latin1_labelled_windows_text_is_read_as_browsers_read_it(pipeline: FeaturePipeline) -> None:
+    """A Windows program's text labelled ISO-8859-1 has its œ, Š, Ž (and curly quotes, dashes, €) in 0x80-0x9F:
+    Latin-1 made them invisible control characters, so `cœur` was the words `c` and `ur`, `Škoda` was `koda`."""
+    text = "Les œuvres du cœur – “Škoda” fête ses 130 ans à Žilina"
+    as_utf8 = features(pipeline, text.encode(), "text/plain")
+    assert (as_utf8["length"], as_utf8["words"]) == (len(text), 11) and "cœur" in as_utf8["keywords"]
+    for label in ("iso-8859-1", "latin1", "ISO_8859-1", "windows-1252"):
+        got = features(pipeline, text.encode("cp1252"), f"text/plain; charset={label}")
+        assert got == {**as_utf8, "size": len(text)}, (label, got)
+    odd = features(pipeline, b"caf\xe9 \x81 ok", "text/plain; charset=latin1")  # 0x81: no windows-1252 character
+    assert (odd["length"], odd["words"]) == (9, 2)
+
+
+def test_decomposed_accents_make_one_word(pipeline: FeaturePipeline) -> None:
+    """macOS and some keyboards send `é` as `e` + U+0301: that was two words (`cafe` and nothing), keyword `cafe`."""
+    composed = features(pipeline, FRENCH.encode(), "text/plain")
+    import unicodedata
+
+    decomposed = unicodedata.normalize("NFD", FRENCH)
+    got = features(pipeline, decomposed.encode(), "text/plain")
+    assert got["length"] == len(decomposed) > composed["length"]  # what was sent
+    assert (got["words"], got["keywords"], got["language"]) == (composed["words"], composed["keywords"], "fr")
+
+
+def test_an_html_part_is_its_visible_text_in_its_own_charset(pipeline: FeaturePipeline) -> None:
+    """An HTML mail's keywords were its tags (`body`, `html`, `div`) and its declared `<meta charset>` was not read
+    (Latin-1 bytes refused as not UTF-8)."""
+    page = ('<!DOCTYPE html><html><head><meta charset="iso-8859-1"><title>Bon</title><style>p{color:red}</style>'
+            f"</head><body><div><p>{FRENCH}</p></div><script>var body = 1;</script></body></html>")
+    plain = features(pipeline, FRENCH.encode(), "text/plain")
+    got = features(pipeline, page.encode("latin-1"), "text/html")
+    assert (got["words"], got["keywords"], got["language"], got["length"]) == (
+        plain["words"], plain["keywords"], "fr", len(page))
+    labelled = features(pipeline, page.replace("iso-8859-1", "utf-8").encode(), "text/html; charset=utf-8")
+    assert labelled["keywords"] == plain["keywords"]
+
+
+def test_mixed_scripts_are_counted_word_by_word(pipeline: FeaturePipeline) -> None:
+    """English, Russian, Greek and Arabic words in one message: each counted and kept as a keyword in its own script
+    (the one `language` of such a message is langdetect's guess: docs/features.md)."""
+    text = "Order 7 ships Monday. Заказ отправят в понедельник. Η παραγγελία φεύγει. الطلب يشحن"
+    got = features(pipeline, text.encode(), "text/plain; charset=utf-8")
+    assert (got["length"], got["words"]) == (len(text), 13), got
+    assert got["keywords"] == ["monday", "order", "ships", "παραγγελία", "φεύγει"] and "language" in got
