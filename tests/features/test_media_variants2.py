@@ -2,9 +2,9 @@
 repeated): video in Matroska, QuickTime, MPEG-TS, AVI, FLV and 3GP, one frame long, turned by a display matrix, at a
 variable frame rate; songs with their cover picture; MPEG-TS sound; speech in 24-bit FLAC, 8 and 11 kHz MP3, beside
 hiss or hum in the other channel, after 5 s of silence, at -50 and -60 dBFS, clipped hard; pictures as ICO, 16-bit
-PGM, JPEG 2000, TIFF (CMYK, 1-bit G4), with the EXIF or TIFF orientations the first sweep left out (5, 7), and as
-strips a pixel wide; text in UTF-16 without a byte order mark, windows-1252 labelled Latin-1,
-decomposed accents, HTML with its own charset, mixed scripts. Made here with PyAV's FFmpeg, Pillow, OpenCV and
+PGM, JPEG 2000, TIFF (CMYK, 1-bit G4), with the EXIF or TIFF orientations the first sweep left out (5, 7), as strips
+a pixel wide, and text along a 10000 px banner or a 6000 px receipt; text in UTF-16 without a byte order mark,
+windows-1252 labelled Latin-1, decomposed accents, HTML with its own charset, mixed scripts. Made here with PyAV's FFmpeg, Pillow, OpenCV and
 eSpeak NG; nothing is from an evaluation set (docs/features.md, "Perception across formats (the sweep)"):
 
     PYTHONPATH=src /work/main/.venv/bin/python -m pytest -q tests/features/test_media_variants2.py
@@ -383,6 +383,30 @@ def test_a_strip_a_pixel_wide_gives_its_facts(pipeline: FeaturePipeline) -> None
                        frozenset({"codes", "faces"}))
         assert "error" not in got, (size, got)
         assert (got["width"], got["height"], got["codes"], got["faces"]) == (*size, [], 0)
+
+
+RECEIPT = ["ORDER 1 TWO COFFEES", "ORDER 2 GREEN TEA", "TOTAL 17.50 EUR", "THANK YOU"]
+
+
+def long_print(width: int, height: int) -> bytes:
+    """`RECEIPT`'s four lines in 36 px type spread along a long picture: down a receipt, or across a banner."""
+    im = Image.new("RGB", (width, height), "white")
+    draw, font = ImageDraw.Draw(im), ImageFont.load_default(size=36)
+    for i, line in enumerate(RECEIPT):
+        at = int(40 + i * ((max(width, height) - 600) / 3))
+        draw.text((at, height // 2 - 18) if width > height else (40, at), line, fill="black", font=font)
+    return e.encode_image(im, "PNG")
+
+
+def test_text_along_a_very_long_picture_is_read(pipeline: FeaturePipeline) -> None:
+    """A banner 10000x300 and a receipt 800x6000 read whole at 1280 px: the banner's 36 px type was 4.6 px and not
+    found. Now such a picture is read in pieces (at most 4, cut where no glyph is), each at up to 1280 px."""
+    for size in ((10000, 300), (800, 6000)):
+        got = features(pipeline, long_print(*size), "image/png", frozenset({"text"}))
+        assert got["text"] == " ".join(RECEIPT), (size, got["text"])
+        boxes = [ln["box"] for ln in got["textLines"]]
+        along = 0 if size[0] > size[1] else 1
+        assert [b[along] for b in boxes] == sorted(b[along] for b in boxes) and boxes[-1][along + 2] <= max(size)
 
 
 # --- text -----------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ the detector finds texture, and the recogniser's low scores say so; so are lines
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 from ..modality import Modality
 from .base import Limits, load_once
 from .image import image_array, quad_box
+from .imagehead import HeadNotFound, image_size
 
 MODEL_NAME = "rapidocr-ppocrv6"
 MIN_CONFIDENCE = 0.6
@@ -111,6 +113,71 @@ def _on_code(quad: Any, codes: list[tuple[float, float, float, float]]) -> bool:
     return any(x0 <= cx <= x1 and y0 <= cy <= y1 for x0, y0, x1, y1 in codes)
 
 
+TILE_ASPECT = 3.0
+MAX_TILES = 4
+"""A picture longer than `MAX_SIDE` and over `TILE_ASPECT` times as long as it is wide (a receipt, a scrolled
+screenshot, a banner) is read in up to `MAX_TILES` pieces along its length, each at up to `MAX_SIDE`: read whole, its
+text shrank with its length (a 36 px line in a 10000x300 banner was 4.6 px at 1280 and not found; the detector's own
+960 px limit shrinks it again)."""
+
+
+def tiles_for(width: int, height: int, max_side: int = MAX_SIDE) -> int:
+    """How many pieces a `width` x `height` picture is read in (1: whole)."""
+    long, short = max(width, height), max(1, min(width, height))
+    if long <= max_side or long <= TILE_ASPECT * short:
+        return 1
+    return min(MAX_TILES, math.ceil(long / (TILE_ASPECT * short)))
+
+
+def cuts(rgb: Any, tiles: int) -> list[int]:
+    """Where to cut RGB pixels into `tiles` pieces along their longer axis: near each even cut, the line across the
+    picture with the least edge energy within a quarter piece either way (a gap between words or lines, not a glyph)."""
+    import numpy as np
+
+    grey = rgb.mean(axis=2, dtype=np.float32)
+    along_x = rgb.shape[1] >= rgb.shape[0]
+    length = rgb.shape[1] if along_x else rgb.shape[0]
+    edges = np.abs(np.diff(grey, axis=1 if along_x else 0))
+    energy = edges.sum(axis=0 if along_x else 1)
+    energy = np.convolve(energy, np.ones(5, np.float32), "same")  # a gap a few pixels wide, not a seam in a glyph
+    step = length / tiles
+    out = [0]
+    for i in range(1, tiles):
+        lo, hi = int(i * step - step / 4), int(i * step + step / 4)
+        out.append(lo + int(np.argmin(energy[lo:hi])))
+    return out + [length]
+
+
+def read_lines_tiled(rgb: Any, back: float, tiles: int) -> list[TextLine]:
+    """`read_lines` on `tiles` pieces of a long picture (`cuts`), boxes mapped back to the whole picture's pixels."""
+    import numpy as np
+
+    along_x = rgb.shape[1] >= rgb.shape[0]
+    bounds = cuts(rgb, tiles)
+    lines: list[TextLine] = []
+    for a, b in zip(bounds, bounds[1:]):
+        piece = np.ascontiguousarray(rgb[:, a:b] if along_x else rgb[a:b])
+        shift = int(a * back)
+        for ln in read_lines(piece, back):
+            x0, y0, x1, y1 = ln.box
+            box = [x0 + shift, y0, x1 + shift, y1] if along_x else [x0, y0 + shift, x1, y1 + shift]
+            lines.append(TextLine(ln.text, ln.confidence, box))
+    return in_reading_order(lines)[:MAX_LINES]
+
+
+def in_reading_order(lines: list[TextLine]) -> list[TextLine]:
+    """Lines top to bottom, a row's left to right: a line whose vertical centre lies within the half height of the
+    row's first line is in that row (pieces of a banner read apart share a row whatever pixel their boxes start at)."""
+    rows: list[list[TextLine]] = []
+    for ln in sorted(lines, key=lambda ln: (ln.box[1] + ln.box[3]) / 2):
+        first = rows[-1][0].box if rows else None
+        if first is not None and abs((ln.box[1] + ln.box[3]) / 2 - (first[1] + first[3]) / 2) <= (first[3] - first[1]) / 2:
+            rows[-1].append(ln)
+        else:
+            rows.append([ln])
+    return [ln for row in rows for ln in sorted(row, key=lambda ln: ln.box[0])]
+
+
 class OCRExtractor:
     """text (the lines joined) and textLines (text, confidence, box) with RapidOCR (the `ocr` extra)."""
 
@@ -132,6 +199,11 @@ class OCRExtractor:
         ocr_engine()
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
-        rgb, back = image_array(data, self.limits, max_side=self.max_side)
-        lines = read_lines(rgb, back)
+        try:
+            size = image_size(data, complete=True)
+        except HeadNotFound:
+            size = None  # refused by the reader below, with its reason
+        tiles = tiles_for(*size, max_side=self.max_side) if size else 1
+        rgb, back = image_array(data, self.limits, max_side=self.max_side * tiles)
+        lines = read_lines_tiled(rgb, back, tiles) if tiles > 1 else read_lines(rgb, back)
         return {"text": " ".join(ln.text for ln in lines)[:2000], "textLines": [ln.to_json() for ln in lines]}
