@@ -21,6 +21,8 @@ hits all alike, at 1, 4 and 16 connections:
   `gateway_workers2`'s sharing. For both, how the kernel spread wrk's connections among the processes (read
   halfway through each run) is printed as "connections per process"
 - `gateway_nohistory` (not in the default set): `mma2a serve` with the decision history off
+- `gateway_pinned` (not in the default set): `mma2a serve --pin-cpus`, one process whose event loop is bound to the
+  first CPU it may use (the kernel then runs wrk and the agent on the other)
 - `gateway_small_tasks` (not in the default set): `mma2a serve` with the task map at its least (`limits.task_bytes`
   64 KiB): beside `gateway` in a soak, what the map holds at its bound
 - `gateway_nolimit` (not in the default set): `mma2a serve` with `limits.agent_concurrency: off` (no adaptive limit
@@ -305,6 +307,8 @@ class Arms:
                           extra={"limits": {"task_bytes": 65536, "task_bytes_per_client": 16384}})
         if "gateway_nohistory" in arms:
             self._gateway("gateway_nohistory", "fast", fast_url, None, env, extra={"history": {"enabled": False}})
+        if "gateway_pinned" in arms:
+            self._gateway("gateway_pinned", "fast", fast_url, None, env, args=["--pin-cpus"])
         if "gateway_skills" in arms:
             self._gateway("gateway_skills", "fast", fast_url, {"version": 1, "default": {"capability": "skills"}, "rules": []},
                           env, extra={"features": True})
@@ -427,6 +431,10 @@ def bench(args: argparse.Namespace, arms: Arms, script: str) -> dict[str, Any]:
             ratios["gateway_over_proxy_stock_p99"] = round(g["p99_ms"] / p["p99_ms"], 3)
             ratios["proxy_stock_over_gateway_cpu"] = round(p["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
             ratios["gateway_minus_proxy_stock_p50_ms"] = round(g["p50_ms"] - p["p50_ms"], 3)
+        if "gateway_pinned" in table and "proxy_stock" in table:
+            g, p = table["gateway_pinned"], table["proxy_stock"]
+            ratios["gateway_pinned_over_proxy_stock_rps"] = round(g["rps"] / p["rps"], 3)
+            ratios["proxy_stock_over_gateway_pinned_cpu"] = round(p["cpu_us_per_req"] / g["cpu_us_per_req"], 3)
         if "gateway" in table and "direct" in table:
             ratios["gateway_added_p50_ms"] = round(table["gateway"]["p50_ms"] - table["direct"]["p50_ms"], 3)
             ratios["direct_over_gateway_rps"] = round(table["direct"]["rps"] / table["gateway"]["rps"], 2)
