@@ -4,7 +4,8 @@ The stream (`<CLUSTER>_HISTORY`) is bounded by `history.max_bytes` and drops its
 client whose decisions fill it fast (each of a new shape: 64 parts of media types of its own, ~45 KB) pushed every
 other client's decisions out of it, and a gateway started after such a flood caught up from a stream missing them
 (docs/security.md S17-6). So every gateway counts what each client's decisions take of the stream (`StreamShares`), from
-a headers-only consumer of it (every gateway's messages, each worker of `serve --workers N` too, in the stream's order):
+a headers-only consumer of it (every gateway's messages since it started, each worker of `serve --workers N` too, in
+the stream's order):
 a batch's message names in a header the bytes each client's rows take of it (`CLIENTS_HEADER`). A client holding more
 than `SEPARATE_PART` of its share (`history.max_bytes_per_client`) has its decisions published in messages of their own,
 on a subject that names it (`<cluster>.history.<member>.c<digest>`), and past its share its oldest such messages leave
