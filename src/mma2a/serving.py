@@ -48,7 +48,10 @@ def uvicorn_config(app: Any, host: str, port: int, *, timeouts: Timeouts | None 
     loop = "uvloop" if _has("uvloop") else "asyncio"
     timeouts = timeouts or Timeouts()
     http = http_protocol(timeouts, "httptools" if _has("httptools") else "h11")
-    options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on", **WEBSOCKETS,
+    # no `server: uvicorn` on every answer: it names the software to whoever probes (as nginx's `server_tokens off`)
+    # and is checked and sent for nothing; `date` stays (RFC 9110 6.6.1: an origin server with a clock sends it)
+    options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on", "server_header": False,
+                               **WEBSOCKETS,
                                **timeouts.uvicorn_options(), "http": http, **kw}
     options.update(tls_options(tls, options["http"], options["ws"]))
     return uvicorn.Config(app, host=host, port=port, loop=loop, **options)
@@ -459,12 +462,7 @@ async def running(app: Any, host: str = "127.0.0.1", port: int | None = None, *,
                   timeouts: Timeouts | None = None, tls: ServerTLS | None = None) -> AsyncIterator[str]:
     """Serve an ASGI app on a loopback port inside this event loop; yields its base URL (https:// with `tls`)."""
     port = port or free_port(host)
-    timeouts = timeouts or Timeouts()
-    http = http_protocol(timeouts, "httptools" if _has("httptools") else "h11")
-    options: dict[str, Any] = {**WEBSOCKETS, "log_level": "warning", "access_log": False, "lifespan": "on",
-                               **timeouts.uvicorn_options(), "http": http}
-    options.update(tls_options(tls, http, options["ws"]))
-    server = Server(uvicorn.Config(app, host=host, port=port, **options), tls=tls)
+    server = Server(uvicorn_config(app, host, port, timeouts=timeouts, tls=tls), tls=tls)  # served as `serve` serves
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():

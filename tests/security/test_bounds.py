@@ -118,6 +118,30 @@ async def _closed(reader: "asyncio.StreamReader") -> bytes:
         data += chunk
 
 
+async def test_answers_carry_a_date_and_never_name_the_server_software() -> None:
+    """No `server: uvicorn` on any answer (a JSON-RPC answer, the card, an error, the SDK's): it named the software to
+    whoever probed. `date` stays (RFC 9110 6.6.1)."""
+    specs = {"text": agent("text", ["text/plain"])}
+    async with agents(specs) as urls:
+        async with gateway({"agents": [{"name": "text", "url": urls["text"]}], "features": False}) as (_, url):
+            async with httpx.AsyncClient(timeout=60) as c:
+                answers = [
+                    await c.post(url + "/", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}},
+                        headers={"A2A-Version": "1.0"}),
+                    await c.get(url + "/.well-known/agent-card.json"),
+                    await c.post(url + "/", content=b"{", headers={"A2A-Version": "1.0"}),
+                    await c.get(url + "/no/such/path"),
+                    await c.post(url + "/", json={"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}},
+                                 headers={"A2A-Version": "1.0"}),
+                ]
+    assert [a.status_code for a in answers] == [200, 200, 200, 404, 200], [a.text[:200] for a in answers]
+    assert "result" in answers[0].json() and "error" in answers[2].json()
+    for a in answers:
+        assert "server" not in a.headers, (a.request.url, a.headers)
+        assert a.headers.get("date"), (a.request.url, a.headers)
+
+
 async def test_stalled_clients_are_cut_off_slow_headers_slow_bodies_idle_connections() -> None:
     """Finding 7, as the attack: clients that never finish their headers (150 of them, and one trickling a byte
     at a time), one that stops halfway through a body, an idle kept-alive connection. Deadlines from gateway.yaml."""
