@@ -8,6 +8,7 @@ per decision: the gateway process's CPU (every thread), the writer process's, na
 Compare two source trees by running it with each on PYTHONPATH.
 
     PYTHONPATH=src .venv/bin/python bench/history_stream.py [--senders 40] [--decisions 50000] [--rate 5000] [--follow]
+    PYTHONPATH=src .venv/bin/python bench/history_stream.py --count-cost 100000
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import nats
+from nats.js import api
 
 from mma2a.cluster.history import JetStreamHistory
 from mma2a.cluster.link import Names
@@ -86,6 +88,34 @@ async def run(args: argparse.Namespace, server: NatsServer, tmp: Path) -> dict[s
             "messages": messages, "failed": sink.failed, "dropped": sink.dropped}
 
 
+async def count_cost(server: NatsServer, n: int) -> str:
+    """The loop's CPU a message of reading a stream's messages headers only, as every gateway counts them: what reading
+    a whole stream at each start would cost."""
+    nc = await nats.connect(server.url)
+    js = nc.jetstream()
+    stream = f"C{os.getpid()}_HISTORY"
+    await js.add_stream(name=stream, subjects=[f"c{os.getpid()}.history.>"])
+    body = b'{"shapes":2,"parts":[[]],"rows":[["m",1.0,"c",null,null,1.0,0,"[1]",null]]}'
+    for start in range(0, n, 1000):
+        await asyncio.gather(*(js.publish(f"c{os.getpid()}.history.g1", body, stream=stream,
+                                          headers={"Mma2a-Clients": "c0123456789abcdef01234:300"})
+                               for _ in range(min(1000, n - start))))
+    t, c = time.monotonic(), time.process_time()
+    sub = await js.subscribe(f"c{os.getpid()}.history.>", stream=stream, ordered_consumer=True,
+                             config=api.ConsumerConfig(headers_only=True, deliver_policy=api.DeliverPolicy.ALL))
+    seen = 0
+    async for msg in sub.messages:
+        _ = msg.metadata.sequence.stream, msg.headers
+        seen += 1
+        if seen == n:
+            break
+    wall, cpu = time.monotonic() - t, time.process_time() - c
+    await js.delete_stream(stream)
+    await nc.close()
+    return f"{n} messages read headers only: {wall:.1f} s wall, {cpu / n * 1e6:.1f} us of CPU each; " \
+           f"load {os.getloadavg()[0]:.1f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--senders", type=int, default=40)
@@ -93,11 +123,16 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=5_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--follow", action="store_true")
+    ap.add_argument("--count-cost", type=int, default=0, metavar="N",
+                    help="only: the CPU of reading N one-decision messages headers only")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="mma2a-bench-hs-"))
     server = NatsServer(tmp / "nats")
     server.start()
     try:
+        if args.count_cost:
+            print(asyncio.run(count_cost(server, args.count_cost)))
+            return
         for _ in range(args.rounds):
             got = asyncio.run(run(args, server, tmp))
             print(f"senders {args.senders}, {args.decisions} at {args.rate}/s{' (follow)' if args.follow else ''}: "

@@ -150,7 +150,7 @@ class JetStreamHistory(StreamPublisher[Row]):
     # --- each client's share of the stream ------------------------------------------------------
     async def _counting(self) -> Any:
         """A headers-only consumer of every message of the stream published from now on (None: the stream refused).
-        What the stream held before is not read (25 µs of the loop's CPU a message, headers only, at load 14: 256 MiB of
+        What the stream held before is not read (25–26 µs of the loop's CPU a message, headers only, at load 14–15, bench/history_stream.py --count-cost: 256 MiB of
         one-decision messages, ~500,000, would be ~12 s at each start): it was counted by the gateways running then, and
         what is left of a client's goes with its next cut, which purges every message of the client up to its
         sequence."""
