@@ -88,6 +88,12 @@ class JetStreamHistory(StreamPublisher[Row]):
     def encode(self, batch: list[Row]) -> bytes:
         return rows_to_json(batch)
 
+    def on_dropped(self, count: int) -> None:
+        self.cluster.gw.metrics.history.labels("dropped").inc(count)
+
+    def on_failed(self, count: int, exc: Exception) -> None:  # these decisions are lost for the history, and counted
+        self.cluster.gw.metrics.history.labels("dropped").inc(count)
+
     def messages(self, batch: list[Row]) -> list[tuple[str, list[Row], dict[str, str] | None]]:
         """The batch's messages, each about `MESSAGE_BYTES` at most: the decisions of clients well within their share of
         the stream together, each client's bytes of it in a header; those of a client holding more (`shares.separate`)
