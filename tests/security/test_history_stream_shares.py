@@ -99,7 +99,8 @@ async def test_one_clients_flood_leaves_the_others_decisions_in_the_stream_for_a
     shape each, ~5.5 MB in all) through both, four at a time. Before: the stream (2 MB) dropped its oldest messages,
     alice's with them, and a gateway started after held none of her decisions (0 of 10; the stream's first sequence
     past hers). Now mallory's messages take at most her share of the stream (plus one batch heard late), nothing is
-    discarded from its front, and the late gateway holds alice's 10 and mallory's newest."""
+    discarded from its front, and the late gateway holds alice's 10 and mallory's newest. Then, those two gone, a new
+    gateway (counting from its start) cuts mallory's next 30 there, and its first cut takes her messages from before."""
     monkeypatch.setenv("MMA2A_URL_SECRET", SECRET)
     caplog.set_level(logging.WARNING, logger="mma2a.cluster")
     name = cluster_name()
@@ -148,6 +149,16 @@ async def test_one_clients_flood_leaves_the_others_decisions_in_the_stream_for_a
                 r = await c.get(url_late + "/admin/history", params={"limit": "1", "sender": "mallory"},
                                 headers={"Authorization": "Bearer " + ADMIN})
                 newest = [d["messageId"] for d in r.json()["decisions"]]
+        # the gateways that counted the flood gone, a new one counts from its start: mallory's next flood through it
+        # is cut there, and the cut takes what she held before it started too (every message of hers up to a sequence)
+        async with member({**cfg, "data_dir": str(tmp_path / "d")}) as (fresh, url_fresh):
+            before_fresh = sink(fresh).shares.held(client_token("mallory"))
+            for j in range(120, 150):
+                parts = [{"text": "x", "mediaType": f"text/plain; n={'m' * 180}{j}.{i}"} for i in range(64)]
+                await send(url_fresh, "mallory-token", f"mallory-{j}", parts)
+            await settled(fresh)
+            info_after, held_after, shared_after = await stream_held(nats_server.url, stream)
+            fresh_own = sink(fresh).shares.own(client_token("mallory"))
     assert alices == sorted(f"alice-{i}" for i in range(10))  # before: [] (her messages dropped from the stream)
     assert info.state.first_seq == 1  # nothing discarded from the stream's front: its oldest message is alice's first
     assert info.state.bytes == sum(held.values()) <= MAX_BYTES
@@ -158,5 +169,9 @@ async def test_one_clients_flood_leaves_the_others_decisions_in_the_stream_for_a
     assert client_token("alice") not in held and shared[client_token("alice")] < SHARE // 8  # hers shared, as before
     assert newest and newest[0].startswith("mallory-")  # she keeps her newest decisions
     assert sum(purged) == sum(metric) > 0  # counted where the purge removed them
+    assert before_fresh == 0 and held_after[token] + shared_after.get(token, 0) <= SHARE + 600_000
+    assert held_after[token] == fresh_own  # her messages from before it started went with its first cut
+    assert info_after.state.first_seq == 1 and shared_after[client_token("alice")] == shared[client_token("alice")]
+    assert sink(fresh).purged > 0
     said = [r.getMessage() for r in caplog.records if "its oldest are purged" in r.getMessage()]
-    assert 1 <= len(said) <= 2 and all(client_token("mallory") in s for s in said)  # once (per gateway, at most)
+    assert 1 <= len(said) <= 3 and all(client_token("mallory") in s for s in said)  # once (per gateway, at most)
