@@ -1,11 +1,12 @@
 """Perception on media nobody here tuned for, second sweep (the first: test_media_variants.py, whose cases are not
 repeated): video in Matroska, QuickTime, MPEG-TS, AVI, FLV and 3GP, one frame long, turned by a display matrix, at a
-variable frame rate; songs with their cover picture; MPEG-TS sound; speech in 24-bit FLAC, 8 and 11 kHz MP3, beside
+variable frame rate, in HEVC 10-bit, ProRes, MJPEG, FFV1, AV1; songs with their cover picture; sound in ALAC, AC-3,
+E-AC-3, MP2, WavPack, TTA, G.722/G.726, and in MPEG-TS, AVI, FLV; speech in 24-bit FLAC, 8 and 11 kHz MP3, beside
 hiss or hum in the other channel, after 5 s of silence, at -50 and -60 dBFS, clipped hard; pictures as ICO, 16-bit
 PGM, JPEG 2000, TIFF (CMYK, 1-bit G4), with the EXIF or TIFF orientations the first sweep left out (5, 7), as strips
 a pixel wide, and text along a 10000 px banner or a 6000 px receipt; text in UTF-16 without a byte order mark,
-windows-1252 labelled Latin-1, decomposed accents, HTML with its own charset, mixed scripts. Made here with PyAV's FFmpeg, Pillow, OpenCV and
-eSpeak NG; nothing is from an evaluation set (docs/features.md, "Perception across formats (the sweep)"):
+windows-1252 labelled Latin-1, decomposed accents, HTML with its own charset, mixed scripts. Made here with PyAV's
+FFmpeg, Pillow, OpenCV and eSpeak NG; nothing is from an evaluation set (docs/features.md, "The second sweep"):
 
     PYTHONPATH=src /work/main/.venv/bin/python -m pytest -q tests/features/test_media_variants2.py
 
@@ -69,10 +70,12 @@ CLIPS: dict[str, tuple[Any, str, tuple[Any, ...]]] = {
                     ("mpegts", "h264", 160, 120, 20, 2.0, None, "left")),
     "mpegts-mpeg2": (lambda: e.clip("mpegts", "mpeg2video", frames=20), "video/mp2t",
                      ("mpegts", "mpeg2video", 160, 120, 20, 2.0, None, "left")),
-    "webm-vp8": (lambda: e.clip("webm", "libvpx", frames=20), "video/webm", ("webm", "vp8", 160, 120, 20, 2.0, None, "left")),
+    "webm-vp8": (lambda: e.clip("webm", "libvpx", frames=20), "video/webm",
+                 ("webm", "vp8", 160, 120, 20, 2.0, None, "left")),
     "avi-mpeg4": (lambda: e.clip("avi", "mpeg4", frames=10), "video/x-msvideo",
                   ("avi", "mpeg4", 160, 120, 10, 1.0, None, "left")),
-    "flv": (lambda: e.clip("flv", "flv", frames=10), "video/x-flv", ("flv", "flv", 160, 120, 10, 1.0, None, "left")),
+    "flv": (lambda: e.clip("flv", "flv", frames=10), "video/x-flv",
+            ("flv", "flv1", 160, 120, 10, 1.0, None, "left")),  # FFmpeg's name of Sorenson H.263
     "3gp": (lambda: e.clip("3gp", "libx264", frames=10), "video/3gpp", ("3gp", "h264", 160, 120, 10, 1.0, None, "left")),
     "one-frame-mp4": (lambda: e.clip("mp4", "libx264", frames=1), "video/mp4",
                       ("mp4", "h264", 160, 120, 1, 0.1, None, "left")),
@@ -103,8 +106,52 @@ def test_a_clip_in_any_container_gives_its_shown_facts(name: str, pipeline: Feat
     assert result.thumbnail is not None and red_side(result.thumbnail.data) == red  # shown as a player shows it
 
 
+def coded(fmt: str, codec: str, pix_fmt: str, options: dict[str, str] | None = None) -> bytes:
+    """10 frames of `encodings.halves` in `codec` at `pix_fmt` (10-bit, 4:4:4, 4:2:2: what cameras and phones keep)."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as out:
+        stream: Any = out.add_stream(codec, rate=10)
+        stream.width, stream.height, stream.pix_fmt = 160, 120, pix_fmt
+        stream.options = options or {}
+        img = np.asarray(e.halves(160, 120))
+        for _ in range(10):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+CODECS: dict[str, tuple[str, str, str, dict[str, str], str, str, str]] = {
+    # name: (container, encoder, pixel format, its options, declared type, container said, codec said)
+    "hevc-10bit": ("mp4", "libx265", "yuv420p10le", {"preset": "ultrafast", "log-level": "error"}, "video/mp4", "mp4",
+                   "hevc"),  # an iPhone's HDR clip
+    "h264-10bit": ("mp4", "libx264", "yuv420p10le", {"preset": "ultrafast"}, "video/mp4", "mp4", "h264"),
+    "h264-444": ("mp4", "libx264", "yuv444p", {"preset": "ultrafast"}, "video/mp4", "mp4", "h264"),
+    "prores": ("mov", "prores_ks", "yuv422p10le", {}, "video/quicktime", "mov", "prores"),
+    "mjpeg-avi": ("avi", "mjpeg", "yuvj420p", {}, "video/x-msvideo", "avi", "mjpeg"),  # a trail camera's
+    "ffv1-matroska": ("matroska", "ffv1", "yuv420p", {}, "video/x-matroska", "matroska", "ffv1"),
+    "png-quicktime": ("mov", "png", "rgb24", {}, "video/quicktime", "mov", "png"),  # a screen recorder's lossless
+    "av1-webm": ("webm", "libsvtav1", "yuv420p", {"svtav1-params": "log-level=0"}, "video/webm", "webm", "av1"),
+}
+
+
+@pytest.mark.parametrize("name", list(CODECS))
+def test_clips_in_camera_and_archive_codecs_give_their_facts(name: str, pipeline: FeaturePipeline) -> None:
+    """The codec is named as it is, not by the decoder FFmpeg chose: an AV1 clip said `codec: libdav1d`."""
+    fmt, encoder, pix_fmt, options, media_type, container, codec = CODECS[name]
+    if encoder not in av.codecs_available:
+        pytest.skip(f"this FFmpeg has no {encoder} encoder")
+    result = pipeline.extract_blocking(media_type, coded(fmt, encoder, pix_fmt, options), budget_s=300)
+    f = result.features
+    assert (f["container"], f["codec"], f["width"], f["height"], f["frames"]) == (container, codec, 160, 120, 10), f
+    assert result.thumbnail is not None and red_side(result.thumbnail.data) == "left"
+
+
 def test_the_sniffed_type_of_each_container_is_the_one_it_is() -> None:
     assert sniff_modality(e.clip("mpegts", "libx264", frames=3)) == "video/mp2t"  # was application/octet-stream
+    assert sniff_modality(e.clip("avi", "mpeg4", frames=3)) == "video/x-msvideo"  # was application/octet-stream
+    assert sniff_modality(e.clip("flv", "flv", frames=3)) == "video/x-flv"
     assert sniff_modality(e.clip("3gp", "libx264", frames=3)) == "video/3gpp"
     assert sniff_modality(e.clip("matroska", None, sound=e.tone(1.0, 48000)[:, 0], sound_codec="libopus")) == \
         "audio/x-matroska"  # was audio/webm
@@ -197,6 +244,40 @@ def test_audio_names_its_container_as_video_does_and_an_animated_webp_is_no_vide
     gif = features(pipeline, e.animation("GIF"), "video/gif")  # FFmpeg reads GIF and APNG as video: their facts
     apng = features(pipeline, e.animation("PNG"), "video/apng")
     assert (gif["container"], gif["frames"], apng["container"], apng["frames"]) == ("gif", 3, "apng", 3)
+
+
+TONE_FORMATS: dict[str, tuple[Any, str, str]] = {
+    # name: (a 2 s tone at half scale in it, declared type, format said)
+    "alac-m4a": (lambda t: e.encode_audio(t(44100), 44100, "ipod", "alac"), "audio/mp4", "mp4"),  # Apple Lossless
+    "ac3-in-mp4": (lambda t: e.encode_audio(t(48000), 48000, "mp4", "ac3"), "audio/mp4", "mp4"),
+    "ac3-bare": (lambda t: e.encode_audio(t(48000), 48000, "ac3", "ac3"), "audio/ac3", "ac3"),  # a DVD's, ripped
+    "eac3-bare": (lambda t: e.encode_audio(t(48000), 48000, "eac3", "eac3"), "audio/eac3", "eac3"),
+    "eac3-in-ts": (lambda t: e.encode_audio(t(48000), 48000, "mpegts", "eac3"), "audio/mp2t", "mpegts"),
+    "mp2-in-ts": (lambda t: e.encode_audio(t(48000), 48000, "mpegts", "mp2"), "audio/mp2t", "mpegts"),  # a broadcast's
+    "opus-in-mp4": (lambda t: e.encode_audio(t(48000), 48000, "mp4", "libopus"), "audio/mp4", "mp4"),
+    "flac-in-matroska": (lambda t: e.encode_audio(t(48000), 48000, "matroska", "flac"), "audio/x-matroska", "matroska"),
+    "flac-in-ogg": (lambda t: e.encode_audio(t(48000), 48000, "ogg", "flac"), "audio/ogg", "ogg"),
+    "pcm-in-quicktime": (lambda t: e.encode_audio(t(48000), 48000, "mov", "pcm_s16le"), "audio/quicktime", "mov"),
+    "aiff-24bit-big-endian": (lambda t: e.encode_audio(t(48000), 48000, "aiff", "pcm_s24be"), "audio/aiff", "aiff"),
+    "wavpack": (lambda t: e.encode_audio(t(48000), 48000, "wv", "wavpack"), "audio/wavpack", "wv"),
+    "tta": (lambda t: e.encode_audio(t(48000), 48000, "tta", "tta"), "audio/x-tta", "tta"),
+    "g722-wav": (lambda t: e.encode_audio(t(16000), 16000, "wav", "g722"), "audio/wav", "wav"),  # a wideband phone's
+    "g726-wav": (lambda t: e.encode_audio(t(8000), 8000, "wav", "g726"), "audio/wav", "wav"),
+    "avi-sound": (lambda t: e.clip("avi", "mpeg4", frames=20, sound=t(48000)[:, 0], sound_codec="mp3"),
+                  "audio/x-msvideo", "avi"),
+    "flv-sound": (lambda t: e.clip("flv", "flv", frames=20, sound=t(44100)[:, 0], rate=44100, sound_codec="aac"),
+                  "audio/x-flv", "flv"),
+}
+
+
+@pytest.mark.parametrize("name", list(TONE_FORMATS))
+def test_sound_in_more_codecs_and_containers_gives_its_facts(name: str, pipeline: FeaturePipeline) -> None:
+    """A tone at half scale reads -9 dBFS in each (bare AC-3 and E-AC-3, WavPack, TTA and the sound of an AVI or FLV
+    clip sent as audio were `audio: bytes are not a known audio container`)."""
+    make, media_type, fmt = TONE_FORMATS[name]
+    got = features(pipeline, make(lambda rate: e.tone(2.0, rate)), media_type)
+    assert "error" not in got and got["format"] == fmt, got
+    assert abs(got["duration"] - 2.0) < 0.06 and abs(got["loudness"] + 9.03) < 0.6 and got["voiceActivity"] == 1.0, got
 
 
 # --- speech ---------------------------------------------------------------------------------------------------------
@@ -383,6 +464,39 @@ def test_a_strip_a_pixel_wide_gives_its_facts(pipeline: FeaturePipeline) -> None
                        frozenset({"codes", "faces"}))
         assert "error" not in got, (size, got)
         assert (got["width"], got["height"], got["codes"], got["faces"]) == (*size, [], 0)
+
+
+def test_a_phone_photo_with_a_second_picture_is_a_jpeg(pipeline: FeaturePipeline) -> None:
+    """A portrait photo's JPEG with its depth map after it (MPO, as Samsung and other phones write it): Pillow names it
+    MPO, so it read as format `mpo`, 2 frames, and was never decoded at a reduced scale as a JPEG is."""
+    photo = e.halves(4000, 2500)
+    buf = io.BytesIO()
+    photo.save(buf, "MPO", save_all=True, append_images=[photo.convert("L").convert("RGB")], quality=80)
+    mpo = buf.getvalue()
+    assert sniff_modality(mpo) == "image/jpeg"
+    result = pipeline.extract_blocking("image/jpeg", mpo, budget_s=300, wanted=FACTS)
+    f = result.features
+    assert (f["format"], f["width"], f["height"], "frames" in f) == ("jpeg", 4000, 2500, False), f
+    assert result.thumbnail is not None
+    from mma2a.features.base import Limits
+    from mma2a.features.image import open_image
+
+    assert open_image(mpo, Limits(), max_side=1024).size == (2000, 1250)  # read at half size, as a plain JPEG is
+
+
+def test_pictures_pillow_cannot_read_name_their_format(pipeline: FeaturePipeline) -> None:
+    """A floating-point TIFF (a scientific camera's, an HDR export) and OpenEXR were `not a readable image (unknown or
+    corrupt format)`."""
+    import cv2
+
+    ok, tiff = cv2.imencode(".tiff", np.full((30, 40, 3), 0.5, np.float32))
+    exr = b"v/1\x01" + bytes(100)  # OpenEXR's magic number and version, as far as its header goes
+    tail = "send it as JPEG, PNG or WebP"
+    assert ok and features(pipeline, tiff.tobytes(), "image/tiff")["error"] == (
+        "image: TIFF (floating-point or 64-bit samples, or a BigTIFF: Pillow reads neither) is not decoded here "
+        f"({len(tiff.tobytes())} bytes); {tail}")
+    assert features(pipeline, exr, "image/x-exr")["error"] == (
+        f"image: OpenEXR (an HDR image: no decoder installed) is not decoded here (104 bytes); {tail}")
 
 
 RECEIPT = ["ORDER 1 TWO COFFEES", "ORDER 2 GREEN TEA", "TOTAL 17.50 EUR", "THANK YOU"]

@@ -28,7 +28,8 @@ from .profiles import ReceiverProfile
 
 _IMAGE_WRITERS = {"image/webp": "WEBP", "image/jpeg": "JPEG", "image/png": "PNG"}
 _IMAGE_FORMATS = {"WEBP": "image/webp", "JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif",
-                  "BMP": "image/bmp", "TIFF": "image/tiff"}
+                  "BMP": "image/bmp", "TIFF": "image/tiff", "MPO": "image/jpeg"}
+"""Pillow's formats as media types (MPO: a JPEG carrying a second picture, as phones write a portrait photo's)."""
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
 
@@ -101,7 +102,7 @@ def fit_image(data: bytes, modality: Modality, profile: ReceiverProfile, limits:
     target = _pick_encoding(profile, _IMAGE_WRITERS, source)
     fmt_in = im.format
     try:
-        if fmt_in == "JPEG" and (tw, th) != (width, height):
+        if fmt_in in ("JPEG", "MPO") and (tw, th) != (width, height):
             im.draft("RGB", (tw, th))  # DCT-domain downscale: decode only what the target needs
         pic: Image.Image = ImageOps.exif_transpose(im)  # re-encoding drops EXIF: keep the picture upright
         if (tw, th) != (width, height):

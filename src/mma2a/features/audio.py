@@ -211,7 +211,8 @@ def mix_voiced(samples: Any, rate: int) -> Any:
 
 SNIFFED_AUDIO = {"wav": "audio/wav", "ogg": "audio/ogg", "flac": "audio/flac", "mp3": "audio/mpeg", "aac": "audio/aac",
                  "aiff": "audio/aiff", "amr": "audio/amr", "caf": "audio/x-caf", "au": "audio/basic",
-                 "asf": "audio/x-ms-wma", "mpegts": "audio/mp2t"}
+                 "asf": "audio/x-ms-wma", "mpegts": "audio/mp2t", "ac3": "audio/ac3", "eac3": "audio/eac3",
+                 "wv": "audio/wavpack", "tta": "audio/x-tta", "avi": "video/x-msvideo", "flv": "video/x-flv"}
 """The media type of each container `sniff_audio` names but MP4, WebM and 3GP (audio or video: told apart by PyAV)."""
 
 
@@ -249,6 +250,16 @@ def sniff_audio(data: bytes) -> str | None:
         return "asf"  # Windows Media Audio (WMA): an older Windows recorder's (FFmpeg reads it; it was no known container)
     if transport_stream(data):
         return "mpegts"  # a broadcast recording, an HLS segment, a camcorder's M2TS: was no known container
+    if head[:2] == b"\x0b\x77" and len(head) > 5:
+        return "eac3" if head[5] >> 3 > 10 else "ac3"  # Dolby Digital (a DVD's, a broadcast's): its bsid tells E-AC-3
+    if head[:4] == b"wvpk":
+        return "wv"  # WavPack
+    if head[:4] == b"TTA1":
+        return "tta"  # the True Audio lossless codec
+    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
+        return "avi"  # the sound of a camera's AVI clip sent as audio (it was no known container)
+    if head[:3] == b"FLV" and len(head) > 4 and head[3] == 1:
+        return "flv"  # Flash video, audio or both
     return None
 
 

@@ -50,6 +50,10 @@ def undecodable_kind(data: bytes) -> str | None:
         return "JPEG XL (no decoder installed)"
     if head[:5] == b"%PDF-":
         return "PDF (a document, not a picture)"
+    if head[:4] == b"v/1\x01":
+        return "OpenEXR (an HDR image: no decoder installed)"
+    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return "TIFF (floating-point or 64-bit samples, or a BigTIFF: Pillow reads neither)"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
     if text.startswith(b"<svg") or (text.startswith((b"<?xml", b"<!doctype svg")) and b"<svg" in data[:4096].lower()):
         return "SVG (a vector drawing: nothing here renders it)"
@@ -93,7 +97,7 @@ def open_image(data: bytes, limits: Limits, what: str = "image", *, max_side: in
         raise MediaError(f"{what}: corrupt image header: {exc}") from None
     width, height = im.size
     limits.check_pixels(width, height, what)
-    if max_side is not None and im.format == "JPEG" and max(width, height) > 2 * max_side:
+    if max_side is not None and im.format in ("JPEG", "MPO") and max(width, height) > 2 * max_side:
         scale = max_side / max(width, height)
         im.draft(im.mode, (max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))))
     try:
@@ -204,6 +208,8 @@ def read_picture(data: bytes, limits: Limits, *, max_side: int | None = None, wh
     im = open_image(data, limits, what, max_side=max_side)
     width, height = im.info.get("mma2a.size", im.size)
     mode, fmt, frames = im.mode, im.format, int(getattr(im, "n_frames", 1) or 1)
+    if fmt == "MPO":  # a JPEG with a second picture after it (a phone's depth map, a 3D camera's other eye): a viewer
+        fmt, frames = "JPEG", 1  # shows the first; it read as format `mpo`, 2 frames, and was decoded at full size
     turn = orientation(im)
     if max_side is not None and max(im.size) > max_side:
         factor = max(im.size) // max_side

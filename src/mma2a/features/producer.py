@@ -91,7 +91,7 @@ def sniff_modality(data: bytes, filename: str | None = None) -> str:
         return "video/quicktime" if brand == "qt" else f"video/{audio}"
     if audio == "asf" and audio_only(data) is False:
         return "video/x-ms-wmv"  # pictures in it: a Windows Media video
-    if audio in ("mp3", "aac") and head[:3] != b"ID3" and not (filename or "").lower().endswith(f".{audio}"):
+    if audio in ("mp3", "aac", "ac3", "eac3") and head[:3] != b"ID3" and not (filename or "").lower().endswith(f".{audio}"):
         audio = None  # a bare MPEG frame sync is too weak a sign on its own
     if audio is not None:
         return SNIFFED_AUDIO[audio]

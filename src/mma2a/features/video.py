@@ -73,7 +73,7 @@ class VideoExtractor:
                 raise MediaError(f"video: {duration:.0f} s is over the {self.limits.max_video_seconds:g} s limit")
             out: dict[str, Any] = {
                 "container": name,
-                "codec": ctx.name,
+                "codec": codec_name(ctx),
                 "fps": round(fps, 3),
                 "duration": round(duration, 3),
                 "width": width,
@@ -82,7 +82,7 @@ class VideoExtractor:
             }
             if container.streams.audio:  # the sound track a speech agent would hear
                 sound = stream_context(container.streams.audio[0], "video", name)
-                out["audioCodec"] = sound.name
+                out["audioCodec"] = codec_name(sound)
                 if sound.sample_rate:
                     out["audioSampleRate"] = int(sound.sample_rate)
             try:
@@ -167,6 +167,13 @@ def shown_span(starts: Any) -> float:
 def animated_webp(data: bytes) -> bool:
     """Is this WebP an animation (an extended header with its animation flag, and an `ANIM` chunk)?"""
     return data[12:16] == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02)
+
+
+def codec_name(ctx: Any) -> str:
+    """The codec a stream is in (`av1`, `mp3`), not the decoder FFmpeg chose for it (`libdav1d`, `mp3float`: an AV1
+    clip said `codec: libdav1d`, an MP4's MP3 sound `audioCodec: mp3float`)."""
+    codec = getattr(ctx, "codec", None)
+    return str(getattr(codec, "canonical_name", None) or ctx.name)
 
 
 def index_end(container: Any) -> int:
