@@ -355,6 +355,20 @@ def test_a_voice_beside_a_channel_of_hiss_or_hum_is_heard_as_alone(other: float 
     assert (got["channels"], words(got["transcript"])) == (2, words(plain["transcript"])), got
 
 
+def test_a_stereo_recording_reserves_the_decode_budget_of_both_channels() -> None:
+    """Speech keeps a stereo recording's channels apart until `mix_voiced` mixes them: its decode holds twice a mono
+    one's samples, and reserves so from the header (features/budget.py `decode_cost`)."""
+    from mma2a.features.budget import DECODED_BYTES_PER_SAMPLE, decode_cost
+    from mma2a.modality import parse_modality
+
+    wav = parse_modality("audio/wav")
+    mono = decode_cost(e.wav_int(e.tone(3.0, 48000), 48000, 2), wav)
+    assert mono == 3 * 16000 * DECODED_BYTES_PER_SAMPLE
+    assert decode_cost(e.wav_int(e.tone(3.0, 48000, channels=2), 48000, 2), wav) == 2 * mono
+    assert decode_cost(e.encode_audio(e.tone(3.0, 48000, channels=6), 48000, "flac", "flac"),
+                       parse_modality("audio/flac")) == mono  # 5.1 is mixed as it decodes: its mean
+
+
 def test_speech_after_five_seconds_of_silence_is_found(pipeline: FeaturePipeline, voice: dict[int, Any],
                                                        plain: dict[str, Any]) -> None:
     x = voice[44100]

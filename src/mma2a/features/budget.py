@@ -32,7 +32,8 @@ on the target size. Measured: one 6300x6300 PNG's features peaked at 159.6 MB ov
 pixel (`bench/decode_bounds.py --case pixels`, docs/benchmarks.md)."""
 
 DECODED_BYTES_PER_SAMPLE = 8
-"""What decoded audio holds per sample: float32 samples at 16 kHz mono and a resampler's float32 of the same."""
+"""What decoded audio holds per sample: float32 samples at 16 kHz mono and a resampler's float32 of the same (twice
+that for stereo, whose channels speech keeps apart until it mixes them: `decode_cost`)."""
 
 DEFAULT_DECODE_BYTES = 2 * 40_000_000 * DECODED_BYTES_PER_PIXEL
 """320 MB: two images at the default pixel limit (`limits.max_pixels`, 40 M) decoding at once."""
@@ -116,8 +117,10 @@ def decode_cost(data: bytes, modality: Modality) -> int:
         if family == "video" and header.width and header.height:
             return header.width * header.height * 2 * DECODED_BYTES_PER_PIXEL  # a frame decoded and one converted
         if header.seconds is not None:
-            # samples as decoded: 16 kHz mono at most
-            return int(header.seconds * min(header.rate or 16000, 16000)) * DECODED_BYTES_PER_SAMPLE
+            # samples as decoded: 16 kHz mono at most; a stereo recording's two channels are kept apart for speech
+            # until they are mixed (`audio.mix_voiced`)
+            width = 2 if header.channels == 2 else 1
+            return int(header.seconds * min(header.rate or 16000, 16000)) * DECODED_BYTES_PER_SAMPLE * width
         return len(data)
     if family == "model":
         return len(data)  # a mesh parsed holds about its text's size in arrays
