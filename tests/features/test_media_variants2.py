@@ -241,6 +241,7 @@ def test_audio_names_its_container_as_video_does_and_an_animated_webp_is_no_vide
     assert features(pipeline, anim, "video/webp")["error"] == ("video: the bytes are an animated WebP image, not a video "
                                                                "container: send it as image/webp")
     assert features(pipeline, anim, "image/webp")["frames"] == 3
+    assert features(pipeline, e.animation("PNG"), "image/apng")["frames"] == 3  # an APNG as a picture: its first frame
     gif = features(pipeline, e.animation("GIF"), "video/gif")  # FFmpeg reads GIF and APNG as video: their facts
     apng = features(pipeline, e.animation("PNG"), "video/apng")
     assert (gif["container"], gif["frames"], apng["container"], apng["frames"]) == ("gif", 3, "apng", 3)
@@ -596,9 +597,14 @@ def test_an_html_part_is_its_visible_text_in_its_own_charset(pipeline: FeaturePi
 
 
 def test_mixed_scripts_are_counted_word_by_word(pipeline: FeaturePipeline) -> None:
-    """English, Russian, Greek and Arabic words in one message: each counted and kept as a keyword in its own script
-    (the one `language` of such a message is langdetect's guess: docs/features.md)."""
+    """English, Russian, Greek and Arabic words in one message: each counted and kept as a keyword in its own script;
+    its `language` is that of the script most of its letters are in (langdetect said `bg` of the whole: none of them).
+    A message mostly in one script is judged whole, as before."""
     text = "Order 7 ships Monday. Заказ отправят в понедельник. Η παραγγελία φεύγει. الطلب يشحن"
     got = features(pipeline, text.encode(), "text/plain; charset=utf-8")
     assert (got["length"], got["words"]) == (len(text), 13), got
-    assert got["keywords"] == ["monday", "order", "ships", "παραγγελία", "φεύγει"] and "language" in got
+    assert (got["keywords"], got["language"]) == (["monday", "order", "ships", "παραγγελία", "φεύγει"], "ru")
+    for text, language in (("Please call Иван Петров at the Moscow office about the delivery next week.", "en"),
+                           ("Встреча с Acme Corp перенесена на четверг, в переговорной на третьем этаже.", "ru"),
+                           ("東京駅の近くで新しい喫茶店が開店しました。", "ja")):  # Han and kana: one script
+        assert features(pipeline, text.encode(), "text/plain")["language"] == language, text

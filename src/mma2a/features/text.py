@@ -43,14 +43,47 @@ def _languages() -> Any:
     return factory
 
 
+def script_of(ch: str) -> str:
+    """The script a letter is written in (`LATIN`, `CYRILLIC`, `GREEK`, `ARABIC`, `CJK` for Han and kana together,
+    `HANGUL`, ...) from its Unicode name; `?` for a letter without one."""
+    import unicodedata
+
+    first = unicodedata.name(ch, "?").split(" ", 1)[0]
+    return "CJK" if first in ("CJK", "HIRAGANA", "KATAKANA", "HALFWIDTH", "FULLWIDTH") else first
+
+
+DOMINANT_SHARE = 0.9
+SCRIPT_SAMPLE = 2000
+"""A text whose most-used script has less than this share of the letters among its first `SCRIPT_SAMPLE` characters
+is judged by that script's words alone."""
+
+
+def dominant_script_text(text: str) -> str:
+    """`text`, or when its letters are in several scripts with none above `DOMINANT_SHARE`, the words of the script
+    most of its letters are in: langdetect judged a message of English, Russian, Greek and Arabic words `bg`, none of
+    them (the language of most of its text is its Russian)."""
+    if text.isascii():
+        return text  # one script: the common case, at no cost
+    counts: Counter[str] = Counter(script_of(ch) for ch in text[:SCRIPT_SAMPLE] if ch.isalpha())
+    total = sum(counts.values())
+    if not total:
+        return text
+    script, most = counts.most_common(1)[0]
+    if most >= DOMINANT_SHARE * total:
+        return text
+    kept = [w for w in _WORD.findall(text) if sum(script_of(c) == script for c in w if c.isalpha()) * 2 > len(w)]
+    return " ".join(kept) or text
+
+
 def detect_language(text: str) -> str | None:
-    """BCP 47 language tag of `text` (`en`, `zh-CN`), or None when there is nothing to judge."""
+    """BCP 47 language tag of `text` (`en`, `zh-CN`), or None when there is nothing to judge; a text in several
+    scripts is judged by its main script's words (`dominant_script_text`)."""
     from langdetect.lang_detect_exception import LangDetectException
 
     factory = _languages()
     try:
         detector = factory.create()
-        detector.append(text)
+        detector.append(dominant_script_text(text))
         lang: str = detector.detect()
     except LangDetectException:
         return None
