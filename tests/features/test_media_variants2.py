@@ -189,6 +189,14 @@ def test_a_variable_frame_rate_clip_says_its_mean_rate_in_every_container(pipeli
         assert abs(f["fps"] - 9 / 2.933) < 0.1 * 9 / 2.933, (fmt, f)
     steady = features(pipeline, frames_at("matroska", "libx264", list(range(0, 3000, 100))), "video/x-matroska")
     assert (steady["frames"], steady["fps"]) == (30, 10.0)  # a steady 10 fps clip written at a 30 fps time base
+    # an animation whose frames hold 0.1, 0.5, 0.1 and 1.3 s, as video: 4 frames in 2 s (APNG said 5 fps: its last
+    # frame counted for the median interval, not the 1.3 s it holds)
+    pictures = [Image.new("RGB", (64, 48), c) for c in ("red", "green", "blue", "white")]
+    for fmt, media_type in (("GIF", "video/gif"), ("PNG", "video/apng")):
+        buf = io.BytesIO()
+        pictures[0].save(buf, fmt, save_all=True, append_images=pictures[1:], duration=[100, 500, 100, 1300])
+        f = features(pipeline, buf.getvalue(), media_type)
+        assert (f["frames"], f["duration"], f["fps"]) == (4, 2.0, 2.0), (fmt, f)
 
 
 def with_cover(fmt: str, codec: str, cover: str) -> bytes:

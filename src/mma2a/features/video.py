@@ -134,6 +134,7 @@ class VideoExtractor:
         count = seen = 0
         end: float | None = None
         starts = array("d")  # when each frame is shown (seconds): 8 bytes a frame
+        last = (float("-inf"), 0.0)  # the last frame shown: when, and for how long its packet says
         start = container.start_time / 1_000_000 if container.start_time is not None else 0.0
         for packet in container.demux():
             seen += 1
@@ -144,24 +145,26 @@ class VideoExtractor:
                 count += 1
                 if packet.pts is not None and packet.time_base is not None:
                     starts.append(float(packet.pts * packet.time_base))
+                    if starts[-1] >= last[0]:
+                        last = (starts[-1], float((packet.duration or 0) * packet.time_base))
             if seen % 256 == 0:
                 check_deadline("video frame count")
             if seen > self.max_packets:
                 raise MediaError(f"video: more than {self.max_packets} packets; counting stopped")
-        return count, end, shown_span(starts)
+        return count, end, shown_span(starts, last[1])
 
 
-def shown_span(starts: Any) -> float:
+def shown_span(starts: Any, last: float = 0.0) -> float:
     """How long frames shown at `starts` (seconds, any order) last: first to last, plus the last one shown for the
-    median interval (Matroska's blocks carry their nominal duration, or none: not the time to a next frame that is
-    not there); 0 for fewer than two frames."""
+    median interval or its packet's duration (`last`), the longer (Matroska's blocks carry their nominal duration, or
+    none; an APNG's or a GIF's last frame holds as long as it says); 0 for fewer than two frames."""
     import numpy as np
 
     if len(starts) < 2:
         return 0.0
     t = np.sort(np.frombuffer(starts, dtype=np.float64))
     gaps = np.diff(t)
-    return float(t[-1] - t[0] + np.median(gaps)) if t[-1] > t[0] else 0.0
+    return float(t[-1] - t[0] + max(float(np.median(gaps)), last)) if t[-1] > t[0] else 0.0
 
 
 def animated_webp(data: bytes) -> bool:
