@@ -321,10 +321,10 @@ MAX_PIPELINED = 64  # pipelined requests parsed and waiting on a connection (htt
 PARSE_AHEAD = 8192  # a read longer than this that starts a request is parsed up to its MAX_PIPELINED + 2'th head
 
 
-def _heads_end(data: bytes, heads: int) -> int | None:
-    """Where the `heads`'th blank line (`\r\n\r\n`: the end of a request head, or bytes of a body) of `data` ends;
-    None if it has fewer."""
-    end = 0
+def _heads_end(data: bytes, heads: int, start: int = 0) -> int | None:
+    """Where the `heads`'th blank line (`\r\n\r\n`: the end of a request head, or bytes of a body) of `data` from
+    `start` ends; None if it has fewer."""
+    end = start
     for _ in range(heads):
         found = data.find(b"\r\n\r\n", end)
         if found < 0:
@@ -351,7 +351,7 @@ class _Pipelined(ABC):
     def _behind(self) -> bool:
         """Whether a request is in progress ahead of bytes that arrive now (each protocol's parser says it its way)."""
 
-    def _hold(self, data: bytes) -> None:
+    def _hold(self, data: bytes | memoryview) -> None:
         held = self._held
         if held is None:
             held = self._held = bytearray()
@@ -418,6 +418,29 @@ class _TimedHttpTools(_Pipelined, _WriteDeadline):
         self._head = 0
 
     def data_received(self, data: bytes) -> None:
+        """A read parsed (`_parse`) up to the end of its `MAX_PIPELINED` + 2'th blank line at a time, whatever the
+        connection is doing (a head awaited, a body being read, a request read whole and not answered): httptools
+        parses all it is given, and uvicorn makes a request cycle for each head in it (one step of the loop made
+        ~10,000 for a 256 KiB read); once requests wait behind the one in progress, the rest is held unparsed
+        (`_hold`). The cut was made only while a head was awaited: a read that came while a request's body was being
+        read (or its answer awaited) made a cycle for each request in it (docs/security.md S18-2)."""
+        if len(data) <= PARSE_AHEAD:
+            self._parse(data)
+            return
+        start = 0
+        view = memoryview(data)
+        while start < len(data):
+            if self._head < 0 or self._lingering._lingering:
+                return
+            if self.pipeline:  # type: ignore[attr-defined]  # requests wait behind the one in progress
+                self._hold(view[start:])
+                return
+            cut = _heads_end(data, MAX_PIPELINED + 2, start)
+            end = len(data) if cut is None else cut
+            self._parse(data[start:end] if start or end < len(data) else data)
+            start = end
+
+    def _parse(self, data: bytes) -> None:
         """Count the bytes of an unfinished head (a chunk that starts a message on a kept-alive connection is not
         counted, so the head held is at most the cap plus one read); past the cap, 431 and close."""
         if self._head < 0 or self._lingering._lingering:  # refused: what the client still sends is dropped
@@ -426,12 +449,6 @@ class _TimedHttpTools(_Pipelined, _WriteDeadline):
             self._hold(data)
             return
         waiting = self._deadline.phase == "headers"
-        if waiting and len(data) > PARSE_AHEAD:  # a read of many pipelined requests: at most the heads of
-            cut = _heads_end(data, MAX_PIPELINED + 2)  # MAX_PIPELINED + 2 parsed (one step of the loop: 256 KiB of
-            if cut is not None and cut < len(data):  # them were ~10,000 cycles made at once), the rest after
-                self.data_received(data[:cut])
-                self.data_received(data[cut:])
-                return
         super().data_received(data)  # type: ignore[misc]
         if len(self.pipeline) > MAX_PIPELINED:  # type: ignore[attr-defined]
             self._trim_pipeline()
