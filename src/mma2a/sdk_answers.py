@@ -48,20 +48,32 @@ INLINE_ANSWER_VALUES = 2048
 """The most JSON values of an answer converted on the event loop (~10 ms at ~5 us a value); a larger one is converted
 in the JSON body worker. Answers of at most this many bytes are not counted."""
 
-def many_values(doc: Any) -> bytes | None:
+HELD_BYTES_PER_VALUE = 96
+"""What one JSON value of an answer (`request_body.json_values`' count) takes at most in the gateway as the parsed
+document its request holds while the conversion waits for the worker (orjson's objects, tracemalloc): 32 B an empty
+array's, 36 an empty object's in an array, 64-96 an object of one or two keys' share, 59-63 a short string's; a
+string's own bytes are in the pickle's length, counted beside (docs/security.md S18-1)."""
+
+
+def many_values(doc: Any) -> tuple[bytes, int] | None:
     """The pickle of an answer holding more than `INLINE_ANSWER_VALUES` values (the job's body, after the bytes
-    `job_body` puts first), else None: converted where it is. The values are counted on the answer's orjson
-    serialization (~2 ms for 300,000 values; under a microsecond for a small task); the pickle (~20 ms for those) is
-    sent, exact where orjson is not (it writes a NaN or an infinity as `null`). An answer orjson cannot write (an
-    integer past 64 bits) is sent however small."""
+    `job_body` puts first) and what its document holds in the gateway meanwhile, at most (the pickle's bytes and
+    `HELD_BYTES_PER_VALUE` a value: what the body worker's queue counts for it), else None: converted where it is. The
+    values are counted on the answer's orjson serialization (~2 ms for 300,000 values; under a microsecond for a small
+    task); the pickle (~20 ms for those) is sent, exact where orjson is not (it writes a NaN or an infinity as
+    `null`). An answer orjson cannot write (an integer past 64 bits) is sent however small (its values counted on the
+    standard library's JSON)."""
     try:
         data = orjson.dumps(doc)
     except (TypeError, orjson.JSONEncodeError):
-        return pickle.dumps(doc, protocol=5)
-    if len(data) <= INLINE_ANSWER_VALUES or json_values(data) <= INLINE_ANSWER_VALUES:
+        values = json_values(json.dumps(doc, default=repr).encode())
+        pickled = pickle.dumps(doc, protocol=5)
+        return pickled, len(pickled) + HELD_BYTES_PER_VALUE * values
+    if len(data) <= INLINE_ANSWER_VALUES or (values := json_values(data)) <= INLINE_ANSWER_VALUES:
         return None
     del data
-    return pickle.dumps(doc, protocol=5)
+    pickled = pickle.dumps(doc, protocol=5)
+    return pickled, len(pickled) + HELD_BYTES_PER_VALUE * values
 
 
 def job_body(kind: int, mode: int, rendered: bool, data: bytes) -> bytes:

@@ -101,9 +101,9 @@ def sdk_form(doc: Any, kind: int, mode: int, rendered: bool) -> Any:
 
 
 def in_worker(doc: Any, kind: int, mode: int, rendered: bool) -> Any:
-    data = many_values(doc)
-    assert data is not None  # a document of many values, or one orjson cannot write: for the worker
-    return raise_failure(convert_as_data(job_body(kind, mode, rendered, data)))
+    many = many_values(doc)
+    assert many is not None  # a document of many values, or one orjson cannot write: for the worker
+    return raise_failure(convert_as_data(job_body(kind, mode, rendered, many[0])))
 
 
 CASES = {

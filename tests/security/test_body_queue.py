@@ -508,3 +508,101 @@ async def test_past_the_total_a_caller_is_refused_429_on_every_binding_and_anoth
     assert ("retry-after", "1") in tuple(exc.trailing_metadata() or ())
     assert first.status_code == 200 and first.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert served.status_code == 200 and len(served.json()["task"]["history"][0]["metadata"]["a"]) == MANY
+
+
+# --- an answer counted as what its request holds (docs/security.md S18-1) ---------------------------------------------
+
+
+def test_one_job_larger_than_the_total_fits_in_an_empty_queue_and_holds_it_alone() -> None:
+    q: FairQueue[str] = FairQueue(max_jobs=8, max_bytes=1000, max_total=300)
+    assert q.put("alice", "a0", 500) is None and q.total == 500  # (her task's answer: it would never be read else)
+    taken = q.take()
+    assert taken is not None
+    why = q.put("bob", "b0", 10)  # past the total while hers runs
+    assert why is not None and "(at most 300 in all: limits.body_worker_bytes_total)" in why
+    q.done(*taken[::2])
+    assert q.total == 0 and q.put("bob", "b0", 10) is None
+
+
+def test_an_answers_job_counts_what_its_document_holds_while_it_waits() -> None:
+    """The pickle of 20,000 empty objects is ~20 KB; parsed, the document its request holds is ~1.4 MB."""
+    import tracemalloc
+
+    from mma2a.sdk_answers import many_values
+
+    raw = orjson.dumps({"id": "t", "history": [message("m")]})
+    tracemalloc.start()
+    doc = orjson.loads(raw)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    many = many_values(doc)
+    assert many is not None
+    pickled, counted = many
+    assert len(pickled) < 64_000 and held > 1_000_000
+    assert held <= counted <= 4 * held
+    bignum = many_values({"a": [{} for _ in range(3000)], "b": 1 << 70})  # orjson writes no such integer
+    assert bignum is not None and bignum[1] >= 3000 * 64
+
+
+async def test_answers_waiting_are_counted_as_their_documents_and_held_to_the_total(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mallory, bob and carol each keep a task of 20,000 values and ask for it 3 times at once on REST, the worker's
+    first conversion held (the test's gate): each waiting request holds its answer's document (~1.4 MB parsed), which
+    was counted by its pickle (~41 KB), so the queue's bounds (`limits.body_worker_bytes_total` here 16 MB) held any
+    number of documents. Now each job counts at least what its document holds, the queue stays within the total, and
+    the jobs past it are refused 429 + Retry-After naming the bound, the others answered whole. Before: all 9 taken,
+    369 KB counted for ~12 MB held (a live gateway: 8 clients' 8 answers of 499,000 values, 117 -> 2,212 MB)."""
+    import tracemalloc
+
+    gate = threading.Event()
+    sizes: list[int] = []  # of the jobs queued
+    totals: list[int] = []  # what the queue held after each
+    put = FairQueue.put
+    exchange = WorkerLane._exchange
+
+    def putting(self: FairQueue[Any], caller: str, item: Any, size: int) -> str | None:
+        why = put(self, caller, item, size)
+        if why is None:
+            sizes.append(size)
+            totals.append(self.total)
+        return why
+
+    def gated(self: WorkerLane, data: bytes, job: int) -> object:
+        gate.wait(60)
+        return exchange(self, data, job)
+
+    monkeypatch.setattr(FairQueue, "put", putting)
+    monkeypatch.setattr(WorkerLane, "_exchange", gated)
+    names = ("mallory", "bob", "carol")
+    card, executor = agent("text", ["text/plain"])
+    async with agents({"text": (card, executor)}) as urls:
+        cfg = {"agents": [{"name": "text", "url": urls["text"]}],
+               "auth": {"clients": [{"name": n, "token": f"tok-{n}-0123456789"} for n in names]},
+               "limits": {"body_worker_jobs_per_client": 4, "body_worker_bytes_total": 16_000_000}}
+        async with gateway(cfg) as (_, url), httpx.AsyncClient(timeout=60) as c:
+            asks = []
+            for n in names:
+                h = {"Authorization": f"Bearer tok-{n}-0123456789", "A2A-Version": "1.0"}
+                stored = await c.post(url + "/", headers=h, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message(f"m-{n}")}})
+                tid = stored.json()["result"]["task"]["id"]
+                asks += [asyncio.create_task(c.get(url + f"/tasks/{tid}", headers=h)) for _ in range(3)]
+            await until(lambda: sum(a.done() for a in asks) + len(sizes) >= len(asks), "every answer queued or refused")
+            gate.set()
+            answers = [await a for a in asks]
+    refused = [r for r in answers if r.status_code == 429]
+    served = [r for r in answers if r.status_code == 200]
+    assert len(served) + len(refused) == 9 and refused, [r.status_code for r in answers]
+    assert max(totals) <= 16_000_000
+    for r in refused:
+        assert r.headers["Retry-After"] == "1"
+        said = r.json()["error"]["message"]  # refused, or its waiting job's room taken by another caller's
+        assert "16000000" in said and "limits.body_worker_bytes_total" in said, said
+    for r in served:
+        assert len(r.json()["history"][0]["metadata"]["a"]) == MANY
+    tracemalloc.start()
+    doc = orjson.loads(served[0].content)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del doc
+    assert min(sizes) >= held  # each job counted at least what its document holds (before: 41,023 of ~1.4 MB)

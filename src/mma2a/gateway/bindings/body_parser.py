@@ -202,22 +202,27 @@ class JSONBodyParser:
             return run_sdk(job, body)
         return await self._answer(body, job)
 
-    async def convert_answer(self, kind: int, mode: int, rendered: bool, data: bytes) -> Any:
+    async def convert_answer(self, kind: int, mode: int, rendered: bool, data: bytes, held: int = 0) -> Any:
         """An answer of many values (`sdk_answers.many_values`'s `data`) converted in the worker as the SDK's bindings
         convert it (`sdk_answers.convert`): what the conversion gave, or raised (raised again,
-        `sdk_answers.raise_failure`); `Unavailable` when the worker stopped, `RateLimited` past the caller's bounds."""
+        `sdk_answers.raise_failure`); `Unavailable` when the worker stopped, `RateLimited` past the caller's bounds.
+        `held`: what the answer's document holds in the gateway meanwhile (`many_values`'), counted for the job in the
+        queue (at least its body's bytes): a waiting answer of 499,000 empty objects held ~36 MB, its pickle ~1 MB
+        (docs/security.md S18-1)."""
         from ... import sdk_answers  # the SDK's types: loaded with the SDK's bindings, not at the gateway's start
 
-        return sdk_answers.raise_failure(await self._answer(sdk_answers.job_body(kind, mode, rendered, data), ANSWER))
+        body = sdk_answers.job_body(kind, mode, rendered, data)
+        return sdk_answers.raise_failure(await self._answer(body, ANSWER, size=max(held, len(body))))
 
-    async def _answer(self, body: bytes, job: int, caller: str | None = None, *, prefix: bytes = b"") -> tuple[Any, ...]:
+    async def _answer(self, body: bytes, job: int, caller: str | None = None, *, prefix: bytes = b"",
+                      size: int | None = None) -> tuple[Any, ...]:
         """The worker's answer of `job` (its body `prefix` then `body`), queued behind the caller's own jobs and taken in
-        turn with other callers'."""
+        turn with other callers', counted as `size` bytes (default: `prefix`'s and `body`'s)."""
         if caller is None:
             caller = caller_key()
         loop = asyncio.get_running_loop()
         queued = _Job(body, job, loop.create_future(), prefix)
-        why = self.queue.put(caller, queued, len(prefix) + len(body))
+        why = self.queue.put(caller, queued, len(prefix) + len(body) if size is None else size)
         if why is not None:
             self.refused += 1
             raise _refusal(why)

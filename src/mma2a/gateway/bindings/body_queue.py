@@ -14,7 +14,9 @@ Past it, a caller holding more than its even share (`max_total` over the callers
 refused; one within it gets room from the waiting jobs of the callers holding most past their even shares (each such
 caller's newest first, while it is past its share: `displaced` answers them), and is refused only when their jobs
 are running (nothing waits to make room of). So the bound is never passed, and one or two callers filling it cannot
-keep every other caller out (as a plain "refuse past the total" would let them).
+keep every other caller out (as a plain "refuse past the total" would let them). One job always fits in an empty queue,
+as a caller's first job fits its own bounds: an answer's job counts what its document holds while it waits, and one
+task's may be larger than the total (it would never be read else).
 Pure bookkeeping, no I/O: the body parser takes, runs and finishes the jobs.
 """
 
@@ -76,7 +78,7 @@ class FairQueue(Generic[T]):
         why = self.why_not(caller, size)
         if why is not None:
             return why
-        if self.max_total is not None and self.total + size > self.max_total:
+        if self.max_total is not None and self.total and self.total + size > self.max_total:
             room = self._room(caller, size, self.max_total)
             if isinstance(room, str):
                 return room

@@ -791,26 +791,28 @@ class PipelineRequestHandler(RequestHandler):
         """The pipeline's answer `doc` as the SDK's protobuf `into`: parsed here (`_parse`), or in the JSON body worker
         when it holds many values (`sdk_answers.many_values`: ParseDict's ~5 us a value held every client, S16-3),
         read back with `ParseFromString` (C)."""
-        data = many_values(doc) if self.bodies is not None else None
-        if data is None:
+        many = many_values(doc) if self.bodies is not None else None
+        if many is None:
             return _parse(doc, into())
         out = into()
-        out.ParseFromString(await self._in_worker(KINDS.index(into), PROTO, False, data))
+        out.ParseFromString(await self._in_worker(KINDS.index(into), PROTO, False, *many))
         return out
 
     async def converted(self, doc: dict[str, Any], kind: int, mode: int, rendered: bool = False) -> Any:
         """The pipeline's answer `doc` as the SDK's JSON bindings answer it (`sdk_answers.convert`: `ParseDict`, then
         `MessageToDict`, ~8 us a value), made in the JSON body worker when it holds many values
         (`sdk_answers.many_values`: a REST GetTask of a task keeping 300,000 held every client 1.7 s, S16-3)."""
-        data = many_values(doc) if self.bodies is not None else None
-        if data is None:
+        many = many_values(doc) if self.bodies is not None else None
+        if many is None:
             return convert(doc, kind, mode, rendered)
-        return await self._in_worker(kind, mode, rendered, data)
+        return await self._in_worker(kind, mode, rendered, *many)
 
-    async def _in_worker(self, kind: int, mode: int, rendered: bool, data: bytes) -> Any:
+    async def _in_worker(self, kind: int, mode: int, rendered: bool, data: bytes, held: int) -> Any:
+        """`data` converted in the worker; `held`: what the answer's document holds here meanwhile (what the worker's
+        queue counts for it, for its caller and in all)."""
         assert self.bodies is not None
         try:
-            return await self.bodies.convert_answer(kind, mode, rendered, data)
+            return await self.bodies.convert_answer(kind, mode, rendered, data, held)
         except MMA2AError as exc:  # the worker stopped: 503
             raise to_sdk_error(exc) from None
 
