@@ -203,9 +203,10 @@ def mix_voiced(samples: Any, rate: int) -> Any:
 
     if samples.shape[1] == 1:
         return samples
-    voiced = [channel_voiced(samples[:, c], rate) for c in range(samples.shape[1])]
-    if any(voiced) and not all(voiced):
-        samples = samples[:, [c for c, v in enumerate(voiced) if v]]
+    if samples.shape[1] == VOICED_MIX_CHANNELS:
+        voiced = [channel_voiced(samples[:, c], rate) for c in range(samples.shape[1])]
+        if any(voiced) and not all(voiced):
+            samples = samples[:, [c for c, v in enumerate(voiced) if v]]
     return samples.mean(axis=1, dtype=np.float32)[:, None] if samples.shape[1] > 1 else samples
 
 
