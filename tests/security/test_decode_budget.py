@@ -210,3 +210,33 @@ async def test_one_client_holding_decodes_leaves_the_other_clients_half() -> Non
     assert got["b1"]["features"]["error"] == (
         "pillow-image: this client has 200000 bytes decoding, at most half of the 400000 "
         "(limits.max_decode_bytes_in_flight) while it has any; not decoded")
+
+
+def test_audio_at_a_low_rate_reserves_what_its_decode_to_16_khz_holds() -> None:
+    """docs/security.md S18-3: speech decodes audio at 16 kHz whatever its rate, raising a lower one, and headerless
+    audio (PCM, G.711) reserved only its length: 600 bytes of `audio/PCMU; rate=1` (600 s) decoded to 9,600,000
+    samples, a 77 MB peak, with 600 bytes reserved; an 8 kHz G.711 of the same 600 s 4.8 MB, an 8 kHz WAV half its
+    decode. Each now reserves about its decode's peak (tracemalloc)."""
+    import tracemalloc
+
+    import numpy as np
+
+    from mma2a.features.base import Limits
+    from mma2a.features.speech import decode_speech
+    from tests.media import wav_bytes
+
+    limits = Limits(max_audio_seconds=600.0, max_audio_samples=11_520_000)
+    noise = np.random.default_rng(7).integers(0, 256, 8000 * 60, dtype=np.uint8).tobytes()
+    cases = [(noise[:600], "audio/PCMU; rate=1"), (noise, "audio/PCMU"), (noise[:1200], "audio/L16; rate=1"),
+             (wav_bytes(60.0, rate=8000), "audio/wav")]
+    for data, media_type in cases:
+        modality = parse_modality(media_type)
+        tracemalloc.start()
+        decoded = decode_speech(data, modality, limits)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert decoded.rate == 16000 and decoded.samples.shape[0] >= 16000 * 59
+        # 8 bytes a sample (the budget's constant) and G.711's 16-bit samples: 0.98-1.0 of the peak; an 8 kHz WAV's
+        # bytes read as samples first are not counted (0.89). Before: 600 bytes of 78 MB; the WAV 3.84 of 8.66 MB
+        assert decode_cost(data, modality) >= 0.85 * peak, (media_type, decode_cost(data, modality), peak)
+    assert decode_cost(b"\x00" * 100, parse_modality("audio/pcm")) == 0  # no rate: refused before it decodes

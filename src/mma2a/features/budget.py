@@ -35,6 +35,11 @@ DECODED_BYTES_PER_SAMPLE = 8
 """What decoded audio holds per sample: float32 samples at 16 kHz mono and a resampler's float32 of the same (twice
 that for stereo, whose channels speech keeps apart until it mixes them: `decode_cost`)."""
 
+DECODED_AUDIO_RATE = 16000
+"""The rate audio is decoded at for speech (what Whisper hears), raised to it from a lower one: a decode's samples are
+its seconds at this rate, whatever the recording's own (600 bytes of `audio/PCMU; rate=1` decoded to 9,600,000
+samples, 77 MB, where its length was reserved: docs/security.md S18-3)."""
+
 DEFAULT_DECODE_BYTES = 2 * 40_000_000 * DECODED_BYTES_PER_PIXEL
 """320 MB: two images at the default pixel limit (`limits.max_pixels`, 40 M) decoding at once."""
 
@@ -108,6 +113,15 @@ def decode_cost(data: bytes, modality: Modality) -> int:
         except HeadNotFound:
             return 0  # refused by the decoder itself before it decodes anything
         return size[0] * size[1] * DECODED_BYTES_PER_PIXEL if size is not None else 0
+    if family == "audio":
+        from .audio import pcm_seconds, raw_audio
+
+        if raw_audio(data, modality):  # headerless samples (PCM, G.711): the type's parameters and the length say
+            seconds = pcm_seconds(len(data), modality)  # how long; their rate may be any, speech hears them at 16 kHz
+            if seconds is None:
+                return 0  # refused by the decoder itself (no rate, or an invalid one) before it decodes anything
+            width = 2 if modality.param("channels") == "2" else 1  # (and G.711's bytes as 16-bit samples first)
+            return int(seconds * DECODED_AUDIO_RATE) * DECODED_BYTES_PER_SAMPLE * width + 2 * len(data)
     if family in ("audio", "video"):
         from .probe import container_header
 
@@ -117,10 +131,10 @@ def decode_cost(data: bytes, modality: Modality) -> int:
         if family == "video" and header.width and header.height:
             return header.width * header.height * 2 * DECODED_BYTES_PER_PIXEL  # a frame decoded and one converted
         if header.seconds is not None:
-            # samples as decoded: 16 kHz mono at most; a stereo recording's two channels are kept apart for speech
-            # until they are mixed (`audio.mix_voiced`)
+            # samples as decoded: 16 kHz mono, whatever the recording's rate (speech raises a lower one to it); a
+            # stereo recording's two channels are kept apart for speech until they are mixed (`audio.mix_voiced`)
             width = 2 if header.channels == 2 else 1
-            return int(header.seconds * min(header.rate or 16000, 16000)) * DECODED_BYTES_PER_SAMPLE * width
+            return int(header.seconds * DECODED_AUDIO_RATE) * DECODED_BYTES_PER_SAMPLE * width
         return len(data)
     if family == "model":
         return len(data)  # a mesh parsed holds about its text's size in arrays
