@@ -430,8 +430,8 @@ class _TimedHttpTools(_Pipelined, _WriteDeadline):
         start = 0
         view = memoryview(data)
         while start < len(data):
-            if self._head < 0 or self._lingering._lingering:
-                return
+            if self._head < 0 or self._lingering._lingering or self.transport.is_closing():  # type: ignore[attr-defined]
+                return  # (refused, or closed by what was parsed: a 400)
             if self.pipeline:  # type: ignore[attr-defined]  # requests wait behind the one in progress
                 self._hold(view[start:])
                 return
