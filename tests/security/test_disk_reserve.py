@@ -51,7 +51,8 @@ async def test_blobs_and_uploads_stop_at_the_inode_reserve_with_507(tmp_path):
     or upload takes two (its bytes and its sidecar): 1,000 blobs of 8 bytes took 2,000 inodes and ~8 MiB, far from any
     byte reserve. A blob, an empty one and an upload begun with fewer free inodes than `blob_min_free_inodes` are
     refused 507 naming the reserve and the setting, nothing of them left."""
-    reserve = os.statvfs(tmp_path).f_favail + 1  # more than the disk has free: every new file is refused
+    reserve = os.statvfs(tmp_path).f_files + 1  # more than the disk holds at all: every new file is refused, however
+    # many files other processes free meanwhile (its free count + 1 was passed when a parallel test freed two)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     async with secured({"blob_dir": str(tmp_path), "blob_min_free_inodes": reserve}) as (gw, url, _), \
             httpx.AsyncClient(timeout=30) as c:
