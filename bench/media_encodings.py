@@ -1,6 +1,6 @@
 """CPU time of reading audio in the encodings real clients send at 16 kHz mono (what loudness, voice activity and
-Whisper read): 30 s of 48 kHz stereo as WAV (interpolated, `LinearResampler`), as MP3, and as 5.1 FLAC (FFmpeg's
-resampler; the mono mix the channels' mean); a 640x480 clip's facts without a thumbnail (its first keyframe is decoded
+Whisper read): 30 s of 48 kHz stereo as WAV, as MP3, and as 5.1 FLAC (FFmpeg's resampler, WAV's since session 18;
+the mono mix the channels' mean); a 640x480 clip's facts without a thumbnail (its first keyframe is decoded
 for the display rotation).
 
     PYTHONPATH=src:. python bench/media_encodings.py [--runs 5]

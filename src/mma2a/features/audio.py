@@ -58,8 +58,9 @@ def check_samples(rate: int, channels: int, seconds: float, limits: Limits, what
 
 class LinearResampler:
     """Mono samples resampled by linear interpolation, block by block (the same output as one `np.interp` over the
-    whole recording, within a sample at its end): a block's memory, never the recording's. Used to lower a rate (a
-    44.1 or 48 kHz WAV read at 16 kHz: docs/features.md says what folds); `resampler_for` raises one with FFmpeg's."""
+    whole recording, within a sample at its end): a block's memory, never the recording's. Only where PyAV is not
+    installed (`resampler_for`): it is not band-limited, so what is above the new Nyquist frequency folds into the
+    band (docs/features.md)."""
 
     def __init__(self, rate_in: int, rate_out: int) -> None:
         self.step = rate_in / rate_out
@@ -91,12 +92,15 @@ class LinearResampler:
         return np.zeros(0, np.float32)
 
 
-class FilteredUpsampler:
-    """Mono samples raised to a higher rate by FFmpeg's resampler (band-limited: nothing above the recording's own
-    Nyquist frequency is made), block by block; `finish` gives the filter's last samples. Linear interpolation from
-    8 kHz to 16 kHz mirrors the 0-4 kHz band into 4-8 kHz (a 1 kHz tone's ghost at 7 kHz 28 dB under it, a 3.5 kHz
-    one's at 4.5 kHz 4 dB under it): Whisper read eSpeak NG's sentence through it as nothing it understood (`unclear`
-    over all of it), through this as the FLAC of the same samples reads (tests/features/test_media_variants.py)."""
+class FilteredResampler:
+    """Mono samples brought to another rate by FFmpeg's resampler, band-limited, block by block; `finish` gives the
+    filter's last samples. Raising a rate, nothing above the recording's own Nyquist frequency is made: linear
+    interpolation from 8 kHz to 16 kHz mirrors the 0-4 kHz band into 4-8 kHz (a 1 kHz tone's ghost at 7 kHz 28 dB
+    under it), and Whisper read eSpeak NG's sentence through it as nothing it understood (`unclear` over all of it),
+    through this as the FLAC of the same samples reads (tests/features/test_media_variants.py). Lowering one, what is
+    above the new Nyquist frequency is filtered out first: by linear interpolation a 12 kHz whine in a 48 kHz WAV
+    folded to 4 kHz at -30 dBFS, and Whisper's word errors on speech beside it were 30% against 20% (docs/features.md,
+    bench/wav_resampling.py)."""
 
     def __init__(self, rate_in: int, rate_out: int) -> None:
         import av
@@ -125,17 +129,14 @@ class FilteredUpsampler:
         return self._out(self.resampler.resample(None))
 
 
-def resampler_for(rate_in: int, rate_out: int) -> LinearResampler | FilteredUpsampler:
-    """How mono WAV and PCM samples change rate: up through FFmpeg's filter when PyAV is installed (faster-whisper,
-    which hears 16 kHz, needs it anyway), down by linear interpolation (what the evaluation's figures were measured
-    with: docs/features.md)."""
-    if rate_out > rate_in:
-        try:
-            import av  # noqa: F401
-        except ImportError:
-            return LinearResampler(rate_in, rate_out)
-        return FilteredUpsampler(rate_in, rate_out)
-    return LinearResampler(rate_in, rate_out)
+def resampler_for(rate_in: int, rate_out: int) -> LinearResampler | FilteredResampler:
+    """How mono WAV and PCM samples change rate: through FFmpeg's filter when PyAV is installed (faster-whisper, which
+    hears 16 kHz, needs it anyway), as other containers' samples do; by linear interpolation without it."""
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return LinearResampler(rate_in, rate_out)
+    return FilteredResampler(rate_in, rate_out)
 
 
 def _to_target(blocks: Any, rate: int, channels: int, want_rate: int | None, mono: bool,
