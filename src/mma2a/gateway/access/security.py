@@ -140,18 +140,22 @@ class AccessControl:
             await app(scope, receive, send)
             return
         http = scope["type"] == "http"
-        headers = self._pick(scope)
+        named = header_map(scope)
+        headers = self._pick(named)
         client: Client | None = None
         sender: str | None = None  # set when the body is metered into the body budget
         streaming: str | None = None
         try:
             raw = scope.get("headers") or ()
-            if len(header_map(scope)) != len(raw):  # some header is repeated (rare): never a credential
+            if len(named) != len(raw):  # some header is repeated (rare): never a credential
                 self.single_credentials(k for k, _ in raw)
             peer = str((scope.get("client") or ("?",))[0]) if self.keys_by_address else "?"
             cn = client_cn(scope) if cls is AccessClass.CLIENT else None
-            client = await self.admit_async(access, headers, peer=peer, cn=cn,
-                                            agent=scope.get("path_params", {}).get("agent"), refuse_draining=http)
+            agent = scope.get("path_params", {}).get("agent")
+            if self.auth.jwt is None and self.federation is None:  # nothing to wait for: no coroutine to make
+                client = self.admit(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=http)
+            else:
+                client = await self.admit_async(access, headers, peer=peer, cn=cn, agent=agent, refuse_draining=http)
             declared = headers.get("content-length")
             if http and access.shape is not ErrorShape.PAYLOAD:
                 size = int(declared) if declared is not None and declared.isdigit() else None
@@ -257,10 +261,15 @@ class AccessControl:
                     raise Unauthorized(f"{key}: sent more than once; send one credential", field=key)
                 seen.add(key)
 
-    def _pick(self, scope: Scope) -> dict[str, str]:
-        """The few request headers access control reads (credentials, the body's length), decoded."""
-        headers = header_map(scope)
-        return {name: v.decode("latin-1") for name, key in self._wanted if (v := headers.get(key)) is not None}
+    def _pick(self, named: Mapping[bytes, bytes]) -> dict[str, str]:
+        """The few request headers access control reads (credentials, the body's length), decoded, from the request's
+        `header_map`. (A loop, not a comprehension: no function of its own to call, once a request.)"""
+        picked: dict[str, str] = {}
+        for name, key in self._wanted:
+            value = named.get(key)
+            if value is not None:
+                picked[name] = value.decode("latin-1")
+        return picked
 
     @property
     def keys_by_address(self) -> bool:
@@ -393,7 +402,7 @@ class AccessControl:
         """A path no route matches: 401 first when auth is on (no route map for strangers), else 404."""
         try:
             if self.auth.active:  # 401 or 404 would tell whether a credential is good: counted as a check
-                headers = self._pick(scope)
+                headers = self._pick(header_map(scope))
                 presented = headers.get("authorization") or headers.get(self.auth.header)
                 if presented and self.failures is not None:
                     peer = str((scope.get("client") or ("?",))[0])
