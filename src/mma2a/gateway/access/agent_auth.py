@@ -105,6 +105,15 @@ class AgentCredentials:
 
     async def headers(self) -> dict[str, str]:
         """The headers that authenticate the gateway to the agent now (empty: no credential configured)."""
+        now = self.ready()
+        if now is not None:
+            return now
+        await self._fetch(stale=self._token)
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def ready(self) -> dict[str, str] | None:
+        """`headers()` when it has nothing to wait for (a static credential, none, an OAuth2 token still good); None
+        when a token must be fetched first. (The request path's, without a coroutine.)"""
         auth = self.auth
         if auth is None:
             return {}
@@ -115,7 +124,7 @@ class AgentCredentials:
             key = read_env(auth.api_key.env)
             return {auth.api_key.header: key} if key else {}
         if self._token is None or self.clock() >= self._refresh_at:
-            await self._fetch(stale=self._token)
+            return None
         return {"Authorization": f"Bearer {self._token}"}
 
     async def refreshed(self, used: Mapping[str, str]) -> dict[str, str] | None:

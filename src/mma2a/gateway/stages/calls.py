@@ -79,7 +79,8 @@ class AgentCaller:
         try:
             entry.enter_call()  # (`entry.in_flight()`'s block, without its object: once per leg)
             try:
-                headers = await self.headers_for(entry)
+                ready = entry.credentials.ready()  # (no coroutine when nothing is to be fetched)
+                headers = self.with_client_token(entry, ready) if ready is not None else await self.headers_for(entry)
                 signed = self.upstream_signer(entry, method, params, principal)
                 try:
                     result = await self._call(entry, method, params, headers, signed)
@@ -137,9 +138,14 @@ class AgentCaller:
         """What authenticates this call to the agent: its credentials (agents[].auth), or the end user's JWT passed
         on. (To another gateway the signed assertion of the client goes beside them, made for each send:
         `upstream_signer`.)"""
-        headers = await entry.credentials.headers()
+        return self.with_client_token(entry, await entry.credentials.headers())
+
+    @staticmethod
+    def with_client_token(entry: AgentEntry, headers: dict[str, str]) -> dict[str, str]:
+        """The agent's credential `headers`, or the end user's JWT in their place for an agent that judges it
+        (`forward_client_token`)."""
         if entry.config.forward_client_token and (own := client_jwt.get()) is not None:
-            headers = {**headers, "Authorization": f"Bearer {own}"}  # the end user's JWT, for agents that judge it
+            headers = {**headers, "Authorization": f"Bearer {own}"}
         return headers
 
     async def refreshed_after(self, entry: AgentEntry, used: Mapping[str, str], exc: DispatchError
