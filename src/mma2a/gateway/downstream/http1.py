@@ -305,7 +305,7 @@ class HttpPool:
         start = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n%s" % (
             method.encode("ascii"), target.path, target.host_header, len(body), self._header_block(headers))
         head = start + (_lines(fresh()) if fresh is not None else b"") + b"\r\n"
-        conn = await self._acquire(target, deadline, loop)
+        conn = self._reuse((target.host, target.port)) or await self._acquire(target, deadline, loop)
         try:
             return await self._exchange(conn, head, body, deadline, loop)
         except Disconnected as exc:
@@ -358,17 +358,24 @@ class HttpPool:
         """An idle connection to `target` (unless `fresh`), else a new one within the host's limit, else the next
         one a finished caller hands over (`fresh` or not: at the limit, every connection is in use)."""
         key = (target.host, target.port)
-        idle = None if fresh else self._idle.get(key)
-        while idle:
-            conn = idle.pop()  # the most recently used: the least likely to have been closed by the server
-            if not conn.closed:
-                return conn
+        idle = None if fresh else self._reuse(key)
+        if idle is not None:
+            return idle
         opened = self._open.setdefault(key, set())
         while len(opened) + self._connecting.get(key, 0) >= self.limit_per_host:
             got = await self._wait_for_slot(key, deadline, loop)
             if got is not None:
                 return got
         return await self._connect(target, key, deadline, loop)
+
+    def _reuse(self, key: tuple[str, int]) -> _Connection | None:
+        """An idle connection to `key` (host, port), or None: the common case, without a coroutine."""
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()  # the most recently used: the least likely to have been closed by the server
+            if not conn.closed:
+                return conn
+        return None
 
     async def _wait_for_slot(self, key: tuple[str, int], deadline: float,
                              loop: asyncio.AbstractEventLoop) -> _Connection | None:
