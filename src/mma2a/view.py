@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._frozen import quick_init
-from .errors import ExtensionError, InvalidParams, InvalidRequest
+from .errors import InvalidParams, InvalidRequest
 from .ext import PartExtension, Session, decoded_size, part_kind, read_message, read_part
 from .modality import Modality, ModalityRegistry, parse_modality
 
@@ -129,10 +129,7 @@ def view_message(
     if not isinstance(parts, list) or not parts:
         raise InvalidRequest("message.parts: must be a non-empty list", field="message.parts")
     mext = read_message(message)
-    try:
-        views = tuple(view_part(p, i, registry) for i, p in enumerate(parts))
-    except ExtensionError:
-        raise
+    views = tuple([view_part(p, i, registry) for i, p in enumerate(parts)])  # (a list: no generator to resume)
     return MessageView(
         message_id=str(message.get("messageId", "")),
         parts=views,

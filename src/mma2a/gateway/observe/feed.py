@@ -60,10 +60,14 @@ class DecisionFeed:
         """Add a decision; `refused`: the message failed validation, so none of its parts' previews are kept."""
         parts = message.get("parts")
         mid = message.get("messageId")
+        thumbs: list[dict[str, Any]] = []
         if refused or not (isinstance(parts, list) or isinstance(parts, Sequence)):
-            thumbs: list[dict[str, Any]] = []
-        elif parts.__class__ is list and all(p.__class__ is dict and "metadata" not in p for p in parts):
-            thumbs = []  # plain parts: no previews to look for
+            pass
+        elif parts.__class__ is list:
+            for p in parts:  # plain parts: no previews to look for (a loop: no generator to make)
+                if p.__class__ is not dict or "metadata" in p:
+                    thumbs = thumbnails(parts)
+                    break
         else:
             thumbs = thumbnails(parts)
         entry = {

@@ -200,7 +200,8 @@ class LegPlanner:
                 else:
                     leg.parts.append((index, part))
         for leg in by_agent.values():
-            leg.parts.sort(key=lambda ip: ip[0])
+            if len(leg.parts) > 1:  # (one part: in order, no key function to call)
+                leg.parts.sort(key=lambda ip: ip[0])
         if self.adapter is not None:  # fit parts to receivers that have profiles (most have none: no task then)
             wanting = [(leg, e) for leg in by_agent.values() if self.adapter.profiles(e := self.directory.get(leg.agent))]
             if wanting:
