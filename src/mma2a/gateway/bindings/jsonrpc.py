@@ -59,6 +59,7 @@ _JSON_TYPE = (b"content-type", b"application/json")
 _PLAIN_V1 = re.compile(r"1\.[0-9]+(?:\.[0-9]+)?").fullmatch
 _DECIMAL = re.compile(r"-?[0-9]+")
 _VERSION = VERSION_HEADER.lower().encode("latin-1")
+_ROLE_VALUES = (b':"ROLE_USER"', b': "ROLE_USER"', b':"ROLE_AGENT"', b': "ROLE_AGENT"')  # as `_underscore` counts them
 
 
 def rpc_response(rid: Any, result: Any) -> bytes:
@@ -344,9 +345,14 @@ def _underscore(body: bytes) -> bool:
         return False
     if len(body) > 2048:  # not worth counting: `proto_spelled` reads only keys
         return True
-    # each role value holds one underscore: any other is outside them (counted, not copied out)
-    return underscores > (body.count(b':"ROLE_USER"') + body.count(b': "ROLE_USER"') + body.count(b':"ROLE_AGENT"')
-                          + body.count(b': "ROLE_AGENT"'))
+    # each role value holds one underscore: any other is outside them (counted, not copied out); the counting stops
+    # once the role values account for every underscore (a body of one role value: one count, not four)
+    roles = 0
+    for value in _ROLE_VALUES:
+        roles += body.count(value)
+        if roles >= underscores:
+            return False
+    return True
 
 
 def shed_response(rid: Any, exc: MMA2AError) -> Response:
