@@ -82,12 +82,11 @@ class AgentEntry:
     credentials: AgentCredentials = dataclasses.field(default=None, repr=False, compare=False)  # type: ignore[assignment]
     _card_facts: tuple[dict[str, Any], bool, tuple[str, ...]] | None = dataclasses.field(
         default=None, repr=False, compare=False)
-
-    @property
-    def name(self) -> str:
-        return self.config.name
+    name: str = dataclasses.field(init=False, repr=False, compare=False)  # the config's (a property's call cost
+    # more than its reader's work: read six times a request)
 
     def __post_init__(self) -> None:
+        self.name = self.config.name
         if self.credentials is None:  # static credentials only: the directory gives OAuth2 agents theirs
             self.credentials = AgentCredentials(self.config.name, self.config.auth, token_env=self.config.token_env)
 
