@@ -171,7 +171,9 @@ class Admission:
         vectors = await self.features.apply(message, self.state.snapshot, sender=sender) if self.features else {}
         if self.offload is not None and self.offload.needed(message):
             message = await self.offload.apply(message, owner=caller)  # counted in the caller's blob quota
-        view = with_vectors(self.view(message, configuration, target), vectors)
+        view = self.view(message, configuration, target)
+        if vectors:  # (none: the view as it is, no call)
+            view = with_vectors(view, vectors)
         if message.get("taskId"):
             rec = self.tasks.find(message["taskId"])
             if rec is not None and not rec.fanned_out and len(rec.legs) == 1:

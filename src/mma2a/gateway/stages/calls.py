@@ -4,7 +4,7 @@ about how to talk to it (whether it reads the extension, which input modes it ta
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from ...errors import DispatchError
@@ -17,14 +17,11 @@ from ..observe.metrics import GatewayMetrics
 from .adapt import PartAdapter
 
 
-def declares(entry: AgentEntry) -> bool:
-    """The agent's card declares the mma2a extension (it gets the metadata as it is)."""
-    return entry.reads_extension()
-
-
-def input_modes(entry: AgentEntry) -> tuple[str, ...]:
-    """Every input mode the agent's card names, its default ones first."""
-    return entry.input_modes()
+# (the entry's own methods, not functions that call them: a Python call fewer each, three a request)
+declares: Callable[[AgentEntry], bool] = AgentEntry.reads_extension
+"""The agent's card declares the mma2a extension (it gets the metadata as it is)."""
+input_modes: Callable[[AgentEntry], tuple[str, ...]] = AgentEntry.input_modes
+"""Every input mode the agent's card names, its default ones first."""
 
 
 class AgentCaller:

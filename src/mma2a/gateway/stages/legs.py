@@ -130,7 +130,13 @@ def record_adaptations(route: list[dict[str, Any]], legs: Sequence[Leg]) -> list
 
 def is_direct(decision: RouteDecision) -> bool:
     """Every part goes as it is (no transform, nothing dropped): the exchange can be the agent's own."""
-    return all(not pr.dropped and all(not t.via for t in pr.targets) for pr in decision.parts)
+    for pr in decision.parts:  # (loops: no generators to make and resume, once a request)
+        if pr.dropped:
+            return False
+        for target in pr.targets:
+            if target.via:
+                return False
+    return True
 
 
 class LegPlanner:
