@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from ..._frozen import quick_init
 from ...loops import running_loop
 
 _BIG_BODY = 64 * 1024  # above this the head and the body are written as two buffers (no copy of the body)
@@ -67,6 +68,7 @@ class BadResponse(HttpError):
     """The answer is not valid HTTP/1.1, or larger than the pool allows."""
 
 
+@quick_init  # one a request: stored through its slots, not three `object.__setattr__` calls
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
