@@ -95,3 +95,34 @@ async def test_the_store_refuses_past_the_bound_with_nothing_made_and_counts_upl
     anonymous = [await store.begin_upload() for _ in range(3)]  # no owner (auth off): no client to bound
     assert len(anonymous) == 3 and store.open_uploads("alice") == 2 and store.open_uploads(None) == 0
     assert store.quota.held("alice") == 2 * 4096  # the refused one charged nothing
+
+
+async def test_an_operator_sees_the_refusals_at_each_bound_counted_by_their_setting(tmp_path):
+    """Refusals at the open uploads' bound, at a client's byte quota and at the disk's inode reserve are counted in
+    `/metrics` by the setting that refused them (`mma2a_blob_refused_total{setting=...}`): before, an operator saw
+    them only in what the clients were answered."""
+    import os
+
+    from tests.gateway.conftest import ADMIN
+
+    def counted(metrics: str) -> dict[str, float]:
+        return {line.split('setting="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+                for line in metrics.splitlines() if line.startswith("mma2a_blob_refused_total{")}
+
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    cfg = {"blob_dir": str(tmp_path / "a"), "blob_max_uploads_per_client": 1, "blob_max_bytes_per_client": 64 * 1024}
+    async with secured(cfg) as (_, url, _), httpx.AsyncClient(timeout=30) as c:
+        assert (await begin(c, url, ALICE)).status_code == 201
+        uploads = [await begin(c, url, ALICE) for _ in range(2)]
+        quota = await c.post(url + "/blobs", content=b"x" * (128 * 1024), headers=ALICE | {"Content-Type": "text/plain"})
+        first = counted((await c.get(url + "/metrics", headers=admin)).text)
+    (tmp_path / "b").mkdir()
+    reserve = os.statvfs(tmp_path).f_files + 1  # more than the disk holds: every new file is refused
+    async with secured({"blob_dir": str(tmp_path / "b"), "blob_min_free_inodes": reserve}) as (_, url, _), \
+            httpx.AsyncClient(timeout=30) as c:
+        full = await c.post(url + "/blobs", content=b"tiny", headers=CAROL_H | {"Content-Type": "text/plain"})
+        second = counted((await c.get(url + "/metrics", headers=admin)).text)
+    assert [r.status_code for r in uploads] == [429, 429] and quota.status_code == 413, quota.text
+    assert first == {"blob_max_uploads_per_client": 2.0, "blob_max_bytes_per_client": 1.0}, first
+    assert full.status_code == 507 and full.json()["error"]["data"]["setting"] == "blob_min_free_inodes"
+    assert second == {"blob_min_free_inodes": 1.0}, second

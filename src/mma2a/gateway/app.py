@@ -551,7 +551,8 @@ class Gateway:
         payload = [*payload_routes(self.store, self.signer, public_base_url_fn=lambda conn: self.public_url,
                                    max_upload_bytes=self.config.max_upload_bytes, hub=self.streams,
                                    url_expires_in=self.config.url_expires_s, media_check=self._media_check,
-                                   owner_fn=current_sender)]
+                                   owner_fn=current_sender,
+                                   blob_refused=lambda setting: self.metrics.blob_refused.labels(setting).inc())]
         # REST (HTTP+JSON): root routes, then /agents/{agent}/…, then the A2A 1.0 tenant form /{tenant}/… where the
         # gateway's tenants are its agents (as `tenant` on gRPC); in place of the SDK's catch-all tenant mount, the
         # same routes with the tenant as `agent`, so the access gate and the target read it as on /agents/{agent}

@@ -15,8 +15,10 @@ from .store import DEFAULT_MEDIA_TYPE
 BaseURLFn = Callable[[HTTPConnection], str]
 
 
-def handles_errors(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    """Turn an `MMA2AError` raised by an endpoint into its JSON error response (`mma2a.responses`)."""
+def handles_errors(fn: Callable[[Request], Awaitable[Response]], refused: Callable[[str], None] | None = None
+                   ) -> Callable[[Request], Awaitable[Response]]:
+    """Turn an `MMA2AError` raised by an endpoint into its JSON error response (`mma2a.responses`); a refusal that
+    names the setting refusing it (a quota, a reserve, a bound) is told to `refused` too (the gateway counts them)."""
 
     async def endpoint(request: Request) -> Response:
         try:
@@ -25,6 +27,9 @@ def handles_errors(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Re
             size = exc.data.get("size")
             return error_response(exc, {"Content-Range": f"bytes */{size}"} if size is not None else None)
         except MMA2AError as exc:
+            setting = exc.data.get("setting")
+            if refused is not None and isinstance(setting, str):
+                refused(setting)
             return error_response(exc)
 
     endpoint.__name__ = fn.__name__

@@ -86,7 +86,9 @@ class BlobEndpoints:
         url_expires_in: int | None = None,
         media_check: MediaCheck | None = None,
         owner_fn: Callable[[], str | None] | None = None,
+        refused: Callable[[str], None] | None = None,
     ):
+        self.refused = refused  # told the setting of each refusal at a bound (`handles_errors`)
         self.store = store
         self.owner_fn = owner_fn or (lambda: None)
         self.signer = signer
@@ -263,7 +265,9 @@ class BlobEndpoints:
         return Response(b"", 204)
 
     def routes(self) -> list[BaseRoute]:
-        e = handles_errors
+        def e(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+            return handles_errors(fn, self.refused)
+
         return [
             Route("/blobs", e(self.put), methods=["POST"], name="blob_put"),
             Route("/blobs/uploads", e(self.begin_upload), methods=["POST"], name="blob_upload_begin"),
@@ -291,6 +295,7 @@ def payload_routes(
     url_expires_in: int | None = None,
     media_check: MediaCheck | None = None,
     owner_fn: Callable[[], str | None] | None = None,
+    blob_refused: Callable[[str], None] | None = None,
 ) -> list[BaseRoute]:
     """Every payload endpoint: blobs (`/blobs...`) and live streams (`/streams...`).
 
@@ -299,11 +304,12 @@ def payload_routes(
     stream hub with the rest of the gateway. `media_check(head, media_type, complete)` refuses uploaded
     images, audio and video from their first bytes (the blob is deleted, the upload answers its error).
     `owner_fn()` names the calling client (streams are limited per client; an upload id works only for the
-    client that began the upload).
+    client that began the upload). `blob_refused(setting)`: told of each blob request refused at a bound (a quota, the
+    disk's reserve, the open uploads), by the setting that refused it.
     """
     blobs = BlobEndpoints(
         store, signer, public_base_url_fn=public_base_url_fn, max_upload_bytes=max_upload_bytes, url_expires_in=url_expires_in,
-        media_check=media_check, owner_fn=owner_fn,
+        media_check=media_check, owner_fn=owner_fn, refused=blob_refused,
     )
     streams = StreamEndpoints(
         hub if hub is not None else StreamHub(), signer, public_base_url_fn=public_base_url_fn, url_expires_in=url_expires_in,

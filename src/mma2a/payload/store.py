@@ -308,11 +308,12 @@ class LocalBlobStore(BlobStore):
         if self.min_free_bytes and more and free - more < self.min_free_bytes:
             raise InsufficientStorage(
                 f"the blob store is full: {free} bytes free on its disk, {self.min_free_bytes} kept in reserve "
-                "(blob_min_free_bytes); retry later or send a smaller payload", field="body")
+                "(blob_min_free_bytes); retry later or send a smaller payload", field="body",
+                data={"setting": "blob_min_free_bytes"})
         if self.min_free_inodes and st.f_files and st.f_favail - files < self.min_free_inodes:
             raise InsufficientStorage(
                 f"the blob store is full: {st.f_favail} files (inodes) free on its disk, {self.min_free_inodes} kept "
-                "in reserve (blob_min_free_inodes); retry later", field="body")
+                "in reserve (blob_min_free_inodes); retry later", field="body", data={"setting": "blob_min_free_inodes"})
 
     # --- paths ----------------------------------------------------------------------
 
