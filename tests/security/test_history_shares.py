@@ -29,6 +29,22 @@ def _sizes(store) -> tuple[int, dict[str, int]]:
     return total, by_sender
 
 
+async def flood(c: httpx.AsyncClient, url: str, *, alices: int, bobs_each: int) -> None:
+    """alice's plain decisions, then bob's (API key) of 64 parts of distinct shapes each, from four tasks at once."""
+    for i in range(alices):
+        r = await c.post(url + "/", json=send_body(f"alice-{i}"), headers=bearer(TOKEN))
+        assert r.status_code == 200 and "result" in r.json(), r.text
+
+    async def bobs(k: int) -> None:
+        for j in range(k * bobs_each, (k + 1) * bobs_each):
+            parts = [{"text": "x", "mediaType": f"text/plain; n={'b' * 180}{j}.{i}"} for i in range(64)]
+            r = await c.post(url + "/", json=send_body(f"bob-{j}", parts),
+                             headers={"X-API-Key": API_KEY, "A2A-Version": "1.0"})
+            assert r.status_code == 200 and "result" in r.json(), r.text[:300]
+
+    await asyncio.gather(*(bobs(k) for k in range(4)))
+
+
 async def test_a_clients_decisions_of_new_shapes_each_count_in_its_share_and_the_file_stays_bounded(tmp_path,
                                                                                                    monkeypatch):
     """Bob's 120 messages of 64 text parts, each part of a media type of his own (`text/plain; n=…`, 200 characters):
@@ -42,18 +58,7 @@ async def test_a_clients_decisions_of_new_shapes_each_count_in_its_share_and_the
              "history": {"max_bytes": MAX_BYTES, "max_bytes_per_client": SHARE}}
     async with secured(extra, monkeypatch=monkeypatch, names=("text",)) as (gw, url, _):
         async with httpx.AsyncClient(timeout=30) as c:
-            for i in range(10):
-                r = await c.post(url + "/", json=send_body(f"alice-{i}"), headers=bearer(TOKEN))
-                assert r.status_code == 200 and "result" in r.json(), r.text
-
-            async def bobs(k: int) -> None:
-                for j in range(k * 30, (k + 1) * 30):
-                    parts = [{"text": "x", "mediaType": f"text/plain; n={'b' * 180}{j}.{i}"} for i in range(64)]
-                    r = await c.post(url + "/", json=send_body(f"bob-{j}", parts),
-                                     headers={"X-API-Key": API_KEY, "A2A-Version": "1.0"})
-                    assert r.status_code == 200 and "result" in r.json(), r.text[:300]
-
-            await asyncio.gather(*(bobs(k) for k in range(4)))
+            await flood(c, url, alices=10, bobs_each=30)
         store = gw.history.store
         assert await asyncio.to_thread(gw.history.flush, 30)
         total, by_sender = _sizes(store)
@@ -87,18 +92,7 @@ async def test_a_clients_large_decisions_are_read_in_bounded_pages_and_the_route
     monkeypatch.setenv("TEST_BOB_KEY", API_KEY)
     async with secured({"data_dir": str(tmp_path / "data")}, monkeypatch=monkeypatch, names=("text",)) as (gw, url, _):
         async with httpx.AsyncClient(timeout=60) as c:
-            for i in range(20):
-                r = await c.post(url + "/", json=send_body(f"alice-{i}"), headers=bearer(TOKEN))
-                assert r.status_code == 200 and "result" in r.json(), r.text
-
-            async def bobs(k: int) -> None:
-                for j in range(k * 50, (k + 1) * 50):
-                    parts = [{"text": "x", "mediaType": f"text/plain; n={'b' * 180}{j}.{i}"} for i in range(64)]
-                    r = await c.post(url + "/", json=send_body(f"bob-{j}", parts),
-                                     headers={"X-API-Key": API_KEY, "A2A-Version": "1.0"})
-                    assert r.status_code == 200 and "result" in r.json(), r.text[:300]
-
-            await asyncio.gather(*(bobs(k) for k in range(4)))
+            await flood(c, url, alices=20, bobs_each=50)
             admin = {"Authorization": "Bearer " + ADMIN}
             seen: list[str] = []
             cursor = None
@@ -182,18 +176,7 @@ async def test_a_replay_reads_page_by_page_and_examines_every_decision_it_was_as
                 "action: {drop: no text today}}\n"
     async with secured({"data_dir": str(tmp_path / "data")}, monkeypatch=monkeypatch, names=("text",)) as (gw, url, _):
         async with httpx.AsyncClient(timeout=60) as c:
-            for i in range(10):
-                r = await c.post(url + "/", json=send_body(f"alice-{i}"), headers=bearer(TOKEN))
-                assert r.status_code == 200 and "result" in r.json(), r.text
-
-            async def bobs(k: int) -> None:
-                for j in range(k * 30, (k + 1) * 30):
-                    parts = [{"text": "x", "mediaType": f"text/plain; n={'b' * 180}{j}.{i}"} for i in range(64)]
-                    r = await c.post(url + "/", json=send_body(f"bob-{j}", parts),
-                                     headers={"X-API-Key": API_KEY, "A2A-Version": "1.0"})
-                    assert r.status_code == 200 and "result" in r.json(), r.text[:300]
-
-            await asyncio.gather(*(bobs(k) for k in range(4)))
+            await flood(c, url, alices=10, bobs_each=30)
             admin = {"Authorization": "Bearer " + ADMIN}
             first = (await c.get(url + "/admin/history", params={"limit": "1000"}, headers=admin)).json()
             r = await c.post(url + "/admin/history/replay", json={"rules": candidate, "limit": 5000}, headers=admin)
