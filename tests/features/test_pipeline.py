@@ -193,12 +193,31 @@ async def test_byte_limit_refuses_before_any_work() -> None:
     assert result.source is None
 
 
+class GatedExtractor:
+    """Runs until the test lets it finish (`go`), saying when it started: a job held in flight for as long as a test
+    needs, whatever the host's load (a fixed duration raced the test's own steps under load)."""
+
+    name = "gated"
+    version = "0.1"
+    modalities = ("image/*",)
+
+    def __init__(self) -> None:
+        self.started, self.go = threading.Event(), threading.Event()
+
+    def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
+        self.started.set()
+        while not self.go.wait(0.005):
+            check_deadline(self.name)
+        return {"blur": 1.0}
+
+
 async def test_a_full_pool_skips_instead_of_queueing() -> None:
-    slow = SlowExtractor(0.5)
-    with FeaturePipeline([slow], max_workers=1, max_in_flight=1) as p:
-        first = asyncio.create_task(p.extract("image/png", b"x", budget_s=2))
-        await asyncio.sleep(0.05)
-        second = await p.extract("image/png", b"x", budget_s=2)
+    gated = GatedExtractor()
+    with FeaturePipeline([gated], max_workers=1, max_in_flight=1) as p:
+        first = asyncio.create_task(p.extract("image/png", b"x", budget_s=60))
+        assert await asyncio.to_thread(gated.started.wait, 60)
+        second = await p.extract("image/png", b"x", budget_s=60)
+        gated.go.set()
         assert second.skipped == ["features: extractor pool busy (1 jobs in flight); extraction skipped"]
         assert second.features == {}
         assert (await first).features == {"blur": 1.0, "size": 1}
