@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mma2a.cluster.blob_quota import SharedByteQuota, uploads_key
+from mma2a.cluster.blob_quota import OPEN_TOTAL, SharedByteQuota, uploads_key
 from mma2a.cluster.objects import ObjectBlobStore, open_object_store
 from mma2a.cluster.server import NatsServer
 from mma2a.errors import TooManyUploads
@@ -24,7 +24,7 @@ from tests.cluster.conftest import cluster_name
 from tests.cluster.test_blob_quota import ALICE, CAROL, store_of, two_gateways
 from tests.cluster.test_security import bearer
 from tests.cluster.test_workers import serve_workers
-from tests.security.test_upload_bound import assert_too_many
+from tests.security.test_upload_bound import assert_store_full, assert_too_many
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -195,3 +195,100 @@ async def test_serve_with_two_workers_holds_a_clients_open_uploads_once_whicheve
 
 def test_the_count_of_a_clients_uploads_is_a_key_of_its_own_beside_its_bytes() -> None:
     assert uploads_key("alice") == "f.o.c.YWxpY2U=" and uploads_key("a" * 400).startswith("f.o.h.")
+
+
+# --- all uploads open at once, whoever holds them (`blob_max_uploads`, docs/security.md LO1) -----------------------------
+
+async def test_with_auth_off_the_clusters_uploads_past_its_bound_are_refused_on_either_gateway_and_nothing_is_made(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Auth off: uploads have no client; the cluster holds at most `blob_max_uploads` of them open, counted once in the
+    `blob_quota` bucket (`f.open`), however they are spread over its gateways; one ended on either gives a place back."""
+    async with two_gateways(nats_server.url, monkeypatch, auth={}, blob_max_uploads=LIMIT) as ((a, url_a), (b, url_b)):
+        assert not a.config.auth.active
+        store = store_of(a)
+        async with httpx.AsyncClient(timeout=30) as c:
+            mine = [await begin(c, url, {}) for url in (url_a, url_b, url_a)]
+            on_b, on_a = await begin(c, url_b, {}), await begin(c, url_a, {})
+            records = [e async for e in store._records()]
+            held = await counts(store).all_open_uploads()
+            first = mine[0].json()["uploadId"]
+            aborted = await c.delete(f"{url_b}/blobs/uploads/{first}")  # begun on A
+            again = await begin(c, url_b, {})
+            second = mine[1].json()["uploadId"]
+            await c.patch(f"{url_a}/blobs/uploads/{second}", content=b"b" * 100, headers={"Upload-Offset": "0"})
+            finished = await c.post(f"{url_a}/blobs/uploads/{second}/finish")  # begun on B
+            third = await begin(c, url_b, {})
+            last = await begin(c, url_a, {})
+            after = await counts(store_of(b)).all_open_uploads()
+    assert [r.status_code for r in mine] == [201] * LIMIT
+    assert_store_full(on_b)
+    assert_store_full(on_a)
+    assert_store_full(last)
+    assert (len(records), held) == (LIMIT, LIMIT)  # the refused ones made no record
+    assert (aborted.status_code, again.status_code, finished.status_code, third.status_code) == (204, 201, 201, 201)
+    assert after == LIMIT
+
+
+async def test_two_anonymous_uploads_begun_at_once_on_two_gateways_at_the_last_place_are_one_taken_one_refused(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with two_gateways(nats_server.url, monkeypatch, auth={}, blob_max_uploads=LIMIT) as ((a, url_a), (_, url_b)):
+        async with httpx.AsyncClient(timeout=30) as c:
+            assert [(await begin(c, url_a, {})).status_code for _ in range(LIMIT - 1)] == [201] * (LIMIT - 1)
+            answers = await asyncio.gather(begin(c, url_a, {}), begin(c, url_b, {}))
+            held = await counts(store_of(a)).all_open_uploads()
+    assert sorted(r.status_code for r in answers) == [201, 429]
+    assert_store_full(next(r for r in answers if r.status_code == 429))
+    assert held == LIMIT
+
+
+async def test_with_auth_on_the_clusters_bound_holds_all_clients_uploads_after_each_ones_own(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with two_gateways(nats_server.url, monkeypatch, blob_max_uploads_per_client=2,
+                            blob_max_uploads=LIMIT) as ((a, url_a), (_, url_b)):
+        async with httpx.AsyncClient(timeout=30) as c:
+            alices = [await begin(c, url) for url in (url_a, url_b)]
+            alice_past = await begin(c, url_a)
+            carol = await begin(c, url_b, CAROL)
+            carol_past = await begin(c, url_a, CAROL)
+            quota = counts(store_of(a))
+            held = (await quota.open_uploads("alice"), await quota.open_uploads("carol"), await quota.all_open_uploads())
+    assert [r.status_code for r in alices] == [201, 201] and carol.status_code == 201
+    assert alice_past.json()["error"]["data"] == {"setting": "blob_max_uploads_per_client", "limit": 2, "open": 2}
+    assert_store_full(carol_past)
+    assert held == (2, 1, LIMIT)  # carol's refused upload took back the place it had counted for her
+
+
+async def test_the_count_of_all_uploads_left_high_or_missing_is_set_right_by_the_prunes(nats_server: NatsServer) -> None:
+    """As a client's count: a cluster made before the bound (uploads counted by nobody) is counted at the first prune;
+    a count a dead gateway left high, at the second that finds it so at the same revision."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name())
+    bare, link0 = await open_object_store(config)  # a gateway of before the bound
+    before = [await bare.begin_upload() for _ in range(2)]
+    await link0.close()
+    store, link = await open_object_store(config, max_uploads=5)
+    try:
+        quota = counts(store)
+        await store.begin_upload()
+        await quota.begin_upload(None)  # a gateway died after counting an upload, before making its record
+        at = time.time()
+        counted = await quota.all_open_uploads()
+        await store.prune(None, now=at)
+        after_first = await quota.all_open_uploads()
+        await quota.begin_upload(None)  # another left high: 4 for 3 records
+        await store.prune(None, now=at + PRUNE_S)
+        changed = await quota.all_open_uploads()
+        await store.prune(None, now=at + 2 * PRUNE_S)
+        after_third = await quota.all_open_uploads()
+        room = [await store.begin_upload() for _ in range(2)]
+        with pytest.raises(TooManyUploads):
+            await store.begin_upload()
+    finally:
+        await link.close()
+    assert counted == 2  # the two of before counted by nobody, one of now, one left high
+    assert after_first == 3  # raised to the records at once
+    assert (changed, after_third) == (4, 3)  # found high by one prune, lowered by the next at the same revision
+    assert len({*before, *room}) == 4
+
+
+def test_the_count_of_all_uploads_is_outside_the_clients_counts() -> None:
+    assert OPEN_TOTAL == "f.open" and not OPEN_TOTAL.startswith(uploads_key("x")[:4])

@@ -126,3 +126,88 @@ async def test_an_operator_sees_the_refusals_at_each_bound_counted_by_their_sett
     assert first == {"blob_max_uploads_per_client": 2.0, "blob_max_bytes_per_client": 1.0}, first
     assert full.status_code == 507 and full.json()["error"]["data"]["setting"] == "blob_min_free_inodes"
     assert second == {"blob_min_free_inodes": 1.0}, second
+
+
+# --- all uploads open at once, whoever holds them (`blob_max_uploads`, docs/security.md LO1) -----------------------------
+
+def too_many_in_store_message(held: int, limit: int = LIMIT) -> str:
+    return (f"too many uploads open: the blob store has {held} resumable uploads open, its limit is {limit} "
+            "(blob_max_uploads); finish or abort one (DELETE /blobs/uploads/{id}) or retry later")
+
+
+def assert_store_full(r: httpx.Response, held: int = LIMIT, limit: int = LIMIT) -> None:
+    """The refusal of one upload past the store's bound: 429, the exact message, the setting, limit and count."""
+    assert r.status_code == 429, r.text
+    error = r.json()["error"]
+    assert error["message"] == too_many_in_store_message(held, limit)
+    assert error["data"] == {"setting": "blob_max_uploads", "limit": limit, "open": held}
+
+
+async def test_with_auth_off_uploads_past_the_stores_bound_are_429_whoever_begins_them_and_nothing_is_made(tmp_path):
+    """Auth off: no upload has a client, so `blob_max_uploads_per_client` bounds none; before, one anonymous caller
+    opened as many as the bytes allowed (2 M at 4 KiB each in the default 8 GiB). Now the store's bound holds them all,
+    whichever connection (caller) begins them; aborting or finishing one gives a place back."""
+    from tests.gateway.conftest import gateway
+
+    cfg = {"blob_dir": str(tmp_path), "blob_max_uploads": LIMIT}
+    async with gateway(cfg) as (gw, url):
+        assert not gw.config.auth.active
+        async with httpx.AsyncClient(timeout=30) as one, httpx.AsyncClient(timeout=30) as two:
+            mine = [await begin(c, url, {}) for c in (one, two, one)]
+            refused = [await begin(c, url, {}) for c in (one, two)]
+            files = len(list((tmp_path / "uploads").glob("*.part")))
+            first = mine[0].json()["uploadId"]
+            aborted = await two.delete(f"{url}/blobs/uploads/{first}")
+            again = await begin(one, url, {})
+            second = mine[1].json()["uploadId"]
+            await one.patch(f"{url}/blobs/uploads/{second}", content=b"b" * 100, headers={"Upload-Offset": "0"})
+            finished = await two.post(f"{url}/blobs/uploads/{second}/finish")
+            third = await begin(two, url, {})
+            last = await begin(one, url, {})
+            held = gw.store.uploads_open
+    assert [r.status_code for r in mine] == [201] * LIMIT
+    for r in refused + [last]:
+        assert_store_full(r)
+    assert files == LIMIT  # the refused ones left nothing on disk
+    assert (aborted.status_code, again.status_code, finished.status_code, third.status_code) == (204, 201, 201, 201)
+    assert held == LIMIT
+
+
+async def test_with_auth_on_the_stores_bound_holds_every_clients_uploads_together_after_their_own(tmp_path):
+    """Auth on: a client at its own bound is told of its own (the one it can act on); within it, the store's bound
+    refuses when all clients together hold `blob_max_uploads`."""
+    cfg = {"blob_dir": str(tmp_path), "blob_max_uploads_per_client": 2, "blob_max_uploads": LIMIT}
+    async with secured(cfg) as (gw, url, _), httpx.AsyncClient(timeout=30) as c:
+        alices = [await begin(c, url, ALICE) for _ in range(2)]
+        alice_past = await begin(c, url, ALICE)
+        carol = await begin(c, url, CAROL_H)
+        carol_past = await begin(c, url, CAROL_H)
+        counts = gw.store.open_uploads("alice"), gw.store.open_uploads("carol"), gw.store.uploads_open
+    assert [r.status_code for r in alices] == [201, 201] and carol.status_code == 201
+    assert alice_past.status_code == 429
+    assert alice_past.json()["error"]["data"] == {"setting": "blob_max_uploads_per_client", "limit": 2, "open": 2}
+    assert_store_full(carol_past)
+    assert counts == (2, 1, LIMIT)
+
+
+async def test_the_stores_open_uploads_are_counted_again_at_a_restart_with_and_without_a_client(tmp_path):
+    store = LocalBlobStore(tmp_path, max_uploads=LIMIT)
+    await store.begin_upload()
+    await store.begin_upload(owner="alice")
+    again = LocalBlobStore(tmp_path, max_uploads=LIMIT)
+    await again.begin_upload()
+    try:
+        await again.begin_upload(owner="bob")
+        raise AssertionError("a fourth upload was begun")
+    except TooManyUploads as exc:
+        assert exc.message == too_many_in_store_message(LIMIT) and exc.http_status == 429
+    assert again.uploads_open == LIMIT and again.quota.held("bob") == 0  # the refused one charged nothing
+    assert await again.prune(60, now=time.time() + 120) == LIMIT and again.uploads_open == 0
+
+
+def test_the_stores_bound_is_on_by_default() -> None:
+    from mma2a.gateway.config import parse_config
+    from mma2a.payload.quota import DEFAULT_MAX_UPLOADS, DEFAULT_MAX_UPLOADS_TOTAL
+
+    config = parse_config({})
+    assert config.blob_max_uploads == DEFAULT_MAX_UPLOADS_TOTAL == 16 * DEFAULT_MAX_UPLOADS

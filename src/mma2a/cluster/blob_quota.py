@@ -12,7 +12,8 @@ so is what a blob or upload is charged (`payload.quota.footprint`: its bytes in 
 
 A client's resumable uploads open at once (`blob_max_uploads_per_client`) are a count of the same bucket (`OPEN`),
 changed alike: one more as an upload begins (over the revision read, refused at the limit: 429), one fewer by the
-gateway that deletes its record (finished, aborted, pruned). A count a gateway left high (it died between the two
+gateway that deletes its record (finished, aborted, pruned); so is the count of all uploads open (`OPEN_TOTAL`,
+`blob_max_uploads`), whoever holds them, the one bound of uploads without a client (auth off). A count a gateway left high (it died between the two
 writes; a record that aged out unseen) or low (a cluster made before the bound) is set right by the prune that lists
 the records (`recount_uploads`).
 
@@ -36,7 +37,7 @@ from typing import Any
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from ..errors import ClientQuotaExceeded, ClusterError, StoreQuotaExceeded, TooManyUploads
-from ..payload.quota import check_limits, check_uploads, growth
+from ..payload.quota import check_limits, check_store_uploads, check_uploads, growth
 from .kv_keys import streamed_entries
 from .link import ensure_kv
 
@@ -51,6 +52,9 @@ OLD_FORM = ("total", "counted", "c.>", "h.>")
 """The keys of session 14's counts of content bytes, purged by the gateway that counts the footprints."""
 OPEN = "o."
 """Under `FORM`, the prefix of a client's count of resumable uploads open (`blob_max_uploads_per_client`)."""
+OPEN_TOTAL = FORM + "open"
+"""The count of every resumable upload open, with a client or without (`blob_max_uploads`); outside `OPEN`'s keys, so a
+listing of the clients' counts never takes it for one."""
 PRUNED = "pruned"  # when the store was last pruned (by whichever gateway took that turn)
 SEEN_MAX = 4096
 """Counts (value, revision) remembered from this gateway's last reads and writes: a stale one costs a refused write
@@ -106,10 +110,11 @@ class SharedByteQuota:
     """Bytes held in the cluster's Object Store, in total and per owner, in a KV bucket every gateway changes."""
 
     def __init__(self, max_bytes: int | None, max_bytes_per_client: int | None,
-                 max_uploads_per_client: int | None = None) -> None:
+                 max_uploads_per_client: int | None = None, max_uploads: int | None = None) -> None:
         self.max_bytes = max_bytes
         self.max_bytes_per_client = max_bytes_per_client
         self.max_uploads_per_client = max_uploads_per_client
+        self.max_uploads = max_uploads
         self.kv: Any = None
         self.js: Any = None
         self.bucket = ""
@@ -292,27 +297,36 @@ class SharedByteQuota:
             await self.add(owner, -n)
 
 
-    # --- open uploads (`blob_max_uploads_per_client`) ---------------------------------------------------------------
+    # --- open uploads (`blob_max_uploads_per_client`, `blob_max_uploads`) -------------------------------------------
     @property
     def counts_uploads(self) -> bool:
-        return self.max_uploads_per_client is not None
+        return self.max_uploads_per_client is not None or self.max_uploads is not None
+
+    def counted_in(self, owner: str | None) -> list[str]:
+        """The counts an upload of `owner` is one of: its client's (with a bound per client), then all uploads'."""
+        keys = [] if owner is None or self.max_uploads_per_client is None else [uploads_key(owner)]
+        return keys if self.max_uploads is None else [*keys, OPEN_TOTAL]
 
     async def open_uploads(self, owner: str | None) -> int:
         """How many resumable uploads `owner` holds open across the cluster (0 for no owner, or no bound)."""
-        return 0 if owner is None or not self.counts_uploads else (await self._read(uploads_key(owner)))[0]
+        return 0 if owner is None or self.max_uploads_per_client is None else (await self._read(uploads_key(owner)))[0]
 
-    async def begin_upload(self, owner: str | None) -> None:
-        """Count one more upload open for `owner`, or `TooManyUploads` (429) at its limit (nothing counted then); the
-        count read as last seen, and read again before a refusal."""
-        if owner is None or not self.counts_uploads:
-            return
-        key = uploads_key(owner)
+    async def all_open_uploads(self) -> int:
+        """How many resumable uploads are open across the cluster, whoever holds them (0 with no bound)."""
+        return 0 if self.max_uploads is None else (await self._read(OPEN_TOTAL))[0]
+
+    async def _count_up(self, key: str, owner: str | None) -> None:
+        """One more on `key`, or `TooManyUploads` at its bound (nothing counted then); the count read as last seen, and
+        read again before a refusal."""
         for attempt in range(MAX_SWAPS):
             await _backoff(attempt)
             for fresh in (False, True):
                 value, revision = await self._read(key, fresh)
                 try:
-                    check_uploads(owner, value, self.max_uploads_per_client)
+                    if key == OPEN_TOTAL:
+                        check_store_uploads(value, self.max_uploads)
+                    else:
+                        check_uploads(owner, value, self.max_uploads_per_client)
                 except TooManyUploads:
                     if fresh:
                         raise
@@ -320,25 +334,45 @@ class SharedByteQuota:
                 break
             if await self._swap(key, value + 1, revision):
                 return
-        raise QuotaBusy("a client's open uploads")
+        raise QuotaBusy("a client's open uploads" if key != OPEN_TOTAL else "the count of open uploads")
 
-    async def end_upload(self, owner: str | None) -> None:
-        """One upload of `owner` is gone (finished, aborted, pruned, or never made): by the gateway that deleted its
-        record. Floored at 0 (a count made low is raised by the next recount)."""
-        if owner is None or not self.counts_uploads:
-            return
-        key = uploads_key(owner)
+    async def _count_down(self, key: str) -> None:
+        """One fewer on `key`, floored at 0 (a count made low is raised by the next recount)."""
         for attempt in range(MAX_SWAPS):
             await _backoff(attempt)
             value, revision = await self._read(key, fresh=False)
             if await self._swap(key, max(0, value - 1), revision):
                 return
-        raise QuotaBusy("a client's open uploads")
+        raise QuotaBusy("a client's open uploads" if key != OPEN_TOTAL else "the count of open uploads")
+
+    async def begin_upload(self, owner: str | None) -> None:
+        """Count one more upload open for `owner` and in all, or `TooManyUploads` (429) at either bound (the client's
+        checked first: the one it can act on); nothing stays counted then."""
+        done: list[str] = []
+        try:
+            for key in self.counted_in(owner):
+                await self._count_up(key, owner)
+                done.append(key)
+        except BaseException:
+            for key in done:
+                try:
+                    await self._count_down(key)
+                except QuotaBusy:  # counted high until the next recount (the safe side)
+                    log.error("blob quotas: an upload refused stays counted: its count was too busy to take it back")
+            raise
+
+    async def end_upload(self, owner: str | None) -> None:
+        """One upload of `owner` is gone (finished, aborted, pruned, or never made): by the gateway that deleted its
+        record. Floored at 0 (a count made low is raised by the next recount)."""
+        for key in self.counted_in(owner):
+            await self._count_down(key)
 
     async def upload_counts(self) -> dict[str, tuple[int, int]]:
-        """Every client's count of open uploads as it stands: key -> (count, revision), streamed from the bucket (one
-        small entry per client that held an upload)."""
+        """Every client's count of open uploads as it stands, and the count of all (`OPEN_TOTAL`, with that bound):
+        key -> (count, revision), streamed from the bucket (one small entry per client that held an upload)."""
         counts: dict[str, tuple[int, int]] = {}
+        if self.max_uploads is not None:
+            counts[OPEN_TOTAL] = await self._read(OPEN_TOTAL)
         async for entry in streamed_entries(self.js, self.bucket, FORM + OPEN + ">"):
             try:
                 counts[entry.key] = (int(entry.value or b"0"), entry.revision)

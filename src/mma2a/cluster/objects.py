@@ -15,8 +15,9 @@ counted for is in its info's `metadata` (`mma2a-owner`; an upload's in its recor
 only over the one it read (JetStream's expected last subject sequence), so two gateways storing the same bytes, or
 deleting one blob, at the same moment count it once. `prune` deletes what is older than `blob_max_age_s`, and
 uploads idle for longer than their record would live (`UPLOAD_IDLE_S`), freeing their bytes: one gateway a turn.
-A client's uploads open at once are counted in the same bucket (`blob_max_uploads_per_client`, 429 past it), and the
-prune that lists the records sets a count a dead gateway left wrong right (`SharedByteQuota.recount_uploads`). The
+A client's uploads open at once are counted in the same bucket (`blob_max_uploads_per_client`, 429 past it), and so are
+all uploads open, whoever holds them (`blob_max_uploads`: with auth off their one bound but the bytes); the prune that
+lists the records sets a count a dead gateway left wrong right (`SharedByteQuota.recount_uploads`). The
 records are read streamed (a consumer of the listing's own, pulled a batch at a time), never one `get` each nor all
 held at once (docs/security.md, S17-5: 262,144 records, a `get` each, held the loop ~32 s of CPU a round).
 """
@@ -58,7 +59,7 @@ from ..payload.store import (
 )
 
 from ..payload.quota import footprint, growth
-from .blob_quota import MAX_SWAPS, Reservation, SharedByteQuota, uploads_key
+from .blob_quota import MAX_SWAPS, OPEN_TOTAL, Reservation, SharedByteQuota, uploads_key
 from .kv_keys import streamed_entries, streamed_last
 from .link import ClusterLink, Connected, ensure_kv, reserved
 
@@ -120,10 +121,10 @@ class ObjectBlobStore(BlobStore):
         return self.cluster.js
 
     async def setup(self, *, max_bytes: int | None = None, max_bytes_per_client: int | None = None,
-                    max_uploads_per_client: int | None = None) -> None:
+                    max_uploads_per_client: int | None = None, max_uploads: int | None = None) -> None:
         """Open the Object Store and the uploads' records; with a limit, the cluster's counts of what is held
-        (`blob_max_bytes`, `blob_max_bytes_per_client`), counted from the objects when their bucket is new, and of
-        each client's uploads open (`blob_max_uploads_per_client`)."""
+        (`blob_max_bytes`, `blob_max_bytes_per_client`), counted from the objects when their bucket is new, of each
+        client's uploads open (`blob_max_uploads_per_client`) and of all uploads open (`blob_max_uploads`)."""
         js, c = self.js, self.cluster.config
         try:
             await js.object_store(self.bucket)
@@ -131,8 +132,9 @@ class ObjectBlobStore(BlobStore):
             with contextlib.suppress(Exception):  # created concurrently by another gateway
                 await js.create_object_store(self.bucket, config=api.ObjectStoreConfig(replicas=c.replicas))
         self._uploads = await ensure_kv(js, self.cluster.names.bucket("uploads"), ttl=UPLOADS_TTL_S, replicas=c.replicas)
-        if max_bytes is not None or max_bytes_per_client is not None or max_uploads_per_client is not None:
-            quota = SharedByteQuota(max_bytes, max_bytes_per_client, max_uploads_per_client)
+        limits = (max_bytes, max_bytes_per_client, max_uploads_per_client, max_uploads)
+        if any(limit is not None for limit in limits):
+            quota = SharedByteQuota(*limits)
             await quota.open(js, self.cluster.names.bucket("blob_quota"), replicas=c.replicas,
                              max_bytes=c.blob_quota_bucket_bytes, sizing=reserved(c), stored=self._stored)
             self.quota = quota
@@ -515,7 +517,7 @@ class ObjectBlobStore(BlobStore):
         """Every upload's id, record and revision, each once, streamed from the records' stream (`streamed_entries`:
         no `get` each; what is held is the ids listed, ~100 bytes an upload, for a record rewritten during the listing
         comes again). `busy` collects the count keys (`uploads_key`) of the clients whose records were written during
-        the listing (their count is not set from it: `SharedByteQuota.recount_uploads`)."""
+        the listing (their count is not set from it: `SharedByteQuota.recount_uploads`), and `OPEN_TOTAL` when any was."""
         listed: set[str] = set()
         async for entry in streamed_entries(self.js, self.cluster.names.bucket("uploads")):
             if entry.value is None:
@@ -527,8 +529,10 @@ class ObjectBlobStore(BlobStore):
                 continue
             if not isinstance(rec, dict):
                 continue
-            if entry.late and busy is not None and isinstance(rec.get("owner"), str):
-                busy.add(uploads_key(rec["owner"]))
+            if entry.late and busy is not None:
+                busy.add(OPEN_TOTAL)
+                if isinstance(rec.get("owner"), str):
+                    busy.add(uploads_key(rec["owner"]))
             if entry.key not in listed:
                 listed.add(entry.key)
                 yield entry.key, rec, entry.revision
@@ -593,7 +597,7 @@ class ObjectBlobStore(BlobStore):
     async def _idle_uploads(self, idle_s: float) -> list[str]:
         """The ids of the uploads last written more than `idle_s` ago (a record with no time, of a gateway from before,
         is left to its TTL), from one streamed listing of the records; counting open uploads, that listing also sets
-        each client's count right (`SharedByteQuota.recount_uploads`: the counts read before it)."""
+        each client's count and the count of all right (`SharedByteQuota.recount_uploads`: the counts read before it)."""
         quota = self.quota if self.quota is not None and self.quota.counts_uploads else None
         before = await quota.upload_counts() if quota is not None else {}
         found: dict[str, int] = {}
@@ -601,9 +605,9 @@ class ObjectBlobStore(BlobStore):
         idle: list[str] = []
         async for upload_id, rec, _ in self._records(busy):
             owner, written = rec.get("owner"), rec.get("at")
-            if quota is not None and isinstance(owner, str):
-                key = uploads_key(owner)
-                found[key] = found.get(key, 0) + 1
+            if quota is not None:
+                for key in quota.counted_in(owner if isinstance(owner, str) else None):
+                    found[key] = found.get(key, 0) + 1
             if isinstance(written, (int, float)) and time.time() - written > idle_s:
                 idle.append(upload_id)
         if quota is not None:
@@ -651,11 +655,12 @@ def _mtime(info: dict[str, Any]) -> float:
 
 async def open_object_store(config: ClusterConfig, *, max_bytes: int | None = None,
                             max_bytes_per_client: int | None = None,
-                            max_uploads_per_client: int | None = None) -> tuple[ObjectBlobStore, ClusterLink]:
+                            max_uploads_per_client: int | None = None,
+                            max_uploads: int | None = None) -> tuple[ObjectBlobStore, ClusterLink]:
     """An `ObjectBlobStore` on its own connection (close the link when done); with a limit, counting for the
     cluster's quotas as its gateways do."""
     link = await ClusterLink(config).connect()
     store = ObjectBlobStore(link)
     await store.setup(max_bytes=max_bytes, max_bytes_per_client=max_bytes_per_client,
-                      max_uploads_per_client=max_uploads_per_client)
+                      max_uploads_per_client=max_uploads_per_client, max_uploads=max_uploads)
     return store, link

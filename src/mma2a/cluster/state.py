@@ -161,7 +161,8 @@ class ClusterState:
         self.kv["members"] = await ensure_kv(self.js, self.names.bucket("members"), ttl=c.member_ttl_s, replicas=c.replicas)
         await self.store.setup(max_bytes=gateway.config.blob_max_bytes,
                                max_bytes_per_client=gateway.config.blob_max_bytes_per_client,
-                               max_uploads_per_client=gateway.config.blob_max_uploads_per_client)
+                               max_uploads_per_client=gateway.config.blob_max_uploads_per_client,
+                               max_uploads=gateway.config.blob_max_uploads)
         if gateway.config.signing.active or gateway.config.federation.trusted_gateways:  # (a peer's assertions too)
             await self.nonces.setup(max(gateway.config.signing.window_s, gateway.config.federation.window_s))
         await self._seed()

@@ -238,7 +238,8 @@ class Gateway:
         limits = {"min_free_bytes": config.blob_min_free_bytes, "min_free_inodes": config.blob_min_free_inodes,
                   "max_bytes": config.blob_max_bytes,
                   "max_bytes_per_client": config.blob_max_bytes_per_client,
-                  "max_uploads_per_client": config.blob_max_uploads_per_client}
+                  "max_uploads_per_client": config.blob_max_uploads_per_client,
+                  "max_uploads": config.blob_max_uploads}
         if config.blob_dir:
             return LocalBlobStore(config.blob_dir, **limits)
         self._blob_tmp = tempfile.TemporaryDirectory(prefix="mma2a-blobs-")

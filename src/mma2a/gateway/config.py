@@ -20,7 +20,7 @@ from ..deadlines import Timeouts
 from ..errors import ConfigError as ConfigError  # its home is errors.py; configs are refused with it from here too
 from ..errors import InvalidParams, MMA2AError
 from ..modality import parse_modality
-from ..payload.quota import DEFAULT_MAX_UPLOADS
+from ..payload.quota import DEFAULT_MAX_UPLOADS, DEFAULT_MAX_UPLOADS_TOTAL
 from ..tls import ClientTLS, ListenerTLS
 from .access.agent_auth import AgentAuth
 from .access.clients import AuthConfig, RateLimitConfig
@@ -254,6 +254,9 @@ class GatewayConfig(BaseModel):
     blob_max_bytes_per_client: int = Field(default=1024**3, gt=0)
     # resumable uploads one client may hold open at once, across a cluster's gateways and workers (429 past it)
     blob_max_uploads_per_client: int = Field(default=DEFAULT_MAX_UPLOADS, ge=1)
+    # resumable uploads the store holds open at once, whoever holds them (with auth off, anonymous callers' one bound but
+    # the bytes), across a cluster's gateways and workers (429 past it)
+    blob_max_uploads: int = Field(default=DEFAULT_MAX_UPLOADS_TOTAL, ge=1)
     blob_max_age_s: float | None = Field(default=None, gt=0)  # blobs and uploads older than this are deleted; off if unset
     url_secret_env: str | None = "MMA2A_URL_SECRET"  # HMAC key for signed payload URLs (random per process if unset)
     url_expires_s: int = Field(default=3600, gt=0, le=7 * 24 * 3600)

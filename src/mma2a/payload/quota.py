@@ -9,7 +9,9 @@ uploads of one client running at once cannot pass its quota together. A client i
 gives (`owner`); bytes with no owner (auth off, the gateway's own offloaded parts) count in the total only.
 A client's resumable uploads open at once are bounded too (`blob_max_uploads_per_client`, `check_uploads`): an upload
 begun is charged one block only, so the byte quota alone let one client keep 262,144 of them open for a day, each a
-record every prune and recount of a cluster reads (docs/security.md, S17-5).
+record every prune and recount of a cluster reads (docs/security.md, S17-5). The uploads open in the whole store are
+bounded as well (`blob_max_uploads`, `check_store_uploads`), whoever holds them: with auth off uploads have no client
+and this is their only bound besides the bytes (docs/security.md, LO1).
 The counts live in memory; the store that owns them rebuilds them from its directory at start. (A cluster's Object
 Store counts in NATS, for all its gateways: `mma2a.cluster.blob_quota`, in the words of `check_limits`.)
 """
@@ -71,6 +73,23 @@ def check_uploads(owner: str | None, open_: int, limit: int | None) -> None:
             f"too many uploads open: {who} has {open_} resumable uploads open, its limit is {limit} "
             "(blob_max_uploads_per_client); finish or abort one (DELETE /blobs/uploads/{id}) before beginning another",
             data={"setting": "blob_max_uploads_per_client", "limit": limit, "open": open_})
+
+
+DEFAULT_MAX_UPLOADS_TOTAL = 4096
+"""`blob_max_uploads`' default: the uploads open at once in a whole store (a gateway's, a cluster's), whoever holds them:
+sixteen clients at `DEFAULT_MAX_UPLOADS`. With auth off, where no upload has a client, it is their one bound but the
+bytes (which let one caller open 2 M uploads at 4 KiB each in the default 8 GiB); with auth on, it keeps the records a
+prune reads a few thousand however many clients there are (35 us each, S17-5: ~0.15 s of CPU a round)."""
+
+
+def check_store_uploads(open_: int, limit: int | None) -> None:
+    """`TooManyUploads` (429) when the store, holding `open_` uploads, may not take another (limit None: no bound).
+    Every store answers in these words."""
+    if limit is not None and open_ >= limit:
+        raise TooManyUploads(
+            f"too many uploads open: the blob store has {open_} resumable uploads open, its limit is {limit} "
+            "(blob_max_uploads); finish or abort one (DELETE /blobs/uploads/{id}) or retry later",
+            data={"setting": "blob_max_uploads", "limit": limit, "open": open_})
 
 
 class ByteQuota:

@@ -33,7 +33,7 @@ from ..errors import (
     StoreQuotaExceeded,
     UploadOffsetMismatch,
 )
-from .quota import ByteQuota, check_uploads, footprint, growth
+from .quota import ByteQuota, check_store_uploads, check_uploads, footprint, growth
 
 CHUNK_SIZE = 256 * 1024
 """Bytes read from disk per chunk; also the size of each write batch."""
@@ -228,11 +228,12 @@ class LocalBlobStore(BlobStore):
 
     def __init__(self, root: str | os.PathLike[str], *, min_free_bytes: int = 0, min_free_inodes: int = 0,
                  max_bytes: int | None = None, max_bytes_per_client: int | None = None,
-                 max_uploads_per_client: int | None = None):
+                 max_uploads_per_client: int | None = None, max_uploads: int | None = None):
         """`min_free_bytes`: the disk space kept free; a write that would go below it is refused (507).
         `min_free_inodes`: the disk's files (inodes) kept free, alike: a blob or an upload begun takes two. `max_bytes`,
         `max_bytes_per_client`: what the store and each client may hold (507, 413); `max_uploads_per_client`: the
-        resumable uploads a client may hold open at once (429); the counts are rebuilt from the directory here. One
+        resumable uploads a client may hold open at once (429); `max_uploads`: those the store holds open at once, whoever
+        holds them (429: with auth off, their one bound but the bytes); the counts are rebuilt from the directory here. One
         process per directory: the counts are this process's."""
         self.root = Path(root)
         self.min_free_bytes = min_free_bytes
@@ -250,6 +251,8 @@ class LocalBlobStore(BlobStore):
         self._upload_owners: dict[str, str | None] = {}  # every upload on disk -> the client it is counted for
         self.max_uploads_per_client = max_uploads_per_client
         self._open_uploads: dict[str, int] = {}  # owners holding uploads -> how many (`quota.check_uploads`)
+        self.max_uploads = max_uploads
+        self.uploads_open = 0  # every upload open, with a client or without (`quota.check_store_uploads`)
         self._count_held()
 
     def _count_held(self) -> None:
@@ -281,6 +284,7 @@ class LocalBlobStore(BlobStore):
 
     def _opened(self, owner: str | None, n: int) -> None:
         """`n` more (or, negative, fewer) uploads open for `owner`."""
+        self.uploads_open = max(0, self.uploads_open + n)
         if owner is not None:
             left = self._open_uploads.get(owner, 0) + n
             if left > 0:
@@ -464,6 +468,7 @@ class LocalBlobStore(BlobStore):
                 raise
 
         check_uploads(owner, self.open_uploads(owner), self.max_uploads_per_client)  # 429 past its open uploads
+        check_store_uploads(self.uploads_open, self.max_uploads)  # 429 past the store's
         self._check_space(0, OBJECT_FILES)
         self.quota.charge(owner, footprint(0))  # an upload's files are held from its start (413/507 when full)
         self._opened(owner, 1)  # counted before the first await: two begins at once cannot both take the last one
@@ -612,4 +617,5 @@ class LocalBlobStore(BlobStore):
         self.quota.reset()
         self._upload_owners.clear()
         self._open_uploads.clear()
+        self.uploads_open = 0
 

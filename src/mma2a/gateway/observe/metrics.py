@@ -243,7 +243,7 @@ class GatewayMetrics:
         self.bytes_in = _counter("mma2a_bytes_in", "Request body bytes", ["binding"], r)
         self.blob_refused = _counter("mma2a_blob_refused", "Blob and upload requests refused at a bound, by the setting "
                                      "that refused them (blob_max_bytes_per_client, blob_max_bytes, "
-                                     "blob_max_uploads_per_client, blob_min_free_bytes, blob_min_free_inodes)",
+                                     "blob_max_uploads_per_client, blob_max_uploads, blob_min_free_bytes, blob_min_free_inodes)",
                                      ["setting"], r)
         self.bytes_out = _counter("mma2a_bytes_out", "Response body bytes", ["binding"], r)
         # updated by other threads too (the history writer, text-vector batches): prometheus_client's, locked
