@@ -56,6 +56,14 @@ def check_samples(rate: int, channels: int, seconds: float, limits: Limits, what
                          f"limit of {limits.max_audio_samples} (rate x channels x seconds); not decoded", field=what)
 
 
+def check_rate(rate: int, limits: Limits, what: str = "audio") -> None:
+    """Refuse audio stated at a rate over `limits.max_audio_rate`, before anything decodes or resamples it: the
+    resampler's filter grows with the rate it lowers (`Limits.max_audio_rate`), whatever the seconds or samples."""
+    if rate > limits.max_audio_rate:
+        raise MediaError(f"{what}: a sample rate of {rate} Hz is over the limit of {limits.max_audio_rate} Hz "
+                         "(limits.max_audio_rate); not decoded", field=what)
+
+
 class LinearResampler:
     """Mono samples resampled by linear interpolation, block by block (the same output as one `np.interp` over the
     whole recording, within a sample at its end): a block's memory, never the recording's. Only where PyAV is not
@@ -416,6 +424,7 @@ def _decode_wav(data: bytes, limits: Limits, want_rate: int | None = None, mono:
             rate, channels, width, declared = w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()
             if rate < 1 or channels < 1:
                 raise MediaError(f"audio: WAV header has an invalid rate {rate} or channels {channels}")
+            check_rate(rate, limits)
             if declared / rate > limits.max_audio_seconds:
                 raise MediaError(
                     f"audio: WAV declares {declared / rate:.1f} s, over the {limits.max_audio_seconds:g} s limit; not decoded"
@@ -470,6 +479,7 @@ def _decode_av(data: bytes, fmt: str | None, limits: Limits, want_rate: int | No
         channels = ctx.channels or 1
         if rate < 1:
             raise MediaError("audio: the audio stream has no sample rate")
+        check_rate(rate, limits)
         declared = _declared_seconds(container, stream)
         if declared is not None:
             if declared > limits.max_audio_seconds:
@@ -562,6 +572,7 @@ def decode_audio(data: bytes, modality: Modality, limits: Limits, *, rate: int |
     sub = modality.subtype
     if sub in PCM_SUBTYPES:
         src_rate, channels = _pcm_params(modality)
+        check_rate(src_rate, limits)
         if len(data) / (2 * channels * src_rate) > limits.max_audio_seconds:
             raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; not decoded")
         check_samples(src_rate, channels, len(data) / (2 * channels * src_rate), limits)
@@ -570,6 +581,7 @@ def decode_audio(data: bytes, modality: Modality, limits: Limits, *, rate: int |
     law = g711_law(data, modality)
     if law is not None:
         src_rate, channels = _pcm_params(modality, G711_RATE)
+        check_rate(src_rate, limits)
         seconds = len(data) / (channels * src_rate)
         if seconds > limits.max_audio_seconds:
             raise MediaError(f"audio: longer than the {limits.max_audio_seconds:g} s limit; not decoded")

@@ -37,6 +37,11 @@ class Limits:
     max_audio_seconds: float = 600.0
     max_audio_samples: int = 48_000 * 2 * 600
     """rate x channels x seconds: 600 s of 48 kHz stereo (120 s of 8 channels at 384 kHz is 368,640,000)."""
+    max_audio_rate: int = 768_000
+    """The highest sample rate decoded (768 kHz: studio and ultrasonic recorders go to 384-500 kHz). FFmpeg's
+    resampler, which brings audio to 16 kHz for analysis and speech, builds a filter of about 32 taps a 16 kHz sample's
+    worth of input, in up to 1,024 phases: from a stated 200 MHz, 1.7 GB and 6 s of CPU for 2 KB of samples
+    (docs/security.md S19-1)."""
     max_video_seconds: float = 3600.0
     max_text_chars: int = 20_000
     max_mesh_elements: int = 5_000_000
