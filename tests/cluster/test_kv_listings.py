@@ -112,3 +112,53 @@ async def test_a_recount_reads_every_upload_while_another_gateway_writes_to_its_
         await link.close()
     assert rounds == [sorted([*mine, theirs])] * ROUNDS
     assert after == mine
+
+
+async def test_the_push_listings_read_no_key_one_get_at_a_time_and_apply_every_config_in_the_streams_order(
+        nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The push configs loaded at start and the deliveries a takeover round reads are streamed
+    (`kv_keys.streamed_entries`: one batch held, whatever the clients' records number), not listed then read one `get`
+    a key (before: 40 configs, 40 `get`s; 40 deliveries, 40). Every config is applied in the stream's order, a
+    deleted one's record left out; every delivery of a dead gateway taken over; a delivered one's marker purged."""
+    config = ClusterConfig(nats=nats_server.url, name=cluster_name(), id="gw-a", member_ttl_s=3600)
+    member = ClusterState(config)
+    link = await ClusterLink(config).connect()
+    member.js = link.js
+    member.kv["members"] = await ensure_kv(link.js, member.names.bucket("members"))
+    journal = PushJournalKV(member)
+    configs = journal.kv["configs"] = await ensure_kv(link.js, member.names.bucket("push_configs"))
+    deliveries = journal.kv["deliveries"] = await ensure_kv(link.js, member.names.bucket("push_deliveries"))
+    for i in range(40):
+        await configs.put(f"c{i}", orjson.dumps({"id": f"c{i}", "gateway": "gw-b", "n": 1}))
+        await deliveries.put(f"d{i}", orjson.dumps({"gateway": "gw-gone", "task": f"t{i}"}))
+    await configs.put("c3", orjson.dumps({"id": "c3", "gateway": "gw-b", "n": 2}))  # changed: its last value counts
+    await configs.put("c5", orjson.dumps({"id": "c5", "gateway": "gw-b", "deleted": True}))
+    await deliveries.delete("d7")  # delivered, by a gateway of before `_forget`: a marker
+    gets = 0
+
+    def counting(kv: Any) -> None:
+        real = kv.get
+
+        async def get(key: str, *args: object, **kw: object) -> object:
+            nonlocal gets
+            gets += 1
+            return await real(key, *args, **kw)
+
+        monkeypatch.setattr(kv, "get", get)
+
+    counting(configs)
+    counting(deliveries)
+    loaded: list[dict[str, Any]] = []
+    taken: list[str] = []
+    journal._on_delivery = lambda key, record: taken.append(key)
+    try:
+        await journal._load_configs(loaded.append)
+        await journal._take_over(own=False)
+        left = (await link.js.stream_info(f"KV_{deliveries._name}", subjects_filter=">")).state.subjects
+    finally:
+        await link.close()
+    assert gets == 0
+    assert [r["id"] for r in loaded] == [f"c{i}" for i in range(40) if i not in (3, 5)] + ["c3"]
+    assert loaded[-1]["n"] == 2
+    assert sorted(taken) == sorted(f"d{i}" for i in range(40) if i != 7)
+    assert f"$KV.{deliveries._name}.d7" not in left and len(left) == 39

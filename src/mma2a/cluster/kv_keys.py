@@ -14,10 +14,14 @@ listing is in it.
 A deleted or purged key keeps a marker message on its subject, so it is listed: `current` says it apart (its marker's
 entry, `operation` KV_DEL or KV_PURGE), as `KeyValue.get` does (KeyNotFoundError).
 
-A bucket of many keys whose values are all wanted (the uploads' records a prune and a recount read) is streamed
-instead (`streamed_entries`): a consumer of the listing's own delivers the last message of each key, a batch pulled at
-a time, so nothing is read one `get` a key, nothing is parsed in one piece, and only what the caller keeps is held
-(docs/security.md, S17-5)."""
+A bucket of many keys whose values are all wanted (the uploads' records a prune and a recount read; the clients' push
+configs a gateway loads at start and the pending deliveries each takeover round reads) is streamed instead
+(`streamed_entries`): a consumer of the listing's own delivers the last message of each key, a batch pulled at a time,
+so nothing is read one `get` a key, nothing is parsed in one piece, and only what the caller keeps is held
+(docs/security.md, S17-5; docs/benchmarks.md, "Push listings streamed"). `held_keys` and `current` stay for the
+operator's buckets (a config catch-up: rules, modalities, agents; `cluster status`: agents, modalities, members):
+few keys, and a catch-up applies each key's current value once, where a streamed listing gives a key rewritten
+meanwhile twice, its value of before first."""
 
 from __future__ import annotations
 

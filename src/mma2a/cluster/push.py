@@ -7,7 +7,8 @@ Two buckets: `push_configs` (every gateway loads them at start and follows other
 `push_deliveries` (a record per pending (client, task, config), holding its gateway's id; the whole
 notification, a task as `GetTask` shows it, is in the record, so it is self-contained). A gateway takes a
 delivery over by a compare-and-set of its record (`update` with the revision read), so two never both
-take the same one from a dead gateway.
+take the same one from a dead gateway. Both buckets are listed streamed (`kv_keys.streamed_entries`: one batch held,
+no `get` a key, however many configs and deliveries the clients have).
 
 A client's config methods read what it did through any gateway (as through one): a change is in the bucket before
 its answer leaves (`written`), and a config method first applies every change the bucket holds (`caught_up`: one
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
@@ -27,7 +29,7 @@ from nats.js.errors import KeyWrongLastSequenceError
 
 from ..gateway.state.push_journal import OnConfig, OnDelivery
 from ..serving import cancel_tasks
-from .kv_keys import current, held_keys
+from .kv_keys import Streamed, streamed_entries
 from .link import Member, ensure_kv
 
 log = logging.getLogger("mma2a.cluster.push")
@@ -77,21 +79,25 @@ class PushJournalKV:
         self._tasks.append(asyncio.create_task(self._watch_configs(on_config)))
         self._tasks.append(asyncio.create_task(self._takeover_loop()))
 
-    async def _entries(self, kind: str, skip: set[str] | frozenset[str] = frozenset()) -> list[Any]:
-        """The current entry of each key of `push_<kind>` but those in `skip`, the keys read from its stream, not by a
-        watch (kv_keys.py: a watch's listing missed keys other gateways were rewriting); [] when NATS is away (the next
-        round reads again). A delivery's marker (a KV delete's, by a gateway from before `_forget`) is purged."""
+    async def _entries(self, kind: str, skip: set[str] | frozenset[str] = frozenset()) -> AsyncGenerator[Streamed, None]:
+        """The last entry of each key of `push_<kind>` but those in `skip` (at the moment it comes), in the stream's
+        order, streamed (`kv_keys.streamed_entries`: a consumer of this listing's own, one batch of `STREAM_BATCH` held,
+        no `get` a key, whatever the bucket holds: each client's configs and deliveries); a key rewritten meanwhile may
+        come twice, its value of before first (`late` the second). A delivery's marker (a KV delete's, by a gateway
+        from before `_forget`) is purged, not yielded. NATS away: the listing ends where it is, said in the log (the
+        next round reads again)."""
         try:
-            keys = await held_keys(self.member.js, self.member.names.bucket("push_" + kind))
-            entries = await current(self.kv[kind], [k for k in keys if k not in skip], deleted=kind == "deliveries")
+            async for entry in streamed_entries(self.member.js, self.member.names.bucket("push_" + kind)):
+                if entry.key in skip:
+                    continue
+                if entry.value is None:
+                    if kind == "deliveries":
+                        with contextlib.suppress(Exception):  # up to the marker only: a record written since stays
+                            await self._forget(entry.key, upto=entry.revision)
+                    continue
+                yield entry
         except Exception as exc:  # noqa: BLE001 - NATS away
             log.info("push %s: not read: %s", kind, exc or type(exc).__name__)
-            return []
-        live = [e for e in entries if e.operation is None]
-        for marker in (e for e in entries if e.operation is not None):
-            with contextlib.suppress(Exception):  # up to the marker only: a record written since stays
-                await self._forget(marker.key, upto=marker.revision)
-        return live
 
     async def _forget(self, key: str, *, upto: int | None = None) -> None:
         """A delivery's record removed, leaving no marker (a KV delete's stays: this bucket has no TTL, and every
@@ -101,11 +107,14 @@ class PushJournalKV:
                                           seq=upto + 1 if upto is not None else None)
 
     async def _load_configs(self, on_config: OnConfig) -> None:
-        for entry in await self._entries("configs"):
-            with contextlib.suppress(Exception):
-                rec = orjson.loads(entry.value or b"{}")
-                if not rec.get("deleted"):
-                    on_config(rec)
+        """Every config the bucket holds, applied in the stream's order; a deleted one's record too when it was written
+        during the listing (its config, listed before, is dropped then)."""
+        async with contextlib.aclosing(self._entries("configs")) as entries:
+            async for entry in entries:
+                with contextlib.suppress(Exception):
+                    rec = orjson.loads(entry.value or b"{}")
+                    if entry.late or not rec.get("deleted"):
+                        on_config(rec)
 
     async def _watch_configs(self, on_config: OnConfig) -> None:
         """Other gateways' config changes, applied here (this gateway's own are skipped: it applied them first)."""
@@ -132,27 +141,28 @@ class PushJournalKV:
     async def _take_over(self, *, own: bool) -> None:
         """Claim the deliveries of gateways that stopped (and, at start, this gateway's own from before)."""
         kv = self.kv["deliveries"]
-        for entry in await self._entries("deliveries", skip=set(self._held)):
-            key = entry.key
-            if key in self._held:  # taken by this gateway meanwhile
-                continue
-            try:
-                rec = orjson.loads(entry.value or b"{}")
-            except orjson.JSONDecodeError:
-                continue
-            holder = str(rec.get("gateway") or "")
-            if not ((own and holder == self.gateway) or (holder != self.gateway and not await self.member.is_alive(holder))):
-                continue
-            rec["gateway"] = self.gateway
-            try:
-                await kv.update(key, orjson.dumps(rec), last=entry.revision)
-            except KeyWrongLastSequenceError:
-                continue  # another gateway took it, or its holder wrote it again: alive after all
-            self._held.add(key)
-            if holder != self.gateway:
-                log.warning("push: delivery %s of gateway %s (stopped) taken over", key, holder)
-            assert self._on_delivery is not None
-            self._on_delivery(key, rec)
+        async with contextlib.aclosing(self._entries("deliveries", skip=self._held)) as entries:
+            async for entry in entries:
+                key = entry.key
+                if key in self._held:  # taken by this gateway meanwhile
+                    continue
+                try:
+                    rec = orjson.loads(entry.value or b"{}")
+                except orjson.JSONDecodeError:
+                    continue
+                holder = str(rec.get("gateway") or "")
+                if not ((own and holder == self.gateway) or (holder != self.gateway and not await self.member.is_alive(holder))):
+                    continue
+                rec["gateway"] = self.gateway
+                try:
+                    await kv.update(key, orjson.dumps(rec), last=entry.revision)
+                except KeyWrongLastSequenceError:
+                    continue  # another gateway took it, or its holder wrote it again: alive after all
+                self._held.add(key)
+                if holder != self.gateway:
+                    log.warning("push: delivery %s of gateway %s (stopped) taken over", key, holder)
+                assert self._on_delivery is not None
+                self._on_delivery(key, rec)
 
     async def _takeover_loop(self) -> None:
         every = self.takeover_s or self.member.config.member_ttl_s
