@@ -265,6 +265,7 @@ class ClusterSessionPins(SessionPins):
         self.cluster = cluster
         self._remote: OrderedDict[str, tuple[str, tuple[PartRoute, ...]]] = OrderedDict()
         self._by_key: dict[str, str] = {}  # session_key -> session id, of every pin in `_remote`: a removal read in O(1)
+        self._remote_parts = 0  # parts of the routes in `_remote`
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._purging: set[asyncio.Future[Any]] = set()
         c = cluster.config
@@ -336,17 +337,21 @@ class ClusterSessionPins(SessionPins):
                 await asyncio.gather(*self._pending.values(), *self._purging, return_exceptions=True)
 
     def _remember(self, session_id: str, epoch: str, routes: tuple[PartRoute, ...], key: str) -> None:
-        if session_id not in self._remote:
-            self._by_key[key] = session_id
+        """Keep the cluster's pin of `session_id`; the least recently pinned leave past `max_sessions` pins or
+        `max_parts` parts, as the local pins do (S19-2)."""
+        self._forget(session_id)
+        self._by_key[key] = session_id
         self._remote[session_id] = (epoch, routes)
-        self._remote.move_to_end(session_id)
-        while len(self._remote) > self._max:
-            self._by_key.pop(session_key(self._remote.popitem(last=False)[0]), None)
+        self._remote_parts += len(routes)
+        while len(self._remote) > 1 and (len(self._remote) > self._max or self._remote_parts > self.max_parts):
+            self._forget(next(iter(self._remote)))
 
     def _forget(self, session_id: str) -> bool:
         """Drop a session's cluster pin from `_remote`; whether it was there."""
-        if self._remote.pop(session_id, None) is None:
+        entry = self._remote.pop(session_id, None)
+        if entry is None:
             return False
+        self._remote_parts -= len(entry[1])
         self._by_key.pop(session_key(session_id), None)
         return True
 

@@ -32,17 +32,28 @@ def owner_of(session_id: str) -> str | None:
     return owner if sep else None
 
 
+PARTS_PER_PIN = 2
+"""The pins hold at most this many parts a pin on average (`SessionPins.max_parts`): a pin holds its routes, one a part
+(~600 bytes for a part of a 256-character media type of a client's own), and a session's chunk is a part or two; counted
+by entries alone, one client's 25,000 pins of 64 such parts held ~950 MB (docs/security.md S19-2)."""
+
+
 class SessionPins:
-    """Pinned routes by session id, least recently used dropped beyond `max_sessions`; one owner's at most
-    `max_per_owner` (a quarter), its own least recently used dropped first."""
+    """Pinned routes by session id, least recently used dropped beyond `max_sessions` pins or `max_parts` parts (their
+    routes: `PARTS_PER_PIN` a pin); one owner's at most a quarter of each (`max_per_owner`, `max_parts_per_owner`), its
+    own least recently used dropped first."""
 
     def __init__(self, max_sessions: int = 100_000) -> None:
         if max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         self._max = max_sessions
         self.max_per_owner = max(1, max_sessions // 4)
+        self.max_parts = max_sessions * PARTS_PER_PIN
+        self.max_parts_per_owner = max(1, self.max_parts // 4)
+        self.parts = 0  # parts of every pin's routes
         self._pins: OrderedDict[str, tuple[int, tuple[PartRoute, ...]]] = OrderedDict()
         self._owned: dict[str, OrderedDict[str, None]] = {}  # owner -> its pinned session ids, least recent first
+        self._owned_parts: dict[str, int] = {}  # owner -> the parts of its pins
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -51,31 +62,47 @@ class SessionPins:
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._pins
 
+    def owned_parts(self, owner: str) -> int:
+        """The parts of `owner`'s pins' routes."""
+        return self._owned_parts.get(owner, 0)
+
     def pin(self, session_id: str, version: int, routes: tuple[PartRoute, ...]) -> None:
         """Remember `routes` for `session_id`, made under snapshot `version`."""
+        routes = tuple(routes)
         with self._lock:
-            self._pins[session_id] = (version, tuple(routes))
-            self._pins.move_to_end(session_id)
+            self._drop(session_id)
+            self._pins[session_id] = (version, routes)
+            self.parts += len(routes)
             owner = owner_of(session_id)
             if owner is not None:
                 mine = self._owned.setdefault(owner, OrderedDict())
                 mine[session_id] = None
-                mine.move_to_end(session_id)
-                while len(mine) > self.max_per_owner:
-                    self._pins.pop(mine.popitem(last=False)[0], None)
-            while len(self._pins) > self._max:
-                self._disown(self._pins.popitem(last=False)[0])
+                held = self._owned_parts[owner] = self._owned_parts.get(owner, 0) + len(routes)
+                while len(mine) > 1 and (len(mine) > self.max_per_owner or held > self.max_parts_per_owner):
+                    self._drop(next(iter(mine)))
+                    held = self._owned_parts.get(owner, 0)
+            while len(self._pins) > 1 and (len(self._pins) > self._max or self.parts > self.max_parts):
+                self._drop(next(iter(self._pins)))
 
-    def _disown(self, session_id: str) -> None:
-        """A pin gone: off its owner's list (under the lock)."""
+    def _drop(self, session_id: str) -> None:
+        """Forget a pin, off its owner's list and counts (under the lock)."""
+        entry = self._pins.pop(session_id, None)
+        if entry is None:
+            return
+        n = len(entry[1])
+        self.parts -= n
         owner = owner_of(session_id)
         if owner is None:
             return
         mine = self._owned.get(owner)
         if mine is not None:
             mine.pop(session_id, None)
+            left = self._owned_parts.get(owner, 0) - n
             if not mine:
                 del self._owned[owner]
+                self._owned_parts.pop(owner, None)
+            else:
+                self._owned_parts[owner] = left
 
     def lookup(self, session_id: str, version: int) -> tuple[PartRoute, ...] | None:
         """The pinned routes, only while the snapshot version is unchanged (a stale pin is dropped)."""
@@ -84,8 +111,7 @@ class SessionPins:
             if entry is None:
                 return None
             if entry[0] != version:
-                del self._pins[session_id]
-                self._disown(session_id)
+                self._drop(session_id)
                 return None
             self._pins.move_to_end(session_id)
             owner = owner_of(session_id)
@@ -96,8 +122,7 @@ class SessionPins:
     def release(self, session_id: str) -> None:
         """Forget a session (its stream ended)."""
         with self._lock:
-            if self._pins.pop(session_id, None) is not None:
-                self._disown(session_id)
+            self._drop(session_id)
 
     def invalidate(self, agent: str) -> int:
         """Drop every pin whose route goes to or through `agent`; return how many were dropped. (The gateway does not
@@ -109,14 +134,15 @@ class SessionPins:
                 if any(t.agent == agent or any(s.agent == agent for s in t.via) for r in routes for t in r.targets)
             ]
             for sid in stale:
-                del self._pins[sid]
-                self._disown(sid)
+                self._drop(sid)
             return len(stale)
 
     def clear(self) -> None:
         with self._lock:
             self._pins.clear()
             self._owned.clear()
+            self._owned_parts.clear()
+            self.parts = 0
 
 
 def decide_pinned(
