@@ -45,7 +45,9 @@ class DecodedAudio:
         return float(self.samples.shape[0]) / self.rate if self.rate else 0.0
 
     def mono(self) -> Any:
-        return self.samples.mean(axis=1) if self.channels > 1 else self.samples[:, 0]
+        """One channel, as a listener hears it (`mix_voiced`): what Whisper transcribes and what loudness and voice
+        activity are read on, so the three agree on a stereo recording's channels."""
+        return self.samples[:, 0] if self.channels == 1 else mix_voiced(self.samples, self.rate)[:, 0]
 
 
 def check_samples(rate: int, channels: int, seconds: float, limits: Limits, what: str = "audio") -> None:
@@ -651,9 +653,11 @@ def voice_activity(levels: Any, *, floor_db: float = -45.0) -> float:
 
 
 def describe(audio: DecodedAudio, *, floor_db: float = -45.0) -> dict[str, Any]:
-    """The audio/1 facts of decoded audio. Loudness and voice activity are read around the recording's mean, not
-    zero: a DC offset (a cheap sound card's, a recorder's bias) is no sound, and counted as one it read an offset of
-    0.3 as -10 dBFS of speech throughout and its silences as voice."""
+    """The audio/1 facts of decoded audio. Loudness and voice activity are read on what a listener hears (`mono`: a
+    stereo recording's channel of hiss, hum or silence left out beside a voice, as for Whisper; the channels' mean
+    read such a voice 6 dB quieter and less active than it is), around the recording's mean, not zero: a DC offset (a
+    cheap sound card's, a recorder's bias) is no sound, and counted as one it read an offset of 0.3 as -10 dBFS of
+    speech throughout and its silences as voice."""
     import numpy as np
 
     mono = audio.mono()
@@ -685,14 +689,17 @@ class AudioExtractor:
         self.vad_floor_db = vad_floor_db
 
     def extract(self, data: bytes, modality: Modality) -> dict[str, Any]:
-        # loudness and voice activity are read on the mono mix, at most 16 kHz: never a full-rate multichannel copy
+        # loudness and voice activity are read on the mix a listener hears (Whisper's: `mix_voiced`), at most 16 kHz:
+        # never a full-rate multichannel copy (a stereo one's two channels at that rate, as speech decodes them)
         head = _source_rate(data, modality)
         want = ANALYSIS_RATE if head is None or head > ANALYSIS_RATE else None
-        return describe(decode_audio(data, modality, self.limits, rate=want, mono=True), floor_db=self.vad_floor_db)
+        return describe(decode_audio(data, modality, self.limits, rate=want, mono=True, voiced=True),
+                        floor_db=self.vad_floor_db)
 
 
 ANALYSIS_RATE = 16000
-"""Loudness and voice activity are measured on the mono mix at this rate at most (what speech models hear)."""
+"""Loudness and voice activity are measured on the mix a listener hears at this rate at most (what speech models
+hear)."""
 
 
 def _source_rate(data: bytes, modality: Modality) -> int | None:

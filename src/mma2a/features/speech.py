@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..modality import Modality
-from .audio import DecodedAudio, decode_audio, mix_voiced, pcm_seconds, raw_audio
+from .audio import DecodedAudio, decode_audio, pcm_seconds, raw_audio
 from .base import Limits, check_deadline, load_once
 from .probe import container_header
 
@@ -90,7 +90,7 @@ def to_16k_mono(audio: DecodedAudio) -> Any:
 
     from .audio import resampler_for
 
-    mono = audio.samples[:, 0] if audio.channels == 1 else mix_voiced(audio.samples, audio.rate)[:, 0]
+    mono = audio.mono()
     if audio.rate != SPEECH_RATE and mono.shape[0]:
         resampler = resampler_for(audio.rate, SPEECH_RATE)
         mono = np.concatenate([resampler.push(mono), resampler.finish()])
