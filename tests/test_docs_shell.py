@@ -8,6 +8,11 @@ one file, by a free port, so parallel test runs on one machine do not collide; `
 default gateway follows through `MMA2A_GATEWAY`. A block the
 suite cannot run says why just before it: `<!-- no-test: reason -->`. Every fence must name
 its language, so a shell block cannot pass unnoticed as plain text.
+
+A block's time budget (`mma2a send --wait 60`) is a person's machine's: on a CI host under load (another test file's
+servers and models on the same two cores) the README's three agents and gateway took 36 s of its 60 s to start and the
+whole block 73 s of the 120 s a test gets (load 14). It is replaced by `BUDGET_S`, a safety net, as the ports are, and
+the test gets 900 s: a block's output is what is asserted, never how fast it came.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 SKIP = re.compile(r"<!-- no-test: ((?:(?!-->).)+?) -->\s*\Z", re.S)  # the comment just before the fence
 SHELL = {"bash", "sh", "shell", "console"}
 PORT = re.compile(r"(?<=127\.0\.0\.1:)(\d{4,5})\b|(?<=--port )(\d{4,5})\b")
+BUDGET = re.compile(r"(?<=--wait )(\d+)\b")
+BUDGET_S = "300"
 MAX_SKIPS = 11  # few, each with its reason in the markdown (the 11th: the Kubernetes walkthrough, operations.md)
 
 # What the blocks of a file must print (stdout of all its blocks together), besides exiting 0.
@@ -94,6 +101,7 @@ def _stop(groups: list[int]) -> None:
             time.sleep(1.0)
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", [f for f in FILES if shell_blocks(f)], ids=lambda p: p.name)
 def test_shell_blocks_run_as_pasted(path: Path, tmp_path: Path) -> None:
     (tmp_path / "docs").symlink_to(ROOT / "docs")
@@ -115,10 +123,11 @@ def test_shell_blocks_run_as_pasted(path: Path, tmp_path: Path) -> None:
         for i, block in enumerate(runnable):
             out, err = tmp_path / f"block{i}.out", tmp_path / f"block{i}.err"
             with out.open("w") as o, err.open("w") as e:
-                proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", PORT.sub(port, block.code)], cwd=tmp_path,
+                script = BUDGET.sub(BUDGET_S, PORT.sub(port, block.code))
+                proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path,
                                         env=env, stdout=o, stderr=e, start_new_session=True)
                 groups.append(proc.pid)
-                code = proc.wait(timeout=180)
+                code = proc.wait(timeout=600)
             printed.append(out.read_text())
             assert code == 0, f"{path.name}:{block.line} exited {code}\nstdout:\n{out.read_text()}\nstderr:\n{err.read_text()[-4000:]}"
     finally:
