@@ -227,10 +227,13 @@ async def test_producer_close_ends_the_stream_for_all_consumers(server: PayloadS
     async with httpx.AsyncClient(timeout=30) as client:
         s = await create_stream(client, server)
 
+        started = [asyncio.Event(), asyncio.Event()]  # each consumer's start frame read: subscribed, waiting
+
         async def ws_consumer() -> tuple[bytes, Frame]:
             data = b""
             async with connect(s["subscribeUrl"]) as c:
                 while (f := decode_frame(await c.recv())).type != "stop":
+                    started[0].set()
                     data += f.data
             return data, f
 
@@ -240,13 +243,15 @@ async def test_producer_close_ends_the_stream_for_all_consumers(server: PayloadS
                 dec = FrameDecoder()
                 async for chunk in r.aiter_raw():
                     for f in dec.feed(chunk):
+                        started[1].set()
                         data += f.data
                         last = f
             assert last is not None
             return data, last
 
         consumers = [asyncio.create_task(ws_consumer()), asyncio.create_task(http_consumer())]
-        await asyncio.sleep(0.2)  # both subscribed and waiting
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 30)  # both subscribed before the producer
+        assert all(not c.done() for c in consumers)  # and waiting
         async with connect(s["producerWsUrl"]) as producer:
             await producer.send(b"hello ")
             await producer.send(b"world")
@@ -274,7 +279,8 @@ async def test_stream_errors_over_the_wire(server: PayloadServer) -> None:
         # a second producer is refused
         async with connect(s["producerWsUrl"]) as p1:
             await p1.send(os.urandom(4096 * 70))  # more than the 64-chunk ring holds
-            await asyncio.sleep(0.1)
+            while server.hub.info(sid).size < 4096 * 70:  # until the server has read it all (it shares this loop)
+                await asyncio.sleep(0.01)
             async with connect(s["producerWsUrl"]) as p2:
                 err = decode_frame(await p2.recv())
                 assert (err.status, err.reason) == (400, "stream cam-7 already has a producer")
