@@ -59,3 +59,15 @@ def wordllama_embedder() -> Any:
     embedder = WordLlamaEmbedder()
     embedder.warm_up()
     return embedder
+
+
+COLD_TABLES = {"static_embedder"}
+"""Session fixtures whose first use may build a model's table: about 30 s of CPU on one core on a quiet machine, over
+300 s at load 21 (the build alone, measured beside the cluster tests and two CPU burners). The first test to ask for one
+pays for it inside its own timeout (pytest-timeout counts fixture setup), so these tests get 600 s, as the demo's."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if COLD_TABLES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(600))
