@@ -8,15 +8,19 @@ A2A version and the extension travel in metadata (`a2a-version`, `a2a-extensions
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc
 import grpc.aio
+import orjson
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
+
+from ...request_body import json_values
 
 from ...errors import (ERROR_INFO_TYPE, INTERNAL_ERROR, INVALID_REQUEST, AgentRefusal, AgentRPCError, AgentTooLarge,
                        DispatchError, code_for_reason)
@@ -31,6 +35,39 @@ _REQUESTS: dict[str, type[Any]] = {
     "ListTasks": a2a_pb2.ListTasksRequest,
     "SubscribeToTask": a2a_pb2.SubscribeToTaskRequest,
 }
+
+
+INLINE_VALUES = 2048
+"""The most JSON values of a request converted to its protobuf on the event loop (`json_format.ParseDict`, pure Python:
+~5 us a value); a larger one is converted in a thread, as is an answer of more than `INLINE_ANSWER_BYTES` serialized
+(`MessageToDict`, ~3 us a value): a client's message of 300,000 empty objects in its metadata (900 KB, within every
+bound) held the loop 1.8 s on its way to a gRPC agent and back (docs/security.md S19-4)."""
+INLINE_ANSWER_BYTES = 8192  # an empty object takes 2-4 bytes serialized: ~2,048 values at most inline
+
+
+def _many(params: Mapping[str, Any]) -> bool:
+    """Whether `params` hold more than `INLINE_VALUES` JSON values (counted on their orjson serialization: under a
+    microsecond for a small request)."""
+    try:
+        data = orjson.dumps(params)
+    except (TypeError, orjson.JSONEncodeError):
+        return True
+    return len(data) > INLINE_VALUES and json_values(data) > INLINE_VALUES
+
+
+async def _request(method: str, params: Mapping[str, Any]) -> Any:
+    """`params` as the method's protobuf request, converted off the loop when they hold many values."""
+    cls = _REQUESTS[method]
+    if _many(params):
+        return await asyncio.to_thread(json_format.ParseDict, dict(params), cls(), ignore_unknown_fields=True)
+    return json_format.ParseDict(dict(params), cls(), ignore_unknown_fields=True)
+
+
+async def _answer(reply: Any) -> Any:
+    """An agent's protobuf answer as the JSON the pipeline speaks, converted off the loop when it is large."""
+    if reply.ByteSize() > INLINE_ANSWER_BYTES:
+        return await asyncio.to_thread(json_format.MessageToDict, reply)
+    return json_format.MessageToDict(reply)
 
 
 class GrpcAgents:
@@ -64,21 +101,21 @@ class GrpcAgents:
 
     async def call(self, agent: str, url: str, method: str, params: Mapping[str, Any], *, extension: bool,
                    timeout_s: float, extra: Mapping[str, str] | None = None) -> Any:
-        request = json_format.ParseDict(dict(params), _REQUESTS[method](), ignore_unknown_fields=True)
+        request = await _request(method, params)
         rpc = getattr(self._stub(url), method)
         try:
             reply = await rpc(request, metadata=self._metadata(extension, extra), timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise _agent_error(agent, url, exc, timeout_s, request) from None
-        return json_format.MessageToDict(reply)
+        return await _answer(reply)
 
     async def stream(self, agent: str, url: str, method: str, params: Mapping[str, Any], *, extension: bool,
                      timeout_s: float, extra: Mapping[str, str] | None = None) -> AsyncIterator[Any]:
-        request = json_format.ParseDict(dict(params), _REQUESTS[method](), ignore_unknown_fields=True)
+        request = await _request(method, params)
         call = getattr(self._stub(url), method)(request, metadata=self._metadata(extension, extra))
         try:
             async for event in call:
-                yield json_format.MessageToDict(event)
+                yield await _answer(event)
         except grpc.aio.AioRpcError as exc:
             raise _agent_error(agent, url, exc, timeout_s, request) from None
 
