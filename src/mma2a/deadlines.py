@@ -219,8 +219,37 @@ class _Lingering:
         self._lingering = False
         self._held: bytes | None = None
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._t, name)
+    # The rest of asyncio's Transport, passed on (each its own method: a class with `__getattr__` has every attribute
+    # read on its objects go through the slow generic path, ~20 reads a request, none of them specialised)
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._t.get_extra_info(name, default)
+
+    def set_protocol(self, protocol: Any) -> None:
+        self._t.set_protocol(protocol)
+
+    def get_protocol(self) -> Any:
+        return self._t.get_protocol()
+
+    def is_reading(self) -> Any:
+        return self._t.is_reading()
+
+    def pause_reading(self) -> None:
+        self._t.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._t.resume_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._t.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_limits(self) -> Any:
+        return self._t.get_write_buffer_limits()
+
+    def can_write_eof(self) -> Any:
+        return self._t.can_write_eof()
+
+    def abort(self) -> None:
+        self._t.abort()
 
     def write(self, data: bytes) -> None:
         held = self._held
