@@ -56,8 +56,9 @@ class DecisionFeed:
         return self._bytes
 
     def record(self, message: Mapping[str, Any], route: list[dict[str, Any]], outcome: str, *,
-               refused: bool = False) -> None:
-        """Add a decision; `refused`: the message failed validation, so none of its parts' previews are kept."""
+               refused: bool = False, route_json: bytes | None = None) -> None:
+        """Add a decision; `refused`: the message failed validation, so none of its parts' previews are kept;
+        `route_json`: `route` as orjson writes it, when the caller has it (its size is not written again)."""
         parts = message.get("parts")
         mid = message.get("messageId")
         thumbs: list[dict[str, Any]] = []
@@ -74,11 +75,15 @@ class DecisionFeed:
             "seq": next(self._seq),
             "ts": int(time.time() * 1000) / 1000,  # milliseconds (`round` costs several times this)
             "messageId": _short(mid) if isinstance(mid, str) else None,
-            "route": route,
+            "route": route if route_json is None else None,
             "outcome": _short(outcome),
             "thumbnails": thumbs,
         }
-        size = len(orjson.dumps(entry))
+        if route_json is None:
+            size = len(orjson.dumps(entry))
+        else:  # the entry written with `null` for its route, and the route's own JSON in its place
+            size = len(orjson.dumps(entry)) - 4 + len(route_json)
+            entry["route"] = route  # (the key keeps its place)
         if size > self.max_bytes and thumbs:
             entry["thumbnails"] = []
             size = len(orjson.dumps(entry))

@@ -114,7 +114,8 @@ class Exchange:
         self.metrics.request_seconds.observe(time.perf_counter() - t0)
         task = result.get("task")
         outcome = str((task.get("status") or {}).get("state", "")) if task is not None else "message"
-        self.feed.record(message, route, outcome)
+        encoded = self.routes.encoded(route)
+        self.feed.record(message, route, outcome, route_json=encoded if encoded.__class__ is bytes else None)
         self.remember(view, decision, outcome, t0)
         if task is not None and self.learner is not None and self.state.snapshot.learns:  # for its ratings
             self.learned_task(view, decision, str(task.get("id", "")))
