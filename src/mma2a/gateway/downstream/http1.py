@@ -308,11 +308,16 @@ class HttpPool:
             method.encode("ascii"), target.path, target.host_header, len(body), self._header_block(headers))
         head = start + (_lines(fresh()) if fresh is not None else b"") + b"\r\n"
         conn = self._reuse((target.host, target.port)) or await self._acquire(target, deadline, loop)
+        waiter = self._send(conn, head, body, deadline, loop)  # (`_exchange`'s, in this frame: no coroutine of its own)
         try:
-            return await self._exchange(conn, head, body, deadline, loop)
-        except Disconnected as exc:
-            if not conn.reused or exc.answered or loop.time() >= deadline:
+            response = await waiter
+        except BaseException as exc:
+            self._abandon(conn, waiter)
+            if not isinstance(exc, Disconnected) or not conn.reused or exc.answered or loop.time() >= deadline:
                 raise
+        else:
+            self._release(conn, loop)
+            return response
         # a kept-alive connection the server had closed (an idle timeout, a restart): the ones idle beside it are
         # as old, so they go too, and the one retry runs on a new connection
         self._drop_idle((target.host, target.port))
@@ -336,6 +341,18 @@ class HttpPool:
 
     async def _exchange(self, conn: _Connection, head: bytes, body: bytes, deadline: float,
                         loop: asyncio.AbstractEventLoop) -> Response:
+        waiter = self._send(conn, head, body, deadline, loop)
+        try:
+            response = await waiter
+        except BaseException:
+            self._abandon(conn, waiter)
+            raise
+        self._release(conn, loop)
+        return response
+
+    def _send(self, conn: _Connection, head: bytes, body: bytes, deadline: float, loop: asyncio.AbstractEventLoop
+              ) -> asyncio.Future[Response]:
+        """The request sent on `conn`; the future of its answer, expired at `deadline`."""
         waiter: asyncio.Future[Response] = loop.create_future()
         conn.waiter = waiter
         assert conn.transport is not None
@@ -344,15 +361,14 @@ class HttpPool:
         else:
             conn.transport.write(head + body)
         conn.watch(deadline, loop)
-        try:
-            response = await waiter
-        except BaseException:
-            if conn.waiter is waiter:  # cancelled with the answer outstanding: nobody will read it
-                conn.waiter = None
-                conn.close()
-            raise
-        self._release(conn, loop)
-        return response
+        return waiter
+
+    def _abandon(self, conn: _Connection, waiter: asyncio.Future[Response]) -> None:
+        """The answer on `conn` is no longer awaited (an error, a cancel): with it still outstanding, nobody will
+        read it, and the connection goes."""
+        if conn.waiter is waiter:
+            conn.waiter = None
+            conn.close()
 
     # --- the pool ---------------------------------------------------------------------------
     async def _acquire(self, target: _Target, deadline: float, loop: asyncio.AbstractEventLoop, *,
