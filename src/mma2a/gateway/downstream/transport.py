@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -186,7 +186,7 @@ class Transport:
         except orjson.JSONDecodeError:
             return status, None
 
-    async def call(
+    def call(
         self,
         agent: str,
         url: str,
@@ -199,33 +199,42 @@ class Transport:
         coding: str | None = None,
         headers: Mapping[str, str] | None = None,
         fresh: FreshHeaders | None = None,
-    ) -> Any:
+    ) -> Awaitable[Any]:
         """One JSON-RPC call; returns `result`, raises `AgentRPCError` or `DispatchError`.
 
         `coding` (`zstd`, `gzip`): compress the request body when it is over `compress_min_bytes`;
         an agent that answers 415 gets it again plain, and plain bodies from then on. `headers`: sent besides the
         usual ones (the agent's credentials); `fresh`: made anew for each send (another gateway gets the signed
-        assertion of the client, gateway/access/federation.py, good for one request).
+        assertion of the client, gateway/access/federation.py, good for one request). The call's own coroutine is
+        the sending one's (no frame of this method's waits with it).
         """
         if url.startswith("grpc://"):  # an agent whose card prefers gRPC (one send: no retry here)
             extra = {**(headers or {}), **fresh()} if fresh is not None else headers
-            return await self.grpc.call(agent, url, method, params, extension=extension,
-                                        timeout_s=timeout_s or self.timeout_s, extra=extra)
+            return self.grpc.call(agent, url, method, params, extension=extension,
+                                  timeout_s=timeout_s or self.timeout_s, extra=extra)
         plain = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
         sent = self._headers(extension, headers)
         body = self._encoded(agent, plain, coding, sent)
         total = timeout_s or self.timeout_s
         if url.startswith("http://"):
-            raw, status, wait = await self._post_lean(agent, url, body, plain, sent, total, retry, fresh)
-        else:
-            raw, status, wait = await self._post_aiohttp(agent, url, body, plain, sent, total, retry, fresh)
+            return self._post_lean(agent, url, body, plain, sent, total, retry, fresh)
+        return self._call_aiohttp(agent, url, body, plain, sent, total, retry, fresh)
+
+    async def _call_aiohttp(self, agent: str, url: str, body: bytes, plain: bytes, headers: dict[str, str],
+                            total: float, retry: bool, fresh: FreshHeaders | None) -> Any:
+        raw, status, wait = await self._post_aiohttp(agent, url, body, plain, headers, total, retry, fresh)
+        return self._result(agent, raw, status, wait, len(body))
+
+    def _result(self, agent: str, raw: bytes, status: int, wait: str | None, sent: int) -> Any:
+        """The `result` of an agent's answer (`raw`, with its HTTP `status` and `Retry-After`), or its error raised
+        (`sent`: the bytes of the request body as first sent, for a 413's message)."""
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
             doc = _NOT_JSON
         if status in (413, 429) and not isinstance(doc.get("error") if isinstance(doc, dict) else None, dict):
             # a proxy's page, a server's own: the size refused, or a refusal for now, all the same — never a failure
-            raise too_large(agent, len(body)) if status == 413 else refused_for_now(agent, wait)
+            raise too_large(agent, sent) if status == 413 else refused_for_now(agent, wait)
         if doc is _NOT_JSON:
             raise DispatchError(f"agent {agent} answered HTTP {status} with a body that is not JSON", data={"agent": agent})
         if not isinstance(doc, dict):
@@ -234,7 +243,7 @@ class Transport:
             if status in (429, 503):  # refused for now (a peer gateway's rate limit, a shed): said so to the client
                 raise AgentRefusal(agent, doc["error"], status, retry_after=wait)
             if status == 413:  # the body as passed on is over a peer's limit: 413 to the client, naming it
-                raise AgentTooLarge(agent, doc["error"], len(body))
+                raise AgentTooLarge(agent, doc["error"], sent)
             raise AgentRPCError(agent, doc["error"])
         if "result" not in doc:
             if status in (401, 403):
@@ -245,10 +254,11 @@ class Transport:
         return doc["result"]
 
     async def _post_lean(self, agent: str, url: str, body: bytes, plain: bytes, headers: dict[str, str],
-                         total: float, retry: bool, fresh: FreshHeaders | None) -> tuple[bytes, int, str | None]:
-        """POST over the lean pool; the answer's body (decoded if the agent compressed it), status and
-        `Retry-After`. Each send, a retry's too, with `fresh`'s headers made for it."""
+                         total: float, retry: bool, fresh: FreshHeaders | None) -> Any:
+        """POST over the lean pool; the `result` of the answer (decoded if the agent compressed it: `_result`). Each
+        send, a retry's too, with `fresh`'s headers made for it."""
         pool = self.http1
+        sent = len(body)
         attempts = 1 + (self.retries if retry else 0)
         for attempt in range(attempts):
             try:
@@ -280,7 +290,7 @@ class Transport:
             except MMA2AError as exc:
                 raise DispatchError(f"agent {agent} answered with a body that cannot be decoded: {exc.message}",
                                     data={"agent": agent}) from None
-        return raw, resp.status, wait
+        return self._result(agent, raw, resp.status, wait, sent)
 
     async def _post_aiohttp(self, agent: str, url: str, body: bytes, plain: bytes, headers: dict[str, str],
                             total: float, retry: bool, fresh: FreshHeaders | None) -> tuple[bytes, int, str | None]:
