@@ -107,8 +107,8 @@ def serve(
                  "fewer (serve --workers N)", lambda: balance.handed),
                 ("mma2a_connections_received", "Connections another worker accepted and handed to this one "
                  "(serve --workers N)", lambda: balance.received)])
-        config_ = uvicorn_config(gateway.app, config.host, config.port, timeouts=config.server.timeouts(), tls=tls,
-                                 timeout_graceful_shutdown=30, lifespan="off")
+        config_ = uvicorn_config(gateway.app.enter, config.host, config.port, timeouts=config.server.timeouts(), tls=tls,
+                                 timeout_graceful_shutdown=30, lifespan="off", interface="asgi3")  # (no frame a request)
 
         def started() -> None:
             settle_heap()  # what lives now lives as long as the process: out of the collector's sight

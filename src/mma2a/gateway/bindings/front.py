@@ -94,14 +94,17 @@ class FrontDoor:
         self._matched: dict[str, tuple[Route, Any, dict[str, Any]]] = {}  # path -> route, endpoint, path params
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        """One request; without a deadline or extensions to read (the common case) the route's app is awaited from
-        this frame alone. (A coroutine function: servers tell an ASGI 3 app by it.)"""
+        """One request (`enter`'s). (A coroutine function: servers tell an ASGI 3 app by it.)"""
+        await self.enter(scope, receive, send)
+
+    def enter(self, scope: Scope, receive: Any, send: Any) -> Awaitable[None]:
+        """One request; without a deadline or extensions to read (the common case) the route's app's own coroutine, no
+        frame of ours: the app `mma2a serve` runs, telling uvicorn it is ASGI 3 (which it cannot guess from it)."""
         if scope["type"] == "http":
             headers = header_map(scope)
             if _TIMEOUT in headers or _EXTENSIONS in headers:
-                await self._deadline(scope, receive, send)
-                return
-        await self._serve(scope, receive, send)
+                return self._deadline(scope, receive, send)
+        return self._serve(scope, receive, send)
 
     async def _deadline(self, scope: Scope, receive: Any, send: Any) -> None:
         timeout = header_map(scope).get(_TIMEOUT)
