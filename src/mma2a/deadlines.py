@@ -623,9 +623,9 @@ class _TimedH11(_Pipelined, _WriteDeadline, H11Protocol):
 def http_protocol(timeouts: Timeouts, parser: str = "httptools") -> type[Any]:
     """A uvicorn HTTP protocol class (`uvicorn.Config(http=...)`) that keeps `timeouts`."""
     if parser == "httptools":
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        from .checked_heads import protocol_class  # uvicorn's, its response headers' checks remembered
 
-        return type("TimedHttpToolsProtocol", (_TimedHttpTools, HttpToolsProtocol), {"timeouts": timeouts})
+        return type("TimedHttpToolsProtocol", (_TimedHttpTools, protocol_class()), {"timeouts": timeouts})
     if parser == "h11":
         return type("TimedH11Protocol", (_TimedH11,), {"timeouts": timeouts})
     raise ValueError(f"http parser {parser!r}: httptools or h11")
