@@ -15,7 +15,7 @@ import os
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -312,14 +312,16 @@ class MessageGuard:
         self.clock = clock
         self._url_ok: OrderedDict[str, float] = OrderedDict()
 
-    async def admit(
+    def admit(
         self, message: dict[str, Any], configuration: Mapping[str, Any] | None, target: str | None, sender: str | None
-    ) -> str | None:
-        """Check one message (changed in place only by the `strip` policy); returns the features' sender.
+    ) -> Awaitable[str | None] | None:
+        """Check one message (changed in place only by the `strip` policy): None when it is admitted with `sender` as
+        the features' sender, else the checks left to wait for (`_admit_rest`), which give the features' sender.
 
         One pass over the parts does the limits (raised first, in part order, as before any modality is
         looked at), the modality lists (the first refusal raised once every limit passed), and notes
-        whether any part has raw bytes to probe or a field that may carry a URL."""
+        whether any part has raw bytes to probe or a field that may carry a URL. (Nothing left to wait for, the
+        common case: no coroutine to make.)"""
         parts = message.get("parts") or []
         lim = self.limits
         if len(parts) > lim.max_parts:
@@ -361,6 +363,13 @@ class MessageGuard:
                 refusal = self._modality_refusal(i, part, ext, lists)
         if refusal is not None:
             raise refusal
+        if probe or (self.urls.check and (configuration is not None or fetch)) or self.signing.active:
+            return self._admit_rest(message, configuration, sender, probe, fetch)
+        return None
+
+    async def _admit_rest(self, message: dict[str, Any], configuration: Mapping[str, Any] | None, sender: str | None,
+                          probe: bool, fetch: bool) -> str | None:
+        """`admit`'s checks that wait: raw media probed (`probe`), URLs checked, the signature verified."""
         if probe:  # else nothing to probe
             await self.check_media(message)
         if self.urls.check and (configuration is not None or fetch):

@@ -167,7 +167,9 @@ class Admission:
                 await self.tasks.fetch_context(str(message["contextId"]))  # in a cluster: another gateway's context
             check_owner(self.tasks, message, caller)
         if self.guard is not None:  # limits, modality lists, URLs; the verified signer becomes the features' sender
-            sender = await self.guard.admit(message, configuration, target, sender)
+            rest = self.guard.admit(message, configuration, target, sender)
+            if rest is not None:  # (checks that wait: media to probe, URLs, a signature)
+                sender = await rest
         vectors = await self.features.apply(message, self.state.snapshot, sender=sender) if self.features else {}
         if self.offload is not None and self.offload.needed(message):
             message = await self.offload.apply(message, owner=caller)  # counted in the caller's blob quota
