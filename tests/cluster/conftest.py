@@ -78,7 +78,10 @@ class GatewayProc:
                                           "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env)
         return self
 
-    async def ready(self, timeout_s: float = 30.0) -> GatewayProc:
+    async def ready(self, timeout_s: float = 120.0) -> GatewayProc:
+        """Until it answers `/healthz`. The timeout is a safety net against a hang, not a bound on start-up: two or three
+        gateway processes starting at once took 29.5 s at load 12 and over 30 s at load 20 (beside another test file under
+        `-n 2`), 7-14 s each alone at load 21; the cluster tests get 300 s."""
         deadline = time.monotonic() + timeout_s
         async with httpx.AsyncClient(timeout=2) as c:
             while time.monotonic() < deadline:

@@ -26,7 +26,7 @@ from tests.cluster.test_security import bearer
 from tests.cluster.test_workers import serve_workers
 from tests.security.test_upload_bound import assert_store_full, assert_too_many
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # gateway processes (serve --workers 2) and nats-server: minutes on a loaded 2-core box
 
 LIMIT = 3
 PRUNE_S = 600.0  # the Object Store prunes idle uploads every 10 min at most (one gateway a turn)

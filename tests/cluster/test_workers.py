@@ -46,7 +46,7 @@ def worker_pids(log: Path) -> dict[int, int]:
     return {int(i): int(p) for i, p in re.findall(r"worker (\d+) pid (\d+)", log.read_text(errors="replace"))}
 
 
-async def until_banners(log: Path, proc: subprocess.Popen[bytes], n: int, timeout_s: float = 60.0) -> None:
+async def until_banners(log: Path, proc: subprocess.Popen[bytes], n: int, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while banners(log) < n:
         if proc.poll() is not None or time.monotonic() > deadline:
