@@ -465,21 +465,32 @@ def _has(mod: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def running(app: Any, host: str = "127.0.0.1", port: int | None = None, *,
-                  timeouts: Timeouts | None = None, tls: ServerTLS | None = None) -> AsyncIterator[str]:
-    """Serve an ASGI app on a loopback port inside this event loop; yields its base URL (https:// with `tls`)."""
-    port = port or free_port(host)
-    server = Server(uvicorn_config(app, host, port, timeouts=timeouts, tls=tls), tls=tls)  # served as `serve` serves
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-            raise RuntimeError(f"server on {host}:{port} did not start")
-        await asyncio.sleep(0.01)
+                  timeouts: Timeouts | None = None, tls: ServerTLS | None = None,
+                  sock: socket.socket | None = None) -> AsyncIterator[str]:
+    """Serve an ASGI app on a loopback port inside this event loop; yields its base URL (https:// with `tls`).
+
+    Without `port`, on a socket bound here to a port the system picks (or `sock`, one the caller bound with
+    `listen_socket` because it needed the port first, for a config), served as `serve` serves its sockets: a port
+    picked by `free_port` and bound later could be taken meanwhile by any other process's connection (an outgoing
+    connection's port comes from the same range), which failed a test run once in ~2,000 servers."""
+    if sock is None and not port:
+        sock = listen_socket(host, 0)
+    if sock is not None:
+        port = int(sock.getsockname()[1])
+    server = Server(uvicorn_config(app, host, port or 0, timeouts=timeouts, tls=tls), tls=tls)  # as `serve` serves
+    task = asyncio.create_task(server.serve(sockets=None if sock is None else [sock]))
     try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError(f"server on {host}:{port} did not start")
+            await asyncio.sleep(0.01)
         yield f"{'https' if tls else 'http'}://{host}:{port}"
     finally:
         server.exit()
         await task
+        if sock is not None:
+            sock.close()
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

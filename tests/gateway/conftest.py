@@ -14,7 +14,7 @@ from a2a.types import AgentCard
 
 from mma2a.card import declare_extension
 from mma2a.gateway import Gateway, parse_config
-from mma2a.serving import free_port, running
+from mma2a.serving import listen_socket, running
 from mma2a.tls import ServerTLS
 from tests.agents import RecordingExecutor, make_card, run_agent
 
@@ -46,12 +46,17 @@ async def gateway(config: dict[str, Any], *, wrap: Callable[[Any], Any] | None =
     """A gateway on a free loopback port (lifespan on: agents registered, rules loaded; HTTPS with `tls:`); `wrap`
     puts ASGI middleware in front of its app (what a peer answers before it); `kw` go to `Gateway` (a test's
     `clock`)."""
-    port = free_port()
-    cfg = {"listen": f"127.0.0.1:{port}", "admin": {"token": ADMIN}, "health_interval_s": 3600, **config}
-    gw = Gateway(parse_config(cfg), **kw)
-    tls = ServerTLS(gw.config.tls, gw.config.base_dir) if gw.config.tls else None
+    sock = listen_socket("127.0.0.1", 0)  # bound now, served below: no other process can take the port meanwhile
+    port = sock.getsockname()[1]
+    try:
+        cfg = {"listen": f"127.0.0.1:{port}", "admin": {"token": ADMIN}, "health_interval_s": 3600, **config}
+        gw = Gateway(parse_config(cfg), **kw)
+        tls = ServerTLS(gw.config.tls, gw.config.base_dir) if gw.config.tls else None
+    except BaseException:
+        sock.close()
+        raise
     app = wrap(gw.app) if wrap is not None else gw.app
-    async with running(app, "127.0.0.1", port, timeouts=gw.config.server.timeouts(), tls=tls) as url:
+    async with running(app, "127.0.0.1", timeouts=gw.config.server.timeouts(), tls=tls, sock=sock) as url:
         yield gw, url
 
 
