@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -18,6 +17,7 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from ..errors import ClusterError
+from ..listen import free_port
 
 
 def nats_server_binary() -> str:
@@ -33,12 +33,6 @@ def nats_server_binary() -> str:
                        field="nats-server")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class NatsServer:
     """One `nats-server -js` on 127.0.0.1:`port` storing JetStream under `store_dir`."""
 
@@ -47,7 +41,7 @@ class NatsServer:
         self.store_dir = Path(store_dir)
         self.args = list(args)  # more nats-server options (TLS: --tls --tlscert F --tlskey F --tlsverify --tlscacert F)
         self.preexec = preexec  # run in the child before the exec (`serve --workers`: it dies with the supervisor)
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.store_dir / "nats-server.log"
 
