@@ -62,13 +62,17 @@ async def test_docs_producer_and_consumer_exchange_through_a_gateway(tmp_path: P
     consumer = await asyncio.create_subprocess_exec(sys.executable, str(tmp_path / "consumer.py"), str(agent_port), gw_url,
                                                     str(out), stderr=asyncio.subprocess.PIPE)
     try:
-        async with httpx.AsyncClient() as http:
-            for _ in range(300):  # the consumer process is importing and starting up
+        async with httpx.AsyncClient() as http:  # until the consumer process has imported and started up: a loaded
+            deadline = asyncio.get_running_loop().time() + 90  # host takes 7-14 s a process (a safety net, not a bound)
+            while True:
                 try:
                     if (await http.get(f"http://127.0.0.1:{agent_port}/.well-known/agent-card.json")).status_code == 200:
                         break
                 except httpx.TransportError:
-                    await asyncio.sleep(0.1)
+                    pass
+                assert consumer.returncode is None and asyncio.get_running_loop().time() < deadline, \
+                    "the consumer never served its card"
+                await asyncio.sleep(0.1)
         baseline_kb = _peak_rss_kb(consumer.pid)
         config = {**gateway_yaml(agent_port, gw_port), "health_interval_s": 3600}
         async with running(Gateway(parse_config(config)).app, "127.0.0.1", gw_port):
