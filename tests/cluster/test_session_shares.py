@@ -23,7 +23,7 @@ from mma2a.gateway.cluster_config import ClusterConfig
 from mma2a.routing.decision import PartRoute, Target
 from tests.cluster.conftest import SECRET, cluster_name
 from tests.cluster.test_task_bucket import cluster_gateway
-from tests.gateway.conftest import agent, agents
+from tests.gateway.conftest import agent, agents, until
 from tests.security.test_task_ownership import PINNING_RULES, rpc, session_chunk
 
 ALICE, MALLORY = "tok-alice-shares-1", "tok-mallory-shares-2"
@@ -74,9 +74,17 @@ async def test_one_clients_flood_of_new_sessions_leaves_another_clients_pin_acro
                         await pins[i % 2].flush(sid)
                 for p in pins:
                     await p.settle()
+                # each gateway hears the other's last pins through its watch after its own writes are settled, and may
+                # purge then: the bucket is read once both have heard its last message and purged what that brought
+                # (read before, it lost 6 pins between the listing and the stream's info, once under load)
+                last = (await js.stream_info(f"KV_{bucket}")).state.last_seq
+                for p in pins:
+                    await until(lambda p=p: p.heard >= last, f"the gateway heard the bucket's message {last}")
+                    await p.settle()
                 kv = await js.key_value(bucket)
                 entries = await current(kv, await held_keys(js, bucket), deleted=True)
                 info = await js.stream_info(f"KV_{bucket}")
+                assert info.state.last_seq == last  # nothing written meanwhile
                 # a gateway started after the flood holds no copy of alice's pin: it has the bucket's alone
                 async with cluster_gateway({**base, "data_dir": str(tmp_path / "c")}) as (g, url_c):
                     later = target(await rpc(c, url_c, "SendMessage", session_chunk("a1", "cam", 1), ALICE))

@@ -275,6 +275,7 @@ class ClusterSessionPins(SessionPins):
         self.shares = PinShares(c.sessions_share, c.session_ttl_s,
                                 c.sessions_bucket_bytes // stored_bytes(self._subject + "k" * 61, 0, DELETE_HEADERS))
         self.adopted = 0
+        self.heard = 0  # the bucket's last message this gateway has heard of (watch or fetch), its stream sequence
 
     # --- SessionPins, with the cluster behind it --------------------------------------
     def pin(self, session_id: str, version: int, routes: tuple[PartRoute, ...]) -> None:
@@ -393,6 +394,8 @@ class ClusterSessionPins(SessionPins):
 
     def on_entry(self, key: str, value: bytes | None, op: str | None, revision: int | None = None) -> None:
         """A pin stored or removed by any gateway (from the KV watch or a fetch)."""
+        if revision is not None and revision > self.heard:
+            self.heard = revision
         if op in (KV_DEL, KV_PURGE) or not value:
             if revision is not None and revision != self.shares.seq(key):  # (this gateway's own: counted when stored)
                 self._counted(key, revision, stored_bytes(self._subject + key, 0, DELETE_HEADERS), False)
