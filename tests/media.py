@@ -23,6 +23,11 @@ def wav_bytes(seconds: float = 0.25, rate: int = 16000, freq: float = 440.0) -> 
     """A real 16-bit mono PCM WAV holding a sine tone."""
     frames = int(seconds * rate)
     samples = b"".join(struct.pack("<h", int(12000 * math.sin(2 * math.pi * freq * i / rate))) for i in range(frames))
+    return pcm_wav(samples, rate)
+
+
+def pcm_wav(samples: bytes, rate: int) -> bytes:
+    """16-bit mono PCM `samples` in a WAV file whose header says `rate` (any rate, as an attacker may state one)."""
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
         w.setnchannels(1)

@@ -7,9 +7,7 @@ samples (docs/security.md S19-1)."""
 from __future__ import annotations
 
 import base64
-import io
 import struct
-import wave
 
 import pytest
 
@@ -20,6 +18,7 @@ from mma2a.features.base import Limits
 from mma2a.features.speech import decode_speech
 from mma2a.modality import parse_modality
 from tests.gateway.conftest import agent, agents, gateway, rpc
+from tests.media import pcm_wav
 
 pytest.importorskip("av")
 np = pytest.importorskip("numpy")
@@ -30,13 +29,7 @@ REFUSED = f"audio: a sample rate of {RATE} Hz is over the limit of 768000 Hz (li
 
 
 def wav(rate: int, samples: bytes = SAMPLES) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(samples)
-    return buf.getvalue()
+    return pcm_wav(samples, rate)
 
 
 def au(rate: int) -> bytes:
