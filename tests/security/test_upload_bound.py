@@ -25,12 +25,17 @@ def too_many_message(held: int, limit: int = LIMIT, client: str = "alice") -> st
             "(blob_max_uploads_per_client); finish or abort one (DELETE /blobs/uploads/{id}) before beginning another")
 
 
-def assert_too_many(r: httpx.Response, held: int = LIMIT, limit: int = LIMIT) -> None:
-    """The refusal of one upload past the bound: 429, the exact message, the setting, limit and count in its data."""
+def assert_refused(r: httpx.Response, message: str, setting: str, held: int, limit: int) -> None:
+    """The refusal of one upload past a bound: 429, the exact message, the setting, limit and count in its data."""
     assert r.status_code == 429, r.text
     error = r.json()["error"]
-    assert error["message"] == too_many_message(held, limit)
-    assert error["data"] == {"setting": "blob_max_uploads_per_client", "limit": limit, "open": held}
+    assert error["message"] == message
+    assert error["data"] == {"setting": setting, "limit": limit, "open": held}
+
+
+def assert_too_many(r: httpx.Response, held: int = LIMIT, limit: int = LIMIT) -> None:
+    """Past the client's bound (`blob_max_uploads_per_client`)."""
+    assert_refused(r, too_many_message(held, limit), "blob_max_uploads_per_client", held, limit)
 
 
 async def begin(c: httpx.AsyncClient, url: str, headers: dict[str, str]) -> httpx.Response:
@@ -136,11 +141,8 @@ def too_many_in_store_message(held: int, limit: int = LIMIT) -> str:
 
 
 def assert_store_full(r: httpx.Response, held: int = LIMIT, limit: int = LIMIT) -> None:
-    """The refusal of one upload past the store's bound: 429, the exact message, the setting, limit and count."""
-    assert r.status_code == 429, r.text
-    error = r.json()["error"]
-    assert error["message"] == too_many_in_store_message(held, limit)
-    assert error["data"] == {"setting": "blob_max_uploads", "limit": limit, "open": held}
+    """Past the store's bound (`blob_max_uploads`)."""
+    assert_refused(r, too_many_in_store_message(held, limit), "blob_max_uploads", held, limit)
 
 
 async def test_with_auth_off_uploads_past_the_stores_bound_are_429_whoever_begins_them_and_nothing_is_made(tmp_path):
